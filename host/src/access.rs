@@ -1,0 +1,103 @@
+//! Who may do what: workspace roles and the authenticated principal.
+//!
+//! Every `/v1` request is made by a [`Principal`] (a user acting through one
+//! session). Inside a workspace the user holds one [`Role`]; handlers ask for
+//! the least role an operation needs with [`WorkspaceAccess::require`].
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::error::ApiError;
+
+/// A member's role in one workspace, from most to least powerful.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Read only.
+    Viewer,
+    /// May change pipelines and their parts (sources, destinations, jobs).
+    Editor,
+    /// Everything, including members, sessions and approval policies.
+    Administrator,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Editor => "editor",
+            Role::Administrator => "administrator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "editor" => Some(Role::Editor),
+            "administrator" => Some(Role::Administrator),
+            _ => None,
+        }
+    }
+}
+
+/// Which kind of client made a request (`X-Service-Client`); recorded on
+/// sessions, audit records and approvals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientSource {
+    Api,
+    Cli,
+    Mcp,
+}
+
+impl ClientSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientSource::Api => "api",
+            ClientSource::Cli => "cli",
+            ClientSource::Mcp => "mcp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ClientSource> {
+        match s {
+            "api" => Some(ClientSource::Api),
+            "cli" => Some(ClientSource::Cli),
+            "mcp" => Some(ClientSource::Mcp),
+            _ => None,
+        }
+    }
+}
+
+/// The authenticated caller of one request.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user_id: String,
+    pub session_id: String,
+    /// The client kind named by this request's `X-Service-Client` header
+    /// (`api` when absent).
+    pub client: ClientSource,
+}
+
+/// A principal's standing in the workspace a request addresses.
+#[derive(Debug, Clone)]
+pub struct WorkspaceAccess {
+    pub principal: Principal,
+    pub workspace_id: String,
+    pub role: Role,
+}
+
+impl WorkspaceAccess {
+    /// Fails with the spec's permission-denied error (HTTP 403, code `"403"`)
+    /// unless the caller holds at least `needed`.
+    pub fn require(&self, needed: Role) -> Result<(), ApiError> {
+        if self.role >= needed {
+            Ok(())
+        } else {
+            Err(ApiError::permission_denied(format!(
+                "permission denied: this operation needs the {} role in the workspace",
+                needed.as_str()
+            )))
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Offline administration against the same database as the server:
+//! first-run bootstrap, `service admin create-user`, `create-token`.
+
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::access::{ClientSource, Role};
+use crate::config::ServerConfig;
+use crate::ops::members::normalise_email;
+use crate::store::sessions::{NewSession, SessionKind};
+use crate::store::{Store, StoreError};
+use crate::tokens;
+
+/// How long the one-time login link printed at first start stays valid.
+const LOGIN_CODE_TTL_MS: i64 = 30 * 60 * 1000;
+
+/// What first-run bootstrap did.
+#[derive(Debug)]
+pub enum Bootstrap {
+    /// Users already exist: nothing done.
+    AlreadyInitialised,
+    /// Created the first workspace and administrator; the bootstrap token
+    /// from the environment is their first session token.
+    WithToken { workspace_id: String, email: String },
+    /// Created them; the administrator signs in through this one-time link.
+    WithLoginLink { workspace_id: String, email: String, login_url: SecretString },
+}
+
+/// On a database without users, creates the first workspace and its
+/// administrator (spec: fresh installation).
+pub async fn bootstrap(store: &Store, config: &ServerConfig) -> anyhow::Result<Bootstrap> {
+    if store.count_users().await? > 0 {
+        return Ok(Bootstrap::AlreadyInitialised);
+    }
+    let email = normalise_email(&config.bootstrap_email).map_err(|_| anyhow::anyhow!("SERVICE_BOOTSTRAP_EMAIL: not an e-mail address"))?;
+    let workspace = store.create_workspace("Default workspace").await?;
+    let user = match store.create_user(&email, "Administrator").await {
+        Ok(u) => u,
+        // Another replica bootstrapped at the same moment.
+        Err(StoreError::Conflict(_)) => return Ok(Bootstrap::AlreadyInitialised),
+        Err(e) => return Err(e.into()),
+    };
+    store.add_member(&workspace.workspace_id, &user.user_id, Role::Administrator).await?;
+    if let Some(token) = &config.bootstrap_token {
+        store
+            .create_session(NewSession {
+                user_id: &user.user_id,
+                token_hash: &tokens::hash_secret(token),
+                kind: SessionKind::ApiToken,
+                label: Some("bootstrap token (SERVICE_BOOTSTRAP_TOKEN)"),
+                client_source: ClientSource::Api,
+                user_agent: None,
+                address: None,
+                expires_at: None,
+            })
+            .await?;
+        return Ok(Bootstrap::WithToken { workspace_id: workspace.workspace_id, email });
+    }
+    let code = tokens::generate(tokens::CODE_PREFIX);
+    store.create_login_code(&tokens::hash_secret(&code), &user.user_id, crate::store::now_ms() + LOGIN_CODE_TTL_MS).await?;
+    let url = config.public_url.join(&format!("login/{}", code.expose_secret()))?;
+    Ok(Bootstrap::WithLoginLink { workspace_id: workspace.workspace_id, email, login_url: SecretString::from(url.to_string()) })
+}
+
+/// `service admin create-user`: creates a user and adds them to a
+/// workspace (the oldest one unless named).
+pub async fn create_user(store: &Store, email: &str, name: &str, workspace_id: Option<&str>, role: Role) -> anyhow::Result<(String, String)> {
+    let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
+    let workspace_id = match workspace_id {
+        Some(id) => store.workspace(id).await?.ok_or_else(|| anyhow::anyhow!("--workspace: no workspace {id}"))?.workspace_id,
+        None => match store.first_workspace().await? {
+            Some(w) => w.workspace_id,
+            None => store.create_workspace("Default workspace").await?.workspace_id,
+        },
+    };
+    let user = match store.create_user(&email, name).await {
+        Ok(u) => u,
+        Err(StoreError::Conflict(_)) => anyhow::bail!("--email: a user with this address already exists"),
+        Err(e) => return Err(e.into()),
+    };
+    store.add_member(&workspace_id, &user.user_id, role).await?;
+    Ok((user.user_id, workspace_id))
+}
+
+/// `service admin create-token`: mints an API token for an existing user.
+pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expires_in_days: Option<u32>) -> anyhow::Result<SecretString> {
+    let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
+    let user = store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
+    let token = tokens::generate(tokens::TOKEN_PREFIX);
+    store
+        .create_session(NewSession {
+            user_id: &user.user_id,
+            token_hash: &tokens::hash_secret(&token),
+            kind: SessionKind::ApiToken,
+            label: Some(label.unwrap_or("created with service admin create-token")),
+            client_source: ClientSource::Cli,
+            user_agent: None,
+            address: None,
+            expires_at: expires_in_days.map(|d| crate::store::now_ms() + i64::from(d) * 86_400_000),
+        })
+        .await?;
+    Ok(token)
+}

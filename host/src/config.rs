@@ -1,0 +1,154 @@
+//! Server configuration, from flags and the environment.
+//!
+//! Every setting has a default that works on a fresh clone; a bad value is
+//! reported in one line naming the setting (see [`ConfigError`]).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use secrecy::SecretString;
+use url::Url;
+
+/// Settings shared by every command that opens the database.
+#[derive(Debug, Clone, Args)]
+pub struct StorageArgs {
+    /// Directory for the SQLite database, the key file and other state.
+    #[arg(long, env = "SERVICE_DATA_DIR", default_value = "./.service", global = true)]
+    pub data_dir: PathBuf,
+    /// Database URL: a postgres:// URL selects PostgreSQL; unset means an
+    /// SQLite file in the data directory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Readable lines for a terminal.
+    Human,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Flags of `service serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, env = "SERVICE_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Public base URL of this server, used in links it hands out
+    /// (invitations, login). Default: http://<bind>/.
+    #[arg(long, env = "SERVICE_PUBLIC_URL")]
+    pub public_url: Option<Url>,
+    /// Log format.
+    #[arg(long, env = "SERVICE_LOG_FORMAT", value_enum, default_value = "human")]
+    pub log_format: LogFormat,
+    /// Hours an interactive session lasts.
+    #[arg(long, env = "SERVICE_SESSION_HOURS", default_value_t = 24 * 7, value_parser = clap::value_parser!(u32).range(1..=8760))]
+    pub session_hours: u32,
+}
+
+/// A configuration problem, reported as one line naming the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{setting}: {message}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(setting: &'static str, message: impl Into<String>) -> Self {
+        ConfigError { setting, message: message.into() }
+    }
+}
+
+/// Resolved configuration of a running server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    pub data_dir: PathBuf,
+    /// The database actually used (SQLite URL filled in when unset).
+    pub database_url: String,
+    pub public_url: Url,
+    pub session_ttl_ms: i64,
+    /// `SERVICE_BOOTSTRAP_TOKEN`: becomes the first administrator's session
+    /// token on a fresh installation.
+    pub bootstrap_token: Option<SecretString>,
+    /// E-mail address of the administrator created on a fresh installation.
+    pub bootstrap_email: String,
+}
+
+impl ServerConfig {
+    /// Builds the configuration from parsed flags and the environment.
+    pub fn from_args(storage: &StorageArgs, serve: &ServeArgs) -> Result<Self, ConfigError> {
+        let database_url = database_url(storage)?;
+        let public_url = match &serve.public_url {
+            Some(u) if u.scheme() == "http" || u.scheme() == "https" => ensure_trailing_slash(u.clone()),
+            Some(_) => return Err(ConfigError::new("SERVICE_PUBLIC_URL", "must be an http:// or https:// URL")),
+            None => Url::parse(&format!("http://{}/", serve.bind))
+                .map_err(|e| ConfigError::new("SERVICE_BIND", format!("cannot form a URL from it: {e}")))?,
+        };
+        let bootstrap_token = match std::env::var("SERVICE_BOOTSTRAP_TOKEN") {
+            Ok(t) if t.len() < 24 => {
+                return Err(ConfigError::new("SERVICE_BOOTSTRAP_TOKEN", "must be at least 24 characters of random text"));
+            }
+            Ok(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                return Err(ConfigError::new("SERVICE_BOOTSTRAP_TOKEN", "must not contain spaces or control characters"));
+            }
+            Ok(t) => Some(SecretString::from(t)),
+            Err(_) => None,
+        };
+        let bootstrap_email = std::env::var("SERVICE_BOOTSTRAP_EMAIL").unwrap_or_else(|_| "admin@localhost.localdomain".into());
+        Ok(ServerConfig {
+            bind: serve.bind,
+            data_dir: storage.data_dir.clone(),
+            database_url,
+            public_url,
+            session_ttl_ms: i64::from(serve.session_hours) * 3_600_000,
+            bootstrap_token,
+            bootstrap_email,
+        })
+    }
+}
+
+fn ensure_trailing_slash(mut u: Url) -> Url {
+    if !u.path().ends_with('/') {
+        let p = format!("{}/", u.path());
+        u.set_path(&p);
+    }
+    u
+}
+
+/// The database URL to use: `DATABASE_URL` when set, else an SQLite file in
+/// the data directory (created with owner-only permissions).
+pub fn database_url(storage: &StorageArgs) -> Result<String, ConfigError> {
+    match storage.database_url.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        Some(url) => {
+            let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");
+            match scheme {
+                "postgres" | "postgresql" | "sqlite" => Ok(url.to_owned()),
+                other => Err(ConfigError::new(
+                    "DATABASE_URL",
+                    format!("unsupported scheme '{other}': use postgres://... or leave it unset for SQLite in the data directory"),
+                )),
+            }
+        }
+        None => {
+            ensure_data_dir(&storage.data_dir)?;
+            let file = storage.data_dir.join("service.db");
+            Ok(format!("sqlite://{}?mode=rwc", file.display()))
+        }
+    }
+}
+
+/// Creates the data directory (mode 0700) if needed.
+pub fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot create {}: {e}", dir.display())))
+}

@@ -1,0 +1,136 @@
+//! The API's one error type, mapped once to the spec's error shape
+//! (`{"code", "message", "details", "request_id"}`, spec section 7).
+//!
+//! Handlers return `Result<_, ApiError>` and use `?`; conversions from the
+//! store and other layers live here. Internal errors are logged with the
+//! request id and answered with a generic message, so nothing internal
+//! (SQL, paths, stack traces) reaches a client.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::http::request_id;
+use crate::store::StoreError;
+
+/// The error body every failing response carries.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine-readable code: a numeric status as text (`"403"`) or a
+    /// named code (`EXECUTION_CONFLICT`).
+    pub code: String,
+    /// Human-readable explanation; never contains secrets or internals.
+    pub message: String,
+    /// Structured context (offending field, conflicting ids, ...).
+    pub details: Value,
+    /// Identifier of the request, also sent as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+/// An error answered to an API client.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+    pub details: Value,
+    /// For 5xx: the cause, logged but never sent.
+    internal: Option<anyhow::Error>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError { status, code: code.into(), message: message.into(), details: json!({}), internal: None }
+    }
+
+    /// Adds structured details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    /// 400 with a named code.
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 400 `VALIDATION_FAILED` naming the offending field.
+    pub fn invalid_field(field: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "VALIDATION_FAILED", message).with_details(json!({ "field": field }))
+    }
+
+    /// 401: no usable bearer token.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "401", message)
+    }
+
+    /// 403 with the spec's code `"403"`; the message says permission denied.
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "403", message)
+    }
+
+    /// 404: the resource does not exist *or* is in a workspace the caller
+    /// is not a member of; the two are deliberately indistinguishable.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "404", format!("{what} not found"))
+    }
+
+    /// 409 with a named code.
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 500: logs `cause` and tells the client only that it failed.
+    pub fn internal(cause: impl Into<anyhow::Error>) -> Self {
+        let mut e = Self::new(StatusCode::INTERNAL_SERVER_ERROR, "500", "internal error; the request id identifies it in the server log");
+        e.internal = Some(cause.into());
+        e
+    }
+
+    /// 503: a dependency is down.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "503", message)
+    }
+
+    /// The body this error is answered with.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            code: self.code.clone(),
+            message: self.message.clone(),
+            details: self.details.clone(),
+            request_id: request_id::current(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::internal(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Some(cause) = &self.internal {
+            tracing::error!(error = format!("{cause:#}"), "request failed");
+        }
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+/// Result of an API operation.
+pub type ApiResult<T> = Result<T, ApiError>;

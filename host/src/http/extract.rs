@@ -1,0 +1,294 @@
+//! Request-side types shared by every handler.
+//!
+//! - [`ApiJson`]: a JSON body whose every failure (malformed JSON, wrong
+//!   types, unknown fields, oversized bodies, a secret where none belongs)
+//!   is answered in the application's error shape.
+//! - [`Workspace`]: the workspace a request addresses, with the caller's
+//!   role in it.
+//! - [`PageQuery`]: `limit` and `cursor` of list endpoints.
+//!
+//! How a request selects its workspace: a `{workspace_id}` path segment
+//! wins; otherwise the `X-Service-Workspace` header; otherwise the
+//! `workspace_id` query parameter; otherwise the caller's default workspace
+//! (the oldest one they belong to). A workspace the caller does not belong
+//! to answers 404, exactly like one that does not exist.
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use utoipa::IntoParams;
+
+use super::middleware::AuditNote;
+use crate::access::{Principal, WorkspaceAccess};
+use crate::error::ApiError;
+use crate::server::AppState;
+
+/// Largest request body accepted (bytes).
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// Header naming the workspace a request addresses.
+pub const WORKSPACE_HEADER: &str = "x-service-workspace";
+
+/// A JSON request body, checked for secrets, in the API's error shape.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let value = json_body(req, state).await?;
+        if let Some(field) = find_secret(&value, "") {
+            return Err(secret_refused(&field));
+        }
+        parse_value(value).map(ApiJson)
+    }
+}
+
+/// A JSON body that may carry a raw secret: only for the credential
+/// creation endpoints (spec section 4, "Credentials").
+pub struct SecretJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for SecretJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        parse_value(json_body(req, state).await?).map(SecretJson)
+    }
+}
+
+async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
+    let is_json = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|ct| {
+            let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            mime == "application/json" || mime.ends_with("+json")
+        })
+        .unwrap_or(false);
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UNSUPPORTED_MEDIA_TYPE",
+            "the request body must be JSON with Content-Type: application/json",
+        ));
+    }
+    let bytes = Bytes::from_request(req, state).await.map_err(body_rejection)?;
+    serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+        ApiError::bad_request("MALFORMED_JSON", format!("the request body is not valid JSON: {e}"))
+            .with_details(json!({ "line": e.line(), "column": e.column() }))
+    })
+}
+
+/// Maps a body-reading failure (most often: too large) to the error shape.
+pub fn body_rejection(e: BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        payload_too_large()
+    } else {
+        ApiError::bad_request("UNREADABLE_BODY", "the request body could not be read")
+    }
+}
+
+/// 413 naming the limit.
+pub fn payload_too_large() -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", format!("the request body exceeds {BODY_LIMIT} bytes"))
+        .with_details(json!({ "limit_bytes": BODY_LIMIT }))
+}
+
+fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| {
+        let message = e.to_string();
+        // serde names the offending field in backticks; surface it.
+        let field = message.split('`').nth(1).unwrap_or("").to_owned();
+        ApiError::new(StatusCode::BAD_REQUEST, "VALIDATION_FAILED", format!("invalid request body: {message}"))
+            .with_details(json!({ "field": field }))
+    })
+}
+
+/// Field names that carry secrets. Compared after lower-casing and dropping
+/// `_` and `-`, so `client_secret`, `clientSecret` and `Client-Secret` match.
+const SECRET_NAMES: &[&str] = &[
+    "password", "passwd", "passphrase", "secret", "clientsecret", "token", "accesstoken", "refreshtoken", "idtoken",
+    "apitoken", "authtoken", "bearertoken", "apikey", "privatekey", "secretkey", "authorization", "sessiontoken",
+];
+
+fn is_secret_name(key: &str) -> bool {
+    let norm: String = key.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect();
+    SECRET_NAMES.contains(&norm.as_str())
+        || norm.ends_with("password")
+        || norm.ends_with("secret")
+        || norm.ends_with("apikey")
+        || norm.ends_with("privatekey")
+        || norm.ends_with("token")
+}
+
+fn looks_like_secret_value(s: &str) -> bool {
+    let t = s.trim_start();
+    t.starts_with("-----BEGIN") && t.contains("PRIVATE KEY")
+        || t.len() > 7 && t[..7].eq_ignore_ascii_case("bearer ")
+        || t.starts_with(crate::tokens::TOKEN_PREFIX)
+}
+
+/// The JSON path of the first secret-shaped field or value, if any.
+pub fn find_secret(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            let secret_key = is_secret_name(k) && !matches!(v, Value::Null | Value::Bool(_));
+            if secret_key { Some(here) } else { find_secret(v, &here) }
+        }),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| find_secret(v, &format!("{path}[{i}]"))),
+        Value::String(s) if looks_like_secret_value(s) => Some(path.to_owned()),
+        _ => None,
+    }
+}
+
+/// The 400 answered when a secret arrives outside a credential flow.
+pub fn secret_refused(field: &str) -> ApiError {
+    ApiError::bad_request(
+        "SECRET_NOT_ACCEPTED",
+        "secret values are not accepted here: store the secret through a credential flow \
+         (POST /v1/credentials, the secure credential-entry link or OAuth) and pass its credential_handle instead",
+    )
+    .with_details(json!({ "field": field, "use": "credential_handle" }))
+}
+
+/// The caller's standing in the workspace this request addresses.
+pub struct Workspace(pub WorkspaceAccess);
+
+impl std::ops::Deref for Workspace {
+    type Target = WorkspaceAccess;
+    fn deref(&self) -> &WorkspaceAccess {
+        &self.0
+    }
+}
+
+impl FromRequestParts<AppState> for Workspace {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let principal = parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| ApiError::unauthenticated("authentication required"))?;
+        let from_path = match RawPathParams::from_request_parts(parts, state).await {
+            Ok(params) => params.iter().find(|(k, _)| *k == "workspace_id").map(|(_, v)| v.to_owned()),
+            Err(_) => None,
+        };
+        let from_header = parts
+            .headers
+            .get(WORKSPACE_HEADER)
+            .map(|v| v.to_str().map(str::to_owned).map_err(|_| ApiError::invalid_field(WORKSPACE_HEADER, "not a valid workspace id")))
+            .transpose()?;
+        let from_query = Query::<WorkspaceQuery>::try_from_uri(&parts.uri).ok().and_then(|q| q.0.workspace_id);
+        let requested = from_path.or(from_header).or(from_query);
+
+        let (workspace_id, role) = match requested {
+            Some(id) => {
+                let role = state.store.role_in(&principal.user_id, &id).await?.ok_or_else(|| ApiError::not_found("workspace"))?;
+                (id, role)
+            }
+            None => state
+                .store
+                .default_workspace_of(&principal.user_id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("workspace"))?,
+        };
+        if let Some(note) = parts.extensions.get::<AuditNote>() {
+            note.workspace(&workspace_id);
+        }
+        Ok(Workspace(WorkspaceAccess { principal, workspace_id, role }))
+    }
+}
+
+#[derive(Deserialize)]
+struct WorkspaceQuery {
+    workspace_id: Option<String>,
+}
+
+/// The authenticated caller, for endpoints that address no workspace.
+pub struct Caller(pub Principal);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .map(Caller)
+            .ok_or_else(|| ApiError::unauthenticated("authentication required"))
+    }
+}
+
+/// Default page size of list endpoints.
+pub const DEFAULT_LIMIT: i64 = 50;
+/// Largest page size of list endpoints.
+pub const MAX_LIMIT: i64 = 200;
+
+/// `limit` and `cursor` of every list endpoint.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Items per page: 1 to 200, default 50.
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl PageQuery {
+    /// The validated page size.
+    pub fn limit(&self) -> Result<i64, ApiError> {
+        match self.limit {
+            None => Ok(DEFAULT_LIMIT),
+            Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+            Some(_) => Err(ApiError::invalid_field("limit", format!("limit must be between 1 and {MAX_LIMIT}"))),
+        }
+    }
+
+    /// The position the cursor encodes (the last id of the previous page).
+    pub fn after(&self) -> Result<Option<String>, ApiError> {
+        self.cursor
+            .as_deref()
+            .map(|c| {
+                URL_SAFE_NO_PAD
+                    .decode(c)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| ApiError::invalid_field("cursor", "cursor is not one this server issued"))
+            })
+            .transpose()
+    }
+
+    /// Builds a page from up to `limit + 1` fetched items: the extra item
+    /// only tells that another page exists.
+    pub fn page<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
+        let next_cursor = if items.len() as i64 > limit {
+            items.truncate(limit as usize);
+            items.last().map(|last| URL_SAFE_NO_PAD.encode(key(last)))
+        } else {
+            None
+        };
+        super::Page { items, next_cursor }
+    }
+}
+
+/// Parses an optional RFC 3339 time of a query filter into milliseconds.
+pub fn parse_time(field: &str, value: Option<&str>) -> Result<Option<i64>, ApiError> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.timestamp_millis())
+                .map_err(|_| ApiError::invalid_field(field, format!("{field} must be an RFC 3339 time")))
+        })
+        .transpose()
+}

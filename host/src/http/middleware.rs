@@ -1,0 +1,280 @@
+//! Middleware of the `/v1` routes, outermost first:
+//!
+//! 1. [`authenticate`]: bearer token → [`Principal`]; `X-Service-Client`.
+//! 2. [`idempotency`]: `Idempotency-Key` on POST replays the first response.
+//! 3. [`audit`]: one audit record per state-changing request.
+//!
+//! and on every route, [`metrics`]: request counts and latencies.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::extract::{BODY_LIMIT, payload_too_large};
+use super::request_id;
+use crate::access::{ClientSource, Principal};
+use crate::error::ApiError;
+use crate::server::AppState;
+use crate::store::audit::NewAuditRecord;
+use crate::store::idempotency::KeyState;
+use crate::store::now_ms;
+use crate::tokens;
+
+/// Header naming the client kind (spec section 5).
+pub const CLIENT_HEADER: &str = "x-service-client";
+/// Header carrying an idempotency key.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// Header set on a replayed response.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// How often `last_used_at` of a session is refreshed: writing it on every
+/// request would turn each read into a write.
+const TOUCH_INTERVAL_MS: i64 = 60_000;
+
+/// Parses `X-Service-Client`; absent means `api`, anything unknown is a 400.
+pub fn client_source(headers: &axum::http::HeaderMap) -> Result<ClientSource, ApiError> {
+    match headers.get(CLIENT_HEADER) {
+        None => Ok(ClientSource::Api),
+        Some(v) => v.to_str().ok().and_then(ClientSource::parse).ok_or_else(|| {
+            ApiError::bad_request("INVALID_CLIENT_SOURCE", "X-Service-Client must be one of: api, cli, mcp")
+                .with_details(json!({ "header": "X-Service-Client", "allowed": ["api", "cli", "mcp"] }))
+        }),
+    }
+}
+
+/// The bearer token of a request, if it carries one.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
+/// Resolves the bearer token to a live session (spec section 5). Every
+/// request reads the session row, so a revocation is seen by the next one.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let client = match client_source(req.headers()) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let Some(token) = bearer_token(req.headers()) else {
+        return ApiError::unauthenticated("missing bearer token: send Authorization: Bearer <token>").into_response();
+    };
+    let session = match state.store.active_session(&tokens::hash(token)).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return ApiError::unauthenticated("the bearer token is invalid, expired or revoked").into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let now = now_ms();
+    if session.last_used_at.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
+        let store = state.store.clone();
+        let id = session.session_id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.touch_session(&id, now).await {
+                tracing::warn!(error = %e, "could not record session use");
+            }
+        });
+    }
+    req.extensions_mut().insert(Principal { user_id: session.user_id, session_id: session.session_id, client });
+    next.run(req).await
+}
+
+/// What a handler tells the audit layer about the request it served.
+/// Cloned into the request by [`audit`]; handlers fill it in as they learn
+/// the workspace, the action and the target.
+#[derive(Clone, Default)]
+pub struct AuditNote(Arc<Mutex<NoteFields>>);
+
+#[derive(Default)]
+struct NoteFields {
+    workspace_id: Option<String>,
+    action: Option<String>,
+    target_type: Option<String>,
+    target_id: Option<String>,
+    approval_id: Option<String>,
+    outcome: Option<&'static str>,
+}
+
+impl AuditNote {
+    fn with<R>(&self, f: impl FnOnce(&mut NoteFields) -> R) -> R {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    /// The workspace the request acted in.
+    pub fn workspace(&self, id: &str) {
+        self.with(|n| n.workspace_id = Some(id.to_owned()));
+    }
+
+    /// A stable action name such as `members.invite`.
+    pub fn action(&self, action: &str) {
+        self.with(|n| n.action = Some(action.to_owned()));
+    }
+
+    /// The resource acted on.
+    pub fn target(&self, kind: &str, id: &str) {
+        self.with(|n| {
+            n.target_type = Some(kind.to_owned());
+            n.target_id = Some(id.to_owned());
+        });
+    }
+
+    /// The approval whose stored operation this request executed.
+    pub fn approval(&self, id: &str) {
+        self.with(|n| n.approval_id = Some(id.to_owned()));
+    }
+
+    /// Overrides the outcome derived from the status (e.g. `proposed`).
+    pub fn outcome(&self, outcome: &'static str) {
+        self.with(|n| n.outcome = Some(outcome));
+    }
+}
+
+/// Writes one audit record for every state-changing request, whatever its
+/// outcome, before the response leaves. Records hold ids and outcomes only.
+pub async fn audit(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    let note = AuditNote::default();
+    req.extensions_mut().insert(note.clone());
+    let principal = req.extensions().get::<Principal>().cloned();
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    let method = req.method().clone();
+
+    let response = next.run(req).await;
+
+    let status = response.status();
+    let fields = note.with(std::mem::take);
+    let outcome = fields.outcome.unwrap_or(match status.as_u16() {
+        200..=299 => "succeeded",
+        401 | 403 => "denied",
+        _ => "failed",
+    });
+    let record = NewAuditRecord {
+        workspace_id: fields.workspace_id,
+        actor_user_id: principal.as_ref().map(|p| p.user_id.clone()),
+        actor_session_id: principal.as_ref().map(|p| p.session_id.clone()),
+        action: fields.action.unwrap_or_else(|| format!("{method} {route}")),
+        target_type: fields.target_type,
+        target_id: fields.target_id,
+        client_source: principal.map(|p| p.client.as_str()).unwrap_or("api").to_owned(),
+        request_id: request_id::current(),
+        outcome: outcome.to_owned(),
+        status_code: i64::from(status.as_u16()),
+        approval_id: fields.approval_id,
+    };
+    if let Err(e) = state.store.append_audit(&record).await {
+        // The change already happened; losing its record is an operator
+        // problem, not the client's.
+        tracing::error!(error = %e, action = %record.action, "could not write audit record");
+    }
+    response
+}
+
+/// `Idempotency-Key` on POST: the first response to a key is stored; the
+/// same key with the same request replays it; the same key with a different
+/// request is refused. Keys are per user and kept for 24 hours.
+pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let Some(key) = req.headers().get(IDEMPOTENCY_HEADER) else {
+        return next.run(req).await;
+    };
+    let key = match key.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 => k.to_owned(),
+        _ => {
+            return ApiError::invalid_field("Idempotency-Key", "Idempotency-Key must be 1 to 255 visible ASCII characters")
+                .into_response();
+        }
+    };
+    let Some(principal) = req.extensions().get::<Principal>().cloned() else {
+        return next.run(req).await;
+    };
+
+    // The fingerprint covers what the operation depends on: path, query,
+    // the addressed workspace and the body.
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => return payload_too_large().into_response(),
+    };
+    let mut hasher = Sha256::new();
+    hasher.update(parts.uri.to_string().as_bytes());
+    hasher.update([0]);
+    if let Some(ws) = parts.headers.get(super::extract::WORKSPACE_HEADER) {
+        hasher.update(ws.as_bytes());
+    }
+    hasher.update([0]);
+    hasher.update(&bytes);
+    let fingerprint = format!("{:x}", hasher.finalize());
+
+    match state.store.reserve_idempotency_key(&principal.user_id, &key, &fingerprint).await {
+        Err(e) => return ApiError::from(e).into_response(),
+        Ok(KeyState::InFlight { request_hash }) | Ok(KeyState::Completed { request_hash, .. }) if request_hash != fingerprint => {
+            return ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "IDEMPOTENCY_KEY_REUSED",
+                "this Idempotency-Key was already used with a different request; use a new key",
+            )
+            .into_response();
+        }
+        Ok(KeyState::InFlight { .. }) => {
+            return ApiError::conflict("IDEMPOTENCY_IN_PROGRESS", "a request with this Idempotency-Key is still being processed; retry shortly")
+                .into_response();
+        }
+        Ok(KeyState::Completed { status, body, .. }) => {
+            let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body).into_response();
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+            return response;
+        }
+        Ok(KeyState::Reserved) => {}
+    }
+
+    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let (parts, body) = response.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            let _ = state.store.release_idempotency_key(&principal.user_id, &key).await;
+            return ApiError::internal(anyhow::anyhow!("response body: {e}")).into_response();
+        }
+    };
+    if parts.status.is_server_error() {
+        // A server-side failure is not an answer worth replaying.
+        if let Err(e) = state.store.release_idempotency_key(&principal.user_id, &key).await {
+            tracing::warn!(error = %e, "could not release idempotency key");
+        }
+    } else if let Err(e) = state
+        .store
+        .complete_idempotency_key(&principal.user_id, &key, parts.status.as_u16(), &String::from_utf8_lossy(&body))
+        .await
+    {
+        tracing::warn!(error = %e, "could not store idempotent response");
+    }
+    Response::from_parts(parts, Body::from(body))
+}
+
+/// Counts requests by route and status and records their latency
+/// (`/metrics`, Prometheus text format).
+pub async fn metrics(req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
+    let method = req.method().as_str().to_owned();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    let labels = [("method", method), ("route", route), ("status", status)];
+    metrics::counter!("http_requests_total", &labels).increment(1);
+    metrics::histogram!("http_request_duration_seconds", &labels[..2]).record(start.elapsed().as_secs_f64());
+    response
+}

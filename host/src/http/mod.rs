@@ -1,0 +1,131 @@
+//! The HTTP surface: `/v1` (the control API), health and metrics, and the
+//! OpenAPI description generated from the same route code.
+//!
+//! Layout:
+//! - one module per resource (`me`, `workspaces`, `sessions`, `audit_logs`),
+//!   each exposing `fn router() -> OpenApiRouter<AppState>`; [`app`] only
+//!   merges them and adds the middleware;
+//! - [`middleware`]: authentication, audit, idempotency and metrics;
+//! - [`extract`]: the request-side types every handler shares (JSON bodies
+//!   in the application's error shape, the addressed workspace, paging);
+//! - [`request_id`]: the per-request id used in bodies, headers and logs;
+//! - [`system`]: `/healthz`, `/readyz`, `/metrics`, OpenAPI.
+//!
+//! Conventions (spec sections 1 and 7): success bodies are
+//! `{"request_id", "data"}` ([`Envelope`]); errors are
+//! [`crate::error::ErrorBody`]; lists are `data.items` + `data.next_cursor`
+//! ([`Page`]).
+
+pub mod audit_logs;
+pub mod extract;
+pub mod me;
+pub mod middleware;
+pub mod request_id;
+pub mod sessions;
+pub mod system;
+pub mod workspaces;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::error::ApiError;
+use crate::server::AppState;
+
+/// The success envelope of every response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Envelope<T> {
+    /// Identifier of the request (UUID).
+    pub request_id: String,
+    /// The result.
+    pub data: T,
+    #[serde(skip)]
+    #[schema(ignore)]
+    status: StatusCode,
+}
+
+/// 200 with `data`.
+pub fn ok<T: Serialize>(data: T) -> Envelope<T> {
+    Envelope { request_id: request_id::current(), data, status: StatusCode::OK }
+}
+
+/// 201 with `data`: a resource was created.
+pub fn created<T: Serialize>(data: T) -> Envelope<T> {
+    Envelope { request_id: request_id::current(), data, status: StatusCode::CREATED }
+}
+
+impl<T: Serialize> IntoResponse for Envelope<T> {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(&self)).into_response()
+    }
+}
+
+/// One page of a list: `items` and the cursor of the next page (absent on
+/// the last page).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Opaque; pass as `cursor` to get the next page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Control API", version = "1", description = "Management interface of the data-integration platform (control interface v1)."),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    components(schemas(crate::error::ErrorBody)),
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("opaque").build()),
+        );
+    }
+}
+
+/// The `/v1` routes with their OpenAPI description.
+fn v1() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .merge(me::router())
+        .merge(workspaces::router())
+        .merge(sessions::router())
+        .merge(audit_logs::router())
+}
+
+/// The whole application. Tests drive it directly; `serve` binds it.
+pub fn app(state: AppState) -> Router {
+    let (v1_routes, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/v1", v1()).split_for_parts();
+    openapi.info.version = "1".into();
+    let openapi = std::sync::Arc::new(openapi);
+    let doc = std::sync::Arc::new(openapi.to_pretty_json().unwrap_or_default());
+
+    let v1_routes = v1_routes
+        .route("/v1/openapi.json", axum::routing::get(move || system::openapi_json(doc.clone())))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::audit))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::idempotency))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::authenticate));
+
+    Router::new()
+        .merge(v1_routes)
+        .merge(system::router(&openapi))
+        .merge(crate::web::router())
+        .route_layer(axum::middleware::from_fn(middleware::metrics))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "404", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "405", "method not allowed on this route")
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(extract::BODY_LIMIT))
+        .layer(axum::middleware::from_fn(request_id::assign))
+        .with_state(state)
+}

@@ -1,0 +1,33 @@
+//! Request ids: one UUID per request, sent back as `X-Request-Id`, carried in
+//! every response body and attached to every log line of the request.
+
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+tokio::task_local! {
+    static REQUEST_ID: String;
+}
+
+/// Name of the response header carrying the request id.
+pub const HEADER: &str = "x-request-id";
+
+/// The id of the request being handled on this task (a fresh one outside a
+/// request, e.g. in background work).
+pub fn current() -> String {
+    REQUEST_ID.try_with(Clone::clone).unwrap_or_else(|_| uuid::Uuid::new_v4().to_string())
+}
+
+/// Middleware: assigns the id, opens the request's tracing span and sets the
+/// response header.
+pub async fn assign(req: Request, next: Next) -> Response {
+    let id = uuid::Uuid::new_v4().to_string();
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+    let mut response = REQUEST_ID.scope(id.clone(), next.run(req).instrument(span)).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, v);
+    }
+    response
+}

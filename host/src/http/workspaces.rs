@@ -1,0 +1,90 @@
+//! Workspaces and members (spec section 4, "Workspaces").
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiJson, Caller, PageQuery, Workspace};
+use super::middleware::AuditNote;
+use super::{Envelope, Page, ok};
+use crate::access::Role;
+use crate::error::{ApiError, ApiResult};
+use crate::ops::members::{CreatedInvitation, InviteMember};
+use crate::ops::{self, Executed, Operation};
+use crate::server::AppState;
+use crate::store::workspaces::{Member, WorkspaceWithRole};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_workspaces))
+        .routes(routes!(list_members))
+        .routes(routes!(invite_member))
+        .routes(routes!(remove_member))
+}
+
+/// Workspaces the caller belongs to, with the caller's role in each.
+#[utoipa::path(get, path = "/workspaces", tag = "workspaces", params(PageQuery),
+    responses((status = 200, body = Envelope<Page<WorkspaceWithRole>>), (status = 401, body = crate::error::ErrorBody)))]
+async fn list_workspaces(State(state): State<AppState>, Caller(principal): Caller, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<WorkspaceWithRole>>> {
+    let limit = q.limit()?;
+    let items = state.store.workspaces_of(&principal.user_id, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |w| &w.member_id)))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct MemberFilter {
+    /// Only members with this role.
+    role: Option<String>,
+}
+
+/// Members of a workspace (any member may list them).
+#[utoipa::path(get, path = "/workspaces/{workspace_id}/members", tag = "workspaces",
+    params(("workspace_id" = String, Path), PageQuery, MemberFilter),
+    responses((status = 200, body = Envelope<Page<Member>>), (status = 404, body = crate::error::ErrorBody)))]
+async fn list_members(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Query(q): Query<PageQuery>,
+    Query(f): Query<MemberFilter>,
+) -> ApiResult<Envelope<Page<Member>>> {
+    let role = f
+        .role
+        .as_deref()
+        .map(|r| Role::parse(r).ok_or_else(|| ApiError::invalid_field("role", "role must be administrator, editor or viewer")))
+        .transpose()?;
+    let limit = q.limit()?;
+    let items = state.store.members(&ws.workspace_id, role, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |m| &m.member_id)))
+}
+
+/// Invite someone by e-mail; the answer carries a single-use, expiring
+/// accept link (administrators).
+#[utoipa::path(post, path = "/workspaces/{workspace_id}/members/invitations", tag = "workspaces",
+    params(("workspace_id" = String, Path)), request_body = InviteMember,
+    responses((status = 201, body = Envelope<CreatedInvitation>), (status = 403, body = crate::error::ErrorBody)))]
+async fn invite_member(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<InviteMember>,
+) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::InviteMember(body)).await
+}
+
+/// Remove a member (administrators). The last administrator cannot be
+/// removed (409 `LAST_ADMINISTRATOR`).
+#[utoipa::path(delete, path = "/workspaces/{workspace_id}/members/{member_id}", tag = "workspaces",
+    params(("workspace_id" = String, Path), ("member_id" = String, Path)),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 409, body = crate::error::ErrorBody)))]
+async fn remove_member(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path((_, member_id)): Path<(String, String)>,
+) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::RemoveMember { member_id }).await
+}

@@ -1,0 +1,34 @@
+//! Control server of a data-integration platform whose connectors run as
+//! sandboxed WebAssembly components.
+//!
+//! This crate implements version 1 of the Control API (served under `/v1`).
+//!
+//! # Layout
+//!
+//! - [`cli`] and [`config`]: the `service` command and its settings;
+//!   `main.rs` only calls [`cli::run`].
+//! - [`server`]: shared state ([`server::AppState`]), bootstrap, binding.
+//! - [`http`]: the `/v1` routes, one module per resource, plus middleware
+//!   (authentication, audit, idempotency, metrics) and the OpenAPI document.
+//! - [`ops`]: every write operation as a value, and the one door
+//!   ([`ops::submit`]) through which all of them execute.
+//! - [`access`]: roles, the authenticated principal, permission checks.
+//! - [`store`]: the only module that speaks SQL (SQLite or PostgreSQL).
+//! - [`error`]: the API error type, mapped once to the spec's error shape.
+//! - [`tokens`]: opaque bearer tokens and their hashes.
+//! - [`web`]: the few browser pages (one-time login, invitations).
+//! - [`admin`]: first-run bootstrap and offline admin commands.
+//! - [`telemetry`]: logs and metrics.
+
+pub mod access;
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod ops;
+pub mod server;
+pub mod store;
+pub mod telemetry;
+pub mod tokens;
+pub mod web;

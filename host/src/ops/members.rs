@@ -1,0 +1,85 @@
+//! Member operations: invitations and removal.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use super::Executed;
+use crate::access::{Role, WorkspaceAccess};
+use crate::error::{ApiError, ApiResult};
+use crate::http::middleware::AuditNote;
+use crate::server::AppState;
+use crate::store::invitations::Invitation;
+use crate::store::workspaces::RemoveMemberError;
+use crate::tokens;
+use secrecy::ExposeSecret;
+
+/// Default and longest lifetime of an invitation.
+const DEFAULT_INVITATION_HOURS: u32 = 72;
+const MAX_INVITATION_HOURS: u32 = 24 * 14;
+
+/// Body of `POST /workspaces/{workspace_id}/members/invitations`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InviteMember {
+    /// E-mail address of the invitee.
+    pub email: String,
+    /// Role granted on acceptance.
+    pub role: Role,
+    /// Hours until the invitation expires (1 to 336, default 72).
+    #[serde(default)]
+    pub expires_in_hours: Option<u32>,
+}
+
+/// A created invitation with the single-use link to accept it. The link is
+/// shown once; only its hash is stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedInvitation {
+    #[serde(flatten)]
+    pub invitation: Invitation,
+    /// Single-use, expiring page where the invitee accepts.
+    pub accept_url: String,
+}
+
+/// Normalises and checks an e-mail address (lower case, one `@`, a dotted
+/// domain, no spaces).
+pub fn normalise_email(raw: &str) -> Result<String, ApiError> {
+    let email = raw.trim().to_ascii_lowercase();
+    let valid = email.len() <= 254
+        && email.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.') && !domain.contains('@')
+        })
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control());
+    if valid { Ok(email) } else { Err(ApiError::invalid_field("email", "email must be an e-mail address")) }
+}
+
+pub async fn invite(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: InviteMember) -> ApiResult<Executed> {
+    let email = normalise_email(&req.email)?;
+    let hours = req.expires_in_hours.unwrap_or(DEFAULT_INVITATION_HOURS);
+    if !(1..=MAX_INVITATION_HOURS).contains(&hours) {
+        return Err(ApiError::invalid_field("expires_in_hours", format!("expires_in_hours must be between 1 and {MAX_INVITATION_HOURS}")));
+    }
+    let token = tokens::generate(tokens::CODE_PREFIX);
+    let expires_at = crate::store::now_ms() + i64::from(hours) * 3_600_000;
+    let invitation = state
+        .store
+        .create_invitation(&access.workspace_id, &email, req.role, &tokens::hash_secret(&token), &access.principal.user_id, expires_at)
+        .await?;
+    note.target("invitation", &invitation.invitation_id);
+    let accept_url = state.config.public_url.join(&format!("invitations/{}", token.expose_secret())).map_err(ApiError::internal)?;
+    Executed::created(CreatedInvitation { invitation, accept_url: accept_url.to_string() })
+}
+
+pub async fn remove(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, member_id: &str) -> ApiResult<Executed> {
+    note.target("member", member_id);
+    match state.store.remove_member(&access.workspace_id, member_id).await {
+        Ok(member) => Executed::ok(json!({ "removed": true, "member": member })),
+        Err(RemoveMemberError::NotFound) => Err(ApiError::not_found("member")),
+        Err(RemoveMemberError::LastAdministrator) => Err(ApiError::conflict(
+            "LAST_ADMINISTRATOR",
+            "the workspace must keep at least one administrator: make someone else administrator first",
+        )
+        .with_details(json!({ "member_id": member_id }))),
+        Err(RemoveMemberError::Store(e)) => Err(e.into()),
+    }
+}

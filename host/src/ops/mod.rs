@@ -1,0 +1,119 @@
+//! Write operations, as data.
+//!
+//! Every state-changing request is turned into an [`Operation`] and handed to
+//! [`submit`], the single door to execution. Keeping operations as
+//! serialisable values is what lets the approval gate store one as a
+//! proposal and run it later exactly as it would have run now.
+//!
+//! Layout: one module per resource holds the execution of its operations
+//! (`members`, `sessions`); this module holds the enum, its metadata
+//! (category, action name, least role) and the door.
+
+pub mod members;
+pub mod sessions;
+
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::access::{Role, WorkspaceAccess};
+use crate::error::ApiResult;
+use crate::http::middleware::AuditNote;
+use crate::server::AppState;
+
+/// Approval categories: every operation belongs to exactly one, and
+/// workspace administrators choose per category whether MCP clients need
+/// approval for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Members, invitations and sessions.
+    WorkspaceAdmin,
+}
+
+impl Category {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::WorkspaceAdmin => "workspace_admin",
+        }
+    }
+}
+
+/// A state-changing operation with everything it needs to run.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum Operation {
+    /// Invite someone to the workspace.
+    InviteMember(members::InviteMember),
+    /// Remove a membership.
+    RemoveMember { member_id: String },
+    /// Revoke a session of a workspace member.
+    RevokeSession { session_id: String },
+}
+
+impl Operation {
+    /// Stable action name used in audit records.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Operation::InviteMember(_) => "members.invite",
+            Operation::RemoveMember { .. } => "members.remove",
+            Operation::RevokeSession { .. } => "sessions.revoke",
+        }
+    }
+
+    pub fn category(&self) -> Category {
+        match self {
+            Operation::InviteMember(_) | Operation::RemoveMember { .. } | Operation::RevokeSession { .. } => Category::WorkspaceAdmin,
+        }
+    }
+
+    /// The least role that may perform the operation.
+    pub fn required_role(&self) -> Role {
+        match self.category() {
+            Category::WorkspaceAdmin => Role::Administrator,
+        }
+    }
+}
+
+/// What an executed operation answered.
+#[derive(Debug)]
+pub struct Executed {
+    pub status: StatusCode,
+    pub data: Value,
+}
+
+impl Executed {
+    pub fn ok(data: impl Serialize) -> ApiResult<Self> {
+        Ok(Executed { status: StatusCode::OK, data: serde_json::to_value(data).map_err(crate::error::ApiError::internal)? })
+    }
+
+    pub fn created(data: impl Serialize) -> ApiResult<Self> {
+        Ok(Executed { status: StatusCode::CREATED, data: serde_json::to_value(data).map_err(crate::error::ApiError::internal)? })
+    }
+}
+
+impl axum::response::IntoResponse for Executed {
+    fn into_response(self) -> axum::response::Response {
+        let mut envelope = crate::http::ok(self.data).into_response();
+        *envelope.status_mut() = self.status;
+        envelope
+    }
+}
+
+/// The door every write goes through: checks the caller's role, notes the
+/// action for the audit record and executes.
+pub async fn submit(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
+    note.action(op.action());
+    access.require(op.required_role())?;
+    execute(state, access, note, op).await
+}
+
+/// Runs an operation that has been allowed.
+async fn execute(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
+    match op {
+        Operation::InviteMember(invite) => members::invite(state, access, note, invite).await,
+        Operation::RemoveMember { member_id } => members::remove(state, access, note, &member_id).await,
+        Operation::RevokeSession { session_id } => sessions::revoke(state, access, note, &session_id).await,
+    }
+}

@@ -1,0 +1,22 @@
+//! Session operations.
+
+use serde_json::json;
+
+use super::Executed;
+use crate::access::WorkspaceAccess;
+use crate::error::{ApiError, ApiResult};
+use crate::http::middleware::AuditNote;
+use crate::server::AppState;
+
+/// Revokes a session of a member of the caller's workspace. Sessions of
+/// users outside the workspace answer 404, like sessions that do not exist.
+pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, session_id: &str) -> ApiResult<Executed> {
+    note.target("session", session_id);
+    let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
+    if state.store.role_in(&session.user_id, &access.workspace_id).await?.is_none() {
+        return Err(ApiError::not_found("session"));
+    }
+    let newly_revoked = state.store.revoke_session(session_id).await?;
+    let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
+    Executed::ok(json!({ "revoked": true, "already_revoked": !newly_revoked, "session": session }))
+}

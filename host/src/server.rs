@@ -1,0 +1,116 @@
+//! Start-up: shared state, bootstrap, binding and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use secrecy::ExposeSecret;
+use tokio::net::TcpListener;
+
+use crate::admin::{self, Bootstrap};
+use crate::config::ServerConfig;
+use crate::store::Store;
+
+/// State shared by every request handler: cheap to clone, no globals.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub store: Store,
+    /// Resolved configuration.
+    pub config: Arc<ServerConfig>,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// Opens the database (running migrations) and performs first-run
+    /// bootstrap.
+    pub async fn open(config: ServerConfig) -> anyhow::Result<Self> {
+        let store = Store::connect(&config.database_url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+        match admin::bootstrap(&store, &config).await? {
+            Bootstrap::AlreadyInitialised => {}
+            Bootstrap::WithToken { workspace_id, email } => {
+                tracing::info!(%workspace_id, %email, "fresh installation: created the first workspace and administrator; SERVICE_BOOTSTRAP_TOKEN is their token");
+            }
+            Bootstrap::WithLoginLink { workspace_id, email, login_url } => {
+                tracing::info!(%workspace_id, %email, "fresh installation: created the first workspace and administrator");
+                // Printed on stdout, not logged: the link is a one-time
+                // credential and log pipelines keep lines forever.
+                println!(
+                    "\nFirst start: open this one-time link within 30 minutes to sign in as the administrator and get an API token:\n\n    {}\n\n\
+                     (Or run `service admin create-token --email {email}` against the same database.)\n",
+                    login_url.expose_secret()
+                );
+            }
+        }
+        Ok(AppState { store, config: Arc::new(config), metrics: crate::telemetry::metrics_handle() })
+    }
+}
+
+/// A server bound to its listener and running in the background.
+pub struct RunningServer {
+    /// The address it listens on (useful with port 0).
+    pub addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets running requests finish, and waits.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await??;
+        Ok(())
+    }
+}
+
+/// Binds `config.bind` and serves the application until stopped.
+pub async fn start(state: AppState) -> anyhow::Result<RunningServer> {
+    let listener = TcpListener::bind(state.config.bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("SERVICE_BIND: cannot listen on {}: {e}", state.config.bind))?;
+    start_on(listener, state)
+}
+
+/// Serves the application on an already bound listener.
+pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<RunningServer> {
+    let addr = listener.local_addr()?;
+    let app = crate::http::app(state);
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    Ok(RunningServer { addr, shutdown: tx, task })
+}
+
+/// `service serve`: runs until Ctrl-C or SIGTERM.
+pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+    let state = AppState::open(config).await?;
+    let server = start(state).await?;
+    tracing::info!(addr = %server.addr, "listening");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.stop().await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,130 @@
+//! The audit log: one row per state-changing request, append only.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::{Store, StoreResult, from_ms, new_id, now_ms};
+
+/// One audit record. Holds identifiers and outcomes only, never a payload,
+/// so no secret can reach it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AuditRecord {
+    pub audit_id: String,
+    pub workspace_id: Option<String>,
+    /// User who made the request.
+    pub actor_user_id: Option<String>,
+    /// Session the request was authenticated with.
+    pub actor_session_id: Option<String>,
+    /// What was attempted, e.g. `members.invite`.
+    pub action: String,
+    pub target_type: Option<String>,
+    pub target_id: Option<String>,
+    /// `api`, `cli` or `mcp`, from `X-Service-Client`.
+    pub client_source: String,
+    pub request_id: String,
+    /// `succeeded`, `failed`, `denied` or `proposed`.
+    pub outcome: String,
+    /// HTTP status of the response.
+    pub status_code: i64,
+    /// The approval this execution carried out, when it ran on approval.
+    pub approval_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A record to append.
+#[derive(Debug, Clone, Default)]
+pub struct NewAuditRecord {
+    pub workspace_id: Option<String>,
+    pub actor_user_id: Option<String>,
+    pub actor_session_id: Option<String>,
+    pub action: String,
+    pub target_type: Option<String>,
+    pub target_id: Option<String>,
+    pub client_source: String,
+    pub request_id: String,
+    pub outcome: String,
+    pub status_code: i64,
+    pub approval_id: Option<String>,
+}
+
+/// Filters of `GET /audit-logs`.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub workspace_id: String,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    pub actor_user_id: Option<String>,
+    pub action: Option<String>,
+    pub client_source: Option<String>,
+    pub outcome: Option<String>,
+}
+
+impl Store {
+    pub async fn append_audit(&self, r: &NewAuditRecord) -> StoreResult<String> {
+        let id = new_id("aud");
+        sqlx::query(
+            "INSERT INTO audit_logs (id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, \
+             client_source, request_id, outcome, status_code, approval_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(&id)
+        .bind(&r.workspace_id)
+        .bind(&r.actor_user_id)
+        .bind(&r.actor_session_id)
+        .bind(&r.action)
+        .bind(&r.target_type)
+        .bind(&r.target_id)
+        .bind(&r.client_source)
+        .bind(&r.request_id)
+        .bind(&r.outcome)
+        .bind(r.status_code)
+        .bind(&r.approval_id)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(id)
+    }
+
+    /// Records of one workspace, newest first.
+    pub async fn audit_records(&self, f: &AuditFilter, before: Option<&str>, limit: i64) -> StoreResult<Vec<AuditRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, client_source, \
+             request_id, outcome, status_code, approval_id, created_at FROM audit_logs \
+             WHERE workspace_id = $1 AND ($2 IS NULL OR created_at >= $2) AND ($3 IS NULL OR created_at < $3) \
+             AND ($4 IS NULL OR actor_user_id = $4) AND ($5 IS NULL OR action = $5) AND ($6 IS NULL OR client_source = $6) \
+             AND ($7 IS NULL OR outcome = $7) AND ($8 IS NULL OR id < $8) ORDER BY id DESC LIMIT $9",
+        )
+        .bind(&f.workspace_id)
+        .bind(f.since)
+        .bind(f.until)
+        .bind(&f.actor_user_id)
+        .bind(&f.action)
+        .bind(&f.client_source)
+        .bind(&f.outcome)
+        .bind(before)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(AuditRecord {
+                    audit_id: r.try_get("id")?,
+                    workspace_id: r.try_get("workspace_id")?,
+                    actor_user_id: r.try_get("actor_user_id")?,
+                    actor_session_id: r.try_get("actor_session_id")?,
+                    action: r.try_get("action")?,
+                    target_type: r.try_get("target_type")?,
+                    target_id: r.try_get("target_id")?,
+                    client_source: r.try_get("client_source")?,
+                    request_id: r.try_get("request_id")?,
+                    outcome: r.try_get("outcome")?,
+                    status_code: r.try_get("status_code")?,
+                    approval_id: r.try_get("approval_id")?,
+                    created_at: from_ms(r.try_get("created_at")?),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,146 @@
+//! Persistence: the only module that speaks SQL.
+//!
+//! One [`Store`] wraps an `sqlx` [`AnyPool`] so the same queries run on the
+//! embedded SQLite default and on PostgreSQL. The SQL is kept to the portable
+//! subset both understand (`$n` parameters, `ON CONFLICT`, `RETURNING`,
+//! partial indexes); ids are text, times are Unix milliseconds (`BIGINT`).
+//!
+//! Layout:
+//! - [`users`], [`workspaces`], [`sessions`], [`invitations`]: identity and
+//!   access.
+//! - [`audit`]: the append-only audit log.
+//! - [`idempotency`]: stored responses for `Idempotency-Key` replays.
+//!
+//! Constraint violations are turned into domain errors right where the query
+//! runs (see [`StoreError`]), so callers never match on SQL error strings.
+
+pub mod audit;
+pub mod idempotency;
+pub mod invitations;
+pub mod sessions;
+pub mod users;
+pub mod workspaces;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Executor};
+
+/// Which database engine a [`Store`] runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// An SQLite file in the data directory (the embedded default).
+    Sqlite,
+    /// A PostgreSQL server named by `DATABASE_URL`.
+    Postgres,
+}
+
+/// Errors of the persistence layer that callers act on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A uniqueness or foreign-key rule refused the write; the string names
+    /// the rule so callers can turn it into the right client error.
+    #[error("constraint violated: {0}")]
+    Conflict(String),
+    /// Anything else: connection loss, SQL errors. Never shown to clients.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Turns the database's unique-violation into [`StoreError::Conflict`].
+pub(crate) trait ResultExt<T> {
+    fn on_conflict(self, rule: &str) -> StoreResult<T>;
+}
+
+impl<T> ResultExt<T> for Result<T, sqlx::Error> {
+    fn on_conflict(self, rule: &str) -> StoreResult<T> {
+        self.map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() || db.is_foreign_key_violation() => {
+                StoreError::Conflict(rule.to_owned())
+            }
+            _ => StoreError::Database(e),
+        })
+    }
+}
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite://...` or `postgres://...`) and runs the
+    /// migrations.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            anyhow::bail!("unsupported database URL scheme (use postgres:// or sqlite://)");
+        };
+        let options = AnyConnectOptions::from_str(url)?.disable_statement_logging();
+        let mut pool_options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
+        pool_options = match backend {
+            // SQLite: write-ahead logging lets readers proceed during a write;
+            // a busy timeout makes concurrent writers wait instead of failing.
+            Backend::Sqlite => pool_options.max_connections(8).after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute(
+                        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                         PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000;",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            }),
+            Backend::Postgres => pool_options.max_connections(16),
+        };
+        let pool = pool_options.connect_with(options).await?;
+        sqlx::migrate!("../migrations").run(&pool).await?;
+        Ok(Store { pool, backend })
+    }
+
+    /// The engine this store runs on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// True when the database answers a trivial query.
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Closes every pooled connection (used by tests before dropping a
+    /// database).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Current time as stored: Unix milliseconds.
+pub fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// Stored milliseconds back to a timestamp.
+pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+/// A new random identifier with a readable prefix (`ws_`, `usr_`, ...).
+/// UUIDv7 keeps ids roughly time-ordered, which pagination relies on.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}

@@ -1,0 +1,210 @@
+//! Sessions: one row per issued token. Only the token's hash is stored.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::{ResultExt, Store, StoreResult, from_ms, new_id, now_ms};
+use crate::access::ClientSource;
+
+/// What a token was issued as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKind {
+    /// An interactive login (browser, CLI login, first-run bootstrap).
+    Session,
+    /// A long-lived token minted for automation (`service admin create-token`).
+    ApiToken,
+}
+
+impl SessionKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            SessionKind::Session => "session",
+            SessionKind::ApiToken => "api_token",
+        }
+    }
+}
+
+/// Session metadata as listed to administrators. Never holds the token.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Session {
+    pub session_id: String,
+    pub user_id: String,
+    pub kind: SessionKind,
+    /// Free text given when the token was minted.
+    pub label: Option<String>,
+    /// Client kind that created the session.
+    pub client_source: ClientSource,
+    pub user_agent: Option<String>,
+    /// Remote address the session was created from.
+    pub address: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// What is recorded about a session when it is created.
+#[derive(Debug, Clone)]
+pub struct NewSession<'a> {
+    pub user_id: &'a str,
+    pub token_hash: &'a str,
+    pub kind: SessionKind,
+    pub label: Option<&'a str>,
+    pub client_source: ClientSource,
+    pub user_agent: Option<&'a str>,
+    pub address: Option<&'a str>,
+    pub expires_at: Option<i64>,
+}
+
+/// The part of a session the authentication check needs on every request.
+#[derive(Debug, Clone)]
+pub struct ActiveSession {
+    pub session_id: String,
+    pub user_id: String,
+    pub last_used_at: Option<i64>,
+}
+
+const SESSION_COLUMNS: &str =
+    "s.id, s.user_id, s.kind, s.label, s.client_source, s.user_agent, s.address, s.created_at, s.last_used_at, s.expires_at, s.revoked_at";
+
+fn session_from_row(row: &sqlx::any::AnyRow) -> StoreResult<Session> {
+    let kind: String = row.try_get("kind")?;
+    let client: String = row.try_get("client_source")?;
+    Ok(Session {
+        session_id: row.try_get("id")?,
+        user_id: row.try_get("user_id")?,
+        kind: if kind == "api_token" { SessionKind::ApiToken } else { SessionKind::Session },
+        label: row.try_get("label")?,
+        client_source: ClientSource::parse(&client).unwrap_or(ClientSource::Api),
+        user_agent: row.try_get("user_agent")?,
+        address: row.try_get("address")?,
+        created_at: from_ms(row.try_get("created_at")?),
+        last_used_at: row.try_get::<Option<i64>, _>("last_used_at")?.map(from_ms),
+        expires_at: row.try_get::<Option<i64>, _>("expires_at")?.map(from_ms),
+        revoked_at: row.try_get::<Option<i64>, _>("revoked_at")?.map(from_ms),
+    })
+}
+
+impl Store {
+    pub async fn create_session(&self, new: NewSession<'_>) -> StoreResult<String> {
+        let id = new_id("ses");
+        sqlx::query(
+            "INSERT INTO sessions (id, user_id, token_hash, kind, label, client_source, user_agent, address, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(&id)
+        .bind(new.user_id)
+        .bind(new.token_hash)
+        .bind(new.kind.as_str())
+        .bind(new.label)
+        .bind(new.client_source.as_str())
+        .bind(new.user_agent)
+        .bind(new.address)
+        .bind(now_ms())
+        .bind(new.expires_at)
+        .execute(self.pool())
+        .await
+        .on_conflict("sessions_token_hash")?;
+        Ok(id)
+    }
+
+    /// The live session holding this token hash: not revoked, not expired.
+    /// Read on every request, so revocation takes effect on the next one.
+    pub async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
+        let row = sqlx::query(
+            "SELECT id, user_id, last_used_at FROM sessions \
+             WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
+        )
+        .bind(token_hash)
+        .bind(now_ms())
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(ActiveSession {
+                session_id: r.try_get("id")?,
+                user_id: r.try_get("user_id")?,
+                last_used_at: r.try_get("last_used_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn touch_session(&self, session_id: &str, at: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET last_used_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(session_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn session(&self, session_id: &str) -> StoreResult<Option<Session>> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(session_id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    /// Sessions of the members of a workspace, newest first.
+    pub async fn sessions_in_workspace(
+        &self,
+        workspace_id: &str,
+        user_id: Option<&str>,
+        include_revoked: bool,
+        before: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Session>> {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s JOIN memberships m ON m.user_id = s.user_id AND m.workspace_id = $1 \
+             WHERE ($2 IS NULL OR s.user_id = $2) AND ($3 = 1 OR s.revoked_at IS NULL) AND ($4 IS NULL OR s.id < $4) \
+             ORDER BY s.id DESC LIMIT $5"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(user_id)
+            .bind(i64::from(include_revoked))
+            .bind(before)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    /// Marks a session revoked; returns false when it already was.
+    pub async fn revoke_session(&self, session_id: &str) -> StoreResult<bool> {
+        let n = sqlx::query("UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+            .bind(now_ms())
+            .bind(session_id)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    /// Stores a one-time login code (its hash) for the bootstrap login link.
+    pub async fn create_login_code(&self, code_hash: &str, user_id: &str, expires_at: i64) -> StoreResult<()> {
+        sqlx::query("INSERT INTO login_codes (code_hash, user_id, created_at, expires_at) VALUES ($1, $2, $3, $4)")
+            .bind(code_hash)
+            .bind(user_id)
+            .bind(now_ms())
+            .bind(expires_at)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Spends a login code: returns its user once, and never again.
+    pub async fn redeem_login_code(&self, code_hash: &str) -> StoreResult<Option<String>> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "UPDATE login_codes SET used_at = $1 WHERE code_hash = $2 AND used_at IS NULL AND expires_at > $1 RETURNING user_id",
+        )
+        .bind(now)
+        .bind(code_hash)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| Ok(r.try_get("user_id")?)).transpose()
+    }
+}

@@ -1,0 +1,44 @@
+//! Logs and metrics set-up.
+//!
+//! Logs go through `tracing` (human or JSON lines; filter with
+//! `SERVICE_LOG`, e.g. `SERVICE_LOG=debug`). Nothing secret is ever a field
+//! of a log event: secrets live in `secrecy` types whose `Debug` is redacted.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Installs the global log subscriber (once; later calls are ignored).
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("SERVICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    };
+}
+
+/// The process-wide Prometheus recorder (installed on first use, so several
+/// servers in one test process share it).
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("http_request_duration_seconds".into()),
+                    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+                )
+                .expect("static bucket list is not empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+            }
+            handle
+        })
+        .clone()
+}

@@ -1,0 +1,157 @@
+//! Browser pages served by the service itself: the one-time login link
+//! printed at first start, and invitation acceptance.
+//!
+//! Both are two-step: `GET` shows a page and spends nothing (so link
+//! previewers and prefetchers cannot burn a single-use link); the form's
+//! `POST` spends the code and shows the new token once.
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::access::ClientSource;
+use crate::server::AppState;
+use crate::store::sessions::{NewSession, SessionKind};
+use crate::tokens;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/login/{code}", get(login_page).post(login))
+        .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
+}
+
+/// Escapes text for HTML element and attribute content.
+pub fn escape(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '<' => "&lt;".to_owned(),
+            '>' => "&gt;".to_owned(),
+            '&' => "&amp;".to_owned(),
+            '"' => "&quot;".to_owned(),
+            '\'' => "&#39;".to_owned(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// A minimal page; `body` must already be escaped.
+pub fn page(title: &str, body: &str) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><title>{t}</title>\
+         <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}}\
+         code{{word-break:break-all;background:#f3f3f3;padding:.2rem .4rem}}</style></head>\
+         <body><h1>{t}</h1>{body}</body></html>",
+        t = escape(title)
+    ))
+}
+
+fn gone(what: &str) -> axum::response::Response {
+    (
+        axum::http::StatusCode::GONE,
+        page("Link not valid", &format!("<p>This {} link is unknown, expired or already used.</p>", escape(what))),
+    )
+        .into_response()
+}
+
+fn token_page(title: &str, intro: &str, token: &SecretString) -> Html<String> {
+    page(
+        title,
+        &format!(
+            "<p>{}</p><p>Your API token (shown once; store it like a password):</p><p><code>{}</code></p>\
+             <p>Use it as <code>Authorization: Bearer &lt;token&gt;</code>.</p>",
+            escape(intro),
+            escape(token.expose_secret())
+        ),
+    )
+}
+
+async fn login_page(Path(code): Path<String>) -> Html<String> {
+    let _ = code;
+    page(
+        "Sign in",
+        "<p>This single-use link signs you in as the administrator created at first start.</p>\
+         <form method=\"post\"><button type=\"submit\">Sign in and show my token</button></form>",
+    )
+}
+
+async fn login(State(state): State<AppState>, Path(code): Path<String>) -> axum::response::Response {
+    let user_id = match state.store.redeem_login_code(&tokens::hash(&code)).await {
+        Ok(Some(u)) => u,
+        Ok(None) => return gone("sign-in"),
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    };
+    match issue_session(&state, &user_id, "browser sign-in").await {
+        Ok(token) => token_page("Signed in", "You are signed in as the administrator.", &token).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn invitation_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {
+    match state.store.pending_invitation(&tokens::hash(&token)).await {
+        Ok(Some(inv)) => page(
+            "Join workspace",
+            &format!(
+                "<p>You are invited to <strong>{}</strong> as <strong>{}</strong> ({}).</p>\
+                 <form method=\"post\"><label>Your name <input name=\"name\" maxlength=\"200\"></label> \
+                 <button type=\"submit\">Accept</button></form>",
+                escape(&inv.workspace_name),
+                inv.role.as_str(),
+                escape(&inv.email)
+            ),
+        )
+        .into_response(),
+        Ok(None) => gone("invitation"),
+        Err(e) => crate::error::ApiError::from(e).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct AcceptForm {
+    #[serde(default)]
+    name: String,
+}
+
+async fn accept_invitation(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    form: Result<axum::Form<AcceptForm>, axum::extract::rejection::FormRejection>,
+) -> axum::response::Response {
+    let name = form.map(|f| f.0.name.trim().chars().take(200).collect::<String>()).unwrap_or_default();
+    let accepted = match state.store.accept_invitation(&tokens::hash(&token), &name).await {
+        Ok(Some(a)) => a,
+        Ok(None) => return gone("invitation"),
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    };
+    match issue_session(&state, &accepted.user_id, "invitation").await {
+        Ok(token) => token_page(
+            "Invitation accepted",
+            &format!("You joined workspace {} as {}.", accepted.workspace_id, accepted.role.as_str()),
+            &token,
+        )
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Creates an interactive session for `user_id` and returns its token.
+async fn issue_session(state: &AppState, user_id: &str, label: &str) -> Result<SecretString, crate::error::ApiError> {
+    let token = tokens::generate(tokens::TOKEN_PREFIX);
+    let expires_at = crate::store::now_ms() + state.config.session_ttl_ms;
+    state
+        .store
+        .create_session(NewSession {
+            user_id,
+            token_hash: &tokens::hash_secret(&token),
+            kind: SessionKind::Session,
+            label: Some(label),
+            client_source: ClientSource::Api,
+            user_agent: None,
+            address: None,
+            expires_at: Some(expires_at),
+        })
+        .await?;
+    Ok(token)
+}

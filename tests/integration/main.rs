@@ -1,0 +1,12 @@
+//! Integration suite: the real server over HTTP, on SQLite and PostgreSQL.
+//! See `support` for the harness and how the PostgreSQL runs are enabled.
+
+mod support;
+
+mod access;
+mod audit;
+mod cli;
+mod conventions;
+mod idempotency;
+mod members;
+mod sessions;

@@ -1,0 +1,247 @@
+//! Test harness: starts the real server on `127.0.0.1:0` over a fresh
+//! database and talks HTTP to it.
+//!
+//! Backends: every test written with [`backend_tests!`] runs twice, on
+//! SQLite (always) and on PostgreSQL when `SERVICE_TEST_DATABASE_URL` names
+//! a server where the test may create databases (for example
+//! `postgres://postgres@127.0.0.1:5432/postgres`). Each test gets its own
+//! SQLite file or its own PostgreSQL database, so tests run in parallel.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use secrecy::ExposeSecret;
+use serde_json::Value;
+use service::access::Role;
+use service::config::ServerConfig;
+use service::server::{AppState, RunningServer};
+use sqlx::Connection;
+use tempfile::TempDir;
+
+/// Environment variable naming the PostgreSQL server for the tests.
+pub const PG_ENV: &str = "SERVICE_TEST_DATABASE_URL";
+
+/// The database engine a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Token every test server is bootstrapped with (`SERVICE_BOOTSTRAP_TOKEN`).
+pub const ADMIN_TOKEN: &str = "svc_test_bootstrap_token_0123456789abcdef";
+
+/// A running server with its own database.
+pub struct TestServer {
+    pub base: String,
+    pub state: AppState,
+    pub admin_token: String,
+    pub client: reqwest::Client,
+    pub data_dir: PathBuf,
+    server: Option<RunningServer>,
+    _dir: TempDir,
+    pg: Option<PgDatabase>,
+}
+
+/// A PostgreSQL database created for one test and dropped after it.
+struct PgDatabase {
+    admin_url: String,
+    name: String,
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime; use a thread of our own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin_url).await {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Installs the TLS crypto provider the HTTP client needs (once).
+pub fn init_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn database_name() -> String {
+    format!("svc_test_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The `postgres://` URL of the same server with another database name.
+fn with_database(admin_url: &str, db: &str) -> String {
+    let mut url = url::Url::parse(admin_url).expect("SERVICE_TEST_DATABASE_URL is a URL");
+    url.set_path(&format!("/{db}"));
+    url.to_string()
+}
+
+impl TestServer {
+    /// Starts a server on `backend`; `None` when PostgreSQL is asked for but
+    /// not configured.
+    pub async fn start(backend: Backend) -> Option<TestServer> {
+        init_crypto();
+        let dir = tempfile::tempdir().unwrap();
+        let (database_url, pg) = match backend {
+            Backend::Sqlite => (format!("sqlite://{}/service.db?mode=rwc", dir.path().display()), None),
+            Backend::Postgres => {
+                let admin_url = std::env::var(PG_ENV).ok().filter(|s| !s.is_empty())?;
+                let name = database_name();
+                let mut conn = sqlx::PgConnection::connect(&admin_url).await.expect("connect to SERVICE_TEST_DATABASE_URL");
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.unwrap();
+                (with_database(&admin_url, &name), Some(PgDatabase { admin_url, name }))
+            }
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let config = ServerConfig {
+            bind: addr,
+            data_dir: dir.path().to_owned(),
+            database_url,
+            public_url: url::Url::parse(&format!("http://{addr}/")).unwrap(),
+            session_ttl_ms: 3_600_000,
+            bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
+            bootstrap_email: "admin@example.test".into(),
+        };
+        let state = AppState::open(config).await.expect("server state opens");
+        let server = service::server::start_on(listener, state.clone()).unwrap();
+        Some(TestServer {
+            base: format!("http://{addr}"),
+            state,
+            admin_token: ADMIN_TOKEN.into(),
+            client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(),
+            data_dir: dir.path().to_owned(),
+            server: Some(server),
+            _dir: dir,
+            pg,
+        })
+    }
+
+    /// Stops the server and closes the database.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await.unwrap();
+        }
+        self.state.store.close().await;
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A request with `token` as bearer.
+    pub fn request_as(&self, token: &str, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, self.url(path)).bearer_auth(token)
+    }
+
+    /// A request as the bootstrap administrator.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.request_as(&self.admin_token, method, path)
+    }
+
+    pub fn get(&self, path: &str) -> RequestBuilder {
+        self.request(Method::GET, path)
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> RequestBuilder {
+        self.request(Method::POST, path).json(&body)
+    }
+
+    /// The bootstrap administrator's default workspace.
+    pub async fn workspace_id(&self) -> String {
+        let me = json_ok(self.get("/v1/me").send().await.unwrap()).await;
+        me["data"]["default_workspace_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates a user with `role` in `workspace_id` and returns
+    /// (user_id, token), through the same code as the admin CLI.
+    pub async fn user_in(&self, workspace_id: &str, role: Role) -> (String, String) {
+        let email = format!("{}-{}@example.test", role.as_str(), uuid::Uuid::new_v4().simple());
+        let (user_id, _) = service::admin::create_user(&self.state.store, &email, "Test user", Some(workspace_id), role).await.unwrap();
+        let token = service::admin::create_token(&self.state.store, &email, Some("test"), None).await.unwrap();
+        (user_id, token.expose_secret().to_owned())
+    }
+
+    /// A second workspace with its own administrator: (workspace_id, token).
+    pub async fn other_workspace(&self) -> (String, String) {
+        let ws = self.state.store.create_workspace("Other workspace").await.unwrap();
+        let (_, token) = self.user_in(&ws.workspace_id, Role::Administrator).await;
+        (ws.workspace_id, token)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            drop(server);
+        }
+    }
+}
+
+/// The JSON body of a response.
+pub async fn json(resp: Response) -> (StatusCode, Value) {
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"));
+    (status, value)
+}
+
+/// The JSON body of a response that must be a 2xx.
+pub async fn json_ok(resp: Response) -> Value {
+    let (status, body) = json(resp).await;
+    assert!(status.is_success(), "expected success, got {status}: {body}");
+    body
+}
+
+/// Asserts the spec's error shape and returns the body.
+pub async fn expect_error(resp: Response, status: u16, code: &str) -> Value {
+    let header_id = resp.headers().get("x-request-id").map(|v| v.to_str().unwrap().to_owned());
+    let (got, body) = json(resp).await;
+    assert_eq!(got.as_u16(), status, "status; body: {body}");
+    assert_eq!(body["code"], code, "code; body: {body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "message: {body}");
+    assert!(body["details"].is_object(), "details: {body}");
+    let id = body["request_id"].as_str().expect("request_id");
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "request_id is a UUID: {id}");
+    assert_eq!(header_id.as_deref(), Some(id), "X-Request-Id header matches the body");
+    body
+}
+
+/// Defines each test once per backend: `mod name { fn sqlite; fn postgres }`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($(async fn $name:ident($srv:ident) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($srv: &$crate::support::TestServer) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let srv = $crate::support::TestServer::start($crate::support::Backend::Sqlite).await.unwrap();
+                run(&srv).await;
+                srv.stop().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let Some(srv) = $crate::support::TestServer::start($crate::support::Backend::Postgres).await else {
+                    eprintln!("skipped: {} is not set", $crate::support::PG_ENV);
+                    return;
+                };
+                run(&srv).await;
+                srv.stop().await;
+            }
+        }
+    )*};
+}
