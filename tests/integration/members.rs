@@ -30,10 +30,18 @@ backend_tests! {
         assert_eq!(page.status(), StatusCode::OK);
         assert!(page.text().await.unwrap().contains("editor"));
 
-        let accepted = srv.client.post(&accept_url).form(&[("name", "New Person")]).send().await.unwrap();
+        let accepted = srv.client.post(&accept_url).header("user-agent", "integration-test/1").form(&[("name", "New Person")]).send().await.unwrap();
         assert_eq!(accepted.status(), StatusCode::OK);
         let token = token_on_page(&accepted.text().await.unwrap());
         let me = json_ok(srv.request_as(&token, Method::GET, "/v1/me").send().await.unwrap()).await;
+        // The new session carries its metadata.
+        let user_id = me["data"]["user"]["user_id"].as_str().unwrap();
+        let sessions = json_ok(srv.get(&format!("/v1/sessions?user_id={user_id}")).send().await.unwrap()).await;
+        let session = &sessions["data"]["items"][0];
+        assert_eq!(session["kind"], "session");
+        assert_eq!(session["user_agent"], "integration-test/1");
+        assert_eq!(session["address"], "127.0.0.1");
+        assert!(session["expires_at"].is_string());
         assert_eq!(me["data"]["user"]["email"], "new.person@example.test");
         assert_eq!(me["data"]["workspaces"][0]["workspace_id"], ws.as_str());
         assert_eq!(me["data"]["workspaces"][0]["role"], "editor");

@@ -126,6 +126,10 @@ pub fn app(state: AppState) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "405", "method not allowed on this route")
         })
         .layer(axum::extract::DefaultBodyLimit::max(extract::BODY_LIMIT))
+        // A bug must still answer in the error shape, with the request id.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
+            ApiError::internal(anyhow::anyhow!("handler panicked")).into_response()
+        }))
         .layer(axum::middleware::from_fn(request_id::assign))
         .with_state(state)
 }

@@ -77,13 +77,36 @@ async fn login_page(Path(code): Path<String>) -> Html<String> {
     )
 }
 
-async fn login(State(state): State<AppState>, Path(code): Path<String>) -> axum::response::Response {
+/// Who is signing in, for the session's metadata.
+pub struct ClientInfo {
+    pub user_agent: Option<String>,
+    pub address: Option<String>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientInfo {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let user_agent = parts
+            .headers
+            .get(axum::http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(300).collect());
+        let address = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip().to_string());
+        Ok(ClientInfo { user_agent, address })
+    }
+}
+
+async fn login(State(state): State<AppState>, client: ClientInfo, Path(code): Path<String>) -> axum::response::Response {
     let user_id = match state.store.redeem_login_code(&tokens::hash(&code)).await {
         Ok(Some(u)) => u,
         Ok(None) => return gone("sign-in"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    match issue_session(&state, &user_id, "browser sign-in").await {
+    match issue_session(&state, &user_id, "browser sign-in", &client).await {
         Ok(token) => token_page("Signed in", "You are signed in as the administrator.", &token).into_response(),
         Err(e) => e.into_response(),
     }
@@ -116,6 +139,7 @@ struct AcceptForm {
 
 async fn accept_invitation(
     State(state): State<AppState>,
+    client: ClientInfo,
     Path(token): Path<String>,
     form: Result<axum::Form<AcceptForm>, axum::extract::rejection::FormRejection>,
 ) -> axum::response::Response {
@@ -125,7 +149,7 @@ async fn accept_invitation(
         Ok(None) => return gone("invitation"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    match issue_session(&state, &accepted.user_id, "invitation").await {
+    match issue_session(&state, &accepted.user_id, "invitation", &client).await {
         Ok(token) => token_page(
             "Invitation accepted",
             &format!("You joined workspace {} as {}.", accepted.workspace_id, accepted.role.as_str()),
@@ -137,7 +161,7 @@ async fn accept_invitation(
 }
 
 /// Creates an interactive session for `user_id` and returns its token.
-async fn issue_session(state: &AppState, user_id: &str, label: &str) -> Result<SecretString, crate::error::ApiError> {
+async fn issue_session(state: &AppState, user_id: &str, label: &str, client: &ClientInfo) -> Result<SecretString, crate::error::ApiError> {
     let token = tokens::generate(tokens::TOKEN_PREFIX);
     let expires_at = crate::store::now_ms() + state.config.session_ttl_ms;
     state
@@ -148,8 +172,8 @@ async fn issue_session(state: &AppState, user_id: &str, label: &str) -> Result<S
             kind: SessionKind::Session,
             label: Some(label),
             client_source: ClientSource::Api,
-            user_agent: None,
-            address: None,
+            user_agent: client.user_agent.as_deref(),
+            address: client.address.as_deref(),
             expires_at: Some(expires_at),
         })
         .await?;
