@@ -77,6 +77,8 @@ pub struct Principal {
     /// The client kind named by this request's `X-Service-Client` header
     /// (`api` when absent).
     pub client: ClientSource,
+    /// `X-Service-Execution-Mode: proposal`: writes become proposals.
+    pub proposal_requested: bool,
 }
 
 /// A principal's standing in the workspace a request addresses.

@@ -12,6 +12,7 @@
 //!   (authentication, audit, idempotency, metrics) and the OpenAPI document.
 //! - [`ops`]: every write operation as a value, and the one door
 //!   ([`ops::submit`]) through which all of them execute.
+//! - [`approvals`]: the approval gate: execute now or store a proposal.
 //! - [`access`]: roles, the authenticated principal, permission checks.
 //! - [`store`]: the only module that speaks SQL (SQLite or PostgreSQL).
 //! - [`error`]: the API error type, mapped once to the spec's error shape.
@@ -22,6 +23,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod approvals;
 pub mod cli;
 pub mod config;
 pub mod error;

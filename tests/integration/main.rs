@@ -4,6 +4,7 @@
 mod support;
 
 mod access;
+mod approvals;
 mod audit;
 mod cli;
 mod conventions;

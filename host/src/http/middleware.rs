@@ -50,6 +50,17 @@ pub fn client_source(headers: &axum::http::HeaderMap) -> Result<ClientSource, Ap
     }
 }
 
+/// Parses `X-Service-Execution-Mode`: `proposal` turns writes into
+/// proposals; `execute` (or no header) leaves the decision to the policy.
+pub fn execution_mode(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
+    match headers.get(crate::approvals::EXECUTION_MODE_HEADER).map(|v| v.to_str().unwrap_or("")) {
+        None | Some("execute") => Ok(false),
+        Some("proposal") => Ok(true),
+        Some(_) => Err(ApiError::bad_request("INVALID_EXECUTION_MODE", "X-Service-Execution-Mode must be proposal or execute")
+            .with_details(json!({ "header": "X-Service-Execution-Mode", "allowed": ["proposal", "execute"] }))),
+    }
+}
+
 /// The bearer token of a request, if it carries one.
 pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -62,6 +73,10 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let client = match client_source(req.headers()) {
         Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let proposal_requested = match execution_mode(req.headers()) {
+        Ok(p) => p,
         Err(e) => return e.into_response(),
     };
     let Some(token) = bearer_token(req.headers()) else {
@@ -82,7 +97,12 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             }
         });
     }
-    req.extensions_mut().insert(Principal { user_id: session.user_id, session_id: session.session_id, client });
+    req.extensions_mut().insert(Principal {
+        user_id: session.user_id,
+        session_id: session.session_id,
+        client,
+        proposal_requested,
+    });
     next.run(req).await
 }
 
@@ -135,6 +155,30 @@ impl AuditNote {
     pub fn outcome(&self, outcome: &'static str) {
         self.with(|n| n.outcome = Some(outcome));
     }
+
+    /// The audit record of a request (or of an approved execution) that
+    /// answered `status`, made by `actor`.
+    pub fn record(&self, actor: Option<&Principal>, fallback_action: &str, status: StatusCode) -> NewAuditRecord {
+        let fields = self.with(std::mem::take);
+        let outcome = fields.outcome.unwrap_or(match status.as_u16() {
+            200..=299 => "succeeded",
+            401 | 403 => "denied",
+            _ => "failed",
+        });
+        NewAuditRecord {
+            workspace_id: fields.workspace_id,
+            actor_user_id: actor.map(|p| p.user_id.clone()),
+            actor_session_id: actor.map(|p| p.session_id.clone()).filter(|s| !s.is_empty()),
+            action: fields.action.unwrap_or_else(|| fallback_action.to_owned()),
+            target_type: fields.target_type,
+            target_id: fields.target_id,
+            client_source: actor.map(|p| p.client.as_str()).unwrap_or("api").to_owned(),
+            request_id: request_id::current(),
+            outcome: outcome.to_owned(),
+            status_code: i64::from(status.as_u16()),
+            approval_id: fields.approval_id,
+        }
+    }
 }
 
 /// Writes one audit record for every state-changing request, whatever its
@@ -151,26 +195,8 @@ pub async fn audit(State(state): State<AppState>, mut req: Request, next: Next) 
 
     let response = next.run(req).await;
 
-    let status = response.status();
-    let fields = note.with(std::mem::take);
-    let outcome = fields.outcome.unwrap_or(match status.as_u16() {
-        200..=299 => "succeeded",
-        401 | 403 => "denied",
-        _ => "failed",
-    });
-    let record = NewAuditRecord {
-        workspace_id: fields.workspace_id,
-        actor_user_id: principal.as_ref().map(|p| p.user_id.clone()),
-        actor_session_id: principal.as_ref().map(|p| p.session_id.clone()),
-        action: fields.action.unwrap_or_else(|| format!("{method} {route}")),
-        target_type: fields.target_type,
-        target_id: fields.target_id,
-        client_source: principal.map(|p| p.client.as_str()).unwrap_or("api").to_owned(),
-        request_id: request_id::current(),
-        outcome: outcome.to_owned(),
-        status_code: i64::from(status.as_u16()),
-        approval_id: fields.approval_id,
-    };
+    let fallback_action = format!("{method} {route}");
+    let record = note.record(principal.as_ref(), &fallback_action, response.status());
     if let Err(e) = state.store.append_audit(&record).await {
         // The change already happened; losing its record is an operator
         // problem, not the client's.

@@ -16,6 +16,7 @@
 //! [`crate::error::ErrorBody`]; lists are `data.items` + `data.next_cursor`
 //! ([`Page`]).
 
+pub mod approvals;
 pub mod audit_logs;
 pub mod extract;
 pub mod me;
@@ -101,6 +102,7 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(workspaces::router())
         .merge(sessions::router())
         .merge(audit_logs::router())
+        .merge(approvals::router())
 }
 
 /// The whole application. Tests drive it directly; `serve` binds it.

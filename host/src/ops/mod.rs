@@ -33,9 +33,23 @@ pub enum Category {
 }
 
 impl Category {
+    /// Every category, in the order policies are listed.
+    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Category::WorkspaceAdmin => "workspace_admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Category> {
+        Category::ALL.iter().copied().find(|c| c.as_str() == s)
+    }
+
+    /// What the category covers, for people choosing policies.
+    pub fn description(self) -> &'static str {
+        match self {
+            Category::WorkspaceAdmin => "inviting and removing members, revoking sessions",
         }
     }
 }
@@ -65,6 +79,15 @@ impl Operation {
     pub fn category(&self) -> Category {
         match self {
             Operation::InviteMember(_) | Operation::RemoveMember { .. } | Operation::RevokeSession { .. } => Category::WorkspaceAdmin,
+        }
+    }
+
+    /// One line a person can judge a proposal by.
+    pub fn summary(&self) -> String {
+        match self {
+            Operation::InviteMember(i) => format!("Invite {} to the workspace as {}", i.email.trim(), i.role.as_str()),
+            Operation::RemoveMember { member_id } => format!("Remove member {member_id} from the workspace"),
+            Operation::RevokeSession { session_id } => format!("Revoke session {session_id}"),
         }
     }
 
@@ -102,15 +125,17 @@ impl axum::response::IntoResponse for Executed {
 }
 
 /// The door every write goes through: checks the caller's role, notes the
-/// action for the audit record and executes.
+/// action for the audit record, and lets the approval gate decide between
+/// executing now and storing a proposal.
 pub async fn submit(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
     note.action(op.action());
     access.require(op.required_role())?;
-    execute(state, access, note, op).await
+    crate::approvals::gate(state, access, note, op).await
 }
 
-/// Runs an operation that has been allowed.
-async fn execute(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
+/// Runs an operation that has been allowed. Only the gate calls this.
+pub(crate) async fn execute(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
+    note.action(op.action());
     match op {
         Operation::InviteMember(invite) => members::invite(state, access, note, invite).await,
         Operation::RemoveMember { member_id } => members::remove(state, access, note, &member_id).await,

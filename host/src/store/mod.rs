@@ -14,6 +14,7 @@
 //! Constraint violations are turned into domain errors right where the query
 //! runs (see [`StoreError`]), so callers never match on SQL error strings.
 
+pub mod approvals;
 pub mod audit;
 pub mod idempotency;
 pub mod invitations;

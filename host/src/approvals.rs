@@ -1,0 +1,242 @@
+//! The approval gate: the one place that decides whether a write runs now
+//! or is stored as a proposal (spec section 4, "Safety model").
+//!
+//! - A request with `X-Service-Execution-Mode: proposal` always becomes a
+//!   proposal.
+//! - A write from an MCP client becomes a proposal when the workspace's
+//!   policy for its category requires approval (the default for every
+//!   category).
+//! - Anything else executes at once.
+//!
+//! Approving claims the proposal in one statement (`pending` → `executing`),
+//! so it executes exactly once however many approvers click; the execution
+//! runs as the proposer, with the proposer's current role, and its answer
+//! (result or error) is stored on the proposal and returned to the approver.
+//! Decisions and policy changes are refused to MCP clients: an assistant
+//! must not approve its own proposals or switch its own guard off.
+
+use axum::http::StatusCode;
+use serde::Serialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::access::{ClientSource, Principal, Role, WorkspaceAccess};
+use crate::error::{ApiError, ApiResult};
+use crate::http::middleware::AuditNote;
+use crate::ops::{Category, Executed, Operation};
+use crate::server::AppState;
+use crate::store::approvals::{Approval, DecideError, NewApproval};
+
+/// How long a proposal can be approved.
+pub const PROPOSAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Header that turns a write into a proposal.
+pub const EXECUTION_MODE_HEADER: &str = "x-service-execution-mode";
+
+/// The effective policy of one category in a workspace.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Policy {
+    pub category: Category,
+    /// What the category covers.
+    pub description: &'static str,
+    /// Whether writes of this category from MCP clients need approval.
+    pub requires_approval: bool,
+    /// The least role that may approve or reject its proposals.
+    pub approver_role: Role,
+    /// False while the category has its default policy.
+    pub customised: bool,
+}
+
+/// The effective policies of every category (defaults filled in: approval
+/// required, approved by administrators).
+pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Policy>> {
+    let stored = state.store.approval_policies(workspace_id).await?;
+    Ok(Category::ALL
+        .iter()
+        .map(|&category| {
+            let s = stored.iter().find(|p| p.category == category.as_str());
+            Policy {
+                category,
+                description: category.description(),
+                requires_approval: s.is_none_or(|p| p.requires_approval),
+                approver_role: s.map(|p| p.approver_role).unwrap_or(Role::Administrator),
+                customised: s.is_some(),
+            }
+        })
+        .collect())
+}
+
+async fn policy(state: &AppState, workspace_id: &str, category: Category) -> ApiResult<Policy> {
+    let all = policies(state, workspace_id).await?;
+    all.into_iter().find(|p| p.category == category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("category without policy")))
+}
+
+/// Decides between executing `op` now and storing it as a proposal.
+pub async fn gate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
+    let principal = &access.principal;
+    let propose = principal.proposal_requested
+        || (principal.client == ClientSource::Mcp && policy(state, &access.workspace_id, op.category()).await?.requires_approval);
+    if !propose {
+        return crate::ops::execute(state, access, note, op).await;
+    }
+    let operation = serde_json::to_value(&op).map_err(ApiError::internal)?;
+    let summary = op.summary();
+    let approval = state
+        .store
+        .create_approval(NewApproval {
+            workspace_id: &access.workspace_id,
+            category: op.category().as_str(),
+            action: op.action(),
+            summary: &summary,
+            operation: &operation,
+            proposed_by: &principal.user_id,
+            proposed_session: &principal.session_id,
+            client_source: principal.client.as_str(),
+            request_id: &crate::http::request_id::current(),
+            expires_at: crate::store::now_ms() + PROPOSAL_TTL_MS,
+        })
+        .await?;
+    note.outcome("proposed");
+    note.target("approval", &approval.approval_id);
+    note.approval(&approval.approval_id);
+    Ok(Executed { status: StatusCode::ACCEPTED, data: json!({ "approval": approval }) })
+}
+
+fn refuse_mcp(access: &WorkspaceAccess) -> ApiResult<()> {
+    if access.principal.client == ClientSource::Mcp {
+        return Err(ApiError::permission_denied(
+            "permission denied: approval decisions and policies are made by a person through the API or CLI, not by an MCP client",
+        ));
+    }
+    Ok(())
+}
+
+fn decide_error(e: DecideError, id: &str) -> ApiError {
+    match e {
+        DecideError::NotFound => ApiError::not_found("approval"),
+        DecideError::Expired => ApiError::conflict("APPROVAL_EXPIRED", "the proposal expired; propose the operation again")
+            .with_details(json!({ "approval_id": id, "status": "expired" })),
+        DecideError::NotPending(status) => ApiError::conflict("APPROVAL_NOT_PENDING", format!("the proposal is already {status}; nothing was executed"))
+            .with_details(json!({ "approval_id": id, "status": status })),
+    }
+}
+
+/// What an approval answered: the proposal and what its execution returned.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Approved {
+    pub approval: Approval,
+    /// The executed operation's `data`.
+    pub result: Value,
+}
+
+/// Approves and executes a proposal exactly once.
+pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditNote, approval_id: &str) -> ApiResult<Executed> {
+    note.action("approvals.approve");
+    note.target("approval", approval_id);
+    note.approval(approval_id);
+    refuse_mcp(approver)?;
+    let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
+    let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
+    approver.require(policy(state, &approver.workspace_id, category).await?.approver_role)?;
+    let op: Operation = serde_json::from_value(pending.operation.clone()).map_err(ApiError::internal)?;
+
+    let claimed = state
+        .store
+        .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, "executing")
+        .await?
+        .map_err(|e| decide_error(e, approval_id))?;
+
+    // The operation runs as its proposer, with the role they hold now.
+    let proposer_role = state.store.role_in(&claimed.proposed_by, &approver.workspace_id).await?;
+    let proposer = proposer_role.map(|role| WorkspaceAccess {
+        principal: Principal {
+            user_id: claimed.proposed_by.clone(),
+            session_id: String::new(),
+            client: ClientSource::parse(&claimed.client_source).unwrap_or(ClientSource::Api),
+            proposal_requested: false,
+        },
+        workspace_id: approver.workspace_id.clone(),
+        role,
+    });
+    // The execution gets an audit record of its own: the operation, by its
+    // proposer through their client, linked to this approval.
+    let execution_note = AuditNote::default();
+    execution_note.workspace(&approver.workspace_id);
+    execution_note.approval(approval_id);
+    execution_note.action(op.action());
+    let outcome = match &proposer {
+        None => Err(ApiError::permission_denied("permission denied: the proposer is no longer a member of the workspace")),
+        Some(proposer) => match proposer.require(op.required_role()) {
+            Err(e) => Err(e),
+            Ok(()) => crate::ops::execute(state, proposer, &execution_note, op).await,
+        },
+    };
+    let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
+    let record = execution_note.record(proposer.as_ref().map(|p| &p.principal), "", status);
+    if let Err(e) = state.store.append_audit(&record).await {
+        tracing::error!(error = %e, "could not write audit record of an approved execution");
+    }
+    match outcome {
+        Ok(executed) => {
+            state.store.finish_approval(approval_id, true, executed.status.as_u16(), &executed.data).await?;
+            let approval = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
+            Ok(Executed { status: executed.status, data: serde_json::to_value(Approved { approval, result: executed.data }).map_err(ApiError::internal)? })
+        }
+        Err(e) => {
+            let body = serde_json::to_value(e.body()).map_err(ApiError::internal)?;
+            state.store.finish_approval(approval_id, false, e.status.as_u16(), &body).await?;
+            let mut details = e.details.clone();
+            if let Value::Object(map) = &mut details {
+                map.insert("approval_id".into(), json!(approval_id));
+            }
+            Err(e.with_details(details))
+        }
+    }
+}
+
+/// Rejects a proposal; nothing is executed.
+pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNote, approval_id: &str) -> ApiResult<Executed> {
+    note.action("approvals.reject");
+    note.target("approval", approval_id);
+    note.approval(approval_id);
+    refuse_mcp(approver)?;
+    let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
+    let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
+    approver.require(policy(state, &approver.workspace_id, category).await?.approver_role)?;
+    let approval = state
+        .store
+        .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, "rejected")
+        .await?
+        .map_err(|e| decide_error(e, approval_id))?;
+    Executed::ok(json!({ "approval": approval }))
+}
+
+/// Changes a category's policy (administrators, not through MCP).
+pub async fn set_policy(
+    state: &AppState,
+    admin: &WorkspaceAccess,
+    note: &AuditNote,
+    category: Category,
+    requires_approval: Option<bool>,
+    approver_role: Option<Role>,
+) -> ApiResult<Policy> {
+    note.action("approval_policies.update");
+    note.target("approval_policy", category.as_str());
+    admin.require(Role::Administrator)?;
+    refuse_mcp(admin)?;
+    if approver_role == Some(Role::Viewer) {
+        return Err(ApiError::invalid_field("approver_role", "approver_role must be administrator or editor"));
+    }
+    let current = policy(state, &admin.workspace_id, category).await?;
+    state
+        .store
+        .set_approval_policy(
+            &admin.workspace_id,
+            category.as_str(),
+            requires_approval.unwrap_or(current.requires_approval),
+            approver_role.unwrap_or(current.approver_role),
+            &admin.principal.user_id,
+        )
+        .await?;
+    policy(state, &admin.workspace_id, category).await
+}

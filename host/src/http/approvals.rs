@@ -1,0 +1,128 @@
+//! Approvals and approval policies (spec section 4, "Approvals").
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiJson, PageQuery, Workspace};
+use super::middleware::AuditNote;
+use super::{Envelope, Page, ok};
+use crate::access::{ClientSource, Role};
+use crate::approvals::{self, Policy};
+use crate::error::{ApiError, ApiResult};
+use crate::ops::{Category, Executed};
+use crate::server::AppState;
+use crate::store::approvals::{Approval, ApprovalFilter};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_approvals))
+        .routes(routes!(approve))
+        .routes(routes!(reject))
+        .routes(routes!(list_policies))
+        .routes(routes!(update_policy))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ApprovalQuery {
+    /// pending, executing, executed, failed, rejected or expired.
+    status: Option<String>,
+    /// An approval category, e.g. `workspace_admin`.
+    category: Option<String>,
+    /// api, cli or mcp.
+    client_source: Option<String>,
+}
+
+/// Proposals of the workspace, newest first.
+#[utoipa::path(get, path = "/approvals", tag = "approvals", params(PageQuery, ApprovalQuery),
+    responses((status = 200, body = Envelope<Page<Approval>>), (status = 400, body = crate::error::ErrorBody)))]
+async fn list_approvals(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Query(q): Query<PageQuery>,
+    Query(f): Query<ApprovalQuery>,
+) -> ApiResult<Envelope<Page<Approval>>> {
+    if let Some(s) = &f.status
+        && !["pending", "executing", "executed", "failed", "rejected", "expired"].contains(&s.as_str())
+    {
+        return Err(ApiError::invalid_field("status", "status must be pending, executing, executed, failed, rejected or expired"));
+    }
+    if let Some(c) = &f.category
+        && Category::parse(c).is_none()
+    {
+        return Err(ApiError::invalid_field("category", "unknown approval category"));
+    }
+    if let Some(c) = &f.client_source
+        && ClientSource::parse(c).is_none()
+    {
+        return Err(ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"));
+    }
+    let limit = q.limit()?;
+    let filter = ApprovalFilter { status: f.status, category: f.category, client_source: f.client_source };
+    let items = state.store.approvals(&ws.workspace_id, &filter, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |a| &a.approval_id)))
+}
+
+/// Approve a proposal: executes its operation exactly once and answers
+/// with its result or its error. Deciding twice, or an expired proposal,
+/// is 409 and executes nothing.
+#[utoipa::path(post, path = "/approvals/{approval_id}/approve", tag = "approvals", params(("approval_id" = String, Path)),
+    responses((status = 200, body = Envelope<approvals::Approved>), (status = 409, body = crate::error::ErrorBody)))]
+async fn approve(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(approval_id): Path<String>,
+) -> ApiResult<Executed> {
+    approvals::approve(&state, &ws, &note, &approval_id).await
+}
+
+/// Reject a proposal; nothing is executed.
+#[utoipa::path(post, path = "/approvals/{approval_id}/reject", tag = "approvals", params(("approval_id" = String, Path)),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 409, body = crate::error::ErrorBody)))]
+async fn reject(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(approval_id): Path<String>,
+) -> ApiResult<Executed> {
+    approvals::reject(&state, &ws, &note, &approval_id).await
+}
+
+/// Policies of every MCP approval category (administrators).
+#[utoipa::path(get, path = "/approval-policies", tag = "approvals",
+    responses((status = 200, body = Envelope<Page<Policy>>), (status = 403, body = crate::error::ErrorBody)))]
+async fn list_policies(State(state): State<AppState>, ws: Workspace) -> ApiResult<Envelope<Page<Policy>>> {
+    ws.require(Role::Administrator)?;
+    Ok(ok(Page { items: approvals::policies(&state, &ws.workspace_id).await?, next_cursor: None }))
+}
+
+/// Body of `PATCH /approval-policies/{category}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    /// Whether writes of this category from MCP clients need approval.
+    pub requires_approval: Option<bool>,
+    /// The least role that may decide proposals: administrator or editor.
+    pub approver_role: Option<Role>,
+}
+
+/// Choose whether an MCP category requires approval, and who approves
+/// (administrators; not through MCP).
+#[utoipa::path(patch, path = "/approval-policies/{category}", tag = "approvals", params(("category" = String, Path)),
+    request_body = PolicyUpdate,
+    responses((status = 200, body = Envelope<Policy>), (status = 403, body = crate::error::ErrorBody)))]
+async fn update_policy(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(category): Path<String>,
+    ApiJson(body): ApiJson<PolicyUpdate>,
+) -> ApiResult<Envelope<Policy>> {
+    let category = Category::parse(&category).ok_or_else(|| ApiError::not_found("approval category"))?;
+    Ok(ok(approvals::set_policy(&state, &ws, &note, category, body.requires_approval, body.approver_role).await?))
+}
