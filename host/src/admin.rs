@@ -40,6 +40,8 @@ pub async fn bootstrap(store: &Store, config: &ServerConfig) -> anyhow::Result<B
         Err(e) => return Err(e.into()),
     };
     store.add_member(&workspace.workspace_id, &user.user_id, Role::Administrator).await?;
+    // The first administrator also operates the installation (plugins).
+    store.set_operator(&user.user_id, true).await?;
     if let Some(token) = &config.bootstrap_token {
         store
             .create_session(NewSession {

@@ -3,8 +3,13 @@
 use clap::{Parser, Subcommand};
 use secrecy::ExposeSecret;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use crate::access::Role;
-use crate::config::{ServeArgs, ServerConfig, StorageArgs, database_url};
+use crate::config::{PluginArgs, ServeArgs, ServerConfig, StorageArgs, database_url};
+use crate::plugin::Runtime;
+use crate::plugin::registry::{Registry, validate_info};
 use crate::store::Store;
 
 /// Control server of the data-integration platform.
@@ -24,6 +29,42 @@ pub enum Command {
     /// Offline administration against the server's database.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Connector plugins: validate a component, list, load and unload.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginsCommand {
+    /// Check that a component implements a supported interface version and
+    /// describes itself validly. Needs no database.
+    Validate {
+        /// The component file.
+        file: PathBuf,
+    },
+    /// List the installation's plugins and whether they are enabled.
+    List {
+        #[command(flatten)]
+        plugins: PluginArgs,
+    },
+    /// Enable a plugin by connector id, or validate a component file, copy
+    /// it into the plugins directory and enable it. Running servers pick
+    /// the change up within seconds.
+    Load {
+        /// A connector id, or the path of a `.wasm` component.
+        target: String,
+        #[command(flatten)]
+        plugins: PluginArgs,
+    },
+    /// Disable a plugin by connector id: its connector becomes unavailable
+    /// on every server sharing the database; saved sources keep their
+    /// configuration.
+    Unload {
+        /// The connector id (or a legacy alias).
+        connector_id: String,
+        #[command(flatten)]
+        plugins: PluginArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,6 +110,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = ServerConfig::from_args(&cli.storage, &args)?;
             crate::server::serve(config).await
         }
+        Command::Plugins(cmd) => plugins(&cli.storage, cmd).await,
         Command::Admin(cmd) => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human);
             let url = database_url(&cli.storage)?;
@@ -89,5 +131,82 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             store.close().await;
             Ok(())
         }
+    }
+}
+
+/// `service plugins ...`.
+async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<()> {
+    crate::telemetry::init_logging(crate::config::LogFormat::Human);
+    if let PluginsCommand::Validate { file } = &cmd {
+        return validate(file).await;
+    }
+    let (PluginsCommand::List { plugins } | PluginsCommand::Load { plugins, .. } | PluginsCommand::Unload { plugins, .. }) = &cmd else {
+        unreachable!("validate handled above")
+    };
+    let settings = plugins.resolve(&storage.data_dir)?;
+    let url = database_url(storage)?;
+    let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+    let runtime = Runtime::new(settings.limits.clone(), Some(storage.data_dir.join("plugin-cache")))?;
+    let registry = Registry::new(Arc::new(runtime), store.clone(), crate::server::bundled_plugins(), Some(settings.plugins_dir.clone()));
+    registry.load_all().await;
+    match cmd {
+        PluginsCommand::List { .. } => {
+            println!("{:<32} {:<10} {:<10} {:<26} SOURCE", "CONNECTOR", "VERSION", "STATE", "INTERFACE");
+            for p in registry.list().await {
+                let state = if p.enabled { "enabled" } else { "disabled" };
+                let source = p.source.map(|s| s.to_string()).unwrap_or_else(|| "(missing)".into());
+                println!("{:<32} {:<10} {:<10} {:<26} {source}", p.info.id, p.info.version, state, p.interface_version.as_str());
+            }
+        }
+        PluginsCommand::Load { target, .. } => {
+            let id = if target.ends_with(".wasm") {
+                let path = PathBuf::from(&target);
+                let bytes = crate::plugin::read_component(&path)?;
+                // Validate before copying, so a bad file never lands in the
+                // directory servers watch.
+                let id = registry.load_bytes(&bytes, crate::plugin::registry::PluginSource::File(path.clone())).await?;
+                std::fs::create_dir_all(&settings.plugins_dir)?;
+                let dest = settings.plugins_dir.join(path.file_name().ok_or_else(|| anyhow::anyhow!("{target}: no file name"))?);
+                std::fs::copy(&path, &dest)?;
+                registry.load(&id, None).await?;
+                println!("loaded {id} from {} into {}", path.display(), dest.display());
+                id
+            } else {
+                let id = registry.load(&target, None).await.map_err(|e| anyhow::anyhow!("{target}: {e}"))?;
+                println!("enabled {id}");
+                id
+            };
+            let _ = id;
+        }
+        PluginsCommand::Unload { connector_id, .. } => {
+            let id = registry.unload(&connector_id, None).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
+            println!("disabled {id}; it is unavailable on every server sharing this database");
+        }
+        PluginsCommand::Validate { .. } => unreachable!(),
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// `service plugins validate FILE`: the author's check.
+async fn validate(file: &std::path::Path) -> anyhow::Result<()> {
+    let bytes = crate::plugin::read_component(file)?;
+    let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
+    let (version, pre, digest) = runtime.prepare(&bytes).map_err(|e| anyhow::anyhow!("{}: {e:#}", file.display()))?;
+    println!("interface: {} (supported)", version.as_str());
+    println!("sha256:    {digest}");
+    let info = runtime.describe("validate", &pre).await.map_err(|e| anyhow::anyhow!("describe failed: {e}"))?;
+    println!("connector: {} \"{}\" version {} ({:?})", info.id, info.name, info.version, info.kind);
+    println!("hosts:     {}", info.hosts.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+    println!("offers:    {}", info.operations.iter().map(|o| o.as_str()).collect::<Vec<_>>().join(", "));
+    let problems = validate_info(&info);
+    if problems.is_empty() {
+        println!("description: valid");
+        Ok(())
+    } else {
+        for p in &problems {
+            println!("problem:   {p}");
+        }
+        anyhow::bail!("the description has {} problem(s)", problems.len())
     }
 }

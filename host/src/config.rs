@@ -47,6 +47,71 @@ pub struct ServeArgs {
     /// Hours an interactive session lasts.
     #[arg(long, env = "SERVICE_SESSION_HOURS", default_value_t = 24 * 7, value_parser = clap::value_parser!(u32).range(1..=8760))]
     pub session_hours: u32,
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+/// Settings of the connector runtime and its egress policy.
+#[derive(Debug, Clone, Args)]
+pub struct PluginArgs {
+    /// Directory watched for extra plugin components (`*.wasm`); default:
+    /// `<data-dir>/plugins`.
+    #[arg(long, env = "SERVICE_PLUGINS_DIR")]
+    pub plugins_dir: Option<PathBuf>,
+    /// Hosts connectors may reach, comma-separated exact names or
+    /// `*.suffix` patterns. A connector reaches a host only if it also
+    /// declared it. Self-hosted provider instances are added here.
+    #[arg(long, env = "SERVICE_EGRESS_ALLOWED_HOSTS", default_value = crate::egress::policy::DEFAULT_ALLOWED_HOSTS)]
+    pub egress_allowed_hosts: String,
+    /// Pins host names to addresses, like curl's --resolve:
+    /// `api.example.com=10.0.0.5:443,...`. Pinned names skip the
+    /// global-address rule (the operator vouches for them). For tests and
+    /// staging.
+    #[arg(long, env = "SERVICE_EGRESS_RESOLVE")]
+    pub egress_resolve: Option<String>,
+    /// PEM file of extra root certificates trusted for egress (tests,
+    /// staging, private CAs).
+    #[arg(long, env = "SERVICE_EGRESS_EXTRA_ROOTS")]
+    pub egress_extra_roots: Option<PathBuf>,
+    /// Memory limit of one plugin invocation, in MiB.
+    #[arg(long, env = "SERVICE_PLUGIN_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(16..=4096))]
+    pub plugin_memory_mb: u32,
+    /// CPU budget of one plugin invocation, in milliseconds.
+    #[arg(long, env = "SERVICE_PLUGIN_CPU_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub plugin_cpu_ms: u64,
+    /// Wall-clock limit of short plugin calls (check, preview, ...), in seconds.
+    #[arg(long, env = "SERVICE_PLUGIN_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub plugin_timeout_secs: u64,
+}
+
+impl PluginArgs {
+    /// The runtime limits and egress policy these settings describe.
+    pub fn resolve(&self, data_dir: &Path) -> Result<PluginSettings, ConfigError> {
+        let pem = match &self.egress_extra_roots {
+            Some(p) => Some(std::fs::read(p).map_err(|e| ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("{}: {e}", p.display())))?),
+            None => None,
+        };
+        let egress = crate::egress::EgressPolicy::from_settings(&self.egress_allowed_hosts, self.egress_resolve.as_deref(), pem.as_deref())?;
+        let limits = crate::plugin::sandbox::Limits {
+            cpu: std::time::Duration::from_millis(self.plugin_cpu_ms),
+            memory_bytes: self.plugin_memory_mb as usize * 1024 * 1024,
+            wall_short: std::time::Duration::from_secs(self.plugin_timeout_secs),
+            ..Default::default()
+        };
+        Ok(PluginSettings {
+            plugins_dir: self.plugins_dir.clone().unwrap_or_else(|| data_dir.join("plugins")),
+            egress,
+            limits,
+        })
+    }
+}
+
+/// Resolved runtime settings.
+#[derive(Debug, Clone)]
+pub struct PluginSettings {
+    pub plugins_dir: PathBuf,
+    pub egress: crate::egress::EgressPolicy,
+    pub limits: crate::plugin::sandbox::Limits,
 }
 
 /// A configuration problem, reported as one line naming the setting.
@@ -77,6 +142,8 @@ pub struct ServerConfig {
     pub bootstrap_token: Option<SecretString>,
     /// E-mail address of the administrator created on a fresh installation.
     pub bootstrap_email: String,
+    /// Connector runtime and egress settings.
+    pub plugins: PluginSettings,
 }
 
 impl ServerConfig {
@@ -108,6 +175,7 @@ impl ServerConfig {
             session_ttl_ms: i64::from(serve.session_hours) * 3_600_000,
             bootstrap_token,
             bootstrap_email,
+            plugins: serve.plugins.resolve(&storage.data_dir)?,
         })
     }
 }

@@ -134,3 +134,37 @@ impl IntoResponse for ApiError {
 
 /// Result of an API operation.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<crate::plugin::InvocationError> for ApiError {
+    /// One mapping from runtime outcomes to client errors. Messages come
+    /// from the connector or the sandbox and are cut short; raw provider
+    /// payloads never reach them.
+    fn from(e: crate::plugin::InvocationError) -> Self {
+        use crate::plugin::InvocationError as I;
+        use crate::plugin::types::ConnectorError as C;
+        fn short(m: &str) -> String {
+            m.chars().take(300).collect()
+        }
+        match e {
+            I::Connector(C::InvalidConfig(m)) => ApiError::bad_request("CONNECTOR_INVALID_CONFIG", format!("the connector rejected the configuration: {}", short(&m))),
+            I::Connector(C::InvalidCredentials(m)) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "PROVIDER_INVALID_CREDENTIALS", format!("the provider rejected the credential: {}", short(&m))),
+            I::Connector(C::PermissionDenied(m)) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "PROVIDER_PERMISSION_DENIED", format!("the credential lacks access: {}", short(&m))),
+            I::Connector(C::RateLimited(after)) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "PROVIDER_RATE_LIMITED", "the provider is rate limiting requests; retry later")
+                .with_details(serde_json::json!({ "retry_after_seconds": after })),
+            I::Connector(C::ProviderUnavailable(m)) => ApiError::new(StatusCode::BAD_GATEWAY, "PROVIDER_UNAVAILABLE", format!("the provider is unavailable: {}", short(&m))),
+            I::Connector(C::ProviderError(m)) => ApiError::new(StatusCode::BAD_GATEWAY, "PROVIDER_ERROR", format!("the provider refused the request: {}", short(&m))),
+            I::Connector(C::EgressDenied(m)) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "EGRESS_DENIED", format!("the egress policy refused a request: {}", short(&m))),
+            I::Connector(C::Unsupported(m)) => ApiError::bad_request("CONNECTOR_UNSUPPORTED", format!("not supported by the connector: {}", short(&m))),
+            I::Connector(C::Internal(m)) => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_FAILED", format!("the connector failed: {}", short(&m))),
+            I::Timeout => ApiError::new(StatusCode::GATEWAY_TIMEOUT, "CONNECTOR_TIMEOUT", "the connector did not finish within its time limit"),
+            I::CpuLimit => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_CPU_LIMIT", "the connector exceeded its CPU time limit"),
+            I::MemoryLimit => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_MEMORY_LIMIT", "the connector exceeded its memory limit"),
+            I::Trapped(m) => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_TRAPPED", format!("the connector crashed: {}", short(&m))),
+            I::OutputTooLarge => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_OUTPUT_TOO_LARGE", "the connector's output exceeds the size limit"),
+            I::Unsupported(op) => ApiError::bad_request("CONNECTOR_OPERATION_UNSUPPORTED", format!("the connector does not offer the {op} operation")),
+            I::Unavailable(id) => ApiError::conflict("CONNECTOR_UNAVAILABLE", format!("connector {id} is not available (unloaded or disabled by the operator)"))
+                .with_details(serde_json::json!({ "connector_id": id })),
+            I::Host(m) => ApiError::unavailable(short(&m)),
+        }
+    }
+}

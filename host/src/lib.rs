@@ -13,6 +13,9 @@
 //! - [`ops`]: every write operation as a value, and the one door
 //!   ([`ops::submit`]) through which all of them execute.
 //! - [`approvals`]: the approval gate: execute now or store a proposal.
+//! - [`plugin`]: the Wasm connector runtime and the plugin registry.
+//! - [`credentials`]: the sealed credential store and its vault.
+//! - [`egress`]: every outbound request of a connector, policed.
 //! - [`access`]: roles, the authenticated principal, permission checks.
 //! - [`store`]: the only module that speaks SQL (SQLite or PostgreSQL).
 //! - [`error`]: the API error type, mapped once to the spec's error shape.
@@ -26,9 +29,12 @@ pub mod admin;
 pub mod approvals;
 pub mod cli;
 pub mod config;
+pub mod credentials;
+pub mod egress;
 pub mod error;
 pub mod http;
 pub mod ops;
+pub mod plugin;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -9,7 +9,26 @@ use tokio::net::TcpListener;
 
 use crate::admin::{self, Bootstrap};
 use crate::config::ServerConfig;
+use crate::credentials::Vault;
+use crate::credentials::keyring::Keyring;
+use crate::egress::Egress;
+use crate::plugin::Runtime;
+use crate::plugin::registry::Registry;
 use crate::store::Store;
+
+/// The plugins built with the server (see `build.rs`).
+mod bundled {
+    include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
+}
+
+/// The bundled plugins as the registry takes them.
+pub fn bundled_plugins() -> Vec<(&'static str, &'static [u8])> {
+    bundled::BUNDLED.to_vec()
+}
+
+/// How often the plugins directory and the database's plugin states are
+/// checked for changes.
+const PLUGIN_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// State shared by every request handler: cheap to clone, no globals.
 #[derive(Clone)]
@@ -20,6 +39,12 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Sealed credentials.
+    pub vault: Vault,
+    /// Outbound requests of connectors, policed.
+    pub egress: Egress,
+    /// Loaded connector plugins.
+    pub plugins: Arc<Registry>,
 }
 
 impl AppState {
@@ -43,7 +68,21 @@ impl AppState {
                 );
             }
         }
-        Ok(AppState { store, config: Arc::new(config), metrics: crate::telemetry::metrics_handle() })
+        let keyring = Keyring::load(&config.data_dir)?;
+        let vault = Vault::new(store.clone(), keyring);
+        let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
+        let runtime = Runtime::new(config.plugins.limits.clone(), Some(config.data_dir.join("plugin-cache")))?;
+        if let Err(e) = crate::config::ensure_data_dir(&config.plugins.plugins_dir) {
+            tracing::warn!(error = %e, "plugins directory unavailable");
+        }
+        let plugins = Arc::new(Registry::new(
+            Arc::new(runtime),
+            store.clone(),
+            bundled_plugins(),
+            Some(config.plugins.plugins_dir.clone()),
+        ));
+        plugins.load_all().await;
+        Ok(AppState { store, config: Arc::new(config), metrics: crate::telemetry::metrics_handle(), vault, egress, plugins })
     }
 }
 
@@ -53,11 +92,13 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     shutdown: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    watcher: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
     /// Stops accepting, lets running requests finish, and waits.
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.watcher.abort();
         let _ = self.shutdown.send(true);
         self.task.await??;
         Ok(())
@@ -75,6 +116,14 @@ pub async fn start(state: AppState) -> anyhow::Result<RunningServer> {
 /// Serves the application on an already bound listener.
 pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<RunningServer> {
     let addr = listener.local_addr()?;
+    let plugins = state.plugins.clone();
+    let watcher = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PLUGIN_WATCH_INTERVAL).await;
+            plugins.scan_dir().await;
+            plugins.reconcile().await;
+        }
+    });
     let app = crate::http::app(state);
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(async move {
@@ -84,7 +133,7 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
             })
             .await
     });
-    Ok(RunningServer { addr, shutdown: tx, task })
+    Ok(RunningServer { addr, shutdown: tx, task, watcher })
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.

@@ -10,4 +10,5 @@ mod cli;
 mod conventions;
 mod idempotency;
 mod members;
+mod runtime;
 mod sessions;

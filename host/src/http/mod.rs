@@ -18,8 +18,10 @@
 
 pub mod approvals;
 pub mod audit_logs;
+pub mod connectors;
 pub mod extract;
 pub mod me;
+pub mod plugins;
 pub mod middleware;
 pub mod request_id;
 pub mod sessions;
@@ -103,6 +105,8 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(sessions::router())
         .merge(audit_logs::router())
         .merge(approvals::router())
+        .merge(connectors::router())
+        .merge(plugins::router())
 }
 
 /// The whole application. Tests drive it directly; `serve` binds it.

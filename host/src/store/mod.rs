@@ -16,8 +16,10 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod credentials;
 pub mod idempotency;
 pub mod invitations;
+pub mod plugins;
 pub mod sessions;
 pub mod users;
 pub mod workspaces;

@@ -9,7 +9,9 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+pub mod provider;
+
+use std::path::{Path, PathBuf};
 
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use secrecy::ExposeSecret;
@@ -89,6 +91,11 @@ impl TestServer {
     /// Starts a server on `backend`; `None` when PostgreSQL is asked for but
     /// not configured.
     pub async fn start(backend: Backend) -> Option<TestServer> {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    /// Starts a server after `adjust` has changed its configuration.
+    pub async fn start_with(backend: Backend, adjust: impl FnOnce(&mut ServerConfig)) -> Option<TestServer> {
         init_crypto();
         let dir = tempfile::tempdir().unwrap();
         let (database_url, pg) = match backend {
@@ -111,7 +118,14 @@ impl TestServer {
             session_ttl_ms: 3_600_000,
             bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
             bootstrap_email: "admin@example.test".into(),
+            plugins: service::config::PluginSettings {
+                plugins_dir: dir.path().join("plugins"),
+                egress: service::egress::EgressPolicy::default(),
+                limits: service::plugin::sandbox::Limits::default(),
+            },
         };
+        let mut config = config;
+        adjust(&mut config);
         let state = AppState::open(config).await.expect("server state opens");
         let server = service::server::start_on(listener, state.clone()).unwrap();
         Some(TestServer {
@@ -185,6 +199,31 @@ impl Drop for TestServer {
             drop(server);
         }
     }
+}
+
+/// Builds the test plugins (`tests/plugins`, a wasm32-wasip2 workspace)
+/// once per test process and returns the path of `name`'s component.
+pub fn test_plugin(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .current_dir(root.join("tests/plugins"))
+            .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+            .arg(&target)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .output()
+            .expect("run cargo for the test plugins");
+        assert!(out.status.success(), "building test plugins failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        target.join("wasm32-wasip2/release")
+    });
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(path.exists(), "no test plugin {}", path.display());
+    path
 }
 
 /// The JSON body of a response.

@@ -1,0 +1,235 @@
+//! Credentials: secrets sealed at rest, referred to everywhere else by an
+//! opaque `credential_handle`.
+//!
+//! - [`keyring`]: the master key(s) and the AEAD (XChaCha20-Poly1305) that
+//!   seals every secret, bound to its credential and workspace.
+//! - [`Vault`]: creates credentials and hands a secret out only to the
+//!   egress layer, for one workspace and one bound host at a time
+//!   ([`crate::egress::SecretSource`]).
+//!
+//! Secrets are held in `secrecy` types from the moment they are parsed, so
+//! neither `Debug` nor a log line can show them; only the sealed form is
+//! stored, and no response type can carry one.
+
+pub mod keyring;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use zeroize::Zeroizing;
+
+use crate::egress::{HostPattern, SecretSource};
+use crate::store::credentials::{CredentialRecord, NewCredential};
+use crate::store::{Store, StoreResult, new_id, now_ms};
+use keyring::Keyring;
+
+/// How often `last_used_at` of a credential is refreshed.
+const TOUCH_INTERVAL_MS: i64 = 60_000;
+
+/// The secret part of a credential.
+pub struct SecretMaterial {
+    /// The token, key or password the provider expects.
+    pub secret: SecretString,
+    /// OAuth refresh token, when there is one.
+    pub refresh_token: Option<SecretString>,
+}
+
+impl SecretMaterial {
+    pub fn new(secret: SecretString) -> Self {
+        SecretMaterial { secret, refresh_token: None }
+    }
+
+    fn to_plaintext(&self) -> Zeroizing<Vec<u8>> {
+        let mut v = json!({ "secret": self.secret.expose_secret() });
+        if let Some(r) = &self.refresh_token {
+            v["refresh_token"] = json!(r.expose_secret());
+        }
+        let bytes = Zeroizing::new(serde_json::to_vec(&v).unwrap_or_default());
+        // The Value held copies of the secrets; scrub them.
+        if let Value::Object(mut map) = v {
+            for (_, val) in map.iter_mut() {
+                if let Value::String(s) = val {
+                    zeroize::Zeroize::zeroize(s);
+                }
+            }
+        }
+        bytes
+    }
+
+    fn from_plaintext(bytes: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            secret: SecretString,
+            refresh_token: Option<SecretString>,
+        }
+        let raw: Raw = serde_json::from_slice(bytes).ok()?;
+        Some(SecretMaterial { secret: raw.secret, refresh_token: raw.refresh_token })
+    }
+}
+
+/// A credential to create.
+pub struct NewSecret<'a> {
+    pub workspace_id: &'a str,
+    pub created_by: &'a str,
+    /// `api_token`, `oauth2`, `basic` or `secret`.
+    pub kind: &'a str,
+    pub connector_id: Option<&'a str>,
+    pub label: Option<&'a str>,
+    /// Exact host names the secret may be sent to.
+    pub hosts: Vec<String>,
+    pub metadata: Value,
+    pub material: SecretMaterial,
+    /// `active`, or `pending_approval` until the gate lets it through.
+    pub status: &'a str,
+    pub access_expires_at: Option<i64>,
+}
+
+/// Why a credential could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("{0}")]
+    InvalidHost(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Seals, stores and (for egress only) reveals credentials.
+#[derive(Clone)]
+pub struct Vault {
+    store: Store,
+    keyring: Arc<Keyring>,
+}
+
+/// Associated data of a sealed secret: a ciphertext copied to another
+/// credential or workspace does not open.
+fn binding(credential_id: &str, workspace_id: &str) -> String {
+    format!("credential={credential_id};workspace={workspace_id}")
+}
+
+/// Normalises a list of bound hosts: exact, lower-case names only.
+pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for h in hosts {
+        match HostPattern::parse(h)? {
+            HostPattern::Exact(name) => {
+                if !out.contains(&name) {
+                    out.push(name)
+                }
+            }
+            _ => return Err(format!("'{h}': a credential is bound to exact host names, not patterns")),
+        }
+    }
+    if out.is_empty() {
+        return Err("a credential must be bound to at least one host".into());
+    }
+    Ok(out)
+}
+
+impl Vault {
+    pub fn new(store: Store, keyring: Keyring) -> Self {
+        Vault { store, keyring: Arc::new(keyring) }
+    }
+
+    /// Stores a new credential; returns its public record.
+    pub async fn create(&self, new: NewSecret<'_>) -> Result<CredentialRecord, CreateError> {
+        let hosts = bound_hosts(&new.hosts).map_err(CreateError::InvalidHost)?;
+        let id = new_id("crd");
+        let mut raw = [0u8; 24];
+        rand::rng().fill_bytes(&mut raw);
+        let handle = format!("ch_{}", URL_SAFE_NO_PAD.encode(raw));
+        let sealed = self.keyring.seal(&binding(&id, new.workspace_id), &new.material.to_plaintext());
+        self.store
+            .insert_credential(NewCredential {
+                id: &id,
+                workspace_id: new.workspace_id,
+                handle: &handle,
+                kind: new.kind,
+                connector_id: new.connector_id,
+                label: new.label,
+                hosts: &hosts,
+                metadata: &new.metadata,
+                status: new.status,
+                created_by: new.created_by,
+                access_expires_at: new.access_expires_at,
+                sealed: &sealed,
+            })
+            .await?;
+        Ok(self.store.credential(new.workspace_id, &id).await?.expect("just inserted").record)
+    }
+
+    /// The secret behind a handle, for a request to `host` on behalf of
+    /// `workspace_id`. The reasons it gives are safe to show.
+    pub async fn reveal(&self, workspace_id: &str, handle: &str, host: &str) -> Result<SecretString, String> {
+        let row = self
+            .store
+            .credential_by_handle(workspace_id, handle)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "credential lookup failed");
+                "credential store unavailable".to_owned()
+            })?
+            .ok_or_else(|| "unknown credential handle".to_owned())?;
+        if row.record.status != "active" {
+            return Err(format!("credential is {}", row.record.status));
+        }
+        if !row.record.hosts.iter().any(|h| h == host) {
+            return Err(format!("credential is not bound to host {host}"));
+        }
+        let plaintext = self.keyring.open(&binding(&row.record.credential_id, workspace_id), &row.sealed).map_err(|e| {
+            tracing::error!(credential = %row.record.credential_id, error = e, "credential does not open");
+            "credential cannot be opened".to_owned()
+        })?;
+        let material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
+        let now = now_ms();
+        if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
+            let _ = self.store.touch_credential(&row.record.credential_id, now).await;
+        }
+        Ok(material.secret)
+    }
+
+    /// Whether a handle names a usable credential of the workspace (for
+    /// validating configurations before they are saved).
+    pub async fn handle_exists(&self, workspace_id: &str, handle: &str) -> StoreResult<Option<CredentialRecord>> {
+        Ok(self.store.credential_by_handle(workspace_id, handle).await?.map(|c| c.record))
+    }
+
+    /// Re-seals every credential with a new current key, then forgets the
+    /// old keys (`service admin rotate-master-key`). Returns how many were
+    /// re-sealed.
+    pub async fn rotate(store: &Store, mut keyring: Keyring) -> anyhow::Result<(usize, String)> {
+        if keyring.file().is_none() {
+            anyhow::bail!("{}: the master key comes from the environment; rotate it there and re-run with the old key as SERVICE_PREVIOUS_MASTER_KEY", keyring::MASTER_KEY_ENV);
+        }
+        keyring.add_current(keyring::MasterKey::generate());
+        // The file holds both keys before anything is re-sealed, so a crash
+        // midway leaves every credential openable.
+        keyring.write_file()?;
+        let mut n = 0;
+        for c in store.all_sealed_credentials().await? {
+            let aad = binding(&c.record.credential_id, &c.record.workspace_id);
+            let plaintext = keyring.open(&aad, &c.sealed).map_err(|e| anyhow::anyhow!("credential {}: {e}", c.record.credential_id))?;
+            let sealed = keyring.seal(&aad, &plaintext);
+            store.reseal_credential(&c.record.credential_id, &sealed, c.access_expires_at).await?;
+            n += 1;
+        }
+        keyring.retire_old();
+        keyring.write_file()?;
+        Ok((n, keyring.current().id.clone()))
+    }
+}
+
+impl SecretSource for Vault {
+    fn secret_for<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<SecretString, String>> + Send + 'a>> {
+        Box::pin(self.reveal(workspace_id, handle, host))
+    }
+}

@@ -1,0 +1,440 @@
+//! Egress: every outbound request a connector makes, performed and policed
+//! by the host.
+//!
+//! A request leaves only when all of these hold (each refusal names its rule
+//! to the plugin and to the operator's log):
+//!
+//! 1. The URL is `https`, on port 443, without user-info, and names a host
+//!    (IP-literal URLs are refused: they would bypass name-based policy).
+//! 2. The host matches a pattern the plugin declared *and* a pattern of the
+//!    operator's policy ([`policy::EgressPolicy`]).
+//! 3. The plugin sets none of `Authorization`, `Proxy-Authorization`,
+//!    `Cookie`, `Host`: credentials are the host's to attach.
+//! 4. The name resolves (by the host, here) only to globally routable
+//!    addresses ([`address`]), unless the operator pinned the name to an
+//!    address; the connection goes to exactly the checked addresses, so a
+//!    second DNS answer cannot rebind it.
+//! 5. A credential handle, if named, belongs to the invocation's workspace
+//!    and is bound to the target host; its secret is injected into this
+//!    request only, and scrubbed from the response before the plugin sees it.
+//!
+//! Redirects are never followed blindly: each `Location` goes through the
+//! same checks, and a credential survives a redirect only to the same host.
+
+pub mod address;
+pub mod policy;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use url::{Host, Url};
+
+pub use policy::{EgressPolicy, HostPattern};
+
+/// HTTP method of an outbound request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Patch,
+    Delete,
+    Options,
+}
+
+impl Method {
+    fn as_reqwest(self) -> reqwest::Method {
+        match self {
+            Method::Get => reqwest::Method::GET,
+            Method::Head => reqwest::Method::HEAD,
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+            Method::Patch => reqwest::Method::PATCH,
+            Method::Delete => reqwest::Method::DELETE,
+            Method::Options => reqwest::Method::OPTIONS,
+        }
+    }
+}
+
+/// Where the host puts a credential's secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// `Authorization: Bearer <secret>`.
+    Bearer,
+    /// The secret as the whole value of this header.
+    Header(String),
+    /// HTTP Basic with this username and the secret as password.
+    BasicPassword(String),
+}
+
+/// A credential a request asks the host to attach.
+#[derive(Debug, Clone)]
+pub struct CredentialUse {
+    pub handle: String,
+    pub placement: Placement,
+}
+
+/// An outbound request as a plugin describes it.
+#[derive(Debug, Clone)]
+pub struct OutboundRequest {
+    pub method: Method,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+    pub credential: Option<CredentialUse>,
+    pub timeout_ms: Option<u32>,
+}
+
+/// The provider's answer, as handed to the plugin.
+#[derive(Debug, Clone)]
+pub struct InboundResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Why no response could be produced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressError {
+    #[error("egress denied: {0}")]
+    Denied(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("timed out")]
+    Timeout,
+    #[error("connection failed: {0}")]
+    ConnectionFailed(String),
+    #[error("response too large")]
+    ResponseTooLarge,
+    #[error("credential unavailable: {0}")]
+    CredentialUnavailable(String),
+}
+
+/// Resolves credential handles to secrets for one workspace and one host.
+/// Implemented by the credential vault; the egress layer only asks.
+pub trait SecretSource: Send + Sync {
+    /// The secret behind `handle`, if the credential belongs to
+    /// `workspace_id` and is bound to `host`. The error is a reason safe to
+    /// show (it never contains the secret).
+    fn secret_for<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<SecretString, String>> + Send + 'a>>;
+}
+
+/// Who is making a request: the plugin (with the hosts it declared) and
+/// the workspace it runs for.
+#[derive(Debug, Clone)]
+pub struct Caller<'a> {
+    pub plugin_id: &'a str,
+    pub declared_hosts: &'a [HostPattern],
+    pub workspace_id: &'a str,
+}
+
+/// Headers a plugin may never set.
+const FORBIDDEN_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "host"];
+/// Response headers never handed to a plugin.
+const WITHHELD_RESPONSE_HEADERS: &[&str] = &["set-cookie", "set-cookie2", "authorization", "proxy-authorization"];
+/// Redirects followed at most.
+const MAX_REDIRECTS: usize = 5;
+
+/// Addresses checked by the policy, read by the HTTP client's resolver: the
+/// client never resolves a name by itself.
+#[derive(Default)]
+struct CheckedAddresses(Mutex<HashMap<String, Vec<SocketAddr>>>);
+
+impl reqwest::dns::Resolve for CheckedAddresses {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let found = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(name.as_str()).cloned();
+        Box::pin(async move {
+            match found {
+                Some(addrs) => Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs),
+                None => Err("name was not checked by the egress policy".into()),
+            }
+        })
+    }
+}
+
+/// The host's outbound HTTP client with its policy.
+#[derive(Clone)]
+pub struct Egress {
+    policy: Arc<EgressPolicy>,
+    client: reqwest::Client,
+    checked: Arc<CheckedAddresses>,
+    secrets: Arc<dyn SecretSource>,
+}
+
+impl Egress {
+    /// Builds the client: the operator's extra trusted roots on top of the
+    /// system's, no proxy, no automatic redirects.
+    pub fn new(policy: EgressPolicy, secrets: Arc<dyn SecretSource>) -> anyhow::Result<Self> {
+        let checked = Arc::new(CheckedAddresses::default());
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(checked.clone())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("service-connector-host/", env!("CARGO_PKG_VERSION")));
+        if !policy.extra_roots.is_empty() {
+            builder = builder.tls_certs_merge(policy.extra_roots.iter().cloned());
+        }
+        let client = builder.build()?;
+        Ok(Egress { policy: Arc::new(policy), client, checked, secrets })
+    }
+
+    /// The operator's policy.
+    pub fn policy(&self) -> &EgressPolicy {
+        &self.policy
+    }
+
+    /// Performs `req` for `caller` under the full policy.
+    pub async fn send(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
+        let result = self.send_checked(caller, req).await;
+        match &result {
+            Err(EgressError::Denied(rule)) => {
+                tracing::warn!(plugin = caller.plugin_id, workspace = caller.workspace_id, rule = %rule, "egress denied");
+                metrics::counter!("egress_requests_total", "plugin" => caller.plugin_id.to_owned(), "outcome" => "denied").increment(1);
+            }
+            Err(e) => {
+                tracing::info!(plugin = caller.plugin_id, error = %e, "egress failed");
+                metrics::counter!("egress_requests_total", "plugin" => caller.plugin_id.to_owned(), "outcome" => "failed").increment(1);
+            }
+            Ok(r) => {
+                metrics::counter!("egress_requests_total", "plugin" => caller.plugin_id.to_owned(), "outcome" => "ok").increment(1);
+                tracing::debug!(plugin = caller.plugin_id, status = r.status, "egress response");
+            }
+        }
+        result
+    }
+
+    async fn send_checked(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
+        for (name, _) in &req.headers {
+            if FORBIDDEN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err(EgressError::Denied(format!(
+                    "header {name} may not be set by a plugin; name a credential handle and the host attaches it"
+                )));
+            }
+        }
+        let timeout = Duration::from_millis(u64::from(req.timeout_ms.unwrap_or(self.policy.default_timeout_ms).min(self.policy.max_timeout_ms)));
+        match tokio::time::timeout(timeout, self.exchange(caller, req)).await {
+            Ok(r) => r,
+            Err(_) => Err(EgressError::Timeout),
+        }
+    }
+
+    /// Checks a URL against every rule and pins the addresses the client
+    /// will connect to. Returns the host name.
+    pub async fn check_url(&self, caller: &Caller<'_>, url: &Url) -> Result<String, EgressError> {
+        if url.scheme() != "https" {
+            return Err(EgressError::Denied(format!("only https is allowed, not {}", url.scheme())));
+        }
+        if url.port().is_some_and(|p| p != 443) {
+            return Err(EgressError::Denied("only port 443 is allowed".into()));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(EgressError::Denied("URLs with user-info are not allowed".into()));
+        }
+        let host = match url.host() {
+            Some(Host::Domain(d)) => d.to_owned(),
+            Some(Host::Ipv4(ip)) => return Err(ip_literal(IpAddr::V4(ip))),
+            Some(Host::Ipv6(ip)) => return Err(ip_literal(IpAddr::V6(ip))),
+            None => return Err(EgressError::InvalidRequest("the URL has no host".into())),
+        };
+        if host.ends_with('.') {
+            return Err(EgressError::Denied(format!("host {host} ends with a dot; use the name without it")));
+        }
+        if !caller.declared_hosts.iter().any(|p| p.matches(&host)) {
+            return Err(EgressError::Denied(format!("host {host} is not among the hosts the connector declared")));
+        }
+        if !self.policy.allowed_hosts.iter().any(|p| p.matches(&host)) {
+            return Err(EgressError::Denied(format!("host {host} is not allowed by the operator's egress policy")));
+        }
+        let addrs = self.resolve(&host).await?;
+        self.checked.0.lock().unwrap_or_else(|p| p.into_inner()).insert(host.clone(), addrs);
+        Ok(host)
+    }
+
+    /// Operator pins first; otherwise the system resolver, and every answer
+    /// must be a global address.
+    async fn resolve(&self, host: &str) -> Result<Vec<SocketAddr>, EgressError> {
+        if let Some(pinned) = self.policy.pinned.get(host) {
+            return Ok(pinned.clone());
+        }
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 443))
+            .await
+            .map_err(|e| EgressError::ConnectionFailed(format!("{host} did not resolve: {e}")))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(EgressError::ConnectionFailed(format!("{host} did not resolve")));
+        }
+        for a in &addrs {
+            if let Some(why) = address::refusal(a.ip()) {
+                return Err(EgressError::Denied(format!("host {host} resolves to a {why} ({})", a.ip())));
+            }
+        }
+        Ok(addrs)
+    }
+
+    async fn exchange(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
+        let mut url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
+        let mut method = req.method;
+        let mut body = req.body;
+        let mut credential = req.credential;
+        let mut first_host: Option<String> = None;
+        for _ in 0..=MAX_REDIRECTS {
+            let host = self.check_url(caller, &url).await?;
+            if first_host.as_ref().is_some_and(|h| *h != host) {
+                // Credentials never follow a redirect to another host.
+                credential = None;
+            }
+            first_host.get_or_insert_with(|| host.clone());
+            let secret = match &credential {
+                Some(c) => Some(
+                    self.secrets
+                        .secret_for(caller.workspace_id, &c.handle, &host)
+                        .await
+                        .map_err(EgressError::CredentialUnavailable)?,
+                ),
+                None => None,
+            };
+            let mut builder = self.client.request(method.as_reqwest(), url.clone());
+            for (name, value) in &req.headers {
+                builder = builder.header(name.as_str(), value.as_str());
+            }
+            if let (Some(c), Some(secret)) = (&credential, &secret) {
+                builder = match &c.placement {
+                    Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
+                    Placement::Header(name) => {
+                        if FORBIDDEN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) && !name.eq_ignore_ascii_case("authorization") {
+                            return Err(EgressError::Denied(format!("a credential cannot be placed in header {name}")));
+                        }
+                        builder.header(name.as_str(), secret.expose_secret())
+                    }
+                    Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
+                };
+            }
+            if let Some(b) = &body {
+                builder = builder.body(b.clone());
+            }
+            let request = builder.build().map_err(|e| EgressError::InvalidRequest(e.without_url().to_string()))?;
+            let mut response = self.client.execute(request).await.map_err(|e| classify(&e))?;
+            let status = response.status().as_u16();
+
+            if matches!(status, 301 | 302 | 303 | 307 | 308)
+                && let Some(location) = response.headers().get("location").and_then(|v| v.to_str().ok())
+            {
+                let next = url.join(location).map_err(|_| EgressError::Denied("redirect to an invalid URL".into()))?;
+                // The same checks apply to the new target; a refusal is the
+                // answer for the whole request.
+                self.check_url(caller, &next).await.map_err(|e| match e {
+                    EgressError::Denied(rule) => EgressError::Denied(format!("redirect refused: {rule}")),
+                    other => other,
+                })?;
+                if status == 303 || (matches!(status, 301 | 302) && method == Method::Post) {
+                    method = Method::Get;
+                    body = None;
+                }
+                url = next;
+                continue;
+            }
+
+            let mut collected = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
+                if collected.len() + chunk.len() > self.policy.max_response_bytes {
+                    return Err(EgressError::ResponseTooLarge);
+                }
+                collected.extend_from_slice(&chunk);
+            }
+            let mut headers: Vec<(String, String)> = response
+                .headers()
+                .iter()
+                .filter(|(n, _)| !WITHHELD_RESPONSE_HEADERS.contains(&n.as_str()))
+                .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect();
+            if let Some(secret) = &secret {
+                // A provider that echoes the request (debug endpoints, error
+                // pages) must not hand the secret back to the plugin.
+                let s = secret.expose_secret();
+                headers.retain(|(_, v)| !v.contains(s));
+                collected = scrub(collected, s.as_bytes());
+            }
+            return Ok(InboundResponse { status, headers, body: collected });
+        }
+        Err(EgressError::Denied(format!("more than {MAX_REDIRECTS} redirects")))
+    }
+}
+
+fn ip_literal(ip: IpAddr) -> EgressError {
+    match address::refusal(ip) {
+        Some(why) => EgressError::Denied(format!("IP-literal URL to a {why} ({ip})")),
+        None => EgressError::Denied(format!("IP-literal URLs are not allowed ({ip}); use a declared host name")),
+    }
+}
+
+fn classify(e: &reqwest::Error) -> EgressError {
+    if e.is_timeout() {
+        EgressError::Timeout
+    } else {
+        // Without the URL: it may carry query parameters.
+        let mut msg = e.without_url_ref().to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            source = s.source();
+        }
+        EgressError::ConnectionFailed(msg)
+    }
+}
+
+/// Replaces every occurrence of `secret` in `body`.
+fn scrub(body: Vec<u8>, secret: &[u8]) -> Vec<u8> {
+    if secret.is_empty() || body.len() < secret.len() {
+        return body;
+    }
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        if body[i..].starts_with(secret) {
+            out.extend_from_slice(b"[REDACTED]");
+            i += secret.len();
+        } else {
+            out.push(body[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+trait WithoutUrlRef {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrlRef for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        let s = self.to_string();
+        match self.url() {
+            Some(u) => s.replace(u.as_str(), "<url>"),
+            None => s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_replaces_every_occurrence() {
+        let out = scrub(b"a SECRET b SECRETSECRET".to_vec(), b"SECRET");
+        assert_eq!(out, b"a [REDACTED] b [REDACTED][REDACTED]".to_vec());
+        assert_eq!(scrub(b"short".to_vec(), b"much longer secret"), b"short".to_vec());
+    }
+}

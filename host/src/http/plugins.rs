@@ -1,0 +1,104 @@
+//! Plugin administration for installation operators: list, unload, load.
+//! (`service plugins ...` does the same offline, against the database.)
+
+use axum::Extension;
+use axum::extract::{Path, State};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::Caller;
+use super::middleware::AuditNote;
+use super::{Envelope, Page, ok};
+use crate::access::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::plugin::registry::PluginSummary;
+use crate::server::AppState;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_plugins)).routes(routes!(unload_plugin)).routes(routes!(load_plugin))
+}
+
+/// A plugin as operators see it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Plugin {
+    pub connector_id: String,
+    pub name: String,
+    pub version: String,
+    pub interface_version: &'static str,
+    /// SHA-256 of the component.
+    pub digest: String,
+    /// `bundled:<name>` or `file:<name>`; absent when the file is gone.
+    pub source: Option<String>,
+    /// The operator's switch, shared by all replicas.
+    pub enabled: bool,
+    /// Loaded and enabled.
+    pub available: bool,
+    /// Hosts the connector declared.
+    pub hosts: Vec<String>,
+}
+
+impl From<&PluginSummary> for Plugin {
+    fn from(p: &PluginSummary) -> Self {
+        Plugin {
+            connector_id: p.info.id.clone(),
+            name: p.info.name.clone(),
+            version: p.info.version.clone(),
+            interface_version: p.interface_version.as_str(),
+            digest: p.digest.clone(),
+            source: p.source.as_ref().map(ToString::to_string),
+            enabled: p.enabled,
+            available: p.available,
+            hosts: p.info.hosts.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+async fn require_operator(state: &AppState, p: &Principal) -> ApiResult<()> {
+    if state.store.is_operator(&p.user_id).await? {
+        Ok(())
+    } else {
+        Err(ApiError::permission_denied("permission denied: only installation operators manage plugins"))
+    }
+}
+
+/// Every plugin of the installation (operators).
+#[utoipa::path(get, path = "/admin/plugins", tag = "plugins",
+    responses((status = 200, body = Envelope<Page<Plugin>>), (status = 403, body = crate::error::ErrorBody)))]
+async fn list_plugins(State(state): State<AppState>, Caller(p): Caller) -> ApiResult<Envelope<Page<Plugin>>> {
+    require_operator(&state, &p).await?;
+    let items = state.plugins.list().await.iter().map(Plugin::from).collect();
+    Ok(ok(Page { items, next_cursor: None }))
+}
+
+/// Unload a plugin: its connector becomes unavailable everywhere; saved
+/// sources keep their configuration (operators).
+#[utoipa::path(post, path = "/admin/plugins/{connector_id}/unload", tag = "plugins", params(("connector_id" = String, Path)),
+    responses((status = 200, body = Envelope<Plugin>), (status = 403, body = crate::error::ErrorBody)))]
+async fn unload_plugin(State(state): State<AppState>, Caller(p): Caller, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Envelope<Plugin>> {
+    note.action("plugins.unload");
+    note.target("plugin", &id);
+    require_operator(&state, &p).await?;
+    if state.plugins.summary(&id).await.is_none() {
+        return Err(ApiError::not_found("plugin"));
+    }
+    let id = state.plugins.unload(&id, Some(&p.user_id)).await?;
+    let s = state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?;
+    Ok(ok(Plugin::from(&s)))
+}
+
+/// Load a plugin again: its connector is available again (operators).
+#[utoipa::path(post, path = "/admin/plugins/{connector_id}/load", tag = "plugins", params(("connector_id" = String, Path)),
+    responses((status = 200, body = Envelope<Plugin>), (status = 403, body = crate::error::ErrorBody)))]
+async fn load_plugin(State(state): State<AppState>, Caller(p): Caller, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Envelope<Plugin>> {
+    note.action("plugins.load");
+    note.target("plugin", &id);
+    require_operator(&state, &p).await?;
+    if state.plugins.summary(&id).await.is_none() {
+        return Err(ApiError::not_found("plugin"));
+    }
+    let id = state.plugins.load(&id, Some(&p.user_id)).await?;
+    let s = state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?;
+    Ok(ok(Plugin::from(&s)))
+}

@@ -1,0 +1,362 @@
+//! The connector runtime: loads Wasm components, keeps them ready, and
+//! invokes them in a fresh sandbox per call.
+//!
+//! Layout:
+//! - [`types`]: the host's own types for everything crossing the boundary;
+//! - [`v1`]: bindings of `service:connector@1.0.0` and their conversions
+//!   (one module per supported interface version);
+//! - [`sandbox`]: the per-invocation store, limits and WASI context;
+//! - [`registry`]: which plugins are loaded, their aliases, and their
+//!   enabled state (kept in the database so replicas agree);
+//! - this module: the engine, the compile cache and the invocation API.
+//!
+//! One [`wasmtime::Engine`] serves every plugin. A component is compiled
+//! once; the compiled artefact is cached on disk under a key made of the
+//! component's content hash and the engine's compatibility hash, so a
+//! restart or a second replica loads it without compiling. Each plugin is
+//! kept pre-instantiated (`InstancePre`); every call gets a new `Store`.
+
+pub mod registry;
+pub mod sandbox;
+pub mod types;
+pub mod v1;
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+
+use crate::egress::Egress;
+use registry::LoadedPlugin;
+use sandbox::{HostState, Invocation, Limits, RecordSink};
+use types::{CheckResult, ConnectorError, ConnectorInfo, EntityOption, Operation, ReadRequest, Stream, WriteRequest, WriteResult};
+
+/// Why an invocation produced no answer of the connector's own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvocationError {
+    /// The connector answered with a typed error.
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    /// The call ran past its wall-clock limit.
+    #[error("the connector did not finish within its time limit")]
+    Timeout,
+    /// The guest used up its CPU budget.
+    #[error("the connector exceeded its CPU time limit")]
+    CpuLimit,
+    /// The guest asked for more memory than allowed.
+    #[error("the connector exceeded its memory limit")]
+    MemoryLimit,
+    /// The guest trapped (panic, unreachable, stack overflow, ...).
+    #[error("the connector crashed: {0}")]
+    Trapped(String),
+    /// A returned value exceeded the host's size limit.
+    #[error("the connector's output exceeds the size limit")]
+    OutputTooLarge,
+    /// The connector does not offer this operation.
+    #[error("the connector does not offer the {0} operation")]
+    Unsupported(&'static str),
+    /// The connector is unknown, unloaded or disabled.
+    #[error("connector {0} is not available")]
+    Unavailable(String),
+    /// The host could not run the call (pool exhausted, database down).
+    #[error("the connector could not be run: {0}")]
+    Host(String),
+}
+
+/// Interface versions this host loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceVersion {
+    V1_0_0,
+}
+
+impl InterfaceVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterfaceVersion::V1_0_0 => "service:connector@1.0.0",
+        }
+    }
+}
+
+/// A plugin ready to run, in the form of its interface version.
+pub enum Pre {
+    V1(v1::Pre),
+}
+
+/// The engine, the linkers of every supported version and the limits.
+pub struct Runtime {
+    engine: Engine,
+    linker_v1: Linker<HostState>,
+    limits: Arc<Limits>,
+    cache_dir: Option<PathBuf>,
+    compat_key: String,
+    /// Whether the pooling allocator is in use (reported to operators).
+    pub pooling: bool,
+}
+
+fn engine_config(pooling: Option<&Limits>) -> Config {
+    let mut cfg = Config::new();
+    cfg.epoch_interruption(true);
+    cfg.wasm_component_model(true);
+    cfg.max_wasm_stack(1024 * 1024);
+    if let Some(limits) = pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(256)
+            .total_core_instances(1024)
+            .max_core_instances_per_component(16)
+            .total_memories(512)
+            .max_memories_per_component(8)
+            .total_tables(1024)
+            .total_stacks(256)
+            .max_memory_size(limits.memory_bytes);
+        cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    cfg
+}
+
+impl Runtime {
+    /// Builds the engine (with the pooling allocator where the machine
+    /// allows it) and starts its epoch ticker. `cache_dir` holds compiled
+    /// artefacts; `None` disables the cache.
+    pub fn new(limits: Limits, cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        let (engine, pooling) = match Engine::new(&engine_config(Some(&limits))) {
+            Ok(e) => (e, true),
+            Err(e) => {
+                tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
+                (Engine::new(&engine_config(None))?, false)
+            }
+        };
+        let mut linker_v1 = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker_v1)?;
+        v1::add_to_linker(&mut linker_v1)?;
+
+        // The epoch ticker: CPU deadlines are counted in its ticks.
+        let weak = engine.weak();
+        std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
+            let tick = Duration::from_nanos(1_000_000_000 / sandbox::TICKS_PER_SECOND);
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(tick);
+            }
+        })?;
+
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        let compat_key = format!("{:016x}", h.finish());
+        if let Some(dir) = &cache_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(Runtime { engine, linker_v1, limits: Arc::new(limits), cache_dir, compat_key, pooling })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Compiles (or loads from the cache) a component and prepares it.
+    pub fn prepare(&self, bytes: &[u8]) -> anyhow::Result<(InterfaceVersion, Pre, String)> {
+        let digest = hex(&Sha256::digest(bytes));
+        let component = self.compile(bytes, &digest)?;
+        let ty = component.component_type();
+        let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
+        if exports.iter().any(|e| e == v1::EXPORT) {
+            let pre = self.linker_v1.instantiate_pre(&component)?;
+            return Ok((InterfaceVersion::V1_0_0, Pre::V1(v1::Pre::new(pre)?), digest));
+        }
+        anyhow::bail!(
+            "the component implements no supported interface version (supported: {}; it exports: {})",
+            InterfaceVersion::V1_0_0.as_str(),
+            if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
+        )
+    }
+
+    fn compile(&self, bytes: &[u8], digest: &str) -> anyhow::Result<Component> {
+        let Some(dir) = &self.cache_dir else {
+            return Ok(Component::new(&self.engine, bytes)?);
+        };
+        let path = dir.join(format!("{digest}-{}.cwasm", self.compat_key));
+        if path.exists() {
+            // SAFETY: the file was written by `Component::serialize` of an
+            // engine with the same compatibility hash (it is in the name),
+            // in a directory only this installation writes.
+            match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!(error = %e, path = %path.display(), "discarding unusable compiled artefact"),
+            }
+        }
+        let component = Component::new(&self.engine, bytes)?;
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let written = component.serialize().map_err(|e| anyhow::anyhow!("{e}")).and_then(|b| Ok(std::fs::write(&tmp, b)?)).and_then(|()| Ok(std::fs::rename(&tmp, &path)?));
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "could not cache a compiled plugin");
+        }
+        Ok(component)
+    }
+
+    /// A fresh store for one call.
+    fn store(&self, plugin: &LoadedPlugin, workspace_id: Option<&str>, egress: Option<Egress>, sink: Option<Box<dyn RecordSink>>) -> Store<HostState> {
+        HostState::store(
+            &self.engine,
+            self.limits.clone(),
+            Invocation {
+                plugin_id: plugin.plugin_id.clone(),
+                declared_hosts: plugin.declared_hosts.clone(),
+                workspace_id: workspace_id.map(str::to_owned),
+                egress,
+                sink,
+            },
+        )
+    }
+
+    /// Runs `call` under the wall-clock limit and turns traps and limit
+    /// hits into typed errors.
+    async fn run<R>(
+        &self,
+        mut store: Store<HostState>,
+        wall: Duration,
+        call: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<R, ConnectorError>>,
+    ) -> Result<R, InvocationError> {
+        let outcome = tokio::time::timeout(wall, call(&mut store)).await;
+        store.data_mut().flush_output();
+        let state = store.data();
+        match outcome {
+            Err(_) => Err(InvocationError::Timeout),
+            Ok(Ok(Ok(r))) => Ok(r),
+            Ok(Ok(Err(e))) => Err(InvocationError::Connector(e)),
+            Ok(Err(_)) if state.cpu_exceeded => Err(InvocationError::CpuLimit),
+            Ok(Err(_)) if state.limiter.hit => Err(InvocationError::MemoryLimit),
+            Ok(Err(e)) => Err(trap(&e)),
+        }
+    }
+
+    /// Asks a prepared plugin to describe itself (no imports available).
+    pub async fn describe(&self, plugin_id: &str, pre: &Pre) -> Result<ConnectorInfo, InvocationError> {
+        let store = HostState::store(
+            &self.engine,
+            self.limits.clone(),
+            Invocation { plugin_id: plugin_id.into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None },
+        );
+        let r = self
+            .run(store, self.limits.wall_short, async |s| match pre {
+                Pre::V1(p) => Ok(v1::describe(p, s).await?.map_err(ConnectorError::Internal)),
+            })
+            .await?;
+        Ok(r)
+    }
+
+    fn require(plugin: &LoadedPlugin, op: Operation) -> Result<(), InvocationError> {
+        if plugin.info.operations.contains(&op) { Ok(()) } else { Err(InvocationError::Unsupported(op.as_str())) }
+    }
+
+    pub async fn check(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, config: &str) -> Result<CheckResult, InvocationError> {
+        Self::require(plugin, Operation::Check)?;
+        let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
+        self.run(store, self.limits.wall_short, async |s| match &plugin.pre {
+            Pre::V1(p) => v1::check(p, s, config).await,
+        })
+        .await
+    }
+
+    pub async fn discover(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, config: &str) -> Result<Vec<Stream>, InvocationError> {
+        Self::require(plugin, Operation::Discover)?;
+        let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
+        self.run(store, self.limits.wall_short, async |s| match &plugin.pre {
+            Pre::V1(p) => v1::discover(p, s, config).await,
+        })
+        .await
+    }
+
+    pub async fn entity_options(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: &str,
+        egress: &Egress,
+        config: &str,
+        field: &str,
+    ) -> Result<Vec<EntityOption>, InvocationError> {
+        Self::require(plugin, Operation::EntityOptions)?;
+        let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
+        self.run(store, self.limits.wall_short, async |s| match &plugin.pre {
+            Pre::V1(p) => v1::entity_options(p, s, config, field).await,
+        })
+        .await
+    }
+
+    /// Runs a preview; the answer must be one JSON object within the output
+    /// limit.
+    pub async fn preview(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, config: &str) -> Result<serde_json::Value, InvocationError> {
+        Self::require(plugin, Operation::Preview)?;
+        let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
+        let text = self
+            .run(store, self.limits.wall_short, async |s| match &plugin.pre {
+                Pre::V1(p) => v1::preview(p, s, config).await,
+            })
+            .await?;
+        if text.len() > self.limits.max_output_bytes {
+            return Err(InvocationError::OutputTooLarge);
+        }
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+            _ => Err(InvocationError::Connector(ConnectorError::Internal("preview is not a JSON object".into()))),
+        }
+    }
+
+    /// Reads one stream into `sink`.
+    pub async fn read(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: &str,
+        egress: &Egress,
+        req: &ReadRequest,
+        sink: Box<dyn RecordSink>,
+    ) -> Result<(), InvocationError> {
+        Self::require(plugin, Operation::Read)?;
+        let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), Some(sink));
+        self.run(store, self.limits.wall_long, async |s| match &plugin.pre {
+            Pre::V1(p) => v1::read(p, s, req).await,
+        })
+        .await
+    }
+
+    pub async fn write(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, req: &WriteRequest) -> Result<WriteResult, InvocationError> {
+        Self::require(plugin, Operation::Write)?;
+        let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
+        self.run(store, self.limits.wall_long, async |s| match &plugin.pre {
+            Pre::V1(p) => v1::write(p, s, req).await,
+        })
+        .await
+    }
+}
+
+/// A short, safe description of a trap (no host paths or backtraces).
+fn trap(e: &wasmtime::Error) -> InvocationError {
+    if let Some(t) = e.downcast_ref::<wasmtime::Trap>() {
+        return InvocationError::Trapped(match t {
+            wasmtime::Trap::StackOverflow => "stack overflow".into(),
+            wasmtime::Trap::UnreachableCodeReached => "unreachable code reached (panic)".into(),
+            wasmtime::Trap::Interrupt => "interrupted".into(),
+            other => other.to_string(),
+        });
+    }
+    if e.to_string().contains("concurrent") || e.to_string().contains("pooling") {
+        return InvocationError::Host("too many connector invocations at once; retry shortly".into());
+    }
+    InvocationError::Trapped(e.to_string().lines().next().unwrap_or("trap").chars().take(300).collect())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads a component file (used for the plugins directory and the CLI).
+pub fn read_component(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if !bytes.starts_with(b"\0asm") {
+        anyhow::bail!("{}: not a WebAssembly file", path.display());
+    }
+    Ok(bytes)
+}

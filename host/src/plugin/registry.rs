@@ -1,0 +1,378 @@
+//! Which connector plugins exist, which are loaded, and which are enabled.
+//!
+//! Plugins come from two places: the bundled components built with the
+//! server, and `.wasm` files in the operator's plugins directory (watched:
+//! adding a file loads it, removing it unloads it). Operators also unload
+//! and load plugins by id (API and CLI); that state lives in the database,
+//! so every replica agrees, and is checked on every invocation.
+//!
+//! Unloading drops the prepared component but remembers the plugin, so it
+//! is listed as unavailable, work on it is refused, saved sources keep
+//! their configuration, and loading it again restores everything.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use super::types::{ConnectorInfo, ConnectorKind, Operation};
+use super::{InterfaceVersion, InvocationError, Pre, Runtime};
+use crate::egress::HostPattern;
+use crate::store::Store;
+
+/// Where a plugin's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginSource {
+    /// Built with the server.
+    Bundled(&'static str),
+    /// A file in the plugins directory.
+    File(PathBuf),
+}
+
+impl std::fmt::Display for PluginSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PluginSource::Bundled(name) => write!(f, "bundled:{name}"),
+            PluginSource::File(p) => write!(f, "file:{}", p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()),
+        }
+    }
+}
+
+/// A prepared plugin.
+pub struct LoadedPlugin {
+    /// The canonical connector id.
+    pub plugin_id: Arc<str>,
+    pub info: ConnectorInfo,
+    pub declared_hosts: Arc<[HostPattern]>,
+    pub version: InterfaceVersion,
+    pub pre: Pre,
+    /// SHA-256 of the component.
+    pub digest: String,
+}
+
+/// What the registry remembers about a plugin, loaded or not.
+struct Known {
+    info: ConnectorInfo,
+    version: InterfaceVersion,
+    digest: String,
+    source: Option<PluginSource>,
+    loaded: Option<Arc<LoadedPlugin>>,
+}
+
+/// A plugin as listed to operators and users.
+#[derive(Debug, Clone)]
+pub struct PluginSummary {
+    pub info: ConnectorInfo,
+    pub interface_version: InterfaceVersion,
+    pub digest: String,
+    pub source: Option<PluginSource>,
+    /// Loaded in this replica and enabled in the database.
+    pub available: bool,
+    /// The operator's switch (database).
+    pub enabled: bool,
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("connector id {0} is already provided by {1}")]
+    Duplicate(String, String),
+}
+
+/// Problems with a connector's description; empty when it is valid.
+pub fn validate_info(info: &ConnectorInfo) -> Vec<String> {
+    let mut problems = Vec::new();
+    let id_ok = !info.id.is_empty()
+        && info.id.len() <= 64
+        && info.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && info.id.chars().next().is_some_and(|c| c.is_ascii_lowercase());
+    if !id_ok {
+        problems.push(format!("id '{}' must be 1-64 characters of a-z, 0-9 and _, starting with a letter", info.id));
+    }
+    if info.name.trim().is_empty() {
+        problems.push("name is empty".into());
+    }
+    if info.version.split('.').count() < 3 || !info.version.split('.').take(3).all(|p| p.chars().take_while(|c| c.is_ascii_digit()).count() > 0) {
+        problems.push(format!("version '{}' is not a semantic version", info.version));
+    }
+    for alias in &info.legacy_aliases {
+        let ok = alias.strip_prefix("source:").is_some_and(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        if !ok {
+            problems.push(format!("legacy alias '{alias}' is not of the form source:<legacy_alias>"));
+        }
+    }
+    if info.config_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+        problems.push("config-schema must be a JSON Schema of type object".into());
+    }
+    if info.operations.is_empty() {
+        problems.push("operations is empty".into());
+    }
+    if info.kind == ConnectorKind::Source && !info.operations.contains(&Operation::Read) && info.operations.contains(&Operation::Discover) {
+        problems.push("a source that discovers streams must also read them".into());
+    }
+    if let Some(o) = &info.oauth {
+        for (name, url) in [("authorize-url", &o.authorize_url), ("token-url", &o.token_url)] {
+            if !url::Url::parse(url).is_ok_and(|u| u.scheme() == "https") {
+                problems.push(format!("oauth {name} must be an https URL"));
+            }
+        }
+    }
+    problems
+}
+
+/// The set of plugins of this replica.
+pub struct Registry {
+    runtime: Arc<Runtime>,
+    store: Store,
+    known: RwLock<HashMap<String, Known>>,
+    aliases: RwLock<HashMap<String, String>>,
+    bundled: Vec<(&'static str, &'static [u8])>,
+    plugins_dir: Option<PathBuf>,
+    /// Files of the plugins directory as last seen: (modified, length, id).
+    seen: std::sync::Mutex<HashMap<PathBuf, (SystemTime, u64, Option<String>)>>,
+}
+
+impl Registry {
+    pub fn new(runtime: Arc<Runtime>, store: Store, bundled: Vec<(&'static str, &'static [u8])>, plugins_dir: Option<PathBuf>) -> Self {
+        Registry {
+            runtime,
+            store,
+            known: RwLock::new(HashMap::new()),
+            aliases: RwLock::new(HashMap::new()),
+            bundled,
+            plugins_dir,
+            seen: Default::default(),
+        }
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Loads every bundled plugin and every file of the plugins directory.
+    /// A plugin that fails to load is logged and skipped: one bad file does
+    /// not keep the server from starting.
+    pub async fn load_all(&self) {
+        for (name, bytes) in self.bundled.clone() {
+            if let Err(e) = self.load_bytes(bytes, PluginSource::Bundled(name)).await {
+                tracing::error!(plugin = name, error = %e, "bundled plugin failed to load");
+            }
+        }
+        self.scan_dir().await;
+    }
+
+    /// Prepares, describes and validates a component, then registers it.
+    pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
+        let (version, pre, digest) = self.runtime.prepare(bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let label = source.to_string();
+        let info = self.runtime.describe(&label, &pre).await.map_err(|e| LoadError::Invalid(format!("describe failed: {e}")))?;
+        let problems = validate_info(&info);
+        if !problems.is_empty() {
+            return Err(LoadError::Invalid(format!("invalid description: {}", problems.join("; "))));
+        }
+        let id = info.id.clone();
+        {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(k) = known.get(&id)
+                && k.loaded.is_some()
+                && k.source.as_ref().is_some_and(|s| *s != source)
+            {
+                return Err(LoadError::Duplicate(id, k.source.as_ref().map(ToString::to_string).unwrap_or_default()));
+            }
+        }
+        let loaded = Arc::new(LoadedPlugin {
+            plugin_id: Arc::from(id.as_str()),
+            declared_hosts: Arc::from(info.hosts.clone()),
+            info: info.clone(),
+            version,
+            pre,
+            digest: digest.clone(),
+        });
+        {
+            let mut aliases = self.aliases.write().unwrap_or_else(|p| p.into_inner());
+            for a in &info.legacy_aliases {
+                aliases.insert(a.clone(), id.clone());
+            }
+        }
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        known.insert(id.clone(), Known { info, version, digest, source: Some(source.clone()), loaded: Some(loaded) });
+        tracing::info!(connector = %id, source = %source, "plugin loaded");
+        Ok(id)
+    }
+
+    /// The canonical id of a connector id or legacy alias (compatibility:
+    /// `source:<legacy_alias>` resolves to the connector that declares it).
+    pub fn canonical_id(&self, id_or_alias: &str) -> Option<String> {
+        if self.known.read().unwrap_or_else(|p| p.into_inner()).contains_key(id_or_alias) {
+            return Some(id_or_alias.to_owned());
+        }
+        self.aliases.read().unwrap_or_else(|p| p.into_inner()).get(id_or_alias).cloned()
+    }
+
+    /// A plugin ready for work: known, loaded here, and enabled.
+    pub async fn available(&self, id_or_alias: &str) -> Result<Arc<LoadedPlugin>, InvocationError> {
+        let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
+        if !self.store.plugin_enabled(&id).await.map_err(|e| InvocationError::Host(e.to_string()))? {
+            return Err(InvocationError::Unavailable(id));
+        }
+        let loaded = self.known.read().unwrap_or_else(|p| p.into_inner()).get(&id).and_then(|k| k.loaded.clone());
+        match loaded {
+            Some(p) => Ok(p),
+            None => {
+                // Enabled elsewhere (another replica or the CLI) but not
+                // loaded here yet: load it now.
+                self.reload(&id).await.map_err(|_| InvocationError::Unavailable(id.clone()))?;
+                self.known
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&id)
+                    .and_then(|k| k.loaded.clone())
+                    .ok_or(InvocationError::Unavailable(id))
+            }
+        }
+    }
+
+    /// Every known plugin, sorted by id.
+    pub async fn list(&self) -> Vec<PluginSummary> {
+        let states = self.store.plugin_states().await.unwrap_or_default();
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<PluginSummary> = known
+            .iter()
+            .map(|(id, k)| {
+                let enabled = states.get(id).copied().unwrap_or(true);
+                PluginSummary {
+                    info: k.info.clone(),
+                    interface_version: k.version,
+                    digest: k.digest.clone(),
+                    source: k.source.clone(),
+                    available: enabled && k.loaded.is_some(),
+                    enabled,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+        out
+    }
+
+    /// One plugin's summary.
+    pub async fn summary(&self, id_or_alias: &str) -> Option<PluginSummary> {
+        let id = self.canonical_id(id_or_alias)?;
+        self.list().await.into_iter().find(|p| p.info.id == id)
+    }
+
+    /// Disables a connector everywhere and drops it from this replica.
+    pub async fn unload(&self, id_or_alias: &str, by: Option<&str>) -> Result<String, InvocationError> {
+        let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
+        self.store.set_plugin_enabled(&id, false, by).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        if let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
+            k.loaded = None;
+        }
+        tracing::info!(connector = %id, "plugin unloaded");
+        Ok(id)
+    }
+
+    /// Enables a connector everywhere and loads it here again.
+    pub async fn load(&self, id_or_alias: &str, by: Option<&str>) -> Result<String, InvocationError> {
+        let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
+        self.store.set_plugin_enabled(&id, true, by).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        self.reload(&id).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        Ok(id)
+    }
+
+    /// Prepares a known plugin again from its source.
+    async fn reload(&self, id: &str) -> Result<(), LoadError> {
+        let source = self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|k| k.source.clone());
+        match source {
+            Some(PluginSource::Bundled(name)) => {
+                let bytes = self.bundled.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| LoadError::Invalid("bundle missing".into()))?;
+                self.load_bytes(bytes, PluginSource::Bundled(name)).await.map(|_| ())
+            }
+            Some(PluginSource::File(path)) => {
+                let bytes = super::read_component(&path).map_err(|e| LoadError::Invalid(e.to_string()))?;
+                self.load_bytes(&bytes, PluginSource::File(path)).await.map(|_| ())
+            }
+            None => Err(LoadError::Invalid(format!("the component of {id} is gone"))),
+        }
+    }
+
+    /// Applies the database's enabled states to this replica.
+    pub async fn reconcile(&self) {
+        let Ok(states) = self.store.plugin_states().await else { return };
+        let ids: Vec<(String, bool)> = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            known.iter().map(|(id, k)| (id.clone(), k.loaded.is_some())).collect()
+        };
+        for (id, loaded) in ids {
+            let enabled = states.get(&id).copied().unwrap_or(true);
+            if !enabled && loaded {
+                if let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
+                    k.loaded = None;
+                }
+                tracing::info!(connector = %id, "plugin unloaded (disabled in the database)");
+            } else if enabled && !loaded && let Err(e) = self.reload(&id).await {
+                tracing::warn!(connector = %id, error = %e, "could not load re-enabled plugin");
+            }
+        }
+    }
+
+    /// Loads new or changed files of the plugins directory and unloads the
+    /// plugins whose files disappeared.
+    pub async fn scan_dir(&self) {
+        let Some(dir) = &self.plugins_dir else { return };
+        let mut present: HashMap<PathBuf, (SystemTime, u64)> = HashMap::new();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.extension().is_some_and(|x| x == "wasm")
+                    && let Ok(meta) = e.metadata()
+                    && meta.is_file()
+                {
+                    present.insert(path, (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len()));
+                }
+            }
+        }
+        let changed: Vec<PathBuf> = {
+            let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            present.iter().filter(|(p, (m, l))| seen.get(*p).is_none_or(|(sm, sl, _)| sm != m || sl != l)).map(|(p, _)| p.clone()).collect()
+        };
+        let removed: Vec<(PathBuf, Option<String>)> = {
+            let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            seen.iter().filter(|(p, _)| !present.contains_key(*p)).map(|(p, (_, _, id))| (p.clone(), id.clone())).collect()
+        };
+        for (path, id) in removed {
+            self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(&path);
+            if let Some(id) = id
+                && let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(&id)
+                && k.source.as_ref() == Some(&PluginSource::File(path.clone()))
+            {
+                k.loaded = None;
+                k.source = None;
+                tracing::info!(connector = %id, "plugin file removed; plugin unloaded");
+            }
+        }
+        for path in changed {
+            let (modified, len) = present[&path];
+            let id = match super::read_component(&path) {
+                Ok(bytes) => match self.load_bytes(&bytes, PluginSource::File(path.clone())).await {
+                    Ok(id) => Some(id),
+                    Err(e) => {
+                        tracing::error!(file = %path.display(), error = %e, "plugin file failed to load");
+                        None
+                    }
+                },
+                Err(e) => {
+                    tracing::error!(error = %e, "plugin file unreadable");
+                    None
+                }
+            };
+            self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(path, (modified, len, id));
+        }
+    }
+
+    /// The operator's plugins directory, if any.
+    pub fn plugins_dir(&self) -> Option<&Path> {
+        self.plugins_dir.as_deref()
+    }
+}

@@ -1,0 +1,259 @@
+//! The per-invocation sandbox: a fresh store holding the plugin's only
+//! ambient state, and the limits every invocation runs under.
+//!
+//! - CPU: an epoch deadline. Time spent inside host calls (waiting for the
+//!   provider, writing records) is not charged: the epoch callback compares
+//!   wall time minus host time with the budget, so a long sync that mostly
+//!   waits on the network is not cut short while a busy loop is.
+//! - Memory: a resource limiter on linear memories and tables; refusals are
+//!   remembered so a memory bomb is reported as such.
+//! - Wall clock: a timeout around the whole call, since epochs cannot
+//!   interrupt a blocked host call.
+//! - Sizes: outputs, single records and log volume are capped.
+//! - WASI: no environment, no arguments, no preopened directories, no
+//!   sockets, no name lookups; stdout and stderr are captured (capped) and
+//!   forwarded to the host log tagged with the plugin id.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::types::SinkRefusal;
+use crate::egress::{Egress, HostPattern};
+
+/// Limits of one invocation. Configurable by the operator.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Guest CPU time (wall time outside host calls).
+    pub cpu: Duration,
+    /// Largest linear memory of an instance.
+    pub memory_bytes: usize,
+    /// Wall clock of short calls (describe, check, discover, entity
+    /// options, preview).
+    pub wall_short: Duration,
+    /// Wall clock of long calls (read, write).
+    pub wall_long: Duration,
+    /// Largest string a call may return (preview, schemas).
+    pub max_output_bytes: usize,
+    /// Largest single record emitted by a read.
+    pub max_record_bytes: usize,
+    /// Log bytes accepted per invocation (log import, stdout and stderr).
+    pub max_log_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpu: Duration::from_secs(10),
+            memory_bytes: 256 * 1024 * 1024,
+            wall_short: Duration::from_secs(60),
+            wall_long: Duration::from_secs(60 * 60),
+            max_output_bytes: 4 * 1024 * 1024,
+            max_record_bytes: 4 * 1024 * 1024,
+            max_log_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Where a read's records and checkpoints go.
+pub trait RecordSink: Send {
+    /// Takes a batch of records (each the text of a JSON object).
+    fn emit<'a>(&'a mut self, stream: &'a str, records: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>>;
+    /// Persists the stream's state with every record emitted before it.
+    fn checkpoint<'a>(&'a mut self, stream: &'a str, state: String) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>>;
+}
+
+/// Refuses linear-memory and table growth past the limits and remembers
+/// that it did.
+pub struct MemoryLimiter {
+    memory_bytes: usize,
+    pub(crate) hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > 100_000 {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// Captured stdout/stderr: keeps the first `cap` bytes, silently drops the
+/// rest (a plugin that prints too much is not killed for it).
+#[derive(Clone)]
+pub struct CapturedOutput {
+    buf: Arc<Mutex<Vec<u8>>>,
+    cap: usize,
+}
+
+impl CapturedOutput {
+    fn new(cap: usize) -> Self {
+        CapturedOutput { buf: Arc::new(Mutex::new(Vec::new())), cap }
+    }
+
+    /// What was captured, as text.
+    pub fn take(&self) -> String {
+        let mut b = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&std::mem::take(&mut *b)).into_owned()
+    }
+}
+
+impl tokio::io::AsyncWrite for CapturedOutput {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let mut b = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        let room = self.cap.saturating_sub(b.len());
+        b.extend_from_slice(&data[..data.len().min(room)]);
+        Poll::Ready(Ok(data.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl IsTerminal for CapturedOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CapturedOutput {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+/// Everything one invocation's store holds.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    /// The plugin, for log lines and egress decisions.
+    pub(crate) plugin_id: Arc<str>,
+    pub(crate) declared_hosts: Arc<[HostPattern]>,
+    /// The workspace the invocation runs for; `None` for `describe`.
+    pub(crate) workspace_id: Option<String>,
+    pub(crate) egress: Option<Egress>,
+    pub(crate) sink: Option<Box<dyn RecordSink>>,
+    pub(crate) limits: Arc<Limits>,
+    started: Instant,
+    /// Time spent in host calls, not charged to the CPU budget.
+    pub(crate) host_time: Duration,
+    pub(crate) cpu_exceeded: bool,
+    pub(crate) log_bytes: usize,
+    pub(crate) log_dropped: u64,
+    pub(crate) output: CapturedOutput,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// What an invocation runs with.
+pub struct Invocation {
+    pub plugin_id: Arc<str>,
+    pub declared_hosts: Arc<[HostPattern]>,
+    pub workspace_id: Option<String>,
+    pub egress: Option<Egress>,
+    pub sink: Option<Box<dyn RecordSink>>,
+}
+
+/// Epoch ticks per second (the engine's epoch is advanced by a thread).
+pub const TICKS_PER_SECOND: u64 = 200;
+
+impl HostState {
+    /// A fresh store for one invocation, with limits and the CPU deadline
+    /// armed.
+    pub fn store(engine: &wasmtime::Engine, limits: Arc<Limits>, inv: Invocation) -> Store<HostState> {
+        let output = CapturedOutput::new(limits.max_log_bytes);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(output.clone())
+            .stderr(output.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { memory_bytes: limits.memory_bytes, hit: false },
+            plugin_id: inv.plugin_id,
+            declared_hosts: inv.declared_hosts,
+            workspace_id: inv.workspace_id,
+            egress: inv.egress,
+            sink: inv.sink,
+            limits,
+            started: Instant::now(),
+            host_time: Duration::ZERO,
+            cpu_exceeded: false,
+            log_bytes: 0,
+            log_dropped: 0,
+            output,
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let s = ctx.data_mut();
+            let guest = s.started.elapsed().saturating_sub(s.host_time);
+            if guest > s.limits.cpu {
+                s.cpu_exceeded = true;
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            // Yield to the executor each tick so a busy plugin does not
+            // starve other tasks on this thread.
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store
+    }
+
+    /// Accepts a log message within the per-invocation budget.
+    pub fn log(&mut self, level: tracing::Level, message: &str) {
+        let message: String = message.chars().take(2048).filter(|c| !c.is_control() || *c == '\t').collect();
+        if self.log_bytes + message.len() > self.limits.max_log_bytes {
+            self.log_dropped += 1;
+            return;
+        }
+        self.log_bytes += message.len();
+        let plugin = &*self.plugin_id;
+        match level {
+            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
+            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
+            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
+            _ => tracing::trace!(plugin, "{message}"),
+        }
+    }
+
+    /// Forwards captured stdout/stderr to the host log and reports dropped
+    /// log lines; called when an invocation ends.
+    pub fn flush_output(&mut self) {
+        let out = self.output.take();
+        for line in out.lines().filter(|l| !l.trim().is_empty()).take(200) {
+            tracing::info!(plugin = &*self.plugin_id, stream = "stdout", "{}", line.chars().take(2048).collect::<String>());
+        }
+        if self.log_dropped > 0 {
+            tracing::warn!(plugin = &*self.plugin_id, dropped = self.log_dropped, "plugin log budget exhausted; messages dropped");
+        }
+    }
+}

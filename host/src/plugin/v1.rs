@@ -1,0 +1,291 @@
+//! Bindings of `service:connector@1.0.0` and their conversions to the
+//! host's own types ([`super::types`]). This module is the only place that
+//! knows the generated types of this version; a future version gets a
+//! sibling module of its own.
+
+use std::time::Instant;
+
+use wasmtime::Store;
+use wasmtime::component::{HasSelf, Linker};
+
+use super::sandbox::HostState;
+use super::types as t;
+use crate::egress::{self, HostPattern};
+
+wasmtime::component::bindgen!({
+    path: "../wit/connector@1.0.0",
+    world: "connector",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+use self::service::connector::{http, log, sink, types as g};
+
+/// The interface name a component must export to be a plugin of this
+/// version.
+pub const EXPORT: &str = "service:connector/plugin@1.0.0";
+
+/// A plugin of this version, pre-instantiated.
+pub type Pre = ConnectorPre<HostState>;
+
+/// Adds this version's host imports to `linker`.
+pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    Connector::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+// ---- exports: calling the plugin -------------------------------------------
+
+pub async fn describe(pre: &Pre, store: &mut Store<HostState>) -> wasmtime::Result<Result<t::ConnectorInfo, String>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let info = c.service_connector_plugin().call_describe(&mut *store).await?;
+    Ok(info_from(info))
+}
+
+pub async fn check(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<t::CheckResult, t::ConnectorError>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let r = c.service_connector_plugin().call_check(&mut *store, config).await?;
+    Ok(r.map(|c| t::CheckResult { ok: c.ok, message: c.message, account: c.account }).map_err(error_from))
+}
+
+pub async fn discover(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<Vec<t::Stream>, t::ConnectorError>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let r = c.service_connector_plugin().call_discover(&mut *store, config).await?;
+    Ok(match r {
+        Ok(streams) => streams.into_iter().map(stream_from).collect(),
+        Err(e) => Err(error_from(e)),
+    })
+}
+
+pub async fn read(pre: &Pre, store: &mut Store<HostState>, req: &t::ReadRequest) -> wasmtime::Result<Result<(), t::ConnectorError>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let req = g::ReadRequest {
+        config: req.config.clone(),
+        stream: req.stream.clone(),
+        sync_mode: match req.sync_mode {
+            t::SyncMode::FullRefresh => g::SyncMode::FullRefresh,
+            t::SyncMode::Incremental => g::SyncMode::Incremental,
+        },
+        cursor_field: req.cursor_field.clone(),
+        state: req.state.clone(),
+    };
+    let r = c.service_connector_plugin().call_read(&mut *store, &req).await?;
+    Ok(r.map_err(error_from))
+}
+
+pub async fn entity_options(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+    config: &str,
+    field: &str,
+) -> wasmtime::Result<Result<Vec<t::EntityOption>, t::ConnectorError>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let r = c.service_connector_plugin().call_entity_options(&mut *store, config, field).await?;
+    Ok(r.map(|opts| opts.into_iter().map(|o| t::EntityOption { value: o.value, label: o.label, parent: o.parent }).collect())
+        .map_err(error_from))
+}
+
+pub async fn preview(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<String, t::ConnectorError>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let r = c.service_connector_plugin().call_preview(&mut *store, config).await?;
+    Ok(r.map_err(error_from))
+}
+
+pub async fn write(pre: &Pre, store: &mut Store<HostState>, req: &t::WriteRequest) -> wasmtime::Result<Result<t::WriteResult, t::ConnectorError>> {
+    let c = pre.instantiate_async(&mut *store).await?;
+    let req = g::WriteRequest {
+        config: req.config.clone(),
+        stream: req.stream.clone(),
+        mode: match req.mode {
+            t::WriteMode::Insert => g::WriteMode::Insert,
+            t::WriteMode::Update => g::WriteMode::Update,
+            t::WriteMode::Upsert => g::WriteMode::Upsert,
+            t::WriteMode::Delete => g::WriteMode::Delete,
+        },
+        key_fields: req.key_fields.clone(),
+        records: req.records.clone(),
+    };
+    let r = c.service_connector_plugin().call_write(&mut *store, &req).await?;
+    Ok(r.map(|w| t::WriteResult {
+        written: w.written,
+        failed: w.failed,
+        errors: w.errors.into_iter().map(|e| t::RecordError { index: e.index, message: e.message }).collect(),
+    })
+    .map_err(error_from))
+}
+
+// ---- conversions -----------------------------------------------------------
+
+/// Converts a description; a malformed one is refused with the reason.
+fn info_from(i: g::ConnectorInfo) -> Result<t::ConnectorInfo, String> {
+    let config_schema: serde_json::Value =
+        serde_json::from_str(&i.config_schema).map_err(|e| format!("config-schema is not JSON: {e}"))?;
+    let hosts = i.hosts.iter().map(|h| HostPattern::parse(h).map_err(|e| format!("hosts: {e}"))).collect::<Result<Vec<_>, _>>()?;
+    Ok(t::ConnectorInfo {
+        id: i.id,
+        name: i.name,
+        version: i.version,
+        kind: match i.kind {
+            g::ConnectorKind::Source => t::ConnectorKind::Source,
+            g::ConnectorKind::Destination => t::ConnectorKind::Destination,
+        },
+        legacy_aliases: i.legacy_aliases,
+        config_schema,
+        hosts,
+        oauth: i.oauth.map(|o| t::OAuthEndpoints { authorize_url: o.authorize_url, token_url: o.token_url, scopes: o.scopes }),
+        operations: i
+            .operations
+            .into_iter()
+            .map(|o| match o {
+                g::Operation::Check => t::Operation::Check,
+                g::Operation::Discover => t::Operation::Discover,
+                g::Operation::Read => t::Operation::Read,
+                g::Operation::EntityOptions => t::Operation::EntityOptions,
+                g::Operation::Preview => t::Operation::Preview,
+                g::Operation::Write => t::Operation::Write,
+            })
+            .collect(),
+    })
+}
+
+fn stream_from(s: g::Stream) -> Result<t::Stream, t::ConnectorError> {
+    let json_schema = serde_json::from_str(&s.json_schema)
+        .map_err(|e| t::ConnectorError::Internal(format!("stream {} has a schema that is not JSON: {e}", s.name)))?;
+    Ok(t::Stream {
+        name: s.name,
+        json_schema,
+        sync_modes: s
+            .sync_modes
+            .into_iter()
+            .map(|m| match m {
+                g::SyncMode::FullRefresh => t::SyncMode::FullRefresh,
+                g::SyncMode::Incremental => t::SyncMode::Incremental,
+            })
+            .collect(),
+        cursor_fields: s.cursor_fields,
+        primary_key: s.primary_key,
+        default_cursor_field: s.default_cursor_field,
+    })
+}
+
+fn error_from(e: g::ConnectorError) -> t::ConnectorError {
+    match e {
+        g::ConnectorError::InvalidConfig(m) => t::ConnectorError::InvalidConfig(m),
+        g::ConnectorError::InvalidCredentials(m) => t::ConnectorError::InvalidCredentials(m),
+        g::ConnectorError::PermissionDenied(m) => t::ConnectorError::PermissionDenied(m),
+        g::ConnectorError::RateLimited(s) => t::ConnectorError::RateLimited(s),
+        g::ConnectorError::ProviderUnavailable(m) => t::ConnectorError::ProviderUnavailable(m),
+        g::ConnectorError::ProviderError(m) => t::ConnectorError::ProviderError(m),
+        g::ConnectorError::EgressDenied(m) => t::ConnectorError::EgressDenied(m),
+        g::ConnectorError::Unsupported(m) => t::ConnectorError::Unsupported(m),
+        g::ConnectorError::Internal(m) => t::ConnectorError::Internal(m),
+    }
+}
+
+// ---- imports: what the plugin may ask of the host --------------------------
+
+impl g::Host for HostState {}
+
+impl http::Host for HostState {
+    async fn send(&mut self, req: http::Request) -> Result<http::Response, http::HttpError> {
+        let start = Instant::now();
+        let result = self.send_request(req).await;
+        self.host_time += start.elapsed();
+        result
+    }
+}
+
+impl HostState {
+    async fn send_request(&mut self, req: http::Request) -> Result<http::Response, http::HttpError> {
+        let (Some(egress), Some(workspace_id)) = (&self.egress, &self.workspace_id) else {
+            return Err(http::HttpError::Denied("outbound requests are not available in this call".into()));
+        };
+        let request = egress::OutboundRequest {
+            method: match req.method {
+                http::Method::Get => egress::Method::Get,
+                http::Method::Head => egress::Method::Head,
+                http::Method::Post => egress::Method::Post,
+                http::Method::Put => egress::Method::Put,
+                http::Method::Patch => egress::Method::Patch,
+                http::Method::Delete => egress::Method::Delete,
+                http::Method::Options => egress::Method::Options,
+            },
+            url: req.url,
+            headers: req.headers,
+            body: req.body,
+            credential: req.credential.map(|c| egress::CredentialUse {
+                handle: c.handle,
+                placement: match c.placement {
+                    http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
+                    http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
+                    http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
+                },
+            }),
+            timeout_ms: req.timeout_ms,
+        };
+        let caller = egress::Caller { plugin_id: &self.plugin_id, declared_hosts: &self.declared_hosts, workspace_id };
+        match egress.send(&caller, request).await {
+            Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
+            Err(e) => Err(match e {
+                egress::EgressError::Denied(m) => http::HttpError::Denied(m),
+                egress::EgressError::InvalidRequest(m) => http::HttpError::InvalidRequest(m),
+                egress::EgressError::Timeout => http::HttpError::Timeout,
+                egress::EgressError::ConnectionFailed(m) => http::HttpError::ConnectionFailed(m),
+                egress::EgressError::ResponseTooLarge => http::HttpError::ResponseTooLarge,
+                egress::EgressError::CredentialUnavailable(m) => http::HttpError::CredentialUnavailable(m),
+            }),
+        }
+    }
+}
+
+impl log::Host for HostState {
+    async fn log(&mut self, level: log::Level, message: String) {
+        let level = match level {
+            log::Level::Trace => tracing::Level::TRACE,
+            log::Level::Debug => tracing::Level::DEBUG,
+            log::Level::Info => tracing::Level::INFO,
+            log::Level::Warn => tracing::Level::WARN,
+            log::Level::Error => tracing::Level::ERROR,
+        };
+        HostState::log(self, level, &message);
+    }
+}
+
+fn refusal_to(r: t::SinkRefusal) -> sink::SinkError {
+    match r {
+        t::SinkRefusal::Cancelled => sink::SinkError::Cancelled,
+        t::SinkRefusal::RecordTooLarge(i) => sink::SinkError::RecordTooLarge(i),
+        t::SinkRefusal::QuotaExceeded => sink::SinkError::QuotaExceeded,
+        t::SinkRefusal::Rejected(m) => sink::SinkError::Rejected(m),
+    }
+}
+
+impl sink::Host for HostState {
+    async fn emit(&mut self, stream: String, records: Vec<String>) -> Result<(), sink::SinkError> {
+        let start = Instant::now();
+        let max = self.limits.max_record_bytes;
+        let result = if let Some(i) = records.iter().position(|r| r.len() > max) {
+            Err(sink::SinkError::RecordTooLarge(i as u32))
+        } else {
+            match self.sink.as_mut() {
+                None => Err(sink::SinkError::Rejected("records can only be emitted during a read".into())),
+                Some(s) => s.emit(&stream, records).await.map_err(refusal_to),
+            }
+        };
+        self.host_time += start.elapsed();
+        result
+    }
+
+    async fn checkpoint(&mut self, stream: String, state: String) -> Result<(), sink::SinkError> {
+        let start = Instant::now();
+        let result = if state.len() > self.limits.max_record_bytes {
+            Err(sink::SinkError::Rejected("state too large".into()))
+        } else {
+            match self.sink.as_mut() {
+                None => Err(sink::SinkError::Rejected("checkpoints can only be made during a read".into())),
+                Some(s) => s.checkpoint(&stream, state).await.map_err(refusal_to),
+            }
+        };
+        self.host_time += start.elapsed();
+        result
+    }
+}

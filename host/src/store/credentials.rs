@@ -1,0 +1,170 @@
+//! Credential rows: metadata in the clear, the secret sealed.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::{Store, StoreResult, from_ms, now_ms};
+use crate::credentials::keyring::Sealed;
+
+/// What anyone may read about a credential: never the secret, not even a
+/// fragment of it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CredentialRecord {
+    pub credential_id: String,
+    /// The opaque reference other operations use.
+    pub credential_handle: String,
+    pub workspace_id: String,
+    /// `api_token`, `oauth2`, `basic` or `secret`.
+    pub kind: String,
+    /// Connector (or provider) the credential is for.
+    pub connector_id: Option<String>,
+    pub label: Option<String>,
+    /// Hosts the secret may be sent to.
+    pub hosts: Vec<String>,
+    /// Non-secret settings kept with it (e.g. `base_url`, scopes).
+    pub metadata: Value,
+    /// `active`, `pending_approval`, `revoked` or `needs_reauthorization`.
+    pub status: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// A credential to store.
+pub struct NewCredential<'a> {
+    pub id: &'a str,
+    pub workspace_id: &'a str,
+    pub handle: &'a str,
+    pub kind: &'a str,
+    pub connector_id: Option<&'a str>,
+    pub label: Option<&'a str>,
+    pub hosts: &'a [String],
+    pub metadata: &'a Value,
+    pub status: &'a str,
+    pub created_by: &'a str,
+    pub access_expires_at: Option<i64>,
+    pub sealed: &'a Sealed,
+}
+
+/// A row with its sealed secret, for the vault only.
+pub struct SealedCredential {
+    pub record: CredentialRecord,
+    pub sealed: Sealed,
+    pub access_expires_at: Option<i64>,
+    pub last_used_ms: Option<i64>,
+}
+
+const COLUMNS: &str = "id, handle, workspace_id, kind, connector_id, label, hosts, metadata, status, created_by, created_at, \
+     last_used_at, access_expires_at, key_id, nonce, ciphertext";
+
+fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
+    let hosts: String = r.try_get("hosts")?;
+    let metadata: String = r.try_get("metadata")?;
+    let last_used: Option<i64> = r.try_get("last_used_at")?;
+    Ok(SealedCredential {
+        record: CredentialRecord {
+            credential_id: r.try_get("id")?,
+            credential_handle: r.try_get("handle")?,
+            workspace_id: r.try_get("workspace_id")?,
+            kind: r.try_get("kind")?,
+            connector_id: r.try_get("connector_id")?,
+            label: r.try_get("label")?,
+            hosts: serde_json::from_str(&hosts).unwrap_or_default(),
+            metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
+            status: r.try_get("status")?,
+            created_by: r.try_get("created_by")?,
+            created_at: from_ms(r.try_get("created_at")?),
+            last_used_at: last_used.map(from_ms),
+        },
+        sealed: Sealed { key_id: r.try_get("key_id")?, nonce: r.try_get("nonce")?, ciphertext: r.try_get("ciphertext")? },
+        access_expires_at: r.try_get("access_expires_at")?,
+        last_used_ms: last_used,
+    })
+}
+
+impl Store {
+    pub async fn insert_credential(&self, c: NewCredential<'_>) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO credentials (id, workspace_id, handle, kind, connector_id, label, hosts, metadata, status, created_by, \
+             created_at, access_expires_at, key_id, nonce, ciphertext) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        )
+        .bind(c.id)
+        .bind(c.workspace_id)
+        .bind(c.handle)
+        .bind(c.kind)
+        .bind(c.connector_id)
+        .bind(c.label)
+        .bind(serde_json::to_string(c.hosts).unwrap_or_else(|_| "[]".into()))
+        .bind(c.metadata.to_string())
+        .bind(c.status)
+        .bind(c.created_by)
+        .bind(now_ms())
+        .bind(c.access_expires_at)
+        .bind(&c.sealed.key_id)
+        .bind(&c.sealed.nonce)
+        .bind(&c.sealed.ciphertext)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn credential(&self, workspace_id: &str, credential_id: &str) -> StoreResult<Option<SealedCredential>> {
+        let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(credential_id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    /// Looks a handle up within one workspace: a handle of another
+    /// workspace is simply not found.
+    pub async fn credential_by_handle(&self, workspace_id: &str, handle: &str) -> StoreResult<Option<SealedCredential>> {
+        let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND handle = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(handle).fetch_optional(self.pool()).await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    pub async fn credentials(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<CredentialRecord>> {
+        let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(|r| from_row(r).map(|c| c.record)).collect()
+    }
+
+    pub async fn set_credential_status(&self, workspace_id: &str, credential_id: &str, from: &str, to: &str) -> StoreResult<bool> {
+        let n = sqlx::query("UPDATE credentials SET status = $1 WHERE workspace_id = $2 AND id = $3 AND status = $4")
+            .bind(to)
+            .bind(workspace_id)
+            .bind(credential_id)
+            .bind(from)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    pub async fn touch_credential(&self, credential_id: &str, at: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE id = $2").bind(at).bind(credential_id).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// Replaces the sealed secret (token refresh, key rotation).
+    pub async fn reseal_credential(&self, credential_id: &str, sealed: &Sealed, access_expires_at: Option<i64>) -> StoreResult<()> {
+        sqlx::query("UPDATE credentials SET key_id = $1, nonce = $2, ciphertext = $3, access_expires_at = $4 WHERE id = $5")
+            .bind(&sealed.key_id)
+            .bind(&sealed.nonce)
+            .bind(&sealed.ciphertext)
+            .bind(access_expires_at)
+            .bind(credential_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Every credential with its sealed secret (for key rotation).
+    pub async fn all_sealed_credentials(&self) -> StoreResult<Vec<SealedCredential>> {
+        let sql = format!("SELECT {COLUMNS} FROM credentials ORDER BY id");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
+        rows.iter().map(from_row).collect()
+    }
+}

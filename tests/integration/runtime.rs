@@ -1,0 +1,339 @@
+//! The connector runtime with real, misbehaving Wasm components: limits,
+//! egress policy, credential injection, load and unload.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use reqwest::Method;
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use service::credentials::{NewSecret, SecretMaterial};
+use service::plugin::InvocationError;
+use service::plugin::registry::{LoadedPlugin, PluginSource};
+
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
+
+const HOSTS: &[&str] = &["api.provider.test", "echo.provider.test", "redirect.provider.test"];
+
+/// A provider that echoes requests, redirects to private addresses and
+/// answers slowly on demand.
+fn provider_routes() -> Router {
+    Router::new()
+        .route("/ok", get(|| async { "fine" }))
+        .route(
+            "/echo",
+            get(|headers: HeaderMap| async move {
+                let all: Vec<(String, String)> =
+                    headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned())).collect();
+                let auth = headers.get("authorization").map(|v| v.to_str().unwrap_or("").to_owned()).unwrap_or_default();
+                ([("x-echo-authorization", auth.clone()), ("set-cookie", format!("session={auth}"))], axum::Json(json!({ "headers": all, "authorization": auth })))
+            }),
+        )
+        .route("/redirect-private", get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }))
+        .route("/redirect-undeclared", get(|| async { (StatusCode::FOUND, [("location", "https://elsewhere.example/")]).into_response() }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                "late"
+            }),
+        )
+}
+
+struct Fixture {
+    srv: TestServer,
+    provider: FakeProvider,
+    plugin: Arc<LoadedPlugin>,
+    workspace_id: String,
+}
+
+/// A server whose egress reaches the fake provider under the test names,
+/// with the misbehaving plugin loaded and tight limits.
+async fn fixture() -> Fixture {
+    let ca = TestCa::new();
+    let provider = FakeProvider::start(&ca, HOSTS, provider_routes()).await;
+    let pins = provider.pins(HOSTS);
+    let srv = TestServer::start_with(Backend::Sqlite, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(
+            "api.provider.test,echo.provider.test,redirect.provider.test,localhost",
+            Some(&pins),
+            Some(ca.pem.as_bytes()),
+        )
+        .unwrap();
+        c.plugins.limits.cpu = Duration::from_millis(500);
+        c.plugins.limits.memory_bytes = 64 * 1024 * 1024;
+        c.plugins.limits.wall_short = Duration::from_secs(3);
+        c.plugins.limits.max_output_bytes = 1024 * 1024;
+    })
+    .await
+    .unwrap();
+    let path = test_plugin("test_misbehaving");
+    let bytes = std::fs::read(&path).unwrap();
+    let id = srv.state.plugins.load_bytes(&bytes, PluginSource::File(path)).await.unwrap();
+    let plugin = srv.state.plugins.available(&id).await.unwrap();
+    let workspace_id = srv.workspace_id().await;
+    Fixture { srv, provider, plugin, workspace_id }
+}
+
+impl Fixture {
+    async fn preview(&self, config: Value) -> Result<Value, InvocationError> {
+        self.srv.state.plugins.runtime().preview(&self.plugin, &self.workspace_id, &self.srv.state.egress, &config.to_string()).await
+    }
+
+    /// What the plugin saw of one request.
+    async fn egress(&self, request: Value) -> Value {
+        self.preview(json!({ "behave": "egress", "request": request })).await.expect("egress preview runs")
+    }
+
+    async fn credential(&self, workspace_id: &str, hosts: &[&str], secret: &str) -> String {
+        let me = json_ok(self.srv.get("/v1/me").send().await.unwrap()).await;
+        let admin = me["data"]["user"]["user_id"].as_str().unwrap().to_owned();
+        self.srv
+            .state
+            .vault
+            .create(NewSecret {
+                workspace_id,
+                created_by: &admin,
+                kind: "api_token",
+                connector_id: None,
+                label: None,
+                hosts: hosts.iter().map(|h| h.to_string()).collect(),
+                metadata: json!({}),
+                material: SecretMaterial::new(SecretString::from(secret.to_owned())),
+                status: "active",
+                access_expires_at: None,
+            })
+            .await
+            .unwrap()
+            .credential_handle
+    }
+
+    async fn still_works(&self) {
+        assert_eq!(self.preview(json!({ "behave": "noop" })).await.unwrap(), json!({}), "the next invocation works");
+    }
+}
+
+fn denied_rule(v: &Value) -> String {
+    assert_eq!(v["error"]["kind"], "denied", "expected a denial: {v}");
+    v["error"]["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_infinite_loop_hits_the_cpu_limit_and_the_next_call_works() {
+    let f = fixture().await;
+    assert_eq!(f.preview(json!({ "behave": "loop" })).await, Err(InvocationError::CpuLimit));
+    f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_bomb_hits_the_memory_limit_and_the_next_call_works() {
+    let f = fixture().await;
+    assert_eq!(f.preview(json!({ "behave": "memory_bomb" })).await, Err(InvocationError::MemoryLimit));
+    f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_recursion_and_traps_fail_only_their_call() {
+    let f = fixture().await;
+    match f.preview(json!({ "behave": "recursion" })).await {
+        Err(InvocationError::Trapped(m)) => assert!(m.contains("stack overflow"), "{m}"),
+        other => panic!("expected a stack overflow, got {other:?}"),
+    }
+    f.still_works().await;
+    assert!(matches!(f.preview(json!({ "behave": "trap" })).await, Err(InvocationError::Trapped(_))));
+    f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_output_is_refused() {
+    let f = fixture().await;
+    assert_eq!(f.preview(json!({ "behave": "oversized_output", "size": 4 * 1024 * 1024 })).await, Err(InvocationError::OutputTooLarge));
+    f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_host_call_is_cut_by_the_wall_clock() {
+    let f = fixture().await;
+    let r = f.preview(json!({ "behave": "egress", "request": { "method": "GET", "url": "https://api.provider.test/slow" } })).await;
+    assert_eq!(r, Err(InvocationError::Timeout));
+    f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_flood_is_capped_without_failing_the_call() {
+    let f = fixture().await;
+    let r = f.preview(json!({ "behave": "log_flood", "count": 20000 })).await.unwrap();
+    assert_eq!(r["logged"], 20000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_reaches_declared_and_allowed_hosts_only() {
+    let f = fixture().await;
+    let ok = f.egress(json!({ "method": "GET", "url": "https://api.provider.test/ok" })).await;
+    assert_eq!(ok["ok"]["status"], 200, "{ok}");
+    assert_eq!(ok["ok"]["body"], "fine");
+
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://undeclared.example.com/" })).await);
+    assert!(rule.contains("not among the hosts the connector declared"), "{rule}");
+    for url in ["https://127.0.0.1/", "https://[::1]/", "https://[::ffff:127.0.0.1]/", "https://169.254.169.254/latest/meta-data"] {
+        let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": url })).await);
+        assert!(rule.contains("IP-literal"), "{url}: {rule}");
+    }
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "http://api.provider.test/ok" })).await);
+    assert!(rule.contains("only https"), "{rule}");
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://api.provider.test:8443/ok" })).await);
+    assert!(rule.contains("port 443"), "{rule}");
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://user:pw@api.provider.test/ok" })).await);
+    assert!(rule.contains("user-info"), "{rule}");
+    let before = f.provider.hits();
+    assert_eq!(f.provider.hits(), before, "no denied request reached the provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_resolving_to_a_private_address_is_refused() {
+    let f = fixture().await;
+    // `localhost` is declared by the plugin and allowed by the operator,
+    // but resolves to loopback.
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://localhost/" })).await);
+    assert!(rule.contains("resolves to a loopback address"), "{rule}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_checked_like_first_requests() {
+    let f = fixture().await;
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://redirect.provider.test/redirect-private" })).await);
+    assert!(rule.contains("redirect refused") && rule.contains("loopback"), "{rule}");
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://redirect.provider.test/redirect-undeclared" })).await);
+    assert!(rule.contains("redirect refused"), "{rule}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_may_not_set_credential_headers_itself() {
+    let f = fixture().await;
+    for header in ["Authorization", "proxy-authorization", "Cookie", "HOST"] {
+        let before = f.provider.hits();
+        let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "headers": [[header, "Bearer stolen"]] })).await;
+        assert!(denied_rule(&v).contains("may not be set by a plugin"), "{header}: {v}");
+        assert_eq!(f.provider.hits(), before, "nothing was sent");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_injects_credentials_and_the_plugin_never_sees_them() {
+    let f = fixture().await;
+    let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
+    let handle = f.credential(&f.workspace_id, &["echo.provider.test"], &canary).await;
+    let report = f
+        .preview(json!({
+            "behave": "report",
+            "request": { "method": "GET", "url": "https://echo.provider.test/echo", "credential": { "handle": handle, "placement": "bearer" } }
+        }))
+        .await
+        .unwrap();
+    let text = report.to_string();
+    // The provider received the secret (the echo proves injection) ...
+    assert!(text.contains("[REDACTED]"), "the echoed secret was scrubbed: {text}");
+    // ... but nothing the plugin can see holds it: not the body, not a
+    // header, not the environment or the filesystem.
+    assert!(!text.contains(&canary), "canary leaked to the plugin: {text}");
+    assert!(!text.contains("set-cookie"), "cookies are withheld: {text}");
+    let env = &report["env"];
+    assert!(env.as_array().is_none_or(|e| e.is_empty()) || env.as_object().is_some_and(|e| e.is_empty()), "no environment: {env}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_of_another_workspace_or_host_are_unavailable() {
+    let f = fixture().await;
+    let (other_ws, _) = f.srv.other_workspace().await;
+    let foreign = f.credential(&other_ws, &["echo.provider.test"], "foreign-secret-value").await;
+    let v = f
+        .egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "credential": { "handle": foreign, "placement": "bearer" } }))
+        .await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("unknown credential handle"), "{v}");
+
+    let elsewhere = f.credential(&f.workspace_id, &["api.provider.test"], "bound-elsewhere-secret").await;
+    let before = f.provider.hits();
+    let v = f
+        .egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "credential": { "handle": elsewhere, "placement": "bearer" } }))
+        .await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("not bound to host echo.provider.test"), "{v}");
+    assert_eq!(f.provider.hits(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connectors_come_from_plugins_and_unloading_makes_them_unavailable() {
+    let f = fixture().await;
+    let srv = &f.srv;
+    let list = json_ok(srv.get("/v1/connectors").send().await.unwrap()).await;
+    let item = list["data"]["items"].as_array().unwrap().iter().find(|c| c["connector_id"] == "test_misbehaving").cloned().unwrap();
+    assert_eq!(item["status"], "available");
+    assert_eq!(item["interface_version"], "service:connector@1.0.0");
+    let spec = json_ok(srv.get("/v1/connectors/test_misbehaving/spec").send().await.unwrap()).await;
+    assert_eq!(spec["data"]["config_schema"]["type"], "object");
+    expect_error(srv.get("/v1/connectors/no_such_connector").send().await.unwrap(), 404, "404").await;
+
+    // Only operators manage plugins.
+    let ws = f.workspace_id.clone();
+    let (_, admin_not_operator) = srv.user_in(&ws, service::access::Role::Administrator).await;
+    let resp = srv.request_as(&admin_not_operator, Method::POST, "/v1/admin/plugins/test_misbehaving/unload").send().await.unwrap();
+    expect_error(resp, 403, "403").await;
+
+    let unloaded = json_ok(srv.request(Method::POST, "/v1/admin/plugins/test_misbehaving/unload").send().await.unwrap()).await;
+    assert_eq!(unloaded["data"]["enabled"], false);
+    let c = json_ok(srv.get("/v1/connectors/test_misbehaving").send().await.unwrap()).await;
+    assert_eq!(c["data"]["status"], "unavailable");
+    assert!(matches!(srv.state.plugins.available("test_misbehaving").await, Err(InvocationError::Unavailable(_))));
+
+    let loaded = json_ok(srv.request(Method::POST, "/v1/admin/plugins/test_misbehaving/load").send().await.unwrap()).await;
+    assert_eq!(loaded["data"]["available"], true);
+    let plugin = srv.state.plugins.available("test_misbehaving").await.unwrap();
+    let r = srv.state.plugins.runtime().preview(&plugin, &ws, &srv.state.egress, r#"{"behave":"noop"}"#).await.unwrap();
+    assert_eq!(r, json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_added_to_and_removed_from_the_plugins_directory_load_and_unload() {
+    let srv = TestServer::start(Backend::Sqlite).await.unwrap();
+    let dir = srv.state.config.plugins.plugins_dir.clone();
+    let dest = dir.join("noop.wasm");
+    std::fs::copy(test_plugin("test_noop"), &dest).unwrap();
+    srv.state.plugins.scan_dir().await;
+    let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
+    assert_eq!(c["data"]["status"], "available");
+    std::fs::remove_file(&dest).unwrap();
+    srv.state.plugins.scan_dir().await;
+    let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
+    assert_eq!(c["data"]["status"], "unavailable");
+    // The compiled artefact was cached on disk, keyed by content.
+    let cached = std::fs::read_dir(srv.data_dir.join("plugin-cache")).unwrap().count();
+    assert!(cached >= 1);
+    srv.stop().await;
+}
+
+#[test]
+fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
+    let bin = env!("CARGO_BIN_EXE_service");
+    let good = std::process::Command::new(bin).args(["plugins", "validate"]).arg(test_plugin("test_noop")).output().unwrap();
+    let out = String::from_utf8_lossy(&good.stdout);
+    assert!(good.status.success(), "{out}{}", String::from_utf8_lossy(&good.stderr));
+    assert!(out.contains("service:connector@1.0.0") && out.contains("description: valid"), "{out}");
+
+    let bad = std::process::Command::new(bin).args(["plugins", "validate"]).arg(test_plugin("test_bad_describe")).output().unwrap();
+    assert!(!bad.status.success());
+    let all = format!("{}{}", String::from_utf8_lossy(&bad.stdout), String::from_utf8_lossy(&bad.stderr));
+    assert!(all.contains("config-schema is not JSON") || all.contains("problem"), "{all}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let not_wasm = dir.path().join("x.wasm");
+    std::fs::write(&not_wasm, b"hello").unwrap();
+    let r = std::process::Command::new(bin).args(["plugins", "validate"]).arg(&not_wasm).output().unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("not a WebAssembly file"));
+}

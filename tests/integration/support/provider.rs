@@ -1,0 +1,101 @@
+//! Fake providers: real HTTPS servers on loopback, with certificates from a
+//! test CA, reached by the server through the operator's egress overrides
+//! (a pinned address per name and an extra trusted root) so the production
+//! policy code runs unchanged.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// A certificate authority for one test.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub pem: String,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "service test CA");
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let pem = cert.pem();
+        TestCa { issuer: Issuer::new(params, key), pem }
+    }
+
+    /// A server certificate for `names`, signed by this CA.
+    fn server_config(&self, names: &[&str]) -> ServerConfig {
+        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let chain = vec![CertificateDer::from(cert.der().to_vec())];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).unwrap()
+    }
+}
+
+/// A running fake provider.
+pub struct FakeProvider {
+    pub addr: SocketAddr,
+    /// Requests received (any path).
+    pub hits: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeProvider {
+    /// Serves `router` over HTTPS for `names` on a loopback port.
+    pub async fn start(ca: &TestCa, names: &[&str], router: Router) -> FakeProvider {
+        crate::support::init_crypto();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut config = ca.server_config(names);
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = hits.clone();
+        let router = router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                next.run(req).await
+            }
+        }));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { break };
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        FakeProvider { addr, hits, task }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// `name=addr` entries for the egress pin setting.
+    pub fn pins(&self, names: &[&str]) -> String {
+        names.iter().map(|n| format!("{n}={}", self.addr)).collect::<Vec<_>>().join(",")
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,163 @@
+//! `egress`: one request exactly as the test wrote it, sent through the
+//! host's `http` import without the SDK's guard rails, so the test sees the
+//! host's own verdict (for example on an `Authorization` header the plugin
+//! sets itself).
+//!
+//! The request is the config's `request` object:
+//!
+//! ```json
+//! {
+//!   "method": "GET",                         // any WIT method, any case; default GET
+//!   "url": "https://api.provider.test/x",     // required
+//!   "headers": [["x-name", "value"]],         // optional
+//!   "credential": {                           // optional
+//!     "handle": "cred_...",
+//!     "placement": "bearer" | {"header": "x-api-key"} | {"basic": "user"}
+//!   },
+//!   "body": "text",                           // optional
+//!   "timeout_ms": 5000                        // optional
+//! }
+//! ```
+//!
+//! The outcome is `{"ok": {"status", "headers", "body"}}` (body as lossy
+//! UTF-8) or `{"error": {"kind", "message"}}` with the WIT error case as
+//! `kind`.
+
+use serde_json::{Value, json};
+
+use crate::bindings::service::connector::http::{
+    self, CredentialPlacement, CredentialUse, HttpError, Method, Request,
+};
+use crate::bindings::service::connector::types::ConnectorError;
+use crate::config::invalid_config;
+
+/// Turns the config's `request` object into a WIT request.
+pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
+    let object = request
+        .as_object()
+        .ok_or_else(|| invalid_config("request: expected an object"))?;
+    let field = |name: &str| object.get(name).filter(|value| !value.is_null());
+
+    let method = match field("method") {
+        None => Method::Get,
+        Some(Value::String(name)) => parse_method(name)?,
+        Some(_) => return Err(invalid_config("request.method: expected a string")),
+    };
+    let url = field("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_config("request.url: required, a string"))?
+        .to_owned();
+    let headers = match field("headers") {
+        None => Vec::new(),
+        Some(Value::Array(pairs)) => pairs
+            .iter()
+            .map(parse_header)
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => {
+            return Err(invalid_config(
+                "request.headers: expected a list of [name, value] pairs",
+            ));
+        }
+    };
+    let body = match field("body") {
+        None => None,
+        Some(Value::String(text)) => Some(text.clone().into_bytes()),
+        Some(_) => return Err(invalid_config("request.body: expected a string")),
+    };
+    let credential = field("credential").map(parse_credential).transpose()?;
+    let timeout_ms = match field("timeout_ms") {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .and_then(|ms| u32::try_from(ms).ok())
+                .ok_or_else(|| invalid_config("request.timeout_ms: expected a u32"))?,
+        ),
+    };
+    Ok(Request {
+        method,
+        url,
+        headers,
+        body,
+        credential,
+        timeout_ms,
+    })
+}
+
+fn parse_method(name: &str) -> Result<Method, ConnectorError> {
+    Ok(match name.to_ascii_uppercase().as_str() {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "PATCH" => Method::Patch,
+        "DELETE" => Method::Delete,
+        "OPTIONS" => Method::Options,
+        _ => {
+            return Err(invalid_config(format!(
+                "request.method: unknown method {name:?}"
+            )));
+        }
+    })
+}
+
+fn parse_header(pair: &Value) -> Result<(String, String), ConnectorError> {
+    match pair.as_array().map(Vec::as_slice) {
+        Some([Value::String(name), Value::String(value)]) => Ok((name.clone(), value.clone())),
+        _ => Err(invalid_config(
+            "request.headers: every entry must be [name, value], two strings",
+        )),
+    }
+}
+
+fn parse_credential(credential: &Value) -> Result<CredentialUse, ConnectorError> {
+    let handle = credential
+        .get("handle")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_config("request.credential.handle: required, a string"))?
+        .to_owned();
+    let placement = match credential.get("placement") {
+        None | Some(Value::Null) => CredentialPlacement::AuthorizationBearer,
+        Some(Value::String(name)) if name == "bearer" => CredentialPlacement::AuthorizationBearer,
+        Some(Value::Object(place)) => match (place.get("header"), place.get("basic")) {
+            (Some(Value::String(header)), None) => CredentialPlacement::Header(header.clone()),
+            (None, Some(Value::String(user))) => CredentialPlacement::BasicPassword(user.clone()),
+            _ => return Err(bad_placement()),
+        },
+        Some(_) => return Err(bad_placement()),
+    };
+    Ok(CredentialUse { handle, placement })
+}
+
+fn bad_placement() -> ConnectorError {
+    invalid_config(
+        r#"request.credential.placement: expected "bearer", {"header": name} or {"basic": username}"#,
+    )
+}
+
+/// Sends the request and describes the outcome; never fails itself.
+pub fn send(request: &Request) -> Value {
+    match http::send(request) {
+        Ok(response) => json!({
+            "ok": {
+                "status": response.status,
+                "headers": response.headers,
+                "body": String::from_utf8_lossy(&response.body),
+            }
+        }),
+        Err(error) => {
+            let (kind, message) = match error {
+                HttpError::Denied(rule) => ("denied", rule),
+                HttpError::InvalidRequest(why) => ("invalid-request", why),
+                HttpError::Timeout => ("timeout", "no complete response within the timeout".into()),
+                HttpError::ConnectionFailed(why) => ("connection-failed", why),
+                HttpError::ResponseTooLarge => (
+                    "response-too-large",
+                    "the response exceeded the host's size limit".into(),
+                ),
+                HttpError::CredentialUnavailable(why) => ("credential-unavailable", why),
+            };
+            json!({ "error": { "kind": kind, "message": message } })
+        }
+    }
+}
