@@ -58,7 +58,7 @@ pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Pol
             Policy {
                 category,
                 description: category.description(),
-                requires_approval: s.is_none_or(|p| p.requires_approval),
+                requires_approval: s.map(|p| p.requires_approval).unwrap_or(category.default_requires_approval()),
                 approver_role: s.map(|p| p.approver_role).unwrap_or(Role::Administrator),
                 customised: s.is_some(),
             }

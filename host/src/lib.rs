@@ -31,6 +31,7 @@ pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod egress;
+pub mod emailcampaign;
 pub mod error;
 pub mod http;
 pub mod ops;

@@ -7,6 +7,7 @@ mod access;
 mod approvals;
 mod audit;
 mod cli;
+mod emailcampaign;
 mod conventions;
 mod idempotency;
 mod members;

@@ -19,6 +19,8 @@
 pub mod approvals;
 pub mod audit_logs;
 pub mod connectors;
+pub mod credentials;
+pub mod emailcampaign;
 pub mod extract;
 pub mod me;
 pub mod plugins;
@@ -106,6 +108,8 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(audit_logs::router())
         .merge(approvals::router())
         .merge(connectors::router())
+        .merge(credentials::router())
+        .merge(emailcampaign::router())
         .merge(plugins::router())
 }
 

@@ -9,6 +9,7 @@
 //! (`members`, `sessions`); this module holds the enum, its metadata
 //! (category, action name, least role) and the door.
 
+pub mod credentials;
 pub mod members;
 pub mod sessions;
 
@@ -30,16 +31,29 @@ use crate::server::AppState;
 pub enum Category {
     /// Members, invitations and sessions.
     WorkspaceAdmin,
+    /// Activating stored credentials.
+    Credentials,
+    /// Asking for a credential-entry link (a person then types the secret).
+    CredentialEntry,
 }
 
 impl Category {
     /// Every category, in the order policies are listed.
-    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin];
+    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Category::WorkspaceAdmin => "workspace_admin",
+            Category::Credentials => "credentials",
+            Category::CredentialEntry => "credential_entry",
         }
+    }
+
+    /// Whether MCP writes of this category need approval until an
+    /// administrator says otherwise. Entry links need none by default: the
+    /// person typing the secret is the approval.
+    pub fn default_requires_approval(self) -> bool {
+        !matches!(self, Category::CredentialEntry)
     }
 
     pub fn parse(s: &str) -> Option<Category> {
@@ -50,6 +64,8 @@ impl Category {
     pub fn description(self) -> &'static str {
         match self {
             Category::WorkspaceAdmin => "inviting and removing members, revoking sessions",
+            Category::Credentials => "activating credentials stored through a credential flow",
+            Category::CredentialEntry => "creating single-use links where a person enters a secret",
         }
     }
 }
@@ -64,6 +80,10 @@ pub enum Operation {
     RemoveMember { member_id: String },
     /// Revoke a session of a workspace member.
     RevokeSession { session_id: String },
+    /// Activate a credential whose secret was sealed by a credential flow.
+    ActivateCredential { credential_id: String },
+    /// Create a single-use link where a person enters a secret.
+    CreateEntryLink(credentials::EntryLinkRequest),
 }
 
 impl Operation {
@@ -73,12 +93,16 @@ impl Operation {
             Operation::InviteMember(_) => "members.invite",
             Operation::RemoveMember { .. } => "members.remove",
             Operation::RevokeSession { .. } => "sessions.revoke",
+            Operation::ActivateCredential { .. } => "credentials.create",
+            Operation::CreateEntryLink(_) => "credentials.entry_link",
         }
     }
 
     pub fn category(&self) -> Category {
         match self {
             Operation::InviteMember(_) | Operation::RemoveMember { .. } | Operation::RevokeSession { .. } => Category::WorkspaceAdmin,
+            Operation::ActivateCredential { .. } => Category::Credentials,
+            Operation::CreateEntryLink(_) => Category::CredentialEntry,
         }
     }
 
@@ -88,6 +112,8 @@ impl Operation {
             Operation::InviteMember(i) => format!("Invite {} to the workspace as {}", i.email.trim(), i.role.as_str()),
             Operation::RemoveMember { member_id } => format!("Remove member {member_id} from the workspace"),
             Operation::RevokeSession { session_id } => format!("Revoke session {session_id}"),
+            Operation::ActivateCredential { credential_id } => format!("Activate credential {credential_id}"),
+            Operation::CreateEntryLink(r) => format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", ")),
         }
     }
 
@@ -95,6 +121,7 @@ impl Operation {
     pub fn required_role(&self) -> Role {
         match self.category() {
             Category::WorkspaceAdmin => Role::Administrator,
+            Category::Credentials | Category::CredentialEntry => Role::Editor,
         }
     }
 }
@@ -140,5 +167,7 @@ pub(crate) async fn execute(state: &AppState, access: &WorkspaceAccess, note: &A
         Operation::InviteMember(invite) => members::invite(state, access, note, invite).await,
         Operation::RemoveMember { member_id } => members::remove(state, access, note, &member_id).await,
         Operation::RevokeSession { session_id } => sessions::revoke(state, access, note, &session_id).await,
+        Operation::ActivateCredential { credential_id } => credentials::activate(state, access, note, &credential_id).await,
+        Operation::CreateEntryLink(req) => credentials::create_entry_link(state, access, note, req).await,
     }
 }

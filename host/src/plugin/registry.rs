@@ -122,6 +122,9 @@ pub fn validate_info(info: &ConnectorInfo) -> Vec<String> {
     problems
 }
 
+/// A plugins-directory file as last seen: (modified, length, connector id).
+type SeenFile = (SystemTime, u64, Option<String>);
+
 /// The set of plugins of this replica.
 pub struct Registry {
     runtime: Arc<Runtime>,
@@ -130,8 +133,8 @@ pub struct Registry {
     aliases: RwLock<HashMap<String, String>>,
     bundled: Vec<(&'static str, &'static [u8])>,
     plugins_dir: Option<PathBuf>,
-    /// Files of the plugins directory as last seen: (modified, length, id).
-    seen: std::sync::Mutex<HashMap<PathBuf, (SystemTime, u64, Option<String>)>>,
+    /// Files of the plugins directory as last seen.
+    seen: std::sync::Mutex<HashMap<PathBuf, SeenFile>>,
 }
 
 impl Registry {

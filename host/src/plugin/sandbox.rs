@@ -1,10 +1,12 @@
 //! The per-invocation sandbox: a fresh store holding the plugin's only
 //! ambient state, and the limits every invocation runs under.
 //!
-//! - CPU: an epoch deadline. Time spent inside host calls (waiting for the
-//!   provider, writing records) is not charged: the epoch callback compares
-//!   wall time minus host time with the budget, so a long sync that mostly
-//!   waits on the network is not cut short while a busy loop is.
+//! - CPU: an epoch deadline of one tick, renewed by a callback that counts
+//!   the ticks during which guest code was running. Time blocked in any host
+//!   call (waiting for the provider, writing records, a WASI sleep between
+//!   retries) advances the epoch but runs no guest code, so it costs at most
+//!   one tick: a long sync that mostly waits on the network is not cut
+//!   short, while a busy loop is.
 //! - Memory: a resource limiter on linear memories and tables; refusals are
 //!   remembered so a memory bomb is reported as such.
 //! - Wall clock: a timeout around the whole call, since epochs cannot
@@ -17,7 +19,7 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
@@ -154,9 +156,8 @@ pub struct HostState {
     pub(crate) egress: Option<Egress>,
     pub(crate) sink: Option<Box<dyn RecordSink>>,
     pub(crate) limits: Arc<Limits>,
-    started: Instant,
-    /// Time spent in host calls, not charged to the CPU budget.
-    pub(crate) host_time: Duration,
+    /// Epoch ticks during which guest code ran.
+    guest_ticks: u64,
     pub(crate) cpu_exceeded: bool,
     pub(crate) log_bytes: usize,
     pub(crate) log_dropped: u64,
@@ -203,8 +204,7 @@ impl HostState {
             egress: inv.egress,
             sink: inv.sink,
             limits,
-            started: Instant::now(),
-            host_time: Duration::ZERO,
+            guest_ticks: 0,
             cpu_exceeded: false,
             log_bytes: 0,
             log_dropped: 0,
@@ -215,8 +215,9 @@ impl HostState {
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             let s = ctx.data_mut();
-            let guest = s.started.elapsed().saturating_sub(s.host_time);
-            if guest > s.limits.cpu {
+            s.guest_ticks += 1;
+            let budget = (s.limits.cpu.as_millis() as u64 * TICKS_PER_SECOND / 1000).max(1);
+            if s.guest_ticks > budget {
                 s.cpu_exceeded = true;
                 return Ok(UpdateDeadline::Interrupt);
             }

@@ -3,8 +3,6 @@
 //! knows the generated types of this version; a future version gets a
 //! sibling module of its own.
 
-use std::time::Instant;
-
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -187,10 +185,7 @@ impl g::Host for HostState {}
 
 impl http::Host for HostState {
     async fn send(&mut self, req: http::Request) -> Result<http::Response, http::HttpError> {
-        let start = Instant::now();
-        let result = self.send_request(req).await;
-        self.host_time += start.elapsed();
-        result
+        self.send_request(req).await
     }
 }
 
@@ -261,31 +256,25 @@ fn refusal_to(r: t::SinkRefusal) -> sink::SinkError {
 
 impl sink::Host for HostState {
     async fn emit(&mut self, stream: String, records: Vec<String>) -> Result<(), sink::SinkError> {
-        let start = Instant::now();
         let max = self.limits.max_record_bytes;
-        let result = if let Some(i) = records.iter().position(|r| r.len() > max) {
+        if let Some(i) = records.iter().position(|r| r.len() > max) {
             Err(sink::SinkError::RecordTooLarge(i as u32))
         } else {
             match self.sink.as_mut() {
                 None => Err(sink::SinkError::Rejected("records can only be emitted during a read".into())),
                 Some(s) => s.emit(&stream, records).await.map_err(refusal_to),
             }
-        };
-        self.host_time += start.elapsed();
-        result
+        }
     }
 
     async fn checkpoint(&mut self, stream: String, state: String) -> Result<(), sink::SinkError> {
-        let start = Instant::now();
-        let result = if state.len() > self.limits.max_record_bytes {
+        if state.len() > self.limits.max_record_bytes {
             Err(sink::SinkError::Rejected("state too large".into()))
         } else {
             match self.sink.as_mut() {
                 None => Err(sink::SinkError::Rejected("checkpoints can only be made during a read".into())),
                 Some(s) => s.checkpoint(&stream, state).await.map_err(refusal_to),
             }
-        };
-        self.host_time += start.elapsed();
-        result
+        }
     }
 }

@@ -17,6 +17,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod credentials;
+pub mod entry_links;
 pub mod idempotency;
 pub mod invitations;
 pub mod plugins;

@@ -20,6 +20,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/login/{code}", get(login_page).post(login))
         .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
+        .route("/credential-entry/{token}", get(entry_page).post(submit_entry))
 }
 
 /// Escapes text for HTML element and attribute content.
@@ -178,4 +179,108 @@ async fn issue_session(state: &AppState, user_id: &str, label: &str, client: &Cl
         })
         .await?;
     Ok(token)
+}
+
+async fn entry_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {
+    match state.store.pending_entry_link(&tokens::hash(&token)).await {
+        Ok(Some((link, _))) => {
+            let hosts = link.spec["hosts"].as_array().map(|h| h.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+            let label = link.spec["label"].as_str().unwrap_or("");
+            let connector = link.spec["connector_id"].as_str().unwrap_or("(any)");
+            page(
+                "Enter a secret",
+                &format!(
+                    "<p>Type the secret here, in the service's own page: it is sealed at once and never shown again, \
+                     and the assistant or tool that sent you here only ever gets a reference to it.</p>\
+                     <p>Connector: <strong>{}</strong><br>Sent only to: <strong>{}</strong><br>{}</p>\
+                     <form method=\"post\" autocomplete=\"off\"><label>Secret <input type=\"password\" name=\"secret\" required \
+                     autocomplete=\"off\" maxlength=\"16384\"></label> <button type=\"submit\">Store</button></form>\
+                     <p>This link works once and expires at {}.</p>",
+                    escape(connector),
+                    escape(&hosts),
+                    if label.is_empty() { String::new() } else { format!("Label: {}", escape(label)) },
+                    link.expires_at.to_rfc3339()
+                ),
+            )
+            .into_response()
+        }
+        Ok(None) => gone("credential-entry"),
+        Err(e) => crate::error::ApiError::from(e).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct EntryForm {
+    secret: SecretString,
+}
+
+async fn submit_entry(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    form: Result<axum::Form<EntryForm>, axum::extract::rejection::FormRejection>,
+) -> axum::response::Response {
+    let hash = tokens::hash(&token);
+    let Ok(axum::Form(form)) = form else {
+        return (axum::http::StatusCode::BAD_REQUEST, page("Missing secret", "<p>The form had no secret.</p>")).into_response();
+    };
+    if form.secret.expose_secret().is_empty() || form.secret.expose_secret().len() > 16 * 1024 {
+        return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", "<p>The secret is empty or too long.</p>")).into_response();
+    }
+    let (link, requested_by) = match state.store.pending_entry_link(&hash).await {
+        Ok(Some(l)) => l,
+        Ok(None) => return gone("credential-entry"),
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    };
+    // Spend first: of two concurrent submissions exactly one stores.
+    match state.store.spend_entry_link(&hash).await {
+        Ok(true) => {}
+        Ok(false) => return gone("credential-entry"),
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    }
+    let spec = &link.spec;
+    let hosts: Vec<String> = spec["hosts"].as_array().map(|h| h.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    let created = state
+        .vault
+        .create(crate::credentials::NewSecret {
+            workspace_id: &link.workspace_id,
+            created_by: &requested_by,
+            kind: spec["kind"].as_str().unwrap_or("api_token"),
+            connector_id: spec["connector_id"].as_str(),
+            label: spec["label"].as_str(),
+            hosts,
+            metadata: serde_json::json!({ "username": spec["username"], "entered_via": "credential_entry_link" }),
+            material: crate::credentials::SecretMaterial::new(form.secret),
+            status: "active",
+            access_expires_at: None,
+        })
+        .await;
+    let record = match created {
+        Ok(r) => r,
+        Err(e) => return crate::error::ApiError::internal(anyhow::anyhow!("{e}")).into_response(),
+    };
+    let _ = state.store.complete_entry_link(&hash, &record.credential_id).await;
+    let audit = crate::store::audit::NewAuditRecord {
+        workspace_id: Some(link.workspace_id.clone()),
+        actor_user_id: Some(requested_by),
+        action: "credentials.create".into(),
+        target_type: Some("credential".into()),
+        target_id: Some(record.credential_id.clone()),
+        client_source: "api".into(),
+        request_id: crate::http::request_id::current(),
+        outcome: "succeeded".into(),
+        status_code: 201,
+        ..Default::default()
+    };
+    if let Err(e) = state.store.append_audit(&audit).await {
+        tracing::error!(error = %e, "could not write audit record");
+    }
+    page(
+        "Secret stored",
+        &format!(
+            "<p>The secret is sealed. Its reference (safe to share with your tools):</p><p><code>{}</code></p>\
+             <p>You can close this page; the tool that sent you here picks the reference up by itself.</p>",
+            escape(&record.credential_handle)
+        ),
+    )
+    .into_response()
 }

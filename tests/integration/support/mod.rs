@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod mailcoach;
 pub mod provider;
 
 use std::path::{Path, PathBuf};
@@ -284,3 +285,80 @@ macro_rules! backend_tests {
         }
     )*};
 }
+
+/// Runs `async fn name(backend: Backend)` on SQLite and, when configured,
+/// on PostgreSQL: `mod name { fn sqlite; fn postgres }`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name($crate::support::Backend::Sqlite).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if std::env::var($crate::support::PG_ENV).is_ok_and(|v| !v.is_empty()) {
+                    super::$name($crate::support::Backend::Postgres).await
+                } else {
+                    eprintln!("skipped: {} is not set", $crate::support::PG_ENV);
+                }
+            }
+        }
+    )*};
+}
+
+/// Every object key in `v`, as dotted paths without array indices.
+pub fn key_paths(v: &Value) -> std::collections::BTreeSet<String> {
+    fn walk(v: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    out.insert(p.clone());
+                    walk(v, &p, out);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, prefix, out)),
+            _ => {}
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(v, "", &mut out);
+    out
+}
+
+/// A fingerprint of the rows an operation must not create, change or
+/// delete (everything but audit records and usage timestamps).
+pub async fn data_fingerprint(srv: &TestServer) -> Vec<String> {
+    use sqlx::Row;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+    let mut out = Vec::new();
+    for (table, cols) in FINGERPRINT_TABLES {
+        let sql = format!("SELECT {cols} FROM {table} ORDER BY 1");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(&mut conn).await.unwrap();
+        for r in rows {
+            let mut line = format!("{table}:");
+            for i in 0..r.len() {
+                let v: Option<String> = r.try_get(i).ok().flatten();
+                line.push_str(&format!("{}|", v.unwrap_or_default()));
+            }
+            out.push(line);
+        }
+    }
+    out
+}
+
+/// Tables and text columns the fingerprint covers.
+pub const FINGERPRINT_TABLES: &[(&str, &str)] = &[
+    ("workspaces", "id, name"),
+    ("memberships", "id, role"),
+    ("users", "id, email"),
+    ("credentials", "id, handle, status, hosts, metadata, key_id, nonce, ciphertext"),
+    ("plugin_states", "connector_id"),
+    ("approvals", "id, status"),
+    ("invitations", "id, email"),
+    ("credential_entry_links", "id, spec"),
+];

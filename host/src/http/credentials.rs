@@ -1,0 +1,160 @@
+//! Credentials (spec section 4, "Credentials"; section 5): the secure
+//! flows that accept a secret, and metadata reads that never return one.
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use secrecy::SecretString;
+use serde::Deserialize;
+use serde_json::json;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiJson, PageQuery, SecretJson, Workspace};
+use super::middleware::AuditNote;
+use super::{Envelope, Page, ok};
+use crate::access::{Role, WorkspaceAccess};
+use crate::credentials::{CreateError, NewSecret, SecretMaterial};
+use crate::error::{ApiError, ApiResult};
+use crate::ops::credentials::{EntryLinkRequest, check_kind};
+use crate::ops::{self, Executed, Operation};
+use crate::server::AppState;
+use crate::store::credentials::CredentialRecord;
+use crate::store::entry_links::EntryLink;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_credential, list_credentials))
+        .routes(routes!(get_credential))
+        .routes(routes!(create_entry_link))
+        .routes(routes!(get_entry_link))
+}
+
+/// Largest secret accepted (bytes).
+const MAX_SECRET_BYTES: usize = 16 * 1024;
+
+/// Body of `POST /credentials`: the one generic place a raw secret is
+/// accepted over the API.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewCredentialBody {
+    /// `api_token`, `basic` or `secret`.
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    /// Connector the credential is for.
+    pub connector_id: Option<String>,
+    /// Exact host names the secret may be sent to.
+    pub hosts: Vec<String>,
+    /// The secret itself. Stored sealed; never returned.
+    #[schema(value_type = String, format = Password)]
+    pub secret: SecretString,
+    pub label: Option<String>,
+    /// Username for `basic` credentials (not a secret).
+    pub username: Option<String>,
+}
+
+fn default_kind() -> String {
+    "api_token".into()
+}
+
+/// Seals a secret as a pending credential and lets the gate activate it
+/// (or propose its activation). Shared by every flow that accepts a secret.
+pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNote, new: NewSecret<'_>) -> ApiResult<Executed> {
+    note.action("credentials.create");
+    ws.require(Role::Editor)?;
+    if secrecy::ExposeSecret::expose_secret(&new.material.secret).is_empty() {
+        return Err(ApiError::invalid_field("secret", "the secret is empty"));
+    }
+    if secrecy::ExposeSecret::expose_secret(&new.material.secret).len() > MAX_SECRET_BYTES {
+        return Err(ApiError::invalid_field("secret", format!("the secret exceeds {MAX_SECRET_BYTES} bytes")));
+    }
+    let record = state.vault.create(new).await.map_err(|e| match e {
+        CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
+        CreateError::Store(e) => e.into(),
+    })?;
+    ops::submit(state, ws, note, Operation::ActivateCredential { credential_id: record.credential_id }).await
+}
+
+/// Store a secret; answers its `credential_id` and `credential_handle`.
+#[utoipa::path(post, path = "/credentials", tag = "credentials", request_body = NewCredentialBody,
+    responses((status = 201, body = Envelope<CredentialRecord>), (status = 400, body = crate::error::ErrorBody)))]
+async fn create_credential(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    SecretJson(body): SecretJson<NewCredentialBody>,
+) -> ApiResult<Executed> {
+    check_kind(&body.kind)?;
+    let connector_id = match &body.connector_id {
+        Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),
+        None => None,
+    };
+    let metadata = json!({ "username": body.username });
+    store_secret(
+        &state,
+        &ws,
+        &note,
+        NewSecret {
+            workspace_id: &ws.workspace_id,
+            created_by: &ws.principal.user_id,
+            kind: &body.kind,
+            connector_id: connector_id.as_deref(),
+            label: body.label.as_deref(),
+            hosts: body.hosts,
+            metadata,
+            material: SecretMaterial::new(body.secret),
+            status: "pending_approval",
+            access_expires_at: None,
+        },
+    )
+    .await
+}
+
+/// Credentials of the workspace (metadata only).
+#[utoipa::path(get, path = "/credentials", tag = "credentials", params(PageQuery),
+    responses((status = 200, body = Envelope<Page<CredentialRecord>>)))]
+async fn list_credentials(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<CredentialRecord>>> {
+    let limit = q.limit()?;
+    let items = state.store.credentials(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |c| &c.credential_id)))
+}
+
+/// A credential's metadata: never the secret, not even a fragment.
+#[utoipa::path(get, path = "/credentials/{credential_id}", tag = "credentials", params(("credential_id" = String, Path)),
+    responses((status = 200, body = Envelope<CredentialRecord>), (status = 404, body = crate::error::ErrorBody)))]
+async fn get_credential(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<CredentialRecord>> {
+    let c = state.store.credential(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("credential"))?;
+    Ok(ok(c.record))
+}
+
+/// Ask for a single-use, expiring page where a person types the secret
+/// (for CLI and MCP clients, which must never see it). Poll the answer's
+/// `poll` path for the resulting handle.
+#[utoipa::path(post, path = "/credentials/entry-links", tag = "credentials", request_body = EntryLinkRequest,
+    responses((status = 201, body = Envelope<serde_json::Value>), (status = 400, body = crate::error::ErrorBody)))]
+async fn create_entry_link(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<EntryLinkRequest>,
+) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::CreateEntryLink(body)).await
+}
+
+/// A credential-entry link's state; once completed it carries the handle.
+#[utoipa::path(get, path = "/credentials/entry-links/{entry_id}", tag = "credentials", params(("entry_id" = String, Path)),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 404, body = crate::error::ErrorBody)))]
+async fn get_entry_link(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<serde_json::Value>> {
+    let link: EntryLink = state.store.entry_link(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("credential entry link"))?;
+    let handle = match &link.credential_id {
+        Some(cid) => state.store.credential(&ws.workspace_id, cid).await?.map(|c| c.record.credential_handle),
+        None => None,
+    };
+    Ok(ok(json!({
+        "entry_id": link.entry_id,
+        "status": link.status,
+        "expires_at": link.expires_at,
+        "credential_id": link.credential_id,
+        "credential_handle": handle,
+    })))
+}

@@ -1,0 +1,302 @@
+//! The email-campaign connector end to end: the bundled plugin against a
+//! fake Mailcoach-compatible provider over HTTPS (spec sections 2, 4, 8).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::on_both_backends;
+use crate::support::mailcoach::{self, MailcoachState};
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, data_fingerprint, expect_error, json, json_ok, key_paths};
+
+const SELF_HOSTED: &str = "https://mail.acme-corp.com/api";
+const CLOUD: &str = "https://team.mailcoach.app/api";
+
+struct Ec {
+    srv: TestServer,
+    provider: FakeProvider,
+    mc: Arc<MailcoachState>,
+    token: String,
+}
+
+async fn setup(backend: Backend) -> Ec {
+    let ca = TestCa::new();
+    let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(25), ..Default::default() });
+    let names = ["mail.acme-corp.com", "team.mailcoach.app"];
+    let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
+    let pins = provider.pins(&names);
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings("*.mailcoach.app,mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    .unwrap();
+    Ec { srv, provider, mc, token }
+}
+
+impl Ec {
+    async fn store_token(&self, base_url: &str, token: &str, method: Option<&str>) -> reqwest::Response {
+        let mut body = json!({ "base_url": base_url, "api_token": token });
+        if let Some(m) = method {
+            body["connection_method"] = json!(m);
+        }
+        self.srv.post("/v1/credentials/emailcampaign/api-token", body).send().await.unwrap()
+    }
+
+    async fn handle(&self, base_url: &str, method: Option<&str>) -> String {
+        let created = json_ok(self.store_token(base_url, &self.token.clone(), method).await).await;
+        created["data"]["credential_handle"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Every key a check or preview answer may hold. A new field fails this
+/// test until it is added here on purpose.
+const ALLOWED_KEYS: &[&str] = &[
+    "request_id", "data", "data.connector_id", "data.credential_handle", "data.data_source", "data.data_source.status",
+    "data.data_source.message", "data.data_source.connection_method", "data.data_source.base_url", "data.data_source.account",
+    "data.field_coverage", "data.metrics", "data.campaigns", "data.campaigns.campaign_id", "data.campaigns.name",
+    "data.campaigns.status", "data.campaigns.sent_at", "data.campaigns.metrics", "data.attribution", "data.attribution.traffic",
+    "data.attribution.sales", "data.attribution.traffic.requires_external_attribution", "data.attribution.traffic.reason",
+    "data.attribution.traffic.metrics", "data.attribution.traffic.metrics.website_sessions",
+    "data.attribution.traffic.metrics.website_conversions", "data.attribution.sales.requires_external_attribution",
+    "data.attribution.sales.reason", "data.attribution.sales.metrics", "data.attribution.sales.metrics.revenue",
+    "data.attribution.sales.metrics.orders",
+];
+
+fn assert_allowlisted(body: &Value) {
+    let metric_keys: Vec<String> = service::emailcampaign::METRICS
+        .iter()
+        .flat_map(|m| [format!("data.metrics.{m}"), format!("data.field_coverage.{m}"), format!("data.campaigns.metrics.{m}")])
+        .collect();
+    for path in key_paths(body) {
+        assert!(ALLOWED_KEYS.contains(&path.as_str()) || metric_keys.contains(&path), "unexpected field {path} in {body}");
+    }
+}
+
+async fn api_token_is_stored_sealed_and_bound_to_the_base_url_host(backend: Backend) {
+    let ec = setup(backend).await;
+    let resp = ec.store_token(SELF_HOSTED, &ec.token.clone(), None).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let created = json_ok(resp).await;
+    let d = &created["data"];
+    assert!(d["credential_handle"].as_str().unwrap().starts_with("ch_"));
+    assert_eq!(d["connector_id"], "conn_emailcampaign_edm");
+    assert_eq!(d["hosts"], json!(["mail.acme-corp.com"]));
+    assert_eq!(d["metadata"]["connection_method"], "self_hosted", "connection_method defaults to self_hosted");
+    assert_eq!(d["status"], "active");
+    assert!(!created.to_string().contains(&ec.token));
+    let id = d["credential_id"].as_str().unwrap();
+    let read = json_ok(ec.srv.get(&format!("/v1/credentials/{id}")).send().await.unwrap()).await;
+    assert!(!read.to_string().contains(&ec.token), "never returned, not even in part");
+    assert!(!read.to_string().contains(&ec.token[..12]));
+    assert_eq!(ec.provider.hits(), 0, "storing makes no provider request");
+}
+
+async fn check_reports_connected_with_sanitised_metrics(backend: Backend) {
+    let ec = setup(backend).await;
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    let body = json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    let d = &body["data"];
+    assert_eq!(d["connector_id"], "conn_emailcampaign_edm");
+    assert_eq!(d["credential_handle"], handle.as_str());
+    assert_eq!(d["data_source"]["status"], "connected", "{body}");
+    assert_eq!(d["data_source"]["account"], "owner@acme-corp.com");
+    assert!(d["metrics"]["sent"].as_u64().unwrap() > 0);
+    assert!(d["metrics"]["open_rate"].as_f64().unwrap() > 0.0);
+    assert_eq!(d["field_coverage"]["complaints"], "not_provided");
+    assert_eq!(d["field_coverage"]["delivered"], "derived");
+    assert_allowlisted(&body);
+    let text = body.to_string();
+    assert!(!text.contains(&ec.token) && !text.contains("html") && !text.contains("from_email"));
+    // The provider saw the token only because the host injected it.
+    assert!(ec.mc.seen_auth.lock().unwrap().iter().all(|a| *a == format!("Bearer {}", ec.token)));
+}
+
+async fn preview_shows_campaign_metrics_and_flags_traffic_and_sales(backend: Backend) {
+    let ec = setup(backend).await;
+    let handle = ec.handle(CLOUD, Some("cloud")).await;
+    let body = json_ok(ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    let d = &body["data"];
+    assert_eq!(d["data_source"]["connection_method"], "cloud");
+    let campaigns = d["campaigns"].as_array().unwrap();
+    assert_eq!(campaigns.len(), 10);
+    for c in campaigns {
+        for m in service::emailcampaign::METRICS {
+            assert!(c["metrics"].get(*m).is_some(), "metric {m} present");
+        }
+    }
+    for area in ["traffic", "sales"] {
+        assert_eq!(d["attribution"][area]["requires_external_attribution"], true);
+        for v in d["attribution"][area]["metrics"].as_object().unwrap().values() {
+            assert!(v.is_null(), "no invented values");
+        }
+    }
+    assert_allowlisted(&body);
+    assert!(!body.to_string().contains(&ec.token));
+}
+
+async fn check_and_preview_change_nothing(backend: Backend) {
+    let ec = setup(backend).await;
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    let before = data_fingerprint(&ec.srv).await;
+    json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    json_ok(ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    assert_eq!(before, data_fingerprint(&ec.srv).await);
+}
+
+async fn bad_tokens_rate_limits_and_outages_are_told_apart(backend: Backend) {
+    let ec = setup(backend).await;
+    let created = json_ok(ec.store_token(SELF_HOSTED, "wrong-token-value", None).await).await;
+    let bad = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let body = json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": bad })).send().await.unwrap()).await;
+    assert_eq!(body["data"]["data_source"]["status"], "invalid_credentials", "{body}");
+    let resp = ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": bad })).send().await.unwrap();
+    expect_error(resp, 422, "PROVIDER_INVALID_CREDENTIALS").await;
+
+    // A 429 with Retry-After is waited out within the call.
+    let good = ec.handle(SELF_HOSTED, None).await;
+    ec.mc.rate_limit_next.store(1, Ordering::SeqCst);
+    json_ok(ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": good })).send().await.unwrap()).await;
+    // A lasting outage ends as a typed provider error after bounded retries.
+    ec.mc.fail_next.store(100, Ordering::SeqCst);
+    let resp = ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": good })).send().await.unwrap();
+    expect_error(resp, 502, "PROVIDER_UNAVAILABLE").await;
+    let retried = 100 - ec.mc.fail_next.load(Ordering::SeqCst);
+    assert!((2..=10).contains(&retried), "bounded retries: {retried}");
+}
+
+async fn connection_method_is_optional_and_unknown_values_are_refused(backend: Backend) {
+    let ec = setup(backend).await;
+    let resp = ec.store_token(SELF_HOSTED, "t", Some("on_premises")).await;
+    let body = expect_error(resp, 400, "VALIDATION_FAILED").await;
+    assert_eq!(body["details"]["field"], "connection_method");
+    // A cloud URL must be on the cloud domain.
+    let resp = ec.store_token(SELF_HOSTED, "t", Some("cloud")).await;
+    let body = expect_error(resp, 400, "BASE_URL_REJECTED").await;
+    assert_eq!(body["details"]["rule_number"], 7);
+    assert_eq!(ec.provider.hits(), 0);
+}
+
+async fn the_connector_is_addressed_by_its_canonical_id_and_refused_when_unloaded(backend: Backend) {
+    let ec = setup(backend).await;
+    let c = json_ok(ec.srv.get("/v1/connectors/source:mailcoach").send().await.unwrap()).await;
+    assert_eq!(c["data"]["connector_id"], "conn_emailcampaign_edm", "legacy aliases resolve to the canonical id");
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    json_ok(ec.srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/unload").send().await.unwrap()).await;
+    let resp = ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap();
+    expect_error(resp, 409, "CONNECTOR_UNAVAILABLE").await;
+    json_ok(ec.srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/load").send().await.unwrap()).await;
+    json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+}
+
+/// Base URLs that break the rules in every spelling we could think of.
+const HOSTILE: &[&str] = &[
+    "http://mail.acme-corp.com/api",
+    "HTTPS://mail.acme-corp.com/api",
+    "https://MAIL.acme-corp.com/api",
+    "https://mail.acme-corp.com/api?x=1",
+    "https://mail.acme-corp.com/api?",
+    "https://mail.acme-corp.com/api#",
+    "https://mail.acme-corp.com/api#frag",
+    "https://user@mail.acme-corp.com/api",
+    "https://user:pw@mail.acme-corp.com/api",
+    "https://mail.acme-corp.com@evil.example.com/api",
+    "https://evil.example.com@mail.acme-corp.com/api",
+    "https://mail.acme-corp.com%40evil.com/api",
+    "https://mail.acme-corp.com:8443/api",
+    "https://mail.acme-corp.com:80/api",
+    "https://mail.acme-corp.com:0443/api",
+    "https://mail.acme-corp.com:/api",
+    "https://127.0.0.1/api",
+    "https://2130706433/api",
+    "https://0x7f000001/api",
+    "https://0177.0.0.1/api",
+    "https://127.1/api",
+    "https://[::1]/api",
+    "https://[::ffff:127.0.0.1]/api",
+    "https://[fd00::1]/api",
+    "https://[::]/api",
+    "https://169.254.169.254/api",
+    "https://10.0.0.1/api",
+    "https://192.168.1.1/api",
+    "https://100.64.0.1/api",
+    "https://0.0.0.0/api",
+    "https://0/api",
+    "https://localhost/api",
+    "https://localhost./api",
+    "https://foo.localhost/api",
+    "https://intranet/api",
+    "https://db.internal/api",
+    "https://printer.local/api",
+    "https://router.lan/api",
+    "https://metadata.google.internal/api",
+    "https://mail.acme-corp.com./api",
+    "https://.mail.acme-corp.com/api",
+    "https://mail.acme-corp.com/api/../api",
+    "https://mail.acme-corp.com/./api",
+    "https://mail.acme-corp.com/v1",
+    "https://mail.acme-corp.com/",
+    "https://mail.acme-corp.com",
+    "https://mail.acme-corp.com/apix",
+    "https://mail.acme-corp.com/api/",
+    "https://mail.acme-corp.com\\@evil.com/api",
+    "https:\\\\mail.acme-corp.com/api",
+    " https://mail.acme-corp.com/api",
+    "https://mail.acme-corp.com/api ",
+    "https://mail.acme-corp.com\t/api",
+    "https://mail.acme-corp.com/a\npi",
+    "https://\u{ff4d}ail.acme-corp.com/api",
+    "https://m\u{430}il.acme-corp.com/api",
+    "https://mail\u{3002}acme-corp.com/api",
+    "https://xn--mil-8cd.acme-corp.com/api",
+    "https://evilacme-corp.com/api",
+    "https://mail.acme-corp.com.evil.example.com/api",
+    "https://acme-corp.com/api",
+    "https://mailcoach.app/api",
+    "https://evilmailcoach.app/api",
+    "https://team.mailcoach.app.evil.example.com/api",
+    "https://%6dail.acme-corp.com/api",
+    "https://mail.acme-corp.com/%61pi",
+    "ftp://mail.acme-corp.com/api",
+    "javascript:alert(1)",
+    "",
+    "mail.acme-corp.com/api",
+    "//mail.acme-corp.com/api",
+    "https:mail.acme-corp.com/api",
+    "https:/mail.acme-corp.com/api",
+    "https:///mail.acme-corp.com/api",
+];
+
+async fn hostile_base_urls_are_rejected_before_any_provider_request(backend: Backend) {
+    let ec = setup(backend).await;
+    assert!(HOSTILE.len() >= 50);
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    for raw in HOSTILE {
+        let resp = ec.store_token(raw, "some-token", None).await;
+        let (status, body) = json(resp).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{raw:?} must be rejected: {body}");
+        assert_eq!(body["code"], "BASE_URL_REJECTED", "{raw:?}: {body}");
+        assert!(body["details"]["rule"].is_string() && body["details"]["rule_number"].is_u64(), "{raw:?}: {body}");
+        let resp = ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle, "base_url": raw })).send().await.unwrap();
+        let (status, body) = json(resp).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "check with {raw:?}: {body}");
+        assert_eq!(body["code"], "BASE_URL_REJECTED", "check with {raw:?}: {body}");
+    }
+    assert_eq!(ec.provider.hits(), 0, "the provider received no request");
+    assert_eq!(ec.mc.requests.load(Ordering::SeqCst), 0);
+}
+
+on_both_backends!(
+    api_token_is_stored_sealed_and_bound_to_the_base_url_host,
+    check_reports_connected_with_sanitised_metrics,
+    preview_shows_campaign_metrics_and_flags_traffic_and_sales,
+    check_and_preview_change_nothing,
+    bad_tokens_rate_limits_and_outages_are_told_apart,
+    connection_method_is_optional_and_unknown_values_are_refused,
+    the_connector_is_addressed_by_its_canonical_id_and_refused_when_unloaded,
+    hostile_base_urls_are_rejected_before_any_provider_request,
+);
