@@ -84,6 +84,10 @@ pub enum AdminCommand {
         #[arg(long, default_value = "viewer", value_parser = parse_role)]
         role: Role,
     },
+    /// Generate a new master key and re-seal every credential with it;
+    /// the old key is forgotten afterwards. Stop servers first or run it
+    /// during maintenance: they keep the old key until restarted.
+    RotateMasterKey,
     /// Mint an API token for an existing user (printed once).
     CreateToken {
         /// E-mail address of the user.
@@ -119,6 +123,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 AdminCommand::CreateUser { email, name, workspace, role } => {
                     let (user_id, workspace_id) = crate::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
                     println!("created user {user_id} ({}) in workspace {workspace_id} as {}", email.trim(), role.as_str());
+                }
+                AdminCommand::RotateMasterKey => {
+                    let keyring = crate::credentials::keyring::Keyring::load(&cli.storage.data_dir)?;
+                    let (n, key_id) = crate::credentials::Vault::rotate(&store, keyring).await?;
+                    println!("re-sealed {n} credential(s) with new master key {key_id}");
                 }
                 AdminCommand::CreateToken { email, label, expires_in_days } => {
                     let token = crate::admin::create_token(&store, &email, label.as_deref(), expires_in_days).await?;

@@ -203,7 +203,10 @@ impl Vault {
     /// re-sealed.
     pub async fn rotate(store: &Store, mut keyring: Keyring) -> anyhow::Result<(usize, String)> {
         if keyring.file().is_none() {
-            anyhow::bail!("{}: the master key comes from the environment; rotate it there and re-run with the old key as SERVICE_PREVIOUS_MASTER_KEY", keyring::MASTER_KEY_ENV);
+            anyhow::bail!(
+                "{}: the master key comes from the environment; unset it to rotate the key file, or replace the key through your secret manager",
+                keyring::MASTER_KEY_ENV
+            );
         }
         keyring.add_current(keyring::MasterKey::generate());
         // The file holds both keys before anything is re-sealed, so a crash

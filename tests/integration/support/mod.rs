@@ -44,7 +44,7 @@ pub struct TestServer {
     pub client: reqwest::Client,
     pub data_dir: PathBuf,
     server: Option<RunningServer>,
-    _dir: TempDir,
+    dir: Option<TempDir>,
     pg: Option<PgDatabase>,
 }
 
@@ -136,7 +136,7 @@ impl TestServer {
             client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(),
             data_dir: dir.path().to_owned(),
             server: Some(server),
-            _dir: dir,
+            dir: Some(dir),
             pg,
         })
     }
@@ -147,6 +147,16 @@ impl TestServer {
             s.stop().await.unwrap();
         }
         self.state.store.close().await;
+    }
+
+    /// Stops the server but keeps its data directory, for tests that
+    /// reopen it (offline commands, restarts).
+    pub async fn stop_keeping_data(mut self) -> TempDir {
+        if let Some(s) = self.server.take() {
+            s.stop().await.unwrap();
+        }
+        self.state.store.close().await;
+        self.dir.take().expect("data directory")
     }
 
     pub fn url(&self, path: &str) -> String {
