@@ -300,3 +300,59 @@ on_both_backends!(
     the_connector_is_addressed_by_its_canonical_id_and_refused_when_unloaded,
     hostile_base_urls_are_rejected_before_any_provider_request,
 );
+
+async fn sources_are_created_validated_and_deleted_only_when_unused(backend: Backend) {
+    let ec = setup(backend).await;
+    let srv = &ec.srv;
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    // A legacy alias and a configuration without connection_method still work.
+    let resp = srv
+        .post("/v1/sources", json!({ "connector_id": "source:mailcoach", "name": "Newsletters", "configuration": { "base_url": SELF_HOSTED, "credential_handle": handle } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let src = json_ok(resp).await;
+    assert_eq!(src["data"]["connector_id"], "conn_emailcampaign_edm");
+    let id = src["data"]["source_id"].as_str().unwrap().to_owned();
+
+    let post = |cfg: Value| srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "x", "configuration": cfg }));
+    expect_error(post(json!({ "base_url": "https://127.0.0.1/api", "credential_handle": handle })).send().await.unwrap(), 400, "BASE_URL_REJECTED").await;
+    expect_error(post(json!({ "base_url": SELF_HOSTED, "credential_handle": handle, "connection_method": "ftp" })).send().await.unwrap(), 400, "CONFIGURATION_INVALID").await;
+    expect_error(post(json!({ "base_url": SELF_HOSTED, "credential_handle": "ch_nope" })).send().await.unwrap(), 400, "UNKNOWN_CREDENTIAL_HANDLE").await;
+    expect_error(post(json!({ "base_url": SELF_HOSTED, "api_token": "raw" })).send().await.unwrap(), 400, "SECRET_NOT_ACCEPTED").await;
+    expect_error(post(json!({ "base_url": SELF_HOSTED })).send().await.unwrap(), 400, "CONFIGURATION_INVALID").await;
+    assert_eq!(ec.provider.hits(), 0, "validation makes no provider request");
+
+    let patched = json_ok(srv.request(Method::PATCH, &format!("/v1/sources/{id}")).json(&json!({ "name": "Renamed", "configuration": { "connection_method": "self_hosted" } })).send().await.unwrap()).await;
+    assert_eq!(patched["data"]["name"], "Renamed");
+    assert_eq!(patched["data"]["configuration"]["base_url"], SELF_HOSTED);
+
+    // Unloaded: new work refused, the saved source keeps its configuration.
+    json_ok(srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/unload").send().await.unwrap()).await;
+    expect_error(post(json!({ "base_url": SELF_HOSTED, "credential_handle": handle })).send().await.unwrap(), 409, "CONNECTOR_UNAVAILABLE").await;
+    let kept = json_ok(srv.get(&format!("/v1/sources/{id}")).send().await.unwrap()).await;
+    assert_eq!(kept["data"]["configuration"]["credential_handle"], handle.as_str());
+    json_ok(srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/load").send().await.unwrap()).await;
+
+    // A connection that uses the source blocks its deletion.
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+        let ws = srv.workspace_id().await;
+        sqlx::query("INSERT INTO pipelines (id, workspace_id, source_id, name, created_at) VALUES ('pl_test', $1, $2, 'p', 0)")
+            .bind(&ws)
+            .bind(&id)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let e = expect_error(srv.request(Method::DELETE, &format!("/v1/sources/{id}")).send().await.unwrap(), 409, "SOURCE_IN_USE").await;
+        assert_eq!(e["details"]["connection_ids"], json!(["pl_test"]));
+        sqlx::query("DELETE FROM pipelines WHERE id = 'pl_test'").execute(&mut conn).await.unwrap();
+    }
+    let deleted = json_ok(srv.request(Method::DELETE, &format!("/v1/sources/{id}")).send().await.unwrap()).await;
+    assert_eq!(deleted["data"]["deletion_verified"], true);
+    expect_error(srv.get(&format!("/v1/sources/{id}")).send().await.unwrap(), 404, "404").await;
+}
+
+on_both_backends!(sources_are_created_validated_and_deleted_only_when_unused);

@@ -43,6 +43,25 @@ fn method(raw: Option<&str>) -> ApiResult<ConnectionMethod> {
     ConnectionMethod::parse(raw).map_err(|m| ApiError::invalid_field("connection_method", m))
 }
 
+/// The email-campaign rules for a saved source configuration: the same
+/// base_url validator, a known connection method (absent means
+/// self_hosted), and a credential bound to the base_url's host.
+pub async fn validate_source_config(state: &AppState, access: &crate::access::WorkspaceAccess, config: &Value) -> ApiResult<()> {
+    let base_url = config["base_url"].as_str().ok_or_else(|| ApiError::invalid_field("configuration.base_url", "base_url is required"))?;
+    let method = ConnectionMethod::parse(config["connection_method"].as_str()).map_err(|m| ApiError::invalid_field("configuration.connection_method", m))?;
+    let url = ec::validate_base_url(base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
+    let handle = config["credential_handle"].as_str().unwrap_or_default();
+    let cred = state.vault.handle_exists(&access.workspace_id, handle).await?.ok_or_else(|| {
+        ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace")
+            .with_details(json!({ "field": "configuration.credential_handle" }))
+    })?;
+    if !cred.hosts.iter().any(|h| Some(h.as_str()) == url.host_str()) {
+        return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the base_url's host")
+            .with_details(json!({ "field": "configuration.credential_handle" })));
+    }
+    Ok(())
+}
+
 /// Body of `POST /credentials/emailcampaign/api-token`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

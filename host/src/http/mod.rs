@@ -27,6 +27,7 @@ pub mod plugins;
 pub mod middleware;
 pub mod request_id;
 pub mod sessions;
+pub mod sources;
 pub mod system;
 pub mod workspaces;
 
@@ -111,6 +112,7 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(credentials::router())
         .merge(emailcampaign::router())
         .merge(plugins::router())
+        .merge(sources::router())
 }
 
 /// The whole application. Tests drive it directly; `serve` binds it.

@@ -12,6 +12,7 @@
 pub mod credentials;
 pub mod members;
 pub mod sessions;
+pub mod sources;
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -35,17 +36,20 @@ pub enum Category {
     Credentials,
     /// Asking for a credential-entry link (a person then types the secret).
     CredentialEntry,
+    /// Creating, changing and deleting sources.
+    Sources,
 }
 
 impl Category {
     /// Every category, in the order policies are listed.
-    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry];
+    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry, Category::Sources];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Category::WorkspaceAdmin => "workspace_admin",
             Category::Credentials => "credentials",
             Category::CredentialEntry => "credential_entry",
+            Category::Sources => "sources",
         }
     }
 
@@ -66,6 +70,7 @@ impl Category {
             Category::WorkspaceAdmin => "inviting and removing members, revoking sessions",
             Category::Credentials => "activating credentials stored through a credential flow",
             Category::CredentialEntry => "creating single-use links where a person enters a secret",
+            Category::Sources => "creating, changing and deleting sources",
         }
     }
 }
@@ -84,6 +89,12 @@ pub enum Operation {
     ActivateCredential { credential_id: String },
     /// Create a single-use link where a person enters a secret.
     CreateEntryLink(credentials::EntryLinkRequest),
+    /// Create a source.
+    CreateSource(sources::CreateSource),
+    /// Change a source's name or configuration.
+    UpdateSource(sources::UpdateSource),
+    /// Delete a source no pipeline uses.
+    DeleteSource { source_id: String },
 }
 
 impl Operation {
@@ -95,6 +106,9 @@ impl Operation {
             Operation::RevokeSession { .. } => "sessions.revoke",
             Operation::ActivateCredential { .. } => "credentials.create",
             Operation::CreateEntryLink(_) => "credentials.entry_link",
+            Operation::CreateSource(_) => "sources.create",
+            Operation::UpdateSource(_) => "sources.update",
+            Operation::DeleteSource { .. } => "sources.delete",
         }
     }
 
@@ -103,6 +117,7 @@ impl Operation {
             Operation::InviteMember(_) | Operation::RemoveMember { .. } | Operation::RevokeSession { .. } => Category::WorkspaceAdmin,
             Operation::ActivateCredential { .. } => Category::Credentials,
             Operation::CreateEntryLink(_) => Category::CredentialEntry,
+            Operation::CreateSource(_) | Operation::UpdateSource(_) | Operation::DeleteSource { .. } => Category::Sources,
         }
     }
 
@@ -114,6 +129,9 @@ impl Operation {
             Operation::RevokeSession { session_id } => format!("Revoke session {session_id}"),
             Operation::ActivateCredential { credential_id } => format!("Activate credential {credential_id}"),
             Operation::CreateEntryLink(r) => format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", ")),
+            Operation::CreateSource(s) => format!("Create source \"{}\" with connector {}", s.name.trim(), s.connector_id),
+            Operation::UpdateSource(s) => format!("Update source {}", s.source_id),
+            Operation::DeleteSource { source_id } => format!("Delete source {source_id}"),
         }
     }
 
@@ -121,7 +139,7 @@ impl Operation {
     pub fn required_role(&self) -> Role {
         match self.category() {
             Category::WorkspaceAdmin => Role::Administrator,
-            Category::Credentials | Category::CredentialEntry => Role::Editor,
+            Category::Credentials | Category::CredentialEntry | Category::Sources => Role::Editor,
         }
     }
 }
@@ -169,5 +187,8 @@ pub(crate) async fn execute(state: &AppState, access: &WorkspaceAccess, note: &A
         Operation::RevokeSession { session_id } => sessions::revoke(state, access, note, &session_id).await,
         Operation::ActivateCredential { credential_id } => credentials::activate(state, access, note, &credential_id).await,
         Operation::CreateEntryLink(req) => credentials::create_entry_link(state, access, note, req).await,
+        Operation::CreateSource(req) => sources::create(state, access, note, req).await,
+        Operation::UpdateSource(req) => sources::update(state, access, note, req).await,
+        Operation::DeleteSource { source_id } => sources::delete(state, access, note, &source_id).await,
     }
 }

@@ -22,6 +22,7 @@ pub mod idempotency;
 pub mod invitations;
 pub mod plugins;
 pub mod sessions;
+pub mod sources;
 pub mod users;
 pub mod workspaces;
 

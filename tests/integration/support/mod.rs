@@ -371,4 +371,6 @@ pub const FINGERPRINT_TABLES: &[(&str, &str)] = &[
     ("approvals", "id, status"),
     ("invitations", "id, email"),
     ("credential_entry_links", "id, spec"),
+    ("sources", "id, connector_id, name, configuration"),
+    ("pipelines", "id, source_id"),
 ];

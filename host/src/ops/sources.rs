@@ -1,0 +1,128 @@
+//! Source operations: configuration is validated against the connector's
+//! spec, credential handles must name credentials of the workspace, and a
+//! source is deleted only once no pipeline uses it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use super::Executed;
+use crate::access::WorkspaceAccess;
+use crate::error::{ApiError, ApiResult};
+use crate::http::middleware::AuditNote;
+use crate::server::AppState;
+use crate::store::sources::DeleteSourceError;
+
+/// Body of `POST /sources`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSource {
+    /// The connector; a legacy `source:<alias>` is accepted for old saved
+    /// configurations and stored as the canonical id.
+    pub connector_id: String,
+    pub name: String,
+    /// Settings matching the connector's spec; credentials by handle only.
+    pub configuration: Value,
+}
+
+/// Body of `PATCH /sources/{source_id}`: top-level configuration keys are
+/// merged (a `null` removes one).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSource {
+    /// Taken from the path.
+    #[serde(default)]
+    #[schema(ignore)]
+    pub source_id: String,
+    pub name: Option<String>,
+    pub configuration: Option<Value>,
+}
+
+fn check_name(name: &str) -> ApiResult<()> {
+    if name.trim().is_empty() || name.len() > 200 {
+        return Err(ApiError::invalid_field("name", "name must be 1 to 200 characters"));
+    }
+    Ok(())
+}
+
+/// Validates a configuration for a connector: its JSON Schema, its
+/// credential handles, and connector-specific rules.
+async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value) -> ApiResult<()> {
+    let plugin = state.plugins.available(connector_id).await?;
+    let validator = jsonschema::validator_for(&plugin.info.config_schema)
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("connector {connector_id} has an invalid config schema: {e}")))?;
+    let errors: Vec<Value> = validator
+        .iter_errors(config)
+        .take(20)
+        .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string().chars().take(200).collect::<String>() }))
+        .collect();
+    if !errors.is_empty() {
+        return Err(ApiError::bad_request("CONFIGURATION_INVALID", "the configuration does not match the connector's spec")
+            .with_details(json!({ "field": "configuration", "errors": errors })));
+    }
+    if let Some(obj) = config.as_object() {
+        for (key, value) in obj {
+            if (key == "credential_handle" || key.ends_with("_credential_handle"))
+                && let Some(handle) = value.as_str()
+                && state.vault.handle_exists(&access.workspace_id, handle).await?.is_none()
+            {
+                return Err(ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace")
+                    .with_details(json!({ "field": format!("configuration.{key}") })));
+            }
+        }
+    }
+    if connector_id == crate::emailcampaign::CONNECTOR_ID {
+        crate::http::emailcampaign::validate_source_config(state, access, config).await?;
+    }
+    Ok(())
+}
+
+pub async fn create(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateSource) -> ApiResult<Executed> {
+    check_name(&req.name)?;
+    let connector_id = state.plugins.canonical_id(&req.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
+    validate_configuration(state, access, &connector_id, &req.configuration).await?;
+    let source = state.store.create_source(&access.workspace_id, &connector_id, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
+    note.target("source", &source.source_id);
+    Executed::created(source)
+}
+
+pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateSource) -> ApiResult<Executed> {
+    note.target("source", &req.source_id);
+    let current = state.store.source(&access.workspace_id, &req.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    let name = req.name.unwrap_or(current.name);
+    check_name(&name)?;
+    let mut configuration = current.configuration;
+    if let Some(Value::Object(patch)) = req.configuration {
+        if let Value::Object(map) = &mut configuration {
+            for (k, v) in patch {
+                if v.is_null() {
+                    map.remove(&k);
+                } else {
+                    map.insert(k, v);
+                }
+            }
+        }
+    } else if req.configuration.is_some() {
+        return Err(ApiError::invalid_field("configuration", "configuration must be an object"));
+    }
+    validate_configuration(state, access, &current.connector_id, &configuration).await?;
+    let source = state.store.update_source(&access.workspace_id, &req.source_id, name.trim(), &configuration).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    Executed::ok(source)
+}
+
+pub async fn delete(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, source_id: &str) -> ApiResult<Executed> {
+    note.target("source", source_id);
+    match state.store.delete_source(&access.workspace_id, source_id).await? {
+        Err(DeleteSourceError::NotFound) => Err(ApiError::not_found("source")),
+        Err(DeleteSourceError::InUse(ids)) => Err(ApiError::conflict(
+            "SOURCE_IN_USE",
+            "connections still use this source: delete them first (DELETE /v1/connections/{connection_id}), then delete the source",
+        )
+        .with_details(json!({ "connection_ids": ids }))),
+        Ok(()) => {
+            // Read back: the flag is true only if the source is really gone.
+            let gone = state.store.source(&access.workspace_id, source_id).await?.is_none();
+            Executed::ok(json!({ "source_id": source_id, "deleted": true, "deletion_verified": gone }))
+        }
+    }
+}
