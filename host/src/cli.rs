@@ -29,6 +29,16 @@ pub enum Command {
     /// Offline administration against the server's database.
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Serve the API's tools to a local assistant over MCP (stdio), calling
+    /// a running server with your token.
+    Mcp {
+        /// Base URL of the running server.
+        #[arg(long, env = "SERVICE_API_BASE_URL", default_value = "http://127.0.0.1:8080/")]
+        api_base_url: url::Url,
+        /// Your API token (from `service admin create-token` or sign-in).
+        #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
+        token: String,
+    },
     /// Connector plugins: validate a component, list, load and unload.
     #[command(subcommand)]
     Plugins(PluginsCommand),
@@ -115,6 +125,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::server::serve(config).await
         }
         Command::Plugins(cmd) => plugins(&cli.storage, cmd).await,
+        Command::Mcp { api_base_url, token } => {
+            crate::telemetry::init_logging(crate::config::LogFormat::Human);
+            crate::mcp::serve_stdio(api_base_url, secrecy::SecretString::from(token)).await
+        }
         Command::Admin(cmd) => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human);
             let url = database_url(&cli.storage)?;

@@ -10,6 +10,8 @@
 //! - [`server`]: shared state ([`server::AppState`]), bootstrap, binding.
 //! - [`http`]: the `/v1` routes, one module per resource, plus middleware
 //!   (authentication, audit, idempotency, metrics) and the OpenAPI document.
+//! - [`mcp`]: the MCP server (streamable HTTP at `/mcp`, stdio via
+//!   `service mcp`), every API operation as a tool.
 //! - [`ops`]: every write operation as a value, and the one door
 //!   ([`ops::submit`]) through which all of them execute.
 //! - [`approvals`]: the approval gate: execute now or store a proposal.
@@ -34,6 +36,7 @@ pub mod egress;
 pub mod emailcampaign;
 pub mod error;
 pub mod http;
+pub mod mcp;
 pub mod ops;
 pub mod plugin;
 pub mod server;

@@ -11,6 +11,7 @@ mod emailcampaign;
 mod conventions;
 mod credentials;
 mod idempotency;
+mod mcp;
 mod members;
 mod runtime;
 mod secrets;

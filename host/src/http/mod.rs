@@ -31,6 +31,8 @@ pub mod sources;
 pub mod system;
 pub mod workspaces;
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -119,8 +121,8 @@ fn v1() -> OpenApiRouter<AppState> {
 pub fn app(state: AppState) -> Router {
     let (v1_routes, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/v1", v1()).split_for_parts();
     openapi.info.version = "1".into();
-    let openapi = std::sync::Arc::new(openapi);
-    let doc = std::sync::Arc::new(openapi.to_pretty_json().unwrap_or_default());
+    let openapi = Arc::new(openapi);
+    let doc = Arc::new(openapi.to_pretty_json().unwrap_or_default());
 
     let v1_routes = v1_routes
         .route("/v1/openapi.json", axum::routing::get(move || system::openapi_json(doc.clone())))
@@ -128,7 +130,7 @@ pub fn app(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::idempotency))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::authenticate));
 
-    Router::new()
+    let api = Router::new()
         .merge(v1_routes)
         .merge(system::router(&openapi))
         .merge(crate::web::router())
@@ -143,5 +145,16 @@ pub fn app(state: AppState) -> Router {
             ApiError::internal(anyhow::anyhow!("handler panicked")).into_response()
         }))
         .layer(axum::middleware::from_fn(request_id::assign))
-        .with_state(state)
+        .with_state(state.clone());
+
+    // MCP: the same operations as tools, dispatched into `api` itself.
+    let catalog = Arc::new(crate::mcp::Catalog::from_openapi(&serde_json::to_value(&*openapi).unwrap_or_default()));
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), state.config.bind.ip().to_string()];
+    if let Some(h) = state.config.public_url.host_str() {
+        hosts.push(h.to_owned());
+    }
+    let mcp = Router::new()
+        .route_service("/mcp", crate::mcp::http_service(catalog, api.clone(), hosts))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::authenticate));
+    api.merge(mcp)
 }
