@@ -52,7 +52,7 @@ pub struct FakeProvider {
 impl FakeProvider {
     /// Serves `router` over HTTPS for `names` on a loopback port.
     pub async fn start(ca: &TestCa, names: &[&str], router: Router) -> FakeProvider {
-        crate::support::init_crypto();
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut config = ca.server_config(names);

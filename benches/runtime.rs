@@ -1,0 +1,136 @@
+//! Benchmark of the connector runtime, in one run:
+//!
+//! 1. invocation overhead: a fresh store, instantiation from the
+//!    pre-instantiated plugin and a no-op call (p50, p99);
+//! 2. egress overhead: the same GET to a loopback HTTPS server made
+//!    directly with reqwest, through the host's egress layer (policy,
+//!    resolution check, pinning), and from inside a plugin.
+//!
+//! Run with `cargo bench -p service --bench runtime`. Figures depend on the
+//! machine; nothing asserts them.
+
+#[path = "../tests/integration/support/provider.rs"]
+#[allow(dead_code)]
+mod provider;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use service::config::{PluginSettings, ServerConfig};
+use service::egress::{Caller, EgressPolicy, HostPattern, Method, OutboundRequest};
+use service::plugin::registry::PluginSource;
+use service::server::AppState;
+
+fn test_plugin(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(root.join("tests/plugins"))
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(&target)
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    target.join(format!("wasm32-wasip2/release/{name}.wasm"))
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    let mean = v.iter().sum::<Duration>() / v.len() as u32;
+    Stats { p50: v[v.len() / 2], p99: v[v.len() * 99 / 100], mean }
+}
+
+fn show(name: &str, s: &Stats) {
+    println!("{name:<44} p50 {:>9.1} µs   p99 {:>9.1} µs   mean {:>9.1} µs", us(s.p50), us(s.p99), us(s.mean));
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ca = provider::TestCa::new();
+    let router = axum::Router::new().route("/ok", axum::routing::get(|| async { "fine" }));
+    let fake = provider::FakeProvider::start(&ca, &["api.provider.test"], router).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().to_owned(),
+        database_url: format!("sqlite://{}/service.db?mode=rwc", dir.path().display()),
+        public_url: url::Url::parse("http://127.0.0.1/").unwrap(),
+        session_ttl_ms: 3_600_000,
+        bootstrap_token: Some("svc_bench_bootstrap_token_0123456789".to_owned().into()),
+        bootstrap_email: "bench@example.test".into(),
+        plugins: PluginSettings {
+            plugins_dir: dir.path().join("plugins"),
+            egress: EgressPolicy::from_settings("api.provider.test", Some(&fake.pins(&["api.provider.test"])), Some(ca.pem.as_bytes())).unwrap(),
+            limits: Default::default(),
+        },
+    };
+    let state = AppState::open(config).await.unwrap();
+    let wasm = test_plugin("test_misbehaving");
+    let id = state.plugins.load_bytes(&std::fs::read(&wasm).unwrap(), PluginSource::File(wasm)).await.unwrap();
+    let plugin = state.plugins.available(&id).await.unwrap();
+    let ws = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
+    let runtime = state.plugins.runtime();
+    println!("pooling allocator: {}", runtime.pooling);
+
+    // 1. Invocation overhead.
+    let noop = r#"{"behave":"noop"}"#;
+    for _ in 0..300 {
+        runtime.preview(&plugin, &ws, &state.egress, noop).await.unwrap();
+    }
+    let mut times = Vec::new();
+    for _ in 0..5000 {
+        let t = Instant::now();
+        runtime.preview(&plugin, &ws, &state.egress, noop).await.unwrap();
+        times.push(t.elapsed());
+    }
+    show("no-op invocation (store + instantiate + call)", &stats(times));
+
+    // 2. Egress overhead against a direct request.
+    let direct = reqwest::Client::builder()
+        .resolve("api.provider.test", fake.addr)
+        .tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("https://api.provider.test:{}/ok", fake.addr.port());
+    let declared = [HostPattern::parse("api.provider.test").unwrap()];
+    let caller = Caller { plugin_id: "bench", declared_hosts: &declared, workspace_id: &ws };
+    let egress_req = || OutboundRequest { method: Method::Get, url: "https://api.provider.test/ok".into(), headers: vec![], body: None, credential: None, timeout_ms: None };
+    for _ in 0..200 {
+        direct.get(&url).send().await.unwrap().bytes().await.unwrap();
+        state.egress.send(&caller, egress_req()).await.unwrap();
+    }
+    let (mut d, mut e) = (Vec::new(), Vec::new());
+    for _ in 0..3000 {
+        let t = Instant::now();
+        direct.get(&url).send().await.unwrap().bytes().await.unwrap();
+        d.push(t.elapsed());
+        let t = Instant::now();
+        state.egress.send(&caller, egress_req()).await.unwrap();
+        e.push(t.elapsed());
+    }
+    let (d, e) = (stats(d), stats(e));
+    show("direct GET (reqwest, loopback HTTPS)", &d);
+    show("GET through the egress layer", &e);
+    println!("egress overhead: {:+.1}% at p50, {:+.1}% on the mean", 100.0 * (us(e.p50) / us(d.p50) - 1.0), 100.0 * (us(e.mean) / us(d.mean) - 1.0));
+
+    let from_plugin = r#"{"behave":"egress","request":{"method":"GET","url":"https://api.provider.test/ok"}}"#;
+    let mut p = Vec::new();
+    for _ in 0..1000 {
+        let t = Instant::now();
+        runtime.preview(&plugin, &ws, &state.egress, from_plugin).await.unwrap();
+        p.push(t.elapsed());
+    }
+    show("GET from inside a plugin (invocation + egress)", &stats(p));
+}
