@@ -49,6 +49,14 @@ pub struct ServeArgs {
     pub session_hours: u32,
     #[command(flatten)]
     pub plugins: PluginArgs,
+    /// OAuth clients per connector, as JSON:
+    /// `{"<connector_id>": {"client_id": "...", "client_secret": "..."}}`.
+    #[arg(long, env = "SERVICE_OAUTH_CLIENTS", hide_env_values = true)]
+    pub oauth_clients: Option<String>,
+    /// The task app's OAuth provider, as JSON: `{"authorize_url", "token_url",
+    /// "scopes", "client_id", "client_secret"}`.
+    #[arg(long, env = "SERVICE_TASKAPP_OAUTH", hide_env_values = true)]
+    pub taskapp_oauth: Option<String>,
 }
 
 /// Settings of the connector runtime and its egress policy.
@@ -144,6 +152,8 @@ pub struct ServerConfig {
     pub bootstrap_email: String,
     /// Connector runtime and egress settings.
     pub plugins: PluginSettings,
+    /// Operator OAuth clients.
+    pub oauth: crate::oauth::OAuthSettings,
 }
 
 impl ServerConfig {
@@ -176,6 +186,7 @@ impl ServerConfig {
             bootstrap_token,
             bootstrap_email,
             plugins: serve.plugins.resolve(&storage.data_dir)?,
+            oauth: crate::oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
         })
     }
 }

@@ -16,6 +16,7 @@
 //!   ([`ops::submit`]) through which all of them execute.
 //! - [`approvals`]: the approval gate: execute now or store a proposal.
 //! - [`plugin`]: the Wasm connector runtime and the plugin registry.
+//! - [`oauth`]: OAuth authorization-code flows (PKCE) run by the host.
 //! - [`credentials`]: the sealed credential store and its vault.
 //! - [`egress`]: every outbound request of a connector, policed.
 //! - [`access`]: roles, the authenticated principal, permission checks.
@@ -37,6 +38,7 @@ pub mod emailcampaign;
 pub mod error;
 pub mod http;
 pub mod mcp;
+pub mod oauth;
 pub mod ops;
 pub mod plugin;
 pub mod server;

@@ -45,6 +45,8 @@ pub struct AppState {
     pub egress: Egress,
     /// Loaded connector plugins.
     pub plugins: Arc<Registry>,
+    /// Refreshes OAuth tokens for the vault (held here, weakly there).
+    pub refresher: Arc<dyn crate::credentials::TokenRefresher>,
 }
 
 impl AppState {
@@ -82,7 +84,11 @@ impl AppState {
             Some(config.plugins.plugins_dir.clone()),
         ));
         plugins.load_all().await;
-        Ok(AppState { store, config: Arc::new(config), metrics: crate::telemetry::metrics_handle(), vault, egress, plugins })
+        let config = Arc::new(config);
+        let refresher: Arc<dyn crate::credentials::TokenRefresher> =
+            Arc::new(crate::oauth::Refresher { config: config.clone(), plugins: plugins.clone(), egress: egress.clone() });
+        vault.set_refresher(&refresher);
+        Ok(AppState { store, config, metrics: crate::telemetry::metrics_handle(), vault, egress, plugins, refresher })
     }
 }
 

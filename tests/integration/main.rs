@@ -13,6 +13,7 @@ mod credentials;
 mod idempotency;
 mod mcp;
 mod members;
+mod oauth;
 mod runtime;
 mod secrets;
 mod sessions;

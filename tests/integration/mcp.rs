@@ -32,7 +32,7 @@ backend_tests! {
 
         let tools = mcp.list_all_tools().await.unwrap();
         let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
-        for expected in ["service_get_me", "service_list_workspaces", "service_invite_member", "service_list_approvals", "service_create_source", "service_delete_source", "service_create_entry_link"] {
+        for expected in ["service_get_source_oauth_consent_url", "service_complete_source_oauth", "service_get_me", "service_list_workspaces", "service_invite_member", "service_list_approvals", "service_create_source", "service_delete_source", "service_create_entry_link"] {
             assert!(names.contains(&expected.to_owned()), "{expected} missing from {names:?}");
         }
         // No tool takes a raw secret.

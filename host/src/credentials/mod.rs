@@ -98,12 +98,31 @@ pub enum CreateError {
     Store(#[from] crate::store::StoreError),
 }
 
+/// Gets a new access token for an OAuth credential (the OAuth module
+/// implements it; the vault only asks). Answers (access token, new refresh
+/// token if rotated, expiry in Unix ms).
+pub trait TokenRefresher: Send + Sync {
+    #[allow(clippy::type_complexity)]
+    fn refresh<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        provider: &'a str,
+        refresh_token: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>>;
+}
+
 /// Seals, stores and (for egress only) reveals credentials.
 #[derive(Clone)]
 pub struct Vault {
     store: Store,
     keyring: Arc<Keyring>,
+    /// Set once the OAuth module exists (it needs egress, which needs the
+    /// vault).
+    refresher: crate::oauth::RefresherSlot,
 }
+
+/// Refresh an access token this long before it expires.
+const REFRESH_MARGIN_MS: i64 = 30_000;
 
 /// Associated data of a sealed secret: a ciphertext copied to another
 /// credential or workspace does not open.
@@ -132,7 +151,12 @@ pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
 
 impl Vault {
     pub fn new(store: Store, keyring: Keyring) -> Self {
-        Vault { store, keyring: Arc::new(keyring) }
+        Vault { store, keyring: Arc::new(keyring), refresher: Default::default() }
+    }
+
+    /// Installs the OAuth token refresher (kept alive by its owner).
+    pub fn set_refresher(&self, r: &Arc<dyn TokenRefresher>) {
+        let _ = self.refresher.set(Arc::downgrade(r));
     }
 
     /// Stores a new credential; returns its public record.
@@ -184,12 +208,43 @@ impl Vault {
             tracing::error!(credential = %row.record.credential_id, error = e, "credential does not open");
             "credential cannot be opened".to_owned()
         })?;
-        let material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
+        let mut material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
         let now = now_ms();
+        if row.record.kind == "oauth2" && row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now) {
+            material = self.refresh(&row, material).await?;
+        }
         if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
             let _ = self.store.touch_credential(&row.record.credential_id, now).await;
         }
         Ok(material.secret)
+    }
+
+    /// Refreshes an expiring OAuth access token and re-seals the result. A
+    /// refusal marks the credential as needing re-authorisation.
+    async fn refresh(&self, row: &crate::store::credentials::SealedCredential, material: SecretMaterial) -> Result<SecretMaterial, String> {
+        let r = &row.record;
+        let (Some(refresher), Some(refresh_token), Some(provider)) =
+            (self.refresher.get().and_then(std::sync::Weak::upgrade), &material.refresh_token, r.metadata["provider"].as_str())
+        else {
+            return Err("the access token expired and cannot be refreshed; authorise again".into());
+        };
+        match refresher.refresh(&r.workspace_id, provider, refresh_token).await {
+            Ok((access, rotated, expires)) => {
+                let next = SecretMaterial { secret: access, refresh_token: rotated.or(material.refresh_token) };
+                let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
+                self.store.reseal_credential(&r.credential_id, &sealed, expires).await.map_err(|e| {
+                    tracing::error!(error = %e, "could not store a refreshed token");
+                    "credential store unavailable".to_owned()
+                })?;
+                tracing::info!(credential = %r.credential_id, "refreshed an OAuth access token");
+                Ok(next)
+            }
+            Err(reason) => {
+                let _ = self.store.set_credential_status(&r.workspace_id, &r.credential_id, "active", "needs_reauthorization").await;
+                tracing::warn!(credential = %r.credential_id, reason = %reason, "OAuth refresh failed; credential needs re-authorisation");
+                Err("the credential needs re-authorisation".into())
+            }
+        }
     }
 
     /// Whether a handle names a usable credential of the workspace (for

@@ -23,6 +23,7 @@ pub mod credentials;
 pub mod emailcampaign;
 pub mod extract;
 pub mod me;
+pub mod oauth;
 pub mod plugins;
 pub mod middleware;
 pub mod request_id;
@@ -113,6 +114,7 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(connectors::router())
         .merge(credentials::router())
         .merge(emailcampaign::router())
+        .merge(oauth::router())
         .merge(plugins::router())
         .merge(sources::router())
 }

@@ -80,3 +80,10 @@ pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note:
         "poll": format!("/v1/credentials/entry-links/{}", link.entry_id),
     }))
 }
+
+/// Starts an OAuth flow for a source connector or the task app.
+pub async fn start_oauth(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, target: &str) -> ApiResult<Executed> {
+    note.target("oauth_flow", target);
+    let started = crate::oauth::start(state, &access.workspace_id, &access.principal.user_id, target).await?;
+    Executed::ok(started)
+}

@@ -69,7 +69,7 @@ impl Category {
         match self {
             Category::WorkspaceAdmin => "inviting and removing members, revoking sessions",
             Category::Credentials => "activating credentials stored through a credential flow",
-            Category::CredentialEntry => "creating single-use links where a person enters a secret",
+            Category::CredentialEntry => "creating single-use links where a person enters a secret, and starting OAuth flows",
             Category::Sources => "creating, changing and deleting sources",
         }
     }
@@ -89,6 +89,8 @@ pub enum Operation {
     ActivateCredential { credential_id: String },
     /// Create a single-use link where a person enters a secret.
     CreateEntryLink(credentials::EntryLinkRequest),
+    /// Start an OAuth flow (a connector id, or `taskapp`).
+    StartOAuth { target: String },
     /// Create a source.
     CreateSource(sources::CreateSource),
     /// Change a source's name or configuration.
@@ -106,6 +108,7 @@ impl Operation {
             Operation::RevokeSession { .. } => "sessions.revoke",
             Operation::ActivateCredential { .. } => "credentials.create",
             Operation::CreateEntryLink(_) => "credentials.entry_link",
+            Operation::StartOAuth { .. } => "credentials.oauth_start",
             Operation::CreateSource(_) => "sources.create",
             Operation::UpdateSource(_) => "sources.update",
             Operation::DeleteSource { .. } => "sources.delete",
@@ -116,7 +119,7 @@ impl Operation {
         match self {
             Operation::InviteMember(_) | Operation::RemoveMember { .. } | Operation::RevokeSession { .. } => Category::WorkspaceAdmin,
             Operation::ActivateCredential { .. } => Category::Credentials,
-            Operation::CreateEntryLink(_) => Category::CredentialEntry,
+            Operation::CreateEntryLink(_) | Operation::StartOAuth { .. } => Category::CredentialEntry,
             Operation::CreateSource(_) | Operation::UpdateSource(_) | Operation::DeleteSource { .. } => Category::Sources,
         }
     }
@@ -129,6 +132,7 @@ impl Operation {
             Operation::RevokeSession { session_id } => format!("Revoke session {session_id}"),
             Operation::ActivateCredential { credential_id } => format!("Activate credential {credential_id}"),
             Operation::CreateEntryLink(r) => format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", ")),
+            Operation::StartOAuth { target } => format!("Start an OAuth authorisation for {target}"),
             Operation::CreateSource(s) => format!("Create source \"{}\" with connector {}", s.name.trim(), s.connector_id),
             Operation::UpdateSource(s) => format!("Update source {}", s.source_id),
             Operation::DeleteSource { source_id } => format!("Delete source {source_id}"),
@@ -187,6 +191,7 @@ pub(crate) async fn execute(state: &AppState, access: &WorkspaceAccess, note: &A
         Operation::RevokeSession { session_id } => sessions::revoke(state, access, note, &session_id).await,
         Operation::ActivateCredential { credential_id } => credentials::activate(state, access, note, &credential_id).await,
         Operation::CreateEntryLink(req) => credentials::create_entry_link(state, access, note, req).await,
+        Operation::StartOAuth { target } => credentials::start_oauth(state, access, note, &target).await,
         Operation::CreateSource(req) => sources::create(state, access, note, req).await,
         Operation::UpdateSource(req) => sources::update(state, access, note, req).await,
         Operation::DeleteSource { source_id } => sources::delete(state, access, note, &source_id).await,

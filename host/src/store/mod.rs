@@ -20,6 +20,7 @@ pub mod credentials;
 pub mod entry_links;
 pub mod idempotency;
 pub mod invitations;
+pub mod oauth;
 pub mod plugins;
 pub mod sessions;
 pub mod sources;

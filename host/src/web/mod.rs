@@ -21,6 +21,7 @@ pub fn router() -> Router<AppState> {
         .route("/login/{code}", get(login_page).post(login))
         .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
         .route("/credential-entry/{token}", get(entry_page).post(submit_entry))
+        .route("/oauth/callback", get(oauth_landing))
 }
 
 /// Escapes text for HTML element and attribute content.
@@ -279,6 +280,55 @@ async fn submit_entry(
         &format!(
             "<p>The secret is sealed. Its reference (safe to share with your tools):</p><p><code>{}</code></p>\
              <p>You can close this page; the tool that sent you here picks the reference up by itself.</p>",
+            escape(&record.credential_handle)
+        ),
+    )
+    .into_response()
+}
+
+/// Where providers send the browser back: completes the OAuth flow for the
+/// user who started it, with no API call needed.
+async fn oauth_landing(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    // Providers add parameters of their own (iss, scope, ...): take ours.
+    let cb = crate::oauth::Callback {
+        state: q.get("state").cloned().unwrap_or_default(),
+        code: q.get("code").cloned(),
+        error: q.get("error").cloned(),
+        error_description: q.get("error_description").cloned(),
+    };
+    let mut done = match crate::oauth::complete(&state, &cb, None).await {
+        Ok(d) => d,
+        Err(e) => {
+            let status = e.status;
+            return (status, page("Authorisation not completed", &format!("<p>{}</p><p>Code: <code>{}</code></p>", escape(&e.message), escape(&e.code)))).into_response();
+        }
+    };
+    let record = match state.vault.create(done.new_secret("active")).await {
+        Ok(r) => r,
+        Err(e) => return crate::error::ApiError::internal(anyhow::anyhow!("{e}")).into_response(),
+    };
+    let audit = crate::store::audit::NewAuditRecord {
+        workspace_id: Some(done.workspace_id.clone()),
+        actor_user_id: Some(done.user_id.clone()),
+        action: "credentials.oauth_complete".into(),
+        target_type: Some("credential".into()),
+        target_id: Some(record.credential_id.clone()),
+        client_source: "api".into(),
+        request_id: crate::http::request_id::current(),
+        outcome: "succeeded".into(),
+        status_code: 201,
+        ..Default::default()
+    };
+    if let Err(e) = state.store.append_audit(&audit).await {
+        tracing::error!(error = %e, "could not write audit record");
+    }
+    page(
+        "Authorised",
+        &format!(
+            "<p>Access was granted and stored. The reference to use in your tools:</p><p><code>{}</code></p>",
             escape(&record.credential_handle)
         ),
     )

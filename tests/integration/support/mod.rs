@@ -124,6 +124,7 @@ impl TestServer {
                 egress: service::egress::EgressPolicy::default(),
                 limits: service::plugin::sandbox::Limits::default(),
             },
+            oauth: Default::default(),
         };
         let mut config = config;
         adjust(&mut config);

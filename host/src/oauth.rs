@@ -1,0 +1,369 @@
+//! OAuth 2.0 authorization-code flows run by the host, with PKCE (S256):
+//! for source connectors (endpoints from the plugin's description) and for
+//! the task app (endpoints from operator configuration). Client ids and
+//! secrets always come from operator configuration, never from callers.
+//!
+//! The host exchanges the code itself, through the same egress policy as
+//! plugins, stores the tokens as a sealed credential and hands out only a
+//! `credential_handle`. It refreshes expired access tokens when the
+//! credential is next used; plugins never notice.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use crate::config::ConfigError;
+use crate::credentials::{NewSecret, SecretMaterial};
+use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
+use crate::error::ApiError;
+use crate::store::oauth::{OAuthState, Spend};
+use crate::store::now_ms;
+
+/// The target name of the task-app flow.
+pub const TASKAPP: &str = "taskapp";
+/// How long a started flow can be completed.
+const STATE_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// An OAuth client registered with a provider by the operator.
+#[derive(Clone, Deserialize)]
+pub struct OAuthClient {
+    pub client_id: String,
+    pub client_secret: SecretString,
+}
+
+/// The task-management provider's OAuth settings.
+#[derive(Clone, Deserialize)]
+pub struct TaskAppOAuth {
+    pub authorize_url: String,
+    pub token_url: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub client_id: String,
+    pub client_secret: SecretString,
+}
+
+/// Operator OAuth configuration.
+#[derive(Clone, Default)]
+pub struct OAuthSettings {
+    /// Clients per connector id (`SERVICE_OAUTH_CLIENTS`).
+    pub clients: HashMap<String, OAuthClient>,
+    /// The task app (`SERVICE_TASKAPP_OAUTH`).
+    pub taskapp: Option<TaskAppOAuth>,
+}
+
+impl std::fmt::Debug for OAuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthSettings").field("clients", &self.clients.keys().collect::<Vec<_>>()).field("taskapp", &self.taskapp.is_some()).finish()
+    }
+}
+
+impl OAuthSettings {
+    /// Parses the two JSON settings.
+    pub fn from_settings(clients: Option<&str>, taskapp: Option<&str>) -> Result<Self, ConfigError> {
+        let clients = match clients.filter(|s| !s.trim().is_empty()) {
+            Some(s) => serde_json::from_str(s).map_err(|e| ConfigError::new("SERVICE_OAUTH_CLIENTS", format!("not a JSON object of {{connector_id: {{client_id, client_secret}}}}: {e}")))?,
+            None => HashMap::new(),
+        };
+        let taskapp: Option<TaskAppOAuth> = match taskapp.filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(serde_json::from_str(s).map_err(|e| ConfigError::new("SERVICE_TASKAPP_OAUTH", format!("not a JSON object with authorize_url, token_url, client_id, client_secret: {e}")))?),
+            None => None,
+        };
+        if let Some(t) = &taskapp {
+            for (name, u) in [("authorize_url", &t.authorize_url), ("token_url", &t.token_url)] {
+                if !Url::parse(u).is_ok_and(|u| u.scheme() == "https") {
+                    return Err(ConfigError::new("SERVICE_TASKAPP_OAUTH", format!("{name} must be an https URL")));
+                }
+            }
+        }
+        Ok(OAuthSettings { clients, taskapp })
+    }
+}
+
+/// Everything a flow needs to know about its provider.
+struct Provider {
+    authorize_url: String,
+    token_url: String,
+    scopes: Vec<String>,
+    client: OAuthClient,
+    /// Hosts egress may reach for the exchange, and the credential binds to.
+    hosts: Vec<HostPattern>,
+    connector_id: Option<String>,
+}
+
+async fn provider(config: &crate::config::ServerConfig, plugins: &crate::plugin::registry::Registry, target: &str) -> Result<Provider, ApiError> {
+    let settings = &config.oauth;
+    if target == TASKAPP {
+        let t = settings.taskapp.clone().ok_or_else(|| {
+            ApiError::unavailable("the operator has not configured the task app's OAuth client (SERVICE_TASKAPP_OAUTH)").with_details(json!({ "code": "OAUTH_NOT_CONFIGURED" }))
+        })?;
+        let mut hosts = Vec::new();
+        for u in [&t.token_url, &t.authorize_url] {
+            if let Some(h) = Url::parse(u).ok().and_then(|u| u.host_str().map(str::to_owned))
+                && let Ok(p) = HostPattern::parse(&h)
+                && !hosts.contains(&p)
+            {
+                hosts.push(p);
+            }
+        }
+        return Ok(Provider {
+            authorize_url: t.authorize_url,
+            token_url: t.token_url,
+            scopes: t.scopes,
+            client: OAuthClient { client_id: t.client_id, client_secret: t.client_secret },
+            hosts,
+            connector_id: None,
+        });
+    }
+    let plugin = plugins.available(target).await?;
+    let endpoints = plugin.info.oauth.clone().ok_or_else(|| {
+        ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth").with_details(json!({ "connector_id": plugin.info.id }))
+    })?;
+    let client = settings.clients.get(&plugin.info.id).cloned().ok_or_else(|| {
+        ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, "OAUTH_NOT_CONFIGURED", "the operator has not configured an OAuth client for this connector")
+            .with_details(json!({ "connector_id": plugin.info.id }))
+    })?;
+    Ok(Provider {
+        authorize_url: endpoints.authorize_url,
+        token_url: endpoints.token_url,
+        scopes: endpoints.scopes,
+        client,
+        hosts: plugin.info.hosts.clone(),
+        connector_id: Some(plugin.info.id.clone()),
+    })
+}
+
+fn random_b64(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut b);
+    URL_SAFE_NO_PAD.encode(b)
+}
+
+/// Starts a flow: answers the provider's authorization URL.
+pub async fn start(state: &crate::server::AppState, workspace_id: &str, user_id: &str, target: &str) -> Result<Value, ApiError> {
+    let p = provider(&state.config, &state.plugins, target).await?;
+    let target = p.connector_id.clone().unwrap_or_else(|| TASKAPP.to_owned());
+    let st = random_b64(32);
+    let verifier = random_b64(48);
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    let redirect_uri = state.config.public_url.join("oauth/callback").map_err(ApiError::internal)?.to_string();
+    let expires_at = now_ms() + STATE_TTL_MS;
+    state
+        .store
+        .create_oauth_state(
+            &crate::tokens::hash(&st),
+            &OAuthState {
+                workspace_id: workspace_id.to_owned(),
+                user_id: user_id.to_owned(),
+                target: target.clone(),
+                code_verifier: verifier,
+                redirect_uri: redirect_uri.clone(),
+                expires_at,
+                used: false,
+            },
+        )
+        .await?;
+    let mut url = Url::parse(&p.authorize_url).map_err(ApiError::internal)?;
+    url.query_pairs_mut()
+        .append_pair("response_type", "code")
+        .append_pair("client_id", &p.client.client_id)
+        .append_pair("redirect_uri", &redirect_uri)
+        .append_pair("scope", &p.scopes.join(" "))
+        .append_pair("state", &st)
+        .append_pair("code_challenge", &challenge)
+        .append_pair("code_challenge_method", "S256");
+    Ok(json!({
+        "authorization_url": url.to_string(),
+        "state": st,
+        "redirect_uri": redirect_uri,
+        "expires_at": chrono::DateTime::from_timestamp_millis(expires_at),
+        "connector_id": p.connector_id,
+    }))
+}
+
+/// Keeps provider-supplied text short and printable.
+fn sanitise(s: &str, max: usize) -> String {
+    s.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(max).collect()
+}
+
+/// What a callback carries.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Callback {
+    pub state: String,
+    /// The authorization code, on success.
+    pub code: Option<String>,
+    /// The provider's error, e.g. `access_denied`.
+    pub error: Option<String>,
+    pub error_description: Option<String>,
+}
+
+/// What a completed exchange produced, before it is stored.
+pub struct Completed {
+    pub workspace_id: String,
+    pub user_id: String,
+    pub connector_id: String,
+    hosts: Vec<String>,
+    metadata: Value,
+    material: Option<SecretMaterial>,
+    access_expires_at: Option<i64>,
+}
+
+impl Completed {
+    /// The credential to store (takes the tokens; call once).
+    pub fn new_secret(&mut self, status: &'static str) -> NewSecret<'_> {
+        NewSecret {
+            workspace_id: &self.workspace_id,
+            created_by: &self.user_id,
+            kind: "oauth2",
+            connector_id: Some(&self.connector_id),
+            label: None,
+            hosts: self.hosts.clone(),
+            metadata: self.metadata.clone(),
+            material: self.material.take().expect("new_secret is called once"),
+            status,
+            access_expires_at: self.access_expires_at,
+        }
+    }
+}
+
+/// Checks the state (single use, bound to user and workspace), handles a
+/// provider denial, and exchanges the code through egress. `expect` is the
+/// (workspace, user) the API caller acts as; the browser landing has none.
+pub async fn complete(state: &crate::server::AppState, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
+    let hash = crate::tokens::hash(&cb.state);
+    if let Some((ws, user)) = expect {
+        // Someone else's flow behaves like an unknown one, and is not spent.
+        match state.store.oauth_state_owner(&hash).await? {
+            Some((w, u)) if w == ws && u == user => {}
+            _ => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
+        }
+    }
+    let flow = match state.store.spend_oauth_state(&hash).await? {
+        Spend::Unknown => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
+        Spend::Expired => return Err(state_error("OAUTH_STATE_EXPIRED", "the OAuth flow expired; start it again")),
+        Spend::Used => return Err(ApiError::conflict("OAUTH_STATE_USED", "this OAuth flow was already completed; start a new one")),
+        Spend::Spent(f) => f,
+    };
+    if let Some(err) = &cb.error {
+        let code = sanitise(err, 64);
+        if code == "access_denied" {
+            return Err(ApiError::bad_request("OAUTH_ACCESS_DENIED", "the user denied access at the provider"));
+        }
+        return Err(ApiError::bad_request("OAUTH_PROVIDER_ERROR", format!("the provider reported an error: {code}"))
+            .with_details(json!({ "provider_error": code, "description": cb.error_description.as_deref().map(|d| sanitise(d, 200)) })));
+    }
+    let code = cb.code.as_deref().filter(|c| !c.is_empty()).ok_or_else(|| ApiError::invalid_field("code", "code is required unless error is given"))?;
+    let p = provider(&state.config, &state.plugins, &flow.target).await?;
+    let form = vec![
+        ("grant_type", "authorization_code".to_owned()),
+        ("code", code.to_owned()),
+        ("redirect_uri", flow.redirect_uri.clone()),
+        ("client_id", p.client.client_id.clone()),
+        ("client_secret", p.client.client_secret.expose_secret().to_owned()),
+        ("code_verifier", flow.code_verifier.clone()),
+    ];
+    let tokens = token_request(&state.egress, &p, &flow.workspace_id, form).await?;
+    let hosts: Vec<String> = p.hosts.iter().filter_map(|h| if let HostPattern::Exact(n) = h { Some(n.clone()) } else { None }).collect();
+    if hosts.is_empty() {
+        return Err(ApiError::bad_request("OAUTH_NOT_SUPPORTED", "the connector declares no exact host a token could be bound to"));
+    }
+    let metadata = json!({ "provider": flow.target, "token_url": p.token_url, "scopes": tokens.scope.clone().unwrap_or_else(|| p.scopes.join(" ")), "token_type": tokens.token_type });
+    Ok(Completed {
+        workspace_id: flow.workspace_id,
+        user_id: flow.user_id,
+        connector_id: p.connector_id.unwrap_or_else(|| TASKAPP.to_owned()),
+        hosts,
+        metadata,
+        material: Some(SecretMaterial { secret: tokens.access_token, refresh_token: tokens.refresh_token }),
+        access_expires_at: tokens.expires_in.map(|s| now_ms() + s * 1000),
+    })
+}
+
+fn state_error(code: &str, message: &str) -> ApiError {
+    ApiError::bad_request(code, message).with_details(json!({ "field": "state" }))
+}
+
+/// A token endpoint's answer.
+struct Tokens {
+    access_token: SecretString,
+    refresh_token: Option<SecretString>,
+    expires_in: Option<i64>,
+    token_type: Option<String>,
+    scope: Option<String>,
+}
+
+/// Posts a form to the token endpoint through egress.
+async fn token_request(egress: &Egress, p: &Provider, workspace_id: &str, form: Vec<(&str, String)>) -> Result<Tokens, ApiError> {
+    let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str()))).finish();
+    let caller = Caller { plugin_id: p.connector_id.as_deref().unwrap_or(TASKAPP), declared_hosts: &p.hosts, workspace_id };
+    let req = OutboundRequest {
+        method: Method::Post,
+        url: p.token_url.clone(),
+        headers: vec![("content-type".into(), "application/x-www-form-urlencoded".into()), ("accept".into(), "application/json".into())],
+        body: Some(body.into_bytes()),
+        credential: None,
+        timeout_ms: Some(30_000),
+    };
+    let resp = egress.send(&caller, req).await.map_err(|e| match e {
+        EgressError::Denied(rule) => ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_EXCHANGE_FAILED", format!("the token endpoint may not be reached: {rule}")),
+        other => ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_EXCHANGE_FAILED", format!("the token endpoint could not be reached: {other}")),
+    })?;
+    let v: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+    if !(200..300).contains(&resp.status) {
+        let code = v["error"].as_str().map(|e| sanitise(e, 64)).unwrap_or_else(|| format!("http_{}", resp.status));
+        return Err(ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", format!("the provider refused the token request: {code}"))
+            .with_details(json!({ "provider_error": code })));
+    }
+    let access = v["access_token"].as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+        ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", "the provider's token response has no access_token")
+    })?;
+    Ok(Tokens {
+        access_token: SecretString::from(access.to_owned()),
+        refresh_token: v["refresh_token"].as_str().map(|s| SecretString::from(s.to_owned())),
+        expires_in: v["expires_in"].as_i64(),
+        token_type: v["token_type"].as_str().map(|s| sanitise(s, 32)),
+        scope: v["scope"].as_str().map(|s| sanitise(s, 500)),
+    })
+}
+
+/// Refreshes OAuth access tokens for the vault when they expire. Holds no
+/// reference back to the vault (the vault holds it weakly).
+pub struct Refresher {
+    pub config: Arc<crate::config::ServerConfig>,
+    pub plugins: Arc<crate::plugin::registry::Registry>,
+    pub egress: Egress,
+}
+
+impl crate::credentials::TokenRefresher for Refresher {
+    fn refresh<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        provider_target: &'a str,
+        refresh_token: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>> {
+        Box::pin(async move {
+            let p = provider(&self.config, &self.plugins, provider_target).await.map_err(|e| e.message)?;
+            let form = vec![
+                ("grant_type", "refresh_token".to_owned()),
+                ("refresh_token", refresh_token.expose_secret().to_owned()),
+                ("client_id", p.client.client_id.clone()),
+                ("client_secret", p.client.client_secret.expose_secret().to_owned()),
+            ];
+            let t = token_request(&self.egress, &p, workspace_id, form).await.map_err(|e| e.message)?;
+            Ok((t.access_token, t.refresh_token, t.expires_in.map(|s| now_ms() + s * 1000)))
+        })
+    }
+}
+
+/// How the vault reaches the refresher: weakly, since the refresher's
+/// egress client holds the vault.
+pub type RefresherSlot = Arc<std::sync::OnceLock<std::sync::Weak<dyn crate::credentials::TokenRefresher>>>;

@@ -1,0 +1,255 @@
+//! OAuth for sources and the task app, against a fake authorization server
+//! over HTTPS reached through the egress overrides: PKCE, single-use state,
+//! host-side code exchange, refresh, and every failure's own code.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use reqwest::Method;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::on_both_backends;
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
+
+/// The fake authorization server and API.
+#[derive(Default)]
+struct Auth {
+    /// code → (PKCE challenge, redirect_uri)
+    codes: Mutex<HashMap<String, (String, String)>>,
+    access: Mutex<Vec<String>>,
+    refresh: Mutex<Vec<String>>,
+    issued: AtomicUsize,
+    refreshed: AtomicUsize,
+    expires_in: AtomicUsize,
+}
+
+fn issue(a: &Auth) -> Value {
+    let n = a.issued.fetch_add(1, Ordering::SeqCst);
+    let (at, rt) = (format!("provider-access-{n}-{}", uuid::Uuid::new_v4().simple()), format!("provider-refresh-{n}"));
+    a.access.lock().unwrap().push(at.clone());
+    a.refresh.lock().unwrap().push(rt.clone());
+    json!({ "access_token": at, "refresh_token": rt, "expires_in": a.expires_in.load(Ordering::SeqCst), "token_type": "Bearer", "scope": "social.read" })
+}
+
+fn routes(auth: Arc<Auth>) -> Router {
+    Router::new()
+        .route(
+            "/oauth/token",
+            post(|State(a): State<Arc<Auth>>, axum::Form(f): axum::Form<HashMap<String, String>>| async move {
+                if f.get("client_id").map(String::as_str) != Some("client-1") || f.get("client_secret").map(String::as_str) != Some("operator-secret") {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "error": "invalid_client" }))).into_response();
+                }
+                match f.get("grant_type").map(String::as_str) {
+                    Some("authorization_code") => {
+                        let code = f.get("code").cloned().unwrap_or_default();
+                        let Some((challenge, redirect)) = a.codes.lock().unwrap().remove(&code) else {
+                            return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "invalid_grant", "error_description": "<script>alert(1)</script> code unknown" }))).into_response();
+                        };
+                        let verifier = f.get("code_verifier").cloned().unwrap_or_default();
+                        if URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) != challenge || f.get("redirect_uri") != Some(&redirect) {
+                            return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "invalid_grant" }))).into_response();
+                        }
+                        axum::Json(issue(&a)).into_response()
+                    }
+                    Some("refresh_token") => {
+                        let rt = f.get("refresh_token").cloned().unwrap_or_default();
+                        if !a.refresh.lock().unwrap().contains(&rt) {
+                            return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "invalid_grant" }))).into_response();
+                        }
+                        a.refreshed.fetch_add(1, Ordering::SeqCst);
+                        axum::Json(issue(&a)).into_response()
+                    }
+                    _ => (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "unsupported_grant_type" }))).into_response(),
+                }
+            }),
+        )
+        .route(
+            "/me",
+            get(|State(a): State<Arc<Auth>>, h: HeaderMap| async move {
+                let auth = h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").trim_start_matches("Bearer ").to_owned();
+                if a.access.lock().unwrap().last() != Some(&auth) {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "message": "expired or unknown token" }))).into_response();
+                }
+                axum::Json(json!({ "portal_id": "portal-42" })).into_response()
+            }),
+        )
+        .with_state(auth)
+}
+
+struct Fx {
+    srv: TestServer,
+    auth: Arc<Auth>,
+    _provider: FakeProvider,
+}
+
+async fn setup(backend: Backend) -> Fx {
+    let ca = TestCa::new();
+    let auth = Arc::new(Auth { expires_in: AtomicUsize::new(3600), ..Default::default() });
+    let names = ["auth.social.test", "api.social.test"];
+    let provider = FakeProvider::start(&ca, &names, routes(auth.clone())).await;
+    let pins = provider.pins(&names);
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("auth.social.test,api.social.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.oauth = service::oauth::OAuthSettings::from_settings(
+            Some(r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"}}"#),
+            Some(r#"{"authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token", "scopes": ["tasks"], "client_id": "client-1", "client_secret": "operator-secret"}"#),
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+    let path = test_plugin("test_oauth_source");
+    srv.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path)).await.unwrap();
+    Fx { srv, auth, _provider: provider }
+}
+
+impl Fx {
+    /// Starts a flow and plays the user's consent: returns (state, code).
+    async fn consent(&self, start_path: &str, body: Value) -> (String, String) {
+        let started = json_ok(self.srv.post(start_path, body).send().await.unwrap()).await;
+        let url = url::Url::parse(started["data"]["authorization_url"].as_str().unwrap()).unwrap();
+        let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
+        assert_eq!(q["code_challenge_method"], "S256");
+        assert_eq!(q["response_type"], "code");
+        assert_eq!(q["client_id"], "client-1", "the client comes from operator configuration");
+        let code = format!("code-{}", uuid::Uuid::new_v4().simple());
+        self.auth.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
+        (q["state"].clone(), code)
+    }
+
+    async fn callback(&self, body: Value) -> reqwest::Response {
+        self.srv.post("/v1/credentials/source/oauth/callback", body).send().await.unwrap()
+    }
+
+    async fn check(&self, handle: &str) -> Result<service::plugin::types::CheckResult, service::plugin::InvocationError> {
+        let plugin = self.srv.state.plugins.available("test_oauth_source").await.unwrap();
+        let ws = self.srv.workspace_id().await;
+        self.srv.state.plugins.runtime().check(&plugin, &ws, &self.srv.state.egress, &json!({ "credential_handle": handle }).to_string()).await
+    }
+}
+
+async fn source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens(backend: Backend) {
+    let fx = setup(backend).await;
+    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let resp = fx.callback(json!({ "state": state, "code": code })).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let created = json_ok(resp).await;
+    let text = created.to_string();
+    for t in fx.auth.access.lock().unwrap().iter().chain(fx.auth.refresh.lock().unwrap().iter()) {
+        assert!(!text.contains(t.as_str()), "provider token in the response");
+    }
+    assert_eq!(created["data"]["kind"], "oauth2");
+    assert_eq!(created["data"]["connector_id"], "test_oauth_source");
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let checked = fx.check(&handle).await.unwrap();
+    assert!(checked.ok);
+    assert_eq!(checked.account.as_deref(), Some("portal-42"));
+
+    // Single use.
+    expect_error(fx.callback(json!({ "state": state, "code": code })).await, 409, "OAUTH_STATE_USED").await;
+}
+
+async fn expired_tokens_are_refreshed_by_the_host_invisibly(backend: Backend) {
+    let fx = setup(backend).await;
+    fx.auth.expires_in.store(1, Ordering::SeqCst);
+    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let created = json_ok(fx.callback(json!({ "state": state, "code": code })).await).await;
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    fx.auth.expires_in.store(3600, Ordering::SeqCst);
+    // The access token expires within the refresh margin: the next use refreshes it.
+    assert!(fx.check(&handle).await.unwrap().ok);
+    assert_eq!(fx.auth.refreshed.load(Ordering::SeqCst), 1);
+    assert!(fx.check(&handle).await.unwrap().ok);
+    assert_eq!(fx.auth.refreshed.load(Ordering::SeqCst), 1, "refreshed once, then reused");
+}
+
+async fn every_failure_has_its_own_code(backend: Backend) {
+    let fx = setup(backend).await;
+    expect_error(fx.callback(json!({ "state": "no-such-state", "code": "x" })).await, 400, "OAUTH_STATE_UNKNOWN").await;
+
+    let (state, _) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    expect_error(fx.callback(json!({ "state": state, "error": "access_denied" })).await, 400, "OAUTH_ACCESS_DENIED").await;
+
+    let (state, _) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let e = expect_error(fx.callback(json!({ "state": state, "code": "bad" })).await, 502, "OAUTH_PROVIDER_ERROR").await;
+    assert_eq!(e["details"]["provider_error"], "invalid_grant");
+    assert!(!e.to_string().contains("<script>"), "provider messages are sanitised");
+
+    // Another user's flow is unknown to you and stays usable by them.
+    let ws = fx.srv.workspace_id().await;
+    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let (_, editor) = fx.srv.user_in(&ws, service::access::Role::Editor).await;
+    let resp = fx.srv.request_as(&editor, Method::POST, "/v1/credentials/source/oauth/callback").json(&json!({ "state": state, "code": code })).send().await.unwrap();
+    expect_error(resp, 400, "OAUTH_STATE_UNKNOWN").await;
+    assert_eq!(fx.callback(json!({ "state": state, "code": code })).await.status(), StatusCode::CREATED);
+
+    // Expired.
+    let me = json_ok(fx.srv.get("/v1/me").send().await.unwrap()).await;
+    let user = me["data"]["user"]["user_id"].as_str().unwrap().to_owned();
+    fx.srv
+        .state
+        .store
+        .create_oauth_state(
+            &service::tokens::hash("old-state"),
+            &service::store::oauth::OAuthState {
+                workspace_id: ws.clone(),
+                user_id: user,
+                target: "test_oauth_source".into(),
+                code_verifier: "v".into(),
+                redirect_uri: "r".into(),
+                expires_at: service::store::now_ms() - 1,
+                used: false,
+            },
+        )
+        .await
+        .unwrap();
+    expect_error(fx.callback(json!({ "state": "old-state", "code": "x" })).await, 400, "OAUTH_STATE_EXPIRED").await;
+
+    // Connectors without OAuth, and unconfigured clients.
+    let e = expect_error(fx.srv.post("/v1/credentials/source/oauth/start", json!({ "connector_id": "conn_emailcampaign_edm" })).send().await.unwrap(), 400, "OAUTH_NOT_SUPPORTED").await;
+    assert_eq!(e["details"]["connector_id"], "conn_emailcampaign_edm");
+}
+
+async fn browsers_complete_the_flow_on_the_landing_page(backend: Backend) {
+    let fx = setup(backend).await;
+    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let page = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}&iss=https%3A%2F%2Fauth.social.test"))).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    let start = html.find("<code>ch_").unwrap() + 6;
+    let handle = &html[start..start + html[start..].find("</code>").unwrap()];
+    assert!(fx.check(handle).await.unwrap().ok);
+    let again = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}"))).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+}
+
+async fn the_task_app_flow_yields_a_workspace_credential(backend: Backend) {
+    let fx = setup(backend).await;
+    let (state, code) = fx.consent("/v1/credentials/taskapp/oauth/start", json!({})).await;
+    // A task-app state cannot complete a source flow.
+    expect_error(fx.callback(json!({ "state": state, "code": code })).await, 400, "OAUTH_STATE_UNKNOWN").await;
+    let (state, code) = fx.consent("/v1/credentials/taskapp/oauth/start", json!({})).await;
+    let resp = fx.srv.post("/v1/credentials/taskapp/oauth/callback", json!({ "state": state, "code": code })).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let created = json_ok(resp).await;
+    assert_eq!(created["data"]["connector_id"], "taskapp");
+    assert_eq!(created["data"]["hosts"], json!(["auth.social.test"]));
+}
+
+on_both_backends!(
+    source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens,
+    expired_tokens_are_refreshed_by_the_host_invisibly,
+    every_failure_has_its_own_code,
+    browsers_complete_the_flow_on_the_landing_page,
+    the_task_app_flow_yields_a_workspace_credential,
+);
