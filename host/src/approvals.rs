@@ -121,6 +121,15 @@ fn decide_error(e: DecideError, id: &str) -> ApiError {
     }
 }
 
+/// Loads a proposal and checks that `approver` may decide it (the
+/// category's approver role).
+async fn may_decide(state: &AppState, approver: &WorkspaceAccess, approval_id: &str) -> ApiResult<Approval> {
+    let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
+    let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
+    approver.require(policy(state, &approver.workspace_id, category).await?.approver_role)?;
+    Ok(pending)
+}
+
 /// What an approval answered: the proposal and what its execution returned.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Approved {
@@ -135,9 +144,7 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
     note.target("approval", approval_id);
     note.approval(approval_id);
     refuse_mcp(approver)?;
-    let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
-    let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
-    approver.require(policy(state, &approver.workspace_id, category).await?.approver_role)?;
+    let pending = may_decide(state, approver, approval_id).await?;
     let op: Operation = serde_json::from_value(pending.operation.clone()).map_err(ApiError::internal)?;
 
     let claimed = state
@@ -200,9 +207,7 @@ pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNo
     note.target("approval", approval_id);
     note.approval(approval_id);
     refuse_mcp(approver)?;
-    let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
-    let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
-    approver.require(policy(state, &approver.workspace_id, category).await?.approver_role)?;
+    may_decide(state, approver, approval_id).await?;
     let approval = state
         .store
         .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, "rejected")

@@ -72,6 +72,10 @@ fn member_from_row(row: &sqlx::any::AnyRow) -> StoreResult<Member> {
     })
 }
 
+fn workspace_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Workspace> {
+    Ok(Workspace { workspace_id: r.try_get("id")?, name: r.try_get("name")?, created_at: from_ms(r.try_get("created_at")?) })
+}
+
 const MEMBER_COLUMNS: &str = "m.id, m.user_id, u.email, u.name, m.role, m.created_at";
 
 impl Store {
@@ -93,14 +97,7 @@ impl Store {
         let row = sqlx::query("SELECT id, name, created_at FROM workspaces ORDER BY created_at, id LIMIT 1")
             .fetch_optional(self.pool())
             .await?;
-        row.map(|r| {
-            Ok(Workspace {
-                workspace_id: r.try_get("id")?,
-                name: r.try_get("name")?,
-                created_at: from_ms(r.try_get("created_at")?),
-            })
-        })
-        .transpose()
+        row.as_ref().map(workspace_from_row).transpose()
     }
 
     pub async fn workspace(&self, workspace_id: &str) -> StoreResult<Option<Workspace>> {
@@ -108,14 +105,7 @@ impl Store {
             .bind(workspace_id)
             .fetch_optional(self.pool())
             .await?;
-        row.map(|r| {
-            Ok(Workspace {
-                workspace_id: r.try_get("id")?,
-                name: r.try_get("name")?,
-                created_at: from_ms(r.try_get("created_at")?),
-            })
-        })
-        .transpose()
+        row.as_ref().map(workspace_from_row).transpose()
     }
 
     /// Adds `user_id` to the workspace; already a member is

@@ -260,21 +260,7 @@ async fn submit_entry(
         Err(e) => return crate::error::ApiError::internal(anyhow::anyhow!("{e}")).into_response(),
     };
     let _ = state.store.complete_entry_link(&hash, &record.credential_id).await;
-    let audit = crate::store::audit::NewAuditRecord {
-        workspace_id: Some(link.workspace_id.clone()),
-        actor_user_id: Some(requested_by),
-        action: "credentials.create".into(),
-        target_type: Some("credential".into()),
-        target_id: Some(record.credential_id.clone()),
-        client_source: "api".into(),
-        request_id: crate::http::request_id::current(),
-        outcome: "succeeded".into(),
-        status_code: 201,
-        ..Default::default()
-    };
-    if let Err(e) = state.store.append_audit(&audit).await {
-        tracing::error!(error = %e, "could not write audit record");
-    }
+    audit_credential_created(&state, &link.workspace_id, &requested_by, "credentials.create", &record.credential_id).await;
     page(
         "Secret stored",
         &format!(
@@ -310,12 +296,26 @@ async fn oauth_landing(
         Ok(r) => r,
         Err(e) => return crate::error::ApiError::internal(anyhow::anyhow!("{e}")).into_response(),
     };
+    audit_credential_created(&state, &done.workspace_id, &done.user_id, "credentials.oauth_complete", &record.credential_id).await;
+    page(
+        "Authorised",
+        &format!(
+            "<p>Access was granted and stored. The reference to use in your tools:</p><p><code>{}</code></p>",
+            escape(&record.credential_handle)
+        ),
+    )
+    .into_response()
+}
+
+/// The audit record of a credential a browser page created (these pages are
+/// outside `/v1`, so the audit middleware does not see them).
+async fn audit_credential_created(state: &AppState, workspace_id: &str, actor: &str, action: &str, credential_id: &str) {
     let audit = crate::store::audit::NewAuditRecord {
-        workspace_id: Some(done.workspace_id.clone()),
-        actor_user_id: Some(done.user_id.clone()),
-        action: "credentials.oauth_complete".into(),
+        workspace_id: Some(workspace_id.to_owned()),
+        actor_user_id: Some(actor.to_owned()),
+        action: action.to_owned(),
         target_type: Some("credential".into()),
-        target_id: Some(record.credential_id.clone()),
+        target_id: Some(credential_id.to_owned()),
         client_source: "api".into(),
         request_id: crate::http::request_id::current(),
         outcome: "succeeded".into(),
@@ -325,12 +325,4 @@ async fn oauth_landing(
     if let Err(e) = state.store.append_audit(&audit).await {
         tracing::error!(error = %e, "could not write audit record");
     }
-    page(
-        "Authorised",
-        &format!(
-            "<p>Access was granted and stored. The reference to use in your tools:</p><p><code>{}</code></p>",
-            escape(&record.credential_handle)
-        ),
-    )
-    .into_response()
 }
