@@ -17,6 +17,8 @@
 //! - [`approvals`]: the approval gate: execute now or store a proposal.
 //! - [`plugin`]: the Wasm connector runtime and the plugin registry.
 //! - [`oauth`]: OAuth authorization-code flows (PKCE) run by the host.
+//! - [`destinations`]: SQLite, PostgreSQL and JSON-lines destinations.
+//! - [`jobs`]: the runner (leases, heartbeats, retries) and the scheduler.
 //! - [`credentials`]: the sealed credential store and its vault.
 //! - [`egress`]: every outbound request of a connector, policed.
 //! - [`access`]: roles, the authenticated principal, permission checks.
@@ -33,10 +35,12 @@ pub mod approvals;
 pub mod cli;
 pub mod config;
 pub mod credentials;
+pub mod destinations;
 pub mod egress;
 pub mod emailcampaign;
 pub mod error;
 pub mod http;
+pub mod jobs;
 pub mod mcp;
 pub mod oauth;
 pub mod ops;

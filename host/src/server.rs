@@ -99,12 +99,14 @@ pub struct RunningServer {
     shutdown: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     watcher: tokio::task::JoinHandle<()>,
+    runner: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
     /// Stops accepting, lets running requests finish, and waits.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.watcher.abort();
+        self.runner.abort();
         let _ = self.shutdown.send(true);
         self.task.await??;
         Ok(())
@@ -130,6 +132,7 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
             plugins.reconcile().await;
         }
     });
+    let runner = crate::jobs::spawn(state.clone());
     let app = crate::http::app(state);
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(async move {
@@ -139,7 +142,7 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
             })
             .await
     });
-    Ok(RunningServer { addr, shutdown: tx, task, watcher })
+    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner })
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.

@@ -14,6 +14,7 @@ mod idempotency;
 mod mcp;
 mod members;
 mod oauth;
+mod pipelines;
 mod runtime;
 mod secrets;
 mod sessions;

@@ -51,6 +51,22 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// An optional JSON body: absent when the request has no `Content-Type`
+/// and no body; otherwise exactly like [`ApiJson`].
+pub struct MaybeJson<T>(pub Option<T>);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for MaybeJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let empty_length = req.headers().get(axum::http::header::CONTENT_LENGTH).is_some_and(|v| v == "0");
+        if req.headers().get(axum::http::header::CONTENT_TYPE).is_none() || empty_length {
+            return Ok(MaybeJson(None));
+        }
+        ApiJson::<T>::from_request(req, state).await.map(|j| MaybeJson(Some(j.0)))
+    }
+}
+
 /// A JSON body that may carry a raw secret: only for the credential
 /// creation endpoints (spec section 4, "Credentials").
 pub struct SecretJson<T>(pub T);

@@ -20,10 +20,12 @@ pub mod approvals;
 pub mod audit_logs;
 pub mod connectors;
 pub mod credentials;
+pub mod destinations;
 pub mod emailcampaign;
 pub mod extract;
 pub mod me;
 pub mod oauth;
+pub mod pipelines;
 pub mod plugins;
 pub mod middleware;
 pub mod request_id;
@@ -117,6 +119,8 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(oauth::router())
         .merge(plugins::router())
         .merge(sources::router())
+        .merge(destinations::router())
+        .merge(pipelines::router())
 }
 
 /// The whole application. Tests drive it directly; `serve` binds it.

@@ -11,6 +11,7 @@
 
 pub mod credentials;
 pub mod members;
+pub mod pipelines;
 pub mod sessions;
 pub mod sources;
 
@@ -38,11 +39,17 @@ pub enum Category {
     CredentialEntry,
     /// Creating, changing and deleting sources.
     Sources,
+    /// Creating and changing destinations.
+    Destinations,
+    /// Creating, changing, pausing, resuming and deleting pipelines.
+    Pipelines,
+    /// Starting syncs and resets, cancelling jobs.
+    Syncs,
 }
 
 impl Category {
     /// Every category, in the order policies are listed.
-    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry, Category::Sources];
+    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry, Category::Sources, Category::Destinations, Category::Pipelines, Category::Syncs];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -50,6 +57,9 @@ impl Category {
             Category::Credentials => "credentials",
             Category::CredentialEntry => "credential_entry",
             Category::Sources => "sources",
+            Category::Destinations => "destinations",
+            Category::Pipelines => "pipelines",
+            Category::Syncs => "syncs",
         }
     }
 
@@ -71,6 +81,9 @@ impl Category {
             Category::Credentials => "activating credentials stored through a credential flow",
             Category::CredentialEntry => "creating single-use links where a person enters a secret, and starting OAuth flows",
             Category::Sources => "creating, changing and deleting sources",
+            Category::Destinations => "creating and changing destinations",
+            Category::Pipelines => "creating, changing, pausing, resuming and deleting pipelines (connections)",
+            Category::Syncs => "starting syncs and resets, cancelling jobs",
         }
     }
 }
@@ -97,6 +110,18 @@ pub enum Operation {
     UpdateSource(sources::UpdateSource),
     /// Delete a source no pipeline uses.
     DeleteSource { source_id: String },
+    CreateDestination(pipelines::CreateDestination),
+    UpdateDestination(pipelines::UpdateDestination),
+    CreatePipeline(pipelines::CreatePipeline),
+    UpdatePipeline(pipelines::UpdatePipeline),
+    PausePipeline { pipeline_id: String },
+    ResumePipeline { pipeline_id: String },
+    DeleteConnection { connection_id: String },
+    /// Start a sync job.
+    SyncPipeline(pipelines::RunPipeline),
+    /// Start a reset job (clear destination data and state, sync again).
+    ResetPipeline(pipelines::RunPipeline),
+    CancelJob { job_id: String },
 }
 
 impl Operation {
@@ -112,6 +137,16 @@ impl Operation {
             Operation::CreateSource(_) => "sources.create",
             Operation::UpdateSource(_) => "sources.update",
             Operation::DeleteSource { .. } => "sources.delete",
+            Operation::CreateDestination(_) => "destinations.create",
+            Operation::UpdateDestination(_) => "destinations.update",
+            Operation::CreatePipeline(_) => "pipelines.create",
+            Operation::UpdatePipeline(_) => "pipelines.update",
+            Operation::PausePipeline { .. } => "pipelines.pause",
+            Operation::ResumePipeline { .. } => "pipelines.resume",
+            Operation::DeleteConnection { .. } => "connections.delete",
+            Operation::SyncPipeline(_) => "pipelines.sync",
+            Operation::ResetPipeline(_) => "pipelines.reset",
+            Operation::CancelJob { .. } => "jobs.cancel",
         }
     }
 
@@ -121,6 +156,13 @@ impl Operation {
             Operation::ActivateCredential { .. } => Category::Credentials,
             Operation::CreateEntryLink(_) | Operation::StartOAuth { .. } => Category::CredentialEntry,
             Operation::CreateSource(_) | Operation::UpdateSource(_) | Operation::DeleteSource { .. } => Category::Sources,
+            Operation::CreateDestination(_) | Operation::UpdateDestination(_) => Category::Destinations,
+            Operation::CreatePipeline(_)
+            | Operation::UpdatePipeline(_)
+            | Operation::PausePipeline { .. }
+            | Operation::ResumePipeline { .. }
+            | Operation::DeleteConnection { .. } => Category::Pipelines,
+            Operation::SyncPipeline(_) | Operation::ResetPipeline(_) | Operation::CancelJob { .. } => Category::Syncs,
         }
     }
 
@@ -136,6 +178,16 @@ impl Operation {
             Operation::CreateSource(s) => format!("Create source \"{}\" with connector {}", s.name.trim(), s.connector_id),
             Operation::UpdateSource(s) => format!("Update source {}", s.source_id),
             Operation::DeleteSource { source_id } => format!("Delete source {source_id}"),
+            Operation::CreateDestination(d) => format!("Create {} destination \"{}\"", d.kind, d.name.trim()),
+            Operation::UpdateDestination(d) => format!("Update destination {}", d.destination_id),
+            Operation::CreatePipeline(p) => format!("Create pipeline \"{}\" from {} to {}", p.name.trim(), p.source_id, p.destination_id),
+            Operation::UpdatePipeline(p) => format!("Update pipeline {}", p.pipeline_id),
+            Operation::PausePipeline { pipeline_id } => format!("Pause pipeline {pipeline_id}"),
+            Operation::ResumePipeline { pipeline_id } => format!("Resume pipeline {pipeline_id}"),
+            Operation::DeleteConnection { connection_id } => format!("Delete connection {connection_id}"),
+            Operation::SyncPipeline(r) => format!("Sync pipeline {} (schedule version {:?})", r.pipeline_id, r.schedule_version),
+            Operation::ResetPipeline(r) => format!("Reset pipeline {}: clear its destination data and state, then sync from scratch", r.pipeline_id),
+            Operation::CancelJob { job_id } => format!("Cancel job {job_id}"),
         }
     }
 
@@ -143,7 +195,9 @@ impl Operation {
     pub fn required_role(&self) -> Role {
         match self.category() {
             Category::WorkspaceAdmin => Role::Administrator,
-            Category::Credentials | Category::CredentialEntry | Category::Sources => Role::Editor,
+            Category::Credentials | Category::CredentialEntry | Category::Sources | Category::Destinations | Category::Pipelines | Category::Syncs => {
+                Role::Editor
+            }
         }
     }
 }
@@ -195,5 +249,18 @@ pub(crate) async fn execute(state: &AppState, access: &WorkspaceAccess, note: &A
         Operation::CreateSource(req) => sources::create(state, access, note, req).await,
         Operation::UpdateSource(req) => sources::update(state, access, note, req).await,
         Operation::DeleteSource { source_id } => sources::delete(state, access, note, &source_id).await,
+        Operation::CreateDestination(r) => pipelines::create_destination(state, access, note, r).await,
+        Operation::UpdateDestination(r) => pipelines::update_destination(state, access, note, r).await,
+        Operation::CreatePipeline(r) => pipelines::create_pipeline(state, access, note, r).await,
+        Operation::UpdatePipeline(r) => pipelines::update_pipeline(state, access, note, r).await,
+        Operation::PausePipeline { pipeline_id } => pipelines::set_status(state, access, note, &pipeline_id, "paused").await,
+        Operation::ResumePipeline { pipeline_id } => pipelines::set_status(state, access, note, &pipeline_id, "active").await,
+        Operation::DeleteConnection { connection_id } => pipelines::delete_connection(state, access, note, &connection_id).await,
+        Operation::SyncPipeline(r) => {
+            let trigger = if access.principal.session_id.is_empty() { "approval" } else { "manual" };
+            pipelines::run(state, access, note, r, "sync", trigger).await
+        }
+        Operation::ResetPipeline(r) => pipelines::run(state, access, note, r, "reset", "manual").await,
+        Operation::CancelJob { job_id } => pipelines::cancel_job(state, access, note, &job_id).await,
     }
 }

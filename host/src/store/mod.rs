@@ -21,6 +21,7 @@ pub mod entry_links;
 pub mod idempotency;
 pub mod invitations;
 pub mod oauth;
+pub mod pipelines;
 pub mod plugins;
 pub mod sessions;
 pub mod sources;

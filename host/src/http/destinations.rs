@@ -1,0 +1,56 @@
+//! Destinations (spec section 4, "Destinations").
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiJson, PageQuery, Workspace};
+use super::middleware::AuditNote;
+use super::{Envelope, Page, ok};
+use crate::error::{ApiError, ApiResult};
+use crate::ops::pipelines::{CreateDestination, UpdateDestination};
+use crate::ops::{self, Executed, Operation};
+use crate::server::AppState;
+use crate::store::pipelines::Destination;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(get_destination, update_destination))
+}
+
+/// Create a destination: an SQLite file, a PostgreSQL database or a
+/// directory of JSON-lines files (under the data directory).
+#[utoipa::path(post, path = "/destinations", tag = "destinations", request_body = CreateDestination,
+    responses((status = 201, body = Envelope<Destination>), (status = 400, body = crate::error::ErrorBody)))]
+async fn create_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateDestination>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::CreateDestination(body)).await
+}
+
+/// Destinations of the workspace.
+#[utoipa::path(get, path = "/destinations", tag = "destinations", params(PageQuery), responses((status = 200, body = Envelope<Page<Destination>>)))]
+async fn list_destinations(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<Destination>>> {
+    let limit = q.limit()?;
+    let items = state.store.destinations(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |d| &d.destination_id)))
+}
+
+/// One destination.
+#[utoipa::path(get, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)),
+    responses((status = 200, body = Envelope<Destination>), (status = 404, body = crate::error::ErrorBody)))]
+async fn get_destination(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Destination>> {
+    Ok(ok(state.store.destination(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("destination"))?))
+}
+
+/// Change a destination's name or configuration.
+#[utoipa::path(patch, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)), request_body = UpdateDestination,
+    responses((status = 200, body = Envelope<Destination>), (status = 400, body = crate::error::ErrorBody)))]
+async fn update_destination(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    ApiJson(mut body): ApiJson<UpdateDestination>,
+) -> ApiResult<Executed> {
+    body.destination_id = id;
+    ops::submit(&state, &ws, &note, Operation::UpdateDestination(body)).await
+}

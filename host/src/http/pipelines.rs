@@ -1,0 +1,218 @@
+//! Pipelines, connections and jobs (spec section 4, "Pipelines", "Jobs").
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::extract::{ApiJson, MaybeJson, PageQuery, Workspace};
+use super::middleware::AuditNote;
+use super::{Envelope, Page, ok};
+use crate::error::{ApiError, ApiResult};
+use crate::ops::pipelines::{CreatePipeline, RunPipeline, UpdatePipeline};
+use crate::ops::{self, Executed, Operation};
+use crate::plugin::types::SyncMode;
+use crate::server::AppState;
+use crate::store::pipelines::{Job, Pipeline};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(prepare_pipeline))
+        .routes(routes!(create_pipeline, list_pipelines))
+        .routes(routes!(get_pipeline, update_pipeline))
+        .routes(routes!(pause_pipeline))
+        .routes(routes!(resume_pipeline))
+        .routes(routes!(sync_pipeline))
+        .routes(routes!(reset_pipeline))
+        .routes(routes!(delete_connection))
+        .routes(routes!(get_job))
+        .routes(routes!(cancel_job))
+}
+
+/// Body of `POST /pipelines/prepare`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareBody {
+    pub source_id: String,
+}
+
+/// Discover the source's streams: the catalog, a suggested selection and
+/// warnings. Creates nothing.
+#[utoipa::path(post, path = "/pipelines/prepare", tag = "pipelines", request_body = PrepareBody,
+    responses((status = 200, body = Envelope<Value>), (status = 400, body = crate::error::ErrorBody)))]
+async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(body): ApiJson<PrepareBody>) -> ApiResult<Envelope<Value>> {
+    let source = state.store.source(&ws.workspace_id, &body.source_id).await?.ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
+    let plugin = state.plugins.available(&source.connector_id).await?;
+    let catalog = state.plugins.runtime().discover(&plugin, &ws.workspace_id, &state.egress, &source.configuration.to_string()).await?;
+    let mut warnings = Vec::new();
+    let suggested: Vec<Value> = catalog
+        .iter()
+        .map(|s| {
+            let incremental = s.sync_modes.contains(&SyncMode::Incremental);
+            let mode = match (incremental, s.primary_key.is_empty()) {
+                (true, false) => "incremental_deduped",
+                (true, true) => "incremental_append",
+                (false, _) => "full_refresh_overwrite",
+            };
+            if !incremental {
+                warnings.push(json!({ "stream": s.name, "warning": "no incremental mode: every sync reads the whole stream" }));
+            }
+            json!({ "name": s.name, "sync_mode": mode })
+        })
+        .collect();
+    let streams: Vec<Value> = catalog
+        .iter()
+        .map(|s| {
+            let fields: Vec<&String> = s.json_schema["properties"].as_object().map(|p| p.keys().collect()).unwrap_or_default();
+            json!({
+                "name": s.name,
+                "fields": fields,
+                "json_schema": s.json_schema,
+                "sync_modes": s.sync_modes,
+                "cursor_candidates": s.cursor_fields,
+                "default_cursor_field": s.default_cursor_field,
+                "primary_key_candidates": [s.primary_key],
+            })
+        })
+        .collect();
+    Ok(ok(json!({ "source_id": source.source_id, "connector_id": source.connector_id, "streams": streams, "suggested_selection": suggested, "warnings": warnings })))
+}
+
+/// Create a pipeline from a source to a destination.
+#[utoipa::path(post, path = "/pipelines", tag = "pipelines", request_body = CreatePipeline,
+    responses((status = 201, body = Envelope<Pipeline>), (status = 400, body = crate::error::ErrorBody)))]
+async fn create_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreatePipeline>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::CreatePipeline(body)).await
+}
+
+/// Pipelines of the workspace.
+#[utoipa::path(get, path = "/pipelines", tag = "pipelines", params(PageQuery), responses((status = 200, body = Envelope<Page<Pipeline>>)))]
+async fn list_pipelines(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<Pipeline>>> {
+    let limit = q.limit()?;
+    let items = state.store.pipelines(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |p| &p.pipeline_id)))
+}
+
+/// One pipeline, with its active job if any.
+#[utoipa::path(get, path = "/pipelines/{pipeline_id}", tag = "pipelines", params(("pipeline_id" = String, Path)),
+    responses((status = 200, body = Envelope<Value>), (status = 404, body = crate::error::ErrorBody)))]
+async fn get_pipeline(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Value>> {
+    let p = state.store.pipeline(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("pipeline"))?;
+    let active = state.store.active_job(&id).await?;
+    let mut v = serde_json::to_value(p).map_err(ApiError::internal)?;
+    v["active_job"] = serde_json::to_value(active).map_err(ApiError::internal)?;
+    Ok(ok(v))
+}
+
+/// Change a pipeline's streams, schedule or name.
+#[utoipa::path(patch, path = "/pipelines/{pipeline_id}", tag = "pipelines", params(("pipeline_id" = String, Path)), request_body = UpdatePipeline,
+    responses((status = 200, body = Envelope<Pipeline>), (status = 400, body = crate::error::ErrorBody)))]
+async fn update_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    ApiJson(mut body): ApiJson<UpdatePipeline>,
+) -> ApiResult<Executed> {
+    body.pipeline_id = id;
+    ops::submit(&state, &ws, &note, Operation::UpdatePipeline(body)).await
+}
+
+/// Pause: schedules stop starting syncs.
+#[utoipa::path(post, path = "/pipelines/{pipeline_id}/pause", tag = "pipelines", params(("pipeline_id" = String, Path)),
+    responses((status = 200, body = Envelope<Pipeline>)))]
+async fn pause_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::PausePipeline { pipeline_id: id }).await
+}
+
+/// Resume a paused pipeline.
+#[utoipa::path(post, path = "/pipelines/{pipeline_id}/resume", tag = "pipelines", params(("pipeline_id" = String, Path)),
+    responses((status = 200, body = Envelope<Pipeline>)))]
+async fn resume_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::ResumePipeline { pipeline_id: id }).await
+}
+
+/// Optional body of sync and reset.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunBody {
+    /// The schedule version this command was issued against (also
+    /// accepted as `If-Match: "<version>"`).
+    pub schedule_version: Option<i64>,
+}
+
+/// The command's schedule version: given (body or If-Match), else the
+/// current one, so a proposal pins the version it was made against.
+async fn run_command(state: &AppState, ws: &Workspace, id: String, headers: &HeaderMap, body: Option<RunBody>) -> ApiResult<RunPipeline> {
+    let from_header = headers
+        .get(axum::http::header::IF_MATCH)
+        .map(|v| {
+            v.to_str().ok().map(|s| s.trim().trim_matches('"')).and_then(|s| s.parse::<i64>().ok()).ok_or_else(|| ApiError::invalid_field("If-Match", "If-Match must be the schedule version, e.g. \"3\""))
+        })
+        .transpose()?;
+    let given = body.and_then(|b| b.schedule_version).or(from_header);
+    let version = match given {
+        Some(v) => Some(v),
+        None => state.store.pipeline(&ws.workspace_id, &id).await?.map(|p| p.schedule_version),
+    };
+    Ok(RunPipeline { pipeline_id: id, schedule_version: version })
+}
+
+/// Start a sync. 409 `EXECUTION_CONFLICT` (with the active job) when a sync
+/// or reset is active, or when the schedule changed since the command was
+/// issued; a 409 never creates a job.
+#[utoipa::path(post, path = "/pipelines/{pipeline_id}/sync", tag = "pipelines", params(("pipeline_id" = String, Path)), request_body(content = RunBody, content_type = "application/json"),
+    responses((status = 201, body = Envelope<Job>), (status = 409, body = crate::error::ErrorBody)))]
+async fn sync_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    MaybeJson(body): MaybeJson<RunBody>,
+) -> ApiResult<Executed> {
+    let cmd = run_command(&state, &ws, id, &headers, body).await?;
+    ops::submit(&state, &ws, &note, Operation::SyncPipeline(cmd)).await
+}
+
+/// Start a reset: clear the destination data and state, then sync from
+/// scratch. Conflicts like a sync.
+#[utoipa::path(post, path = "/pipelines/{pipeline_id}/reset", tag = "pipelines", params(("pipeline_id" = String, Path)), request_body(content = RunBody, content_type = "application/json"),
+    responses((status = 201, body = Envelope<Job>), (status = 409, body = crate::error::ErrorBody)))]
+async fn reset_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    MaybeJson(body): MaybeJson<RunBody>,
+) -> ApiResult<Executed> {
+    let cmd = run_command(&state, &ws, id, &headers, body).await?;
+    ops::submit(&state, &ws, &note, Operation::ResetPipeline(cmd)).await
+}
+
+/// Delete a connection (a pipeline's runtime record), its state and jobs.
+#[utoipa::path(delete, path = "/connections/{connection_id}", tag = "pipelines", params(("connection_id" = String, Path)),
+    responses((status = 200, body = Envelope<Value>), (status = 409, body = crate::error::ErrorBody)))]
+async fn delete_connection(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::DeleteConnection { connection_id: id }).await
+}
+
+/// A job: status, type, timestamps, attempts, progress and totals, and a
+/// sanitised error.
+#[utoipa::path(get, path = "/jobs/{job_id}", tag = "jobs", params(("job_id" = String, Path)),
+    responses((status = 200, body = Envelope<Job>), (status = 404, body = crate::error::ErrorBody)))]
+async fn get_job(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Job>> {
+    Ok(ok(state.store.job(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("job"))?))
+}
+
+/// Cancel a queued or running job.
+#[utoipa::path(post, path = "/jobs/{job_id}/cancel", tag = "jobs", params(("job_id" = String, Path)),
+    responses((status = 200, body = Envelope<Job>), (status = 409, body = crate::error::ErrorBody)))]
+async fn cancel_job(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::CancelJob { job_id: id }).await
+}

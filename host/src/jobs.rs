@@ -1,0 +1,267 @@
+//! The job runner and the scheduler.
+//!
+//! Runners claim jobs with a lease (one conditional update, see
+//! [`crate::store::Store::claim_job`]) and keep it alive with heartbeats; a
+//! job whose runner died is claimed again when its lease expires. A sync
+//! reads each selected stream through the source plugin into the
+//! destination, batch by batch, and saves the stream's state after the
+//! records it covers are written, so a restart resumes from the last
+//! checkpoint (and, in deduplicated mode, rewrites the same rows instead of
+//! adding duplicates). Transient failures are retried with backoff;
+//! permanent ones fail the job with a sanitised reason.
+//!
+//! The scheduler starts due interval syncs; a run that meets an active job
+//! is skipped and recorded in the audit log, never queued twice.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::destinations::{DestinationConfig, Writer};
+use crate::plugin::InvocationError;
+use crate::plugin::sandbox::RecordSink;
+use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
+use crate::server::AppState;
+use crate::store::now_ms;
+use crate::store::pipelines::{Job, Schedule, StreamSyncMode};
+
+/// How long a claim lasts without a heartbeat.
+pub const LEASE_MS: i64 = 30_000;
+/// Heartbeat period.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Attempts before a transiently failing job fails for good.
+const MAX_ATTEMPTS: i64 = 3;
+
+/// Runs jobs and schedules until the task is aborted.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
+        let mut last_schedule = 0i64;
+        loop {
+            if now_ms() - last_schedule > 1_000 {
+                last_schedule = now_ms();
+                schedule_due(&state).await;
+            }
+            match state.store.claim_job(&owner, LEASE_MS).await {
+                Ok(Some(job)) => run(&state, &owner, job).await,
+                Ok(None) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not claim jobs");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    })
+}
+
+async fn schedule_due(state: &AppState) {
+    let Ok(due) = state.store.due_pipelines(now_ms()).await else { return };
+    for p in due {
+        let Schedule::Interval { minutes } = p.schedule else { continue };
+        let _ = state.store.set_next_run(&p.pipeline_id, Some(now_ms() + i64::from(minutes) * 60_000)).await;
+        match state.store.create_job(&p.workspace_id, &p.pipeline_id, "sync", "schedule").await {
+            Ok(Ok(job)) => tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started"),
+            Ok(Err(active)) => {
+                let record = crate::store::audit::NewAuditRecord {
+                    workspace_id: Some(p.workspace_id.clone()),
+                    action: "pipelines.schedule_skipped".into(),
+                    target_type: Some("pipeline".into()),
+                    target_id: Some(p.pipeline_id.clone()),
+                    client_source: "api".into(),
+                    request_id: crate::http::request_id::current(),
+                    outcome: "failed".into(),
+                    status_code: 409,
+                    ..Default::default()
+                };
+                let _ = state.store.append_audit(&record).await;
+                tracing::info!(pipeline = %p.pipeline_id, active = ?active.0.map(|j| j.job_id), "scheduled sync skipped: a job is active");
+            }
+            Err(e) => tracing::warn!(error = %e, "could not start a scheduled sync"),
+        }
+    }
+}
+
+/// Counters shown as a job's progress.
+#[derive(Default)]
+struct Progress {
+    records: u64,
+    bytes: u64,
+    streams: serde_json::Map<String, Value>,
+}
+
+impl Progress {
+    fn to_json(&self) -> Value {
+        json!({ "records": self.records, "bytes": self.bytes, "streams": self.streams })
+    }
+}
+
+/// The sink a read writes through.
+struct JobSink {
+    state: AppState,
+    job_id: String,
+    pipeline_id: String,
+    stream: String,
+    mode: StreamSyncMode,
+    primary_key: Vec<String>,
+    writer: Arc<Mutex<Writer>>,
+    progress: Arc<Mutex<Progress>>,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl RecordSink for JobSink {
+    fn emit<'a>(&'a mut self, stream: &'a str, records: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
+        Box::pin(async move {
+            if self.cancelled.load(Ordering::SeqCst) {
+                return Err(SinkRefusal::Cancelled);
+            }
+            if stream != self.stream {
+                return Err(SinkRefusal::Rejected(format!("this read is for stream {}", self.stream)));
+            }
+            let n = records.len() as u64;
+            let bytes = self.writer.lock().await.write(&self.pipeline_id, stream, &records, self.mode, &self.primary_key).await.map_err(SinkRefusal::Rejected)?;
+            let snapshot = {
+                let mut p = self.progress.lock().await;
+                p.records += n;
+                p.bytes += bytes;
+                let entry = p.streams.entry(stream.to_owned()).or_insert_with(|| json!({ "records": 0, "bytes": 0 }));
+                entry["records"] = json!(entry["records"].as_u64().unwrap_or(0) + n);
+                entry["bytes"] = json!(entry["bytes"].as_u64().unwrap_or(0) + bytes);
+                p.to_json()
+            };
+            let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
+            Ok(())
+        })
+    }
+
+    fn checkpoint<'a>(&'a mut self, stream: &'a str, state: String) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
+        Box::pin(async move {
+            if self.cancelled.load(Ordering::SeqCst) {
+                return Err(SinkRefusal::Cancelled);
+            }
+            // Every emitted batch is already written: the state covers it.
+            if self.mode != StreamSyncMode::FullRefreshOverwrite {
+                self.state.store.save_stream_state(&self.pipeline_id, stream, &state).await.map_err(|e| SinkRefusal::Rejected(e.to_string()))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Whether a failure may go away by itself.
+fn transient(e: &InvocationError) -> bool {
+    matches!(
+        e,
+        InvocationError::Timeout | InvocationError::Host(_) | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
+    )
+}
+
+/// Runs one claimed job to its end.
+async fn run(state: &AppState, owner: &str, job: Job) {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let beat = {
+        let (state, owner, id, cancelled) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancelled.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT).await;
+                if !state.store.heartbeat(&id, &owner, LEASE_MS).await.unwrap_or(true) {
+                    cancelled.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+    };
+    let outcome = execute(state, &job, cancelled.clone()).await;
+    beat.abort();
+    match outcome {
+        Ok(()) => {
+            let _ = state.store.finish_job(&job.job_id, owner, "succeeded", None).await;
+        }
+        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten().as_deref() == Some("cancelled") => {}
+        Err(Failure::Transient(msg)) if job.attempts < MAX_ATTEMPTS => {
+            let backoff = 2_000 * (1i64 << job.attempts.clamp(0, 6));
+            let _ = state.store.retry_job(&job.job_id, owner, now_ms() + backoff, &msg).await;
+        }
+        Err(Failure::Transient(msg) | Failure::Permanent(msg)) => {
+            let _ = state.store.finish_job(&job.job_id, owner, "failed", Some(&msg)).await;
+        }
+    }
+}
+
+enum Failure {
+    Transient(String),
+    Permanent(String),
+}
+
+fn short(s: impl std::fmt::Display) -> String {
+    s.to_string().chars().take(300).collect()
+}
+
+async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), Failure> {
+    let ws = &job.workspace_id;
+    let permanent = |m: &str| Failure::Permanent(m.to_owned());
+    let pipeline = state.store.pipeline(ws, &job.pipeline_id).await.ok().flatten().ok_or_else(|| permanent("the pipeline no longer exists"))?;
+    let source = state.store.source(ws, &pipeline.source_id).await.ok().flatten().ok_or_else(|| permanent("the source no longer exists"))?;
+    let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
+    let dest = state.store.destination(ws, &dest_id).await.ok().flatten().ok_or_else(|| permanent("the destination no longer exists"))?;
+    let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
+    let config = crate::destinations::validate(&dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
+    let password = match &config {
+        DestinationConfig::Postgres { url, credential_handle: Some(h) } => {
+            Some(state.vault.reveal(ws, h, url.host_str().unwrap_or_default()).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
+        }
+        _ => None,
+    };
+    let writer = Writer::open(&config, &state.config.data_dir, password).await.map_err(Failure::Transient)?;
+    let writer = Arc::new(Mutex::new(writer));
+    let source_config = source.configuration.to_string();
+    let catalog = state.plugins.runtime().discover(&plugin, ws, &state.egress, &source_config).await.map_err(|e| {
+        if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) }
+    })?;
+    if job.kind == "reset" {
+        for s in &pipeline.streams {
+            writer.lock().await.clear(&s.name).await.map_err(Failure::Transient)?;
+        }
+        state.store.clear_stream_state(&pipeline.pipeline_id).await.map_err(|e| Failure::Transient(short(e)))?;
+    }
+    let progress = Arc::new(Mutex::new(Progress::default()));
+    for sel in &pipeline.streams {
+        let offered = catalog.iter().find(|c| c.name == sel.name);
+        let primary_key = sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default();
+        let incremental = sel.sync_mode != StreamSyncMode::FullRefreshOverwrite;
+        let stream_state = if incremental { state.store.stream_state(&pipeline.pipeline_id, &sel.name).await.map_err(|e| Failure::Transient(short(e)))? } else { None };
+        if !incremental {
+            writer.lock().await.clear(&sel.name).await.map_err(Failure::Transient)?;
+        }
+        let sink = JobSink {
+            state: state.clone(),
+            job_id: job.job_id.clone(),
+            pipeline_id: pipeline.pipeline_id.clone(),
+            stream: sel.name.clone(),
+            mode: sel.sync_mode,
+            primary_key,
+            writer: writer.clone(),
+            progress: progress.clone(),
+            cancelled: cancelled.clone(),
+        };
+        let req = ReadRequest {
+            config: source_config.clone(),
+            stream: sel.name.clone(),
+            sync_mode: if incremental { SyncMode::Incremental } else { SyncMode::FullRefresh },
+            cursor_field: sel.cursor_field.clone(),
+            state: stream_state,
+        };
+        if let Err(e) = state.plugins.runtime().read(&plugin, ws, &state.egress, &req, Box::new(sink)).await {
+            return Err(if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) });
+        }
+    }
+    let final_progress = progress.lock().await.to_json();
+    let _ = state.store.job_progress(&job.job_id, &final_progress).await;
+    if let Ok(w) = Arc::try_unwrap(writer) {
+        w.into_inner().close().await;
+    }
+    Ok(())
+}

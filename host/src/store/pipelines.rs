@@ -1,0 +1,466 @@
+//! Destinations, pipelines, their stream state, and jobs.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::{ResultExt, Store, StoreError, StoreResult, from_ms, new_id, now_ms};
+
+/// A configured destination.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Destination {
+    pub destination_id: String,
+    pub workspace_id: String,
+    /// `sqlite`, `postgres` or `jsonl`.
+    pub kind: String,
+    pub name: String,
+    pub configuration: Value,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// How one stream is synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamSyncMode {
+    /// Replace the stream's table on every sync.
+    FullRefreshOverwrite,
+    /// Append what changed since the last sync.
+    IncrementalAppend,
+    /// Upsert what changed since the last sync by primary key: no duplicates.
+    IncrementalDeduped,
+}
+
+/// A selected stream of a pipeline.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamSelection {
+    pub name: String,
+    pub sync_mode: StreamSyncMode,
+    /// Cursor field for incremental modes (default: the stream's).
+    #[serde(default)]
+    pub cursor_field: Option<String>,
+    /// Primary key for the deduplicated mode (default: the stream's).
+    #[serde(default)]
+    pub primary_key: Option<Vec<String>>,
+}
+
+/// When a pipeline runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Schedule {
+    /// Only when asked.
+    Manual,
+    /// Every `minutes` minutes.
+    Interval { minutes: u32 },
+}
+
+/// A pipeline (its runtime record is a connection: `pipeline_id` is also
+/// the `connection_id`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Pipeline {
+    pub pipeline_id: String,
+    /// The same id, under the name the runtime uses.
+    pub connection_id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub source_id: String,
+    pub destination_id: Option<String>,
+    pub streams: Vec<StreamSelection>,
+    pub schedule: Schedule,
+    /// Increases whenever the schedule changes; a sync command may name the
+    /// version it was issued against.
+    pub schedule_version: i64,
+    /// `active` or `paused`.
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A job's record.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Job {
+    pub job_id: String,
+    pub workspace_id: String,
+    pub pipeline_id: String,
+    /// `sync` or `reset`.
+    pub kind: String,
+    /// `queued`, `running`, `succeeded`, `failed` or `cancelled`.
+    pub status: String,
+    /// `manual`, `schedule` or `approval`.
+    pub trigger: String,
+    pub attempts: i64,
+    /// Totals (records, bytes) and per-stream progress.
+    pub progress: Value,
+    /// Sanitised reason of a failure.
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {
+    let configuration: String = r.try_get("configuration")?;
+    Ok(Destination {
+        destination_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        kind: r.try_get("kind")?,
+        name: r.try_get("name")?,
+        configuration: serde_json::from_str(&configuration).unwrap_or(Value::Null),
+        created_by: r.try_get("created_by")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+fn pipeline_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Pipeline> {
+    let id: String = r.try_get("id")?;
+    let streams: String = r.try_get("streams")?;
+    let schedule: String = r.try_get("schedule")?;
+    Ok(Pipeline {
+        connection_id: id.clone(),
+        pipeline_id: id,
+        workspace_id: r.try_get("workspace_id")?,
+        name: r.try_get("name")?,
+        source_id: r.try_get("source_id")?,
+        destination_id: r.try_get("destination_id")?,
+        streams: serde_json::from_str(&streams).unwrap_or_default(),
+        schedule: serde_json::from_str(&schedule).unwrap_or(Schedule::Manual),
+        schedule_version: r.try_get("schedule_version")?,
+        status: r.try_get("status")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
+    let progress: String = r.try_get("progress")?;
+    Ok(Job {
+        job_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        pipeline_id: r.try_get("pipeline_id")?,
+        kind: r.try_get("kind")?,
+        status: r.try_get("status")?,
+        trigger: r.try_get("trigger_source")?,
+        attempts: r.try_get("attempts")?,
+        progress: serde_json::from_str(&progress).unwrap_or(Value::Null),
+        error: r.try_get("error")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        started_at: r.try_get::<Option<i64>, _>("started_at")?.map(from_ms),
+        finished_at: r.try_get::<Option<i64>, _>("finished_at")?.map(from_ms),
+    })
+}
+
+const DEST_COLUMNS: &str = "id, workspace_id, kind, name, configuration, created_by, created_at, updated_at";
+const PIPELINE_COLUMNS: &str = "id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at";
+const JOB_COLUMNS: &str =
+    "id, workspace_id, pipeline_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
+
+/// Why a job could not be created: another one is active.
+#[derive(Debug)]
+pub struct ActiveJob(pub Option<Job>);
+
+
+impl Store {
+    pub async fn create_destination(&self, workspace_id: &str, kind: &str, name: &str, configuration: &Value, by: &str) -> StoreResult<Destination> {
+        let id = new_id("dst");
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO destinations (id, workspace_id, kind, name, configuration, created_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(kind)
+        .bind(name)
+        .bind(configuration.to_string())
+        .bind(by)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(self.destination(workspace_id, &id).await?.expect("just inserted"))
+    }
+
+    pub async fn destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Destination>> {
+        let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(destination_from_row).transpose()
+    }
+
+    pub async fn destinations(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Destination>> {
+        let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(destination_from_row).collect()
+    }
+
+    pub async fn update_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value) -> StoreResult<Option<Destination>> {
+        sqlx::query("UPDATE destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
+            .bind(name)
+            .bind(configuration.to_string())
+            .bind(now_ms())
+            .bind(workspace_id)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        self.destination(workspace_id, id).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_pipeline(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        source_id: &str,
+        destination_id: &str,
+        streams: &[StreamSelection],
+        schedule: &Schedule,
+        next_run_at: Option<i64>,
+    ) -> StoreResult<Pipeline> {
+        let id = new_id("pl");
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO pipelines (id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at, next_run_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 'active', $8, $8, $9)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(name)
+        .bind(source_id)
+        .bind(destination_id)
+        .bind(serde_json::to_string(streams).unwrap_or_default())
+        .bind(serde_json::to_string(schedule).unwrap_or_default())
+        .bind(now)
+        .bind(next_run_at)
+        .execute(self.pool())
+        .await
+        .on_conflict("pipelines_references")?;
+        Ok(self.pipeline(workspace_id, &id).await?.expect("just inserted"))
+    }
+
+    pub async fn pipeline(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Pipeline>> {
+        let sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(pipeline_from_row).transpose()
+    }
+
+    pub async fn pipelines(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Pipeline>> {
+        let sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(pipeline_from_row).collect()
+    }
+
+    /// Saves a pipeline's name, streams and schedule; the schedule version
+    /// increases when the schedule changed.
+    pub async fn update_pipeline(&self, p: &Pipeline, schedule_changed: bool, next_run_at: Option<i64>) -> StoreResult<Option<Pipeline>> {
+        sqlx::query(
+            "UPDATE pipelines SET name = $1, streams = $2, schedule = $3, schedule_version = schedule_version + $4, updated_at = $5, next_run_at = $6 \
+             WHERE workspace_id = $7 AND id = $8",
+        )
+        .bind(&p.name)
+        .bind(serde_json::to_string(&p.streams).unwrap_or_default())
+        .bind(serde_json::to_string(&p.schedule).unwrap_or_default())
+        .bind(i64::from(schedule_changed))
+        .bind(now_ms())
+        .bind(next_run_at)
+        .bind(&p.workspace_id)
+        .bind(&p.pipeline_id)
+        .execute(self.pool())
+        .await?;
+        self.pipeline(&p.workspace_id, &p.pipeline_id).await
+    }
+
+    pub async fn set_pipeline_status(&self, workspace_id: &str, id: &str, status: &str) -> StoreResult<Option<Pipeline>> {
+        sqlx::query("UPDATE pipelines SET status = $1, updated_at = $2 WHERE workspace_id = $3 AND id = $4")
+            .bind(status)
+            .bind(now_ms())
+            .bind(workspace_id)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        self.pipeline(workspace_id, id).await
+    }
+
+    /// Deletes a pipeline (connection), its state and its finished jobs;
+    /// refused while a job is active.
+    pub async fn delete_pipeline(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
+        if let Some(active) = self.active_job(id).await? {
+            return Ok(Err(Some(active)));
+        }
+        let n = sqlx::query("DELETE FROM pipelines WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(self.pool()).await?.rows_affected();
+        Ok(if n == 1 { Ok(()) } else { Err(None) })
+    }
+
+    /// Creates a queued job unless one is active for the pipeline: the
+    /// partial unique index decides, so it holds across replicas.
+    pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: &str, trigger: &str) -> StoreResult<Result<Job, ActiveJob>> {
+        let id = new_id("job");
+        let now = now_ms();
+        let inserted = sqlx::query(
+            "INSERT INTO jobs (id, workspace_id, pipeline_id, kind, status, trigger_source, attempts, not_before, progress, created_at) \
+             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, '{}', $6)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(pipeline_id)
+        .bind(kind)
+        .bind(trigger)
+        .bind(now)
+        .execute(self.pool())
+        .await
+        .on_conflict("jobs_one_active_per_pipeline");
+        match inserted {
+            Ok(_) => Ok(Ok(self.job(workspace_id, &id).await?.expect("just inserted"))),
+            Err(StoreError::Conflict(_)) => Ok(Err(ActiveJob(self.active_job(pipeline_id).await?))),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn active_job(&self, pipeline_id: &str) -> StoreResult<Option<Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE pipeline_id = $1 AND status IN ('queued', 'running')");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(pipeline_id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    pub async fn job(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Claims the oldest runnable job: queued and due, or running with an
+    /// expired lease (its runner died). One conditional update, so two
+    /// runners never hold the same job.
+    pub async fn claim_job(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<Job>> {
+        let now = now_ms();
+        let candidate = sqlx::query(
+            "SELECT id FROM jobs WHERE (status = 'queued' AND not_before <= $1) OR (status = 'running' AND lease_expires_at < $1) ORDER BY created_at LIMIT 1",
+        )
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(candidate) = candidate else { return Ok(None) };
+        let id: String = candidate.try_get("id")?;
+        let n = sqlx::query(
+            "UPDATE jobs SET status = 'running', lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, \
+             started_at = COALESCE(started_at, $3) WHERE id = $4 AND ((status = 'queued' AND not_before <= $3) OR (status = 'running' AND lease_expires_at < $3))",
+        )
+        .bind(owner)
+        .bind(now + lease_ms)
+        .bind(now)
+        .bind(&id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&id).fetch_one(self.pool()).await?;
+        Ok(Some(job_from_row(&row)?))
+    }
+
+    /// Extends a lease; false when the job is no longer this runner's
+    /// (taken over, or cancelled).
+    pub async fn heartbeat(&self, job_id: &str, owner: &str, lease_ms: i64) -> StoreResult<bool> {
+        let n = sqlx::query("UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND status = 'running'")
+            .bind(now_ms() + lease_ms)
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    pub async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
+        sqlx::query("UPDATE jobs SET progress = $1 WHERE id = $2").bind(progress.to_string()).bind(job_id).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// Ends a job held by `owner`.
+    pub async fn finish_job(&self, job_id: &str, owner: &str, status: &str, error: Option<&str>) -> StoreResult<()> {
+        sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
+            .bind(status)
+            .bind(error)
+            .bind(now_ms())
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Puts a job back in the queue after a transient failure.
+    pub async fn retry_job(&self, job_id: &str, owner: &str, not_before: i64, error: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE jobs SET status = 'queued', not_before = $1, error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3 AND lease_owner = $4")
+            .bind(not_before)
+            .bind(error)
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Cancels a queued or running job.
+    pub async fn cancel_job(&self, workspace_id: &str, job_id: &str) -> StoreResult<bool> {
+        let n = sqlx::query(
+            "UPDATE jobs SET status = 'cancelled', finished_at = $1, lease_owner = NULL WHERE workspace_id = $2 AND id = $3 AND status IN ('queued', 'running')",
+        )
+        .bind(now_ms())
+        .bind(workspace_id)
+        .bind(job_id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// Whether a job is still this runner's to run.
+    pub async fn job_status(&self, job_id: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query("SELECT status FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
+        row.map(|r| Ok(r.try_get("status")?)).transpose()
+    }
+
+    pub async fn stream_state(&self, pipeline_id: &str, stream: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query("SELECT state FROM pipeline_state WHERE pipeline_id = $1 AND stream = $2")
+            .bind(pipeline_id)
+            .bind(stream)
+            .fetch_optional(self.pool())
+            .await?;
+        row.map(|r| Ok(r.try_get("state")?)).transpose()
+    }
+
+    pub async fn save_stream_state(&self, pipeline_id: &str, stream: &str, state: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO pipeline_state (pipeline_id, stream, state, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (pipeline_id, stream) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
+        )
+        .bind(pipeline_id)
+        .bind(stream)
+        .bind(state)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn clear_stream_state(&self, pipeline_id: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM pipeline_state WHERE pipeline_id = $1").bind(pipeline_id).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// Active pipelines whose interval schedule is due.
+    pub async fn due_pipelines(&self, now: i64) -> StoreResult<Vec<Pipeline>> {
+        let sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE status = 'active' AND next_run_at IS NOT NULL AND next_run_at <= $1");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).fetch_all(self.pool()).await?;
+        rows.iter().map(pipeline_from_row).collect()
+    }
+
+    pub async fn set_next_run(&self, pipeline_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
+        sqlx::query("UPDATE pipelines SET next_run_at = $1 WHERE id = $2").bind(next_run_at).bind(pipeline_id).execute(self.pool()).await?;
+        Ok(())
+    }
+}

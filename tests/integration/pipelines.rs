@@ -1,0 +1,266 @@
+//! Destinations, pipelines and jobs end to end: a paginated HTTPS source
+//! through a real plugin into SQLite, JSON-lines and PostgreSQL
+//! destinations, with exactly one active job per pipeline.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::on_both_backends;
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, expect_error, json, json_ok, test_plugin};
+
+/// The fake source: `count` events, `next_cursor` paging, a bearer token,
+/// and an optional delay per page.
+struct Events {
+    token: String,
+    count: u64,
+    delay_ms: AtomicU64,
+}
+
+fn routes(ev: Arc<Events>) -> Router {
+    Router::new()
+        .route(
+            "/events",
+            get(|State(e): State<Arc<Events>>, h: HeaderMap, Query(q): Query<HashMap<String, String>>| async move {
+                if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", e.token)) {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "message": "bad token" }))).into_response();
+                }
+                let delay = e.delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                let start: u64 = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+                let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
+                let end = (start + limit).min(e.count);
+                let data: Vec<Value> = (start..end)
+                    .map(|i| json!({ "id": i, "kind": if i % 2 == 0 { "open" } else { "click" }, "updated_at": format!("2024-01-01T00:00:{:02}Z", i % 60), "payload": { "n": i } }))
+                    .collect();
+                let next = if end < e.count { json!(end.to_string()) } else { Value::Null };
+                axum::Json(json!({ "data": data, "next_cursor": next })).into_response()
+            }),
+        )
+        .with_state(ev)
+}
+
+struct Fx {
+    srv: TestServer,
+    events: Arc<Events>,
+    source_id: String,
+    _provider: FakeProvider,
+}
+
+async fn setup(backend: Backend, count: u64) -> Fx {
+    let ca = TestCa::new();
+    let events = Arc::new(Events { token: format!("src-token-{}", uuid::Uuid::new_v4().simple()), count, delay_ms: AtomicU64::new(0) });
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
+    let pins = provider.pins(&["api.source.test"]);
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    .unwrap();
+    let path = test_plugin("test_paged_source");
+    srv.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path)).await.unwrap();
+    let cred = json_ok(srv.post("/v1/credentials", json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
+    let handle = cred["data"]["credential_handle"].as_str().unwrap();
+    let src = json_ok(
+        srv.post("/v1/sources", json!({ "connector_id": "test_paged_source", "name": "Events", "configuration": { "base_url": "https://api.source.test", "credential_handle": handle, "page_size": 300 } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
+    Fx { srv, events, source_id, _provider: provider }
+}
+
+impl Fx {
+    async fn destination(&self, kind: &str, configuration: Value) -> String {
+        let d = json_ok(self.srv.post("/v1/destinations", json!({ "name": kind, "kind": kind, "configuration": configuration })).send().await.unwrap()).await;
+        d["data"]["destination_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn pipeline(&self, destination_id: &str, mode: &str) -> String {
+        let p = json_ok(
+            self.srv
+                .post("/v1/pipelines", json!({ "name": "events", "source_id": self.source_id, "destination_id": destination_id, "streams": [{ "name": "events", "sync_mode": mode }] }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Starts a sync and waits for its end.
+    async fn sync(&self, pipeline_id: &str) -> Value {
+        let job = json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap()).await;
+        self.wait(job["data"]["job_id"].as_str().unwrap()).await
+    }
+
+    async fn wait(&self, job_id: &str) -> Value {
+        for _ in 0..600 {
+            let j = json_ok(self.srv.get(&format!("/v1/jobs/{job_id}")).send().await.unwrap()).await;
+            if ["succeeded", "failed", "cancelled"].contains(&j["data"]["status"].as_str().unwrap()) {
+                return j["data"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("job {job_id} did not finish");
+    }
+}
+
+async fn count_rows(url: &str, table: &str) -> i64 {
+    use sqlx::{Connection, Row};
+    let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
+    let r = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) AS n, COUNT(DISTINCT \"_service_raw_id\") AS d FROM \"{table}\""))).fetch_one(&mut c).await.unwrap();
+    let (n, d): (i64, i64) = (r.try_get("n").unwrap(), r.try_get("d").unwrap());
+    assert_eq!(n, d, "no duplicate keys");
+    n
+}
+
+async fn a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates(backend: Backend) {
+    let fx = setup(backend, 1000).await;
+    let prep = json_ok(fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": fx.source_id })).send().await.unwrap()).await;
+    assert_eq!(prep["data"]["streams"][0]["name"], "events");
+    assert_eq!(prep["data"]["suggested_selection"][0]["sync_mode"], "incremental_deduped");
+
+    let dest = fx.destination("sqlite", json!({ "file": "warehouse.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["progress"]["records"], 1000);
+    assert_eq!(job["progress"]["streams"]["events"]["records"], 1000);
+    assert!(job["progress"]["bytes"].as_u64().unwrap() > 10_000);
+    assert_eq!(job["attempts"], 1);
+    let url = format!("sqlite://{}?mode=ro", fx.srv.data_dir.join("warehouses/warehouse.db").display());
+    assert_eq!(count_rows(&url, "events").await, 1000);
+    // The next incremental sync re-reads the last page; deduplication keeps 1000 rows.
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    assert_eq!(count_rows(&url, "events").await, 1000);
+    {
+        use sqlx::{Connection, Row};
+        let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let r = sqlx::query("SELECT \"_service_extracted_at\" AS t, \"_service_meta\" AS m, \"kind\" AS k, \"payload\" AS p FROM \"events\" LIMIT 1").fetch_one(&mut c).await.unwrap();
+        assert!(r.try_get::<i64, _>("t").unwrap() > 0);
+        assert!(r.try_get::<String, _>("m").unwrap().contains(&pipeline));
+        assert!(r.try_get::<String, _>("p").unwrap().contains("\"n\""));
+    }
+}
+
+async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
+    let fx = setup(backend, 450).await;
+    let dest = fx.destination("jsonl", json!({ "directory": "exports-1" })).await;
+    let bad = fx.srv.post("/v1/pipelines", json!({ "name": "x", "source_id": fx.source_id, "destination_id": dest, "streams": [{ "name": "events", "sync_mode": "incremental_deduped" }] })).send().await.unwrap();
+    expect_error(bad, 400, "VALIDATION_FAILED").await;
+    let pipeline = fx.pipeline(&dest, "full_refresh_overwrite").await;
+    for _ in 0..2 {
+        assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    }
+    let text = std::fs::read_to_string(fx.srv.data_dir.join("exports/exports-1/events.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 450, "overwrite replaced the first sync's file");
+    assert!(lines[0]["_service_raw_id"].is_string() && lines[0]["_service_extracted_at"].is_i64() && lines[0]["_service_meta"].is_object());
+    for bad in [json!({ "directory": "../escape" }), json!({ "directory": "/tmp" })] {
+        expect_error(fx.srv.post("/v1/destinations", json!({ "name": "x", "kind": "jsonl", "configuration": bad })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    }
+}
+
+async fn a_hundred_concurrent_syncs_make_one_job_and_99_conflicts(backend: Backend) {
+    let fx = setup(backend, 600).await;
+    fx.events.delay_ms.store(1500, Ordering::SeqCst);
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let mut handles = Vec::new();
+    for _ in 0..100 {
+        let req = fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+        handles.push(tokio::spawn(async move { json(req.send().await.unwrap()).await }));
+    }
+    let (mut created, mut conflicts, mut job_id) = (0, 0, String::new());
+    for h in handles {
+        let (status, body) = h.await.unwrap();
+        match status {
+            StatusCode::CREATED => {
+                created += 1;
+                job_id = body["data"]["job_id"].as_str().unwrap().to_owned();
+            }
+            StatusCode::CONFLICT => {
+                assert_eq!(body["code"], "EXECUTION_CONFLICT");
+                assert!(body["details"]["active_job"]["job_id"].is_string(), "{body}");
+                conflicts += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!((created, conflicts), (1, 99));
+    fx.events.delay_ms.store(0, Ordering::SeqCst);
+    assert_eq!(fx.wait(&job_id).await["status"], "succeeded");
+}
+
+async fn a_changed_schedule_refuses_stale_sync_commands_and_proposals(backend: Backend) {
+    let fx = setup(backend, 10).await;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    let version = p["data"]["schedule_version"].as_i64().unwrap();
+    // A proposal pins the current version.
+    let proposal = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).header("x-service-execution-mode", "proposal").send().await.unwrap()).await;
+    let approval_id = proposal["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(proposal["data"]["approval"]["operation"]["schedule_version"], version);
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&json!({ "schedule": { "kind": "interval", "minutes": 60 } })).send().await.unwrap()).await;
+    let resp = fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).header("if-match", format!("\"{version}\"")).send().await.unwrap();
+    let e = expect_error(resp, 409, "EXECUTION_CONFLICT").await;
+    assert_eq!(e["details"]["reason"], "schedule_changed");
+    let e = expect_error(fx.srv.request(Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap(), 409, "EXECUTION_CONFLICT").await;
+    assert_eq!(e["details"]["current_schedule_version"], version + 1);
+    let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    assert!(p["data"]["active_job"].is_null(), "a 409 never creates a job");
+    // With the current version it runs.
+    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).json(&json!({ "schedule_version": version + 1 })).send().await.unwrap()).await;
+    assert_eq!(fx.wait(job["data"]["job_id"].as_str().unwrap()).await["status"], "succeeded");
+}
+
+async fn sources_in_use_are_kept_until_their_connections_are_deleted(backend: Backend) {
+    let fx = setup(backend, 10).await;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "full_refresh_overwrite").await;
+    let e = expect_error(fx.srv.request(Method::DELETE, &format!("/v1/sources/{}", fx.source_id)).send().await.unwrap(), 409, "SOURCE_IN_USE").await;
+    assert_eq!(e["details"]["connection_ids"], json!([pipeline]));
+    json_ok(fx.srv.request(Method::DELETE, &format!("/v1/connections/{pipeline}")).send().await.unwrap()).await;
+    let done = json_ok(fx.srv.request(Method::DELETE, &format!("/v1/sources/{}", fx.source_id)).send().await.unwrap()).await;
+    assert_eq!(done["data"]["deletion_verified"], true);
+}
+
+async fn postgres_destinations_receive_the_same_rows(backend: Backend) {
+    if backend != Backend::Postgres {
+        return;
+    }
+    let fx = setup(backend, 700).await;
+    let url = url::Url::parse(&fx.srv.state.config.database_url).unwrap();
+    let dest = fx.destination("postgres", json!({ "url": url.as_str() })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
+    for _ in 0..2 {
+        let job = fx.sync(&pipeline).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+    assert_eq!(count_rows(url.as_str(), "events").await, 700);
+}
+
+on_both_backends!(
+    a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates,
+    jsonl_destinations_get_one_file_per_stream,
+    a_hundred_concurrent_syncs_make_one_job_and_99_conflicts,
+    a_changed_schedule_refuses_stale_sync_commands_and_proposals,
+    sources_in_use_are_kept_until_their_connections_are_deleted,
+    postgres_destinations_receive_the_same_rows,
+);
