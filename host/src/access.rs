@@ -103,3 +103,41 @@ impl WorkspaceAccess {
         }
     }
 }
+
+/// Recently verified sessions, so the hot path does not ask the database
+/// for every request. Used only on the embedded SQLite backend, where this
+/// process is the one server and every revocation passes through it (and
+/// evicts the entry at once); with PostgreSQL, where replicas share the
+/// database, every request reads the session row so a revocation anywhere
+/// takes effect on the next request everywhere.
+pub struct SessionCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (crate::store::sessions::ActiveSession, std::time::Instant)>>,
+    ttl: std::time::Duration,
+}
+
+impl SessionCache {
+    /// Entries older than this are verified again.
+    pub fn new(ttl: std::time::Duration) -> Self {
+        SessionCache { entries: Default::default(), ttl }
+    }
+
+    /// The live session of a token hash, if verified recently.
+    pub fn get(&self, token_hash: &str, now_ms: i64) -> Option<crate::store::sessions::ActiveSession> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, at) = entries.get(token_hash)?;
+        (at.elapsed() < self.ttl && s.expires_at.is_none_or(|e| e > now_ms)).then(|| s.clone())
+    }
+
+    pub fn put(&self, token_hash: &str, s: crate::store::sessions::ActiveSession) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() > 10_000 {
+            entries.clear();
+        }
+        entries.insert(token_hash.to_owned(), (s, std::time::Instant::now()));
+    }
+
+    /// Evicts a revoked session.
+    pub fn forget_session(&self, session_id: &str) {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, (s, _)| s.session_id != session_id);
+    }
+}

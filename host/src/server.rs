@@ -47,6 +47,10 @@ pub struct AppState {
     pub plugins: Arc<Registry>,
     /// Refreshes OAuth tokens for the vault (held here, weakly there).
     pub refresher: Arc<dyn crate::credentials::TokenRefresher>,
+    /// Recently verified sessions (SQLite, single server, only).
+    pub session_cache: Option<Arc<crate::access::SessionCache>>,
+    /// Recently read `GET /me` profiles (SQLite, single server, only).
+    pub me_cache: Option<Arc<crate::http::me::MeCache>>,
 }
 
 impl AppState {
@@ -88,7 +92,10 @@ impl AppState {
         let refresher: Arc<dyn crate::credentials::TokenRefresher> =
             Arc::new(crate::oauth::Refresher { config: config.clone(), plugins: plugins.clone(), egress: egress.clone() });
         vault.set_refresher(&refresher);
-        Ok(AppState { store, config, metrics: crate::telemetry::metrics_handle(), vault, egress, plugins, refresher })
+        let session_cache = (store.backend() == crate::store::Backend::Sqlite)
+            .then(|| Arc::new(crate::access::SessionCache::new(std::time::Duration::from_secs(5))));
+        let me_cache = session_cache.as_ref().map(|_| Arc::new(crate::http::me::MeCache::new()));
+        Ok(AppState { store, config, metrics: crate::telemetry::metrics_handle(), vault, egress, plugins, refresher, session_cache, me_cache })
     }
 }
 

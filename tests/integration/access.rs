@@ -54,4 +54,17 @@ backend_tests! {
         let ids: Vec<_> = list["data"]["items"].as_array().unwrap().iter().map(|w| w["workspace_id"].as_str().unwrap().to_owned()).collect();
         assert_eq!(ids, vec![other_ws, ws]);
     }
+
+    async fn me_reflects_membership_changes_at_once(srv) {
+        let ws = srv.workspace_id().await;
+        let (user_id, token) = srv.user_in(&ws, Role::Viewer).await;
+        let me = json_ok(srv.request_as(&token, Method::GET, "/v1/me").send().await.unwrap()).await;
+        assert_eq!(me["data"]["workspaces"].as_array().unwrap().len(), 1);
+        let members = json_ok(srv.get(&format!("/v1/workspaces/{ws}/members")).send().await.unwrap()).await;
+        let member = members["data"]["items"].as_array().unwrap().iter().find(|m| m["user_id"] == user_id.as_str()).unwrap()["member_id"].as_str().unwrap().to_owned();
+        json_ok(srv.request(Method::DELETE, &format!("/v1/workspaces/{ws}/members/{member}")).send().await.unwrap()).await;
+        let me = json_ok(srv.request_as(&token, Method::GET, "/v1/me").send().await.unwrap()).await;
+        assert!(me["data"]["workspaces"].as_array().unwrap().is_empty(), "{me}");
+        assert!(me["data"]["default_workspace_id"].is_null());
+    }
 }

@@ -36,8 +36,59 @@ pub struct Me {
 #[utoipa::path(get, path = "/me", tag = "current user",
     responses((status = 200, body = Envelope<Me>), (status = 401, body = crate::error::ErrorBody)))]
 async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Caller(principal): Caller) -> ApiResult<Envelope<Me>> {
-    let user = state.store.user(&principal.user_id).await?.ok_or_else(|| ApiError::unauthenticated("the session's user no longer exists"))?;
-    let workspaces = state.store.workspaces_of(&principal.user_id, None, super::extract::MAX_LIMIT).await?;
+    let profile = match state.me_cache.as_ref().and_then(|c| c.get(&principal.user_id, state.store.membership_generation())) {
+        Some(p) => p,
+        None => {
+            let generation = state.store.membership_generation();
+            let p = std::sync::Arc::new(
+                state
+                    .store
+                    .user_with_workspaces(&principal.user_id, super::extract::MAX_LIMIT)
+                    .await?
+                    .ok_or_else(|| ApiError::unauthenticated("the session's user no longer exists"))?,
+            );
+            if let Some(c) = &state.me_cache {
+                c.put(&principal.user_id, generation, p.clone());
+            }
+            p
+        }
+    };
+    let (user, workspaces) = (profile.0.clone(), profile.1.clone());
     let default_workspace_id = workspaces.first().map(|w| w.workspace_id.clone());
     Ok(ok(Me { user, session_id: principal.session_id, client_source: principal.client, default_workspace_id, workspaces }))
+}
+
+/// Recently read profiles for `GET /me`, on the embedded SQLite backend
+/// only (one server): an entry is dropped when this server changes any
+/// membership, and lives a few seconds at most.
+pub struct MeCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (u64, std::time::Instant, std::sync::Arc<(User, Vec<WorkspaceWithRole>)>)>>,
+}
+
+impl MeCache {
+    const TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn new() -> Self {
+        MeCache { entries: Default::default() }
+    }
+
+    fn get(&self, user_id: &str, generation: u64) -> Option<std::sync::Arc<(User, Vec<WorkspaceWithRole>)>> {
+        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, at, p) = e.get(user_id)?;
+        (*g == generation && at.elapsed() < Self::TTL).then(|| p.clone())
+    }
+
+    fn put(&self, user_id: &str, generation: u64, p: std::sync::Arc<(User, Vec<WorkspaceWithRole>)>) {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if e.len() > 10_000 {
+            e.clear();
+        }
+        e.insert(user_id.to_owned(), (generation, std::time::Instant::now(), p));
+    }
+}
+
+impl Default for MeCache {
+    fn default() -> Self {
+        Self::new()
+    }
 }

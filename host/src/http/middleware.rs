@@ -82,13 +82,26 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let Some(token) = bearer_token(req.headers()) else {
         return ApiError::unauthenticated("missing bearer token: send Authorization: Bearer <token>").into_response();
     };
-    let session = match state.store.active_session(&tokens::hash(token)).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return ApiError::unauthenticated("the bearer token is invalid, expired or revoked").into_response(),
-        Err(e) => return ApiError::from(e).into_response(),
-    };
+    let hash = tokens::hash(token);
     let now = now_ms();
+    let cached = state.session_cache.as_ref().and_then(|c| c.get(&hash, now));
+    let session = match cached {
+        Some(s) => s,
+        None => match state.store.active_session(&hash).await {
+            Ok(Some(s)) => {
+                if let Some(c) = &state.session_cache {
+                    c.put(&hash, s.clone());
+                }
+                s
+            }
+            Ok(None) => return ApiError::unauthenticated("the bearer token is invalid, expired or revoked").into_response(),
+            Err(e) => return ApiError::from(e).into_response(),
+        },
+    };
     if session.last_used_at.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
+        if let Some(c) = &state.session_cache {
+            c.put(&hash, crate::store::sessions::ActiveSession { last_used_at: Some(now), ..session.clone() });
+        }
         let store = state.store.clone();
         let id = session.session_id.clone();
         tokio::spawn(async move {

@@ -17,6 +17,9 @@ pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
         return Err(ApiError::not_found("session"));
     }
     let newly_revoked = state.store.revoke_session(session_id).await?;
+    if let Some(c) = &state.session_cache {
+        c.forget_session(session_id);
+    }
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
     Executed::ok(json!({ "revoked": true, "already_revoked": !newly_revoked, "session": session }))
 }

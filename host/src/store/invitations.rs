@@ -150,6 +150,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.memberships_changed();
         Ok(Some(AcceptedInvitation { user_id, workspace_id, role }))
     }
 }

@@ -79,6 +79,9 @@ impl<T> ResultExt<T> for Result<T, sqlx::Error> {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// Bumped by every membership change made through this store, so
+    /// in-process caches of who-belongs-where know when to drop entries.
+    membership_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Store {
@@ -112,12 +115,21 @@ impl Store {
         };
         let pool = pool_options.connect_with(options).await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(Store { pool, backend })
+        Ok(Store { pool, backend, membership_generation: Default::default() })
     }
 
     /// The engine this store runs on.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// The current membership generation (see the field).
+    pub fn membership_generation(&self) -> u64 {
+        self.membership_generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn memberships_changed(&self) {
+        self.membership_generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// True when the database answers a trivial query.

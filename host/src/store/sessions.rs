@@ -65,6 +65,7 @@ pub struct ActiveSession {
     pub session_id: String,
     pub user_id: String,
     pub last_used_at: Option<i64>,
+    pub expires_at: Option<i64>,
 }
 
 const SESSION_COLUMNS: &str =
@@ -115,7 +116,7 @@ impl Store {
     /// Read on every request, so revocation takes effect on the next one.
     pub async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
         let row = sqlx::query(
-            "SELECT id, user_id, last_used_at FROM sessions \
+            "SELECT id, user_id, last_used_at, expires_at FROM sessions \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
         )
         .bind(token_hash)
@@ -127,6 +128,7 @@ impl Store {
                 session_id: r.try_get("id")?,
                 user_id: r.try_get("user_id")?,
                 last_used_at: r.try_get("last_used_at")?,
+                expires_at: r.try_get("expires_at")?,
             })
         })
         .transpose()

@@ -69,3 +69,34 @@ impl Store {
         row.as_ref().map(user_from_row).transpose()
     }
 }
+
+impl Store {
+    /// A user with their workspaces (oldest membership first) in one query:
+    /// `GET /me` is the hottest read.
+    pub async fn user_with_workspaces(&self, user_id: &str, limit: i64) -> StoreResult<Option<(User, Vec<crate::store::workspaces::WorkspaceWithRole>)>> {
+        let rows = sqlx::query(
+            "SELECT u.id, u.email, u.name, u.created_at, m.id AS member_id, m.role, w.id AS workspace_id, w.name AS workspace_name, \
+             w.created_at AS workspace_created_at FROM users u LEFT JOIN memberships m ON m.user_id = u.id \
+             LEFT JOIN workspaces w ON w.id = m.workspace_id WHERE u.id = $1 ORDER BY m.id LIMIT $2",
+        )
+        .bind(user_id)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let Some(first) = rows.first() else { return Ok(None) };
+        let user = user_from_row(first)?;
+        let mut workspaces = Vec::new();
+        for r in &rows {
+            let Some(member_id) = r.try_get::<Option<String>, _>("member_id")? else { continue };
+            let role: String = r.try_get("role")?;
+            workspaces.push(crate::store::workspaces::WorkspaceWithRole {
+                workspace_id: r.try_get("workspace_id")?,
+                member_id,
+                name: r.try_get("workspace_name")?,
+                role: crate::access::Role::parse(&role).unwrap_or(crate::access::Role::Viewer),
+                created_at: from_ms(r.try_get("workspace_created_at")?),
+            });
+        }
+        Ok(Some((user, workspaces)))
+    }
+}

@@ -121,6 +121,7 @@ impl Store {
             .execute(self.pool())
             .await
             .on_conflict("memberships_workspace_user")?;
+        self.memberships_changed();
         Ok(id)
     }
 
@@ -241,6 +242,7 @@ impl Store {
             return Err(RemoveMemberError::LastAdministrator);
         }
         tx.commit().await?;
+        self.memberships_changed();
         Ok(member)
     }
 }
