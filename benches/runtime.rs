@@ -75,6 +75,7 @@ async fn main() {
             egress: EgressPolicy::from_settings("api.provider.test", Some(&fake.pins(&["api.provider.test"])), Some(ca.pem.as_bytes())).unwrap(),
             limits: Default::default(),
         },
+        oauth: Default::default(),
     };
     let state = AppState::open(config).await.unwrap();
     let wasm = test_plugin("test_misbehaving");

@@ -62,8 +62,11 @@ async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Cal
 /// only (one server): an entry is dropped when this server changes any
 /// membership, and lives a few seconds at most.
 pub struct MeCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, (u64, std::time::Instant, std::sync::Arc<(User, Vec<WorkspaceWithRole>)>)>>,
+    entries: std::sync::Mutex<std::collections::HashMap<String, CachedProfile>>,
 }
+
+/// A profile with the membership generation and time it was read at.
+type CachedProfile = (u64, std::time::Instant, std::sync::Arc<(User, Vec<WorkspaceWithRole>)>);
 
 impl MeCache {
     const TTL: std::time::Duration = std::time::Duration::from_secs(5);
