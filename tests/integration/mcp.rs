@@ -94,3 +94,60 @@ backend_tests! {
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     }
 }
+
+/// `service mcp` serves the same tools over stdio to a local assistant,
+/// calling a running server with the user's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stdio_transport_serves_the_same_tools() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    let srv = TestServer::start(crate::support::Backend::Sqlite).await.unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_service"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("SERVICE_API_BASE_URL", format!("{}/", srv.base))
+        .env("SERVICE_TOKEN", &srv.admin_token)
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let done = line.contains("\"id\":3");
+            out.push(line);
+            if done {
+                break;
+            }
+        }
+        out
+    });
+    let messages = [
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "test", "version": "1" } } }),
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" }),
+        json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": { "name": "service_get_me", "arguments": {} } }),
+    ];
+    for m in messages {
+        writeln!(stdin, "{m}").unwrap();
+        stdin.flush().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let out = tokio::task::spawn_blocking(move || lines.join().unwrap()).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let all = out.join("\n");
+    assert!(all.contains("service_list_sources"), "tools listed: {all}");
+    let call = out.iter().find(|l| l.contains("\"id\":3")).expect("a tools/call answer");
+    let v: Value = serde_json::from_str(call).unwrap();
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    let me: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(me["data"]["user"]["email"], "admin@example.test");
+    assert_eq!(me["data"]["client_source"], "mcp");
+    srv.stop().await;
+}
