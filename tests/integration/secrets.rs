@@ -2,8 +2,10 @@
 //! flow of a real `service serve` process, every endpoint that touches them
 //! is exercised (success, provider errors that echo headers, validation
 //! failures), and then no canary may appear in any response body or
-//! header, any log line (debug level, JSON), any audit record, or the
-//! database files except as ciphertext.
+//! header, any log line (debug level, JSON), any audit record, or any file
+//! the server wrote (database, warehouse, caches) except as ciphertext.
+//! Entry paths: `POST /credentials`, the email-campaign API token, the
+//! secure entry page, and OAuth (the host stores the provider's tokens).
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use crate::support::mailcoach::{self, MailcoachState};
@@ -44,8 +47,31 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     // The provider accepts c_token and echoes whatever it gets in errors.
     let ca = TestCa::new();
     let mc = Arc::new(MailcoachState { token: c_token.clone(), campaigns: mailcoach::campaigns(12), echo_auth_in_errors: true, ..Default::default() });
-    let names = ["mail.acme-corp.com"];
-    let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
+    // The OAuth provider hands out canary tokens; the event source accepts
+    // the canary token of a generic credential.
+    let (c_access, c_refresh, c_source) = (canary("access"), canary("refresh"), canary("source"));
+    let oauth_tokens = json!({ "access_token": c_access, "refresh_token": c_refresh, "expires_in": 3600, "token_type": "Bearer" });
+    let source_token = format!("Bearer {c_source}");
+    let extra = axum::Router::new()
+        .route("/oauth/token", axum::routing::post(move || { let t = oauth_tokens.clone(); async move { axum::Json(t) } }))
+        .route(
+            "/events",
+            axum::routing::get(move |h: axum::http::HeaderMap| {
+                let ok = h.get("authorization").and_then(|v| v.to_str().ok()) == Some(source_token.as_str());
+                async move {
+                    if !ok {
+                        return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({ "echo": format!("{:?}", h.get("authorization")) }))).into_response();
+                    }
+                    axum::Json(json!({ "data": [{ "id": 1, "note": "hello" }, { "id": 2, "note": "world" }], "next_cursor": null })).into_response()
+                }
+            }),
+        );
+    let names = ["mail.acme-corp.com", "auth.social.test", "api.social.test", "api.source.test"];
+    let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone()).merge(extra)).await;
+    let plugins_dir = tempfile::tempdir().unwrap();
+    for p in ["test_oauth_source", "test_paged_source"] {
+        std::fs::copy(crate::support::test_plugin(p), plugins_dir.path().join(format!("{p}.wasm"))).unwrap();
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let roots = dir.path().join("roots.pem");
@@ -60,7 +86,9 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
         .env("SERVICE_BOOTSTRAP_TOKEN", ADMIN)
         .env("SERVICE_LOG", "debug")
         .env("SERVICE_LOG_FORMAT", "json")
-        .env("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com")
+        .env("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com,*.social.test,*.source.test")
+        .env("SERVICE_PLUGINS_DIR", plugins_dir.path())
+        .env("SERVICE_OAUTH_CLIENTS", r#"{"test_oauth_source": {"client_id": "c", "client_secret": "operator-client-secret"}}"#)
         .env("SERVICE_EGRESS_RESOLVE", provider.pins(&names))
         .env("SERVICE_EGRESS_EXTRA_ROOTS", &roots)
         .args(["serve"])
@@ -123,6 +151,42 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     seen.take(api(reqwest::Method::GET, "/v1/audit-logs?limit=200").send().await.unwrap()).await;
     seen.take(api(reqwest::Method::GET, "/v1/approvals").send().await.unwrap()).await;
 
+    // OAuth: the host exchanges the code and stores canary tokens; the
+    // plugin uses them through the handle.
+    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/source/oauth/start").json(&json!({ "connector_id": "test_oauth_source" })).send().await.unwrap()).await;
+    let state = v["data"]["state"].as_str().expect("oauth start").to_owned();
+    let (s, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/source/oauth/callback").json(&json!({ "state": state, "code": "any" })).send().await.unwrap()).await;
+    assert_eq!(s, 201, "{v}");
+
+    // A sync: a generic credential for the event source, through a plugin
+    // into an SQLite destination.
+    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": c_source })).send().await.unwrap()).await;
+    let source_handle = v["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let (s, v) = seen
+        .take(api(reqwest::Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "events", "configuration": { "base_url": "https://api.source.test", "credential_handle": source_handle } })).send().await.unwrap())
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let source_id = v["data"]["source_id"].as_str().unwrap().to_owned();
+    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/destinations").json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).send().await.unwrap()).await;
+    let dest = v["data"]["destination_id"].as_str().unwrap().to_owned();
+    let (s, v) = seen
+        .take(api(reqwest::Method::POST, "/v1/pipelines").json(&json!({ "name": "p", "source_id": source_id, "destination_id": dest, "streams": [{ "name": "events", "sync_mode": "incremental_append" }] })).send().await.unwrap())
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let pipeline = v["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let (_, v) = seen.take(api(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job = v["data"]["job_id"].as_str().unwrap().to_owned();
+    let mut status = String::new();
+    for _ in 0..200 {
+        let (_, v) = seen.take(api(reqwest::Method::GET, &format!("/v1/jobs/{job}")).send().await.unwrap()).await;
+        status = v["data"]["status"].as_str().unwrap_or("").to_owned();
+        if status == "succeeded" || status == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, "succeeded");
+
     // The provider did receive the real token: injection works.
     assert!(mc.seen_auth.lock().unwrap().iter().any(|a| a.contains(&c_token)));
 
@@ -132,15 +196,21 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     assert!(logs.contains("\"level\""), "JSON logs were captured");
 
     let mut db = Vec::new();
-    for entry in std::fs::read_dir(dir.path().join("data")).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("service.db") {
-            db.extend(std::fs::read(entry.path()).unwrap());
+    // Every file the server wrote: its database, the warehouse, caches.
+    let mut stack = vec![dir.path().join("data")];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if !path.ends_with("master.key") {
+                db.extend(std::fs::read(&path).unwrap());
+            }
         }
     }
     assert!(!db.is_empty());
     let db = String::from_utf8_lossy(&db);
-    for c in [&c_generic, &c_token, &c_entry, &c_bad, &c_rejected] {
+    for c in [&c_generic, &c_token, &c_entry, &c_bad, &c_rejected, &c_access, &c_refresh, &c_source] {
         assert!(!seen.0.contains(c.as_str()), "{c} leaked into a response");
         assert!(!logs.contains(c.as_str()), "{c} leaked into the logs");
         assert!(!db.contains(c.as_str()), "{c} is in the database in plaintext");
