@@ -29,10 +29,20 @@ use crate::server::AppState;
 use crate::store::now_ms;
 use crate::store::pipelines::{Job, Schedule, StreamSyncMode};
 
-/// How long a claim lasts without a heartbeat.
-pub const LEASE_MS: i64 = 30_000;
-/// Heartbeat period.
-const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`,
+/// default 30): after a runner dies, its job is taken over this long after
+/// its last heartbeat.
+pub fn lease_ms() -> i64 {
+    static LEASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *LEASE.get_or_init(|| {
+        std::env::var("SERVICE_JOB_LEASE_SECS").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=3600).contains(v)).unwrap_or(30) * 1000
+    })
+}
+
+/// Heartbeat period: a third of the lease.
+fn heartbeat() -> Duration {
+    Duration::from_millis((lease_ms() / 3) as u64)
+}
 /// Attempts before a transiently failing job fails for good.
 const MAX_ATTEMPTS: i64 = 3;
 
@@ -46,7 +56,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 last_schedule = now_ms();
                 schedule_due(&state).await;
             }
-            match state.store.claim_job(&owner, LEASE_MS).await {
+            match state.store.claim_job(&owner, lease_ms()).await {
                 Ok(Some(job)) => run(&state, &owner, job).await,
                 Ok(None) => tokio::time::sleep(Duration::from_millis(200)).await,
                 Err(e) => {
@@ -166,8 +176,8 @@ async fn run(state: &AppState, owner: &str, job: Job) {
         let (state, owner, id, cancelled) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancelled.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(HEARTBEAT).await;
-                if !state.store.heartbeat(&id, &owner, LEASE_MS).await.unwrap_or(true) {
+                tokio::time::sleep(heartbeat()).await;
+                if !state.store.heartbeat(&id, &owner, lease_ms()).await.unwrap_or(true) {
                     cancelled.store(true, Ordering::SeqCst);
                     return;
                 }

@@ -122,6 +122,7 @@ impl Fx {
 
 async fn count_rows(url: &str, table: &str) -> i64 {
     use sqlx::{Connection, Row};
+    sqlx::any::install_default_drivers();
     let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
     let r = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) AS n, COUNT(DISTINCT \"_service_raw_id\") AS d FROM \"{table}\""))).fetch_one(&mut c).await.unwrap();
     let (n, d): (i64, i64) = (r.try_get("n").unwrap(), r.try_get("d").unwrap());
@@ -264,3 +265,99 @@ on_both_backends!(
     sources_in_use_are_kept_until_their_connections_are_deleted,
     postgres_destinations_receive_the_same_rows,
 );
+
+/// Starts `service serve` with `env`, waits until it answers, returns the
+/// child and its base URL.
+async fn spawn_service(env: &[(&str, String)]) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_service"));
+    cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("SERVICE_BIND", format!("127.0.0.1:{port}")).env("SERVICE_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.arg("serve").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..200 {
+        if reqwest::get(format!("{base}/healthz")).await.is_ok() {
+            return (child, base);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server did not start");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let events = Arc::new(Events { token: "crash-test-source-token".into(), count: 1200, delay_ms: AtomicU64::new(150) });
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("roots.pem");
+    std::fs::write(&roots, &ca.pem).unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(test_plugin("test_paged_source"), plugins.join("paged.wasm")).unwrap();
+    let token = "svc_crash_test_admin_token_0123456789".to_owned();
+    let env = [
+        ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
+        ("SERVICE_PLUGINS_DIR", plugins.display().to_string()),
+        ("SERVICE_BOOTSTRAP_TOKEN", token.clone()),
+        ("SERVICE_EGRESS_ALLOWED_HOSTS", "*.source.test".into()),
+        ("SERVICE_EGRESS_RESOLVE", provider.pins(&["api.source.test"])),
+        ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
+        ("SERVICE_JOB_LEASE_SECS", "2".into()),
+    ];
+    let (mut first, base) = spawn_service(&env).await;
+    let client = reqwest::Client::new();
+    let api = |m: Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(&token);
+    let cred = json_ok(api(Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
+    let src = json_ok(
+        api(Method::POST, "/v1/sources")
+            .json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": { "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": 60 } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let dest = json_ok(api(Method::POST, "/v1/destinations").json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).send().await.unwrap()).await;
+    let p = json_ok(
+        api(Method::POST, "/v1/pipelines")
+            .json(&json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "events", "sync_mode": "incremental_deduped" }] }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let pipeline = p["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let job = json_ok(api(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    // Kill the server once some records are written.
+    for _ in 0..400 {
+        let j = json_ok(api(Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await;
+        if j["data"]["progress"]["records"].as_u64().unwrap_or(0) >= 120 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    events.delay_ms.store(0, Ordering::SeqCst);
+
+    let (mut second, base) = spawn_service(&env).await;
+    let api = |m: Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(&token);
+    let mut last = Value::Null;
+    for _ in 0..400 {
+        last = json_ok(api(Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+        if last["status"] == "succeeded" || last["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = second.kill();
+    let _ = second.wait();
+    assert_eq!(last["status"], "succeeded", "{last}");
+    assert_eq!(last["attempts"], 2, "taken over after the lease expired: {last}");
+    let url = format!("sqlite://{}?mode=ro", dir.path().join("data/warehouses/w.db").display());
+    assert_eq!(count_rows(&url, "events").await, 1200, "every record once, no duplicates");
+}
