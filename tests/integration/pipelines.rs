@@ -25,6 +25,9 @@ struct Events {
     token: String,
     count: u64,
     delay_ms: AtomicU64,
+    /// Requests being answered now, and the most there ever were.
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
 }
 
 fn routes(ev: Arc<Events>) -> Router {
@@ -35,10 +38,13 @@ fn routes(ev: Arc<Events>) -> Router {
                 if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", e.token)) {
                     return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "message": "bad token" }))).into_response();
                 }
+                let now = e.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                e.max_in_flight.fetch_max(now, Ordering::SeqCst);
                 let delay = e.delay_ms.load(Ordering::SeqCst);
                 if delay > 0 {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                 }
+                e.in_flight.fetch_sub(1, Ordering::SeqCst);
                 let start: u64 = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
                 let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 let end = (start + limit).min(e.count);
@@ -54,6 +60,8 @@ fn routes(ev: Arc<Events>) -> Router {
 
 struct Fx {
     srv: TestServer,
+    ca_pem: String,
+    pins: String,
     events: Arc<Events>,
     source_id: String,
     _provider: FakeProvider,
@@ -61,9 +69,16 @@ struct Fx {
 
 async fn setup(backend: Backend, count: u64) -> Fx {
     let ca = TestCa::new();
-    let events = Arc::new(Events { token: format!("src-token-{}", uuid::Uuid::new_v4().simple()), count, delay_ms: AtomicU64::new(0) });
+    let events = Arc::new(Events {
+        token: format!("src-token-{}", uuid::Uuid::new_v4().simple()),
+        count,
+        delay_ms: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
+        max_in_flight: AtomicU64::new(0),
+    });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
     let pins = provider.pins(&["api.source.test"]);
+    let ca_pem = ca.pem.clone();
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
     })
@@ -81,7 +96,7 @@ async fn setup(backend: Backend, count: u64) -> Fx {
     )
     .await;
     let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
-    Fx { srv, events, source_id, _provider: provider }
+    Fx { srv, ca_pem, pins, events, source_id, _provider: provider }
 }
 
 impl Fx {
@@ -290,7 +305,13 @@ async fn spawn_service(env: &[(&str, String)]) -> (std::process::Child, String) 
 async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
     crate::support::init_crypto();
     let ca = TestCa::new();
-    let events = Arc::new(Events { token: "crash-test-source-token".into(), count: 1200, delay_ms: AtomicU64::new(150) });
+    let events = Arc::new(Events {
+        token: "crash-test-source-token".into(),
+        count: 1200,
+        delay_ms: AtomicU64::new(150),
+        in_flight: AtomicU64::new(0),
+        max_in_flight: AtomicU64::new(0),
+    });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
     let dir = tempfile::tempdir().unwrap();
     let roots = dir.path().join("roots.pem");
@@ -361,3 +382,50 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
     let url = format!("sqlite://{}?mode=ro", dir.path().join("data/warehouses/w.db").display());
     assert_eq!(count_rows(&url, "events").await, 1200, "every record once, no duplicates");
 }
+
+/// Two servers (replicas) on one PostgreSQL database: sync requests to
+/// both make one job, and only one runner ever reads for it.
+async fn two_replicas_never_run_two_jobs_of_one_pipeline(backend: Backend) {
+    if backend != Backend::Postgres {
+        return;
+    }
+    let fx = setup(backend, 900).await;
+    let (url, data_dir) = (fx.srv.state.config.database_url.clone(), fx.srv.data_dir.clone());
+    let (pins, pem) = (fx.pins.clone(), fx.ca_pem.clone());
+    let other = TestServer::start_with(backend, move |c| {
+        c.database_url = url;
+        c.data_dir = data_dir.clone();
+        c.plugins.plugins_dir = data_dir.join("plugins");
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(pem.as_bytes())).unwrap();
+    })
+    .await
+    .unwrap();
+    let path = test_plugin("test_paged_source");
+    other.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path)).await.unwrap();
+    fx.events.delay_ms.store(100, Ordering::SeqCst);
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
+    let mut handles = Vec::new();
+    for i in 0..40 {
+        let srv = if i % 2 == 0 { &fx.srv } else { &other };
+        let req = srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+        handles.push(tokio::spawn(async move { req.send().await.unwrap().status() }));
+    }
+    let mut created = Vec::new();
+    for h in handles {
+        let s = h.await.unwrap();
+        assert!(s == StatusCode::CREATED || s == StatusCode::CONFLICT, "{s}");
+        if s == StatusCode::CREATED {
+            created.push(s);
+        }
+    }
+    assert_eq!(created.len(), 1, "one job across both replicas");
+    let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    let job = fx.wait(p["data"]["active_job"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["attempts"], 1);
+    assert_eq!(fx.events.max_in_flight.load(Ordering::SeqCst), 1, "only one runner read at a time");
+    other.stop().await;
+}
+
+on_both_backends!(two_replicas_never_run_two_jobs_of_one_pipeline);
