@@ -46,33 +46,40 @@ fn heartbeat() -> Duration {
 /// Attempts before a transiently failing job fails for good.
 const MAX_ATTEMPTS: i64 = 3;
 
-/// Runs jobs and schedules until the task is aborted.
+/// Runs jobs and schedules until the task is aborted. The scheduler ticks
+/// on its own, so due runs are noticed (and skipped) while a job runs.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
-        let mut last_schedule = 0i64;
-        loop {
-            if now_ms() - last_schedule > 1_000 {
-                last_schedule = now_ms();
-                schedule_due(&state).await;
-            }
-            match state.store.claim_job(&owner, lease_ms()).await {
-                Ok(Some(job)) => run(&state, &owner, job).await,
-                Ok(None) => tokio::time::sleep(Duration::from_millis(200)).await,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not claim jobs");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+        let runner = async {
+            loop {
+                match state.store.claim_job(&owner, lease_ms()).await {
+                    Ok(Some(job)) => run(&state, &owner, job).await,
+                    Ok(None) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not claim jobs");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
                 }
             }
-        }
+        };
+        let scheduler = async {
+            loop {
+                schedule_due(&state).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        };
+        tokio::join!(runner, scheduler);
     })
 }
 
 async fn schedule_due(state: &AppState) {
     let Ok(due) = state.store.due_pipelines(now_ms()).await else { return };
     for p in due {
-        let Schedule::Interval { minutes } = p.schedule else { continue };
-        let _ = state.store.set_next_run(&p.pipeline_id, Some(now_ms() + i64::from(minutes) * 60_000)).await;
+        let _ = state.store.set_next_run(&p.pipeline_id, p.schedule.next_after(now_ms()).ok().flatten()).await;
+        if p.schedule == Schedule::Manual {
+            continue;
+        }
         match state.store.create_job(&p.workspace_id, &p.pipeline_id, "sync", "schedule").await {
             Ok(Ok(job)) => tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started"),
             Ok(Err(active)) => {

@@ -429,3 +429,64 @@ async fn two_replicas_never_run_two_jobs_of_one_pipeline(backend: Backend) {
 }
 
 on_both_backends!(two_replicas_never_run_two_jobs_of_one_pipeline);
+
+async fn schedules_start_syncs_skip_when_busy_and_stop_when_paused(backend: Backend) {
+    // Four slow pages: each run takes seconds, so the next ticks meet it.
+    let fx = setup(backend, 1200).await;
+    fx.events.delay_ms.store(1000, Ordering::SeqCst);
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
+    let bad = fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&json!({ "schedule": { "kind": "cron", "expression": "not a cron" } })).send().await.unwrap();
+    expect_error(bad, 400, "VALIDATION_FAILED").await;
+    // Every second.
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&json!({ "schedule": { "kind": "cron", "expression": "* * * * * *" } })).send().await.unwrap()).await;
+
+    let mut scheduled = Value::Null;
+    for _ in 0..100 {
+        let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+        if p["data"]["active_job"]["trigger"] == "schedule" {
+            scheduled = p["data"]["active_job"].clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(scheduled["trigger"], "schedule", "a scheduled sync started");
+    // While it runs, the next ticks are skipped and recorded, not queued.
+    let mut skipped = 0;
+    for _ in 0..60 {
+        let logs = json_ok(fx.srv.get("/v1/audit-logs?action=pipelines.schedule_skipped").send().await.unwrap()).await;
+        skipped = logs["data"]["items"].as_array().unwrap().len();
+        if skipped > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(skipped > 0, "a busy scheduled run is recorded as skipped");
+    json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/pause")).send().await.unwrap()).await;
+    fx.events.delay_ms.store(0, Ordering::SeqCst);
+    fx.wait(scheduled["job_id"].as_str().unwrap()).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    assert!(p["data"]["active_job"].is_null(), "paused pipelines do not run: {p}");
+    assert_eq!(p["data"]["status"], "paused");
+}
+
+async fn a_running_job_can_be_cancelled(backend: Backend) {
+    let fx = setup(backend, 600).await;
+    fx.events.delay_ms.store(400, Ordering::SeqCst);
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let cancelled = json_ok(fx.srv.request(Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.unwrap()).await;
+    assert_eq!(cancelled["data"]["status"], "cancelled");
+    expect_error(fx.srv.request(Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.unwrap(), 409, "JOB_NOT_ACTIVE").await;
+    // The pipeline is free again.
+    fx.events.delay_ms.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    assert_eq!(json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"], "cancelled");
+}
+
+on_both_backends!(schedules_start_syncs_skip_when_busy_and_stop_when_paused, a_running_job_can_be_cancelled);

@@ -145,10 +145,7 @@ async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &s
 }
 
 fn next_run(schedule: &Schedule) -> Option<i64> {
-    match schedule {
-        Schedule::Manual => None,
-        Schedule::Interval { minutes } => Some(crate::store::now_ms() + i64::from(*minutes) * 60_000),
-    }
+    schedule.next_after(crate::store::now_ms()).ok().flatten()
 }
 
 fn check_schedule(s: &Schedule) -> ApiResult<()> {
@@ -156,6 +153,9 @@ fn check_schedule(s: &Schedule) -> ApiResult<()> {
         && !(1..=525_600).contains(minutes)
     {
         return Err(ApiError::invalid_field("schedule.minutes", "minutes must be between 1 and 525600"));
+    }
+    if let Schedule::Cron { .. } = s {
+        s.next_after(crate::store::now_ms()).map_err(|m| ApiError::invalid_field("schedule.expression", m))?;
     }
     Ok(())
 }

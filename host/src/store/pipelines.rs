@@ -56,6 +56,25 @@ pub enum Schedule {
     Manual,
     /// Every `minutes` minutes.
     Interval { minutes: u32 },
+    /// A cron expression, evaluated in UTC (e.g. `0 6 * * *`, or with
+    /// seconds: `0 0 6 * * *`).
+    Cron { expression: String },
+}
+
+impl Schedule {
+    /// The next run after `now` (Unix ms), if the schedule has one.
+    pub fn next_after(&self, now: i64) -> Result<Option<i64>, String> {
+        match self {
+            Schedule::Manual => Ok(None),
+            Schedule::Interval { minutes } => Ok(Some(now + i64::from(*minutes) * 60_000)),
+            Schedule::Cron { expression } => {
+                let cron: croner::Cron = expression.parse().map_err(|e| format!("not a cron expression: {e}"))?;
+                let start = chrono::DateTime::from_timestamp_millis(now).unwrap_or_default();
+                let next = cron.find_next_occurrence(&start, false).map_err(|e| format!("the cron expression never fires: {e}"))?;
+                Ok(Some(next.timestamp_millis()))
+            }
+        }
+    }
 }
 
 /// A pipeline (its runtime record is a connection: `pipeline_id` is also
