@@ -142,6 +142,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     let keyring = crate::credentials::keyring::Keyring::load(&cli.storage.data_dir)?;
                     let (n, key_id) = crate::credentials::Vault::rotate(&store, keyring).await?;
                     println!("re-sealed {n} credential(s) with new master key {key_id}");
+                    if std::env::var(crate::credentials::keyring::MASTER_KEY_ENV).is_ok() {
+                        println!(
+                            "now set {} to the value of {} and restart the servers",
+                            crate::credentials::keyring::MASTER_KEY_ENV,
+                            crate::credentials::keyring::NEW_MASTER_KEY_ENV
+                        );
+                    }
                 }
                 AdminCommand::CreateToken { email, label, expires_in_days } => {
                     let token = crate::admin::create_token(&store, &email, label.as_deref(), expires_in_days).await?;

@@ -168,3 +168,55 @@ async fn rotating_the_master_key_reseals_every_credential() {
     let vault = service::credentials::Vault::new(store, keyring);
     assert_eq!(vault.reveal(&ws, &handle, "api.example.com").await.unwrap().expose_secret(), "rotate-me-please");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_environment() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/service.db?mode=rwc", dir.path().display());
+    let old = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+    let new = base64::engine::general_purpose::STANDARD.encode([9u8; 32]);
+    // Seal a credential under the old key (as a server with SERVICE_MASTER_KEY would).
+    let store = service::store::Store::connect(&url).await.unwrap();
+    let ws = store.create_workspace("w").await.unwrap().workspace_id;
+    let user = store.create_user("k@example.test", "k").await.unwrap().user_id;
+    let ring = |b64: &str| {
+        let f = dir.path().join("k");
+        std::fs::write(&f, format!("x {b64}\n")).unwrap();
+        std::fs::rename(&f, dir.path().join(service::credentials::keyring::KEY_FILE)).unwrap();
+        service::credentials::keyring::Keyring::load(dir.path()).unwrap()
+    };
+    let vault = service::credentials::Vault::new(store.clone(), ring(&old));
+    let rec = vault
+        .create(service::credentials::NewSecret {
+            workspace_id: &ws,
+            created_by: &user,
+            kind: "api_token",
+            connector_id: None,
+            label: None,
+            hosts: vec!["api.example.com".into()],
+            metadata: json!({}),
+            material: service::credentials::SecretMaterial::new("env-rotated".to_owned().into()),
+            status: "active",
+            access_expires_at: None,
+        })
+        .await
+        .unwrap();
+    std::fs::remove_file(dir.path().join(service::credentials::keyring::KEY_FILE)).unwrap();
+    let run = |extra: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_service"));
+        c.env_clear().env("SERVICE_DATA_DIR", dir.path()).env("DATABASE_URL", &url).env("SERVICE_MASTER_KEY", &old);
+        if let Some(n) = extra {
+            c.env("SERVICE_NEW_MASTER_KEY", n);
+        }
+        c.args(["admin", "rotate-master-key"]).output().unwrap()
+    };
+    let refused = run(None);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("SERVICE_NEW_MASTER_KEY"));
+    let done = run(Some(&new));
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert!(!dir.path().join(service::credentials::keyring::KEY_FILE).exists(), "no key file is written");
+    let vault = service::credentials::Vault::new(store, ring(&new));
+    assert_eq!(vault.reveal(&ws, &rec.credential_handle, "api.example.com").await.unwrap().expose_secret(), "env-rotated");
+}

@@ -23,6 +23,9 @@ use crate::config::ConfigError;
 
 /// Environment variable holding the master key.
 pub const MASTER_KEY_ENV: &str = "SERVICE_MASTER_KEY";
+/// Environment variable holding the new key when the current one comes from
+/// the environment (`service admin rotate-master-key`).
+pub const NEW_MASTER_KEY_ENV: &str = "SERVICE_NEW_MASTER_KEY";
 /// Name of the key file in the data directory.
 pub const KEY_FILE: &str = "master.key";
 
@@ -46,7 +49,8 @@ impl MasterKey {
         Self::from_bytes(bytes)
     }
 
-    fn parse(b64: &str) -> Result<Self, String> {
+    /// Parses a base64 key.
+    pub fn parse(b64: &str) -> Result<Self, String> {
         let raw = Zeroizing::new(STANDARD.decode(b64.trim()).map_err(|_| "not base64".to_owned())?);
         let bytes: [u8; 32] = raw.as_slice().try_into().map_err(|_| format!("must decode to 32 bytes, not {}", raw.len()))?;
         Ok(Self::from_bytes(bytes))

@@ -258,15 +258,24 @@ impl Vault {
     /// re-sealed.
     pub async fn rotate(store: &Store, mut keyring: Keyring) -> anyhow::Result<(usize, String)> {
         if keyring.file().is_none() {
-            anyhow::bail!(
-                "{}: the master key comes from the environment; unset it to rotate the key file, or replace the key through your secret manager",
-                keyring::MASTER_KEY_ENV
-            );
+            // The key comes from the environment: the new one must too, and
+            // the operator swaps them afterwards. Both keys are in the ring,
+            // so an interrupted run can simply be repeated.
+            let new = std::env::var(keyring::NEW_MASTER_KEY_ENV).map_err(|_| {
+                anyhow::anyhow!(
+                    "{}: the master key comes from the environment; put the new key (32 bytes, base64) in {} and run again",
+                    keyring::MASTER_KEY_ENV,
+                    keyring::NEW_MASTER_KEY_ENV
+                )
+            })?;
+            let new = keyring::MasterKey::parse(&new).map_err(|e| anyhow::anyhow!("{}: {e}", keyring::NEW_MASTER_KEY_ENV))?;
+            keyring.add_current(new);
+        } else {
+            keyring.add_current(keyring::MasterKey::generate());
+            // The file holds both keys before anything is re-sealed, so a
+            // crash midway leaves every credential openable.
+            keyring.write_file()?;
         }
-        keyring.add_current(keyring::MasterKey::generate());
-        // The file holds both keys before anything is re-sealed, so a crash
-        // midway leaves every credential openable.
-        keyring.write_file()?;
         let mut n = 0;
         for c in store.all_sealed_credentials().await? {
             let aad = binding(&c.record.credential_id, &c.record.workspace_id);
