@@ -1,0 +1,187 @@
+//! Sync throughput: records/s and MB/s from a paginated HTTPS fake source
+//! through a plugin into an SQLite destination (and PostgreSQL when
+//! `BENCH_POSTGRES_URL` names a database), and in the same run a native
+//! baseline doing the same fetch, parse and write without Wasm.
+//!
+//! Run with `cargo bench -p service --bench sync`. Nothing asserts the
+//! figures; they depend on the machine.
+
+#[path = "../tests/integration/support/provider.rs"]
+#[allow(dead_code)]
+mod provider;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::Query;
+use serde_json::{Value, json};
+use service::config::{PluginSettings, ServerConfig};
+use service::destinations::Writer;
+use service::egress::EgressPolicy;
+use service::plugin::registry::PluginSource;
+use service::server::AppState;
+use service::store::pipelines::StreamSyncMode;
+
+const RECORDS: u64 = 100_000;
+const PAGE: u64 = 1000;
+
+fn test_plugin(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(root.join("tests/plugins"))
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(&target)
+        .output()
+        .expect("cargo");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    target.join(format!("wasm32-wasip2/release/{name}.wasm"))
+}
+
+/// Pages of about 1 KB records, rendered once.
+fn pages() -> Arc<Vec<String>> {
+    let pad = "x".repeat(940);
+    Arc::new(
+        (0..RECORDS / PAGE)
+            .map(|p| {
+                let data: Vec<Value> =
+                    (p * PAGE..(p + 1) * PAGE).map(|i| json!({ "id": i, "updated_at": "2024-01-01T00:00:00Z", "kind": "open", "payload": pad })).collect();
+                let next = if p + 1 < RECORDS / PAGE { json!(((p + 1) * PAGE).to_string()) } else { Value::Null };
+                json!({ "data": data, "next_cursor": next }).to_string()
+            })
+            .collect(),
+    )
+}
+
+fn report(name: &str, records: u64, bytes: u64, secs: f64) {
+    println!("{name:<40} {:>10.0} records/s {:>8.1} MB/s ({records} records in {secs:.2} s)", records as f64 / secs, bytes as f64 / secs / 1e6);
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pages = pages();
+    let total_bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
+    let served = pages.clone();
+    let router = axum::Router::new().route(
+        "/events",
+        axum::routing::get(move |Query(q): Query<HashMap<String, String>>| {
+            let pages = served.clone();
+            async move {
+                let start: u64 = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+                ([("content-type", "application/json")], pages[(start / PAGE) as usize].clone())
+            }
+        }),
+    );
+    let ca = provider::TestCa::new();
+    let fake = provider::FakeProvider::start(&ca, &["api.source.test"], router).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.path().to_owned(),
+        database_url: format!("sqlite://{}/service.db?mode=rwc", dir.path().display()),
+        public_url: url::Url::parse("http://127.0.0.1/").unwrap(),
+        session_ttl_ms: 3_600_000,
+        bootstrap_token: Some("svc_bench_bootstrap_token_0123456789".to_owned().into()),
+        bootstrap_email: "bench@example.test".into(),
+        plugins: PluginSettings {
+            plugins_dir: dir.path().join("plugins"),
+            egress: EgressPolicy::from_settings("*.source.test", Some(&fake.pins(&["api.source.test"])), Some(ca.pem.as_bytes())).unwrap(),
+            limits: Default::default(),
+        },
+        oauth: Default::default(),
+    };
+    let state = AppState::open(config).await.unwrap();
+    let wasm = test_plugin("test_paged_source");
+    state.plugins.load_bytes(&std::fs::read(&wasm).unwrap(), PluginSource::File(wasm)).await.unwrap();
+    let ws = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
+    let admin = state.store.user_by_email("bench@example.test").await.unwrap().unwrap().user_id;
+    let cred = state
+        .vault
+        .create(service::credentials::NewSecret {
+            workspace_id: &ws,
+            created_by: &admin,
+            kind: "api_token",
+            connector_id: None,
+            label: None,
+            hosts: vec!["api.source.test".into()],
+            metadata: json!({}),
+            material: service::credentials::SecretMaterial::new("bench-source-token-0123456789".to_owned().into()),
+            status: "active",
+            access_expires_at: None,
+        })
+        .await
+        .unwrap();
+    let source_cfg = json!({ "base_url": "https://api.source.test", "credential_handle": cred.credential_handle, "page_size": PAGE });
+    let source = state.store.create_source(&ws, "test_paged_source", "bench", &source_cfg, &admin).await.unwrap();
+    let runner = service::jobs::spawn(state.clone());
+
+    let mut targets = vec![("sqlite", json!({ "file": "bench.db" }))];
+    if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
+        targets.push(("postgres", json!({ "url": url })));
+    }
+    for (kind, dest_cfg) in targets {
+        // Through the plugin: a real sync job.
+        let dest = state.store.create_destination(&ws, kind, kind, &dest_cfg, &admin).await.unwrap();
+        let streams = vec![service::store::pipelines::StreamSelection { name: "events".into(), sync_mode: StreamSyncMode::FullRefreshOverwrite, cursor_field: None, primary_key: None }];
+        let p = state
+            .store
+            .create_pipeline(&ws, "bench", &source.source_id, &dest.destination_id, &streams, &service::store::pipelines::Schedule::Manual, None)
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let job = state.store.create_job(&ws, &p.pipeline_id, "sync", "manual").await.unwrap().unwrap();
+        let done = loop {
+            let j = state.store.job(&ws, &job.job_id).await.unwrap().unwrap();
+            if j.status != "queued" && j.status != "running" {
+                break j;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        };
+        let secs = t.elapsed().as_secs_f64();
+        assert_eq!(done.status, "succeeded", "{:?}", done.error);
+        let plugin = (done.progress["records"].as_u64().unwrap(), secs);
+        report(&format!("{kind}: through the plugin"), plugin.0, total_bytes, plugin.1);
+
+        // Native baseline: the same fetch, parse and write, no Wasm.
+        let client = reqwest::Client::builder()
+            .resolve("api.source.test", fake.addr)
+            .tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap())
+            .build()
+            .unwrap();
+        let parsed = service::destinations::validate(kind, &dest_cfg).unwrap();
+        let mut writer = Writer::open(&parsed, dir.path(), None).await.unwrap();
+        writer.clear("events_native").await.unwrap();
+        let t = Instant::now();
+        let (mut cursor, mut n) = (None::<String>, 0u64);
+        loop {
+            let mut url = format!("https://api.source.test:{}/events?limit={PAGE}", fake.addr.port());
+            if let Some(c) = &cursor {
+                url.push_str(&format!("&cursor={c}"));
+            }
+            let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
+            #[derive(serde::Deserialize)]
+            struct Page<'a> {
+                #[serde(borrow)]
+                data: Vec<&'a serde_json::value::RawValue>,
+                next_cursor: Option<String>,
+            }
+            let page: Page = serde_json::from_slice(&body).unwrap();
+            let records: Vec<String> = page.data.iter().map(|r| r.get().to_owned()).collect();
+            n += records.len() as u64;
+            writer.write("bench", "events_native", &records, StreamSyncMode::FullRefreshOverwrite, &[]).await.unwrap();
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        report(&format!("{kind}: native baseline"), n, total_bytes, secs);
+        println!("{kind}: plugin path at {:.0}% of the native baseline", 100.0 * (plugin.0 as f64 / plugin.1) / (n as f64 / secs));
+        writer.close().await;
+    }
+    runner.abort();
+}
