@@ -12,28 +12,13 @@
 #[path = "../tests/integration/support/provider.rs"]
 #[allow(dead_code)]
 mod provider;
+mod support;
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use service::config::{PluginSettings, ServerConfig};
 use service::egress::{Caller, EgressPolicy, HostPattern, Method, OutboundRequest};
 use service::plugin::registry::PluginSource;
-use service::server::AppState;
 
-fn test_plugin(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .current_dir(root.join("tests/plugins"))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
-        .arg(&target)
-        .output()
-        .expect("cargo");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    target.join(format!("wasm32-wasip2/release/{name}.wasm"))
-}
 
 struct Stats {
     p50: Duration,
@@ -62,23 +47,8 @@ async fn main() {
     let router = axum::Router::new().route("/ok", axum::routing::get(|| async { "fine" }));
     let fake = provider::FakeProvider::start(&ca, &["api.provider.test"], router).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().to_owned(),
-        database_url: format!("sqlite://{}/service.db?mode=rwc", dir.path().display()),
-        public_url: url::Url::parse("http://127.0.0.1/").unwrap(),
-        session_ttl_ms: 3_600_000,
-        bootstrap_token: Some("svc_bench_bootstrap_token_0123456789".to_owned().into()),
-        bootstrap_email: "bench@example.test".into(),
-        plugins: PluginSettings {
-            plugins_dir: dir.path().join("plugins"),
-            egress: EgressPolicy::from_settings("api.provider.test", Some(&fake.pins(&["api.provider.test"])), Some(ca.pem.as_bytes())).unwrap(),
-            limits: Default::default(),
-        },
-        oauth: Default::default(),
-    };
-    let state = AppState::open(config).await.unwrap();
-    let wasm = test_plugin("test_misbehaving");
+    let state = support::state(dir.path(), EgressPolicy::from_settings("api.provider.test", Some(&fake.pins(&["api.provider.test"])), Some(ca.pem.as_bytes())).unwrap()).await;
+    let wasm = support::test_plugin("test_misbehaving");
     let id = state.plugins.load_bytes(&std::fs::read(&wasm).unwrap(), PluginSource::File(wasm)).await.unwrap();
     let plugin = state.plugins.available(&id).await.unwrap();
     let ws = state.store.first_workspace().await.unwrap().unwrap().workspace_id;

@@ -9,37 +9,22 @@
 #[path = "../tests/integration/support/provider.rs"]
 #[allow(dead_code)]
 mod provider;
+mod support;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::Query;
 use serde_json::{Value, json};
-use service::config::{PluginSettings, ServerConfig};
 use service::destinations::Writer;
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
-use service::server::AppState;
 use service::store::pipelines::StreamSyncMode;
 
 const RECORDS: u64 = 100_000;
 const PAGE: u64 = 1000;
 
-fn test_plugin(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .current_dir(root.join("tests/plugins"))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
-        .arg(&target)
-        .output()
-        .expect("cargo");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    target.join(format!("wasm32-wasip2/release/{name}.wasm"))
-}
 
 /// Pages of about 1 KB records, rendered once.
 fn pages() -> Arc<Vec<String>> {
@@ -79,23 +64,8 @@ async fn main() {
     let ca = provider::TestCa::new();
     let fake = provider::FakeProvider::start(&ca, &["api.source.test"], router).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().to_owned(),
-        database_url: format!("sqlite://{}/service.db?mode=rwc", dir.path().display()),
-        public_url: url::Url::parse("http://127.0.0.1/").unwrap(),
-        session_ttl_ms: 3_600_000,
-        bootstrap_token: Some("svc_bench_bootstrap_token_0123456789".to_owned().into()),
-        bootstrap_email: "bench@example.test".into(),
-        plugins: PluginSettings {
-            plugins_dir: dir.path().join("plugins"),
-            egress: EgressPolicy::from_settings("*.source.test", Some(&fake.pins(&["api.source.test"])), Some(ca.pem.as_bytes())).unwrap(),
-            limits: Default::default(),
-        },
-        oauth: Default::default(),
-    };
-    let state = AppState::open(config).await.unwrap();
-    let wasm = test_plugin("test_paged_source");
+    let state = support::state(dir.path(), EgressPolicy::from_settings("*.source.test", Some(&fake.pins(&["api.source.test"])), Some(ca.pem.as_bytes())).unwrap()).await;
+    let wasm = support::test_plugin("test_paged_source");
     state.plugins.load_bytes(&std::fs::read(&wasm).unwrap(), PluginSource::File(wasm)).await.unwrap();
     let ws = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
     let admin = state.store.user_by_email("bench@example.test").await.unwrap().unwrap().user_id;
