@@ -1,26 +1,15 @@
 //! What the benchmarks share: the test plugins and a server state over a
 //! fresh SQLite database with a given egress policy.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use service::config::{PluginSettings, ServerConfig};
 use service::egress::EgressPolicy;
 use service::server::AppState;
 
-/// Builds the test plugins (once per run) and returns `name`'s component.
-pub fn test_plugin(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .current_dir(root.join("tests/plugins"))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
-        .arg(&target)
-        .output()
-        .expect("cargo");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    target.join(format!("wasm32-wasip2/release/{name}.wasm"))
-}
+#[path = "../tests/integration/support/plugins.rs"]
+mod plugins;
+pub use plugins::test_plugin;
 
 /// A server state (no listener) in `dir`, bootstrapped with an
 /// administrator `bench@example.test`.

@@ -158,24 +158,19 @@ impl Writer {
                 quote(table)
             );
             sqlx::query(sqlx::AssertSqlSafe(create)).execute(&*pool).await.map_err(|e| format!("cannot create table {table}: {e}"))?;
-            let existing: HashSet<String> = if *postgres {
-                sqlx::query("SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 AND table_schema = current_schema()")
-                    .bind(table)
-                    .fetch_all(&*pool)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .iter()
-                    .filter_map(|r| r.try_get::<String, _>(0).ok())
-                    .collect()
+            let existing_sql = if *postgres {
+                format!("SELECT column_name::text FROM information_schema.columns WHERE table_name = '{table}' AND table_schema = current_schema()")
             } else {
-                sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
-                    .fetch_all(&*pool)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .iter()
-                    .filter_map(|r| r.try_get::<String, _>(0).ok())
-                    .collect()
+                format!("SELECT name FROM pragma_table_info('{table}')")
             };
+            // `table` went through `sql_name`: letters, digits and `_` only.
+            let existing: HashSet<String> = sqlx::query(sqlx::AssertSqlSafe(existing_sql))
+                .fetch_all(&*pool)
+                .await
+                .map_err(|e| e.to_string())?
+                .iter()
+                .filter_map(|r| r.try_get::<String, _>(0).ok())
+                .collect();
             columns.insert(table.to_owned(), existing);
         }
         let known = columns.get_mut(table).expect("inserted above");
