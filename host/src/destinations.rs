@@ -11,12 +11,16 @@
 //! destination's folder under the data directory, so no configuration can
 //! make the host write anywhere else.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
 use secrecy::ExposeSecret;
-use serde_json::{Map, Value, json};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
@@ -84,34 +88,170 @@ fn quote(name: &str) -> String {
     format!("\"{name}\"")
 }
 
+/// Why a batch was not written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// A record cannot be stored as it is; writing it again will not help.
+    #[error("{0}")]
+    BadRecord(String),
+    /// The destination refused or failed; it may work later.
+    #[error("{0}")]
+    Destination(String),
+}
+
 /// Where records go.
 pub enum Writer {
     Sql { pool: AnyPool, postgres: bool, columns: HashMap<String, HashSet<String>> },
     Jsonl { dir: cap_std::fs::Dir },
 }
 
-/// One record ready for a table: its key and its columns.
-fn shape(record: &str, mode: StreamSyncMode, primary_key: &[String]) -> Result<(String, Map<String, Value>), String> {
-    let Value::Object(fields) = serde_json::from_str::<Value>(record).map_err(|_| "a record is not JSON".to_owned())? else {
-        return Err("a record is not a JSON object".into());
-    };
-    let raw_id = if mode == StreamSyncMode::IncrementalDeduped {
-        let key: Vec<&Value> = primary_key.iter().map(|k| fields.get(k).unwrap_or(&Value::Null)).collect();
-        let digest = Sha256::digest(serde_json::to_vec(&key).unwrap_or_default());
-        digest.iter().map(|b| format!("{b:02x}")).collect()
-    } else {
-        uuid::Uuid::new_v4().to_string()
-    };
-    Ok((raw_id, fields))
-}
+/// A JSON string's content, borrowed from the input when it has no escapes.
+struct Text<'a>(Cow<'a, str>);
 
-fn column_value(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
     }
 }
+
+/// A record's top-level fields in the provider's order, each value kept as
+/// the provider wrote it: nested values are never parsed into a tree.
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Fields<'de>, M::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((Text(k), v)) = map.next_entry::<Text<'de>, &'de RawValue>()? {
+                    fields.push((k, v));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// One record ready for a destination: its key and its fields.
+struct Shaped<'a> {
+    raw_id: String,
+    fields: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes.iter().flat_map(|b| [DIGITS[(b >> 4) as usize] as char, DIGITS[(b & 15) as usize] as char]).collect()
+}
+
+/// Splits a record into its fields and derives its key: from the primary
+/// key in deduplicated mode (so a rewrite replaces the row), otherwise a
+/// time-ordered random id (so rows append at the end of the key index).
+fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[String]) -> Result<Shaped<'a>, String> {
+    let Fields(fields) = serde_json::from_str(record).map_err(|_| "a record is not a JSON object".to_owned())?;
+    let raw_id = if mode == StreamSyncMode::IncrementalDeduped {
+        // The key's canonical JSON, so formatting differences between two
+        // copies of one record do not make two rows.
+        let key: Vec<Value> = primary_key
+            .iter()
+            .map(|k| fields.iter().rev().find(|(name, _)| name == k).map_or(Ok(Value::Null), |(_, raw)| serde_json::from_str(raw.get())))
+            .collect::<Result<_, _>>()
+            .map_err(|_| "a record's key is not valid JSON".to_owned())?;
+        hex(&Sha256::digest(serde_json::to_vec(&key).unwrap_or_default()))
+    } else {
+        uuid::Uuid::now_v7().to_string()
+    };
+    Ok(Shaped { raw_id, fields })
+}
+
+/// A field as a column value: strings unquoted, null as NULL, anything
+/// else (numbers, booleans, nested objects and arrays) as its JSON text.
+fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, String> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'n') => Ok(None),
+        Some(b'"') => serde_json::from_str::<Text>(text).map(|t| Some(t.0)).map_err(|_| "a record holds an invalid string".to_owned()),
+        _ => Ok(Some(Cow::Borrowed(text))),
+    }
+}
+
+/// The rows of one batch, aligned to the union of their columns.
+struct Rows<'a> {
+    columns: Vec<String>,
+    rows: Vec<(String, Vec<Option<Cow<'a, str>>>)>,
+}
+
+impl<'a> Rows<'a> {
+    /// Lays the batch out as rows. Fields whose column names collide keep
+    /// the last value; in deduplicated mode a key seen twice in one batch
+    /// keeps its last version.
+    fn collect(shaped: Vec<Shaped<'a>>, dedupe: bool) -> Result<Rows<'a>, String> {
+        let mut columns: Vec<String> = Vec::new();
+        let mut by_field: HashMap<String, Option<usize>> = HashMap::new();
+        let mut rows: Vec<(String, Vec<Option<Cow<'a, str>>>)> = Vec::with_capacity(shaped.len());
+        let mut by_key: HashMap<String, usize> = HashMap::new();
+        for record in shaped {
+            let mut row: Vec<Option<Cow<'a, str>>> = vec![None; columns.len()];
+            for (name, raw) in &record.fields {
+                let slot = match by_field.get(name.as_ref()) {
+                    Some(slot) => *slot,
+                    None => {
+                        let column = sql_name(name);
+                        let slot = if column.starts_with("_service_") {
+                            None
+                        } else if let Some(i) = columns.iter().position(|c| *c == column) {
+                            Some(i)
+                        } else {
+                            columns.push(column);
+                            Some(columns.len() - 1)
+                        };
+                        by_field.insert(name.to_string(), slot);
+                        slot
+                    }
+                };
+                if let Some(i) = slot {
+                    if row.len() <= i {
+                        row.resize(i + 1, None);
+                    }
+                    row[i] = column_value(raw)?;
+                }
+            }
+            if dedupe && let Some(&at) = by_key.get(&record.raw_id) {
+                rows[at].1 = row;
+                continue;
+            }
+            if dedupe {
+                by_key.insert(record.raw_id.clone(), rows.len());
+            }
+            rows.push((record.raw_id, row));
+        }
+        Ok(Rows { columns, rows })
+    }
+}
+
+/// Bound parameters per statement, under SQLite's limit (32766) and
+/// PostgreSQL's (65535).
+const MAX_PARAMS: usize = 30_000;
+/// Rows per INSERT statement at most.
+const MAX_ROWS_PER_STATEMENT: usize = 500;
 
 impl Writer {
     /// Opens the destination for one job.
@@ -123,7 +263,7 @@ impl Writer {
                 let url = format!("sqlite://{}?mode=rwc", dir.join(file).display());
                 let pool = AnyPoolOptions::new()
                     .max_connections(1)
-                    .after_connect(|c, _| Box::pin(async move { sqlx::Executor::execute(c, "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 10000;").await.map(|_| ()) }))
+                    .after_connect(|c, _| Box::pin(async move { sqlx::Executor::execute(c, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000;").await.map(|_| ()) }))
                     .connect(&url)
                     .await
                     .map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
@@ -209,68 +349,80 @@ impl Writer {
         }
     }
 
-    /// Writes a batch; returns its size in bytes.
-    pub async fn write(&mut self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<u64, String> {
+    /// Writes a batch in one transaction; returns its size in bytes.
+    pub async fn write(&mut self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<u64, WriteError> {
+        let io = WriteError::Destination;
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
         let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
-        let mut shaped = Vec::with_capacity(records.len());
-        for r in records {
-            shaped.push(shape(r, mode, primary_key)?);
-        }
+        let shaped = records.iter().map(|r| shape(r, mode, primary_key)).collect::<Result<Vec<_>, _>>().map_err(WriteError::BadRecord)?;
         match self {
             Writer::Jsonl { dir } => {
                 let mut options = cap_std::fs::OpenOptions::new();
                 options.create(true).append(true);
-                let mut file = dir.open_with(format!("{table}.jsonl"), &options).map_err(|e| e.to_string())?;
-                let mut out = Vec::with_capacity(bytes as usize + records.len() * 96);
-                for (raw_id, mut fields) in shaped {
-                    fields.retain(|k, _| !k.starts_with("_service_"));
-                    fields.insert("_service_raw_id".into(), json!(raw_id));
-                    fields.insert("_service_extracted_at".into(), json!(now));
-                    fields.insert("_service_meta".into(), json!({ "pipeline_id": pipeline_id, "stream": stream }));
-                    serde_json::to_writer(&mut out, &Value::Object(fields)).map_err(|e| e.to_string())?;
+                let mut file = dir.open_with(format!("{table}.jsonl"), &options).map_err(|e| io(e.to_string()))?;
+                let mut out = Vec::with_capacity(bytes as usize + records.len() * (96 + meta.len()));
+                for record in shaped {
+                    out.push(b'{');
+                    for (name, raw) in record.fields.iter().filter(|(name, _)| !name.starts_with("_service_")) {
+                        serde_json::to_writer(&mut out, name.as_ref()).map_err(|e| io(e.to_string()))?;
+                        out.push(b':');
+                        out.extend_from_slice(raw.get().as_bytes());
+                        out.push(b',');
+                    }
+                    write!(out, "\"_service_raw_id\":\"{}\",\"_service_extracted_at\":{now},\"_service_meta\":{meta}}}", record.raw_id).map_err(|e| io(e.to_string()))?;
                     out.push(b'\n');
                 }
-                file.write_all(&out).map_err(|e| e.to_string())?;
-                file.sync_data().map_err(|e| e.to_string())?;
+                file.write_all(&out).map_err(|e| io(e.to_string()))?;
+                file.sync_data().map_err(|e| io(e.to_string()))?;
                 Ok(bytes)
             }
             Writer::Sql { .. } => {
-                let mut all: Vec<String> = Vec::new();
-                for (_, fields) in &shaped {
-                    for k in fields.keys() {
-                        let c = sql_name(k);
-                        if !c.starts_with("_service_") && !all.contains(&c) {
-                            all.push(c);
+                let Rows { columns, rows } = Rows::collect(shaped, mode == StreamSyncMode::IncrementalDeduped).map_err(WriteError::BadRecord)?;
+                self.ensure_columns(&table, &columns).await.map_err(io)?;
+                let Writer::Sql { pool, postgres, .. } = self else { unreachable!() };
+                let postgres = *postgres;
+                let mut names = vec!["\"_service_raw_id\"".to_owned(), "\"_service_extracted_at\"".into(), "\"_service_meta\"".into()];
+                names.extend(columns.iter().map(|c| quote(c)));
+                let updates: Vec<String> = names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect();
+                let head = format!("INSERT INTO {} ({}) VALUES ", quote(&table), names.join(", "));
+                let tail = format!(" ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}", updates.join(", "));
+                let per_statement = (MAX_PARAMS / names.len()).clamp(1, MAX_ROWS_PER_STATEMENT);
+                let mut tx = pool.begin().await.map_err(|e| io(e.to_string()))?;
+                for chunk in rows.chunks(per_statement) {
+                    let mut sql = String::with_capacity(head.len() + tail.len() + chunk.len() * names.len() * 7);
+                    sql.push_str(&head);
+                    let mut n = 0;
+                    for (i, _) in chunk.iter().enumerate() {
+                        sql.push_str(if i == 0 { "(" } else { ", (" });
+                        for j in 0..names.len() {
+                            n += 1;
+                            if j > 0 {
+                                sql.push_str(", ");
+                            }
+                            // SQLite looks named parameters (`$1`) up by
+                            // walking a list, which makes binding thousands
+                            // of them quadratic; anonymous `?` are not.
+                            if postgres {
+                                let _ = write!(sql, "${n}");
+                            } else {
+                                sql.push('?');
+                            }
+                        }
+                        sql.push(')');
+                    }
+                    sql.push_str(&tail);
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                    for (raw_id, values) in chunk {
+                        q = q.bind(raw_id.as_str()).bind(now).bind(meta.as_str());
+                        for j in 0..columns.len() {
+                            q = q.bind(values.get(j).and_then(|v| v.as_deref()));
                         }
                     }
+                    q.execute(&mut *tx).await.map_err(|e| io(format!("cannot write to {table}: {e}")))?;
                 }
-                self.ensure_columns(&table, &all).await?;
-                let Writer::Sql { pool, .. } = self else { unreachable!() };
-                let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
-                for (raw_id, fields) in shaped {
-                    let cols: Vec<(String, Option<String>)> =
-                        fields.iter().map(|(k, v)| (sql_name(k), column_value(v))).filter(|(c, _)| !c.starts_with("_service_")).collect();
-                    let mut names = vec!["\"_service_raw_id\"".to_owned(), "\"_service_extracted_at\"".into(), "\"_service_meta\"".into()];
-                    names.extend(cols.iter().map(|(c, _)| quote(c)));
-                    let params: Vec<String> = (1..=names.len()).map(|i| format!("${i}")).collect();
-                    let updates: Vec<String> = names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect();
-                    let sql = format!(
-                        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}",
-                        quote(&table),
-                        names.join(", "),
-                        params.join(", "),
-                        updates.join(", ")
-                    );
-                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(raw_id).bind(now).bind(meta.clone());
-                    for (_, v) in cols {
-                        q = q.bind(v);
-                    }
-                    q.execute(&mut *tx).await.map_err(|e| format!("cannot write to {table}: {e}"))?;
-                }
-                tx.commit().await.map_err(|e| e.to_string())?;
+                tx.commit().await.map_err(|e| io(e.to_string()))?;
                 Ok(bytes)
             }
         }
@@ -293,6 +445,36 @@ mod tests {
         assert_eq!(sql_name("Campaign Stats"), "campaign_stats");
         assert_eq!(sql_name("1st"), "_1st");
         assert_eq!(sql_name("a\"; DROP TABLE x; --"), "a___drop_table_x____");
+    }
+
+    #[test]
+    fn records_become_rows_with_their_fields_as_column_text() {
+        let records = [
+            r#"{"id": 1, "name": "caf\u00e9 \"x\"", "tags": ["a", "b"], "gone": null, "_service_raw_id": "spoof"}"#.to_owned(),
+            r#"{"id": 2, "Name": "second", "extra": {"deep": true}}"#.to_owned(),
+        ];
+        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+        assert_ne!(shaped[0].raw_id, shaped[1].raw_id);
+        let Rows { columns, rows } = Rows::collect(shaped, false).unwrap();
+        assert_eq!(columns, ["id", "name", "tags", "gone", "extra"], "one column per field name, _service_ fields dropped");
+        let first: Vec<Option<&str>> = rows[0].1.iter().map(|v| v.as_deref()).collect();
+        assert_eq!(first, [Some("1"), Some("café \"x\""), Some(r#"["a", "b"]"#), None]);
+        let second: Vec<Option<&str>> = rows[1].1.iter().map(|v| v.as_deref()).collect();
+        assert_eq!(second, [Some("2"), Some("second"), None, None, Some(r#"{"deep": true}"#)], "Name and name share a column");
+    }
+
+    #[test]
+    fn deduplicated_keys_come_from_the_primary_key_and_the_last_copy_wins() {
+        let pk = ["id".to_owned()];
+        let records = [r#"{"id": 7, "v": "old"}"#.to_owned(), r#"{"v": "other", "id": 8}"#.to_owned(), r#"{ "id" : 7 , "v": "new"}"#.to_owned()];
+        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalDeduped, &pk)).collect::<Result<Vec<_>, _>>().unwrap();
+        assert_eq!(shaped[0].raw_id, shaped[2].raw_id, "formatting does not change the key");
+        assert_eq!(shaped[0].raw_id, hex(&Sha256::digest(b"[7]")));
+        let Rows { rows, .. } = Rows::collect(shaped, true).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].1[1].as_deref(), Some("new"));
+        assert!(shape("[1]", StreamSyncMode::IncrementalAppend, &[]).is_err());
+        assert!(shape("not json", StreamSyncMode::IncrementalAppend, &[]).is_err());
     }
 
     #[test]

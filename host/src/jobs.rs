@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::destinations::{DestinationConfig, Writer};
+use crate::destinations::{DestinationConfig, WriteError, Writer};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
@@ -55,7 +55,10 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             loop {
                 match state.store.claim_job(&owner, lease_ms()).await {
                     Ok(Some(job)) => run(&state, &owner, job).await,
-                    Ok(None) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    // Jobs queued by another replica are found by polling.
+                    Ok(None) => {
+                        let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "could not claim jobs");
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -81,7 +84,10 @@ async fn schedule_due(state: &AppState) {
             continue;
         }
         match state.store.create_job(&p.workspace_id, &p.pipeline_id, "sync", "schedule").await {
-            Ok(Ok(job)) => tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started"),
+            Ok(Ok(job)) => {
+                state.jobs_queued.notify_one();
+                tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started");
+            }
             Ok(Err(active)) => {
                 let record = crate::store::audit::NewAuditRecord {
                     workspace_id: Some(p.workspace_id.clone()),
@@ -116,8 +122,27 @@ impl Progress {
     }
 }
 
-/// The sink a read writes through.
-struct JobSink {
+/// What a read hands the writer, in the order the plugin made the calls.
+enum Work {
+    Records(Vec<String>),
+    Checkpoint(String),
+}
+
+/// Batches queued ahead of the writer at most: with four MiB batches, a
+/// bounded amount of memory per running job.
+const QUEUE_DEPTH: usize = 4;
+
+/// Writes one stream's batches and checkpoints on a task of its own, in
+/// order, so the plugin fetches the next page while the last one is being
+/// written. A checkpoint is saved only after every batch queued before it
+/// is written, which keeps "state covers the data" true; when a write
+/// fails, the queue closes and the plugin's next emit is refused.
+struct WriteQueue {
+    tx: tokio::sync::mpsc::Sender<Work>,
+    task: tokio::task::JoinHandle<Result<(), WriteError>>,
+}
+
+struct StreamWrite {
     state: AppState,
     job_id: String,
     pipeline_id: String,
@@ -126,44 +151,86 @@ struct JobSink {
     primary_key: Vec<String>,
     writer: Arc<Mutex<Writer>>,
     progress: Arc<Mutex<Progress>>,
+}
+
+impl StreamWrite {
+    fn start(self) -> WriteQueue {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Work>(QUEUE_DEPTH);
+        let task = tokio::spawn(async move {
+            while let Some(work) = rx.recv().await {
+                match work {
+                    Work::Records(records) => self.write(records).await?,
+                    // Every batch queued before it is already written.
+                    Work::Checkpoint(state) if self.mode != StreamSyncMode::FullRefreshOverwrite => {
+                        self.state.store.save_stream_state(&self.pipeline_id, &self.stream, &state).await.map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
+                    }
+                    Work::Checkpoint(_) => {}
+                }
+            }
+            Ok(())
+        });
+        WriteQueue { tx, task }
+    }
+
+    async fn write(&self, records: Vec<String>) -> Result<(), WriteError> {
+        let n = records.len() as u64;
+        let bytes = self.writer.lock().await.write(&self.pipeline_id, &self.stream, &records, self.mode, &self.primary_key).await?;
+        let snapshot = {
+            let mut p = self.progress.lock().await;
+            p.records += n;
+            p.bytes += bytes;
+            let entry = p.streams.entry(self.stream.clone()).or_insert_with(|| json!({ "records": 0, "bytes": 0 }));
+            entry["records"] = json!(entry["records"].as_u64().unwrap_or(0) + n);
+            entry["bytes"] = json!(entry["bytes"].as_u64().unwrap_or(0) + bytes);
+            p.to_json()
+        };
+        let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
+        Ok(())
+    }
+}
+
+impl WriteQueue {
+    /// Waits until everything queued is written; the first write failure,
+    /// if there was one.
+    async fn finish(self) -> Result<(), WriteError> {
+        drop(self.tx);
+        self.task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))
+    }
+}
+
+/// The sink a read writes through: it checks and queues.
+struct JobSink {
+    stream: String,
+    queue: tokio::sync::mpsc::Sender<Work>,
     cancelled: Arc<AtomicBool>,
+}
+
+impl JobSink {
+    async fn send(&mut self, work: Work) -> Result<(), SinkRefusal> {
+        if self.cancelled.load(Ordering::SeqCst) {
+            return Err(SinkRefusal::Cancelled);
+        }
+        // A closed queue means a write failed; the job reports why.
+        self.queue.send(work).await.map_err(|_| SinkRefusal::Rejected("the destination write failed".into()))
+    }
 }
 
 impl RecordSink for JobSink {
     fn emit<'a>(&'a mut self, stream: &'a str, records: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
         Box::pin(async move {
-            if self.cancelled.load(Ordering::SeqCst) {
-                return Err(SinkRefusal::Cancelled);
-            }
             if stream != self.stream {
                 return Err(SinkRefusal::Rejected(format!("this read is for stream {}", self.stream)));
             }
-            let n = records.len() as u64;
-            let bytes = self.writer.lock().await.write(&self.pipeline_id, stream, &records, self.mode, &self.primary_key).await.map_err(SinkRefusal::Rejected)?;
-            let snapshot = {
-                let mut p = self.progress.lock().await;
-                p.records += n;
-                p.bytes += bytes;
-                let entry = p.streams.entry(stream.to_owned()).or_insert_with(|| json!({ "records": 0, "bytes": 0 }));
-                entry["records"] = json!(entry["records"].as_u64().unwrap_or(0) + n);
-                entry["bytes"] = json!(entry["bytes"].as_u64().unwrap_or(0) + bytes);
-                p.to_json()
-            };
-            let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
-            Ok(())
+            self.send(Work::Records(records)).await
         })
     }
 
     fn checkpoint<'a>(&'a mut self, stream: &'a str, state: String) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
         Box::pin(async move {
-            if self.cancelled.load(Ordering::SeqCst) {
-                return Err(SinkRefusal::Cancelled);
+            if stream != self.stream {
+                return Err(SinkRefusal::Rejected(format!("this read is for stream {}", self.stream)));
             }
-            // Every emitted batch is already written: the state covers it.
-            if self.mode != StreamSyncMode::FullRefreshOverwrite {
-                self.state.store.save_stream_state(&self.pipeline_id, stream, &state).await.map_err(|e| SinkRefusal::Rejected(e.to_string()))?;
-            }
-            Ok(())
+            self.send(Work::Checkpoint(state)).await
         })
     }
 }
@@ -253,7 +320,7 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
         if !incremental {
             writer.lock().await.clear(&sel.name).await.map_err(Failure::Transient)?;
         }
-        let sink = JobSink {
+        let queue = StreamWrite {
             state: state.clone(),
             job_id: job.job_id.clone(),
             pipeline_id: pipeline.pipeline_id.clone(),
@@ -262,8 +329,9 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
             primary_key,
             writer: writer.clone(),
             progress: progress.clone(),
-            cancelled: cancelled.clone(),
-        };
+        }
+        .start();
+        let sink = JobSink { stream: sel.name.clone(), queue: queue.tx.clone(), cancelled: cancelled.clone() };
         let req = ReadRequest {
             config: source_config.clone(),
             stream: sel.name.clone(),
@@ -271,8 +339,15 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
             cursor_field: sel.cursor_field.clone(),
             state: stream_state,
         };
-        if let Err(e) = state.plugins.runtime().read(&plugin, ws, &state.egress, &req, Box::new(sink)).await {
-            return Err(if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) });
+        let read = state.plugins.runtime().read(&plugin, ws, &state.egress, &req, Box::new(sink)).await;
+        // What the plugin emitted before it stopped is written either way,
+        // so a retry resumes from the last checkpoint. A write failure is
+        // the real cause when the plugin stopped because of it.
+        match (queue.finish().await, read) {
+            (Err(WriteError::BadRecord(m)), _) => return Err(Failure::Permanent(short(format!("stream {}: {m}", sel.name)))),
+            (Err(WriteError::Destination(m)), _) => return Err(Failure::Transient(short(format!("stream {}: {m}", sel.name)))),
+            (Ok(()), Err(e)) => return Err(if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) }),
+            (Ok(()), Ok(())) => {}
         }
     }
     let final_progress = progress.lock().await.to_json();

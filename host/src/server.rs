@@ -51,6 +51,9 @@ pub struct AppState {
     pub session_cache: Option<Arc<crate::access::SessionCache>>,
     /// Recently read `GET /me` profiles (SQLite, single server, only).
     pub me_cache: Option<Arc<crate::http::me::MeCache>>,
+    /// Wakes this server's job runner when it queues a job, so the job
+    /// starts now rather than at the runner's next poll.
+    pub jobs_queued: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -95,7 +98,7 @@ impl AppState {
         let session_cache = (store.backend() == crate::store::Backend::Sqlite)
             .then(|| Arc::new(crate::access::SessionCache::new(std::time::Duration::from_secs(5))));
         let me_cache = session_cache.as_ref().map(|_| Arc::new(crate::http::me::MeCache::new()));
-        Ok(AppState { store, config, metrics: crate::telemetry::metrics_handle(), vault, egress, plugins, refresher, session_cache, me_cache })
+        Ok(AppState { store, config, metrics: crate::telemetry::metrics_handle(), vault, egress, plugins, refresher, session_cache, me_cache, jobs_queued: Arc::new(tokio::sync::Notify::new()) })
     }
 }
 

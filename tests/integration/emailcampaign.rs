@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::on_both_backends;
 use crate::support::mailcoach::{self, MailcoachState};
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{Backend, TestServer, data_fingerprint, expect_error, json, json_ok, key_paths};
+use crate::support::{Backend, TestServer, count_rows, data_fingerprint, expect_error, json, json_ok, key_paths};
 
 const SELF_HOSTED: &str = "https://mail.acme-corp.com/api";
 const CLOUD: &str = "https://team.mailcoach.app/api";
@@ -25,7 +25,7 @@ struct Ec {
 async fn setup(backend: Backend) -> Ec {
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(25), ..Default::default() });
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(25), subscribers: 130, ..Default::default() });
     let names = ["mail.acme-corp.com", "team.mailcoach.app"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
     let pins = provider.pins(&names);
@@ -356,3 +356,55 @@ async fn sources_are_created_validated_and_deleted_only_when_unused(backend: Bac
 }
 
 on_both_backends!(sources_are_created_validated_and_deleted_only_when_unused);
+
+/// The bundled connector as a pipeline source: every stream lands in its
+/// own warehouse table, nested provider fields as JSON text, and a second
+/// sync adds no duplicates.
+async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
+    let ec = setup(backend).await;
+    let srv = &ec.srv;
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    let configuration = json!({ "base_url": SELF_HOSTED, "credential_handle": handle });
+    let src = json_ok(srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration })).send().await.unwrap()).await;
+    let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
+    let prep = json_ok(srv.post("/v1/pipelines/prepare", json!({ "source_id": source_id })).send().await.unwrap()).await;
+    let offered: Vec<&str> = prep["data"]["streams"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["campaigns", "campaign_statistics", "email_lists", "subscribers"], "{prep}");
+    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "mail.db" } })).send().await.unwrap()).await;
+    let streams = json!([
+        { "name": "campaigns", "sync_mode": "incremental_deduped" },
+        { "name": "campaign_statistics", "sync_mode": "full_refresh_overwrite" },
+        { "name": "email_lists", "sync_mode": "full_refresh_overwrite" },
+        { "name": "subscribers", "sync_mode": "incremental_deduped" },
+    ]);
+    let body = json!({ "name": "mail", "source_id": source_id, "destination_id": dest["data"]["destination_id"], "streams": streams });
+    let p = json_ok(srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+    let pipeline = p["data"]["pipeline_id"].as_str().unwrap().to_owned();
+
+    let warehouse = format!("sqlite://{}?mode=ro", srv.data_dir.join("warehouses/mail.db").display());
+    let expected = [("campaigns", 25), ("campaign_statistics", 25), ("email_lists", 1), ("subscribers", 130)];
+    for run in 0..2 {
+        let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+        let job = srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "run {run}: {job}");
+        for (stream, n) in expected {
+            assert_eq!(count_rows(&warehouse, stream).await, n, "run {run}: {stream}");
+        }
+        if run == 0 {
+            assert_eq!(job["progress"]["streams"]["subscribers"]["records"], 130, "{job}");
+        }
+    }
+
+    use sqlx::{Connection, Row};
+    let mut c = sqlx::AnyConnection::connect(&warehouse).await.unwrap();
+    let row = sqlx::query("SELECT extra_attributes, tags, last_name, _service_meta FROM subscribers WHERE email = 'reader1@example.com'").fetch_one(&mut c).await.unwrap();
+    assert_eq!(row.get::<String, _>(0), r#"{"plan":"pro"}"#, "nested objects land as JSON text");
+    assert_eq!(row.get::<String, _>(1), r#"["newsletter"]"#);
+    assert_eq!(row.try_get::<Option<String>, _>(2).unwrap(), None, "null lands as NULL");
+    let meta: Value = serde_json::from_str(&row.get::<String, _>(3)).unwrap();
+    assert_eq!(meta["stream"], "subscribers");
+    let stats = sqlx::query("SELECT COUNT(*) FROM campaign_statistics WHERE uuid IS NOT NULL").fetch_one(&mut c).await.unwrap();
+    assert_eq!(stats.get::<i64, _>(0), 25);
+}
+
+on_both_backends!(a_pipeline_syncs_every_stream_into_a_warehouse);

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{Backend, TestServer, expect_error, json, json_ok, test_plugin};
+use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_ok, test_plugin};
 
 /// The fake source: `count` events, `next_cursor` paging, a bearer token,
 /// and an optional delay per page.
@@ -124,26 +124,10 @@ impl Fx {
     }
 
     async fn wait(&self, job_id: &str) -> Value {
-        for _ in 0..600 {
-            let j = json_ok(self.srv.get(&format!("/v1/jobs/{job_id}")).send().await.unwrap()).await;
-            if ["succeeded", "failed", "cancelled"].contains(&j["data"]["status"].as_str().unwrap()) {
-                return j["data"].clone();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("job {job_id} did not finish");
+        self.srv.wait_job(job_id).await
     }
 }
 
-async fn count_rows(url: &str, table: &str) -> i64 {
-    use sqlx::{Connection, Row};
-    sqlx::any::install_default_drivers();
-    let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
-    let r = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) AS n, COUNT(DISTINCT \"_service_raw_id\") AS d FROM \"{table}\""))).fetch_one(&mut c).await.unwrap();
-    let (n, d): (i64, i64) = (r.try_get("n").unwrap(), r.try_get("d").unwrap());
-    assert_eq!(n, d, "no duplicate keys");
-    n
-}
 
 async fn a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates(backend: Backend) {
     let fx = setup(backend, 1000).await;
@@ -301,61 +285,91 @@ async fn spawn_service(env: &[(&str, String)]) -> (std::process::Child, String) 
     panic!("server did not start");
 }
 
+/// Server processes for one test: a data directory with the paged source
+/// plugin and the fake provider's root, and the environment that reaches it.
+struct Processes {
+    dir: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+    token: String,
+    client: reqwest::Client,
+}
+
+impl Processes {
+    fn new(ca: &TestCa, provider: &FakeProvider) -> Processes {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = dir.path().join("roots.pem");
+        std::fs::write(&roots, &ca.pem).unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::copy(test_plugin("test_paged_source"), plugins.join("paged.wasm")).unwrap();
+        let token = "svc_process_test_admin_token_0123456789".to_owned();
+        let env = vec![
+            ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
+            ("SERVICE_PLUGINS_DIR", plugins.display().to_string()),
+            ("SERVICE_BOOTSTRAP_TOKEN", token.clone()),
+            ("SERVICE_EGRESS_ALLOWED_HOSTS", "*.source.test".into()),
+            ("SERVICE_EGRESS_RESOLVE", provider.pins(&["api.source.test"])),
+            ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
+        ];
+        Processes { dir, env, token, client: reqwest::Client::new() }
+    }
+
+    fn api(&self, base: &str, m: Method, p: &str) -> reqwest::RequestBuilder {
+        self.client.request(m, format!("{base}{p}")).bearer_auth(&self.token)
+    }
+
+    /// Creates, through the server at `base`, a credential for `events`, a
+    /// source reading `page_size` records per page, an SQLite destination
+    /// `w.db` and a deduplicated pipeline; returns the pipeline id.
+    async fn pipeline(&self, base: &str, events: &Events, page_size: u64) -> String {
+        let cred = json_ok(self.api(base, Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
+        let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
+        let src = json_ok(self.api(base, Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": configuration })).send().await.unwrap()).await;
+        let dest = json_ok(self.api(base, Method::POST, "/v1/destinations").json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).send().await.unwrap()).await;
+        let streams = json!([{ "name": "events", "sync_mode": "incremental_deduped" }]);
+        let body = json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": streams });
+        let p = json_ok(self.api(base, Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
+        p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Polls the job through `base` until it ends.
+    async fn wait(&self, base: &str, job_id: &str) -> Value {
+        let mut last = Value::Null;
+        for _ in 0..600 {
+            last = json_ok(self.api(base, Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+            if ["succeeded", "failed", "cancelled"].contains(&last["status"].as_str().unwrap_or_default()) {
+                return last;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("job {job_id} did not finish: {last}");
+    }
+
+    /// Rows in the SQLite destination's `events` table.
+    async fn rows(&self) -> i64 {
+        count_rows(&format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses/w.db").display()), "events").await
+    }
+}
+
+fn slow_events(token: &str, count: u64, delay_ms: u64) -> Arc<Events> {
+    Arc::new(Events { token: token.into(), count, delay_ms: AtomicU64::new(delay_ms), in_flight: AtomicU64::new(0), max_in_flight: AtomicU64::new(0) })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
     crate::support::init_crypto();
     let ca = TestCa::new();
-    let events = Arc::new(Events {
-        token: "crash-test-source-token".into(),
-        count: 1200,
-        delay_ms: AtomicU64::new(150),
-        in_flight: AtomicU64::new(0),
-        max_in_flight: AtomicU64::new(0),
-    });
+    let events = slow_events("crash-test-source-token", 1200, 150);
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
-    let dir = tempfile::tempdir().unwrap();
-    let roots = dir.path().join("roots.pem");
-    std::fs::write(&roots, &ca.pem).unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    std::fs::copy(test_plugin("test_paged_source"), plugins.join("paged.wasm")).unwrap();
-    let token = "svc_crash_test_admin_token_0123456789".to_owned();
-    let env = [
-        ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
-        ("SERVICE_PLUGINS_DIR", plugins.display().to_string()),
-        ("SERVICE_BOOTSTRAP_TOKEN", token.clone()),
-        ("SERVICE_EGRESS_ALLOWED_HOSTS", "*.source.test".into()),
-        ("SERVICE_EGRESS_RESOLVE", provider.pins(&["api.source.test"])),
-        ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
-        ("SERVICE_JOB_LEASE_SECS", "2".into()),
-    ];
-    let (mut first, base) = spawn_service(&env).await;
-    let client = reqwest::Client::new();
-    let api = |m: Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(&token);
-    let cred = json_ok(api(Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
-    let src = json_ok(
-        api(Method::POST, "/v1/sources")
-            .json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": { "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": 60 } }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let dest = json_ok(api(Method::POST, "/v1/destinations").json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).send().await.unwrap()).await;
-    let p = json_ok(
-        api(Method::POST, "/v1/pipelines")
-            .json(&json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "events", "sync_mode": "incremental_deduped" }] }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let pipeline = p["data"]["pipeline_id"].as_str().unwrap().to_owned();
-    let job = json_ok(api(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "2".into()));
+    let (mut first, base) = spawn_service(&procs.env).await;
+    let pipeline = procs.pipeline(&base, &events, 60).await;
+    let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
     // Kill the server once some records are written.
     for _ in 0..400 {
-        let j = json_ok(api(Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await;
+        let j = json_ok(procs.api(&base, Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await;
         if j["data"]["progress"]["records"].as_u64().unwrap_or(0) >= 120 {
             break;
         }
@@ -365,70 +379,56 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
     first.wait().unwrap();
     events.delay_ms.store(0, Ordering::SeqCst);
 
-    let (mut second, base) = spawn_service(&env).await;
-    let api = |m: Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(&token);
-    let mut last = Value::Null;
-    for _ in 0..400 {
-        last = json_ok(api(Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
-        if last["status"] == "succeeded" || last["status"] == "failed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut second, base) = spawn_service(&procs.env).await;
+    let last = procs.wait(&base, &job_id).await;
     let _ = second.kill();
     let _ = second.wait();
     assert_eq!(last["status"], "succeeded", "{last}");
     assert_eq!(last["attempts"], 2, "taken over after the lease expired: {last}");
-    let url = format!("sqlite://{}?mode=ro", dir.path().join("data/warehouses/w.db").display());
-    assert_eq!(count_rows(&url, "events").await, 1200, "every record once, no duplicates");
+    assert_eq!(procs.rows().await, 1200, "every record once, no duplicates");
 }
 
-/// Two servers (replicas) on one PostgreSQL database: sync requests to
-/// both make one job, and only one runner ever reads for it.
-async fn two_replicas_never_run_two_jobs_of_one_pipeline(backend: Backend) {
-    if backend != Backend::Postgres {
-        return;
-    }
-    let fx = setup(backend, 900).await;
-    let (url, data_dir) = (fx.srv.state.config.database_url.clone(), fx.srv.data_dir.clone());
-    let (pins, pem) = (fx.pins.clone(), fx.ca_pem.clone());
-    let other = TestServer::start_with(backend, move |c| {
-        c.database_url = url;
-        c.data_dir = data_dir.clone();
-        c.plugins.plugins_dir = data_dir.join("plugins");
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(pem.as_bytes())).unwrap();
-    })
-    .await
-    .unwrap();
-    let path = test_plugin("test_paged_source");
-    other.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path)).await.unwrap();
-    fx.events.delay_ms.store(100, Ordering::SeqCst);
-    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
-    let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
-    let mut handles = Vec::new();
-    for i in 0..40 {
-        let srv = if i % 2 == 0 { &fx.srv } else { &other };
-        let req = srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
-        handles.push(tokio::spawn(async move { req.send().await.unwrap().status() }));
-    }
-    let mut created = Vec::new();
-    for h in handles {
-        let s = h.await.unwrap();
-        assert!(s == StatusCode::CREATED || s == StatusCode::CONFLICT, "{s}");
-        if s == StatusCode::CREATED {
-            created.push(s);
+/// Two `service serve` processes on one PostgreSQL database, both with
+/// runners: sync requests spread over both make one job per round, and
+/// only one runner ever reads for it. Needs `SERVICE_TEST_DATABASE_URL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline() {
+    crate::support::init_crypto();
+    let Some(db) = crate::support::PgDatabase::create().await else { return };
+    let ca = TestCa::new();
+    let events = slow_events("replica-test-source-token", 600, 80);
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("DATABASE_URL", db.url.clone()));
+    // One after the other: the first creates the shared key file.
+    let (mut a, base_a) = spawn_service(&procs.env).await;
+    let (mut b, base_b) = spawn_service(&procs.env).await;
+    let pipeline = procs.pipeline(&base_a, &events, 100).await;
+    for round in 0..3 {
+        let mut requests = Vec::new();
+        for i in 0..20 {
+            let req = procs.api(if i % 2 == 0 { &base_a } else { &base_b }, Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+            requests.push(tokio::spawn(async move { json(req.send().await.unwrap()).await }));
         }
+        let mut created = Vec::new();
+        for r in requests {
+            let (status, body) = r.await.unwrap();
+            match status {
+                StatusCode::CREATED => created.push(body["data"]["job_id"].as_str().unwrap().to_owned()),
+                StatusCode::CONFLICT => assert_eq!(body["code"], "EXECUTION_CONFLICT", "{body}"),
+                other => panic!("round {round}: unexpected {other}: {body}"),
+            }
+        }
+        assert_eq!(created.len(), 1, "round {round}: one job across both servers");
+        let job = procs.wait(&base_b, &created[0]).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        assert_eq!(job["attempts"], 1, "never claimed twice: {job}");
     }
-    assert_eq!(created.len(), 1, "one job across both replicas");
-    let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
-    let job = fx.wait(p["data"]["active_job"]["job_id"].as_str().unwrap()).await;
-    assert_eq!(job["status"], "succeeded", "{job}");
-    assert_eq!(job["attempts"], 1);
-    assert_eq!(fx.events.max_in_flight.load(Ordering::SeqCst), 1, "only one runner read at a time");
-    other.stop().await;
+    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    assert_eq!(events.max_in_flight.load(Ordering::SeqCst), 1, "only one runner read at a time");
+    assert_eq!(procs.rows().await, 600, "every record once");
 }
 
-on_both_backends!(two_replicas_never_run_two_jobs_of_one_pipeline);
 
 async fn schedules_start_syncs_skip_when_busy_and_stop_when_paused(backend: Backend) {
     // Four slow pages: each run takes seconds, so the next ticks meet it.

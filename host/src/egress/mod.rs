@@ -399,17 +399,20 @@ fn scrub(body: Vec<u8>, secret: &[u8]) -> Vec<u8> {
     if secret.is_empty() || body.len() < secret.len() {
         return body;
     }
-    let mut out = Vec::with_capacity(body.len());
-    let mut i = 0;
-    while i < body.len() {
-        if body[i..].starts_with(secret) {
-            out.extend_from_slice(b"[REDACTED]");
-            i += secret.len();
-        } else {
-            out.push(body[i]);
-            i += 1;
-        }
+    let finder = memchr::memmem::Finder::new(secret);
+    let mut hits = finder.find_iter(&body).peekable();
+    if hits.peek().is_none() {
+        return body;
     }
+    let mut out = Vec::with_capacity(body.len());
+    let mut copied = 0;
+    for at in hits {
+        // Occurrences do not overlap: the search resumes after each one.
+        out.extend_from_slice(&body[copied..at]);
+        out.extend_from_slice(b"[REDACTED]");
+        copied = at + secret.len();
+    }
+    out.extend_from_slice(&body[copied..]);
     out
 }
 

@@ -245,6 +245,7 @@ pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, r
     state.plugins.available(&source.connector_id).await?;
     match state.store.create_job(&access.workspace_id, &p.pipeline_id, kind, trigger).await? {
         Ok(job) => {
+            state.jobs_queued.notify_one();
             note.target("job", &job.job_id);
             Executed::created(job)
         }

@@ -111,7 +111,17 @@ fn engine_config(pooling: Option<&Limits>) -> Config {
             .max_memories_per_component(8)
             .total_tables(1024)
             .total_stacks(256)
-            .max_memory_size(limits.memory_bytes);
+            .max_memory_size(limits.memory_bytes)
+            // A slot is reset between invocations. By default that is an
+            // madvise of the whole memory (and a cross-CPU TLB flush), and
+            // the next call faults every page back in: most of a short
+            // call's cost. Where the kernel has PAGEMAP_SCAN (Linux 6.7+),
+            // only the pages the guest dirtied are found and reset with a
+            // memset, up to these sizes; larger working sets still get
+            // their excess decommitted. Older kernels fall back quietly.
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10);
         cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     cfg

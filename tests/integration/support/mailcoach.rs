@@ -29,7 +29,12 @@ pub struct MailcoachState {
     /// Authorization headers received.
     pub seen_auth: Mutex<Vec<String>>,
     pub requests: AtomicUsize,
+    /// Subscribers on the one email list.
+    pub subscribers: usize,
 }
+
+/// The provider's one email list.
+pub const LIST_UUID: &str = "11111111-1111-4111-8111-111111111111";
 
 /// `count` sent campaigns with plausible statistics.
 pub fn campaigns(count: usize) -> Vec<Value> {
@@ -39,7 +44,7 @@ pub fn campaigns(count: usize) -> Vec<Value> {
             json!({
                 "uuid": format!("00000000-0000-4000-8000-{i:012}"),
                 "name": format!("Newsletter {i}"),
-                "email_list_uuid": "11111111-1111-4111-8111-111111111111",
+                "email_list_uuid": LIST_UUID,
                 "status": "sent",
                 "subject": format!("Issue {i}"),
                 "from_email": "news@acme-corp.com",
@@ -143,9 +148,45 @@ pub fn router(state: Arc<MailcoachState>) -> Router {
                 if let Err(r) = check(&s, &h) {
                     return r;
                 }
-                let lists = vec![json!({ "uuid": "11111111-1111-4111-8111-111111111111", "name": "Newsletter", "active_subscribers_count": 2, "created_at": "2024-01-01T00:00:00.000000Z", "updated_at": "2024-01-02T00:00:00.000000Z" })];
+                let lists = vec![json!({ "uuid": LIST_UUID, "name": "Newsletter", "active_subscribers_count": s.subscribers, "created_at": "2024-01-01T00:00:00.000000Z", "updated_at": "2024-01-02T00:00:00.000000Z" })];
                 axum::Json(paginate(&lists, &q, "/api/email-lists")).into_response()
             }),
         )
+        .route(
+            "/api/email-lists/{uuid}/subscribers",
+            get(|State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>, Query(q): Query<HashMap<String, String>>| async move {
+                if let Err(r) = check(&s, &h) {
+                    return r;
+                }
+                if uuid != LIST_UUID {
+                    return (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not found." }))).into_response();
+                }
+                let path = format!("/api/email-lists/{uuid}/subscribers");
+                axum::Json(paginate(&subscribers(s.subscribers), &q, &path)).into_response()
+            }),
+        )
         .with_state(state)
+}
+
+/// The one email list's subscribers: nested attributes and tags, as the
+/// provider sends them.
+pub fn subscribers(count: usize) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            json!({
+                "uuid": format!("22222222-2222-4222-8222-{i:012}"),
+                "email_list_uuid": LIST_UUID,
+                "email": format!("reader{i}@example.com"),
+                "first_name": format!("Reader {i}"),
+                "last_name": null,
+                "status": if i % 5 == 0 { "unsubscribed" } else { "subscribed" },
+                "extra_attributes": { "plan": if i % 2 == 0 { "free" } else { "pro" } },
+                "tags": ["newsletter"],
+                "subscribed_at": "2024-01-03T00:00:00.000000Z",
+                "unsubscribed_at": null,
+                "created_at": "2024-01-03T00:00:00.000000Z",
+                "updated_at": format!("2024-01-{:02}T00:00:00.000000Z", 3 + i % 20),
+            })
+        })
+        .collect()
 }

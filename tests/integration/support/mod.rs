@@ -52,9 +52,23 @@ pub struct TestServer {
 }
 
 /// A PostgreSQL database created for one test and dropped after it.
-struct PgDatabase {
+pub struct PgDatabase {
     admin_url: String,
     name: String,
+    /// The database's own `postgres://` URL.
+    pub url: String,
+}
+
+impl PgDatabase {
+    /// A fresh database on the server `SERVICE_TEST_DATABASE_URL` names;
+    /// `None` when it names none.
+    pub async fn create() -> Option<PgDatabase> {
+        let admin_url = std::env::var(PG_ENV).ok().filter(|s| !s.is_empty())?;
+        let name = database_name();
+        let mut conn = sqlx::PgConnection::connect(&admin_url).await.expect("connect to SERVICE_TEST_DATABASE_URL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.unwrap();
+        Some(PgDatabase { url: with_database(&admin_url, &name), admin_url, name })
+    }
 }
 
 impl Drop for PgDatabase {
@@ -105,11 +119,8 @@ impl TestServer {
         let (database_url, pg) = match backend {
             Backend::Sqlite => (format!("sqlite://{}/service.db?mode=rwc", dir.path().display()), None),
             Backend::Postgres => {
-                let admin_url = std::env::var(PG_ENV).ok().filter(|s| !s.is_empty())?;
-                let name = database_name();
-                let mut conn = sqlx::PgConnection::connect(&admin_url).await.expect("connect to SERVICE_TEST_DATABASE_URL");
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.unwrap();
-                (with_database(&admin_url, &name), Some(PgDatabase { admin_url, name }))
+                let db = PgDatabase::create().await?;
+                (db.url.clone(), Some(db))
             }
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -168,6 +179,19 @@ impl TestServer {
     }
 
     /// A request with `token` as bearer.
+    /// Polls a job until it ends; returns its last `data`.
+    pub async fn wait_job(&self, job_id: &str) -> Value {
+        let mut last = Value::Null;
+        for _ in 0..600 {
+            last = json_ok(self.get(&format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+            if ["succeeded", "failed", "cancelled"].contains(&last["status"].as_str().unwrap_or_default()) {
+                return last;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("job {job_id} did not finish: {last}");
+    }
+
     pub fn request_as(&self, token: &str, method: Method, path: &str) -> RequestBuilder {
         self.client.request(method, self.url(path)).bearer_auth(token)
     }
@@ -353,3 +377,15 @@ pub const FINGERPRINT_TABLES: &[(&str, &str)] = &[
     ("sources", "id, connector_id, name, configuration"),
     ("pipelines", "id, source_id"),
 ];
+
+/// Rows in a destination table, checking that no key appears twice.
+pub async fn count_rows(url: &str, table: &str) -> i64 {
+    use sqlx::Row;
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
+    let sql = format!("SELECT COUNT(*) AS n, COUNT(DISTINCT \"_service_raw_id\") AS d FROM \"{table}\"");
+    let r = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_one(&mut c).await.unwrap();
+    let (n, d): (i64, i64) = (r.try_get("n").unwrap(), r.try_get("d").unwrap());
+    assert_eq!(n, d, "no duplicate keys in {table}");
+    n
+}
