@@ -13,7 +13,6 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
@@ -23,7 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use sqlx::any::AnyPoolOptions;
-use sqlx::{AnyPool, Row};
+use sqlx::{AnyPool, Row as _};
 
 use crate::error::ApiError;
 use crate::store::pipelines::StreamSyncMode;
@@ -99,9 +98,45 @@ pub enum WriteError {
     Destination(String),
 }
 
+/// A destination database.
+pub enum Db {
+    Sqlite(AnyPool),
+    /// Its own driver rather than `Any`: batches go in with `COPY`.
+    Postgres(sqlx::PgPool),
+}
+
+impl Db {
+    async fn execute(&self, sql: String) -> Result<(), sqlx::Error> {
+        match self {
+            Db::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
+            Db::Postgres(pool) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
+        }
+    }
+
+    /// The columns `table` has (`table` went through [`sql_name`]).
+    async fn columns(&self, table: &str) -> Result<HashSet<String>, sqlx::Error> {
+        Ok(match self {
+            Db::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .filter_map(|r| r.try_get::<String, _>(0).ok())
+                .collect(),
+            Db::Postgres(pool) => sqlx::query("SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 AND table_schema = current_schema()")
+                .bind(table)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .filter_map(|r| r.try_get::<String, _>(0).ok())
+                .collect(),
+        })
+    }
+}
+
 /// Where records go.
 pub enum Writer {
-    Sql { pool: AnyPool, postgres: bool, columns: HashMap<String, HashSet<String>> },
+    /// A database, with the columns each table is known to have.
+    Sql { db: Db, columns: HashMap<String, HashSet<String>> },
     Jsonl { dir: cap_std::fs::Dir },
 }
 
@@ -193,10 +228,13 @@ fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, String> {
     }
 }
 
+/// A row: its key and its values, in the order of [`Rows::columns`].
+type Row<'a> = (String, Vec<Option<Cow<'a, str>>>);
+
 /// The rows of one batch, aligned to the union of their columns.
 struct Rows<'a> {
     columns: Vec<String>,
-    rows: Vec<(String, Vec<Option<Cow<'a, str>>>)>,
+    rows: Vec<Row<'a>>,
 }
 
 impl<'a> Rows<'a> {
@@ -206,7 +244,7 @@ impl<'a> Rows<'a> {
     fn collect(shaped: Vec<Shaped<'a>>, dedupe: bool) -> Result<Rows<'a>, String> {
         let mut columns: Vec<String> = Vec::new();
         let mut by_field: HashMap<String, Option<usize>> = HashMap::new();
-        let mut rows: Vec<(String, Vec<Option<Cow<'a, str>>>)> = Vec::with_capacity(shaped.len());
+        let mut rows: Vec<Row<'a>> = Vec::with_capacity(shaped.len());
         let mut by_key: HashMap<String, usize> = HashMap::new();
         for record in shaped {
             let mut row: Vec<Option<Cow<'a, str>>> = vec![None; columns.len()];
@@ -253,6 +291,94 @@ const MAX_PARAMS: usize = 30_000;
 /// Rows per INSERT statement at most.
 const MAX_ROWS_PER_STATEMENT: usize = 500;
 
+/// Multi-row upserts in one SQLite transaction.
+async fn insert_rows(pool: &AnyPool, target: &str, names: &[String], upsert: &str, rows: &[Row<'_>], now: i64, meta: &str) -> Result<(), sqlx::Error> {
+    let head = format!("INSERT INTO {target} ({}) VALUES ", names.join(", "));
+    // SQLite looks named parameters (`$1`) up by walking a list, which
+    // makes binding thousands of them quadratic; anonymous `?` are not.
+    let tuple = format!("({})", vec!["?"; names.len()].join(", "));
+    let per_statement = (MAX_PARAMS / names.len()).clamp(1, MAX_ROWS_PER_STATEMENT);
+    let mut tx = pool.begin().await?;
+    for chunk in rows.chunks(per_statement) {
+        let mut sql = String::with_capacity(head.len() + upsert.len() + chunk.len() * (tuple.len() + 2));
+        sql.push_str(&head);
+        for i in 0..chunk.len() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&tuple);
+        }
+        sql.push_str(upsert);
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (raw_id, values) in chunk {
+            q = q.bind(raw_id.as_str()).bind(now).bind(meta);
+            for j in 0..names.len() - 3 {
+                q = q.bind(values.get(j).and_then(|v| v.as_deref()));
+            }
+        }
+        q.execute(&mut *tx).await?;
+    }
+    tx.commit().await
+}
+
+/// Appends `value` to a `COPY ... (FORMAT text)` row.
+fn copy_field(out: &mut Vec<u8>, value: Option<&str>) {
+    let Some(value) = value else {
+        out.extend_from_slice(b"\\N");
+        return;
+    };
+    let bytes = value.as_bytes();
+    let mut copied = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[copied..i]);
+        out.extend_from_slice(escaped);
+        copied = i + 1;
+    }
+    out.extend_from_slice(&bytes[copied..]);
+}
+
+/// One PostgreSQL transaction: `COPY` the rows in, into a staging table
+/// first when they must upsert.
+async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: Option<&str>, rows: &[Row<'_>], now: i64, meta: &str) -> Result<(), sqlx::Error> {
+    let mut data = Vec::with_capacity(rows.iter().map(|(id, v)| id.len() + 64 + meta.len() + v.iter().map(|c| c.as_ref().map_or(3, |c| c.len() + 1)).sum::<usize>()).sum());
+    for (raw_id, values) in rows {
+        copy_field(&mut data, Some(raw_id));
+        data.push(b'\t');
+        data.extend_from_slice(now.to_string().as_bytes());
+        data.push(b'\t');
+        copy_field(&mut data, Some(meta));
+        for j in 0..names.len() - 3 {
+            data.push(b'\t');
+            copy_field(&mut data, values.get(j).and_then(|v| v.as_deref()));
+        }
+        data.push(b'\n');
+    }
+    let columns = names.join(", ");
+    let mut tx = pool.begin().await?;
+    let into = match upsert {
+        Some(_) => {
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE TEMP TABLE \"_service_staging\" (LIKE {target}) ON COMMIT DROP"))).execute(&mut *tx).await?;
+            "\"_service_staging\"".to_owned()
+        }
+        None => target.to_owned(),
+    };
+    let mut copy = tx.copy_in_raw(&format!("COPY {into} ({columns}) FROM STDIN (FORMAT text)")).await?;
+    copy.send(data).await?;
+    copy.finish().await?;
+    if let Some(upsert) = upsert {
+        let sql = format!("INSERT INTO {target} ({columns}) SELECT {columns} FROM \"_service_staging\"{upsert}");
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await?;
+    }
+    tx.commit().await
+}
+
 impl Writer {
     /// Opens the destination for one job.
     pub async fn open(config: &DestinationConfig, data_dir: &Path, password: Option<secrecy::SecretString>) -> Result<Writer, String> {
@@ -263,22 +389,22 @@ impl Writer {
                 let url = format!("sqlite://{}?mode=rwc", dir.join(file).display());
                 let pool = AnyPoolOptions::new()
                     .max_connections(1)
-                    .after_connect(|c, _| Box::pin(async move { sqlx::Executor::execute(c, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000;").await.map(|_| ()) }))
+                    .after_connect(|c, _| Box::pin(async move { sqlx::Executor::execute(c, "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 10000;").await.map(|_| ()) }))
                     .connect(&url)
                     .await
                     .map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
-                Ok(Writer::Sql { pool, postgres: false, columns: HashMap::new() })
+                Ok(Writer::Sql { db: Db::Sqlite(pool), columns: HashMap::new() })
             }
             DestinationConfig::Postgres { url, .. } => {
                 let mut url = url.clone();
                 if let Some(p) = password {
                     let _ = url.set_password(Some(p.expose_secret()));
                 }
-                let pool = AnyPoolOptions::new().max_connections(2).connect(url.as_str()).await.map_err(|e| {
+                let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(url.as_str()).await.map_err(|e| {
                     // Never echo the URL: it may now hold the password.
                     format!("cannot connect to the PostgreSQL destination: {}", e.to_string().replace(url.as_str(), "<url>"))
                 })?;
-                Ok(Writer::Sql { pool, postgres: true, columns: HashMap::new() })
+                Ok(Writer::Sql { db: Db::Postgres(pool), columns: HashMap::new() })
             }
             DestinationConfig::Jsonl { directory } => {
                 let path = data_dir.join("exports").join(directory);
@@ -291,33 +417,21 @@ impl Writer {
 
     /// Makes sure the stream's table has every column of `fields`.
     async fn ensure_columns(&mut self, table: &str, fields: &[String]) -> Result<(), String> {
-        let Writer::Sql { pool, postgres, columns } = self else { return Ok(()) };
+        let Writer::Sql { db, columns } = self else { return Ok(()) };
         if !columns.contains_key(table) {
             let create = format!(
                 "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" TEXT PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
                 quote(table)
             );
-            sqlx::query(sqlx::AssertSqlSafe(create)).execute(&*pool).await.map_err(|e| format!("cannot create table {table}: {e}"))?;
-            let existing_sql = if *postgres {
-                format!("SELECT column_name::text FROM information_schema.columns WHERE table_name = '{table}' AND table_schema = current_schema()")
-            } else {
-                format!("SELECT name FROM pragma_table_info('{table}')")
-            };
-            // `table` went through `sql_name`: letters, digits and `_` only.
-            let existing: HashSet<String> = sqlx::query(sqlx::AssertSqlSafe(existing_sql))
-                .fetch_all(&*pool)
-                .await
-                .map_err(|e| e.to_string())?
-                .iter()
-                .filter_map(|r| r.try_get::<String, _>(0).ok())
-                .collect();
+            db.execute(create).await.map_err(|e| format!("cannot create table {table}: {e}"))?;
+            let existing = db.columns(table).await.map_err(|e| e.to_string())?;
             columns.insert(table.to_owned(), existing);
         }
         let known = columns.get_mut(table).expect("inserted above");
         for f in fields {
             if !known.contains(f) {
                 let alter = format!("ALTER TABLE {} ADD COLUMN {} TEXT", quote(table), quote(f));
-                if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(alter)).execute(&*pool).await {
+                if let Err(e) = db.execute(alter).await {
                     // Another writer may have added it meanwhile.
                     if !e.to_string().to_lowercase().contains("duplicate") && !e.to_string().contains("already exists") {
                         return Err(format!("cannot add column {f} to {table}: {e}"));
@@ -333,12 +447,9 @@ impl Writer {
     pub async fn clear(&mut self, stream: &str) -> Result<(), String> {
         let table = sql_name(stream);
         match self {
-            Writer::Sql { pool, .. } => {
-                let sql = format!("DROP TABLE IF EXISTS {}", quote(&table));
-                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&*pool).await.map_err(|e| e.to_string())?;
-                if let Writer::Sql { columns, .. } = self {
-                    columns.remove(&table);
-                }
+            Writer::Sql { db, columns } => {
+                db.execute(format!("DROP TABLE IF EXISTS {}", quote(&table))).await.map_err(|e| e.to_string())?;
+                columns.remove(&table);
                 Ok(())
             }
             Writer::Jsonl { dir } => match dir.remove_file(format!("{table}.jsonl")) {
@@ -381,48 +492,23 @@ impl Writer {
             Writer::Sql { .. } => {
                 let Rows { columns, rows } = Rows::collect(shaped, mode == StreamSyncMode::IncrementalDeduped).map_err(WriteError::BadRecord)?;
                 self.ensure_columns(&table, &columns).await.map_err(io)?;
-                let Writer::Sql { pool, postgres, .. } = self else { unreachable!() };
-                let postgres = *postgres;
+                let Writer::Sql { db, .. } = self else { unreachable!() };
                 let mut names = vec!["\"_service_raw_id\"".to_owned(), "\"_service_extracted_at\"".into(), "\"_service_meta\"".into()];
                 names.extend(columns.iter().map(|c| quote(c)));
-                let updates: Vec<String> = names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect();
-                let head = format!("INSERT INTO {} ({}) VALUES ", quote(&table), names.join(", "));
-                let tail = format!(" ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}", updates.join(", "));
-                let per_statement = (MAX_PARAMS / names.len()).clamp(1, MAX_ROWS_PER_STATEMENT);
-                let mut tx = pool.begin().await.map_err(|e| io(e.to_string()))?;
-                for chunk in rows.chunks(per_statement) {
-                    let mut sql = String::with_capacity(head.len() + tail.len() + chunk.len() * names.len() * 7);
-                    sql.push_str(&head);
-                    let mut n = 0;
-                    for (i, _) in chunk.iter().enumerate() {
-                        sql.push_str(if i == 0 { "(" } else { ", (" });
-                        for j in 0..names.len() {
-                            n += 1;
-                            if j > 0 {
-                                sql.push_str(", ");
-                            }
-                            // SQLite looks named parameters (`$1`) up by
-                            // walking a list, which makes binding thousands
-                            // of them quadratic; anonymous `?` are not.
-                            if postgres {
-                                let _ = write!(sql, "${n}");
-                            } else {
-                                sql.push('?');
-                            }
-                        }
-                        sql.push(')');
+                let upsert = format!(
+                    " ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}",
+                    names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect::<Vec<_>>().join(", ")
+                );
+                let target = quote(&table);
+                match db {
+                    Db::Sqlite(pool) => insert_rows(pool, &target, &names, &upsert, &rows, now, &meta).await.map_err(|e| io(format!("cannot write to {table}: {e}")))?,
+                    Db::Postgres(pool) => {
+                        // Fresh keys never collide: copy straight in. Keys
+                        // that may exist already go through a staging table.
+                        let upsert = (mode == StreamSyncMode::IncrementalDeduped).then_some(upsert.as_str());
+                        copy_rows(pool, &target, &names, upsert, &rows, now, &meta).await.map_err(|e| io(format!("cannot write to {table}: {e}")))?
                     }
-                    sql.push_str(&tail);
-                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-                    for (raw_id, values) in chunk {
-                        q = q.bind(raw_id.as_str()).bind(now).bind(meta.as_str());
-                        for j in 0..columns.len() {
-                            q = q.bind(values.get(j).and_then(|v| v.as_deref()));
-                        }
-                    }
-                    q.execute(&mut *tx).await.map_err(|e| io(format!("cannot write to {table}: {e}")))?;
                 }
-                tx.commit().await.map_err(|e| io(e.to_string()))?;
                 Ok(bytes)
             }
         }
@@ -430,8 +516,10 @@ impl Writer {
 
     /// Closes connections.
     pub async fn close(self) {
-        if let Writer::Sql { pool, .. } = self {
-            pool.close().await;
+        match self {
+            Writer::Sql { db: Db::Sqlite(pool), .. } => pool.close().await,
+            Writer::Sql { db: Db::Postgres(pool), .. } => pool.close().await,
+            Writer::Jsonl { .. } => {}
         }
     }
 }
@@ -475,6 +563,17 @@ mod tests {
         assert_eq!(rows[0].1[1].as_deref(), Some("new"));
         assert!(shape("[1]", StreamSyncMode::IncrementalAppend, &[]).is_err());
         assert!(shape("not json", StreamSyncMode::IncrementalAppend, &[]).is_err());
+    }
+
+    #[test]
+    fn copy_fields_escape_what_the_text_format_reserves() {
+        let mut out = Vec::new();
+        copy_field(&mut out, Some("a\tb\nc\\d\re"));
+        out.push(b'|');
+        copy_field(&mut out, None);
+        out.push(b'|');
+        copy_field(&mut out, Some("plain"));
+        assert_eq!(String::from_utf8(out).unwrap(), "a\\tb\\nc\\\\d\\re|\\N|plain");
     }
 
     #[test]

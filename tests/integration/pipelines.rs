@@ -49,7 +49,7 @@ fn routes(ev: Arc<Events>) -> Router {
                 let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 let end = (start + limit).min(e.count);
                 let data: Vec<Value> = (start..end)
-                    .map(|i| json!({ "id": i, "kind": if i % 2 == 0 { "open" } else { "click" }, "updated_at": format!("2024-01-01T00:00:{:02}Z", i % 60), "payload": { "n": i } }))
+                    .map(|i| json!({ "id": i, "kind": if i % 2 == 0 { "open" } else { "click" }, "updated_at": format!("2024-01-01T00:00:{:02}Z", i % 60), "payload": { "n": i }, "note": note(i) }))
                     .collect();
                 let next = if end < e.count { json!(end.to_string()) } else { Value::Null };
                 axum::Json(json!({ "data": data, "next_cursor": next })).into_response()
@@ -58,10 +58,13 @@ fn routes(ev: Arc<Events>) -> Router {
         .with_state(ev)
 }
 
+/// Text with every character a bulk load must escape.
+fn note(i: u64) -> String {
+    format!("row {i}\ttab\nnewline\r\\backslash \\N \u{e9}")
+}
+
 struct Fx {
     srv: TestServer,
-    ca_pem: String,
-    pins: String,
     events: Arc<Events>,
     source_id: String,
     _provider: FakeProvider,
@@ -78,7 +81,6 @@ async fn setup(backend: Backend, count: u64) -> Fx {
     });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
     let pins = provider.pins(&["api.source.test"]);
-    let ca_pem = ca.pem.clone();
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
     })
@@ -96,7 +98,7 @@ async fn setup(backend: Backend, count: u64) -> Fx {
     )
     .await;
     let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
-    Fx { srv, ca_pem, pins, events, source_id, _provider: provider }
+    Fx { srv, events, source_id, _provider: provider }
 }
 
 impl Fx {
@@ -171,6 +173,9 @@ async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 450, "overwrite replaced the first sync's file");
     assert!(lines[0]["_service_raw_id"].is_string() && lines[0]["_service_extracted_at"].is_i64() && lines[0]["_service_meta"].is_object());
+    assert_eq!(lines[5]["id"], 5);
+    assert_eq!(lines[5]["note"], note(5), "the provider's values, unchanged");
+    assert_eq!(lines[5]["payload"], json!({ "n": 5 }));
     for bad in [json!({ "directory": "../escape" }), json!({ "directory": "/tmp" })] {
         expect_error(fx.srv.post("/v1/destinations", json!({ "name": "x", "kind": "jsonl", "configuration": bad })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
     }
@@ -254,6 +259,31 @@ async fn postgres_destinations_receive_the_same_rows(backend: Backend) {
         assert_eq!(job["status"], "succeeded", "{job}");
     }
     assert_eq!(count_rows(url.as_str(), "events").await, 700);
+    use sqlx::{Connection, Row};
+    let mut c = sqlx::PgConnection::connect(url.as_str()).await.unwrap();
+    let row = sqlx::query("SELECT note, payload, kind FROM events WHERE id = '5'").fetch_one(&mut c).await.unwrap();
+    assert_eq!(row.get::<String, _>(0), note(5), "escaped characters arrive intact");
+    assert_eq!(row.get::<String, _>(1), r#"{"n":5}"#);
+    assert_eq!(row.get::<String, _>(2), "click");
+
+    // A full refresh copies straight into a fresh table.
+    let dest2 = fx.destination("postgres", json!({ "url": url.as_str() })).await;
+    let p = json_ok(
+        fx.srv
+            .post("/v1/pipelines", json!({ "name": "refresh", "source_id": fx.source_id, "destination_id": dest2, "streams": [{ "name": "events", "sync_mode": "full_refresh_overwrite" }] }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let refresh = p["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    for _ in 0..2 {
+        let job = fx.sync(&refresh).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+    assert_eq!(count_rows(url.as_str(), "events").await, 700, "overwritten, not appended");
+    let row = sqlx::query("SELECT note FROM events WHERE id = '699'").fetch_one(&mut c).await.unwrap();
+    assert_eq!(row.get::<String, _>(0), note(699));
 }
 
 on_both_backends!(
