@@ -419,8 +419,14 @@ impl Writer {
     async fn ensure_columns(&mut self, table: &str, fields: &[String]) -> Result<(), String> {
         let Writer::Sql { db, columns } = self else { return Ok(()) };
         if !columns.contains_key(table) {
+            // Keys compare byte-wise: PostgreSQL's default collation would
+            // make every index comparison a locale-aware one.
+            let key_type = match db {
+                Db::Sqlite(_) => "TEXT",
+                Db::Postgres(_) => "TEXT COLLATE \"C\"",
+            };
             let create = format!(
-                "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" TEXT PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
+                "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" {key_type} PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
                 quote(table)
             );
             db.execute(create).await.map_err(|e| format!("cannot create table {table}: {e}"))?;
