@@ -108,17 +108,24 @@ async fn schedule_due(state: &AppState) {
     }
 }
 
-/// Counters shown as a job's progress.
+/// Counters shown as a job's progress: per stream, and their totals.
 #[derive(Default)]
 struct Progress {
-    records: u64,
-    bytes: u64,
-    streams: serde_json::Map<String, Value>,
+    /// Records and bytes written, by stream.
+    streams: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 impl Progress {
+    fn add(&mut self, stream: &str, records: u64, bytes: u64) {
+        let (r, b) = self.streams.entry(stream.to_owned()).or_default();
+        *r += records;
+        *b += bytes;
+    }
+
     fn to_json(&self) -> Value {
-        json!({ "records": self.records, "bytes": self.bytes, "streams": self.streams })
+        let (records, bytes) = self.streams.values().fold((0, 0), |(r, b), (sr, sb)| (r + sr, b + sb));
+        let streams: serde_json::Map<String, Value> = self.streams.iter().map(|(name, (r, b))| (name.clone(), json!({ "records": r, "bytes": b }))).collect();
+        json!({ "records": records, "bytes": bytes, "streams": streams })
     }
 }
 
@@ -177,11 +184,7 @@ impl StreamWrite {
         let bytes = self.writer.lock().await.write(&self.pipeline_id, &self.stream, &records, self.mode, &self.primary_key).await?;
         let snapshot = {
             let mut p = self.progress.lock().await;
-            p.records += n;
-            p.bytes += bytes;
-            let entry = p.streams.entry(self.stream.clone()).or_insert_with(|| json!({ "records": 0, "bytes": 0 }));
-            entry["records"] = json!(entry["records"].as_u64().unwrap_or(0) + n);
-            entry["bytes"] = json!(entry["bytes"].as_u64().unwrap_or(0) + bytes);
+            p.add(&self.stream, n, bytes);
             p.to_json()
         };
         let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
@@ -206,9 +209,12 @@ struct JobSink {
 }
 
 impl JobSink {
-    async fn send(&mut self, work: Work) -> Result<(), SinkRefusal> {
+    async fn send(&mut self, stream: &str, work: Work) -> Result<(), SinkRefusal> {
         if self.cancelled.load(Ordering::SeqCst) {
             return Err(SinkRefusal::Cancelled);
+        }
+        if stream != self.stream {
+            return Err(SinkRefusal::Rejected(format!("this read is for stream {}", self.stream)));
         }
         // A closed queue means a write failed; the job reports why.
         self.queue.send(work).await.map_err(|_| SinkRefusal::Rejected("the destination write failed".into()))
@@ -217,21 +223,11 @@ impl JobSink {
 
 impl RecordSink for JobSink {
     fn emit<'a>(&'a mut self, stream: &'a str, records: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
-        Box::pin(async move {
-            if stream != self.stream {
-                return Err(SinkRefusal::Rejected(format!("this read is for stream {}", self.stream)));
-            }
-            self.send(Work::Records(records)).await
-        })
+        Box::pin(self.send(stream, Work::Records(records)))
     }
 
     fn checkpoint<'a>(&'a mut self, stream: &'a str, state: String) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
-        Box::pin(async move {
-            if stream != self.stream {
-                return Err(SinkRefusal::Rejected(format!("this read is for stream {}", self.stream)));
-            }
-            self.send(Work::Checkpoint(state)).await
-        })
+        Box::pin(self.send(stream, Work::Checkpoint(state)))
     }
 }
 
