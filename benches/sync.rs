@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use axum::extract::Query;
 use serde_json::{Value, json};
-use service::destinations::Writer;
+use service::destinations::{Loader, Writer};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
 use service::store::pipelines::StreamSyncMode;
@@ -124,20 +124,30 @@ async fn main() {
             .build()
             .unwrap();
         let parsed = service::destinations::validate(kind, &dest_cfg).unwrap();
-        let mut writer = Writer::open(&parsed, dir.path(), None).await.unwrap();
+        let writer = Writer::open(&parsed, dir.path(), None).await.unwrap();
         writer.clear("events_native").await.unwrap();
+        let writer = Arc::new(writer);
         let t = Instant::now();
         // Built the way the job runner is: pages are fetched while the
-        // previous one is written, with the same queue depth.
+        // previous one is written, with the same queue depth, and each
+        // batch is prepared while the one before it is applied.
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<String>>(4);
         let write_task = tokio::spawn(async move {
             let mut writing = std::time::Duration::ZERO;
+            let mut loader = Loader::new(writer.clone(), StreamSyncMode::FullRefreshOverwrite);
             while let Some(records) = rx.recv().await {
                 let w = Instant::now();
-                writer.write("bench", "events_native", &records, StreamSyncMode::FullRefreshOverwrite, &[]).await.unwrap();
+                let batch = writer.prepare("bench", "events_native", &records, StreamSyncMode::FullRefreshOverwrite, &[]).unwrap();
+                loader.push(batch).await.unwrap();
                 writing += w.elapsed();
             }
-            writer.close().await;
+            let w = Instant::now();
+            loader.drain().await.unwrap();
+            writing += w.elapsed();
+            drop(loader);
+            if let Ok(writer) = Arc::try_unwrap(writer) {
+                writer.close().await;
+            }
             writing
         });
         let (mut cursor, mut n) = (None::<String>, 0u64);

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::destinations::{DestinationConfig, WriteError, Writer};
+use crate::destinations::{DestinationConfig, Loader, WriteError, Writer};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
@@ -139,11 +139,15 @@ enum Work {
 /// bounded amount of memory per running job.
 const QUEUE_DEPTH: usize = 4;
 
-/// Writes one stream's batches and checkpoints on a task of its own, in
-/// order, so the plugin fetches the next page while the last one is being
-/// written. A checkpoint is saved only after every batch queued before it
-/// is written, which keeps "state covers the data" true; when a write
-/// fails, the queue closes and the plugin's next emit is refused.
+/// How often a running job's progress is saved at most.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Writes one stream's batches and checkpoints on a task of its own, so
+/// the plugin fetches the next page while the last one is being written,
+/// and each batch is prepared while the one before it is applied. A
+/// checkpoint is saved only after every batch queued before it is
+/// written, which keeps "state covers the data" true; when a write fails,
+/// the queue closes and the plugin's next emit is refused.
 struct WriteQueue {
     tx: tokio::sync::mpsc::Sender<Work>,
     task: tokio::task::JoinHandle<Result<(), WriteError>>,
@@ -156,7 +160,7 @@ struct StreamWrite {
     stream: String,
     mode: StreamSyncMode,
     primary_key: Vec<String>,
-    writer: Arc<Mutex<Writer>>,
+    writer: Arc<Writer>,
     progress: Arc<Mutex<Progress>>,
 }
 
@@ -164,31 +168,52 @@ impl StreamWrite {
     fn start(self) -> WriteQueue {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Work>(QUEUE_DEPTH);
         let task = tokio::spawn(async move {
-            while let Some(work) = rx.recv().await {
-                match work {
-                    Work::Records(records) => self.write(records).await?,
-                    // Every batch queued before it is already written.
-                    Work::Checkpoint(state) if self.mode != StreamSyncMode::FullRefreshOverwrite => {
-                        self.state.store.save_stream_state(&self.pipeline_id, &self.stream, &state).await.map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
-                    }
-                    Work::Checkpoint(_) => {}
+            let mut loader = Loader::new(self.writer.clone(), self.mode);
+            let mut saved = tokio::time::Instant::now();
+            let written = async {
+                while let Some(work) = rx.recv().await {
+                    let done = match work {
+                        Work::Records(records) => {
+                            let batch = self.writer.prepare(&self.pipeline_id, &self.stream, &records, self.mode, &self.primary_key)?;
+                            loader.push(batch).await?
+                        }
+                        Work::Checkpoint(state) => {
+                            let done = loader.drain().await?;
+                            if self.mode != StreamSyncMode::FullRefreshOverwrite {
+                                self.state.store.save_stream_state(&self.pipeline_id, &self.stream, &state).await.map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
+                            }
+                            done
+                        }
+                    };
+                    self.record(done, &mut saved, false).await;
                 }
+                let done = loader.drain().await?;
+                self.record(done, &mut saved, false).await;
+                Ok(())
             }
-            Ok(())
+            .await;
+            // What was written shows, whether or not the stream finished.
+            self.record((0, 0), &mut saved, true).await;
+            written
         });
         WriteQueue { tx, task }
     }
 
-    async fn write(&self, records: Vec<String>) -> Result<(), WriteError> {
-        let n = records.len() as u64;
-        let bytes = self.writer.lock().await.write(&self.pipeline_id, &self.stream, &records, self.mode, &self.primary_key).await?;
+    /// Counts written records, and saves the job's progress when it last
+    /// did so a while ago (or `now`).
+    async fn record(&self, (records, bytes): (u64, u64), saved: &mut tokio::time::Instant, now: bool) {
         let snapshot = {
             let mut p = self.progress.lock().await;
-            p.add(&self.stream, n, bytes);
+            if records > 0 {
+                p.add(&self.stream, records, bytes);
+            }
+            if !now && (records == 0 || saved.elapsed() < PROGRESS_EVERY) {
+                return;
+            }
             p.to_json()
         };
+        *saved = tokio::time::Instant::now();
         let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
-        Ok(())
     }
 }
 
@@ -296,14 +321,14 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
         _ => None,
     };
     let writer = Writer::open(&config, &state.config.data_dir, password).await.map_err(Failure::Transient)?;
-    let writer = Arc::new(Mutex::new(writer));
+    let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
     let catalog = state.plugins.runtime().discover(&plugin, ws, &state.egress, &source_config).await.map_err(|e| {
         if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) }
     })?;
     if job.kind == "reset" {
         for s in &pipeline.streams {
-            writer.lock().await.clear(&s.name).await.map_err(Failure::Transient)?;
+            writer.clear(&s.name).await.map_err(Failure::Transient)?;
         }
         state.store.clear_stream_state(&pipeline.pipeline_id).await.map_err(|e| Failure::Transient(short(e)))?;
     }
@@ -314,7 +339,7 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
         let incremental = sel.sync_mode != StreamSyncMode::FullRefreshOverwrite;
         let stream_state = if incremental { state.store.stream_state(&pipeline.pipeline_id, &sel.name).await.map_err(|e| Failure::Transient(short(e)))? } else { None };
         if !incremental {
-            writer.lock().await.clear(&sel.name).await.map_err(Failure::Transient)?;
+            writer.clear(&sel.name).await.map_err(Failure::Transient)?;
         }
         let queue = StreamWrite {
             state: state.clone(),
@@ -349,7 +374,7 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
     let final_progress = progress.lock().await.to_json();
     let _ = state.store.job_progress(&job.job_id, &final_progress).await;
     if let Ok(w) = Arc::try_unwrap(writer) {
-        w.into_inner().close().await;
+        w.close().await;
     }
     Ok(())
 }
