@@ -134,11 +134,10 @@ async fn main() {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<String>>(4);
         let write_task = tokio::spawn(async move {
             let mut writing = std::time::Duration::ZERO;
-            let mut loader = Loader::new(writer.clone(), StreamSyncMode::FullRefreshOverwrite);
+            let mut loader = Loader::new(writer.clone(), "bench", "events_native", StreamSyncMode::FullRefreshOverwrite, Vec::new());
             while let Some(records) = rx.recv().await {
                 let w = Instant::now();
-                let batch = writer.prepare("bench", "events_native", &records, StreamSyncMode::FullRefreshOverwrite, &[]).unwrap();
-                loader.push(batch).await.unwrap();
+                loader.write(&records).await.unwrap();
                 writing += w.elapsed();
             }
             let w = Instant::now();

@@ -397,13 +397,13 @@ async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: 
 
 /// A batch laid out for its destination: everything but the I/O, so the
 /// next batch is prepared while this one is applied.
-pub struct Batch {
+struct Batch {
     table: String,
     /// The batch's columns, besides the metadata ones.
     columns: Vec<String>,
     /// Records and bytes the batch holds.
-    pub records: u64,
-    pub bytes: u64,
+    records: u64,
+    bytes: u64,
     load: Load,
 }
 
@@ -511,16 +511,10 @@ impl Writer {
         }
     }
 
-    /// Writes a batch in one transaction; returns its size in bytes.
-    pub async fn write(&self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<u64, WriteError> {
-        let batch = self.prepare(pipeline_id, stream, records, mode, primary_key)?;
-        self.apply(batch).await
-    }
-
     /// How many batches of a stream may be applied at once: several only
     /// where each runs in its own transaction and their order cannot
     /// matter (PostgreSQL, with fresh keys).
-    pub fn concurrent_batches(&self, mode: StreamSyncMode) -> usize {
+    fn concurrent_batches(&self, mode: StreamSyncMode) -> usize {
         match self {
             Writer::Sql { db: Db::Postgres(_), .. } if mode != StreamSyncMode::IncrementalDeduped => POSTGRES_CONNECTIONS as usize,
             _ => 1,
@@ -529,7 +523,7 @@ impl Writer {
 
     /// Lays a batch out for the destination: parsing, keys, escaping and
     /// binding, with no I/O.
-    pub fn prepare(&self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<Batch, WriteError> {
+    fn prepare(&self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<Batch, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
@@ -574,7 +568,7 @@ impl Writer {
 
     /// Writes a prepared batch in one transaction; returns its size in
     /// bytes.
-    pub async fn apply(&self, batch: Batch) -> Result<u64, WriteError> {
+    async fn apply(&self, batch: Batch) -> Result<u64, WriteError> {
         let io = WriteError::Destination;
         let Batch { table, columns, bytes, load, .. } = batch;
         self.ensure_columns(&table, &columns).await.map_err(io)?;
@@ -612,25 +606,32 @@ impl Writer {
     }
 }
 
-/// Applies one stream's batches in the background, in order, with as many
-/// in flight as the destination allows for the sync mode. The caller
-/// prepares the next batch meanwhile.
+/// Writes one stream's batches: each is prepared on the caller's task and
+/// applied in the background, in order, with as many in flight as the
+/// destination allows for the sync mode, so the next batch is prepared
+/// while the last one is in the database.
 pub struct Loader {
     writer: std::sync::Arc<Writer>,
+    pipeline_id: String,
+    stream: String,
+    mode: StreamSyncMode,
+    primary_key: Vec<String>,
     limit: usize,
     in_flight: std::collections::VecDeque<tokio::task::JoinHandle<Result<(u64, u64), WriteError>>>,
 }
 
 impl Loader {
-    pub fn new(writer: std::sync::Arc<Writer>, mode: StreamSyncMode) -> Loader {
+    pub fn new(writer: std::sync::Arc<Writer>, pipeline_id: &str, stream: &str, mode: StreamSyncMode, primary_key: Vec<String>) -> Loader {
         let limit = writer.concurrent_batches(mode);
-        Loader { writer, limit, in_flight: Default::default() }
+        Loader { writer, pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key, limit, in_flight: Default::default() }
     }
 
-    /// Starts applying `batch`, first waiting for earlier batches while too
-    /// many are in flight. Returns the records and bytes of the batches
-    /// that finished meanwhile, or the first failure.
-    pub async fn push(&mut self, batch: Batch) -> Result<(u64, u64), WriteError> {
+    /// Prepares `records` and starts writing them, first waiting for
+    /// earlier batches while too many are in flight. Returns the records
+    /// and bytes of the batches that finished meanwhile, or the first
+    /// failure.
+    pub async fn write(&mut self, records: &[String]) -> Result<(u64, u64), WriteError> {
+        let batch = self.writer.prepare(&self.pipeline_id, &self.stream, records, self.mode, &self.primary_key)?;
         let mut done = (0, 0);
         while self.in_flight.len() >= self.limit {
             let (r, b) = self.next().await?;

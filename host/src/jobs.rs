@@ -168,15 +168,12 @@ impl StreamWrite {
     fn start(self) -> WriteQueue {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Work>(QUEUE_DEPTH);
         let task = tokio::spawn(async move {
-            let mut loader = Loader::new(self.writer.clone(), self.mode);
+            let mut loader = Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
             let mut saved = tokio::time::Instant::now();
             let written = async {
                 while let Some(work) = rx.recv().await {
                     let done = match work {
-                        Work::Records(records) => {
-                            let batch = self.writer.prepare(&self.pipeline_id, &self.stream, &records, self.mode, &self.primary_key)?;
-                            loader.push(batch).await?
-                        }
+                        Work::Records(records) => loader.write(&records).await?,
                         Work::Checkpoint(state) => {
                             let done = loader.drain().await?;
                             if self.mode != StreamSyncMode::FullRefreshOverwrite {
@@ -187,14 +184,12 @@ impl StreamWrite {
                     };
                     self.record(done, &mut saved, false).await;
                 }
-                let done = loader.drain().await?;
-                self.record(done, &mut saved, false).await;
-                Ok(())
+                loader.drain().await
             }
             .await;
             // What was written shows, whether or not the stream finished.
-            self.record((0, 0), &mut saved, true).await;
-            written
+            self.record(*written.as_ref().unwrap_or(&(0, 0)), &mut saved, true).await;
+            written.map(|_| ())
         });
         WriteQueue { tx, task }
     }
