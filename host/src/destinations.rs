@@ -610,6 +610,10 @@ impl Writer {
 /// applied in the background, in order, with as many in flight as the
 /// destination allows for the sync mode, so the next batch is prepared
 /// while the last one is in the database.
+///
+/// Checkpoints queue behind the batches emitted before them and come back
+/// as [`Written::checkpoint`] once all of those are written, without
+/// stopping the batches after them.
 pub struct Loader {
     writer: std::sync::Arc<Writer>,
     pipeline_id: String,
@@ -617,48 +621,88 @@ pub struct Loader {
     mode: StreamSyncMode,
     primary_key: Vec<String>,
     limit: usize,
-    in_flight: std::collections::VecDeque<tokio::task::JoinHandle<Result<(u64, u64), WriteError>>>,
+    batches: usize,
+    in_flight: std::collections::VecDeque<InFlight>,
+}
+
+enum InFlight {
+    Batch(tokio::task::JoinHandle<Result<(u64, u64), WriteError>>),
+    Checkpoint(String),
+}
+
+/// What finished writing since the last call.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub records: u64,
+    pub bytes: u64,
+    /// The latest checkpoint whose data is all written.
+    pub checkpoint: Option<String>,
 }
 
 impl Loader {
     pub fn new(writer: std::sync::Arc<Writer>, pipeline_id: &str, stream: &str, mode: StreamSyncMode, primary_key: Vec<String>) -> Loader {
         let limit = writer.concurrent_batches(mode);
-        Loader { writer, pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key, limit, in_flight: Default::default() }
+        Loader { writer, pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key, limit, batches: 0, in_flight: Default::default() }
     }
 
     /// Prepares `records` and starts writing them, first waiting for
-    /// earlier batches while too many are in flight. Returns the records
-    /// and bytes of the batches that finished meanwhile, or the first
-    /// failure.
-    pub async fn write(&mut self, records: &[String]) -> Result<(u64, u64), WriteError> {
+    /// earlier batches while too many are in flight. Returns what finished
+    /// meanwhile, or the first failure.
+    pub async fn write(&mut self, records: &[String]) -> Result<Written, WriteError> {
         let batch = self.writer.prepare(&self.pipeline_id, &self.stream, records, self.mode, &self.primary_key)?;
-        let mut done = (0, 0);
-        while self.in_flight.len() >= self.limit {
-            let (r, b) = self.next().await?;
-            done = (done.0 + r, done.1 + b);
+        let mut written = Written::default();
+        while self.batches >= self.limit {
+            self.next(&mut written).await?;
         }
         let writer = self.writer.clone();
-        self.in_flight.push_back(tokio::spawn(async move {
+        self.in_flight.push_back(InFlight::Batch(tokio::spawn(async move {
             let records = batch.records;
             writer.apply(batch).await.map(|bytes| (records, bytes))
-        }));
-        Ok(done)
+        })));
+        self.batches += 1;
+        Ok(written)
     }
 
-    /// Waits until every batch is applied; their records and bytes, or the
-    /// first failure.
-    pub async fn drain(&mut self) -> Result<(u64, u64), WriteError> {
-        let mut done = (0, 0);
-        while !self.in_flight.is_empty() {
-            let (r, b) = self.next().await?;
-            done = (done.0 + r, done.1 + b);
+    /// Queues a checkpoint behind the batches written before it; returns
+    /// it at once when there are none.
+    pub fn checkpoint(&mut self, state: String) -> Written {
+        if self.in_flight.is_empty() {
+            return Written { checkpoint: Some(state), ..Written::default() };
         }
-        Ok(done)
+        self.in_flight.push_back(InFlight::Checkpoint(state));
+        Written::default()
     }
 
-    async fn next(&mut self) -> Result<(u64, u64), WriteError> {
-        let Some(task) = self.in_flight.pop_front() else { return Ok((0, 0)) };
-        task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))
+    /// Waits until every batch is written; what finished, or the first
+    /// failure.
+    pub async fn drain(&mut self) -> Result<Written, WriteError> {
+        let mut written = Written::default();
+        while !self.in_flight.is_empty() {
+            self.next(&mut written).await?;
+        }
+        Ok(written)
+    }
+
+    /// Waits for the oldest batch, and takes the checkpoints it makes due.
+    async fn next(&mut self, written: &mut Written) -> Result<(), WriteError> {
+        self.take_due(written);
+        if let Some(InFlight::Batch(task)) = self.in_flight.pop_front() {
+            self.batches -= 1;
+            let (records, bytes) = task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))?;
+            written.records += records;
+            written.bytes += bytes;
+        }
+        self.take_due(written);
+        Ok(())
+    }
+
+    /// Takes the checkpoints no unwritten batch precedes.
+    fn take_due(&mut self, written: &mut Written) {
+        while let Some(InFlight::Checkpoint(_)) = self.in_flight.front() {
+            if let Some(InFlight::Checkpoint(state)) = self.in_flight.pop_front() {
+                written.checkpoint = Some(state);
+            }
+        }
     }
 }
 
@@ -712,6 +756,25 @@ mod tests {
         out.push(b'|');
         copy_field(&mut out, Some("plain"));
         assert_eq!(String::from_utf8(out).unwrap(), "a\\tb\\nc\\\\d\\re|\\N|plain");
+    }
+
+    #[tokio::test]
+    async fn checkpoints_come_due_only_after_the_batches_before_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::open(&DestinationConfig::Jsonl { directory: "out".into() }, dir.path(), None).await.unwrap();
+        let mut loader = Loader::new(std::sync::Arc::new(writer), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
+        let batch = |n: usize| (0..n).map(|i| format!(r#"{{"id": {i}}}"#)).collect::<Vec<_>>();
+        assert_eq!(loader.checkpoint("a".into()).checkpoint.as_deref(), Some("a"), "nothing before it: due at once");
+        assert_eq!(loader.write(&batch(2)).await.unwrap(), Written::default());
+        assert_eq!(loader.checkpoint("b".into()), Written::default(), "its batch is still in flight");
+        let after_first = loader.write(&batch(3)).await.unwrap();
+        assert_eq!((after_first.records, after_first.checkpoint.as_deref()), (2, Some("b")));
+        loader.checkpoint("c".into());
+        let rest = loader.drain().await.unwrap();
+        assert_eq!((rest.records, rest.checkpoint.as_deref()), (3, Some("c")));
+        let lines = std::fs::read_to_string(dir.path().join("exports/out/events.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), 5);
+        assert!(loader.write(&["not json".to_owned()]).await.is_err(), "a bad record fails before it is queued");
     }
 
     #[test]

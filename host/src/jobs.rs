@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::destinations::{DestinationConfig, Loader, WriteError, Writer};
+use crate::destinations::{DestinationConfig, Loader, WriteError, Writer, Written};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
@@ -170,45 +170,47 @@ impl StreamWrite {
         let task = tokio::spawn(async move {
             let mut loader = Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
             let mut saved = tokio::time::Instant::now();
-            let written = async {
+            let result = async {
                 while let Some(work) = rx.recv().await {
-                    let done = match work {
+                    let written = match work {
                         Work::Records(records) => loader.write(&records).await?,
-                        Work::Checkpoint(state) => {
-                            let done = loader.drain().await?;
-                            if self.mode != StreamSyncMode::FullRefreshOverwrite {
-                                self.state.store.save_stream_state(&self.pipeline_id, &self.stream, &state).await.map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
-                            }
-                            done
-                        }
+                        Work::Checkpoint(state) => loader.checkpoint(state),
                     };
-                    self.record(done, &mut saved, false).await;
+                    self.record(written, &mut saved, false).await?;
                 }
-                loader.drain().await
+                let written = loader.drain().await?;
+                self.record(written, &mut saved, true).await
             }
             .await;
-            // What was written shows, whether or not the stream finished.
-            self.record(*written.as_ref().unwrap_or(&(0, 0)), &mut saved, true).await;
-            written.map(|_| ())
+            if result.is_err() {
+                // What was written shows, even though the stream failed.
+                let _ = self.record(Written::default(), &mut saved, true).await;
+            }
+            result
         });
         WriteQueue { tx, task }
     }
 
-    /// Counts written records, and saves the job's progress when it last
-    /// did so a while ago (or `now`).
-    async fn record(&self, (records, bytes): (u64, u64), saved: &mut tokio::time::Instant, now: bool) {
+    /// Counts written records and saves the checkpoint they make due;
+    /// saves the job's progress when it last did so a while ago (or
+    /// `now`).
+    async fn record(&self, written: Written, saved: &mut tokio::time::Instant, now: bool) -> Result<(), WriteError> {
         let snapshot = {
             let mut p = self.progress.lock().await;
-            if records > 0 {
-                p.add(&self.stream, records, bytes);
-            }
-            if !now && (records == 0 || saved.elapsed() < PROGRESS_EVERY) {
-                return;
-            }
-            p.to_json()
+            p.add(&self.stream, written.records, written.bytes);
+            (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.to_json())
         };
-        *saved = tokio::time::Instant::now();
-        let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
+        // Every batch queued before the checkpoint is written.
+        if let Some(state) = written.checkpoint
+            && self.mode != StreamSyncMode::FullRefreshOverwrite
+        {
+            self.state.store.save_stream_state(&self.pipeline_id, &self.stream, &state).await.map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
+        }
+        if let Some(snapshot) = snapshot {
+            *saved = tokio::time::Instant::now();
+            let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
+        }
+        Ok(())
     }
 }
 
