@@ -36,6 +36,9 @@ fn provider_routes() -> Router {
         )
         .route("/redirect-private", get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }))
         .route("/redirect-undeclared", get(|| async { (StatusCode::FOUND, [("location", "https://elsewhere.example/")]).into_response() }))
+        .route("/within-limit", get(|| async { "w".repeat(RESPONSE_LIMIT - 1024) }))
+        .route("/over-limit", get(|| async { "o".repeat(RESPONSE_LIMIT + 1) }))
+        .route("/over-limit-unannounced", get(|| async { axum::body::Body::new(Unannounced { left: RESPONSE_LIMIT + 1 }) }))
         .route(
             "/slow",
             get(|| async {
@@ -43,6 +46,29 @@ fn provider_routes() -> Router {
                 "late"
             }),
         )
+}
+
+/// The largest response body the fixture's egress hands a plugin.
+const RESPONSE_LIMIT: usize = 256 * 1024;
+
+/// A body sent in 16 KiB frames without a `Content-Length`, so only the
+/// bytes themselves tell how large it is.
+struct Unannounced {
+    left: usize,
+}
+
+impl hyper::body::Body for Unannounced {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        let n = self.left.min(16 * 1024);
+        self.left -= n;
+        std::task::Poll::Ready((n > 0).then(|| Ok(hyper::body::Frame::data(bytes::Bytes::from(vec![b'u'; n])))))
+    }
 }
 
 struct Fixture {
@@ -65,6 +91,7 @@ async fn fixture() -> Fixture {
             Some(ca.pem.as_bytes()),
         )
         .unwrap();
+        c.plugins.egress.max_response_bytes = RESPONSE_LIMIT;
         c.plugins.limits.cpu = Duration::from_millis(500);
         c.plugins.limits.memory_bytes = 64 * 1024 * 1024;
         c.plugins.limits.wall_short = Duration::from_secs(3);
@@ -195,6 +222,19 @@ async fn egress_reaches_declared_and_allowed_hosts_only() {
     assert!(rule.contains("user-info"), "{rule}");
     let before = f.provider.hits();
     assert_eq!(f.provider.hits(), before, "no denied request reached the provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_over_the_size_limit_are_refused_whether_announced_or_not() {
+    let f = fixture().await;
+    let ok = f.egress(json!({ "method": "GET", "url": "https://api.provider.test/within-limit" })).await;
+    assert_eq!(ok["ok"]["status"], 200, "a body under the limit arrives whole");
+    assert_eq!(ok["ok"]["body"].as_str().map(str::len), Some(RESPONSE_LIMIT - 1024));
+    for path in ["over-limit", "over-limit-unannounced"] {
+        let v = f.egress(json!({ "method": "GET", "url": format!("https://api.provider.test/{path}") })).await;
+        assert_eq!(v["error"]["kind"], "response-too-large", "{path}: {v}");
+    }
+    f.still_works().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -345,7 +345,13 @@ impl Egress {
                 continue;
             }
 
-            let mut collected = Vec::new();
+            // Sized up front when the provider says how much is coming, so
+            // a large page is not copied again each time the buffer grows.
+            let announced = response.content_length().and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+            if announced > self.policy.max_response_bytes {
+                return Err(EgressError::ResponseTooLarge);
+            }
+            let mut collected = Vec::with_capacity(announced);
             while let Some(chunk) = response.chunk().await.map_err(|e| classify(&e))? {
                 if collected.len() + chunk.len() > self.policy.max_response_bytes {
                     return Err(EgressError::ResponseTooLarge);
