@@ -13,8 +13,10 @@
 
 pub mod keyring;
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -119,6 +121,35 @@ pub struct Vault {
     /// Set once the OAuth module exists (it needs egress, which needs the
     /// vault).
     refresher: crate::oauth::RefresherSlot,
+    /// Secrets recently revealed to the egress layer.
+    revealed: Arc<Revealed>,
+}
+
+/// How long a secret revealed to the egress layer is used again without
+/// reading the credential anew. A connector paging through an API makes
+/// many requests a second, and each reveal is a database read and an AEAD
+/// open (about a millisecond under load, measured). So a change to a
+/// credential reaches outbound requests within this time; an OAuth access
+/// token is refreshed long before that matters ([`REFRESH_MARGIN_MS`]).
+const REVEALED_FOR: Duration = Duration::from_secs(2);
+
+/// Revealed secrets by workspace, handle and host, with when they were
+/// read; entries older than [`REVEALED_FOR`] are never handed out and are
+/// dropped (and zeroised) as new ones come in.
+#[derive(Default)]
+struct Revealed(Mutex<HashMap<(String, String, String), (SecretString, Instant)>>);
+
+impl Revealed {
+    fn get(&self, key: &(String, String, String), now: Instant) -> Option<SecretString> {
+        let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(key).filter(|(_, at)| now.duration_since(*at) < REVEALED_FOR).map(|(secret, _)| secret.clone())
+    }
+
+    fn put(&self, key: (String, String, String), secret: SecretString, now: Instant) {
+        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (_, at)| now.duration_since(*at) < REVEALED_FOR);
+        cache.insert(key, (secret, now));
+    }
 }
 
 /// Refresh an access token this long before it expires.
@@ -151,7 +182,7 @@ pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
 
 impl Vault {
     pub fn new(store: Store, keyring: Keyring) -> Self {
-        Vault { store, keyring: Arc::new(keyring), refresher: Default::default() }
+        Vault { store, keyring: Arc::new(keyring), refresher: Default::default(), revealed: Default::default() }
     }
 
     /// Installs the OAuth token refresher (kept alive by its owner).
@@ -297,6 +328,35 @@ impl SecretSource for Vault {
         handle: &'a str,
         host: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<SecretString, String>> + Send + 'a>> {
-        Box::pin(self.reveal(workspace_id, handle, host))
+        Box::pin(async move {
+            let key = (workspace_id.to_owned(), handle.to_owned(), host.to_owned());
+            if let Some(secret) = self.revealed.get(&key, Instant::now()) {
+                return Ok(secret);
+            }
+            let secret = self.reveal(workspace_id, handle, host).await?;
+            self.revealed.put(key, secret.clone(), Instant::now());
+            Ok(secret)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revealed_secret_is_reused_only_for_a_short_while() {
+        let cache = Revealed::default();
+        let key = |handle: &str| ("ws".to_owned(), handle.to_owned(), "api.example.com".to_owned());
+        let t0 = Instant::now();
+        cache.put(key("a"), SecretString::from("first".to_owned()), t0);
+        let hit = cache.get(&key("a"), t0 + REVEALED_FOR / 2).expect("fresh: reused");
+        assert_eq!(hit.expose_secret(), "first");
+        assert!(cache.get(&key("b"), t0).is_none(), "another handle is not");
+        assert!(cache.get(&("ws".into(), "a".into(), "other.example.com".into()), t0).is_none(), "nor another host");
+        assert!(cache.get(&key("a"), t0 + REVEALED_FOR).is_none(), "stale: read anew");
+
+        cache.put(key("b"), SecretString::from("second".to_owned()), t0 + REVEALED_FOR);
+        assert_eq!(cache.0.lock().unwrap().len(), 1, "the stale secret was dropped");
     }
 }
