@@ -135,9 +135,18 @@ async fn main() {
         let write_task = tokio::spawn(async move {
             let mut writing = std::time::Duration::ZERO;
             let mut loader = Loader::new(writer.clone(), "bench", "events_native", StreamSyncMode::FullRefreshOverwrite, Vec::new());
-            while let Some(records) = rx.recv().await {
+            while let Some(mut records) = rx.recv().await {
+                // Pages queued meanwhile share a transaction, as in the
+                // job runner's writer.
+                let mut bytes: usize = records.iter().map(String::len).sum();
+                while bytes < service::destinations::GROUP_BYTES
+                    && let Ok(more) = rx.try_recv()
+                {
+                    bytes += more.iter().map(String::len).sum::<usize>();
+                    records.extend(more);
+                }
                 let w = Instant::now();
-                loader.write(&records).await.unwrap();
+                loader.write(records).await.unwrap();
                 writing += w.elapsed();
             }
             let w = Instant::now();

@@ -291,6 +291,11 @@ impl<'a> Rows<'a> {
 /// stream load over both at once.
 const POSTGRES_CONNECTIONS: u32 = 2;
 
+/// Record bytes a writer gathers into one transaction at most, when
+/// batches queue up faster than it writes them: a transaction costs a
+/// flush to disk, whatever its size.
+pub const GROUP_BYTES: usize = 16 * 1024 * 1024;
+
 /// Bound parameters per statement, under SQLite's limit (32766) and
 /// PostgreSQL's (65535).
 const MAX_PARAMS: usize = 30_000;
@@ -606,23 +611,33 @@ impl Writer {
     }
 }
 
-/// Writes one stream's batches: each is prepared on the caller's task and
-/// applied in the background, in order, with as many in flight as the
-/// destination allows for the sync mode, so the next batch is prepared
-/// while the last one is in the database.
+/// Writes one stream's batches: each is prepared, then applied in the
+/// background, in order, with as many in flight as the destination allows
+/// for the sync mode, so the next batch is prepared while the last one is
+/// in the database.
+///
+/// Preparing runs on the blocking pool: it is CPU work with no `.await`
+/// in it, milliseconds per batch and tens of milliseconds for a group of
+/// them ([`GROUP_BYTES`]), which on an async worker would hold up every
+/// other task there (API requests, the source's HTTP transfers).
 ///
 /// Checkpoints queue behind the batches emitted before them and come back
 /// as [`Written::checkpoint`] once all of those are written, without
 /// stopping the batches after them.
 pub struct Loader {
     writer: std::sync::Arc<Writer>,
+    stream: std::sync::Arc<StreamTarget>,
+    limit: usize,
+    batches: usize,
+    in_flight: std::collections::VecDeque<InFlight>,
+}
+
+/// Where a stream's batches go and how they are keyed.
+struct StreamTarget {
     pipeline_id: String,
     stream: String,
     mode: StreamSyncMode,
     primary_key: Vec<String>,
-    limit: usize,
-    batches: usize,
-    in_flight: std::collections::VecDeque<InFlight>,
 }
 
 enum InFlight {
@@ -642,14 +657,18 @@ pub struct Written {
 impl Loader {
     pub fn new(writer: std::sync::Arc<Writer>, pipeline_id: &str, stream: &str, mode: StreamSyncMode, primary_key: Vec<String>) -> Loader {
         let limit = writer.concurrent_batches(mode);
-        Loader { writer, pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key, limit, batches: 0, in_flight: Default::default() }
+        let stream = StreamTarget { pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key };
+        Loader { writer, stream: std::sync::Arc::new(stream), limit, batches: 0, in_flight: Default::default() }
     }
 
     /// Prepares `records` and starts writing them, first waiting for
     /// earlier batches while too many are in flight. Returns what finished
     /// meanwhile, or the first failure.
-    pub async fn write(&mut self, records: &[String]) -> Result<Written, WriteError> {
-        let batch = self.writer.prepare(&self.pipeline_id, &self.stream, records, self.mode, &self.primary_key)?;
+    pub async fn write(&mut self, records: Vec<String>) -> Result<Written, WriteError> {
+        let (writer, stream) = (self.writer.clone(), self.stream.clone());
+        let batch = tokio::task::spawn_blocking(move || writer.prepare(&stream.pipeline_id, &stream.stream, &records, stream.mode, &stream.primary_key))
+            .await
+            .unwrap_or_else(|e| Err(WriteError::Destination(format!("preparing the batch stopped: {e}"))))?;
         let mut written = Written::default();
         while self.batches >= self.limit {
             self.next(&mut written).await?;
@@ -765,16 +784,16 @@ mod tests {
         let mut loader = Loader::new(std::sync::Arc::new(writer), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
         let batch = |n: usize| (0..n).map(|i| format!(r#"{{"id": {i}}}"#)).collect::<Vec<_>>();
         assert_eq!(loader.checkpoint("a".into()).checkpoint.as_deref(), Some("a"), "nothing before it: due at once");
-        assert_eq!(loader.write(&batch(2)).await.unwrap(), Written::default());
+        assert_eq!(loader.write(batch(2)).await.unwrap(), Written::default());
         assert_eq!(loader.checkpoint("b".into()), Written::default(), "its batch is still in flight");
-        let after_first = loader.write(&batch(3)).await.unwrap();
+        let after_first = loader.write(batch(3)).await.unwrap();
         assert_eq!((after_first.records, after_first.checkpoint.as_deref()), (2, Some("b")));
         loader.checkpoint("c".into());
         let rest = loader.drain().await.unwrap();
         assert_eq!((rest.records, rest.checkpoint.as_deref()), (3, Some("c")));
         let lines = std::fs::read_to_string(dir.path().join("exports/out/events.jsonl")).unwrap();
         assert_eq!(lines.lines().count(), 5);
-        assert!(loader.write(&["not json".to_owned()]).await.is_err(), "a bad record fails before it is queued");
+        assert!(loader.write(vec!["not json".to_owned()]).await.is_err(), "a bad record fails before it is queued");
     }
 
     #[test]
