@@ -131,7 +131,7 @@ async fn main() {
         // Built the way the job runner is: pages are fetched while the
         // previous one is written, with the same queue depth, and each
         // batch is prepared while the one before it is applied.
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<String>>(4);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<String>>(8);
         let write_task = tokio::spawn(async move {
             let mut writing = std::time::Duration::ZERO;
             let mut loader = Loader::new(writer.clone(), "bench", "events_native", StreamSyncMode::FullRefreshOverwrite, Vec::new());
