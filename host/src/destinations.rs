@@ -561,6 +561,12 @@ impl Writer {
                 );
                 let load = match db {
                     Db::Sqlite(_) => Load::Statements(insert_statements(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
+                    // PostgreSQL text cannot hold a NUL character: a record
+                    // with one fails as it is, rather than as a destination
+                    // error that retrying would only repeat.
+                    Db::Postgres(_) if rows.iter().any(|(_, values)| values.iter().flatten().any(|v| v.contains('\0'))) => {
+                        return Err(WriteError::BadRecord("a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into()));
+                    }
                     // Fresh keys never collide: they are copied straight in.
                     // Keys that may exist already go through a staging table.
                     Db::Postgres(_) => Load::Copy { data: copy_data(&names, &rows, now, &meta), upsert: dedupe.then_some(upsert), names },
@@ -794,6 +800,27 @@ mod tests {
         let lines = std::fs::read_to_string(dir.path().join("exports/out/events.jsonl")).unwrap();
         assert_eq!(lines.lines().count(), 5);
         assert!(loader.write(vec!["not json".to_owned()]).await.is_err(), "a bad record fails before it is queued");
+    }
+
+    #[tokio::test]
+    async fn a_nul_character_is_a_bad_record_for_postgres_only() {
+        let records = vec![r#"{"id": 1, "note": "a\u0000b"}"#.to_owned()];
+        // Nothing connects: preparing does no I/O.
+        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
+        let postgres = Writer::Sql { db: Db::Postgres(pool), columns: Default::default() };
+        for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
+            match postgres.prepare("p", "events", &records, mode, &["id".to_owned()]) {
+                Err(WriteError::BadRecord(m)) => assert!(m.contains("NUL"), "{m}"),
+                Err(e) => panic!("expected a bad record, got {e:?}"),
+                Ok(_) => panic!("expected a bad record"),
+            }
+        }
+        let nested = vec![r#"{"id": 1, "payload": {"note": "a\u0000b"}}"#.to_owned()];
+        assert!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]).is_ok(), "nested JSON keeps the escape as text");
+
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, dir.path(), None).await.unwrap();
+        assert!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]).is_ok(), "SQLite stores NUL in text");
     }
 
     #[test]
