@@ -336,11 +336,13 @@ fn insert_statements(target: &str, names: &[String], upsert: &str, rows: &[Row<'
     Ok(statements)
 }
 
-/// Appends `value` to a `COPY ... (FORMAT text)` row.
-fn copy_field(out: &mut Vec<u8>, value: Option<&str>) {
+/// Appends `value` to a `COPY ... (FORMAT text)` row. A NUL character is
+/// refused: PostgreSQL text cannot hold one, and retrying would fail the
+/// same way.
+fn copy_field(out: &mut Vec<u8>, value: Option<&str>) -> Result<(), String> {
     let Some(value) = value else {
         out.extend_from_slice(b"\\N");
-        return;
+        return Ok(());
     };
     let bytes = value.as_bytes();
     let mut copied = 0;
@@ -350,6 +352,7 @@ fn copy_field(out: &mut Vec<u8>, value: Option<&str>) {
             b'\t' => b"\\t",
             b'\n' => b"\\n",
             b'\r' => b"\\r",
+            b'\0' => return Err("a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into()),
             _ => continue,
         };
         out.extend_from_slice(&bytes[copied..i]);
@@ -357,25 +360,26 @@ fn copy_field(out: &mut Vec<u8>, value: Option<&str>) {
         copied = i + 1;
     }
     out.extend_from_slice(&bytes[copied..]);
+    Ok(())
 }
 
 /// Rows in `COPY ... (FORMAT text)` form.
-fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Vec<u8> {
+fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result<Vec<u8>, String> {
     let now = now.to_string();
     let mut data = Vec::with_capacity(rows.iter().map(|(id, v)| id.len() + 64 + meta.len() + v.iter().map(|c| c.as_ref().map_or(3, |c| c.len() + 1)).sum::<usize>()).sum());
     for (raw_id, values) in rows {
-        copy_field(&mut data, Some(raw_id));
+        copy_field(&mut data, Some(raw_id))?;
         data.push(b'\t');
         data.extend_from_slice(now.as_bytes());
         data.push(b'\t');
-        copy_field(&mut data, Some(meta));
+        copy_field(&mut data, Some(meta))?;
         for j in 0..names.len() - 3 {
             data.push(b'\t');
-            copy_field(&mut data, values.get(j).and_then(|v| v.as_deref()));
+            copy_field(&mut data, values.get(j).and_then(|v| v.as_deref()))?;
         }
         data.push(b'\n');
     }
-    data
+    Ok(data)
 }
 
 /// One PostgreSQL transaction: `COPY` the rows in, into a staging table
@@ -561,15 +565,9 @@ impl Writer {
                 );
                 let load = match db {
                     Db::Sqlite(_) => Load::Statements(insert_statements(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
-                    // PostgreSQL text cannot hold a NUL character: a record
-                    // with one fails as it is, rather than as a destination
-                    // error that retrying would only repeat.
-                    Db::Postgres(_) if rows.iter().any(|(_, values)| values.iter().flatten().any(|v| v.contains('\0'))) => {
-                        return Err(WriteError::BadRecord("a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into()));
-                    }
                     // Fresh keys never collide: they are copied straight in.
                     // Keys that may exist already go through a staging table.
-                    Db::Postgres(_) => Load::Copy { data: copy_data(&names, &rows, now, &meta), upsert: dedupe.then_some(upsert), names },
+                    Db::Postgres(_) => Load::Copy { data: copy_data(&names, &rows, now, &meta).map_err(WriteError::BadRecord)?, upsert: dedupe.then_some(upsert), names },
                 };
                 (columns, load)
             }
@@ -634,7 +632,6 @@ pub struct Loader {
     writer: std::sync::Arc<Writer>,
     stream: std::sync::Arc<StreamTarget>,
     limit: usize,
-    batches: usize,
     in_flight: std::collections::VecDeque<InFlight>,
 }
 
@@ -664,7 +661,7 @@ impl Loader {
     pub fn new(writer: std::sync::Arc<Writer>, pipeline_id: &str, stream: &str, mode: StreamSyncMode, primary_key: Vec<String>) -> Loader {
         let limit = writer.concurrent_batches(mode);
         let stream = StreamTarget { pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key };
-        Loader { writer, stream: std::sync::Arc::new(stream), limit, batches: 0, in_flight: Default::default() }
+        Loader { writer, stream: std::sync::Arc::new(stream), limit, in_flight: Default::default() }
     }
 
     /// Prepares `records` and starts writing them, first waiting for
@@ -676,7 +673,7 @@ impl Loader {
             .await
             .unwrap_or_else(|e| Err(WriteError::Destination(format!("preparing the batch stopped: {e}"))))?;
         let mut written = Written::default();
-        while self.batches >= self.limit {
+        while self.batches() >= self.limit {
             self.next(&mut written).await?;
         }
         let writer = self.writer.clone();
@@ -684,7 +681,6 @@ impl Loader {
             let records = batch.records;
             writer.apply(batch).await.map(|bytes| (records, bytes))
         })));
-        self.batches += 1;
         Ok(written)
     }
 
@@ -712,13 +708,17 @@ impl Loader {
     async fn next(&mut self, written: &mut Written) -> Result<(), WriteError> {
         self.take_due(written);
         if let Some(InFlight::Batch(task)) = self.in_flight.pop_front() {
-            self.batches -= 1;
             let (records, bytes) = task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))?;
             written.records += records;
             written.bytes += bytes;
         }
         self.take_due(written);
         Ok(())
+    }
+
+    /// Batches being written now.
+    fn batches(&self) -> usize {
+        self.in_flight.iter().filter(|f| matches!(f, InFlight::Batch(_))).count()
     }
 
     /// Takes the checkpoints no unwritten batch precedes.
@@ -775,11 +775,11 @@ mod tests {
     #[test]
     fn copy_fields_escape_what_the_text_format_reserves() {
         let mut out = Vec::new();
-        copy_field(&mut out, Some("a\tb\nc\\d\re"));
+        copy_field(&mut out, Some("a\tb\nc\\d\re")).unwrap();
         out.push(b'|');
-        copy_field(&mut out, None);
+        copy_field(&mut out, None).unwrap();
         out.push(b'|');
-        copy_field(&mut out, Some("plain"));
+        copy_field(&mut out, Some("plain")).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "a\\tb\\nc\\\\d\\re|\\N|plain");
     }
 

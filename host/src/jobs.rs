@@ -177,10 +177,10 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// Writes one stream's batches and checkpoints on a task of its own, so
 /// the plugin fetches the next page while the last one is being written,
 /// batches that queued up meanwhile are written together, and each batch
-/// is prepared while the one before it is applied. A
-/// checkpoint is saved only after every batch queued before it is
-/// written, which keeps "state covers the data" true; when a write fails,
-/// the queue closes and the plugin's next emit is refused.
+/// is prepared while the one before it is applied. A checkpoint is saved
+/// only after every batch queued before it is written, which keeps "state
+/// covers the data" true; when a write fails, the queue closes and the
+/// plugin's next emit is refused.
 struct WriteQueue {
     tx: tokio::sync::mpsc::Sender<Work>,
     task: tokio::task::JoinHandle<Result<(), WriteError>>,

@@ -137,15 +137,18 @@ const REVEALED_FOR: Duration = Duration::from_secs(2);
 /// read; entries older than [`REVEALED_FOR`] are never handed out and are
 /// dropped (and zeroised) as new ones come in.
 #[derive(Default)]
-struct Revealed(Mutex<HashMap<(String, String, String), (SecretString, Instant)>>);
+struct Revealed(Mutex<HashMap<RevealedKey, (SecretString, Instant)>>);
+
+/// Workspace, handle and host.
+type RevealedKey = (String, String, String);
 
 impl Revealed {
-    fn get(&self, key: &(String, String, String), now: Instant) -> Option<SecretString> {
+    fn get(&self, key: &RevealedKey, now: Instant) -> Option<SecretString> {
         let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.get(key).filter(|(_, at)| now.duration_since(*at) < REVEALED_FOR).map(|(secret, _)| secret.clone())
     }
 
-    fn put(&self, key: (String, String, String), secret: SecretString, now: Instant) {
+    fn put(&self, key: RevealedKey, secret: SecretString, now: Instant) {
         let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|_, (_, at)| now.duration_since(*at) < REVEALED_FOR);
         cache.insert(key, (secret, now));
