@@ -225,6 +225,10 @@ fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, String> {
     let text = raw.get();
     match text.as_bytes().first() {
         Some(b'n') => Ok(None),
+        // The string was checked when the record was split into fields;
+        // without a backslash its text is its value, and a byte search is
+        // much cheaper than decoding it again.
+        Some(b'"') if memchr::memchr(b'\\', text.as_bytes()).is_none() => Ok(Some(Cow::Borrowed(&text[1..text.len() - 1]))),
         Some(b'"') => serde_json::from_str::<Text>(text).map(|t| Some(t.0)).map_err(|_| "a record holds an invalid string".to_owned()),
         _ => Ok(Some(Cow::Borrowed(text))),
     }
