@@ -50,3 +50,13 @@ pub mod store;
 pub mod telemetry;
 pub mod tokens;
 pub mod web;
+
+/// The memory allocator of every program built on this crate: the server,
+/// and with it its tests and benchmarks. A sync moves each record through
+/// several short-lived buffers on several threads (the response, the
+/// plugin's batch, the prepared rows, the database driver's bindings). With
+/// the system allocator, allocating and freeing them took about a seventh of
+/// the CPU of a sync (`perf`, 1 KB records); mimalloc does the same work
+/// with markedly less.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
