@@ -4,7 +4,10 @@
 //! baseline doing the same fetch, parse and write without Wasm.
 //!
 //! Run with `cargo bench -p service --bench sync`. Nothing asserts the
-//! figures; they depend on the machine.
+//! figures; they depend on the machine. Each phase also reports the CPU
+//! time the whole process used meanwhile (the fake provider's side of the
+//! transfer included): on a shared machine it varies much less than the
+//! wall-clock rate, so it is the better figure for comparing two builds.
 
 #[path = "../tests/integration/support/provider.rs"]
 #[allow(dead_code)]
@@ -41,8 +44,22 @@ fn pages() -> Arc<Vec<String>> {
     )
 }
 
-fn report(name: &str, records: u64, bytes: u64, secs: f64) {
-    println!("{name:<40} {:>10.0} records/s {:>8.1} MB/s ({records} records in {secs:.2} s)", records as f64 / secs, bytes as f64 / secs / 1e6);
+fn report(name: &str, records: u64, bytes: u64, secs: f64, cpu: f64) {
+    println!(
+        "{name:<40} {:>10.0} records/s {:>8.1} MB/s ({records} records in {secs:.2} s, {cpu:.2} CPU-s)",
+        records as f64 / secs,
+        bytes as f64 / secs / 1e6
+    );
+}
+
+/// CPU seconds the process has used so far, all threads, user and system
+/// (Linux: `/proc/self/stat`, in units of 1/100 s).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // utime and stime are the 12th and 13th fields after the command name,
+    // which is in parentheses and may hold spaces.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    after_name.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<f64>().ok()).sum::<f64>() / 100.0
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +119,7 @@ async fn main() {
             .create_pipeline(&ws, "bench", &source.source_id, &dest.destination_id, &streams, &service::store::pipelines::Schedule::Manual, None)
             .await
             .unwrap();
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), cpu_secs());
         let job = state.store.create_job(&ws, &p.pipeline_id, "sync", "manual").await.unwrap().unwrap();
         state.jobs_queued.notify_one();
         let done = loop {
@@ -112,10 +129,10 @@ async fn main() {
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         };
-        let secs = t.elapsed().as_secs_f64();
+        let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
         assert_eq!(done.status, "succeeded", "{:?}", done.error);
         let plugin = (done.progress["records"].as_u64().unwrap(), secs);
-        report(&format!("{kind}: through the plugin"), plugin.0, total_bytes, plugin.1);
+        report(&format!("{kind}: through the plugin"), plugin.0, total_bytes, plugin.1, cpu);
 
         // Native baseline: the same fetch, parse and write, no Wasm.
         let client = reqwest::Client::builder()
@@ -127,7 +144,7 @@ async fn main() {
         let writer = Writer::open(&parsed, dir.path(), None).await.unwrap();
         writer.clear("events_native").await.unwrap();
         let writer = Arc::new(writer);
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), cpu_secs());
         // Built the way the job runner is: pages are fetched while the
         // previous one is written, with the same queue depth, and each
         // batch is prepared while the one before it is applied.
@@ -182,8 +199,8 @@ async fn main() {
         }
         drop(tx);
         let writing = write_task.await.unwrap();
-        let secs = t.elapsed().as_secs_f64();
-        report(&format!("{kind}: native baseline"), n, total_bytes, secs);
+        let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
+        report(&format!("{kind}: native baseline"), n, total_bytes, secs, cpu);
         println!("{kind}: native baseline spent {:.2} s of its {secs:.2} s in the destination writer", writing.as_secs_f64());
         println!("{kind}: plugin path at {:.0}% of the native baseline", 100.0 * (plugin.0 as f64 / plugin.1) / (n as f64 / secs));
     }
