@@ -101,8 +101,9 @@ pub enum WriteError {
 /// A destination database.
 pub enum Db {
     /// Its own driver rather than `Any`, which copies every bound value
-    /// once more on its way in.
-    Sqlite(SqlitePool),
+    /// once more on its way in. The writer's single connection, and the
+    /// connection that moves committed pages into the database file.
+    Sqlite(SqlitePool, Checkpointer),
     /// Its own driver rather than `Any`: batches go in with `COPY`.
     Postgres(sqlx::PgPool),
 }
@@ -110,7 +111,7 @@ pub enum Db {
 impl Db {
     async fn execute(&self, sql: String) -> Result<(), sqlx::Error> {
         match self {
-            Db::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
+            Db::Sqlite(pool, _) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
             Db::Postgres(pool) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
         }
     }
@@ -118,7 +119,7 @@ impl Db {
     /// The columns `table` has (`table` went through [`sql_name`]).
     async fn columns(&self, table: &str) -> Result<HashSet<String>, sqlx::Error> {
         Ok(match self {
-            Db::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
+            Db::Sqlite(pool, _) => sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -132,6 +133,55 @@ impl Db {
                 .filter_map(|r| r.try_get::<String, _>(0).ok())
                 .collect(),
         })
+    }
+}
+
+/// Pages an SQLite warehouse's write-ahead log may hold before the writer
+/// copies them into the database file itself: a backstop for when the
+/// [`Checkpointer`] falls behind (64 MiB with 16 KiB pages).
+const WAL_BACKSTOP_PAGES: u32 = 4096;
+
+/// Copies what an SQLite warehouse commits from its write-ahead log into the
+/// database file, on a connection of its own. With SQLite's automatic
+/// checkpoints the writer's connection would do that copy and its flush to
+/// disk itself after every few commits, before it could start the next
+/// batch; here they overlap the next batch. Passive checkpoints never block
+/// the writer, and durability is unchanged: a commit is on disk in the log
+/// when it returns.
+pub struct Checkpointer {
+    /// One pending wake-up is enough: a checkpoint copies everything
+    /// committed before it starts. Dropping it ends the task.
+    wake: tokio::sync::mpsc::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Checkpointer {
+    async fn start(options: &SqliteConnectOptions) -> Result<Checkpointer, sqlx::Error> {
+        use sqlx::{ConnectOptions as _, Connection as _};
+        let mut conn = options.connect().await?;
+        let (wake, mut woken) = tokio::sync::mpsc::channel::<()>(1);
+        let task = tokio::spawn(async move {
+            while woken.recv().await.is_some() {
+                if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
+                    // The writer's backstop checkpoints take over.
+                    tracing::warn!(error = %e, "SQLite destination checkpoint failed");
+                }
+            }
+            let _ = conn.close().await;
+        });
+        Ok(Checkpointer { wake, task })
+    }
+
+    /// Asks for the pages committed so far to be copied.
+    fn committed(&self) {
+        let _ = self.wake.try_send(());
+    }
+
+    /// Closes its connection, so the writer's is the last one and folds
+    /// the rest of the log into the file when it closes.
+    async fn close(self) {
+        drop(self.wake);
+        let _ = self.task.await;
     }
 }
 
@@ -448,8 +498,11 @@ impl Writer {
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Full)
                     .busy_timeout(std::time::Duration::from_secs(10));
-                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
-                Ok(Writer::Sql { db: Db::Sqlite(pool), columns: Default::default() })
+                let failed = |e: sqlx::Error| format!("cannot open the SQLite destination: {e}");
+                let writer = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
+                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(writer).await.map_err(failed)?;
+                let checkpointer = Checkpointer::start(&options).await.map_err(failed)?;
+                Ok(Writer::Sql { db: Db::Sqlite(pool, checkpointer), columns: Default::default() })
             }
             DestinationConfig::Postgres { url, .. } => {
                 let mut url = url.clone();
@@ -480,7 +533,7 @@ impl Writer {
             // Keys compare byte-wise: PostgreSQL's default collation would
             // make every index comparison a locale-aware one.
             let key_type = match db {
-                Db::Sqlite(_) => "TEXT",
+                Db::Sqlite(..) => "TEXT",
                 Db::Postgres(_) => "TEXT COLLATE \"C\"",
             };
             let create = format!(
@@ -568,7 +621,7 @@ impl Writer {
                     names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect::<Vec<_>>().join(", ")
                 );
                 let load = match db {
-                    Db::Sqlite(_) => Load::Statements(insert_statements(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
+                    Db::Sqlite(..) => Load::Statements(insert_statements(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
                     // Fresh keys never collide: they are copied straight in.
                     // Keys that may exist already go through a staging table.
                     Db::Postgres(_) => Load::Copy { data: copy_data(&names, &rows, now, &meta).map_err(WriteError::BadRecord)?, upsert: dedupe.then_some(upsert), names },
@@ -594,12 +647,13 @@ impl Writer {
                 file.write_all(&out).map_err(|e| io(e.to_string()))?;
                 file.sync_data().map_err(|e| io(e.to_string()))?;
             }
-            (Writer::Sql { db: Db::Sqlite(pool), .. }, Load::Statements(statements)) => {
+            (Writer::Sql { db: Db::Sqlite(pool, checkpointer), .. }, Load::Statements(statements)) => {
                 let mut tx = pool.begin().await.map_err(failed)?;
                 for (sql, args) in statements {
                     sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *tx).await.map_err(failed)?;
                 }
                 tx.commit().await.map_err(failed)?;
+                checkpointer.committed();
             }
             (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
                 copy_rows(pool, &quote(&table), &names, upsert.as_deref(), data).await.map_err(failed)?;
@@ -612,7 +666,10 @@ impl Writer {
     /// Closes connections.
     pub async fn close(self) {
         match self {
-            Writer::Sql { db: Db::Sqlite(pool), .. } => pool.close().await,
+            Writer::Sql { db: Db::Sqlite(pool, checkpointer), .. } => {
+                checkpointer.close().await;
+                pool.close().await;
+            }
             Writer::Sql { db: Db::Postgres(pool), .. } => pool.close().await,
             Writer::Jsonl { .. } => {}
         }
@@ -804,6 +861,28 @@ mod tests {
         let lines = std::fs::read_to_string(dir.path().join("exports/out/events.jsonl")).unwrap();
         assert_eq!(lines.lines().count(), 5);
         assert!(loader.write(vec!["not json".to_owned()]).await.is_err(), "a bad record fails before it is queued");
+    }
+
+    #[tokio::test]
+    async fn sqlite_commits_reach_the_database_file_in_the_background_and_the_log_goes_on_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, dir.path(), None).await.unwrap());
+        let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
+        let pad = "x".repeat(1000);
+        loader.write((0..200).map(|i| json!({ "id": i, "pad": pad }).to_string()).collect()).await.unwrap();
+        assert_eq!(loader.drain().await.unwrap().records, 200);
+        // 200 KB is far below the writer's own checkpoint threshold: only
+        // the checkpointer moves it from the log into the file.
+        let (file, log) = (dir.path().join("warehouses/w.db"), dir.path().join("warehouses/w.db-wal"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::metadata(&file).unwrap().len() < 200 * 1000 {
+            assert!(std::time::Instant::now() < deadline, "the committed rows never reached the database file");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        drop(loader);
+        let Ok(writer) = std::sync::Arc::try_unwrap(writer) else { panic!("the writer is still shared") };
+        writer.close().await;
+        assert!(!log.exists(), "closing folds the log into the file and removes it");
     }
 
     #[tokio::test]
