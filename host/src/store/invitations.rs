@@ -99,7 +99,7 @@ impl Store {
     /// unknown, expired or already used token.
     pub async fn accept_invitation(&self, token_hash: &str, name: &str) -> StoreResult<Option<AcceptedInvitation>> {
         let now = now_ms();
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let Some(row) = sqlx::query(
             "UPDATE invitations SET accepted_at = $1 WHERE token_hash = $2 AND accepted_at IS NULL AND expires_at > $1 \
              RETURNING id, workspace_id, email, role",

@@ -141,6 +141,19 @@ impl Store {
         &self.pool
     }
 
+    /// Begins a transaction that reads and then writes. SQLite's default
+    /// transaction takes the write lock only at its first write, and if
+    /// another connection committed after the transaction's first read,
+    /// that write fails at once with `SQLITE_BUSY` (the busy timeout does
+    /// not apply: waiting could not help a stale snapshot). `BEGIN
+    /// IMMEDIATE` takes the lock up front, so it waits its turn instead.
+    pub(crate) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+    }
+
     /// Closes every pooled connection (used by tests before dropping a
     /// database).
     pub async fn close(&self) {
@@ -162,4 +175,32 @@ pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
 /// UUIDv7 keeps ids roughly time-ordered, which pagination relies on.
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_transaction_survives_a_commit_between_its_read_and_its_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("control.db").display())).await.unwrap();
+        sqlx::query("CREATE TABLE scratch (n INTEGER)").execute(store.pool()).await.unwrap();
+
+        let mut tx = store.begin_write().await.unwrap();
+        sqlx::query("SELECT COUNT(*) FROM scratch").fetch_one(&mut *tx).await.unwrap();
+        // Another connection writes meanwhile. With a deferred transaction it
+        // would commit at once and leave `tx` on a stale snapshot.
+        let other = tokio::spawn({
+            let store = store.clone();
+            async move { sqlx::query("INSERT INTO scratch (n) VALUES (1)").execute(store.pool()).await.map(|_| ()) }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sqlx::query("INSERT INTO scratch (n) VALUES (2)").execute(&mut *tx).await.expect("the transaction's write goes through");
+        tx.commit().await.unwrap();
+        other.await.unwrap().expect("the other write waited its turn");
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scratch").fetch_one(store.pool()).await.unwrap();
+        assert_eq!(n, 2);
+        store.close().await;
+    }
 }

@@ -107,7 +107,7 @@ impl Store {
     /// run in one transaction (the source row locked on PostgreSQL), so a
     /// pipeline created concurrently cannot be left pointing at nothing.
     pub async fn delete_source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Result<(), DeleteSourceError>> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let lock = if self.backend() == Backend::Postgres { " FOR UPDATE" } else { "" };
         let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM sources WHERE workspace_id = $1 AND id = $2{lock}")))
             .bind(workspace_id)

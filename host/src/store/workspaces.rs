@@ -209,7 +209,7 @@ impl Store {
     /// workspace row is locked first, so two administrators removing each
     /// other at the same moment cannot leave the workspace without one.
     pub async fn remove_member(&self, workspace_id: &str, member_id: &str) -> Result<Member, RemoveMemberError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         if self.backend() == Backend::Postgres {
             sqlx::query("SELECT id FROM workspaces WHERE id = $1 FOR UPDATE")
                 .bind(workspace_id)
