@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use axum::extract::Query;
 use serde_json::{Value, json};
-use service::destinations::{Loader, Writer};
+use service::destinations::{Loader, QUEUE_DEPTH, Work, Writer, gather};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
 use service::store::pipelines::StreamSyncMode;
@@ -148,20 +148,14 @@ async fn main() {
         // Built the way the job runner is: pages are fetched while the
         // previous one is written, with the same queue depth, and each
         // batch is prepared while the one before it is applied.
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<String>>(8);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Work>(QUEUE_DEPTH);
         let write_task = tokio::spawn(async move {
             let mut writing = std::time::Duration::ZERO;
             let mut loader = Loader::new(writer.clone(), "bench", "events_native", StreamSyncMode::FullRefreshOverwrite, Vec::new());
-            while let Some(mut records) = rx.recv().await {
+            while let Some(first) = rx.recv().await {
                 // Pages queued meanwhile share a transaction, as in the
                 // job runner's writer.
-                let mut bytes: usize = records.iter().map(String::len).sum();
-                while bytes < service::destinations::GROUP_BYTES
-                    && let Ok(more) = rx.try_recv()
-                {
-                    bytes += more.iter().map(String::len).sum::<usize>();
-                    records.extend(more);
-                }
+                let (records, _) = gather(first, &mut rx);
                 let w = Instant::now();
                 loader.write(records).await.unwrap();
                 writing += w.elapsed();
@@ -191,7 +185,7 @@ async fn main() {
             let page: Page = serde_json::from_slice(&body).unwrap();
             let records: Vec<String> = page.data.iter().map(|r| r.get().to_owned()).collect();
             n += records.len() as u64;
-            tx.send(records).await.unwrap();
+            tx.send(Work::Records(records)).await.unwrap();
             match page.next_cursor {
                 Some(c) => cursor = Some(c),
                 None => break,
