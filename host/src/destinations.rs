@@ -390,49 +390,52 @@ fn insert_statements(target: &str, names: &[String], upsert: &str, rows: &[Row<'
     Ok(statements)
 }
 
-/// Appends `value` to a `COPY ... (FORMAT text)` row. A NUL character is
-/// refused: PostgreSQL text cannot hold one, and retrying would fail the
-/// same way.
+/// Appends one field of a `COPY ... (FORMAT binary)` row: its length and
+/// its bytes, or length -1 for NULL. Binary rather than text: the server
+/// takes each value as it comes instead of scanning every byte twice for
+/// line ends, delimiters and escapes, which was most of its CPU time per
+/// row (about 1 KB each). A NUL character is refused: PostgreSQL text
+/// cannot hold one, and retrying would fail the same way.
 fn copy_field(out: &mut Vec<u8>, value: Option<&str>) -> Result<(), String> {
-    let Some(value) = value else {
-        out.extend_from_slice(b"\\N");
+    let Some(value) = value.map(str::as_bytes) else {
+        out.extend_from_slice(&(-1i32).to_be_bytes());
         return Ok(());
     };
-    let bytes = value.as_bytes();
-    let mut copied = 0;
-    for (i, b) in bytes.iter().enumerate() {
-        let escaped: &[u8] = match b {
-            b'\\' => b"\\\\",
-            b'\t' => b"\\t",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\0' => return Err("a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into()),
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[copied..i]);
-        out.extend_from_slice(escaped);
-        copied = i + 1;
+    if memchr::memchr(0, value).is_some() {
+        return Err("a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into());
     }
-    out.extend_from_slice(&bytes[copied..]);
+    let len = i32::try_from(value.len()).map_err(|_| "a value is larger than PostgreSQL allows".to_owned())?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(value);
     Ok(())
 }
 
-/// Rows in `COPY ... (FORMAT text)` form.
+/// The signature, flags and header extension length that open binary
+/// `COPY` data.
+const COPY_BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// Rows in `COPY ... (FORMAT binary)` form, for the columns `names`: the
+/// key, the extraction time (`BIGINT`), the metadata, then the fields (all
+/// `TEXT`).
 fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result<Vec<u8>, String> {
-    let now = now.to_string();
-    let mut data = Vec::with_capacity(rows.iter().map(|(id, v)| id.len() + 64 + meta.len() + v.iter().map(|c| c.as_ref().map_or(3, |c| c.len() + 1)).sum::<usize>()).sum());
+    let count = i16::try_from(names.len()).map_err(|_| "a record has more fields than a PostgreSQL table can hold".to_owned())?;
+    let size = |v: &Option<Cow<'_, str>>| 4 + v.as_ref().map_or(0, |c| c.len());
+    let mut data = Vec::with_capacity(
+        COPY_BINARY_HEADER.len() + 2 + rows.iter().map(|(id, v)| 2 + 4 + id.len() + 12 + 4 + meta.len() + v.iter().map(size).sum::<usize>()).sum::<usize>(),
+    );
+    data.extend_from_slice(COPY_BINARY_HEADER);
     for (raw_id, values) in rows {
+        data.extend_from_slice(&count.to_be_bytes());
         copy_field(&mut data, Some(raw_id))?;
-        data.push(b'\t');
-        data.extend_from_slice(now.as_bytes());
-        data.push(b'\t');
+        data.extend_from_slice(&8i32.to_be_bytes());
+        data.extend_from_slice(&now.to_be_bytes());
         copy_field(&mut data, Some(meta))?;
         for j in 0..names.len() - 3 {
-            data.push(b'\t');
             copy_field(&mut data, values.get(j).and_then(|v| v.as_deref()))?;
         }
-        data.push(b'\n');
     }
+    // The trailer: a row of -1 fields.
+    data.extend_from_slice(&(-1i16).to_be_bytes());
     Ok(data)
 }
 
@@ -448,7 +451,7 @@ async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: 
         }
         None => target.to_owned(),
     };
-    let mut copy = tx.copy_in_raw(&format!("COPY {into} ({columns}) FROM STDIN (FORMAT text)")).await?;
+    let mut copy = tx.copy_in_raw(&format!("COPY {into} ({columns}) FROM STDIN (FORMAT binary)")).await?;
     copy.send(data).await?;
     copy.finish().await?;
     if let Some(upsert) = upsert {
@@ -475,7 +478,7 @@ enum Load {
     Lines(Vec<u8>),
     /// SQLite statements to run in one transaction.
     Statements(Vec<(String, SqliteArguments)>),
-    /// PostgreSQL `COPY` data, and the upsert to finish with when keys may
+    /// PostgreSQL binary `COPY` data, and the upsert to finish with when keys may
     /// exist already.
     Copy { names: Vec<String>, data: Vec<u8>, upsert: Option<String> },
 }
@@ -910,14 +913,20 @@ mod tests {
     }
 
     #[test]
-    fn copy_fields_escape_what_the_text_format_reserves() {
-        let mut out = Vec::new();
-        copy_field(&mut out, Some("a\tb\nc\\d\re")).unwrap();
-        out.push(b'|');
-        copy_field(&mut out, None).unwrap();
-        out.push(b'|');
-        copy_field(&mut out, Some("plain")).unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "a\\tb\\nc\\\\d\\re|\\N|plain");
+    fn copy_rows_are_length_prefixed_fields_between_a_header_and_a_trailer() {
+        let names: Vec<String> = ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b"].iter().map(|n| quote(n)).collect();
+        let rows: Vec<Row> = vec![("k".into(), vec![Some("a\tb\\".into()), None])];
+        let data = copy_data(&names, &rows, 258, "{}").unwrap();
+        let mut expected = b"PGCOPY\n\xff\r\n\0".to_vec();
+        expected.extend_from_slice(&[0; 8]); // no flags, no header extension
+        expected.extend_from_slice(&[0, 5]); // five fields
+        expected.extend_from_slice(&[0, 0, 0, 1, b'k']);
+        expected.extend_from_slice(&[0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 1, 2]); // BIGINT 258
+        expected.extend_from_slice(&[0, 0, 0, 2, b'{', b'}']);
+        expected.extend_from_slice(&[0, 0, 0, 4, b'a', b'\t', b'b', b'\\']); // as it is, nothing escaped
+        expected.extend_from_slice(&[0xff; 4]); // NULL
+        expected.extend_from_slice(&[0xff; 2]); // the trailer
+        assert_eq!(data, expected);
     }
 
     #[tokio::test]
