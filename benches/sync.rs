@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use axum::extract::Query;
 use serde_json::{Value, json};
-use service::destinations::{Loader, QUEUE_DEPTH, Work, Writer, gather};
+use service::destinations::{Loader, QUEUE_BYTES, Work, Writer, gather, queue};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
 use service::store::pipelines::StreamSyncMode;
@@ -140,10 +140,8 @@ async fn main() {
             report(&format!("{kind} #{round}: through the plugin"), records, total_bytes, secs, cpu);
             plugin_rates.push(records as f64 / secs);
 
-            let writer = Writer::open(&parsed, dir.path(), None).await.unwrap();
-            writer.clear("events_native").await.unwrap();
             let (t, cpu) = (Instant::now(), cpu_secs());
-            let records = native.sync(writer).await;
+            let records = native.sync(&parsed, dir.path()).await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);
             native_rates.push(records as f64 / secs);
@@ -186,17 +184,21 @@ struct Native {
 }
 
 impl Native {
-    /// Reads every page into `writer`; returns the records written.
+    /// Reads every page into a full refresh of the destination; returns
+    /// the records written.
     ///
     /// Built the way the job runner is: the read runs on a task of the
     /// runtime's workers (as the plugin's invocation does, not on the
     /// benchmark's main thread, which would give it a thread of its own
     /// for the CPU the writer competes for), pages are fetched while the
-    /// previous one is written, with the same queue depth, batches that
+    /// previous one is written, through the same queue, batches that
     /// queued meanwhile share a transaction, and each batch is prepared
-    /// while the one before it is applied.
-    async fn sync(&self, writer: Writer) -> u64 {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Work>(QUEUE_DEPTH);
+    /// while the one before it is applied. Opening the destination and
+    /// emptying the stream count too, as they do in the job.
+    async fn sync(&self, destination: &service::destinations::DestinationConfig, data_dir: &std::path::Path) -> u64 {
+        let writer = Writer::open(destination, data_dir, None).await.unwrap();
+        writer.clear("events_native").await.unwrap();
+        let (tx, mut rx) = queue(QUEUE_BYTES);
         let writer = Arc::new(writer);
         let write_task = tokio::spawn(async move {
             let mut loader = Loader::new(writer.clone(), "bench", "events_native", StreamSyncMode::FullRefreshOverwrite, Vec::new());

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::destinations::{DestinationConfig, Loader, QUEUE_DEPTH, Work, WriteError, Writer, Written, gather};
+use crate::destinations::{DestinationConfig, Loader, QUEUE_BYTES, Work, WorkSender, WriteError, Writer, Written, gather, queue};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
@@ -140,7 +140,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// covers the data" true; when a write fails, the queue closes and the
 /// plugin's next emit is refused.
 struct WriteQueue {
-    tx: tokio::sync::mpsc::Sender<Work>,
+    tx: WorkSender,
     task: tokio::task::JoinHandle<Result<(), WriteError>>,
 }
 
@@ -157,7 +157,7 @@ struct StreamWrite {
 
 impl StreamWrite {
     fn start(self) -> WriteQueue {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Work>(QUEUE_DEPTH);
+        let (tx, mut rx) = queue(QUEUE_BYTES);
         let task = tokio::spawn(async move {
             let mut loader = Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
             let mut saved = tokio::time::Instant::now();
@@ -221,7 +221,7 @@ impl WriteQueue {
 /// The sink a read writes through: it checks and queues.
 struct JobSink {
     stream: String,
-    queue: tokio::sync::mpsc::Sender<Work>,
+    queue: WorkSender,
     cancelled: Arc<AtomicBool>,
 }
 
