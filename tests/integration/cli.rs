@@ -76,6 +76,7 @@ fn spawn_server(data_dir: &std::path::Path) -> (std::process::Child, String, Vec
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("server did not start; stdout: {lines:?}");
 }
 

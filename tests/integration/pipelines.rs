@@ -304,7 +304,7 @@ async fn spawn_service(env: &[(&str, String)]) -> (std::process::Child, String) 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.arg("serve").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut child = cmd.arg("serve").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     for _ in 0..200 {
         if reqwest::get(format!("{base}/healthz")).await.is_ok() {
@@ -312,6 +312,9 @@ async fn spawn_service(env: &[(&str, String)]) -> (std::process::Child, String) 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Not left running behind the failed test.
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("server did not start");
 }
 

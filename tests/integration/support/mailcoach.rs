@@ -68,6 +68,10 @@ pub fn campaigns(count: usize) -> Vec<Value> {
         .collect()
 }
 
+/// The provider's gate for every endpoint: counts and records the request,
+/// then answers with the failure the test queued (429, 503) or 401 for a
+/// wrong token, if any.
+#[allow(clippy::result_large_err, reason = "the error is the handler's whole answer, returned at once")]
 fn check(state: &MailcoachState, headers: &HeaderMap) -> Result<(), Response> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
