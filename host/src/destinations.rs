@@ -700,24 +700,38 @@ impl std::fmt::Debug for Work {
     }
 }
 
+/// What a queued item costs besides its text, and what each of its
+/// records does: the memory that holds them, roughly, so a flood of empty
+/// checkpoints or tiny records fills the queue too.
+const ITEM_OVERHEAD: usize = 64;
+const RECORD_OVERHEAD: usize = 32;
+
 impl Work {
-    /// What it holds, in bytes: what it costs a queue.
+    /// What it holds, in bytes.
     fn bytes(&self) -> usize {
         match self {
             Work::Records(records) => records.iter().map(String::len).sum(),
             Work::Checkpoint(state) => state.len(),
         }
     }
+
+    /// What it takes of a queue's room.
+    fn cost(&self) -> usize {
+        let records = if let Work::Records(records) = self { records.len() } else { 0 };
+        ITEM_OVERHEAD + records * RECORD_OVERHEAD + self.bytes()
+    }
 }
 
-/// Record and state bytes a stream's queue holds ahead of its writer at
-/// most. Counted in bytes rather than items, so a connector reads just as
-/// far ahead whether it emits many small batches or a few large ones, and
-/// its checkpoints (one after every page, typically) cost it almost
-/// nothing: with a queue of eight items, a page and its checkpoint took two
-/// and the plugin could read only four pages ahead of a slow commit. Batches
-/// are at most 4 MiB (the sink's limit) and streams are read one at a time,
-/// so a running job holds at most this much queued.
+/// Bytes of records and states (and their bookkeeping, see
+/// [`Work::cost`]) a stream's queue holds ahead of its writer at most.
+/// Counted in bytes rather than items, so a connector reads just as far
+/// ahead whether it emits many small batches or a few large ones, and its
+/// checkpoints (one after every page, typically) cost it almost nothing:
+/// with a queue of eight items, a page and its checkpoint took two and the
+/// plugin could read only four pages ahead of a slow commit. Streams are
+/// read one at a time, so a running job holds at most this much queued,
+/// or one batch larger than that, which goes in alone once the queue is
+/// empty.
 pub const QUEUE_BYTES: usize = 32 * 1024 * 1024;
 
 /// A stream's write queue, bounded to `budget` bytes ([`QUEUE_BYTES`] in a
@@ -744,7 +758,7 @@ impl WorkSender {
     /// item larger than the whole queue waits for it to be empty). Gives
     /// it back if the writer has stopped.
     pub async fn send(&self, work: Work) -> Result<(), Work> {
-        let cost = u32::try_from(work.bytes().clamp(1, self.budget)).unwrap_or(u32::MAX);
+        let cost = u32::try_from(work.cost().min(self.budget)).unwrap_or(u32::MAX);
         let Ok(room) = self.room.clone().acquire_many_owned(cost).await else { return Err(work) };
         self.tx.send((work, room)).map_err(|e| e.0.0)
     }
@@ -960,22 +974,23 @@ mod tests {
         fn pending<F: std::future::Future + Unpin>(f: &mut F) -> bool {
             std::pin::Pin::new(f).poll(&mut std::task::Context::from_waker(std::task::Waker::noop())).is_pending()
         }
-        let (tx, mut rx) = queue(100);
+        let checkpoint = |s: &str| Work::Checkpoint(s.into());
+        let (tx, mut rx) = queue(10 * checkpoint("0").cost() + records(4, 20).cost() + 10);
         for i in 0..10 {
-            tx.send(Work::Checkpoint(i.to_string())).await.unwrap();
+            tx.send(checkpoint(&i.to_string())).await.unwrap();
         }
         tx.send(records(4, 20)).await.unwrap();
         let mut full = Box::pin(tx.send(records(1, 20)));
-        assert!(pending(&mut full), "90 of 100 bytes are taken: 20 more wait");
+        assert!(pending(&mut full), "10 bytes of room left: a record of 20 waits");
         assert!(matches!(rx.recv().await, Some(Work::Checkpoint(c)) if c == "0"));
-        assert!(pending(&mut full), "a 1-byte checkpoint made room for 1 byte only");
+        assert!(pending(&mut full), "one checkpoint taken off is not room enough");
         for _ in 1..10 {
             assert!(matches!(rx.try_recv(), Some(Work::Checkpoint(_))));
         }
         assert!(matches!(rx.try_recv(), Some(Work::Records(r)) if r.len() == 4));
         assert!(full.await.is_ok(), "room again once the writer took what was queued");
 
-        let mut oversized = Box::pin(tx.send(records(1, 1000)));
+        let mut oversized = Box::pin(tx.send(records(1, 100_000)));
         assert!(pending(&mut oversized), "larger than the queue: waits for it to be empty");
         assert!(rx.try_recv().is_some());
         assert!(oversized.await.is_ok(), "and then goes in alone");
@@ -984,7 +999,14 @@ mod tests {
         assert!(pending(&mut waiting));
         drop(rx);
         assert!(matches!(waiting.await, Err(Work::Records(r)) if r.len() == 1), "the work comes back when the writer stopped");
-        assert!(tx.send(Work::Checkpoint("late".into())).await.is_err());
+        assert!(tx.send(checkpoint("late")).await.is_err());
+
+        // Empty items are not free: a flood of them fills the queue too.
+        let (tx, _rx) = queue(3 * ITEM_OVERHEAD);
+        for _ in 0..3 {
+            tx.send(checkpoint("")).await.unwrap();
+        }
+        assert!(pending(&mut Box::pin(tx.send(checkpoint("")))));
     }
 
     #[test]
