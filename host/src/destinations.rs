@@ -12,7 +12,7 @@
 //! make the host write anywhere else.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -118,21 +118,32 @@ impl Db {
         }
     }
 
-    /// The columns `table` has (`table` went through [`sql_name`]).
-    async fn columns(&self, table: &str) -> Result<HashSet<String>, sqlx::Error> {
+    /// The columns `table` has (`table` went through [`sql_name`]), each
+    /// with whether its type is one binary `COPY` writes as the host does:
+    /// `TEXT` (or `VARCHAR`), and `BIGINT` for the extraction time. SQLite
+    /// converts whatever it is given, so there every column is.
+    async fn columns(&self, table: &str) -> Result<HashMap<String, bool>, sqlx::Error> {
         Ok(match self {
             Db::Sqlite(pool, _) => sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
                 .fetch_all(pool)
                 .await?
                 .iter()
                 .filter_map(|r| r.try_get::<String, _>(0).ok())
+                .map(|name| (name, true))
                 .collect(),
-            Db::Postgres(pool) => sqlx::query("SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 AND table_schema = current_schema()")
+            Db::Postgres(pool) => sqlx::query("SELECT column_name::text, data_type::text FROM information_schema.columns WHERE table_name = $1 AND table_schema = current_schema()")
                 .bind(table)
                 .fetch_all(pool)
                 .await?
                 .iter()
-                .filter_map(|r| r.try_get::<String, _>(0).ok())
+                .filter_map(|r| Some((r.try_get::<String, _>(0).ok()?, r.try_get::<String, _>(1).ok()?)))
+                .map(|(name, data_type)| {
+                    let binary = match name.as_str() {
+                        "_service_extracted_at" => data_type == "bigint",
+                        _ => matches!(data_type.as_str(), "text" | "character varying"),
+                    };
+                    (name, binary)
+                })
                 .collect(),
         })
     }
@@ -189,8 +200,9 @@ impl Checkpointer {
 
 /// Where records go.
 pub enum Writer {
-    /// A database, with the columns each table is known to have.
-    Sql { db: Db, columns: tokio::sync::Mutex<HashMap<String, HashSet<String>>> },
+    /// A database, with the columns each table is known to have (and
+    /// whether binary `COPY` can write each, see [`Db::columns`]).
+    Sql { db: Db, columns: tokio::sync::Mutex<HashMap<String, HashMap<String, bool>>> },
     Jsonl { dir: cap_std::fs::Dir },
 }
 
@@ -441,9 +453,70 @@ fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result
     Ok(data)
 }
 
+/// `COPY` data in one format or the other.
+enum CopyData {
+    Binary(Vec<u8>),
+    Text(Vec<u8>),
+}
+
+/// The metadata columns every table starts with, in `COPY` order.
+const METADATA_COLUMNS: [&str; 3] = ["_service_raw_id", "_service_extracted_at", "_service_meta"];
+
+/// Rewrites binary `COPY` data made by [`copy_data`] in `COPY ... (FORMAT
+/// text)` form: tab-separated, `\N` for NULL, with backslash, tab, newline
+/// and carriage return escaped, and the extraction time (the second field)
+/// as a decimal number.
+fn copy_text_from_binary(data: &[u8]) -> Result<Vec<u8>, String> {
+    let corrupt = || "the prepared batch is corrupt".to_owned();
+    let mut at = COPY_BINARY_HEADER.len();
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let bytes: &[u8] = data.get(at..at + n).ok_or_else(corrupt)?;
+        at += n;
+        Ok(bytes)
+    };
+    let mut out = Vec::with_capacity(data.len());
+    loop {
+        let fields = i16::from_be_bytes(take(2)?.try_into().map_err(|_| corrupt())?);
+        if fields < 0 {
+            return Ok(out);
+        }
+        for i in 0..fields {
+            if i > 0 {
+                out.push(b'\t');
+            }
+            let len = i32::from_be_bytes(take(4)?.try_into().map_err(|_| corrupt())?);
+            let Ok(len) = usize::try_from(len) else {
+                out.extend_from_slice(b"\\N");
+                continue;
+            };
+            let value = take(len)?;
+            if i == 1 {
+                let ms = i64::from_be_bytes(value.try_into().map_err(|_| corrupt())?);
+                out.extend_from_slice(ms.to_string().as_bytes());
+                continue;
+            }
+            let mut copied = 0;
+            for (j, b) in value.iter().enumerate() {
+                let escaped: &[u8] = match b {
+                    b'\\' => b"\\\\",
+                    b'\t' => b"\\t",
+                    b'\n' => b"\\n",
+                    b'\r' => b"\\r",
+                    _ => continue,
+                };
+                out.extend_from_slice(&value[copied..j]);
+                out.extend_from_slice(escaped);
+                copied = j + 1;
+            }
+            out.extend_from_slice(&value[copied..]);
+        }
+        out.push(b'\n');
+    }
+}
+
 /// One PostgreSQL transaction: `COPY` the rows in, into a staging table
 /// first when they must upsert.
-async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: Option<&str>, data: Vec<u8>) -> Result<(), sqlx::Error> {
+async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: Option<&str>, data: CopyData) -> Result<(), sqlx::Error> {
     let columns = names.join(", ");
     let mut tx = pool.begin().await?;
     let into = match upsert {
@@ -453,7 +526,11 @@ async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: 
         }
         None => target.to_owned(),
     };
-    let mut copy = tx.copy_in_raw(&format!("COPY {into} ({columns}) FROM STDIN (FORMAT binary)")).await?;
+    let (format, data) = match data {
+        CopyData::Binary(data) => ("binary", data),
+        CopyData::Text(data) => ("text", data),
+    };
+    let mut copy = tx.copy_in_raw(&format!("COPY {into} ({columns}) FROM STDIN (FORMAT {format})")).await?;
     copy.send(data).await?;
     copy.finish().await?;
     if let Some(upsert) = upsert {
@@ -529,9 +606,10 @@ impl Writer {
         }
     }
 
-    /// Makes sure the stream's table has every column of `fields`.
-    async fn ensure_columns(&self, table: &str, fields: &[String]) -> Result<(), String> {
-        let Writer::Sql { db, columns } = self else { return Ok(()) };
+    /// Makes sure the stream's table has every column of `fields`; tells
+    /// whether binary `COPY` can write them all (and the metadata columns).
+    async fn ensure_columns(&self, table: &str, fields: &[String]) -> Result<bool, String> {
+        let Writer::Sql { db, columns } = self else { return Ok(true) };
         // Held throughout, so concurrent batches do not race to add a column.
         let mut columns = columns.lock().await;
         if !columns.contains_key(table) {
@@ -551,7 +629,7 @@ impl Writer {
         }
         let known = columns.get_mut(table).expect("inserted above");
         for f in fields {
-            if !known.contains(f) {
+            if !known.contains_key(f) {
                 let alter = format!("ALTER TABLE {} ADD COLUMN {} TEXT", quote(table), quote(f));
                 if let Err(e) = db.execute(alter).await {
                     // Another writer may have added it meanwhile.
@@ -559,10 +637,11 @@ impl Writer {
                         return Err(format!("cannot add column {f} to {table}: {e}"));
                     }
                 }
-                known.insert(f.clone());
+                known.insert(f.clone(), true);
             }
         }
-        Ok(())
+        let binary = |c: &str| known.get(c).copied().unwrap_or(true);
+        Ok(METADATA_COLUMNS.iter().copied().chain(fields.iter().map(String::as_str)).all(binary))
     }
 
     /// Empties a stream before a full refresh (or a reset).
@@ -642,7 +721,7 @@ impl Writer {
     async fn apply(&self, batch: Batch) -> Result<u64, WriteError> {
         let io = WriteError::Destination;
         let Batch { table, columns, bytes, load, .. } = batch;
-        self.ensure_columns(&table, &columns).await.map_err(io)?;
+        let binary = self.ensure_columns(&table, &columns).await.map_err(io)?;
         let failed = |e: sqlx::Error| io(format!("cannot write to {table}: {e}"));
         match (self, load) {
             (Writer::Jsonl { dir }, Load::Lines(out)) => {
@@ -661,6 +740,9 @@ impl Writer {
                 checkpointer.committed();
             }
             (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
+                // A column someone gave another type (JSONB, say) takes
+                // text, which the server converts; binary it would refuse.
+                let data = if binary { CopyData::Binary(data) } else { CopyData::Text(copy_text_from_binary(&data).map_err(io)?) };
                 copy_rows(pool, &quote(&table), &names, upsert.as_deref(), data).await.map_err(failed)?;
             }
             _ => return Err(io("the batch was prepared for another destination".into())),
@@ -1061,6 +1143,22 @@ mod tests {
         expected.extend_from_slice(&[0xff; 4]); // NULL
         expected.extend_from_slice(&[0xff; 2]); // the trailer
         assert_eq!(data, expected);
+    }
+
+    #[test]
+    fn binary_copy_rows_convert_to_the_text_format_for_typed_columns() {
+        let names: Vec<String> = ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b", "c"].iter().map(|n| quote(n)).collect();
+        let rows: Vec<Row> = vec![
+            ("k1".into(), vec![Some("tab\there, newline\n, cr\r, backslash\\".into()), None, Some(r#"{"n":1}"#.into())]),
+            ("k2".into(), vec![Some("plain".into())]),
+        ];
+        let text = copy_text_from_binary(&copy_data(&names, &rows, 1_700_000_000_123, "{}").unwrap()).unwrap();
+        assert_eq!(
+            String::from_utf8(text).unwrap(),
+            "k1\t1700000000123\t{}\ttab\\there, newline\\n, cr\\r, backslash\\\\\t\\N\t{\"n\":1}\n\
+             k2\t1700000000123\t{}\tplain\t\\N\t\\N\n"
+        );
+        assert!(copy_text_from_binary(&copy_data(&names, &rows, 0, "{}").unwrap()[..40]).is_err(), "cut short: refused, not misread");
     }
 
     #[tokio::test]

@@ -266,6 +266,25 @@ async fn postgres_destinations_receive_the_same_rows(backend: Backend) {
     assert_eq!(row.get::<String, _>(1), r#"{"n":5}"#);
     assert_eq!(row.get::<String, _>(2), "click");
 
+    // Someone gives columns real types in the warehouse; the next sync
+    // still lands (the server converts the text it is sent).
+    let extracted = "SELECT _service_extracted_at FROM events WHERE id = '699'";
+    let before: i64 = sqlx::query(extracted).fetch_one(&mut c).await.unwrap().get(0);
+    sqlx::query("ALTER TABLE events ALTER COLUMN payload TYPE jsonb USING payload::jsonb, ALTER COLUMN updated_at TYPE timestamptz USING updated_at::timestamptz")
+        .execute(&mut c)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(count_rows(url.as_str(), "events").await, 700);
+    let after: i64 = sqlx::query(extracted).fetch_one(&mut c).await.unwrap().get(0);
+    assert!(after > before, "the last page was written again, into the typed columns");
+    let row = sqlx::query("SELECT payload->>'n', extract(epoch FROM updated_at)::bigint, note FROM events WHERE id = '699'").fetch_one(&mut c).await.unwrap();
+    assert_eq!(row.get::<String, _>(0), "699", "a JSON column");
+    assert_eq!(row.get::<i64, _>(1), 1_704_067_200 + 699 % 60, "a timestamp column");
+    assert_eq!(row.get::<String, _>(2), note(699), "escaped characters still arrive intact");
+
     // A full refresh copies straight into a fresh table.
     let dest2 = fx.destination("postgres", json!({ "url": url.as_str() })).await;
     let p = json_ok(
