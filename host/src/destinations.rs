@@ -89,6 +89,10 @@ fn quote(name: &str) -> String {
     format!("\"{name}\"")
 }
 
+/// The metadata columns every table starts with, in the order each row
+/// carries them, before the record's fields.
+const METADATA_COLUMNS: [&str; 3] = ["_service_raw_id", "_service_extracted_at", "_service_meta"];
+
 /// Why a batch was not written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
@@ -395,7 +399,7 @@ fn insert_statements(target: &str, names: &[String], upsert: &str, rows: &[Row<'
             args.add(raw_id.as_str()).map_err(|e| e.to_string())?;
             args.add(now).map_err(|e| e.to_string())?;
             args.add(meta).map_err(|e| e.to_string())?;
-            for j in 0..names.len() - 3 {
+            for j in 0..names.len() - METADATA_COLUMNS.len() {
                 args.add(values.get(j).and_then(|v| v.as_deref())).map_err(|e| e.to_string())?;
             }
         }
@@ -444,7 +448,7 @@ fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result
         data.extend_from_slice(&8i32.to_be_bytes());
         data.extend_from_slice(&now.to_be_bytes());
         copy_field(&mut data, Some(meta))?;
-        for j in 0..names.len() - 3 {
+        for j in 0..names.len() - METADATA_COLUMNS.len() {
             copy_field(&mut data, values.get(j).and_then(|v| v.as_deref()))?;
         }
     }
@@ -458,9 +462,6 @@ enum CopyData {
     Binary(Vec<u8>),
     Text(Vec<u8>),
 }
-
-/// The metadata columns every table starts with, in `COPY` order.
-const METADATA_COLUMNS: [&str; 3] = ["_service_raw_id", "_service_extracted_at", "_service_meta"];
 
 /// Rewrites binary `COPY` data made by [`copy_data`] in `COPY ... (FORMAT
 /// text)` form: tab-separated, `\N` for NULL, with backslash, tab, newline
@@ -677,7 +678,7 @@ impl Writer {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
-        let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+        let bytes = text_bytes(records) as u64;
         let shaped = records.iter().map(|r| shape(r, mode, primary_key)).collect::<Result<Vec<_>, _>>().map_err(WriteError::BadRecord)?;
         let (columns, load) = match self {
             Writer::Jsonl { .. } => {
@@ -698,7 +699,7 @@ impl Writer {
             Writer::Sql { db, .. } => {
                 let dedupe = mode == StreamSyncMode::IncrementalDeduped;
                 let Rows { columns, rows } = Rows::collect(shaped, dedupe).map_err(WriteError::BadRecord)?;
-                let mut names = vec!["\"_service_raw_id\"".to_owned(), "\"_service_extracted_at\"".into(), "\"_service_meta\"".into()];
+                let mut names: Vec<String> = METADATA_COLUMNS.iter().map(|c| quote(c)).collect();
                 names.extend(columns.iter().map(|c| quote(c)));
                 let upsert = format!(
                     " ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}",
@@ -782,6 +783,11 @@ impl std::fmt::Debug for Work {
     }
 }
 
+/// The text records hold, in bytes.
+fn text_bytes(records: &[String]) -> usize {
+    records.iter().map(String::len).sum()
+}
+
 /// What a queued item costs besides its text, and what each of its
 /// records does: the memory that holds them, roughly, so a flood of empty
 /// checkpoints or tiny records fills the queue too.
@@ -792,7 +798,7 @@ impl Work {
     /// What it holds, in bytes.
     fn bytes(&self) -> usize {
         match self {
-            Work::Records(records) => records.iter().map(String::len).sum(),
+            Work::Records(records) => text_bytes(records),
             Work::Checkpoint(state) => state.len(),
         }
     }
@@ -884,7 +890,7 @@ pub fn gather(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) 
     while let Some(work) = next.take() {
         match work {
             Work::Records(more) => {
-                bytes += more.iter().map(String::len).sum::<usize>();
+                bytes += text_bytes(&more);
                 if records.is_empty() {
                     records = more;
                 } else {
