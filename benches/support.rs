@@ -22,8 +22,15 @@ pub async fn state(dir: &Path, egress: EgressPolicy) -> AppState {
         session_ttl_ms: 3_600_000,
         bootstrap_token: Some("svc_bench_bootstrap_token_0123456789".to_owned().into()),
         bootstrap_email: "bench@example.test".into(),
-        plugins: PluginSettings { plugins_dir: dir.join("plugins"), egress, limits: Default::default() },
+        plugins: PluginSettings {
+            plugins_dir: dir.join("plugins"),
+            egress,
+            limits: Default::default(),
+            // The benchmark's PostgreSQL (BENCH_POSTGRES_URL) is local.
+            warehouses: service::destinations::postgres::WarehousePolicy::from_settings("127.0.0.1,::1,localhost").unwrap(),
+        },
         oauth: Default::default(),
+        limits: Default::default(),
     };
     AppState::open(config).await.unwrap()
 }

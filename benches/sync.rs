@@ -141,7 +141,8 @@ async fn main() {
             plugin_rates.push(records as f64 / secs);
 
             let (t, cpu) = (Instant::now(), cpu_secs());
-            let records = native.sync(&parsed, dir.path()).await;
+            let place = service::destinations::Place { data_dir: dir.path(), workspace_id: &ws, warehouses: &state.config.plugins.warehouses };
+            let records = native.sync(&parsed, &place).await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);
             native_rates.push(records as f64 / secs);
@@ -195,8 +196,8 @@ impl Native {
     /// queued meanwhile share a transaction, and each batch is prepared
     /// while the one before it is applied. Opening the destination and
     /// emptying the stream count too, as they do in the job.
-    async fn sync(&self, destination: &service::destinations::DestinationConfig, data_dir: &std::path::Path) -> u64 {
-        let writer = Writer::open(destination, data_dir, None).await.unwrap();
+    async fn sync(&self, destination: &service::destinations::DestinationConfig, place: &service::destinations::Place<'_>) -> u64 {
+        let writer = Writer::open(destination, place, None).await.unwrap();
         writer.clear("events_native").await.unwrap();
         let (tx, mut rx) = queue(QUEUE_BYTES);
         let writer = Arc::new(writer);

@@ -83,8 +83,11 @@ pub async fn create_user(store: &Store, email: &str, name: &str, workspace_id: O
     Ok((user.user_id, workspace_id))
 }
 
-/// `service admin create-token`: mints an API token for an existing user.
-pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expires_in_days: Option<u32>) -> anyhow::Result<SecretString> {
+/// `service admin create-token`: mints an API token for an existing user,
+/// for one kind of client. A token for `mcp` is an assistant's: its writes
+/// are proposals by default and it can never decide one, whatever header
+/// its requests carry.
+pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expires_in_days: Option<u32>, client: ClientSource) -> anyhow::Result<SecretString> {
     let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
     let user = store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
     let token = tokens::generate(tokens::TOKEN_PREFIX);
@@ -94,7 +97,7 @@ pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expir
             token_hash: &tokens::hash_secret(&token),
             kind: SessionKind::ApiToken,
             label: Some(label.unwrap_or("created with service admin create-token")),
-            client_source: ClientSource::Cli,
+            client_source: client,
             user_agent: None,
             address: None,
             expires_at: expires_in_days.map(|d| crate::store::now_ms() + i64::from(d) * 86_400_000),

@@ -11,9 +11,14 @@
 //! Approving claims the proposal in one statement (`pending` → `executing`),
 //! so it executes exactly once however many approvers click; the execution
 //! runs as the proposer, with the proposer's current role, and its answer
-//! (result or error) is stored on the proposal and returned to the approver.
-//! Decisions and policy changes are refused to MCP clients: an assistant
-//! must not approve its own proposals or switch its own guard off.
+//! (result or error) is stored on the proposal, without the values shown
+//! only once (links, OAuth states), and returned to the approver.
+//!
+//! Who decides: a member with the category's approver role (and operator
+//! standing, for plugins), never through an MCP session or header, and
+//! never from the session that made the proposal. Revoking that session
+//! voids its pending proposals. Policy changes are refused to MCP clients:
+//! an assistant must not switch its own guard off.
 
 use axum::http::StatusCode;
 use serde::Serialize;
@@ -99,13 +104,35 @@ pub async fn gate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, 
     note.outcome("proposed");
     note.target("approval", &approval.approval_id);
     note.approval(&approval.approval_id);
-    Ok(Executed { status: StatusCode::ACCEPTED, data: json!({ "approval": approval }) })
+    Executed::with_status(StatusCode::ACCEPTED, json!({ "approval": approval }))
 }
 
-fn refuse_mcp(access: &WorkspaceAccess) -> ApiResult<()> {
-    if access.principal.client == ClientSource::Mcp {
+/// Answers 400 when a request asks for a proposal of something that cannot
+/// be one (deciding a proposal, accepting an invitation, minting a token):
+/// the header's promise is that nothing changes, so nothing does.
+pub fn refuse_proposal_mode(access: &Principal, what: &str) -> ApiResult<()> {
+    if access.proposal_requested {
+        return Err(ApiError::bad_request(
+            "PROPOSAL_NOT_APPLICABLE",
+            format!("{what} cannot be proposed; send the request without X-Service-Execution-Mode: proposal"),
+        )
+        .with_details(json!({ "header": "X-Service-Execution-Mode" })));
+    }
+    Ok(())
+}
+
+/// Who may decide a proposal: a person, through a session other than the
+/// one that proposed it. An assistant must not approve its own proposals,
+/// and neither may the session that asked for the proposal.
+fn refuse_undecidable(approver: &WorkspaceAccess, pending: &Approval) -> ApiResult<()> {
+    if approver.principal.client == ClientSource::Mcp {
         return Err(ApiError::permission_denied(
-            "permission denied: approval decisions and policies are made by a person through the API or CLI, not by an MCP client",
+            "permission denied: approval decisions are made by a person through the API or CLI, not by an MCP client",
+        ));
+    }
+    if pending.proposed_session.as_deref() == Some(approver.principal.session_id.as_str()) {
+        return Err(ApiError::permission_denied(
+            "permission denied: a proposal is decided from another session than the one that proposed it",
         ));
     }
     Ok(())
@@ -121,13 +148,63 @@ fn decide_error(e: DecideError, id: &str) -> ApiError {
     }
 }
 
-/// Loads a proposal and checks that `approver` may decide it (the
-/// category's approver role).
+/// Whether `member` may decide proposals of `category`: the category's
+/// approver role, and operator standing for plugin proposals.
+async fn can_decide(state: &AppState, member: &WorkspaceAccess, category: Category, policies: &[Policy]) -> ApiResult<bool> {
+    let role = policies.iter().find(|p| p.category == category).map(|p| p.approver_role).unwrap_or(Role::Administrator);
+    if member.role < role {
+        return Ok(false);
+    }
+    if category == Category::Plugins {
+        return Ok(state.store.is_operator(&member.principal.user_id).await?);
+    }
+    Ok(true)
+}
+
+/// Loads a proposal and checks that `approver` may decide it.
 async fn may_decide(state: &AppState, approver: &WorkspaceAccess, approval_id: &str) -> ApiResult<Approval> {
     let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
     let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
-    approver.require(policy(state, &approver.workspace_id, category).await?.approver_role)?;
+    let policies = policies(state, &approver.workspace_id).await?;
+    if !can_decide(state, approver, category, &policies).await? {
+        let role = policies.iter().find(|p| p.category == category).map(|p| p.approver_role).unwrap_or(Role::Administrator);
+        return Err(ApiError::permission_denied(format!(
+            "permission denied: deciding {} proposals needs the {} role{}",
+            category.as_str(),
+            role.as_str(),
+            if category == Category::Plugins { " and installation operator standing" } else { "" }
+        )));
+    }
+    refuse_undecidable(approver, &pending)?;
     Ok(pending)
+}
+
+/// Withholds the operation and result of proposals `viewer` neither made
+/// nor may decide: stored operations can name people and resources the
+/// rest of the workspace has no business reading.
+pub async fn redact_for(state: &AppState, viewer: &WorkspaceAccess, approvals: &mut [Approval]) -> ApiResult<()> {
+    let policies = policies(state, &viewer.workspace_id).await?;
+    let mut decides: Vec<(Category, bool)> = Vec::new();
+    for a in approvals.iter_mut() {
+        if a.proposed_by == viewer.principal.user_id {
+            continue;
+        }
+        let Some(category) = Category::parse(&a.category) else { continue };
+        let allowed = match decides.iter().find(|(c, _)| *c == category) {
+            Some((_, d)) => *d,
+            None => {
+                let d = can_decide(state, viewer, category, &policies).await?;
+                decides.push((category, d));
+                d
+            }
+        };
+        if !allowed {
+            a.operation = Value::Null;
+            a.result = None;
+            a.details_hidden = true;
+        }
+    }
+    Ok(())
 }
 
 /// What an approval answered: the proposal and what its execution returned.
@@ -143,7 +220,7 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
     note.action("approvals.approve");
     note.target("approval", approval_id);
     note.approval(approval_id);
-    refuse_mcp(approver)?;
+    refuse_proposal_mode(&approver.principal, "approving a proposal")?;
     let pending = may_decide(state, approver, approval_id).await?;
     let op: Operation = serde_json::from_value(pending.operation.clone()).map_err(ApiError::internal)?;
 
@@ -159,7 +236,7 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
         principal: Principal {
             user_id: claimed.proposed_by.clone(),
             session_id: String::new(),
-            client: ClientSource::parse(&claimed.client_source).unwrap_or(ClientSource::Api),
+            client: ClientSource::parse(&claimed.client_source).unwrap_or(ClientSource::Mcp),
             proposal_requested: false,
         },
         workspace_id: approver.workspace_id.clone(),
@@ -173,7 +250,7 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
     execution_note.action(op.action());
     let outcome = match &proposer {
         None => Err(ApiError::permission_denied("permission denied: the proposer is no longer a member of the workspace")),
-        Some(proposer) => match proposer.require(op.required_role()) {
+        Some(proposer) => match crate::ops::authorise(state, proposer, &op).await {
             Err(e) => Err(e),
             Ok(()) => crate::ops::execute(state, proposer, &execution_note, op).await,
         },
@@ -185,9 +262,13 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
     }
     match outcome {
         Ok(executed) => {
-            state.store.finish_approval(approval_id, true, executed.status.as_u16(), &executed.data).await?;
+            // Kept without its one-time values; the approver sees them once.
+            state.store.finish_approval(approval_id, true, executed.status.as_u16(), &executed.storable()).await?;
             let approval = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
-            Ok(Executed { status: executed.status, data: serde_json::to_value(Approved { approval, result: executed.data }).map_err(ApiError::internal)? })
+            let one_time: Vec<String> = executed.one_time.iter().map(|p| format!("/result{p}")).collect();
+            let mut answer = Executed::with_status(executed.status, Approved { approval, result: executed.data })?;
+            answer.one_time = one_time;
+            Ok(answer)
         }
         Err(e) => {
             let body = serde_json::to_value(e.body()).map_err(ApiError::internal)?;
@@ -206,7 +287,7 @@ pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNo
     note.action("approvals.reject");
     note.target("approval", approval_id);
     note.approval(approval_id);
-    refuse_mcp(approver)?;
+    refuse_proposal_mode(&approver.principal, "rejecting a proposal")?;
     may_decide(state, approver, approval_id).await?;
     let approval = state
         .store
@@ -216,32 +297,24 @@ pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNo
     Executed::ok(json!({ "approval": approval }))
 }
 
-/// Changes a category's policy (administrators, not through MCP).
-pub async fn set_policy(
-    state: &AppState,
-    admin: &WorkspaceAccess,
-    note: &AuditNote,
-    category: Category,
-    requires_approval: Option<bool>,
-    approver_role: Option<Role>,
-) -> ApiResult<Policy> {
-    note.action("approval_policies.update");
-    note.target("approval_policy", category.as_str());
-    admin.require(Role::Administrator)?;
-    refuse_mcp(admin)?;
-    if approver_role == Some(Role::Viewer) {
+/// Changes a category's policy. Runs through the gate like every write
+/// ([`Operation::SetApprovalPolicy`]); administrators only, never for an
+/// MCP client (see [`crate::ops::authorise`]).
+pub async fn set_policy(state: &AppState, admin: &WorkspaceAccess, note: &AuditNote, change: crate::ops::PolicyChange) -> ApiResult<Policy> {
+    note.target("approval_policy", change.category.as_str());
+    if change.approver_role == Some(Role::Viewer) {
         return Err(ApiError::invalid_field("approver_role", "approver_role must be administrator or editor"));
     }
-    let current = policy(state, &admin.workspace_id, category).await?;
+    let current = policy(state, &admin.workspace_id, change.category).await?;
     state
         .store
         .set_approval_policy(
             &admin.workspace_id,
-            category.as_str(),
-            requires_approval.unwrap_or(current.requires_approval),
-            approver_role.unwrap_or(current.approver_role),
+            change.category.as_str(),
+            change.requires_approval.unwrap_or(current.requires_approval),
+            change.approver_role.unwrap_or(current.approver_role),
             &admin.principal.user_id,
         )
         .await?;
-    policy(state, &admin.workspace_id, category).await
+    policy(state, &admin.workspace_id, change.category).await
 }

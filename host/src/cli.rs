@@ -6,7 +6,7 @@ use secrecy::ExposeSecret;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::access::Role;
+use crate::access::{ClientSource, Role};
 use crate::config::{PluginArgs, ServeArgs, ServerConfig, StorageArgs, database_url};
 use crate::plugin::Runtime;
 use crate::plugin::registry::{Registry, validate_info};
@@ -109,7 +109,16 @@ pub enum AdminCommand {
         /// Days until the token expires (default: never).
         #[arg(long)]
         expires_in_days: Option<u32>,
+        /// The kind of client the token is for: `api`, `cli`, or `mcp` for
+        /// an assistant (its writes become proposals and it can never
+        /// approve one, whatever headers it sends).
+        #[arg(long, default_value = "cli", value_parser = parse_client)]
+        client: ClientSource,
     },
+}
+
+fn parse_client(s: &str) -> Result<ClientSource, String> {
+    ClientSource::parse(s).ok_or_else(|| "must be api, cli or mcp".into())
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -150,8 +159,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         );
                     }
                 }
-                AdminCommand::CreateToken { email, label, expires_in_days } => {
-                    let token = crate::admin::create_token(&store, &email, label.as_deref(), expires_in_days).await?;
+                AdminCommand::CreateToken { email, label, expires_in_days, client } => {
+                    let token = crate::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;
                     // The token itself goes to stdout alone, so scripts can
                     // capture it; the note goes to stderr.
                     eprintln!("API token for {} (shown once):", email.trim());
@@ -176,7 +185,9 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
     let settings = plugins.resolve(&storage.data_dir)?;
     let url = database_url(storage)?;
     let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-    let runtime = Runtime::new(settings.limits.clone(), Some(storage.data_dir.join("plugin-cache")))?;
+    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir)?;
+    let vault = crate::credentials::Vault::new(store.clone(), keyring);
+    let runtime = Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&storage.data_dir, &vault)))?;
     let registry = Registry::new(Arc::new(runtime), store.clone(), crate::server::bundled_plugins(), Some(settings.plugins_dir.clone()));
     registry.load_all().await;
     match cmd {

@@ -57,6 +57,92 @@ pub struct ServeArgs {
     /// "scopes", "client_id", "client_secret"}`.
     #[arg(long, env = "SERVICE_TASKAPP_OAUTH", hide_env_values = true)]
     pub taskapp_oauth: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Limits that keep one client or tenant from exhausting the server.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Open connections at most; more are closed at once.
+    #[arg(long, env = "SERVICE_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Seconds a client has to send a request's headers.
+    #[arg(long, env = "SERVICE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub header_read_timeout_secs: u64,
+    /// Seconds a request may take before it is answered 503.
+    #[arg(long, env = "SERVICE_REQUEST_TIMEOUT_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub request_timeout_secs: u64,
+    /// Requests per second from one client address (bursts of twice
+    /// that); 0 switches the limit off.
+    #[arg(long, env = "SERVICE_RATE_LIMIT_PER_ADDRESS", default_value_t = 500)]
+    pub rate_limit_per_address: u32,
+    /// Requests per second with one session's token (bursts of twice
+    /// that); 0 switches the limit off.
+    #[arg(long, env = "SERVICE_RATE_LIMIT_PER_SESSION", default_value_t = 200)]
+    pub rate_limit_per_session: u32,
+    /// Requests with invalid tokens one address may make per minute (and
+    /// at once) before it is refused without the token being looked up.
+    #[arg(long, env = "SERVICE_RATE_LIMIT_FAILED_AUTH", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub rate_limit_failed_auth: u32,
+    /// Jobs this server runs at once.
+    #[arg(long, env = "SERVICE_JOB_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub job_concurrency: u32,
+    /// Jobs of one workspace running at once on all servers together, so
+    /// one tenant's slow provider cannot take every runner.
+    #[arg(long, env = "SERVICE_JOB_CONCURRENCY_PER_WORKSPACE", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub job_concurrency_per_workspace: u32,
+    /// Seconds a job's runner may go without a heartbeat before another
+    /// runner takes the job over.
+    #[arg(long, env = "SERVICE_JOB_LEASE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub job_lease_secs: u64,
+}
+
+impl LimitArgs {
+    /// The limits these settings describe.
+    pub fn resolve(&self) -> ServerLimits {
+        use crate::http::throttle::Rate;
+        let rate = |n: u32| if n == 0 { Rate::OFF } else { Rate::per_second(n) };
+        ServerLimits {
+            max_connections: self.max_connections as usize,
+            header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_secs),
+            request_timeout: std::time::Duration::from_secs(self.request_timeout_secs),
+            throttle: crate::http::throttle::ThrottleSettings {
+                per_address: rate(self.rate_limit_per_address),
+                per_session: rate(self.rate_limit_per_session),
+                failures_per_address: Rate { per_second: f64::from(self.rate_limit_failed_auth) / 60.0, burst: f64::from(self.rate_limit_failed_auth) },
+            },
+            job_concurrency: self.job_concurrency as usize,
+            job_concurrency_per_workspace: i64::from(self.job_concurrency_per_workspace),
+            job_lease: std::time::Duration::from_secs(self.job_lease_secs),
+        }
+    }
+}
+
+/// Resolved limits of a running server.
+#[derive(Debug, Clone)]
+pub struct ServerLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: std::time::Duration,
+    pub request_timeout: std::time::Duration,
+    pub throttle: crate::http::throttle::ThrottleSettings,
+    pub job_concurrency: usize,
+    pub job_concurrency_per_workspace: i64,
+    pub job_lease: std::time::Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 1024,
+            header_read_timeout: std::time::Duration::from_secs(10),
+            request_timeout: std::time::Duration::from_secs(120),
+            throttle: Default::default(),
+            job_concurrency: 4,
+            job_concurrency_per_workspace: 2,
+            job_lease: std::time::Duration::from_secs(30),
+        }
+    }
 }
 
 /// Settings of the connector runtime and its egress policy.
@@ -81,7 +167,8 @@ pub struct PluginArgs {
     /// staging, private CAs).
     #[arg(long, env = "SERVICE_EGRESS_EXTRA_ROOTS")]
     pub egress_extra_roots: Option<PathBuf>,
-    /// Memory limit of one plugin invocation, in MiB.
+    /// Memory limit of one plugin invocation (all its memories together),
+    /// in MiB.
     #[arg(long, env = "SERVICE_PLUGIN_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(16..=4096))]
     pub plugin_memory_mb: u32,
     /// CPU budget of one plugin invocation, in milliseconds.
@@ -90,6 +177,15 @@ pub struct PluginArgs {
     /// Wall-clock limit of short plugin calls (check, preview, ...), in seconds.
     #[arg(long, env = "SERVICE_PLUGIN_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub plugin_timeout_secs: u64,
+    /// Plugin invocations running at once; more wait for a turn.
+    #[arg(long, env = "SERVICE_PLUGIN_MAX_CONCURRENT", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub plugin_max_concurrent: u32,
+    /// Hosts PostgreSQL destinations may connect to, comma-separated: exact
+    /// names, `*.suffix` patterns, IP addresses and networks
+    /// (`10.0.0.0/8`). A name must resolve to global addresses, or to
+    /// addresses in a listed network. Empty: no PostgreSQL destinations.
+    #[arg(long, env = "SERVICE_WAREHOUSE_ALLOWED_HOSTS", default_value = "")]
+    pub warehouse_allowed_hosts: String,
 }
 
 impl PluginArgs {
@@ -104,12 +200,14 @@ impl PluginArgs {
             cpu: std::time::Duration::from_millis(self.plugin_cpu_ms),
             memory_bytes: self.plugin_memory_mb as usize * 1024 * 1024,
             wall_short: std::time::Duration::from_secs(self.plugin_timeout_secs),
+            max_concurrent: self.plugin_max_concurrent as usize,
             ..Default::default()
         };
         Ok(PluginSettings {
             plugins_dir: self.plugins_dir.clone().unwrap_or_else(|| data_dir.join("plugins")),
             egress,
             limits,
+            warehouses: crate::destinations::postgres::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?,
         })
     }
 }
@@ -120,6 +218,8 @@ pub struct PluginSettings {
     pub plugins_dir: PathBuf,
     pub egress: crate::egress::EgressPolicy,
     pub limits: crate::plugin::sandbox::Limits,
+    /// Where PostgreSQL destinations may connect.
+    pub warehouses: crate::destinations::postgres::WarehousePolicy,
 }
 
 /// A configuration problem, reported as one line naming the setting.
@@ -154,6 +254,8 @@ pub struct ServerConfig {
     pub plugins: PluginSettings,
     /// Operator OAuth clients.
     pub oauth: crate::oauth::OAuthSettings,
+    /// Connection, request, rate and job limits.
+    pub limits: ServerLimits,
 }
 
 impl ServerConfig {
@@ -187,6 +289,7 @@ impl ServerConfig {
             bootstrap_email,
             plugins: serve.plugins.resolve(&storage.data_dir)?,
             oauth: crate::oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
+            limits: serve.limits.resolve(),
         })
     }
 }
@@ -221,6 +324,27 @@ pub fn database_url(storage: &StorageArgs) -> Result<String, ConfigError> {
     }
 }
 
+/// Refuses a data directory other users can enter: it holds the master
+/// key, the SQLite database and the warehouses. Checked at every start,
+/// since a directory created right can be opened up later.
+pub fn check_data_dir(dir: &Path) -> Result<(), ConfigError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir)
+            .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot read {}: {e}", dir.display())))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(ConfigError::new(
+                "SERVICE_DATA_DIR",
+                format!("{} is open to other users (mode {:o}); it holds the master key and the data: run chmod 700 {}", dir.display(), mode & 0o777, dir.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Creates the data directory (mode 0700) if needed.
 pub fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
     let mut builder = std::fs::DirBuilder::new();
@@ -230,4 +354,104 @@ pub fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
     builder
         .create(dir)
         .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot create {}: {e}", dir.display())))
+}
+
+/// libpq's environment variables, which the PostgreSQL driver reads for
+/// every connection it opens, and the URL parameter each is for the
+/// control database.
+const POSTGRES_ENVIRONMENT: &[(&str, &str)] = &[
+    ("PGHOSTADDR", "host"),
+    ("PGHOST", "host"),
+    ("PGPORT", "port"),
+    ("PGUSER", "user"),
+    ("PGPASSWORD", "password"),
+    ("PGDATABASE", "dbname"),
+    ("PGSSLMODE", "sslmode"),
+    ("PGSSLROOTCERT", "sslrootcert"),
+    ("PGSSLCERT", "sslcert"),
+    ("PGSSLKEY", "sslkey"),
+    ("PGAPPNAME", "application_name"),
+    ("PGOPTIONS", "options"),
+];
+
+/// Takes the server's own PostgreSQL settings out of the environment. The
+/// driver would otherwise apply them to every connection it opens, tenants'
+/// destinations included (a destination without a password would be sent
+/// `PGPASSWORD`, with the operator's client certificate). They are meant
+/// for the control database, so they move into its URL (as defaults for
+/// what the URL does not say) and nowhere else.
+///
+/// Must run before any other thread exists: it changes the environment.
+pub fn isolate_postgres_environment(storage: &mut StorageArgs) -> Result<(), ConfigError> {
+    let found: Vec<(&str, &str, String)> =
+        POSTGRES_ENVIRONMENT.iter().filter_map(|(var, param)| std::env::var(var).ok().map(|v| (*var, *param, v))).collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    if let Some(url) = storage.database_url.as_mut()
+        && (url.starts_with("postgres:") || url.starts_with("postgresql:"))
+    {
+        *url = fold_postgres_environment(url, &found)?;
+    }
+    for (var, _, _) in &found {
+        // SAFETY: called from `main` before the runtime or any other thread
+        // starts, so nothing reads the environment concurrently.
+        unsafe { std::env::remove_var(var) };
+    }
+    Ok(())
+}
+
+/// The control database's URL with the environment's settings added where
+/// the URL is silent (the environment never overrides the URL).
+fn fold_postgres_environment(raw: &str, found: &[(&str, &str, String)]) -> Result<String, ConfigError> {
+    let mut url = Url::parse(raw).map_err(|e| ConfigError::new("DATABASE_URL", format!("not a URL: {e}")))?;
+    let given: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
+    let mut added: Vec<(&str, String)> = Vec::new();
+    for (_, param, value) in found {
+        let silent = !given.iter().any(|k| k == param)
+            && !added.iter().any(|(k, _)| k == param)
+            && match *param {
+                "host" => url.host_str().is_none_or(str::is_empty),
+                "port" => url.port().is_none(),
+                "user" => url.username().is_empty(),
+                "password" => url.password().is_none(),
+                "dbname" => url.path().trim_start_matches('/').is_empty(),
+                _ => true,
+            };
+        if silent {
+            added.push((param, value.clone()));
+        }
+    }
+    if !added.is_empty() {
+        url.query_pairs_mut().extend_pairs(added);
+    }
+    Ok(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_fills_in_only_what_the_control_database_url_leaves_out() {
+        let found = vec![
+            ("PGHOST", "host", "db.internal".to_owned()),
+            ("PGPASSWORD", "password", "from-env".to_owned()),
+            ("PGUSER", "user", "envuser".to_owned()),
+            ("PGSSLMODE", "sslmode", "require".to_owned()),
+        ];
+        let url = fold_postgres_environment("postgres://alice@control.example.com/service", &found).unwrap();
+        let parsed = Url::parse(&url).unwrap();
+        let params: Vec<(String, String)> = parsed.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+        assert_eq!(parsed.host_str(), Some("control.example.com"), "the URL's host stays");
+        assert_eq!(parsed.username(), "alice", "the URL's user stays");
+        assert!(params.contains(&("password".into(), "from-env".into())));
+        assert!(params.contains(&("sslmode".into(), "require".into())));
+        assert!(!params.iter().any(|(k, _)| k == "host" || k == "user"));
+        let bare = fold_postgres_environment("postgres:///service?sslmode=disable", &found).unwrap();
+        let params: Vec<(String, String)> = Url::parse(&bare).unwrap().query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+        assert!(params.contains(&("host".into(), "db.internal".into())));
+        assert!(params.contains(&("user".into(), "envuser".into())));
+        assert_eq!(params.iter().filter(|(k, _)| k == "sslmode").count(), 1, "the URL's own sslmode wins");
+    }
 }

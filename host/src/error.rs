@@ -82,6 +82,14 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, code, message)
     }
 
+    /// 409 for something the operator has not set up (an OAuth client, an
+    /// allowed host): not the client's fault, not transient, and retrying
+    /// will not help until the operator acts; the code names the setting's
+    /// subject and the message the setting.
+    pub fn not_configured(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
     /// 500: logs `cause` and tells the client only that it failed.
     pub fn internal(cause: impl Into<anyhow::Error>) -> Self {
         let mut e = Self::new(StatusCode::INTERNAL_SERVER_ERROR, "500", "internal error; the request id identifies it in the server log");

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::destinations::{DestinationConfig, Loader, QUEUE_BYTES, Work, WorkSender, WriteError, Writer, Written, gather, queue};
+use crate::destinations::{DestinationConfig, Loader, Place, QUEUE_BYTES, Work, WorkSender, WriteError, Writer, Written, gather, queue};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
@@ -29,51 +29,65 @@ use crate::server::AppState;
 use crate::store::now_ms;
 use crate::store::pipelines::{Job, Schedule, StreamSyncMode};
 
-/// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`,
-/// default 30): after a runner dies, its job is taken over this long after
-/// its last heartbeat.
-pub fn lease_ms() -> i64 {
-    static LEASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    *LEASE.get_or_init(|| {
-        std::env::var("SERVICE_JOB_LEASE_SECS").ok().and_then(|v| v.parse::<i64>().ok()).filter(|v| (1..=3600).contains(v)).unwrap_or(30) * 1000
-    })
+/// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
+/// after a runner dies, its job is taken over this long after its last
+/// heartbeat.
+fn lease_ms(state: &AppState) -> i64 {
+    state.config.limits.job_lease.as_millis() as i64
 }
 
 /// Heartbeat period: a third of the lease.
-fn heartbeat() -> Duration {
-    Duration::from_millis((lease_ms() / 3) as u64)
+fn heartbeat(state: &AppState) -> Duration {
+    state.config.limits.job_lease / 3
 }
 /// Attempts before a transiently failing job fails for good.
 const MAX_ATTEMPTS: i64 = 3;
 
-/// Runs jobs and schedules until the task is aborted. The scheduler ticks
-/// on its own, so due runs are noticed (and skipped) while a job runs.
+/// Runs jobs and schedules until the task is aborted: as many runners as
+/// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the least busy
+/// workspace first and none of a workspace that has
+/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` running (on any server), so one
+/// tenant's slow provider cannot hold every runner. The scheduler ticks on
+/// its own, so due runs are noticed (and skipped) while jobs run.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
-        let runner = async {
-            loop {
-                match state.store.claim_job(&owner, lease_ms()).await {
-                    Ok(Some(job)) => run(&state, &owner, job).await,
-                    // Jobs queued by another replica are found by polling.
-                    Ok(None) => {
-                        let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not claim jobs");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+        let runners = (0..state.config.limits.job_concurrency).map(|_| {
+            let state = state.clone();
+            async move {
+                let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
+                loop {
+                    match state.store.claim_job(&owner, lease_ms(&state), state.config.limits.job_concurrency_per_workspace).await {
+                        Ok(Some(job)) => run(&state, &owner, job).await,
+                        // Jobs queued by another replica are found by polling.
+                        Ok(None) => {
+                            let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not claim jobs");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
                     }
                 }
             }
-        };
+        });
+        let runners = futures_join_all(runners.collect());
         let scheduler = async {
             loop {
                 schedule_due(&state).await;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         };
-        tokio::join!(runner, scheduler);
+        tokio::join!(runners, scheduler);
     })
+}
+
+/// Runs futures to completion side by side.
+async fn futures_join_all<F: Future<Output = ()> + Send + 'static>(futures: Vec<F>) {
+    let mut set = tokio::task::JoinSet::new();
+    for f in futures {
+        set.spawn(f);
+    }
+    while set.join_next().await.is_some() {}
 }
 
 async fn schedule_due(state: &AppState) {
@@ -263,8 +277,8 @@ async fn run(state: &AppState, owner: &str, job: Job) {
         let (state, owner, id, cancelled) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancelled.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(heartbeat()).await;
-                if !state.store.heartbeat(&id, &owner, lease_ms()).await.unwrap_or(true) {
+                tokio::time::sleep(heartbeat(&state)).await;
+                if !state.store.heartbeat(&id, &owner, lease_ms(&state)).await.unwrap_or(true) {
                     cancelled.store(true, Ordering::SeqCst);
                     return;
                 }
@@ -307,12 +321,13 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
     let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
     let config = crate::destinations::validate(&dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
     let password = match &config {
-        DestinationConfig::Postgres { url, credential_handle: Some(h) } => {
-            Some(state.vault.reveal(ws, h, url.host_str().unwrap_or_default()).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
+        DestinationConfig::Postgres { target, credential_handle: Some(h) } => {
+            Some(state.vault.reveal(ws, h, &target.host).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
         }
         _ => None,
     };
-    let writer = Writer::open(&config, &state.config.data_dir, password).await.map_err(Failure::Transient)?;
+    let place = Place { data_dir: &state.config.data_dir, workspace_id: ws, warehouses: &state.config.plugins.warehouses };
+    let writer = Writer::open(&config, &place, password).await.map_err(Failure::Transient)?;
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
     let catalog = state.plugins.runtime().discover(&plugin, ws, &state.egress, &source_config).await.map_err(|e| {

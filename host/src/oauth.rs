@@ -103,7 +103,7 @@ async fn provider(config: &crate::config::ServerConfig, plugins: &crate::plugin:
     let settings = &config.oauth;
     if target == TASKAPP {
         let t = settings.taskapp.clone().ok_or_else(|| {
-            ApiError::unavailable("the operator has not configured the task app's OAuth client (SERVICE_TASKAPP_OAUTH)").with_details(json!({ "code": "OAUTH_NOT_CONFIGURED" }))
+            ApiError::not_configured("OAUTH_NOT_CONFIGURED", "the operator has not configured the task app's OAuth client (SERVICE_TASKAPP_OAUTH)")
         })?;
         let mut hosts = Vec::new();
         for u in [&t.token_url, &t.authorize_url] {
@@ -128,7 +128,7 @@ async fn provider(config: &crate::config::ServerConfig, plugins: &crate::plugin:
         ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth").with_details(json!({ "connector_id": plugin.info.id }))
     })?;
     let client = settings.clients.get(&plugin.info.id).cloned().ok_or_else(|| {
-        ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, "OAUTH_NOT_CONFIGURED", "the operator has not configured an OAuth client for this connector")
+        ApiError::not_configured("OAUTH_NOT_CONFIGURED", "the operator has not configured an OAuth client for this connector (SERVICE_OAUTH_CLIENTS)")
             .with_details(json!({ "connector_id": plugin.info.id }))
     })?;
     Ok(Provider {
@@ -147,8 +147,9 @@ fn random_b64(bytes: usize) -> String {
     URL_SAFE_NO_PAD.encode(b)
 }
 
-/// Starts a flow: answers the provider's authorization URL.
-pub async fn start(state: &crate::server::AppState, workspace_id: &str, user_id: &str, target: &str) -> Result<Value, ApiError> {
+/// Starts a flow for `access` (the session and client are remembered):
+/// answers the provider's authorization URL.
+pub async fn start(state: &crate::server::AppState, access: &crate::access::WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
     let p = provider(&state.config, &state.plugins, target).await?;
     let target = p.connector_id.clone().unwrap_or_else(|| TASKAPP.to_owned());
     let st = random_b64(32);
@@ -161,13 +162,15 @@ pub async fn start(state: &crate::server::AppState, workspace_id: &str, user_id:
         .create_oauth_state(
             &crate::tokens::hash(&st),
             &OAuthState {
-                workspace_id: workspace_id.to_owned(),
-                user_id: user_id.to_owned(),
+                workspace_id: access.workspace_id.clone(),
+                user_id: access.principal.user_id.clone(),
                 target: target.clone(),
                 code_verifier: verifier,
                 redirect_uri: redirect_uri.clone(),
                 expires_at,
                 used: false,
+                session_id: Some(access.principal.session_id.clone()).filter(|s| !s.is_empty()),
+                client_source: access.principal.client.as_str().to_owned(),
             },
         )
         .await?;
@@ -210,6 +213,9 @@ pub struct Callback {
 pub struct Completed {
     pub workspace_id: String,
     pub user_id: String,
+    /// The session and client that started the flow.
+    pub session_id: Option<String>,
+    pub client_source: String,
     pub connector_id: String,
     hosts: Vec<String>,
     metadata: Value,
@@ -280,11 +286,38 @@ pub async fn complete(state: &crate::server::AppState, cb: &Callback, expect: Op
     Ok(Completed {
         workspace_id: flow.workspace_id,
         user_id: flow.user_id,
+        session_id: flow.session_id,
+        client_source: flow.client_source,
         connector_id: p.connector_id.unwrap_or_else(|| TASKAPP.to_owned()),
         hosts,
         metadata,
         material: Some(SecretMaterial { secret: tokens.access_token, refresh_token: tokens.refresh_token }),
         access_expires_at: tokens.expires_in.map(|s| now_ms() + s * 1000),
+    })
+}
+
+/// The session that started a completed flow, as it stands now: the
+/// initiator's current role in the workspace and the client kind the flow
+/// was started with. A flow whose session was revoked, or whose initiator
+/// left the workspace, completes for nobody.
+pub async fn initiator(state: &crate::server::AppState, done: &Completed) -> Result<crate::access::WorkspaceAccess, ApiError> {
+    let refused = || ApiError::permission_denied("permission denied: whoever started this authorisation can no longer complete it");
+    if let Some(session_id) = &done.session_id {
+        let session = state.store.session(session_id).await?.ok_or_else(refused)?;
+        if session.revoked_at.is_some() {
+            return Err(refused());
+        }
+    }
+    let role = state.store.role_in(&done.user_id, &done.workspace_id).await?.ok_or_else(refused)?;
+    Ok(crate::access::WorkspaceAccess {
+        principal: crate::access::Principal {
+            user_id: done.user_id.clone(),
+            session_id: done.session_id.clone().unwrap_or_default(),
+            client: crate::access::ClientSource::parse(&done.client_source).unwrap_or(crate::access::ClientSource::Mcp),
+            proposal_requested: false,
+        },
+        workspace_id: done.workspace_id.clone(),
+        role,
     })
 }
 

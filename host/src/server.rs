@@ -26,6 +26,12 @@ pub fn bundled_plugins() -> Vec<(&'static str, &'static [u8])> {
     bundled::BUNDLED.to_vec()
 }
 
+/// The compiled-plugin cache of a data directory, authenticated with a key
+/// derived from the master key.
+pub fn compile_cache(data_dir: &std::path::Path, vault: &Vault) -> crate::plugin::CompileCache {
+    crate::plugin::CompileCache { dir: data_dir.join("plugin-cache"), key: vault.derived_key("plugin-cache").into_secret() }
+}
+
 /// How often the plugins directory and the database's plugin states are
 /// checked for changes.
 const PLUGIN_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -54,13 +60,21 @@ pub struct AppState {
     /// Wakes this server's job runner when it queues a job, so the job
     /// starts now rather than at the runner's next poll.
     pub jobs_queued: Arc<tokio::sync::Notify>,
+    /// Keys the fingerprints of idempotent requests (their bodies may hold
+    /// secrets).
+    pub fingerprint_key: Arc<crate::credentials::keyring::DerivedKey>,
+    /// Request rate limits.
+    pub throttle: Arc<crate::http::throttle::Throttle>,
 }
 
 impl AppState {
     /// Opens the database (running migrations) and performs first-run
     /// bootstrap.
     pub async fn open(config: ServerConfig) -> anyhow::Result<Self> {
+        crate::config::ensure_data_dir(&config.data_dir)?;
+        crate::config::check_data_dir(&config.data_dir)?;
         let store = Store::connect(&config.database_url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+        crate::destinations::relocate_shared_files(&store, &config.data_dir).await;
         match admin::bootstrap(&store, &config).await? {
             Bootstrap::AlreadyInitialised => {}
             Bootstrap::WithToken { workspace_id, email } => {
@@ -80,7 +94,7 @@ impl AppState {
         let keyring = Keyring::load(&config.data_dir)?;
         let vault = Vault::new(store.clone(), keyring);
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
-        let runtime = Runtime::new(config.plugins.limits.clone(), Some(config.data_dir.join("plugin-cache")))?;
+        let runtime = Runtime::new(config.plugins.limits.clone(), Some(compile_cache(&config.data_dir, &vault)))?;
         if let Err(e) = crate::config::ensure_data_dir(&config.plugins.plugins_dir) {
             tracing::warn!(error = %e, "plugins directory unavailable");
         }
@@ -98,7 +112,22 @@ impl AppState {
         let session_cache = (store.backend() == crate::store::Backend::Sqlite)
             .then(|| Arc::new(crate::access::SessionCache::new(std::time::Duration::from_secs(5))));
         let me_cache = session_cache.as_ref().map(|_| Arc::new(crate::http::me::MeCache::new()));
-        Ok(AppState { store, config, metrics: crate::telemetry::metrics_handle(), vault, egress, plugins, refresher, session_cache, me_cache, jobs_queued: Arc::new(tokio::sync::Notify::new()) })
+        let fingerprint_key = Arc::new(vault.derived_key("idempotency-fingerprint"));
+        let throttle = Arc::new(crate::http::throttle::Throttle::new(config.limits.throttle));
+        Ok(AppState {
+            store,
+            config,
+            metrics: crate::telemetry::metrics_handle(),
+            vault,
+            egress,
+            plugins,
+            refresher,
+            session_cache,
+            me_cache,
+            jobs_queued: Arc::new(tokio::sync::Notify::new()),
+            fingerprint_key,
+            throttle,
+        })
     }
 }
 
@@ -110,6 +139,7 @@ pub struct RunningServer {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     watcher: tokio::task::JoinHandle<()>,
     runner: tokio::task::JoinHandle<()>,
+    sweeper: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -117,10 +147,73 @@ impl RunningServer {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.watcher.abort();
         self.runner.abort();
+        self.sweeper.abort();
         let _ = self.shutdown.send(true);
         self.task.await??;
         Ok(())
     }
+}
+
+/// How often expired one-time records are swept.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long running requests get to finish when the server stops.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Accepts connections until `shutdown`: at most `max_connections` open at
+/// once (more are closed at once rather than queued), each with a deadline
+/// for its request headers, so slow or idle clients cannot hold the server.
+async fn serve_connections(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: crate::config::ServerLimits,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(std::time::Duration::from_secs(30)));
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    metrics::counter!("http_connections_refused_total").increment(1);
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let service = app.clone().map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                    req
+                });
+                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(service));
+                let connection = graceful.watch(connection.into_owned());
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                    drop(permit);
+                });
+            }
+            () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(DRAIN_TIME) => tracing::warn!("connections still open after the drain time; closing them"),
+    }
+    Ok(())
 }
 
 /// Binds `config.bind` and serves the application until stopped.
@@ -143,16 +236,24 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
         }
     });
     let runner = crate::jobs::spawn(state.clone());
+    let sweeper = {
+        let store = state.store.clone();
+        tokio::spawn(async move {
+            loop {
+                match store.sweep_expired(crate::store::now_ms()).await {
+                    Ok(n) if n > 0 => tracing::info!(records = n, "swept expired one-time records"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not sweep expired records"),
+                }
+                tokio::time::sleep(SWEEP_INTERVAL).await;
+            }
+        })
+    };
+    let limits = state.config.limits.clone();
     let app = crate::http::app(state);
-    let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
-    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner })
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(serve_connections(listener, app, limits, rx));
+    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner, sweeper })
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.

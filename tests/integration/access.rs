@@ -20,7 +20,11 @@ backend_tests! {
                 .unwrap();
             let body = expect_error(resp, 403, "403").await;
             assert!(body["message"].as_str().unwrap().contains("permission denied"));
-            expect_error(srv.request_as(&token, Method::GET, "/v1/sessions").send().await.unwrap(), 403, "403").await;
+            expect_error(srv.request_as(&token, Method::GET, "/v1/approval-policies").send().await.unwrap(), 403, "403").await;
+            // Sessions: each member sees their own, and no one else's.
+            let own = json_ok(srv.request_as(&token, Method::GET, "/v1/sessions").send().await.unwrap()).await;
+            let items = own["data"]["items"].as_array().unwrap();
+            assert_eq!(items.len(), 1, "{own}");
             // Reading members is open to every member.
             json_ok(srv.request_as(&token, Method::GET, &format!("/v1/workspaces/{ws}/members")).send().await.unwrap()).await;
         }
@@ -46,9 +50,9 @@ backend_tests! {
         let user_id = me["data"]["user"]["user_id"].as_str().unwrap().to_owned();
         srv.state.store.add_member(&ws, &user_id, Role::Viewer).await.unwrap();
         // Default workspace: the oldest membership (the other workspace, as administrator).
-        json_ok(srv.request_as(&other_admin, Method::GET, "/v1/sessions").send().await.unwrap()).await;
+        json_ok(srv.request_as(&other_admin, Method::GET, "/v1/approval-policies").send().await.unwrap()).await;
         // Selecting the first workspace, where they are a viewer: 403.
-        let resp = srv.request_as(&other_admin, Method::GET, "/v1/sessions").header("x-service-workspace", &ws).send().await.unwrap();
+        let resp = srv.request_as(&other_admin, Method::GET, "/v1/approval-policies").header("x-service-workspace", &ws).send().await.unwrap();
         expect_error(resp, 403, "403").await;
         let list = json_ok(srv.request_as(&other_admin, Method::GET, "/v1/workspaces").send().await.unwrap()).await;
         let ids: Vec<_> = list["data"]["items"].as_array().unwrap().iter().map(|w| w["workspace_id"].as_str().unwrap().to_owned()).collect();

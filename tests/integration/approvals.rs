@@ -84,7 +84,7 @@ backend_tests! {
         // Ten approvers click at once: one execution.
         let mut handles = Vec::new();
         for _ in 0..10 {
-            let req = srv.request(Method::POST, &format!("/v1/approvals/{id}/approve"));
+            let req = srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve"));
             handles.push(tokio::spawn(async move { req.send().await.unwrap() }));
         }
         let mut oks = Vec::new();
@@ -122,7 +122,7 @@ backend_tests! {
         assert_eq!(listed["data"]["items"][0]["result"]["status"], 201);
 
         // Rejecting after approving: 409, nothing changes.
-        let resp = srv.request(Method::POST, &format!("/v1/approvals/{id}/reject")).send().await.unwrap();
+        let resp = srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/reject")).send().await.unwrap();
         let b = expect_error(resp, 409, "APPROVAL_NOT_PENDING").await;
         assert_eq!(b["details"]["status"], "executed");
     }
@@ -131,9 +131,9 @@ backend_tests! {
         let ws = srv.workspace_id().await;
         let body = json_ok(invite(srv, &srv.admin_token, &ws, "r@example.test", &[("x-service-execution-mode", "proposal")]).await).await;
         let id = body["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
-        let rejected = json_ok(srv.request(Method::POST, &format!("/v1/approvals/{id}/reject")).send().await.unwrap()).await;
+        let rejected = json_ok(srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/reject")).send().await.unwrap()).await;
         assert_eq!(rejected["data"]["approval"]["status"], "rejected");
-        let b = expect_error(srv.request(Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 409, "APPROVAL_NOT_PENDING").await;
+        let b = expect_error(srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 409, "APPROVAL_NOT_PENDING").await;
         assert_eq!(b["details"]["status"], "rejected");
 
         let me = json_ok(srv.get("/v1/me").send().await.unwrap()).await;
@@ -158,7 +158,7 @@ backend_tests! {
             .unwrap();
         let listed = json_ok(srv.get("/v1/approvals?status=expired").send().await.unwrap()).await;
         assert_eq!(listed["data"]["items"][0]["approval_id"], expired.approval_id.as_str());
-        let resp = srv.request(Method::POST, &format!("/v1/approvals/{}/approve", expired.approval_id)).send().await.unwrap();
+        let resp = srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{}/approve", expired.approval_id)).send().await.unwrap();
         expect_error(resp, 409, "APPROVAL_EXPIRED").await;
         assert_eq!(invitation_count(srv).await, 0);
         expect_error(srv.request(Method::POST, "/v1/approvals/apr_missing/approve").send().await.unwrap(), 404, "404").await;
@@ -170,7 +170,7 @@ backend_tests! {
         let body = json_ok(invite(srv, &srv.admin_token, &ws, "e@example.test", &[("x-service-execution-mode", "proposal")]).await).await;
         let id = body["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
         expect_error(srv.request_as(&editor, Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 403, "403").await;
-        let resp = srv.request(Method::POST, &format!("/v1/approvals/{id}/approve")).header("x-service-client", "mcp").send().await.unwrap();
+        let resp = srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve")).header("x-service-client", "mcp").send().await.unwrap();
         expect_error(resp, 403, "403").await;
 
         json_ok(srv.request(Method::PATCH, "/v1/approval-policies/workspace_admin").json(&json!({"approver_role": "editor"})).send().await.unwrap()).await;
@@ -193,7 +193,7 @@ backend_tests! {
             .unwrap();
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
         let id = json_ok(resp).await["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
-        let b = expect_error(srv.request(Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 409, "LAST_ADMINISTRATOR").await;
+        let b = expect_error(srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 409, "LAST_ADMINISTRATOR").await;
         assert_eq!(b["details"]["approval_id"], id.as_str());
         let a = json_ok(srv.get("/v1/approvals?status=failed").send().await.unwrap()).await;
         let item: &Value = &a["data"]["items"][0];

@@ -20,7 +20,7 @@ fn service(data_dir: &std::path::Path) -> Command {
 
 #[test]
 fn bad_configuration_is_one_line_naming_the_setting() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::support::private_dir();
     let out = service(dir.path()).env("DATABASE_URL", "mysql://localhost/x").args(["serve"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -83,7 +83,7 @@ fn spawn_server(data_dir: &std::path::Path) -> (std::process::Child, String, Vec
 #[test]
 fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
     crate::support::init_crypto();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::support::private_dir();
     let (mut child, base, lines) = spawn_server(dir.path());
     let link = lines.iter().find_map(|l| l.trim().strip_prefix(&format!("{base}/login/")).map(|c| format!("{base}/login/{c}")));
     let client = reqwest::blocking::Client::new();
@@ -114,7 +114,7 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
 #[test]
 fn admin_commands_mint_a_working_token_offline() {
     crate::support::init_crypto();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::support::private_dir();
     // Initialise the database through a first start, then stop.
     let (mut child, _, _) = spawn_server(dir.path());
     let _ = child.kill();

@@ -75,7 +75,7 @@ backend_tests! {
 
     async fn an_entry_link_lets_a_person_type_the_secret_once(srv) {
         let resp = srv
-            .post("/v1/credentials/entry-links", json!({ "hosts": ["api.example.com"], "label": "from my assistant" }))
+            .post("/v1/credentials/entry-links", json!({ "hosts": ["team.mailcoach.app"], "label": "from my assistant" }))
             .header("x-service-client", "mcp")
             .send()
             .await
@@ -104,7 +104,7 @@ backend_tests! {
         assert_eq!(srv.client.post(&url).form(&[("secret", "again")]).send().await.unwrap().status(), StatusCode::GONE);
         assert_eq!(srv.client.get(&url).send().await.unwrap().status(), StatusCode::GONE);
         let ws = srv.workspace_id().await;
-        let rec = srv.state.vault.reveal(&ws, &handle, "api.example.com").await.unwrap();
+        let rec = srv.state.vault.reveal(&ws, &handle, "team.mailcoach.app").await.unwrap();
         assert_eq!(rec.expose_secret(), secret);
     }
 
@@ -127,7 +127,7 @@ backend_tests! {
         let cid = approval["operation"]["credential_id"].as_str().unwrap();
         let pending = json_ok(srv.get(&format!("/v1/credentials/{cid}")).send().await.unwrap()).await;
         assert_eq!(pending["data"]["status"], "pending_approval");
-        json_ok(srv.request(Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap()).await;
+        json_ok(srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap()).await;
         let active = json_ok(srv.get(&format!("/v1/credentials/{cid}")).send().await.unwrap()).await;
         assert_eq!(active["data"]["status"], "active");
     }
@@ -172,7 +172,7 @@ async fn rotating_the_master_key_reseals_every_credential() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_environment() {
     use base64::Engine;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = crate::support::private_dir();
     let url = format!("sqlite://{}/service.db?mode=rwc", dir.path().display());
     let old = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
     let new = base64::engine::general_purpose::STANDARD.encode([9u8; 32]);

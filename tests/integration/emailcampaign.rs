@@ -381,7 +381,7 @@ async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
     let p = json_ok(srv.post("/v1/pipelines", body).send().await.unwrap()).await;
     let pipeline = p["data"]["pipeline_id"].as_str().unwrap().to_owned();
 
-    let warehouse = format!("sqlite://{}?mode=ro", srv.data_dir.join("warehouses/mail.db").display());
+    let warehouse = format!("sqlite://{}?mode=ro", srv.warehouse(&srv.workspace_id().await, "mail.db").display());
     let expected = [("campaigns", 25), ("campaign_statistics", 25), ("email_lists", 1), ("subscribers", 130)];
     for run in 0..2 {
         let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;

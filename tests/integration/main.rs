@@ -18,3 +18,4 @@ mod pipelines;
 mod runtime;
 mod secrets;
 mod sessions;
+mod trust;

@@ -76,9 +76,9 @@ backend_tests! {
         assert_eq!(text_of(&self_approve)["code"], "403");
 
         // A person approves over HTTP: executed once.
-        let resp = srv.request(Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap();
+        let resp = srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::CREATED);
-        expect_error(srv.request(Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 409, "APPROVAL_NOT_PENDING").await;
+        expect_error(srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{id}/approve")).send().await.unwrap(), 409, "APPROVAL_NOT_PENDING").await;
         let invited = json_ok(srv.get("/v1/audit-logs?action=members.invite&outcome=succeeded").send().await.unwrap()).await;
         let items = invited["data"]["items"].as_array().unwrap();
         assert_eq!(items.len(), 1);

@@ -209,6 +209,8 @@ async fn every_failure_has_its_own_code(backend: Backend) {
                 redirect_uri: "r".into(),
                 expires_at: service::store::now_ms() - 1,
                 used: false,
+                session_id: None,
+                client_source: "api".into(),
             },
         )
         .await
@@ -226,11 +228,22 @@ async fn browsers_complete_the_flow_on_the_landing_page(backend: Backend) {
     let page = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}&iss=https%3A%2F%2Fauth.social.test"))).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     let html = page.text().await.unwrap();
+    // The landing names who started the flow and for which workspace, and
+    // stores nothing until a person confirms.
+    assert!(html.contains("admin@example.test") && html.contains("Default workspace"), "{html}");
+    assert!(!html.contains("<code>ch_"), "{html}");
+    let none = json_ok(fx.srv.get("/v1/credentials").send().await.unwrap()).await;
+    assert!(none["data"]["items"].as_array().unwrap().iter().all(|c| c["kind"] != "oauth2"), "{none}");
+    let done = fx.srv.client.post(fx.srv.url("/oauth/callback")).form(&[("state", state.as_str()), ("code", code.as_str())]).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::OK);
+    let html = done.text().await.unwrap();
     let start = html.find("<code>ch_").unwrap() + 6;
     let handle = &html[start..start + html[start..].find("</code>").unwrap()];
     assert!(fx.check(handle).await.unwrap().ok);
-    let again = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}"))).send().await.unwrap();
+    let again = fx.srv.client.post(fx.srv.url("/oauth/callback")).form(&[("state", state.as_str()), ("code", code.as_str())]).send().await.unwrap();
     assert_eq!(again.status(), StatusCode::CONFLICT);
+    let landing = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}"))).send().await.unwrap();
+    assert_eq!(landing.status(), StatusCode::GONE, "a spent flow has nothing to confirm");
 }
 
 async fn the_task_app_flow_yields_a_workspace_credential(backend: Backend) {

@@ -145,7 +145,7 @@ async fn a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates(back
     assert_eq!(job["progress"]["streams"]["events"]["records"], 1000);
     assert!(job["progress"]["bytes"].as_u64().unwrap() > 10_000);
     assert_eq!(job["attempts"], 1);
-    let url = format!("sqlite://{}?mode=ro", fx.srv.data_dir.join("warehouses/warehouse.db").display());
+    let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&fx.srv.workspace_id().await, "warehouse.db").display());
     assert_eq!(count_rows(&url, "events").await, 1000);
     // The next incremental sync re-reads the last page; deduplication keeps 1000 rows.
     assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
@@ -169,7 +169,7 @@ async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
     for _ in 0..2 {
         assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
     }
-    let text = std::fs::read_to_string(fx.srv.data_dir.join("exports/exports-1/events.jsonl")).unwrap();
+    let text = std::fs::read_to_string(fx.srv.exports(&fx.srv.workspace_id().await, "exports-1").join("events.jsonl")).unwrap();
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 450, "overwrite replaced the first sync's file");
     assert!(lines[0]["_service_raw_id"].is_string() && lines[0]["_service_extracted_at"].is_i64() && lines[0]["_service_meta"].is_object());
@@ -226,7 +226,7 @@ async fn a_changed_schedule_refuses_stale_sync_commands_and_proposals(backend: B
     let resp = fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).header("if-match", format!("\"{version}\"")).send().await.unwrap();
     let e = expect_error(resp, 409, "EXECUTION_CONFLICT").await;
     assert_eq!(e["details"]["reason"], "schedule_changed");
-    let e = expect_error(fx.srv.request(Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap(), 409, "EXECUTION_CONFLICT").await;
+    let e = expect_error(fx.srv.request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap(), 409, "EXECUTION_CONFLICT").await;
     assert_eq!(e["details"]["current_schedule_version"], version + 1);
     let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
     assert!(p["data"]["active_job"].is_null(), "a 409 never creates a job");
@@ -344,6 +344,8 @@ struct Processes {
     env: Vec<(&'static str, String)>,
     token: String,
     client: reqwest::Client,
+    /// The bootstrap administrator's workspace, once a pipeline is made.
+    workspace: std::sync::OnceLock<String>,
 }
 
 impl Processes {
@@ -363,7 +365,7 @@ impl Processes {
             ("SERVICE_EGRESS_RESOLVE", provider.pins(&["api.source.test"])),
             ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
         ];
-        Processes { dir, env, token, client: reqwest::Client::new() }
+        Processes { dir, env, token, client: reqwest::Client::new(), workspace: Default::default() }
     }
 
     fn api(&self, base: &str, m: Method, p: &str) -> reqwest::RequestBuilder {
@@ -374,6 +376,10 @@ impl Processes {
     /// source reading `page_size` records per page, an SQLite destination
     /// `w.db` and a deduplicated pipeline; returns the pipeline id.
     async fn pipeline(&self, base: &str, events: &Events, page_size: u64) -> String {
+        // A plugin file dropped into the directory waits for an operator.
+        json_ok(self.api(base, Method::POST, "/v1/admin/plugins/test_paged_source/load").send().await.unwrap()).await;
+        let me = json_ok(self.api(base, Method::GET, "/v1/me").send().await.unwrap()).await;
+        let _ = self.workspace.set(me["data"]["default_workspace_id"].as_str().unwrap().to_owned());
         let cred = json_ok(self.api(base, Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
         let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
         let src = json_ok(self.api(base, Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": configuration })).send().await.unwrap()).await;
@@ -399,7 +405,8 @@ impl Processes {
 
     /// Rows in the SQLite destination's `events` table.
     async fn rows(&self) -> i64 {
-        count_rows(&format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses/w.db").display()), "events").await
+        let ws = self.workspace.get().expect("a pipeline was made");
+        count_rows(&format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses").join(ws).join("w.db").display()), "events").await
     }
 }
 

@@ -342,12 +342,20 @@ async fn connectors_come_from_plugins_and_unloading_makes_them_unavailable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn files_added_to_and_removed_from_the_plugins_directory_load_and_unload() {
+async fn files_added_to_the_plugins_directory_wait_for_an_operator_and_removed_ones_unload() {
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
     let dir = srv.state.config.plugins.plugins_dir.clone();
     let dest = dir.join("noop.wasm");
     std::fs::copy(test_plugin("test_noop"), &dest).unwrap();
     srv.state.plugins.scan_dir().await;
+    // Registered, not enabled: writing to the directory does not make
+    // anyone an operator.
+    let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
+    assert_eq!(c["data"]["status"], "unavailable");
+    let plugin = json_ok(srv.get("/v1/admin/plugins").send().await.unwrap()).await;
+    let noop = plugin["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == "test_noop").cloned().unwrap();
+    assert_eq!(noop["enabled"], false, "{noop}");
+    json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
     let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
     assert_eq!(c["data"]["status"], "available");
     std::fs::remove_file(&dest).unwrap();

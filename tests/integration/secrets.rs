@@ -117,6 +117,11 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     assert!(up, "server started");
     let api = |m: reqwest::Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(ADMIN);
     let mut seen = Seen::default();
+    // Plugin files dropped into the directory wait for an operator.
+    for p in ["test_oauth_source", "test_paged_source"] {
+        let (s, v) = seen.take(api(reqwest::Method::POST, &format!("/v1/admin/plugins/{p}/load")).send().await.unwrap()).await;
+        assert_eq!(s, 200, "{v}");
+    }
 
     // Entry paths.
     let (s, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials").json(&json!({ "hosts": ["mail.acme-corp.com"], "secret": c_generic })).send().await.unwrap()).await;

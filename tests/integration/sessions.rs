@@ -46,12 +46,14 @@ backend_tests! {
     }
 
     async fn session_metadata_records_use(srv) {
-        json_ok(srv.get("/v1/me").send().await.unwrap()).await;
+        let me = json_ok(srv.get("/v1/me").send().await.unwrap()).await;
+        let session_id = me["data"]["session_id"].clone();
         // last_used_at is written in the background; give it a moment.
         let mut last_used = Value::Null;
         for _ in 0..50 {
             let list = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
-            last_used = list["data"]["items"][0]["last_used_at"].clone();
+            let mine = list["data"]["items"].as_array().unwrap().iter().find(|s| s["session_id"] == session_id).cloned().unwrap();
+            last_used = mine["last_used_at"].clone();
             if last_used.is_string() {
                 break;
             }

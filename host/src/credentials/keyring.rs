@@ -65,6 +65,40 @@ impl MasterKey {
     }
 }
 
+/// A key derived for one purpose ([`Keyring::derive`]).
+pub struct DerivedKey(SecretBox<[u8; 32]>);
+
+impl DerivedKey {
+    /// HMAC-SHA256 of `parts`, each length-prefixed so no two sequences of
+    /// parts give the same input.
+    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret()).expect("HMAC takes any key length");
+        for p in parts {
+            mac.update(&(p.len() as u64).to_be_bytes());
+            mac.update(p);
+        }
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The key itself, for a layer that authenticates with it on its own
+    /// (the compiled-plugin cache).
+    pub fn into_secret(self) -> SecretBox<[u8; 32]> {
+        self.0
+    }
+
+    /// Whether `tag` is the MAC of `parts` (compared in constant time).
+    pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret()).expect("HMAC takes any key length");
+        for p in parts {
+            mac.update(&(p.len() as u64).to_be_bytes());
+            mac.update(p);
+        }
+        mac.verify_slice(tag).is_ok()
+    }
+}
+
 /// A sealed secret as stored.
 #[derive(Debug, Clone)]
 pub struct Sealed {
@@ -117,6 +151,18 @@ impl Keyring {
     /// The key new secrets are sealed with.
     pub fn current(&self) -> &MasterKey {
         &self.keys[0]
+    }
+
+    /// A key for one purpose other than sealing (keyed fingerprints, the
+    /// compiled-plugin cache's authentication), derived from the current
+    /// master key so every replica derives the same one and none is
+    /// stored. Rotating the master key changes it.
+    pub fn derive(&self, purpose: &str) -> DerivedKey {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.current().key.expose_secret()).expect("HMAC takes any key length");
+        mac.update(b"service/derived-key/");
+        mac.update(purpose.as_bytes());
+        DerivedKey(SecretBox::new(Box::new(mac.finalize().into_bytes().into())))
     }
 
     /// Seals `plaintext`, binding it to `aad` (credential and workspace).

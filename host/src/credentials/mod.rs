@@ -25,7 +25,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
-use crate::egress::{HostPattern, SecretSource};
+use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialRecord, NewCredential};
 use crate::store::{Store, StoreResult, new_id, now_ms};
 use keyring::Keyring;
@@ -133,22 +133,22 @@ pub struct Vault {
 /// token is refreshed long before that matters ([`REFRESH_MARGIN_MS`]).
 const REVEALED_FOR: Duration = Duration::from_secs(2);
 
-/// Revealed secrets by workspace, handle and host, with when they were
-/// read; entries older than [`REVEALED_FOR`] are never handed out and are
-/// dropped (and zeroised) as new ones come in.
+/// Revealed secrets by workspace, connector, handle and host, with when
+/// they were read; entries older than [`REVEALED_FOR`] are never handed
+/// out and are dropped (and zeroised) as new ones come in.
 #[derive(Default)]
-struct Revealed(Mutex<HashMap<RevealedKey, (SecretString, Instant)>>);
+struct Revealed(Mutex<HashMap<RevealedKey, (Injection, Instant)>>);
 
-/// Workspace, handle and host.
-type RevealedKey = (String, String, String);
+/// Workspace, connector, handle and host.
+type RevealedKey = (String, String, String, String);
 
 impl Revealed {
-    fn get(&self, key: &RevealedKey, now: Instant) -> Option<SecretString> {
+    fn get(&self, key: &RevealedKey, now: Instant) -> Option<Injection> {
         let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.get(key).filter(|(_, at)| now.duration_since(*at) < REVEALED_FOR).map(|(secret, _)| secret.clone())
     }
 
-    fn put(&self, key: RevealedKey, secret: SecretString, now: Instant) {
+    fn put(&self, key: RevealedKey, secret: Injection, now: Instant) {
         let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|_, (_, at)| now.duration_since(*at) < REVEALED_FOR);
         cache.insert(key, (secret, now));
@@ -188,6 +188,12 @@ impl Vault {
         Vault { store, keyring: Arc::new(keyring), refresher: Default::default(), revealed: Default::default() }
     }
 
+    /// A key derived from the master key for one purpose (see
+    /// [`Keyring::derive`]).
+    pub fn derived_key(&self, purpose: &str) -> keyring::DerivedKey {
+        self.keyring.derive(purpose)
+    }
+
     /// Installs the OAuth token refresher (kept alive by its owner).
     pub fn set_refresher(&self, r: &Arc<dyn TokenRefresher>) {
         let _ = self.refresher.set(Arc::downgrade(r));
@@ -223,6 +229,12 @@ impl Vault {
     /// The secret behind a handle, for a request to `host` on behalf of
     /// `workspace_id`. The reasons it gives are safe to show.
     pub async fn reveal(&self, workspace_id: &str, handle: &str, host: &str) -> Result<SecretString, String> {
+        self.open(workspace_id, handle, host).await.map(|(_, secret)| secret)
+    }
+
+    /// The credential behind a handle and its secret, for a request to
+    /// `host` on behalf of `workspace_id`.
+    async fn open(&self, workspace_id: &str, handle: &str, host: &str) -> Result<(CredentialRecord, SecretString), String> {
         let row = self
             .store
             .credential_by_handle(workspace_id, handle)
@@ -250,7 +262,7 @@ impl Vault {
         if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
             let _ = self.store.touch_credential(&row.record.credential_id, now).await;
         }
-        Ok(material.secret)
+        Ok((row.record, material.secret))
     }
 
     /// Refreshes an expiring OAuth access token and re-seals the result. A
@@ -324,21 +336,49 @@ impl Vault {
     }
 }
 
+/// Where a credential's secret goes, from its record: its kind decides, and
+/// the username or header stored with it (never the plugin's choice).
+pub fn placement(record: &CredentialRecord) -> Result<Placement, String> {
+    match record.kind.as_str() {
+        "api_token" | "oauth2" => Ok(Placement::Bearer),
+        "basic" => record.metadata["username"]
+            .as_str()
+            .filter(|u| !u.is_empty())
+            .map(|u| Placement::BasicPassword(u.to_owned()))
+            .ok_or_else(|| "the basic credential has no username; store it again with one".to_owned()),
+        "secret" => record.metadata["header"]
+            .as_str()
+            .filter(|h| !h.is_empty())
+            .map(|h| Placement::Header(h.to_owned()))
+            .ok_or_else(|| "the secret credential names no header; store it again with one".to_owned()),
+        other => Err(format!("a {other} credential cannot be attached to requests")),
+    }
+}
+
 impl SecretSource for Vault {
     fn secret_for<'a>(
         &'a self,
         workspace_id: &'a str,
+        connector_id: &'a str,
         handle: &'a str,
         host: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<SecretString, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>> {
         Box::pin(async move {
-            let key = (workspace_id.to_owned(), handle.to_owned(), host.to_owned());
-            if let Some(secret) = self.revealed.get(&key, Instant::now()) {
-                return Ok(secret);
+            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.to_owned(), host.to_owned());
+            if let Some(injection) = self.revealed.get(&key, Instant::now()) {
+                return Ok(injection);
             }
-            let secret = self.reveal(workspace_id, handle, host).await?;
-            self.revealed.put(key, secret.clone(), Instant::now());
-            Ok(secret)
+            let (record, secret) = self.open(workspace_id, handle, host).await?;
+            // A credential stored for one connector is that connector's:
+            // another plugin of the workspace may not borrow it.
+            if let Some(owner) = &record.connector_id
+                && owner != connector_id
+            {
+                return Err(format!("the credential belongs to connector {owner}"));
+            }
+            let injection = Injection { secret, placement: placement(&record)? };
+            self.revealed.put(key, injection.clone(), Instant::now());
+            Ok(injection)
         })
     }
 }
@@ -350,16 +390,18 @@ mod tests {
     #[test]
     fn a_revealed_secret_is_reused_only_for_a_short_while() {
         let cache = Revealed::default();
-        let key = |handle: &str| ("ws".to_owned(), handle.to_owned(), "api.example.com".to_owned());
+        let key = |handle: &str| ("ws".to_owned(), "conn".to_owned(), handle.to_owned(), "api.example.com".to_owned());
+        let injection = |s: &str| Injection { secret: SecretString::from(s.to_owned()), placement: Placement::Bearer };
         let t0 = Instant::now();
-        cache.put(key("a"), SecretString::from("first".to_owned()), t0);
+        cache.put(key("a"), injection("first"), t0);
         let hit = cache.get(&key("a"), t0 + REVEALED_FOR / 2).expect("fresh: reused");
-        assert_eq!(hit.expose_secret(), "first");
+        assert_eq!(hit.secret.expose_secret(), "first");
         assert!(cache.get(&key("b"), t0).is_none(), "another handle is not");
-        assert!(cache.get(&("ws".into(), "a".into(), "other.example.com".into()), t0).is_none(), "nor another host");
+        assert!(cache.get(&("ws".into(), "conn".into(), "a".into(), "other.example.com".into()), t0).is_none(), "nor another host");
+        assert!(cache.get(&("ws".into(), "other".into(), "a".into(), "api.example.com".into()), t0).is_none(), "nor another connector");
         assert!(cache.get(&key("a"), t0 + REVEALED_FOR).is_none(), "stale: read anew");
 
-        cache.put(key("b"), SecretString::from("second".to_owned()), t0 + REVEALED_FOR);
+        cache.put(key("b"), injection("second"), t0 + REVEALED_FOR);
         assert_eq!(cache.0.lock().unwrap().len(), 1, "the stale secret was dropped");
     }
 }

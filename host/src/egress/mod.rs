@@ -72,6 +72,28 @@ pub enum Placement {
     BasicPassword(String),
 }
 
+impl Placement {
+    /// Whether two placements put the secret in the same place (header
+    /// names compare case-insensitively).
+    pub fn same_as(&self, other: &Placement) -> bool {
+        match (self, other) {
+            (Placement::Bearer, Placement::Bearer) => true,
+            (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
+            (Placement::BasicPassword(a), Placement::BasicPassword(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Where it puts the secret, in words (no secret involved).
+    pub fn describe(&self) -> String {
+        match self {
+            Placement::Bearer => "as a bearer token".into(),
+            Placement::Header(name) => format!("in header {name}"),
+            Placement::BasicPassword(user) => format!("as the Basic password of {user}"),
+        }
+    }
+}
+
 /// A credential a request asks the host to attach.
 #[derive(Debug, Clone)]
 pub struct CredentialUse {
@@ -115,18 +137,31 @@ pub enum EgressError {
     CredentialUnavailable(String),
 }
 
-/// Resolves credential handles to secrets for one workspace and one host.
-/// Implemented by the credential vault; the egress layer only asks.
+/// A credential's secret and where it goes, as its record says.
+#[derive(Clone)]
+pub struct Injection {
+    pub secret: SecretString,
+    /// Fixed by the credential (its kind, username or header), never by
+    /// the plugin: a plugin that asks for another place is refused, so it
+    /// cannot route the secret into a header or a username it controls.
+    pub placement: Placement,
+}
+
+/// Resolves credential handles to secrets for one workspace, one connector
+/// and one host. Implemented by the credential vault; the egress layer only
+/// asks.
 pub trait SecretSource: Send + Sync {
     /// The secret behind `handle`, if the credential belongs to
-    /// `workspace_id` and is bound to `host`. The error is a reason safe to
-    /// show (it never contains the secret).
+    /// `workspace_id`, may be used by `connector_id` and is bound to
+    /// `host`. The error is a reason safe to show (it never contains the
+    /// secret).
     fn secret_for<'a>(
         &'a self,
         workspace_id: &'a str,
+        connector_id: &'a str,
         handle: &'a str,
         host: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<SecretString, String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>>;
 }
 
 /// Who is making a request: the plugin (with the hosts it declared) and
@@ -140,6 +175,10 @@ pub struct Caller<'a> {
 
 /// Headers a plugin may never set.
 const FORBIDDEN_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "host"];
+/// Headers dropped from a request that carries a credential: a partial
+/// response could cut a reflected secret so that scrubbing no longer
+/// recognises it.
+const STRIPPED_WITH_CREDENTIAL: &[&str] = &["range", "if-range"];
 /// Response headers never handed to a plugin.
 const WITHHELD_RESPONSE_HEADERS: &[&str] = &["set-cookie", "set-cookie2", "authorization", "proxy-authorization"];
 /// Redirects followed at most.
@@ -295,28 +334,36 @@ impl Egress {
                 credential = None;
             }
             first_host.get_or_insert_with(|| host.clone());
-            let secret = match &credential {
-                Some(c) => Some(
-                    self.secrets
-                        .secret_for(caller.workspace_id, &c.handle, &host)
+            let injection = match &credential {
+                Some(c) => {
+                    let injection = self
+                        .secrets
+                        .secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host)
                         .await
-                        .map_err(EgressError::CredentialUnavailable)?,
-                ),
+                        .map_err(EgressError::CredentialUnavailable)?;
+                    if !c.placement.same_as(&injection.placement) {
+                        return Err(EgressError::Denied(format!(
+                            "the credential is sent {}, not {}: its kind fixes where the secret goes",
+                            injection.placement.describe(),
+                            c.placement.describe()
+                        )));
+                    }
+                    Some(injection)
+                }
                 None => None,
             };
             let mut builder = self.client.request(method.as_reqwest(), url.clone());
             for (name, value) in &req.headers {
+                if injection.is_some() && STRIPPED_WITH_CREDENTIAL.contains(&name.to_ascii_lowercase().as_str()) {
+                    continue;
+                }
                 builder = builder.header(name.as_str(), value.as_str());
             }
-            if let (Some(c), Some(secret)) = (&credential, &secret) {
-                builder = match &c.placement {
+            if let Some(i) = &injection {
+                let secret = &i.secret;
+                builder = match &i.placement {
                     Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
-                    Placement::Header(name) => {
-                        if FORBIDDEN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) && !name.eq_ignore_ascii_case("authorization") {
-                            return Err(EgressError::Denied(format!("a credential cannot be placed in header {name}")));
-                        }
-                        builder.header(name.as_str(), secret.expose_secret())
-                    }
+                    Placement::Header(name) => builder.header(name.as_str(), secret.expose_secret()),
                     Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
                 };
             }
@@ -364,12 +411,15 @@ impl Egress {
                 .filter(|(n, _)| !WITHHELD_RESPONSE_HEADERS.contains(&n.as_str()))
                 .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect();
-            if let Some(secret) = &secret {
+            if let Some(i) = &injection {
                 // A provider that echoes the request (debug endpoints, error
-                // pages) must not hand the secret back to the plugin.
-                let s = secret.expose_secret();
-                headers.retain(|(_, v)| !v.contains(s));
-                collected = scrub(collected, s.as_bytes());
+                // pages) must not hand the secret back to the plugin, in
+                // any of the forms an echo would carry it.
+                let forms = reflections(i.secret.expose_secret(), &i.placement);
+                headers.retain(|(_, v)| !forms.iter().any(|f| memchr::memmem::find(v.as_bytes(), f).is_some()));
+                for form in &forms {
+                    collected = scrub(collected, form);
+                }
             }
             return Ok(InboundResponse { status, headers, body: collected });
         }
@@ -397,6 +447,60 @@ fn classify(e: &reqwest::Error) -> EgressError {
             source = s.source();
         }
         EgressError::ConnectionFailed(msg)
+    }
+}
+
+/// The forms in which a reflecting endpoint would hand a secret back: as
+/// sent, Base64 (the Basic header's `user:secret` too), percent-encoded
+/// (as a query or form value) and JSON-escaped (inside a JSON echo).
+fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let mut forms: Vec<Vec<u8>> = vec![secret.as_bytes().to_vec()];
+    let mut add = |form: String| {
+        if !form.is_empty() && !forms.iter().any(|f| f == form.as_bytes()) {
+            forms.push(form.into_bytes());
+        }
+    };
+    add(STANDARD.encode(secret));
+    add(STANDARD.encode(secret).trim_end_matches('=').to_owned());
+    add(URL_SAFE_NO_PAD.encode(secret));
+    if let Placement::BasicPassword(user) = placement {
+        let pair = format!("{user}:{secret}");
+        add(STANDARD.encode(&pair));
+        add(STANDARD.encode(&pair).trim_end_matches('=').to_owned());
+    }
+    let form_encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+    add(form_encoded.replace('+', "%20"));
+    add(form_encoded.to_ascii_lowercase_hex());
+    add(form_encoded);
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    let json = json.get(1..json.len().saturating_sub(1)).unwrap_or_default().to_owned();
+    let ascii_json: String = json.chars().map(|c| if c.is_ascii() { c.to_string() } else { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() }).collect();
+    add(json.replace('/', "\\/"));
+    add(json);
+    add(ascii_json);
+    forms
+}
+
+/// Percent-encoding with lower-case hex digits, as some servers echo it.
+trait LowercaseHex {
+    fn to_ascii_lowercase_hex(&self) -> String;
+}
+
+impl LowercaseHex for String {
+    fn to_ascii_lowercase_hex(&self) -> String {
+        let mut out = String::with_capacity(self.len());
+        let mut rest = self.as_str();
+        while let Some(at) = rest.find('%') {
+            out.push_str(&rest[..at]);
+            let hex = rest.get(at + 1..at + 3).unwrap_or_default();
+            out.push('%');
+            out.push_str(&hex.to_ascii_lowercase());
+            rest = rest.get(at + 1 + hex.len()..).unwrap_or_default();
+        }
+        out.push_str(rest);
+        out
     }
 }
 
@@ -439,6 +543,23 @@ impl WithoutUrlRef for reqwest::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_echoed_form_of_a_secret_is_recognised() {
+        use base64::Engine;
+        let secret = "s3cr3t/+ é \"x\"";
+        let forms = reflections(secret, &Placement::BasicPassword("bob".into()));
+        let has = |f: &str| forms.iter().any(|x| x == f.as_bytes());
+        assert!(has(secret));
+        assert!(has(&base64::engine::general_purpose::STANDARD.encode(format!("bob:{secret}"))), "Basic header");
+        assert!(has(&base64::engine::general_purpose::STANDARD.encode(secret)));
+        assert!(has("s3cr3t%2F%2B+%C3%A9+%22x%22"), "form encoding");
+        assert!(has("s3cr3t%2f%2b+%c3%a9+%22x%22"), "lower-case hex");
+        assert!(has("s3cr3t%2F%2B%20%C3%A9%20%22x%22"), "path encoding");
+        assert!(has("s3cr3t/+ é \\\"x\\\""), "JSON escaping");
+        assert!(has("s3cr3t\\/+ é \\\"x\\\""), "JSON escaping of /");
+        assert!(has("s3cr3t/+ \\u00e9 \\\"x\\\""), "JSON ASCII escaping");
+    }
 
     #[test]
     fn scrub_replaces_every_occurrence() {

@@ -29,7 +29,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct ApprovalQuery {
-    /// pending, executing, executed, failed, rejected or expired.
+    /// pending, executing, executed, failed, rejected, expired or voided.
     status: Option<String>,
     /// An approval category, e.g. `workspace_admin`.
     category: Option<String>,
@@ -37,7 +37,8 @@ struct ApprovalQuery {
     client_source: Option<String>,
 }
 
-/// Proposals of the workspace, newest first.
+/// Proposals of the workspace, newest first. The operation and result of a
+/// proposal are shown only to its proposer and to those who may decide it.
 #[utoipa::path(get, path = "/approvals", tag = "approvals", params(PageQuery, ApprovalQuery),
     responses((status = 200, body = Envelope<Page<Approval>>), (status = 400, body = crate::error::ErrorBody)))]
 async fn list_approvals(
@@ -47,9 +48,9 @@ async fn list_approvals(
     Query(f): Query<ApprovalQuery>,
 ) -> ApiResult<Envelope<Page<Approval>>> {
     if let Some(s) = &f.status
-        && !["pending", "executing", "executed", "failed", "rejected", "expired"].contains(&s.as_str())
+        && !["pending", "executing", "executed", "failed", "rejected", "expired", "voided"].contains(&s.as_str())
     {
-        return Err(ApiError::invalid_field("status", "status must be pending, executing, executed, failed, rejected or expired"));
+        return Err(ApiError::invalid_field("status", "status must be pending, executing, executed, failed, rejected, expired or voided"));
     }
     if let Some(c) = &f.category
         && Category::parse(c).is_none()
@@ -63,7 +64,8 @@ async fn list_approvals(
     }
     let limit = q.limit()?;
     let filter = ApprovalFilter { status: f.status, category: f.category, client_source: f.client_source };
-    let items = state.store.approvals(&ws.workspace_id, &filter, q.after()?.as_deref(), limit + 1).await?;
+    let mut items = state.store.approvals(&ws.workspace_id, &filter, q.after()?.as_deref(), limit + 1).await?;
+    approvals::redact_for(&state, &ws, &mut items).await?;
     Ok(ok(q.page(items, limit, |a| &a.approval_id)))
 }
 
@@ -112,17 +114,18 @@ pub struct PolicyUpdate {
 }
 
 /// Choose whether an MCP category requires approval, and who approves
-/// (administrators; not through MCP).
+/// (administrators; not through MCP). With the proposal header, a proposal.
 #[utoipa::path(patch, path = "/approval-policies/{category}", tag = "approvals", params(("category" = String, Path)),
     request_body = PolicyUpdate,
-    responses((status = 200, body = Envelope<Policy>), (status = 403, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<Policy>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
 async fn update_policy(
     State(state): State<AppState>,
     ws: Workspace,
     Extension(note): Extension<AuditNote>,
     Path(category): Path<String>,
     ApiJson(body): ApiJson<PolicyUpdate>,
-) -> ApiResult<Envelope<Policy>> {
+) -> ApiResult<Executed> {
     let category = Category::parse(&category).ok_or_else(|| ApiError::not_found("approval category"))?;
-    Ok(ok(approvals::set_policy(&state, &ws, &note, category, body.requires_approval, body.approver_role).await?))
+    let change = crate::ops::PolicyChange { category, requires_approval: body.requires_approval, approver_role: body.approver_role };
+    crate::ops::submit(&state, &ws, &note, crate::ops::Operation::SetApprovalPolicy(change)).await
 }

@@ -13,10 +13,9 @@ use utoipa_axum::routes;
 use super::extract::{ApiJson, PageQuery, SecretJson, Workspace};
 use super::middleware::AuditNote;
 use super::{Envelope, Page, ok};
-use crate::access::{Role, WorkspaceAccess};
-use crate::credentials::{CreateError, NewSecret, SecretMaterial};
+use crate::credentials::{NewSecret, SecretMaterial};
 use crate::error::{ApiError, ApiResult};
-use crate::ops::credentials::{EntryLinkRequest, check_kind};
+use crate::ops::credentials::{EntryLinkRequest, credential_fields, store_secret};
 use crate::ops::{self, Executed, Operation};
 use crate::server::AppState;
 use crate::store::credentials::CredentialRecord;
@@ -30,18 +29,17 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_entry_link))
 }
 
-/// Largest secret accepted (bytes).
-const MAX_SECRET_BYTES: usize = 16 * 1024;
-
 /// Body of `POST /credentials`: the one generic place a raw secret is
 /// accepted over the API.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewCredentialBody {
-    /// `api_token`, `basic` or `secret`.
+    /// `api_token` (sent as a bearer token), `basic` (the secret is the
+    /// password of `username`) or `secret` (sent as the value of `header`).
     #[serde(default = "default_kind")]
     pub kind: String,
-    /// Connector the credential is for.
+    /// Connector the credential is for: only that connector's plugin may
+    /// use it.
     pub connector_id: Option<String>,
     /// Exact host names the secret may be sent to.
     pub hosts: Vec<String>,
@@ -51,28 +49,12 @@ pub struct NewCredentialBody {
     pub label: Option<String>,
     /// Username for `basic` credentials (not a secret).
     pub username: Option<String>,
+    /// Header name for `secret` credentials, e.g. `X-Api-Key`.
+    pub header: Option<String>,
 }
 
 fn default_kind() -> String {
     "api_token".into()
-}
-
-/// Seals a secret as a pending credential and lets the gate activate it
-/// (or propose its activation). Shared by every flow that accepts a secret.
-pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNote, new: NewSecret<'_>) -> ApiResult<Executed> {
-    note.action("credentials.create");
-    ws.require(Role::Editor)?;
-    if secrecy::ExposeSecret::expose_secret(&new.material.secret).is_empty() {
-        return Err(ApiError::invalid_field("secret", "the secret is empty"));
-    }
-    if secrecy::ExposeSecret::expose_secret(&new.material.secret).len() > MAX_SECRET_BYTES {
-        return Err(ApiError::invalid_field("secret", format!("the secret exceeds {MAX_SECRET_BYTES} bytes")));
-    }
-    let record = state.vault.create(new).await.map_err(|e| match e {
-        CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
-        CreateError::Store(e) => e.into(),
-    })?;
-    ops::submit(state, ws, note, Operation::ActivateCredential { credential_id: record.credential_id }).await
 }
 
 /// Store a secret; answers its `credential_id` and `credential_handle`.
@@ -84,12 +66,11 @@ async fn create_credential(
     Extension(note): Extension<AuditNote>,
     SecretJson(body): SecretJson<NewCredentialBody>,
 ) -> ApiResult<Executed> {
-    check_kind(&body.kind)?;
     let connector_id = match &body.connector_id {
         Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),
         None => None,
     };
-    let metadata = json!({ "username": body.username });
+    let metadata = credential_fields(&body.kind, body.label.as_deref(), body.username.as_deref(), body.header.as_deref(), &body.hosts)?;
     store_secret(
         &state,
         &ws,

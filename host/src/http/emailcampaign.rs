@@ -16,7 +16,6 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::credentials::store_secret;
 use super::extract::{ApiJson, SecretJson, Workspace};
 use super::middleware::AuditNote;
 use super::{Envelope, ok};
@@ -25,6 +24,7 @@ use crate::credentials::{NewSecret, SecretMaterial};
 use crate::emailcampaign::{self as ec, ConnectionMethod};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::Executed;
+use crate::ops::credentials::store_secret;
 use crate::plugin::InvocationError;
 use crate::plugin::types::ConnectorError;
 use crate::server::AppState;
@@ -89,6 +89,7 @@ async fn store_api_token(
 ) -> ApiResult<Executed> {
     note.action("credentials.create");
     ws.require(Role::Editor)?;
+    crate::ops::text::check_opt("label", body.label.as_deref(), crate::ops::text::LABEL_MAX)?;
     let method = method(body.connection_method.as_deref())?;
     let url = ec::validate_base_url(&body.base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
     let host = url.host_str().unwrap_or_default().to_owned();

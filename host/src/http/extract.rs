@@ -97,10 +97,15 @@ async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, Api
         ));
     }
     let bytes = Bytes::from_request(req, state).await.map_err(body_rejection)?;
-    serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+    let value = serde_json::from_slice::<Value>(&bytes).map_err(|e| {
         ApiError::bad_request("MALFORMED_JSON", format!("the request body is not valid JSON: {e}"))
             .with_details(json!({ "line": e.line(), "column": e.column() }))
-    })
+    })?;
+    // Fields have limits of their own; this bounds the ones that do not.
+    if let Some(field) = crate::ops::text::longest_string(&value, "", crate::ops::text::ANY_STRING_MAX) {
+        return Err(crate::ops::text::too_long(&field, crate::ops::text::ANY_STRING_MAX));
+    }
+    Ok(value)
 }
 
 /// Maps a body-reading failure (most often: too large) to the error shape.
@@ -148,7 +153,8 @@ fn is_secret_name(key: &str) -> bool {
 fn looks_like_secret_value(s: &str) -> bool {
     let t = s.trim_start();
     t.starts_with("-----BEGIN") && t.contains("PRIVATE KEY")
-        || t.len() > 7 && t[..7].eq_ignore_ascii_case("bearer ")
+        // By bytes: a multi-byte character may straddle the seventh byte.
+        || t.as_bytes().get(..7).is_some_and(|p| p.eq_ignore_ascii_case(b"bearer "))
         || t.starts_with(crate::tokens::TOKEN_PREFIX)
 }
 

@@ -1,6 +1,7 @@
 //! Middleware of the `/v1` routes, outermost first:
 //!
-//! 1. [`authenticate`]: bearer token → [`Principal`]; `X-Service-Client`.
+//! 1. [`authenticate`]: bearer token → [`Principal`]; its client kind (the
+//!    session's, narrowed by `X-Service-Client`).
 //! 2. [`idempotency`]: `Idempotency-Key` on POST replays the first response.
 //! 3. [`audit`]: one audit record per state-changing request.
 //!
@@ -10,13 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::extract::{BODY_LIMIT, payload_too_large};
 use super::request_id;
@@ -39,11 +39,11 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// request would turn each read into a write.
 const TOUCH_INTERVAL_MS: i64 = 60_000;
 
-/// Parses `X-Service-Client`; absent means `api`, anything unknown is a 400.
-pub fn client_source(headers: &axum::http::HeaderMap) -> Result<ClientSource, ApiError> {
+/// Parses `X-Service-Client`; anything unknown is a 400.
+pub fn client_source(headers: &axum::http::HeaderMap) -> Result<Option<ClientSource>, ApiError> {
     match headers.get(CLIENT_HEADER) {
-        None => Ok(ClientSource::Api),
-        Some(v) => v.to_str().ok().and_then(ClientSource::parse).ok_or_else(|| {
+        None => Ok(None),
+        Some(v) => v.to_str().ok().and_then(ClientSource::parse).map(Some).ok_or_else(|| {
             ApiError::bad_request("INVALID_CLIENT_SOURCE", "X-Service-Client must be one of: api, cli, mcp")
                 .with_details(json!({ "header": "X-Service-Client", "allowed": ["api", "cli", "mcp"] }))
         }),
@@ -82,6 +82,12 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let Some(token) = bearer_token(req.headers()) else {
         return ApiError::unauthenticated("missing bearer token: send Authorization: Bearer <token>").into_response();
     };
+    let address = req.extensions().get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
+    if let Some(a) = address
+        && let Err(limited) = state.throttle.failures_exhausted(a)
+    {
+        return limited.into_response();
+    }
     let hash = tokens::hash(token);
     let now = now_ms();
     let cached = state.session_cache.as_ref().and_then(|c| c.get(&hash, now));
@@ -94,10 +100,18 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
                 }
                 s
             }
-            Ok(None) => return ApiError::unauthenticated("the bearer token is invalid, expired or revoked").into_response(),
+            Ok(None) => {
+                if let Some(a) = address {
+                    state.throttle.failure(a);
+                }
+                return ApiError::unauthenticated("the bearer token is invalid, expired or revoked").into_response();
+            }
             Err(e) => return ApiError::from(e).into_response(),
         },
     };
+    if let Err(limited) = state.throttle.session(&session.session_id) {
+        return limited.into_response();
+    }
     if session.last_used_at.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
         if let Some(c) = &state.session_cache {
             c.put(&hash, crate::store::sessions::ActiveSession { last_used_at: Some(now), ..session.clone() });
@@ -110,6 +124,10 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             }
         });
     }
+    // The client kind belongs to the session: a session issued to an MCP
+    // client stays one whatever the header says. The header names the
+    // client of any other session (default `api`) and may narrow it to mcp.
+    let client = if session.client_source == ClientSource::Mcp { ClientSource::Mcp } else { client.unwrap_or(ClientSource::Api) };
     req.extensions_mut().insert(Principal {
         user_id: session.user_id,
         session_id: session.session_id,
@@ -240,21 +258,17 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     };
 
     // The fingerprint covers what the operation depends on: path, query,
-    // the addressed workspace and the body.
+    // the addressed workspace and the body. Keyed: bodies of credential
+    // flows hold raw secrets, and an unkeyed hash of one would let anyone
+    // who reads the table test guesses against it.
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => return payload_too_large().into_response(),
     };
-    let mut hasher = Sha256::new();
-    hasher.update(parts.uri.to_string().as_bytes());
-    hasher.update([0]);
-    if let Some(ws) = parts.headers.get(super::extract::WORKSPACE_HEADER) {
-        hasher.update(ws.as_bytes());
-    }
-    hasher.update([0]);
-    hasher.update(&bytes);
-    let fingerprint = format!("{:x}", hasher.finalize());
+    let workspace = parts.headers.get(super::extract::WORKSPACE_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
+    let tag = state.fingerprint_key.mac(&[parts.uri.to_string().as_bytes(), workspace, &bytes]);
+    let fingerprint: String = tag.iter().map(|b| format!("{b:02x}")).collect();
 
     match state.store.reserve_idempotency_key(&principal.user_id, &key, &fingerprint).await {
         Err(e) => return ApiError::from(e).into_response(),
@@ -281,6 +295,9 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     }
 
     let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    // Values shown once (links, states) are answered but not kept: a
+    // replay gets the answer without them.
+    let replay = response.extensions().get::<crate::ops::ReplayBody>().map(|r| r.0.clone());
     let (parts, body) = response.into_parts();
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),
@@ -296,12 +313,34 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
         }
     } else if let Err(e) = state
         .store
-        .complete_idempotency_key(&principal.user_id, &key, parts.status.as_u16(), &String::from_utf8_lossy(&body))
+        .complete_idempotency_key(&principal.user_id, &key, parts.status.as_u16(), &String::from_utf8_lossy(replay.as_ref().unwrap_or(&body)))
         .await
     {
         tracing::warn!(error = %e, "could not store idempotent response");
     }
     Response::from_parts(parts, Body::from(body))
+}
+
+/// Refuses clients that send too many requests from one address, before
+/// any other work is done for them.
+pub async fn throttle_address(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<std::net::SocketAddr>>()
+        && let Err(limited) = state.throttle.address(peer.ip())
+    {
+        return limited.into_response();
+    }
+    next.run(req).await
+}
+
+/// Answers 503 `REQUEST_TIMEOUT` for a request that has not produced its
+/// response in time (the work is dropped with it).
+pub async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.config.limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "REQUEST_TIMEOUT", "the request took too long and was abandoned; retry later")
+            .with_details(json!({ "timeout_seconds": state.config.limits.request_timeout.as_secs() }))
+            .into_response(),
+    }
 }
 
 /// Counts requests by route and status and records their latency

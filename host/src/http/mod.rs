@@ -32,6 +32,7 @@ pub mod request_id;
 pub mod sessions;
 pub mod sources;
 pub mod system;
+pub mod throttle;
 pub mod workspaces;
 
 use std::sync::Arc;
@@ -123,6 +124,19 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(pipelines::router())
 }
 
+/// Headers of every answer: never sniffed as another content type, and
+/// (API answers hold handles and ids) never kept by a shared cache.
+async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use axum::http::{HeaderValue, header};
+    let mut response = next.run(req).await;
+    let h = response.headers_mut();
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
 /// The whole application. Tests drive it directly; `serve` binds it.
 pub fn app(state: AppState) -> Router {
     let (v1_routes, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/v1", v1()).split_for_parts();
@@ -146,10 +160,13 @@ pub fn app(state: AppState) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "405", "method not allowed on this route")
         })
         .layer(axum::extract::DefaultBodyLimit::max(extract::BODY_LIMIT))
+        .layer(axum::middleware::from_fn(security_headers))
         // A bug must still answer in the error shape, with the request id.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
             ApiError::internal(anyhow::anyhow!("handler panicked")).into_response()
         }))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::deadline))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::throttle_address))
         .layer(axum::middleware::from_fn(request_id::assign))
         .with_state(state.clone());
 

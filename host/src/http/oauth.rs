@@ -10,12 +10,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::credentials::store_secret;
 use super::extract::{ApiJson, Workspace};
 use super::middleware::AuditNote;
 use super::Envelope;
 use crate::error::{ApiError, ApiResult};
 use crate::oauth::{self, Callback};
+use crate::ops::credentials::store_secret;
 use crate::ops::{self, Executed, Operation};
 use crate::server::AppState;
 

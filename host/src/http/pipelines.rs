@@ -41,10 +41,14 @@ pub struct PrepareBody {
 }
 
 /// Discover the source's streams: the catalog, a suggested selection and
-/// warnings. Creates nothing.
+/// warnings. Creates nothing; editors (it runs the connector with the
+/// workspace's credentials).
 #[utoipa::path(post, path = "/pipelines/prepare", tag = "pipelines", request_body = PrepareBody,
     responses((status = 200, body = Envelope<Value>), (status = 400, body = crate::error::ErrorBody)))]
 async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(body): ApiJson<PrepareBody>) -> ApiResult<Envelope<Value>> {
+    // It runs the connector with the workspace's credentials: like check
+    // and preview, an editor's call.
+    ws.require(crate::access::Role::Editor)?;
     let source = state.store.source(&ws.workspace_id, &body.source_id).await?.ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
     let plugin = state.plugins.available(&source.connector_id).await?;
     let catalog = state.plugins.runtime().discover(&plugin, &ws.workspace_id, &state.egress, &source.configuration.to_string()).await?;

@@ -8,11 +8,11 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::Caller;
+use super::extract::{Caller, Workspace};
 use super::middleware::AuditNote;
 use super::{Envelope, Page, ok};
-use crate::access::Principal;
 use crate::error::{ApiError, ApiResult};
+use crate::ops::{self, Executed, Operation};
 use crate::plugin::registry::PluginSummary;
 use crate::server::AppState;
 
@@ -55,50 +55,29 @@ impl From<&PluginSummary> for Plugin {
     }
 }
 
-async fn require_operator(state: &AppState, p: &Principal) -> ApiResult<()> {
-    if state.store.is_operator(&p.user_id).await? {
-        Ok(())
-    } else {
-        Err(ApiError::permission_denied("permission denied: only installation operators manage plugins"))
-    }
-}
-
 /// Every plugin of the installation (operators).
 #[utoipa::path(get, path = "/admin/plugins", tag = "plugins",
     responses((status = 200, body = Envelope<Page<Plugin>>), (status = 403, body = crate::error::ErrorBody)))]
 async fn list_plugins(State(state): State<AppState>, Caller(p): Caller) -> ApiResult<Envelope<Page<Plugin>>> {
-    require_operator(&state, &p).await?;
+    if !state.store.is_operator(&p.user_id).await? {
+        return Err(ApiError::permission_denied("permission denied: only installation operators manage plugins"));
+    }
     let items = state.plugins.list().await.iter().map(Plugin::from).collect();
     Ok(ok(Page { items, next_cursor: None }))
 }
 
 /// Unload a plugin: its connector becomes unavailable everywhere; saved
-/// sources keep their configuration (operators).
+/// sources keep their configuration (operators). A proposal where the
+/// caller asks for one or is an MCP client.
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/unload", tag = "plugins", params(("connector_id" = String, Path)),
-    responses((status = 200, body = Envelope<Plugin>), (status = 403, body = crate::error::ErrorBody)))]
-async fn unload_plugin(State(state): State<AppState>, Caller(p): Caller, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Envelope<Plugin>> {
-    note.action("plugins.unload");
-    note.target("plugin", &id);
-    require_operator(&state, &p).await?;
-    if state.plugins.summary(&id).await.is_none() {
-        return Err(ApiError::not_found("plugin"));
-    }
-    let id = state.plugins.unload(&id, Some(&p.user_id)).await?;
-    let s = state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?;
-    Ok(ok(Plugin::from(&s)))
+    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
+async fn unload_plugin(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::UnloadPlugin { connector_id: id }).await
 }
 
 /// Load a plugin again: its connector is available again (operators).
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/load", tag = "plugins", params(("connector_id" = String, Path)),
-    responses((status = 200, body = Envelope<Plugin>), (status = 403, body = crate::error::ErrorBody)))]
-async fn load_plugin(State(state): State<AppState>, Caller(p): Caller, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Envelope<Plugin>> {
-    note.action("plugins.load");
-    note.target("plugin", &id);
-    require_operator(&state, &p).await?;
-    if state.plugins.summary(&id).await.is_none() {
-        return Err(ApiError::not_found("plugin"));
-    }
-    let id = state.plugins.load(&id, Some(&p.user_id)).await?;
-    let s = state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?;
-    Ok(ok(Plugin::from(&s)))
+    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
+async fn load_plugin(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, Operation::LoadPlugin { connector_id: id }).await
 }

@@ -24,10 +24,22 @@ pub fn current() -> String {
 /// response header.
 pub async fn assign(req: Request, next: Next) -> Response {
     let id = uuid::Uuid::new_v4().to_string();
-    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.uri().path());
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %loggable_path(req.uri().path()));
     let mut response = REQUEST_ID.scope(id.clone(), next.run(req).instrument(span)).await;
     if let Ok(v) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, v);
     }
     response
+}
+
+/// Page paths whose last segment is a one-time code.
+const ONE_TIME_PATHS: &[&str] = &["/login/", "/invitations/", "/credential-entry/"];
+
+/// A path as it may appear in logs: one-time codes replaced, since log
+/// pipelines keep lines forever.
+pub fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match ONE_TIME_PATHS.iter().find(|p| path.starts_with(**p)) {
+        Some(prefix) => format!("{prefix}<code>").into(),
+        None => path.into(),
+    }
 }

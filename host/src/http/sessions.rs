@@ -14,7 +14,7 @@ use crate::access::Role;
 use crate::error::ApiResult;
 use crate::ops::{self, Executed, Operation};
 use crate::server::AppState;
-use crate::store::sessions::Session;
+use crate::store::sessions::{Session, SessionQuery};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_sessions)).routes(routes!(revoke_session))
@@ -30,7 +30,10 @@ struct SessionFilter {
     include_revoked: bool,
 }
 
-/// Sessions of the workspace's members, newest first (administrators).
+/// Sessions, newest first: your own, and, for administrators, those of the
+/// members whose every workspace you administer (a member who also works
+/// in another workspace is that workspace's administrators' business too,
+/// and an operator's only operators').
 #[utoipa::path(get, path = "/sessions", tag = "sessions", params(PageQuery, SessionFilter),
     responses((status = 200, body = Envelope<Page<Session>>), (status = 403, body = crate::error::ErrorBody)))]
 async fn list_sessions(
@@ -39,24 +42,42 @@ async fn list_sessions(
     Query(q): Query<PageQuery>,
     Query(f): Query<SessionFilter>,
 ) -> ApiResult<Envelope<Page<Session>>> {
-    ws.require(Role::Administrator)?;
     let limit = q.limit()?;
     let items = state
         .store
-        .sessions_in_workspace(&ws.workspace_id, f.user_id.as_deref(), f.include_revoked, q.after()?.as_deref(), limit + 1)
+        .sessions_in_workspace(
+            &SessionQuery {
+                workspace_id: &ws.workspace_id,
+                viewer: &ws.principal.user_id,
+                as_administrator: ws.role == Role::Administrator,
+                user_id: f.user_id.as_deref(),
+                include_revoked: f.include_revoked,
+            },
+            q.after()?.as_deref(),
+            limit + 1,
+        )
         .await?;
     Ok(ok(q.page(items, limit, |s| &s.session_id)))
 }
 
-/// Revoke a session; the next request with its token gets 401
-/// (administrators).
+/// Revoke a session; the next request with its token gets 401. Anyone may
+/// revoke their own sessions (signing out, a leaked token); administrators
+/// those they administer (see `GET /sessions`).
 #[utoipa::path(post, path = "/sessions/{session_id}/revoke", tag = "sessions", params(("session_id" = String, Path)),
-    responses((status = 200, body = Envelope<serde_json::Value>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 async fn revoke_session(
     State(state): State<AppState>,
     ws: Workspace,
     Extension(note): Extension<AuditNote>,
     Path(session_id): Path<String>,
 ) -> ApiResult<Executed> {
+    let own = state.store.session(&session_id).await?.is_some_and(|s| s.user_id == ws.principal.user_id);
+    if own {
+        // Ending one's own access needs nobody's approval.
+        note.action("sessions.revoke");
+        crate::approvals::refuse_proposal_mode(&ws.principal, "revoking your own session")?;
+        return ops::sessions::revoke(&state, &ws, &note, &session_id).await;
+    }
     ops::submit(&state, &ws, &note, Operation::RevokeSession { session_id }).await
 }

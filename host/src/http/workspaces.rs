@@ -2,19 +2,20 @@
 
 use axum::Extension;
 use axum::extract::{Path, Query, State};
-use serde::Deserialize;
-use utoipa::IntoParams;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, Caller, PageQuery, Workspace};
 use super::middleware::AuditNote;
 use super::{Envelope, Page, ok};
-use crate::access::Role;
+use crate::access::{ClientSource, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::members::{CreatedInvitation, InviteMember};
 use crate::ops::{self, Executed, Operation};
 use crate::server::AppState;
+use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::workspaces::{Member, WorkspaceWithRole};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -23,6 +24,56 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list_members))
         .routes(routes!(invite_member))
         .routes(routes!(remove_member))
+        .routes(routes!(accept_invitation))
+}
+
+/// Body of `POST /invitations/accept`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptInvitation {
+    /// The code at the end of the invitation's accept link
+    /// (`.../invitations/<code>`).
+    #[schema(min_length = 1, max_length = 200)]
+    pub code: String,
+}
+
+/// What accepting an invitation granted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Accepted {
+    pub workspace_id: String,
+    pub user_id: String,
+    /// The role the invitation grants (an existing member keeps theirs).
+    pub role: Role,
+}
+
+/// Accept an invitation to your own account's address with your own
+/// session (how an existing account joins another workspace; a new
+/// address accepts on the link's page instead). Not through MCP and never
+/// as a proposal: joining a workspace is the person's own decision.
+#[utoipa::path(post, path = "/invitations/accept", tag = "workspaces", request_body = AcceptInvitation,
+    responses((status = 200, body = Envelope<Accepted>), (status = 400, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+async fn accept_invitation(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<AcceptInvitation>,
+) -> ApiResult<Envelope<Accepted>> {
+    note.action("invitations.accept");
+    crate::approvals::refuse_proposal_mode(&principal, "accepting an invitation")?;
+    if principal.client == ClientSource::Mcp {
+        return Err(ApiError::permission_denied("permission denied: an invitation is accepted by the person invited, not by an MCP client"));
+    }
+    let hash = crate::tokens::hash(body.code.trim());
+    let pending = state.store.pending_invitation(&hash).await?.ok_or_else(|| ApiError::not_found("invitation"))?;
+    note.workspace(&pending.workspace_id);
+    note.target("invitation", &pending.invitation_id);
+    match state.store.accept_invitation(&hash, Acceptor::Account { user_id: &principal.user_id }).await? {
+        Ok(a) => Ok(ok(Accepted { workspace_id: a.workspace_id, user_id: a.user_id, role: a.role })),
+        Err(AcceptError::NotPending) => Err(ApiError::not_found("invitation")),
+        // Someone else's invitation behaves like one that does not exist.
+        Err(AcceptError::WrongAccount | AcceptError::AccountExists) => Err(ApiError::not_found("invitation")),
+    }
 }
 
 /// Workspaces the caller belongs to, with the caller's role in each.

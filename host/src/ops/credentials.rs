@@ -3,12 +3,14 @@
 //! sealed credential, or creates an entry link.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 use utoipa::ToSchema;
 use secrecy::ExposeSecret;
 
 use super::Executed;
-use crate::access::WorkspaceAccess;
+use super::text::{HOSTS_MAX, LABEL_MAX, SHORT_MAX, check_opt};
+use crate::access::{Role, WorkspaceAccess};
+use crate::credentials::{CreateError, NewSecret};
 use crate::error::{ApiError, ApiResult};
 use crate::http::middleware::AuditNote;
 use crate::server::AppState;
@@ -21,8 +23,8 @@ pub const ENTRY_LINK_TTL_MS: i64 = 15 * 60 * 1000;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EntryLinkRequest {
-    /// `api_token` (sent as a bearer token), `basic` (password with the
-    /// given username) or `secret` (placed as the connector asks).
+    /// `api_token` (sent as a bearer token), `basic` (the secret is the
+    /// password of `username`) or `secret` (sent as the value of `header`).
     #[serde(default = "default_kind")]
     pub kind: String,
     /// Connector the credential is for.
@@ -33,19 +35,87 @@ pub struct EntryLinkRequest {
     pub label: Option<String>,
     /// Username for `basic` credentials (not a secret).
     pub username: Option<String>,
+    /// Header name for `secret` credentials, e.g. `X-Api-Key`.
+    #[serde(default)]
+    pub header: Option<String>,
 }
 
 fn default_kind() -> String {
     "api_token".into()
 }
 
-/// Checks a credential kind.
-pub fn check_kind(kind: &str) -> ApiResult<()> {
-    if ["api_token", "basic", "secret"].contains(&kind) {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_field("kind", "kind must be api_token, basic or secret"))
+/// Largest secret accepted (bytes).
+const MAX_SECRET_BYTES: usize = 16 * 1024;
+/// Shortest secret accepted (bytes). The egress layer scrubs a secret (and
+/// its encodings) from what providers answer; a secret of a character or
+/// two would turn that into corruption of ordinary text, and no provider
+/// issues one.
+const MIN_SECRET_BYTES: usize = 8;
+
+/// Headers a `secret` credential may not be placed in: they carry other
+/// credentials or steer the request.
+const RESERVED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "host", "content-length", "transfer-encoding", "range", "if-range"];
+
+/// Checks the non-secret fields of a credential to create and answers the
+/// metadata stored with it: the username of a `basic` credential and the
+/// header of a `secret` one. They fix where the host places the secret, so
+/// a plugin cannot choose another place (a header it controls, or Basic
+/// with a username of its own).
+pub fn credential_fields(kind: &str, label: Option<&str>, username: Option<&str>, header: Option<&str>, hosts: &[String]) -> ApiResult<Value> {
+    check_opt("label", label, LABEL_MAX)?;
+    check_opt("username", username, SHORT_MAX)?;
+    check_opt("header", header, SHORT_MAX)?;
+    if hosts.len() > HOSTS_MAX {
+        return Err(ApiError::invalid_field("hosts", format!("at most {HOSTS_MAX} hosts")));
     }
+    match kind {
+        "api_token" => {
+            if username.is_some() || header.is_some() {
+                return Err(ApiError::invalid_field("kind", "an api_token is sent as a bearer token: it takes neither username nor header"));
+            }
+            Ok(json!({}))
+        }
+        "basic" => {
+            let user = username.filter(|u| !u.is_empty() && !u.contains(':') && !u.chars().any(char::is_control)).ok_or_else(|| {
+                ApiError::invalid_field("username", "a basic credential needs a username (without ':' or control characters)")
+            })?;
+            if header.is_some() {
+                return Err(ApiError::invalid_field("header", "a basic credential is sent as HTTP Basic: it takes no header"));
+            }
+            Ok(json!({ "username": user }))
+        }
+        "secret" => {
+            let name = header.map(str::to_ascii_lowercase).ok_or_else(|| ApiError::invalid_field("header", "a secret credential needs the header it is sent in, e.g. X-Api-Key"))?;
+            let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if name.is_empty() || !name.chars().all(token_char) || RESERVED_HEADERS.contains(&name.as_str()) {
+                return Err(ApiError::invalid_field("header", format!("'{name}' cannot carry a credential")));
+            }
+            if username.is_some() {
+                return Err(ApiError::invalid_field("username", "a secret credential takes no username"));
+            }
+            Ok(json!({ "header": name }))
+        }
+        _ => Err(ApiError::invalid_field("kind", "kind must be api_token, basic or secret")),
+    }
+}
+
+/// Seals a secret as a pending credential and lets the gate activate it
+/// (or propose its activation). Every flow that accepts a secret ends here.
+pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNote, new: NewSecret<'_>) -> ApiResult<Executed> {
+    note.action("credentials.create");
+    ws.require(Role::Editor)?;
+    let secret = new.material.secret.expose_secret();
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(ApiError::invalid_field("secret", format!("the secret must be at least {MIN_SECRET_BYTES} bytes")));
+    }
+    if secret.len() > MAX_SECRET_BYTES {
+        return Err(ApiError::invalid_field("secret", format!("the secret exceeds {MAX_SECRET_BYTES} bytes")));
+    }
+    let record = state.vault.create(new).await.map_err(|e| match e {
+        CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
+        CreateError::Store(e) => e.into(),
+    })?;
+    super::submit(state, ws, note, super::Operation::ActivateCredential { credential_id: record.credential_id }).await
 }
 
 pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, credential_id: &str) -> ApiResult<Executed> {
@@ -58,13 +128,29 @@ pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNo
 }
 
 pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: EntryLinkRequest) -> ApiResult<Executed> {
-    check_kind(&req.kind)?;
+    let placement = credential_fields(&req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
     let hosts = crate::credentials::bound_hosts(&req.hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
     let connector_id = match &req.connector_id {
         Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),
         None => None,
     };
-    let spec = json!({ "kind": req.kind, "connector_id": connector_id, "hosts": hosts, "label": req.label, "username": req.username });
+    // The page tells a person where their secret will go: only where the
+    // operator lets it go, and only where the connector goes.
+    let declared = match &connector_id {
+        Some(id) => Some(state.plugins.summary(id).await.ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?.info.hosts),
+        None => None,
+    };
+    for h in &hosts {
+        if !state.egress.policy().allowed_hosts.iter().any(|p| p.matches(h)) && !state.config.plugins.warehouses.allows_name(h) {
+            return Err(ApiError::invalid_field("hosts", format!("{h} is not a host the operator allows; a credential-entry link can only send a secret where the operator lets it go")));
+        }
+        if let Some(declared) = &declared
+            && !declared.iter().any(|p| p.matches(h))
+        {
+            return Err(ApiError::invalid_field("hosts", format!("{h} is not a host the connector reaches")));
+        }
+    }
+    let spec = json!({ "kind": req.kind, "connector_id": connector_id, "hosts": hosts, "label": req.label, "placement": placement });
     let token = tokens::generate(tokens::CODE_PREFIX);
     let link = state
         .store
@@ -72,18 +158,19 @@ pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note:
         .await?;
     note.target("credential_entry_link", &link.entry_id);
     let url = state.config.public_url.join(&format!("credential-entry/{}", token.expose_secret())).map_err(ApiError::internal)?;
-    Executed::created(json!({
+    Ok(Executed::created(json!({
         "entry_id": link.entry_id,
         "url": url.to_string(),
         "expires_at": link.expires_at,
         "status": link.status,
         "poll": format!("/v1/credentials/entry-links/{}", link.entry_id),
-    }))
+    }))?
+    .shown_once(&["/url"]))
 }
 
 /// Starts an OAuth flow for a source connector or the task app.
 pub async fn start_oauth(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, target: &str) -> ApiResult<Executed> {
     note.target("oauth_flow", target);
-    let started = crate::oauth::start(state, &access.workspace_id, &access.principal.user_id, target).await?;
-    Executed::ok(started)
+    let started = crate::oauth::start(state, access, target).await?;
+    Ok(Executed::ok(started)?.shown_once(&["/authorization_url", "/state"]))
 }

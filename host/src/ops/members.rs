@@ -67,7 +67,7 @@ pub async fn invite(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
         .await?;
     note.target("invitation", &invitation.invitation_id);
     let accept_url = state.config.public_url.join(&format!("invitations/{}", token.expose_secret())).map_err(ApiError::internal)?;
-    Executed::created(CreatedInvitation { invitation, accept_url: accept_url.to_string() })
+    Ok(Executed::created(CreatedInvitation { invitation, accept_url: accept_url.to_string() })?.shown_once(&["/accept_url"]))
 }
 
 pub async fn remove(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, member_id: &str) -> ApiResult<Executed> {

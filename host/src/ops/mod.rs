@@ -12,8 +12,10 @@
 pub mod credentials;
 pub mod members;
 pub mod pipelines;
+pub mod plugins;
 pub mod sessions;
 pub mod sources;
+pub mod text;
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -45,11 +47,13 @@ pub enum Category {
     Pipelines,
     /// Starting syncs and resets, cancelling jobs.
     Syncs,
+    /// Loading and unloading connector plugins (installation operators).
+    Plugins,
 }
 
 impl Category {
     /// Every category, in the order policies are listed.
-    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry, Category::Sources, Category::Destinations, Category::Pipelines, Category::Syncs];
+    pub const ALL: &'static [Category] = &[Category::WorkspaceAdmin, Category::Credentials, Category::CredentialEntry, Category::Sources, Category::Destinations, Category::Pipelines, Category::Syncs, Category::Plugins];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -60,6 +64,7 @@ impl Category {
             Category::Destinations => "destinations",
             Category::Pipelines => "pipelines",
             Category::Syncs => "syncs",
+            Category::Plugins => "plugins",
         }
     }
 
@@ -84,6 +89,7 @@ impl Category {
             Category::Destinations => "creating and changing destinations",
             Category::Pipelines => "creating, changing, pausing, resuming and deleting pipelines (connections)",
             Category::Syncs => "starting syncs and resets, cancelling jobs",
+            Category::Plugins => "loading and unloading connector plugins (installation operators)",
         }
     }
 }
@@ -122,6 +128,23 @@ pub enum Operation {
     /// Start a reset job (clear destination data and state, sync again).
     ResetPipeline(pipelines::RunPipeline),
     CancelJob { job_id: String },
+    /// Change a category's approval policy.
+    SetApprovalPolicy(PolicyChange),
+    /// Disable a connector everywhere (installation operators).
+    UnloadPlugin { connector_id: String },
+    /// Enable a connector again (installation operators).
+    LoadPlugin { connector_id: String },
+}
+
+/// A change of one category's approval policy.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyChange {
+    pub category: Category,
+    /// Whether writes of this category from MCP clients need approval.
+    pub requires_approval: Option<bool>,
+    /// The least role that may approve or reject its proposals.
+    pub approver_role: Option<Role>,
 }
 
 impl Operation {
@@ -147,6 +170,9 @@ impl Operation {
             Operation::SyncPipeline(_) => "pipelines.sync",
             Operation::ResetPipeline(_) => "pipelines.reset",
             Operation::CancelJob { .. } => "jobs.cancel",
+            Operation::SetApprovalPolicy(_) => "approval_policies.update",
+            Operation::UnloadPlugin { .. } => "plugins.unload",
+            Operation::LoadPlugin { .. } => "plugins.load",
         }
     }
 
@@ -163,6 +189,8 @@ impl Operation {
             | Operation::ResumePipeline { .. }
             | Operation::DeleteConnection { .. } => Category::Pipelines,
             Operation::SyncPipeline(_) | Operation::ResetPipeline(_) | Operation::CancelJob { .. } => Category::Syncs,
+            Operation::SetApprovalPolicy(_) => Category::WorkspaceAdmin,
+            Operation::UnloadPlugin { .. } | Operation::LoadPlugin { .. } => Category::Plugins,
         }
     }
 
@@ -188,18 +216,55 @@ impl Operation {
             Operation::SyncPipeline(r) => format!("Sync pipeline {} (schedule version {:?})", r.pipeline_id, r.schedule_version),
             Operation::ResetPipeline(r) => format!("Reset pipeline {}: clear its destination data and state, then sync from scratch", r.pipeline_id),
             Operation::CancelJob { job_id } => format!("Cancel job {job_id}"),
+            Operation::SetApprovalPolicy(c) => format!(
+                "Set the approval policy of {}:{}{}",
+                c.category.as_str(),
+                c.requires_approval.map(|r| format!(" requires_approval={r}")).unwrap_or_default(),
+                c.approver_role.map(|r| format!(" approver_role={}", r.as_str())).unwrap_or_default()
+            ),
+            Operation::UnloadPlugin { connector_id } => format!("Unload plugin {connector_id}: its connector becomes unavailable on every server"),
+            Operation::LoadPlugin { connector_id } => format!("Load plugin {connector_id}"),
         }
     }
 
     /// The least role that may perform the operation.
     pub fn required_role(&self) -> Role {
         match self.category() {
-            Category::WorkspaceAdmin => Role::Administrator,
+            Category::WorkspaceAdmin | Category::Plugins => Role::Administrator,
             Category::Credentials | Category::CredentialEntry | Category::Sources | Category::Destinations | Category::Pipelines | Category::Syncs => {
                 Role::Editor
             }
         }
     }
+
+    /// Whether only installation operators may perform it (and decide its
+    /// proposals).
+    pub fn needs_operator(&self) -> bool {
+        self.category() == Category::Plugins
+    }
+
+    /// Whether an MCP client may not even propose it: an assistant must not
+    /// be able to switch its own guard off, even with a person's approval
+    /// of a proposal it worded.
+    pub fn refused_to_mcp(&self) -> bool {
+        matches!(self, Operation::SetApprovalPolicy(_))
+    }
+}
+
+/// Checks that a caller may perform `op`: the role it needs in the
+/// workspace, operator standing where it needs that, and a client kind it
+/// accepts.
+pub async fn authorise(state: &AppState, access: &WorkspaceAccess, op: &Operation) -> ApiResult<()> {
+    access.require(op.required_role())?;
+    if op.needs_operator() && !state.store.is_operator(&access.principal.user_id).await? {
+        return Err(crate::error::ApiError::permission_denied("permission denied: only installation operators manage plugins"));
+    }
+    if op.refused_to_mcp() && access.principal.client == crate::access::ClientSource::Mcp {
+        return Err(crate::error::ApiError::permission_denied(
+            "permission denied: approval policies are changed by a person through the API or CLI, not by an MCP client",
+        ));
+    }
+    Ok(())
 }
 
 /// What an executed operation answered.
@@ -207,22 +272,65 @@ impl Operation {
 pub struct Executed {
     pub status: StatusCode,
     pub data: Value,
+    /// JSON pointers into `data` of values shown once to whoever made the
+    /// request (single-use links, OAuth states): they are answered, but
+    /// never stored where someone else could read them (approval results,
+    /// idempotent replays).
+    pub one_time: Vec<String>,
 }
+
+/// What a one-time value becomes wherever an answer is kept.
+pub const SHOWN_ONCE: &str = "(shown once to the requester; not stored)";
 
 impl Executed {
     pub fn ok(data: impl Serialize) -> ApiResult<Self> {
-        Ok(Executed { status: StatusCode::OK, data: serde_json::to_value(data).map_err(crate::error::ApiError::internal)? })
+        Self::with_status(StatusCode::OK, data)
     }
 
     pub fn created(data: impl Serialize) -> ApiResult<Self> {
-        Ok(Executed { status: StatusCode::CREATED, data: serde_json::to_value(data).map_err(crate::error::ApiError::internal)? })
+        Self::with_status(StatusCode::CREATED, data)
+    }
+
+    pub fn with_status(status: StatusCode, data: impl Serialize) -> ApiResult<Self> {
+        Ok(Executed { status, data: serde_json::to_value(data).map_err(crate::error::ApiError::internal)?, one_time: Vec::new() })
+    }
+
+    /// Marks values (JSON pointers into `data`) as shown once.
+    pub fn shown_once(mut self, pointers: &[&str]) -> Self {
+        self.one_time.extend(pointers.iter().map(|p| (*p).to_owned()));
+        self
+    }
+
+    /// The answer as it may be kept: one-time values replaced.
+    pub fn storable(&self) -> Value {
+        let mut data = self.data.clone();
+        for pointer in &self.one_time {
+            if let Some(v) = data.pointer_mut(pointer)
+                && !v.is_null()
+            {
+                *v = Value::String(SHOWN_ONCE.to_owned());
+            }
+        }
+        data
     }
 }
 
+/// The body an idempotent replay answers instead of the response's own,
+/// when that one holds values shown once.
+#[derive(Clone)]
+pub struct ReplayBody(pub bytes::Bytes);
+
 impl axum::response::IntoResponse for Executed {
     fn into_response(self) -> axum::response::Response {
+        let replay = (!self.one_time.is_empty()).then(|| {
+            let stored = crate::http::ok(self.storable());
+            bytes::Bytes::from(serde_json::to_vec(&stored).unwrap_or_default())
+        });
         let mut envelope = crate::http::ok(self.data).into_response();
         *envelope.status_mut() = self.status;
+        if let Some(body) = replay {
+            envelope.extensions_mut().insert(ReplayBody(body));
+        }
         envelope
     }
 }
@@ -232,7 +340,7 @@ impl axum::response::IntoResponse for Executed {
 /// executing now and storing a proposal.
 pub async fn submit(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
     note.action(op.action());
-    access.require(op.required_role())?;
+    authorise(state, access, &op).await?;
     crate::approvals::gate(state, access, note, op).await
 }
 
@@ -262,5 +370,8 @@ pub(crate) async fn execute(state: &AppState, access: &WorkspaceAccess, note: &A
         }
         Operation::ResetPipeline(r) => pipelines::run(state, access, note, r, "reset", "manual").await,
         Operation::CancelJob { job_id } => pipelines::cancel_job(state, access, note, &job_id).await,
+        Operation::SetApprovalPolicy(change) => Executed::ok(crate::approvals::set_policy(state, access, note, change).await?),
+        Operation::UnloadPlugin { connector_id } => plugins::unload(state, access, note, &connector_id).await,
+        Operation::LoadPlugin { connector_id } => plugins::load(state, access, note, &connector_id).await,
     }
 }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::Executed;
+use super::text::check_name;
 use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::http::middleware::AuditNote;
@@ -77,28 +78,31 @@ pub struct RunPipeline {
     pub schedule_version: Option<i64>,
 }
 
-fn check_name(name: &str) -> ApiResult<()> {
-    if name.trim().is_empty() || name.len() > 200 {
-        return Err(ApiError::invalid_field("name", "name must be 1 to 200 characters"));
-    }
-    Ok(())
-}
-
 async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &str, config: &Value) -> ApiResult<()> {
+    super::text::check_config("configuration", config)?;
     let parsed = crate::destinations::validate(kind, config)?;
-    if let crate::destinations::DestinationConfig::Postgres { credential_handle: Some(h), url } = &parsed {
-        let cred = state.vault.handle_exists(&access.workspace_id, h).await?.ok_or_else(|| {
-            ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace").with_details(json!({ "field": "configuration.credential_handle" }))
-        })?;
-        if !cred.hosts.iter().any(|x| Some(x.as_str()) == url.host_str()) {
-            return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the database host"));
+    if let crate::destinations::DestinationConfig::Postgres { credential_handle, target } = &parsed {
+        if !state.config.plugins.warehouses.allows_name(&target.host) {
+            return Err(ApiError::bad_request(
+                "DESTINATION_HOST_NOT_ALLOWED",
+                format!("{} is not a database host the operator allows; the operator lists them in SERVICE_WAREHOUSE_ALLOWED_HOSTS", target.host),
+            )
+            .with_details(json!({ "field": "configuration.url", "host": target.host })));
+        }
+        if let Some(h) = credential_handle {
+            let cred = state.vault.handle_exists(&access.workspace_id, h).await?.ok_or_else(|| {
+                ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace").with_details(json!({ "field": "configuration.credential_handle" }))
+            })?;
+            if !cred.hosts.contains(&target.host) {
+                return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the database host"));
+            }
         }
     }
     Ok(())
 }
 
 pub async fn create_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateDestination) -> ApiResult<Executed> {
-    check_name(&req.name)?;
+    check_name("name", &req.name)?;
     check_destination(state, access, &req.kind, &req.configuration).await?;
     let d = state.store.create_destination(&access.workspace_id, &req.kind, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
     note.target("destination", &d.destination_id);
@@ -109,7 +113,7 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
     note.target("destination", &req.destination_id);
     let cur = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
     let name = req.name.unwrap_or(cur.name);
-    check_name(&name)?;
+    check_name("name", &name)?;
     let config = req.configuration.unwrap_or(cur.configuration);
     check_destination(state, access, &cur.kind, &config).await?;
     let d = state.store.update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
@@ -161,7 +165,7 @@ fn check_schedule(s: &Schedule) -> ApiResult<()> {
 }
 
 pub async fn create_pipeline(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreatePipeline) -> ApiResult<Executed> {
-    check_name(&req.name)?;
+    check_name("name", &req.name)?;
     check_schedule(&req.schedule)?;
     let dest = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such destination"))?;
     check_streams(state, access, &req.source_id, &dest.kind, &req.streams).await?;
@@ -181,7 +185,7 @@ pub async fn update_pipeline(state: &AppState, access: &WorkspaceAccess, note: &
     note.target("pipeline", &req.pipeline_id);
     let mut p = pipeline(state, access, &req.pipeline_id).await?;
     if let Some(n) = req.name {
-        check_name(&n)?;
+        check_name("name", &n)?;
         p.name = n.trim().to_owned();
     }
     if let Some(streams) = req.streams {

@@ -8,13 +8,21 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::middleware::AuditNote;
 use crate::server::AppState;
 
-/// Revokes a session of a member of the caller's workspace. Sessions of
-/// users outside the workspace answer 404, like sessions that do not exist.
+/// Revokes a session: the caller's own, or one of a member of the
+/// caller's workspace whose sessions the caller administers. Sessions of
+/// users outside the workspace answer 404, like sessions that do not
+/// exist; those of members who also belong to workspaces the caller does
+/// not administer (or of operators, for a non-operator) answer 403.
 pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, session_id: &str) -> ApiResult<Executed> {
     note.target("session", session_id);
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
     if state.store.role_in(&session.user_id, &access.workspace_id).await?.is_none() {
         return Err(ApiError::not_found("session"));
+    }
+    if !state.store.administers_sessions_of(&access.principal.user_id, &session.user_id).await? {
+        return Err(ApiError::permission_denied(
+            "permission denied: this member also works in workspaces you do not administer; an administrator of each, or the member, revokes their sessions",
+        ));
     }
     let newly_revoked = state.store.revoke_session(session_id).await?;
     if let Some(c) = &state.session_cache {

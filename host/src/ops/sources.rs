@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::Executed;
+use super::text::check_name;
 use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::http::middleware::AuditNote;
@@ -38,16 +39,10 @@ pub struct UpdateSource {
     pub configuration: Option<Value>,
 }
 
-fn check_name(name: &str) -> ApiResult<()> {
-    if name.trim().is_empty() || name.len() > 200 {
-        return Err(ApiError::invalid_field("name", "name must be 1 to 200 characters"));
-    }
-    Ok(())
-}
-
 /// Validates a configuration for a connector: its JSON Schema, its
 /// credential handles, and connector-specific rules.
 async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value) -> ApiResult<()> {
+    super::text::check_config("configuration", config)?;
     let plugin = state.plugins.available(connector_id).await?;
     let validator = jsonschema::validator_for(&plugin.info.config_schema)
         .map_err(|e| ApiError::internal(anyhow::anyhow!("connector {connector_id} has an invalid config schema: {e}")))?;
@@ -78,7 +73,7 @@ async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, conn
 }
 
 pub async fn create(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateSource) -> ApiResult<Executed> {
-    check_name(&req.name)?;
+    check_name("name", &req.name)?;
     let connector_id = state.plugins.canonical_id(&req.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
     validate_configuration(state, access, &connector_id, &req.configuration).await?;
     let source = state.store.create_source(&access.workspace_id, &connector_id, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
@@ -90,7 +85,7 @@ pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     note.target("source", &req.source_id);
     let current = state.store.source(&access.workspace_id, &req.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
     let name = req.name.unwrap_or(current.name);
-    check_name(&name)?;
+    check_name("name", &name)?;
     let mut configuration = current.configuration;
     if let Some(Value::Object(patch)) = req.configuration {
         if let Value::Object(map) = &mut configuration {

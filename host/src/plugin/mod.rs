@@ -86,12 +86,47 @@ pub enum Pre {
     V1(v1::Pre),
 }
 
+/// Where compiled components are kept between runs, and the key that
+/// authenticates them. Loading a compiled artefact runs its machine code
+/// as it is, so one that someone else put there (another component's,
+/// under this one's name) must never be loaded: each file carries an HMAC
+/// of its contents, its component's digest and the engine, under a key
+/// derived from the master key, and a file whose tag does not verify is
+/// compiled anew.
+pub struct CompileCache {
+    pub dir: PathBuf,
+    pub key: secrecy::SecretBox<[u8; 32]>,
+}
+
+impl CompileCache {
+    fn tag(&self, digest: &str, compat: &str, artefact: &[u8]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        use secrecy::ExposeSecret;
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose_secret()).expect("HMAC takes any key length");
+        for part in [digest.as_bytes(), compat.as_bytes(), artefact] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+}
+
+/// Compares two tags in time independent of where they differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Length of the tag in front of a cached artefact.
+const TAG_BYTES: usize = 32;
+
 /// The engine, the linkers of every supported version and the limits.
 pub struct Runtime {
     engine: Engine,
     linker_v1: Linker<HostState>,
     limits: Arc<Limits>,
-    cache_dir: Option<PathBuf>,
+    /// Turns to run: at most `limits.max_concurrent` invocations at once.
+    turns: Arc<tokio::sync::Semaphore>,
+    cache: Option<CompileCache>,
     compat_key: String,
     /// Whether the pooling allocator is in use (reported to operators).
     pub pooling: bool,
@@ -129,9 +164,9 @@ fn engine_config(pooling: Option<&Limits>) -> Config {
 
 impl Runtime {
     /// Builds the engine (with the pooling allocator where the machine
-    /// allows it) and starts its epoch ticker. `cache_dir` holds compiled
+    /// allows it) and starts its epoch ticker. `cache` keeps compiled
     /// artefacts; `None` disables the cache.
-    pub fn new(limits: Limits, cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
+    pub fn new(limits: Limits, cache: Option<CompileCache>) -> anyhow::Result<Self> {
         let (engine, pooling) = match Engine::new(&engine_config(Some(&limits))) {
             Ok(e) => (e, true),
             Err(e) => {
@@ -157,10 +192,11 @@ impl Runtime {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         let compat_key = format!("{:016x}", h.finish());
-        if let Some(dir) = &cache_dir {
-            std::fs::create_dir_all(dir)?;
+        if let Some(c) = &cache {
+            std::fs::create_dir_all(&c.dir)?;
         }
-        Ok(Runtime { engine, linker_v1, limits: Arc::new(limits), cache_dir, compat_key, pooling })
+        let turns = Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent.max(1)));
+        Ok(Runtime { engine, linker_v1, limits: Arc::new(limits), turns, cache, compat_key, pooling })
     }
 
     pub fn limits(&self) -> &Limits {
@@ -185,22 +221,36 @@ impl Runtime {
     }
 
     fn compile(&self, bytes: &[u8], digest: &str) -> anyhow::Result<Component> {
-        let Some(dir) = &self.cache_dir else {
+        let Some(cache) = &self.cache else {
             return Ok(Component::new(&self.engine, bytes)?);
         };
-        let path = dir.join(format!("{digest}-{}.cwasm", self.compat_key));
-        if path.exists() {
-            // SAFETY: the file was written by `Component::serialize` of an
-            // engine with the same compatibility hash (it is in the name),
-            // in a directory only this installation writes.
-            match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                Ok(c) => return Ok(c),
-                Err(e) => tracing::warn!(error = %e, path = %path.display(), "discarding unusable compiled artefact"),
+        let path = cache.dir.join(format!("{digest}-{}.cwasm", self.compat_key));
+        if let Ok(file) = std::fs::read(&path) {
+            match file.split_at_checked(TAG_BYTES) {
+                Some((tag, artefact)) if same_bytes(&cache.tag(digest, &self.compat_key, artefact), tag) => {
+                    // SAFETY: the artefact carries a tag only this
+                    // installation's key makes, over this component's digest
+                    // and this engine's compatibility hash: it is what
+                    // `Component::serialize` wrote for this component.
+                    match unsafe { Component::deserialize(&self.engine, artefact) } {
+                        Ok(c) => return Ok(c),
+                        Err(e) => tracing::warn!(error = %e, path = %path.display(), "discarding unusable compiled artefact"),
+                    }
+                }
+                _ => tracing::warn!(path = %path.display(), "discarding a compiled artefact whose tag does not verify"),
             }
         }
         let component = Component::new(&self.engine, bytes)?;
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let written = component.serialize().map_err(|e| anyhow::anyhow!("{e}")).and_then(|b| Ok(std::fs::write(&tmp, b)?)).and_then(|()| Ok(std::fs::rename(&tmp, &path)?));
+        let written = component
+            .serialize()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .and_then(|artefact| {
+                let mut file = cache.tag(digest, &self.compat_key, &artefact).to_vec();
+                file.extend_from_slice(&artefact);
+                Ok(std::fs::write(&tmp, file)?)
+            })
+            .and_then(|()| Ok(std::fs::rename(&tmp, &path)?));
         if let Err(e) = written {
             tracing::warn!(error = %e, "could not cache a compiled plugin");
         }
@@ -230,7 +280,14 @@ impl Runtime {
         wall: Duration,
         call: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<Result<R, ConnectorError>>,
     ) -> Result<R, InvocationError> {
-        let outcome = tokio::time::timeout(wall, call(&mut store)).await;
+        // A call waits for a turn within its own time limit; one that gets
+        // none is refused as a host condition (retryable).
+        let started = tokio::time::Instant::now();
+        let _turn = match tokio::time::timeout(wall, self.turns.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            _ => return Err(InvocationError::Host("too many connector invocations at once; retry shortly".into())),
+        };
+        let outcome = tokio::time::timeout(wall.saturating_sub(started.elapsed()), call(&mut store)).await;
         store.data_mut().flush_output();
         let state = store.data();
         match outcome {

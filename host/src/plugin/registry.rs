@@ -2,9 +2,11 @@
 //!
 //! Plugins come from two places: the bundled components built with the
 //! server, and `.wasm` files in the operator's plugins directory (watched:
-//! adding a file loads it, removing it unloads it). Operators also unload
-//! and load plugins by id (API and CLI); that state lives in the database,
-//! so every replica agrees, and is checked on every invocation.
+//! adding a file registers it, disabled until an operator loads it;
+//! removing it unloads it). Operators also unload and load plugins by id
+//! (API and CLI); that state lives in the database, so every replica
+//! agrees, and is checked on every invocation. A connector id or legacy
+//! alias belongs to the plugin that declared it first, whatever its state.
 //!
 //! Unloading drops the prepared component but remembers the plugin, so it
 //! is listed as unavailable, work on it is refused, saved sources keep
@@ -177,12 +179,27 @@ impl Registry {
         }
         let id = info.id.clone();
         {
+            // An id or alias belongs to the plugin that declared it first,
+            // loaded or not: a file dropped into the plugins directory can
+            // take over neither a bundled connector (even one an operator
+            // unloaded) nor a legacy alias saved configurations resolve.
             let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let aliases = self.aliases.read().unwrap_or_else(|p| p.into_inner());
             if let Some(k) = known.get(&id)
-                && k.loaded.is_some()
                 && k.source.as_ref().is_some_and(|s| *s != source)
             {
                 return Err(LoadError::Duplicate(id, k.source.as_ref().map(ToString::to_string).unwrap_or_default()));
+            }
+            if let Some(owner) = aliases.get(&id) {
+                return Err(LoadError::Duplicate(id, format!("a legacy alias of {owner}")));
+            }
+            for alias in &info.legacy_aliases {
+                if let Some(owner) = aliases.get(alias).filter(|owner| **owner != id) {
+                    return Err(LoadError::Duplicate(alias.clone(), owner.clone()));
+                }
+                if known.contains_key(alias) {
+                    return Err(LoadError::Duplicate(alias.clone(), "a connector id".into()));
+                }
             }
         }
         let loaded = Arc::new(LoadedPlugin {
@@ -359,7 +376,16 @@ impl Registry {
             let (modified, len) = present[&path];
             let id = match super::read_component(&path) {
                 Ok(bytes) => match self.load_bytes(&bytes, PluginSource::File(path.clone())).await {
-                    Ok(id) => Some(id),
+                    Ok(id) => {
+                        // A file that appears is registered, not enabled:
+                        // an operator loads it (whoever can write to the
+                        // directory is not thereby an operator).
+                        if let Err(e) = self.store.register_plugin_disabled(&id).await {
+                            tracing::warn!(connector = %id, error = %e, "could not record the plugin's state");
+                        }
+                        tracing::info!(connector = %id, file = %path.display(), "plugin file registered; an operator enables it with `service plugins load` or POST /v1/admin/plugins/{{id}}/load");
+                        Some(id)
+                    }
                     Err(e) => {
                         tracing::error!(file = %path.display(), error = %e, "plugin file failed to load");
                         None

@@ -7,7 +7,8 @@
 //!   retries) advances the epoch but runs no guest code, so it costs at most
 //!   one tick: a long sync that mostly waits on the network is not cut
 //!   short, while a busy loop is.
-//! - Memory: a resource limiter on linear memories and tables; refusals are
+//! - Memory: a resource limiter on linear memories and tables, counting all
+//!   of an invocation's memories against one budget; refusals are
 //!   remembered so a memory bomb is reported as such.
 //! - Wall clock: a timeout around the whole call, since epochs cannot
 //!   interrupt a blocked host call.
@@ -47,6 +48,9 @@ pub struct Limits {
     pub max_record_bytes: usize,
     /// Log bytes accepted per invocation (log import, stdout and stderr).
     pub max_log_bytes: usize,
+    /// Invocations running at once on this server; more wait for a turn
+    /// (at most their wall-clock limit).
+    pub max_concurrent: usize,
 }
 
 impl Default for Limits {
@@ -59,6 +63,7 @@ impl Default for Limits {
             max_output_bytes: 4 * 1024 * 1024,
             max_record_bytes: 4 * 1024 * 1024,
             max_log_bytes: 256 * 1024,
+            max_concurrent: 32,
         }
     }
 }
@@ -72,18 +77,30 @@ pub trait RecordSink: Send {
 }
 
 /// Refuses linear-memory and table growth past the limits and remembers
-/// that it did.
+/// that it did. The memory limit is for the whole call: a component holds
+/// several linear memories (one per core instance, the WASI adapter's
+/// among them), and each counts against the same budget.
 pub struct MemoryLimiter {
     memory_bytes: usize,
+    /// Bytes of every linear memory of the call together.
+    in_use: usize,
     pub(crate) hit: bool,
 }
 
+impl MemoryLimiter {
+    pub fn new(memory_bytes: usize) -> Self {
+        MemoryLimiter { memory_bytes, in_use: 0, hit: false }
+    }
+}
+
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.in_use.saturating_sub(current).saturating_add(desired);
+        if total > self.memory_bytes {
             self.hit = true;
             return Ok(false);
         }
+        self.in_use = total;
         Ok(true)
     }
 
@@ -197,7 +214,7 @@ impl HostState {
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { memory_bytes: limits.memory_bytes, hit: false },
+            limiter: MemoryLimiter::new(limits.memory_bytes),
             plugin_id: inv.plugin_id,
             declared_hosts: inv.declared_hosts,
             workspace_id: inv.workspace_id,
@@ -256,5 +273,23 @@ impl HostState {
         if self.log_dropped > 0 {
             tracing::warn!(plugin = &*self.plugin_id, dropped = self.log_dropped, "plugin log budget exhausted; messages dropped");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_memory_of_a_call_counts_against_one_budget() {
+        let mut limiter = MemoryLimiter::new(100);
+        assert!(limiter.memory_growing(0, 60, None).unwrap(), "a first memory");
+        assert!(!limiter.memory_growing(0, 60, None).unwrap(), "a second one would pass the budget together");
+        assert!(limiter.hit);
+        let mut limiter = MemoryLimiter::new(100);
+        assert!(limiter.memory_growing(0, 30, None).unwrap());
+        assert!(limiter.memory_growing(0, 30, None).unwrap());
+        assert!(limiter.memory_growing(30, 40, None).unwrap(), "growth counts only what it adds");
+        assert!(!limiter.memory_growing(40, 90, None).unwrap(), "70 + 50 more would pass it");
     }
 }

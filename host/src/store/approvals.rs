@@ -22,9 +22,13 @@ pub struct Approval {
     pub summary: String,
     /// The operation that approval would perform, exactly.
     pub operation: Value,
-    /// `pending`, `executing`, `executed`, `failed`, `rejected` or `expired`.
+    /// `pending`, `executing`, `executed`, `failed`, `rejected`, `expired`
+    /// or `voided` (the proposing session was revoked).
     pub status: String,
     pub proposed_by: String,
+    /// The session that proposed it: it may not decide its own proposal.
+    #[serde(skip)]
+    pub proposed_session: Option<String>,
     /// Client kind that proposed it (`api`, `cli`, `mcp`).
     pub client_source: String,
     /// Request that created the proposal.
@@ -35,6 +39,10 @@ pub struct Approval {
     pub decided_at: Option<DateTime<Utc>>,
     /// What execution answered: HTTP status and body.
     pub result: Option<ApprovalResult>,
+    /// True when `operation` and `result` are withheld: only the proposer
+    /// and the members who may decide the proposal see them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub details_hidden: bool,
 }
 
 /// The answer of an approved execution.
@@ -106,6 +114,7 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<Approval> {
         operation: serde_json::from_str(&operation).unwrap_or(Value::Null),
         status,
         proposed_by: r.try_get("proposed_by")?,
+        proposed_session: r.try_get("proposed_session")?,
         client_source: r.try_get("client_source")?,
         request_id: r.try_get("request_id")?,
         created_at: from_ms(r.try_get("created_at")?),
@@ -116,6 +125,7 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<Approval> {
             status,
             body: result_body.and_then(|b| serde_json::from_str(&b).ok()).unwrap_or(Value::Null),
         }),
+        details_hidden: false,
     })
 }
 
@@ -148,13 +158,6 @@ impl Store {
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         let now = now_ms();
         row.map(|r| from_row(&r, now)).transpose()
-    }
-
-    /// The session that proposed an approval (its execution runs as the
-    /// proposer).
-    pub async fn approval_session(&self, id: &str) -> StoreResult<Option<String>> {
-        let row = sqlx::query("SELECT proposed_session FROM approvals WHERE id = $1").bind(id).fetch_optional(self.pool()).await?;
-        Ok(row.and_then(|r| r.try_get("proposed_session").ok()))
     }
 
     /// Proposals of a workspace, newest first.

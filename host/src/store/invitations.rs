@@ -23,6 +23,7 @@ pub struct Invitation {
 /// What an accepted invitation granted.
 #[derive(Debug, Clone)]
 pub struct AcceptedInvitation {
+    pub invitation_id: String,
     pub user_id: String,
     pub workspace_id: String,
     pub role: Role,
@@ -31,9 +32,35 @@ pub struct AcceptedInvitation {
 /// What an invitee sees before accepting.
 #[derive(Debug, Clone)]
 pub struct PendingInvitation {
+    pub invitation_id: String,
+    pub workspace_id: String,
     pub workspace_name: String,
     pub email: String,
     pub role: Role,
+    /// Whether an account with the invited address exists already: then
+    /// only that account, signed in, may accept.
+    pub account_exists: bool,
+}
+
+/// Who accepts an invitation.
+#[derive(Debug, Clone, Copy)]
+pub enum Acceptor<'a> {
+    /// Someone without an account: the link is their proof of the
+    /// address, and accepting creates the account.
+    NewAccount { name: &'a str },
+    /// An account, through its own session.
+    Account { user_id: &'a str },
+}
+
+/// Why an invitation was not accepted (nothing was spent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptError {
+    /// Unknown, expired or already used.
+    NotPending,
+    /// The address has an account: it must accept signed in.
+    AccountExists,
+    /// The invitation is for another address than the account's.
+    WrongAccount,
 }
 
 impl Store {
@@ -76,7 +103,9 @@ impl Store {
     /// The invitation behind a token if it can still be accepted.
     pub async fn pending_invitation(&self, token_hash: &str) -> StoreResult<Option<PendingInvitation>> {
         let row = sqlx::query(
-            "SELECT w.name, i.email, i.role FROM invitations i JOIN workspaces w ON w.id = i.workspace_id \
+            "SELECT i.id, i.workspace_id, w.name, i.email, i.role, \
+             (SELECT COUNT(*) FROM users u WHERE u.email = i.email) AS accounts \
+             FROM invitations i JOIN workspaces w ON w.id = i.workspace_id \
              WHERE i.token_hash = $1 AND i.accepted_at IS NULL AND i.expires_at > $2",
         )
         .bind(token_hash)
@@ -85,19 +114,24 @@ impl Store {
         .await?;
         row.map(|r| {
             Ok(PendingInvitation {
+                invitation_id: r.try_get("id")?,
+                workspace_id: r.try_get("workspace_id")?,
                 workspace_name: r.try_get("name")?,
                 email: r.try_get("email")?,
                 role: Role::parse(r.try_get::<&str, _>("role")?).unwrap_or(Role::Viewer),
+                account_exists: r.try_get::<i64, _>("accounts")? > 0,
             })
         })
         .transpose()
     }
 
-    /// Spends the invitation and makes its e-mail address a member, creating
-    /// the user when the address is new. All or nothing: a token is spent
-    /// only together with the membership it grants. Returns `None` for an
-    /// unknown, expired or already used token.
-    pub async fn accept_invitation(&self, token_hash: &str, name: &str) -> StoreResult<Option<AcceptedInvitation>> {
+    /// Spends the invitation and makes its address a member. All or
+    /// nothing: a token is spent only together with the membership it
+    /// grants. A new account is created only for an address that has none;
+    /// an existing account accepts only for itself, through its own
+    /// session, so an invitation can never hand anyone a session of an
+    /// account that exists.
+    pub async fn accept_invitation(&self, token_hash: &str, by: Acceptor<'_>) -> StoreResult<Result<AcceptedInvitation, AcceptError>> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let Some(row) = sqlx::query(
@@ -109,17 +143,17 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?
         else {
-            return Ok(None);
+            return Ok(Err(AcceptError::NotPending));
         };
         let invitation_id: String = row.try_get("id")?;
         let workspace_id: String = row.try_get("workspace_id")?;
         let email: String = row.try_get("email")?;
         let role = Role::parse(row.try_get::<&str, _>("role")?).unwrap_or(Role::Viewer);
 
-        let existing = sqlx::query("SELECT id FROM users WHERE email = $1").bind(&email).fetch_optional(&mut *tx).await?;
-        let user_id = match existing {
-            Some(r) => r.try_get("id")?,
-            None => {
+        let existing: Option<String> = sqlx::query("SELECT id FROM users WHERE email = $1").bind(&email).fetch_optional(&mut *tx).await?.map(|r| r.try_get("id")).transpose()?;
+        let user_id = match (by, existing) {
+            (Acceptor::NewAccount { .. }, Some(_)) => return Ok(Err(AcceptError::AccountExists)),
+            (Acceptor::NewAccount { name }, None) => {
                 let id = new_id("usr");
                 sqlx::query("INSERT INTO users (id, email, name, created_at) VALUES ($1, $2, $3, $4)")
                     .bind(&id)
@@ -130,6 +164,8 @@ impl Store {
                     .await?;
                 id
             }
+            (Acceptor::Account { user_id }, Some(owner)) if owner == user_id => owner,
+            (Acceptor::Account { .. }, _) => return Ok(Err(AcceptError::WrongAccount)),
         };
         // An existing member keeps their current role: an invitation never
         // demotes anyone.
@@ -151,6 +187,6 @@ impl Store {
             .await?;
         tx.commit().await?;
         self.memberships_changed();
-        Ok(Some(AcceptedInvitation { user_id, workspace_id, role }))
+        Ok(Ok(AcceptedInvitation { invitation_id, user_id, workspace_id, role }))
     }
 }

@@ -25,6 +25,7 @@ pub mod pipelines;
 pub mod plugins;
 pub mod sessions;
 pub mod sources;
+pub mod sweep;
 pub mod users;
 pub mod workspaces;
 

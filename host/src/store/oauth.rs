@@ -14,6 +14,21 @@ pub struct OAuthState {
     pub redirect_uri: String,
     pub expires_at: i64,
     pub used: bool,
+    /// The session that started the flow.
+    pub session_id: Option<String>,
+    /// The kind of client that started it: a flow an MCP client started
+    /// ends in a proposal, wherever it is completed.
+    pub client_source: String,
+}
+
+/// A pending flow as its confirmation page describes it.
+#[derive(Debug, Clone)]
+pub struct PendingFlow {
+    pub workspace_name: String,
+    pub initiator_email: String,
+    pub target: String,
+    pub client_source: String,
+    pub expires_at: i64,
 }
 
 /// What spending a state found.
@@ -28,8 +43,8 @@ pub enum Spend {
 impl Store {
     pub async fn create_oauth_state(&self, state_hash: &str, s: &OAuthState) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO oauth_states (state_hash, workspace_id, user_id, target, code_verifier, redirect_uri, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO oauth_states (state_hash, workspace_id, user_id, target, code_verifier, redirect_uri, created_at, expires_at, \
+             session_id, client_source) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(state_hash)
         .bind(&s.workspace_id)
@@ -39,6 +54,8 @@ impl Store {
         .bind(&s.redirect_uri)
         .bind(now_ms())
         .bind(s.expires_at)
+        .bind(&s.session_id)
+        .bind(&s.client_source)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -49,7 +66,7 @@ impl Store {
         let now = now_ms();
         let row = sqlx::query(
             "UPDATE oauth_states SET used_at = $1 WHERE state_hash = $2 AND used_at IS NULL AND expires_at > $1 \
-             RETURNING workspace_id, user_id, target, code_verifier, redirect_uri, expires_at",
+             RETURNING workspace_id, user_id, target, code_verifier, redirect_uri, expires_at, session_id, client_source",
         )
         .bind(now)
         .bind(state_hash)
@@ -64,6 +81,8 @@ impl Store {
                 redirect_uri: r.try_get("redirect_uri")?,
                 expires_at: r.try_get("expires_at")?,
                 used: true,
+                session_id: r.try_get("session_id")?,
+                client_source: r.try_get("client_source")?,
             }));
         }
         let row = sqlx::query("SELECT used_at, expires_at FROM oauth_states WHERE state_hash = $1").bind(state_hash).fetch_optional(self.pool()).await?;
@@ -72,6 +91,30 @@ impl Store {
             Some(r) if r.try_get::<Option<i64>, _>("used_at")?.is_some() => Spend::Used,
             Some(_) => Spend::Expired,
         })
+    }
+
+    /// A flow that can still be completed, described for its confirmation
+    /// page, without spending it.
+    pub async fn pending_oauth_flow(&self, state_hash: &str) -> StoreResult<Option<PendingFlow>> {
+        let row = sqlx::query(
+            "SELECT w.name, u.email, o.target, o.client_source, o.expires_at FROM oauth_states o \
+             JOIN workspaces w ON w.id = o.workspace_id JOIN users u ON u.id = o.user_id \
+             WHERE o.state_hash = $1 AND o.used_at IS NULL AND o.expires_at > $2",
+        )
+        .bind(state_hash)
+        .bind(now_ms())
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(PendingFlow {
+                workspace_name: r.try_get("name")?,
+                initiator_email: r.try_get("email")?,
+                target: r.try_get("target")?,
+                client_source: r.try_get("client_source")?,
+                expires_at: r.try_get("expires_at")?,
+            })
+        })
+        .transpose()
     }
 
     /// Who a state belongs to, without spending it.

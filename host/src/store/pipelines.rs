@@ -214,6 +214,14 @@ impl Store {
         rows.iter().map(destination_from_row).collect()
     }
 
+    /// Destinations of every workspace that keep files in the data
+    /// directory (SQLite and JSON-lines).
+    pub async fn file_destinations(&self) -> StoreResult<Vec<Destination>> {
+        let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE kind IN ('sqlite', 'jsonl') ORDER BY id");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
+        rows.iter().map(destination_from_row).collect()
+    }
+
     pub async fn update_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value) -> StoreResult<Option<Destination>> {
         sqlx::query("UPDATE destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
             .bind(name)
@@ -348,15 +356,21 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Claims the oldest runnable job: queued and due, or running with an
-    /// expired lease (its runner died). One conditional update, so two
-    /// runners never hold the same job.
-    pub async fn claim_job(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<Job>> {
+    /// Claims a runnable job: queued and due, or running with an expired
+    /// lease (its runner died). Fair between workspaces: the job of the
+    /// workspace with the fewest running jobs first (the oldest among
+    /// those), and none of a workspace that already runs `per_workspace`.
+    /// One conditional update, so two runners never hold the same job.
+    pub async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
         let now = now_ms();
         let candidate = sqlx::query(
-            "SELECT id FROM jobs WHERE (status = 'queued' AND not_before <= $1) OR (status = 'running' AND lease_expires_at < $1) ORDER BY created_at LIMIT 1",
+            "SELECT id FROM (SELECT j.id, j.created_at, \
+                 (SELECT COUNT(*) FROM jobs r WHERE r.workspace_id = j.workspace_id AND r.status = 'running' AND r.lease_expires_at >= $1) AS busy \
+               FROM jobs j WHERE (j.status = 'queued' AND j.not_before <= $1) OR (j.status = 'running' AND j.lease_expires_at < $1)) c \
+             WHERE c.busy < $2 ORDER BY c.busy, c.created_at LIMIT 1",
         )
         .bind(now)
+        .bind(per_workspace)
         .fetch_optional(self.pool())
         .await?;
         let Some(candidate) = candidate else { return Ok(None) };

@@ -36,6 +36,16 @@ impl Store {
         Ok(())
     }
 
+    /// Records a plugin as disabled unless it has a state already.
+    pub async fn register_plugin_disabled(&self, connector_id: &str) -> StoreResult<()> {
+        sqlx::query("INSERT INTO plugin_states (connector_id, enabled, updated_at, updated_by) VALUES ($1, 0, $2, NULL) ON CONFLICT (connector_id) DO NOTHING")
+            .bind(connector_id)
+            .bind(super::now_ms())
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
     /// Whether a user is an installation operator.
     pub async fn is_operator(&self, user_id: &str) -> StoreResult<bool> {
         let row = sqlx::query("SELECT operator FROM users WHERE id = $1").bind(user_id).fetch_optional(self.pool()).await?;

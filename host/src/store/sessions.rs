@@ -64,8 +64,35 @@ pub struct NewSession<'a> {
 pub struct ActiveSession {
     pub session_id: String,
     pub user_id: String,
+    /// The kind of client the session was issued to: an MCP session stays
+    /// one whatever a request's header says.
+    pub client_source: ClientSource,
     pub last_used_at: Option<i64>,
     pub expires_at: Option<i64>,
+}
+
+/// Which sessions a listing asks for, and who asks.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionQuery<'a> {
+    pub workspace_id: &'a str,
+    /// The user listing them.
+    pub viewer: &'a str,
+    /// Whether the viewer administers the workspace.
+    pub as_administrator: bool,
+    /// Only this user's sessions.
+    pub user_id: Option<&'a str>,
+    pub include_revoked: bool,
+}
+
+/// The SQL condition that `viewer` (an expression) administers every
+/// workspace `user` (an expression) belongs to, and is an operator if that
+/// user is one.
+fn administered(user: &str, viewer: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM memberships o WHERE o.user_id = {user} AND NOT EXISTS \
+         (SELECT 1 FROM memberships c WHERE c.workspace_id = o.workspace_id AND c.user_id = {viewer} AND c.role = 'administrator')) \
+         AND ((SELECT u.operator FROM users u WHERE u.id = {user}) = 0 OR (SELECT v.operator FROM users v WHERE v.id = {viewer}) = 1)"
+    )
 }
 
 const SESSION_COLUMNS: &str =
@@ -116,7 +143,7 @@ impl Store {
     /// Read on every request, so revocation takes effect on the next one.
     pub async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
         let row = sqlx::query(
-            "SELECT id, user_id, last_used_at, expires_at FROM sessions \
+            "SELECT id, user_id, client_source, last_used_at, expires_at FROM sessions \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
         )
         .bind(token_hash)
@@ -127,6 +154,8 @@ impl Store {
             Ok(ActiveSession {
                 session_id: r.try_get("id")?,
                 user_id: r.try_get("user_id")?,
+                // Unknown values are treated as the most restricted kind.
+                client_source: ClientSource::parse(r.try_get::<&str, _>("client_source")?).unwrap_or(ClientSource::Mcp),
                 last_used_at: r.try_get("last_used_at")?,
                 expires_at: r.try_get("expires_at")?,
             })
@@ -149,39 +178,62 @@ impl Store {
         row.as_ref().map(session_from_row).transpose()
     }
 
-    /// Sessions of the members of a workspace, newest first.
-    pub async fn sessions_in_workspace(
-        &self,
-        workspace_id: &str,
-        user_id: Option<&str>,
-        include_revoked: bool,
-        before: Option<&str>,
-        limit: i64,
-    ) -> StoreResult<Vec<Session>> {
+    /// Sessions `viewer` may administer among the members of a workspace,
+    /// newest first: the viewer's own, and (when `as_administrator`) those
+    /// of members whose every workspace the viewer administers. A session
+    /// is the user's, not the workspace's: an administrator of one
+    /// workspace must not see or end how someone works in another.
+    /// Operators' sessions only operators administer.
+    pub async fn sessions_in_workspace(&self, q: &SessionQuery<'_>, before: Option<&str>, limit: i64) -> StoreResult<Vec<Session>> {
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s JOIN memberships m ON m.user_id = s.user_id AND m.workspace_id = $1 \
              WHERE ($2 IS NULL OR s.user_id = $2) AND ($3 = 1 OR s.revoked_at IS NULL) AND ($4 IS NULL OR s.id < $4) \
-             ORDER BY s.id DESC LIMIT $5"
+             AND (s.user_id = $6 OR ($7 = 1 AND {})) \
+             ORDER BY s.id DESC LIMIT $5",
+            administered("s.user_id", "$6")
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(workspace_id)
-            .bind(user_id)
-            .bind(i64::from(include_revoked))
+            .bind(q.workspace_id)
+            .bind(q.user_id)
+            .bind(i64::from(q.include_revoked))
             .bind(before)
             .bind(limit)
+            .bind(q.viewer)
+            .bind(i64::from(q.as_administrator))
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(session_from_row).collect()
     }
 
-    /// Marks a session revoked; returns false when it already was.
+    /// Whether `viewer` may administer `user_id`'s sessions (see
+    /// [`Store::sessions_in_workspace`]).
+    pub async fn administers_sessions_of(&self, viewer: &str, user_id: &str) -> StoreResult<bool> {
+        if viewer == user_id {
+            return Ok(true);
+        }
+        let sql = format!("SELECT 1 AS yes FROM users su WHERE su.id = $1 AND {}", administered("su.id", "$2"));
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(user_id).bind(viewer).fetch_optional(self.pool()).await?;
+        Ok(row.is_some())
+    }
+
+    /// Marks a session revoked and voids the proposals it made that are
+    /// still pending (nobody may approve what a revoked session proposed);
+    /// returns false when it was revoked already.
     pub async fn revoke_session(&self, session_id: &str) -> StoreResult<bool> {
+        let now = now_ms();
+        let mut tx = self.pool().begin().await?;
         let n = sqlx::query("UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
-            .bind(now_ms())
+            .bind(now)
             .bind(session_id)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?
             .rows_affected();
+        sqlx::query("UPDATE approvals SET status = 'voided', decided_at = $1 WHERE proposed_session = $2 AND status = 'pending'")
+            .bind(now)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(n > 0)
     }
 

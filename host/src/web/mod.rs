@@ -1,9 +1,14 @@
 //! Browser pages served by the service itself: the one-time login link
-//! printed at first start, and invitation acceptance.
+//! printed at first start, invitation acceptance, secure credential entry
+//! and the OAuth landing.
 //!
-//! Both are two-step: `GET` shows a page and spends nothing (so link
-//! previewers and prefetchers cannot burn a single-use link); the form's
-//! `POST` spends the code and shows the new token once.
+//! Each is two-step: `GET` shows a page and spends nothing (so link
+//! previewers and prefetchers cannot burn a single-use link, and a person
+//! sees what they are about to do); the form's `POST` acts.
+//!
+//! Every page is served with headers that forbid framing, caching and
+//! content sniffing ([`page_headers`]); pages carry no script, and their
+//! forms post only to this server.
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -13,6 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::access::ClientSource;
 use crate::server::AppState;
+use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::tokens;
 
@@ -21,7 +27,26 @@ pub fn router() -> Router<AppState> {
         .route("/login/{code}", get(login_page).post(login))
         .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
         .route("/credential-entry/{token}", get(entry_page).post(submit_entry))
-        .route("/oauth/callback", get(oauth_landing))
+        .route("/oauth/callback", get(oauth_landing).post(oauth_complete))
+        .layer(axum::middleware::from_fn(page_headers))
+}
+
+/// Headers of every page: no framing (clickjacking), no caching (pages
+/// show one-time tokens and handles), no sniffing, no scripts, forms only
+/// to this server, and no referrer carrying a link's code elsewhere.
+pub async fn page_headers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let mut response = next.run(req).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
 }
 
 /// Escapes text for HTML element and attribute content.
@@ -116,6 +141,19 @@ async fn login(State(state): State<AppState>, client: ClientInfo, Path(code): Pa
 
 async fn invitation_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {
     match state.store.pending_invitation(&tokens::hash(&token)).await {
+        Ok(Some(inv)) if inv.account_exists => page(
+            "Join workspace",
+            &format!(
+                "<p>You are invited to <strong>{}</strong> as <strong>{}</strong> ({}).</p>\
+                 <p>An account with this address exists already, so the invitation is accepted by that account, \
+                 signed in: send <code>POST /v1/invitations/accept</code> with <code>{{\"code\": \"&lt;the last part of this link&gt;\"}}</code> \
+                 and your own token. Nobody is signed in by this link.</p>",
+                escape(&inv.workspace_name),
+                inv.role.as_str(),
+                escape(&inv.email)
+            ),
+        )
+        .into_response(),
         Ok(Some(inv)) => page(
             "Join workspace",
             &format!(
@@ -139,6 +177,9 @@ struct AcceptForm {
     name: String,
 }
 
+/// Accepts an invitation for an address without an account: creates the
+/// account and shows its first token. An address that has an account gets
+/// no session here (see [`invitation_page`]).
 async fn accept_invitation(
     State(state): State<AppState>,
     client: ClientInfo,
@@ -146,11 +187,37 @@ async fn accept_invitation(
     form: Result<axum::Form<AcceptForm>, axum::extract::rejection::FormRejection>,
 ) -> axum::response::Response {
     let name = form.map(|f| f.0.name.trim().chars().take(200).collect::<String>()).unwrap_or_default();
-    let accepted = match state.store.accept_invitation(&tokens::hash(&token), &name).await {
-        Ok(Some(a)) => a,
-        Ok(None) => return gone("invitation"),
+    let accepted = match state.store.accept_invitation(&tokens::hash(&token), Acceptor::NewAccount { name: &name }).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(AcceptError::AccountExists)) => {
+            return (
+                axum::http::StatusCode::CONFLICT,
+                page(
+                    "Sign in to accept",
+                    "<p>An account with the invited address exists already. Accept the invitation with that account's own session \
+                     (<code>POST /v1/invitations/accept</code>); this link signs nobody in.</p>",
+                ),
+            )
+                .into_response();
+        }
+        Ok(Err(_)) => return gone("invitation"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
+    let audit = crate::store::audit::NewAuditRecord {
+        workspace_id: Some(accepted.workspace_id.clone()),
+        actor_user_id: Some(accepted.user_id.clone()),
+        action: "invitations.accept".into(),
+        target_type: Some("invitation".into()),
+        target_id: Some(accepted.invitation_id.clone()),
+        client_source: "api".into(),
+        request_id: crate::http::request_id::current(),
+        outcome: "succeeded".into(),
+        status_code: 200,
+        ..Default::default()
+    };
+    if let Err(e) = state.store.append_audit(&audit).await {
+        tracing::error!(error = %e, "could not write audit record");
+    }
     match issue_session(&state, &accepted.user_id, "invitation", &client).await {
         Ok(token) => token_page(
             "Invitation accepted",
@@ -183,31 +250,36 @@ async fn issue_session(state: &AppState, user_id: &str, label: &str, client: &Cl
 }
 
 async fn entry_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {
-    match state.store.pending_entry_link(&tokens::hash(&token)).await {
-        Ok(Some((link, _))) => {
-            let hosts = link.spec["hosts"].as_array().map(|h| h.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
-            let label = link.spec["label"].as_str().unwrap_or("");
-            let connector = link.spec["connector_id"].as_str().unwrap_or("(any)");
-            page(
-                "Enter a secret",
-                &format!(
-                    "<p>Type the secret here, in the service's own page: it is sealed at once and never shown again, \
-                     and the assistant or tool that sent you here only ever gets a reference to it.</p>\
-                     <p>Connector: <strong>{}</strong><br>Sent only to: <strong>{}</strong><br>{}</p>\
-                     <form method=\"post\" autocomplete=\"off\"><label>Secret <input type=\"password\" name=\"secret\" required \
-                     autocomplete=\"off\" maxlength=\"16384\"></label> <button type=\"submit\">Store</button></form>\
-                     <p>This link works once and expires at {}.</p>",
-                    escape(connector),
-                    escape(&hosts),
-                    if label.is_empty() { String::new() } else { format!("Label: {}", escape(label)) },
-                    link.expires_at.to_rfc3339()
-                ),
-            )
-            .into_response()
-        }
-        Ok(None) => gone("credential-entry"),
-        Err(e) => crate::error::ApiError::from(e).into_response(),
-    }
+    let (link, requested_by) = match state.store.pending_entry_link(&tokens::hash(&token)).await {
+        Ok(Some(l)) => l,
+        Ok(None) => return gone("credential-entry"),
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    };
+    // Who asks, for which workspace: the person typing the secret decides
+    // whether to trust the request.
+    let workspace = state.store.workspace(&link.workspace_id).await.ok().flatten().map(|w| w.name).unwrap_or_default();
+    let requester = state.store.user(&requested_by).await.ok().flatten().map(|u| u.email).unwrap_or_default();
+    let hosts = link.spec["hosts"].as_array().map(|h| h.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+    let label = link.spec["label"].as_str().unwrap_or("");
+    let connector = link.spec["connector_id"].as_str().unwrap_or("(any)");
+    page(
+        "Enter a secret",
+        &format!(
+            "<p><strong>{}</strong> asks you for a secret for workspace <strong>{}</strong>. Type it here, in the service's own page: \
+             it is sealed at once and never shown again, and the assistant or tool that sent you here only ever gets a reference to it.</p>\
+             <p>Connector: <strong>{}</strong><br>Sent only to: <strong>{}</strong><br>{}</p>\
+             <form method=\"post\" autocomplete=\"off\"><label>Secret <input type=\"password\" name=\"secret\" required \
+             autocomplete=\"off\" maxlength=\"16384\"></label> <button type=\"submit\">Store</button></form>\
+             <p>This link works once and expires at {}. If you did not expect this request, close the page.</p>",
+            escape(&requester),
+            escape(&workspace),
+            escape(connector),
+            escape(&hosts),
+            if label.is_empty() { String::new() } else { format!("Label: {}", escape(label)) },
+            link.expires_at.to_rfc3339()
+        ),
+    )
+    .into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -224,14 +296,14 @@ async fn submit_entry(
     let Ok(axum::Form(form)) = form else {
         return (axum::http::StatusCode::BAD_REQUEST, page("Missing secret", "<p>The form had no secret.</p>")).into_response();
     };
-    if form.secret.expose_secret().is_empty() || form.secret.expose_secret().len() > 16 * 1024 {
-        return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", "<p>The secret is empty or too long.</p>")).into_response();
-    }
     let (link, requested_by) = match state.store.pending_entry_link(&hash).await {
         Ok(Some(l)) => l,
         Ok(None) => return gone("credential-entry"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
+    if form.secret.expose_secret().len() < 8 || form.secret.expose_secret().len() > 16 * 1024 {
+        return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", "<p>The secret must be 8 to 16384 bytes.</p>")).into_response();
+    }
     // Spend first: of two concurrent submissions exactly one stores.
     match state.store.spend_entry_link(&hash).await {
         Ok(true) => {}
@@ -249,7 +321,15 @@ async fn submit_entry(
             connector_id: spec["connector_id"].as_str(),
             label: spec["label"].as_str(),
             hosts,
-            metadata: serde_json::json!({ "username": spec["username"], "entered_via": "credential_entry_link" }),
+            metadata: {
+                // Where the secret goes was fixed when the link was made.
+                let mut m = match &spec["placement"] {
+                    serde_json::Value::Object(p) => p.clone(),
+                    _ => serde_json::Map::from_iter(spec["username"].as_str().map(|u| ("username".to_owned(), serde_json::json!(u)))),
+                };
+                m.insert("entered_via".into(), serde_json::json!("credential_entry_link"));
+                serde_json::Value::Object(m)
+            },
             material: crate::credentials::SecretMaterial::new(form.secret),
             status: "active",
             access_expires_at: None,
@@ -272,39 +352,108 @@ async fn submit_entry(
     .into_response()
 }
 
-/// Where providers send the browser back: completes the OAuth flow for the
-/// user who started it, with no API call needed.
-async fn oauth_landing(
-    State(state): State<AppState>,
-    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
-) -> axum::response::Response {
-    // Providers add parameters of their own (iss, scope, ...): take ours.
-    let cb = crate::oauth::Callback {
-        state: q.get("state").cloned().unwrap_or_default(),
-        code: q.get("code").cloned(),
-        error: q.get("error").cloned(),
-        error_description: q.get("error_description").cloned(),
+/// What a provider adds to the browser's return: ours, and theirs (iss,
+/// scope, ...), which are ignored.
+#[derive(serde::Deserialize)]
+struct Landing {
+    #[serde(default)]
+    state: String,
+    code: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+impl Landing {
+    fn callback(self) -> crate::oauth::Callback {
+        crate::oauth::Callback { state: self.state, code: self.code, error: self.error, error_description: self.error_description }
+    }
+}
+
+fn oauth_failed(e: &crate::error::ApiError) -> axum::response::Response {
+    (e.status, page("Authorisation not completed", &format!("<p>{}</p><p>Code: <code>{}</code></p>", escape(&e.message), escape(&e.code)))).into_response()
+}
+
+/// Where providers send the browser back. Completes nothing by itself: the
+/// page names the workspace, the person who started the flow and through
+/// which client, and a person confirms, so a consent someone else started
+/// does not silently land in their workspace. A provider's refusal ends
+/// the flow at once.
+async fn oauth_landing(State(state): State<AppState>, axum::extract::Query(q): axum::extract::Query<Landing>) -> axum::response::Response {
+    if q.error.is_some() {
+        return match crate::oauth::complete(&state, &q.callback(), None).await {
+            Ok(_) => gone("authorisation"),
+            Err(e) => oauth_failed(&e),
+        };
+    }
+    let flow = match state.store.pending_oauth_flow(&tokens::hash(&q.state)).await {
+        Ok(Some(f)) => f,
+        Ok(None) => return gone("authorisation"),
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    let mut done = match crate::oauth::complete(&state, &cb, None).await {
-        Ok(d) => d,
-        Err(e) => {
-            let status = e.status;
-            return (status, page("Authorisation not completed", &format!("<p>{}</p><p>Code: <code>{}</code></p>", escape(&e.message), escape(&e.code)))).into_response();
-        }
-    };
-    let record = match state.vault.create(done.new_secret("active")).await {
-        Ok(r) => r,
-        Err(e) => return crate::error::ApiError::internal(anyhow::anyhow!("{e}")).into_response(),
-    };
-    audit_credential_created(&state, &done.workspace_id, &done.user_id, "credentials.oauth_complete", &record.credential_id).await;
     page(
-        "Authorised",
+        "Finish connecting",
         &format!(
-            "<p>Access was granted and stored. The reference to use in your tools:</p><p><code>{}</code></p>",
-            escape(&record.credential_handle)
+            "<p><strong>{}</strong> started connecting <strong>{}</strong> to workspace <strong>{}</strong> (through the {} client). \
+             Finish only if you expected this: the access you just granted will be stored in that workspace.</p>\
+             <form method=\"post\"><input type=\"hidden\" name=\"state\" value=\"{}\"><input type=\"hidden\" name=\"code\" value=\"{}\">\
+             <button type=\"submit\">Store the access in {}</button></form><p>This request expires at {}.</p>",
+            escape(&flow.initiator_email),
+            escape(&flow.target),
+            escape(&flow.workspace_name),
+            escape(&flow.client_source),
+            escape(&q.state),
+            escape(q.code.as_deref().unwrap_or("")),
+            escape(&flow.workspace_name),
+            crate::store::from_ms(flow.expires_at).to_rfc3339()
         ),
     )
     .into_response()
+}
+
+/// Completes a confirmed flow as the session that started it: the host
+/// exchanges the code and the credential goes through the approval gate as
+/// that session's write, so a flow an MCP client started ends in a
+/// proposal, not an active credential.
+async fn oauth_complete(
+    State(state): State<AppState>,
+    form: Result<axum::Form<Landing>, axum::extract::rejection::FormRejection>,
+) -> axum::response::Response {
+    let Ok(axum::Form(landing)) = form else {
+        return (axum::http::StatusCode::BAD_REQUEST, page("Authorisation not completed", "<p>The form was incomplete.</p>")).into_response();
+    };
+    let mut done = match crate::oauth::complete(&state, &landing.callback(), None).await {
+        Ok(d) => d,
+        Err(e) => return oauth_failed(&e),
+    };
+    let initiator = match crate::oauth::initiator(&state, &done).await {
+        Ok(a) => a,
+        Err(e) => return oauth_failed(&e),
+    };
+    let note = crate::http::middleware::AuditNote::default();
+    note.workspace(&done.workspace_id);
+    let outcome = crate::ops::credentials::store_secret(&state, &initiator, &note, done.new_secret("pending_approval")).await;
+    let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
+    note.action("credentials.oauth_complete");
+    if let Err(e) = state.store.append_audit(&note.record(Some(&initiator.principal), "credentials.oauth_complete", status)).await {
+        tracing::error!(error = %e, "could not write audit record");
+    }
+    match outcome {
+        Ok(executed) if executed.status == axum::http::StatusCode::ACCEPTED => page(
+            "Waiting for approval",
+            "<p>Access was granted and sealed. Because the flow was started by an assistant, a workspace member approves \
+             the credential before anything can use it.</p>",
+        )
+        .into_response(),
+        Ok(executed) => page(
+            "Authorised",
+            &format!(
+                "<p>Access was granted and stored. The reference to use in your tools:</p><p><code>{}</code></p>",
+                escape(executed.data["credential_handle"].as_str().unwrap_or_default())
+            ),
+        )
+        .into_response(),
+        Err(e) => oauth_failed(&e),
+    }
 }
 
 /// The audit record of a credential a browser page created (these pages are

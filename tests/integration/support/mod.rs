@@ -12,6 +12,7 @@
 pub mod mailcoach;
 pub mod plugins;
 pub mod provider;
+pub mod routes;
 
 pub use plugins::test_plugin;
 
@@ -44,6 +45,9 @@ pub struct TestServer {
     pub base: String,
     pub state: AppState,
     pub admin_token: String,
+    /// Another session of the same administrator: proposals are decided
+    /// from a session other than the one that made them.
+    pub approver_token: String,
     pub client: reqwest::Client,
     pub data_dir: PathBuf,
     server: Option<RunningServer>,
@@ -89,6 +93,15 @@ impl Drop for PgDatabase {
     }
 }
 
+/// A temporary directory only its owner may enter, as the server demands
+/// of its data directory.
+pub fn private_dir() -> TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
 /// Installs the TLS crypto provider the HTTP client needs (once).
 pub fn init_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -115,7 +128,7 @@ impl TestServer {
     /// Starts a server after `adjust` has changed its configuration.
     pub async fn start_with(backend: Backend, adjust: impl FnOnce(&mut ServerConfig)) -> Option<TestServer> {
         init_crypto();
-        let dir = tempfile::tempdir().unwrap();
+        let dir = private_dir();
         let (database_url, pg) = match backend {
             Backend::Sqlite => (format!("sqlite://{}/service.db?mode=rwc", dir.path().display()), None),
             Backend::Postgres => {
@@ -137,17 +150,24 @@ impl TestServer {
                 plugins_dir: dir.path().join("plugins"),
                 egress: service::egress::EgressPolicy::default(),
                 limits: service::plugin::sandbox::Limits::default(),
+                // The tests' PostgreSQL destinations are on this machine.
+                warehouses: service::destinations::postgres::WarehousePolicy::from_settings("127.0.0.1,::1").unwrap(),
             },
             oauth: Default::default(),
+            limits: Default::default(),
         };
         let mut config = config;
         adjust(&mut config);
         let state = AppState::open(config).await.expect("server state opens");
+        let approver = service::admin::create_token(&state.store, &state.config.bootstrap_email, Some("approver"), None, service::access::ClientSource::Api)
+            .await
+            .unwrap();
         let server = service::server::start_on(listener, state.clone()).unwrap();
         Some(TestServer {
             base: format!("http://{addr}"),
             state,
             admin_token: ADMIN_TOKEN.into(),
+            approver_token: approver.expose_secret().to_owned(),
             client: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(),
             data_dir: dir.path().to_owned(),
             server: Some(server),
@@ -220,8 +240,18 @@ impl TestServer {
     pub async fn user_in(&self, workspace_id: &str, role: Role) -> (String, String) {
         let email = format!("{}-{}@example.test", role.as_str(), uuid::Uuid::new_v4().simple());
         let (user_id, _) = service::admin::create_user(&self.state.store, &email, "Test user", Some(workspace_id), role).await.unwrap();
-        let token = service::admin::create_token(&self.state.store, &email, Some("test"), None).await.unwrap();
+        let token = service::admin::create_token(&self.state.store, &email, Some("test"), None, service::access::ClientSource::Cli).await.unwrap();
         (user_id, token.expose_secret().to_owned())
+    }
+
+    /// Where a workspace's SQLite destination file `file` lives.
+    pub fn warehouse(&self, workspace_id: &str, file: &str) -> PathBuf {
+        self.data_dir.join("warehouses").join(workspace_id).join(file)
+    }
+
+    /// Where a workspace's JSON-lines destination `directory` lives.
+    pub fn exports(&self, workspace_id: &str, directory: &str) -> PathBuf {
+        self.data_dir.join("exports").join(workspace_id).join(directory)
     }
 
     /// A second workspace with its own administrator: (workspace_id, token).

@@ -8,8 +8,10 @@
 //! table has not seen yet adds a column instead of failing the sync.
 //!
 //! Files are written through a cap-std directory scoped to the
-//! destination's folder under the data directory, so no configuration can
-//! make the host write anywhere else.
+//! destination's folder under the workspace's own folder of the data
+//! directory, so no configuration can make the host write anywhere else,
+//! nor into another workspace's files. PostgreSQL destinations are reached
+//! only as [`postgres`] allows.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -17,7 +19,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use secrecy::ExposeSecret;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -29,23 +30,105 @@ use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, Sql
 use crate::error::ApiError;
 use crate::store::pipelines::StreamSyncMode;
 
+pub mod postgres;
+
+/// Where a job's destination lives and what it may reach: files of a
+/// workspace stay under that workspace's own folders, so no other
+/// workspace can name them (a destination's `file` is only a name, and the
+/// folder is the workspace's), and databases are reached only as the
+/// operator allows.
+pub struct Place<'a> {
+    pub data_dir: &'a Path,
+    pub workspace_id: &'a str,
+    pub warehouses: &'a postgres::WarehousePolicy,
+}
+
+impl Place<'_> {
+    /// `<data-dir>/warehouses/<workspace>`: the workspace's SQLite files.
+    pub fn warehouse_dir(&self) -> std::path::PathBuf {
+        self.data_dir.join("warehouses").join(self.workspace_id)
+    }
+
+    /// `<data-dir>/exports/<workspace>`: the workspace's JSON-lines folders.
+    pub fn export_dir(&self) -> std::path::PathBuf {
+        self.data_dir.join("exports").join(self.workspace_id)
+    }
+}
+
+/// Moves files that destinations kept directly under `warehouses/` and
+/// `exports/` (before each workspace had folders of its own) into their
+/// workspace's folder, when exactly one workspace names them. A file that
+/// several workspaces named is left where it is, with a warning: it cannot
+/// be told whose it is, and each workspace starts a file of its own.
+pub async fn relocate_shared_files(store: &crate::store::Store, data_dir: &Path) {
+    let Ok(destinations) = store.file_destinations().await else { return };
+    let legacy = |d: &crate::store::pipelines::Destination| -> Option<(&'static str, String)> {
+        match d.kind.as_str() {
+            "sqlite" => d.configuration["file"].as_str().map(|f| ("warehouses", f.to_owned())),
+            "jsonl" => d.configuration["directory"].as_str().map(|f| ("exports", f.to_owned())),
+            _ => None,
+        }
+    };
+    for d in &destinations {
+        let Some((folder, name)) = legacy(d) else { continue };
+        let old = data_dir.join(folder).join(&name);
+        let new_dir = data_dir.join(folder).join(&d.workspace_id);
+        if !old.exists() || new_dir.join(&name).exists() || name.contains('/') {
+            continue;
+        }
+        let claimants: std::collections::BTreeSet<&str> =
+            destinations.iter().filter(|o| legacy(o).is_some_and(|(f, n)| f == folder && n == name)).map(|o| o.workspace_id.as_str()).collect();
+        if claimants.len() > 1 {
+            tracing::warn!(file = %old.display(), workspaces = ?claimants, "a file several workspaces named is left in place; each workspace now writes a file of its own");
+            continue;
+        }
+        if let Err(e) = std::fs::create_dir_all(&new_dir) {
+            tracing::warn!(error = %e, "cannot create {}", new_dir.display());
+            continue;
+        }
+        // SQLite's side files move with the database.
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let from = data_dir.join(folder).join(format!("{name}{suffix}"));
+            if from.exists()
+                && let Err(e) = std::fs::rename(&from, new_dir.join(format!("{name}{suffix}")))
+            {
+                tracing::warn!(error = %e, file = %from.display(), "could not move a destination file");
+            }
+        }
+        tracing::info!(file = %old.display(), workspace = %d.workspace_id, "moved a destination's file into its workspace's folder");
+    }
+}
+
 /// A validated destination configuration.
 #[derive(Debug, Clone)]
 pub enum DestinationConfig {
-    /// `<data-dir>/warehouses/<file>`.
+    /// `<data-dir>/warehouses/<workspace>/<file>`.
     Sqlite { file: String },
     /// A PostgreSQL database; the password, if any, by credential handle
     /// (bound to the database host).
-    Postgres { url: url::Url, credential_handle: Option<String> },
-    /// `<data-dir>/exports/<directory>/<stream>.jsonl`.
+    Postgres { target: postgres::Target, credential_handle: Option<String> },
+    /// `<data-dir>/exports/<workspace>/<directory>/<stream>.jsonl`.
     Jsonl { directory: String },
 }
 
 fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
     let v = v.ok_or_else(|| ApiError::invalid_field(field, format!("{field} is required")))?;
     let ok = !v.is_empty() && v.len() <= 100 && !v.starts_with('.') && v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-    if ok { Ok(v.to_owned()) } else { Err(ApiError::invalid_field(field, format!("{field} must be a plain file name (letters, digits, . _ -)"))) }
+    if !ok {
+        return Err(ApiError::invalid_field(field, format!("{field} must be a plain file name (letters, digits, . _ -)")));
+    }
+    // SQLite keeps a database's write-ahead log, shared-memory index and
+    // rollback journal beside it under these suffixes: a destination named
+    // like one would write into another destination's live state.
+    let lower = v.to_ascii_lowercase();
+    if SIDE_FILE_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
+        return Err(ApiError::invalid_field(field, format!("{field} must not end in {}: SQLite uses those names for its own files", SIDE_FILE_SUFFIXES.join(", "))));
+    }
+    Ok(v.to_owned())
 }
+
+/// Names SQLite gives the files it keeps beside a database.
+const SIDE_FILE_SUFFIXES: &[&str] = &["-wal", "-shm", "-journal"];
 
 /// Validates a destination of `kind`.
 pub fn validate(kind: &str, config: &Value) -> Result<DestinationConfig, ApiError> {
@@ -65,13 +148,16 @@ pub fn validate(kind: &str, config: &Value) -> Result<DestinationConfig, ApiErro
         _ => {
             let raw = obj.get("url").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
             let url = url::Url::parse(raw).map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
-            if !matches!(url.scheme(), "postgres" | "postgresql") || url.host_str().is_none() {
-                return Err(ApiError::invalid_field("configuration.url", "url must be a postgres:// URL with a host"));
-            }
             if url.password().is_some() {
                 return Err(crate::http::extract::secret_refused("configuration.url"));
             }
-            DestinationConfig::Postgres { url, credential_handle: obj.get("credential_handle").and_then(Value::as_str).map(str::to_owned) }
+            let credential_handle = match obj.get("credential_handle") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(h)) => Some(h.clone()),
+                Some(_) => return Err(ApiError::invalid_field("configuration.credential_handle", "credential_handle must be a string")),
+            };
+            let target = postgres::parse(&url, credential_handle.is_some()).map_err(|m| ApiError::invalid_field("configuration.url", m))?;
+            DestinationConfig::Postgres { target, credential_handle }
         }
     })
 }
@@ -150,6 +236,62 @@ impl Db {
                 })
                 .collect(),
         })
+    }
+}
+
+/// The table in each warehouse where the service lists the tables it
+/// created: it drops, empties and writes into those only.
+const REGISTRY: &str = "_service_tables";
+
+impl Db {
+    /// The columns of `table` when it is the service's to write (empty
+    /// when there is no such table yet). A table the registry does not list
+    /// is the service's only if it has the metadata columns (tables from
+    /// before the registry); it is then listed. Any other table of that
+    /// name belongs to someone else, and the stream fails rather than
+    /// drop, empty or write into it.
+    async fn claim(&self, table: &str) -> Result<HashMap<String, bool>, String> {
+        if table == REGISTRY {
+            return Err(format!("{REGISTRY} is the service's own table; a stream cannot be written into it"));
+        }
+        self.execute(format!("CREATE TABLE IF NOT EXISTS {} (\"name\" TEXT PRIMARY KEY, \"created_at\" BIGINT NOT NULL)", quote(REGISTRY)))
+            .await
+            .map_err(|e| format!("cannot create {REGISTRY}: {e}"))?;
+        let existing = self.columns(table).await.map_err(|e| e.to_string())?;
+        if existing.is_empty() {
+            return Ok(existing);
+        }
+        let listed = match self {
+            Db::Sqlite(pool, _) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = ?").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
+            Db::Postgres(pool) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = $1").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
+        }
+        .map_err(|e| e.to_string())?;
+        if !listed {
+            if !METADATA_COLUMNS.iter().all(|c| existing.contains_key(*c)) {
+                return Err(format!("table {table} exists and was not created by the service; rename it, or choose another destination or stream"));
+            }
+            self.register(table).await?;
+        }
+        Ok(existing)
+    }
+
+    /// Lists a table the service created.
+    async fn register(&self, table: &str) -> Result<(), String> {
+        let now = crate::store::now_ms();
+        match self {
+            Db::Sqlite(pool, _) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
+            Db::Postgres(pool) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
+        }
+        .map_err(|e| format!("cannot record table {table}: {e}"))
+    }
+
+    /// Forgets a dropped table.
+    async fn unregister(&self, table: &str) -> Result<(), String> {
+        match self {
+            Db::Sqlite(pool, _) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = ?").bind(table).execute(pool).await.map(|_| ()),
+            Db::Postgres(pool) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = $1").bind(table).execute(pool).await.map(|_| ()),
+        }
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -564,11 +706,11 @@ enum Load {
 }
 
 impl Writer {
-    /// Opens the destination for one job.
-    pub async fn open(config: &DestinationConfig, data_dir: &Path, password: Option<secrecy::SecretString>) -> Result<Writer, String> {
+    /// Opens the destination for one job of `place.workspace_id`.
+    pub async fn open(config: &DestinationConfig, place: &Place<'_>, password: Option<secrecy::SecretString>) -> Result<Writer, String> {
         match config {
             DestinationConfig::Sqlite { file } => {
-                let dir = data_dir.join("warehouses");
+                let dir = place.warehouse_dir();
                 std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the warehouse directory: {e}"))?;
                 // Pages of 16 KiB for new files: rows of about 1 KB fill
                 // three 4 KiB pages to every 16 KiB one, and with them the
@@ -587,19 +729,17 @@ impl Writer {
                 let checkpointer = Checkpointer::start(&options).await.map_err(failed)?;
                 Ok(Writer::Sql { db: Db::Sqlite(pool, checkpointer), columns: Default::default() })
             }
-            DestinationConfig::Postgres { url, .. } => {
-                let mut url = url.clone();
-                if let Some(p) = password {
-                    let _ = url.set_password(Some(p.expose_secret()));
-                }
-                let pool = sqlx::postgres::PgPoolOptions::new().max_connections(POSTGRES_CONNECTIONS).connect(url.as_str()).await.map_err(|e| {
-                    // Never echo the URL: it may now hold the password.
-                    format!("cannot connect to the PostgreSQL destination: {}", e.to_string().replace(url.as_str(), "<url>"))
-                })?;
+            DestinationConfig::Postgres { target, .. } => {
+                let options = postgres::connect_options(target, password.as_ref(), place.warehouses).await?;
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(POSTGRES_CONNECTIONS)
+                    .connect_with(options)
+                    .await
+                    .map_err(|e| format!("cannot connect to the PostgreSQL destination {}:{}: {e}", target.host, target.port))?;
                 Ok(Writer::Sql { db: Db::Postgres(pool), columns: Default::default() })
             }
             DestinationConfig::Jsonl { directory } => {
-                let path = data_dir.join("exports").join(directory);
+                let path = place.export_dir().join(directory);
                 std::fs::create_dir_all(&path).map_err(|e| format!("cannot create the export directory: {e}"))?;
                 let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority()).map_err(|e| format!("cannot open the export directory: {e}"))?;
                 Ok(Writer::Jsonl { dir })
@@ -614,18 +754,24 @@ impl Writer {
         // Held throughout, so concurrent batches do not race to add a column.
         let mut columns = columns.lock().await;
         if !columns.contains_key(table) {
-            // Keys compare byte-wise: PostgreSQL's default collation would
-            // make every index comparison a locale-aware one.
-            let key_type = match db {
-                Db::Sqlite(..) => "TEXT",
-                Db::Postgres(_) => "TEXT COLLATE \"C\"",
+            let existing = db.claim(table).await?;
+            let existing = if existing.is_empty() {
+                // Keys compare byte-wise: PostgreSQL's default collation would
+                // make every index comparison a locale-aware one.
+                let key_type = match db {
+                    Db::Sqlite(..) => "TEXT",
+                    Db::Postgres(_) => "TEXT COLLATE \"C\"",
+                };
+                let create = format!(
+                    "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" {key_type} PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
+                    quote(table)
+                );
+                db.execute(create).await.map_err(|e| format!("cannot create table {table}: {e}"))?;
+                db.register(table).await?;
+                db.columns(table).await.map_err(|e| e.to_string())?
+            } else {
+                existing
             };
-            let create = format!(
-                "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" {key_type} PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
-                quote(table)
-            );
-            db.execute(create).await.map_err(|e| format!("cannot create table {table}: {e}"))?;
-            let existing = db.columns(table).await.map_err(|e| e.to_string())?;
             columns.insert(table.to_owned(), existing);
         }
         let known = columns.get_mut(table).expect("inserted above");
@@ -645,12 +791,18 @@ impl Writer {
         Ok(METADATA_COLUMNS.iter().copied().chain(fields.iter().map(String::as_str)).all(binary))
     }
 
-    /// Empties a stream before a full refresh (or a reset).
+    /// Empties a stream before a full refresh (or a reset). Only a table
+    /// the service created is dropped; a table of the same name that
+    /// someone else made fails the job and stays as it is.
     pub async fn clear(&self, stream: &str) -> Result<(), String> {
         let table = sql_name(stream);
         match self {
             Writer::Sql { db, columns } => {
+                if db.claim(&table).await?.is_empty() {
+                    return Ok(());
+                }
                 db.execute(format!("DROP TABLE IF EXISTS {}", quote(&table))).await.map_err(|e| e.to_string())?;
+                db.unregister(&table).await?;
                 columns.lock().await.remove(&table);
                 Ok(())
             }
@@ -1170,7 +1322,7 @@ mod tests {
     #[tokio::test]
     async fn checkpoints_come_due_only_after_the_batches_before_them() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::open(&DestinationConfig::Jsonl { directory: "out".into() }, dir.path(), None).await.unwrap();
+        let writer = Writer::open(&DestinationConfig::Jsonl { directory: "out".into() }, &test_place(dir.path()), None).await.unwrap();
         let mut loader = Loader::new(std::sync::Arc::new(writer), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
         let batch = |n: usize| (0..n).map(|i| format!(r#"{{"id": {i}}}"#)).collect::<Vec<_>>();
         assert_eq!(loader.checkpoint("a".into()).checkpoint.as_deref(), Some("a"), "nothing before it: due at once");
@@ -1181,7 +1333,7 @@ mod tests {
         loader.checkpoint("c".into());
         let rest = loader.drain().await.unwrap();
         assert_eq!((rest.records, rest.checkpoint.as_deref()), (3, Some("c")));
-        let lines = std::fs::read_to_string(dir.path().join("exports/out/events.jsonl")).unwrap();
+        let lines = std::fs::read_to_string(dir.path().join("exports/ws_test/out/events.jsonl")).unwrap();
         assert_eq!(lines.lines().count(), 5);
         assert!(loader.write(vec!["not json".to_owned()]).await.is_err(), "a bad record fails before it is queued");
     }
@@ -1189,14 +1341,14 @@ mod tests {
     #[tokio::test]
     async fn sqlite_commits_reach_the_database_file_in_the_background_and_the_log_goes_on_close() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, dir.path(), None).await.unwrap());
+        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap());
         let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
         let pad = "x".repeat(1000);
         loader.write((0..200).map(|i| json!({ "id": i, "pad": pad }).to_string()).collect()).await.unwrap();
         assert_eq!(loader.drain().await.unwrap().records, 200);
         // 200 KB is far below the writer's own checkpoint threshold: only
         // the checkpointer moves it from the log into the file.
-        let (file, log) = (dir.path().join("warehouses/w.db"), dir.path().join("warehouses/w.db-wal"));
+        let (file, log) = (dir.path().join("warehouses/ws_test/w.db"), dir.path().join("warehouses/ws_test/w.db-wal"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::fs::metadata(&file).unwrap().len() < 200 * 1000 {
             assert!(std::time::Instant::now() < deadline, "the committed rows never reached the database file");
@@ -1225,16 +1377,26 @@ mod tests {
         assert!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]).is_ok(), "nested JSON keeps the escape as text");
 
         let dir = tempfile::tempdir().unwrap();
-        let sqlite = Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, dir.path(), None).await.unwrap();
+        let sqlite = Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap();
         assert!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]).is_ok(), "SQLite stores NUL in text");
     }
 
     #[test]
-    fn paths_and_passwords_are_refused() {
+    fn paths_side_files_and_passwords_are_refused() {
         assert!(validate("sqlite", &json!({ "file": "../etc/passwd" })).is_err());
         assert!(validate("jsonl", &json!({ "directory": "/tmp" })).is_err());
+        for side in ["w.db-wal", "w.db-shm", "w.db-journal", "W.DB-WAL"] {
+            assert!(validate("sqlite", &json!({ "file": side })).is_err(), "{side}");
+        }
         assert!(validate("postgres", &json!({ "url": "postgres://u:pw@h/db" })).is_err());
         assert!(validate("postgres", &json!({ "url": "postgres://u@h/db" })).is_ok());
+        assert!(validate("postgres", &json!({ "url": "postgres://u@h/db?host=/tmp" })).is_err());
         assert!(validate("mysql", &json!({})).is_err());
+    }
+
+    /// A workspace's place in a scratch data directory.
+    fn test_place(dir: &Path) -> Place<'_> {
+        static NONE: std::sync::OnceLock<postgres::WarehousePolicy> = std::sync::OnceLock::new();
+        Place { data_dir: dir, workspace_id: "ws_test", warehouses: NONE.get_or_init(Default::default) }
     }
 }

@@ -1,0 +1,306 @@
+//! Where a PostgreSQL destination may connect, and how.
+//!
+//! A destination's URL is a tenant's input, and the connection is made by
+//! the host, from inside the operator's network, possibly with a stored
+//! password. So the URL is not handed to the driver: it is taken apart into
+//! host, port, database, user and a TLS mode, anything else is refused
+//! (`host=`, `hostaddr=`, `options=`, `sslkey=`, a socket path, a password
+//! parameter ...), and the connection options are built from those parts
+//! alone, without the server's own `PG*` environment or `~/.pgpass`.
+//!
+//! The address policy is the egress one applied to databases: a host must
+//! be one the operator allows ([`WarehousePolicy`]), and every address it
+//! resolves to must be a global one unless the operator named the address
+//! or its network. A connection that sends a password verifies the
+//! server's certificate and name (`verify-full`).
+
+use std::net::IpAddr;
+
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use url::Url;
+
+use crate::config::ConfigError;
+use crate::egress::HostPattern;
+
+/// An IP network the operator lets destinations reach, e.g. `10.0.0.0/8`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    fn parse(raw: &str) -> Option<Network> {
+        let (addr, prefix) = match raw.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
+            None => {
+                let a = raw.parse::<IpAddr>().ok()?;
+                (a, if a.is_ipv4() { 32 } else { 128 })
+            }
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Network { addr, prefix })
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The hosts and networks PostgreSQL destinations may reach
+/// (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`). Empty by default: an operator who
+/// wants tenants to load into databases names where those live.
+#[derive(Debug, Clone, Default)]
+pub struct WarehousePolicy {
+    names: Vec<HostPattern>,
+    networks: Vec<Network>,
+}
+
+impl WarehousePolicy {
+    /// Parses a comma-separated list of host names, `*.suffix` patterns,
+    /// IP addresses and networks (`10.0.0.0/8`).
+    pub fn from_settings(raw: &str) -> Result<Self, ConfigError> {
+        let mut policy = WarehousePolicy::default();
+        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if let Some(net) = Network::parse(entry) {
+                policy.networks.push(net);
+                continue;
+            }
+            match HostPattern::parse(entry) {
+                Ok(HostPattern::Any) | Err(_) => {
+                    return Err(ConfigError::new(
+                        "SERVICE_WAREHOUSE_ALLOWED_HOSTS",
+                        format!("'{entry}' is not a host name, *.suffix pattern, IP address or network"),
+                    ));
+                }
+                Ok(p) => policy.names.push(p),
+            }
+        }
+        Ok(policy)
+    }
+
+    /// Whether a destination may name `host` (a name, or an address the
+    /// operator listed).
+    pub fn allows_name(&self, host: &str) -> bool {
+        match host.parse::<IpAddr>() {
+            Ok(ip) => self.networks.iter().any(|n| n.contains(ip)),
+            Err(_) => self.names.iter().any(|p| p.matches(&host.to_ascii_lowercase())),
+        }
+    }
+
+    /// Why `ip` may not be connected to, if it may not: a global address,
+    /// or one in a network the operator listed, may be.
+    pub fn refusal(&self, ip: IpAddr) -> Option<&'static str> {
+        if self.networks.iter().any(|n| n.contains(ip)) {
+            return None;
+        }
+        crate::egress::address::refusal(ip)
+    }
+}
+
+/// How a connection uses TLS (libpq's `sslmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl TlsMode {
+    fn parse(raw: &str) -> Option<TlsMode> {
+        Some(match raw {
+            "disable" => TlsMode::Disable,
+            "prefer" => TlsMode::Prefer,
+            "require" => TlsMode::Require,
+            "verify-ca" => TlsMode::VerifyCa,
+            "verify-full" => TlsMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    fn driver(self) -> PgSslMode {
+        match self {
+            TlsMode::Disable => PgSslMode::Disable,
+            TlsMode::Prefer => PgSslMode::Prefer,
+            TlsMode::Require => PgSslMode::Require,
+            TlsMode::VerifyCa => PgSslMode::VerifyCa,
+            TlsMode::VerifyFull => PgSslMode::VerifyFull,
+        }
+    }
+}
+
+/// A destination database, taken apart from its URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// A host name or an IP address (without brackets).
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub user: String,
+    pub tls: TlsMode,
+}
+
+/// Characters of the names a URL may carry (role, database).
+fn plain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-.$".contains(c))
+}
+
+/// Takes a destination URL apart; the error says which part is wrong.
+/// `with_password`: a credential's secret will be sent, so only
+/// `verify-full` is accepted (and is the default).
+pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
+    if !matches!(url.scheme(), "postgres" | "postgresql") {
+        return Err("url must be a postgres:// URL".into());
+    }
+    if url.fragment().is_some() {
+        return Err("url must not have a fragment".into());
+    }
+    let host = url.host_str().filter(|h| !h.is_empty()).ok_or("url must name a host")?;
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    if host.parse::<IpAddr>().is_err() && !matches!(HostPattern::parse(&host), Ok(HostPattern::Exact(_))) {
+        return Err("the host must be a host name or an IP address (no socket paths or encodings)".into());
+    }
+    let user = url.username();
+    if !plain(user) {
+        return Err("url must name a user (letters, digits, _ - . $)".into());
+    }
+    let database = url.path().strip_prefix('/').unwrap_or_default();
+    if !plain(database) {
+        return Err("url must name one database as its path (letters, digits, _ - . $)".into());
+    }
+    let mut tls = None;
+    for (key, value) in url.query_pairs() {
+        match &*key {
+            "sslmode" if tls.is_none() => {
+                tls = Some(TlsMode::parse(&value).ok_or("sslmode must be disable, prefer, require, verify-ca or verify-full")?);
+            }
+            other => return Err(format!("the URL parameter '{other}' is not accepted; only sslmode is")),
+        }
+    }
+    let tls = match (tls, with_password) {
+        (None, true) | (Some(TlsMode::VerifyFull), true) => TlsMode::VerifyFull,
+        (Some(_), true) => return Err("a password is sent only over TLS that verifies the server: use sslmode=verify-full (the default with a credential)".into()),
+        (None, false) => TlsMode::Prefer,
+        (Some(mode), false) => mode,
+    };
+    Ok(Target { host, port: url.port().unwrap_or(5432), database: database.to_owned(), user: user.to_owned(), tls })
+}
+
+/// Resolves and checks the target's host and builds the driver's options
+/// from the target's parts alone.
+///
+/// Without a password the connection goes to the address that was checked,
+/// so a second DNS answer cannot rebind it. With one it goes to the name,
+/// because `verify-full` checks the certificate against the name; a
+/// rebound name then meets a server that cannot prove it, and the
+/// password is never sent.
+pub async fn connect_options(target: &Target, password: Option<&SecretString>, policy: &WarehousePolicy) -> Result<PgConnectOptions, String> {
+    if !policy.allows_name(&target.host) {
+        return Err(format!("{} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)", target.host));
+    }
+    let addresses: Vec<IpAddr> = match target.host.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => tokio::net::lookup_host((target.host.as_str(), target.port))
+            .await
+            .map_err(|e| format!("{} did not resolve: {e}", target.host))?
+            .map(|a| a.ip())
+            .collect(),
+    };
+    if addresses.is_empty() {
+        return Err(format!("{} did not resolve", target.host));
+    }
+    for ip in &addresses {
+        if let Some(why) = policy.refusal(*ip) {
+            return Err(format!("{} resolves to a {why} ({ip}), which the operator does not allow", target.host));
+        }
+    }
+    let host = if password.is_some() { target.host.clone() } else { addresses[0].to_string() };
+    // Every part is set here, so nothing comes from the environment; an
+    // empty password keeps the driver from looking one up in a pgpass file.
+    let options = PgConnectOptions::new_without_pgpass()
+        .host(&host)
+        .port(target.port)
+        .username(&target.user)
+        .database(&target.database)
+        .password(password.map(|p| p.expose_secret()).unwrap_or(""))
+        .ssl_mode(target.tls.driver())
+        .application_name("service");
+    if options.get_options().is_some() {
+        return Err("the server's environment sets PGOPTIONS; refusing to pass it to a destination".into());
+    }
+    Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    #[test]
+    fn only_host_port_database_user_and_a_tls_mode_are_taken() {
+        let t = parse(&url("postgres://loader@db.example.com:6543/warehouse?sslmode=require"), false).unwrap();
+        assert_eq!((t.host.as_str(), t.port, t.database.as_str(), t.user.as_str(), t.tls), ("db.example.com", 6543, "warehouse", "loader", TlsMode::Require));
+        for bad in [
+            "postgres://loader@db.example.com/w?host=/var/run/postgresql",
+            "postgres://loader@db.example.com/w?hostaddr=10.0.0.1",
+            "postgres://loader@db.example.com/w?password=x",
+            "postgres://loader@db.example.com/w?options=-c%20search_path%3Devil",
+            "postgres://loader@db.example.com/w?sslkey=/etc/ssl/private/server.key",
+            "postgres://loader@db.example.com/w?port=5433",
+            "postgres://loader@%2Fvar%2Frun%2Fpostgresql/w",
+            "postgres://db.example.com/w",
+            "postgres://loader@db.example.com/",
+            "postgres://loader@db.example.com/a/b",
+            "postgres://loader@db.example.com/w#x",
+            "mysql://loader@db.example.com/w",
+        ] {
+            assert!(parse(&url(bad), false).is_err(), "{bad}");
+        }
+        assert_eq!(parse(&url("postgres://u@[::1]/w"), false).unwrap().host, "::1");
+    }
+
+    #[test]
+    fn a_password_travels_only_over_verified_tls() {
+        assert_eq!(parse(&url("postgres://u@db.example.com/w"), true).unwrap().tls, TlsMode::VerifyFull);
+        for mode in ["disable", "prefer", "require", "verify-ca"] {
+            assert!(parse(&url(&format!("postgres://u@db.example.com/w?sslmode={mode}")), true).is_err(), "{mode}");
+        }
+        assert_eq!(parse(&url("postgres://u@db.example.com/w"), false).unwrap().tls, TlsMode::Prefer);
+    }
+
+    #[test]
+    fn the_policy_allows_listed_names_and_networks_only() {
+        let p = WarehousePolicy::from_settings("db.example.com, *.rds.example.net, 10.0.0.0/8, 127.0.0.1").unwrap();
+        assert!(p.allows_name("db.example.com"));
+        assert!(p.allows_name("a.rds.example.net"));
+        assert!(!p.allows_name("rds.example.net"));
+        assert!(!p.allows_name("evil.example.com"));
+        assert!(p.allows_name("127.0.0.1"));
+        assert!(p.allows_name("10.1.2.3"));
+        assert!(!p.allows_name("127.0.0.2"));
+        assert!(!p.allows_name("169.254.169.254"));
+        assert!(p.refusal("10.9.9.9".parse().unwrap()).is_none(), "a listed network");
+        assert!(p.refusal("192.168.1.1".parse().unwrap()).is_some(), "a private one that is not");
+        assert!(p.refusal("169.254.169.254".parse().unwrap()).is_some(), "metadata");
+        assert!(p.refusal("93.184.215.14".parse().unwrap()).is_none(), "global");
+        assert!(WarehousePolicy::from_settings("*").is_err());
+        assert!(WarehousePolicy::from_settings("10.0.0.0/33").is_err());
+        assert!(!WarehousePolicy::default().allows_name("db.example.com"), "nothing by default");
+    }
+}
