@@ -142,3 +142,16 @@ fn admin_commands_mint_a_working_token_offline() {
     assert_eq!(body["data"]["user"]["email"], "robot@example.test");
     assert_eq!(body["data"]["workspaces"][0]["role"], "editor");
 }
+
+#[test]
+fn a_data_directory_other_users_can_enter_stops_the_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = crate::support::private_dir();
+    // Created right by an earlier start, then opened up.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = service(dir.path()).env("SERVICE_BIND", "127.0.0.1:0").args(["serve"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SERVICE_DATA_DIR") && err.contains("chmod 700"), "{err}");
+    assert!(!dir.path().join("master.key").exists(), "nothing was written into it");
+}

@@ -408,3 +408,28 @@ async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
 }
 
 on_both_backends!(a_pipeline_syncs_every_stream_into_a_warehouse);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_takes_too_long_is_abandoned_with_503() {
+    let ca = TestCa::new();
+    let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(3), ..Default::default() });
+    let provider = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
+    let pins = provider.pins(&["mail.acme-corp.com"]);
+    let srv = TestServer::start_with(Backend::Sqlite, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.limits.request_timeout = std::time::Duration::from_secs(1);
+    })
+    .await
+    .unwrap();
+    let created = json_ok(srv.post("/v1/credentials/emailcampaign/api-token", json!({ "base_url": SELF_HOSTED, "api_token": token })).send().await.unwrap()).await;
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    // A slow provider holds the request past the server's deadline.
+    mc.delay_ms.store(4_000, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let resp = srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap();
+    let e = expect_error(resp, 503, "REQUEST_TIMEOUT").await;
+    assert_eq!(e["details"]["timeout_seconds"], 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(4), "answered at the deadline, not when the provider was done");
+    srv.stop().await;
+}

@@ -259,7 +259,37 @@ async fn the_task_app_flow_yields_a_workspace_credential(backend: Backend) {
     assert_eq!(created["data"]["hosts"], json!(["auth.social.test"]));
 }
 
+async fn a_flow_an_assistant_started_ends_in_a_proposal_wherever_it_is_completed(backend: Backend) {
+    let fx = setup(backend).await;
+    let assistant = service::admin::create_token(&fx.srv.state.store, &fx.srv.state.config.bootstrap_email, Some("assistant"), None, service::access::ClientSource::Mcp)
+        .await
+        .unwrap();
+    let started = fx.srv.request_as(secrecy::ExposeSecret::expose_secret(&assistant), Method::POST, "/v1/credentials/source/oauth/start").json(&json!({ "connector_id": "test_oauth_source" })).send().await.unwrap();
+    let started = json_ok(started).await;
+    let url = url::Url::parse(started["data"]["authorization_url"].as_str().unwrap()).unwrap();
+    let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
+    let code = format!("code-{}", uuid::Uuid::new_v4().simple());
+    fx.auth.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
+    // The person finishes in the browser; the page says an assistant asked.
+    let page = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={}&code={code}", q["state"]))).send().await.unwrap();
+    assert!(page.text().await.unwrap().contains("through the mcp client"));
+    let done = fx.srv.client.post(fx.srv.url("/oauth/callback")).form(&[("state", q["state"].as_str()), ("code", code.as_str())]).send().await.unwrap();
+    assert_eq!(done.status(), StatusCode::OK);
+    let html = done.text().await.unwrap();
+    assert!(html.contains("approves") && !html.contains("<code>ch_"), "{html}");
+    // The credential waits for a person's approval, like any the assistant stores.
+    let creds = json_ok(fx.srv.get("/v1/credentials").send().await.unwrap()).await;
+    let cred = creds["data"]["items"].as_array().unwrap().iter().find(|c| c["kind"] == "oauth2").cloned().unwrap();
+    assert_eq!(cred["status"], "pending_approval", "{cred}");
+    let pending = json_ok(fx.srv.get("/v1/approvals?status=pending").send().await.unwrap()).await;
+    let approval = &pending["data"]["items"][0];
+    assert_eq!(approval["client_source"], "mcp");
+    assert_eq!(approval["operation"]["credential_id"], cred["credential_id"]);
+    assert!(fx.check(cred["credential_handle"].as_str().unwrap()).await.is_err(), "unusable until approved");
+}
+
 on_both_backends!(
+    a_flow_an_assistant_started_ends_in_a_proposal_wherever_it_is_completed,
     source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens,
     expired_tokens_are_refreshed_by_the_host_invisibly,
     every_failure_has_its_own_code,

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::fakepg::FakePostgres;
 use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_ok, test_plugin};
 
 /// The fake source: `count` events, `next_cursor` paging, a bearer token,
@@ -28,6 +29,8 @@ struct Events {
     /// Requests being answered now, and the most there ever were.
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+    /// Requests for pages of this size wait until it is set back to 0.
+    hold_page_size: AtomicU64,
 }
 
 fn routes(ev: Arc<Events>) -> Router {
@@ -38,6 +41,10 @@ fn routes(ev: Arc<Events>) -> Router {
                 if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", e.token)) {
                     return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "message": "bad token" }))).into_response();
                 }
+                let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
+                while e.hold_page_size.load(Ordering::SeqCst) == limit {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 let now = e.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 e.max_in_flight.fetch_max(now, Ordering::SeqCst);
                 let delay = e.delay_ms.load(Ordering::SeqCst);
@@ -46,7 +53,6 @@ fn routes(ev: Arc<Events>) -> Router {
                 }
                 e.in_flight.fetch_sub(1, Ordering::SeqCst);
                 let start: u64 = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
-                let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                 let end = (start + limit).min(e.count);
                 let data: Vec<Value> = (start..end)
                     .map(|i| json!({ "id": i, "kind": if i % 2 == 0 { "open" } else { "click" }, "updated_at": format!("2024-01-01T00:00:{:02}Z", i % 60), "payload": { "n": i }, "note": note(i) }))
@@ -71,6 +77,10 @@ struct Fx {
 }
 
 async fn setup(backend: Backend, count: u64) -> Fx {
+    setup_with(backend, count, |_| {}).await
+}
+
+async fn setup_with(backend: Backend, count: u64, adjust: impl FnOnce(&mut service::config::ServerConfig)) -> Fx {
     let ca = TestCa::new();
     let events = Arc::new(Events {
         token: format!("src-token-{}", uuid::Uuid::new_v4().simple()),
@@ -78,11 +88,13 @@ async fn setup(backend: Backend, count: u64) -> Fx {
         delay_ms: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         max_in_flight: AtomicU64::new(0),
+        hold_page_size: AtomicU64::new(0),
     });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
     let pins = provider.pins(&["api.source.test"]);
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        adjust(c);
     })
     .await
     .unwrap();
@@ -376,6 +388,12 @@ impl Processes {
     /// source reading `page_size` records per page, an SQLite destination
     /// `w.db` and a deduplicated pipeline; returns the pipeline id.
     async fn pipeline(&self, base: &str, events: &Events, page_size: u64) -> String {
+        self.pipeline_into(base, events, page_size, json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).await
+    }
+
+    /// Like [`Processes::pipeline`], into the destination `destination`
+    /// describes (a `POST /destinations` body).
+    async fn pipeline_into(&self, base: &str, events: &Events, page_size: u64, destination: Value) -> String {
         // A plugin file dropped into the directory waits for an operator.
         json_ok(self.api(base, Method::POST, "/v1/admin/plugins/test_paged_source/load").send().await.unwrap()).await;
         let me = json_ok(self.api(base, Method::GET, "/v1/me").send().await.unwrap()).await;
@@ -383,7 +401,7 @@ impl Processes {
         let cred = json_ok(self.api(base, Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
         let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
         let src = json_ok(self.api(base, Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": configuration })).send().await.unwrap()).await;
-        let dest = json_ok(self.api(base, Method::POST, "/v1/destinations").json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).send().await.unwrap()).await;
+        let dest = json_ok(self.api(base, Method::POST, "/v1/destinations").json(&destination).send().await.unwrap()).await;
         let streams = json!([{ "name": "events", "sync_mode": "incremental_deduped" }]);
         let body = json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": streams });
         let p = json_ok(self.api(base, Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
@@ -411,7 +429,14 @@ impl Processes {
 }
 
 fn slow_events(token: &str, count: u64, delay_ms: u64) -> Arc<Events> {
-    Arc::new(Events { token: token.into(), count, delay_ms: AtomicU64::new(delay_ms), in_flight: AtomicU64::new(0), max_in_flight: AtomicU64::new(0) })
+    Arc::new(Events {
+        token: token.into(),
+        count,
+        delay_ms: AtomicU64::new(delay_ms),
+        in_flight: AtomicU64::new(0),
+        max_in_flight: AtomicU64::new(0),
+        hold_page_size: AtomicU64::new(0),
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -548,4 +573,210 @@ async fn a_running_job_can_be_cancelled(backend: Backend) {
     assert_eq!(json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"], "cancelled");
 }
 
-on_both_backends!(schedules_start_syncs_skip_when_busy_and_stop_when_paused, a_running_job_can_be_cancelled);
+/// Polls a job with `token` (its workspace's member) until it ends.
+async fn wait_as(srv: &TestServer, token: &str, job_id: &str) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..600 {
+        last = json_ok(srv.request_as(token, Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+        if ["succeeded", "failed", "cancelled"].contains(&last["status"].as_str().unwrap_or_default()) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("job {job_id} did not finish: {last}");
+}
+
+/// A second workspace reading the same fake source into its own
+/// destination: (workspace, its administrator's token, pipeline).
+async fn other_workspace_pipeline(fx: &Fx, page_size: u64, destination: Value) -> (String, String, String) {
+    let (ws, admin) = fx.srv.other_workspace().await;
+    let api = |m: Method, p: &str| fx.srv.request_as(&admin, m, p);
+    let cred = json_ok(api(Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": fx.events.token })).send().await.unwrap()).await;
+    let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
+    let src = json_ok(api(Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "theirs", "configuration": configuration })).send().await.unwrap()).await;
+    let dest = json_ok(api(Method::POST, "/v1/destinations").json(&destination).send().await.unwrap()).await;
+    let body = json!({ "name": "theirs", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "events", "sync_mode": "full_refresh_overwrite" }] });
+    let p = json_ok(api(Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
+    (ws, admin, p["data"]["pipeline_id"].as_str().unwrap().to_owned())
+}
+
+async fn workspaces_never_share_warehouse_files(backend: Backend) {
+    let fx = setup(backend, 40).await;
+    let ws = fx.srv.workspace_id().await;
+    let mine = fx.pipeline(&fx.destination("sqlite", json!({ "file": "shared.db" })).await, "full_refresh_overwrite").await;
+    assert_eq!(fx.sync(&mine).await["status"], "succeeded");
+    // Another workspace names the same file and runs a full refresh: it
+    // drops and fills a table of its own file, not of this one.
+    let (other, admin, theirs) = other_workspace_pipeline(&fx, 300, json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "shared.db" } })).await;
+    let job = json_ok(fx.srv.request_as(&admin, Method::POST, &format!("/v1/pipelines/{theirs}/sync")).send().await.unwrap()).await;
+    assert_eq!(wait_as(&fx.srv, &admin, job["data"]["job_id"].as_str().unwrap()).await["status"], "succeeded");
+    for (workspace, pipeline) in [(&ws, &mine), (&other, &theirs)] {
+        let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(workspace, "shared.db").display());
+        assert_eq!(count_rows(&url, "events").await, 40);
+        use sqlx::{Connection, Row};
+        let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let meta: String = sqlx::query("SELECT \"_service_meta\" FROM \"events\" LIMIT 1").fetch_one(&mut c).await.unwrap().get(0);
+        assert!(meta.contains(pipeline.as_str()), "each file holds its own workspace's rows: {meta}");
+    }
+    // SQLite's own files beside a database are no destination's name.
+    for side in ["shared.db-wal", "shared.db-shm", "shared.db-journal"] {
+        let resp = fx.srv.post("/v1/destinations", json!({ "name": "side", "kind": "sqlite", "configuration": { "file": side } })).send().await.unwrap();
+        expect_error(resp, 400, "VALIDATION_FAILED").await;
+    }
+}
+
+async fn a_full_refresh_drops_only_tables_the_service_created(backend: Backend) {
+    use sqlx::{Connection, Row};
+    let fx = setup(backend, 30).await;
+    let ws = fx.srv.workspace_id().await;
+    // Someone's own table, named like the stream.
+    let file = fx.srv.warehouse(&ws, "theirs.db");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+    sqlx::query("CREATE TABLE events (mine TEXT)").execute(&mut c).await.unwrap();
+    sqlx::query("INSERT INTO events (mine) VALUES ('keep me')").execute(&mut c).await.unwrap();
+    let pipeline = fx.pipeline(&fx.destination("sqlite", json!({ "file": "theirs.db" })).await, "full_refresh_overwrite").await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(job["error"].as_str().unwrap().contains("was not created by the service"), "{job}");
+    let reset = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/reset")).send().await.unwrap()).await;
+    assert_eq!(fx.wait(reset["data"]["job_id"].as_str().unwrap()).await["status"], "failed");
+    let kept: String = sqlx::query("SELECT mine FROM events").fetch_one(&mut c).await.unwrap().get(0);
+    assert_eq!(kept, "keep me", "the table and its row are as they were");
+
+    if backend == Backend::Postgres {
+        let db = crate::support::PgDatabase::create().await.expect("the PostgreSQL run has a server");
+        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("CREATE TABLE events (mine TEXT)").execute(&mut c).await.unwrap();
+        sqlx::query("INSERT INTO events (mine) VALUES ('keep me')").execute(&mut c).await.unwrap();
+        let pipeline = fx.pipeline(&fx.destination("postgres", json!({ "url": db.url })).await, "full_refresh_overwrite").await;
+        let job = fx.sync(&pipeline).await;
+        assert_eq!(job["status"], "failed", "{job}");
+        let kept: String = sqlx::query("SELECT mine FROM events").fetch_one(&mut c).await.unwrap().get(0);
+        assert_eq!(kept, "keep me");
+    }
+}
+
+async fn one_workspace_cannot_hold_every_runner(backend: Backend) {
+    let fx = setup_with(backend, 20, |c| {
+        c.limits.job_concurrency = 2;
+        c.limits.job_concurrency_per_workspace = 1;
+    })
+    .await;
+    // This workspace's provider stalls (its pages are 300 records).
+    fx.events.hold_page_size.store(300, Ordering::SeqCst);
+    let mut mine = Vec::new();
+    for i in 0..3 {
+        let pipeline = fx.pipeline(&fx.destination("sqlite", json!({ "file": format!("held-{i}.db") })).await, "full_refresh_overwrite").await;
+        let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+        mine.push(job["data"]["job_id"].as_str().unwrap().to_owned());
+    }
+    let (_, admin, theirs) = other_workspace_pipeline(&fx, 299, json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "free.db" } })).await;
+    let job = json_ok(fx.srv.request_as(&admin, Method::POST, &format!("/v1/pipelines/{theirs}/sync")).send().await.unwrap()).await;
+    let done = wait_as(&fx.srv, &admin, job["data"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "succeeded", "another tenant's job runs while this one's are stuck: {done}");
+    let mut statuses = Vec::new();
+    for id in &mine {
+        statuses.push(json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"].as_str().unwrap().to_owned());
+    }
+    statuses.sort();
+    assert_eq!(statuses, ["queued", "queued", "running"], "one runner at most for the stuck workspace");
+    fx.events.hold_page_size.store(0, Ordering::SeqCst);
+    for id in &mine {
+        assert_eq!(fx.wait(id).await["status"], "succeeded");
+    }
+}
+
+on_both_backends!(
+    schedules_start_syncs_skip_when_busy_and_stop_when_paused,
+    a_running_job_can_be_cancelled,
+    workspaces_never_share_warehouse_files,
+    a_full_refresh_drops_only_tables_the_service_created,
+    one_workspace_cannot_hold_every_runner,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destinations_never_get_the_servers_own_postgres_settings_or_an_unverified_password() {
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let events = slow_events("ambient-test-source-token", 10, 0);
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
+    let pg = FakePostgres::start().await;
+    let mut procs = Processes::new(&ca, &provider);
+    // The server's own settings, as an operator might have them for the
+    // control database, and a pgpass file in its home.
+    let home = crate::support::private_dir();
+    std::fs::write(home.path().join(".pgpass"), "*:*:*:*:canary-pgpass-password\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(home.path().join(".pgpass"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    for (k, v) in [
+        ("PGPASSWORD", "canary-env-password".to_owned()),
+        ("PGUSER", "canary_env_user".to_owned()),
+        ("PGDATABASE", "canary_env_db".to_owned()),
+        ("PGOPTIONS", "-c search_path=canary".to_owned()),
+        ("PGAPPNAME", "canary-app".to_owned()),
+        ("HOME", home.path().display().to_string()),
+        ("PGPASSFILE", home.path().join(".pgpass").display().to_string()),
+        ("SERVICE_WAREHOUSE_ALLOWED_HOSTS", "127.0.0.1".to_owned()),
+    ] {
+        procs.env.push((k, v));
+    }
+    let (mut child, base) = spawn_service(&procs.env).await;
+    let url = format!("postgres://loader@127.0.0.1:{}/warehouse", pg.addr.port());
+    let pipeline = procs.pipeline_into(&base, &events, 50, json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } })).await;
+    let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job = procs.wait(&base, job["data"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    let seen = pg.connections();
+    assert!(!seen.is_empty(), "the destination was tried");
+    for s in &seen {
+        assert_eq!(s.startup.get("user").map(String::as_str), Some("loader"), "{s:?}");
+        assert_eq!(s.startup.get("database").map(String::as_str), Some("warehouse"), "{s:?}");
+        assert_eq!(s.password.as_deref(), Some(""), "no password from the environment or pgpass: {s:?}");
+        assert!(!format!("{s:?}").contains("canary"), "{s:?}");
+    }
+
+    // With a stored password, the connection must verify TLS first: this
+    // server offers none, so the password never leaves.
+    let before = seen.len();
+    let cred = json_ok(procs.api(&base, Method::POST, "/v1/credentials").json(&json!({ "hosts": ["127.0.0.1"], "secret": "canary-stored-password" })).send().await.unwrap()).await;
+    let dest = json!({ "name": "pg2", "kind": "postgres", "configuration": { "url": url, "credential_handle": cred["data"]["credential_handle"] } });
+    let pipeline = procs.pipeline_into(&base, &events, 50, dest).await;
+    let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job = procs.wait(&base, job["data"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    let seen = pg.connections();
+    assert!(seen.len() > before, "tried again");
+    for s in &seen[before..] {
+        assert!(s.asked_for_tls, "{s:?}");
+        assert!(s.password.is_none() && s.startup.is_empty(), "nothing was sent without TLS: {s:?}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_database_still_takes_the_servers_postgres_settings() {
+    let Some(db) = crate::support::PgDatabase::create().await else {
+        eprintln!("skipped: {} is not set", crate::support::PG_ENV);
+        return;
+    };
+    let name = url::Url::parse(&db.url).unwrap().path().trim_start_matches('/').to_owned();
+    let admin = url::Url::parse(&db.url).unwrap();
+    let dir = crate::support::private_dir();
+    let env = vec![
+        ("SERVICE_DATA_DIR", dir.path().display().to_string()),
+        ("DATABASE_URL", format!("postgres:///{name}")),
+        ("PGHOST", admin.host_str().unwrap().to_owned()),
+        ("PGPORT", admin.port().unwrap_or(5432).to_string()),
+        ("PGUSER", admin.username().to_owned()),
+    ];
+    let (mut child, base) = spawn_service(&env).await;
+    let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ready.status().is_success(), "the control database was reached through PGHOST/PGPORT/PGUSER");
+}

@@ -34,6 +34,31 @@ fn provider_routes() -> Router {
                 ([("x-echo-authorization", auth.clone()), ("set-cookie", format!("session={auth}"))], axum::Json(json!({ "headers": all, "authorization": auth })))
             }),
         )
+        .route(
+            "/reflect",
+            get(|headers: HeaderMap| async move {
+                // What a careless debug endpoint would hand back: the
+                // credential it received, in every encoding it might use.
+                use base64::Engine;
+                let auth = headers.get("authorization").or_else(|| headers.get("x-api-key")).map(|v| v.to_str().unwrap_or("").to_owned()).unwrap_or_default();
+                let secret = auth.strip_prefix("Bearer ").unwrap_or(&auth).to_owned();
+                let decoded = auth
+                    .strip_prefix("Basic ")
+                    .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                let percent: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+                let body = json!({
+                    "raw": secret,
+                    "base64": base64::engine::general_purpose::STANDARD.encode(&secret),
+                    "percent": percent,
+                    "query": format!("https://echo.provider.test/?token={percent}"),
+                    "basic_header": auth,
+                    "basic_decoded": decoded,
+                });
+                axum::Json(body)
+            }),
+        )
         .route("/redirect-private", get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }))
         .route("/redirect-undeclared", get(|| async { (StatusCode::FOUND, [("location", "https://elsewhere.example/")]).into_response() }))
         .route("/within-limit", get(|| async { "w".repeat(RESPONSE_LIMIT - 1024) }))
@@ -131,6 +156,31 @@ impl Fixture {
                 label: None,
                 hosts: hosts.iter().map(|h| h.to_string()).collect(),
                 metadata: json!({}),
+                material: SecretMaterial::new(SecretString::from(secret.to_owned())),
+                status: "active",
+                access_expires_at: None,
+            })
+            .await
+            .unwrap()
+            .credential_handle
+    }
+
+    /// A credential of `kind`, stored for `connector` if given, with
+    /// `metadata` (its username or header).
+    async fn credential_of(&self, kind: &str, connector: Option<&str>, metadata: Value, secret: &str) -> String {
+        let me = json_ok(self.srv.get("/v1/me").send().await.unwrap()).await;
+        let admin = me["data"]["user"]["user_id"].as_str().unwrap().to_owned();
+        self.srv
+            .state
+            .vault
+            .create(NewSecret {
+                workspace_id: &self.workspace_id,
+                created_by: &admin,
+                kind,
+                connector_id: connector,
+                label: None,
+                hosts: vec!["echo.provider.test".into()],
+                metadata,
                 material: SecretMaterial::new(SecretString::from(secret.to_owned())),
                 status: "active",
                 access_expires_at: None,
@@ -387,4 +437,156 @@ fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
     let r = std::process::Command::new(bin).args(["plugins", "validate"]).arg(&not_wasm).output().unwrap();
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("not a WebAssembly file"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_goes_only_where_its_kind_puts_it() {
+    let f = fixture().await;
+    let echo = |handle: &str, placement: Value| json!({ "method": "GET", "url": "https://echo.provider.test/echo", "credential": { "handle": handle, "placement": placement } });
+    let token = f.credential_of("api_token", None, json!({}), "bearer-only-secret-1").await;
+    for placement in [json!({ "basic": "attacker" }), json!({ "header": "x-leak" })] {
+        let before = f.provider.hits();
+        let rule = denied_rule(&f.egress(echo(&token, placement.clone())).await);
+        assert!(rule.contains("as a bearer token"), "{placement}: {rule}");
+        assert_eq!(f.provider.hits(), before, "nothing was sent");
+    }
+    let basic = f.credential_of("basic", None, json!({ "username": "alice" }), "basic-secret-of-alice").await;
+    assert!(denied_rule(&f.egress(echo(&basic, json!({ "basic": "mallory" }))).await).contains("Basic password of alice"));
+    assert!(denied_rule(&f.egress(echo(&basic, json!("bearer"))).await).contains("Basic password of alice"));
+    let v = f.egress(echo(&basic, json!({ "basic": "alice" }))).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let keyed = f.credential_of("secret", None, json!({ "header": "x-api-key" }), "header-secret-value").await;
+    assert!(denied_rule(&f.egress(echo(&keyed, json!({ "header": "x-other" }))).await).contains("in header x-api-key"));
+    let v = f.egress(echo(&keyed, json!({ "header": "X-Api-Key" }))).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_stored_for_one_connector_serves_no_other() {
+    let f = fixture().await;
+    let theirs = f.credential_of("api_token", Some("conn_emailcampaign_edm"), json!({}), "email-campaign-token").await;
+    let before = f.provider.hits();
+    let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "credential": { "handle": theirs, "placement": "bearer" } })).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("belongs to connector conn_emailcampaign_edm"), "{v}");
+    assert_eq!(f.provider.hits(), before);
+    let mine = f.credential_of("api_token", Some("test_misbehaving"), json!({}), "misbehaving-own-token").await;
+    let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "credential": { "handle": mine, "placement": "bearer" } })).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_requests_never_carry_a_credential() {
+    let f = fixture().await;
+    let token = f.credential_of("api_token", None, json!({}), "ranged-secret-value").await;
+    let v = f
+        .egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "headers": [["Range", "bytes=0-3"], ["If-Range", "x"], ["x-kept", "1"]], "credential": { "handle": token, "placement": "bearer" } }))
+        .await;
+    let seen = v["ok"]["body"].as_str().unwrap().to_ascii_lowercase();
+    assert!(seen.contains("x-kept") && !seen.contains("\"range\"") && !seen.contains("if-range"), "{seen}");
+    // Without a credential, Range goes through.
+    let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "headers": [["Range", "bytes=0-3"]] })).await;
+    assert!(v["ok"]["body"].as_str().unwrap().contains("\"range\""), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_encoding_of_an_echoed_secret_is_scrubbed() {
+    use base64::Engine;
+    let f = fixture().await;
+    let secret = format!("s3c/r+t\"q\"<x>&={}", uuid::Uuid::new_v4().simple());
+    let forms = |s: &str| -> Vec<String> {
+        let percent: String = url::form_urlencoded::byte_serialize(s.as_bytes()).collect();
+        let json_escaped = serde_json::to_string(s).unwrap();
+        vec![
+            s.to_owned(),
+            base64::engine::general_purpose::STANDARD.encode(s),
+            percent.clone(),
+            percent.to_ascii_lowercase(),
+            json_escaped[1..json_escaped.len() - 1].to_owned(),
+        ]
+    };
+    let bearer = f.credential_of("api_token", None, json!({}), &secret).await;
+    let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/reflect", "credential": { "handle": bearer, "placement": "bearer" } })).await;
+    let body = v["ok"]["body"].as_str().unwrap().to_owned();
+    assert!(body.contains("[REDACTED]"), "the provider did echo it: {body}");
+    for form in forms(&secret) {
+        assert!(!body.contains(&form), "{form} reached the plugin: {body}");
+    }
+    let basic = f.credential_of("basic", None, json!({ "username": "bob" }), &secret).await;
+    let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/reflect", "credential": { "handle": basic, "placement": { "basic": "bob" } } })).await;
+    let body = v["ok"]["body"].as_str().unwrap().to_owned();
+    let pair = base64::engine::general_purpose::STANDARD.encode(format!("bob:{secret}"));
+    assert!(!body.contains(&pair), "the Basic header's Base64: {body}");
+    for form in forms(&secret) {
+        assert!(!body.contains(&form), "{form} reached the plugin: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_file_cannot_take_over_a_connector_id_or_alias() {
+    let srv = TestServer::start(Backend::Sqlite).await.unwrap();
+    let dir = srv.state.config.plugins.plugins_dir.clone();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(test_plugin("test_impostor_id"), dir.join("impostor.wasm")).unwrap();
+    std::fs::copy(test_plugin("test_impostor_alias"), dir.join("alias.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    let real = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
+    assert_ne!(real["data"]["name"], "Not the email-campaign connector", "{real}");
+    assert_eq!(real["data"]["status"], "available");
+    let aliased = json_ok(srv.get("/v1/connectors/source:mailcoach").send().await.unwrap()).await;
+    assert_eq!(aliased["data"]["connector_id"], "conn_emailcampaign_edm", "saved aliases keep their connector");
+    expect_error(srv.get("/v1/connectors/test_impostor_alias").send().await.unwrap(), 404, "404").await;
+
+    // Not even while the operator has the bundled connector unloaded.
+    json_ok(srv.post("/v1/admin/plugins/conn_emailcampaign_edm/unload", json!({})).send().await.unwrap()).await;
+    std::fs::remove_file(dir.join("impostor.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    std::fs::copy(test_plugin("test_impostor_id"), dir.join("impostor-again.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    let c = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
+    assert_ne!(c["data"]["name"], "Not the email-campaign connector", "{c}");
+    assert_eq!(c["data"]["status"], "unavailable");
+    json_ok(srv.post("/v1/admin/plugins/conn_emailcampaign_edm/load", json!({})).send().await.unwrap()).await;
+    let c = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
+    assert!(c["data"]["operations"].as_array().unwrap().contains(&json!("preview")), "the real one is back: {c}");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
+    // Another installation compiles the no-op plugin: its artefact is a
+    // valid one, authenticated with that installation's key.
+    let other = TestServer::start(Backend::Sqlite).await.unwrap();
+    let noop = test_plugin("test_noop");
+    other.state.plugins.load_bytes(&std::fs::read(&noop).unwrap(), PluginSource::File(noop)).await.unwrap();
+    let plugins = json_ok(other.get("/v1/admin/plugins").send().await.unwrap()).await;
+    let digest_of = |id: &str| plugins["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == id).unwrap()["digest"].as_str().unwrap().to_owned();
+    let (noop_digest, email_digest) = (digest_of("test_noop"), digest_of("conn_emailcampaign_edm"));
+    let cached = |dir: &std::path::Path, digest: &str| {
+        std::fs::read_dir(dir.join("plugin-cache")).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(digest)).unwrap()
+    };
+    let foreign = std::fs::read(cached(&other.data_dir, &noop_digest)).unwrap();
+    other.stop().await;
+
+    // Someone who can write to this installation's cache puts it in place
+    // of the email-campaign connector's artefact.
+    let srv = TestServer::start(Backend::Sqlite).await.unwrap();
+    let dir = srv.stop_keeping_data().await;
+    let target = cached(dir.path(), &email_digest);
+    std::fs::write(&target, &foreign).unwrap();
+    let url = format!("sqlite://{}/service.db?mode=rwc", dir.path().display());
+    let path = dir.path().to_owned();
+    let srv = TestServer::start_with(Backend::Sqlite, move |c| {
+        c.data_dir = path.clone();
+        c.database_url = url;
+        c.plugins.plugins_dir = path.join("plugins");
+    })
+    .await
+    .unwrap();
+    let c = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
+    assert!(c["data"]["operations"].as_array().unwrap().contains(&json!("preview")), "compiled anew from its own component: {c}");
+    expect_error(srv.get("/v1/connectors/test_noop").send().await.unwrap(), 404, "404").await;
+    assert_ne!(std::fs::read(&target).unwrap(), foreign, "the forged artefact was replaced");
+    srv.stop().await;
+    drop(dir);
 }

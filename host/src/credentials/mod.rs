@@ -164,10 +164,19 @@ fn binding(credential_id: &str, workspace_id: &str) -> String {
     format!("credential={credential_id};workspace={workspace_id}")
 }
 
-/// Normalises a list of bound hosts: exact, lower-case names only.
+/// Normalises a list of bound hosts: exact, lower-case names, or IP
+/// addresses (a database destination's host may be one; egress never
+/// sends to an address, so there they bind nothing).
 pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for h in hosts {
+        if let Ok(ip) = h.trim().trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+            let ip = ip.to_string();
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+            continue;
+        }
         match HostPattern::parse(h)? {
             HostPattern::Exact(name) => {
                 if !out.contains(&name) {

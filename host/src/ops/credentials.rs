@@ -99,18 +99,34 @@ pub fn credential_fields(kind: &str, label: Option<&str>, username: Option<&str>
     }
 }
 
+/// Checks a secret for a credential of `kind`: its length, and that it can
+/// travel where the kind puts it.
+pub fn check_secret(kind: &str, secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(format!("the secret must be at least {MIN_SECRET_BYTES} bytes"));
+    }
+    if secret.len() > MAX_SECRET_BYTES {
+        return Err(format!("the secret exceeds {MAX_SECRET_BYTES} bytes"));
+    }
+    // A bearer token or header value travels as a header as it is: visible
+    // ASCII only (a Basic password is encoded, so it may hold anything but
+    // control characters).
+    let fits = match kind {
+        "basic" => !secret.chars().any(char::is_control),
+        _ => secret.chars().all(|c| c.is_ascii_graphic()),
+    };
+    if !fits {
+        return Err("the secret holds characters that cannot travel in a request header (spaces, control or non-ASCII characters)".into());
+    }
+    Ok(())
+}
+
 /// Seals a secret as a pending credential and lets the gate activate it
 /// (or propose its activation). Every flow that accepts a secret ends here.
 pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNote, new: NewSecret<'_>) -> ApiResult<Executed> {
     note.action("credentials.create");
     ws.require(Role::Editor)?;
-    let secret = new.material.secret.expose_secret();
-    if secret.len() < MIN_SECRET_BYTES {
-        return Err(ApiError::invalid_field("secret", format!("the secret must be at least {MIN_SECRET_BYTES} bytes")));
-    }
-    if secret.len() > MAX_SECRET_BYTES {
-        return Err(ApiError::invalid_field("secret", format!("the secret exceeds {MAX_SECRET_BYTES} bytes")));
-    }
+    check_secret(new.kind, new.material.secret.expose_secret()).map_err(|m| ApiError::invalid_field("secret", m))?;
     let record = state.vault.create(new).await.map_err(|e| match e {
         CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
         CreateError::Store(e) => e.into(),

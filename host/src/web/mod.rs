@@ -301,8 +301,8 @@ async fn submit_entry(
         Ok(None) => return gone("credential-entry"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    if form.secret.expose_secret().len() < 8 || form.secret.expose_secret().len() > 16 * 1024 {
-        return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", "<p>The secret must be 8 to 16384 bytes.</p>")).into_response();
+    if let Err(why) = crate::ops::credentials::check_secret(link.spec["kind"].as_str().unwrap_or("api_token"), form.secret.expose_secret()) {
+        return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", &format!("<p>{}. The link still works: go back and try again.</p>", escape(&why)))).into_response();
     }
     // Spend first: of two concurrent submissions exactly one stores.
     match state.store.spend_entry_link(&hash).await {

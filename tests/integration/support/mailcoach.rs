@@ -31,6 +31,8 @@ pub struct MailcoachState {
     pub requests: AtomicUsize,
     /// Subscribers on the one email list.
     pub subscribers: usize,
+    /// Milliseconds every answer waits before it is given.
+    pub delay_ms: std::sync::atomic::AtomicU64,
 }
 
 /// The provider's one email list.
@@ -106,6 +108,18 @@ fn paginate(items: &[Value], q: &HashMap<String, String>, path: &str) -> Value {
 
 /// The provider's routes under `/api`.
 pub fn router(state: Arc<MailcoachState>) -> Router {
+    let slow = state.clone();
+    let delay = axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+        let ms = slow.delay_ms.load(Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            next.run(req).await
+        }
+    });
+    routes(state).layer(delay)
+}
+
+fn routes(state: Arc<MailcoachState>) -> Router {
     Router::new()
         .route(
             "/api/user",

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod fakepg;
 pub mod mailcoach;
 pub mod plugins;
 pub mod provider;
