@@ -688,7 +688,35 @@ async fn one_workspace_cannot_hold_every_runner(backend: Backend) {
     }
 }
 
+async fn connector_calls_beyond_the_cap_wait_their_turn_then_give_up(backend: Backend) {
+    let fx = setup_with(backend, 20, |c| {
+        c.plugins.limits.max_concurrent = 1;
+        c.plugins.limits.wall_short = Duration::from_secs(2);
+    })
+    .await;
+    // A sync holds the one turn while its provider stalls.
+    fx.events.hold_page_size.store(300, Ordering::SeqCst);
+    let pipeline = fx.pipeline(&fx.destination("sqlite", json!({ "file": "w.db" })).await, "full_refresh_overwrite").await;
+    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    for _ in 0..100 {
+        if fx.events.in_flight.load(Ordering::SeqCst) == 0 && json_ok(fx.srv.get(&format!("/v1/jobs/{}", job["data"]["job_id"].as_str().unwrap())).send().await.unwrap()).await["data"]["status"] == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A short call waits for a turn within its own time limit, then is
+    // refused as a condition to retry.
+    let resp = fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": fx.source_id })).send().await.unwrap();
+    let e = expect_error(resp, 503, "503").await;
+    assert!(e["message"].as_str().unwrap().contains("too many connector invocations"), "{e}");
+    fx.events.hold_page_size.store(0, Ordering::SeqCst);
+    assert_eq!(fx.wait(job["data"]["job_id"].as_str().unwrap()).await["status"], "succeeded");
+    json_ok(fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": fx.source_id })).send().await.unwrap()).await;
+}
+
 on_both_backends!(
+    connector_calls_beyond_the_cap_wait_their_turn_then_give_up,
     schedules_start_syncs_skip_when_busy_and_stop_when_paused,
     a_running_job_can_be_cancelled,
     workspaces_never_share_warehouse_files,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use secrecy::ExposeSecret;
-use serde_json::json;
+use serde_json::{Value, json};
 use service::access::{ClientSource, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -330,6 +330,52 @@ backend_tests! {
         let page = srv.client.get(link["data"]["url"].as_str().unwrap()).send().await.unwrap();
         let html = page.text().await.unwrap();
         assert!(html.contains("admin@example.test") && html.contains("Default workspace") && html.contains("team.mailcoach.app"), "{html}");
+    }
+
+    async fn postgres_destination_urls_cannot_steer_the_connection(srv) {
+        let create = |url: String, extra: Value| {
+            let mut configuration = json!({ "url": url });
+            if let (Value::Object(c), Value::Object(e)) = (&mut configuration, extra) {
+                c.extend(e);
+            }
+            srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": configuration })).send()
+        };
+        // Parameters that would pick another host, socket, password,
+        // client key or server setting, and hosts written to sneak past.
+        for url in [
+            "postgres://loader@127.0.0.1/w?host=/var/run/postgresql",
+            "postgres://loader@127.0.0.1/w?hostaddr=169.254.169.254",
+            "postgres://loader@127.0.0.1/w?port=6432",
+            "postgres://loader@127.0.0.1/w?password=guess",
+            "postgres://loader@127.0.0.1/w?sslkey=/etc/ssl/private/server.key",
+            "postgres://loader@127.0.0.1/w?options=-c%20search_path%3Devil",
+            "postgres://loader@%2Fvar%2Frun%2Fpostgresql/w",
+            "postgres://loader@127.0.0.1/w/x",
+        ] {
+            let e = expect_error(create(url.into(), json!({})).await.unwrap(), 400, "VALIDATION_FAILED").await;
+            assert_eq!(e["details"]["field"], "configuration.url", "{url}: {e}");
+        }
+        // Hosts the operator did not allow: the metadata service, private
+        // networks, names.
+        for url in ["postgres://loader@169.254.169.254/w", "postgres://loader@10.0.0.5/w", "postgres://loader@db.internal.example/w", "postgres://loader@[::ffff:127.0.0.1]/w"] {
+            expect_error(create(url.into(), json!({})).await.unwrap(), 400, "DESTINATION_HOST_NOT_ALLOWED").await;
+        }
+        // A stored password goes only over TLS that verifies the server.
+        let cred = json_ok(srv.post("/v1/credentials", json!({ "hosts": ["127.0.0.1"], "secret": "db-password-123" })).send().await.unwrap()).await;
+        let handle = cred["data"]["credential_handle"].clone();
+        for mode in ["disable", "prefer", "require", "verify-ca"] {
+            let resp = create(format!("postgres://loader@127.0.0.1/w?sslmode={mode}"), json!({ "credential_handle": handle })).await.unwrap();
+            expect_error(resp, 400, "VALIDATION_FAILED").await;
+        }
+        let elsewhere = json_ok(srv.post("/v1/credentials", json!({ "hosts": ["::1"], "secret": "db-password-456" })).send().await.unwrap()).await;
+        let resp = create("postgres://loader@127.0.0.1/w".into(), json!({ "credential_handle": elsewhere["data"]["credential_handle"] })).await.unwrap();
+        expect_error(resp, 400, "CREDENTIAL_HOST_MISMATCH").await;
+        // What the operator allows is accepted, and an update is held to
+        // the same rules.
+        let ok = json_ok(create("postgres://loader@127.0.0.1:5433/w".into(), json!({ "credential_handle": handle })).await.unwrap()).await;
+        let id = ok["data"]["destination_id"].as_str().unwrap();
+        let resp = srv.request(Method::PATCH, &format!("/v1/destinations/{id}")).json(&json!({ "configuration": { "url": "postgres://loader@127.0.0.1/w?host=evil.example" } })).send().await.unwrap();
+        expect_error(resp, 400, "VALIDATION_FAILED").await;
     }
 
     async fn pages_refuse_framing_caching_and_sniffing(srv) {
