@@ -5,7 +5,7 @@ use std::path::Path;
 
 use service::config::{PluginSettings, ServerConfig};
 use service::egress::EgressPolicy;
-use service::server::AppState;
+use service::state::AppState;
 
 #[path = "../tests/integration/support/plugins.rs"]
 mod plugins;

@@ -163,7 +163,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// Through the plugin: a real sync job, from the queue to the runner's
 /// last write. Returns the records it wrote.
-async fn sync_job(state: &service::server::AppState, ws: &str, pipeline_id: &str) -> u64 {
+async fn sync_job(state: &service::state::AppState, ws: &str, pipeline_id: &str) -> u64 {
     let job = state.store.create_job(ws, pipeline_id, "sync", "manual").await.unwrap().unwrap();
     state.jobs_queued.notify_one();
     let done = loop {

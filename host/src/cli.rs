@@ -144,7 +144,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
             match cmd {
                 AdminCommand::CreateUser { email, name, workspace, role } => {
-                    let (user_id, workspace_id) = crate::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
+                    let (user_id, workspace_id) = crate::access::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
                     println!("created user {user_id} ({}) in workspace {workspace_id} as {}", email.trim(), role.as_str());
                 }
                 AdminCommand::RotateMasterKey => {
@@ -160,7 +160,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 }
                 AdminCommand::CreateToken { email, label, expires_in_days, client } => {
-                    let token = crate::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;
+                    let token = crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;
                     // The token itself goes to stdout alone, so scripts can
                     // capture it; the note goes to stderr.
                     eprintln!("API token for {} (shown once):", email.trim());

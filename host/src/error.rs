@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::http::request_id;
+use crate::telemetry::request_id;
 use crate::store::StoreError;
 
 /// The error body every failing response carries.
@@ -88,6 +88,17 @@ impl ApiError {
     /// subject and the message the setting.
     pub fn not_configured(code: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 400 `SECRET_NOT_ACCEPTED`: a secret arrived outside a credential
+    /// flow (spec section 4, safety rule 5).
+    pub fn secret_refused(field: &str) -> Self {
+        Self::bad_request(
+            "SECRET_NOT_ACCEPTED",
+            "secret values are not accepted here: store the secret through a credential flow \
+             (POST /v1/credentials, the secure credential-entry link or OAuth) and pass its credential_handle instead",
+        )
+        .with_details(json!({ "field": field, "use": "credential_handle" }))
     }
 
     /// 500: logs `cause` and tells the client only that it failed.

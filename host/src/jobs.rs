@@ -25,7 +25,7 @@ use crate::destinations::{DestinationConfig, Loader, Place, QUEUE_BYTES, Work, W
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::now_ms;
 use crate::store::pipelines::{Job, Schedule, StreamSyncMode};
 
@@ -109,7 +109,7 @@ async fn schedule_due(state: &AppState) {
                     target_type: Some("pipeline".into()),
                     target_id: Some(p.pipeline_id.clone()),
                     client_source: "api".into(),
-                    request_id: crate::http::request_id::current(),
+                    request_id: crate::telemetry::request_id::current(),
                     outcome: "failed".into(),
                     status_code: 409,
                     ..Default::default()

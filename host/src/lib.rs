@@ -30,8 +30,8 @@
 //! - [`telemetry`]: logs and metrics.
 
 pub mod access;
-pub mod admin;
-pub mod approvals;
+
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod credentials;
@@ -46,9 +46,9 @@ pub mod oauth;
 pub mod ops;
 pub mod plugin;
 pub mod server;
+pub mod state;
 pub mod store;
 pub mod telemetry;
-pub mod tokens;
 pub mod web;
 
 /// The memory allocator of every program built on this crate: the server,

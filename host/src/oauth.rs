@@ -8,7 +8,7 @@
 //! `credential_handle`. It refreshes expired access tokens when the
 //! credential is next used; plugins never notice.
 
-use std::collections::HashMap;
+
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use crate::config::ConfigError;
+use crate::config::oauth::OAuthClient;
 use crate::credentials::{NewSecret, SecretMaterial};
 use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
 use crate::error::ApiError;
@@ -32,61 +32,6 @@ use crate::store::now_ms;
 pub const TASKAPP: &str = "taskapp";
 /// How long a started flow can be completed.
 const STATE_TTL_MS: i64 = 10 * 60 * 1000;
-
-/// An OAuth client registered with a provider by the operator.
-#[derive(Clone, Deserialize)]
-pub struct OAuthClient {
-    pub client_id: String,
-    pub client_secret: SecretString,
-}
-
-/// The task-management provider's OAuth settings.
-#[derive(Clone, Deserialize)]
-pub struct TaskAppOAuth {
-    pub authorize_url: String,
-    pub token_url: String,
-    #[serde(default)]
-    pub scopes: Vec<String>,
-    pub client_id: String,
-    pub client_secret: SecretString,
-}
-
-/// Operator OAuth configuration.
-#[derive(Clone, Default)]
-pub struct OAuthSettings {
-    /// Clients per connector id (`SERVICE_OAUTH_CLIENTS`).
-    pub clients: HashMap<String, OAuthClient>,
-    /// The task app (`SERVICE_TASKAPP_OAUTH`).
-    pub taskapp: Option<TaskAppOAuth>,
-}
-
-impl std::fmt::Debug for OAuthSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OAuthSettings").field("clients", &self.clients.keys().collect::<Vec<_>>()).field("taskapp", &self.taskapp.is_some()).finish()
-    }
-}
-
-impl OAuthSettings {
-    /// Parses the two JSON settings.
-    pub fn from_settings(clients: Option<&str>, taskapp: Option<&str>) -> Result<Self, ConfigError> {
-        let clients = match clients.filter(|s| !s.trim().is_empty()) {
-            Some(s) => serde_json::from_str(s).map_err(|e| ConfigError::new("SERVICE_OAUTH_CLIENTS", format!("not a JSON object of {{connector_id: {{client_id, client_secret}}}}: {e}")))?,
-            None => HashMap::new(),
-        };
-        let taskapp: Option<TaskAppOAuth> = match taskapp.filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(serde_json::from_str(s).map_err(|e| ConfigError::new("SERVICE_TASKAPP_OAUTH", format!("not a JSON object with authorize_url, token_url, client_id, client_secret: {e}")))?),
-            None => None,
-        };
-        if let Some(t) = &taskapp {
-            for (name, u) in [("authorize_url", &t.authorize_url), ("token_url", &t.token_url)] {
-                if !Url::parse(u).is_ok_and(|u| u.scheme() == "https") {
-                    return Err(ConfigError::new("SERVICE_TASKAPP_OAUTH", format!("{name} must be an https URL")));
-                }
-            }
-        }
-        Ok(OAuthSettings { clients, taskapp })
-    }
-}
 
 /// Everything a flow needs to know about its provider.
 struct Provider {
@@ -149,7 +94,7 @@ fn random_b64(bytes: usize) -> String {
 
 /// Starts a flow for `access` (the session and client are remembered):
 /// answers the provider's authorization URL.
-pub async fn start(state: &crate::server::AppState, access: &crate::access::WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
+pub async fn start(state: &crate::state::AppState, access: &crate::access::WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
     let p = provider(&state.config, &state.plugins, target).await?;
     let target = p.connector_id.clone().unwrap_or_else(|| TASKAPP.to_owned());
     let st = random_b64(32);
@@ -160,7 +105,7 @@ pub async fn start(state: &crate::server::AppState, access: &crate::access::Work
     state
         .store
         .create_oauth_state(
-            &crate::tokens::hash(&st),
+            &crate::access::tokens::hash(&st),
             &OAuthState {
                 workspace_id: access.workspace_id.clone(),
                 user_id: access.principal.user_id.clone(),
@@ -244,8 +189,8 @@ impl Completed {
 /// Checks the state (single use, bound to user and workspace), handles a
 /// provider denial, and exchanges the code through egress. `expect` is the
 /// (workspace, user) the API caller acts as; the browser landing has none.
-pub async fn complete(state: &crate::server::AppState, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
-    let hash = crate::tokens::hash(&cb.state);
+pub async fn complete(state: &crate::state::AppState, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
+    let hash = crate::access::tokens::hash(&cb.state);
     if let Some((ws, user)) = expect {
         // Someone else's flow behaves like an unknown one, and is not spent.
         match state.store.oauth_state_owner(&hash).await? {
@@ -300,7 +245,7 @@ pub async fn complete(state: &crate::server::AppState, cb: &Callback, expect: Op
 /// initiator's current role in the workspace and the client kind the flow
 /// was started with. A flow whose session was revoked, or whose initiator
 /// left the workspace, completes for nobody.
-pub async fn initiator(state: &crate::server::AppState, done: &Completed) -> Result<crate::access::WorkspaceAccess, ApiError> {
+pub async fn initiator(state: &crate::state::AppState, done: &Completed) -> Result<crate::access::WorkspaceAccess, ApiError> {
     let refused = || ApiError::permission_denied("permission denied: whoever started this authorisation can no longer complete it");
     if let Some(session_id) = &done.session_id {
         let session = state.store.session(session_id).await?.ok_or_else(refused)?;

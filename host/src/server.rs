@@ -1,19 +1,21 @@
-//! Start-up: shared state, bootstrap, binding and graceful shutdown.
+//! The composition root: puts the shared state together (bootstrap, keys,
+//! vault, egress, plugins, OAuth), binds, serves connections under their
+//! limits, runs the background tasks, and shuts down gracefully.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret;
 use tokio::net::TcpListener;
 
-use crate::admin::{self, Bootstrap};
+use crate::access::admin::{self, Bootstrap};
 use crate::config::ServerConfig;
 use crate::credentials::Vault;
 use crate::credentials::keyring::Keyring;
 use crate::egress::Egress;
 use crate::plugin::Runtime;
 use crate::plugin::registry::Registry;
+use crate::state::AppState;
 use crate::store::Store;
 
 /// The plugins built with the server (see `build.rs`).
@@ -35,37 +37,6 @@ pub fn compile_cache(data_dir: &std::path::Path, vault: &Vault) -> crate::plugin
 /// How often the plugins directory and the database's plugin states are
 /// checked for changes.
 const PLUGIN_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// State shared by every request handler: cheap to clone, no globals.
-#[derive(Clone)]
-pub struct AppState {
-    /// The database.
-    pub store: Store,
-    /// Resolved configuration.
-    pub config: Arc<ServerConfig>,
-    /// Renders `/metrics`.
-    pub metrics: PrometheusHandle,
-    /// Sealed credentials.
-    pub vault: Vault,
-    /// Outbound requests of connectors, policed.
-    pub egress: Egress,
-    /// Loaded connector plugins.
-    pub plugins: Arc<Registry>,
-    /// Refreshes OAuth tokens for the vault (held here, weakly there).
-    pub refresher: Arc<dyn crate::credentials::TokenRefresher>,
-    /// Recently verified sessions (SQLite, single server, only).
-    pub session_cache: Option<Arc<crate::access::SessionCache>>,
-    /// Recently read `GET /me` profiles (SQLite, single server, only).
-    pub me_cache: Option<Arc<crate::http::me::MeCache>>,
-    /// Wakes this server's job runner when it queues a job, so the job
-    /// starts now rather than at the runner's next poll.
-    pub jobs_queued: Arc<tokio::sync::Notify>,
-    /// Keys the fingerprints of idempotent requests (their bodies may hold
-    /// secrets).
-    pub fingerprint_key: Arc<crate::credentials::keyring::DerivedKey>,
-    /// Request rate limits.
-    pub throttle: Arc<crate::http::throttle::Throttle>,
-}
 
 impl AppState {
     /// Opens the database (running migrations) and performs first-run
@@ -110,10 +81,10 @@ impl AppState {
             Arc::new(crate::oauth::Refresher { config: config.clone(), plugins: plugins.clone(), egress: egress.clone() });
         vault.set_refresher(&refresher);
         let session_cache = (store.backend() == crate::store::Backend::Sqlite)
-            .then(|| Arc::new(crate::access::SessionCache::new(std::time::Duration::from_secs(5))));
-        let me_cache = session_cache.as_ref().map(|_| Arc::new(crate::http::me::MeCache::new()));
+            .then(|| Arc::new(crate::store::caches::SessionCache::new(std::time::Duration::from_secs(5))));
+        let me_cache = session_cache.as_ref().map(|_| Arc::new(crate::store::caches::MeCache::new()));
         let fingerprint_key = Arc::new(vault.derived_key("idempotency-fingerprint"));
-        let throttle = Arc::new(crate::http::throttle::Throttle::new(config.limits.throttle));
+        let throttle = Arc::new(crate::access::throttle::Throttle::new(config.limits.throttle));
         Ok(AppState {
             store,
             config,
@@ -130,6 +101,7 @@ impl AppState {
         })
     }
 }
+
 
 /// A server bound to its listener and running in the background.
 pub struct RunningServer {
@@ -166,7 +138,7 @@ const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(30);
 async fn serve_connections(
     listener: TcpListener,
     app: axum::Router,
-    limits: crate::config::ServerLimits,
+    limits: crate::config::limits::ServerLimits,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

@@ -59,7 +59,7 @@ backend_tests! {
         let token = "svc1_expired_invitation_token_for_test";
         srv.state
             .store
-            .create_invitation(&ws, "late@example.test", Role::Viewer, &service::tokens::hash(token), admin, service::store::now_ms() - 1)
+            .create_invitation(&ws, "late@example.test", Role::Viewer, &service::access::tokens::hash(token), admin, service::store::now_ms() - 1)
             .await
             .unwrap();
         let resp = srv.client.post(srv.url(&format!("/invitations/{token}"))).form(&[("name", "Late")]).send().await.unwrap();

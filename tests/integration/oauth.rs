@@ -100,7 +100,7 @@ async fn setup(backend: Backend) -> Fx {
     let pins = provider.pins(&names);
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress = service::egress::EgressPolicy::from_settings("auth.social.test,api.social.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
-        c.oauth = service::oauth::OAuthSettings::from_settings(
+        c.oauth = service::config::oauth::OAuthSettings::from_settings(
             Some(r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"}}"#),
             Some(r#"{"authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token", "scopes": ["tasks"], "client_id": "client-1", "client_secret": "operator-secret"}"#),
         )
@@ -200,7 +200,7 @@ async fn every_failure_has_its_own_code(backend: Backend) {
         .state
         .store
         .create_oauth_state(
-            &service::tokens::hash("old-state"),
+            &service::access::tokens::hash("old-state"),
             &service::store::oauth::OAuthState {
                 workspace_id: ws.clone(),
                 user_id: user,
@@ -261,7 +261,7 @@ async fn the_task_app_flow_yields_a_workspace_credential(backend: Backend) {
 
 async fn a_flow_an_assistant_started_ends_in_a_proposal_wherever_it_is_completed(backend: Backend) {
     let fx = setup(backend).await;
-    let assistant = service::admin::create_token(&fx.srv.state.store, &fx.srv.state.config.bootstrap_email, Some("assistant"), None, service::access::ClientSource::Mcp)
+    let assistant = service::access::admin::create_token(&fx.srv.state.store, &fx.srv.state.config.bootstrap_email, Some("assistant"), None, service::access::ClientSource::Mcp)
         .await
         .unwrap();
     let started = fx.srv.request_as(secrecy::ExposeSecret::expose_secret(&assistant), Method::POST, "/v1/credentials/source/oauth/start").json(&json!({ "connector_id": "test_oauth_source" })).send().await.unwrap();

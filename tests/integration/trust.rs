@@ -19,7 +19,7 @@ use crate::support::{Backend, TestServer, data_fingerprint, expect_error, json, 
 /// A token of the bootstrap administrator issued to an MCP client (an
 /// assistant).
 async fn assistant_token(srv: &TestServer) -> String {
-    service::admin::create_token(&srv.state.store, &srv.state.config.bootstrap_email, Some("assistant"), None, ClientSource::Mcp)
+    service::access::admin::create_token(&srv.state.store, &srv.state.config.bootstrap_email, Some("assistant"), None, ClientSource::Mcp)
         .await
         .unwrap()
         .expose_secret()
@@ -397,7 +397,7 @@ backend_tests! {
 }
 
 /// A server whose limits are small enough to reach in a test.
-async fn tight(adjust: impl FnOnce(&mut service::config::ServerLimits)) -> TestServer {
+async fn tight(adjust: impl FnOnce(&mut service::config::limits::ServerLimits)) -> TestServer {
     TestServer::start_with(Backend::Sqlite, |c| adjust(&mut c.limits)).await.unwrap()
 }
 
@@ -442,7 +442,7 @@ async fn connections_beyond_the_limit_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_requests_get_429_with_retry_after() {
-    use service::http::throttle::Rate;
+    use service::config::limits::Rate;
     let srv = tight(|l| l.throttle.per_session = Rate { per_second: 0.5, burst: 3.0 }).await;
     for _ in 0..3 {
         json_ok(srv.get("/v1/me").send().await.unwrap()).await;
@@ -465,7 +465,7 @@ async fn too_many_requests_get_429_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guessing_tokens_is_throttled_per_address_before_any_lookup() {
-    use service::http::throttle::Rate;
+    use service::config::limits::Rate;
     let srv = tight(|l| l.throttle.failures_per_address = Rate { per_second: 0.01, burst: 5.0 }).await;
     for i in 0..5 {
         expect_error(srv.request_as(&format!("svc_guess_{i}"), Method::GET, "/v1/me").send().await.unwrap(), 401, "401").await;

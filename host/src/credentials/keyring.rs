@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use crate::config::ConfigError;
+pub use crate::store::credentials::Sealed;
 
 /// Environment variable holding the master key.
 pub const MASTER_KEY_ENV: &str = "SERVICE_MASTER_KEY";
@@ -97,16 +98,6 @@ impl DerivedKey {
         }
         mac.verify_slice(tag).is_ok()
     }
-}
-
-/// A sealed secret as stored.
-#[derive(Debug, Clone)]
-pub struct Sealed {
-    pub key_id: String,
-    /// Base64 nonce (24 bytes).
-    pub nonce: String,
-    /// Base64 ciphertext with its tag.
-    pub ciphertext: String,
 }
 
 /// The current key and older ones still able to open.

@@ -149,7 +149,7 @@ pub fn validate(kind: &str, config: &Value) -> Result<DestinationConfig, ApiErro
             let raw = obj.get("url").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
             let url = url::Url::parse(raw).map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
             if url.password().is_some() {
-                return Err(crate::http::extract::secret_refused("configuration.url"));
+                return Err(ApiError::secret_refused("configuration.url"));
             }
             let credential_handle = match obj.get("credential_handle") {
                 None | Some(Value::Null) => None,

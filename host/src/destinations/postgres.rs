@@ -20,93 +20,16 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
 
-use crate::config::ConfigError;
-use crate::egress::HostPattern;
+use crate::config::egress::HostPattern;
+pub use crate::config::warehouse::WarehousePolicy;
 
-/// An IP network the operator lets destinations reach, e.g. `10.0.0.0/8`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Network {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl Network {
-    fn parse(raw: &str) -> Option<Network> {
-        let (addr, prefix) = match raw.split_once('/') {
-            Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
-            None => {
-                let a = raw.parse::<IpAddr>().ok()?;
-                (a, if a.is_ipv4() { 32 } else { 128 })
-            }
-        };
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        (prefix <= max).then_some(Network { addr, prefix })
+/// Why `ip` may not be connected to, if it may not: an address in a
+/// network the operator listed may be, and otherwise only a global one.
+fn refusal(policy: &WarehousePolicy, ip: IpAddr) -> Option<&'static str> {
+    if policy.lists_address(ip) {
+        return None;
     }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-/// The hosts and networks PostgreSQL destinations may reach
-/// (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`). Empty by default: an operator who
-/// wants tenants to load into databases names where those live.
-#[derive(Debug, Clone, Default)]
-pub struct WarehousePolicy {
-    names: Vec<HostPattern>,
-    networks: Vec<Network>,
-}
-
-impl WarehousePolicy {
-    /// Parses a comma-separated list of host names, `*.suffix` patterns,
-    /// IP addresses and networks (`10.0.0.0/8`).
-    pub fn from_settings(raw: &str) -> Result<Self, ConfigError> {
-        let mut policy = WarehousePolicy::default();
-        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            if let Some(net) = Network::parse(entry) {
-                policy.networks.push(net);
-                continue;
-            }
-            match HostPattern::parse(entry) {
-                Ok(HostPattern::Any) | Err(_) => {
-                    return Err(ConfigError::new(
-                        "SERVICE_WAREHOUSE_ALLOWED_HOSTS",
-                        format!("'{entry}' is not a host name, *.suffix pattern, IP address or network"),
-                    ));
-                }
-                Ok(p) => policy.names.push(p),
-            }
-        }
-        Ok(policy)
-    }
-
-    /// Whether a destination may name `host` (a name, or an address the
-    /// operator listed).
-    pub fn allows_name(&self, host: &str) -> bool {
-        match host.parse::<IpAddr>() {
-            Ok(ip) => self.networks.iter().any(|n| n.contains(ip)),
-            Err(_) => self.names.iter().any(|p| p.matches(&host.to_ascii_lowercase())),
-        }
-    }
-
-    /// Why `ip` may not be connected to, if it may not: a global address,
-    /// or one in a network the operator listed, may be.
-    pub fn refusal(&self, ip: IpAddr) -> Option<&'static str> {
-        if self.networks.iter().any(|n| n.contains(ip)) {
-            return None;
-        }
-        crate::egress::address::refusal(ip)
-    }
+    crate::egress::address::refusal(ip)
 }
 
 /// How a connection uses TLS (libpq's `sslmode`).
@@ -223,7 +146,7 @@ pub async fn connect_options(target: &Target, password: Option<&SecretString>, p
         return Err(format!("{} did not resolve", target.host));
     }
     for ip in &addresses {
-        if let Some(why) = policy.refusal(*ip) {
+        if let Some(why) = refusal(policy, *ip) {
             return Err(format!("{} resolves to a {why} ({ip}), which the operator does not allow", target.host));
         }
     }
@@ -295,10 +218,10 @@ mod tests {
         assert!(p.allows_name("10.1.2.3"));
         assert!(!p.allows_name("127.0.0.2"));
         assert!(!p.allows_name("169.254.169.254"));
-        assert!(p.refusal("10.9.9.9".parse().unwrap()).is_none(), "a listed network");
-        assert!(p.refusal("192.168.1.1".parse().unwrap()).is_some(), "a private one that is not");
-        assert!(p.refusal("169.254.169.254".parse().unwrap()).is_some(), "metadata");
-        assert!(p.refusal("93.184.215.14".parse().unwrap()).is_none(), "global");
+        assert!(refusal(&p, "10.9.9.9".parse().unwrap()).is_none(), "a listed network");
+        assert!(refusal(&p, "192.168.1.1".parse().unwrap()).is_some(), "a private one that is not");
+        assert!(refusal(&p, "169.254.169.254".parse().unwrap()).is_some(), "metadata");
+        assert!(refusal(&p, "93.184.215.14".parse().unwrap()).is_none(), "global");
         assert!(WarehousePolicy::from_settings("*").is_err());
         assert!(WarehousePolicy::from_settings("10.0.0.0/33").is_err());
         assert!(!WarehousePolicy::default().allows_name("db.example.com"), "nothing by default");

@@ -7,7 +7,7 @@
 //! 1. The URL is `https`, on port 443, without user-info, and names a host
 //!    (IP-literal URLs are refused: they would bypass name-based policy).
 //! 2. The host matches a pattern the plugin declared *and* a pattern of the
-//!    operator's policy ([`policy::EgressPolicy`]).
+//!    operator's policy ([`EgressPolicy`], parsed in `config::egress`).
 //! 3. The plugin sets none of `Authorization`, `Proxy-Authorization`,
 //!    `Cookie`, `Host`: credentials are the host's to attach.
 //! 4. The name resolves (by the host, here) only to globally routable
@@ -22,7 +22,6 @@
 //! same checks, and a credential survives a redirect only to the same host.
 
 pub mod address;
-pub mod policy;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -33,7 +32,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use url::{Host, Url};
 
-pub use policy::{EgressPolicy, HostPattern};
+pub use crate::config::egress::{EgressPolicy, HostPattern};
 
 /// HTTP method of an outbound request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,13 +8,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, PageQuery, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
-use crate::approvals::{self, Policy};
+use crate::ops::gate::{self, Policy};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::{Category, Executed};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::approvals::{Approval, ApprovalFilter};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -65,7 +65,7 @@ async fn list_approvals(
     let limit = q.limit()?;
     let filter = ApprovalFilter { status: f.status, category: f.category, client_source: f.client_source };
     let mut items = state.store.approvals(&ws.workspace_id, &filter, q.after()?.as_deref(), limit + 1).await?;
-    approvals::redact_for(&state, &ws, &mut items).await?;
+    gate::redact_for(&state, &ws, &mut items).await?;
     Ok(ok(q.page(items, limit, |a| &a.approval_id)))
 }
 
@@ -73,14 +73,14 @@ async fn list_approvals(
 /// with its result or its error. Deciding twice, or an expired proposal,
 /// is 409 and executes nothing.
 #[utoipa::path(post, path = "/approvals/{approval_id}/approve", tag = "approvals", params(("approval_id" = String, Path)),
-    responses((status = 200, body = Envelope<approvals::Approved>), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<gate::Approved>), (status = 409, body = crate::error::ErrorBody)))]
 async fn approve(
     State(state): State<AppState>,
     ws: Workspace,
     Extension(note): Extension<AuditNote>,
     Path(approval_id): Path<String>,
 ) -> ApiResult<Executed> {
-    approvals::approve(&state, &ws, &note, &approval_id).await
+    gate::approve(&state, &ws, &note, &approval_id).await
 }
 
 /// Reject a proposal; nothing is executed.
@@ -92,7 +92,7 @@ async fn reject(
     Extension(note): Extension<AuditNote>,
     Path(approval_id): Path<String>,
 ) -> ApiResult<Executed> {
-    approvals::reject(&state, &ws, &note, &approval_id).await
+    gate::reject(&state, &ws, &note, &approval_id).await
 }
 
 /// Policies of every MCP approval category (administrators).
@@ -100,7 +100,7 @@ async fn reject(
     responses((status = 200, body = Envelope<Page<Policy>>), (status = 403, body = crate::error::ErrorBody)))]
 async fn list_policies(State(state): State<AppState>, ws: Workspace) -> ApiResult<Envelope<Page<Policy>>> {
     ws.require(Role::Administrator)?;
-    Ok(ok(Page { items: approvals::policies(&state, &ws.workspace_id).await?, next_cursor: None }))
+    Ok(ok(Page { items: gate::policies(&state, &ws.workspace_id).await?, next_cursor: None }))
 }
 
 /// Body of `PATCH /approval-policies/{category}`.
@@ -126,6 +126,6 @@ async fn update_policy(
     ApiJson(body): ApiJson<PolicyUpdate>,
 ) -> ApiResult<Executed> {
     let category = Category::parse(&category).ok_or_else(|| ApiError::not_found("approval category"))?;
-    let change = crate::ops::PolicyChange { category, requires_approval: body.requires_approval, approver_role: body.approver_role };
-    crate::ops::submit(&state, &ws, &note, crate::ops::Operation::SetApprovalPolicy(change)).await
+    let change = crate::ops::policies::PolicyChange { category, requires_approval: body.requires_approval, approver_role: body.approver_role };
+    crate::ops::submit(&state, &ws, &note, crate::ops::policies::PolicyOp::SetApprovalPolicy(change)).await
 }

@@ -10,7 +10,7 @@ use super::extract::{PageQuery, Workspace, parse_time};
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::audit::{AuditFilter, AuditRecord};
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -13,7 +13,7 @@ use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::registry::PluginSummary;
 use crate::plugin::types::{ConnectorKind, OAuthEndpoints, Operation};
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_connectors)).routes(routes!(get_connector)).routes(routes!(get_spec))

@@ -11,13 +11,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, PageQuery, SecretJson, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::credentials::{NewSecret, SecretMaterial};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::credentials::{EntryLinkRequest, credential_fields, store_secret};
-use crate::ops::{self, Executed, Operation};
-use crate::server::AppState;
+use crate::ops::{self, Executed};
+use crate::state::AppState;
 use crate::store::credentials::CredentialRecord;
 use crate::store::entry_links::EntryLink;
 
@@ -119,7 +119,7 @@ async fn create_entry_link(
     Extension(note): Extension<AuditNote>,
     ApiJson(body): ApiJson<EntryLinkRequest>,
 ) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::CreateEntryLink(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::CreateEntryLink(body)).await
 }
 
 /// A credential-entry link's state; once completed it carries the handle.

@@ -6,12 +6,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, PageQuery, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
-use crate::ops::pipelines::{CreateDestination, UpdateDestination};
-use crate::ops::{self, Executed, Operation};
-use crate::server::AppState;
+use crate::ops::destinations::{CreateDestination, UpdateDestination};
+use crate::ops::{self, Executed};
+use crate::state::AppState;
 use crate::store::pipelines::Destination;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -23,7 +23,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(post, path = "/destinations", tag = "destinations", request_body = CreateDestination,
     responses((status = 201, body = Envelope<Destination>), (status = 400, body = crate::error::ErrorBody)))]
 async fn create_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateDestination>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::CreateDestination(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::CreateDestination(body)).await
 }
 
 /// Destinations of the workspace.
@@ -52,5 +52,5 @@ async fn update_destination(
     ApiJson(mut body): ApiJson<UpdateDestination>,
 ) -> ApiResult<Executed> {
     body.destination_id = id;
-    ops::submit(&state, &ws, &note, Operation::UpdateDestination(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::UpdateDestination(body)).await
 }

@@ -17,7 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, SecretJson, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, ok};
 use crate::access::Role;
 use crate::credentials::{NewSecret, SecretMaterial};
@@ -27,7 +27,7 @@ use crate::ops::Executed;
 use crate::ops::credentials::store_secret;
 use crate::plugin::InvocationError;
 use crate::plugin::types::ConnectorError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(store_api_token)).routes(routes!(check)).routes(routes!(preview))

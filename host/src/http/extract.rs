@@ -25,10 +25,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
 
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use crate::access::{Principal, WorkspaceAccess};
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Largest request body accepted (bytes).
 pub const BODY_LIMIT: usize = 1024 * 1024;
@@ -45,7 +45,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let value = json_body(req, state).await?;
         if let Some(field) = find_secret(&value, "") {
-            return Err(secret_refused(&field));
+            return Err(ApiError::secret_refused(&field));
         }
         parse_value(value).map(ApiJson)
     }
@@ -155,7 +155,7 @@ fn looks_like_secret_value(s: &str) -> bool {
     t.starts_with("-----BEGIN") && t.contains("PRIVATE KEY")
         // By bytes: a multi-byte character may straddle the seventh byte.
         || t.as_bytes().get(..7).is_some_and(|p| p.eq_ignore_ascii_case(b"bearer "))
-        || t.starts_with(crate::tokens::TOKEN_PREFIX)
+        || t.starts_with(crate::access::tokens::TOKEN_PREFIX)
 }
 
 /// The JSON path of the first secret-shaped field or value, if any.
@@ -170,16 +170,6 @@ pub fn find_secret(value: &Value, path: &str) -> Option<String> {
         Value::String(s) if looks_like_secret_value(s) => Some(path.to_owned()),
         _ => None,
     }
-}
-
-/// The 400 answered when a secret arrives outside a credential flow.
-pub fn secret_refused(field: &str) -> ApiError {
-    ApiError::bad_request(
-        "SECRET_NOT_ACCEPTED",
-        "secret values are not accepted here: store the secret through a credential flow \
-         (POST /v1/credentials, the secure credential-entry link or OAuth) and pass its credential_handle instead",
-    )
-    .with_details(json!({ "field": field, "use": "credential_handle" }))
 }
 
 /// The caller's standing in the workspace this request addresses.

@@ -10,7 +10,7 @@ use super::extract::Caller;
 use super::{Envelope, ok};
 use crate::access::ClientSource;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::users::User;
 use crate::store::workspaces::WorkspaceWithRole;
 
@@ -58,40 +58,3 @@ async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Cal
     Ok(ok(Me { user, session_id: principal.session_id, client_source: principal.client, default_workspace_id, workspaces }))
 }
 
-/// Recently read profiles for `GET /me`, on the embedded SQLite backend
-/// only (one server): an entry is dropped when this server changes any
-/// membership, and lives a few seconds at most.
-pub struct MeCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, CachedProfile>>,
-}
-
-/// A profile with the membership generation and time it was read at.
-type CachedProfile = (u64, std::time::Instant, std::sync::Arc<(User, Vec<WorkspaceWithRole>)>);
-
-impl MeCache {
-    const TTL: std::time::Duration = std::time::Duration::from_secs(5);
-
-    pub fn new() -> Self {
-        MeCache { entries: Default::default() }
-    }
-
-    fn get(&self, user_id: &str, generation: u64) -> Option<std::sync::Arc<(User, Vec<WorkspaceWithRole>)>> {
-        let e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (g, at, p) = e.get(user_id)?;
-        (*g == generation && at.elapsed() < Self::TTL).then(|| p.clone())
-    }
-
-    fn put(&self, user_id: &str, generation: u64, p: std::sync::Arc<(User, Vec<WorkspaceWithRole>)>) {
-        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if e.len() > 10_000 {
-            e.clear();
-        }
-        e.insert(user_id.to_owned(), (generation, std::time::Instant::now(), p));
-    }
-}
-
-impl Default for MeCache {
-    fn default() -> Self {
-        Self::new()
-    }
-}

@@ -7,7 +7,6 @@
 //!
 //! and on every route, [`metrics`]: request counts and latencies.
 
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -19,14 +18,13 @@ use http_body_util::BodyExt;
 use serde_json::json;
 
 use super::extract::{BODY_LIMIT, payload_too_large};
-use super::request_id;
 use crate::access::{ClientSource, Principal};
+pub use crate::audit::AuditNote;
 use crate::error::ApiError;
-use crate::server::AppState;
-use crate::store::audit::NewAuditRecord;
+use crate::state::AppState;
 use crate::store::idempotency::KeyState;
 use crate::store::now_ms;
-use crate::tokens;
+use crate::access::tokens;
 
 /// Header naming the client kind (spec section 5).
 pub const CLIENT_HEADER: &str = "x-service-client";
@@ -53,7 +51,7 @@ pub fn client_source(headers: &axum::http::HeaderMap) -> Result<Option<ClientSou
 /// Parses `X-Service-Execution-Mode`: `proposal` turns writes into
 /// proposals; `execute` (or no header) leaves the decision to the policy.
 pub fn execution_mode(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
-    match headers.get(crate::approvals::EXECUTION_MODE_HEADER).map(|v| v.to_str().unwrap_or("")) {
+    match headers.get(crate::ops::gate::EXECUTION_MODE_HEADER).map(|v| v.to_str().unwrap_or("")) {
         None | Some("execute") => Ok(false),
         Some("proposal") => Ok(true),
         Some(_) => Err(ApiError::bad_request("INVALID_EXECUTION_MODE", "X-Service-Execution-Mode must be proposal or execute")
@@ -135,81 +133,6 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         proposal_requested,
     });
     next.run(req).await
-}
-
-/// What a handler tells the audit layer about the request it served.
-/// Cloned into the request by [`audit`]; handlers fill it in as they learn
-/// the workspace, the action and the target.
-#[derive(Clone, Default)]
-pub struct AuditNote(Arc<Mutex<NoteFields>>);
-
-#[derive(Default)]
-struct NoteFields {
-    workspace_id: Option<String>,
-    action: Option<String>,
-    target_type: Option<String>,
-    target_id: Option<String>,
-    approval_id: Option<String>,
-    outcome: Option<&'static str>,
-}
-
-impl AuditNote {
-    fn with<R>(&self, f: impl FnOnce(&mut NoteFields) -> R) -> R {
-        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
-    }
-
-    /// The workspace the request acted in.
-    pub fn workspace(&self, id: &str) {
-        self.with(|n| n.workspace_id = Some(id.to_owned()));
-    }
-
-    /// A stable action name such as `members.invite`.
-    pub fn action(&self, action: &str) {
-        self.with(|n| n.action = Some(action.to_owned()));
-    }
-
-    /// The resource acted on.
-    pub fn target(&self, kind: &str, id: &str) {
-        self.with(|n| {
-            n.target_type = Some(kind.to_owned());
-            n.target_id = Some(id.to_owned());
-        });
-    }
-
-    /// The approval whose stored operation this request executed.
-    pub fn approval(&self, id: &str) {
-        self.with(|n| n.approval_id = Some(id.to_owned()));
-    }
-
-    /// Overrides the outcome derived from the status (e.g. `proposed`).
-    pub fn outcome(&self, outcome: &'static str) {
-        self.with(|n| n.outcome = Some(outcome));
-    }
-
-    /// The audit record of a request (or of an approved execution) that
-    /// answered `status`, made by `actor`.
-    pub fn record(&self, actor: Option<&Principal>, fallback_action: &str, status: StatusCode) -> NewAuditRecord {
-        let fields = self.with(std::mem::take);
-        let outcome = fields.outcome.unwrap_or(match status.as_u16() {
-            200..=299 => "succeeded",
-            401 | 403 => "denied",
-            _ => "failed",
-        });
-        NewAuditRecord {
-            workspace_id: fields.workspace_id,
-            actor_user_id: actor.map(|p| p.user_id.clone()),
-            actor_session_id: actor.map(|p| p.session_id.clone()).filter(|s| !s.is_empty()),
-            action: fields.action.unwrap_or_else(|| fallback_action.to_owned()),
-            target_type: fields.target_type,
-            target_id: fields.target_id,
-            client_source: actor.map(|p| p.client.as_str()).unwrap_or("api").to_owned(),
-            request_id: request_id::current(),
-            outcome: outcome.to_owned(),
-            status_code: i64::from(status.as_u16()),
-            approval_id: fields.approval_id,
-        }
-    }
 }
 
 /// Writes one audit record for every state-changing request, whatever its
@@ -297,7 +220,7 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     // Values shown once (links, states) are answered but not kept: a
     // replay gets the answer without them.
-    let replay = response.extensions().get::<crate::ops::ReplayBody>().map(|r| r.0.clone());
+    let replay = response.extensions().get::<super::ReplayBody>().map(|r| r.0.clone());
     let (parts, body) = response.into_parts();
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),

@@ -28,11 +28,9 @@ pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
 pub mod middleware;
-pub mod request_id;
 pub mod sessions;
 pub mod sources;
 pub mod system;
-pub mod throttle;
 pub mod workspaces;
 
 use std::sync::Arc;
@@ -46,7 +44,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The success envelope of every response.
 #[derive(Debug, Serialize, ToSchema)]
@@ -62,17 +60,39 @@ pub struct Envelope<T> {
 
 /// 200 with `data`.
 pub fn ok<T: Serialize>(data: T) -> Envelope<T> {
-    Envelope { request_id: request_id::current(), data, status: StatusCode::OK }
+    Envelope { request_id: crate::telemetry::request_id::current(), data, status: StatusCode::OK }
 }
 
 /// 201 with `data`: a resource was created.
 pub fn created<T: Serialize>(data: T) -> Envelope<T> {
-    Envelope { request_id: request_id::current(), data, status: StatusCode::CREATED }
+    Envelope { request_id: crate::telemetry::request_id::current(), data, status: StatusCode::CREATED }
 }
 
 impl<T: Serialize> IntoResponse for Envelope<T> {
     fn into_response(self) -> Response {
         (self.status, axum::Json(&self)).into_response()
+    }
+}
+
+/// The body an idempotent replay answers instead of the response's own,
+/// when that one holds values shown once.
+#[derive(Clone)]
+pub struct ReplayBody(pub bytes::Bytes);
+
+/// An executed operation answers in the envelope, with its status; a
+/// replay of it gets the answer without its one-time values.
+impl IntoResponse for crate::ops::Executed {
+    fn into_response(self) -> Response {
+        let replay = (!self.one_time.is_empty()).then(|| {
+            let stored = ok(self.storable());
+            bytes::Bytes::from(serde_json::to_vec(&stored).unwrap_or_default())
+        });
+        let mut envelope = ok(self.data).into_response();
+        *envelope.status_mut() = self.status;
+        if let Some(body) = replay {
+            envelope.extensions_mut().insert(ReplayBody(body));
+        }
+        envelope
     }
 }
 
@@ -167,7 +187,7 @@ pub fn app(state: AppState) -> Router {
         }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::deadline))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::throttle_address))
-        .layer(axum::middleware::from_fn(request_id::assign))
+        .layer(axum::middleware::from_fn(crate::telemetry::request_id::assign))
         .with_state(state.clone());
 
     // MCP: the same operations as tools, dispatched into `api` itself.

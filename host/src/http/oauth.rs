@@ -11,13 +11,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::Envelope;
 use crate::error::{ApiError, ApiResult};
 use crate::oauth::{self, Callback};
 use crate::ops::credentials::store_secret;
-use crate::ops::{self, Executed, Operation};
-use crate::server::AppState;
+use crate::ops::{self, Executed};
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -46,7 +46,7 @@ pub struct TaskAppOAuthStart {}
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 400, body = crate::error::ErrorBody)))]
 async fn start_source_oauth(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<SourceOAuthStart>) -> ApiResult<Executed> {
     let target = state.plugins.canonical_id(&body.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
-    ops::submit(&state, &ws, &note, Operation::StartOAuth { target }).await
+    ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::StartOAuth { target }).await
 }
 
 async fn complete(state: &AppState, ws: &Workspace, note: &AuditNote, cb: Callback, taskapp: bool) -> ApiResult<Executed> {
@@ -72,7 +72,7 @@ async fn complete_source_oauth(State(state): State<AppState>, ws: Workspace, Ext
 #[utoipa::path(post, path = "/credentials/taskapp/oauth/start", tag = "credentials", request_body = TaskAppOAuthStart,
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 503, body = crate::error::ErrorBody)))]
 async fn start_taskapp_oauth(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::StartOAuth { target: oauth::TASKAPP.to_owned() }).await
+    ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::StartOAuth { target: oauth::TASKAPP.to_owned() }).await
 }
 
 /// Complete the task app's OAuth flow; answers a workspace credential's

@@ -10,13 +10,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, MaybeJson, PageQuery, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
-use crate::ops::pipelines::{CreatePipeline, RunPipeline, UpdatePipeline};
-use crate::ops::{self, Executed, Operation};
+use crate::ops::pipelines::{CreatePipeline, UpdatePipeline};
+use crate::ops::syncs::RunPipeline;
+use crate::ops::{self, Executed};
 use crate::plugin::types::SyncMode;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::pipelines::{Job, Pipeline};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -90,7 +91,7 @@ async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(
 #[utoipa::path(post, path = "/pipelines", tag = "pipelines", request_body = CreatePipeline,
     responses((status = 201, body = Envelope<Pipeline>), (status = 400, body = crate::error::ErrorBody)))]
 async fn create_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreatePipeline>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::CreatePipeline(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::CreatePipeline(body)).await
 }
 
 /// Pipelines of the workspace.
@@ -123,21 +124,21 @@ async fn update_pipeline(
     ApiJson(mut body): ApiJson<UpdatePipeline>,
 ) -> ApiResult<Executed> {
     body.pipeline_id = id;
-    ops::submit(&state, &ws, &note, Operation::UpdatePipeline(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::UpdatePipeline(body)).await
 }
 
 /// Pause: schedules stop starting syncs.
 #[utoipa::path(post, path = "/pipelines/{pipeline_id}/pause", tag = "pipelines", params(("pipeline_id" = String, Path)),
     responses((status = 200, body = Envelope<Pipeline>)))]
 async fn pause_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::PausePipeline { pipeline_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::PausePipeline { pipeline_id: id }).await
 }
 
 /// Resume a paused pipeline.
 #[utoipa::path(post, path = "/pipelines/{pipeline_id}/resume", tag = "pipelines", params(("pipeline_id" = String, Path)),
     responses((status = 200, body = Envelope<Pipeline>)))]
 async fn resume_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::ResumePipeline { pipeline_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::ResumePipeline { pipeline_id: id }).await
 }
 
 /// Optional body of sync and reset.
@@ -180,7 +181,7 @@ async fn sync_pipeline(
     MaybeJson(body): MaybeJson<RunBody>,
 ) -> ApiResult<Executed> {
     let cmd = run_command(&state, &ws, id, &headers, body).await?;
-    ops::submit(&state, &ws, &note, Operation::SyncPipeline(cmd)).await
+    ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::SyncPipeline(cmd)).await
 }
 
 /// Start a reset: clear the destination data and state, then sync from
@@ -196,14 +197,14 @@ async fn reset_pipeline(
     MaybeJson(body): MaybeJson<RunBody>,
 ) -> ApiResult<Executed> {
     let cmd = run_command(&state, &ws, id, &headers, body).await?;
-    ops::submit(&state, &ws, &note, Operation::ResetPipeline(cmd)).await
+    ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::ResetPipeline(cmd)).await
 }
 
 /// Delete a connection (a pipeline's runtime record), its state and jobs.
 #[utoipa::path(delete, path = "/connections/{connection_id}", tag = "pipelines", params(("connection_id" = String, Path)),
     responses((status = 200, body = Envelope<Value>), (status = 409, body = crate::error::ErrorBody)))]
 async fn delete_connection(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::DeleteConnection { connection_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::DeleteConnection { connection_id: id }).await
 }
 
 /// A job: status, type, timestamps, attempts, progress and totals, and a
@@ -218,5 +219,5 @@ async fn get_job(State(state): State<AppState>, ws: Workspace, Path(id): Path<St
 #[utoipa::path(post, path = "/jobs/{job_id}/cancel", tag = "jobs", params(("job_id" = String, Path)),
     responses((status = 200, body = Envelope<Job>), (status = 409, body = crate::error::ErrorBody)))]
 async fn cancel_job(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::CancelJob { job_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::CancelJob { job_id: id }).await
 }

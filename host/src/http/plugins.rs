@@ -9,12 +9,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{Caller, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
-use crate::ops::{self, Executed, Operation};
+use crate::ops::{self, Executed};
 use crate::plugin::registry::PluginSummary;
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_plugins)).routes(routes!(unload_plugin)).routes(routes!(load_plugin))
@@ -72,12 +72,12 @@ async fn list_plugins(State(state): State<AppState>, Caller(p): Caller) -> ApiRe
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/unload", tag = "plugins", params(("connector_id" = String, Path)),
     responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
 async fn unload_plugin(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::UnloadPlugin { connector_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::plugins::PluginOp::UnloadPlugin { connector_id: id }).await
 }
 
 /// Load a plugin again: its connector is available again (operators).
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/load", tag = "plugins", params(("connector_id" = String, Path)),
     responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
 async fn load_plugin(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::LoadPlugin { connector_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::plugins::PluginOp::LoadPlugin { connector_id: id }).await
 }

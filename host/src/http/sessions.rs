@@ -8,12 +8,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{PageQuery, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::Role;
 use crate::error::ApiResult;
-use crate::ops::{self, Executed, Operation};
-use crate::server::AppState;
+use crate::ops::{self, Executed};
+use crate::state::AppState;
 use crate::store::sessions::{Session, SessionQuery};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -76,8 +76,8 @@ async fn revoke_session(
     if own {
         // Ending one's own access needs nobody's approval.
         note.action("sessions.revoke");
-        crate::approvals::refuse_proposal_mode(&ws.principal, "revoking your own session")?;
+        crate::ops::gate::refuse_proposal_mode(&ws.principal, "revoking your own session")?;
         return ops::sessions::revoke(&state, &ws, &note, &session_id).await;
     }
-    ops::submit(&state, &ws, &note, Operation::RevokeSession { session_id }).await
+    ops::submit(&state, &ws, &note, crate::ops::sessions::SessionOp::RevokeSession { session_id }).await
 }

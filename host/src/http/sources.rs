@@ -8,12 +8,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, PageQuery, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::sources::{CreateSource, UpdateSource};
-use crate::ops::{self, Executed, Operation};
-use crate::server::AppState;
+use crate::ops::{self, Executed};
+use crate::state::AppState;
 use crate::store::sources::Source;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -25,7 +25,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(post, path = "/sources", tag = "sources", request_body = CreateSource,
     responses((status = 201, body = Envelope<Source>), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 async fn create_source(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateSource>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::CreateSource(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::sources::SourceOp::CreateSource(body)).await
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -63,7 +63,7 @@ async fn update_source(
     ApiJson(mut body): ApiJson<UpdateSource>,
 ) -> ApiResult<Executed> {
     body.source_id = id;
-    ops::submit(&state, &ws, &note, Operation::UpdateSource(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::sources::SourceOp::UpdateSource(body)).await
 }
 
 /// Delete a source. While connections use it: 409 `SOURCE_IN_USE` with
@@ -72,5 +72,5 @@ async fn update_source(
 #[utoipa::path(delete, path = "/sources/{source_id}", tag = "sources", params(("source_id" = String, Path)),
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 409, body = crate::error::ErrorBody)))]
 async fn delete_source(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::DeleteSource { source_id: id }).await
+    ops::submit(&state, &ws, &note, crate::ops::sources::SourceOp::DeleteSource { source_id: id }).await
 }

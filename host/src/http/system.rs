@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::ok;
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn router(openapi: &utoipa::openapi::OpenApi) -> Router<AppState> {
     let doc = Arc::new(openapi.to_pretty_json().unwrap_or_default());

@@ -8,13 +8,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, Caller, PageQuery, Workspace};
-use super::middleware::AuditNote;
+use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::members::{CreatedInvitation, InviteMember};
-use crate::ops::{self, Executed, Operation};
-use crate::server::AppState;
+use crate::ops::{self, Executed};
+use crate::state::AppState;
 use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::workspaces::{Member, WorkspaceWithRole};
 
@@ -60,11 +60,11 @@ async fn accept_invitation(
     ApiJson(body): ApiJson<AcceptInvitation>,
 ) -> ApiResult<Envelope<Accepted>> {
     note.action("invitations.accept");
-    crate::approvals::refuse_proposal_mode(&principal, "accepting an invitation")?;
+    crate::ops::gate::refuse_proposal_mode(&principal, "accepting an invitation")?;
     if principal.client == ClientSource::Mcp {
         return Err(ApiError::permission_denied("permission denied: an invitation is accepted by the person invited, not by an MCP client"));
     }
-    let hash = crate::tokens::hash(body.code.trim());
+    let hash = crate::access::tokens::hash(body.code.trim());
     let pending = state.store.pending_invitation(&hash).await?.ok_or_else(|| ApiError::not_found("invitation"))?;
     note.workspace(&pending.workspace_id);
     note.target("invitation", &pending.invitation_id);
@@ -123,7 +123,7 @@ async fn invite_member(
     Extension(note): Extension<AuditNote>,
     ApiJson(body): ApiJson<InviteMember>,
 ) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::InviteMember(body)).await
+    ops::submit(&state, &ws, &note, crate::ops::members::MemberOp::InviteMember(body)).await
 }
 
 /// Remove a member (administrators). The last administrator cannot be
@@ -137,5 +137,5 @@ async fn remove_member(
     Extension(note): Extension<AuditNote>,
     Path((_, member_id)): Path<(String, String)>,
 ) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, Operation::RemoveMember { member_id }).await
+    ops::submit(&state, &ws, &note, crate::ops::members::MemberOp::RemoveMember { member_id }).await
 }

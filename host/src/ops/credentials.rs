@@ -7,14 +7,14 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use secrecy::ExposeSecret;
 
-use super::Executed;
+use super::operation::{Act, Category, Ctx, Executed};
 use super::text::{HOSTS_MAX, LABEL_MAX, SHORT_MAX, check_opt};
 use crate::access::{Role, WorkspaceAccess};
 use crate::credentials::{CreateError, NewSecret};
 use crate::error::{ApiError, ApiResult};
-use crate::http::middleware::AuditNote;
-use crate::server::AppState;
-use crate::tokens;
+use crate::audit::AuditNote;
+use crate::state::AppState;
+use crate::access::tokens;
 
 /// How long a credential-entry link stays usable.
 pub const ENTRY_LINK_TTL_MS: i64 = 15 * 60 * 1000;
@@ -131,7 +131,7 @@ pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNo
         CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
         CreateError::Store(e) => e.into(),
     })?;
-    super::submit(state, ws, note, super::Operation::ActivateCredential { credential_id: record.credential_id }).await
+    super::submit(state, ws, note, CredentialOp::ActivateCredential { credential_id: record.credential_id }).await
 }
 
 pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, credential_id: &str) -> ApiResult<Executed> {
@@ -189,4 +189,52 @@ pub async fn start_oauth(state: &AppState, access: &WorkspaceAccess, note: &Audi
     note.target("oauth_flow", target);
     let started = crate::oauth::start(state, access, target).await?;
     Ok(Executed::ok(started)?.shown_once(&["/authorization_url", "/state"]))
+}
+
+/// Credential operations. The secret is sealed before the gate is asked, so
+/// none of these holds one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum CredentialOp {
+    /// Activate a credential whose secret was sealed by a credential flow.
+    ActivateCredential { credential_id: String },
+    /// Create a single-use link where a person enters a secret.
+    CreateEntryLink(EntryLinkRequest),
+    /// Start an OAuth flow (a connector id, or `taskapp`).
+    StartOAuth { target: String },
+}
+
+impl Act for CredentialOp {
+    fn action(&self) -> &'static str {
+        match self {
+            CredentialOp::ActivateCredential { .. } => "credentials.create",
+            CredentialOp::CreateEntryLink(_) => "credentials.entry_link",
+            CredentialOp::StartOAuth { .. } => "credentials.oauth_start",
+        }
+    }
+
+    fn category(&self) -> Category {
+        match self {
+            CredentialOp::ActivateCredential { .. } => Category::Credentials,
+            CredentialOp::CreateEntryLink(_) | CredentialOp::StartOAuth { .. } => Category::CredentialEntry,
+        }
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            CredentialOp::ActivateCredential { credential_id } => format!("Activate credential {credential_id}"),
+            CredentialOp::CreateEntryLink(r) => format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", ")),
+            CredentialOp::StartOAuth { target } => format!("Start an OAuth authorisation for {target}"),
+        }
+    }
+}
+
+impl CredentialOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        match self {
+            CredentialOp::ActivateCredential { credential_id } => activate(ctx.state, ctx.access, ctx.note, &credential_id).await,
+            CredentialOp::CreateEntryLink(req) => create_entry_link(ctx.state, ctx.access, ctx.note, req).await,
+            CredentialOp::StartOAuth { target } => start_oauth(ctx.state, ctx.access, ctx.note, &target).await,
+        }
+    }
 }

@@ -4,14 +4,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::Executed;
+use super::operation::{Act, Category, Ctx, Executed};
 use crate::access::{Role, WorkspaceAccess};
 use crate::error::{ApiError, ApiResult};
-use crate::http::middleware::AuditNote;
-use crate::server::AppState;
+use crate::audit::AuditNote;
+use crate::state::AppState;
 use crate::store::invitations::Invitation;
 use crate::store::workspaces::RemoveMemberError;
-use crate::tokens;
+use crate::access::tokens;
 use secrecy::ExposeSecret;
 
 /// Default and longest lifetime of an invitation.
@@ -41,20 +41,8 @@ pub struct CreatedInvitation {
     pub accept_url: String,
 }
 
-/// Normalises and checks an e-mail address (lower case, one `@`, a dotted
-/// domain, no spaces).
-pub fn normalise_email(raw: &str) -> Result<String, ApiError> {
-    let email = raw.trim().to_ascii_lowercase();
-    let valid = email.len() <= 254
-        && email.split_once('@').is_some_and(|(local, domain)| {
-            !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.') && !domain.contains('@')
-        })
-        && !email.chars().any(|c| c.is_whitespace() || c.is_control());
-    if valid { Ok(email) } else { Err(ApiError::invalid_field("email", "email must be an e-mail address")) }
-}
-
 pub async fn invite(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: InviteMember) -> ApiResult<Executed> {
-    let email = normalise_email(&req.email)?;
+    let email = crate::access::admin::normalise_email(&req.email)?;
     let hours = req.expires_in_hours.unwrap_or(DEFAULT_INVITATION_HOURS);
     if !(1..=MAX_INVITATION_HOURS).contains(&hours) {
         return Err(ApiError::invalid_field("expires_in_hours", format!("expires_in_hours must be between 1 and {MAX_INVITATION_HOURS}")));
@@ -81,5 +69,44 @@ pub async fn remove(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
         )
         .with_details(json!({ "member_id": member_id }))),
         Err(RemoveMemberError::Store(e)) => Err(e.into()),
+    }
+}
+
+/// Member operations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum MemberOp {
+    /// Invite someone to the workspace.
+    InviteMember(InviteMember),
+    /// Remove a membership.
+    RemoveMember { member_id: String },
+}
+
+impl Act for MemberOp {
+    fn action(&self) -> &'static str {
+        match self {
+            MemberOp::InviteMember(_) => "members.invite",
+            MemberOp::RemoveMember { .. } => "members.remove",
+        }
+    }
+
+    fn category(&self) -> Category {
+        Category::WorkspaceAdmin
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            MemberOp::InviteMember(i) => format!("Invite {} to the workspace as {}", i.email.trim(), i.role.as_str()),
+            MemberOp::RemoveMember { member_id } => format!("Remove member {member_id} from the workspace"),
+        }
+    }
+}
+
+impl MemberOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        match self {
+            MemberOp::InviteMember(req) => invite(ctx.state, ctx.access, ctx.note, req).await,
+            MemberOp::RemoveMember { member_id } => remove(ctx.state, ctx.access, ctx.note, &member_id).await,
+        }
     }
 }

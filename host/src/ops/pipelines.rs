@@ -1,45 +1,17 @@
-//! Destination, pipeline and job operations.
-//!
-//! A sync command may carry the schedule version it was issued against
-//! (`schedule_version` in the body, or `If-Match: "<version>"`); a proposal
-//! records the version current when it was made. If the pipeline's schedule
-//! changed since, the command is refused with 409 `EXECUTION_CONFLICT`, like
-//! a sync that meets an active job, and no job is created.
+//! Pipeline operations: creating, changing, pausing, resuming and deleting
+//! pipelines (their runtime records are connections).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use utoipa::ToSchema;
 
-use super::Executed;
+use super::operation::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
-use crate::http::middleware::AuditNote;
-use crate::server::AppState;
-use crate::store::pipelines::{ActiveJob, Job, Pipeline, Schedule, StreamSelection, StreamSyncMode};
-
-/// Body of `POST /destinations`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateDestination {
-    pub name: String,
-    /// `sqlite`, `postgres` or `jsonl`.
-    pub kind: String,
-    /// `sqlite`: `{file}`; `postgres`: `{url, credential_handle?}` (no
-    /// password in the URL); `jsonl`: `{directory}`.
-    pub configuration: Value,
-}
-
-/// Body of `PATCH /destinations/{destination_id}`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateDestination {
-    #[serde(default)]
-    #[schema(ignore)]
-    pub destination_id: String,
-    pub name: Option<String>,
-    pub configuration: Option<Value>,
-}
+use crate::state::AppState;
+use crate::store::pipelines::{Pipeline, Schedule, StreamSelection, StreamSyncMode};
 
 /// Body of `POST /pipelines`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -68,56 +40,6 @@ pub struct UpdatePipeline {
     pub name: Option<String>,
     pub streams: Option<Vec<StreamSelection>>,
     pub schedule: Option<Schedule>,
-}
-
-/// A sync or reset command.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct RunPipeline {
-    pub pipeline_id: String,
-    /// The schedule version the command was issued against.
-    pub schedule_version: Option<i64>,
-}
-
-async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &str, config: &Value) -> ApiResult<()> {
-    super::text::check_config("configuration", config)?;
-    let parsed = crate::destinations::validate(kind, config)?;
-    if let crate::destinations::DestinationConfig::Postgres { credential_handle, target } = &parsed {
-        if !state.config.plugins.warehouses.allows_name(&target.host) {
-            return Err(ApiError::bad_request(
-                "DESTINATION_HOST_NOT_ALLOWED",
-                format!("{} is not a database host the operator allows; the operator lists them in SERVICE_WAREHOUSE_ALLOWED_HOSTS", target.host),
-            )
-            .with_details(json!({ "field": "configuration.url", "host": target.host })));
-        }
-        if let Some(h) = credential_handle {
-            let cred = state.vault.handle_exists(&access.workspace_id, h).await?.ok_or_else(|| {
-                ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace").with_details(json!({ "field": "configuration.credential_handle" }))
-            })?;
-            if !cred.hosts.contains(&target.host) {
-                return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the database host"));
-            }
-        }
-    }
-    Ok(())
-}
-
-pub async fn create_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateDestination) -> ApiResult<Executed> {
-    check_name("name", &req.name)?;
-    check_destination(state, access, &req.kind, &req.configuration).await?;
-    let d = state.store.create_destination(&access.workspace_id, &req.kind, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
-    note.target("destination", &d.destination_id);
-    Executed::created(d)
-}
-
-pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateDestination) -> ApiResult<Executed> {
-    note.target("destination", &req.destination_id);
-    let cur = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
-    let name = req.name.unwrap_or(cur.name);
-    check_name("name", &name)?;
-    let config = req.configuration.unwrap_or(cur.configuration);
-    check_destination(state, access, &cur.kind, &config).await?;
-    let d = state.store.update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
-    Executed::ok(d)
 }
 
 /// Validates stream selections against what the source offers.
@@ -219,54 +141,57 @@ pub async fn delete_connection(state: &AppState, access: &WorkspaceAccess, note:
     match state.store.delete_pipeline(&access.workspace_id, id).await? {
         Ok(()) => Executed::ok(json!({ "connection_id": id, "deleted": true })),
         Err(None) => Err(ApiError::not_found("connection")),
-        Err(Some(active)) => Err(conflict("a job is active for this connection; cancel it or wait", Some(active), None)),
+        Err(Some(active)) => Err(super::syncs::conflict("a job is active for this connection; cancel it or wait", Some(active), None)),
     }
 }
 
-/// The spec's 409 for syncs and resets.
-fn conflict(message: &str, active: Option<Job>, schedule: Option<(i64, i64)>) -> ApiError {
-    let mut details = json!({ "active_job": active });
-    if let Some((given, current)) = schedule {
-        details = json!({ "reason": "schedule_changed", "given_schedule_version": given, "current_schedule_version": current });
-    }
-    ApiError::conflict("EXECUTION_CONFLICT", message).with_details(details)
+
+/// Pipeline operations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum PipelineOp {
+    CreatePipeline(CreatePipeline),
+    UpdatePipeline(UpdatePipeline),
+    PausePipeline { pipeline_id: String },
+    ResumePipeline { pipeline_id: String },
+    DeleteConnection { connection_id: String },
 }
 
-/// Starts a sync or reset job, unless one is active or the schedule moved.
-pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: RunPipeline, kind: &str, trigger: &str) -> ApiResult<Executed> {
-    note.target("pipeline", &req.pipeline_id);
-    let p = pipeline(state, access, &req.pipeline_id).await?;
-    if let Some(v) = req.schedule_version
-        && v != p.schedule_version
-    {
-        return Err(conflict(
-            "the pipeline's schedule changed since this command was issued; refresh the pipeline before retrying",
-            None,
-            Some((v, p.schedule_version)),
-        ));
-    }
-    let source = state.store.source(&access.workspace_id, &p.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
-    state.plugins.available(&source.connector_id).await?;
-    match state.store.create_job(&access.workspace_id, &p.pipeline_id, kind, trigger).await? {
-        Ok(job) => {
-            state.jobs_queued.notify_one();
-            note.target("job", &job.job_id);
-            Executed::created(job)
+impl Act for PipelineOp {
+    fn action(&self) -> &'static str {
+        match self {
+            PipelineOp::CreatePipeline(_) => "pipelines.create",
+            PipelineOp::UpdatePipeline(_) => "pipelines.update",
+            PipelineOp::PausePipeline { .. } => "pipelines.pause",
+            PipelineOp::ResumePipeline { .. } => "pipelines.resume",
+            PipelineOp::DeleteConnection { .. } => "connections.delete",
         }
-        Err(ActiveJob(active)) => Err(conflict(
-            "a sync or reset is already active for this pipeline; refresh its status before retrying",
-            active,
-            None,
-        )),
+    }
+
+    fn category(&self) -> Category {
+        Category::Pipelines
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            PipelineOp::CreatePipeline(p) => format!("Create pipeline \"{}\" from {} to {}", p.name.trim(), p.source_id, p.destination_id),
+            PipelineOp::UpdatePipeline(p) => format!("Update pipeline {}", p.pipeline_id),
+            PipelineOp::PausePipeline { pipeline_id } => format!("Pause pipeline {pipeline_id}"),
+            PipelineOp::ResumePipeline { pipeline_id } => format!("Resume pipeline {pipeline_id}"),
+            PipelineOp::DeleteConnection { connection_id } => format!("Delete connection {connection_id}"),
+        }
     }
 }
 
-pub async fn cancel_job(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, job_id: &str) -> ApiResult<Executed> {
-    note.target("job", job_id);
-    let job = state.store.job(&access.workspace_id, job_id).await?.ok_or_else(|| ApiError::not_found("job"))?;
-    if !state.store.cancel_job(&access.workspace_id, job_id).await? {
-        return Err(ApiError::conflict("JOB_NOT_ACTIVE", format!("the job is already {}", job.status)));
+impl PipelineOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        let (state, access, note) = (ctx.state, ctx.access, ctx.note);
+        match self {
+            PipelineOp::CreatePipeline(r) => create_pipeline(state, access, note, r).await,
+            PipelineOp::UpdatePipeline(r) => update_pipeline(state, access, note, r).await,
+            PipelineOp::PausePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, "paused").await,
+            PipelineOp::ResumePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, "active").await,
+            PipelineOp::DeleteConnection { connection_id } => delete_connection(state, access, note, &connection_id).await,
+        }
     }
-    let job = state.store.job(&access.workspace_id, job_id).await?.ok_or_else(|| ApiError::not_found("job"))?;
-    Executed::ok(job)
 }

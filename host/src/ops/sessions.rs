@@ -2,11 +2,13 @@
 
 use serde_json::json;
 
-use super::Executed;
+use serde::{Deserialize, Serialize};
+
+use super::operation::{Act, Category, Ctx, Executed};
 use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
-use crate::http::middleware::AuditNote;
-use crate::server::AppState;
+use crate::audit::AuditNote;
+use crate::state::AppState;
 
 /// Revokes a session: the caller's own, or one of a member of the
 /// caller's workspace whose sessions the caller administers. Sessions of
@@ -30,4 +32,35 @@ pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     }
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
     Executed::ok(json!({ "revoked": true, "already_revoked": !newly_revoked, "session": session }))
+}
+
+/// Session operations on others' sessions (one's own is revoked without
+/// the gate: ending one's own access needs nobody's approval).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum SessionOp {
+    /// Revoke a session of a workspace member.
+    RevokeSession { session_id: String },
+}
+
+impl Act for SessionOp {
+    fn action(&self) -> &'static str {
+        "sessions.revoke"
+    }
+
+    fn category(&self) -> Category {
+        Category::WorkspaceAdmin
+    }
+
+    fn summary(&self) -> String {
+        let SessionOp::RevokeSession { session_id } = self;
+        format!("Revoke session {session_id}")
+    }
+}
+
+impl SessionOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        let SessionOp::RevokeSession { session_id } = self;
+        revoke(ctx.state, ctx.access, ctx.note, &session_id).await
+    }
 }

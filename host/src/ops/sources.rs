@@ -6,12 +6,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::Executed;
+use super::operation::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
-use crate::http::middleware::AuditNote;
-use crate::server::AppState;
+use crate::audit::AuditNote;
+use crate::state::AppState;
 use crate::store::sources::DeleteSourceError;
 
 /// Body of `POST /sources`.
@@ -118,6 +118,50 @@ pub async fn delete(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
             // Read back: the flag is true only if the source is really gone.
             let gone = state.store.source(&access.workspace_id, source_id).await?.is_none();
             Executed::ok(json!({ "source_id": source_id, "deleted": true, "deletion_verified": gone }))
+        }
+    }
+}
+
+/// Source operations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum SourceOp {
+    /// Create a source.
+    CreateSource(CreateSource),
+    /// Change a source's name or configuration.
+    UpdateSource(UpdateSource),
+    /// Delete a source no pipeline uses.
+    DeleteSource { source_id: String },
+}
+
+impl Act for SourceOp {
+    fn action(&self) -> &'static str {
+        match self {
+            SourceOp::CreateSource(_) => "sources.create",
+            SourceOp::UpdateSource(_) => "sources.update",
+            SourceOp::DeleteSource { .. } => "sources.delete",
+        }
+    }
+
+    fn category(&self) -> Category {
+        Category::Sources
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            SourceOp::CreateSource(s) => format!("Create source \"{}\" with connector {}", s.name.trim(), s.connector_id),
+            SourceOp::UpdateSource(s) => format!("Update source {}", s.source_id),
+            SourceOp::DeleteSource { source_id } => format!("Delete source {source_id}"),
+        }
+    }
+}
+
+impl SourceOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        match self {
+            SourceOp::CreateSource(req) => create(ctx.state, ctx.access, ctx.note, req).await,
+            SourceOp::UpdateSource(req) => update(ctx.state, ctx.access, ctx.note, req).await,
+            SourceOp::DeleteSource { source_id } => delete(ctx.state, ctx.access, ctx.note, &source_id).await,
         }
     }
 }

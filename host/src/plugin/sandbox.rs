@@ -20,7 +20,6 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
@@ -30,43 +29,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::types::SinkRefusal;
 use crate::egress::{Egress, HostPattern};
 
-/// Limits of one invocation. Configurable by the operator.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Guest CPU time (wall time outside host calls).
-    pub cpu: Duration,
-    /// Largest linear memory of an instance.
-    pub memory_bytes: usize,
-    /// Wall clock of short calls (describe, check, discover, entity
-    /// options, preview).
-    pub wall_short: Duration,
-    /// Wall clock of long calls (read, write).
-    pub wall_long: Duration,
-    /// Largest string a call may return (preview, schemas).
-    pub max_output_bytes: usize,
-    /// Largest single record emitted by a read.
-    pub max_record_bytes: usize,
-    /// Log bytes accepted per invocation (log import, stdout and stderr).
-    pub max_log_bytes: usize,
-    /// Invocations running at once on this server; more wait for a turn
-    /// (at most their wall-clock limit).
-    pub max_concurrent: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            cpu: Duration::from_secs(10),
-            memory_bytes: 256 * 1024 * 1024,
-            wall_short: Duration::from_secs(60),
-            wall_long: Duration::from_secs(60 * 60),
-            max_output_bytes: 4 * 1024 * 1024,
-            max_record_bytes: 4 * 1024 * 1024,
-            max_log_bytes: 256 * 1024,
-            max_concurrent: 32,
-        }
-    }
-}
+pub use crate::config::limits::PluginLimits as Limits;
 
 /// Where a read's records and checkpoints go.
 pub trait RecordSink: Send {

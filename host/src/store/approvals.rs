@@ -7,7 +7,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::{Store, StoreResult, from_ms, new_id, now_ms};
-use crate::access::Role;
+use super::workspaces::Role;
 
 /// A stored proposal to perform one write operation.
 #[derive(Debug, Clone, Serialize, ToSchema)]

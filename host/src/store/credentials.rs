@@ -7,7 +7,16 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::{Store, StoreResult, from_ms, now_ms};
-use crate::credentials::keyring::Sealed;
+
+/// A sealed secret as stored.
+#[derive(Debug, Clone)]
+pub struct Sealed {
+    pub key_id: String,
+    /// Base64 nonce (24 bytes).
+    pub nonce: String,
+    /// Base64 ciphertext with its tag.
+    pub ciphertext: String,
+}
 
 /// What anyone may read about a credential: never the secret, not even a
 /// fragment of it.

@@ -6,7 +6,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::{Store, StoreResult, from_ms, new_id, now_ms};
-use crate::access::Role;
+use super::workspaces::Role;
 
 /// An invitation as returned to the administrator who created it.
 #[derive(Debug, Clone, Serialize, ToSchema)]

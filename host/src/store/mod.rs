@@ -16,6 +16,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod caches;
 pub mod credentials;
 pub mod entry_links;
 pub mod idempotency;

@@ -1,12 +1,40 @@
 //! Sessions: one row per issued token. Only the token's hash is stored.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::{ResultExt, Store, StoreResult, from_ms, new_id, now_ms};
-use crate::access::ClientSource;
+
+/// Which kind of client made a request (`X-Service-Client`); recorded on
+/// sessions, audit records and approvals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientSource {
+    Api,
+    Cli,
+    Mcp,
+}
+
+impl ClientSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientSource::Api => "api",
+            ClientSource::Cli => "cli",
+            ClientSource::Mcp => "mcp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ClientSource> {
+        match s {
+            "api" => Some(ClientSource::Api),
+            "cli" => Some(ClientSource::Cli),
+            "mcp" => Some(ClientSource::Mcp),
+            _ => None,
+        }
+    }
+}
 
 /// What a token was issued as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]

@@ -93,7 +93,7 @@ impl Store {
                 workspace_id: r.try_get("workspace_id")?,
                 member_id,
                 name: r.try_get("workspace_name")?,
-                role: crate::access::Role::parse(&role).unwrap_or(crate::access::Role::Viewer),
+                role: super::workspaces::Role::parse(&role).unwrap_or(super::workspaces::Role::Viewer),
                 created_at: from_ms(r.try_get("workspace_created_at")?),
             });
         }

@@ -1,12 +1,42 @@
 //! Workspaces and their memberships.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::{Backend, ResultExt, Store, StoreError, StoreResult, from_ms, new_id, now_ms};
-use crate::access::Role;
+
+/// A member's role in one workspace, from most to least powerful.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Read only.
+    Viewer,
+    /// May change pipelines and their parts (sources, destinations, jobs).
+    Editor,
+    /// Everything, including members, sessions and approval policies.
+    Administrator,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Editor => "editor",
+            Role::Administrator => "administrator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "editor" => Some(Role::Editor),
+            "administrator" => Some(Role::Administrator),
+            _ => None,
+        }
+    }
+}
 
 /// A workspace: the unit of isolation for everything a user configures.
 #[derive(Debug, Clone, Serialize, ToSchema)]

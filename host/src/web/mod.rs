@@ -17,10 +17,10 @@ use axum::routing::get;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::access::ClientSource;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
-use crate::tokens;
+use crate::access::tokens;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -210,7 +210,7 @@ async fn accept_invitation(
         target_type: Some("invitation".into()),
         target_id: Some(accepted.invitation_id.clone()),
         client_source: "api".into(),
-        request_id: crate::http::request_id::current(),
+        request_id: crate::telemetry::request_id::current(),
         outcome: "succeeded".into(),
         status_code: 200,
         ..Default::default()
@@ -429,7 +429,7 @@ async fn oauth_complete(
         Ok(a) => a,
         Err(e) => return oauth_failed(&e),
     };
-    let note = crate::http::middleware::AuditNote::default();
+    let note = crate::audit::AuditNote::default();
     note.workspace(&done.workspace_id);
     let outcome = crate::ops::credentials::store_secret(&state, &initiator, &note, done.new_secret("pending_approval")).await;
     let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
@@ -466,7 +466,7 @@ async fn audit_credential_created(state: &AppState, workspace_id: &str, actor: &
         target_type: Some("credential".into()),
         target_id: Some(credential_id.to_owned()),
         client_source: "api".into(),
-        request_id: crate::http::request_id::current(),
+        request_id: crate::telemetry::request_id::current(),
         outcome: "succeeded".into(),
         status_code: 201,
         ..Default::default()

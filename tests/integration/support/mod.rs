@@ -24,7 +24,8 @@ use secrecy::ExposeSecret;
 use serde_json::Value;
 use service::access::Role;
 use service::config::ServerConfig;
-use service::server::{AppState, RunningServer};
+use service::server::RunningServer;
+use service::state::AppState;
 use sqlx::Connection;
 use tempfile::TempDir;
 
@@ -160,7 +161,7 @@ impl TestServer {
         let mut config = config;
         adjust(&mut config);
         let state = AppState::open(config).await.expect("server state opens");
-        let approver = service::admin::create_token(&state.store, &state.config.bootstrap_email, Some("approver"), None, service::access::ClientSource::Api)
+        let approver = service::access::admin::create_token(&state.store, &state.config.bootstrap_email, Some("approver"), None, service::access::ClientSource::Api)
             .await
             .unwrap();
         let server = service::server::start_on(listener, state.clone()).unwrap();
@@ -240,8 +241,8 @@ impl TestServer {
     /// (user_id, token), through the same code as the admin CLI.
     pub async fn user_in(&self, workspace_id: &str, role: Role) -> (String, String) {
         let email = format!("{}-{}@example.test", role.as_str(), uuid::Uuid::new_v4().simple());
-        let (user_id, _) = service::admin::create_user(&self.state.store, &email, "Test user", Some(workspace_id), role).await.unwrap();
-        let token = service::admin::create_token(&self.state.store, &email, Some("test"), None, service::access::ClientSource::Cli).await.unwrap();
+        let (user_id, _) = service::access::admin::create_user(&self.state.store, &email, "Test user", Some(workspace_id), role).await.unwrap();
+        let token = service::access::admin::create_token(&self.state.store, &email, Some("test"), None, service::access::ClientSource::Cli).await.unwrap();
         (user_id, token.expose_secret().to_owned())
     }
 

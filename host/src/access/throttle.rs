@@ -17,27 +17,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::config::limits::{Rate, ThrottleSettings};
 use crate::error::ApiError;
-
-/// A rate: `per_second` on average, bursts up to `burst`. Zero disables.
-#[derive(Debug, Clone, Copy)]
-pub struct Rate {
-    pub per_second: f64,
-    pub burst: f64,
-}
-
-impl Rate {
-    pub const OFF: Rate = Rate { per_second: 0.0, burst: 0.0 };
-
-    /// `n` per second with a burst of twice that.
-    pub fn per_second(n: u32) -> Rate {
-        Rate { per_second: f64::from(n), burst: f64::from(n) * 2.0 }
-    }
-
-    fn enabled(self) -> bool {
-        self.per_second > 0.0
-    }
-}
 
 /// Buckets kept before idle ones are dropped.
 const MAX_BUCKETS_PER_SHARD: usize = 4096;
@@ -99,27 +80,6 @@ pub struct Throttle {
     by_address: Buckets<IpAddr>,
     failures_by_address: Buckets<IpAddr>,
     by_session: Buckets<String>,
-}
-
-/// What the operator sets.
-#[derive(Debug, Clone, Copy)]
-pub struct ThrottleSettings {
-    /// Requests of one client address.
-    pub per_address: Rate,
-    /// Requests with an invalid, expired or revoked token from one address.
-    pub failures_per_address: Rate,
-    /// Requests of one session.
-    pub per_session: Rate,
-}
-
-impl Default for ThrottleSettings {
-    fn default() -> Self {
-        ThrottleSettings {
-            per_address: Rate::per_second(500),
-            failures_per_address: Rate { per_second: 0.5, burst: 30.0 },
-            per_session: Rate::per_second(200),
-        }
-    }
 }
 
 impl Throttle {

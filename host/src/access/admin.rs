@@ -5,10 +5,9 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::access::{ClientSource, Role};
 use crate::config::ServerConfig;
-use crate::ops::members::normalise_email;
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::store::{Store, StoreError};
-use crate::tokens;
+use super::tokens;
 
 /// How long the one-time login link printed at first start stays valid.
 const LOGIN_CODE_TTL_MS: i64 = 30 * 60 * 1000;
@@ -104,4 +103,16 @@ pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expir
         })
         .await?;
     Ok(token)
+}
+
+/// Normalises and checks an e-mail address (lower case, one `@`, a dotted
+/// domain, no spaces).
+pub fn normalise_email(raw: &str) -> Result<String, crate::error::ApiError> {
+    let email = raw.trim().to_ascii_lowercase();
+    let valid = email.len() <= 254
+        && email.split_once('@').is_some_and(|(local, domain)| {
+            !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.') && !domain.contains('@')
+        })
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control());
+    if valid { Ok(email) } else { Err(crate::error::ApiError::invalid_field("email", "email must be an e-mail address")) }
 }

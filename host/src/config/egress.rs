@@ -1,11 +1,11 @@
 //! The operator's egress policy: which hosts connectors may reach, and the
 //! operator overrides for tests and staging (pinned addresses, extra
-//! trusted roots). Parsing lives here; enforcement in the parent module.
+//! trusted roots). Parsing lives here; enforcement in `egress`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::config::ConfigError;
+use super::ConfigError;
 
 /// A host name pattern: an exact name, `*.suffix` (any name ending in
 /// `.suffix`, not `suffix` itself), or `*` (any name; only meaningful in a

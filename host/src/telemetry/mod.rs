@@ -1,4 +1,8 @@
-//! Logs and metrics set-up.
+//! Logs, metrics and request ids.
+//!
+//! Layout: this module sets up logging and the metrics recorder;
+//! [`request_id`] gives every request its id, in bodies, headers and log
+//! lines.
 //!
 //! Logs go through `tracing` (human or JSON lines; filter with
 //! `SERVICE_LOG`, e.g. `SERVICE_LOG=debug`). Nothing secret is ever a field
@@ -10,6 +14,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
+
+pub mod request_id;
 
 /// Installs the global log subscriber (once; later calls are ignored).
 pub fn init_logging(format: LogFormat) {

@@ -1,7 +1,27 @@
 //! Server configuration, from flags and the environment.
 //!
 //! Every setting has a default that works on a fresh clone; a bad value is
-//! reported in one line naming the setting (see [`ConfigError`]).
+//! reported in one line naming the setting (see [`ConfigError`]). This is
+//! a leaf: it parses and checks settings, and imports nothing of the
+//! layers that enforce them.
+//!
+//! Layout:
+//! - this module: the command-line and environment settings, the resolved
+//!   [`ServerConfig`], [`ConfigError`] and the data directory;
+//! - [`egress`]: host patterns and the egress policy connectors run under;
+//! - [`warehouse`]: where PostgreSQL destinations may connect;
+//! - [`oauth`]: the operator's OAuth clients;
+//! - [`limits`]: connection, rate, job and plugin-call limits;
+//! - [`environment`]: the server's own `PG*` settings, kept for the
+//!   control database.
+
+pub mod egress;
+pub mod environment;
+pub mod limits;
+pub mod oauth;
+pub mod warehouse;
+
+pub use environment::isolate_postgres_environment;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -100,14 +120,14 @@ pub struct LimitArgs {
 
 impl LimitArgs {
     /// The limits these settings describe.
-    pub fn resolve(&self) -> ServerLimits {
-        use crate::http::throttle::Rate;
+    pub fn resolve(&self) -> limits::ServerLimits {
+        use limits::Rate;
         let rate = |n: u32| if n == 0 { Rate::OFF } else { Rate::per_second(n) };
-        ServerLimits {
+        limits::ServerLimits {
             max_connections: self.max_connections as usize,
             header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_secs),
             request_timeout: std::time::Duration::from_secs(self.request_timeout_secs),
-            throttle: crate::http::throttle::ThrottleSettings {
+            throttle: limits::ThrottleSettings {
                 per_address: rate(self.rate_limit_per_address),
                 per_session: rate(self.rate_limit_per_session),
                 failures_per_address: Rate { per_second: f64::from(self.rate_limit_failed_auth) / 60.0, burst: f64::from(self.rate_limit_failed_auth) },
@@ -115,32 +135,6 @@ impl LimitArgs {
             job_concurrency: self.job_concurrency as usize,
             job_concurrency_per_workspace: i64::from(self.job_concurrency_per_workspace),
             job_lease: std::time::Duration::from_secs(self.job_lease_secs),
-        }
-    }
-}
-
-/// Resolved limits of a running server.
-#[derive(Debug, Clone)]
-pub struct ServerLimits {
-    pub max_connections: usize,
-    pub header_read_timeout: std::time::Duration,
-    pub request_timeout: std::time::Duration,
-    pub throttle: crate::http::throttle::ThrottleSettings,
-    pub job_concurrency: usize,
-    pub job_concurrency_per_workspace: i64,
-    pub job_lease: std::time::Duration,
-}
-
-impl Default for ServerLimits {
-    fn default() -> Self {
-        ServerLimits {
-            max_connections: 1024,
-            header_read_timeout: std::time::Duration::from_secs(10),
-            request_timeout: std::time::Duration::from_secs(120),
-            throttle: Default::default(),
-            job_concurrency: 4,
-            job_concurrency_per_workspace: 2,
-            job_lease: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -155,7 +149,7 @@ pub struct PluginArgs {
     /// Hosts connectors may reach, comma-separated exact names or
     /// `*.suffix` patterns. A connector reaches a host only if it also
     /// declared it. Self-hosted provider instances are added here.
-    #[arg(long, env = "SERVICE_EGRESS_ALLOWED_HOSTS", default_value = crate::egress::policy::DEFAULT_ALLOWED_HOSTS)]
+    #[arg(long, env = "SERVICE_EGRESS_ALLOWED_HOSTS", default_value = egress::DEFAULT_ALLOWED_HOSTS)]
     pub egress_allowed_hosts: String,
     /// Pins host names to addresses, like curl's --resolve:
     /// `api.example.com=10.0.0.5:443,...`. Pinned names skip the
@@ -195,8 +189,8 @@ impl PluginArgs {
             Some(p) => Some(std::fs::read(p).map_err(|e| ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("{}: {e}", p.display())))?),
             None => None,
         };
-        let egress = crate::egress::EgressPolicy::from_settings(&self.egress_allowed_hosts, self.egress_resolve.as_deref(), pem.as_deref())?;
-        let limits = crate::plugin::sandbox::Limits {
+        let egress = egress::EgressPolicy::from_settings(&self.egress_allowed_hosts, self.egress_resolve.as_deref(), pem.as_deref())?;
+        let limits = limits::PluginLimits {
             cpu: std::time::Duration::from_millis(self.plugin_cpu_ms),
             memory_bytes: self.plugin_memory_mb as usize * 1024 * 1024,
             wall_short: std::time::Duration::from_secs(self.plugin_timeout_secs),
@@ -207,7 +201,7 @@ impl PluginArgs {
             plugins_dir: self.plugins_dir.clone().unwrap_or_else(|| data_dir.join("plugins")),
             egress,
             limits,
-            warehouses: crate::destinations::postgres::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?,
+            warehouses: warehouse::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?,
         })
     }
 }
@@ -216,10 +210,10 @@ impl PluginArgs {
 #[derive(Debug, Clone)]
 pub struct PluginSettings {
     pub plugins_dir: PathBuf,
-    pub egress: crate::egress::EgressPolicy,
-    pub limits: crate::plugin::sandbox::Limits,
+    pub egress: egress::EgressPolicy,
+    pub limits: limits::PluginLimits,
     /// Where PostgreSQL destinations may connect.
-    pub warehouses: crate::destinations::postgres::WarehousePolicy,
+    pub warehouses: warehouse::WarehousePolicy,
 }
 
 /// A configuration problem, reported as one line naming the setting.
@@ -253,9 +247,9 @@ pub struct ServerConfig {
     /// Connector runtime and egress settings.
     pub plugins: PluginSettings,
     /// Operator OAuth clients.
-    pub oauth: crate::oauth::OAuthSettings,
+    pub oauth: oauth::OAuthSettings,
     /// Connection, request, rate and job limits.
-    pub limits: ServerLimits,
+    pub limits: limits::ServerLimits,
 }
 
 impl ServerConfig {
@@ -288,7 +282,7 @@ impl ServerConfig {
             bootstrap_token,
             bootstrap_email,
             plugins: serve.plugins.resolve(&storage.data_dir)?,
-            oauth: crate::oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
+            oauth: oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
             limits: serve.limits.resolve(),
         })
     }
@@ -356,102 +350,3 @@ pub fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
         .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot create {}: {e}", dir.display())))
 }
 
-/// libpq's environment variables, which the PostgreSQL driver reads for
-/// every connection it opens, and the URL parameter each is for the
-/// control database.
-const POSTGRES_ENVIRONMENT: &[(&str, &str)] = &[
-    ("PGHOSTADDR", "host"),
-    ("PGHOST", "host"),
-    ("PGPORT", "port"),
-    ("PGUSER", "user"),
-    ("PGPASSWORD", "password"),
-    ("PGDATABASE", "dbname"),
-    ("PGSSLMODE", "sslmode"),
-    ("PGSSLROOTCERT", "sslrootcert"),
-    ("PGSSLCERT", "sslcert"),
-    ("PGSSLKEY", "sslkey"),
-    ("PGAPPNAME", "application_name"),
-    ("PGOPTIONS", "options"),
-];
-
-/// Takes the server's own PostgreSQL settings out of the environment. The
-/// driver would otherwise apply them to every connection it opens, tenants'
-/// destinations included (a destination without a password would be sent
-/// `PGPASSWORD`, with the operator's client certificate). They are meant
-/// for the control database, so they move into its URL (as defaults for
-/// what the URL does not say) and nowhere else.
-///
-/// Must run before any other thread exists: it changes the environment.
-pub fn isolate_postgres_environment(storage: &mut StorageArgs) -> Result<(), ConfigError> {
-    let found: Vec<(&str, &str, String)> =
-        POSTGRES_ENVIRONMENT.iter().filter_map(|(var, param)| std::env::var(var).ok().map(|v| (*var, *param, v))).collect();
-    if found.is_empty() {
-        return Ok(());
-    }
-    if let Some(url) = storage.database_url.as_mut()
-        && (url.starts_with("postgres:") || url.starts_with("postgresql:"))
-    {
-        *url = fold_postgres_environment(url, &found)?;
-    }
-    for (var, _, _) in &found {
-        // SAFETY: called from `main` before the runtime or any other thread
-        // starts, so nothing reads the environment concurrently.
-        unsafe { std::env::remove_var(var) };
-    }
-    Ok(())
-}
-
-/// The control database's URL with the environment's settings added where
-/// the URL is silent (the environment never overrides the URL).
-fn fold_postgres_environment(raw: &str, found: &[(&str, &str, String)]) -> Result<String, ConfigError> {
-    let mut url = Url::parse(raw).map_err(|e| ConfigError::new("DATABASE_URL", format!("not a URL: {e}")))?;
-    let given: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
-    let mut added: Vec<(&str, String)> = Vec::new();
-    for (_, param, value) in found {
-        let silent = !given.iter().any(|k| k == param)
-            && !added.iter().any(|(k, _)| k == param)
-            && match *param {
-                "host" => url.host_str().is_none_or(str::is_empty),
-                "port" => url.port().is_none(),
-                "user" => url.username().is_empty(),
-                "password" => url.password().is_none(),
-                "dbname" => url.path().trim_start_matches('/').is_empty(),
-                _ => true,
-            };
-        if silent {
-            added.push((param, value.clone()));
-        }
-    }
-    if !added.is_empty() {
-        url.query_pairs_mut().extend_pairs(added);
-    }
-    Ok(url.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_environment_fills_in_only_what_the_control_database_url_leaves_out() {
-        let found = vec![
-            ("PGHOST", "host", "db.internal".to_owned()),
-            ("PGPASSWORD", "password", "from-env".to_owned()),
-            ("PGUSER", "user", "envuser".to_owned()),
-            ("PGSSLMODE", "sslmode", "require".to_owned()),
-        ];
-        let url = fold_postgres_environment("postgres://alice@control.example.com/service", &found).unwrap();
-        let parsed = Url::parse(&url).unwrap();
-        let params: Vec<(String, String)> = parsed.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
-        assert_eq!(parsed.host_str(), Some("control.example.com"), "the URL's host stays");
-        assert_eq!(parsed.username(), "alice", "the URL's user stays");
-        assert!(params.contains(&("password".into(), "from-env".into())));
-        assert!(params.contains(&("sslmode".into(), "require".into())));
-        assert!(!params.iter().any(|(k, _)| k == "host" || k == "user"));
-        let bare = fold_postgres_environment("postgres:///service?sslmode=disable", &found).unwrap();
-        let params: Vec<(String, String)> = Url::parse(&bare).unwrap().query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
-        assert!(params.contains(&("host".into(), "db.internal".into())));
-        assert!(params.contains(&("user".into(), "envuser".into())));
-        assert_eq!(params.iter().filter(|(k, _)| k == "sslmode").count(), 1, "the URL's own sslmode wins");
-    }
-}

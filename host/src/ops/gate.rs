@@ -1,5 +1,6 @@
-//! The approval gate: the one place that decides whether a write runs now
-//! or is stored as a proposal (spec section 4, "Safety model").
+//! The one door every write goes through ([`submit`]), and the approval
+//! gate behind it: the one place that decides whether a write runs now or
+//! is stored as a proposal (spec section 4, "Safety model").
 //!
 //! - A request with `X-Service-Execution-Mode: proposal` always becomes a
 //!   proposal.
@@ -25,11 +26,12 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::execute::{authorise, execute_as_proposer};
+use super::operation::{Category, Ctx, Executed, Operation, Via};
 use crate::access::{ClientSource, Principal, Role, WorkspaceAccess};
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
-use crate::http::middleware::AuditNote;
-use crate::ops::{Category, Executed, Operation};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::approvals::{Approval, DecideError, NewApproval};
 
 /// How long a proposal can be approved.
@@ -71,33 +73,39 @@ pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Pol
         .collect())
 }
 
-async fn policy(state: &AppState, workspace_id: &str, category: Category) -> ApiResult<Policy> {
+/// The effective policy of one category.
+pub(super) async fn policy(state: &AppState, workspace_id: &str, category: Category) -> ApiResult<Policy> {
     let all = policies(state, workspace_id).await?;
     all.into_iter().find(|p| p.category == category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("category without policy")))
 }
 
-/// Decides between executing `op` now and storing it as a proposal.
-pub async fn gate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: Operation) -> ApiResult<Executed> {
+/// The door every write goes through: checks that the caller may perform
+/// it, notes the action for the audit record, and either executes it now
+/// or stores it as a proposal.
+pub async fn submit(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: impl Into<Operation>) -> ApiResult<Executed> {
+    let op = op.into();
+    note.action(op.act().action());
+    authorise(state, access, &op).await?;
     let principal = &access.principal;
     let propose = principal.proposal_requested
-        || (principal.client == ClientSource::Mcp && policy(state, &access.workspace_id, op.category()).await?.requires_approval);
+        || (principal.client == ClientSource::Mcp && policy(state, &access.workspace_id, op.act().category()).await?.requires_approval);
     if !propose {
-        return crate::ops::execute(state, access, note, op).await;
+        return op.run(&Ctx { state, access, note, via: Via::Request }).await;
     }
     let operation = serde_json::to_value(&op).map_err(ApiError::internal)?;
-    let summary = op.summary();
+    let summary = op.act().summary();
     let approval = state
         .store
         .create_approval(NewApproval {
             workspace_id: &access.workspace_id,
-            category: op.category().as_str(),
-            action: op.action(),
+            category: op.act().category().as_str(),
+            action: op.act().action(),
             summary: &summary,
             operation: &operation,
             proposed_by: &principal.user_id,
             proposed_session: &principal.session_id,
             client_source: principal.client.as_str(),
-            request_id: &crate::http::request_id::current(),
+            request_id: &crate::telemetry::request_id::current(),
             expires_at: crate::store::now_ms() + PROPOSAL_TTL_MS,
         })
         .await?;
@@ -230,36 +238,7 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
         .await?
         .map_err(|e| decide_error(e, approval_id))?;
 
-    // The operation runs as its proposer, with the role they hold now.
-    let proposer_role = state.store.role_in(&claimed.proposed_by, &approver.workspace_id).await?;
-    let proposer = proposer_role.map(|role| WorkspaceAccess {
-        principal: Principal {
-            user_id: claimed.proposed_by.clone(),
-            session_id: String::new(),
-            client: ClientSource::parse(&claimed.client_source).unwrap_or(ClientSource::Mcp),
-            proposal_requested: false,
-        },
-        workspace_id: approver.workspace_id.clone(),
-        role,
-    });
-    // The execution gets an audit record of its own: the operation, by its
-    // proposer through their client, linked to this approval.
-    let execution_note = AuditNote::default();
-    execution_note.workspace(&approver.workspace_id);
-    execution_note.approval(approval_id);
-    execution_note.action(op.action());
-    let outcome = match &proposer {
-        None => Err(ApiError::permission_denied("permission denied: the proposer is no longer a member of the workspace")),
-        Some(proposer) => match crate::ops::authorise(state, proposer, &op).await {
-            Err(e) => Err(e),
-            Ok(()) => crate::ops::execute(state, proposer, &execution_note, op).await,
-        },
-    };
-    let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
-    let record = execution_note.record(proposer.as_ref().map(|p| &p.principal), "", status);
-    if let Err(e) = state.store.append_audit(&record).await {
-        tracing::error!(error = %e, "could not write audit record of an approved execution");
-    }
+    let outcome = execute_as_proposer(state, &approver.workspace_id, &claimed, op).await;
     match outcome {
         Ok(executed) => {
             // Kept without its one-time values; the approver sees them once.
@@ -295,26 +274,4 @@ pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNo
         .await?
         .map_err(|e| decide_error(e, approval_id))?;
     Executed::ok(json!({ "approval": approval }))
-}
-
-/// Changes a category's policy. Runs through the gate like every write
-/// ([`Operation::SetApprovalPolicy`]); administrators only, never for an
-/// MCP client (see [`crate::ops::authorise`]).
-pub async fn set_policy(state: &AppState, admin: &WorkspaceAccess, note: &AuditNote, change: crate::ops::PolicyChange) -> ApiResult<Policy> {
-    note.target("approval_policy", change.category.as_str());
-    if change.approver_role == Some(Role::Viewer) {
-        return Err(ApiError::invalid_field("approver_role", "approver_role must be administrator or editor"));
-    }
-    let current = policy(state, &admin.workspace_id, change.category).await?;
-    state
-        .store
-        .set_approval_policy(
-            &admin.workspace_id,
-            change.category.as_str(),
-            change.requires_approval.unwrap_or(current.requires_approval),
-            change.approver_role.unwrap_or(current.approver_role),
-            &admin.principal.user_id,
-        )
-        .await?;
-    policy(state, &admin.workspace_id, change.category).await
 }

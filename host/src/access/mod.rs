@@ -1,0 +1,58 @@
+//! Who may do what: workspace roles and the authenticated principal.
+//!
+//! Every `/v1` request is made by a [`Principal`] (a user acting through one
+//! session, whose client kind is the session's). Inside a workspace the
+//! user holds one [`Role`]; handlers ask for the least role an operation
+//! needs with [`WorkspaceAccess::require`].
+//!
+//! Layout:
+//! - this module: [`Principal`], [`WorkspaceAccess`], and the role and
+//!   client kinds (defined with the records that store them);
+//! - [`tokens`]: opaque bearer tokens and single-use codes;
+//! - [`throttle`]: request rate limits per address and per session;
+//! - [`admin`]: first-run bootstrap and the offline admin commands.
+
+use crate::error::ApiError;
+
+pub mod admin;
+pub mod throttle;
+pub mod tokens;
+
+pub use crate::store::sessions::ClientSource;
+pub use crate::store::workspaces::Role;
+
+/// The authenticated caller of one request.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user_id: String,
+    pub session_id: String,
+    /// The client kind named by this request's `X-Service-Client` header
+    /// (`api` when absent).
+    pub client: ClientSource,
+    /// `X-Service-Execution-Mode: proposal`: writes become proposals.
+    pub proposal_requested: bool,
+}
+
+/// A principal's standing in the workspace a request addresses.
+#[derive(Debug, Clone)]
+pub struct WorkspaceAccess {
+    pub principal: Principal,
+    pub workspace_id: String,
+    pub role: Role,
+}
+
+impl WorkspaceAccess {
+    /// Fails with the spec's permission-denied error (HTTP 403, code `"403"`)
+    /// unless the caller holds at least `needed`.
+    pub fn require(&self, needed: Role) -> Result<(), ApiError> {
+        if self.role >= needed {
+            Ok(())
+        } else {
+            Err(ApiError::permission_denied(format!(
+                "permission denied: this operation needs the {} role in the workspace",
+                needed.as_str()
+            )))
+        }
+    }
+}
+

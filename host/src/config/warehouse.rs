@@ -1,0 +1,92 @@
+//! Where PostgreSQL destinations may connect
+//! (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`): the parsed policy. The connection
+//! itself is checked against it in `warehouse::postgres`.
+
+use std::net::IpAddr;
+
+use super::ConfigError;
+use super::egress::HostPattern;
+
+/// An IP network the operator lets destinations reach, e.g. `10.0.0.0/8`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    fn parse(raw: &str) -> Option<Network> {
+        let (addr, prefix) = match raw.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
+            None => {
+                let a = raw.parse::<IpAddr>().ok()?;
+                (a, if a.is_ipv4() { 32 } else { 128 })
+            }
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Network { addr, prefix })
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The hosts and networks PostgreSQL destinations may reach
+/// (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`). Empty by default: an operator who
+/// wants tenants to load into databases names where those live.
+#[derive(Debug, Clone, Default)]
+pub struct WarehousePolicy {
+    names: Vec<HostPattern>,
+    networks: Vec<Network>,
+}
+
+impl WarehousePolicy {
+    /// Parses a comma-separated list of host names, `*.suffix` patterns,
+    /// IP addresses and networks (`10.0.0.0/8`).
+    pub fn from_settings(raw: &str) -> Result<Self, ConfigError> {
+        let mut policy = WarehousePolicy::default();
+        for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if let Some(net) = Network::parse(entry) {
+                policy.networks.push(net);
+                continue;
+            }
+            match HostPattern::parse(entry) {
+                Ok(HostPattern::Any) | Err(_) => {
+                    return Err(ConfigError::new(
+                        "SERVICE_WAREHOUSE_ALLOWED_HOSTS",
+                        format!("'{entry}' is not a host name, *.suffix pattern, IP address or network"),
+                    ));
+                }
+                Ok(p) => policy.names.push(p),
+            }
+        }
+        Ok(policy)
+    }
+
+    /// Whether a destination may name `host` (a name, or an address the
+    /// operator listed).
+    pub fn allows_name(&self, host: &str) -> bool {
+        match host.parse::<IpAddr>() {
+            Ok(ip) => self.networks.iter().any(|n| n.contains(ip)),
+            Err(_) => self.names.iter().any(|p| p.matches(&host.to_ascii_lowercase())),
+        }
+    }
+
+    /// Whether `ip` is in a network the operator listed (which vouches
+    /// for it, private or not).
+    pub fn lists_address(&self, ip: IpAddr) -> bool {
+        self.networks.iter().any(|n| n.contains(ip))
+    }
+}
+

@@ -1,0 +1,115 @@
+//! Destination operations: built-in warehouses (SQLite, PostgreSQL,
+//! JSON-lines) a workspace loads into.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use super::operation::{Act, Category, Ctx, Executed};
+use super::text::check_name;
+use crate::access::WorkspaceAccess;
+use crate::audit::AuditNote;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// Body of `POST /destinations`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDestination {
+    pub name: String,
+    /// `sqlite`, `postgres` or `jsonl`.
+    pub kind: String,
+    /// `sqlite`: `{file}`; `postgres`: `{url, credential_handle?}` (no
+    /// password in the URL); `jsonl`: `{directory}`.
+    pub configuration: Value,
+}
+
+/// Body of `PATCH /destinations/{destination_id}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateDestination {
+    #[serde(default)]
+    #[schema(ignore)]
+    pub destination_id: String,
+    pub name: Option<String>,
+    pub configuration: Option<Value>,
+}
+
+async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &str, config: &Value) -> ApiResult<()> {
+    super::text::check_config("configuration", config)?;
+    let parsed = crate::destinations::validate(kind, config)?;
+    if let crate::destinations::DestinationConfig::Postgres { credential_handle, target } = &parsed {
+        if !state.config.plugins.warehouses.allows_name(&target.host) {
+            return Err(ApiError::bad_request(
+                "DESTINATION_HOST_NOT_ALLOWED",
+                format!("{} is not a database host the operator allows; the operator lists them in SERVICE_WAREHOUSE_ALLOWED_HOSTS", target.host),
+            )
+            .with_details(json!({ "field": "configuration.url", "host": target.host })));
+        }
+        if let Some(h) = credential_handle {
+            let cred = state.vault.handle_exists(&access.workspace_id, h).await?.ok_or_else(|| {
+                ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace").with_details(json!({ "field": "configuration.credential_handle" }))
+            })?;
+            if !cred.hosts.contains(&target.host) {
+                return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the database host"));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn create_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateDestination) -> ApiResult<Executed> {
+    check_name("name", &req.name)?;
+    check_destination(state, access, &req.kind, &req.configuration).await?;
+    let d = state.store.create_destination(&access.workspace_id, &req.kind, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
+    note.target("destination", &d.destination_id);
+    Executed::created(d)
+}
+
+pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateDestination) -> ApiResult<Executed> {
+    note.target("destination", &req.destination_id);
+    let cur = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    let name = req.name.unwrap_or(cur.name);
+    check_name("name", &name)?;
+    let config = req.configuration.unwrap_or(cur.configuration);
+    check_destination(state, access, &cur.kind, &config).await?;
+    let d = state.store.update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    Executed::ok(d)
+}
+
+/// Destination operations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum DestinationOp {
+    CreateDestination(CreateDestination),
+    UpdateDestination(UpdateDestination),
+}
+
+impl Act for DestinationOp {
+    fn action(&self) -> &'static str {
+        match self {
+            DestinationOp::CreateDestination(_) => "destinations.create",
+            DestinationOp::UpdateDestination(_) => "destinations.update",
+        }
+    }
+
+    fn category(&self) -> Category {
+        Category::Destinations
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            DestinationOp::CreateDestination(d) => format!("Create {} destination \"{}\"", d.kind, d.name.trim()),
+            DestinationOp::UpdateDestination(d) => format!("Update destination {}", d.destination_id),
+        }
+    }
+}
+
+impl DestinationOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        match self {
+            DestinationOp::CreateDestination(r) => create_destination(ctx.state, ctx.access, ctx.note, r).await,
+            DestinationOp::UpdateDestination(r) => update_destination(ctx.state, ctx.access, ctx.note, r).await,
+        }
+    }
+}

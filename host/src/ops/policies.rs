@@ -1,0 +1,80 @@
+//! Approval-policy operations: which MCP categories need approval, and who
+//! decides. Through the gate like every write; never for an MCP client.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::gate::{Policy, policy};
+use super::operation::{Act, Category, Ctx, Executed};
+use crate::access::Role;
+use crate::error::{ApiError, ApiResult};
+
+/// A change of one category's approval policy.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyChange {
+    pub category: Category,
+    /// Whether writes of this category from MCP clients need approval.
+    pub requires_approval: Option<bool>,
+    /// The least role that may approve or reject its proposals.
+    pub approver_role: Option<Role>,
+}
+
+/// Policy operations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum PolicyOp {
+    /// Change a category's approval policy.
+    SetApprovalPolicy(PolicyChange),
+}
+
+impl Act for PolicyOp {
+    fn action(&self) -> &'static str {
+        "approval_policies.update"
+    }
+
+    fn category(&self) -> Category {
+        Category::WorkspaceAdmin
+    }
+
+    fn summary(&self) -> String {
+        let PolicyOp::SetApprovalPolicy(c) = self;
+        format!(
+            "Set the approval policy of {}:{}{}",
+            c.category.as_str(),
+            c.requires_approval.map(|r| format!(" requires_approval={r}")).unwrap_or_default(),
+            c.approver_role.map(|r| format!(" approver_role={}", r.as_str())).unwrap_or_default()
+        )
+    }
+
+    fn refused_to_mcp(&self) -> bool {
+        true
+    }
+}
+
+impl PolicyOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        let PolicyOp::SetApprovalPolicy(change) = self;
+        Executed::ok(set_policy(ctx, change).await?)
+    }
+}
+
+async fn set_policy(ctx: &Ctx<'_>, change: PolicyChange) -> ApiResult<Policy> {
+    let (state, admin) = (ctx.state, ctx.access);
+    ctx.note.target("approval_policy", change.category.as_str());
+    if change.approver_role == Some(Role::Viewer) {
+        return Err(ApiError::invalid_field("approver_role", "approver_role must be administrator or editor"));
+    }
+    let current = policy(state, &admin.workspace_id, change.category).await?;
+    state
+        .store
+        .set_approval_policy(
+            &admin.workspace_id,
+            change.category.as_str(),
+            change.requires_approval.unwrap_or(current.requires_approval),
+            change.approver_role.unwrap_or(current.approver_role),
+            &admin.principal.user_id,
+        )
+        .await?;
+    policy(state, &admin.workspace_id, change.category).await
+}

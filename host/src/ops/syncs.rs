@@ -1,0 +1,126 @@
+//! Sync operations: starting syncs and resets, cancelling jobs.
+//!
+//! A sync command may carry the schedule version it was issued against
+//! (`schedule_version` in the body, or `If-Match: "<version>"`); a proposal
+//! records the version current when it was made. If the pipeline's schedule
+//! changed since, the command is refused with 409 `EXECUTION_CONFLICT`, like
+//! a sync that meets an active job, and no job is created.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use super::operation::{Act, Category, Ctx, Executed, Via};
+use crate::access::WorkspaceAccess;
+use crate::audit::AuditNote;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::store::pipelines::{ActiveJob, Job, Pipeline};
+
+/// A sync or reset command.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunPipeline {
+    pub pipeline_id: String,
+    /// The schedule version the command was issued against.
+    pub schedule_version: Option<i64>,
+}
+
+async fn pipeline(state: &AppState, access: &WorkspaceAccess, id: &str) -> ApiResult<Pipeline> {
+    state.store.pipeline(&access.workspace_id, id).await?.ok_or_else(|| ApiError::not_found("pipeline"))
+}
+
+/// The spec's 409 for syncs and resets.
+pub(super) fn conflict(message: &str, active: Option<Job>, schedule: Option<(i64, i64)>) -> ApiError {
+    let mut details = json!({ "active_job": active });
+    if let Some((given, current)) = schedule {
+        details = json!({ "reason": "schedule_changed", "given_schedule_version": given, "current_schedule_version": current });
+    }
+    ApiError::conflict("EXECUTION_CONFLICT", message).with_details(details)
+}
+
+/// Starts a sync or reset job, unless one is active or the schedule moved.
+pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: RunPipeline, kind: &str, trigger: &str) -> ApiResult<Executed> {
+    note.target("pipeline", &req.pipeline_id);
+    let p = pipeline(state, access, &req.pipeline_id).await?;
+    if let Some(v) = req.schedule_version
+        && v != p.schedule_version
+    {
+        return Err(conflict(
+            "the pipeline's schedule changed since this command was issued; refresh the pipeline before retrying",
+            None,
+            Some((v, p.schedule_version)),
+        ));
+    }
+    let source = state.store.source(&access.workspace_id, &p.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    state.plugins.available(&source.connector_id).await?;
+    match state.store.create_job(&access.workspace_id, &p.pipeline_id, kind, trigger).await? {
+        Ok(job) => {
+            state.jobs_queued.notify_one();
+            note.target("job", &job.job_id);
+            Executed::created(job)
+        }
+        Err(ActiveJob(active)) => Err(conflict(
+            "a sync or reset is already active for this pipeline; refresh its status before retrying",
+            active,
+            None,
+        )),
+    }
+}
+
+pub async fn cancel_job(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, job_id: &str) -> ApiResult<Executed> {
+    note.target("job", job_id);
+    let job = state.store.job(&access.workspace_id, job_id).await?.ok_or_else(|| ApiError::not_found("job"))?;
+    if !state.store.cancel_job(&access.workspace_id, job_id).await? {
+        return Err(ApiError::conflict("JOB_NOT_ACTIVE", format!("the job is already {}", job.status)));
+    }
+    let job = state.store.job(&access.workspace_id, job_id).await?.ok_or_else(|| ApiError::not_found("job"))?;
+    Executed::ok(job)
+}
+
+/// Sync operations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "operation", rename_all = "snake_case")]
+pub enum SyncOp {
+    /// Start a sync job.
+    SyncPipeline(RunPipeline),
+    /// Start a reset job (clear destination data and state, sync again).
+    ResetPipeline(RunPipeline),
+    CancelJob { job_id: String },
+}
+
+impl Act for SyncOp {
+    fn action(&self) -> &'static str {
+        match self {
+            SyncOp::SyncPipeline(_) => "pipelines.sync",
+            SyncOp::ResetPipeline(_) => "pipelines.reset",
+            SyncOp::CancelJob { .. } => "jobs.cancel",
+        }
+    }
+
+    fn category(&self) -> Category {
+        Category::Syncs
+    }
+
+    fn summary(&self) -> String {
+        match self {
+            SyncOp::SyncPipeline(r) => format!("Sync pipeline {} (schedule version {:?})", r.pipeline_id, r.schedule_version),
+            SyncOp::ResetPipeline(r) => format!("Reset pipeline {}: clear its destination data and state, then sync from scratch", r.pipeline_id),
+            SyncOp::CancelJob { job_id } => format!("Cancel job {job_id}"),
+        }
+    }
+}
+
+impl SyncOp {
+    pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
+        // A run started by approving a proposal says so, whatever it runs.
+        let trigger = match ctx.via {
+            Via::Approval => "approval",
+            Via::Request => "manual",
+        };
+        match self {
+            SyncOp::SyncPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, "sync", trigger).await,
+            SyncOp::ResetPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, "reset", trigger).await,
+            SyncOp::CancelJob { job_id } => cancel_job(ctx.state, ctx.access, ctx.note, &job_id).await,
+        }
+    }
+}

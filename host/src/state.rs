@@ -1,0 +1,44 @@
+//! The state every request handler and background task shares:
+//! [`AppState`], cheap to clone, made of `Arc` parts; no globals. It is
+//! put together in `server` (the composition root).
+
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::config::ServerConfig;
+use crate::credentials::Vault;
+use crate::egress::Egress;
+use crate::plugin::registry::Registry;
+use crate::store::Store;
+
+/// State shared by every request handler: cheap to clone, no globals.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub store: Store,
+    /// Resolved configuration.
+    pub config: Arc<ServerConfig>,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+    /// Sealed credentials.
+    pub vault: Vault,
+    /// Outbound requests of connectors, policed.
+    pub egress: Egress,
+    /// Loaded connector plugins.
+    pub plugins: Arc<Registry>,
+    /// Refreshes OAuth tokens for the vault (held here, weakly there).
+    pub refresher: Arc<dyn crate::credentials::TokenRefresher>,
+    /// Recently verified sessions (SQLite, single server, only).
+    pub session_cache: Option<Arc<crate::store::caches::SessionCache>>,
+    /// Recently read `GET /me` profiles (SQLite, single server, only).
+    pub me_cache: Option<Arc<crate::store::caches::MeCache>>,
+    /// Wakes this server's job runner when it queues a job, so the job
+    /// starts now rather than at the runner's next poll.
+    pub jobs_queued: Arc<tokio::sync::Notify>,
+    /// Keys the fingerprints of idempotent requests (their bodies may hold
+    /// secrets).
+    pub fingerprint_key: Arc<crate::credentials::keyring::DerivedKey>,
+    /// Request rate limits.
+    pub throttle: Arc<crate::access::throttle::Throttle>,
+}
