@@ -27,7 +27,7 @@ pub async fn state(dir: &Path, egress: EgressPolicy) -> AppState {
             egress,
             limits: Default::default(),
             // The benchmark's PostgreSQL (BENCH_POSTGRES_URL) is local.
-            warehouses: service::destinations::postgres::WarehousePolicy::from_settings("127.0.0.1,::1,localhost").unwrap(),
+            warehouses: service::config::warehouse::WarehousePolicy::from_settings("127.0.0.1,::1,localhost").unwrap(),
         },
         oauth: Default::default(),
         limits: Default::default(),

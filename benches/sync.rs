@@ -22,7 +22,8 @@ use std::time::Instant;
 
 use axum::extract::Query;
 use serde_json::{Value, json};
-use service::destinations::{Loader, QUEUE_BYTES, Work, Writer, gather, queue};
+use service::jobs::queue::{QUEUE_BYTES, Work, gather, queue};
+use service::warehouse::{Loader, Writer};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
 use service::store::pipelines::StreamSyncMode;
@@ -129,7 +130,7 @@ async fn main() {
             .create_pipeline(&ws, "bench", &source.source_id, &dest.destination_id, &streams, &service::store::pipelines::Schedule::Manual, None)
             .await
             .unwrap();
-        let parsed = service::destinations::validate(kind, &dest_cfg).unwrap();
+        let parsed = service::warehouse::validate(kind, &dest_cfg).unwrap();
         // The two paths take turns, so a busy spell on the machine falls
         // on both rather than on one.
         let (mut plugin_rates, mut native_rates) = (Vec::new(), Vec::new());
@@ -141,7 +142,7 @@ async fn main() {
             plugin_rates.push(records as f64 / secs);
 
             let (t, cpu) = (Instant::now(), cpu_secs());
-            let place = service::destinations::Place { data_dir: dir.path(), workspace_id: &ws, warehouses: &state.config.plugins.warehouses };
+            let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &ws, warehouses: &state.config.plugins.warehouses };
             let records = native.sync(&parsed, &place).await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);
@@ -196,7 +197,7 @@ impl Native {
     /// queued meanwhile share a transaction, and each batch is prepared
     /// while the one before it is applied. Opening the destination and
     /// emptying the stream count too, as they do in the job.
-    async fn sync(&self, destination: &service::destinations::DestinationConfig, place: &service::destinations::Place<'_>) -> u64 {
+    async fn sync(&self, destination: &service::warehouse::DestinationConfig, place: &service::warehouse::Place<'_>) -> u64 {
         let writer = Writer::open(destination, place, None).await.unwrap();
         writer.clear("events_native").await.unwrap();
         let (tx, mut rx) = queue(QUEUE_BYTES);

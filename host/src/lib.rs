@@ -34,21 +34,20 @@ pub mod access;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod connectors;
 pub mod credentials;
-pub mod destinations;
 pub mod egress;
-pub mod emailcampaign;
 pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod mcp;
-pub mod oauth;
 pub mod ops;
 pub mod plugin;
 pub mod server;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod warehouse;
 pub mod web;
 
 /// The memory allocator of every program built on this crate: the server,

@@ -45,7 +45,7 @@ impl AppState {
         crate::config::ensure_data_dir(&config.data_dir)?;
         crate::config::check_data_dir(&config.data_dir)?;
         let store = Store::connect(&config.database_url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-        crate::destinations::relocate_shared_files(&store, &config.data_dir).await;
+        crate::warehouse::relocate_shared_files(&store, &config.data_dir).await;
         match admin::bootstrap(&store, &config).await? {
             Bootstrap::AlreadyInitialised => {}
             Bootstrap::WithToken { workspace_id, email } => {
@@ -77,8 +77,8 @@ impl AppState {
         ));
         plugins.load_all().await;
         let config = Arc::new(config);
-        let refresher: Arc<dyn crate::credentials::TokenRefresher> =
-            Arc::new(crate::oauth::Refresher { config: config.clone(), plugins: plugins.clone(), egress: egress.clone() });
+        let oauth = Arc::new(crate::credentials::OAuth::new(config.oauth.clone(), &config.public_url, plugins.clone(), egress.clone(), store.clone())?);
+        let refresher: Arc<dyn crate::credentials::TokenRefresher> = oauth.clone();
         vault.set_refresher(&refresher);
         let session_cache = (store.backend() == crate::store::Backend::Sqlite)
             .then(|| Arc::new(crate::store::caches::SessionCache::new(std::time::Duration::from_secs(5))));
@@ -92,7 +92,7 @@ impl AppState {
             vault,
             egress,
             plugins,
-            refresher,
+            oauth,
             session_cache,
             me_cache,
             jobs_queued: Arc::new(tokio::sync::Notify::new()),
@@ -222,10 +222,27 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
         })
     };
     let limits = state.config.limits.clone();
-    let app = crate::http::app(state);
+    let app = app(state);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(serve_connections(listener, app, limits, rx));
     Ok(RunningServer { addr, shutdown: tx, task, watcher, runner, sweeper })
+}
+
+/// The whole application: the API and the browser pages under the same
+/// layers, and MCP, whose tools are the API's operations dispatched into
+/// the API itself. Tests drive it directly; `serve` binds it.
+pub fn app(state: AppState) -> axum::Router {
+    let (api, openapi) = crate::http::api(&state, crate::web::router());
+    let catalog = Arc::new(crate::mcp::Catalog::from_openapi(&serde_json::to_value(&*openapi).unwrap_or_default()));
+    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), state.config.bind.ip().to_string()];
+    if let Some(h) = state.config.public_url.host_str() {
+        hosts.push(h.to_owned());
+    }
+    let mcp = axum::Router::new()
+        .route_service("/mcp", crate::mcp::http_service(catalog, api.clone(), hosts))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::middleware::authenticate))
+        .with_state(state);
+    api.merge(mcp)
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.

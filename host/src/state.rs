@@ -27,8 +27,9 @@ pub struct AppState {
     pub egress: Egress,
     /// Loaded connector plugins.
     pub plugins: Arc<Registry>,
-    /// Refreshes OAuth tokens for the vault (held here, weakly there).
-    pub refresher: Arc<dyn crate::credentials::TokenRefresher>,
+    /// OAuth flows; also refreshes tokens for the vault (held here,
+    /// weakly there).
+    pub oauth: Arc<crate::credentials::OAuth>,
     /// Recently verified sessions (SQLite, single server, only).
     pub session_cache: Option<Arc<crate::store::caches::SessionCache>>,
     /// Recently read `GET /me` profiles (SQLite, single server, only).

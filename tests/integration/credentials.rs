@@ -218,5 +218,5 @@ async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_en
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     assert!(!dir.path().join(service::credentials::keyring::KEY_FILE).exists(), "no key file is written");
     let vault = service::credentials::Vault::new(store, ring(&new));
-    assert_eq!(vault.reveal(&ws, &rec.credential_handle, "api.example.com").await.unwrap().expose_secret(), "env-rotated");
+    assert_eq!(vault.reveal(&ws, rec.credential_handle.as_str(), "api.example.com").await.unwrap().expose_secret(), "env-rotated");
 }

@@ -68,7 +68,7 @@ const ALLOWED_KEYS: &[&str] = &[
 ];
 
 fn assert_allowlisted(body: &Value) {
-    let metric_keys: Vec<String> = service::emailcampaign::METRICS
+    let metric_keys: Vec<String> = service::connectors::emailcampaign::METRICS
         .iter()
         .flat_map(|m| [format!("data.metrics.{m}"), format!("data.field_coverage.{m}"), format!("data.campaigns.metrics.{m}")])
         .collect();
@@ -125,7 +125,7 @@ async fn preview_shows_campaign_metrics_and_flags_traffic_and_sales(backend: Bac
     let campaigns = d["campaigns"].as_array().unwrap();
     assert_eq!(campaigns.len(), 10);
     for c in campaigns {
-        for m in service::emailcampaign::METRICS {
+        for m in service::connectors::emailcampaign::METRICS {
             assert!(c["metrics"].get(*m).is_some(), "metric {m} present");
         }
     }

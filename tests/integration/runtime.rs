@@ -163,6 +163,7 @@ impl Fixture {
             .await
             .unwrap()
             .credential_handle
+            .to_string()
     }
 
     /// A credential of `kind`, stored for `connector` if given, with
@@ -188,6 +189,7 @@ impl Fixture {
             .await
             .unwrap()
             .credential_handle
+            .to_string()
     }
 
     async fn still_works(&self) {

@@ -20,8 +20,9 @@ use super::extract::{ApiJson, SecretJson, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, ok};
 use crate::access::Role;
-use crate::credentials::{NewSecret, SecretMaterial};
-use crate::emailcampaign::{self as ec, ConnectionMethod};
+use crate::credentials::{BoundHosts, NewSecret, SecretMaterial};
+use crate::store::credentials::CredentialHandle;
+use crate::connectors::emailcampaign::{self as ec, ConnectionMethod, base_url_error};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::Executed;
 use crate::ops::credentials::store_secret;
@@ -33,33 +34,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(store_api_token)).routes(routes!(check)).routes(routes!(preview))
 }
 
-/// Answers a base_url that breaks a rule, naming the rule.
-pub fn base_url_error(r: ec::BaseUrlRejection) -> ApiError {
-    ApiError::bad_request("BASE_URL_REJECTED", format!("base_url rejected: {}", r.message))
-        .with_details(json!({ "field": "base_url", "rule": r.rule, "rule_number": r.rule_number }))
-}
-
 fn method(raw: Option<&str>) -> ApiResult<ConnectionMethod> {
     ConnectionMethod::parse(raw).map_err(|m| ApiError::invalid_field("connection_method", m))
-}
-
-/// The email-campaign rules for a saved source configuration: the same
-/// base_url validator, a known connection method (absent means
-/// self_hosted), and a credential bound to the base_url's host.
-pub async fn validate_source_config(state: &AppState, access: &crate::access::WorkspaceAccess, config: &Value) -> ApiResult<()> {
-    let base_url = config["base_url"].as_str().ok_or_else(|| ApiError::invalid_field("configuration.base_url", "base_url is required"))?;
-    let method = ConnectionMethod::parse(config["connection_method"].as_str()).map_err(|m| ApiError::invalid_field("configuration.connection_method", m))?;
-    let url = ec::validate_base_url(base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
-    let handle = config["credential_handle"].as_str().unwrap_or_default();
-    let cred = state.vault.handle_exists(&access.workspace_id, handle).await?.ok_or_else(|| {
-        ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace")
-            .with_details(json!({ "field": "configuration.credential_handle" }))
-    })?;
-    if !cred.hosts.iter().any(|h| Some(h.as_str()) == url.host_str()) {
-        return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the base_url's host")
-            .with_details(json!({ "field": "configuration.credential_handle" })));
-    }
-    Ok(())
 }
 
 /// Body of `POST /credentials/emailcampaign/api-token`.
@@ -118,7 +94,7 @@ async fn store_api_token(
 #[serde(deny_unknown_fields)]
 pub struct AccessBody {
     /// Handle of the stored API token.
-    pub credential_handle: String,
+    pub credential_handle: CredentialHandle,
     /// Defaults to the base_url stored with the credential.
     pub base_url: Option<String>,
     /// `self_hosted` or `cloud`; defaults to the credential's, else
@@ -143,7 +119,7 @@ pub struct DataSource {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AccessReport {
     pub connector_id: &'static str,
-    pub credential_handle: String,
+    pub credential_handle: CredentialHandle,
     pub data_source: DataSource,
     /// Per metric: `provided`, `derived` or `not_provided`.
     pub field_coverage: Option<Value>,
@@ -159,11 +135,7 @@ pub struct AccessReport {
 /// Resolves and checks everything a provider request needs, before any
 /// request is made.
 async fn prepare(state: &AppState, ws: &Workspace, body: &AccessBody) -> ApiResult<(String, ConnectionMethod, String)> {
-    let cred = state
-        .vault
-        .handle_exists(&ws.workspace_id, &body.credential_handle)
-        .await?
-        .ok_or_else(|| ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace").with_details(json!({ "field": "credential_handle" })))?;
+    let cred = state.vault.require_handle(&ws.workspace_id, &body.credential_handle, None).await.map_err(|e| e.at("credential_handle"))?;
     let base_url = body
         .base_url
         .clone()
@@ -171,11 +143,7 @@ async fn prepare(state: &AppState, ws: &Workspace, body: &AccessBody) -> ApiResu
         .ok_or_else(|| ApiError::invalid_field("base_url", "base_url is required"))?;
     let method = method(body.connection_method.as_deref().or(cred.metadata["connection_method"].as_str()))?;
     let url = ec::validate_base_url(&base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
-    let host = url.host_str().unwrap_or_default();
-    if !cred.hosts.iter().any(|h| h == host) {
-        return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the base_url's host")
-            .with_details(json!({ "field": "credential_handle" })));
-    }
+    cred.require_host(url.host_str().unwrap_or_default()).map_err(|e| e.at("credential_handle"))?;
     let config = json!({ "base_url": base_url, "credential_handle": body.credential_handle, "connection_method": method.as_str() });
     Ok((config.to_string(), method, base_url))
 }

@@ -157,8 +157,12 @@ async fn security_headers(req: axum::extract::Request, next: axum::middleware::N
     response
 }
 
-/// The whole application. Tests drive it directly; `serve` binds it.
-pub fn app(state: AppState) -> Router {
+/// The API: `/v1` (with authentication, idempotency and audit), the
+/// operational routes, the error-shaped fallbacks and every layer an
+/// answer of this server gets, and the OpenAPI description generated from
+/// the same route code. `extra` (the browser pages) is served under the
+/// same layers. The composition root adds MCP.
+pub fn api(state: &AppState, extra: Router<AppState>) -> (Router, Arc<utoipa::openapi::OpenApi>) {
     let (v1_routes, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/v1", v1()).split_for_parts();
     openapi.info.version = "1".into();
     let openapi = Arc::new(openapi);
@@ -173,7 +177,7 @@ pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .merge(v1_routes)
         .merge(system::router(&openapi))
-        .merge(crate::web::router())
+        .merge(extra)
         .route_layer(axum::middleware::from_fn(middleware::metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "404", "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -189,15 +193,5 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::throttle_address))
         .layer(axum::middleware::from_fn(crate::telemetry::request_id::assign))
         .with_state(state.clone());
-
-    // MCP: the same operations as tools, dispatched into `api` itself.
-    let catalog = Arc::new(crate::mcp::Catalog::from_openapi(&serde_json::to_value(&*openapi).unwrap_or_default()));
-    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), state.config.bind.ip().to_string()];
-    if let Some(h) = state.config.public_url.host_str() {
-        hosts.push(h.to_owned());
-    }
-    let mcp = Router::new()
-        .route_service("/mcp", crate::mcp::http_service(catalog, api.clone(), hosts))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), middleware::authenticate));
-    api.merge(mcp)
+    (api, openapi)
 }

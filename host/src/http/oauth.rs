@@ -14,7 +14,7 @@ use super::extract::{ApiJson, Workspace};
 use crate::audit::AuditNote;
 use super::Envelope;
 use crate::error::{ApiError, ApiResult};
-use crate::oauth::{self, Callback};
+use crate::credentials::oauth::{self, Callback};
 use crate::ops::credentials::store_secret;
 use crate::ops::{self, Executed};
 use crate::state::AppState;
@@ -52,7 +52,7 @@ async fn start_source_oauth(State(state): State<AppState>, ws: Workspace, Extens
 async fn complete(state: &AppState, ws: &Workspace, note: &AuditNote, cb: Callback, taskapp: bool) -> ApiResult<Executed> {
     note.action("credentials.oauth_complete");
     ws.require(crate::access::Role::Editor)?;
-    let mut done = oauth::complete(state, &cb, Some((&ws.workspace_id, &ws.principal.user_id))).await?;
+    let mut done = state.oauth.complete(&cb, Some((&ws.workspace_id, &ws.principal.user_id))).await?;
     if (done.connector_id == oauth::TASKAPP) != taskapp {
         return Err(ApiError::bad_request("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again"));
     }

@@ -187,7 +187,7 @@ pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note:
 /// Starts an OAuth flow for a source connector or the task app.
 pub async fn start_oauth(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, target: &str) -> ApiResult<Executed> {
     note.target("oauth_flow", target);
-    let started = crate::oauth::start(state, access, target).await?;
+    let started = state.oauth.start(access, target).await?;
     Ok(Executed::ok(started)?.shown_once(&["/authorization_url", "/state"]))
 }
 

@@ -11,6 +11,7 @@ use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::store::credentials::CredentialHandle;
 
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -37,8 +38,8 @@ pub struct UpdateDestination {
 
 async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &str, config: &Value) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
-    let parsed = crate::destinations::validate(kind, config)?;
-    if let crate::destinations::DestinationConfig::Postgres { credential_handle, target } = &parsed {
+    let parsed = crate::warehouse::validate(kind, config)?;
+    if let crate::warehouse::DestinationConfig::Postgres { credential_handle, target } = &parsed {
         if !state.config.plugins.warehouses.allows_name(&target.host) {
             return Err(ApiError::bad_request(
                 "DESTINATION_HOST_NOT_ALLOWED",
@@ -47,12 +48,7 @@ async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &st
             .with_details(json!({ "field": "configuration.url", "host": target.host })));
         }
         if let Some(h) = credential_handle {
-            let cred = state.vault.handle_exists(&access.workspace_id, h).await?.ok_or_else(|| {
-                ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace").with_details(json!({ "field": "configuration.credential_handle" }))
-            })?;
-            if !cred.hosts.contains(&target.host) {
-                return Err(ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", "the credential is not bound to the database host"));
-            }
+            state.vault.require_handle(&access.workspace_id, &CredentialHandle::new(h.as_str()), Some(&target.host)).await.map_err(|e| e.at("configuration.credential_handle"))?;
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
 use crate::state::AppState;
+use crate::store::credentials::CredentialHandle;
 use crate::store::sources::DeleteSourceError;
 
 /// Body of `POST /sources`.
@@ -59,15 +60,13 @@ async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, conn
         for (key, value) in obj {
             if (key == "credential_handle" || key.ends_with("_credential_handle"))
                 && let Some(handle) = value.as_str()
-                && state.vault.handle_exists(&access.workspace_id, handle).await?.is_none()
             {
-                return Err(ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", "credential_handle names no credential of this workspace")
-                    .with_details(json!({ "field": format!("configuration.{key}") })));
+                state.vault.require_handle(&access.workspace_id, &CredentialHandle::new(handle), None).await.map_err(|e| e.at(&format!("configuration.{key}")))?;
             }
         }
     }
-    if connector_id == crate::emailcampaign::CONNECTOR_ID {
-        crate::http::emailcampaign::validate_source_config(state, access, config).await?;
+    if let Some(rules) = crate::connectors::rules(connector_id) {
+        rules.validate_source(state, access, config).await?;
     }
     Ok(())
 }

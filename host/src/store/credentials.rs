@@ -18,13 +18,36 @@ pub struct Sealed {
     pub ciphertext: String,
 }
 
+/// The opaque reference to a stored credential (`ch_...`) that operations
+/// and configurations carry instead of a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = String, example = "ch_3q2v9Kx7mN4pR8sT1uW6yZ0aB5cD7eF9")]
+pub struct CredentialHandle(String);
+
+impl CredentialHandle {
+    pub fn new(handle: impl Into<String>) -> Self {
+        CredentialHandle(handle.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for CredentialHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What anyone may read about a credential: never the secret, not even a
 /// fragment of it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CredentialRecord {
     pub credential_id: String,
     /// The opaque reference other operations use.
-    pub credential_handle: String,
+    pub credential_handle: CredentialHandle,
     pub workspace_id: String,
     /// `api_token`, `oauth2`, `basic` or `secret`.
     pub kind: String,
@@ -76,7 +99,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
     Ok(SealedCredential {
         record: CredentialRecord {
             credential_id: r.try_get("id")?,
-            credential_handle: r.try_get("handle")?,
+            credential_handle: CredentialHandle(r.try_get("handle")?),
             workspace_id: r.try_get("workspace_id")?,
             kind: r.try_get("kind")?,
             connector_id: r.try_get("connector_id")?,

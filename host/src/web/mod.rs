@@ -346,7 +346,7 @@ async fn submit_entry(
         &format!(
             "<p>The secret is sealed. Its reference (safe to share with your tools):</p><p><code>{}</code></p>\
              <p>You can close this page; the tool that sent you here picks the reference up by itself.</p>",
-            escape(&record.credential_handle)
+            escape(record.credential_handle.as_str())
         ),
     )
     .into_response()
@@ -364,8 +364,8 @@ struct Landing {
 }
 
 impl Landing {
-    fn callback(self) -> crate::oauth::Callback {
-        crate::oauth::Callback { state: self.state, code: self.code, error: self.error, error_description: self.error_description }
+    fn callback(self) -> crate::credentials::oauth::Callback {
+        crate::credentials::oauth::Callback { state: self.state, code: self.code, error: self.error, error_description: self.error_description }
     }
 }
 
@@ -380,7 +380,7 @@ fn oauth_failed(e: &crate::error::ApiError) -> axum::response::Response {
 /// the flow at once.
 async fn oauth_landing(State(state): State<AppState>, axum::extract::Query(q): axum::extract::Query<Landing>) -> axum::response::Response {
     if q.error.is_some() {
-        return match crate::oauth::complete(&state, &q.callback(), None).await {
+        return match state.oauth.complete(&q.callback(), None).await {
             Ok(_) => gone("authorisation"),
             Err(e) => oauth_failed(&e),
         };
@@ -421,11 +421,11 @@ async fn oauth_complete(
     let Ok(axum::Form(landing)) = form else {
         return (axum::http::StatusCode::BAD_REQUEST, page("Authorisation not completed", "<p>The form was incomplete.</p>")).into_response();
     };
-    let mut done = match crate::oauth::complete(&state, &landing.callback(), None).await {
+    let mut done = match state.oauth.complete(&landing.callback(), None).await {
         Ok(d) => d,
         Err(e) => return oauth_failed(&e),
     };
-    let initiator = match crate::oauth::initiator(&state, &done).await {
+    let initiator = match state.oauth.initiator(&done).await {
         Ok(a) => a,
         Err(e) => return oauth_failed(&e),
     };

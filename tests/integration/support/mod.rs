@@ -153,7 +153,7 @@ impl TestServer {
                 egress: service::egress::EgressPolicy::default(),
                 limits: service::plugin::sandbox::Limits::default(),
                 // The tests' PostgreSQL destinations are on this machine.
-                warehouses: service::destinations::postgres::WarehousePolicy::from_settings("127.0.0.1,::1").unwrap(),
+                warehouses: service::config::warehouse::WarehousePolicy::from_settings("127.0.0.1,::1").unwrap(),
             },
             oauth: Default::default(),
             limits: Default::default(),

@@ -1,17 +1,8 @@
-//! The job runner and the scheduler.
-//!
-//! Runners claim jobs with a lease (one conditional update, see
-//! [`crate::store::Store::claim_job`]) and keep it alive with heartbeats; a
-//! job whose runner died is claimed again when its lease expires. A sync
-//! reads each selected stream through the source plugin into the
-//! destination, batch by batch, and saves the stream's state after the
-//! records it covers are written, so a restart resumes from the last
-//! checkpoint (and, in deduplicated mode, rewrites the same rows instead of
-//! adding duplicates). Transient failures are retried with backoff;
-//! permanent ones fail the job with a sanitised reason.
-//!
-//! The scheduler starts due interval syncs; a run that meets an active job
-//! is skipped and recorded in the audit log, never queued twice.
+//! One sync (or reset) job: each selected stream is read through the
+//! source plugin into the destination, batch by batch, through a write
+//! queue, and its state is saved after the records it covers are written,
+//! so a restart resumes from the last checkpoint (and, in deduplicated
+//! mode, rewrites the same rows instead of adding duplicates).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,106 +12,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::destinations::{DestinationConfig, Loader, Place, QUEUE_BYTES, Work, WorkSender, WriteError, Writer, Written, gather, queue};
+use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, queue};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
 use crate::state::AppState;
-use crate::store::now_ms;
-use crate::store::pipelines::{Job, Schedule, StreamSyncMode};
-
-/// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
-/// after a runner dies, its job is taken over this long after its last
-/// heartbeat.
-fn lease_ms(state: &AppState) -> i64 {
-    state.config.limits.job_lease.as_millis() as i64
-}
-
-/// Heartbeat period: a third of the lease.
-fn heartbeat(state: &AppState) -> Duration {
-    state.config.limits.job_lease / 3
-}
-/// Attempts before a transiently failing job fails for good.
-const MAX_ATTEMPTS: i64 = 3;
-
-/// Runs jobs and schedules until the task is aborted: as many runners as
-/// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the least busy
-/// workspace first and none of a workspace that has
-/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` running (on any server), so one
-/// tenant's slow provider cannot hold every runner. The scheduler ticks on
-/// its own, so due runs are noticed (and skipped) while jobs run.
-pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let runners = (0..state.config.limits.job_concurrency).map(|_| {
-            let state = state.clone();
-            async move {
-                let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
-                loop {
-                    match state.store.claim_job(&owner, lease_ms(&state), state.config.limits.job_concurrency_per_workspace).await {
-                        Ok(Some(job)) => run(&state, &owner, job).await,
-                        // Jobs queued by another replica are found by polling.
-                        Ok(None) => {
-                            let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not claim jobs");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                    }
-                }
-            }
-        });
-        let runners = futures_join_all(runners.collect());
-        let scheduler = async {
-            loop {
-                schedule_due(&state).await;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        };
-        tokio::join!(runners, scheduler);
-    })
-}
-
-/// Runs futures to completion side by side.
-async fn futures_join_all<F: Future<Output = ()> + Send + 'static>(futures: Vec<F>) {
-    let mut set = tokio::task::JoinSet::new();
-    for f in futures {
-        set.spawn(f);
-    }
-    while set.join_next().await.is_some() {}
-}
-
-async fn schedule_due(state: &AppState) {
-    let Ok(due) = state.store.due_pipelines(now_ms()).await else { return };
-    for p in due {
-        let _ = state.store.set_next_run(&p.pipeline_id, p.schedule.next_after(now_ms()).ok().flatten()).await;
-        if p.schedule == Schedule::Manual {
-            continue;
-        }
-        match state.store.create_job(&p.workspace_id, &p.pipeline_id, "sync", "schedule").await {
-            Ok(Ok(job)) => {
-                state.jobs_queued.notify_one();
-                tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started");
-            }
-            Ok(Err(active)) => {
-                let record = crate::store::audit::NewAuditRecord {
-                    workspace_id: Some(p.workspace_id.clone()),
-                    action: "pipelines.schedule_skipped".into(),
-                    target_type: Some("pipeline".into()),
-                    target_id: Some(p.pipeline_id.clone()),
-                    client_source: "api".into(),
-                    request_id: crate::telemetry::request_id::current(),
-                    outcome: "failed".into(),
-                    status_code: 409,
-                    ..Default::default()
-                };
-                let _ = state.store.append_audit(&record).await;
-                tracing::info!(pipeline = %p.pipeline_id, active = ?active.0.map(|j| j.job_id), "scheduled sync skipped: a job is active");
-            }
-            Err(e) => tracing::warn!(error = %e, "could not start a scheduled sync"),
-        }
-    }
-}
+use crate::store::pipelines::{Job, StreamSyncMode};
+use crate::warehouse::{DestinationConfig, Loader, Place, WriteError, Writer, Written};
 
 /// Counters shown as a job's progress: per stream, and their totals.
 #[derive(Default)]
@@ -262,56 +160,9 @@ impl RecordSink for JobSink {
     }
 }
 
-/// Whether a failure may go away by itself.
-fn transient(e: &InvocationError) -> bool {
-    matches!(
-        e,
-        InvocationError::Timeout | InvocationError::Host(_) | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
-    )
-}
 
-/// Runs one claimed job to its end.
-async fn run(state: &AppState, owner: &str, job: Job) {
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let beat = {
-        let (state, owner, id, cancelled) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancelled.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(heartbeat(&state)).await;
-                if !state.store.heartbeat(&id, &owner, lease_ms(&state)).await.unwrap_or(true) {
-                    cancelled.store(true, Ordering::SeqCst);
-                    return;
-                }
-            }
-        })
-    };
-    let outcome = execute(state, &job, cancelled.clone()).await;
-    beat.abort();
-    match outcome {
-        Ok(()) => {
-            let _ = state.store.finish_job(&job.job_id, owner, "succeeded", None).await;
-        }
-        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten().as_deref() == Some("cancelled") => {}
-        Err(Failure::Transient(msg)) if job.attempts < MAX_ATTEMPTS => {
-            let backoff = 2_000 * (1i64 << job.attempts.clamp(0, 6));
-            let _ = state.store.retry_job(&job.job_id, owner, now_ms() + backoff, &msg).await;
-        }
-        Err(Failure::Transient(msg) | Failure::Permanent(msg)) => {
-            let _ = state.store.finish_job(&job.job_id, owner, "failed", Some(&msg)).await;
-        }
-    }
-}
 
-enum Failure {
-    Transient(String),
-    Permanent(String),
-}
-
-fn short(s: impl std::fmt::Display) -> String {
-    s.to_string().chars().take(300).collect()
-}
-
-async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), Failure> {
+pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     let pipeline = state.store.pipeline(ws, &job.pipeline_id).await.ok().flatten().ok_or_else(|| permanent("the pipeline no longer exists"))?;
@@ -319,7 +170,7 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
     let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
     let dest = state.store.destination(ws, &dest_id).await.ok().flatten().ok_or_else(|| permanent("the destination no longer exists"))?;
     let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
-    let config = crate::destinations::validate(&dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
+    let config = crate::warehouse::validate(&dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
     let password = match &config {
         DestinationConfig::Postgres { target, credential_handle: Some(h) } => {
             Some(state.vault.reveal(ws, h, &target.host).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
@@ -384,4 +235,22 @@ async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Res
         w.close().await;
     }
     Ok(())
+}
+
+/// Whether a failure may go away by itself.
+fn transient(e: &InvocationError) -> bool {
+    matches!(
+        e,
+        InvocationError::Timeout | InvocationError::Host(_) | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
+    )
+}
+
+/// How a job failed: worth another attempt, or not.
+pub(super) enum Failure {
+    Transient(String),
+    Permanent(String),
+}
+
+fn short(s: impl std::fmt::Display) -> String {
+    s.to_string().chars().take(300).collect()
 }

@@ -1,16 +1,24 @@
 //! The email-campaign connector's host side (spec sections 2, 4 and 8):
-//! the one `base_url` validator, connection methods, and the allowlist
-//! that shapes what check and preview may answer.
+//! the one `base_url` validator, connection methods, the rules of a saved
+//! source, and the allowlist that shapes what check and preview may
+//! answer.
 //!
 //! The provider (a Mailcoach-compatible API) runs self-hosted at
 //! `https://<instance>/api` or in the cloud at `https://<team>.mailcoach.app/api`.
+
+use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use url::{Host, Url};
 use utoipa::ToSchema;
 
+use super::ConnectorRules;
+use crate::access::WorkspaceAccess;
 use crate::egress::HostPattern;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::store::credentials::CredentialHandle;
 
 /// The product connector id.
 pub const CONNECTOR_ID: &str = "conn_emailcampaign_edm";
@@ -158,6 +166,34 @@ pub fn validate_base_url(raw: &str, method: ConnectionMethod, approved: &[HostPa
         return Err(reject(1, "approved_https_host", format!("{host} is not an approved host of the provider; the operator approves self-hosted instances by adding their host")));
     }
     Ok(url)
+}
+
+/// Answers a base_url that breaks a rule, naming the rule.
+pub fn base_url_error(r: BaseUrlRejection) -> ApiError {
+    ApiError::bad_request("BASE_URL_REJECTED", format!("base_url rejected: {}", r.message))
+        .with_details(json!({ "field": "base_url", "rule": r.rule, "rule_number": r.rule_number }))
+}
+
+/// The email-campaign rules for a saved source configuration: the same
+/// base_url validator, a known connection method (absent means
+/// self_hosted), and a credential bound to the base_url's host.
+pub struct Rules;
+
+impl ConnectorRules for Rules {
+    fn connector_id(&self) -> &'static str {
+        CONNECTOR_ID
+    }
+
+    fn validate_source<'a>(&'a self, state: &'a AppState, access: &'a WorkspaceAccess, config: &'a Value) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
+        Box::pin(async move {
+            let base_url = config["base_url"].as_str().ok_or_else(|| ApiError::invalid_field("configuration.base_url", "base_url is required"))?;
+            let method = ConnectionMethod::parse(config["connection_method"].as_str()).map_err(|m| ApiError::invalid_field("configuration.connection_method", m))?;
+            let url = validate_base_url(base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
+            let handle = CredentialHandle::new(config["credential_handle"].as_str().unwrap_or_default());
+            state.vault.require_handle(&access.workspace_id, &handle, url.host_str()).await.map_err(|e| e.at("configuration.credential_handle"))?;
+            Ok(())
+        })
+    }
 }
 
 /// Metric names a response may carry, counts first, then rates.

@@ -1,4 +1,4 @@
-//! OAuth 2.0 authorization-code flows run by the host, with PKCE (S256):
+//! OAuth 2.0 authorization-code flows run by the host ([`OAuth`]), with PKCE (S256):
 //! for source connectors (endpoints from the plugin's description) and for
 //! the task app (endpoints from operator configuration). Client ids and
 //! secrets always come from operator configuration, never from callers.
@@ -21,8 +21,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use crate::config::oauth::OAuthClient;
-use crate::credentials::{NewSecret, SecretMaterial};
+use super::vault::{NewSecret, SecretMaterial, TokenRefresher};
+use crate::access::{ClientSource, Principal, WorkspaceAccess};
+use crate::config::oauth::{OAuthClient, OAuthSettings};
+use crate::plugin::registry::Registry;
+use crate::store::Store;
 use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
 use crate::error::ApiError;
 use crate::store::oauth::{OAuthState, Spend};
@@ -44,8 +47,26 @@ struct Provider {
     connector_id: Option<String>,
 }
 
-async fn provider(config: &crate::config::ServerConfig, plugins: &crate::plugin::registry::Registry, target: &str) -> Result<Provider, ApiError> {
-    let settings = &config.oauth;
+/// The OAuth flows of an installation: its operator clients, where
+/// browsers come back, the connectors that declare OAuth endpoints, and
+/// the egress every exchange goes through.
+pub struct OAuth {
+    settings: OAuthSettings,
+    /// Where providers send the browser back (`<public-url>/oauth/callback`).
+    redirect_uri: String,
+    plugins: Arc<Registry>,
+    egress: Egress,
+    store: Store,
+}
+
+impl OAuth {
+    pub fn new(settings: OAuthSettings, public_url: &Url, plugins: Arc<Registry>, egress: Egress, store: Store) -> anyhow::Result<Self> {
+        let redirect_uri = public_url.join("oauth/callback")?.to_string();
+        Ok(OAuth { settings, redirect_uri, plugins, egress, store })
+    }
+}
+
+async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) -> Result<Provider, ApiError> {
     if target == TASKAPP {
         let t = settings.taskapp.clone().ok_or_else(|| {
             ApiError::not_configured("OAUTH_NOT_CONFIGURED", "the operator has not configured the task app's OAuth client (SERVICE_TASKAPP_OAUTH)")
@@ -92,18 +113,18 @@ fn random_b64(bytes: usize) -> String {
     URL_SAFE_NO_PAD.encode(b)
 }
 
+impl OAuth {
 /// Starts a flow for `access` (the session and client are remembered):
 /// answers the provider's authorization URL.
-pub async fn start(state: &crate::state::AppState, access: &crate::access::WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
-    let p = provider(&state.config, &state.plugins, target).await?;
+pub async fn start(&self, access: &WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
+    let p = provider(&self.settings, &self.plugins, target).await?;
     let target = p.connector_id.clone().unwrap_or_else(|| TASKAPP.to_owned());
     let st = random_b64(32);
     let verifier = random_b64(48);
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
-    let redirect_uri = state.config.public_url.join("oauth/callback").map_err(ApiError::internal)?.to_string();
+    let redirect_uri = self.redirect_uri.clone();
     let expires_at = now_ms() + STATE_TTL_MS;
-    state
-        .store
+    self.store
         .create_oauth_state(
             &crate::access::tokens::hash(&st),
             &OAuthState {
@@ -135,6 +156,7 @@ pub async fn start(state: &crate::state::AppState, access: &crate::access::Works
         "expires_at": chrono::DateTime::from_timestamp_millis(expires_at),
         "connector_id": p.connector_id,
     }))
+}
 }
 
 /// Keeps provider-supplied text short and printable.
@@ -189,16 +211,17 @@ impl Completed {
 /// Checks the state (single use, bound to user and workspace), handles a
 /// provider denial, and exchanges the code through egress. `expect` is the
 /// (workspace, user) the API caller acts as; the browser landing has none.
-pub async fn complete(state: &crate::state::AppState, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
+impl OAuth {
+pub async fn complete(&self, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
     let hash = crate::access::tokens::hash(&cb.state);
     if let Some((ws, user)) = expect {
         // Someone else's flow behaves like an unknown one, and is not spent.
-        match state.store.oauth_state_owner(&hash).await? {
+        match self.store.oauth_state_owner(&hash).await? {
             Some((w, u)) if w == ws && u == user => {}
             _ => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
         }
     }
-    let flow = match state.store.spend_oauth_state(&hash).await? {
+    let flow = match self.store.spend_oauth_state(&hash).await? {
         Spend::Unknown => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
         Spend::Expired => return Err(state_error("OAUTH_STATE_EXPIRED", "the OAuth flow expired; start it again")),
         Spend::Used => return Err(ApiError::conflict("OAUTH_STATE_USED", "this OAuth flow was already completed; start a new one")),
@@ -213,7 +236,7 @@ pub async fn complete(state: &crate::state::AppState, cb: &Callback, expect: Opt
             .with_details(json!({ "provider_error": code, "description": cb.error_description.as_deref().map(|d| sanitise(d, 200)) })));
     }
     let code = cb.code.as_deref().filter(|c| !c.is_empty()).ok_or_else(|| ApiError::invalid_field("code", "code is required unless error is given"))?;
-    let p = provider(&state.config, &state.plugins, &flow.target).await?;
+    let p = provider(&self.settings, &self.plugins, &flow.target).await?;
     let form = vec![
         ("grant_type", "authorization_code".to_owned()),
         ("code", code.to_owned()),
@@ -222,7 +245,7 @@ pub async fn complete(state: &crate::state::AppState, cb: &Callback, expect: Opt
         ("client_secret", p.client.client_secret.expose_secret().to_owned()),
         ("code_verifier", flow.code_verifier.clone()),
     ];
-    let tokens = token_request(&state.egress, &p, &flow.workspace_id, form).await?;
+    let tokens = token_request(&self.egress, &p, &flow.workspace_id, form).await?;
     let hosts: Vec<String> = p.hosts.iter().filter_map(|h| if let HostPattern::Exact(n) = h { Some(n.clone()) } else { None }).collect();
     if hosts.is_empty() {
         return Err(ApiError::bad_request("OAUTH_NOT_SUPPORTED", "the connector declares no exact host a token could be bound to"));
@@ -245,25 +268,27 @@ pub async fn complete(state: &crate::state::AppState, cb: &Callback, expect: Opt
 /// initiator's current role in the workspace and the client kind the flow
 /// was started with. A flow whose session was revoked, or whose initiator
 /// left the workspace, completes for nobody.
-pub async fn initiator(state: &crate::state::AppState, done: &Completed) -> Result<crate::access::WorkspaceAccess, ApiError> {
+pub async fn initiator(&self, done: &Completed) -> Result<WorkspaceAccess, ApiError> {
     let refused = || ApiError::permission_denied("permission denied: whoever started this authorisation can no longer complete it");
     if let Some(session_id) = &done.session_id {
-        let session = state.store.session(session_id).await?.ok_or_else(refused)?;
+        let session = self.store.session(session_id).await?.ok_or_else(refused)?;
         if session.revoked_at.is_some() {
             return Err(refused());
         }
     }
-    let role = state.store.role_in(&done.user_id, &done.workspace_id).await?.ok_or_else(refused)?;
-    Ok(crate::access::WorkspaceAccess {
-        principal: crate::access::Principal {
+    let role = self.store.role_in(&done.user_id, &done.workspace_id).await?.ok_or_else(refused)?;
+    Ok(WorkspaceAccess {
+        principal: Principal {
             user_id: done.user_id.clone(),
             session_id: done.session_id.clone().unwrap_or_default(),
-            client: crate::access::ClientSource::parse(&done.client_source).unwrap_or(crate::access::ClientSource::Mcp),
+            client: ClientSource::parse(&done.client_source).unwrap_or(ClientSource::Mcp),
             proposal_requested: false,
         },
         workspace_id: done.workspace_id.clone(),
         role,
     })
+}
+
 }
 
 fn state_error(code: &str, message: &str) -> ApiError {
@@ -313,15 +338,9 @@ async fn token_request(egress: &Egress, p: &Provider, workspace_id: &str, form: 
     })
 }
 
-/// Refreshes OAuth access tokens for the vault when they expire. Holds no
-/// reference back to the vault (the vault holds it weakly).
-pub struct Refresher {
-    pub config: Arc<crate::config::ServerConfig>,
-    pub plugins: Arc<crate::plugin::registry::Registry>,
-    pub egress: Egress,
-}
-
-impl crate::credentials::TokenRefresher for Refresher {
+/// Refreshes OAuth access tokens for the vault when they expire. The vault
+/// holds the service weakly (the service's egress client holds the vault).
+impl TokenRefresher for OAuth {
     fn refresh<'a>(
         &'a self,
         workspace_id: &'a str,
@@ -329,7 +348,7 @@ impl crate::credentials::TokenRefresher for Refresher {
         refresh_token: &'a SecretString,
     ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>> {
         Box::pin(async move {
-            let p = provider(&self.config, &self.plugins, provider_target).await.map_err(|e| e.message)?;
+            let p = provider(&self.settings, &self.plugins, provider_target).await.map_err(|e| e.message)?;
             let form = vec![
                 ("grant_type", "refresh_token".to_owned()),
                 ("refresh_token", refresh_token.expose_secret().to_owned()),
@@ -341,7 +360,3 @@ impl crate::credentials::TokenRefresher for Refresher {
         })
     }
 }
-
-/// How the vault reaches the refresher: weakly, since the refresher's
-/// egress client holds the vault.
-pub type RefresherSlot = Arc<std::sync::OnceLock<std::sync::Weak<dyn crate::credentials::TokenRefresher>>>;

@@ -1,0 +1,37 @@
+//! Host-side rules of particular connectors, found by connector id: what
+//! the generic paths (sources, credentials, check and preview) cannot know
+//! about one provider. A connector without rules needs none beyond its
+//! plugin's configuration schema.
+//!
+//! Layout: one file per connector with rules, each offering a
+//! [`ConnectorRules`]; [`rules`] finds them by connector id.
+//! - [`emailcampaign`]: `conn_emailcampaign_edm` (the `base_url` rules,
+//!   connection methods, and what check and preview may answer).
+
+pub mod emailcampaign;
+
+use std::pin::Pin;
+
+use serde_json::Value;
+
+use crate::access::WorkspaceAccess;
+use crate::error::ApiResult;
+use crate::state::AppState;
+
+/// What the host checks for one connector beyond the plugin's schema.
+pub trait ConnectorRules: Sync {
+    /// The connector the rules are for.
+    fn connector_id(&self) -> &'static str;
+
+    /// Checks a source configuration (already valid against the plugin's
+    /// schema) before it is saved.
+    fn validate_source<'a>(&'a self, state: &'a AppState, access: &'a WorkspaceAccess, config: &'a Value) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>>;
+}
+
+/// Every connector's rules.
+const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules];
+
+/// The rules of a connector (by canonical id), if it has any.
+pub fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {
+    ALL.iter().copied().find(|r| r.connector_id() == connector_id)
+}

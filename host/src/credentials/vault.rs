@@ -1,0 +1,454 @@
+//! The vault: creates credentials, hands a secret out only to the egress
+//! layer (for one workspace, connector and bound host at a time), checks
+//! handles for the operations that name one, and rotates the master key.
+
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use zeroize::Zeroizing;
+
+use crate::egress::{HostPattern, Injection, Placement, SecretSource};
+use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential};
+use crate::store::{Store, new_id, now_ms};
+use super::keyring::{self, Keyring};
+
+/// How often `last_used_at` of a credential is refreshed.
+const TOUCH_INTERVAL_MS: i64 = 60_000;
+
+/// The secret part of a credential.
+pub struct SecretMaterial {
+    /// The token, key or password the provider expects.
+    pub secret: SecretString,
+    /// OAuth refresh token, when there is one.
+    pub refresh_token: Option<SecretString>,
+}
+
+impl SecretMaterial {
+    pub fn new(secret: SecretString) -> Self {
+        SecretMaterial { secret, refresh_token: None }
+    }
+
+    fn to_plaintext(&self) -> Zeroizing<Vec<u8>> {
+        let mut v = json!({ "secret": self.secret.expose_secret() });
+        if let Some(r) = &self.refresh_token {
+            v["refresh_token"] = json!(r.expose_secret());
+        }
+        let bytes = Zeroizing::new(serde_json::to_vec(&v).unwrap_or_default());
+        // The Value held copies of the secrets; scrub them.
+        if let Value::Object(mut map) = v {
+            for (_, val) in map.iter_mut() {
+                if let Value::String(s) = val {
+                    zeroize::Zeroize::zeroize(s);
+                }
+            }
+        }
+        bytes
+    }
+
+    fn from_plaintext(bytes: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            secret: SecretString,
+            refresh_token: Option<SecretString>,
+        }
+        let raw: Raw = serde_json::from_slice(bytes).ok()?;
+        Some(SecretMaterial { secret: raw.secret, refresh_token: raw.refresh_token })
+    }
+}
+
+/// A credential to create.
+pub struct NewSecret<'a> {
+    pub workspace_id: &'a str,
+    pub created_by: &'a str,
+    /// `api_token`, `oauth2`, `basic` or `secret`.
+    pub kind: &'a str,
+    pub connector_id: Option<&'a str>,
+    pub label: Option<&'a str>,
+    /// Exact host names the secret may be sent to.
+    pub hosts: Vec<String>,
+    pub metadata: Value,
+    pub material: SecretMaterial,
+    /// `active`, or `pending_approval` until the gate lets it through.
+    pub status: &'a str,
+    pub access_expires_at: Option<i64>,
+}
+
+/// Why a handle cannot be used where it was given.
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    #[error("credential_handle names no credential of this workspace")]
+    Unknown,
+    #[error("the credential is not bound to {0}")]
+    NotBoundTo(String),
+    #[error(transparent)]
+    Store(crate::store::StoreError),
+}
+
+impl HandleError {
+    /// The client error for the request field that carried the handle.
+    pub fn at(self, field: &str) -> crate::error::ApiError {
+        use crate::error::ApiError;
+        use serde_json::json;
+        match self {
+            HandleError::Unknown => ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", HandleError::Unknown.to_string()).with_details(json!({ "field": field })),
+            HandleError::NotBoundTo(host) => {
+                ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", format!("the credential is not bound to {host}")).with_details(json!({ "field": field, "host": host }))
+            }
+            HandleError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// A credential's bound hosts, as a check.
+pub trait BoundHosts {
+    /// Fails unless the credential may be sent to `host`.
+    fn require_host(&self, host: &str) -> Result<(), HandleError>;
+}
+
+impl BoundHosts for CredentialRecord {
+    fn require_host(&self, host: &str) -> Result<(), HandleError> {
+        if self.hosts.iter().any(|h| h == host) { Ok(()) } else { Err(HandleError::NotBoundTo(host.to_owned())) }
+    }
+}
+
+/// Why a credential could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("{0}")]
+    InvalidHost(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Gets a new access token for an OAuth credential (the OAuth module
+/// implements it; the vault only asks). Answers (access token, new refresh
+/// token if rotated, expiry in Unix ms).
+pub trait TokenRefresher: Send + Sync {
+    #[allow(clippy::type_complexity)]
+    fn refresh<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        provider: &'a str,
+        refresh_token: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>>;
+}
+
+/// How the vault reaches the refresher: weakly, since the refresher's
+/// egress client holds the vault.
+pub type RefresherSlot = Arc<std::sync::OnceLock<std::sync::Weak<dyn TokenRefresher>>>;
+
+/// Seals, stores and (for egress only) reveals credentials.
+#[derive(Clone)]
+pub struct Vault {
+    store: Store,
+    keyring: Arc<Keyring>,
+    /// Set once the OAuth module exists (it needs egress, which needs the
+    /// vault).
+    refresher: RefresherSlot,
+    /// Secrets recently revealed to the egress layer.
+    revealed: Arc<Revealed>,
+}
+
+/// How long a secret revealed to the egress layer is used again without
+/// reading the credential anew. A connector paging through an API makes
+/// many requests a second, and each reveal is a database read and an AEAD
+/// open (about a millisecond under load, measured). So a change to a
+/// credential reaches outbound requests within this time; an OAuth access
+/// token is refreshed long before that matters ([`REFRESH_MARGIN_MS`]).
+const REVEALED_FOR: Duration = Duration::from_secs(2);
+
+/// Revealed secrets by workspace, connector, handle and host, with when
+/// they were read; entries older than [`REVEALED_FOR`] are never handed
+/// out and are dropped (and zeroised) as new ones come in.
+#[derive(Default)]
+struct Revealed(Mutex<HashMap<RevealedKey, (Injection, Instant)>>);
+
+/// Workspace, connector, handle and host.
+type RevealedKey = (String, String, String, String);
+
+impl Revealed {
+    fn get(&self, key: &RevealedKey, now: Instant) -> Option<Injection> {
+        let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(key).filter(|(_, at)| now.duration_since(*at) < REVEALED_FOR).map(|(secret, _)| secret.clone())
+    }
+
+    fn put(&self, key: RevealedKey, secret: Injection, now: Instant) {
+        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (_, at)| now.duration_since(*at) < REVEALED_FOR);
+        cache.insert(key, (secret, now));
+    }
+}
+
+/// Refresh an access token this long before it expires.
+const REFRESH_MARGIN_MS: i64 = 30_000;
+
+/// Associated data of a sealed secret: a ciphertext copied to another
+/// credential or workspace does not open.
+fn binding(credential_id: &str, workspace_id: &str) -> String {
+    format!("credential={credential_id};workspace={workspace_id}")
+}
+
+/// Normalises a list of bound hosts: exact, lower-case names, or IP
+/// addresses (a database destination's host may be one; egress never
+/// sends to an address, so there they bind nothing).
+pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for h in hosts {
+        if let Ok(ip) = h.trim().trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+            let ip = ip.to_string();
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+            continue;
+        }
+        match HostPattern::parse(h)? {
+            HostPattern::Exact(name) => {
+                if !out.contains(&name) {
+                    out.push(name)
+                }
+            }
+            _ => return Err(format!("'{h}': a credential is bound to exact host names, not patterns")),
+        }
+    }
+    if out.is_empty() {
+        return Err("a credential must be bound to at least one host".into());
+    }
+    Ok(out)
+}
+
+impl Vault {
+    pub fn new(store: Store, keyring: Keyring) -> Self {
+        Vault { store, keyring: Arc::new(keyring), refresher: Default::default(), revealed: Default::default() }
+    }
+
+    /// A key derived from the master key for one purpose (see
+    /// [`Keyring::derive`]).
+    pub fn derived_key(&self, purpose: &str) -> keyring::DerivedKey {
+        self.keyring.derive(purpose)
+    }
+
+    /// Installs the OAuth token refresher (kept alive by its owner).
+    pub fn set_refresher(&self, r: &Arc<dyn TokenRefresher>) {
+        let _ = self.refresher.set(Arc::downgrade(r));
+    }
+
+    /// Stores a new credential; returns its public record.
+    pub async fn create(&self, new: NewSecret<'_>) -> Result<CredentialRecord, CreateError> {
+        let hosts = bound_hosts(&new.hosts).map_err(CreateError::InvalidHost)?;
+        let id = new_id("crd");
+        let mut raw = [0u8; 24];
+        rand::rng().fill_bytes(&mut raw);
+        let handle = format!("ch_{}", URL_SAFE_NO_PAD.encode(raw));
+        let sealed = self.keyring.seal(&binding(&id, new.workspace_id), &new.material.to_plaintext());
+        self.store
+            .insert_credential(NewCredential {
+                id: &id,
+                workspace_id: new.workspace_id,
+                handle: &handle,
+                kind: new.kind,
+                connector_id: new.connector_id,
+                label: new.label,
+                hosts: &hosts,
+                metadata: &new.metadata,
+                status: new.status,
+                created_by: new.created_by,
+                access_expires_at: new.access_expires_at,
+                sealed: &sealed,
+            })
+            .await?;
+        Ok(self.store.credential(new.workspace_id, &id).await?.expect("just inserted").record)
+    }
+
+    /// The secret behind a handle, for a request to `host` on behalf of
+    /// `workspace_id`. The reasons it gives are safe to show.
+    pub async fn reveal(&self, workspace_id: &str, handle: &str, host: &str) -> Result<SecretString, String> {
+        self.open(workspace_id, handle, host).await.map(|(_, secret)| secret)
+    }
+
+    /// The credential behind a handle and its secret, for a request to
+    /// `host` on behalf of `workspace_id`.
+    async fn open(&self, workspace_id: &str, handle: &str, host: &str) -> Result<(CredentialRecord, SecretString), String> {
+        let row = self
+            .store
+            .credential_by_handle(workspace_id, handle)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "credential lookup failed");
+                "credential store unavailable".to_owned()
+            })?
+            .ok_or_else(|| "unknown credential handle".to_owned())?;
+        if row.record.status != "active" {
+            return Err(format!("credential is {}", row.record.status));
+        }
+        if !row.record.hosts.iter().any(|h| h == host) {
+            return Err(format!("credential is not bound to host {host}"));
+        }
+        let plaintext = self.keyring.open(&binding(&row.record.credential_id, workspace_id), &row.sealed).map_err(|e| {
+            tracing::error!(credential = %row.record.credential_id, error = e, "credential does not open");
+            "credential cannot be opened".to_owned()
+        })?;
+        let mut material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
+        let now = now_ms();
+        if row.record.kind == "oauth2" && row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now) {
+            material = self.refresh(&row, material).await?;
+        }
+        if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
+            let _ = self.store.touch_credential(&row.record.credential_id, now).await;
+        }
+        Ok((row.record, material.secret))
+    }
+
+    /// Refreshes an expiring OAuth access token and re-seals the result. A
+    /// refusal marks the credential as needing re-authorisation.
+    async fn refresh(&self, row: &crate::store::credentials::SealedCredential, material: SecretMaterial) -> Result<SecretMaterial, String> {
+        let r = &row.record;
+        let (Some(refresher), Some(refresh_token), Some(provider)) =
+            (self.refresher.get().and_then(std::sync::Weak::upgrade), &material.refresh_token, r.metadata["provider"].as_str())
+        else {
+            return Err("the access token expired and cannot be refreshed; authorise again".into());
+        };
+        match refresher.refresh(&r.workspace_id, provider, refresh_token).await {
+            Ok((access, rotated, expires)) => {
+                let next = SecretMaterial { secret: access, refresh_token: rotated.or(material.refresh_token) };
+                let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
+                self.store.reseal_credential(&r.credential_id, &sealed, expires).await.map_err(|e| {
+                    tracing::error!(error = %e, "could not store a refreshed token");
+                    "credential store unavailable".to_owned()
+                })?;
+                tracing::info!(credential = %r.credential_id, "refreshed an OAuth access token");
+                Ok(next)
+            }
+            Err(reason) => {
+                let _ = self.store.set_credential_status(&r.workspace_id, &r.credential_id, "active", "needs_reauthorization").await;
+                tracing::warn!(credential = %r.credential_id, reason = %reason, "OAuth refresh failed; credential needs re-authorisation");
+                Err("the credential needs re-authorisation".into())
+            }
+        }
+    }
+
+    /// The credential a handle names in `workspace_id`, checked to be bound
+    /// to `host` when one is given: the one check every operation that
+    /// takes a handle makes before anything is saved or sent. A handle of
+    /// another workspace is simply unknown.
+    pub async fn require_handle(&self, workspace_id: &str, handle: &CredentialHandle, host: Option<&str>) -> Result<CredentialRecord, HandleError> {
+        let record = self.store.credential_by_handle(workspace_id, handle.as_str()).await.map_err(HandleError::Store)?.ok_or(HandleError::Unknown)?.record;
+        if let Some(host) = host {
+            record.require_host(host)?;
+        }
+        Ok(record)
+    }
+
+    /// Re-seals every credential with a new current key, then forgets the
+    /// old keys (`service admin rotate-master-key`). Returns how many were
+    /// re-sealed.
+    pub async fn rotate(store: &Store, mut keyring: Keyring) -> anyhow::Result<(usize, String)> {
+        if keyring.file().is_none() {
+            // The key comes from the environment: the new one must too, and
+            // the operator swaps them afterwards. Both keys are in the ring,
+            // so an interrupted run can simply be repeated.
+            let new = std::env::var(keyring::NEW_MASTER_KEY_ENV).map_err(|_| {
+                anyhow::anyhow!(
+                    "{}: the master key comes from the environment; put the new key (32 bytes, base64) in {} and run again",
+                    keyring::MASTER_KEY_ENV,
+                    keyring::NEW_MASTER_KEY_ENV
+                )
+            })?;
+            let new = keyring::MasterKey::parse(&new).map_err(|e| anyhow::anyhow!("{}: {e}", keyring::NEW_MASTER_KEY_ENV))?;
+            keyring.add_current(new);
+        } else {
+            keyring.add_current(keyring::MasterKey::generate());
+            // The file holds both keys before anything is re-sealed, so a
+            // crash midway leaves every credential openable.
+            keyring.write_file()?;
+        }
+        let mut n = 0;
+        for c in store.all_sealed_credentials().await? {
+            let aad = binding(&c.record.credential_id, &c.record.workspace_id);
+            let plaintext = keyring.open(&aad, &c.sealed).map_err(|e| anyhow::anyhow!("credential {}: {e}", c.record.credential_id))?;
+            let sealed = keyring.seal(&aad, &plaintext);
+            store.reseal_credential(&c.record.credential_id, &sealed, c.access_expires_at).await?;
+            n += 1;
+        }
+        keyring.retire_old();
+        keyring.write_file()?;
+        Ok((n, keyring.current().id.clone()))
+    }
+}
+
+/// Where a credential's secret goes, from its record: its kind decides, and
+/// the username or header stored with it (never the plugin's choice).
+pub fn placement(record: &CredentialRecord) -> Result<Placement, String> {
+    match record.kind.as_str() {
+        "api_token" | "oauth2" => Ok(Placement::Bearer),
+        "basic" => record.metadata["username"]
+            .as_str()
+            .filter(|u| !u.is_empty())
+            .map(|u| Placement::BasicPassword(u.to_owned()))
+            .ok_or_else(|| "the basic credential has no username; store it again with one".to_owned()),
+        "secret" => record.metadata["header"]
+            .as_str()
+            .filter(|h| !h.is_empty())
+            .map(|h| Placement::Header(h.to_owned()))
+            .ok_or_else(|| "the secret credential names no header; store it again with one".to_owned()),
+        other => Err(format!("a {other} credential cannot be attached to requests")),
+    }
+}
+
+impl SecretSource for Vault {
+    fn secret_for<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        connector_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.to_owned(), host.to_owned());
+            if let Some(injection) = self.revealed.get(&key, Instant::now()) {
+                return Ok(injection);
+            }
+            let (record, secret) = self.open(workspace_id, handle, host).await?;
+            // A credential stored for one connector is that connector's:
+            // another plugin of the workspace may not borrow it.
+            if let Some(owner) = &record.connector_id
+                && owner != connector_id
+            {
+                return Err(format!("the credential belongs to connector {owner}"));
+            }
+            let injection = Injection { secret, placement: placement(&record)? };
+            self.revealed.put(key, injection.clone(), Instant::now());
+            Ok(injection)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revealed_secret_is_reused_only_for_a_short_while() {
+        let cache = Revealed::default();
+        let key = |handle: &str| ("ws".to_owned(), "conn".to_owned(), handle.to_owned(), "api.example.com".to_owned());
+        let injection = |s: &str| Injection { secret: SecretString::from(s.to_owned()), placement: Placement::Bearer };
+        let t0 = Instant::now();
+        cache.put(key("a"), injection("first"), t0);
+        let hit = cache.get(&key("a"), t0 + REVEALED_FOR / 2).expect("fresh: reused");
+        assert_eq!(hit.secret.expose_secret(), "first");
+        assert!(cache.get(&key("b"), t0).is_none(), "another handle is not");
+        assert!(cache.get(&("ws".into(), "conn".into(), "a".into(), "other.example.com".into()), t0).is_none(), "nor another host");
+        assert!(cache.get(&("ws".into(), "other".into(), "a".into(), "api.example.com".into()), t0).is_none(), "nor another connector");
+        assert!(cache.get(&key("a"), t0 + REVEALED_FOR).is_none(), "stale: read anew");
+
+        cache.put(key("b"), injection("second"), t0 + REVEALED_FOR);
+        assert_eq!(cache.0.lock().unwrap().len(), 1, "the stale secret was dropped");
+    }
+}

@@ -1,0 +1,110 @@
+//! The runners: each claims a job with a lease (one conditional update,
+//! see [`crate::store::Store::claim_job`]), keeps it alive with heartbeats,
+//! runs it, and retries transient failures with backoff; permanent ones
+//! fail the job with a sanitised reason. A job whose runner died is
+//! claimed again when its lease expires.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::sync::Failure;
+use crate::state::AppState;
+use crate::store::now_ms;
+use crate::store::pipelines::Job;
+
+/// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
+/// after a runner dies, its job is taken over this long after its last
+/// heartbeat.
+fn lease_ms(state: &AppState) -> i64 {
+    state.config.limits.job_lease.as_millis() as i64
+}
+
+/// Heartbeat period: a third of the lease.
+fn heartbeat(state: &AppState) -> Duration {
+    state.config.limits.job_lease / 3
+}
+/// Attempts before a transiently failing job fails for good.
+const MAX_ATTEMPTS: i64 = 3;
+
+/// Runs jobs and schedules until the task is aborted: as many runners as
+/// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the least busy
+/// workspace first and none of a workspace that has
+/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` running (on any server), so one
+/// tenant's slow provider cannot hold every runner. The scheduler ticks on
+/// its own, so due runs are noticed (and skipped) while jobs run.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let runners = (0..state.config.limits.job_concurrency).map(|_| {
+            let state = state.clone();
+            async move {
+                let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
+                loop {
+                    match state.store.claim_job(&owner, lease_ms(&state), state.config.limits.job_concurrency_per_workspace).await {
+                        Ok(Some(job)) => run(&state, &owner, job).await,
+                        // Jobs queued by another replica are found by polling.
+                        Ok(None) => {
+                            let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not claim jobs");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            }
+        });
+        let runners = futures_join_all(runners.collect());
+        let scheduler = async {
+            loop {
+                super::scheduler::schedule_due(&state).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        };
+        tokio::join!(runners, scheduler);
+    })
+}
+
+/// Runs futures to completion side by side.
+async fn futures_join_all<F: Future<Output = ()> + Send + 'static>(futures: Vec<F>) {
+    let mut set = tokio::task::JoinSet::new();
+    for f in futures {
+        set.spawn(f);
+    }
+    while set.join_next().await.is_some() {}
+}
+
+
+/// Runs one claimed job to its end.
+async fn run(state: &AppState, owner: &str, job: Job) {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let beat = {
+        let (state, owner, id, cancelled) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancelled.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(heartbeat(&state)).await;
+                if !state.store.heartbeat(&id, &owner, lease_ms(&state)).await.unwrap_or(true) {
+                    cancelled.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+    };
+    let outcome = super::sync::execute(state, &job, cancelled.clone()).await;
+    beat.abort();
+    match outcome {
+        Ok(()) => {
+            let _ = state.store.finish_job(&job.job_id, owner, "succeeded", None).await;
+        }
+        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten().as_deref() == Some("cancelled") => {}
+        Err(Failure::Transient(msg)) if job.attempts < MAX_ATTEMPTS => {
+            let backoff = 2_000 * (1i64 << job.attempts.clamp(0, 6));
+            let _ = state.store.retry_job(&job.job_id, owner, now_ms() + backoff, &msg).await;
+        }
+        Err(Failure::Transient(msg) | Failure::Permanent(msg)) => {
+            let _ = state.store.finish_job(&job.job_id, owner, "failed", Some(&msg)).await;
+        }
+    }
+}
+
+

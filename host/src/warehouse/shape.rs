@@ -1,0 +1,198 @@
+//! Record shaping: a record's top-level fields in the provider's order
+//! (nested values kept as the provider wrote them), its key, and a batch
+//! laid out as rows over the union of its columns.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+
+use super::sql_name;
+use crate::store::pipelines::StreamSyncMode;
+
+/// A JSON string's content, borrowed from the input when it has no escapes.
+pub(super) struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+/// A record's top-level fields in the provider's order, each value kept as
+/// the provider wrote it: nested values are never parsed into a tree.
+pub(super) struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Fields<'de>, M::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((Text(k), v)) = map.next_entry::<Text<'de>, &'de RawValue>()? {
+                    fields.push((k, v));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// One record ready for a destination: its key and its fields.
+pub(super) struct Shaped<'a> {
+    pub(super) raw_id: String,
+    pub(super) fields: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+pub(super) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes.iter().flat_map(|b| [DIGITS[(b >> 4) as usize] as char, DIGITS[(b & 15) as usize] as char]).collect()
+}
+
+/// Splits a record into its fields and derives its key: from the primary
+/// key in deduplicated mode (so a rewrite replaces the row), otherwise a
+/// time-ordered random id (so rows append at the end of the key index).
+pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[String]) -> Result<Shaped<'a>, String> {
+    let Fields(fields) = serde_json::from_str(record).map_err(|_| "a record is not a JSON object".to_owned())?;
+    let raw_id = if mode == StreamSyncMode::IncrementalDeduped {
+        // The key's canonical JSON, so formatting differences between two
+        // copies of one record do not make two rows.
+        let key: Vec<Value> = primary_key
+            .iter()
+            .map(|k| fields.iter().rev().find(|(name, _)| name == k).map_or(Ok(Value::Null), |(_, raw)| serde_json::from_str(raw.get())))
+            .collect::<Result<_, _>>()
+            .map_err(|_| "a record's key is not valid JSON".to_owned())?;
+        hex(&Sha256::digest(serde_json::to_vec(&key).unwrap_or_default()))
+    } else {
+        uuid::Uuid::now_v7().to_string()
+    };
+    Ok(Shaped { raw_id, fields })
+}
+
+/// A field as a column value: strings unquoted, null as NULL, anything
+/// else (numbers, booleans, nested objects and arrays) as its JSON text.
+pub(super) fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, String> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'n') => Ok(None),
+        // The string was checked when the record was split into fields;
+        // without a backslash its text is its value, and a byte search is
+        // much cheaper than decoding it again.
+        Some(b'"') if memchr::memchr(b'\\', text.as_bytes()).is_none() => Ok(Some(Cow::Borrowed(&text[1..text.len() - 1]))),
+        Some(b'"') => serde_json::from_str::<Text>(text).map(|t| Some(t.0)).map_err(|_| "a record holds an invalid string".to_owned()),
+        _ => Ok(Some(Cow::Borrowed(text))),
+    }
+}
+
+/// A row: its key and its values, in the order of [`Rows::columns`].
+pub(super) type Row<'a> = (String, Vec<Option<Cow<'a, str>>>);
+
+/// The rows of one batch, aligned to the union of their columns.
+pub(super) struct Rows<'a> {
+    pub(super) columns: Vec<String>,
+    pub(super) rows: Vec<Row<'a>>,
+}
+
+impl<'a> Rows<'a> {
+    /// Lays the batch out as rows. Fields whose column names collide keep
+    /// the last value; in deduplicated mode a key seen twice in one batch
+    /// keeps its last version.
+    pub(super) fn collect(shaped: Vec<Shaped<'a>>, dedupe: bool) -> Result<Rows<'a>, String> {
+        let mut columns: Vec<String> = Vec::new();
+        let mut by_field: HashMap<String, Option<usize>> = HashMap::new();
+        let mut rows: Vec<Row<'a>> = Vec::with_capacity(shaped.len());
+        let mut by_key: HashMap<String, usize> = HashMap::new();
+        for record in shaped {
+            let mut row: Vec<Option<Cow<'a, str>>> = vec![None; columns.len()];
+            for (name, raw) in &record.fields {
+                let slot = match by_field.get(name.as_ref()) {
+                    Some(slot) => *slot,
+                    None => {
+                        let column = sql_name(name);
+                        let slot = if column.starts_with("_service_") {
+                            None
+                        } else if let Some(i) = columns.iter().position(|c| *c == column) {
+                            Some(i)
+                        } else {
+                            columns.push(column);
+                            Some(columns.len() - 1)
+                        };
+                        by_field.insert(name.to_string(), slot);
+                        slot
+                    }
+                };
+                if let Some(i) = slot {
+                    if row.len() <= i {
+                        row.resize(i + 1, None);
+                    }
+                    row[i] = column_value(raw)?;
+                }
+            }
+            if dedupe && let Some(&at) = by_key.get(&record.raw_id) {
+                rows[at].1 = row;
+                continue;
+            }
+            if dedupe {
+                by_key.insert(record.raw_id.clone(), rows.len());
+            }
+            rows.push((record.raw_id, row));
+        }
+        Ok(Rows { columns, rows })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_become_rows_with_their_fields_as_column_text() {
+        let records = [
+            r#"{"id": 1, "name": "caf\u00e9 \"x\"", "tags": ["a", "b"], "gone": null, "_service_raw_id": "spoof"}"#.to_owned(),
+            r#"{"id": 2, "Name": "second", "extra": {"deep": true}}"#.to_owned(),
+        ];
+        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+        assert_ne!(shaped[0].raw_id, shaped[1].raw_id);
+        let Rows { columns, rows } = Rows::collect(shaped, false).unwrap();
+        assert_eq!(columns, ["id", "name", "tags", "gone", "extra"], "one column per field name, _service_ fields dropped");
+        let first: Vec<Option<&str>> = rows[0].1.iter().map(|v| v.as_deref()).collect();
+        assert_eq!(first, [Some("1"), Some("café \"x\""), Some(r#"["a", "b"]"#), None]);
+        let second: Vec<Option<&str>> = rows[1].1.iter().map(|v| v.as_deref()).collect();
+        assert_eq!(second, [Some("2"), Some("second"), None, None, Some(r#"{"deep": true}"#)], "Name and name share a column");
+    }
+
+    #[test]
+    fn deduplicated_keys_come_from_the_primary_key_and_the_last_copy_wins() {
+        let pk = ["id".to_owned()];
+        let records = [r#"{"id": 7, "v": "old"}"#.to_owned(), r#"{"v": "other", "id": 8}"#.to_owned(), r#"{ "id" : 7 , "v": "new"}"#.to_owned()];
+        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalDeduped, &pk)).collect::<Result<Vec<_>, _>>().unwrap();
+        assert_eq!(shaped[0].raw_id, shaped[2].raw_id, "formatting does not change the key");
+        assert_eq!(shaped[0].raw_id, hex(&Sha256::digest(b"[7]")));
+        let Rows { rows, .. } = Rows::collect(shaped, true).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].1[1].as_deref(), Some("new"));
+        assert!(shape("[1]", StreamSyncMode::IncrementalAppend, &[]).is_err());
+        assert!(shape("not json", StreamSyncMode::IncrementalAppend, &[]).is_err());
+    }
+}
