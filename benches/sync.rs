@@ -26,6 +26,7 @@ use service::jobs::queue::{QUEUE_BYTES, Work, gather, queue};
 use service::warehouse::{Loader, Writer};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
+use service::store::kinds::{CredentialKind, CredentialStatus, DestinationKind, JobKind, JobStatus, Trigger};
 use service::store::pipelines::StreamSyncMode;
 
 const RECORDS: u64 = 100_000;
@@ -94,13 +95,13 @@ async fn main() {
         .create(service::credentials::NewSecret {
             workspace_id: &ws,
             created_by: &admin,
-            kind: "api_token",
+            kind: CredentialKind::ApiToken,
             connector_id: None,
             label: None,
             hosts: vec!["api.source.test".into()],
             metadata: json!({}),
             material: service::credentials::SecretMaterial::new("bench-source-token-0123456789".to_owned().into()),
-            status: "active",
+            status: CredentialStatus::Active,
             access_expires_at: None,
         })
         .await
@@ -118,12 +119,12 @@ async fn main() {
         url: format!("https://api.source.test:{}/events?limit={PAGE}", fake.addr.port()),
     };
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
-    let mut targets = vec![("sqlite", json!({ "file": "bench.db" }))];
+    let mut targets = vec![(DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
     if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
-        targets.push(("postgres", json!({ "url": url })));
+        targets.push((DestinationKind::Postgres, json!({ "url": url })));
     }
     for (kind, dest_cfg) in targets {
-        let dest = state.store.create_destination(&ws, kind, kind, &dest_cfg, &admin).await.unwrap();
+        let dest = state.store.create_destination(&ws, kind, kind.as_str(), &dest_cfg, &admin).await.unwrap();
         let streams = vec![service::store::pipelines::StreamSelection { name: "events".into(), sync_mode: StreamSyncMode::FullRefreshOverwrite, cursor_field: None, primary_key: None }];
         let pipeline = state
             .store
@@ -165,16 +166,16 @@ fn median(values: &mut [f64]) -> f64 {
 /// Through the plugin: a real sync job, from the queue to the runner's
 /// last write. Returns the records it wrote.
 async fn sync_job(state: &service::state::AppState, ws: &str, pipeline_id: &str) -> u64 {
-    let job = state.store.create_job(ws, pipeline_id, "sync", "manual").await.unwrap().unwrap();
+    let job = state.store.create_job(ws, pipeline_id, JobKind::Sync, Trigger::Manual).await.unwrap().unwrap();
     state.jobs_queued.notify_one();
     let done = loop {
         let j = state.store.job(ws, &job.job_id).await.unwrap().unwrap();
-        if j.status != "queued" && j.status != "running" {
+        if j.status.is_final() {
             break j;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     };
-    assert_eq!(done.status, "succeeded", "{:?}", done.error);
+    assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error);
     done.progress["records"].as_u64().unwrap()
 }
 

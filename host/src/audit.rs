@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::StatusCode;
 
-use crate::access::Principal;
+use crate::access::{ClientSource, Principal};
+use crate::store::kinds::AuditOutcome;
 use crate::store::audit::NewAuditRecord;
 use crate::telemetry::request_id;
 
@@ -23,7 +24,7 @@ struct NoteFields {
     target_type: Option<String>,
     target_id: Option<String>,
     approval_id: Option<String>,
-    outcome: Option<&'static str>,
+    outcome: Option<AuditOutcome>,
 }
 
 impl AuditNote {
@@ -56,7 +57,7 @@ impl AuditNote {
     }
 
     /// Overrides the outcome derived from the status (e.g. `proposed`).
-    pub fn outcome(&self, outcome: &'static str) {
+    pub fn outcome(&self, outcome: AuditOutcome) {
         self.with(|n| n.outcome = Some(outcome));
     }
 
@@ -65,9 +66,9 @@ impl AuditNote {
     pub fn record(&self, actor: Option<&Principal>, fallback_action: &str, status: StatusCode) -> NewAuditRecord {
         let fields = self.with(std::mem::take);
         let outcome = fields.outcome.unwrap_or(match status.as_u16() {
-            200..=299 => "succeeded",
-            401 | 403 => "denied",
-            _ => "failed",
+            200..=299 => AuditOutcome::Succeeded,
+            401 | 403 => AuditOutcome::Denied,
+            _ => AuditOutcome::Failed,
         });
         NewAuditRecord {
             workspace_id: fields.workspace_id,
@@ -76,9 +77,9 @@ impl AuditNote {
             action: fields.action.unwrap_or_else(|| fallback_action.to_owned()),
             target_type: fields.target_type,
             target_id: fields.target_id,
-            client_source: actor.map(|p| p.client.as_str()).unwrap_or("api").to_owned(),
+            client_source: actor.map(|p| p.client).unwrap_or(ClientSource::Api),
             request_id: request_id::current(),
-            outcome: outcome.to_owned(),
+            outcome,
             status_code: i64::from(status.as_u16()),
             approval_id: fields.approval_id,
         }

@@ -150,7 +150,7 @@ backend_tests! {
                 operation: &op,
                 proposed_by: admin_id,
                 proposed_session: "ses_x",
-                client_source: "mcp",
+                client_source: service::access::ClientSource::Mcp,
                 request_id: "00000000-0000-0000-0000-000000000000",
                 expires_at: service::store::now_ms() - 1,
             })

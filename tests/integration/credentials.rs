@@ -191,13 +191,13 @@ async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_en
         .create(service::credentials::NewSecret {
             workspace_id: &ws,
             created_by: &user,
-            kind: "api_token",
+            kind: service::store::kinds::CredentialKind::ApiToken,
             connector_id: None,
             label: None,
             hosts: vec!["api.example.com".into()],
             metadata: json!({}),
             material: service::credentials::SecretMaterial::new("env-rotated".to_owned().into()),
-            status: "active",
+            status: service::store::kinds::CredentialStatus::Active,
             access_expires_at: None,
         })
         .await

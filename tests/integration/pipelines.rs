@@ -191,6 +191,10 @@ async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
     for bad in [json!({ "directory": "../escape" }), json!({ "directory": "/tmp" })] {
         expect_error(fx.srv.post("/v1/destinations", json!({ "name": "x", "kind": "jsonl", "configuration": bad })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
     }
+    let unknown = fx.srv.post("/v1/destinations", json!({ "name": "x", "kind": "mysql", "configuration": {} })).send().await.unwrap();
+    let body = expect_error(unknown, 400, "VALIDATION_FAILED").await;
+    assert_eq!(body["details"]["field"], "kind", "{body}");
+    assert_eq!(body["message"], "kind must be sqlite, postgres or jsonl", "{body}");
 }
 
 async fn a_hundred_concurrent_syncs_make_one_job_and_99_conflicts(backend: Backend) {

@@ -151,13 +151,13 @@ impl Fixture {
             .create(NewSecret {
                 workspace_id,
                 created_by: &admin,
-                kind: "api_token",
+                kind: service::store::kinds::CredentialKind::ApiToken,
                 connector_id: None,
                 label: None,
                 hosts: hosts.iter().map(|h| h.to_string()).collect(),
                 metadata: json!({}),
                 material: SecretMaterial::new(SecretString::from(secret.to_owned())),
-                status: "active",
+                status: service::store::kinds::CredentialStatus::Active,
                 access_expires_at: None,
             })
             .await
@@ -177,13 +177,13 @@ impl Fixture {
             .create(NewSecret {
                 workspace_id: &self.workspace_id,
                 created_by: &admin,
-                kind,
+                kind: service::store::kinds::CredentialKind::parse(kind).expect("a credential kind"),
                 connector_id: connector,
                 label: None,
                 hosts: vec!["echo.provider.test".into()],
                 metadata,
                 material: SecretMaterial::new(SecretString::from(secret.to_owned())),
-                status: "active",
+                status: service::store::kinds::CredentialStatus::Active,
                 access_expires_at: None,
             })
             .await

@@ -26,6 +26,7 @@ use crate::access::{ClientSource, Principal, WorkspaceAccess};
 use crate::config::oauth::{OAuthClient, OAuthSettings};
 use crate::plugin::registry::Registry;
 use crate::store::Store;
+use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
 use crate::error::ApiError;
 use crate::store::oauth::{OAuthState, Spend};
@@ -192,11 +193,11 @@ pub struct Completed {
 
 impl Completed {
     /// The credential to store (takes the tokens; call once).
-    pub fn new_secret(&mut self, status: &'static str) -> NewSecret<'_> {
+    pub fn new_secret(&mut self, status: CredentialStatus) -> NewSecret<'_> {
         NewSecret {
             workspace_id: &self.workspace_id,
             created_by: &self.user_id,
-            kind: "oauth2",
+            kind: CredentialKind::Oauth2,
             connector_id: Some(&self.connector_id),
             label: None,
             hosts: self.hosts.clone(),

@@ -17,6 +17,7 @@ use zeroize::Zeroizing;
 
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential};
+use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::{Store, new_id, now_ms};
 use super::keyring::{self, Keyring};
 
@@ -68,8 +69,7 @@ impl SecretMaterial {
 pub struct NewSecret<'a> {
     pub workspace_id: &'a str,
     pub created_by: &'a str,
-    /// `api_token`, `oauth2`, `basic` or `secret`.
-    pub kind: &'a str,
+    pub kind: CredentialKind,
     pub connector_id: Option<&'a str>,
     pub label: Option<&'a str>,
     /// Exact host names the secret may be sent to.
@@ -77,7 +77,7 @@ pub struct NewSecret<'a> {
     pub metadata: Value,
     pub material: SecretMaterial,
     /// `active`, or `pending_approval` until the gate lets it through.
-    pub status: &'a str,
+    pub status: CredentialStatus,
     pub access_expires_at: Option<i64>,
 }
 
@@ -285,7 +285,7 @@ impl Vault {
                 "credential store unavailable".to_owned()
             })?
             .ok_or_else(|| "unknown credential handle".to_owned())?;
-        if row.record.status != "active" {
+        if row.record.status != CredentialStatus::Active {
             return Err(format!("credential is {}", row.record.status));
         }
         if !row.record.hosts.iter().any(|h| h == host) {
@@ -297,7 +297,7 @@ impl Vault {
         })?;
         let mut material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
         let now = now_ms();
-        if row.record.kind == "oauth2" && row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now) {
+        if row.record.kind == CredentialKind::Oauth2 && row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now) {
             material = self.refresh(&row, material).await?;
         }
         if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
@@ -327,7 +327,7 @@ impl Vault {
                 Ok(next)
             }
             Err(reason) => {
-                let _ = self.store.set_credential_status(&r.workspace_id, &r.credential_id, "active", "needs_reauthorization").await;
+                let _ = self.store.set_credential_status(&r.workspace_id, &r.credential_id, CredentialStatus::Active, CredentialStatus::NeedsReauthorization).await;
                 tracing::warn!(credential = %r.credential_id, reason = %reason, "OAuth refresh failed; credential needs re-authorisation");
                 Err("the credential needs re-authorisation".into())
             }
@@ -386,19 +386,18 @@ impl Vault {
 /// Where a credential's secret goes, from its record: its kind decides, and
 /// the username or header stored with it (never the plugin's choice).
 pub fn placement(record: &CredentialRecord) -> Result<Placement, String> {
-    match record.kind.as_str() {
-        "api_token" | "oauth2" => Ok(Placement::Bearer),
-        "basic" => record.metadata["username"]
+    match record.kind {
+        CredentialKind::ApiToken | CredentialKind::Oauth2 => Ok(Placement::Bearer),
+        CredentialKind::Basic => record.metadata["username"]
             .as_str()
             .filter(|u| !u.is_empty())
             .map(|u| Placement::BasicPassword(u.to_owned()))
             .ok_or_else(|| "the basic credential has no username; store it again with one".to_owned()),
-        "secret" => record.metadata["header"]
+        CredentialKind::Secret => record.metadata["header"]
             .as_str()
             .filter(|h| !h.is_empty())
             .map(|h| Placement::Header(h.to_owned()))
             .ok_or_else(|| "the secret credential names no header; store it again with one".to_owned()),
-        other => Err(format!("a {other} credential cannot be attached to requests")),
     }
 }
 

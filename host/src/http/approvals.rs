@@ -16,6 +16,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ops::{Category, Executed};
 use crate::state::AppState;
 use crate::store::approvals::{Approval, ApprovalFilter};
+use crate::store::kinds::ApprovalStatus;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -47,23 +48,23 @@ async fn list_approvals(
     Query(q): Query<PageQuery>,
     Query(f): Query<ApprovalQuery>,
 ) -> ApiResult<Envelope<Page<Approval>>> {
-    if let Some(s) = &f.status
-        && !["pending", "executing", "executed", "failed", "rejected", "expired", "voided"].contains(&s.as_str())
-    {
-        return Err(ApiError::invalid_field("status", "status must be pending, executing, executed, failed, rejected, expired or voided"));
-    }
+    let status = match &f.status {
+        Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
+            ApiError::invalid_field("status", format!("status must be {}", ApprovalStatus::choices()))
+        })?),
+        None => None,
+    };
     if let Some(c) = &f.category
         && Category::parse(c).is_none()
     {
         return Err(ApiError::invalid_field("category", "unknown approval category"));
     }
-    if let Some(c) = &f.client_source
-        && ClientSource::parse(c).is_none()
-    {
-        return Err(ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"));
-    }
+    let client_source = match &f.client_source {
+        Some(c) => Some(ClientSource::parse(c).ok_or_else(|| ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"))?),
+        None => None,
+    };
     let limit = q.limit()?;
-    let filter = ApprovalFilter { status: f.status, category: f.category, client_source: f.client_source };
+    let filter = ApprovalFilter { status, category: f.category, client_source };
     let mut items = state.store.approvals(&ws.workspace_id, &filter, q.after()?.as_deref(), limit + 1).await?;
     gate::redact_for(&state, &ws, &mut items).await?;
     Ok(ok(q.page(items, limit, |a| &a.approval_id)))

@@ -12,6 +12,7 @@ use crate::access::{ClientSource, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::audit::{AuditFilter, AuditRecord};
+use crate::store::kinds::AuditOutcome;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_audit_logs))
@@ -44,16 +45,16 @@ async fn list_audit_logs(
     Query(q): Query<PageQuery>,
     Query(f): Query<AuditQuery>,
 ) -> ApiResult<Envelope<Page<AuditRecord>>> {
-    if let Some(c) = &f.client_source
-        && ClientSource::parse(c).is_none()
-    {
-        return Err(ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"));
-    }
-    if let Some(o) = &f.outcome
-        && !["succeeded", "failed", "denied", "proposed"].contains(&o.as_str())
-    {
-        return Err(ApiError::invalid_field("outcome", "outcome must be succeeded, failed, denied or proposed"));
-    }
+    let client_source = f
+        .client_source
+        .as_deref()
+        .map(|c| ClientSource::parse(c).ok_or_else(|| ApiError::invalid_field("client_source", "client_source must be api, cli or mcp")))
+        .transpose()?;
+    let outcome = f
+        .outcome
+        .as_deref()
+        .map(|o| AuditOutcome::parse(o).ok_or_else(|| ApiError::invalid_field("outcome", format!("outcome must be {}", AuditOutcome::choices()))))
+        .transpose()?;
     let actor = if ws.role == Role::Administrator {
         f.actor
     } else {
@@ -68,8 +69,8 @@ async fn list_audit_logs(
         until: parse_time("until", f.until.as_deref())?,
         actor_user_id: actor,
         action: f.action,
-        client_source: f.client_source,
-        outcome: f.outcome,
+        client_source,
+        outcome,
     };
     let limit = q.limit()?;
     let items = state.store.audit_records(&filter, q.after()?.as_deref(), limit + 1).await?;

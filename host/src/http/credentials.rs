@@ -18,6 +18,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ops::credentials::{EntryLinkRequest, credential_fields, store_secret};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
+use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::credentials::CredentialRecord;
 use crate::store::entry_links::EntryLink;
 
@@ -37,7 +38,7 @@ pub struct NewCredentialBody {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
     /// password of `username`) or `secret` (sent as the value of `header`).
     #[serde(default = "default_kind")]
-    pub kind: String,
+    pub kind: CredentialKind,
     /// Connector the credential is for: only that connector's plugin may
     /// use it.
     pub connector_id: Option<String>,
@@ -53,8 +54,8 @@ pub struct NewCredentialBody {
     pub header: Option<String>,
 }
 
-fn default_kind() -> String {
-    "api_token".into()
+fn default_kind() -> CredentialKind {
+    CredentialKind::ApiToken
 }
 
 /// Store a secret; answers its `credential_id` and `credential_handle`.
@@ -70,7 +71,7 @@ async fn create_credential(
         Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),
         None => None,
     };
-    let metadata = credential_fields(&body.kind, body.label.as_deref(), body.username.as_deref(), body.header.as_deref(), &body.hosts)?;
+    let metadata = credential_fields(body.kind, body.label.as_deref(), body.username.as_deref(), body.header.as_deref(), &body.hosts)?;
     store_secret(
         &state,
         &ws,
@@ -78,13 +79,13 @@ async fn create_credential(
         NewSecret {
             workspace_id: &ws.workspace_id,
             created_by: &ws.principal.user_id,
-            kind: &body.kind,
+            kind: body.kind,
             connector_id: connector_id.as_deref(),
             label: body.label.as_deref(),
             hosts: body.hosts,
             metadata,
             material: SecretMaterial::new(body.secret),
-            status: "pending_approval",
+            status: CredentialStatus::PendingApproval,
             access_expires_at: None,
         },
     )

@@ -29,6 +29,7 @@ use crate::ops::credentials::store_secret;
 use crate::plugin::InvocationError;
 use crate::plugin::types::ConnectorError;
 use crate::state::AppState;
+use crate::store::kinds::{CredentialKind, CredentialStatus};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(store_api_token)).routes(routes!(check)).routes(routes!(preview))
@@ -76,13 +77,13 @@ async fn store_api_token(
         NewSecret {
             workspace_id: &ws.workspace_id,
             created_by: &ws.principal.user_id,
-            kind: "api_token",
+            kind: CredentialKind::ApiToken,
             connector_id: Some(ec::CONNECTOR_ID),
             label: body.label.as_deref(),
             hosts: vec![host],
             metadata: json!({ "base_url": body.base_url, "connection_method": method.as_str() }),
             material: SecretMaterial::new(body.api_token),
-            status: "pending_approval",
+            status: CredentialStatus::PendingApproval,
             access_expires_at: None,
         },
     )

@@ -124,8 +124,13 @@ pub fn payload_too_large() -> ApiError {
 }
 
 fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    serde_json::from_value(value).map_err(|e| {
-        let message = e.to_string();
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        // A fixed set of texts (a kind, a status) says which it allows.
+        if let Some(choices) = message.strip_prefix("must be ") {
+            return ApiError::invalid_field(&path, format!("{path} must be {choices}"));
+        }
         // serde names the offending field in backticks; surface it.
         let field = message.split('`').nth(1).unwrap_or("").to_owned();
         ApiError::new(StatusCode::BAD_REQUEST, "VALIDATION_FAILED", format!("invalid request body: {message}"))

@@ -18,6 +18,7 @@ use crate::credentials::oauth::{self, Callback};
 use crate::ops::credentials::store_secret;
 use crate::ops::{self, Executed};
 use crate::state::AppState;
+use crate::store::kinds::CredentialStatus;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -56,7 +57,7 @@ async fn complete(state: &AppState, ws: &Workspace, note: &AuditNote, cb: Callba
     if (done.connector_id == oauth::TASKAPP) != taskapp {
         return Err(ApiError::bad_request("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again"));
     }
-    store_secret(state, ws, note, done.new_secret("pending_approval")).await
+    store_secret(state, ws, note, done.new_secret(CredentialStatus::PendingApproval)).await
 }
 
 /// Complete a source OAuth flow: the host exchanges the code and answers a

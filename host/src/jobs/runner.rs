@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::sync::Failure;
 use crate::state::AppState;
 use crate::store::now_ms;
+use crate::store::kinds::JobStatus;
 use crate::store::pipelines::Job;
 
 /// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
@@ -94,15 +95,15 @@ async fn run(state: &AppState, owner: &str, job: Job) {
     beat.abort();
     match outcome {
         Ok(()) => {
-            let _ = state.store.finish_job(&job.job_id, owner, "succeeded", None).await;
+            let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Succeeded, None).await;
         }
-        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten().as_deref() == Some("cancelled") => {}
+        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) => {}
         Err(Failure::Transient(msg)) if job.attempts < MAX_ATTEMPTS => {
             let backoff = 2_000 * (1i64 << job.attempts.clamp(0, 6));
             let _ = state.store.retry_job(&job.job_id, owner, now_ms() + backoff, &msg).await;
         }
         Err(Failure::Transient(msg) | Failure::Permanent(msg)) => {
-            let _ = state.store.finish_job(&job.job_id, owner, "failed", Some(&msg)).await;
+            let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Failed, Some(&msg)).await;
         }
     }
 }

@@ -4,6 +4,8 @@
 
 use crate::state::AppState;
 use crate::store::now_ms;
+use crate::store::audit::NewAuditRecord;
+use crate::store::kinds::{AuditOutcome, JobKind, Trigger};
 use crate::store::pipelines::Schedule;
 
 /// Starts what is due now.
@@ -14,23 +16,14 @@ pub(super) async fn schedule_due(state: &AppState) {
         if p.schedule == Schedule::Manual {
             continue;
         }
-        match state.store.create_job(&p.workspace_id, &p.pipeline_id, "sync", "schedule").await {
+        match state.store.create_job(&p.workspace_id, &p.pipeline_id, JobKind::Sync, Trigger::Schedule).await {
             Ok(Ok(job)) => {
                 state.jobs_queued.notify_one();
                 tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started");
             }
             Ok(Err(active)) => {
-                let record = crate::store::audit::NewAuditRecord {
-                    workspace_id: Some(p.workspace_id.clone()),
-                    action: "pipelines.schedule_skipped".into(),
-                    target_type: Some("pipeline".into()),
-                    target_id: Some(p.pipeline_id.clone()),
-                    client_source: "api".into(),
-                    request_id: crate::telemetry::request_id::current(),
-                    outcome: "failed".into(),
-                    status_code: 409,
-                    ..Default::default()
-                };
+                let record = NewAuditRecord::event(&p.workspace_id, "pipelines.schedule_skipped", AuditOutcome::Failed, 409, crate::telemetry::request_id::current())
+                    .on("pipeline", &p.pipeline_id);
                 let _ = state.store.append_audit(&record).await;
                 tracing::info!(pipeline = %p.pipeline_id, active = ?active.0.map(|j| j.job_id), "scheduled sync skipped: a job is active");
             }

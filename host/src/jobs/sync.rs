@@ -17,6 +17,7 @@ use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
 use crate::state::AppState;
+use crate::store::kinds::JobKind;
 use crate::store::pipelines::{Job, StreamSyncMode};
 use crate::warehouse::{DestinationConfig, Loader, Place, WriteError, Writer, Written};
 
@@ -170,7 +171,7 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBo
     let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
     let dest = state.store.destination(ws, &dest_id).await.ok().flatten().ok_or_else(|| permanent("the destination no longer exists"))?;
     let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
-    let config = crate::warehouse::validate(&dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
+    let config = crate::warehouse::validate(dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
     let password = match &config {
         DestinationConfig::Postgres { target, credential_handle: Some(h) } => {
             Some(state.vault.reveal(ws, h, &target.host).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
@@ -184,7 +185,7 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBo
     let catalog = state.plugins.runtime().discover(&plugin, ws, &state.egress, &source_config).await.map_err(|e| {
         if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) }
     })?;
-    if job.kind == "reset" {
+    if job.kind == JobKind::Reset {
         for s in &pipeline.streams {
             writer.clear(&s.name).await.map_err(Failure::Transient)?;
         }

@@ -14,6 +14,7 @@ use crate::credentials::{CreateError, NewSecret};
 use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
 use crate::state::AppState;
+use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::access::tokens;
 
 /// How long a credential-entry link stays usable.
@@ -26,7 +27,7 @@ pub struct EntryLinkRequest {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
     /// password of `username`) or `secret` (sent as the value of `header`).
     #[serde(default = "default_kind")]
-    pub kind: String,
+    pub kind: CredentialKind,
     /// Connector the credential is for.
     pub connector_id: Option<String>,
     /// Exact host names the secret may be sent to.
@@ -40,8 +41,8 @@ pub struct EntryLinkRequest {
     pub header: Option<String>,
 }
 
-fn default_kind() -> String {
-    "api_token".into()
+fn default_kind() -> CredentialKind {
+    CredentialKind::ApiToken
 }
 
 /// Largest secret accepted (bytes).
@@ -61,7 +62,7 @@ const RESERVED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "coo
 /// header of a `secret` one. They fix where the host places the secret, so
 /// a plugin cannot choose another place (a header it controls, or Basic
 /// with a username of its own).
-pub fn credential_fields(kind: &str, label: Option<&str>, username: Option<&str>, header: Option<&str>, hosts: &[String]) -> ApiResult<Value> {
+pub fn credential_fields(kind: CredentialKind, label: Option<&str>, username: Option<&str>, header: Option<&str>, hosts: &[String]) -> ApiResult<Value> {
     check_opt("label", label, LABEL_MAX)?;
     check_opt("username", username, SHORT_MAX)?;
     check_opt("header", header, SHORT_MAX)?;
@@ -69,13 +70,13 @@ pub fn credential_fields(kind: &str, label: Option<&str>, username: Option<&str>
         return Err(ApiError::invalid_field("hosts", format!("at most {HOSTS_MAX} hosts")));
     }
     match kind {
-        "api_token" => {
+        CredentialKind::ApiToken => {
             if username.is_some() || header.is_some() {
                 return Err(ApiError::invalid_field("kind", "an api_token is sent as a bearer token: it takes neither username nor header"));
             }
             Ok(json!({}))
         }
-        "basic" => {
+        CredentialKind::Basic => {
             let user = username.filter(|u| !u.is_empty() && !u.contains(':') && !u.chars().any(char::is_control)).ok_or_else(|| {
                 ApiError::invalid_field("username", "a basic credential needs a username (without ':' or control characters)")
             })?;
@@ -84,7 +85,7 @@ pub fn credential_fields(kind: &str, label: Option<&str>, username: Option<&str>
             }
             Ok(json!({ "username": user }))
         }
-        "secret" => {
+        CredentialKind::Secret => {
             let name = header.map(str::to_ascii_lowercase).ok_or_else(|| ApiError::invalid_field("header", "a secret credential needs the header it is sent in, e.g. X-Api-Key"))?;
             let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
             if name.is_empty() || !name.chars().all(token_char) || RESERVED_HEADERS.contains(&name.as_str()) {
@@ -95,13 +96,13 @@ pub fn credential_fields(kind: &str, label: Option<&str>, username: Option<&str>
             }
             Ok(json!({ "header": name }))
         }
-        _ => Err(ApiError::invalid_field("kind", "kind must be api_token, basic or secret")),
+        CredentialKind::Oauth2 => Err(ApiError::invalid_field("kind", "oauth2 credentials come from an OAuth flow; kind must be api_token, basic or secret")),
     }
 }
 
 /// Checks a secret for a credential of `kind`: its length, and that it can
 /// travel where the kind puts it.
-pub fn check_secret(kind: &str, secret: &str) -> Result<(), String> {
+pub fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), String> {
     if secret.len() < MIN_SECRET_BYTES {
         return Err(format!("the secret must be at least {MIN_SECRET_BYTES} bytes"));
     }
@@ -112,7 +113,7 @@ pub fn check_secret(kind: &str, secret: &str) -> Result<(), String> {
     // ASCII only (a Basic password is encoded, so it may hold anything but
     // control characters).
     let fits = match kind {
-        "basic" => !secret.chars().any(char::is_control),
+        CredentialKind::Basic => !secret.chars().any(char::is_control),
         _ => secret.chars().all(|c| c.is_ascii_graphic()),
     };
     if !fits {
@@ -136,7 +137,7 @@ pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNo
 
 pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, credential_id: &str) -> ApiResult<Executed> {
     note.target("credential", credential_id);
-    if !state.store.set_credential_status(&access.workspace_id, credential_id, "pending_approval", "active").await? {
+    if !state.store.set_credential_status(&access.workspace_id, credential_id, CredentialStatus::PendingApproval, CredentialStatus::Active).await? {
         return Err(ApiError::conflict("CREDENTIAL_NOT_PENDING", "the credential is not awaiting activation"));
     }
     let record = state.store.credential(&access.workspace_id, credential_id).await?.ok_or_else(|| ApiError::not_found("credential"))?.record;
@@ -144,7 +145,7 @@ pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNo
 }
 
 pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: EntryLinkRequest) -> ApiResult<Executed> {
-    let placement = credential_fields(&req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
+    let placement = credential_fields(req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
     let hosts = crate::credentials::bound_hosts(&req.hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
     let connector_id = match &req.connector_id {
         Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),

@@ -12,14 +12,14 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
+use crate::store::kinds::DestinationKind;
 
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDestination {
     pub name: String,
-    /// `sqlite`, `postgres` or `jsonl`.
-    pub kind: String,
+    pub kind: DestinationKind,
     /// `sqlite`: `{file}`; `postgres`: `{url, credential_handle?}` (no
     /// password in the URL); `jsonl`: `{directory}`.
     pub configuration: Value,
@@ -36,7 +36,7 @@ pub struct UpdateDestination {
     pub configuration: Option<Value>,
 }
 
-async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &str, config: &Value) -> ApiResult<()> {
+async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: DestinationKind, config: &Value) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let parsed = crate::warehouse::validate(kind, config)?;
     if let crate::warehouse::DestinationConfig::Postgres { credential_handle, target } = &parsed {
@@ -56,8 +56,8 @@ async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: &st
 
 pub async fn create_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateDestination) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
-    check_destination(state, access, &req.kind, &req.configuration).await?;
-    let d = state.store.create_destination(&access.workspace_id, &req.kind, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
+    check_destination(state, access, req.kind, &req.configuration).await?;
+    let d = state.store.create_destination(&access.workspace_id, req.kind, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
     note.target("destination", &d.destination_id);
     Executed::created(d)
 }
@@ -68,7 +68,7 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
     let name = req.name.unwrap_or(cur.name);
     check_name("name", &name)?;
     let config = req.configuration.unwrap_or(cur.configuration);
-    check_destination(state, access, &cur.kind, &config).await?;
+    check_destination(state, access, cur.kind, &config).await?;
     let d = state.store.update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
     Executed::ok(d)
 }

@@ -37,7 +37,7 @@ pub(super) async fn execute_as_proposer(state: &AppState, workspace_id: &str, cl
         principal: Principal {
             user_id: claimed.proposed_by.clone(),
             session_id: String::new(),
-            client: ClientSource::parse(&claimed.client_source).unwrap_or(ClientSource::Mcp),
+            client: claimed.client_source,
             proposal_requested: false,
         },
         workspace_id: workspace_id.to_owned(),

@@ -33,6 +33,7 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::approvals::{Approval, DecideError, NewApproval};
+use crate::store::kinds::ApprovalStatus;
 
 /// How long a proposal can be approved.
 pub const PROPOSAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
@@ -104,12 +105,12 @@ pub async fn submit(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
             operation: &operation,
             proposed_by: &principal.user_id,
             proposed_session: &principal.session_id,
-            client_source: principal.client.as_str(),
+            client_source: principal.client,
             request_id: &crate::telemetry::request_id::current(),
             expires_at: crate::store::now_ms() + PROPOSAL_TTL_MS,
         })
         .await?;
-    note.outcome("proposed");
+    note.outcome(crate::store::kinds::AuditOutcome::Proposed);
     note.target("approval", &approval.approval_id);
     note.approval(&approval.approval_id);
     Executed::with_status(StatusCode::ACCEPTED, json!({ "approval": approval }))
@@ -234,7 +235,7 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
 
     let claimed = state
         .store
-        .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, "executing")
+        .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, ApprovalStatus::Executing)
         .await?
         .map_err(|e| decide_error(e, approval_id))?;
 
@@ -270,7 +271,7 @@ pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNo
     may_decide(state, approver, approval_id).await?;
     let approval = state
         .store
-        .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, "rejected")
+        .decide_approval(&approver.workspace_id, approval_id, &approver.principal.user_id, ApprovalStatus::Rejected)
         .await?
         .map_err(|e| decide_error(e, approval_id))?;
     Executed::ok(json!({ "approval": approval }))

@@ -11,6 +11,7 @@ use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::store::kinds::{DestinationKind, PipelineStatus};
 use crate::store::pipelines::{Pipeline, Schedule, StreamSelection, StreamSyncMode};
 
 /// Body of `POST /pipelines`.
@@ -43,7 +44,7 @@ pub struct UpdatePipeline {
 }
 
 /// Validates stream selections against what the source offers.
-async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &str, destination_kind: &str, streams: &[StreamSelection]) -> ApiResult<()> {
+async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &str, destination_kind: Option<DestinationKind>, streams: &[StreamSelection]) -> ApiResult<()> {
     if streams.is_empty() {
         return Err(ApiError::invalid_field("streams", "select at least one stream"));
     }
@@ -59,7 +60,7 @@ async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &s
             return Err(ApiError::invalid_field("streams", format!("stream {} cannot be read incrementally", s.name)));
         }
         if s.sync_mode == StreamSyncMode::IncrementalDeduped {
-            if destination_kind == "jsonl" {
+            if destination_kind == Some(DestinationKind::Jsonl) {
                 return Err(ApiError::invalid_field("streams", "JSON-lines destinations cannot deduplicate; use incremental_append or full_refresh_overwrite"));
             }
             if s.primary_key.as_ref().unwrap_or(&offered.primary_key).is_empty() {
@@ -90,7 +91,7 @@ pub async fn create_pipeline(state: &AppState, access: &WorkspaceAccess, note: &
     check_name("name", &req.name)?;
     check_schedule(&req.schedule)?;
     let dest = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such destination"))?;
-    check_streams(state, access, &req.source_id, &dest.kind, &req.streams).await?;
+    check_streams(state, access, &req.source_id, Some(dest.kind), &req.streams).await?;
     let p = state
         .store
         .create_pipeline(&access.workspace_id, req.name.trim(), &req.source_id, &req.destination_id, &req.streams, &req.schedule, next_run(&req.schedule))
@@ -112,10 +113,10 @@ pub async fn update_pipeline(state: &AppState, access: &WorkspaceAccess, note: &
     }
     if let Some(streams) = req.streams {
         let kind = match &p.destination_id {
-            Some(d) => state.store.destination(&access.workspace_id, d).await?.map(|d| d.kind).unwrap_or_default(),
-            None => String::new(),
+            Some(d) => state.store.destination(&access.workspace_id, d).await?.map(|d| d.kind),
+            None => None,
         };
-        check_streams(state, access, &p.source_id, &kind, &streams).await?;
+        check_streams(state, access, &p.source_id, kind, &streams).await?;
         p.streams = streams;
     }
     let mut changed = false;
@@ -129,7 +130,7 @@ pub async fn update_pipeline(state: &AppState, access: &WorkspaceAccess, note: &
     Executed::ok(p)
 }
 
-pub async fn set_status(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, id: &str, status: &str) -> ApiResult<Executed> {
+pub async fn set_status(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, id: &str, status: PipelineStatus) -> ApiResult<Executed> {
     note.target("pipeline", id);
     pipeline(state, access, id).await?;
     let p = state.store.set_pipeline_status(&access.workspace_id, id, status).await?.ok_or_else(|| ApiError::not_found("pipeline"))?;
@@ -189,8 +190,8 @@ impl PipelineOp {
         match self {
             PipelineOp::CreatePipeline(r) => create_pipeline(state, access, note, r).await,
             PipelineOp::UpdatePipeline(r) => update_pipeline(state, access, note, r).await,
-            PipelineOp::PausePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, "paused").await,
-            PipelineOp::ResumePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, "active").await,
+            PipelineOp::PausePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, PipelineStatus::Paused).await,
+            PipelineOp::ResumePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, PipelineStatus::Active).await,
             PipelineOp::DeleteConnection { connection_id } => delete_connection(state, access, note, &connection_id).await,
         }
     }

@@ -15,6 +15,7 @@ use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::store::kinds::{JobKind, Trigger};
 use crate::store::pipelines::{ActiveJob, Job, Pipeline};
 
 /// A sync or reset command.
@@ -39,7 +40,7 @@ pub(super) fn conflict(message: &str, active: Option<Job>, schedule: Option<(i64
 }
 
 /// Starts a sync or reset job, unless one is active or the schedule moved.
-pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: RunPipeline, kind: &str, trigger: &str) -> ApiResult<Executed> {
+pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: RunPipeline, kind: JobKind, trigger: Trigger) -> ApiResult<Executed> {
     note.target("pipeline", &req.pipeline_id);
     let p = pipeline(state, access, &req.pipeline_id).await?;
     if let Some(v) = req.schedule_version
@@ -114,12 +115,12 @@ impl SyncOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         // A run started by approving a proposal says so, whatever it runs.
         let trigger = match ctx.via {
-            Via::Approval => "approval",
-            Via::Request => "manual",
+            Via::Approval => Trigger::Approval,
+            Via::Request => Trigger::Manual,
         };
         match self {
-            SyncOp::SyncPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, "sync", trigger).await,
-            SyncOp::ResetPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, "reset", trigger).await,
+            SyncOp::SyncPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, JobKind::Sync, trigger).await,
+            SyncOp::ResetPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, JobKind::Reset, trigger).await,
             SyncOp::CancelJob { job_id } => cancel_job(ctx.state, ctx.access, ctx.note, &job_id).await,
         }
     }

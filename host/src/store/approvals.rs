@@ -6,8 +6,10 @@ use serde_json::Value;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::{Store, StoreResult, from_ms, new_id, now_ms};
+use super::kinds::ApprovalStatus;
+use super::sessions::ClientSource;
 use super::workspaces::Role;
+use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A stored proposal to perform one write operation.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -22,15 +24,14 @@ pub struct Approval {
     pub summary: String,
     /// The operation that approval would perform, exactly.
     pub operation: Value,
-    /// `pending`, `executing`, `executed`, `failed`, `rejected`, `expired`
-    /// or `voided` (the proposing session was revoked).
-    pub status: String,
+    /// Where the proposal is in its life.
+    pub status: ApprovalStatus,
     pub proposed_by: String,
     /// The session that proposed it: it may not decide its own proposal.
     #[serde(skip)]
     pub proposed_session: Option<String>,
-    /// Client kind that proposed it (`api`, `cli`, `mcp`).
-    pub client_source: String,
+    /// Client kind that proposed it.
+    pub client_source: ClientSource,
     /// Request that created the proposal.
     pub request_id: String,
     pub created_at: DateTime<Utc>,
@@ -61,7 +62,7 @@ pub struct NewApproval<'a> {
     pub operation: &'a Value,
     pub proposed_by: &'a str,
     pub proposed_session: &'a str,
-    pub client_source: &'a str,
+    pub client_source: ClientSource,
     pub request_id: &'a str,
     pub expires_at: i64,
 }
@@ -69,9 +70,9 @@ pub struct NewApproval<'a> {
 /// Filters of `GET /approvals`.
 #[derive(Debug, Default)]
 pub struct ApprovalFilter {
-    pub status: Option<String>,
+    pub status: Option<ApprovalStatus>,
     pub category: Option<String>,
-    pub client_source: Option<String>,
+    pub client_source: Option<ClientSource>,
 }
 
 /// Why a proposal could not be decided.
@@ -79,7 +80,7 @@ pub struct ApprovalFilter {
 pub enum DecideError {
     NotFound,
     /// Already decided: carries the current status.
-    NotPending(String),
+    NotPending(ApprovalStatus),
     Expired,
 }
 
@@ -97,10 +98,10 @@ const COLUMNS: &str = "id, workspace_id, category, action, summary, operation, s
      request_id, created_at, expires_at, decided_by, decided_at, result_status, result_body";
 
 fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<Approval> {
-    let mut status: String = r.try_get("status")?;
+    let mut status = decode(r.try_get("status")?, ApprovalStatus::parse, "status")?;
     let expires_at: i64 = r.try_get("expires_at")?;
-    if status == "pending" && expires_at <= now {
-        status = "expired".into();
+    if status == ApprovalStatus::Pending && expires_at <= now {
+        status = ApprovalStatus::Expired;
     }
     let operation: String = r.try_get("operation")?;
     let result_status: Option<i64> = r.try_get("result_status")?;
@@ -115,7 +116,7 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<Approval> {
         status,
         proposed_by: r.try_get("proposed_by")?,
         proposed_session: r.try_get("proposed_session")?,
-        client_source: r.try_get("client_source")?,
+        client_source: decode(r.try_get("client_source")?, ClientSource::parse, "client_source")?,
         request_id: r.try_get("request_id")?,
         created_at: from_ms(r.try_get("created_at")?),
         expires_at: from_ms(expires_at),
@@ -144,7 +145,7 @@ impl Store {
         .bind(a.operation.to_string())
         .bind(a.proposed_by)
         .bind(a.proposed_session)
-        .bind(a.client_source)
+        .bind(a.client_source.as_str())
         .bind(a.request_id)
         .bind(now_ms())
         .bind(a.expires_at)
@@ -164,9 +165,9 @@ impl Store {
     pub async fn approvals(&self, workspace_id: &str, f: &ApprovalFilter, before: Option<&str>, limit: i64) -> StoreResult<Vec<Approval>> {
         let now = now_ms();
         // `expired` is derived: a pending proposal past its expiry.
-        let (status, expired) = match f.status.as_deref() {
-            Some("expired") => (Some("pending"), Some(1i64)),
-            Some("pending") => (Some("pending"), Some(0i64)),
+        let (status, expired) = match f.status {
+            Some(ApprovalStatus::Expired) => (Some(ApprovalStatus::Pending), Some(1i64)),
+            Some(ApprovalStatus::Pending) => (Some(ApprovalStatus::Pending), Some(0i64)),
             other => (other, None),
         };
         let sql = format!(
@@ -176,9 +177,9 @@ impl Store {
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(workspace_id)
-            .bind(status)
+            .bind(status.map(ApprovalStatus::as_str))
             .bind(&f.category)
-            .bind(&f.client_source)
+            .bind(f.client_source.map(ClientSource::as_str))
             .bind(before)
             .bind(expired)
             .bind(now)
@@ -191,13 +192,13 @@ impl Store {
     /// Moves a pending, unexpired proposal to `to` (`executing` or
     /// `rejected`). One statement, so of two concurrent decisions exactly one
     /// wins.
-    pub async fn decide_approval(&self, workspace_id: &str, id: &str, decided_by: &str, to: &str) -> StoreResult<Result<Approval, DecideError>> {
+    pub async fn decide_approval(&self, workspace_id: &str, id: &str, decided_by: &str, to: ApprovalStatus) -> StoreResult<Result<Approval, DecideError>> {
         let now = now_ms();
         let n = sqlx::query(
             "UPDATE approvals SET status = $1, decided_by = $2, decided_at = $3 \
              WHERE workspace_id = $4 AND id = $5 AND status = 'pending' AND expires_at > $3",
         )
-        .bind(to)
+        .bind(to.as_str())
         .bind(decided_by)
         .bind(now)
         .bind(workspace_id)
@@ -209,7 +210,7 @@ impl Store {
         Ok(match (n, current) {
             (_, None) => Err(DecideError::NotFound),
             (1, Some(a)) => Ok(a),
-            (_, Some(a)) if a.status == "expired" => Err(DecideError::Expired),
+            (_, Some(a)) if a.status == ApprovalStatus::Expired => Err(DecideError::Expired),
             (_, Some(a)) => Err(DecideError::NotPending(a.status)),
         })
     }
@@ -217,7 +218,7 @@ impl Store {
     /// Records what the approved execution answered.
     pub async fn finish_approval(&self, id: &str, succeeded: bool, status: u16, body: &Value) -> StoreResult<()> {
         sqlx::query("UPDATE approvals SET status = $1, result_status = $2, result_body = $3 WHERE id = $4 AND status = 'executing'")
-            .bind(if succeeded { "executed" } else { "failed" })
+            .bind(if succeeded { ApprovalStatus::Executed } else { ApprovalStatus::Failed }.as_str())
             .bind(i64::from(status))
             .bind(body.to_string())
             .bind(id)

@@ -5,7 +5,9 @@ use serde::Serialize;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::{Store, StoreResult, from_ms, new_id, now_ms};
+use super::kinds::AuditOutcome;
+use super::sessions::ClientSource;
+use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// One audit record. Holds identifiers and outcomes only, never a payload,
 /// so no secret can reach it.
@@ -21,11 +23,10 @@ pub struct AuditRecord {
     pub action: String,
     pub target_type: Option<String>,
     pub target_id: Option<String>,
-    /// `api`, `cli` or `mcp`, from `X-Service-Client`.
-    pub client_source: String,
+    /// The client kind of the session (narrowed by `X-Service-Client`).
+    pub client_source: ClientSource,
     pub request_id: String,
-    /// `succeeded`, `failed`, `denied` or `proposed`.
-    pub outcome: String,
+    pub outcome: AuditOutcome,
     /// HTTP status of the response.
     pub status_code: i64,
     /// The approval this execution carried out, when it ran on approval.
@@ -34,7 +35,7 @@ pub struct AuditRecord {
 }
 
 /// A record to append.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NewAuditRecord {
     pub workspace_id: Option<String>,
     pub actor_user_id: Option<String>,
@@ -42,11 +43,44 @@ pub struct NewAuditRecord {
     pub action: String,
     pub target_type: Option<String>,
     pub target_id: Option<String>,
-    pub client_source: String,
+    pub client_source: ClientSource,
     pub request_id: String,
-    pub outcome: String,
+    pub outcome: AuditOutcome,
     pub status_code: i64,
     pub approval_id: Option<String>,
+}
+
+impl NewAuditRecord {
+    /// A record of something the server did on its own or for a browser
+    /// page (no request through `/v1`): the rest is filled in by the caller.
+    pub fn event(workspace_id: &str, action: &str, outcome: AuditOutcome, status_code: u16, request_id: String) -> Self {
+        NewAuditRecord {
+            workspace_id: Some(workspace_id.to_owned()),
+            actor_user_id: None,
+            actor_session_id: None,
+            action: action.to_owned(),
+            target_type: None,
+            target_id: None,
+            client_source: ClientSource::Api,
+            request_id,
+            outcome,
+            status_code: i64::from(status_code),
+            approval_id: None,
+        }
+    }
+
+    /// The record, naming what it acted on.
+    pub fn on(mut self, target_type: &str, target_id: &str) -> Self {
+        self.target_type = Some(target_type.to_owned());
+        self.target_id = Some(target_id.to_owned());
+        self
+    }
+
+    /// The record, naming who acted.
+    pub fn by(mut self, user_id: &str) -> Self {
+        self.actor_user_id = Some(user_id.to_owned());
+        self
+    }
 }
 
 /// Filters of `GET /audit-logs`.
@@ -57,8 +91,8 @@ pub struct AuditFilter {
     pub until: Option<i64>,
     pub actor_user_id: Option<String>,
     pub action: Option<String>,
-    pub client_source: Option<String>,
-    pub outcome: Option<String>,
+    pub client_source: Option<ClientSource>,
+    pub outcome: Option<AuditOutcome>,
 }
 
 impl Store {
@@ -76,9 +110,9 @@ impl Store {
         .bind(&r.action)
         .bind(&r.target_type)
         .bind(&r.target_id)
-        .bind(&r.client_source)
+        .bind(r.client_source.as_str())
         .bind(&r.request_id)
-        .bind(&r.outcome)
+        .bind(r.outcome.as_str())
         .bind(r.status_code)
         .bind(&r.approval_id)
         .bind(now_ms())
@@ -101,8 +135,8 @@ impl Store {
         .bind(f.until)
         .bind(&f.actor_user_id)
         .bind(&f.action)
-        .bind(&f.client_source)
-        .bind(&f.outcome)
+        .bind(f.client_source.map(ClientSource::as_str))
+        .bind(f.outcome.map(AuditOutcome::as_str))
         .bind(before)
         .bind(limit)
         .fetch_all(self.pool())
@@ -117,9 +151,9 @@ impl Store {
                     action: r.try_get("action")?,
                     target_type: r.try_get("target_type")?,
                     target_id: r.try_get("target_id")?,
-                    client_source: r.try_get("client_source")?,
+                    client_source: decode(r.try_get("client_source")?, ClientSource::parse, "client_source")?,
                     request_id: r.try_get("request_id")?,
-                    outcome: r.try_get("outcome")?,
+                    outcome: decode(r.try_get("outcome")?, AuditOutcome::parse, "outcome")?,
                     status_code: r.try_get("status_code")?,
                     approval_id: r.try_get("approval_id")?,
                     created_at: from_ms(r.try_get("created_at")?),

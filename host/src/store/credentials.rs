@@ -6,7 +6,8 @@ use serde_json::Value;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::{Store, StoreResult, from_ms, now_ms};
+use super::kinds::{CredentialKind, CredentialStatus};
+use super::{Store, StoreResult, decode, from_ms, now_ms};
 
 /// A sealed secret as stored.
 #[derive(Debug, Clone)]
@@ -49,8 +50,7 @@ pub struct CredentialRecord {
     /// The opaque reference other operations use.
     pub credential_handle: CredentialHandle,
     pub workspace_id: String,
-    /// `api_token`, `oauth2`, `basic` or `secret`.
-    pub kind: String,
+    pub kind: CredentialKind,
     /// Connector (or provider) the credential is for.
     pub connector_id: Option<String>,
     pub label: Option<String>,
@@ -58,8 +58,7 @@ pub struct CredentialRecord {
     pub hosts: Vec<String>,
     /// Non-secret settings kept with it (e.g. `base_url`, scopes).
     pub metadata: Value,
-    /// `active`, `pending_approval`, `revoked` or `needs_reauthorization`.
-    pub status: String,
+    pub status: CredentialStatus,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
@@ -70,12 +69,12 @@ pub struct NewCredential<'a> {
     pub id: &'a str,
     pub workspace_id: &'a str,
     pub handle: &'a str,
-    pub kind: &'a str,
+    pub kind: CredentialKind,
     pub connector_id: Option<&'a str>,
     pub label: Option<&'a str>,
     pub hosts: &'a [String],
     pub metadata: &'a Value,
-    pub status: &'a str,
+    pub status: CredentialStatus,
     pub created_by: &'a str,
     pub access_expires_at: Option<i64>,
     pub sealed: &'a Sealed,
@@ -101,12 +100,12 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
             credential_id: r.try_get("id")?,
             credential_handle: CredentialHandle(r.try_get("handle")?),
             workspace_id: r.try_get("workspace_id")?,
-            kind: r.try_get("kind")?,
+            kind: decode(r.try_get("kind")?, CredentialKind::parse, "kind")?,
             connector_id: r.try_get("connector_id")?,
             label: r.try_get("label")?,
             hosts: serde_json::from_str(&hosts).unwrap_or_default(),
             metadata: serde_json::from_str(&metadata).unwrap_or(Value::Null),
-            status: r.try_get("status")?,
+            status: decode(r.try_get("status")?, CredentialStatus::parse, "status")?,
             created_by: r.try_get("created_by")?,
             created_at: from_ms(r.try_get("created_at")?),
             last_used_at: last_used.map(from_ms),
@@ -126,12 +125,12 @@ impl Store {
         .bind(c.id)
         .bind(c.workspace_id)
         .bind(c.handle)
-        .bind(c.kind)
+        .bind(c.kind.as_str())
         .bind(c.connector_id)
         .bind(c.label)
         .bind(serde_json::to_string(c.hosts).unwrap_or_else(|_| "[]".into()))
         .bind(c.metadata.to_string())
-        .bind(c.status)
+        .bind(c.status.as_str())
         .bind(c.created_by)
         .bind(now_ms())
         .bind(c.access_expires_at)
@@ -163,12 +162,12 @@ impl Store {
         rows.iter().map(|r| from_row(r).map(|c| c.record)).collect()
     }
 
-    pub async fn set_credential_status(&self, workspace_id: &str, credential_id: &str, from: &str, to: &str) -> StoreResult<bool> {
+    pub async fn set_credential_status(&self, workspace_id: &str, credential_id: &str, from: CredentialStatus, to: CredentialStatus) -> StoreResult<bool> {
         let n = sqlx::query("UPDATE credentials SET status = $1 WHERE workspace_id = $2 AND id = $3 AND status = $4")
-            .bind(to)
+            .bind(to.as_str())
             .bind(workspace_id)
             .bind(credential_id)
-            .bind(from)
+            .bind(from.as_str())
             .execute(self.pool())
             .await?
             .rows_affected();

@@ -21,6 +21,7 @@ pub mod credentials;
 pub mod entry_links;
 pub mod idempotency;
 pub mod invitations;
+pub mod kinds;
 pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
@@ -161,6 +162,12 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// A stored text as the enum it names; a text no variant has is a
+/// corrupt row, reported as a decoding error.
+pub(crate) fn decode<T>(text: &str, parse: fn(&str) -> Option<T>, column: &'static str) -> StoreResult<T> {
+    parse(text).ok_or_else(|| StoreError::Database(sqlx::Error::ColumnDecode { index: column.to_owned(), source: format!("unknown value '{text}'").into() }))
 }
 
 /// Current time as stored: Unix milliseconds.

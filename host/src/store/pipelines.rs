@@ -6,15 +6,15 @@ use serde_json::Value;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::{ResultExt, Store, StoreError, StoreResult, from_ms, new_id, now_ms};
+use super::kinds::{DestinationKind, JobKind, JobStatus, PipelineStatus, Trigger};
+use super::{ResultExt, Store, StoreError, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A configured destination.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Destination {
     pub destination_id: String,
     pub workspace_id: String,
-    /// `sqlite`, `postgres` or `jsonl`.
-    pub kind: String,
+    pub kind: DestinationKind,
     pub name: String,
     pub configuration: Value,
     pub created_by: String,
@@ -93,8 +93,7 @@ pub struct Pipeline {
     /// Increases whenever the schedule changes; a sync command may name the
     /// version it was issued against.
     pub schedule_version: i64,
-    /// `active` or `paused`.
-    pub status: String,
+    pub status: PipelineStatus,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -105,12 +104,9 @@ pub struct Job {
     pub job_id: String,
     pub workspace_id: String,
     pub pipeline_id: String,
-    /// `sync` or `reset`.
-    pub kind: String,
-    /// `queued`, `running`, `succeeded`, `failed` or `cancelled`.
-    pub status: String,
-    /// `manual`, `schedule` or `approval`.
-    pub trigger: String,
+    pub kind: JobKind,
+    pub status: JobStatus,
+    pub trigger: Trigger,
     pub attempts: i64,
     /// Totals (records, bytes) and per-stream progress.
     pub progress: Value,
@@ -126,7 +122,7 @@ fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {
     Ok(Destination {
         destination_id: r.try_get("id")?,
         workspace_id: r.try_get("workspace_id")?,
-        kind: r.try_get("kind")?,
+        kind: decode(r.try_get("kind")?, DestinationKind::parse, "kind")?,
         name: r.try_get("name")?,
         configuration: serde_json::from_str(&configuration).unwrap_or(Value::Null),
         created_by: r.try_get("created_by")?,
@@ -149,7 +145,7 @@ fn pipeline_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Pipeline> {
         streams: serde_json::from_str(&streams).unwrap_or_default(),
         schedule: serde_json::from_str(&schedule).unwrap_or(Schedule::Manual),
         schedule_version: r.try_get("schedule_version")?,
-        status: r.try_get("status")?,
+        status: decode(r.try_get("status")?, PipelineStatus::parse, "status")?,
         created_at: from_ms(r.try_get("created_at")?),
         updated_at: from_ms(r.try_get("updated_at")?),
     })
@@ -161,9 +157,9 @@ fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
         job_id: r.try_get("id")?,
         workspace_id: r.try_get("workspace_id")?,
         pipeline_id: r.try_get("pipeline_id")?,
-        kind: r.try_get("kind")?,
-        status: r.try_get("status")?,
-        trigger: r.try_get("trigger_source")?,
+        kind: decode(r.try_get("kind")?, JobKind::parse, "kind")?,
+        status: decode(r.try_get("status")?, JobStatus::parse, "status")?,
+        trigger: decode(r.try_get("trigger_source")?, Trigger::parse, "trigger_source")?,
         attempts: r.try_get("attempts")?,
         progress: serde_json::from_str(&progress).unwrap_or(Value::Null),
         error: r.try_get("error")?,
@@ -184,7 +180,7 @@ pub struct ActiveJob(pub Option<Job>);
 
 
 impl Store {
-    pub async fn create_destination(&self, workspace_id: &str, kind: &str, name: &str, configuration: &Value, by: &str) -> StoreResult<Destination> {
+    pub async fn create_destination(&self, workspace_id: &str, kind: DestinationKind, name: &str, configuration: &Value, by: &str) -> StoreResult<Destination> {
         let id = new_id("dst");
         let now = now_ms();
         sqlx::query(
@@ -192,7 +188,7 @@ impl Store {
         )
         .bind(&id)
         .bind(workspace_id)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(name)
         .bind(configuration.to_string())
         .bind(by)
@@ -298,9 +294,9 @@ impl Store {
         self.pipeline(&p.workspace_id, &p.pipeline_id).await
     }
 
-    pub async fn set_pipeline_status(&self, workspace_id: &str, id: &str, status: &str) -> StoreResult<Option<Pipeline>> {
+    pub async fn set_pipeline_status(&self, workspace_id: &str, id: &str, status: PipelineStatus) -> StoreResult<Option<Pipeline>> {
         sqlx::query("UPDATE pipelines SET status = $1, updated_at = $2 WHERE workspace_id = $3 AND id = $4")
-            .bind(status)
+            .bind(status.as_str())
             .bind(now_ms())
             .bind(workspace_id)
             .bind(id)
@@ -321,7 +317,7 @@ impl Store {
 
     /// Creates a queued job unless one is active for the pipeline: the
     /// partial unique index decides, so it holds across replicas.
-    pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: &str, trigger: &str) -> StoreResult<Result<Job, ActiveJob>> {
+    pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
         let id = new_id("job");
         let now = now_ms();
         let inserted = sqlx::query(
@@ -331,8 +327,8 @@ impl Store {
         .bind(&id)
         .bind(workspace_id)
         .bind(pipeline_id)
-        .bind(kind)
-        .bind(trigger)
+        .bind(kind.as_str())
+        .bind(trigger.as_str())
         .bind(now)
         .execute(self.pool())
         .await
@@ -413,9 +409,9 @@ impl Store {
     }
 
     /// Ends a job held by `owner`.
-    pub async fn finish_job(&self, job_id: &str, owner: &str, status: &str, error: Option<&str>) -> StoreResult<()> {
+    pub async fn finish_job(&self, job_id: &str, owner: &str, status: JobStatus, error: Option<&str>) -> StoreResult<()> {
         sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
-            .bind(status)
+            .bind(status.as_str())
             .bind(error)
             .bind(now_ms())
             .bind(job_id)
@@ -452,9 +448,9 @@ impl Store {
     }
 
     /// Whether a job is still this runner's to run.
-    pub async fn job_status(&self, job_id: &str) -> StoreResult<Option<String>> {
+    pub async fn job_status(&self, job_id: &str) -> StoreResult<Option<JobStatus>> {
         let row = sqlx::query("SELECT status FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
-        row.map(|r| Ok(r.try_get("status")?)).transpose()
+        row.map(|r| decode(r.try_get("status")?, JobStatus::parse, "status")).transpose()
     }
 
     pub async fn stream_state(&self, pipeline_id: &str, stream: &str) -> StoreResult<Option<String>> {

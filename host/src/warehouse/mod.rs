@@ -34,6 +34,7 @@ use sqlx::Row as _;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::error::ApiError;
+use crate::store::kinds::DestinationKind;
 use crate::store::pipelines::StreamSyncMode;
 use postgres::{CopyData, POSTGRES_CONNECTIONS, copy_data, copy_rows, copy_text_from_binary};
 use shape::{Rows, shape};
@@ -78,10 +79,10 @@ impl Place<'_> {
 pub async fn relocate_shared_files(store: &crate::store::Store, data_dir: &Path) {
     let Ok(destinations) = store.file_destinations().await else { return };
     let legacy = |d: &crate::store::pipelines::Destination| -> Option<(&'static str, String)> {
-        match d.kind.as_str() {
-            "sqlite" => d.configuration["file"].as_str().map(|f| ("warehouses", f.to_owned())),
-            "jsonl" => d.configuration["directory"].as_str().map(|f| ("exports", f.to_owned())),
-            _ => None,
+        match d.kind {
+            DestinationKind::Sqlite => d.configuration["file"].as_str().map(|f| ("warehouses", f.to_owned())),
+            DestinationKind::Jsonl => d.configuration["directory"].as_str().map(|f| ("exports", f.to_owned())),
+            DestinationKind::Postgres => None,
         }
     };
     for d in &destinations {
@@ -146,21 +147,20 @@ fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
 const SIDE_FILE_SUFFIXES: &[&str] = &["-wal", "-shm", "-journal"];
 
 /// Validates a destination of `kind`.
-pub fn validate(kind: &str, config: &Value) -> Result<DestinationConfig, ApiError> {
+pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConfig, ApiError> {
     let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
     let allowed: &[&str] = match kind {
-        "sqlite" => &["file"],
-        "postgres" => &["url", "credential_handle"],
-        "jsonl" => &["directory"],
-        _ => return Err(ApiError::invalid_field("kind", "kind must be sqlite, postgres or jsonl")),
+        DestinationKind::Sqlite => &["file"],
+        DestinationKind::Postgres => &["url", "credential_handle"],
+        DestinationKind::Jsonl => &["directory"],
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
     }
     Ok(match kind {
-        "sqlite" => DestinationConfig::Sqlite { file: plain_name("configuration.file", obj.get("file").and_then(Value::as_str))? },
-        "jsonl" => DestinationConfig::Jsonl { directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))? },
-        _ => {
+        DestinationKind::Sqlite => DestinationConfig::Sqlite { file: plain_name("configuration.file", obj.get("file").and_then(Value::as_str))? },
+        DestinationKind::Jsonl => DestinationConfig::Jsonl { directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))? },
+        DestinationKind::Postgres => {
             let raw = obj.get("url").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
             let url = url::Url::parse(raw).map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
             if url.password().is_some() {
@@ -549,15 +549,16 @@ mod tests {
 
     #[test]
     fn paths_side_files_and_passwords_are_refused() {
-        assert!(validate("sqlite", &json!({ "file": "../etc/passwd" })).is_err());
-        assert!(validate("jsonl", &json!({ "directory": "/tmp" })).is_err());
+        use DestinationKind::{Jsonl, Postgres, Sqlite};
+        assert!(validate(Sqlite, &json!({ "file": "../etc/passwd" })).is_err());
+        assert!(validate(Jsonl, &json!({ "directory": "/tmp" })).is_err());
         for side in ["w.db-wal", "w.db-shm", "w.db-journal", "W.DB-WAL"] {
-            assert!(validate("sqlite", &json!({ "file": side })).is_err(), "{side}");
+            assert!(validate(Sqlite, &json!({ "file": side })).is_err(), "{side}");
         }
-        assert!(validate("postgres", &json!({ "url": "postgres://u:pw@h/db" })).is_err());
-        assert!(validate("postgres", &json!({ "url": "postgres://u@h/db" })).is_ok());
-        assert!(validate("postgres", &json!({ "url": "postgres://u@h/db?host=/tmp" })).is_err());
-        assert!(validate("mysql", &json!({})).is_err());
+        assert!(validate(Postgres, &json!({ "url": "postgres://u:pw@h/db" })).is_err());
+        assert!(validate(Postgres, &json!({ "url": "postgres://u@h/db" })).is_ok());
+        assert!(validate(Postgres, &json!({ "url": "postgres://u@h/db?host=/tmp" })).is_err());
+        assert!(validate(Sqlite, &json!({ "url": "x" })).is_err(), "fields of another kind");
     }
 
     #[tokio::test]

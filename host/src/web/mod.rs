@@ -18,6 +18,8 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::access::ClientSource;
 use crate::state::AppState;
+use crate::store::kinds::{AuditOutcome, CredentialKind, CredentialStatus};
+use crate::store::audit::NewAuditRecord;
 use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::access::tokens;
@@ -203,18 +205,9 @@ async fn accept_invitation(
         Ok(Err(_)) => return gone("invitation"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    let audit = crate::store::audit::NewAuditRecord {
-        workspace_id: Some(accepted.workspace_id.clone()),
-        actor_user_id: Some(accepted.user_id.clone()),
-        action: "invitations.accept".into(),
-        target_type: Some("invitation".into()),
-        target_id: Some(accepted.invitation_id.clone()),
-        client_source: "api".into(),
-        request_id: crate::telemetry::request_id::current(),
-        outcome: "succeeded".into(),
-        status_code: 200,
-        ..Default::default()
-    };
+    let audit = NewAuditRecord::event(&accepted.workspace_id, "invitations.accept", AuditOutcome::Succeeded, 200, crate::telemetry::request_id::current())
+        .by(&accepted.user_id)
+        .on("invitation", &accepted.invitation_id);
     if let Err(e) = state.store.append_audit(&audit).await {
         tracing::error!(error = %e, "could not write audit record");
     }
@@ -301,7 +294,7 @@ async fn submit_entry(
         Ok(None) => return gone("credential-entry"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    if let Err(why) = crate::ops::credentials::check_secret(link.spec["kind"].as_str().unwrap_or("api_token"), form.secret.expose_secret()) {
+    if let Err(why) = crate::ops::credentials::check_secret(link.spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken), form.secret.expose_secret()) {
         return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", &format!("<p>{}. The link still works: go back and try again.</p>", escape(&why)))).into_response();
     }
     // Spend first: of two concurrent submissions exactly one stores.
@@ -317,7 +310,7 @@ async fn submit_entry(
         .create(crate::credentials::NewSecret {
             workspace_id: &link.workspace_id,
             created_by: &requested_by,
-            kind: spec["kind"].as_str().unwrap_or("api_token"),
+            kind: spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken),
             connector_id: spec["connector_id"].as_str(),
             label: spec["label"].as_str(),
             hosts,
@@ -331,7 +324,7 @@ async fn submit_entry(
                 serde_json::Value::Object(m)
             },
             material: crate::credentials::SecretMaterial::new(form.secret),
-            status: "active",
+            status: CredentialStatus::Active,
             access_expires_at: None,
         })
         .await;
@@ -431,7 +424,7 @@ async fn oauth_complete(
     };
     let note = crate::audit::AuditNote::default();
     note.workspace(&done.workspace_id);
-    let outcome = crate::ops::credentials::store_secret(&state, &initiator, &note, done.new_secret("pending_approval")).await;
+    let outcome = crate::ops::credentials::store_secret(&state, &initiator, &note, done.new_secret(CredentialStatus::PendingApproval)).await;
     let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
     note.action("credentials.oauth_complete");
     if let Err(e) = state.store.append_audit(&note.record(Some(&initiator.principal), "credentials.oauth_complete", status)).await {
@@ -459,18 +452,7 @@ async fn oauth_complete(
 /// The audit record of a credential a browser page created (these pages are
 /// outside `/v1`, so the audit middleware does not see them).
 async fn audit_credential_created(state: &AppState, workspace_id: &str, actor: &str, action: &str, credential_id: &str) {
-    let audit = crate::store::audit::NewAuditRecord {
-        workspace_id: Some(workspace_id.to_owned()),
-        actor_user_id: Some(actor.to_owned()),
-        action: action.to_owned(),
-        target_type: Some("credential".into()),
-        target_id: Some(credential_id.to_owned()),
-        client_source: "api".into(),
-        request_id: crate::telemetry::request_id::current(),
-        outcome: "succeeded".into(),
-        status_code: 201,
-        ..Default::default()
-    };
+    let audit = NewAuditRecord::event(workspace_id, action, AuditOutcome::Succeeded, 201, crate::telemetry::request_id::current()).by(actor).on("credential", credential_id);
     if let Err(e) = state.store.append_audit(&audit).await {
         tracing::error!(error = %e, "could not write audit record");
     }

@@ -1,0 +1,191 @@
+//! The statuses, kinds and triggers records carry, as types: each with the
+//! text it is stored and answered as (`as_str`, `parse`, serde), so an
+//! impossible value is a compile error, not a runtime surprise.
+
+/// Defines an enum stored and serialised as fixed texts.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant),*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            /// The text it is stored and answered as.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),*
+                }
+            }
+
+            /// The value a stored text names, if any.
+            pub fn parse(s: &str) -> Option<$name> {
+                match s {
+                    $($text => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The allowed texts, for messages (`a, b or c`).
+            pub fn choices() -> String {
+                let all: Vec<&str> = $name::ALL.iter().map(|v| v.as_str()).collect();
+                match all.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                    _ => all.join(""),
+                }
+            }
+        }
+
+        /// Accepts exactly the texts; anything else fails with `must be
+        /// a, b or c`, which the API prefixes with the field's path.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                $name::parse(&text).ok_or_else(|| serde::de::Error::custom(format_args!("must be {}", $name::choices())))
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+
+text_enum! {
+    /// What a job does.
+    pub enum JobKind {
+        /// Reads what changed (or everything, for full refreshes).
+        Sync = "sync",
+        /// Clears the destination's data and state, then syncs from scratch.
+        Reset = "reset",
+    }
+}
+
+text_enum! {
+    /// Where a job is in its life.
+    pub enum JobStatus {
+        Queued = "queued",
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl JobStatus {
+    /// Whether the job has ended.
+    pub fn is_final(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled)
+    }
+}
+
+text_enum! {
+    /// What started a job.
+    pub enum Trigger {
+        /// A request (API, CLI).
+        Manual = "manual",
+        /// The pipeline's schedule.
+        Schedule = "schedule",
+        /// The approval of a proposal.
+        Approval = "approval",
+    }
+}
+
+text_enum! {
+    /// Whether a pipeline's schedule runs.
+    pub enum PipelineStatus {
+        Active = "active",
+        Paused = "paused",
+    }
+}
+
+text_enum! {
+    /// A built-in destination's kind.
+    pub enum DestinationKind {
+        /// An SQLite file under the workspace's folder.
+        Sqlite = "sqlite",
+        /// A PostgreSQL database the operator allows.
+        Postgres = "postgres",
+        /// A folder of JSON-lines files under the workspace's folder.
+        Jsonl = "jsonl",
+    }
+}
+
+text_enum! {
+    /// What a credential's secret is, which fixes where the host puts it.
+    pub enum CredentialKind {
+        /// Sent as a bearer token.
+        ApiToken = "api_token",
+        /// An OAuth access token (with its refresh token), sent as a bearer
+        /// token and refreshed by the host.
+        Oauth2 = "oauth2",
+        /// The password of the credential's username, sent as HTTP Basic.
+        Basic = "basic",
+        /// Sent as the value of the credential's header.
+        Secret = "secret",
+    }
+}
+
+text_enum! {
+    /// Whether a credential may be used.
+    pub enum CredentialStatus {
+        /// Sealed, waiting for its activation to be approved.
+        PendingApproval = "pending_approval",
+        Active = "active",
+        Revoked = "revoked",
+        /// The provider refused to refresh it: authorise again.
+        NeedsReauthorization = "needs_reauthorization",
+    }
+}
+
+text_enum! {
+    /// How a request or execution ended, as audited.
+    pub enum AuditOutcome {
+        Succeeded = "succeeded",
+        Failed = "failed",
+        /// Refused for want of authentication or permission.
+        Denied = "denied",
+        /// Stored as a proposal instead of executed.
+        Proposed = "proposed",
+    }
+}
+
+text_enum! {
+    /// Where a proposal is in its life.
+    pub enum ApprovalStatus {
+        Pending = "pending",
+        /// Approved and running now.
+        Executing = "executing",
+        Executed = "executed",
+        /// Approved, and its execution failed.
+        Failed = "failed",
+        Rejected = "rejected",
+        /// Pending past its expiry (derived, never stored).
+        Expired = "expired",
+        /// Its proposing session was revoked.
+        Voided = "voided",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_keep_their_stored_names() {
+        assert_eq!(serde_json::to_value(CredentialStatus::NeedsReauthorization).unwrap(), "needs_reauthorization");
+        assert_eq!(CredentialKind::parse("api_token"), Some(CredentialKind::ApiToken));
+        assert_eq!(JobKind::choices(), "sync or reset");
+        assert_eq!(DestinationKind::choices(), "sqlite, postgres or jsonl");
+        for s in JobStatus::ALL {
+            assert_eq!(JobStatus::parse(s.as_str()), Some(*s));
+        }
+    }
+}
