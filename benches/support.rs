@@ -22,6 +22,7 @@ pub async fn state(dir: &Path, egress: EgressPolicy) -> AppState {
         session_ttl_ms: 3_600_000,
         bootstrap_token: Some("svc_bench_bootstrap_token_0123456789".to_owned().into()),
         bootstrap_email: "bench@example.test".into(),
+        master_key: None,
         plugins: PluginSettings {
             plugins_dir: dir.join("plugins"),
             egress,

@@ -62,7 +62,7 @@ impl AppState {
                 );
             }
         }
-        let keyring = Keyring::load(&config.data_dir)?;
+        let keyring = Keyring::load(&config.data_dir, config.master_key.as_ref())?;
         let vault = Vault::new(store.clone(), keyring);
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
         let runtime = Runtime::new(config.plugins.limits.clone(), Some(compile_cache(&config.data_dir, &vault)))?;

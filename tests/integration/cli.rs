@@ -1,20 +1,16 @@
 //! The `service` binary: configuration errors, offline admin commands and
 //! first-run bootstrap, run as a new user would.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
+
+use crate::support::process::{self, ServerProcess};
 
 use reqwest::StatusCode;
 
-const BIN: &str = env!("CARGO_BIN_EXE_service");
-
+/// `service` over `data_dir`, with nothing else of the environment.
 fn service(data_dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("SERVICE_DATA_DIR", data_dir)
-        .stdin(Stdio::null());
+    let mut cmd = process::command();
+    cmd.env("SERVICE_DATA_DIR", data_dir);
     cmd
 }
 
@@ -39,53 +35,19 @@ fn bad_configuration_is_one_line_naming_the_setting() {
     assert!(err.contains("SERVICE_BOOTSTRAP_TOKEN"), "{err}");
 }
 
-/// Starts `service serve` on a free port and returns it with the child.
-fn spawn_server(data_dir: &std::path::Path) -> (std::process::Child, String, Vec<String>) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = service(data_dir)
-        .env("SERVICE_BIND", format!("127.0.0.1:{port}"))
-        .args(["serve"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    // Collect stdout until the server answers.
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let client = reqwest::blocking::Client::new();
-    let mut lines = Vec::new();
-    for _ in 0..200 {
-        while let Ok(l) = rx.try_recv() {
-            lines.push(l);
-        }
-        if client.get(format!("{base}/healthz")).send().is_ok() {
-            std::thread::sleep(Duration::from_millis(50));
-            while let Ok(l) = rx.try_recv() {
-                lines.push(l);
-            }
-            return (child, base, lines);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("server did not start; stdout: {lines:?}");
+/// Starts `service serve` over `data_dir`.
+fn spawn_server(data_dir: &std::path::Path) -> ServerProcess {
+    ServerProcess::start_blocking([("SERVICE_DATA_DIR", data_dir)])
 }
 
 #[test]
 fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
     crate::support::init_crypto();
     let dir = crate::support::private_dir();
-    let (mut child, base, lines) = spawn_server(dir.path());
-    let link = lines.iter().find_map(|l| l.trim().strip_prefix(&format!("{base}/login/")).map(|c| format!("{base}/login/{c}")));
+    let server = spawn_server(dir.path());
+    let base = server.base.clone();
+    let printed = server.output_containing(&format!("{base}/login/"));
+    let link = printed.lines().find_map(|l| l.trim().strip_prefix(&format!("{base}/login/")).map(|c| format!("{base}/login/{c}")));
     let client = reqwest::blocking::Client::new();
     let result = (|| {
         let link = link.ok_or("no login link printed")?;
@@ -106,8 +68,7 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
         }
         Ok(())
     })();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     result.unwrap();
 }
 
@@ -116,9 +77,7 @@ fn admin_commands_mint_a_working_token_offline() {
     crate::support::init_crypto();
     let dir = crate::support::private_dir();
     // Initialise the database through a first start, then stop.
-    let (mut child, _, _) = spawn_server(dir.path());
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(spawn_server(dir.path()));
 
     let out = service(dir.path()).args(["admin", "create-user", "--email", "Robot@Example.test", "--name", "Robot", "--role", "editor"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -131,13 +90,12 @@ fn admin_commands_mint_a_working_token_offline() {
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(token.starts_with("svc_"), "stdout holds the token alone");
 
-    let (mut child, base, _) = spawn_server(dir.path());
+    let server = spawn_server(dir.path());
     let client = reqwest::blocking::Client::new();
-    let me = client.get(format!("{base}/v1/me")).bearer_auth(&token).send().unwrap();
+    let me = client.get(format!("{}/v1/me", server.base)).bearer_auth(&token).send().unwrap();
     let status = me.status();
     let body: serde_json::Value = me.json().unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["data"]["user"]["email"], "robot@example.test");
     assert_eq!(body["data"]["workspaces"][0]["role"], "editor");
@@ -154,4 +112,52 @@ fn a_data_directory_other_users_can_enter_stops_the_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("SERVICE_DATA_DIR") && err.contains("chmod 700"), "{err}");
     assert!(!dir.path().join("master.key").exists(), "nothing was written into it");
+}
+
+/// Every setting the server names is one `--help` lists (none is read
+/// behind the command line's back), and secrets set in the environment
+/// are never shown there.
+#[test]
+fn every_setting_is_listed_in_help_and_secret_values_are_not() {
+    let dir = crate::support::private_dir();
+    let mut named = std::collections::BTreeSet::new();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut folders = vec![src];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for piece in text.split('"').skip(1).step_by(2) {
+                    let is_setting = piece.starts_with("SERVICE_") || piece == "DATABASE_URL";
+                    if is_setting && piece.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
+                        named.insert(piece.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    assert!(named.contains("SERVICE_JOB_LEASE_SECS") && named.contains("SERVICE_NEW_MASTER_KEY"), "{named:?}");
+
+    let canary = "canary-master-key-value-in-the-environment";
+    let mut help = String::new();
+    for args in [&["serve", "--help"][..], &["admin", "rotate-master-key", "--help"], &["mcp", "--help"], &["plugins", "load", "--help"]] {
+        let out = service(dir.path())
+            .env("SERVICE_MASTER_KEY", canary)
+            .env("SERVICE_NEW_MASTER_KEY", canary)
+            .env("SERVICE_TOKEN", canary)
+            .env("SERVICE_BOOTSTRAP_TOKEN", canary)
+            .env("DATABASE_URL", format!("postgres://u:{canary}@db/x"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        help.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    for setting in &named {
+        assert!(help.contains(&format!("env: {setting}")) || help.contains(&format!("env: {setting}=")), "{setting} is not in --help");
+    }
+    assert!(!help.contains(canary), "a secret's value was shown in --help");
 }

@@ -150,7 +150,7 @@ async fn rotating_the_master_key_reseals_every_credential() {
     let url = srv.state.config.database_url.clone();
     let _kept = srv.stop_keeping_data().await;
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_service"))
+    let out = crate::support::process::command()
         .env("SERVICE_DATA_DIR", &data_dir)
         .env("DATABASE_URL", &url)
         .args(["admin", "rotate-master-key"])
@@ -163,7 +163,7 @@ async fn rotating_the_master_key_reseals_every_credential() {
     assert_eq!(after.lines().filter(|l| !l.starts_with('#')).count(), 1, "the old key is retired");
 
     // The store opens with the new key alone and the secret is intact.
-    let keyring = service::credentials::keyring::Keyring::load(&data_dir).unwrap();
+    let keyring = service::credentials::keyring::Keyring::load(&data_dir, None).unwrap();
     let store = service::store::Store::connect(&url).await.unwrap();
     let vault = service::credentials::Vault::new(store, keyring);
     assert_eq!(vault.reveal(&ws, &handle, "api.example.com").await.unwrap().expose_secret(), "rotate-me-please");
@@ -184,7 +184,7 @@ async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_en
         let f = dir.path().join("k");
         std::fs::write(&f, format!("x {b64}\n")).unwrap();
         std::fs::rename(&f, dir.path().join(service::credentials::keyring::KEY_FILE)).unwrap();
-        service::credentials::keyring::Keyring::load(dir.path()).unwrap()
+        service::credentials::keyring::Keyring::load(dir.path(), None).unwrap()
     };
     let vault = service::credentials::Vault::new(store.clone(), ring(&old));
     let rec = vault
@@ -204,8 +204,8 @@ async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_en
         .unwrap();
     std::fs::remove_file(dir.path().join(service::credentials::keyring::KEY_FILE)).unwrap();
     let run = |extra: Option<&str>| {
-        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_service"));
-        c.env_clear().env("SERVICE_DATA_DIR", dir.path()).env("DATABASE_URL", &url).env("SERVICE_MASTER_KEY", &old);
+        let mut c = crate::support::process::command();
+        c.env("SERVICE_DATA_DIR", dir.path()).env("DATABASE_URL", &url).env("SERVICE_MASTER_KEY", &old);
         if let Some(n) = extra {
             c.env("SERVICE_NEW_MASTER_KEY", n);
         }

@@ -100,12 +100,10 @@ backend_tests! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stdio_transport_serves_the_same_tools() {
     use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
     let srv = TestServer::start(crate::support::Backend::Sqlite).await.unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_service"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+    let mut child = crate::support::process::command()
         .env("SERVICE_API_BASE_URL", format!("{}/", srv.base))
         .env("SERVICE_TOKEN", &srv.admin_token)
         .arg("mcp")

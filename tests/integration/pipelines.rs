@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::fakepg::FakePostgres;
+use crate::support::process::ServerProcess;
 use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_ok, test_plugin};
 
 /// The fake source: `count` events, `next_cursor` paging, a bearer token,
@@ -263,11 +264,11 @@ async fn sources_in_use_are_kept_until_their_connections_are_deleted(backend: Ba
 }
 
 async fn postgres_destinations_receive_the_same_rows(backend: Backend) {
-    if backend != Backend::Postgres {
-        return;
-    }
+    // The warehouse is a database of its own, whichever the control
+    // database is. None has printed why it skipped.
+    let Some(warehouse) = crate::support::PgDatabase::create().await else { return };
     let fx = setup(backend, 700).await;
-    let url = url::Url::parse(&fx.srv.state.config.database_url).unwrap();
+    let url = url::Url::parse(&warehouse.url).unwrap();
     let dest = fx.destination("postgres", json!({ "url": url.as_str() })).await;
     let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
     for _ in 0..2 {
@@ -321,7 +322,28 @@ async fn postgres_destinations_receive_the_same_rows(backend: Backend) {
     assert_eq!(row.get::<String, _>(0), note(699));
 }
 
+/// A run started by approving a proposal records the trigger `approval`,
+/// whether it syncs or resets; one asked for directly records `manual`.
+async fn runs_started_by_an_approval_say_so_whatever_they_run(backend: Backend) {
+    let fx = setup(backend, 10).await;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    for action in ["sync", "reset"] {
+        let direct = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/{action}")).send().await.unwrap()).await;
+        let job = fx.wait(direct["data"]["job_id"].as_str().unwrap()).await;
+        assert_eq!((job["kind"].as_str(), job["trigger"].as_str()), (Some(action), Some("manual")), "{job}");
+
+        let proposal = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/{action}")).header("x-service-execution-mode", "proposal").send().await.unwrap()).await;
+        let approval_id = proposal["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+        let approved = json_ok(fx.srv.request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap()).await;
+        let job_id = approved["data"]["result"]["job_id"].as_str().unwrap_or_else(|| panic!("{approved}")).to_owned();
+        let job = fx.wait(&job_id).await;
+        assert_eq!((job["kind"].as_str(), job["trigger"].as_str()), (Some(action), Some("approval")), "{job}");
+    }
+}
+
 on_both_backends!(
+    runs_started_by_an_approval_say_so_whatever_they_run,
     a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates,
     jsonl_destinations_get_one_file_per_stream,
     a_hundred_concurrent_syncs_make_one_job_and_99_conflicts,
@@ -329,29 +351,6 @@ on_both_backends!(
     sources_in_use_are_kept_until_their_connections_are_deleted,
     postgres_destinations_receive_the_same_rows,
 );
-
-/// Starts `service serve` with `env`, waits until it answers, returns the
-/// child and its base URL.
-async fn spawn_service(env: &[(&str, String)]) -> (std::process::Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_service"));
-    cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("SERVICE_BIND", format!("127.0.0.1:{port}")).env("SERVICE_LOG", "warn");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.arg("serve").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..200 {
-        if reqwest::get(format!("{base}/healthz")).await.is_ok() {
-            return (child, base);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Not left running behind the failed test.
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("server did not start");
-}
 
 /// Server processes for one test: a data directory with the paged source
 /// plugin and the fake provider's root, and the environment that reaches it.
@@ -451,7 +450,8 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
     let mut procs = Processes::new(&ca, &provider);
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "2".into()));
-    let (mut first, base) = spawn_service(&procs.env).await;
+    let mut first = ServerProcess::start(procs.env.clone()).await;
+    let base = first.base.clone();
     let pipeline = procs.pipeline(&base, &events, 60).await;
     let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
@@ -463,14 +463,12 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.kill();
     events.delay_ms.store(0, Ordering::SeqCst);
 
-    let (mut second, base) = spawn_service(&procs.env).await;
-    let last = procs.wait(&base, &job_id).await;
-    let _ = second.kill();
-    let _ = second.wait();
+    let second = ServerProcess::start(procs.env.clone()).await;
+    let last = procs.wait(&second.base, &job_id).await;
+    drop(second);
     assert_eq!(last["status"], "succeeded", "{last}");
     assert_eq!(last["attempts"], 2, "taken over after the lease expired: {last}");
     assert_eq!(procs.rows().await, 1200, "every record once, no duplicates");
@@ -482,6 +480,7 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline() {
     crate::support::init_crypto();
+    // None has printed why it skipped.
     let Some(db) = crate::support::PgDatabase::create().await else { return };
     let ca = TestCa::new();
     let events = slow_events("replica-test-source-token", 600, 80);
@@ -489,8 +488,9 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
     let mut procs = Processes::new(&ca, &provider);
     procs.env.push(("DATABASE_URL", db.url.clone()));
     // One after the other: the first creates the shared key file.
-    let (mut a, base_a) = spawn_service(&procs.env).await;
-    let (mut b, base_b) = spawn_service(&procs.env).await;
+    let a = ServerProcess::start(procs.env.clone()).await;
+    let b = ServerProcess::start(procs.env.clone()).await;
+    let (base_a, base_b) = (a.base.clone(), b.base.clone());
     let pipeline = procs.pipeline(&base_a, &events, 100).await;
     for round in 0..3 {
         let mut requests = Vec::new();
@@ -512,7 +512,7 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
         assert_eq!(job["status"], "succeeded", "{job}");
         assert_eq!(job["attempts"], 1, "never claimed twice: {job}");
     }
-    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    drop((a, b));
     assert_eq!(events.max_in_flight.load(Ordering::SeqCst), 1, "only one runner read at a time");
     assert_eq!(procs.rows().await, 600, "every record once");
 }
@@ -756,7 +756,8 @@ async fn destinations_never_get_the_servers_own_postgres_settings_or_an_unverifi
     ] {
         procs.env.push((k, v));
     }
-    let (mut child, base) = spawn_service(&procs.env).await;
+    let server = ServerProcess::start(procs.env.clone()).await;
+    let base = server.base.clone();
     let url = format!("postgres://loader@127.0.0.1:{}/warehouse", pg.addr.port());
     let pipeline = procs.pipeline_into(&base, &events, 50, json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } })).await;
     let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
@@ -786,16 +787,13 @@ async fn destinations_never_get_the_servers_own_postgres_settings_or_an_unverifi
         assert!(s.asked_for_tls, "{s:?}");
         assert!(s.password.is_none() && s.startup.is_empty(), "nothing was sent without TLS: {s:?}");
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_control_database_still_takes_the_servers_postgres_settings() {
-    let Some(db) = crate::support::PgDatabase::create().await else {
-        eprintln!("skipped: {} is not set", crate::support::PG_ENV);
-        return;
-    };
+    // None has printed why it skipped.
+    let Some(db) = crate::support::PgDatabase::create().await else { return };
     let name = url::Url::parse(&db.url).unwrap().path().trim_start_matches('/').to_owned();
     let admin = url::Url::parse(&db.url).unwrap();
     let dir = crate::support::private_dir();
@@ -806,9 +804,8 @@ async fn the_control_database_still_takes_the_servers_postgres_settings() {
         ("PGPORT", admin.port().unwrap_or(5432).to_string()),
         ("PGUSER", admin.username().to_owned()),
     ];
-    let (mut child, base) = spawn_service(&env).await;
-    let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    let server = ServerProcess::start(env).await;
+    let ready = reqwest::get(format!("{}/readyz", server.base)).await.unwrap();
+    drop(server);
     assert!(ready.status().is_success(), "the control database was reached through PGHOST/PGPORT/PGUSER");
 }

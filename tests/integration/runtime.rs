@@ -422,13 +422,12 @@ async fn files_added_to_the_plugins_directory_wait_for_an_operator_and_removed_o
 
 #[test]
 fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
-    let bin = env!("CARGO_BIN_EXE_service");
-    let good = std::process::Command::new(bin).args(["plugins", "validate"]).arg(test_plugin("test_noop")).output().unwrap();
+    let good = crate::support::process::command().args(["plugins", "validate"]).arg(test_plugin("test_noop")).output().unwrap();
     let out = String::from_utf8_lossy(&good.stdout);
     assert!(good.status.success(), "{out}{}", String::from_utf8_lossy(&good.stderr));
     assert!(out.contains("service:connector@1.0.0") && out.contains("description: valid"), "{out}");
 
-    let bad = std::process::Command::new(bin).args(["plugins", "validate"]).arg(test_plugin("test_bad_describe")).output().unwrap();
+    let bad = crate::support::process::command().args(["plugins", "validate"]).arg(test_plugin("test_bad_describe")).output().unwrap();
     assert!(!bad.status.success());
     let all = format!("{}{}", String::from_utf8_lossy(&bad.stdout), String::from_utf8_lossy(&bad.stderr));
     assert!(all.contains("config-schema is not JSON") || all.contains("problem"), "{all}");
@@ -436,7 +435,7 @@ fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
     let dir = tempfile::tempdir().unwrap();
     let not_wasm = dir.path().join("x.wasm");
     std::fs::write(&not_wasm, b"hello").unwrap();
-    let r = std::process::Command::new(bin).args(["plugins", "validate"]).arg(&not_wasm).output().unwrap();
+    let r = crate::support::process::command().args(["plugins", "validate"]).arg(&not_wasm).output().unwrap();
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("not a WebAssembly file"));
 }

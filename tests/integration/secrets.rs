@@ -7,8 +7,6 @@
 //! Entry paths: `POST /credentials`, the email-campaign API token, the
 //! secure entry page, and OAuth (the host stores the provider's tokens).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -17,6 +15,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use crate::support::mailcoach::{self, MailcoachState};
+use crate::support::process::ServerProcess;
 use crate::support::provider::{FakeProvider, TestCa};
 
 const ADMIN: &str = "svc_leak_test_admin_token_0123456789";
@@ -76,45 +75,20 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     let dir = tempfile::tempdir().unwrap();
     let roots = dir.path().join("roots.pem");
     std::fs::write(&roots, &ca.pem).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_service"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("SERVICE_DATA_DIR", dir.path().join("data"))
-        .env("SERVICE_BIND", format!("127.0.0.1:{port}"))
-        .env("SERVICE_BOOTSTRAP_TOKEN", ADMIN)
-        .env("SERVICE_LOG", "debug")
-        .env("SERVICE_LOG_FORMAT", "json")
-        .env("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com,*.social.test,*.source.test")
-        .env("SERVICE_PLUGINS_DIR", plugins_dir.path())
-        .env("SERVICE_OAUTH_CLIENTS", r#"{"test_oauth_source": {"client_id": "c", "client_secret": "operator-client-secret"}}"#)
-        .env("SERVICE_EGRESS_RESOLVE", provider.pins(&names))
-        .env("SERVICE_EGRESS_EXTRA_ROOTS", &roots)
-        .args(["serve"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let logs = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-
+    let mut server = ServerProcess::start(vec![
+        ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
+        ("SERVICE_BOOTSTRAP_TOKEN", ADMIN.to_owned()),
+        ("SERVICE_LOG", "debug".to_owned()),
+        ("SERVICE_LOG_FORMAT", "json".to_owned()),
+        ("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com,*.social.test,*.source.test".to_owned()),
+        ("SERVICE_PLUGINS_DIR", plugins_dir.path().display().to_string()),
+        ("SERVICE_OAUTH_CLIENTS", r#"{"test_oauth_source": {"client_id": "c", "client_secret": "operator-client-secret"}}"#.to_owned()),
+        ("SERVICE_EGRESS_RESOLVE", provider.pins(&names)),
+        ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
+    ])
+    .await;
+    let base = server.base.clone();
     let client = reqwest::Client::new();
-    let mut up = false;
-    for _ in 0..200 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "server started");
     let api = |m: reqwest::Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(ADMIN);
     let mut seen = Seen::default();
     // Plugin files dropped into the directory wait for an operator.
@@ -195,9 +169,7 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     // The provider did receive the real token: injection works.
     assert!(mc.seen_auth.lock().unwrap().iter().any(|a| a.contains(&c_token)));
 
-    let _ = child.kill();
-    let _ = child.wait();
-    let logs = logs.join().unwrap();
+    let logs = server.stop_and_collect();
     assert!(logs.contains("\"level\""), "JSON logs were captured");
 
     let mut db = Vec::new();

@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use url::Url;
 
 /// Settings shared by every command that opens the database.
@@ -40,6 +40,17 @@ pub struct StorageArgs {
     /// SQLite file in the data directory.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
+    /// The master key credentials are sealed with (32 bytes, base64), for
+    /// installations that keep it out of the data directory. Unset: the
+    /// key file in the data directory (created on first start). Set it in
+    /// the environment; a flag's value is visible to other local users.
+    #[arg(long, env = "SERVICE_MASTER_KEY", hide_env_values = true, global = true, value_parser = secret)]
+    pub master_key: Option<SecretString>,
+}
+
+/// A setting that is a secret: held redacted from the moment it is parsed.
+pub fn secret(text: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(text.to_owned()))
 }
 
 /// Log output format.
@@ -77,6 +88,13 @@ pub struct ServeArgs {
     /// "scopes", "client_id", "client_secret"}`.
     #[arg(long, env = "SERVICE_TASKAPP_OAUTH", hide_env_values = true)]
     pub taskapp_oauth: Option<String>,
+    /// A token that becomes the first administrator's API token on a
+    /// fresh installation (at least 24 characters), for scripted installs.
+    #[arg(long, env = "SERVICE_BOOTSTRAP_TOKEN", hide_env_values = true, value_parser = secret)]
+    pub bootstrap_token: Option<SecretString>,
+    /// E-mail address of the administrator created on a fresh installation.
+    #[arg(long, env = "SERVICE_BOOTSTRAP_EMAIL", default_value = "admin@localhost.localdomain")]
+    pub bootstrap_email: String,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -244,6 +262,8 @@ pub struct ServerConfig {
     pub bootstrap_token: Option<SecretString>,
     /// E-mail address of the administrator created on a fresh installation.
     pub bootstrap_email: String,
+    /// `SERVICE_MASTER_KEY`, when the key is not kept in the data directory.
+    pub master_key: Option<SecretString>,
     /// Connector runtime and egress settings.
     pub plugins: PluginSettings,
     /// Operator OAuth clients.
@@ -262,17 +282,15 @@ impl ServerConfig {
             None => Url::parse(&format!("http://{}/", serve.bind))
                 .map_err(|e| ConfigError::new("SERVICE_BIND", format!("cannot form a URL from it: {e}")))?,
         };
-        let bootstrap_token = match std::env::var("SERVICE_BOOTSTRAP_TOKEN") {
-            Ok(t) if t.len() < 24 => {
+        let bootstrap_token = match &serve.bootstrap_token {
+            Some(t) if t.expose_secret().len() < 24 => {
                 return Err(ConfigError::new("SERVICE_BOOTSTRAP_TOKEN", "must be at least 24 characters of random text"));
             }
-            Ok(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            Some(t) if t.expose_secret().chars().any(|c| c.is_whitespace() || c.is_control()) => {
                 return Err(ConfigError::new("SERVICE_BOOTSTRAP_TOKEN", "must not contain spaces or control characters"));
             }
-            Ok(t) => Some(SecretString::from(t)),
-            Err(_) => None,
+            other => other.clone(),
         };
-        let bootstrap_email = std::env::var("SERVICE_BOOTSTRAP_EMAIL").unwrap_or_else(|_| "admin@localhost.localdomain".into());
         Ok(ServerConfig {
             bind: serve.bind,
             data_dir: storage.data_dir.clone(),
@@ -280,7 +298,8 @@ impl ServerConfig {
             public_url,
             session_ttl_ms: i64::from(serve.session_hours) * 3_600_000,
             bootstrap_token,
-            bootstrap_email,
+            bootstrap_email: serve.bootstrap_email.clone(),
+            master_key: storage.master_key.clone(),
             plugins: serve.plugins.resolve(&storage.data_dir)?,
             oauth: oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
             limits: serve.limits.resolve(),

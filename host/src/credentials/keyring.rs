@@ -15,7 +15,7 @@ use base64::engine::general_purpose::STANDARD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
-use secrecy::{ExposeSecret, SecretBox};
+use secrecy::{ExposeSecret, SecretBox, SecretString};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
@@ -108,11 +108,11 @@ pub struct Keyring {
 }
 
 impl Keyring {
-    /// Loads the keyring: the environment first, else the key file, created
-    /// (0600) when missing.
-    pub fn load(data_dir: &Path) -> Result<Self, ConfigError> {
-        if let Ok(v) = std::env::var(MASTER_KEY_ENV) {
-            let key = MasterKey::parse(&v).map_err(|e| ConfigError::new(MASTER_KEY_ENV, e))?;
+    /// Loads the keyring: the configured key (`SERVICE_MASTER_KEY`) when
+    /// there is one, else the key file, created (0600) when missing.
+    pub fn load(data_dir: &Path, configured: Option<&SecretString>) -> Result<Self, ConfigError> {
+        if let Some(v) = configured {
+            let key = MasterKey::parse(v.expose_secret()).map_err(|e| ConfigError::new(MASTER_KEY_ENV, e))?;
             return Ok(Keyring { keys: vec![key], file: None });
         }
         let path = data_dir.join(KEY_FILE);
@@ -233,7 +233,7 @@ mod tests {
             let mode = std::fs::metadata(dir.path().join(KEY_FILE)).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        let reloaded = Keyring::load(dir.path()).unwrap();
+        let reloaded = Keyring::load(dir.path(), None).unwrap();
         assert_eq!(reloaded.open("crd_1|ws_1", &sealed).unwrap().as_slice(), b"canary");
     }
 }

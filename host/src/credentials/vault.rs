@@ -349,19 +349,19 @@ impl Vault {
     /// Re-seals every credential with a new current key, then forgets the
     /// old keys (`service admin rotate-master-key`). Returns how many were
     /// re-sealed.
-    pub async fn rotate(store: &Store, mut keyring: Keyring) -> anyhow::Result<(usize, String)> {
+    pub async fn rotate(store: &Store, mut keyring: Keyring, new_key: Option<&SecretString>) -> anyhow::Result<(usize, String)> {
         if keyring.file().is_none() {
-            // The key comes from the environment: the new one must too, and
-            // the operator swaps them afterwards. Both keys are in the ring,
-            // so an interrupted run can simply be repeated.
-            let new = std::env::var(keyring::NEW_MASTER_KEY_ENV).map_err(|_| {
+            // The key is configured outside the data directory: the new one
+            // must be too, and the operator swaps them afterwards. Both keys
+            // are in the ring, so an interrupted run can simply be repeated.
+            let new = new_key.ok_or_else(|| {
                 anyhow::anyhow!(
                     "{}: the master key comes from the environment; put the new key (32 bytes, base64) in {} and run again",
                     keyring::MASTER_KEY_ENV,
                     keyring::NEW_MASTER_KEY_ENV
                 )
             })?;
-            let new = keyring::MasterKey::parse(&new).map_err(|e| anyhow::anyhow!("{}: {e}", keyring::NEW_MASTER_KEY_ENV))?;
+            let new = keyring::MasterKey::parse(new.expose_secret()).map_err(|e| anyhow::anyhow!("{}: {e}", keyring::NEW_MASTER_KEY_ENV))?;
             keyring.add_current(new);
         } else {
             keyring.add_current(keyring::MasterKey::generate());

@@ -13,18 +13,20 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+use crate::config::{ConfigError, LogFormat};
 
 pub mod request_id;
 
-/// Installs the global log subscriber (once; later calls are ignored).
-pub fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("SERVICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+/// Installs the global log subscriber (once; later calls are ignored),
+/// writing what `directives` (`SERVICE_LOG`) selects.
+pub fn init_logging(format: LogFormat, directives: &str) -> Result<(), ConfigError> {
+    let filter = EnvFilter::try_new(directives).map_err(|e| ConfigError::new("SERVICE_LOG", e.to_string()))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
     };
+    Ok(())
 }
 
 /// The process-wide Prometheus recorder (installed on first use, so several

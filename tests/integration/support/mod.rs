@@ -2,16 +2,31 @@
 //! database and talks HTTP to it.
 //!
 //! Backends: every test written with [`backend_tests!`] runs twice, on
-//! SQLite (always) and on PostgreSQL when `SERVICE_TEST_DATABASE_URL` names
-//! a server where the test may create databases (for example
-//! `postgres://postgres@127.0.0.1:5432/postgres`). Each test gets its own
-//! SQLite file or its own PostgreSQL database, so tests run in parallel.
+//! SQLite and on PostgreSQL: the server `SERVICE_TEST_DATABASE_URL` names
+//! (one where the test may create databases), else the local one at
+//! `postgres://postgres@127.0.0.1:5432/postgres` when it answers. Without
+//! either, a PostgreSQL test prints `skipped: no PostgreSQL` and passes;
+//! with `SERVICE_TEST_REQUIRE_POSTGRES=1` (as CI sets) it fails instead.
+//! Each test gets its own SQLite file or its own PostgreSQL database, so
+//! tests run in parallel.
+//!
+//! Layout:
+//! - this module: [`TestServer`] (an in-process server over a fresh
+//!   database), [`PgDatabase`], the per-backend test macros and response
+//!   checks;
+//! - [`process`]: the `service` binary run as a user runs it;
+//! - [`provider`]: a TLS test CA and fake providers over real HTTPS;
+//! - [`mailcoach`]: the email-campaign provider's fake;
+//! - [`routes`]: canned provider routes;
+//! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
+//! - [`plugins`]: building and finding the test plugins.
 
 #![allow(dead_code)]
 
 pub mod fakepg;
 pub mod mailcoach;
 pub mod plugins;
+pub mod process;
 pub mod provider;
 pub mod routes;
 
@@ -31,6 +46,34 @@ use tempfile::TempDir;
 
 /// Environment variable naming the PostgreSQL server for the tests.
 pub const PG_ENV: &str = "SERVICE_TEST_DATABASE_URL";
+
+/// Environment variable that turns a missing PostgreSQL into a failure.
+pub const PG_REQUIRED_ENV: &str = "SERVICE_TEST_REQUIRE_POSTGRES";
+
+/// The local server tried when [`PG_ENV`] is unset.
+const LOCAL_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The PostgreSQL server tests create their databases on, found once per
+/// test process.
+async fn postgres_server() -> Option<String> {
+    static SERVER: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::const_new();
+    SERVER
+        .get_or_init(|| async {
+            if let Some(url) = std::env::var(PG_ENV).ok().filter(|s| !s.is_empty()) {
+                return Some(url);
+            }
+            let probe = tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(LOCAL_POSTGRES)).await;
+            match probe {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    Some(LOCAL_POSTGRES.to_owned())
+                }
+                _ => None,
+            }
+        })
+        .await
+        .clone()
+}
 
 /// The database engine a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +100,18 @@ pub struct TestServer {
     pg: Option<PgDatabase>,
 }
 
+/// Whether the tests have a PostgreSQL server; prints why not (or fails
+/// when one is required) like [`PgDatabase::create`].
+pub async fn postgres_available() -> bool {
+    if postgres_server().await.is_some() {
+        return true;
+    }
+    let required = std::env::var(PG_REQUIRED_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
+    assert!(!required, "{PG_REQUIRED_ENV} is set but no PostgreSQL answers: set {PG_ENV} or start one on 127.0.0.1:5432");
+    eprintln!("skipped: no PostgreSQL (set {PG_ENV} or start one on 127.0.0.1:5432)");
+    false
+}
+
 /// A PostgreSQL database created for one test and dropped after it.
 pub struct PgDatabase {
     admin_url: String,
@@ -66,12 +121,16 @@ pub struct PgDatabase {
 }
 
 impl PgDatabase {
-    /// A fresh database on the server `SERVICE_TEST_DATABASE_URL` names;
-    /// `None` when it names none.
+    /// A fresh database on the tests' PostgreSQL server; `None`, after
+    /// printing `skipped: no PostgreSQL`, when there is none (a failure
+    /// instead when [`PG_REQUIRED_ENV`] is set).
     pub async fn create() -> Option<PgDatabase> {
-        let admin_url = std::env::var(PG_ENV).ok().filter(|s| !s.is_empty())?;
+        if !postgres_available().await {
+            return None;
+        }
+        let admin_url = postgres_server().await?;
         let name = database_name();
-        let mut conn = sqlx::PgConnection::connect(&admin_url).await.expect("connect to SERVICE_TEST_DATABASE_URL");
+        let mut conn = sqlx::PgConnection::connect(&admin_url).await.expect("connect to the tests' PostgreSQL server");
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.unwrap();
         Some(PgDatabase { url: with_database(&admin_url, &name), admin_url, name })
     }
@@ -148,6 +207,7 @@ impl TestServer {
             session_ttl_ms: 3_600_000,
             bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
             bootstrap_email: "admin@example.test".into(),
+            master_key: None,
             plugins: service::config::PluginSettings {
                 plugins_dir: dir.path().join("plugins"),
                 egress: service::egress::EgressPolicy::default(),
@@ -320,10 +380,8 @@ macro_rules! backend_tests {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                let Some(srv) = $crate::support::TestServer::start($crate::support::Backend::Postgres).await else {
-                    eprintln!("skipped: {} is not set", $crate::support::PG_ENV);
-                    return;
-                };
+                // None has printed why it skipped.
+                let Some(srv) = $crate::support::TestServer::start($crate::support::Backend::Postgres).await else { return };
                 run(&srv).await;
                 srv.stop().await;
             }
@@ -344,10 +402,8 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if std::env::var($crate::support::PG_ENV).is_ok_and(|v| !v.is_empty()) {
+                if $crate::support::postgres_available().await {
                     super::$name($crate::support::Backend::Postgres).await
-                } else {
-                    eprintln!("skipped: {} is not set", $crate::support::PG_ENV);
                 }
             }
         }

@@ -18,6 +18,10 @@ use crate::store::Store;
 pub struct Cli {
     #[command(flatten)]
     pub storage: StorageArgs,
+    /// Which log lines to write: a level (`info`, `debug`) or directives
+    /// per module (`info,service=debug,sqlx=warn`).
+    #[arg(long, env = "SERVICE_LOG", default_value = "info", global = true)]
+    pub log: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -36,8 +40,8 @@ pub enum Command {
         #[arg(long, env = "SERVICE_API_BASE_URL", default_value = "http://127.0.0.1:8080/")]
         api_base_url: url::Url,
         /// Your API token (from `service admin create-token` or sign-in).
-        #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true)]
-        token: String,
+        #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true, value_parser = crate::config::secret)]
+        token: secrecy::SecretString,
     },
     /// Connector plugins: validate a component, list, load and unload.
     #[command(subcommand)]
@@ -97,7 +101,13 @@ pub enum AdminCommand {
     /// Generate a new master key and re-seal every credential with it;
     /// the old key is forgotten afterwards. Stop servers first or run it
     /// during maintenance: they keep the old key until restarted.
-    RotateMasterKey,
+    RotateMasterKey {
+        /// The new master key (32 bytes, base64), required when the current
+        /// one is configured with `SERVICE_MASTER_KEY` rather than kept in
+        /// the data directory. Set it in the environment.
+        #[arg(long, env = "SERVICE_NEW_MASTER_KEY", hide_env_values = true, value_parser = crate::config::secret)]
+        new_master_key: Option<secrecy::SecretString>,
+    },
     /// Mint an API token for an existing user (printed once).
     CreateToken {
         /// E-mail address of the user.
@@ -129,17 +139,20 @@ fn parse_role(s: &str) -> Result<Role, String> {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            crate::telemetry::init_logging(args.log_format);
+            crate::telemetry::init_logging(args.log_format, &cli.log)?;
             let config = ServerConfig::from_args(&cli.storage, &args)?;
             crate::server::serve(config).await
         }
-        Command::Plugins(cmd) => plugins(&cli.storage, cmd).await,
+        Command::Plugins(cmd) => {
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
+            plugins(&cli.storage, cmd).await
+        }
         Command::Mcp { api_base_url, token } => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human);
-            crate::mcp::serve_stdio(api_base_url, secrecy::SecretString::from(token)).await
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
+            crate::mcp::serve_stdio(api_base_url, token).await
         }
         Command::Admin(cmd) => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human);
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
             let url = database_url(&cli.storage)?;
             let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
             match cmd {
@@ -147,11 +160,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     let (user_id, workspace_id) = crate::access::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
                     println!("created user {user_id} ({}) in workspace {workspace_id} as {}", email.trim(), role.as_str());
                 }
-                AdminCommand::RotateMasterKey => {
-                    let keyring = crate::credentials::keyring::Keyring::load(&cli.storage.data_dir)?;
-                    let (n, key_id) = crate::credentials::Vault::rotate(&store, keyring).await?;
+                AdminCommand::RotateMasterKey { new_master_key } => {
+                    let keyring = crate::credentials::keyring::Keyring::load(&cli.storage.data_dir, cli.storage.master_key.as_ref())?;
+                    let (n, key_id) = crate::credentials::Vault::rotate(&store, keyring, new_master_key.as_ref()).await?;
                     println!("re-sealed {n} credential(s) with new master key {key_id}");
-                    if std::env::var(crate::credentials::keyring::MASTER_KEY_ENV).is_ok() {
+                    if cli.storage.master_key.is_some() {
                         println!(
                             "now set {} to the value of {} and restart the servers",
                             crate::credentials::keyring::MASTER_KEY_ENV,
@@ -175,7 +188,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `service plugins ...`.
 async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<()> {
-    crate::telemetry::init_logging(crate::config::LogFormat::Human);
     if let PluginsCommand::Validate { file } = &cmd {
         return validate(file).await;
     }
@@ -185,7 +197,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
     let settings = plugins.resolve(&storage.data_dir)?;
     let url = database_url(storage)?;
     let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir)?;
+    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
     let vault = crate::credentials::Vault::new(store.clone(), keyring);
     let runtime = Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&storage.data_dir, &vault)))?;
     let registry = Registry::new(Arc::new(runtime), store.clone(), crate::server::bundled_plugins(), Some(settings.plugins_dir.clone()));
