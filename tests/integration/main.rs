@@ -11,6 +11,7 @@ mod emailcampaign;
 mod conventions;
 mod credentials;
 mod idempotency;
+mod layout;
 mod mcp;
 mod members;
 mod oauth;

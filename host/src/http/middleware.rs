@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::extract::{BODY_LIMIT, payload_too_large};
 use crate::access::{ClientSource, Principal};
-pub use crate::audit::AuditNote;
+use crate::audit::AuditNote;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::idempotency::KeyState;

@@ -18,11 +18,13 @@
 
 pub mod approvals;
 pub mod audit_logs;
+pub mod connections;
 pub mod connectors;
 pub mod credentials;
 pub mod destinations;
 pub mod emailcampaign;
 pub mod extract;
+pub mod jobs;
 pub mod me;
 pub mod oauth;
 pub mod pipelines;
@@ -142,6 +144,8 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(sources::router())
         .merge(destinations::router())
         .merge(pipelines::router())
+        .merge(connections::router())
+        .merge(jobs::router())
 }
 
 /// Headers of every answer: never sniffed as another content type, and

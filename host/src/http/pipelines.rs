@@ -1,4 +1,5 @@
-//! Pipelines, connections and jobs (spec section 4, "Pipelines", "Jobs").
+//! Pipelines: prepare, create, read, update, pause, resume, sync and
+//! reset (spec section 4, "Pipelines").
 
 use axum::Extension;
 use axum::extract::{Path, Query, State};
@@ -29,9 +30,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(resume_pipeline))
         .routes(routes!(sync_pipeline))
         .routes(routes!(reset_pipeline))
-        .routes(routes!(delete_connection))
-        .routes(routes!(get_job))
-        .routes(routes!(cancel_job))
 }
 
 /// Body of `POST /pipelines/prepare`.
@@ -198,26 +196,4 @@ async fn reset_pipeline(
 ) -> ApiResult<Executed> {
     let cmd = run_command(&state, &ws, id, &headers, body).await?;
     ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::ResetPipeline(cmd)).await
-}
-
-/// Delete a connection (a pipeline's runtime record), its state and jobs.
-#[utoipa::path(delete, path = "/connections/{connection_id}", tag = "pipelines", params(("connection_id" = String, Path)),
-    responses((status = 200, body = Envelope<Value>), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_connection(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::DeleteConnection { connection_id: id }).await
-}
-
-/// A job: status, type, timestamps, attempts, progress and totals, and a
-/// sanitised error.
-#[utoipa::path(get, path = "/jobs/{job_id}", tag = "jobs", params(("job_id" = String, Path)),
-    responses((status = 200, body = Envelope<Job>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_job(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Job>> {
-    Ok(ok(state.store.job(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("job"))?))
-}
-
-/// Cancel a queued or running job.
-#[utoipa::path(post, path = "/jobs/{job_id}/cancel", tag = "jobs", params(("job_id" = String, Path)),
-    responses((status = 200, body = Envelope<Job>), (status = 409, body = crate::error::ErrorBody)))]
-async fn cancel_job(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::CancelJob { job_id: id }).await
 }

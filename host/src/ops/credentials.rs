@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use secrecy::ExposeSecret;
 
-use super::operation::{Act, Category, Ctx, Executed};
+use super::act::{Act, Category, Ctx, Executed};
 use super::text::{HOSTS_MAX, LABEL_MAX, SHORT_MAX, check_opt};
 use crate::access::{Role, WorkspaceAccess};
 use crate::credentials::{CreateError, NewSecret};

@@ -2,7 +2,8 @@
 //! running an approved proposal as its proposer, with the role they hold
 //! now, under an audit record of its own ([`execute_as_proposer`]).
 
-use super::operation::{Ctx, Executed, Operation, Via};
+use super::act::{Ctx, Executed, Via};
+use super::operation::Operation;
 use crate::access::{ClientSource, Principal, WorkspaceAccess};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};

@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::execute::{authorise, execute_as_proposer};
-use super::operation::{Category, Ctx, Executed, Operation, Via};
+use super::act::{Category, Ctx, Executed, Via};
+use super::operation::Operation;
 use crate::access::{ClientSource, Principal, Role, WorkspaceAccess};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};

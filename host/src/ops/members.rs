@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::operation::{Act, Category, Ctx, Executed};
+use super::act::{Act, Category, Ctx, Executed};
 use crate::access::{Role, WorkspaceAccess};
 use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;

@@ -6,8 +6,9 @@
 //! proposal and run it later exactly as it would have run now.
 //!
 //! Layout:
-//! - [`operation`]: [`Category`], the [`Act`] every operation implements,
-//!   [`Operation`] (one variant per context) and [`Executed`];
+//! - [`act`]: [`Category`], the [`Act`] every operation implements, the
+//!   context it runs with and [`Executed`]: what contexts build on;
+//! - [`operation`]: [`Operation`], one variant per context;
 //! - [`gate`]: [`submit`] and the approval gate behind it: proposals,
 //!   policies, approving and rejecting;
 //! - [`execute`]: who may perform an operation, and running an approved
@@ -17,6 +18,7 @@
 //!   [`destinations`], [`pipelines`], [`syncs`], [`plugins`];
 //! - [`text`]: length limits of the text clients send.
 
+pub mod act;
 pub mod credentials;
 pub mod destinations;
 pub mod execute;
@@ -32,4 +34,5 @@ pub mod syncs;
 pub mod text;
 
 pub use gate::{EXECUTION_MODE_HEADER, submit};
-pub use operation::{Act, Category, Executed, Operation, SHOWN_ONCE};
+pub use act::{Act, Category, Executed, SHOWN_ONCE};
+pub use operation::Operation;

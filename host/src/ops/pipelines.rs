@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::operation::{Act, Category, Ctx, Executed};
+use super::act::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;

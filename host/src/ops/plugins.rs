@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::operation::{Act, Category, Ctx, Executed};
+use super::act::{Act, Category, Ctx, Executed};
 use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};

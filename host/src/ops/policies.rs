@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::gate::{Policy, policy};
-use super::operation::{Act, Category, Ctx, Executed};
+use super::act::{Act, Category, Ctx, Executed};
 use crate::access::Role;
 use crate::error::{ApiError, ApiResult};
 

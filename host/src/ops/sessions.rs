@@ -4,7 +4,7 @@ use serde_json::json;
 
 use serde::{Deserialize, Serialize};
 
-use super::operation::{Act, Category, Ctx, Executed};
+use super::act::{Act, Category, Ctx, Executed};
 use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;

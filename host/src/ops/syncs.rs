@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::operation::{Act, Category, Ctx, Executed, Via};
+use super::act::{Act, Category, Ctx, Executed, Via};
 use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};

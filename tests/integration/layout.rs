@@ -1,0 +1,148 @@
+//! The crate's layout keeps its promises: every top-level module sits in
+//! a layer and imports only layers below its own, and no two modules
+//! (top-level, or files of one folder) import each other. Read from the
+//! source, so a change that breaks the layering fails here, not in review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Each top-level module's layer: a module may import only modules of a
+/// lower layer. The composition files sit on top.
+const LAYERS: &[(&str, u8)] = &[
+    ("config", 0),
+    ("store", 0),
+    ("telemetry", 1),
+    ("egress", 1),
+    ("plugin", 2),
+    ("error", 3),
+    ("access", 4),
+    ("warehouse", 4),
+    ("audit", 5),
+    ("credentials", 5),
+    ("state", 6),
+    ("connectors", 7),
+    ("jobs", 7),
+    ("ops", 8),
+    ("http", 9),
+    ("web", 9),
+    ("mcp", 9),
+    ("server", 10),
+    ("cli", 11),
+];
+
+/// `(folder-level module path, file text)` of every source file:
+/// `["ops", "gate"]`, `["http"]` for `http/mod.rs`, `["lib"]`.
+fn sources() -> Vec<(Vec<String>, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut folders: Vec<PathBuf> = vec![root.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(&root).unwrap().with_extension("");
+                let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+                if parts.len() > 1 && parts.last().is_some_and(|p| p == "mod") {
+                    parts.pop();
+                }
+                out.push((parts, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// The modules a file names as `crate::a::b` or `super::b` (comments
+/// left out), as `(a, Some(b))` or `(a, None)`.
+fn references(module: &[String], text: &str) -> BTreeSet<(String, Option<String>)> {
+    let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect() };
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        if let Some(list) = rest.strip_prefix('{') {
+            for item in list.split('}').next().unwrap_or("").split(',') {
+                let first = ident(item.trim());
+                if !first.is_empty() {
+                    out.insert((first, None));
+                }
+            }
+            continue;
+        }
+        let first = ident(rest);
+        let second = rest[first.len()..].strip_prefix("::").map(ident).filter(|s| !s.is_empty());
+        if !first.is_empty() {
+            out.insert((first, second));
+        }
+    }
+    // `super::x` from a file inside a folder names a sibling of that file.
+    if module.len() == 2 {
+        for (i, _) in code.match_indices("super::") {
+            let sibling = ident(&code[i + "super::".len()..]);
+            if !sibling.is_empty() {
+                out.insert((module[0].clone(), Some(sibling)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_module_imports_only_layers_below_its_own() {
+    let layers: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
+    let mut violations = Vec::new();
+    let mut seen_modules = BTreeSet::new();
+    for (module, text) in sources() {
+        let top = module[0].as_str();
+        if top == "lib" || top == "main" {
+            continue;
+        }
+        seen_modules.insert(top.to_owned());
+        let Some(&own) = layers.get(top) else {
+            violations.push(format!("{top} has no layer: add it to LAYERS"));
+            continue;
+        };
+        for (other, _) in references(&module, &text) {
+            if other == top || other == "self" {
+                continue;
+            }
+            match layers.get(other.as_str()) {
+                Some(&theirs) if theirs < own => {}
+                Some(_) => violations.push(format!("{} imports {other}, which is not below it", module.join("::"))),
+                None => violations.push(format!("{} imports {other}, which has no layer", module.join("::"))),
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    let declared: BTreeSet<String> = layers.keys().map(|k| k.to_string()).collect();
+    assert_eq!(seen_modules, declared, "LAYERS names exactly the crate's top-level modules");
+}
+
+#[test]
+fn no_two_files_of_a_folder_import_each_other() {
+    let mut imports: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
+    for (module, text) in sources() {
+        if module.len() != 2 {
+            continue;
+        }
+        let me = (module[0].clone(), module[1].clone());
+        for (a, b) in references(&module, &text) {
+            if let Some(b) = b
+                && (a.clone(), b.clone()) != me
+            {
+                imports.entry(me.clone()).or_default().insert((a, b));
+            }
+        }
+    }
+    let mut mutual = Vec::new();
+    for (a, targets) in &imports {
+        for b in targets {
+            if a < b && imports.get(b).is_some_and(|t| t.contains(a)) {
+                mutual.push(format!("{}::{} <-> {}::{}", a.0, a.1, b.0, b.1));
+            }
+        }
+    }
+    assert!(mutual.is_empty(), "{mutual:#?}");
+}
