@@ -5,32 +5,49 @@
 //!
 //! # Layout
 //!
-//! - [`cli`] and [`config`]: the `service` command and its settings;
-//!   `main.rs` only calls [`cli::run`].
-//! - [`server`]: shared state ([`server::AppState`]), bootstrap, binding.
-//! - [`http`]: the `/v1` routes, one module per resource, plus middleware
-//!   (authentication, audit, idempotency, metrics) and the OpenAPI document.
-//! - [`mcp`]: the MCP server (streamable HTTP at `/mcp`, stdio via
-//!   `service mcp`), every API operation as a tool.
-//! - [`ops`]: every write operation as a value, and the one door
-//!   ([`ops::submit`]) through which all of them execute.
-//! - [`approvals`]: the approval gate: execute now or store a proposal.
-//! - [`plugin`]: the Wasm connector runtime and the plugin registry.
-//! - [`oauth`]: OAuth authorization-code flows (PKCE) run by the host.
-//! - [`destinations`]: SQLite, PostgreSQL and JSON-lines destinations.
-//! - [`jobs`]: the runner (leases, heartbeats, retries) and the scheduler.
-//! - [`credentials`]: the sealed credential store and its vault.
-//! - [`egress`]: every outbound request of a connector, policed.
-//! - [`access`]: roles, the authenticated principal, permission checks.
-//! - [`store`]: the only module that speaks SQL (SQLite or PostgreSQL).
+//! Folders are contexts or layers; each module imports only modules of
+//! the layers below it (the integration test `layout` checks this), listed
+//! here from the top down.
+//!
+//! Composition (the root files):
+//! - [`cli`]: the `service` command; `main.rs` only calls [`cli::run`].
+//! - [`server`]: the composition root: puts the state together, binds,
+//!   serves and shuts down.
+//! - [`state`]: [`state::AppState`], the state handlers and tasks share.
 //! - [`error`]: the API error type, mapped once to the spec's error shape.
-//! - [`tokens`]: opaque bearer tokens and their hashes.
-//! - [`web`]: the few browser pages (one-time login, invitations).
-//! - [`admin`]: first-run bootstrap and offline admin commands.
-//! - [`telemetry`]: logs and metrics.
+//! - [`audit`]: what a request tells the audit log ([`audit::AuditNote`]).
+//! - [`mcp`]: the MCP server (streamable HTTP at `/mcp`, stdio through
+//!   `service mcp`), every API operation as a tool.
+//!
+//! Surfaces:
+//! - [`http`]: the `/v1` routes, one module per resource, the middleware
+//!   (authentication, audit, idempotency, metrics) and the OpenAPI
+//!   description.
+//! - [`web`]: the browser pages (one-time login, invitations, credential
+//!   entry, OAuth landing).
+//!
+//! Behaviour:
+//! - [`ops`]: every write as a value, one file per context, and the one
+//!   door ([`ops::submit`]) with the approval gate behind it.
+//! - [`connectors`]: host-side rules of particular connectors, by id.
+//! - [`jobs`]: runners (leases, heartbeats, retries), the scheduler, one
+//!   sync and the write queue.
+//! - [`credentials`]: the vault (sealed secrets behind handles), the
+//!   keyring and the host's OAuth flows.
+//! - [`access`]: roles, the principal, tokens, first-run bootstrap and
+//!   offline administration.
+//! - [`warehouse`]: the built-in destinations (SQLite, PostgreSQL,
+//!   JSON-lines): the only SQL spoken to a tenant's database.
+//!
+//! Foundations:
+//! - [`plugin`]: the Wasm connector runtime and the plugin registry.
+//! - [`egress`]: every outbound request of a connector, policed.
+//! - [`telemetry`]: logs, metrics and request ids.
+//! - [`store`]: the only SQL spoken to the control database (SQLite or
+//!   PostgreSQL), with the read caches.
+//! - [`config`]: the settings, parsed and checked; imports nothing.
 
 pub mod access;
-
 pub mod audit;
 pub mod cli;
 pub mod config;

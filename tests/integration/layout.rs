@@ -146,3 +146,32 @@ fn no_two_files_of_a_folder_import_each_other() {
     }
     assert!(mutual.is_empty(), "{mutual:#?}");
 }
+
+#[test]
+fn every_folder_says_what_lives_in_it() {
+    let mut missing = Vec::new();
+    for (module, text) in sources() {
+        let is_folder_root = module == ["lib"] || text.lines().any(|l| l.trim_start().starts_with("pub mod ") || l.trim_start().starts_with("mod "));
+        if !is_folder_root {
+            continue;
+        }
+        let docs: String = text.lines().filter_map(|l| l.strip_prefix("//!")).collect::<Vec<_>>().join("\n");
+        if docs.trim().is_empty() {
+            missing.push(format!("{}: no //! docs", module.join("::")));
+        }
+        for line in text.lines() {
+            let line = line.trim_start();
+            let declared = line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod ")).or_else(|| line.strip_prefix("pub(crate) mod "));
+            let Some(name) = declared.and_then(|d| d.strip_suffix(';')) else { continue };
+            let named = docs.match_indices(name).any(|(i, _)| {
+                let before = docs[..i].chars().last().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                let after = docs[i + name.len()..].chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                before && after
+            });
+            if !named {
+                missing.push(format!("{}: the //! layout does not name `{name}`", module.join("::")));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+}

@@ -1,4 +1,6 @@
-//! The `service` command line: `serve`, `admin ...`.
+//! The `service` command line: `serve` runs the server, `admin` and
+//! `plugins` administer an installation offline against its database, and
+//! `mcp` serves the API's tools to a local assistant over stdio.
 
 use clap::{Parser, Subcommand};
 use secrecy::ExposeSecret;
@@ -29,7 +31,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Offline administration against the server's database.
     #[command(subcommand)]
     Admin(AdminCommand),

@@ -2,14 +2,32 @@
 //! OpenAPI description generated from the same route code.
 //!
 //! Layout:
-//! - one module per resource (`me`, `workspaces`, `sessions`, `audit_logs`),
-//!   each exposing `fn router() -> OpenApiRouter<AppState>`; [`app`] only
-//!   merges them and adds the middleware;
-//! - [`middleware`]: authentication, audit, idempotency and metrics;
+//! - one module per resource, each exposing `fn router() ->
+//!   OpenApiRouter<AppState>`; [`api`] only merges them and adds the
+//!   middleware: [`me`], [`workspaces`] (with members and invitations),
+//!   [`sessions`], [`audit_logs`], [`approvals`] (with policies),
+//!   [`connectors`], [`credentials`], [`oauth`], [`emailcampaign`],
+//!   [`plugins`], [`sources`], [`destinations`], [`pipelines`],
+//!   [`connections`], [`jobs`];
+//! - [`middleware`]: authentication, audit, idempotency, throttling,
+//!   deadlines and metrics;
 //! - [`extract`]: the request-side types every handler shares (JSON bodies
 //!   in the application's error shape, the addressed workspace, paging);
-//! - [`request_id`]: the per-request id used in bodies, headers and logs;
 //! - [`system`]: `/healthz`, `/readyz`, `/metrics`, OpenAPI.
+//!
+//! Routes that do not live where their path suggests:
+//!
+//! | Route | File |
+//! |---|---|
+//! | `/invitations/accept` | [`workspaces`] |
+//! | `/workspaces/{workspace_id}/members/...` | [`workspaces`] |
+//! | `/approval-policies/...` | [`approvals`] |
+//! | `/credentials/source/oauth/...`, `/credentials/taskapp/oauth/...` | [`oauth`] |
+//! | `/credentials/emailcampaign/api-token` | [`emailcampaign`] |
+//! | `/connectors/emailcampaign/...` | [`emailcampaign`] |
+//! | `/admin/plugins/...` | [`plugins`] |
+//! | `/mcp` | `crate::mcp`, added by `crate::server` |
+//! | `/login/...`, `/invitations/{token}`, `/credential-entry/...`, `/oauth/callback` | `crate::web` |
 //!
 //! Conventions (spec sections 1 and 7): success bodies are
 //! `{"request_id", "data"}` ([`Envelope`]); errors are

@@ -1,4 +1,5 @@
-//! Persistence: the only module that speaks SQL.
+//! Persistence: the only module that speaks SQL to the control database
+//! (a tenant's warehouse is spoken to in `warehouse`).
 //!
 //! One [`Store`] wraps an `sqlx` [`AnyPool`] so the same queries run on the
 //! embedded SQLite default and on PostgreSQL. The SQL is kept to the portable
@@ -6,10 +7,21 @@
 //! partial indexes); ids are text, times are Unix milliseconds (`BIGINT`).
 //!
 //! Layout:
+//! - this module: [`Store`] (connecting, migrating, the backend), time and
+//!   id helpers, [`StoreError`];
 //! - [`users`], [`workspaces`], [`sessions`], [`invitations`]: identity and
-//!   access.
-//! - [`audit`]: the append-only audit log.
-//! - [`idempotency`]: stored responses for `Idempotency-Key` replays.
+//!   access;
+//! - [`approvals`]: proposals and approval policies;
+//! - [`audit`]: the append-only audit log;
+//! - [`idempotency`]: stored responses for `Idempotency-Key` replays;
+//! - [`credentials`], [`entry_links`], [`oauth`]: sealed credentials,
+//!   credential-entry links and OAuth flows in progress;
+//! - [`sources`], [`pipelines`]: sources, destinations, pipelines, stream
+//!   state and jobs;
+//! - [`plugins`]: which connector plugins are enabled;
+//! - [`kinds`]: the statuses, kinds and triggers records carry, as types;
+//! - [`caches`]: read caches in front of the database (SQLite only);
+//! - [`sweep`]: removal of one-time records past any use.
 //!
 //! Constraint violations are turned into domain errors right where the query
 //! runs (see [`StoreError`]), so callers never match on SQL error strings.

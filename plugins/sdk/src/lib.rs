@@ -142,6 +142,8 @@
 //! | [`log`] | diagnostics |
 //! | `convert.rs` | the only code that touches the generated bindings |
 
+#![deny(missing_docs)]
+
 mod connector;
 mod convert;
 pub mod http;
