@@ -121,21 +121,11 @@ fn a_data_directory_other_users_can_enter_stops_the_server() {
 fn every_setting_is_listed_in_help_and_secret_values_are_not() {
     let dir = crate::support::private_dir();
     let mut named = std::collections::BTreeSet::new();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut folders = vec![src];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(folder).unwrap().map(Result::unwrap) {
-            let path = entry.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                for piece in text.split('"').skip(1).step_by(2) {
-                    let is_setting = piece.starts_with("SERVICE_") || piece == "DATABASE_URL";
-                    if is_setting && piece.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
-                        named.insert(piece.to_owned());
-                    }
-                }
+    for (_, text) in crate::support::host_sources() {
+        for piece in text.split('"').skip(1).step_by(2) {
+            let is_setting = piece.starts_with("SERVICE_") || piece == "DATABASE_URL";
+            if is_setting && piece.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
+                named.insert(piece.to_owned());
             }
         }
     }

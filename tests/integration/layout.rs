@@ -4,7 +4,6 @@
 //! source, so a change that breaks the layering fails here, not in review.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
 /// Each top-level module's layer: a module may import only modules of a
 /// lower layer. The composition files sit on top.
@@ -33,25 +32,16 @@ const LAYERS: &[(&str, u8)] = &[
 /// `(folder-level module path, file text)` of every source file:
 /// `["ops", "gate"]`, `["http"]` for `http/mod.rs`, `["lib"]`.
 fn sources() -> Vec<(Vec<String>, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut out = Vec::new();
-    let mut folders: Vec<PathBuf> = vec![root.clone()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(folder).unwrap().map(Result::unwrap) {
-            let path = entry.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(&root).unwrap().with_extension("");
-                let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-                if parts.len() > 1 && parts.last().is_some_and(|p| p == "mod") {
-                    parts.pop();
-                }
-                out.push((parts, std::fs::read_to_string(&path).unwrap()));
+    crate::support::host_sources()
+        .into_iter()
+        .map(|(path, text)| {
+            let mut parts: Vec<String> = path.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if parts.len() > 1 && parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
             }
-        }
-    }
-    out
+            (parts, text)
+        })
+        .collect()
 }
 
 /// The modules a file names as `crate::a::b` or `super::b` (comments

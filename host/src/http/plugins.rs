@@ -3,8 +3,6 @@
 
 use axum::Extension;
 use axum::extract::{Path, State};
-use serde::Serialize;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -12,47 +10,12 @@ use super::extract::{Caller, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
+use crate::ops::plugins::Plugin;
 use crate::ops::{self, Executed};
-use crate::plugin::registry::PluginSummary;
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_plugins)).routes(routes!(unload_plugin)).routes(routes!(load_plugin))
-}
-
-/// A plugin as operators see it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Plugin {
-    pub connector_id: String,
-    pub name: String,
-    pub version: String,
-    pub interface_version: &'static str,
-    /// SHA-256 of the component.
-    pub digest: String,
-    /// `bundled:<name>` or `file:<name>`; absent when the file is gone.
-    pub source: Option<String>,
-    /// The operator's switch, shared by all replicas.
-    pub enabled: bool,
-    /// Loaded and enabled.
-    pub available: bool,
-    /// Hosts the connector declared.
-    pub hosts: Vec<String>,
-}
-
-impl From<&PluginSummary> for Plugin {
-    fn from(p: &PluginSummary) -> Self {
-        Plugin {
-            connector_id: p.info.id.clone(),
-            name: p.info.name.clone(),
-            version: p.info.version.clone(),
-            interface_version: p.interface_version.as_str(),
-            digest: p.digest.clone(),
-            source: p.source.as_ref().map(ToString::to_string),
-            enabled: p.enabled,
-            available: p.available,
-            hosts: p.info.hosts.iter().map(ToString::to_string).collect(),
-        }
-    }
 }
 
 /// Every plugin of the installation (operators).

@@ -477,3 +477,23 @@ pub async fn count_rows(url: &str, table: &str) -> i64 {
     assert_eq!(n, d, "no duplicate keys in {table}");
     n
 }
+
+/// Every Rust file of the server crate (`host/src`), with its path below
+/// `src` and its text: for tests that hold the code to its conventions.
+pub fn host_sources() -> Vec<(PathBuf, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut folders = vec![root.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path.strip_prefix(&root).unwrap().to_owned(), text));
+            }
+        }
+    }
+    out
+}
