@@ -17,7 +17,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use url::Url;
 
@@ -251,7 +251,10 @@ pub async fn complete(&self, cb: &Callback, expect: Option<(&str, &str)>) -> Res
     if hosts.is_empty() {
         return Err(ApiError::bad_request("OAUTH_NOT_SUPPORTED", "the connector declares no exact host a token could be bound to"));
     }
-    let metadata = json!({ "provider": flow.target, "token_url": p.token_url, "scopes": tokens.scope.clone().unwrap_or_else(|| p.scopes.join(" ")), "token_type": tokens.token_type });
+    let mut metadata = json!({ "provider": flow.target, "scopes": tokens.scope.clone().unwrap_or_else(|| p.scopes.join(" ")), "token_type": tokens.token_type });
+    if !tokens.account.is_empty() {
+        metadata["account"] = Value::Object(tokens.account.clone());
+    }
     Ok(Completed {
         workspace_id: flow.workspace_id,
         user_id: flow.user_id,
@@ -303,6 +306,55 @@ struct Tokens {
     expires_in: Option<i64>,
     token_type: Option<String>,
     scope: Option<String>,
+    /// What the provider said about the account, non-secret ids only.
+    account: Map<String, Value>,
+}
+
+/// Account ids a token response may carry (HubSpot's `hub_id` and
+/// `user_id`, in snake or camel case), kept with the credential under the
+/// snake-case name.
+const ACCOUNT_FIELDS: [(&str, &str); 2] = [("hub_id", "hubId"), ("user_id", "userId")];
+
+/// A field of a token response in either of the casings providers use
+/// (RFC 6749's snake case; camel case in newer references).
+fn field<'v>(v: &'v Value, snake: &str, camel: &str) -> &'v Value {
+    match &v[snake] {
+        Value::Null => &v[camel],
+        found => found,
+    }
+}
+
+/// Reads a token endpoint's successful answer.
+fn parse_tokens(v: &Value) -> Option<Tokens> {
+    let access = field(v, "access_token", "accessToken").as_str().filter(|s| !s.is_empty())?;
+    let scope = match field(v, "scope", "scopes") {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) => Some(items.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" ")),
+        _ => None,
+    };
+    let mut account = Map::new();
+    for (snake, camel) in ACCOUNT_FIELDS {
+        let id = match field(v, snake, camel) {
+            Value::Number(n) => Some(n.to_string()),
+            Value::String(s) if !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') => Some(s.clone()),
+            _ => None,
+        };
+        if let Some(id) = id {
+            account.insert(snake.to_owned(), Value::String(id));
+        }
+    }
+    let expires_in = match field(v, "expires_in", "expiresIn") {
+        Value::String(s) => s.parse().ok(),
+        other => other.as_i64(),
+    };
+    Some(Tokens {
+        access_token: SecretString::from(access.to_owned()),
+        refresh_token: field(v, "refresh_token", "refreshToken").as_str().filter(|s| !s.is_empty()).map(|s| SecretString::from(s.to_owned())),
+        expires_in,
+        token_type: field(v, "token_type", "tokenType").as_str().map(|s| sanitise(s, 32)),
+        scope: scope.map(|s| sanitise(&s, 500)),
+        account,
+    })
 }
 
 /// Posts a form to the token endpoint through egress.
@@ -327,16 +379,7 @@ async fn token_request(egress: &Egress, p: &Provider, workspace_id: &str, form: 
         return Err(ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", format!("the provider refused the token request: {code}"))
             .with_details(json!({ "provider_error": code })));
     }
-    let access = v["access_token"].as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
-        ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", "the provider's token response has no access_token")
-    })?;
-    Ok(Tokens {
-        access_token: SecretString::from(access.to_owned()),
-        refresh_token: v["refresh_token"].as_str().map(|s| SecretString::from(s.to_owned())),
-        expires_in: v["expires_in"].as_i64(),
-        token_type: v["token_type"].as_str().map(|s| sanitise(s, 32)),
-        scope: v["scope"].as_str().map(|s| sanitise(s, 500)),
-    })
+    parse_tokens(&v).ok_or_else(|| ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", "the provider's token response has no access token"))
 }
 
 /// Refreshes OAuth access tokens for the vault when they expire. The vault
@@ -359,5 +402,31 @@ impl TokenRefresher for OAuth {
             let t = token_request(&self.egress, &p, workspace_id, form).await.map_err(|e| e.message)?;
             Ok((t.access_token, t.refresh_token, t.expires_in.map(|s| now_ms() + s * 1000)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_responses_are_read_in_snake_and_camel_case() {
+        let snake = parse_tokens(&json!({ "access_token": "a1", "refresh_token": "r1", "expires_in": 1800, "token_type": "bearer", "hub_id": 62515, "scopes": ["oauth", "social"] })).unwrap();
+        let camel = parse_tokens(&json!({ "accessToken": "a1", "refreshToken": "r1", "expiresIn": 1800, "tokenType": "bearer", "hubId": 62515, "userId": 77, "scopes": ["oauth", "social"] })).unwrap();
+        for t in [&snake, &camel] {
+            assert_eq!(t.access_token.expose_secret(), "a1");
+            assert_eq!(t.refresh_token.as_ref().unwrap().expose_secret(), "r1");
+            assert_eq!(t.expires_in, Some(1800));
+            assert_eq!(t.scope.as_deref(), Some("oauth social"));
+            assert_eq!(t.account["hub_id"], "62515");
+        }
+        assert_eq!(camel.account["user_id"], "77");
+        assert!(parse_tokens(&json!({ "accessToken": "" })).is_none());
+    }
+
+    #[test]
+    fn only_plain_ids_are_kept_as_account_facts() {
+        let t = parse_tokens(&json!({ "access_token": "a", "user_id": "<script>", "hub_id": { "x": 1 } })).unwrap();
+        assert!(t.account.is_empty());
     }
 }

@@ -270,12 +270,14 @@ impl Vault {
     /// The secret behind a handle, for a request to `host` on behalf of
     /// `workspace_id`. The reasons it gives are safe to show.
     pub async fn reveal(&self, workspace_id: &str, handle: &str, host: &str) -> Result<SecretString, String> {
-        self.open(workspace_id, handle, host).await.map(|(_, secret)| secret)
+        self.open(workspace_id, handle, host, None).await.map(|(_, secret)| secret)
     }
 
     /// The credential behind a handle and its secret, for a request to
-    /// `host` on behalf of `workspace_id`.
-    async fn open(&self, workspace_id: &str, handle: &str, host: &str) -> Result<(CredentialRecord, SecretString), String> {
+    /// `host` on behalf of `workspace_id`. `rejected` is an access token
+    /// the provider just called expired: if the credential still holds it,
+    /// it is refreshed now whatever its recorded expiry says.
+    async fn open(&self, workspace_id: &str, handle: &str, host: &str, rejected: Option<&SecretString>) -> Result<(CredentialRecord, SecretString), String> {
         let row = self
             .store
             .credential_by_handle(workspace_id, handle)
@@ -297,8 +299,12 @@ impl Vault {
         })?;
         let mut material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
         let now = now_ms();
-        if row.record.kind == CredentialKind::Oauth2 && row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now) {
+        let expiring = row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now);
+        let called_expired = rejected.is_some_and(|r| r.expose_secret() == material.secret.expose_secret());
+        if row.record.kind == CredentialKind::Oauth2 && (expiring || called_expired) {
             material = self.refresh(&row, material).await?;
+        } else if rejected.is_some() && row.record.kind != CredentialKind::Oauth2 {
+            return Err("the provider says the credential expired and it cannot be renewed; store a new one".into());
         }
         if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
             let _ = self.store.touch_credential(&row.record.credential_id, now).await;
@@ -414,18 +420,40 @@ impl SecretSource for Vault {
             if let Some(injection) = self.revealed.get(&key, Instant::now()) {
                 return Ok(injection);
             }
-            let (record, secret) = self.open(workspace_id, handle, host).await?;
-            // A credential stored for one connector is that connector's:
-            // another plugin of the workspace may not borrow it.
-            if let Some(owner) = &record.connector_id
-                && owner != connector_id
-            {
-                return Err(format!("the credential belongs to connector {owner}"));
-            }
-            let injection = Injection { secret, placement: placement(&record)? };
-            self.revealed.put(key, injection.clone(), Instant::now());
-            Ok(injection)
+            self.injection(key, None).await
         })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        connector_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+        rejected: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.to_owned(), host.to_owned());
+            self.injection(key, Some(rejected)).await
+        })
+    }
+}
+
+impl Vault {
+    /// Opens the credential for an outbound request and caches the result.
+    async fn injection(&self, key: RevealedKey, rejected: Option<&SecretString>) -> Result<Injection, String> {
+        let (workspace_id, connector_id, handle, host) = (&key.0, &key.1, &key.2, &key.3);
+        let (record, secret) = self.open(workspace_id, handle, host, rejected).await?;
+        // A credential stored for one connector is that connector's:
+        // another plugin of the workspace may not borrow it.
+        if let Some(owner) = &record.connector_id
+            && owner != connector_id
+        {
+            return Err(format!("the credential belongs to connector {owner}"));
+        }
+        let injection = Injection { secret, placement: placement(&record)? };
+        self.revealed.put(key, injection.clone(), Instant::now());
+        Ok(injection)
     }
 }
 

@@ -161,6 +161,33 @@ pub trait SecretSource: Send + Sync {
         handle: &'a str,
         host: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>>;
+
+    /// A new secret for `handle` after the provider answered that
+    /// `rejected`, the one just sent, has expired. An OAuth access token is
+    /// refreshed (unless another request already replaced it); a secret of
+    /// any other kind cannot be renewed, and the error says so.
+    fn renew<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        connector_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+        rejected: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>>;
+}
+
+/// Whether a 401 says the access token expired, in the ways providers say
+/// it: RFC 6750's `WWW-Authenticate: Bearer error="invalid_token"`, or a
+/// JSON body whose `category` is `EXPIRED_AUTHENTICATION` (HubSpot's
+/// documented answer). Any other 401 (a revoked grant, a missing scope)
+/// is the plugin's to report, not a reason to refresh.
+fn says_token_expired(headers: &[(String, String)], body: &[u8]) -> bool {
+    let rfc6750 = headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("www-authenticate") && v.to_ascii_lowercase().contains("invalid_token"));
+    rfc6750
+        || serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|v| v["category"].as_str() == Some("EXPIRED_AUTHENTICATION"))
 }
 
 /// Who is making a request: the plugin (with the hosts it declared) and
@@ -326,7 +353,11 @@ impl Egress {
         let mut body = req.body;
         let mut credential = req.credential;
         let mut first_host: Option<String> = None;
-        for _ in 0..=MAX_REDIRECTS {
+        // Set to the access token a provider called expired: the next round
+        // sends the same request once more with a renewed one.
+        let mut expired: Option<SecretString> = None;
+        let mut renewed = false;
+        for _ in 0..=MAX_REDIRECTS + 1 {
             let host = self.check_url(caller, &url).await?;
             if first_host.as_ref().is_some_and(|h| *h != host) {
                 // Credentials never follow a redirect to another host.
@@ -335,11 +366,11 @@ impl Egress {
             first_host.get_or_insert_with(|| host.clone());
             let injection = match &credential {
                 Some(c) => {
-                    let injection = self
-                        .secrets
-                        .secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host)
-                        .await
-                        .map_err(EgressError::CredentialUnavailable)?;
+                    let injection = match expired.take() {
+                        Some(rejected) => self.secrets.renew(caller.workspace_id, caller.plugin_id, &c.handle, &host, &rejected).await,
+                        None => self.secrets.secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host).await,
+                    }
+                    .map_err(EgressError::CredentialUnavailable)?;
                     if !c.placement.same_as(&injection.placement) {
                         return Err(EgressError::Denied(format!(
                             "the credential is sent {}, not {}: its kind fixes where the secret goes",
@@ -410,6 +441,16 @@ impl Egress {
                 .filter(|(n, _)| !WITHHELD_RESPONSE_HEADERS.contains(&n.as_str()))
                 .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect();
+            if status == 401
+                && !renewed
+                && let Some(i) = injection.as_ref().filter(|i| matches!(i.placement, Placement::Bearer))
+                && says_token_expired(&headers, &collected)
+            {
+                tracing::info!(plugin = caller.plugin_id, host = %host, "the provider says the access token expired; renewing it and sending again");
+                renewed = true;
+                expired = Some(i.secret.clone());
+                continue;
+            }
             if let Some(i) = &injection {
                 // A provider that echoes the request (debug endpoints, error
                 // pages) must not hand the secret back to the plugin, in
