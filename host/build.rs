@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Plugin packages embedded in the server: (package, component file stem).
-const BUNDLED: &[(&str, &str)] = &[("conn-emailcampaign", "conn_emailcampaign")];
+const BUNDLED: &[(&str, &str)] = &[("conn-emailcampaign", "conn_emailcampaign"), ("conn-socialmedia", "conn_socialmedia")];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

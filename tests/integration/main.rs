@@ -8,6 +8,7 @@ mod approvals;
 mod audit;
 mod cli;
 mod emailcampaign;
+mod socialmedia;
 mod conventions;
 mod credentials;
 mod idempotency;

@@ -184,7 +184,7 @@ impl ConnectorRules for Rules {
         CONNECTOR_ID
     }
 
-    fn validate_source<'a>(&'a self, state: &'a AppState, access: &'a WorkspaceAccess, config: &'a Value) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
+    fn validate_source<'a>(&'a self, state: &'a AppState, access: &'a WorkspaceAccess, config: &'a Value, _saved: Option<&'a Value>) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
         Box::pin(async move {
             let base_url = config["base_url"].as_str().ok_or_else(|| ApiError::invalid_field("configuration.base_url", "base_url is required"))?;
             let method = ConnectionMethod::parse(config["connection_method"].as_str()).map_err(|m| ApiError::invalid_field("configuration.connection_method", m))?;

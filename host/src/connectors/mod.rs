@@ -7,8 +7,14 @@
 //! [`ConnectorRules`]; [`rules`] finds them by connector id.
 //! - [`emailcampaign`]: `conn_emailcampaign_edm` (the `base_url` rules,
 //!   connection methods, and what check and preview may answer).
+//! - [`socialmedia`]: `conn_socialmedia_hub` (the portal, brand and channel
+//!   selection checked against the provider's options).
+//! - [`entities`]: provider-backed options for any connector's config
+//!   fields (`POST /v1/sources/entities`).
 
 pub mod emailcampaign;
+pub mod entities;
+pub mod socialmedia;
 
 use std::pin::Pin;
 
@@ -24,12 +30,20 @@ pub trait ConnectorRules: Sync {
     fn connector_id(&self) -> &'static str;
 
     /// Checks a source configuration (already valid against the plugin's
-    /// schema) before it is saved.
-    fn validate_source<'a>(&'a self, state: &'a AppState, access: &'a WorkspaceAccess, config: &'a Value) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>>;
+    /// schema) before it is saved. `saved` is the configuration the source
+    /// holds now when it is being updated: what it already holds was
+    /// accepted before and need not pass again.
+    fn validate_source<'a>(
+        &'a self,
+        state: &'a AppState,
+        access: &'a WorkspaceAccess,
+        config: &'a Value,
+        saved: Option<&'a Value>,
+    ) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>>;
 }
 
 /// Every connector's rules.
-const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules];
+const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules, &socialmedia::Rules];
 
 /// The rules of a connector (by canonical id), if it has any.
 pub fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {

@@ -12,7 +12,7 @@ use super::extract::{Caller, PageQuery};
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::registry::PluginSummary;
-use crate::plugin::types::{ConnectorKind, OAuthEndpoints, Operation};
+use crate::plugin::types::{ConnectorKind, Operation};
 use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -58,8 +58,19 @@ pub struct ConnectorSpec {
     /// JSON Schema of the configuration. Secrets never appear in it: fields
     /// that need one take a `credential_handle`.
     pub config_schema: serde_json::Value,
-    /// OAuth endpoints, when credentials come from an OAuth flow.
-    pub oauth: Option<OAuthEndpoints>,
+    /// Present when credentials come from an OAuth flow: only that, and
+    /// which scopes it asks for. The provider's endpoints stay with the
+    /// host, which runs the flow.
+    pub oauth: Option<OAuthSummary>,
+}
+
+/// What a client needs to know of a connector's OAuth.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OAuthSummary {
+    /// The scopes the authorisation asks for.
+    pub scopes: Vec<String>,
+    /// Where to start the flow.
+    pub start: &'static str,
 }
 
 /// Every connector, available or not.
@@ -96,5 +107,6 @@ async fn get_connector(State(state): State<AppState>, _caller: Caller, Path(id):
     responses((status = 200, body = Envelope<ConnectorSpec>), (status = 404, body = crate::error::ErrorBody)))]
 async fn get_spec(State(state): State<AppState>, _caller: Caller, Path(id): Path<String>) -> ApiResult<Envelope<ConnectorSpec>> {
     let s = summary(&state, &id).await?;
-    Ok(ok(ConnectorSpec { connector_id: s.info.id.clone(), config_schema: s.info.config_schema.clone(), oauth: s.info.oauth.clone() }))
+    let oauth = s.info.oauth.as_ref().map(|o| OAuthSummary { scopes: o.scopes.clone(), start: "POST /v1/credentials/source/oauth/start" });
+    Ok(ok(ConnectorSpec { connector_id: s.info.id.clone(), config_schema: s.info.config_schema.clone(), oauth }))
 }

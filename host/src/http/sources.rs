@@ -2,22 +2,98 @@
 
 use axum::Extension;
 use axum::extract::{Path, Query, State};
-use serde::Deserialize;
-use utoipa::IntoParams;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
+use crate::access::Role;
+use crate::connectors::entities::{self, EntityOption};
 use crate::error::{ApiError, ApiResult};
+use crate::store::credentials::CredentialHandle;
 use crate::ops::sources::{CreateSource, UpdateSource};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
 use crate::store::sources::Source;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(create_source, list_sources)).routes(routes!(get_source, update_source, delete_source))
+    OpenApiRouter::new()
+        .routes(routes!(create_source, list_sources))
+        .routes(routes!(entity_options))
+        .routes(routes!(get_source, update_source, delete_source))
+}
+
+/// Body of `POST /sources/entities`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntitiesRequest {
+    /// A connector that offers entity options (legacy aliases accepted).
+    #[schema(min_length = 1, max_length = 200)]
+    pub connector_id: String,
+    /// The credential the options are read with (from the OAuth flow).
+    pub credential_handle: CredentialHandle,
+    /// The config field to list options for, for example `portal_id`,
+    /// `brand_ids` or `channel_ids`.
+    #[schema(min_length = 1, max_length = 100)]
+    pub field: String,
+    /// What the user chose so far (for example `portal_id` when asking
+    /// for `brand_ids`, `brand_ids` when asking for `channel_ids`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub configuration: Option<Value>,
+}
+
+/// The options of one field.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EntityOptions {
+    pub connector_id: String,
+    pub credential_handle: CredentialHandle,
+    pub field: String,
+    /// The choices, in the provider's order.
+    pub options: Vec<EntityOption>,
+    /// Opaque; pass as `cursor` for the next page of options.
+    pub next_cursor: Option<String>,
+}
+
+/// Provider-backed options for a connector's config field (after OAuth):
+/// the portal, the brands of the chosen portal, the channels of the chosen
+/// brands. Paged with `limit` and `cursor`. Creates nothing.
+#[utoipa::path(post, path = "/sources/entities", tag = "sources", params(PageQuery), request_body = EntitiesRequest,
+    responses((status = 200, body = Envelope<EntityOptions>), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody),
+        (status = 502, body = crate::error::ErrorBody)))]
+async fn entity_options(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Query(q): Query<PageQuery>,
+    ApiJson(body): ApiJson<EntitiesRequest>,
+) -> ApiResult<Envelope<EntityOptions>> {
+    note.action("sources.entities");
+    // The plugin runs with the workspace's credentials: editors only, as
+    // for check and preview.
+    ws.require(Role::Editor)?;
+    let limit = q.limit()?;
+    let after = q.after()?;
+    let connector_id = state.plugins.canonical_id(&body.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
+    let chosen = match body.configuration {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(ApiError::invalid_field("configuration", "configuration must be an object")),
+    };
+    crate::ops::text::check_config("configuration", &Value::Object(chosen.clone()))?;
+    let all = entities::options(&state, &ws, &connector_id, &body.credential_handle, &chosen, &body.field).await?;
+    let start = match &after {
+        None => 0,
+        Some(a) => all.iter().position(|o| &o.value == a).map(|i| i + 1).ok_or_else(|| ApiError::invalid_field("cursor", "the cursor's option is no longer offered; start again without a cursor"))?,
+    };
+    let rest: Vec<EntityOption> = all.into_iter().skip(start).take(limit as usize + 1).collect();
+    let page = q.page(rest, limit, |o| &o.value);
+    Ok(ok(EntityOptions { connector_id, credential_handle: body.credential_handle, field: body.field, options: page.items, next_cursor: page.next_cursor }))
 }
 
 /// Create a source: configuration validated against the connector's spec;

@@ -42,7 +42,7 @@ pub struct UpdateSource {
 
 /// Validates a configuration for a connector: its JSON Schema, its
 /// credential handles, and connector-specific rules.
-async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value) -> ApiResult<()> {
+async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value, saved: Option<&Value>) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let plugin = state.plugins.available(connector_id).await?;
     let validator = jsonschema::validator_for(&plugin.info.config_schema)
@@ -66,7 +66,7 @@ async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, conn
         }
     }
     if let Some(rules) = crate::connectors::rules(connector_id) {
-        rules.validate_source(state, access, config).await?;
+        rules.validate_source(state, access, config, saved).await?;
     }
     Ok(())
 }
@@ -74,7 +74,7 @@ async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, conn
 pub async fn create(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateSource) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
     let connector_id = state.plugins.canonical_id(&req.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
-    validate_configuration(state, access, &connector_id, &req.configuration).await?;
+    validate_configuration(state, access, &connector_id, &req.configuration, None).await?;
     let source = state.store.create_source(&access.workspace_id, &connector_id, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
     note.target("source", &source.source_id);
     Executed::created(source)
@@ -85,6 +85,7 @@ pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     let current = state.store.source(&access.workspace_id, &req.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
     let name = req.name.unwrap_or(current.name);
     check_name("name", &name)?;
+    let saved = current.configuration.clone();
     let mut configuration = current.configuration;
     if let Some(Value::Object(patch)) = req.configuration {
         if let Value::Object(map) = &mut configuration {
@@ -99,7 +100,7 @@ pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     } else if req.configuration.is_some() {
         return Err(ApiError::invalid_field("configuration", "configuration must be an object"));
     }
-    validate_configuration(state, access, &current.connector_id, &configuration).await?;
+    validate_configuration(state, access, &current.connector_id, &configuration, Some(&saved)).await?;
     let source = state.store.update_source(&access.workspace_id, &req.source_id, name.trim(), &configuration).await?.ok_or_else(|| ApiError::not_found("source"))?;
     Executed::ok(source)
 }

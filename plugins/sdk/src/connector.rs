@@ -58,6 +58,11 @@ pub trait Connector {
     ///
     /// The config is what the user has filled in so far and may lack
     /// required fields, so it arrives untyped; pick out what you need.
+    /// Beside the user's fields it holds `credential_handle` and, when the
+    /// host knows what the provider said about the credential's account at
+    /// authorisation, `credential_account` (for OAuth, ids such as `hub_id`
+    /// and `user_id` from the token response). Only the host sets that
+    /// field. Return every option; the host pages them for the user.
     fn entity_options(config: Value, field: &str) -> Result<Vec<EntityOption>> {
         let _ = config;
         Err(Error::Unsupported(format!(

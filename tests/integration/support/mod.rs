@@ -24,6 +24,7 @@
 #![allow(dead_code)]
 
 pub mod fakepg;
+pub mod hubspot;
 pub mod mailcoach;
 pub mod plugins;
 pub mod process;

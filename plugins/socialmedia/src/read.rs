@@ -1,0 +1,175 @@
+//! `read`: one stream at a time, only the selected channels.
+//!
+//! Every stream lists the channels first (to know the selected ones and
+//! their brands). `posts`, `post_metrics` and `channel_statistics` then page
+//! through the published posts, 100 at a time by offset, until a short
+//! page.
+//!
+//! `posts` reads incrementally on `created_at`: the provider's `since`
+//! filter is inclusive, so the state keeps the newest creation time and the
+//! posts created at exactly that time, which the next read skips. The
+//! listing's order is not documented, so the state is checkpointed once,
+//! after the last page; an interrupted read starts again from the previous
+//! state and the host's deduplication on `broadcast_guid` absorbs the
+//! repeats. Metrics change after publishing, so `post_metrics` and
+//! `channel_statistics` are read in full every time.
+
+use std::collections::BTreeMap;
+
+use connector_sdk::{Error, ReadRequest, Result, Sink, Value, json, log};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{Api, Channel, PAGE_SIZE};
+use crate::config::Config;
+use crate::streams::{CURSOR_FIELD, ChannelTotals, StreamName, channel_record, metrics_record, post_record, post_ref};
+
+/// Far more pages than any portal has: a provider that never sends a
+/// short page cannot keep a read going forever.
+const MAX_PAGES: usize = 100_000;
+
+/// The checkpointed state of `posts`.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PostsState {
+    /// The newest `created_at` read so far.
+    pub since: Option<i64>,
+    /// The posts created at exactly `since`, already read.
+    #[serde(default)]
+    pub at_since: Vec<String>,
+}
+
+impl PostsState {
+    /// Whether a post was read by the read that saved this state.
+    fn already_read(&self, guid: &str, created_at: Option<i64>) -> bool {
+        self.since.is_some() && created_at == self.since && self.at_since.iter().any(|g| g == guid)
+    }
+
+    /// Takes one emitted post into account.
+    fn advance(&mut self, guid: &str, created_at: Option<i64>) {
+        let Some(t) = created_at else { return };
+        match self.since {
+            Some(s) if t < s => {}
+            Some(s) if t == s => {
+                if !self.at_since.iter().any(|g| g == guid) {
+                    self.at_since.push(guid.to_owned());
+                }
+            }
+            _ => {
+                self.since = Some(t);
+                self.at_since = vec![guid.to_owned()];
+            }
+        }
+    }
+}
+
+/// Reads one stream; see the module documentation.
+pub fn read(request: ReadRequest<Config>) -> Result<()> {
+    let stream = StreamName::parse(&request.stream).ok_or_else(|| Error::Unsupported(format!("unknown stream `{}`", request.stream)))?;
+    let config = &request.config;
+    config.validate()?;
+    if request.is_incremental() {
+        if stream != StreamName::Posts {
+            return Err(Error::Unsupported(format!("stream `{}` supports full refresh only", stream.as_str())));
+        }
+        if let Some(field) = request.cursor_field.as_deref().filter(|f| *f != CURSOR_FIELD) {
+            return Err(Error::Unsupported(format!("stream `posts` can only use `{CURSOR_FIELD}` as its cursor, not `{field}`")));
+        }
+    }
+    let api = Api::new(&config.credential_handle);
+    let channels: Vec<Channel> = api.channels()?.into_iter().filter(|c| config.selects(&c.channel_guid)).collect();
+    if channels.len() < config.channel_ids.len() {
+        log::warn(format_args!(
+            "{} of {} selected channels are no longer connected at the provider",
+            config.channel_ids.len() - channels.len(),
+            config.channel_ids.len()
+        ));
+    }
+    let brand_of: BTreeMap<&str, Option<String>> = channels.iter().map(|c| (c.channel_guid.as_str(), c.brand().map(|b| b.0))).collect();
+
+    match stream {
+        StreamName::Channels => {
+            let records: Vec<Value> = channels.iter().map(channel_record).collect();
+            Sink::emit(stream.as_str(), &records)?;
+        }
+        StreamName::Posts => {
+            let saved: PostsState = if request.is_incremental() { request.state_as()?.unwrap_or_default() } else { PostsState::default() };
+            let mut next = PostsState { since: saved.since, at_since: saved.at_since.clone() };
+            let mut read = 0usize;
+            for_each_page(&api, saved.since, |page| {
+                let mut records = Vec::with_capacity(page.len());
+                for b in page {
+                    let Some(p) = post_ref(b) else { continue };
+                    let Some(brand) = brand_of.get(p.channel) else { continue };
+                    if saved.already_read(p.guid, p.created_at) {
+                        continue;
+                    }
+                    next.advance(p.guid, p.created_at);
+                    records.push(post_record(b, brand.as_deref()));
+                }
+                read += records.len();
+                Sink::emit(stream.as_str(), &records)
+            })?;
+            log::info(format_args!("posts: {read} read"));
+            if request.is_incremental() {
+                Sink::checkpoint(stream.as_str(), &json!(next))?;
+            }
+        }
+        StreamName::PostMetrics => {
+            for_each_page(&api, None, |page| {
+                let records: Vec<Value> = page
+                    .iter()
+                    .filter(|b| post_ref(b).is_some_and(|p| brand_of.contains_key(p.channel)))
+                    .map(metrics_record)
+                    .collect();
+                Sink::emit(stream.as_str(), &records)
+            })?;
+        }
+        StreamName::ChannelStatistics => {
+            let mut totals: BTreeMap<String, ChannelTotals> = BTreeMap::new();
+            for_each_page(&api, None, |page| {
+                for b in page {
+                    if let Some(p) = post_ref(b).filter(|p| brand_of.contains_key(p.channel)) {
+                        totals.entry(p.channel.to_owned()).or_default().add(b);
+                    }
+                }
+                Ok(())
+            })?;
+            let records: Vec<Value> =
+                channels.iter().map(|c| totals.get(&c.channel_guid).cloned().unwrap_or_default().record(c)).collect();
+            Sink::emit(stream.as_str(), &records)?;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `each` with every page of published posts created at or after
+/// `since`.
+fn for_each_page(api: &Api, since: Option<i64>, mut each: impl FnMut(&[Value]) -> std::result::Result<(), connector_sdk::SinkError>) -> Result<()> {
+    let mut offset = 0;
+    for _ in 0..MAX_PAGES {
+        let page = api.broadcasts(since, offset)?;
+        each(&page)?;
+        if page.len() < PAGE_SIZE {
+            return Ok(());
+        }
+        offset += page.len();
+    }
+    Err(Error::ProviderError(format!("the broadcasts listing did not end after {MAX_PAGES} pages")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_posts_state_skips_exactly_what_the_last_read_saw_at_its_boundary() {
+        let mut s = PostsState::default();
+        s.advance("a", Some(10));
+        s.advance("b", Some(20));
+        s.advance("c", Some(20));
+        s.advance("d", Some(15));
+        assert_eq!(s, PostsState { since: Some(20), at_since: vec!["b".into(), "c".into()] });
+        assert!(s.already_read("b", Some(20)));
+        assert!(!s.already_read("e", Some(20)), "a post created in the same millisecond but not yet seen is read");
+        assert!(!s.already_read("b", Some(21)));
+    }
+}
