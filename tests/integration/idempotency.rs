@@ -13,10 +13,13 @@ backend_tests! {
         let body = json!({"email": "once@example.test", "role": "viewer"});
         let first = srv.post(&path, body.clone()).header("idempotency-key", "k-1").send().await.unwrap();
         assert_eq!(first.status(), StatusCode::CREATED);
+        let first_header = first.headers()["x-request-id"].to_str().unwrap().to_owned();
         let first = json_ok(first).await;
+        assert_eq!(first["request_id"], first_header.as_str());
         let second = srv.post(&path, body.clone()).header("idempotency-key", "k-1").send().await.unwrap();
         assert_eq!(second.status(), StatusCode::CREATED);
         assert_eq!(second.headers()["idempotent-replayed"], "true");
+        assert_eq!(second.headers()["x-request-id"], first_header.as_str(), "the replay names the request it first answered");
         let (_, second) = json(second).await;
         let mut expected = first.clone();
         expected["data"]["accept_url"] = json!(service::ops::SHOWN_ONCE);

@@ -342,6 +342,106 @@ async fn runs_started_by_an_approval_say_so_whatever_they_run(backend: Backend) 
     }
 }
 
+/// `GET /jobs` and a job's attempts, around a credential that is revoked
+/// between two syncs: the next sync fails at once, the source says why.
+async fn jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync(backend: Backend) {
+    let fx = setup(backend, 40).await;
+    let srv = &fx.srv;
+    let dest = fx.destination("sqlite", json!({ "file": "jobs.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let j1 = fx.sync(&pipeline).await;
+    let j2 = fx.sync(&pipeline).await;
+    assert_eq!((j1["status"].as_str(), j2["status"].as_str()), (Some("succeeded"), Some("succeeded")));
+
+    // Revoke the source's credential.
+    let creds = json_ok(srv.get("/v1/credentials").send().await.unwrap()).await;
+    let cred = creds["data"]["items"].as_array().unwrap().iter().find(|c| c["hosts"] == json!(["api.source.test"])).unwrap().clone();
+    let id = cred["credential_id"].as_str().unwrap();
+    let ws = srv.workspace_id().await;
+    let (_, viewer) = srv.user_in(&ws, service::access::Role::Viewer).await;
+    expect_error(srv.request_as(&viewer, Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap(), 403, "403").await;
+    let revoked = json_ok(srv.request(Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap()).await;
+    let me = json_ok(srv.get("/v1/me").send().await.unwrap()).await;
+    assert_eq!(revoked["data"]["credential"]["status"], "revoked");
+    assert_eq!(revoked["data"]["credential"]["revoked_by"], me["data"]["user"]["user_id"]);
+    assert!(revoked["data"]["credential"]["revoked_at"].is_string());
+    assert_eq!(revoked["data"]["sources_using_it"], json!([fx.source_id]));
+    expect_error(srv.request(Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap(), 409, "CREDENTIAL_REVOKED").await;
+    {
+        use sqlx::{Connection, Row};
+        let mut c = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+        let row = sqlx::query("SELECT ciphertext, nonce FROM credentials WHERE id = $1").bind(id).fetch_one(&mut c).await.unwrap();
+        assert_eq!((row.get::<String, _>(0), row.get::<String, _>(1)), (String::new(), String::new()), "the sealed secret is destroyed");
+    }
+    let source = json_ok(srv.get(&format!("/v1/sources/{}", fx.source_id)).send().await.unwrap()).await;
+    assert!(source["data"]["credential_warnings"][0].as_str().unwrap().contains("revoked"), "{source}");
+    let j3 = fx.sync(&pipeline).await;
+    assert_eq!(j3["status"], "failed", "{j3}");
+    let j3_id = j3["job_id"].as_str().unwrap();
+    let attempts = json_ok(srv.get(&format!("/v1/jobs/{j3_id}/attempts")).send().await.unwrap()).await;
+    let last = attempts["data"]["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["outcome"], "failed", "{attempts}");
+    assert!(last["error"].as_str().unwrap().contains("revoked"), "{attempts}");
+    assert!(!attempts.to_string().contains(&fx.events.token));
+
+    // Listing: newest first, by status, paged, by pipeline, kind and time.
+    let ids = |v: &Value| v["data"]["items"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let id_of = |j: &Value| j["job_id"].as_str().unwrap().to_owned();
+    let all = json_ok(srv.get("/v1/jobs").send().await.unwrap()).await;
+    assert_eq!(ids(&all), [id_of(&j3), id_of(&j2), id_of(&j1)]);
+    assert_eq!(ids(&json_ok(srv.get("/v1/jobs?status=failed").send().await.unwrap()).await), [id_of(&j3)]);
+    let page = json_ok(srv.get("/v1/jobs?status=succeeded&limit=1").send().await.unwrap()).await;
+    assert_eq!(ids(&page), [id_of(&j2)]);
+    let cursor = page["data"]["next_cursor"].as_str().unwrap();
+    let next = json_ok(srv.get(&format!("/v1/jobs?status=succeeded&limit=1&cursor={cursor}")).send().await.unwrap()).await;
+    assert_eq!(ids(&next), [id_of(&j1)]);
+    assert!(next["data"]["next_cursor"].is_null());
+    assert_eq!(ids(&json_ok(srv.get(&format!("/v1/jobs?pipeline_id={pipeline}&kind=sync")).send().await.unwrap()).await).len(), 3);
+    assert!(ids(&json_ok(srv.get("/v1/jobs?kind=reset").send().await.unwrap()).await).is_empty());
+    assert!(ids(&json_ok(srv.get("/v1/jobs?pipeline_id=pl_other").send().await.unwrap()).await).is_empty());
+    assert!(ids(&json_ok(srv.get("/v1/jobs?created_after=2999-01-01T00:00:00Z").send().await.unwrap()).await).is_empty());
+    assert_eq!(ids(&json_ok(srv.get("/v1/jobs?created_before=2999-01-01T00:00:00Z&created_after=2001-01-01T00:00:00Z").send().await.unwrap()).await).len(), 3);
+    let e = expect_error(srv.get("/v1/jobs?status=exploded").send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    assert_eq!(e["details"]["field"], "status");
+    expect_error(srv.get("/v1/jobs?created_after=yesterday").send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    // Another workspace sees none of them, nor their attempts.
+    let (_, other) = srv.other_workspace().await;
+    let theirs = json_ok(srv.request_as(&other, Method::GET, "/v1/jobs").send().await.unwrap()).await;
+    assert!(ids(&theirs).is_empty());
+    expect_error(srv.request_as(&other, Method::GET, &format!("/v1/jobs/{j3_id}/attempts")).send().await.unwrap(), 404, "404").await;
+}
+
+/// PATCH merges a destination's configuration as it does a source's, and
+/// a destination is deleted only once no pipeline writes to it.
+async fn destinations_merge_patches_and_are_deleted_only_when_unused(backend: Backend) {
+    let fx = setup(backend, 5).await;
+    let srv = &fx.srv;
+    let dest = fx.destination("sqlite", json!({ "file": "first.db" })).await;
+    let path = format!("/v1/destinations/{dest}");
+    let patched = json_ok(srv.request(Method::PATCH, &path).json(&json!({ "name": "renamed", "configuration": {} })).send().await.unwrap()).await;
+    assert_eq!(patched["data"]["configuration"], json!({ "file": "first.db" }), "keys the body leaves out stay");
+    let patched = json_ok(srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "file": "second.db" } })).send().await.unwrap()).await;
+    assert_eq!(patched["data"]["configuration"], json!({ "file": "second.db" }));
+    assert_eq!(patched["data"]["name"], "renamed");
+    expect_error(srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "file": null } })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let e = expect_error(srv.request(Method::DELETE, &path).send().await.unwrap(), 409, "DESTINATION_IN_USE").await;
+    assert_eq!(e["details"]["pipeline_ids"], json!([pipeline]));
+    let (_, other) = srv.other_workspace().await;
+    expect_error(srv.request_as(&other, Method::DELETE, &path).send().await.unwrap(), 404, "404").await;
+    json_ok(srv.request(Method::DELETE, &format!("/v1/connections/{pipeline}")).send().await.unwrap()).await;
+    let deleted = json_ok(srv.request(Method::DELETE, &path).send().await.unwrap()).await;
+    assert_eq!(deleted["data"]["deleted"], true);
+    expect_error(srv.get(&path).send().await.unwrap(), 404, "404").await;
+    expect_error(srv.request(Method::DELETE, &path).send().await.unwrap(), 404, "404").await;
+}
+
+on_both_backends!(
+    jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync,
+    destinations_merge_patches_and_are_deleted_only_when_unused,
+);
+
 on_both_backends!(
     runs_started_by_an_approval_say_so_whatever_they_run,
     a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates,
@@ -468,9 +568,14 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
 
     let second = ServerProcess::start(procs.env.clone()).await;
     let last = procs.wait(&second.base, &job_id).await;
+    let attempts = json_ok(procs.api(&second.base, Method::GET, &format!("/v1/jobs/{job_id}/attempts")).send().await.unwrap()).await;
     drop(second);
     assert_eq!(last["status"], "succeeded", "{last}");
     assert_eq!(last["attempts"], 2, "taken over after the lease expired: {last}");
+    let a = &attempts["data"]["items"];
+    assert_eq!((a[0]["attempt"].as_i64(), a[0]["outcome"].as_str()), (Some(1), Some("abandoned")), "{attempts}");
+    assert!(a[0]["error"].as_str().unwrap().contains("lease"));
+    assert_eq!((a[1]["attempt"].as_i64(), a[1]["outcome"].as_str()), (Some(2), Some("succeeded")), "{attempts}");
     assert_eq!(procs.rows().await, 1200, "every record once, no duplicates");
 }
 

@@ -45,6 +45,19 @@ backend_tests! {
         json_ok(srv.request_as(&other_admin, Method::GET, "/v1/me").send().await.unwrap()).await;
     }
 
+    async fn anyone_signs_themselves_out_but_nobody_else(srv) {
+        let ws = srv.workspace_id().await;
+        let (_, viewer) = srv.user_in(&ws, Role::Viewer).await;
+        let own = json_ok(srv.request_as(&viewer, Method::GET, "/v1/me").send().await.unwrap()).await["data"]["session_id"].as_str().unwrap().to_owned();
+        let admins = json_ok(srv.get("/v1/me").send().await.unwrap()).await["data"]["session_id"].as_str().unwrap().to_owned();
+        let resp = srv.request_as(&viewer, Method::POST, &format!("/v1/sessions/{admins}/revoke")).send().await.unwrap();
+        assert!(matches!(resp.status().as_u16(), 403 | 404), "a viewer revokes nobody else's session");
+        json_ok(srv.get("/v1/me").send().await.unwrap()).await;
+        let revoked = json_ok(srv.request_as(&viewer, Method::POST, &format!("/v1/sessions/{own}/revoke")).send().await.unwrap()).await;
+        assert_eq!(revoked["data"]["revoked"], true);
+        expect_error(srv.request_as(&viewer, Method::GET, "/v1/me").send().await.unwrap(), 401, "401").await;
+    }
+
     async fn session_metadata_records_use(srv) {
         let me = json_ok(srv.get("/v1/me").send().await.unwrap()).await;
         let session_id = me["data"]["session_id"].clone();

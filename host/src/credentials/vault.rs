@@ -235,6 +235,18 @@ impl Vault {
         self.keyring.derive(purpose)
     }
 
+    /// Revokes a credential: the secret is destroyed in the store and
+    /// forgotten by this process at once, so no further request of any
+    /// plugin or job carries it. False when there is nothing to revoke.
+    pub async fn revoke(&self, workspace_id: &str, credential_id: &str, by: &str) -> Result<bool, crate::store::StoreError> {
+        let Some(row) = self.store.credential(workspace_id, credential_id).await? else { return Ok(false) };
+        let revoked = self.store.revoke_credential(workspace_id, credential_id, by).await?;
+        let handle = row.record.credential_handle.as_str().to_owned();
+        let mut cache = self.revealed.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|(ws, _, h, _), _| !(ws == workspace_id && *h == handle));
+        Ok(revoked)
+    }
+
     /// Installs the OAuth token refresher (kept alive by its owner).
     pub fn set_refresher(&self, r: &Arc<dyn TokenRefresher>) {
         let _ = self.refresher.set(Arc::downgrade(r));
@@ -377,6 +389,9 @@ impl Vault {
         }
         let mut n = 0;
         for c in store.all_sealed_credentials().await? {
+            if c.record.status == CredentialStatus::Revoked {
+                continue; // its secret is gone
+            }
             let aad = binding(&c.record.credential_id, &c.record.workspace_id);
             let plaintext = keyring.open(&aad, &c.sealed).map_err(|e| anyhow::anyhow!("credential {}: {e}", c.record.credential_id))?;
             let sealed = keyring.seal(&aad, &plaintext);

@@ -26,6 +26,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_credential, list_credentials))
         .routes(routes!(get_credential))
+        .routes(routes!(revoke_credential))
         .routes(routes!(create_entry_link))
         .routes(routes!(get_entry_link))
 }
@@ -107,6 +108,17 @@ async fn list_credentials(State(state): State<AppState>, ws: Workspace, Query(q)
 async fn get_credential(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<CredentialRecord>> {
     let c = state.store.credential(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("credential"))?;
     Ok(ok(c.record))
+}
+
+/// Revoke a credential: it stops working at once for every plugin and job,
+/// its secret is destroyed, and the record says who revoked it and when.
+/// The answer lists the sources that use it (they fail until given a new
+/// one). A revoked credential cannot be restored: store a new one.
+#[utoipa::path(post, path = "/credentials/{credential_id}/revoke", tag = "credentials", params(("credential_id" = String, Path)),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+async fn revoke_credential(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::RevokeCredential { credential_id: id }).await
 }
 
 /// Ask for a single-use, expiring page where a person types the secret

@@ -15,7 +15,7 @@ use crate::state::AppState;
 use crate::store::pipelines::Destination;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(get_destination, update_destination))
+    OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(get_destination, update_destination, delete_destination))
 }
 
 /// Create a destination: an SQLite file, a PostgreSQL database or a
@@ -41,7 +41,8 @@ async fn get_destination(State(state): State<AppState>, ws: Workspace, Path(id):
     Ok(ok(state.store.destination(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("destination"))?))
 }
 
-/// Change a destination's name or configuration.
+/// Change a destination's name or configuration: top-level configuration
+/// keys are merged and a `null` removes one, as for sources.
 #[utoipa::path(patch, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)), request_body = UpdateDestination,
     responses((status = 200, body = Envelope<Destination>), (status = 400, body = crate::error::ErrorBody)))]
 async fn update_destination(
@@ -53,4 +54,13 @@ async fn update_destination(
 ) -> ApiResult<Executed> {
     body.destination_id = id;
     ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::UpdateDestination(body)).await
+}
+
+/// Delete a destination. While pipelines write to it: 409
+/// `DESTINATION_IN_USE` with their ids. The tables and files it wrote stay.
+#[utoipa::path(delete, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+async fn delete_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::DeleteDestination { destination_id: id }).await
 }

@@ -288,7 +288,13 @@ impl PageQuery {
 
     /// Builds a page from up to `limit + 1` fetched items: the extra item
     /// only tells that another page exists.
-    pub fn page<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
+    pub fn page<T>(&self, items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
+        self.page_keyed(items, limit, |t| key(t).to_owned())
+    }
+
+    /// [`page`](Self::page) for items whose position is computed (for
+    /// example a time and an id).
+    pub fn page_keyed<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> String) -> super::Page<T> {
         let next_cursor = if items.len() as i64 > limit {
             items.truncate(limit as usize);
             items.last().map(|last| URL_SAFE_NO_PAD.encode(key(last)))

@@ -1,20 +1,92 @@
 //! Jobs: one sync or reset run of a pipeline (spec section 4, "Jobs").
 
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::Workspace;
-use super::{Envelope, ok};
+use super::extract::{PageQuery, Workspace};
+use super::{Envelope, Page, ok};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
-use crate::store::pipelines::Job;
+use crate::store::kinds::{JobKind, JobStatus};
+use crate::store::pipelines::{Job, JobAttempt, JobFilter};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(get_job)).routes(routes!(cancel_job))
+    OpenApiRouter::new().routes(routes!(list_jobs)).routes(routes!(get_job)).routes(routes!(cancel_job)).routes(routes!(job_attempts))
+}
+
+/// Filters of `GET /jobs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct JobsQuery {
+    /// Only jobs of this pipeline.
+    pipeline_id: Option<String>,
+    /// Only jobs in this status: `queued`, `running`, `succeeded`, `failed`
+    /// or `cancelled`.
+    status: Option<String>,
+    /// Only `sync` or `reset` jobs.
+    kind: Option<String>,
+    /// Only jobs created at or after this time (RFC 3339).
+    created_after: Option<String>,
+    /// Only jobs created before this time (RFC 3339).
+    created_before: Option<String>,
+}
+
+fn time(field: &str, raw: Option<&str>) -> ApiResult<Option<i64>> {
+    raw.map(|t| {
+        DateTime::parse_from_rfc3339(t)
+            .map(|t| t.with_timezone(&Utc).timestamp_millis())
+            .map_err(|_| ApiError::invalid_field(field, format!("{field} must be an RFC 3339 time, for example 2026-01-31T12:00:00Z")))
+    })
+    .transpose()
+}
+
+/// Jobs of the workspace, newest first, filtered by pipeline, status,
+/// kind and creation time, paged with `limit` and `cursor`.
+#[utoipa::path(get, path = "/jobs", tag = "jobs", params(PageQuery, JobsQuery),
+    responses((status = 200, body = Envelope<Page<Job>>), (status = 400, body = crate::error::ErrorBody)))]
+async fn list_jobs(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>, Query(f): Query<JobsQuery>) -> ApiResult<Envelope<Page<Job>>> {
+    let limit = q.limit()?;
+    let filter = JobFilter {
+        pipeline_id: f.pipeline_id,
+        status: f.status.as_deref().map(|s| JobStatus::parse(s).ok_or_else(|| ApiError::invalid_field("status", "status must be queued, running, succeeded, failed or cancelled"))).transpose()?,
+        kind: f.kind.as_deref().map(|k| JobKind::parse(k).ok_or_else(|| ApiError::invalid_field("kind", "kind must be sync or reset"))).transpose()?,
+        created_after: time("created_after", f.created_after.as_deref())?,
+        created_before: time("created_before", f.created_before.as_deref())?,
+    };
+    let before = match q.after()? {
+        None => None,
+        Some(c) => {
+            let (at, id) = c.split_once(':').and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned()))).ok_or_else(|| ApiError::invalid_field("cursor", "cursor is not one this server issued"))?;
+            Some((at, id))
+        }
+    };
+    let items = state.store.jobs(&ws.workspace_id, &filter, before, limit + 1).await?;
+    Ok(ok(q.page_keyed(items, limit, |j| format!("{}:{}", j.created_at.timestamp_millis(), j.job_id))))
+}
+
+/// A job's attempts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobAttempts {
+    pub job_id: String,
+    /// Oldest first; each with its runner's times, how it ended and the
+    /// sanitised error of one that failed.
+    pub items: Vec<JobAttempt>,
+}
+
+/// Every attempt of a job, with how each ended and its error.
+#[utoipa::path(get, path = "/jobs/{job_id}/attempts", tag = "jobs", params(("job_id" = String, Path)),
+    responses((status = 200, body = Envelope<JobAttempts>), (status = 404, body = crate::error::ErrorBody)))]
+async fn job_attempts(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<JobAttempts>> {
+    let job = state.store.job(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("job"))?;
+    let items = state.store.job_attempts(&job.job_id).await?;
+    Ok(ok(JobAttempts { job_id: job.job_id, items }))
 }
 
 /// A job: status, type, timestamps, attempts, progress and totals, and a

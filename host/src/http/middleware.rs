@@ -208,10 +208,20 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
                 .into_response();
         }
         Ok(KeyState::Completed { status, body, .. }) => {
+            let stored_body = body.clone();
             let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body).into_response();
             let headers = response.headers_mut();
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+            // The body is the first answer, with the first request's id;
+            // the header says the same, so a client sees which request
+            // this answers. This request's own id stays in the logs.
+            if let Some(first) = serde_json::from_str::<serde_json::Value>(&stored_body).ok().and_then(|v| v["request_id"].as_str().map(str::to_owned))
+                && let Ok(v) = HeaderValue::from_str(&first)
+            {
+                tracing::info!(replays = %first, "idempotent replay");
+                headers.insert(crate::telemetry::request_id::HEADER, v);
+            }
             return response;
         }
         Ok(KeyState::Reserved) => {}

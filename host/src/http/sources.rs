@@ -18,6 +18,7 @@ use crate::store::credentials::CredentialHandle;
 use crate::ops::sources::{CreateSource, UpdateSource};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
+use crate::store::kinds::CredentialStatus;
 use crate::store::sources::Source;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -111,21 +112,62 @@ struct SourceFilter {
     connector_id: Option<String>,
 }
 
+/// A source as it is read: the record, and what stands in its way.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourceView {
+    #[serde(flatten)]
+    pub source: Source,
+    /// Present when a credential the configuration names no longer works
+    /// (revoked, or needing re-authorisation): one line per field.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credential_warnings: Vec<String>,
+}
+
+/// Reads a source's credential fields against the vault.
+async fn view(state: &AppState, workspace_id: &str, source: Source) -> ApiResult<SourceView> {
+    let mut warnings = Vec::new();
+    if let Some(config) = source.configuration.as_object() {
+        for (key, value) in config {
+            if !(key == "credential_handle" || key.ends_with("_credential_handle")) {
+                continue;
+            }
+            let Some(handle) = value.as_str() else { continue };
+            match state.store.credential_by_handle(workspace_id, handle).await? {
+                None => warnings.push(format!("{key}: the credential no longer exists")),
+                Some(c) if c.record.status == CredentialStatus::Revoked => {
+                    let when = c.record.revoked_at.map(|t| t.to_rfc3339()).unwrap_or_default();
+                    warnings.push(format!("{key}: the credential was revoked {when}; store a new one and update the source"));
+                }
+                Some(c) if c.record.status != CredentialStatus::Active => warnings.push(format!("{key}: the credential is {}", c.record.status)),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(SourceView { source, credential_warnings: warnings })
+}
+
 /// Sources of the workspace.
 #[utoipa::path(get, path = "/sources", tag = "sources", params(PageQuery, SourceFilter),
-    responses((status = 200, body = Envelope<Page<Source>>)))]
-async fn list_sources(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>, Query(f): Query<SourceFilter>) -> ApiResult<Envelope<Page<Source>>> {
+    responses((status = 200, body = Envelope<Page<SourceView>>)))]
+async fn list_sources(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>, Query(f): Query<SourceFilter>) -> ApiResult<Envelope<Page<SourceView>>> {
     let limit = q.limit()?;
     let connector = f.connector_id.map(|c| state.plugins.canonical_id(&c).unwrap_or(c));
     let items = state.store.sources(&ws.workspace_id, connector.as_deref(), q.after()?.as_deref(), limit + 1).await?;
-    Ok(ok(q.page(items, limit, |s| &s.source_id)))
+    let page = q.page(items, limit, |s| &s.source_id);
+    let mut items = Vec::with_capacity(page.items.len());
+    for s in page.items {
+        items.push(view(&state, &ws.workspace_id, s).await?);
+    }
+    Ok(ok(Page { items, next_cursor: page.next_cursor }))
 }
 
-/// One source.
+/// One source; `credential_warnings` says when a credential it names no
+/// longer works.
 #[utoipa::path(get, path = "/sources/{source_id}", tag = "sources", params(("source_id" = String, Path)),
-    responses((status = 200, body = Envelope<Source>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_source(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Source>> {
-    Ok(ok(state.store.source(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("source"))?))
+    responses((status = 200, body = Envelope<SourceView>), (status = 404, body = crate::error::ErrorBody)))]
+async fn get_source(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<SourceView>> {
+    let source = state.store.source(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    Ok(ok(view(&state, &ws.workspace_id, source).await?))
 }
 
 /// Change a source's name or configuration (top-level keys merged).

@@ -144,6 +144,33 @@ pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNo
     Executed::created(record)
 }
 
+/// The sources of a workspace whose configuration names `handle`.
+pub async fn sources_using(state: &AppState, workspace_id: &str, handle: &str) -> ApiResult<Vec<String>> {
+    let sources = state.store.sources(workspace_id, None, None, 100_000).await?;
+    Ok(sources
+        .into_iter()
+        .filter(|s| s.configuration.as_object().is_some_and(|c| c.values().any(|v| v.as_str() == Some(handle))))
+        .map(|s| s.source_id)
+        .collect())
+}
+
+/// Revokes a credential: it stops working for every plugin and job, its
+/// secret is destroyed, and the record says who revoked it and when. The
+/// answer names the sources that use it.
+pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, credential_id: &str) -> ApiResult<Executed> {
+    note.target("credential", credential_id);
+    let current = state.store.credential(&access.workspace_id, credential_id).await?.ok_or_else(|| ApiError::not_found("credential"))?;
+    if current.record.status == CredentialStatus::Revoked {
+        return Err(ApiError::conflict("CREDENTIAL_REVOKED", "the credential is already revoked"));
+    }
+    if !state.vault.revoke(&access.workspace_id, credential_id, &access.principal.user_id).await? {
+        return Err(ApiError::conflict("CREDENTIAL_REVOKED", "the credential is already revoked"));
+    }
+    let record = state.store.credential(&access.workspace_id, credential_id).await?.ok_or_else(|| ApiError::not_found("credential"))?.record;
+    let used_by = sources_using(state, &access.workspace_id, record.credential_handle.as_str()).await?;
+    Executed::ok(json!({ "credential": record, "sources_using_it": used_by }))
+}
+
 pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: EntryLinkRequest) -> ApiResult<Executed> {
     let placement = credential_fields(req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
     let hosts = crate::credentials::bound_hosts(&req.hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
@@ -203,6 +230,8 @@ pub enum CredentialOp {
     CreateEntryLink(EntryLinkRequest),
     /// Start an OAuth flow (a connector id, or `taskapp`).
     StartOAuth { target: String },
+    /// Revoke a credential and destroy its secret.
+    RevokeCredential { credential_id: String },
 }
 
 impl Act for CredentialOp {
@@ -211,12 +240,13 @@ impl Act for CredentialOp {
             CredentialOp::ActivateCredential { .. } => "credentials.create",
             CredentialOp::CreateEntryLink(_) => "credentials.entry_link",
             CredentialOp::StartOAuth { .. } => "credentials.oauth_start",
+            CredentialOp::RevokeCredential { .. } => "credentials.revoke",
         }
     }
 
     fn category(&self) -> Category {
         match self {
-            CredentialOp::ActivateCredential { .. } => Category::Credentials,
+            CredentialOp::ActivateCredential { .. } | CredentialOp::RevokeCredential { .. } => Category::Credentials,
             CredentialOp::CreateEntryLink(_) | CredentialOp::StartOAuth { .. } => Category::CredentialEntry,
         }
     }
@@ -226,6 +256,7 @@ impl Act for CredentialOp {
             CredentialOp::ActivateCredential { credential_id } => format!("Activate credential {credential_id}"),
             CredentialOp::CreateEntryLink(r) => format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", ")),
             CredentialOp::StartOAuth { target } => format!("Start an OAuth authorisation for {target}"),
+            CredentialOp::RevokeCredential { credential_id } => format!("Revoke credential {credential_id} and destroy its secret"),
         }
     }
 }
@@ -236,6 +267,7 @@ impl CredentialOp {
             CredentialOp::ActivateCredential { credential_id } => activate(ctx.state, ctx.access, ctx.note, &credential_id).await,
             CredentialOp::CreateEntryLink(req) => create_entry_link(ctx.state, ctx.access, ctx.note, req).await,
             CredentialOp::StartOAuth { target } => start_oauth(ctx.state, ctx.access, ctx.note, &target).await,
+            CredentialOp::RevokeCredential { credential_id } => revoke(ctx.state, ctx.access, ctx.note, &credential_id).await,
         }
     }
 }

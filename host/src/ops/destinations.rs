@@ -13,6 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 use crate::store::kinds::DestinationKind;
+use crate::store::pipelines::DeleteDestinationError;
 
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -25,7 +26,8 @@ pub struct CreateDestination {
     pub configuration: Value,
 }
 
-/// Body of `PATCH /destinations/{destination_id}`.
+/// Body of `PATCH /destinations/{destination_id}`: top-level
+/// configuration keys are merged (a `null` removes one), as for sources.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateDestination {
@@ -67,10 +69,24 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
     let cur = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
     let name = req.name.unwrap_or(cur.name);
     check_name("name", &name)?;
-    let config = req.configuration.unwrap_or(cur.configuration);
+    let config = super::patch::merge_configuration(cur.configuration, req.configuration)?;
     check_destination(state, access, cur.kind, &config).await?;
     let d = state.store.update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
     Executed::ok(d)
+}
+
+/// Deletes a destination no pipeline writes to; what it wrote stays.
+pub async fn delete_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, destination_id: &str) -> ApiResult<Executed> {
+    note.target("destination", destination_id);
+    match state.store.delete_destination(&access.workspace_id, destination_id).await? {
+        Err(DeleteDestinationError::NotFound) => Err(ApiError::not_found("destination")),
+        Err(DeleteDestinationError::InUse(ids)) => Err(ApiError::conflict(
+            "DESTINATION_IN_USE",
+            "pipelines still write to this destination: delete them first (DELETE /v1/connections/{pipeline_id}), then the destination",
+        )
+        .with_details(json!({ "pipeline_ids": ids }))),
+        Ok(()) => Executed::ok(json!({ "destination_id": destination_id, "deleted": true })),
+    }
 }
 
 /// Destination operations.
@@ -79,6 +95,8 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
 pub enum DestinationOp {
     CreateDestination(CreateDestination),
     UpdateDestination(UpdateDestination),
+    /// Delete a destination no pipeline uses.
+    DeleteDestination { destination_id: String },
 }
 
 impl Act for DestinationOp {
@@ -86,6 +104,7 @@ impl Act for DestinationOp {
         match self {
             DestinationOp::CreateDestination(_) => "destinations.create",
             DestinationOp::UpdateDestination(_) => "destinations.update",
+            DestinationOp::DeleteDestination { .. } => "destinations.delete",
         }
     }
 
@@ -97,6 +116,7 @@ impl Act for DestinationOp {
         match self {
             DestinationOp::CreateDestination(d) => format!("Create {} destination \"{}\"", d.kind, d.name.trim()),
             DestinationOp::UpdateDestination(d) => format!("Update destination {}", d.destination_id),
+            DestinationOp::DeleteDestination { destination_id } => format!("Delete destination {destination_id}"),
         }
     }
 }
@@ -106,6 +126,7 @@ impl DestinationOp {
         match self {
             DestinationOp::CreateDestination(r) => create_destination(ctx.state, ctx.access, ctx.note, r).await,
             DestinationOp::UpdateDestination(r) => update_destination(ctx.state, ctx.access, ctx.note, r).await,
+            DestinationOp::DeleteDestination { destination_id } => delete_destination(ctx.state, ctx.access, ctx.note, &destination_id).await,
         }
     }
 }

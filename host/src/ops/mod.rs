@@ -16,7 +16,8 @@
 //! - one file per context with its operations and their execution:
 //!   [`members`], [`sessions`], [`policies`], [`credentials`], [`sources`],
 //!   [`destinations`], [`pipelines`], [`syncs`], [`plugins`];
-//! - [`text`]: length limits of the text clients send.
+//! - [`text`]: length limits of the text clients send;
+//! - [`patch`]: how `PATCH` merges a configuration, on every resource.
 
 pub mod act;
 pub mod credentials;
@@ -25,6 +26,7 @@ pub mod execute;
 pub mod gate;
 pub mod members;
 pub mod operation;
+pub mod patch;
 pub mod pipelines;
 pub mod plugins;
 pub mod policies;

@@ -86,20 +86,7 @@ pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     let name = req.name.unwrap_or(current.name);
     check_name("name", &name)?;
     let saved = current.configuration.clone();
-    let mut configuration = current.configuration;
-    if let Some(Value::Object(patch)) = req.configuration {
-        if let Value::Object(map) = &mut configuration {
-            for (k, v) in patch {
-                if v.is_null() {
-                    map.remove(&k);
-                } else {
-                    map.insert(k, v);
-                }
-            }
-        }
-    } else if req.configuration.is_some() {
-        return Err(ApiError::invalid_field("configuration", "configuration must be an object"));
-    }
+    let configuration = super::patch::merge_configuration(current.configuration, req.configuration)?;
     validate_configuration(state, access, &current.connector_id, &configuration, Some(&saved)).await?;
     let source = state.store.update_source(&access.workspace_id, &req.source_id, name.trim(), &configuration).await?.ok_or_else(|| ApiError::not_found("source"))?;
     Executed::ok(source)

@@ -62,6 +62,10 @@ pub struct CredentialRecord {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
+    /// When the credential was revoked (its secret is destroyed then).
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Who revoked it.
+    pub revoked_by: Option<String>,
 }
 
 /// A credential to store.
@@ -89,7 +93,7 @@ pub struct SealedCredential {
 }
 
 const COLUMNS: &str = "id, handle, workspace_id, kind, connector_id, label, hosts, metadata, status, created_by, created_at, \
-     last_used_at, access_expires_at, key_id, nonce, ciphertext";
+     last_used_at, access_expires_at, key_id, nonce, ciphertext, revoked_at, revoked_by";
 
 fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
     let hosts: String = r.try_get("hosts")?;
@@ -109,6 +113,8 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
             created_by: r.try_get("created_by")?,
             created_at: from_ms(r.try_get("created_at")?),
             last_used_at: last_used.map(from_ms),
+            revoked_at: r.try_get::<Option<i64>, _>("revoked_at")?.map(from_ms),
+            revoked_by: r.try_get("revoked_by")?,
         },
         sealed: Sealed { key_id: r.try_get("key_id")?, nonce: r.try_get("nonce")?, ciphertext: r.try_get("ciphertext")? },
         access_expires_at: r.try_get("access_expires_at")?,
@@ -171,6 +177,24 @@ impl Store {
             .execute(self.pool())
             .await?
             .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// Revokes a credential: its status becomes `revoked`, its sealed
+    /// secret is overwritten, and who and when are recorded. False when it
+    /// does not exist in the workspace or was revoked already.
+    pub async fn revoke_credential(&self, workspace_id: &str, credential_id: &str, by: &str) -> StoreResult<bool> {
+        let n = sqlx::query(
+            "UPDATE credentials SET status = 'revoked', revoked_at = $1, revoked_by = $2, key_id = '', nonce = '', ciphertext = '', \
+             access_expires_at = NULL WHERE workspace_id = $3 AND id = $4 AND status <> 'revoked'",
+        )
+        .bind(now_ms())
+        .bind(by)
+        .bind(workspace_id)
+        .bind(credential_id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
         Ok(n == 1)
     }
 

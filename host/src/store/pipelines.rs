@@ -98,6 +98,40 @@ pub struct Pipeline {
     pub updated_at: DateTime<Utc>,
 }
 
+/// One attempt of a job.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobAttempt {
+    /// 1 for the first attempt.
+    pub attempt: i64,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `succeeded`, `failed`, `retrying` (failed, another attempt follows),
+    /// `cancelled`, `abandoned` (its runner stopped), or null while running.
+    pub outcome: Option<String>,
+    /// The sanitised error of an attempt that did not succeed.
+    pub error: Option<String>,
+}
+
+/// Which jobs `GET /jobs` lists.
+#[derive(Debug, Default, Clone)]
+pub struct JobFilter {
+    pub pipeline_id: Option<String>,
+    pub status: Option<JobStatus>,
+    pub kind: Option<JobKind>,
+    /// Created at or after (Unix ms).
+    pub created_after: Option<i64>,
+    /// Created before (Unix ms).
+    pub created_before: Option<i64>,
+}
+
+/// Why a destination was not deleted.
+#[derive(Debug)]
+pub enum DeleteDestinationError {
+    NotFound,
+    /// The pipelines that still write to it.
+    InUse(Vec<String>),
+}
+
 /// A job's record.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Job {
@@ -228,6 +262,35 @@ impl Store {
             .execute(self.pool())
             .await?;
         self.destination(workspace_id, id).await
+    }
+
+    /// Deletes a destination no pipeline uses; the tables and files it
+    /// wrote stay where they are. Locked against a pipeline being created
+    /// on it meanwhile (the pipeline's foreign key waits on the row lock).
+    pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteDestinationError>> {
+        let mut tx = self.begin_write().await?;
+        let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
+        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM destinations WHERE workspace_id = $1 AND id = $2{lock}")))
+            .bind(workspace_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Ok(Err(DeleteDestinationError::NotFound));
+        }
+        let users = sqlx::query("SELECT id FROM pipelines WHERE destination_id = $1 ORDER BY id")
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>("id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !users.is_empty() {
+            return Ok(Err(DeleteDestinationError::InUse(users)));
+        }
+        sqlx::query("DELETE FROM destinations WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(Ok(()))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -387,7 +450,80 @@ impl Store {
         }
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&id).fetch_one(self.pool()).await?;
-        Ok(Some(job_from_row(&row)?))
+        let job = job_from_row(&row)?;
+        // An earlier attempt still open lost its runner (its lease ran out).
+        sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = 'abandoned', error = 'the runner stopped renewing its lease' WHERE job_id = $2 AND finished_at IS NULL")
+            .bind(now)
+            .bind(&id)
+            .execute(self.pool())
+            .await?;
+        sqlx::query("INSERT INTO job_attempts (job_id, attempt, runner, started_at) VALUES ($1, $2, $3, $4)")
+            .bind(&id)
+            .bind(job.attempts)
+            .bind(owner)
+            .bind(now)
+            .execute(self.pool())
+            .await?;
+        Ok(Some(job))
+    }
+
+    /// Closes the open attempt of a job held by `owner`.
+    async fn end_attempt(&self, job_id: &str, owner: &str, outcome: &str, error: Option<&str>) -> StoreResult<()> {
+        sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = $2, error = $3 WHERE job_id = $4 AND runner = $5 AND finished_at IS NULL")
+            .bind(now_ms())
+            .bind(outcome)
+            .bind(error)
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// A job's attempts, oldest first.
+    pub async fn job_attempts(&self, job_id: &str) -> StoreResult<Vec<JobAttempt>> {
+        let rows = sqlx::query("SELECT attempt, started_at, finished_at, outcome, error FROM job_attempts WHERE job_id = $1 ORDER BY attempt")
+            .bind(job_id)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(JobAttempt {
+                    attempt: r.try_get("attempt")?,
+                    started_at: from_ms(r.try_get("started_at")?),
+                    finished_at: r.try_get::<Option<i64>, _>("finished_at")?.map(from_ms),
+                    outcome: r.try_get("outcome")?,
+                    error: r.try_get("error")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Jobs of a workspace, newest first, filtered; `before` is the
+    /// (created_at, id) of the last job of the previous page.
+    pub async fn jobs(&self, workspace_id: &str, f: &JobFilter, before: Option<(i64, String)>, limit: i64) -> StoreResult<Vec<Job>> {
+        let (before_at, before_id) = match before {
+            Some((at, id)) => (Some(at), Some(id)),
+            None => (None, None),
+        };
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND ($2 IS NULL OR pipeline_id = $2) AND ($3 IS NULL OR status = $3) \
+             AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR created_at >= $5) AND ($6 IS NULL OR created_at < $6) \
+             AND ($7 IS NULL OR created_at < $7 OR (created_at = $7 AND id < $8)) ORDER BY created_at DESC, id DESC LIMIT $9"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(f.pipeline_id.as_deref())
+            .bind(f.status.map(|s| s.as_str()))
+            .bind(f.kind.map(|k| k.as_str()))
+            .bind(f.created_after)
+            .bind(f.created_before)
+            .bind(before_at)
+            .bind(before_id)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(job_from_row).collect()
     }
 
     /// Extends a lease; false when the job is no longer this runner's
@@ -418,7 +554,7 @@ impl Store {
             .bind(owner)
             .execute(self.pool())
             .await?;
-        Ok(())
+        self.end_attempt(job_id, owner, status.as_str(), error).await
     }
 
     /// Puts a job back in the queue after a transient failure.
@@ -430,7 +566,7 @@ impl Store {
             .bind(owner)
             .execute(self.pool())
             .await?;
-        Ok(())
+        self.end_attempt(job_id, owner, "retrying", Some(error)).await
     }
 
     /// Cancels a queued or running job.
@@ -444,6 +580,13 @@ impl Store {
         .execute(self.pool())
         .await?
         .rows_affected();
+        if n == 1 {
+            sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = 'cancelled' WHERE job_id = $2 AND finished_at IS NULL")
+                .bind(now_ms())
+                .bind(job_id)
+                .execute(self.pool())
+                .await?;
+        }
         Ok(n == 1)
     }
 

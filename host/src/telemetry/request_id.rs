@@ -21,12 +21,16 @@ pub fn current() -> String {
 }
 
 /// Middleware: assigns the id, opens the request's tracing span and sets the
-/// response header.
+/// response header (unless the answer is an idempotent replay, which keeps
+/// the id of the request it first answered).
 pub async fn assign(req: Request, next: Next) -> Response {
     let id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %loggable_path(req.uri().path()));
     let mut response = REQUEST_ID.scope(id.clone(), next.run(req).instrument(span)).await;
-    if let Ok(v) = HeaderValue::from_str(&id) {
+    // A replayed answer already names the request it answered first.
+    if !response.headers().contains_key(HEADER)
+        && let Ok(v) = HeaderValue::from_str(&id)
+    {
         response.headers_mut().insert(HEADER, v);
     }
     response
