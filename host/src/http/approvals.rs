@@ -1,13 +1,13 @@
 //! Approvals and approval policies (spec section 4, "Approvals").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, PageQuery, Workspace};
+use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
@@ -31,10 +31,13 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 struct ApprovalQuery {
     /// pending, executing, executed, failed, rejected, expired or voided.
+    #[param(value_type = Option<crate::store::kinds::ApprovalStatus>)]
     status: Option<String>,
     /// An approval category, e.g. `workspace_admin`.
+    #[param(value_type = Option<crate::ops::Category>)]
     category: Option<String>,
     /// api, cli or mcp.
+    #[param(value_type = Option<crate::store::sessions::ClientSource>)]
     client_source: Option<String>,
 }
 
@@ -45,8 +48,8 @@ struct ApprovalQuery {
 async fn list_approvals(
     State(state): State<AppState>,
     ws: Workspace,
-    Query(q): Query<PageQuery>,
-    Query(f): Query<ApprovalQuery>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(f): ApiQuery<ApprovalQuery>,
 ) -> ApiResult<Envelope<Page<Approval>>> {
     let status = match &f.status {
         Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
@@ -111,12 +114,23 @@ pub struct PolicyUpdate {
     /// Whether writes of this category from MCP clients need approval.
     pub requires_approval: Option<bool>,
     /// The least role that may decide proposals: administrator or editor.
+    #[schema(value_type = Option<ApproverRole>)]
     pub approver_role: Option<Role>,
+}
+
+/// The roles that may decide proposals (viewers never do).
+#[derive(ToSchema)]
+#[allow(dead_code)] // describes the field above; never built
+enum ApproverRole {
+    #[schema(rename = "administrator")]
+    Administrator,
+    #[schema(rename = "editor")]
+    Editor,
 }
 
 /// Choose whether an MCP category requires approval, and who approves
 /// (administrators; not through MCP). With the proposal header, a proposal.
-#[utoipa::path(patch, path = "/approval-policies/{category}", tag = "approvals", params(("category" = String, Path)),
+#[utoipa::path(patch, path = "/approval-policies/{category}", tag = "approvals", params(("category" = crate::ops::Category, Path)),
     request_body = PolicyUpdate,
     responses((status = 200, body = Envelope<Policy>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
 async fn update_policy(

@@ -1,12 +1,12 @@
 //! `GET /v1/audit-logs` (spec section 4, "Audit and sessions").
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{PageQuery, Workspace, parse_time};
+use super::extract::{ApiQuery, PageQuery, Workspace, parse_time};
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
 use crate::error::{ApiError, ApiResult};
@@ -22,16 +22,20 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 struct AuditQuery {
     /// Records at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     since: Option<String>,
     /// Records before this time (RFC 3339).
+    #[param(format = DateTime)]
     until: Option<String>,
     /// Only records of this user.
     actor: Option<String>,
     /// Only this action, e.g. `members.invite`.
     action: Option<String>,
     /// Only this client kind: api, cli or mcp.
+    #[param(value_type = Option<crate::store::sessions::ClientSource>)]
     client_source: Option<String>,
     /// Only this outcome: succeeded, failed, denied or proposed.
+    #[param(value_type = Option<crate::store::kinds::AuditOutcome>)]
     outcome: Option<String>,
 }
 
@@ -42,8 +46,8 @@ struct AuditQuery {
 async fn list_audit_logs(
     State(state): State<AppState>,
     ws: Workspace,
-    Query(q): Query<PageQuery>,
-    Query(f): Query<AuditQuery>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(f): ApiQuery<AuditQuery>,
 ) -> ApiResult<Envelope<Page<AuditRecord>>> {
     let client_source = f
         .client_source

@@ -2,13 +2,13 @@
 //! offer. Legacy aliases resolve to the canonical id, which is the only id
 //! responses carry.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{Caller, PageQuery};
+use super::extract::{ApiQuery, Caller, PageQuery};
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::registry::PluginSummary;
@@ -76,7 +76,7 @@ pub struct OAuthSummary {
 /// Every connector, available or not.
 #[utoipa::path(get, path = "/connectors", tag = "connectors", params(PageQuery),
     responses((status = 200, body = Envelope<Page<Connector>>)))]
-async fn list_connectors(State(state): State<AppState>, _caller: Caller, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<Connector>>> {
+async fn list_connectors(State(state): State<AppState>, _caller: Caller, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Connector>>> {
     let limit = q.limit()?;
     let after = q.after()?;
     let items: Vec<Connector> = state

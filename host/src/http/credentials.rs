@@ -2,7 +2,7 @@
 //! flows that accept a secret, and metadata reads that never return one.
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::json;
@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, PageQuery, SecretJson, Workspace};
+use super::extract::{ApiJson, ApiQuery, PageQuery, SecretJson, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::credentials::{NewSecret, SecretMaterial};
@@ -96,7 +96,7 @@ async fn create_credential(
 /// Credentials of the workspace (metadata only).
 #[utoipa::path(get, path = "/credentials", tag = "credentials", params(PageQuery),
     responses((status = 200, body = Envelope<Page<CredentialRecord>>)))]
-async fn list_credentials(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<CredentialRecord>>> {
+async fn list_credentials(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<CredentialRecord>>> {
     let limit = q.limit()?;
     let items = state.store.credentials(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |c| &c.credential_id)))

@@ -1,11 +1,11 @@
 //! Destinations (spec section 4, "Destinations").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, PageQuery, Workspace};
+use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
@@ -28,7 +28,7 @@ async fn create_destination(State(state): State<AppState>, ws: Workspace, Extens
 
 /// Destinations of the workspace.
 #[utoipa::path(get, path = "/destinations", tag = "destinations", params(PageQuery), responses((status = 200, body = Envelope<Page<Destination>>)))]
-async fn list_destinations(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<Destination>>> {
+async fn list_destinations(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Destination>>> {
     let limit = q.limit()?;
     let items = state.store.destinations(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |d| &d.destination_id)))

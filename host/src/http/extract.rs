@@ -17,8 +17,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -101,11 +99,33 @@ async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, Api
         ApiError::bad_request("MALFORMED_JSON", format!("the request body is not valid JSON: {e}"))
             .with_details(json!({ "line": e.line(), "column": e.column() }))
     })?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("VALIDATION_FAILED", "the request body must be a JSON object").with_details(json!({ "field": "" })));
+    }
     // Fields have limits of their own; this bounds the ones that do not.
     if let Some(field) = crate::ops::text::longest_string(&value, "", crate::ops::text::ANY_STRING_MAX) {
         return Err(crate::ops::text::too_long(&field, crate::ops::text::ANY_STRING_MAX));
     }
     Ok(value)
+}
+
+/// Query parameters, rejected in the API's error shape (axum's own
+/// rejection is plain text).
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _state: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(url::form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de).map(ApiQuery).map_err(|e| {
+            let field = e.path().to_string();
+            let message = e.inner().to_string();
+            let field = if field == "." { message.split('`').nth(1).unwrap_or("query").to_owned() } else { field };
+            ApiError::invalid_field(&field, format!("invalid query parameter {field}: {message}"))
+        })
+    }
 }
 
 /// Maps a body-reading failure (most often: too large) to the error shape.
@@ -123,7 +143,23 @@ pub fn payload_too_large() -> ApiError {
         .with_details(json!({ "limit_bytes": BODY_LIMIT }))
 }
 
-fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+/// Writes numbers with no fractional part (`151.0`) as integers: JSON
+/// Schema, and so the description, counts them as integers.
+fn integral_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15) {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        Value::Object(map) => map.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
+}
+
+fn parse_value<T: DeserializeOwned>(mut value: Value) -> Result<T, ApiError> {
+    integral_numbers(&mut value);
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let message = e.inner().to_string();
@@ -257,8 +293,11 @@ pub const MAX_LIMIT: i64 = 200;
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Items per page: 1 to 200, default 50.
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page: the position after which the
+    /// next page starts.
+    #[param(pattern = r"^[A-Za-z0-9_-]{1,128}$")]
     pub cursor: Option<String>,
 }
 
@@ -272,32 +311,23 @@ impl PageQuery {
         }
     }
 
-    /// The position the cursor encodes (the last id of the previous page).
+    /// The position the cursor names (the last id of the previous page).
+    /// Any well-formed position is accepted: one past the end gives an
+    /// empty page.
     pub fn after(&self) -> Result<Option<String>, ApiError> {
-        self.cursor
-            .as_deref()
-            .map(|c| {
-                URL_SAFE_NO_PAD
-                    .decode(c)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| ApiError::invalid_field("cursor", "cursor is not one this server issued"))
-            })
-            .transpose()
+        match self.cursor.as_deref() {
+            None => Ok(None),
+            Some(c) if !c.is_empty() && c.len() <= 128 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => Ok(Some(c.to_owned())),
+            Some(_) => Err(ApiError::invalid_field("cursor", "cursor is not one this server issued")),
+        }
     }
 
     /// Builds a page from up to `limit + 1` fetched items: the extra item
     /// only tells that another page exists.
-    pub fn page<T>(&self, items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
-        self.page_keyed(items, limit, |t| key(t).to_owned())
-    }
-
-    /// [`page`](Self::page) for items whose position is computed (for
-    /// example a time and an id).
-    pub fn page_keyed<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> String) -> super::Page<T> {
+    pub fn page<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
         let next_cursor = if items.len() as i64 > limit {
             items.truncate(limit as usize);
-            items.last().map(|last| URL_SAFE_NO_PAD.encode(key(last)))
+            items.last().map(|last| key(last).to_owned())
         } else {
             None
         };

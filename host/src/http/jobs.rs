@@ -1,14 +1,14 @@
 //! Jobs: one sync or reset run of a pipeline (spec section 4, "Jobs").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{PageQuery, Workspace};
+use super::extract::{ApiQuery, PageQuery, Workspace};
 use super::{Envelope, Page, ok};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
@@ -29,12 +29,16 @@ pub struct JobsQuery {
     pipeline_id: Option<String>,
     /// Only jobs in this status: `queued`, `running`, `succeeded`, `failed`
     /// or `cancelled`.
+    #[param(value_type = Option<JobStatus>)]
     status: Option<String>,
     /// Only `sync` or `reset` jobs.
+    #[param(value_type = Option<JobKind>)]
     kind: Option<String>,
     /// Only jobs created at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     created_after: Option<String>,
     /// Only jobs created before this time (RFC 3339).
+    #[param(format = DateTime)]
     created_before: Option<String>,
 }
 
@@ -51,7 +55,7 @@ fn time(field: &str, raw: Option<&str>) -> ApiResult<Option<i64>> {
 /// kind and creation time, paged with `limit` and `cursor`.
 #[utoipa::path(get, path = "/jobs", tag = "jobs", params(PageQuery, JobsQuery),
     responses((status = 200, body = Envelope<Page<Job>>), (status = 400, body = crate::error::ErrorBody)))]
-async fn list_jobs(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>, Query(f): Query<JobsQuery>) -> ApiResult<Envelope<Page<Job>>> {
+async fn list_jobs(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>, ApiQuery(f): ApiQuery<JobsQuery>) -> ApiResult<Envelope<Page<Job>>> {
     let limit = q.limit()?;
     let filter = JobFilter {
         pipeline_id: f.pipeline_id,
@@ -60,15 +64,8 @@ async fn list_jobs(State(state): State<AppState>, ws: Workspace, Query(q): Query
         created_after: time("created_after", f.created_after.as_deref())?,
         created_before: time("created_before", f.created_before.as_deref())?,
     };
-    let before = match q.after()? {
-        None => None,
-        Some(c) => {
-            let (at, id) = c.split_once(':').and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned()))).ok_or_else(|| ApiError::invalid_field("cursor", "cursor is not one this server issued"))?;
-            Some((at, id))
-        }
-    };
-    let items = state.store.jobs(&ws.workspace_id, &filter, before, limit + 1).await?;
-    Ok(ok(q.page_keyed(items, limit, |j| format!("{}:{}", j.created_at.timestamp_millis(), j.job_id))))
+    let items = state.store.jobs(&ws.workspace_id, &filter, q.after()?.as_deref(), limit + 1).await?;
+    Ok(ok(q.page(items, limit, |j| &j.job_id)))
 }
 
 /// A job's attempts.

@@ -146,6 +146,68 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Answers every operation can give besides its own, added to the
+/// description wherever an operation does not describe them itself: the
+/// layers in front of every handler (authentication, workspace and role,
+/// rate limits, body and query parsing, idempotency) answer them.
+fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                .build(),
+        )
+    };
+    let everywhere = [
+        ("400", "The request is malformed: a query parameter, header or body field is invalid (`details.field` names it)."),
+        ("401", "No usable bearer token."),
+        ("403", "The caller's role, client or workspace does not allow this."),
+        ("404", "The resource, or the workspace the request addresses, does not exist for the caller."),
+        ("429", "Too many requests; `Retry-After` says when to try again."),
+    ];
+    let with_body = [
+        ("409", "Conflicts with the resource's state, or a request with the same `Idempotency-Key` is still running."),
+        ("413", "The request body is too large."),
+        ("415", "The request body is not JSON."),
+        ("422", "The `Idempotency-Key` was used with another request, or the provider refused the credential."),
+    ];
+    let envelope = utoipa::openapi::ObjectBuilder::new()
+        .property("request_id", utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String))
+        .property("data", utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::Object))
+        .required("request_id")
+        .required("data");
+    let proposal = RefOr::T(
+        ResponseBuilder::new()
+            .description("Not executed: a proposal awaiting approval was made (`data` is the approval).")
+            .content("application/json", ContentBuilder::new().schema(Some(envelope)).build())
+            .build(),
+    );
+    for item in openapi.paths.paths.values_mut() {
+        let ops = [
+            (false, item.get.as_mut()),
+            (true, item.post.as_mut()),
+            (true, item.put.as_mut()),
+            (true, item.patch.as_mut()),
+            (true, item.delete.as_mut()),
+        ];
+        for (writes, op) in ops {
+            let Some(op) = op else { continue };
+            let responses = &mut op.responses.responses;
+            for (status, description) in everywhere {
+                responses.entry(status.to_owned()).or_insert_with(|| error(description));
+            }
+            if writes {
+                for (status, description) in with_body {
+                    responses.entry(status.to_owned()).or_insert_with(|| error(description));
+                }
+                responses.entry("202".to_owned()).or_insert_with(|| proposal.clone());
+            }
+        }
+    }
+}
+
 /// The `/v1` routes with their OpenAPI description.
 fn v1() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -187,6 +249,7 @@ async fn security_headers(req: axum::extract::Request, next: axum::middleware::N
 pub fn api(state: &AppState, extra: Router<AppState>) -> (Router, Arc<utoipa::openapi::OpenApi>) {
     let (v1_routes, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/v1", v1()).split_for_parts();
     openapi.info.version = "1".into();
+    document_common_answers(&mut openapi);
     let openapi = Arc::new(openapi);
     let doc = Arc::new(openapi.to_pretty_json().unwrap_or_default());
 

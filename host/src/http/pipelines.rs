@@ -2,7 +2,7 @@
 //! reset (spec section 4, "Pipelines").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, MaybeJson, PageQuery, Workspace};
+use super::extract::{ApiJson, ApiQuery, MaybeJson, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::error::{ApiError, ApiResult};
@@ -94,7 +94,7 @@ async fn create_pipeline(State(state): State<AppState>, ws: Workspace, Extension
 
 /// Pipelines of the workspace.
 #[utoipa::path(get, path = "/pipelines", tag = "pipelines", params(PageQuery), responses((status = 200, body = Envelope<Page<Pipeline>>)))]
-async fn list_pipelines(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<Pipeline>>> {
+async fn list_pipelines(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Pipeline>>> {
     let limit = q.limit()?;
     let items = state.store.pipelines(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |p| &p.pipeline_id)))

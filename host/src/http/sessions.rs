@@ -1,13 +1,13 @@
 //! Sessions (spec section 4, "Audit and sessions"; section 5, "Sessions").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{PageQuery, Workspace};
+use super::extract::{ApiQuery, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::Role;
@@ -39,8 +39,8 @@ struct SessionFilter {
 async fn list_sessions(
     State(state): State<AppState>,
     ws: Workspace,
-    Query(q): Query<PageQuery>,
-    Query(f): Query<SessionFilter>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(f): ApiQuery<SessionFilter>,
 ) -> ApiResult<Envelope<Page<Session>>> {
     let limit = q.limit()?;
     let items = state

@@ -1,14 +1,14 @@
 //! Sources (spec section 4, "Sources").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, PageQuery, Workspace};
+use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::Role;
@@ -71,7 +71,7 @@ async fn entity_options(
     State(state): State<AppState>,
     ws: Workspace,
     Extension(note): Extension<AuditNote>,
-    Query(q): Query<PageQuery>,
+    ApiQuery(q): ApiQuery<PageQuery>,
     ApiJson(body): ApiJson<EntitiesRequest>,
 ) -> ApiResult<Envelope<EntityOptions>> {
     note.action("sources.entities");
@@ -88,13 +88,17 @@ async fn entity_options(
     };
     crate::ops::text::check_config("configuration", &Value::Object(chosen.clone()))?;
     let all = entities::options(&state, &ws, &connector_id, &body.credential_handle, &chosen, &body.field).await?;
+    // Option values are the provider's and may hold any character: the
+    // cursor is the position in the list instead.
     let start = match &after {
         None => 0,
-        Some(a) => all.iter().position(|o| &o.value == a).map(|i| i + 1).ok_or_else(|| ApiError::invalid_field("cursor", "the cursor's option is no longer offered; start again without a cursor"))?,
+        Some(a) => a.parse::<usize>().map_err(|_| ApiError::invalid_field("cursor", "cursor is not one this server issued"))?,
     };
-    let rest: Vec<EntityOption> = all.into_iter().skip(start).take(limit as usize + 1).collect();
-    let page = q.page(rest, limit, |o| &o.value);
-    Ok(ok(EntityOptions { connector_id, credential_handle: body.credential_handle, field: body.field, options: page.items, next_cursor: page.next_cursor }))
+    let total = all.len();
+    let options: Vec<EntityOption> = all.into_iter().skip(start).take(limit as usize).collect();
+    let end = start.saturating_add(options.len());
+    let next_cursor = (end < total).then(|| end.to_string());
+    Ok(ok(EntityOptions { connector_id, credential_handle: body.credential_handle, field: body.field, options, next_cursor }))
 }
 
 /// Create a source: configuration validated against the connector's spec;
@@ -149,7 +153,7 @@ async fn view(state: &AppState, workspace_id: &str, source: Source) -> ApiResult
 /// Sources of the workspace.
 #[utoipa::path(get, path = "/sources", tag = "sources", params(PageQuery, SourceFilter),
     responses((status = 200, body = Envelope<Page<SourceView>>)))]
-async fn list_sources(State(state): State<AppState>, ws: Workspace, Query(q): Query<PageQuery>, Query(f): Query<SourceFilter>) -> ApiResult<Envelope<Page<SourceView>>> {
+async fn list_sources(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>, ApiQuery(f): ApiQuery<SourceFilter>) -> ApiResult<Envelope<Page<SourceView>>> {
     let limit = q.limit()?;
     let connector = f.connector_id.map(|c| state.plugins.canonical_id(&c).unwrap_or(c));
     let items = state.store.sources(&ws.workspace_id, connector.as_deref(), q.after()?.as_deref(), limit + 1).await?;

@@ -1,13 +1,13 @@
 //! Workspaces and members (spec section 4, "Workspaces").
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::extract::{ApiJson, Caller, PageQuery, Workspace};
+use super::extract::{ApiJson, ApiQuery, Caller, PageQuery, Workspace};
 use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
@@ -79,7 +79,7 @@ async fn accept_invitation(
 /// Workspaces the caller belongs to, with the caller's role in each.
 #[utoipa::path(get, path = "/workspaces", tag = "workspaces", params(PageQuery),
     responses((status = 200, body = Envelope<Page<WorkspaceWithRole>>), (status = 401, body = crate::error::ErrorBody)))]
-async fn list_workspaces(State(state): State<AppState>, Caller(principal): Caller, Query(q): Query<PageQuery>) -> ApiResult<Envelope<Page<WorkspaceWithRole>>> {
+async fn list_workspaces(State(state): State<AppState>, Caller(principal): Caller, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<WorkspaceWithRole>>> {
     let limit = q.limit()?;
     let items = state.store.workspaces_of(&principal.user_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |w| &w.member_id)))
@@ -89,6 +89,7 @@ async fn list_workspaces(State(state): State<AppState>, Caller(principal): Calle
 #[into_params(parameter_in = Query)]
 struct MemberFilter {
     /// Only members with this role.
+    #[param(value_type = Option<crate::store::workspaces::Role>)]
     role: Option<String>,
 }
 
@@ -99,8 +100,8 @@ struct MemberFilter {
 async fn list_members(
     State(state): State<AppState>,
     ws: Workspace,
-    Query(q): Query<PageQuery>,
-    Query(f): Query<MemberFilter>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(f): ApiQuery<MemberFilter>,
 ) -> ApiResult<Envelope<Page<Member>>> {
     let role = f
         .role

@@ -19,10 +19,13 @@ use crate::store::pipelines::DeleteDestinationError;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDestination {
+    /// 1 to 200 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     pub kind: DestinationKind,
     /// `sqlite`: `{file}`; `postgres`: `{url, credential_handle?}` (no
     /// password in the URL); `jsonl`: `{directory}`.
+    #[schema(value_type = Object)]
     pub configuration: Value,
 }
 
@@ -35,6 +38,7 @@ pub struct UpdateDestination {
     #[schema(ignore)]
     pub destination_id: String,
     pub name: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub configuration: Option<Value>,
 }
 

@@ -22,12 +22,14 @@ const MAX_INVITATION_HOURS: u32 = 24 * 14;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InviteMember {
-    /// E-mail address of the invitee.
+    /// E-mail address of the invitee (compared without regard to case).
+    #[schema(max_length = 254, pattern = r"^[^@\s\x00-\x1f\x7f-\x9f]+@[^.@\s\x00-\x1f\x7f-\x9f][^@\s\x00-\x1f\x7f-\x9f]*\.[^@\s\x00-\x1f\x7f-\x9f]*[^.@\s\x00-\x1f\x7f-\x9f]$")]
     pub email: String,
     /// Role granted on acceptance.
     pub role: Role,
     /// Hours until the invitation expires (1 to 336, default 72).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 336)]
     pub expires_in_hours: Option<u32>,
 }
 

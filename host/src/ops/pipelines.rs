@@ -18,6 +18,8 @@ use crate::store::pipelines::{Pipeline, Schedule, StreamSelection, StreamSyncMod
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreatePipeline {
+    /// 1 to 200 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     pub source_id: String,
     pub destination_id: String,

@@ -22,8 +22,11 @@ pub struct CreateSource {
     /// The connector; a legacy `source:<alias>` is accepted for old saved
     /// configurations and stored as the canonical id.
     pub connector_id: String,
+    /// 1 to 200 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     /// Settings matching the connector's spec; credentials by handle only.
+    #[schema(value_type = Object)]
     pub configuration: Value,
 }
 
@@ -37,6 +40,7 @@ pub struct UpdateSource {
     #[schema(ignore)]
     pub source_id: String,
     pub name: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub configuration: Option<Value>,
 }
 

@@ -8,7 +8,7 @@ macro_rules! text_enum {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
         pub enum $name {
-            $($(#[$vmeta])* #[serde(rename = $text)] $variant),*
+            $($(#[$vmeta])* #[serde(rename = $text)] #[schema(rename = $text)] $variant),*
         }
 
         impl $name {

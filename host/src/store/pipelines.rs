@@ -49,7 +49,7 @@ pub struct StreamSelection {
 }
 
 /// When a pipeline runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Schedule {
     /// Only when asked.
@@ -60,6 +60,31 @@ pub enum Schedule {
     /// seconds: `0 0 6 * * *`).
     Cron { expression: String },
 }
+
+/// The description says what the server accepts: one of three objects,
+/// told apart by `kind`, each with exactly its own fields.
+impl utoipa::PartialSchema for Schedule {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder, Type};
+        let variant = |kind: &str, description: &str| {
+            ObjectBuilder::new()
+                .description(Some(description))
+                .property("kind", ObjectBuilder::new().schema_type(Type::String).enum_values(Some([kind])))
+                .required("kind")
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        let manual = variant("manual", "Only when asked.");
+        let interval = variant("interval", "Every `minutes` minutes.")
+            .property("minutes", ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(525_600)))
+            .required("minutes");
+        let cron = variant("cron", "A cron expression, evaluated in UTC (`0 6 * * *`, or with seconds `0 0 6 * * *`).")
+            .property("expression", ObjectBuilder::new().schema_type(Type::String).min_length(Some(9)).max_length(Some(200)))
+            .required("expression");
+        OneOfBuilder::new().item(manual).item(interval).item(cron).description(Some("When a pipeline runs.")).into()
+    }
+}
+
+impl utoipa::ToSchema for Schedule {}
 
 impl Schedule {
     /// The next run after `now` (Unix ms), if the schedule has one.
@@ -499,17 +524,14 @@ impl Store {
             .collect()
     }
 
-    /// Jobs of a workspace, newest first, filtered; `before` is the
-    /// (created_at, id) of the last job of the previous page.
-    pub async fn jobs(&self, workspace_id: &str, f: &JobFilter, before: Option<(i64, String)>, limit: i64) -> StoreResult<Vec<Job>> {
-        let (before_at, before_id) = match before {
-            Some((at, id)) => (Some(at), Some(id)),
-            None => (None, None),
-        };
+    /// Jobs of a workspace, newest first, filtered; `after` is the id of
+    /// the last job of the previous page (an unknown one ends the list).
+    pub async fn jobs(&self, workspace_id: &str, f: &JobFilter, after: Option<&str>, limit: i64) -> StoreResult<Vec<Job>> {
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND ($2 IS NULL OR pipeline_id = $2) AND ($3 IS NULL OR status = $3) \
              AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR created_at >= $5) AND ($6 IS NULL OR created_at < $6) \
-             AND ($7 IS NULL OR created_at < $7 OR (created_at = $7 AND id < $8)) ORDER BY created_at DESC, id DESC LIMIT $9"
+             AND ($7 IS NULL OR (created_at, id) < (SELECT p.created_at, p.id FROM jobs p WHERE p.id = $7 AND p.workspace_id = $1)) \
+             ORDER BY created_at DESC, id DESC LIMIT $8"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(workspace_id)
@@ -518,8 +540,7 @@ impl Store {
             .bind(f.kind.map(|k| k.as_str()))
             .bind(f.created_after)
             .bind(f.created_before)
-            .bind(before_at)
-            .bind(before_id)
+            .bind(after)
             .bind(limit)
             .fetch_all(self.pool())
             .await?;
