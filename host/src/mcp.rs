@@ -49,7 +49,20 @@ struct Route {
     path: String,
     path_params: Vec<String>,
     query_params: Vec<String>,
-    has_body: bool,
+    body: BodyArgs,
+}
+
+/// Where a tool's request body comes from.
+#[derive(Debug, Clone)]
+enum BodyArgs {
+    /// The operation takes none.
+    None,
+    /// These arguments, side by side with the path and query ones, make
+    /// the JSON object sent as the body.
+    Fields(Vec<String>),
+    /// The argument `body`, as given (a body that is not an object with
+    /// named fields, or whose names clash with a path or query parameter).
+    Whole,
 }
 
 /// The tools and how to run them.
@@ -128,13 +141,31 @@ impl Catalog {
                     }
                 }
                 let body = &op["requestBody"]["content"]["application/json"]["schema"];
-                let has_body = !body.is_null();
-                if has_body {
+                let body_required = op["requestBody"]["required"].as_bool().unwrap_or(true);
+                let resolved = match body["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/schemas/")) {
+                    Some(name) => components.get(name).unwrap_or(&Value::Null),
+                    None => body,
+                };
+                let fields = resolved["properties"].as_object().filter(|f| !f.is_empty() && f.keys().all(|k| !props.contains_key(k) && k != "body"));
+                let body_args = if body.is_null() {
+                    BodyArgs::None
+                } else if let Some(fields) = fields {
+                    // Flat: the body's fields are arguments of their own, as
+                    // assistants expect, with the same constraints.
+                    for (field, schema) in fields {
+                        props.insert(field.clone(), inline_refs(schema, &components, &mut defs));
+                    }
+                    if body_required {
+                        required.extend(resolved["required"].as_array().into_iter().flatten().cloned());
+                    }
+                    BodyArgs::Fields(fields.keys().cloned().collect())
+                } else {
                     props.insert("body".into(), inline_refs(body, &components, &mut defs));
-                    if op["requestBody"]["required"].as_bool().unwrap_or(true) {
+                    if body_required {
                         required.push(json!("body"));
                     }
-                }
+                    BodyArgs::Whole
+                };
                 let mut schema = Map::new();
                 schema.insert("type".into(), json!("object"));
                 schema.insert("properties".into(), Value::Object(props));
@@ -156,7 +187,7 @@ impl Catalog {
                     .open_world(false);
                 let tool = Tool::new(name.clone(), description, Arc::new(schema)).with_annotations(annotations);
                 catalog.tools.push(tool);
-                catalog.routes.insert(name, Route { method: m, path: path.clone(), path_params, query_params, has_body });
+                catalog.routes.insert(name, Route { method: m, path: path.clone(), path_params, query_params, body: body_args });
             }
         }
         catalog.tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -305,11 +336,17 @@ impl ServerHandler for McpServer {
         if let Some(auth) = self.authorization(&ctx) {
             builder = builder.header(axum::http::header::AUTHORIZATION, auth);
         }
-        let body = if route.has_body {
-            builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
-            Body::from(args.get("body").cloned().unwrap_or(json!({})).to_string())
-        } else {
-            Body::empty()
+        let body = match &route.body {
+            BodyArgs::None => Body::empty(),
+            BodyArgs::Whole => {
+                builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
+                Body::from(args.get("body").cloned().unwrap_or(json!({})).to_string())
+            }
+            BodyArgs::Fields(fields) => {
+                builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
+                let object: Map<String, Value> = fields.iter().filter_map(|f| args.get(f).map(|v| (f.clone(), v.clone()))).collect();
+                Body::from(Value::Object(object).to_string())
+            }
         };
         let req = builder.body(body).map_err(|e| McpError::invalid_params(e.to_string(), None))?;
         let (status, bytes) = self.dispatch.send(req).await;

@@ -37,9 +37,25 @@ backend_tests! {
         }
         // No tool takes a raw secret.
         assert!(!names.iter().any(|n| n == "service_create_credential" || n == "service_store_api_token"));
+        // No tool has an argument (at any depth) that holds one; the names
+        // of credential kinds may appear as values.
+        fn argument_names(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(serde_json::Value::Object(props)) = m.get("properties") {
+                        out.extend(props.keys().cloned());
+                    }
+                    m.values().for_each(|v| argument_names(v, out));
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| argument_names(v, out)),
+                _ => {}
+            }
+        }
         for t in &tools {
-            let schema = serde_json::to_string(&t.input_schema).unwrap();
-            assert!(!schema.contains("\"api_token\"") && !schema.contains("\"secret\""), "{} takes a secret: {schema}", t.name);
+            let schema = serde_json::to_value(&t.input_schema).unwrap();
+            let mut names = Vec::new();
+            argument_names(&schema, &mut names);
+            assert!(!names.iter().any(|n| n == "api_token" || n == "secret" || n.ends_with("password")), "{} takes a secret: {schema}", t.name);
         }
         let me_tool = tools.iter().find(|t| t.name == "service_get_me").unwrap();
         assert_eq!(me_tool.annotations.as_ref().and_then(|a| a.read_only_hint), Some(true));
@@ -54,7 +70,12 @@ backend_tests! {
         let ws = me["data"]["default_workspace_id"].as_str().unwrap().to_owned();
 
         // A write through MCP is a proposal by default.
-        let args = json!({ "workspace_id": ws, "body": { "email": "via-mcp@example.test", "role": "viewer" } });
+        // Flat arguments: the path's and the body's side by side.
+        let invite = tools.iter().find(|t| t.name == "service_invite_member").unwrap();
+        let props = invite.input_schema["properties"].as_object().unwrap();
+        assert!(props.contains_key("workspace_id") && props.contains_key("email") && props.contains_key("role") && !props.contains_key("body"), "{props:?}");
+        assert_eq!(props["expires_in_hours"]["maximum"].as_f64(), Some(336.0), "with the same constraints");
+        let args = json!({ "workspace_id": ws, "email": "via-mcp@example.test", "role": "viewer" });
         let proposed = mcp
             .call_tool(CallToolRequestParams::new("service_invite_member").with_arguments(args.as_object().unwrap().clone()))
             .await
