@@ -166,6 +166,20 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
         ("403", "The caller's role, client or workspace does not allow this."),
         ("404", "The resource, or the workspace the request addresses, does not exist for the caller."),
         ("429", "Too many requests; `Retry-After` says when to try again."),
+        ("503", "The control database or another part of the server is unavailable; retry later."),
+    ];
+    // Operations that run a connector or reach a provider answer for it.
+    let reaching_providers = [
+        "/v1/connectors/emailcampaign/check",
+        "/v1/connectors/emailcampaign/edm/preview",
+        "/v1/credentials/source/oauth/callback",
+        "/v1/credentials/taskapp/oauth/callback",
+        "/v1/pipelines/prepare",
+        "/v1/sources/entities",
+    ];
+    let provider_answers = [
+        ("502", "The provider or the connector failed (`PROVIDER_ERROR`, `PROVIDER_UNAVAILABLE`, `CONNECTOR_FAILED`, `OAUTH_EXCHANGE_FAILED`, ...)."),
+        ("504", "The connector did not finish within its time limit."),
     ];
     let with_body = [
         ("409", "Conflicts with the resource's state, or a request with the same `Idempotency-Key` is still running."),
@@ -184,7 +198,8 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
             .content("application/json", ContentBuilder::new().schema(Some(envelope)).build())
             .build(),
     );
-    for item in openapi.paths.paths.values_mut() {
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        let reaches = reaching_providers.contains(&path.as_str());
         let ops = [
             (false, item.get.as_mut()),
             (true, item.post.as_mut()),
@@ -197,6 +212,11 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
             let responses = &mut op.responses.responses;
             for (status, description) in everywhere {
                 responses.entry(status.to_owned()).or_insert_with(|| error(description));
+            }
+            if reaches {
+                for (status, description) in provider_answers {
+                    responses.entry(status.to_owned()).or_insert_with(|| error(description));
+                }
             }
             if writes {
                 for (status, description) in with_body {
