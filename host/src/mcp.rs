@@ -344,7 +344,9 @@ impl ServerHandler for McpServer {
             }
             BodyArgs::Fields(fields) => {
                 builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
-                let object: Map<String, Value> = fields.iter().filter_map(|f| args.get(f).map(|v| (f.clone(), v.clone()))).collect();
+                // A null argument is an absent one (assistants send null for
+                // what they leave out); nulls inside a value stay.
+                let object: Map<String, Value> = fields.iter().filter_map(|f| args.get(f).filter(|v| !v.is_null()).map(|v| (f.clone(), v.clone()))).collect();
                 Body::from(Value::Object(object).to_string())
             }
         };

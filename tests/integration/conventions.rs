@@ -174,6 +174,12 @@ backend_tests! {
             for status in ["400", "401", "403", "404", "429"] {
                 assert!(op["responses"][status].is_object(), "{method} {path} does not describe {status}");
             }
+            assert!(op["responses"]["503"].is_object(), "{method} {path} does not describe 503");
+            if path.ends_with("/check") || path.ends_with("/preview") || path.ends_with("/prepare") || path.ends_with("/entities") || path.ends_with("/oauth/callback") {
+                for status in ["502", "504"] {
+                    assert!(op["responses"][status].is_object(), "{method} {path} reaches a provider but does not describe {status}");
+                }
+            }
             if *method != "get" {
                 for status in ["202", "409", "413", "415", "422"] {
                     assert!(op["responses"][status].is_object(), "{method} {path} does not describe {status}");

@@ -246,6 +246,13 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     assert_eq!(job["status"], "succeeded", "{job}");
     let unseen = fx.hub.published_on(&RETAIL) as i64 - (published + 5);
     assert_eq!(job["progress"]["streams"]["posts"]["records"], unseen, "the saved state survived the unload: {job}");
+
+    // A channel added to the selection later is read from its beginning.
+    let patch = json!({ "configuration": { "brand_ids": ["101", "102"], "channel_ids": ["ch-retail-fb", "ch-retail-li", "ch-travel-x"] } });
+    json_ok(srv.request(Method::PATCH, &format!("/v1/sources/{source_id}")).json(&patch).send().await.unwrap()).await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["progress"]["streams"]["posts"]["records"], fx.hub.published_on(&["ch-travel-x"]) as i64, "{job}");
 }
 
 async fn the_selection_is_checked_against_what_the_provider_offers_now(backend: Backend) {
@@ -438,7 +445,7 @@ async fn adding_the_social_source_changes_nothing_that_was_there(backend: Backen
     let added: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
     for key in &added {
         let row = &after[*key];
-        let ours = row.contains(CONNECTOR) || row.contains(&pipeline) || row.contains(source["data"]["source_id"].as_str().unwrap()) || row.contains("social");
+        let ours = row.contains(CONNECTOR) || row.contains(&pipeline) || row.contains(source["data"]["source_id"].as_str().unwrap()) || row.contains("social.db");
         assert!(ours, "{key} is not part of the social source: {row}");
     }
     assert_eq!(warehouse_tables(&existing_wh).await, tables_before, "the existing warehouse and its _service_ naming are untouched");

@@ -155,7 +155,18 @@ pub struct Vault {
     refresher: RefresherSlot,
     /// Secrets recently revealed to the egress layer.
     revealed: Arc<Revealed>,
+    /// Counts revocations: a secret read before a revocation is not put
+    /// into [`Revealed`] after it.
+    revocations: Arc<std::sync::atomic::AtomicU64>,
+    /// One forced renewal at a time, so concurrent requests that were all
+    /// told their token expired refresh it once.
+    renewing: Arc<tokio::sync::Mutex<HashMap<String, Instant>>>,
 }
+
+/// A credential's token is renewed on a provider's word at most this often:
+/// an endpoint that always answers "expired" cannot make a plugin refresh
+/// on every request.
+const FORCED_RENEWAL_EVERY: Duration = Duration::from_secs(30);
 
 /// How long a secret revealed to the egress layer is used again without
 /// reading the credential anew. A connector paging through an API makes
@@ -226,7 +237,14 @@ pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
 
 impl Vault {
     pub fn new(store: Store, keyring: Keyring) -> Self {
-        Vault { store, keyring: Arc::new(keyring), refresher: Default::default(), revealed: Default::default() }
+        Vault {
+            store,
+            keyring: Arc::new(keyring),
+            refresher: Default::default(),
+            revealed: Default::default(),
+            revocations: Default::default(),
+            renewing: Default::default(),
+        }
     }
 
     /// A key derived from the master key for one purpose (see
@@ -241,6 +259,7 @@ impl Vault {
     pub async fn revoke(&self, workspace_id: &str, credential_id: &str, by: &str) -> Result<bool, crate::store::StoreError> {
         let Some(row) = self.store.credential(workspace_id, credential_id).await? else { return Ok(false) };
         let revoked = self.store.revoke_credential(workspace_id, credential_id, by).await?;
+        self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let handle = row.record.credential_handle.as_str().to_owned();
         let mut cache = self.revealed.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|(ws, _, h, _), _| !(ws == workspace_id && *h == handle));
@@ -458,7 +477,20 @@ impl Vault {
     /// Opens the credential for an outbound request and caches the result.
     async fn injection(&self, key: RevealedKey, rejected: Option<&SecretString>) -> Result<Injection, String> {
         let (workspace_id, connector_id, handle, host) = (&key.0, &key.1, &key.2, &key.3);
-        let (record, secret) = self.open(workspace_id, handle, host, rejected).await?;
+        let generation = self.revocations.load(std::sync::atomic::Ordering::SeqCst);
+        let (record, secret) = match rejected {
+            None => self.open(workspace_id, handle, host, None).await?,
+            Some(rejected) => {
+                let mut last = self.renewing.lock().await;
+                let now = Instant::now();
+                last.retain(|_, at| now.duration_since(*at) < FORCED_RENEWAL_EVERY);
+                // Renewed a moment ago: the current token is as good as a new one.
+                let rejected = if last.contains_key(handle) { None } else { Some(rejected) };
+                let opened = self.open(workspace_id, handle, host, rejected).await?;
+                last.insert(handle.clone(), now);
+                opened
+            }
+        };
         // A credential stored for one connector is that connector's:
         // another plugin of the workspace may not borrow it.
         if let Some(owner) = &record.connector_id
@@ -466,8 +498,10 @@ impl Vault {
         {
             return Err(format!("the credential belongs to connector {owner}"));
         }
-        let injection = Injection { secret, placement: placement(&record)? };
-        self.revealed.put(key, injection.clone(), Instant::now());
+        let injection = Injection { secret, placement: placement(&record)?, renewable: record.kind == CredentialKind::Oauth2 };
+        if self.revocations.load(std::sync::atomic::Ordering::SeqCst) == generation {
+            self.revealed.put(key, injection.clone(), Instant::now());
+        }
         Ok(injection)
     }
 }
@@ -480,7 +514,7 @@ mod tests {
     fn a_revealed_secret_is_reused_only_for_a_short_while() {
         let cache = Revealed::default();
         let key = |handle: &str| ("ws".to_owned(), "conn".to_owned(), handle.to_owned(), "api.example.com".to_owned());
-        let injection = |s: &str| Injection { secret: SecretString::from(s.to_owned()), placement: Placement::Bearer };
+        let injection = |s: &str| Injection { secret: SecretString::from(s.to_owned()), placement: Placement::Bearer, renewable: false };
         let t0 = Instant::now();
         cache.put(key("a"), injection("first"), t0);
         let hit = cache.get(&key("a"), t0 + REVEALED_FOR / 2).expect("fresh: reused");

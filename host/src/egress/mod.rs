@@ -140,6 +140,9 @@ pub enum EgressError {
 #[derive(Clone)]
 pub struct Injection {
     pub secret: SecretString,
+    /// Whether the host can renew the secret (an OAuth access token) when
+    /// the provider says it expired.
+    pub renewable: bool,
     /// Fixed by the credential (its kind, username or header), never by
     /// the plugin: a plugin that asks for another place is refused, so it
     /// cannot route the secret into a header or a username it controls.
@@ -182,9 +185,13 @@ pub trait SecretSource: Send + Sync {
 /// documented answer). Any other 401 (a revoked grant, a missing scope)
 /// is the plugin's to report, not a reason to refresh.
 fn says_token_expired(headers: &[(String, String)], body: &[u8]) -> bool {
-    let rfc6750 = headers
-        .iter()
-        .any(|(n, v)| n.eq_ignore_ascii_case("www-authenticate") && v.to_ascii_lowercase().contains("invalid_token"));
+    let rfc6750 = headers.iter().any(|(n, v)| {
+        n.eq_ignore_ascii_case("www-authenticate")
+            && v.split(',').any(|param| {
+                let param = param.trim().trim_start_matches("Bearer").trim().to_ascii_lowercase();
+                param == "error=\"invalid_token\"" || param == "error=invalid_token"
+            })
+    });
     rfc6750
         || serde_json::from_slice::<serde_json::Value>(body)
             .is_ok_and(|v| v["category"].as_str() == Some("EXPIRED_AUTHENTICATION"))
@@ -357,6 +364,7 @@ impl Egress {
         // sends the same request once more with a renewed one.
         let mut expired: Option<SecretString> = None;
         let mut renewed = false;
+        let mut redirects = 0;
         for _ in 0..=MAX_REDIRECTS + 1 {
             let host = self.check_url(caller, &url).await?;
             if first_host.as_ref().is_some_and(|h| *h != host) {
@@ -407,6 +415,10 @@ impl Egress {
             if matches!(status, 301 | 302 | 303 | 307 | 308)
                 && let Some(location) = response.headers().get("location").and_then(|v| v.to_str().ok())
             {
+                redirects += 1;
+                if redirects > MAX_REDIRECTS {
+                    break;
+                }
                 let next = url.join(location).map_err(|_| EgressError::Denied("redirect to an invalid URL".into()))?;
                 // The same checks apply to the new target; a refusal is the
                 // answer for the whole request.
@@ -443,7 +455,7 @@ impl Egress {
                 .collect();
             if status == 401
                 && !renewed
-                && let Some(i) = injection.as_ref().filter(|i| matches!(i.placement, Placement::Bearer))
+                && let Some(i) = injection.as_ref().filter(|i| i.renewable && matches!(i.placement, Placement::Bearer))
                 && says_token_expired(&headers, &collected)
             {
                 tracing::info!(plugin = caller.plugin_id, host = %host, "the provider says the access token expired; renewing it and sending again");
@@ -606,5 +618,15 @@ mod tests {
         let out = scrub(b"a SECRET b SECRETSECRET".to_vec(), b"SECRET");
         assert_eq!(out, b"a [REDACTED] b [REDACTED][REDACTED]".to_vec());
         assert_eq!(scrub(b"short".to_vec(), b"much longer secret"), b"short".to_vec());
+    }
+
+    #[test]
+    fn only_a_said_expiry_renews_a_token() {
+        let h = |v: &str| vec![("www-authenticate".to_owned(), v.to_owned())];
+        assert!(says_token_expired(&h(r#"Bearer realm="api", error="invalid_token", error_description="expired""#), b""));
+        assert!(says_token_expired(&[], br#"{"status":"error","category":"EXPIRED_AUTHENTICATION"}"#));
+        assert!(!says_token_expired(&h(r#"Bearer error="insufficient_scope", error_description="not an invalid_token""#), b""));
+        assert!(!says_token_expired(&[], br#"{"category":"INVALID_AUTHENTICATION"}"#));
+        assert!(!says_token_expired(&[], b"invalid_token"));
     }
 }

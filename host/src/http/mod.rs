@@ -175,6 +175,10 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
         "/v1/credentials/source/oauth/callback",
         "/v1/credentials/taskapp/oauth/callback",
         "/v1/pipelines/prepare",
+        "/v1/pipelines",
+        "/v1/pipelines/{pipeline_id}",
+        "/v1/sources",
+        "/v1/sources/{source_id}",
         "/v1/sources/entities",
     ];
     let provider_answers = [

@@ -97,7 +97,10 @@ async fn run(state: &AppState, owner: &str, job: Job) {
         Ok(()) => {
             let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Succeeded, None).await;
         }
-        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) => {}
+        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) => {
+            // Cancelled, or the lease went to another runner: this attempt ends here.
+            let _ = state.store.end_attempt(&job.job_id, owner, "cancelled", None).await;
+        }
         Err(Failure::Transient(msg)) if job.attempts < MAX_ATTEMPTS => {
             let backoff = 2_000 * (1i64 << job.attempts.clamp(0, 6));
             let _ = state.store.retry_job(&job.job_id, owner, now_ms() + backoff, &msg).await;

@@ -205,7 +205,9 @@ impl Store {
 
     /// Replaces the sealed secret (token refresh, key rotation).
     pub async fn reseal_credential(&self, credential_id: &str, sealed: &Sealed, access_expires_at: Option<i64>) -> StoreResult<()> {
-        sqlx::query("UPDATE credentials SET key_id = $1, nonce = $2, ciphertext = $3, access_expires_at = $4 WHERE id = $5")
+        // A revoked credential stays without a secret, whatever a refresh
+        // or rotation that started before the revocation writes.
+        sqlx::query("UPDATE credentials SET key_id = $1, nonce = $2, ciphertext = $3, access_expires_at = $4 WHERE id = $5 AND status <> 'revoked'")
             .bind(&sealed.key_id)
             .bind(&sealed.nonce)
             .bind(&sealed.ciphertext)

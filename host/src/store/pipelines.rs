@@ -493,7 +493,7 @@ impl Store {
     }
 
     /// Closes the open attempt of a job held by `owner`.
-    async fn end_attempt(&self, job_id: &str, owner: &str, outcome: &str, error: Option<&str>) -> StoreResult<()> {
+    pub async fn end_attempt(&self, job_id: &str, owner: &str, outcome: &str, error: Option<&str>) -> StoreResult<()> {
         sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = $2, error = $3 WHERE job_id = $4 AND runner = $5 AND finished_at IS NULL")
             .bind(now_ms())
             .bind(outcome)
@@ -567,27 +567,36 @@ impl Store {
 
     /// Ends a job held by `owner`.
     pub async fn finish_job(&self, job_id: &str, owner: &str, status: JobStatus, error: Option<&str>) -> StoreResult<()> {
-        sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
+        let n = sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
             .bind(status.as_str())
             .bind(error)
             .bind(now_ms())
             .bind(job_id)
             .bind(owner)
             .execute(self.pool())
-            .await?;
-        self.end_attempt(job_id, owner, status.as_str(), error).await
+            .await?
+            .rows_affected();
+        // A job cancelled meanwhile keeps the attempt as its cancellation closed it.
+        if n == 1 {
+            self.end_attempt(job_id, owner, status.as_str(), error).await?;
+        }
+        Ok(())
     }
 
     /// Puts a job back in the queue after a transient failure.
     pub async fn retry_job(&self, job_id: &str, owner: &str, not_before: i64, error: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE jobs SET status = 'queued', not_before = $1, error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3 AND lease_owner = $4")
+        let n = sqlx::query("UPDATE jobs SET status = 'queued', not_before = $1, error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3 AND lease_owner = $4")
             .bind(not_before)
             .bind(error)
             .bind(job_id)
             .bind(owner)
             .execute(self.pool())
-            .await?;
-        self.end_attempt(job_id, owner, "retrying", Some(error)).await
+            .await?
+            .rows_affected();
+        if n == 1 {
+            self.end_attempt(job_id, owner, "retrying", Some(error)).await?;
+        }
+        Ok(())
     }
 
     /// Cancels a queued or running job.

@@ -5,13 +5,15 @@
 //! through the published posts, 100 at a time by offset, until a short
 //! page.
 //!
-//! `posts` reads incrementally on `created_at`: the provider's `since`
-//! filter is inclusive, so the state keeps the newest creation time and the
-//! posts created at exactly that time, which the next read skips. The
-//! listing's order is not documented, so the state is checkpointed once,
-//! after the last page; an interrupted read starts again from the previous
-//! state and the host's deduplication on `broadcast_guid` absorbs the
-//! repeats. Metrics change after publishing, so `post_metrics` and
+//! `posts` reads incrementally on `created_at`, with a cursor per channel:
+//! a channel added to the selection later is read from its beginning. The
+//! provider's `since` filter is inclusive and takes one time, so a read asks
+//! from the oldest cursor of the selected channels and each channel skips
+//! what its own cursor covers (its newest creation time, and the posts
+//! created at exactly that time). The listing's order is not documented, so
+//! the state is checkpointed once, after the last page; an interrupted read
+//! starts again from the previous state and the host's deduplication on
+//! `broadcast_guid` absorbs the repeats. Metrics change after publishing, so `post_metrics` and
 //! `channel_statistics` are read in full every time.
 
 use std::collections::BTreeMap;
@@ -27,9 +29,30 @@ use crate::streams::{CURSOR_FIELD, ChannelTotals, StreamName, channel_record, me
 /// short page cannot keep a read going forever.
 const MAX_PAGES: usize = 100_000;
 
-/// The checkpointed state of `posts`.
-#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
+/// The checkpointed state of `posts`: a cursor per channel.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PostsState {
+    /// By channel GUID.
+    #[serde(default)]
+    pub channels: BTreeMap<String, ChannelCursor>,
+}
+
+impl PostsState {
+    /// The `since` to ask the provider for: the oldest cursor of the
+    /// selected channels, or none when one of them has never been read.
+    fn since_for<'a>(&self, selected: impl IntoIterator<Item = &'a str>) -> Option<i64> {
+        let mut oldest: Option<i64> = None;
+        for channel in selected {
+            let since = self.channels.get(channel)?.since?;
+            oldest = Some(oldest.map_or(since, |o| o.min(since)));
+        }
+        oldest
+    }
+}
+
+/// How far the posts of one channel have been read.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ChannelCursor {
     /// The newest `created_at` read so far.
     pub since: Option<i64>,
     /// The posts created at exactly `since`, already read.
@@ -37,10 +60,14 @@ pub struct PostsState {
     pub at_since: Vec<String>,
 }
 
-impl PostsState {
-    /// Whether a post was read by the read that saved this state.
+impl ChannelCursor {
+    /// Whether a post was read by the read that saved this state: older
+    /// than the cursor, or at it and seen there.
     fn already_read(&self, guid: &str, created_at: Option<i64>) -> bool {
-        self.since.is_some() && created_at == self.since && self.at_since.iter().any(|g| g == guid)
+        match (self.since, created_at) {
+            (Some(since), Some(t)) => t < since || (t == since && self.at_since.iter().any(|g| g == guid)),
+            _ => false,
+        }
     }
 
     /// Takes one emitted post into account.
@@ -91,18 +118,20 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
             Sink::emit(stream.as_str(), &records)?;
         }
         StreamName::Posts => {
-            let saved: PostsState = if request.is_incremental() { request.state_as()?.unwrap_or_default() } else { PostsState::default() };
-            let mut next = PostsState { since: saved.since, at_since: saved.at_since.clone() };
+            // A state in an older shape is not understood: read everything once.
+            let saved: PostsState = if request.is_incremental() { request.state_as().ok().flatten().unwrap_or_default() } else { PostsState::default() };
+            let mut next = saved.clone();
             let mut read = 0usize;
-            for_each_page(&api, saved.since, |page| {
+            let since = saved.since_for(brand_of.keys().copied());
+            for_each_page(&api, since, |page| {
                 let mut records = Vec::with_capacity(page.len());
                 for b in page {
                     let Some(p) = post_ref(b) else { continue };
                     let Some(brand) = brand_of.get(p.channel) else { continue };
-                    if saved.already_read(p.guid, p.created_at) {
+                    if saved.channels.get(p.channel).is_some_and(|c| c.already_read(p.guid, p.created_at)) {
                         continue;
                     }
-                    next.advance(p.guid, p.created_at);
+                    next.channels.entry(p.channel.to_owned()).or_default().advance(p.guid, p.created_at);
                     records.push(post_record(b, brand.as_deref()));
                 }
                 read += records.len();
@@ -161,15 +190,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_channel_added_to_the_selection_is_read_from_its_beginning() {
+        let mut state = PostsState::default();
+        state.channels.entry("a".into()).or_default().advance("p1", Some(50));
+        state.channels.entry("b".into()).or_default().advance("p2", Some(20));
+        assert_eq!(state.since_for(["a", "b"]), Some(20), "the oldest cursor");
+        assert_eq!(state.since_for(["a", "new"]), None, "a channel never read: from the start");
+    }
+
+    #[test]
     fn the_posts_state_skips_exactly_what_the_last_read_saw_at_its_boundary() {
-        let mut s = PostsState::default();
+        let mut s = ChannelCursor::default();
         s.advance("a", Some(10));
         s.advance("b", Some(20));
         s.advance("c", Some(20));
         s.advance("d", Some(15));
-        assert_eq!(s, PostsState { since: Some(20), at_since: vec!["b".into(), "c".into()] });
+        assert_eq!(s, ChannelCursor { since: Some(20), at_since: vec!["b".into(), "c".into()] });
         assert!(s.already_read("b", Some(20)));
         assert!(!s.already_read("e", Some(20)), "a post created in the same millisecond but not yet seen is read");
         assert!(!s.already_read("b", Some(21)));
+        assert!(s.already_read("a", Some(10)), "older than the cursor: read before");
     }
 }
