@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 use crate::store::kinds::DestinationKind;
-use crate::store::pipelines::DeleteDestinationError;
+use crate::store::pipelines::DeleteRefused;
 
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -83,8 +83,8 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
 pub async fn delete_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, destination_id: &str) -> ApiResult<Executed> {
     note.target("destination", destination_id);
     match state.store.delete_destination(&access.workspace_id, destination_id).await? {
-        Err(DeleteDestinationError::NotFound) => Err(ApiError::not_found("destination")),
-        Err(DeleteDestinationError::InUse(ids)) => Err(ApiError::conflict(
+        Err(DeleteRefused::NotFound) => Err(ApiError::not_found("destination")),
+        Err(DeleteRefused::InUse(ids)) => Err(ApiError::conflict(
             "DESTINATION_IN_USE",
             "pipelines still write to this destination: delete them first (DELETE /v1/connections/{pipeline_id}), then the destination",
         )

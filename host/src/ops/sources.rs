@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
-use crate::store::sources::DeleteSourceError;
+use crate::store::pipelines::DeleteRefused;
 
 /// Body of `POST /sources`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -99,8 +99,8 @@ pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
 pub async fn delete(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, source_id: &str) -> ApiResult<Executed> {
     note.target("source", source_id);
     match state.store.delete_source(&access.workspace_id, source_id).await? {
-        Err(DeleteSourceError::NotFound) => Err(ApiError::not_found("source")),
-        Err(DeleteSourceError::InUse(ids)) => Err(ApiError::conflict(
+        Err(DeleteRefused::NotFound) => Err(ApiError::not_found("source")),
+        Err(DeleteRefused::InUse(ids)) => Err(ApiError::conflict(
             "SOURCE_IN_USE",
             "connections still use this source: delete them first (DELETE /v1/connections/{connection_id}), then delete the source",
         )

@@ -149,11 +149,11 @@ pub struct JobFilter {
     pub created_before: Option<i64>,
 }
 
-/// Why a destination was not deleted.
+/// Why a source or destination was not deleted.
 #[derive(Debug)]
-pub enum DeleteDestinationError {
+pub enum DeleteRefused {
     NotFound,
-    /// The pipelines that still write to it.
+    /// The pipelines (connections) that still use it.
     InUse(Vec<String>),
 }
 
@@ -290,20 +290,28 @@ impl Store {
     }
 
     /// Deletes a destination no pipeline uses; the tables and files it
-    /// wrote stay where they are. Locked against a pipeline being created
-    /// on it meanwhile (the pipeline's foreign key waits on the row lock).
-    pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteDestinationError>> {
+    /// wrote stay where they are.
+    pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+        self.delete_unless_piped("destinations", "destination_id", workspace_id, id).await
+    }
+
+    /// Deletes a row of `table` (sources or destinations) unless a pipeline
+    /// names it in `column`. The check and the delete run in one
+    /// transaction, the row locked on PostgreSQL (a pipeline's foreign key
+    /// waits on that lock), so a pipeline created meanwhile cannot be left
+    /// pointing at nothing.
+    pub(super) async fn delete_unless_piped(&self, table: &'static str, column: &'static str, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
         let mut tx = self.begin_write().await?;
         let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
-        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM destinations WHERE workspace_id = $1 AND id = $2{lock}")))
+        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {table} WHERE workspace_id = $1 AND id = $2{lock}")))
             .bind(workspace_id)
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?;
         if exists.is_none() {
-            return Ok(Err(DeleteDestinationError::NotFound));
+            return Ok(Err(DeleteRefused::NotFound));
         }
-        let users = sqlx::query("SELECT id FROM pipelines WHERE destination_id = $1 ORDER BY id")
+        let users = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM pipelines WHERE {column} = $1 ORDER BY id")))
             .bind(id)
             .fetch_all(&mut *tx)
             .await?
@@ -311,9 +319,9 @@ impl Store {
             .map(|r| r.try_get::<String, _>("id"))
             .collect::<Result<Vec<_>, _>>()?;
         if !users.is_empty() {
-            return Ok(Err(DeleteDestinationError::InUse(users)));
+            return Ok(Err(DeleteRefused::InUse(users)));
         }
-        sqlx::query("DELETE FROM destinations WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(&mut *tx).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE workspace_id = $1 AND id = $2"))).bind(workspace_id).bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(Ok(()))
     }

@@ -6,7 +6,8 @@ use serde_json::Value;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::{Backend, Store, StoreResult, from_ms, new_id, now_ms};
+use super::pipelines::DeleteRefused;
+use super::{Store, StoreResult, from_ms, new_id, now_ms};
 
 /// A configured source.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -21,14 +22,6 @@ pub struct Source {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-}
-
-/// Why a source could not be deleted.
-#[derive(Debug)]
-pub enum DeleteSourceError {
-    NotFound,
-    /// Pipelines (connections) that still use it.
-    InUse(Vec<String>),
 }
 
 fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<Source> {
@@ -103,32 +96,9 @@ impl Store {
         self.source(workspace_id, source_id).await
     }
 
-    /// Deletes a source unless a pipeline uses it. The check and the delete
-    /// run in one transaction (the source row locked on PostgreSQL), so a
-    /// pipeline created concurrently cannot be left pointing at nothing.
-    pub async fn delete_source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Result<(), DeleteSourceError>> {
-        let mut tx = self.begin_write().await?;
-        let lock = if self.backend() == Backend::Postgres { " FOR UPDATE" } else { "" };
-        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM sources WHERE workspace_id = $1 AND id = $2{lock}")))
-            .bind(workspace_id)
-            .bind(source_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if exists.is_none() {
-            return Ok(Err(DeleteSourceError::NotFound));
-        }
-        let users = sqlx::query("SELECT id FROM pipelines WHERE source_id = $1 ORDER BY id")
-            .bind(source_id)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>("id"))
-            .collect::<Result<Vec<_>, _>>()?;
-        if !users.is_empty() {
-            return Ok(Err(DeleteSourceError::InUse(users)));
-        }
-        sqlx::query("DELETE FROM sources WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(source_id).execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(Ok(()))
+    /// Deletes a source unless a pipeline uses it (see
+    /// [`Store::delete_unless_piped`]).
+    pub async fn delete_source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+        self.delete_unless_piped("sources", "source_id", workspace_id, source_id).await
     }
 }
