@@ -13,6 +13,7 @@
 //! | [`Api::find_subscriber`] | `GET /email-lists/{uuid}/subscribers?filter[email]=...` |
 //! | [`Api::create_subscriber`] | `POST /email-lists/{uuid}/subscribers` |
 //! | [`Api::update_subscriber`] | `PATCH /subscribers/{uuid}` |
+//! | [`Api::delete_subscriber`] | `DELETE /subscribers/{uuid}` |
 //!
 //! # Errors and retries
 //!
@@ -79,7 +80,7 @@ pub struct ListPage {
     pub last_page: Option<u64>,
 }
 
-/// The provider's answer to a subscriber create or update.
+/// The provider's answer to a subscriber create, update or delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteAnswer {
     /// The provider accepted the record.
@@ -233,6 +234,31 @@ impl Api {
             Method::Patch,
             request,
         )?))
+    }
+
+    /// `DELETE /subscribers/{uuid}`. A 404 (no such subscriber) is a
+    /// [`WriteAnswer::Refused`] for the caller to act on, also when it
+    /// answers a retry: an earlier attempt may have deleted the subscriber.
+    /// A uuid that is not a plain path segment is a `provider-error`, not a
+    /// 404, because for a delete a 404 means "already gone".
+    pub fn delete_subscriber(&self, uuid: &str) -> Result<WriteAnswer> {
+        if !is_path_safe_id(uuid) {
+            return Err(Error::ProviderError(
+                "a subscriber uuid is not a plain path segment".into(),
+            ));
+        }
+        let request = self.request(Method::Delete, &format!("/subscribers/{uuid}"));
+        match send_keeping_client_errors(Method::Delete, request) {
+            Ok(response) => Ok(write_answer(response)),
+            // `send` turns a 4xx after a retry into "HTTP <status> from ...".
+            Err(Error::ProviderError(message)) if message.starts_with("HTTP 404 ") => {
+                Ok(WriteAnswer::Refused {
+                    status: 404,
+                    fields: Vec::new(),
+                })
+            }
+            Err(error) => Err(error),
+        }
     }
 }
 

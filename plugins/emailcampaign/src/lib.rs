@@ -12,10 +12,10 @@
 //! | operation | what it does |
 //! |---|---|
 //! | `check` | `GET /user`; succeeds with the token owner's email as the account |
-//! | `discover` | the streams `campaigns`, `campaign_statistics`, `email_lists`, `subscribers` ([`streams`]) |
+//! | `discover` | the streams `campaigns`, `campaign_statistics`, `email_lists`, `subscribers`; the schema of `subscribers` says what `write` can write ([`streams`]) |
 //! | `read` | pages through a stream, 100 records a page ([`read`]), incremental on `updated_at` ([`incremental`]) |
 //! | `preview` | normalised metrics of the 10 most recently sent campaigns ([`preview`], [`metrics`]) |
-//! | `write` | creates or upserts subscribers in the first configured list ([`write`](mod@write)) |
+//! | `write` | inserts, upserts, updates or deletes subscribers of the first configured list, matched by `email` or `uuid` ([`write`](mod@write)) |
 //!
 //! The connector is a source (`kind: source`); `write` is its reverse-ETL
 //! side. Its legacy aliases `source:emailcampaign` and `source:mailcoach`

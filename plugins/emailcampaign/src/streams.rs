@@ -11,6 +11,14 @@
 //! provider sends (their schemas allow additional properties); the plugin
 //! adds nothing to them except `email_list_uuid` on a subscriber that lacks
 //! it. The schemas describe the fields the connector knows about.
+//!
+//! `subscribers` is also what `write` writes, and its schema says how, by the
+//! host's convention: every property the connector cannot write carries
+//! `"readOnly": true` (only `email`, `first_name`, `last_name` and
+//! `extra_attributes` are writable), and the top-level `"x-write-keys":
+//! ["email", "uuid"]` lists the fields that match a record to an existing
+//! subscriber, the default first. The other streams carry no
+//! `x-write-keys`: they cannot be written.
 
 use connector_sdk::{Stream, Value, json};
 use serde_json::Map;
@@ -142,6 +150,15 @@ fn provider_rate() -> Value {
     })
 }
 
+/// `schema` with the annotation `"readOnly": true`: `write` cannot set the
+/// property.
+fn read_only(mut schema: Value) -> Value {
+    if let Value::Object(annotations) = &mut schema {
+        annotations.insert("readOnly".into(), Value::Bool(true));
+    }
+    schema
+}
+
 fn fraction() -> Value {
     json!({ "type": ["number", "null"], "minimum": 0, "maximum": 1 })
 }
@@ -234,28 +251,34 @@ fn email_list_schema() -> Value {
     )
 }
 
+/// The fields that match a written subscriber record to an existing
+/// subscriber, the default first (see the `write` module).
+pub const SUBSCRIBER_WRITE_KEYS: [&str; 2] = ["email", "uuid"];
+
 fn subscriber_schema() -> Value {
-    object(
+    let mut schema = object(
         &["uuid"],
         json!({
-            "uuid": { "type": "string" },
-            "email_list_uuid": text(),
+            "uuid": read_only(json!({ "type": "string" })),
+            "email_list_uuid": read_only(text()),
             "email": text(),
             "first_name": text(),
             "last_name": text(),
-            "status": {
+            "status": read_only(json!({
                 "type": ["string", "null"],
                 "description": "unconfirmed, subscribed or unsubscribed"
-            },
+            })),
             "extra_attributes": { "type": ["object", "array", "null"] },
-            "tags": { "type": ["array", "null"] },
-            "subscribed_at": time(),
-            "unsubscribed_at": time(),
-            "created_at": time(),
-            "updated_at": time(),
+            "tags": read_only(json!({ "type": ["array", "null"] })),
+            "subscribed_at": read_only(time()),
+            "unsubscribed_at": read_only(time()),
+            "created_at": read_only(time()),
+            "updated_at": read_only(time()),
         }),
         true,
-    )
+    );
+    schema["x-write-keys"] = json!(SUBSCRIBER_WRITE_KEYS);
+    schema
 }
 
 #[cfg(test)]
@@ -292,6 +315,43 @@ mod tests {
                 );
                 assert_eq!(stream.cursor_fields, ["updated_at"]);
                 assert_eq!(stream.default_cursor_field.as_deref(), Some("updated_at"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_subscriber_schema_says_what_write_can_write() {
+        let schema = StreamName::Subscribers.schema();
+        assert_eq!(schema["x-write-keys"], json!(["email", "uuid"]));
+        let properties = schema["properties"].as_object().unwrap();
+        let mut writable: Vec<&str> = properties
+            .iter()
+            .filter(|(_, property)| property.get("readOnly").is_none())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        writable.sort_unstable();
+        let mut expected = crate::write::WRITABLE_FIELDS;
+        expected.sort_unstable();
+        assert_eq!(writable, expected);
+        for (name, property) in properties {
+            if !writable.contains(&name.as_str()) {
+                assert_eq!(property["readOnly"], json!(true), "{name}");
+            }
+        }
+        for key in SUBSCRIBER_WRITE_KEYS {
+            assert!(properties.contains_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn only_subscribers_can_be_written() {
+        for stream in StreamName::ALL {
+            let schema = stream.schema();
+            let writable = stream == StreamName::Subscribers;
+            assert_eq!(schema.get("x-write-keys").is_some(), writable, "{stream:?}");
+            if !writable {
+                let properties = schema["properties"].as_object().unwrap();
+                assert!(properties.values().all(|p| p.get("readOnly").is_none()));
             }
         }
     }

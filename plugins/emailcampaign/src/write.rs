@@ -1,20 +1,27 @@
-//! `write` (reverse ETL): creates and updates subscribers.
+//! `write` (reverse ETL): creates, updates and deletes subscribers.
 //!
-//! Only the `subscribers` object can be written, in two modes:
+//! Only the `subscribers` object can be written, in four modes. Every mode
+//! but insert first finds the existing subscriber by a key field: with
+//! `email` (the default when no key field is given) the lookup is
+//! `GET /email-lists/{list}/subscribers?filter[email]=<email>`; with `uuid`
+//! the record's `uuid` is used directly, and the provider's 404 to the
+//! `PATCH` or `DELETE` means "not found".
 //!
 //! - **insert**: `POST /email-lists/{list}/subscribers` for every record.
-//! - **upsert**: find the subscriber, `PATCH /subscribers/{uuid}` if found,
-//!   otherwise create it as `insert` does. With key field `email` (the
-//!   default when no key field is given) the lookup is
-//!   `GET /email-lists/{list}/subscribers?filter[email]=<email>`; with key
-//!   field `uuid` the record's `uuid` is patched directly and a 404 means
-//!   "create".
+//! - **upsert**: `PATCH /subscribers/{uuid}` if found, otherwise create it
+//!   as `insert` does.
+//! - **update**: `PATCH /subscribers/{uuid}` if found; otherwise the record
+//!   fails with "no subscriber matches this record". Never creates.
+//! - **delete**: `DELETE /subscribers/{uuid}` if found. A subscriber that is
+//!   not there counts as written, so repeating a delete is harmless. Only
+//!   the record's key field is read; its other fields are ignored.
 //!
 //! `{list}` is the first of `email_list_uuids`; without one the write is
 //! `invalid-config`. Records are sent one by one, because the provider has
 //! no batch endpoint; only `email`, `first_name`, `last_name` and
 //! `extra_attributes` are sent, whatever else the record carries (for
-//! example the host's `_service_*` columns).
+//! example the host's `_service_*` columns). Except for a delete, a record
+//! needs a valid `email`, because it is sent.
 //!
 //! A record the provider refuses (validation, conflict) fails alone, with a
 //! message naming at most the offending *field names*, never their values.
@@ -32,8 +39,13 @@ use crate::api::{Api, WriteAnswer};
 use crate::config::{Config, is_path_safe_id};
 use crate::streams::StreamName;
 
-/// The fields of a record that are sent to the provider.
-const WRITABLE_FIELDS: [&str; 4] = ["email", "first_name", "last_name", "extra_attributes"];
+/// The fields of a record that are sent to the provider; the subscriber
+/// schema marks every other property `readOnly`.
+pub(crate) const WRITABLE_FIELDS: [&str; 4] =
+    ["email", "first_name", "last_name", "extra_attributes"];
+
+/// Why an update fails when the subscriber is not there.
+const NO_MATCH: &str = "no subscriber matches this record";
 
 /// Writes one batch; see the module documentation.
 pub fn write(request: WriteRequest<Config>) -> Result<WriteResult> {
@@ -65,10 +77,8 @@ pub fn write(request: WriteRequest<Config>) -> Result<WriteResult> {
             }
         };
         match write_one(&api, &list, mode, &subscriber) {
-            Ok(WriteAnswer::Accepted) => result.record_written(),
-            Ok(WriteAnswer::Refused { status, fields }) => {
-                result.record_failed(index, refusal_message(status, &fields));
-            }
+            Ok(Outcome::Written) => result.record_written(),
+            Ok(Outcome::Failed(why)) => result.record_failed(index, why),
             // `send` folds a client error that followed a retry into this.
             Err(Error::ProviderError(_)) => {
                 result.record_failed(index, "the provider refused the record");
@@ -100,27 +110,53 @@ pub fn write(request: WriteRequest<Config>) -> Result<WriteResult> {
 enum WriteKind {
     /// Create every record.
     Insert,
-    /// Update the subscriber with the record's email address, or create it.
-    UpsertByEmail,
-    /// Update the subscriber with the record's uuid, or create it.
-    UpsertByUuid,
+    /// Update the subscriber the key finds, or create it.
+    Upsert(Key),
+    /// Update the subscriber the key finds; fail the record without one.
+    Update(Key),
+    /// Delete the subscriber the key finds, if there is one.
+    Delete(Key),
+}
+
+/// The record field that finds an existing subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    /// The email address, looked up in the list.
+    Email,
+    /// The subscriber's uuid, used as it is.
+    Uuid,
 }
 
 impl WriteKind {
     fn of(mode: WriteMode, key_fields: &[String]) -> Result<Self> {
-        match mode {
-            WriteMode::Insert => Ok(WriteKind::Insert),
-            WriteMode::Upsert => match key_fields {
-                [] => Ok(WriteKind::UpsertByEmail),
-                [field] if field == "email" => Ok(WriteKind::UpsertByEmail),
-                [field] if field == "uuid" => Ok(WriteKind::UpsertByUuid),
-                _ => Err(Error::Unsupported(format!(
-                    "subscribers are upserted by `email` or by `uuid`, not by {key_fields:?}"
-                ))),
-            },
-            WriteMode::Update | WriteMode::Delete => Err(Error::Unsupported(
-                "subscribers support the insert and upsert write modes only".into(),
-            )),
+        Ok(match mode {
+            WriteMode::Insert => WriteKind::Insert,
+            WriteMode::Upsert => WriteKind::Upsert(Key::of("upserted", key_fields)?),
+            WriteMode::Update => WriteKind::Update(Key::of("updated", key_fields)?),
+            WriteMode::Delete => WriteKind::Delete(Key::of("deleted", key_fields)?),
+        })
+    }
+
+    /// The key that finds the existing subscriber; none for an insert.
+    fn key(self) -> Option<Key> {
+        match self {
+            WriteKind::Insert => None,
+            WriteKind::Upsert(key) | WriteKind::Update(key) | WriteKind::Delete(key) => Some(key),
+        }
+    }
+}
+
+impl Key {
+    /// The key the host's `key_fields` name: `email` when they name none.
+    /// `verb` says what the mode does, for the message.
+    fn of(verb: &str, key_fields: &[String]) -> Result<Self> {
+        match key_fields {
+            [] => Ok(Key::Email),
+            [field] if field == "email" => Ok(Key::Email),
+            [field] if field == "uuid" => Ok(Key::Uuid),
+            _ => Err(Error::Unsupported(format!(
+                "subscribers are {verb} by `email` or by `uuid`, not by {key_fields:?}"
+            ))),
         }
     }
 }
@@ -128,12 +164,29 @@ impl WriteKind {
 /// What one record asks for, checked before anything is sent.
 #[derive(Debug, Clone, PartialEq)]
 struct Subscriber {
-    /// The request body: the writable fields the record has.
+    /// The request body: the writable fields the record has. `Null` for a
+    /// delete, which sends no body.
     body: Value,
-    /// The email address, for an upsert by email.
-    email: String,
-    /// The uuid, for an upsert by uuid.
-    uuid: Option<String>,
+    /// How to find the existing subscriber; `None` for an insert.
+    target: Option<Target>,
+}
+
+/// The key value of one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// The record's email address (trimmed).
+    Email(String),
+    /// The record's subscriber uuid.
+    Uuid(String),
+}
+
+impl Target {
+    fn of(key: Key, fields: &Map<String, Value>) -> Result<Self, String> {
+        Ok(match key {
+            Key::Email => Target::Email(email_of(fields)?.to_owned()),
+            Key::Uuid => Target::Uuid(uuid_of(fields)?.to_owned()),
+        })
+    }
 }
 
 impl Subscriber {
@@ -143,12 +196,14 @@ impl Subscriber {
         let Some(fields) = record.as_object() else {
             return Err("the record is not a JSON object".into());
         };
-        let email = fields
-            .get("email")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|e| looks_like_email(e))
-            .ok_or("`email` is missing or not an email address")?;
+        if let WriteKind::Delete(key) = kind {
+            // Nothing but the key is used, so nothing else is checked.
+            return Ok(Self {
+                body: Value::Null,
+                target: Some(Target::of(key, fields)?),
+            });
+        }
+        let email = email_of(fields)?;
         for name in ["first_name", "last_name"] {
             if !fields
                 .get(name)
@@ -163,17 +218,7 @@ impl Subscriber {
         {
             return Err("`extra_attributes` must be an object".into());
         }
-        let uuid = match kind {
-            WriteKind::UpsertByUuid => Some(
-                fields
-                    .get("uuid")
-                    .and_then(Value::as_str)
-                    .filter(|u| is_path_safe_id(u))
-                    .ok_or("`uuid` is missing or not a subscriber uuid")?
-                    .to_owned(),
-            ),
-            _ => None,
-        };
+        let target = kind.key().map(|key| Target::of(key, fields)).transpose()?;
         let mut body = Map::new();
         for name in WRITABLE_FIELDS {
             if let Some(value) = fields.get(name) {
@@ -183,10 +228,28 @@ impl Subscriber {
         body.insert("email".into(), Value::String(email.to_owned()));
         Ok(Self {
             body: Value::Object(body),
-            email: email.to_owned(),
-            uuid,
+            target,
         })
     }
+}
+
+/// The record's email address, trimmed, if it looks like one.
+fn email_of(fields: &Map<String, Value>) -> Result<&str, String> {
+    fields
+        .get("email")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|e| looks_like_email(e))
+        .ok_or_else(|| "`email` is missing or not an email address".to_owned())
+}
+
+/// The record's subscriber uuid, if it can be a path segment.
+fn uuid_of(fields: &Map<String, Value>) -> Result<&str, String> {
+    fields
+        .get("uuid")
+        .and_then(Value::as_str)
+        .filter(|u| is_path_safe_id(u))
+        .ok_or_else(|| "`uuid` is missing or not a subscriber uuid".to_owned())
 }
 
 /// A plausibility check only; the provider validates for real.
@@ -199,26 +262,75 @@ fn looks_like_email(text: &str) -> bool {
     }
 }
 
-/// Applies one checked record.
-fn write_one(
-    api: &Api,
-    list: &str,
-    kind: WriteKind,
-    subscriber: &Subscriber,
-) -> Result<WriteAnswer> {
-    let existing = match kind {
-        WriteKind::Insert => None,
-        WriteKind::UpsertByUuid => subscriber.uuid.clone(),
-        WriteKind::UpsertByEmail => api.find_subscriber(list, &subscriber.email)?,
-    };
-    if let Some(uuid) = existing {
-        match api.update_subscriber(&uuid, &subscriber.body)? {
-            // Gone (or never there): create it instead.
-            WriteAnswer::Refused { status: 404, .. } => {}
-            answer => return Ok(answer),
+/// What became of one record the provider was asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// Count it as written.
+    Written,
+    /// Count it as failed, for this reason.
+    Failed(String),
+}
+
+impl From<WriteAnswer> for Outcome {
+    fn from(answer: WriteAnswer) -> Self {
+        match answer {
+            WriteAnswer::Accepted => Outcome::Written,
+            WriteAnswer::Refused { status, fields } => {
+                Outcome::Failed(refusal_message(status, &fields))
+            }
         }
     }
-    api.create_subscriber(list, &subscriber.body)
+}
+
+/// Applies one checked record.
+fn write_one(api: &Api, list: &str, kind: WriteKind, subscriber: &Subscriber) -> Result<Outcome> {
+    let existing = match &subscriber.target {
+        None => None,
+        Some(Target::Uuid(uuid)) => Some(uuid.clone()),
+        Some(Target::Email(email)) => api.find_subscriber(list, email)?,
+    };
+    match kind {
+        WriteKind::Insert => Ok(api.create_subscriber(list, &subscriber.body)?.into()),
+        WriteKind::Upsert(_) => {
+            if let Some(uuid) = existing {
+                match api.update_subscriber(&uuid, &subscriber.body)? {
+                    // Gone (or never there): create it instead.
+                    WriteAnswer::Refused { status: 404, .. } => {}
+                    answer => return Ok(answer.into()),
+                }
+            }
+            Ok(api.create_subscriber(list, &subscriber.body)?.into())
+        }
+        WriteKind::Update(_) => Ok(updated(
+            existing
+                .map(|uuid| api.update_subscriber(&uuid, &subscriber.body))
+                .transpose()?,
+        )),
+        WriteKind::Delete(_) => Ok(deleted(
+            existing
+                .map(|uuid| api.delete_subscriber(&uuid))
+                .transpose()?,
+        )),
+    }
+}
+
+/// What an update means for the record: `answer` is the provider's answer
+/// to the `PATCH`, `None` when the lookup found nobody to patch.
+fn updated(answer: Option<WriteAnswer>) -> Outcome {
+    match answer {
+        None | Some(WriteAnswer::Refused { status: 404, .. }) => Outcome::Failed(NO_MATCH.into()),
+        Some(answer) => answer.into(),
+    }
+}
+
+/// What a delete means for the record: `answer` is the provider's answer to
+/// the `DELETE`, `None` when the lookup found nobody to delete. A subscriber
+/// that is not there is as good as deleted.
+fn deleted(answer: Option<WriteAnswer>) -> Outcome {
+    match answer {
+        None | Some(WriteAnswer::Refused { status: 404, .. }) => Outcome::Written,
+        Some(answer) => answer.into(),
+    }
 }
 
 /// The message for a record the provider refused.
@@ -266,38 +378,64 @@ mod tests {
         Subscriber::from_record(&record, WriteKind::Insert)
     }
 
+    fn keyed(mode: WriteMode, fields: &[&str]) -> Result<WriteKind> {
+        WriteKind::of(
+            mode,
+            &fields.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+        )
+    }
+
     #[test]
-    fn insert_and_upsert_are_the_only_modes() {
+    fn every_mode_is_supported() {
         assert_eq!(
             WriteKind::of(WriteMode::Insert, &[]).unwrap(),
             WriteKind::Insert
         );
-        assert!(matches!(
-            WriteKind::of(WriteMode::Update, &[]),
-            Err(Error::Unsupported(_))
-        ));
-        assert!(matches!(
-            WriteKind::of(WriteMode::Delete, &[]),
-            Err(Error::Unsupported(_))
-        ));
+        assert_eq!(
+            WriteKind::of(WriteMode::Upsert, &[]).unwrap(),
+            WriteKind::Upsert(Key::Email)
+        );
+        assert_eq!(
+            WriteKind::of(WriteMode::Update, &[]).unwrap(),
+            WriteKind::Update(Key::Email)
+        );
+        assert_eq!(
+            WriteKind::of(WriteMode::Delete, &[]).unwrap(),
+            WriteKind::Delete(Key::Email)
+        );
     }
 
     #[test]
-    fn upserts_match_by_email_unless_the_key_is_uuid() {
-        let key = |fields: &[&str]| {
-            WriteKind::of(
-                WriteMode::Upsert,
-                &fields.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
-            )
-        };
-        assert_eq!(key(&[]).unwrap(), WriteKind::UpsertByEmail);
-        assert_eq!(key(&["email"]).unwrap(), WriteKind::UpsertByEmail);
-        assert_eq!(key(&["uuid"]).unwrap(), WriteKind::UpsertByUuid);
-        assert!(matches!(key(&["first_name"]), Err(Error::Unsupported(_))));
-        assert!(matches!(
-            key(&["email", "uuid"]),
-            Err(Error::Unsupported(_))
-        ));
+    fn keyed_modes_match_by_email_unless_the_key_is_uuid() {
+        let modes: [(WriteMode, fn(Key) -> WriteKind, &str); 3] = [
+            (WriteMode::Upsert, WriteKind::Upsert, "upserted"),
+            (WriteMode::Update, WriteKind::Update, "updated"),
+            (WriteMode::Delete, WriteKind::Delete, "deleted"),
+        ];
+        for (mode, kind, verb) in modes {
+            assert_eq!(keyed(mode, &[]).unwrap(), kind(Key::Email));
+            assert_eq!(keyed(mode, &["email"]).unwrap(), kind(Key::Email));
+            assert_eq!(keyed(mode, &["uuid"]).unwrap(), kind(Key::Uuid));
+            for bad in [&["first_name"][..], &["email", "uuid"][..]] {
+                match keyed(mode, bad) {
+                    Err(Error::Unsupported(message)) => {
+                        assert!(message.contains(verb), "{message}");
+                    }
+                    other => panic!("{mode:?} by {bad:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_keys_are_those_the_subscriber_schema_advertises() {
+        let [default, other] = crate::streams::SUBSCRIBER_WRITE_KEYS;
+        assert_eq!(Key::of("updated", &[]).unwrap(), Key::Email);
+        assert_eq!(
+            Key::of("updated", &[default.to_owned()]).unwrap(),
+            Key::Email
+        );
+        assert_eq!(Key::of("updated", &[other.to_owned()]).unwrap(), Key::Uuid);
     }
 
     #[test]
@@ -349,12 +487,109 @@ mod tests {
 
     #[test]
     fn an_upsert_by_uuid_needs_a_usable_uuid() {
+        let kind = WriteKind::Upsert(Key::Uuid);
         let record = json!({ "email": "a@b.c", "uuid": "../x" });
-        assert!(Subscriber::from_record(&record, WriteKind::UpsertByUuid).is_err());
+        assert!(Subscriber::from_record(&record, kind).is_err());
         let record = json!({ "email": "a@b.c", "uuid": "2a0c72d9-f91a" });
-        let s = Subscriber::from_record(&record, WriteKind::UpsertByUuid).unwrap();
-        assert_eq!(s.uuid.as_deref(), Some("2a0c72d9-f91a"));
+        let s = Subscriber::from_record(&record, kind).unwrap();
+        assert_eq!(s.target, Some(Target::Uuid("2a0c72d9-f91a".into())));
         assert!(!s.body.as_object().unwrap().contains_key("uuid"));
+    }
+
+    #[test]
+    fn an_update_checks_the_record_as_an_upsert_does() {
+        for key in [Key::Email, Key::Uuid] {
+            let (update, upsert) = (WriteKind::Update(key), WriteKind::Upsert(key));
+            for record in [
+                json!({ "email": "a@b.c", "uuid": "s1", "first_name": "Ada" }),
+                json!({ "email": "a@b.c", "uuid": "s1", "first_name": 7 }),
+                json!({ "uuid": "s1", "first_name": "Ada" }),
+            ] {
+                assert_eq!(
+                    Subscriber::from_record(&record, update),
+                    Subscriber::from_record(&record, upsert),
+                    "{record}"
+                );
+            }
+        }
+        let record = json!({ "email": " a@b.c ", "last_name": "Lovelace" });
+        let s = Subscriber::from_record(&record, WriteKind::Update(Key::Email)).unwrap();
+        assert_eq!(s.target, Some(Target::Email("a@b.c".into())));
+        assert_eq!(s.body, json!({ "email": "a@b.c", "last_name": "Lovelace" }));
+    }
+
+    #[test]
+    fn a_delete_needs_only_its_key_field() {
+        let by_email = WriteKind::Delete(Key::Email);
+        let by_uuid = WriteKind::Delete(Key::Uuid);
+        let record = json!({
+            "email": " ada@example.com ",
+            "first_name": 7,
+            "extra_attributes": "plan=pro"
+        });
+        let s = Subscriber::from_record(&record, by_email).unwrap();
+        assert_eq!(s.target, Some(Target::Email("ada@example.com".into())));
+        assert_eq!(s.body, Value::Null);
+
+        let s = Subscriber::from_record(&json!({ "uuid": "2a0c72d9" }), by_uuid).unwrap();
+        assert_eq!(s.target, Some(Target::Uuid("2a0c72d9".into())));
+
+        for (record, kind, field) in [
+            (json!({ "uuid": "2a0c72d9" }), by_email, "`email`"),
+            (json!({ "email": "not-an-address" }), by_email, "`email`"),
+            (json!({ "email": "a@b.c" }), by_uuid, "`uuid`"),
+            (
+                json!({ "email": "a@b.c", "uuid": "a/b" }),
+                by_uuid,
+                "`uuid`",
+            ),
+            (json!(["a@b.c"]), by_email, "JSON object"),
+        ] {
+            let message = Subscriber::from_record(&record, kind).unwrap_err();
+            assert!(message.contains(field), "{record}: {message}");
+            assert!(!message.contains("not-an-address") && !message.contains("a/b"));
+        }
+    }
+
+    #[test]
+    fn an_update_without_a_subscriber_fails_the_record() {
+        let no_match = Outcome::Failed("no subscriber matches this record".into());
+        assert_eq!(updated(None), no_match);
+        assert_eq!(
+            updated(Some(WriteAnswer::Refused {
+                status: 404,
+                fields: vec![]
+            })),
+            no_match
+        );
+        assert_eq!(updated(Some(WriteAnswer::Accepted)), Outcome::Written);
+        assert_eq!(
+            updated(Some(WriteAnswer::Refused {
+                status: 422,
+                fields: vec!["email".into()]
+            })),
+            Outcome::Failed(refusal_message(422, &["email".into()]))
+        );
+    }
+
+    #[test]
+    fn deleting_a_missing_subscriber_counts_as_written() {
+        assert_eq!(deleted(None), Outcome::Written);
+        assert_eq!(
+            deleted(Some(WriteAnswer::Refused {
+                status: 404,
+                fields: vec![]
+            })),
+            Outcome::Written
+        );
+        assert_eq!(deleted(Some(WriteAnswer::Accepted)), Outcome::Written);
+        assert_eq!(
+            deleted(Some(WriteAnswer::Refused {
+                status: 409,
+                fields: vec![]
+            })),
+            Outcome::Failed("the provider refused the record (HTTP 409)".into())
+        );
     }
 
     #[test]

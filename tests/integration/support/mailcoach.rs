@@ -1,17 +1,25 @@
 //! A fake email-campaign provider speaking the Mailcoach-compatible API:
 //! bearer auth, Laravel-style pagination, campaign statistics, lists and
 //! subscribers, 401 for a bad token, 429 with Retry-After and 5xx on demand.
+//!
+//! Subscribers can also be written, as reverse ETL does: `POST
+//! /email-lists/{uuid}/subscribers`, `PATCH /subscribers/{uuid}` and `DELETE
+//! /subscribers/{uuid}` act on [`MailcoachState::written`], which a
+//! `filter[email]` lookup of the list searches. The generated subscribers
+//! that plain list reads page through ([`subscribers`]) are separate and
+//! never change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use serde_json::{Value, json};
+use axum::routing::{get, patch};
+use serde_json::{Map, Value, json};
 
 /// Behaviour switches and what the provider saw.
 #[derive(Default)]
@@ -33,6 +41,48 @@ pub struct MailcoachState {
     pub subscribers: usize,
     /// Milliseconds every answer waits before it is given.
     pub delay_ms: std::sync::atomic::AtomicU64,
+    /// Subscribers created through the API (or seeded with
+    /// [`MailcoachState::seed_subscriber`]), by uuid. `filter[email]`
+    /// lookups, `PATCH` and `DELETE` see these only.
+    pub written: Mutex<BTreeMap<String, Value>>,
+    /// Email addresses that `POST` and `PATCH` refuse with a Laravel-style
+    /// 422 (`errors.email`).
+    pub reject_emails: Mutex<HashSet<String>>,
+    /// Every successful write, in order: `("POST", email)`,
+    /// `("PATCH", uuid)` or `("DELETE", uuid)`.
+    pub writes: Mutex<Vec<(String, String)>>,
+}
+
+impl MailcoachState {
+    /// The written subscriber with this email address, in any list
+    /// (compared as the provider's lookup compares).
+    pub fn subscriber_by_email(&self, email: &str) -> Option<Value> {
+        self.written
+            .lock()
+            .unwrap()
+            .values()
+            .find(|s| s["email"].as_str().is_some_and(|e| same_email(e, email)))
+            .cloned()
+    }
+
+    /// How many written subscribers exist now.
+    pub fn written_count(&self) -> usize {
+        self.written.lock().unwrap().len()
+    }
+
+    /// Puts a subscriber on [`LIST_UUID`] as if it had been created earlier,
+    /// without logging a write; returns its uuid.
+    pub fn seed_subscriber(&self, email: &str, first_name: Option<&str>) -> String {
+        let subscriber = new_subscriber(LIST_UUID, email, &json!({ "first_name": first_name }));
+        let uuid = subscriber["uuid"].as_str().unwrap().to_owned();
+        self.written.lock().unwrap().insert(uuid.clone(), subscriber);
+        uuid
+    }
+
+    /// The write log so far (a copy of [`MailcoachState::writes`]).
+    pub fn write_log(&self) -> Vec<(String, String)> {
+        self.writes.lock().unwrap().clone()
+    }
 }
 
 /// The provider's one email list.
@@ -170,20 +220,181 @@ fn routes(state: Arc<MailcoachState>) -> Router {
                 axum::Json(paginate(&lists, &q, "/api/email-lists")).into_response()
             }),
         )
-        .route(
-            "/api/email-lists/{uuid}/subscribers",
-            get(|State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>, Query(q): Query<HashMap<String, String>>| async move {
-                if let Err(r) = check(&s, &h) {
-                    return r;
-                }
-                if uuid != LIST_UUID {
-                    return (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not found." }))).into_response();
-                }
-                let path = format!("/api/email-lists/{uuid}/subscribers");
-                axum::Json(paginate(&subscribers(s.subscribers), &q, &path)).into_response()
-            }),
-        )
+        .route("/api/email-lists/{uuid}/subscribers", get(list_subscribers).post(create_subscriber))
+        .route("/api/subscribers/{uuid}", patch(update_subscriber).delete(delete_subscriber))
         .with_state(state)
+}
+
+/// `GET /api/email-lists/{uuid}/subscribers`: with `filter[email]`, the
+/// written subscribers of the list with that address; otherwise the
+/// generated ones.
+async fn list_subscribers(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>, Query(q): Query<HashMap<String, String>>) -> Response {
+    if let Err(r) = check(&s, &h) {
+        return r;
+    }
+    if uuid != LIST_UUID {
+        return not_found();
+    }
+    let path = format!("/api/email-lists/{uuid}/subscribers");
+    if let Some(email) = q.get("filter[email]") {
+        let matches: Vec<Value> = s
+            .written
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|x| x["email_list_uuid"] == uuid.as_str() && x["email"].as_str().is_some_and(|e| same_email(e, email)))
+            .cloned()
+            .collect();
+        return axum::Json(paginate(&matches, &q, &path)).into_response();
+    }
+    axum::Json(paginate(&subscribers(s.subscribers), &q, &path)).into_response()
+}
+
+/// `POST /api/email-lists/{uuid}/subscribers`: 201 with the new subscriber,
+/// or 422 for a missing, invalid, rejected or already listed email.
+async fn create_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(list): Path<String>, body: Bytes) -> Response {
+    if let Err(r) = check(&s, &h) {
+        return r;
+    }
+    if list != LIST_UUID {
+        return not_found();
+    }
+    // Laravel reads a body that is not JSON as no input at all.
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let email = match checked_email(&s, body.get("email")) {
+        Ok(Some(email)) => email,
+        Ok(None) => return invalid("email", "The email field is required."),
+        Err(r) => return r,
+    };
+    let subscriber = {
+        let mut written = s.written.lock().unwrap();
+        let taken = written
+            .values()
+            .any(|x| x["email_list_uuid"] == list.as_str() && x["email"].as_str().is_some_and(|e| same_email(e, &email)));
+        if taken {
+            return invalid("email", "The email has already been taken.");
+        }
+        let subscriber = new_subscriber(&list, &email, &body);
+        written.insert(subscriber["uuid"].as_str().unwrap().to_owned(), subscriber.clone());
+        subscriber
+    };
+    s.writes.lock().unwrap().push(("POST".to_owned(), email));
+    (StatusCode::CREATED, axum::Json(json!({ "data": subscriber }))).into_response()
+}
+
+/// `PATCH /api/subscribers/{uuid}`: 404 for an unknown subscriber, 422 for
+/// an invalid, rejected or (within its list) taken email; otherwise the
+/// given fields replace the stored ones and the answer is 200 with the
+/// subscriber.
+async fn update_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>, body: Bytes) -> Response {
+    if let Err(r) = check(&s, &h) {
+        return r;
+    }
+    if !s.written.lock().unwrap().contains_key(&uuid) {
+        return not_found();
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let email = match checked_email(&s, body.get("email")) {
+        Ok(email) => email,
+        Err(r) => return r,
+    };
+    let updated = {
+        let mut written = s.written.lock().unwrap();
+        if let Some(email) = &email {
+            let list = written.get(&uuid).map(|x| x["email_list_uuid"].clone()).unwrap_or(Value::Null);
+            let taken = written
+                .iter()
+                .any(|(other, x)| other != &uuid && x["email_list_uuid"] == list && x["email"].as_str().is_some_and(|e| same_email(e, email)));
+            if taken {
+                return invalid("email", "The email has already been taken.");
+            }
+        }
+        let Some(subscriber) = written.get_mut(&uuid) else {
+            return not_found();
+        };
+        for field in ["first_name", "last_name", "extra_attributes", "tags"] {
+            if let Some(value) = body.get(field) {
+                subscriber[field] = value.clone();
+            }
+        }
+        if let Some(email) = email {
+            subscriber["email"] = Value::String(email);
+        }
+        subscriber["updated_at"] = Value::String(now());
+        subscriber.clone()
+    };
+    s.writes.lock().unwrap().push(("PATCH".to_owned(), uuid));
+    axum::Json(json!({ "data": updated })).into_response()
+}
+
+/// `DELETE /api/subscribers/{uuid}`: 204, or 404 for an unknown subscriber.
+async fn delete_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>) -> Response {
+    if let Err(r) = check(&s, &h) {
+        return r;
+    }
+    let removed = s.written.lock().unwrap().remove(&uuid);
+    if removed.is_none() {
+        return not_found();
+    }
+    s.writes.lock().unwrap().push(("DELETE".to_owned(), uuid));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not found." }))).into_response()
+}
+
+/// A Laravel validation failure: 422 with the message under `errors.<field>`.
+fn invalid(field: &str, message: &str) -> Response {
+    let mut errors = Map::new();
+    errors.insert(field.to_owned(), json!([message]));
+    (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(json!({ "message": message, "errors": errors }))).into_response()
+}
+
+/// The email address of a write's body (trimmed; `None` when absent or
+/// null), or the 422 for one that is not an address or is rejected.
+#[allow(clippy::result_large_err, reason = "the error is the handler's whole answer, returned at once")]
+fn checked_email(s: &MailcoachState, value: Option<&Value>) -> Result<Option<String>, Response> {
+    let email = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(e)) if e.trim().contains('@') => e.trim().to_owned(),
+        Some(_) => return Err(invalid("email", "The email must be a valid email address.")),
+    };
+    if s.reject_emails.lock().unwrap().iter().any(|r| same_email(r, &email)) {
+        return Err(invalid("email", "The email is invalid."));
+    }
+    Ok(Some(email))
+}
+
+/// Email addresses compare case-insensitively, as the provider's database
+/// collation does.
+fn same_email(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+/// The provider's timestamp format.
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// A new subscriber of `list` from a create body.
+fn new_subscriber(list: &str, email: &str, body: &Value) -> Value {
+    let now = now();
+    let given = |field: &str| body.get(field).cloned().unwrap_or(Value::Null);
+    json!({
+        "uuid": uuid::Uuid::new_v4().to_string(),
+        "email_list_uuid": list,
+        "email": email,
+        "first_name": given("first_name"),
+        "last_name": given("last_name"),
+        "status": "subscribed",
+        "extra_attributes": body.get("extra_attributes").filter(|v| v.is_object()).cloned().unwrap_or_else(|| json!({})),
+        "tags": body.get("tags").filter(|v| v.is_array()).cloned().unwrap_or_else(|| json!([])),
+        "subscribed_at": now,
+        "unsubscribed_at": null,
+        "created_at": now,
+        "updated_at": now,
+    })
 }
 
 /// The one email list's subscribers: nested attributes and tags, as the
