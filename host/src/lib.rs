@@ -30,8 +30,10 @@
 //! - [`ops`]: every write as a value, one file per context, and the one
 //!   door ([`ops::submit`]) with the approval gate behind it.
 //! - [`connectors`]: host-side rules of particular connectors, by id.
+//! - [`reverse_etl`]: models, activations and their runs: the diff against
+//!   each activation's state and the sends to connectors and webhooks.
 //! - [`jobs`]: runners (leases, heartbeats, retries), the scheduler, one
-//!   sync and the write queue.
+//!   sync and the write queue; reverse-ETL runs are jobs too.
 //! - [`credentials`]: the vault (sealed secrets behind handles), the
 //!   keyring and the host's OAuth flows.
 //! - [`access`]: roles, the principal, tokens, first-run bootstrap and
@@ -60,6 +62,7 @@ pub mod jobs;
 pub mod mcp;
 pub mod ops;
 pub mod plugin;
+pub mod reverse_etl;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -27,11 +27,14 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct JobsQuery {
     /// Only jobs of this pipeline.
     pipeline_id: Option<String>,
+    /// Only runs of this reverse-ETL activation.
+    activation_id: Option<String>,
     /// Only jobs in this status: `queued`, `running`, `succeeded`, `failed`
     /// or `cancelled`.
     #[param(value_type = Option<JobStatus>)]
     status: Option<String>,
-    /// Only `sync` or `reset` jobs.
+    /// Only jobs of this kind: `sync`, `reset`, `activation_run` or
+    /// `activation_resync`.
     #[param(value_type = Option<JobKind>)]
     kind: Option<String>,
     /// Only jobs created at or after this time (RFC 3339).
@@ -59,8 +62,9 @@ async fn list_jobs(State(state): State<AppState>, ws: Workspace, ApiQuery(q): Ap
     let limit = q.limit()?;
     let filter = JobFilter {
         pipeline_id: f.pipeline_id,
+        activation_id: f.activation_id,
         status: f.status.as_deref().map(|s| JobStatus::parse(s).ok_or_else(|| ApiError::invalid_field("status", "status must be queued, running, succeeded, failed or cancelled"))).transpose()?,
-        kind: f.kind.as_deref().map(|k| JobKind::parse(k).ok_or_else(|| ApiError::invalid_field("kind", "kind must be sync or reset"))).transpose()?,
+        kind: f.kind.as_deref().map(|k| JobKind::parse(k).ok_or_else(|| ApiError::invalid_field("kind", format!("kind must be {}", JobKind::choices())))).transpose()?,
         created_after: time("created_after", f.created_after.as_deref())?,
         created_before: time("created_before", f.created_before.as_deref())?,
     };

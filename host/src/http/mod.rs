@@ -8,7 +8,7 @@
 //!   [`sessions`], [`audit_logs`], [`approvals`] (with policies),
 //!   [`connectors`], [`credentials`], [`oauth`], [`emailcampaign`],
 //!   [`plugins`], [`sources`], [`destinations`], [`pipelines`],
-//!   [`connections`], [`jobs`];
+//!   [`connections`], [`jobs`], [`reverse_etl`];
 //! - [`middleware`]: authentication, audit, idempotency, throttling,
 //!   deadlines and metrics;
 //! - [`extract`]: the request-side types every handler shares (JSON bodies
@@ -47,6 +47,7 @@ pub mod me;
 pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
+pub mod reverse_etl;
 pub mod middleware;
 pub mod sessions;
 pub mod sources;
@@ -250,6 +251,7 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(pipelines::router())
         .merge(connections::router())
         .merge(jobs::router())
+        .merge(reverse_etl::router())
 }
 
 /// Headers of every answer: never sniffed as another content type, and

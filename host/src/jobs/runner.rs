@@ -91,7 +91,14 @@ async fn run(state: &AppState, owner: &str, job: Job) {
             }
         })
     };
-    let outcome = super::sync::execute(state, &job, cancelled.clone()).await;
+    let outcome = if job.kind.is_activation_run() {
+        crate::reverse_etl::run::execute(state, &job, cancelled.clone()).await.map_err(|f| match f {
+            crate::reverse_etl::run::RunFailure::Transient(m) => Failure::Transient(m),
+            crate::reverse_etl::run::RunFailure::Permanent(m) => Failure::Permanent(m),
+        })
+    } else {
+        super::sync::execute(state, &job, cancelled.clone()).await
+    };
     beat.abort();
     match outcome {
         Ok(()) => {

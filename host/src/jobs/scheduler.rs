@@ -1,6 +1,7 @@
-//! The scheduler: starts the syncs of pipelines whose interval or cron
-//! schedule is due; a run that meets an active job is skipped and recorded
-//! in the audit log, never queued twice.
+//! The scheduler: starts the syncs of pipelines and the runs of
+//! reverse-ETL activations whose interval or cron schedule is due; one
+//! that meets an active job is skipped and recorded in the audit log,
+//! never queued twice.
 
 use crate::state::AppState;
 use crate::store::now_ms;
@@ -10,6 +11,34 @@ use crate::store::pipelines::Schedule;
 
 /// Starts what is due now.
 pub(super) async fn schedule_due(state: &AppState) {
+    schedule_syncs(state).await;
+    schedule_activations(state).await;
+}
+
+async fn schedule_activations(state: &AppState) {
+    let Ok(due) = state.store.due_activations(now_ms()).await else { return };
+    for a in due {
+        let _ = state.store.set_activation_next_run(&a.activation_id, a.schedule.next_after(now_ms()).ok().flatten()).await;
+        if a.schedule == Schedule::Manual {
+            continue;
+        }
+        match state.store.create_run(&a.workspace_id, &a.activation_id, JobKind::ActivationRun, Trigger::Schedule).await {
+            Ok(Ok(run)) => {
+                state.jobs_queued.notify_one();
+                tracing::info!(activation = %a.activation_id, run = %run.job_id, "scheduled reverse-ETL run started");
+            }
+            Ok(Err(active)) => {
+                let record = NewAuditRecord::event(&a.workspace_id, "reverse_etl.schedule_skipped", AuditOutcome::Failed, 409, crate::telemetry::request_id::current())
+                    .on("activation", &a.activation_id);
+                let _ = state.store.append_audit(&record).await;
+                tracing::info!(activation = %a.activation_id, active = ?active.0.map(|j| j.job_id), "scheduled reverse-ETL run skipped: a run is active");
+            }
+            Err(e) => tracing::warn!(error = %e, "could not start a scheduled reverse-ETL run"),
+        }
+    }
+}
+
+async fn schedule_syncs(state: &AppState) {
     let Ok(due) = state.store.due_pipelines(now_ms()).await else { return };
     for p in due {
         let _ = state.store.set_next_run(&p.pipeline_id, p.schedule.next_after(now_ms()).ok().flatten()).await;

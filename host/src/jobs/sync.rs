@@ -166,7 +166,8 @@ impl RecordSink for JobSink {
 pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
-    let pipeline = state.store.pipeline(ws, &job.pipeline_id).await.ok().flatten().ok_or_else(|| permanent("the pipeline no longer exists"))?;
+    let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
+    let pipeline = state.store.pipeline(ws, pipeline_id).await.ok().flatten().ok_or_else(|| permanent("the pipeline no longer exists"))?;
     let source = state.store.source(ws, &pipeline.source_id).await.ok().flatten().ok_or_else(|| permanent("the source no longer exists"))?;
     let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
     let dest = state.store.destination(ws, &dest_id).await.ok().flatten().ok_or_else(|| permanent("the destination no longer exists"))?;

@@ -35,6 +35,8 @@ pub enum Category {
     Syncs,
     /// Loading and unloading connector plugins (installation operators).
     Plugins,
+    /// Reverse-ETL models, destinations and activations, and starting runs.
+    ReverseEtl,
 }
 
 impl Category {
@@ -48,6 +50,7 @@ impl Category {
         Category::Pipelines,
         Category::Syncs,
         Category::Plugins,
+        Category::ReverseEtl,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +63,7 @@ impl Category {
             Category::Pipelines => "pipelines",
             Category::Syncs => "syncs",
             Category::Plugins => "plugins",
+            Category::ReverseEtl => "reverse_etl",
         }
     }
 
@@ -85,6 +89,7 @@ impl Category {
             Category::Pipelines => "creating, changing, pausing, resuming and deleting pipelines (connections)",
             Category::Syncs => "starting syncs and resets, cancelling jobs",
             Category::Plugins => "loading and unloading connector plugins (installation operators)",
+            Category::ReverseEtl => "creating, changing and deleting reverse-ETL models, destinations and activations, and starting their runs",
         }
     }
 
@@ -92,7 +97,13 @@ impl Category {
     pub fn required_role(self) -> Role {
         match self {
             Category::WorkspaceAdmin | Category::Plugins => Role::Administrator,
-            Category::Credentials | Category::CredentialEntry | Category::Sources | Category::Destinations | Category::Pipelines | Category::Syncs => {
+            Category::Credentials
+            | Category::CredentialEntry
+            | Category::Sources
+            | Category::Destinations
+            | Category::Pipelines
+            | Category::Syncs
+            | Category::ReverseEtl => {
                 Role::Editor
             }
         }

@@ -84,11 +84,16 @@ pub async fn delete_destination(state: &AppState, access: &WorkspaceAccess, note
     note.target("destination", destination_id);
     match state.store.delete_destination(&access.workspace_id, destination_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("destination")),
-        Err(DeleteRefused::InUse(ids)) => Err(ApiError::conflict(
+        Err(DeleteRefused::InUse { table: "pipelines", ids }) => Err(ApiError::conflict(
             "DESTINATION_IN_USE",
             "pipelines still write to this destination: delete them first (DELETE /v1/connections/{pipeline_id}), then the destination",
         )
         .with_details(json!({ "pipeline_ids": ids }))),
+        Err(DeleteRefused::InUse { ids, .. }) => Err(ApiError::conflict(
+            "DESTINATION_IN_USE",
+            "reverse-ETL models read from this warehouse: delete them first (DELETE /v1/reverse-etl/models/{modelId}), then the destination",
+        )
+        .with_details(json!({ "model_ids": ids }))),
         Ok(()) => Executed::ok(json!({ "destination_id": destination_id, "deleted": true })),
     }
 }

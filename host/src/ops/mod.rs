@@ -15,7 +15,8 @@
 //!   one as its proposer;
 //! - one file per context with its operations and their execution:
 //!   [`members`], [`sessions`], [`policies`], [`credentials`], [`sources`],
-//!   [`destinations`], [`pipelines`], [`syncs`], [`plugins`];
+//!   [`destinations`], [`pipelines`], [`syncs`], [`plugins`],
+//!   [`reverse_etl`];
 //! - [`text`]: length limits of the text clients send;
 //! - [`patch`]: how `PATCH` merges a configuration, on every resource.
 
@@ -30,6 +31,7 @@ pub mod patch;
 pub mod pipelines;
 pub mod plugins;
 pub mod policies;
+pub mod reverse_etl;
 pub mod sessions;
 pub mod sources;
 pub mod syncs;

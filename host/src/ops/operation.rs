@@ -26,6 +26,7 @@ pub enum Operation {
     Pipelines(super::pipelines::PipelineOp),
     Syncs(super::syncs::SyncOp),
     Plugins(super::plugins::PluginOp),
+    ReverseEtl(super::reverse_etl::ReverseEtlOp),
 }
 
 impl Operation {
@@ -41,6 +42,7 @@ impl Operation {
             Operation::Pipelines(o) => o,
             Operation::Syncs(o) => o,
             Operation::Plugins(o) => o,
+            Operation::ReverseEtl(o) => o,
         }
     }
 
@@ -57,6 +59,7 @@ impl Operation {
             Operation::Pipelines(o) => o.run(ctx).await,
             Operation::Syncs(o) => o.run(ctx).await,
             Operation::Plugins(o) => o.run(ctx).await,
+            Operation::ReverseEtl(o) => o.run(ctx).await,
         }
     }
 }
@@ -82,5 +85,6 @@ into_operation!(
     Pipelines(super::pipelines::PipelineOp),
     Syncs(super::syncs::SyncOp),
     Plugins(super::plugins::PluginOp),
+    ReverseEtl(super::reverse_etl::ReverseEtlOp),
 );
 

@@ -73,11 +73,11 @@ async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &s
     Ok(())
 }
 
-fn next_run(schedule: &Schedule) -> Option<i64> {
+pub(super) fn next_run(schedule: &Schedule) -> Option<i64> {
     schedule.next_after(crate::store::now_ms()).ok().flatten()
 }
 
-fn check_schedule(s: &Schedule) -> ApiResult<()> {
+pub(super) fn check_schedule(s: &Schedule) -> ApiResult<()> {
     if let Schedule::Interval { minutes } = s
         && !(1..=525_600).contains(minutes)
     {

@@ -46,7 +46,7 @@ pub struct UpdateSource {
 
 /// Validates a configuration for a connector: its JSON Schema, its
 /// credential handles, and connector-specific rules.
-async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value, saved: Option<&Value>) -> ApiResult<()> {
+pub(super) async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value, saved: Option<&Value>) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let plugin = state.plugins.available(connector_id).await?;
     let validator = jsonschema::validator_for(&plugin.info.config_schema)
@@ -100,7 +100,7 @@ pub async fn delete(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     note.target("source", source_id);
     match state.store.delete_source(&access.workspace_id, source_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("source")),
-        Err(DeleteRefused::InUse(ids)) => Err(ApiError::conflict(
+        Err(DeleteRefused::InUse { ids, .. }) => Err(ApiError::conflict(
             "SOURCE_IN_USE",
             "connections still use this source: delete them first (DELETE /v1/connections/{connection_id}), then delete the source",
         )

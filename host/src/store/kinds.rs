@@ -65,6 +65,41 @@ text_enum! {
         Sync = "sync",
         /// Clears the destination's data and state, then syncs from scratch.
         Reset = "reset",
+        /// Sends a reverse-ETL model's new, changed and removed rows.
+        ActivationRun = "activation_run",
+        /// Sends every row of a reverse-ETL model, whatever its diff state.
+        ActivationResync = "activation_resync",
+    }
+}
+
+impl JobKind {
+    /// Whether it is a reverse-ETL run rather than a pipeline's job.
+    pub fn is_activation_run(self) -> bool {
+        matches!(self, JobKind::ActivationRun | JobKind::ActivationResync)
+    }
+}
+
+text_enum! {
+    /// How an activation applies its model to the destination.
+    pub enum ActivationMode {
+        /// Create new records and update changed ones.
+        Upsert = "upsert",
+        /// Update records that exist; rows without one fail.
+        UpdateOnly = "update_only",
+        /// Create records for new rows only; never rewrite one.
+        InsertOnly = "insert_only",
+        /// Upsert, and remove the records whose rows left the model.
+        Mirror = "mirror",
+    }
+}
+
+text_enum! {
+    /// What a reverse-ETL destination writes to.
+    pub enum RetlDestinationKind {
+        /// A writable object of a connector plugin, through its credential handle.
+        Connector = "connector",
+        /// An HTTPS endpoint that receives batches of JSON.
+        Webhook = "webhook",
     }
 }
 
@@ -182,7 +217,7 @@ mod tests {
     fn kinds_keep_their_stored_names() {
         assert_eq!(serde_json::to_value(CredentialStatus::NeedsReauthorization).unwrap(), "needs_reauthorization");
         assert_eq!(CredentialKind::parse("api_token"), Some(CredentialKind::ApiToken));
-        assert_eq!(JobKind::choices(), "sync or reset");
+        assert_eq!(JobKind::choices(), "sync, reset, activation_run or activation_resync");
         assert_eq!(DestinationKind::choices(), "sqlite, postgres or jsonl");
         for s in JobStatus::ALL {
             assert_eq!(JobStatus::parse(s.as_str()), Some(*s));

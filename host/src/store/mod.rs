@@ -18,6 +18,8 @@
 //!   credential-entry links and OAuth flows in progress;
 //! - [`sources`], [`pipelines`]: sources, destinations, pipelines, stream
 //!   state and jobs;
+//! - [`reverse_etl`]: models, reverse-ETL destinations, activations, their
+//!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
 //! - [`kinds`]: the statuses, kinds and triggers records carry, as types;
 //! - [`caches`]: read caches in front of the database (SQLite only);
@@ -37,6 +39,7 @@ pub mod kinds;
 pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
+pub mod reverse_etl;
 pub mod sessions;
 pub mod sources;
 pub mod sweep;

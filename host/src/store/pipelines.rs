@@ -141,6 +141,7 @@ pub struct JobAttempt {
 #[derive(Debug, Default, Clone)]
 pub struct JobFilter {
     pub pipeline_id: Option<String>,
+    pub activation_id: Option<String>,
     pub status: Option<JobStatus>,
     pub kind: Option<JobKind>,
     /// Created at or after (Unix ms).
@@ -153,8 +154,9 @@ pub struct JobFilter {
 #[derive(Debug)]
 pub enum DeleteRefused {
     NotFound,
-    /// The pipelines (connections) that still use it.
-    InUse(Vec<String>),
+    /// The records that still use it: their table (`pipelines`,
+    /// `retl_models`, `retl_activations`) and ids.
+    InUse { table: &'static str, ids: Vec<String> },
 }
 
 /// A job's record.
@@ -162,7 +164,12 @@ pub enum DeleteRefused {
 pub struct Job {
     pub job_id: String,
     pub workspace_id: String,
-    pub pipeline_id: String,
+    /// The pipeline of a sync or reset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_id: Option<String>,
+    /// The reverse-ETL activation of a run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activation_id: Option<String>,
     pub kind: JobKind,
     pub status: JobStatus,
     pub trigger: Trigger,
@@ -210,12 +217,13 @@ fn pipeline_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Pipeline> {
     })
 }
 
-fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
+pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
     let progress: String = r.try_get("progress")?;
     Ok(Job {
         job_id: r.try_get("id")?,
         workspace_id: r.try_get("workspace_id")?,
         pipeline_id: r.try_get("pipeline_id")?,
+        activation_id: r.try_get("activation_id")?,
         kind: decode(r.try_get("kind")?, JobKind::parse, "kind")?,
         status: decode(r.try_get("status")?, JobStatus::parse, "status")?,
         trigger: decode(r.try_get("trigger_source")?, Trigger::parse, "trigger_source")?,
@@ -230,8 +238,26 @@ fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
 
 const DEST_COLUMNS: &str = "id, workspace_id, kind, name, configuration, created_by, created_at, updated_at";
 const PIPELINE_COLUMNS: &str = "id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at";
-const JOB_COLUMNS: &str =
-    "id, workspace_id, pipeline_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
+pub(super) const JOB_COLUMNS: &str =
+    "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
+
+/// What a job runs for: at most one of its jobs is active at a time.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum JobFor<'a> {
+    Pipeline(&'a str),
+    Activation(&'a str),
+}
+
+impl JobFor<'_> {
+    /// Its column in `jobs`, its id, the prefix of its jobs' ids and the
+    /// index that keeps one of them active.
+    fn parts(&self) -> (&'static str, &str, &'static str, &'static str) {
+        match self {
+            JobFor::Pipeline(id) => ("pipeline_id", id, "job", "jobs_one_active_per_pipeline"),
+            JobFor::Activation(id) => ("activation_id", id, "run", "jobs_one_active_per_activation"),
+        }
+    }
+}
 
 /// Why a job could not be created: another one is active.
 #[derive(Debug)]
@@ -292,15 +318,15 @@ impl Store {
     /// Deletes a destination no pipeline uses; the tables and files it
     /// wrote stay where they are.
     pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
-        self.delete_unless_piped("destinations", "destination_id", workspace_id, id).await
+        self.delete_unless_used("destinations", workspace_id, id, &[("pipelines", "destination_id"), ("retl_models", "warehouse_id")]).await
     }
 
-    /// Deletes a row of `table` (sources or destinations) unless a pipeline
-    /// names it in `column`. The check and the delete run in one
-    /// transaction, the row locked on PostgreSQL (a pipeline's foreign key
-    /// waits on that lock), so a pipeline created meanwhile cannot be left
+    /// Deletes a row of `table` unless a row of one of `users` (table,
+    /// column) names it. The check and the delete run in one transaction,
+    /// the row locked on PostgreSQL (a user's foreign key waits on that
+    /// lock), so a pipeline or activation created meanwhile cannot be left
     /// pointing at nothing.
-    pub(super) async fn delete_unless_piped(&self, table: &'static str, column: &'static str, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+    pub(super) async fn delete_unless_used(&self, table: &'static str, workspace_id: &str, id: &str, users: &[(&'static str, &'static str)]) -> StoreResult<Result<(), DeleteRefused>> {
         let mut tx = self.begin_write().await?;
         let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
         let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {table} WHERE workspace_id = $1 AND id = $2{lock}")))
@@ -311,15 +337,17 @@ impl Store {
         if exists.is_none() {
             return Ok(Err(DeleteRefused::NotFound));
         }
-        let users = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM pipelines WHERE {column} = $1 ORDER BY id")))
-            .bind(id)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>("id"))
-            .collect::<Result<Vec<_>, _>>()?;
-        if !users.is_empty() {
-            return Ok(Err(DeleteRefused::InUse(users)));
+        for &(user, column) in users {
+            let ids = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {user} WHERE {column} = $1 ORDER BY id")))
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>("id"))
+                .collect::<Result<Vec<_>, _>>()?;
+            if !ids.is_empty() {
+                return Ok(Err(DeleteRefused::InUse { table: user, ids }));
+            }
         }
         sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE workspace_id = $1 AND id = $2"))).bind(workspace_id).bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
@@ -414,31 +442,46 @@ impl Store {
     /// Creates a queued job unless one is active for the pipeline: the
     /// partial unique index decides, so it holds across replicas.
     pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
-        let id = new_id("job");
+        self.queue_job(workspace_id, JobFor::Pipeline(pipeline_id), kind, trigger).await
+    }
+
+    pub async fn active_job(&self, pipeline_id: &str) -> StoreResult<Option<Job>> {
+        self.active_job_for(JobFor::Pipeline(pipeline_id)).await
+    }
+
+    /// Queues a job (a pipeline's sync or reset, an activation's run)
+    /// unless one is active for the same pipeline or activation: a partial
+    /// unique index decides, so it holds across replicas.
+    pub(super) async fn queue_job(&self, workspace_id: &str, subject: JobFor<'_>, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
+        let (column, owner, prefix, index) = subject.parts();
+        let id = new_id(prefix);
         let now = now_ms();
-        let inserted = sqlx::query(
-            "INSERT INTO jobs (id, workspace_id, pipeline_id, kind, status, trigger_source, attempts, not_before, progress, created_at) \
-             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, '{}', $6)",
-        )
-        .bind(&id)
-        .bind(workspace_id)
-        .bind(pipeline_id)
-        .bind(kind.as_str())
-        .bind(trigger.as_str())
-        .bind(now)
-        .execute(self.pool())
-        .await
-        .on_conflict("jobs_one_active_per_pipeline");
+        let sql = format!(
+            "INSERT INTO jobs (id, workspace_id, {column}, kind, status, trigger_source, attempts, not_before, progress, created_at) \
+             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, '{{}}', $6)"
+        );
+        let inserted = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&id)
+            .bind(workspace_id)
+            .bind(owner)
+            .bind(kind.as_str())
+            .bind(trigger.as_str())
+            .bind(now)
+            .execute(self.pool())
+            .await
+            .on_conflict(index);
         match inserted {
             Ok(_) => Ok(Ok(self.job(workspace_id, &id).await?.expect("just inserted"))),
-            Err(StoreError::Conflict(_)) => Ok(Err(ActiveJob(self.active_job(pipeline_id).await?))),
+            Err(StoreError::Conflict(_)) => Ok(Err(ActiveJob(self.active_job_for(subject).await?))),
             Err(e) => Err(e),
         }
     }
 
-    pub async fn active_job(&self, pipeline_id: &str) -> StoreResult<Option<Job>> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE pipeline_id = $1 AND status IN ('queued', 'running')");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(pipeline_id).fetch_optional(self.pool()).await?;
+    /// The queued or running job of a pipeline or activation.
+    pub(super) async fn active_job_for(&self, subject: JobFor<'_>) -> StoreResult<Option<Job>> {
+        let (column, owner, ..) = subject.parts();
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE {column} = $1 AND status IN ('queued', 'running')");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(owner).fetch_optional(self.pool()).await?;
         row.as_ref().map(job_from_row).transpose()
     }
 
@@ -539,6 +582,7 @@ impl Store {
             "SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND ($2 IS NULL OR pipeline_id = $2) AND ($3 IS NULL OR status = $3) \
              AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR created_at >= $5) AND ($6 IS NULL OR created_at < $6) \
              AND ($7 IS NULL OR (created_at, id) < (SELECT p.created_at, p.id FROM jobs p WHERE p.id = $7 AND p.workspace_id = $1)) \
+             AND ($9 IS NULL OR activation_id = $9) \
              ORDER BY created_at DESC, id DESC LIMIT $8"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -550,6 +594,7 @@ impl Store {
             .bind(f.created_before)
             .bind(after)
             .bind(limit)
+            .bind(f.activation_id.as_deref())
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(job_from_row).collect()

@@ -97,8 +97,8 @@ impl Store {
     }
 
     /// Deletes a source unless a pipeline uses it (see
-    /// [`Store::delete_unless_piped`]).
+    /// [`Store::delete_unless_used`]).
     pub async fn delete_source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Result<(), DeleteRefused>> {
-        self.delete_unless_piped("sources", "source_id", workspace_id, source_id).await
+        self.delete_unless_used("sources", workspace_id, source_id, &[("pipelines", "source_id")]).await
     }
 }

@@ -24,7 +24,8 @@
 //! - [`sqlite`]: SQLite statements and the WAL checkpointer;
 //! - [`postgres`]: URLs, the address policy, connect options and `COPY`;
 //! - [`jsonl`]: JSON-lines files;
-//! - [`load`]: the [`Loader`] of one stream's batches and checkpoints.
+//! - [`load`]: the [`Loader`] of one stream's batches and checkpoints;
+//! - [`query`]: read-only queries that reverse-ETL models run.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,6 +46,7 @@ pub mod load;
 pub mod shape;
 pub mod sqlite;
 pub mod postgres;
+pub mod query;
 
 pub use load::{Loader, Written};
 

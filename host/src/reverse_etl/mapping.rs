@@ -1,0 +1,165 @@
+//! An activation's field mapping applied to model rows: which column (or
+//! constant) each destination field takes, the row's key, and the
+//! fingerprint of what would be sent.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::store::reverse_etl::FieldMapping;
+use crate::warehouse::query::{Column, key_text};
+
+/// Where a field's value comes from, resolved against the columns.
+enum From {
+    Column(usize),
+    Constant(Value),
+}
+
+/// A mapping checked against a model's columns.
+pub struct Mapper {
+    fields: Vec<(String, From)>,
+    key: usize,
+    /// The position of the destination's matching field among `fields`.
+    matching: Option<usize>,
+}
+
+/// Why a mapping does not fit a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingError {
+    /// The JSON path of the offending input.
+    pub field: String,
+    pub message: String,
+}
+
+impl Mapper {
+    /// Resolves `mappings` against `columns`; `primary_key` must be a
+    /// column, and `matching` (the destination's matching field), when
+    /// given, must be mapped.
+    pub fn new(mappings: &[FieldMapping], columns: &[Column], primary_key: &str, matching: Option<&str>) -> Result<Mapper, MappingError> {
+        let position = |name: &str| columns.iter().position(|c| c.name == name);
+        let key = position(primary_key).ok_or_else(|| MappingError { field: "primary_key".into(), message: format!("the model's result has no column {primary_key}") })?;
+        let mut fields = Vec::with_capacity(mappings.len());
+        for (i, m) in mappings.iter().enumerate() {
+            let at = format!("mappings[{i}]");
+            if m.field.trim().is_empty() {
+                return Err(MappingError { field: format!("{at}.field"), message: "field must name a destination field".into() });
+            }
+            if fields.iter().any(|(f, _): &(String, From)| *f == m.field) {
+                return Err(MappingError { field: format!("{at}.field"), message: format!("field {} is mapped twice", m.field) });
+            }
+            let from = match (&m.column, &m.value) {
+                (Some(c), None) => From::Column(position(c).ok_or_else(|| MappingError { field: format!("{at}.column"), message: format!("the model's result has no column {c}") })?),
+                (None, Some(v)) => From::Constant(v.clone()),
+                _ => return Err(MappingError { field: at, message: "each mapping takes exactly one of column and value".into() }),
+            };
+            fields.push((m.field.clone(), from));
+        }
+        if fields.is_empty() {
+            return Err(MappingError { field: "mappings".into(), message: "map at least one destination field".into() });
+        }
+        let matching = match matching {
+            Some(name) => Some(fields.iter().position(|(f, _)| f == name).ok_or_else(|| MappingError {
+                field: "mappings".into(),
+                message: format!("the destination matches records by {name}: map a column to it"),
+            })?),
+            None => None,
+        };
+        Ok(Mapper { fields, key, matching })
+    }
+
+    /// The row's key, `None` when it is null.
+    pub fn key(&self, row: &[Value]) -> Option<String> {
+        row.get(self.key).and_then(key_text)
+    }
+
+    /// The record sent for `row`: its mapped fields.
+    pub fn record(&self, row: &[Value]) -> Map<String, Value> {
+        self.fields
+            .iter()
+            .map(|(field, from)| {
+                let value = match from {
+                    From::Column(i) => row.get(*i).cloned().unwrap_or(Value::Null),
+                    From::Constant(v) => v.clone(),
+                };
+                (field.clone(), value)
+            })
+            .collect()
+    }
+
+    /// The value of the destination's matching field in `record`, as text.
+    pub fn matching_value(&self, record: &Map<String, Value>) -> Option<String> {
+        self.matching.and_then(|i| record.get(&self.fields[i].0)).and_then(key_text)
+    }
+}
+
+/// A stable 64-bit fingerprint of a record (its JSON text; fields in
+/// mapping order), the same on every server and version.
+pub fn fingerprint(record: &Map<String, Value>) -> i64 {
+    let mut hasher = Sha256::new();
+    for (k, v) in record {
+        hasher.update(k.as_bytes());
+        hasher.update([0]);
+        hasher.update(v.to_string().as_bytes());
+        hasher.update([1]);
+    }
+    let digest = hasher.finalize();
+    i64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
+}
+
+/// Suggested mappings: each destination field takes the column with the
+/// same name, compared without case, `_`, `-` or spaces.
+pub fn suggest(fields: &[String], columns: &[Column]) -> Vec<FieldMapping> {
+    let plain = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
+    fields
+        .iter()
+        .filter_map(|f| columns.iter().find(|c| plain(&c.name) == plain(f)).map(|c| FieldMapping { field: f.clone(), column: Some(c.name.clone()), value: None }))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn columns(names: &[&str]) -> Vec<Column> {
+        names.iter().map(|n| Column { name: (*n).into(), type_name: "TEXT".into() }).collect()
+    }
+
+    fn map(field: &str, column: &str) -> FieldMapping {
+        FieldMapping { field: field.into(), column: Some(column.into()), value: None }
+    }
+
+    #[test]
+    fn rows_become_records_with_constants_and_a_stable_fingerprint() {
+        let cols = columns(&["id", "mail", "first"]);
+        let mappings = vec![map("email", "mail"), map("first_name", "first"), FieldMapping { field: "source".into(), column: None, value: Some(json!("warehouse")) }];
+        let m = Mapper::new(&mappings, &cols, "id", Some("email")).unwrap();
+        let row = vec![json!(7), json!("a@b.c"), json!("Ada")];
+        assert_eq!(m.key(&row).as_deref(), Some("7"));
+        let record = m.record(&row);
+        assert_eq!(Value::Object(record.clone()), json!({ "email": "a@b.c", "first_name": "Ada", "source": "warehouse" }));
+        assert_eq!(m.matching_value(&record).as_deref(), Some("a@b.c"));
+        assert_eq!(fingerprint(&record), fingerprint(&m.record(&row)));
+        let changed = m.record(&[json!(7), json!("a@b.c"), json!("Grace")]);
+        assert_ne!(fingerprint(&record), fingerprint(&changed));
+        assert_eq!(m.key(&[Value::Null, json!("x"), json!("y")]), None);
+    }
+
+    #[test]
+    fn mappings_that_do_not_fit_are_refused_with_the_field_at_fault() {
+        let cols = columns(&["id", "mail"]);
+        assert_eq!(Mapper::new(&[map("email", "mail")], &cols, "nope", None).err().unwrap().field, "primary_key");
+        assert_eq!(Mapper::new(&[map("email", "missing")], &cols, "id", None).err().unwrap().field, "mappings[0].column");
+        assert_eq!(Mapper::new(&[map("email", "mail"), map("email", "id")], &cols, "id", None).err().unwrap().field, "mappings[1].field");
+        assert_eq!(Mapper::new(&[map("first_name", "mail")], &cols, "id", Some("email")).err().unwrap().field, "mappings");
+        let both = FieldMapping { field: "x".into(), column: Some("id".into()), value: Some(json!(1)) };
+        assert_eq!(Mapper::new(&[both], &cols, "id", None).err().unwrap().field, "mappings[0]");
+        assert_eq!(Mapper::new(&[], &cols, "id", None).err().unwrap().field, "mappings");
+    }
+
+    #[test]
+    fn suggestions_match_names_loosely() {
+        let cols = columns(&["Email", "first-name", "plan"]);
+        let got = suggest(&["email".into(), "first_name".into(), "last_name".into()], &cols);
+        assert_eq!(got, vec![map("email", "Email"), map("first_name", "first-name")]);
+    }
+}

@@ -1,0 +1,17 @@
+//! Reverse ETL: models read from a warehouse are sent to destinations by
+//! activations, sending only what changed since the destination last
+//! accepted it.
+//!
+//! Layout:
+//! - [`model`]: running a model's query over its warehouse, read-only,
+//!   and the API's answer when the warehouse refuses it;
+//! - [`mapping`]: field mappings applied to rows, keys and fingerprints;
+//! - [`targets`]: connector and webhook destinations, and sending a batch;
+//! - [`run`]: one run: the diff, the sends, the removals of mirror mode;
+//! - [`preview`]: columns, samples and suggestions for `prepare`.
+
+pub mod mapping;
+pub mod model;
+pub mod preview;
+pub mod run;
+pub mod targets;

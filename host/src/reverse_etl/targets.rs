@@ -1,0 +1,376 @@
+//! Where activations send records: a connector plugin's writable object
+//! (through `plugin.write` and its credential handle), or an HTTPS webhook
+//! that receives batches of JSON through the same egress policy as
+//! plugins (vetted hosts, the host injects the credential, no private
+//! addresses).
+//!
+//! A connector says what it can write in the JSON Schema of a stream it
+//! discovers: the top-level `x-write-keys` lists the fields that match a
+//! record to an existing object (the default first), and properties
+//! marked `readOnly: true` cannot be written.
+//!
+//! A webhook receives `POST` requests with the body
+//! `{"activation_id", "run_id", "operation", "match_field", "records":
+//! [{"key", "fields"}]}`, where `operation` is `upsert`, `update`,
+//! `insert` or `delete`. A 2xx answer accepts the batch, except the
+//! records it lists as `{"rejected": [{"index", "reason"}]}`; a 429 is
+//! retried after its `Retry-After`; a 5xx or no answer fails the attempt
+//! (the run is retried); any other answer fails every record of the
+//! batch, which is sent again on the next run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use url::Url;
+
+use crate::egress::{Caller, CredentialUse, EgressError, HostPattern, Method, OutboundRequest};
+use crate::error::{ApiError, ApiResult};
+use crate::plugin::InvocationError;
+use crate::plugin::registry::LoadedPlugin;
+use crate::plugin::types::{ConnectorError, Operation, WriteMode, WriteRequest};
+use crate::state::AppState;
+use crate::store::kinds::RetlDestinationKind;
+use crate::store::reverse_etl::RetlDestination;
+
+/// The egress caller name of webhook requests (credentials bound to a
+/// connector cannot be used by it).
+pub const WEBHOOK_CALLER: &str = "webhook";
+
+/// Records per request to a webhook.
+const WEBHOOK_BATCH: usize = 500;
+/// Records per `plugin.write` call.
+const CONNECTOR_BATCH: usize = 100;
+/// Waits for a webhook's `Retry-After`, at most this long each, this many times.
+const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
+const RATE_LIMIT_RETRIES: usize = 3;
+
+/// How records are applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Insert,
+    Update,
+    Upsert,
+    Delete,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Insert => "insert",
+            Op::Update => "update",
+            Op::Upsert => "upsert",
+            Op::Delete => "delete",
+        }
+    }
+
+    fn write_mode(self) -> WriteMode {
+        match self {
+            Op::Insert => WriteMode::Insert,
+            Op::Update => WriteMode::Update,
+            Op::Upsert => WriteMode::Upsert,
+            Op::Delete => WriteMode::Delete,
+        }
+    }
+}
+
+/// Why a batch was not sent at all.
+#[derive(Debug, Clone)]
+pub enum SendError {
+    /// It may work later (rate limits, outages, time-outs): the run is
+    /// retried.
+    Transient(String),
+    /// It will not work as configured: the run fails.
+    Permanent(String),
+}
+
+/// What a connector's writable object accepts.
+#[derive(Debug, Clone)]
+pub struct Writable {
+    /// The fields it can write.
+    pub fields: Vec<String>,
+    /// The fields that can match a record to an existing object, the
+    /// default first.
+    pub keys: Vec<String>,
+}
+
+/// Reads `x-write-keys` and `readOnly` from a stream's schema; `None` when
+/// the stream cannot be written.
+pub fn writable(schema: &Value) -> Option<Writable> {
+    let keys: Vec<String> = schema.get("x-write-keys")?.as_array()?.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect();
+    if keys.is_empty() {
+        return None;
+    }
+    let fields = schema["properties"]
+        .as_object()
+        .map(|p| p.iter().filter(|(_, s)| s.get("readOnly").and_then(Value::as_bool) != Some(true)).map(|(k, _)| k.clone()).collect())
+        .unwrap_or_default();
+    Some(Writable { fields, keys })
+}
+
+/// A destination ready to receive records.
+pub enum Target {
+    Connector {
+        plugin: Arc<LoadedPlugin>,
+        /// The connector's configuration (JSON text, handles only).
+        config: String,
+        object: String,
+        writable: Writable,
+        match_field: String,
+    },
+    Webhook {
+        url: Url,
+        /// The handle, and where its kind puts the secret.
+        credential: Option<CredentialUse>,
+        hosts: Vec<HostPattern>,
+    },
+}
+
+/// A connector destination's configuration.
+struct ConnectorSettings<'a> {
+    connector_id: &'a str,
+    object: &'a str,
+    match_field: Option<&'a str>,
+    configuration: &'a Value,
+}
+
+fn connector_settings(config: &Value) -> ApiResult<ConnectorSettings<'_>> {
+    let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
+    if let Some(k) = obj.keys().find(|k| !["connector_id", "object", "match_field", "configuration"].contains(&k.as_str())) {
+        return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}; a connector destination takes connector_id, object, match_field and configuration")));
+    }
+    let text = |k: &str| obj.get(k).and_then(Value::as_str);
+    Ok(ConnectorSettings {
+        connector_id: text("connector_id").ok_or_else(|| ApiError::invalid_field("configuration.connector_id", "connector_id is required"))?,
+        object: text("object").ok_or_else(|| ApiError::invalid_field("configuration.object", "object is required: the connector's writable stream, for example subscribers"))?,
+        match_field: text("match_field"),
+        configuration: obj.get("configuration").filter(|c| c.is_object()).ok_or_else(|| ApiError::invalid_field("configuration.configuration", "configuration must be the connector's configuration object"))?,
+    })
+}
+
+/// The URL and credential of a webhook destination, checked: HTTPS on
+/// port 443, a host name the operator's egress policy allows, no
+/// user-info, query or fragment (a secret goes in a credential handle).
+fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<String>)> {
+    let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
+    if let Some(k) = obj.keys().find(|k| !["url", "credential_handle"].contains(&k.as_str())) {
+        return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}; a webhook takes url and credential_handle")));
+    }
+    let raw = obj.get("url").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
+    let bad = |m: &str| ApiError::invalid_field("configuration.url", m.to_owned());
+    let url = Url::parse(raw).map_err(|_| bad("url must be an absolute https URL"))?;
+    if url.scheme() != "https" {
+        return Err(bad("url must use https"));
+    }
+    if url.port().is_some_and(|p| p != 443) {
+        return Err(bad("url must use port 443"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ApiError::secret_refused("configuration.url"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("url must not have a query or fragment; put a secret in a credential and name its credential_handle"));
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
+        Some(_) => return Err(bad("url must name a host, not an IP address: private and internal addresses are refused")),
+        None => return Err(bad("url has no host")),
+    };
+    if !state.egress.policy().allowed_hosts.iter().any(|p| p.matches(&host)) {
+        return Err(ApiError::bad_request("WEBHOOK_HOST_NOT_ALLOWED", format!("{host} is not a host the operator allows; the operator lists them in SERVICE_EGRESS_ALLOWED_HOSTS"))
+            .with_details(json!({ "field": "configuration.url", "host": host })));
+    }
+    let handle = match obj.get("credential_handle") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(h)) => Some(h.clone()),
+        Some(_) => return Err(ApiError::invalid_field("configuration.credential_handle", "credential_handle must be a string")),
+    };
+    Ok((url, handle))
+}
+
+impl Target {
+    /// Opens a destination for sending, checking what it says against
+    /// the connector (which must offer `write` and this writable object).
+    pub async fn open(state: &AppState, workspace_id: &str, dest: &RetlDestination) -> ApiResult<Target> {
+        match dest.kind {
+            RetlDestinationKind::Webhook => {
+                let (url, credential_handle) = webhook_settings(state, &dest.configuration)?;
+                let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+                let hosts = vec![HostPattern::parse(&host).map_err(|m| ApiError::invalid_field("configuration.url", m))?];
+                let credential = match credential_handle {
+                    Some(handle) => {
+                        let record = state.vault.require_handle(workspace_id, &crate::store::credentials::CredentialHandle::new(handle.as_str()), Some(&host)).await.map_err(|e| e.at("configuration.credential_handle"))?;
+                        let placement = crate::credentials::vault::placement(&record).map_err(|m| ApiError::invalid_field("configuration.credential_handle", m))?;
+                        Some(CredentialUse { handle, placement })
+                    }
+                    None => None,
+                };
+                Ok(Target::Webhook { url, credential, hosts })
+            }
+            RetlDestinationKind::Connector => {
+                let s = connector_settings(&dest.configuration)?;
+                let plugin = state.plugins.available(s.connector_id).await?;
+                if !plugin.info.operations.contains(&Operation::Write) {
+                    return Err(ApiError::invalid_field("configuration.connector_id", format!("connector {} cannot write records", plugin.plugin_id)));
+                }
+                let config = s.configuration.to_string();
+                let streams = state.plugins.runtime().discover(&plugin, workspace_id, &state.egress, &config).await?;
+                let writable = streams.iter().find(|st| st.name == s.object).and_then(|st| writable(&st.json_schema)).ok_or_else(|| {
+                    let offered: Vec<&str> = streams.iter().filter(|st| writable(&st.json_schema).is_some()).map(|st| st.name.as_str()).collect();
+                    ApiError::invalid_field("configuration.object", format!("the connector cannot write {}; it writes: {}", s.object, offered.join(", ")))
+                })?;
+                let match_field = match s.match_field {
+                    None => writable.keys[0].clone(),
+                    Some(f) if writable.keys.iter().any(|k| k == f) => f.to_owned(),
+                    Some(f) => return Err(ApiError::invalid_field("configuration.match_field", format!("{} records are matched by {}, not {f}", s.object, writable.keys.join(" or ")))),
+                };
+                Ok(Target::Connector { plugin, config, object: s.object.to_owned(), writable, match_field })
+            }
+        }
+    }
+
+    /// The connector id and its configuration, for the checks a source
+    /// configuration of that connector gets.
+    pub fn connector_configuration(config: &Value) -> ApiResult<(String, Value)> {
+        let s = connector_settings(config)?;
+        Ok((s.connector_id.to_owned(), s.configuration.clone()))
+    }
+
+    /// The field a record is matched by at the destination, if any.
+    pub fn match_field(&self) -> Option<&str> {
+        match self {
+            Target::Connector { match_field, .. } => Some(match_field),
+            Target::Webhook { .. } => None,
+        }
+    }
+
+    /// The fields the destination can write; `None` when it takes any.
+    pub fn fields(&self) -> Option<&[String]> {
+        match self {
+            Target::Connector { writable, .. } => Some(&writable.fields),
+            Target::Webhook { .. } => None,
+        }
+    }
+
+    /// How many records go in one call.
+    pub fn batch_size(&self) -> usize {
+        match self {
+            Target::Connector { .. } => CONNECTOR_BATCH,
+            Target::Webhook { .. } => WEBHOOK_BATCH,
+        }
+    }
+
+    /// Sends one batch. Per record: `None` when accepted, else why not.
+    pub async fn send(&self, state: &AppState, workspace_id: &str, ids: (&str, &str), op: Op, records: &[(String, Map<String, Value>)]) -> Result<Vec<Option<String>>, SendError> {
+        match self {
+            Target::Connector { plugin, config, object, match_field, .. } => {
+                let req = WriteRequest {
+                    config: config.clone(),
+                    stream: object.clone(),
+                    mode: op.write_mode(),
+                    key_fields: vec![match_field.clone()],
+                    records: records.iter().map(|(_, r)| Value::Object(r.clone()).to_string()).collect(),
+                };
+                let result = state.plugins.runtime().write(plugin, workspace_id, &state.egress, &req).await.map_err(invocation_failure)?;
+                let mut outcome = vec![None; records.len()];
+                for e in result.errors {
+                    if let Some(slot) = outcome.get_mut(e.index as usize) {
+                        *slot = Some(short(&e.message));
+                    }
+                }
+                Ok(outcome)
+            }
+            Target::Webhook { url, credential, hosts } => {
+                let body = json!({
+                    "activation_id": ids.0,
+                    "run_id": ids.1,
+                    "operation": op.as_str(),
+                    "records": records.iter().map(|(key, fields)| json!({ "key": key, "fields": fields })).collect::<Vec<_>>(),
+                });
+                let caller = Caller { plugin_id: WEBHOOK_CALLER, declared_hosts: hosts, workspace_id };
+                let request = OutboundRequest {
+                    method: Method::Post,
+                    url: url.to_string(),
+                    headers: vec![("content-type".into(), "application/json".into())],
+                    body: Some(body.to_string().into_bytes()),
+                    credential: credential.clone(),
+                    timeout_ms: None,
+                };
+                let mut tries = 0;
+                loop {
+                    let answer = state.egress.send(&caller, request.clone()).await.map_err(egress_failure)?;
+                    match answer.status {
+                        200..=299 => return Ok(rejections(&answer.body, records.len())),
+                        429 if tries < RATE_LIMIT_RETRIES => {
+                            tries += 1;
+                            let wait = answer.headers.iter().find(|(n, _)| n == "retry-after").and_then(|(_, v)| v.trim().parse::<u64>().ok()).unwrap_or(1);
+                            tokio::time::sleep(Duration::from_secs(wait).min(RETRY_AFTER_CAP)).await;
+                        }
+                        429 => return Err(SendError::Transient("the webhook is rate-limiting".into())),
+                        s @ 500..=599 => return Err(SendError::Transient(format!("the webhook failed (HTTP {s})"))),
+                        s => return Ok(vec![Some(format!("the webhook refused the batch (HTTP {s})")); records.len()]),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A message cut to a length fit for a run's samples.
+fn short(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+/// The records a webhook's 2xx answer rejects.
+fn rejections(body: &[u8], n: usize) -> Vec<Option<String>> {
+    let mut outcome = vec![None; n];
+    let Ok(answer) = serde_json::from_slice::<Value>(body) else { return outcome };
+    for r in answer["rejected"].as_array().into_iter().flatten() {
+        if let Some(i) = r["index"].as_u64().and_then(|i| usize::try_from(i).ok())
+            && let Some(slot) = outcome.get_mut(i)
+        {
+            *slot = Some(short(r["reason"].as_str().unwrap_or("rejected by the webhook")));
+        }
+    }
+    outcome
+}
+
+fn invocation_failure(e: InvocationError) -> SendError {
+    let transient = matches!(
+        e,
+        InvocationError::Timeout | InvocationError::Host(_) | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
+    );
+    let message = short(&e.to_string());
+    if transient { SendError::Transient(message) } else { SendError::Permanent(message) }
+}
+
+fn egress_failure(e: EgressError) -> SendError {
+    match e {
+        EgressError::Timeout | EgressError::ConnectionFailed(_) => SendError::Transient(short(&e.to_string())),
+        other => SendError::Permanent(short(&other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writable_object_is_read_from_its_schema() {
+        let schema = json!({
+            "x-write-keys": ["email", "uuid"],
+            "properties": { "email": {}, "first_name": {}, "uuid": { "readOnly": true }, "created_at": { "readOnly": true } }
+        });
+        let w = writable(&schema).unwrap();
+        assert_eq!(w.keys, vec!["email", "uuid"]);
+        assert_eq!(w.fields, vec!["email", "first_name"]);
+        assert!(writable(&json!({ "properties": { "a": {} } })).is_none(), "no write keys: not writable");
+    }
+
+    #[test]
+    fn a_webhook_answer_rejects_only_the_records_it_names() {
+        let got = rejections(br#"{"rejected":[{"index":1,"reason":"bad email"},{"index":9}]}"#, 3);
+        assert_eq!(got, vec![None, Some("bad email".to_owned()), None]);
+        assert_eq!(rejections(b"not json", 2), vec![None, None]);
+    }
+}

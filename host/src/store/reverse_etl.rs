@@ -1,0 +1,424 @@
+//! Reverse ETL: models, reverse-ETL destinations, activations, their runs
+//! (jobs of kind `activation_run` or `activation_resync`) and each
+//! activation's diff state.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
+use super::pipelines::{ActiveJob, DeleteRefused, JOB_COLUMNS, Job, JobFor, Schedule, job_from_row};
+use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
+
+/// A model: one read-only query over a warehouse destination.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Model {
+    pub model_id: String,
+    pub workspace_id: String,
+    pub name: String,
+    /// The SQLite or PostgreSQL destination of the workspace it reads.
+    pub warehouse_id: String,
+    /// One `SELECT` statement.
+    pub query: String,
+    /// The column that identifies a row.
+    pub primary_key: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A reverse-ETL destination: a connector's writable object, or a webhook.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RetlDestination {
+    pub destination_id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub kind: RetlDestinationKind,
+    /// `connector`: `{connector_id, object, match_field, configuration}`;
+    /// `webhook`: `{url, credential_handle?}`. Never a secret.
+    pub configuration: Value,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Where one destination field's value comes from: a column of the
+/// model, or a constant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FieldMapping {
+    /// The destination field.
+    #[schema(min_length = 1, max_length = 200)]
+    pub field: String,
+    /// The model column whose value it takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200)]
+    pub column: Option<String>,
+    /// A constant it takes instead (any JSON value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
+
+/// An activation: a model sent to a destination.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Activation {
+    pub activation_id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub model_id: String,
+    pub destination_id: String,
+    pub mappings: Vec<FieldMapping>,
+    pub mode: ActivationMode,
+    pub schedule: Schedule,
+    pub paused: bool,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What an activation's diff state says about one model key.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyState {
+    /// The fingerprint of the mapped fields the destination last
+    /// accepted; `None` if it never accepted this key.
+    pub fingerprint: Option<i64>,
+    /// Whether the last send of this key failed.
+    pub failed: bool,
+}
+
+/// One key's outcome, to be kept in the diff state.
+#[derive(Debug, Clone)]
+pub enum KeyOutcome {
+    /// The destination accepted the row with this fingerprint, matched by
+    /// this value of its matching field.
+    Sent { key: String, fingerprint: i64, destination_key: Option<String> },
+    /// The destination refused the row: it is sent again next run.
+    Failed { key: String, reason: String },
+    /// The destination removed the record (or the key is forgotten).
+    Removed { key: String },
+}
+
+const MODEL_COLUMNS: &str = "id, workspace_id, name, warehouse_id, query, primary_key, created_by, created_at, updated_at";
+const RDEST_COLUMNS: &str = "id, workspace_id, name, kind, configuration, created_by, created_at, updated_at";
+const ACTIVATION_COLUMNS: &str = "id, workspace_id, name, model_id, destination_id, mappings, mode, schedule, paused, created_by, created_at, updated_at";
+
+fn model_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Model> {
+    Ok(Model {
+        model_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        name: r.try_get("name")?,
+        warehouse_id: r.try_get("warehouse_id")?,
+        query: r.try_get("query")?,
+        primary_key: r.try_get("primary_key")?,
+        created_by: r.try_get("created_by")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+fn rdest_from_row(r: &sqlx::any::AnyRow) -> StoreResult<RetlDestination> {
+    let configuration: String = r.try_get("configuration")?;
+    Ok(RetlDestination {
+        destination_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        name: r.try_get("name")?,
+        kind: decode(r.try_get("kind")?, RetlDestinationKind::parse, "kind")?,
+        configuration: serde_json::from_str(&configuration).unwrap_or(Value::Null),
+        created_by: r.try_get("created_by")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+fn activation_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Activation> {
+    let mappings: String = r.try_get("mappings")?;
+    let schedule: String = r.try_get("schedule")?;
+    Ok(Activation {
+        activation_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        name: r.try_get("name")?,
+        model_id: r.try_get("model_id")?,
+        destination_id: r.try_get("destination_id")?,
+        mappings: serde_json::from_str(&mappings).unwrap_or_default(),
+        mode: decode(r.try_get("mode")?, ActivationMode::parse, "mode")?,
+        schedule: serde_json::from_str(&schedule).unwrap_or(Schedule::Manual),
+        paused: r.try_get::<i64, _>("paused")? != 0,
+        created_by: r.try_get("created_by")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+/// State rows written per statement batch when a run commits outcomes.
+const STATE_BATCH: usize = 500;
+
+impl Store {
+    pub async fn create_model(&self, workspace_id: &str, name: &str, warehouse_id: &str, query: &str, primary_key: &str, by: &str) -> StoreResult<Model> {
+        let id = new_id("rm");
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO retl_models (id, workspace_id, name, warehouse_id, query, primary_key, created_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(name)
+        .bind(warehouse_id)
+        .bind(query)
+        .bind(primary_key)
+        .bind(by)
+        .bind(now)
+        .execute(self.pool())
+        .await
+        .on_conflict("retl_models_warehouse")?;
+        Ok(self.model(workspace_id, &id).await?.expect("just inserted"))
+    }
+
+    pub async fn model(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Model>> {
+        let sql = format!("SELECT {MODEL_COLUMNS} FROM retl_models WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(model_from_row).transpose()
+    }
+
+    pub async fn models(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Model>> {
+        let sql = format!("SELECT {MODEL_COLUMNS} FROM retl_models WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(model_from_row).collect()
+    }
+
+    pub async fn update_model(&self, m: &Model) -> StoreResult<Option<Model>> {
+        sqlx::query("UPDATE retl_models SET name = $1, warehouse_id = $2, query = $3, primary_key = $4, updated_at = $5 WHERE workspace_id = $6 AND id = $7")
+            .bind(&m.name)
+            .bind(&m.warehouse_id)
+            .bind(&m.query)
+            .bind(&m.primary_key)
+            .bind(now_ms())
+            .bind(&m.workspace_id)
+            .bind(&m.model_id)
+            .execute(self.pool())
+            .await
+            .on_conflict("retl_models_warehouse")?;
+        self.model(&m.workspace_id, &m.model_id).await
+    }
+
+    /// Deletes a model no activation uses.
+    pub async fn delete_model(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+        self.delete_unless_used("retl_models", workspace_id, id, &[("retl_activations", "model_id")]).await
+    }
+
+    pub async fn create_retl_destination(&self, workspace_id: &str, name: &str, kind: RetlDestinationKind, configuration: &Value, by: &str) -> StoreResult<RetlDestination> {
+        let id = new_id("rd");
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO retl_destinations (id, workspace_id, name, kind, configuration, created_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(name)
+        .bind(kind.as_str())
+        .bind(configuration.to_string())
+        .bind(by)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(self.retl_destination(workspace_id, &id).await?.expect("just inserted"))
+    }
+
+    pub async fn retl_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<RetlDestination>> {
+        let sql = format!("SELECT {RDEST_COLUMNS} FROM retl_destinations WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(rdest_from_row).transpose()
+    }
+
+    pub async fn retl_destinations(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<RetlDestination>> {
+        let sql = format!("SELECT {RDEST_COLUMNS} FROM retl_destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(rdest_from_row).collect()
+    }
+
+    pub async fn update_retl_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value) -> StoreResult<Option<RetlDestination>> {
+        sqlx::query("UPDATE retl_destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
+            .bind(name)
+            .bind(configuration.to_string())
+            .bind(now_ms())
+            .bind(workspace_id)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        self.retl_destination(workspace_id, id).await
+    }
+
+    /// Deletes a reverse-ETL destination no activation uses.
+    pub async fn delete_retl_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+        self.delete_unless_used("retl_destinations", workspace_id, id, &[("retl_activations", "destination_id")]).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create_activation(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        model_id: &str,
+        destination_id: &str,
+        mappings: &[FieldMapping],
+        mode: ActivationMode,
+        schedule: &Schedule,
+        paused: bool,
+        next_run_at: Option<i64>,
+        by: &str,
+    ) -> StoreResult<Activation> {
+        let id = new_id("ra");
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO retl_activations (id, workspace_id, name, model_id, destination_id, mappings, mode, schedule, paused, next_run_at, created_by, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(name)
+        .bind(model_id)
+        .bind(destination_id)
+        .bind(serde_json::to_string(mappings).unwrap_or_else(|_| "[]".into()))
+        .bind(mode.as_str())
+        .bind(serde_json::to_string(schedule).unwrap_or_default())
+        .bind(i64::from(paused))
+        .bind(next_run_at)
+        .bind(by)
+        .bind(now)
+        .execute(self.pool())
+        .await
+        .on_conflict("retl_activations_references")?;
+        Ok(self.activation(workspace_id, &id).await?.expect("just inserted"))
+    }
+
+    pub async fn activation(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Activation>> {
+        let sql = format!("SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(activation_from_row).transpose()
+    }
+
+    pub async fn activations(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Activation>> {
+        let sql = format!("SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        rows.iter().map(activation_from_row).collect()
+    }
+
+    /// Saves an activation's fields. A changed schedule sets its next run.
+    pub async fn update_activation(&self, a: &Activation, next_run_at: Option<Option<i64>>) -> StoreResult<Option<Activation>> {
+        let (set_next, next) = match next_run_at {
+            Some(n) => (1i64, n),
+            None => (0, None),
+        };
+        sqlx::query(
+            "UPDATE retl_activations SET name = $1, model_id = $2, destination_id = $3, mappings = $4, mode = $5, schedule = $6, paused = $7, \
+             next_run_at = CASE WHEN $8 = 1 THEN $9 ELSE next_run_at END, updated_at = $10 WHERE workspace_id = $11 AND id = $12",
+        )
+        .bind(&a.name)
+        .bind(&a.model_id)
+        .bind(&a.destination_id)
+        .bind(serde_json::to_string(&a.mappings).unwrap_or_else(|_| "[]".into()))
+        .bind(a.mode.as_str())
+        .bind(serde_json::to_string(&a.schedule).unwrap_or_default())
+        .bind(i64::from(a.paused))
+        .bind(set_next)
+        .bind(next)
+        .bind(now_ms())
+        .bind(&a.workspace_id)
+        .bind(&a.activation_id)
+        .execute(self.pool())
+        .await
+        .on_conflict("retl_activations_references")?;
+        self.activation(&a.workspace_id, &a.activation_id).await
+    }
+
+    /// Deletes an activation, its diff state and its finished runs;
+    /// refused while a run is active.
+    pub async fn delete_activation(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
+        if let Some(active) = self.active_run(id).await? {
+            return Ok(Err(Some(active)));
+        }
+        let n = sqlx::query("DELETE FROM retl_activations WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(self.pool()).await?.rows_affected();
+        Ok(if n == 1 { Ok(()) } else { Err(None) })
+    }
+
+    /// Unpaused activations whose schedule is due.
+    pub async fn due_activations(&self, now: i64) -> StoreResult<Vec<Activation>> {
+        let sql = format!("SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at <= $1");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).fetch_all(self.pool()).await?;
+        rows.iter().map(activation_from_row).collect()
+    }
+
+    pub async fn set_activation_next_run(&self, activation_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
+        sqlx::query("UPDATE retl_activations SET next_run_at = $1 WHERE id = $2").bind(next_run_at).bind(activation_id).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    /// Queues a run unless one is active for the activation (see
+    /// [`Store::queue_job`]).
+    pub async fn create_run(&self, workspace_id: &str, activation_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
+        self.queue_job(workspace_id, JobFor::Activation(activation_id), kind, trigger).await
+    }
+
+    pub async fn active_run(&self, activation_id: &str) -> StoreResult<Option<Job>> {
+        self.active_job_for(JobFor::Activation(activation_id)).await
+    }
+
+    /// A reverse-ETL run of the workspace.
+    pub async fn run(&self, workspace_id: &str, run_id: &str) -> StoreResult<Option<Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND id = $2 AND activation_id IS NOT NULL");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(run_id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Streams an activation's diff state into `each` (key, state, the
+    /// destination's matching value), without holding it all twice.
+    pub async fn diff_state(&self, activation_id: &str, mut each: impl FnMut(String, KeyState, Option<String>)) -> StoreResult<()> {
+        use futures_util::TryStreamExt;
+        let mut rows = sqlx::query("SELECT record_key, fingerprint, destination_key, failure FROM retl_state WHERE activation_id = $1").bind(activation_id).fetch(self.pool());
+        while let Some(r) = rows.try_next().await? {
+            let failure: Option<String> = r.try_get("failure")?;
+            each(r.try_get("record_key")?, KeyState { fingerprint: r.try_get("fingerprint")?, failed: failure.is_some() }, r.try_get("destination_key")?);
+        }
+        Ok(())
+    }
+
+    /// Keeps the outcomes of one batch, in one transaction.
+    pub async fn record_outcomes(&self, activation_id: &str, outcomes: &[KeyOutcome]) -> StoreResult<()> {
+        for chunk in outcomes.chunks(STATE_BATCH) {
+            let mut tx = self.begin_write().await?;
+            for o in chunk {
+                match o {
+                    KeyOutcome::Sent { key, fingerprint, destination_key } => {
+                        sqlx::query(
+                            "INSERT INTO retl_state (activation_id, record_key, fingerprint, destination_key, failure) VALUES ($1, $2, $3, $4, NULL) \
+                             ON CONFLICT (activation_id, record_key) DO UPDATE SET fingerprint = excluded.fingerprint, destination_key = excluded.destination_key, failure = NULL",
+                        )
+                        .bind(activation_id)
+                        .bind(key)
+                        .bind(*fingerprint)
+                        .bind(destination_key.as_deref())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    KeyOutcome::Failed { key, reason } => {
+                        sqlx::query(
+                            "INSERT INTO retl_state (activation_id, record_key, fingerprint, destination_key, failure) VALUES ($1, $2, NULL, NULL, $3) \
+                             ON CONFLICT (activation_id, record_key) DO UPDATE SET failure = excluded.failure",
+                        )
+                        .bind(activation_id)
+                        .bind(key)
+                        .bind(reason)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    KeyOutcome::Removed { key } => {
+                        sqlx::query("DELETE FROM retl_state WHERE activation_id = $1 AND record_key = $2").bind(activation_id).bind(key).execute(&mut *tx).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+}
