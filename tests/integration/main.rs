@@ -17,6 +17,7 @@ mod mcp;
 mod members;
 mod oauth;
 mod pipelines;
+mod reverse_etl;
 mod runtime;
 mod secrets;
 mod sessions;

@@ -1,0 +1,337 @@
+//! Reverse ETL end to end: a model over a real SQLite warehouse file sent
+//! by the bundled email-campaign connector to a fake Mailcoach-compatible
+//! provider over HTTPS (with 429s and 422 rejections), and to a webhook
+//! through the egress policy; both control-database backends.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::routing::post;
+use reqwest::Method;
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+use crate::on_both_backends;
+use crate::support::mailcoach::{self, LIST_UUID, MailcoachState};
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, expect_error, json, json_ok};
+
+const SELF_HOSTED: &str = "https://mail.acme-corp.com/api";
+const HOOK_HOST: &str = "hooks.acme-corp.com";
+
+struct Setup {
+    srv: TestServer,
+    mc: Arc<MailcoachState>,
+    hook: Arc<std::sync::Mutex<Vec<Value>>>,
+    _providers: (FakeProvider, FakeProvider),
+    warehouse_id: String,
+    db: String,
+}
+
+/// A server with the fake provider and a webhook receiver pinned, and an
+/// SQLite warehouse holding `customers`: 20 good rows, one with a null
+/// key and two sharing a key.
+async fn setup(backend: Backend) -> Setup {
+    let ca = TestCa::new();
+    let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
+    let mail = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
+    let hook: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let seen = hook.clone();
+    let receiver = axum::Router::new().route(
+        "/retl",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let seen = seen.clone();
+            async move {
+                // The record whose key is c7 is refused, the rest accepted.
+                let rejected: Vec<Value> = body["records"].as_array().unwrap().iter().enumerate().filter(|(_, r)| r["key"] == "c7").map(|(i, _)| json!({ "index": i, "reason": "c7 is blocked here" })).collect();
+                seen.lock().unwrap().push(body);
+                axum::Json(json!({ "rejected": rejected }))
+            }
+        }),
+    );
+    let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver).await;
+    let pins = format!("{},{}", mail.pins(&["mail.acme-corp.com"]), hooks.pins(&[HOOK_HOST]));
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.mailcoach.app,mail.acme-corp.com,hooks.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    .unwrap();
+    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "crm", "kind": "sqlite", "configuration": { "file": "crm.db" } })).send().await.unwrap()).await;
+    let warehouse_id = dest["data"]["destination_id"].as_str().unwrap().to_owned();
+    let path = srv.warehouse(&srv.workspace_id().await, "crm.db");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let db = format!("sqlite://{}?mode=rwc", path.display());
+    let mut c = sqlx::SqliteConnection::connect(&db).await.unwrap();
+    sqlx::raw_sql("CREATE TABLE customers (id TEXT, email TEXT, first_name TEXT)").execute(&mut c).await.unwrap();
+    for i in 1..=20 {
+        sqlx::query("INSERT INTO customers VALUES ($1, $2, $3)").bind(format!("c{i}")).bind(format!("c{i}@example.com")).bind(format!("Name{i}")).execute(&mut c).await.unwrap();
+    }
+    sqlx::raw_sql("INSERT INTO customers VALUES (NULL, 'nokey@example.com', 'X'), ('dup', 'd1@example.com', 'D'), ('dup', 'd2@example.com', 'D')").execute(&mut c).await.unwrap();
+    c.close().await.unwrap();
+    let _ = token;
+    Setup { srv, mc, hook, _providers: (mail, hooks), warehouse_id, db }
+}
+
+impl Setup {
+    async fn sql(&self, sql: &str) {
+        let mut c = sqlx::SqliteConnection::connect(&self.db).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut c).await.unwrap();
+    }
+
+    async fn customers(&self) -> i64 {
+        let mut c = sqlx::SqliteConnection::connect(&self.db).await.unwrap();
+        sqlx::query_scalar("SELECT COUNT(*) FROM customers").fetch_one(&mut c).await.unwrap()
+    }
+
+    async fn handle(&self) -> String {
+        let body = json!({ "base_url": SELF_HOSTED, "api_token": self.mc.token });
+        let created = json_ok(self.srv.post("/v1/credentials/emailcampaign/api-token", body).send().await.unwrap()).await;
+        created["data"]["credential_handle"].as_str().unwrap().to_owned()
+    }
+
+    async fn model(&self) -> String {
+        let body = json!({ "name": "customers", "warehouse_id": self.warehouse_id, "query": "SELECT id, email, first_name FROM customers", "primary_key": "id" });
+        let m = json_ok(self.srv.post("/v1/reverse-etl/models", body).send().await.unwrap()).await;
+        m["data"]["model_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Runs an activation to its end; the run as `GET /reverse-etl/runs` shows it.
+    async fn run(&self, activation: &str, body: Value) -> Value {
+        let started = json_ok(self.srv.post(&format!("/v1/reverse-etl/activations/{activation}/run"), body).send().await.unwrap()).await;
+        let run_id = started["data"]["run_id"].as_str().unwrap().to_owned();
+        let job = self.srv.wait_job(&run_id).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        json_ok(self.srv.get(&format!("/v1/reverse-etl/runs/{run_id}")).send().await.unwrap()).await["data"].clone()
+    }
+}
+
+fn counts(run: &Value) -> Value {
+    run["progress"]["counts"].clone()
+}
+
+/// The whole life of a connector activation: writing SQL refused, the
+/// first run sends every valid row (honouring 429s) and reports the
+/// invalid and the rejected ones, the next sends exactly what changed and
+/// the row that failed, mirror mode removes the row that left the model,
+/// and only one of many concurrent run requests starts a run.
+async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: Backend) {
+    let s = setup(backend).await;
+    let srv = &s.srv;
+
+    // Models are read-only, enforced by the warehouse: nothing changes.
+    for (query, code) in [
+        ("DELETE FROM customers", "MODEL_QUERY_INVALID"),
+        ("SELECT 1; DELETE FROM customers", "MODEL_QUERY_INVALID"),
+        ("UPDATE customers SET email = 'x'", "MODEL_QUERY_INVALID"),
+        ("DROP TABLE customers", "MODEL_QUERY_INVALID"),
+        ("ATTACH DATABASE 'other.db' AS other", "MODEL_QUERY_INVALID"),
+        ("PRAGMA query_only = OFF", "MODEL_QUERY_INVALID"),
+        ("SELECT * FROM nowhere", "MODEL_QUERY_INVALID"),
+        // Closing the subquery to append statements: refused before SQLite sees it.
+        ("SELECT 1 AS id) AS x; PRAGMA query_only = 0; VACUUM INTO '/tmp/retl-escape.db'; SELECT * FROM (SELECT 1 AS id", "MODEL_QUERY_INVALID"),
+    ] {
+        let body = json!({ "name": "bad", "warehouse_id": s.warehouse_id, "query": query, "primary_key": "id" });
+        expect_error(srv.post("/v1/reverse-etl/models", body).send().await.unwrap(), 400, code).await;
+    }
+    assert_eq!(s.customers().await, 23, "the warehouse is unchanged");
+    assert!(!std::path::Path::new("/tmp/retl-escape.db").exists(), "no file was written");
+    let body = json!({ "name": "bad", "warehouse_id": s.warehouse_id, "query": "SELECT email FROM customers", "primary_key": "id" });
+    expect_error(srv.post("/v1/reverse-etl/models", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+
+    let model = s.model().await;
+    let handle = s.handle().await;
+    let connector = json!({ "connector_id": "conn_emailcampaign_edm", "object": "subscribers", "configuration": { "base_url": SELF_HOSTED, "credential_handle": handle, "email_list_uuids": [LIST_UUID] } });
+    let dest = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "newsletter", "kind": "connector", "configuration": connector })).send().await.unwrap()).await;
+    let dest_id = dest["data"]["destination_id"].as_str().unwrap().to_owned();
+    let bad = json!({ "connector_id": "conn_emailcampaign_edm", "object": "campaigns", "configuration": connector["configuration"] });
+    expect_error(srv.post("/v1/reverse-etl/destinations", json!({ "name": "x", "kind": "connector", "configuration": bad })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+
+    // Prepare: columns, samples, a suggested key and mappings by name.
+    let prep = json_ok(srv.post("/v1/reverse-etl/prepare", json!({ "model_id": model, "destination_id": dest_id })).send().await.unwrap()).await["data"].clone();
+    let columns: Vec<&str> = prep["columns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(columns, ["id", "email", "first_name"], "{prep}");
+    assert_eq!(prep["sample_rows"].as_array().unwrap().len(), 23);
+    assert_eq!(prep["suggested_primary_key"], "email", "id has a null and a duplicate: {prep}");
+    assert_eq!(prep["match_field"], "email");
+    assert_eq!(prep["suggested_mappings"], json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]), "{prep}");
+
+    let mappings = json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]);
+    let wrong = json!([{ "field": "first_name", "column": "first_name" }]);
+    expect_error(srv.post("/v1/reverse-etl/activations", json!({ "name": "a", "model_id": model, "destination_id": dest_id, "mappings": wrong, "mode": "upsert" })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    let a = json_ok(srv.post("/v1/reverse-etl/activations", json!({ "name": "customers to newsletter", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap()).await;
+    let activation = a["data"]["activation_id"].as_str().unwrap().to_owned();
+
+    // First run: every valid row but the one the provider rejects.
+    s.mc.reject_emails.lock().unwrap().insert("c5@example.com".into());
+    s.mc.rate_limit_next.store(2, Ordering::SeqCst);
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(counts(&run), json!({ "queried": 23, "added": 19, "changed": 0, "removed": 0, "unchanged": 0, "invalid": 3, "failed": 1, "skipped": 0 }), "{run}");
+    assert_eq!(s.mc.written_count(), 19);
+    let failed = &run["progress"]["failed_samples"];
+    assert_eq!(failed[0]["key"], "c5", "{run}");
+    assert!(failed[0]["reason"].as_str().unwrap().contains("422"), "{run}");
+    assert!(!run.to_string().contains(&s.mc.token), "no secret in a run");
+    let invalid: Vec<String> = run["progress"]["invalid_samples"].as_array().unwrap().iter().map(|v| v["reason"].as_str().unwrap().to_owned()).collect();
+    assert!(invalid.iter().any(|r| r.contains("null")) && invalid.iter().any(|r| r.contains("2 times")), "{invalid:?}");
+    assert!(s.mc.subscriber_by_email("d1@example.com").is_none(), "duplicated keys are never sent");
+
+    // Two rows change, one leaves, the rejected one is now accepted.
+    s.sql("UPDATE customers SET first_name = 'Changed' WHERE id IN ('c1', 'c2'); DELETE FROM customers WHERE id = 'c3'").await;
+    s.mc.reject_emails.lock().unwrap().clear();
+    let before = s.mc.write_log().len();
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(counts(&run), json!({ "queried": 22, "added": 1, "changed": 2, "removed": 0, "unchanged": 16, "invalid": 3, "failed": 0, "skipped": 0 }), "{run}");
+    let writes: Vec<(String, String)> = s.mc.write_log()[before..].to_vec();
+    assert_eq!(writes.len(), 3, "exactly the two changed rows and the retried one: {writes:?}");
+    assert_eq!(s.mc.subscriber_by_email("c1@example.com").unwrap()["first_name"], "Changed");
+    assert!(s.mc.subscriber_by_email("c5@example.com").is_some(), "the failed row was sent once accepted");
+    assert!(s.mc.subscriber_by_email("c3@example.com").is_some(), "upsert mode removes nothing");
+
+    // Nothing changed: nothing is sent.
+    let before = s.mc.write_log().len();
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(counts(&run)["unchanged"], 19, "{run}");
+    assert_eq!(s.mc.write_log().len(), before);
+
+    // Mirror mode removes the record whose row left the model.
+    json_ok(srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}")).json(&json!({ "mode": "mirror" })).send().await.unwrap()).await;
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(counts(&run)["removed"], 1, "{run}");
+    assert_eq!(counts(&run)["unchanged"], 19, "{run}");
+    assert!(s.mc.subscriber_by_email("c3@example.com").is_none(), "removed at the provider");
+
+    // A full resync sends every valid row again.
+    let run = s.run(&activation, json!({ "full_resync": true })).await;
+    assert_eq!(counts(&run)["changed"], 19, "{run}");
+    assert_eq!(run["full_resync"], true);
+
+    // Fifty concurrent requests: one run, 49 conflicts naming it. The run
+    // has a row to send to a slow provider, so it is still active when the
+    // last request arrives.
+    s.sql("UPDATE customers SET first_name = 'Again' WHERE id = 'c1'").await;
+    s.mc.delay_ms.store(3_000, Ordering::SeqCst);
+    let url = format!("/v1/reverse-etl/activations/{activation}/run");
+    let answers = futures_join(
+        (0..50).map(|_| {
+            let req = srv.post(&url, json!({}));
+            async move { json(req.send().await.unwrap()).await }
+        }),
+    )
+    .await;
+    let started: Vec<&Value> = answers.iter().filter(|(s, _)| s.as_u16() == 201).map(|(_, b)| b).collect();
+    let conflicts: Vec<&Value> = answers.iter().filter(|(s, _)| s.as_u16() == 409).map(|(_, b)| b).collect();
+    assert_eq!((started.len(), conflicts.len()), (1, 49), "{answers:?}");
+    let run_id = started[0]["data"]["run_id"].as_str().unwrap();
+    assert!(conflicts.iter().all(|c| c["code"] == "EXECUTION_CONFLICT" && c["details"]["active_run"]["run_id"] == run_id), "{conflicts:?}");
+    srv.wait_job(run_id).await;
+    s.mc.delay_ms.store(0, Ordering::SeqCst);
+
+    // What is in use cannot be deleted.
+    let e = expect_error(srv.request(Method::DELETE, &format!("/v1/reverse-etl/models/{model}")).send().await.unwrap(), 409, "MODEL_IN_USE").await;
+    assert_eq!(e["details"]["activation_ids"], json!([activation]));
+    let e = expect_error(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{dest_id}")).send().await.unwrap(), 409, "DESTINATION_IN_USE").await;
+    assert_eq!(e["details"]["activation_ids"], json!([activation]));
+    let e = expect_error(srv.request(Method::DELETE, &format!("/v1/destinations/{}", s.warehouse_id)).send().await.unwrap(), 409, "DESTINATION_IN_USE").await;
+    assert_eq!(e["details"]["model_ids"], json!([model]));
+    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/activations/{activation}")).send().await.unwrap()).await;
+    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/models/{model}")).send().await.unwrap()).await;
+    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{dest_id}")).send().await.unwrap()).await;
+}
+
+async fn futures_join<F: Future<Output = T>, T>(futures: impl Iterator<Item = F>) -> Vec<T> {
+    let handles: Vec<_> = futures.collect();
+    let mut out = Vec::new();
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = handles.into_iter().map(Box::pin).collect();
+    // Polled together: every request is in flight before any is awaited alone.
+    let mut done: Vec<Option<T>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if done[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => done[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    out.extend(done.into_iter().map(Option::unwrap));
+    out
+}
+
+/// A webhook gets the same batches through egress: only an allowed HTTPS
+/// host, never an address literal; a record it rejects is reported and
+/// sent again next run.
+async fn a_webhook_receives_batches_through_the_egress_policy(backend: Backend) {
+    let s = setup(backend).await;
+    let srv = &s.srv;
+    for (url, code) in [
+        ("https://127.0.0.1/retl", "VALIDATION_FAILED"),
+        ("https://10.1.2.3/retl", "VALIDATION_FAILED"),
+        ("https://[::1]/retl", "VALIDATION_FAILED"),
+        ("http://hooks.acme-corp.com/retl", "VALIDATION_FAILED"),
+        ("https://hooks.acme-corp.com:8443/retl", "VALIDATION_FAILED"),
+        ("https://hooks.acme-corp.com/retl?token=abc", "VALIDATION_FAILED"),
+        ("https://localhost/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
+        ("https://metadata.google.internal/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
+    ] {
+        expect_error(srv.post("/v1/reverse-etl/destinations", json!({ "name": "h", "kind": "webhook", "configuration": { "url": url } })).send().await.unwrap(), 400, code).await;
+    }
+    let model = s.model().await;
+    let dest = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "hook", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl") } })).send().await.unwrap()).await;
+    let dest_id = dest["data"]["destination_id"].as_str().unwrap();
+    let mappings = json!([{ "field": "mail", "column": "email" }, { "field": "origin", "value": "warehouse" }]);
+    let a = json_ok(srv.post("/v1/reverse-etl/activations", json!({ "name": "hook", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap()).await;
+    let activation = a["data"]["activation_id"].as_str().unwrap().to_owned();
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(counts(&run)["added"], 19, "{run}");
+    assert_eq!(counts(&run)["failed"], 1, "{run}");
+    assert_eq!(run["progress"]["failed_samples"][0]["reason"], "c7 is blocked here");
+    let batches = s.hook.lock().unwrap().clone();
+    assert_eq!(batches.len(), 1, "one batch of 20");
+    assert_eq!(batches[0]["operation"], "upsert");
+    assert_eq!(batches[0]["activation_id"], activation.as_str());
+    let first = &batches[0]["records"][0];
+    assert_eq!(first["fields"], json!({ "mail": "c1@example.com", "origin": "warehouse" }), "{first}");
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!((counts(&run)["unchanged"].as_u64(), counts(&run)["failed"].as_u64()), (Some(19), Some(1)), "the rejected record is sent again, alone: {run}");
+    let again = s.hook.lock().unwrap()[1]["records"].clone();
+    assert_eq!(again.as_array().unwrap().len(), 1, "{again}");
+    assert_eq!(again[0]["key"], "c7");
+}
+
+/// Viewers read but cannot write; another workspace sees nothing; MCP
+/// clients get proposals in the reverse-ETL category.
+async fn reverse_etl_keeps_to_its_workspace_and_roles(backend: Backend) {
+    let s = setup(backend).await;
+    let srv = &s.srv;
+    let model = s.model().await;
+    let ws = srv.workspace_id().await;
+    let (_, viewer) = srv.user_in(&ws, service::access::Role::Viewer).await;
+    let body = json!({ "name": "v", "warehouse_id": s.warehouse_id, "query": "SELECT id FROM customers", "primary_key": "id" });
+    expect_error(srv.request_as(&viewer, Method::POST, "/v1/reverse-etl/models").json(&body).send().await.unwrap(), 403, "403").await;
+    expect_error(srv.request_as(&viewer, Method::POST, "/v1/reverse-etl/prepare").json(&json!({ "model_id": model })).send().await.unwrap(), 403, "403").await;
+    let listed = json_ok(srv.request_as(&viewer, Method::GET, "/v1/reverse-etl/models").send().await.unwrap()).await;
+    assert_eq!(listed["data"]["items"].as_array().unwrap().len(), 1);
+
+    let (_, other) = srv.other_workspace().await;
+    let listed = json_ok(srv.request_as(&other, Method::GET, "/v1/reverse-etl/models").send().await.unwrap()).await;
+    assert!(listed["data"]["items"].as_array().unwrap().is_empty(), "{listed}");
+    let steal = json!({ "name": "steal", "warehouse_id": s.warehouse_id, "query": "SELECT id FROM customers", "primary_key": "id" });
+    expect_error(srv.request_as(&other, Method::POST, "/v1/reverse-etl/models").json(&steal).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    expect_error(srv.request_as(&other, Method::PATCH, &format!("/v1/reverse-etl/models/{model}")).json(&json!({ "name": "x" })).send().await.unwrap(), 404, "404").await;
+
+    let proposed = srv.post("/v1/reverse-etl/models", json!({ "name": "m2", "warehouse_id": s.warehouse_id, "query": "SELECT id FROM customers", "primary_key": "id" })).header("x-service-execution-mode", "proposal").send().await.unwrap();
+    let (status, body) = json(proposed).await;
+    assert_eq!(status.as_u16(), 202, "{body}");
+    assert_eq!(body["data"]["approval"]["category"], "reverse_etl", "{body}");
+}
+
+on_both_backends!(
+    an_activation_sends_only_what_changed_and_retries_what_failed,
+    a_webhook_receives_batches_through_the_egress_policy,
+    reverse_etl_keeps_to_its_workspace_and_roles,
+);
