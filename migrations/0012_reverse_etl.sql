@@ -50,13 +50,15 @@ CREATE INDEX retl_activations_workspace ON retl_activations (workspace_id, id);
 
 -- Per activation and model key: the fingerprint of the mapped fields last
 -- accepted by the destination (NULL: never accepted), the destination's
--- matching value it was sent with (for removals), and why the last send
--- failed (NULL: it did not).
+-- matching value it was sent with (for removals), the run whose send was
+-- accepted (so a resumed full resync skips what it already sent), and why
+-- the last send failed (NULL: it did not).
 CREATE TABLE retl_state (
     activation_id    TEXT NOT NULL REFERENCES retl_activations(id) ON DELETE CASCADE,
     record_key       TEXT NOT NULL,
     fingerprint      BIGINT,
     destination_key  TEXT,
+    sent_by          TEXT,
     failure          TEXT,
     PRIMARY KEY (activation_id, record_key)
 );

@@ -21,6 +21,10 @@ use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::{Store, new_id, now_ms};
 use super::keyring::{self, Keyring};
 
+/// Why [`Vault::reveal`] failed when the credential store could not be
+/// read (every other reason is the caller's to fix).
+pub const STORE_UNAVAILABLE: &str = "credential store unavailable";
+
 /// How often `last_used_at` of a credential is refreshed.
 const TOUCH_INTERVAL_MS: i64 = 60_000;
 
@@ -315,7 +319,7 @@ impl Vault {
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "credential lookup failed");
-                "credential store unavailable".to_owned()
+                STORE_UNAVAILABLE.to_owned()
             })?
             .ok_or_else(|| "unknown credential handle".to_owned())?;
         if row.record.status != CredentialStatus::Active {
@@ -358,7 +362,7 @@ impl Vault {
                 let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
                 self.store.reseal_credential(&r.credential_id, &sealed, expires).await.map_err(|e| {
                     tracing::error!(error = %e, "could not store a refreshed token");
-                    "credential store unavailable".to_owned()
+                    STORE_UNAVAILABLE.to_owned()
                 })?;
                 tracing::info!(credential = %r.credential_id, "refreshed an OAuth access token");
                 Ok(next)

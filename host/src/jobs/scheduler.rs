@@ -7,7 +7,7 @@ use crate::state::AppState;
 use crate::store::now_ms;
 use crate::store::audit::NewAuditRecord;
 use crate::store::kinds::{AuditOutcome, JobKind, Trigger};
-use crate::store::pipelines::Schedule;
+use crate::store::pipelines::{NotQueued, Schedule};
 
 /// Starts what is due now.
 pub(super) async fn schedule_due(state: &AppState) {
@@ -27,11 +27,12 @@ async fn schedule_activations(state: &AppState) {
                 state.jobs_queued.notify_one();
                 tracing::info!(activation = %a.activation_id, run = %run.job_id, "scheduled reverse-ETL run started");
             }
+            Ok(Err(NotQueued::Gone)) => {}
             Ok(Err(active)) => {
                 let record = NewAuditRecord::event(&a.workspace_id, "reverse_etl.schedule_skipped", AuditOutcome::Failed, 409, crate::telemetry::request_id::current())
                     .on("activation", &a.activation_id);
                 let _ = state.store.append_audit(&record).await;
-                tracing::info!(activation = %a.activation_id, active = ?active.0.map(|j| j.job_id), "scheduled reverse-ETL run skipped: a run is active");
+                tracing::info!(activation = %a.activation_id, active = ?active_id(&active), "scheduled reverse-ETL run skipped: a run is active");
             }
             Err(e) => tracing::warn!(error = %e, "could not start a scheduled reverse-ETL run"),
         }
@@ -50,13 +51,22 @@ async fn schedule_syncs(state: &AppState) {
                 state.jobs_queued.notify_one();
                 tracing::info!(pipeline = %p.pipeline_id, job = %job.job_id, "scheduled sync started");
             }
+            Ok(Err(NotQueued::Gone)) => {}
             Ok(Err(active)) => {
                 let record = NewAuditRecord::event(&p.workspace_id, "pipelines.schedule_skipped", AuditOutcome::Failed, 409, crate::telemetry::request_id::current())
                     .on("pipeline", &p.pipeline_id);
                 let _ = state.store.append_audit(&record).await;
-                tracing::info!(pipeline = %p.pipeline_id, active = ?active.0.map(|j| j.job_id), "scheduled sync skipped: a job is active");
+                tracing::info!(pipeline = %p.pipeline_id, active = ?active_id(&active), "scheduled sync skipped: a job is active");
             }
             Err(e) => tracing::warn!(error = %e, "could not start a scheduled sync"),
         }
+    }
+}
+
+/// The job that kept a scheduled one from being queued, for the log.
+fn active_id(refused: &NotQueued) -> Option<&str> {
+    match refused {
+        NotQueued::Active(job) => job.as_ref().map(|j| j.job_id.as_str()),
+        NotQueued::Gone => None,
     }
 }

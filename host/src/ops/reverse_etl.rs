@@ -15,7 +15,7 @@ use crate::reverse_etl::model::{PREVIEW_TIMEOUT, open};
 use crate::reverse_etl::targets::Target;
 use crate::state::AppState;
 use crate::store::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
-use crate::store::pipelines::{ActiveJob, DeleteRefused, Schedule};
+use crate::store::pipelines::{DeleteRefused, Job, NotQueued, Schedule};
 use crate::store::reverse_etl::{Activation, FieldMapping, Model};
 
 /// Longest model query, in bytes.
@@ -155,6 +155,7 @@ pub async fn create_model(state: &AppState, access: &WorkspaceAccess, note: &Aud
 pub async fn update_model(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateModel) -> ApiResult<Executed> {
     note.target("model", &req.model_id);
     let cur = state.store.model(&access.workspace_id, &req.model_id).await?.ok_or_else(|| ApiError::not_found("model"))?;
+    let (cur_warehouse, cur_key) = (cur.warehouse_id.clone(), cur.primary_key.clone());
     let m = Model {
         name: req.name.unwrap_or(cur.name.clone()).trim().to_owned(),
         warehouse_id: req.warehouse_id.unwrap_or(cur.warehouse_id.clone()),
@@ -164,7 +165,10 @@ pub async fn update_model(state: &AppState, access: &WorkspaceAccess, note: &Aud
     };
     check_name("name", &m.name)?;
     check_model(state, access, &m.warehouse_id, &m.query, &m.primary_key).await?;
-    Executed::ok(state.store.update_model(&m).await?.ok_or_else(|| ApiError::not_found("model"))?)
+    // Keys of another warehouse or column name other rows: the
+    // activations' diff state no longer describes what was sent.
+    let forget = m.warehouse_id != cur_warehouse || m.primary_key != cur_key;
+    Executed::ok(state.store.update_model(&m, forget).await?.ok_or_else(|| ApiError::not_found("model"))?)
 }
 
 pub async fn delete_model(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, model_id: &str) -> ApiResult<Executed> {
@@ -227,11 +231,22 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
     let cur = state.store.retl_destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
     let name = req.name.unwrap_or(cur.name);
     check_name("name", &name)?;
-    let config = super::patch::merge_configuration(cur.configuration, req.configuration)?;
+    let config = super::patch::merge_configuration(cur.configuration.clone(), req.configuration)?;
     check_destination(state, access, cur.kind, &config).await?;
     let config = canonical(state, cur.kind, config);
-    let d = state.store.update_retl_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    // Sending elsewhere (another connector, object, list, matching field
+    // or address) starts afresh; a new credential for the same place does not.
+    let forget = without_handles(&config) != without_handles(&cur.configuration);
+    let d = state.store.update_retl_destination(&access.workspace_id, &req.destination_id, name.trim(), &config, forget).await?.ok_or_else(|| ApiError::not_found("destination"))?;
     Executed::ok(d)
+}
+
+/// A configuration without its credential handles, at any depth.
+fn without_handles(config: &Value) -> Value {
+    match config {
+        Value::Object(m) => Value::Object(m.iter().filter(|(k, _)| k.as_str() != "credential_handle").map(|(k, v)| (k.clone(), without_handles(v))).collect()),
+        other => other.clone(),
+    }
 }
 
 pub async fn delete_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, destination_id: &str) -> ApiResult<Executed> {
@@ -315,6 +330,7 @@ pub async fn update_activation(state: &AppState, access: &WorkspaceAccess, note:
     note.target("activation", &req.activation_id);
     let cur = state.store.activation(&access.workspace_id, &req.activation_id).await?.ok_or_else(|| ApiError::not_found("activation"))?;
     let schedule_changed = req.schedule.as_ref().is_some_and(|s| *s != cur.schedule);
+    let (cur_model, cur_destination) = (cur.model_id.clone(), cur.destination_id.clone());
     let a = Activation {
         name: req.name.map(|n| n.trim().to_owned()).unwrap_or(cur.name.clone()),
         model_id: req.model_id.unwrap_or(cur.model_id.clone()),
@@ -327,7 +343,14 @@ pub async fn update_activation(state: &AppState, access: &WorkspaceAccess, note:
     };
     check_activation(state, access, &a).await?;
     let next = schedule_changed.then(|| super::pipelines::next_run(&a.schedule));
-    Executed::ok(state.store.update_activation(&a, next).await?.ok_or_else(|| ApiError::not_found("activation"))?)
+    // Another model or destination starts from an empty diff state; not
+    // under a run that would write the old one back.
+    let forget = a.model_id != cur_model || a.destination_id != cur_destination;
+    if forget && let Some(active) = state.store.active_run(&a.activation_id).await? {
+        return Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is active; its model or destination can change once it ends")
+            .with_details(json!({ "active_run": run_summary(&active) })));
+    }
+    Executed::ok(state.store.update_activation(&a, next, forget).await?.ok_or_else(|| ApiError::not_found("activation"))?)
 }
 
 pub async fn delete_activation(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, activation_id: &str) -> ApiResult<Executed> {
@@ -336,8 +359,13 @@ pub async fn delete_activation(state: &AppState, access: &WorkspaceAccess, note:
         Ok(()) => Executed::ok(json!({ "activation_id": activation_id, "deleted": true })),
         Err(None) => Err(ApiError::not_found("activation")),
         Err(Some(active)) => Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is active; cancel it (POST /v1/jobs/{job_id}/cancel) or wait for it to end")
-            .with_details(json!({ "active_run": active }))),
+            .with_details(json!({ "active_run": run_summary(&active) }))),
     }
+}
+
+/// How a conflict names the active run.
+fn run_summary(j: &Job) -> Value {
+    json!({ "run_id": j.job_id, "status": j.status, "created_at": j.created_at })
 }
 
 /// Starts a run unless one is active: 409 `EXECUTION_CONFLICT` with the
@@ -352,8 +380,9 @@ pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, r
             note.target("run", &run.job_id);
             Executed::created(json!({ "run_id": run.job_id, "activation_id": a.activation_id, "status": run.status, "full_resync": req.full_resync, "created_at": run.created_at }))
         }
-        Err(ActiveJob(active)) => Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is already active; refresh its status before retrying")
-            .with_details(json!({ "active_run": active.map(|j| json!({ "run_id": j.job_id, "status": j.status, "created_at": j.created_at })) }))),
+        Err(NotQueued::Gone) => Err(ApiError::not_found("activation")),
+        Err(NotQueued::Active(active)) => Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is already active; refresh its status before retrying")
+            .with_details(json!({ "active_run": active.as_ref().map(run_summary) }))),
     }
 }
 

@@ -16,7 +16,7 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::kinds::{JobKind, Trigger};
-use crate::store::pipelines::{ActiveJob, Job, Pipeline};
+use crate::store::pipelines::{Job, NotQueued, Pipeline};
 
 /// A sync or reset command.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -60,7 +60,8 @@ pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, r
             note.target("job", &job.job_id);
             Executed::created(job)
         }
-        Err(ActiveJob(active)) => Err(conflict(
+        Err(NotQueued::Gone) => Err(ApiError::not_found("pipeline")),
+        Err(NotQueued::Active(active)) => Err(conflict(
             "a sync or reset is already active for this pipeline; refresh its status before retrying",
             active,
             None,

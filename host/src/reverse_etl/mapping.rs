@@ -92,17 +92,33 @@ impl Mapper {
 }
 
 /// A stable 64-bit fingerprint of a record (its JSON text; fields in
-/// mapping order), the same on every server and version.
-pub fn fingerprint(record: &Map<String, Value>) -> i64 {
-    let mut hasher = Sha256::new();
-    for (k, v) in record {
-        hasher.update(k.as_bytes());
-        hasher.update([0]);
-        hasher.update(v.to_string().as_bytes());
-        hasher.update([1]);
+/// mapping order), the same on every server and version, with the size of
+/// that text in bytes.
+pub fn fingerprint(record: &Map<String, Value>) -> (i64, usize) {
+    /// Hashes what JSON serialisation writes, counting it, without
+    /// building the text.
+    struct Hashing(Sha256, usize);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            self.1 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
-    let digest = hasher.finalize();
-    i64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
+    let mut out = Hashing(Sha256::new(), 0);
+    for (k, v) in record {
+        out.0.update(k.as_bytes());
+        out.0.update([0]);
+        out.1 += k.len() + 4;
+        // Writing a JSON value into memory cannot fail.
+        let _ = serde_json::to_writer(&mut out, v);
+        out.0.update([1]);
+    }
+    let digest = out.0.finalize();
+    (i64::from_le_bytes(digest[..8].try_into().expect("eight bytes")), out.1)
 }
 
 /// Suggested mappings: each destination field takes the column with the
@@ -139,8 +155,11 @@ mod tests {
         assert_eq!(Value::Object(record.clone()), json!({ "email": "a@b.c", "first_name": "Ada", "source": "warehouse" }));
         assert_eq!(m.matching_value(&record).as_deref(), Some("a@b.c"));
         assert_eq!(fingerprint(&record), fingerprint(&m.record(&row)));
+        // The same on every version: a changed value changes it, and the
+        // size counts the JSON text of names and values.
         let changed = m.record(&[json!(7), json!("a@b.c"), json!("Grace")]);
-        assert_ne!(fingerprint(&record), fingerprint(&changed));
+        assert_ne!(fingerprint(&record).0, fingerprint(&changed).0);
+        assert_eq!(fingerprint(&record).1, "email".len() + "first_name".len() + "source".len() + 12 + "\"a@b.c\"\"Ada\"\"warehouse\"".len());
         assert_eq!(m.key(&[Value::Null, json!("x"), json!("y")]), None);
     }
 

@@ -24,13 +24,22 @@ pub async fn open(state: &AppState, workspace_id: &str, warehouse_id: &str, quer
     let config = crate::warehouse::validate(warehouse.kind, &warehouse.configuration)?;
     let password = match &config {
         DestinationConfig::Postgres { target, credential_handle: Some(h) } => Some(
-            state.vault.reveal(workspace_id, h, &target.host).await.map_err(|e| ApiError::unavailable(format!("the warehouse's credential cannot be used: {e}")))?,
+            state.vault.reveal(workspace_id, h, &target.host).await.map_err(|e| credential_refused(warehouse_id, &e))?,
         ),
         DestinationConfig::Jsonl { .. } => return Err(ApiError::invalid_field("warehouse_id", "a JSON-lines destination cannot be queried; choose an SQLite or PostgreSQL destination")),
         _ => None,
     };
     let place = Place { data_dir: &state.config.data_dir, workspace_id, warehouses: &state.config.plugins.warehouses };
     crate::warehouse::query::run(&config, &place, password, query, limit, timeout).await.map_err(query_error)
+}
+
+/// The warehouse's credential cannot be used: revoked, unknown or bound
+/// to another host is the caller's to fix; a store outage may pass.
+fn credential_refused(warehouse_id: &str, reason: &str) -> ApiError {
+    if reason == crate::credentials::vault::STORE_UNAVAILABLE {
+        return ApiError::unavailable(format!("the warehouse's credential cannot be read now: {reason}"));
+    }
+    ApiError::bad_request("WAREHOUSE_CREDENTIAL_UNUSABLE", format!("the warehouse's credential cannot be used: {reason}")).with_details(json!({ "field": "warehouse_id", "warehouse_id": warehouse_id }))
 }
 
 /// The API's answer to a refused or failed model query.

@@ -3,23 +3,33 @@
 //! what the destination accepted.
 //!
 //! The diff streams the model once, keeping per key only a 128-bit hash,
-//! the fingerprint last accepted and two small counters, so a model of a
-//! million rows needs tens of megabytes, never the rows. Rows to send are
-//! kept while they fit in [`PENDING_BYTES`]; beyond that (a first run, a
-//! full resync) the model is read a second time and the rows to send are
-//! picked out on the way. A key whose row appears more than once, or is
-//! null, is invalid and never sent. A run that stops part way (a crash, a
-//! lost lease, a transient failure) has kept what was accepted, so the
-//! next attempt sends only what is left.
+//! the fingerprint last accepted and a few flags, so a model of a million
+//! rows needs tens of megabytes, never the rows. Rows to send are kept in
+//! memory while they fit in [`PENDING_BYTES`] and spooled to an unnamed
+//! file in the data directory beyond that (a first run, a full resync), so
+//! the warehouse query ends with the diff however slow the destination.
+//! A key whose row appears more than once, or is null, is invalid and
+//! never sent; so is a row whose mapped fields exceed [`RECORD_BYTES`].
+//!
+//! A run that stops part way (a crash, a lost lease, a transient failure)
+//! has kept what was accepted, so the next attempt sends only what is
+//! left: a changed row's new fingerprint is already recorded, and a full
+//! resync skips keys its own earlier attempt had accepted unchanged.
+//!
+//! In mirror mode, keys accepted before whose rows left the model are
+//! removed at the destination, by the matching value they were sent with,
+//! unless a row still in the model has that value (its key changed, not
+//! its record): then the old key is only forgotten.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 
 use super::mapping::{Mapper, fingerprint};
 use super::targets::{Op, SendError, Target};
@@ -29,8 +39,12 @@ use crate::store::kinds::{ActivationMode, JobKind};
 use crate::store::pipelines::Job;
 use crate::store::reverse_etl::KeyOutcome;
 
-/// Bytes of rows to send kept from the diff at most.
+/// Bytes of rows to send kept in memory at most; the rest is spooled.
 pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
+/// The largest record (mapped fields as JSON) a run sends.
+pub const RECORD_BYTES: usize = 1024 * 1024;
+/// The most record bytes in one batch to a destination.
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Samples of failed and of invalid rows kept at most.
 const SAMPLES: usize = 100;
 /// How often a run's progress is saved at most.
@@ -44,6 +58,10 @@ pub enum RunFailure {
 
 fn permanent(m: impl Into<String>) -> RunFailure {
     RunFailure::Permanent(m.into())
+}
+
+fn transient(e: impl std::fmt::Display) -> RunFailure {
+    RunFailure::Transient(e.to_string())
 }
 
 /// An API error met while opening the run's parts: a provider or
@@ -65,7 +83,8 @@ pub struct Counts {
     /// Records removed because their rows left the model (mirror mode).
     pub removed: u64,
     pub unchanged: u64,
-    /// Rows whose key is null or appears more than once: never sent.
+    /// Rows whose key is null or appears more than once, or that are too
+    /// large: never sent.
     pub invalid: u64,
     /// Rows (or removals) the destination refused: sent again next run.
     pub failed: u64,
@@ -100,19 +119,23 @@ impl Report {
     }
 }
 
-/// What the diff knows about a key.
+/// What the diff knows about a key (16 bytes: a million keys fit in
+/// some 70 MB of table).
 #[derive(Clone, Copy, Default)]
 struct Known {
-    /// The fingerprint last accepted.
-    fingerprint: Option<i64>,
+    /// The fingerprint last accepted, if `accepted`.
+    fingerprint: i64,
+    accepted: bool,
     failed: bool,
+    /// Accepted by an earlier attempt of this run.
+    mine: bool,
     /// Times seen in this run's model (saturating).
     seen: u8,
     /// What its first row became.
     first: Verdict,
 }
 
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 enum Verdict {
     #[default]
     Unchanged,
@@ -121,18 +144,91 @@ enum Verdict {
     Skipped,
 }
 
-/// A key as the diff holds it.
+/// A key (or a matching value) as the diff holds it.
 fn key_hash(key: &str) -> u128 {
     let digest = Sha256::digest(key.as_bytes());
     u128::from_le_bytes(digest[..16].try_into().expect("sixteen bytes"))
 }
 
 /// A row to send.
+#[derive(Serialize, Deserialize)]
 struct Pending {
     key: String,
     record: Map<String, Value>,
     fingerprint: i64,
     verdict: Verdict,
+    /// The size of its record as JSON.
+    bytes: usize,
+}
+
+/// The rows to send, in memory up to [`PENDING_BYTES`], then in an
+/// unnamed file (gone when closed, readable by no one else) as JSON lines.
+struct Spool {
+    memory: Vec<Pending>,
+    bytes: usize,
+    file: Option<BufWriter<tokio::fs::File>>,
+    dir: std::path::PathBuf,
+}
+
+impl Spool {
+    fn new(dir: &std::path::Path) -> Spool {
+        Spool { memory: Vec::new(), bytes: 0, file: None, dir: dir.to_owned() }
+    }
+
+    async fn push(&mut self, p: Pending) -> std::io::Result<()> {
+        if self.file.is_none() {
+            self.bytes += p.key.len() + p.bytes + 64;
+            self.memory.push(p);
+            if self.bytes <= PENDING_BYTES {
+                return Ok(());
+            }
+            let file = tempfile::tempfile_in(&self.dir)?;
+            self.file = Some(BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(file)));
+            for p in std::mem::take(&mut self.memory) {
+                self.write(&p).await?;
+            }
+            return Ok(());
+        }
+        self.write(&p).await
+    }
+
+    async fn write(&mut self, p: &Pending) -> std::io::Result<()> {
+        let f = self.file.as_mut().expect("spooling to a file");
+        let mut line = serde_json::to_vec(p)?;
+        line.push(b'\n');
+        f.write_all(&line).await
+    }
+
+    /// The rows, in the order they came.
+    async fn read(self) -> std::io::Result<Spooled> {
+        match self.file {
+            None => Ok(Spooled::Memory(self.memory.into_iter())),
+            Some(mut f) => {
+                f.flush().await?;
+                let mut file = f.into_inner();
+                tokio::io::AsyncSeekExt::rewind(&mut file).await?;
+                Ok(Spooled::File(BufReader::with_capacity(1 << 20, file).lines()))
+            }
+        }
+    }
+}
+
+/// A spool being read back.
+enum Spooled {
+    Memory(std::vec::IntoIter<Pending>),
+    File(tokio::io::Lines<BufReader<tokio::fs::File>>),
+}
+
+impl Spooled {
+    async fn next(&mut self) -> std::io::Result<Option<Pending>> {
+        match self {
+            Spooled::Memory(rows) => Ok(rows.next()),
+            Spooled::File(lines) => match lines.next_line().await? {
+                Some(line) => Ok(Some(serde_json::from_str(&line)?)),
+                None => Ok(None),
+            },
+        }
+    }
 }
 
 struct Run<'a> {
@@ -149,9 +245,9 @@ struct Run<'a> {
 pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), RunFailure> {
     let ws = &job.workspace_id;
     let activation_id = job.activation_id.as_deref().ok_or_else(|| permanent("the run names no activation"))?;
-    let activation = state.store.activation(ws, activation_id).await.ok().flatten().ok_or_else(|| permanent("the activation no longer exists"))?;
-    let model = state.store.model(ws, &activation.model_id).await.ok().flatten().ok_or_else(|| permanent("the model no longer exists"))?;
-    let dest = state.store.retl_destination(ws, &activation.destination_id).await.ok().flatten().ok_or_else(|| permanent("the destination no longer exists"))?;
+    let activation = state.store.activation(ws, activation_id).await.map_err(transient)?.ok_or_else(|| permanent("the activation no longer exists"))?;
+    let model = state.store.model(ws, &activation.model_id).await.map_err(transient)?.ok_or_else(|| permanent("the model no longer exists"))?;
+    let dest = state.store.retl_destination(ws, &activation.destination_id).await.map_err(transient)?.ok_or_else(|| permanent("the destination no longer exists"))?;
     let target = Target::open(state, ws, &dest).await.map_err(from_api)?;
     let full = job.kind == JobKind::ActivationResync;
     let mode = activation.mode;
@@ -164,109 +260,101 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
     let mut known: HashMap<u128, Known> = HashMap::new();
     state
         .store
-        .diff_state(activation_id, |key, s, _| {
-            known.insert(key_hash(&key), Known { fingerprint: s.fingerprint, failed: s.failed, ..Known::default() });
+        .diff_state(activation_id, &job.job_id, |key, s, _| {
+            let known_key = Known { fingerprint: s.fingerprint.unwrap_or(0), accepted: s.fingerprint.is_some(), failed: s.failed, mine: s.sent_by_this_run, ..Known::default() };
+            known.insert(key_hash(&key), known_key);
         })
         .await
-        .map_err(|e| RunFailure::Transient(e.to_string()))?;
-    let mut pending = Vec::new();
-    let (mut pending_bytes, mut overflow) = (0usize, false);
+        .map_err(transient)?;
+    // Matching values of the rows in the model (mirror mode): a record
+    // one of them still names is never removed.
+    let mut live: HashSet<u128> = HashSet::new();
+    let mut spool = Spool::new(&state.config.data_dir);
     while let Some(batch) = rows.next_batch().await.map_err(|e| from_api(super::model::query_error(e)))? {
         run.stopped()?;
         for row in batch {
-            run.report.counts.queried += 1;
+            let counts = &mut run.report.counts;
+            counts.queried += 1;
             let Some(key) = run.mapper.key(&row) else {
-                run.report.counts.invalid += 1;
+                counts.invalid += 1;
                 Report::sample(&mut run.report.invalid, None, "the primary key is null");
                 continue;
             };
             let record = run.mapper.record(&row);
-            let print = fingerprint(&record);
+            if mode == ActivationMode::Mirror
+                && let Some(v) = run.mapper.matching_value(&record)
+            {
+                live.insert(key_hash(&v));
+            }
+            let (print, bytes) = fingerprint(&record);
             let entry = known.entry(key_hash(&key)).or_default();
             entry.seen = entry.seen.saturating_add(1);
             if entry.seen > 1 {
+                // Every row of a repeated key is invalid, its first too.
+                counts.invalid += 1;
+                if entry.seen == 2 {
+                    counts.invalid += 1;
+                    match entry.first {
+                        Verdict::Unchanged => counts.unchanged -= 1,
+                        Verdict::Skipped => counts.skipped -= 1,
+                        Verdict::Add | Verdict::Change => {}
+                    }
+                    Report::sample(&mut run.report.invalid, Some(&key), "the primary key appears more than once");
+                }
                 continue;
             }
-            entry.first = match entry.fingerprint {
-                None => Verdict::Add,
-                Some(_) if mode == ActivationMode::InsertOnly => Verdict::Skipped,
-                Some(old) if full || old != print || entry.failed => Verdict::Change,
-                Some(_) => Verdict::Unchanged,
+            if bytes > RECORD_BYTES {
+                // Invalid whatever was sent before; `seen` stays 1 and the
+                // verdict unchanged so the key is neither sent nor removed.
+                counts.invalid += 1;
+                Report::sample(&mut run.report.invalid, Some(&key), &format!("the mapped fields take {bytes} bytes; at most {RECORD_BYTES} are sent"));
+                entry.seen = u8::MAX;
+                continue;
+            }
+            let old = entry.fingerprint;
+            entry.first = match entry.accepted {
+                false => Verdict::Add,
+                true if mode == ActivationMode::InsertOnly => Verdict::Skipped,
+                true if entry.failed => Verdict::Change,
+                true if full => {
+                    if entry.mine && old == print { Verdict::Unchanged } else { Verdict::Change }
+                }
+                true if old != print => Verdict::Change,
+                true => Verdict::Unchanged,
             };
             match entry.first {
-                Verdict::Unchanged => run.report.counts.unchanged += 1,
-                Verdict::Skipped => run.report.counts.skipped += 1,
+                Verdict::Unchanged => counts.unchanged += 1,
+                Verdict::Skipped => counts.skipped += 1,
                 verdict @ (Verdict::Add | Verdict::Change) => {
-                    if !overflow {
-                        pending_bytes += key.len() + record.iter().map(|(k, v)| k.len() + v.to_string().len() + 16).sum::<usize>();
-                        if pending_bytes > PENDING_BYTES {
-                            overflow = true;
-                            pending = Vec::new();
-                        } else {
-                            pending.push(Pending { key, record, fingerprint: print, verdict });
-                        }
-                    }
+                    spool.push(Pending { key, record, fingerprint: print, verdict, bytes }).await.map_err(transient)?;
                 }
             }
         }
+        run.progress("diffing", false).await;
     }
-    // Keys seen more than once are invalid, every row of them.
-    let duplicated: HashMap<u128, Known> = known.iter().filter(|(_, k)| k.seen > 1).map(|(h, k)| (*h, *k)).collect();
-    for k in duplicated.values() {
-        match k.first {
-            Verdict::Unchanged => run.report.counts.unchanged -= 1,
-            Verdict::Skipped => run.report.counts.skipped -= 1,
-            _ => {}
-        }
-        run.report.counts.invalid += u64::from(k.seen);
-    }
-    if !duplicated.is_empty() {
-        pending.retain(|p: &Pending| {
-            let dup = duplicated.get(&key_hash(&p.key));
-            if let Some(k) = dup {
-                Report::sample(&mut run.report.invalid, Some(&p.key), &format!("the primary key appears {} times", k.seen));
-            }
-            dup.is_none()
-        });
-    }
+    drop(rows);
     run.report.diff_ms = started.elapsed().as_millis() as u64;
     run.progress("sending", true).await;
 
-    // The sends.
+    // The sends: rows of keys seen once only.
     let op = match mode {
         ActivationMode::Upsert | ActivationMode::Mirror => Op::Upsert,
         ActivationMode::UpdateOnly => Op::Update,
         ActivationMode::InsertOnly => Op::Insert,
     };
-    if overflow {
-        let mut rows = super::model::open(state, ws, &model.warehouse_id, &model.query, None, super::model::RUN_TIMEOUT).await.map_err(from_api)?;
-        let mut batch_out = Vec::new();
-        while let Some(batch) = rows.next_batch().await.map_err(|e| from_api(super::model::query_error(e)))? {
-            for row in batch {
-                let Some(key) = run.mapper.key(&row) else { continue };
-                let Some(k) = known.get_mut(&key_hash(&key)) else { continue };
-                if k.seen != 1 || !matches!(k.first, Verdict::Add | Verdict::Change) {
-                    continue;
-                }
-                // Sent once, even if the row shows up again meanwhile.
-                k.seen = u8::MAX;
-                let record = run.mapper.record(&row);
-                let print = fingerprint(&record);
-                batch_out.push(Pending { key, record, fingerprint: print, verdict: k.first });
-                if batch_out.len() == run.target.batch_size() {
-                    run.send(op, std::mem::take(&mut batch_out)).await?;
-                }
+    let mut batch = Batch::default();
+    let size = run.target.batch_size();
+    let mut spooled = spool.read().await.map_err(transient)?;
+    while let Some(p) = spooled.next().await.map_err(transient)? {
+        if known.get(&key_hash(&p.key)).is_some_and(|k| k.seen == 1) {
+            if batch.bytes + p.bytes > BATCH_BYTES || batch.rows.len() == size {
+                run.send(op, batch.take()).await?;
             }
-        }
-        run.send(op, batch_out).await?;
-    } else {
-        let size = run.target.batch_size();
-        let mut it = pending.into_iter().peekable();
-        while it.peek().is_some() {
-            let chunk: Vec<Pending> = it.by_ref().take(size).collect();
-            run.send(op, chunk).await?;
+            batch.bytes += p.bytes;
+            batch.rows.push(p);
         }
     }
+    run.send(op, batch.take()).await?;
 
     // Removals: keys accepted before whose rows left the model.
     if mode == ActivationMode::Mirror {
@@ -274,24 +362,38 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
         let mut forget = Vec::new();
         state
             .store
-            .diff_state(activation_id, |key, s, destination_key| {
+            .diff_state(activation_id, &job.job_id, |key, s, destination_key| {
                 if known.get(&key_hash(&key)).is_some_and(|k| k.seen > 0) {
                     return;
                 }
                 match (s.fingerprint, destination_key) {
-                    (Some(_), Some(d)) => gone.push((key, d)),
+                    (Some(_), Some(d)) if !live.contains(&key_hash(&d)) => gone.push((key, d)),
                     _ => forget.push(KeyOutcome::Removed { key }),
                 }
             })
             .await
-            .map_err(|e| RunFailure::Transient(e.to_string()))?;
-        state.store.record_outcomes(activation_id, &forget).await.map_err(|e| RunFailure::Transient(e.to_string()))?;
+            .map_err(transient)?;
+        state.store.record_outcomes(activation_id, &job.job_id, &forget).await.map_err(transient)?;
         for chunk in gone.chunks(run.target.batch_size()) {
             run.remove(chunk).await?;
         }
     }
     run.progress("done", true).await;
     Ok(())
+}
+
+/// Rows gathered for one call to the destination.
+#[derive(Default)]
+struct Batch {
+    rows: Vec<Pending>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn take(&mut self) -> Vec<Pending> {
+        self.bytes = 0;
+        std::mem::take(&mut self.rows)
+    }
 }
 
 impl Run<'_> {
@@ -332,7 +434,7 @@ impl Run<'_> {
                 }
             }
         }
-        self.state.store.record_outcomes(self.activation_id, &outcomes).await.map_err(|e| RunFailure::Transient(e.to_string()))?;
+        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await.map_err(transient)?;
         self.progress("sending", false).await;
         Ok(())
     }
@@ -366,7 +468,7 @@ impl Run<'_> {
                 }
             }
         }
-        self.state.store.record_outcomes(self.activation_id, &outcomes).await.map_err(|e| RunFailure::Transient(e.to_string()))?;
+        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await.map_err(transient)?;
         self.progress("removing", false).await;
         Ok(())
     }

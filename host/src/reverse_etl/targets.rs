@@ -10,7 +10,7 @@
 //! marked `readOnly: true` cannot be written.
 //!
 //! A webhook receives `POST` requests with the body
-//! `{"activation_id", "run_id", "operation", "match_field", "records":
+//! `{"activation_id", "run_id", "operation", "records":
 //! [{"key", "fields"}]}`, where `operation` is `upsert`, `update`,
 //! `insert` or `delete`. A 2xx answer accepts the batch, except the
 //! records it lists as `{"rejected": [{"index", "reason"}]}`; a 429 is

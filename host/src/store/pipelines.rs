@@ -7,7 +7,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::kinds::{DestinationKind, JobKind, JobStatus, PipelineStatus, Trigger};
-use super::{ResultExt, Store, StoreError, StoreResult, decode, from_ms, new_id, now_ms};
+use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A configured destination.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -249,19 +249,26 @@ pub(super) enum JobFor<'a> {
 }
 
 impl JobFor<'_> {
-    /// Its column in `jobs`, its id, the prefix of its jobs' ids and the
-    /// index that keeps one of them active.
-    fn parts(&self) -> (&'static str, &str, &'static str, &'static str) {
+    /// Its column in `jobs`, its id and the prefix of its jobs' ids (one
+    /// active per column value: `jobs_one_active_per_pipeline`,
+    /// `jobs_one_active_per_activation`).
+    fn parts(&self) -> (&'static str, &str, &'static str) {
         match self {
-            JobFor::Pipeline(id) => ("pipeline_id", id, "job", "jobs_one_active_per_pipeline"),
-            JobFor::Activation(id) => ("activation_id", id, "run", "jobs_one_active_per_activation"),
+            JobFor::Pipeline(id) => ("pipeline_id", id, "job"),
+            JobFor::Activation(id) => ("activation_id", id, "run"),
         }
     }
 }
 
-/// Why a job could not be created: another one is active.
+/// Why a job was not queued.
 #[derive(Debug)]
-pub struct ActiveJob(pub Option<Job>);
+pub enum NotQueued {
+    /// Another job of its pipeline or activation is active (this one,
+    /// unless it ended meanwhile).
+    Active(Option<Job>),
+    /// Its pipeline or activation was deleted meanwhile.
+    Gone,
+}
 
 
 impl Store {
@@ -441,7 +448,7 @@ impl Store {
 
     /// Creates a queued job unless one is active for the pipeline: the
     /// partial unique index decides, so it holds across replicas.
-    pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
+    pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, NotQueued>> {
         self.queue_job(workspace_id, JobFor::Pipeline(pipeline_id), kind, trigger).await
     }
 
@@ -452,8 +459,8 @@ impl Store {
     /// Queues a job (a pipeline's sync or reset, an activation's run)
     /// unless one is active for the same pipeline or activation: a partial
     /// unique index decides, so it holds across replicas.
-    pub(super) async fn queue_job(&self, workspace_id: &str, subject: JobFor<'_>, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
-        let (column, owner, prefix, index) = subject.parts();
+    pub(super) async fn queue_job(&self, workspace_id: &str, subject: JobFor<'_>, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, NotQueued>> {
+        let (column, owner, prefix) = subject.parts();
         let id = new_id(prefix);
         let now = now_ms();
         let sql = format!(
@@ -468,12 +475,13 @@ impl Store {
             .bind(trigger.as_str())
             .bind(now)
             .execute(self.pool())
-            .await
-            .on_conflict(index);
+            .await;
         match inserted {
             Ok(_) => Ok(Ok(self.job(workspace_id, &id).await?.expect("just inserted"))),
-            Err(StoreError::Conflict(_)) => Ok(Err(ActiveJob(self.active_job_for(subject).await?))),
-            Err(e) => Err(e),
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Ok(Err(NotQueued::Gone)),
+            // The only unique rule a new job can break is its index's.
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(Err(NotQueued::Active(self.active_job_for(subject).await?))),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -9,7 +9,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
-use super::pipelines::{ActiveJob, DeleteRefused, JOB_COLUMNS, Job, JobFor, Schedule, job_from_row};
+use super::pipelines::{NotQueued, DeleteRefused, JOB_COLUMNS, Job, JobFor, Schedule, job_from_row};
 use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A model: one read-only query over a warehouse destination.
@@ -86,6 +86,8 @@ pub struct KeyState {
     pub fingerprint: Option<i64>,
     /// Whether the last send of this key failed.
     pub failed: bool,
+    /// Whether the run asking accepted it itself (in an earlier attempt).
+    pub sent_by_this_run: bool,
 }
 
 /// One key's outcome, to be kept in the diff state.
@@ -98,6 +100,15 @@ pub enum KeyOutcome {
     Failed { key: String, reason: String },
     /// The destination removed the record (or the key is forgotten).
     Removed { key: String },
+}
+
+/// Whose diff state to forget: an activation's, or that of every
+/// activation of a model or of a reverse-ETL destination.
+#[derive(Debug, Clone, Copy)]
+pub enum StateOf<'a> {
+    Activation(&'a str),
+    Model(&'a str),
+    Destination(&'a str),
 }
 
 const MODEL_COLUMNS: &str = "id, workspace_id, name, warehouse_id, query, primary_key, created_by, created_at, updated_at";
@@ -187,7 +198,10 @@ impl Store {
         rows.iter().map(model_from_row).collect()
     }
 
-    pub async fn update_model(&self, m: &Model) -> StoreResult<Option<Model>> {
+    /// Saves a model's fields; with `forget`, the diff state of its
+    /// activations goes too (its keys now name other rows).
+    pub async fn update_model(&self, m: &Model, forget: bool) -> StoreResult<Option<Model>> {
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE retl_models SET name = $1, warehouse_id = $2, query = $3, primary_key = $4, updated_at = $5 WHERE workspace_id = $6 AND id = $7")
             .bind(&m.name)
             .bind(&m.warehouse_id)
@@ -196,9 +210,13 @@ impl Store {
             .bind(now_ms())
             .bind(&m.workspace_id)
             .bind(&m.model_id)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await
             .on_conflict("retl_models_warehouse")?;
+        if forget {
+            forget_state(&mut tx, StateOf::Model(&m.model_id)).await?;
+        }
+        tx.commit().await?;
         self.model(&m.workspace_id, &m.model_id).await
     }
 
@@ -237,15 +255,22 @@ impl Store {
         rows.iter().map(rdest_from_row).collect()
     }
 
-    pub async fn update_retl_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value) -> StoreResult<Option<RetlDestination>> {
+    /// Saves a destination's fields; with `forget`, the diff state of its
+    /// activations goes too (what they sent is now elsewhere).
+    pub async fn update_retl_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value, forget: bool) -> StoreResult<Option<RetlDestination>> {
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE retl_destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
             .bind(name)
             .bind(configuration.to_string())
             .bind(now_ms())
             .bind(workspace_id)
             .bind(id)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?;
+        if forget {
+            forget_state(&mut tx, StateOf::Destination(id)).await?;
+        }
+        tx.commit().await?;
         self.retl_destination(workspace_id, id).await
     }
 
@@ -304,12 +329,15 @@ impl Store {
         rows.iter().map(activation_from_row).collect()
     }
 
-    /// Saves an activation's fields. A changed schedule sets its next run.
-    pub async fn update_activation(&self, a: &Activation, next_run_at: Option<Option<i64>>) -> StoreResult<Option<Activation>> {
+    /// Saves an activation's fields. A changed schedule sets its next run;
+    /// with `forget`, its diff state goes (it reads another model or sends
+    /// elsewhere now).
+    pub async fn update_activation(&self, a: &Activation, next_run_at: Option<Option<i64>>, forget: bool) -> StoreResult<Option<Activation>> {
         let (set_next, next) = match next_run_at {
             Some(n) => (1i64, n),
             None => (0, None),
         };
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "UPDATE retl_activations SET name = $1, model_id = $2, destination_id = $3, mappings = $4, mode = $5, schedule = $6, paused = $7, \
              next_run_at = CASE WHEN $8 = 1 THEN $9 ELSE next_run_at END, updated_at = $10 WHERE workspace_id = $11 AND id = $12",
@@ -326,20 +354,38 @@ impl Store {
         .bind(now_ms())
         .bind(&a.workspace_id)
         .bind(&a.activation_id)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .on_conflict("retl_activations_references")?;
+        if forget {
+            forget_state(&mut tx, StateOf::Activation(&a.activation_id)).await?;
+        }
+        tx.commit().await?;
         self.activation(&a.workspace_id, &a.activation_id).await
     }
 
     /// Deletes an activation, its diff state and its finished runs;
-    /// refused while a run is active.
+    /// refused while a run is active. The activation is locked first on
+    /// PostgreSQL (a run being queued holds a key-share lock on it), so
+    /// the check sees every run queued before, and none is queued after.
     pub async fn delete_activation(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
-        if let Some(active) = self.active_run(id).await? {
-            return Ok(Err(Some(active)));
+        let mut tx = self.begin_write().await?;
+        let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
+        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM retl_activations WHERE workspace_id = $1 AND id = $2{lock}")))
+            .bind(workspace_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Ok(Err(None));
         }
-        let n = sqlx::query("DELETE FROM retl_activations WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(self.pool()).await?.rows_affected();
-        Ok(if n == 1 { Ok(()) } else { Err(None) })
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE activation_id = $1 AND status IN ('queued', 'running')");
+        if let Some(active) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id).fetch_optional(&mut *tx).await? {
+            return Ok(Err(Some(job_from_row(&active)?)));
+        }
+        sqlx::query("DELETE FROM retl_activations WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(Ok(()))
     }
 
     /// Unpaused activations whose schedule is due.
@@ -356,7 +402,7 @@ impl Store {
 
     /// Queues a run unless one is active for the activation (see
     /// [`Store::queue_job`]).
-    pub async fn create_run(&self, workspace_id: &str, activation_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, ActiveJob>> {
+    pub async fn create_run(&self, workspace_id: &str, activation_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, NotQueued>> {
         self.queue_job(workspace_id, JobFor::Activation(activation_id), kind, trigger).await
     }
 
@@ -373,52 +419,98 @@ impl Store {
 
     /// Streams an activation's diff state into `each` (key, state, the
     /// destination's matching value), without holding it all twice.
-    pub async fn diff_state(&self, activation_id: &str, mut each: impl FnMut(String, KeyState, Option<String>)) -> StoreResult<()> {
+    /// `run_id` is the run asking.
+    pub async fn diff_state(&self, activation_id: &str, run_id: &str, mut each: impl FnMut(String, KeyState, Option<String>)) -> StoreResult<()> {
         use futures_util::TryStreamExt;
-        let mut rows = sqlx::query("SELECT record_key, fingerprint, destination_key, failure FROM retl_state WHERE activation_id = $1").bind(activation_id).fetch(self.pool());
+        let mut rows = sqlx::query(
+            "SELECT record_key, fingerprint, destination_key, CASE WHEN failure IS NULL THEN 0 ELSE 1 END AS failed, \
+             CASE WHEN sent_by = $2 THEN 1 ELSE 0 END AS mine FROM retl_state WHERE activation_id = $1",
+        )
+        .bind(activation_id)
+        .bind(run_id)
+        .fetch(self.pool());
         while let Some(r) = rows.try_next().await? {
-            let failure: Option<String> = r.try_get("failure")?;
-            each(r.try_get("record_key")?, KeyState { fingerprint: r.try_get("fingerprint")?, failed: failure.is_some() }, r.try_get("destination_key")?);
+            let state = KeyState { fingerprint: r.try_get("fingerprint")?, failed: r.try_get::<i64, _>("failed")? != 0, sent_by_this_run: r.try_get::<i64, _>("mine")? != 0 };
+            each(r.try_get("record_key")?, state, r.try_get("destination_key")?);
         }
         Ok(())
     }
 
-    /// Keeps the outcomes of one batch, in one transaction.
-    pub async fn record_outcomes(&self, activation_id: &str, outcomes: &[KeyOutcome]) -> StoreResult<()> {
+    /// Keeps the outcomes of one batch of run `run_id`, a few hundred keys
+    /// per statement, each group in one transaction.
+    pub async fn record_outcomes(&self, activation_id: &str, run_id: &str, outcomes: &[KeyOutcome]) -> StoreResult<()> {
         for chunk in outcomes.chunks(STATE_BATCH) {
             let mut tx = self.begin_write().await?;
-            for o in chunk {
-                match o {
-                    KeyOutcome::Sent { key, fingerprint, destination_key } => {
-                        sqlx::query(
-                            "INSERT INTO retl_state (activation_id, record_key, fingerprint, destination_key, failure) VALUES ($1, $2, $3, $4, NULL) \
-                             ON CONFLICT (activation_id, record_key) DO UPDATE SET fingerprint = excluded.fingerprint, destination_key = excluded.destination_key, failure = NULL",
-                        )
-                        .bind(activation_id)
-                        .bind(key)
-                        .bind(*fingerprint)
-                        .bind(destination_key.as_deref())
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    KeyOutcome::Failed { key, reason } => {
-                        sqlx::query(
-                            "INSERT INTO retl_state (activation_id, record_key, fingerprint, destination_key, failure) VALUES ($1, $2, NULL, NULL, $3) \
-                             ON CONFLICT (activation_id, record_key) DO UPDATE SET failure = excluded.failure",
-                        )
-                        .bind(activation_id)
-                        .bind(key)
-                        .bind(reason)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    KeyOutcome::Removed { key } => {
-                        sqlx::query("DELETE FROM retl_state WHERE activation_id = $1 AND record_key = $2").bind(activation_id).bind(key).execute(&mut *tx).await?;
-                    }
+            let sent: Vec<_> = chunk.iter().filter_map(|o| if let KeyOutcome::Sent { key, fingerprint, destination_key } = o { Some((key, *fingerprint, destination_key)) } else { None }).collect();
+            if !sent.is_empty() {
+                let sql = format!(
+                    "INSERT INTO retl_state (activation_id, sent_by, record_key, fingerprint, destination_key, failure) VALUES {} \
+                     ON CONFLICT (activation_id, record_key) DO UPDATE SET fingerprint = excluded.fingerprint, destination_key = excluded.destination_key, \
+                     sent_by = excluded.sent_by, failure = NULL",
+                    values(sent.len(), 3, "$1, $2", "NULL")
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(activation_id).bind(run_id);
+                for (key, fingerprint, destination_key) in sent {
+                    q = q.bind(key.as_str()).bind(fingerprint).bind(destination_key.as_deref());
                 }
+                q.execute(&mut *tx).await?;
+            }
+            let failed: Vec<_> = chunk.iter().filter_map(|o| if let KeyOutcome::Failed { key, reason } = o { Some((key, reason)) } else { None }).collect();
+            if !failed.is_empty() {
+                let sql = format!(
+                    "INSERT INTO retl_state (activation_id, record_key, failure) VALUES {} \
+                     ON CONFLICT (activation_id, record_key) DO UPDATE SET failure = excluded.failure",
+                    values(failed.len(), 2, "$1", "")
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(activation_id);
+                for (key, reason) in failed {
+                    q = q.bind(key.as_str()).bind(reason.as_str());
+                }
+                q.execute(&mut *tx).await?;
+            }
+            let removed: Vec<&String> = chunk.iter().filter_map(|o| if let KeyOutcome::Removed { key } = o { Some(key) } else { None }).collect();
+            if !removed.is_empty() {
+                let list = (0..removed.len()).map(|i| format!("${}", i + 2)).collect::<Vec<_>>().join(", ");
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM retl_state WHERE activation_id = $1 AND record_key IN ({list})"))).bind(activation_id);
+                for key in removed {
+                    q = q.bind(key.as_str());
+                }
+                q.execute(&mut *tx).await?;
             }
             tx.commit().await?;
         }
         Ok(())
     }
+
+    /// Forgets a diff state: its activations send every row again next run.
+    pub async fn forget_state(&self, of: StateOf<'_>) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        forget_state(&mut tx, of).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// `rows` groups of placeholders for a multi-row `VALUES`: each group is
+/// `(lead, $n.. ($per of them), tail)`, numbered after the lead's.
+fn values(rows: usize, per: usize, lead: &str, tail: &str) -> String {
+    let first = lead.matches('$').count() + 1;
+    (0..rows)
+        .map(|r| {
+            let own = (0..per).map(|i| format!("${}", first + r * per + i)).collect::<Vec<_>>().join(", ");
+            let tail = if tail.is_empty() { String::new() } else { format!(", {tail}") };
+            format!("({lead}, {own}{tail})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn forget_state(tx: &mut sqlx::Transaction<'_, sqlx::Any>, of: StateOf<'_>) -> StoreResult<()> {
+    let (sql, id) = match of {
+        StateOf::Activation(id) => ("DELETE FROM retl_state WHERE activation_id = $1", id),
+        StateOf::Model(id) => ("DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE model_id = $1)", id),
+        StateOf::Destination(id) => ("DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE destination_id = $1)", id),
+    };
+    sqlx::query(sql).bind(id).execute(&mut **tx).await?;
+    Ok(())
 }
