@@ -8,12 +8,17 @@ use service::egress::EgressPolicy;
 use service::state::AppState;
 
 #[path = "../tests/integration/support/plugins.rs"]
+// Not every benchmark loads a test plugin.
+#[allow(dead_code)]
 mod plugins;
+#[allow(unused_imports)]
 pub use plugins::test_plugin;
 
 /// A server state (no listener) in `dir`, bootstrapped with an
 /// administrator `bench@example.test`.
 pub async fn state(dir: &Path, egress: EgressPolicy) -> AppState {
+    // The server refuses a data directory other users can enter.
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let config = ServerConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
         data_dir: dir.to_owned(),

@@ -352,3 +352,163 @@ on_both_backends!(
     a_webhook_receives_batches_through_the_egress_policy,
     reverse_etl_keeps_to_its_workspace_and_roles,
 );
+
+/// A server killed in the middle of a run: another one takes the run over
+/// once its lease expires and sends only what was not accepted yet, both
+/// for a first run and for a full resync. At most the batch in flight at
+/// the kill (100 rows) reaches the provider twice, as idempotent upserts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows() {
+    use crate::support::process::ServerProcess;
+    crate::support::init_crypto();
+    const ROWS: usize = 300;
+    const BATCH: usize = 100;
+    let ca = TestCa::new();
+    let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
+    let mail = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("roots.pem");
+    std::fs::write(&roots, &ca.pem).unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    let admin = "svc_retl_process_test_token_0123456789".to_owned();
+    let env = vec![
+        ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
+        ("SERVICE_PLUGINS_DIR", dir.path().join("plugins").display().to_string()),
+        ("SERVICE_BOOTSTRAP_TOKEN", admin.clone()),
+        ("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com".into()),
+        ("SERVICE_EGRESS_RESOLVE", mail.pins(&["mail.acme-corp.com"])),
+        ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
+        ("SERVICE_JOB_LEASE_SECS", "2".into()),
+    ];
+    let client = reqwest::Client::new();
+    let api = |base: &str, m: Method, p: &str| client.request(m, format!("{base}{p}")).bearer_auth(&admin);
+
+    let mut first = ServerProcess::start(env.clone()).await;
+    let base = first.base.clone();
+    let me = json_ok(api(&base, Method::GET, "/v1/me").send().await.unwrap()).await;
+    let ws = me["data"]["default_workspace_id"].as_str().unwrap().to_owned();
+    let dest = json_ok(api(&base, Method::POST, "/v1/destinations").json(&json!({ "name": "crm", "kind": "sqlite", "configuration": { "file": "crm.db" } })).send().await.unwrap()).await;
+    let path = dir.path().join("data").join("warehouses").join(&ws).join("crm.db");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display())).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE customers (id INTEGER, email TEXT, first_name TEXT); \
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ROWS}) INSERT INTO customers SELECT i, 'k' || i || '@example.com', 'Name' || i FROM n"
+    )))
+    .execute(&mut c)
+    .await
+    .unwrap();
+    c.close().await.unwrap();
+    let body = json!({ "name": "customers", "warehouse_id": dest["data"]["destination_id"], "query": "SELECT id, email, first_name FROM customers", "primary_key": "id" });
+    let model = json_ok(api(&base, Method::POST, "/v1/reverse-etl/models").json(&body).send().await.unwrap()).await;
+    let cred = json_ok(api(&base, Method::POST, "/v1/credentials/emailcampaign/api-token").json(&json!({ "base_url": SELF_HOSTED, "api_token": token })).send().await.unwrap()).await;
+    let connector = json!({ "connector_id": "conn_emailcampaign_edm", "object": "subscribers", "configuration": { "base_url": SELF_HOSTED, "credential_handle": cred["data"]["credential_handle"], "email_list_uuids": [LIST_UUID] } });
+    let rdest = json_ok(api(&base, Method::POST, "/v1/reverse-etl/destinations").json(&json!({ "name": "newsletter", "kind": "connector", "configuration": connector })).send().await.unwrap()).await;
+    let mappings = json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]);
+    let body = json!({ "name": "a", "model_id": model["data"]["model_id"], "destination_id": rdest["data"]["destination_id"], "mappings": mappings, "mode": "upsert" });
+    let activation = json_ok(api(&base, Method::POST, "/v1/reverse-etl/activations").json(&body).send().await.unwrap()).await;
+    let run_url = format!("/v1/reverse-etl/activations/{}/run", activation["data"]["activation_id"].as_str().unwrap());
+
+    for (round, resync) in [(1, false), (2, true)] {
+        let before = mc.write_log().len();
+        // Slow enough that the kill lands in the second batch.
+        mc.delay_ms.store(15, Ordering::SeqCst);
+        let started = json_ok(api(&first.base, Method::POST, &run_url).json(&json!({ "full_resync": resync })).send().await.unwrap()).await;
+        let run_id = started["data"]["run_id"].as_str().unwrap().to_owned();
+        let mut waited = 0;
+        while mc.write_log().len() - before < BATCH + BATCH / 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            waited += 1;
+            assert!(waited < 3000, "round {round}: the run never got to its second batch");
+        }
+        first.kill();
+        mc.delay_ms.store(0, Ordering::SeqCst);
+
+        let second = ServerProcess::start(env.clone()).await;
+        let mut run = Value::Null;
+        for _ in 0..600 {
+            run = json_ok(api(&second.base, Method::GET, &format!("/v1/reverse-etl/runs/{run_id}")).send().await.unwrap()).await["data"].clone();
+            if run["status"] == "succeeded" || run["status"] == "failed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!((run["status"].as_str(), run["attempts"].as_i64()), (Some("succeeded"), Some(2)), "round {round}: taken over once: {run}");
+        // Every row reached the provider; none accepted before the kill
+        // was sent again: only the batch in flight may repeat.
+        let writes = mc.write_log()[before..].to_vec();
+        let mut per_record = std::collections::HashMap::<String, usize>::new();
+        let written = mc.written.lock().unwrap().clone();
+        for (method, id) in &writes {
+            // Creations are logged by e-mail, updates by the subscriber's uuid.
+            let email = if method == "POST" { id.clone() } else { written[id]["email"].as_str().unwrap().to_owned() };
+            *per_record.entry(email).or_default() += 1;
+        }
+        let repeated = per_record.values().filter(|n| **n > 1).count();
+        assert_eq!(per_record.len(), ROWS, "round {round}: every row was sent");
+        assert!(repeated <= BATCH, "round {round}: {repeated} rows were sent twice; at most the batch in flight may be");
+        assert!(per_record.values().all(|n| *n <= 2), "round {round}: no row three times");
+        assert_eq!(mc.written_count(), ROWS, "round {round}: upserts: one subscriber per row");
+        first = second;
+    }
+    drop(first);
+    drop(mail);
+}
+
+/// A model over a PostgreSQL warehouse runs in a `READ ONLY` transaction
+/// with a statement timeout: writes the text does not show (a sequence, a
+/// function that deletes, a data-modifying CTE) are refused by the
+/// database and change nothing, a slow query ends at the preview's
+/// deadline, and a run streams the rows to the destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_warehouse_is_queried_read_only() {
+    let Some(db) = crate::support::PgDatabase::create().await else { return };
+    let s = setup(Backend::Sqlite).await;
+    let srv = &s.srv;
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE customers (id INT PRIMARY KEY, email TEXT NOT NULL); \
+         INSERT INTO customers SELECT i, 'p' || i || '@example.com' FROM generate_series(1, 30) AS i; \
+         CREATE SEQUENCE ticket; \
+         CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql AS 'DELETE FROM customers RETURNING 1';",
+    )
+    .execute(&mut c)
+    .await
+    .unwrap();
+    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": db.url } })).send().await.unwrap()).await;
+    let warehouse = dest["data"]["destination_id"].as_str().unwrap().to_owned();
+    for (query, code) in [
+        ("SELECT nextval('ticket') AS id", "MODEL_QUERY_WRITES"),
+        ("SELECT sneaky() AS id", "MODEL_QUERY_WRITES"),
+        ("WITH gone AS (DELETE FROM customers RETURNING id) SELECT id FROM gone", "MODEL_QUERY_WRITES"),
+        ("DELETE FROM customers", "MODEL_QUERY_INVALID"),
+        ("SELECT 1 AS id; DELETE FROM customers", "MODEL_QUERY_INVALID"),
+        ("SELECT 1 AS id FROM pg_sleep(30)", "MODEL_QUERY_TIMEOUT"),
+    ] {
+        let body = json!({ "name": "bad", "warehouse_id": warehouse, "query": query, "primary_key": "id" });
+        let e = expect_error(srv.post("/v1/reverse-etl/models", body).send().await.unwrap(), 400, code).await;
+        assert_eq!(e["details"]["field"], "query", "{query}: {e}");
+    }
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM customers").fetch_one(&mut c).await.unwrap();
+    let advanced: bool = sqlx::query_scalar("SELECT is_called FROM ticket").fetch_one(&mut c).await.unwrap();
+    assert_eq!((left, advanced), (30, false), "the warehouse is unchanged");
+
+    let body = json!({ "name": "pg customers", "warehouse_id": warehouse, "query": "SELECT id, email FROM customers", "primary_key": "id" });
+    let model = json_ok(srv.post("/v1/reverse-etl/models", body).send().await.unwrap()).await;
+    let hook = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "hook", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl") } })).send().await.unwrap()).await;
+    let body = json!({ "name": "a", "model_id": model["data"]["model_id"], "destination_id": hook["data"]["destination_id"], "mappings": [{ "field": "email", "column": "email" }], "mode": "mirror" });
+    let activation = json_ok(srv.post("/v1/reverse-etl/activations", body).send().await.unwrap()).await;
+    let activation = activation["data"]["activation_id"].as_str().unwrap().to_owned();
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!((counts(&run)["queried"].as_u64(), counts(&run)["added"].as_u64()), (Some(30), Some(30)), "{run}");
+    let received: Vec<String> = s.hook.lock().unwrap().iter().flat_map(|b| b["records"].as_array().unwrap().iter().map(|r| r["fields"]["email"].as_str().unwrap().to_owned())).collect();
+    assert_eq!(received.len(), 30);
+    assert!(received.contains(&"p30@example.com".to_owned()));
+    // A row that leaves the model is removed at the destination by its key.
+    sqlx::raw_sql("DELETE FROM customers WHERE id = 30").execute(&mut c).await.unwrap();
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!((counts(&run)["removed"].as_u64(), counts(&run)["unchanged"].as_u64()), (Some(1), Some(29)), "{run}");
+    let last = s.hook.lock().unwrap().last().unwrap().clone();
+    assert_eq!((last["operation"].as_str(), last["records"][0]["key"].as_str()), (Some("delete"), Some("30")), "{last}");
+}

@@ -136,7 +136,10 @@ pub struct RunActivation {
 async fn check_model(state: &AppState, access: &WorkspaceAccess, warehouse_id: &str, query: &str, primary_key: &str) -> ApiResult<()> {
     check_len("query", query, MAX_QUERY)?;
     check_len("primary_key", primary_key, 200)?;
-    let rows = open(state, &access.workspace_id, warehouse_id, query, Some(1), PREVIEW_TIMEOUT).await?;
+    let mut rows = open(state, &access.workspace_id, warehouse_id, query, Some(1), PREVIEW_TIMEOUT).await?;
+    // Run it too, for one row: what only fails when executed (a function
+    // that writes, a sequence) is refused now rather than at the first run.
+    rows.next_batch().await.map_err(crate::reverse_etl::model::query_error)?;
     if !rows.columns.iter().any(|c| c.name == primary_key) {
         let names: Vec<&str> = rows.columns.iter().map(|c| c.name.as_str()).collect();
         return Err(ApiError::invalid_field("primary_key", format!("the query has no column {primary_key}; its columns are: {}", names.join(", "))));

@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 
-use super::mapping::{Mapper, fingerprint};
+use super::mapping::Mapper;
 use super::targets::{Op, SendError, Target};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -161,48 +161,41 @@ struct Pending {
     bytes: usize,
 }
 
-/// The rows to send, in memory up to [`PENDING_BYTES`], then in an
-/// unnamed file (gone when closed, readable by no one else) as JSON lines.
+/// The rows to send as JSON lines: in memory up to [`PENDING_BYTES`],
+/// then in an unnamed file (gone when closed, readable by no one else).
 struct Spool {
-    memory: Vec<Pending>,
-    bytes: usize,
+    memory: Vec<u8>,
     file: Option<BufWriter<tokio::fs::File>>,
     dir: std::path::PathBuf,
 }
 
 impl Spool {
     fn new(dir: &std::path::Path) -> Spool {
-        Spool { memory: Vec::new(), bytes: 0, file: None, dir: dir.to_owned() }
+        Spool { memory: Vec::new(), file: None, dir: dir.to_owned() }
     }
 
-    async fn push(&mut self, p: Pending) -> std::io::Result<()> {
-        if self.file.is_none() {
-            self.bytes += p.key.len() + p.bytes + 64;
-            self.memory.push(p);
-            if self.bytes <= PENDING_BYTES {
-                return Ok(());
-            }
-            let file = tempfile::tempfile_in(&self.dir)?;
-            self.file = Some(BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(file)));
-            for p in std::mem::take(&mut self.memory) {
-                self.write(&p).await?;
-            }
-            return Ok(());
-        }
-        self.write(&p).await
-    }
-
-    async fn write(&mut self, p: &Pending) -> std::io::Result<()> {
-        let f = self.file.as_mut().expect("spooling to a file");
+    async fn push(&mut self, p: &Pending) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(p)?;
+        // Compact JSON never holds a raw newline: one line per row.
         line.push(b'\n');
-        f.write_all(&line).await
+        if self.file.is_none() && self.memory.len() + line.len() > PENDING_BYTES {
+            let mut file = BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(tempfile::tempfile_in(&self.dir)?));
+            file.write_all(&std::mem::take(&mut self.memory)).await?;
+            self.file = Some(file);
+        }
+        match &mut self.file {
+            Some(f) => f.write_all(&line).await,
+            None => {
+                self.memory.extend_from_slice(&line);
+                Ok(())
+            }
+        }
     }
 
     /// The rows, in the order they came.
     async fn read(self) -> std::io::Result<Spooled> {
         match self.file {
-            None => Ok(Spooled::Memory(self.memory.into_iter())),
+            None => Ok(Spooled::Memory(self.memory, 0)),
             Some(mut f) => {
                 f.flush().await?;
                 let mut file = f.into_inner();
@@ -215,14 +208,20 @@ impl Spool {
 
 /// A spool being read back.
 enum Spooled {
-    Memory(std::vec::IntoIter<Pending>),
+    /// The lines, and where the next one starts.
+    Memory(Vec<u8>, usize),
     File(tokio::io::Lines<BufReader<tokio::fs::File>>),
 }
 
 impl Spooled {
     async fn next(&mut self) -> std::io::Result<Option<Pending>> {
         match self {
-            Spooled::Memory(rows) => Ok(rows.next()),
+            Spooled::Memory(lines, at) => {
+                let rest = &lines[*at..];
+                let Some(end) = rest.iter().position(|b| *b == b'\n') else { return Ok(None) };
+                *at += end + 1;
+                Ok(Some(serde_json::from_slice(&rest[..end])?))
+            }
             Spooled::File(lines) => match lines.next_line().await? {
                 Some(line) => Ok(Some(serde_json::from_str(&line)?)),
                 None => Ok(None),
@@ -257,10 +256,13 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
     let mut rows = super::model::open(state, ws, &model.warehouse_id, &model.query, None, super::model::RUN_TIMEOUT).await.map_err(from_api)?;
     let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field()).map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
     let mut run = Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancelled };
-    let mut known: HashMap<u128, Known> = HashMap::new();
+    // Sized up front: growing a table of a million keys would hold the
+    // old one and the new one at once.
+    let stored = state.store.diff_state_len(activation_id).await.map_err(transient)?;
+    let mut known: HashMap<u128, Known> = HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
     state
         .store
-        .diff_state(activation_id, &job.job_id, |key, s, _| {
+        .diff_state(activation_id, &job.job_id, |key, s| {
             let known_key = Known { fingerprint: s.fingerprint.unwrap_or(0), accepted: s.fingerprint.is_some(), failed: s.failed, mine: s.sent_by_this_run, ..Known::default() };
             known.insert(key_hash(&key), known_key);
         })
@@ -280,13 +282,12 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
                 Report::sample(&mut run.report.invalid, None, "the primary key is null");
                 continue;
             };
-            let record = run.mapper.record(&row);
             if mode == ActivationMode::Mirror
-                && let Some(v) = run.mapper.matching_value(&record)
+                && let Some(v) = run.mapper.row_matching_value(&row)
             {
                 live.insert(key_hash(&v));
             }
-            let (print, bytes) = fingerprint(&record);
+            let (print, bytes) = run.mapper.fingerprint(&row);
             let entry = known.entry(key_hash(&key)).or_default();
             entry.seen = entry.seen.saturating_add(1);
             if entry.seen > 1 {
@@ -326,7 +327,8 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
                 Verdict::Unchanged => counts.unchanged += 1,
                 Verdict::Skipped => counts.skipped += 1,
                 verdict @ (Verdict::Add | Verdict::Change) => {
-                    spool.push(Pending { key, record, fingerprint: print, verdict, bytes }).await.map_err(transient)?;
+                    let p = Pending { key, record: run.mapper.record(&row), fingerprint: print, verdict, bytes };
+                    spool.push(&p).await.map_err(transient)?;
                 }
             }
         }
@@ -362,12 +364,12 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
         let mut forget = Vec::new();
         state
             .store
-            .diff_state(activation_id, &job.job_id, |key, s, destination_key| {
+            .sent_keys(activation_id, |key, destination_key| {
                 if known.get(&key_hash(&key)).is_some_and(|k| k.seen > 0) {
                     return;
                 }
-                match (s.fingerprint, destination_key) {
-                    (Some(_), Some(d)) if !live.contains(&key_hash(&d)) => gone.push((key, d)),
+                match destination_key {
+                    Some(d) if !live.contains(&key_hash(&d)) => gone.push((key, d)),
                     _ => forget.push(KeyOutcome::Removed { key }),
                 }
             })

@@ -417,21 +417,40 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Streams an activation's diff state into `each` (key, state, the
-    /// destination's matching value), without holding it all twice.
-    /// `run_id` is the run asking.
-    pub async fn diff_state(&self, activation_id: &str, run_id: &str, mut each: impl FnMut(String, KeyState, Option<String>)) -> StoreResult<()> {
+    /// Streams an activation's diff state into `each` (key, state),
+    /// without holding it all twice. `run_id` is the run asking.
+    pub async fn diff_state(&self, activation_id: &str, run_id: &str, mut each: impl FnMut(String, KeyState)) -> StoreResult<()> {
         use futures_util::TryStreamExt;
+        // Three narrow columns: a million keys stream in about a second.
         let mut rows = sqlx::query(
-            "SELECT record_key, fingerprint, destination_key, CASE WHEN failure IS NULL THEN 0 ELSE 1 END AS failed, \
-             CASE WHEN sent_by = $2 THEN 1 ELSE 0 END AS mine FROM retl_state WHERE activation_id = $1",
+            "SELECT record_key, fingerprint, (CASE WHEN failure IS NULL THEN 0 ELSE 1 END) + (CASE WHEN sent_by = $2 THEN 2 ELSE 0 END) AS flags \
+             FROM retl_state WHERE activation_id = $1",
         )
         .bind(activation_id)
         .bind(run_id)
         .fetch(self.pool());
         while let Some(r) = rows.try_next().await? {
-            let state = KeyState { fingerprint: r.try_get("fingerprint")?, failed: r.try_get::<i64, _>("failed")? != 0, sent_by_this_run: r.try_get::<i64, _>("mine")? != 0 };
-            each(r.try_get("record_key")?, state, r.try_get("destination_key")?);
+            let flags: i64 = r.try_get(2)?;
+            each(r.try_get(0)?, KeyState { fingerprint: r.try_get(1)?, failed: flags & 1 != 0, sent_by_this_run: flags & 2 != 0 });
+        }
+        Ok(())
+    }
+
+    /// How many keys an activation's diff state holds.
+    pub async fn diff_state_len(&self, activation_id: &str) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM retl_state WHERE activation_id = $1").bind(activation_id).fetch_one(self.pool()).await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Streams an activation's keys into `each` with the matching value the
+    /// destination accepted them under (`None`: never accepted).
+    pub async fn sent_keys(&self, activation_id: &str, mut each: impl FnMut(String, Option<String>)) -> StoreResult<()> {
+        use futures_util::TryStreamExt;
+        let mut rows = sqlx::query("SELECT record_key, CASE WHEN fingerprint IS NULL THEN NULL ELSE destination_key END FROM retl_state WHERE activation_id = $1")
+            .bind(activation_id)
+            .fetch(self.pool());
+        while let Some(r) = rows.try_next().await? {
+            each(r.try_get(0)?, r.try_get(1)?);
         }
         Ok(())
     }

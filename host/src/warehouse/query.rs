@@ -169,8 +169,7 @@ fn sqlite_value(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {
     if raw.is_null() {
         return Value::Null;
     }
-    let class = raw.type_info().name().to_owned();
-    match class.as_str() {
+    match raw.type_info().name() {
         "INTEGER" => row.try_get_unchecked::<i64, _>(i).map(Value::from).unwrap_or(Value::Null),
         "REAL" => row.try_get_unchecked::<f64, _>(i).ok().and_then(serde_json::Number::from_f64).map(Value::Number).unwrap_or(Value::Null),
         "BLOB" => {
