@@ -199,7 +199,7 @@ async fn main() {
 
         let measure = async |label: &str, expected: u64| -> (f64, f64, f64) {
             let before = received.load(Ordering::SeqCst);
-            let resident = memory_mb("VmRSS:");
+            let (resident, anon) = (memory_mb("VmRSS:"), memory_mb("RssAnon:"));
             reset_peak_rss();
             let started = Instant::now();
             let run = api.run(&activation).await;
@@ -211,7 +211,7 @@ async fn main() {
             let diff = run["progress"]["diff_ms"].as_f64().unwrap() / 1000.0;
             let send_secs = (secs - diff).max(1e-9);
             println!(
-                "{kind} {label:<8} diff {diff:>6.2} s, sent {sent:>8} ({:>8.0} rows/s after the diff, {:>8.0} rows/s overall), received {got:>8}, whole run {secs:>6.2} s, peak RSS {peak:>6.1} MB (from {resident:.1} MB)",
+                "{kind} {label:<8} diff {diff:>6.2} s, sent {sent:>8} ({:>8.0} rows/s after the diff, {:>8.0} rows/s overall), received {got:>8}, whole run {secs:>6.2} s, peak RSS {peak:>6.1} MB (from {resident:.1} MB, {anon:.1} MB of it heap)",
                 sent as f64 / send_secs,
                 sent as f64 / secs
             );
