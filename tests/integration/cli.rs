@@ -90,15 +90,46 @@ fn admin_commands_mint_a_working_token_offline() {
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(token.starts_with("svc_"), "stdout holds the token alone");
 
+    // A password from standard input, never from the command line.
+    let set_password = |password: &str| {
+        use std::io::Write;
+        let mut child = service(dir.path())
+            .args(["admin", "set-password", "--email", "robot@example.test"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = set_password("short");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("at least 12"));
+    let out = set_password("robot passphrase 2026");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("passphrase") && !String::from_utf8_lossy(&out.stderr).contains("passphrase"), "never echoed");
+
     let server = spawn_server(dir.path());
     let client = reqwest::blocking::Client::new();
     let me = client.get(format!("{}/v1/me", server.base)).bearer_auth(&token).send().unwrap();
     let status = me.status();
     let body: serde_json::Value = me.json().unwrap();
+    // The password signs the user in on the web pages.
+    let browser = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let form = browser.get(format!("{}/sign-in", server.base)).send().unwrap();
+    let csrf = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+    let signed_in = browser
+        .post(format!("{}/sign-in", server.base))
+        .header("cookie", format!("service_csrf={csrf}"))
+        .form(&[("csrf", csrf.as_str()), ("email", "robot@example.test"), ("password", "robot passphrase 2026")])
+        .send()
+        .unwrap();
     drop(server);
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["data"]["user"]["email"], "robot@example.test");
     assert_eq!(body["data"]["workspaces"][0]["role"], "editor");
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert!(signed_in.headers().get("set-cookie").unwrap().to_str().unwrap().starts_with("service_session=svc_"));
 }
 
 #[test]

@@ -21,4 +21,5 @@ mod reverse_etl;
 mod runtime;
 mod secrets;
 mod sessions;
+mod signin;
 mod trust;

@@ -105,6 +105,17 @@ pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expir
     Ok(token)
 }
 
+/// Sets the web sign-in password of an existing user (`service admin
+/// set-password`). Their sessions stay as they are.
+pub async fn set_password(store: &Store, email: &str, password: SecretString) -> anyhow::Result<()> {
+    let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
+    let user = store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
+    super::passwords::check(&password).map_err(|m| anyhow::anyhow!("the password is refused: {m}"))?;
+    let hash = super::passwords::hash(password).await?;
+    store.set_password_hash(&user.user_id, &hash).await?;
+    Ok(())
+}
+
 /// Normalises and checks an e-mail address (lower case, one `@`, a dotted
 /// domain, no spaces).
 pub fn normalise_email(raw: &str) -> Result<String, crate::error::ApiError> {

@@ -9,12 +9,15 @@
 //! - this module: [`Principal`], [`WorkspaceAccess`], and the role and
 //!   client kinds (defined with the records that store them);
 //! - [`tokens`]: opaque bearer tokens and single-use codes;
-//! - [`throttle`]: request rate limits per address and per session;
+//! - [`throttle`]: request rate limits per address and per session, and
+//!   sign-in attempts per address and per account;
+//! - [`passwords`]: Argon2id password hashes for web sign-in;
 //! - [`admin`]: first-run bootstrap and the offline admin commands.
 
 use crate::error::ApiError;
 
 pub mod admin;
+pub mod passwords;
 pub mod throttle;
 pub mod tokens;
 

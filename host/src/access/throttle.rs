@@ -80,11 +80,20 @@ pub struct Throttle {
     by_address: Buckets<IpAddr>,
     failures_by_address: Buckets<IpAddr>,
     by_session: Buckets<String>,
+    sign_in_failures_by_account: Buckets<String>,
 }
+
+/// Failed web sign-ins one account allows: ten, then one a minute.
+const SIGN_IN_FAILURES_PER_ACCOUNT: Rate = Rate { per_second: 1.0 / 60.0, burst: 10.0 };
 
 impl Throttle {
     pub fn new(s: ThrottleSettings) -> Self {
-        Throttle { by_address: Buckets::new(s.per_address), failures_by_address: Buckets::new(s.failures_per_address), by_session: Buckets::new(s.per_session) }
+        Throttle {
+            by_address: Buckets::new(s.per_address),
+            failures_by_address: Buckets::new(s.failures_per_address),
+            by_session: Buckets::new(s.per_session),
+            sign_in_failures_by_account: Buckets::new(SIGN_IN_FAILURES_PER_ACCOUNT),
+        }
     }
 
     /// Counts a request from `address`.
@@ -106,6 +115,22 @@ impl Throttle {
         let _ = self.failures_by_address.take(&address, 1.0, Instant::now());
     }
 
+    /// Refuses a web sign-in while its address has used up its failed
+    /// attempts (shared with invalid tokens) or its account has.
+    pub fn sign_in_exhausted(&self, address: IpAddr, account: &str) -> Result<(), Limited> {
+        self.failures_exhausted(address)?;
+        match self.sign_in_failures_by_account.exhausted(&account.to_owned(), Instant::now()) {
+            Some(wait) => Err(Limited { what: "too many failed sign-ins for this account", wait }),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a failed web sign-in against its address and its account.
+    pub fn sign_in_failure(&self, address: IpAddr, account: &str) {
+        self.failure(address);
+        let _ = self.sign_in_failures_by_account.take(&account.to_owned(), 1.0, Instant::now());
+    }
+
     /// Counts a request of a session.
     pub fn session(&self, session_id: &str) -> Result<(), Limited> {
         self.by_session.take(&session_id.to_owned(), 1.0, Instant::now()).map_err(|wait| Limited { what: "too many requests with this token", wait })
@@ -117,6 +142,13 @@ impl Throttle {
 pub struct Limited {
     what: &'static str,
     wait: Duration,
+}
+
+impl Limited {
+    /// Whole seconds until there is room again, at least one.
+    pub fn seconds(&self) -> u64 {
+        self.wait.as_secs_f64().ceil().max(1.0) as u64
+    }
 }
 
 /// 429 `RATE_LIMITED` with `Retry-After` (whole seconds, at least one).

@@ -110,6 +110,13 @@ pub enum AdminCommand {
         #[arg(long, env = "SERVICE_NEW_MASTER_KEY", hide_env_values = true, value_parser = crate::config::secret)]
         new_master_key: Option<secrecy::SecretString>,
     },
+    /// Set the password an existing user signs in with on the web pages,
+    /// read from standard input (one line; at least 12 characters).
+    SetPassword {
+        /// E-mail address of the user.
+        #[arg(long)]
+        email: String,
+    },
     /// Mint an API token for an existing user (printed once).
     CreateToken {
         /// E-mail address of the user.
@@ -174,6 +181,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         );
                     }
                 }
+                AdminCommand::SetPassword { email } => {
+                    let password = read_password()?;
+                    crate::access::admin::set_password(&store, &email, password).await?;
+                    eprintln!("password set for {}", email.trim());
+                }
                 AdminCommand::CreateToken { email, label, expires_in_days, client } => {
                     let token = crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;
                     // The token itself goes to stdout alone, so scripts can
@@ -186,6 +198,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A password from standard input: its first line, without the line end.
+fn read_password() -> anyhow::Result<secrecy::SecretString> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        eprintln!("new password (input is shown; pipe it in to keep it off the screen):");
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\n', '\r']).to_owned();
+    line.clear();
+    if password.is_empty() {
+        anyhow::bail!("no password on standard input");
+    }
+    Ok(password.into())
 }
 
 /// `service plugins ...`.

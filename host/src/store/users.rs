@@ -68,6 +68,24 @@ impl Store {
             .await?;
         row.as_ref().map(user_from_row).transpose()
     }
+
+    /// Sets a user's password hash (PHC text); false when no such user.
+    pub async fn set_password_hash(&self, user_id: &str, hash: &str) -> StoreResult<bool> {
+        let n = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(user_id).execute(self.pool()).await?.rows_affected();
+        Ok(n == 1)
+    }
+
+    /// A user found by e-mail, with their password hash if they have one.
+    pub async fn user_for_sign_in(&self, email: &str) -> StoreResult<Option<(User, Option<String>)>> {
+        let row = sqlx::query("SELECT id, email, name, created_at, password_hash FROM users WHERE email = $1")
+            .bind(email)
+            .fetch_optional(self.pool())
+            .await?;
+        match row {
+            Some(r) => Ok(Some((user_from_row(&r)?, r.try_get("password_hash")?))),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Store {

@@ -1,6 +1,12 @@
 //! Browser pages served by the service itself: the one-time login link
-//! printed at first start, invitation acceptance, secure credential entry
-//! and the OAuth landing.
+//! printed at first start, invitation acceptance, secure credential entry,
+//! the OAuth landing, and web sign-in.
+//!
+//! Layout:
+//! - this module: the pages of one-time links (login, invitation,
+//!   credential entry, OAuth landing) and what every page shares;
+//! - [`signin`]: sign-in with e-mail and password, browser sessions in
+//!   cookies, CSRF tokens, the account page and sign-out.
 //!
 //! Each is two-step: `GET` shows a page and spends nothing (so link
 //! previewers and prefetchers cannot burn a single-use link, and a person
@@ -24,8 +30,13 @@ use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::access::tokens;
 
+pub mod signin;
+
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/sign-in", get(signin::sign_in_page).post(signin::sign_in))
+        .route("/sign-out", axum::routing::post(signin::sign_out))
+        .route("/account", get(signin::account_page))
         .route("/login/{code}", get(login_page).post(login))
         .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
         .route("/credential-entry/{token}", get(entry_page).post(submit_entry))
