@@ -25,7 +25,12 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            // API errors, network errors and the rest exit differently
+            // (usage errors exit 2, from the parser).
+            match e.downcast_ref::<service::cli::client::CliFailure>() {
+                Some(f) => std::process::ExitCode::from(f.exit_code()),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ mod access;
 mod approvals;
 mod audit;
 mod cli;
+mod cli_login;
 mod emailcampaign;
 mod socialmedia;
 mod conventions;

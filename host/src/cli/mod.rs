@@ -1,6 +1,16 @@
 //! The `service` command line: `serve` runs the server, `admin` and
-//! `plugins` administer an installation offline against its database, and
-//! `mcp` serves the API's tools to a local assistant over stdio.
+//! `plugins` administer an installation offline against its database,
+//! `auth` signs the CLI in to a running service, and `mcp` serves the
+//! API's tools to a local assistant over stdio.
+//!
+//! Layout:
+//! - this module: the commands, and those that work on the database;
+//! - [`client`]: the CLI as an API client (addresses, stored logins,
+//!   requests marked `X-Service-Client: cli`, exit codes by failure);
+//! - [`auth`]: `service auth login|status|logout`.
+
+pub mod auth;
+pub mod client;
 
 use clap::{Parser, Subcommand};
 use secrecy::ExposeSecret;
@@ -48,6 +58,14 @@ pub enum Command {
     /// Connector plugins: validate a component, list, load and unload.
     #[command(subcommand)]
     Plugins(PluginsCommand),
+    /// Sign this CLI in to a running service (through the browser), show
+    /// who is signed in, sign out.
+    Auth {
+        #[command(flatten)]
+        addresses: client::Addresses,
+        #[command(subcommand)]
+        command: auth::AuthCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,6 +178,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
             crate::mcp::serve_stdio(api_base_url, token).await
         }
+        Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
         Command::Admin(cmd) => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
             let url = database_url(&cli.storage)?;

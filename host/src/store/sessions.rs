@@ -289,4 +289,58 @@ impl Store {
         .await?;
         row.map(|r| Ok(r.try_get("user_id")?)).transpose()
     }
+
+    /// Stores a one-time code of a CLI login (its hash).
+    pub async fn create_cli_code(&self, code: &CliCode, code_hash: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO cli_login_codes (code_hash, user_id, code_challenge, redirect_uri, host_label, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(code_hash)
+        .bind(&code.user_id)
+        .bind(&code.code_challenge)
+        .bind(&code.redirect_uri)
+        .bind(&code.host_label)
+        .bind(now_ms())
+        .bind(code.expires_at)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Spends a CLI login code: what it was issued for, once, unexpired.
+    /// A wrong verifier spends it too (the caller checks after this).
+    pub async fn redeem_cli_code(&self, code_hash: &str) -> StoreResult<Option<CliCode>> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "UPDATE cli_login_codes SET used_at = $1 WHERE code_hash = $2 AND used_at IS NULL AND expires_at > $1 \
+             RETURNING user_id, code_challenge, redirect_uri, host_label, expires_at",
+        )
+        .bind(now)
+        .bind(code_hash)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(CliCode {
+                user_id: r.try_get("user_id")?,
+                code_challenge: r.try_get("code_challenge")?,
+                redirect_uri: r.try_get("redirect_uri")?,
+                host_label: r.try_get("host_label")?,
+                expires_at: r.try_get("expires_at")?,
+            })
+        })
+        .transpose()
+    }
+}
+
+/// What a CLI login code was issued for.
+#[derive(Debug, Clone)]
+pub struct CliCode {
+    pub user_id: String,
+    /// `BASE64URL(SHA256(verifier))`.
+    pub code_challenge: String,
+    /// The CLI's loopback address the code was sent to.
+    pub redirect_uri: String,
+    /// The host name the CLI said it runs on (for the session's label).
+    pub host_label: String,
+    pub expires_at: i64,
 }

@@ -1,5 +1,6 @@
 //! Removal of one-time records past any use: idempotency records after
-//! their day, OAuth states, login codes and credential-entry links a while
+//! their day, OAuth states, login codes (of the first start and of the
+//! CLI) and credential-entry links a while
 //! after they expired (kept that long so a late click still learns that
 //! its link expired rather than that it never existed).
 
@@ -16,7 +17,7 @@ impl Store {
             .execute(self.pool())
             .await?
             .rows_affected();
-        for table in ["oauth_states", "login_codes", "credential_entry_links"] {
+        for table in ["oauth_states", "login_codes", "cli_login_codes", "credential_entry_links"] {
             let sql = format!("DELETE FROM {table} WHERE expires_at < $1");
             n += sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now - KEEP_EXPIRED_MS).execute(self.pool()).await?.rows_affected();
         }

@@ -6,7 +6,9 @@
 //! - this module: the pages of one-time links (login, invitation,
 //!   credential entry, OAuth landing) and what every page shares;
 //! - [`signin`]: sign-in with e-mail and password, browser sessions in
-//!   cookies, CSRF tokens, the account page and sign-out.
+//!   cookies, CSRF tokens, the account page and sign-out;
+//! - [`cli_login`]: the confirmation page and code exchange of
+//!   `service auth login` (loopback redirect with PKCE).
 //!
 //! Each is two-step: `GET` shows a page and spends nothing (so link
 //! previewers and prefetchers cannot burn a single-use link, and a person
@@ -30,6 +32,7 @@ use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::access::tokens;
 
+pub mod cli_login;
 pub mod signin;
 
 pub fn router() -> Router<AppState> {
@@ -37,6 +40,8 @@ pub fn router() -> Router<AppState> {
         .route("/sign-in", get(signin::sign_in_page).post(signin::sign_in))
         .route("/sign-out", axum::routing::post(signin::sign_out))
         .route("/account", get(signin::account_page))
+        .route("/cli/authorize", get(cli_login::authorize_page).post(cli_login::authorize))
+        .route("/cli/token", axum::routing::post(cli_login::exchange))
         .route("/login/{code}", get(login_page).post(login))
         .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
         .route("/credential-entry/{token}", get(entry_page).post(submit_entry))

@@ -1,0 +1,212 @@
+//! The CLI as an API client: the service's addresses, the logins stored
+//! per API address, and requests that say they come from the CLI.
+//!
+//! Logins live in `logins.json` in the per-user configuration directory
+//! (`--config-dir`/`SERVICE_CONFIG_DIR`, else `$XDG_CONFIG_HOME/service`,
+//! else `~/.config/service`), created `0700`, the file `0600`, replaced
+//! atomically. `SERVICE_TOKEN` overrides a stored login (for automation).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use url::Url;
+
+/// How a CLI command failed; each kind has its own exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliFailure {
+    /// The service answered with an error (exit code 3).
+    #[error("{code}: {message} (request {request_id})")]
+    Api { code: String, message: String, request_id: String },
+    /// The service could not be reached (exit code 4).
+    #[error("cannot reach {address}: {reason}")]
+    Network { address: String, reason: String },
+    /// Anything else: a refused login, a missing token (exit code 1).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CliFailure {
+    /// The process exit code of this failure (usage errors are clap's 2).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliFailure::Api { .. } => 3,
+            CliFailure::Network { .. } => 4,
+            CliFailure::Other(_) => 1,
+        }
+    }
+}
+
+/// The service's addresses, where logins are kept, and a token that
+/// overrides them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Addresses {
+    /// Where the service's pages are (sign-in, confirmations).
+    #[arg(long, env = "SERVICE_APP_URL", default_value = "http://127.0.0.1:8080/", global = true)]
+    pub app_url: Url,
+    /// The API's base URL, ending in `/v1/` (default: the app URL's `v1/`).
+    #[arg(long, env = "SERVICE_API_BASE_URL", global = true)]
+    pub api_base_url: Option<Url>,
+    /// Where logins are kept (default: `$XDG_CONFIG_HOME/service`, else
+    /// `~/.config/service`).
+    #[arg(long, env = "SERVICE_CONFIG_DIR", global = true)]
+    pub config_dir: Option<PathBuf>,
+    /// A token to use instead of the stored login (for automation).
+    #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true, global = true, value_parser = crate::config::secret)]
+    pub token: Option<SecretString>,
+}
+
+impl Addresses {
+    /// The app URL, ending in `/`.
+    pub fn app(&self) -> Url {
+        with_slash(self.app_url.clone())
+    }
+
+    /// The API base URL, ending in `/` (`…/v1/`).
+    pub fn api(&self) -> Url {
+        match &self.api_base_url {
+            Some(u) => with_slash(u.clone()),
+            None => self.app().join("v1/").expect("a relative path joins"),
+        }
+    }
+}
+
+fn with_slash(mut u: Url) -> Url {
+    if !u.path().ends_with('/') {
+        let path = format!("{}/", u.path());
+        u.set_path(&path);
+    }
+    u
+}
+
+/// One stored login.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Login {
+    pub token: String,
+    pub email: String,
+    pub session_id: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct LoginFile {
+    #[serde(default)]
+    logins: BTreeMap<String, Login>,
+}
+
+/// The per-user configuration directory.
+fn config_dir(a: &Addresses) -> Result<PathBuf, CliFailure> {
+    if let Some(d) = a.config_dir.as_ref().filter(|d| !d.as_os_str().is_empty()) {
+        return Ok(d.clone());
+    }
+    if let Some(d) = std::env::var_os("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d).join("service"));
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".config").join("service")),
+        None => Err(CliFailure::Other("no configuration directory: set SERVICE_CONFIG_DIR or HOME".into())),
+    }
+}
+
+fn read_logins(a: &Addresses) -> Result<LoginFile, CliFailure> {
+    let path = config_dir(a)?.join("logins.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| CliFailure::Other(format!("{}: not a login file ({e}); remove it and sign in again", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LoginFile::default()),
+        Err(e) => Err(CliFailure::Other(format!("{}: {e}", path.display()))),
+    }
+}
+
+fn write_logins(a: &Addresses, file: &LoginFile) -> Result<(), CliFailure> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let dir = config_dir(a)?;
+    let io = |e: std::io::Error| CliFailure::Other(format!("{}: {e}", dir.display()));
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(io)?;
+    let tmp = dir.join(format!(".logins.json.{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?;
+    // A file left by an older version with wider rights is narrowed too.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    f.write_all(&serde_json::to_vec_pretty(file).expect("logins serialise")).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, dir.join("logins.json")).map_err(io)?;
+    Ok(())
+}
+
+/// The login stored for the API address.
+pub fn stored_login(a: &Addresses) -> Result<Option<Login>, CliFailure> {
+    Ok(read_logins(a)?.logins.get(a.api().as_str()).cloned())
+}
+
+/// Stores (or, with `None`, forgets) the login of the API address.
+pub fn store_login(a: &Addresses, login: Option<Login>) -> Result<(), CliFailure> {
+    let mut file = read_logins(a)?;
+    match login {
+        Some(l) => file.logins.insert(a.api().to_string(), l),
+        None => file.logins.remove(a.api().as_str()),
+    };
+    write_logins(a, &file)
+}
+
+/// A client of one API address with one token.
+pub struct ApiClient {
+    http: reqwest::Client,
+    api: Url,
+    token: SecretString,
+}
+
+impl ApiClient {
+    pub fn new(api: Url, token: SecretString) -> ApiClient {
+        ApiClient { http: http(), api, token }
+    }
+
+    /// The client of the API address with `SERVICE_TOKEN`, else the
+    /// stored login.
+    pub fn signed_in(addresses: &Addresses) -> Result<ApiClient, CliFailure> {
+        let api = addresses.api();
+        if let Some(t) = addresses.token.as_ref().filter(|t| !t.expose_secret().is_empty()) {
+            return Ok(ApiClient::new(api, t.clone()));
+        }
+        match stored_login(addresses)? {
+            Some(l) => Ok(ApiClient::new(api, l.token.into())),
+            None => Err(CliFailure::Other(format!("not signed in to {api}: run service auth login"))),
+        }
+    }
+
+    /// `method` on `path` (relative to the API base, no leading `/`), with
+    /// an optional JSON body; the answer's `data`.
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value, CliFailure> {
+        let url = self.api.join(path).map_err(|e| CliFailure::Other(format!("{path}: {e}")))?;
+        let mut req = self.http.request(method, url).bearer_auth(self.token.expose_secret()).header("x-service-client", "cli");
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let res = req.send().await.map_err(|e| network(&self.api, &e))?;
+        answer(res).await
+    }
+}
+
+/// The HTTP client of the CLI.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().user_agent(concat!("service-cli/", env!("CARGO_PKG_VERSION"))).build().expect("an HTTP client builds")
+}
+
+pub fn network(address: &Url, e: &reqwest::Error) -> CliFailure {
+    CliFailure::Network { address: address.to_string(), reason: e.to_string() }
+}
+
+/// The `data` of a success, or the error shape as a failure.
+pub async fn answer(res: reqwest::Response) -> Result<Value, CliFailure> {
+    let status = res.status();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        return Ok(body.get("data").cloned().unwrap_or(body));
+    }
+    let text = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    Err(CliFailure::Api {
+        code: if text("code").is_empty() { status.as_u16().to_string() } else { text("code") },
+        message: if text("message").is_empty() { status.to_string() } else { text("message") },
+        request_id: if text("request_id").is_empty() { "unknown".into() } else { text("request_id") },
+    })
+}
