@@ -370,7 +370,8 @@ pub fn http_service(
     StreamableHttpService::new(move || Ok(McpServer::new(catalog.clone(), dispatch.clone(), Token::FromRequest)), Default::default(), config)
 }
 
-/// `service mcp`: serves the tools over stdio, calling a running server.
+/// `service mcp`: serves the tools over stdio, calling the running server
+/// whose root (where `/v1` starts) is `base`.
 pub async fn serve_stdio(base: url::Url, token: SecretString) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let client = reqwest::Client::new();

@@ -125,7 +125,8 @@ async fn the_stdio_transport_serves_the_same_tools() {
 
     let srv = TestServer::start(crate::support::Backend::Sqlite).await.unwrap();
     let mut child = crate::support::process::command()
-        .env("SERVICE_API_BASE_URL", format!("{}/", srv.base))
+        // The spec's base URL, ending in /v1/.
+        .env("SERVICE_API_BASE_URL", format!("{}/v1/", srv.base))
         .env("SERVICE_TOKEN", &srv.admin_token)
         .arg("mcp")
         .stdin(Stdio::piped())

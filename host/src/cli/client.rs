@@ -64,11 +64,30 @@ impl Addresses {
         with_slash(self.app_url.clone())
     }
 
-    /// The API base URL, ending in `/` (`…/v1/`).
+    /// The API base URL, ending in `/v1/`; a server root given instead
+    /// (as `service mcp` once took it) gets its `v1/`.
     pub fn api(&self) -> Url {
-        match &self.api_base_url {
+        let base = match &self.api_base_url {
             Some(u) => with_slash(u.clone()),
-            None => self.app().join("v1/").expect("a relative path joins"),
+            None => self.app(),
+        };
+        if base.path().ends_with("/v1/") { base } else { base.join("v1/").expect("a relative path joins") }
+    }
+
+    /// The server root the API base URL is under (its paths start `/v1`).
+    pub fn root(&self) -> Url {
+        self.api().join("../").expect("a relative path joins")
+    }
+
+    /// The token to call the API with: `SERVICE_TOKEN`, else the login
+    /// stored for the API address.
+    pub fn token(&self) -> Result<SecretString, CliFailure> {
+        if let Some(t) = self.token.as_ref().filter(|t| !t.expose_secret().is_empty()) {
+            return Ok(t.clone());
+        }
+        match stored_login(self)? {
+            Some(l) => Ok(l.token.into()),
+            None => Err(CliFailure::Other(format!("not signed in to {}: run service auth login, or set SERVICE_TOKEN", self.api()))),
         }
     }
 }
@@ -164,14 +183,7 @@ impl ApiClient {
     /// The client of the API address with `SERVICE_TOKEN`, else the
     /// stored login.
     pub fn signed_in(addresses: &Addresses) -> Result<ApiClient, CliFailure> {
-        let api = addresses.api();
-        if let Some(t) = addresses.token.as_ref().filter(|t| !t.expose_secret().is_empty()) {
-            return Ok(ApiClient::new(api, t.clone()));
-        }
-        match stored_login(addresses)? {
-            Some(l) => Ok(ApiClient::new(api, l.token.into())),
-            None => Err(CliFailure::Other(format!("not signed in to {api}: run service auth login"))),
-        }
+        Ok(ApiClient::new(addresses.api(), addresses.token()?))
     }
 
     /// `method` on `path` (relative to the API base, no leading `/`), with
@@ -209,4 +221,23 @@ pub async fn answer(res: reqwest::Response) -> Result<Value, CliFailure> {
         message: if text("message").is_empty() { status.to_string() } else { text("message") },
         request_id: if text("request_id").is_empty() { "unknown".into() } else { text("request_id") },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(app: &str, api: Option<&str>) -> Addresses {
+        Addresses { app_url: Url::parse(app).unwrap(), api_base_url: api.map(|a| Url::parse(a).unwrap()), config_dir: None, token: None }
+    }
+
+    #[test]
+    fn the_api_address_ends_in_v1_whichever_form_it_is_given_in() {
+        let a = addresses("http://127.0.0.1:8080", None);
+        assert_eq!((a.app().as_str(), a.api().as_str(), a.root().as_str()), ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080/"));
+        let a = addresses("https://app.example.com/", Some("https://api.example.com/prefix/v1"));
+        assert_eq!((a.api().as_str(), a.root().as_str()), ("https://api.example.com/prefix/v1/", "https://api.example.com/prefix/"));
+        let a = addresses("https://app.example.com/", Some("https://api.example.com/"));
+        assert_eq!(a.api().as_str(), "https://api.example.com/v1/", "a server root gets its v1/");
+    }
 }

@@ -47,13 +47,13 @@ pub enum Command {
     Admin(AdminCommand),
     /// Serve the API's tools to a local assistant over MCP (stdio), calling
     /// a running server with your token.
+    ///
+    /// It uses the login `service auth login` stored for the API address,
+    /// or `SERVICE_TOKEN`; its calls are the assistant's (`mcp`) whatever
+    /// the session.
     Mcp {
-        /// Base URL of the running server.
-        #[arg(long, env = "SERVICE_API_BASE_URL", default_value = "http://127.0.0.1:8080/")]
-        api_base_url: url::Url,
-        /// Your API token (from `service admin create-token` or sign-in).
-        #[arg(long, env = "SERVICE_TOKEN", hide_env_values = true, value_parser = crate::config::secret)]
-        token: secrecy::SecretString,
+        #[command(flatten)]
+        addresses: client::Addresses,
     },
     /// Connector plugins: validate a component, list, load and unload.
     #[command(subcommand)]
@@ -174,9 +174,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
             plugins(&cli.storage, cmd).await
         }
-        Command::Mcp { api_base_url, token } => {
+        Command::Mcp { addresses } => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
-            crate::mcp::serve_stdio(api_base_url, token).await
+            let token = addresses.token()?;
+            crate::mcp::serve_stdio(addresses.root(), token).await
         }
         Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
         Command::Admin(cmd) => {
