@@ -51,7 +51,12 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
     let client = reqwest::blocking::Client::new();
     let result = (|| {
         let link = link.ok_or("no login link printed")?;
-        let page = client.post(&link).send().map_err(|e| e.to_string())?;
+        // A password too short is refused and spends nothing.
+        let refused = client.post(&link).form(&[("password", "tiny")]).send().map_err(|e| e.to_string())?;
+        if refused.status() != StatusCode::BAD_REQUEST {
+            return Err(format!("a short password answered {}", refused.status()));
+        }
+        let page = client.post(&link).form(&[("password", "first admin passphrase")]).send().map_err(|e| e.to_string())?;
         if page.status() != StatusCode::OK {
             return Err(format!("login POST answered {}", page.status()));
         }
@@ -65,6 +70,21 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
         let again = client.post(&link).send().unwrap();
         if again.status() != StatusCode::GONE {
             return Err(format!("login link reusable: {}", again.status()));
+        }
+        // The password chosen on the first-start page signs in on the web.
+        let browser = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let form = browser.get(format!("{base}/sign-in")).send().unwrap();
+        let csrf = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+        let me = client.get(format!("{base}/v1/me")).bearer_auth(token).send().unwrap().json::<serde_json::Value>().unwrap();
+        let email = me["data"]["user"]["email"].as_str().unwrap().to_owned();
+        let signed_in = browser
+            .post(format!("{base}/sign-in"))
+            .header("cookie", format!("service_csrf={csrf}"))
+            .form(&[("csrf", csrf.as_str()), ("email", email.as_str()), ("password", "first admin passphrase")])
+            .send()
+            .unwrap();
+        if signed_in.status() != StatusCode::SEE_OTHER {
+            return Err(format!("sign-in with the first-start password answered {}", signed_in.status()));
         }
         Ok(())
     })();

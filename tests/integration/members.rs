@@ -30,9 +30,27 @@ backend_tests! {
         assert_eq!(page.status(), StatusCode::OK);
         assert!(page.text().await.unwrap().contains("editor"));
 
-        let accepted = srv.client.post(&accept_url).header("user-agent", "integration-test/1").form(&[("name", "New Person")]).send().await.unwrap();
+        // A password too short is refused before anything is spent.
+        let refused = srv.client.post(&accept_url).form(&[("name", "New Person"), ("password", "short")]).send().await.unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        assert!(!refused.text().await.unwrap().contains("short\""), "the password is not shown back");
+        assert!(srv.state.store.user_by_email("new.person@example.test").await.unwrap().is_none());
+
+        let accepted = srv
+            .client
+            .post(&accept_url)
+            .header("user-agent", "integration-test/1")
+            .form(&[("name", "New Person"), ("password", "new person's passphrase")])
+            .send()
+            .await
+            .unwrap();
         assert_eq!(accepted.status(), StatusCode::OK);
-        let token = token_on_page(&accepted.text().await.unwrap());
+        let page = accepted.text().await.unwrap();
+        assert!(page.contains("/sign-in") && !page.contains("passphrase"), "{page}");
+        let token = token_on_page(&page);
+        // The chosen password signs the new member in on the web later.
+        let (_, hash) = srv.state.store.user_for_sign_in("new.person@example.test").await.unwrap().unwrap();
+        assert!(service::access::passwords::verify("new person's passphrase".to_owned().into(), hash).await);
         let me = json_ok(srv.request_as(&token, Method::GET, "/v1/me").send().await.unwrap()).await;
         // The new session carries its metadata.
         let user_id = me["data"]["user"]["user_id"].as_str().unwrap();

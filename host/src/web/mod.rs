@@ -113,13 +113,55 @@ fn token_page(title: &str, intro: &str, token: &SecretString) -> Html<String> {
     )
 }
 
+/// The password field of the forms that create or first open an account.
+const PASSWORD_FIELD: &str = "<p><label>Choose a password for signing in on the web later (at least 12 characters; optional)<br>\
+     <input type=\"password\" name=\"password\" autocomplete=\"new-password\" minlength=\"12\"></label></p>";
+
+/// A password chosen on a form: none when left empty; refused (with why)
+/// when too short or too long.
+fn chosen_password(raw: &str) -> Result<Option<SecretString>, String> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let password = SecretString::from(raw.to_owned());
+    crate::access::passwords::check(&password)?;
+    Ok(Some(password))
+}
+
+/// Keeps a chosen password; the account works without it if this fails.
+async fn keep_password(state: &AppState, user_id: &str, password: Option<SecretString>) -> bool {
+    let Some(p) = password else { return false };
+    match crate::access::passwords::hash(p).await {
+        Ok(h) => state.store.set_password_hash(user_id, &h).await.is_ok(),
+        Err(e) => {
+            tracing::error!(error = %e, "could not hash a chosen password");
+            false
+        }
+    }
+}
+
+fn password_refused(why: &str) -> axum::response::Response {
+    let body = format!("<p>The password was not accepted: {}. Nothing was used up: go back and choose another, or leave it empty.</p>", escape(why));
+    (axum::http::StatusCode::BAD_REQUEST, page("Choose another password", &body)).into_response()
+}
+
+const SIGN_IN_LATER: &str = "With the password you chose, you can also sign in at /sign-in.";
+
 async fn login_page(Path(code): Path<String>) -> Html<String> {
     let _ = code;
     page(
         "Sign in",
-        "<p>This single-use link signs you in as the administrator created at first start.</p>\
-         <form method=\"post\"><button type=\"submit\">Sign in and show my token</button></form>",
+        &format!(
+            "<p>This single-use link signs you in as the administrator created at first start.</p>\
+             <form method=\"post\">{PASSWORD_FIELD}<button type=\"submit\">Sign in and show my token</button></form>"
+        ),
     )
+}
+
+#[derive(serde::Deserialize, Default)]
+struct LoginForm {
+    #[serde(default)]
+    password: String,
 }
 
 /// Who is signing in, for the session's metadata.
@@ -145,14 +187,24 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientInfo {
     }
 }
 
-async fn login(State(state): State<AppState>, client: ClientInfo, Path(code): Path<String>) -> axum::response::Response {
+async fn login(
+    State(state): State<AppState>,
+    client: ClientInfo,
+    Path(code): Path<String>,
+    form: Result<axum::Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> axum::response::Response {
+    let password = match chosen_password(&form.map(|f| f.0).unwrap_or_default().password) {
+        Ok(p) => p,
+        Err(why) => return password_refused(&why),
+    };
     let user_id = match state.store.redeem_login_code(&tokens::hash(&code)).await {
         Ok(Some(u)) => u,
         Ok(None) => return gone("sign-in"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
+    let later = if keep_password(&state, &user_id, password).await { SIGN_IN_LATER } else { "" };
     match issue_session(&state, &user_id, "browser sign-in", &client).await {
-        Ok(token) => token_page("Signed in", "You are signed in as the administrator.", &token).into_response(),
+        Ok(token) => token_page("Signed in", &format!("You are signed in as the administrator. {later}"), &token).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -176,7 +228,7 @@ async fn invitation_page(State(state): State<AppState>, Path(token): Path<String
             "Join workspace",
             &format!(
                 "<p>You are invited to <strong>{}</strong> as <strong>{}</strong> ({}).</p>\
-                 <form method=\"post\"><label>Your name <input name=\"name\" maxlength=\"200\"></label> \
+                 <form method=\"post\"><p><label>Your name <input name=\"name\" maxlength=\"200\"></label></p>{PASSWORD_FIELD}\
                  <button type=\"submit\">Accept</button></form>",
                 escape(&inv.workspace_name),
                 inv.role.as_str(),
@@ -193,6 +245,8 @@ async fn invitation_page(State(state): State<AppState>, Path(token): Path<String
 struct AcceptForm {
     #[serde(default)]
     name: String,
+    #[serde(default)]
+    password: String,
 }
 
 /// Accepts an invitation for an address without an account: creates the
@@ -204,7 +258,12 @@ async fn accept_invitation(
     Path(token): Path<String>,
     form: Result<axum::Form<AcceptForm>, axum::extract::rejection::FormRejection>,
 ) -> axum::response::Response {
-    let name = form.map(|f| f.0.name.trim().chars().take(200).collect::<String>()).unwrap_or_default();
+    let form = form.map(|f| f.0).unwrap_or(AcceptForm { name: String::new(), password: String::new() });
+    let name = form.name.trim().chars().take(200).collect::<String>();
+    let password = match chosen_password(&form.password) {
+        Ok(p) => p,
+        Err(why) => return password_refused(&why),
+    };
     let accepted = match state.store.accept_invitation(&tokens::hash(&token), Acceptor::NewAccount { name: &name }).await {
         Ok(Ok(a)) => a,
         Ok(Err(AcceptError::AccountExists)) => {
@@ -227,10 +286,11 @@ async fn accept_invitation(
     if let Err(e) = state.store.append_audit(&audit).await {
         tracing::error!(error = %e, "could not write audit record");
     }
+    let later = if keep_password(&state, &accepted.user_id, password).await { SIGN_IN_LATER } else { "" };
     match issue_session(&state, &accepted.user_id, "invitation", &client).await {
         Ok(token) => token_page(
             "Invitation accepted",
-            &format!("You joined workspace {} as {}.", accepted.workspace_id, accepted.role.as_str()),
+            &format!("You joined workspace {} as {}. {later}", accepted.workspace_id, accepted.role.as_str()),
             &token,
         )
         .into_response(),
