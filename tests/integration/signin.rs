@@ -131,4 +131,81 @@ async fn failed_sign_ins_are_throttled_per_account(backend: Backend) {
     assert_eq!(res.status(), StatusCode::SEE_OTHER, "another account is not locked out");
 }
 
-on_both_backends!(a_returning_user_signs_in_with_a_password_and_out_again, failed_sign_ins_are_throttled_per_account);
+/// Signs `email` in on the web; returns the cookies of its browser.
+async fn signed_in(srv: &TestServer, email: &str) -> String {
+    let b = browser();
+    let token = csrf(srv, &b).await;
+    let res = post_sign_in(srv, &b, Some(&token), &[("csrf", &token), ("email", email), ("password", PASSWORD)]).await;
+    assert_eq!(res.status(), StatusCode::SEE_OTHER, "{email} signs in");
+    format!("service_session={}; service_csrf={token}", value(&set_cookie(&res, "service_session").unwrap()))
+}
+
+fn csrf_of(cookies: &str) -> String {
+    cookies.split("; ").find_map(|c| c.strip_prefix("service_csrf=")).unwrap().to_owned()
+}
+
+/// The approvals page: a member who may decide sees what would run, who
+/// proposed it and from which client, and approves (it runs once) or
+/// rejects; a viewer sees no operation and cannot decide; a form posted
+/// without its token does nothing.
+async fn proposals_are_decided_on_the_approvals_page(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else { return };
+    let ws = srv.workspace_id().await;
+    let mut emails = Vec::new();
+    for role in [service::access::Role::Administrator, service::access::Role::Viewer] {
+        let (user_id, _) = srv.user_in(&ws, role).await;
+        let email = srv.state.store.user(&user_id).await.unwrap().unwrap().email;
+        service::access::admin::set_password(&srv.state.store, &email, SecretString::from(PASSWORD)).await.unwrap();
+        emails.push((user_id, email));
+    }
+    let propose = |email: &str| {
+        srv.post(&format!("/v1/workspaces/{ws}/members/invitations"), serde_json::json!({ "email": email, "role": "viewer" }))
+            .header("x-service-execution-mode", "proposal")
+            .header("x-service-client", "cli")
+    };
+    let first = json_ok(propose("first-invitee@example.test").send().await.unwrap()).await;
+    let first = first["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+    let second = json_ok(propose("second-invitee@example.test").send().await.unwrap()).await;
+    let second = second["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+    let b = browser();
+    let srv = &srv;
+    let status_of = |id: String| async move {
+        let listed = json_ok(srv.get("/v1/approvals").send().await.unwrap()).await;
+        listed["data"]["items"].as_array().unwrap().iter().find(|a| a["approval_id"] == id.as_str()).unwrap()["status"].as_str().unwrap().to_owned()
+    };
+
+    let res = b.get(format!("{}/approvals", srv.base)).send().await.unwrap();
+    assert_eq!(res.headers()[LOCATION], "/sign-in?next=/approvals", "signed out: to the sign-in page");
+
+    // A viewer: the proposals, not what they would run, and no decision.
+    let viewer = signed_in(srv, &emails[1].1).await;
+    let page = b.get(format!("{}/approvals", srv.base)).header("cookie", &viewer).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("first-invitee@example.test") || page.contains(&first), "{page}");
+    assert!(!page.contains("Approve and run") && !page.contains("<pre>"), "no operation, no decision: {page}");
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &viewer).form(&[("csrf", csrf_of(&viewer).as_str())]).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    assert_eq!(status_of(first.clone()).await, "pending");
+
+    // An administrator: what would run, by whom, from where; then decides.
+    let admin = signed_in(srv, &emails[0].1).await;
+    let page = b.get(format!("{}/approvals", srv.base)).header("cookie", &admin).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("first-invitee@example.test") && page.contains(EMAIL) && page.contains("from cli") && page.contains("Approve and run") && page.contains("<pre>"), "{page}");
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", format!("service_session={}", &admin[16..admin.find(';').unwrap()])).form(&[("csrf", "forged")]).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN, "no CSRF cookie, no decision");
+    assert_eq!(status_of(first.clone()).await, "pending");
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str()), ("workspace_id", ws.as_str())]).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.text().await.unwrap().contains("Approved"));
+    assert_eq!(status_of(first.clone()).await, "executed");
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str())]).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::CONFLICT, "executed once");
+    let res = b.post(format!("{}/approvals/{second}/reject", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str())]).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(status_of(second).await, "rejected");
+    // Audited with the member's browser session as the actor.
+    let audit = json_ok(srv.get("/v1/audit-logs?action=approvals.approve").send().await.unwrap()).await;
+    let record = audit["data"]["items"].as_array().unwrap().iter().find(|r| r["approval_id"] == first.as_str() && r["action"] == "approvals.approve").cloned();
+    assert_eq!(record.map(|r| r["actor_user_id"].clone()), Some(serde_json::json!(emails[0].0)), "{audit}");
+}
+
+on_both_backends!(a_returning_user_signs_in_with_a_password_and_out_again, failed_sign_ins_are_throttled_per_account, proposals_are_decided_on_the_approvals_page);

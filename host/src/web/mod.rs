@@ -8,7 +8,9 @@
 //! - [`signin`]: sign-in with e-mail and password, browser sessions in
 //!   cookies, CSRF tokens, the account page and sign-out;
 //! - [`cli_login`]: the confirmation page and code exchange of
-//!   `service auth login` (loopback redirect with PKCE).
+//!   `service auth login` (loopback redirect with PKCE);
+//! - [`approvals`]: pending proposals of a workspace, approved or
+//!   rejected by a signed-in member.
 //!
 //! Each is two-step: `GET` shows a page and spends nothing (so link
 //! previewers and prefetchers cannot burn a single-use link, and a person
@@ -32,6 +34,7 @@ use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::access::tokens;
 
+pub mod approvals;
 pub mod cli_login;
 pub mod signin;
 
@@ -42,6 +45,8 @@ pub fn router() -> Router<AppState> {
         .route("/account", get(signin::account_page))
         .route("/cli/authorize", get(cli_login::authorize_page).post(cli_login::authorize))
         .route("/cli/token", axum::routing::post(cli_login::exchange))
+        .route("/approvals", get(approvals::approvals_page))
+        .route("/approvals/{approval_id}/{decision}", axum::routing::post(approvals::decide))
         .route("/login/{code}", get(login_page).post(login))
         .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
         .route("/credential-entry/{token}", get(entry_page).post(submit_entry))
@@ -83,11 +88,19 @@ pub fn escape(s: &str) -> String {
 
 /// A minimal page; `body` must already be escaped.
 pub fn page(title: &str, body: &str) -> Html<String> {
+    page_with_style(title, "", body)
+}
+
+/// A page with CSS of its own after the shared rules (wider, for tables,
+/// when it has any); `body` must already be escaped.
+pub fn page_with_style(title: &str, style: &str, body: &str) -> Html<String> {
+    let width = if style.is_empty() { "40rem" } else { "64rem" };
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\
          <meta name=\"viewport\" content=\"width=device-width\"><title>{t}</title>\
-         <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}}\
-         code{{word-break:break-all;background:#f3f3f3;padding:.2rem .4rem}}</style></head>\
+         <style>body{{font-family:system-ui,sans-serif;max-width:{width};margin:3rem auto;padding:0 1rem;line-height:1.45}}\
+         code{{word-break:break-all;background:#f3f3f3;padding:.2rem .4rem}}\
+         input{{font:inherit;padding:.3rem;min-width:18rem}}button{{font:inherit;padding:.35rem .9rem}}{style}</style></head>\
          <body><h1>{t}</h1>{body}</body></html>",
         t = escape(title)
     ))
