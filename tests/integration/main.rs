@@ -5,6 +5,7 @@ mod support;
 
 mod access;
 mod approvals;
+mod browser;
 mod audit;
 mod cli;
 mod cli_login;

@@ -125,6 +125,10 @@ pub async fn authorize_page(State(state): State<AppState>, headers: HeaderMap, a
         email = escape(&user.email),
     );
     let mut response = page("Sign in the command-line client", &body).into_response();
+    // Browsers hold the redirect after the form to `form-action` too: the
+    // checked loopback origin is allowed, nothing else.
+    let origin = checked.redirect.origin().ascii_serialization();
+    response.headers_mut().insert(axum::http::header::CONTENT_SECURITY_POLICY, super::csp_with_form_target(&origin));
     if let Some(set) = set {
         response.headers_mut().append(axum::http::header::SET_COOKIE, set);
     }

@@ -54,6 +54,16 @@ pub fn router() -> Router<AppState> {
         .layer(axum::middleware::from_fn(page_headers))
 }
 
+/// The content security policy of pages whose forms post only here.
+const CSP_FORMS_TO_SELF: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The same policy, letting forms (and the redirects they lead to) also
+/// reach `origin`, which the caller has checked.
+pub fn csp_with_form_target(origin: &str) -> axum::http::HeaderValue {
+    let policy = CSP_FORMS_TO_SELF.replace("form-action 'self'", &format!("form-action 'self' {origin}"));
+    axum::http::HeaderValue::from_str(&policy).unwrap_or(axum::http::HeaderValue::from_static(CSP_FORMS_TO_SELF))
+}
+
 /// Headers of every page: no framing (clickjacking), no caching (pages
 /// show one-time tokens and handles), no sniffing, no scripts, forms only
 /// to this server, and no referrer carrying a link's code elsewhere.
@@ -61,10 +71,9 @@ pub async fn page_headers(req: axum::extract::Request, next: axum::middleware::N
     use axum::http::{HeaderValue, header};
     let mut response = next.run(req).await;
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    );
+    // A page whose form must lead elsewhere (the CLI's loopback address)
+    // sets its own policy, differing only in `form-action`.
+    h.entry(header::CONTENT_SECURITY_POLICY).or_insert(HeaderValue::from_static(CSP_FORMS_TO_SELF));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
