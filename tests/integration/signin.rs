@@ -202,6 +202,25 @@ async fn proposals_are_decided_on_the_approvals_page(backend: Backend) {
     let res = b.post(format!("{}/approvals/{second}/reject", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(status_of(second).await, "rejected");
+    // Another workspace's proposals are not reachable from this one.
+    let (other_ws, other_token) = srv.other_workspace().await;
+    let res = b.get(format!("{}/approvals?workspace_id={other_ws}", srv.base)).header("cookie", &admin).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND, "not a member there");
+    let theirs = srv
+        .request_as(&other_token, reqwest::Method::POST, &format!("/v1/workspaces/{other_ws}/members/invitations"))
+        .json(&serde_json::json!({ "email": "theirs@example.test", "role": "viewer" }))
+        .header("x-service-execution-mode", "proposal")
+        .send()
+        .await
+        .unwrap();
+    let theirs = json_ok(theirs).await["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+    for ws_field in [ws.as_str(), other_ws.as_str()] {
+        let res = b.post(format!("{}/approvals/{theirs}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str()), ("workspace_id", ws_field)]).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "deciding in another workspace, named as {ws_field}");
+    }
+    let listed = json_ok(srv.request_as(&other_token, reqwest::Method::GET, "/v1/approvals").send().await.unwrap()).await;
+    assert_eq!(listed["data"]["items"][0]["status"], "pending", "{listed}");
+
     // Audited with the member's browser session as the actor.
     let audit = json_ok(srv.get("/v1/audit-logs?action=approvals.approve").send().await.unwrap()).await;
     let record = audit["data"]["items"].as_array().unwrap().iter().find(|r| r["approval_id"] == first.as_str() && r["action"] == "approvals.approve").cloned();

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use rand::RngCore;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -91,10 +90,9 @@ async fn remember(addresses: &Addresses, token: SecretString) -> Result<(), CliF
     Ok(())
 }
 
+/// 256 random bits, base64url: a PKCE verifier or a state.
 fn random() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
+    crate::access::tokens::generate("").expose_secret().to_owned()
 }
 
 /// This machine's name, for the session's label.

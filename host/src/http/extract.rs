@@ -243,22 +243,11 @@ impl FromRequestParts<AppState> for Workspace {
             .transpose()?;
         let from_query = Query::<WorkspaceQuery>::try_from_uri(&parts.uri).ok().and_then(|q| q.0.workspace_id);
         let requested = from_path.or(from_header).or(from_query);
-
-        let (workspace_id, role) = match requested {
-            Some(id) => {
-                let role = state.store.role_in(&principal.user_id, &id).await?.ok_or_else(|| ApiError::not_found("workspace"))?;
-                (id, role)
-            }
-            None => state
-                .store
-                .default_workspace_of(&principal.user_id)
-                .await?
-                .ok_or_else(|| ApiError::not_found("workspace"))?,
-        };
+        let access = WorkspaceAccess::resolve(&state.store, principal, requested).await?;
         if let Some(note) = parts.extensions.get::<AuditNote>() {
-            note.workspace(&workspace_id);
+            note.workspace(&access.workspace_id);
         }
-        Ok(Workspace(WorkspaceAccess { principal, workspace_id, role }))
+        Ok(Workspace(access))
     }
 }
 

@@ -15,6 +15,17 @@ use crate::state::AppState;
 /// users outside the workspace answer 404, like sessions that do not
 /// exist; those of members who also belong to workspaces the caller does
 /// not administer (or of operators, for a non-operator) answer 403.
+/// Revokes a session everywhere: in the database and in this server's
+/// cache of sessions (other servers see the revocation on their next
+/// lookup); false when it was revoked already.
+pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> {
+    let newly_revoked = state.store.revoke_session(session_id).await?;
+    if let Some(c) = &state.session_cache {
+        c.forget_session(session_id);
+    }
+    Ok(newly_revoked)
+}
+
 pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, session_id: &str) -> ApiResult<Executed> {
     note.target("session", session_id);
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
@@ -26,10 +37,7 @@ pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
             "permission denied: this member also works in workspaces you do not administer; an administrator of each, or the member, revokes their sessions",
         ));
     }
-    let newly_revoked = state.store.revoke_session(session_id).await?;
-    if let Some(c) = &state.session_cache {
-        c.forget_session(session_id);
-    }
+    let newly_revoked = end_session(state, session_id).await?;
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
     Executed::ok(json!({ "revoked": true, "already_revoked": !newly_revoked, "session": session }))
 }

@@ -110,7 +110,7 @@ struct Report {
 impl Report {
     fn sample(list: &mut Vec<Sample>, key: Option<&str>, reason: &str) {
         if list.len() < SAMPLES {
-            list.push(Sample { key: key.map(str::to_owned), reason: reason.chars().take(300).collect() });
+            list.push(Sample { key: key.map(str::to_owned), reason: super::targets::short(reason) });
         }
     }
 

@@ -317,7 +317,7 @@ impl Target {
 }
 
 /// A message cut to a length fit for a run's samples.
-fn short(s: &str) -> String {
+pub(super) fn short(s: &str) -> String {
     s.chars().take(300).collect()
 }
 

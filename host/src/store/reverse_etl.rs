@@ -500,14 +500,6 @@ impl Store {
         }
         Ok(())
     }
-
-    /// Forgets a diff state: its activations send every row again next run.
-    pub async fn forget_state(&self, of: StateOf<'_>) -> StoreResult<()> {
-        let mut tx = self.begin_write().await?;
-        forget_state(&mut tx, of).await?;
-        tx.commit().await?;
-        Ok(())
-    }
 }
 
 /// `rows` groups of placeholders for a multi-row `VALUES`: each group is
@@ -524,6 +516,8 @@ fn values(rows: usize, per: usize, lead: &str, tail: &str) -> String {
         .join(", ")
 }
 
+/// Forgets a diff state inside `tx`: its activations send every row
+/// again next run.
 async fn forget_state(tx: &mut sqlx::Transaction<'_, sqlx::Any>, of: StateOf<'_>) -> StoreResult<()> {
     let (sql, id) = match of {
         StateOf::Activation(id) => ("DELETE FROM retl_state WHERE activation_id = $1", id),

@@ -40,11 +40,7 @@ pub struct Which {
 /// none is named).
 async fn access(state: &AppState, session: &ActiveSession, workspace_id: Option<&str>) -> Result<WorkspaceAccess, ApiError> {
     let principal = Principal { user_id: session.user_id.clone(), session_id: session.session_id.clone(), client: session.client_source, proposal_requested: false };
-    let (workspace_id, role) = match workspace_id {
-        Some(id) => (id.to_owned(), state.store.role_in(&session.user_id, id).await?.ok_or_else(|| ApiError::not_found("workspace"))?),
-        None => state.store.default_workspace_of(&session.user_id).await?.ok_or_else(|| ApiError::not_found("workspace"))?,
-    };
-    Ok(WorkspaceAccess { principal, workspace_id, role })
+    WorkspaceAccess::resolve(&state.store, principal, workspace_id.map(str::to_owned)).await
 }
 
 fn failed(e: &ApiError) -> Response {

@@ -31,7 +31,7 @@ use super::{ClientInfo, escape, page};
 use crate::access::{ClientSource, tokens};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::sessions::{CliCode, NewSession, SessionKind};
+use crate::store::sessions::CliCode;
 
 /// How long a code waits for the CLI.
 const CODE_TTL_MS: i64 = 2 * 60 * 1000;
@@ -176,7 +176,7 @@ pub struct Exchange {
 
 /// `POST /cli/token`: a code and its verifier for a CLI session token.
 pub async fn exchange(State(state): State<AppState>, client: ClientInfo, axum::Json(x): axum::Json<Exchange>) -> Response {
-    let address = client.address.as_deref().and_then(|a| a.parse::<std::net::IpAddr>().ok()).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+    let address = client.ip();
     if let Err(limited) = state.throttle.failures_exhausted(address) {
         return limited.into_response();
     }
@@ -197,23 +197,9 @@ pub async fn exchange(State(state): State<AppState>, client: ClientInfo, axum::J
     if !matches || x.redirect_uri != issued.redirect_uri {
         return refused(&state);
     }
-    let token = tokens::generate(tokens::TOKEN_PREFIX);
     let label = format!("CLI on {}", issued.host_label);
-    let created = state
-        .store
-        .create_session(NewSession {
-            user_id: &issued.user_id,
-            token_hash: &tokens::hash_secret(&token),
-            kind: SessionKind::Session,
-            label: Some(&label),
-            client_source: ClientSource::Cli,
-            user_agent: client.user_agent.as_deref(),
-            address: client.address.as_deref(),
-            expires_at: Some(crate::store::now_ms() + state.config.session_ttl_ms),
-        })
-        .await;
-    match created {
-        Ok(session_id) => axum::Json(json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id })).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+    match super::issue_session_for(&state, &issued.user_id, &label, &client, ClientSource::Cli).await {
+        Ok((token, session_id)) => axum::Json(json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id })).into_response(),
+        Err(e) => e.into_response(),
     }
 }

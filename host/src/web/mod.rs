@@ -192,6 +192,13 @@ pub struct ClientInfo {
     pub address: Option<String>,
 }
 
+impl ClientInfo {
+    /// The client's address for rate limits (unspecified when unknown).
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.address.as_deref().and_then(|a| a.parse().ok()).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]))
+    }
+}
+
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientInfo {
     type Rejection = std::convert::Infallible;
 
@@ -322,22 +329,27 @@ async fn accept_invitation(
 
 /// Creates an interactive session for `user_id` and returns its token.
 async fn issue_session(state: &AppState, user_id: &str, label: &str, client: &ClientInfo) -> Result<SecretString, crate::error::ApiError> {
+    issue_session_for(state, user_id, label, client, ClientSource::Api).await.map(|(token, _)| token)
+}
+
+/// Creates an interactive session of a kind of client; its token and id.
+async fn issue_session_for(state: &AppState, user_id: &str, label: &str, client: &ClientInfo, source: ClientSource) -> Result<(SecretString, String), crate::error::ApiError> {
     let token = tokens::generate(tokens::TOKEN_PREFIX);
     let expires_at = crate::store::now_ms() + state.config.session_ttl_ms;
-    state
+    let session_id = state
         .store
         .create_session(NewSession {
             user_id,
             token_hash: &tokens::hash_secret(&token),
             kind: SessionKind::Session,
             label: Some(label),
-            client_source: ClientSource::Api,
+            client_source: source,
             user_agent: client.user_agent.as_deref(),
             address: client.address.as_deref(),
             expires_at: Some(expires_at),
         })
         .await?;
-    Ok(token)
+    Ok((token, session_id))
 }
 
 async fn entry_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {

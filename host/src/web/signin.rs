@@ -11,8 +11,6 @@
 //! and per account, and cost an Argon2id check whether or not the account
 //! exists. Nothing a user typed as a password is ever rendered back.
 
-use std::net::IpAddr;
-
 use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -154,7 +152,7 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, client: 
     let next = safe_next(form.next.as_deref());
     let password = SecretString::from(form.password);
     let email = form.email.trim().to_ascii_lowercase();
-    let address: IpAddr = client.address.as_deref().and_then(|a| a.parse().ok()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let address = client.ip();
     let (token, set) = csrf(&state, &headers);
     if let Err(limited) = state.throttle.sign_in_exhausted(address, &email) {
         let body = format!("<p>Too many failed sign-ins. Try again in {} seconds.</p>", limited.seconds());
@@ -219,13 +217,10 @@ pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, Form(fo
     if !csrf_ok(&headers, &form.csrf) {
         return csrf_refused();
     }
-    if let Some(session) = browser_session(&state, &headers).await {
-        if let Err(e) = state.store.revoke_session(&session.session_id).await {
-            return crate::error::ApiError::from(e).into_response();
-        }
-        if let Some(c) = &state.session_cache {
-            c.forget_session(&session.session_id);
-        }
+    if let Some(session) = browser_session(&state, &headers).await
+        && let Err(e) = crate::ops::sessions::end_session(&state, &session.session_id).await
+    {
+        return e.into_response();
     }
     let mut response = page("Signed out", "<p>You are signed out. <a href=\"/sign-in\">Sign in again</a></p>").into_response();
     response.headers_mut().append(header::SET_COOKIE, set_cookie(&state, SESSION_COOKIE, "", "Lax", 0));
