@@ -136,6 +136,14 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     }
     assert_eq!(s.customers().await, 23, "the warehouse is unchanged");
     assert!(!std::path::Path::new("/tmp/retl-escape.db").exists(), "no file was written");
+    // A query one character too long, in the widest encoding JSON has, is
+    // still a 400 naming the field, never a 413 for the body.
+    let wide = "\u{1D54F}".repeat(65_537);
+    let body = json!({ "name": "long", "warehouse_id": s.warehouse_id, "query": wide, "primary_key": "id" });
+    let escaped = serde_json::to_string(&body).unwrap().replace('\u{1D54F}', "\\ud835\\udd4f");
+    let res = srv.post("/v1/reverse-etl/models", json!({})).header("content-type", "application/json").body(escaped).send().await.unwrap();
+    let e = expect_error(res, 400, "VALIDATION_FAILED").await;
+    assert_eq!(e["details"]["field"], "query", "{e}");
     let body = json!({ "name": "bad", "warehouse_id": s.warehouse_id, "query": "SELECT email FROM customers", "primary_key": "id" });
     expect_error(srv.post("/v1/reverse-etl/models", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
 

@@ -18,8 +18,11 @@ use crate::store::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger}
 use crate::store::pipelines::{DeleteRefused, Job, NotQueued, Schedule};
 use crate::store::reverse_etl::{Activation, FieldMapping, Model};
 
-/// Longest model query, in bytes.
-const MAX_QUERY: usize = 100_000;
+/// Longest model query, in characters: one over it still fits the 1 MiB
+/// body limit however it is encoded (12 bytes a character at worst, as a
+/// JSON surrogate pair), so a query too long is a 400 naming the field,
+/// never a 413.
+const MAX_QUERY: usize = 65_536;
 /// Most mappings an activation has.
 const MAX_MAPPINGS: usize = 500;
 
@@ -32,7 +35,7 @@ pub struct CreateModel {
     /// An SQLite or PostgreSQL destination of the workspace.
     pub warehouse_id: String,
     /// One `SELECT` statement; run read-only.
-    #[schema(min_length = 1, max_length = 100000)]
+    #[schema(min_length = 1, max_length = 65536)]
     pub query: String,
     /// The column that identifies a row.
     #[schema(min_length = 1, max_length = 200)]
