@@ -184,7 +184,7 @@ fn every_setting_is_listed_in_help_and_secret_values_are_not() {
 
     let canary = "canary-master-key-value-in-the-environment";
     let mut help = String::new();
-    for args in [&["serve", "--help"][..], &["admin", "rotate-master-key", "--help"], &["mcp", "--help"], &["plugins", "load", "--help"], &["auth", "login", "--help"]] {
+    for args in [&["serve", "--help"][..], &["admin", "rotate-master-key", "--help"], &["mcp", "--help"], &["plugins", "load", "--help"], &["auth", "login", "--help"], &["sources", "list", "--help"]] {
         let out = service(dir.path())
             .env("SERVICE_MASTER_KEY", canary)
             .env("SERVICE_NEW_MASTER_KEY", canary)

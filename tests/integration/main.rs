@@ -8,6 +8,7 @@ mod approvals;
 mod browser;
 mod audit;
 mod cli;
+mod cli_api;
 mod cli_login;
 mod emailcampaign;
 mod socialmedia;

@@ -520,3 +520,44 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     let last = s.hook.lock().unwrap().last().unwrap().clone();
     assert_eq!((last["operation"].as_str(), last["records"][0]["key"].as_str()), (Some("delete"), Some("30")), "{last}");
 }
+
+/// The same through the CLI: a query tried, a model, a webhook
+/// destination and an activation made from options, and a run waited for
+/// with its counts shown until the outcome.
+async fn the_cli_makes_an_activation_and_waits_for_its_run(backend: Backend) {
+    use crate::cli_api::{Cli, stderr, stdout};
+    let s = setup(backend).await;
+    let srv = &s.srv;
+    let config = crate::support::private_dir();
+    let cli = Cli::of(srv, config.path());
+    let query = "SELECT id, email, first_name FROM customers";
+    let tried = cli.ok(&["reverse-etl", "prepare", "--warehouse", &s.warehouse_id, "--query", query]).await;
+    let header: Vec<&str> = tried.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["id", "email", "first_name"], "{tried}");
+    assert!(tried.contains("c1@example.com") && tried.contains("Suggested key: email"), "{tried}");
+
+    let model = cli.json(&["reverse-etl", "models", "create", "--name", "customers", "--warehouse", &s.warehouse_id, "--query", query, "--primary-key", "id"]).await;
+    let model_id = model["model_id"].as_str().unwrap().to_owned();
+    let url = format!("configuration.url=https://{HOOK_HOST}/retl");
+    let dest = cli.json(&["reverse-etl", "destinations", "create", "--name", "hook", "--kind", "webhook", "--set", &url]).await;
+    let dest_id = dest["destination_id"].as_str().unwrap().to_owned();
+    let created = cli
+        .ok(&["reverse-etl", "activations", "create", "--name", "hook", "--model", &model_id, "--destination", &dest_id, "--map", "mail=email", "--constant", "origin=warehouse", "--mode", "upsert"])
+        .await;
+    let activation = created.split_whitespace().find(|w| w.starts_with("ra_")).unwrap_or_else(|| panic!("{created}")).to_owned();
+    let listed = cli.ok(&["reverse-etl", "activations", "list"]).await;
+    assert!(listed.lines().any(|l| l.starts_with(&activation) && l.contains("upsert")), "{listed}");
+
+    let out = cli.run(&["reverse-etl", "activations", "run", &activation, "--wait"]).await;
+    let (so, se) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{so}\n{se}");
+    let run_id = so.split_whitespace().find(|w| w.starts_with("run_")).unwrap_or_else(|| panic!("{so}")).to_owned();
+    assert!(so.contains(&format!("{run_id} succeeded in")), "{so}");
+    assert!(se.lines().any(|l| l.starts_with(&format!("{run_id} succeeded")) && l.contains("added 19") && l.contains("failed 1")), "{se}");
+    let batches = s.hook.lock().unwrap().clone();
+    assert_eq!(batches[0]["records"][0]["fields"], json!({ "mail": "c1@example.com", "origin": "warehouse" }));
+    let shown = cli.ok(&["reverse-etl", "runs", "get", &run_id]).await;
+    assert!(shown.contains("progress.counts:") && shown.contains("\"added\":19"), "{shown}");
+}
+
+on_both_backends!(the_cli_makes_an_activation_and_waits_for_its_run);

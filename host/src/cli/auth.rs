@@ -10,7 +10,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use url::Url;
 
 use super::client::{Addresses, ApiClient, CliFailure, Login, answer, http, network, store_login, stored_login};
 
@@ -121,7 +120,7 @@ async fn browser_login(addresses: &Addresses, no_browser: bool) -> Result<Secret
         .append_pair("code_challenge", &challenge)
         .append_pair("code_challenge_method", "S256")
         .append_pair("host", &host_name());
-    let opened = !no_browser && open_browser(&url);
+    let opened = !no_browser && open_browser(url.as_str());
     if opened {
         eprintln!("Opened your browser to sign in. If it did not open, visit:");
     } else {
@@ -179,7 +178,7 @@ async fn browser_login(addresses: &Addresses, no_browser: bool) -> Result<Secret
 }
 
 /// Opens `url` in the user's browser; false when none could be started.
-fn open_browser(url: &Url) -> bool {
+pub fn open_browser(url: &str) -> bool {
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-    std::process::Command::new(opener).arg(url.as_str()).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok()
+    std::process::Command::new(opener).arg(url).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok()
 }

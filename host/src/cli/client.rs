@@ -23,6 +23,13 @@ pub enum CliFailure {
     /// The service could not be reached (exit code 4).
     #[error("cannot reach {address}: {reason}")]
     Network { address: String, reason: String },
+    /// The command line asked for something impossible (exit code 2, as
+    /// the parser's own usage errors).
+    #[error("{0}")]
+    Usage(String),
+    /// A job waited for ended without succeeding (exit code 5).
+    #[error("{0}")]
+    JobDidNotSucceed(String),
     /// Anything else: a refused login, a missing token (exit code 1).
     #[error("{0}")]
     Other(String),
@@ -34,6 +41,8 @@ impl CliFailure {
         match self {
             CliFailure::Api { .. } => 3,
             CliFailure::Network { .. } => 4,
+            CliFailure::Usage(_) => 2,
+            CliFailure::JobDidNotSucceed(_) => 5,
             CliFailure::Other(_) => 1,
         }
     }
@@ -173,11 +182,29 @@ pub struct ApiClient {
     http: reqwest::Client,
     api: Url,
     token: SecretString,
+    /// Sent as `X-Service-Workspace` when set.
+    workspace: Option<String>,
+    /// Asks for writes to be stored as proposals.
+    propose: bool,
+}
+
+/// A success: its status and its `data`.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: reqwest::StatusCode,
+    pub data: Value,
+}
+
+impl Answer {
+    /// The approval a write became instead of running (a 202 proposal).
+    pub fn proposal(&self) -> Option<&Value> {
+        (self.status == reqwest::StatusCode::ACCEPTED).then(|| self.data.get("approval")).flatten()
+    }
 }
 
 impl ApiClient {
     pub fn new(api: Url, token: SecretString) -> ApiClient {
-        ApiClient { http: http(), api, token }
+        ApiClient { http: http(), api, token, workspace: None, propose: false }
     }
 
     /// The client of the API address with `SERVICE_TOKEN`, else the
@@ -186,16 +213,43 @@ impl ApiClient {
         Ok(ApiClient::new(addresses.api(), addresses.token()?))
     }
 
+    /// Addresses `workspace` (else the caller's default workspace).
+    pub fn in_workspace(mut self, workspace: Option<String>) -> ApiClient {
+        self.workspace = workspace.filter(|w| !w.is_empty());
+        self
+    }
+
+    /// Asks the service to store writes as proposals for someone to approve.
+    pub fn proposing(mut self, propose: bool) -> ApiClient {
+        self.propose = propose;
+        self
+    }
+
     /// `method` on `path` (relative to the API base, no leading `/`), with
     /// an optional JSON body; the answer's `data`.
     pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value, CliFailure> {
-        let url = self.api.join(path).map_err(|e| CliFailure::Other(format!("{path}: {e}")))?;
+        Ok(self.send(method, path, &[], body).await?.data)
+    }
+
+    /// `method` on `path` with query parameters and an optional JSON body.
+    pub async fn send(&self, method: reqwest::Method, path: &str, query: &[(&str, String)], body: Option<&Value>) -> Result<Answer, CliFailure> {
+        let mut url = self.api.join(path).map_err(|e| CliFailure::Other(format!("{path}: {e}")))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+        }
         let mut req = self.http.request(method, url).bearer_auth(self.token.expose_secret()).header("x-service-client", "cli");
+        if let Some(w) = &self.workspace {
+            req = req.header("x-service-workspace", w);
+        }
+        if self.propose {
+            req = req.header("x-service-execution-mode", "proposal");
+        }
         if let Some(b) = body {
             req = req.json(b);
         }
         let res = req.send().await.map_err(|e| network(&self.api, &e))?;
-        answer(res).await
+        let status = res.status();
+        Ok(Answer { status, data: answer(res).await? })
     }
 }
 
@@ -205,7 +259,14 @@ pub fn http() -> reqwest::Client {
 }
 
 pub fn network(address: &Url, e: &reqwest::Error) -> CliFailure {
-    CliFailure::Network { address: address.to_string(), reason: e.to_string() }
+    // The innermost cause says what happened (connection refused, a
+    // certificate, a timeout); the outer ones only repeat the address.
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let reason = if e.is_timeout() { "timed out".to_owned() } else { cause.to_string() };
+    CliFailure::Network { address: address.to_string(), reason }
 }
 
 /// The `data` of a success, or the error shape as a failure.

@@ -1,14 +1,17 @@
 //! The `service` command line: `serve` runs the server, `admin` and
 //! `plugins` administer an installation offline against its database,
-//! `auth` signs the CLI in to a running service, and `mcp` serves the
-//! API's tools to a local assistant over stdio.
+//! `auth` signs the CLI in to a running service, the resource commands
+//! (`sources`, `pipelines`, `approvals`, ...) call its API, and `mcp`
+//! serves the API's tools to a local assistant over stdio.
 //!
 //! Layout:
 //! - this module: the commands, and those that work on the database;
 //! - [`client`]: the CLI as an API client (addresses, stored logins,
 //!   requests marked `X-Service-Client: cli`, exit codes by failure);
-//! - [`auth`]: `service auth login|status|logout`.
+//! - [`auth`]: `service auth login|status|logout`;
+//! - [`api`]: the API's resources as commands.
 
+pub mod api;
 pub mod auth;
 pub mod client;
 
@@ -26,7 +29,12 @@ use crate::store::Store;
 
 /// Control server of the data-integration platform.
 #[derive(Debug, Parser)]
-#[command(name = "service", version, about)]
+#[command(
+    name = "service",
+    version,
+    about,
+    after_help = "Exit codes: 0 done; 1 failed otherwise; 2 usage error; 3 the API refused (code, message and request id printed); 4 the service could not be reached; 5 a job waited for did not succeed."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub storage: StorageArgs,
@@ -66,6 +74,8 @@ pub enum Command {
         #[command(subcommand)]
         command: auth::AuthCommand,
     },
+    #[command(flatten)]
+    Api(Box<api::ApiCommand>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -180,6 +190,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::mcp::serve_stdio(addresses.root(), token).await
         }
         Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
+        Command::Api(cmd) => Ok(api::run(*cmd).await?),
         Command::Admin(cmd) => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
             let url = database_url(&cli.storage)?;
