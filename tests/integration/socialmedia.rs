@@ -452,3 +452,31 @@ async fn adding_the_social_source_changes_nothing_that_was_there(backend: Backen
 }
 
 on_both_backends!(adding_the_social_source_changes_nothing_that_was_there);
+
+/// The entity options through the CLI: a page of them as a table, the
+/// cursor to the next, the same as JSON, and a refusal with its code.
+async fn the_cli_lists_entity_options_page_by_page(backend: Backend) {
+    use crate::cli_api::{Cli, stderr, stdout};
+    let fx = setup(backend).await;
+    let handle = fx.authorise().await;
+    let config = crate::support::private_dir();
+    let cli = Cli::of(&fx.srv, config.path());
+    let all = fx.options(&handle, "channel_ids", json!({ "portal_id": "62515", "brand_ids": ["101"] })).await;
+    assert!(all.len() >= 2, "{all:?}");
+    let chosen = r#"{"portal_id":"62515","brand_ids":["101"]}"#;
+    let out = cli.run(&["sources", "entities", "channel_ids", "--connector", CONNECTOR, "--credential", &handle, "--config", chosen, "--limit", "1"]).await;
+    let (table, notes) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{notes}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one option: {table}");
+    assert!(lines[0].starts_with("VALUE") && lines[1].starts_with(&all[0].0) && lines[1].contains(&all[0].1), "{table}");
+    assert!(notes.contains("more: repeat with --cursor 1"), "{notes}");
+    let next = cli.json(&["sources", "entities", "channel_ids", "--connector", CONNECTOR, "--credential", &handle, "--config", chosen, "--limit", "1", "--cursor", "1"]).await;
+    assert_eq!(next["items"][0]["value"], all[1].0.as_str(), "{next}");
+    fx.assert_no_tokens(&next);
+    let out = cli.run(&["sources", "entities", "brand_ids", "--connector", CONNECTOR, "--credential", &handle, "--config", r#"{"portal_id":"1"}"#]).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("CONNECTOR_INVALID_CONFIG"), "{}", stderr(&out));
+}
+
+on_both_backends!(the_cli_lists_entity_options_page_by_page);
