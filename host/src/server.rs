@@ -80,9 +80,12 @@ impl AppState {
         let oauth = Arc::new(crate::credentials::OAuth::new(config.oauth.clone(), &config.public_url, plugins.clone(), egress.clone(), store.clone())?);
         let refresher: Arc<dyn crate::credentials::TokenRefresher> = oauth.clone();
         vault.set_refresher(&refresher);
-        let session_cache = (store.backend() == crate::store::Backend::Sqlite)
-            .then(|| Arc::new(crate::store::caches::SessionCache::new(std::time::Duration::from_secs(5))));
-        let me_cache = session_cache.as_ref().map(|_| Arc::new(crate::store::caches::MeCache::new()));
+        // On SQLite this process is the only server: its caches are right
+        // from the start. With PostgreSQL they are used once this server
+        // hears the others' change notices (`store::notices::follow`).
+        let alone = store.backend() == crate::store::Backend::Sqlite;
+        let session_cache = Arc::new(crate::store::caches::SessionCache::new(alone));
+        let me_cache = Arc::new(crate::store::caches::MeCache::new(alone));
         let fingerprint_key = Arc::new(vault.derived_key("idempotency-fingerprint"));
         let throttle = Arc::new(crate::access::throttle::Throttle::new(config.limits.throttle));
         Ok(AppState {
@@ -112,6 +115,7 @@ pub struct RunningServer {
     watcher: tokio::task::JoinHandle<()>,
     runner: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
+    notices: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
@@ -120,6 +124,7 @@ impl RunningServer {
         self.watcher.abort();
         self.runner.abort();
         self.sweeper.abort();
+        self.notices.abort();
         let _ = self.shutdown.send(true);
         self.task.await??;
         Ok(())
@@ -221,11 +226,12 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
             }
         })
     };
+    let notices = tokio::spawn(crate::store::notices::follow(state.store.clone(), state.session_cache.clone(), state.me_cache.clone()));
     let limits = state.config.limits.clone();
     let app = app(state);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(serve_connections(listener, app, limits, rx));
-    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner, sweeper })
+    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner, sweeper, notices })
 }
 
 /// The whole application: the API and the browser pages under the same

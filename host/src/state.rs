@@ -30,10 +30,11 @@ pub struct AppState {
     /// OAuth flows; also refreshes tokens for the vault (held here,
     /// weakly there).
     pub oauth: Arc<crate::credentials::OAuth>,
-    /// Recently verified sessions (SQLite, single server, only).
-    pub session_cache: Option<Arc<crate::store::caches::SessionCache>>,
-    /// Recently read `GET /me` profiles (SQLite, single server, only).
-    pub me_cache: Option<Arc<crate::store::caches::MeCache>>,
+    /// Recently verified sessions (with PostgreSQL, used while this server
+    /// hears the other servers' change notices).
+    pub session_cache: Arc<crate::store::caches::SessionCache>,
+    /// Recently read `GET /me` profiles (the same).
+    pub me_cache: Arc<crate::store::caches::MeCache>,
     /// Wakes this server's job runner when it queues a job, so the job
     /// starts now rather than at the runner's next poll.
     pub jobs_queued: Arc<tokio::sync::Notify>,

@@ -75,3 +75,116 @@ backend_tests! {
         assert!(last_used.is_string(), "last_used_at recorded");
     }
 }
+
+/// Two `service serve` processes on one PostgreSQL database, each with its
+/// caches of sessions and profiles warm: a session revoked through either
+/// fails on the very next request to the other; a member removed through
+/// one is gone from their `/me` on the other at once; and a server whose
+/// notice connection is cut (here, a revocation made behind both servers'
+/// backs while it reconnects) starts again from empty caches rather than
+/// trust what it may have missed. Needs PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_through_one_server_holds_on_the_next_request_to_another() {
+    use crate::support::process::ServerProcess;
+    use crate::support::{ADMIN_TOKEN, PgDatabase, init_crypto, private_dir};
+    use service::store::notices::APPLICATION_NAME;
+    use sqlx::Connection;
+    init_crypto();
+    let Some(db) = PgDatabase::create().await else { return };
+    let dir = private_dir();
+    let env = vec![
+        ("SERVICE_DATA_DIR", dir.path().display().to_string()),
+        ("DATABASE_URL", db.url.clone()),
+        ("SERVICE_BOOTSTRAP_TOKEN", ADMIN_TOKEN.to_owned()),
+        ("SERVICE_BOOTSTRAP_EMAIL", "admin@example.test".to_owned()),
+    ];
+    // One after the other: the first creates the installation.
+    let a = ServerProcess::start(env.clone()).await;
+    let b = ServerProcess::start(env.clone()).await;
+    let mut pg = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut both_listen = Vec::new();
+    for _ in 0..100 {
+        both_listen = listeners(&mut pg, APPLICATION_NAME).await;
+        if both_listen.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(both_listen.len(), 2, "each server listens for notices");
+
+    let http = reqwest::Client::new();
+    let me = |base: &str, token: &str| http.get(format!("{base}/v1/me")).bearer_auth(token).send();
+    let store = service::store::Store::connect(&db.url).await.unwrap();
+    let (ws, email) = {
+        let body: Value = me(&a.base, ADMIN_TOKEN).await.unwrap().json().await.unwrap();
+        (body["data"]["default_workspace_id"].as_str().unwrap().to_owned(), body["data"]["user"]["email"].as_str().unwrap().to_owned())
+    };
+    for round in 0..20 {
+        let token = service::access::admin::create_token(&store, &email, Some("replica test"), None, service::access::ClientSource::Api).await.unwrap();
+        let token = secrecy::ExposeSecret::expose_secret(&token).to_owned();
+        // Warm both servers' caches.
+        let mut session_id = String::new();
+        for base in [&a.base, &b.base, &a.base, &b.base] {
+            let res = me(base, &token).await.unwrap();
+            assert_eq!(res.status(), 200);
+            session_id = res.json::<Value>().await.unwrap()["data"]["session_id"].as_str().unwrap().to_owned();
+        }
+        let (through, other) = if round % 2 == 0 { (&a.base, &b.base) } else { (&b.base, &a.base) };
+        let revoked = http.post(format!("{through}/v1/sessions/{session_id}/revoke")).bearer_auth(ADMIN_TOKEN).json(&serde_json::json!({})).send().await.unwrap();
+        assert_eq!(revoked.status(), 200, "round {round}");
+        assert_eq!(me(other, &token).await.unwrap().status(), 401, "round {round}: the other server still let the revoked session in");
+        assert_eq!(me(through, &token).await.unwrap().status(), 401, "round {round}");
+    }
+
+    // A member removed through one server is gone from /me on the other.
+    let member_email = "replica-member@example.test";
+    service::access::admin::create_user(&store, member_email, "Member", Some(&ws), Role::Editor).await.unwrap();
+    let member_token = service::access::admin::create_token(&store, member_email, None, None, service::access::ClientSource::Api).await.unwrap();
+    let member_token = secrecy::ExposeSecret::expose_secret(&member_token).to_owned();
+    for base in [&a.base, &b.base, &b.base] {
+        let body: Value = me(base, &member_token).await.unwrap().json().await.unwrap();
+        assert_eq!(body["data"]["workspaces"].as_array().unwrap().len(), 1, "{body}");
+    }
+    let members: Value = http.get(format!("{}/v1/workspaces/{ws}/members", a.base)).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let member_id = members["data"]["items"].as_array().unwrap().iter().find(|m| m["email"] == member_email).unwrap()["member_id"].as_str().unwrap().to_owned();
+    let removed = http.delete(format!("{}/v1/workspaces/{ws}/members/{member_id}", a.base)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(removed.status(), 200, "{}", removed.text().await.unwrap());
+    let body: Value = me(&b.base, &member_token).await.unwrap().json().await.unwrap();
+    assert_eq!(body["data"]["workspaces"], serde_json::json!([]), "the other server still shows the membership: {body}");
+
+    // Behind the servers' backs: revoked in the database with no notice,
+    // then server B's notice connection is cut. Once B listens again it
+    // must not answer from what it cached before.
+    let token = service::access::admin::create_token(&store, &email, Some("cut test"), None, service::access::ClientSource::Api).await.unwrap();
+    let token = secrecy::ExposeSecret::expose_secret(&token).to_owned();
+    for _ in 0..2 {
+        assert_eq!(me(&b.base, &token).await.unwrap().status(), 200);
+    }
+    let hash = service::access::tokens::hash(&token);
+    sqlx::query("UPDATE sessions SET revoked_at = 1 WHERE token_hash = $1").bind(&hash).execute(&mut pg).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()")
+        .bind(APPLICATION_NAME)
+        .execute(&mut pg)
+        .await
+        .unwrap();
+    let mut relistening = Vec::new();
+    for _ in 0..100 {
+        relistening = listeners(&mut pg, APPLICATION_NAME).await;
+        if relistening.len() == 2 && relistening.iter().all(|p| !both_listen.contains(p)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(relistening.len() == 2 && relistening.iter().all(|p| !both_listen.contains(p)), "both listen again on new connections: {relistening:?}");
+    assert_eq!(me(&b.base, &token).await.unwrap().status(), 401, "answered from a cache kept across the lost connection");
+    drop((a, b));
+}
+
+/// The backends of the database listening for notices.
+async fn listeners(pg: &mut sqlx::PgConnection, name: &str) -> Vec<i32> {
+    sqlx::query_scalar::<_, i32>("SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() ORDER BY pid")
+        .bind(name)
+        .fetch_all(pg)
+        .await
+        .unwrap()
+}

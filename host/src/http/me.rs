@@ -36,7 +36,7 @@ pub struct Me {
 #[utoipa::path(get, path = "/me", tag = "current user",
     responses((status = 200, body = Envelope<Me>), (status = 401, body = crate::error::ErrorBody)))]
 async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Caller(principal): Caller) -> ApiResult<Envelope<Me>> {
-    let profile = match state.me_cache.as_ref().and_then(|c| c.get(&principal.user_id, state.store.membership_generation())) {
+    let profile = match state.me_cache.get(&principal.user_id, state.store.membership_generation()) {
         Some(p) => p,
         None => {
             let generation = state.store.membership_generation();
@@ -47,9 +47,7 @@ async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Cal
                     .await?
                     .ok_or_else(|| ApiError::unauthenticated("the session's user no longer exists"))?,
             );
-            if let Some(c) = &state.me_cache {
-                c.put(&principal.user_id, generation, p.clone());
-            }
+            state.me_cache.put(&principal.user_id, generation, p.clone());
             p
         }
     };

@@ -88,14 +88,14 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     }
     let hash = tokens::hash(token);
     let now = now_ms();
-    let cached = state.session_cache.as_ref().and_then(|c| c.get(&hash, now));
+    // The epoch is taken before the database is read: a revocation heard
+    // meanwhile keeps what was read out of the cache.
+    let (cached, epoch) = state.session_cache.lookup(&hash, now);
     let session = match cached {
         Some(s) => s,
         None => match state.store.active_session(&hash).await {
             Ok(Some(s)) => {
-                if let Some(c) = &state.session_cache {
-                    c.put(&hash, s.clone());
-                }
+                state.session_cache.put(&hash, s.clone(), epoch);
                 s
             }
             Ok(None) => {
@@ -111,9 +111,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         return limited.into_response();
     }
     if session.last_used_at.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
-        if let Some(c) = &state.session_cache {
-            c.put(&hash, crate::store::sessions::ActiveSession { last_used_at: Some(now), ..session.clone() });
-        }
+        state.session_cache.put(&hash, crate::store::sessions::ActiveSession { last_used_at: Some(now), ..session.clone() }, epoch);
         let store = state.store.clone();
         let id = session.session_id.clone();
         tokio::spawn(async move {

@@ -10,22 +10,37 @@ use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
 use crate::state::AppState;
 
+/// How long a revocation waits for its own notice to come back.
+const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Revokes a session everywhere: in the database, in this server's cache
+/// of sessions, and (with PostgreSQL) in every other server's, through the
+/// notice sent as the revocation commits. It returns once this server has
+/// heard that notice come back (at most a second), by when every server
+/// listening has been sent it too. False when it was revoked already.
+pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> {
+    let cache = &state.session_cache;
+    let mut heard = cache.heard();
+    let newly_revoked = state.store.revoke_session(session_id).await?;
+    cache.forget_session(session_id);
+    if state.store.backend() == crate::store::Backend::Postgres && cache.is_trusted() {
+        let _ = tokio::time::timeout(ECHO_WAIT, async {
+            while let Ok(id) = heard.recv().await {
+                if id == session_id {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+    Ok(newly_revoked)
+}
+
 /// Revokes a session: the caller's own, or one of a member of the
 /// caller's workspace whose sessions the caller administers. Sessions of
 /// users outside the workspace answer 404, like sessions that do not
 /// exist; those of members who also belong to workspaces the caller does
 /// not administer (or of operators, for a non-operator) answer 403.
-/// Revokes a session everywhere: in the database and in this server's
-/// cache of sessions (other servers see the revocation on their next
-/// lookup); false when it was revoked already.
-pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> {
-    let newly_revoked = state.store.revoke_session(session_id).await?;
-    if let Some(c) = &state.session_cache {
-        c.forget_session(session_id);
-    }
-    Ok(newly_revoked)
-}
-
 pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, session_id: &str) -> ApiResult<Executed> {
     note.target("session", session_id);
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;

@@ -186,7 +186,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        self.memberships_changed();
+        self.memberships_changed().await;
         Ok(Ok(AcceptedInvitation { invitation_id, user_id, workspace_id, role }))
     }
 }

@@ -22,7 +22,9 @@
 //!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
 //! - [`kinds`]: the statuses, kinds and triggers records carry, as types;
-//! - [`caches`]: read caches in front of the database (SQLite only);
+//! - [`caches`]: read caches in front of the database;
+//! - [`notices`]: change notices between servers sharing PostgreSQL, which
+//!   keep those caches right on every replica;
 //! - [`sweep`]: removal of one-time records past any use.
 //!
 //! Constraint violations are turned into domain errors right where the query
@@ -36,6 +38,7 @@ pub mod entry_links;
 pub mod idempotency;
 pub mod invitations;
 pub mod kinds;
+pub mod notices;
 pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
@@ -97,9 +100,12 @@ impl<T> ResultExt<T> for Result<T, sqlx::Error> {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
-    /// Bumped by every membership change made through this store, so
-    /// in-process caches of who-belongs-where know when to drop entries.
+    /// Bumped by every membership change made through this store (and,
+    /// with PostgreSQL, every one another server announces), so in-process
+    /// caches of who-belongs-where know when to drop entries.
     membership_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The database URL, for the connection that listens for notices.
+    url: std::sync::Arc<str>,
 }
 
 impl Store {
@@ -133,7 +139,7 @@ impl Store {
         };
         let pool = pool_options.connect_with(options).await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(Store { pool, backend, membership_generation: Default::default() })
+        Ok(Store { pool, backend, membership_generation: Default::default(), url: url.into() })
     }
 
     /// The engine this store runs on.
@@ -146,8 +152,23 @@ impl Store {
         self.membership_generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    pub(crate) fn memberships_changed(&self) {
+    /// Drops this server's cached memberships and tells the others to.
+    pub(crate) async fn memberships_changed(&self) {
+        self.memberships_changed_here();
+        if let Err(e) = self.notify(&notices::Notice::MembershipsChanged).await {
+            // Other servers' profiles expire within the backstop anyway.
+            tracing::warn!(error = %e, "could not announce a membership change");
+        }
+    }
+
+    /// Drops this server's cached memberships.
+    pub(crate) fn memberships_changed_here(&self) {
         self.membership_generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The database URL (it may hold a password: never shown).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
     }
 
     /// True when the database answers a trivial query.

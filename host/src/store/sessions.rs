@@ -168,7 +168,6 @@ impl Store {
     }
 
     /// The live session holding this token hash: not revoked, not expired.
-    /// Read on every request, so revocation takes effect on the next one.
     pub async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
         let row = sqlx::query(
             "SELECT id, user_id, client_source, last_used_at, expires_at FROM sessions \
@@ -261,6 +260,8 @@ impl Store {
             .bind(session_id)
             .execute(&mut *tx)
             .await?;
+        // Every server evicts it from its cache as this commits.
+        self.notify_on_commit(&mut tx, &super::notices::Notice::SessionRevoked(session_id.to_owned())).await?;
         tx.commit().await?;
         Ok(n > 0)
     }

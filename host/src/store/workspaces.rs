@@ -151,7 +151,7 @@ impl Store {
             .execute(self.pool())
             .await
             .on_conflict("memberships_workspace_user")?;
-        self.memberships_changed();
+        self.memberships_changed().await;
         Ok(id)
     }
 
@@ -272,7 +272,7 @@ impl Store {
             return Err(RemoveMemberError::LastAdministrator);
         }
         tx.commit().await?;
-        self.memberships_changed();
+        self.memberships_changed().await;
         Ok(member)
     }
 }
