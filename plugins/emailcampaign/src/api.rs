@@ -42,6 +42,9 @@ use connector_sdk::{
     Error, Http, HttpError, Method, Placement, RequestBuilder, Response, Result, Retry, Value, log,
 };
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
 use crate::config::{Config, is_path_safe_id};
 
 /// Records per page for reads (the provider's maximum page size is larger;
@@ -70,12 +73,13 @@ pub struct User {
 }
 
 /// One page of a list.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ListPage {
     /// The page number requested (from 1).
     pub number: u32,
-    /// The records of the page, as the provider sent them.
-    pub records: Vec<Value>,
+    /// The records of the page, as the provider sent them: their JSON text,
+    /// unparsed, so records passed through are never parsed and rebuilt.
+    pub records: Vec<Box<RawValue>>,
     /// `meta.last_page`, when the provider sent it (for progress logs).
     pub last_page: Option<u64>,
 }
@@ -163,6 +167,7 @@ impl Api {
         let mut unusable = 0;
         for page in self.list("/email-lists", &[]) {
             for list in page?.records {
+                let list: Value = serde_json::from_str(list.get()).unwrap_or(Value::Null);
                 match list.get("uuid").and_then(Value::as_str) {
                     Some(uuid) if is_path_safe_id(uuid) => uuids.push(uuid.to_owned()),
                     _ => unusable += 1,
@@ -300,17 +305,13 @@ impl Iterator for ListPages {
             .clone()
             .query("page", number)
             .send()
-            .and_then(|response| response.json::<Value>());
-        let body = match fetched {
-            Ok(body) => body,
+            .and_then(|response| raw_page(&response, &self.path, number));
+        let (records, pagination) = match fetched {
+            Ok(page) => page,
             Err(e) => return Some(Err(e)),
         };
-        let more = has_more_pages(number, PER_PAGE, &body);
-        let last_page = body.pointer("/meta/last_page").and_then(as_page_number);
-        let records = match records_of(body, &self.path, number) {
-            Ok(records) => records,
-            Err(e) => return Some(Err(e)),
-        };
+        let more = has_more_pages(number, PER_PAGE, &pagination);
+        let last_page = pagination.pointer("/meta/last_page").and_then(as_page_number);
         let more = more && !records.is_empty();
         if more && number >= MAX_PAGES {
             return Some(Err(Error::ProviderError(format!(
@@ -361,6 +362,28 @@ fn records_of(body: Value, path: &str, page: u32) -> Result<Vec<Value>> {
         },
         _ => Err(no_data(path, page)),
     }
+}
+
+/// A list page as its records' JSON text and its pagination (`meta` and
+/// `links`), without building the records.
+fn raw_page(response: &Response, path: &str, page: u32) -> Result<(Vec<Box<RawValue>>, Value)> {
+    #[derive(Deserialize)]
+    struct Page {
+        data: Box<RawValue>,
+        #[serde(default)]
+        meta: Value,
+        #[serde(default)]
+        links: Value,
+    }
+    // Not an object, or `data` not an array: not a list response.
+    let body: Page = serde_json::from_slice(response.body()).map_err(|_| match serde_json::from_slice::<serde::de::IgnoredAny>(response.body()) {
+        Ok(_) => no_data(path, page),
+        Err(_) => response.json::<Value>().err().unwrap_or_else(|| no_data(path, page)),
+    })?;
+    // `null` is an empty page.
+    let records = serde_json::from_str::<Option<Vec<Box<RawValue>>>>(body.data.get()).map_err(|_| no_data(path, page))?.unwrap_or_default();
+    let pagination = serde_json::json!({ "meta": body.meta, "links": body.links });
+    Ok((records, pagination))
 }
 
 fn no_data(path: &str, page: u32) -> Error {

@@ -273,8 +273,25 @@ impl IncrementalRead {
     }
 
     /// Whether `record` should be emitted, noting its cursor on the way.
+    /// [`IncrementalRead::admits`] for a record's JSON text, reading only
+    /// its cursor field.
+    pub fn admits_text(&mut self, record: &str) -> bool {
+        #[derive(Deserialize)]
+        struct Cursor {
+            #[serde(default, rename = "updated_at")]
+            cursor: Value,
+        }
+        debug_assert_eq!(CURSOR_FIELD, "updated_at");
+        let cursor = serde_json::from_str::<Cursor>(record).map(|c| c.cursor).unwrap_or(Value::Null);
+        self.admits_cursor(cursor.as_str().and_then(CursorValue::parse))
+    }
+
     pub fn admits(&mut self, record: &Value) -> bool {
-        let Some(cursor) = CursorValue::of_record(record) else {
+        self.admits_cursor(CursorValue::of_record(record))
+    }
+
+    fn admits_cursor(&mut self, cursor: Option<CursorValue>) -> bool {
+        let Some(cursor) = cursor else {
             self.without_cursor += 1;
             return true;
         };
@@ -315,6 +332,24 @@ impl IncrementalRead {
 mod tests {
     use super::*;
     use connector_sdk::json;
+
+    #[test]
+    fn record_text_is_admitted_as_its_parsed_record_would_be() {
+        let saved = CursorValue::parse("2024-03-02T10:00:00.000000Z");
+        let records = [
+            json!({ "uuid": "a", "updated_at": "2024-03-01T10:00:00.000000Z" }),
+            json!({ "uuid": "b", "updated_at": "2024-03-03T10:00:00.000000Z", "html": "<p>\"x\"</p>" }),
+            json!({ "uuid": "c" }),
+            json!({ "uuid": "d", "updated_at": 7 }),
+        ];
+        let mut by_value = IncrementalRead::new(saved.clone(), None);
+        let mut by_text = IncrementalRead::new(saved, None);
+        for r in &records {
+            assert_eq!(by_text.admits_text(&r.to_string()), by_value.admits(r), "{r}");
+        }
+        assert_eq!(by_text.records_without_cursor(), 2);
+        assert_eq!(by_text.final_state().updated_at, by_value.final_state().updated_at);
+    }
 
     fn at(text: &str) -> Timestamp {
         Timestamp::parse(text).unwrap_or_else(|| panic!("{text} should parse"))

@@ -12,6 +12,8 @@
 //! cursor after every page, the newest `updated_at` after the last one. Full
 //! refreshes emit everything and checkpoint nothing.
 
+use std::borrow::Cow;
+
 use connector_sdk::{Error, ReadRequest, Result, Sink, Value, json, log};
 
 use crate::api::{Api, ListPages};
@@ -127,17 +129,18 @@ impl StreamReader {
         for page in pages {
             let page = page?;
             let received = page.records.len();
-            let mut records: Vec<Value> = page
-                .records
-                .into_iter()
-                .map(|record| self.shape(record, list))
-                .collect();
-            if let Some(incremental) = self.incremental.as_mut() {
-                records.retain(|record| incremental.admits(record));
+            let mut records: Vec<Cow<'_, str>> = Vec::with_capacity(received);
+            for record in &page.records {
+                if let Some(incremental) = self.incremental.as_mut()
+                    && !incremental.admits_text(record.get())
+                {
+                    continue;
+                }
+                records.push(self.shape_text(record.get(), list)?);
             }
             self.received += received as u64;
             self.emitted += records.len() as u64;
-            Sink::emit(self.stream.as_str(), &records)?;
+            Sink::emit_json(self.stream.as_str(), &records)?;
             if let Some(incremental) = &self.incremental {
                 Sink::checkpoint(self.stream.as_str(), &json!(incremental.mid_read_state()))?;
             }
@@ -150,6 +153,28 @@ impl StreamReader {
             ));
         }
         Ok(())
+    }
+
+    /// Turns a provider record's JSON text into the stream's: as it is
+    /// where the stream passes records through (only statistics, and
+    /// subscribers without their list, are parsed and rebuilt).
+    fn shape_text<'a>(&self, record: &'a str, list: Option<&str>) -> Result<Cow<'a, str>> {
+        /// What decides whether a subscriber needs its list added.
+        #[derive(serde::Deserialize)]
+        struct ListOf {
+            #[serde(default)]
+            email_list_uuid: Option<serde::de::IgnoredAny>,
+        }
+        let rebuild = match self.stream {
+            StreamName::CampaignStatistics => true,
+            StreamName::Subscribers if list.is_some() => serde_json::from_str::<ListOf>(record).map(|s| s.email_list_uuid.is_none()).unwrap_or(true),
+            _ => false,
+        };
+        if !rebuild {
+            return Ok(Cow::Borrowed(record));
+        }
+        let value: Value = serde_json::from_str(record).map_err(|e| Error::ProviderError(format!("{}: a record is not JSON: {e}", self.stream.as_str())))?;
+        Ok(Cow::Owned(self.shape(value, list).to_string()))
     }
 
     /// Turns a provider record into the stream's record.
@@ -228,6 +253,22 @@ mod tests {
         assert_eq!(shaped["email_list_uuid"], json!("l1"));
         let kept = reader.shape(json!({ "uuid": "s1", "email_list_uuid": "l2" }), Some("l1"));
         assert_eq!(kept["email_list_uuid"], json!("l2"));
+    }
+
+    #[test]
+    fn record_text_passes_through_unparsed_unless_the_stream_reshapes_it() {
+        let campaigns = StreamReader::new(StreamName::Campaigns, None);
+        let text = r#"{"uuid":"c1","html":"<p>hi</p>","open_rate":4523}"#;
+        assert!(matches!(campaigns.shape_text(text, None).unwrap(), Cow::Borrowed(t) if t == text));
+        let subscribers = StreamReader::new(StreamName::Subscribers, None);
+        let with_list = r#"{"uuid":"s1","email_list_uuid":"l2"}"#;
+        assert!(matches!(subscribers.shape_text(with_list, Some("l1")).unwrap(), Cow::Borrowed(_)));
+        let without: Value = serde_json::from_str(&subscribers.shape_text(r#"{"uuid":"s1","email_list_uuid":null}"#, Some("l1")).unwrap()).unwrap();
+        assert_eq!(without["email_list_uuid"], json!("l1"));
+        let statistics = StreamReader::new(StreamName::CampaignStatistics, None);
+        let shaped = statistics.shape_text(r#"{"uuid":"c1","sent_to_number_of_subscribers":10,"open_count":5}"#, None).unwrap();
+        assert!(matches!(shaped, Cow::Owned(_)), "statistics are rebuilt: {shaped}");
+        assert!(statistics.shape_text("not json", None).is_err());
     }
 
     #[test]
