@@ -190,6 +190,14 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     assert!(invited.starts_with("Invited new-member@example.test as editor (invitation inv_"), "{invited}");
     assert!(invited.contains(&format!("{}/invitations/svc1_", srv.base)), "{invited}");
 
+    // A proposed invitation, approved: the approver is shown its link,
+    // which the stored proposal never keeps.
+    let out = cli.run(&["members", "invite", "proposed-member@example.test", "--propose"]).await;
+    let proposal = stdout(&out).split_whitespace().find(|w| w.starts_with("apr_")).unwrap_or_else(|| panic!("{}", stdout(&out))).to_owned();
+    let out = cli.run_as(&other_admin, &["approvals", "approve", &proposal]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&format!("{}/invitations/svc1_", srv.base)), "the link, once: {}", stdout(&out));
+
     // Every request said it came from the CLI.
     let audit = cli.json(&["audit-logs", "list", "--action", "sources.create"]).await;
     assert_eq!(audit["items"][0]["client_source"], "cli", "{audit}");

@@ -162,6 +162,8 @@ async fn a_revocation_through_one_server_holds_on_the_next_request_to_another() 
     }
     let hash = service::access::tokens::hash(&token);
     sqlx::query("UPDATE sessions SET revoked_at = 1 WHERE token_hash = $1").bind(&hash).execute(&mut pg).await.unwrap();
+    // No notice was sent: B answers from its cache (which shows it is on).
+    assert_eq!(me(&b.base, &token).await.unwrap().status(), 200, "B's session cache is in use");
     sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()")
         .bind(APPLICATION_NAME)
         .execute(&mut pg)

@@ -111,7 +111,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         return limited.into_response();
     }
     if session.last_used_at.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
-        state.session_cache.put(&hash, crate::store::sessions::ActiveSession { last_used_at: Some(now), ..session.clone() }, epoch);
+        state.session_cache.touched(&hash, now);
         let store = state.store.clone();
         let id = session.session_id.clone();
         tokio::spawn(async move {

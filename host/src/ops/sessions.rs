@@ -25,9 +25,12 @@ pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> 
     cache.forget_session(session_id);
     if state.store.backend() == crate::store::Backend::Postgres && cache.is_trusted() {
         let _ = tokio::time::timeout(ECHO_WAIT, async {
-            while let Ok(id) = heard.recv().await {
-                if id == session_id {
-                    break;
+            loop {
+                match heard.recv().await {
+                    Ok(id) if id == session_id => break,
+                    // Missed some under heavy traffic: keep listening.
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 }
             }
         })

@@ -90,6 +90,14 @@ impl SessionCache {
         inner.entries.insert(token_hash.to_owned(), (s, Instant::now()));
     }
 
+    /// Notes a cached session's use, keeping the time it was verified (so
+    /// its use never extends the backstop).
+    pub fn touched(&self, token_hash: &str, at_ms: i64) {
+        if let Some((s, _)) = self.lock().entries.get_mut(token_hash) {
+            s.last_used_at = Some(at_ms);
+        }
+    }
+
     /// Evicts a revoked session.
     pub fn forget_session(&self, session_id: &str) {
         let mut inner = self.lock();

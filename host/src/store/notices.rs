@@ -93,6 +93,9 @@ pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>)
                 continue;
             }
         };
+        // A lost connection must end this listener (and the caches' use)
+        // at once, not be mended quietly while notices go missing.
+        listener.eager_reconnect(false);
         if let Err(e) = listener.listen(CHANNEL).await {
             tracing::warn!(error = %e, "cannot listen for change notices; caches are off until it can");
             tokio::time::sleep(RETRY).await;

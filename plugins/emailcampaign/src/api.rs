@@ -310,7 +310,7 @@ impl Iterator for ListPages {
             Ok(page) => page,
             Err(e) => return Some(Err(e)),
         };
-        let more = has_more_pages(number, PER_PAGE, &pagination);
+        let more = has_more_pages(number, PER_PAGE, &pagination, records.len());
         let last_page = pagination.pointer("/meta/last_page").and_then(as_page_number);
         let more = more && !records.is_empty();
         if more && number >= MAX_PAGES {
@@ -329,20 +329,18 @@ impl Iterator for ListPages {
 }
 
 /// Whether a list goes on after page `current`, judged from that page's
-/// body: `meta.last_page` when the provider sends it, else whether
-/// `links.next` is a link, else whether the page was full. A page without
+/// pagination (`meta`, `links`) and its number of records: `meta.last_page`
+/// when the provider sends it, else whether `links.next` is a link, else
+/// whether the page was full. A page without
 /// records always ends the list (checked by the caller).
-pub fn has_more_pages(current: u32, per_page: u32, body: &Value) -> bool {
+pub fn has_more_pages(current: u32, per_page: u32, body: &Value, records: usize) -> bool {
     if let Some(last) = body.pointer("/meta/last_page").and_then(as_page_number) {
         return u64::from(current) < last;
     }
     match body.pointer("/links/next") {
         Some(Value::String(link)) => !link.is_empty(),
         Some(_) => false,
-        None => body
-            .get("data")
-            .and_then(Value::as_array)
-            .is_some_and(|records| records.len() >= per_page as usize),
+        None => records >= per_page as usize,
     }
 }
 
@@ -465,6 +463,11 @@ mod tests {
     use super::*;
     use connector_sdk::json;
 
+    /// The records of a test body, as the page parser counts them.
+    fn count(body: &Value) -> usize {
+        body.get("data").and_then(Value::as_array).map_or(0, Vec::len)
+    }
+
     fn api() -> Api {
         let config: Config = serde_json::from_value(json!({
             "base_url": "https://news.example.com/api/",
@@ -499,24 +502,28 @@ mod tests {
     #[test]
     fn a_list_ends_at_meta_last_page() {
         let body = json!({ "data": [{}], "meta": { "current_page": 2, "last_page": 3 }, "links": { "next": null } });
-        assert!(has_more_pages(2, 100, &body));
-        assert!(!has_more_pages(3, 100, &body));
+        assert!(has_more_pages(2, 100, &body, count(&body)));
+        assert!(!has_more_pages(3, 100, &body, count(&body)));
     }
 
     #[test]
     fn without_meta_a_list_follows_whether_links_next_is_set() {
         let more = json!({ "data": [{}], "links": { "next": "https://x/api/campaigns?page=2" } });
         let done = json!({ "data": [{}], "links": { "next": null } });
-        assert!(has_more_pages(1, 100, &more));
-        assert!(!has_more_pages(1, 100, &done));
+        assert!(has_more_pages(1, 100, &more, count(&more)));
+        assert!(!has_more_pages(1, 100, &done, count(&done)));
     }
 
     #[test]
     fn without_any_pagination_data_a_full_page_means_more() {
         let full = json!({ "data": vec![json!({}); 3] });
         let short = json!({ "data": [{}] });
-        assert!(has_more_pages(1, 3, &full));
-        assert!(!has_more_pages(1, 3, &short));
+        assert!(has_more_pages(1, 3, &full, count(&full)));
+        assert!(!has_more_pages(1, 3, &short, count(&short)));
+        // As the page parser hands it over: pagination without the records.
+        let parsed = json!({ "meta": null, "links": null });
+        assert!(has_more_pages(1, 3, &parsed, 3), "a full page without pagination data means more");
+        assert!(!has_more_pages(1, 3, &parsed, 2));
     }
 
     #[test]

@@ -74,6 +74,24 @@ impl Ctx {
 }
 
 /// A path segment from a user-given id, escaped so it stays one segment.
+/// `.` and `..` (which URLs resolve as steps, escaped or not) become ids
+/// no record has, so they reach no other route.
 pub fn seg(id: &str) -> String {
-    url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>().replace('+', "%20")
+    let escaped = url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>().replace('+', "%20");
+    if id.is_empty() || id.chars().all(|c| c == '.') { format!("~{escaped}") } else { escaped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_stay_one_segment() {
+        let base = url::Url::parse("http://h/v1/").unwrap();
+        for id in ["..", ".", "", "a/b", "../x", "%2e%2e", "a b", "?q", "#f"] {
+            let url = base.join(&format!("sessions/{}/revoke", seg(id))).unwrap();
+            assert!(url.path().starts_with("/v1/sessions/") && url.path().ends_with("/revoke"), "{id}: {url}");
+            assert_eq!(url.path().matches('/').count(), 4, "{id}: {url}");
+        }
+    }
 }

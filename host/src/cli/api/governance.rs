@@ -44,7 +44,8 @@ const SESSIONS: &[Column] = &[
 pub enum ApprovalsCommand {
     /// Proposals, newest first.
     List {
-        /// Only in this status: pending, approved, rejected, expired, failed.
+        /// Only in this status: pending, executing, executed, failed, rejected,
+        /// expired, voided.
         #[arg(long)]
         status: Option<String>,
         /// Only of this category.
@@ -99,7 +100,7 @@ pub enum AuditLogsCommand {
         /// Only from this kind of client: api, cli, mcp.
         #[arg(long)]
         client: Option<String>,
-        /// Only this outcome: success, denied, failure.
+        /// Only this outcome: succeeded, failed, denied, proposed.
         #[arg(long)]
         outcome: Option<String>,
         #[command(flatten)]
@@ -126,8 +127,11 @@ pub enum SessionsCommand {
 fn decided(d: &Value, verb: &str) -> String {
     let a = &d["approval"];
     let mut out = format!("{verb} {} ({}): {}", text_at(a, "approval_id"), text_at(a, "status"), text_at(a, "summary"));
+    // The live answer holds values shown once (an invitation's link), which
+    // the stored copy on the approval leaves out.
     if let Some(status) = a["result"]["status"].as_i64() {
-        out.push_str(&format!("\nIt ran and answered {status}:\n{}", serde_json::to_string_pretty(&a["result"]["body"]).unwrap_or_default()));
+        let body = if d["result"].is_null() { &a["result"]["body"] } else { &d["result"] };
+        out.push_str(&format!("\nIt ran and answered {status}:\n{}", serde_json::to_string_pretty(body).unwrap_or_default()));
     }
     out
 }

@@ -30,7 +30,7 @@ const JOBS: &[Column] = &[
     Column("FINISHED", "finished_at"),
 ];
 const ATTEMPTS: &[Column] =
-    &[Column("ATTEMPT", "attempt"), Column("RUNNER", "runner"), Column("OUTCOME", "outcome"), Column("STARTED", "started_at"), Column("FINISHED", "finished_at"), Column("ERROR", "error")];
+    &[Column("ATTEMPT", "attempt"), Column("OUTCOME", "outcome"), Column("STARTED", "started_at"), Column("FINISHED", "finished_at"), Column("ERROR", "error")];
 
 /// When a pipeline runs by itself.
 #[derive(Debug, Clone, clap::Args)]

@@ -131,7 +131,9 @@ pub async fn wait(ctx: &Ctx, what: Awaited, id: &str) -> Result<(), CliFailure> 
         let state = ctx.client.call(Method::GET, &what.path(id), None).await?;
         let status = text_at(&state, "status");
         view.show(&what.lines(id, &state, started));
-        if matches!(status.as_str(), "succeeded" | "failed" | "cancelled") {
+        // Anything but waiting or running is an end (a status this CLI
+        // does not know included), so the wait never outlives the job.
+        if !matches!(status.as_str(), "queued" | "running") {
             break state;
         }
         tokio::time::sleep(POLL).await;
