@@ -591,3 +591,59 @@ async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
     srv.stop().await;
     drop(dir);
 }
+
+/// Requests a 1.1.0 plugin starts ahead (`http-ahead`) are policed exactly
+/// like sent ones: the egress policy refuses what it refuses for `send`
+/// (nothing reaches the provider), the host injects the credential and
+/// scrubs its echo, at most the advertised number are pending at once, and
+/// a dropped request stops counting and is not waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_started_ahead_are_policed_like_sent_ones() {
+    let f = fixture().await;
+    let path = test_plugin("test_ahead");
+    let id = f.srv.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), PluginSource::File(path)).await.unwrap();
+    let ahead = f.srv.state.plugins.available(&id).await.unwrap();
+    assert_eq!(ahead.version, service::plugin::InterfaceVersion::V1_1_0);
+    assert_eq!(f.plugin.version, service::plugin::InterfaceVersion::V1_0_0, "1.0.0 plugins load beside it");
+    let preview = |config: Value| {
+        let (srv, ahead, ws) = (&f.srv, ahead.clone(), f.workspace_id.clone());
+        async move { srv.state.plugins.runtime().preview(&ahead, &ws, &srv.state.egress, &config.to_string()).await }
+    };
+
+    let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
+    let handle = f.credential(&f.workspace_id, &["echo.provider.test"], &canary).await;
+    let before = f.provider.hits();
+    let v = preview(json!({ "requests": [
+        { "url": "https://api.provider.test/ok" },
+        { "url": "https://redirect.provider.test/ok" },
+        { "url": "https://echo.provider.test/echo", "credential": handle },
+        { "url": "https://127.0.0.1/" },
+        { "url": "https://api.provider.test/ok" },
+    ] }))
+    .await
+    .unwrap();
+    assert_eq!(v["max"], 4, "{v}");
+    let r = &v["results"];
+    assert_eq!(r[0]["status"], 200, "{v}");
+    assert_eq!(r[0]["body"], "fine");
+    assert_eq!(r[1]["error"]["kind"], "denied", "a host the plugin did not declare: {v}");
+    assert!(r[1]["error"]["message"].as_str().unwrap().contains("not among the hosts the connector declared"), "{v}");
+    assert_eq!(r[2]["status"], 200, "{v}");
+    let echoed = r[2]["body"].as_str().unwrap();
+    assert!(echoed.contains("[REDACTED]") && !v.to_string().contains(&canary), "the host injected the secret and scrubbed its echo: {v}");
+    assert_eq!(r[3]["error"]["kind"], "denied", "{v}");
+    assert!(r[3]["error"]["message"].as_str().unwrap().contains("IP-literal"), "{v}");
+    assert_eq!(r[4]["refused"]["kind"], "denied", "a fifth pending request: {v}");
+    assert!(r[4]["refused"]["message"].as_str().unwrap().contains("at most 4"), "{v}");
+    assert_eq!(f.provider.hits(), before + 2, "only the two allowed requests reached the provider");
+
+    // Four requests that would take 10 s each, dropped, then four more: the
+    // second round is accepted (dropped ones stopped counting) and the call
+    // ends within its 3 s wall clock (nothing waited for them).
+    let slow = json!({ "url": "https://api.provider.test/slow" });
+    let v = preview(json!({ "requests": [slow, slow, slow, slow], "finish": false })).await.expect("dropped requests are not waited for");
+    let dropped = v["results"].as_array().unwrap();
+    assert_eq!(dropped.len(), 8, "{v}");
+    assert!(dropped.iter().all(|d| d["dropped"] == true), "{v}");
+    f.still_works().await;
+}

@@ -5,6 +5,8 @@
 //! - [`types`]: the host's own types for everything crossing the boundary;
 //! - [`v1`]: bindings of `service:connector@1.0.0` and their conversions
 //!   (one module per supported interface version);
+//! - [`v1_1`]: what `service:connector@1.1.0` adds (`http-ahead`), on top
+//!   of 1.0.0's bindings;
 //! - [`sandbox`]: the per-invocation store, limits and WASI context;
 //! - [`registry`]: which plugins are loaded, their aliases, and their
 //!   enabled state (kept in the database so replicas agree);
@@ -20,6 +22,7 @@ pub mod registry;
 pub mod sandbox;
 pub mod types;
 pub mod v1;
+pub mod v1_1;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -71,12 +74,14 @@ pub enum InvocationError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterfaceVersion {
     V1_0_0,
+    V1_1_0,
 }
 
 impl InterfaceVersion {
     pub fn as_str(self) -> &'static str {
         match self {
             InterfaceVersion::V1_0_0 => "service:connector@1.0.0",
+            InterfaceVersion::V1_1_0 => "service:connector@1.1.0",
         }
     }
 }
@@ -177,6 +182,7 @@ impl Runtime {
         let mut linker_v1 = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker_v1)?;
         v1::add_to_linker(&mut linker_v1)?;
+        v1_1::add_to_linker(&mut linker_v1)?;
 
         // The epoch ticker: CPU deadlines are counted in its ticks.
         let weak = engine.weak();
@@ -210,12 +216,16 @@ impl Runtime {
         let ty = component.component_type();
         let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
         if exports.iter().any(|e| e == v1::EXPORT) {
+            // 1.1.0 only adds imports: the same linker and export bindings
+            // serve both.
+            let version = if ty.imports(&self.engine).any(|(name, _)| name == v1_1::IMPORT) { InterfaceVersion::V1_1_0 } else { InterfaceVersion::V1_0_0 };
             let pre = self.linker_v1.instantiate_pre(&component)?;
-            return Ok((InterfaceVersion::V1_0_0, Pre::V1(v1::Pre::new(pre)?), digest));
+            return Ok((version, Pre::V1(v1::Pre::new(pre)?), digest));
         }
         anyhow::bail!(
-            "the component implements no supported interface version (supported: {}; it exports: {})",
+            "the component implements no supported interface version (supported: {}, {}; it exports: {})",
             InterfaceVersion::V1_0_0.as_str(),
+            InterfaceVersion::V1_1_0.as_str(),
             if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
         )
     }

@@ -126,7 +126,9 @@ impl StdoutStream for CapturedOutput {
 /// Everything one invocation's store holds.
 pub struct HostState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(super) table: ResourceTable,
+    /// Requests started through `http-ahead` and not yet finished.
+    pub(super) pending: u32,
     pub(crate) limiter: MemoryLimiter,
     /// The plugin, for log lines and egress decisions.
     pub(crate) plugin_id: Arc<str>,
@@ -177,6 +179,7 @@ impl HostState {
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
+            pending: 0,
             limiter: MemoryLimiter::new(limits.memory_bytes),
             plugin_id: inv.plugin_id,
             declared_hosts: inv.declared_hosts,

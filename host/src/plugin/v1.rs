@@ -191,34 +191,37 @@ impl http::Host for HostState {
 
 impl HostState {
     async fn send_request(&mut self, req: http::Request) -> Result<http::Response, http::HttpError> {
-        let (Some(egress), Some(workspace_id)) = (&self.egress, &self.workspace_id) else {
+        let Some(call) = self.egress_call() else {
             return Err(http::HttpError::Denied("outbound requests are not available in this call".into()));
         };
-        let request = egress::OutboundRequest {
-            method: match req.method {
-                http::Method::Get => egress::Method::Get,
-                http::Method::Head => egress::Method::Head,
-                http::Method::Post => egress::Method::Post,
-                http::Method::Put => egress::Method::Put,
-                http::Method::Patch => egress::Method::Patch,
-                http::Method::Delete => egress::Method::Delete,
-                http::Method::Options => egress::Method::Options,
-            },
-            url: req.url,
-            headers: req.headers,
-            body: req.body,
-            credential: req.credential.map(|c| egress::CredentialUse {
-                handle: c.handle,
-                placement: match c.placement {
-                    http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
-                    http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
-                    http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
-                },
-            }),
-            timeout_ms: req.timeout_ms,
-        };
-        let caller = egress::Caller { plugin_id: &self.plugin_id, declared_hosts: &self.declared_hosts, workspace_id };
-        match egress.send(&caller, request).await {
+        call.send(req).await
+    }
+
+    /// What a request of this call needs of the store, owned, so that it
+    /// can also be performed on a task of its own (`http-ahead`).
+    pub(super) fn egress_call(&self) -> Option<EgressCall> {
+        Some(EgressCall {
+            egress: self.egress.clone()?,
+            plugin_id: self.plugin_id.clone(),
+            declared_hosts: self.declared_hosts.clone(),
+            workspace_id: self.workspace_id.as_deref()?.into(),
+        })
+    }
+}
+
+/// One plugin's right to make requests in one workspace.
+pub(super) struct EgressCall {
+    egress: egress::Egress,
+    plugin_id: std::sync::Arc<str>,
+    declared_hosts: std::sync::Arc<[HostPattern]>,
+    workspace_id: std::sync::Arc<str>,
+}
+
+impl EgressCall {
+    /// Performs `req` through the egress policy.
+    pub(super) async fn send(&self, req: http::Request) -> Result<http::Response, http::HttpError> {
+        let caller = egress::Caller { plugin_id: &self.plugin_id, declared_hosts: &self.declared_hosts, workspace_id: &self.workspace_id };
+        match egress::Egress::send(&self.egress, &caller, outbound(req)).await {
             Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
             Err(e) => Err(match e {
                 egress::EgressError::Denied(m) => http::HttpError::Denied(m),
@@ -229,6 +232,32 @@ impl HostState {
                 egress::EgressError::CredentialUnavailable(m) => http::HttpError::CredentialUnavailable(m),
             }),
         }
+    }
+}
+
+fn outbound(req: http::Request) -> egress::OutboundRequest {
+    egress::OutboundRequest {
+        method: match req.method {
+            http::Method::Get => egress::Method::Get,
+            http::Method::Head => egress::Method::Head,
+            http::Method::Post => egress::Method::Post,
+            http::Method::Put => egress::Method::Put,
+            http::Method::Patch => egress::Method::Patch,
+            http::Method::Delete => egress::Method::Delete,
+            http::Method::Options => egress::Method::Options,
+        },
+        url: req.url,
+        headers: req.headers,
+        body: req.body,
+        credential: req.credential.map(|c| egress::CredentialUse {
+            handle: c.handle,
+            placement: match c.placement {
+                http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
+                http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
+                http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
+            },
+        }),
+        timeout_ms: req.timeout_ms,
     }
 }
 

@@ -8,8 +8,8 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::bindings::exports::service::connector::plugin::Guest;
-use crate::bindings::service::connector::{
+use crate::bindings::exports::service::connector1_0_0::plugin::Guest;
+use crate::bindings::service::connector1_0_0::{
     http as wit_http, log as wit_log, sink as wit_sink, types as wit,
 };
 use crate::connector::Connector;

@@ -30,7 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::bindings::service::connector::http as wit;
+use crate::bindings::service::connector1_0_0::http as wit;
+use crate::bindings::service::connector1_1_0::http_ahead as wit_ahead;
 use crate::log;
 use crate::types::{Error, Result};
 
@@ -240,10 +241,37 @@ impl RequestBuilder {
     /// error is [`Error::RateLimited`] with its `Retry-After`, so the host can
     /// schedule the work for later.
     pub fn send(self) -> Result<Response> {
+        let first = self.attempt();
+        self.finish_with_retries(first)
+    }
+
+    /// Starts the request and returns at once; [`Pending::finish`] waits
+    /// for its answer, with the same retries and errors as
+    /// [`send`](Self::send) (retries are sent when they are due, from
+    /// `finish`). Start the next pages of a list while the last one is
+    /// handed over, where the provider's pagination says which pages
+    /// exist; dropping a [`Pending`] cancels its request.
+    ///
+    /// At most [`Pending::max`] requests may be pending at once; one more
+    /// is refused with [`HttpError::Denied`].
+    pub fn start(self) -> Result<Pending, HttpError> {
+        if let Some(problem) = &self.problem {
+            return Err(HttpError::InvalidRequest(problem.clone()));
+        }
+        let pending = wit_ahead::start(&wit::Request::from(&self))?;
+        Ok(Pending {
+            request: self,
+            pending,
+        })
+    }
+
+    /// Retries after the first attempt's `outcome` as the policy allows;
+    /// the last answer, as [`send`](Self::send) returns it.
+    fn finish_with_retries(&self, first: Result<Response, HttpError>) -> Result<Response> {
+        let mut outcome = first;
         let mut waited = Duration::ZERO;
         let mut retries = 0;
         loop {
-            let outcome = self.attempt();
             match self.wait_before_retry(&outcome, retries) {
                 Some(wait)
                     if retries < self.retry.max_retries
@@ -257,6 +285,7 @@ impl RequestBuilder {
                     std::thread::sleep(wait);
                     waited += wait;
                     retries += 1;
+                    outcome = self.attempt();
                 }
                 _ => return outcome?.error_for_status(),
             }
@@ -303,6 +332,39 @@ impl RequestBuilder {
             response,
             describe_request(self.method, &self.url),
         ))
+    }
+}
+
+/// A request the host is performing: made by [`RequestBuilder::start`].
+#[derive(Debug)]
+pub struct Pending {
+    request: RequestBuilder,
+    pending: wit_ahead::Pending,
+}
+
+impl Pending {
+    /// How many requests the host lets a call have pending at once.
+    pub fn max() -> u32 {
+        wit_ahead::max_pending()
+    }
+
+    /// Waits for the answer; then as [`RequestBuilder::send`].
+    pub fn finish(self) -> Result<Response> {
+        let Pending { request, pending } = self;
+        let first = Self::answer(&request, pending);
+        request.finish_with_retries(first)
+    }
+
+    /// Waits for the answer, whatever its status, without retries, as
+    /// [`RequestBuilder::send_raw`].
+    pub fn finish_raw(self) -> Result<Response, HttpError> {
+        Self::answer(&self.request, self.pending)
+    }
+
+    fn answer(request: &RequestBuilder, pending: wit_ahead::Pending) -> Result<Response, HttpError> {
+        wit_ahead::Pending::finish(pending)
+            .map(|r| Response::from_wire(r, describe_request(request.method, &request.url)))
+            .map_err(HttpError::from)
     }
 }
 

@@ -10,7 +10,7 @@
 //! This crate is everything a connector needs: implement [`Connector`],
 //! register the type with [`export_connector!`], and use [`Http`] to talk to
 //! the provider and [`Sink`] to hand over records. The WebAssembly interface
-//! underneath (the WIT package `service:connector@1.0.0` in `wit/`) stays out
+//! underneath (the WIT package `service:connector@1.1.0` in `wit/`) stays out
 //! of sight.
 //!
 //! # What the host enforces
@@ -153,7 +153,7 @@ pub mod sink;
 mod types;
 
 pub use connector::Connector;
-pub use http::{Http, HttpError, Method, Placement, RequestBuilder, Response, Retry};
+pub use http::{Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Retry};
 pub use pages::{Page, Pages, Pagination};
 pub use serde_json::{self, Value, json};
 pub use sink::{Sink, SinkError};
@@ -169,8 +169,10 @@ pub mod bindings {
     // The WIT is the one at the repository root, shared with the host; the
     // SDK for a new package version gets its own `generate!` and conversions.
     wit_bindgen::generate!({
-        path: "../../wit/connector@1.0.0",
+        path: "../../wit/connector@1.1.0",
         world: "connector",
+        // 1.1.0 is 1.0.0's interfaces plus `http-ahead`: generate both.
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "__export_connector_world",
         default_bindings_module: "::connector_sdk::bindings",

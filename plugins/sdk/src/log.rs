@@ -30,7 +30,7 @@ pub enum Level {
 /// Records `message` at `level`.
 pub fn log(level: Level, message: impl Display) {
     #[cfg(target_arch = "wasm32")]
-    crate::bindings::service::connector::log::log(level.into(), &message.to_string());
+    crate::bindings::service::connector1_0_0::log::log(level.into(), &message.to_string());
     #[cfg(not(target_arch = "wasm32"))]
     eprintln!("[{level:?}] {message}");
 }

@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::bindings::service::connector::sink as wit;
+use crate::bindings::service::connector1_0_0::sink as wit;
 use crate::types::Error;
 
 /// The most records [`Sink::emit`] hands over in one host call.

@@ -19,7 +19,7 @@
 //! resumes by asking for the last page again and picks up whatever the
 //! provider appended since.
 
-use connector_sdk::bindings::service::connector::sink as wire_sink;
+use connector_sdk::bindings::service::connector1_0_0::sink as wire_sink;
 use connector_sdk::sink::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 use connector_sdk::{
     CheckResult, Connector, ConnectorInfo, Error, Http, Operation, Placement, ReadRequest,
