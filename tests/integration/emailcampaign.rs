@@ -433,3 +433,52 @@ async fn a_request_that_takes_too_long_is_abandoned_with_503() {
     assert!(started.elapsed() < std::time::Duration::from_secs(4), "answered at the deadline, not when the provider was done");
     srv.stop().await;
 }
+
+/// A long list is read with its next pages requested ahead once the first
+/// page names the last one: several requests are on their way at once,
+/// never more than the connector's window; a page answered 429 while it
+/// was ahead is retried; every record lands exactly once.
+async fn pages_are_requested_ahead_and_each_record_lands_once(backend: Backend) {
+    const CAMPAIGNS: usize = 1_050;
+    let ca = TestCa::new();
+    let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(CAMPAIGNS), ..Default::default() });
+    let provider = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
+    let pins = provider.pins(&["mail.acme-corp.com"]);
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    .unwrap();
+    let ec = Ec { srv, provider, mc, token };
+    let srv = &ec.srv;
+    let connector = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
+    assert_eq!(connector["data"]["interface_version"], "service:connector@1.1.0", "it imports http-ahead: {connector}");
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    let configuration = json!({ "base_url": SELF_HOSTED, "credential_handle": handle });
+    let src = json_ok(srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration })).send().await.unwrap()).await;
+    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "ahead.db" } })).send().await.unwrap()).await;
+    let body = json!({ "name": "ahead", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "campaigns", "sync_mode": "full_refresh_overwrite" }] });
+    let p = json_ok(srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+    let pipeline = p["data"]["pipeline_id"].as_str().unwrap().to_owned();
+
+    // Slow answers make the overlap certain; page 5 is refused once.
+    ec.mc.delay_ms.store(40, Ordering::SeqCst);
+    ec.mc.rate_limit_page.store(5, Ordering::SeqCst);
+    ec.mc.most_in_flight.store(0, Ordering::SeqCst);
+    let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job = srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(ec.mc.rate_limit_page.load(Ordering::SeqCst), 0, "page 5 was refused once");
+    let most = ec.mc.most_in_flight.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&most), "pages requested ahead, at most 3 at once: {most}");
+
+    let warehouse = format!("sqlite://{}?mode=ro", srv.warehouse(&srv.workspace_id().await, "ahead.db").display());
+    assert_eq!(count_rows(&warehouse, "campaigns").await, CAMPAIGNS as i64);
+    use sqlx::{Connection, Row};
+    let mut c = sqlx::AnyConnection::connect(&warehouse).await.unwrap();
+    let distinct = sqlx::query("SELECT COUNT(DISTINCT uuid) FROM campaigns").fetch_one(&mut c).await.unwrap();
+    assert_eq!(distinct.get::<i64, _>(0), CAMPAIGNS as i64, "each campaign once");
+}
+
+on_both_backends!(pages_are_requested_ahead_and_each_record_lands_once);

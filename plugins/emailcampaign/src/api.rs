@@ -37,9 +37,19 @@
 //! Laravel builds those links without the other query parameters unless the
 //! application asks it to, and page 2 would then silently come with another
 //! page size and order. See [`has_more_pages`] for when a list ends.
+//!
+//! Once a page has said which page is the last (`meta.last_page`), the
+//! next [`AHEAD`] pages are requested before that page is handed over
+//! (`http-ahead`), so the provider's latency overlaps the host's work
+//! instead of adding to it. Without a known last page the list is read one
+//! page at a time. A page that ends the list early cancels the requests
+//! started beyond it.
+
+use std::collections::VecDeque;
 
 use connector_sdk::{
-    Error, Http, HttpError, Method, Placement, RequestBuilder, Response, Result, Retry, Value, log,
+    Error, Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Result, Retry,
+    Value, log,
 };
 
 use serde::Deserialize;
@@ -53,6 +63,10 @@ pub const PER_PAGE: u32 = 100;
 
 /// A backstop against a provider that ignores `page` and never ends a list.
 const MAX_PAGES: u32 = 100_000;
+
+/// Pages requested ahead of the one being handed over, at most (and at
+/// most what the host allows pending).
+pub const AHEAD: u32 = 3;
 
 /// The provider's API at one base URL, used with one credential handle.
 #[derive(Debug, Clone)]
@@ -144,6 +158,8 @@ impl Api {
             template: template.query("per_page", PER_PAGE),
             path: path.to_owned(),
             next: Some(1),
+            ahead: VecDeque::new(),
+            ahead_allowed: None,
         }
     }
 
@@ -291,8 +307,50 @@ pub struct ListPages {
     template: RequestBuilder,
     /// The list's path, for messages (no query: it may hold personal data).
     path: String,
-    /// The next page to fetch; `None` once the list has ended or failed.
+    /// The next page to hand over; `None` once the list has ended or failed.
     next: Option<u32>,
+    /// Pages after `next` already requested, in order.
+    ahead: VecDeque<(u32, Pending)>,
+    /// How many pages may be requested ahead, once asked of the host.
+    ahead_allowed: Option<u32>,
+}
+
+impl ListPages {
+    fn request(&self, number: u32) -> RequestBuilder {
+        self.template.clone().query("page", number)
+    }
+
+    /// Page `number`: the answer to its request started ahead, or a
+    /// request made now.
+    fn fetch(&mut self, number: u32) -> Result<Response> {
+        match self.ahead.pop_front() {
+            Some((n, pending)) if n == number => pending.finish(),
+            _ => {
+                self.ahead.clear();
+                self.request(number).send()
+            }
+        }
+    }
+
+    /// Requests the pages after `number` up to `last`, keeping
+    /// `ahead_allowed` on their way. A refusal to start one is no error:
+    /// the page is then requested when it is due.
+    fn start_ahead(&mut self, number: u32, last: u64) {
+        let allowed = *self
+            .ahead_allowed
+            .get_or_insert_with(|| AHEAD.min(Pending::max()));
+        let mut page = self.ahead.back().map_or(number, |(n, _)| *n) + 1;
+        while (self.ahead.len() as u32) < allowed
+            && u64::from(page) <= last
+            && page <= MAX_PAGES
+        {
+            match self.request(page).start() {
+                Ok(pending) => self.ahead.push_back((page, pending)),
+                Err(_) => return,
+            }
+            page += 1;
+        }
+    }
 }
 
 impl Iterator for ListPages {
@@ -301,23 +359,29 @@ impl Iterator for ListPages {
     fn next(&mut self) -> Option<Self::Item> {
         let number = self.next.take()?;
         let fetched = self
-            .template
-            .clone()
-            .query("page", number)
-            .send()
+            .fetch(number)
             .and_then(|response| raw_page(&response, &self.path, number));
         let (records, pagination) = match fetched {
             Ok(page) => page,
-            Err(e) => return Some(Err(e)),
+            Err(e) => {
+                self.ahead.clear();
+                return Some(Err(e));
+            }
         };
         let more = has_more_pages(number, PER_PAGE, &pagination, records.len());
         let last_page = pagination.pointer("/meta/last_page").and_then(as_page_number);
         let more = more && !records.is_empty();
         if more && number >= MAX_PAGES {
+            self.ahead.clear();
             return Some(Err(Error::ProviderError(format!(
                 "{} did not end after {MAX_PAGES} pages",
                 self.path
             ))));
+        }
+        match (more, last_page) {
+            (true, Some(last)) => self.start_ahead(number, last),
+            (true, None) => {}
+            (false, _) => self.ahead.clear(),
         }
         self.next = more.then_some(number + 1);
         Some(Ok(ListPage {

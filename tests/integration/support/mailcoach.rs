@@ -29,6 +29,9 @@ pub struct MailcoachState {
     pub campaigns: Vec<Value>,
     /// The next this-many requests answer 429 with `Retry-After: 1`.
     pub rate_limit_next: AtomicUsize,
+    /// The first request for this page number of the campaign list
+    /// answers 429 with `Retry-After: 1` (0: none).
+    pub rate_limit_page: AtomicUsize,
     /// The next this-many requests answer 503.
     pub fail_next: AtomicUsize,
     /// Echo the request's Authorization header in error bodies, as some
@@ -41,6 +44,9 @@ pub struct MailcoachState {
     pub subscribers: usize,
     /// Milliseconds every answer waits before it is given.
     pub delay_ms: std::sync::atomic::AtomicU64,
+    /// Requests being answered now, and the most there ever were at once.
+    pub in_flight: AtomicUsize,
+    pub most_in_flight: AtomicUsize,
     /// Subscribers created through the API (or seeded with
     /// [`MailcoachState::seed_subscriber`]), by uuid. `filter[email]`
     /// lookups, `PATCH` and `DELETE` see these only.
@@ -161,9 +167,14 @@ pub fn router(state: Arc<MailcoachState>) -> Router {
     let slow = state.clone();
     let delay = axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
         let ms = slow.delay_ms.load(Ordering::SeqCst);
+        let s = slow.clone();
         async move {
+            let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            s.most_in_flight.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-            next.run(req).await
+            let answer = next.run(req).await;
+            s.in_flight.fetch_sub(1, Ordering::SeqCst);
+            answer
         }
     });
     routes(state).layer(delay)
@@ -185,6 +196,10 @@ fn routes(state: Arc<MailcoachState>) -> Router {
             get(|State(s): State<Arc<MailcoachState>>, h: HeaderMap, Query(q): Query<HashMap<String, String>>| async move {
                 if let Err(r) = check(&s, &h) {
                     return r;
+                }
+                let page: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1);
+                if page > 0 && s.rate_limit_page.compare_exchange(page, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")], axum::Json(json!({ "message": "Too Many Attempts." }))).into_response();
                 }
                 let mut items: Vec<Value> = s
                     .campaigns
