@@ -9,7 +9,10 @@
 //!
 //! Run with `cargo bench -p service --bench connector_sync`. Each
 //! destination gets `BENCH_ROUNDS` (5) rounds, taking turns; the summary
-//! is the median. Nothing asserts the figures; benches/README.md keeps
+//! is the median. `BENCH_PROVIDER_DELAY_MS` makes the provider wait that
+//! long before each answer, as one across a network does; the bench then
+//! prints the best a read one page at a time could do, which reading ahead
+//! must beat. Nothing asserts the figures; benches/README.md keeps
 //! them. The CPU seconds of the whole process (provider included) are
 //! reported beside the wall-clock rate.
 
@@ -78,8 +81,9 @@ fn pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
     (Arc::new(pages), size)
 }
 
-/// The provider: the campaign list, page by page, behind the bearer token.
-fn router(pages: Arc<Vec<Bytes>>) -> axum::Router {
+/// The provider: the campaign list, page by page, behind the bearer token,
+/// each answer given after `delay` (a provider across a network).
+fn router(pages: Arc<Vec<Bytes>>, delay: Duration) -> axum::Router {
     axum::Router::new().route(
         "/api/campaigns",
         axum::routing::get(move |headers: HeaderMap, Query(q): Query<std::collections::HashMap<String, String>>| {
@@ -89,6 +93,7 @@ fn router(pages: Arc<Vec<Bytes>>) -> axum::Router {
                 if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {PROVIDER_TOKEN}")) {
                     return (axum::http::StatusCode::UNAUTHORIZED, "{\"message\":\"Unauthenticated.\"}").into_response();
                 }
+                tokio::time::sleep(delay).await;
                 let n: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
                 let body = pages.get(n - 1).cloned().unwrap_or_else(|| Bytes::from_static(b"{\"data\":[],\"meta\":{}}"));
                 ([("content-type", "application/json")], body).into_response()
@@ -132,12 +137,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let records: usize = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let delay = Duration::from_millis(std::env::var("BENCH_PROVIDER_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let (pages, size) = pages(records);
         let ca = provider::TestCa::new();
-        let provider = provider::FakeProvider::start(&ca, &[HOST], router(pages)).await;
+        let provider = provider::FakeProvider::start(&ca, &[HOST], router(pages, delay)).await;
         let egress = EgressPolicy::from_settings(HOST, Some(&provider.pins(&[HOST])), Some(ca.pem.as_bytes())).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let state = support::state(dir.path(), egress).await;
@@ -168,6 +174,14 @@ fn main() {
         }
 
         println!("{records} campaigns of {size} bytes, {PER_PAGE} per page, {rounds} rounds");
+        if !delay.is_zero() {
+            let pages = records.div_ceil(PER_PAGE) as f64;
+            println!(
+                "the provider answers each page after {} ms: one page at a time could reach at most {:.0} records/s",
+                delay.as_millis(),
+                records as f64 / (pages * delay.as_secs_f64())
+            );
+        }
         for round in 1..=rounds {
             for (name, pipeline, rates, cpus) in &mut pipelines {
                 let cpu = cpu_seconds();
