@@ -10,32 +10,17 @@ use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
 use crate::state::AppState;
 
-/// How long a revocation waits for its own notice to come back.
-const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Revokes a session everywhere: in the database, in this server's cache
 /// of sessions, and (with PostgreSQL) in every other server's, through the
-/// notice sent as the revocation commits. It returns once this server has
-/// heard that notice come back (at most a second), by when every server
-/// listening has been sent it too. False when it was revoked already.
+/// notice sent as the revocation commits. It returns once every server
+/// listening for notices has confirmed its eviction (at most a second: a
+/// server that cannot hear notices uses no cache), so the very next
+/// request anywhere is refused. False when it was revoked already.
 pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> {
-    let cache = &state.session_cache;
-    let mut heard = cache.heard();
+    let confirmations = state.store.confirmations();
     let newly_revoked = state.store.revoke_session(session_id).await?;
-    cache.forget_session(session_id);
-    if state.store.backend() == crate::store::Backend::Postgres && cache.is_trusted() {
-        let _ = tokio::time::timeout(ECHO_WAIT, async {
-            loop {
-                match heard.recv().await {
-                    Ok(id) if id == session_id => break,
-                    // Missed some under heavy traffic: keep listening.
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                }
-            }
-        })
-        .await;
-    }
+    state.session_cache.forget_session(session_id);
+    state.store.confirmed_everywhere(session_id, confirmations).await;
     Ok(newly_revoked)
 }
 

@@ -27,8 +27,6 @@ pub struct SessionCache {
     /// False while revocations could be missed (a PostgreSQL replica that
     /// is not listening for notices): then nothing is read or kept.
     trusted: AtomicBool,
-    /// Sessions whose revocation notice came back from the database.
-    seen: tokio::sync::broadcast::Sender<String>,
 }
 
 struct Sessions {
@@ -45,7 +43,6 @@ impl SessionCache {
         SessionCache {
             inner: Mutex::new(Sessions { entries: HashMap::new(), epoch: 0 }),
             trusted: AtomicBool::new(trusted),
-            seen: tokio::sync::broadcast::channel(256).0,
         }
     }
 
@@ -106,15 +103,9 @@ impl SessionCache {
     }
 
     /// Evicts a session another server (or this one) revoked, as its
-    /// notice came back, and tells whoever waits for it.
+    /// notice came back.
     pub fn revocation_heard(&self, session_id: &str) {
         self.forget_session(session_id);
-        let _ = self.seen.send(session_id.to_owned());
-    }
-
-    /// Revocation notices as they are heard.
-    pub fn heard(&self) -> tokio::sync::broadcast::Receiver<String> {
-        self.seen.subscribe()
     }
 
     /// Starts or stops using the cache; either way it starts empty.

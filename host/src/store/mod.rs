@@ -106,6 +106,8 @@ pub struct Store {
     membership_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The database URL, for the connection that listens for notices.
     url: std::sync::Arc<str>,
+    /// Changes the servers confirm they applied: (change, server).
+    confirmations: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 impl Store {
@@ -139,7 +141,7 @@ impl Store {
         };
         let pool = pool_options.connect_with(options).await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(Store { pool, backend, membership_generation: Default::default(), url: url.into() })
+        Ok(Store { pool, backend, membership_generation: Default::default(), url: url.into(), confirmations: tokio::sync::broadcast::channel(256).0 })
     }
 
     /// The engine this store runs on.
@@ -153,11 +155,17 @@ impl Store {
     }
 
     /// Drops this server's cached memberships and tells the others to.
+    /// Drops this server's cached memberships and, with PostgreSQL, every
+    /// other server's: returns once each listening server confirmed it (at
+    /// most a second).
     pub(crate) async fn memberships_changed(&self) {
         self.memberships_changed_here();
-        if let Err(e) = self.notify(&notices::Notice::MembershipsChanged).await {
+        let confirmations = self.confirmations();
+        let change = new_id("chg");
+        match self.notify(&notices::Notice::MembershipsChanged(change.clone())).await {
+            Ok(()) => self.confirmed_everywhere(&change, confirmations).await,
             // Other servers' profiles expire within the backstop anyway.
-            tracing::warn!(error = %e, "could not announce a membership change");
+            Err(e) => tracing::warn!(error = %e, "could not announce a membership change"),
         }
     }
 

@@ -5,6 +5,11 @@
 //! names. A server that is not listening — not yet, or its connection was
 //! lost, or the line went quiet and an echo of its own did not come back —
 //! uses no cache until it listens again, and then starts with empty ones.
+//!
+//! Every server confirms each revocation and membership change it applied
+//! with a notice of its own, and the server that made the change answers
+//! its caller once every listening server has confirmed (or a second has
+//! passed), so the very next request anywhere sees the change.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +27,8 @@ pub const APPLICATION_NAME: &str = "service-notices";
 const QUIET: Duration = Duration::from_secs(5);
 /// …which must come back within this long, or the line is taken as lost.
 const ECHO_WAIT: Duration = Duration::from_secs(2);
+/// How long a change waits for every listening server's confirmation.
+const CONFIRM_WAIT: Duration = Duration::from_secs(1);
 /// How long to wait before listening again after a failure.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -30,18 +37,23 @@ const RETRY: Duration = Duration::from_secs(1);
 pub enum Notice {
     /// A session was revoked: every server evicts it.
     SessionRevoked(String),
-    /// Someone joined, left or changed role in a workspace.
-    MembershipsChanged,
+    /// Someone joined, left or changed role in a workspace (the change's
+    /// id, for its confirmations).
+    MembershipsChanged(String),
     /// A follower checking its own line.
     Echo(String),
+    /// A server (named by its follower's id) has applied a change (a
+    /// revoked session's id, or a membership change's).
+    Applied { server: String, change: String },
 }
 
 impl Notice {
     pub fn payload(&self) -> String {
         match self {
             Notice::SessionRevoked(id) => format!("session:{id}"),
-            Notice::MembershipsChanged => "memberships".into(),
+            Notice::MembershipsChanged(change) => format!("memberships:{change}"),
             Notice::Echo(nonce) => format!("echo:{nonce}"),
+            Notice::Applied { server, change } => format!("applied:{server}:{change}"),
         }
     }
 
@@ -49,7 +61,15 @@ impl Notice {
         match payload.split_once(':') {
             Some(("session", id)) if !id.is_empty() => Some(Notice::SessionRevoked(id.to_owned())),
             Some(("echo", nonce)) => Some(Notice::Echo(nonce.to_owned())),
-            None if payload == "memberships" => Some(Notice::MembershipsChanged),
+            Some(("memberships", change)) => Some(Notice::MembershipsChanged(change.to_owned())),
+            Some(("applied", rest)) => match rest.split_once(':') {
+                Some((server, change)) if !server.is_empty() && !change.is_empty() => {
+                    Some(Notice::Applied { server: server.to_owned(), change: change.to_owned() })
+                }
+                _ => None,
+            },
+            // From a server of the version before confirmations.
+            None if payload == "memberships" => Some(Notice::MembershipsChanged(String::new())),
             _ => None,
         }
     }
@@ -63,6 +83,46 @@ impl Store {
             sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(notice.payload()).execute(self.pool()).await?;
         }
         Ok(())
+    }
+
+    /// How many servers listen for notices now (PostgreSQL).
+    async fn notice_listeners(&self) -> StoreResult<usize> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()")
+            .bind(APPLICATION_NAME)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Confirmations as the servers send them: (change, server). Subscribe
+    /// before making the change.
+    pub fn confirmations(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
+        self.confirmations.subscribe()
+    }
+
+    /// Waits until every server listening now has confirmed `change`, for
+    /// at most [`CONFIRM_WAIT`] (PostgreSQL only: on SQLite this process
+    /// is the only server). A server that does not confirm in time is one
+    /// that cannot hear notices, and such a server uses no cache.
+    pub async fn confirmed_everywhere(&self, change: &str, mut confirmations: tokio::sync::broadcast::Receiver<(String, String)>) {
+        if self.backend() != Backend::Postgres {
+            return;
+        }
+        let Ok(listening) = self.notice_listeners().await else { return };
+        let mut confirmed = std::collections::HashSet::new();
+        let _ = tokio::time::timeout(CONFIRM_WAIT, async {
+            while confirmed.len() < listening {
+                match confirmations.recv().await {
+                    Ok((c, server)) if c == change => {
+                        confirmed.insert(server);
+                    }
+                    // Missed some under heavy traffic: keep listening.
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+        .await;
     }
 
     /// Sends a notice when `tx` commits (PostgreSQL only).
@@ -124,8 +184,22 @@ pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>)
             };
             match next {
                 Ok(Some(n)) => match Notice::parse(n.payload()) {
-                    Some(Notice::SessionRevoked(id)) => sessions.revocation_heard(&id),
-                    Some(Notice::MembershipsChanged) => store.memberships_changed_here(),
+                    Some(Notice::SessionRevoked(id)) => {
+                        sessions.revocation_heard(&id);
+                        // Applied here: the revoking server counts on it.
+                        if store.notify(&Notice::Applied { server: nonce.clone(), change: id }).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Notice::MembershipsChanged(change)) => {
+                        store.memberships_changed_here();
+                        if !change.is_empty() && store.notify(&Notice::Applied { server: nonce.clone(), change }).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Notice::Applied { server, change }) => {
+                        let _ = store.confirmations.send((change, server));
+                    }
                     Some(Notice::Echo(_)) | None => {}
                 },
                 // The connection was lost: notices may have been missed.
@@ -154,10 +228,14 @@ mod tests {
 
     #[test]
     fn notices_read_back_as_they_were_sent() {
-        for n in [Notice::SessionRevoked("ses_1".into()), Notice::MembershipsChanged, Notice::Echo("echo_1".into())] {
+        let applied = Notice::Applied { server: "echo_1".into(), change: "ses_1".into() };
+        for n in [Notice::SessionRevoked("ses_1".into()), Notice::MembershipsChanged("chg_1".into()), Notice::Echo("echo_1".into()), applied] {
             assert_eq!(Notice::parse(&n.payload()), Some(n));
         }
+        assert_eq!(Notice::parse("memberships"), Some(Notice::MembershipsChanged(String::new())));
         assert_eq!(Notice::parse("session:"), None);
+        assert_eq!(Notice::parse("applied:echo_1"), None);
+        assert_eq!(Notice::parse("applied::ses_1"), None);
         assert_eq!(Notice::parse("something else"), None);
         assert_eq!(
             with_application_name("postgres://u@127.0.0.1:5432/db?sslmode=disable&application_name=x"),
