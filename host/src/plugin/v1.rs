@@ -3,8 +3,11 @@
 //! knows the generated types of this version; a future version gets a
 //! sibling module of its own.
 
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, ComponentNamedList, HasSelf, InstancePre, Lift, Linker, Lower, TypedFunc};
 
 use super::sandbox::HostState;
 use super::types as t;
@@ -23,8 +26,82 @@ use self::service::connector::{http, log, sink, types as g};
 /// version.
 pub const EXPORT: &str = "service:connector/plugin@1.0.0";
 
-/// A plugin of this version, pre-instantiated.
-pub type Pre = ConnectorPre<HostState>;
+/// A plugin of this version, pre-instantiated, with its exports looked up
+/// once. A call instantiates the component and takes the one export it
+/// calls; that export's type is checked against this version's signature
+/// the first time it is called, not on every call (bindgen's loader
+/// re-checks all seven exports per instantiation, about a sixth of a
+/// no-op call).
+pub struct Pre {
+    instance: InstancePre<HostState>,
+    describe: Export<(), (g::ConnectorInfo,)>,
+    check: Export<(String,), Answer<g::CheckResult>>,
+    discover: Export<(String,), Answer<Vec<g::Stream>>>,
+    read: Export<(g::ReadRequest,), Answer<()>>,
+    entity_options: Export<(String, String), Answer<Vec<g::EntityOption>>>,
+    preview: Export<(String,), Answer<String>>,
+    write: Export<(g::WriteRequest,), Answer<g::WriteResult>>,
+}
+
+/// What an export other than `describe` returns.
+type Answer<T> = (Result<T, g::ConnectorError>,);
+
+/// One exported function, and the signature it is called with: the type
+/// parameters tie the index to the only signature it is ever used at, so
+/// a check made once holds for every later call.
+struct Export<P, R> {
+    index: ComponentExportIndex,
+    typechecked: AtomicBool,
+    signature: PhantomData<fn(P) -> R>,
+}
+
+impl<P, R> Export<P, R>
+where
+    P: ComponentNamedList + Lower + Send + Sync,
+    R: ComponentNamedList + Lift + Send + Sync + 'static,
+{
+    fn find(component: &Component, interface: &ComponentExportIndex, name: &str) -> wasmtime::Result<Self> {
+        let index = component
+            .get_export_index(Some(interface), name)
+            .ok_or_else(|| wasmtime::format_err!("{EXPORT} does not export `{name}`"))?;
+        Ok(Export { index, typechecked: AtomicBool::new(false), signature: PhantomData })
+    }
+
+    /// Instantiates the plugin in `store` and calls this export.
+    async fn call(&self, pre: &InstancePre<HostState>, store: &mut Store<HostState>, params: P) -> wasmtime::Result<R> {
+        let instance = pre.instantiate_async(&mut *store).await?;
+        let func = if self.typechecked.load(Ordering::Acquire) {
+            let func = instance.get_func(&mut *store, self.index).ok_or_else(|| wasmtime::format_err!("the export is missing"))?;
+            // SAFETY: every instance of one `InstancePre` has the same
+            // exports with the same types, and this index passed
+            // `get_typed_func::<P, R>` on one of them (below); `P` and `R`
+            // are fixed by this `Export`'s type.
+            unsafe { TypedFunc::<P, R>::new_unchecked(func) }
+        } else {
+            let func = instance.get_typed_func::<P, R>(&mut *store, &self.index)?;
+            self.typechecked.store(true, Ordering::Release);
+            func
+        };
+        func.call_async(&mut *store, params).await
+    }
+}
+
+impl Pre {
+    pub fn new(instance: InstancePre<HostState>) -> wasmtime::Result<Pre> {
+        let component = instance.component();
+        let interface = component.get_export_index(None, EXPORT).ok_or_else(|| wasmtime::format_err!("no exported instance named `{EXPORT}`"))?;
+        Ok(Pre {
+            describe: Export::find(component, &interface, "describe")?,
+            check: Export::find(component, &interface, "check")?,
+            discover: Export::find(component, &interface, "discover")?,
+            read: Export::find(component, &interface, "read")?,
+            entity_options: Export::find(component, &interface, "entity-options")?,
+            preview: Export::find(component, &interface, "preview")?,
+            write: Export::find(component, &interface, "write")?,
+            instance,
+        })
+    }
+}
 
 /// Adds this version's host imports to `linker`.
 pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
@@ -34,20 +111,17 @@ pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
 // ---- exports: calling the plugin -------------------------------------------
 
 pub async fn describe(pre: &Pre, store: &mut Store<HostState>) -> wasmtime::Result<Result<t::ConnectorInfo, String>> {
-    let c = pre.instantiate_async(&mut *store).await?;
-    let info = c.service_connector_plugin().call_describe(&mut *store).await?;
+    let (info,) = pre.describe.call(&pre.instance, store, ()).await?;
     Ok(info_from(info))
 }
 
 pub async fn check(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<t::CheckResult, t::ConnectorError>> {
-    let c = pre.instantiate_async(&mut *store).await?;
-    let r = c.service_connector_plugin().call_check(&mut *store, config).await?;
+    let (r,) = pre.check.call(&pre.instance, store, (config.to_owned(),)).await?;
     Ok(r.map(|c| t::CheckResult { ok: c.ok, message: c.message, account: c.account }).map_err(error_from))
 }
 
 pub async fn discover(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<Vec<t::Stream>, t::ConnectorError>> {
-    let c = pre.instantiate_async(&mut *store).await?;
-    let r = c.service_connector_plugin().call_discover(&mut *store, config).await?;
+    let (r,) = pre.discover.call(&pre.instance, store, (config.to_owned(),)).await?;
     Ok(match r {
         Ok(streams) => streams.into_iter().map(stream_from).collect(),
         Err(e) => Err(error_from(e)),
@@ -55,7 +129,6 @@ pub async fn discover(pre: &Pre, store: &mut Store<HostState>, config: &str) -> 
 }
 
 pub async fn read(pre: &Pre, store: &mut Store<HostState>, req: &t::ReadRequest) -> wasmtime::Result<Result<(), t::ConnectorError>> {
-    let c = pre.instantiate_async(&mut *store).await?;
     let req = g::ReadRequest {
         config: req.config.clone(),
         stream: req.stream.clone(),
@@ -66,7 +139,7 @@ pub async fn read(pre: &Pre, store: &mut Store<HostState>, req: &t::ReadRequest)
         cursor_field: req.cursor_field.clone(),
         state: req.state.clone(),
     };
-    let r = c.service_connector_plugin().call_read(&mut *store, &req).await?;
+    let (r,) = pre.read.call(&pre.instance, store, (req,)).await?;
     Ok(r.map_err(error_from))
 }
 
@@ -76,20 +149,17 @@ pub async fn entity_options(
     config: &str,
     field: &str,
 ) -> wasmtime::Result<Result<Vec<t::EntityOption>, t::ConnectorError>> {
-    let c = pre.instantiate_async(&mut *store).await?;
-    let r = c.service_connector_plugin().call_entity_options(&mut *store, config, field).await?;
+    let (r,) = pre.entity_options.call(&pre.instance, store, (config.to_owned(), field.to_owned())).await?;
     Ok(r.map(|opts| opts.into_iter().map(|o| t::EntityOption { value: o.value, label: o.label, parent: o.parent }).collect())
         .map_err(error_from))
 }
 
 pub async fn preview(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<String, t::ConnectorError>> {
-    let c = pre.instantiate_async(&mut *store).await?;
-    let r = c.service_connector_plugin().call_preview(&mut *store, config).await?;
+    let (r,) = pre.preview.call(&pre.instance, store, (config.to_owned(),)).await?;
     Ok(r.map_err(error_from))
 }
 
 pub async fn write(pre: &Pre, store: &mut Store<HostState>, req: &t::WriteRequest) -> wasmtime::Result<Result<t::WriteResult, t::ConnectorError>> {
-    let c = pre.instantiate_async(&mut *store).await?;
     let req = g::WriteRequest {
         config: req.config.clone(),
         stream: req.stream.clone(),
@@ -102,7 +172,7 @@ pub async fn write(pre: &Pre, store: &mut Store<HostState>, req: &t::WriteReques
         key_fields: req.key_fields.clone(),
         records: req.records.clone(),
     };
-    let r = c.service_connector_plugin().call_write(&mut *store, &req).await?;
+    let (r,) = pre.write.call(&pre.instance, store, (req,)).await?;
     Ok(r.map(|w| t::WriteResult {
         written: w.written,
         failed: w.failed,
@@ -305,5 +375,48 @@ impl sink::Host for HostState {
                 Some(s) => s.checkpoint(&stream, state).await.map_err(refusal_to),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::sandbox::{Invocation, Limits};
+    use super::*;
+
+    /// A component that exports this version's interface by name, but
+    /// whose every function takes and returns a number.
+    const IMPOSTOR: &str = r#"
+        (component
+          (core module $m (func (export "f") (param i32) (result i32) local.get 0))
+          (core instance $i (instantiate $m))
+          (func $f (param "x" u32) (result u32) (canon lift (core func $i "f")))
+          (instance $plugin
+            (export "describe" (func $f)) (export "check" (func $f)) (export "discover" (func $f))
+            (export "read" (func $f)) (export "entity-options" (func $f)) (export "preview" (func $f))
+            (export "write" (func $f)))
+          (export "service:connector/plugin@1.0.0" (instance $plugin)))
+    "#;
+
+    /// Exports are taken unchecked once checked: an export whose type is
+    /// not the interface's must fail its check on every call, never be
+    /// called with the wrong types.
+    #[tokio::test]
+    async fn an_export_of_the_wrong_type_is_refused_on_every_call() {
+        let engine = wasmtime::Engine::new(&super::super::engine_config(None)).unwrap();
+        let component = Component::new(&engine, wat::parse_str(IMPOSTOR).unwrap()).unwrap();
+        let pre = Pre::new(Linker::<HostState>::new(&engine).instantiate_pre(&component).unwrap()).unwrap();
+        let limits = Arc::new(Limits::default());
+        for _ in 0..2 {
+            let invocation = Invocation { plugin_id: "impostor".into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None };
+            let mut store = HostState::store(&engine, limits.clone(), invocation);
+            let err = check(&pre, &mut store, "{}").await.map(drop).expect_err("a u32 function is not `check`");
+            assert!(err.downcast_ref::<wasmtime::Trap>().is_none(), "refused before the guest ran, not trapped in it: {err:#}");
+            assert!(!pre.check.typechecked.load(Ordering::Acquire));
+        }
+        let invocation = Invocation { plugin_id: "impostor".into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None };
+        let mut store = HostState::store(&engine, limits, invocation);
+        assert!(describe(&pre, &mut store).await.is_err(), "each export is checked on its own");
     }
 }
