@@ -4,8 +4,12 @@
 //!    pre-instantiated plugin and a no-op call (p50, p99), in five rounds
 //!    with the median of the rounds as the figure;
 //! 2. egress overhead: the same GET to a loopback HTTPS server made
-//!    directly with reqwest, through the host's egress layer (policy,
-//!    resolution check, pinning), and from inside a plugin.
+//!    directly with reqwest and through the host's egress layer (policy,
+//!    resolution check, pinning);
+//! 3. the same GET from inside a plugin, taking turns with that plugin's
+//!    invocation without a request, so the cost splits into the
+//!    invocation, the egress layer and what is left: the request and its
+//!    answer crossing the boundary and the guest's own work.
 //!
 //! Run with `cargo bench -p service --bench runtime`. Figures depend on the
 //! machine; nothing asserts them.
@@ -112,12 +116,25 @@ async fn main() {
     show("GET through the egress layer", &e);
     println!("egress overhead: {:+.1}% at p50, {:+.1}% on the mean", 100.0 * (us(e.p50) / us(d.p50) - 1.0), 100.0 * (us(e.mean) / us(d.mean) - 1.0));
 
+    // 3. The same GET from inside a plugin, taking turns with the same
+    // plugin's invocation that sends nothing, so the difference between
+    // them is what the request costs once it is a plugin's.
     let from_plugin = r#"{"behave":"egress","request":{"method":"GET","url":"https://api.provider.test/ok"}}"#;
-    let mut p = Vec::new();
-    for _ in 0..1000 {
+    let (mut p, mut idle) = (Vec::new(), Vec::new());
+    for _ in 0..2000 {
         let t = Instant::now();
         runtime.preview(&plugin, &ws, &state.egress, from_plugin).await.unwrap();
         p.push(t.elapsed());
+        let t = Instant::now();
+        runtime.preview(&plugin, &ws, &state.egress, r#"{"behave":"noop"}"#).await.unwrap();
+        idle.push(t.elapsed());
     }
-    show("GET from inside a plugin (invocation + egress)", &stats(p));
+    let (p, idle) = (stats(p), stats(idle));
+    show("the same plugin, invoked without a request", &idle);
+    show("GET from inside a plugin (invocation + egress)", &p);
+    println!(
+        "in-plugin GET: {:.2}x direct at p50; beyond the invocation and the egress layer: {:+.1} µs",
+        us(p.p50) / us(d.p50),
+        us(p.p50) - us(idle.p50) - us(e.p50)
+    );
 }
