@@ -275,7 +275,7 @@ impl Runtime {
             Invocation {
                 plugin_id: plugin.plugin_id.clone(),
                 declared_hosts: plugin.declared_hosts.clone(),
-                workspace_id: workspace_id.map(str::to_owned),
+                workspace_id: workspace_id.map(Arc::from),
                 egress,
                 sink,
             },

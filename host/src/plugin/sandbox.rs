@@ -134,7 +134,7 @@ pub struct HostState {
     pub(crate) plugin_id: Arc<str>,
     pub(crate) declared_hosts: Arc<[HostPattern]>,
     /// The workspace the invocation runs for; `None` for `describe`.
-    pub(crate) workspace_id: Option<String>,
+    pub(crate) workspace_id: Option<Arc<str>>,
     pub(crate) egress: Option<Egress>,
     pub(crate) sink: Option<Box<dyn RecordSink>>,
     pub(crate) limits: Arc<Limits>,
@@ -156,7 +156,7 @@ impl WasiView for HostState {
 pub struct Invocation {
     pub plugin_id: Arc<str>,
     pub declared_hosts: Arc<[HostPattern]>,
-    pub workspace_id: Option<String>,
+    pub workspace_id: Option<Arc<str>>,
     pub egress: Option<Egress>,
     pub sink: Option<Box<dyn RecordSink>>,
 }

@@ -274,7 +274,7 @@ impl HostState {
             egress: self.egress.clone()?,
             plugin_id: self.plugin_id.clone(),
             declared_hosts: self.declared_hosts.clone(),
-            workspace_id: self.workspace_id.as_deref()?.into(),
+            workspace_id: self.workspace_id.clone()?,
         })
     }
 }
