@@ -408,15 +408,15 @@ mod tests {
         let component = Component::new(&engine, wat::parse_str(IMPOSTOR).unwrap()).unwrap();
         let pre = Pre::new(Linker::<HostState>::new(&engine).instantiate_pre(&component).unwrap()).unwrap();
         let limits = Arc::new(Limits::default());
-        for _ in 0..2 {
+        let fresh_store = || {
             let invocation = Invocation { plugin_id: "impostor".into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None };
-            let mut store = HostState::store(&engine, limits.clone(), invocation);
-            let err = check(&pre, &mut store, "{}").await.map(drop).expect_err("a u32 function is not `check`");
+            HostState::store(&engine, limits.clone(), invocation)
+        };
+        for _ in 0..2 {
+            let err = check(&pre, &mut fresh_store(), "{}").await.map(drop).expect_err("a u32 function is not `check`");
             assert!(err.downcast_ref::<wasmtime::Trap>().is_none(), "refused before the guest ran, not trapped in it: {err:#}");
             assert!(!pre.check.typechecked.load(Ordering::Acquire));
         }
-        let invocation = Invocation { plugin_id: "impostor".into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None };
-        let mut store = HostState::store(&engine, limits, invocation);
-        assert!(describe(&pre, &mut store).await.is_err(), "each export is checked on its own");
+        assert!(describe(&pre, &mut fresh_store()).await.is_err(), "each export is checked on its own");
     }
 }
