@@ -21,7 +21,8 @@
 //! - this module: configurations ([`validate`]), where a workspace's files
 //!   live ([`Place`]), the [`Writer`] of one job and the tables it owns;
 //! - [`shape`]: records into keys, fields and rows;
-//! - [`sqlite`]: SQLite statements and the WAL checkpointer;
+//! - [`sqlite`]: SQLite batches, the connection that writes their rows,
+//!   and the WAL checkpointer;
 //! - [`postgres`]: URLs, the address policy, connect options and `COPY`;
 //! - [`jsonl`]: JSON-lines files;
 //! - [`load`]: the [`Loader`] of one stream's batches and checkpoints;
@@ -29,17 +30,18 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use sqlx::Row as _;
-use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::error::ApiError;
 use crate::store::kinds::DestinationKind;
 use crate::store::pipelines::StreamSyncMode;
 use postgres::{CopyData, POSTGRES_CONNECTIONS, copy_data, copy_rows, copy_text_from_binary};
 use shape::{Rows, shape};
-use sqlite::{Checkpointer, WAL_BACKSTOP_PAGES, insert_statements};
+use sqlite::{Checkpointer, RowWriter, SqliteRows, WAL_BACKSTOP_PAGES};
 
 pub mod jsonl;
 pub mod load;
@@ -214,10 +216,10 @@ pub enum WriteError {
 
 /// A destination database.
 pub enum Db {
-    /// Its own driver rather than `Any`, which copies every bound value
-    /// once more on its way in. The writer's single connection, and the
-    /// connection that moves committed pages into the database file.
-    Sqlite(SqlitePool, Checkpointer),
+    /// The pool's single connection (tables, columns, the registry), the
+    /// connection that writes rows, and the one that moves committed pages
+    /// into the database file.
+    Sqlite(SqlitePool, Arc<std::sync::Mutex<RowWriter>>, Checkpointer),
     /// Its own driver rather than `Any`: batches go in with `COPY`.
     Postgres(sqlx::PgPool),
 }
@@ -225,7 +227,7 @@ pub enum Db {
 impl Db {
     async fn execute(&self, sql: String) -> Result<(), sqlx::Error> {
         match self {
-            Db::Sqlite(pool, _) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
+            Db::Sqlite(pool, ..) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
             Db::Postgres(pool) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await.map(|_| ()),
         }
     }
@@ -236,7 +238,7 @@ impl Db {
     /// converts whatever it is given, so there every column is.
     async fn columns(&self, table: &str) -> Result<HashMap<String, bool>, sqlx::Error> {
         Ok(match self {
-            Db::Sqlite(pool, _) => sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
+            Db::Sqlite(pool, ..) => sqlx::query(sqlx::AssertSqlSafe(format!("SELECT name FROM pragma_table_info('{table}')")))
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -284,7 +286,7 @@ impl Db {
             return Ok(existing);
         }
         let listed = match self {
-            Db::Sqlite(pool, _) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = ?").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
+            Db::Sqlite(pool, ..) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = ?").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
             Db::Postgres(pool) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = $1").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
         }
         .map_err(|e| e.to_string())?;
@@ -301,7 +303,7 @@ impl Db {
     async fn register(&self, table: &str) -> Result<(), String> {
         let now = crate::store::now_ms();
         match self {
-            Db::Sqlite(pool, _) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
+            Db::Sqlite(pool, ..) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
             Db::Postgres(pool) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
         }
         .map_err(|e| format!("cannot record table {table}: {e}"))
@@ -310,7 +312,7 @@ impl Db {
     /// Forgets a dropped table.
     async fn unregister(&self, table: &str) -> Result<(), String> {
         match self {
-            Db::Sqlite(pool, _) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = ?").bind(table).execute(pool).await.map(|_| ()),
+            Db::Sqlite(pool, ..) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = ?").bind(table).execute(pool).await.map(|_| ()),
             Db::Postgres(pool) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = $1").bind(table).execute(pool).await.map(|_| ()),
         }
         .map_err(|e| e.to_string())
@@ -340,8 +342,8 @@ struct Batch {
 enum Load {
     /// JSON lines to append.
     Lines(Vec<u8>),
-    /// SQLite statements to run in one transaction.
-    Statements(Vec<(String, SqliteArguments)>),
+    /// SQLite rows to upsert in one transaction.
+    Rows(SqliteRows),
     /// PostgreSQL binary `COPY` data, and the upsert to finish with when keys may
     /// exist already.
     Copy { names: Vec<String>, data: Vec<u8>, upsert: Option<String> },
@@ -368,8 +370,9 @@ impl Writer {
                 let failed = |e: sqlx::Error| format!("cannot open the SQLite destination: {e}");
                 let writer = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
                 let pool = SqlitePoolOptions::new().max_connections(1).connect_with(writer).await.map_err(failed)?;
+                let rows = RowWriter::open(&dir.join(file)).map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
                 let checkpointer = Checkpointer::start(&options).await.map_err(failed)?;
-                Ok(Writer::Sql { db: Db::Sqlite(pool, checkpointer), columns: Default::default() })
+                Ok(Writer::Sql { db: Db::Sqlite(pool, Arc::new(std::sync::Mutex::new(rows)), checkpointer), columns: Default::default() })
             }
             DestinationConfig::Postgres { target, .. } => {
                 let options = postgres::connect_options(target, password.as_ref(), place.warehouses).await?;
@@ -486,7 +489,7 @@ impl Writer {
                     names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect::<Vec<_>>().join(", ")
                 );
                 let load = match db {
-                    Db::Sqlite(..) => Load::Statements(insert_statements(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
+                    Db::Sqlite(..) => Load::Rows(SqliteRows::new(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
                     // Fresh keys never collide: they are copied straight in.
                     // Keys that may exist already go through a staging table.
                     Db::Postgres(_) => Load::Copy { data: copy_data(&names, &rows, now, &meta).map_err(WriteError::BadRecord)?, upsert: dedupe.then_some(upsert), names },
@@ -506,12 +509,13 @@ impl Writer {
         let failed = |e: sqlx::Error| io(format!("cannot write to {table}: {e}"));
         match (self, load) {
             (Writer::Jsonl { dir }, Load::Lines(out)) => jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?,
-            (Writer::Sql { db: Db::Sqlite(pool, checkpointer), .. }, Load::Statements(statements)) => {
-                let mut tx = pool.begin().await.map_err(failed)?;
-                for (sql, args) in statements {
-                    sqlx::query_with(sqlx::AssertSqlSafe(sql), args).execute(&mut *tx).await.map_err(failed)?;
-                }
-                tx.commit().await.map_err(failed)?;
+            (Writer::Sql { db: Db::Sqlite(_, writer, checkpointer), .. }, Load::Rows(rows)) => {
+                // SQLite works synchronously: off the async workers.
+                let writer = writer.clone();
+                tokio::task::spawn_blocking(move || writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the write stopped: {e}")))
+                    .map_err(|e| io(format!("cannot write to {table}: {e}")))?;
                 checkpointer.committed();
             }
             (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
@@ -528,7 +532,8 @@ impl Writer {
     /// Closes connections.
     pub async fn close(self) {
         match self {
-            Writer::Sql { db: Db::Sqlite(pool, checkpointer), .. } => {
+            Writer::Sql { db: Db::Sqlite(pool, writer, checkpointer), .. } => {
+                drop(writer);
                 checkpointer.close().await;
                 pool.close().await;
             }

@@ -1,8 +1,13 @@
-//! SQLite warehouses: multi-row upserts with anonymous parameters, and the
-//! checkpointer that copies committed pages from the write-ahead log into
-//! the database file beside the writer.
+//! SQLite warehouses: batches laid out in one buffer ([`SqliteRows`]), the
+//! connection that writes them through SQLite's C interface
+//! ([`RowWriter`]), and the checkpointer that copies committed pages from
+//! the write-ahead log into the database file beside it.
 
-use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions};
+use std::ffi::{CStr, CString, c_int};
+use std::ptr::NonNull;
+
+use libsqlite3_sys as ffi;
+use sqlx::sqlite::SqliteConnectOptions;
 
 use super::METADATA_COLUMNS;
 use super::shape::Row;
@@ -48,58 +53,259 @@ impl Checkpointer {
         let _ = self.wake.try_send(());
     }
 
-    /// Closes its connection, so the writer's is the last one and folds
-    /// the rest of the log into the file when it closes.
+    /// Closes its connection, so that the pool's (closed last, after the
+    /// [`RowWriter`]'s) folds the rest of the log into the file.
     pub(super) async fn close(self) {
         drop(self.wake);
         let _ = self.task.await;
     }
 }
 
-/// Bound parameters per statement, under SQLite's limit (32766) and
-/// PostgreSQL's (65535).
-pub(super) const MAX_PARAMS: usize = 30_000;
-/// Rows per INSERT statement at most.
-pub(super) const MAX_ROWS_PER_STATEMENT: usize = 500;
+/// One batch laid out for [`RowWriter::write`]: every value's text in one
+/// buffer, so preparing a batch allocates a handful of times instead of
+/// once per value, and binding hands SQLite slices of that buffer instead
+/// of copies.
+pub(super) struct SqliteRows {
+    /// The one-row upsert each row goes through.
+    sql: String,
+    /// Values per row besides the metadata columns.
+    width: usize,
+    /// Every key and value, one after the other.
+    text: String,
+    /// Per row: its key, then `width` values (`None` is NULL), as
+    /// `(start, length)` in `text`.
+    spans: Vec<Option<(u32, u32)>>,
+    /// Each row's `_service_extracted_at` and `_service_meta`.
+    now: i64,
+    meta: String,
+}
 
-/// Multi-row upserts for SQLite, with their values bound.
-pub(super) fn insert_statements(target: &str, names: &[String], upsert: &str, rows: &[Row<'_>], now: i64, meta: &str) -> Result<Vec<(String, SqliteArguments)>, String> {
-    use sqlx::Arguments as _;
-    let head = format!("INSERT INTO {target} ({}) VALUES ", names.join(", "));
-    // SQLite looks named parameters (`$1`) up by walking a list, which
-    // makes binding thousands of them quadratic; anonymous `?` are not.
-    let tuple = format!("({})", vec!["?"; names.len()].join(", "));
-    let per_statement = (MAX_PARAMS / names.len()).clamp(1, MAX_ROWS_PER_STATEMENT);
-    let mut statements = Vec::with_capacity(rows.len().div_ceil(per_statement));
-    for chunk in rows.chunks(per_statement) {
-        let mut sql = String::with_capacity(head.len() + upsert.len() + chunk.len() * (tuple.len() + 2));
-        sql.push_str(&head);
-        for i in 0..chunk.len() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&tuple);
+impl SqliteRows {
+    /// Lays `rows` out for the table `target` (quoted), whose columns are
+    /// `names` (quoted, the metadata columns first).
+    pub(super) fn new(target: &str, names: &[String], upsert: &str, rows: &[Row<'_>], now: i64, meta: &str) -> Result<SqliteRows, String> {
+        let width = names.len() - METADATA_COLUMNS.len();
+        let sql = format!("INSERT INTO {target} ({}) VALUES ({}){upsert}", names.join(", "), vec!["?"; names.len()].join(", "));
+        let size: usize = rows.iter().map(|(key, values)| key.len() + values.iter().flatten().map(|v| v.len()).sum::<usize>()).sum();
+        if u32::try_from(size).is_err() {
+            return Err("a batch for SQLite must hold less than 4 GiB of text".into());
         }
-        sql.push_str(upsert);
-        let mut args = SqliteArguments::default();
-        args.reserve(chunk.len() * names.len(), 0);
-        for (raw_id, values) in chunk {
-            args.add(raw_id.as_str()).map_err(|e| e.to_string())?;
-            args.add(now).map_err(|e| e.to_string())?;
-            args.add(meta).map_err(|e| e.to_string())?;
-            for j in 0..names.len() - METADATA_COLUMNS.len() {
-                args.add(values.get(j).and_then(|v| v.as_deref())).map_err(|e| e.to_string())?;
-            }
+        let mut text = String::with_capacity(size);
+        let mut spans = Vec::with_capacity(rows.len() * (1 + width));
+        let mut push = |value: &str| {
+            // Within u32: the total was checked above.
+            let span = (text.len() as u32, value.len() as u32);
+            text.push_str(value);
+            Some(span)
+        };
+        for (key, values) in rows {
+            spans.push(push(key));
+            spans.extend((0..width).map(|j| values.get(j).and_then(|v| v.as_deref()).and_then(&mut push)));
         }
-        statements.push((sql, args));
+        Ok(SqliteRows { sql, width, text, spans, now, meta: meta.to_owned() })
     }
-    Ok(statements)
+
+    fn value(&self, span: (u32, u32)) -> &str {
+        &self.text[span.0 as usize..(span.0 + span.1) as usize]
+    }
+}
+
+/// The connection that writes a warehouse's rows, through SQLite's C
+/// interface: it binds each value as a borrowed slice of its batch
+/// (SQLite copies nothing), and keeps its upsert prepared from batch to
+/// batch. Creating tables and columns, and the registry of tables, go
+/// through the pool's connection; SQLite re-prepares the upsert itself
+/// when that changes the schema.
+pub struct RowWriter {
+    db: NonNull<ffi::sqlite3>,
+    /// The last upsert prepared, with its text.
+    insert: Option<(String, NonNull<ffi::sqlite3_stmt>)>,
+}
+
+// SAFETY: SQLite is built thread-safe; a connection opened with
+// SQLITE_OPEN_NOMUTEX may move between threads as long as one thread at a
+// time uses it (and its statements), which `&mut self` on every use
+// guarantees.
+unsafe impl Send for RowWriter {}
+
+impl RowWriter {
+    /// Opens the existing database file at `path` (the pool created it and
+    /// put it in WAL mode).
+    pub(super) fn open(path: &std::path::Path) -> Result<RowWriter, String> {
+        let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "the database path holds a NUL byte".to_owned())?;
+        let mut db = std::ptr::null_mut();
+        // SAFETY: `name` is a NUL-terminated path; `db` receives a handle,
+        // which must be closed even when opening fails.
+        let rc = unsafe { ffi::sqlite3_open_v2(name.as_ptr(), &mut db, ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_NOMUTEX, std::ptr::null()) };
+        let Some(db) = NonNull::new(db) else { return Err("SQLite could not allocate a connection".into()) };
+        let mut writer = RowWriter { db, insert: None };
+        if rc != ffi::SQLITE_OK {
+            return Err(writer.error());
+        }
+        // SAFETY: the handle is open.
+        unsafe { ffi::sqlite3_busy_timeout(db.as_ptr(), 10_000) };
+        writer.exec(&format!("PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}"))?;
+        Ok(writer)
+    }
+
+    /// Writes `rows` in one transaction: all of them, or none.
+    pub(super) fn write(&mut self, rows: &SqliteRows) -> Result<(), String> {
+        // SAFETY: the handle is open. A transaction left open by a write
+        // that did not finish (a panic) is rolled back, not joined.
+        if unsafe { ffi::sqlite3_get_autocommit(self.db.as_ptr()) } == 0 {
+            self.exec("ROLLBACK")?;
+        }
+        self.exec("BEGIN IMMEDIATE")?;
+        let written = self.insert_all(rows).and_then(|()| self.exec("COMMIT"));
+        if written.is_err() {
+            let _ = self.exec("ROLLBACK");
+        }
+        written
+    }
+
+    fn insert_all(&mut self, rows: &SqliteRows) -> Result<(), String> {
+        let stmt = self.statement(&rows.sql)?.as_ptr();
+        let result = (|| {
+            // The metadata are the same for every row; bindings outlive a
+            // reset, so they are bound once.
+            self.check(unsafe { ffi::sqlite3_bind_int64(stmt, 2, rows.now) })?;
+            self.check(bind_text(stmt, 3, &rows.meta))?;
+            for row in rows.spans.chunks_exact(1 + rows.width) {
+                for (i, span) in row.iter().enumerate() {
+                    // Parameter 1 is the key; 2 and 3 are the metadata.
+                    let index = if i == 0 { 1 } else { i as c_int + 3 };
+                    let rc = match span {
+                        Some(span) => bind_text(stmt, index, rows.value(*span)),
+                        // SAFETY: `stmt` is a live statement of this connection.
+                        None => unsafe { ffi::sqlite3_bind_null(stmt, index) },
+                    };
+                    self.check(rc)?;
+                }
+                // SAFETY: as above; every parameter is bound to memory that
+                // `rows` keeps alive until the bindings are cleared below.
+                let rc = unsafe { ffi::sqlite3_step(stmt) };
+                unsafe { ffi::sqlite3_reset(stmt) };
+                if rc != ffi::SQLITE_DONE {
+                    return Err(self.error());
+                }
+            }
+            Ok(())
+        })();
+        // SAFETY: `stmt` is live. No binding may point into `rows` once
+        // this returns.
+        unsafe {
+            ffi::sqlite3_reset(stmt);
+            ffi::sqlite3_clear_bindings(stmt);
+        }
+        result
+    }
+
+    /// The prepared upsert for `sql`, preparing it when it is not the last
+    /// one.
+    fn statement(&mut self, sql: &str) -> Result<NonNull<ffi::sqlite3_stmt>, String> {
+        if let Some((text, stmt)) = &self.insert
+            && text == sql
+        {
+            return Ok(*stmt);
+        }
+        self.finalize();
+        let len = c_int::try_from(sql.len()).map_err(|_| "the statement is too long".to_owned())?;
+        let mut stmt = std::ptr::null_mut();
+        // SAFETY: `sql` is valid for `len` bytes; SQLite copies what it keeps.
+        let rc = unsafe { ffi::sqlite3_prepare_v3(self.db.as_ptr(), sql.as_ptr().cast(), len, ffi::SQLITE_PREPARE_PERSISTENT, &mut stmt, std::ptr::null_mut()) };
+        self.check(rc)?;
+        let stmt = NonNull::new(stmt).ok_or_else(|| "SQLite prepared an empty statement".to_owned())?;
+        self.insert = Some((sql.to_owned(), stmt));
+        Ok(stmt)
+    }
+
+    fn finalize(&mut self) {
+        if let Some((_, stmt)) = self.insert.take() {
+            // SAFETY: the statement is live and no longer referenced.
+            unsafe { ffi::sqlite3_finalize(stmt.as_ptr()) };
+        }
+    }
+
+    /// Runs statements that return no rows.
+    fn exec(&mut self, sql: &str) -> Result<(), String> {
+        let sql = CString::new(sql).map_err(|_| "a statement holds a NUL byte".to_owned())?;
+        // SAFETY: the handle is open and `sql` NUL-terminated.
+        let rc = unsafe { ffi::sqlite3_exec(self.db.as_ptr(), sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut()) };
+        self.check(rc)
+    }
+
+    fn check(&self, rc: c_int) -> Result<(), String> {
+        if rc == ffi::SQLITE_OK { Ok(()) } else { Err(self.error()) }
+    }
+
+    /// The connection's last error, as SQLite words it.
+    fn error(&self) -> String {
+        // SAFETY: the handle is open (or failed to open, which
+        // `sqlite3_errmsg` also describes); the message is NUL-terminated
+        // and copied before the next call on the connection.
+        unsafe {
+            let code = ffi::sqlite3_extended_errcode(self.db.as_ptr());
+            let message = CStr::from_ptr(ffi::sqlite3_errmsg(self.db.as_ptr())).to_string_lossy();
+            format!("{message} (SQLite code {code})")
+        }
+    }
+}
+
+impl Drop for RowWriter {
+    fn drop(&mut self) {
+        self.finalize();
+        // SAFETY: every statement is finalized; the handle is not used again.
+        unsafe { ffi::sqlite3_close(self.db.as_ptr()) };
+    }
+}
+
+/// Binds `value` without a copy: the caller keeps it alive and unchanged
+/// until the binding is replaced or cleared.
+fn bind_text(stmt: *mut ffi::sqlite3_stmt, index: c_int, value: &str) -> c_int {
+    // SAFETY: `stmt` is a live statement; `value` is valid UTF-8 for its
+    // length, and SQLITE_STATIC promises SQLite it stays so while bound.
+    unsafe { ffi::sqlite3_bind_text64(stmt, index, value.as_ptr().cast(), value.len() as u64, ffi::SQLITE_STATIC(), ffi::SQLITE_UTF8 as u8) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::*;
     use super::super::tests::test_place;
+
+    /// The rows of one batch: all of them land, with their values as
+    /// given (escapes decoded, NUL kept, missing fields NULL), or none do.
+    #[tokio::test]
+    async fn a_batch_lands_whole_or_not_at_all_and_the_writer_goes_on_after_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap());
+        let Writer::Sql { db: Db::Sqlite(pool, ..), .. } = &*writer else { panic!("an SQLite writer") };
+        let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
+        let batch = |values: &[&str]| values.iter().enumerate().map(|(i, v)| format!(r#"{{"id": {i}, "v": {v}}}"#)).collect::<Vec<_>>();
+        let mut written = loader.write(batch(&[r#""caf\u00e9 \"x\"""#, r#""a\u0000b""#, "null", r#"{"deep": [1, 2]}"#])).await.unwrap().records;
+        written += loader.write(vec![r#"{"id": 4}"#.into()]).await.unwrap().records;
+        written += loader.drain().await.unwrap().records;
+        assert_eq!(written, 5);
+        let rows: Vec<(String, Option<String>)> = sqlx::query_as("SELECT id, v FROM events ORDER BY CAST(id AS INTEGER)").fetch_all(pool).await.unwrap();
+        let want = [("0", Some("café \"x\"")), ("1", Some("a\0b")), ("2", None), ("3", Some(r#"{"deep": [1, 2]}"#)), ("4", None)];
+        assert_eq!(rows, want.map(|(id, v)| (id.to_owned(), v.map(str::to_owned))));
+
+        // A row the database refuses in the middle of a batch: nothing of
+        // the batch stays, and the next batch goes in.
+        sqlx::query("CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.v = 'boom' BEGIN SELECT RAISE(ABORT, 'refused'); END").execute(pool).await.unwrap();
+        let refused = [r#"{"id": 10, "v": "fine"}"#, r#"{"id": 11, "v": "boom"}"#, r#"{"id": 12, "v": "fine"}"#];
+        loader.write(refused.map(str::to_owned).to_vec()).await.unwrap();
+        match loader.drain().await {
+            Err(WriteError::Destination(m)) => assert!(m.contains("refused"), "{m}"),
+            other => panic!("expected the write to fail, got {other:?}"),
+        }
+        let count = || async { sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events").fetch_one(pool).await.unwrap() };
+        assert_eq!(count().await, 5, "the refused batch left no row behind");
+        loader.write(vec![r#"{"id": 0, "v": "rewritten"}"#.into(), r#"{"id": 20, "v": "new"}"#.into()]).await.unwrap();
+        assert_eq!(loader.drain().await.unwrap().records, 2);
+        assert_eq!(count().await, 6, "one row replaced by its key, one added");
+        let v: String = sqlx::query_scalar("SELECT v FROM events WHERE id = '0'").fetch_one(pool).await.unwrap();
+        assert_eq!(v, "rewritten");
+    }
 
     #[tokio::test]
     async fn sqlite_commits_reach_the_database_file_in_the_background_and_the_log_goes_on_close() {
