@@ -123,11 +123,17 @@ impl<'a> Rows<'a> {
         let mut by_field: HashMap<String, Option<usize>> = HashMap::new();
         let mut rows: Vec<Row<'a>> = Vec::with_capacity(shaped.len());
         let mut by_key: HashMap<String, usize> = HashMap::new();
+        // The fields of the record before, in its order, with their slots:
+        // records of one stream mostly list the same fields in the same
+        // order, and comparing a name with the one at the same position is
+        // cheaper than hashing it.
+        let mut last: Vec<(Cow<'a, str>, Option<usize>)> = Vec::new();
         for record in shaped {
             let mut row: Vec<Option<Cow<'a, str>>> = vec![None; columns.len()];
-            for (name, raw) in &record.fields {
-                let slot = match by_field.get(name.as_ref()) {
-                    Some(slot) => *slot,
+            for (at, (name, raw)) in record.fields.iter().enumerate() {
+                let hit = last.get(at).and_then(|(seen, slot)| (seen == name).then_some(*slot));
+                let slot = match hit.or_else(|| by_field.get(name.as_ref()).copied()) {
+                    Some(slot) => slot,
                     None => {
                         let column = sql_name(name);
                         let slot = if column.starts_with("_service_") {
@@ -142,6 +148,11 @@ impl<'a> Rows<'a> {
                         slot
                     }
                 };
+                if hit.is_none() {
+                    // Positions grow one by one, so `at` is at most the length.
+                    last.truncate(at);
+                    last.push((name.clone(), slot));
+                }
                 if let Some(i) = slot {
                     if row.len() <= i {
                         row.resize(i + 1, None);
@@ -180,6 +191,26 @@ mod tests {
         assert_eq!(first, [Some("1"), Some("café \"x\""), Some(r#"["a", "b"]"#), None]);
         let second: Vec<Option<&str>> = rows[1].1.iter().map(|v| v.as_deref()).collect();
         assert_eq!(second, [Some("2"), Some("second"), None, None, Some(r#"{"deep": true}"#)], "Name and name share a column");
+    }
+
+    /// Fields are matched by name, whatever their order or number from
+    /// one record to the next.
+    #[test]
+    fn fields_land_in_their_columns_in_any_order() {
+        let records = [r#"{"a": 1, "b": 2}"#, r#"{"b": 3, "a": 4}"#, r#"{"a": 5, "b": 6, "c": 7}"#, r#"{"a": 8}"#, r#"{"c": 9, "\u0061": 10}"#, r#"{"a": 11, "b": 12}"#];
+        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+        let Rows { columns, rows } = Rows::collect(shaped, false).unwrap();
+        assert_eq!(columns, ["a", "b", "c"]);
+        let values: Vec<Vec<Option<&str>>> = rows.iter().map(|(_, row)| row.iter().map(|v| v.as_deref()).collect()).collect();
+        let want: [&[Option<&str>]; 6] = [
+            &[Some("1"), Some("2")],
+            &[Some("4"), Some("3")],
+            &[Some("5"), Some("6"), Some("7")],
+            &[Some("8"), None, None],
+            &[Some("10"), None, Some("9")],
+            &[Some("11"), Some("12"), None],
+        ];
+        assert_eq!(values, want.map(<[_]>::to_vec));
     }
 
     #[test]
