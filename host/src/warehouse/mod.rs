@@ -370,7 +370,11 @@ impl Writer {
                 let failed = |e: sqlx::Error| format!("cannot open the SQLite destination: {e}");
                 let writer = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
                 let pool = SqlitePoolOptions::new().max_connections(1).connect_with(writer).await.map_err(failed)?;
-                let rows = RowWriter::open(&dir.join(file)).map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
+                let path = dir.join(file);
+                let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                    .map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
                 let checkpointer = Checkpointer::start(&options).await.map_err(failed)?;
                 Ok(Writer::Sql { db: Db::Sqlite(pool, Arc::new(std::sync::Mutex::new(rows)), checkpointer), columns: Default::default() })
             }

@@ -130,8 +130,14 @@ unsafe impl Send for RowWriter {}
 
 impl RowWriter {
     /// Opens the existing database file at `path` (the pool created it and
-    /// put it in WAL mode).
+    /// put it in WAL mode). Blocking: call it off the async workers.
     pub(super) fn open(path: &std::path::Path) -> Result<RowWriter, String> {
+        // `Send` above needs a thread-safe build (sqlx bundles one; a
+        // system library could be built otherwise).
+        // SAFETY: a constant of the library, callable at any time.
+        if unsafe { ffi::sqlite3_threadsafe() } == 0 {
+            return Err("the SQLite library was built without thread safety".into());
+        }
         let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "the database path holds a NUL byte".to_owned())?;
         let mut db = std::ptr::null_mut();
         // SAFETY: `name` is a NUL-terminated path; `db` receives a handle,
@@ -150,17 +156,14 @@ impl RowWriter {
 
     /// Writes `rows` in one transaction: all of them, or none.
     pub(super) fn write(&mut self, rows: &SqliteRows) -> Result<(), String> {
-        // SAFETY: the handle is open. A transaction left open by a write
-        // that did not finish (a panic) is rolled back, not joined.
-        if unsafe { ffi::sqlite3_get_autocommit(self.db.as_ptr()) } == 0 {
-            self.exec("ROLLBACK")?;
-        }
         self.exec("BEGIN IMMEDIATE")?;
-        let written = self.insert_all(rows).and_then(|()| self.exec("COMMIT"));
-        if written.is_err() {
-            let _ = self.exec("ROLLBACK");
-        }
-        written
+        // Rolled back on every way out but a commit, a panic included, so
+        // no transaction is left holding the write lock.
+        let mut tx = Transaction { writer: self, committed: false };
+        tx.writer.insert_all(rows)?;
+        tx.writer.exec("COMMIT")?;
+        tx.committed = true;
+        Ok(())
     }
 
     fn insert_all(&mut self, rows: &SqliteRows) -> Result<(), String> {
@@ -254,8 +257,26 @@ impl RowWriter {
 impl Drop for RowWriter {
     fn drop(&mut self) {
         self.finalize();
-        // SAFETY: every statement is finalized; the handle is not used again.
-        unsafe { ffi::sqlite3_close(self.db.as_ptr()) };
+        // SAFETY: every statement is finalized (`sqlite3_exec` finalizes
+        // its own); the handle is not used again.
+        let rc = unsafe { ffi::sqlite3_close(self.db.as_ptr()) };
+        debug_assert_eq!(rc, ffi::SQLITE_OK, "a statement outlived the connection");
+    }
+}
+
+/// The open transaction of [`RowWriter::write`].
+struct Transaction<'a> {
+    writer: &'a mut RowWriter,
+    committed: bool,
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        // A failed COMMIT leaves the transaction open; an error SQLite
+        // rolled back itself leaves none, and this ROLLBACK fails harmlessly.
+        if !self.committed {
+            let _ = self.writer.exec("ROLLBACK");
+        }
     }
 }
 
