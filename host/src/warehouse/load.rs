@@ -60,21 +60,41 @@ impl Loader {
 
     /// Prepares `records` and starts writing them, first waiting for
     /// earlier batches while too many are in flight. Returns what finished
-    /// meanwhile, or the first failure.
+    /// meanwhile, or the first failure. A batch too wide to lay out at
+    /// once is written in halves, in order (so in deduplicated mode the
+    /// last copy of a key still wins).
     pub async fn write(&mut self, records: Vec<String>) -> Result<Written, WriteError> {
-        let (writer, stream) = (self.writer.clone(), self.stream.clone());
-        let batch = tokio::task::spawn_blocking(move || writer.prepare(&stream.pipeline_id, &stream.stream, &records, stream.mode, &stream.primary_key))
-            .await
-            .unwrap_or_else(|e| Err(WriteError::Destination(format!("preparing the batch stopped: {e}"))))?;
         let mut written = Written::default();
-        while self.batches() >= self.limit {
-            self.next(&mut written).await?;
+        // The parts still to write, the next one last.
+        let mut parts = vec![records];
+        while let Some(records) = parts.pop() {
+            let (writer, stream) = (self.writer.clone(), self.stream.clone());
+            let (records, batch) = tokio::task::spawn_blocking(move || {
+                let batch = writer.prepare(&stream.pipeline_id, &stream.stream, &records, stream.mode, &stream.primary_key);
+                (records, batch)
+            })
+            .await
+            .map_err(|e| WriteError::Destination(format!("preparing the batch stopped: {e}")))?;
+            let batch = match batch? {
+                Some(batch) => batch,
+                // A single record is split no further.
+                None if records.len() > 1 => {
+                    let mut first = records;
+                    let second = first.split_off(first.len() / 2);
+                    parts.extend([second, first]);
+                    continue;
+                }
+                None => return Err(WriteError::BadRecord("a record has more fields than a destination table can hold".into())),
+            };
+            while self.batches() >= self.limit {
+                self.next(&mut written).await?;
+            }
+            let writer = self.writer.clone();
+            self.in_flight.push_back(InFlight::Batch(tokio::spawn(async move {
+                let records = batch.records;
+                writer.apply(batch).await.map(|bytes| (records, bytes))
+            })));
         }
-        let writer = self.writer.clone();
-        self.in_flight.push_back(InFlight::Batch(tokio::spawn(async move {
-            let records = batch.records;
-            writer.apply(batch).await.map(|bytes| (records, bytes))
-        })));
         Ok(written)
     }
 
@@ -130,6 +150,29 @@ mod tests {
     use super::*;
     use super::super::DestinationConfig;
     use super::super::tests::test_place;
+
+    /// A batch too wide to lay out at once is written in parts, in order:
+    /// every record lands, and the last copy of a key still wins.
+    #[tokio::test]
+    async fn a_batch_too_wide_to_lay_out_is_written_in_parts_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap());
+        let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
+        // 500 columns and 9,000 keys: more than MAX_CELLS. Keys 1 to 3,000
+        // come twice, once in each half.
+        let wide = format!(r#"{{"id": 0, {}}}"#, (0..498).map(|i| format!(r#""f{i}": {i}"#)).collect::<Vec<_>>().join(", "));
+        let records: Vec<String> = std::iter::once(wide).chain((1..=12_000).map(|k| format!(r#"{{"id": {}, "v": {k}}}"#, k % 9000))).collect();
+        const { assert!(9000 * 500 > super::super::shape::MAX_CELLS) };
+        let during = loader.write(records).await.unwrap().records;
+        assert!(during > 0 && during < 12_001, "a first part was written before the last was queued ({during} records)");
+        assert_eq!(during + loader.drain().await.unwrap().records, 12_001);
+        let Writer::Sql { db: super::super::Db::Sqlite(pool, ..), .. } = &*writer else { panic!("an SQLite writer") };
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(pool).await.unwrap();
+        assert_eq!(count, 9000);
+        let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, v FROM events WHERE id IN ('0', '1', '2999', '3000', '3001', '8999') ORDER BY CAST(id AS INTEGER)").fetch_all(pool).await.unwrap();
+        let want: Vec<(String, String)> = [(0, 9000), (1, 9001), (2999, 11_999), (3000, 12_000), (3001, 3001), (8999, 8999)].iter().map(|(id, v)| (id.to_string(), v.to_string())).collect();
+        assert_eq!(rows, want, "each key holds its last copy");
+    }
 
     #[tokio::test]
     async fn checkpoints_come_due_only_after_the_batches_before_them() {

@@ -474,8 +474,9 @@ impl Writer {
     }
 
     /// Lays a batch out for the destination: parsing, keys, escaping and
-    /// binding, with no I/O.
-    fn prepare(&self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<Batch, WriteError> {
+    /// binding, with no I/O. `None` when the batch is too wide to lay out
+    /// at once ([`shape::MAX_CELLS`]) and is to be written in parts.
+    fn prepare(&self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<Option<Batch>, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
@@ -485,7 +486,7 @@ impl Writer {
             Writer::Jsonl { .. } => (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta).map_err(WriteError::BadRecord)?)),
             Writer::Sql { db, .. } => {
                 let dedupe = mode == StreamSyncMode::IncrementalDeduped;
-                let Rows { columns, rows } = Rows::collect(shaped, dedupe).map_err(WriteError::BadRecord)?;
+                let Some(Rows { columns, rows }) = Rows::collect(shaped, dedupe, shape::MAX_CELLS).map_err(WriteError::BadRecord)? else { return Ok(None) };
                 let mut names: Vec<String> = METADATA_COLUMNS.iter().map(|c| quote(c)).collect();
                 names.extend(columns.iter().map(|c| quote(c)));
                 let upsert = format!(
@@ -501,7 +502,7 @@ impl Writer {
                 (columns, load)
             }
         };
-        Ok(Batch { table, columns, records: records.len() as u64, bytes, load })
+        Ok(Some(Batch { table, columns, records: records.len() as u64, bytes, load }))
     }
 
     /// Writes a prepared batch in one transaction; returns its size in
@@ -579,18 +580,18 @@ mod tests {
         let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
         let postgres = Writer::Sql { db: Db::Postgres(pool), columns: Default::default() };
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
-            match postgres.prepare("p", "events", &records, mode, &["id".to_owned()]) {
+            match postgres.prepare("p", "events", &records, mode, &["id".to_owned()]).map(|batch| batch.is_some()) {
                 Err(WriteError::BadRecord(m)) => assert!(m.contains("NUL"), "{m}"),
                 Err(e) => panic!("expected a bad record, got {e:?}"),
                 Ok(_) => panic!("expected a bad record"),
             }
         }
         let nested = vec![r#"{"id": 1, "payload": {"note": "a\u0000b"}}"#.to_owned()];
-        assert!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]).is_ok(), "nested JSON keeps the escape as text");
+        assert!(matches!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))), "nested JSON keeps the escape as text");
 
         let dir = tempfile::tempdir().unwrap();
         let sqlite = Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap();
-        assert!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]).is_ok(), "SQLite stores NUL in text");
+        assert!(matches!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))), "SQLite stores NUL in text");
     }
 
     /// A workspace's place in a scratch data directory.

@@ -108,6 +108,13 @@ pub(super) fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, Strin
 /// A row: its key and its values, in the order of [`Rows::columns`].
 pub(super) type Row<'a> = (String, Vec<Option<Cow<'a, str>>>);
 
+/// Cells (rows times columns) a batch may lay out. Destinations take a
+/// value or a NULL for every cell (PostgreSQL's `COPY` writes each), so a
+/// batch of many small records after one with many fields would cost far
+/// more memory than its text: such a batch is split instead. A batch of
+/// 16 MiB of 1 KB records with 200 fields each stays whole.
+pub(super) const MAX_CELLS: usize = 4_000_000;
+
 /// The rows of one batch, aligned to the union of their columns.
 pub(super) struct Rows<'a> {
     pub(super) columns: Vec<String>,
@@ -117,8 +124,9 @@ pub(super) struct Rows<'a> {
 impl<'a> Rows<'a> {
     /// Lays the batch out as rows. Fields whose column names collide keep
     /// the last value; in deduplicated mode a key seen twice in one batch
-    /// keeps its last version.
-    pub(super) fn collect(shaped: Vec<Shaped<'a>>, dedupe: bool) -> Result<Rows<'a>, String> {
+    /// keeps its last version. `None` when the batch would lay out more than
+    /// `max_cells` cells: it is to be split.
+    pub(super) fn collect(shaped: Vec<Shaped<'a>>, dedupe: bool, max_cells: usize) -> Result<Option<Rows<'a>>, String> {
         let mut columns: Vec<String> = Vec::new();
         let mut by_field: HashMap<String, Option<usize>> = HashMap::new();
         let mut rows: Vec<Row<'a>> = Vec::with_capacity(shaped.len());
@@ -129,7 +137,9 @@ impl<'a> Rows<'a> {
         // cheaper than hashing it.
         let mut last: Vec<(Cow<'a, str>, Option<usize>)> = Vec::new();
         for record in shaped {
-            let mut row: Vec<Option<Cow<'a, str>>> = vec![None; columns.len()];
+            // As long as the record's last field needs: rows are read with
+            // `get`, and a missing value is NULL.
+            let mut row: Vec<Option<Cow<'a, str>>> = Vec::new();
             for (at, (name, raw)) in record.fields.iter().enumerate() {
                 let hit = last.get(at).and_then(|(seen, slot)| (seen == name).then_some(*slot));
                 let slot = match hit.or_else(|| by_field.get(name.as_ref()).copied()) {
@@ -160,6 +170,9 @@ impl<'a> Rows<'a> {
                     row[i] = column_value(raw)?;
                 }
             }
+            if (rows.len() + 1) * columns.len() > max_cells {
+                return Ok(None);
+            }
             if dedupe && let Some(&at) = by_key.get(&record.raw_id) {
                 rows[at].1 = row;
                 continue;
@@ -169,7 +182,7 @@ impl<'a> Rows<'a> {
             }
             rows.push((record.raw_id, row));
         }
-        Ok(Rows { columns, rows })
+        Ok(Some(Rows { columns, rows }))
     }
 }
 
@@ -185,7 +198,7 @@ mod tests {
         ];
         let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
         assert_ne!(shaped[0].raw_id, shaped[1].raw_id);
-        let Rows { columns, rows } = Rows::collect(shaped, false).unwrap();
+        let Rows { columns, rows } = Rows::collect(shaped, false, MAX_CELLS).unwrap().unwrap();
         assert_eq!(columns, ["id", "name", "tags", "gone", "extra"], "one column per field name, _service_ fields dropped");
         let first: Vec<Option<&str>> = rows[0].1.iter().map(|v| v.as_deref()).collect();
         assert_eq!(first, [Some("1"), Some("café \"x\""), Some(r#"["a", "b"]"#), None]);
@@ -199,18 +212,35 @@ mod tests {
     fn fields_land_in_their_columns_in_any_order() {
         let records = [r#"{"a": 1, "b": 2}"#, r#"{"b": 3, "a": 4}"#, r#"{"a": 5, "b": 6, "c": 7}"#, r#"{"a": 8}"#, r#"{"c": 9, "\u0061": 10}"#, r#"{"a": 11, "b": 12}"#];
         let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
-        let Rows { columns, rows } = Rows::collect(shaped, false).unwrap();
+        let Rows { columns, rows } = Rows::collect(shaped, false, MAX_CELLS).unwrap().unwrap();
         assert_eq!(columns, ["a", "b", "c"]);
-        let values: Vec<Vec<Option<&str>>> = rows.iter().map(|(_, row)| row.iter().map(|v| v.as_deref()).collect()).collect();
+        // Rows are as long as their last field needs; the rest is NULL.
+        let values: Vec<Vec<Option<&str>>> = rows.iter().map(|(_, row)| (0..columns.len()).map(|j| row.get(j).and_then(|v| v.as_deref())).collect()).collect();
         let want: [&[Option<&str>]; 6] = [
-            &[Some("1"), Some("2")],
-            &[Some("4"), Some("3")],
+            &[Some("1"), Some("2"), None],
+            &[Some("4"), Some("3"), None],
             &[Some("5"), Some("6"), Some("7")],
             &[Some("8"), None, None],
             &[Some("10"), None, Some("9")],
             &[Some("11"), Some("12"), None],
         ];
         assert_eq!(values, want.map(<[_]>::to_vec));
+    }
+
+    /// Many small records after one with many fields: the batch is to be
+    /// split rather than laid out, and a row costs what its fields need.
+    #[test]
+    fn a_batch_wider_than_the_cell_limit_is_to_be_split() {
+        let wide = format!("{{{}}}", (0..100).map(|i| format!(r#""f{i}": {i}"#)).collect::<Vec<_>>().join(", "));
+        let records: Vec<String> = std::iter::once(wide).chain((0..20).map(|_| "{}".to_owned())).collect();
+        let lay_out = |max_cells| {
+            let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+            Rows::collect(shaped, false, max_cells).unwrap()
+        };
+        assert!(lay_out(21 * 100 - 1).is_none(), "21 rows of 100 columns exceed 2,099 cells");
+        let Some(Rows { columns, rows }) = lay_out(21 * 100) else { panic!("21 rows of 100 columns fit in 2,100 cells") };
+        assert_eq!((columns.len(), rows.len()), (100, 21));
+        assert!(rows[1..].iter().all(|(_, row)| row.is_empty()), "an empty record allocates no cells");
     }
 
     #[test]
@@ -220,7 +250,7 @@ mod tests {
         let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalDeduped, &pk)).collect::<Result<Vec<_>, _>>().unwrap();
         assert_eq!(shaped[0].raw_id, shaped[2].raw_id, "formatting does not change the key");
         assert_eq!(shaped[0].raw_id, hex(&Sha256::digest(b"[7]")));
-        let Rows { rows, .. } = Rows::collect(shaped, true).unwrap();
+        let Rows { rows, .. } = Rows::collect(shaped, true, MAX_CELLS).unwrap().unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].1[1].as_deref(), Some("new"));
         assert!(shape("[1]", StreamSyncMode::IncrementalAppend, &[]).is_err());
