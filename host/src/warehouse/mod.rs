@@ -41,7 +41,7 @@ use crate::store::kinds::DestinationKind;
 use crate::store::pipelines::StreamSyncMode;
 use postgres::{CopyData, POSTGRES_CONNECTIONS, copy_data, copy_rows, copy_text_from_binary};
 use shape::{Rows, shape};
-use sqlite::{Checkpointer, RowWriter, SqliteRows, WAL_BACKSTOP_PAGES};
+use sqlite::{BUSY_TIMEOUT, Checkpointer, RowWriter, SqliteRows, WAL_BACKSTOP_PAGES};
 
 pub mod jsonl;
 pub mod load;
@@ -366,15 +366,14 @@ impl Writer {
                     .page_size(16_384)
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Full)
-                    .busy_timeout(std::time::Duration::from_secs(10));
-                let failed = |e: sqlx::Error| format!("cannot open the SQLite destination: {e}");
-                let writer = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
-                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(writer).await.map_err(failed)?;
+                    .busy_timeout(BUSY_TIMEOUT);
+                fn failed(e: impl std::fmt::Display) -> String {
+                    format!("cannot open the SQLite destination: {e}")
+                }
+                let schema = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
+                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(schema).await.map_err(failed)?;
                 let path = dir.join(file);
-                let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path))
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
-                    .map_err(|e| format!("cannot open the SQLite destination: {e}"))?;
+                let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path)).await.unwrap_or_else(|e| Err(e.to_string())).map_err(failed)?;
                 let checkpointer = Checkpointer::start(&options).await.map_err(failed)?;
                 Ok(Writer::Sql { db: Db::Sqlite(pool, Arc::new(std::sync::Mutex::new(rows)), checkpointer), columns: Default::default() })
             }
@@ -511,7 +510,7 @@ impl Writer {
         let io = WriteError::Destination;
         let Batch { table, columns, bytes, load, .. } = batch;
         let binary = self.ensure_columns(&table, &columns).await.map_err(io)?;
-        let failed = |e: sqlx::Error| io(format!("cannot write to {table}: {e}"));
+        let failed = |e: &dyn std::fmt::Display| io(format!("cannot write to {table}: {e}"));
         match (self, load) {
             (Writer::Jsonl { dir }, Load::Lines(out)) => jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?,
             (Writer::Sql { db: Db::Sqlite(_, writer, checkpointer), .. }, Load::Rows(rows)) => {
@@ -520,14 +519,14 @@ impl Writer {
                 tokio::task::spawn_blocking(move || writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows))
                     .await
                     .unwrap_or_else(|e| Err(format!("the write stopped: {e}")))
-                    .map_err(|e| io(format!("cannot write to {table}: {e}")))?;
+                    .map_err(|e| failed(&e))?;
                 checkpointer.committed();
             }
             (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
                 // A column someone gave another type (JSONB, say) takes
                 // text, which the server converts; binary it would refuse.
                 let data = if binary { CopyData::Binary(data) } else { CopyData::Text(copy_text_from_binary(&data).map_err(io)?) };
-                copy_rows(pool, &quote(&table), &names, upsert.as_deref(), data).await.map_err(failed)?;
+                copy_rows(pool, &quote(&table), &names, upsert.as_deref(), data).await.map_err(|e| failed(&e))?;
             }
             _ => return Err(io("the batch was prepared for another destination".into())),
         }

@@ -12,6 +12,10 @@ use sqlx::sqlite::SqliteConnectOptions;
 use super::METADATA_COLUMNS;
 use super::shape::Row;
 
+/// How long an SQLite warehouse's connections wait for another's lock
+/// (the pool's and the [`RowWriter`]'s take turns writing) before failing.
+pub(super) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Pages an SQLite warehouse's write-ahead log may hold before the writer
 /// copies them into the database file itself: a backstop for when the
 /// [`Checkpointer`] falls behind (64 MiB with 16 KiB pages).
@@ -149,7 +153,7 @@ impl RowWriter {
             return Err(writer.error());
         }
         // SAFETY: the handle is open.
-        unsafe { ffi::sqlite3_busy_timeout(db.as_ptr(), 10_000) };
+        unsafe { ffi::sqlite3_busy_timeout(db.as_ptr(), BUSY_TIMEOUT.as_millis() as c_int) };
         writer.exec(&format!("PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}"))?;
         Ok(writer)
     }
