@@ -48,7 +48,10 @@ impl<'de> Deserialize<'de> for Fields<'de> {
                 f.write_str("a JSON object")
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Fields<'de>, M::Error> {
-                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                // JSON text does not say how many fields follow; records
+                // commonly have tens, and growing from a few would copy
+                // the vector several times per record.
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(32));
                 while let Some((Text(k), v)) = map.next_entry::<Text<'de>, &'de RawValue>()? {
                     fields.push((k, v));
                 }

@@ -46,6 +46,7 @@
 //! started beyond it.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use connector_sdk::{
     Error, Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Result, Retry,
@@ -91,11 +92,42 @@ pub struct User {
 pub struct ListPage {
     /// The page number requested (from 1).
     pub number: u32,
-    /// The records of the page, as the provider sent them: their JSON text,
-    /// unparsed, so records passed through are never parsed and rebuilt.
-    pub records: Vec<Box<RawValue>>,
+    /// The page's records, cut out of its body; see [`ListPage::records`].
+    records: PageRecords,
     /// `meta.last_page`, when the provider sent it (for progress logs).
     pub last_page: Option<u64>,
+}
+
+impl ListPage {
+    /// The records of the page, as the provider sent them: their JSON
+    /// text, neither parsed nor copied, so records passed through are never
+    /// rebuilt.
+    pub fn records(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.records.iter()
+    }
+}
+
+/// A list page's body and where each of its records lies in it. The body
+/// is parsed once, as text, and the records stay in it: cutting them out
+/// as values of their own would copy every byte again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct PageRecords {
+    body: String,
+    spans: Vec<Range<usize>>,
+}
+
+impl PageRecords {
+    fn iter(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.spans.iter().map(|span| &self.body[span.clone()])
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
 }
 
 /// The provider's answer to a subscriber create, update or delete.
@@ -182,8 +214,8 @@ impl Api {
         let mut uuids = Vec::new();
         let mut unusable = 0;
         for page in self.list("/email-lists", &[]) {
-            for list in page?.records {
-                let list: Value = serde_json::from_str(list.get()).unwrap_or(Value::Null);
+            for list in page?.records() {
+                let list: Value = serde_json::from_str(list).unwrap_or(Value::Null);
                 match list.get("uuid").and_then(Value::as_str) {
                     Some(uuid) if is_path_safe_id(uuid) => uuids.push(uuid.to_owned()),
                     _ => unusable += 1,
@@ -360,7 +392,8 @@ impl Iterator for ListPages {
         let number = self.next.take()?;
         let fetched = self
             .fetch(number)
-            .and_then(|response| raw_page(&response, &self.path, number));
+            .and_then(|response| response.into_text())
+            .and_then(|body| parse_page(body, &self.path, number));
         let (records, pagination) = match fetched {
             Ok(page) => page,
             Err(e) => {
@@ -426,26 +459,50 @@ fn records_of(body: Value, path: &str, page: u32) -> Result<Vec<Value>> {
     }
 }
 
-/// A list page as its records' JSON text and its pagination (`meta` and
-/// `links`), without building the records.
-fn raw_page(response: &Response, path: &str, page: u32) -> Result<(Vec<Box<RawValue>>, Value)> {
+/// A list page's records and its pagination (`meta` and `links`), in one
+/// pass over its body, without building the records.
+fn parse_page(body: String, path: &str, page: u32) -> Result<(PageRecords, Value)> {
     #[derive(Deserialize)]
-    struct Page {
-        data: Box<RawValue>,
+    struct Page<'a> {
+        /// Missing: not a list response; `null`: an empty page.
+        #[serde(borrow, default, deserialize_with = "present")]
+        data: Option<Option<Vec<&'a RawValue>>>,
         #[serde(default)]
         meta: Value,
         #[serde(default)]
         links: Value,
     }
-    // Not an object, or `data` not an array: not a list response.
-    let body: Page = serde_json::from_slice(response.body()).map_err(|_| match serde_json::from_slice::<serde::de::IgnoredAny>(response.body()) {
-        Ok(_) => no_data(path, page),
-        Err(_) => response.json::<Value>().err().unwrap_or_else(|| no_data(path, page)),
-    })?;
-    // `null` is an empty page.
-    let records = serde_json::from_str::<Option<Vec<Box<RawValue>>>>(body.data.get()).map_err(|_| no_data(path, page))?.unwrap_or_default();
-    let pagination = serde_json::json!({ "meta": body.meta, "links": body.links });
-    Ok((records, pagination))
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Option<Vec<&'de RawValue>>>, D::Error> {
+        Option::deserialize(d).map(Some)
+    }
+    let (spans, pagination) = match serde_json::from_str::<Page>(&body) {
+        Ok(Page { data: Some(records), meta, links }) => {
+            let start = body.as_ptr().addr();
+            let spans = records
+                .unwrap_or_default()
+                .iter()
+                .map(|record| {
+                    // Each record borrows from `body`: its offset in it.
+                    let at = record.get().as_ptr().addr() - start;
+                    at..at + record.get().len()
+                })
+                .collect();
+            (spans, serde_json::json!({ "meta": meta, "links": links }))
+        }
+        // Not an object, or `data` missing or not an array: not a list
+        // response. A body that is not JSON at all says where it breaks
+        // (never what it holds).
+        Ok(Page { data: None, .. }) => return Err(no_data(path, page)),
+        Err(e) if e.is_data() => return Err(no_data(path, page)),
+        Err(e) => {
+            return Err(Error::ProviderError(format!(
+                "page {page} of {path} is not JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            )));
+        }
+    };
+    Ok((PageRecords { body, spans }, pagination))
 }
 
 fn no_data(path: &str, page: u32) -> Error {
@@ -588,6 +645,33 @@ mod tests {
         let parsed = json!({ "meta": null, "links": null });
         assert!(has_more_pages(1, 3, &parsed, 3), "a full page without pagination data means more");
         assert!(!has_more_pages(1, 3, &parsed, 2));
+    }
+
+    #[test]
+    fn a_page_is_parsed_once_and_its_records_are_their_own_text() {
+        let body = r#"{"links": {"next": null}, "data": [ {"id":1,"s":"a\"b","n":{"x":[1, 2]}} ,{"é":"ü"},7, null ], "meta": {"last_page": 3}}"#;
+        let (records, pagination) = parse_page(body.to_owned(), "/campaigns", 2).unwrap();
+        assert_eq!(
+            records.iter().collect::<Vec<_>>(),
+            [r#"{"id":1,"s":"a\"b","n":{"x":[1, 2]}}"#, r#"{"é":"ü"}"#, "7", "null"]
+        );
+        assert_eq!(pagination, json!({ "meta": { "last_page": 3 }, "links": { "next": null } }));
+        let (records, pagination) = parse_page(r#"{"data": null}"#.to_owned(), "/x", 1).unwrap();
+        assert_eq!(records.len(), 0, "a null page is empty");
+        assert_eq!(pagination, json!({ "meta": null, "links": null }));
+    }
+
+    #[test]
+    fn a_page_without_a_data_array_is_no_list_and_one_that_is_not_json_says_where() {
+        for body in [r#"{"meta": {}}"#, r#"{"data": {}}"#, r#"{"data": "x"}"#, "[]", "3", r#"{"data": [], "data": []}"#] {
+            let err = parse_page(body.to_owned(), "/x", 4).unwrap_err().to_string();
+            assert!(err.contains("page 4 of /x is not a list response"), "{body}: {err}");
+        }
+        for body in [r#"{"data": [{"email": "alice@example.com""#, r#"{"data": [{"email": alice}]}"#, ""] {
+            let err = parse_page(body.to_owned(), "/x", 4).unwrap_err().to_string();
+            assert!(err.contains("page 4 of /x is not JSON (line 1, column"), "{body}: {err}");
+            assert!(!err.contains("alice"), "no provider value in the message: {err}");
+        }
     }
 
     #[test]

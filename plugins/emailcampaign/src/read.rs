@@ -128,15 +128,15 @@ impl StreamReader {
     fn read_list(&mut self, pages: ListPages, list: Option<&str>) -> Result<()> {
         for page in pages {
             let page = page?;
-            let received = page.records.len();
+            let received = page.records().len();
             let mut records: Vec<Cow<'_, str>> = Vec::with_capacity(received);
-            for record in &page.records {
+            for record in page.records() {
                 if let Some(incremental) = self.incremental.as_mut()
-                    && !incremental.admits_text(record.get())
+                    && !incremental.admits_text(record)
                 {
                     continue;
                 }
-                records.push(self.shape_text(record.get(), list)?);
+                records.push(self.shape_text(record, list)?);
             }
             self.received += received as u64;
             self.emitted += records.len() as u64;

@@ -481,6 +481,21 @@ impl Response {
         &self.body
     }
 
+    /// The body as text, checked once and not copied: for parsing JSON that
+    /// borrows from it (records cut out of a page as they are, with
+    /// [`RawValue`](serde_json::value::RawValue)), where [`Response::json`]
+    /// would copy them out. A body that is not UTF-8 is an
+    /// [`Error::ProviderError`] naming the request (without its query).
+    pub fn into_text(self) -> Result<String> {
+        let request = self.request;
+        String::from_utf8(self.body).map_err(|e| {
+            Error::ProviderError(format!(
+                "unexpected response to {request}: the body is not UTF-8 text (at byte {})",
+                e.utf8_error().valid_up_to()
+            ))
+        })
+    }
+
     /// The body as text; invalid UTF-8 is replaced, not an error.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -775,6 +790,17 @@ mod tests {
     fn success_and_redirect_statuses_pass() {
         assert!(response(200, &[], "").error_for_status().is_ok());
         assert!(response(304, &[], "").error_for_status().is_ok());
+    }
+
+    #[test]
+    fn a_body_is_taken_as_text_only_when_it_is_utf8() {
+        let text = response(200, &[], r#"{"data":["é"]}"#).into_text().unwrap();
+        assert_eq!(text, r#"{"data":["é"]}"#);
+        let mut bad = response(200, &[], "");
+        bad.body = b"{\"id\":\"qq\xffqq\"}".to_vec();
+        let err = bad.into_text().unwrap_err().to_string();
+        assert!(err.contains("GET https://api.example.com/things: the body is not UTF-8 text (at byte 9)"), "{err}");
+        assert!(!err.contains("qq"), "no provider value in the message: {err}");
     }
 
     #[test]

@@ -129,6 +129,12 @@
 //!   cancelled the job.
 //! - Return the most specific [`Error`]. [`RequestBuilder::send`] already
 //!   maps statuses and retries what is worth retrying.
+//! - A connector that passes the provider's records through unchanged need
+//!   not build them: take the page with [`Response::into_text`], parse it
+//!   once with each record as a borrowed
+//!   [`RawValue`](serde_json::value::RawValue), and hand the records' text to
+//!   [`Sink::emit_json`]. Each page is then parsed once in the plugin, and
+//!   the host checks every record either way.
 //!
 //! # Layout
 //!
