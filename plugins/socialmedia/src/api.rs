@@ -5,14 +5,18 @@
 //! | the portal | `GET /account-info/v3/details` → `portalId`, `uiDomain`, ... |
 //! | brands | `GET /business-units/v3/business-units/user/{userId}` → `{"results": [{"id", "name"}]}` (not paged) |
 //! | channels | `GET /broadcast/v1/channels/setting/publish/current` → a bare array |
-//! | posts | `GET /broadcast/v1/broadcasts?status=success&since=<ms>&count=100&offset=N` → a bare array per page |
+//! | posts | `GET /broadcast/v1/broadcasts?status=success&since=<ms>&count=100&offset=N` → a bare array per page ([`BroadcastPage`]) |
 //!
 //! Every request carries the credential handle with bearer placement; the
 //! host injects the access token, refreshes it when it expires (and when the
 //! provider answers that it expired), and never shows it to the plugin.
 //! 429s are retried after `Retry-After` by the SDK.
 
-use connector_sdk::{Error, Http, Placement, RequestBuilder, Result, Value};
+use std::borrow::Cow;
+use std::marker::PhantomData;
+
+use connector_sdk::{Error, Http, Placement, RequestBuilder, Result, Value, serde_json};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::config::Id;
@@ -125,16 +129,281 @@ impl<'a> Api<'a> {
         self.get("/broadcast/v1/channels/setting/publish/current").send()?.json()
     }
 
-    /// One page of published posts created at or after `since` (epoch ms).
-    pub fn broadcasts(&self, since: Option<i64>, offset: usize) -> Result<Vec<Value>> {
+    /// One page of published posts created at or after `since` (epoch ms),
+    /// as the provider sent it; [`BroadcastPage::broadcasts`] reads it.
+    pub fn broadcasts(&self, since: Option<i64>, offset: usize) -> Result<BroadcastPage> {
         let mut req = self.get("/broadcast/v1/broadcasts").query("status", "success").query("count", PAGE_SIZE).query("offset", offset);
         if let Some(since) = since {
             req = req.query("since", since);
         }
-        let page: Value = req.send()?.json()?;
-        match page {
-            Value::Array(items) => Ok(items),
-            _ => Err(Error::ProviderError("the broadcasts listing is not a JSON array".into())),
+        Ok(BroadcastPage { body: req.send()?.into_text()? })
+    }
+}
+
+/// A page of the broadcasts listing: its body, parsed when read, so that
+/// the broadcasts borrow their text from it instead of being copied into
+/// a tree of values.
+#[derive(Debug)]
+pub struct BroadcastPage {
+    body: String,
+}
+
+impl BroadcastPage {
+    /// A page from its body as the provider sent it (tests).
+    pub fn from_body(body: impl Into<String>) -> Self {
+        BroadcastPage { body: body.into() }
+    }
+
+    /// The page's broadcasts. An item that is not an object is an empty
+    /// broadcast (it has no identity, so it is skipped); a body that is not
+    /// an array is not a listing; one that is not JSON says where it breaks,
+    /// never what it holds.
+    pub fn broadcasts(&self) -> Result<Vec<Broadcast<'_>>> {
+        serde_json::from_str(&self.body).map_err(|e| {
+            if e.is_data() {
+                Error::ProviderError("the broadcasts listing is not a JSON array".into())
+            } else {
+                Error::ProviderError(format!("the broadcasts listing is not JSON (line {}, column {})", e.line(), e.column()))
+            }
+        })
+    }
+}
+
+/// A published post as the provider lists it: only the fields the streams
+/// use, each taken as it comes ([`Scalar`]); everything else is skipped
+/// unread. A field given twice counts with its last value.
+#[derive(Debug, Default)]
+pub struct Broadcast<'a> {
+    /// `broadcastGuid`
+    pub guid: Scalar<'a>,
+    /// `channelGuid`
+    pub channel: Scalar<'a>,
+    /// `channelKey`
+    pub channel_key: Scalar<'a>,
+    /// `status`
+    pub status: Scalar<'a>,
+    /// `createdAt` (epoch ms)
+    pub created_at: Scalar<'a>,
+    /// `triggerAt` (epoch ms)
+    pub trigger_at: Scalar<'a>,
+    /// `finishedAt` (epoch ms)
+    pub finished_at: Scalar<'a>,
+    /// `content`: its text, or the `body` of an object.
+    pub content: Option<Cow<'a, str>>,
+    /// `message`
+    pub message: Scalar<'a>,
+    /// `clicks`
+    pub clicks: Scalar<'a>,
+    /// `impressions`, where a network reports them beside the counts.
+    pub impressions: Scalar<'a>,
+    /// `interactionCounts`, or `interactions` when that is not an object.
+    pub counts: Option<Value>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Broadcast<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
+            type Value = Broadcast<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a broadcast")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Broadcast<'a>, M::Error> {
+                let mut b = Broadcast::default();
+                let (mut interaction_counts, mut interactions) = (None, None);
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "broadcastGuid" => b.guid = map.next_value()?,
+                        "channelGuid" => b.channel = map.next_value()?,
+                        "channelKey" => b.channel_key = map.next_value()?,
+                        "status" => b.status = map.next_value()?,
+                        "createdAt" => b.created_at = map.next_value()?,
+                        "triggerAt" => b.trigger_at = map.next_value()?,
+                        "finishedAt" => b.finished_at = map.next_value()?,
+                        "content" => b.content = map.next_value::<Content<'a>>()?.0,
+                        "message" => b.message = map.next_value()?,
+                        "clicks" => b.clicks = map.next_value()?,
+                        "impressions" => b.impressions = map.next_value()?,
+                        "interactionCounts" => interaction_counts = Some(map.next_value::<Value>()?),
+                        "interactions" => interactions = Some(map.next_value::<Value>()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                b.counts = match interaction_counts {
+                    Some(counts @ Value::Object(_)) => Some(counts),
+                    _ => interactions,
+                };
+                Ok(b)
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> std::result::Result<Broadcast<'a>, S::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Broadcast::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Broadcast<'a>, E> {
+                Ok(Broadcast::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Broadcast<'a>, E> {
+                Ok(Broadcast::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Broadcast<'a>, E> {
+                Ok(Broadcast::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Broadcast<'a>, E> {
+                Ok(Broadcast::default())
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Broadcast<'a>, E> {
+                Ok(Broadcast::default())
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Broadcast<'a>, E> {
+                Ok(Broadcast::default())
+            }
         }
+        d.deserialize_any(Visit(PhantomData))
+    }
+}
+
+/// A field as the provider sends it: text (borrowed from the page where it
+/// has no escapes), a number, or anything else, which counts as missing.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub enum Scalar<'a> {
+    /// A string.
+    Text(Cow<'a, str>),
+    /// A number.
+    Number(serde_json::Number),
+    /// Missing, null, or neither text nor a number.
+    #[default]
+    Other,
+}
+
+impl Scalar<'_> {
+    /// The text of a string field.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Scalar::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// As text: a string as it is, a number written out, else nothing.
+    pub fn text(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Scalar::Text(t) => Some(Cow::Borrowed(t)),
+            Scalar::Number(n) => Some(Cow::Owned(n.to_string())),
+            Scalar::Other => None,
+        }
+    }
+
+    /// As a whole number: an integer, or a finite non-negative number cut to
+    /// one; else nothing.
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Scalar::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f as i64)),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
+            type Value = Scalar<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Text(Cow::Owned(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Number(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Number(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<Scalar<'a>, E> {
+                Ok(serde_json::Number::from_f64(v).map_or(Scalar::Other, Scalar::Number))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Scalar<'a>, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Scalar<'a>, M::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> std::result::Result<Scalar<'a>, S::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        d.deserialize_any(Visit(PhantomData))
+    }
+}
+
+/// A post's `content`: its text, or the text of the `body` of an object.
+struct Content<'a>(Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Visit<'a> {
+            type Value = Content<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Content<'a>, M::Error> {
+                let mut body = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == "body" {
+                        body = match map.next_value::<Scalar<'a>>()? {
+                            Scalar::Text(t) => Some(t),
+                            _ => None,
+                        };
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Content(body))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(Some(Cow::Owned(v))))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(None))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Content<'a>, E> {
+                Ok(Content(None))
+            }
+            fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> std::result::Result<Content<'a>, S::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Content(None))
+            }
+        }
+        d.deserialize_any(Visit(PhantomData))
     }
 }

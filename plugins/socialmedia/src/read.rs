@@ -3,7 +3,12 @@
 //! Every stream lists the channels first (to know the selected ones and
 //! their brands). `posts`, `post_metrics` and `channel_statistics` then page
 //! through the published posts, 100 at a time by offset, until a short
-//! page.
+//! page. Each page is parsed once into [`Broadcast`]s that borrow from its
+//! body, and records are written straight to JSON text
+//! ([`PostRecord`], [`MetricsRecord`]): no tree of values is built per
+//! post. Pages are not requested ahead: the listing says nothing of its
+//! length, so a request ahead would be a guess, and every guess past the
+//! end would spend the portal's rate limit (110 requests per 10 s).
 //!
 //! `posts` reads incrementally on `created_at`, with a cursor per channel:
 //! a channel added to the selection later is read from its beginning. The
@@ -21,9 +26,9 @@ use std::collections::BTreeMap;
 use connector_sdk::{Error, ReadRequest, Result, Sink, Value, json, log};
 use serde::{Deserialize, Serialize};
 
-use crate::api::{Api, Channel, PAGE_SIZE};
+use crate::api::{Api, Broadcast, Channel, PAGE_SIZE};
 use crate::config::Config;
-use crate::streams::{CURSOR_FIELD, ChannelTotals, StreamName, channel_record, metrics_record, post_record, post_ref};
+use crate::streams::{CURSOR_FIELD, ChannelTotals, MetricsRecord, PostRecord, StreamName, channel_record, post_ref};
 
 /// Far more pages than any portal has: a provider that never sends a
 /// short page cannot keep a read going forever.
@@ -131,11 +136,14 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
                     if saved.channels.get(p.channel).is_some_and(|c| c.already_read(p.guid, p.created_at)) {
                         continue;
                     }
-                    next.channels.entry(p.channel.to_owned()).or_default().advance(p.guid, p.created_at);
-                    records.push(post_record(b, brand.as_deref()));
+                    match next.channels.get_mut(p.channel) {
+                        Some(cursor) => cursor.advance(p.guid, p.created_at),
+                        None => next.channels.entry(p.channel.to_owned()).or_default().advance(p.guid, p.created_at),
+                    }
+                    records.push(PostRecord::new(b, &p, brand.as_deref()).to_json());
                 }
                 read += records.len();
-                Sink::emit(stream.as_str(), &records)
+                Sink::emit_json(stream.as_str(), &records)
             })?;
             log::info(format_args!("posts: {read} read"));
             if request.is_incremental() {
@@ -144,12 +152,11 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
         }
         StreamName::PostMetrics => {
             for_each_page(&api, None, |page| {
-                let records: Vec<Value> = page
+                let records: Vec<String> = page
                     .iter()
-                    .filter(|b| post_ref(b).is_some_and(|p| brand_of.contains_key(p.channel)))
-                    .map(metrics_record)
+                    .filter_map(|b| post_ref(b).filter(|p| brand_of.contains_key(p.channel)).map(|p| MetricsRecord::new(b, &p).to_json()))
                     .collect();
-                Sink::emit(stream.as_str(), &records)
+                Sink::emit_json(stream.as_str(), &records)
             })?;
         }
         StreamName::ChannelStatistics => {
@@ -172,10 +179,11 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
 
 /// Calls `each` with every page of published posts created at or after
 /// `since`.
-fn for_each_page(api: &Api, since: Option<i64>, mut each: impl FnMut(&[Value]) -> std::result::Result<(), connector_sdk::SinkError>) -> Result<()> {
+fn for_each_page(api: &Api, since: Option<i64>, mut each: impl FnMut(&[Broadcast<'_>]) -> std::result::Result<(), connector_sdk::SinkError>) -> Result<()> {
     let mut offset = 0;
     for _ in 0..MAX_PAGES {
-        let page = api.broadcasts(since, offset)?;
+        let body = api.broadcasts(since, offset)?;
+        let page = body.broadcasts()?;
         each(&page)?;
         if page.len() < PAGE_SIZE {
             return Ok(());

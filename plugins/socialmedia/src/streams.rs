@@ -12,11 +12,13 @@
 //! report is `null`, never 0. Times are epoch milliseconds, as the provider
 //! gives them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use connector_sdk::{Stream, Value, json};
+use connector_sdk::{Stream, Value, json, serde_json};
+use serde::Serialize;
 
-use crate::api::Channel;
+use crate::api::{Broadcast, Channel};
 
 /// The cursor of the `posts` stream.
 pub const CURSOR_FIELD: &str = "created_at";
@@ -120,30 +122,50 @@ pub struct PostRef<'a> {
 }
 
 /// The identity of a broadcast, if it has one.
-pub fn post_ref(b: &Value) -> Option<PostRef<'_>> {
-    Some(PostRef { guid: b["broadcastGuid"].as_str()?, channel: b["channelGuid"].as_str()?, created_at: int(&b["createdAt"]) })
+pub fn post_ref<'a>(b: &'a Broadcast<'_>) -> Option<PostRef<'a>> {
+    Some(PostRef { guid: b.guid.as_str()?, channel: b.channel.as_str()?, created_at: b.created_at.int() })
 }
 
-/// A post record; `brand` comes from the channel.
-pub fn post_record(b: &Value, brand: Option<&str>) -> Value {
-    let content = match &b["content"] {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(o) => o.get("body").and_then(Value::as_str).map(str::to_owned),
-        _ => None,
-    };
-    json!({
-        "broadcast_guid": b["broadcastGuid"],
-        "channel_guid": b["channelGuid"],
-        "channel_key": text(&b["channelKey"]),
-        "brand_id": brand,
-        "status": text(&b["status"]),
-        "created_at": int(&b["createdAt"]),
-        "trigger_at": int(&b["triggerAt"]),
-        "finished_at": int(&b["finishedAt"]),
-        "content": content,
-        "message": text(&b["message"]),
-        "clicks": int(&b["clicks"]),
-    })
+/// A post record, written straight to its JSON text (fields in the order
+/// of their names); `brand` comes from the channel. Only a broadcast with
+/// an identity ([`post_ref`]) makes a record.
+#[derive(Serialize)]
+pub struct PostRecord<'a> {
+    brand_id: Option<&'a str>,
+    broadcast_guid: &'a str,
+    channel_guid: &'a str,
+    channel_key: Option<Cow<'a, str>>,
+    clicks: Option<i64>,
+    content: Option<&'a str>,
+    created_at: Option<i64>,
+    finished_at: Option<i64>,
+    message: Option<Cow<'a, str>>,
+    status: Option<Cow<'a, str>>,
+    trigger_at: Option<i64>,
+}
+
+impl<'a> PostRecord<'a> {
+    /// The record of `b`, a post of the channel in `p`.
+    pub fn new(b: &'a Broadcast<'_>, p: &PostRef<'a>, brand: Option<&'a str>) -> Self {
+        PostRecord {
+            brand_id: brand,
+            broadcast_guid: p.guid,
+            channel_guid: p.channel,
+            channel_key: b.channel_key.text(),
+            clicks: b.clicks.int(),
+            content: b.content.as_deref(),
+            created_at: p.created_at,
+            finished_at: b.finished_at.int(),
+            message: b.message.text(),
+            status: b.status.text(),
+            trigger_at: b.trigger_at.int(),
+        }
+    }
+
+    /// The record's JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a record of text and numbers serialises")
+    }
 }
 
 /// Engagement counts a provider may report under `interactionCounts` (or
@@ -162,8 +184,8 @@ pub struct PostMetrics {
 }
 
 /// The metrics of a broadcast, as the provider reports them.
-pub fn metrics_of(b: &Value) -> (PostMetrics, BTreeMap<&'static str, i64>) {
-    let counts = if b["interactionCounts"].is_object() { &b["interactionCounts"] } else { &b["interactions"] };
+pub fn metrics_of(b: &Broadcast<'_>) -> (PostMetrics, BTreeMap<&'static str, i64>) {
+    let counts = b.counts.as_ref().unwrap_or(&Value::Null);
     let mut found = BTreeMap::new();
     for key in ENGAGEMENTS {
         if let Some(n) = int(&counts[key]) {
@@ -171,23 +193,46 @@ pub fn metrics_of(b: &Value) -> (PostMetrics, BTreeMap<&'static str, i64>) {
         }
     }
     let engagements = if found.is_empty() { None } else { Some(found.values().sum()) };
-    (PostMetrics { clicks: int(&b["clicks"]), impressions: int(&counts["impressions"]).or_else(|| int(&b["impressions"])), engagements }, found)
+    (PostMetrics { clicks: b.clicks.int(), impressions: int(&counts["impressions"]).or_else(|| b.impressions.int()), engagements }, found)
 }
 
-/// A post-metrics record.
-pub fn metrics_record(b: &Value) -> Value {
-    let (m, counts) = metrics_of(b);
-    json!({
-        "broadcast_guid": b["broadcastGuid"],
-        "channel_guid": b["channelGuid"],
-        "published_at": int(&b["finishedAt"]),
-        "clicks": m.clicks,
-        "impressions": m.impressions,
-        "engagements": m.engagements,
-        "likes": counts.get("likes").or(counts.get("favorites")).or(counts.get("reactions")),
-        "comments": counts.get("comments").or(counts.get("replies")),
-        "shares": counts.get("shares").or(counts.get("retweets")),
-    })
+/// A post-metrics record, written straight to its JSON text (fields in
+/// the order of their names).
+#[derive(Serialize)]
+pub struct MetricsRecord<'a> {
+    broadcast_guid: &'a str,
+    channel_guid: &'a str,
+    clicks: Option<i64>,
+    comments: Option<i64>,
+    engagements: Option<i64>,
+    impressions: Option<i64>,
+    likes: Option<i64>,
+    published_at: Option<i64>,
+    shares: Option<i64>,
+}
+
+impl<'a> MetricsRecord<'a> {
+    /// The metrics record of `b`, identified by `p`.
+    pub fn new(b: &Broadcast<'_>, p: &PostRef<'a>) -> Self {
+        let (m, counts) = metrics_of(b);
+        let first = |keys: &[&str]| keys.iter().find_map(|k| counts.get(k).copied());
+        MetricsRecord {
+            broadcast_guid: p.guid,
+            channel_guid: p.channel,
+            clicks: m.clicks,
+            comments: first(&["comments", "replies"]),
+            engagements: m.engagements,
+            impressions: m.impressions,
+            likes: first(&["likes", "favorites", "reactions"]),
+            published_at: b.finished_at.int(),
+            shares: first(&["shares", "retweets"]),
+        }
+    }
+
+    /// The record's JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a record of text and numbers serialises")
+    }
 }
 
 /// Totals of one channel, added up post by post.
@@ -207,7 +252,7 @@ pub struct ChannelTotals {
 
 impl ChannelTotals {
     /// Adds one post.
-    pub fn add(&mut self, b: &Value) {
+    pub fn add(&mut self, b: &Broadcast<'_>) {
         let (m, _) = metrics_of(b);
         self.posts += 1;
         let plus = |acc: Option<i64>, n: Option<i64>| match (acc, n) {
@@ -217,7 +262,7 @@ impl ChannelTotals {
         self.clicks = plus(self.clicks, m.clicks);
         self.impressions = plus(self.impressions, m.impressions);
         self.engagements = plus(self.engagements, m.engagements);
-        self.last_published_at = self.last_published_at.max(int(&b["finishedAt"]));
+        self.last_published_at = self.last_published_at.max(b.finished_at.int());
     }
 
     /// The channel-statistics record.
@@ -238,29 +283,80 @@ impl ChannelTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::BroadcastPage;
+
+    fn one(body: &str, each: impl FnOnce(&Broadcast<'_>)) {
+        let page = BroadcastPage::from_body(format!("[{body}]"));
+        each(&page.broadcasts().unwrap()[0]);
+    }
 
     #[test]
     fn metrics_the_provider_does_not_report_are_null_not_zero() {
-        let (m, _) = metrics_of(&json!({ "clicks": 3 }));
-        assert_eq!(m, PostMetrics { clicks: Some(3), impressions: None, engagements: None });
-        let (m, _) = metrics_of(&json!({ "clicks": 1, "interactionCounts": { "impressions": 50, "likes": 4, "comments": 1 } }));
-        assert_eq!(m, PostMetrics { clicks: Some(1), impressions: Some(50), engagements: Some(5) });
+        one(r#"{ "clicks": 3 }"#, |b| assert_eq!(metrics_of(b).0, PostMetrics { clicks: Some(3), impressions: None, engagements: None }));
+        one(r#"{ "clicks": 1, "interactionCounts": { "impressions": 50, "likes": 4, "comments": 1 } }"#, |b| {
+            assert_eq!(metrics_of(b).0, PostMetrics { clicks: Some(1), impressions: Some(50), engagements: Some(5) })
+        });
+        one(r#"{ "interactionCounts": 7, "interactions": { "favorites": 2 }, "impressions": 9.5 }"#, |b| {
+            assert_eq!(metrics_of(b).0, PostMetrics { clicks: None, impressions: Some(9), engagements: Some(2) }, "counts under their other name")
+        });
     }
 
     #[test]
     fn channel_totals_add_only_what_was_reported() {
         let mut t = ChannelTotals::default();
-        t.add(&json!({ "clicks": 2, "finishedAt": 10 }));
-        t.add(&json!({ "clicks": 3, "finishedAt": 30, "interactionCounts": { "impressions": 7 } }));
+        one(r#"{ "clicks": 2, "finishedAt": 10 }"#, |b| t.add(b));
+        one(r#"{ "clicks": 3, "finishedAt": 30, "interactionCounts": { "impressions": 7 } }"#, |b| t.add(b));
         assert_eq!((t.posts, t.clicks, t.impressions, t.engagements, t.last_published_at), (2, Some(5), Some(7), None, Some(30)));
     }
 
     #[test]
     fn post_records_carry_only_named_fields() {
-        let r = post_record(&json!({ "broadcastGuid": "b1", "channelGuid": "c1", "createdAt": 5, "content": { "body": "hi", "secretish": "x" }, "raw": { "a": 1 } }), Some("7"));
-        let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-        assert!(!keys.iter().any(|k| *k == "raw" || *k == "secretish"));
-        assert_eq!(r["content"], "hi");
-        assert_eq!(r["brand_id"], "7");
+        one(r#"{ "broadcastGuid": "b1", "channelGuid": "c1", "createdAt": 5, "content": { "body": "hi", "secretish": "x" }, "raw": { "a": 1 } }"#, |b| {
+            let r: Value = serde_json::from_str(&PostRecord::new(b, &post_ref(b).unwrap(), Some("7")).to_json()).unwrap();
+            let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+            assert!(!keys.iter().any(|k| *k == "raw" || *k == "secretish"));
+            assert_eq!(r["content"], "hi");
+            assert_eq!(r["brand_id"], "7");
+        });
+    }
+
+    #[test]
+    fn records_are_the_text_the_value_built_records_were() {
+        // Every field in the shapes a provider may send it: escapes, numbers
+        // as text, floats, wrong types, and a field given twice (the last
+        // counts), as a tree of values read them.
+        let body = r#"{ "broadcastGuid": "b\"1", "channelGuid": "c1", "channelKey": 42, "status": "SUCCESS", "createdAt": 1.7e3,
+            "triggerAt": -4, "finishedAt": "9", "content": "caf\u00e9 \ud83d\ude80", "message": 2.5, "clicks": true,
+            "interactionCounts": { "likes": 1, "reactions": 9, "replies": 3, "retweets": 2, "impressions": 11 }, "status": "ERROR" }"#;
+        one(body, |b| {
+            let p = post_ref(b).unwrap();
+            assert_eq!(
+                PostRecord::new(b, &p, None).to_json(),
+                json!({ "broadcast_guid": "b\"1", "channel_guid": "c1", "channel_key": "42", "brand_id": null, "status": "ERROR",
+                    "created_at": 1700, "trigger_at": -4, "finished_at": null, "content": "caf\u{e9} \u{1F680}", "message": "2.5", "clicks": null })
+                .to_string()
+            );
+            assert_eq!(
+                MetricsRecord::new(b, &p).to_json(),
+                json!({ "broadcast_guid": "b\"1", "channel_guid": "c1", "published_at": null, "clicks": null, "impressions": 11,
+                    "engagements": 15, "likes": 1, "comments": 3, "shares": 2 })
+                .to_string()
+            );
+        });
+        one(r#"{ "broadcastGuid": 7, "channelGuid": "c1" }"#, |b| assert!(post_ref(b).is_none(), "no identity without a text id"));
+    }
+
+    #[test]
+    fn a_listing_that_is_no_array_or_no_json_says_so_without_its_values() {
+        let page = BroadcastPage::from_body(r#"[{"broadcastGuid": "b1", "channelGuid": "c"}, 3, null, [1], "x", {"content": {"body": 1}}]"#);
+        let items = page.broadcasts().unwrap();
+        assert_eq!(items.len(), 6, "items that are no objects are kept, without an identity");
+        assert_eq!(items.iter().filter(|b| post_ref(b).is_some()).count(), 1);
+        assert_eq!(items[5].content, None, "a body that is no text is no content");
+        let err = BroadcastPage::from_body(r#"{"results": []}"#).broadcasts().unwrap_err().to_string();
+        assert!(err.contains("the broadcasts listing is not a JSON array"), "{err}");
+        let err = BroadcastPage::from_body(r#"[{"content": "secret-text"#).broadcasts().unwrap_err().to_string();
+        assert!(err.contains("the broadcasts listing is not JSON (line 1, column"), "{err}");
+        assert!(!err.contains("secret-text"), "{err}");
     }
 }
