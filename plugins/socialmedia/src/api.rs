@@ -17,6 +17,7 @@ use std::marker::PhantomData;
 
 use connector_sdk::{Error, Http, Placement, RequestBuilder, Result, Value, serde_json};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde::Deserialize;
 
 use crate::config::Id;
@@ -140,6 +141,28 @@ impl<'a> Api<'a> {
     }
 }
 
+/// Visitor methods answering `$value` for booleans, numbers and null:
+/// values a field of the wrong type is read as.
+macro_rules! other_scalars {
+    ($ty:ty, $value:expr) => {
+        fn visit_bool<E>(self, _: bool) -> std::result::Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_i64<E>(self, _: i64) -> std::result::Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_u64<E>(self, _: u64) -> std::result::Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_f64<E>(self, _: f64) -> std::result::Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_unit<E>(self) -> std::result::Result<$ty, E> {
+            Ok($value)
+        }
+    };
+}
+
 /// A page of the broadcasts listing: its body, parsed when read, so that
 /// the broadcasts borrow their text from it instead of being copied into
 /// a tree of values.
@@ -196,8 +219,22 @@ pub struct Broadcast<'a> {
     pub clicks: Scalar<'a>,
     /// `impressions`, where a network reports them beside the counts.
     pub impressions: Scalar<'a>,
-    /// `interactionCounts`, or `interactions` when that is not an object.
-    pub counts: Option<Value>,
+    /// `interactionCounts` and `interactions`, as their JSON text: only
+    /// metrics read them.
+    counts: [Option<&'a RawValue>; 2],
+}
+
+impl Broadcast<'_> {
+    /// The interaction counts: `interactionCounts`, or `interactions` when
+    /// that is not an object; `null` when neither is given.
+    pub fn counts(&self) -> Value {
+        let [counts, interactions] = self.counts;
+        let chosen = match counts {
+            Some(raw) if raw.get().starts_with('{') => Some(raw),
+            _ => interactions,
+        };
+        chosen.and_then(|raw| serde_json::from_str(raw.get()).ok()).unwrap_or(Value::Null)
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Broadcast<'a> {
@@ -210,7 +247,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for Broadcast<'a> {
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Broadcast<'a>, M::Error> {
                 let mut b = Broadcast::default();
-                let (mut interaction_counts, mut interactions) = (None, None);
                 while let Some(key) = map.next_key::<Cow<'de, str>>()? {
                     match key.as_ref() {
                         "broadcastGuid" => b.guid = map.next_value()?,
@@ -224,41 +260,23 @@ impl<'de: 'a, 'a> Deserialize<'de> for Broadcast<'a> {
                         "message" => b.message = map.next_value()?,
                         "clicks" => b.clicks = map.next_value()?,
                         "impressions" => b.impressions = map.next_value()?,
-                        "interactionCounts" => interaction_counts = Some(map.next_value::<Value>()?),
-                        "interactions" => interactions = Some(map.next_value::<Value>()?),
+                        "interactionCounts" => b.counts[0] = Some(map.next_value()?),
+                        "interactions" => b.counts[1] = Some(map.next_value()?),
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
                     }
                 }
-                b.counts = match interaction_counts {
-                    Some(counts @ Value::Object(_)) => Some(counts),
-                    _ => interactions,
-                };
                 Ok(b)
             }
             fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> std::result::Result<Broadcast<'a>, S::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Broadcast::default())
             }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Broadcast<'a>, E> {
-                Ok(Broadcast::default())
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Broadcast<'a>, E> {
-                Ok(Broadcast::default())
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Broadcast<'a>, E> {
-                Ok(Broadcast::default())
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Broadcast<'a>, E> {
-                Ok(Broadcast::default())
-            }
             fn visit_str<E>(self, _: &str) -> std::result::Result<Broadcast<'a>, E> {
                 Ok(Broadcast::default())
             }
-            fn visit_unit<E>(self) -> std::result::Result<Broadcast<'a>, E> {
-                Ok(Broadcast::default())
-            }
+            other_scalars!(Broadcast<'a>, Broadcast::default());
         }
         d.deserialize_any(Visit(PhantomData))
     }
@@ -384,21 +402,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
             fn visit_string<E>(self, v: String) -> std::result::Result<Content<'a>, E> {
                 Ok(Content(Some(Cow::Owned(v))))
             }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Content<'a>, E> {
-                Ok(Content(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Content<'a>, E> {
-                Ok(Content(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Content<'a>, E> {
-                Ok(Content(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Content<'a>, E> {
-                Ok(Content(None))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Content<'a>, E> {
-                Ok(Content(None))
-            }
+            other_scalars!(Content<'a>, Content(None));
             fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> std::result::Result<Content<'a>, S::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Content(None))

@@ -185,7 +185,7 @@ pub struct PostMetrics {
 
 /// The metrics of a broadcast, as the provider reports them.
 pub fn metrics_of(b: &Broadcast<'_>) -> (PostMetrics, BTreeMap<&'static str, i64>) {
-    let counts = b.counts.as_ref().unwrap_or(&Value::Null);
+    let counts = &b.counts();
     let mut found = BTreeMap::new();
     for key in ENGAGEMENTS {
         if let Some(n) = int(&counts[key]) {
