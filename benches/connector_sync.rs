@@ -1,38 +1,60 @@
 //! End-to-end sync as a user meets it: the server's real router on a
 //! loopback port, `POST /v1/pipelines/{id}/sync` to the job's end (polled
-//! with `GET /v1/jobs/{id}`), the bundled email-campaign connector reading
-//! `BENCH_RECORDS` (100,000) campaigns of about 1 KB over HTTPS, 100 per
-//! page as the connector asks, from an in-process server answering
-//! pre-rendered Mailcoach pages (no JSON is built per request), into an
-//! SQLite destination and, when `BENCH_POSTGRES_URL` names a database, a
-//! PostgreSQL one.
+//! with `GET /v1/jobs/{id}`), each bundled connector reading
+//! `BENCH_RECORDS` (100,000) records of about 1 KB over HTTPS, 100 per page
+//! as the connectors ask, from an in-process server answering pre-rendered
+//! pages (no JSON is built per request), into an SQLite destination and,
+//! when `BENCH_POSTGRES_URL` names a database, a PostgreSQL one:
 //!
-//! Run with `cargo bench -p service --bench connector_sync`. Each
-//! destination gets `BENCH_ROUNDS` (5) rounds, taking turns; the summary
-//! is the median. `BENCH_PROVIDER_DELAY_MS` makes the provider wait that
-//! long before each answer, as one across a network does; the bench then
-//! prints the best a read one page at a time could do, which reading ahead
-//! must beat. Nothing asserts the figures; benches/README.md keeps
-//! them. The CPU seconds of the whole process (provider included) are
-//! reported beside the wall-clock rate.
+//! | connector | stream | provider | credential |
+//! |---|---|---|---|
+//! | email-campaign | `campaigns` | Mailcoach pages (`page`, `meta.last_page`) | API token |
+//! | social-media | `posts` | HubSpot broadcasts (`count`, `offset`) | OAuth, through the API's flow |
+//!
+//! Each pipeline takes turns with its native baseline: the same pages over
+//! the same HTTPS, each provider record passed through as it is into the
+//! same destination through the same writer, with no plugin, API or job
+//! runner. The share the connector reaches of it is what being a plugin
+//! and the connector's own per-record work (parsing, reshaping) cost.
+//!
+//! Run with `cargo bench -p service --bench connector_sync`. Each pipeline
+//! (connector and destination) gets `BENCH_ROUNDS` (5) rounds, taking
+//! turns; the summary is the median. `BENCH_CONNECTORS` (`email,social`)
+//! picks connectors. `BENCH_PROVIDER_DELAY_MS` makes the provider wait
+//! that long before each list page, as one across a network does; the
+//! bench then prints the best a read one page at a time could do, which
+//! reading ahead must beat. Nothing asserts the figures; benches/README.md
+//! keeps them. The CPU seconds of the whole process (provider included)
+//! are reported beside the wall-clock rate.
 
 #[path = "../tests/integration/support/provider.rs"]
 #[allow(dead_code)]
 mod provider;
+#[path = "../tests/integration/support/hubspot.rs"]
+#[allow(dead_code)]
+mod hubspot;
 mod support;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::Query;
 use axum::http::HeaderMap;
+use axum::response::IntoResponse;
 use serde_json::{Value, json};
+use service::config::oauth::OAuthSettings;
 use service::egress::EgressPolicy;
+use service::store::kinds::DestinationKind;
 
-const HOST: &str = "mail.acme-corp.com";
+const MAIL_HOST: &str = "mail.acme-corp.com";
+const HUB_HOST: &str = "api.hubapi.com";
 const PER_PAGE: usize = 100;
 const PROVIDER_TOKEN: &str = "bench-provider-token-0123456789";
+const SOCIAL: &str = "conn_socialmedia_hub";
+/// The selected channels, both of brand 101 in the fake provider.
+const CHANNELS: [&str; 2] = ["ch-retail-fb", "ch-retail-li"];
 
 /// One campaign of about 1 KB, as Mailcoach lists it.
 fn campaign(i: usize) -> Value {
@@ -63,13 +85,13 @@ fn campaign(i: usize) -> Value {
 }
 
 /// Every page of the campaign list, rendered once; and the record size.
-fn pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
+fn campaign_pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
     let last = records.div_ceil(PER_PAGE).max(1);
     let size = campaign(0).to_string().len();
     let pages = (1..=last)
         .map(|p| {
             let data: Vec<Value> = ((p - 1) * PER_PAGE..(p * PER_PAGE).min(records)).map(campaign).collect();
-            let link = |n: usize| json!(format!("https://{HOST}/api/campaigns?page={n}"));
+            let link = |n: usize| json!(format!("https://{MAIL_HOST}/api/campaigns?page={n}"));
             let body = json!({
                 "data": data,
                 "links": { "first": link(1), "last": link(last), "prev": if p > 1 { link(p - 1) } else { Value::Null }, "next": if p < last { link(p + 1) } else { Value::Null } },
@@ -81,25 +103,76 @@ fn pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
     (Arc::new(pages), size)
 }
 
-/// The provider: the campaign list, page by page, behind the bearer token,
-/// each answer given after `delay` (a provider across a network).
-fn router(pages: Arc<Vec<Bytes>>, delay: Duration) -> axum::Router {
-    axum::Router::new().route(
+/// The `i`th newest of `records` published posts, about 1 KB as HubSpot
+/// lists a broadcast, alternating between the selected channels.
+fn broadcast(i: usize, records: usize) -> Value {
+    let channel = CHANNELS[i % CHANNELS.len()];
+    let created = 1_700_000_000_000_i64 + (records - i) as i64 * 60_000;
+    json!({
+        "broadcastGuid": format!("bc-{channel}-{created}"), "channelGuid": channel, "channelKey": format!("FacebookPage:{channel}"),
+        "portalId": hubspot::PORTAL, "status": "SUCCESS", "createdAt": created, "triggerAt": created + 500, "finishedAt": created + 900,
+        "content": { "body": format!("Post {i}: {}", "what our stores carry this season, and why ".repeat(16)), "linkUrl": "https://acme.example/p" },
+        "message": null, "clicks": i % 97,
+        "interactionCounts": { "impressions": i % 970, "likes": i % 7, "comments": i % 3 },
+        "createdBy": 123456, "campaignGuid": "internal-campaign"
+    })
+}
+
+/// Every page of the broadcasts listing (newest first, `PER_PAGE` each,
+/// a bare array as HubSpot answers), rendered once; and the record size.
+fn broadcast_pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
+    let size = broadcast(0, records).to_string().len();
+    let pages = (0..records.div_ceil(PER_PAGE))
+        .map(|p| {
+            let page: Vec<Value> = (p * PER_PAGE..((p + 1) * PER_PAGE).min(records)).map(|i| broadcast(i, records)).collect();
+            Bytes::from(Value::Array(page).to_string())
+        })
+        .collect();
+    (Arc::new(pages), size)
+}
+
+/// Both providers on one HTTPS server (their paths do not overlap), each
+/// list page answered after `delay` (a provider across a network).
+fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Vec<Bytes>>, delay: Duration) -> axum::Router {
+    type Q = Query<HashMap<String, String>>;
+    let json_body = |body: Bytes| ([("content-type", "application/json")], body).into_response();
+    let mailcoach = axum::Router::new().route(
         "/api/campaigns",
-        axum::routing::get(move |headers: HeaderMap, Query(q): Query<std::collections::HashMap<String, String>>| {
-            let pages = pages.clone();
+        axum::routing::get(move |headers: HeaderMap, Query(q): Q| {
+            let pages = campaigns.clone();
             async move {
-                use axum::response::IntoResponse;
                 if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {PROVIDER_TOKEN}")) {
                     return (axum::http::StatusCode::UNAUTHORIZED, "{\"message\":\"Unauthenticated.\"}").into_response();
                 }
                 tokio::time::sleep(delay).await;
                 let n: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
-                let body = pages.get(n - 1).cloned().unwrap_or_else(|| Bytes::from_static(b"{\"data\":[],\"meta\":{}}"));
-                ([("content-type", "application/json")], body).into_response()
+                json_body(pages.get(n - 1).cloned().unwrap_or_else(|| Bytes::from_static(b"{\"data\":[],\"meta\":{}}")))
             }
         }),
-    )
+    );
+    let listing = hub.clone();
+    let hubspot = hubspot::account_router(hub).route(
+        "/broadcast/v1/broadcasts",
+        axum::routing::get(move |headers: HeaderMap, Query(q): Q| {
+            let (hub, pages) = (listing.clone(), broadcasts.clone());
+            async move {
+                if let Some(refused) = hub.refuse(&headers) {
+                    return refused;
+                }
+                tokio::time::sleep(delay).await;
+                let number = |name: &str| q.get(name).and_then(|v| v.parse::<usize>().ok());
+                // Pages are rendered for one page size; any other request
+                // would get a wrong answer, so it gets none.
+                match (number("count"), number("offset").unwrap_or(0), q.contains_key("since")) {
+                    (Some(PER_PAGE), offset, false) if offset % PER_PAGE == 0 => {
+                        json_body(pages.get(offset / PER_PAGE).cloned().unwrap_or_else(|| Bytes::from_static(b"[]")))
+                    }
+                    _ => (axum::http::StatusCode::BAD_REQUEST, format!("the benchmark's provider has no page for {q:?}")).into_response(),
+                }
+            }
+        }),
+    );
+    mailcoach.merge(hubspot)
 }
 
 /// CPU seconds the process has used so far (Linux `/proc/self/stat`).
@@ -134,46 +207,153 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The native baseline's reading of a Mailcoach page: its records' text,
+/// and the next page's URL while `meta.last_page` is ahead.
+fn cut_campaigns(first_url: &str, body: &[u8]) -> (Vec<String>, Option<String>) {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        current_page: usize,
+        last_page: usize,
+    }
+    #[derive(serde::Deserialize)]
+    struct Page<'a> {
+        #[serde(borrow)]
+        data: Vec<&'a serde_json::value::RawValue>,
+        meta: Meta,
+    }
+    let page: Page = serde_json::from_slice(body).unwrap();
+    let records = page.data.iter().map(|r| r.get().to_owned()).collect();
+    let next = (page.meta.current_page < page.meta.last_page).then(|| format!("{first_url}&page={}", page.meta.current_page + 1));
+    (records, next)
+}
+
+/// The native baseline's reading of a broadcasts page (a bare array): its
+/// records' text, and the next offset's URL after a full page.
+fn cut_broadcasts(first_url: &str, offset: &mut usize, body: &[u8]) -> (Vec<String>, Option<String>) {
+    let page: Vec<&serde_json::value::RawValue> = serde_json::from_slice(body).unwrap();
+    *offset += page.len();
+    let next = (page.len() == PER_PAGE).then(|| format!("{first_url}&offset={offset}"));
+    (page.iter().map(|r| r.get().to_owned()).collect(), next)
+}
+
+/// The OAuth flow as a person runs it through the API, the provider's
+/// consent answered by the fake; the new credential's handle.
+async fn social_credential(api: &Api, hub: &hubspot::Hub) -> Value {
+    let started = api.call(reqwest::Method::POST, "/credentials/source/oauth/start", Some(json!({ "connector_id": SOCIAL }))).await;
+    let url = url::Url::parse(started["authorization_url"].as_str().unwrap()).unwrap();
+    let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
+    let code = "bench-authorization-code".to_owned();
+    hub.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
+    let created = api.call(reqwest::Method::POST, "/credentials/source/oauth/callback", Some(json!({ "state": q["state"], "code": code }))).await;
+    created["credential_handle"].clone()
+}
+
+/// A pipeline to measure, and its native baseline.
+struct Run {
+    label: String,
+    connector: &'static str,
+    pipeline: String,
+    destination: service::warehouse::DestinationConfig,
+    rates: Vec<f64>,
+    cpus: Vec<f64>,
+    native_rates: Vec<f64>,
+    native_cpus: Vec<f64>,
+}
+
 fn main() {
     let records: usize = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let delay = Duration::from_millis(std::env::var("BENCH_PROVIDER_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
+    let connectors = std::env::var("BENCH_CONNECTORS").unwrap_or_else(|_| "email,social".into());
+    let connectors: Vec<&str> = connectors.split(',').map(str::trim).collect();
+    if let Some(unknown) = connectors.iter().find(|c| !["email", "social"].contains(c)) {
+        panic!("BENCH_CONNECTORS: `{unknown}` is neither `email` nor `social`");
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async move {
-        let (pages, size) = pages(records);
+        let (campaigns, campaign_size) = campaign_pages(records);
+        let (broadcasts, broadcast_size) = broadcast_pages(records);
+        let hub = hubspot::Hub::new();
         let ca = provider::TestCa::new();
-        let provider = provider::FakeProvider::start(&ca, &[HOST], router(pages, delay)).await;
-        let egress = EgressPolicy::from_settings(HOST, Some(&provider.pins(&[HOST])), Some(ca.pem.as_bytes())).unwrap();
+        let hosts = [MAIL_HOST, HUB_HOST];
+        let provider = provider::FakeProvider::start(&ca, &hosts, router(hub.clone(), campaigns, broadcasts, delay)).await;
+        let egress = EgressPolicy::from_settings(&hosts.join(","), Some(&provider.pins(&hosts)), Some(ca.pem.as_bytes())).unwrap();
+        let oauth = OAuthSettings::from_settings(Some(&json!({ SOCIAL: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } }).to_string()), None).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let state = support::state(dir.path(), egress).await;
+        let state = support::state_with_oauth(dir.path(), egress, oauth).await;
+        let workspace = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
+        let warehouses = state.config.plugins.warehouses.clone();
+        let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = service::server::start_on(listener, state).unwrap();
         let api = Api { http: reqwest::Client::new(), base: format!("http://{}/v1", server.addr) };
 
-        let cred = api
-            .call(reqwest::Method::POST, "/credentials/emailcampaign/api-token", Some(json!({ "base_url": format!("https://{HOST}/api"), "api_token": PROVIDER_TOKEN })))
-            .await;
-        let configuration = json!({ "base_url": format!("https://{HOST}/api"), "credential_handle": cred["credential_handle"] });
-        let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": "conn_emailcampaign_edm", "name": "bench", "configuration": configuration }))).await;
-        let mut targets = vec![("SQLite", json!({ "name": "sqlite", "kind": "sqlite", "configuration": { "file": "bench.db" } }))];
-        if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
-            targets.push(("PostgreSQL", json!({ "name": "postgres", "kind": "postgres", "configuration": { "url": url } })));
+        let mut sources = Vec::new();
+        if connectors.contains(&"email") {
+            let cred = api
+                .call(reqwest::Method::POST, "/credentials/emailcampaign/api-token", Some(json!({ "base_url": format!("https://{MAIL_HOST}/api"), "api_token": PROVIDER_TOKEN })))
+                .await;
+            let configuration = json!({ "base_url": format!("https://{MAIL_HOST}/api"), "credential_handle": cred["credential_handle"] });
+            let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": "conn_emailcampaign_edm", "name": "bench email", "configuration": configuration }))).await;
+            println!("email-campaign: {records} campaigns of {campaign_size} bytes, {PER_PAGE} per page");
+            sources.push(("email", source["source_id"].clone(), "campaigns"));
         }
-        let mut pipelines = Vec::new();
-        for (name, destination) in &targets {
-            let d = api.call(reqwest::Method::POST, "/destinations", Some(destination.clone())).await;
-            let body = json!({
-                "name": format!("bench {name}"),
-                "source_id": source["source_id"],
-                "destination_id": d["destination_id"],
-                "streams": [{ "name": "campaigns", "sync_mode": "full_refresh_overwrite" }],
-            });
-            let p = api.call(reqwest::Method::POST, "/pipelines", Some(body)).await;
-            pipelines.push((*name, p["pipeline_id"].as_str().unwrap().to_owned(), Vec::new(), Vec::new()));
+        if connectors.contains(&"social") {
+            let handle = social_credential(&api, &hub).await;
+            let configuration = json!({ "credential_handle": handle, "portal_id": hubspot::PORTAL.to_string(), "brand_ids": ["101"], "channel_ids": CHANNELS });
+            let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": SOCIAL, "name": "bench social", "configuration": configuration }))).await;
+            println!("social-media: {records} posts of {broadcast_size} bytes, {PER_PAGE} per page");
+            sources.push(("social", source["source_id"].clone(), "posts"));
+        }
+        let mut destinations = vec![("SQLite", DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
+        if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
+            destinations.push(("PostgreSQL", DestinationKind::Postgres, json!({ "url": url })));
+        }
+        let mut runs = Vec::new();
+        for (name, kind, configuration) in &destinations {
+            let body = json!({ "name": name, "kind": kind.as_str(), "configuration": configuration });
+            let d = api.call(reqwest::Method::POST, "/destinations", Some(body)).await;
+            for (connector, source_id, stream) in &sources {
+                let body = json!({
+                    "name": format!("bench {connector} {name}"),
+                    "source_id": source_id,
+                    "destination_id": d["destination_id"],
+                    "streams": [{ "name": stream, "sync_mode": "full_refresh_overwrite" }],
+                });
+                let p = api.call(reqwest::Method::POST, "/pipelines", Some(body)).await;
+                let pipeline = p["pipeline_id"].as_str().unwrap().to_owned();
+                runs.push(Run {
+                    label: format!("{connector} {name}"),
+                    connector,
+                    pipeline,
+                    destination: service::warehouse::validate(*kind, configuration).unwrap(),
+                    rates: Vec::new(),
+                    cpus: Vec::new(),
+                    native_rates: Vec::new(),
+                    native_cpus: Vec::new(),
+                });
+            }
         }
 
-        println!("{records} campaigns of {size} bytes, {PER_PAGE} per page, {rounds} rounds");
+        // The native baseline fetches the same pages with the same
+        // credentials, sent by itself.
+        let native = |token: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+            let mut client = reqwest::Client::builder().default_headers(headers).tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap());
+            for host in hosts {
+                client = client.resolve(host, provider.addr);
+            }
+            support::Native { client: client.build().unwrap() }
+        };
+        let hub_token = hub.access.lock().unwrap().keys().next().cloned().unwrap_or_default();
+        let (email_native, social_native) = (native(PROVIDER_TOKEN), native(&hub_token));
+        let port = provider.addr.port();
+        let campaigns_url = format!("https://{MAIL_HOST}:{port}/api/campaigns?per_page={PER_PAGE}");
+        let broadcasts_url = format!("https://{HUB_HOST}:{port}/broadcast/v1/broadcasts?status=success&count={PER_PAGE}");
+
+        println!("{rounds} rounds, each pipeline and its native baseline taking turns");
         if !delay.is_zero() {
             let pages = records.div_ceil(PER_PAGE) as f64;
             println!(
@@ -183,10 +363,10 @@ fn main() {
             );
         }
         for round in 1..=rounds {
-            for (name, pipeline, rates, cpus) in &mut pipelines {
+            for run in &mut runs {
                 let cpu = cpu_seconds();
                 let started = Instant::now();
-                let job = api.call(reqwest::Method::POST, &format!("/pipelines/{pipeline}/sync"), Some(json!({}))).await;
+                let job = api.call(reqwest::Method::POST, &format!("/pipelines/{}/sync", run.pipeline), Some(json!({}))).await;
                 let job_id = job["job_id"].as_str().unwrap().to_owned();
                 let done = loop {
                     let j = api.call(reqwest::Method::GET, &format!("/jobs/{job_id}"), None).await;
@@ -201,13 +381,38 @@ fn main() {
                 assert_eq!(got as usize, records, "every record synced: {done}");
                 let rate = got as f64 / secs;
                 let used = cpu_seconds() - cpu;
-                println!("round {round} {name:<10} {rate:>10.0} records/s {:>7.1} MB/s ({secs:.2} s, {used:.2} CPU-s)", rate * size as f64 / 1e6);
-                rates.push(rate);
-                cpus.push(used);
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s)", run.label);
+                run.rates.push(rate);
+                run.cpus.push(used);
+
+                let (cpu, started) = (cpu_seconds(), Instant::now());
+                let got = match run.connector {
+                    "email" => {
+                        let first = campaigns_url.clone();
+                        email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.destination, &place).await
+                    }
+                    _ => {
+                        let (first, mut offset) = (broadcasts_url.clone(), 0);
+                        social_native.sync(format!("{first}&offset=0"), move |body| cut_broadcasts(&first, &mut offset, body), "posts_native", &run.destination, &place).await
+                    }
+                };
+                let secs = started.elapsed().as_secs_f64();
+                assert_eq!(got as usize, records, "the native baseline read every record");
+                let (rate, used) = (got as f64 / secs, cpu_seconds() - cpu);
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s) native baseline", run.label);
+                run.native_rates.push(rate);
+                run.native_cpus.push(used);
             }
         }
-        for (name, _, rates, cpus) in pipelines {
-            println!("median {name:<10} {:>10.0} records/s ({:.2} CPU-s per run)", median(rates), median(cpus));
+        for run in runs {
+            let (rate, native) = (median(run.rates), median(run.native_rates));
+            println!(
+                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run); native baseline {native:.0} records/s ({:.2} CPU-s); the connector at {:.0}% of it",
+                run.label,
+                median(run.cpus),
+                median(run.native_cpus),
+                100.0 * rate / native
+            );
         }
         server.stop().await.unwrap();
     });

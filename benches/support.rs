@@ -2,10 +2,15 @@
 //! fresh SQLite database with a given egress policy.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use service::config::oauth::OAuthSettings;
 use service::config::{PluginSettings, ServerConfig};
 use service::egress::EgressPolicy;
+use service::jobs::queue::{QUEUE_BYTES, Work, gather, queue};
 use service::state::AppState;
+use service::store::pipelines::StreamSyncMode;
+use service::warehouse::{DestinationConfig, Loader, Place, Writer};
 
 #[path = "../tests/integration/support/plugins.rs"]
 // Not every benchmark loads a test plugin.
@@ -16,7 +21,14 @@ pub use plugins::test_plugin;
 
 /// A server state (no listener) in `dir`, bootstrapped with an
 /// administrator `bench@example.test`.
+#[allow(dead_code)]
 pub async fn state(dir: &Path, egress: EgressPolicy) -> AppState {
+    state_with_oauth(dir, egress, OAuthSettings::default()).await
+}
+
+/// [`state`] with operator OAuth clients, for connectors whose credentials
+/// come from an OAuth flow.
+pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSettings) -> AppState {
     // The server refuses a data directory other users can enter.
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let config = ServerConfig {
@@ -35,8 +47,74 @@ pub async fn state(dir: &Path, egress: EgressPolicy) -> AppState {
             // The benchmark's PostgreSQL (BENCH_POSTGRES_URL) is local.
             warehouses: service::config::warehouse::WarehousePolicy::from_settings("127.0.0.1,::1,localhost").unwrap(),
         },
-        oauth: Default::default(),
+        oauth,
         limits: Default::default(),
     };
     AppState::open(config).await.unwrap()
+}
+
+/// The native baseline: the same HTTPS fetch of a provider's pages and the
+/// same write of their records as a sync, with no plugin and no API.
+#[allow(dead_code)]
+pub struct Native {
+    /// A client that reaches the fake provider and trusts its CA.
+    pub client: reqwest::Client,
+}
+
+#[allow(dead_code)]
+impl Native {
+    /// Reads every page from `first_url` into a full refresh of `table`;
+    /// `page` cuts a page's body into its records' JSON text and names the
+    /// next page's URL. Returns the records written.
+    ///
+    /// Built the way the job runner is: the read runs on a task of the
+    /// runtime's workers (as the plugin's invocation does, not on the
+    /// benchmark's main thread, which would give it a thread of its own
+    /// for the CPU the writer competes for), pages are fetched while the
+    /// previous one is written, through the same queue, batches that
+    /// queued meanwhile share a transaction, and each batch is prepared
+    /// while the one before it is applied. Opening the destination and
+    /// emptying the stream count too, as they do in the job.
+    pub async fn sync(
+        &self,
+        first_url: String,
+        mut page: impl FnMut(&[u8]) -> (Vec<String>, Option<String>) + Send + 'static,
+        table: &'static str,
+        destination: &DestinationConfig,
+        place: &Place<'_>,
+    ) -> u64 {
+        let writer = Writer::open(destination, place, None).await.unwrap();
+        writer.clear(table).await.unwrap();
+        let (tx, mut rx) = queue(QUEUE_BYTES);
+        let writer = Arc::new(writer);
+        let write_task = tokio::spawn(async move {
+            let mut loader = Loader::new(writer.clone(), "bench", table, StreamSyncMode::FullRefreshOverwrite, Vec::new());
+            while let Some(first) = rx.recv().await {
+                let (records, _) = gather(first, &mut rx);
+                loader.write(records).await.unwrap();
+            }
+            loader.drain().await.unwrap();
+            drop(loader);
+            if let Ok(writer) = Arc::try_unwrap(writer) {
+                writer.close().await;
+            }
+        });
+        let client = self.client.clone();
+        let read_task = tokio::spawn(async move {
+            let (mut url, mut records) = (first_url, 0u64);
+            loop {
+                let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
+                let (batch, next) = page(&body);
+                records += batch.len() as u64;
+                tx.send(Work::Records(batch)).await.unwrap();
+                match next {
+                    Some(next) => url = next,
+                    None => return records,
+                }
+            }
+        });
+        let records = read_task.await.unwrap();
+        write_task.await.unwrap();
+        records
+    }
 }

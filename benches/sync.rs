@@ -22,8 +22,6 @@ use std::time::Instant;
 
 use axum::extract::Query;
 use serde_json::{Value, json};
-use service::jobs::queue::{QUEUE_BYTES, Work, gather, queue};
-use service::warehouse::{Loader, Writer};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
 use service::store::kinds::{CredentialKind, CredentialStatus, DestinationKind, JobKind, JobStatus, Trigger};
@@ -110,14 +108,14 @@ async fn main() {
     let source = state.store.create_source(&ws, "test_paged_source", "bench", &source_cfg, &admin).await.unwrap();
     let runner = service::jobs::spawn(state.clone());
 
-    let native = Native {
+    let native = support::Native {
         client: reqwest::Client::builder()
             .resolve("api.source.test", fake.addr)
             .tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap())
             .build()
             .unwrap(),
-        url: format!("https://api.source.test:{}/events?limit={PAGE}", fake.addr.port()),
     };
+    let native_url = format!("https://api.source.test:{}/events?limit={PAGE}", fake.addr.port());
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
     let mut targets = vec![(DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
     if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
@@ -144,7 +142,8 @@ async fn main() {
 
             let (t, cpu) = (Instant::now(), cpu_secs());
             let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &ws, warehouses: &state.config.plugins.warehouses };
-            let records = native.sync(&parsed, &place).await;
+            let first_url = native_url.clone();
+            let records = native.sync(native_url.clone(), move |body| cut_page(&first_url, body), "events_native", &parsed, &place).await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);
             native_rates.push(records as f64 / secs);
@@ -179,65 +178,15 @@ async fn sync_job(state: &service::state::AppState, ws: &str, pipeline_id: &str)
     done.progress["records"].as_u64().unwrap()
 }
 
-/// The native baseline: the same fetch, parse and write, no Wasm.
-struct Native {
-    client: reqwest::Client,
-    /// The first page's URL; the cursor is appended for the next ones.
-    url: String,
-}
-
-impl Native {
-    /// Reads every page into a full refresh of the destination; returns
-    /// the records written.
-    ///
-    /// Built the way the job runner is: the read runs on a task of the
-    /// runtime's workers (as the plugin's invocation does, not on the
-    /// benchmark's main thread, which would give it a thread of its own
-    /// for the CPU the writer competes for), pages are fetched while the
-    /// previous one is written, through the same queue, batches that
-    /// queued meanwhile share a transaction, and each batch is prepared
-    /// while the one before it is applied. Opening the destination and
-    /// emptying the stream count too, as they do in the job.
-    async fn sync(&self, destination: &service::warehouse::DestinationConfig, place: &service::warehouse::Place<'_>) -> u64 {
-        let writer = Writer::open(destination, place, None).await.unwrap();
-        writer.clear("events_native").await.unwrap();
-        let (tx, mut rx) = queue(QUEUE_BYTES);
-        let writer = Arc::new(writer);
-        let write_task = tokio::spawn(async move {
-            let mut loader = Loader::new(writer.clone(), "bench", "events_native", StreamSyncMode::FullRefreshOverwrite, Vec::new());
-            while let Some(first) = rx.recv().await {
-                let (records, _) = gather(first, &mut rx);
-                loader.write(records).await.unwrap();
-            }
-            loader.drain().await.unwrap();
-            drop(loader);
-            if let Ok(writer) = Arc::try_unwrap(writer) {
-                writer.close().await;
-            }
-        });
-        let (client, first_url) = (self.client.clone(), self.url.clone());
-        let read_task = tokio::spawn(async move {
-            let (mut url, mut records) = (first_url.clone(), 0u64);
-            loop {
-                let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
-                #[derive(serde::Deserialize)]
-                struct Page<'a> {
-                    #[serde(borrow)]
-                    data: Vec<&'a serde_json::value::RawValue>,
-                    next_cursor: Option<String>,
-                }
-                let page: Page = serde_json::from_slice(&body).unwrap();
-                let batch: Vec<String> = page.data.iter().map(|r| r.get().to_owned()).collect();
-                records += batch.len() as u64;
-                tx.send(Work::Records(batch)).await.unwrap();
-                match page.next_cursor {
-                    Some(c) => url = format!("{first_url}&cursor={c}"),
-                    None => return records,
-                }
-            }
-        });
-        let records = read_task.await.unwrap();
-        write_task.await.unwrap();
-        records
+/// The test plugin's pages cut into records, and the next page's URL.
+fn cut_page(first_url: &str, body: &[u8]) -> (Vec<String>, Option<String>) {
+    #[derive(serde::Deserialize)]
+    struct Page<'a> {
+        #[serde(borrow)]
+        data: Vec<&'a serde_json::value::RawValue>,
+        next_cursor: Option<String>,
     }
+    let page: Page = serde_json::from_slice(body).unwrap();
+    let batch = page.data.iter().map(|r| r.get().to_owned()).collect();
+    (batch, page.next_cursor.map(|c| format!("{first_url}&cursor={c}")))
 }

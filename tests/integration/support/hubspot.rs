@@ -116,7 +116,7 @@ impl Hub {
     }
 
     /// Checks the bearer token; `None` means the request may proceed.
-    fn refuse(&self, h: &HeaderMap) -> Option<Response> {
+    pub fn refuse(&self, h: &HeaderMap) -> Option<Response> {
         if self.throttle_next.load(Ordering::SeqCst) > 0 {
             self.throttle_next.fetch_sub(1, Ordering::SeqCst);
             self.throttled.fetch_add(1, Ordering::SeqCst);
@@ -154,7 +154,15 @@ fn broadcast(c: &Channel, created: i64) -> Value {
 
 type Q = Query<HashMap<String, String>>;
 
+/// The whole provider: [`account_router`] and the published broadcasts.
 pub fn router(hub: Arc<Hub>) -> Router {
+    account_router(hub.clone()).merge(broadcasts_router(hub))
+}
+
+/// Everything but the broadcasts listing: the token endpoint, the account,
+/// brands and channels (a benchmark answers broadcasts from pre-rendered
+/// pages of its own).
+pub fn account_router(hub: Arc<Hub>) -> Router {
     Router::new()
         .route(
             "/oauth/v1/token",
@@ -223,6 +231,11 @@ pub fn router(hub: Arc<Hub>) -> Router {
                 axum::Json(Value::Array(list)).into_response()
             }),
         )
+        .with_state(hub)
+}
+
+fn broadcasts_router(hub: Arc<Hub>) -> Router {
+    Router::new()
         .route(
             "/broadcast/v1/broadcasts",
             get(|State(h): State<Arc<Hub>>, hd: HeaderMap, Query(q): Q| async move {
