@@ -484,6 +484,7 @@ fn parse_page(body: String, path: &str, page: u32) -> Result<(PageRecords, Value
                 .map(|record| {
                     // Each record borrows from `body`: its offset in it.
                     let at = record.get().as_ptr().addr() - start;
+                    debug_assert!(body.get(at..at + record.get().len()) == Some(record.get()), "a record borrowed from its page");
                     at..at + record.get().len()
                 })
                 .collect();

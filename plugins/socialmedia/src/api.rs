@@ -137,7 +137,7 @@ impl<'a> Api<'a> {
         if let Some(since) = since {
             req = req.query("since", since);
         }
-        Ok(BroadcastPage { body: req.send()?.into_text()? })
+        Ok(BroadcastPage { offset, body: req.send()?.into_text()? })
     }
 }
 
@@ -166,15 +166,23 @@ macro_rules! other_scalars {
 /// A page of the broadcasts listing: its body, parsed when read, so that
 /// the broadcasts borrow their text from it instead of being copied into
 /// a tree of values.
-#[derive(Debug)]
 pub struct BroadcastPage {
+    /// Where the page starts in the listing, for messages.
+    offset: usize,
     body: String,
 }
 
+/// Never the body: it is the provider's content.
+impl std::fmt::Debug for BroadcastPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BroadcastPage").field("offset", &self.offset).field("bytes", &self.body.len()).finish()
+    }
+}
+
 impl BroadcastPage {
-    /// A page from its body as the provider sent it (tests).
-    pub fn from_body(body: impl Into<String>) -> Self {
-        BroadcastPage { body: body.into() }
+    /// The page at `offset` from its body as the provider sent it (tests).
+    pub fn from_body(offset: usize, body: impl Into<String>) -> Self {
+        BroadcastPage { offset, body: body.into() }
     }
 
     /// The page's broadcasts. An item that is not an object is an empty
@@ -182,19 +190,22 @@ impl BroadcastPage {
     /// an array is not a listing; one that is not JSON says where it breaks,
     /// never what it holds.
     pub fn broadcasts(&self) -> Result<Vec<Broadcast<'_>>> {
+        let offset = self.offset;
         serde_json::from_str(&self.body).map_err(|e| {
             if e.is_data() {
-                Error::ProviderError("the broadcasts listing is not a JSON array".into())
+                Error::ProviderError(format!("the broadcasts listing at offset {offset} is not a JSON array"))
             } else {
-                Error::ProviderError(format!("the broadcasts listing is not JSON (line {}, column {})", e.line(), e.column()))
+                Error::ProviderError(format!("the broadcasts listing at offset {offset} is not JSON (line {}, column {})", e.line(), e.column()))
             }
         })
     }
 }
 
 /// A published post as the provider lists it: only the fields the streams
-/// use, each taken as it comes ([`Scalar`]); everything else is skipped
-/// unread. A field given twice counts with its last value.
+/// use, each taken as it comes ([`Scalar`]). The rest is skipped, checked
+/// only as far as finding where it ends needs: a malformed field that no
+/// stream reads (an unpaired escape in a field of no interest, say) does
+/// not fail the read. A field given twice counts with its last value.
 #[derive(Debug, Default)]
 pub struct Broadcast<'a> {
     /// `broadcastGuid`
@@ -220,20 +231,24 @@ pub struct Broadcast<'a> {
     /// `impressions`, where a network reports them beside the counts.
     pub impressions: Scalar<'a>,
     /// `interactionCounts` and `interactions`, as their JSON text: only
-    /// metrics read them.
+    /// the metrics streams read them, with [`Broadcast::counts`].
     counts: [Option<&'a RawValue>; 2],
 }
 
 impl Broadcast<'_> {
     /// The interaction counts: `interactionCounts`, or `interactions` when
-    /// that is not an object; `null` when neither is given.
-    pub fn counts(&self) -> Value {
+    /// that is not an object; `null` when neither is given. Counts that do
+    /// not parse (an unpaired escape, a number beyond any float) are a
+    /// provider error, never counts of nothing.
+    pub fn counts(&self) -> Result<Value> {
         let [counts, interactions] = self.counts;
         let chosen = match counts {
             Some(raw) if raw.get().starts_with('{') => Some(raw),
             _ => interactions,
         };
-        chosen.and_then(|raw| serde_json::from_str(raw.get()).ok()).unwrap_or(Value::Null)
+        chosen.map_or(Ok(Value::Null), |raw| {
+            serde_json::from_str(raw.get()).map_err(|e| Error::ProviderError(format!("a broadcast's interaction counts are not valid JSON (column {})", e.column())))
+        })
     }
 }
 
@@ -247,8 +262,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Broadcast<'a> {
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Broadcast<'a>, M::Error> {
                 let mut b = Broadcast::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    match key.as_ref() {
+                // Keys as `Scalar`s: serde's own `Cow` always copies.
+                while let Some(key) = map.next_key::<Scalar<'de>>()? {
+                    match key.as_str().unwrap_or_default() {
                         "broadcastGuid" => b.guid = map.next_value()?,
                         "channelGuid" => b.channel = map.next_value()?,
                         "channelKey" => b.channel_key = map.next_value()?,
@@ -381,8 +397,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Content<'a> {
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Content<'a>, M::Error> {
                 let mut body = None;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if key == "body" {
+                while let Some(key) = map.next_key::<Scalar<'de>>()? {
+                    if key.as_str() == Some("body") {
                         body = match map.next_value::<Scalar<'a>>()? {
                             Scalar::Text(t) => Some(t),
                             _ => None,

@@ -5,8 +5,9 @@
 //! through the published posts, 100 at a time by offset, until a short
 //! page. Each page is parsed once into [`Broadcast`]s that borrow from its
 //! body, and records are written straight to JSON text
-//! ([`PostRecord`], [`MetricsRecord`]): no tree of values is built per
-//! post. Pages are not requested ahead: the listing says nothing of its
+//! ([`PostRecord`], [`MetricsRecord`]): reading `posts` builds no tree of
+//! values at all; the metrics streams parse only each post's small
+//! interaction counts. Pages are not requested ahead: the listing says nothing of its
 //! length, so a request ahead would be a guess, and every guess past the
 //! end would spend the portal's rate limit (110 requests per 10 s).
 //!
@@ -143,7 +144,7 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
                     records.push(PostRecord::new(b, &p, brand.as_deref()).to_json());
                 }
                 read += records.len();
-                Sink::emit_json(stream.as_str(), &records)
+                Ok(Sink::emit_json(stream.as_str(), &records)?)
             })?;
             log::info(format_args!("posts: {read} read"));
             if request.is_incremental() {
@@ -152,11 +153,13 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
         }
         StreamName::PostMetrics => {
             for_each_page(&api, None, |page| {
-                let records: Vec<String> = page
-                    .iter()
-                    .filter_map(|b| post_ref(b).filter(|p| brand_of.contains_key(p.channel)).map(|p| MetricsRecord::new(b, &p).to_json()))
-                    .collect();
-                Sink::emit_json(stream.as_str(), &records)
+                let mut records = Vec::with_capacity(page.len());
+                for b in page {
+                    if let Some(p) = post_ref(b).filter(|p| brand_of.contains_key(p.channel)) {
+                        records.push(MetricsRecord::new(b, &p)?.to_json());
+                    }
+                }
+                Ok(Sink::emit_json(stream.as_str(), &records)?)
             })?;
         }
         StreamName::ChannelStatistics => {
@@ -164,7 +167,7 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
             for_each_page(&api, None, |page| {
                 for b in page {
                     if let Some(p) = post_ref(b).filter(|p| brand_of.contains_key(p.channel)) {
-                        totals.entry(p.channel.to_owned()).or_default().add(b);
+                        totals.entry(p.channel.to_owned()).or_default().add(b)?;
                     }
                 }
                 Ok(())
@@ -179,7 +182,7 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
 
 /// Calls `each` with every page of published posts created at or after
 /// `since`.
-fn for_each_page(api: &Api, since: Option<i64>, mut each: impl FnMut(&[Broadcast<'_>]) -> std::result::Result<(), connector_sdk::SinkError>) -> Result<()> {
+fn for_each_page(api: &Api, since: Option<i64>, mut each: impl FnMut(&[Broadcast<'_>]) -> Result<()>) -> Result<()> {
     let mut offset = 0;
     for _ in 0..MAX_PAGES {
         let body = api.broadcasts(since, offset)?;

@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use connector_sdk::{Stream, Value, json, serde_json};
+use connector_sdk::{Result, Stream, Value, json, serde_json};
 use serde::Serialize;
 
 use crate::api::{Broadcast, Channel};
@@ -183,17 +183,18 @@ pub struct PostMetrics {
     pub engagements: Option<i64>,
 }
 
-/// The metrics of a broadcast, as the provider reports them.
-pub fn metrics_of(b: &Broadcast<'_>) -> (PostMetrics, BTreeMap<&'static str, i64>) {
-    let counts = &b.counts();
+/// The metrics of a broadcast, as the provider reports them; sums stop at
+/// the largest count rather than wrapping.
+pub fn metrics_of(b: &Broadcast<'_>) -> Result<(PostMetrics, BTreeMap<&'static str, i64>)> {
+    let counts = &b.counts()?;
     let mut found = BTreeMap::new();
     for key in ENGAGEMENTS {
         if let Some(n) = int(&counts[key]) {
             found.insert(key, n);
         }
     }
-    let engagements = if found.is_empty() { None } else { Some(found.values().sum()) };
-    (PostMetrics { clicks: b.clicks.int(), impressions: int(&counts["impressions"]).or_else(|| b.impressions.int()), engagements }, found)
+    let engagements = if found.is_empty() { None } else { Some(found.values().fold(0i64, |sum, n| sum.saturating_add(*n))) };
+    Ok((PostMetrics { clicks: b.clicks.int(), impressions: int(&counts["impressions"]).or_else(|| b.impressions.int()), engagements }, found))
 }
 
 /// A post-metrics record, written straight to its JSON text (fields in
@@ -213,10 +214,10 @@ pub struct MetricsRecord<'a> {
 
 impl<'a> MetricsRecord<'a> {
     /// The metrics record of `b`, identified by `p`.
-    pub fn new(b: &Broadcast<'_>, p: &PostRef<'a>) -> Self {
-        let (m, counts) = metrics_of(b);
+    pub fn new(b: &Broadcast<'_>, p: &PostRef<'a>) -> Result<Self> {
+        let (m, counts) = metrics_of(b)?;
         let first = |keys: &[&str]| keys.iter().find_map(|k| counts.get(k).copied());
-        MetricsRecord {
+        Ok(MetricsRecord {
             broadcast_guid: p.guid,
             channel_guid: p.channel,
             clicks: m.clicks,
@@ -226,7 +227,7 @@ impl<'a> MetricsRecord<'a> {
             likes: first(&["likes", "favorites", "reactions"]),
             published_at: b.finished_at.int(),
             shares: first(&["shares", "retweets"]),
-        }
+        })
     }
 
     /// The record's JSON text.
@@ -251,18 +252,19 @@ pub struct ChannelTotals {
 }
 
 impl ChannelTotals {
-    /// Adds one post.
-    pub fn add(&mut self, b: &Broadcast<'_>) {
-        let (m, _) = metrics_of(b);
+    /// Adds one post; sums stop at the largest count rather than wrapping.
+    pub fn add(&mut self, b: &Broadcast<'_>) -> Result<()> {
+        let (m, _) = metrics_of(b)?;
         self.posts += 1;
         let plus = |acc: Option<i64>, n: Option<i64>| match (acc, n) {
             (a, None) => a,
-            (a, Some(n)) => Some(a.unwrap_or(0) + n),
+            (a, Some(n)) => Some(a.unwrap_or(0).saturating_add(n)),
         };
         self.clicks = plus(self.clicks, m.clicks);
         self.impressions = plus(self.impressions, m.impressions);
         self.engagements = plus(self.engagements, m.engagements);
         self.last_published_at = self.last_published_at.max(b.finished_at.int());
+        Ok(())
     }
 
     /// The channel-statistics record.
@@ -286,27 +288,43 @@ mod tests {
     use crate::api::BroadcastPage;
 
     fn one(body: &str, each: impl FnOnce(&Broadcast<'_>)) {
-        let page = BroadcastPage::from_body(format!("[{body}]"));
+        let page = BroadcastPage::from_body(0, format!("[{body}]"));
         each(&page.broadcasts().unwrap()[0]);
     }
 
     #[test]
     fn metrics_the_provider_does_not_report_are_null_not_zero() {
-        one(r#"{ "clicks": 3 }"#, |b| assert_eq!(metrics_of(b).0, PostMetrics { clicks: Some(3), impressions: None, engagements: None }));
+        one(r#"{ "clicks": 3 }"#, |b| assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: Some(3), impressions: None, engagements: None }));
         one(r#"{ "clicks": 1, "interactionCounts": { "impressions": 50, "likes": 4, "comments": 1 } }"#, |b| {
-            assert_eq!(metrics_of(b).0, PostMetrics { clicks: Some(1), impressions: Some(50), engagements: Some(5) })
+            assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: Some(1), impressions: Some(50), engagements: Some(5) })
         });
         one(r#"{ "interactionCounts": 7, "interactions": { "favorites": 2 }, "impressions": 9.5 }"#, |b| {
-            assert_eq!(metrics_of(b).0, PostMetrics { clicks: None, impressions: Some(9), engagements: Some(2) }, "counts under their other name")
+            assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: None, impressions: Some(9), engagements: Some(2) }, "counts under their other name")
         });
     }
 
     #[test]
-    fn channel_totals_add_only_what_was_reported() {
+    fn counts_that_do_not_parse_fail_the_metrics_but_not_the_post() {
+        for counts in [r#"{ "likes": 4, "label": "\udc00" }"#, r#"{ "likes": 4, "x": 1e400 }"#] {
+            let body = format!(r#"{{ "broadcastGuid": "b1", "channelGuid": "c1", "content": "hi", "interactionCounts": {counts} }}"#);
+            one(&body, |b| {
+                let p = post_ref(b).unwrap();
+                let err = MetricsRecord::new(b, &p).err().expect("no metrics from counts that do not parse").to_string();
+                assert!(err.contains("a broadcast's interaction counts are not valid JSON"), "{err}");
+                assert!(ChannelTotals::default().add(b).is_err(), "nor totals");
+                assert!(PostRecord::new(b, &p, None).to_json().contains(r#""content":"hi""#), "the post itself reads");
+            });
+        }
+    }
+
+    #[test]
+    fn channel_totals_add_only_what_was_reported_and_never_wrap() {
         let mut t = ChannelTotals::default();
-        one(r#"{ "clicks": 2, "finishedAt": 10 }"#, |b| t.add(b));
-        one(r#"{ "clicks": 3, "finishedAt": 30, "interactionCounts": { "impressions": 7 } }"#, |b| t.add(b));
+        one(r#"{ "clicks": 2, "finishedAt": 10 }"#, |b| t.add(b).unwrap());
+        one(r#"{ "clicks": 3, "finishedAt": 30, "interactionCounts": { "impressions": 7 } }"#, |b| t.add(b).unwrap());
         assert_eq!((t.posts, t.clicks, t.impressions, t.engagements, t.last_published_at), (2, Some(5), Some(7), None, Some(30)));
+        one(r#"{ "clicks": 1e19, "interactionCounts": { "likes": 1e19, "comments": 1 } }"#, |b| t.add(b).unwrap());
+        assert_eq!((t.clicks, t.engagements), (Some(i64::MAX), Some(i64::MAX)), "sums stop at the largest count");
     }
 
     #[test]
@@ -320,11 +338,12 @@ mod tests {
         });
     }
 
+    /// The records the previous, value-built code made for each field
+    /// shape, written out: escapes, numbers as text, floats, numbers past
+    /// `u64::MAX`, wrong types, content as an object, counts under their
+    /// other name, and fields given twice (the last counts).
     #[test]
     fn records_are_the_text_the_value_built_records_were() {
-        // Every field in the shapes a provider may send it: escapes, numbers
-        // as text, floats, wrong types, and a field given twice (the last
-        // counts), as a tree of values read them.
         let body = r#"{ "broadcastGuid": "b\"1", "channelGuid": "c1", "channelKey": 42, "status": "SUCCESS", "createdAt": 1.7e3,
             "triggerAt": -4, "finishedAt": "9", "content": "caf\u00e9 \ud83d\ude80", "message": 2.5, "clicks": true,
             "interactionCounts": { "likes": 1, "reactions": 9, "replies": 3, "retweets": 2, "impressions": 11 }, "status": "ERROR" }"#;
@@ -337,26 +356,47 @@ mod tests {
                 .to_string()
             );
             assert_eq!(
-                MetricsRecord::new(b, &p).to_json(),
+                MetricsRecord::new(b, &p).unwrap().to_json(),
                 json!({ "broadcast_guid": "b\"1", "channel_guid": "c1", "published_at": null, "clicks": null, "impressions": 11,
                     "engagements": 15, "likes": 1, "comments": 3, "shares": 2 })
                 .to_string()
             );
         });
+        let body = r#"{ "broadcastGuid": "b2", "channelGuid": "c2", "createdAt": 123456789012345678901234, "clicks": 7.9, "channelKey": null,
+            "content": { "linkUrl": "u", "body": "first" }, "content": { "body": "second\nline", "body": 3 }, "finishedAt": 20,
+            "interactionCounts": [1], "interactions": { "favorites": 5, "retweets": 1, "impressions": "x" }, "impressions": 8 }"#;
+        one(body, |b| {
+            let p = post_ref(b).unwrap();
+            assert_eq!(
+                PostRecord::new(b, &p, Some("9")).to_json(),
+                json!({ "broadcast_guid": "b2", "channel_guid": "c2", "channel_key": null, "brand_id": "9", "status": null,
+                    "created_at": i64::MAX, "trigger_at": null, "finished_at": 20, "content": null, "message": null, "clicks": 7 })
+                .to_string(),
+                "the last `content` wins, and its last `body` is no text"
+            );
+            assert_eq!(
+                MetricsRecord::new(b, &p).unwrap().to_json(),
+                json!({ "broadcast_guid": "b2", "channel_guid": "c2", "published_at": 20, "clicks": 7, "impressions": 8,
+                    "engagements": 6, "likes": 5, "comments": null, "shares": 1 })
+                .to_string()
+            );
+        });
+        one(r#"{ "content": { "body": "first" }, "content": "plain" }"#, |b| assert_eq!(b.content.as_deref(), Some("plain")));
         one(r#"{ "broadcastGuid": 7, "channelGuid": "c1" }"#, |b| assert!(post_ref(b).is_none(), "no identity without a text id"));
     }
 
     #[test]
     fn a_listing_that_is_no_array_or_no_json_says_so_without_its_values() {
-        let page = BroadcastPage::from_body(r#"[{"broadcastGuid": "b1", "channelGuid": "c"}, 3, null, [1], "x", {"content": {"body": 1}}]"#);
+        let page = BroadcastPage::from_body(0, r#"[{"broadcastGuid": "b1", "channelGuid": "c"}, 3, null, [1], "x", {"content": {"body": 1}}]"#);
         let items = page.broadcasts().unwrap();
         assert_eq!(items.len(), 6, "items that are no objects are kept, without an identity");
         assert_eq!(items.iter().filter(|b| post_ref(b).is_some()).count(), 1);
         assert_eq!(items[5].content, None, "a body that is no text is no content");
-        let err = BroadcastPage::from_body(r#"{"results": []}"#).broadcasts().unwrap_err().to_string();
-        assert!(err.contains("the broadcasts listing is not a JSON array"), "{err}");
-        let err = BroadcastPage::from_body(r#"[{"content": "secret-text"#).broadcasts().unwrap_err().to_string();
-        assert!(err.contains("the broadcasts listing is not JSON (line 1, column"), "{err}");
-        assert!(!err.contains("secret-text"), "{err}");
+        let err = BroadcastPage::from_body(200, r#"{"results": []}"#).broadcasts().unwrap_err().to_string();
+        assert!(err.contains("the broadcasts listing at offset 200 is not a JSON array"), "{err}");
+        let page = BroadcastPage::from_body(300, r#"[{"content": "secret-text"#);
+        let err = page.broadcasts().unwrap_err().to_string();
+        assert!(err.contains("the broadcasts listing at offset 300 is not JSON (line 1, column"), "{err}");
+        assert!(!err.contains("secret-text") && !format!("{page:?}").contains("secret-text"), "{err}");
     }
 }
