@@ -20,7 +20,11 @@
 //! Run with `cargo bench -p service --bench connector_sync`. Each pipeline
 //! (connector and destination) gets `BENCH_ROUNDS` (5) rounds, taking
 //! turns; the summary is the median. `BENCH_CONNECTORS` (`email,social`)
-//! picks connectors. `BENCH_PROVIDER_DELAY_MS` makes the provider wait
+//! picks connectors. `BENCH_JSONL=1` adds a JSONL export destination,
+//! whose writing is light (lines appended, one data sync per batch): when
+//! a connector goes no faster into it than into SQLite, the read side is
+//! the limit.
+//! `BENCH_PROVIDER_DELAY_MS` makes the provider wait
 //! that long before each list page, as one across a network does; the
 //! bench then prints the best a read one page at a time could do, which
 //! reading ahead must beat. Nothing asserts the figures; benches/README.md
@@ -309,6 +313,11 @@ fn main() {
         let mut destinations = vec![("SQLite", DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
         if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
             destinations.push(("PostgreSQL", DestinationKind::Postgres, json!({ "url": url })));
+        }
+        if std::env::var("BENCH_JSONL").is_ok_and(|v| v == "1") {
+            // Appending lines is light work: a sync no faster into it than
+            // into a database is limited by its read side.
+            destinations.push(("JSONL", DestinationKind::Jsonl, json!({ "directory": "bench" })));
         }
         let mut runs = Vec::new();
         for (name, kind, configuration) in &destinations {
