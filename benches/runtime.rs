@@ -9,7 +9,9 @@
 //! 3. the same GET from inside a plugin, taking turns with that plugin's
 //!    invocation without a request, so the cost splits into the
 //!    invocation, the egress layer and what is left: the request and its
-//!    answer crossing the boundary and the guest's own work.
+//!    answer crossing the boundary and the guest's own work;
+//! 4. the same GET made by a plugin that is already running (as a
+//!    connector makes every request of a read), timed by the guest.
 //!
 //! Run with `cargo bench -p service --bench runtime`. Figures depend on the
 //! machine; nothing asserts them.
@@ -137,4 +139,27 @@ async fn main() {
         us(p.p50) / us(d.p50),
         us(p.p50) - us(idle.p50) - us(e.p50)
     );
+
+    // 4. The same GET from inside a plugin that is already running: a
+    // connector makes all the requests of a read in one invocation, so
+    // this is what each of them costs it. The guest times every request
+    // with its monotonic clock; batches take turns with batches of direct
+    // requests.
+    let timed = r#"{"behave":"egress_timed","times":200,"request":{"method":"GET","url":"https://api.provider.test/ok"}}"#;
+    let (mut inside, mut d2) = (Vec::new(), Vec::new());
+    for _ in 0..15 {
+        for _ in 0..200 {
+            let t = Instant::now();
+            direct.get(&url).send().await.unwrap().bytes().await.unwrap();
+            d2.push(t.elapsed());
+        }
+        let outcome = runtime.preview(&plugin, &ws, &state.egress, timed).await.unwrap();
+        let nanos = outcome["nanos"].as_array().expect("the plugin's timings");
+        assert_eq!(nanos.len(), 200, "every request was made and timed");
+        inside.extend(nanos.iter().map(|n| Duration::from_nanos(n.as_u64().unwrap())));
+    }
+    let (inside, d2) = (stats(inside), stats(d2));
+    show("direct GET, in turns with the batches below", &d2);
+    show("GET inside a running plugin (guest's clock)", &inside);
+    println!("GET inside a running plugin: {:.2}x direct at p50, {:+.1} µs", us(inside.p50) / us(d2.p50), us(inside.p50) - us(d2.p50));
 }

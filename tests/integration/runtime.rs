@@ -254,6 +254,22 @@ async fn a_log_flood_is_capped_without_failing_the_call() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_request_batch_makes_every_request_and_stops_at_a_refusal() {
+    // The runtime benchmark reads its in-plugin figures from this
+    // behaviour; a batch that quietly skipped requests would flatter them.
+    let f = fixture().await;
+    let ok = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/ok" } })).await.unwrap();
+    let nanos = ok["nanos"].as_array().expect("one figure per request");
+    assert_eq!(nanos.len(), 5, "{ok}");
+    assert!(nanos.iter().all(|n| n.as_u64().is_some_and(|n| n > 0)), "{ok}");
+    let refused = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://undeclared.test/ok" } })).await;
+    match refused {
+        Err(InvocationError::Connector(e)) => assert!(e.to_string().contains("request 0 failed"), "{e}"),
+        other => panic!("a refused request must fail the batch, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_reaches_declared_and_allowed_hosts_only() {
     let f = fixture().await;
     let ok = f.egress(json!({ "method": "GET", "url": "https://api.provider.test/ok" })).await;

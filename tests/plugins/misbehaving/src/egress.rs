@@ -161,3 +161,34 @@ pub fn send(request: &Request) -> Value {
         }
     }
 }
+
+/// `egress_timed`: sends `request` `times` times in one invocation and
+/// times each send inside the guest with the monotonic clock, so a
+/// benchmark sees what a request costs a plugin that is already running
+/// (a connector makes all the requests of a read in one invocation).
+/// Every answer must be a 2xx; the outcome is `{"nanos": [...]}`, one
+/// figure per request, in order.
+pub fn send_timed(request: &Request, times: u64) -> Result<Value, ConnectorError> {
+    let mut nanos = Vec::with_capacity(usize::try_from(times).unwrap_or(0).min(1 << 20));
+    for i in 0..times {
+        let started = std::time::Instant::now();
+        let outcome = http::send(request);
+        let took = started.elapsed();
+        match outcome {
+            Ok(response) if (200..300).contains(&response.status) => {}
+            Ok(response) => {
+                return Err(ConnectorError::ProviderError(format!(
+                    "request {i} answered {}",
+                    response.status
+                )));
+            }
+            Err(_) => {
+                return Err(ConnectorError::ProviderUnavailable(format!(
+                    "request {i} failed"
+                )));
+            }
+        }
+        nanos.push(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
+    }
+    Ok(json!({ "nanos": nanos }))
+}

@@ -18,6 +18,7 @@
 //! | `oversized_output` | returns a JSON object of exactly `size` bytes | `size` (64 MiB) |
 //! | `log_flood` | logs `count` ~200-byte info messages | `count` (100000) |
 //! | `egress` | sends one request | `request` (see [`egress`]) |
+//! | `egress_timed` | sends `request` `times` times, each timed inside the guest | `request`, `times` (1) |
 //! | `report` | reports everything it can see | `request` (optional) |
 //! | `emit` | emits records and checkpoints | `records` (10), `record_bytes` (16), `batch` (100), `stream` |
 //!
@@ -59,11 +60,12 @@ impl Guest for Misbehaving {
                 "behave": {
                     "type": "string",
                     "description": "noop, loop, memory_bomb, recursion, trap, oversized_output, \
-                                    log_flood, egress, report or emit"
+                                    log_flood, egress, egress_timed, report or emit"
                 },
                 "frame": { "type": "string" },
                 "size": { "type": "integer", "minimum": 0 },
                 "count": { "type": "integer", "minimum": 0 },
+                "times": { "type": "integer", "minimum": 0 },
                 "request": { "type": "object" },
                 "records": { "type": "integer", "minimum": 0 },
                 "record_bytes": { "type": "integer", "minimum": 0 },
@@ -194,6 +196,13 @@ fn run(behave: &str, config_text: &str, config: &Config) -> Result<Value, Connec
                 .get("request")
                 .ok_or_else(|| invalid_config("request: required for behave \"egress\""))?;
             Ok(egress::send(&egress::parse_request(request)?))
+        }
+        "egress_timed" => {
+            let request = config
+                .get("request")
+                .ok_or_else(|| invalid_config("request: required for behave \"egress_timed\""))?;
+            let times = config.u64("times", 1)?;
+            egress::send_timed(&egress::parse_request(request)?, times)
         }
         "report" => report::report(config_text, config),
         "emit" => {
