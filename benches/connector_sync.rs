@@ -27,7 +27,11 @@
 //! `BENCH_PROVIDER_DELAY_MS` makes the provider wait
 //! that long before each list page, as one across a network does; the
 //! bench then prints the best a read one page at a time could do, which
-//! reading ahead must beat. Nothing asserts the figures; benches/README.md
+//! reading ahead must beat. Each round also fetches every page alone
+//! (three at a time, as the email-campaign connector reads, bodies
+//! dropped unread): the rate that the provider and TLS at both ends allow
+//! on this machine when nothing else runs, the ceiling every sync here
+//! shares. Nothing asserts the figures; benches/README.md
 //! keeps them. The CPU seconds of the whole process (provider included)
 //! are reported beside the wall-clock rate.
 
@@ -135,6 +139,16 @@ fn broadcast_pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
     (Arc::new(pages), size)
 }
 
+/// The provider's wait before an answer, if it has one. A zero sleep is
+/// not free in tokio: its deadline is rounded up to the timer's next
+/// millisecond, so `sleep(0)` before every page held each request about a
+/// millisecond and made the provider, not the sync, set the pace.
+async fn wait(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
 /// Both providers on one HTTPS server (their paths do not overlap), each
 /// list page answered after `delay` (a provider across a network).
 fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Vec<Bytes>>, delay: Duration) -> axum::Router {
@@ -148,7 +162,7 @@ fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Ve
                 if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {PROVIDER_TOKEN}")) {
                     return (axum::http::StatusCode::UNAUTHORIZED, "{\"message\":\"Unauthenticated.\"}").into_response();
                 }
-                tokio::time::sleep(delay).await;
+                wait(delay).await;
                 let n: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
                 json_body(pages.get(n - 1).cloned().unwrap_or_else(|| Bytes::from_static(b"{\"data\":[],\"meta\":{}}")))
             }
@@ -163,7 +177,7 @@ fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Ve
                 if let Some(refused) = hub.refuse(&headers) {
                     return refused;
                 }
-                tokio::time::sleep(delay).await;
+                wait(delay).await;
                 let number = |name: &str| q.get(name).and_then(|v| v.parse::<usize>().ok());
                 // Pages are rendered for one page size; any other request
                 // would get a wrong answer, so it gets none.
@@ -250,6 +264,30 @@ async fn social_credential(api: &Api, hub: &hubspot::Hub) -> Value {
     hub.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
     let created = api.call(reqwest::Method::POST, "/credentials/source/oauth/callback", Some(json!({ "state": q["state"], "code": code }))).await;
     created["credential_handle"].clone()
+}
+
+/// Fetches every page's URL with `window` requests in flight and drops
+/// the bodies: what the provider and TLS at both ends cost alone. Runs on
+/// a task of the runtime's workers, as a sync's read does. Returns the
+/// bytes received.
+async fn fetch_only(client: reqwest::Client, urls: Vec<String>, window: usize) -> usize {
+    use futures_util::StreamExt;
+    tokio::spawn(async move {
+        futures_util::stream::iter(urls)
+            .map(|url| {
+                let client = client.clone();
+                async move {
+                    let response = client.get(&url).send().await.unwrap();
+                    assert!(response.status().is_success(), "the provider answered {url}");
+                    response.bytes().await.unwrap().len()
+                }
+            })
+            .buffered(window)
+            .fold(0, |total, bytes| async move { total + bytes })
+            .await
+    })
+    .await
+    .unwrap()
 }
 
 /// A pipeline to measure, and its native baseline.
@@ -371,7 +409,23 @@ fn main() {
                 records as f64 / (pages * delay.as_secs_f64())
             );
         }
+        let pages = records.div_ceil(PER_PAGE);
+        let mut alone: Vec<(&str, Vec<f64>, Vec<f64>)> = sources.iter().map(|(connector, _, _)| (*connector, Vec::new(), Vec::new())).collect();
         for round in 1..=rounds {
+            for (connector, rates, cpus) in &mut alone {
+                let (client, urls): (_, Vec<String>) = match *connector {
+                    "email" => (email_native.client.clone(), (1..=pages).map(|p| format!("{campaigns_url}&page={p}")).collect()),
+                    _ => (social_native.client.clone(), (0..pages).map(|p| format!("{broadcasts_url}&offset={}", p * PER_PAGE)).collect()),
+                };
+                let (cpu, started) = (cpu_seconds(), Instant::now());
+                let bytes = fetch_only(client, urls, 3).await;
+                let secs = started.elapsed().as_secs_f64();
+                assert!(bytes >= records * 1000, "every page arrived: {bytes} bytes");
+                let (rate, used) = (records as f64 / secs, cpu_seconds() - cpu);
+                println!("round {round} {connector:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s) pages fetched alone");
+                rates.push(rate);
+                cpus.push(used);
+            }
             for run in &mut runs {
                 let cpu = cpu_seconds();
                 let started = Instant::now();
@@ -412,6 +466,9 @@ fn main() {
                 run.native_rates.push(rate);
                 run.native_cpus.push(used);
             }
+        }
+        for (connector, rates, cpus) in alone {
+            println!("median {connector:<18} {:>10.0} records/s ({:.2} CPU-s per run): the pages fetched alone, the ceiling of its syncs here", median(rates), median(cpus));
         }
         for run in runs {
             let (rate, native) = (median(run.rates), median(run.native_rates));
