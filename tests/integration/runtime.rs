@@ -25,6 +25,7 @@ const HOSTS: &[&str] = &["api.provider.test", "echo.provider.test", "redirect.pr
 fn provider_routes() -> Router {
     Router::new()
         .route("/ok", get(|| async { "fine" }))
+        .route("/gone", get(|| async { StatusCode::GONE }))
         .route(
             "/echo",
             get(|headers: HeaderMap| async move {
@@ -258,15 +259,24 @@ async fn a_timed_request_batch_makes_every_request_and_stops_at_a_refusal() {
     // The runtime benchmark reads its in-plugin figures from this
     // behaviour; a batch that quietly skipped requests would flatter them.
     let f = fixture().await;
+    let before = f.provider.hits();
     let ok = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/ok" } })).await.unwrap();
     let nanos = ok["nanos"].as_array().expect("one figure per request");
     assert_eq!(nanos.len(), 5, "{ok}");
     assert!(nanos.iter().all(|n| n.as_u64().is_some_and(|n| n > 0)), "{ok}");
+    assert_eq!(f.provider.hits(), before + 5, "every timed request reached the provider");
+
     let refused = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://undeclared.test/ok" } })).await;
     match refused {
-        Err(InvocationError::Connector(e)) => assert!(e.to_string().contains("request 0 failed"), "{e}"),
+        Err(InvocationError::Connector(e)) => assert!(e.to_string().contains("request 0 failed: denied"), "{e}"),
         other => panic!("a refused request must fail the batch, got {other:?}"),
     }
+    let missing = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/gone" } })).await;
+    match missing {
+        Err(InvocationError::Connector(e)) => assert!(e.to_string().contains("request 0 answered 410"), "{e}"),
+        other => panic!("an answer that is no success must fail the batch, got {other:?}"),
+    }
+    assert_eq!(f.provider.hits(), before + 6, "the batches stopped at their first failure");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

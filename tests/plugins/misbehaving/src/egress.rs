@@ -22,6 +22,9 @@
 //! The outcome is `{"ok": {"status", "headers", "body"}}` (body as lossy
 //! UTF-8) or `{"error": {"kind", "message"}}` with the WIT error case as
 //! `kind`.
+//!
+//! `egress_timed` sends the same request many times in one invocation and
+//! times each inside the guest ([`send_timed`]), for the runtime benchmark.
 
 use serde_json::{Value, json};
 
@@ -146,19 +149,24 @@ pub fn send(request: &Request) -> Value {
             }
         }),
         Err(error) => {
-            let (kind, message) = match error {
-                HttpError::Denied(rule) => ("denied", rule),
-                HttpError::InvalidRequest(why) => ("invalid-request", why),
-                HttpError::Timeout => ("timeout", "no complete response within the timeout".into()),
-                HttpError::ConnectionFailed(why) => ("connection-failed", why),
-                HttpError::ResponseTooLarge => (
-                    "response-too-large",
-                    "the response exceeded the host's size limit".into(),
-                ),
-                HttpError::CredentialUnavailable(why) => ("credential-unavailable", why),
-            };
+            let (kind, message) = kind_of(error);
             json!({ "error": { "kind": kind, "message": message } })
         }
+    }
+}
+
+/// The WIT error case's name, and what it says.
+fn kind_of(error: HttpError) -> (&'static str, String) {
+    match error {
+        HttpError::Denied(rule) => ("denied", rule),
+        HttpError::InvalidRequest(why) => ("invalid-request", why),
+        HttpError::Timeout => ("timeout", "no complete response within the timeout".into()),
+        HttpError::ConnectionFailed(why) => ("connection-failed", why),
+        HttpError::ResponseTooLarge => (
+            "response-too-large",
+            "the response exceeded the host's size limit".into(),
+        ),
+        HttpError::CredentialUnavailable(why) => ("credential-unavailable", why),
     }
 }
 
@@ -166,7 +174,8 @@ pub fn send(request: &Request) -> Value {
 /// times each send inside the guest with the monotonic clock, so a
 /// benchmark sees what a request costs a plugin that is already running
 /// (a connector makes all the requests of a read in one invocation).
-/// Every answer must be a 2xx; the outcome is `{"nanos": [...]}`, one
+/// Every answer must be a 2xx, and the first that is not, or a request
+/// that fails, fails the call; the outcome is `{"nanos": [...]}`, one
 /// figure per request, in order.
 pub fn send_timed(request: &Request, times: u64) -> Result<Value, ConnectorError> {
     let mut nanos = Vec::with_capacity(usize::try_from(times).unwrap_or(0).min(1 << 20));
@@ -182,9 +191,10 @@ pub fn send_timed(request: &Request, times: u64) -> Result<Value, ConnectorError
                     response.status
                 )));
             }
-            Err(_) => {
+            Err(error) => {
                 return Err(ConnectorError::ProviderUnavailable(format!(
-                    "request {i} failed"
+                    "request {i} failed: {}",
+                    kind_of(error).0
                 )));
             }
         }
