@@ -6,10 +6,19 @@ use std::io::Write;
 
 use super::shape::Shaped;
 
+/// What a line adds to its record's text (`bytes` in all) besides the
+/// key and the metadata: the metadata fields' names and punctuation
+/// ([`lines`] writes the record's own fields in no more bytes than the
+/// record took), the extraction time's digits at most, and the line's end.
+const LINE_OVERHEAD: usize = r#""_service_raw_id":"","_service_extracted_at":,"_service_meta":}"#.len() + 20 + 1;
+
 /// A batch's records as JSON lines: the record's fields as the provider
-/// wrote them (bar reserved ones), then the metadata fields.
+/// wrote them (bar reserved ones), then the metadata fields. Sized once
+/// for the whole batch: growing a buffer of megabytes copies it into
+/// memory the kernel must first clear.
 pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(bytes + shaped.len() * (96 + meta.len()));
+    let capacity = bytes + shaped.iter().map(|r| r.raw_id.len() + meta.len() + LINE_OVERHEAD).sum::<usize>();
+    let mut out = Vec::with_capacity(capacity);
     for record in shaped {
         out.push(b'{');
         for (name, raw) in record.fields.iter().filter(|(name, _)| !name.starts_with("_service_")) {
@@ -21,6 +30,7 @@ pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str)
         let _ = write!(out, "\"_service_raw_id\":\"{}\",\"_service_extracted_at\":{now},\"_service_meta\":{meta}}}", record.raw_id);
         out.push(b'\n');
     }
+    debug_assert!(out.len() <= capacity, "{} bytes of lines in room for {capacity}", out.len());
     Ok(out)
 }
 
@@ -31,4 +41,44 @@ pub(super) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io
     let mut file = dir.open_with(format!("{table}.jsonl"), &options)?;
     file.write_all(out)?;
     file.sync_data()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::shape::shape;
+    use super::*;
+    use crate::store::pipelines::StreamSyncMode;
+
+    /// Every line is its record with the metadata fields, and fits the room
+    /// [`lines`] sized for the batch (its `debug_assert` fails otherwise):
+    /// keys of both kinds, the longest times, records with spaces and
+    /// escapes that are written back shorter, and reserved fields replaced.
+    #[test]
+    fn lines_are_the_records_with_their_metadata_in_the_room_sized_for_them() {
+        let records = [
+            r#"{}"#,
+            r#"{"id":1}"#,
+            r#"{ "id" : "k\n2" , "b" : [1, 2] , "c" : {"d": null} }"#,
+            r#"{"id":3,"\u00e9t\u00e9":"x","\/":"y","_service_meta":"theirs"}"#,
+        ];
+        let meta = r#"{"pipeline_id":"p","stream":"s"}"#;
+        let bytes = records.iter().map(|r| r.len()).sum();
+        for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
+            for now in [0, 1_700_000_000_000, i64::MIN] {
+                let shaped = records.iter().map(|r| shape(r, mode, &["id".to_owned()])).collect::<Result<Vec<_>, _>>().unwrap();
+                let keys: Vec<String> = shaped.iter().map(|s| s.raw_id.clone()).collect();
+                let out = lines(shaped, bytes, now, meta).unwrap();
+                let parsed: Vec<serde_json::Value> = out.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+                assert_eq!(parsed.len(), records.len(), "a line per record");
+                for (line, key) in parsed.iter().zip(&keys) {
+                    assert_eq!(line["_service_raw_id"], key.as_str());
+                    assert_eq!(line["_service_extracted_at"], now);
+                    assert_eq!(line["_service_meta"]["stream"], "s", "the service's metadata, not a record's own field of that name");
+                }
+                assert_eq!(parsed[2]["id"], "k\n2");
+                assert_eq!(parsed[2]["c"]["d"], serde_json::Value::Null);
+                assert_eq!((parsed[3]["été"].as_str(), parsed[3]["/"].as_str()), (Some("x"), Some("y")));
+            }
+        }
+    }
 }
