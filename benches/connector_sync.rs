@@ -33,7 +33,11 @@
 //! on this machine when nothing else runs, the ceiling every sync here
 //! shares. Nothing asserts the figures; benches/README.md
 //! keeps them. The CPU seconds of the whole process (provider included)
-//! are reported beside the wall-clock rate.
+//! are reported beside the wall-clock rate, and where the PostgreSQL
+//! server runs on this machine, its CPU seconds over each run too (the
+//! machine's cores are all a sync here has, the database's work
+//! included), then what it does after the run until it is idle, which
+//! it finishes before the next run starts.
 
 #[path = "../tests/integration/support/provider.rs"]
 #[allow(dead_code)]
@@ -195,10 +199,73 @@ fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Ve
 
 /// CPU seconds the process has used so far (Linux `/proc/self/stat`).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    process_cpu("self", false).map_or(0.0, |(cpu, _)| cpu)
+}
+
+/// A process's CPU seconds from its `/proc/<pid>/stat`: its own, and with
+/// `reaped` those of the children it has waited for too; and its parent.
+fn process_cpu(pid: &str, reaped: bool) -> Option<(f64, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis, from the state on.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    let own = ticks(11) + ticks(12);
+    let children = if reaped { ticks(13) + ticks(14) } else { 0.0 };
+    Some(((own + children) / 100.0, fields.get(1)?.to_string()))
+}
+
+/// The PostgreSQL server of `BENCH_POSTGRES_URL` when it runs on this
+/// machine: its CPU is work a sync into it costs the machine that the
+/// benchmark's own process does not show. Found as the parent of the
+/// backend that answers a connection.
+struct LocalPostgres {
+    postmaster: String,
+}
+
+impl LocalPostgres {
+    async fn find(url: &str) -> Option<LocalPostgres> {
+        let pool = sqlx::PgPool::connect(url).await.ok()?;
+        let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&pool).await.ok()?;
+        pool.close().await;
+        let postmaster = process_cpu(&backend.to_string(), false)?.1;
+        let name = std::fs::read_to_string(format!("/proc/{postmaster}/comm")).ok()?;
+        (name.trim() == "postgres").then_some(LocalPostgres { postmaster })
+    }
+
+    /// CPU seconds of the server so far: the postmaster with the backends
+    /// it has reaped, and every process it runs now (backends, the WAL
+    /// writer, the checkpointer).
+    fn cpu_seconds(&self) -> f64 {
+        let Some((mut total, _)) = process_cpu(&self.postmaster, true) else { return 0.0 };
+        let Ok(entries) = std::fs::read_dir("/proc") else { return total };
+        for entry in entries.flatten() {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if pid.bytes().all(|b| b.is_ascii_digit())
+                && let Some((cpu, parent)) = process_cpu(&pid, false)
+                && parent == self.postmaster
+            {
+                total += cpu;
+            }
+        }
+        total
+    }
+
+    /// Waits until the server is idle (less than a tick of CPU in a
+    /// quarter second), at most ten seconds: work a load leaves behind
+    /// (autovacuum, the WAL writer) is done before the next run starts,
+    /// rather than in it. The CPU seconds it used meanwhile.
+    async fn settle(&self) -> f64 {
+        let (start, deadline) = (self.cpu_seconds(), Instant::now() + Duration::from_secs(10));
+        let mut last = start;
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self.cpu_seconds();
+            if now - last <= 0.01 || Instant::now() >= deadline {
+                return now - start;
+            }
+            last = now;
+        }
+    }
 }
 
 struct Api {
@@ -301,6 +368,10 @@ struct Run {
     cpus: Vec<f64>,
     native_rates: Vec<f64>,
     native_cpus: Vec<f64>,
+    /// The local PostgreSQL server's CPU seconds per run, when it is the
+    /// destination.
+    database_cpus: Vec<f64>,
+    native_database_cpus: Vec<f64>,
 }
 
 fn main() {
@@ -352,9 +423,35 @@ fn main() {
             sources.push(("social", source["source_id"].clone(), "posts"));
         }
         let mut destinations = vec![("SQLite", DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
+        let mut postgres = None;
         if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
+            postgres = LocalPostgres::find(&url).await;
+            match &postgres {
+                Some(server) => println!("PostgreSQL runs on this machine (postmaster {}): its CPU seconds are counted beside each run", server.postmaster),
+                None => println!("PostgreSQL does not run on this machine, or cannot be seen: its CPU is not counted"),
+            }
             destinations.push(("PostgreSQL", DestinationKind::Postgres, json!({ "url": url })));
         }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        println!(
+            "{cores} cores: at 150,000 records/s a run of {records} records has {:.2} CPU-s to spend, a database on this machine included",
+            cores as f64 * records as f64 / 150_000.0
+        );
+        // The database's CPU seconds over a run, when it is the local
+        // PostgreSQL server.
+        let database_cpu = |destination: &service::warehouse::DestinationConfig| match (destination, &postgres) {
+            (service::warehouse::DestinationConfig::Postgres { .. }, Some(server)) => Some(server.cpu_seconds()),
+            _ => None,
+        };
+        // The database's CPU over a run, then what it does after the run
+        // until it is idle, so that the next run starts on a quiet machine.
+        let database = async |before: Option<f64>, after: Option<f64>| match (before, after, &postgres) {
+            (Some(b), Some(a), Some(server)) => {
+                let later = server.settle().await;
+                (Some(a - b), format!(", PostgreSQL server {:.2} CPU-s, {later:.2} more until idle", a - b))
+            }
+            _ => (None, String::new()),
+        };
         if std::env::var("BENCH_JSONL").is_ok_and(|v| v == "1") {
             // Appending lines is light work: a sync no faster into it than
             // into a database is limited by its read side.
@@ -382,6 +479,8 @@ fn main() {
                     cpus: Vec::new(),
                     native_rates: Vec::new(),
                     native_cpus: Vec::new(),
+                    database_cpus: Vec::new(),
+                    native_database_cpus: Vec::new(),
                 });
             }
         }
@@ -430,7 +529,7 @@ fn main() {
                 cpus.push(used);
             }
             for run in &mut runs {
-                let cpu = cpu_seconds();
+                let (cpu, db) = (cpu_seconds(), database_cpu(&run.destination));
                 let started = Instant::now();
                 let job = api.call(reqwest::Method::POST, &format!("/pipelines/{}/sync", run.pipeline), Some(json!({}))).await;
                 let job_id = job["job_id"].as_str().unwrap().to_owned();
@@ -446,12 +545,14 @@ fn main() {
                 let got = done["progress"]["records"].as_u64().unwrap();
                 assert_eq!(got as usize, records, "every record synced: {done}");
                 let rate = got as f64 / secs;
-                let used = cpu_seconds() - cpu;
-                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s)", run.label);
+                let (used, db_after) = (cpu_seconds() - cpu, database_cpu(&run.destination));
+                let (db_used, db_shown) = database(db, db_after).await;
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown})", run.label);
                 run.rates.push(rate);
                 run.cpus.push(used);
+                run.database_cpus.extend(db_used);
 
-                let (cpu, started) = (cpu_seconds(), Instant::now());
+                let (cpu, db, started) = (cpu_seconds(), database_cpu(&run.destination), Instant::now());
                 let got = match run.connector {
                     "email" => {
                         let first = campaigns_url.clone();
@@ -464,10 +565,12 @@ fn main() {
                 };
                 let secs = started.elapsed().as_secs_f64();
                 assert_eq!(got as usize, records, "the native baseline read every record");
-                let (rate, used) = (got as f64 / secs, cpu_seconds() - cpu);
-                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s) native baseline", run.label);
+                let (rate, used, db_after) = (got as f64 / secs, cpu_seconds() - cpu, database_cpu(&run.destination));
+                let (db_used, db_shown) = database(db, db_after).await;
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown}) native baseline", run.label);
                 run.native_rates.push(rate);
                 run.native_cpus.push(used);
+                run.native_database_cpus.extend(db_used);
             }
         }
         for (connector, rates, cpus) in alone {
@@ -475,11 +578,15 @@ fn main() {
         }
         for run in runs {
             let (rate, native) = (median(run.rates), median(run.native_rates));
+            // The database's share, where it was measured: the medians.
+            let database = |cpus: Vec<f64>| if cpus.is_empty() { String::new() } else { format!(" + {:.2} PostgreSQL", median(cpus)) };
             println!(
-                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run); native baseline {native:.0} records/s ({:.2} CPU-s); the connector at {:.0}% of it",
+                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run{}); native baseline {native:.0} records/s ({:.2} CPU-s{}); the connector at {:.0}% of it",
                 run.label,
                 median(run.cpus),
+                database(run.database_cpus),
                 median(run.native_cpus),
+                database(run.native_database_cpus),
                 100.0 * rate / native
             );
         }
