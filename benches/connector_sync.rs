@@ -37,7 +37,8 @@
 //! server runs on this machine, its CPU seconds over each run too (the
 //! machine's cores are all a sync here has, the database's work
 //! included), then what it does after the run until it is idle, which
-//! it finishes before the next run starts.
+//! it finishes before the next run starts (work it starts later, such
+//! as autovacuum on its own schedule, is not waited for).
 
 #[path = "../tests/integration/support/provider.rs"]
 #[allow(dead_code)]
@@ -197,27 +198,13 @@ fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Ve
     mailcoach.merge(hubspot)
 }
 
-/// CPU seconds the process has used so far (Linux `/proc/self/stat`).
-fn cpu_seconds() -> f64 {
-    process_cpu("self", false).map_or(0.0, |(cpu, _)| cpu)
-}
-
-/// A process's CPU seconds from its `/proc/<pid>/stat`: its own, and with
-/// `reaped` those of the children it has waited for too; and its parent.
-fn process_cpu(pid: &str, reaped: bool) -> Option<(f64, String)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command's closing parenthesis, from the state on.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    let own = ticks(11) + ticks(12);
-    let children = if reaped { ticks(13) + ticks(14) } else { 0.0 };
-    Some(((own + children) / 100.0, fields.get(1)?.to_string()))
-}
-
 /// The PostgreSQL server of `BENCH_POSTGRES_URL` when it runs on this
 /// machine: its CPU is work a sync into it costs the machine that the
-/// benchmark's own process does not show. Found as the parent of the
-/// backend that answers a connection.
+/// benchmark's own process does not show. It is the parent of the backend
+/// that answers a connection, once that backend is proved to be this
+/// connection's (its start time is the one the server reports): a server
+/// elsewhere, or in another pid namespace, is not counted rather than
+/// mistaken for a local one. Its every database and client counts.
 struct LocalPostgres {
     postmaster: String,
 }
@@ -225,43 +212,57 @@ struct LocalPostgres {
 impl LocalPostgres {
     async fn find(url: &str) -> Option<LocalPostgres> {
         let pool = sqlx::PgPool::connect(url).await.ok()?;
-        let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&pool).await.ok()?;
+        let found: Option<(i32, f64)> =
+            sqlx::query_as("SELECT pid, extract(epoch FROM backend_start)::float8 FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+                .fetch_one(&pool)
+                .await
+                .ok();
+        let stat = found.and_then(|(backend, started)| Some((support::process_stat(&backend.to_string())?, started)));
         pool.close().await;
-        let postmaster = process_cpu(&backend.to_string(), false)?.1;
-        let name = std::fs::read_to_string(format!("/proc/{postmaster}/comm")).ok()?;
-        (name.trim() == "postgres").then_some(LocalPostgres { postmaster })
+        let (stat, started) = stat?;
+        let same = (support::started_at(stat.started)? - started).abs() < 2.0;
+        let name = std::fs::read_to_string(format!("/proc/{}/comm", stat.parent)).ok()?;
+        (same && name.trim() == "postgres").then_some(LocalPostgres { postmaster: stat.parent })
     }
 
-    /// CPU seconds of the server so far: the postmaster with the backends
-    /// it has reaped, and every process it runs now (backends, the WAL
-    /// writer, the checkpointer).
-    fn cpu_seconds(&self) -> f64 {
-        let Some((mut total, _)) = process_cpu(&self.postmaster, true) else { return 0.0 };
-        let Ok(entries) = std::fs::read_dir("/proc") else { return total };
-        for entry in entries.flatten() {
-            let pid = entry.file_name().to_string_lossy().into_owned();
-            if pid.bytes().all(|b| b.is_ascii_digit())
-                && let Some((cpu, parent)) = process_cpu(&pid, false)
-                && parent == self.postmaster
-            {
-                total += cpu;
+    /// Clock ticks the server has used so far: the postmaster with the
+    /// processes it has reaped, and every process it runs now (backends,
+    /// the WAL writer, autovacuum) with those they reaped. Counted again
+    /// when a process was reaped during the count, which would otherwise
+    /// be in neither part. `None` once the server is gone.
+    fn ticks(&self) -> Option<u64> {
+        for _ in 0..10 {
+            let before = support::process_stat(&self.postmaster)?;
+            let mut total = before.ticks + before.reaped_ticks;
+            for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+                let pid = entry.file_name().to_string_lossy().into_owned();
+                if pid.bytes().all(|b| b.is_ascii_digit())
+                    && let Some(child) = support::process_stat(&pid)
+                    && child.parent == self.postmaster
+                {
+                    total += child.ticks + child.reaped_ticks;
+                }
+            }
+            if support::process_stat(&self.postmaster)?.reaped_ticks == before.reaped_ticks {
+                return Some(total);
             }
         }
-        total
+        None
     }
 
-    /// Waits until the server is idle (less than a tick of CPU in a
-    /// quarter second), at most ten seconds: work a load leaves behind
-    /// (autovacuum, the WAL writer) is done before the next run starts,
-    /// rather than in it. The CPU seconds it used meanwhile.
-    async fn settle(&self) -> f64 {
-        let (start, deadline) = (self.cpu_seconds(), Instant::now() + Duration::from_secs(10));
+    /// Waits, at most ten seconds, until the server's CPU has been quiet
+    /// for a quarter second (less than a tick), so that what it goes on
+    /// doing after a load does not run into the next run's timing; the
+    /// CPU seconds it used meanwhile. Work it starts later (autovacuum
+    /// wakes up on its own schedule) is not waited for.
+    async fn settle(&self) -> Option<f64> {
+        let (start, deadline) = (self.ticks()?, Instant::now() + Duration::from_secs(10));
         let mut last = start;
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
-            let now = self.cpu_seconds();
-            if now - last <= 0.01 || Instant::now() >= deadline {
-                return now - start;
+            let now = self.ticks()?;
+            if now.saturating_sub(last) < 1 || Instant::now() >= deadline {
+                return Some(support::seconds(now.saturating_sub(start)));
             }
             last = now;
         }
@@ -369,7 +370,7 @@ struct Run {
     native_rates: Vec<f64>,
     native_cpus: Vec<f64>,
     /// The local PostgreSQL server's CPU seconds per run, when it is the
-    /// destination.
+    /// destination: the connector's runs, then the native baseline's.
     database_cpus: Vec<f64>,
     native_database_cpus: Vec<f64>,
 }
@@ -437,18 +438,20 @@ fn main() {
             "{cores} cores: at 150,000 records/s a run of {records} records has {:.2} CPU-s to spend, a database on this machine included",
             cores as f64 * records as f64 / 150_000.0
         );
-        // The database's CPU seconds over a run, when it is the local
+        // The database's clock ticks so far, when it is the local
         // PostgreSQL server.
-        let database_cpu = |destination: &service::warehouse::DestinationConfig| match (destination, &postgres) {
-            (service::warehouse::DestinationConfig::Postgres { .. }, Some(server)) => Some(server.cpu_seconds()),
+        let database_ticks = |destination: &service::warehouse::DestinationConfig| match (destination, &postgres) {
+            (service::warehouse::DestinationConfig::Postgres { .. }, Some(server)) => server.ticks(),
             _ => None,
         };
-        // The database's CPU over a run, then what it does after the run
-        // until it is idle, so that the next run starts on a quiet machine.
-        let database = async |before: Option<f64>, after: Option<f64>| match (before, after, &postgres) {
-            (Some(b), Some(a), Some(server)) => {
-                let later = server.settle().await;
-                (Some(a - b), format!(", PostgreSQL server {:.2} CPU-s, {later:.2} more until idle", a - b))
+        // The database's CPU seconds over a run, shown with what it does
+        // after the run until it is quiet, which it finishes before the
+        // next run starts.
+        let database_share = async |before: Option<u64>, after: Option<u64>| match (before, after, &postgres) {
+            (Some(b), Some(a), Some(server)) if a >= b => {
+                let used = support::seconds(a - b);
+                let later = server.settle().await.map_or_else(|| "the server is gone".to_owned(), |s| format!("{s:.2} more until quiet"));
+                (Some(used), format!(", PostgreSQL server {used:.2} CPU-s, {later}"))
             }
             _ => (None, String::new()),
         };
@@ -519,17 +522,17 @@ fn main() {
                     "email" => (email_native.client.clone(), (1..=pages).map(|p| format!("{campaigns_url}&page={p}")).collect(), campaign_bytes),
                     _ => (social_native.client.clone(), (0..pages).map(|p| format!("{broadcasts_url}&offset={}", p * PER_PAGE)).collect(), broadcast_bytes),
                 };
-                let (cpu, started) = (cpu_seconds(), Instant::now());
+                let (cpu, started) = (support::cpu_seconds(), Instant::now());
                 let bytes = fetch_only(client, urls, 3).await;
                 let secs = started.elapsed().as_secs_f64();
                 assert_eq!(bytes, expected, "every page arrived whole");
-                let (rate, used) = (records as f64 / secs, cpu_seconds() - cpu);
+                let (rate, used) = (records as f64 / secs, support::cpu_seconds() - cpu);
                 println!("round {round} {connector:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s) pages fetched alone");
                 rates.push(rate);
                 cpus.push(used);
             }
             for run in &mut runs {
-                let (cpu, db) = (cpu_seconds(), database_cpu(&run.destination));
+                let (db, cpu) = (database_ticks(&run.destination), support::cpu_seconds());
                 let started = Instant::now();
                 let job = api.call(reqwest::Method::POST, &format!("/pipelines/{}/sync", run.pipeline), Some(json!({}))).await;
                 let job_id = job["job_id"].as_str().unwrap().to_owned();
@@ -545,14 +548,14 @@ fn main() {
                 let got = done["progress"]["records"].as_u64().unwrap();
                 assert_eq!(got as usize, records, "every record synced: {done}");
                 let rate = got as f64 / secs;
-                let (used, db_after) = (cpu_seconds() - cpu, database_cpu(&run.destination));
-                let (db_used, db_shown) = database(db, db_after).await;
+                let (used, db_after) = (support::cpu_seconds() - cpu, database_ticks(&run.destination));
+                let (db_used, db_shown) = database_share(db, db_after).await;
                 println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown})", run.label);
                 run.rates.push(rate);
                 run.cpus.push(used);
                 run.database_cpus.extend(db_used);
 
-                let (cpu, db, started) = (cpu_seconds(), database_cpu(&run.destination), Instant::now());
+                let (db, cpu, started) = (database_ticks(&run.destination), support::cpu_seconds(), Instant::now());
                 let got = match run.connector {
                     "email" => {
                         let first = campaigns_url.clone();
@@ -565,8 +568,8 @@ fn main() {
                 };
                 let secs = started.elapsed().as_secs_f64();
                 assert_eq!(got as usize, records, "the native baseline read every record");
-                let (rate, used, db_after) = (got as f64 / secs, cpu_seconds() - cpu, database_cpu(&run.destination));
-                let (db_used, db_shown) = database(db, db_after).await;
+                let (rate, used, db_after) = (got as f64 / secs, support::cpu_seconds() - cpu, database_ticks(&run.destination));
+                let (db_used, db_shown) = database_share(db, db_after).await;
                 println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown}) native baseline", run.label);
                 run.native_rates.push(rate);
                 run.native_cpus.push(used);
@@ -579,14 +582,14 @@ fn main() {
         for run in runs {
             let (rate, native) = (median(run.rates), median(run.native_rates));
             // The database's share, where it was measured: the medians.
-            let database = |cpus: Vec<f64>| if cpus.is_empty() { String::new() } else { format!(" + {:.2} PostgreSQL", median(cpus)) };
+            let shown = |cpus: Vec<f64>| if cpus.is_empty() { String::new() } else { format!(" + {:.2} PostgreSQL", median(cpus)) };
             println!(
                 "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run{}); native baseline {native:.0} records/s ({:.2} CPU-s{}); the connector at {:.0}% of it",
                 run.label,
                 median(run.cpus),
-                database(run.database_cpus),
+                shown(run.database_cpus),
                 median(run.native_cpus),
-                database(run.native_database_cpus),
+                shown(run.native_database_cpus),
                 100.0 * rate / native
             );
         }

@@ -1,5 +1,6 @@
-//! What the benchmarks share: the test plugins and a server state over a
-//! fresh SQLite database with a given egress policy.
+//! What the benchmarks share: the test plugins, a server state over a
+//! fresh SQLite database with a given egress policy, the native baseline of
+//! a sync, and processes' CPU time.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -117,4 +118,60 @@ impl Native {
         write_task.await.unwrap();
         records
     }
+}
+
+/// Clock ticks per second of `/proc`'s times (`USER_HZ`: 100 on Linux for
+/// every architecture the project builds on).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// What `/proc/<pid>/stat` says of a process (Linux).
+#[allow(dead_code)]
+pub struct ProcessStat {
+    /// Its parent's pid.
+    pub parent: String,
+    /// Clock ticks it ran, user and system.
+    pub ticks: u64,
+    /// Clock ticks of the children it has waited for.
+    pub reaped_ticks: u64,
+    /// When it started, in clock ticks since the machine booted.
+    pub started: u64,
+}
+
+/// The statistics of process `pid` (or `self`); `None` when there is no
+/// such process (any more).
+#[allow(dead_code)]
+pub fn process_stat(pid: &str) -> Option<ProcessStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's name (which is in parentheses and
+    // may hold anything), from the state on: proc(5)'s field n is at n - 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let number = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(ProcessStat {
+        parent: fields.get(1)?.to_string(),
+        ticks: number(14)? + number(15)?,
+        reaped_ticks: number(16)? + number(17)?,
+        started: number(22)?,
+    })
+}
+
+/// CPU seconds this process has used so far, all threads, user and
+/// system.
+#[allow(dead_code)]
+pub fn cpu_seconds() -> f64 {
+    process_stat("self").map_or(0.0, |s| s.ticks as f64 / TICKS_PER_SECOND)
+}
+
+/// Seconds since the epoch at which a process that started `ticks` after
+/// boot started (`btime` of `/proc/stat`).
+#[allow(dead_code)]
+pub fn started_at(ticks: u64) -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let boot: f64 = stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    Some(boot + ticks as f64 / TICKS_PER_SECOND)
+}
+
+/// Seconds from clock ticks.
+#[allow(dead_code)]
+pub fn seconds(ticks: u64) -> f64 {
+    ticks as f64 / TICKS_PER_SECOND
 }

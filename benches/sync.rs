@@ -54,16 +54,6 @@ fn report(name: &str, records: u64, bytes: u64, secs: f64, cpu: f64) {
     );
 }
 
-/// CPU seconds the process has used so far, all threads, user and system
-/// (Linux: `/proc/self/stat`, in units of 1/100 s).
-fn cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // utime and stime are the 12th and 13th fields after the command name,
-    // which is in parentheses and may hold spaces.
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    after_name.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<f64>().ok()).sum::<f64>() / 100.0
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -134,17 +124,17 @@ async fn main() {
         // on both rather than on one.
         let (mut plugin_rates, mut native_rates) = (Vec::new(), Vec::new());
         for round in 1..=rounds {
-            let (t, cpu) = (Instant::now(), cpu_secs());
+            let (t, cpu) = (Instant::now(), support::cpu_seconds());
             let records = sync_job(&state, &ws, &pipeline.pipeline_id).await;
-            let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
+            let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);
             report(&format!("{kind} #{round}: through the plugin"), records, total_bytes, secs, cpu);
             plugin_rates.push(records as f64 / secs);
 
-            let (t, cpu) = (Instant::now(), cpu_secs());
+            let (t, cpu) = (Instant::now(), support::cpu_seconds());
             let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &ws, warehouses: &state.config.plugins.warehouses };
             let first_url = native_url.clone();
             let records = native.sync(native_url.clone(), move |body| cut_page(&first_url, body), "events_native", &parsed, &place).await;
-            let (secs, cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
+            let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);
             native_rates.push(records as f64 / secs);
         }
