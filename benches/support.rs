@@ -158,7 +158,7 @@ pub fn process_stat(pid: &str) -> Option<ProcessStat> {
 /// system.
 #[allow(dead_code)]
 pub fn cpu_seconds() -> f64 {
-    process_stat("self").map_or(0.0, |s| s.ticks as f64 / TICKS_PER_SECOND)
+    process_stat("self").map_or(0.0, |s| seconds(s.ticks))
 }
 
 /// Seconds since the epoch at which a process that started `ticks` after
@@ -167,7 +167,7 @@ pub fn cpu_seconds() -> f64 {
 pub fn started_at(ticks: u64) -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let boot: f64 = stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
-    Some(boot + ticks as f64 / TICKS_PER_SECOND)
+    Some(boot + seconds(ticks))
 }
 
 /// Seconds from clock ticks.
