@@ -82,6 +82,7 @@ impl AuditNote {
             outcome,
             status_code: i64::from(status.as_u16()),
             approval_id: fields.approval_id,
+            address: None,
         }
     }
 }

@@ -1,6 +1,11 @@
 //! The composition root: puts the shared state together (bootstrap, keys,
 //! vault, egress, plugins, OAuth), binds, serves connections under their
 //! limits, runs the background tasks, and shuts down gracefully.
+//!
+//! Layout:
+//! - this module: the state, the listener, the application and shutdown;
+//! - [`connections`]: connections per address and each connection's
+//!   activity, for the per-address cap and the idle timeout.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +22,8 @@ use crate::plugin::Runtime;
 use crate::plugin::registry::Registry;
 use crate::state::AppState;
 use crate::store::Store;
+
+mod connections;
 
 /// The plugins built with the server (see `build.rs`).
 mod bundled {
@@ -87,6 +94,7 @@ impl AppState {
         let session_cache = Arc::new(crate::store::caches::SessionCache::new(alone));
         let me_cache = Arc::new(crate::store::caches::MeCache::new(alone));
         let fingerprint_key = Arc::new(vault.derived_key("idempotency-fingerprint"));
+        let csrf_key = Arc::new(vault.derived_key("web-csrf"));
         let throttle = Arc::new(crate::access::throttle::Throttle::new(config.limits.throttle));
         Ok(AppState {
             store,
@@ -100,6 +108,7 @@ impl AppState {
             me_cache,
             jobs_queued: Arc::new(tokio::sync::Notify::new()),
             fingerprint_key,
+            csrf_key,
             throttle,
         })
     }
@@ -134,12 +143,18 @@ impl RunningServer {
 /// How often expired one-time records are swept.
 const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// How long an idle connection gets to say goodbye before it is dropped.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How long running requests get to finish when the server stops.
 const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Accepts connections until `shutdown`: at most `max_connections` open at
-/// once (more are closed at once rather than queued), each with a deadline
-/// for its request headers, so slow or idle clients cannot hold the server.
+/// once and at most `max_connections_per_address` from one address (more
+/// are closed at once rather than queued), each with a deadline for its
+/// request headers, a bound on HTTP/2 streams, and closed once it has had
+/// no request in flight for the idle timeout, so neither slow nor idle
+/// clients can hold the server.
 async fn serve_connections(
     listener: TcpListener,
     app: axum::Router,
@@ -149,10 +164,19 @@ async fn serve_connections(
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use tower::ServiceExt;
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let per_address = Arc::new(connections::PerAddress::new(limits.max_connections_per_address));
+    let trusted = Arc::new(limits.trusted_proxies.clone());
+    // Every connection task holds a sender; when the last is gone, all
+    // connections have ended.
+    let (open_tx, mut open_rx) = tokio::sync::mpsc::channel::<()>(1);
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-    builder.http2().timer(TokioTimer::new()).keep_alive_interval(Some(std::time::Duration::from_secs(30)));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(std::time::Duration::from_secs(30)))
+        .max_concurrent_streams(limits.http2_max_concurrent_streams);
+    let builder = Arc::new(builder);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -166,28 +190,80 @@ async fn serve_connections(
                     }
                 };
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    metrics::counter!("http_connections_refused_total").increment(1);
+                    metrics::counter!("http_connections_refused_total", "reason" => "server").increment(1);
                     drop(stream);
                     continue;
                 };
+                // A trusted proxy carries everyone's connections.
+                let slot = if trusted.iter().any(|n| n.contains(peer.ip())) { None } else {
+                    match per_address.clone().enter(peer.ip()) {
+                        Some(slot) => Some(slot),
+                        None => {
+                            metrics::counter!("http_connections_refused_total", "reason" => "address").increment(1);
+                            drop(stream);
+                            continue;
+                        }
+                    }
+                };
                 let _ = stream.set_nodelay(true);
-                let service = app.clone().map_request(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-                    req
-                });
-                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(service));
-                let connection = graceful.watch(connection.into_owned());
+                let activity = Arc::new(connections::Activity::new());
+                let service = {
+                    let activity = activity.clone();
+                    let trusted = trusted.clone();
+                    let app = app.clone();
+                    tower::service_fn(move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                        // In flight from here; dropped with the request if
+                        // it is abandoned, else handed to its answer.
+                        let in_flight = activity.begin();
+                        let client = crate::access::address::resolve(peer.ip(), req.headers(), &trusted);
+                        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                        req.extensions_mut().insert(crate::access::address::ClientAddress(client));
+                        let answer = app.clone().oneshot(req);
+                        async move { answer.await.map(|response| in_flight.until_sent(response)) }
+                    })
+                };
+                let builder = builder.clone();
+                let idle = limits.idle_timeout;
+                let mut stop = shutdown.clone();
+                let open = open_tx.clone();
                 tokio::spawn(async move {
-                    let _ = connection.await;
-                    drop(permit);
+                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), hyper_util::service::TowerToHyperService::new(service));
+                    let mut connection = std::pin::pin!(connection);
+                    let mut tick = tokio::time::interval((idle / 4).clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5)));
+                    let mut closing = false;
+                    // When an idle connection must be gone by, whether or
+                    // not its client plays along with the goodbye (an
+                    // HTTP/2 client that never answers the final ping).
+                    let mut gone_by: Option<tokio::time::Instant> = None;
+                    loop {
+                        tokio::select! {
+                            _ = connection.as_mut() => break,
+                            _ = tick.tick() => {
+                                if gone_by.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                                    break;
+                                }
+                                if !closing && activity.idle_for() >= idle {
+                                    connection.as_mut().graceful_shutdown();
+                                    closing = true;
+                                    gone_by = Some(tokio::time::Instant::now() + CLOSE_GRACE);
+                                }
+                            }
+                            _ = stop.wait_for(|s| *s), if !closing => {
+                                connection.as_mut().graceful_shutdown();
+                                closing = true;
+                            }
+                        }
+                    }
+                    drop((permit, slot, open));
                 });
             }
             () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => break,
         }
     }
     drop(listener);
+    drop(open_tx);
     tokio::select! {
-        _ = graceful.shutdown() => {}
+        _ = open_rx.recv() => {}
         _ = tokio::time::sleep(DRAIN_TIME) => tracing::warn!("connections still open after the drain time; closing them"),
     }
     Ok(())
@@ -247,8 +323,10 @@ pub fn app(state: AppState) -> axum::Router {
     let mcp = axum::Router::new()
         .route_service("/mcp", crate::mcp::http_service(catalog, api.clone(), hosts))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::middleware::authenticate))
-        .with_state(state);
-    api.merge(mcp)
+        .with_state(state.clone());
+    // Outermost: every request's body arrives within its time, whatever
+    // route it is for.
+    api.merge(mcp).layer(axum::middleware::from_fn_with_state(state, crate::http::middleware::read_body))
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.

@@ -41,6 +41,9 @@ pub struct AppState {
     /// Keys the fingerprints of idempotent requests (their bodies may hold
     /// secrets).
     pub fingerprint_key: Arc<crate::credentials::keyring::DerivedKey>,
+    /// Binds the CSRF tokens of the browser pages to their pre-session
+    /// cookie, so a client cannot choose a pair that matches.
+    pub csrf_key: Arc<crate::credentials::keyring::DerivedKey>,
     /// Request rate limits.
     pub throttle: Arc<crate::access::throttle::Throttle>,
 }

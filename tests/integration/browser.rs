@@ -127,7 +127,7 @@ fn cli_login(srv: &TestServer, config: &std::path::Path) -> (Child, String) {
 async fn the_pages_work_in_a_real_browser() {
     let Some(driver) = driver() else { return };
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
-    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD)).await.unwrap();
+    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
     let c = chromium(&driver).await;
     let config = crate::support::private_dir();
 

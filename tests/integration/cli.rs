@@ -74,12 +74,13 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
         // The password chosen on the first-start page signs in on the web.
         let browser = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
         let form = browser.get(format!("{base}/sign-in")).send().unwrap();
-        let csrf = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+        let cookie = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+        let csrf = crate::support::form_csrf(&form.text().unwrap()).unwrap();
         let me = client.get(format!("{base}/v1/me")).bearer_auth(token).send().unwrap().json::<serde_json::Value>().unwrap();
         let email = me["data"]["user"]["email"].as_str().unwrap().to_owned();
         let signed_in = browser
             .post(format!("{base}/sign-in"))
-            .header("cookie", format!("service_csrf={csrf}"))
+            .header("cookie", format!("service_csrf={cookie}"))
             .form(&[("csrf", csrf.as_str()), ("email", email.as_str()), ("password", "first admin passphrase")])
             .send()
             .unwrap();
@@ -111,10 +112,11 @@ fn admin_commands_mint_a_working_token_offline() {
     assert!(token.starts_with("svc_"), "stdout holds the token alone");
 
     // A password from standard input, never from the command line.
-    let set_password = |password: &str| {
+    let set_password = |password: &str, extra: &[&str]| {
         use std::io::Write;
         let mut child = service(dir.path())
             .args(["admin", "set-password", "--email", "robot@example.test"])
+            .args(extra)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -123,24 +125,35 @@ fn admin_commands_mint_a_working_token_offline() {
         child.stdin.take().unwrap().write_all(format!("{password}\n").as_bytes()).unwrap();
         child.wait_with_output().unwrap()
     };
-    let out = set_password("short");
+    let out = set_password("short", &[]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("at least 12"));
-    let out = set_password("robot passphrase 2026");
+    // Setting a password revokes every session and token of the user
+    // (someone else may hold the account), unless told to keep them.
+    let out = set_password("robot passphrase 2026", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 session(s) and token(s) revoked"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("passphrase") && !String::from_utf8_lossy(&out.stderr).contains("passphrase"), "never echoed");
+    let revoked = token;
+    let out = service(dir.path()).args(["admin", "create-token", "--email", "robot@example.test", "--label", "ci"]).output().unwrap();
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let out = set_password("robot passphrase 2026", &["--keep-sessions"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("sessions kept"), "{}", String::from_utf8_lossy(&out.stderr));
 
     let server = spawn_server(dir.path());
     let client = reqwest::blocking::Client::new();
+    let old = client.get(format!("{}/v1/me", server.base)).bearer_auth(&revoked).send().unwrap().status();
+    assert_eq!(old, StatusCode::UNAUTHORIZED, "the token from before the reset is revoked");
     let me = client.get(format!("{}/v1/me", server.base)).bearer_auth(&token).send().unwrap();
     let status = me.status();
     let body: serde_json::Value = me.json().unwrap();
     // The password signs the user in on the web pages.
     let browser = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let form = browser.get(format!("{}/sign-in", server.base)).send().unwrap();
-    let csrf = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+    let cookie = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+    let csrf = crate::support::form_csrf(&form.text().unwrap()).unwrap();
     let signed_in = browser
         .post(format!("{}/sign-in", server.base))
-        .header("cookie", format!("service_csrf={csrf}"))
+        .header("cookie", format!("service_csrf={cookie}"))
         .form(&[("csrf", csrf.as_str()), ("email", "robot@example.test"), ("password", "robot passphrase 2026")])
         .send()
         .unwrap();

@@ -26,11 +26,13 @@ struct Browser {
     http: Client,
     base: String,
     cookies: Vec<(String, String)>,
+    /// The CSRF token of the last form a page showed.
+    form_csrf: Option<String>,
 }
 
 impl Browser {
     fn new(base: &str) -> Browser {
-        Browser { http: Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(), base: base.to_owned(), cookies: Vec::new() }
+        Browser { http: Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(), base: base.to_owned(), cookies: Vec::new(), form_csrf: None }
     }
 
     fn header(&self) -> String {
@@ -46,7 +48,22 @@ impl Browser {
     }
 
     fn csrf(&self) -> String {
-        self.cookies.iter().find(|(k, _)| k == "service_csrf").map(|(_, v)| v.clone()).expect("a CSRF cookie")
+        self.form_csrf.clone().expect("a page with a form was shown")
+    }
+
+    /// Keeps what a browser keeps of a page (its cookies, the CSRF token
+    /// of its form) and hands the page on unchanged.
+    async fn seen(&mut self, res: reqwest::Response) -> reqwest::Response {
+        self.keep(&res);
+        let (status, headers) = (res.status(), res.headers().clone());
+        let body = res.bytes().await.unwrap();
+        if let Some(token) = crate::support::form_csrf(&String::from_utf8_lossy(&body)) {
+            self.form_csrf = Some(token);
+        }
+        let mut page = axum::http::Response::new(body);
+        *page.status_mut() = status;
+        *page.headers_mut() = headers;
+        reqwest::Response::from(page)
     }
 
     fn url(&self, path_or_url: &str) -> String {
@@ -55,14 +72,12 @@ impl Browser {
 
     async fn get(&mut self, path: &str) -> reqwest::Response {
         let res = self.http.get(self.url(path)).header("cookie", self.header()).send().await.unwrap();
-        self.keep(&res);
-        res
+        self.seen(res).await
     }
 
     async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
         let res = self.http.post(self.url(path)).header("cookie", self.header()).form(form).send().await.unwrap();
-        self.keep(&res);
-        res
+        self.seen(res).await
     }
 
     /// Signs in on the sign-in page.
@@ -127,7 +142,7 @@ async fn finish(child: Child) -> std::process::Output {
 
 async fn setup() -> (TestServer, tempfile::TempDir, Cli) {
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
-    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD)).await.unwrap();
+    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
     let config = crate::support::private_dir();
     let env = vec![
         ("SERVICE_APP_URL", format!("{}/", srv.base)),

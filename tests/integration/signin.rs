@@ -27,16 +27,18 @@ fn value(line: &str) -> String {
     line.split(';').next().unwrap().split_once('=').unwrap().1.to_owned()
 }
 
-/// Opens the sign-in page; returns the CSRF token its cookie holds.
-async fn csrf(srv: &TestServer, b: &Client) -> String {
+/// Opens the sign-in page; returns the pre-session id its CSRF cookie
+/// holds and the token its form carries.
+async fn csrf(srv: &TestServer, b: &Client) -> (String, String) {
     let res = b.get(format!("{}/sign-in?next=/account", srv.base)).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let line = set_cookie(&res, "service_csrf").expect("the form page sets its CSRF cookie");
     assert!(line.contains("HttpOnly") && line.contains("SameSite=Strict"), "{line}");
-    let token = value(&line);
+    let id = value(&line);
     let page = res.text().await.unwrap();
-    assert!(page.contains(&format!("name=\"csrf\" value=\"{token}\"")), "the form carries the token");
-    token
+    let token = crate::support::form_csrf(&page).expect("the form carries a token");
+    assert_ne!(token, id, "the token is bound to the cookie, not a copy of it");
+    (id, token)
 }
 
 async fn post_sign_in(srv: &TestServer, b: &Client, cookie: Option<&str>, form: &[(&str, &str)]) -> reqwest::Response {
@@ -50,14 +52,16 @@ async fn post_sign_in(srv: &TestServer, b: &Client, cookie: Option<&str>, form: 
 async fn a_returning_user_signs_in_with_a_password_and_out_again(backend: Backend) {
     let Some(srv) = TestServer::start(backend).await else { return };
     let store = &srv.state.store;
-    let weak = service::access::admin::set_password(store, EMAIL, SecretString::from("too short")).await;
+    let weak = service::access::admin::set_password(store, EMAIL, SecretString::from("too short"), service::access::admin::OnPasswordChange::KeepSessions).await;
     assert!(weak.unwrap_err().to_string().contains("at least 12"));
-    service::access::admin::set_password(store, EMAIL, SecretString::from(PASSWORD)).await.unwrap();
+    service::access::admin::set_password(store, EMAIL, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
     let b = browser();
-    let token = csrf(&srv, &b).await;
+    let (id, token) = csrf(&srv, &b).await;
 
-    // A form posted from elsewhere carries no matching token: nothing happens.
-    for (cookie, field) in [(None, token.as_str()), (Some(token.as_str()), "forged"), (Some(token.as_str()), "")] {
+    // A form posted from elsewhere carries no matching token: nothing
+    // happens; nor does a cookie and a token the client chose alike.
+    let chosen = "a".repeat(43);
+    for (cookie, field) in [(None, token.as_str()), (Some(id.as_str()), "forged"), (Some(id.as_str()), ""), (Some(chosen.as_str()), chosen.as_str()), (Some(token.as_str()), token.as_str())] {
         let res = post_sign_in(&srv, &b, cookie, &[("csrf", field), ("email", EMAIL), ("password", PASSWORD)]).await;
         assert_eq!(res.status(), StatusCode::FORBIDDEN);
         assert!(set_cookie(&res, "service_session").is_none(), "no session without the CSRF token");
@@ -65,7 +69,7 @@ async fn a_returning_user_signs_in_with_a_password_and_out_again(backend: Backen
 
     // Wrong password, unknown account: one answer, the password never shown.
     for (email, password) in [(EMAIL, "not the passphrase at all"), ("nobody@example.test", PASSWORD)] {
-        let res = post_sign_in(&srv, &b, Some(&token), &[("csrf", &token), ("email", email), ("password", password)]).await;
+        let res = post_sign_in(&srv, &b, Some(&id), &[("csrf", &token), ("email", email), ("password", password)]).await;
         assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
         assert!(set_cookie(&res, "service_session").is_none());
         let page = res.text().await.unwrap();
@@ -75,38 +79,50 @@ async fn a_returning_user_signs_in_with_a_password_and_out_again(backend: Backen
 
     // The right one: a session cookie, and on to where the user was going,
     // never to another site.
-    let res = post_sign_in(&srv, &b, Some(&token), &[("csrf", &token), ("email", " Admin@Example.TEST "), ("password", PASSWORD), ("next", "//evil.example/x")]).await;
+    let res = post_sign_in(&srv, &b, Some(&id), &[("csrf", &token), ("email", " Admin@Example.TEST "), ("password", PASSWORD), ("next", "//evil.example/x")]).await;
     assert_eq!(res.status(), StatusCode::SEE_OTHER);
     assert_eq!(res.headers()[LOCATION], "/account", "an off-site next is ignored");
     let line = set_cookie(&res, "service_session").expect("a session cookie");
     assert!(line.contains("HttpOnly") && line.contains("SameSite=Lax") && line.contains("Path=/"), "{line}");
     assert!(!line.contains("Secure"), "plain HTTP public URL: not Secure");
     let session = value(&line);
-    let cookies = format!("service_session={session}; service_csrf={token}");
+    let cookies = format!("service_session={session}; service_csrf={id}");
     let page = b.get(format!("{}/account", srv.base)).header("cookie", &cookies).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     assert!(page.text().await.unwrap().contains(EMAIL));
     let res = b.get(format!("{}/sign-in?next=/account", srv.base)).header("cookie", &cookies).send().await.unwrap();
     assert_eq!(res.headers()[LOCATION], "/account", "signed in already: straight on");
 
-    // The browser session is a session like the others: listed, revocable.
+    // The browser session is a session like the others: listed (as a web
+    // session), revocable; but it opens pages only, never the API.
     let listed = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
     let web: Vec<&Value> = listed["data"]["items"].as_array().unwrap().iter().filter(|s| s["label"] == "web sign-in").collect();
     assert_eq!(web.len(), 1, "{listed}");
+    assert_eq!(web[0]["kind"], "web");
+    let me = b.get(format!("{}/v1/me", srv.base)).bearer_auth(&session).send().await.unwrap();
+    assert_eq!(me.status(), StatusCode::UNAUTHORIZED, "a web session is no API token");
 
-    // Signing out needs the form's token too; then the session is gone
-    // everywhere, cookie and API alike.
+    // Signing out needs the form's token too; then the session is gone.
     let res = b.post(format!("{}/sign-out", srv.base)).header("cookie", format!("service_session={session}")).form(&[("csrf", token.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
-    let me = b.get(format!("{}/v1/me", srv.base)).bearer_auth(&session).send().await.unwrap();
-    assert_eq!(me.status(), StatusCode::OK, "still signed in after a forged sign-out");
+    let res = b.get(format!("{}/account", srv.base)).header("cookie", &cookies).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "still signed in after a forged sign-out");
     let res = b.post(format!("{}/sign-out", srv.base)).header("cookie", &cookies).form(&[("csrf", token.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(set_cookie(&res, "service_session").unwrap().contains("Max-Age=0"));
-    let me = b.get(format!("{}/v1/me", srv.base)).bearer_auth(&session).send().await.unwrap();
-    assert_eq!(me.status(), StatusCode::UNAUTHORIZED);
     let res = b.get(format!("{}/account", srv.base)).header("cookie", &cookies).send().await.unwrap();
     assert_eq!(res.headers()[LOCATION], "/sign-in?next=/account");
+    let sessions = json_ok(srv.get("/v1/sessions?include_revoked=true").send().await.unwrap()).await;
+    let web = sessions["data"]["items"].as_array().unwrap().iter().find(|s| s["label"] == "web sign-in").unwrap();
+    assert!(web["revoked_at"].is_string(), "{web}");
+
+    // Both were audited, with the address they came from.
+    let audit = json_ok(srv.get("/v1/audit-logs").send().await.unwrap()).await;
+    let items = audit["data"]["items"].as_array().unwrap();
+    for (action, outcome) in [("web.sign_in", "succeeded"), ("web.sign_in", "denied"), ("web.sign_out", "succeeded")] {
+        let found = items.iter().find(|r| r["action"] == action && r["outcome"] == outcome).unwrap_or_else(|| panic!("{action} {outcome}: {audit}"));
+        assert_eq!(found["address"], "127.0.0.1", "{found}");
+    }
 }
 
 /// A guesser gets ten tries at one account, then even the right password
@@ -115,33 +131,30 @@ async fn failed_sign_ins_are_throttled_per_account(backend: Backend) {
     let Some(srv) = TestServer::start(backend).await else { return };
     let (victim, _) = srv.user_in(&srv.workspace_id().await, service::access::Role::Viewer).await;
     let victim_email = srv.state.store.user(&victim).await.unwrap().unwrap().email;
-    service::access::admin::set_password(&srv.state.store, &victim_email, SecretString::from(PASSWORD)).await.unwrap();
-    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD)).await.unwrap();
+    service::access::admin::set_password(&srv.state.store, &victim_email, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
+    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
     let b = browser();
-    let token = csrf(&srv, &b).await;
+    let (id, token) = csrf(&srv, &b).await;
     for i in 0..10 {
-        let res = post_sign_in(&srv, &b, Some(&token), &[("csrf", &token), ("email", &victim_email), ("password", &format!("guess number {i:04}"))]).await;
+        let res = post_sign_in(&srv, &b, Some(&id), &[("csrf", &token), ("email", &victim_email), ("password", &format!("guess number {i:04}"))]).await;
         assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     }
-    let res = post_sign_in(&srv, &b, Some(&token), &[("csrf", &token), ("email", &victim_email), ("password", PASSWORD)]).await;
+    let res = post_sign_in(&srv, &b, Some(&id), &[("csrf", &token), ("email", &victim_email), ("password", PASSWORD)]).await;
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(res.headers().contains_key("retry-after"));
     assert!(set_cookie(&res, "service_session").is_none());
-    let res = post_sign_in(&srv, &b, Some(&token), &[("csrf", &token), ("email", EMAIL), ("password", PASSWORD)]).await;
+    let res = post_sign_in(&srv, &b, Some(&id), &[("csrf", &token), ("email", EMAIL), ("password", PASSWORD)]).await;
     assert_eq!(res.status(), StatusCode::SEE_OTHER, "another account is not locked out");
 }
 
-/// Signs `email` in on the web; returns the cookies of its browser.
-async fn signed_in(srv: &TestServer, email: &str) -> String {
+/// Signs `email` in on the web; returns the cookies of its browser and
+/// the CSRF token its forms carry.
+async fn signed_in(srv: &TestServer, email: &str) -> (String, String) {
     let b = browser();
-    let token = csrf(srv, &b).await;
-    let res = post_sign_in(srv, &b, Some(&token), &[("csrf", &token), ("email", email), ("password", PASSWORD)]).await;
+    let (id, token) = csrf(srv, &b).await;
+    let res = post_sign_in(srv, &b, Some(&id), &[("csrf", &token), ("email", email), ("password", PASSWORD)]).await;
     assert_eq!(res.status(), StatusCode::SEE_OTHER, "{email} signs in");
-    format!("service_session={}; service_csrf={token}", value(&set_cookie(&res, "service_session").unwrap()))
-}
-
-fn csrf_of(cookies: &str) -> String {
-    cookies.split("; ").find_map(|c| c.strip_prefix("service_csrf=")).unwrap().to_owned()
+    (format!("service_session={}; service_csrf={id}", value(&set_cookie(&res, "service_session").unwrap())), token)
 }
 
 /// The approvals page: a member who may decide sees what would run, who
@@ -155,7 +168,7 @@ async fn proposals_are_decided_on_the_approvals_page(backend: Backend) {
     for role in [service::access::Role::Administrator, service::access::Role::Viewer] {
         let (user_id, _) = srv.user_in(&ws, role).await;
         let email = srv.state.store.user(&user_id).await.unwrap().unwrap().email;
-        service::access::admin::set_password(&srv.state.store, &email, SecretString::from(PASSWORD)).await.unwrap();
+        service::access::admin::set_password(&srv.state.store, &email, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
         emails.push((user_id, email));
     }
     let propose = |email: &str| {
@@ -178,28 +191,28 @@ async fn proposals_are_decided_on_the_approvals_page(backend: Backend) {
     assert_eq!(res.headers()[LOCATION], "/sign-in?next=/approvals", "signed out: to the sign-in page");
 
     // A viewer: the proposals, not what they would run, and no decision.
-    let viewer = signed_in(srv, &emails[1].1).await;
+    let (viewer, viewer_csrf) = signed_in(srv, &emails[1].1).await;
     let page = b.get(format!("{}/approvals", srv.base)).header("cookie", &viewer).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("first-invitee@example.test") || page.contains(&first), "{page}");
     assert!(!page.contains("Approve and run") && !page.contains("<pre>"), "no operation, no decision: {page}");
-    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &viewer).form(&[("csrf", csrf_of(&viewer).as_str())]).send().await.unwrap();
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &viewer).form(&[("csrf", viewer_csrf.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
     assert_eq!(status_of(first.clone()).await, "pending");
 
     // An administrator: what would run, by whom, from where; then decides.
-    let admin = signed_in(srv, &emails[0].1).await;
+    let (admin, admin_csrf) = signed_in(srv, &emails[0].1).await;
     let page = b.get(format!("{}/approvals", srv.base)).header("cookie", &admin).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("first-invitee@example.test") && page.contains(EMAIL) && page.contains("from cli") && page.contains("Approve and run") && page.contains("<pre>"), "{page}");
     let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", format!("service_session={}", &admin[16..admin.find(';').unwrap()])).form(&[("csrf", "forged")]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN, "no CSRF cookie, no decision");
     assert_eq!(status_of(first.clone()).await, "pending");
-    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str()), ("workspace_id", ws.as_str())]).send().await.unwrap();
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", admin_csrf.as_str()), ("workspace_id", ws.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert!(res.text().await.unwrap().contains("Approved"));
     assert_eq!(status_of(first.clone()).await, "executed");
-    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str())]).send().await.unwrap();
+    let res = b.post(format!("{}/approvals/{first}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", admin_csrf.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::CONFLICT, "executed once");
-    let res = b.post(format!("{}/approvals/{second}/reject", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str())]).send().await.unwrap();
+    let res = b.post(format!("{}/approvals/{second}/reject", srv.base)).header("cookie", &admin).form(&[("csrf", admin_csrf.as_str())]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(status_of(second).await, "rejected");
     // Another workspace's proposals are not reachable from this one.
@@ -215,7 +228,7 @@ async fn proposals_are_decided_on_the_approvals_page(backend: Backend) {
         .unwrap();
     let theirs = json_ok(theirs).await["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
     for ws_field in [ws.as_str(), other_ws.as_str()] {
-        let res = b.post(format!("{}/approvals/{theirs}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", csrf_of(&admin).as_str()), ("workspace_id", ws_field)]).send().await.unwrap();
+        let res = b.post(format!("{}/approvals/{theirs}/approve", srv.base)).header("cookie", &admin).form(&[("csrf", admin_csrf.as_str()), ("workspace_id", ws_field)]).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::NOT_FOUND, "deciding in another workspace, named as {ws_field}");
     }
     let listed = json_ok(srv.request_as(&other_token, reqwest::Method::GET, "/v1/approvals").send().await.unwrap()).await;

@@ -105,15 +105,30 @@ pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expir
     Ok(token)
 }
 
+/// What becomes of a user's sessions when their password is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPasswordChange {
+    /// Every session and token of the user is revoked (the default: a
+    /// password is reset because someone else may hold the account).
+    RevokeSessions,
+    /// They stay as they are (`--keep-sessions`).
+    KeepSessions,
+}
+
 /// Sets the web sign-in password of an existing user (`service admin
-/// set-password`). Their sessions stay as they are.
-pub async fn set_password(store: &Store, email: &str, password: SecretString) -> anyhow::Result<()> {
+/// set-password`); the number of sessions revoked with it. A server on
+/// PostgreSQL refuses them at once (it hears the revocation); one on
+/// SQLite within its cache's few seconds.
+pub async fn set_password(store: &Store, email: &str, password: SecretString, sessions: OnPasswordChange) -> anyhow::Result<usize> {
     let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
     let user = store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
     super::passwords::check(&password).map_err(|m| anyhow::anyhow!("the password is refused: {m}"))?;
     let hash = super::passwords::hash(password).await?;
     store.set_password_hash(&user.user_id, &hash).await?;
-    Ok(())
+    match sessions {
+        OnPasswordChange::RevokeSessions => Ok(store.revoke_user_sessions(&user.user_id).await?.len()),
+        OnPasswordChange::KeepSessions => Ok(0),
+    }
 }
 
 /// Normalises and checks an e-mail address (lower case, one `@`, a dotted

@@ -8,6 +8,8 @@
 //! Layout:
 //! - this module: [`Principal`], [`WorkspaceAccess`], and the role and
 //!   client kinds (defined with the records that store them);
+//! - [`address`]: the client address of a request (behind trusted
+//!   proxies too);
 //! - [`tokens`]: opaque bearer tokens and single-use codes;
 //! - [`throttle`]: request rate limits per address and per session, and
 //!   sign-in attempts per address and per account;
@@ -16,6 +18,7 @@
 
 use crate::error::ApiError;
 
+pub mod address;
 pub mod admin;
 pub mod passwords;
 pub mod throttle;

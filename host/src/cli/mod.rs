@@ -139,11 +139,17 @@ pub enum AdminCommand {
         new_master_key: Option<secrecy::SecretString>,
     },
     /// Set the password an existing user signs in with on the web pages,
-    /// read from standard input (one line; at least 12 characters).
+    /// read from standard input (one line; at least 12 characters). Every
+    /// session and token of the user is revoked with it.
     SetPassword {
         /// E-mail address of the user.
         #[arg(long)]
         email: String,
+        /// Keep the user's sessions and tokens (by default they are
+        /// revoked: a password is reset when someone else may hold the
+        /// account).
+        #[arg(long)]
+        keep_sessions: bool,
     },
     /// Mint an API token for an existing user (printed once).
     CreateToken {
@@ -212,10 +218,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         );
                     }
                 }
-                AdminCommand::SetPassword { email } => {
+                AdminCommand::SetPassword { email, keep_sessions } => {
+                    use crate::access::admin::OnPasswordChange;
                     let password = read_password()?;
-                    crate::access::admin::set_password(&store, &email, password).await?;
-                    eprintln!("password set for {}", email.trim());
+                    let sessions = if keep_sessions { OnPasswordChange::KeepSessions } else { OnPasswordChange::RevokeSessions };
+                    let revoked = crate::access::admin::set_password(&store, &email, password, sessions).await?;
+                    match sessions {
+                        OnPasswordChange::RevokeSessions => eprintln!("password set for {}; {revoked} session(s) and token(s) revoked", email.trim()),
+                        OnPasswordChange::KeepSessions => eprintln!("password set for {}; sessions kept", email.trim()),
+                    }
                 }
                 AdminCommand::CreateToken { email, label, expires_in_days, client } => {
                     let token = crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;

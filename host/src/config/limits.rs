@@ -4,28 +4,91 @@
 
 use std::time::Duration;
 
+pub use super::warehouse::Network;
+
 /// Resolved limits of a running server.
 #[derive(Debug, Clone)]
 pub struct ServerLimits {
+    /// Connections open at once, from everyone.
     pub max_connections: usize,
+    /// Connections open at once from one address (trusted proxies are
+    /// exempt: every client behind them shares their address).
+    pub max_connections_per_address: usize,
     pub header_read_timeout: Duration,
+    /// How long a client has to send a request's whole body, from its
+    /// first byte: far shorter than [`ServerLimits::request_timeout`], so a
+    /// body trickled a byte at a time cannot hold a connection for long.
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/1 keep-alive and HTTP/2 alike).
+    pub idle_timeout: Duration,
+    /// Requests one HTTP/2 connection may have in flight at once.
+    pub http2_max_concurrent_streams: u32,
     pub request_timeout: Duration,
     pub throttle: ThrottleSettings,
+    /// Proxies whose `Forwarded` / `X-Forwarded-For` headers name the
+    /// client: requests from anywhere else are counted by their own
+    /// address, whatever those headers say.
+    pub trusted_proxies: Vec<Network>,
     pub job_concurrency: usize,
     pub job_concurrency_per_workspace: i64,
     pub job_lease: Duration,
+    /// Bounds of reverse-ETL runs and previews.
+    pub reverse_etl: ReverseEtlLimits,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
             max_connections: 1024,
+            max_connections_per_address: 64,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(60),
+            http2_max_concurrent_streams: 64,
             request_timeout: Duration::from_secs(120),
             throttle: Default::default(),
+            trusted_proxies: Vec::new(),
             job_concurrency: 4,
             job_concurrency_per_workspace: 2,
             job_lease: Duration::from_secs(30),
+            reverse_etl: Default::default(),
+        }
+    }
+}
+
+/// What one reverse-ETL run or preview may take: each bound is a clear
+/// refusal or a run failing with a named reason, never a server that
+/// grows without bound.
+#[derive(Debug, Clone)]
+pub struct ReverseEtlLimits {
+    /// Rows a model may return to one run.
+    pub rows_per_run: u64,
+    /// The largest single value a run reads; a row holding a larger one
+    /// is invalid and never sent.
+    pub value_bytes: usize,
+    /// Bytes of rows waiting to be sent that one workspace's runs may
+    /// spool to disk at once, on this server.
+    pub spool_bytes_per_workspace: u64,
+    /// Where runs spool; default: `<data-dir>/spool`, a folder of its own.
+    pub spool_dir: Option<std::path::PathBuf>,
+    /// The largest value a preview shows; larger ones are replaced by a
+    /// marker giving their size.
+    pub preview_cell_bytes: usize,
+    /// The largest sample a preview answers with; rows past it are left
+    /// out and the answer says so.
+    pub preview_response_bytes: usize,
+}
+
+impl Default for ReverseEtlLimits {
+    fn default() -> Self {
+        ReverseEtlLimits {
+            rows_per_run: 1_000_000,
+            value_bytes: 1024 * 1024,
+            spool_bytes_per_workspace: 1024 * 1024 * 1024,
+            spool_dir: None,
+            preview_cell_bytes: 64 * 1024,
+            preview_response_bytes: 4 * 1024 * 1024,
         }
     }
 }

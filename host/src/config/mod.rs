@@ -105,9 +105,25 @@ pub struct LimitArgs {
     /// Open connections at most; more are closed at once.
     #[arg(long, env = "SERVICE_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
+    /// Open connections from one client address at most (trusted proxies
+    /// are exempt); more are closed at once.
+    #[arg(long, env = "SERVICE_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_address: u32,
     /// Seconds a client has to send a request's headers.
     #[arg(long, env = "SERVICE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub header_read_timeout_secs: u64,
+    /// Seconds a client has to send a request's whole body.
+    #[arg(long, env = "SERVICE_BODY_READ_TIMEOUT_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub body_read_timeout_secs: u64,
+    /// Seconds a connection may stay open with no request in flight.
+    #[arg(long, env = "SERVICE_IDLE_TIMEOUT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub idle_timeout_secs: u64,
+    /// Reverse proxies whose `Forwarded` or `X-Forwarded-For` header names
+    /// the client, comma-separated addresses or networks (`10.0.0.0/8`).
+    /// Empty: every request is counted by the address it came from, so
+    /// behind a proxy all clients share the proxy's limits.
+    #[arg(long, env = "SERVICE_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
     /// Seconds a request may take before it is answered 503.
     #[arg(long, env = "SERVICE_REQUEST_TIMEOUT_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub request_timeout_secs: u64,
@@ -119,8 +135,9 @@ pub struct LimitArgs {
     /// that); 0 switches the limit off.
     #[arg(long, env = "SERVICE_RATE_LIMIT_PER_SESSION", default_value_t = 200)]
     pub rate_limit_per_session: u32,
-    /// Requests with invalid tokens one address may make per minute (and
-    /// at once) before it is refused without the token being looked up.
+    /// Requests with invalid tokens one address (or one token) may make
+    /// per minute (and at once) before further invalid ones are answered
+    /// 429; a valid token is never refused by this limit.
     #[arg(long, env = "SERVICE_RATE_LIMIT_FAILED_AUTH", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub rate_limit_failed_auth: u32,
     /// Jobs this server runs at once.
@@ -134,16 +151,50 @@ pub struct LimitArgs {
     /// runner takes the job over.
     #[arg(long, env = "SERVICE_JOB_LEASE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub job_lease_secs: u64,
+    /// Rows a reverse-ETL model may return to one run; a larger model
+    /// fails the run before anything is sent.
+    #[arg(long, env = "SERVICE_RETL_MAX_ROWS", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub retl_max_rows: u64,
+    /// The largest value a reverse-ETL run reads, in bytes; a row holding
+    /// a larger one is invalid and never sent.
+    #[arg(long, env = "SERVICE_RETL_MAX_VALUE_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=1_000_000_000))]
+    pub retl_max_value_bytes: u64,
+    /// Bytes of rows one workspace's reverse-ETL runs may spool to disk at
+    /// once on this server, in MiB.
+    #[arg(long, env = "SERVICE_RETL_SPOOL_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub retl_spool_mb: u64,
+    /// Directory reverse-ETL runs spool to; default `<data-dir>/spool`.
+    #[arg(long, env = "SERVICE_RETL_SPOOL_DIR")]
+    pub retl_spool_dir: Option<PathBuf>,
+    /// The largest value a reverse-ETL preview shows, in bytes; larger
+    /// ones are replaced by a marker with their size.
+    #[arg(long, env = "SERVICE_RETL_PREVIEW_CELL_BYTES", default_value_t = 64 * 1024, value_parser = clap::value_parser!(u64).range(16..=16 * 1024 * 1024))]
+    pub retl_preview_cell_bytes: u64,
+    /// The largest sample a reverse-ETL preview answers with, in bytes.
+    #[arg(long, env = "SERVICE_RETL_PREVIEW_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=256 * 1024 * 1024))]
+    pub retl_preview_bytes: u64,
 }
 
 impl LimitArgs {
     /// The limits these settings describe.
-    pub fn resolve(&self) -> limits::ServerLimits {
+    pub fn resolve(&self) -> Result<limits::ServerLimits, ConfigError> {
         use limits::Rate;
         let rate = |n: u32| if n == 0 { Rate::OFF } else { Rate::per_second(n) };
-        limits::ServerLimits {
+        let trusted_proxies = self
+            .trusted_proxies
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| limits::Network::parse(e).ok_or_else(|| ConfigError::new("SERVICE_TRUSTED_PROXIES", format!("'{e}' is not an IP address or network"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(limits::ServerLimits {
             max_connections: self.max_connections as usize,
+            max_connections_per_address: self.max_connections_per_address as usize,
             header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_secs),
+            body_read_timeout: std::time::Duration::from_secs(self.body_read_timeout_secs),
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout_secs),
+            http2_max_concurrent_streams: limits::ServerLimits::default().http2_max_concurrent_streams,
+            trusted_proxies,
             request_timeout: std::time::Duration::from_secs(self.request_timeout_secs),
             throttle: limits::ThrottleSettings {
                 per_address: rate(self.rate_limit_per_address),
@@ -153,7 +204,15 @@ impl LimitArgs {
             job_concurrency: self.job_concurrency as usize,
             job_concurrency_per_workspace: i64::from(self.job_concurrency_per_workspace),
             job_lease: std::time::Duration::from_secs(self.job_lease_secs),
-        }
+            reverse_etl: limits::ReverseEtlLimits {
+                rows_per_run: self.retl_max_rows,
+                value_bytes: usize::try_from(self.retl_max_value_bytes).unwrap_or(usize::MAX),
+                spool_bytes_per_workspace: self.retl_spool_mb.saturating_mul(1024 * 1024),
+                spool_dir: self.retl_spool_dir.clone(),
+                preview_cell_bytes: usize::try_from(self.retl_preview_cell_bytes).unwrap_or(usize::MAX),
+                preview_response_bytes: usize::try_from(self.retl_preview_bytes).unwrap_or(usize::MAX),
+            },
+        })
     }
 }
 
@@ -302,7 +361,7 @@ impl ServerConfig {
             master_key: storage.master_key.clone(),
             plugins: serve.plugins.resolve(&storage.data_dir)?,
             oauth: oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
-            limits: serve.limits.resolve(),
+            limits: serve.limits.resolve()?,
         })
     }
 }

@@ -15,7 +15,8 @@ pub struct Network {
 }
 
 impl Network {
-    fn parse(raw: &str) -> Option<Network> {
+    /// `addr` or `addr/prefix`; `None` when it is neither.
+    pub fn parse(raw: &str) -> Option<Network> {
         let (addr, prefix) = match raw.split_once('/') {
             Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
             None => {
@@ -27,7 +28,13 @@ impl Network {
         (prefix <= max).then_some(Network { addr, prefix })
     }
 
-    fn contains(&self, ip: IpAddr) -> bool {
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts
+    /// as the IPv4 address it maps).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
                 let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -24,6 +24,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::idempotency::KeyState;
 use crate::store::now_ms;
+use crate::store::sessions::SessionKind;
 use crate::access::tokens;
 
 /// Header naming the client kind (spec section 5).
@@ -80,12 +81,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let Some(token) = bearer_token(req.headers()) else {
         return ApiError::unauthenticated("missing bearer token: send Authorization: Bearer <token>").into_response();
     };
-    let address = req.extensions().get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
-    if let Some(a) = address
-        && let Err(limited) = state.throttle.failures_exhausted(a)
-    {
-        return limited.into_response();
-    }
+    let address = crate::access::address::from_extensions(req.extensions());
     let hash = tokens::hash(token);
     let now = now_ms();
     // The epoch is taken before the database is read: a revocation heard
@@ -99,14 +95,21 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
                 s
             }
             Ok(None) => {
-                if let Some(a) = address {
-                    state.throttle.failure(a);
+                // Failures are counted only for tokens that fail: a valid
+                // token from an address that also sent bogus ones passes.
+                if let Err(limited) = state.throttle.invalid_token(address, &hash) {
+                    return limited.into_response();
                 }
                 return ApiError::unauthenticated("the bearer token is invalid, expired or revoked").into_response();
             }
             Err(e) => return ApiError::from(e).into_response(),
         },
     };
+    if session.kind == SessionKind::Web {
+        // A browser's cookie opens the pages only: the API takes tokens
+        // issued for it (API tokens, CLI and MCP sessions).
+        return ApiError::unauthenticated("a web sign-in session opens the service's pages only; use an API token or `service auth login`").into_response();
+    }
     if let Err(limited) = state.throttle.session(&session.session_id) {
         return limited.into_response();
     }
@@ -144,11 +147,12 @@ pub async fn audit(State(state): State<AppState>, mut req: Request, next: Next) 
     let principal = req.extensions().get::<Principal>().cloned();
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let method = req.method().clone();
+    let address = crate::access::address::from_extensions(req.extensions()).map(|a| a.to_string());
 
     let response = next.run(req).await;
 
     let fallback_action = format!("{method} {route}");
-    let record = note.record(principal.as_ref(), &fallback_action, response.status());
+    let record = note.record(principal.as_ref(), &fallback_action, response.status()).from_address(address.as_deref());
     if let Err(e) = state.store.append_audit(&record).await {
         // The change already happened; losing its record is an operator
         // problem, not the client's.
@@ -255,12 +259,50 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
 /// Refuses clients that send too many requests from one address, before
 /// any other work is done for them.
 pub async fn throttle_address(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<std::net::SocketAddr>>()
-        && let Err(limited) = state.throttle.address(peer.ip())
+    if let Some(address) = crate::access::address::from_extensions(req.extensions())
+        && let Err(limited) = state.throttle.address(address)
     {
         return limited.into_response();
     }
     next.run(req).await
+}
+
+/// Reads a request's whole body before anything else works on it, within
+/// the body-read timeout: a client trickling its body a byte at a time
+/// gets 408 and its connection back, long before the request deadline.
+/// Bodies past twice the API's own limit are refused here with 413 (each
+/// route still applies its own).
+pub async fn read_body(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::body::HttpBody;
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let timeout = state.config.limits.body_read_timeout;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, 2 * BODY_LIMIT)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(e)) if is_length_limit(&e) => payload_too_large().into_response(),
+        Ok(Err(_)) => ApiError::bad_request("BODY_UNREADABLE", "the request body could not be read").into_response(),
+        Err(_) => {
+            let mut response = ApiError::new(StatusCode::REQUEST_TIMEOUT, "BODY_TIMEOUT", format!("the request body did not arrive within {} s", timeout.as_secs()))
+                .with_details(json!({ "timeout_seconds": timeout.as_secs() }))
+                .into_response();
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+/// Whether reading a body stopped at its length limit.
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Answers 503 `REQUEST_TIMEOUT` for a request that has not produced its

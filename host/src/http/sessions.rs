@@ -73,6 +73,13 @@ async fn revoke_session(
     Path(session_id): Path<String>,
 ) -> ApiResult<Executed> {
     let own = state.store.session(&session_id).await?.is_some_and(|s| s.user_id == ws.principal.user_id);
+    // An assistant ending its own session needs nobody; ending its
+    // person's other sessions (the one they would reject its proposals
+    // with, say) goes through the gate like any of its writes.
+    let assistant_on_others = ws.principal.client == crate::access::ClientSource::Mcp && session_id != ws.principal.session_id;
+    if own && assistant_on_others {
+        return ops::submit(&state, &ws, &note, crate::ops::sessions::SessionOp::RevokeOwnSession { session_id }).await;
+    }
     if own {
         // Ending one's own access needs nobody's approval.
         note.action("sessions.revoke");

@@ -45,13 +45,17 @@ pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote
     Executed::ok(json!({ "revoked": true, "already_revoked": !newly_revoked, "session": session }))
 }
 
-/// Session operations on others' sessions (one's own is revoked without
-/// the gate: ending one's own access needs nobody's approval).
+/// Session operations through the gate: revoking others' sessions, and an
+/// assistant revoking its own person's other sessions. (A person ending
+/// their own session, or an assistant its own, needs nobody's approval.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
 pub enum SessionOp {
     /// Revoke a session of a workspace member.
     RevokeSession { session_id: String },
+    /// Revoke another session of the proposer's own (proposed by an MCP
+    /// client).
+    RevokeOwnSession { session_id: String },
 }
 
 impl Act for SessionOp {
@@ -63,15 +67,34 @@ impl Act for SessionOp {
         Category::WorkspaceAdmin
     }
 
+    fn required_role(&self) -> crate::access::Role {
+        match self {
+            SessionOp::RevokeSession { .. } => self.category().required_role(),
+            // Anyone may end their own sessions.
+            SessionOp::RevokeOwnSession { .. } => crate::access::Role::Viewer,
+        }
+    }
+
     fn summary(&self) -> String {
-        let SessionOp::RevokeSession { session_id } = self;
-        format!("Revoke session {session_id}")
+        match self {
+            SessionOp::RevokeSession { session_id } => format!("Revoke session {session_id}"),
+            SessionOp::RevokeOwnSession { session_id } => format!("Revoke your own session {session_id}"),
+        }
     }
 }
 
 impl SessionOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
-        let SessionOp::RevokeSession { session_id } = self;
-        revoke(ctx.state, ctx.access, ctx.note, &session_id).await
+        match self {
+            SessionOp::RevokeSession { session_id } => revoke(ctx.state, ctx.access, ctx.note, &session_id).await,
+            SessionOp::RevokeOwnSession { session_id } => {
+                // Still the proposer's own when it runs.
+                let session = ctx.state.store.session(&session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
+                if session.user_id != ctx.access.principal.user_id {
+                    return Err(ApiError::not_found("session"));
+                }
+                revoke(ctx.state, ctx.access, ctx.note, &session_id).await
+            }
+        }
     }
 }

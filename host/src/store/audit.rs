@@ -31,6 +31,8 @@ pub struct AuditRecord {
     pub status_code: i64,
     /// The approval this execution carried out, when it ran on approval.
     pub approval_id: Option<String>,
+    /// The client's address, when the record is of a request.
+    pub address: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -48,6 +50,7 @@ pub struct NewAuditRecord {
     pub outcome: AuditOutcome,
     pub status_code: i64,
     pub approval_id: Option<String>,
+    pub address: Option<String>,
 }
 
 impl NewAuditRecord {
@@ -66,6 +69,7 @@ impl NewAuditRecord {
             outcome,
             status_code: i64::from(status_code),
             approval_id: None,
+            address: None,
         }
     }
 
@@ -79,6 +83,19 @@ impl NewAuditRecord {
     /// The record, naming who acted.
     pub fn by(mut self, user_id: &str) -> Self {
         self.actor_user_id = Some(user_id.to_owned());
+        self
+    }
+
+    /// The record, naming the session and kind of client that acted.
+    pub fn through(mut self, session_id: Option<&str>, client: ClientSource) -> Self {
+        self.actor_session_id = session_id.map(str::to_owned);
+        self.client_source = client;
+        self
+    }
+
+    /// The record, naming the client's address.
+    pub fn from_address(mut self, address: Option<&str>) -> Self {
+        self.address = address.map(str::to_owned);
         self
     }
 }
@@ -100,8 +117,8 @@ impl Store {
         let id = new_id("aud");
         sqlx::query(
             "INSERT INTO audit_logs (id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, \
-             client_source, request_id, outcome, status_code, approval_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             client_source, request_id, outcome, status_code, approval_id, address, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&id)
         .bind(&r.workspace_id)
@@ -115,6 +132,7 @@ impl Store {
         .bind(r.outcome.as_str())
         .bind(r.status_code)
         .bind(&r.approval_id)
+        .bind(&r.address)
         .bind(now_ms())
         .execute(self.pool())
         .await?;
@@ -125,7 +143,7 @@ impl Store {
     pub async fn audit_records(&self, f: &AuditFilter, before: Option<&str>, limit: i64) -> StoreResult<Vec<AuditRecord>> {
         let rows = sqlx::query(
             "SELECT id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, client_source, \
-             request_id, outcome, status_code, approval_id, created_at FROM audit_logs \
+             request_id, outcome, status_code, approval_id, address, created_at FROM audit_logs \
              WHERE workspace_id = $1 AND ($2 IS NULL OR created_at >= $2) AND ($3 IS NULL OR created_at < $3) \
              AND ($4 IS NULL OR actor_user_id = $4) AND ($5 IS NULL OR action = $5) AND ($6 IS NULL OR client_source = $6) \
              AND ($7 IS NULL OR outcome = $7) AND ($8 IS NULL OR id < $8) ORDER BY id DESC LIMIT $9",
@@ -156,6 +174,7 @@ impl Store {
                     outcome: decode(r.try_get("outcome")?, AuditOutcome::parse, "outcome")?,
                     status_code: r.try_get("status_code")?,
                     approval_id: r.try_get("approval_id")?,
+                    address: r.try_get("address")?,
                     created_at: from_ms(r.try_get("created_at")?),
                 })
             })

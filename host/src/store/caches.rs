@@ -172,7 +172,7 @@ mod tests {
     use super::*;
 
     fn session(id: &str) -> ActiveSession {
-        ActiveSession { session_id: id.into(), user_id: "usr_1".into(), client_source: crate::store::sessions::ClientSource::Api, last_used_at: None, expires_at: None }
+        ActiveSession { session_id: id.into(), user_id: "usr_1".into(), client_source: crate::store::sessions::ClientSource::Api, kind: crate::store::sessions::SessionKind::Session, last_used_at: None, expires_at: None }
     }
 
     #[test]

@@ -37,9 +37,6 @@ pub struct PendingInvitation {
     pub workspace_name: String,
     pub email: String,
     pub role: Role,
-    /// Whether an account with the invited address exists already: then
-    /// only that account, signed in, may accept.
-    pub account_exists: bool,
 }
 
 /// Who accepts an invitation.
@@ -103,8 +100,7 @@ impl Store {
     /// The invitation behind a token if it can still be accepted.
     pub async fn pending_invitation(&self, token_hash: &str) -> StoreResult<Option<PendingInvitation>> {
         let row = sqlx::query(
-            "SELECT i.id, i.workspace_id, w.name, i.email, i.role, \
-             (SELECT COUNT(*) FROM users u WHERE u.email = i.email) AS accounts \
+            "SELECT i.id, i.workspace_id, w.name, i.email, i.role \
              FROM invitations i JOIN workspaces w ON w.id = i.workspace_id \
              WHERE i.token_hash = $1 AND i.accepted_at IS NULL AND i.expires_at > $2",
         )
@@ -119,7 +115,6 @@ impl Store {
                 workspace_name: r.try_get("name")?,
                 email: r.try_get("email")?,
                 role: Role::parse(r.try_get::<&str, _>("role")?).unwrap_or(Role::Viewer),
-                account_exists: r.try_get::<i64, _>("accounts")? > 0,
             })
         })
         .transpose()

@@ -40,10 +40,16 @@ impl ClientSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionKind {
-    /// An interactive login (browser, CLI login, first-run bootstrap).
+    /// An interactive session of the API (CLI login, one-time login link,
+    /// invitation acceptance, first-run bootstrap).
     Session,
     /// A long-lived token minted for automation (`service admin create-token`).
     ApiToken,
+    /// A person signed in on the web: the only kind the browser pages
+    /// accept from their cookie, and one the API refuses, so no other
+    /// token can act as a person at the pages (CLI authorisation,
+    /// approvals) and a browser cookie is no API token.
+    Web,
 }
 
 impl SessionKind {
@@ -51,6 +57,17 @@ impl SessionKind {
         match self {
             SessionKind::Session => "session",
             SessionKind::ApiToken => "api_token",
+            SessionKind::Web => "web",
+        }
+    }
+
+    /// The kind stored as `s`; unknown values read as the API kind that
+    /// opens no page.
+    fn parse(s: &str) -> SessionKind {
+        match s {
+            "api_token" => SessionKind::ApiToken,
+            "web" => SessionKind::Web,
+            _ => SessionKind::Session,
         }
     }
 }
@@ -95,6 +112,9 @@ pub struct ActiveSession {
     /// The kind of client the session was issued to: an MCP session stays
     /// one whatever a request's header says.
     pub client_source: ClientSource,
+    /// What the token was issued as: pages take only [`SessionKind::Web`],
+    /// the API every other kind.
+    pub kind: SessionKind,
     pub last_used_at: Option<i64>,
     pub expires_at: Option<i64>,
 }
@@ -132,7 +152,7 @@ fn session_from_row(row: &sqlx::any::AnyRow) -> StoreResult<Session> {
     Ok(Session {
         session_id: row.try_get("id")?,
         user_id: row.try_get("user_id")?,
-        kind: if kind == "api_token" { SessionKind::ApiToken } else { SessionKind::Session },
+        kind: SessionKind::parse(&kind),
         label: row.try_get("label")?,
         client_source: ClientSource::parse(&client).unwrap_or(ClientSource::Api),
         user_agent: row.try_get("user_agent")?,
@@ -170,7 +190,7 @@ impl Store {
     /// The live session holding this token hash: not revoked, not expired.
     pub async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
         let row = sqlx::query(
-            "SELECT id, user_id, client_source, last_used_at, expires_at FROM sessions \
+            "SELECT id, user_id, client_source, kind, last_used_at, expires_at FROM sessions \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
         )
         .bind(token_hash)
@@ -183,6 +203,7 @@ impl Store {
                 user_id: r.try_get("user_id")?,
                 // Unknown values are treated as the most restricted kind.
                 client_source: ClientSource::parse(r.try_get::<&str, _>("client_source")?).unwrap_or(ClientSource::Mcp),
+                kind: SessionKind::parse(r.try_get::<&str, _>("kind")?),
                 last_used_at: r.try_get("last_used_at")?,
                 expires_at: r.try_get("expires_at")?,
             })
@@ -266,6 +287,30 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Revokes every live session of a user (a password reset: whoever
+    /// held one of them is out) and voids the proposals they made that
+    /// are still pending; the sessions revoked.
+    pub async fn revoke_user_sessions(&self, user_id: &str) -> StoreResult<Vec<String>> {
+        let now = now_ms();
+        let mut tx = self.pool().begin().await?;
+        let rows = sqlx::query("UPDATE sessions SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL RETURNING id")
+            .bind(now)
+            .bind(user_id)
+            .fetch_all(&mut *tx)
+            .await?;
+        let ids = rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<Vec<_>, _>>()?;
+        for id in &ids {
+            sqlx::query("UPDATE approvals SET status = 'voided', decided_at = $1 WHERE proposed_session = $2 AND status = 'pending'")
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            self.notify_on_commit(&mut tx, &super::notices::Notice::SessionRevoked(id.clone())).await?;
+        }
+        tx.commit().await?;
+        Ok(ids)
+    }
+
     /// Stores a one-time login code (its hash) for the bootstrap login link.
     pub async fn create_login_code(&self, code_hash: &str, user_id: &str, expires_at: i64) -> StoreResult<()> {
         sqlx::query("INSERT INTO login_codes (code_hash, user_id, created_at, expires_at) VALUES ($1, $2, $3, $4)")
@@ -294,7 +339,8 @@ impl Store {
     /// Stores a one-time code of a CLI login (its hash).
     pub async fn create_cli_code(&self, code: &CliCode, code_hash: &str) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO cli_login_codes (code_hash, user_id, code_challenge, redirect_uri, host_label, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO cli_login_codes (code_hash, user_id, code_challenge, redirect_uri, host_label, created_at, expires_at, session_expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(code_hash)
         .bind(&code.user_id)
@@ -303,6 +349,7 @@ impl Store {
         .bind(&code.host_label)
         .bind(now_ms())
         .bind(code.expires_at)
+        .bind(code.session_expires_at)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -314,7 +361,7 @@ impl Store {
         let now = now_ms();
         let row = sqlx::query(
             "UPDATE cli_login_codes SET used_at = $1 WHERE code_hash = $2 AND used_at IS NULL AND expires_at > $1 \
-             RETURNING user_id, code_challenge, redirect_uri, host_label, expires_at",
+             RETURNING user_id, code_challenge, redirect_uri, host_label, expires_at, session_expires_at",
         )
         .bind(now)
         .bind(code_hash)
@@ -327,6 +374,7 @@ impl Store {
                 redirect_uri: r.try_get("redirect_uri")?,
                 host_label: r.try_get("host_label")?,
                 expires_at: r.try_get("expires_at")?,
+                session_expires_at: r.try_get("session_expires_at")?,
             })
         })
         .transpose()
@@ -344,4 +392,7 @@ pub struct CliCode {
     /// The host name the CLI said it runs on (for the session's label).
     pub host_label: String,
     pub expires_at: i64,
+    /// When the web session that authorised it ends: the CLI session it
+    /// becomes ends then at the latest.
+    pub session_expires_at: Option<i64>,
 }

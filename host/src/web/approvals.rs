@@ -149,7 +149,7 @@ pub struct Decide {
 
 /// `POST /approvals/{approval_id}/{decision}`: approve (and run) or reject.
 pub async fn decide(State(state): State<AppState>, headers: HeaderMap, Path((approval_id, decision)): Path<(String, String)>, Form(form): Form<Decide>) -> Response {
-    if !csrf_ok(&headers, &form.csrf) {
+    if !csrf_ok(&state, &headers, &form.csrf) {
         return csrf_refused();
     }
     let Some(session) = browser_session(&state, &headers).await else {

@@ -13,6 +13,11 @@
 //! a code never leaves the user's machine. A code is spent by its first
 //! use, right or wrong, and is worthless without the verifier that only
 //! the CLI holds.
+//!
+//! Only a person signed in on the web (a web session, see
+//! [`super::signin`]) can authorise a CLI: no other token in the cookie
+//! counts. The CLI session ends when that web session would at the
+//! latest, and every authorisation and exchange is audited.
 
 use axum::Form;
 use axum::extract::{Query, State};
@@ -31,7 +36,8 @@ use super::{ClientInfo, escape, page};
 use crate::access::{ClientSource, tokens};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::sessions::CliCode;
+use crate::store::kinds::AuditOutcome;
+use crate::store::sessions::{CliCode, SessionKind};
 
 /// How long a code waits for the CLI.
 const CODE_TTL_MS: i64 = 2 * 60 * 1000;
@@ -137,8 +143,8 @@ pub async fn authorize_page(State(state): State<AppState>, headers: HeaderMap, a
 
 /// `POST /cli/authorize`: on "allow", a one-time code to the loopback
 /// address; on "deny", `error=access_denied`.
-pub async fn authorize(State(state): State<AppState>, headers: HeaderMap, Form(a): Form<Authorize>) -> Response {
-    if !csrf_ok(&headers, &a.csrf) {
+pub async fn authorize(State(state): State<AppState>, headers: HeaderMap, client: ClientInfo, Form(a): Form<Authorize>) -> Response {
+    if !csrf_ok(&state, &headers, &a.csrf) {
         return csrf_refused();
     }
     let mut checked = match check(&a) {
@@ -148,21 +154,33 @@ pub async fn authorize(State(state): State<AppState>, headers: HeaderMap, Form(a
     let Some(session) = browser_session(&state, &headers).await else {
         return Redirect::to("/sign-in").into_response();
     };
-    if a.decision != "allow" {
+    let allowed = a.decision == "allow";
+    let event = super::AccountEvent {
+        user_id: &session.user_id,
+        session_id: Some(&session.session_id),
+        client_source: ClientSource::Api,
+        action: "cli.authorize",
+        outcome: if allowed { AuditOutcome::Succeeded } else { AuditOutcome::Denied },
+        status: 303,
+    };
+    if !allowed {
+        super::audit_account(&state, &event, &client).await;
         checked.redirect.query_pairs_mut().append_pair("error", "access_denied").append_pair("state", &a.state);
         return Redirect::to(checked.redirect.as_str()).into_response();
     }
     let code = tokens::generate(tokens::CODE_PREFIX);
     let issued = CliCode {
-        user_id: session.user_id,
+        user_id: session.user_id.clone(),
         code_challenge: a.code_challenge.clone(),
         redirect_uri: a.redirect_uri.clone(),
         host_label: checked.host,
         expires_at: crate::store::now_ms() + CODE_TTL_MS,
+        session_expires_at: session.expires_at,
     };
     if let Err(e) = state.store.create_cli_code(&issued, &tokens::hash_secret(&code)).await {
         return ApiError::from(e).into_response();
     }
+    super::audit_account(&state, &event, &client).await;
     checked.redirect.query_pairs_mut().append_pair("code", code.expose_secret()).append_pair("state", &a.state);
     Redirect::to(checked.redirect.as_str()).into_response()
 }
@@ -194,12 +212,21 @@ pub async fn exchange(State(state): State<AppState>, client: ClientInfo, axum::J
     };
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(x.code_verifier.as_bytes()));
     let matches: bool = subtle::ConstantTimeEq::ct_eq(challenge.as_bytes(), issued.code_challenge.as_bytes()).into();
+    let mut event = super::AccountEvent { user_id: &issued.user_id, session_id: None, client_source: ClientSource::Cli, action: "cli.token", outcome: AuditOutcome::Denied, status: 400 };
     if !matches || x.redirect_uri != issued.redirect_uri {
+        super::audit_account(&state, &event, &client).await;
         return refused(&state);
     }
     let label = format!("CLI on {}", issued.host_label);
-    match super::issue_session_for(&state, &issued.user_id, &label, &client, ClientSource::Cli).await {
-        Ok((token, session_id)) => axum::Json(json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id })).into_response(),
+    let issue = super::Issue { user_id: &issued.user_id, label: &label, kind: SessionKind::Session, client_source: ClientSource::Cli, not_after: issued.session_expires_at };
+    match super::issue_session(&state, &client, &issue).await {
+        Ok((token, session_id)) => {
+            event.session_id = Some(&session_id);
+            event.outcome = AuditOutcome::Succeeded;
+            event.status = 200;
+            super::audit_account(&state, &event, &client).await;
+            axum::Json(json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id })).into_response()
+        }
         Err(e) => e.into_response(),
     }
 }

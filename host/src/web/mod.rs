@@ -3,14 +3,17 @@
 //! the OAuth landing, and web sign-in.
 //!
 //! Layout:
-//! - this module: the pages of one-time links (login, invitation,
-//!   credential entry, OAuth landing) and what every page shares;
+//! - this module: the pages of one-time links (login, credential entry,
+//!   OAuth landing), the sessions and audit records pages make, and what
+//!   every page shares;
 //! - [`signin`]: sign-in with e-mail and password, browser sessions in
 //!   cookies, CSRF tokens, the account page and sign-out;
 //! - [`cli_login`]: the confirmation page and code exchange of
 //!   `service auth login` (loopback redirect with PKCE);
 //! - [`approvals`]: pending proposals of a workspace, approved or
-//!   rejected by a signed-in member.
+//!   rejected by a signed-in member;
+//! - [`invitations`]: joining a workspace by an invitation link, as a new
+//!   account or as the invited account signed in on the web.
 //!
 //! Each is two-step: `GET` shows a page and spends nothing (so link
 //! previewers and prefetchers cannot burn a single-use link, and a person
@@ -30,12 +33,12 @@ use crate::access::ClientSource;
 use crate::state::AppState;
 use crate::store::kinds::{AuditOutcome, CredentialKind, CredentialStatus};
 use crate::store::audit::NewAuditRecord;
-use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::access::tokens;
 
 pub mod approvals;
 pub mod cli_login;
+pub mod invitations;
 pub mod signin;
 
 pub fn router() -> Router<AppState> {
@@ -48,7 +51,7 @@ pub fn router() -> Router<AppState> {
         .route("/approvals", get(approvals::approvals_page))
         .route("/approvals/{approval_id}/{decision}", axum::routing::post(approvals::decide))
         .route("/login/{code}", get(login_page).post(login))
-        .route("/invitations/{token}", get(invitation_page).post(accept_invitation))
+        .route("/invitations/{token}", get(invitations::invitation_page).post(invitations::accept_invitation))
         .route("/credential-entry/{token}", get(entry_page).post(submit_entry))
         .route("/oauth/callback", get(oauth_landing).post(oauth_complete))
         .layer(axum::middleware::from_fn(page_headers))
@@ -208,10 +211,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ClientInfo {
             .get(axum::http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(|s| s.chars().take(300).collect());
-        let address = parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip().to_string());
+        let address = crate::access::address::of(parts).map(|ip| ip.to_string());
         Ok(ClientInfo { user_agent, address })
     }
 }
@@ -232,124 +232,85 @@ async fn login(
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
     let later = if keep_password(&state, &user_id, password).await { SIGN_IN_LATER } else { "" };
-    match issue_session(&state, &user_id, "browser sign-in", &client).await {
+    match api_session(&state, &user_id, "browser sign-in", &client).await {
         Ok(token) => token_page("Signed in", &format!("You are signed in as the administrator. {later}"), &token).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-async fn invitation_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {
-    match state.store.pending_invitation(&tokens::hash(&token)).await {
-        Ok(Some(inv)) if inv.account_exists => page(
-            "Join workspace",
-            &format!(
-                "<p>You are invited to <strong>{}</strong> as <strong>{}</strong> ({}).</p>\
-                 <p>An account with this address exists already, so the invitation is accepted by that account, \
-                 signed in: send <code>POST /v1/invitations/accept</code> with <code>{{\"code\": \"&lt;the last part of this link&gt;\"}}</code> \
-                 and your own token. Nobody is signed in by this link.</p>",
-                escape(&inv.workspace_name),
-                inv.role.as_str(),
-                escape(&inv.email)
-            ),
-        )
-        .into_response(),
-        Ok(Some(inv)) => page(
-            "Join workspace",
-            &format!(
-                "<p>You are invited to <strong>{}</strong> as <strong>{}</strong> ({}).</p>\
-                 <form method=\"post\"><p><label>Your name <input name=\"name\" maxlength=\"200\"></label></p>{PASSWORD_FIELD}\
-                 <button type=\"submit\">Accept</button></form>",
-                escape(&inv.workspace_name),
-                inv.role.as_str(),
-                escape(&inv.email)
-            ),
-        )
-        .into_response(),
-        Ok(None) => gone("invitation"),
-        Err(e) => crate::error::ApiError::from(e).into_response(),
-    }
+/// A session a page issues.
+pub(crate) struct Issue<'a> {
+    pub user_id: &'a str,
+    pub label: &'a str,
+    pub kind: SessionKind,
+    pub client_source: ClientSource,
+    /// When it must end at the latest (the session it came from ends
+    /// then); otherwise the configured lifetime decides.
+    pub not_after: Option<i64>,
 }
 
-#[derive(serde::Deserialize)]
-struct AcceptForm {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    password: String,
-}
-
-/// Accepts an invitation for an address without an account: creates the
-/// account and shows its first token. An address that has an account gets
-/// no session here (see [`invitation_page`]).
-async fn accept_invitation(
-    State(state): State<AppState>,
-    client: ClientInfo,
-    Path(token): Path<String>,
-    form: Result<axum::Form<AcceptForm>, axum::extract::rejection::FormRejection>,
-) -> axum::response::Response {
-    let form = form.map(|f| f.0).unwrap_or(AcceptForm { name: String::new(), password: String::new() });
-    let name = form.name.trim().chars().take(200).collect::<String>();
-    let password = match chosen_password(&form.password) {
-        Ok(p) => p,
-        Err(why) => return password_refused(&why),
-    };
-    let accepted = match state.store.accept_invitation(&tokens::hash(&token), Acceptor::NewAccount { name: &name }).await {
-        Ok(Ok(a)) => a,
-        Ok(Err(AcceptError::AccountExists)) => {
-            return (
-                axum::http::StatusCode::CONFLICT,
-                page(
-                    "Sign in to accept",
-                    "<p>An account with the invited address exists already. Accept the invitation with that account's own session \
-                     (<code>POST /v1/invitations/accept</code>); this link signs nobody in.</p>",
-                ),
-            )
-                .into_response();
-        }
-        Ok(Err(_)) => return gone("invitation"),
-        Err(e) => return crate::error::ApiError::from(e).into_response(),
-    };
-    let audit = NewAuditRecord::event(&accepted.workspace_id, "invitations.accept", AuditOutcome::Succeeded, 200, crate::telemetry::request_id::current())
-        .by(&accepted.user_id)
-        .on("invitation", &accepted.invitation_id);
-    if let Err(e) = state.store.append_audit(&audit).await {
-        tracing::error!(error = %e, "could not write audit record");
-    }
-    let later = if keep_password(&state, &accepted.user_id, password).await { SIGN_IN_LATER } else { "" };
-    match issue_session(&state, &accepted.user_id, "invitation", &client).await {
-        Ok(token) => token_page(
-            "Invitation accepted",
-            &format!("You joined workspace {} as {}. {later}", accepted.workspace_id, accepted.role.as_str()),
-            &token,
-        )
-        .into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-/// Creates an interactive session for `user_id` and returns its token.
-async fn issue_session(state: &AppState, user_id: &str, label: &str, client: &ClientInfo) -> Result<SecretString, crate::error::ApiError> {
-    issue_session_for(state, user_id, label, client, ClientSource::Api).await.map(|(token, _)| token)
-}
-
-/// Creates an interactive session of a kind of client; its token and id.
-async fn issue_session_for(state: &AppState, user_id: &str, label: &str, client: &ClientInfo, source: ClientSource) -> Result<(SecretString, String), crate::error::ApiError> {
+/// Creates a session; its token and id.
+pub(crate) async fn issue_session(state: &AppState, client: &ClientInfo, issue: &Issue<'_>) -> Result<(SecretString, String), crate::error::ApiError> {
     let token = tokens::generate(tokens::TOKEN_PREFIX);
-    let expires_at = crate::store::now_ms() + state.config.session_ttl_ms;
+    let lifetime = crate::store::now_ms() + state.config.session_ttl_ms;
+    let expires_at = issue.not_after.map_or(lifetime, |end| end.min(lifetime));
     let session_id = state
         .store
         .create_session(NewSession {
-            user_id,
+            user_id: issue.user_id,
             token_hash: &tokens::hash_secret(&token),
-            kind: SessionKind::Session,
-            label: Some(label),
-            client_source: source,
+            kind: issue.kind,
+            label: Some(issue.label),
+            client_source: issue.client_source,
             user_agent: client.user_agent.as_deref(),
             address: client.address.as_deref(),
             expires_at: Some(expires_at),
         })
         .await?;
     Ok((token, session_id))
+}
+
+/// An API session shown once on a page (one-time login, invitation).
+async fn api_session(state: &AppState, user_id: &str, label: &str, client: &ClientInfo) -> Result<SecretString, crate::error::ApiError> {
+    let issue = Issue { user_id, label, kind: SessionKind::Session, client_source: ClientSource::Api, not_after: None };
+    issue_session(state, client, &issue).await.map(|(token, _)| token)
+}
+
+/// Something that happened to an account's access at a page: a sign-in,
+/// a sign-out, a CLI login.
+pub(crate) struct AccountEvent<'a> {
+    pub user_id: &'a str,
+    /// The session that acted or was created.
+    pub session_id: Option<&'a str>,
+    pub client_source: ClientSource,
+    pub action: &'a str,
+    pub outcome: AuditOutcome,
+    pub status: u16,
+}
+
+/// Audits an account event in every workspace the account belongs to, so
+/// each workspace's administrators see what touched their members'
+/// access, with the client's address. A failure to write is logged: the
+/// event has happened.
+pub(crate) async fn audit_account(state: &AppState, event: &AccountEvent<'_>, client: &ClientInfo) {
+    let workspaces = match state.store.user_with_workspaces(event.user_id, 200).await {
+        Ok(Some((_, workspaces))) => workspaces,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!(error = %e, action = event.action, "could not write audit record");
+            return;
+        }
+    };
+    for w in workspaces {
+        let record = NewAuditRecord::event(&w.workspace_id, event.action, event.outcome, event.status, crate::telemetry::request_id::current())
+            .by(event.user_id)
+            .through(event.session_id, event.client_source)
+            .on("user", event.user_id)
+            .from_address(client.address.as_deref());
+        if let Err(e) = state.store.append_audit(&record).await {
+            tracing::error!(error = %e, action = event.action, "could not write audit record");
+        }
+    }
 }
 
 async fn entry_page(State(state): State<AppState>, Path(token): Path<String>) -> axum::response::Response {

@@ -1,15 +1,27 @@
 //! Web sign-in for returning users: e-mail and password, a browser
 //! session in a cookie, and sign-out.
 //!
-//! The session cookie (`service_session`) holds a session token like any
-//! other (listed in `GET /v1/sessions`, revocable there); it is
-//! `HttpOnly`, `SameSite=Lax`, and `Secure` when the public URL is HTTPS.
-//! The API never reads cookies, only `Authorization`, so a cookie cannot
-//! make an API call on anyone's behalf. Every form carries a CSRF token
-//! that must match the `service_csrf` cookie (`SameSite=Strict`); a post
-//! without it changes nothing. Failed sign-ins are throttled per address
-//! and per account, and cost an Argon2id check whether or not the account
-//! exists. Nothing a user typed as a password is ever rendered back.
+//! The session cookie (`service_session`) holds the token of a web
+//! session ([`SessionKind::Web`]): listed in `GET /v1/sessions` and
+//! revocable there, accepted by the pages and by nothing else. The pages
+//! accept no other kind of token from it (an assistant's MCP token, an API
+//! token and a CLI session are all refused), and the API refuses web
+//! sessions, so a cookie never makes an API call and no token becomes a
+//! person at the pages. The cookie is `HttpOnly`, `SameSite=Lax`, and
+//! `Secure` with the `__Host-` prefix when the public URL is HTTPS.
+//!
+//! Every form carries a CSRF token bound to a pre-session id in the
+//! `service_csrf` cookie (`SameSite=Strict`): the token is an HMAC of that
+//! id under a server key, so a client cannot pick a pair that matches, and
+//! over HTTPS the `__Host-` prefix keeps a sibling site from planting one.
+//! A post without a matching token changes nothing.
+//!
+//! Sign-ins reserve their attempt against the per-address and per-account
+//! limits before the password is checked (given back on success), at most
+//! a few Argon2id checks run at once, and every check costs the same
+//! whether or not the account exists. Sign-ins and sign-outs are audited
+//! in the account's workspaces with the client's address. Nothing a user
+//! typed as a password is ever rendered back.
 
 use axum::Form;
 use axum::extract::{Query, State};
@@ -19,14 +31,27 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::{ClientInfo, escape, page};
-use crate::access::{passwords, tokens};
+use crate::access::{ClientSource, passwords, tokens};
 use crate::state::AppState;
-use crate::store::sessions::ActiveSession;
+use crate::store::kinds::AuditOutcome;
+use crate::store::sessions::{ActiveSession, SessionKind};
 
-/// The cookie that holds a browser session's token.
+/// The cookie that holds a browser session's token (over plain HTTP).
 pub const SESSION_COOKIE: &str = "service_session";
-/// The cookie a form's CSRF token must match.
+/// The cookie holding the pre-session id CSRF tokens are bound to (over
+/// plain HTTP).
 pub const CSRF_COOKIE: &str = "service_csrf";
+
+/// A cookie's name on this server: `__Host-` prefixed when served over
+/// HTTPS, so only this exact origin can set it (no sibling subdomain, no
+/// plain-HTTP page).
+fn cookie_name(state: &AppState, base: &'static str) -> &'static str {
+    match (state.config.public_url.scheme() == "https", base) {
+        (true, SESSION_COOKIE) => "__Host-service_session",
+        (true, _) => "__Host-service_csrf",
+        (false, name) => name,
+    }
+}
 
 /// The value of cookie `name` in a request.
 pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -40,38 +65,53 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_owned())
 }
 
-fn set_cookie(state: &AppState, name: &str, value: &str, same_site: &str, max_age_secs: i64) -> HeaderValue {
+fn set_cookie(state: &AppState, base: &'static str, value: &str, same_site: &str, max_age_secs: i64) -> HeaderValue {
     let secure = if state.config.public_url.scheme() == "https" { "; Secure" } else { "" };
+    let name = cookie_name(state, base);
     HeaderValue::from_str(&format!("{name}={value}; Path=/; HttpOnly; SameSite={same_site}; Max-Age={max_age_secs}{secure}")).expect("cookie text is ASCII")
 }
 
-/// The browser session a request's cookie names, if it is still valid.
+/// The web session a request's cookie names, if it is one and still
+/// valid. A token of any other kind (API, CLI, MCP) is no web session,
+/// whatever cookie carries it.
 pub async fn browser_session(state: &AppState, headers: &HeaderMap) -> Option<ActiveSession> {
-    let token = cookie(headers, SESSION_COOKIE)?;
+    let token = cookie(headers, cookie_name(state, SESSION_COOKIE))?;
     if !token.starts_with(tokens::TOKEN_PREFIX) || token.len() > 200 {
         return None;
     }
-    state.store.active_session(&tokens::hash(&token)).await.ok().flatten()
+    state.store.active_session(&tokens::hash(&token)).await.ok().flatten().filter(|s| s.kind == SessionKind::Web)
 }
 
-/// A form's CSRF token: the request's cookie when it has a well-formed
-/// one, else a new one with the header that sets it.
+/// Whether `id` looks like a pre-session id this server hands out.
+fn well_formed(id: &str) -> bool {
+    id.len() == 43 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The CSRF token of pre-session `id`.
+fn csrf_token(state: &AppState, id: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(state.csrf_key.mac(&[b"csrf", id.as_bytes()]))
+}
+
+/// A form's CSRF token: bound to the request's pre-session cookie when it
+/// has a well-formed one, else to a new one with the header that sets it.
 pub fn csrf(state: &AppState, headers: &HeaderMap) -> (String, Option<HeaderValue>) {
-    match cookie(headers, CSRF_COOKIE).filter(|c| c.len() == 43 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')) {
-        Some(c) => (c, None),
+    match cookie(headers, cookie_name(state, CSRF_COOKIE)).filter(|c| well_formed(c)) {
+        Some(id) => (csrf_token(state, &id), None),
         None => {
             let fresh = tokens::generate("").expose_secret().to_owned();
             let set = set_cookie(state, CSRF_COOKIE, &fresh, "Strict", 86_400);
-            (fresh, Some(set))
+            (csrf_token(state, &fresh), Some(set))
         }
     }
 }
 
-/// Whether a posted form's CSRF token matches the request's cookie.
-pub fn csrf_ok(headers: &HeaderMap, posted: &str) -> bool {
+/// Whether a posted form's CSRF token is the one bound to the request's
+/// pre-session cookie (a value the client picked for both never is).
+pub fn csrf_ok(state: &AppState, headers: &HeaderMap, posted: &str) -> bool {
     use subtle::ConstantTimeEq;
-    match cookie(headers, CSRF_COOKIE) {
-        Some(c) if !c.is_empty() => c.as_bytes().ct_eq(posted.as_bytes()).into(),
+    match cookie(headers, cookie_name(state, CSRF_COOKIE)) {
+        Some(id) if well_formed(&id) => csrf_token(state, &id).as_bytes().ct_eq(posted.as_bytes()).into(),
         _ => false,
     }
 }
@@ -144,9 +184,16 @@ pub struct SignIn {
     password: String,
 }
 
+fn too_many(limited: crate::access::throttle::Limited) -> Response {
+    let body = format!("<p>Too many sign-ins. Try again in {} seconds.</p>", limited.seconds());
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, page("Sign in", &body)).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(limited.seconds()));
+    response
+}
+
 /// `POST /sign-in`.
 pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, client: ClientInfo, Form(form): Form<SignIn>) -> Response {
-    if !csrf_ok(&headers, &form.csrf) {
+    if !csrf_ok(&state, &headers, &form.csrf) {
         return csrf_refused();
     }
     let next = safe_next(form.next.as_deref());
@@ -154,15 +201,25 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, client: 
     let email = form.email.trim().to_ascii_lowercase();
     let address = client.ip();
     let (token, set) = csrf(&state, &headers);
-    if let Err(limited) = state.throttle.sign_in_exhausted(address, &email) {
-        let body = format!("<p>Too many failed sign-ins. Try again in {} seconds.</p>", limited.seconds());
-        let mut response = (StatusCode::TOO_MANY_REQUESTS, page("Sign in", &body)).into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(limited.seconds()));
-        return response;
-    }
+    // The attempt is counted before the password is checked, so many at
+    // once cannot all slip under the limit; it is given back on success.
+    let attempt = match state.throttle.sign_in_attempt(address, &email) {
+        Ok(a) => a,
+        Err(limited) => return too_many(limited),
+    };
+    let slot = match state.throttle.password_check() {
+        Ok(slot) => slot,
+        Err(limited) => {
+            attempt.abandoned();
+            return too_many(limited);
+        }
+    };
     let found = match state.store.user_for_sign_in(&email).await {
         Ok(found) => found,
-        Err(e) => return crate::error::ApiError::from(e).into_response(),
+        Err(e) => {
+            attempt.abandoned();
+            return crate::error::ApiError::from(e).into_response();
+        }
     };
     let (user, stored) = match found {
         Some((user, stored)) => (Some(user), stored),
@@ -170,15 +227,27 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, client: 
     };
     // The same Argon2 work whether or not the account exists.
     let matched = passwords::verify(password, stored).await;
-    let Some(user) = user.filter(|_| matched) else {
-        state.throttle.sign_in_failure(address, &email);
-        tracing::info!(address = %address, "web sign-in refused");
-        return with_cookie(StatusCode::UNAUTHORIZED, sign_in_form(&token, &next, &email, Some("That e-mail address and password do not match an account.")), set);
+    drop(slot);
+    let user = match user {
+        Some(user) if matched => user,
+        other => {
+            drop(attempt);
+            tracing::info!(address = %address, "web sign-in refused");
+            if let Some(user) = other {
+                let event = super::AccountEvent { user_id: &user.user_id, session_id: None, client_source: ClientSource::Api, action: "web.sign_in", outcome: AuditOutcome::Denied, status: 401 };
+                super::audit_account(&state, &event, &client).await;
+            }
+            return with_cookie(StatusCode::UNAUTHORIZED, sign_in_form(&token, &next, &email, Some("That e-mail address and password do not match an account.")), set);
+        }
     };
-    let session = match super::issue_session(&state, &user.user_id, "web sign-in", &client).await {
+    attempt.succeeded();
+    let issue = super::Issue { user_id: &user.user_id, label: "web sign-in", kind: SessionKind::Web, client_source: ClientSource::Api, not_after: None };
+    let (session, session_id) = match super::issue_session(&state, &client, &issue).await {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
+    let event = super::AccountEvent { user_id: &user.user_id, session_id: Some(&session_id), client_source: ClientSource::Api, action: "web.sign_in", outcome: AuditOutcome::Succeeded, status: 303 };
+    super::audit_account(&state, &event, &client).await;
     let max_age = state.config.session_ttl_ms / 1000;
     let mut response = Redirect::to(&next).into_response();
     *response.status_mut() = StatusCode::SEE_OTHER;
@@ -213,14 +282,16 @@ pub struct SignOut {
 }
 
 /// `POST /sign-out`: revokes the browser session and forgets the cookie.
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<SignOut>) -> Response {
-    if !csrf_ok(&headers, &form.csrf) {
+pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, client: ClientInfo, Form(form): Form<SignOut>) -> Response {
+    if !csrf_ok(&state, &headers, &form.csrf) {
         return csrf_refused();
     }
-    if let Some(session) = browser_session(&state, &headers).await
-        && let Err(e) = crate::ops::sessions::end_session(&state, &session.session_id).await
-    {
-        return e.into_response();
+    if let Some(session) = browser_session(&state, &headers).await {
+        if let Err(e) = crate::ops::sessions::end_session(&state, &session.session_id).await {
+            return e.into_response();
+        }
+        let event = super::AccountEvent { user_id: &session.user_id, session_id: Some(&session.session_id), client_source: ClientSource::Api, action: "web.sign_out", outcome: AuditOutcome::Succeeded, status: 200 };
+        super::audit_account(&state, &event, &client).await;
     }
     let mut response = page("Signed out", "<p>You are signed out. <a href=\"/sign-in\">Sign in again</a></p>").into_response();
     response.headers_mut().append(header::SET_COOKIE, set_cookie(&state, SESSION_COOKIE, "", "Lax", 0));

@@ -334,6 +334,14 @@ impl Drop for TestServer {
 }
 
 /// The JSON body of a response.
+/// The CSRF token a page's form carries (its hidden `csrf` field), as a
+/// browser would post it back.
+pub fn form_csrf(html: &str) -> Option<String> {
+    let start = html.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
+    let end = html[start..].find('"')?;
+    Some(html[start..start + end].to_owned())
+}
+
 pub async fn json(resp: Response) -> (StatusCode, Value) {
     let status = resp.status();
     let text = resp.text().await.unwrap();

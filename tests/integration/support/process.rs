@@ -68,6 +68,11 @@ impl ServerProcess {
         panic!("the server did not answer within {START_TIMEOUT:?}:\n{}", self.stop_and_collect());
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the server has printed so far (standard output and error).
     pub fn output(&self) -> String {
         String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
