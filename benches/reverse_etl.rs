@@ -155,7 +155,7 @@ async fn main() {
     );
     let ca = provider::TestCa::new();
     let hooks = provider::FakeProvider::start(&ca, &[HOOK_HOST], router).await;
-    let egress = service::egress::EgressPolicy::from_settings(HOOK_HOST, Some(&hooks.pins(&[HOOK_HOST])), Some(ca.pem.as_bytes())).unwrap();
+    let egress = service::egress::EgressPolicy::from_settings("", Some(&hooks.pins(&[HOOK_HOST])), Some(ca.pem.as_bytes())).unwrap().with_webhook_hosts(HOOK_HOST).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let state = support::state(dir.path(), egress).await;

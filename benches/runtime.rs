@@ -98,7 +98,7 @@ async fn main() {
         .unwrap();
     let url = format!("https://api.provider.test:{}/ok", fake.addr.port());
     let declared = [HostPattern::parse("api.provider.test").unwrap()];
-    let caller = Caller { plugin_id: "bench", declared_hosts: &declared, workspace_id: &ws };
+    let caller = Caller { plugin_id: "bench", declared_hosts: &declared, workspace_id: &ws, reach: service::egress::Reach::Providers };
     let egress_req = || OutboundRequest { method: Method::Get, url: "https://api.provider.test/ok".into(), headers: vec![], body: None, credential: None, timeout_ms: None };
     for _ in 0..200 {
         direct.get(&url).send().await.unwrap().bytes().await.unwrap();

@@ -323,10 +323,9 @@ pub fn app(state: AppState) -> axum::Router {
     let mcp = axum::Router::new()
         .route_service("/mcp", crate::mcp::http_service(catalog, api.clone(), hosts))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::middleware::authenticate))
-        .with_state(state.clone());
-    // Outermost: every request's body arrives within its time, whatever
-    // route it is for.
-    api.merge(mcp).layer(axum::middleware::from_fn_with_state(state, crate::http::middleware::read_body))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::middleware::read_body))
+        .with_state(state);
+    api.merge(mcp)
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.

@@ -22,6 +22,7 @@ mod members;
 mod oauth;
 mod pipelines;
 mod reverse_etl;
+mod reverse_etl_bounds;
 mod runtime;
 mod secrets;
 mod sessions;

@@ -17,14 +17,14 @@ use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::{Backend, TestServer, expect_error, json, json_ok};
 
 const SELF_HOSTED: &str = "https://mail.acme-corp.com/api";
-const HOOK_HOST: &str = "hooks.acme-corp.com";
+pub(crate) const HOOK_HOST: &str = "hooks.acme-corp.com";
 
-struct Setup {
-    srv: TestServer,
+pub(crate) struct Setup {
+    pub srv: TestServer,
     mc: Arc<MailcoachState>,
-    hook: Arc<std::sync::Mutex<Vec<Value>>>,
+    pub hook: Arc<std::sync::Mutex<Vec<Value>>>,
     _providers: (FakeProvider, FakeProvider),
-    warehouse_id: String,
+    pub warehouse_id: String,
     db: String,
 }
 
@@ -32,6 +32,11 @@ struct Setup {
 /// SQLite warehouse holding `customers`: 20 good rows, one with a null
 /// key and two sharing a key.
 async fn setup(backend: Backend) -> Setup {
+    setup_with(backend, |_| {}).await
+}
+
+/// [`setup`], with the server's configuration adjusted first.
+pub(crate) async fn setup_with(backend: Backend, adjust: impl FnOnce(&mut service::config::ServerConfig)) -> Setup {
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
     let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
@@ -53,7 +58,11 @@ async fn setup(backend: Backend) -> Setup {
     let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver).await;
     let pins = format!("{},{}", mail.pins(&["mail.acme-corp.com"]), hooks.pins(&[HOOK_HOST]));
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.mailcoach.app,mail.acme-corp.com,hooks.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.mailcoach.app,mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
+            .unwrap()
+            .with_webhook_hosts(HOOK_HOST)
+            .unwrap();
+        adjust(c);
     })
     .await
     .unwrap();
@@ -74,7 +83,7 @@ async fn setup(backend: Backend) -> Setup {
 }
 
 impl Setup {
-    async fn sql(&self, sql: &str) {
+    pub async fn sql(&self, sql: &str) {
         let mut c = sqlx::SqliteConnection::connect(&self.db).await.unwrap();
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(&mut c).await.unwrap();
     }
@@ -302,12 +311,58 @@ async fn a_webhook_receives_batches_through_the_egress_policy(backend: Backend) 
         ("https://hooks.acme-corp.com/retl?token=abc", "VALIDATION_FAILED"),
         ("https://localhost/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
         ("https://metadata.google.internal/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
+        // A provider connectors may reach is not a receiver of rows: any
+        // tenant of a SaaS domain could be behind it.
+        ("https://attacker.mailcoach.app/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
+        ("https://mail.acme-corp.com/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
     ] {
         expect_error(srv.post("/v1/reverse-etl/destinations", json!({ "name": "h", "kind": "webhook", "configuration": { "url": url } })).send().await.unwrap(), 400, code).await;
     }
+    // A credential bound to a connector is that connector's alone: refused
+    // when the webhook is made, not at its first send.
+    let ws = srv.workspace_id().await;
+    let bound = srv
+        .state
+        .vault
+        .create(service::credentials::NewSecret {
+            workspace_id: &ws,
+            created_by: &srv.state.store.user_by_email("admin@example.test").await.unwrap().unwrap().user_id,
+            kind: service::store::kinds::CredentialKind::ApiToken,
+            connector_id: Some("conn_emailcampaign_edm"),
+            label: Some("the connector's"),
+            hosts: vec![HOOK_HOST.to_owned()],
+            metadata: json!({}),
+            material: service::credentials::SecretMaterial::new(secrecy::SecretString::from("hook-secret-value")),
+            status: service::store::kinds::CredentialStatus::Active,
+            access_expires_at: None,
+        })
+        .await
+        .unwrap();
+    let refused = expect_error(
+        srv.post("/v1/reverse-etl/destinations", json!({ "name": "h", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl"), "credential_handle": bound.credential_handle.as_str() } }))
+            .send()
+            .await
+            .unwrap(),
+        400,
+        "VALIDATION_FAILED",
+    )
+    .await;
+    assert!(refused["message"].as_str().unwrap().contains("bound to connector conn_emailcampaign_edm"), "{refused}");
     let model = s.model().await;
     let dest = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "hook", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl") } })).send().await.unwrap()).await;
     let dest_id = dest["data"]["destination_id"].as_str().unwrap();
+    // A secret is never a mapping constant, which every reader of the
+    // activation would see: by the field it fills, or by its shape.
+    for constant in [json!({ "field": "api_key", "value": "anything at all" }), json!({ "field": "note", "value": "sk_live_51Habcdefghijklmnopqrstuv" }), json!({ "field": "auth", "value": "AKIAIOSFODNN7EXAMPLE" })] {
+        let mappings = json!([{ "field": "mail", "column": "email" }, constant]);
+        let refused = expect_error(
+            srv.post("/v1/reverse-etl/activations", json!({ "name": "hook", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap(),
+            400,
+            "SECRET_NOT_ACCEPTED",
+        )
+        .await;
+        assert_eq!(refused["details"]["field"], "mappings[1].value", "{refused}");
+    }
     let mappings = json!([{ "field": "mail", "column": "email" }, { "field": "origin", "value": "warehouse" }]);
     let a = json_ok(srv.post("/v1/reverse-etl/activations", json!({ "name": "hook", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap()).await;
     let activation = a["data"]["activation_id"].as_str().unwrap().to_owned();
@@ -465,26 +520,50 @@ async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows()
 }
 
 /// A model over a PostgreSQL warehouse runs in a `READ ONLY` transaction
-/// with a statement timeout: writes the text does not show (a sequence, a
-/// function that deletes, a data-modifying CTE) are refused by the
-/// database and change nothing, a slow query ends at the preview's
-/// deadline, and a run streams the rows to the destination.
+/// with a statement timeout, as a role that cannot become a superuser
+/// (a superuser, or a member of one, is refused: it could read server
+/// files or switch roles from inside a `SELECT`): writes the text does not
+/// show (a sequence, a function that deletes, a data-modifying CTE) are
+/// refused by the database and change nothing, a slow query ends at the
+/// preview's deadline, a value over the cap never leaves the database, a
+/// configured `model_role` narrows what a model reads, and a run streams
+/// the rows to the destination.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_warehouse_is_queried_read_only() {
     let Some(db) = crate::support::PgDatabase::create().await else { return };
     let s = setup(Backend::Sqlite).await;
     let srv = &s.srv;
     let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::raw_sql(
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let (login, reader, escalating) = (format!("retl_login_{tag}"), format!("retl_reader_{tag}"), format!("retl_super_member_{tag}"));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE customers (id INT PRIMARY KEY, email TEXT NOT NULL); \
          INSERT INTO customers SELECT i, 'p' || i || '@example.com' FROM generate_series(1, 30) AS i; \
+         CREATE TABLE secrets (id INT, note TEXT); INSERT INTO secrets VALUES (1, 'for the login role only'); \
+         CREATE TABLE wide (id INT, body TEXT); INSERT INTO wide VALUES (1, repeat('z', 300000)), (2, 'small'); \
          CREATE SEQUENCE ticket; \
-         CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql AS 'DELETE FROM customers RETURNING 1';",
-    )
+         CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql AS 'DELETE FROM customers RETURNING 1'; \
+         CREATE ROLE {login} LOGIN; CREATE ROLE {reader} NOLOGIN; CREATE ROLE {escalating} LOGIN; \
+         GRANT {reader} TO {login}; GRANT postgres TO {escalating}; \
+         GRANT SELECT, DELETE ON customers, secrets, wide TO {login}; GRANT USAGE, UPDATE ON SEQUENCE ticket TO {login}; \
+         GRANT SELECT ON customers TO {reader};"
+    )))
     .execute(&mut c)
     .await
     .unwrap();
-    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": db.url } })).send().await.unwrap()).await;
+    let as_role = |role: &str| {
+        let mut url = url::Url::parse(&db.url).unwrap();
+        url.set_username(role).unwrap();
+        url.to_string()
+    };
+    // A superuser, and a role that may become one, are refused.
+    for url in [db.url.clone(), as_role(&escalating)] {
+        let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } })).send().await.unwrap()).await;
+        let body = json!({ "warehouse_id": dest["data"]["destination_id"], "query": "SELECT pg_read_file('/etc/hostname') AS id" });
+        let refused = expect_error(srv.post("/v1/reverse-etl/prepare", body).send().await.unwrap(), 400, "WAREHOUSE_ROLE_REFUSED").await;
+        assert!(refused["message"].as_str().unwrap().contains("superuser"), "{refused}");
+    }
+    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": as_role(&login) } })).send().await.unwrap()).await;
     let warehouse = dest["data"]["destination_id"].as_str().unwrap().to_owned();
     for (query, code) in [
         ("SELECT nextval('ticket') AS id", "MODEL_QUERY_WRITES"),
@@ -501,6 +580,22 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM customers").fetch_one(&mut c).await.unwrap();
     let advanced: bool = sqlx::query_scalar("SELECT is_called FROM ticket").fetch_one(&mut c).await.unwrap();
     assert_eq!((left, advanced), (30, false), "the warehouse is unchanged");
+
+    // A value over the preview's cell size stays in the database.
+    let preview = json_ok(srv.post("/v1/reverse-etl/prepare", json!({ "warehouse_id": warehouse, "query": "SELECT id, body FROM wide ORDER BY id" })).send().await.unwrap()).await;
+    let rows = &preview["data"]["sample_rows"];
+    assert_eq!(rows[0]["body"], json!({ "$service_oversize": 300_000 }), "{rows}");
+    assert_eq!(rows[1]["body"], "small");
+
+    // Run as the configured model role, a model reads only what that role
+    // may read.
+    let narrowed = json_ok(srv.post("/v1/destinations", json!({ "name": "pg narrowed", "kind": "postgres", "configuration": { "url": as_role(&login), "model_role": reader } })).send().await.unwrap()).await;
+    let narrowed = narrowed["data"]["destination_id"].as_str().unwrap().to_owned();
+    let read = |warehouse: &str, query: &str| srv.post("/v1/reverse-etl/prepare", json!({ "warehouse_id": warehouse, "query": query }));
+    assert_eq!(json_ok(read(&warehouse, "SELECT id, note FROM secrets").send().await.unwrap()).await["data"]["sample_rows"][0]["id"], 1);
+    let refused = expect_error(read(&narrowed, "SELECT id, note FROM secrets").send().await.unwrap(), 400, "MODEL_QUERY_INVALID").await;
+    assert!(refused["message"].as_str().unwrap().contains("permission denied"), "{refused}");
+    assert_eq!(json_ok(read(&narrowed, "SELECT id, email FROM customers ORDER BY id").send().await.unwrap()).await["data"]["sample_rows"][0]["id"], 1);
 
     let body = json!({ "name": "pg customers", "warehouse_id": warehouse, "query": "SELECT id, email FROM customers", "primary_key": "id" });
     let model = json_ok(srv.post("/v1/reverse-etl/models", body).send().await.unwrap()).await;
@@ -519,6 +614,8 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     assert_eq!((counts(&run)["removed"].as_u64(), counts(&run)["unchanged"].as_u64()), (Some(1), Some(29)), "{run}");
     let last = s.hook.lock().unwrap().last().unwrap().clone();
     assert_eq!((last["operation"].as_str(), last["records"][0]["key"].as_str()), (Some("delete"), Some("30")), "{last}");
+    // Roles belong to the whole PostgreSQL server: dropped with their grants.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP OWNED BY {login}, {reader}, {escalating}; DROP ROLE {login}, {reader}, {escalating}"))).execute(&mut c).await.unwrap();
 }
 
 /// The same through the CLI: a query tried, a model, a webhook

@@ -15,6 +15,7 @@ use service::credentials::{NewSecret, SecretMaterial};
 use service::plugin::InvocationError;
 use service::plugin::registry::{LoadedPlugin, PluginSource};
 
+use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
 
@@ -443,6 +444,76 @@ async fn files_added_to_the_plugins_directory_wait_for_an_operator_and_removed_o
     // The compiled artefact was cached on disk, keyed by content.
     let cached = std::fs::read_dir(srv.data_dir.join("plugin-cache")).unwrap().count();
     assert!(cached >= 1);
+    srv.stop().await;
+}
+
+/// A component with a custom section appended: the same plugin, other
+/// bytes (another digest).
+pub fn with_custom_section(mut component: Vec<u8>, payload: &[u8]) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let name = b"service-test";
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name);
+    content.extend_from_slice(payload);
+    component.push(0);
+    leb(content.len(), &mut component);
+    component.extend_from_slice(&content);
+    component
+}
+
+on_both_backends!(an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled);
+
+/// Overwriting an enabled plugin's file does not swap its code: the new
+/// component is a new version, disabled until an operator loads it, and
+/// a replica holding other bytes than the ones enabled does not run them.
+async fn an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else { return };
+    let dir = srv.state.config.plugins.plugins_dir.clone();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("noop.wasm");
+    let original = std::fs::read(test_plugin("test_noop")).unwrap();
+    std::fs::write(&file, &original).unwrap();
+    srv.state.plugins.scan_dir().await;
+    json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
+    let listed = |srv: &TestServer| {
+        let req = srv.get("/v1/admin/plugins");
+        async move {
+            let all = json_ok(req.send().await.unwrap()).await;
+            all["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == "test_noop").cloned().unwrap()
+        }
+    };
+    let first = listed(&srv).await;
+    assert_eq!((first["enabled"].as_bool(), first["available"].as_bool()), (Some(true), Some(true)), "{first}");
+
+    // The file is overwritten with another component of the same id.
+    std::fs::write(&file, with_custom_section(original.clone(), b"another build")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    let swapped = listed(&srv).await;
+    assert_ne!(swapped["digest"], first["digest"], "{swapped}");
+    assert_eq!((swapped["enabled"].as_bool(), swapped["available"].as_bool()), (Some(false), Some(false)), "a new version waits for an operator: {swapped}");
+    assert!(srv.state.plugins.available("test_noop").await.is_err(), "the swapped code does not run");
+    assert_eq!(json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await["data"]["status"], "unavailable");
+
+    // The operator enables the new version: pinned to it.
+    json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
+    let enabled = listed(&srv).await;
+    assert_eq!((enabled["available"].as_bool(), &enabled["digest"]), (Some(true), &swapped["digest"]), "{enabled}");
+    let state = srv.state.store.plugin_state("test_noop").await.unwrap();
+    assert_eq!(state.digest.as_deref(), swapped["digest"].as_str());
+
+    // A replica whose file is not the enabled component does not run it.
+    srv.state.store.set_plugin_enabled("test_noop", true, None, Some(&"0".repeat(64))).await.unwrap();
+    assert!(srv.state.plugins.available("test_noop").await.is_err(), "other bytes than the enabled ones never run");
     srv.stop().await;
 }
 

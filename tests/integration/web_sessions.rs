@@ -22,7 +22,11 @@ use crate::support::{Backend, TestServer, form_csrf, json_ok};
 const EMAIL: &str = "admin@example.test";
 const PASSWORD: &str = "a passphrase long enough";
 
-on_both_backends!(no_token_but_a_web_sign_in_acts_at_the_pages, the_invitation_page_does_not_say_whether_an_address_has_an_account);
+on_both_backends!(
+    no_token_but_a_web_sign_in_acts_at_the_pages,
+    the_invitation_page_does_not_say_whether_an_address_has_an_account,
+    an_assistant_ends_its_own_session_but_only_proposes_ending_its_persons_others
+);
 
 fn browser() -> Client {
     Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
@@ -245,5 +249,27 @@ async fn the_invitation_page_does_not_say_whether_an_address_has_an_account(back
         pages.push(page);
     }
     assert_eq!(pages[0], pages[1], "the page is the same for an address with an account and one without");
+    srv.stop().await;
+}
+
+/// An assistant may end its own session at once; ending its person's other
+/// sessions (the one they would reject its proposals from, say) is a
+/// proposal like its writes.
+async fn an_assistant_ends_its_own_session_but_only_proposes_ending_its_persons_others(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else { return };
+    let mcp = create_token(&srv.state.store, EMAIL, Some("assistant"), None, ClientSource::Mcp).await.unwrap().expose_secret().to_owned();
+    let sessions = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
+    let id_of = |label: &str| sessions["data"]["items"].as_array().unwrap().iter().find(|s| s["label"] == label).unwrap()["session_id"].as_str().unwrap().to_owned();
+    let (approver, assistant) = (id_of("approver"), id_of("assistant"));
+    let res = srv.request_as(&mcp, reqwest::Method::POST, &format!("/v1/sessions/{approver}/revoke")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED, "a proposal, not a revocation");
+    let proposal = json_ok(res).await;
+    assert_eq!(proposal["data"]["approval"]["category"], "workspace_admin", "{proposal}");
+    let me = srv.request_as(&srv.approver_token, reqwest::Method::GET, "/v1/me").send().await.unwrap();
+    assert_eq!(me.status(), StatusCode::OK, "the person's session is still alive");
+    let res = srv.request_as(&mcp, reqwest::Method::POST, &format!("/v1/sessions/{assistant}/revoke")).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "its own session it ends at once");
+    let me = srv.request_as(&mcp, reqwest::Method::GET, "/v1/me").send().await.unwrap();
+    assert_eq!(me.status(), StatusCode::UNAUTHORIZED);
     srv.stop().await;
 }

@@ -22,7 +22,9 @@ pub struct ClientAddress(pub IpAddr);
 
 /// The client address of a request whose connection comes from `peer`.
 pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[Network]) -> IpAddr {
-    let is_trusted = |ip: IpAddr| trusted.iter().any(|n| n.contains(ip));
+    // A dual-stack listener sees IPv4 clients as IPv4-mapped IPv6 ones.
+    let peer = peer.to_canonical();
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|n| n.contains(ip.to_canonical()));
     if !is_trusted(peer) {
         return peer;
     }
@@ -32,9 +34,9 @@ pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[Network]) -> IpAddr
     for hop in chain.iter().rev() {
         match hop {
             Some(ip) => {
-                client = *ip;
-                if !is_trusted(*ip) {
-                    return *ip;
+                client = ip.to_canonical();
+                if !is_trusted(client) {
+                    return client;
                 }
             }
             // An address a trusted proxy could not give (`unknown`, an

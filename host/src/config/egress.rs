@@ -70,6 +70,11 @@ pub struct EgressPolicy {
     /// Hosts connectors may reach at all (`SERVICE_EGRESS_ALLOWED_HOSTS`).
     /// `*` is not accepted here: the operator names what is allowed.
     pub allowed_hosts: Vec<HostPattern>,
+    /// Hosts reverse-ETL webhooks may post to
+    /// (`SERVICE_WEBHOOK_ALLOWED_HOSTS`): a list of their own, so that the
+    /// providers connectors reach (a SaaS domain with many tenants) are
+    /// not open to rows any editor chooses to send. Empty by default.
+    pub webhook_hosts: Vec<HostPattern>,
     /// Names pinned to addresses (`SERVICE_EGRESS_RESOLVE`, like curl's
     /// `--resolve`): the operator vouches for them, so they skip the
     /// global-address rule. For tests and staging.
@@ -93,6 +98,7 @@ impl Default for EgressPolicy {
     fn default() -> Self {
         EgressPolicy {
             allowed_hosts: DEFAULT_ALLOWED_HOSTS.split(',').filter_map(|p| HostPattern::parse(p).ok()).collect(),
+            webhook_hosts: Vec::new(),
             pinned: HashMap::new(),
             extra_roots: Vec::new(),
             max_response_bytes: 16 * 1024 * 1024,
@@ -105,14 +111,7 @@ impl Default for EgressPolicy {
 impl EgressPolicy {
     /// Parses the operator's settings (comma-separated lists).
     pub fn from_settings(allowed: &str, resolve: Option<&str>, extra_roots_pem: Option<&[u8]>) -> Result<Self, ConfigError> {
-        let mut policy = EgressPolicy { allowed_hosts: Vec::new(), ..EgressPolicy::default() };
-        for p in allowed.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let pattern = HostPattern::parse(p).map_err(|e| ConfigError::new("SERVICE_EGRESS_ALLOWED_HOSTS", e))?;
-            if pattern == HostPattern::Any {
-                return Err(ConfigError::new("SERVICE_EGRESS_ALLOWED_HOSTS", "'*' is not allowed: list the hosts or *.suffix patterns to allow"));
-            }
-            policy.allowed_hosts.push(pattern);
-        }
+        let mut policy = EgressPolicy { allowed_hosts: host_list("SERVICE_EGRESS_ALLOWED_HOSTS", allowed)?, ..EgressPolicy::default() };
         for entry in resolve.unwrap_or("").split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (host, addr) = entry
                 .split_once('=')
@@ -136,6 +135,27 @@ impl EgressPolicy {
         }
         Ok(policy)
     }
+
+    /// The policy with the hosts webhooks may post to
+    /// (`SERVICE_WEBHOOK_ALLOWED_HOSTS`, comma-separated).
+    pub fn with_webhook_hosts(mut self, raw: &str) -> Result<Self, ConfigError> {
+        self.webhook_hosts = host_list("SERVICE_WEBHOOK_ALLOWED_HOSTS", raw)?;
+        Ok(self)
+    }
+}
+
+/// A comma-separated list of exact hosts and `*.suffix` patterns (never
+/// `*`) from the setting `setting`.
+fn host_list(setting: &'static str, raw: &str) -> Result<Vec<HostPattern>, ConfigError> {
+    let mut hosts = Vec::new();
+    for p in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let pattern = HostPattern::parse(p).map_err(|e| ConfigError::new(setting, e))?;
+        if pattern == HostPattern::Any {
+            return Err(ConfigError::new(setting, "'*' is not allowed: list the hosts or *.suffix patterns to allow"));
+        }
+        hosts.push(pattern);
+    }
+    Ok(hosts)
 }
 
 #[cfg(test)]

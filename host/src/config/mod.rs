@@ -228,6 +228,11 @@ pub struct PluginArgs {
     /// declared it. Self-hosted provider instances are added here.
     #[arg(long, env = "SERVICE_EGRESS_ALLOWED_HOSTS", default_value = egress::DEFAULT_ALLOWED_HOSTS)]
     pub egress_allowed_hosts: String,
+    /// Hosts reverse-ETL webhooks may post to, comma-separated exact names
+    /// or `*.suffix` patterns; separate from the connectors' list. Empty:
+    /// no webhook destinations.
+    #[arg(long, env = "SERVICE_WEBHOOK_ALLOWED_HOSTS", default_value = "")]
+    pub webhook_allowed_hosts: String,
     /// Pins host names to addresses, like curl's --resolve:
     /// `api.example.com=10.0.0.5:443,...`. Pinned names skip the
     /// global-address rule (the operator vouches for them). For tests and
@@ -266,7 +271,7 @@ impl PluginArgs {
             Some(p) => Some(std::fs::read(p).map_err(|e| ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("{}: {e}", p.display())))?),
             None => None,
         };
-        let egress = egress::EgressPolicy::from_settings(&self.egress_allowed_hosts, self.egress_resolve.as_deref(), pem.as_deref())?;
+        let egress = egress::EgressPolicy::from_settings(&self.egress_allowed_hosts, self.egress_resolve.as_deref(), pem.as_deref())?.with_webhook_hosts(&self.webhook_allowed_hosts)?;
         let limits = limits::PluginLimits {
             cpu: std::time::Duration::from_millis(self.plugin_cpu_ms),
             memory_bytes: self.plugin_memory_mb as usize * 1024 * 1024,

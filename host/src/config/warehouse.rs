@@ -28,13 +28,9 @@ impl Network {
         (prefix <= max).then_some(Network { addr, prefix })
     }
 
-    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts
-    /// as the IPv4 address it maps).
+    /// Whether `ip` is in this network (as written: an IPv4-mapped IPv6
+    /// address is not the IPv4 address it maps).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
                 let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };

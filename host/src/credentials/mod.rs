@@ -7,13 +7,16 @@
 //!   to the egress layer, for one workspace, connector and bound host at a
 //!   time ([`crate::egress::SecretSource`]);
 //! - [`oauth`]: [`OAuth`], the authorization-code flows the host runs
-//!   (PKCE, the exchange, refreshing tokens).
+//!   (PKCE, the exchange, refreshing tokens);
+//! - [`lookalike`]: what looks like a secret (field names, value shapes),
+//!   refused wherever a secret does not belong.
 //!
 //! Secrets are held in `secrecy` types from the moment they are parsed, so
 //! neither `Debug` nor a log line can show them; only the sealed form is
 //! stored, and no response type can carry one.
 
 pub mod keyring;
+pub mod lookalike;
 pub mod oauth;
 pub mod vault;
 

@@ -360,7 +360,7 @@ fn parse_tokens(v: &Value) -> Option<Tokens> {
 /// Posts a form to the token endpoint through egress.
 async fn token_request(egress: &Egress, p: &Provider, workspace_id: &str, form: Vec<(&str, String)>) -> Result<Tokens, ApiError> {
     let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str()))).finish();
-    let caller = Caller { plugin_id: p.connector_id.as_deref().unwrap_or(TASKAPP), declared_hosts: &p.hosts, workspace_id };
+    let caller = Caller { plugin_id: p.connector_id.as_deref().unwrap_or(TASKAPP), declared_hosts: &p.hosts, workspace_id, reach: crate::egress::Reach::Providers };
     let req = OutboundRequest {
         method: Method::Post,
         url: p.token_url.clone(),

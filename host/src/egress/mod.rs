@@ -204,6 +204,17 @@ pub struct Caller<'a> {
     pub plugin_id: &'a str,
     pub declared_hosts: &'a [HostPattern],
     pub workspace_id: &'a str,
+    /// Which of the operator's lists the host must be on.
+    pub reach: Reach,
+}
+
+/// The operator's list a request's host must be on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Providers connectors talk to (`SERVICE_EGRESS_ALLOWED_HOSTS`).
+    Providers,
+    /// Receivers of reverse-ETL webhooks (`SERVICE_WEBHOOK_ALLOWED_HOSTS`).
+    Webhooks,
 }
 
 /// Headers a plugin may never set.
@@ -325,7 +336,11 @@ impl Egress {
         if !caller.declared_hosts.iter().any(|p| p.matches(&host)) {
             return Err(EgressError::Denied(format!("host {host} is not among the hosts the connector declared")));
         }
-        if !self.policy.allowed_hosts.iter().any(|p| p.matches(&host)) {
+        let allowed = match caller.reach {
+            Reach::Providers => &self.policy.allowed_hosts,
+            Reach::Webhooks => &self.policy.webhook_hosts,
+        };
+        if !allowed.iter().any(|p| p.matches(&host)) {
             return Err(EgressError::Denied(format!("host {host} is not allowed by the operator's egress policy")));
         }
         let addrs = self.resolve(&host).await?;

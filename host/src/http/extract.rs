@@ -42,7 +42,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let value = json_body(req, state).await?;
-        if let Some(field) = find_secret(&value, "") {
+        if let Some(field) = crate::credentials::lookalike::find_secret(&value, "") {
             return Err(ApiError::secret_refused(&field));
         }
         parse_value(value).map(ApiJson)
@@ -172,45 +172,6 @@ fn parse_value<T: DeserializeOwned>(mut value: Value) -> Result<T, ApiError> {
         ApiError::new(StatusCode::BAD_REQUEST, "VALIDATION_FAILED", format!("invalid request body: {message}"))
             .with_details(json!({ "field": field }))
     })
-}
-
-/// Field names that carry secrets. Compared after lower-casing and dropping
-/// `_` and `-`, so `client_secret`, `clientSecret` and `Client-Secret` match.
-const SECRET_NAMES: &[&str] = &[
-    "password", "passwd", "passphrase", "secret", "clientsecret", "token", "accesstoken", "refreshtoken", "idtoken",
-    "apitoken", "authtoken", "bearertoken", "apikey", "privatekey", "secretkey", "authorization", "sessiontoken",
-];
-
-fn is_secret_name(key: &str) -> bool {
-    let norm: String = key.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect();
-    SECRET_NAMES.contains(&norm.as_str())
-        || norm.ends_with("password")
-        || norm.ends_with("secret")
-        || norm.ends_with("apikey")
-        || norm.ends_with("privatekey")
-        || norm.ends_with("token")
-}
-
-fn looks_like_secret_value(s: &str) -> bool {
-    let t = s.trim_start();
-    t.starts_with("-----BEGIN") && t.contains("PRIVATE KEY")
-        // By bytes: a multi-byte character may straddle the seventh byte.
-        || t.as_bytes().get(..7).is_some_and(|p| p.eq_ignore_ascii_case(b"bearer "))
-        || t.starts_with(crate::access::tokens::TOKEN_PREFIX)
-}
-
-/// The JSON path of the first secret-shaped field or value, if any.
-pub fn find_secret(value: &Value, path: &str) -> Option<String> {
-    match value {
-        Value::Object(map) => map.iter().find_map(|(k, v)| {
-            let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-            let secret_key = is_secret_name(k) && !matches!(v, Value::Null | Value::Bool(_));
-            if secret_key { Some(here) } else { find_secret(v, &here) }
-        }),
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| find_secret(v, &format!("{path}[{i}]"))),
-        Value::String(s) if looks_like_secret_value(s) => Some(path.to_owned()),
-        _ => None,
-    }
 }
 
 /// The caller's standing in the workspace this request addresses.

@@ -301,6 +301,7 @@ pub fn api(state: &AppState, extra: Router<AppState>) -> (Router, Arc<utoipa::op
             ApiError::internal(anyhow::anyhow!("handler panicked")).into_response()
         }))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::deadline))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::read_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::throttle_address))
         .layer(axum::middleware::from_fn(crate::telemetry::request_id::assign))
         .with_state(state.clone());

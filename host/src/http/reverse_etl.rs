@@ -5,7 +5,7 @@
 use axum::Extension;
 use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -15,7 +15,7 @@ use super::extract::{ApiJson, ApiQuery, MaybeJson, PageQuery, Workspace};
 use super::{Envelope, Page, ok};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
-use crate::ops::reverse_etl::{CreateActivation, CreateModel, CreateRetlDestination, ReverseEtlOp, RunActivation, UpdateActivation, UpdateModel, UpdateRetlDestination};
+use crate::ops::reverse_etl::{CreateActivation, CreateModel, CreateRetlDestination, PrepareModel, ReverseEtlOp, RunActivation, UpdateActivation, UpdateModel, UpdateRetlDestination};
 use crate::ops::{self, Executed};
 use crate::reverse_etl::preview::Preview;
 use crate::state::AppState;
@@ -35,39 +35,18 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_run))
 }
 
-/// Body of `POST /reverse-etl/prepare`: a saved model, or a warehouse and
-/// a query; optionally a reverse-ETL destination to suggest mappings for.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PrepareBody {
-    pub model_id: Option<String>,
-    pub warehouse_id: Option<String>,
-    #[schema(max_length = 100000)]
-    pub query: Option<String>,
-    pub destination_id: Option<String>,
-}
-
 /// Validate a model's query against its warehouse: the columns with their
-/// types, up to 100 sample rows, a suggested primary key and, for a
-/// destination, suggested mappings by name. Creates nothing; editors (it
-/// reads the warehouse with the workspace's credentials).
-#[utoipa::path(post, path = "/reverse-etl/prepare", tag = "reverse-etl", request_body = PrepareBody,
-    responses((status = 200, body = Envelope<Preview>), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
-async fn prepare(State(state): State<AppState>, ws: Workspace, ApiJson(body): ApiJson<PrepareBody>) -> ApiResult<Envelope<Preview>> {
-    ws.require(crate::access::Role::Editor)?;
-    let (warehouse_id, query) = match (&body.model_id, &body.warehouse_id, &body.query) {
-        (Some(id), None, None) => {
-            let m = state.store.model(&ws.workspace_id, id).await?.ok_or_else(|| ApiError::invalid_field("model_id", "no such model"))?;
-            (m.warehouse_id, m.query)
-        }
-        (None, Some(w), Some(q)) => (w.clone(), q.clone()),
-        _ => return Err(ApiError::invalid_field("model_id", "give either model_id, or warehouse_id and query")),
-    };
-    let destination = match &body.destination_id {
-        Some(id) => Some(state.store.retl_destination(&ws.workspace_id, id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such reverse-ETL destination"))?),
-        None => None,
-    };
-    Ok(ok(crate::reverse_etl::preview::preview(&state, &ws.workspace_id, &warehouse_id, &query, destination.as_ref()).await?))
+/// types, up to 100 sample rows (values over the preview's cell size shown
+/// by their size), a suggested primary key and, for a destination,
+/// suggested mappings by name. Creates nothing; editors. It runs a query
+/// with the workspace's credentials, so it follows the approval policy of
+/// the reverse-ETL category like the writes: from an MCP client (or with
+/// `X-Service-Execution-Mode: proposal`) it is a proposal by default.
+#[utoipa::path(post, path = "/reverse-etl/prepare", tag = "reverse-etl", request_body = PrepareModel,
+    responses((status = 200, body = Envelope<Preview>), (status = 202, body = Envelope<serde_json::Value>), (status = 400, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
+async fn prepare(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<PrepareModel>) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, ReverseEtlOp::Prepare(body)).await
 }
 
 /// Models of the workspace.

@@ -1,16 +1,43 @@
-//! Jobs: the runners, the scheduler, one sync, and the write queue between
-//! a read and its writer.
+//! Jobs: the runners, the scheduler, the two kinds of work a job does (a
+//! sync or reset, an activation run), and what they share.
 //!
 //! Layout:
-//! - [`runner`]: claiming jobs with leases, heartbeats, retries, fair
-//!   concurrency between workspaces ([`spawn`] starts it all);
+//! - this module: how a job fails ([`Failure`]) and how it is stopped
+//!   ([`CancellationToken`]);
+//! - [`runner`]: claiming jobs with leases, heartbeats, cancellation,
+//!   retries, fair concurrency between workspaces ([`spawn`] starts it
+//!   all);
 //! - [`scheduler`]: starting due scheduled syncs, skipping busy ones;
 //! - [`sync`]: one sync or reset, stream by stream, with its progress;
-//! - [`queue`]: a stream's byte-bounded write queue and its grouping.
+//! - [`queue`]: a stream's byte-bounded write queue and its grouping;
+//! - [`activation`]: one reverse-ETL activation run: the diff, the sends,
+//!   the removals of mirror mode;
+//! - [`spool`]: where a run keeps the rows it will send, within the
+//!   workspace's share of the spool.
 
+pub mod activation;
 pub mod queue;
 pub mod runner;
 pub mod scheduler;
+pub mod spool;
 pub mod sync;
 
 pub use runner::spawn;
+pub use tokio_util::sync::CancellationToken;
+
+/// How a job's attempt failed: worth another attempt, or not. The text is
+/// shown to users (sanitised, short).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    Transient(String),
+    Permanent(String),
+}
+
+impl Failure {
+    /// A failure whose reason is `e` (cut to a length fit for a job's
+    /// record), transient or not as `transient` says.
+    pub fn of(e: impl std::fmt::Display, transient: bool) -> Failure {
+        let m: String = e.to_string().chars().take(300).collect();
+        if transient { Failure::Transient(m) } else { Failure::Permanent(m) }
+    }
+}

@@ -2,13 +2,14 @@
 //! see [`crate::store::Store::claim_job`]), keeps it alive with heartbeats,
 //! runs it, and retries transient failures with backoff; permanent ones
 //! fail the job with a sanitised reason. A job whose runner died is
-//! claimed again when its lease expires.
+//! claimed again when its lease expires. A job cancelled (on any server)
+//! is stopped within [`CANCEL_POLL`], whatever it is waiting for.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::sync::Failure;
+use super::spool::SpoolBudget;
+use super::{CancellationToken, Failure};
 use crate::state::AppState;
 use crate::store::now_ms;
 use crate::store::kinds::JobStatus;
@@ -28,6 +29,21 @@ fn heartbeat(state: &AppState) -> Duration {
 /// Attempts before a transiently failing job fails for good.
 const MAX_ATTEMPTS: i64 = 3;
 
+/// How often a running job's status is read, so a cancellation made on
+/// any server stops it soon.
+pub const CANCEL_POLL: Duration = Duration::from_millis(400);
+
+/// The spool of this server's activation runs: the configured directory,
+/// or `<data-dir>/spool`, owner-only, emptied of what a crash left.
+fn spool(state: &AppState) -> Arc<SpoolBudget> {
+    let limits = &state.config.limits.reverse_etl;
+    let dir = limits.spool_dir.clone().unwrap_or_else(|| state.config.data_dir.join("spool"));
+    if let Err(e) = crate::config::ensure_data_dir(&dir) {
+        tracing::warn!(error = %e, "the spool directory is unavailable; runs that spool will fail");
+    }
+    Arc::new(SpoolBudget::new(dir, limits.spool_bytes_per_workspace))
+}
+
 /// Runs jobs and schedules until the task is aborted: as many runners as
 /// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the least busy
 /// workspace first and none of a workspace that has
@@ -36,13 +52,14 @@ const MAX_ATTEMPTS: i64 = 3;
 /// its own, so due runs are noticed (and skipped) while jobs run.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let spool = spool(&state);
         let runners = (0..state.config.limits.job_concurrency).map(|_| {
-            let state = state.clone();
+            let (state, spool) = (state.clone(), spool.clone());
             async move {
                 let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
                 loop {
                     match state.store.claim_job(&owner, lease_ms(&state), state.config.limits.job_concurrency_per_workspace).await {
-                        Ok(Some(job)) => run(&state, &owner, job).await,
+                        Ok(Some(job)) => run(&state, &spool, &owner, job).await,
                         // Jobs queued by another replica are found by polling.
                         Ok(None) => {
                             let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
@@ -77,34 +94,41 @@ async fn futures_join_all<F: Future<Output = ()> + Send + 'static>(futures: Vec<
 
 
 /// Runs one claimed job to its end.
-async fn run(state: &AppState, owner: &str, job: Job) {
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let beat = {
-        let (state, owner, id, cancelled) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancelled.clone());
+async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) {
+    let cancel = CancellationToken::new();
+    // Keeps the lease, and stops the job when it is cancelled or its lease
+    // went to another runner.
+    let watch = {
+        let (state, owner, id, cancel) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancel.clone());
         tokio::spawn(async move {
+            let mut next_beat = tokio::time::Instant::now() + heartbeat(&state);
             loop {
-                tokio::time::sleep(heartbeat(&state)).await;
-                if !state.store.heartbeat(&id, &owner, lease_ms(&state)).await.unwrap_or(true) {
-                    cancelled.store(true, Ordering::SeqCst);
+                tokio::time::sleep(CANCEL_POLL).await;
+                if state.store.job_status(&id).await.ok().flatten() == Some(JobStatus::Cancelled) {
+                    cancel.cancel();
                     return;
+                }
+                if tokio::time::Instant::now() >= next_beat {
+                    next_beat += heartbeat(&state);
+                    if !state.store.heartbeat(&id, &owner, lease_ms(&state)).await.unwrap_or(true) {
+                        cancel.cancel();
+                        return;
+                    }
                 }
             }
         })
     };
     let outcome = if job.kind.is_activation_run() {
-        crate::reverse_etl::run::execute(state, &job, cancelled.clone()).await.map_err(|f| match f {
-            crate::reverse_etl::run::RunFailure::Transient(m) => Failure::Transient(m),
-            crate::reverse_etl::run::RunFailure::Permanent(m) => Failure::Permanent(m),
-        })
+        super::activation::execute(state, spool, &job, &cancel).await
     } else {
-        super::sync::execute(state, &job, cancelled.clone()).await
+        super::sync::execute(state, &job, &cancel).await
     };
-    beat.abort();
+    watch.abort();
     match outcome {
         Ok(()) => {
             let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Succeeded, None).await;
         }
-        Err(_) if cancelled.load(Ordering::SeqCst) || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) => {
+        Err(_) if cancel.is_cancelled() || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) => {
             // Cancelled, or the lease went to another runner: this attempt ends here.
             let _ = state.store.end_attempt(&job.job_id, owner, "cancelled", None).await;
         }

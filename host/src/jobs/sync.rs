@@ -6,13 +6,13 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, queue};
+use super::{CancellationToken, Failure};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
@@ -135,12 +135,12 @@ impl WriteQueue {
 struct JobSink {
     stream: String,
     queue: WorkSender,
-    cancelled: Arc<AtomicBool>,
+    cancel: CancellationToken,
 }
 
 impl JobSink {
     async fn send(&mut self, stream: &str, work: Work) -> Result<(), SinkRefusal> {
-        if self.cancelled.load(Ordering::SeqCst) {
+        if self.cancel.is_cancelled() {
             return Err(SinkRefusal::Cancelled);
         }
         if stream != self.stream {
@@ -163,7 +163,7 @@ impl RecordSink for JobSink {
 
 
 
-pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), Failure> {
+pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationToken) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
@@ -174,7 +174,7 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBo
     let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
     let config = crate::warehouse::validate(dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
     let password = match &config {
-        DestinationConfig::Postgres { target, credential_handle: Some(h) } => {
+        DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => {
             Some(state.vault.reveal(ws, h, &target.host).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
         }
         _ => None,
@@ -212,7 +212,7 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBo
             progress: progress.clone(),
         }
         .start();
-        let sink = JobSink { stream: sel.name.clone(), queue: queue.tx.clone(), cancelled: cancelled.clone() };
+        let sink = JobSink { stream: sel.name.clone(), queue: queue.tx.clone(), cancel: cancel.clone() };
         let req = ReadRequest {
             config: source_config.clone(),
             stream: sel.name.clone(),
@@ -247,11 +247,6 @@ fn transient(e: &InvocationError) -> bool {
     )
 }
 
-/// How a job failed: worth another attempt, or not.
-pub(super) enum Failure {
-    Transient(String),
-    Permanent(String),
-}
 
 fn short(s: impl std::fmt::Display) -> String {
     s.to_string().chars().take(300).collect()

@@ -185,7 +185,9 @@ pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note:
         None => None,
     };
     for h in &hosts {
-        if !state.egress.policy().allowed_hosts.iter().any(|p| p.matches(h)) && !state.config.plugins.warehouses.allows_name(h) {
+        let policy = state.egress.policy();
+        let allowed = policy.allowed_hosts.iter().chain(&policy.webhook_hosts).any(|p| p.matches(h));
+        if !allowed && !state.config.plugins.warehouses.allows_name(h) {
             return Err(ApiError::invalid_field("hosts", format!("{h} is not a host the operator allows; a credential-entry link can only send a secret where the operator lets it go")));
         }
         if let Some(declared) = &declared

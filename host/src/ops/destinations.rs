@@ -45,7 +45,7 @@ pub struct UpdateDestination {
 async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: DestinationKind, config: &Value) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let parsed = crate::warehouse::validate(kind, config)?;
-    if let crate::warehouse::DestinationConfig::Postgres { credential_handle, target } = &parsed {
+    if let crate::warehouse::DestinationConfig::Postgres { credential_handle, target, .. } = &parsed {
         if !state.config.plugins.warehouses.allows_name(&target.host) {
             return Err(ApiError::bad_request(
                 "DESTINATION_HOST_NOT_ALLOWED",

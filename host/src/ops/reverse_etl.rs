@@ -11,7 +11,8 @@ use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::reverse_etl::mapping::Mapper;
-use crate::reverse_etl::model::{PREVIEW_TIMEOUT, open};
+use crate::reverse_etl::model::{open, preview_bounds};
+use crate::warehouse::query::Bounds;
 use crate::reverse_etl::targets::Target;
 use crate::state::AppState;
 use crate::store::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
@@ -139,7 +140,7 @@ pub struct RunActivation {
 async fn check_model(state: &AppState, access: &WorkspaceAccess, warehouse_id: &str, query: &str, primary_key: &str) -> ApiResult<()> {
     check_len("query", query, MAX_QUERY)?;
     check_len("primary_key", primary_key, 200)?;
-    let mut rows = open(state, &access.workspace_id, warehouse_id, query, Some(1), PREVIEW_TIMEOUT).await?;
+    let mut rows = open(state, &access.workspace_id, warehouse_id, query, Bounds { rows: Some(1), ..preview_bounds(state) }).await?;
     // Run it too, for one row: what only fails when executed (a function
     // that writes, a sequence) is refused now rather than at the first run.
     rows.next_batch().await.map_err(crate::reverse_etl::model::query_error)?;
@@ -291,8 +292,9 @@ async fn check_activation(state: &AppState, access: &WorkspaceAccess, a: &Activa
     {
         return Err(ApiError::invalid_field(&format!("mappings[{i}].field"), format!("the destination cannot write {}; it writes: {}", m.field, fields.join(", "))));
     }
-    let rows = open(state, &access.workspace_id, &model.warehouse_id, &model.query, Some(1), PREVIEW_TIMEOUT).await?;
-    Mapper::new(&a.mappings, &rows.columns, &model.primary_key, target.match_field()).map_err(|e| ApiError::invalid_field(&e.field, e.message))?;
+    let rows = open(state, &access.workspace_id, &model.warehouse_id, &model.query, Bounds { rows: Some(1), ..preview_bounds(state) }).await?;
+    Mapper::new(&a.mappings, &rows.columns, &model.primary_key, target.match_field())
+        .map_err(|e| if e.secret { ApiError::secret_refused(&e.field) } else { ApiError::invalid_field(&e.field, e.message) })?;
     Ok(())
 }
 
@@ -392,10 +394,47 @@ pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, r
     }
 }
 
+/// Body of `POST /reverse-etl/prepare`: a saved model, or a warehouse and
+/// a query; optionally a reverse-ETL destination to suggest mappings for.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareModel {
+    pub model_id: Option<String>,
+    pub warehouse_id: Option<String>,
+    #[schema(max_length = 100000)]
+    pub query: Option<String>,
+    pub destination_id: Option<String>,
+}
+
+/// Runs a model (saved, or a warehouse and a query) for a preview.
+/// Creates nothing, but it runs a query on the warehouse with the
+/// workspace's credentials, so it goes through the gate like the writes:
+/// an assistant's preview is a proposal unless the policy says otherwise.
+pub async fn prepare(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: PrepareModel) -> ApiResult<Executed> {
+    let (warehouse_id, query) = match (&req.model_id, &req.warehouse_id, &req.query) {
+        (Some(id), None, None) => {
+            note.target("model", id);
+            let m = state.store.model(&access.workspace_id, id).await?.ok_or_else(|| ApiError::invalid_field("model_id", "no such model"))?;
+            (m.warehouse_id, m.query)
+        }
+        (None, Some(w), Some(q)) => {
+            note.target("destination", w);
+            (w.clone(), q.clone())
+        }
+        _ => return Err(ApiError::invalid_field("model_id", "give either model_id, or warehouse_id and query")),
+    };
+    let destination = match &req.destination_id {
+        Some(id) => Some(state.store.retl_destination(&access.workspace_id, id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such reverse-ETL destination"))?),
+        None => None,
+    };
+    Executed::ok(crate::reverse_etl::preview::preview(state, &access.workspace_id, &warehouse_id, &query, destination.as_ref()).await?)
+}
+
 /// Reverse-ETL operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
 pub enum ReverseEtlOp {
+    Prepare(PrepareModel),
     CreateModel(CreateModel),
     UpdateModel(UpdateModel),
     DeleteModel { model_id: String },
@@ -411,6 +450,7 @@ pub enum ReverseEtlOp {
 impl Act for ReverseEtlOp {
     fn action(&self) -> &'static str {
         match self {
+            ReverseEtlOp::Prepare(_) => "reverse_etl.prepare",
             ReverseEtlOp::CreateModel(_) => "reverse_etl.models.create",
             ReverseEtlOp::UpdateModel(_) => "reverse_etl.models.update",
             ReverseEtlOp::DeleteModel { .. } => "reverse_etl.models.delete",
@@ -430,6 +470,11 @@ impl Act for ReverseEtlOp {
 
     fn summary(&self) -> String {
         match self {
+            ReverseEtlOp::Prepare(p) => match (&p.model_id, &p.warehouse_id, &p.query) {
+                (Some(id), _, _) => format!("Preview reverse-ETL model {id} (runs its query on the warehouse)"),
+                (_, Some(w), Some(q)) => format!("Run a query on warehouse {w} for a preview: {}", q.chars().take(200).collect::<String>()),
+                _ => "Preview a reverse-ETL model".to_owned(),
+            },
             ReverseEtlOp::CreateModel(m) => format!("Create reverse-ETL model \"{}\" over warehouse {} keyed by {}", m.name.trim(), m.warehouse_id, m.primary_key),
             ReverseEtlOp::UpdateModel(m) => format!("Update reverse-ETL model {}", m.model_id),
             ReverseEtlOp::DeleteModel { model_id } => format!("Delete reverse-ETL model {model_id}"),
@@ -449,6 +494,7 @@ impl ReverseEtlOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         let (state, access, note) = (ctx.state, ctx.access, ctx.note);
         match self {
+            ReverseEtlOp::Prepare(r) => prepare(state, access, note, r).await,
             ReverseEtlOp::CreateModel(r) => create_model(state, access, note, r).await,
             ReverseEtlOp::UpdateModel(r) => update_model(state, access, note, r).await,
             ReverseEtlOp::DeleteModel { model_id } => delete_model(state, access, note, &model_id).await,

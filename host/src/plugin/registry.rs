@@ -11,6 +11,11 @@
 //! Unloading drops the prepared component but remembers the plugin, so it
 //! is listed as unavailable, work on it is refused, saved sources keep
 //! their configuration, and loading it again restores everything.
+//!
+//! Loading a plugin from the plugins directory pins it to the digest of
+//! the component the operator enabled: a replica whose file holds another
+//! component does not run it, and a file replaced under an enabled plugin
+//! makes a new version, disabled (everywhere) until an operator loads it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +26,7 @@ use super::types::{ConnectorInfo, ConnectorKind, Operation};
 use super::{InterfaceVersion, InvocationError, Pre, Runtime};
 use crate::egress::HostPattern;
 use crate::store::Store;
+use crate::store::plugins::PluginState;
 
 /// Where a plugin's component comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,27 +237,31 @@ impl Registry {
         self.aliases.read().unwrap_or_else(|p| p.into_inner()).get(id_or_alias).cloned()
     }
 
-    /// A plugin ready for work: known, loaded here, and enabled.
+    /// A plugin ready for work: known, loaded here, enabled, and (when it
+    /// is pinned) the very component the operator enabled.
     pub async fn available(&self, id_or_alias: &str) -> Result<Arc<LoadedPlugin>, InvocationError> {
         let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
-        if !self.store.plugin_enabled(&id).await.map_err(|e| InvocationError::Host(e.to_string()))? {
+        let state = self.store.plugin_state(&id).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        if !state.enabled {
             return Err(InvocationError::Unavailable(id));
         }
-        let loaded = self.known.read().unwrap_or_else(|p| p.into_inner()).get(&id).and_then(|k| k.loaded.clone());
-        match loaded {
-            Some(p) => Ok(p),
-            None => {
-                // Enabled elsewhere (another replica or the CLI) but not
-                // loaded here yet: load it now.
-                self.reload(&id).await.map_err(|_| InvocationError::Unavailable(id.clone()))?;
-                self.known
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&id)
-                    .and_then(|k| k.loaded.clone())
-                    .ok_or(InvocationError::Unavailable(id))
-            }
+        let mut loaded = self.loaded(&id);
+        if loaded.is_none() {
+            // Enabled elsewhere (another replica or the CLI) but not
+            // loaded here yet: load it now.
+            self.reload(&id).await.map_err(|_| InvocationError::Unavailable(id.clone()))?;
+            loaded = self.loaded(&id);
         }
+        let plugin = loaded.ok_or_else(|| InvocationError::Unavailable(id.clone()))?;
+        if state.digest.as_ref().is_some_and(|pinned| *pinned != plugin.digest) {
+            tracing::warn!(connector = %id, here = %plugin.digest, enabled = ?state.digest, "this replica's component is not the one the operator enabled; it is not run");
+            return Err(InvocationError::Unavailable(id));
+        }
+        Ok(plugin)
+    }
+
+    fn loaded(&self, id: &str) -> Option<Arc<LoadedPlugin>> {
+        self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|k| k.loaded.clone())
     }
 
     /// Every known plugin, sorted by id.
@@ -261,14 +271,15 @@ impl Registry {
         let mut out: Vec<PluginSummary> = known
             .iter()
             .map(|(id, k)| {
-                let enabled = states.get(id).copied().unwrap_or(true);
+                let state = states.get(id).cloned().unwrap_or(PluginState::UNTOUCHED);
+                let pinned_here = state.digest.as_ref().is_none_or(|d| *d == k.digest);
                 PluginSummary {
                     info: k.info.clone(),
                     interface_version: k.version,
                     digest: k.digest.clone(),
                     source: k.source.clone(),
-                    available: enabled && k.loaded.is_some(),
-                    enabled,
+                    available: state.enabled && k.loaded.is_some() && pinned_here,
+                    enabled: state.enabled,
                 }
             })
             .collect();
@@ -285,7 +296,7 @@ impl Registry {
     /// Disables a connector everywhere and drops it from this replica.
     pub async fn unload(&self, id_or_alias: &str, by: Option<&str>) -> Result<String, InvocationError> {
         let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
-        self.store.set_plugin_enabled(&id, false, by).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        self.store.set_plugin_enabled(&id, false, by, None).await.map_err(|e| InvocationError::Host(e.to_string()))?;
         if let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
             k.loaded = None;
         }
@@ -293,11 +304,19 @@ impl Registry {
         Ok(id)
     }
 
-    /// Enables a connector everywhere and loads it here again.
+    /// Loads a connector here and enables it everywhere, pinned (when it
+    /// comes from the plugins directory) to the component just loaded.
     pub async fn load(&self, id_or_alias: &str, by: Option<&str>) -> Result<String, InvocationError> {
         let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
-        self.store.set_plugin_enabled(&id, true, by).await.map_err(|e| InvocationError::Host(e.to_string()))?;
         self.reload(&id).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        let pinned = {
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            known.get(&id).filter(|k| matches!(k.source, Some(PluginSource::File(_)))).map(|k| k.digest.clone())
+        };
+        self.store.set_plugin_enabled(&id, true, by, pinned.as_deref()).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        if let Some(digest) = &pinned {
+            tracing::info!(connector = %id, %digest, "plugin enabled, pinned to its digest");
+        }
         Ok(id)
     }
 
@@ -325,7 +344,7 @@ impl Registry {
             known.iter().map(|(id, k)| (id.clone(), k.loaded.is_some())).collect()
         };
         for (id, loaded) in ids {
-            let enabled = states.get(&id).copied().unwrap_or(true);
+            let enabled = states.get(&id).is_none_or(|s| s.enabled);
             if !enabled && loaded {
                 if let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(&id) {
                     k.loaded = None;
@@ -377,13 +396,9 @@ impl Registry {
             let id = match super::read_component(&path) {
                 Ok(bytes) => match self.load_bytes(&bytes, PluginSource::File(path.clone())).await {
                     Ok(id) => {
-                        // A file that appears is registered, not enabled:
-                        // an operator loads it (whoever can write to the
-                        // directory is not thereby an operator).
-                        if let Err(e) = self.store.register_plugin_disabled(&id).await {
+                        if let Err(e) = self.settle_file(&id, &path).await {
                             tracing::warn!(connector = %id, error = %e, "could not record the plugin's state");
                         }
-                        tracing::info!(connector = %id, file = %path.display(), "plugin file registered; an operator enables it with `service plugins load` or POST /v1/admin/plugins/{{id}}/load");
                         Some(id)
                     }
                     Err(e) => {
@@ -398,6 +413,35 @@ impl Registry {
             };
             self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(path, (modified, len, id));
         }
+    }
+
+    /// What a (new or changed) file of the plugins directory means for its
+    /// connector: a new plugin is registered, not enabled (whoever can
+    /// write to the directory is not thereby an operator); a file that
+    /// replaced an enabled plugin's component is a new version, disabled
+    /// everywhere until an operator loads it.
+    async fn settle_file(&self, id: &str, path: &Path) -> Result<(), crate::store::StoreError> {
+        let digest = self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).map(|k| k.digest.clone()).unwrap_or_default();
+        let states = self.store.plugin_states().await?;
+        match states.get(id) {
+            None => {
+                self.store.register_plugin_disabled(id).await?;
+                tracing::info!(connector = %id, file = %path.display(), %digest, "plugin file registered; an operator enables it with `service plugins load` or POST /v1/admin/plugins/{{id}}/load");
+            }
+            Some(PluginState { enabled: true, digest: None }) => self.store.pin_plugin_if_unpinned(id, &digest).await?,
+            Some(PluginState { enabled: true, digest: Some(pinned) }) if *pinned != digest => {
+                self.store.set_plugin_enabled(id, false, None, None).await?;
+                if let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
+                    k.loaded = None;
+                }
+                tracing::warn!(
+                    connector = %id, file = %path.display(), new = %digest, enabled = %pinned,
+                    "an enabled plugin's file now holds another component: a new version, disabled until an operator loads it"
+                );
+            }
+            Some(_) => {}
+        }
+        Ok(())
     }
 
     /// The operator's plugins directory, if any.

@@ -290,7 +290,7 @@ pub(super) struct EgressCall {
 impl EgressCall {
     /// Performs `req` through the egress policy.
     pub(super) async fn send(&self, req: http::Request) -> Result<http::Response, http::HttpError> {
-        let caller = egress::Caller { plugin_id: &self.plugin_id, declared_hosts: &self.declared_hosts, workspace_id: &self.workspace_id };
+        let caller = egress::Caller { plugin_id: &self.plugin_id, declared_hosts: &self.declared_hosts, workspace_id: &self.workspace_id, reach: egress::Reach::Providers };
         match egress::Egress::send(&self.egress, &caller, outbound(req)).await {
             Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
             Err(e) => Err(match e {

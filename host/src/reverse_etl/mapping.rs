@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::credentials::lookalike;
 use crate::store::reverse_etl::FieldMapping;
 use crate::warehouse::query::{Column, key_text};
 
@@ -28,6 +29,9 @@ pub struct MappingError {
     /// The JSON path of the offending input.
     pub field: String,
     pub message: String,
+    /// The input is (or looks like) a secret, which belongs in a
+    /// credential.
+    pub secret: bool,
 }
 
 impl Mapper {
@@ -36,30 +40,44 @@ impl Mapper {
     /// given, must be mapped.
     pub fn new(mappings: &[FieldMapping], columns: &[Column], primary_key: &str, matching: Option<&str>) -> Result<Mapper, MappingError> {
         let position = |name: &str| columns.iter().position(|c| c.name == name);
-        let key = position(primary_key).ok_or_else(|| MappingError { field: "primary_key".into(), message: format!("the model's result has no column {primary_key}") })?;
+        let key = position(primary_key).ok_or_else(|| MappingError { field: "primary_key".into(), message: format!("the model's result has no column {primary_key}"), secret: false })?;
         let mut fields = Vec::with_capacity(mappings.len());
         for (i, m) in mappings.iter().enumerate() {
             let at = format!("mappings[{i}]");
             if m.field.trim().is_empty() {
-                return Err(MappingError { field: format!("{at}.field"), message: "field must name a destination field".into() });
+                return Err(MappingError { field: format!("{at}.field"), message: "field must name a destination field".into(), secret: false });
             }
             if fields.iter().any(|(f, _): &(String, From)| *f == m.field) {
-                return Err(MappingError { field: format!("{at}.field"), message: format!("field {} is mapped twice", m.field) });
+                return Err(MappingError { field: format!("{at}.field"), message: format!("field {} is mapped twice", m.field), secret: false });
             }
             let from = match (&m.column, &m.value) {
-                (Some(c), None) => From::Column(position(c).ok_or_else(|| MappingError { field: format!("{at}.column"), message: format!("the model's result has no column {c}") })?),
-                (None, Some(v)) => From::Constant(v.clone()),
-                _ => return Err(MappingError { field: at, message: "each mapping takes exactly one of column and value".into() }),
+                (Some(c), None) => From::Column(position(c).ok_or_else(|| MappingError { field: format!("{at}.column"), message: format!("the model's result has no column {c}"), secret: false })?),
+                (None, Some(v)) => {
+                    // A secret goes through a credential flow, never into a
+                    // mapping that every reader of the activation sees.
+                    if lookalike::is_secret_name(&m.field) {
+                        return Err(MappingError {
+                            field: format!("{at}.value"),
+                            message: format!("field {} takes a secret, which cannot be a constant: the destination's credential supplies it", m.field),
+                            secret: true,
+                        });
+                    }
+                    if lookalike::find_secret(v, "").is_some() {
+                        return Err(MappingError { field: format!("{at}.value"), message: "the constant looks like a secret; secrets enter only through the credential flows".into(), secret: true });
+                    }
+                    From::Constant(v.clone())
+                }
+                _ => return Err(MappingError { field: at, message: "each mapping takes exactly one of column and value".into(), secret: false }),
             };
             fields.push((m.field.clone(), from));
         }
         if fields.is_empty() {
-            return Err(MappingError { field: "mappings".into(), message: "map at least one destination field".into() });
+            return Err(MappingError { field: "mappings".into(), message: "map at least one destination field".into(), secret: false });
         }
         let matching = match matching {
             Some(name) => Some(fields.iter().position(|(f, _)| f == name).ok_or_else(|| MappingError {
                 field: "mappings".into(),
-                message: format!("the destination matches records by {name}: map a column to it"),
+                message: format!("the destination matches records by {name}: map a column to it"), secret: false,
             })?),
             None => None,
         };

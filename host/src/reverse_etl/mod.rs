@@ -1,17 +1,15 @@
 //! Reverse ETL: models read from a warehouse are sent to destinations by
 //! activations, sending only what changed since the destination last
-//! accepted it.
+//! accepted it. A run is a job: its executor is `crate::jobs::activation`.
 //!
 //! Layout:
-//! - [`model`]: running a model's query over its warehouse, read-only,
-//!   and the API's answer when the warehouse refuses it;
+//! - [`model`]: running a model's query over its warehouse, read-only and
+//!   bounded, and the API's answer when the warehouse refuses it;
 //! - [`mapping`]: field mappings applied to rows, keys and fingerprints;
 //! - [`targets`]: connector and webhook destinations, and sending a batch;
-//! - [`run`]: one run: the diff, the sends, the removals of mirror mode;
 //! - [`preview`]: columns, samples and suggestions for `prepare`.
 
 pub mod mapping;
 pub mod model;
 pub mod preview;
-pub mod run;
 pub mod targets;

@@ -7,7 +7,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::mapping::suggest;
-use super::model::{PREVIEW_ROWS, PREVIEW_TIMEOUT};
+use super::model::PREVIEW_ROWS;
 use super::targets::Target;
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -18,9 +18,16 @@ use crate::warehouse::query::Column;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Preview {
     pub columns: Vec<Column>,
-    /// Up to 100 rows, each an object of column to value.
+    /// Up to 100 rows, each an object of column to value. A value larger
+    /// than the preview's cell size (64 KiB unless the operator set
+    /// another) is shown as `{"$service_oversize": <bytes>}`.
     #[schema(value_type = Vec<Object>)]
     pub sample_rows: Vec<Value>,
+    /// How many values were replaced by their size.
+    pub oversize_values: u64,
+    /// Whether rows were left out to keep the answer within its size
+    /// (4 MiB unless the operator set another).
+    pub sample_truncated: bool,
     /// A column whose sampled values are all present and distinct.
     pub suggested_primary_key: Option<String>,
     /// The destination's writable fields, when a destination was given
@@ -34,15 +41,28 @@ pub struct Preview {
 
 /// Runs the model for a preview.
 pub async fn preview(state: &AppState, workspace_id: &str, warehouse_id: &str, query: &str, destination: Option<&RetlDestination>) -> ApiResult<Preview> {
-    let mut rows = super::model::open(state, workspace_id, warehouse_id, query, Some(PREVIEW_ROWS), PREVIEW_TIMEOUT).await?;
+    let mut rows = super::model::open(state, workspace_id, warehouse_id, query, super::model::preview_bounds(state)).await?;
+    let budget = state.config.limits.reverse_etl.preview_response_bytes;
     let mut sample: Vec<Vec<Value>> = Vec::new();
-    // Stops at the preview's rows whatever the query does to its LIMIT.
-    while sample.len() < PREVIEW_ROWS as usize {
+    let (mut bytes, mut sample_truncated) = (0usize, false);
+    // Stops at the preview's rows whatever the query does to its LIMIT,
+    // and at the answer's size.
+    'reading: while sample.len() < PREVIEW_ROWS as usize {
         let Some(batch) = rows.next_batch().await.map_err(super::model::query_error)? else { break };
-        sample.extend(batch);
+        for row in batch {
+            let size: usize = row.iter().map(|v| serde_json::to_string(v).map_or(0, |t| t.len())).sum();
+            if bytes + size > budget {
+                sample_truncated = true;
+                break 'reading;
+            }
+            bytes += size;
+            sample.push(row);
+        }
     }
-    sample.truncate(PREVIEW_ROWS as usize);
     let mut columns = rows.columns.clone();
+    drop(rows);
+    sample.truncate(PREVIEW_ROWS as usize);
+    let oversize_values = sample.iter().flatten().filter(|v| crate::warehouse::query::oversize(v).is_some()).count() as u64;
     for (i, c) in columns.iter_mut().enumerate() {
         if c.type_name.is_empty() || c.type_name.eq_ignore_ascii_case("NULL") {
             c.type_name = sample.iter().find_map(|r| r.get(i).and_then(json_type)).unwrap_or("null").to_owned();
@@ -68,7 +88,7 @@ pub async fn preview(state: &AppState, workspace_id: &str, warehouse_id: &str, q
             suggested_mappings = columns.iter().map(|c| FieldMapping { field: c.name.clone(), column: Some(c.name.clone()), value: None }).collect();
         }
     }
-    Ok(Preview { columns, sample_rows, suggested_primary_key, destination_fields, match_field, suggested_mappings })
+    Ok(Preview { columns, sample_rows, oversize_values, sample_truncated, suggested_primary_key, destination_fields, match_field, suggested_mappings })
 }
 
 fn json_type(v: &Value) -> Option<&'static str> {

@@ -24,13 +24,14 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use url::Url;
 
-use crate::egress::{Caller, CredentialUse, EgressError, HostPattern, Method, OutboundRequest};
+use crate::egress::{Caller, CredentialUse, EgressError, HostPattern, Method, OutboundRequest, Reach};
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::InvocationError;
 use crate::plugin::registry::LoadedPlugin;
 use crate::plugin::types::{ConnectorError, Operation, WriteMode, WriteRequest};
 use crate::state::AppState;
 use crate::store::kinds::RetlDestinationKind;
+use tokio_util::sync::CancellationToken;
 use crate::store::reverse_etl::RetlDestination;
 
 /// The egress caller name of webhook requests (credentials bound to a
@@ -82,6 +83,8 @@ pub enum SendError {
     Transient(String),
     /// It will not work as configured: the run fails.
     Permanent(String),
+    /// The run was cancelled while the batch was under way.
+    Cancelled,
 }
 
 /// What a connector's writable object accepts.
@@ -149,7 +152,8 @@ fn connector_settings(config: &Value) -> ApiResult<ConnectorSettings<'_>> {
 }
 
 /// The URL and credential of a webhook destination, checked: HTTPS on
-/// port 443, a host name the operator's egress policy allows, no
+/// port 443, a host name the operator allows webhooks to reach
+/// (`SERVICE_WEBHOOK_ALLOWED_HOSTS`, not the connectors' list), no
 /// user-info, query or fragment (a secret goes in a credential handle).
 fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<String>)> {
     let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
@@ -176,8 +180,8 @@ fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<
         Some(_) => return Err(bad("url must name a host, not an IP address: private and internal addresses are refused")),
         None => return Err(bad("url has no host")),
     };
-    if !state.egress.policy().allowed_hosts.iter().any(|p| p.matches(&host)) {
-        return Err(ApiError::bad_request("WEBHOOK_HOST_NOT_ALLOWED", format!("{host} is not a host the operator allows; the operator lists them in SERVICE_EGRESS_ALLOWED_HOSTS"))
+    if !state.egress.policy().webhook_hosts.iter().any(|p| p.matches(&host)) {
+        return Err(ApiError::bad_request("WEBHOOK_HOST_NOT_ALLOWED", format!("{host} is not a host the operator allows webhooks to post to; the operator lists them in SERVICE_WEBHOOK_ALLOWED_HOSTS"))
             .with_details(json!({ "field": "configuration.url", "host": host })));
     }
     let handle = match obj.get("credential_handle") {
@@ -200,6 +204,14 @@ impl Target {
                 let credential = match credential_handle {
                     Some(handle) => {
                         let record = state.vault.require_handle(workspace_id, &crate::store::credentials::CredentialHandle::new(handle.as_str()), Some(&host)).await.map_err(|e| e.at("configuration.credential_handle"))?;
+                        // The egress layer would refuse it at the first send;
+                        // say so when the destination is made.
+                        if let Some(connector) = &record.connector_id {
+                            return Err(ApiError::invalid_field(
+                                "configuration.credential_handle",
+                                format!("this credential is bound to connector {connector}, so only that connector may use it; a webhook takes a credential bound to no connector"),
+                            ));
+                        }
                         let placement = crate::credentials::vault::placement(&record).map_err(|m| ApiError::invalid_field("configuration.credential_handle", m))?;
                         Some(CredentialUse { handle, placement })
                     }
@@ -261,7 +273,24 @@ impl Target {
     }
 
     /// Sends one batch. Per record: `None` when accepted, else why not.
-    pub async fn send(&self, state: &AppState, workspace_id: &str, ids: (&str, &str), op: Op, records: &[(String, Map<String, Value>)]) -> Result<Vec<Option<String>>, SendError> {
+    /// Stops as soon as `cancel` fires, also while waiting for a
+    /// `Retry-After`.
+    pub async fn send(
+        &self,
+        state: &AppState,
+        workspace_id: &str,
+        ids: (&str, &str),
+        op: Op,
+        records: &[(String, Map<String, Value>)],
+        cancel: &CancellationToken,
+    ) -> Result<Vec<Option<String>>, SendError> {
+        tokio::select! {
+            sent = self.send_batch(state, workspace_id, ids, op, records) => sent,
+            () = cancel.cancelled() => Err(SendError::Cancelled),
+        }
+    }
+
+    async fn send_batch(&self, state: &AppState, workspace_id: &str, ids: (&str, &str), op: Op, records: &[(String, Map<String, Value>)]) -> Result<Vec<Option<String>>, SendError> {
         match self {
             Target::Connector { plugin, config, object, match_field, .. } => {
                 let req = WriteRequest {
@@ -287,7 +316,7 @@ impl Target {
                     "operation": op.as_str(),
                     "records": records.iter().map(|(key, fields)| json!({ "key": key, "fields": fields })).collect::<Vec<_>>(),
                 });
-                let caller = Caller { plugin_id: WEBHOOK_CALLER, declared_hosts: hosts, workspace_id };
+                let caller = Caller { plugin_id: WEBHOOK_CALLER, declared_hosts: hosts, workspace_id, reach: Reach::Webhooks };
                 let request = OutboundRequest {
                     method: Method::Post,
                     url: url.to_string(),
@@ -317,7 +346,7 @@ impl Target {
 }
 
 /// A message cut to a length fit for a run's samples.
-pub(super) fn short(s: &str) -> String {
+pub fn short(s: &str) -> String {
     s.chars().take(300).collect()
 }
 

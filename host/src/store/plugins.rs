@@ -1,4 +1,5 @@
-//! Enabled state of connector plugins, shared by all replicas.
+//! Enabled state of connector plugins and the digest each is pinned to,
+//! shared by all replicas.
 
 use std::collections::HashMap;
 
@@ -6,33 +7,66 @@ use sqlx::Row;
 
 use super::{Store, StoreResult, now_ms};
 
+/// The operator's switch for one connector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginState {
+    pub enabled: bool,
+    /// The component (SHA-256, hex) the operator enabled; every replica
+    /// runs exactly this one. `None`: not pinned (bundled plugins).
+    pub digest: Option<String>,
+}
+
+impl PluginState {
+    /// The state of a connector nobody has touched: enabled, unpinned.
+    pub const UNTOUCHED: PluginState = PluginState { enabled: true, digest: None };
+}
+
+fn state_from_row(r: &sqlx::any::AnyRow) -> StoreResult<PluginState> {
+    Ok(PluginState { enabled: r.try_get::<i64, _>("enabled")? != 0, digest: r.try_get("digest")? })
+}
+
 impl Store {
-    /// Whether a connector is enabled (never-touched plugins are).
-    pub async fn plugin_enabled(&self, connector_id: &str) -> StoreResult<bool> {
-        let row = sqlx::query("SELECT enabled FROM plugin_states WHERE connector_id = $1")
+    /// A connector's state ([`PluginState::UNTOUCHED`] when it has none).
+    pub async fn plugin_state(&self, connector_id: &str) -> StoreResult<PluginState> {
+        let row = sqlx::query("SELECT enabled, digest FROM plugin_states WHERE connector_id = $1")
             .bind(connector_id)
             .fetch_optional(self.pool())
             .await?;
-        Ok(row.map(|r| r.try_get::<i64, _>("enabled")).transpose()?.is_none_or(|e| e != 0))
+        row.as_ref().map(state_from_row).transpose().map(|s| s.unwrap_or(PluginState::UNTOUCHED))
     }
 
     /// Every recorded state.
-    pub async fn plugin_states(&self) -> StoreResult<HashMap<String, bool>> {
-        let rows = sqlx::query("SELECT connector_id, enabled FROM plugin_states").fetch_all(self.pool()).await?;
-        rows.iter().map(|r| Ok((r.try_get("connector_id")?, r.try_get::<i64, _>("enabled")? != 0))).collect()
+    pub async fn plugin_states(&self) -> StoreResult<HashMap<String, PluginState>> {
+        let rows = sqlx::query("SELECT connector_id, enabled, digest FROM plugin_states").fetch_all(self.pool()).await?;
+        rows.iter().map(|r| Ok((r.try_get("connector_id")?, state_from_row(r)?))).collect()
     }
 
-    pub async fn set_plugin_enabled(&self, connector_id: &str, enabled: bool, by: Option<&str>) -> StoreResult<()> {
+    /// Switches a connector on (pinned to `digest`, when given) or off
+    /// (keeping the digest it was pinned to).
+    pub async fn set_plugin_enabled(&self, connector_id: &str, enabled: bool, by: Option<&str>, digest: Option<&str>) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO plugin_states (connector_id, enabled, updated_at, updated_by) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (connector_id) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at, updated_by = excluded.updated_by",
+            "INSERT INTO plugin_states (connector_id, enabled, updated_at, updated_by, digest) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (connector_id) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at, updated_by = excluded.updated_by, \
+             digest = COALESCE(excluded.digest, plugin_states.digest)",
         )
         .bind(connector_id)
         .bind(i64::from(enabled))
         .bind(now_ms())
         .bind(by)
+        .bind(digest)
         .execute(self.pool())
         .await?;
+        Ok(())
+    }
+
+    /// Pins an enabled connector that has no digest yet to `digest` (a
+    /// plugin enabled before pinning existed, trusted as it is found).
+    pub async fn pin_plugin_if_unpinned(&self, connector_id: &str, digest: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE plugin_states SET digest = $1 WHERE connector_id = $2 AND digest IS NULL AND enabled = 1")
+            .bind(digest)
+            .bind(connector_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 

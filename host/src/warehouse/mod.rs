@@ -125,8 +125,9 @@ pub enum DestinationConfig {
     /// `<data-dir>/warehouses/<workspace>/<file>`.
     Sqlite { file: String },
     /// A PostgreSQL database; the password, if any, by credential handle
-    /// (bound to the database host).
-    Postgres { target: postgres::Target, credential_handle: Option<String> },
+    /// (bound to the database host); reverse-ETL models run as
+    /// `model_role` when it is given.
+    Postgres { target: postgres::Target, credential_handle: Option<String>, model_role: Option<String> },
     /// `<data-dir>/exports/<workspace>/<directory>/<stream>.jsonl`.
     Jsonl { directory: String },
 }
@@ -155,7 +156,7 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
     let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
     let allowed: &[&str] = match kind {
         DestinationKind::Sqlite => &["file"],
-        DestinationKind::Postgres => &["url", "credential_handle"],
+        DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
         DestinationKind::Jsonl => &["directory"],
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
@@ -176,7 +177,12 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
                 Some(_) => return Err(ApiError::invalid_field("configuration.credential_handle", "credential_handle must be a string")),
             };
             let target = postgres::parse(&url, credential_handle.is_some()).map_err(|m| ApiError::invalid_field("configuration.url", m))?;
-            DestinationConfig::Postgres { target, credential_handle }
+            let model_role = match obj.get("model_role") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(r)) if postgres::plain(r) => Some(r.clone()),
+                Some(_) => return Err(ApiError::invalid_field("configuration.model_role", "model_role must be a role name (letters, digits, _ - . $)")),
+            };
+            DestinationConfig::Postgres { target, credential_handle, model_role }
         }
     })
 }

@@ -80,7 +80,7 @@ pub struct Target {
 }
 
 /// Characters of the names a URL may carry (role, database).
-fn plain(s: &str) -> bool {
+pub fn plain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-.$".contains(c))
 }
 

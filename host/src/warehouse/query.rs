@@ -10,9 +10,23 @@
 //! `PRAGMA` or a `VACUUM INTO` cannot follow it. SQLite queries are bounded
 //! in time by a progress handler.
 //!
+//! What a model may do beyond `READ ONLY` is narrowed too: an SQLite
+//! model may read tables and views only (an authorizer refuses PRAGMAs,
+//! including the `pragma_*` table functions that would show the data
+//! directory's path, and everything else), and a PostgreSQL one never runs
+//! as a role that is, or may become, a superuser; where the destination
+//! names a `model_role`, it runs as that role.
+//!
+//! Values larger than the caller's cap never reach this process: the
+//! database measures them (`octet_length`, without loading them) and a
+//! marker with their size ([`OVERSIZE`]) comes instead, so one huge value
+//! costs no memory here. SQLite is also told the longest value it may
+//! build at all.
+//!
 //! Rows come out in batches through a channel from a task of their own,
 //! so a model is streamed, never held whole.
 
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
@@ -24,9 +38,44 @@ use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
 use super::{DestinationConfig, Place, postgres};
+use libsqlite3_sys as ffi;
 
 /// Rows handed over per batch.
 const BATCH_ROWS: usize = 1024;
+
+/// The key of the marker that stands for a value larger than the cap:
+/// `{"$service_oversize": <bytes>}`.
+pub const OVERSIZE: &str = "$service_oversize";
+
+/// The size of the value a marker stands for, when `v` is one.
+pub fn oversize(v: &Value) -> Option<u64> {
+    match v {
+        Value::Object(m) if m.len() == 1 => m.get(OVERSIZE).and_then(Value::as_u64),
+        _ => None,
+    }
+}
+
+fn oversize_marker(bytes: u64) -> Value {
+    Value::Object(Map::from_iter([(OVERSIZE.to_owned(), Value::from(bytes))]))
+}
+
+/// How SQLite hands over a value it withheld: a text no stored text
+/// starts with in practice (a NUL), then the size.
+const SQLITE_OVERSIZE_PREFIX: &str = "\u{0}oversize:";
+
+/// The longest string or blob an SQLite model may build at all (its own
+/// concatenations, `zeroblob`, `printf`), whatever the value cap.
+const SQLITE_LENGTH_FLOOR: usize = 16 * 1024 * 1024;
+
+/// How much of a model a caller takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Rows at most.
+    pub rows: Option<u64>,
+    /// Values larger than this many bytes are withheld (see [`OVERSIZE`]).
+    pub value_bytes: usize,
+    pub timeout: Duration,
+}
 
 /// A column of a model's result.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -54,6 +103,16 @@ pub enum QueryError {
     /// The warehouse could not be reached or opened.
     #[error("the warehouse is unavailable: {0}")]
     Unavailable(String),
+    /// The warehouse's role may do more than read: models never run as it.
+    #[error("{0}")]
+    RoleRefused(String),
+}
+
+impl QueryError {
+    /// Whether another attempt may succeed (the warehouse may come back).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, QueryError::Unavailable(_))
+    }
 }
 
 enum Chunk {
@@ -81,10 +140,10 @@ impl ModelRows {
     }
 }
 
-/// Runs `sql` (one `SELECT`) read-only against the warehouse, at most
-/// `limit` rows and for at most `timeout`. Returns once the statement is
-/// prepared: a refused statement is an error here, not in a batch.
-pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option<SecretString>, sql: &str, limit: Option<u64>, timeout: Duration) -> Result<ModelRows, QueryError> {
+/// Runs `sql` (one `SELECT`) read-only against the warehouse within
+/// `bounds`. Returns once the statement is prepared: a refused statement is
+/// an error here, not in a batch.
+pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option<SecretString>, sql: &str, bounds: Bounds) -> Result<ModelRows, QueryError> {
     let body = sql.trim().trim_end_matches(';').trim_end();
     if body.is_empty() {
         return Err(QueryError::Invalid("the query is empty".into()));
@@ -95,8 +154,8 @@ pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option
     if body.contains(';') {
         return Err(QueryError::Invalid("a model is exactly one SELECT statement: `;` may only end it".into()));
     }
-    let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
     let (tx, mut rx) = mpsc::channel(4);
+    let model = Model { body: body.to_owned(), limit: bounds.rows.map(|n| format!(" LIMIT {n}")).unwrap_or_default(), bounds };
     match config {
         DestinationConfig::Sqlite { file } => {
             let path = place.warehouse_dir().join(file);
@@ -109,20 +168,18 @@ pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option
                 .create_if_missing(false)
                 .pragma("query_only", "ON")
                 .busy_timeout(Duration::from_secs(5));
-            let sql = format!("SELECT * FROM ({body}) AS model{limit}");
             tokio::spawn(async move {
-                let result = sqlite_rows(options, &sql, timeout, &tx).await;
+                let result = sqlite_rows(options, &model, &tx).await;
                 if let Err(e) = result {
                     let _ = tx.send(Err(e)).await;
                 }
             });
         }
-        DestinationConfig::Postgres { target, .. } => {
+        DestinationConfig::Postgres { target, model_role, .. } => {
             let options = postgres::connect_options(target, password.as_ref(), place.warehouses).await.map_err(QueryError::Unavailable)?;
-            let described = format!("SELECT * FROM ({body}) AS model{limit}");
-            let as_json = format!("SELECT row_to_json(model)::text FROM ({body}) AS model{limit}");
+            let role = model_role.clone();
             tokio::spawn(async move {
-                let result = postgres_rows(options, &described, &as_json, timeout, &tx).await;
+                let result = postgres_rows(options, role.as_deref(), &model, &tx).await;
                 if let Err(e) = result {
                     let _ = tx.send(Err(e)).await;
                 }
@@ -137,17 +194,86 @@ pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option
     }
 }
 
-async fn sqlite_rows(options: sqlx::sqlite::SqliteConnectOptions, sql: &str, timeout: Duration, tx: &mpsc::Sender<Result<Chunk, QueryError>>) -> Result<(), QueryError> {
+/// A model's statement and how much of it is taken.
+struct Model {
+    body: String,
+    /// ` LIMIT n`, or nothing.
+    limit: String,
+    bounds: Bounds,
+}
+
+impl Model {
+    /// The statement as a subquery, every column as it is.
+    fn plain(&self) -> String {
+        format!("SELECT * FROM ({}) AS model{}", self.body, self.limit)
+    }
+}
+
+/// What an SQLite model may do: read tables and views and call functions,
+/// nothing else. `pragma_*` table functions (which show, among others, the
+/// path of the database file) and every statement but a `SELECT` are
+/// refused while the statement is prepared.
+unsafe extern "C" fn model_authorizer(_: *mut c_void, action: c_int, table: *const c_char, _: *const c_char, _: *const c_char, _: *const c_char) -> c_int {
+    match action {
+        ffi::SQLITE_SELECT | ffi::SQLITE_FUNCTION | ffi::SQLITE_RECURSIVE => ffi::SQLITE_OK,
+        ffi::SQLITE_READ => {
+            if table.is_null() {
+                return ffi::SQLITE_OK;
+            }
+            // SAFETY: SQLite passes a NUL-terminated table name that lives
+            // for the duration of the call.
+            let name = unsafe { CStr::from_ptr(table) }.to_bytes();
+            if name.len() >= 7 && name[..7].eq_ignore_ascii_case(b"pragma_") { ffi::SQLITE_DENY } else { ffi::SQLITE_OK }
+        }
+        _ => ffi::SQLITE_DENY,
+    }
+}
+
+/// An SQLite identifier, quoted.
+fn sqlite_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+async fn sqlite_rows(options: sqlx::sqlite::SqliteConnectOptions, model: &Model, tx: &mpsc::Sender<Result<Chunk, QueryError>>) -> Result<(), QueryError> {
+    let timeout = model.bounds.timeout;
     let mut conn = sqlx::sqlite::SqliteConnection::connect_with(&options).await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
     let deadline = Instant::now() + timeout;
-    conn.lock_handle().await.map_err(|e| QueryError::Unavailable(e.to_string()))?.set_progress_handler(10_000, move || Instant::now() < deadline);
+    {
+        let mut handle = conn.lock_handle().await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
+        handle.set_progress_handler(10_000, move || Instant::now() < deadline);
+        let db = handle.as_raw_handle().as_ptr();
+        let longest = c_int::try_from(model.bounds.value_bytes.max(SQLITE_LENGTH_FLOOR)).unwrap_or(c_int::MAX);
+        // SAFETY: `db` is this connection's open handle, held locked; the
+        // authorizer is a plain function that keeps no state.
+        unsafe {
+            ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, longest);
+            ffi::sqlite3_set_authorizer(db, Some(model_authorizer), std::ptr::null_mut());
+        }
+    }
     let secs = timeout.as_secs();
-    let statement = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(sql.to_owned()))).await.map_err(|e| classify(e, secs))?;
+    let plain = model.plain();
+    let statement = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(plain.clone()))).await.map_err(|e| classify(e, secs))?;
     let declared: Vec<Column> = statement.columns().iter().map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() }).collect();
+    // Each value is measured before it is read; a column name the result
+    // has twice cannot be addressed, and then the length limit alone holds.
+    let names: std::collections::HashSet<&str> = declared.iter().map(|c| c.name.as_str()).collect();
+    let sql = if names.len() == declared.len() && !declared.is_empty() {
+        let cap = model.bounds.value_bytes;
+        let columns: Vec<String> = declared
+            .iter()
+            .map(|c| {
+                let col = format!("model.{}", sqlite_ident(&c.name));
+                format!("CASE WHEN octet_length({col}) > {cap} THEN char(0) || 'oversize:' || octet_length({col}) ELSE {col} END AS {}", sqlite_ident(&c.name))
+            })
+            .collect();
+        format!("SELECT {} FROM ({}) AS model{}", columns.join(", "), model.body, model.limit)
+    } else {
+        plain
+    };
     if tx.send(Ok(Chunk::Columns(declared))).await.is_err() {
         return Ok(());
     }
-    let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).fetch(&mut conn);
+    let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch(&mut conn);
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     while let Some(row) = rows.try_next().await.map_err(|e| classify(e, secs))? {
         let values = (0..row.len()).map(|i| sqlite_value(&row, i)).collect();
@@ -176,29 +302,59 @@ fn sqlite_value(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {
             use base64::Engine as _;
             row.try_get_unchecked::<Vec<u8>, _>(i).map(|b| Value::String(base64::engine::general_purpose::STANDARD.encode(b))).unwrap_or(Value::Null)
         }
-        _ => row.try_get_unchecked::<String, _>(i).map(Value::String).unwrap_or(Value::Null),
+        _ => match row.try_get_unchecked::<String, _>(i) {
+            Ok(text) => match text.strip_prefix(SQLITE_OVERSIZE_PREFIX).and_then(|n| n.parse().ok()) {
+                Some(bytes) => oversize_marker(bytes),
+                None => Value::String(text),
+            },
+            Err(_) => Value::Null,
+        },
     }
 }
 
-async fn postgres_rows(
-    options: sqlx::postgres::PgConnectOptions,
-    described: &str,
-    as_json: &str,
-    timeout: Duration,
-    tx: &mpsc::Sender<Result<Chunk, QueryError>>,
-) -> Result<(), QueryError> {
+/// Whether the connection's roles may do more than read: the login role
+/// or the role the model runs as is, or may become, a superuser (a model
+/// could switch to it with `set_config('role', …)`).
+const POSTGRES_SUPERUSER_REACH: &str = "SELECT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolsuper \
+     AND (pg_has_role(session_user, r.oid, 'MEMBER') OR pg_has_role(current_user, r.oid, 'MEMBER')))";
+
+async fn postgres_rows(options: sqlx::postgres::PgConnectOptions, role: Option<&str>, model: &Model, tx: &mpsc::Sender<Result<Chunk, QueryError>>) -> Result<(), QueryError> {
+    let timeout = model.bounds.timeout;
     let secs = timeout.as_secs();
     let mut conn = sqlx::postgres::PgConnection::connect_with(&options).await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
     conn.execute("BEGIN TRANSACTION READ ONLY").await.map_err(|e| classify(e, secs))?;
     conn.execute(sqlx::AssertSqlSafe(format!("SET LOCAL statement_timeout = {}", timeout.as_millis().max(1)))).await.map_err(|e| classify(e, secs))?;
-    let statement = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(described.to_owned()))).await.map_err(|e| classify(e, secs))?;
+    if let Some(role) = role {
+        // A plain name (checked when the destination was saved), quoted.
+        conn.execute(sqlx::AssertSqlSafe(format!("SET LOCAL ROLE \"{role}\""))).await.map_err(|e| match e {
+            sqlx::Error::Database(db) => QueryError::RoleRefused(format!("the warehouse's login role cannot run as model_role {role}: {}", db.message())),
+            other => classify(other, secs),
+        })?;
+    }
+    let reaches_superuser: bool = sqlx::query_scalar(POSTGRES_SUPERUSER_REACH).fetch_one(&mut conn).await.map_err(|e| classify(e, secs))?;
+    if reaches_superuser {
+        let _ = conn.close().await;
+        return Err(QueryError::RoleRefused(
+            "the warehouse's role is, or may become, a PostgreSQL superuser, which a read-only transaction does not restrain (it can read server files and end other sessions): give models a role that can only read".into(),
+        ));
+    }
+    let described = model.plain();
+    let statement = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(described))).await.map_err(|e| classify(e, secs))?;
     let columns: Vec<Column> = statement.columns().iter().map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() }).collect();
     let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
     if tx.send(Ok(Chunk::Columns(columns))).await.is_err() {
         return Ok(());
     }
+    // Each value is measured in the database; one over the cap comes as a
+    // marker of its size, never as itself.
+    let cap = model.bounds.value_bytes;
+    let as_json = format!(
+        "SELECT (SELECT json_object_agg(e.key, CASE WHEN octet_length(e.value #>> '{{}}') > {cap} THEN json_build_object('{OVERSIZE}', octet_length(e.value #>> '{{}}')) ELSE e.value END) \
+         FROM json_each(row_to_json(model)) AS e)::text FROM ({}) AS model{}",
+        model.body, model.limit
+    );
     {
-        let mut rows = sqlx::query(sqlx::AssertSqlSafe(as_json.to_owned())).fetch(&mut conn);
+        let mut rows = sqlx::query(sqlx::AssertSqlSafe(as_json)).fetch(&mut conn);
         let mut batch = Vec::with_capacity(BATCH_ROWS);
         while let Some(row) = rows.try_next().await.map_err(|e| classify(e, secs))? {
             let text: Option<String> = row.try_get(0).map_err(|e| QueryError::Invalid(e.to_string()))?;
@@ -227,7 +383,9 @@ fn classify(e: sqlx::Error, timeout_secs: u64) -> QueryError {
             // PostgreSQL: read_only_sql_transaction, query_canceled, and a
             // data-modifying WITH that may not appear in a subquery.
             // SQLite: SQLITE_READONLY (8, with extended codes), SQLITE_INTERRUPT (9).
-            if code == "25006" || lower.contains("readonly") || lower.contains("read-only") || lower.contains("data-modifying") || code == "8" {
+            if lower.contains("not authorized") {
+                QueryError::Invalid("a model may only read tables and views: PRAGMAs, their pragma_* functions and other statements are refused".into())
+            } else if code == "25006" || lower.contains("readonly") || lower.contains("read-only") || lower.contains("data-modifying") || code == "8" {
                 QueryError::ReadOnly(message)
             } else if code == "57014" || code == "9" || lower.contains("interrupted") {
                 QueryError::Timeout(timeout_secs)

@@ -5,11 +5,17 @@
 //! The diff streams the model once, keeping per key only a 128-bit hash,
 //! the fingerprint last accepted and a few flags, so a model of a million
 //! rows needs tens of megabytes, never the rows. Rows to send are kept in
-//! memory while they fit in [`PENDING_BYTES`] and spooled to an unnamed
-//! file in the data directory beyond that (a first run, a full resync), so
-//! the warehouse query ends with the diff however slow the destination.
+//! memory while they fit and spooled beyond that (see [`super::spool`]),
+//! so the warehouse query ends with the diff however slow the destination.
 //! A key whose row appears more than once, or is null, is invalid and
-//! never sent; so is a row whose mapped fields exceed [`RECORD_BYTES`].
+//! never sent; so is a row holding a value over the run's value cap or
+//! whose mapped fields exceed [`RECORD_BYTES`].
+//!
+//! Bounded: a model returning more rows than a run may take
+//! (`SERVICE_RETL_MAX_ROWS`) fails the run before anything is sent, and
+//! the spool never passes the workspace's share. A cancellation stops the
+//! run at once, also while it waits for the warehouse or for a
+//! destination's `Retry-After`.
 //!
 //! A run that stops part way (a crash, a lost lease, a transient failure)
 //! has kept what was accepted, so the next attempt sends only what is
@@ -23,24 +29,22 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 
-use super::mapping::Mapper;
-use super::targets::{Op, SendError, Target};
+use super::spool::{Spool, SpoolBudget, SpoolError};
+use super::{CancellationToken, Failure};
 use crate::error::ApiError;
+use crate::reverse_etl::mapping::Mapper;
+use crate::reverse_etl::targets::{Op, SendError, Target};
 use crate::state::AppState;
 use crate::store::kinds::{ActivationMode, JobKind};
 use crate::store::pipelines::Job;
 use crate::store::reverse_etl::KeyOutcome;
 
-/// Bytes of rows to send kept in memory at most; the rest is spooled.
-pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
 /// The largest record (mapped fields as JSON) a run sends.
 pub const RECORD_BYTES: usize = 1024 * 1024;
 /// The most record bytes in one batch to a destination.
@@ -50,25 +54,29 @@ const SAMPLES: usize = 100;
 /// How often a run's progress is saved at most.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
-/// How a run failed: worth another attempt, or not.
-pub enum RunFailure {
-    Transient(String),
-    Permanent(String),
+fn permanent(m: impl Into<String>) -> Failure {
+    Failure::Permanent(m.into())
 }
 
-fn permanent(m: impl Into<String>) -> RunFailure {
-    RunFailure::Permanent(m.into())
-}
-
-fn transient(e: impl std::fmt::Display) -> RunFailure {
-    RunFailure::Transient(e.to_string())
+fn transient(e: impl std::fmt::Display) -> Failure {
+    Failure::Transient(e.to_string())
 }
 
 /// An API error met while opening the run's parts: a provider or
 /// warehouse outage may pass, anything else will not.
-fn from_api(e: ApiError) -> RunFailure {
+fn from_api(e: ApiError) -> Failure {
     let m = e.body().message;
-    if e.status.is_server_error() { RunFailure::Transient(m) } else { RunFailure::Permanent(m) }
+    if e.status.is_server_error() { Failure::Transient(m) } else { Failure::Permanent(m) }
+}
+
+fn from_spool(e: SpoolError) -> Failure {
+    let transient = e.is_transient();
+    Failure::of(e, transient)
+}
+
+/// The run stopped because it was cancelled (or lost its lease).
+fn cancelled() -> Failure {
+    permanent("the run was cancelled")
 }
 
 /// A run's counts, as `GET /reverse-etl/runs/{runId}` shows them.
@@ -110,7 +118,7 @@ struct Report {
 impl Report {
     fn sample(list: &mut Vec<Sample>, key: Option<&str>, reason: &str) {
         if list.len() < SAMPLES {
-            list.push(Sample { key: key.map(str::to_owned), reason: super::targets::short(reason) });
+            list.push(Sample { key: key.map(str::to_owned), reason: crate::reverse_etl::targets::short(reason) });
         }
     }
 
@@ -161,75 +169,6 @@ struct Pending {
     bytes: usize,
 }
 
-/// The rows to send as JSON lines: in memory up to [`PENDING_BYTES`],
-/// then in an unnamed file (gone when closed, readable by no one else).
-struct Spool {
-    memory: Vec<u8>,
-    file: Option<BufWriter<tokio::fs::File>>,
-    dir: std::path::PathBuf,
-}
-
-impl Spool {
-    fn new(dir: &std::path::Path) -> Spool {
-        Spool { memory: Vec::new(), file: None, dir: dir.to_owned() }
-    }
-
-    async fn push(&mut self, p: &Pending) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(p)?;
-        // Compact JSON never holds a raw newline: one line per row.
-        line.push(b'\n');
-        if self.file.is_none() && self.memory.len() + line.len() > PENDING_BYTES {
-            let mut file = BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(tempfile::tempfile_in(&self.dir)?));
-            file.write_all(&std::mem::take(&mut self.memory)).await?;
-            self.file = Some(file);
-        }
-        match &mut self.file {
-            Some(f) => f.write_all(&line).await,
-            None => {
-                self.memory.extend_from_slice(&line);
-                Ok(())
-            }
-        }
-    }
-
-    /// The rows, in the order they came.
-    async fn read(self) -> std::io::Result<Spooled> {
-        match self.file {
-            None => Ok(Spooled::Memory(self.memory, 0)),
-            Some(mut f) => {
-                f.flush().await?;
-                let mut file = f.into_inner();
-                tokio::io::AsyncSeekExt::rewind(&mut file).await?;
-                Ok(Spooled::File(BufReader::with_capacity(1 << 20, file).lines()))
-            }
-        }
-    }
-}
-
-/// A spool being read back.
-enum Spooled {
-    /// The lines, and where the next one starts.
-    Memory(Vec<u8>, usize),
-    File(tokio::io::Lines<BufReader<tokio::fs::File>>),
-}
-
-impl Spooled {
-    async fn next(&mut self) -> std::io::Result<Option<Pending>> {
-        match self {
-            Spooled::Memory(lines, at) => {
-                let rest = &lines[*at..];
-                let Some(end) = rest.iter().position(|b| *b == b'\n') else { return Ok(None) };
-                *at += end + 1;
-                Ok(Some(serde_json::from_slice(&rest[..end])?))
-            }
-            Spooled::File(lines) => match lines.next_line().await? {
-                Some(line) => Ok(Some(serde_json::from_str(&line)?)),
-                None => Ok(None),
-            },
-        }
-    }
-}
-
 struct Run<'a> {
     state: &'a AppState,
     job: &'a Job,
@@ -238,10 +177,10 @@ struct Run<'a> {
     mapper: Mapper,
     report: Report,
     saved: Instant,
-    cancelled: Arc<AtomicBool>,
+    cancel: &'a CancellationToken,
 }
 
-pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) -> Result<(), RunFailure> {
+pub(super) async fn execute(state: &AppState, spool: &Arc<SpoolBudget>, job: &Job, cancel: &CancellationToken) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let activation_id = job.activation_id.as_deref().ok_or_else(|| permanent("the run names no activation"))?;
     let activation = state.store.activation(ws, activation_id).await.map_err(transient)?.ok_or_else(|| permanent("the activation no longer exists"))?;
@@ -253,9 +192,15 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
 
     // The diff.
     let started = Instant::now();
-    let mut rows = super::model::open(state, ws, &model.warehouse_id, &model.query, None, super::model::RUN_TIMEOUT).await.map_err(from_api)?;
+    let bounds = crate::reverse_etl::model::run_bounds(state);
+    let opened = tokio::select! {
+        opened = crate::reverse_etl::model::open(state, ws, &model.warehouse_id, &model.query, bounds) => opened,
+        () = cancel.cancelled() => return Err(cancelled()),
+    };
+    let mut rows = opened.map_err(from_api)?;
     let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field()).map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
-    let mut run = Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancelled };
+    let mut run = Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancel };
+    let max_rows = state.config.limits.reverse_etl.rows_per_run;
     // Sized up front: growing a table of a million keys would hold the
     // old one and the new one at once.
     let stored = state.store.diff_state_len(activation_id).await.map_err(transient)?;
@@ -271,12 +216,22 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
     // Matching values of the rows in the model (mirror mode): a record
     // one of them still names is never removed.
     let mut live: HashSet<u128> = HashSet::new();
-    let mut spool = Spool::new(&state.config.data_dir);
-    while let Some(batch) = rows.next_batch().await.map_err(|e| from_api(super::model::query_error(e)))? {
+    let mut spool = Spool::new(spool.clone(), ws);
+    loop {
+        let batch = tokio::select! {
+            batch = rows.next_batch() => batch,
+            () = cancel.cancelled() => return Err(cancelled()),
+        };
+        let Some(batch) = batch.map_err(|e| from_api(crate::reverse_etl::model::query_error(e)))? else { break };
         run.stopped()?;
         for row in batch {
             let counts = &mut run.report.counts;
             counts.queried += 1;
+            if counts.queried > max_rows {
+                return Err(permanent(format!(
+                    "the model returned more than {max_rows} rows, the most a run takes (SERVICE_RETL_MAX_ROWS); narrow the model or raise the limit. Nothing was sent"
+                )));
+            }
             let Some(key) = run.mapper.key(&row) else {
                 counts.invalid += 1;
                 Report::sample(&mut run.report.invalid, None, "the primary key is null");
@@ -286,6 +241,14 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
                 && let Some(v) = run.mapper.row_matching_value(&row)
             {
                 live.insert(key_hash(&v));
+            }
+            if let Some(size) = row.iter().find_map(crate::warehouse::query::oversize) {
+                // Invalid, like a row too large: never sent, never removed.
+                counts.invalid += 1;
+                Report::sample(&mut run.report.invalid, Some(&key), &format!("a value takes {size} bytes; at most {} are read (SERVICE_RETL_MAX_VALUE_BYTES)", bounds.value_bytes));
+                let entry = known.entry(key_hash(&key)).or_default();
+                entry.seen = u8::MAX;
+                continue;
             }
             let (print, bytes) = run.mapper.fingerprint(&row);
             let entry = known.entry(key_hash(&key)).or_default();
@@ -328,7 +291,7 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
                 Verdict::Skipped => counts.skipped += 1,
                 verdict @ (Verdict::Add | Verdict::Change) => {
                     let p = Pending { key, record: run.mapper.record(&row), fingerprint: print, verdict, bytes };
-                    spool.push(&p).await.map_err(transient)?;
+                    spool.push(&p).await.map_err(from_spool)?;
                 }
             }
         }
@@ -346,8 +309,8 @@ pub async fn execute(state: &AppState, job: &Job, cancelled: Arc<AtomicBool>) ->
     };
     let mut batch = Batch::default();
     let size = run.target.batch_size();
-    let mut spooled = spool.read().await.map_err(transient)?;
-    while let Some(p) = spooled.next().await.map_err(transient)? {
+    let mut spooled = spool.read().await.map_err(from_spool)?;
+    while let Some(p) = spooled.next::<Pending>().await.map_err(from_spool)? {
         if known.get(&key_hash(&p.key)).is_some_and(|k| k.seen == 1) {
             if batch.bytes + p.bytes > BATCH_BYTES || batch.rows.len() == size {
                 run.send(op, batch.take()).await?;
@@ -399,8 +362,8 @@ impl Batch {
 }
 
 impl Run<'_> {
-    fn stopped(&self) -> Result<(), RunFailure> {
-        if self.cancelled.load(Ordering::SeqCst) { Err(permanent("the run was cancelled")) } else { Ok(()) }
+    fn stopped(&self) -> Result<(), Failure> {
+        if self.cancel.is_cancelled() { Err(cancelled()) } else { Ok(()) }
     }
 
     async fn progress(&mut self, phase: &str, now: bool) {
@@ -411,13 +374,13 @@ impl Run<'_> {
     }
 
     /// Sends rows and keeps what became of each.
-    async fn send(&mut self, op: Op, rows: Vec<Pending>) -> Result<(), RunFailure> {
+    async fn send(&mut self, op: Op, rows: Vec<Pending>) -> Result<(), Failure> {
         if rows.is_empty() {
             return Ok(());
         }
         self.stopped()?;
         let records: Vec<(String, Map<String, Value>)> = rows.iter().map(|p| (p.key.clone(), p.record.clone())).collect();
-        let answers = self.target.send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), op, &records).await.map_err(send_failure)?;
+        let answers = self.target.send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), op, &records, self.cancel).await.map_err(send_failure)?;
         let mut outcomes = Vec::with_capacity(rows.len());
         for (p, answer) in rows.into_iter().zip(answers) {
             match answer {
@@ -442,7 +405,7 @@ impl Run<'_> {
     }
 
     /// Removes the records of keys that left the model.
-    async fn remove(&mut self, gone: &[(String, String)]) -> Result<(), RunFailure> {
+    async fn remove(&mut self, gone: &[(String, String)]) -> Result<(), Failure> {
         self.stopped()?;
         let field = self.target.match_field().map(str::to_owned);
         let records: Vec<(String, Map<String, Value>)> = gone
@@ -455,7 +418,7 @@ impl Run<'_> {
                 (key.clone(), fields)
             })
             .collect();
-        let answers = self.target.send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), Op::Delete, &records).await.map_err(send_failure)?;
+        let answers = self.target.send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), Op::Delete, &records, self.cancel).await.map_err(send_failure)?;
         let mut outcomes = Vec::with_capacity(gone.len());
         for ((key, _), answer) in gone.iter().zip(answers) {
             match answer {
@@ -476,9 +439,10 @@ impl Run<'_> {
     }
 }
 
-fn send_failure(e: SendError) -> RunFailure {
+fn send_failure(e: SendError) -> Failure {
     match e {
-        SendError::Transient(m) => RunFailure::Transient(m),
-        SendError::Permanent(m) => RunFailure::Permanent(m),
+        SendError::Transient(m) => Failure::Transient(m),
+        SendError::Permanent(m) => Failure::Permanent(m),
+        SendError::Cancelled => cancelled(),
     }
 }

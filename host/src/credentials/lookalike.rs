@@ -1,0 +1,109 @@
+//! What looks like a secret: field names that carry one and values shaped
+//! like one (a private key, a bearer header, a token of ours, the
+//! published prefixes of well-known providers' keys, a JWT). Secrets enter
+//! only through the credential flows; anywhere else (request bodies,
+//! reverse-ETL mapping constants) a lookalike is refused, so that it is
+//! neither stored in the clear nor shown to readers of the record.
+
+use serde_json::Value;
+
+/// Field names that carry secrets. Compared after lower-casing and dropping
+/// `_` and `-`, so `client_secret`, `clientSecret` and `Client-Secret` match.
+const SECRET_NAMES: &[&str] = &[
+    "password", "passwd", "passphrase", "secret", "clientsecret", "token", "accesstoken", "refreshtoken", "idtoken",
+    "apitoken", "authtoken", "bearertoken", "apikey", "privatekey", "secretkey", "authorization", "sessiontoken",
+];
+
+/// Prefixes providers publish for their secret keys, so that scanners
+/// find them: Stripe, GitHub, GitLab, Slack, Shopify, Square, Hugging Face.
+const KEY_PREFIXES: &[&str] = &[
+    "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xoxb-",
+    "xoxp-", "xoxa-", "xoxs-", "xapp-", "shpat_", "shpss_", "shpca_", "sq0atp-", "sq0csp-", "hf_",
+];
+
+/// Whether a field of this name holds a secret.
+pub fn is_secret_name(key: &str) -> bool {
+    let norm: String = key.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect();
+    SECRET_NAMES.contains(&norm.as_str())
+        || norm.ends_with("password")
+        || norm.ends_with("secret")
+        || norm.ends_with("apikey")
+        || norm.ends_with("privatekey")
+        || norm.ends_with("token")
+}
+
+/// Whether a text is shaped like a secret.
+pub fn looks_like_secret_value(s: &str) -> bool {
+    let t = s.trim();
+    t.starts_with("-----BEGIN") && t.contains("PRIVATE KEY")
+        // By bytes: a multi-byte character may straddle the seventh byte.
+        || t.as_bytes().get(..7).is_some_and(|p| p.eq_ignore_ascii_case(b"bearer "))
+        || t.starts_with(crate::access::tokens::TOKEN_PREFIX)
+        || (KEY_PREFIXES.iter().any(|p| t.starts_with(p)) && t.len() >= 16 && !t.contains(char::is_whitespace))
+        || aws_access_key(t)
+        || google_api_key(t)
+        || sendgrid_key(t)
+        || jwt(t)
+}
+
+/// `AKIA…`/`ASIA…` and sixteen more upper-case letters and digits.
+fn aws_access_key(t: &str) -> bool {
+    t.len() == 20 && (t.starts_with("AKIA") || t.starts_with("ASIA")) && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
+/// `AIza` and 35 more URL-safe characters.
+fn google_api_key(t: &str) -> bool {
+    t.len() == 39 && t.starts_with("AIza") && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `SG.<22>.<43>`.
+fn sendgrid_key(t: &str) -> bool {
+    let parts: Vec<&str> = t.split('.').collect();
+    parts.len() == 3 && parts[0] == "SG" && parts[1].len() == 22 && parts[2].len() == 43
+}
+
+/// Three base64url segments, the first a JSON header (`eyJ`).
+fn jwt(t: &str) -> bool {
+    let parts: Vec<&str> = t.split('.').collect();
+    parts.len() == 3 && parts[0].starts_with("eyJ") && parts.iter().all(|p| p.len() >= 4 && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+}
+
+/// The JSON path of the first secret-shaped field or value, if any.
+pub fn find_secret(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            let secret_key = is_secret_name(k) && !matches!(v, Value::Null | Value::Bool(_));
+            if secret_key { Some(here) } else { find_secret(v, &here) }
+        }),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| find_secret(v, &format!("{path}[{i}]"))),
+        Value::String(s) if looks_like_secret_value(s) => Some(path.to_owned()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_keys_and_tokens_look_like_secrets() {
+        for secret in [
+            "sk_live_51HxxxxxxxxxxxxxxxxxxxxxX",
+            "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+            "xoxb-123456789012-1234567890123-abcdefghijklmnopqrstuvwx",
+            "AKIAIOSFODNN7EXAMPLE",
+            "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+            "Bearer abc",
+            "-----BEGIN RSA PRIVATE KEY-----\nMII...",
+        ] {
+            assert!(looks_like_secret_value(secret), "{secret}");
+        }
+        for plain in ["warehouse", "sk_", "an ordinary sentence with sk_live_ in it", "AKIA", "eyJ.x.y", "c1@example.com"] {
+            assert!(!looks_like_secret_value(plain), "{plain}");
+        }
+        assert!(is_secret_name("api_key") && is_secret_name("Client-Secret") && is_secret_name("refreshToken"));
+        assert!(!is_secret_name("email") && !is_secret_name("origin"));
+    }
+}
