@@ -40,12 +40,12 @@
 //! it finishes before the next run starts (work it starts later, such
 //! as autovacuum on its own schedule, is not waited for).
 
-#[path = "../tests/integration/support/provider.rs"]
-#[allow(dead_code)]
-mod provider;
 #[path = "../tests/integration/support/hubspot.rs"]
 #[allow(dead_code)]
 mod hubspot;
+#[path = "../tests/integration/support/provider.rs"]
+#[allow(dead_code)]
+mod provider;
 mod support;
 
 use std::collections::HashMap;
@@ -137,7 +137,8 @@ fn broadcast_pages(records: usize) -> (Arc<Vec<Bytes>>, usize) {
     let size = broadcast(0, records).to_string().len();
     let pages = (0..records.div_ceil(PER_PAGE))
         .map(|p| {
-            let page: Vec<Value> = (p * PER_PAGE..((p + 1) * PER_PAGE).min(records)).map(|i| broadcast(i, records)).collect();
+            let page: Vec<Value> =
+                (p * PER_PAGE..((p + 1) * PER_PAGE).min(records)).map(|i| broadcast(i, records)).collect();
             Bytes::from(Value::Array(page).to_string())
         })
         .collect();
@@ -156,7 +157,12 @@ async fn wait(delay: Duration) {
 
 /// Both providers on one HTTPS server (their paths do not overlap), each
 /// list page answered after `delay` (a provider across a network).
-fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Vec<Bytes>>, delay: Duration) -> axum::Router {
+fn router(
+    hub: Arc<hubspot::Hub>,
+    campaigns: Arc<Vec<Bytes>>,
+    broadcasts: Arc<Vec<Bytes>>,
+    delay: Duration,
+) -> axum::Router {
     type Q = Query<HashMap<String, String>>;
     let json_body = |body: Bytes| ([("content-type", "application/json")], body).into_response();
     let mailcoach = axum::Router::new().route(
@@ -164,8 +170,11 @@ fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Ve
         axum::routing::get(move |headers: HeaderMap, Query(q): Q| {
             let pages = campaigns.clone();
             async move {
-                if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {PROVIDER_TOKEN}")) {
-                    return (axum::http::StatusCode::UNAUTHORIZED, "{\"message\":\"Unauthenticated.\"}").into_response();
+                if headers.get("authorization").and_then(|v| v.to_str().ok())
+                    != Some(&format!("Bearer {PROVIDER_TOKEN}"))
+                {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "{\"message\":\"Unauthenticated.\"}")
+                        .into_response();
                 }
                 wait(delay).await;
                 let n: usize = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
@@ -190,7 +199,10 @@ fn router(hub: Arc<hubspot::Hub>, campaigns: Arc<Vec<Bytes>>, broadcasts: Arc<Ve
                     (Some(PER_PAGE), offset, false) if offset % PER_PAGE == 0 => {
                         json_body(pages.get(offset / PER_PAGE).cloned().unwrap_or_else(|| Bytes::from_static(b"[]")))
                     }
-                    _ => (axum::http::StatusCode::BAD_REQUEST, format!("the benchmark's provider has no page for {q:?}")).into_response(),
+                    _ => {
+                        (axum::http::StatusCode::BAD_REQUEST, format!("the benchmark's provider has no page for {q:?}"))
+                            .into_response()
+                    }
                 }
             }
         }),
@@ -212,11 +224,12 @@ struct LocalPostgres {
 impl LocalPostgres {
     async fn find(url: &str) -> Option<LocalPostgres> {
         let pool = sqlx::PgPool::connect(url).await.ok()?;
-        let found: Option<(i32, f64)> =
-            sqlx::query_as("SELECT pid, extract(epoch FROM backend_start)::float8 FROM pg_stat_activity WHERE pid = pg_backend_pid()")
-                .fetch_one(&pool)
-                .await
-                .ok();
+        let found: Option<(i32, f64)> = sqlx::query_as(
+            "SELECT pid, extract(epoch FROM backend_start)::float8 FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+        )
+        .fetch_one(&pool)
+        .await
+        .ok();
         let stat = found.and_then(|(backend, started)| Some((support::process_stat(&backend.to_string())?, started)));
         pool.close().await;
         let (stat, started) = stat?;
@@ -276,7 +289,10 @@ struct Api {
 
 impl Api {
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth("svc_bench_bootstrap_token_0123456789");
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth("svc_bench_bootstrap_token_0123456789");
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -309,7 +325,8 @@ fn cut_campaigns(first_url: &str, body: &[u8]) -> (Vec<String>, Option<String>) 
     }
     let page: Page = serde_json::from_slice(body).unwrap();
     let records = page.data.iter().map(|r| r.get().to_owned()).collect();
-    let next = (page.meta.current_page < page.meta.last_page).then(|| format!("{first_url}&page={}", page.meta.current_page + 1));
+    let next = (page.meta.current_page < page.meta.last_page)
+        .then(|| format!("{first_url}&page={}", page.meta.current_page + 1));
     (records, next)
 }
 
@@ -325,12 +342,20 @@ fn cut_broadcasts(first_url: &str, offset: &mut usize, body: &[u8]) -> (Vec<Stri
 /// The OAuth flow as a person runs it through the API, the provider's
 /// consent answered by the fake; the new credential's handle.
 async fn social_credential(api: &Api, hub: &hubspot::Hub) -> Value {
-    let started = api.call(reqwest::Method::POST, "/credentials/source/oauth/start", Some(json!({ "connector_id": SOCIAL }))).await;
+    let started = api
+        .call(reqwest::Method::POST, "/credentials/source/oauth/start", Some(json!({ "connector_id": SOCIAL })))
+        .await;
     let url = url::Url::parse(started["authorization_url"].as_str().unwrap()).unwrap();
     let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
     let code = "bench-authorization-code".to_owned();
     hub.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
-    let created = api.call(reqwest::Method::POST, "/credentials/source/oauth/callback", Some(json!({ "state": q["state"], "code": code }))).await;
+    let created = api
+        .call(
+            reqwest::Method::POST,
+            "/credentials/source/oauth/callback",
+            Some(json!({ "state": q["state"], "code": code })),
+        )
+        .await;
     created["credential_handle"].clone()
 }
 
@@ -378,7 +403,8 @@ struct Run {
 fn main() {
     let records: usize = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    let delay = Duration::from_millis(std::env::var("BENCH_PROVIDER_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
+    let delay =
+        Duration::from_millis(std::env::var("BENCH_PROVIDER_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
     let connectors = std::env::var("BENCH_CONNECTORS").unwrap_or_else(|_| "email,social".into());
     let connectors: Vec<&str> = connectors.split(',').map(str::trim).collect();
     if let Some(unknown) = connectors.iter().find(|c| !["email", "social"].contains(c)) {

@@ -72,7 +72,12 @@ impl Api {
 /// peak resident memory since the last reset, or `VmRSS`, the current.
 fn memory_mb(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 fn reset_peak_rss() {
@@ -155,7 +160,11 @@ async fn main() {
     );
     let ca = provider::TestCa::new();
     let hooks = provider::FakeProvider::start(&ca, &[HOOK_HOST], router).await;
-    let egress = service::egress::EgressPolicy::from_settings("", Some(&hooks.pins(&[HOOK_HOST])), Some(ca.pem.as_bytes())).unwrap().with_webhook_hosts(HOOK_HOST).unwrap();
+    let egress =
+        service::egress::EgressPolicy::from_settings("", Some(&hooks.pins(&[HOOK_HOST])), Some(ca.pem.as_bytes()))
+            .unwrap()
+            .with_webhook_hosts(HOOK_HOST)
+            .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let state = support::state(dir.path(), egress).await;
@@ -166,12 +175,21 @@ async fn main() {
     let ws = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
     let hook = api.post("/reverse-etl/destinations", json!({ "name": "receiver", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl") } })).await;
 
-    let mut warehouses = vec![("sqlite", json!({ "name": "sqlite warehouse", "kind": "sqlite", "configuration": { "file": "bench.db" } }))];
+    let mut warehouses = vec![(
+        "sqlite",
+        json!({ "name": "sqlite warehouse", "kind": "sqlite", "configuration": { "file": "bench.db" } }),
+    )];
     match std::env::var("BENCH_POSTGRES_URL") {
-        Ok(url) => warehouses.push(("postgres", json!({ "name": "postgres warehouse", "kind": "postgres", "configuration": { "url": url } }))),
+        Ok(url) => warehouses.push((
+            "postgres",
+            json!({ "name": "postgres warehouse", "kind": "postgres", "configuration": { "url": url } }),
+        )),
         Err(_) => println!("postgres: skipped (set BENCH_POSTGRES_URL to a database the benchmark may write to)"),
     }
-    println!("{rows} rows, {rounds} rounds of 1% changed, machine: {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "{rows} rows, {rounds} rounds of 1% changed, machine: {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     for (kind, body) in warehouses {
         let dest = api.post("/destinations", body.clone()).await;
         let warehouse = match kind {

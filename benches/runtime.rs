@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use service::egress::{Caller, EgressPolicy, HostPattern, Method, OutboundRequest};
 use service::plugin::registry::PluginSource;
 
-
 struct Stats {
     p50: Duration,
     p99: Duration,
@@ -54,7 +53,16 @@ async fn main() {
     let router = axum::Router::new().route("/ok", axum::routing::get(|| async { "fine" }));
     let fake = provider::FakeProvider::start(&ca, &["api.provider.test"], router).await;
     let dir = tempfile::tempdir().unwrap();
-    let state = support::state(dir.path(), EgressPolicy::from_settings("api.provider.test", Some(&fake.pins(&["api.provider.test"])), Some(ca.pem.as_bytes())).unwrap()).await;
+    let state = support::state(
+        dir.path(),
+        EgressPolicy::from_settings(
+            "api.provider.test",
+            Some(&fake.pins(&["api.provider.test"])),
+            Some(ca.pem.as_bytes()),
+        )
+        .unwrap(),
+    )
+    .await;
     let wasm = support::test_plugin("test_misbehaving");
     let id = state.plugins.load_bytes(&std::fs::read(&wasm).unwrap(), PluginSource::File(wasm)).await.unwrap();
     let plugin = state.plugins.available(&id).await.unwrap();
@@ -65,7 +73,8 @@ async fn main() {
     // 1. Invocation overhead: the no-op plugin's check, in rounds so that
     // a burst of noise on a shared machine shows as one odd round.
     let noop_wasm = support::test_plugin("test_noop");
-    let noop_id = state.plugins.load_bytes(&std::fs::read(&noop_wasm).unwrap(), PluginSource::File(noop_wasm)).await.unwrap();
+    let noop_id =
+        state.plugins.load_bytes(&std::fs::read(&noop_wasm).unwrap(), PluginSource::File(noop_wasm)).await.unwrap();
     let noop = state.plugins.available(&noop_id).await.unwrap();
     for _ in 0..1000 {
         runtime.check(&noop, &ws, &state.egress, "{}").await.unwrap();
@@ -98,8 +107,20 @@ async fn main() {
         .unwrap();
     let url = format!("https://api.provider.test:{}/ok", fake.addr.port());
     let declared = [HostPattern::parse("api.provider.test").unwrap()];
-    let caller = Caller { plugin_id: "bench", declared_hosts: &declared, workspace_id: &ws, reach: service::egress::Reach::Providers };
-    let egress_req = || OutboundRequest { method: Method::Get, url: "https://api.provider.test/ok".into(), headers: vec![], body: None, credential: None, timeout_ms: None };
+    let caller = Caller {
+        plugin_id: "bench",
+        declared_hosts: &declared,
+        workspace_id: &ws,
+        reach: service::egress::Reach::Providers,
+    };
+    let egress_req = || OutboundRequest {
+        method: Method::Get,
+        url: "https://api.provider.test/ok".into(),
+        headers: vec![],
+        body: None,
+        credential: None,
+        timeout_ms: None,
+    };
     for _ in 0..200 {
         direct.get(&url).send().await.unwrap().bytes().await.unwrap();
         state.egress.send(&caller, egress_req()).await.unwrap();
@@ -116,7 +137,11 @@ async fn main() {
     let (d, e) = (stats(d), stats(e));
     show("direct GET (reqwest, loopback HTTPS)", &d);
     show("GET through the egress layer", &e);
-    println!("egress overhead: {:+.1}% at p50, {:+.1}% on the mean", 100.0 * (us(e.p50) / us(d.p50) - 1.0), 100.0 * (us(e.mean) / us(d.mean) - 1.0));
+    println!(
+        "egress overhead: {:+.1}% at p50, {:+.1}% on the mean",
+        100.0 * (us(e.p50) / us(d.p50) - 1.0),
+        100.0 * (us(e.mean) / us(d.mean) - 1.0)
+    );
 
     // 3. The same GET from inside a plugin, taking turns with the same
     // plugin's invocation that sends nothing, so the difference between
@@ -145,7 +170,8 @@ async fn main() {
     // this is what each of them costs it. The guest times every request
     // with its monotonic clock; batches take turns with batches of direct
     // requests.
-    let timed = r#"{"behave":"egress_timed","times":200,"request":{"method":"GET","url":"https://api.provider.test/ok"}}"#;
+    let timed =
+        r#"{"behave":"egress_timed","times":200,"request":{"method":"GET","url":"https://api.provider.test/ok"}}"#;
     let (mut inside, mut d2) = (Vec::new(), Vec::new());
     for _ in 0..15 {
         for _ in 0..200 {
@@ -161,5 +187,9 @@ async fn main() {
     let (inside, d2) = (stats(inside), stats(d2));
     show("direct GET, in turns with the batches below", &d2);
     show("GET inside a running plugin (guest's clock)", &inside);
-    println!("GET inside a running plugin: {:.2}x direct at p50, {:+.1} µs", us(inside.p50) / us(d2.p50), us(inside.p50) - us(d2.p50));
+    println!(
+        "GET inside a running plugin: {:.2}x direct at p50, {:+.1} µs",
+        us(inside.p50) / us(d2.p50),
+        us(inside.p50) - us(d2.p50)
+    );
 }

@@ -89,7 +89,8 @@ impl Native {
         let (tx, mut rx) = queue(QUEUE_BYTES);
         let writer = Arc::new(writer);
         let write_task = tokio::spawn(async move {
-            let mut loader = Loader::new(writer.clone(), "bench", table, StreamSyncMode::FullRefreshOverwrite, Vec::new());
+            let mut loader =
+                Loader::new(writer.clone(), "bench", table, StreamSyncMode::FullRefreshOverwrite, Vec::new());
             while let Some(first) = rx.recv().await {
                 let (records, _) = gather(first, &mut rx);
                 loader.write(records).await.unwrap();

@@ -30,15 +30,15 @@ use service::store::pipelines::StreamSyncMode;
 const RECORDS: u64 = 100_000;
 const PAGE: u64 = 1000;
 
-
 /// Pages of about 1 KB records, rendered once.
 fn pages() -> Arc<Vec<String>> {
     let pad = "x".repeat(940);
     Arc::new(
         (0..RECORDS / PAGE)
             .map(|p| {
-                let data: Vec<Value> =
-                    (p * PAGE..(p + 1) * PAGE).map(|i| json!({ "id": i, "updated_at": "2024-01-01T00:00:00Z", "kind": "open", "payload": pad })).collect();
+                let data: Vec<Value> = (p * PAGE..(p + 1) * PAGE)
+                    .map(|i| json!({ "id": i, "updated_at": "2024-01-01T00:00:00Z", "kind": "open", "payload": pad }))
+                    .collect();
                 let next = if p + 1 < RECORDS / PAGE { json!(((p + 1) * PAGE).to_string()) } else { Value::Null };
                 json!({ "data": data, "next_cursor": next }).to_string()
             })
@@ -73,7 +73,12 @@ async fn main() {
     let ca = provider::TestCa::new();
     let fake = provider::FakeProvider::start(&ca, &["api.source.test"], router).await;
     let dir = tempfile::tempdir().unwrap();
-    let state = support::state(dir.path(), EgressPolicy::from_settings("*.source.test", Some(&fake.pins(&["api.source.test"])), Some(ca.pem.as_bytes())).unwrap()).await;
+    let state = support::state(
+        dir.path(),
+        EgressPolicy::from_settings("*.source.test", Some(&fake.pins(&["api.source.test"])), Some(ca.pem.as_bytes()))
+            .unwrap(),
+    )
+    .await;
     let wasm = support::test_plugin("test_paged_source");
     state.plugins.load_bytes(&std::fs::read(&wasm).unwrap(), PluginSource::File(wasm)).await.unwrap();
     let ws = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
@@ -113,10 +118,23 @@ async fn main() {
     }
     for (kind, dest_cfg) in targets {
         let dest = state.store.create_destination(&ws, kind, kind.as_str(), &dest_cfg, &admin).await.unwrap();
-        let streams = vec![service::store::pipelines::StreamSelection { name: "events".into(), sync_mode: StreamSyncMode::FullRefreshOverwrite, cursor_field: None, primary_key: None }];
+        let streams = vec![service::store::pipelines::StreamSelection {
+            name: "events".into(),
+            sync_mode: StreamSyncMode::FullRefreshOverwrite,
+            cursor_field: None,
+            primary_key: None,
+        }];
         let pipeline = state
             .store
-            .create_pipeline(&ws, "bench", &source.source_id, &dest.destination_id, &streams, &service::store::pipelines::Schedule::Manual, None)
+            .create_pipeline(
+                &ws,
+                "bench",
+                &source.source_id,
+                &dest.destination_id,
+                &streams,
+                &service::store::pipelines::Schedule::Manual,
+                None,
+            )
             .await
             .unwrap();
         let parsed = service::warehouse::validate(kind, &dest_cfg).unwrap();
@@ -131,16 +149,26 @@ async fn main() {
             plugin_rates.push(records as f64 / secs);
 
             let (t, cpu) = (Instant::now(), support::cpu_seconds());
-            let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &ws, warehouses: &state.config.plugins.warehouses };
+            let place = service::warehouse::Place {
+                data_dir: dir.path(),
+                workspace_id: &ws,
+                warehouses: &state.config.plugins.warehouses,
+            };
             let first_url = native_url.clone();
-            let records = native.sync(native_url.clone(), move |body| cut_page(&first_url, body), "events_native", &parsed, &place).await;
+            let records = native
+                .sync(native_url.clone(), move |body| cut_page(&first_url, body), "events_native", &parsed, &place)
+                .await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);
             native_rates.push(records as f64 / secs);
         }
         let (plugin, native) = (median(&mut plugin_rates), median(&mut native_rates));
         let mb = |rate: f64| rate * total_bytes as f64 / RECORDS as f64 / 1e6;
-        println!("{kind}: median of {rounds} rounds: through the plugin {plugin:.0} records/s ({:.1} MB/s), native baseline {native:.0} records/s ({:.1} MB/s)", mb(plugin), mb(native));
+        println!(
+            "{kind}: median of {rounds} rounds: through the plugin {plugin:.0} records/s ({:.1} MB/s), native baseline {native:.0} records/s ({:.1} MB/s)",
+            mb(plugin),
+            mb(native)
+        );
         println!("{kind}: plugin path at {:.0}% of the native baseline", 100.0 * plugin / native);
     }
     runner.abort();

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Plugin packages embedded in the server: (package, component file stem).
-const BUNDLED: &[(&str, &str)] = &[("conn-emailcampaign", "conn_emailcampaign"), ("conn-socialmedia", "conn_socialmedia")];
+const BUNDLED: &[(&str, &str)] =
+    &[("conn-emailcampaign", "conn_emailcampaign"), ("conn-socialmedia", "conn_socialmedia")];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -29,7 +30,8 @@ fn main() {
     }
 
     let out_dir = target_dir.join("wasm32-wasip2").join("release");
-    let mut generated = String::from("/// Bundled plugins: (file stem, component bytes).\npub static BUNDLED: &[(&str, &[u8])] = &[\n");
+    let mut generated =
+        String::from("/// Bundled plugins: (file stem, component bytes).\npub static BUNDLED: &[(&str, &[u8])] = &[\n");
     for (_, name) in BUNDLED {
         let file = out_dir.join(format!("{name}.wasm"));
         if !file.exists() {
@@ -55,7 +57,9 @@ fn ensure_wasm_target() {
     println!("cargo:warning=installing the wasm32-wasip2 target with rustup");
     let status = Command::new("rustup").args(["target", "add", "wasm32-wasip2"]).status();
     if !status.is_ok_and(|s| s.success()) {
-        panic!("the wasm32-wasip2 target is missing and `rustup target add wasm32-wasip2` failed; install it and build again");
+        panic!(
+            "the wasm32-wasip2 target is missing and `rustup target add wasm32-wasip2` failed; install it and build again"
+        );
     }
 }
 
@@ -63,9 +67,7 @@ fn ensure_wasm_target() {
 fn build_workspace(dir: &Path, target_dir: &Path, packages: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(dir)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
-        .arg(target_dir);
+    cmd.current_dir(dir).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(target_dir);
     for p in packages {
         cmd.args(["-p", p]);
     }
@@ -86,10 +88,6 @@ fn build_workspace(dir: &Path, target_dir: &Path, packages: &[&str]) {
     }
     let output = cmd.output().expect("run cargo for the plugins");
     if !output.status.success() {
-        panic!(
-            "building the plugins in {} failed:\n{}",
-            dir.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        panic!("building the plugins in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&output.stderr));
     }
 }

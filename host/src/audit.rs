@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use axum::http::StatusCode;
 
 use crate::access::{ClientSource, Principal};
-use crate::store::kinds::AuditOutcome;
 use crate::store::audit::NewAuditRecord;
+use crate::store::kinds::AuditOutcome;
 use crate::telemetry::request_id;
 
 /// What a handler tells the audit layer about the request it served.
@@ -86,4 +86,3 @@ impl AuditNote {
         }
     }
 }
-

@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::telemetry::request_id;
 use crate::store::StoreError;
+use crate::telemetry::request_id;
 
 /// The error body every failing response carries.
 #[derive(Debug, Serialize, ToSchema)]
@@ -103,7 +103,11 @@ impl ApiError {
 
     /// 500: logs `cause` and tells the client only that it failed.
     pub fn internal(cause: impl Into<anyhow::Error>) -> Self {
-        let mut e = Self::new(StatusCode::INTERNAL_SERVER_ERROR, "500", "internal error; the request id identifies it in the server log");
+        let mut e = Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "500",
+            "internal error; the request id identifies it in the server log",
+        );
         e.internal = Some(cause.into());
         e
     }
@@ -165,24 +169,83 @@ impl From<crate::plugin::InvocationError> for ApiError {
             m.chars().take(300).collect()
         }
         match e {
-            I::Connector(C::InvalidConfig(m)) => ApiError::bad_request("CONNECTOR_INVALID_CONFIG", format!("the connector rejected the configuration: {}", short(&m))),
-            I::Connector(C::InvalidCredentials(m)) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "PROVIDER_INVALID_CREDENTIALS", format!("the provider rejected the credential: {}", short(&m))),
-            I::Connector(C::PermissionDenied(m)) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "PROVIDER_PERMISSION_DENIED", format!("the credential lacks access: {}", short(&m))),
-            I::Connector(C::RateLimited(after)) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "PROVIDER_RATE_LIMITED", "the provider is rate limiting requests; retry later")
-                .with_details(serde_json::json!({ "retry_after_seconds": after })),
-            I::Connector(C::ProviderUnavailable(m)) => ApiError::new(StatusCode::BAD_GATEWAY, "PROVIDER_UNAVAILABLE", format!("the provider is unavailable: {}", short(&m))),
-            I::Connector(C::ProviderError(m)) => ApiError::new(StatusCode::BAD_GATEWAY, "PROVIDER_ERROR", format!("the provider refused the request: {}", short(&m))),
-            I::Connector(C::EgressDenied(m)) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "EGRESS_DENIED", format!("the egress policy refused a request: {}", short(&m))),
-            I::Connector(C::Unsupported(m)) => ApiError::bad_request("CONNECTOR_UNSUPPORTED", format!("not supported by the connector: {}", short(&m))),
-            I::Connector(C::Internal(m)) => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_FAILED", format!("the connector failed: {}", short(&m))),
-            I::Timeout => ApiError::new(StatusCode::GATEWAY_TIMEOUT, "CONNECTOR_TIMEOUT", "the connector did not finish within its time limit"),
-            I::CpuLimit => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_CPU_LIMIT", "the connector exceeded its CPU time limit"),
-            I::MemoryLimit => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_MEMORY_LIMIT", "the connector exceeded its memory limit"),
-            I::Trapped(m) => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_TRAPPED", format!("the connector crashed: {}", short(&m))),
-            I::OutputTooLarge => ApiError::new(StatusCode::BAD_GATEWAY, "CONNECTOR_OUTPUT_TOO_LARGE", "the connector's output exceeds the size limit"),
-            I::Unsupported(op) => ApiError::bad_request("CONNECTOR_OPERATION_UNSUPPORTED", format!("the connector does not offer the {op} operation")),
-            I::Unavailable(id) => ApiError::conflict("CONNECTOR_UNAVAILABLE", format!("connector {id} is not available (unloaded or disabled by the operator)"))
-                .with_details(serde_json::json!({ "connector_id": id })),
+            I::Connector(C::InvalidConfig(m)) => ApiError::bad_request(
+                "CONNECTOR_INVALID_CONFIG",
+                format!("the connector rejected the configuration: {}", short(&m)),
+            ),
+            I::Connector(C::InvalidCredentials(m)) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "PROVIDER_INVALID_CREDENTIALS",
+                format!("the provider rejected the credential: {}", short(&m)),
+            ),
+            I::Connector(C::PermissionDenied(m)) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "PROVIDER_PERMISSION_DENIED",
+                format!("the credential lacks access: {}", short(&m)),
+            ),
+            I::Connector(C::RateLimited(after)) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "PROVIDER_RATE_LIMITED",
+                "the provider is rate limiting requests; retry later",
+            )
+            .with_details(serde_json::json!({ "retry_after_seconds": after })),
+            I::Connector(C::ProviderUnavailable(m)) => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "PROVIDER_UNAVAILABLE",
+                format!("the provider is unavailable: {}", short(&m)),
+            ),
+            I::Connector(C::ProviderError(m)) => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "PROVIDER_ERROR",
+                format!("the provider refused the request: {}", short(&m)),
+            ),
+            I::Connector(C::EgressDenied(m)) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "EGRESS_DENIED",
+                format!("the egress policy refused a request: {}", short(&m)),
+            ),
+            I::Connector(C::Unsupported(m)) => {
+                ApiError::bad_request("CONNECTOR_UNSUPPORTED", format!("not supported by the connector: {}", short(&m)))
+            }
+            I::Connector(C::Internal(m)) => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "CONNECTOR_FAILED",
+                format!("the connector failed: {}", short(&m)),
+            ),
+            I::Timeout => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "CONNECTOR_TIMEOUT",
+                "the connector did not finish within its time limit",
+            ),
+            I::CpuLimit => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "CONNECTOR_CPU_LIMIT",
+                "the connector exceeded its CPU time limit",
+            ),
+            I::MemoryLimit => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "CONNECTOR_MEMORY_LIMIT",
+                "the connector exceeded its memory limit",
+            ),
+            I::Trapped(m) => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "CONNECTOR_TRAPPED",
+                format!("the connector crashed: {}", short(&m)),
+            ),
+            I::OutputTooLarge => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "CONNECTOR_OUTPUT_TOO_LARGE",
+                "the connector's output exceeds the size limit",
+            ),
+            I::Unsupported(op) => ApiError::bad_request(
+                "CONNECTOR_OPERATION_UNSUPPORTED",
+                format!("the connector does not offer the {op} operation"),
+            ),
+            I::Unavailable(id) => ApiError::conflict(
+                "CONNECTOR_UNAVAILABLE",
+                format!("connector {id} is not available (unloaded or disabled by the operator)"),
+            )
+            .with_details(serde_json::json!({ "connector_id": id })),
             I::Host(m) => ApiError::unavailable(short(&m)),
         }
     }

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -118,7 +118,11 @@ impl Catalog {
                 if SECRET_OPERATIONS.contains(&op_id) {
                     continue;
                 }
-                let name = NAMED_TOOLS.iter().find(|(o, _)| *o == op_id).map(|(_, n)| n.to_string()).unwrap_or_else(|| format!("service_{op_id}"));
+                let name = NAMED_TOOLS
+                    .iter()
+                    .find(|(o, _)| *o == op_id)
+                    .map(|(_, n)| n.to_string())
+                    .unwrap_or_else(|| format!("service_{op_id}"));
                 let mut defs = Map::new();
                 let mut props = Map::new();
                 let mut required = Vec::new();
@@ -146,7 +150,9 @@ impl Catalog {
                     Some(name) => components.get(name).unwrap_or(&Value::Null),
                     None => body,
                 };
-                let fields = resolved["properties"].as_object().filter(|f| !f.is_empty() && f.keys().all(|k| !props.contains_key(k) && k != "body"));
+                let fields = resolved["properties"]
+                    .as_object()
+                    .filter(|f| !f.is_empty() && f.keys().all(|k| !props.contains_key(k) && k != "body"));
                 let body_args = if body.is_null() {
                     BodyArgs::None
                 } else if let Some(fields) = fields {
@@ -182,12 +188,19 @@ impl Catalog {
                 let read_only = m == reqwest::Method::GET;
                 let annotations = ToolAnnotations::new()
                     .read_only(read_only)
-                    .destructive(m == reqwest::Method::DELETE || op_id.contains("revoke") || op_id.contains("remove") || op_id.contains("unload"))
+                    .destructive(
+                        m == reqwest::Method::DELETE
+                            || op_id.contains("revoke")
+                            || op_id.contains("remove")
+                            || op_id.contains("unload"),
+                    )
                     .idempotent(read_only || m == reqwest::Method::DELETE)
                     .open_world(false);
                 let tool = Tool::new(name.clone(), description, Arc::new(schema)).with_annotations(annotations);
                 catalog.tools.push(tool);
-                catalog.routes.insert(name, Route { method: m, path: path.clone(), path_params, query_params, body: body_args });
+                catalog
+                    .routes
+                    .insert(name, Route { method: m, path: path.clone(), path_params, query_params, body: body_args });
             }
         }
         catalog.tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -216,7 +229,10 @@ impl Dispatch for InProcess {
             match router.oneshot(req).await {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
-                    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024).await.map(|b| b.to_vec()).unwrap_or_default();
+                    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024 * 1024)
+                        .await
+                        .map(|b| b.to_vec())
+                        .unwrap_or_default();
                     (status, body)
                 }
                 Err(never) => match never {},
@@ -313,26 +329,45 @@ impl ServerHandler for McpServer {
             )
     }
 
-    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(self.catalog.tools.clone()))
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
-        let route = self.catalog.routes.get(&name).ok_or_else(|| McpError::invalid_params(format!("unknown tool {name}"), None))?;
+        let route = self
+            .catalog
+            .routes
+            .get(&name)
+            .ok_or_else(|| McpError::invalid_params(format!("unknown tool {name}"), None))?;
         let args = request.arguments.unwrap_or_default();
         let mut path = route.path.clone();
         for p in &route.path_params {
-            let v = args.get(p).map(as_query_value).ok_or_else(|| McpError::invalid_params(format!("missing argument {p}"), None))?;
+            let v = args
+                .get(p)
+                .map(as_query_value)
+                .ok_or_else(|| McpError::invalid_params(format!("missing argument {p}"), None))?;
             path = path.replace(&format!("{{{p}}}"), &segment(&v));
         }
-        let query: Vec<(String, String)> =
-            route.query_params.iter().filter_map(|q| args.get(q).filter(|v| !v.is_null()).map(|v| (q.clone(), as_query_value(v)))).collect();
+        let query: Vec<(String, String)> = route
+            .query_params
+            .iter()
+            .filter_map(|q| args.get(q).filter(|v| !v.is_null()).map(|v| (q.clone(), as_query_value(v))))
+            .collect();
         if !query.is_empty() {
             path.push('?');
             path.push_str(&url::form_urlencoded::Serializer::new(String::new()).extend_pairs(&query).finish());
         }
-        let mut builder = axum::http::Request::builder().method(route.method.clone()).uri(&path).header("x-service-client", "mcp");
+        let mut builder =
+            axum::http::Request::builder().method(route.method.clone()).uri(&path).header("x-service-client", "mcp");
         if let Some(auth) = self.authorization(&ctx) {
             builder = builder.header(axum::http::header::AUTHORIZATION, auth);
         }
@@ -346,14 +381,21 @@ impl ServerHandler for McpServer {
                 builder = builder.header(axum::http::header::CONTENT_TYPE, "application/json");
                 // A null argument is an absent one (assistants send null for
                 // what they leave out); nulls inside a value stay.
-                let object: Map<String, Value> = fields.iter().filter_map(|f| args.get(f).filter(|v| !v.is_null()).map(|v| (f.clone(), v.clone()))).collect();
+                let object: Map<String, Value> = fields
+                    .iter()
+                    .filter_map(|f| args.get(f).filter(|v| !v.is_null()).map(|v| (f.clone(), v.clone())))
+                    .collect();
                 Body::from(Value::Object(object).to_string())
             }
         };
         let req = builder.body(body).map_err(|e| McpError::invalid_params(e.to_string(), None))?;
         let (status, bytes) = self.dispatch.send(req).await;
         let text = String::from_utf8_lossy(&bytes).into_owned();
-        let result = if status < 400 { CallToolResult::success(vec![ContentBlock::text(text)]) } else { CallToolResult::error(vec![ContentBlock::text(text)]) };
+        let result = if status < 400 {
+            CallToolResult::success(vec![ContentBlock::text(text)])
+        } else {
+            CallToolResult::error(vec![ContentBlock::text(text)])
+        };
         Ok(result.into())
     }
 }
@@ -363,11 +405,18 @@ pub fn http_service(
     catalog: Arc<Catalog>,
     api: axum::Router,
     allowed_hosts: Vec<String>,
-) -> rmcp::transport::streamable_http_server::StreamableHttpService<McpServer, rmcp::transport::streamable_http_server::session::local::LocalSessionManager> {
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    McpServer,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
     use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
     let dispatch: Arc<dyn Dispatch> = Arc::new(InProcess(api));
     let config = StreamableHttpServerConfig::default().with_allowed_hosts(allowed_hosts);
-    StreamableHttpService::new(move || Ok(McpServer::new(catalog.clone(), dispatch.clone(), Token::FromRequest)), Default::default(), config)
+    StreamableHttpService::new(
+        move || Ok(McpServer::new(catalog.clone(), dispatch.clone(), Token::FromRequest)),
+        Default::default(),
+        config,
+    )
 }
 
 /// `service mcp`: serves the tools over stdio, calling the running server

@@ -38,7 +38,10 @@ pub fn bundled_plugins() -> Vec<(&'static str, &'static [u8])> {
 /// The compiled-plugin cache of a data directory, authenticated with a key
 /// derived from the master key.
 pub fn compile_cache(data_dir: &std::path::Path, vault: &Vault) -> crate::plugin::CompileCache {
-    crate::plugin::CompileCache { dir: data_dir.join("plugin-cache"), key: vault.derived_key("plugin-cache").into_secret() }
+    crate::plugin::CompileCache {
+        dir: data_dir.join("plugin-cache"),
+        key: vault.derived_key("plugin-cache").into_secret(),
+    }
 }
 
 /// How often the plugins directory and the database's plugin states are
@@ -51,7 +54,9 @@ impl AppState {
     pub async fn open(config: ServerConfig) -> anyhow::Result<Self> {
         crate::config::ensure_data_dir(&config.data_dir)?;
         crate::config::check_data_dir(&config.data_dir)?;
-        let store = Store::connect(&config.database_url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+        let store = Store::connect(&config.database_url)
+            .await
+            .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
         crate::warehouse::relocate_shared_files(&store, &config.data_dir).await;
         match admin::bootstrap(&store, &config).await? {
             Bootstrap::AlreadyInitialised => {}
@@ -84,7 +89,13 @@ impl AppState {
         ));
         plugins.load_all().await;
         let config = Arc::new(config);
-        let oauth = Arc::new(crate::credentials::OAuth::new(config.oauth.clone(), &config.public_url, plugins.clone(), egress.clone(), store.clone())?);
+        let oauth = Arc::new(crate::credentials::OAuth::new(
+            config.oauth.clone(),
+            &config.public_url,
+            plugins.clone(),
+            egress.clone(),
+            store.clone(),
+        )?);
         let refresher: Arc<dyn crate::credentials::TokenRefresher> = oauth.clone();
         vault.set_refresher(&refresher);
         // On SQLite this process is the only server: its caches are right
@@ -113,7 +124,6 @@ impl AppState {
         })
     }
 }
-
 
 /// A server bound to its listener and running in the background.
 pub struct RunningServer {
@@ -302,7 +312,11 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
             }
         })
     };
-    let notices = tokio::spawn(crate::store::notices::follow(state.store.clone(), state.session_cache.clone(), state.me_cache.clone()));
+    let notices = tokio::spawn(crate::store::notices::follow(
+        state.store.clone(),
+        state.session_cache.clone(),
+        state.me_cache.clone(),
+    ));
     let limits = state.config.limits.clone();
     let app = app(state);
     let (tx, rx) = tokio::sync::watch::channel(false);
@@ -316,7 +330,8 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
 pub fn app(state: AppState) -> axum::Router {
     let (api, openapi) = crate::http::api(&state, crate::web::router());
     let catalog = Arc::new(crate::mcp::Catalog::from_openapi(&serde_json::to_value(&*openapi).unwrap_or_default()));
-    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), state.config.bind.ip().to_string()];
+    let mut hosts =
+        vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned(), state.config.bind.ip().to_string()];
     if let Some(h) = state.config.public_url.host_str() {
         hosts.push(h.to_owned());
     }

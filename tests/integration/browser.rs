@@ -45,12 +45,20 @@ fn find_program(name: &str) -> Option<std::path::PathBuf> {
 fn driver() -> Option<Driver> {
     let Some(program) = find_program("chromedriver") else {
         let required = std::env::var(REQUIRED_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
-        assert!(!required, "{REQUIRED_ENV} is set but chromedriver is not installed (apt-get install chromium chromium-driver)");
+        assert!(
+            !required,
+            "{REQUIRED_ENV} is set but chromedriver is not installed (apt-get install chromium chromium-driver)"
+        );
         eprintln!("skipped: no chromedriver (apt-get install chromium chromium-driver)");
         return None;
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(program).arg(format!("--port={port}")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("chromedriver starts");
+    let child = Command::new(program)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "chromedriver did not listen within 20 s");
@@ -66,7 +74,11 @@ async fn chromium(driver: &Driver) -> Client {
     }
     let mut caps = serde_json::Map::new();
     caps.insert("goog:chromeOptions".into(), options);
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new()).capabilities(caps).connect(&driver.url).await.expect("a Chromium session")
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session")
 }
 
 /// Saves what the browser shows as `name.png`.
@@ -127,7 +139,14 @@ fn cli_login(srv: &TestServer, config: &std::path::Path) -> (Child, String) {
 async fn the_pages_work_in_a_real_browser() {
     let Some(driver) = driver() else { return };
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
-    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
+    service::access::admin::set_password(
+        &srv.state.store,
+        EMAIL,
+        SecretString::from(PASSWORD),
+        service::access::admin::OnPasswordChange::KeepSessions,
+    )
+    .await
+    .unwrap();
     let c = chromium(&driver).await;
     let config = crate::support::private_dir();
 
@@ -162,7 +181,14 @@ async fn the_pages_work_in_a_real_browser() {
     let said = String::from_utf8_lossy(&status.stdout);
     assert!(status.status.success() && said.contains(EMAIL) && said.contains("client cli"), "{said}");
     let sessions = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
-    assert!(sessions["data"]["items"].as_array().unwrap().iter().any(|s| s["client_source"] == "cli" && s["label"].as_str().is_some_and(|l| l.starts_with("CLI on "))), "{sessions}");
+    assert!(
+        sessions["data"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["client_source"] == "cli" && s["label"].as_str().is_some_and(|l| l.starts_with("CLI on "))),
+        "{sessions}"
+    );
 
     // The account page, signed in by the browser session.
     c.goto(&format!("{}/account", srv.base)).await.unwrap();
@@ -182,7 +208,13 @@ async fn the_pages_work_in_a_real_browser() {
     wait_for_text(&c, "Signed in as").await;
 
     // The credential-entry page creates a credential the API then shows.
-    let link = json_ok(srv.post("/v1/credentials/entry-links", json!({ "hosts": ["team.mailcoach.app"], "label": "browser test" })).send().await.unwrap()).await;
+    let link = json_ok(
+        srv.post("/v1/credentials/entry-links", json!({ "hosts": ["team.mailcoach.app"], "label": "browser test" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     c.goto(link["data"]["url"].as_str().unwrap()).await.unwrap();
     wait_for_text(&c, "Secret").await;
     screenshot(&c, "07-credential-entry").await;
@@ -196,12 +228,15 @@ async fn the_pages_work_in_a_real_browser() {
 
     // A proposal approved on the approvals page runs once.
     let proposed = json_ok(
-        srv.post(&format!("/v1/workspaces/{}/members/invitations", srv.workspace_id().await), json!({ "email": "browser-invitee@example.test", "role": "viewer" }))
-            .header("x-service-execution-mode", "proposal")
-            .header("x-service-client", "cli")
-            .send()
-            .await
-            .unwrap(),
+        srv.post(
+            &format!("/v1/workspaces/{}/members/invitations", srv.workspace_id().await),
+            json!({ "email": "browser-invitee@example.test", "role": "viewer" }),
+        )
+        .header("x-service-execution-mode", "proposal")
+        .header("x-service-client", "cli")
+        .send()
+        .await
+        .unwrap(),
     )
     .await;
     let approval_id = proposed["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
@@ -212,7 +247,8 @@ async fn the_pages_work_in_a_real_browser() {
     wait_for_text(&c, "Approved").await;
     screenshot(&c, "10-approved").await;
     let listed = json_ok(srv.get("/v1/approvals").send().await.unwrap()).await;
-    let approval: &Value = listed["data"]["items"].as_array().unwrap().iter().find(|a| a["approval_id"] == approval_id.as_str()).unwrap();
+    let approval: &Value =
+        listed["data"]["items"].as_array().unwrap().iter().find(|a| a["approval_id"] == approval_id.as_str()).unwrap();
     assert_eq!(approval["status"], "executed", "{approval}");
 
     // Signing out ends the browser session.

@@ -29,7 +29,12 @@ fn bad_configuration_is_one_line_naming_the_setting() {
     assert!(err.contains("--bind"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
-    let out = service(dir.path()).env("SERVICE_BOOTSTRAP_TOKEN", "short").env("SERVICE_BIND", "127.0.0.1:0").args(["serve"]).output().unwrap();
+    let out = service(dir.path())
+        .env("SERVICE_BOOTSTRAP_TOKEN", "short")
+        .env("SERVICE_BIND", "127.0.0.1:0")
+        .args(["serve"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("SERVICE_BOOTSTRAP_TOKEN"), "{err}");
@@ -47,7 +52,9 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
     let server = spawn_server(dir.path());
     let base = server.base.clone();
     let printed = server.output_containing(&format!("{base}/login/"));
-    let link = printed.lines().find_map(|l| l.trim().strip_prefix(&format!("{base}/login/")).map(|c| format!("{base}/login/{c}")));
+    let link = printed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{base}/login/")).map(|c| format!("{base}/login/{c}")));
     let client = reqwest::blocking::Client::new();
     let result = (|| {
         let link = link.ok_or("no login link printed")?;
@@ -56,7 +63,8 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
         if refused.status() != StatusCode::BAD_REQUEST {
             return Err(format!("a short password answered {}", refused.status()));
         }
-        let page = client.post(&link).form(&[("password", "first admin passphrase")]).send().map_err(|e| e.to_string())?;
+        let page =
+            client.post(&link).form(&[("password", "first admin passphrase")]).send().map_err(|e| e.to_string())?;
         if page.status() != StatusCode::OK {
             return Err(format!("login POST answered {}", page.status()));
         }
@@ -74,9 +82,20 @@ fn first_start_prints_a_one_time_login_link_that_yields_an_admin_token() {
         // The password chosen on the first-start page signs in on the web.
         let browser = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
         let form = browser.get(format!("{base}/sign-in")).send().unwrap();
-        let cookie = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+        let cookie = form
+            .headers()
+            .get("set-cookie")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .trim_start_matches("service_csrf=")
+            .to_owned();
         let csrf = crate::support::form_csrf(&form.text().unwrap()).unwrap();
-        let me = client.get(format!("{base}/v1/me")).bearer_auth(token).send().unwrap().json::<serde_json::Value>().unwrap();
+        let me =
+            client.get(format!("{base}/v1/me")).bearer_auth(token).send().unwrap().json::<serde_json::Value>().unwrap();
         let email = me["data"]["user"]["email"].as_str().unwrap().to_owned();
         let signed_in = browser
             .post(format!("{base}/sign-in"))
@@ -100,13 +119,19 @@ fn admin_commands_mint_a_working_token_offline() {
     // Initialise the database through a first start, then stop.
     drop(spawn_server(dir.path()));
 
-    let out = service(dir.path()).args(["admin", "create-user", "--email", "Robot@Example.test", "--name", "Robot", "--role", "editor"]).output().unwrap();
+    let out = service(dir.path())
+        .args(["admin", "create-user", "--email", "Robot@Example.test", "--name", "Robot", "--role", "editor"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = service(dir.path()).args(["admin", "create-user", "--email", "robot@example.test"]).output().unwrap();
     assert!(!out.status.success(), "duplicate user refused");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--email"));
 
-    let out = service(dir.path()).args(["admin", "create-token", "--email", "robot@example.test", "--label", "ci"]).output().unwrap();
+    let out = service(dir.path())
+        .args(["admin", "create-token", "--email", "robot@example.test", "--label", "ci"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(token.starts_with("svc_"), "stdout holds the token alone");
@@ -131,13 +156,28 @@ fn admin_commands_mint_a_working_token_offline() {
     // (someone else may hold the account), unless told to keep them.
     let out = set_password("robot passphrase 2026", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("1 session(s) and token(s) revoked"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("passphrase") && !String::from_utf8_lossy(&out.stderr).contains("passphrase"), "never echoed");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 session(s) and token(s) revoked"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("passphrase")
+            && !String::from_utf8_lossy(&out.stderr).contains("passphrase"),
+        "never echoed"
+    );
     let revoked = token;
-    let out = service(dir.path()).args(["admin", "create-token", "--email", "robot@example.test", "--label", "ci"]).output().unwrap();
+    let out = service(dir.path())
+        .args(["admin", "create-token", "--email", "robot@example.test", "--label", "ci"])
+        .output()
+        .unwrap();
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let out = set_password("robot passphrase 2026", &["--keep-sessions"]);
-    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("sessions kept"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stderr).contains("sessions kept"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let server = spawn_server(dir.path());
     let client = reqwest::blocking::Client::new();
@@ -149,7 +189,17 @@ fn admin_commands_mint_a_working_token_offline() {
     // The password signs the user in on the web pages.
     let browser = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let form = browser.get(format!("{}/sign-in", server.base)).send().unwrap();
-    let cookie = form.headers().get("set-cookie").unwrap().to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+    let cookie = form
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("service_csrf=")
+        .to_owned();
     let csrf = crate::support::form_csrf(&form.text().unwrap()).unwrap();
     let signed_in = browser
         .post(format!("{}/sign-in", server.base))
@@ -197,7 +247,14 @@ fn every_setting_is_listed_in_help_and_secret_values_are_not() {
 
     let canary = "canary-master-key-value-in-the-environment";
     let mut help = String::new();
-    for args in [&["serve", "--help"][..], &["admin", "rotate-master-key", "--help"], &["mcp", "--help"], &["plugins", "load", "--help"], &["auth", "login", "--help"], &["sources", "list", "--help"]] {
+    for args in [
+        &["serve", "--help"][..],
+        &["admin", "rotate-master-key", "--help"],
+        &["mcp", "--help"],
+        &["plugins", "load", "--help"],
+        &["auth", "login", "--help"],
+        &["sources", "list", "--help"],
+    ] {
         let out = service(dir.path())
             .env("SERVICE_MASTER_KEY", canary)
             .env("SERVICE_NEW_MASTER_KEY", canary)
@@ -211,7 +268,10 @@ fn every_setting_is_listed_in_help_and_secret_values_are_not() {
         help.push_str(&String::from_utf8_lossy(&out.stdout));
     }
     for setting in &named {
-        assert!(help.contains(&format!("env: {setting}")) || help.contains(&format!("env: {setting}=")), "{setting} is not in --help");
+        assert!(
+            help.contains(&format!("env: {setting}")) || help.contains(&format!("env: {setting}=")),
+            "{setting} is not in --help"
+        );
     }
     assert!(!help.contains(canary), "a secret's value was shown in --help");
 }

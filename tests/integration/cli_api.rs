@@ -85,12 +85,19 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
     assert_ne!(token, SECRET);
     // Pages answer slowly, so the sync runs long enough to show progress.
-    let mc = Arc::new(MailcoachState { token: SECRET.to_owned(), campaigns: mailcoach::campaigns(25), subscribers: 3000, ..Default::default() });
+    let mc = Arc::new(MailcoachState {
+        token: SECRET.to_owned(),
+        campaigns: mailcoach::campaigns(25),
+        subscribers: 3000,
+        ..Default::default()
+    });
     let names = ["mail.acme-corp.com"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
     let pins = provider.pins(&names);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
+                .unwrap();
     })
     .await
     .unwrap();
@@ -104,13 +111,29 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     assert!(header.starts_with("WORKSPACE") && header.contains("ROLE"), "{table}");
     assert!(table.lines().any(|l| l.starts_with(&ws) && l.contains("administrator")), "{table}");
     let connectors = cli.ok(&["connectors", "list"]).await;
-    assert!(connectors.lines().any(|l| l.starts_with("conn_emailcampaign_edm") && l.contains("available")), "{connectors}");
+    assert!(
+        connectors.lines().any(|l| l.starts_with("conn_emailcampaign_edm") && l.contains("available")),
+        "{connectors}"
+    );
 
     // A credential: the CLI prints the entry page and waits; the secret is
     // typed on the page (here, posted as the page's form) and never passes
     // through the CLI.
     let mut child = cli
-        .command(ADMIN_TOKEN, &["credentials", "create", "--connector", "conn_emailcampaign_edm", "--host", "mail.acme-corp.com", "--label", "newsletters", "--no-browser"])
+        .command(
+            ADMIN_TOKEN,
+            &[
+                "credentials",
+                "create",
+                "--connector",
+                "conn_emailcampaign_edm",
+                "--host",
+                "mail.acme-corp.com",
+                "--label",
+                "newsletters",
+                "--no-browser",
+            ],
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -129,22 +152,51 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     let rest: Vec<String> = err_lines.map_while(Result::ok).collect();
     assert!(out.status.success(), "{} {rest:?}", stdout(&out));
     let printed = stdout(&out);
-    let handle = printed.split_whitespace().find(|w| w.starts_with("ch_")).unwrap_or_else(|| panic!("a handle: {printed}")).to_owned();
+    let handle = printed
+        .split_whitespace()
+        .find(|w| w.starts_with("ch_"))
+        .unwrap_or_else(|| panic!("a handle: {printed}"))
+        .to_owned();
     assert!(!printed.contains(SECRET) && !rest.concat().contains(SECRET), "the secret is never printed");
 
     // A source, a destination, a pipeline with the suggested streams.
     let config_json = json!({ "base_url": BASE_URL, "credential_handle": handle }).to_string();
-    let source = cli.json(&["sources", "create", "--name", "Newsletters", "--connector", "conn_emailcampaign_edm", "--config", &config_json]).await;
+    let source = cli
+        .json(&[
+            "sources",
+            "create",
+            "--name",
+            "Newsletters",
+            "--connector",
+            "conn_emailcampaign_edm",
+            "--config",
+            &config_json,
+        ])
+        .await;
     let source_id = source["source_id"].as_str().unwrap().to_owned();
     let shown = cli.ok(&["sources", "get", &source_id]).await;
     assert!(shown.contains(&format!("configuration.credential_handle: {handle}")), "{shown}");
-    let destination = cli.json(&["destinations", "create", "--name", "Warehouse", "--kind", "sqlite", "--set", "configuration.file=mail.db"]).await;
+    let destination = cli
+        .json(&[
+            "destinations",
+            "create",
+            "--name",
+            "Warehouse",
+            "--kind",
+            "sqlite",
+            "--set",
+            "configuration.file=mail.db",
+        ])
+        .await;
     let destination_id = destination["destination_id"].as_str().unwrap().to_owned();
     let streams = cli.ok(&["pipelines", "prepare", "--source", &source_id]).await;
     assert!(streams.lines().next().unwrap().starts_with("STREAM"), "{streams}");
     assert!(streams.contains("subscribers") && streams.contains("Suggested: --stream campaigns:"), "{streams}");
-    let created = cli.ok(&["pipelines", "create", "--name", "mail", "--source", &source_id, "--destination", &destination_id]).await;
-    let pipeline_id = created.split_whitespace().find(|w| w.starts_with("pl_")).unwrap_or_else(|| panic!("{created}")).to_owned();
+    let created = cli
+        .ok(&["pipelines", "create", "--name", "mail", "--source", &source_id, "--destination", &destination_id])
+        .await;
+    let pipeline_id =
+        created.split_whitespace().find(|w| w.starts_with("pl_")).unwrap_or_else(|| panic!("{created}")).to_owned();
     let pipeline = json_ok(srv.get(&format!("/v1/pipelines/{pipeline_id}")).send().await.unwrap()).await;
     assert_eq!(pipeline["data"]["streams"].as_array().unwrap().len(), 4, "the suggested selection: {pipeline}");
 
@@ -162,9 +214,15 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
         .map(|l| l.split(": ").nth(1).unwrap().split(' ').next().unwrap().replace(',', "").parse().unwrap())
         .collect();
     assert!(totals.len() >= 3, "progress shown while it ran: {se}");
-    assert!(totals.windows(2).all(|w| w[0] <= w[1]) && totals.first() < totals.last(), "counts only grow: {totals:?}\n{se}");
+    assert!(
+        totals.windows(2).all(|w| w[0] <= w[1]) && totals.first() < totals.last(),
+        "counts only grow: {totals:?}\n{se}"
+    );
     assert_eq!(*totals.last().unwrap(), 25 + 25 + 1 + 3000, "{se}");
-    assert!(se.lines().any(|l| l.trim_start().starts_with("subscribers") && l.contains("3,000 records")), "per stream: {se}");
+    assert!(
+        se.lines().any(|l| l.trim_start().starts_with("subscribers") && l.contains("3,000 records")),
+        "per stream: {se}"
+    );
     let jobs = cli.json(&["jobs", "list", "--pipeline", &pipeline_id]).await;
     assert_eq!(jobs["items"][0]["job_id"], job_id.as_str());
     assert_eq!(jobs["items"][0]["status"], "succeeded");
@@ -176,14 +234,24 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     assert!(so.starts_with("Proposed, not run: approval apr_"), "{so}");
     let approval_id = so.split_whitespace().find(|w| w.starts_with("apr_")).unwrap().to_owned();
     assert!(stderr(&out).contains(&format!("service approvals approve {approval_id}")));
-    assert_eq!(json_ok(srv.get(&format!("/v1/sources/{source_id}")).send().await.unwrap()).await["data"]["name"], "Newsletters", "not run yet");
+    assert_eq!(
+        json_ok(srv.get(&format!("/v1/sources/{source_id}")).send().await.unwrap()).await["data"]["name"],
+        "Newsletters",
+        "not run yet"
+    );
     let pending = cli.ok(&["approvals", "list", "--status", "pending"]).await;
-    assert!(pending.lines().any(|l| l.starts_with(&approval_id) && l.contains(" cli ")), "proposed from the CLI: {pending}");
+    assert!(
+        pending.lines().any(|l| l.starts_with(&approval_id) && l.contains(" cli ")),
+        "proposed from the CLI: {pending}"
+    );
     let (_, other_admin) = srv.user_in(&ws, Role::Administrator).await;
     let out = cli.run_as(&other_admin, &["approvals", "approve", &approval_id]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("It ran and answered 200"), "{}", stdout(&out));
-    assert_eq!(json_ok(srv.get(&format!("/v1/sources/{source_id}")).send().await.unwrap()).await["data"]["name"], "Renamed");
+    assert_eq!(
+        json_ok(srv.get(&format!("/v1/sources/{source_id}")).send().await.unwrap()).await["data"]["name"],
+        "Renamed"
+    );
 
     // An invitation's link is printed once, for the inviter to pass on.
     let invited = cli.ok(&["members", "invite", "new-member@example.test", "--role", "editor"]).await;
@@ -193,7 +261,11 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     // A proposed invitation, approved: the approver is shown its link,
     // which the stored proposal never keeps.
     let out = cli.run(&["members", "invite", "proposed-member@example.test", "--propose"]).await;
-    let proposal = stdout(&out).split_whitespace().find(|w| w.starts_with("apr_")).unwrap_or_else(|| panic!("{}", stdout(&out))).to_owned();
+    let proposal = stdout(&out)
+        .split_whitespace()
+        .find(|w| w.starts_with("apr_"))
+        .unwrap_or_else(|| panic!("{}", stdout(&out)))
+        .to_owned();
     let out = cli.run_as(&other_admin, &["approvals", "approve", &proposal]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains(&format!("{}/invitations/svc1_", srv.base)), "the link, once: {}", stdout(&out));
@@ -204,11 +276,21 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
 
     // The credential is listed without its secret, and revoked by id.
     let credentials = cli.json(&["credentials", "list"]).await;
-    let credential = credentials["items"].as_array().unwrap().iter().find(|c| c["credential_handle"] == handle.as_str()).expect("listed").clone();
+    let credential = credentials["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["credential_handle"] == handle.as_str())
+        .expect("listed")
+        .clone();
     assert!(!credentials.to_string().contains(SECRET));
     let credential_id = credential["credential_id"].as_str().unwrap();
     let revoked = cli.ok(&["credentials", "revoke", credential_id]).await;
-    assert!(revoked.starts_with(&format!("Revoked credential {credential_id}; sources that used it:")) && revoked.contains(&source_id), "{revoked}");
+    assert!(
+        revoked.starts_with(&format!("Revoked credential {credential_id}; sources that used it:"))
+            && revoked.contains(&source_id),
+        "{revoked}"
+    );
     let out = cli.run(&["credentials", "revoke", credential_id]).await;
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("CREDENTIAL_REVOKED"), "{}", stderr(&out));
@@ -222,20 +304,38 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     let out = cli.run_as(&viewer, &["pipelines", "delete", &pipeline_id]).await;
     assert_eq!(out.status.code(), Some(3), "a viewer cannot delete: {}", stderr(&out));
     assert!(stderr(&out).contains("FORBIDDEN") || stderr(&out).contains("403"), "{}", stderr(&out));
-    assert_eq!(json_ok(srv.get(&format!("/v1/pipelines/{pipeline_id}")).send().await.unwrap()).await["data"]["pipeline_id"], pipeline_id.as_str());
+    assert_eq!(
+        json_ok(srv.get(&format!("/v1/pipelines/{pipeline_id}")).send().await.unwrap()).await["data"]["pipeline_id"],
+        pipeline_id.as_str()
+    );
     // ... the network's (exit 4) ...
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut cmd = cli.command(ADMIN_TOKEN, &["sources", "list"]);
     cmd.env("SERVICE_API_BASE_URL", format!("http://127.0.0.1:{closed}/v1/"));
     let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains(&format!("cannot reach http://127.0.0.1:{closed}/v1/: Connection refused")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("cannot reach http://127.0.0.1:{closed}/v1/: Connection refused")),
+        "{}",
+        stderr(&out)
+    );
     // ... and usage errors (exit 2), before any request.
     for args in [
         vec!["sources", "create", "--name", "x"],
         vec!["sources", "create", "--name", "x", "--connector", "c", "--config", "{"],
         vec!["destinations", "create", "--data", "[1]"],
-        vec!["pipelines", "create", "--name", "p", "--source", &source_id, "--destination", &destination_id, "--stream", "campaigns:sideways"],
+        vec![
+            "pipelines",
+            "create",
+            "--name",
+            "p",
+            "--source",
+            &source_id,
+            "--destination",
+            &destination_id,
+            "--stream",
+            "campaigns:sideways",
+        ],
     ] {
         let out = cli.run(&args).await;
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));

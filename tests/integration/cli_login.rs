@@ -32,7 +32,12 @@ struct Browser {
 
 impl Browser {
     fn new(base: &str) -> Browser {
-        Browser { http: Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(), base: base.to_owned(), cookies: Vec::new(), form_csrf: None }
+        Browser {
+            http: Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap(),
+            base: base.to_owned(),
+            cookies: Vec::new(),
+            form_csrf: None,
+        }
     }
 
     fn header(&self) -> String {
@@ -118,7 +123,12 @@ impl Cli {
     /// Starts `service auth login --no-browser`; returns it, the address
     /// it asks to open, and what else it writes to standard error.
     fn login(&self) -> (Child, String, mpsc::Receiver<String>) {
-        let mut child = self.command(&["auth", "login", "--no-browser"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = self
+            .command(&["auth", "login", "--no-browser"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -142,7 +152,14 @@ async fn finish(child: Child) -> std::process::Output {
 
 async fn setup() -> (TestServer, tempfile::TempDir, Cli) {
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
-    service::access::admin::set_password(&srv.state.store, EMAIL, SecretString::from(PASSWORD), service::access::admin::OnPasswordChange::KeepSessions).await.unwrap();
+    service::access::admin::set_password(
+        &srv.state.store,
+        EMAIL,
+        SecretString::from(PASSWORD),
+        service::access::admin::OnPasswordChange::KeepSessions,
+    )
+    .await
+    .unwrap();
     let config = crate::support::private_dir();
     let env = vec![
         ("SERVICE_APP_URL", format!("{}/", srv.base)),
@@ -203,13 +220,23 @@ async fn the_cli_signs_in_through_the_browser_and_out_again() {
 
     // A CLI session of its own, labelled with the host, on the server.
     let sessions = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
-    let cli_sessions: Vec<&Value> = sessions["data"]["items"].as_array().unwrap().iter().filter(|s| s["client_source"] == "cli" && s["label"].as_str().unwrap_or("").starts_with("CLI on ")).collect();
+    let cli_sessions: Vec<&Value> = sessions["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["client_source"] == "cli" && s["label"].as_str().unwrap_or("").starts_with("CLI on "))
+        .collect();
     assert_eq!(cli_sessions.len(), 1, "{sessions}");
     assert_eq!(cli_sessions[0]["session_id"], login["session_id"]);
 
     // The code was spent: replaying it gets nothing.
     let code = query(&callback, "code").unwrap();
-    let replay = reqwest::Client::new().post(format!("{}/cli/token", srv.base)).json(&json!({ "code": code, "code_verifier": "x".repeat(43), "redirect_uri": "http://127.0.0.1:1/callback" })).send().await.unwrap();
+    let replay = reqwest::Client::new()
+        .post(format!("{}/cli/token", srv.base))
+        .json(&json!({ "code": code, "code_verifier": "x".repeat(43), "redirect_uri": "http://127.0.0.1:1/callback" }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(replay.status(), StatusCode::BAD_REQUEST);
     assert_eq!(replay.json::<Value>().await.unwrap()["code"], "CLI_LOGIN_REFUSED");
 
@@ -224,7 +251,9 @@ async fn the_cli_signs_in_through_the_browser_and_out_again() {
     assert_eq!(out.status.code(), Some(3), "an API error: {stderr}");
     assert!(stderr.contains("401") || stderr.contains("UNAUTHENTICATED"), "{stderr}");
     assert!(stderr.contains("request "), "the request id: {stderr}");
-    let out = cli.run(&["auth", "status"], &[("SERVICE_API_BASE_URL", "http://127.0.0.1:1/v1/"), ("SERVICE_TOKEN", ADMIN_TOKEN)]).await;
+    let out = cli
+        .run(&["auth", "status"], &[("SERVICE_API_BASE_URL", "http://127.0.0.1:1/v1/"), ("SERVICE_TOKEN", ADMIN_TOKEN)])
+        .await;
     assert_eq!(out.status.code(), Some(4), "a network error: {}", String::from_utf8_lossy(&out.stderr));
 
     // Logout revokes the session on the server and forgets it here.
@@ -268,16 +297,32 @@ async fn codes_go_only_to_this_machine_and_only_with_their_verifier() {
     let as_ref = |f: &Vec<(String, String)>| f.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>();
 
     // Codes never go to another machine, nor to a name that could resolve anywhere.
-    for redirect in ["https://evil.example/cb", "http://localhost:9999/cb", "http://127.0.0.1/cb", "http://10.0.0.8:9999/cb"] {
+    for redirect in
+        ["https://evil.example/cb", "http://localhost:9999/cb", "http://127.0.0.1/cb", "http://10.0.0.8:9999/cb"]
+    {
         let form = as_ref(&authorize(redirect, &b));
-        let res = b.http.post(format!("{}/cli/authorize", srv.base)).header("cookie", b.header()).form(&form).send().await.unwrap();
+        let res = b
+            .http
+            .post(format!("{}/cli/authorize", srv.base))
+            .header("cookie", b.header())
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{redirect}");
         assert!(res.headers().get(LOCATION).is_none());
     }
     // Not without the form's CSRF token.
     let mut form = as_ref(&authorize("http://127.0.0.1:9/callback", &b));
     form.retain(|(k, _)| k != "csrf");
-    let res = b.http.post(format!("{}/cli/authorize", srv.base)).header("cookie", b.header()).form(&form).send().await.unwrap();
+    let res = b
+        .http
+        .post(format!("{}/cli/authorize", srv.base))
+        .header("cookie", b.header())
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
 
     let code_for = |redirect: &'static str| {
@@ -292,7 +337,9 @@ async fn codes_go_only_to_this_machine_and_only_with_their_verifier() {
         }
     };
     let exchange = |code: String, verifier: String, redirect: &'static str| {
-        let req = reqwest::Client::new().post(format!("{}/cli/token", srv.base)).json(&json!({ "code": code, "code_verifier": verifier, "redirect_uri": redirect }));
+        let req = reqwest::Client::new()
+            .post(format!("{}/cli/token", srv.base))
+            .json(&json!({ "code": code, "code_verifier": verifier, "redirect_uri": redirect }));
         async move {
             let res = req.send().await.unwrap();
             (res.status(), res.json::<Value>().await.unwrap())
@@ -314,15 +361,34 @@ async fn codes_go_only_to_this_machine_and_only_with_their_verifier() {
     let (status, body) = exchange(code, verifier.clone(), CB).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let token = body["access_token"].as_str().unwrap();
-    let me = json_ok(reqwest::Client::new().get(format!("{}/v1/me", srv.base)).bearer_auth(token).send().await.unwrap()).await;
+    let me =
+        json_ok(reqwest::Client::new().get(format!("{}/v1/me", srv.base)).bearer_auth(token).send().await.unwrap())
+            .await;
     let sessions = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
-    let session = sessions["data"]["items"].as_array().unwrap().iter().find(|s| s["session_id"] == me["data"]["session_id"]).unwrap().clone();
-    assert_eq!((session["client_source"].as_str(), session["label"].as_str()), (Some("cli"), Some("CLI on laptop")), "{session}");
+    let session = sessions["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == me["data"]["session_id"])
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (session["client_source"].as_str(), session["label"].as_str()),
+        (Some("cli"), Some("CLI on laptop")),
+        "{session}"
+    );
     // Deny: the CLI learns it was refused.
     let mut form = as_ref(&authorize(CB, &b));
     form.retain(|(k, _)| k != "decision");
     form.push(("decision".into(), "deny".into()));
-    let res = b.http.post(format!("{}/cli/authorize", srv.base)).header("cookie", b.header()).form(&form).send().await.unwrap();
+    let res = b
+        .http
+        .post(format!("{}/cli/authorize", srv.base))
+        .header("cookie", b.header())
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
     let to = location(&res);
     assert_eq!(query(&to, "error").as_deref(), Some("access_denied"));
     assert!(query(&to, "code").is_none());

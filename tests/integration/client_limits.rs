@@ -102,7 +102,9 @@ async fn idle_connections_are_closed_and_slow_bodies_cut_off() {
     // A body a byte at a time: 408 long before the two-minute deadline.
     let slow = connect_from(&srv, "127.0.0.1").await;
     let (mut reader, mut slow) = slow.into_split();
-    let head = format!("POST /v1/sources HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{{");
+    let head = format!(
+        "POST /v1/sources HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{{"
+    );
     slow.write_all(head.as_bytes()).await.unwrap();
     let trickle = async {
         for _ in 0..40 {
@@ -149,7 +151,9 @@ async fn invalid_tokens_lock_out_only_invalid_tokens(trust_loopback: bool) {
     })
     .await
     .unwrap();
-    let me = |token: &str, client: &str| srv.request_as(token, reqwest::Method::GET, "/v1/me").header("x-forwarded-for", client).send();
+    let me = |token: &str, client: &str| {
+        srv.request_as(token, reqwest::Method::GET, "/v1/me").header("x-forwarded-for", client).send()
+    };
     let mut limited = 0;
     for i in 0..40 {
         let status = me(&format!("svc_bogus_{i:040}"), "203.0.113.1").await.unwrap().status();
@@ -159,7 +163,11 @@ async fn invalid_tokens_lock_out_only_invalid_tokens(trust_loopback: bool) {
         }
     }
     assert!(limited >= 9, "bogus tokens run out: {limited} of 40 limited");
-    assert_eq!(me(ADMIN_TOKEN, "203.0.113.1").await.unwrap().status(), StatusCode::OK, "a valid token from the same client passes");
+    assert_eq!(
+        me(ADMIN_TOKEN, "203.0.113.1").await.unwrap().status(),
+        StatusCode::OK,
+        "a valid token from the same client passes"
+    );
     let elsewhere = me("svc_bogus_from_another_client_000000000000000", "203.0.113.2").await.unwrap().status();
     if trust_loopback {
         assert_eq!(elsewhere, StatusCode::UNAUTHORIZED, "another client behind the proxy has its own count");
@@ -194,11 +202,17 @@ async fn concurrent_guesses_neither_outrun_the_limit_nor_the_memory() {
     let dir = crate::support::private_dir();
     let data = dir.path().display().to_string();
     // Every guess on a connection of its own, all at once.
-    let env = vec![("SERVICE_DATA_DIR", data.clone()), ("SERVICE_BOOTSTRAP_TOKEN", ADMIN_TOKEN.to_owned()), ("SERVICE_MAX_CONNECTIONS_PER_ADDRESS", "200".to_owned())];
+    let env = vec![
+        ("SERVICE_DATA_DIR", data.clone()),
+        ("SERVICE_BOOTSTRAP_TOKEN", ADMIN_TOKEN.to_owned()),
+        ("SERVICE_MAX_CONNECTIONS_PER_ADDRESS", "200".to_owned()),
+    ];
     let server = ServerProcess::start(env).await;
     let email = "admin@localhost.localdomain";
     let mut set = command();
-    set.env("SERVICE_DATA_DIR", &data).args(["admin", "set-password", "--email", email, "--keep-sessions"]).stdin(std::process::Stdio::piped());
+    set.env("SERVICE_DATA_DIR", &data)
+        .args(["admin", "set-password", "--email", email, "--keep-sessions"])
+        .stdin(std::process::Stdio::piped());
     let out = tokio::task::spawn_blocking(move || {
         use std::io::Write;
         let mut child = set.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
@@ -211,7 +225,14 @@ async fn concurrent_guesses_neither_outrun_the_limit_nor_the_memory() {
 
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let page = client.get(format!("{}/sign-in", server.base)).send().await.unwrap();
-    let id = page.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().trim_start_matches("service_csrf=").to_owned();
+    let id = page.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("service_csrf=")
+        .to_owned();
     let csrf = form_csrf(&page.text().await.unwrap()).unwrap();
     let before = memory_kib(server.pid(), "VmRSS:");
     let attempts = (0..100).map(|i| {

@@ -137,7 +137,13 @@ backend_tests! {
 async fn rotating_the_master_key_reseals_every_credential() {
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
     let ws = srv.workspace_id().await;
-    let created = json_ok(srv.post("/v1/credentials", json!({ "hosts": ["api.example.com"], "secret": "rotate-me-please" })).send().await.unwrap()).await;
+    let created = json_ok(
+        srv.post("/v1/credentials", json!({ "hosts": ["api.example.com"], "secret": "rotate-me-please" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
     let key_file = srv.data_dir.join("master.key");
     let before = std::fs::read_to_string(&key_file).unwrap();
@@ -218,5 +224,8 @@ async fn a_master_key_from_the_environment_is_rotated_with_a_new_one_from_the_en
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     assert!(!dir.path().join(service::credentials::keyring::KEY_FILE).exists(), "no key file is written");
     let vault = service::credentials::Vault::new(store, ring(&new));
-    assert_eq!(vault.reveal(&ws, rec.credential_handle.as_str(), "api.example.com").await.unwrap().expose_secret(), "env-rotated");
+    assert_eq!(
+        vault.reveal(&ws, rec.credential_handle.as_str(), "api.example.com").await.unwrap().expose_secret(),
+        "env-rotated"
+    );
 }

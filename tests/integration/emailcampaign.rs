@@ -25,13 +25,22 @@ struct Ec {
 async fn setup(backend: Backend) -> Ec {
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(25), subscribers: 130, ..Default::default() });
+    let mc = Arc::new(MailcoachState {
+        token: token.clone(),
+        campaigns: mailcoach::campaigns(25),
+        subscribers: 130,
+        ..Default::default()
+    });
     let names = ["mail.acme-corp.com", "team.mailcoach.app"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
     let pins = provider.pins(&names);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings("*.mailcoach.app,mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(
+            "*.mailcoach.app,mail.acme-corp.com",
+            Some(&pins),
+            Some(ca.pem.as_bytes()),
+        )
+        .unwrap();
     })
     .await
     .unwrap();
@@ -56,24 +65,51 @@ impl Ec {
 /// Every key a check or preview answer may hold. A new field fails this
 /// test until it is added here on purpose.
 const ALLOWED_KEYS: &[&str] = &[
-    "request_id", "data", "data.connector_id", "data.credential_handle", "data.data_source", "data.data_source.status",
-    "data.data_source.message", "data.data_source.connection_method", "data.data_source.base_url", "data.data_source.account",
-    "data.field_coverage", "data.metrics", "data.campaigns", "data.campaigns.campaign_id", "data.campaigns.name",
-    "data.campaigns.status", "data.campaigns.sent_at", "data.campaigns.metrics", "data.attribution", "data.attribution.traffic",
-    "data.attribution.sales", "data.attribution.traffic.requires_external_attribution", "data.attribution.traffic.reason",
-    "data.attribution.traffic.metrics", "data.attribution.traffic.metrics.website_sessions",
-    "data.attribution.traffic.metrics.website_conversions", "data.attribution.sales.requires_external_attribution",
-    "data.attribution.sales.reason", "data.attribution.sales.metrics", "data.attribution.sales.metrics.revenue",
+    "request_id",
+    "data",
+    "data.connector_id",
+    "data.credential_handle",
+    "data.data_source",
+    "data.data_source.status",
+    "data.data_source.message",
+    "data.data_source.connection_method",
+    "data.data_source.base_url",
+    "data.data_source.account",
+    "data.field_coverage",
+    "data.metrics",
+    "data.campaigns",
+    "data.campaigns.campaign_id",
+    "data.campaigns.name",
+    "data.campaigns.status",
+    "data.campaigns.sent_at",
+    "data.campaigns.metrics",
+    "data.attribution",
+    "data.attribution.traffic",
+    "data.attribution.sales",
+    "data.attribution.traffic.requires_external_attribution",
+    "data.attribution.traffic.reason",
+    "data.attribution.traffic.metrics",
+    "data.attribution.traffic.metrics.website_sessions",
+    "data.attribution.traffic.metrics.website_conversions",
+    "data.attribution.sales.requires_external_attribution",
+    "data.attribution.sales.reason",
+    "data.attribution.sales.metrics",
+    "data.attribution.sales.metrics.revenue",
     "data.attribution.sales.metrics.orders",
 ];
 
 fn assert_allowlisted(body: &Value) {
     let metric_keys: Vec<String> = service::connectors::emailcampaign::METRICS
         .iter()
-        .flat_map(|m| [format!("data.metrics.{m}"), format!("data.field_coverage.{m}"), format!("data.campaigns.metrics.{m}")])
+        .flat_map(|m| {
+            [format!("data.metrics.{m}"), format!("data.field_coverage.{m}"), format!("data.campaigns.metrics.{m}")]
+        })
         .collect();
     for path in key_paths(body) {
-        assert!(ALLOWED_KEYS.contains(&path.as_str()) || metric_keys.contains(&path), "unexpected field {path} in {body}");
+        assert!(
+            ALLOWED_KEYS.contains(&path.as_str()) || metric_keys.contains(&path),
+            "unexpected field {path} in {body}"
+        );
     }
 }
 
@@ -99,7 +135,10 @@ async fn api_token_is_stored_sealed_and_bound_to_the_base_url_host(backend: Back
 async fn check_reports_connected_with_sanitised_metrics(backend: Backend) {
     let ec = setup(backend).await;
     let handle = ec.handle(SELF_HOSTED, None).await;
-    let body = json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    let body = json_ok(
+        ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap(),
+    )
+    .await;
     let d = &body["data"];
     assert_eq!(d["connector_id"], "conn_emailcampaign_edm");
     assert_eq!(d["credential_handle"], handle.as_str());
@@ -119,7 +158,14 @@ async fn check_reports_connected_with_sanitised_metrics(backend: Backend) {
 async fn preview_shows_campaign_metrics_and_flags_traffic_and_sales(backend: Backend) {
     let ec = setup(backend).await;
     let handle = ec.handle(CLOUD, Some("cloud")).await;
-    let body = json_ok(ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    let body = json_ok(
+        ec.srv
+            .post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": handle }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let d = &body["data"];
     assert_eq!(d["data_source"]["connection_method"], "cloud");
     let campaigns = d["campaigns"].as_array().unwrap();
@@ -143,8 +189,18 @@ async fn check_and_preview_change_nothing(backend: Backend) {
     let ec = setup(backend).await;
     let handle = ec.handle(SELF_HOSTED, None).await;
     let before = data_fingerprint(&ec.srv).await;
-    json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap()).await;
-    json_ok(ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    json_ok(
+        ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap(),
+    )
+    .await;
+    json_ok(
+        ec.srv
+            .post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": handle }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(before, data_fingerprint(&ec.srv).await);
 }
 
@@ -152,18 +208,38 @@ async fn bad_tokens_rate_limits_and_outages_are_told_apart(backend: Backend) {
     let ec = setup(backend).await;
     let created = json_ok(ec.store_token(SELF_HOSTED, "wrong-token-value", None).await).await;
     let bad = created["data"]["credential_handle"].as_str().unwrap().to_owned();
-    let body = json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": bad })).send().await.unwrap()).await;
+    let body = json_ok(
+        ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": bad })).send().await.unwrap(),
+    )
+    .await;
     assert_eq!(body["data"]["data_source"]["status"], "invalid_credentials", "{body}");
-    let resp = ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": bad })).send().await.unwrap();
+    let resp = ec
+        .srv
+        .post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": bad }))
+        .send()
+        .await
+        .unwrap();
     expect_error(resp, 422, "PROVIDER_INVALID_CREDENTIALS").await;
 
     // A 429 with Retry-After is waited out within the call.
     let good = ec.handle(SELF_HOSTED, None).await;
     ec.mc.rate_limit_next.store(1, Ordering::SeqCst);
-    json_ok(ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": good })).send().await.unwrap()).await;
+    json_ok(
+        ec.srv
+            .post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": good }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     // A lasting outage ends as a typed provider error after bounded retries.
     ec.mc.fail_next.store(100, Ordering::SeqCst);
-    let resp = ec.srv.post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": good })).send().await.unwrap();
+    let resp = ec
+        .srv
+        .post("/v1/connectors/emailcampaign/edm/preview", json!({ "credential_handle": good }))
+        .send()
+        .await
+        .unwrap();
     expect_error(resp, 502, "PROVIDER_UNAVAILABLE").await;
     let retried = 100 - ec.mc.fail_next.load(Ordering::SeqCst);
     assert!((2..=10).contains(&retried), "bounded retries: {retried}");
@@ -186,11 +262,16 @@ async fn the_connector_is_addressed_by_its_canonical_id_and_refused_when_unloade
     let c = json_ok(ec.srv.get("/v1/connectors/source:mailcoach").send().await.unwrap()).await;
     assert_eq!(c["data"]["connector_id"], "conn_emailcampaign_edm", "legacy aliases resolve to the canonical id");
     let handle = ec.handle(SELF_HOSTED, None).await;
-    json_ok(ec.srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/unload").send().await.unwrap()).await;
-    let resp = ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap();
+    json_ok(ec.srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/unload").send().await.unwrap())
+        .await;
+    let resp =
+        ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap();
     expect_error(resp, 409, "CONNECTOR_UNAVAILABLE").await;
     json_ok(ec.srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/load").send().await.unwrap()).await;
-    json_ok(ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap()).await;
+    json_ok(
+        ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap(),
+    )
+    .await;
 }
 
 /// Base URLs that break the rules in every spelling we could think of.
@@ -281,7 +362,12 @@ async fn hostile_base_urls_are_rejected_before_any_provider_request(backend: Bac
         assert_eq!(status, StatusCode::BAD_REQUEST, "{raw:?} must be rejected: {body}");
         assert_eq!(body["code"], "BASE_URL_REJECTED", "{raw:?}: {body}");
         assert!(body["details"]["rule"].is_string() && body["details"]["rule_number"].is_u64(), "{raw:?}: {body}");
-        let resp = ec.srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle, "base_url": raw })).send().await.unwrap();
+        let resp = ec
+            .srv
+            .post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle, "base_url": raw }))
+            .send()
+            .await
+            .unwrap();
         let (status, body) = json(resp).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "check with {raw:?}: {body}");
         assert_eq!(body["code"], "BASE_URL_REJECTED", "check with {raw:?}: {body}");
@@ -316,21 +402,58 @@ async fn sources_are_created_validated_and_deleted_only_when_unused(backend: Bac
     assert_eq!(src["data"]["connector_id"], "conn_emailcampaign_edm");
     let id = src["data"]["source_id"].as_str().unwrap().to_owned();
 
-    let post = |cfg: Value| srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "x", "configuration": cfg }));
-    expect_error(post(json!({ "base_url": "https://127.0.0.1/api", "credential_handle": handle })).send().await.unwrap(), 400, "BASE_URL_REJECTED").await;
-    expect_error(post(json!({ "base_url": SELF_HOSTED, "credential_handle": handle, "connection_method": "ftp" })).send().await.unwrap(), 400, "CONFIGURATION_INVALID").await;
-    expect_error(post(json!({ "base_url": SELF_HOSTED, "credential_handle": "ch_nope" })).send().await.unwrap(), 400, "UNKNOWN_CREDENTIAL_HANDLE").await;
-    expect_error(post(json!({ "base_url": SELF_HOSTED, "api_token": "raw" })).send().await.unwrap(), 400, "SECRET_NOT_ACCEPTED").await;
+    let post = |cfg: Value| {
+        srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "x", "configuration": cfg }))
+    };
+    expect_error(
+        post(json!({ "base_url": "https://127.0.0.1/api", "credential_handle": handle })).send().await.unwrap(),
+        400,
+        "BASE_URL_REJECTED",
+    )
+    .await;
+    expect_error(
+        post(json!({ "base_url": SELF_HOSTED, "credential_handle": handle, "connection_method": "ftp" }))
+            .send()
+            .await
+            .unwrap(),
+        400,
+        "CONFIGURATION_INVALID",
+    )
+    .await;
+    expect_error(
+        post(json!({ "base_url": SELF_HOSTED, "credential_handle": "ch_nope" })).send().await.unwrap(),
+        400,
+        "UNKNOWN_CREDENTIAL_HANDLE",
+    )
+    .await;
+    expect_error(
+        post(json!({ "base_url": SELF_HOSTED, "api_token": "raw" })).send().await.unwrap(),
+        400,
+        "SECRET_NOT_ACCEPTED",
+    )
+    .await;
     expect_error(post(json!({ "base_url": SELF_HOSTED })).send().await.unwrap(), 400, "CONFIGURATION_INVALID").await;
     assert_eq!(ec.provider.hits(), 0, "validation makes no provider request");
 
-    let patched = json_ok(srv.request(Method::PATCH, &format!("/v1/sources/{id}")).json(&json!({ "name": "Renamed", "configuration": { "connection_method": "self_hosted" } })).send().await.unwrap()).await;
+    let patched = json_ok(
+        srv.request(Method::PATCH, &format!("/v1/sources/{id}"))
+            .json(&json!({ "name": "Renamed", "configuration": { "connection_method": "self_hosted" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(patched["data"]["name"], "Renamed");
     assert_eq!(patched["data"]["configuration"]["base_url"], SELF_HOSTED);
 
     // Unloaded: new work refused, the saved source keeps its configuration.
     json_ok(srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/unload").send().await.unwrap()).await;
-    expect_error(post(json!({ "base_url": SELF_HOSTED, "credential_handle": handle })).send().await.unwrap(), 409, "CONNECTOR_UNAVAILABLE").await;
+    expect_error(
+        post(json!({ "base_url": SELF_HOSTED, "credential_handle": handle })).send().await.unwrap(),
+        409,
+        "CONNECTOR_UNAVAILABLE",
+    )
+    .await;
     let kept = json_ok(srv.get(&format!("/v1/sources/{id}")).send().await.unwrap()).await;
     assert_eq!(kept["data"]["configuration"]["credential_handle"], handle.as_str());
     json_ok(srv.request(Method::POST, "/v1/admin/plugins/conn_emailcampaign_edm/load").send().await.unwrap()).await;
@@ -340,13 +463,20 @@ async fn sources_are_created_validated_and_deleted_only_when_unused(backend: Bac
         use sqlx::Connection;
         let mut conn = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
         let ws = srv.workspace_id().await;
-        sqlx::query("INSERT INTO pipelines (id, workspace_id, source_id, name, created_at) VALUES ('pl_test', $1, $2, 'p', 0)")
-            .bind(&ws)
-            .bind(&id)
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        let e = expect_error(srv.request(Method::DELETE, &format!("/v1/sources/{id}")).send().await.unwrap(), 409, "SOURCE_IN_USE").await;
+        sqlx::query(
+            "INSERT INTO pipelines (id, workspace_id, source_id, name, created_at) VALUES ('pl_test', $1, $2, 'p', 0)",
+        )
+        .bind(&ws)
+        .bind(&id)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let e = expect_error(
+            srv.request(Method::DELETE, &format!("/v1/sources/{id}")).send().await.unwrap(),
+            409,
+            "SOURCE_IN_USE",
+        )
+        .await;
         assert_eq!(e["details"]["connection_ids"], json!(["pl_test"]));
         sqlx::query("DELETE FROM pipelines WHERE id = 'pl_test'").execute(&mut conn).await.unwrap();
     }
@@ -365,12 +495,29 @@ async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
     let srv = &ec.srv;
     let handle = ec.handle(SELF_HOSTED, None).await;
     let configuration = json!({ "base_url": SELF_HOSTED, "credential_handle": handle });
-    let src = json_ok(srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration })).send().await.unwrap()).await;
+    let src = json_ok(
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
-    let prep = json_ok(srv.post("/v1/pipelines/prepare", json!({ "source_id": source_id })).send().await.unwrap()).await;
-    let offered: Vec<&str> = prep["data"]["streams"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let prep =
+        json_ok(srv.post("/v1/pipelines/prepare", json!({ "source_id": source_id })).send().await.unwrap()).await;
+    let offered: Vec<&str> =
+        prep["data"]["streams"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(offered, ["campaigns", "campaign_statistics", "email_lists", "subscribers"], "{prep}");
-    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "mail.db" } })).send().await.unwrap()).await;
+    let dest = json_ok(
+        srv.post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "mail.db" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let streams = json!([
         { "name": "campaigns", "sync_mode": "incremental_deduped" },
         { "name": "campaign_statistics", "sync_mode": "full_refresh_overwrite" },
@@ -384,7 +531,8 @@ async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
     let warehouse = format!("sqlite://{}?mode=ro", srv.warehouse(&srv.workspace_id().await, "mail.db").display());
     let expected = [("campaigns", 25), ("campaign_statistics", 25), ("email_lists", 1), ("subscribers", 130)];
     for run in 0..2 {
-        let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+        let job =
+            json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
         let job = srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await;
         assert_eq!(job["status"], "succeeded", "run {run}: {job}");
         for (stream, n) in expected {
@@ -397,13 +545,19 @@ async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
 
     use sqlx::{Connection, Row};
     let mut c = sqlx::AnyConnection::connect(&warehouse).await.unwrap();
-    let row = sqlx::query("SELECT extra_attributes, tags, last_name, _service_meta FROM subscribers WHERE email = 'reader1@example.com'").fetch_one(&mut c).await.unwrap();
+    let row = sqlx::query(
+        "SELECT extra_attributes, tags, last_name, _service_meta FROM subscribers WHERE email = 'reader1@example.com'",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
     assert_eq!(row.get::<String, _>(0), r#"{"plan":"pro"}"#, "nested objects land as JSON text");
     assert_eq!(row.get::<String, _>(1), r#"["newsletter"]"#);
     assert_eq!(row.try_get::<Option<String>, _>(2).unwrap(), None, "null lands as NULL");
     let meta: Value = serde_json::from_str(&row.get::<String, _>(3)).unwrap();
     assert_eq!(meta["stream"], "subscribers");
-    let stats = sqlx::query("SELECT COUNT(*) FROM campaign_statistics WHERE uuid IS NOT NULL").fetch_one(&mut c).await.unwrap();
+    let stats =
+        sqlx::query("SELECT COUNT(*) FROM campaign_statistics WHERE uuid IS NOT NULL").fetch_one(&mut c).await.unwrap();
     assert_eq!(stats.get::<i64, _>(0), 25);
 }
 
@@ -413,24 +567,37 @@ on_both_backends!(a_pipeline_syncs_every_stream_into_a_warehouse);
 async fn a_request_that_takes_too_long_is_abandoned_with_503() {
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(3), ..Default::default() });
+    let mc =
+        Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(3), ..Default::default() });
     let provider = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
     let pins = provider.pins(&["mail.acme-corp.com"]);
     let srv = TestServer::start_with(Backend::Sqlite, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
+                .unwrap();
         c.limits.request_timeout = std::time::Duration::from_secs(1);
     })
     .await
     .unwrap();
-    let created = json_ok(srv.post("/v1/credentials/emailcampaign/api-token", json!({ "base_url": SELF_HOSTED, "api_token": token })).send().await.unwrap()).await;
+    let created = json_ok(
+        srv.post("/v1/credentials/emailcampaign/api-token", json!({ "base_url": SELF_HOSTED, "api_token": token }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
     // A slow provider holds the request past the server's deadline.
     mc.delay_ms.store(4_000, Ordering::SeqCst);
     let started = std::time::Instant::now();
-    let resp = srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap();
+    let resp =
+        srv.post("/v1/connectors/emailcampaign/check", json!({ "credential_handle": handle })).send().await.unwrap();
     let e = expect_error(resp, 503, "REQUEST_TIMEOUT").await;
     assert_eq!(e["details"]["timeout_seconds"], 1);
-    assert!(started.elapsed() < std::time::Duration::from_secs(4), "answered at the deadline, not when the provider was done");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "answered at the deadline, not when the provider was done"
+    );
     srv.stop().await;
 }
 
@@ -442,11 +609,17 @@ async fn pages_are_requested_ahead_and_each_record_lands_once(backend: Backend) 
     const CAMPAIGNS: usize = 1_050;
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(CAMPAIGNS), ..Default::default() });
+    let mc = Arc::new(MailcoachState {
+        token: token.clone(),
+        campaigns: mailcoach::campaigns(CAMPAIGNS),
+        ..Default::default()
+    });
     let provider = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
     let pins = provider.pins(&["mail.acme-corp.com"]);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
+                .unwrap();
     })
     .await
     .unwrap();
@@ -456,8 +629,23 @@ async fn pages_are_requested_ahead_and_each_record_lands_once(backend: Backend) 
     assert_eq!(connector["data"]["interface_version"], "service:connector@1.1.0", "it imports http-ahead: {connector}");
     let handle = ec.handle(SELF_HOSTED, None).await;
     let configuration = json!({ "base_url": SELF_HOSTED, "credential_handle": handle });
-    let src = json_ok(srv.post("/v1/sources", json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration })).send().await.unwrap()).await;
-    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "ahead.db" } })).send().await.unwrap()).await;
+    let src = json_ok(
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let dest = json_ok(
+        srv.post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "ahead.db" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let body = json!({ "name": "ahead", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "campaigns", "sync_mode": "full_refresh_overwrite" }] });
     let p = json_ok(srv.post("/v1/pipelines", body).send().await.unwrap()).await;
     let pipeline = p["data"]["pipeline_id"].as_str().unwrap().to_owned();

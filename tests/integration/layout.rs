@@ -36,7 +36,8 @@ fn sources() -> Vec<(Vec<String>, String)> {
     crate::support::host_sources()
         .into_iter()
         .map(|(path, text)| {
-            let mut parts: Vec<String> = path.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            let mut parts: Vec<String> =
+                path.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
             if parts.len() > 1 && parts.last().is_some_and(|p| p == "mod") {
                 parts.pop();
             }
@@ -49,7 +50,9 @@ fn sources() -> Vec<(Vec<String>, String)> {
 /// left out), as `(a, Some(b))` or `(a, None)`.
 fn references(module: &[String], text: &str) -> BTreeSet<(String, Option<String>)> {
     let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
-    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect() };
+    let ident = |s: &str| -> String {
+        s.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect()
+    };
     let mut out = BTreeSet::new();
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
@@ -142,7 +145,8 @@ fn no_two_files_of_a_folder_import_each_other() {
 fn every_folder_says_what_lives_in_it() {
     let mut missing = Vec::new();
     for (module, text) in sources() {
-        let is_folder_root = module == ["lib"] || text.lines().any(|l| l.trim_start().starts_with("pub mod ") || l.trim_start().starts_with("mod "));
+        let is_folder_root = module == ["lib"]
+            || text.lines().any(|l| l.trim_start().starts_with("pub mod ") || l.trim_start().starts_with("mod "));
         if !is_folder_root {
             continue;
         }
@@ -152,7 +156,10 @@ fn every_folder_says_what_lives_in_it() {
         }
         for line in text.lines() {
             let line = line.trim_start();
-            let declared = line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod ")).or_else(|| line.strip_prefix("pub(crate) mod "));
+            let declared = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("mod "))
+                .or_else(|| line.strip_prefix("pub(crate) mod "));
             let Some(name) = declared.and_then(|d| d.strip_suffix(';')) else { continue };
             let named = docs.match_indices(name).any(|(i, _)| {
                 let before = docs[..i].chars().last().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));

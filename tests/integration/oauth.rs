@@ -109,7 +109,11 @@ async fn setup(backend: Backend) -> Fx {
     .await
     .unwrap();
     let path = test_plugin("test_oauth_source");
-    srv.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path)).await.unwrap();
+    srv.state
+        .plugins
+        .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
+        .await
+        .unwrap();
     Fx { srv, auth, _provider: provider }
 }
 
@@ -131,16 +135,25 @@ impl Fx {
         self.srv.post("/v1/credentials/source/oauth/callback", body).send().await.unwrap()
     }
 
-    async fn check(&self, handle: &str) -> Result<service::plugin::types::CheckResult, service::plugin::InvocationError> {
+    async fn check(
+        &self,
+        handle: &str,
+    ) -> Result<service::plugin::types::CheckResult, service::plugin::InvocationError> {
         let plugin = self.srv.state.plugins.available("test_oauth_source").await.unwrap();
         let ws = self.srv.workspace_id().await;
-        self.srv.state.plugins.runtime().check(&plugin, &ws, &self.srv.state.egress, &json!({ "credential_handle": handle }).to_string()).await
+        self.srv
+            .state
+            .plugins
+            .runtime()
+            .check(&plugin, &ws, &self.srv.state.egress, &json!({ "credential_handle": handle }).to_string())
+            .await
     }
 }
 
 async fn source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens(backend: Backend) {
     let fx = setup(backend).await;
-    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let (state, code) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
     let resp = fx.callback(json!({ "state": state, "code": code })).await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let created = json_ok(resp).await;
@@ -162,7 +175,8 @@ async fn source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens(ba
 async fn expired_tokens_are_refreshed_by_the_host_invisibly(backend: Backend) {
     let fx = setup(backend).await;
     fx.auth.expires_in.store(1, Ordering::SeqCst);
-    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let (state, code) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
     let created = json_ok(fx.callback(json!({ "state": state, "code": code })).await).await;
     let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
     fx.auth.expires_in.store(3600, Ordering::SeqCst);
@@ -177,19 +191,30 @@ async fn every_failure_has_its_own_code(backend: Backend) {
     let fx = setup(backend).await;
     expect_error(fx.callback(json!({ "state": "no-such-state", "code": "x" })).await, 400, "OAUTH_STATE_UNKNOWN").await;
 
-    let (state, _) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
-    expect_error(fx.callback(json!({ "state": state, "error": "access_denied" })).await, 400, "OAUTH_ACCESS_DENIED").await;
+    let (state, _) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    expect_error(fx.callback(json!({ "state": state, "error": "access_denied" })).await, 400, "OAUTH_ACCESS_DENIED")
+        .await;
 
-    let (state, _) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
-    let e = expect_error(fx.callback(json!({ "state": state, "code": "bad" })).await, 502, "OAUTH_PROVIDER_ERROR").await;
+    let (state, _) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let e =
+        expect_error(fx.callback(json!({ "state": state, "code": "bad" })).await, 502, "OAUTH_PROVIDER_ERROR").await;
     assert_eq!(e["details"]["provider_error"], "invalid_grant");
     assert!(!e.to_string().contains("<script>"), "provider messages are sanitised");
 
     // Another user's flow is unknown to you and stays usable by them.
     let ws = fx.srv.workspace_id().await;
-    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let (state, code) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
     let (_, editor) = fx.srv.user_in(&ws, service::access::Role::Editor).await;
-    let resp = fx.srv.request_as(&editor, Method::POST, "/v1/credentials/source/oauth/callback").json(&json!({ "state": state, "code": code })).send().await.unwrap();
+    let resp = fx
+        .srv
+        .request_as(&editor, Method::POST, "/v1/credentials/source/oauth/callback")
+        .json(&json!({ "state": state, "code": code }))
+        .send()
+        .await
+        .unwrap();
     expect_error(resp, 400, "OAUTH_STATE_UNKNOWN").await;
     assert_eq!(fx.callback(json!({ "state": state, "code": code })).await.status(), StatusCode::CREATED);
 
@@ -218,14 +243,30 @@ async fn every_failure_has_its_own_code(backend: Backend) {
     expect_error(fx.callback(json!({ "state": "old-state", "code": "x" })).await, 400, "OAUTH_STATE_EXPIRED").await;
 
     // Connectors without OAuth, and unconfigured clients.
-    let e = expect_error(fx.srv.post("/v1/credentials/source/oauth/start", json!({ "connector_id": "conn_emailcampaign_edm" })).send().await.unwrap(), 400, "OAUTH_NOT_SUPPORTED").await;
+    let e = expect_error(
+        fx.srv
+            .post("/v1/credentials/source/oauth/start", json!({ "connector_id": "conn_emailcampaign_edm" }))
+            .send()
+            .await
+            .unwrap(),
+        400,
+        "OAUTH_NOT_SUPPORTED",
+    )
+    .await;
     assert_eq!(e["details"]["connector_id"], "conn_emailcampaign_edm");
 }
 
 async fn browsers_complete_the_flow_on_the_landing_page(backend: Backend) {
     let fx = setup(backend).await;
-    let (state, code) = fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
-    let page = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}&iss=https%3A%2F%2Fauth.social.test"))).send().await.unwrap();
+    let (state, code) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let page = fx
+        .srv
+        .client
+        .get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}&iss=https%3A%2F%2Fauth.social.test")))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     let html = page.text().await.unwrap();
     // The landing names who started the flow and for which workspace, and
@@ -234,15 +275,30 @@ async fn browsers_complete_the_flow_on_the_landing_page(backend: Backend) {
     assert!(!html.contains("<code>ch_"), "{html}");
     let none = json_ok(fx.srv.get("/v1/credentials").send().await.unwrap()).await;
     assert!(none["data"]["items"].as_array().unwrap().iter().all(|c| c["kind"] != "oauth2"), "{none}");
-    let done = fx.srv.client.post(fx.srv.url("/oauth/callback")).form(&[("state", state.as_str()), ("code", code.as_str())]).send().await.unwrap();
+    let done = fx
+        .srv
+        .client
+        .post(fx.srv.url("/oauth/callback"))
+        .form(&[("state", state.as_str()), ("code", code.as_str())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(done.status(), StatusCode::OK);
     let html = done.text().await.unwrap();
     let start = html.find("<code>ch_").unwrap() + 6;
     let handle = &html[start..start + html[start..].find("</code>").unwrap()];
     assert!(fx.check(handle).await.unwrap().ok);
-    let again = fx.srv.client.post(fx.srv.url("/oauth/callback")).form(&[("state", state.as_str()), ("code", code.as_str())]).send().await.unwrap();
+    let again = fx
+        .srv
+        .client
+        .post(fx.srv.url("/oauth/callback"))
+        .form(&[("state", state.as_str()), ("code", code.as_str())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), StatusCode::CONFLICT);
-    let landing = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}"))).send().await.unwrap();
+    let landing =
+        fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={state}&code={code}"))).send().await.unwrap();
     assert_eq!(landing.status(), StatusCode::GONE, "a spent flow has nothing to confirm");
 }
 
@@ -252,7 +308,12 @@ async fn the_task_app_flow_yields_a_workspace_credential(backend: Backend) {
     // A task-app state cannot complete a source flow.
     expect_error(fx.callback(json!({ "state": state, "code": code })).await, 400, "OAUTH_STATE_UNKNOWN").await;
     let (state, code) = fx.consent("/v1/credentials/taskapp/oauth/start", json!({})).await;
-    let resp = fx.srv.post("/v1/credentials/taskapp/oauth/callback", json!({ "state": state, "code": code })).send().await.unwrap();
+    let resp = fx
+        .srv
+        .post("/v1/credentials/taskapp/oauth/callback", json!({ "state": state, "code": code }))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
     let created = json_ok(resp).await;
     assert_eq!(created["data"]["connector_id"], "taskapp");
@@ -261,19 +322,48 @@ async fn the_task_app_flow_yields_a_workspace_credential(backend: Backend) {
 
 async fn a_flow_an_assistant_started_ends_in_a_proposal_wherever_it_is_completed(backend: Backend) {
     let fx = setup(backend).await;
-    let assistant = service::access::admin::create_token(&fx.srv.state.store, &fx.srv.state.config.bootstrap_email, Some("assistant"), None, service::access::ClientSource::Mcp)
+    let assistant = service::access::admin::create_token(
+        &fx.srv.state.store,
+        &fx.srv.state.config.bootstrap_email,
+        Some("assistant"),
+        None,
+        service::access::ClientSource::Mcp,
+    )
+    .await
+    .unwrap();
+    let started = fx
+        .srv
+        .request_as(
+            secrecy::ExposeSecret::expose_secret(&assistant),
+            Method::POST,
+            "/v1/credentials/source/oauth/start",
+        )
+        .json(&json!({ "connector_id": "test_oauth_source" }))
+        .send()
         .await
         .unwrap();
-    let started = fx.srv.request_as(secrecy::ExposeSecret::expose_secret(&assistant), Method::POST, "/v1/credentials/source/oauth/start").json(&json!({ "connector_id": "test_oauth_source" })).send().await.unwrap();
     let started = json_ok(started).await;
     let url = url::Url::parse(started["data"]["authorization_url"].as_str().unwrap()).unwrap();
     let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
     let code = format!("code-{}", uuid::Uuid::new_v4().simple());
     fx.auth.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
     // The person finishes in the browser; the page says an assistant asked.
-    let page = fx.srv.client.get(fx.srv.url(&format!("/oauth/callback?state={}&code={code}", q["state"]))).send().await.unwrap();
+    let page = fx
+        .srv
+        .client
+        .get(fx.srv.url(&format!("/oauth/callback?state={}&code={code}", q["state"])))
+        .send()
+        .await
+        .unwrap();
     assert!(page.text().await.unwrap().contains("through the mcp client"));
-    let done = fx.srv.client.post(fx.srv.url("/oauth/callback")).form(&[("state", q["state"].as_str()), ("code", code.as_str())]).send().await.unwrap();
+    let done = fx
+        .srv
+        .client
+        .post(fx.srv.url("/oauth/callback"))
+        .form(&[("state", q["state"].as_str()), ("code", code.as_str())])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(done.status(), StatusCode::OK);
     let html = done.text().await.unwrap();
     assert!(html.contains("approves") && !html.contains("<code>ch_"), "{html}");

@@ -16,9 +16,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::on_both_backends;
-use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::fakepg::FakePostgres;
 use crate::support::process::ServerProcess;
+use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_ok, test_plugin};
 
 /// The fake source: `count` events, `next_cursor` paging, a bearer token,
@@ -94,14 +94,26 @@ async fn setup_with(backend: Backend, count: u64, adjust: impl FnOnce(&mut servi
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
     let pins = provider.pins(&["api.source.test"]);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes()))
+                .unwrap();
         adjust(c);
     })
     .await
     .unwrap();
     let path = test_plugin("test_paged_source");
-    srv.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path)).await.unwrap();
-    let cred = json_ok(srv.post("/v1/credentials", json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
+    srv.state
+        .plugins
+        .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
+        .await
+        .unwrap();
+    let cred = json_ok(
+        srv.post("/v1/credentials", json!({ "hosts": ["api.source.test"], "secret": events.token }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let handle = cred["data"]["credential_handle"].as_str().unwrap();
     let src = json_ok(
         srv.post("/v1/sources", json!({ "connector_id": "test_paged_source", "name": "Events", "configuration": { "base_url": "https://api.source.test", "credential_handle": handle, "page_size": 300 } }))
@@ -116,7 +128,14 @@ async fn setup_with(backend: Backend, count: u64, adjust: impl FnOnce(&mut servi
 
 impl Fx {
     async fn destination(&self, kind: &str, configuration: Value) -> String {
-        let d = json_ok(self.srv.post("/v1/destinations", json!({ "name": kind, "kind": kind, "configuration": configuration })).send().await.unwrap()).await;
+        let d = json_ok(
+            self.srv
+                .post("/v1/destinations", json!({ "name": kind, "kind": kind, "configuration": configuration }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         d["data"]["destination_id"].as_str().unwrap().to_owned()
     }
 
@@ -134,7 +153,9 @@ impl Fx {
 
     /// Starts a sync and waits for its end.
     async fn sync(&self, pipeline_id: &str) -> Value {
-        let job = json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap()).await;
+        let job =
+            json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
+                .await;
         self.wait(job["data"]["job_id"].as_str().unwrap()).await
     }
 
@@ -143,10 +164,10 @@ impl Fx {
     }
 }
 
-
 async fn a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates(backend: Backend) {
     let fx = setup(backend, 1000).await;
-    let prep = json_ok(fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": fx.source_id })).send().await.unwrap()).await;
+    let prep =
+        json_ok(fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": fx.source_id })).send().await.unwrap()).await;
     assert_eq!(prep["data"]["streams"][0]["name"], "events");
     assert_eq!(prep["data"]["suggested_selection"][0]["sync_mode"], "incremental_deduped");
 
@@ -182,17 +203,36 @@ async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
     for _ in 0..2 {
         assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
     }
-    let text = std::fs::read_to_string(fx.srv.exports(&fx.srv.workspace_id().await, "exports-1").join("events.jsonl")).unwrap();
+    let text = std::fs::read_to_string(fx.srv.exports(&fx.srv.workspace_id().await, "exports-1").join("events.jsonl"))
+        .unwrap();
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 450, "overwrite replaced the first sync's file");
-    assert!(lines[0]["_service_raw_id"].is_string() && lines[0]["_service_extracted_at"].is_i64() && lines[0]["_service_meta"].is_object());
+    assert!(
+        lines[0]["_service_raw_id"].is_string()
+            && lines[0]["_service_extracted_at"].is_i64()
+            && lines[0]["_service_meta"].is_object()
+    );
     assert_eq!(lines[5]["id"], 5);
     assert_eq!(lines[5]["note"], note(5), "the provider's values, unchanged");
     assert_eq!(lines[5]["payload"], json!({ "n": 5 }));
     for bad in [json!({ "directory": "../escape" }), json!({ "directory": "/tmp" })] {
-        expect_error(fx.srv.post("/v1/destinations", json!({ "name": "x", "kind": "jsonl", "configuration": bad })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+        expect_error(
+            fx.srv
+                .post("/v1/destinations", json!({ "name": "x", "kind": "jsonl", "configuration": bad }))
+                .send()
+                .await
+                .unwrap(),
+            400,
+            "VALIDATION_FAILED",
+        )
+        .await;
     }
-    let unknown = fx.srv.post("/v1/destinations", json!({ "name": "x", "kind": "mysql", "configuration": {} })).send().await.unwrap();
+    let unknown = fx
+        .srv
+        .post("/v1/destinations", json!({ "name": "x", "kind": "mysql", "configuration": {} }))
+        .send()
+        .await
+        .unwrap();
     let body = expect_error(unknown, 400, "VALIDATION_FAILED").await;
     assert_eq!(body["details"]["field"], "kind", "{body}");
     assert_eq!(body["message"], "kind must be sqlite, postgres or jsonl", "{body}");
@@ -238,19 +278,58 @@ async fn a_changed_schedule_refuses_stale_sync_commands_and_proposals(backend: B
     let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
     let version = p["data"]["schedule_version"].as_i64().unwrap();
     // A proposal pins the current version.
-    let proposal = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).header("x-service-execution-mode", "proposal").send().await.unwrap()).await;
+    let proposal = json_ok(
+        fx.srv
+            .request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync"))
+            .header("x-service-execution-mode", "proposal")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let approval_id = proposal["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
     assert_eq!(proposal["data"]["approval"]["operation"]["schedule_version"], version);
-    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&json!({ "schedule": { "kind": "interval", "minutes": 60 } })).send().await.unwrap()).await;
-    let resp = fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).header("if-match", format!("\"{version}\"")).send().await.unwrap();
+    json_ok(
+        fx.srv
+            .request(Method::PATCH, &format!("/v1/pipelines/{pipeline}"))
+            .json(&json!({ "schedule": { "kind": "interval", "minutes": 60 } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let resp = fx
+        .srv
+        .request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync"))
+        .header("if-match", format!("\"{version}\""))
+        .send()
+        .await
+        .unwrap();
     let e = expect_error(resp, 409, "EXECUTION_CONFLICT").await;
     assert_eq!(e["details"]["reason"], "schedule_changed");
-    let e = expect_error(fx.srv.request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap(), 409, "EXECUTION_CONFLICT").await;
+    let e = expect_error(
+        fx.srv
+            .request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve"))
+            .send()
+            .await
+            .unwrap(),
+        409,
+        "EXECUTION_CONFLICT",
+    )
+    .await;
     assert_eq!(e["details"]["current_schedule_version"], version + 1);
     let p = json_ok(fx.srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
     assert!(p["data"]["active_job"].is_null(), "a 409 never creates a job");
     // With the current version it runs.
-    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).json(&json!({ "schedule_version": version + 1 })).send().await.unwrap()).await;
+    let job = json_ok(
+        fx.srv
+            .request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync"))
+            .json(&json!({ "schedule_version": version + 1 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(fx.wait(job["data"]["job_id"].as_str().unwrap()).await["status"], "succeeded");
 }
 
@@ -258,10 +337,16 @@ async fn sources_in_use_are_kept_until_their_connections_are_deleted(backend: Ba
     let fx = setup(backend, 10).await;
     let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
     let pipeline = fx.pipeline(&dest, "full_refresh_overwrite").await;
-    let e = expect_error(fx.srv.request(Method::DELETE, &format!("/v1/sources/{}", fx.source_id)).send().await.unwrap(), 409, "SOURCE_IN_USE").await;
+    let e = expect_error(
+        fx.srv.request(Method::DELETE, &format!("/v1/sources/{}", fx.source_id)).send().await.unwrap(),
+        409,
+        "SOURCE_IN_USE",
+    )
+    .await;
     assert_eq!(e["details"]["connection_ids"], json!([pipeline]));
     json_ok(fx.srv.request(Method::DELETE, &format!("/v1/connections/{pipeline}")).send().await.unwrap()).await;
-    let done = json_ok(fx.srv.request(Method::DELETE, &format!("/v1/sources/{}", fx.source_id)).send().await.unwrap()).await;
+    let done =
+        json_ok(fx.srv.request(Method::DELETE, &format!("/v1/sources/{}", fx.source_id)).send().await.unwrap()).await;
     assert_eq!(done["data"]["deletion_verified"], true);
 }
 
@@ -299,7 +384,11 @@ async fn postgres_destinations_receive_the_same_rows(backend: Backend) {
     assert_eq!(count_rows(url.as_str(), "events").await, 700);
     let after: i64 = sqlx::query(extracted).fetch_one(&mut c).await.unwrap().get(0);
     assert!(after > before, "the last page was written again, into the typed columns");
-    let row = sqlx::query("SELECT payload->>'n', extract(epoch FROM updated_at)::bigint, note FROM events WHERE id = '699'").fetch_one(&mut c).await.unwrap();
+    let row =
+        sqlx::query("SELECT payload->>'n', extract(epoch FROM updated_at)::bigint, note FROM events WHERE id = '699'")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
     assert_eq!(row.get::<String, _>(0), "699", "a JSON column");
     assert_eq!(row.get::<i64, _>(1), 1_704_067_200 + 699 % 60, "a timestamp column");
     assert_eq!(row.get::<String, _>(2), note(699), "escaped characters still arrive intact");
@@ -331,13 +420,30 @@ async fn runs_started_by_an_approval_say_so_whatever_they_run(backend: Backend) 
     let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
     let pipeline = fx.pipeline(&dest, "incremental_append").await;
     for action in ["sync", "reset"] {
-        let direct = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/{action}")).send().await.unwrap()).await;
+        let direct =
+            json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/{action}")).send().await.unwrap())
+                .await;
         let job = fx.wait(direct["data"]["job_id"].as_str().unwrap()).await;
         assert_eq!((job["kind"].as_str(), job["trigger"].as_str()), (Some(action), Some("manual")), "{job}");
 
-        let proposal = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/{action}")).header("x-service-execution-mode", "proposal").send().await.unwrap()).await;
+        let proposal = json_ok(
+            fx.srv
+                .request(Method::POST, &format!("/v1/pipelines/{pipeline}/{action}"))
+                .header("x-service-execution-mode", "proposal")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         let approval_id = proposal["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
-        let approved = json_ok(fx.srv.request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap()).await;
+        let approved = json_ok(
+            fx.srv
+                .request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         let job_id = approved["data"]["result"]["job_id"].as_str().unwrap_or_else(|| panic!("{approved}")).to_owned();
         let job = fx.wait(&job_id).await;
         assert_eq!((job["kind"].as_str(), job["trigger"].as_str()), (Some(action), Some("approval")), "{job}");
@@ -357,23 +463,48 @@ async fn jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync(
 
     // Revoke the source's credential.
     let creds = json_ok(srv.get("/v1/credentials").send().await.unwrap()).await;
-    let cred = creds["data"]["items"].as_array().unwrap().iter().find(|c| c["hosts"] == json!(["api.source.test"])).unwrap().clone();
+    let cred = creds["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["hosts"] == json!(["api.source.test"]))
+        .unwrap()
+        .clone();
     let id = cred["credential_id"].as_str().unwrap();
     let ws = srv.workspace_id().await;
     let (_, viewer) = srv.user_in(&ws, service::access::Role::Viewer).await;
-    expect_error(srv.request_as(&viewer, Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap(), 403, "403").await;
-    let revoked = json_ok(srv.request(Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap()).await;
+    expect_error(
+        srv.request_as(&viewer, Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap(),
+        403,
+        "403",
+    )
+    .await;
+    let revoked =
+        json_ok(srv.request(Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap()).await;
     let me = json_ok(srv.get("/v1/me").send().await.unwrap()).await;
     assert_eq!(revoked["data"]["credential"]["status"], "revoked");
     assert_eq!(revoked["data"]["credential"]["revoked_by"], me["data"]["user"]["user_id"]);
     assert!(revoked["data"]["credential"]["revoked_at"].is_string());
     assert_eq!(revoked["data"]["sources_using_it"], json!([fx.source_id]));
-    expect_error(srv.request(Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap(), 409, "CREDENTIAL_REVOKED").await;
+    expect_error(
+        srv.request(Method::POST, &format!("/v1/credentials/{id}/revoke")).send().await.unwrap(),
+        409,
+        "CREDENTIAL_REVOKED",
+    )
+    .await;
     {
         use sqlx::{Connection, Row};
         let mut c = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
-        let row = sqlx::query("SELECT ciphertext, nonce FROM credentials WHERE id = $1").bind(id).fetch_one(&mut c).await.unwrap();
-        assert_eq!((row.get::<String, _>(0), row.get::<String, _>(1)), (String::new(), String::new()), "the sealed secret is destroyed");
+        let row = sqlx::query("SELECT ciphertext, nonce FROM credentials WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            (row.get::<String, _>(0), row.get::<String, _>(1)),
+            (String::new(), String::new()),
+            "the sealed secret is destroyed"
+        );
     }
     let source = json_ok(srv.get(&format!("/v1/sources/{}", fx.source_id)).send().await.unwrap()).await;
     assert!(source["data"]["credential_warnings"][0].as_str().unwrap().contains("revoked"), "{source}");
@@ -387,7 +518,14 @@ async fn jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync(
     assert!(!attempts.to_string().contains(&fx.events.token));
 
     // Listing: newest first, by status, paged, by pipeline, kind and time.
-    let ids = |v: &Value| v["data"]["items"].as_array().unwrap().iter().map(|j| j["job_id"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let ids = |v: &Value| {
+        v["data"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["job_id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
     let id_of = |j: &Value| j["job_id"].as_str().unwrap().to_owned();
     let all = json_ok(srv.get("/v1/jobs").send().await.unwrap()).await;
     assert_eq!(ids(&all), [id_of(&j3), id_of(&j2), id_of(&j1)]);
@@ -395,14 +533,30 @@ async fn jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync(
     let page = json_ok(srv.get("/v1/jobs?status=succeeded&limit=1").send().await.unwrap()).await;
     assert_eq!(ids(&page), [id_of(&j2)]);
     let cursor = page["data"]["next_cursor"].as_str().unwrap();
-    let next = json_ok(srv.get(&format!("/v1/jobs?status=succeeded&limit=1&cursor={cursor}")).send().await.unwrap()).await;
+    let next =
+        json_ok(srv.get(&format!("/v1/jobs?status=succeeded&limit=1&cursor={cursor}")).send().await.unwrap()).await;
     assert_eq!(ids(&next), [id_of(&j1)]);
     assert!(next["data"]["next_cursor"].is_null());
-    assert_eq!(ids(&json_ok(srv.get(&format!("/v1/jobs?pipeline_id={pipeline}&kind=sync")).send().await.unwrap()).await).len(), 3);
+    assert_eq!(
+        ids(&json_ok(srv.get(&format!("/v1/jobs?pipeline_id={pipeline}&kind=sync")).send().await.unwrap()).await).len(),
+        3
+    );
     assert!(ids(&json_ok(srv.get("/v1/jobs?kind=reset").send().await.unwrap()).await).is_empty());
     assert!(ids(&json_ok(srv.get("/v1/jobs?pipeline_id=pl_other").send().await.unwrap()).await).is_empty());
-    assert!(ids(&json_ok(srv.get("/v1/jobs?created_after=2999-01-01T00:00:00Z").send().await.unwrap()).await).is_empty());
-    assert_eq!(ids(&json_ok(srv.get("/v1/jobs?created_before=2999-01-01T00:00:00Z&created_after=2001-01-01T00:00:00Z").send().await.unwrap()).await).len(), 3);
+    assert!(
+        ids(&json_ok(srv.get("/v1/jobs?created_after=2999-01-01T00:00:00Z").send().await.unwrap()).await).is_empty()
+    );
+    assert_eq!(
+        ids(&json_ok(
+            srv.get("/v1/jobs?created_before=2999-01-01T00:00:00Z&created_after=2001-01-01T00:00:00Z")
+                .send()
+                .await
+                .unwrap()
+        )
+        .await)
+        .len(),
+        3
+    );
     let e = expect_error(srv.get("/v1/jobs?status=exploded").send().await.unwrap(), 400, "VALIDATION_FAILED").await;
     assert_eq!(e["details"]["field"], "status");
     expect_error(srv.get("/v1/jobs?created_after=yesterday").send().await.unwrap(), 400, "VALIDATION_FAILED").await;
@@ -410,7 +564,12 @@ async fn jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync(
     let (_, other) = srv.other_workspace().await;
     let theirs = json_ok(srv.request_as(&other, Method::GET, "/v1/jobs").send().await.unwrap()).await;
     assert!(ids(&theirs).is_empty());
-    expect_error(srv.request_as(&other, Method::GET, &format!("/v1/jobs/{j3_id}/attempts")).send().await.unwrap(), 404, "404").await;
+    expect_error(
+        srv.request_as(&other, Method::GET, &format!("/v1/jobs/{j3_id}/attempts")).send().await.unwrap(),
+        404,
+        "404",
+    )
+    .await;
 }
 
 /// PATCH merges a destination's configuration as it does a source's, and
@@ -420,12 +579,31 @@ async fn destinations_merge_patches_and_are_deleted_only_when_unused(backend: Ba
     let srv = &fx.srv;
     let dest = fx.destination("sqlite", json!({ "file": "first.db" })).await;
     let path = format!("/v1/destinations/{dest}");
-    let patched = json_ok(srv.request(Method::PATCH, &path).json(&json!({ "name": "renamed", "configuration": {} })).send().await.unwrap()).await;
+    let patched = json_ok(
+        srv.request(Method::PATCH, &path)
+            .json(&json!({ "name": "renamed", "configuration": {} }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(patched["data"]["configuration"], json!({ "file": "first.db" }), "keys the body leaves out stay");
-    let patched = json_ok(srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "file": "second.db" } })).send().await.unwrap()).await;
+    let patched = json_ok(
+        srv.request(Method::PATCH, &path)
+            .json(&json!({ "configuration": { "file": "second.db" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(patched["data"]["configuration"], json!({ "file": "second.db" }));
     assert_eq!(patched["data"]["name"], "renamed");
-    expect_error(srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "file": null } })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    expect_error(
+        srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "file": null } })).send().await.unwrap(),
+        400,
+        "VALIDATION_FAILED",
+    )
+    .await;
 
     let pipeline = fx.pipeline(&dest, "incremental_append").await;
     let e = expect_error(srv.request(Method::DELETE, &path).send().await.unwrap(), 409, "DESTINATION_IN_USE").await;
@@ -493,7 +671,13 @@ impl Processes {
     /// source reading `page_size` records per page, an SQLite destination
     /// `w.db` and a deduplicated pipeline; returns the pipeline id.
     async fn pipeline(&self, base: &str, events: &Events, page_size: u64) -> String {
-        self.pipeline_into(base, events, page_size, json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).await
+        self.pipeline_into(
+            base,
+            events,
+            page_size,
+            json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }),
+        )
+        .await
     }
 
     /// Like [`Processes::pipeline`], into the destination `destination`
@@ -503,10 +687,25 @@ impl Processes {
         json_ok(self.api(base, Method::POST, "/v1/admin/plugins/test_paged_source/load").send().await.unwrap()).await;
         let me = json_ok(self.api(base, Method::GET, "/v1/me").send().await.unwrap()).await;
         let _ = self.workspace.set(me["data"]["default_workspace_id"].as_str().unwrap().to_owned());
-        let cred = json_ok(self.api(base, Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": events.token })).send().await.unwrap()).await;
+        let cred = json_ok(
+            self.api(base, Method::POST, "/v1/credentials")
+                .json(&json!({ "hosts": ["api.source.test"], "secret": events.token }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
-        let src = json_ok(self.api(base, Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": configuration })).send().await.unwrap()).await;
-        let dest = json_ok(self.api(base, Method::POST, "/v1/destinations").json(&destination).send().await.unwrap()).await;
+        let src = json_ok(
+            self.api(base, Method::POST, "/v1/sources")
+                .json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": configuration }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let dest =
+            json_ok(self.api(base, Method::POST, "/v1/destinations").json(&destination).send().await.unwrap()).await;
         let streams = json!([{ "name": "events", "sync_mode": "incremental_deduped" }]);
         let body = json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": streams });
         let p = json_ok(self.api(base, Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
@@ -517,7 +716,9 @@ impl Processes {
     async fn wait(&self, base: &str, job_id: &str) -> Value {
         let mut last = Value::Null;
         for _ in 0..600 {
-            last = json_ok(self.api(base, Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+            last =
+                json_ok(self.api(base, Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"]
+                    .clone();
             if ["succeeded", "failed", "cancelled"].contains(&last["status"].as_str().unwrap_or_default()) {
                 return last;
             }
@@ -529,7 +730,11 @@ impl Processes {
     /// Rows in the SQLite destination's `events` table.
     async fn rows(&self) -> i64 {
         let ws = self.workspace.get().expect("a pipeline was made");
-        count_rows(&format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses").join(ws).join("w.db").display()), "events").await
+        count_rows(
+            &format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses").join(ws).join("w.db").display()),
+            "events",
+        )
+        .await
     }
 }
 
@@ -555,7 +760,8 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
     let mut first = ServerProcess::start(procs.env.clone()).await;
     let base = first.base.clone();
     let pipeline = procs.pipeline(&base, &events, 60).await;
-    let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job =
+        json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
     // Kill the server once some records are written.
     for _ in 0..400 {
@@ -570,7 +776,9 @@ async fn a_job_whose_server_was_killed_is_taken_over_without_duplicate_rows() {
 
     let second = ServerProcess::start(procs.env.clone()).await;
     let last = procs.wait(&second.base, &job_id).await;
-    let attempts = json_ok(procs.api(&second.base, Method::GET, &format!("/v1/jobs/{job_id}/attempts")).send().await.unwrap()).await;
+    let attempts =
+        json_ok(procs.api(&second.base, Method::GET, &format!("/v1/jobs/{job_id}/attempts")).send().await.unwrap())
+            .await;
     drop(second);
     assert_eq!(last["status"], "succeeded", "{last}");
     assert_eq!(last["attempts"], 2, "taken over after the lease expired: {last}");
@@ -602,7 +810,11 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
     for round in 0..3 {
         let mut requests = Vec::new();
         for i in 0..20 {
-            let req = procs.api(if i % 2 == 0 { &base_a } else { &base_b }, Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+            let req = procs.api(
+                if i % 2 == 0 { &base_a } else { &base_b },
+                Method::POST,
+                &format!("/v1/pipelines/{pipeline}/sync"),
+            );
             requests.push(tokio::spawn(async move { json(req.send().await.unwrap()).await }));
         }
         let mut created = Vec::new();
@@ -624,17 +836,30 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
     assert_eq!(procs.rows().await, 600, "every record once");
 }
 
-
 async fn schedules_start_syncs_skip_when_busy_and_stop_when_paused(backend: Backend) {
     // Four slow pages: each run takes seconds, so the next ticks meet it.
     let fx = setup(backend, 1200).await;
     fx.events.delay_ms.store(1000, Ordering::SeqCst);
     let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
     let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
-    let bad = fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&json!({ "schedule": { "kind": "cron", "expression": "not a cron" } })).send().await.unwrap();
+    let bad = fx
+        .srv
+        .request(Method::PATCH, &format!("/v1/pipelines/{pipeline}"))
+        .json(&json!({ "schedule": { "kind": "cron", "expression": "not a cron" } }))
+        .send()
+        .await
+        .unwrap();
     expect_error(bad, 400, "VALIDATION_FAILED").await;
     // Every second.
-    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&json!({ "schedule": { "kind": "cron", "expression": "* * * * * *" } })).send().await.unwrap()).await;
+    json_ok(
+        fx.srv
+            .request(Method::PATCH, &format!("/v1/pipelines/{pipeline}"))
+            .json(&json!({ "schedule": { "kind": "cron", "expression": "* * * * * *" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
 
     let mut scheduled = Value::Null;
     for _ in 0..100 {
@@ -671,17 +896,26 @@ async fn a_running_job_can_be_cancelled(backend: Backend) {
     fx.events.delay_ms.store(400, Ordering::SeqCst);
     let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
     let pipeline = fx.pipeline(&dest, "incremental_append").await;
-    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let id = job["data"]["job_id"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let cancelled = json_ok(fx.srv.request(Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.unwrap()).await;
     assert_eq!(cancelled["data"]["status"], "cancelled");
-    expect_error(fx.srv.request(Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.unwrap(), 409, "JOB_NOT_ACTIVE").await;
+    expect_error(
+        fx.srv.request(Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.unwrap(),
+        409,
+        "JOB_NOT_ACTIVE",
+    )
+    .await;
     // The pipeline is free again.
     fx.events.delay_ms.store(0, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
-    assert_eq!(json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"], "cancelled");
+    assert_eq!(
+        json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"],
+        "cancelled"
+    );
 }
 
 /// Polls a job with `token` (its workspace's member) until it ends.
@@ -702,9 +936,23 @@ async fn wait_as(srv: &TestServer, token: &str, job_id: &str) -> Value {
 async fn other_workspace_pipeline(fx: &Fx, page_size: u64, destination: Value) -> (String, String, String) {
     let (ws, admin) = fx.srv.other_workspace().await;
     let api = |m: Method, p: &str| fx.srv.request_as(&admin, m, p);
-    let cred = json_ok(api(Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": fx.events.token })).send().await.unwrap()).await;
+    let cred = json_ok(
+        api(Method::POST, "/v1/credentials")
+            .json(&json!({ "hosts": ["api.source.test"], "secret": fx.events.token }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
-    let src = json_ok(api(Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "theirs", "configuration": configuration })).send().await.unwrap()).await;
+    let src = json_ok(
+        api(Method::POST, "/v1/sources")
+            .json(&json!({ "connector_id": "test_paged_source", "name": "theirs", "configuration": configuration }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let dest = json_ok(api(Method::POST, "/v1/destinations").json(&destination).send().await.unwrap()).await;
     let body = json!({ "name": "theirs", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "events", "sync_mode": "full_refresh_overwrite" }] });
     let p = json_ok(api(Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
@@ -714,24 +962,38 @@ async fn other_workspace_pipeline(fx: &Fx, page_size: u64, destination: Value) -
 async fn workspaces_never_share_warehouse_files(backend: Backend) {
     let fx = setup(backend, 40).await;
     let ws = fx.srv.workspace_id().await;
-    let mine = fx.pipeline(&fx.destination("sqlite", json!({ "file": "shared.db" })).await, "full_refresh_overwrite").await;
+    let mine =
+        fx.pipeline(&fx.destination("sqlite", json!({ "file": "shared.db" })).await, "full_refresh_overwrite").await;
     assert_eq!(fx.sync(&mine).await["status"], "succeeded");
     // Another workspace names the same file and runs a full refresh: it
     // drops and fills a table of its own file, not of this one.
-    let (other, admin, theirs) = other_workspace_pipeline(&fx, 300, json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "shared.db" } })).await;
-    let job = json_ok(fx.srv.request_as(&admin, Method::POST, &format!("/v1/pipelines/{theirs}/sync")).send().await.unwrap()).await;
+    let (other, admin, theirs) = other_workspace_pipeline(
+        &fx,
+        300,
+        json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "shared.db" } }),
+    )
+    .await;
+    let job =
+        json_ok(fx.srv.request_as(&admin, Method::POST, &format!("/v1/pipelines/{theirs}/sync")).send().await.unwrap())
+            .await;
     assert_eq!(wait_as(&fx.srv, &admin, job["data"]["job_id"].as_str().unwrap()).await["status"], "succeeded");
     for (workspace, pipeline) in [(&ws, &mine), (&other, &theirs)] {
         let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(workspace, "shared.db").display());
         assert_eq!(count_rows(&url, "events").await, 40);
         use sqlx::{Connection, Row};
         let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
-        let meta: String = sqlx::query("SELECT \"_service_meta\" FROM \"events\" LIMIT 1").fetch_one(&mut c).await.unwrap().get(0);
+        let meta: String =
+            sqlx::query("SELECT \"_service_meta\" FROM \"events\" LIMIT 1").fetch_one(&mut c).await.unwrap().get(0);
         assert!(meta.contains(pipeline.as_str()), "each file holds its own workspace's rows: {meta}");
     }
     // SQLite's own files beside a database are no destination's name.
     for side in ["shared.db-wal", "shared.db-shm", "shared.db-journal"] {
-        let resp = fx.srv.post("/v1/destinations", json!({ "name": "side", "kind": "sqlite", "configuration": { "file": side } })).send().await.unwrap();
+        let resp = fx
+            .srv
+            .post("/v1/destinations", json!({ "name": "side", "kind": "sqlite", "configuration": { "file": side } }))
+            .send()
+            .await
+            .unwrap();
         expect_error(resp, 400, "VALIDATION_FAILED").await;
     }
 }
@@ -747,11 +1009,13 @@ async fn a_full_refresh_drops_only_tables_the_service_created(backend: Backend) 
     let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
     sqlx::query("CREATE TABLE events (mine TEXT)").execute(&mut c).await.unwrap();
     sqlx::query("INSERT INTO events (mine) VALUES ('keep me')").execute(&mut c).await.unwrap();
-    let pipeline = fx.pipeline(&fx.destination("sqlite", json!({ "file": "theirs.db" })).await, "full_refresh_overwrite").await;
+    let pipeline =
+        fx.pipeline(&fx.destination("sqlite", json!({ "file": "theirs.db" })).await, "full_refresh_overwrite").await;
     let job = fx.sync(&pipeline).await;
     assert_eq!(job["status"], "failed", "{job}");
     assert!(job["error"].as_str().unwrap().contains("was not created by the service"), "{job}");
-    let reset = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/reset")).send().await.unwrap()).await;
+    let reset =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/reset")).send().await.unwrap()).await;
     assert_eq!(fx.wait(reset["data"]["job_id"].as_str().unwrap()).await["status"], "failed");
     let kept: String = sqlx::query("SELECT mine FROM events").fetch_one(&mut c).await.unwrap().get(0);
     assert_eq!(kept, "keep me", "the table and its row are as they were");
@@ -761,7 +1025,8 @@ async fn a_full_refresh_drops_only_tables_the_service_created(backend: Backend) 
         let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
         sqlx::query("CREATE TABLE events (mine TEXT)").execute(&mut c).await.unwrap();
         sqlx::query("INSERT INTO events (mine) VALUES ('keep me')").execute(&mut c).await.unwrap();
-        let pipeline = fx.pipeline(&fx.destination("postgres", json!({ "url": db.url })).await, "full_refresh_overwrite").await;
+        let pipeline =
+            fx.pipeline(&fx.destination("postgres", json!({ "url": db.url })).await, "full_refresh_overwrite").await;
         let job = fx.sync(&pipeline).await;
         assert_eq!(job["status"], "failed", "{job}");
         let kept: String = sqlx::query("SELECT mine FROM events").fetch_one(&mut c).await.unwrap().get(0);
@@ -779,17 +1044,36 @@ async fn one_workspace_cannot_hold_every_runner(backend: Backend) {
     fx.events.hold_page_size.store(300, Ordering::SeqCst);
     let mut mine = Vec::new();
     for i in 0..3 {
-        let pipeline = fx.pipeline(&fx.destination("sqlite", json!({ "file": format!("held-{i}.db") })).await, "full_refresh_overwrite").await;
-        let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+        let pipeline = fx
+            .pipeline(
+                &fx.destination("sqlite", json!({ "file": format!("held-{i}.db") })).await,
+                "full_refresh_overwrite",
+            )
+            .await;
+        let job =
+            json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap())
+                .await;
         mine.push(job["data"]["job_id"].as_str().unwrap().to_owned());
     }
-    let (_, admin, theirs) = other_workspace_pipeline(&fx, 299, json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "free.db" } })).await;
-    let job = json_ok(fx.srv.request_as(&admin, Method::POST, &format!("/v1/pipelines/{theirs}/sync")).send().await.unwrap()).await;
+    let (_, admin, theirs) = other_workspace_pipeline(
+        &fx,
+        299,
+        json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "free.db" } }),
+    )
+    .await;
+    let job =
+        json_ok(fx.srv.request_as(&admin, Method::POST, &format!("/v1/pipelines/{theirs}/sync")).send().await.unwrap())
+            .await;
     let done = wait_as(&fx.srv, &admin, job["data"]["job_id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "succeeded", "another tenant's job runs while this one's are stuck: {done}");
     let mut statuses = Vec::new();
     for id in &mine {
-        statuses.push(json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"].as_str().unwrap().to_owned());
+        statuses.push(
+            json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"]["status"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     statuses.sort();
     assert_eq!(statuses, ["queued", "queued", "running"], "one runner at most for the stuck workspace");
@@ -807,10 +1091,18 @@ async fn connector_calls_beyond_the_cap_wait_their_turn_then_give_up(backend: Ba
     .await;
     // A sync holds the one turn while its provider stalls.
     fx.events.hold_page_size.store(300, Ordering::SeqCst);
-    let pipeline = fx.pipeline(&fx.destination("sqlite", json!({ "file": "w.db" })).await, "full_refresh_overwrite").await;
-    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let pipeline =
+        fx.pipeline(&fx.destination("sqlite", json!({ "file": "w.db" })).await, "full_refresh_overwrite").await;
+    let job =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     for _ in 0..100 {
-        if fx.events.in_flight.load(Ordering::SeqCst) == 0 && json_ok(fx.srv.get(&format!("/v1/jobs/{}", job["data"]["job_id"].as_str().unwrap())).send().await.unwrap()).await["data"]["status"] == "running" {
+        if fx.events.in_flight.load(Ordering::SeqCst) == 0
+            && json_ok(
+                fx.srv.get(&format!("/v1/jobs/{}", job["data"]["job_id"].as_str().unwrap())).send().await.unwrap(),
+            )
+            .await["data"]["status"]
+                == "running"
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -866,8 +1158,11 @@ async fn destinations_never_get_the_servers_own_postgres_settings_or_an_unverifi
     let server = ServerProcess::start(procs.env.clone()).await;
     let base = server.base.clone();
     let url = format!("postgres://loader@127.0.0.1:{}/warehouse", pg.addr.port());
-    let pipeline = procs.pipeline_into(&base, &events, 50, json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } })).await;
-    let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let pipeline = procs
+        .pipeline_into(&base, &events, 50, json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } }))
+        .await;
+    let job =
+        json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let job = procs.wait(&base, job["data"]["job_id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "failed", "{job}");
     let seen = pg.connections();
@@ -882,10 +1177,19 @@ async fn destinations_never_get_the_servers_own_postgres_settings_or_an_unverifi
     // With a stored password, the connection must verify TLS first: this
     // server offers none, so the password never leaves.
     let before = seen.len();
-    let cred = json_ok(procs.api(&base, Method::POST, "/v1/credentials").json(&json!({ "hosts": ["127.0.0.1"], "secret": "canary-stored-password" })).send().await.unwrap()).await;
+    let cred = json_ok(
+        procs
+            .api(&base, Method::POST, "/v1/credentials")
+            .json(&json!({ "hosts": ["127.0.0.1"], "secret": "canary-stored-password" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let dest = json!({ "name": "pg2", "kind": "postgres", "configuration": { "url": url, "credential_handle": cred["data"]["credential_handle"] } });
     let pipeline = procs.pipeline_into(&base, &events, 50, dest).await;
-    let job = json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job =
+        json_ok(procs.api(&base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let job = procs.wait(&base, job["data"]["job_id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "failed", "{job}");
     let seen = pg.connections();

@@ -39,7 +39,8 @@ async fn setup(backend: Backend) -> Setup {
 pub(crate) async fn setup_with(backend: Backend, adjust: impl FnOnce(&mut service::config::ServerConfig)) -> Setup {
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
+    let mc =
+        Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
     let mail = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
     let hook: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
     let seen = hook.clone();
@@ -49,7 +50,14 @@ pub(crate) async fn setup_with(backend: Backend, adjust: impl FnOnce(&mut servic
             let seen = seen.clone();
             async move {
                 // The record whose key is c7 is refused, the rest accepted.
-                let rejected: Vec<Value> = body["records"].as_array().unwrap().iter().enumerate().filter(|(_, r)| r["key"] == "c7").map(|(i, _)| json!({ "index": i, "reason": "c7 is blocked here" })).collect();
+                let rejected: Vec<Value> = body["records"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r["key"] == "c7")
+                    .map(|(i, _)| json!({ "index": i, "reason": "c7 is blocked here" }))
+                    .collect();
                 seen.lock().unwrap().push(body);
                 axum::Json(json!({ "rejected": rejected }))
             }
@@ -58,15 +66,25 @@ pub(crate) async fn setup_with(backend: Backend, adjust: impl FnOnce(&mut servic
     let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver).await;
     let pins = format!("{},{}", mail.pins(&["mail.acme-corp.com"]), hooks.pins(&[HOOK_HOST]));
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("*.mailcoach.app,mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
-            .unwrap()
-            .with_webhook_hosts(HOOK_HOST)
-            .unwrap();
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(
+            "*.mailcoach.app,mail.acme-corp.com",
+            Some(&pins),
+            Some(ca.pem.as_bytes()),
+        )
+        .unwrap()
+        .with_webhook_hosts(HOOK_HOST)
+        .unwrap();
         adjust(c);
     })
     .await
     .unwrap();
-    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "crm", "kind": "sqlite", "configuration": { "file": "crm.db" } })).send().await.unwrap()).await;
+    let dest = json_ok(
+        srv.post("/v1/destinations", json!({ "name": "crm", "kind": "sqlite", "configuration": { "file": "crm.db" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let warehouse_id = dest["data"]["destination_id"].as_str().unwrap().to_owned();
     let path = srv.warehouse(&srv.workspace_id().await, "crm.db");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -74,7 +92,13 @@ pub(crate) async fn setup_with(backend: Backend, adjust: impl FnOnce(&mut servic
     let mut c = sqlx::SqliteConnection::connect(&db).await.unwrap();
     sqlx::raw_sql("CREATE TABLE customers (id TEXT, email TEXT, first_name TEXT)").execute(&mut c).await.unwrap();
     for i in 1..=20 {
-        sqlx::query("INSERT INTO customers VALUES ($1, $2, $3)").bind(format!("c{i}")).bind(format!("c{i}@example.com")).bind(format!("Name{i}")).execute(&mut c).await.unwrap();
+        sqlx::query("INSERT INTO customers VALUES ($1, $2, $3)")
+            .bind(format!("c{i}"))
+            .bind(format!("c{i}@example.com"))
+            .bind(format!("Name{i}"))
+            .execute(&mut c)
+            .await
+            .unwrap();
     }
     sqlx::raw_sql("INSERT INTO customers VALUES (NULL, 'nokey@example.com', 'X'), ('dup', 'd1@example.com', 'D'), ('dup', 'd2@example.com', 'D')").execute(&mut c).await.unwrap();
     c.close().await.unwrap();
@@ -95,7 +119,8 @@ impl Setup {
 
     async fn handle(&self) -> String {
         let body = json!({ "base_url": SELF_HOSTED, "api_token": self.mc.token });
-        let created = json_ok(self.srv.post("/v1/credentials/emailcampaign/api-token", body).send().await.unwrap()).await;
+        let created =
+            json_ok(self.srv.post("/v1/credentials/emailcampaign/api-token", body).send().await.unwrap()).await;
         created["data"]["credential_handle"].as_str().unwrap().to_owned()
     }
 
@@ -107,7 +132,10 @@ impl Setup {
 
     /// Runs an activation to its end; the run as `GET /reverse-etl/runs` shows it.
     async fn run(&self, activation: &str, body: Value) -> Value {
-        let started = json_ok(self.srv.post(&format!("/v1/reverse-etl/activations/{activation}/run"), body).send().await.unwrap()).await;
+        let started = json_ok(
+            self.srv.post(&format!("/v1/reverse-etl/activations/{activation}/run"), body).send().await.unwrap(),
+        )
+        .await;
         let run_id = started["data"]["run_id"].as_str().unwrap().to_owned();
         let job = self.srv.wait_job(&run_id).await;
         assert_eq!(job["status"], "succeeded", "{job}");
@@ -138,7 +166,10 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
         ("PRAGMA query_only = OFF", "MODEL_QUERY_INVALID"),
         ("SELECT * FROM nowhere", "MODEL_QUERY_INVALID"),
         // Closing the subquery to append statements: refused before SQLite sees it.
-        ("SELECT 1 AS id) AS x; PRAGMA query_only = 0; VACUUM INTO '/tmp/retl-escape.db'; SELECT * FROM (SELECT 1 AS id", "MODEL_QUERY_INVALID"),
+        (
+            "SELECT 1 AS id) AS x; PRAGMA query_only = 0; VACUUM INTO '/tmp/retl-escape.db'; SELECT * FROM (SELECT 1 AS id",
+            "MODEL_QUERY_INVALID",
+        ),
     ] {
         let body = json!({ "name": "bad", "warehouse_id": s.warehouse_id, "query": query, "primary_key": "id" });
         expect_error(srv.post("/v1/reverse-etl/models", body).send().await.unwrap(), 400, code).await;
@@ -150,7 +181,13 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     let wide = "\u{1D54F}".repeat(65_537);
     let body = json!({ "name": "long", "warehouse_id": s.warehouse_id, "query": wide, "primary_key": "id" });
     let escaped = serde_json::to_string(&body).unwrap().replace('\u{1D54F}', "\\ud835\\udd4f");
-    let res = srv.post("/v1/reverse-etl/models", json!({})).header("content-type", "application/json").body(escaped).send().await.unwrap();
+    let res = srv
+        .post("/v1/reverse-etl/models", json!({}))
+        .header("content-type", "application/json")
+        .body(escaped)
+        .send()
+        .await
+        .unwrap();
     let e = expect_error(res, 400, "VALIDATION_FAILED").await;
     assert_eq!(e["details"]["field"], "query", "{e}");
     let body = json!({ "name": "bad", "warehouse_id": s.warehouse_id, "query": "SELECT email FROM customers", "primary_key": "id" });
@@ -159,23 +196,62 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     let model = s.model().await;
     let handle = s.handle().await;
     let connector = json!({ "connector_id": "conn_emailcampaign_edm", "object": "subscribers", "configuration": { "base_url": SELF_HOSTED, "credential_handle": handle, "email_list_uuids": [LIST_UUID] } });
-    let dest = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "newsletter", "kind": "connector", "configuration": connector })).send().await.unwrap()).await;
+    let dest = json_ok(
+        srv.post(
+            "/v1/reverse-etl/destinations",
+            json!({ "name": "newsletter", "kind": "connector", "configuration": connector }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     let dest_id = dest["data"]["destination_id"].as_str().unwrap().to_owned();
     let bad = json!({ "connector_id": "conn_emailcampaign_edm", "object": "campaigns", "configuration": connector["configuration"] });
-    expect_error(srv.post("/v1/reverse-etl/destinations", json!({ "name": "x", "kind": "connector", "configuration": bad })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    expect_error(
+        srv.post("/v1/reverse-etl/destinations", json!({ "name": "x", "kind": "connector", "configuration": bad }))
+            .send()
+            .await
+            .unwrap(),
+        400,
+        "VALIDATION_FAILED",
+    )
+    .await;
 
     // Prepare: columns, samples, a suggested key and mappings by name.
-    let prep = json_ok(srv.post("/v1/reverse-etl/prepare", json!({ "model_id": model, "destination_id": dest_id })).send().await.unwrap()).await["data"].clone();
+    let prep = json_ok(
+        srv.post("/v1/reverse-etl/prepare", json!({ "model_id": model, "destination_id": dest_id }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await["data"]
+        .clone();
     let columns: Vec<&str> = prep["columns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(columns, ["id", "email", "first_name"], "{prep}");
     assert_eq!(prep["sample_rows"].as_array().unwrap().len(), 23);
     assert_eq!(prep["suggested_primary_key"], "email", "id has a null and a duplicate: {prep}");
     assert_eq!(prep["match_field"], "email");
-    assert_eq!(prep["suggested_mappings"], json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]), "{prep}");
+    assert_eq!(
+        prep["suggested_mappings"],
+        json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]),
+        "{prep}"
+    );
 
     let mappings = json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]);
     let wrong = json!([{ "field": "first_name", "column": "first_name" }]);
-    expect_error(srv.post("/v1/reverse-etl/activations", json!({ "name": "a", "model_id": model, "destination_id": dest_id, "mappings": wrong, "mode": "upsert" })).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    expect_error(
+        srv.post(
+            "/v1/reverse-etl/activations",
+            json!({ "name": "a", "model_id": model, "destination_id": dest_id, "mappings": wrong, "mode": "upsert" }),
+        )
+        .send()
+        .await
+        .unwrap(),
+        400,
+        "VALIDATION_FAILED",
+    )
+    .await;
     let a = json_ok(srv.post("/v1/reverse-etl/activations", json!({ "name": "customers to newsletter", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap()).await;
     let activation = a["data"]["activation_id"].as_str().unwrap().to_owned();
 
@@ -183,22 +259,41 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     s.mc.reject_emails.lock().unwrap().insert("c5@example.com".into());
     s.mc.rate_limit_next.store(2, Ordering::SeqCst);
     let run = s.run(&activation, json!({})).await;
-    assert_eq!(counts(&run), json!({ "queried": 23, "added": 19, "changed": 0, "removed": 0, "unchanged": 0, "invalid": 3, "failed": 1, "skipped": 0 }), "{run}");
+    assert_eq!(
+        counts(&run),
+        json!({ "queried": 23, "added": 19, "changed": 0, "removed": 0, "unchanged": 0, "invalid": 3, "failed": 1, "skipped": 0 }),
+        "{run}"
+    );
     assert_eq!(s.mc.written_count(), 19);
     let failed = &run["progress"]["failed_samples"];
     assert_eq!(failed[0]["key"], "c5", "{run}");
     assert!(failed[0]["reason"].as_str().unwrap().contains("422"), "{run}");
     assert!(!run.to_string().contains(&s.mc.token), "no secret in a run");
-    let invalid: Vec<String> = run["progress"]["invalid_samples"].as_array().unwrap().iter().map(|v| v["reason"].as_str().unwrap().to_owned()).collect();
-    assert!(invalid.iter().any(|r| r.contains("null")) && invalid.iter().any(|r| r.contains("more than once")), "{invalid:?}");
+    let invalid: Vec<String> = run["progress"]["invalid_samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        invalid.iter().any(|r| r.contains("null")) && invalid.iter().any(|r| r.contains("more than once")),
+        "{invalid:?}"
+    );
     assert!(s.mc.subscriber_by_email("d1@example.com").is_none(), "duplicated keys are never sent");
 
     // Two rows change, one leaves, the rejected one is now accepted.
-    s.sql("UPDATE customers SET first_name = 'Changed' WHERE id IN ('c1', 'c2'); DELETE FROM customers WHERE id = 'c3'").await;
+    s.sql(
+        "UPDATE customers SET first_name = 'Changed' WHERE id IN ('c1', 'c2'); DELETE FROM customers WHERE id = 'c3'",
+    )
+    .await;
     s.mc.reject_emails.lock().unwrap().clear();
     let before = s.mc.write_log().len();
     let run = s.run(&activation, json!({})).await;
-    assert_eq!(counts(&run), json!({ "queried": 22, "added": 1, "changed": 2, "removed": 0, "unchanged": 16, "invalid": 3, "failed": 0, "skipped": 0 }), "{run}");
+    assert_eq!(
+        counts(&run),
+        json!({ "queried": 22, "added": 1, "changed": 2, "removed": 0, "unchanged": 16, "invalid": 3, "failed": 0, "skipped": 0 }),
+        "{run}"
+    );
     let writes: Vec<(String, String)> = s.mc.write_log()[before..].to_vec();
     assert_eq!(writes.len(), 3, "exactly the two changed rows and the retried one: {writes:?}");
     assert_eq!(s.mc.subscriber_by_email("c1@example.com").unwrap()["first_name"], "Changed");
@@ -214,14 +309,25 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     // Mirror mode removes the record whose row left the model, not one
     // whose row only changed its key (its e-mail is still in the model).
     s.sql("UPDATE customers SET id = 'c4-renamed' WHERE id = 'c4'").await;
-    json_ok(srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}")).json(&json!({ "mode": "mirror" })).send().await.unwrap()).await;
+    json_ok(
+        srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}"))
+            .json(&json!({ "mode": "mirror" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let run = s.run(&activation, json!({})).await;
     assert_eq!(counts(&run)["removed"], 1, "{run}");
     assert_eq!((counts(&run)["added"].as_u64(), counts(&run)["unchanged"].as_u64()), (Some(1), Some(18)), "{run}");
     assert!(s.mc.subscriber_by_email("c3@example.com").is_none(), "removed at the provider");
     assert!(s.mc.subscriber_by_email("c4@example.com").is_some(), "a renamed key keeps its record");
     let run = s.run(&activation, json!({})).await;
-    assert_eq!((counts(&run)["removed"].as_u64(), counts(&run)["unchanged"].as_u64()), (Some(0), Some(19)), "the old key is forgotten: {run}");
+    assert_eq!(
+        (counts(&run)["removed"].as_u64(), counts(&run)["unchanged"].as_u64()),
+        (Some(0), Some(19)),
+        "the old key is forgotten: {run}"
+    );
 
     // A full resync sends every valid row again.
     let run = s.run(&activation, json!({ "full_resync": true })).await;
@@ -234,18 +340,19 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     s.sql("UPDATE customers SET first_name = 'Again' WHERE id = 'c1'").await;
     s.mc.delay_ms.store(3_000, Ordering::SeqCst);
     let url = format!("/v1/reverse-etl/activations/{activation}/run");
-    let answers = futures_join(
-        (0..50).map(|_| {
-            let req = srv.post(&url, json!({}));
-            async move { json(req.send().await.unwrap()).await }
-        }),
-    )
+    let answers = futures_join((0..50).map(|_| {
+        let req = srv.post(&url, json!({}));
+        async move { json(req.send().await.unwrap()).await }
+    }))
     .await;
     let started: Vec<&Value> = answers.iter().filter(|(s, _)| s.as_u16() == 201).map(|(_, b)| b).collect();
     let conflicts: Vec<&Value> = answers.iter().filter(|(s, _)| s.as_u16() == 409).map(|(_, b)| b).collect();
     assert_eq!((started.len(), conflicts.len()), (1, 49), "{answers:?}");
     let run_id = started[0]["data"]["run_id"].as_str().unwrap();
-    assert!(conflicts.iter().all(|c| c["code"] == "EXECUTION_CONFLICT" && c["details"]["active_run"]["run_id"] == run_id), "{conflicts:?}");
+    assert!(
+        conflicts.iter().all(|c| c["code"] == "EXECUTION_CONFLICT" && c["details"]["active_run"]["run_id"] == run_id),
+        "{conflicts:?}"
+    );
     srv.wait_job(run_id).await;
     s.mc.delay_ms.store(0, Ordering::SeqCst);
 
@@ -253,24 +360,60 @@ async fn an_activation_sends_only_what_changed_and_retries_what_failed(backend: 
     // row goes there, though none changed.
     let hook = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "hook", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl") } })).send().await.unwrap()).await;
     let hook_id = hook["data"]["destination_id"].as_str().unwrap().to_owned();
-    json_ok(srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}")).json(&json!({ "destination_id": hook_id })).send().await.unwrap()).await;
+    json_ok(
+        srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}"))
+            .json(&json!({ "destination_id": hook_id }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let run = s.run(&activation, json!({})).await;
-    assert_eq!((counts(&run)["added"].as_u64(), counts(&run)["failed"].as_u64(), counts(&run)["removed"].as_u64()), (Some(18), Some(1), Some(0)), "{run}");
+    assert_eq!(
+        (counts(&run)["added"].as_u64(), counts(&run)["failed"].as_u64(), counts(&run)["removed"].as_u64()),
+        (Some(18), Some(1), Some(0)),
+        "{run}"
+    );
     let received: usize = s.hook.lock().unwrap().iter().map(|b| b["records"].as_array().unwrap().len()).sum();
     assert_eq!(received, 19, "every valid row reached the new destination");
-    json_ok(srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}")).json(&json!({ "destination_id": dest_id })).send().await.unwrap()).await;
+    json_ok(
+        srv.request(Method::PATCH, &format!("/v1/reverse-etl/activations/{activation}"))
+            .json(&json!({ "destination_id": dest_id }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
 
     // What is in use cannot be deleted.
-    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{hook_id}")).send().await.unwrap()).await;
-    let e = expect_error(srv.request(Method::DELETE, &format!("/v1/reverse-etl/models/{model}")).send().await.unwrap(), 409, "MODEL_IN_USE").await;
+    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{hook_id}")).send().await.unwrap())
+        .await;
+    let e = expect_error(
+        srv.request(Method::DELETE, &format!("/v1/reverse-etl/models/{model}")).send().await.unwrap(),
+        409,
+        "MODEL_IN_USE",
+    )
+    .await;
     assert_eq!(e["details"]["activation_ids"], json!([activation]));
-    let e = expect_error(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{dest_id}")).send().await.unwrap(), 409, "DESTINATION_IN_USE").await;
+    let e = expect_error(
+        srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{dest_id}")).send().await.unwrap(),
+        409,
+        "DESTINATION_IN_USE",
+    )
+    .await;
     assert_eq!(e["details"]["activation_ids"], json!([activation]));
-    let e = expect_error(srv.request(Method::DELETE, &format!("/v1/destinations/{}", s.warehouse_id)).send().await.unwrap(), 409, "DESTINATION_IN_USE").await;
+    let e = expect_error(
+        srv.request(Method::DELETE, &format!("/v1/destinations/{}", s.warehouse_id)).send().await.unwrap(),
+        409,
+        "DESTINATION_IN_USE",
+    )
+    .await;
     assert_eq!(e["details"]["model_ids"], json!([model]));
-    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/activations/{activation}")).send().await.unwrap()).await;
+    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/activations/{activation}")).send().await.unwrap())
+        .await;
     json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/models/{model}")).send().await.unwrap()).await;
-    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{dest_id}")).send().await.unwrap()).await;
+    json_ok(srv.request(Method::DELETE, &format!("/v1/reverse-etl/destinations/{dest_id}")).send().await.unwrap())
+        .await;
 }
 
 async fn futures_join<F: Future<Output = T>, T>(futures: impl Iterator<Item = F>) -> Vec<T> {
@@ -316,7 +459,18 @@ async fn a_webhook_receives_batches_through_the_egress_policy(backend: Backend) 
         ("https://attacker.mailcoach.app/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
         ("https://mail.acme-corp.com/retl", "WEBHOOK_HOST_NOT_ALLOWED"),
     ] {
-        expect_error(srv.post("/v1/reverse-etl/destinations", json!({ "name": "h", "kind": "webhook", "configuration": { "url": url } })).send().await.unwrap(), 400, code).await;
+        expect_error(
+            srv.post(
+                "/v1/reverse-etl/destinations",
+                json!({ "name": "h", "kind": "webhook", "configuration": { "url": url } }),
+            )
+            .send()
+            .await
+            .unwrap(),
+            400,
+            code,
+        )
+        .await;
     }
     // A credential bound to a connector is that connector's alone: refused
     // when the webhook is made, not at its first send.
@@ -353,7 +507,11 @@ async fn a_webhook_receives_batches_through_the_egress_policy(backend: Backend) 
     let dest_id = dest["data"]["destination_id"].as_str().unwrap();
     // A secret is never a mapping constant, which every reader of the
     // activation would see: by the field it fills, or by its shape.
-    for constant in [json!({ "field": "api_key", "value": "anything at all" }), json!({ "field": "note", "value": "sk_live_51Habcdefghijklmnopqrstuv" }), json!({ "field": "auth", "value": "AKIAIOSFODNN7EXAMPLE" })] {
+    for constant in [
+        json!({ "field": "api_key", "value": "anything at all" }),
+        json!({ "field": "note", "value": "sk_live_51Habcdefghijklmnopqrstuv" }),
+        json!({ "field": "auth", "value": "AKIAIOSFODNN7EXAMPLE" }),
+    ] {
         let mappings = json!([{ "field": "mail", "column": "email" }, constant]);
         let refused = expect_error(
             srv.post("/v1/reverse-etl/activations", json!({ "name": "hook", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap(),
@@ -377,7 +535,11 @@ async fn a_webhook_receives_batches_through_the_egress_policy(backend: Backend) 
     let first = &batches[0]["records"][0];
     assert_eq!(first["fields"], json!({ "mail": "c1@example.com", "origin": "warehouse" }), "{first}");
     let run = s.run(&activation, json!({})).await;
-    assert_eq!((counts(&run)["unchanged"].as_u64(), counts(&run)["failed"].as_u64()), (Some(19), Some(1)), "the rejected record is sent again, alone: {run}");
+    assert_eq!(
+        (counts(&run)["unchanged"].as_u64(), counts(&run)["failed"].as_u64()),
+        (Some(19), Some(1)),
+        "the rejected record is sent again, alone: {run}"
+    );
     let again = s.hook.lock().unwrap()[1]["records"].clone();
     assert_eq!(again.as_array().unwrap().len(), 1, "{again}");
     assert_eq!(again[0]["key"], "c7");
@@ -392,8 +554,22 @@ async fn reverse_etl_keeps_to_its_workspace_and_roles(backend: Backend) {
     let ws = srv.workspace_id().await;
     let (_, viewer) = srv.user_in(&ws, service::access::Role::Viewer).await;
     let body = json!({ "name": "v", "warehouse_id": s.warehouse_id, "query": "SELECT id FROM customers", "primary_key": "id" });
-    expect_error(srv.request_as(&viewer, Method::POST, "/v1/reverse-etl/models").json(&body).send().await.unwrap(), 403, "403").await;
-    expect_error(srv.request_as(&viewer, Method::POST, "/v1/reverse-etl/prepare").json(&json!({ "model_id": model })).send().await.unwrap(), 403, "403").await;
+    expect_error(
+        srv.request_as(&viewer, Method::POST, "/v1/reverse-etl/models").json(&body).send().await.unwrap(),
+        403,
+        "403",
+    )
+    .await;
+    expect_error(
+        srv.request_as(&viewer, Method::POST, "/v1/reverse-etl/prepare")
+            .json(&json!({ "model_id": model }))
+            .send()
+            .await
+            .unwrap(),
+        403,
+        "403",
+    )
+    .await;
     let listed = json_ok(srv.request_as(&viewer, Method::GET, "/v1/reverse-etl/models").send().await.unwrap()).await;
     assert_eq!(listed["data"]["items"].as_array().unwrap().len(), 1);
 
@@ -401,8 +577,22 @@ async fn reverse_etl_keeps_to_its_workspace_and_roles(backend: Backend) {
     let listed = json_ok(srv.request_as(&other, Method::GET, "/v1/reverse-etl/models").send().await.unwrap()).await;
     assert!(listed["data"]["items"].as_array().unwrap().is_empty(), "{listed}");
     let steal = json!({ "name": "steal", "warehouse_id": s.warehouse_id, "query": "SELECT id FROM customers", "primary_key": "id" });
-    expect_error(srv.request_as(&other, Method::POST, "/v1/reverse-etl/models").json(&steal).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
-    expect_error(srv.request_as(&other, Method::PATCH, &format!("/v1/reverse-etl/models/{model}")).json(&json!({ "name": "x" })).send().await.unwrap(), 404, "404").await;
+    expect_error(
+        srv.request_as(&other, Method::POST, "/v1/reverse-etl/models").json(&steal).send().await.unwrap(),
+        400,
+        "VALIDATION_FAILED",
+    )
+    .await;
+    expect_error(
+        srv.request_as(&other, Method::PATCH, &format!("/v1/reverse-etl/models/{model}"))
+            .json(&json!({ "name": "x" }))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "404",
+    )
+    .await;
 
     let proposed = srv.post("/v1/reverse-etl/models", json!({ "name": "m2", "warehouse_id": s.warehouse_id, "query": "SELECT id FROM customers", "primary_key": "id" })).header("x-service-execution-mode", "proposal").send().await.unwrap();
     let (status, body) = json(proposed).await;
@@ -428,7 +618,8 @@ async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows()
     const BATCH: usize = 100;
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
+    let mc =
+        Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(1), ..Default::default() });
     let mail = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
     let dir = tempfile::tempdir().unwrap();
     let roots = dir.path().join("roots.pem");
@@ -451,7 +642,14 @@ async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows()
     let base = first.base.clone();
     let me = json_ok(api(&base, Method::GET, "/v1/me").send().await.unwrap()).await;
     let ws = me["data"]["default_workspace_id"].as_str().unwrap().to_owned();
-    let dest = json_ok(api(&base, Method::POST, "/v1/destinations").json(&json!({ "name": "crm", "kind": "sqlite", "configuration": { "file": "crm.db" } })).send().await.unwrap()).await;
+    let dest = json_ok(
+        api(&base, Method::POST, "/v1/destinations")
+            .json(&json!({ "name": "crm", "kind": "sqlite", "configuration": { "file": "crm.db" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let path = dir.path().join("data").join("warehouses").join(&ws).join("crm.db");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display())).await.unwrap();
@@ -465,19 +663,37 @@ async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows()
     c.close().await.unwrap();
     let body = json!({ "name": "customers", "warehouse_id": dest["data"]["destination_id"], "query": "SELECT id, email, first_name FROM customers", "primary_key": "id" });
     let model = json_ok(api(&base, Method::POST, "/v1/reverse-etl/models").json(&body).send().await.unwrap()).await;
-    let cred = json_ok(api(&base, Method::POST, "/v1/credentials/emailcampaign/api-token").json(&json!({ "base_url": SELF_HOSTED, "api_token": token })).send().await.unwrap()).await;
+    let cred = json_ok(
+        api(&base, Method::POST, "/v1/credentials/emailcampaign/api-token")
+            .json(&json!({ "base_url": SELF_HOSTED, "api_token": token }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let connector = json!({ "connector_id": "conn_emailcampaign_edm", "object": "subscribers", "configuration": { "base_url": SELF_HOSTED, "credential_handle": cred["data"]["credential_handle"], "email_list_uuids": [LIST_UUID] } });
-    let rdest = json_ok(api(&base, Method::POST, "/v1/reverse-etl/destinations").json(&json!({ "name": "newsletter", "kind": "connector", "configuration": connector })).send().await.unwrap()).await;
+    let rdest = json_ok(
+        api(&base, Method::POST, "/v1/reverse-etl/destinations")
+            .json(&json!({ "name": "newsletter", "kind": "connector", "configuration": connector }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let mappings = json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]);
     let body = json!({ "name": "a", "model_id": model["data"]["model_id"], "destination_id": rdest["data"]["destination_id"], "mappings": mappings, "mode": "upsert" });
-    let activation = json_ok(api(&base, Method::POST, "/v1/reverse-etl/activations").json(&body).send().await.unwrap()).await;
+    let activation =
+        json_ok(api(&base, Method::POST, "/v1/reverse-etl/activations").json(&body).send().await.unwrap()).await;
     let run_url = format!("/v1/reverse-etl/activations/{}/run", activation["data"]["activation_id"].as_str().unwrap());
 
     for (round, resync) in [(1, false), (2, true)] {
         let before = mc.write_log().len();
         // Slow enough that the kill lands in the second batch.
         mc.delay_ms.store(15, Ordering::SeqCst);
-        let started = json_ok(api(&first.base, Method::POST, &run_url).json(&json!({ "full_resync": resync })).send().await.unwrap()).await;
+        let started = json_ok(
+            api(&first.base, Method::POST, &run_url).json(&json!({ "full_resync": resync })).send().await.unwrap(),
+        )
+        .await;
         let run_id = started["data"]["run_id"].as_str().unwrap().to_owned();
         let mut waited = 0;
         while mc.write_log().len() - before < BATCH + BATCH / 2 {
@@ -491,13 +707,21 @@ async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows()
         let second = ServerProcess::start(env.clone()).await;
         let mut run = Value::Null;
         for _ in 0..600 {
-            run = json_ok(api(&second.base, Method::GET, &format!("/v1/reverse-etl/runs/{run_id}")).send().await.unwrap()).await["data"].clone();
+            run = json_ok(
+                api(&second.base, Method::GET, &format!("/v1/reverse-etl/runs/{run_id}")).send().await.unwrap(),
+            )
+            .await["data"]
+                .clone();
             if run["status"] == "succeeded" || run["status"] == "failed" {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        assert_eq!((run["status"].as_str(), run["attempts"].as_i64()), (Some("succeeded"), Some(2)), "round {round}: taken over once: {run}");
+        assert_eq!(
+            (run["status"].as_str(), run["attempts"].as_i64()),
+            (Some("succeeded"), Some(2)),
+            "round {round}: taken over once: {run}"
+        );
         // Every row reached the provider; none accepted before the kill
         // was sent again: only the batch in flight may repeat.
         let writes = mc.write_log()[before..].to_vec();
@@ -510,7 +734,10 @@ async fn a_run_whose_server_was_killed_resumes_without_resending_accepted_rows()
         }
         let repeated = per_record.values().filter(|n| **n > 1).count();
         assert_eq!(per_record.len(), ROWS, "round {round}: every row was sent");
-        assert!(repeated <= BATCH, "round {round}: {repeated} rows were sent twice; at most the batch in flight may be");
+        assert!(
+            repeated <= BATCH,
+            "round {round}: {repeated} rows were sent twice; at most the batch in flight may be"
+        );
         assert!(per_record.values().all(|n| *n <= 2), "round {round}: no row three times");
         assert_eq!(mc.written_count(), ROWS, "round {round}: upserts: one subscriber per row");
         first = second;
@@ -535,7 +762,8 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     let srv = &s.srv;
     let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
     let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-    let (login, reader, escalating) = (format!("retl_login_{tag}"), format!("retl_reader_{tag}"), format!("retl_super_member_{tag}"));
+    let (login, reader, escalating) =
+        (format!("retl_login_{tag}"), format!("retl_reader_{tag}"), format!("retl_super_member_{tag}"));
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE customers (id INT PRIMARY KEY, email TEXT NOT NULL); \
          INSERT INTO customers SELECT i, 'p' || i || '@example.com' FROM generate_series(1, 30) AS i; \
@@ -558,12 +786,32 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     };
     // A superuser, and a role that may become one, are refused.
     for url in [db.url.clone(), as_role(&escalating)] {
-        let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } })).send().await.unwrap()).await;
+        let dest = json_ok(
+            srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": url } }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         let body = json!({ "warehouse_id": dest["data"]["destination_id"], "query": "SELECT pg_read_file('/etc/hostname') AS id" });
-        let refused = expect_error(srv.post("/v1/reverse-etl/prepare", body).send().await.unwrap(), 400, "WAREHOUSE_ROLE_REFUSED").await;
+        let refused = expect_error(
+            srv.post("/v1/reverse-etl/prepare", body).send().await.unwrap(),
+            400,
+            "WAREHOUSE_ROLE_REFUSED",
+        )
+        .await;
         assert!(refused["message"].as_str().unwrap().contains("superuser"), "{refused}");
     }
-    let dest = json_ok(srv.post("/v1/destinations", json!({ "name": "pg", "kind": "postgres", "configuration": { "url": as_role(&login) } })).send().await.unwrap()).await;
+    let dest = json_ok(
+        srv.post(
+            "/v1/destinations",
+            json!({ "name": "pg", "kind": "postgres", "configuration": { "url": as_role(&login) } }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     let warehouse = dest["data"]["destination_id"].as_str().unwrap().to_owned();
     for (query, code) in [
         ("SELECT nextval('ticket') AS id", "MODEL_QUERY_WRITES"),
@@ -582,7 +830,16 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     assert_eq!((left, advanced), (30, false), "the warehouse is unchanged");
 
     // A value over the preview's cell size stays in the database.
-    let preview = json_ok(srv.post("/v1/reverse-etl/prepare", json!({ "warehouse_id": warehouse, "query": "SELECT id, body FROM wide ORDER BY id" })).send().await.unwrap()).await;
+    let preview = json_ok(
+        srv.post(
+            "/v1/reverse-etl/prepare",
+            json!({ "warehouse_id": warehouse, "query": "SELECT id, body FROM wide ORDER BY id" }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     let rows = &preview["data"]["sample_rows"];
     assert_eq!(rows[0]["body"], json!({ "$service_oversize": 300_000 }), "{rows}");
     assert_eq!(rows[1]["body"], "small");
@@ -591,11 +848,23 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     // may read.
     let narrowed = json_ok(srv.post("/v1/destinations", json!({ "name": "pg narrowed", "kind": "postgres", "configuration": { "url": as_role(&login), "model_role": reader } })).send().await.unwrap()).await;
     let narrowed = narrowed["data"]["destination_id"].as_str().unwrap().to_owned();
-    let read = |warehouse: &str, query: &str| srv.post("/v1/reverse-etl/prepare", json!({ "warehouse_id": warehouse, "query": query }));
-    assert_eq!(json_ok(read(&warehouse, "SELECT id, note FROM secrets").send().await.unwrap()).await["data"]["sample_rows"][0]["id"], 1);
-    let refused = expect_error(read(&narrowed, "SELECT id, note FROM secrets").send().await.unwrap(), 400, "MODEL_QUERY_INVALID").await;
+    let read = |warehouse: &str, query: &str| {
+        srv.post("/v1/reverse-etl/prepare", json!({ "warehouse_id": warehouse, "query": query }))
+    };
+    assert_eq!(
+        json_ok(read(&warehouse, "SELECT id, note FROM secrets").send().await.unwrap()).await["data"]["sample_rows"][0]
+            ["id"],
+        1
+    );
+    let refused =
+        expect_error(read(&narrowed, "SELECT id, note FROM secrets").send().await.unwrap(), 400, "MODEL_QUERY_INVALID")
+            .await;
     assert!(refused["message"].as_str().unwrap().contains("permission denied"), "{refused}");
-    assert_eq!(json_ok(read(&narrowed, "SELECT id, email FROM customers ORDER BY id").send().await.unwrap()).await["data"]["sample_rows"][0]["id"], 1);
+    assert_eq!(
+        json_ok(read(&narrowed, "SELECT id, email FROM customers ORDER BY id").send().await.unwrap()).await["data"]["sample_rows"]
+            [0]["id"],
+        1
+    );
 
     let body = json!({ "name": "pg customers", "warehouse_id": warehouse, "query": "SELECT id, email FROM customers", "primary_key": "id" });
     let model = json_ok(srv.post("/v1/reverse-etl/models", body).send().await.unwrap()).await;
@@ -605,7 +874,15 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     let activation = activation["data"]["activation_id"].as_str().unwrap().to_owned();
     let run = s.run(&activation, json!({})).await;
     assert_eq!((counts(&run)["queried"].as_u64(), counts(&run)["added"].as_u64()), (Some(30), Some(30)), "{run}");
-    let received: Vec<String> = s.hook.lock().unwrap().iter().flat_map(|b| b["records"].as_array().unwrap().iter().map(|r| r["fields"]["email"].as_str().unwrap().to_owned())).collect();
+    let received: Vec<String> = s
+        .hook
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|b| {
+            b["records"].as_array().unwrap().iter().map(|r| r["fields"]["email"].as_str().unwrap().to_owned())
+        })
+        .collect();
     assert_eq!(received.len(), 30);
     assert!(received.contains(&"p30@example.com".to_owned()));
     // A row that leaves the model is removed at the destination by its key.
@@ -613,9 +890,18 @@ async fn a_postgres_warehouse_is_queried_read_only() {
     let run = s.run(&activation, json!({})).await;
     assert_eq!((counts(&run)["removed"].as_u64(), counts(&run)["unchanged"].as_u64()), (Some(1), Some(29)), "{run}");
     let last = s.hook.lock().unwrap().last().unwrap().clone();
-    assert_eq!((last["operation"].as_str(), last["records"][0]["key"].as_str()), (Some("delete"), Some("30")), "{last}");
+    assert_eq!(
+        (last["operation"].as_str(), last["records"][0]["key"].as_str()),
+        (Some("delete"), Some("30")),
+        "{last}"
+    );
     // Roles belong to the whole PostgreSQL server: dropped with their grants.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP OWNED BY {login}, {reader}, {escalating}; DROP ROLE {login}, {reader}, {escalating}"))).execute(&mut c).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP OWNED BY {login}, {reader}, {escalating}; DROP ROLE {login}, {reader}, {escalating}"
+    )))
+    .execute(&mut c)
+    .await
+    .unwrap();
 }
 
 /// The same through the CLI: a query tried, a model, a webhook
@@ -633,15 +919,48 @@ async fn the_cli_makes_an_activation_and_waits_for_its_run(backend: Backend) {
     assert_eq!(header, ["id", "email", "first_name"], "{tried}");
     assert!(tried.contains("c1@example.com") && tried.contains("Suggested key: email"), "{tried}");
 
-    let model = cli.json(&["reverse-etl", "models", "create", "--name", "customers", "--warehouse", &s.warehouse_id, "--query", query, "--primary-key", "id"]).await;
+    let model = cli
+        .json(&[
+            "reverse-etl",
+            "models",
+            "create",
+            "--name",
+            "customers",
+            "--warehouse",
+            &s.warehouse_id,
+            "--query",
+            query,
+            "--primary-key",
+            "id",
+        ])
+        .await;
     let model_id = model["model_id"].as_str().unwrap().to_owned();
     let url = format!("configuration.url=https://{HOOK_HOST}/retl");
-    let dest = cli.json(&["reverse-etl", "destinations", "create", "--name", "hook", "--kind", "webhook", "--set", &url]).await;
+    let dest = cli
+        .json(&["reverse-etl", "destinations", "create", "--name", "hook", "--kind", "webhook", "--set", &url])
+        .await;
     let dest_id = dest["destination_id"].as_str().unwrap().to_owned();
     let created = cli
-        .ok(&["reverse-etl", "activations", "create", "--name", "hook", "--model", &model_id, "--destination", &dest_id, "--map", "mail=email", "--constant", "origin=warehouse", "--mode", "upsert"])
+        .ok(&[
+            "reverse-etl",
+            "activations",
+            "create",
+            "--name",
+            "hook",
+            "--model",
+            &model_id,
+            "--destination",
+            &dest_id,
+            "--map",
+            "mail=email",
+            "--constant",
+            "origin=warehouse",
+            "--mode",
+            "upsert",
+        ])
         .await;
-    let activation = created.split_whitespace().find(|w| w.starts_with("ra_")).unwrap_or_else(|| panic!("{created}")).to_owned();
+    let activation =
+        created.split_whitespace().find(|w| w.starts_with("ra_")).unwrap_or_else(|| panic!("{created}")).to_owned();
     let listed = cli.ok(&["reverse-etl", "activations", "list"]).await;
     assert!(listed.lines().any(|l| l.starts_with(&activation) && l.contains("upsert")), "{listed}");
 
@@ -650,7 +969,11 @@ async fn the_cli_makes_an_activation_and_waits_for_its_run(backend: Backend) {
     assert!(out.status.success(), "{so}\n{se}");
     let run_id = so.split_whitespace().find(|w| w.starts_with("run_")).unwrap_or_else(|| panic!("{so}")).to_owned();
     assert!(so.contains(&format!("{run_id} succeeded in")), "{so}");
-    assert!(se.lines().any(|l| l.starts_with(&format!("{run_id} succeeded")) && l.contains("added 19") && l.contains("failed 1")), "{se}");
+    assert!(
+        se.lines()
+            .any(|l| l.starts_with(&format!("{run_id} succeeded")) && l.contains("added 19") && l.contains("failed 1")),
+        "{se}"
+    );
     let batches = s.hook.lock().unwrap().clone();
     assert_eq!(batches[0]["records"][0]["fields"], json!({ "mail": "c1@example.com", "origin": "warehouse" }));
     let shown = cli.ok(&["reverse-etl", "runs", "get", &run_id]).await;

@@ -32,8 +32,12 @@ fn provider_routes() -> Router {
             get(|headers: HeaderMap| async move {
                 let all: Vec<(String, String)> =
                     headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned())).collect();
-                let auth = headers.get("authorization").map(|v| v.to_str().unwrap_or("").to_owned()).unwrap_or_default();
-                ([("x-echo-authorization", auth.clone()), ("set-cookie", format!("session={auth}"))], axum::Json(json!({ "headers": all, "authorization": auth })))
+                let auth =
+                    headers.get("authorization").map(|v| v.to_str().unwrap_or("").to_owned()).unwrap_or_default();
+                (
+                    [("x-echo-authorization", auth.clone()), ("set-cookie", format!("session={auth}"))],
+                    axum::Json(json!({ "headers": all, "authorization": auth })),
+                )
             }),
         )
         .route(
@@ -42,7 +46,11 @@ fn provider_routes() -> Router {
                 // What a careless debug endpoint would hand back: the
                 // credential it received, in every encoding it might use.
                 use base64::Engine;
-                let auth = headers.get("authorization").or_else(|| headers.get("x-api-key")).map(|v| v.to_str().unwrap_or("").to_owned()).unwrap_or_default();
+                let auth = headers
+                    .get("authorization")
+                    .or_else(|| headers.get("x-api-key"))
+                    .map(|v| v.to_str().unwrap_or("").to_owned())
+                    .unwrap_or_default();
                 let secret = auth.strip_prefix("Bearer ").unwrap_or(&auth).to_owned();
                 let decoded = auth
                     .strip_prefix("Basic ")
@@ -61,11 +69,20 @@ fn provider_routes() -> Router {
                 axum::Json(body)
             }),
         )
-        .route("/redirect-private", get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }))
-        .route("/redirect-undeclared", get(|| async { (StatusCode::FOUND, [("location", "https://elsewhere.example/")]).into_response() }))
+        .route(
+            "/redirect-private",
+            get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }),
+        )
+        .route(
+            "/redirect-undeclared",
+            get(|| async { (StatusCode::FOUND, [("location", "https://elsewhere.example/")]).into_response() }),
+        )
         .route("/within-limit", get(|| async { "w".repeat(RESPONSE_LIMIT - 1024) }))
         .route("/over-limit", get(|| async { "o".repeat(RESPONSE_LIMIT + 1) }))
-        .route("/over-limit-unannounced", get(|| async { axum::body::Body::new(Unannounced { left: RESPONSE_LIMIT + 1 }) }))
+        .route(
+            "/over-limit-unannounced",
+            get(|| async { axum::body::Body::new(Unannounced { left: RESPONSE_LIMIT + 1 }) }),
+        )
         .route(
             "/slow",
             get(|| async {
@@ -136,7 +153,12 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     async fn preview(&self, config: Value) -> Result<Value, InvocationError> {
-        self.srv.state.plugins.runtime().preview(&self.plugin, &self.workspace_id, &self.srv.state.egress, &config.to_string()).await
+        self.srv
+            .state
+            .plugins
+            .runtime()
+            .preview(&self.plugin, &self.workspace_id, &self.srv.state.egress, &config.to_string())
+            .await
     }
 
     /// What the plugin saw of one request.
@@ -233,14 +255,19 @@ async fn deep_recursion_and_traps_fail_only_their_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_output_is_refused() {
     let f = fixture().await;
-    assert_eq!(f.preview(json!({ "behave": "oversized_output", "size": 4 * 1024 * 1024 })).await, Err(InvocationError::OutputTooLarge));
+    assert_eq!(
+        f.preview(json!({ "behave": "oversized_output", "size": 4 * 1024 * 1024 })).await,
+        Err(InvocationError::OutputTooLarge)
+    );
     f.still_works().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_host_call_is_cut_by_the_wall_clock() {
     let f = fixture().await;
-    let r = f.preview(json!({ "behave": "egress", "request": { "method": "GET", "url": "https://api.provider.test/slow" } })).await;
+    let r = f
+        .preview(json!({ "behave": "egress", "request": { "method": "GET", "url": "https://api.provider.test/slow" } }))
+        .await;
     assert_eq!(r, Err(InvocationError::Timeout));
     f.still_works().await;
 }
@@ -261,18 +288,27 @@ async fn a_timed_request_batch_makes_every_request_and_stops_at_a_refusal() {
     // behaviour; a batch that quietly skipped requests would flatter them.
     let f = fixture().await;
     let before = f.provider.hits();
-    let ok = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/ok" } })).await.unwrap();
+    let ok = f
+        .preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/ok" } }))
+        .await
+        .unwrap();
     let nanos = ok["nanos"].as_array().expect("one figure per request");
     assert_eq!(nanos.len(), 5, "{ok}");
     assert!(nanos.iter().all(|n| n.as_u64().is_some_and(|n| n > 0)), "{ok}");
     assert_eq!(f.provider.hits(), before + 5, "every timed request reached the provider");
 
-    let refused = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://undeclared.test/ok" } })).await;
+    let refused = f
+        .preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://undeclared.test/ok" } }))
+        .await;
     match refused {
         Err(InvocationError::Connector(e)) => assert!(e.to_string().contains("request 0 failed: denied"), "{e}"),
         other => panic!("a refused request must fail the batch, got {other:?}"),
     }
-    let missing = f.preview(json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/gone" } })).await;
+    let missing = f
+        .preview(
+            json!({ "behave": "egress_timed", "times": 5, "request": { "url": "https://api.provider.test/gone" } }),
+        )
+        .await;
     match missing {
         Err(InvocationError::Connector(e)) => assert!(e.to_string().contains("request 0 answered 410"), "{e}"),
         other => panic!("an answer that is no success must fail the batch, got {other:?}"),
@@ -289,7 +325,12 @@ async fn egress_reaches_declared_and_allowed_hosts_only() {
 
     let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://undeclared.example.com/" })).await);
     assert!(rule.contains("not among the hosts the connector declared"), "{rule}");
-    for url in ["https://127.0.0.1/", "https://[::1]/", "https://[::ffff:127.0.0.1]/", "https://169.254.169.254/latest/meta-data"] {
+    for url in [
+        "https://127.0.0.1/",
+        "https://[::1]/",
+        "https://[::ffff:127.0.0.1]/",
+        "https://169.254.169.254/latest/meta-data",
+    ] {
         let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": url })).await);
         assert!(rule.contains("IP-literal"), "{url}: {rule}");
     }
@@ -328,9 +369,13 @@ async fn a_name_resolving_to_a_private_address_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_are_checked_like_first_requests() {
     let f = fixture().await;
-    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://redirect.provider.test/redirect-private" })).await);
+    let rule = denied_rule(
+        &f.egress(json!({ "method": "GET", "url": "https://redirect.provider.test/redirect-private" })).await,
+    );
     assert!(rule.contains("redirect refused") && rule.contains("loopback"), "{rule}");
-    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://redirect.provider.test/redirect-undeclared" })).await);
+    let rule = denied_rule(
+        &f.egress(json!({ "method": "GET", "url": "https://redirect.provider.test/redirect-undeclared" })).await,
+    );
     assert!(rule.contains("redirect refused"), "{rule}");
 }
 
@@ -365,7 +410,10 @@ async fn the_host_injects_credentials_and_the_plugin_never_sees_them() {
     assert!(!text.contains(&canary), "canary leaked to the plugin: {text}");
     assert!(!text.contains("set-cookie"), "cookies are withheld: {text}");
     let env = &report["env"];
-    assert!(env.as_array().is_none_or(|e| e.is_empty()) || env.as_object().is_some_and(|e| e.is_empty()), "no environment: {env}");
+    assert!(
+        env.as_array().is_none_or(|e| e.is_empty()) || env.as_object().is_some_and(|e| e.is_empty()),
+        "no environment: {env}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +442,13 @@ async fn connectors_come_from_plugins_and_unloading_makes_them_unavailable() {
     let f = fixture().await;
     let srv = &f.srv;
     let list = json_ok(srv.get("/v1/connectors").send().await.unwrap()).await;
-    let item = list["data"]["items"].as_array().unwrap().iter().find(|c| c["connector_id"] == "test_misbehaving").cloned().unwrap();
+    let item = list["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["connector_id"] == "test_misbehaving")
+        .cloned()
+        .unwrap();
     assert_eq!(item["status"], "available");
     assert_eq!(item["interface_version"], "service:connector@1.0.0");
     let spec = json_ok(srv.get("/v1/connectors/test_misbehaving/spec").send().await.unwrap()).await;
@@ -404,16 +458,22 @@ async fn connectors_come_from_plugins_and_unloading_makes_them_unavailable() {
     // Only operators manage plugins.
     let ws = f.workspace_id.clone();
     let (_, admin_not_operator) = srv.user_in(&ws, service::access::Role::Administrator).await;
-    let resp = srv.request_as(&admin_not_operator, Method::POST, "/v1/admin/plugins/test_misbehaving/unload").send().await.unwrap();
+    let resp = srv
+        .request_as(&admin_not_operator, Method::POST, "/v1/admin/plugins/test_misbehaving/unload")
+        .send()
+        .await
+        .unwrap();
     expect_error(resp, 403, "403").await;
 
-    let unloaded = json_ok(srv.request(Method::POST, "/v1/admin/plugins/test_misbehaving/unload").send().await.unwrap()).await;
+    let unloaded =
+        json_ok(srv.request(Method::POST, "/v1/admin/plugins/test_misbehaving/unload").send().await.unwrap()).await;
     assert_eq!(unloaded["data"]["enabled"], false);
     let c = json_ok(srv.get("/v1/connectors/test_misbehaving").send().await.unwrap()).await;
     assert_eq!(c["data"]["status"], "unavailable");
     assert!(matches!(srv.state.plugins.available("test_misbehaving").await, Err(InvocationError::Unavailable(_))));
 
-    let loaded = json_ok(srv.request(Method::POST, "/v1/admin/plugins/test_misbehaving/load").send().await.unwrap()).await;
+    let loaded =
+        json_ok(srv.request(Method::POST, "/v1/admin/plugins/test_misbehaving/load").send().await.unwrap()).await;
     assert_eq!(loaded["data"]["available"], true);
     let plugin = srv.state.plugins.available("test_misbehaving").await.unwrap();
     let r = srv.state.plugins.runtime().preview(&plugin, &ws, &srv.state.egress, r#"{"behave":"noop"}"#).await.unwrap();
@@ -432,7 +492,8 @@ async fn files_added_to_the_plugins_directory_wait_for_an_operator_and_removed_o
     let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
     assert_eq!(c["data"]["status"], "unavailable");
     let plugin = json_ok(srv.get("/v1/admin/plugins").send().await.unwrap()).await;
-    let noop = plugin["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == "test_noop").cloned().unwrap();
+    let noop =
+        plugin["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == "test_noop").cloned().unwrap();
     assert_eq!(noop["enabled"], false, "{noop}");
     json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
     let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
@@ -500,9 +561,16 @@ async fn an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled(backe
     srv.state.plugins.scan_dir().await;
     let swapped = listed(&srv).await;
     assert_ne!(swapped["digest"], first["digest"], "{swapped}");
-    assert_eq!((swapped["enabled"].as_bool(), swapped["available"].as_bool()), (Some(false), Some(false)), "a new version waits for an operator: {swapped}");
+    assert_eq!(
+        (swapped["enabled"].as_bool(), swapped["available"].as_bool()),
+        (Some(false), Some(false)),
+        "a new version waits for an operator: {swapped}"
+    );
     assert!(srv.state.plugins.available("test_noop").await.is_err(), "the swapped code does not run");
-    assert_eq!(json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await["data"]["status"], "unavailable");
+    assert_eq!(
+        json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await["data"]["status"],
+        "unavailable"
+    );
 
     // The operator enables the new version: pinned to it.
     json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
@@ -519,12 +587,20 @@ async fn an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled(backe
 
 #[test]
 fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
-    let good = crate::support::process::command().args(["plugins", "validate"]).arg(test_plugin("test_noop")).output().unwrap();
+    let good = crate::support::process::command()
+        .args(["plugins", "validate"])
+        .arg(test_plugin("test_noop"))
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&good.stdout);
     assert!(good.status.success(), "{out}{}", String::from_utf8_lossy(&good.stderr));
     assert!(out.contains("service:connector@1.0.0") && out.contains("description: valid"), "{out}");
 
-    let bad = crate::support::process::command().args(["plugins", "validate"]).arg(test_plugin("test_bad_describe")).output().unwrap();
+    let bad = crate::support::process::command()
+        .args(["plugins", "validate"])
+        .arg(test_plugin("test_bad_describe"))
+        .output()
+        .unwrap();
     assert!(!bad.status.success());
     let all = format!("{}{}", String::from_utf8_lossy(&bad.stdout), String::from_utf8_lossy(&bad.stderr));
     assert!(all.contains("config-schema is not JSON") || all.contains("problem"), "{all}");
@@ -549,7 +625,9 @@ async fn a_credential_goes_only_where_its_kind_puts_it() {
         assert_eq!(f.provider.hits(), before, "nothing was sent");
     }
     let basic = f.credential_of("basic", None, json!({ "username": "alice" }), "basic-secret-of-alice").await;
-    assert!(denied_rule(&f.egress(echo(&basic, json!({ "basic": "mallory" }))).await).contains("Basic password of alice"));
+    assert!(
+        denied_rule(&f.egress(echo(&basic, json!({ "basic": "mallory" }))).await).contains("Basic password of alice")
+    );
     assert!(denied_rule(&f.egress(echo(&basic, json!("bearer"))).await).contains("Basic password of alice"));
     let v = f.egress(echo(&basic, json!({ "basic": "alice" }))).await;
     assert_eq!(v["ok"]["status"], 200, "{v}");
@@ -583,7 +661,11 @@ async fn range_requests_never_carry_a_credential() {
     let seen = v["ok"]["body"].as_str().unwrap().to_ascii_lowercase();
     assert!(seen.contains("x-kept") && !seen.contains("\"range\"") && !seen.contains("if-range"), "{seen}");
     // Without a credential, Range goes through.
-    let v = f.egress(json!({ "method": "GET", "url": "https://echo.provider.test/echo", "headers": [["Range", "bytes=0-3"]] })).await;
+    let v = f
+        .egress(
+            json!({ "method": "GET", "url": "https://echo.provider.test/echo", "headers": [["Range", "bytes=0-3"]] }),
+        )
+        .await;
     assert!(v["ok"]["body"].as_str().unwrap().contains("\"range\""), "{v}");
 }
 
@@ -658,10 +740,20 @@ async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
     let noop = test_plugin("test_noop");
     other.state.plugins.load_bytes(&std::fs::read(&noop).unwrap(), PluginSource::File(noop)).await.unwrap();
     let plugins = json_ok(other.get("/v1/admin/plugins").send().await.unwrap()).await;
-    let digest_of = |id: &str| plugins["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == id).unwrap()["digest"].as_str().unwrap().to_owned();
+    let digest_of = |id: &str| {
+        plugins["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == id).unwrap()["digest"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
     let (noop_digest, email_digest) = (digest_of("test_noop"), digest_of("conn_emailcampaign_edm"));
     let cached = |dir: &std::path::Path, digest: &str| {
-        std::fs::read_dir(dir.join("plugin-cache")).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(digest)).unwrap()
+        std::fs::read_dir(dir.join("plugin-cache"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(digest))
+            .unwrap()
     };
     let foreign = std::fs::read(cached(&other.data_dir, &noop_digest)).unwrap();
     other.stop().await;
@@ -682,7 +774,10 @@ async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
     .await
     .unwrap();
     let c = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
-    assert!(c["data"]["operations"].as_array().unwrap().contains(&json!("preview")), "compiled anew from its own component: {c}");
+    assert!(
+        c["data"]["operations"].as_array().unwrap().contains(&json!("preview")),
+        "compiled anew from its own component: {c}"
+    );
     expect_error(srv.get("/v1/connectors/test_noop").send().await.unwrap(), 404, "404").await;
     assert_ne!(std::fs::read(&target).unwrap(), foreign, "the forged artefact was replaced");
     srv.stop().await;
@@ -727,7 +822,10 @@ async fn requests_started_ahead_are_policed_like_sent_ones() {
     assert!(r[1]["error"]["message"].as_str().unwrap().contains("not among the hosts the connector declared"), "{v}");
     assert_eq!(r[2]["status"], 200, "{v}");
     let echoed = r[2]["body"].as_str().unwrap();
-    assert!(echoed.contains("[REDACTED]") && !v.to_string().contains(&canary), "the host injected the secret and scrubbed its echo: {v}");
+    assert!(
+        echoed.contains("[REDACTED]") && !v.to_string().contains(&canary),
+        "the host injected the secret and scrubbed its echo: {v}"
+    );
     assert_eq!(r[3]["error"]["kind"], "denied", "{v}");
     assert!(r[3]["error"]["message"].as_str().unwrap().contains("IP-literal"), "{v}");
     assert_eq!(r[4]["refused"]["kind"], "denied", "a fifth pending request: {v}");
@@ -738,7 +836,9 @@ async fn requests_started_ahead_are_policed_like_sent_ones() {
     // second round is accepted (dropped ones stopped counting) and the call
     // ends within its 3 s wall clock (nothing waited for them).
     let slow = json!({ "url": "https://api.provider.test/slow" });
-    let v = preview(json!({ "requests": [slow, slow, slow, slow], "finish": false })).await.expect("dropped requests are not waited for");
+    let v = preview(json!({ "requests": [slow, slow, slow, slow], "finish": false }))
+        .await
+        .expect("dropped requests are not waited for");
     let dropped = v["results"].as_array().unwrap();
     assert_eq!(dropped.len(), 8, "{v}");
     assert!(dropped.iter().all(|d| d["dropped"] == true), "{v}");

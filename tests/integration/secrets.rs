@@ -41,15 +41,22 @@ impl Seen {
 async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     crate::support::init_crypto();
     let canary = |what: &str| format!("CANARY{what}{}", uuid::Uuid::new_v4().simple());
-    let (c_generic, c_token, c_entry, c_bad, c_rejected) = (canary("generic"), canary("token"), canary("entry"), canary("bad"), canary("rejected"));
+    let (c_generic, c_token, c_entry, c_bad, c_rejected) =
+        (canary("generic"), canary("token"), canary("entry"), canary("bad"), canary("rejected"));
 
     // The provider accepts c_token and echoes whatever it gets in errors.
     let ca = TestCa::new();
-    let mc = Arc::new(MailcoachState { token: c_token.clone(), campaigns: mailcoach::campaigns(12), echo_auth_in_errors: true, ..Default::default() });
+    let mc = Arc::new(MailcoachState {
+        token: c_token.clone(),
+        campaigns: mailcoach::campaigns(12),
+        echo_auth_in_errors: true,
+        ..Default::default()
+    });
     // The OAuth provider hands out canary tokens; the event source accepts
     // the canary token of a generic credential.
     let (c_access, c_refresh, c_source) = (canary("access"), canary("refresh"), canary("source"));
-    let oauth_tokens = json!({ "access_token": c_access, "refresh_token": c_refresh, "expires_in": 3600, "token_type": "Bearer" });
+    let oauth_tokens =
+        json!({ "access_token": c_access, "refresh_token": c_refresh, "expires_in": 3600, "token_type": "Bearer" });
     let source_token = format!("Bearer {c_source}");
     let extra = axum::Router::new()
         .route("/oauth/token", axum::routing::post(move || { let t = oauth_tokens.clone(); async move { axum::Json(t) } }))
@@ -82,7 +89,10 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
         ("SERVICE_LOG_FORMAT", "json".to_owned()),
         ("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com,*.social.test,*.source.test".to_owned()),
         ("SERVICE_PLUGINS_DIR", plugins_dir.path().display().to_string()),
-        ("SERVICE_OAUTH_CLIENTS", r#"{"test_oauth_source": {"client_id": "c", "client_secret": "operator-client-secret"}}"#.to_owned()),
+        (
+            "SERVICE_OAUTH_CLIENTS",
+            r#"{"test_oauth_source": {"client_id": "c", "client_secret": "operator-client-secret"}}"#.to_owned(),
+        ),
         ("SERVICE_EGRESS_RESOLVE", provider.pins(&names)),
         ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
     ])
@@ -93,37 +103,107 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
     let mut seen = Seen::default();
     // Plugin files dropped into the directory wait for an operator.
     for p in ["test_oauth_source", "test_paged_source"] {
-        let (s, v) = seen.take(api(reqwest::Method::POST, &format!("/v1/admin/plugins/{p}/load")).send().await.unwrap()).await;
+        let (s, v) =
+            seen.take(api(reqwest::Method::POST, &format!("/v1/admin/plugins/{p}/load")).send().await.unwrap()).await;
         assert_eq!(s, 200, "{v}");
     }
 
     // Entry paths.
-    let (s, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials").json(&json!({ "hosts": ["mail.acme-corp.com"], "secret": c_generic })).send().await.unwrap()).await;
+    let (s, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials")
+                .json(&json!({ "hosts": ["mail.acme-corp.com"], "secret": c_generic }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     assert_eq!(s, 201, "{v}");
     let generic = v["data"]["credential_handle"].as_str().unwrap().to_owned();
     let generic_id = v["data"]["credential_id"].as_str().unwrap().to_owned();
-    let (s, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/emailcampaign/api-token").json(&json!({ "base_url": "https://mail.acme-corp.com/api", "api_token": c_token })).send().await.unwrap()).await;
+    let (s, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/emailcampaign/api-token")
+                .json(&json!({ "base_url": "https://mail.acme-corp.com/api", "api_token": c_token }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     assert_eq!(s, 201, "{v}");
     let good = v["data"]["credential_handle"].as_str().unwrap().to_owned();
-    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/emailcampaign/api-token").json(&json!({ "base_url": "https://mail.acme-corp.com/api", "api_token": c_bad })).send().await.unwrap()).await;
+    let (_, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/emailcampaign/api-token")
+                .json(&json!({ "base_url": "https://mail.acme-corp.com/api", "api_token": c_bad }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     let bad = v["data"]["credential_handle"].as_str().unwrap().to_owned();
-    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/entry-links").json(&json!({ "hosts": ["mail.acme-corp.com"] })).send().await.unwrap()).await;
+    let (_, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/entry-links")
+                .json(&json!({ "hosts": ["mail.acme-corp.com"] }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     let url = v["data"]["url"].as_str().unwrap().to_owned();
     seen.take(client.post(&url).form(&[("secret", c_entry.as_str())]).send().await.unwrap()).await;
     // A validation failure carrying a secret.
-    let (s, _) = seen.take(api(reqwest::Method::POST, "/v1/credentials/emailcampaign/api-token").json(&json!({ "base_url": "http://127.0.0.1/api", "api_token": c_rejected })).send().await.unwrap()).await;
+    let (s, _) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/emailcampaign/api-token")
+                .json(&json!({ "base_url": "http://127.0.0.1/api", "api_token": c_rejected }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     assert_eq!(s, 400);
-    let (s, _) = seen.take(api(reqwest::Method::POST, "/v1/credentials/entry-links").json(&json!({ "hosts": ["mail.acme-corp.com"], "token": c_rejected })).send().await.unwrap()).await;
+    let (s, _) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/entry-links")
+                .json(&json!({ "hosts": ["mail.acme-corp.com"], "token": c_rejected }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     assert_eq!(s, 400);
 
     // Use them: success, a bad token the provider echoes back, outages
     // whose error bodies echo the Authorization header.
     for handle in [&good, &bad, &generic] {
-        seen.take(api(reqwest::Method::POST, "/v1/connectors/emailcampaign/check").json(&json!({ "credential_handle": handle })).send().await.unwrap()).await;
-        seen.take(api(reqwest::Method::POST, "/v1/connectors/emailcampaign/edm/preview").json(&json!({ "credential_handle": handle, "base_url": "https://mail.acme-corp.com/api" })).send().await.unwrap()).await;
+        seen.take(
+            api(reqwest::Method::POST, "/v1/connectors/emailcampaign/check")
+                .json(&json!({ "credential_handle": handle }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        seen.take(
+            api(reqwest::Method::POST, "/v1/connectors/emailcampaign/edm/preview")
+                .json(&json!({ "credential_handle": handle, "base_url": "https://mail.acme-corp.com/api" }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     }
     mc.fail_next.store(50, Ordering::SeqCst);
-    seen.take(api(reqwest::Method::POST, "/v1/connectors/emailcampaign/edm/preview").json(&json!({ "credential_handle": good })).send().await.unwrap()).await;
+    seen.take(
+        api(reqwest::Method::POST, "/v1/connectors/emailcampaign/edm/preview")
+            .json(&json!({ "credential_handle": good }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     mc.fail_next.store(0, Ordering::SeqCst);
     seen.take(api(reqwest::Method::GET, &format!("/v1/credentials/{generic_id}")).send().await.unwrap()).await;
     seen.take(api(reqwest::Method::GET, "/v1/credentials").send().await.unwrap()).await;
@@ -132,28 +212,61 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
 
     // OAuth: the host exchanges the code and stores canary tokens; the
     // plugin uses them through the handle.
-    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/source/oauth/start").json(&json!({ "connector_id": "test_oauth_source" })).send().await.unwrap()).await;
+    let (_, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/source/oauth/start")
+                .json(&json!({ "connector_id": "test_oauth_source" }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     let state = v["data"]["state"].as_str().expect("oauth start").to_owned();
-    let (s, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials/source/oauth/callback").json(&json!({ "state": state, "code": "any" })).send().await.unwrap()).await;
+    let (s, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials/source/oauth/callback")
+                .json(&json!({ "state": state, "code": "any" }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     assert_eq!(s, 201, "{v}");
 
     // A sync: a generic credential for the event source, through a plugin
     // into an SQLite destination.
-    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/credentials").json(&json!({ "hosts": ["api.source.test"], "secret": c_source })).send().await.unwrap()).await;
+    let (_, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/credentials")
+                .json(&json!({ "hosts": ["api.source.test"], "secret": c_source }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     let source_handle = v["data"]["credential_handle"].as_str().unwrap().to_owned();
     let (s, v) = seen
         .take(api(reqwest::Method::POST, "/v1/sources").json(&json!({ "connector_id": "test_paged_source", "name": "events", "configuration": { "base_url": "https://api.source.test", "credential_handle": source_handle } })).send().await.unwrap())
         .await;
     assert_eq!(s, 201, "{v}");
     let source_id = v["data"]["source_id"].as_str().unwrap().to_owned();
-    let (_, v) = seen.take(api(reqwest::Method::POST, "/v1/destinations").json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } })).send().await.unwrap()).await;
+    let (_, v) = seen
+        .take(
+            api(reqwest::Method::POST, "/v1/destinations")
+                .json(&json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
     let dest = v["data"]["destination_id"].as_str().unwrap().to_owned();
     let (s, v) = seen
         .take(api(reqwest::Method::POST, "/v1/pipelines").json(&json!({ "name": "p", "source_id": source_id, "destination_id": dest, "streams": [{ "name": "events", "sync_mode": "incremental_append" }] })).send().await.unwrap())
         .await;
     assert_eq!(s, 201, "{v}");
     let pipeline = v["data"]["pipeline_id"].as_str().unwrap().to_owned();
-    let (_, v) = seen.take(api(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let (_, v) =
+        seen.take(api(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let job = v["data"]["job_id"].as_str().unwrap().to_owned();
     let mut status = String::new();
     for _ in 0..200 {

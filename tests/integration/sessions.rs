@@ -117,10 +117,21 @@ async fn a_revocation_through_one_server_holds_on_the_next_request_to_another() 
     let store = service::store::Store::connect(&db.url).await.unwrap();
     let (ws, email) = {
         let body: Value = me(&a.base, ADMIN_TOKEN).await.unwrap().json().await.unwrap();
-        (body["data"]["default_workspace_id"].as_str().unwrap().to_owned(), body["data"]["user"]["email"].as_str().unwrap().to_owned())
+        (
+            body["data"]["default_workspace_id"].as_str().unwrap().to_owned(),
+            body["data"]["user"]["email"].as_str().unwrap().to_owned(),
+        )
     };
     for round in 0..20 {
-        let token = service::access::admin::create_token(&store, &email, Some("replica test"), None, service::access::ClientSource::Api).await.unwrap();
+        let token = service::access::admin::create_token(
+            &store,
+            &email,
+            Some("replica test"),
+            None,
+            service::access::ClientSource::Api,
+        )
+        .await
+        .unwrap();
         let token = secrecy::ExposeSecret::expose_secret(&token).to_owned();
         // Warm both servers' caches.
         let mut session_id = String::new();
@@ -130,32 +141,74 @@ async fn a_revocation_through_one_server_holds_on_the_next_request_to_another() 
             session_id = res.json::<Value>().await.unwrap()["data"]["session_id"].as_str().unwrap().to_owned();
         }
         let (through, other) = if round % 2 == 0 { (&a.base, &b.base) } else { (&b.base, &a.base) };
-        let revoked = http.post(format!("{through}/v1/sessions/{session_id}/revoke")).bearer_auth(ADMIN_TOKEN).json(&serde_json::json!({})).send().await.unwrap();
+        let revoked = http
+            .post(format!("{through}/v1/sessions/{session_id}/revoke"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(revoked.status(), 200, "round {round}");
-        assert_eq!(me(other, &token).await.unwrap().status(), 401, "round {round}: the other server still let the revoked session in");
+        assert_eq!(
+            me(other, &token).await.unwrap().status(),
+            401,
+            "round {round}: the other server still let the revoked session in"
+        );
         assert_eq!(me(through, &token).await.unwrap().status(), 401, "round {round}");
     }
 
     // A member removed through one server is gone from /me on the other.
     let member_email = "replica-member@example.test";
     service::access::admin::create_user(&store, member_email, "Member", Some(&ws), Role::Editor).await.unwrap();
-    let member_token = service::access::admin::create_token(&store, member_email, None, None, service::access::ClientSource::Api).await.unwrap();
+    let member_token =
+        service::access::admin::create_token(&store, member_email, None, None, service::access::ClientSource::Api)
+            .await
+            .unwrap();
     let member_token = secrecy::ExposeSecret::expose_secret(&member_token).to_owned();
     for base in [&a.base, &b.base, &b.base] {
         let body: Value = me(base, &member_token).await.unwrap().json().await.unwrap();
         assert_eq!(body["data"]["workspaces"].as_array().unwrap().len(), 1, "{body}");
     }
-    let members: Value = http.get(format!("{}/v1/workspaces/{ws}/members", a.base)).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
-    let member_id = members["data"]["items"].as_array().unwrap().iter().find(|m| m["email"] == member_email).unwrap()["member_id"].as_str().unwrap().to_owned();
-    let removed = http.delete(format!("{}/v1/workspaces/{ws}/members/{member_id}", a.base)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    let members: Value = http
+        .get(format!("{}/v1/workspaces/{ws}/members", a.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let member_id =
+        members["data"]["items"].as_array().unwrap().iter().find(|m| m["email"] == member_email).unwrap()["member_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let removed = http
+        .delete(format!("{}/v1/workspaces/{ws}/members/{member_id}", a.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(removed.status(), 200, "{}", removed.text().await.unwrap());
     let body: Value = me(&b.base, &member_token).await.unwrap().json().await.unwrap();
-    assert_eq!(body["data"]["workspaces"], serde_json::json!([]), "the other server still shows the membership: {body}");
+    assert_eq!(
+        body["data"]["workspaces"],
+        serde_json::json!([]),
+        "the other server still shows the membership: {body}"
+    );
 
     // Behind the servers' backs: revoked in the database with no notice,
     // then server B's notice connection is cut. Once B listens again it
     // must not answer from what it cached before.
-    let token = service::access::admin::create_token(&store, &email, Some("cut test"), None, service::access::ClientSource::Api).await.unwrap();
+    let token = service::access::admin::create_token(
+        &store,
+        &email,
+        Some("cut test"),
+        None,
+        service::access::ClientSource::Api,
+    )
+    .await
+    .unwrap();
     let token = secrecy::ExposeSecret::expose_secret(&token).to_owned();
     for _ in 0..2 {
         assert_eq!(me(&b.base, &token).await.unwrap().status(), 200);
@@ -177,16 +230,25 @@ async fn a_revocation_through_one_server_holds_on_the_next_request_to_another() 
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert!(relistening.len() == 2 && relistening.iter().all(|p| !both_listen.contains(p)), "both listen again on new connections: {relistening:?}");
-    assert_eq!(me(&b.base, &token).await.unwrap().status(), 401, "answered from a cache kept across the lost connection");
+    assert!(
+        relistening.len() == 2 && relistening.iter().all(|p| !both_listen.contains(p)),
+        "both listen again on new connections: {relistening:?}"
+    );
+    assert_eq!(
+        me(&b.base, &token).await.unwrap().status(),
+        401,
+        "answered from a cache kept across the lost connection"
+    );
     drop((a, b));
 }
 
 /// The backends of the database listening for notices.
 async fn listeners(pg: &mut sqlx::PgConnection, name: &str) -> Vec<i32> {
-    sqlx::query_scalar::<_, i32>("SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() ORDER BY pid")
-        .bind(name)
-        .fetch_all(pg)
-        .await
-        .unwrap()
+    sqlx::query_scalar::<_, i32>(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() ORDER BY pid",
+    )
+    .bind(name)
+    .fetch_all(pg)
+    .await
+    .unwrap()
 }

@@ -31,15 +31,28 @@ async fn setup(backend: Backend) -> Fx {
     let ca = TestCa::new();
     let hub = Hub::new();
     let mc_token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState { token: mc_token.clone(), campaigns: mailcoach::campaigns(12), subscribers: 30, ..Default::default() });
+    let mc = Arc::new(MailcoachState {
+        token: mc_token.clone(),
+        campaigns: mailcoach::campaigns(12),
+        subscribers: 30,
+        ..Default::default()
+    });
     let names = ["api.hubapi.com", "team.mailcoach.app"];
     // One HTTPS server plays both providers; the paths do not overlap.
     let provider = FakeProvider::start(&ca, &names, hubspot::router(hub.clone()).merge(mailcoach::router(mc))).await;
     let pins = provider.pins(&names);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("api.hubapi.com,*.mailcoach.app", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(
+            "api.hubapi.com,*.mailcoach.app",
+            Some(&pins),
+            Some(ca.pem.as_bytes()),
+        )
+        .unwrap();
         c.oauth = service::config::oauth::OAuthSettings::from_settings(
-            Some(&json!({ CONNECTOR: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } }).to_string()),
+            Some(
+                &json!({ CONNECTOR: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } })
+                    .to_string(),
+            ),
             None,
         )
         .unwrap();
@@ -52,7 +65,14 @@ async fn setup(backend: Backend) -> Fx {
 impl Fx {
     /// Runs the OAuth flow as a person would and answers the handle.
     async fn authorise(&self) -> String {
-        let started = json_ok(self.srv.post("/v1/credentials/source/oauth/start", json!({ "connector_id": CONNECTOR })).send().await.unwrap()).await;
+        let started = json_ok(
+            self.srv
+                .post("/v1/credentials/source/oauth/start", json!({ "connector_id": CONNECTOR }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         let url = url::Url::parse(started["data"]["authorization_url"].as_str().unwrap()).unwrap();
         assert_eq!(url.host_str(), Some("app.hubspot.com"));
         let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
@@ -61,10 +81,21 @@ impl Fx {
         assert!(q["scope"].contains("social"));
         let code = format!("code-{}", uuid::Uuid::new_v4().simple());
         self.hub.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
-        let created = json_ok(self.srv.post("/v1/credentials/source/oauth/callback", json!({ "state": q["state"], "code": code })).send().await.unwrap()).await;
+        let created = json_ok(
+            self.srv
+                .post("/v1/credentials/source/oauth/callback", json!({ "state": q["state"], "code": code }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         self.assert_no_tokens(&created);
         assert_eq!(created["data"]["connector_id"], CONNECTOR);
-        assert_eq!(created["data"]["metadata"]["account"], json!({ "hub_id": "62515", "user_id": "77" }), "the account ids of the camel-case token answer");
+        assert_eq!(
+            created["data"]["metadata"]["account"],
+            json!({ "hub_id": "62515", "user_id": "77" }),
+            "the account ids of the camel-case token answer"
+        );
         created["data"]["credential_handle"].as_str().unwrap().to_owned()
     }
 
@@ -88,11 +119,22 @@ impl Fx {
         let body = json_ok(self.entities(handle, field, configuration, "").await).await;
         self.assert_no_tokens(&body);
         assert_allowlisted(&body);
-        body["data"]["options"].as_array().unwrap().iter().map(|o| (o["value"].as_str().unwrap().to_owned(), o["label"].as_str().unwrap().to_owned(), o["parent"].clone())).collect()
+        body["data"]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (o["value"].as_str().unwrap().to_owned(), o["label"].as_str().unwrap().to_owned(), o["parent"].clone())
+            })
+            .collect()
     }
 
     async fn create_source(&self, configuration: Value) -> reqwest::Response {
-        self.srv.post("/v1/sources", json!({ "connector_id": CONNECTOR, "name": "Social", "configuration": configuration })).send().await.unwrap()
+        self.srv
+            .post("/v1/sources", json!({ "connector_id": CONNECTOR, "name": "Social", "configuration": configuration }))
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn pipeline(&self, source_id: &str, destination: Value) -> String {
@@ -115,7 +157,9 @@ impl Fx {
     }
 
     async fn sync(&self, pipeline_id: &str) -> Value {
-        let job = json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap()).await;
+        let job =
+            json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
+                .await;
         self.srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
     }
 
@@ -127,13 +171,42 @@ impl Fx {
 /// Every key a connector, spec, source, entities or error answer of this
 /// connector may hold. A new field fails this test until it is added here.
 const ALLOWED_KEYS: &[&str] = &[
-    "request_id", "data", "code", "message", "details", "details.field", "details.id", "details.connector_id",
-    "data.connector_id", "data.credential_handle", "data.field", "data.options", "data.options.value", "data.options.label",
-    "data.options.parent", "data.next_cursor",
-    "data.name", "data.version", "data.kind", "data.status", "data.operations", "data.oauth", "data.interface_version",
-    "data.oauth.scopes", "data.oauth.start", "data.config_schema",
-    "data.source_id", "data.workspace_id", "data.configuration", "data.configuration.credential_handle", "data.configuration.portal_id",
-    "data.configuration.brand_ids", "data.configuration.channel_ids", "data.created_by", "data.created_at", "data.updated_at",
+    "request_id",
+    "data",
+    "code",
+    "message",
+    "details",
+    "details.field",
+    "details.id",
+    "details.connector_id",
+    "data.connector_id",
+    "data.credential_handle",
+    "data.field",
+    "data.options",
+    "data.options.value",
+    "data.options.label",
+    "data.options.parent",
+    "data.next_cursor",
+    "data.name",
+    "data.version",
+    "data.kind",
+    "data.status",
+    "data.operations",
+    "data.oauth",
+    "data.interface_version",
+    "data.oauth.scopes",
+    "data.oauth.start",
+    "data.config_schema",
+    "data.source_id",
+    "data.workspace_id",
+    "data.configuration",
+    "data.configuration.credential_handle",
+    "data.configuration.portal_id",
+    "data.configuration.brand_ids",
+    "data.configuration.channel_ids",
+    "data.created_by",
+    "data.created_at",
+    "data.updated_at",
 ];
 
 fn assert_allowlisted(body: &Value) {
@@ -144,7 +217,19 @@ fn assert_allowlisted(body: &Value) {
         assert!(ALLOWED_KEYS.contains(&path.as_str()), "unexpected field {path} in {body}");
     }
     let text = body.to_string();
-    for leak in ["authorize", "token_url", "oauth/v1", "hubapi", "image", "/work/", "/tmp/", "target/", "panicked", "stack", "Bearer"] {
+    for leak in [
+        "authorize",
+        "token_url",
+        "oauth/v1",
+        "hubapi",
+        "image",
+        "/work/",
+        "/tmp/",
+        "target/",
+        "panicked",
+        "stack",
+        "Bearer",
+    ] {
         assert!(!text.contains(leak), "`{leak}` in a customer answer: {text}");
     }
 }
@@ -160,7 +245,10 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     assert_eq!(portals[0].0, "62515");
     assert!(portals[0].1.contains("62515"));
     let brands = fx.options(&handle, "brand_ids", json!({ "portal_id": "62515" })).await;
-    assert_eq!(brands.iter().map(|b| (b.0.as_str(), b.1.as_str())).collect::<Vec<_>>(), [("101", "Acme Retail"), ("102", "Acme Travel")]);
+    assert_eq!(
+        brands.iter().map(|b| (b.0.as_str(), b.1.as_str())).collect::<Vec<_>>(),
+        [("101", "Acme Retail"), ("102", "Acme Travel")]
+    );
     assert!(brands.iter().all(|b| b.2 == "62515"), "brands belong to the portal");
     let channels = fx.options(&handle, "channel_ids", json!({ "portal_id": "62515", "brand_ids": ["101"] })).await;
     assert_eq!(channels.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), RETAIL, "only the chosen brand's channels");
@@ -176,7 +264,9 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     assert_allowlisted(&source);
     let source_id = source["data"]["source_id"].as_str().unwrap().to_owned();
     let ws = srv.workspace_id().await;
-    let pipeline = fx.pipeline(&source_id, json!({ "name": "wh", "kind": "sqlite", "configuration": { "file": "social.db" } })).await;
+    let pipeline = fx
+        .pipeline(&source_id, json!({ "name": "wh", "kind": "sqlite", "configuration": { "file": "social.db" } }))
+        .await;
     fx.hub.throttle_next.store(2, Ordering::SeqCst);
     let job = fx.sync(&pipeline).await;
     assert_eq!(job["status"], "succeeded", "{job}");
@@ -191,9 +281,17 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     {
         use sqlx::{Connection, Row};
         let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
-        let r = sqlx::query("SELECT SUM(CAST(\"posts_published\" AS INTEGER)) AS n FROM \"channel_statistics\"").fetch_one(&mut c).await.unwrap();
+        let r = sqlx::query("SELECT SUM(CAST(\"posts_published\" AS INTEGER)) AS n FROM \"channel_statistics\"")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
         assert_eq!(r.try_get::<i64, _>("n").unwrap(), published, "statistics add up to the posts");
-        let r = sqlx::query("SELECT \"content\" AS c, \"brand_id\" AS b FROM \"posts\" WHERE \"channel_guid\" = 'ch-retail-fb' LIMIT 1").fetch_one(&mut c).await.unwrap();
+        let r = sqlx::query(
+            "SELECT \"content\" AS c, \"brand_id\" AS b FROM \"posts\" WHERE \"channel_guid\" = 'ch-retail-fb' LIMIT 1",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
         assert!(r.try_get::<String, _>("c").unwrap().contains('\u{1F680}'));
         assert_eq!(r.try_get::<String, _>("b").unwrap(), "101");
     }
@@ -212,13 +310,21 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     assert!(fx.hub.expired_answers.load(Ordering::SeqCst) >= 1, "the token expired during the sync");
     assert!(fx.hub.refreshed.load(Ordering::SeqCst) > refreshed, "and was refreshed");
     assert_eq!(job["progress"]["streams"]["posts"]["records"], 5, "only the new posts: {job}");
-    assert!(fx.hub.since_seen.lock().unwrap().iter().any(|s| s.is_some()), "the incremental read asked for posts since its state");
+    assert!(
+        fx.hub.since_seen.lock().unwrap().iter().any(|s| s.is_some()),
+        "the incremental read asked for posts since its state"
+    );
     assert_eq!(count_rows(&url, "posts").await, published + 5);
     assert_eq!(count_rows(&url, "post_metrics").await, published + 5);
 
     // The same streams into PostgreSQL.
     if let Some(warehouse) = crate::support::PgDatabase::create().await {
-        let pg = fx.pipeline(&source_id, json!({ "name": "pg", "kind": "postgres", "configuration": { "url": warehouse.url } })).await;
+        let pg = fx
+            .pipeline(
+                &source_id,
+                json!({ "name": "pg", "kind": "postgres", "configuration": { "url": warehouse.url } }),
+            )
+            .await;
         let job = fx.sync(&pg).await;
         assert_eq!(job["status"], "succeeded", "{job}");
         assert_eq!(count_rows(&warehouse.url, "posts").await, published + 5);
@@ -273,30 +379,80 @@ async fn the_selection_is_checked_against_what_the_provider_offers_now(backend: 
     };
     // A channel of another brand, a brand of another portal, ids the
     // provider does not know, another portal.
-    let e = expect_error(fx.create_source(with(json!({ "channel_ids": ["ch-retail-fb", "ch-travel-x"] }))).await, 400, "ENTITY_NOT_OFFERED").await;
+    let e = expect_error(
+        fx.create_source(with(json!({ "channel_ids": ["ch-retail-fb", "ch-travel-x"] }))).await,
+        400,
+        "ENTITY_NOT_OFFERED",
+    )
+    .await;
     refused("channel_ids", "ch-travel-x", &e);
-    let e = expect_error(fx.create_source(with(json!({ "brand_ids": ["101", "301"] }))).await, 400, "ENTITY_NOT_OFFERED").await;
+    let e =
+        expect_error(fx.create_source(with(json!({ "brand_ids": ["101", "301"] }))).await, 400, "ENTITY_NOT_OFFERED")
+            .await;
     refused("brand_ids", "301", &e);
-    let e = expect_error(fx.create_source(with(json!({ "channel_ids": ["ch-nobody-knows"] }))).await, 400, "ENTITY_NOT_OFFERED").await;
+    let e = expect_error(
+        fx.create_source(with(json!({ "channel_ids": ["ch-nobody-knows"] }))).await,
+        400,
+        "ENTITY_NOT_OFFERED",
+    )
+    .await;
     refused("channel_ids", "ch-nobody-knows", &e);
-    let e = expect_error(fx.create_source(with(json!({ "portal_id": "99999" }))).await, 400, "ENTITY_NOT_OFFERED").await;
+    let e =
+        expect_error(fx.create_source(with(json!({ "portal_id": "99999" }))).await, 400, "ENTITY_NOT_OFFERED").await;
     refused("portal_id", "99999", &e);
     // Brand and channel selection is required.
-    expect_error(fx.create_source(json!({ "credential_handle": handle, "portal_id": "62515" })).await, 400, "CONFIGURATION_INVALID").await;
+    expect_error(
+        fx.create_source(json!({ "credential_handle": handle, "portal_id": "62515" })).await,
+        400,
+        "CONFIGURATION_INVALID",
+    )
+    .await;
     expect_error(fx.create_source(with(json!({ "channel_ids": [] }))).await, 400, "CONFIGURATION_INVALID").await;
     // Options need the level above, and the credential's own portal.
-    expect_error(fx.entities(&handle, "channel_ids", json!({ "portal_id": "62515" }), "").await, 400, "CONNECTOR_INVALID_CONFIG").await;
-    expect_error(fx.entities(&handle, "brand_ids", json!({ "portal_id": "1" }), "").await, 400, "CONNECTOR_INVALID_CONFIG").await;
+    expect_error(
+        fx.entities(&handle, "channel_ids", json!({ "portal_id": "62515" }), "").await,
+        400,
+        "CONNECTOR_INVALID_CONFIG",
+    )
+    .await;
+    expect_error(
+        fx.entities(&handle, "brand_ids", json!({ "portal_id": "1" }), "").await,
+        400,
+        "CONNECTOR_INVALID_CONFIG",
+    )
+    .await;
     expect_error(fx.entities(&handle, "nonsense", json!({}), "").await, 400, "VALIDATION_FAILED").await;
     expect_error(fx.entities("ch_unknown", "portal_id", json!({}), "").await, 400, "UNKNOWN_CREDENTIAL_HANDLE").await;
-    let e = json_ok(fx.entities(&handle, "brand_ids", json!({ "portal_id": "62515", "credential_account": { "user_id": "1" } }), "").await).await;
+    let e = json_ok(
+        fx.entities(
+            &handle,
+            "brand_ids",
+            json!({ "portal_id": "62515", "credential_account": { "user_id": "1" } }),
+            "",
+        )
+        .await,
+    )
+    .await;
     assert_eq!(e["data"]["options"].as_array().unwrap().len(), 2, "a client cannot choose whose brands are listed");
 
     // Paged.
-    let first = json_ok(fx.entities(&handle, "channel_ids", json!({ "portal_id": "62515", "brand_ids": ["101", "102"] }), "?limit=2").await).await;
+    let first = json_ok(
+        fx.entities(&handle, "channel_ids", json!({ "portal_id": "62515", "brand_ids": ["101", "102"] }), "?limit=2")
+            .await,
+    )
+    .await;
     assert_eq!(first["data"]["options"].as_array().unwrap().len(), 2);
     let cursor = first["data"]["next_cursor"].as_str().unwrap();
-    let rest = json_ok(fx.entities(&handle, "channel_ids", json!({ "portal_id": "62515", "brand_ids": ["101", "102"] }), &format!("?limit=2&cursor={cursor}")).await).await;
+    let rest = json_ok(
+        fx.entities(
+            &handle,
+            "channel_ids",
+            json!({ "portal_id": "62515", "brand_ids": ["101", "102"] }),
+            &format!("?limit=2&cursor={cursor}"),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(rest["data"]["options"][0]["value"], "ch-travel-x");
     assert!(rest["data"]["next_cursor"].is_null());
 
@@ -327,21 +483,38 @@ async fn the_selection_is_checked_against_what_the_provider_offers_now(backend: 
     let (user, _) = srv.user_in(&ws, service::access::Role::Editor).await;
     let old = srv.state.store.create_source(&ws, &connector_id, "Old social", &legacy, &user).await.unwrap();
     let path = format!("/v1/sources/{}", old.source_id);
-    let patched = json_ok(srv.request(Method::PATCH, &path).json(&json!({ "name": "Old social, renamed" })).send().await.unwrap()).await;
+    let patched = json_ok(
+        srv.request(Method::PATCH, &path).json(&json!({ "name": "Old social, renamed" })).send().await.unwrap(),
+    )
+    .await;
     assert_eq!(patched["data"]["configuration"]["channel_ids"], json!(["ch-retail-fb", "ch-retired-2019"]));
     let e = expect_error(
-        srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "channel_ids": ["ch-retail-fb", "ch-retired-2019", "ch-travel-x"] } })).send().await.unwrap(),
+        srv.request(Method::PATCH, &path)
+            .json(&json!({ "configuration": { "channel_ids": ["ch-retail-fb", "ch-retired-2019", "ch-travel-x"] } }))
+            .send()
+            .await
+            .unwrap(),
         400,
         "ENTITY_NOT_OFFERED",
     )
     .await;
     refused("channel_ids", "ch-travel-x", &e);
-    json_ok(srv.request(Method::PATCH, &path).json(&json!({ "configuration": { "channel_ids": ["ch-retail-fb", "ch-retired-2019", "ch-retail-li"] } })).send().await.unwrap()).await;
+    json_ok(
+        srv.request(Method::PATCH, &path)
+            .json(&json!({ "configuration": { "channel_ids": ["ch-retail-fb", "ch-retired-2019", "ch-retail-li"] } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let alias = json_ok(srv.post("/v1/sources", json!({ "connector_id": "source:hubspot_social", "name": "Aliased", "configuration": Fx::valid_selection(&handle) })).send().await.unwrap()).await;
     assert_eq!(alias["data"]["connector_id"], CONNECTOR, "a legacy alias is stored as the canonical id");
 }
 
-on_both_backends!(a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloading, the_selection_is_checked_against_what_the_provider_offers_now);
+on_both_backends!(
+    a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloading,
+    the_selection_is_checked_against_what_the_provider_offers_now
+);
 
 /// Every row of the tables a customer's setup lives in, by table and id
 /// (sessions, audit records, idempotency records and OAuth states change
@@ -367,7 +540,8 @@ async fn customer_rows(srv: &TestServer) -> BTreeMap<String, String> {
     ];
     let mut out = BTreeMap::new();
     for (table, cols) in tables {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {cols} FROM {table}"))).fetch_all(&mut conn).await.unwrap();
+        let rows =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {cols} FROM {table}"))).fetch_all(&mut conn).await.unwrap();
         for r in rows {
             let cells: Vec<String> = (0..r.len())
                 .map(|i| match r.try_get::<Option<String>, _>(i) {
@@ -385,10 +559,17 @@ async fn customer_rows(srv: &TestServer) -> BTreeMap<String, String> {
 async fn warehouse_tables(url: &str) -> Vec<(String, i64)> {
     use sqlx::{Connection, Row};
     let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
-    let names: Vec<String> = sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetch_all(&mut c).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let names: Vec<String> = sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .fetch_all(&mut c)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     let mut out = Vec::new();
     for n in names {
-        let r = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM \"{n}\""))).fetch_one(&mut c).await.unwrap();
+        let r =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM \"{n}\""))).fetch_one(&mut c).await.unwrap();
         out.push((n, r.get::<i64, _>(0)));
     }
     out
@@ -407,7 +588,16 @@ async fn adding_the_social_source_changes_nothing_that_was_there(backend: Backen
             .unwrap(),
     )
     .await;
-    let d = json_ok(srv.post("/v1/destinations", json!({ "name": "wh", "kind": "sqlite", "configuration": { "file": "existing.db" } })).send().await.unwrap()).await;
+    let d = json_ok(
+        srv.post(
+            "/v1/destinations",
+            json!({ "name": "wh", "kind": "sqlite", "configuration": { "file": "existing.db" } }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
     let p = json_ok(
         srv.post("/v1/pipelines", json!({ "name": "campaigns", "source_id": ec["data"]["source_id"], "destination_id": d["data"]["destination_id"],
             "streams": [{ "name": "campaigns", "sync_mode": "incremental_deduped" }, { "name": "email_lists", "sync_mode": "full_refresh_overwrite" }],
@@ -432,7 +622,12 @@ async fn adding_the_social_source_changes_nothing_that_was_there(backend: Backen
     json_ok(srv.request(Method::POST, &format!("/v1/admin/plugins/{CONNECTOR}/load")).send().await.unwrap()).await;
     let handle = fx.authorise().await;
     let source = json_ok(fx.create_source(Fx::valid_selection(&handle)).await).await;
-    let pipeline = fx.pipeline(source["data"]["source_id"].as_str().unwrap(), json!({ "name": "social", "kind": "sqlite", "configuration": { "file": "social.db" } })).await;
+    let pipeline = fx
+        .pipeline(
+            source["data"]["source_id"].as_str().unwrap(),
+            json!({ "name": "social", "kind": "sqlite", "configuration": { "file": "social.db" } }),
+        )
+        .await;
     assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
 
     let after = customer_rows(srv).await;
@@ -445,10 +640,17 @@ async fn adding_the_social_source_changes_nothing_that_was_there(backend: Backen
     let added: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
     for key in &added {
         let row = &after[*key];
-        let ours = row.contains(CONNECTOR) || row.contains(&pipeline) || row.contains(source["data"]["source_id"].as_str().unwrap()) || row.contains("social.db");
+        let ours = row.contains(CONNECTOR)
+            || row.contains(&pipeline)
+            || row.contains(source["data"]["source_id"].as_str().unwrap())
+            || row.contains("social.db");
         assert!(ours, "{key} is not part of the social source: {row}");
     }
-    assert_eq!(warehouse_tables(&existing_wh).await, tables_before, "the existing warehouse and its _service_ naming are untouched");
+    assert_eq!(
+        warehouse_tables(&existing_wh).await,
+        tables_before,
+        "the existing warehouse and its _service_ naming are untouched"
+    );
 }
 
 on_both_backends!(adding_the_social_source_changes_nothing_that_was_there);
@@ -464,17 +666,62 @@ async fn the_cli_lists_entity_options_page_by_page(backend: Backend) {
     let all = fx.options(&handle, "channel_ids", json!({ "portal_id": "62515", "brand_ids": ["101"] })).await;
     assert!(all.len() >= 2, "{all:?}");
     let chosen = r#"{"portal_id":"62515","brand_ids":["101"]}"#;
-    let out = cli.run(&["sources", "entities", "channel_ids", "--connector", CONNECTOR, "--credential", &handle, "--config", chosen, "--limit", "1"]).await;
+    let out = cli
+        .run(&[
+            "sources",
+            "entities",
+            "channel_ids",
+            "--connector",
+            CONNECTOR,
+            "--credential",
+            &handle,
+            "--config",
+            chosen,
+            "--limit",
+            "1",
+        ])
+        .await;
     let (table, notes) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "{notes}");
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "a header and one option: {table}");
-    assert!(lines[0].starts_with("VALUE") && lines[1].starts_with(&all[0].0) && lines[1].contains(&all[0].1), "{table}");
+    assert!(
+        lines[0].starts_with("VALUE") && lines[1].starts_with(&all[0].0) && lines[1].contains(&all[0].1),
+        "{table}"
+    );
     assert!(notes.contains("more: repeat with --cursor 1"), "{notes}");
-    let next = cli.json(&["sources", "entities", "channel_ids", "--connector", CONNECTOR, "--credential", &handle, "--config", chosen, "--limit", "1", "--cursor", "1"]).await;
+    let next = cli
+        .json(&[
+            "sources",
+            "entities",
+            "channel_ids",
+            "--connector",
+            CONNECTOR,
+            "--credential",
+            &handle,
+            "--config",
+            chosen,
+            "--limit",
+            "1",
+            "--cursor",
+            "1",
+        ])
+        .await;
     assert_eq!(next["items"][0]["value"], all[1].0.as_str(), "{next}");
     fx.assert_no_tokens(&next);
-    let out = cli.run(&["sources", "entities", "brand_ids", "--connector", CONNECTOR, "--credential", &handle, "--config", r#"{"portal_id":"1"}"#]).await;
+    let out = cli
+        .run(&[
+            "sources",
+            "entities",
+            "brand_ids",
+            "--connector",
+            CONNECTOR,
+            "--credential",
+            &handle,
+            "--config",
+            r#"{"portal_id":"1"}"#,
+        ])
+        .await;
     assert_eq!(out.status.code(), Some(3));
     assert!(stderr(&out).contains("CONNECTOR_INVALID_CONFIG"), "{}", stderr(&out));
 }

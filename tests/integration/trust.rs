@@ -19,15 +19,30 @@ use crate::support::{Backend, TestServer, data_fingerprint, expect_error, json, 
 /// A token of the bootstrap administrator issued to an MCP client (an
 /// assistant).
 async fn assistant_token(srv: &TestServer) -> String {
-    service::access::admin::create_token(&srv.state.store, &srv.state.config.bootstrap_email, Some("assistant"), None, ClientSource::Mcp)
-        .await
-        .unwrap()
-        .expose_secret()
-        .to_owned()
+    service::access::admin::create_token(
+        &srv.state.store,
+        &srv.state.config.bootstrap_email,
+        Some("assistant"),
+        None,
+        ClientSource::Mcp,
+    )
+    .await
+    .unwrap()
+    .expose_secret()
+    .to_owned()
 }
 
-async fn invite(srv: &TestServer, token: &str, ws: &str, email: &str, role: &str, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut req = srv.request_as(token, Method::POST, &format!("/v1/workspaces/{ws}/members/invitations")).json(&json!({ "email": email, "role": role }));
+async fn invite(
+    srv: &TestServer,
+    token: &str,
+    ws: &str,
+    email: &str,
+    role: &str,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut req = srv
+        .request_as(token, Method::POST, &format!("/v1/workspaces/{ws}/members/invitations"))
+        .json(&json!({ "email": email, "role": role }));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -49,8 +64,13 @@ async fn every_row(srv: &TestServer) -> String {
     sqlx::any::install_default_drivers();
     let mut c = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
     let mut out = String::new();
-    for (table, cols) in [("approvals", "operation, result_body"), ("idempotency_keys", "request_hash, response_body"), ("audit_logs", "action, target_id")] {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {cols} FROM {table}"))).fetch_all(&mut c).await.unwrap();
+    for (table, cols) in [
+        ("approvals", "operation, result_body"),
+        ("idempotency_keys", "request_hash, response_body"),
+        ("audit_logs", "action, target_id"),
+    ] {
+        let rows =
+            sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {cols} FROM {table}"))).fetch_all(&mut c).await.unwrap();
         for r in rows {
             for i in 0..r.len() {
                 out.push_str(&r.try_get::<Option<String>, _>(i).ok().flatten().unwrap_or_default());
@@ -65,7 +85,11 @@ async fn every_row(srv: &TestServer) -> String {
 /// writes (its approval row, and a credential sealed inert until its
 /// activation is approved).
 async fn what_proposals_must_not_change(srv: &TestServer) -> Vec<String> {
-    data_fingerprint(srv).await.into_iter().filter(|l| !(l.starts_with("approvals:") || l.starts_with("credentials:") && l.contains("|pending_approval|"))).collect()
+    data_fingerprint(srv)
+        .await
+        .into_iter()
+        .filter(|l| !(l.starts_with("approvals:") || l.starts_with("credentials:") && l.contains("|pending_approval|")))
+        .collect()
 }
 
 backend_tests! {
@@ -408,10 +432,16 @@ async fn clients_that_send_headers_slowly_are_cut_off() {
     stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ").await.unwrap();
     let mut buf = [0u8; 1024];
     // A slowloris client never finishes its headers; the server hangs up.
-    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await.expect("the server closed the connection");
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .expect("the server closed the connection");
     match read {
         Ok(0) | Err(_) => {}
-        Ok(n) => assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"), "{}", String::from_utf8_lossy(&buf[..n])),
+        Ok(n) => assert!(
+            String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"),
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
     }
     srv.stop().await;
 }
@@ -420,7 +450,8 @@ async fn clients_that_send_headers_slowly_are_cut_off() {
 async fn connections_beyond_the_limit_are_refused() {
     let srv = tight(|l| l.max_connections = 2).await;
     let addr = srv.base.trim_start_matches("http://").to_owned();
-    let held = [tokio::net::TcpStream::connect(&addr).await.unwrap(), tokio::net::TcpStream::connect(&addr).await.unwrap()];
+    let held =
+        [tokio::net::TcpStream::connect(&addr).await.unwrap(), tokio::net::TcpStream::connect(&addr).await.unwrap()];
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let _ = third.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
@@ -468,7 +499,12 @@ async fn guessing_tokens_is_throttled_per_address_but_never_refuses_a_valid_toke
     use service::config::limits::Rate;
     let srv = tight(|l| l.throttle.failures_per_address = Rate { per_second: 0.01, burst: 5.0 }).await;
     for i in 0..5 {
-        expect_error(srv.request_as(&format!("svc_guess_{i}"), Method::GET, "/v1/me").send().await.unwrap(), 401, "401").await;
+        expect_error(
+            srv.request_as(&format!("svc_guess_{i}"), Method::GET, "/v1/me").send().await.unwrap(),
+            401,
+            "401",
+        )
+        .await;
     }
     let resp = srv.request_as("svc_guess_next", Method::GET, "/v1/me").send().await.unwrap();
     assert!(resp.headers().contains_key("retry-after"));
@@ -484,21 +520,43 @@ async fn expired_one_time_records_are_swept() {
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
     let ws = srv.workspace_id().await;
     let path = format!("/v1/workspaces/{ws}/members/invitations");
-    json_ok(srv.post(&path, json!({ "email": "fresh@example.test", "role": "viewer" })).header("idempotency-key", "fresh").send().await.unwrap()).await;
-    json_ok(srv.post(&path, json!({ "email": "stale@example.test", "role": "viewer" })).header("idempotency-key", "stale").send().await.unwrap()).await;
+    json_ok(
+        srv.post(&path, json!({ "email": "fresh@example.test", "role": "viewer" }))
+            .header("idempotency-key", "fresh")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    json_ok(
+        srv.post(&path, json!({ "email": "stale@example.test", "role": "viewer" }))
+            .header("idempotency-key", "stale")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let count = |key: &'static str| {
         let url = srv.state.config.database_url.clone();
         async move {
             use sqlx::{Connection, Row};
             sqlx::any::install_default_drivers();
             let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
-            sqlx::query("SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = $1").bind(key).fetch_one(&mut c).await.unwrap().get::<i64, _>(0)
+            sqlx::query("SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = $1")
+                .bind(key)
+                .fetch_one(&mut c)
+                .await
+                .unwrap()
+                .get::<i64, _>(0)
         }
     };
     {
         use sqlx::Connection;
         let mut c = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
-        sqlx::query("UPDATE idempotency_keys SET created_at = created_at - 172800000 WHERE idem_key = 'stale'").execute(&mut c).await.unwrap();
+        sqlx::query("UPDATE idempotency_keys SET created_at = created_at - 172800000 WHERE idem_key = 'stale'")
+            .execute(&mut c)
+            .await
+            .unwrap();
     }
     assert!(srv.state.store.sweep_expired(service::store::now_ms()).await.unwrap() >= 1);
     assert_eq!(count("stale").await, 0, "a day-old record is gone");
@@ -513,10 +571,23 @@ async fn idempotency_fingerprints_are_keyed_by_the_installation() {
         let srv = TestServer::start(Backend::Sqlite).await.unwrap();
         // The same request on two installations (two master keys).
         let path = "/v1/credentials/entry-links";
-        json_ok(srv.post(path, json!({ "hosts": ["team.mailcoach.app"] })).header("idempotency-key", "k").send().await.unwrap()).await;
+        json_ok(
+            srv.post(path, json!({ "hosts": ["team.mailcoach.app"] }))
+                .header("idempotency-key", "k")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
         use sqlx::{Connection, Row};
         let mut c = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
-        hashes.push(sqlx::query("SELECT request_hash FROM idempotency_keys").fetch_one(&mut c).await.unwrap().get::<String, _>(0));
+        hashes.push(
+            sqlx::query("SELECT request_hash FROM idempotency_keys")
+                .fetch_one(&mut c)
+                .await
+                .unwrap()
+                .get::<String, _>(0),
+        );
         srv.stop().await;
     }
     assert_ne!(hashes[0], hashes[1], "a stored fingerprint cannot be recomputed without the installation's key");

@@ -12,9 +12,9 @@ use reqwest::header::{LOCATION, SET_COOKIE};
 use reqwest::{Client, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use service::access::ClientSource;
 use service::access::admin::{OnPasswordChange, create_token, set_password};
+use sha2::{Digest, Sha256};
 
 use crate::on_both_backends;
 use crate::support::{Backend, TestServer, form_csrf, json_ok};
@@ -79,7 +79,10 @@ fn cli_request() -> (Vec<(&'static str, String)>, String) {
 
 async fn status_of(srv: &TestServer, approval_id: &str) -> String {
     let listed = json_ok(srv.get("/v1/approvals").send().await.unwrap()).await;
-    listed["data"]["items"].as_array().unwrap().iter().find(|a| a["approval_id"] == approval_id).unwrap()["status"].as_str().unwrap().to_owned()
+    listed["data"]["items"].as_array().unwrap().iter().find(|a| a["approval_id"] == approval_id).unwrap()["status"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
@@ -87,8 +90,16 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
     let ws = srv.workspace_id().await;
     let store = &srv.state.store;
     set_password(store, EMAIL, SecretString::from(PASSWORD), OnPasswordChange::KeepSessions).await.unwrap();
-    let mcp = create_token(store, EMAIL, Some("assistant"), Some(1), ClientSource::Mcp).await.unwrap().expose_secret().to_owned();
-    let api = create_token(store, EMAIL, Some("automation"), None, ClientSource::Api).await.unwrap().expose_secret().to_owned();
+    let mcp = create_token(store, EMAIL, Some("assistant"), Some(1), ClientSource::Mcp)
+        .await
+        .unwrap()
+        .expose_secret()
+        .to_owned();
+    let api = create_token(store, EMAIL, Some("automation"), None, ClientSource::Api)
+        .await
+        .unwrap()
+        .expose_secret()
+        .to_owned();
 
     // The positive control: a person signs in on the web and authorises a
     // CLI, which gets a session of its own.
@@ -119,12 +130,20 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
     let web_session = items.iter().find(|s| s["kind"] == "web").expect("the web session is listed");
     let cli_session = items.iter().find(|s| s["session_id"] == exchanged["session_id"]).unwrap();
     assert_eq!(cli_session["client_source"], "cli");
-    assert_eq!(cli_session["expires_at"], web_session["expires_at"], "the CLI session ends with the web session that made it");
+    assert_eq!(
+        cli_session["expires_at"], web_session["expires_at"],
+        "the CLI session ends with the web session that made it"
+    );
 
     // The authorisation and the exchange were audited, with the address.
     let audit = json_ok(srv.get("/v1/audit-logs").send().await.unwrap()).await;
     for action in ["web.sign_in", "cli.authorize", "cli.token"] {
-        let record = audit["data"]["items"].as_array().unwrap().iter().find(|r| r["action"] == action).unwrap_or_else(|| panic!("{action}: {audit}"));
+        let record = audit["data"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["action"] == action)
+            .unwrap_or_else(|| panic!("{action}: {audit}"));
         assert_eq!(record["outcome"], "succeeded", "{record}");
         assert_eq!(record["address"], "127.0.0.1", "{record}");
     }
@@ -147,7 +166,8 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
         .send()
         .await
         .unwrap();
-    let invitation = json_ok(invited).await["data"]["accept_url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+    let invitation =
+        json_ok(invited).await["data"]["accept_url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
 
     // Now every other kind of token as the cookie, with a CSRF pair any
     // client can get.
@@ -155,27 +175,42 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
     for (kind, token) in [("mcp", &mcp), ("api", &api), ("cli", &cli)] {
         let cookie = format!("service_session={token}; service_csrf={csrf_id}");
         let get = |path: String| browser().get(srv.url(&path)).header("cookie", cookie.clone()).send();
-        let post = |path: String, form: Vec<(&'static str, String)>| browser().post(srv.url(&path)).header("cookie", cookie.clone()).form(&form).send();
+        let post = |path: String, form: Vec<(&'static str, String)>| {
+            browser().post(srv.url(&path)).header("cookie", cookie.clone()).form(&form).send()
+        };
 
         for page in ["/account", "/approvals"] {
             let res = get(page.to_owned()).await.unwrap();
             assert_eq!(res.status(), StatusCode::SEE_OTHER, "{kind} token at {page}");
-            assert!(res.headers()[LOCATION].to_str().unwrap().starts_with("/sign-in"), "{kind} token at {page}: to the sign-in page");
+            assert!(
+                res.headers()[LOCATION].to_str().unwrap().starts_with("/sign-in"),
+                "{kind} token at {page}: to the sign-in page"
+            );
         }
         let res = get("/sign-in".to_owned()).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK, "{kind} token: not signed in");
 
         // Deciding the assistant's own proposal.
         for decision in ["approve", "reject"] {
-            let res = post(format!("/approvals/{approval_id}/{decision}"), vec![("csrf", csrf_token.clone()), ("workspace_id", ws.clone())]).await.unwrap();
+            let res = post(
+                format!("/approvals/{approval_id}/{decision}"),
+                vec![("csrf", csrf_token.clone()), ("workspace_id", ws.clone())],
+            )
+            .await
+            .unwrap();
             assert_eq!(res.status(), StatusCode::SEE_OTHER, "{kind} token cannot {decision}");
         }
         assert_eq!(status_of(&srv, &approval_id).await, "pending", "{kind} token decided nothing");
 
         // Authorising a CLI.
-        let query_string: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str()))).finish();
+        let query_string: String = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())))
+            .finish();
         let res = get(format!("/cli/authorize?{query_string}")).await.unwrap();
-        assert!(res.headers()[LOCATION].to_str().unwrap().starts_with("/sign-in"), "{kind} token: the CLI page asks for a sign-in");
+        assert!(
+            res.headers()[LOCATION].to_str().unwrap().starts_with("/sign-in"),
+            "{kind} token: the CLI page asks for a sign-in"
+        );
         let mut form = query.clone();
         form.push(("csrf", csrf_token.clone()));
         form.push(("decision", "allow".to_owned()));
@@ -184,7 +219,12 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
         assert!(!location.contains("code="), "{kind} token got a CLI code: {location}");
 
         // Joining a workspace as the account.
-        let res = post(format!("/invitations/{invitation}"), vec![("csrf", csrf_token.clone()), ("join_as", "account".to_owned())]).await.unwrap();
+        let res = post(
+            format!("/invitations/{invitation}"),
+            vec![("csrf", csrf_token.clone()), ("join_as", "account".to_owned())],
+        )
+        .await
+        .unwrap();
         assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{kind} token cannot join");
 
         // Signing out ends no session but a web one.
@@ -193,7 +233,8 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
         let me = srv.request_as(token, reqwest::Method::GET, "/v1/me").send().await.unwrap();
         assert_eq!(me.status(), StatusCode::OK, "a sign-out with a {kind} token as the cookie revoked it");
     }
-    let memberships = store.role_in(&store.user_by_email(EMAIL).await.unwrap().unwrap().user_id, &other_ws).await.unwrap();
+    let memberships =
+        store.role_in(&store.user_by_email(EMAIL).await.unwrap().unwrap().user_id, &other_ws).await.unwrap();
     assert!(memberships.is_none(), "no token joined the workspace");
 
     // The person, signed in on the web, decides and joins.
@@ -206,7 +247,15 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(status_of(&srv, &approval_id).await, "rejected");
-    let page = browser().get(srv.url(&format!("/invitations/{invitation}"))).header("cookie", &web).send().await.unwrap().text().await.unwrap();
+    let page = browser()
+        .get(srv.url(&format!("/invitations/{invitation}")))
+        .header("cookie", &web)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(page.contains(&format!("Join as {EMAIL}")), "{page}");
     let token = form_csrf(&page).unwrap();
     let res = browser()
@@ -217,7 +266,10 @@ async fn no_token_but_a_web_sign_in_acts_at_the_pages(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(store.role_in(&store.user_by_email(EMAIL).await.unwrap().unwrap().user_id, &other_ws).await.unwrap().is_some(), "the signed-in account joined");
+    assert!(
+        store.role_in(&store.user_by_email(EMAIL).await.unwrap().unwrap().user_id, &other_ws).await.unwrap().is_some(),
+        "the signed-in account joined"
+    );
     srv.stop().await;
 }
 
@@ -236,7 +288,8 @@ async fn the_invitation_page_does_not_say_whether_an_address_has_an_account(back
             .send()
             .await
             .unwrap();
-        let token = json_ok(invited).await["data"]["accept_url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+        let token =
+            json_ok(invited).await["data"]["accept_url"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
         let res = browser().get(srv.url(&format!("/invitations/{token}"))).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         let page = res.text().await.unwrap();
@@ -257,17 +310,28 @@ async fn the_invitation_page_does_not_say_whether_an_address_has_an_account(back
 /// proposal like its writes.
 async fn an_assistant_ends_its_own_session_but_only_proposes_ending_its_persons_others(backend: Backend) {
     let Some(srv) = TestServer::start(backend).await else { return };
-    let mcp = create_token(&srv.state.store, EMAIL, Some("assistant"), None, ClientSource::Mcp).await.unwrap().expose_secret().to_owned();
+    let mcp = create_token(&srv.state.store, EMAIL, Some("assistant"), None, ClientSource::Mcp)
+        .await
+        .unwrap()
+        .expose_secret()
+        .to_owned();
     let sessions = json_ok(srv.get("/v1/sessions").send().await.unwrap()).await;
-    let id_of = |label: &str| sessions["data"]["items"].as_array().unwrap().iter().find(|s| s["label"] == label).unwrap()["session_id"].as_str().unwrap().to_owned();
+    let id_of = |label: &str| {
+        sessions["data"]["items"].as_array().unwrap().iter().find(|s| s["label"] == label).unwrap()["session_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
     let (approver, assistant) = (id_of("approver"), id_of("assistant"));
-    let res = srv.request_as(&mcp, reqwest::Method::POST, &format!("/v1/sessions/{approver}/revoke")).send().await.unwrap();
+    let res =
+        srv.request_as(&mcp, reqwest::Method::POST, &format!("/v1/sessions/{approver}/revoke")).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::ACCEPTED, "a proposal, not a revocation");
     let proposal = json_ok(res).await;
     assert_eq!(proposal["data"]["approval"]["category"], "workspace_admin", "{proposal}");
     let me = srv.request_as(&srv.approver_token, reqwest::Method::GET, "/v1/me").send().await.unwrap();
     assert_eq!(me.status(), StatusCode::OK, "the person's session is still alive");
-    let res = srv.request_as(&mcp, reqwest::Method::POST, &format!("/v1/sessions/{assistant}/revoke")).send().await.unwrap();
+    let res =
+        srv.request_as(&mcp, reqwest::Method::POST, &format!("/v1/sessions/{assistant}/revoke")).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::OK, "its own session it ends at once");
     let me = srv.request_as(&mcp, reqwest::Method::GET, "/v1/me").send().await.unwrap();
     assert_eq!(me.status(), StatusCode::UNAUTHORIZED);

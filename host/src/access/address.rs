@@ -56,7 +56,11 @@ fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
             .iter()
             .flat_map(|v| v.split(','))
             .map(|element| {
-                element.split(';').filter_map(|pair| pair.trim().split_once('=')).find(|(k, _)| k.trim().eq_ignore_ascii_case("for")).and_then(|(_, v)| node_address(v))
+                element
+                    .split(';')
+                    .filter_map(|pair| pair.trim().split_once('='))
+                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("for"))
+                    .and_then(|(_, v)| node_address(v))
             })
             .collect();
     }
@@ -125,7 +129,10 @@ mod tests {
         let trusted = [Network::parse("10.0.0.0/8").unwrap()];
         let h = headers(&[("x-forwarded-for", "1.1.1.1, 203.0.113.7, 10.0.0.2")]);
         assert_eq!(resolve(ip("10.0.0.1"), &h, &trusted), ip("203.0.113.7"), "the first untrusted hop from the right");
-        let h = headers(&[("forwarded", "for=1.1.1.1, for=\"[2001:db8::7]:4711\";proto=https"), ("x-forwarded-for", "9.9.9.9")]);
+        let h = headers(&[
+            ("forwarded", "for=1.1.1.1, for=\"[2001:db8::7]:4711\";proto=https"),
+            ("x-forwarded-for", "9.9.9.9"),
+        ]);
         assert_eq!(resolve(ip("10.0.0.1"), &h, &trusted), ip("2001:db8::7"), "Forwarded wins over X-Forwarded-For");
         let h = headers(&[("x-forwarded-for", "10.0.0.3")]);
         assert_eq!(resolve(ip("10.0.0.1"), &h, &trusted), ip("10.0.0.3"), "only proxies: the farthest");

@@ -3,11 +3,11 @@
 
 use secrecy::{ExposeSecret, SecretString};
 
+use super::tokens;
 use crate::access::{ClientSource, Role};
 use crate::config::ServerConfig;
 use crate::store::sessions::{NewSession, SessionKind};
 use crate::store::{Store, StoreError};
-use super::tokens;
 
 /// How long the one-time login link printed at first start stays valid.
 const LOGIN_CODE_TTL_MS: i64 = 30 * 60 * 1000;
@@ -30,7 +30,8 @@ pub async fn bootstrap(store: &Store, config: &ServerConfig) -> anyhow::Result<B
     if store.count_users().await? > 0 {
         return Ok(Bootstrap::AlreadyInitialised);
     }
-    let email = normalise_email(&config.bootstrap_email).map_err(|_| anyhow::anyhow!("SERVICE_BOOTSTRAP_EMAIL: not an e-mail address"))?;
+    let email = normalise_email(&config.bootstrap_email)
+        .map_err(|_| anyhow::anyhow!("SERVICE_BOOTSTRAP_EMAIL: not an e-mail address"))?;
     let workspace = store.create_workspace("Default workspace").await?;
     let user = match store.create_user(&email, "Administrator").await {
         Ok(u) => u,
@@ -57,17 +58,31 @@ pub async fn bootstrap(store: &Store, config: &ServerConfig) -> anyhow::Result<B
         return Ok(Bootstrap::WithToken { workspace_id: workspace.workspace_id, email });
     }
     let code = tokens::generate(tokens::CODE_PREFIX);
-    store.create_login_code(&tokens::hash_secret(&code), &user.user_id, crate::store::now_ms() + LOGIN_CODE_TTL_MS).await?;
+    store
+        .create_login_code(&tokens::hash_secret(&code), &user.user_id, crate::store::now_ms() + LOGIN_CODE_TTL_MS)
+        .await?;
     let url = config.public_url.join(&format!("login/{}", code.expose_secret()))?;
-    Ok(Bootstrap::WithLoginLink { workspace_id: workspace.workspace_id, email, login_url: SecretString::from(url.to_string()) })
+    Ok(Bootstrap::WithLoginLink {
+        workspace_id: workspace.workspace_id,
+        email,
+        login_url: SecretString::from(url.to_string()),
+    })
 }
 
 /// `service admin create-user`: creates a user and adds them to a
 /// workspace (the oldest one unless named).
-pub async fn create_user(store: &Store, email: &str, name: &str, workspace_id: Option<&str>, role: Role) -> anyhow::Result<(String, String)> {
+pub async fn create_user(
+    store: &Store,
+    email: &str,
+    name: &str,
+    workspace_id: Option<&str>,
+    role: Role,
+) -> anyhow::Result<(String, String)> {
     let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
     let workspace_id = match workspace_id {
-        Some(id) => store.workspace(id).await?.ok_or_else(|| anyhow::anyhow!("--workspace: no workspace {id}"))?.workspace_id,
+        Some(id) => {
+            store.workspace(id).await?.ok_or_else(|| anyhow::anyhow!("--workspace: no workspace {id}"))?.workspace_id
+        }
         None => match store.first_workspace().await? {
             Some(w) => w.workspace_id,
             None => store.create_workspace("Default workspace").await?.workspace_id,
@@ -86,9 +101,16 @@ pub async fn create_user(store: &Store, email: &str, name: &str, workspace_id: O
 /// for one kind of client. A token for `mcp` is an assistant's: its writes
 /// are proposals by default and it can never decide one, whatever header
 /// its requests carry.
-pub async fn create_token(store: &Store, email: &str, label: Option<&str>, expires_in_days: Option<u32>, client: ClientSource) -> anyhow::Result<SecretString> {
+pub async fn create_token(
+    store: &Store,
+    email: &str,
+    label: Option<&str>,
+    expires_in_days: Option<u32>,
+    client: ClientSource,
+) -> anyhow::Result<SecretString> {
     let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
-    let user = store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
+    let user =
+        store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
     let token = tokens::generate(tokens::TOKEN_PREFIX);
     store
         .create_session(NewSession {
@@ -119,9 +141,15 @@ pub enum OnPasswordChange {
 /// set-password`); the number of sessions revoked with it. A server on
 /// PostgreSQL refuses them at once (it hears the revocation); one on
 /// SQLite within its cache's few seconds.
-pub async fn set_password(store: &Store, email: &str, password: SecretString, sessions: OnPasswordChange) -> anyhow::Result<usize> {
+pub async fn set_password(
+    store: &Store,
+    email: &str,
+    password: SecretString,
+    sessions: OnPasswordChange,
+) -> anyhow::Result<usize> {
     let email = normalise_email(email).map_err(|_| anyhow::anyhow!("--email: not an e-mail address"))?;
-    let user = store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
+    let user =
+        store.user_by_email(&email).await?.ok_or_else(|| anyhow::anyhow!("--email: no user with this address"))?;
     super::passwords::check(&password).map_err(|m| anyhow::anyhow!("the password is refused: {m}"))?;
     let hash = super::passwords::hash(password).await?;
     store.set_password_hash(&user.user_id, &hash).await?;
@@ -137,8 +165,16 @@ pub fn normalise_email(raw: &str) -> Result<String, crate::error::ApiError> {
     let email = raw.trim().to_ascii_lowercase();
     let valid = email.len() <= 254
         && email.split_once('@').is_some_and(|(local, domain)| {
-            !local.is_empty() && domain.contains('.') && !domain.starts_with('.') && !domain.ends_with('.') && !domain.contains('@')
+            !local.is_empty()
+                && domain.contains('.')
+                && !domain.starts_with('.')
+                && !domain.ends_with('.')
+                && !domain.contains('@')
         })
         && !email.chars().any(|c| c.is_whitespace() || c.is_control());
-    if valid { Ok(email) } else { Err(crate::error::ApiError::invalid_field("email", "email must be an e-mail address")) }
+    if valid {
+        Ok(email)
+    } else {
+        Err(crate::error::ApiError::invalid_field("email", "email must be an e-mail address"))
+    }
 }

@@ -50,13 +50,20 @@ pub struct WorkspaceAccess {
 impl WorkspaceAccess {
     /// The principal's standing in `requested`, or in their first
     /// workspace when none is named; 404 for a workspace they are not in.
-    pub async fn resolve(store: &crate::store::Store, principal: Principal, requested: Option<String>) -> Result<WorkspaceAccess, ApiError> {
+    pub async fn resolve(
+        store: &crate::store::Store,
+        principal: Principal,
+        requested: Option<String>,
+    ) -> Result<WorkspaceAccess, ApiError> {
         let (workspace_id, role) = match requested {
             Some(id) => {
-                let role = store.role_in(&principal.user_id, &id).await?.ok_or_else(|| ApiError::not_found("workspace"))?;
+                let role =
+                    store.role_in(&principal.user_id, &id).await?.ok_or_else(|| ApiError::not_found("workspace"))?;
                 (id, role)
             }
-            None => store.default_workspace_of(&principal.user_id).await?.ok_or_else(|| ApiError::not_found("workspace"))?,
+            None => {
+                store.default_workspace_of(&principal.user_id).await?.ok_or_else(|| ApiError::not_found("workspace"))?
+            }
         };
         Ok(WorkspaceAccess { principal, workspace_id, role })
     }
@@ -74,4 +81,3 @@ impl WorkspaceAccess {
         }
     }
 }
-

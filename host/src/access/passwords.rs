@@ -14,7 +14,11 @@ pub const MAX_BYTES: usize = 1024;
 
 fn argon2() -> Argon2<'static> {
     // 19 MiB, 2 passes, 1 lane: OWASP's minimum for Argon2id.
-    Argon2::new(Algorithm::Argon2id, Version::V0x13, Params::new(19 * 1024, 2, 1, None).expect("valid Argon2 parameters"))
+    Argon2::new(
+        Algorithm::Argon2id,
+        Version::V0x13,
+        Params::new(19 * 1024, 2, 1, None).expect("valid Argon2 parameters"),
+    )
 }
 
 /// Why a password is refused.
@@ -36,7 +40,10 @@ pub fn check(password: &SecretString) -> Result<(), String> {
 pub async fn hash(password: SecretString) -> anyhow::Result<String> {
     tokio::task::spawn_blocking(move || {
         let salt = SaltString::generate(&mut OsRng);
-        argon2().hash_password(password.expose_secret().as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| anyhow::anyhow!("hashing the password failed: {e}"))
+        argon2()
+            .hash_password(password.expose_secret().as_bytes(), &salt)
+            .map(|h| h.to_string())
+            .map_err(|e| anyhow::anyhow!("hashing the password failed: {e}"))
     })
     .await?
 }
@@ -46,7 +53,12 @@ pub async fn hash(password: SecretString) -> anyhow::Result<String> {
 /// which accounts exist or have a password.
 pub async fn verify(password: SecretString, stored: Option<String>) -> bool {
     tokio::task::spawn_blocking(move || {
-        let dummy = DUMMY.get_or_init(|| argon2().hash_password(b"no account has this password", &SaltString::generate(&mut OsRng)).map(|h| h.to_string()).unwrap_or_default());
+        let dummy = DUMMY.get_or_init(|| {
+            argon2()
+                .hash_password(b"no account has this password", &SaltString::generate(&mut OsRng))
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+        });
         let (text, real) = match &stored {
             Some(s) => (s.as_str(), true),
             None => (dummy.as_str(), false),

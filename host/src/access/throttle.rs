@@ -129,7 +129,9 @@ impl Throttle {
 
     /// Counts a request from `address`.
     pub fn address(&self, address: IpAddr) -> Result<(), Limited> {
-        self.by_address.take(&address, 1.0, Instant::now()).map_err(|wait| Limited { what: "too many requests from this address", wait })
+        self.by_address
+            .take(&address, 1.0, Instant::now())
+            .map_err(|wait| Limited { what: "too many requests from this address", wait })
     }
 
     /// Refuses `address` while it has used up its failures (one-time codes
@@ -167,7 +169,9 @@ impl Throttle {
     /// back when the password matches ([`SignInAttempt::succeeded`]).
     pub fn sign_in_attempt(&self, address: IpAddr, account: &str) -> Result<SignInAttempt<'_>, Limited> {
         let now = Instant::now();
-        self.failures_by_address.take(&address, 1.0, now).map_err(|wait| Limited { what: "too many failed sign-ins from this address", wait })?;
+        self.failures_by_address
+            .take(&address, 1.0, now)
+            .map_err(|wait| Limited { what: "too many failed sign-ins from this address", wait })?;
         if let Err(wait) = self.sign_in_failures_by_account.take(&account.to_owned(), 1.0, now) {
             self.failures_by_address.refund(&address, 1.0);
             return Err(Limited { what: "too many failed sign-ins for this account", wait });
@@ -177,12 +181,16 @@ impl Throttle {
 
     /// A turn to check a password, when one is free.
     pub fn password_check(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Limited> {
-        self.password_checks.try_acquire().map_err(|_| Limited { what: "too many sign-ins at once", wait: Duration::from_secs(1) })
+        self.password_checks
+            .try_acquire()
+            .map_err(|_| Limited { what: "too many sign-ins at once", wait: Duration::from_secs(1) })
     }
 
     /// Counts a request of a session.
     pub fn session(&self, session_id: &str) -> Result<(), Limited> {
-        self.by_session.take(&session_id.to_owned(), 1.0, Instant::now()).map_err(|wait| Limited { what: "too many requests with this token", wait })
+        self.by_session
+            .take(&session_id.to_owned(), 1.0, Instant::now())
+            .map_err(|wait| Limited { what: "too many requests with this token", wait })
     }
 }
 
@@ -233,9 +241,13 @@ impl Limited {
 impl IntoResponse for Limited {
     fn into_response(self) -> Response {
         let seconds = self.wait.as_secs_f64().ceil().max(1.0) as u64;
-        let mut response = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "RATE_LIMITED", format!("{}; retry after {seconds} s", self.what))
-            .with_details(json!({ "retry_after_seconds": seconds }))
-            .into_response();
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RATE_LIMITED",
+            format!("{}; retry after {seconds} s", self.what),
+        )
+        .with_details(json!({ "retry_after_seconds": seconds }))
+        .into_response();
         if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
         }
@@ -249,10 +261,17 @@ mod tests {
 
     #[test]
     fn sign_in_attempts_are_reserved_before_the_check_and_refunded_on_success() {
-        let t = Throttle::new(ThrottleSettings { failures_per_address: Rate { per_second: 0.001, burst: 30.0 }, ..Default::default() });
+        let t = Throttle::new(ThrottleSettings {
+            failures_per_address: Rate { per_second: 0.001, burst: 30.0 },
+            ..Default::default()
+        });
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        let held: Vec<_> = (0..10).map(|_| t.sign_in_attempt(ip, "a@example.test").expect("within the account's ten")).collect();
-        assert!(t.sign_in_attempt(ip, "a@example.test").is_err(), "the eleventh concurrent attempt is refused before any check");
+        let held: Vec<_> =
+            (0..10).map(|_| t.sign_in_attempt(ip, "a@example.test").expect("within the account's ten")).collect();
+        assert!(
+            t.sign_in_attempt(ip, "a@example.test").is_err(),
+            "the eleventh concurrent attempt is refused before any check"
+        );
         assert!(t.sign_in_attempt(ip, "b@example.test").is_ok(), "another account still has room");
         for attempt in held {
             attempt.succeeded();
@@ -262,7 +281,10 @@ mod tests {
 
     #[test]
     fn invalid_tokens_are_counted_per_address_and_per_token() {
-        let t = Throttle::new(ThrottleSettings { failures_per_address: Rate { per_second: 0.001, burst: 3.0 }, ..Default::default() });
+        let t = Throttle::new(ThrottleSettings {
+            failures_per_address: Rate { per_second: 0.001, burst: 3.0 },
+            ..Default::default()
+        });
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
         for i in 0..3 {

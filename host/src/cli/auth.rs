@@ -54,7 +54,11 @@ pub async fn run(addresses: &Addresses, cmd: AuthCommand) -> Result<(), CliFailu
             let client = ApiClient::signed_in(addresses)?;
             let me = client.call(reqwest::Method::GET, "me", None).await?;
             println!("Signed in to {api} as {}", me["user"]["email"].as_str().unwrap_or("?"));
-            println!("  session {} (client {})", me["session_id"].as_str().unwrap_or("?"), me["client_source"].as_str().unwrap_or("?"));
+            println!(
+                "  session {} (client {})",
+                me["session_id"].as_str().unwrap_or("?"),
+                me["client_source"].as_str().unwrap_or("?")
+            );
             if overridden {
                 println!("  token from SERVICE_TOKEN");
             }
@@ -66,7 +70,10 @@ pub async fn run(addresses: &Addresses, cmd: AuthCommand) -> Result<(), CliFailu
                 return Err(CliFailure::Other(format!("not signed in to {api}")));
             };
             let client = ApiClient::new(api.clone(), login.token.clone().into());
-            match client.call(reqwest::Method::POST, &format!("sessions/{}/revoke", login.session_id), Some(&json!({}))).await {
+            match client
+                .call(reqwest::Method::POST, &format!("sessions/{}/revoke", login.session_id), Some(&json!({})))
+                .await
+            {
                 // Revoked now, or already unusable: either way it is gone.
                 Ok(_) | Err(CliFailure::Api { .. }) => {}
                 Err(e) => return Err(e),
@@ -107,7 +114,9 @@ fn host_name() -> String {
 /// The browser flow: returns the new session's token.
 async fn browser_login(addresses: &Addresses, no_browser: bool) -> Result<SecretString, CliFailure> {
     let app = addresses.app();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| CliFailure::Other(format!("cannot listen on 127.0.0.1: {e}")))?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CliFailure::Other(format!("cannot listen on 127.0.0.1: {e}")))?;
     let port = listener.local_addr().map_err(|e| CliFailure::Other(e.to_string()))?.port();
     let redirect_uri = format!("http://127.0.0.1:{port}/callback");
     let verifier = random();
@@ -160,7 +169,9 @@ async fn browser_login(addresses: &Addresses, no_browser: bool) -> Result<Secret
     // Let the browser's page load before the listener goes.
     tokio::time::sleep(Duration::from_millis(200)).await;
     server.abort();
-    let code = waited.map_err(|_| CliFailure::Other(format!("no answer from the browser within {} minutes", WAIT_FOR_BROWSER.as_secs() / 60)))??;
+    let code = waited.map_err(|_| {
+        CliFailure::Other(format!("no answer from the browser within {} minutes", WAIT_FOR_BROWSER.as_secs() / 60))
+    })??;
 
     let token_url = app.join("cli/token").map_err(|e| CliFailure::Other(e.to_string()))?;
     let res = http()
@@ -180,5 +191,11 @@ async fn browser_login(addresses: &Addresses, no_browser: bool) -> Result<Secret
 /// Opens `url` in the user's browser; false when none could be started.
 pub fn open_browser(url: &str) -> bool {
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-    std::process::Command::new(opener).arg(url).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok()
+    std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .is_ok()
 }

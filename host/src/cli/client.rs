@@ -96,7 +96,10 @@ impl Addresses {
         }
         match stored_login(self)? {
             Some(l) => Ok(l.token.into()),
-            None => Err(CliFailure::Other(format!("not signed in to {}: run service auth login, or set SERVICE_TOKEN", self.api()))),
+            None => Err(CliFailure::Other(format!(
+                "not signed in to {}: run service auth login, or set SERVICE_TOKEN",
+                self.api()
+            ))),
         }
     }
 }
@@ -140,7 +143,9 @@ fn config_dir(a: &Addresses) -> Result<PathBuf, CliFailure> {
 fn read_logins(a: &Addresses) -> Result<LoginFile, CliFailure> {
     let path = config_dir(a)?.join("logins.json");
     match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| CliFailure::Other(format!("{}: not a login file ({e}); remove it and sign in again", path.display()))),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            CliFailure::Other(format!("{}: not a login file ({e}); remove it and sign in again", path.display()))
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LoginFile::default()),
         Err(e) => Err(CliFailure::Other(format!("{}: {e}", path.display()))),
     }
@@ -153,7 +158,8 @@ fn write_logins(a: &Addresses, file: &LoginFile) -> Result<(), CliFailure> {
     let io = |e: std::io::Error| CliFailure::Other(format!("{}: {e}", dir.display()));
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(io)?;
     let tmp = dir.join(format!(".logins.json.{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?;
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?;
     // A file left by an older version with wider rights is narrowed too.
     f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(io)?;
     f.write_all(&serde_json::to_vec_pretty(file).expect("logins serialise")).map_err(io)?;
@@ -232,12 +238,19 @@ impl ApiClient {
     }
 
     /// `method` on `path` with query parameters and an optional JSON body.
-    pub async fn send(&self, method: reqwest::Method, path: &str, query: &[(&str, String)], body: Option<&Value>) -> Result<Answer, CliFailure> {
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<Answer, CliFailure> {
         let mut url = self.api.join(path).map_err(|e| CliFailure::Other(format!("{path}: {e}")))?;
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
         }
-        let mut req = self.http.request(method, url).bearer_auth(self.token.expose_secret()).header("x-service-client", "cli");
+        let mut req =
+            self.http.request(method, url).bearer_auth(self.token.expose_secret()).header("x-service-client", "cli");
         if let Some(w) = &self.workspace {
             req = req.header("x-service-workspace", w);
         }
@@ -255,7 +268,10 @@ impl ApiClient {
 
 /// The HTTP client of the CLI.
 pub fn http() -> reqwest::Client {
-    reqwest::Client::builder().user_agent(concat!("service-cli/", env!("CARGO_PKG_VERSION"))).build().expect("an HTTP client builds")
+    reqwest::Client::builder()
+        .user_agent(concat!("service-cli/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .expect("an HTTP client builds")
 }
 
 pub fn network(address: &Url, e: &reqwest::Error) -> CliFailure {
@@ -289,15 +305,26 @@ mod tests {
     use super::*;
 
     fn addresses(app: &str, api: Option<&str>) -> Addresses {
-        Addresses { app_url: Url::parse(app).unwrap(), api_base_url: api.map(|a| Url::parse(a).unwrap()), config_dir: None, token: None }
+        Addresses {
+            app_url: Url::parse(app).unwrap(),
+            api_base_url: api.map(|a| Url::parse(a).unwrap()),
+            config_dir: None,
+            token: None,
+        }
     }
 
     #[test]
     fn the_api_address_ends_in_v1_whichever_form_it_is_given_in() {
         let a = addresses("http://127.0.0.1:8080", None);
-        assert_eq!((a.app().as_str(), a.api().as_str(), a.root().as_str()), ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080/"));
+        assert_eq!(
+            (a.app().as_str(), a.api().as_str(), a.root().as_str()),
+            ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080/")
+        );
         let a = addresses("https://app.example.com/", Some("https://api.example.com/prefix/v1"));
-        assert_eq!((a.api().as_str(), a.root().as_str()), ("https://api.example.com/prefix/v1/", "https://api.example.com/prefix/"));
+        assert_eq!(
+            (a.api().as_str(), a.root().as_str()),
+            ("https://api.example.com/prefix/v1/", "https://api.example.com/prefix/")
+        );
         let a = addresses("https://app.example.com/", Some("https://api.example.com/"));
         assert_eq!(a.api().as_str(), "https://api.example.com/v1/", "a server root gets its v1/");
     }

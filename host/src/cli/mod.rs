@@ -200,15 +200,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin(cmd) => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
             let url = database_url(&cli.storage)?;
-            let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+            let store = Store::connect(&url)
+                .await
+                .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
             match cmd {
                 AdminCommand::CreateUser { email, name, workspace, role } => {
-                    let (user_id, workspace_id) = crate::access::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
-                    println!("created user {user_id} ({}) in workspace {workspace_id} as {}", email.trim(), role.as_str());
+                    let (user_id, workspace_id) =
+                        crate::access::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
+                    println!(
+                        "created user {user_id} ({}) in workspace {workspace_id} as {}",
+                        email.trim(),
+                        role.as_str()
+                    );
                 }
                 AdminCommand::RotateMasterKey { new_master_key } => {
-                    let keyring = crate::credentials::keyring::Keyring::load(&cli.storage.data_dir, cli.storage.master_key.as_ref())?;
-                    let (n, key_id) = crate::credentials::Vault::rotate(&store, keyring, new_master_key.as_ref()).await?;
+                    let keyring = crate::credentials::keyring::Keyring::load(
+                        &cli.storage.data_dir,
+                        cli.storage.master_key.as_ref(),
+                    )?;
+                    let (n, key_id) =
+                        crate::credentials::Vault::rotate(&store, keyring, new_master_key.as_ref()).await?;
                     println!("re-sealed {n} credential(s) with new master key {key_id}");
                     if cli.storage.master_key.is_some() {
                         println!(
@@ -221,15 +232,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 AdminCommand::SetPassword { email, keep_sessions } => {
                     use crate::access::admin::OnPasswordChange;
                     let password = read_password()?;
-                    let sessions = if keep_sessions { OnPasswordChange::KeepSessions } else { OnPasswordChange::RevokeSessions };
+                    let sessions =
+                        if keep_sessions { OnPasswordChange::KeepSessions } else { OnPasswordChange::RevokeSessions };
                     let revoked = crate::access::admin::set_password(&store, &email, password, sessions).await?;
                     match sessions {
-                        OnPasswordChange::RevokeSessions => eprintln!("password set for {}; {revoked} session(s) and token(s) revoked", email.trim()),
+                        OnPasswordChange::RevokeSessions => {
+                            eprintln!("password set for {}; {revoked} session(s) and token(s) revoked", email.trim())
+                        }
                         OnPasswordChange::KeepSessions => eprintln!("password set for {}; sessions kept", email.trim()),
                     }
                 }
                 AdminCommand::CreateToken { email, label, expires_in_days, client } => {
-                    let token = crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;
+                    let token =
+                        crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client)
+                            .await?;
                     // The token itself goes to stdout alone, so scripts can
                     // capture it; the note goes to stderr.
                     eprintln!("API token for {} (shown once):", email.trim());
@@ -263,16 +279,25 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
     if let PluginsCommand::Validate { file } = &cmd {
         return validate(file).await;
     }
-    let (PluginsCommand::List { plugins } | PluginsCommand::Load { plugins, .. } | PluginsCommand::Unload { plugins, .. }) = &cmd else {
+    let (PluginsCommand::List { plugins }
+    | PluginsCommand::Load { plugins, .. }
+    | PluginsCommand::Unload { plugins, .. }) = &cmd
+    else {
         unreachable!("validate handled above")
     };
     let settings = plugins.resolve(&storage.data_dir)?;
     let url = database_url(storage)?;
-    let store = Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+    let store =
+        Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
     let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
     let vault = crate::credentials::Vault::new(store.clone(), keyring);
     let runtime = Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&storage.data_dir, &vault)))?;
-    let registry = Registry::new(Arc::new(runtime), store.clone(), crate::server::bundled_plugins(), Some(settings.plugins_dir.clone()));
+    let registry = Registry::new(
+        Arc::new(runtime),
+        store.clone(),
+        crate::server::bundled_plugins(),
+        Some(settings.plugins_dir.clone()),
+    );
     registry.load_all().await;
     match cmd {
         PluginsCommand::List { .. } => {
@@ -280,7 +305,13 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
             for p in registry.list().await {
                 let state = if p.enabled { "enabled" } else { "disabled" };
                 let source = p.source.map(|s| s.to_string()).unwrap_or_else(|| "(missing)".into());
-                println!("{:<32} {:<10} {:<10} {:<26} {source}", p.info.id, p.info.version, state, p.interface_version.as_str());
+                println!(
+                    "{:<32} {:<10} {:<10} {:<26} {source}",
+                    p.info.id,
+                    p.info.version,
+                    state,
+                    p.interface_version.as_str()
+                );
             }
         }
         PluginsCommand::Load { target, .. } => {
@@ -291,7 +322,9 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
                 // directory servers watch.
                 let id = registry.load_bytes(&bytes, crate::plugin::registry::PluginSource::File(path.clone())).await?;
                 std::fs::create_dir_all(&settings.plugins_dir)?;
-                let dest = settings.plugins_dir.join(path.file_name().ok_or_else(|| anyhow::anyhow!("{target}: no file name"))?);
+                let dest = settings
+                    .plugins_dir
+                    .join(path.file_name().ok_or_else(|| anyhow::anyhow!("{target}: no file name"))?);
                 std::fs::copy(&path, &dest)?;
                 registry.load(&id, None).await?;
                 println!("loaded {id} from {} into {}", path.display(), dest.display());

@@ -33,7 +33,11 @@ impl HostPattern {
         let valid = !name.is_empty()
             && name.len() <= 253
             && name.split('.').all(|l| {
-                !l.is_empty() && l.len() <= 63 && !l.starts_with('-') && !l.ends_with('-') && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                !l.is_empty()
+                    && l.len() <= 63
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
             })
             && name.parse::<std::net::IpAddr>().is_err();
         if !valid {
@@ -110,8 +114,15 @@ impl Default for EgressPolicy {
 
 impl EgressPolicy {
     /// Parses the operator's settings (comma-separated lists).
-    pub fn from_settings(allowed: &str, resolve: Option<&str>, extra_roots_pem: Option<&[u8]>) -> Result<Self, ConfigError> {
-        let mut policy = EgressPolicy { allowed_hosts: host_list("SERVICE_EGRESS_ALLOWED_HOSTS", allowed)?, ..EgressPolicy::default() };
+    pub fn from_settings(
+        allowed: &str,
+        resolve: Option<&str>,
+        extra_roots_pem: Option<&[u8]>,
+    ) -> Result<Self, ConfigError> {
+        let mut policy = EgressPolicy {
+            allowed_hosts: host_list("SERVICE_EGRESS_ALLOWED_HOSTS", allowed)?,
+            ..EgressPolicy::default()
+        };
         for entry in resolve.unwrap_or("").split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (host, addr) = entry
                 .split_once('=')
@@ -127,8 +138,9 @@ impl EgressPolicy {
             policy.pinned.entry(host).or_default().push(addr);
         }
         if let Some(pem) = extra_roots_pem {
-            policy.extra_roots = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("not a PEM certificate bundle: {e}")))?;
+            policy.extra_roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("not a PEM certificate bundle: {e}"))
+            })?;
             if policy.extra_roots.is_empty() {
                 return Err(ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", "no certificate in the file"));
             }

@@ -33,8 +33,10 @@ const POSTGRES_ENVIRONMENT: &[(&str, &str)] = &[
 ///
 /// Must run before any other thread exists: it changes the environment.
 pub fn isolate_postgres_environment(storage: &mut StorageArgs) -> Result<(), ConfigError> {
-    let found: Vec<(&str, &str, String)> =
-        POSTGRES_ENVIRONMENT.iter().filter_map(|(var, param)| std::env::var(var).ok().map(|v| (*var, *param, v))).collect();
+    let found: Vec<(&str, &str, String)> = POSTGRES_ENVIRONMENT
+        .iter()
+        .filter_map(|(var, param)| std::env::var(var).ok().map(|v| (*var, *param, v)))
+        .collect();
     if found.is_empty() {
         return Ok(());
     }
@@ -92,14 +94,16 @@ mod tests {
         ];
         let url = fold_postgres_environment("postgres://alice@control.example.com/service", &found).unwrap();
         let parsed = Url::parse(&url).unwrap();
-        let params: Vec<(String, String)> = parsed.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+        let params: Vec<(String, String)> =
+            parsed.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
         assert_eq!(parsed.host_str(), Some("control.example.com"), "the URL's host stays");
         assert_eq!(parsed.username(), "alice", "the URL's user stays");
         assert!(params.contains(&("password".into(), "from-env".into())));
         assert!(params.contains(&("sslmode".into(), "require".into())));
         assert!(!params.iter().any(|(k, _)| k == "host" || k == "user"));
         let bare = fold_postgres_environment("postgres:///service?sslmode=disable", &found).unwrap();
-        let params: Vec<(String, String)> = Url::parse(&bare).unwrap().query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+        let params: Vec<(String, String)> =
+            Url::parse(&bare).unwrap().query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
         assert!(params.contains(&("host".into(), "db.internal".into())));
         assert!(params.contains(&("user".into(), "envuser".into())));
         assert_eq!(params.iter().filter(|(k, _)| k == "sslmode").count(), 1, "the URL's own sslmode wins");

@@ -93,7 +93,6 @@ impl Default for ReverseEtlLimits {
     }
 }
 
-
 /// A rate: `per_second` on average, bursts up to `burst`. Zero disables.
 #[derive(Debug, Clone, Copy)]
 pub struct Rate {
@@ -173,4 +172,3 @@ impl Default for PluginLimits {
         }
     }
 }
-

@@ -185,7 +185,11 @@ impl LimitArgs {
             .split(',')
             .map(str::trim)
             .filter(|e| !e.is_empty())
-            .map(|e| limits::Network::parse(e).ok_or_else(|| ConfigError::new("SERVICE_TRUSTED_PROXIES", format!("'{e}' is not an IP address or network"))))
+            .map(|e| {
+                limits::Network::parse(e).ok_or_else(|| {
+                    ConfigError::new("SERVICE_TRUSTED_PROXIES", format!("'{e}' is not an IP address or network"))
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(limits::ServerLimits {
             max_connections: self.max_connections as usize,
@@ -199,7 +203,10 @@ impl LimitArgs {
             throttle: limits::ThrottleSettings {
                 per_address: rate(self.rate_limit_per_address),
                 per_session: rate(self.rate_limit_per_session),
-                failures_per_address: Rate { per_second: f64::from(self.rate_limit_failed_auth) / 60.0, burst: f64::from(self.rate_limit_failed_auth) },
+                failures_per_address: Rate {
+                    per_second: f64::from(self.rate_limit_failed_auth) / 60.0,
+                    burst: f64::from(self.rate_limit_failed_auth),
+                },
             },
             job_concurrency: self.job_concurrency as usize,
             job_concurrency_per_workspace: i64::from(self.job_concurrency_per_workspace),
@@ -268,10 +275,18 @@ impl PluginArgs {
     /// The runtime limits and egress policy these settings describe.
     pub fn resolve(&self, data_dir: &Path) -> Result<PluginSettings, ConfigError> {
         let pem = match &self.egress_extra_roots {
-            Some(p) => Some(std::fs::read(p).map_err(|e| ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("{}: {e}", p.display())))?),
+            Some(p) => Some(
+                std::fs::read(p)
+                    .map_err(|e| ConfigError::new("SERVICE_EGRESS_EXTRA_ROOTS", format!("{}: {e}", p.display())))?,
+            ),
             None => None,
         };
-        let egress = egress::EgressPolicy::from_settings(&self.egress_allowed_hosts, self.egress_resolve.as_deref(), pem.as_deref())?.with_webhook_hosts(&self.webhook_allowed_hosts)?;
+        let egress = egress::EgressPolicy::from_settings(
+            &self.egress_allowed_hosts,
+            self.egress_resolve.as_deref(),
+            pem.as_deref(),
+        )?
+        .with_webhook_hosts(&self.webhook_allowed_hosts)?;
         let limits = limits::PluginLimits {
             cpu: std::time::Duration::from_millis(self.plugin_cpu_ms),
             memory_bytes: self.plugin_memory_mb as usize * 1024 * 1024,
@@ -348,10 +363,16 @@ impl ServerConfig {
         };
         let bootstrap_token = match &serve.bootstrap_token {
             Some(t) if t.expose_secret().len() < 24 => {
-                return Err(ConfigError::new("SERVICE_BOOTSTRAP_TOKEN", "must be at least 24 characters of random text"));
+                return Err(ConfigError::new(
+                    "SERVICE_BOOTSTRAP_TOKEN",
+                    "must be at least 24 characters of random text",
+                ));
             }
             Some(t) if t.expose_secret().chars().any(|c| c.is_whitespace() || c.is_control()) => {
-                return Err(ConfigError::new("SERVICE_BOOTSTRAP_TOKEN", "must not contain spaces or control characters"));
+                return Err(ConfigError::new(
+                    "SERVICE_BOOTSTRAP_TOKEN",
+                    "must not contain spaces or control characters",
+                ));
             }
             other => other.clone(),
         };
@@ -389,7 +410,9 @@ pub fn database_url(storage: &StorageArgs) -> Result<String, ConfigError> {
                 "postgres" | "postgresql" | "sqlite" => Ok(url.to_owned()),
                 other => Err(ConfigError::new(
                     "DATABASE_URL",
-                    format!("unsupported scheme '{other}': use postgres://... or leave it unset for SQLite in the data directory"),
+                    format!(
+                        "unsupported scheme '{other}': use postgres://... or leave it unset for SQLite in the data directory"
+                    ),
                 )),
             }
         }
@@ -415,7 +438,12 @@ pub fn check_data_dir(dir: &Path) -> Result<(), ConfigError> {
         if mode & 0o077 != 0 {
             return Err(ConfigError::new(
                 "SERVICE_DATA_DIR",
-                format!("{} is open to other users (mode {:o}); it holds the master key and the data: run chmod 700 {}", dir.display(), mode & 0o777, dir.display()),
+                format!(
+                    "{} is open to other users (mode {:o}); it holds the master key and the data: run chmod 700 {}",
+                    dir.display(),
+                    mode & 0o777,
+                    dir.display()
+                ),
             ));
         }
     }
@@ -432,4 +460,3 @@ pub fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
         .create(dir)
         .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot create {}: {e}", dir.display())))
 }
-

@@ -40,7 +40,10 @@ pub struct OAuthSettings {
 
 impl std::fmt::Debug for OAuthSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OAuthSettings").field("clients", &self.clients.keys().collect::<Vec<_>>()).field("taskapp", &self.taskapp.is_some()).finish()
+        f.debug_struct("OAuthSettings")
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .field("taskapp", &self.taskapp.is_some())
+            .finish()
     }
 }
 
@@ -48,11 +51,21 @@ impl OAuthSettings {
     /// Parses the two JSON settings.
     pub fn from_settings(clients: Option<&str>, taskapp: Option<&str>) -> Result<Self, ConfigError> {
         let clients = match clients.filter(|s| !s.trim().is_empty()) {
-            Some(s) => serde_json::from_str(s).map_err(|e| ConfigError::new("SERVICE_OAUTH_CLIENTS", format!("not a JSON object of {{connector_id: {{client_id, client_secret}}}}: {e}")))?,
+            Some(s) => serde_json::from_str(s).map_err(|e| {
+                ConfigError::new(
+                    "SERVICE_OAUTH_CLIENTS",
+                    format!("not a JSON object of {{connector_id: {{client_id, client_secret}}}}: {e}"),
+                )
+            })?,
             None => HashMap::new(),
         };
         let taskapp: Option<TaskAppOAuth> = match taskapp.filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(serde_json::from_str(s).map_err(|e| ConfigError::new("SERVICE_TASKAPP_OAUTH", format!("not a JSON object with authorize_url, token_url, client_id, client_secret: {e}")))?),
+            Some(s) => Some(serde_json::from_str(s).map_err(|e| {
+                ConfigError::new(
+                    "SERVICE_TASKAPP_OAUTH",
+                    format!("not a JSON object with authorize_url, token_url, client_id, client_secret: {e}"),
+                )
+            })?),
             None => None,
         };
         if let Some(t) = &taskapp {
@@ -65,4 +78,3 @@ impl OAuthSettings {
         Ok(OAuthSettings { clients, taskapp })
     }
 }
-

@@ -92,4 +92,3 @@ impl WarehousePolicy {
         self.networks.iter().any(|n| n.contains(ip))
     }
 }
-

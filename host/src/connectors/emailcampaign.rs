@@ -73,8 +73,23 @@ fn reject(rule_number: u8, rule: &'static str, message: impl Into<String>) -> Ba
 /// Host names that never belong to a provider on the internet: special-use
 /// and internal suffixes.
 const INTERNAL_SUFFIXES: &[&str] = &[
-    "localhost", "local", "internal", "intranet", "lan", "home", "corp", "private", "localdomain", "test", "invalid",
-    "example", "onion", "arpa", "home.arpa", "in-addr.arpa", "ip6.arpa",
+    "localhost",
+    "local",
+    "internal",
+    "intranet",
+    "lan",
+    "home",
+    "corp",
+    "private",
+    "localdomain",
+    "test",
+    "invalid",
+    "example",
+    "onion",
+    "arpa",
+    "home.arpa",
+    "in-addr.arpa",
+    "ip6.arpa",
 ];
 
 /// Validates an email-campaign base URL before any provider request.
@@ -84,12 +99,20 @@ const INTERNAL_SUFFIXES: &[&str] = &[
 /// digits, backslashes, tabs, percent-encoded hosts, dot segments, upper
 /// case), so the input must survive parsing unchanged. Hosts are compared
 /// label by label, never with a naive suffix check.
-pub fn validate_base_url(raw: &str, method: ConnectionMethod, approved: &[HostPattern]) -> Result<Url, BaseUrlRejection> {
+pub fn validate_base_url(
+    raw: &str,
+    method: ConnectionMethod,
+    approved: &[HostPattern],
+) -> Result<Url, BaseUrlRejection> {
     if raw.is_empty() || raw.len() > 2048 {
         return Err(reject(1, "approved_https_host", "base_url must be a URL of at most 2048 characters"));
     }
     if !raw.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(reject(3, "no_internal_hosts", "base_url must be plain ASCII without spaces or control characters (write internationalised names in punycode)"));
+        return Err(reject(
+            3,
+            "no_internal_hosts",
+            "base_url must be plain ASCII without spaces or control characters (write internationalised names in punycode)",
+        ));
     }
     if raw.contains('\\') || raw.contains('%') {
         return Err(reject(3, "no_internal_hosts", "base_url must not contain backslashes or percent-encoding"));
@@ -107,7 +130,8 @@ pub fn validate_base_url(raw: &str, method: ConnectionMethod, approved: &[HostPa
     if raw.contains('?') || raw.contains('#') {
         return Err(reject(5, "no_query_or_fragment", "base_url must not contain a query string or a fragment"));
     }
-    let url = Url::parse(raw).map_err(|e| reject(1, "approved_https_host", format!("base_url is not a valid URL: {e}")))?;
+    let url =
+        Url::parse(raw).map_err(|e| reject(1, "approved_https_host", format!("base_url is not a valid URL: {e}")))?;
     if url.port().is_some() {
         return Err(reject(6, "port_443_only", "only port 443 is allowed"));
     }
@@ -127,7 +151,11 @@ pub fn validate_base_url(raw: &str, method: ConnectionMethod, approved: &[HostPa
         None => return Err(reject(1, "approved_https_host", "base_url has no host")),
     };
     if typed_host != host {
-        return Err(reject(3, "no_internal_hosts", "the host must be written in canonical form (lower case, no encodings)"));
+        return Err(reject(
+            3,
+            "no_internal_hosts",
+            "the host must be written in canonical form (lower case, no encodings)",
+        ));
     }
     let rest = &raw["https://".len() + authority.len()..];
     if rest != url.path() {
@@ -163,7 +191,13 @@ pub fn validate_base_url(raw: &str, method: ConnectionMethod, approved: &[HostPa
         ConnectionMethod::SelfHosted => {}
     }
     if !approved.iter().any(|p| p.matches(&host)) {
-        return Err(reject(1, "approved_https_host", format!("{host} is not an approved host of the provider; the operator approves self-hosted instances by adding their host")));
+        return Err(reject(
+            1,
+            "approved_https_host",
+            format!(
+                "{host} is not an approved host of the provider; the operator approves self-hosted instances by adding their host"
+            ),
+        ));
     }
     Ok(url)
 }
@@ -184,13 +218,27 @@ impl ConnectorRules for Rules {
         CONNECTOR_ID
     }
 
-    fn validate_source<'a>(&'a self, state: &'a AppState, access: &'a WorkspaceAccess, config: &'a Value, _saved: Option<&'a Value>) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
+    fn validate_source<'a>(
+        &'a self,
+        state: &'a AppState,
+        access: &'a WorkspaceAccess,
+        config: &'a Value,
+        _saved: Option<&'a Value>,
+    ) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
         Box::pin(async move {
-            let base_url = config["base_url"].as_str().ok_or_else(|| ApiError::invalid_field("configuration.base_url", "base_url is required"))?;
-            let method = ConnectionMethod::parse(config["connection_method"].as_str()).map_err(|m| ApiError::invalid_field("configuration.connection_method", m))?;
-            let url = validate_base_url(base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
+            let base_url = config["base_url"]
+                .as_str()
+                .ok_or_else(|| ApiError::invalid_field("configuration.base_url", "base_url is required"))?;
+            let method = ConnectionMethod::parse(config["connection_method"].as_str())
+                .map_err(|m| ApiError::invalid_field("configuration.connection_method", m))?;
+            let url =
+                validate_base_url(base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
             let handle = CredentialHandle::new(config["credential_handle"].as_str().unwrap_or_default());
-            state.vault.require_handle(&access.workspace_id, &handle, url.host_str()).await.map_err(|e| e.at("configuration.credential_handle"))?;
+            state
+                .vault
+                .require_handle(&access.workspace_id, &handle, url.host_str())
+                .await
+                .map_err(|e| e.at("configuration.credential_handle"))?;
             Ok(())
         })
     }
@@ -198,8 +246,21 @@ impl ConnectorRules for Rules {
 
 /// Metric names a response may carry, counts first, then rates.
 pub const METRICS: &[&str] = &[
-    "sent", "delivered", "opens", "unique_opens", "clicks", "unique_clicks", "bounces", "unsubscribes", "complaints",
-    "delivery_rate", "open_rate", "click_rate", "bounce_rate", "unsubscribe_rate", "complaint_rate",
+    "sent",
+    "delivered",
+    "opens",
+    "unique_opens",
+    "clicks",
+    "unique_clicks",
+    "bounces",
+    "unsubscribes",
+    "complaints",
+    "delivery_rate",
+    "open_rate",
+    "click_rate",
+    "bounce_rate",
+    "unsubscribe_rate",
+    "complaint_rate",
 ];
 
 /// Keeps only known metrics with numeric (or null) values.
@@ -283,7 +344,9 @@ mod tests {
     #[test]
     fn canonical_approved_urls_pass() {
         assert!(validate_base_url("https://mail.acme-corp.com/api", ConnectionMethod::SelfHosted, &approved()).is_ok());
-        assert!(validate_base_url("https://mail.acme-corp.com:443/api", ConnectionMethod::SelfHosted, &approved()).is_ok());
+        assert!(
+            validate_base_url("https://mail.acme-corp.com:443/api", ConnectionMethod::SelfHosted, &approved()).is_ok()
+        );
         assert!(validate_base_url("https://team.mailcoach.app/api", ConnectionMethod::Cloud, &approved()).is_ok());
     }
 

@@ -45,14 +45,21 @@ pub async fn options(
 ) -> ApiResult<Vec<EntityOption>> {
     let plugin = state.plugins.available(connector_id).await?;
     if !plugin.info.operations.contains(&Operation::EntityOptions) {
-        return Err(ApiError::bad_request("CONNECTOR_OPERATION_UNSUPPORTED", format!("connector {connector_id} offers no entity options"))
-            .with_details(serde_json::json!({ "field": "connector_id" })));
+        return Err(ApiError::bad_request(
+            "CONNECTOR_OPERATION_UNSUPPORTED",
+            format!("connector {connector_id} offers no entity options"),
+        )
+        .with_details(serde_json::json!({ "field": "connector_id" })));
     }
     let fields = plugin.info.config_schema["properties"].as_object();
     if !fields.is_some_and(|f| f.contains_key(field)) || field == "credential_handle" {
-        return Err(ApiError::invalid_field("field", format!("connector {connector_id} has no config field `{field}` with options")));
+        return Err(ApiError::invalid_field(
+            "field",
+            format!("connector {connector_id} has no config field `{field}` with options"),
+        ));
     }
-    let credential = state.vault.require_handle(&access.workspace_id, handle, None).await.map_err(|e| e.at("credential_handle"))?;
+    let credential =
+        state.vault.require_handle(&access.workspace_id, handle, None).await.map_err(|e| e.at("credential_handle"))?;
     if credential.connector_id.as_deref().is_some_and(|c| c != connector_id) {
         return Err(ApiError::invalid_field("credential_handle", "the credential belongs to another connector"));
     }
@@ -63,7 +70,8 @@ pub async fn options(
         config.insert(CREDENTIAL_ACCOUNT.into(), account.clone());
     }
     let config = Value::Object(config).to_string();
-    let found = state.plugins.runtime().entity_options(&plugin, &access.workspace_id, &state.egress, &config, field).await?;
+    let found =
+        state.plugins.runtime().entity_options(&plugin, &access.workspace_id, &state.egress, &config, field).await?;
     Ok(found
         .into_iter()
         .map(|o| EntityOption {

@@ -54,11 +54,20 @@ fn not_offered(field: &str, what: &str, value: &str, scope: &str) -> ApiError {
 }
 
 impl Rules {
-    async fn check_selection(&self, state: &AppState, access: &WorkspaceAccess, config: &Value, saved: Option<&Value>) -> ApiResult<()> {
+    async fn check_selection(
+        &self,
+        state: &AppState,
+        access: &WorkspaceAccess,
+        config: &Value,
+        saved: Option<&Value>,
+    ) -> ApiResult<()> {
         let handle = CredentialHandle::new(config["credential_handle"].as_str().unwrap_or_default());
         // Another credential (or portal) sees other things: nothing the
         // source held before is taken on trust then.
-        let saved = saved.filter(|s| s["credential_handle"] == config["credential_handle"] && ids(Some(s), "portal_id") == ids(Some(config), "portal_id"));
+        let saved = saved.filter(|s| {
+            s["credential_handle"] == config["credential_handle"]
+                && ids(Some(s), "portal_id") == ids(Some(config), "portal_id")
+        });
         let mut chosen = Map::new();
 
         let new_portal = added(config, saved, "portal_id");

@@ -53,7 +53,8 @@ impl MasterKey {
     /// Parses a base64 key.
     pub fn parse(b64: &str) -> Result<Self, String> {
         let raw = Zeroizing::new(STANDARD.decode(b64.trim()).map_err(|_| "not base64".to_owned())?);
-        let bytes: [u8; 32] = raw.as_slice().try_into().map_err(|_| format!("must decode to 32 bytes, not {}", raw.len()))?;
+        let bytes: [u8; 32] =
+            raw.as_slice().try_into().map_err(|_| format!("must decode to 32 bytes, not {}", raw.len()))?;
         Ok(Self::from_bytes(bytes))
     }
 
@@ -121,7 +122,10 @@ impl Keyring {
                 let mut keys = Vec::new();
                 for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
                     let b64 = line.split_whitespace().last().unwrap_or("");
-                    keys.push(MasterKey::parse(b64).map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("{}: {e}", path.display())))?);
+                    keys.push(
+                        MasterKey::parse(b64)
+                            .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("{}: {e}", path.display())))?,
+                    );
                 }
                 if keys.is_empty() {
                     return Err(ConfigError::new("SERVICE_DATA_DIR", format!("{} holds no key", path.display())));
@@ -131,7 +135,8 @@ impl Keyring {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 crate::config::ensure_data_dir(data_dir)?;
                 let ring = Keyring { keys: vec![MasterKey::generate()], file: Some(path) };
-                ring.write_file().map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot write the key file: {e}")))?;
+                ring.write_file()
+                    .map_err(|e| ConfigError::new("SERVICE_DATA_DIR", format!("cannot write the key file: {e}")))?;
                 tracing::info!(key_id = %ring.current().id, "created a new master key file");
                 Ok(ring)
             }
@@ -150,7 +155,8 @@ impl Keyring {
     /// stored. Rotating the master key changes it.
     pub fn derive(&self, purpose: &str) -> DerivedKey {
         use hmac::{Hmac, Mac};
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.current().key.expose_secret()).expect("HMAC takes any key length");
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.current().key.expose_secret())
+            .expect("HMAC takes any key length");
         mac.update(b"service/derived-key/");
         mac.update(purpose.as_bytes());
         DerivedKey(SecretBox::new(Box::new(mac.finalize().into_bytes().into())))
@@ -172,7 +178,8 @@ impl Keyring {
     /// altered, or it was sealed for another credential or workspace.
     pub fn open(&self, aad: &str, sealed: &Sealed) -> Result<Zeroizing<Vec<u8>>, &'static str> {
         let key = self.keys.iter().find(|k| k.id == sealed.key_id).ok_or("sealed with an unknown master key")?;
-        let nonce: [u8; 24] = STANDARD.decode(&sealed.nonce).ok().and_then(|n| n.try_into().ok()).ok_or("corrupt nonce")?;
+        let nonce: [u8; 24] =
+            STANDARD.decode(&sealed.nonce).ok().and_then(|n| n.try_into().ok()).ok_or("corrupt nonce")?;
         let ct = STANDARD.decode(&sealed.ciphertext).map_err(|_| "corrupt ciphertext")?;
         key.cipher()
             .decrypt(&XNonce::from(nonce), Payload { msg: &ct, aad: aad.as_bytes() })

@@ -10,15 +10,51 @@ use serde_json::Value;
 /// Field names that carry secrets. Compared after lower-casing and dropping
 /// `_` and `-`, so `client_secret`, `clientSecret` and `Client-Secret` match.
 const SECRET_NAMES: &[&str] = &[
-    "password", "passwd", "passphrase", "secret", "clientsecret", "token", "accesstoken", "refreshtoken", "idtoken",
-    "apitoken", "authtoken", "bearertoken", "apikey", "privatekey", "secretkey", "authorization", "sessiontoken",
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "clientsecret",
+    "token",
+    "accesstoken",
+    "refreshtoken",
+    "idtoken",
+    "apitoken",
+    "authtoken",
+    "bearertoken",
+    "apikey",
+    "privatekey",
+    "secretkey",
+    "authorization",
+    "sessiontoken",
 ];
 
 /// Prefixes providers publish for their secret keys, so that scanners
 /// find them: Stripe, GitHub, GitLab, Slack, Shopify, Square, Hugging Face.
 const KEY_PREFIXES: &[&str] = &[
-    "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xoxb-",
-    "xoxp-", "xoxa-", "xoxs-", "xapp-", "shpat_", "shpss_", "shpca_", "sq0atp-", "sq0csp-", "hf_",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "rk_test_",
+    "whsec_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxs-",
+    "xapp-",
+    "shpat_",
+    "shpss_",
+    "shpca_",
+    "sq0atp-",
+    "sq0csp-",
+    "hf_",
 ];
 
 /// Whether a field of this name holds a secret.
@@ -48,7 +84,9 @@ pub fn looks_like_secret_value(s: &str) -> bool {
 
 /// `AKIA…`/`ASIA…` and sixteen more upper-case letters and digits.
 fn aws_access_key(t: &str) -> bool {
-    t.len() == 20 && (t.starts_with("AKIA") || t.starts_with("ASIA")) && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    t.len() == 20
+        && (t.starts_with("AKIA") || t.starts_with("ASIA"))
+        && t.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// `AIza` and 35 more URL-safe characters.
@@ -65,7 +103,9 @@ fn sendgrid_key(t: &str) -> bool {
 /// Three base64url segments, the first a JSON header (`eyJ`).
 fn jwt(t: &str) -> bool {
     let parts: Vec<&str> = t.split('.').collect();
-    parts.len() == 3 && parts[0].starts_with("eyJ") && parts.iter().all(|p| p.len() >= 4 && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    parts.len() == 3
+        && parts[0].starts_with("eyJ")
+        && parts.iter().all(|p| p.len() >= 4 && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
 }
 
 /// The JSON path of the first secret-shaped field or value, if any.
@@ -100,7 +140,9 @@ mod tests {
         ] {
             assert!(looks_like_secret_value(secret), "{secret}");
         }
-        for plain in ["warehouse", "sk_", "an ordinary sentence with sk_live_ in it", "AKIA", "eyJ.x.y", "c1@example.com"] {
+        for plain in
+            ["warehouse", "sk_", "an ordinary sentence with sk_live_ in it", "AKIA", "eyJ.x.y", "c1@example.com"]
+        {
             assert!(!looks_like_secret_value(plain), "{plain}");
         }
         assert!(is_secret_name("api_key") && is_secret_name("Client-Secret") && is_secret_name("refreshToken"));

@@ -8,7 +8,6 @@
 //! `credential_handle`. It refreshes expired access tokens when the
 //! credential is next used; plugins never notice.
 
-
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -24,13 +23,13 @@ use url::Url;
 use super::vault::{NewSecret, SecretMaterial, TokenRefresher};
 use crate::access::{ClientSource, Principal, WorkspaceAccess};
 use crate::config::oauth::{OAuthClient, OAuthSettings};
+use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
+use crate::error::ApiError;
 use crate::plugin::registry::Registry;
 use crate::store::Store;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
-use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
-use crate::error::ApiError;
-use crate::store::oauth::{OAuthState, Spend};
 use crate::store::now_ms;
+use crate::store::oauth::{OAuthState, Spend};
 
 /// The target name of the task-app flow.
 pub const TASKAPP: &str = "taskapp";
@@ -61,7 +60,13 @@ pub struct OAuth {
 }
 
 impl OAuth {
-    pub fn new(settings: OAuthSettings, public_url: &Url, plugins: Arc<Registry>, egress: Egress, store: Store) -> anyhow::Result<Self> {
+    pub fn new(
+        settings: OAuthSettings,
+        public_url: &Url,
+        plugins: Arc<Registry>,
+        egress: Egress,
+        store: Store,
+    ) -> anyhow::Result<Self> {
         let redirect_uri = public_url.join("oauth/callback")?.to_string();
         Ok(OAuth { settings, redirect_uri, plugins, egress, store })
     }
@@ -70,7 +75,10 @@ impl OAuth {
 async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) -> Result<Provider, ApiError> {
     if target == TASKAPP {
         let t = settings.taskapp.clone().ok_or_else(|| {
-            ApiError::not_configured("OAUTH_NOT_CONFIGURED", "the operator has not configured the task app's OAuth client (SERVICE_TASKAPP_OAUTH)")
+            ApiError::not_configured(
+                "OAUTH_NOT_CONFIGURED",
+                "the operator has not configured the task app's OAuth client (SERVICE_TASKAPP_OAUTH)",
+            )
         })?;
         let mut hosts = Vec::new();
         for u in [&t.token_url, &t.authorize_url] {
@@ -92,11 +100,15 @@ async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) ->
     }
     let plugin = plugins.available(target).await?;
     let endpoints = plugin.info.oauth.clone().ok_or_else(|| {
-        ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth").with_details(json!({ "connector_id": plugin.info.id }))
+        ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth")
+            .with_details(json!({ "connector_id": plugin.info.id }))
     })?;
     let client = settings.clients.get(&plugin.info.id).cloned().ok_or_else(|| {
-        ApiError::not_configured("OAUTH_NOT_CONFIGURED", "the operator has not configured an OAuth client for this connector (SERVICE_OAUTH_CLIENTS)")
-            .with_details(json!({ "connector_id": plugin.info.id }))
+        ApiError::not_configured(
+            "OAUTH_NOT_CONFIGURED",
+            "the operator has not configured an OAuth client for this connector (SERVICE_OAUTH_CLIENTS)",
+        )
+        .with_details(json!({ "connector_id": plugin.info.id }))
     })?;
     Ok(Provider {
         authorize_url: endpoints.authorize_url,
@@ -115,49 +127,49 @@ fn random_b64(bytes: usize) -> String {
 }
 
 impl OAuth {
-/// Starts a flow for `access` (the session and client are remembered):
-/// answers the provider's authorization URL.
-pub async fn start(&self, access: &WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
-    let p = provider(&self.settings, &self.plugins, target).await?;
-    let target = p.connector_id.clone().unwrap_or_else(|| TASKAPP.to_owned());
-    let st = random_b64(32);
-    let verifier = random_b64(48);
-    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
-    let redirect_uri = self.redirect_uri.clone();
-    let expires_at = now_ms() + STATE_TTL_MS;
-    self.store
-        .create_oauth_state(
-            &crate::access::tokens::hash(&st),
-            &OAuthState {
-                workspace_id: access.workspace_id.clone(),
-                user_id: access.principal.user_id.clone(),
-                target: target.clone(),
-                code_verifier: verifier,
-                redirect_uri: redirect_uri.clone(),
-                expires_at,
-                used: false,
-                session_id: Some(access.principal.session_id.clone()).filter(|s| !s.is_empty()),
-                client_source: access.principal.client.as_str().to_owned(),
-            },
-        )
-        .await?;
-    let mut url = Url::parse(&p.authorize_url).map_err(ApiError::internal)?;
-    url.query_pairs_mut()
-        .append_pair("response_type", "code")
-        .append_pair("client_id", &p.client.client_id)
-        .append_pair("redirect_uri", &redirect_uri)
-        .append_pair("scope", &p.scopes.join(" "))
-        .append_pair("state", &st)
-        .append_pair("code_challenge", &challenge)
-        .append_pair("code_challenge_method", "S256");
-    Ok(json!({
-        "authorization_url": url.to_string(),
-        "state": st,
-        "redirect_uri": redirect_uri,
-        "expires_at": chrono::DateTime::from_timestamp_millis(expires_at),
-        "connector_id": p.connector_id,
-    }))
-}
+    /// Starts a flow for `access` (the session and client are remembered):
+    /// answers the provider's authorization URL.
+    pub async fn start(&self, access: &WorkspaceAccess, target: &str) -> Result<Value, ApiError> {
+        let p = provider(&self.settings, &self.plugins, target).await?;
+        let target = p.connector_id.clone().unwrap_or_else(|| TASKAPP.to_owned());
+        let st = random_b64(32);
+        let verifier = random_b64(48);
+        let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+        let redirect_uri = self.redirect_uri.clone();
+        let expires_at = now_ms() + STATE_TTL_MS;
+        self.store
+            .create_oauth_state(
+                &crate::access::tokens::hash(&st),
+                &OAuthState {
+                    workspace_id: access.workspace_id.clone(),
+                    user_id: access.principal.user_id.clone(),
+                    target: target.clone(),
+                    code_verifier: verifier,
+                    redirect_uri: redirect_uri.clone(),
+                    expires_at,
+                    used: false,
+                    session_id: Some(access.principal.session_id.clone()).filter(|s| !s.is_empty()),
+                    client_source: access.principal.client.as_str().to_owned(),
+                },
+            )
+            .await?;
+        let mut url = Url::parse(&p.authorize_url).map_err(ApiError::internal)?;
+        url.query_pairs_mut()
+            .append_pair("response_type", "code")
+            .append_pair("client_id", &p.client.client_id)
+            .append_pair("redirect_uri", &redirect_uri)
+            .append_pair("scope", &p.scopes.join(" "))
+            .append_pair("state", &st)
+            .append_pair("code_challenge", &challenge)
+            .append_pair("code_challenge_method", "S256");
+        Ok(json!({
+            "authorization_url": url.to_string(),
+            "state": st,
+            "redirect_uri": redirect_uri,
+            "expires_at": chrono::DateTime::from_timestamp_millis(expires_at),
+            "connector_id": p.connector_id,
+        }))
+    }
 }
 
 /// Keeps provider-supplied text short and printable.
@@ -213,86 +225,104 @@ impl Completed {
 /// provider denial, and exchanges the code through egress. `expect` is the
 /// (workspace, user) the API caller acts as; the browser landing has none.
 impl OAuth {
-pub async fn complete(&self, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
-    let hash = crate::access::tokens::hash(&cb.state);
-    if let Some((ws, user)) = expect {
-        // Someone else's flow behaves like an unknown one, and is not spent.
-        match self.store.oauth_state_owner(&hash).await? {
-            Some((w, u)) if w == ws && u == user => {}
-            _ => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
+    pub async fn complete(&self, cb: &Callback, expect: Option<(&str, &str)>) -> Result<Completed, ApiError> {
+        let hash = crate::access::tokens::hash(&cb.state);
+        if let Some((ws, user)) = expect {
+            // Someone else's flow behaves like an unknown one, and is not spent.
+            match self.store.oauth_state_owner(&hash).await? {
+                Some((w, u)) if w == ws && u == user => {}
+                _ => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
+            }
         }
-    }
-    let flow = match self.store.spend_oauth_state(&hash).await? {
-        Spend::Unknown => return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again")),
-        Spend::Expired => return Err(state_error("OAUTH_STATE_EXPIRED", "the OAuth flow expired; start it again")),
-        Spend::Used => return Err(ApiError::conflict("OAUTH_STATE_USED", "this OAuth flow was already completed; start a new one")),
-        Spend::Spent(f) => f,
-    };
-    if let Some(err) = &cb.error {
-        let code = sanitise(err, 64);
-        if code == "access_denied" {
-            return Err(ApiError::bad_request("OAUTH_ACCESS_DENIED", "the user denied access at the provider"));
-        }
-        return Err(ApiError::bad_request("OAUTH_PROVIDER_ERROR", format!("the provider reported an error: {code}"))
+        let flow = match self.store.spend_oauth_state(&hash).await? {
+            Spend::Unknown => {
+                return Err(state_error("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again"));
+            }
+            Spend::Expired => return Err(state_error("OAUTH_STATE_EXPIRED", "the OAuth flow expired; start it again")),
+            Spend::Used => {
+                return Err(ApiError::conflict(
+                    "OAUTH_STATE_USED",
+                    "this OAuth flow was already completed; start a new one",
+                ));
+            }
+            Spend::Spent(f) => f,
+        };
+        if let Some(err) = &cb.error {
+            let code = sanitise(err, 64);
+            if code == "access_denied" {
+                return Err(ApiError::bad_request("OAUTH_ACCESS_DENIED", "the user denied access at the provider"));
+            }
+            return Err(ApiError::bad_request("OAUTH_PROVIDER_ERROR", format!("the provider reported an error: {code}"))
             .with_details(json!({ "provider_error": code, "description": cb.error_description.as_deref().map(|d| sanitise(d, 200)) })));
-    }
-    let code = cb.code.as_deref().filter(|c| !c.is_empty()).ok_or_else(|| ApiError::invalid_field("code", "code is required unless error is given"))?;
-    let p = provider(&self.settings, &self.plugins, &flow.target).await?;
-    let form = vec![
-        ("grant_type", "authorization_code".to_owned()),
-        ("code", code.to_owned()),
-        ("redirect_uri", flow.redirect_uri.clone()),
-        ("client_id", p.client.client_id.clone()),
-        ("client_secret", p.client.client_secret.expose_secret().to_owned()),
-        ("code_verifier", flow.code_verifier.clone()),
-    ];
-    let tokens = token_request(&self.egress, &p, &flow.workspace_id, form).await?;
-    let hosts: Vec<String> = p.hosts.iter().filter_map(|h| if let HostPattern::Exact(n) = h { Some(n.clone()) } else { None }).collect();
-    if hosts.is_empty() {
-        return Err(ApiError::bad_request("OAUTH_NOT_SUPPORTED", "the connector declares no exact host a token could be bound to"));
-    }
-    let mut metadata = json!({ "provider": flow.target, "scopes": tokens.scope.clone().unwrap_or_else(|| p.scopes.join(" ")), "token_type": tokens.token_type });
-    if !tokens.account.is_empty() {
-        metadata["account"] = Value::Object(tokens.account.clone());
-    }
-    Ok(Completed {
-        workspace_id: flow.workspace_id,
-        user_id: flow.user_id,
-        session_id: flow.session_id,
-        client_source: flow.client_source,
-        connector_id: p.connector_id.unwrap_or_else(|| TASKAPP.to_owned()),
-        hosts,
-        metadata,
-        material: Some(SecretMaterial { secret: tokens.access_token, refresh_token: tokens.refresh_token }),
-        access_expires_at: tokens.expires_in.map(|s| now_ms() + s * 1000),
-    })
-}
-
-/// The session that started a completed flow, as it stands now: the
-/// initiator's current role in the workspace and the client kind the flow
-/// was started with. A flow whose session was revoked, or whose initiator
-/// left the workspace, completes for nobody.
-pub async fn initiator(&self, done: &Completed) -> Result<WorkspaceAccess, ApiError> {
-    let refused = || ApiError::permission_denied("permission denied: whoever started this authorisation can no longer complete it");
-    if let Some(session_id) = &done.session_id {
-        let session = self.store.session(session_id).await?.ok_or_else(refused)?;
-        if session.revoked_at.is_some() {
-            return Err(refused());
         }
+        let code = cb
+            .code
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| ApiError::invalid_field("code", "code is required unless error is given"))?;
+        let p = provider(&self.settings, &self.plugins, &flow.target).await?;
+        let form = vec![
+            ("grant_type", "authorization_code".to_owned()),
+            ("code", code.to_owned()),
+            ("redirect_uri", flow.redirect_uri.clone()),
+            ("client_id", p.client.client_id.clone()),
+            ("client_secret", p.client.client_secret.expose_secret().to_owned()),
+            ("code_verifier", flow.code_verifier.clone()),
+        ];
+        let tokens = token_request(&self.egress, &p, &flow.workspace_id, form).await?;
+        let hosts: Vec<String> =
+            p.hosts.iter().filter_map(|h| if let HostPattern::Exact(n) = h { Some(n.clone()) } else { None }).collect();
+        if hosts.is_empty() {
+            return Err(ApiError::bad_request(
+                "OAUTH_NOT_SUPPORTED",
+                "the connector declares no exact host a token could be bound to",
+            ));
+        }
+        let mut metadata = json!({ "provider": flow.target, "scopes": tokens.scope.clone().unwrap_or_else(|| p.scopes.join(" ")), "token_type": tokens.token_type });
+        if !tokens.account.is_empty() {
+            metadata["account"] = Value::Object(tokens.account.clone());
+        }
+        Ok(Completed {
+            workspace_id: flow.workspace_id,
+            user_id: flow.user_id,
+            session_id: flow.session_id,
+            client_source: flow.client_source,
+            connector_id: p.connector_id.unwrap_or_else(|| TASKAPP.to_owned()),
+            hosts,
+            metadata,
+            material: Some(SecretMaterial { secret: tokens.access_token, refresh_token: tokens.refresh_token }),
+            access_expires_at: tokens.expires_in.map(|s| now_ms() + s * 1000),
+        })
     }
-    let role = self.store.role_in(&done.user_id, &done.workspace_id).await?.ok_or_else(refused)?;
-    Ok(WorkspaceAccess {
-        principal: Principal {
-            user_id: done.user_id.clone(),
-            session_id: done.session_id.clone().unwrap_or_default(),
-            client: ClientSource::parse(&done.client_source).unwrap_or(ClientSource::Mcp),
-            proposal_requested: false,
-        },
-        workspace_id: done.workspace_id.clone(),
-        role,
-    })
-}
 
+    /// The session that started a completed flow, as it stands now: the
+    /// initiator's current role in the workspace and the client kind the flow
+    /// was started with. A flow whose session was revoked, or whose initiator
+    /// left the workspace, completes for nobody.
+    pub async fn initiator(&self, done: &Completed) -> Result<WorkspaceAccess, ApiError> {
+        let refused = || {
+            ApiError::permission_denied(
+                "permission denied: whoever started this authorisation can no longer complete it",
+            )
+        };
+        if let Some(session_id) = &done.session_id {
+            let session = self.store.session(session_id).await?.ok_or_else(refused)?;
+            if session.revoked_at.is_some() {
+                return Err(refused());
+            }
+        }
+        let role = self.store.role_in(&done.user_id, &done.workspace_id).await?.ok_or_else(refused)?;
+        Ok(WorkspaceAccess {
+            principal: Principal {
+                user_id: done.user_id.clone(),
+                session_id: done.session_id.clone().unwrap_or_default(),
+                client: ClientSource::parse(&done.client_source).unwrap_or(ClientSource::Mcp),
+                proposal_requested: false,
+            },
+            workspace_id: done.workspace_id.clone(),
+            role,
+        })
+    }
 }
 
 fn state_error(code: &str, message: &str) -> ApiError {
@@ -336,7 +366,13 @@ fn parse_tokens(v: &Value) -> Option<Tokens> {
     for (snake, camel) in ACCOUNT_FIELDS {
         let id = match field(v, snake, camel) {
             Value::Number(n) => Some(n.to_string()),
-            Value::String(s) if !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') => Some(s.clone()),
+            Value::String(s)
+                if !s.is_empty()
+                    && s.len() <= 64
+                    && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+            {
+                Some(s.clone())
+            }
             _ => None,
         };
         if let Some(id) = id {
@@ -349,7 +385,10 @@ fn parse_tokens(v: &Value) -> Option<Tokens> {
     };
     Some(Tokens {
         access_token: SecretString::from(access.to_owned()),
-        refresh_token: field(v, "refresh_token", "refreshToken").as_str().filter(|s| !s.is_empty()).map(|s| SecretString::from(s.to_owned())),
+        refresh_token: field(v, "refresh_token", "refreshToken")
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(|s| SecretString::from(s.to_owned())),
         expires_in,
         token_type: field(v, "token_type", "tokenType").as_str().map(|s| sanitise(s, 32)),
         scope: scope.map(|s| sanitise(&s, 500)),
@@ -358,28 +397,61 @@ fn parse_tokens(v: &Value) -> Option<Tokens> {
 }
 
 /// Posts a form to the token endpoint through egress.
-async fn token_request(egress: &Egress, p: &Provider, workspace_id: &str, form: Vec<(&str, String)>) -> Result<Tokens, ApiError> {
-    let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str()))).finish();
-    let caller = Caller { plugin_id: p.connector_id.as_deref().unwrap_or(TASKAPP), declared_hosts: &p.hosts, workspace_id, reach: crate::egress::Reach::Providers };
+async fn token_request(
+    egress: &Egress,
+    p: &Provider,
+    workspace_id: &str,
+    form: Vec<(&str, String)>,
+) -> Result<Tokens, ApiError> {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
+        .finish();
+    let caller = Caller {
+        plugin_id: p.connector_id.as_deref().unwrap_or(TASKAPP),
+        declared_hosts: &p.hosts,
+        workspace_id,
+        reach: crate::egress::Reach::Providers,
+    };
     let req = OutboundRequest {
         method: Method::Post,
         url: p.token_url.clone(),
-        headers: vec![("content-type".into(), "application/x-www-form-urlencoded".into()), ("accept".into(), "application/json".into())],
+        headers: vec![
+            ("content-type".into(), "application/x-www-form-urlencoded".into()),
+            ("accept".into(), "application/json".into()),
+        ],
         body: Some(body.into_bytes()),
         credential: None,
         timeout_ms: Some(30_000),
     };
     let resp = egress.send(&caller, req).await.map_err(|e| match e {
-        EgressError::Denied(rule) => ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_EXCHANGE_FAILED", format!("the token endpoint may not be reached: {rule}")),
-        other => ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_EXCHANGE_FAILED", format!("the token endpoint could not be reached: {other}")),
+        EgressError::Denied(rule) => ApiError::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            "OAUTH_EXCHANGE_FAILED",
+            format!("the token endpoint may not be reached: {rule}"),
+        ),
+        other => ApiError::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            "OAUTH_EXCHANGE_FAILED",
+            format!("the token endpoint could not be reached: {other}"),
+        ),
     })?;
     let v: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
     if !(200..300).contains(&resp.status) {
         let code = v["error"].as_str().map(|e| sanitise(e, 64)).unwrap_or_else(|| format!("http_{}", resp.status));
-        return Err(ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", format!("the provider refused the token request: {code}"))
-            .with_details(json!({ "provider_error": code })));
+        return Err(ApiError::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            "OAUTH_PROVIDER_ERROR",
+            format!("the provider refused the token request: {code}"),
+        )
+        .with_details(json!({ "provider_error": code })));
     }
-    parse_tokens(&v).ok_or_else(|| ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "OAUTH_PROVIDER_ERROR", "the provider's token response has no access token"))
+    parse_tokens(&v).ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            "OAUTH_PROVIDER_ERROR",
+            "the provider's token response has no access token",
+        )
+    })
 }
 
 /// Refreshes OAuth access tokens for the vault when they expire. The vault
@@ -390,7 +462,8 @@ impl TokenRefresher for OAuth {
         workspace_id: &'a str,
         provider_target: &'a str,
         refresh_token: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>>
+    {
         Box::pin(async move {
             let p = provider(&self.settings, &self.plugins, provider_target).await.map_err(|e| e.message)?;
             let form = vec![

@@ -2,7 +2,6 @@
 //! layer (for one workspace, connector and bound host at a time), checks
 //! handles for the operations that name one, and rotates the master key.
 
-
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,11 +14,11 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
+use super::keyring::{self, Keyring};
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential};
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::{Store, new_id, now_ms};
-use super::keyring::{self, Keyring};
 
 /// Why [`Vault::reveal`] failed when the credential store could not be
 /// read (every other reason is the caller's to fix).
@@ -102,9 +101,13 @@ impl HandleError {
         use crate::error::ApiError;
         use serde_json::json;
         match self {
-            HandleError::Unknown => ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", HandleError::Unknown.to_string()).with_details(json!({ "field": field })),
+            HandleError::Unknown => {
+                ApiError::bad_request("UNKNOWN_CREDENTIAL_HANDLE", HandleError::Unknown.to_string())
+                    .with_details(json!({ "field": field }))
+            }
             HandleError::NotBoundTo(host) => {
-                ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", format!("the credential is not bound to {host}")).with_details(json!({ "field": field, "host": host }))
+                ApiError::bad_request("CREDENTIAL_HOST_MISMATCH", format!("the credential is not bound to {host}"))
+                    .with_details(json!({ "field": field, "host": host }))
             }
             HandleError::Store(e) => e.into(),
         }
@@ -260,7 +263,12 @@ impl Vault {
     /// Revokes a credential: the secret is destroyed in the store and
     /// forgotten by this process at once, so no further request of any
     /// plugin or job carries it. False when there is nothing to revoke.
-    pub async fn revoke(&self, workspace_id: &str, credential_id: &str, by: &str) -> Result<bool, crate::store::StoreError> {
+    pub async fn revoke(
+        &self,
+        workspace_id: &str,
+        credential_id: &str,
+        by: &str,
+    ) -> Result<bool, crate::store::StoreError> {
         let Some(row) = self.store.credential(workspace_id, credential_id).await? else { return Ok(false) };
         let revoked = self.store.revoke_credential(workspace_id, credential_id, by).await?;
         self.revocations.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -312,7 +320,13 @@ impl Vault {
     /// `host` on behalf of `workspace_id`. `rejected` is an access token
     /// the provider just called expired: if the credential still holds it,
     /// it is refreshed now whatever its recorded expiry says.
-    async fn open(&self, workspace_id: &str, handle: &str, host: &str, rejected: Option<&SecretString>) -> Result<(CredentialRecord, SecretString), String> {
+    async fn open(
+        &self,
+        workspace_id: &str,
+        handle: &str,
+        host: &str,
+        rejected: Option<&SecretString>,
+    ) -> Result<(CredentialRecord, SecretString), String> {
         let row = self
             .store
             .credential_by_handle(workspace_id, handle)
@@ -328,11 +342,13 @@ impl Vault {
         if !row.record.hosts.iter().any(|h| h == host) {
             return Err(format!("credential is not bound to host {host}"));
         }
-        let plaintext = self.keyring.open(&binding(&row.record.credential_id, workspace_id), &row.sealed).map_err(|e| {
-            tracing::error!(credential = %row.record.credential_id, error = e, "credential does not open");
-            "credential cannot be opened".to_owned()
-        })?;
-        let mut material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
+        let plaintext =
+            self.keyring.open(&binding(&row.record.credential_id, workspace_id), &row.sealed).map_err(|e| {
+                tracing::error!(credential = %row.record.credential_id, error = e, "credential does not open");
+                "credential cannot be opened".to_owned()
+            })?;
+        let mut material =
+            SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
         let now = now_ms();
         let expiring = row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now);
         let called_expired = rejected.is_some_and(|r| r.expose_secret() == material.secret.expose_secret());
@@ -349,11 +365,17 @@ impl Vault {
 
     /// Refreshes an expiring OAuth access token and re-seals the result. A
     /// refusal marks the credential as needing re-authorisation.
-    async fn refresh(&self, row: &crate::store::credentials::SealedCredential, material: SecretMaterial) -> Result<SecretMaterial, String> {
+    async fn refresh(
+        &self,
+        row: &crate::store::credentials::SealedCredential,
+        material: SecretMaterial,
+    ) -> Result<SecretMaterial, String> {
         let r = &row.record;
-        let (Some(refresher), Some(refresh_token), Some(provider)) =
-            (self.refresher.get().and_then(std::sync::Weak::upgrade), &material.refresh_token, r.metadata["provider"].as_str())
-        else {
+        let (Some(refresher), Some(refresh_token), Some(provider)) = (
+            self.refresher.get().and_then(std::sync::Weak::upgrade),
+            &material.refresh_token,
+            r.metadata["provider"].as_str(),
+        ) else {
             return Err("the access token expired and cannot be refreshed; authorise again".into());
         };
         match refresher.refresh(&r.workspace_id, provider, refresh_token).await {
@@ -368,7 +390,15 @@ impl Vault {
                 Ok(next)
             }
             Err(reason) => {
-                let _ = self.store.set_credential_status(&r.workspace_id, &r.credential_id, CredentialStatus::Active, CredentialStatus::NeedsReauthorization).await;
+                let _ = self
+                    .store
+                    .set_credential_status(
+                        &r.workspace_id,
+                        &r.credential_id,
+                        CredentialStatus::Active,
+                        CredentialStatus::NeedsReauthorization,
+                    )
+                    .await;
                 tracing::warn!(credential = %r.credential_id, reason = %reason, "OAuth refresh failed; credential needs re-authorisation");
                 Err("the credential needs re-authorisation".into())
             }
@@ -379,8 +409,19 @@ impl Vault {
     /// to `host` when one is given: the one check every operation that
     /// takes a handle makes before anything is saved or sent. A handle of
     /// another workspace is simply unknown.
-    pub async fn require_handle(&self, workspace_id: &str, handle: &CredentialHandle, host: Option<&str>) -> Result<CredentialRecord, HandleError> {
-        let record = self.store.credential_by_handle(workspace_id, handle.as_str()).await.map_err(HandleError::Store)?.ok_or(HandleError::Unknown)?.record;
+    pub async fn require_handle(
+        &self,
+        workspace_id: &str,
+        handle: &CredentialHandle,
+        host: Option<&str>,
+    ) -> Result<CredentialRecord, HandleError> {
+        let record = self
+            .store
+            .credential_by_handle(workspace_id, handle.as_str())
+            .await
+            .map_err(HandleError::Store)?
+            .ok_or(HandleError::Unknown)?
+            .record;
         if let Some(host) = host {
             record.require_host(host)?;
         }
@@ -390,7 +431,11 @@ impl Vault {
     /// Re-seals every credential with a new current key, then forgets the
     /// old keys (`service admin rotate-master-key`). Returns how many were
     /// re-sealed.
-    pub async fn rotate(store: &Store, mut keyring: Keyring, new_key: Option<&SecretString>) -> anyhow::Result<(usize, String)> {
+    pub async fn rotate(
+        store: &Store,
+        mut keyring: Keyring,
+        new_key: Option<&SecretString>,
+    ) -> anyhow::Result<(usize, String)> {
         if keyring.file().is_none() {
             // The key is configured outside the data directory: the new one
             // must be too, and the operator swaps them afterwards. Both keys
@@ -402,7 +447,8 @@ impl Vault {
                     keyring::NEW_MASTER_KEY_ENV
                 )
             })?;
-            let new = keyring::MasterKey::parse(new.expose_secret()).map_err(|e| anyhow::anyhow!("{}: {e}", keyring::NEW_MASTER_KEY_ENV))?;
+            let new = keyring::MasterKey::parse(new.expose_secret())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", keyring::NEW_MASTER_KEY_ENV))?;
             keyring.add_current(new);
         } else {
             keyring.add_current(keyring::MasterKey::generate());
@@ -416,7 +462,9 @@ impl Vault {
                 continue; // its secret is gone
             }
             let aad = binding(&c.record.credential_id, &c.record.workspace_id);
-            let plaintext = keyring.open(&aad, &c.sealed).map_err(|e| anyhow::anyhow!("credential {}: {e}", c.record.credential_id))?;
+            let plaintext = keyring
+                .open(&aad, &c.sealed)
+                .map_err(|e| anyhow::anyhow!("credential {}: {e}", c.record.credential_id))?;
             let sealed = keyring.seal(&aad, &plaintext);
             store.reseal_credential(&c.record.credential_id, &sealed, c.access_expires_at).await?;
             n += 1;
@@ -502,7 +550,8 @@ impl Vault {
         {
             return Err(format!("the credential belongs to connector {owner}"));
         }
-        let injection = Injection { secret, placement: placement(&record)?, renewable: record.kind == CredentialKind::Oauth2 };
+        let injection =
+            Injection { secret, placement: placement(&record)?, renewable: record.kind == CredentialKind::Oauth2 };
         if self.revocations.load(std::sync::atomic::Ordering::SeqCst) == generation {
             self.revealed.put(key, injection.clone(), Instant::now());
         }
@@ -518,14 +567,24 @@ mod tests {
     fn a_revealed_secret_is_reused_only_for_a_short_while() {
         let cache = Revealed::default();
         let key = |handle: &str| ("ws".to_owned(), "conn".to_owned(), handle.to_owned(), "api.example.com".to_owned());
-        let injection = |s: &str| Injection { secret: SecretString::from(s.to_owned()), placement: Placement::Bearer, renewable: false };
+        let injection = |s: &str| Injection {
+            secret: SecretString::from(s.to_owned()),
+            placement: Placement::Bearer,
+            renewable: false,
+        };
         let t0 = Instant::now();
         cache.put(key("a"), injection("first"), t0);
         let hit = cache.get(&key("a"), t0 + REVEALED_FOR / 2).expect("fresh: reused");
         assert_eq!(hit.secret.expose_secret(), "first");
         assert!(cache.get(&key("b"), t0).is_none(), "another handle is not");
-        assert!(cache.get(&("ws".into(), "conn".into(), "a".into(), "other.example.com".into()), t0).is_none(), "nor another host");
-        assert!(cache.get(&("ws".into(), "other".into(), "a".into(), "api.example.com".into()), t0).is_none(), "nor another connector");
+        assert!(
+            cache.get(&("ws".into(), "conn".into(), "a".into(), "other.example.com".into()), t0).is_none(),
+            "nor another host"
+        );
+        assert!(
+            cache.get(&("ws".into(), "other".into(), "a".into(), "api.example.com".into()), t0).is_none(),
+            "nor another connector"
+        );
         assert!(cache.get(&key("a"), t0 + REVEALED_FOR).is_none(), "stale: read anew");
 
         cache.put(key("b"), injection("second"), t0 + REVEALED_FOR);

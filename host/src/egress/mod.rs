@@ -290,7 +290,8 @@ impl Egress {
                 metrics::counter!("egress_requests_total", "plugin" => caller.plugin_id.to_owned(), "outcome" => "failed").increment(1);
             }
             Ok(r) => {
-                metrics::counter!("egress_requests_total", "plugin" => caller.plugin_id.to_owned(), "outcome" => "ok").increment(1);
+                metrics::counter!("egress_requests_total", "plugin" => caller.plugin_id.to_owned(), "outcome" => "ok")
+                    .increment(1);
                 tracing::debug!(plugin = caller.plugin_id, status = r.status, "egress response");
             }
         }
@@ -305,7 +306,9 @@ impl Egress {
                 )));
             }
         }
-        let timeout = Duration::from_millis(u64::from(req.timeout_ms.unwrap_or(self.policy.default_timeout_ms).min(self.policy.max_timeout_ms)));
+        let timeout = Duration::from_millis(u64::from(
+            req.timeout_ms.unwrap_or(self.policy.default_timeout_ms).min(self.policy.max_timeout_ms),
+        ));
         match tokio::time::timeout(timeout, self.exchange(caller, req)).await {
             Ok(r) => r,
             Err(_) => Err(EgressError::Timeout),
@@ -390,7 +393,9 @@ impl Egress {
             let injection = match &credential {
                 Some(c) => {
                     let injection = match expired.take() {
-                        Some(rejected) => self.secrets.renew(caller.workspace_id, caller.plugin_id, &c.handle, &host, &rejected).await,
+                        Some(rejected) => {
+                            self.secrets.renew(caller.workspace_id, caller.plugin_id, &c.handle, &host, &rejected).await
+                        }
                         None => self.secrets.secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host).await,
                     }
                     .map_err(EgressError::CredentialUnavailable)?;
@@ -543,7 +548,16 @@ fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
     add(form_encoded);
     let json = serde_json::to_string(secret).unwrap_or_default();
     let json = json.get(1..json.len().saturating_sub(1)).unwrap_or_default().to_owned();
-    let ascii_json: String = json.chars().map(|c| if c.is_ascii() { c.to_string() } else { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() }).collect();
+    let ascii_json: String = json
+        .chars()
+        .map(|c| {
+            if c.is_ascii() {
+                c.to_string()
+            } else {
+                c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect()
+            }
+        })
+        .collect();
     add(json.replace('/', "\\/"));
     add(json);
     add(ascii_json);
@@ -638,9 +652,15 @@ mod tests {
     #[test]
     fn only_a_said_expiry_renews_a_token() {
         let h = |v: &str| vec![("www-authenticate".to_owned(), v.to_owned())];
-        assert!(says_token_expired(&h(r#"Bearer realm="api", error="invalid_token", error_description="expired""#), b""));
+        assert!(says_token_expired(
+            &h(r#"Bearer realm="api", error="invalid_token", error_description="expired""#),
+            b""
+        ));
         assert!(says_token_expired(&[], br#"{"status":"error","category":"EXPIRED_AUTHENTICATION"}"#));
-        assert!(!says_token_expired(&h(r#"Bearer error="insufficient_scope", error_description="not an invalid_token""#), b""));
+        assert!(!says_token_expired(
+            &h(r#"Bearer error="insufficient_scope", error_description="not an invalid_token""#),
+            b""
+        ));
         assert!(!says_token_expired(&[], br#"{"category":"INVALID_AUTHENTICATION"}"#));
         assert!(!says_token_expired(&[], b"invalid_token"));
     }

@@ -8,11 +8,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
-use crate::ops::gate::{self, Policy};
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
+use crate::ops::gate::{self, Policy};
 use crate::ops::{Category, Executed};
 use crate::state::AppState;
 use crate::store::approvals::{Approval, ApprovalFilter};
@@ -63,7 +63,10 @@ async fn list_approvals(
         return Err(ApiError::invalid_field("category", "unknown approval category"));
     }
     let client_source = match &f.client_source {
-        Some(c) => Some(ClientSource::parse(c).ok_or_else(|| ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"))?),
+        Some(c) => Some(
+            ClientSource::parse(c)
+                .ok_or_else(|| ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"))?,
+        ),
         None => None,
     };
     let limit = q.limit()?;
@@ -141,6 +144,10 @@ async fn update_policy(
     ApiJson(body): ApiJson<PolicyUpdate>,
 ) -> ApiResult<Executed> {
     let category = Category::parse(&category).ok_or_else(|| ApiError::not_found("approval category"))?;
-    let change = crate::ops::policies::PolicyChange { category, requires_approval: body.requires_approval, approver_role: body.approver_role };
+    let change = crate::ops::policies::PolicyChange {
+        category,
+        requires_approval: body.requires_approval,
+        approver_role: body.approver_role,
+    };
     crate::ops::submit(&state, &ws, &note, crate::ops::policies::PolicyOp::SetApprovalPolicy(change)).await
 }

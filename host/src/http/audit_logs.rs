@@ -52,18 +52,29 @@ async fn list_audit_logs(
     let client_source = f
         .client_source
         .as_deref()
-        .map(|c| ClientSource::parse(c).ok_or_else(|| ApiError::invalid_field("client_source", "client_source must be api, cli or mcp")))
+        .map(|c| {
+            ClientSource::parse(c)
+                .ok_or_else(|| ApiError::invalid_field("client_source", "client_source must be api, cli or mcp"))
+        })
         .transpose()?;
     let outcome = f
         .outcome
         .as_deref()
-        .map(|o| AuditOutcome::parse(o).ok_or_else(|| ApiError::invalid_field("outcome", format!("outcome must be {}", AuditOutcome::choices()))))
+        .map(|o| {
+            AuditOutcome::parse(o).ok_or_else(|| {
+                ApiError::invalid_field("outcome", format!("outcome must be {}", AuditOutcome::choices()))
+            })
+        })
         .transpose()?;
     let actor = if ws.role == Role::Administrator {
         f.actor
     } else {
         match f.actor {
-            Some(a) if a != ws.principal.user_id => return Err(ApiError::permission_denied("permission denied: only administrators see other members' records")),
+            Some(a) if a != ws.principal.user_id => {
+                return Err(ApiError::permission_denied(
+                    "permission denied: only administrators see other members' records",
+                ));
+            }
             _ => Some(ws.principal.user_id.clone()),
         }
     };

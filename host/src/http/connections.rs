@@ -21,7 +21,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Delete a connection (a pipeline's runtime record), its state and jobs.
 #[utoipa::path(delete, path = "/connections/{connection_id}", tag = "pipelines", params(("connection_id" = String, Path)),
     responses((status = 200, body = Envelope<Value>), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_connection(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn delete_connection(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::DeleteConnection { connection_id: id }).await
 }
-

@@ -76,7 +76,11 @@ pub struct OAuthSummary {
 /// Every connector, available or not.
 #[utoipa::path(get, path = "/connectors", tag = "connectors", params(PageQuery),
     responses((status = 200, body = Envelope<Page<Connector>>)))]
-async fn list_connectors(State(state): State<AppState>, _caller: Caller, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Connector>>> {
+async fn list_connectors(
+    State(state): State<AppState>,
+    _caller: Caller,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<Connector>>> {
     let limit = q.limit()?;
     let after = q.after()?;
     let items: Vec<Connector> = state
@@ -98,15 +102,27 @@ async fn summary(state: &AppState, id: &str) -> ApiResult<PluginSummary> {
 /// One connector (a legacy alias answers with the canonical id).
 #[utoipa::path(get, path = "/connectors/{connector_id}", tag = "connectors", params(("connector_id" = String, Path)),
     responses((status = 200, body = Envelope<Connector>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_connector(State(state): State<AppState>, _caller: Caller, Path(id): Path<String>) -> ApiResult<Envelope<Connector>> {
+async fn get_connector(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<Connector>> {
     Ok(ok(Connector::from(&summary(&state, &id).await?)))
 }
 
 /// A connector's configuration schema.
 #[utoipa::path(get, path = "/connectors/{connector_id}/spec", tag = "connectors", params(("connector_id" = String, Path)),
     responses((status = 200, body = Envelope<ConnectorSpec>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_spec(State(state): State<AppState>, _caller: Caller, Path(id): Path<String>) -> ApiResult<Envelope<ConnectorSpec>> {
+async fn get_spec(
+    State(state): State<AppState>,
+    _caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<ConnectorSpec>> {
     let s = summary(&state, &id).await?;
-    let oauth = s.info.oauth.as_ref().map(|o| OAuthSummary { scopes: o.scopes.clone(), start: "POST /v1/credentials/source/oauth/start" });
+    let oauth = s
+        .info
+        .oauth
+        .as_ref()
+        .map(|o| OAuthSummary { scopes: o.scopes.clone(), start: "POST /v1/credentials/source/oauth/start" });
     Ok(ok(ConnectorSpec { connector_id: s.info.id.clone(), config_schema: s.info.config_schema.clone(), oauth }))
 }

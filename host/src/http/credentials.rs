@@ -11,16 +11,16 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery, PageQuery, SecretJson, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
+use crate::audit::AuditNote;
 use crate::credentials::{NewSecret, SecretMaterial};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::credentials::{EntryLinkRequest, credential_fields, store_secret};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
-use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::credentials::CredentialRecord;
 use crate::store::entry_links::EntryLink;
+use crate::store::kinds::{CredentialKind, CredentialStatus};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -69,10 +69,21 @@ async fn create_credential(
     SecretJson(body): SecretJson<NewCredentialBody>,
 ) -> ApiResult<Executed> {
     let connector_id = match &body.connector_id {
-        Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),
+        Some(c) => Some(
+            state
+                .plugins
+                .canonical_id(c)
+                .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?,
+        ),
         None => None,
     };
-    let metadata = credential_fields(body.kind, body.label.as_deref(), body.username.as_deref(), body.header.as_deref(), &body.hosts)?;
+    let metadata = credential_fields(
+        body.kind,
+        body.label.as_deref(),
+        body.username.as_deref(),
+        body.header.as_deref(),
+        &body.hosts,
+    )?;
     store_secret(
         &state,
         &ws,
@@ -96,7 +107,11 @@ async fn create_credential(
 /// Credentials of the workspace (metadata only).
 #[utoipa::path(get, path = "/credentials", tag = "credentials", params(PageQuery),
     responses((status = 200, body = Envelope<Page<CredentialRecord>>)))]
-async fn list_credentials(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<CredentialRecord>>> {
+async fn list_credentials(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<CredentialRecord>>> {
     let limit = q.limit()?;
     let items = state.store.credentials(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |c| &c.credential_id)))
@@ -105,7 +120,11 @@ async fn list_credentials(State(state): State<AppState>, ws: Workspace, ApiQuery
 /// A credential's metadata: never the secret, not even a fragment.
 #[utoipa::path(get, path = "/credentials/{credential_id}", tag = "credentials", params(("credential_id" = String, Path)),
     responses((status = 200, body = Envelope<CredentialRecord>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_credential(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<CredentialRecord>> {
+async fn get_credential(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<CredentialRecord>> {
     let c = state.store.credential(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("credential"))?;
     Ok(ok(c.record))
 }
@@ -117,7 +136,12 @@ async fn get_credential(State(state): State<AppState>, ws: Workspace, Path(id): 
 #[utoipa::path(post, path = "/credentials/{credential_id}/revoke", tag = "credentials", params(("credential_id" = String, Path)),
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn revoke_credential(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn revoke_credential(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::RevokeCredential { credential_id: id }).await
 }
 
@@ -138,8 +162,16 @@ async fn create_entry_link(
 /// A credential-entry link's state; once completed it carries the handle.
 #[utoipa::path(get, path = "/credentials/entry-links/{entry_id}", tag = "credentials", params(("entry_id" = String, Path)),
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_entry_link(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<serde_json::Value>> {
-    let link: EntryLink = state.store.entry_link(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("credential entry link"))?;
+async fn get_entry_link(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<serde_json::Value>> {
+    let link: EntryLink = state
+        .store
+        .entry_link(&ws.workspace_id, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("credential entry link"))?;
     let handle = match &link.credential_id {
         Some(cid) => state.store.credential(&ws.workspace_id, cid).await?.map(|c| c.record.credential_handle),
         None => None,

@@ -6,8 +6,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::destinations::{CreateDestination, UpdateDestination};
 use crate::ops::{self, Executed};
@@ -15,20 +15,33 @@ use crate::state::AppState;
 use crate::store::pipelines::Destination;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(get_destination, update_destination, delete_destination))
+    OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(
+        get_destination,
+        update_destination,
+        delete_destination
+    ))
 }
 
 /// Create a destination: an SQLite file, a PostgreSQL database or a
 /// directory of JSON-lines files (under the data directory).
 #[utoipa::path(post, path = "/destinations", tag = "destinations", request_body = CreateDestination,
     responses((status = 201, body = Envelope<Destination>), (status = 400, body = crate::error::ErrorBody)))]
-async fn create_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateDestination>) -> ApiResult<Executed> {
+async fn create_destination(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<CreateDestination>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::CreateDestination(body)).await
 }
 
 /// Destinations of the workspace.
 #[utoipa::path(get, path = "/destinations", tag = "destinations", params(PageQuery), responses((status = 200, body = Envelope<Page<Destination>>)))]
-async fn list_destinations(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Destination>>> {
+async fn list_destinations(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<Destination>>> {
     let limit = q.limit()?;
     let items = state.store.destinations(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |d| &d.destination_id)))
@@ -37,7 +50,11 @@ async fn list_destinations(State(state): State<AppState>, ws: Workspace, ApiQuer
 /// One destination.
 #[utoipa::path(get, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)),
     responses((status = 200, body = Envelope<Destination>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_destination(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Destination>> {
+async fn get_destination(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<Destination>> {
     Ok(ok(state.store.destination(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("destination"))?))
 }
 
@@ -61,6 +78,12 @@ async fn update_destination(
 #[utoipa::path(delete, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)),
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::DeleteDestination { destination_id: id }).await
+async fn delete_destination(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
+    ops::submit(&state, &ws, &note, crate::ops::destinations::DestinationOp::DeleteDestination { destination_id: id })
+        .await
 }

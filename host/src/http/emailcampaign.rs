@@ -17,18 +17,18 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, SecretJson, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, ok};
 use crate::access::Role;
-use crate::credentials::{BoundHosts, NewSecret, SecretMaterial};
-use crate::store::credentials::CredentialHandle;
+use crate::audit::AuditNote;
 use crate::connectors::emailcampaign::{self as ec, ConnectionMethod, base_url_error};
+use crate::credentials::{BoundHosts, NewSecret, SecretMaterial};
 use crate::error::{ApiError, ApiResult};
 use crate::ops::Executed;
 use crate::ops::credentials::store_secret;
 use crate::plugin::InvocationError;
 use crate::plugin::types::ConnectorError;
 use crate::state::AppState;
+use crate::store::credentials::CredentialHandle;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -68,7 +68,8 @@ async fn store_api_token(
     ws.require(Role::Editor)?;
     crate::ops::text::check_opt("label", body.label.as_deref(), crate::ops::text::LABEL_MAX)?;
     let method = method(body.connection_method.as_deref())?;
-    let url = ec::validate_base_url(&body.base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
+    let url =
+        ec::validate_base_url(&body.base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
     let host = url.host_str().unwrap_or_default().to_owned();
     store_secret(
         &state,
@@ -136,7 +137,11 @@ pub struct AccessReport {
 /// Resolves and checks everything a provider request needs, before any
 /// request is made.
 async fn prepare(state: &AppState, ws: &Workspace, body: &AccessBody) -> ApiResult<(String, ConnectionMethod, String)> {
-    let cred = state.vault.require_handle(&ws.workspace_id, &body.credential_handle, None).await.map_err(|e| e.at("credential_handle"))?;
+    let cred = state
+        .vault
+        .require_handle(&ws.workspace_id, &body.credential_handle, None)
+        .await
+        .map_err(|e| e.at("credential_handle"))?;
     let base_url = body
         .base_url
         .clone()
@@ -164,7 +169,12 @@ fn status_of(e: &InvocationError) -> Option<&'static str> {
 /// and, when connected, current metrics.
 #[utoipa::path(post, path = "/connectors/emailcampaign/check", tag = "email-campaign connector", request_body = AccessBody,
     responses((status = 200, body = Envelope<AccessReport>), (status = 400, body = crate::error::ErrorBody)))]
-async fn check(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<AccessBody>) -> ApiResult<Envelope<AccessReport>> {
+async fn check(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<AccessBody>,
+) -> ApiResult<Envelope<AccessReport>> {
     note.action("emailcampaign.check");
     ws.require(Role::Editor)?;
     let (config, method, base_url) = prepare(&state, &ws, &body).await?;
@@ -173,7 +183,13 @@ async fn check(State(state): State<AppState>, ws: Workspace, Extension(note): Ex
     let mut report = AccessReport {
         connector_id: ec::CONNECTOR_ID,
         credential_handle: body.credential_handle.clone(),
-        data_source: DataSource { status: "connected", message: String::new(), connection_method: method, base_url, account: None },
+        data_source: DataSource {
+            status: "connected",
+            message: String::new(),
+            connection_method: method,
+            base_url,
+            account: None,
+        },
         field_coverage: None,
         metrics: None,
         campaigns: None,
@@ -209,7 +225,12 @@ async fn check(State(state): State<AppState>, ws: Workspace, Extension(note): Ex
 /// sanitised metrics; traffic and sales flagged as needing attribution.
 #[utoipa::path(post, path = "/connectors/emailcampaign/edm/preview", tag = "email-campaign connector", request_body = AccessBody,
     responses((status = 200, body = Envelope<AccessReport>), (status = 400, body = crate::error::ErrorBody)))]
-async fn preview(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<AccessBody>) -> ApiResult<Envelope<AccessReport>> {
+async fn preview(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<AccessBody>,
+) -> ApiResult<Envelope<AccessReport>> {
     note.action("emailcampaign.preview");
     ws.require(Role::Editor)?;
     let (config, method, base_url) = prepare(&state, &ws, &body).await?;
@@ -218,7 +239,13 @@ async fn preview(State(state): State<AppState>, ws: Workspace, Extension(note): 
     Ok(ok(AccessReport {
         connector_id: ec::CONNECTOR_ID,
         credential_handle: body.credential_handle.clone(),
-        data_source: DataSource { status: "connected", message: "campaign data read".into(), connection_method: method, base_url, account: None },
+        data_source: DataSource {
+            status: "connected",
+            message: "campaign data read".into(),
+            connection_method: method,
+            base_url,
+            account: None,
+        },
         field_coverage: Some(ec::sanitise_coverage(&p["field_coverage"])),
         metrics: Some(ec::sanitise_metrics(&p["totals"])),
         campaigns: Some(ec::sanitise_campaigns(&p["campaigns"])),

@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
 
-use crate::audit::AuditNote;
 use crate::access::{Principal, WorkspaceAccess};
+use crate::audit::AuditNote;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -100,7 +100,8 @@ async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, Api
             .with_details(json!({ "line": e.line(), "column": e.column() }))
     })?;
     if !value.is_object() {
-        return Err(ApiError::bad_request("VALIDATION_FAILED", "the request body must be a JSON object").with_details(json!({ "field": "" })));
+        return Err(ApiError::bad_request("VALIDATION_FAILED", "the request body must be a JSON object")
+            .with_details(json!({ "field": "" })));
     }
     // Fields have limits of their own; this bounds the ones that do not.
     if let Some(field) = crate::ops::text::longest_string(&value, "", crate::ops::text::ANY_STRING_MAX) {
@@ -139,8 +140,12 @@ pub fn body_rejection(e: BytesRejection) -> ApiError {
 
 /// 413 naming the limit.
 pub fn payload_too_large() -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", format!("the request body exceeds {BODY_LIMIT} bytes"))
-        .with_details(json!({ "limit_bytes": BODY_LIMIT }))
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PAYLOAD_TOO_LARGE",
+        format!("the request body exceeds {BODY_LIMIT} bytes"),
+    )
+    .with_details(json!({ "limit_bytes": BODY_LIMIT }))
 }
 
 /// Writes numbers with no fractional part (`151.0`) as integers: JSON
@@ -200,7 +205,11 @@ impl FromRequestParts<AppState> for Workspace {
         let from_header = parts
             .headers
             .get(WORKSPACE_HEADER)
-            .map(|v| v.to_str().map(str::to_owned).map_err(|_| ApiError::invalid_field(WORKSPACE_HEADER, "not a valid workspace id")))
+            .map(|v| {
+                v.to_str()
+                    .map(str::to_owned)
+                    .map_err(|_| ApiError::invalid_field(WORKSPACE_HEADER, "not a valid workspace id"))
+            })
             .transpose()?;
         let from_query = Query::<WorkspaceQuery>::try_from_uri(&parts.uri).ok().and_then(|q| q.0.workspace_id);
         let requested = from_path.or(from_header).or(from_query);
@@ -267,7 +276,13 @@ impl PageQuery {
     pub fn after(&self) -> Result<Option<String>, ApiError> {
         match self.cursor.as_deref() {
             None => Ok(None),
-            Some(c) if !c.is_empty() && c.len() <= 128 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => Ok(Some(c.to_owned())),
+            Some(c)
+                if !c.is_empty()
+                    && c.len() <= 128
+                    && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+            {
+                Ok(Some(c.to_owned()))
+            }
             Some(_) => Err(ApiError::invalid_field("cursor", "cursor is not one this server issued")),
         }
     }

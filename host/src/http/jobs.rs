@@ -18,7 +18,11 @@ use crate::store::kinds::{JobKind, JobStatus};
 use crate::store::pipelines::{Job, JobAttempt, JobFilter};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_jobs)).routes(routes!(get_job)).routes(routes!(cancel_job)).routes(routes!(job_attempts))
+    OpenApiRouter::new()
+        .routes(routes!(list_jobs))
+        .routes(routes!(get_job))
+        .routes(routes!(cancel_job))
+        .routes(routes!(job_attempts))
 }
 
 /// Filters of `GET /jobs`.
@@ -47,9 +51,12 @@ pub struct JobsQuery {
 
 fn time(field: &str, raw: Option<&str>) -> ApiResult<Option<i64>> {
     raw.map(|t| {
-        DateTime::parse_from_rfc3339(t)
-            .map(|t| t.with_timezone(&Utc).timestamp_millis())
-            .map_err(|_| ApiError::invalid_field(field, format!("{field} must be an RFC 3339 time, for example 2026-01-31T12:00:00Z")))
+        DateTime::parse_from_rfc3339(t).map(|t| t.with_timezone(&Utc).timestamp_millis()).map_err(|_| {
+            ApiError::invalid_field(
+                field,
+                format!("{field} must be an RFC 3339 time, for example 2026-01-31T12:00:00Z"),
+            )
+        })
     })
     .transpose()
 }
@@ -58,13 +65,33 @@ fn time(field: &str, raw: Option<&str>) -> ApiResult<Option<i64>> {
 /// kind and creation time, paged with `limit` and `cursor`.
 #[utoipa::path(get, path = "/jobs", tag = "jobs", params(PageQuery, JobsQuery),
     responses((status = 200, body = Envelope<Page<Job>>), (status = 400, body = crate::error::ErrorBody)))]
-async fn list_jobs(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>, ApiQuery(f): ApiQuery<JobsQuery>) -> ApiResult<Envelope<Page<Job>>> {
+async fn list_jobs(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(f): ApiQuery<JobsQuery>,
+) -> ApiResult<Envelope<Page<Job>>> {
     let limit = q.limit()?;
     let filter = JobFilter {
         pipeline_id: f.pipeline_id,
         activation_id: f.activation_id,
-        status: f.status.as_deref().map(|s| JobStatus::parse(s).ok_or_else(|| ApiError::invalid_field("status", "status must be queued, running, succeeded, failed or cancelled"))).transpose()?,
-        kind: f.kind.as_deref().map(|k| JobKind::parse(k).ok_or_else(|| ApiError::invalid_field("kind", format!("kind must be {}", JobKind::choices())))).transpose()?,
+        status: f
+            .status
+            .as_deref()
+            .map(|s| {
+                JobStatus::parse(s).ok_or_else(|| {
+                    ApiError::invalid_field("status", "status must be queued, running, succeeded, failed or cancelled")
+                })
+            })
+            .transpose()?,
+        kind: f
+            .kind
+            .as_deref()
+            .map(|k| {
+                JobKind::parse(k)
+                    .ok_or_else(|| ApiError::invalid_field("kind", format!("kind must be {}", JobKind::choices())))
+            })
+            .transpose()?,
         created_after: time("created_after", f.created_after.as_deref())?,
         created_before: time("created_before", f.created_before.as_deref())?,
     };
@@ -84,7 +111,11 @@ pub struct JobAttempts {
 /// Every attempt of a job, with how each ended and its error.
 #[utoipa::path(get, path = "/jobs/{job_id}/attempts", tag = "jobs", params(("job_id" = String, Path)),
     responses((status = 200, body = Envelope<JobAttempts>), (status = 404, body = crate::error::ErrorBody)))]
-async fn job_attempts(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<JobAttempts>> {
+async fn job_attempts(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<JobAttempts>> {
     let job = state.store.job(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("job"))?;
     let items = state.store.job_attempts(&job.job_id).await?;
     Ok(ok(JobAttempts { job_id: job.job_id, items }))
@@ -101,6 +132,11 @@ async fn get_job(State(state): State<AppState>, ws: Workspace, Path(id): Path<St
 /// Cancel a queued or running job.
 #[utoipa::path(post, path = "/jobs/{job_id}/cancel", tag = "jobs", params(("job_id" = String, Path)),
     responses((status = 200, body = Envelope<Job>), (status = 409, body = crate::error::ErrorBody)))]
-async fn cancel_job(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn cancel_job(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::CancelJob { job_id: id }).await
 }

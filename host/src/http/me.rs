@@ -35,7 +35,10 @@ pub struct Me {
 /// The current user.
 #[utoipa::path(get, path = "/me", tag = "current user",
     responses((status = 200, body = Envelope<Me>), (status = 401, body = crate::error::ErrorBody)))]
-async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Caller(principal): Caller) -> ApiResult<Envelope<Me>> {
+async fn get_me(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    Caller(principal): Caller,
+) -> ApiResult<Envelope<Me>> {
     let profile = match state.me_cache.get(&principal.user_id, state.store.membership_generation()) {
         Some(p) => p,
         None => {
@@ -53,6 +56,11 @@ async fn get_me(axum::extract::State(state): axum::extract::State<AppState>, Cal
     };
     let (user, workspaces) = (profile.0.clone(), profile.1.clone());
     let default_workspace_id = workspaces.first().map(|w| w.workspace_id.clone());
-    Ok(ok(Me { user, session_id: principal.session_id, client_source: principal.client, default_workspace_id, workspaces }))
+    Ok(ok(Me {
+        user,
+        session_id: principal.session_id,
+        client_source: principal.client,
+        default_workspace_id,
+        workspaces,
+    }))
 }
-

@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 
 use super::extract::{BODY_LIMIT, payload_too_large};
+use crate::access::tokens;
 use crate::access::{ClientSource, Principal};
 use crate::audit::AuditNote;
 use crate::error::ApiError;
@@ -25,7 +26,6 @@ use crate::state::AppState;
 use crate::store::idempotency::KeyState;
 use crate::store::now_ms;
 use crate::store::sessions::SessionKind;
-use crate::access::tokens;
 
 /// Header naming the client kind (spec section 5).
 pub const CLIENT_HEADER: &str = "x-service-client";
@@ -55,8 +55,10 @@ pub fn execution_mode(headers: &axum::http::HeaderMap) -> Result<bool, ApiError>
     match headers.get(crate::ops::gate::EXECUTION_MODE_HEADER).map(|v| v.to_str().unwrap_or("")) {
         None | Some("execute") => Ok(false),
         Some("proposal") => Ok(true),
-        Some(_) => Err(ApiError::bad_request("INVALID_EXECUTION_MODE", "X-Service-Execution-Mode must be proposal or execute")
-            .with_details(json!({ "header": "X-Service-Execution-Mode", "allowed": ["proposal", "execute"] }))),
+        Some(_) => {
+            Err(ApiError::bad_request("INVALID_EXECUTION_MODE", "X-Service-Execution-Mode must be proposal or execute")
+                .with_details(json!({ "header": "X-Service-Execution-Mode", "allowed": ["proposal", "execute"] })))
+        }
     }
 }
 
@@ -108,7 +110,10 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     if session.kind == SessionKind::Web {
         // A browser's cookie opens the pages only: the API takes tokens
         // issued for it (API tokens, CLI and MCP sessions).
-        return ApiError::unauthenticated("a web sign-in session opens the service's pages only; use an API token or `service auth login`").into_response();
+        return ApiError::unauthenticated(
+            "a web sign-in session opens the service's pages only; use an API token or `service auth login`",
+        )
+        .into_response();
     }
     if let Err(limited) = state.throttle.session(&session.session_id) {
         return limited.into_response();
@@ -126,7 +131,11 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     // The client kind belongs to the session: a session issued to an MCP
     // client stays one whatever the header says. The header names the
     // client of any other session (default `api`) and may narrow it to mcp.
-    let client = if session.client_source == ClientSource::Mcp { ClientSource::Mcp } else { client.unwrap_or(ClientSource::Api) };
+    let client = if session.client_source == ClientSource::Mcp {
+        ClientSource::Mcp
+    } else {
+        client.unwrap_or(ClientSource::Api)
+    };
     req.extensions_mut().insert(Principal {
         user_id: session.user_id,
         session_id: session.session_id,
@@ -174,8 +183,11 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
     let key = match key.to_str() {
         Ok(k) if !k.is_empty() && k.len() <= 255 => k.to_owned(),
         _ => {
-            return ApiError::invalid_field("Idempotency-Key", "Idempotency-Key must be 1 to 255 visible ASCII characters")
-                .into_response();
+            return ApiError::invalid_field(
+                "Idempotency-Key",
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            )
+            .into_response();
         }
     };
     let Some(principal) = req.extensions().get::<Principal>().cloned() else {
@@ -197,7 +209,9 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
 
     match state.store.reserve_idempotency_key(&principal.user_id, &key, &fingerprint).await {
         Err(e) => return ApiError::from(e).into_response(),
-        Ok(KeyState::InFlight { request_hash }) | Ok(KeyState::Completed { request_hash, .. }) if request_hash != fingerprint => {
+        Ok(KeyState::InFlight { request_hash }) | Ok(KeyState::Completed { request_hash, .. })
+            if request_hash != fingerprint =>
+        {
             return ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "IDEMPOTENCY_KEY_REUSED",
@@ -206,8 +220,11 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
             .into_response();
         }
         Ok(KeyState::InFlight { .. }) => {
-            return ApiError::conflict("IDEMPOTENCY_IN_PROGRESS", "a request with this Idempotency-Key is still being processed; retry shortly")
-                .into_response();
+            return ApiError::conflict(
+                "IDEMPOTENCY_IN_PROGRESS",
+                "a request with this Idempotency-Key is still being processed; retry shortly",
+            )
+            .into_response();
         }
         Ok(KeyState::Completed { status, body, .. }) => {
             let stored_body = body.clone();
@@ -218,7 +235,9 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
             // The body is the first answer, with the first request's id;
             // the header says the same, so a client sees which request
             // this answers. This request's own id stays in the logs.
-            if let Some(first) = serde_json::from_str::<serde_json::Value>(&stored_body).ok().and_then(|v| v["request_id"].as_str().map(str::to_owned))
+            if let Some(first) = serde_json::from_str::<serde_json::Value>(&stored_body)
+                .ok()
+                .and_then(|v| v["request_id"].as_str().map(str::to_owned))
                 && let Ok(v) = HeaderValue::from_str(&first)
             {
                 tracing::info!(replays = %first, "idempotent replay");
@@ -248,7 +267,12 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
         }
     } else if let Err(e) = state
         .store
-        .complete_idempotency_key(&principal.user_id, &key, parts.status.as_u16(), &String::from_utf8_lossy(replay.as_ref().unwrap_or(&body)))
+        .complete_idempotency_key(
+            &principal.user_id,
+            &key,
+            parts.status.as_u16(),
+            &String::from_utf8_lossy(replay.as_ref().unwrap_or(&body)),
+        )
         .await
     {
         tracing::warn!(error = %e, "could not store idempotent response");
@@ -284,9 +308,13 @@ pub async fn read_body(State(state): State<AppState>, req: Request, next: Next) 
         Ok(Err(e)) if is_length_limit(&e) => payload_too_large().into_response(),
         Ok(Err(_)) => ApiError::bad_request("BODY_UNREADABLE", "the request body could not be read").into_response(),
         Err(_) => {
-            let mut response = ApiError::new(StatusCode::REQUEST_TIMEOUT, "BODY_TIMEOUT", format!("the request body did not arrive within {} s", timeout.as_secs()))
-                .with_details(json!({ "timeout_seconds": timeout.as_secs() }))
-                .into_response();
+            let mut response = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "BODY_TIMEOUT",
+                format!("the request body did not arrive within {} s", timeout.as_secs()),
+            )
+            .with_details(json!({ "timeout_seconds": timeout.as_secs() }))
+            .into_response();
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             response
         }
@@ -310,9 +338,13 @@ fn is_length_limit(e: &axum::Error) -> bool {
 pub async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match tokio::time::timeout(state.config.limits.request_timeout, next.run(req)).await {
         Ok(response) => response,
-        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "REQUEST_TIMEOUT", "the request took too long and was abandoned; retry later")
-            .with_details(json!({ "timeout_seconds": state.config.limits.request_timeout.as_secs() }))
-            .into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "REQUEST_TIMEOUT",
+            "the request took too long and was abandoned; retry later",
+        )
+        .with_details(json!({ "timeout_seconds": state.config.limits.request_timeout.as_secs() }))
+        .into_response(),
     }
 }
 
@@ -320,7 +352,8 @@ pub async fn deadline(State(state): State<AppState>, req: Request, next: Next) -
 /// (`/metrics`, Prometheus text format).
 pub async fn metrics(req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
+    let route =
+        req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
     let method = req.method().as_str().to_owned();
     let response = next.run(req).await;
     let status = response.status().as_u16().to_string();

@@ -44,11 +44,11 @@ pub mod emailcampaign;
 pub mod extract;
 pub mod jobs;
 pub mod me;
+pub mod middleware;
 pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
 pub mod reverse_etl;
-pub mod middleware;
 pub mod sessions;
 pub mod sources;
 pub mod system;
@@ -157,12 +157,18 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
         RefOr::T(
             ResponseBuilder::new()
                 .description(description)
-                .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build(),
+                )
                 .build(),
         )
     };
     let everywhere = [
-        ("400", "The request is malformed: a query parameter, header or body field is invalid (`details.field` names it)."),
+        (
+            "400",
+            "The request is malformed: a query parameter, header or body field is invalid (`details.field` names it).",
+        ),
         ("401", "No usable bearer token."),
         ("403", "The caller's role, client or workspace does not allow this."),
         ("404", "The resource, or the workspace the request addresses, does not exist for the caller."),
@@ -183,7 +189,10 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
         "/v1/sources/entities",
     ];
     let provider_answers = [
-        ("502", "The provider or the connector failed (`PROVIDER_ERROR`, `PROVIDER_UNAVAILABLE`, `CONNECTOR_FAILED`, `OAUTH_EXCHANGE_FAILED`, ...)."),
+        (
+            "502",
+            "The provider or the connector failed (`PROVIDER_ERROR`, `PROVIDER_UNAVAILABLE`, `CONNECTOR_FAILED`, `OAUTH_EXCHANGE_FAILED`, ...).",
+        ),
         ("504", "The connector did not finish within its time limit."),
     ];
     let with_body = [
@@ -193,7 +202,10 @@ fn document_common_answers(openapi: &mut utoipa::openapi::OpenApi) {
         ("422", "The `Idempotency-Key` was used with another request, or the provider refused the credential."),
     ];
     let envelope = utoipa::openapi::ObjectBuilder::new()
-        .property("request_id", utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String))
+        .property(
+            "request_id",
+            utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String),
+        )
         .property("data", utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::Object))
         .required("request_id")
         .required("data");

@@ -10,11 +10,11 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::Envelope;
 use super::extract::{ApiJson, Workspace};
 use crate::audit::AuditNote;
-use super::Envelope;
-use crate::error::{ApiError, ApiResult};
 use crate::credentials::oauth::{self, Callback};
+use crate::error::{ApiError, ApiResult};
 use crate::ops::credentials::store_secret;
 use crate::ops::{self, Executed};
 use crate::state::AppState;
@@ -45,12 +45,26 @@ pub struct TaskAppOAuthStart {}
 /// single-use state bound to you, the workspace and the connector).
 #[utoipa::path(post, path = "/credentials/source/oauth/start", tag = "credentials", request_body = SourceOAuthStart,
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 400, body = crate::error::ErrorBody)))]
-async fn start_source_oauth(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<SourceOAuthStart>) -> ApiResult<Executed> {
-    let target = state.plugins.canonical_id(&body.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
+async fn start_source_oauth(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<SourceOAuthStart>,
+) -> ApiResult<Executed> {
+    let target = state
+        .plugins
+        .canonical_id(&body.connector_id)
+        .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
     ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::StartOAuth { target }).await
 }
 
-async fn complete(state: &AppState, ws: &Workspace, note: &AuditNote, cb: Callback, taskapp: bool) -> ApiResult<Executed> {
+async fn complete(
+    state: &AppState,
+    ws: &Workspace,
+    note: &AuditNote,
+    cb: Callback,
+    taskapp: bool,
+) -> ApiResult<Executed> {
     note.action("credentials.oauth_complete");
     ws.require(crate::access::Role::Editor)?;
     let mut done = state.oauth.complete(&cb, Some((&ws.workspace_id, &ws.principal.user_id))).await?;
@@ -64,7 +78,12 @@ async fn complete(state: &AppState, ws: &Workspace, note: &AuditNote, cb: Callba
 /// `credential_handle` (never provider tokens).
 #[utoipa::path(post, path = "/credentials/source/oauth/callback", tag = "credentials", request_body = Callback,
     responses((status = 201, body = Envelope<crate::store::credentials::CredentialRecord>), (status = 400, body = crate::error::ErrorBody)))]
-async fn complete_source_oauth(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(cb): ApiJson<Callback>) -> ApiResult<Executed> {
+async fn complete_source_oauth(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(cb): ApiJson<Callback>,
+) -> ApiResult<Executed> {
     complete(&state, &ws, &note, cb, false).await
 }
 
@@ -72,14 +91,29 @@ async fn complete_source_oauth(State(state): State<AppState>, ws: Workspace, Ext
 /// configuration).
 #[utoipa::path(post, path = "/credentials/taskapp/oauth/start", tag = "credentials", request_body = TaskAppOAuthStart,
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 503, body = crate::error::ErrorBody)))]
-async fn start_taskapp_oauth(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>) -> ApiResult<Executed> {
-    ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::StartOAuth { target: oauth::TASKAPP.to_owned() }).await
+async fn start_taskapp_oauth(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+) -> ApiResult<Executed> {
+    ops::submit(
+        &state,
+        &ws,
+        &note,
+        crate::ops::credentials::CredentialOp::StartOAuth { target: oauth::TASKAPP.to_owned() },
+    )
+    .await
 }
 
 /// Complete the task app's OAuth flow; answers a workspace credential's
 /// handle.
 #[utoipa::path(post, path = "/credentials/taskapp/oauth/callback", tag = "credentials", request_body = Callback,
     responses((status = 201, body = Envelope<crate::store::credentials::CredentialRecord>), (status = 400, body = crate::error::ErrorBody)))]
-async fn complete_taskapp_oauth(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(cb): ApiJson<Callback>) -> ApiResult<Executed> {
+async fn complete_taskapp_oauth(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(cb): ApiJson<Callback>,
+) -> ApiResult<Executed> {
     complete(&state, &ws, &note, cb, true).await
 }

@@ -11,8 +11,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery, MaybeJson, PageQuery, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::pipelines::{CreatePipeline, UpdatePipeline};
 use crate::ops::syncs::RunPipeline;
@@ -44,13 +44,25 @@ pub struct PrepareBody {
 /// workspace's credentials).
 #[utoipa::path(post, path = "/pipelines/prepare", tag = "pipelines", request_body = PrepareBody,
     responses((status = 200, body = Envelope<Value>), (status = 400, body = crate::error::ErrorBody)))]
-async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(body): ApiJson<PrepareBody>) -> ApiResult<Envelope<Value>> {
+async fn prepare_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiJson(body): ApiJson<PrepareBody>,
+) -> ApiResult<Envelope<Value>> {
     // It runs the connector with the workspace's credentials: like check
     // and preview, an editor's call.
     ws.require(crate::access::Role::Editor)?;
-    let source = state.store.source(&ws.workspace_id, &body.source_id).await?.ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
+    let source = state
+        .store
+        .source(&ws.workspace_id, &body.source_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
     let plugin = state.plugins.available(&source.connector_id).await?;
-    let catalog = state.plugins.runtime().discover(&plugin, &ws.workspace_id, &state.egress, &source.configuration.to_string()).await?;
+    let catalog = state
+        .plugins
+        .runtime()
+        .discover(&plugin, &ws.workspace_id, &state.egress, &source.configuration.to_string())
+        .await?;
     let mut warnings = Vec::new();
     let suggested: Vec<Value> = catalog
         .iter()
@@ -62,7 +74,9 @@ async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(
                 (false, _) => "full_refresh_overwrite",
             };
             if !incremental {
-                warnings.push(json!({ "stream": s.name, "warning": "no incremental mode: every sync reads the whole stream" }));
+                warnings.push(
+                    json!({ "stream": s.name, "warning": "no incremental mode: every sync reads the whole stream" }),
+                );
             }
             json!({ "name": s.name, "sync_mode": mode })
         })
@@ -70,7 +84,8 @@ async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(
     let streams: Vec<Value> = catalog
         .iter()
         .map(|s| {
-            let fields: Vec<&String> = s.json_schema["properties"].as_object().map(|p| p.keys().collect()).unwrap_or_default();
+            let fields: Vec<&String> =
+                s.json_schema["properties"].as_object().map(|p| p.keys().collect()).unwrap_or_default();
             json!({
                 "name": s.name,
                 "fields": fields,
@@ -82,19 +97,30 @@ async fn prepare_pipeline(State(state): State<AppState>, ws: Workspace, ApiJson(
             })
         })
         .collect();
-    Ok(ok(json!({ "source_id": source.source_id, "connector_id": source.connector_id, "streams": streams, "suggested_selection": suggested, "warnings": warnings })))
+    Ok(ok(
+        json!({ "source_id": source.source_id, "connector_id": source.connector_id, "streams": streams, "suggested_selection": suggested, "warnings": warnings }),
+    ))
 }
 
 /// Create a pipeline from a source to a destination.
 #[utoipa::path(post, path = "/pipelines", tag = "pipelines", request_body = CreatePipeline,
     responses((status = 201, body = Envelope<Pipeline>), (status = 400, body = crate::error::ErrorBody)))]
-async fn create_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreatePipeline>) -> ApiResult<Executed> {
+async fn create_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<CreatePipeline>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::CreatePipeline(body)).await
 }
 
 /// Pipelines of the workspace.
 #[utoipa::path(get, path = "/pipelines", tag = "pipelines", params(PageQuery), responses((status = 200, body = Envelope<Page<Pipeline>>)))]
-async fn list_pipelines(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Pipeline>>> {
+async fn list_pipelines(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<Pipeline>>> {
     let limit = q.limit()?;
     let items = state.store.pipelines(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |p| &p.pipeline_id)))
@@ -103,7 +129,11 @@ async fn list_pipelines(State(state): State<AppState>, ws: Workspace, ApiQuery(q
 /// One pipeline, with its active job if any.
 #[utoipa::path(get, path = "/pipelines/{pipeline_id}", tag = "pipelines", params(("pipeline_id" = String, Path)),
     responses((status = 200, body = Envelope<Value>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_pipeline(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<Value>> {
+async fn get_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<Value>> {
     let p = state.store.pipeline(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("pipeline"))?;
     let active = state.store.active_job(&id).await?;
     let mut v = serde_json::to_value(p).map_err(ApiError::internal)?;
@@ -128,14 +158,24 @@ async fn update_pipeline(
 /// Pause: schedules stop starting syncs.
 #[utoipa::path(post, path = "/pipelines/{pipeline_id}/pause", tag = "pipelines", params(("pipeline_id" = String, Path)),
     responses((status = 200, body = Envelope<Pipeline>)))]
-async fn pause_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn pause_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::PausePipeline { pipeline_id: id }).await
 }
 
 /// Resume a paused pipeline.
 #[utoipa::path(post, path = "/pipelines/{pipeline_id}/resume", tag = "pipelines", params(("pipeline_id" = String, Path)),
     responses((status = 200, body = Envelope<Pipeline>)))]
-async fn resume_pipeline(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn resume_pipeline(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::pipelines::PipelineOp::ResumePipeline { pipeline_id: id }).await
 }
 
@@ -150,13 +190,22 @@ pub struct RunBody {
 
 /// The command's schedule version: given (body or If-Match), else the
 /// current one, so a proposal pins the version it was made against.
-async fn run_command(state: &AppState, ws: &Workspace, id: String, headers: &HeaderMap, body: Option<RunBody>) -> ApiResult<RunPipeline> {
-    let from_header = headers
-        .get(axum::http::header::IF_MATCH)
-        .map(|v| {
-            v.to_str().ok().map(|s| s.trim().trim_matches('"')).and_then(|s| s.parse::<i64>().ok()).ok_or_else(|| ApiError::invalid_field("If-Match", "If-Match must be the schedule version, e.g. \"3\""))
-        })
-        .transpose()?;
+async fn run_command(
+    state: &AppState,
+    ws: &Workspace,
+    id: String,
+    headers: &HeaderMap,
+    body: Option<RunBody>,
+) -> ApiResult<RunPipeline> {
+    let from_header =
+        headers
+            .get(axum::http::header::IF_MATCH)
+            .map(|v| {
+                v.to_str().ok().map(|s| s.trim().trim_matches('"')).and_then(|s| s.parse::<i64>().ok()).ok_or_else(
+                    || ApiError::invalid_field("If-Match", "If-Match must be the schedule version, e.g. \"3\""),
+                )
+            })
+            .transpose()?;
     let given = body.and_then(|b| b.schedule_version).or(from_header);
     let version = match given {
         Some(v) => Some(v),

@@ -7,8 +7,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{Caller, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::plugins::Plugin;
 use crate::ops::{self, Executed};
@@ -34,13 +34,23 @@ async fn list_plugins(State(state): State<AppState>, Caller(p): Caller) -> ApiRe
 /// caller asks for one or is an MCP client.
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/unload", tag = "plugins", params(("connector_id" = String, Path)),
     responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
-async fn unload_plugin(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn unload_plugin(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::plugins::PluginOp::UnloadPlugin { connector_id: id }).await
 }
 
 /// Load a plugin again: its connector is available again (operators).
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/load", tag = "plugins", params(("connector_id" = String, Path)),
     responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
-async fn load_plugin(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn load_plugin(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::plugins::PluginOp::LoadPlugin { connector_id: id }).await
 }

@@ -15,7 +15,10 @@ use super::extract::{ApiJson, ApiQuery, MaybeJson, PageQuery, Workspace};
 use super::{Envelope, Page, ok};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
-use crate::ops::reverse_etl::{CreateActivation, CreateModel, CreateRetlDestination, PrepareModel, ReverseEtlOp, RunActivation, UpdateActivation, UpdateModel, UpdateRetlDestination};
+use crate::ops::reverse_etl::{
+    CreateActivation, CreateModel, CreateRetlDestination, PrepareModel, ReverseEtlOp, RunActivation, UpdateActivation,
+    UpdateModel, UpdateRetlDestination,
+};
 use crate::ops::{self, Executed};
 use crate::reverse_etl::preview::Preview;
 use crate::state::AppState;
@@ -45,13 +48,22 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[utoipa::path(post, path = "/reverse-etl/prepare", tag = "reverse-etl", request_body = PrepareModel,
     responses((status = 200, body = Envelope<Preview>), (status = 202, body = Envelope<serde_json::Value>), (status = 400, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
-async fn prepare(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<PrepareModel>) -> ApiResult<Executed> {
+async fn prepare(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<PrepareModel>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::Prepare(body)).await
 }
 
 /// Models of the workspace.
 #[utoipa::path(get, path = "/reverse-etl/models", tag = "reverse-etl", params(PageQuery), responses((status = 200, body = Envelope<Page<Model>>)))]
-async fn list_models(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Model>>> {
+async fn list_models(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<Model>>> {
     let limit = q.limit()?;
     let items = state.store.models(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |m| &m.model_id)))
@@ -62,14 +74,25 @@ async fn list_models(State(state): State<AppState>, ws: Workspace, ApiQuery(q): 
 /// primary-key column.
 #[utoipa::path(post, path = "/reverse-etl/models", tag = "reverse-etl", request_body = CreateModel,
     responses((status = 201, body = Envelope<Model>), (status = 400, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
-async fn create_model(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateModel>) -> ApiResult<Executed> {
+async fn create_model(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<CreateModel>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::CreateModel(body)).await
 }
 
 /// Change a model.
 #[utoipa::path(patch, path = "/reverse-etl/models/{modelId}", tag = "reverse-etl", params(("modelId" = String, Path)), request_body = UpdateModel,
     responses((status = 200, body = Envelope<Model>), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
-async fn update_model(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>, ApiJson(mut body): ApiJson<UpdateModel>) -> ApiResult<Executed> {
+async fn update_model(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    ApiJson(mut body): ApiJson<UpdateModel>,
+) -> ApiResult<Executed> {
     body.model_id = id;
     ops::submit(&state, &ws, &note, ReverseEtlOp::UpdateModel(body)).await
 }
@@ -78,13 +101,22 @@ async fn update_model(State(state): State<AppState>, ws: Workspace, Extension(no
 /// their ids.
 #[utoipa::path(delete, path = "/reverse-etl/models/{modelId}", tag = "reverse-etl", params(("modelId" = String, Path)),
     responses((status = 200, body = Envelope<Value>), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_model(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn delete_model(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::DeleteModel { model_id: id }).await
 }
 
 /// Reverse-ETL destinations of the workspace.
 #[utoipa::path(get, path = "/reverse-etl/destinations", tag = "reverse-etl", params(PageQuery), responses((status = 200, body = Envelope<Page<RetlDestination>>)))]
-async fn list_destinations(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<RetlDestination>>> {
+async fn list_destinations(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<RetlDestination>>> {
     let limit = q.limit()?;
     let items = state.store.retl_destinations(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |d| &d.destination_id)))
@@ -95,7 +127,12 @@ async fn list_destinations(State(state): State<AppState>, ws: Workspace, ApiQuer
 /// HTTPS webhook on a host the operator allows.
 #[utoipa::path(post, path = "/reverse-etl/destinations", tag = "reverse-etl", request_body = CreateRetlDestination,
     responses((status = 201, body = Envelope<RetlDestination>), (status = 400, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody), (status = 504, body = crate::error::ErrorBody)))]
-async fn create_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateRetlDestination>) -> ApiResult<Executed> {
+async fn create_destination(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<CreateRetlDestination>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::CreateRetlDestination(body)).await
 }
 
@@ -117,13 +154,22 @@ async fn update_destination(
 /// `DESTINATION_IN_USE` with their ids.
 #[utoipa::path(delete, path = "/reverse-etl/destinations/{destinationId}", tag = "reverse-etl", params(("destinationId" = String, Path)),
     responses((status = 200, body = Envelope<Value>), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_destination(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn delete_destination(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::DeleteRetlDestination { destination_id: id }).await
 }
 
 /// Activations of the workspace.
 #[utoipa::path(get, path = "/reverse-etl/activations", tag = "reverse-etl", params(PageQuery), responses((status = 200, body = Envelope<Page<Activation>>)))]
-async fn list_activations(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<Activation>>> {
+async fn list_activations(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<Activation>>> {
     let limit = q.limit()?;
     let items = state.store.activations(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |a| &a.activation_id)))
@@ -134,7 +180,12 @@ async fn list_activations(State(state): State<AppState>, ws: Workspace, ApiQuery
 /// a schedule or by hand.
 #[utoipa::path(post, path = "/reverse-etl/activations", tag = "reverse-etl", request_body = CreateActivation,
     responses((status = 201, body = Envelope<Activation>), (status = 400, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody), (status = 504, body = crate::error::ErrorBody)))]
-async fn create_activation(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateActivation>) -> ApiResult<Executed> {
+async fn create_activation(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<CreateActivation>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::CreateActivation(body)).await
 }
 
@@ -157,7 +208,12 @@ async fn update_activation(
 /// `EXECUTION_CONFLICT` while a run is active.
 #[utoipa::path(delete, path = "/reverse-etl/activations/{activationId}", tag = "reverse-etl", params(("activationId" = String, Path)),
     responses((status = 200, body = Envelope<Value>), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_activation(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn delete_activation(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, ReverseEtlOp::DeleteActivation { activation_id: id }).await
 }
 
@@ -166,7 +222,13 @@ async fn delete_activation(State(state): State<AppState>, ws: Workspace, Extensi
 /// `EXECUTION_CONFLICT` with the active run in `details`.
 #[utoipa::path(post, path = "/reverse-etl/activations/{activationId}/run", tag = "reverse-etl", params(("activationId" = String, Path)), request_body(content = RunActivation, content_type = "application/json"),
     responses((status = 201, body = Envelope<Value>), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn run_activation(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>, MaybeJson(body): MaybeJson<RunActivation>) -> ApiResult<Executed> {
+async fn run_activation(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    MaybeJson(body): MaybeJson<RunActivation>,
+) -> ApiResult<Executed> {
     let mut body = body.unwrap_or_default();
     body.activation_id = id;
     ops::submit(&state, &ws, &note, ReverseEtlOp::RunActivation(body)).await

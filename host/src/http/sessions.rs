@@ -8,9 +8,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiQuery, PageQuery, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::Role;
+use crate::audit::AuditNote;
 use crate::error::ApiResult;
 use crate::ops::{self, Executed};
 use crate::state::AppState;
@@ -76,7 +76,8 @@ async fn revoke_session(
     // An assistant ending its own session needs nobody; ending its
     // person's other sessions (the one they would reject its proposals
     // with, say) goes through the gate like any of its writes.
-    let assistant_on_others = ws.principal.client == crate::access::ClientSource::Mcp && session_id != ws.principal.session_id;
+    let assistant_on_others =
+        ws.principal.client == crate::access::ClientSource::Mcp && session_id != ws.principal.session_id;
     if own && assistant_on_others {
         return ops::submit(&state, &ws, &note, crate::ops::sessions::SessionOp::RevokeOwnSession { session_id }).await;
     }

@@ -9,23 +9,24 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::Role;
+use crate::audit::AuditNote;
 use crate::connectors::entities::{self, EntityOption};
 use crate::error::{ApiError, ApiResult};
-use crate::store::credentials::CredentialHandle;
 use crate::ops::sources::{CreateSource, UpdateSource};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
+use crate::store::credentials::CredentialHandle;
 use crate::store::kinds::CredentialStatus;
 use crate::store::sources::Source;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(create_source, list_sources))
-        .routes(routes!(entity_options))
-        .routes(routes!(get_source, update_source, delete_source))
+    OpenApiRouter::new().routes(routes!(create_source, list_sources)).routes(routes!(entity_options)).routes(routes!(
+        get_source,
+        update_source,
+        delete_source
+    ))
 }
 
 /// Body of `POST /sources/entities`.
@@ -80,7 +81,10 @@ async fn entity_options(
     ws.require(Role::Editor)?;
     let limit = q.limit()?;
     let after = q.after()?;
-    let connector_id = state.plugins.canonical_id(&body.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
+    let connector_id = state
+        .plugins
+        .canonical_id(&body.connector_id)
+        .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
     let chosen = match body.configuration {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
@@ -92,20 +96,33 @@ async fn entity_options(
     // cursor is the position in the list instead.
     let start = match &after {
         None => 0,
-        Some(a) => a.parse::<usize>().map_err(|_| ApiError::invalid_field("cursor", "cursor is not one this server issued"))?,
+        Some(a) => {
+            a.parse::<usize>().map_err(|_| ApiError::invalid_field("cursor", "cursor is not one this server issued"))?
+        }
     };
     let total = all.len();
     let options: Vec<EntityOption> = all.into_iter().skip(start).take(limit as usize).collect();
     let end = start.saturating_add(options.len());
     let next_cursor = (end < total).then(|| end.to_string());
-    Ok(ok(EntityOptions { connector_id, credential_handle: body.credential_handle, field: body.field, options, next_cursor }))
+    Ok(ok(EntityOptions {
+        connector_id,
+        credential_handle: body.credential_handle,
+        field: body.field,
+        options,
+        next_cursor,
+    }))
 }
 
 /// Create a source: configuration validated against the connector's spec;
 /// credentials by `credential_handle` only.
 #[utoipa::path(post, path = "/sources", tag = "sources", request_body = CreateSource,
     responses((status = 201, body = Envelope<Source>), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-async fn create_source(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, ApiJson(body): ApiJson<CreateSource>) -> ApiResult<Executed> {
+async fn create_source(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    ApiJson(body): ApiJson<CreateSource>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::sources::SourceOp::CreateSource(body)).await
 }
 
@@ -140,9 +157,13 @@ async fn view(state: &AppState, workspace_id: &str, source: Source) -> ApiResult
                 None => warnings.push(format!("{key}: the credential no longer exists")),
                 Some(c) if c.record.status == CredentialStatus::Revoked => {
                     let when = c.record.revoked_at.map(|t| t.to_rfc3339()).unwrap_or_default();
-                    warnings.push(format!("{key}: the credential was revoked {when}; store a new one and update the source"));
+                    warnings.push(format!(
+                        "{key}: the credential was revoked {when}; store a new one and update the source"
+                    ));
                 }
-                Some(c) if c.record.status != CredentialStatus::Active => warnings.push(format!("{key}: the credential is {}", c.record.status)),
+                Some(c) if c.record.status != CredentialStatus::Active => {
+                    warnings.push(format!("{key}: the credential is {}", c.record.status))
+                }
                 Some(_) => {}
             }
         }
@@ -153,7 +174,12 @@ async fn view(state: &AppState, workspace_id: &str, source: Source) -> ApiResult
 /// Sources of the workspace.
 #[utoipa::path(get, path = "/sources", tag = "sources", params(PageQuery, SourceFilter),
     responses((status = 200, body = Envelope<Page<SourceView>>)))]
-async fn list_sources(State(state): State<AppState>, ws: Workspace, ApiQuery(q): ApiQuery<PageQuery>, ApiQuery(f): ApiQuery<SourceFilter>) -> ApiResult<Envelope<Page<SourceView>>> {
+async fn list_sources(
+    State(state): State<AppState>,
+    ws: Workspace,
+    ApiQuery(q): ApiQuery<PageQuery>,
+    ApiQuery(f): ApiQuery<SourceFilter>,
+) -> ApiResult<Envelope<Page<SourceView>>> {
     let limit = q.limit()?;
     let connector = f.connector_id.map(|c| state.plugins.canonical_id(&c).unwrap_or(c));
     let items = state.store.sources(&ws.workspace_id, connector.as_deref(), q.after()?.as_deref(), limit + 1).await?;
@@ -169,7 +195,11 @@ async fn list_sources(State(state): State<AppState>, ws: Workspace, ApiQuery(q):
 /// longer works.
 #[utoipa::path(get, path = "/sources/{source_id}", tag = "sources", params(("source_id" = String, Path)),
     responses((status = 200, body = Envelope<SourceView>), (status = 404, body = crate::error::ErrorBody)))]
-async fn get_source(State(state): State<AppState>, ws: Workspace, Path(id): Path<String>) -> ApiResult<Envelope<SourceView>> {
+async fn get_source(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+) -> ApiResult<Envelope<SourceView>> {
     let source = state.store.source(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("source"))?;
     Ok(ok(view(&state, &ws.workspace_id, source).await?))
 }
@@ -193,6 +223,11 @@ async fn update_source(
 /// is gone when read back.
 #[utoipa::path(delete, path = "/sources/{source_id}", tag = "sources", params(("source_id" = String, Path)),
     responses((status = 200, body = Envelope<serde_json::Value>), (status = 409, body = crate::error::ErrorBody)))]
-async fn delete_source(State(state): State<AppState>, ws: Workspace, Extension(note): Extension<AuditNote>, Path(id): Path<String>) -> ApiResult<Executed> {
+async fn delete_source(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+) -> ApiResult<Executed> {
     ops::submit(&state, &ws, &note, crate::ops::sources::SourceOp::DeleteSource { source_id: id }).await
 }

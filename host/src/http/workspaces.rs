@@ -8,9 +8,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::extract::{ApiJson, ApiQuery, Caller, PageQuery, Workspace};
-use crate::audit::AuditNote;
 use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
+use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::members::{CreatedInvitation, InviteMember};
 use crate::ops::{self, Executed};
@@ -62,7 +62,9 @@ async fn accept_invitation(
     note.action("invitations.accept");
     crate::ops::gate::refuse_proposal_mode(&principal, "accepting an invitation")?;
     if principal.client == ClientSource::Mcp {
-        return Err(ApiError::permission_denied("permission denied: an invitation is accepted by the person invited, not by an MCP client"));
+        return Err(ApiError::permission_denied(
+            "permission denied: an invitation is accepted by the person invited, not by an MCP client",
+        ));
     }
     let hash = crate::access::tokens::hash(body.code.trim());
     let pending = state.store.pending_invitation(&hash).await?.ok_or_else(|| ApiError::not_found("invitation"))?;
@@ -79,7 +81,11 @@ async fn accept_invitation(
 /// Workspaces the caller belongs to, with the caller's role in each.
 #[utoipa::path(get, path = "/workspaces", tag = "workspaces", params(PageQuery),
     responses((status = 200, body = Envelope<Page<WorkspaceWithRole>>), (status = 401, body = crate::error::ErrorBody)))]
-async fn list_workspaces(State(state): State<AppState>, Caller(principal): Caller, ApiQuery(q): ApiQuery<PageQuery>) -> ApiResult<Envelope<Page<WorkspaceWithRole>>> {
+async fn list_workspaces(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<WorkspaceWithRole>>> {
     let limit = q.limit()?;
     let items = state.store.workspaces_of(&principal.user_id, q.after()?.as_deref(), limit + 1).await?;
     Ok(ok(q.page(items, limit, |w| &w.member_id)))
@@ -106,7 +112,10 @@ async fn list_members(
     let role = f
         .role
         .as_deref()
-        .map(|r| Role::parse(r).ok_or_else(|| ApiError::invalid_field("role", "role must be administrator, editor or viewer")))
+        .map(|r| {
+            Role::parse(r)
+                .ok_or_else(|| ApiError::invalid_field("role", "role must be administrator, editor or viewer"))
+        })
         .transpose()?;
     let limit = q.limit()?;
     let items = state.store.members(&ws.workspace_id, role, q.after()?.as_deref(), limit + 1).await?;

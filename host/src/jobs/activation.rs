@@ -180,12 +180,32 @@ struct Run<'a> {
     cancel: &'a CancellationToken,
 }
 
-pub(super) async fn execute(state: &AppState, spool: &Arc<SpoolBudget>, job: &Job, cancel: &CancellationToken) -> Result<(), Failure> {
+pub(super) async fn execute(
+    state: &AppState,
+    spool: &Arc<SpoolBudget>,
+    job: &Job,
+    cancel: &CancellationToken,
+) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let activation_id = job.activation_id.as_deref().ok_or_else(|| permanent("the run names no activation"))?;
-    let activation = state.store.activation(ws, activation_id).await.map_err(transient)?.ok_or_else(|| permanent("the activation no longer exists"))?;
-    let model = state.store.model(ws, &activation.model_id).await.map_err(transient)?.ok_or_else(|| permanent("the model no longer exists"))?;
-    let dest = state.store.retl_destination(ws, &activation.destination_id).await.map_err(transient)?.ok_or_else(|| permanent("the destination no longer exists"))?;
+    let activation = state
+        .store
+        .activation(ws, activation_id)
+        .await
+        .map_err(transient)?
+        .ok_or_else(|| permanent("the activation no longer exists"))?;
+    let model = state
+        .store
+        .model(ws, &activation.model_id)
+        .await
+        .map_err(transient)?
+        .ok_or_else(|| permanent("the model no longer exists"))?;
+    let dest = state
+        .store
+        .retl_destination(ws, &activation.destination_id)
+        .await
+        .map_err(transient)?
+        .ok_or_else(|| permanent("the destination no longer exists"))?;
     let target = Target::open(state, ws, &dest).await.map_err(from_api)?;
     let full = job.kind == JobKind::ActivationResync;
     let mode = activation.mode;
@@ -198,17 +218,26 @@ pub(super) async fn execute(state: &AppState, spool: &Arc<SpoolBudget>, job: &Jo
         () = cancel.cancelled() => return Err(cancelled()),
     };
     let mut rows = opened.map_err(from_api)?;
-    let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field()).map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
-    let mut run = Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancel };
+    let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field())
+        .map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
+    let mut run =
+        Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancel };
     let max_rows = state.config.limits.reverse_etl.rows_per_run;
     // Sized up front: growing a table of a million keys would hold the
     // old one and the new one at once.
     let stored = state.store.diff_state_len(activation_id).await.map_err(transient)?;
-    let mut known: HashMap<u128, Known> = HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
+    let mut known: HashMap<u128, Known> =
+        HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
     state
         .store
         .diff_state(activation_id, &job.job_id, |key, s| {
-            let known_key = Known { fingerprint: s.fingerprint.unwrap_or(0), accepted: s.fingerprint.is_some(), failed: s.failed, mine: s.sent_by_this_run, ..Known::default() };
+            let known_key = Known {
+                fingerprint: s.fingerprint.unwrap_or(0),
+                accepted: s.fingerprint.is_some(),
+                failed: s.failed,
+                mine: s.sent_by_this_run,
+                ..Known::default()
+            };
             known.insert(key_hash(&key), known_key);
         })
         .await
@@ -245,7 +274,14 @@ pub(super) async fn execute(state: &AppState, spool: &Arc<SpoolBudget>, job: &Jo
             if let Some(size) = row.iter().find_map(crate::warehouse::query::oversize) {
                 // Invalid, like a row too large: never sent, never removed.
                 counts.invalid += 1;
-                Report::sample(&mut run.report.invalid, Some(&key), &format!("a value takes {size} bytes; at most {} are read (SERVICE_RETL_MAX_VALUE_BYTES)", bounds.value_bytes));
+                Report::sample(
+                    &mut run.report.invalid,
+                    Some(&key),
+                    &format!(
+                        "a value takes {size} bytes; at most {} are read (SERVICE_RETL_MAX_VALUE_BYTES)",
+                        bounds.value_bytes
+                    ),
+                );
                 let entry = known.entry(key_hash(&key)).or_default();
                 entry.seen = u8::MAX;
                 continue;
@@ -271,7 +307,11 @@ pub(super) async fn execute(state: &AppState, spool: &Arc<SpoolBudget>, job: &Jo
                 // Invalid whatever was sent before; `seen` stays 1 and the
                 // verdict unchanged so the key is neither sent nor removed.
                 counts.invalid += 1;
-                Report::sample(&mut run.report.invalid, Some(&key), &format!("the mapped fields take {bytes} bytes; at most {RECORD_BYTES} are sent"));
+                Report::sample(
+                    &mut run.report.invalid,
+                    Some(&key),
+                    &format!("the mapped fields take {bytes} bytes; at most {RECORD_BYTES} are sent"),
+                );
                 entry.seen = u8::MAX;
                 continue;
             }
@@ -281,7 +321,11 @@ pub(super) async fn execute(state: &AppState, spool: &Arc<SpoolBudget>, job: &Jo
                 true if mode == ActivationMode::InsertOnly => Verdict::Skipped,
                 true if entry.failed => Verdict::Change,
                 true if full => {
-                    if entry.mine && old == print { Verdict::Unchanged } else { Verdict::Change }
+                    if entry.mine && old == print {
+                        Verdict::Unchanged
+                    } else {
+                        Verdict::Change
+                    }
                 }
                 true if old != print => Verdict::Change,
                 true => Verdict::Unchanged,
@@ -379,8 +423,13 @@ impl Run<'_> {
             return Ok(());
         }
         self.stopped()?;
-        let records: Vec<(String, Map<String, Value>)> = rows.iter().map(|p| (p.key.clone(), p.record.clone())).collect();
-        let answers = self.target.send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), op, &records, self.cancel).await.map_err(send_failure)?;
+        let records: Vec<(String, Map<String, Value>)> =
+            rows.iter().map(|p| (p.key.clone(), p.record.clone())).collect();
+        let answers = self
+            .target
+            .send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), op, &records, self.cancel)
+            .await
+            .map_err(send_failure)?;
         let mut outcomes = Vec::with_capacity(rows.len());
         for (p, answer) in rows.into_iter().zip(answers) {
             match answer {
@@ -418,7 +467,18 @@ impl Run<'_> {
                 (key.clone(), fields)
             })
             .collect();
-        let answers = self.target.send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), Op::Delete, &records, self.cancel).await.map_err(send_failure)?;
+        let answers = self
+            .target
+            .send(
+                self.state,
+                &self.job.workspace_id,
+                (self.activation_id, &self.job.job_id),
+                Op::Delete,
+                &records,
+                self.cancel,
+            )
+            .await
+            .map_err(send_failure)?;
         let mut outcomes = Vec::with_capacity(gone.len());
         for ((key, _), answer) in gone.iter().zip(answers) {
             match answer {

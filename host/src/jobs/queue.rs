@@ -14,7 +14,6 @@ use crate::warehouse::text_bytes;
 /// flush to disk, whatever its size.
 pub const GROUP_BYTES: usize = 16 * 1024 * 1024;
 
-
 /// What a read hands its stream's writer, in the order the plugin made
 /// the calls.
 pub enum Work {
@@ -33,7 +32,6 @@ impl std::fmt::Debug for Work {
         }
     }
 }
-
 
 /// What a queued item costs besides its text, and what each of its
 /// records does: the memory that holds them, roughly, so a flood of empty
@@ -217,7 +215,10 @@ mod tests {
         let mut waiting = Box::pin(tx.send(records(1, 50)));
         assert!(pending(&mut waiting));
         drop(rx);
-        assert!(matches!(waiting.await, Err(Work::Records(r)) if r.len() == 1), "the work comes back when the writer stopped");
+        assert!(
+            matches!(waiting.await, Err(Work::Records(r)) if r.len() == 1),
+            "the work comes back when the writer stopped"
+        );
         assert!(tx.send(checkpoint("late")).await.is_err());
 
         // Empty items are not free: a flood of them fills the queue too.

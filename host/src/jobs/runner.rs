@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
 use crate::state::AppState;
-use crate::store::now_ms;
 use crate::store::kinds::JobStatus;
+use crate::store::now_ms;
 use crate::store::pipelines::Job;
 
 /// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
@@ -58,11 +58,16 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
             async move {
                 let owner = format!("runner-{}", uuid::Uuid::new_v4().simple());
                 loop {
-                    match state.store.claim_job(&owner, lease_ms(&state), state.config.limits.job_concurrency_per_workspace).await {
+                    match state
+                        .store
+                        .claim_job(&owner, lease_ms(&state), state.config.limits.job_concurrency_per_workspace)
+                        .await
+                    {
                         Ok(Some(job)) => run(&state, &spool, &owner, job).await,
                         // Jobs queued by another replica are found by polling.
                         Ok(None) => {
-                            let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
+                            let _ =
+                                tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "could not claim jobs");
@@ -91,7 +96,6 @@ async fn futures_join_all<F: Future<Output = ()> + Send + 'static>(futures: Vec<
     }
     while set.join_next().await.is_some() {}
 }
-
 
 /// Runs one claimed job to its end.
 async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) {
@@ -128,7 +132,10 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
         Ok(()) => {
             let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Succeeded, None).await;
         }
-        Err(_) if cancel.is_cancelled() || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) => {
+        Err(_)
+            if cancel.is_cancelled()
+                || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) =>
+        {
             // Cancelled, or the lease went to another runner: this attempt ends here.
             let _ = state.store.end_attempt(&job.job_id, owner, "cancelled", None).await;
         }
@@ -141,5 +148,3 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
         }
     }
 }
-
-

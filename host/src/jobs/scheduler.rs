@@ -4,9 +4,9 @@
 //! never queued twice.
 
 use crate::state::AppState;
-use crate::store::now_ms;
 use crate::store::audit::NewAuditRecord;
 use crate::store::kinds::{AuditOutcome, JobKind, Trigger};
+use crate::store::now_ms;
 use crate::store::pipelines::{NotQueued, Schedule};
 
 /// Starts what is due now.
@@ -18,19 +18,27 @@ pub(super) async fn schedule_due(state: &AppState) {
 async fn schedule_activations(state: &AppState) {
     let Ok(due) = state.store.due_activations(now_ms()).await else { return };
     for a in due {
-        let _ = state.store.set_activation_next_run(&a.activation_id, a.schedule.next_after(now_ms()).ok().flatten()).await;
+        let _ =
+            state.store.set_activation_next_run(&a.activation_id, a.schedule.next_after(now_ms()).ok().flatten()).await;
         if a.schedule == Schedule::Manual {
             continue;
         }
-        match state.store.create_run(&a.workspace_id, &a.activation_id, JobKind::ActivationRun, Trigger::Schedule).await {
+        match state.store.create_run(&a.workspace_id, &a.activation_id, JobKind::ActivationRun, Trigger::Schedule).await
+        {
             Ok(Ok(run)) => {
                 state.jobs_queued.notify_one();
                 tracing::info!(activation = %a.activation_id, run = %run.job_id, "scheduled reverse-ETL run started");
             }
             Ok(Err(NotQueued::Gone)) => {}
             Ok(Err(active)) => {
-                let record = NewAuditRecord::event(&a.workspace_id, "reverse_etl.schedule_skipped", AuditOutcome::Failed, 409, crate::telemetry::request_id::current())
-                    .on("activation", &a.activation_id);
+                let record = NewAuditRecord::event(
+                    &a.workspace_id,
+                    "reverse_etl.schedule_skipped",
+                    AuditOutcome::Failed,
+                    409,
+                    crate::telemetry::request_id::current(),
+                )
+                .on("activation", &a.activation_id);
                 let _ = state.store.append_audit(&record).await;
                 tracing::info!(activation = %a.activation_id, active = ?active_id(&active), "scheduled reverse-ETL run skipped: a run is active");
             }
@@ -53,8 +61,14 @@ async fn schedule_syncs(state: &AppState) {
             }
             Ok(Err(NotQueued::Gone)) => {}
             Ok(Err(active)) => {
-                let record = NewAuditRecord::event(&p.workspace_id, "pipelines.schedule_skipped", AuditOutcome::Failed, 409, crate::telemetry::request_id::current())
-                    .on("pipeline", &p.pipeline_id);
+                let record = NewAuditRecord::event(
+                    &p.workspace_id,
+                    "pipelines.schedule_skipped",
+                    AuditOutcome::Failed,
+                    409,
+                    crate::telemetry::request_id::current(),
+                )
+                .on("pipeline", &p.pipeline_id);
                 let _ = state.store.append_audit(&record).await;
                 tracing::info!(pipeline = %p.pipeline_id, active = ?active_id(&active), "scheduled sync skipped: a job is active");
             }

@@ -18,7 +18,9 @@ pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
     /// The workspace's runs hold their whole share of the spool.
-    #[error("the rows waiting to be sent would take more than the {limit_bytes} bytes of spool this workspace may use (SERVICE_RETL_SPOOL_MB)")]
+    #[error(
+        "the rows waiting to be sent would take more than the {limit_bytes} bytes of spool this workspace may use (SERVICE_RETL_SPOOL_MB)"
+    )]
     Full { limit_bytes: u64 },
     #[error("the spool failed: {0}")]
     Io(#[from] std::io::Error),
@@ -95,7 +97,8 @@ impl Spool {
             let spilled = self.memory.len() as u64;
             self.budget.take(&self.workspace_id, spilled)?;
             self.held += spilled;
-            let mut file = BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(tempfile::tempfile_in(self.budget.dir())?));
+            let mut file =
+                BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(tempfile::tempfile_in(self.budget.dir())?));
             file.write_all(&std::mem::take(&mut self.memory)).await?;
             self.file = Some(file);
         }
@@ -112,14 +115,23 @@ impl Spool {
 
     /// The rows, in the order they came.
     pub async fn read(mut self) -> Result<Spooled, SpoolError> {
-        let reservation = Reservation { budget: self.budget.clone(), workspace_id: std::mem::take(&mut self.workspace_id), bytes: std::mem::take(&mut self.held) };
+        let reservation = Reservation {
+            budget: self.budget.clone(),
+            workspace_id: std::mem::take(&mut self.workspace_id),
+            bytes: std::mem::take(&mut self.held),
+        };
         match self.file.take() {
-            None => Ok(Spooled { lines: Lines::Memory(std::mem::take(&mut self.memory), 0), _reservation: reservation }),
+            None => {
+                Ok(Spooled { lines: Lines::Memory(std::mem::take(&mut self.memory), 0), _reservation: reservation })
+            }
             Some(mut f) => {
                 f.flush().await?;
                 let mut file = f.into_inner();
                 tokio::io::AsyncSeekExt::rewind(&mut file).await?;
-                Ok(Spooled { lines: Lines::File(BufReader::with_capacity(1 << 20, file).lines()), _reservation: reservation })
+                Ok(Spooled {
+                    lines: Lines::File(BufReader::with_capacity(1 << 20, file).lines()),
+                    _reservation: reservation,
+                })
             }
         }
     }

@@ -37,7 +37,8 @@ impl Progress {
 
     fn to_json(&self) -> Value {
         let (records, bytes) = self.streams.values().fold((0, 0), |(r, b), (sr, sb)| (r + sr, b + sb));
-        let streams: serde_json::Map<String, Value> = self.streams.iter().map(|(name, (r, b))| (name.clone(), json!({ "records": r, "bytes": b }))).collect();
+        let streams: serde_json::Map<String, Value> =
+            self.streams.iter().map(|(name, (r, b))| (name.clone(), json!({ "records": r, "bytes": b }))).collect();
         json!({ "records": records, "bytes": bytes, "streams": streams })
     }
 }
@@ -72,7 +73,8 @@ impl StreamWrite {
     fn start(self) -> WriteQueue {
         let (tx, mut rx) = queue(QUEUE_BYTES);
         let task = tokio::spawn(async move {
-            let mut loader = Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
+            let mut loader =
+                Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
             let mut saved = tokio::time::Instant::now();
             let result = async {
                 while let Some(first) = rx.recv().await {
@@ -112,7 +114,11 @@ impl StreamWrite {
         if let Some(state) = written.checkpoint
             && self.mode != StreamSyncMode::FullRefreshOverwrite
         {
-            self.state.store.save_stream_state(&self.pipeline_id, &self.stream, &state).await.map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
+            self.state
+                .store
+                .save_stream_state(&self.pipeline_id, &self.stream, &state)
+                .await
+                .map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
         }
         if let Some(snapshot) = snapshot {
             *saved = tokio::time::Instant::now();
@@ -152,40 +158,72 @@ impl JobSink {
 }
 
 impl RecordSink for JobSink {
-    fn emit<'a>(&'a mut self, stream: &'a str, records: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
+    fn emit<'a>(
+        &'a mut self,
+        stream: &'a str,
+        records: Vec<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
         Box::pin(self.send(stream, Work::Records(records)))
     }
 
-    fn checkpoint<'a>(&'a mut self, stream: &'a str, state: String) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
+    fn checkpoint<'a>(
+        &'a mut self,
+        stream: &'a str,
+        state: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
         Box::pin(self.send(stream, Work::Checkpoint(state)))
     }
 }
-
-
 
 pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationToken) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
-    let pipeline = state.store.pipeline(ws, pipeline_id).await.ok().flatten().ok_or_else(|| permanent("the pipeline no longer exists"))?;
-    let source = state.store.source(ws, &pipeline.source_id).await.ok().flatten().ok_or_else(|| permanent("the source no longer exists"))?;
+    let pipeline = state
+        .store
+        .pipeline(ws, pipeline_id)
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| permanent("the pipeline no longer exists"))?;
+    let source = state
+        .store
+        .source(ws, &pipeline.source_id)
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| permanent("the source no longer exists"))?;
     let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
-    let dest = state.store.destination(ws, &dest_id).await.ok().flatten().ok_or_else(|| permanent("the destination no longer exists"))?;
+    let dest = state
+        .store
+        .destination(ws, &dest_id)
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| permanent("the destination no longer exists"))?;
     let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
     let config = crate::warehouse::validate(dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
     let password = match &config {
-        DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => {
-            Some(state.vault.reveal(ws, h, &target.host).await.map_err(|e| permanent(&format!("destination credential: {e}")))?)
-        }
+        DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => Some(
+            state
+                .vault
+                .reveal(ws, h, &target.host)
+                .await
+                .map_err(|e| permanent(&format!("destination credential: {e}")))?,
+        ),
         _ => None,
     };
-    let place = Place { data_dir: &state.config.data_dir, workspace_id: ws, warehouses: &state.config.plugins.warehouses };
+    let place =
+        Place { data_dir: &state.config.data_dir, workspace_id: ws, warehouses: &state.config.plugins.warehouses };
     let writer = Writer::open(&config, &place, password).await.map_err(Failure::Transient)?;
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
-    let catalog = state.plugins.runtime().discover(&plugin, ws, &state.egress, &source_config).await.map_err(|e| {
-        if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) }
-    })?;
+    let catalog = state
+        .plugins
+        .runtime()
+        .discover(&plugin, ws, &state.egress, &source_config)
+        .await
+        .map_err(|e| if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) })?;
     if job.kind == JobKind::Reset {
         for s in &pipeline.streams {
             writer.clear(&s.name).await.map_err(Failure::Transient)?;
@@ -195,9 +233,18 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
     let progress = Arc::new(Mutex::new(Progress::default()));
     for sel in &pipeline.streams {
         let offered = catalog.iter().find(|c| c.name == sel.name);
-        let primary_key = sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default();
+        let primary_key =
+            sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default();
         let incremental = sel.sync_mode != StreamSyncMode::FullRefreshOverwrite;
-        let stream_state = if incremental { state.store.stream_state(&pipeline.pipeline_id, &sel.name).await.map_err(|e| Failure::Transient(short(e)))? } else { None };
+        let stream_state = if incremental {
+            state
+                .store
+                .stream_state(&pipeline.pipeline_id, &sel.name)
+                .await
+                .map_err(|e| Failure::Transient(short(e)))?
+        } else {
+            None
+        };
         if !incremental {
             writer.clear(&sel.name).await.map_err(Failure::Transient)?;
         }
@@ -225,9 +272,15 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
         // so a retry resumes from the last checkpoint. A write failure is
         // the real cause when the plugin stopped because of it.
         match (queue.finish().await, read) {
-            (Err(WriteError::BadRecord(m)), _) => return Err(Failure::Permanent(short(format!("stream {}: {m}", sel.name)))),
-            (Err(WriteError::Destination(m)), _) => return Err(Failure::Transient(short(format!("stream {}: {m}", sel.name)))),
-            (Ok(()), Err(e)) => return Err(if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) }),
+            (Err(WriteError::BadRecord(m)), _) => {
+                return Err(Failure::Permanent(short(format!("stream {}: {m}", sel.name))));
+            }
+            (Err(WriteError::Destination(m)), _) => {
+                return Err(Failure::Transient(short(format!("stream {}: {m}", sel.name))));
+            }
+            (Ok(()), Err(e)) => {
+                return Err(if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) });
+            }
             (Ok(()), Ok(())) => {}
         }
     }
@@ -243,10 +296,11 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
 fn transient(e: &InvocationError) -> bool {
     matches!(
         e,
-        InvocationError::Timeout | InvocationError::Host(_) | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
+        InvocationError::Timeout
+            | InvocationError::Host(_)
+            | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
     )
 }
-
 
 fn short(s: impl std::fmt::Display) -> String {
     s.to_string().chars().take(300).collect()

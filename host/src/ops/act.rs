@@ -81,15 +81,21 @@ impl Category {
     /// What the category covers, for people choosing policies.
     pub fn description(self) -> &'static str {
         match self {
-            Category::WorkspaceAdmin => "inviting and removing members, revoking others' sessions, changing approval policies",
+            Category::WorkspaceAdmin => {
+                "inviting and removing members, revoking others' sessions, changing approval policies"
+            }
             Category::Credentials => "activating credentials stored through a credential flow",
-            Category::CredentialEntry => "creating single-use links where a person enters a secret, and starting OAuth flows",
+            Category::CredentialEntry => {
+                "creating single-use links where a person enters a secret, and starting OAuth flows"
+            }
             Category::Sources => "creating, changing and deleting sources",
             Category::Destinations => "creating and changing destinations",
             Category::Pipelines => "creating, changing, pausing, resuming and deleting pipelines (connections)",
             Category::Syncs => "starting syncs and resets, cancelling jobs",
             Category::Plugins => "loading and unloading connector plugins (installation operators)",
-            Category::ReverseEtl => "creating, changing and deleting reverse-ETL models, destinations and activations, and starting their runs",
+            Category::ReverseEtl => {
+                "creating, changing and deleting reverse-ETL models, destinations and activations, and starting their runs"
+            }
         }
     }
 
@@ -103,9 +109,7 @@ impl Category {
             | Category::Destinations
             | Category::Pipelines
             | Category::Syncs
-            | Category::ReverseEtl => {
-                Role::Editor
-            }
+            | Category::ReverseEtl => Role::Editor,
         }
     }
 }

@@ -2,20 +2,20 @@
 //! so a proposal never holds one: the stored operation only activates a
 //! sealed credential, or creates an entry link.
 
+use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
-use secrecy::ExposeSecret;
 
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::{HOSTS_MAX, LABEL_MAX, SHORT_MAX, check_opt};
+use crate::access::tokens;
 use crate::access::{Role, WorkspaceAccess};
+use crate::audit::AuditNote;
 use crate::credentials::{CreateError, NewSecret};
 use crate::error::{ApiError, ApiResult};
-use crate::audit::AuditNote;
 use crate::state::AppState;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
-use crate::access::tokens;
 
 /// How long a credential-entry link stays usable.
 pub const ENTRY_LINK_TTL_MS: i64 = 15 * 60 * 1000;
@@ -55,14 +55,29 @@ const MIN_SECRET_BYTES: usize = 8;
 
 /// Headers a `secret` credential may not be placed in: they carry other
 /// credentials or steer the request.
-const RESERVED_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "host", "content-length", "transfer-encoding", "range", "if-range"];
+const RESERVED_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "range",
+    "if-range",
+];
 
 /// Checks the non-secret fields of a credential to create and answers the
 /// metadata stored with it: the username of a `basic` credential and the
 /// header of a `secret` one. They fix where the host places the secret, so
 /// a plugin cannot choose another place (a header it controls, or Basic
 /// with a username of its own).
-pub fn credential_fields(kind: CredentialKind, label: Option<&str>, username: Option<&str>, header: Option<&str>, hosts: &[String]) -> ApiResult<Value> {
+pub fn credential_fields(
+    kind: CredentialKind,
+    label: Option<&str>,
+    username: Option<&str>,
+    header: Option<&str>,
+    hosts: &[String],
+) -> ApiResult<Value> {
     check_opt("label", label, LABEL_MAX)?;
     check_opt("username", username, SHORT_MAX)?;
     check_opt("header", header, SHORT_MAX)?;
@@ -72,21 +87,34 @@ pub fn credential_fields(kind: CredentialKind, label: Option<&str>, username: Op
     match kind {
         CredentialKind::ApiToken => {
             if username.is_some() || header.is_some() {
-                return Err(ApiError::invalid_field("kind", "an api_token is sent as a bearer token: it takes neither username nor header"));
+                return Err(ApiError::invalid_field(
+                    "kind",
+                    "an api_token is sent as a bearer token: it takes neither username nor header",
+                ));
             }
             Ok(json!({}))
         }
         CredentialKind::Basic => {
-            let user = username.filter(|u| !u.is_empty() && !u.contains(':') && !u.chars().any(char::is_control)).ok_or_else(|| {
-                ApiError::invalid_field("username", "a basic credential needs a username (without ':' or control characters)")
-            })?;
+            let user = username
+                .filter(|u| !u.is_empty() && !u.contains(':') && !u.chars().any(char::is_control))
+                .ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "username",
+                        "a basic credential needs a username (without ':' or control characters)",
+                    )
+                })?;
             if header.is_some() {
-                return Err(ApiError::invalid_field("header", "a basic credential is sent as HTTP Basic: it takes no header"));
+                return Err(ApiError::invalid_field(
+                    "header",
+                    "a basic credential is sent as HTTP Basic: it takes no header",
+                ));
             }
             Ok(json!({ "username": user }))
         }
         CredentialKind::Secret => {
-            let name = header.map(str::to_ascii_lowercase).ok_or_else(|| ApiError::invalid_field("header", "a secret credential needs the header it is sent in, e.g. X-Api-Key"))?;
+            let name = header.map(str::to_ascii_lowercase).ok_or_else(|| {
+                ApiError::invalid_field("header", "a secret credential needs the header it is sent in, e.g. X-Api-Key")
+            })?;
             let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
             if name.is_empty() || !name.chars().all(token_char) || RESERVED_HEADERS.contains(&name.as_str()) {
                 return Err(ApiError::invalid_field("header", format!("'{name}' cannot carry a credential")));
@@ -96,7 +124,10 @@ pub fn credential_fields(kind: CredentialKind, label: Option<&str>, username: Op
             }
             Ok(json!({ "header": name }))
         }
-        CredentialKind::Oauth2 => Err(ApiError::invalid_field("kind", "oauth2 credentials come from an OAuth flow; kind must be api_token, basic or secret")),
+        CredentialKind::Oauth2 => Err(ApiError::invalid_field(
+            "kind",
+            "oauth2 credentials come from an OAuth flow; kind must be api_token, basic or secret",
+        )),
     }
 }
 
@@ -124,7 +155,12 @@ pub fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), String> {
 
 /// Seals a secret as a pending credential and lets the gate activate it
 /// (or propose its activation). Every flow that accepts a secret ends here.
-pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNote, new: NewSecret<'_>) -> ApiResult<Executed> {
+pub async fn store_secret(
+    state: &AppState,
+    ws: &WorkspaceAccess,
+    note: &AuditNote,
+    new: NewSecret<'_>,
+) -> ApiResult<Executed> {
     note.action("credentials.create");
     ws.require(Role::Editor)?;
     check_secret(new.kind, new.material.secret.expose_secret()).map_err(|m| ApiError::invalid_field("secret", m))?;
@@ -135,12 +171,31 @@ pub async fn store_secret(state: &AppState, ws: &WorkspaceAccess, note: &AuditNo
     super::submit(state, ws, note, CredentialOp::ActivateCredential { credential_id: record.credential_id }).await
 }
 
-pub async fn activate(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, credential_id: &str) -> ApiResult<Executed> {
+pub async fn activate(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    credential_id: &str,
+) -> ApiResult<Executed> {
     note.target("credential", credential_id);
-    if !state.store.set_credential_status(&access.workspace_id, credential_id, CredentialStatus::PendingApproval, CredentialStatus::Active).await? {
+    if !state
+        .store
+        .set_credential_status(
+            &access.workspace_id,
+            credential_id,
+            CredentialStatus::PendingApproval,
+            CredentialStatus::Active,
+        )
+        .await?
+    {
         return Err(ApiError::conflict("CREDENTIAL_NOT_PENDING", "the credential is not awaiting activation"));
     }
-    let record = state.store.credential(&access.workspace_id, credential_id).await?.ok_or_else(|| ApiError::not_found("credential"))?.record;
+    let record = state
+        .store
+        .credential(&access.workspace_id, credential_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("credential"))?
+        .record;
     Executed::created(record)
 }
 
@@ -157,38 +212,76 @@ pub async fn sources_using(state: &AppState, workspace_id: &str, handle: &str) -
 /// Revokes a credential: it stops working for every plugin and job, its
 /// secret is destroyed, and the record says who revoked it and when. The
 /// answer names the sources that use it.
-pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, credential_id: &str) -> ApiResult<Executed> {
+pub async fn revoke(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    credential_id: &str,
+) -> ApiResult<Executed> {
     note.target("credential", credential_id);
-    let current = state.store.credential(&access.workspace_id, credential_id).await?.ok_or_else(|| ApiError::not_found("credential"))?;
+    let current = state
+        .store
+        .credential(&access.workspace_id, credential_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("credential"))?;
     if current.record.status == CredentialStatus::Revoked {
         return Err(ApiError::conflict("CREDENTIAL_REVOKED", "the credential is already revoked"));
     }
     if !state.vault.revoke(&access.workspace_id, credential_id, &access.principal.user_id).await? {
         return Err(ApiError::conflict("CREDENTIAL_REVOKED", "the credential is already revoked"));
     }
-    let record = state.store.credential(&access.workspace_id, credential_id).await?.ok_or_else(|| ApiError::not_found("credential"))?.record;
+    let record = state
+        .store
+        .credential(&access.workspace_id, credential_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("credential"))?
+        .record;
     let used_by = sources_using(state, &access.workspace_id, record.credential_handle.as_str()).await?;
     Executed::ok(json!({ "credential": record, "sources_using_it": used_by }))
 }
 
-pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: EntryLinkRequest) -> ApiResult<Executed> {
-    let placement = credential_fields(req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
+pub async fn create_entry_link(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: EntryLinkRequest,
+) -> ApiResult<Executed> {
+    let placement =
+        credential_fields(req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
     let hosts = crate::credentials::bound_hosts(&req.hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
     let connector_id = match &req.connector_id {
-        Some(c) => Some(state.plugins.canonical_id(c).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?),
+        Some(c) => Some(
+            state
+                .plugins
+                .canonical_id(c)
+                .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?,
+        ),
         None => None,
     };
     // The page tells a person where their secret will go: only where the
     // operator lets it go, and only where the connector goes.
     let declared = match &connector_id {
-        Some(id) => Some(state.plugins.summary(id).await.ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?.info.hosts),
+        Some(id) => Some(
+            state
+                .plugins
+                .summary(id)
+                .await
+                .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?
+                .info
+                .hosts,
+        ),
         None => None,
     };
     for h in &hosts {
         let policy = state.egress.policy();
         let allowed = policy.allowed_hosts.iter().chain(&policy.webhook_hosts).any(|p| p.matches(h));
         if !allowed && !state.config.plugins.warehouses.allows_name(h) {
-            return Err(ApiError::invalid_field("hosts", format!("{h} is not a host the operator allows; a credential-entry link can only send a secret where the operator lets it go")));
+            return Err(ApiError::invalid_field(
+                "hosts",
+                format!(
+                    "{h} is not a host the operator allows; a credential-entry link can only send a secret where the operator lets it go"
+                ),
+            ));
         }
         if let Some(declared) = &declared
             && !declared.iter().any(|p| p.matches(h))
@@ -200,10 +293,20 @@ pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note:
     let token = tokens::generate(tokens::CODE_PREFIX);
     let link = state
         .store
-        .create_entry_link(&access.workspace_id, &tokens::hash_secret(&token), &access.principal.user_id, &spec, crate::store::now_ms() + ENTRY_LINK_TTL_MS)
+        .create_entry_link(
+            &access.workspace_id,
+            &tokens::hash_secret(&token),
+            &access.principal.user_id,
+            &spec,
+            crate::store::now_ms() + ENTRY_LINK_TTL_MS,
+        )
         .await?;
     note.target("credential_entry_link", &link.entry_id);
-    let url = state.config.public_url.join(&format!("credential-entry/{}", token.expose_secret())).map_err(ApiError::internal)?;
+    let url = state
+        .config
+        .public_url
+        .join(&format!("credential-entry/{}", token.expose_secret()))
+        .map_err(ApiError::internal)?;
     Ok(Executed::created(json!({
         "entry_id": link.entry_id,
         "url": url.to_string(),
@@ -215,7 +318,12 @@ pub async fn create_entry_link(state: &AppState, access: &WorkspaceAccess, note:
 }
 
 /// Starts an OAuth flow for a source connector or the task app.
-pub async fn start_oauth(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, target: &str) -> ApiResult<Executed> {
+pub async fn start_oauth(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    target: &str,
+) -> ApiResult<Executed> {
     note.target("oauth_flow", target);
     let started = state.oauth.start(access, target).await?;
     Ok(Executed::ok(started)?.shown_once(&["/authorization_url", "/state"]))
@@ -256,9 +364,13 @@ impl Act for CredentialOp {
     fn summary(&self) -> String {
         match self {
             CredentialOp::ActivateCredential { credential_id } => format!("Activate credential {credential_id}"),
-            CredentialOp::CreateEntryLink(r) => format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", ")),
+            CredentialOp::CreateEntryLink(r) => {
+                format!("Create a {} credential-entry link for {}", r.kind, r.hosts.join(", "))
+            }
             CredentialOp::StartOAuth { target } => format!("Start an OAuth authorisation for {target}"),
-            CredentialOp::RevokeCredential { credential_id } => format!("Revoke credential {credential_id} and destroy its secret"),
+            CredentialOp::RevokeCredential { credential_id } => {
+                format!("Revoke credential {credential_id} and destroy its secret")
+            }
         }
     }
 }
@@ -266,10 +378,14 @@ impl Act for CredentialOp {
 impl CredentialOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            CredentialOp::ActivateCredential { credential_id } => activate(ctx.state, ctx.access, ctx.note, &credential_id).await,
+            CredentialOp::ActivateCredential { credential_id } => {
+                activate(ctx.state, ctx.access, ctx.note, &credential_id).await
+            }
             CredentialOp::CreateEntryLink(req) => create_entry_link(ctx.state, ctx.access, ctx.note, req).await,
             CredentialOp::StartOAuth { target } => start_oauth(ctx.state, ctx.access, ctx.note, &target).await,
-            CredentialOp::RevokeCredential { credential_id } => revoke(ctx.state, ctx.access, ctx.note, &credential_id).await,
+            CredentialOp::RevokeCredential { credential_id } => {
+                revoke(ctx.state, ctx.access, ctx.note, &credential_id).await
+            }
         }
     }
 }

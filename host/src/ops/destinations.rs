@@ -42,7 +42,12 @@ pub struct UpdateDestination {
     pub configuration: Option<Value>,
 }
 
-async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: DestinationKind, config: &Value) -> ApiResult<()> {
+async fn check_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    kind: DestinationKind,
+    config: &Value,
+) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let parsed = crate::warehouse::validate(kind, config)?;
     if let crate::warehouse::DestinationConfig::Postgres { credential_handle, target, .. } = &parsed {
@@ -54,33 +59,69 @@ async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: Des
             .with_details(json!({ "field": "configuration.url", "host": target.host })));
         }
         if let Some(h) = credential_handle {
-            state.vault.require_handle(&access.workspace_id, &CredentialHandle::new(h.as_str()), Some(&target.host)).await.map_err(|e| e.at("configuration.credential_handle"))?;
+            state
+                .vault
+                .require_handle(&access.workspace_id, &CredentialHandle::new(h.as_str()), Some(&target.host))
+                .await
+                .map_err(|e| e.at("configuration.credential_handle"))?;
         }
     }
     Ok(())
 }
 
-pub async fn create_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateDestination) -> ApiResult<Executed> {
+pub async fn create_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: CreateDestination,
+) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
     check_destination(state, access, req.kind, &req.configuration).await?;
-    let d = state.store.create_destination(&access.workspace_id, req.kind, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
+    let d = state
+        .store
+        .create_destination(
+            &access.workspace_id,
+            req.kind,
+            req.name.trim(),
+            &req.configuration,
+            &access.principal.user_id,
+        )
+        .await?;
     note.target("destination", &d.destination_id);
     Executed::created(d)
 }
 
-pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateDestination) -> ApiResult<Executed> {
+pub async fn update_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: UpdateDestination,
+) -> ApiResult<Executed> {
     note.target("destination", &req.destination_id);
-    let cur = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    let cur = state
+        .store
+        .destination(&access.workspace_id, &req.destination_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("destination"))?;
     let name = req.name.unwrap_or(cur.name);
     check_name("name", &name)?;
     let config = super::patch::merge_configuration(cur.configuration, req.configuration)?;
     check_destination(state, access, cur.kind, &config).await?;
-    let d = state.store.update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    let d = state
+        .store
+        .update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config)
+        .await?
+        .ok_or_else(|| ApiError::not_found("destination"))?;
     Executed::ok(d)
 }
 
 /// Deletes a destination no pipeline writes to; what it wrote stays.
-pub async fn delete_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, destination_id: &str) -> ApiResult<Executed> {
+pub async fn delete_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    destination_id: &str,
+) -> ApiResult<Executed> {
     note.target("destination", destination_id);
     match state.store.delete_destination(&access.workspace_id, destination_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("destination")),
@@ -105,7 +146,9 @@ pub enum DestinationOp {
     CreateDestination(CreateDestination),
     UpdateDestination(UpdateDestination),
     /// Delete a destination no pipeline uses.
-    DeleteDestination { destination_id: String },
+    DeleteDestination {
+        destination_id: String,
+    },
 }
 
 impl Act for DestinationOp {
@@ -135,7 +178,9 @@ impl DestinationOp {
         match self {
             DestinationOp::CreateDestination(r) => create_destination(ctx.state, ctx.access, ctx.note, r).await,
             DestinationOp::UpdateDestination(r) => update_destination(ctx.state, ctx.access, ctx.note, r).await,
-            DestinationOp::DeleteDestination { destination_id } => delete_destination(ctx.state, ctx.access, ctx.note, &destination_id).await,
+            DestinationOp::DeleteDestination { destination_id } => {
+                delete_destination(ctx.state, ctx.access, ctx.note, &destination_id).await
+            }
         }
     }
 }

@@ -32,7 +32,12 @@ pub async fn authorise(state: &AppState, access: &WorkspaceAccess, op: &Operatio
 /// standing it needs), and writes the execution's own audit record: the
 /// operation, by its proposer through their client, linked to the
 /// approval.
-pub(super) async fn execute_as_proposer(state: &AppState, workspace_id: &str, claimed: &Approval, op: Operation) -> ApiResult<Executed> {
+pub(super) async fn execute_as_proposer(
+    state: &AppState,
+    workspace_id: &str,
+    claimed: &Approval,
+    op: Operation,
+) -> ApiResult<Executed> {
     let proposer_role = state.store.role_in(&claimed.proposed_by, workspace_id).await?;
     let proposer = proposer_role.map(|role| WorkspaceAccess {
         principal: Principal {
@@ -49,7 +54,9 @@ pub(super) async fn execute_as_proposer(state: &AppState, workspace_id: &str, cl
     note.approval(&claimed.approval_id);
     note.action(op.act().action());
     let outcome = match &proposer {
-        None => Err(ApiError::permission_denied("permission denied: the proposer is no longer a member of the workspace")),
+        None => {
+            Err(ApiError::permission_denied("permission denied: the proposer is no longer a member of the workspace"))
+        }
         Some(proposer) => match authorise(state, proposer, &op).await {
             Err(e) => Err(e),
             Ok(()) => op.run(&Ctx { state, access: proposer, note: &note, via: Via::Approval }).await,

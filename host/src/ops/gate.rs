@@ -26,8 +26,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::execute::{authorise, execute_as_proposer};
 use super::act::{Category, Ctx, Executed, Via};
+use super::execute::{authorise, execute_as_proposer};
 use super::operation::Operation;
 use crate::access::{ClientSource, Principal, Role, WorkspaceAccess};
 use crate::audit::AuditNote;
@@ -78,19 +78,27 @@ pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Pol
 /// The effective policy of one category.
 pub(super) async fn policy(state: &AppState, workspace_id: &str, category: Category) -> ApiResult<Policy> {
     let all = policies(state, workspace_id).await?;
-    all.into_iter().find(|p| p.category == category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("category without policy")))
+    all.into_iter()
+        .find(|p| p.category == category)
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("category without policy")))
 }
 
 /// The door every write goes through: checks that the caller may perform
 /// it, notes the action for the audit record, and either executes it now
 /// or stores it as a proposal.
-pub async fn submit(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, op: impl Into<Operation>) -> ApiResult<Executed> {
+pub async fn submit(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    op: impl Into<Operation>,
+) -> ApiResult<Executed> {
     let op = op.into();
     note.action(op.act().action());
     authorise(state, access, &op).await?;
     let principal = &access.principal;
     let propose = principal.proposal_requested
-        || (principal.client == ClientSource::Mcp && policy(state, &access.workspace_id, op.act().category()).await?.requires_approval);
+        || (principal.client == ClientSource::Mcp
+            && policy(state, &access.workspace_id, op.act().category()).await?.requires_approval);
     if !propose {
         return op.run(&Ctx { state, access, note, via: Via::Request }).await;
     }
@@ -151,16 +159,26 @@ fn refuse_undecidable(approver: &WorkspaceAccess, pending: &Approval) -> ApiResu
 fn decide_error(e: DecideError, id: &str) -> ApiError {
     match e {
         DecideError::NotFound => ApiError::not_found("approval"),
-        DecideError::Expired => ApiError::conflict("APPROVAL_EXPIRED", "the proposal expired; propose the operation again")
-            .with_details(json!({ "approval_id": id, "status": "expired" })),
-        DecideError::NotPending(status) => ApiError::conflict("APPROVAL_NOT_PENDING", format!("the proposal is already {status}; nothing was executed"))
-            .with_details(json!({ "approval_id": id, "status": status })),
+        DecideError::Expired => {
+            ApiError::conflict("APPROVAL_EXPIRED", "the proposal expired; propose the operation again")
+                .with_details(json!({ "approval_id": id, "status": "expired" }))
+        }
+        DecideError::NotPending(status) => ApiError::conflict(
+            "APPROVAL_NOT_PENDING",
+            format!("the proposal is already {status}; nothing was executed"),
+        )
+        .with_details(json!({ "approval_id": id, "status": status })),
     }
 }
 
 /// Whether `member` may decide proposals of `category`: the category's
 /// approver role, and operator standing for plugin proposals.
-async fn can_decide(state: &AppState, member: &WorkspaceAccess, category: Category, policies: &[Policy]) -> ApiResult<bool> {
+async fn can_decide(
+    state: &AppState,
+    member: &WorkspaceAccess,
+    category: Category,
+    policies: &[Policy],
+) -> ApiResult<bool> {
     let role = policies.iter().find(|p| p.category == category).map(|p| p.approver_role).unwrap_or(Role::Administrator);
     if member.role < role {
         return Ok(false);
@@ -173,11 +191,17 @@ async fn can_decide(state: &AppState, member: &WorkspaceAccess, category: Catego
 
 /// Loads a proposal and checks that `approver` may decide it.
 async fn may_decide(state: &AppState, approver: &WorkspaceAccess, approval_id: &str) -> ApiResult<Approval> {
-    let pending = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
-    let category = Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
+    let pending = state
+        .store
+        .approval(&approver.workspace_id, approval_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("approval"))?;
+    let category =
+        Category::parse(&pending.category).ok_or_else(|| ApiError::internal(anyhow::anyhow!("unknown category")))?;
     let policies = policies(state, &approver.workspace_id).await?;
     if !can_decide(state, approver, category, &policies).await? {
-        let role = policies.iter().find(|p| p.category == category).map(|p| p.approver_role).unwrap_or(Role::Administrator);
+        let role =
+            policies.iter().find(|p| p.category == category).map(|p| p.approver_role).unwrap_or(Role::Administrator);
         return Err(ApiError::permission_denied(format!(
             "permission denied: deciding {} proposals needs the {} role{}",
             category.as_str(),
@@ -226,7 +250,12 @@ pub struct Approved {
 }
 
 /// Approves and executes a proposal exactly once.
-pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditNote, approval_id: &str) -> ApiResult<Executed> {
+pub async fn approve(
+    state: &AppState,
+    approver: &WorkspaceAccess,
+    note: &AuditNote,
+    approval_id: &str,
+) -> ApiResult<Executed> {
     note.action("approvals.approve");
     note.target("approval", approval_id);
     note.approval(approval_id);
@@ -245,7 +274,11 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
         Ok(executed) => {
             // Kept without its one-time values; the approver sees them once.
             state.store.finish_approval(approval_id, true, executed.status.as_u16(), &executed.storable()).await?;
-            let approval = state.store.approval(&approver.workspace_id, approval_id).await?.ok_or_else(|| ApiError::not_found("approval"))?;
+            let approval = state
+                .store
+                .approval(&approver.workspace_id, approval_id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("approval"))?;
             let one_time: Vec<String> = executed.one_time.iter().map(|p| format!("/result{p}")).collect();
             let mut answer = Executed::with_status(executed.status, Approved { approval, result: executed.data })?;
             answer.one_time = one_time;
@@ -264,7 +297,12 @@ pub async fn approve(state: &AppState, approver: &WorkspaceAccess, note: &AuditN
 }
 
 /// Rejects a proposal; nothing is executed.
-pub async fn reject(state: &AppState, approver: &WorkspaceAccess, note: &AuditNote, approval_id: &str) -> ApiResult<Executed> {
+pub async fn reject(
+    state: &AppState,
+    approver: &WorkspaceAccess,
+    note: &AuditNote,
+    approval_id: &str,
+) -> ApiResult<Executed> {
     note.action("approvals.reject");
     note.target("approval", approval_id);
     note.approval(approval_id);

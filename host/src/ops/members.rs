@@ -5,13 +5,13 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::act::{Act, Category, Ctx, Executed};
+use crate::access::tokens;
 use crate::access::{Role, WorkspaceAccess};
-use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::invitations::Invitation;
 use crate::store::workspaces::RemoveMemberError;
-use crate::access::tokens;
 use secrecy::ExposeSecret;
 
 /// Default and longest lifetime of an invitation.
@@ -23,7 +23,10 @@ const MAX_INVITATION_HOURS: u32 = 24 * 14;
 #[serde(deny_unknown_fields)]
 pub struct InviteMember {
     /// E-mail address of the invitee (compared without regard to case).
-    #[schema(max_length = 254, pattern = r"^[^@\s\x00-\x1f\x7f-\x9f]+@[^.@\s\x00-\x1f\x7f-\x9f][^@\s\x00-\x1f\x7f-\x9f]*\.[^@\s\x00-\x1f\x7f-\x9f]*[^.@\s\x00-\x1f\x7f-\x9f]$")]
+    #[schema(
+        max_length = 254,
+        pattern = r"^[^@\s\x00-\x1f\x7f-\x9f]+@[^.@\s\x00-\x1f\x7f-\x9f][^@\s\x00-\x1f\x7f-\x9f]*\.[^@\s\x00-\x1f\x7f-\x9f]*[^.@\s\x00-\x1f\x7f-\x9f]$"
+    )]
     pub email: String,
     /// Role granted on acceptance.
     pub role: Role,
@@ -43,24 +46,46 @@ pub struct CreatedInvitation {
     pub accept_url: String,
 }
 
-pub async fn invite(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: InviteMember) -> ApiResult<Executed> {
+pub async fn invite(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: InviteMember,
+) -> ApiResult<Executed> {
     let email = crate::access::admin::normalise_email(&req.email)?;
     let hours = req.expires_in_hours.unwrap_or(DEFAULT_INVITATION_HOURS);
     if !(1..=MAX_INVITATION_HOURS).contains(&hours) {
-        return Err(ApiError::invalid_field("expires_in_hours", format!("expires_in_hours must be between 1 and {MAX_INVITATION_HOURS}")));
+        return Err(ApiError::invalid_field(
+            "expires_in_hours",
+            format!("expires_in_hours must be between 1 and {MAX_INVITATION_HOURS}"),
+        ));
     }
     let token = tokens::generate(tokens::CODE_PREFIX);
     let expires_at = crate::store::now_ms() + i64::from(hours) * 3_600_000;
     let invitation = state
         .store
-        .create_invitation(&access.workspace_id, &email, req.role, &tokens::hash_secret(&token), &access.principal.user_id, expires_at)
+        .create_invitation(
+            &access.workspace_id,
+            &email,
+            req.role,
+            &tokens::hash_secret(&token),
+            &access.principal.user_id,
+            expires_at,
+        )
         .await?;
     note.target("invitation", &invitation.invitation_id);
-    let accept_url = state.config.public_url.join(&format!("invitations/{}", token.expose_secret())).map_err(ApiError::internal)?;
-    Ok(Executed::created(CreatedInvitation { invitation, accept_url: accept_url.to_string() })?.shown_once(&["/accept_url"]))
+    let accept_url =
+        state.config.public_url.join(&format!("invitations/{}", token.expose_secret())).map_err(ApiError::internal)?;
+    Ok(Executed::created(CreatedInvitation { invitation, accept_url: accept_url.to_string() })?
+        .shown_once(&["/accept_url"]))
 }
 
-pub async fn remove(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, member_id: &str) -> ApiResult<Executed> {
+pub async fn remove(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    member_id: &str,
+) -> ApiResult<Executed> {
     note.target("member", member_id);
     match state.store.remove_member(&access.workspace_id, member_id).await {
         Ok(member) => Executed::ok(json!({ "removed": true, "member": member })),

@@ -37,6 +37,6 @@ pub mod sources;
 pub mod syncs;
 pub mod text;
 
-pub use gate::{EXECUTION_MODE_HEADER, submit};
 pub use act::{Act, Category, Executed, SHOWN_ONCE};
+pub use gate::{EXECUTION_MODE_HEADER, submit};
 pub use operation::Operation;

@@ -87,4 +87,3 @@ into_operation!(
     Plugins(super::plugins::PluginOp),
     ReverseEtl(super::reverse_etl::ReverseEtlOp),
 );
-

@@ -20,7 +20,9 @@ pub fn merge_configuration(current: Value, patch: Option<Value>) -> ApiResult<Va
             }
             Ok(Value::Object(map))
         }
-        (_, Some(Value::Object(changes))) => Ok(Value::Object(changes.into_iter().filter(|(_, v)| !v.is_null()).collect())),
+        (_, Some(Value::Object(changes))) => {
+            Ok(Value::Object(changes.into_iter().filter(|(_, v)| !v.is_null()).collect()))
+        }
         (_, Some(_)) => Err(ApiError::invalid_field("configuration", "configuration must be an object")),
     }
 }
@@ -32,7 +34,8 @@ mod tests {
 
     #[test]
     fn keys_are_merged_and_null_removes_one() {
-        let merged = merge_configuration(json!({ "a": 1, "b": 2 }), Some(json!({ "b": 3, "a": null, "c": 4 }))).unwrap();
+        let merged =
+            merge_configuration(json!({ "a": 1, "b": 2 }), Some(json!({ "b": 3, "a": null, "c": 4 }))).unwrap();
         assert_eq!(merged, json!({ "b": 3, "c": 4 }));
         assert_eq!(merge_configuration(json!({ "a": 1 }), None).unwrap(), json!({ "a": 1 }));
         assert!(merge_configuration(json!({}), Some(json!([1]))).is_err());

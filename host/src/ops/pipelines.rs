@@ -46,13 +46,27 @@ pub struct UpdatePipeline {
 }
 
 /// Validates stream selections against what the source offers.
-async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &str, destination_kind: Option<DestinationKind>, streams: &[StreamSelection]) -> ApiResult<()> {
+async fn check_streams(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    source_id: &str,
+    destination_kind: Option<DestinationKind>,
+    streams: &[StreamSelection],
+) -> ApiResult<()> {
     if streams.is_empty() {
         return Err(ApiError::invalid_field("streams", "select at least one stream"));
     }
-    let source = state.store.source(&access.workspace_id, source_id).await?.ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
+    let source = state
+        .store
+        .source(&access.workspace_id, source_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
     let plugin = state.plugins.available(&source.connector_id).await?;
-    let catalog = state.plugins.runtime().discover(&plugin, &access.workspace_id, &state.egress, &source.configuration.to_string()).await?;
+    let catalog = state
+        .plugins
+        .runtime()
+        .discover(&plugin, &access.workspace_id, &state.egress, &source.configuration.to_string())
+        .await?;
     for s in streams {
         let Some(offered) = catalog.iter().find(|c| c.name == s.name) else {
             return Err(ApiError::invalid_field("streams", format!("the source offers no stream {}", s.name)));
@@ -63,10 +77,16 @@ async fn check_streams(state: &AppState, access: &WorkspaceAccess, source_id: &s
         }
         if s.sync_mode == StreamSyncMode::IncrementalDeduped {
             if destination_kind == Some(DestinationKind::Jsonl) {
-                return Err(ApiError::invalid_field("streams", "JSON-lines destinations cannot deduplicate; use incremental_append or full_refresh_overwrite"));
+                return Err(ApiError::invalid_field(
+                    "streams",
+                    "JSON-lines destinations cannot deduplicate; use incremental_append or full_refresh_overwrite",
+                ));
             }
             if s.primary_key.as_ref().unwrap_or(&offered.primary_key).is_empty() {
-                return Err(ApiError::invalid_field("streams", format!("stream {} has no primary key to deduplicate by", s.name)));
+                return Err(ApiError::invalid_field(
+                    "streams",
+                    format!("stream {} has no primary key to deduplicate by", s.name),
+                ));
             }
         }
     }
@@ -89,14 +109,31 @@ pub(super) fn check_schedule(s: &Schedule) -> ApiResult<()> {
     Ok(())
 }
 
-pub async fn create_pipeline(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreatePipeline) -> ApiResult<Executed> {
+pub async fn create_pipeline(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: CreatePipeline,
+) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
     check_schedule(&req.schedule)?;
-    let dest = state.store.destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such destination"))?;
+    let dest = state
+        .store
+        .destination(&access.workspace_id, &req.destination_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("destination_id", "no such destination"))?;
     check_streams(state, access, &req.source_id, Some(dest.kind), &req.streams).await?;
     let p = state
         .store
-        .create_pipeline(&access.workspace_id, req.name.trim(), &req.source_id, &req.destination_id, &req.streams, &req.schedule, next_run(&req.schedule))
+        .create_pipeline(
+            &access.workspace_id,
+            req.name.trim(),
+            &req.source_id,
+            &req.destination_id,
+            &req.streams,
+            &req.schedule,
+            next_run(&req.schedule),
+        )
         .await?;
     note.target("pipeline", &p.pipeline_id);
     Executed::created(p)
@@ -106,7 +143,12 @@ async fn pipeline(state: &AppState, access: &WorkspaceAccess, id: &str) -> ApiRe
     state.store.pipeline(&access.workspace_id, id).await?.ok_or_else(|| ApiError::not_found("pipeline"))
 }
 
-pub async fn update_pipeline(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdatePipeline) -> ApiResult<Executed> {
+pub async fn update_pipeline(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: UpdatePipeline,
+) -> ApiResult<Executed> {
     note.target("pipeline", &req.pipeline_id);
     let mut p = pipeline(state, access, &req.pipeline_id).await?;
     if let Some(n) = req.name {
@@ -132,22 +174,38 @@ pub async fn update_pipeline(state: &AppState, access: &WorkspaceAccess, note: &
     Executed::ok(p)
 }
 
-pub async fn set_status(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, id: &str, status: PipelineStatus) -> ApiResult<Executed> {
+pub async fn set_status(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    id: &str,
+    status: PipelineStatus,
+) -> ApiResult<Executed> {
     note.target("pipeline", id);
     pipeline(state, access, id).await?;
-    let p = state.store.set_pipeline_status(&access.workspace_id, id, status).await?.ok_or_else(|| ApiError::not_found("pipeline"))?;
+    let p = state
+        .store
+        .set_pipeline_status(&access.workspace_id, id, status)
+        .await?
+        .ok_or_else(|| ApiError::not_found("pipeline"))?;
     Executed::ok(p)
 }
 
-pub async fn delete_connection(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, id: &str) -> ApiResult<Executed> {
+pub async fn delete_connection(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    id: &str,
+) -> ApiResult<Executed> {
     note.target("connection", id);
     match state.store.delete_pipeline(&access.workspace_id, id).await? {
         Ok(()) => Executed::ok(json!({ "connection_id": id, "deleted": true })),
         Err(None) => Err(ApiError::not_found("connection")),
-        Err(Some(active)) => Err(super::syncs::conflict("a job is active for this connection; cancel it or wait", Some(active), None)),
+        Err(Some(active)) => {
+            Err(super::syncs::conflict("a job is active for this connection; cancel it or wait", Some(active), None))
+        }
     }
 }
-
 
 /// Pipeline operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -177,7 +235,9 @@ impl Act for PipelineOp {
 
     fn summary(&self) -> String {
         match self {
-            PipelineOp::CreatePipeline(p) => format!("Create pipeline \"{}\" from {} to {}", p.name.trim(), p.source_id, p.destination_id),
+            PipelineOp::CreatePipeline(p) => {
+                format!("Create pipeline \"{}\" from {} to {}", p.name.trim(), p.source_id, p.destination_id)
+            }
             PipelineOp::UpdatePipeline(p) => format!("Update pipeline {}", p.pipeline_id),
             PipelineOp::PausePipeline { pipeline_id } => format!("Pause pipeline {pipeline_id}"),
             PipelineOp::ResumePipeline { pipeline_id } => format!("Resume pipeline {pipeline_id}"),
@@ -192,9 +252,15 @@ impl PipelineOp {
         match self {
             PipelineOp::CreatePipeline(r) => create_pipeline(state, access, note, r).await,
             PipelineOp::UpdatePipeline(r) => update_pipeline(state, access, note, r).await,
-            PipelineOp::PausePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, PipelineStatus::Paused).await,
-            PipelineOp::ResumePipeline { pipeline_id } => set_status(state, access, note, &pipeline_id, PipelineStatus::Active).await,
-            PipelineOp::DeleteConnection { connection_id } => delete_connection(state, access, note, &connection_id).await,
+            PipelineOp::PausePipeline { pipeline_id } => {
+                set_status(state, access, note, &pipeline_id, PipelineStatus::Paused).await
+            }
+            PipelineOp::ResumePipeline { pipeline_id } => {
+                set_status(state, access, note, &pipeline_id, PipelineStatus::Active).await
+            }
+            PipelineOp::DeleteConnection { connection_id } => {
+                delete_connection(state, access, note, &connection_id).await
+            }
         }
     }
 }

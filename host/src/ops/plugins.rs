@@ -72,7 +72,9 @@ impl Act for PluginOp {
 
     fn summary(&self) -> String {
         match self {
-            PluginOp::UnloadPlugin { connector_id } => format!("Unload plugin {connector_id}: its connector becomes unavailable on every server"),
+            PluginOp::UnloadPlugin { connector_id } => {
+                format!("Unload plugin {connector_id}: its connector becomes unavailable on every server")
+            }
             PluginOp::LoadPlugin { connector_id } => format!("Load plugin {connector_id}"),
         }
     }

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::gate::{Policy, policy};
 use super::act::{Act, Category, Ctx, Executed};
+use super::gate::{Policy, policy};
 use crate::access::Role;
 use crate::error::{ApiError, ApiResult};
 

@@ -12,12 +12,12 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::reverse_etl::mapping::Mapper;
 use crate::reverse_etl::model::{open, preview_bounds};
-use crate::warehouse::query::Bounds;
 use crate::reverse_etl::targets::Target;
 use crate::state::AppState;
 use crate::store::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
 use crate::store::pipelines::{DeleteRefused, Job, NotQueued, Schedule};
 use crate::store::reverse_etl::{Activation, FieldMapping, Model};
+use crate::warehouse::query::Bounds;
 
 /// Longest model query, in characters: one over it still fits the 1 MiB
 /// body limit however it is encoded (12 bytes a character at worst, as a
@@ -137,31 +137,63 @@ pub struct RunActivation {
 
 /// Checks a model's query against its warehouse (it runs, read-only, and
 /// has the key column).
-async fn check_model(state: &AppState, access: &WorkspaceAccess, warehouse_id: &str, query: &str, primary_key: &str) -> ApiResult<()> {
+async fn check_model(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    warehouse_id: &str,
+    query: &str,
+    primary_key: &str,
+) -> ApiResult<()> {
     check_len("query", query, MAX_QUERY)?;
     check_len("primary_key", primary_key, 200)?;
-    let mut rows = open(state, &access.workspace_id, warehouse_id, query, Bounds { rows: Some(1), ..preview_bounds(state) }).await?;
+    let mut rows =
+        open(state, &access.workspace_id, warehouse_id, query, Bounds { rows: Some(1), ..preview_bounds(state) })
+            .await?;
     // Run it too, for one row: what only fails when executed (a function
     // that writes, a sequence) is refused now rather than at the first run.
     rows.next_batch().await.map_err(crate::reverse_etl::model::query_error)?;
     if !rows.columns.iter().any(|c| c.name == primary_key) {
         let names: Vec<&str> = rows.columns.iter().map(|c| c.name.as_str()).collect();
-        return Err(ApiError::invalid_field("primary_key", format!("the query has no column {primary_key}; its columns are: {}", names.join(", "))));
+        return Err(ApiError::invalid_field(
+            "primary_key",
+            format!("the query has no column {primary_key}; its columns are: {}", names.join(", ")),
+        ));
     }
     Ok(())
 }
 
-pub async fn create_model(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateModel) -> ApiResult<Executed> {
+pub async fn create_model(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: CreateModel,
+) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
     check_model(state, access, &req.warehouse_id, &req.query, &req.primary_key).await?;
-    let m = state.store.create_model(&access.workspace_id, req.name.trim(), &req.warehouse_id, &req.query, &req.primary_key, &access.principal.user_id).await?;
+    let m = state
+        .store
+        .create_model(
+            &access.workspace_id,
+            req.name.trim(),
+            &req.warehouse_id,
+            &req.query,
+            &req.primary_key,
+            &access.principal.user_id,
+        )
+        .await?;
     note.target("model", &m.model_id);
     Executed::created(m)
 }
 
-pub async fn update_model(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateModel) -> ApiResult<Executed> {
+pub async fn update_model(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: UpdateModel,
+) -> ApiResult<Executed> {
     note.target("model", &req.model_id);
-    let cur = state.store.model(&access.workspace_id, &req.model_id).await?.ok_or_else(|| ApiError::not_found("model"))?;
+    let cur =
+        state.store.model(&access.workspace_id, &req.model_id).await?.ok_or_else(|| ApiError::not_found("model"))?;
     let (cur_warehouse, cur_key) = (cur.warehouse_id.clone(), cur.primary_key.clone());
     let m = Model {
         name: req.name.unwrap_or(cur.name.clone()).trim().to_owned(),
@@ -178,7 +210,12 @@ pub async fn update_model(state: &AppState, access: &WorkspaceAccess, note: &Aud
     Executed::ok(state.store.update_model(&m, forget).await?.ok_or_else(|| ApiError::not_found("model"))?)
 }
 
-pub async fn delete_model(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, model_id: &str) -> ApiResult<Executed> {
+pub async fn delete_model(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    model_id: &str,
+) -> ApiResult<Executed> {
     note.target("model", model_id);
     match state.store.delete_model(&access.workspace_id, model_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("model")),
@@ -194,11 +231,19 @@ pub async fn delete_model(state: &AppState, access: &WorkspaceAccess, note: &Aud
 /// Checks a destination: a connector's configuration as a source of that
 /// connector would be checked, and what it can write; a webhook's URL and
 /// credential.
-async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: RetlDestinationKind, config: &Value) -> ApiResult<()> {
+async fn check_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    kind: RetlDestinationKind,
+    config: &Value,
+) -> ApiResult<()> {
     check_config("configuration", config)?;
     if kind == RetlDestinationKind::Connector {
         let (connector_id, inner) = Target::connector_configuration(config)?;
-        let connector_id = state.plugins.canonical_id(&connector_id).ok_or_else(|| ApiError::invalid_field("configuration.connector_id", "unknown connector"))?;
+        let connector_id = state
+            .plugins
+            .canonical_id(&connector_id)
+            .ok_or_else(|| ApiError::invalid_field("configuration.connector_id", "unknown connector"))?;
         super::sources::validate_configuration(state, access, &connector_id, &inner, None).await?;
     }
     let probe = crate::store::reverse_etl::RetlDestination {
@@ -217,25 +262,43 @@ async fn check_destination(state: &AppState, access: &WorkspaceAccess, kind: Ret
 /// A connector destination is saved with the canonical connector id.
 fn canonical(state: &AppState, kind: RetlDestinationKind, mut config: Value) -> Value {
     if kind == RetlDestinationKind::Connector
-        && let Some(id) = config.get("connector_id").and_then(Value::as_str).and_then(|id| state.plugins.canonical_id(id))
+        && let Some(id) =
+            config.get("connector_id").and_then(Value::as_str).and_then(|id| state.plugins.canonical_id(id))
     {
         config["connector_id"] = Value::String(id);
     }
     config
 }
 
-pub async fn create_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateRetlDestination) -> ApiResult<Executed> {
+pub async fn create_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: CreateRetlDestination,
+) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
     check_destination(state, access, req.kind, &req.configuration).await?;
     let config = canonical(state, req.kind, req.configuration);
-    let d = state.store.create_retl_destination(&access.workspace_id, req.name.trim(), req.kind, &config, &access.principal.user_id).await?;
+    let d = state
+        .store
+        .create_retl_destination(&access.workspace_id, req.name.trim(), req.kind, &config, &access.principal.user_id)
+        .await?;
     note.target("reverse_etl_destination", &d.destination_id);
     Executed::created(d)
 }
 
-pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateRetlDestination) -> ApiResult<Executed> {
+pub async fn update_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: UpdateRetlDestination,
+) -> ApiResult<Executed> {
     note.target("reverse_etl_destination", &req.destination_id);
-    let cur = state.store.retl_destination(&access.workspace_id, &req.destination_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    let cur = state
+        .store
+        .retl_destination(&access.workspace_id, &req.destination_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("destination"))?;
     let name = req.name.unwrap_or(cur.name);
     check_name("name", &name)?;
     let config = super::patch::merge_configuration(cur.configuration.clone(), req.configuration)?;
@@ -244,19 +307,33 @@ pub async fn update_destination(state: &AppState, access: &WorkspaceAccess, note
     // Sending elsewhere (another connector, object, list, matching field
     // or address) starts afresh; a new credential for the same place does not.
     let forget = without_handles(&config) != without_handles(&cur.configuration);
-    let d = state.store.update_retl_destination(&access.workspace_id, &req.destination_id, name.trim(), &config, forget).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    let d = state
+        .store
+        .update_retl_destination(&access.workspace_id, &req.destination_id, name.trim(), &config, forget)
+        .await?
+        .ok_or_else(|| ApiError::not_found("destination"))?;
     Executed::ok(d)
 }
 
 /// A configuration without its credential handles, at any depth.
 fn without_handles(config: &Value) -> Value {
     match config {
-        Value::Object(m) => Value::Object(m.iter().filter(|(k, _)| k.as_str() != "credential_handle").map(|(k, v)| (k.clone(), without_handles(v))).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "credential_handle")
+                .map(|(k, v)| (k.clone(), without_handles(v)))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }
 
-pub async fn delete_destination(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, destination_id: &str) -> ApiResult<Executed> {
+pub async fn delete_destination(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    destination_id: &str,
+) -> ApiResult<Executed> {
     note.target("reverse_etl_destination", destination_id);
     match state.store.delete_retl_destination(&access.workspace_id, destination_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("destination")),
@@ -284,21 +361,45 @@ async fn check_activation(state: &AppState, access: &WorkspaceAccess, a: &Activa
             check_config(&format!("mappings[{i}].value"), v)?;
         }
     }
-    let model = state.store.model(&access.workspace_id, &a.model_id).await?.ok_or_else(|| ApiError::invalid_field("model_id", "no such model"))?;
-    let dest = state.store.retl_destination(&access.workspace_id, &a.destination_id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such reverse-ETL destination"))?;
+    let model = state
+        .store
+        .model(&access.workspace_id, &a.model_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("model_id", "no such model"))?;
+    let dest = state
+        .store
+        .retl_destination(&access.workspace_id, &a.destination_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("destination_id", "no such reverse-ETL destination"))?;
     let target = Target::open(state, &access.workspace_id, &dest).await?;
     if let Some(fields) = target.fields()
         && let Some((i, m)) = a.mappings.iter().enumerate().find(|(_, m)| !fields.contains(&m.field))
     {
-        return Err(ApiError::invalid_field(&format!("mappings[{i}].field"), format!("the destination cannot write {}; it writes: {}", m.field, fields.join(", "))));
+        return Err(ApiError::invalid_field(
+            &format!("mappings[{i}].field"),
+            format!("the destination cannot write {}; it writes: {}", m.field, fields.join(", ")),
+        ));
     }
-    let rows = open(state, &access.workspace_id, &model.warehouse_id, &model.query, Bounds { rows: Some(1), ..preview_bounds(state) }).await?;
-    Mapper::new(&a.mappings, &rows.columns, &model.primary_key, target.match_field())
-        .map_err(|e| if e.secret { ApiError::secret_refused(&e.field) } else { ApiError::invalid_field(&e.field, e.message) })?;
+    let rows = open(
+        state,
+        &access.workspace_id,
+        &model.warehouse_id,
+        &model.query,
+        Bounds { rows: Some(1), ..preview_bounds(state) },
+    )
+    .await?;
+    Mapper::new(&a.mappings, &rows.columns, &model.primary_key, target.match_field()).map_err(|e| {
+        if e.secret { ApiError::secret_refused(&e.field) } else { ApiError::invalid_field(&e.field, e.message) }
+    })?;
     Ok(())
 }
 
-pub async fn create_activation(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateActivation) -> ApiResult<Executed> {
+pub async fn create_activation(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: CreateActivation,
+) -> ApiResult<Executed> {
     let now = chrono::Utc::now();
     let draft = Activation {
         activation_id: String::new(),
@@ -334,9 +435,18 @@ pub async fn create_activation(state: &AppState, access: &WorkspaceAccess, note:
     Executed::created(a)
 }
 
-pub async fn update_activation(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateActivation) -> ApiResult<Executed> {
+pub async fn update_activation(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: UpdateActivation,
+) -> ApiResult<Executed> {
     note.target("activation", &req.activation_id);
-    let cur = state.store.activation(&access.workspace_id, &req.activation_id).await?.ok_or_else(|| ApiError::not_found("activation"))?;
+    let cur = state
+        .store
+        .activation(&access.workspace_id, &req.activation_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("activation"))?;
     let schedule_changed = req.schedule.as_ref().is_some_and(|s| *s != cur.schedule);
     let (cur_model, cur_destination) = (cur.model_id.clone(), cur.destination_id.clone());
     let a = Activation {
@@ -355,19 +465,32 @@ pub async fn update_activation(state: &AppState, access: &WorkspaceAccess, note:
     // under a run that would write the old one back.
     let forget = a.model_id != cur_model || a.destination_id != cur_destination;
     if forget && let Some(active) = state.store.active_run(&a.activation_id).await? {
-        return Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is active; its model or destination can change once it ends")
-            .with_details(json!({ "active_run": run_summary(&active) })));
+        return Err(ApiError::conflict(
+            "EXECUTION_CONFLICT",
+            "a run of this activation is active; its model or destination can change once it ends",
+        )
+        .with_details(json!({ "active_run": run_summary(&active) })));
     }
-    Executed::ok(state.store.update_activation(&a, next, forget).await?.ok_or_else(|| ApiError::not_found("activation"))?)
+    Executed::ok(
+        state.store.update_activation(&a, next, forget).await?.ok_or_else(|| ApiError::not_found("activation"))?,
+    )
 }
 
-pub async fn delete_activation(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, activation_id: &str) -> ApiResult<Executed> {
+pub async fn delete_activation(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    activation_id: &str,
+) -> ApiResult<Executed> {
     note.target("activation", activation_id);
     match state.store.delete_activation(&access.workspace_id, activation_id).await? {
         Ok(()) => Executed::ok(json!({ "activation_id": activation_id, "deleted": true })),
         Err(None) => Err(ApiError::not_found("activation")),
-        Err(Some(active)) => Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is active; cancel it (POST /v1/jobs/{job_id}/cancel) or wait for it to end")
-            .with_details(json!({ "active_run": run_summary(&active) }))),
+        Err(Some(active)) => Err(ApiError::conflict(
+            "EXECUTION_CONFLICT",
+            "a run of this activation is active; cancel it (POST /v1/jobs/{job_id}/cancel) or wait for it to end",
+        )
+        .with_details(json!({ "active_run": run_summary(&active) }))),
     }
 }
 
@@ -378,19 +501,34 @@ fn run_summary(j: &Job) -> Value {
 
 /// Starts a run unless one is active: 409 `EXECUTION_CONFLICT` with the
 /// active run, as for syncs.
-pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: RunActivation, trigger: Trigger) -> ApiResult<Executed> {
+pub async fn run(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: RunActivation,
+    trigger: Trigger,
+) -> ApiResult<Executed> {
     note.target("activation", &req.activation_id);
-    let a = state.store.activation(&access.workspace_id, &req.activation_id).await?.ok_or_else(|| ApiError::not_found("activation"))?;
+    let a = state
+        .store
+        .activation(&access.workspace_id, &req.activation_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("activation"))?;
     let kind = if req.full_resync { JobKind::ActivationResync } else { JobKind::ActivationRun };
     match state.store.create_run(&access.workspace_id, &a.activation_id, kind, trigger).await? {
         Ok(run) => {
             state.jobs_queued.notify_one();
             note.target("run", &run.job_id);
-            Executed::created(json!({ "run_id": run.job_id, "activation_id": a.activation_id, "status": run.status, "full_resync": req.full_resync, "created_at": run.created_at }))
+            Executed::created(
+                json!({ "run_id": run.job_id, "activation_id": a.activation_id, "status": run.status, "full_resync": req.full_resync, "created_at": run.created_at }),
+            )
         }
         Err(NotQueued::Gone) => Err(ApiError::not_found("activation")),
-        Err(NotQueued::Active(active)) => Err(ApiError::conflict("EXECUTION_CONFLICT", "a run of this activation is already active; refresh its status before retrying")
-            .with_details(json!({ "active_run": active.as_ref().map(run_summary) }))),
+        Err(NotQueued::Active(active)) => Err(ApiError::conflict(
+            "EXECUTION_CONFLICT",
+            "a run of this activation is already active; refresh its status before retrying",
+        )
+        .with_details(json!({ "active_run": active.as_ref().map(run_summary) }))),
     }
 }
 
@@ -410,11 +548,20 @@ pub struct PrepareModel {
 /// Creates nothing, but it runs a query on the warehouse with the
 /// workspace's credentials, so it goes through the gate like the writes:
 /// an assistant's preview is a proposal unless the policy says otherwise.
-pub async fn prepare(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: PrepareModel) -> ApiResult<Executed> {
+pub async fn prepare(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: PrepareModel,
+) -> ApiResult<Executed> {
     let (warehouse_id, query) = match (&req.model_id, &req.warehouse_id, &req.query) {
         (Some(id), None, None) => {
             note.target("model", id);
-            let m = state.store.model(&access.workspace_id, id).await?.ok_or_else(|| ApiError::invalid_field("model_id", "no such model"))?;
+            let m = state
+                .store
+                .model(&access.workspace_id, id)
+                .await?
+                .ok_or_else(|| ApiError::invalid_field("model_id", "no such model"))?;
             (m.warehouse_id, m.query)
         }
         (None, Some(w), Some(q)) => {
@@ -424,10 +571,19 @@ pub async fn prepare(state: &AppState, access: &WorkspaceAccess, note: &AuditNot
         _ => return Err(ApiError::invalid_field("model_id", "give either model_id, or warehouse_id and query")),
     };
     let destination = match &req.destination_id {
-        Some(id) => Some(state.store.retl_destination(&access.workspace_id, id).await?.ok_or_else(|| ApiError::invalid_field("destination_id", "no such reverse-ETL destination"))?),
+        Some(id) => Some(
+            state
+                .store
+                .retl_destination(&access.workspace_id, id)
+                .await?
+                .ok_or_else(|| ApiError::invalid_field("destination_id", "no such reverse-ETL destination"))?,
+        ),
         None => None,
     };
-    Executed::ok(crate::reverse_etl::preview::preview(state, &access.workspace_id, &warehouse_id, &query, destination.as_ref()).await?)
+    Executed::ok(
+        crate::reverse_etl::preview::preview(state, &access.workspace_id, &warehouse_id, &query, destination.as_ref())
+            .await?,
+    )
 }
 
 /// Reverse-ETL operations.
@@ -472,19 +628,40 @@ impl Act for ReverseEtlOp {
         match self {
             ReverseEtlOp::Prepare(p) => match (&p.model_id, &p.warehouse_id, &p.query) {
                 (Some(id), _, _) => format!("Preview reverse-ETL model {id} (runs its query on the warehouse)"),
-                (_, Some(w), Some(q)) => format!("Run a query on warehouse {w} for a preview: {}", q.chars().take(200).collect::<String>()),
+                (_, Some(w), Some(q)) => {
+                    format!("Run a query on warehouse {w} for a preview: {}", q.chars().take(200).collect::<String>())
+                }
                 _ => "Preview a reverse-ETL model".to_owned(),
             },
-            ReverseEtlOp::CreateModel(m) => format!("Create reverse-ETL model \"{}\" over warehouse {} keyed by {}", m.name.trim(), m.warehouse_id, m.primary_key),
+            ReverseEtlOp::CreateModel(m) => format!(
+                "Create reverse-ETL model \"{}\" over warehouse {} keyed by {}",
+                m.name.trim(),
+                m.warehouse_id,
+                m.primary_key
+            ),
             ReverseEtlOp::UpdateModel(m) => format!("Update reverse-ETL model {}", m.model_id),
             ReverseEtlOp::DeleteModel { model_id } => format!("Delete reverse-ETL model {model_id}"),
-            ReverseEtlOp::CreateRetlDestination(d) => format!("Create {} reverse-ETL destination \"{}\"", d.kind, d.name.trim()),
+            ReverseEtlOp::CreateRetlDestination(d) => {
+                format!("Create {} reverse-ETL destination \"{}\"", d.kind, d.name.trim())
+            }
             ReverseEtlOp::UpdateRetlDestination(d) => format!("Update reverse-ETL destination {}", d.destination_id),
-            ReverseEtlOp::DeleteRetlDestination { destination_id } => format!("Delete reverse-ETL destination {destination_id}"),
-            ReverseEtlOp::CreateActivation(a) => format!("Create activation \"{}\": model {} to destination {} ({})", a.name.trim(), a.model_id, a.destination_id, a.mode),
+            ReverseEtlOp::DeleteRetlDestination { destination_id } => {
+                format!("Delete reverse-ETL destination {destination_id}")
+            }
+            ReverseEtlOp::CreateActivation(a) => format!(
+                "Create activation \"{}\": model {} to destination {} ({})",
+                a.name.trim(),
+                a.model_id,
+                a.destination_id,
+                a.mode
+            ),
             ReverseEtlOp::UpdateActivation(a) => format!("Update activation {}", a.activation_id),
-            ReverseEtlOp::DeleteActivation { activation_id } => format!("Delete activation {activation_id} and its diff state"),
-            ReverseEtlOp::RunActivation(r) if r.full_resync => format!("Run activation {}: send every row again", r.activation_id),
+            ReverseEtlOp::DeleteActivation { activation_id } => {
+                format!("Delete activation {activation_id} and its diff state")
+            }
+            ReverseEtlOp::RunActivation(r) if r.full_resync => {
+                format!("Run activation {}: send every row again", r.activation_id)
+            }
             ReverseEtlOp::RunActivation(r) => format!("Run activation {}: send what changed", r.activation_id),
         }
     }
@@ -500,10 +677,14 @@ impl ReverseEtlOp {
             ReverseEtlOp::DeleteModel { model_id } => delete_model(state, access, note, &model_id).await,
             ReverseEtlOp::CreateRetlDestination(r) => create_destination(state, access, note, r).await,
             ReverseEtlOp::UpdateRetlDestination(r) => update_destination(state, access, note, r).await,
-            ReverseEtlOp::DeleteRetlDestination { destination_id } => delete_destination(state, access, note, &destination_id).await,
+            ReverseEtlOp::DeleteRetlDestination { destination_id } => {
+                delete_destination(state, access, note, &destination_id).await
+            }
             ReverseEtlOp::CreateActivation(r) => create_activation(state, access, note, r).await,
             ReverseEtlOp::UpdateActivation(r) => update_activation(state, access, note, r).await,
-            ReverseEtlOp::DeleteActivation { activation_id } => delete_activation(state, access, note, &activation_id).await,
+            ReverseEtlOp::DeleteActivation { activation_id } => {
+                delete_activation(state, access, note, &activation_id).await
+            }
             ReverseEtlOp::RunActivation(r) => {
                 let trigger = if ctx.via == Via::Approval { Trigger::Approval } else { Trigger::Manual };
                 run(state, access, note, r, trigger).await

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::act::{Act, Category, Ctx, Executed};
 use crate::access::WorkspaceAccess;
-use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// Revokes a session everywhere: in the database, in this server's cache
@@ -29,7 +29,12 @@ pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> 
 /// users outside the workspace answer 404, like sessions that do not
 /// exist; those of members who also belong to workspaces the caller does
 /// not administer (or of operators, for a non-operator) answer 403.
-pub async fn revoke(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, session_id: &str) -> ApiResult<Executed> {
+pub async fn revoke(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    session_id: &str,
+) -> ApiResult<Executed> {
     note.target("session", session_id);
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
     if state.store.role_in(&session.user_id, &access.workspace_id).await?.is_none() {
@@ -89,7 +94,8 @@ impl SessionOp {
             SessionOp::RevokeSession { session_id } => revoke(ctx.state, ctx.access, ctx.note, &session_id).await,
             SessionOp::RevokeOwnSession { session_id } => {
                 // Still the proposer's own when it runs.
-                let session = ctx.state.store.session(&session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
+                let session =
+                    ctx.state.store.session(&session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
                 if session.user_id != ctx.access.principal.user_id {
                     return Err(ApiError::not_found("session"));
                 }

@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
-use crate::error::{ApiError, ApiResult};
 use crate::audit::AuditNote;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 use crate::store::pipelines::DeleteRefused;
@@ -46,26 +46,40 @@ pub struct UpdateSource {
 
 /// Validates a configuration for a connector: its JSON Schema, its
 /// credential handles, and connector-specific rules.
-pub(super) async fn validate_configuration(state: &AppState, access: &WorkspaceAccess, connector_id: &str, config: &Value, saved: Option<&Value>) -> ApiResult<()> {
+pub(super) async fn validate_configuration(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    connector_id: &str,
+    config: &Value,
+    saved: Option<&Value>,
+) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let plugin = state.plugins.available(connector_id).await?;
-    let validator = jsonschema::validator_for(&plugin.info.config_schema)
-        .map_err(|e| ApiError::internal(anyhow::anyhow!("connector {connector_id} has an invalid config schema: {e}")))?;
+    let validator = jsonschema::validator_for(&plugin.info.config_schema).map_err(|e| {
+        ApiError::internal(anyhow::anyhow!("connector {connector_id} has an invalid config schema: {e}"))
+    })?;
     let errors: Vec<Value> = validator
         .iter_errors(config)
         .take(20)
         .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string().chars().take(200).collect::<String>() }))
         .collect();
     if !errors.is_empty() {
-        return Err(ApiError::bad_request("CONFIGURATION_INVALID", "the configuration does not match the connector's spec")
-            .with_details(json!({ "field": "configuration", "errors": errors })));
+        return Err(ApiError::bad_request(
+            "CONFIGURATION_INVALID",
+            "the configuration does not match the connector's spec",
+        )
+        .with_details(json!({ "field": "configuration", "errors": errors })));
     }
     if let Some(obj) = config.as_object() {
         for (key, value) in obj {
             if (key == "credential_handle" || key.ends_with("_credential_handle"))
                 && let Some(handle) = value.as_str()
             {
-                state.vault.require_handle(&access.workspace_id, &CredentialHandle::new(handle), None).await.map_err(|e| e.at(&format!("configuration.{key}")))?;
+                state
+                    .vault
+                    .require_handle(&access.workspace_id, &CredentialHandle::new(handle), None)
+                    .await
+                    .map_err(|e| e.at(&format!("configuration.{key}")))?;
             }
         }
     }
@@ -75,28 +89,60 @@ pub(super) async fn validate_configuration(state: &AppState, access: &WorkspaceA
     Ok(())
 }
 
-pub async fn create(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: CreateSource) -> ApiResult<Executed> {
+pub async fn create(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: CreateSource,
+) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
-    let connector_id = state.plugins.canonical_id(&req.connector_id).ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
+    let connector_id = state
+        .plugins
+        .canonical_id(&req.connector_id)
+        .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?;
     validate_configuration(state, access, &connector_id, &req.configuration, None).await?;
-    let source = state.store.create_source(&access.workspace_id, &connector_id, req.name.trim(), &req.configuration, &access.principal.user_id).await?;
+    let source = state
+        .store
+        .create_source(
+            &access.workspace_id,
+            &connector_id,
+            req.name.trim(),
+            &req.configuration,
+            &access.principal.user_id,
+        )
+        .await?;
     note.target("source", &source.source_id);
     Executed::created(source)
 }
 
-pub async fn update(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: UpdateSource) -> ApiResult<Executed> {
+pub async fn update(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: UpdateSource,
+) -> ApiResult<Executed> {
     note.target("source", &req.source_id);
-    let current = state.store.source(&access.workspace_id, &req.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    let current =
+        state.store.source(&access.workspace_id, &req.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
     let name = req.name.unwrap_or(current.name);
     check_name("name", &name)?;
     let saved = current.configuration.clone();
     let configuration = super::patch::merge_configuration(current.configuration, req.configuration)?;
     validate_configuration(state, access, &current.connector_id, &configuration, Some(&saved)).await?;
-    let source = state.store.update_source(&access.workspace_id, &req.source_id, name.trim(), &configuration).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    let source = state
+        .store
+        .update_source(&access.workspace_id, &req.source_id, name.trim(), &configuration)
+        .await?
+        .ok_or_else(|| ApiError::not_found("source"))?;
     Executed::ok(source)
 }
 
-pub async fn delete(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, source_id: &str) -> ApiResult<Executed> {
+pub async fn delete(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    source_id: &str,
+) -> ApiResult<Executed> {
     note.target("source", source_id);
     match state.store.delete_source(&access.workspace_id, source_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("source")),
@@ -140,7 +186,9 @@ impl Act for SourceOp {
 
     fn summary(&self) -> String {
         match self {
-            SourceOp::CreateSource(s) => format!("Create source \"{}\" with connector {}", s.name.trim(), s.connector_id),
+            SourceOp::CreateSource(s) => {
+                format!("Create source \"{}\" with connector {}", s.name.trim(), s.connector_id)
+            }
             SourceOp::UpdateSource(s) => format!("Update source {}", s.source_id),
             SourceOp::DeleteSource { source_id } => format!("Delete source {source_id}"),
         }

@@ -40,7 +40,14 @@ pub(super) fn conflict(message: &str, active: Option<Job>, schedule: Option<(i64
 }
 
 /// Starts a sync or reset job, unless one is active or the schedule moved.
-pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, req: RunPipeline, kind: JobKind, trigger: Trigger) -> ApiResult<Executed> {
+pub async fn run(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    req: RunPipeline,
+    kind: JobKind,
+    trigger: Trigger,
+) -> ApiResult<Executed> {
     note.target("pipeline", &req.pipeline_id);
     let p = pipeline(state, access, &req.pipeline_id).await?;
     if let Some(v) = req.schedule_version
@@ -52,7 +59,8 @@ pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, r
             Some((v, p.schedule_version)),
         ));
     }
-    let source = state.store.source(&access.workspace_id, &p.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
+    let source =
+        state.store.source(&access.workspace_id, &p.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
     state.plugins.available(&source.connector_id).await?;
     match state.store.create_job(&access.workspace_id, &p.pipeline_id, kind, trigger).await? {
         Ok(job) => {
@@ -69,7 +77,12 @@ pub async fn run(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, r
     }
 }
 
-pub async fn cancel_job(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, job_id: &str) -> ApiResult<Executed> {
+pub async fn cancel_job(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    note: &AuditNote,
+    job_id: &str,
+) -> ApiResult<Executed> {
     note.target("job", job_id);
     let job = state.store.job(&access.workspace_id, job_id).await?.ok_or_else(|| ApiError::not_found("job"))?;
     if !state.store.cancel_job(&access.workspace_id, job_id).await? {
@@ -87,7 +100,9 @@ pub enum SyncOp {
     SyncPipeline(RunPipeline),
     /// Start a reset job (clear destination data and state, sync again).
     ResetPipeline(RunPipeline),
-    CancelJob { job_id: String },
+    CancelJob {
+        job_id: String,
+    },
 }
 
 impl Act for SyncOp {
@@ -105,8 +120,13 @@ impl Act for SyncOp {
 
     fn summary(&self) -> String {
         match self {
-            SyncOp::SyncPipeline(r) => format!("Sync pipeline {} (schedule version {:?})", r.pipeline_id, r.schedule_version),
-            SyncOp::ResetPipeline(r) => format!("Reset pipeline {}: clear its destination data and state, then sync from scratch", r.pipeline_id),
+            SyncOp::SyncPipeline(r) => {
+                format!("Sync pipeline {} (schedule version {:?})", r.pipeline_id, r.schedule_version)
+            }
+            SyncOp::ResetPipeline(r) => format!(
+                "Reset pipeline {}: clear its destination data and state, then sync from scratch",
+                r.pipeline_id
+            ),
             SyncOp::CancelJob { job_id } => format!("Cancel job {job_id}"),
         }
     }

@@ -39,7 +39,8 @@ pub fn check_opt(field: &str, value: Option<&str>, max: usize) -> ApiResult<()> 
 /// A name: 1 to [`NAME_MAX`] characters, not only spaces.
 pub fn check_name(field: &str, value: &str) -> ApiResult<()> {
     if value.trim().is_empty() || value.chars().count() > NAME_MAX {
-        return Err(ApiError::invalid_field(field, format!("{field} must be 1 to {NAME_MAX} characters")).with_details(json!({ "field": field, "max_length": NAME_MAX })));
+        return Err(ApiError::invalid_field(field, format!("{field} must be 1 to {NAME_MAX} characters"))
+            .with_details(json!({ "field": field, "max_length": NAME_MAX })));
     }
     Ok(())
 }
@@ -48,7 +49,8 @@ pub fn check_name(field: &str, value: &str) -> ApiResult<()> {
 /// all, each string within at most [`CONFIG_STRING_MAX`] characters.
 pub fn check_config(field: &str, value: &Value) -> ApiResult<()> {
     if value.to_string().len() > CONFIG_BYTES_MAX {
-        return Err(ApiError::invalid_field(field, format!("{field} exceeds {CONFIG_BYTES_MAX} bytes")).with_details(json!({ "field": field, "max_bytes": CONFIG_BYTES_MAX })));
+        return Err(ApiError::invalid_field(field, format!("{field} exceeds {CONFIG_BYTES_MAX} bytes"))
+            .with_details(json!({ "field": field, "max_bytes": CONFIG_BYTES_MAX })));
     }
     match longest_string(value, field, CONFIG_STRING_MAX) {
         Some(path) => Err(too_long(&path, CONFIG_STRING_MAX)),
@@ -62,15 +64,20 @@ pub fn longest_string(value: &Value, path: &str, max: usize) -> Option<String> {
         // Bytes first: a string of at most `max` bytes has at most `max`
         // characters, and counting characters is the slower test.
         Value::String(s) if s.len() > max && s.chars().count() > max => Some(path.to_owned()),
-        Value::Object(map) => map.iter().find_map(|(k, v)| longest_string(v, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, max)),
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| longest_string(v, &format!("{path}[{i}]"), max)),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            longest_string(v, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, max)
+        }),
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(i, v)| longest_string(v, &format!("{path}[{i}]"), max))
+        }
         _ => None,
     }
 }
 
 /// The 400 naming a field that is too long and its limit.
 pub fn too_long(field: &str, max: usize) -> ApiError {
-    ApiError::invalid_field(field, format!("{field} must be at most {max} characters")).with_details(json!({ "field": field, "max_length": max }))
+    ApiError::invalid_field(field, format!("{field} must be at most {max} characters"))
+        .with_details(json!({ "field": field, "max_length": max }))
 }
 
 #[cfg(test)]

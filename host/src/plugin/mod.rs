@@ -36,7 +36,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::egress::Egress;
 use registry::LoadedPlugin;
 use sandbox::{HostState, Invocation, Limits, RecordSink};
-use types::{CheckResult, ConnectorError, ConnectorInfo, EntityOption, Operation, ReadRequest, Stream, WriteRequest, WriteResult};
+use types::{
+    CheckResult, ConnectorError, ConnectorInfo, EntityOption, Operation, ReadRequest, Stream, WriteRequest, WriteResult,
+};
 
 /// Why an invocation produced no answer of the connector's own.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,7 +109,8 @@ impl CompileCache {
     fn tag(&self, digest: &str, compat: &str, artefact: &[u8]) -> [u8; 32] {
         use hmac::{Hmac, Mac};
         use secrecy::ExposeSecret;
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose_secret()).expect("HMAC takes any key length");
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(self.key.expose_secret()).expect("HMAC takes any key length");
         for part in [digest.as_bytes(), compat.as_bytes(), artefact] {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part);
@@ -218,7 +221,11 @@ impl Runtime {
         if exports.iter().any(|e| e == v1::EXPORT) {
             // 1.1.0 only adds imports: the same linker and export bindings
             // serve both.
-            let version = if ty.imports(&self.engine).any(|(name, _)| name == v1_1::IMPORT) { InterfaceVersion::V1_1_0 } else { InterfaceVersion::V1_0_0 };
+            let version = if ty.imports(&self.engine).any(|(name, _)| name == v1_1::IMPORT) {
+                InterfaceVersion::V1_1_0
+            } else {
+                InterfaceVersion::V1_0_0
+            };
             let pre = self.linker_v1.instantiate_pre(&component)?;
             return Ok((version, Pre::V1(v1::Pre::new(pre)?), digest));
         }
@@ -244,7 +251,9 @@ impl Runtime {
                     // `Component::serialize` wrote for this component.
                     match unsafe { Component::deserialize(&self.engine, artefact) } {
                         Ok(c) => return Ok(c),
-                        Err(e) => tracing::warn!(error = %e, path = %path.display(), "discarding unusable compiled artefact"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, path = %path.display(), "discarding unusable compiled artefact")
+                        }
                     }
                 }
                 _ => tracing::warn!(path = %path.display(), "discarding a compiled artefact whose tag does not verify"),
@@ -268,7 +277,13 @@ impl Runtime {
     }
 
     /// A fresh store for one call.
-    fn store(&self, plugin: &LoadedPlugin, workspace_id: Option<&str>, egress: Option<Egress>, sink: Option<Box<dyn RecordSink>>) -> Store<HostState> {
+    fn store(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: Option<&str>,
+        egress: Option<Egress>,
+        sink: Option<Box<dyn RecordSink>>,
+    ) -> Store<HostState> {
         HostState::store(
             &self.engine,
             self.limits.clone(),
@@ -315,7 +330,13 @@ impl Runtime {
         let store = HostState::store(
             &self.engine,
             self.limits.clone(),
-            Invocation { plugin_id: plugin_id.into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None },
+            Invocation {
+                plugin_id: plugin_id.into(),
+                declared_hosts: Arc::from(Vec::new()),
+                workspace_id: None,
+                egress: None,
+                sink: None,
+            },
         );
         let r = self
             .run(store, self.limits.wall_short, async |s| match pre {
@@ -329,7 +350,13 @@ impl Runtime {
         if plugin.info.operations.contains(&op) { Ok(()) } else { Err(InvocationError::Unsupported(op.as_str())) }
     }
 
-    pub async fn check(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, config: &str) -> Result<CheckResult, InvocationError> {
+    pub async fn check(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: &str,
+        egress: &Egress,
+        config: &str,
+    ) -> Result<CheckResult, InvocationError> {
         Self::require(plugin, Operation::Check)?;
         let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
         self.run(store, self.limits.wall_short, async |s| match &plugin.pre {
@@ -338,7 +365,13 @@ impl Runtime {
         .await
     }
 
-    pub async fn discover(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, config: &str) -> Result<Vec<Stream>, InvocationError> {
+    pub async fn discover(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: &str,
+        egress: &Egress,
+        config: &str,
+    ) -> Result<Vec<Stream>, InvocationError> {
         Self::require(plugin, Operation::Discover)?;
         let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
         self.run(store, self.limits.wall_short, async |s| match &plugin.pre {
@@ -365,7 +398,13 @@ impl Runtime {
 
     /// Runs a preview; the answer must be one JSON object within the output
     /// limit.
-    pub async fn preview(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, config: &str) -> Result<serde_json::Value, InvocationError> {
+    pub async fn preview(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: &str,
+        egress: &Egress,
+        config: &str,
+    ) -> Result<serde_json::Value, InvocationError> {
         Self::require(plugin, Operation::Preview)?;
         let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
         let text = self
@@ -399,7 +438,13 @@ impl Runtime {
         .await
     }
 
-    pub async fn write(&self, plugin: &LoadedPlugin, workspace_id: &str, egress: &Egress, req: &WriteRequest) -> Result<WriteResult, InvocationError> {
+    pub async fn write(
+        &self,
+        plugin: &LoadedPlugin,
+        workspace_id: &str,
+        egress: &Egress,
+        req: &WriteRequest,
+    ) -> Result<WriteResult, InvocationError> {
         Self::require(plugin, Operation::Write)?;
         let store = self.store(plugin, Some(workspace_id), Some(egress.clone()), None);
         self.run(store, self.limits.wall_long, async |s| match &plugin.pre {

@@ -41,7 +41,9 @@ impl std::fmt::Display for PluginSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PluginSource::Bundled(name) => write!(f, "bundled:{name}"),
-            PluginSource::File(p) => write!(f, "file:{}", p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()),
+            PluginSource::File(p) => {
+                write!(f, "file:{}", p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default())
+            }
         }
     }
 }
@@ -102,11 +104,15 @@ pub fn validate_info(info: &ConnectorInfo) -> Vec<String> {
     if info.name.trim().is_empty() {
         problems.push("name is empty".into());
     }
-    if info.version.split('.').count() < 3 || !info.version.split('.').take(3).all(|p| p.chars().take_while(|c| c.is_ascii_digit()).count() > 0) {
+    if info.version.split('.').count() < 3
+        || !info.version.split('.').take(3).all(|p| p.chars().take_while(|c| c.is_ascii_digit()).count() > 0)
+    {
         problems.push(format!("version '{}' is not a semantic version", info.version));
     }
     for alias in &info.legacy_aliases {
-        let ok = alias.strip_prefix("source:").is_some_and(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        let ok = alias
+            .strip_prefix("source:")
+            .is_some_and(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
         if !ok {
             problems.push(format!("legacy alias '{alias}' is not of the form source:<legacy_alias>"));
         }
@@ -117,7 +123,10 @@ pub fn validate_info(info: &ConnectorInfo) -> Vec<String> {
     if info.operations.is_empty() {
         problems.push("operations is empty".into());
     }
-    if info.kind == ConnectorKind::Source && !info.operations.contains(&Operation::Read) && info.operations.contains(&Operation::Discover) {
+    if info.kind == ConnectorKind::Source
+        && !info.operations.contains(&Operation::Read)
+        && info.operations.contains(&Operation::Discover)
+    {
         problems.push("a source that discovers streams must also read them".into());
     }
     if let Some(o) = &info.oauth {
@@ -146,7 +155,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(runtime: Arc<Runtime>, store: Store, bundled: Vec<(&'static str, &'static [u8])>, plugins_dir: Option<PathBuf>) -> Self {
+    pub fn new(
+        runtime: Arc<Runtime>,
+        store: Store,
+        bundled: Vec<(&'static str, &'static [u8])>,
+        plugins_dir: Option<PathBuf>,
+    ) -> Self {
         Registry {
             runtime,
             store,
@@ -178,7 +192,11 @@ impl Registry {
     pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
         let (version, pre, digest) = self.runtime.prepare(bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
         let label = source.to_string();
-        let info = self.runtime.describe(&label, &pre).await.map_err(|e| LoadError::Invalid(format!("describe failed: {e}")))?;
+        let info = self
+            .runtime
+            .describe(&label, &pre)
+            .await
+            .map_err(|e| LoadError::Invalid(format!("describe failed: {e}")))?;
         let problems = validate_info(&info);
         if !problems.is_empty() {
             return Err(LoadError::Invalid(format!("invalid description: {}", problems.join("; "))));
@@ -313,7 +331,10 @@ impl Registry {
             let known = self.known.read().unwrap_or_else(|p| p.into_inner());
             known.get(&id).filter(|k| matches!(k.source, Some(PluginSource::File(_)))).map(|k| k.digest.clone())
         };
-        self.store.set_plugin_enabled(&id, true, by, pinned.as_deref()).await.map_err(|e| InvocationError::Host(e.to_string()))?;
+        self.store
+            .set_plugin_enabled(&id, true, by, pinned.as_deref())
+            .await
+            .map_err(|e| InvocationError::Host(e.to_string()))?;
         if let Some(digest) = &pinned {
             tracing::info!(connector = %id, %digest, "plugin enabled, pinned to its digest");
         }
@@ -325,7 +346,12 @@ impl Registry {
         let source = self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|k| k.source.clone());
         match source {
             Some(PluginSource::Bundled(name)) => {
-                let bytes = self.bundled.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).ok_or_else(|| LoadError::Invalid("bundle missing".into()))?;
+                let bytes = self
+                    .bundled
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, b)| *b)
+                    .ok_or_else(|| LoadError::Invalid("bundle missing".into()))?;
                 self.load_bytes(bytes, PluginSource::Bundled(name)).await.map(|_| ())
             }
             Some(PluginSource::File(path)) => {
@@ -350,7 +376,10 @@ impl Registry {
                     k.loaded = None;
                 }
                 tracing::info!(connector = %id, "plugin unloaded (disabled in the database)");
-            } else if enabled && !loaded && let Err(e) = self.reload(&id).await {
+            } else if enabled
+                && !loaded
+                && let Err(e) = self.reload(&id).await
+            {
                 tracing::warn!(connector = %id, error = %e, "could not load re-enabled plugin");
             }
         }
@@ -374,11 +403,18 @@ impl Registry {
         }
         let changed: Vec<PathBuf> = {
             let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            present.iter().filter(|(p, (m, l))| seen.get(*p).is_none_or(|(sm, sl, _)| sm != m || sl != l)).map(|(p, _)| p.clone()).collect()
+            present
+                .iter()
+                .filter(|(p, (m, l))| seen.get(*p).is_none_or(|(sm, sl, _)| sm != m || sl != l))
+                .map(|(p, _)| p.clone())
+                .collect()
         };
         let removed: Vec<(PathBuf, Option<String>)> = {
             let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.iter().filter(|(p, _)| !present.contains_key(*p)).map(|(p, (_, _, id))| (p.clone(), id.clone())).collect()
+            seen.iter()
+                .filter(|(p, _)| !present.contains_key(*p))
+                .map(|(p, (_, _, id))| (p.clone(), id.clone()))
+                .collect()
         };
         for (path, id) in removed {
             self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(&path);
@@ -421,7 +457,8 @@ impl Registry {
     /// replaced an enabled plugin's component is a new version, disabled
     /// everywhere until an operator loads it.
     async fn settle_file(&self, id: &str, path: &Path) -> Result<(), crate::store::StoreError> {
-        let digest = self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).map(|k| k.digest.clone()).unwrap_or_default();
+        let digest =
+            self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).map(|k| k.digest.clone()).unwrap_or_default();
         let states = self.store.plugin_states().await?;
         match states.get(id) {
             None => {

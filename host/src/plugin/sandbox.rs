@@ -34,9 +34,17 @@ pub use crate::config::limits::PluginLimits as Limits;
 /// Where a read's records and checkpoints go.
 pub trait RecordSink: Send {
     /// Takes a batch of records (each the text of a JSON object).
-    fn emit<'a>(&'a mut self, stream: &'a str, records: Vec<String>) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>>;
+    fn emit<'a>(
+        &'a mut self,
+        stream: &'a str,
+        records: Vec<String>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>>;
     /// Persists the stream's state with every record emitted before it.
-    fn checkpoint<'a>(&'a mut self, stream: &'a str, state: String) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>>;
+    fn checkpoint<'a>(
+        &'a mut self,
+        stream: &'a str,
+        state: String,
+    ) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>>;
 }
 
 /// Refuses linear-memory and table growth past the limits and remembers
@@ -234,10 +242,19 @@ impl HostState {
     pub fn flush_output(&mut self) {
         let out = self.output.take();
         for line in out.lines().filter(|l| !l.trim().is_empty()).take(200) {
-            tracing::info!(plugin = &*self.plugin_id, stream = "stdout", "{}", line.chars().take(2048).collect::<String>());
+            tracing::info!(
+                plugin = &*self.plugin_id,
+                stream = "stdout",
+                "{}",
+                line.chars().take(2048).collect::<String>()
+            );
         }
         if self.log_dropped > 0 {
-            tracing::warn!(plugin = &*self.plugin_id, dropped = self.log_dropped, "plugin log budget exhausted; messages dropped");
+            tracing::warn!(
+                plugin = &*self.plugin_id,
+                dropped = self.log_dropped,
+                "plugin log budget exhausted; messages dropped"
+            );
         }
     }
 }

@@ -7,7 +7,9 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use wasmtime::Store;
-use wasmtime::component::{Component, ComponentExportIndex, ComponentNamedList, HasSelf, InstancePre, Lift, Linker, Lower, TypedFunc};
+use wasmtime::component::{
+    Component, ComponentExportIndex, ComponentNamedList, HasSelf, InstancePre, Lift, Linker, Lower, TypedFunc,
+};
 
 use super::sandbox::HostState;
 use super::types as t;
@@ -71,7 +73,9 @@ where
     async fn call(&self, pre: &InstancePre<HostState>, store: &mut Store<HostState>, params: P) -> wasmtime::Result<R> {
         let instance = pre.instantiate_async(&mut *store).await?;
         let func = if self.typechecked.load(Ordering::Acquire) {
-            let func = instance.get_func(&mut *store, self.index).ok_or_else(|| wasmtime::format_err!("the export is missing"))?;
+            let func = instance
+                .get_func(&mut *store, self.index)
+                .ok_or_else(|| wasmtime::format_err!("the export is missing"))?;
             // SAFETY: every instance of one `InstancePre` has the same
             // exports with the same types, and this index passed
             // `get_typed_func::<P, R>` on one of them (below); `P` and `R`
@@ -89,7 +93,9 @@ where
 impl Pre {
     pub fn new(instance: InstancePre<HostState>) -> wasmtime::Result<Pre> {
         let component = instance.component();
-        let interface = component.get_export_index(None, EXPORT).ok_or_else(|| wasmtime::format_err!("no exported instance named `{EXPORT}`"))?;
+        let interface = component
+            .get_export_index(None, EXPORT)
+            .ok_or_else(|| wasmtime::format_err!("no exported instance named `{EXPORT}`"))?;
         Ok(Pre {
             describe: Export::find(component, &interface, "describe")?,
             check: Export::find(component, &interface, "check")?,
@@ -115,12 +121,20 @@ pub async fn describe(pre: &Pre, store: &mut Store<HostState>) -> wasmtime::Resu
     Ok(info_from(info))
 }
 
-pub async fn check(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<t::CheckResult, t::ConnectorError>> {
+pub async fn check(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+    config: &str,
+) -> wasmtime::Result<Result<t::CheckResult, t::ConnectorError>> {
     let (r,) = pre.check.call(&pre.instance, store, (config.to_owned(),)).await?;
     Ok(r.map(|c| t::CheckResult { ok: c.ok, message: c.message, account: c.account }).map_err(error_from))
 }
 
-pub async fn discover(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<Vec<t::Stream>, t::ConnectorError>> {
+pub async fn discover(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+    config: &str,
+) -> wasmtime::Result<Result<Vec<t::Stream>, t::ConnectorError>> {
     let (r,) = pre.discover.call(&pre.instance, store, (config.to_owned(),)).await?;
     Ok(match r {
         Ok(streams) => streams.into_iter().map(stream_from).collect(),
@@ -128,7 +142,11 @@ pub async fn discover(pre: &Pre, store: &mut Store<HostState>, config: &str) -> 
     })
 }
 
-pub async fn read(pre: &Pre, store: &mut Store<HostState>, req: &t::ReadRequest) -> wasmtime::Result<Result<(), t::ConnectorError>> {
+pub async fn read(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+    req: &t::ReadRequest,
+) -> wasmtime::Result<Result<(), t::ConnectorError>> {
     let req = g::ReadRequest {
         config: req.config.clone(),
         stream: req.stream.clone(),
@@ -150,16 +168,26 @@ pub async fn entity_options(
     field: &str,
 ) -> wasmtime::Result<Result<Vec<t::EntityOption>, t::ConnectorError>> {
     let (r,) = pre.entity_options.call(&pre.instance, store, (config.to_owned(), field.to_owned())).await?;
-    Ok(r.map(|opts| opts.into_iter().map(|o| t::EntityOption { value: o.value, label: o.label, parent: o.parent }).collect())
-        .map_err(error_from))
+    Ok(r.map(|opts| {
+        opts.into_iter().map(|o| t::EntityOption { value: o.value, label: o.label, parent: o.parent }).collect()
+    })
+    .map_err(error_from))
 }
 
-pub async fn preview(pre: &Pre, store: &mut Store<HostState>, config: &str) -> wasmtime::Result<Result<String, t::ConnectorError>> {
+pub async fn preview(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+    config: &str,
+) -> wasmtime::Result<Result<String, t::ConnectorError>> {
     let (r,) = pre.preview.call(&pre.instance, store, (config.to_owned(),)).await?;
     Ok(r.map_err(error_from))
 }
 
-pub async fn write(pre: &Pre, store: &mut Store<HostState>, req: &t::WriteRequest) -> wasmtime::Result<Result<t::WriteResult, t::ConnectorError>> {
+pub async fn write(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+    req: &t::WriteRequest,
+) -> wasmtime::Result<Result<t::WriteResult, t::ConnectorError>> {
     let req = g::WriteRequest {
         config: req.config.clone(),
         stream: req.stream.clone(),
@@ -187,7 +215,11 @@ pub async fn write(pre: &Pre, store: &mut Store<HostState>, req: &t::WriteReques
 fn info_from(i: g::ConnectorInfo) -> Result<t::ConnectorInfo, String> {
     let config_schema: serde_json::Value =
         serde_json::from_str(&i.config_schema).map_err(|e| format!("config-schema is not JSON: {e}"))?;
-    let hosts = i.hosts.iter().map(|h| HostPattern::parse(h).map_err(|e| format!("hosts: {e}"))).collect::<Result<Vec<_>, _>>()?;
+    let hosts = i
+        .hosts
+        .iter()
+        .map(|h| HostPattern::parse(h).map_err(|e| format!("hosts: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(t::ConnectorInfo {
         id: i.id,
         name: i.name,
@@ -199,7 +231,11 @@ fn info_from(i: g::ConnectorInfo) -> Result<t::ConnectorInfo, String> {
         legacy_aliases: i.legacy_aliases,
         config_schema,
         hosts,
-        oauth: i.oauth.map(|o| t::OAuthEndpoints { authorize_url: o.authorize_url, token_url: o.token_url, scopes: o.scopes }),
+        oauth: i.oauth.map(|o| t::OAuthEndpoints {
+            authorize_url: o.authorize_url,
+            token_url: o.token_url,
+            scopes: o.scopes,
+        }),
         operations: i
             .operations
             .into_iter()
@@ -290,7 +326,12 @@ pub(super) struct EgressCall {
 impl EgressCall {
     /// Performs `req` through the egress policy.
     pub(super) async fn send(&self, req: http::Request) -> Result<http::Response, http::HttpError> {
-        let caller = egress::Caller { plugin_id: &self.plugin_id, declared_hosts: &self.declared_hosts, workspace_id: &self.workspace_id, reach: egress::Reach::Providers };
+        let caller = egress::Caller {
+            plugin_id: &self.plugin_id,
+            declared_hosts: &self.declared_hosts,
+            workspace_id: &self.workspace_id,
+            reach: egress::Reach::Providers,
+        };
         match egress::Egress::send(&self.egress, &caller, outbound(req)).await {
             Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
             Err(e) => Err(match e {
@@ -409,12 +450,21 @@ mod tests {
         let pre = Pre::new(Linker::<HostState>::new(&engine).instantiate_pre(&component).unwrap()).unwrap();
         let limits = Arc::new(Limits::default());
         let fresh_store = || {
-            let invocation = Invocation { plugin_id: "impostor".into(), declared_hosts: Arc::from(Vec::new()), workspace_id: None, egress: None, sink: None };
+            let invocation = Invocation {
+                plugin_id: "impostor".into(),
+                declared_hosts: Arc::from(Vec::new()),
+                workspace_id: None,
+                egress: None,
+                sink: None,
+            };
             HostState::store(&engine, limits.clone(), invocation)
         };
         for _ in 0..2 {
             let err = check(&pre, &mut fresh_store(), "{}").await.map(drop).expect_err("a u32 function is not `check`");
-            assert!(err.downcast_ref::<wasmtime::Trap>().is_none(), "refused before the guest ran, not trapped in it: {err:#}");
+            assert!(
+                err.downcast_ref::<wasmtime::Trap>().is_none(),
+                "refused before the guest ran, not trapped in it: {err:#}"
+            );
             assert!(!pre.check.typechecked.load(Ordering::Acquire));
         }
         assert!(describe(&pre, &mut fresh_store()).await.is_err(), "each export is checked on its own");

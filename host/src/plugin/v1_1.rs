@@ -63,7 +63,9 @@ impl http_ahead::Host for HostState {
             return Ok(Err(http::HttpError::Denied("outbound requests are not available in this call".into())));
         };
         if self.pending >= MAX_PENDING {
-            return Ok(Err(http::HttpError::Denied(format!("at most {MAX_PENDING} started requests may be pending at once"))));
+            return Ok(Err(http::HttpError::Denied(format!(
+                "at most {MAX_PENDING} started requests may be pending at once"
+            ))));
         }
         let task = tokio::spawn(async move { call.send(req).await });
         let handle = self.table.push(Pending { task })?;

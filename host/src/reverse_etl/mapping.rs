@@ -38,46 +38,87 @@ impl Mapper {
     /// Resolves `mappings` against `columns`; `primary_key` must be a
     /// column, and `matching` (the destination's matching field), when
     /// given, must be mapped.
-    pub fn new(mappings: &[FieldMapping], columns: &[Column], primary_key: &str, matching: Option<&str>) -> Result<Mapper, MappingError> {
+    pub fn new(
+        mappings: &[FieldMapping],
+        columns: &[Column],
+        primary_key: &str,
+        matching: Option<&str>,
+    ) -> Result<Mapper, MappingError> {
         let position = |name: &str| columns.iter().position(|c| c.name == name);
-        let key = position(primary_key).ok_or_else(|| MappingError { field: "primary_key".into(), message: format!("the model's result has no column {primary_key}"), secret: false })?;
+        let key = position(primary_key).ok_or_else(|| MappingError {
+            field: "primary_key".into(),
+            message: format!("the model's result has no column {primary_key}"),
+            secret: false,
+        })?;
         let mut fields = Vec::with_capacity(mappings.len());
         for (i, m) in mappings.iter().enumerate() {
             let at = format!("mappings[{i}]");
             if m.field.trim().is_empty() {
-                return Err(MappingError { field: format!("{at}.field"), message: "field must name a destination field".into(), secret: false });
+                return Err(MappingError {
+                    field: format!("{at}.field"),
+                    message: "field must name a destination field".into(),
+                    secret: false,
+                });
             }
             if fields.iter().any(|(f, _): &(String, From)| *f == m.field) {
-                return Err(MappingError { field: format!("{at}.field"), message: format!("field {} is mapped twice", m.field), secret: false });
+                return Err(MappingError {
+                    field: format!("{at}.field"),
+                    message: format!("field {} is mapped twice", m.field),
+                    secret: false,
+                });
             }
             let from = match (&m.column, &m.value) {
-                (Some(c), None) => From::Column(position(c).ok_or_else(|| MappingError { field: format!("{at}.column"), message: format!("the model's result has no column {c}"), secret: false })?),
+                (Some(c), None) => From::Column(position(c).ok_or_else(|| MappingError {
+                    field: format!("{at}.column"),
+                    message: format!("the model's result has no column {c}"),
+                    secret: false,
+                })?),
                 (None, Some(v)) => {
                     // A secret goes through a credential flow, never into a
                     // mapping that every reader of the activation sees.
                     if lookalike::is_secret_name(&m.field) {
                         return Err(MappingError {
                             field: format!("{at}.value"),
-                            message: format!("field {} takes a secret, which cannot be a constant: the destination's credential supplies it", m.field),
+                            message: format!(
+                                "field {} takes a secret, which cannot be a constant: the destination's credential supplies it",
+                                m.field
+                            ),
                             secret: true,
                         });
                     }
                     if lookalike::find_secret(v, "").is_some() {
-                        return Err(MappingError { field: format!("{at}.value"), message: "the constant looks like a secret; secrets enter only through the credential flows".into(), secret: true });
+                        return Err(MappingError {
+                            field: format!("{at}.value"),
+                            message:
+                                "the constant looks like a secret; secrets enter only through the credential flows"
+                                    .into(),
+                            secret: true,
+                        });
                     }
                     From::Constant(v.clone())
                 }
-                _ => return Err(MappingError { field: at, message: "each mapping takes exactly one of column and value".into(), secret: false }),
+                _ => {
+                    return Err(MappingError {
+                        field: at,
+                        message: "each mapping takes exactly one of column and value".into(),
+                        secret: false,
+                    });
+                }
             };
             fields.push((m.field.clone(), from));
         }
         if fields.is_empty() {
-            return Err(MappingError { field: "mappings".into(), message: "map at least one destination field".into(), secret: false });
+            return Err(MappingError {
+                field: "mappings".into(),
+                message: "map at least one destination field".into(),
+                secret: false,
+            });
         }
         let matching = match matching {
             Some(name) => Some(fields.iter().position(|(f, _)| f == name).ok_or_else(|| MappingError {
                 field: "mappings".into(),
-                message: format!("the destination matches records by {name}: map a column to it"), secret: false,
+                message: format!("the destination matches records by {name}: map a column to it"),
+                secret: false,
             })?),
             None => None,
         };
@@ -159,7 +200,13 @@ pub fn suggest(fields: &[String], columns: &[Column]) -> Vec<FieldMapping> {
     let plain = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
     fields
         .iter()
-        .filter_map(|f| columns.iter().find(|c| plain(&c.name) == plain(f)).map(|c| FieldMapping { field: f.clone(), column: Some(c.name.clone()), value: None }))
+        .filter_map(|f| {
+            columns.iter().find(|c| plain(&c.name) == plain(f)).map(|c| FieldMapping {
+                field: f.clone(),
+                column: Some(c.name.clone()),
+                value: None,
+            })
+        })
         .collect()
 }
 
@@ -179,19 +226,29 @@ mod tests {
     #[test]
     fn rows_become_records_with_constants_and_a_stable_fingerprint() {
         let cols = columns(&["id", "mail", "first"]);
-        let mappings = vec![map("email", "mail"), map("first_name", "first"), FieldMapping { field: "source".into(), column: None, value: Some(json!("warehouse")) }];
+        let mappings = vec![
+            map("email", "mail"),
+            map("first_name", "first"),
+            FieldMapping { field: "source".into(), column: None, value: Some(json!("warehouse")) },
+        ];
         let m = Mapper::new(&mappings, &cols, "id", Some("email")).unwrap();
         let row = vec![json!(7), json!("a@b.c"), json!("Ada")];
         assert_eq!(m.key(&row).as_deref(), Some("7"));
         let record = m.record(&row);
-        assert_eq!(Value::Object(record.clone()), json!({ "email": "a@b.c", "first_name": "Ada", "source": "warehouse" }));
+        assert_eq!(
+            Value::Object(record.clone()),
+            json!({ "email": "a@b.c", "first_name": "Ada", "source": "warehouse" })
+        );
         assert_eq!(m.matching_value(&record).as_deref(), Some("a@b.c"));
         assert_eq!(m.row_matching_value(&row).as_deref(), Some("a@b.c"));
         // Stable: the same row gives the same fingerprint, a changed value
         // another, and the size counts the JSON text of names and values.
         assert_eq!(m.fingerprint(&row), m.fingerprint(&row.clone()));
         assert_ne!(m.fingerprint(&row).0, m.fingerprint(&[json!(7), json!("a@b.c"), json!("Grace")]).0);
-        assert_eq!(m.fingerprint(&row).1, "email".len() + "first_name".len() + "source".len() + 12 + "\"a@b.c\"\"Ada\"\"warehouse\"".len());
+        assert_eq!(
+            m.fingerprint(&row).1,
+            "email".len() + "first_name".len() + "source".len() + 12 + "\"a@b.c\"\"Ada\"\"warehouse\"".len()
+        );
         // Pinned, so a change of algorithm cannot slip in and resend every row.
         const PINNED: i64 = 2_832_440_833_469_680_556;
         assert_eq!(m.fingerprint(&row).0, PINNED);
@@ -202,9 +259,18 @@ mod tests {
     fn mappings_that_do_not_fit_are_refused_with_the_field_at_fault() {
         let cols = columns(&["id", "mail"]);
         assert_eq!(Mapper::new(&[map("email", "mail")], &cols, "nope", None).err().unwrap().field, "primary_key");
-        assert_eq!(Mapper::new(&[map("email", "missing")], &cols, "id", None).err().unwrap().field, "mappings[0].column");
-        assert_eq!(Mapper::new(&[map("email", "mail"), map("email", "id")], &cols, "id", None).err().unwrap().field, "mappings[1].field");
-        assert_eq!(Mapper::new(&[map("first_name", "mail")], &cols, "id", Some("email")).err().unwrap().field, "mappings");
+        assert_eq!(
+            Mapper::new(&[map("email", "missing")], &cols, "id", None).err().unwrap().field,
+            "mappings[0].column"
+        );
+        assert_eq!(
+            Mapper::new(&[map("email", "mail"), map("email", "id")], &cols, "id", None).err().unwrap().field,
+            "mappings[1].field"
+        );
+        assert_eq!(
+            Mapper::new(&[map("first_name", "mail")], &cols, "id", Some("email")).err().unwrap().field,
+            "mappings"
+        );
         let both = FieldMapping { field: "x".into(), column: Some("id".into()), value: Some(json!(1)) };
         assert_eq!(Mapper::new(&[both], &cols, "id", None).err().unwrap().field, "mappings[0]");
         assert_eq!(Mapper::new(&[], &cols, "id", None).err().unwrap().field, "mappings");

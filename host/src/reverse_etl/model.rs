@@ -21,7 +21,11 @@ pub const PREVIEW_ROWS: u64 = 100;
 /// How much of a model a preview (or a model's check) takes: its rows,
 /// each value up to the preview's cell size, for [`PREVIEW_TIMEOUT`].
 pub fn preview_bounds(state: &AppState) -> Bounds {
-    Bounds { rows: Some(PREVIEW_ROWS), value_bytes: state.config.limits.reverse_etl.preview_cell_bytes, timeout: PREVIEW_TIMEOUT }
+    Bounds {
+        rows: Some(PREVIEW_ROWS),
+        value_bytes: state.config.limits.reverse_etl.preview_cell_bytes,
+        timeout: PREVIEW_TIMEOUT,
+    }
 }
 
 /// How much of a model a run takes: one row more than a run may send (so
@@ -33,14 +37,33 @@ pub fn run_bounds(state: &AppState) -> Bounds {
 }
 
 /// Runs `query` over the workspace's warehouse destination `warehouse_id`.
-pub async fn open(state: &AppState, workspace_id: &str, warehouse_id: &str, query: &str, bounds: Bounds) -> ApiResult<ModelRows> {
-    let warehouse = state.store.destination(workspace_id, warehouse_id).await?.ok_or_else(|| ApiError::invalid_field("warehouse_id", "no such destination in this workspace"))?;
+pub async fn open(
+    state: &AppState,
+    workspace_id: &str,
+    warehouse_id: &str,
+    query: &str,
+    bounds: Bounds,
+) -> ApiResult<ModelRows> {
+    let warehouse = state
+        .store
+        .destination(workspace_id, warehouse_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("warehouse_id", "no such destination in this workspace"))?;
     let config = crate::warehouse::validate(warehouse.kind, &warehouse.configuration)?;
     let password = match &config {
         DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => Some(
-            state.vault.reveal(workspace_id, h, &target.host).await.map_err(|e| credential_refused(warehouse_id, &e))?,
+            state
+                .vault
+                .reveal(workspace_id, h, &target.host)
+                .await
+                .map_err(|e| credential_refused(warehouse_id, &e))?,
         ),
-        DestinationConfig::Jsonl { .. } => return Err(ApiError::invalid_field("warehouse_id", "a JSON-lines destination cannot be queried; choose an SQLite or PostgreSQL destination")),
+        DestinationConfig::Jsonl { .. } => {
+            return Err(ApiError::invalid_field(
+                "warehouse_id",
+                "a JSON-lines destination cannot be queried; choose an SQLite or PostgreSQL destination",
+            ));
+        }
         _ => None,
     };
     let place = Place { data_dir: &state.config.data_dir, workspace_id, warehouses: &state.config.plugins.warehouses };
@@ -53,16 +76,33 @@ fn credential_refused(warehouse_id: &str, reason: &str) -> ApiError {
     if reason == crate::credentials::vault::STORE_UNAVAILABLE {
         return ApiError::unavailable(format!("the warehouse's credential cannot be read now: {reason}"));
     }
-    ApiError::bad_request("WAREHOUSE_CREDENTIAL_UNUSABLE", format!("the warehouse's credential cannot be used: {reason}")).with_details(json!({ "field": "warehouse_id", "warehouse_id": warehouse_id }))
+    ApiError::bad_request(
+        "WAREHOUSE_CREDENTIAL_UNUSABLE",
+        format!("the warehouse's credential cannot be used: {reason}"),
+    )
+    .with_details(json!({ "field": "warehouse_id", "warehouse_id": warehouse_id }))
 }
 
 /// The API's answer to a refused or failed model query.
 pub fn query_error(e: QueryError) -> ApiError {
     match &e {
-        QueryError::ReadOnly(m) => ApiError::bad_request("MODEL_QUERY_WRITES", "models are read-only: the warehouse refused a statement that would write").with_details(json!({ "field": "query", "reason": m })),
-        QueryError::Invalid(m) => ApiError::bad_request("MODEL_QUERY_INVALID", format!("the warehouse refused the query: {m}")).with_details(json!({ "field": "query" })),
-        QueryError::Timeout(_) => ApiError::bad_request("MODEL_QUERY_TIMEOUT", e.to_string()).with_details(json!({ "field": "query" })),
-        QueryError::Unavailable(_) => ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "WAREHOUSE_UNAVAILABLE", e.to_string()),
-        QueryError::RoleRefused(m) => ApiError::bad_request("WAREHOUSE_ROLE_REFUSED", m.clone()).with_details(json!({ "field": "warehouse_id" })),
+        QueryError::ReadOnly(m) => ApiError::bad_request(
+            "MODEL_QUERY_WRITES",
+            "models are read-only: the warehouse refused a statement that would write",
+        )
+        .with_details(json!({ "field": "query", "reason": m })),
+        QueryError::Invalid(m) => {
+            ApiError::bad_request("MODEL_QUERY_INVALID", format!("the warehouse refused the query: {m}"))
+                .with_details(json!({ "field": "query" }))
+        }
+        QueryError::Timeout(_) => {
+            ApiError::bad_request("MODEL_QUERY_TIMEOUT", e.to_string()).with_details(json!({ "field": "query" }))
+        }
+        QueryError::Unavailable(_) => {
+            ApiError::new(axum::http::StatusCode::BAD_GATEWAY, "WAREHOUSE_UNAVAILABLE", e.to_string())
+        }
+        QueryError::RoleRefused(m) => {
+            ApiError::bad_request("WAREHOUSE_ROLE_REFUSED", m.clone()).with_details(json!({ "field": "warehouse_id" }))
+        }
     }
 }

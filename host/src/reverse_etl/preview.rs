@@ -40,8 +40,15 @@ pub struct Preview {
 }
 
 /// Runs the model for a preview.
-pub async fn preview(state: &AppState, workspace_id: &str, warehouse_id: &str, query: &str, destination: Option<&RetlDestination>) -> ApiResult<Preview> {
-    let mut rows = super::model::open(state, workspace_id, warehouse_id, query, super::model::preview_bounds(state)).await?;
+pub async fn preview(
+    state: &AppState,
+    workspace_id: &str,
+    warehouse_id: &str,
+    query: &str,
+    destination: Option<&RetlDestination>,
+) -> ApiResult<Preview> {
+    let mut rows =
+        super::model::open(state, workspace_id, warehouse_id, query, super::model::preview_bounds(state)).await?;
     let budget = state.config.limits.reverse_etl.preview_response_bytes;
     let mut sample: Vec<Vec<Value>> = Vec::new();
     let (mut bytes, mut sample_truncated) = (0usize, false);
@@ -62,7 +69,8 @@ pub async fn preview(state: &AppState, workspace_id: &str, warehouse_id: &str, q
     let mut columns = rows.columns.clone();
     drop(rows);
     sample.truncate(PREVIEW_ROWS as usize);
-    let oversize_values = sample.iter().flatten().filter(|v| crate::warehouse::query::oversize(v).is_some()).count() as u64;
+    let oversize_values =
+        sample.iter().flatten().filter(|v| crate::warehouse::query::oversize(v).is_some()).count() as u64;
     for (i, c) in columns.iter_mut().enumerate() {
         if c.type_name.is_empty() || c.type_name.eq_ignore_ascii_case("NULL") {
             c.type_name = sample.iter().find_map(|r| r.get(i).and_then(json_type)).unwrap_or("null").to_owned();
@@ -73,10 +81,15 @@ pub async fn preview(state: &AppState, workspace_id: &str, warehouse_id: &str, q
         .enumerate()
         .find(|(i, _)| {
             let values: Vec<&Value> = sample.iter().filter_map(|r| r.get(*i)).collect();
-            !values.is_empty() && values.iter().all(|v| !v.is_null()) && values.iter().map(|v| v.to_string()).collect::<std::collections::HashSet<_>>().len() == values.len()
+            !values.is_empty()
+                && values.iter().all(|v| !v.is_null())
+                && values.iter().map(|v| v.to_string()).collect::<std::collections::HashSet<_>>().len() == values.len()
         })
         .map(|(_, c)| c.name.clone());
-    let sample_rows = sample.iter().map(|r| Value::Object(columns.iter().zip(r).map(|(c, v)| (c.name.clone(), v.clone())).collect())).collect();
+    let sample_rows = sample
+        .iter()
+        .map(|r| Value::Object(columns.iter().zip(r).map(|(c, v)| (c.name.clone(), v.clone())).collect()))
+        .collect();
     let (mut destination_fields, mut match_field, mut suggested_mappings) = (None, None, Vec::new());
     if let Some(d) = destination {
         let target = Target::open(state, workspace_id, d).await?;
@@ -85,10 +98,22 @@ pub async fn preview(state: &AppState, workspace_id: &str, warehouse_id: &str, q
             suggested_mappings = suggest(fields, &columns);
             destination_fields = Some(fields.to_vec());
         } else {
-            suggested_mappings = columns.iter().map(|c| FieldMapping { field: c.name.clone(), column: Some(c.name.clone()), value: None }).collect();
+            suggested_mappings = columns
+                .iter()
+                .map(|c| FieldMapping { field: c.name.clone(), column: Some(c.name.clone()), value: None })
+                .collect();
         }
     }
-    Ok(Preview { columns, sample_rows, oversize_values, sample_truncated, suggested_primary_key, destination_fields, match_field, suggested_mappings })
+    Ok(Preview {
+        columns,
+        sample_rows,
+        oversize_values,
+        sample_truncated,
+        suggested_primary_key,
+        destination_fields,
+        match_field,
+        suggested_mappings,
+    })
 }
 
 fn json_type(v: &Value) -> Option<&'static str> {

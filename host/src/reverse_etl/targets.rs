@@ -31,8 +31,8 @@ use crate::plugin::registry::LoadedPlugin;
 use crate::plugin::types::{ConnectorError, Operation, WriteMode, WriteRequest};
 use crate::state::AppState;
 use crate::store::kinds::RetlDestinationKind;
-use tokio_util::sync::CancellationToken;
 use crate::store::reverse_etl::RetlDestination;
+use tokio_util::sync::CancellationToken;
 
 /// The egress caller name of webhook requests (credentials bound to a
 /// connector cannot be used by it).
@@ -100,13 +100,19 @@ pub struct Writable {
 /// Reads `x-write-keys` and `readOnly` from a stream's schema; `None` when
 /// the stream cannot be written.
 pub fn writable(schema: &Value) -> Option<Writable> {
-    let keys: Vec<String> = schema.get("x-write-keys")?.as_array()?.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect();
+    let keys: Vec<String> =
+        schema.get("x-write-keys")?.as_array()?.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect();
     if keys.is_empty() {
         return None;
     }
     let fields = schema["properties"]
         .as_object()
-        .map(|p| p.iter().filter(|(_, s)| s.get("readOnly").and_then(Value::as_bool) != Some(true)).map(|(k, _)| k.clone()).collect())
+        .map(|p| {
+            p.iter()
+                .filter(|(_, s)| s.get("readOnly").and_then(Value::as_bool) != Some(true))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
         .unwrap_or_default();
     Some(Writable { fields, keys })
 }
@@ -138,16 +144,36 @@ struct ConnectorSettings<'a> {
 }
 
 fn connector_settings(config: &Value) -> ApiResult<ConnectorSettings<'_>> {
-    let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
-    if let Some(k) = obj.keys().find(|k| !["connector_id", "object", "match_field", "configuration"].contains(&k.as_str())) {
-        return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}; a connector destination takes connector_id, object, match_field and configuration")));
+    let obj = config
+        .as_object()
+        .ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
+    if let Some(k) =
+        obj.keys().find(|k| !["connector_id", "object", "match_field", "configuration"].contains(&k.as_str()))
+    {
+        return Err(ApiError::invalid_field(
+            &format!("configuration.{k}"),
+            format!(
+                "unknown field {k}; a connector destination takes connector_id, object, match_field and configuration"
+            ),
+        ));
     }
     let text = |k: &str| obj.get(k).and_then(Value::as_str);
     Ok(ConnectorSettings {
-        connector_id: text("connector_id").ok_or_else(|| ApiError::invalid_field("configuration.connector_id", "connector_id is required"))?,
-        object: text("object").ok_or_else(|| ApiError::invalid_field("configuration.object", "object is required: the connector's writable stream, for example subscribers"))?,
+        connector_id: text("connector_id")
+            .ok_or_else(|| ApiError::invalid_field("configuration.connector_id", "connector_id is required"))?,
+        object: text("object").ok_or_else(|| {
+            ApiError::invalid_field(
+                "configuration.object",
+                "object is required: the connector's writable stream, for example subscribers",
+            )
+        })?,
         match_field: text("match_field"),
-        configuration: obj.get("configuration").filter(|c| c.is_object()).ok_or_else(|| ApiError::invalid_field("configuration.configuration", "configuration must be the connector's configuration object"))?,
+        configuration: obj.get("configuration").filter(|c| c.is_object()).ok_or_else(|| {
+            ApiError::invalid_field(
+                "configuration.configuration",
+                "configuration must be the connector's configuration object",
+            )
+        })?,
     })
 }
 
@@ -156,11 +182,19 @@ fn connector_settings(config: &Value) -> ApiResult<ConnectorSettings<'_>> {
 /// (`SERVICE_WEBHOOK_ALLOWED_HOSTS`, not the connectors' list), no
 /// user-info, query or fragment (a secret goes in a credential handle).
 fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<String>)> {
-    let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
+    let obj = config
+        .as_object()
+        .ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
     if let Some(k) = obj.keys().find(|k| !["url", "credential_handle"].contains(&k.as_str())) {
-        return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}; a webhook takes url and credential_handle")));
+        return Err(ApiError::invalid_field(
+            &format!("configuration.{k}"),
+            format!("unknown field {k}; a webhook takes url and credential_handle"),
+        ));
     }
-    let raw = obj.get("url").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
+    let raw = obj
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
     let bad = |m: &str| ApiError::invalid_field("configuration.url", m.to_owned());
     let url = Url::parse(raw).map_err(|_| bad("url must be an absolute https URL"))?;
     if url.scheme() != "https" {
@@ -173,11 +207,15 @@ fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<
         return Err(ApiError::secret_refused("configuration.url"));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(bad("url must not have a query or fragment; put a secret in a credential and name its credential_handle"));
+        return Err(bad(
+            "url must not have a query or fragment; put a secret in a credential and name its credential_handle",
+        ));
     }
     let host = match url.host() {
         Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
-        Some(_) => return Err(bad("url must name a host, not an IP address: private and internal addresses are refused")),
+        Some(_) => {
+            return Err(bad("url must name a host, not an IP address: private and internal addresses are refused"));
+        }
         None => return Err(bad("url has no host")),
     };
     if !state.egress.policy().webhook_hosts.iter().any(|p| p.matches(&host)) {
@@ -187,7 +225,12 @@ fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<
     let handle = match obj.get("credential_handle") {
         None | Some(Value::Null) => None,
         Some(Value::String(h)) => Some(h.clone()),
-        Some(_) => return Err(ApiError::invalid_field("configuration.credential_handle", "credential_handle must be a string")),
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "configuration.credential_handle",
+                "credential_handle must be a string",
+            ));
+        }
     };
     Ok((url, handle))
 }
@@ -200,19 +243,31 @@ impl Target {
             RetlDestinationKind::Webhook => {
                 let (url, credential_handle) = webhook_settings(state, &dest.configuration)?;
                 let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-                let hosts = vec![HostPattern::parse(&host).map_err(|m| ApiError::invalid_field("configuration.url", m))?];
+                let hosts =
+                    vec![HostPattern::parse(&host).map_err(|m| ApiError::invalid_field("configuration.url", m))?];
                 let credential = match credential_handle {
                     Some(handle) => {
-                        let record = state.vault.require_handle(workspace_id, &crate::store::credentials::CredentialHandle::new(handle.as_str()), Some(&host)).await.map_err(|e| e.at("configuration.credential_handle"))?;
+                        let record = state
+                            .vault
+                            .require_handle(
+                                workspace_id,
+                                &crate::store::credentials::CredentialHandle::new(handle.as_str()),
+                                Some(&host),
+                            )
+                            .await
+                            .map_err(|e| e.at("configuration.credential_handle"))?;
                         // The egress layer would refuse it at the first send;
                         // say so when the destination is made.
                         if let Some(connector) = &record.connector_id {
                             return Err(ApiError::invalid_field(
                                 "configuration.credential_handle",
-                                format!("this credential is bound to connector {connector}, so only that connector may use it; a webhook takes a credential bound to no connector"),
+                                format!(
+                                    "this credential is bound to connector {connector}, so only that connector may use it; a webhook takes a credential bound to no connector"
+                                ),
                             ));
                         }
-                        let placement = crate::credentials::vault::placement(&record).map_err(|m| ApiError::invalid_field("configuration.credential_handle", m))?;
+                        let placement = crate::credentials::vault::placement(&record)
+                            .map_err(|m| ApiError::invalid_field("configuration.credential_handle", m))?;
                         Some(CredentialUse { handle, placement })
                     }
                     None => None,
@@ -223,18 +278,36 @@ impl Target {
                 let s = connector_settings(&dest.configuration)?;
                 let plugin = state.plugins.available(s.connector_id).await?;
                 if !plugin.info.operations.contains(&Operation::Write) {
-                    return Err(ApiError::invalid_field("configuration.connector_id", format!("connector {} cannot write records", plugin.plugin_id)));
+                    return Err(ApiError::invalid_field(
+                        "configuration.connector_id",
+                        format!("connector {} cannot write records", plugin.plugin_id),
+                    ));
                 }
                 let config = s.configuration.to_string();
                 let streams = state.plugins.runtime().discover(&plugin, workspace_id, &state.egress, &config).await?;
-                let writable = streams.iter().find(|st| st.name == s.object).and_then(|st| writable(&st.json_schema)).ok_or_else(|| {
-                    let offered: Vec<&str> = streams.iter().filter(|st| writable(&st.json_schema).is_some()).map(|st| st.name.as_str()).collect();
-                    ApiError::invalid_field("configuration.object", format!("the connector cannot write {}; it writes: {}", s.object, offered.join(", ")))
-                })?;
+                let writable =
+                    streams.iter().find(|st| st.name == s.object).and_then(|st| writable(&st.json_schema)).ok_or_else(
+                        || {
+                            let offered: Vec<&str> = streams
+                                .iter()
+                                .filter(|st| writable(&st.json_schema).is_some())
+                                .map(|st| st.name.as_str())
+                                .collect();
+                            ApiError::invalid_field(
+                                "configuration.object",
+                                format!("the connector cannot write {}; it writes: {}", s.object, offered.join(", ")),
+                            )
+                        },
+                    )?;
                 let match_field = match s.match_field {
                     None => writable.keys[0].clone(),
                     Some(f) if writable.keys.iter().any(|k| k == f) => f.to_owned(),
-                    Some(f) => return Err(ApiError::invalid_field("configuration.match_field", format!("{} records are matched by {}, not {f}", s.object, writable.keys.join(" or ")))),
+                    Some(f) => {
+                        return Err(ApiError::invalid_field(
+                            "configuration.match_field",
+                            format!("{} records are matched by {}, not {f}", s.object, writable.keys.join(" or ")),
+                        ));
+                    }
                 };
                 Ok(Target::Connector { plugin, config, object: s.object.to_owned(), writable, match_field })
             }
@@ -290,7 +363,14 @@ impl Target {
         }
     }
 
-    async fn send_batch(&self, state: &AppState, workspace_id: &str, ids: (&str, &str), op: Op, records: &[(String, Map<String, Value>)]) -> Result<Vec<Option<String>>, SendError> {
+    async fn send_batch(
+        &self,
+        state: &AppState,
+        workspace_id: &str,
+        ids: (&str, &str),
+        op: Op,
+        records: &[(String, Map<String, Value>)],
+    ) -> Result<Vec<Option<String>>, SendError> {
         match self {
             Target::Connector { plugin, config, object, match_field, .. } => {
                 let req = WriteRequest {
@@ -300,7 +380,12 @@ impl Target {
                     key_fields: vec![match_field.clone()],
                     records: records.iter().map(|(_, r)| Value::Object(r.clone()).to_string()).collect(),
                 };
-                let result = state.plugins.runtime().write(plugin, workspace_id, &state.egress, &req).await.map_err(invocation_failure)?;
+                let result = state
+                    .plugins
+                    .runtime()
+                    .write(plugin, workspace_id, &state.egress, &req)
+                    .await
+                    .map_err(invocation_failure)?;
                 let mut outcome = vec![None; records.len()];
                 for e in result.errors {
                     if let Some(slot) = outcome.get_mut(e.index as usize) {
@@ -316,7 +401,8 @@ impl Target {
                     "operation": op.as_str(),
                     "records": records.iter().map(|(key, fields)| json!({ "key": key, "fields": fields })).collect::<Vec<_>>(),
                 });
-                let caller = Caller { plugin_id: WEBHOOK_CALLER, declared_hosts: hosts, workspace_id, reach: Reach::Webhooks };
+                let caller =
+                    Caller { plugin_id: WEBHOOK_CALLER, declared_hosts: hosts, workspace_id, reach: Reach::Webhooks };
                 let request = OutboundRequest {
                     method: Method::Post,
                     url: url.to_string(),
@@ -332,7 +418,12 @@ impl Target {
                         200..=299 => return Ok(rejections(&answer.body, records.len())),
                         429 if tries < RATE_LIMIT_RETRIES => {
                             tries += 1;
-                            let wait = answer.headers.iter().find(|(n, _)| n == "retry-after").and_then(|(_, v)| v.trim().parse::<u64>().ok()).unwrap_or(1);
+                            let wait = answer
+                                .headers
+                                .iter()
+                                .find(|(n, _)| n == "retry-after")
+                                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+                                .unwrap_or(1);
                             tokio::time::sleep(Duration::from_secs(wait).min(RETRY_AFTER_CAP)).await;
                         }
                         429 => return Err(SendError::Transient("the webhook is rate-limiting".into())),
@@ -367,7 +458,9 @@ fn rejections(body: &[u8], n: usize) -> Vec<Option<String>> {
 fn invocation_failure(e: InvocationError) -> SendError {
     let transient = matches!(
         e,
-        InvocationError::Timeout | InvocationError::Host(_) | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
+        InvocationError::Timeout
+            | InvocationError::Host(_)
+            | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
     );
     let message = short(&e.to_string());
     if transient { SendError::Transient(message) } else { SendError::Permanent(message) }

@@ -162,7 +162,13 @@ impl Store {
     }
 
     /// Proposals of a workspace, newest first.
-    pub async fn approvals(&self, workspace_id: &str, f: &ApprovalFilter, before: Option<&str>, limit: i64) -> StoreResult<Vec<Approval>> {
+    pub async fn approvals(
+        &self,
+        workspace_id: &str,
+        f: &ApprovalFilter,
+        before: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Approval>> {
         let now = now_ms();
         // `expired` is derived: a pending proposal past its expiry.
         let (status, expired) = match f.status {
@@ -192,7 +198,13 @@ impl Store {
     /// Moves a pending, unexpired proposal to `to` (`executing` or
     /// `rejected`). One statement, so of two concurrent decisions exactly one
     /// wins.
-    pub async fn decide_approval(&self, workspace_id: &str, id: &str, decided_by: &str, to: ApprovalStatus) -> StoreResult<Result<Approval, DecideError>> {
+    pub async fn decide_approval(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        decided_by: &str,
+        to: ApprovalStatus,
+    ) -> StoreResult<Result<Approval, DecideError>> {
         let now = now_ms();
         let n = sqlx::query(
             "UPDATE approvals SET status = $1, decided_by = $2, decided_at = $3 \
@@ -248,7 +260,14 @@ impl Store {
             .collect()
     }
 
-    pub async fn set_approval_policy(&self, workspace_id: &str, category: &str, requires: bool, approver: Role, by: &str) -> StoreResult<()> {
+    pub async fn set_approval_policy(
+        &self,
+        workspace_id: &str,
+        category: &str,
+        requires: bool,
+        approver: Role,
+        by: &str,
+    ) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO approval_policies (workspace_id, category, requires_approval, approver_role, updated_by, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (workspace_id, category) DO UPDATE SET \

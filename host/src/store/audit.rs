@@ -56,7 +56,13 @@ pub struct NewAuditRecord {
 impl NewAuditRecord {
     /// A record of something the server did on its own or for a browser
     /// page (no request through `/v1`): the rest is filled in by the caller.
-    pub fn event(workspace_id: &str, action: &str, outcome: AuditOutcome, status_code: u16, request_id: String) -> Self {
+    pub fn event(
+        workspace_id: &str,
+        action: &str,
+        outcome: AuditOutcome,
+        status_code: u16,
+        request_id: String,
+    ) -> Self {
         NewAuditRecord {
             workspace_id: Some(workspace_id.to_owned()),
             actor_user_id: None,
@@ -140,7 +146,12 @@ impl Store {
     }
 
     /// Records of one workspace, newest first.
-    pub async fn audit_records(&self, f: &AuditFilter, before: Option<&str>, limit: i64) -> StoreResult<Vec<AuditRecord>> {
+    pub async fn audit_records(
+        &self,
+        f: &AuditFilter,
+        before: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<AuditRecord>> {
         let rows = sqlx::query(
             "SELECT id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, client_source, \
              request_id, outcome, status_code, approval_id, address, created_at FROM audit_logs \

@@ -63,7 +63,11 @@ impl SessionCache {
         if !self.trusted.load(Ordering::Acquire) {
             return (None, inner.epoch);
         }
-        let hit = inner.entries.get(token_hash).filter(|(s, at)| at.elapsed() < BACKSTOP && s.expires_at.is_none_or(|e| e > now_ms)).map(|(s, _)| s.clone());
+        let hit = inner
+            .entries
+            .get(token_hash)
+            .filter(|(s, at)| at.elapsed() < BACKSTOP && s.expires_at.is_none_or(|e| e > now_ms))
+            .map(|(s, _)| s.clone());
         (hit, inner.epoch)
     }
 
@@ -172,7 +176,14 @@ mod tests {
     use super::*;
 
     fn session(id: &str) -> ActiveSession {
-        ActiveSession { session_id: id.into(), user_id: "usr_1".into(), client_source: crate::store::sessions::ClientSource::Api, kind: crate::store::sessions::SessionKind::Session, last_used_at: None, expires_at: None }
+        ActiveSession {
+            session_id: id.into(),
+            user_id: "usr_1".into(),
+            client_source: crate::store::sessions::ClientSource::Api,
+            kind: crate::store::sessions::SessionKind::Session,
+            last_used_at: None,
+            expires_at: None,
+        }
     }
 
     #[test]

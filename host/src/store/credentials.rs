@@ -116,7 +116,11 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
             revoked_at: r.try_get::<Option<i64>, _>("revoked_at")?.map(from_ms),
             revoked_by: r.try_get("revoked_by")?,
         },
-        sealed: Sealed { key_id: r.try_get("key_id")?, nonce: r.try_get("nonce")?, ciphertext: r.try_get("ciphertext")? },
+        sealed: Sealed {
+            key_id: r.try_get("key_id")?,
+            nonce: r.try_get("nonce")?,
+            ciphertext: r.try_get("ciphertext")?,
+        },
         access_expires_at: r.try_get("access_expires_at")?,
         last_used_ms: last_used,
     })
@@ -150,25 +154,52 @@ impl Store {
 
     pub async fn credential(&self, workspace_id: &str, credential_id: &str) -> StoreResult<Option<SealedCredential>> {
         let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND id = $2");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(credential_id).fetch_optional(self.pool()).await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(credential_id)
+            .fetch_optional(self.pool())
+            .await?;
         row.as_ref().map(from_row).transpose()
     }
 
     /// Looks a handle up within one workspace: a handle of another
     /// workspace is simply not found.
-    pub async fn credential_by_handle(&self, workspace_id: &str, handle: &str) -> StoreResult<Option<SealedCredential>> {
+    pub async fn credential_by_handle(
+        &self,
+        workspace_id: &str,
+        handle: &str,
+    ) -> StoreResult<Option<SealedCredential>> {
         let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND handle = $2");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(handle).fetch_optional(self.pool()).await?;
+        let row =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(handle).fetch_optional(self.pool()).await?;
         row.as_ref().map(from_row).transpose()
     }
 
-    pub async fn credentials(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<CredentialRecord>> {
-        let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+    pub async fn credentials(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<CredentialRecord>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(|r| from_row(r).map(|c| c.record)).collect()
     }
 
-    pub async fn set_credential_status(&self, workspace_id: &str, credential_id: &str, from: CredentialStatus, to: CredentialStatus) -> StoreResult<bool> {
+    pub async fn set_credential_status(
+        &self,
+        workspace_id: &str,
+        credential_id: &str,
+        from: CredentialStatus,
+        to: CredentialStatus,
+    ) -> StoreResult<bool> {
         let n = sqlx::query("UPDATE credentials SET status = $1 WHERE workspace_id = $2 AND id = $3 AND status = $4")
             .bind(to.as_str())
             .bind(workspace_id)
@@ -199,12 +230,21 @@ impl Store {
     }
 
     pub async fn touch_credential(&self, credential_id: &str, at: i64) -> StoreResult<()> {
-        sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE id = $2").bind(at).bind(credential_id).execute(self.pool()).await?;
+        sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(credential_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     /// Replaces the sealed secret (token refresh, key rotation).
-    pub async fn reseal_credential(&self, credential_id: &str, sealed: &Sealed, access_expires_at: Option<i64>) -> StoreResult<()> {
+    pub async fn reseal_credential(
+        &self,
+        credential_id: &str,
+        sealed: &Sealed,
+        access_expires_at: Option<i64>,
+    ) -> StoreResult<()> {
         // A revoked credential stays without a secret, whatever a refresh
         // or rotation that started before the revocation writes.
         sqlx::query("UPDATE credentials SET key_id = $1, nonce = $2, ciphertext = $3, access_expires_at = $4 WHERE id = $5 AND status <> 'revoked'")

@@ -30,7 +30,14 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<EntryLink> {
     Ok(EntryLink {
         entry_id: r.try_get("id")?,
         workspace_id: r.try_get("workspace_id")?,
-        status: if used.is_some() { "completed" } else if expires <= now { "expired" } else { "pending" }.into(),
+        status: if used.is_some() {
+            "completed"
+        } else if expires <= now {
+            "expired"
+        } else {
+            "pending"
+        }
+        .into(),
         spec: serde_json::from_str(&spec).unwrap_or(Value::Null),
         created_at: from_ms(r.try_get("created_at")?),
         expires_at: from_ms(expires),
@@ -39,7 +46,14 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<EntryLink> {
 }
 
 impl Store {
-    pub async fn create_entry_link(&self, workspace_id: &str, token_hash: &str, requested_by: &str, spec: &Value, expires_at: i64) -> StoreResult<EntryLink> {
+    pub async fn create_entry_link(
+        &self,
+        workspace_id: &str,
+        token_hash: &str,
+        requested_by: &str,
+        spec: &Value,
+        expires_at: i64,
+    ) -> StoreResult<EntryLink> {
         let id = new_id("cel");
         sqlx::query(
             "INSERT INTO credential_entry_links (id, workspace_id, token_hash, requested_by, spec, created_at, expires_at) \
@@ -70,11 +84,13 @@ impl Store {
     /// A pending link by its token: (link, requested_by).
     pub async fn pending_entry_link(&self, token_hash: &str) -> StoreResult<Option<(EntryLink, String)>> {
         let now = now_ms();
-        let row = sqlx::query("SELECT * FROM credential_entry_links WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2")
-            .bind(token_hash)
-            .bind(now)
-            .fetch_optional(self.pool())
-            .await?;
+        let row = sqlx::query(
+            "SELECT * FROM credential_entry_links WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2",
+        )
+        .bind(token_hash)
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await?;
         row.map(|r| Ok((from_row(&r, now)?, r.try_get("requested_by")?))).transpose()
     }
 

@@ -65,13 +65,15 @@ impl Store {
 
     /// Stores the response of the request that reserved `key`.
     pub async fn complete_idempotency_key(&self, user_id: &str, key: &str, status: u16, body: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE idempotency_keys SET status_code = $1, response_body = $2 WHERE user_id = $3 AND idem_key = $4")
-            .bind(i64::from(status))
-            .bind(body)
-            .bind(user_id)
-            .bind(key)
-            .execute(self.pool())
-            .await?;
+        sqlx::query(
+            "UPDATE idempotency_keys SET status_code = $1, response_body = $2 WHERE user_id = $3 AND idem_key = $4",
+        )
+        .bind(i64::from(status))
+        .bind(body)
+        .bind(user_id)
+        .bind(key)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 

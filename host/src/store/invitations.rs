@@ -5,8 +5,8 @@ use serde::Serialize;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::{Store, StoreResult, from_ms, new_id, now_ms};
 use super::workspaces::Role;
+use super::{Store, StoreResult, from_ms, new_id, now_ms};
 
 /// An invitation as returned to the administrator who created it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -126,7 +126,11 @@ impl Store {
     /// an existing account accepts only for itself, through its own
     /// session, so an invitation can never hand anyone a session of an
     /// account that exists.
-    pub async fn accept_invitation(&self, token_hash: &str, by: Acceptor<'_>) -> StoreResult<Result<AcceptedInvitation, AcceptError>> {
+    pub async fn accept_invitation(
+        &self,
+        token_hash: &str,
+        by: Acceptor<'_>,
+    ) -> StoreResult<Result<AcceptedInvitation, AcceptError>> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let Some(row) = sqlx::query(
@@ -145,7 +149,12 @@ impl Store {
         let email: String = row.try_get("email")?;
         let role = Role::parse(row.try_get::<&str, _>("role")?).unwrap_or(Role::Viewer);
 
-        let existing: Option<String> = sqlx::query("SELECT id FROM users WHERE email = $1").bind(&email).fetch_optional(&mut *tx).await?.map(|r| r.try_get("id")).transpose()?;
+        let existing: Option<String> = sqlx::query("SELECT id FROM users WHERE email = $1")
+            .bind(&email)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| r.try_get("id"))
+            .transpose()?;
         let user_id = match (by, existing) {
             (Acceptor::NewAccount { .. }, Some(_)) => return Ok(Err(AcceptError::AccountExists)),
             (Acceptor::NewAccount { name }, None) => {

@@ -57,7 +57,6 @@ macro_rules! text_enum {
     };
 }
 
-
 text_enum! {
     /// What a job does.
     pub enum JobKind {

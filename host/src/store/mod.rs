@@ -141,7 +141,13 @@ impl Store {
         };
         let pool = pool_options.connect_with(options).await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(Store { pool, backend, membership_generation: Default::default(), url: url.into(), confirmations: tokio::sync::broadcast::channel(256).0 })
+        Ok(Store {
+            pool,
+            backend,
+            membership_generation: Default::default(),
+            url: url.into(),
+            confirmations: tokio::sync::broadcast::channel(256).0,
+        })
     }
 
     /// The engine this store runs on.
@@ -211,7 +217,12 @@ impl Store {
 /// A stored text as the enum it names; a text no variant has is a
 /// corrupt row, reported as a decoding error.
 pub(crate) fn decode<T>(text: &str, parse: fn(&str) -> Option<T>, column: &'static str) -> StoreResult<T> {
-    parse(text).ok_or_else(|| StoreError::Database(sqlx::Error::ColumnDecode { index: column.to_owned(), source: format!("unknown value '{text}'").into() }))
+    parse(text).ok_or_else(|| {
+        StoreError::Database(sqlx::Error::ColumnDecode {
+            index: column.to_owned(),
+            source: format!("unknown value '{text}'").into(),
+        })
+    })
 }
 
 /// Current time as stored: Unix milliseconds.
@@ -237,7 +248,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_transaction_survives_a_commit_between_its_read_and_its_write() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("control.db").display())).await.unwrap();
+        let store =
+            Store::connect(&format!("sqlite://{}?mode=rwc", dir.path().join("control.db").display())).await.unwrap();
         sqlx::query("CREATE TABLE scratch (n INTEGER)").execute(store.pool()).await.unwrap();
 
         let mut tx = store.begin_write().await.unwrap();
@@ -249,7 +261,10 @@ mod tests {
             async move { sqlx::query("INSERT INTO scratch (n) VALUES (1)").execute(store.pool()).await.map(|_| ()) }
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
-        sqlx::query("INSERT INTO scratch (n) VALUES (2)").execute(&mut *tx).await.expect("the transaction's write goes through");
+        sqlx::query("INSERT INTO scratch (n) VALUES (2)")
+            .execute(&mut *tx)
+            .await
+            .expect("the transaction's write goes through");
         tx.commit().await.unwrap();
         other.await.unwrap().expect("the other write waited its turn");
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scratch").fetch_one(store.pool()).await.unwrap();

@@ -87,10 +87,12 @@ impl Store {
 
     /// How many servers listen for notices now (PostgreSQL).
     async fn notice_listeners(&self) -> StoreResult<usize> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()")
-            .bind(APPLICATION_NAME)
-            .fetch_one(self.pool())
-            .await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+        )
+        .bind(APPLICATION_NAME)
+        .fetch_one(self.pool())
+        .await?;
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
@@ -104,7 +106,11 @@ impl Store {
     /// at most [`CONFIRM_WAIT`] (PostgreSQL only: on SQLite this process
     /// is the only server). A server that does not confirm in time is one
     /// that cannot hear notices, and such a server uses no cache.
-    pub async fn confirmed_everywhere(&self, change: &str, mut confirmations: tokio::sync::broadcast::Receiver<(String, String)>) {
+    pub async fn confirmed_everywhere(
+        &self,
+        change: &str,
+        mut confirmations: tokio::sync::broadcast::Receiver<(String, String)>,
+    ) {
         if self.backend() != Backend::Postgres {
             return;
         }
@@ -126,7 +132,11 @@ impl Store {
     }
 
     /// Sends a notice when `tx` commits (PostgreSQL only).
-    pub(super) async fn notify_on_commit(&self, tx: &mut sqlx::Transaction<'_, sqlx::Any>, notice: &Notice) -> StoreResult<()> {
+    pub(super) async fn notify_on_commit(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        notice: &Notice,
+    ) -> StoreResult<()> {
         if self.backend() == Backend::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(notice.payload()).execute(&mut **tx).await?;
         }
@@ -193,7 +203,9 @@ pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>)
                     }
                     Some(Notice::MembershipsChanged(change)) => {
                         store.memberships_changed_here();
-                        if !change.is_empty() && store.notify(&Notice::Applied { server: nonce.clone(), change }).await.is_err() {
+                        if !change.is_empty()
+                            && store.notify(&Notice::Applied { server: nonce.clone(), change }).await.is_err()
+                        {
                             break;
                         }
                     }
@@ -214,7 +226,11 @@ pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>)
 fn with_application_name(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) => {
-            let kept: Vec<(String, String)> = u.query_pairs().filter(|(k, _)| k != "application_name").map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+            let kept: Vec<(String, String)> = u
+                .query_pairs()
+                .filter(|(k, _)| k != "application_name")
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
             u.query_pairs_mut().clear().extend_pairs(kept).append_pair("application_name", APPLICATION_NAME);
             u.to_string()
         }
@@ -229,7 +245,12 @@ mod tests {
     #[test]
     fn notices_read_back_as_they_were_sent() {
         let applied = Notice::Applied { server: "echo_1".into(), change: "ses_1".into() };
-        for n in [Notice::SessionRevoked("ses_1".into()), Notice::MembershipsChanged("chg_1".into()), Notice::Echo("echo_1".into()), applied] {
+        for n in [
+            Notice::SessionRevoked("ses_1".into()),
+            Notice::MembershipsChanged("chg_1".into()),
+            Notice::Echo("echo_1".into()),
+            applied,
+        ] {
             assert_eq!(Notice::parse(&n.payload()), Some(n));
         }
         assert_eq!(Notice::parse("memberships"), Some(Notice::MembershipsChanged(String::new())));

@@ -85,7 +85,10 @@ impl Store {
                 client_source: r.try_get("client_source")?,
             }));
         }
-        let row = sqlx::query("SELECT used_at, expires_at FROM oauth_states WHERE state_hash = $1").bind(state_hash).fetch_optional(self.pool()).await?;
+        let row = sqlx::query("SELECT used_at, expires_at FROM oauth_states WHERE state_hash = $1")
+            .bind(state_hash)
+            .fetch_optional(self.pool())
+            .await?;
         Ok(match row {
             None => Spend::Unknown,
             Some(r) if r.try_get::<Option<i64>, _>("used_at")?.is_some() => Spend::Used,
@@ -119,7 +122,10 @@ impl Store {
 
     /// Who a state belongs to, without spending it.
     pub async fn oauth_state_owner(&self, state_hash: &str) -> StoreResult<Option<(String, String)>> {
-        let row = sqlx::query("SELECT workspace_id, user_id FROM oauth_states WHERE state_hash = $1").bind(state_hash).fetch_optional(self.pool()).await?;
+        let row = sqlx::query("SELECT workspace_id, user_id FROM oauth_states WHERE state_hash = $1")
+            .bind(state_hash)
+            .fetch_optional(self.pool())
+            .await?;
         row.map(|r| Ok((r.try_get("workspace_id")?, r.try_get("user_id")?))).transpose()
     }
 }

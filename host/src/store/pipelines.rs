@@ -75,10 +75,16 @@ impl utoipa::PartialSchema for Schedule {
         };
         let manual = variant("manual", "Only when asked.");
         let interval = variant("interval", "Every `minutes` minutes.")
-            .property("minutes", ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(525_600)))
+            .property(
+                "minutes",
+                ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1)).maximum(Some(525_600)),
+            )
             .required("minutes");
         let cron = variant("cron", "A cron expression, evaluated in UTC (`0 6 * * *`, or with seconds `0 0 6 * * *`).")
-            .property("expression", ObjectBuilder::new().schema_type(Type::String).min_length(Some(9)).max_length(Some(200)))
+            .property(
+                "expression",
+                ObjectBuilder::new().schema_type(Type::String).min_length(Some(9)).max_length(Some(200)),
+            )
             .required("expression");
         OneOfBuilder::new().item(manual).item(interval).item(cron).description(Some("When a pipeline runs.")).into()
     }
@@ -95,7 +101,9 @@ impl Schedule {
             Schedule::Cron { expression } => {
                 let cron: croner::Cron = expression.parse().map_err(|e| format!("not a cron expression: {e}"))?;
                 let start = chrono::DateTime::from_timestamp_millis(now).unwrap_or_default();
-                let next = cron.find_next_occurrence(&start, false).map_err(|e| format!("the cron expression never fires: {e}"))?;
+                let next = cron
+                    .find_next_occurrence(&start, false)
+                    .map_err(|e| format!("the cron expression never fires: {e}"))?;
                 Ok(Some(next.timestamp_millis()))
             }
         }
@@ -156,7 +164,10 @@ pub enum DeleteRefused {
     NotFound,
     /// The records that still use it: their table (`pipelines`,
     /// `retl_models`, `retl_activations`) and ids.
-    InUse { table: &'static str, ids: Vec<String> },
+    InUse {
+        table: &'static str,
+        ids: Vec<String>,
+    },
 }
 
 /// A job's record.
@@ -238,8 +249,7 @@ pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
 
 const DEST_COLUMNS: &str = "id, workspace_id, kind, name, configuration, created_by, created_at, updated_at";
 const PIPELINE_COLUMNS: &str = "id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at";
-pub(super) const JOB_COLUMNS: &str =
-    "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
+pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
 
 /// What a job runs for: at most one of its jobs is active at a time.
 #[derive(Debug, Clone, Copy)]
@@ -270,9 +280,15 @@ pub enum NotQueued {
     Gone,
 }
 
-
 impl Store {
-    pub async fn create_destination(&self, workspace_id: &str, kind: DestinationKind, name: &str, configuration: &Value, by: &str) -> StoreResult<Destination> {
+    pub async fn create_destination(
+        &self,
+        workspace_id: &str,
+        kind: DestinationKind,
+        name: &str,
+        configuration: &Value,
+        by: &str,
+    ) -> StoreResult<Destination> {
         let id = new_id("dst");
         let now = now_ms();
         sqlx::query(
@@ -296,9 +312,21 @@ impl Store {
         row.as_ref().map(destination_from_row).transpose()
     }
 
-    pub async fn destinations(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Destination>> {
-        let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+    pub async fn destinations(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Destination>> {
+        let sql = format!(
+            "SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(destination_from_row).collect()
     }
 
@@ -310,7 +338,13 @@ impl Store {
         rows.iter().map(destination_from_row).collect()
     }
 
-    pub async fn update_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value) -> StoreResult<Option<Destination>> {
+    pub async fn update_destination(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        name: &str,
+        configuration: &Value,
+    ) -> StoreResult<Option<Destination>> {
         sqlx::query("UPDATE destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
             .bind(name)
             .bind(configuration.to_string())
@@ -325,7 +359,13 @@ impl Store {
     /// Deletes a destination no pipeline uses; the tables and files it
     /// wrote stay where they are.
     pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
-        self.delete_unless_used("destinations", workspace_id, id, &[("pipelines", "destination_id"), ("retl_models", "warehouse_id")]).await
+        self.delete_unless_used(
+            "destinations",
+            workspace_id,
+            id,
+            &[("pipelines", "destination_id"), ("retl_models", "warehouse_id")],
+        )
+        .await
     }
 
     /// Deletes a row of `table` unless a row of one of `users` (table,
@@ -333,30 +373,43 @@ impl Store {
     /// the row locked on PostgreSQL (a user's foreign key waits on that
     /// lock), so a pipeline or activation created meanwhile cannot be left
     /// pointing at nothing.
-    pub(super) async fn delete_unless_used(&self, table: &'static str, workspace_id: &str, id: &str, users: &[(&'static str, &'static str)]) -> StoreResult<Result<(), DeleteRefused>> {
+    pub(super) async fn delete_unless_used(
+        &self,
+        table: &'static str,
+        workspace_id: &str,
+        id: &str,
+        users: &[(&'static str, &'static str)],
+    ) -> StoreResult<Result<(), DeleteRefused>> {
         let mut tx = self.begin_write().await?;
         let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
-        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {table} WHERE workspace_id = $1 AND id = $2{lock}")))
-            .bind(workspace_id)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let exists = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM {table} WHERE workspace_id = $1 AND id = $2{lock}"
+        )))
+        .bind(workspace_id)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
         if exists.is_none() {
             return Ok(Err(DeleteRefused::NotFound));
         }
         for &(user, column) in users {
-            let ids = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {user} WHERE {column} = $1 ORDER BY id")))
-                .bind(id)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|r| r.try_get::<String, _>("id"))
-                .collect::<Result<Vec<_>, _>>()?;
+            let ids =
+                sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {user} WHERE {column} = $1 ORDER BY id")))
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("id"))
+                    .collect::<Result<Vec<_>, _>>()?;
             if !ids.is_empty() {
                 return Ok(Err(DeleteRefused::InUse { table: user, ids }));
             }
         }
-        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE workspace_id = $1 AND id = $2"))).bind(workspace_id).bind(id).execute(&mut *tx).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE workspace_id = $1 AND id = $2")))
+            .bind(workspace_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(Ok(()))
     }
@@ -400,14 +453,26 @@ impl Store {
     }
 
     pub async fn pipelines(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Pipeline>> {
-        let sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        let sql = format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(pipeline_from_row).collect()
     }
 
     /// Saves a pipeline's name, streams and schedule; the schedule version
     /// increases when the schedule changed.
-    pub async fn update_pipeline(&self, p: &Pipeline, schedule_changed: bool, next_run_at: Option<i64>) -> StoreResult<Option<Pipeline>> {
+    pub async fn update_pipeline(
+        &self,
+        p: &Pipeline,
+        schedule_changed: bool,
+        next_run_at: Option<i64>,
+    ) -> StoreResult<Option<Pipeline>> {
         sqlx::query(
             "UPDATE pipelines SET name = $1, streams = $2, schedule = $3, schedule_version = schedule_version + $4, updated_at = $5, next_run_at = $6 \
              WHERE workspace_id = $7 AND id = $8",
@@ -425,7 +490,12 @@ impl Store {
         self.pipeline(&p.workspace_id, &p.pipeline_id).await
     }
 
-    pub async fn set_pipeline_status(&self, workspace_id: &str, id: &str, status: PipelineStatus) -> StoreResult<Option<Pipeline>> {
+    pub async fn set_pipeline_status(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        status: PipelineStatus,
+    ) -> StoreResult<Option<Pipeline>> {
         sqlx::query("UPDATE pipelines SET status = $1, updated_at = $2 WHERE workspace_id = $3 AND id = $4")
             .bind(status.as_str())
             .bind(now_ms())
@@ -442,13 +512,24 @@ impl Store {
         if let Some(active) = self.active_job(id).await? {
             return Ok(Err(Some(active)));
         }
-        let n = sqlx::query("DELETE FROM pipelines WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(self.pool()).await?.rows_affected();
+        let n = sqlx::query("DELETE FROM pipelines WHERE workspace_id = $1 AND id = $2")
+            .bind(workspace_id)
+            .bind(id)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
         Ok(if n == 1 { Ok(()) } else { Err(None) })
     }
 
     /// Creates a queued job unless one is active for the pipeline: the
     /// partial unique index decides, so it holds across replicas.
-    pub async fn create_job(&self, workspace_id: &str, pipeline_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, NotQueued>> {
+    pub async fn create_job(
+        &self,
+        workspace_id: &str,
+        pipeline_id: &str,
+        kind: JobKind,
+        trigger: Trigger,
+    ) -> StoreResult<Result<Job, NotQueued>> {
         self.queue_job(workspace_id, JobFor::Pipeline(pipeline_id), kind, trigger).await
     }
 
@@ -459,7 +540,13 @@ impl Store {
     /// Queues a job (a pipeline's sync or reset, an activation's run)
     /// unless one is active for the same pipeline or activation: a partial
     /// unique index decides, so it holds across replicas.
-    pub(super) async fn queue_job(&self, workspace_id: &str, subject: JobFor<'_>, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, NotQueued>> {
+    pub(super) async fn queue_job(
+        &self,
+        workspace_id: &str,
+        subject: JobFor<'_>,
+        kind: JobKind,
+        trigger: Trigger,
+    ) -> StoreResult<Result<Job, NotQueued>> {
         let (column, owner, prefix) = subject.parts();
         let id = new_id(prefix);
         let now = now_ms();
@@ -480,7 +567,9 @@ impl Store {
             Ok(_) => Ok(Ok(self.job(workspace_id, &id).await?.expect("just inserted"))),
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Ok(Err(NotQueued::Gone)),
             // The only unique rule a new job can break is its index's.
-            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(Err(NotQueued::Active(self.active_job_for(subject).await?))),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                Ok(Err(NotQueued::Active(self.active_job_for(subject).await?)))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -585,7 +674,13 @@ impl Store {
 
     /// Jobs of a workspace, newest first, filtered; `after` is the id of
     /// the last job of the previous page (an unknown one ends the list).
-    pub async fn jobs(&self, workspace_id: &str, f: &JobFilter, after: Option<&str>, limit: i64) -> StoreResult<Vec<Job>> {
+    pub async fn jobs(
+        &self,
+        workspace_id: &str,
+        f: &JobFilter,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Job>> {
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND ($2 IS NULL OR pipeline_id = $2) AND ($3 IS NULL OR status = $3) \
              AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR created_at >= $5) AND ($6 IS NULL OR created_at < $6) \
@@ -611,23 +706,35 @@ impl Store {
     /// Extends a lease; false when the job is no longer this runner's
     /// (taken over, or cancelled).
     pub async fn heartbeat(&self, job_id: &str, owner: &str, lease_ms: i64) -> StoreResult<bool> {
-        let n = sqlx::query("UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND status = 'running'")
-            .bind(now_ms() + lease_ms)
-            .bind(job_id)
-            .bind(owner)
-            .execute(self.pool())
-            .await?
-            .rows_affected();
+        let n = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND status = 'running'",
+        )
+        .bind(now_ms() + lease_ms)
+        .bind(job_id)
+        .bind(owner)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
         Ok(n == 1)
     }
 
     pub async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
-        sqlx::query("UPDATE jobs SET progress = $1 WHERE id = $2").bind(progress.to_string()).bind(job_id).execute(self.pool()).await?;
+        sqlx::query("UPDATE jobs SET progress = $1 WHERE id = $2")
+            .bind(progress.to_string())
+            .bind(job_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     /// Ends a job held by `owner`.
-    pub async fn finish_job(&self, job_id: &str, owner: &str, status: JobStatus, error: Option<&str>) -> StoreResult<()> {
+    pub async fn finish_job(
+        &self,
+        job_id: &str,
+        owner: &str,
+        status: JobStatus,
+        error: Option<&str>,
+    ) -> StoreResult<()> {
         let n = sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
             .bind(status.as_str())
             .bind(error)
@@ -717,13 +824,19 @@ impl Store {
 
     /// Active pipelines whose interval schedule is due.
     pub async fn due_pipelines(&self, now: i64) -> StoreResult<Vec<Pipeline>> {
-        let sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE status = 'active' AND next_run_at IS NOT NULL AND next_run_at <= $1");
+        let sql = format!(
+            "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE status = 'active' AND next_run_at IS NOT NULL AND next_run_at <= $1"
+        );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).fetch_all(self.pool()).await?;
         rows.iter().map(pipeline_from_row).collect()
     }
 
     pub async fn set_next_run(&self, pipeline_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
-        sqlx::query("UPDATE pipelines SET next_run_at = $1 WHERE id = $2").bind(next_run_at).bind(pipeline_id).execute(self.pool()).await?;
+        sqlx::query("UPDATE pipelines SET next_run_at = $1 WHERE id = $2")
+            .bind(next_run_at)
+            .bind(pipeline_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 }

@@ -37,13 +37,20 @@ impl Store {
 
     /// Every recorded state.
     pub async fn plugin_states(&self) -> StoreResult<HashMap<String, PluginState>> {
-        let rows = sqlx::query("SELECT connector_id, enabled, digest FROM plugin_states").fetch_all(self.pool()).await?;
+        let rows =
+            sqlx::query("SELECT connector_id, enabled, digest FROM plugin_states").fetch_all(self.pool()).await?;
         rows.iter().map(|r| Ok((r.try_get("connector_id")?, state_from_row(r)?))).collect()
     }
 
     /// Switches a connector on (pinned to `digest`, when given) or off
     /// (keeping the digest it was pinned to).
-    pub async fn set_plugin_enabled(&self, connector_id: &str, enabled: bool, by: Option<&str>, digest: Option<&str>) -> StoreResult<()> {
+    pub async fn set_plugin_enabled(
+        &self,
+        connector_id: &str,
+        enabled: bool,
+        by: Option<&str>,
+        digest: Option<&str>,
+    ) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO plugin_states (connector_id, enabled, updated_at, updated_by, digest) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (connector_id) DO UPDATE SET enabled = excluded.enabled, updated_at = excluded.updated_at, updated_by = excluded.updated_by, \
@@ -82,12 +89,17 @@ impl Store {
 
     /// Whether a user is an installation operator.
     pub async fn is_operator(&self, user_id: &str) -> StoreResult<bool> {
-        let row = sqlx::query("SELECT operator FROM users WHERE id = $1").bind(user_id).fetch_optional(self.pool()).await?;
+        let row =
+            sqlx::query("SELECT operator FROM users WHERE id = $1").bind(user_id).fetch_optional(self.pool()).await?;
         Ok(row.map(|r| r.try_get::<i64, _>("operator")).transpose()?.is_some_and(|o| o != 0))
     }
 
     pub async fn set_operator(&self, user_id: &str, operator: bool) -> StoreResult<()> {
-        sqlx::query("UPDATE users SET operator = $1 WHERE id = $2").bind(i64::from(operator)).bind(user_id).execute(self.pool()).await?;
+        sqlx::query("UPDATE users SET operator = $1 WHERE id = $2")
+            .bind(i64::from(operator))
+            .bind(user_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 }

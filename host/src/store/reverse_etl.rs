@@ -9,7 +9,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
-use super::pipelines::{NotQueued, DeleteRefused, JOB_COLUMNS, Job, JobFor, Schedule, job_from_row};
+use super::pipelines::{DeleteRefused, JOB_COLUMNS, Job, JobFor, NotQueued, Schedule, job_from_row};
 use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A model: one read-only query over a warehouse destination.
@@ -111,7 +111,8 @@ pub enum StateOf<'a> {
     Destination(&'a str),
 }
 
-const MODEL_COLUMNS: &str = "id, workspace_id, name, warehouse_id, query, primary_key, created_by, created_at, updated_at";
+const MODEL_COLUMNS: &str =
+    "id, workspace_id, name, warehouse_id, query, primary_key, created_by, created_at, updated_at";
 const RDEST_COLUMNS: &str = "id, workspace_id, name, kind, configuration, created_by, created_at, updated_at";
 const ACTIVATION_COLUMNS: &str = "id, workspace_id, name, model_id, destination_id, mappings, mode, schedule, paused, created_by, created_at, updated_at";
 
@@ -166,7 +167,15 @@ fn activation_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Activation> {
 const STATE_BATCH: usize = 500;
 
 impl Store {
-    pub async fn create_model(&self, workspace_id: &str, name: &str, warehouse_id: &str, query: &str, primary_key: &str, by: &str) -> StoreResult<Model> {
+    pub async fn create_model(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        warehouse_id: &str,
+        query: &str,
+        primary_key: &str,
+        by: &str,
+    ) -> StoreResult<Model> {
         let id = new_id("rm");
         let now = now_ms();
         sqlx::query(
@@ -193,8 +202,15 @@ impl Store {
     }
 
     pub async fn models(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Model>> {
-        let sql = format!("SELECT {MODEL_COLUMNS} FROM retl_models WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+        let sql = format!(
+            "SELECT {MODEL_COLUMNS} FROM retl_models WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(model_from_row).collect()
     }
 
@@ -225,7 +241,14 @@ impl Store {
         self.delete_unless_used("retl_models", workspace_id, id, &[("retl_activations", "model_id")]).await
     }
 
-    pub async fn create_retl_destination(&self, workspace_id: &str, name: &str, kind: RetlDestinationKind, configuration: &Value, by: &str) -> StoreResult<RetlDestination> {
+    pub async fn create_retl_destination(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        kind: RetlDestinationKind,
+        configuration: &Value,
+        by: &str,
+    ) -> StoreResult<RetlDestination> {
         let id = new_id("rd");
         let now = now_ms();
         sqlx::query(
@@ -249,15 +272,34 @@ impl Store {
         row.as_ref().map(rdest_from_row).transpose()
     }
 
-    pub async fn retl_destinations(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<RetlDestination>> {
-        let sql = format!("SELECT {RDEST_COLUMNS} FROM retl_destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+    pub async fn retl_destinations(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<RetlDestination>> {
+        let sql = format!(
+            "SELECT {RDEST_COLUMNS} FROM retl_destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(rdest_from_row).collect()
     }
 
     /// Saves a destination's fields; with `forget`, the diff state of its
     /// activations goes too (what they sent is now elsewhere).
-    pub async fn update_retl_destination(&self, workspace_id: &str, id: &str, name: &str, configuration: &Value, forget: bool) -> StoreResult<Option<RetlDestination>> {
+    pub async fn update_retl_destination(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        name: &str,
+        configuration: &Value,
+        forget: bool,
+    ) -> StoreResult<Option<RetlDestination>> {
         let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE retl_destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
             .bind(name)
@@ -275,7 +317,11 @@ impl Store {
     }
 
     /// Deletes a reverse-ETL destination no activation uses.
-    pub async fn delete_retl_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+    pub async fn delete_retl_destination(
+        &self,
+        workspace_id: &str,
+        id: &str,
+    ) -> StoreResult<Result<(), DeleteRefused>> {
         self.delete_unless_used("retl_destinations", workspace_id, id, &[("retl_activations", "destination_id")]).await
     }
 
@@ -323,16 +369,33 @@ impl Store {
         row.as_ref().map(activation_from_row).transpose()
     }
 
-    pub async fn activations(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Activation>> {
-        let sql = format!("SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3");
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(after).bind(limit).fetch_all(self.pool()).await?;
+    pub async fn activations(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Activation>> {
+        let sql = format!(
+            "SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         rows.iter().map(activation_from_row).collect()
     }
 
     /// Saves an activation's fields. A changed schedule sets its next run;
     /// with `forget`, its diff state goes (it reads another model or sends
     /// elsewhere now).
-    pub async fn update_activation(&self, a: &Activation, next_run_at: Option<Option<i64>>, forget: bool) -> StoreResult<Option<Activation>> {
+    pub async fn update_activation(
+        &self,
+        a: &Activation,
+        next_run_at: Option<Option<i64>>,
+        forget: bool,
+    ) -> StoreResult<Option<Activation>> {
         let (set_next, next) = match next_run_at {
             Some(n) => (1i64, n),
             None => (0, None),
@@ -371,38 +434,57 @@ impl Store {
     pub async fn delete_activation(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
         let mut tx = self.begin_write().await?;
         let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
-        let exists = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM retl_activations WHERE workspace_id = $1 AND id = $2{lock}")))
-            .bind(workspace_id)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let exists = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM retl_activations WHERE workspace_id = $1 AND id = $2{lock}"
+        )))
+        .bind(workspace_id)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
         if exists.is_none() {
             return Ok(Err(None));
         }
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE activation_id = $1 AND status IN ('queued', 'running')");
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE activation_id = $1 AND status IN ('queued', 'running')");
         if let Some(active) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id).fetch_optional(&mut *tx).await? {
             return Ok(Err(Some(job_from_row(&active)?)));
         }
-        sqlx::query("DELETE FROM retl_activations WHERE workspace_id = $1 AND id = $2").bind(workspace_id).bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM retl_activations WHERE workspace_id = $1 AND id = $2")
+            .bind(workspace_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(Ok(()))
     }
 
     /// Unpaused activations whose schedule is due.
     pub async fn due_activations(&self, now: i64) -> StoreResult<Vec<Activation>> {
-        let sql = format!("SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at <= $1");
+        let sql = format!(
+            "SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at <= $1"
+        );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).fetch_all(self.pool()).await?;
         rows.iter().map(activation_from_row).collect()
     }
 
     pub async fn set_activation_next_run(&self, activation_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
-        sqlx::query("UPDATE retl_activations SET next_run_at = $1 WHERE id = $2").bind(next_run_at).bind(activation_id).execute(self.pool()).await?;
+        sqlx::query("UPDATE retl_activations SET next_run_at = $1 WHERE id = $2")
+            .bind(next_run_at)
+            .bind(activation_id)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
     /// Queues a run unless one is active for the activation (see
     /// [`Store::queue_job`]).
-    pub async fn create_run(&self, workspace_id: &str, activation_id: &str, kind: JobKind, trigger: Trigger) -> StoreResult<Result<Job, NotQueued>> {
+    pub async fn create_run(
+        &self,
+        workspace_id: &str,
+        activation_id: &str,
+        kind: JobKind,
+        trigger: Trigger,
+    ) -> StoreResult<Result<Job, NotQueued>> {
         self.queue_job(workspace_id, JobFor::Activation(activation_id), kind, trigger).await
     }
 
@@ -412,14 +494,21 @@ impl Store {
 
     /// A reverse-ETL run of the workspace.
     pub async fn run(&self, workspace_id: &str, run_id: &str) -> StoreResult<Option<Job>> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND id = $2 AND activation_id IS NOT NULL");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(run_id).fetch_optional(self.pool()).await?;
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND id = $2 AND activation_id IS NOT NULL");
+        let row =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(run_id).fetch_optional(self.pool()).await?;
         row.as_ref().map(job_from_row).transpose()
     }
 
     /// Streams an activation's diff state into `each` (key, state),
     /// without holding it all twice. `run_id` is the run asking.
-    pub async fn diff_state(&self, activation_id: &str, run_id: &str, mut each: impl FnMut(String, KeyState)) -> StoreResult<()> {
+    pub async fn diff_state(
+        &self,
+        activation_id: &str,
+        run_id: &str,
+        mut each: impl FnMut(String, KeyState),
+    ) -> StoreResult<()> {
         use futures_util::TryStreamExt;
         // Three narrow columns: a million keys stream in about a second.
         let mut rows = sqlx::query(
@@ -431,20 +520,30 @@ impl Store {
         .fetch(self.pool());
         while let Some(r) = rows.try_next().await? {
             let flags: i64 = r.try_get(2)?;
-            each(r.try_get(0)?, KeyState { fingerprint: r.try_get(1)?, failed: flags & 1 != 0, sent_by_this_run: flags & 2 != 0 });
+            each(
+                r.try_get(0)?,
+                KeyState { fingerprint: r.try_get(1)?, failed: flags & 1 != 0, sent_by_this_run: flags & 2 != 0 },
+            );
         }
         Ok(())
     }
 
     /// How many keys an activation's diff state holds.
     pub async fn diff_state_len(&self, activation_id: &str) -> StoreResult<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM retl_state WHERE activation_id = $1").bind(activation_id).fetch_one(self.pool()).await?;
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM retl_state WHERE activation_id = $1")
+            .bind(activation_id)
+            .fetch_one(self.pool())
+            .await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// Streams an activation's keys into `each` with the matching value the
     /// destination accepted them under (`None`: never accepted).
-    pub async fn sent_keys(&self, activation_id: &str, mut each: impl FnMut(String, Option<String>)) -> StoreResult<()> {
+    pub async fn sent_keys(
+        &self,
+        activation_id: &str,
+        mut each: impl FnMut(String, Option<String>),
+    ) -> StoreResult<()> {
         use futures_util::TryStreamExt;
         let mut rows = sqlx::query("SELECT record_key, CASE WHEN fingerprint IS NULL THEN NULL ELSE destination_key END FROM retl_state WHERE activation_id = $1")
             .bind(activation_id)
@@ -460,7 +559,16 @@ impl Store {
     pub async fn record_outcomes(&self, activation_id: &str, run_id: &str, outcomes: &[KeyOutcome]) -> StoreResult<()> {
         for chunk in outcomes.chunks(STATE_BATCH) {
             let mut tx = self.begin_write().await?;
-            let sent: Vec<_> = chunk.iter().filter_map(|o| if let KeyOutcome::Sent { key, fingerprint, destination_key } = o { Some((key, *fingerprint, destination_key)) } else { None }).collect();
+            let sent: Vec<_> = chunk
+                .iter()
+                .filter_map(|o| {
+                    if let KeyOutcome::Sent { key, fingerprint, destination_key } = o {
+                        Some((key, *fingerprint, destination_key))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
             if !sent.is_empty() {
                 let sql = format!(
                     "INSERT INTO retl_state (activation_id, sent_by, record_key, fingerprint, destination_key, failure) VALUES {} \
@@ -474,7 +582,10 @@ impl Store {
                 }
                 q.execute(&mut *tx).await?;
             }
-            let failed: Vec<_> = chunk.iter().filter_map(|o| if let KeyOutcome::Failed { key, reason } = o { Some((key, reason)) } else { None }).collect();
+            let failed: Vec<_> = chunk
+                .iter()
+                .filter_map(|o| if let KeyOutcome::Failed { key, reason } = o { Some((key, reason)) } else { None })
+                .collect();
             if !failed.is_empty() {
                 let sql = format!(
                     "INSERT INTO retl_state (activation_id, record_key, failure) VALUES {} \
@@ -487,10 +598,16 @@ impl Store {
                 }
                 q.execute(&mut *tx).await?;
             }
-            let removed: Vec<&String> = chunk.iter().filter_map(|o| if let KeyOutcome::Removed { key } = o { Some(key) } else { None }).collect();
+            let removed: Vec<&String> = chunk
+                .iter()
+                .filter_map(|o| if let KeyOutcome::Removed { key } = o { Some(key) } else { None })
+                .collect();
             if !removed.is_empty() {
                 let list = (0..removed.len()).map(|i| format!("${}", i + 2)).collect::<Vec<_>>().join(", ");
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM retl_state WHERE activation_id = $1 AND record_key IN ({list})"))).bind(activation_id);
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM retl_state WHERE activation_id = $1 AND record_key IN ({list})"
+                )))
+                .bind(activation_id);
                 for key in removed {
                     q = q.bind(key.as_str());
                 }
@@ -521,8 +638,13 @@ fn values(rows: usize, per: usize, lead: &str, tail: &str) -> String {
 async fn forget_state(tx: &mut sqlx::Transaction<'_, sqlx::Any>, of: StateOf<'_>) -> StoreResult<()> {
     let (sql, id) = match of {
         StateOf::Activation(id) => ("DELETE FROM retl_state WHERE activation_id = $1", id),
-        StateOf::Model(id) => ("DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE model_id = $1)", id),
-        StateOf::Destination(id) => ("DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE destination_id = $1)", id),
+        StateOf::Model(id) => {
+            ("DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE model_id = $1)", id)
+        }
+        StateOf::Destination(id) => (
+            "DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE destination_id = $1)",
+            id,
+        ),
     };
     sqlx::query(sql).bind(id).execute(&mut **tx).await?;
     Ok(())

@@ -143,8 +143,7 @@ fn administered(user: &str, viewer: &str) -> String {
     )
 }
 
-const SESSION_COLUMNS: &str =
-    "s.id, s.user_id, s.kind, s.label, s.client_source, s.user_agent, s.address, s.created_at, s.last_used_at, s.expires_at, s.revoked_at";
+const SESSION_COLUMNS: &str = "s.id, s.user_id, s.kind, s.label, s.client_source, s.user_agent, s.address, s.created_at, s.last_used_at, s.expires_at, s.revoked_at";
 
 fn session_from_row(row: &sqlx::any::AnyRow) -> StoreResult<Session> {
     let kind: String = row.try_get("kind")?;
@@ -232,7 +231,12 @@ impl Store {
     /// is the user's, not the workspace's: an administrator of one
     /// workspace must not see or end how someone works in another.
     /// Operators' sessions only operators administer.
-    pub async fn sessions_in_workspace(&self, q: &SessionQuery<'_>, before: Option<&str>, limit: i64) -> StoreResult<Vec<Session>> {
+    pub async fn sessions_in_workspace(
+        &self,
+        q: &SessionQuery<'_>,
+        before: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Session>> {
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s JOIN memberships m ON m.user_id = s.user_id AND m.workspace_id = $1 \
              WHERE ($2 IS NULL OR s.user_id = $2) AND ($3 = 1 OR s.revoked_at IS NULL) AND ($4 IS NULL OR s.id < $4) \
@@ -293,11 +297,12 @@ impl Store {
     pub async fn revoke_user_sessions(&self, user_id: &str) -> StoreResult<Vec<String>> {
         let now = now_ms();
         let mut tx = self.pool().begin().await?;
-        let rows = sqlx::query("UPDATE sessions SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL RETURNING id")
-            .bind(now)
-            .bind(user_id)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows =
+            sqlx::query("UPDATE sessions SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL RETURNING id")
+                .bind(now)
+                .bind(user_id)
+                .fetch_all(&mut *tx)
+                .await?;
         let ids = rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<Vec<_>, _>>()?;
         for id in &ids {
             sqlx::query("UPDATE approvals SET status = 'voided', decided_at = $1 WHERE proposed_session = $2 AND status = 'pending'")

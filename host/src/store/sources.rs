@@ -41,7 +41,14 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<Source> {
 const COLUMNS: &str = "id, workspace_id, connector_id, name, configuration, created_by, created_at, updated_at";
 
 impl Store {
-    pub async fn create_source(&self, workspace_id: &str, connector_id: &str, name: &str, configuration: &Value, created_by: &str) -> StoreResult<Source> {
+    pub async fn create_source(
+        &self,
+        workspace_id: &str,
+        connector_id: &str,
+        name: &str,
+        configuration: &Value,
+        created_by: &str,
+    ) -> StoreResult<Source> {
         let id = new_id("src");
         let now = now_ms();
         sqlx::query(
@@ -62,11 +69,21 @@ impl Store {
 
     pub async fn source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Option<Source>> {
         let sql = format!("SELECT {COLUMNS} FROM sources WHERE workspace_id = $1 AND id = $2");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(source_id).fetch_optional(self.pool()).await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(source_id)
+            .fetch_optional(self.pool())
+            .await?;
         row.as_ref().map(from_row).transpose()
     }
 
-    pub async fn sources(&self, workspace_id: &str, connector_id: Option<&str>, after: Option<&str>, limit: i64) -> StoreResult<Vec<Source>> {
+    pub async fn sources(
+        &self,
+        workspace_id: &str,
+        connector_id: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Source>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM sources WHERE workspace_id = $1 AND ($2 IS NULL OR connector_id = $2) AND ($3 IS NULL OR id > $3) ORDER BY id LIMIT $4"
         );
@@ -80,16 +97,24 @@ impl Store {
         rows.iter().map(from_row).collect()
     }
 
-    pub async fn update_source(&self, workspace_id: &str, source_id: &str, name: &str, configuration: &Value) -> StoreResult<Option<Source>> {
-        let n = sqlx::query("UPDATE sources SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
-            .bind(name)
-            .bind(configuration.to_string())
-            .bind(now_ms())
-            .bind(workspace_id)
-            .bind(source_id)
-            .execute(self.pool())
-            .await?
-            .rows_affected();
+    pub async fn update_source(
+        &self,
+        workspace_id: &str,
+        source_id: &str,
+        name: &str,
+        configuration: &Value,
+    ) -> StoreResult<Option<Source>> {
+        let n = sqlx::query(
+            "UPDATE sources SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5",
+        )
+        .bind(name)
+        .bind(configuration.to_string())
+        .bind(now_ms())
+        .bind(workspace_id)
+        .bind(source_id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
         if n == 0 {
             return Ok(None);
         }

@@ -19,7 +19,11 @@ impl Store {
             .rows_affected();
         for table in ["oauth_states", "login_codes", "cli_login_codes", "credential_entry_links"] {
             let sql = format!("DELETE FROM {table} WHERE expires_at < $1");
-            n += sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now - KEEP_EXPIRED_MS).execute(self.pool()).await?.rows_affected();
+            n += sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(now - KEEP_EXPIRED_MS)
+                .execute(self.pool())
+                .await?
+                .rows_affected();
         }
         Ok(n)
     }

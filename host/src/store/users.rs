@@ -71,7 +71,12 @@ impl Store {
 
     /// Sets a user's password hash (PHC text); false when no such user.
     pub async fn set_password_hash(&self, user_id: &str, hash: &str) -> StoreResult<bool> {
-        let n = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(user_id).execute(self.pool()).await?.rows_affected();
+        let n = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(hash)
+            .bind(user_id)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
         Ok(n == 1)
     }
 
@@ -91,7 +96,11 @@ impl Store {
 impl Store {
     /// A user with their workspaces (oldest membership first) in one query:
     /// `GET /me` is the hottest read.
-    pub async fn user_with_workspaces(&self, user_id: &str, limit: i64) -> StoreResult<Option<(User, Vec<crate::store::workspaces::WorkspaceWithRole>)>> {
+    pub async fn user_with_workspaces(
+        &self,
+        user_id: &str,
+        limit: i64,
+    ) -> StoreResult<Option<(User, Vec<crate::store::workspaces::WorkspaceWithRole>)>> {
         let rows = sqlx::query(
             "SELECT u.id, u.email, u.name, u.created_at, m.id AS member_id, m.role, w.id AS workspace_id, w.name AS workspace_name, \
              w.created_at AS workspace_created_at FROM users u LEFT JOIN memberships m ON m.user_id = u.id \

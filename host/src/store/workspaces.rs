@@ -103,7 +103,11 @@ fn member_from_row(row: &sqlx::any::AnyRow) -> StoreResult<Member> {
 }
 
 fn workspace_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Workspace> {
-    Ok(Workspace { workspace_id: r.try_get("id")?, name: r.try_get("name")?, created_at: from_ms(r.try_get("created_at")?) })
+    Ok(Workspace {
+        workspace_id: r.try_get("id")?,
+        name: r.try_get("name")?,
+        created_at: from_ms(r.try_get("created_at")?),
+    })
 }
 
 const MEMBER_COLUMNS: &str = "m.id, m.user_id, u.email, u.name, m.role, m.created_at";
@@ -142,15 +146,17 @@ impl Store {
     /// `Conflict("memberships_workspace_user")`.
     pub async fn add_member(&self, workspace_id: &str, user_id: &str, role: Role) -> StoreResult<String> {
         let id = new_id("mem");
-        sqlx::query("INSERT INTO memberships (id, workspace_id, user_id, role, created_at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(&id)
-            .bind(workspace_id)
-            .bind(user_id)
-            .bind(role.as_str())
-            .bind(now_ms())
-            .execute(self.pool())
-            .await
-            .on_conflict("memberships_workspace_user")?;
+        sqlx::query(
+            "INSERT INTO memberships (id, workspace_id, user_id, role, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(user_id)
+        .bind(role.as_str())
+        .bind(now_ms())
+        .execute(self.pool())
+        .await
+        .on_conflict("memberships_workspace_user")?;
         self.memberships_changed().await;
         Ok(id)
     }
@@ -169,18 +175,21 @@ impl Store {
     /// The workspace a request uses when it names none: the user's oldest
     /// membership.
     pub async fn default_workspace_of(&self, user_id: &str) -> StoreResult<Option<(String, Role)>> {
-        let row = sqlx::query(
-            "SELECT workspace_id, role FROM memberships WHERE user_id = $1 ORDER BY id LIMIT 1",
-        )
-        .bind(user_id)
-        .fetch_optional(self.pool())
-        .await?;
+        let row = sqlx::query("SELECT workspace_id, role FROM memberships WHERE user_id = $1 ORDER BY id LIMIT 1")
+            .bind(user_id)
+            .fetch_optional(self.pool())
+            .await?;
         row.map(|r| Ok((r.try_get("workspace_id")?, role_from(r.try_get::<&str, _>("role")?)?))).transpose()
     }
 
     /// Every workspace the user belongs to, oldest membership first (so the
     /// first one is the user's default workspace).
-    pub async fn workspaces_of(&self, user_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<WorkspaceWithRole>> {
+    pub async fn workspaces_of(
+        &self,
+        user_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<WorkspaceWithRole>> {
         let rows = sqlx::query(
             "SELECT w.id, m.id AS member_id, w.name, w.created_at, m.role FROM memberships m JOIN workspaces w ON w.id = m.workspace_id \
              WHERE m.user_id = $1 AND ($2 IS NULL OR m.id > $2) ORDER BY m.id LIMIT $3",
@@ -204,7 +213,13 @@ impl Store {
     }
 
     /// Members of a workspace in joining order, with an optional role filter.
-    pub async fn members(&self, workspace_id: &str, role: Option<Role>, after: Option<&str>, limit: i64) -> StoreResult<Vec<Member>> {
+    pub async fn members(
+        &self,
+        workspace_id: &str,
+        role: Option<Role>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Member>> {
         let sql = format!(
             "SELECT {MEMBER_COLUMNS} FROM memberships m JOIN users u ON u.id = m.user_id \
              WHERE m.workspace_id = $1 AND ($2 IS NULL OR m.role = $2) AND ($3 IS NULL OR m.id > $3) \
@@ -250,11 +265,8 @@ impl Store {
             "SELECT {MEMBER_COLUMNS} FROM memberships m JOIN users u ON u.id = m.user_id \
              WHERE m.workspace_id = $1 AND m.id = $2"
         );
-        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(workspace_id)
-            .bind(member_id)
-            .fetch_optional(&mut *tx)
-            .await?
+        let Some(row) =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(member_id).fetch_optional(&mut *tx).await?
         else {
             return Err(RemoveMemberError::NotFound);
         };

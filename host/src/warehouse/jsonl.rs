@@ -29,7 +29,11 @@ pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str)
             out.extend_from_slice(raw.get().as_bytes());
             out.push(b',');
         }
-        let _ = write!(out, "\"_service_raw_id\":\"{}\",\"_service_extracted_at\":{now},\"_service_meta\":{meta}}}", record.raw_id);
+        let _ = write!(
+            out,
+            "\"_service_raw_id\":\"{}\",\"_service_extracted_at\":{now},\"_service_meta\":{meta}}}",
+            record.raw_id
+        );
         out.push(b'\n');
     }
     debug_assert!(out.len() <= capacity, "{} bytes of lines in room for {capacity}", out.len());
@@ -67,11 +71,16 @@ mod tests {
         let bytes = records.iter().map(|r| r.len()).sum();
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
             for now in [0, 1_700_000_000_000, i64::MIN] {
-                let shaped = records.iter().map(|r| shape(r, mode, &["id".to_owned()])).collect::<Result<Vec<_>, _>>().unwrap();
+                let shaped =
+                    records.iter().map(|r| shape(r, mode, &["id".to_owned()])).collect::<Result<Vec<_>, _>>().unwrap();
                 let keys: Vec<String> = shaped.iter().map(|s| s.raw_id.clone()).collect();
                 let out = lines(shaped, bytes, now, meta).unwrap();
                 assert!(!String::from_utf8_lossy(&out).contains("theirs"), "a record's own reserved field is dropped");
-                let parsed: Vec<serde_json::Value> = out.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+                let parsed: Vec<serde_json::Value> = out
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| serde_json::from_slice(l).unwrap())
+                    .collect();
                 assert_eq!(parsed.len(), records.len(), "a line per record");
                 for (line, key) in parsed.iter().zip(&keys) {
                     assert_eq!(line["_service_raw_id"], key.as_str());

@@ -52,7 +52,13 @@ pub struct Written {
 }
 
 impl Loader {
-    pub fn new(writer: Arc<Writer>, pipeline_id: &str, stream: &str, mode: StreamSyncMode, primary_key: Vec<String>) -> Loader {
+    pub fn new(
+        writer: Arc<Writer>,
+        pipeline_id: &str,
+        stream: &str,
+        mode: StreamSyncMode,
+        primary_key: Vec<String>,
+    ) -> Loader {
         let limit = writer.concurrent_batches(mode);
         let stream = StreamTarget { pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key };
         Loader { writer, stream: Arc::new(stream), limit, in_flight: Default::default() }
@@ -70,7 +76,8 @@ impl Loader {
         while let Some(records) = parts.pop() {
             let (writer, stream) = (self.writer.clone(), self.stream.clone());
             let (records, batch) = tokio::task::spawn_blocking(move || {
-                let batch = writer.prepare(&stream.pipeline_id, &stream.stream, &records, stream.mode, &stream.primary_key);
+                let batch =
+                    writer.prepare(&stream.pipeline_id, &stream.stream, &records, stream.mode, &stream.primary_key);
                 (records, batch)
             })
             .await
@@ -84,7 +91,11 @@ impl Loader {
                     parts.extend([second, first]);
                     continue;
                 }
-                None => return Err(WriteError::BadRecord("a record has more fields than a destination table can hold".into())),
+                None => {
+                    return Err(WriteError::BadRecord(
+                        "a record has more fields than a destination table can hold".into(),
+                    ));
+                }
             };
             while self.batches() >= self.limit {
                 self.next(&mut written).await?;
@@ -122,7 +133,8 @@ impl Loader {
     async fn next(&mut self, written: &mut Written) -> Result<(), WriteError> {
         self.take_due(written);
         if let Some(InFlight::Batch(task)) = self.in_flight.pop_front() {
-            let (records, bytes) = task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))?;
+            let (records, bytes) =
+                task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))?;
             written.records += records;
             written.bytes += bytes;
         }
@@ -147,38 +159,55 @@ impl Loader {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::DestinationConfig;
     use super::super::tests::test_place;
+    use super::*;
 
     /// A batch too wide to lay out at once is written in parts, in order:
     /// every record lands, and the last copy of a key still wins.
     #[tokio::test]
     async fn a_batch_too_wide_to_lay_out_is_written_in_parts_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap());
-        let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
+        let writer = std::sync::Arc::new(
+            Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None)
+                .await
+                .unwrap(),
+        );
+        let mut loader =
+            Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
         // 500 columns and 9,000 keys: more than MAX_CELLS. Keys 1 to 3,000
         // come twice, once in each half.
-        let wide = format!(r#"{{"id": 0, {}}}"#, (0..498).map(|i| format!(r#""f{i}": {i}"#)).collect::<Vec<_>>().join(", "));
-        let records: Vec<String> = std::iter::once(wide).chain((1..=12_000).map(|k| format!(r#"{{"id": {}, "v": {k}}}"#, k % 9000))).collect();
+        let wide =
+            format!(r#"{{"id": 0, {}}}"#, (0..498).map(|i| format!(r#""f{i}": {i}"#)).collect::<Vec<_>>().join(", "));
+        let records: Vec<String> =
+            std::iter::once(wide).chain((1..=12_000).map(|k| format!(r#"{{"id": {}, "v": {k}}}"#, k % 9000))).collect();
         const { assert!(9000 * 500 > super::super::shape::MAX_CELLS) };
         let during = loader.write(records).await.unwrap().records;
-        assert!(during > 0 && during < 12_001, "a first part was written before the last was queued ({during} records)");
+        assert!(
+            during > 0 && during < 12_001,
+            "a first part was written before the last was queued ({during} records)"
+        );
         assert_eq!(during + loader.drain().await.unwrap().records, 12_001);
         let Writer::Sql { db: super::super::Db::Sqlite(pool, ..), .. } = &*writer else { panic!("an SQLite writer") };
         let count: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(pool).await.unwrap();
         assert_eq!(count, 9000);
         let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, v FROM events WHERE id IN ('0', '1', '2999', '3000', '3001', '8999') ORDER BY CAST(id AS INTEGER)").fetch_all(pool).await.unwrap();
-        let want: Vec<(String, String)> = [(0, 9000), (1, 9001), (2999, 11_999), (3000, 12_000), (3001, 3001), (8999, 8999)].iter().map(|(id, v)| (id.to_string(), v.to_string())).collect();
+        let want: Vec<(String, String)> =
+            [(0, 9000), (1, 9001), (2999, 11_999), (3000, 12_000), (3001, 3001), (8999, 8999)]
+                .iter()
+                .map(|(id, v)| (id.to_string(), v.to_string()))
+                .collect();
         assert_eq!(rows, want, "each key holds its last copy");
     }
 
     #[tokio::test]
     async fn checkpoints_come_due_only_after_the_batches_before_them() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::open(&DestinationConfig::Jsonl { directory: "out".into() }, &test_place(dir.path()), None).await.unwrap();
-        let mut loader = Loader::new(std::sync::Arc::new(writer), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
+        let writer = Writer::open(&DestinationConfig::Jsonl { directory: "out".into() }, &test_place(dir.path()), None)
+            .await
+            .unwrap();
+        let mut loader =
+            Loader::new(std::sync::Arc::new(writer), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
         let batch = |n: usize| (0..n).map(|i| format!(r#"{{"id": {i}}}"#)).collect::<Vec<_>>();
         assert_eq!(loader.checkpoint("a".into()).checkpoint.as_deref(), Some("a"), "nothing before it: due at once");
         assert_eq!(loader.write(batch(2)).await.unwrap(), Written::default());

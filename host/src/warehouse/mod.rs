@@ -45,10 +45,10 @@ use sqlite::{BUSY_TIMEOUT, Checkpointer, RowWriter, SqliteRows, WAL_BACKSTOP_PAG
 
 pub mod jsonl;
 pub mod load;
-pub mod shape;
-pub mod sqlite;
 pub mod postgres;
 pub mod query;
+pub mod shape;
+pub mod sqlite;
 
 pub use load::{Loader, Written};
 
@@ -96,8 +96,11 @@ pub async fn relocate_shared_files(store: &crate::store::Store, data_dir: &Path)
         if !old.exists() || new_dir.join(&name).exists() || name.contains('/') {
             continue;
         }
-        let claimants: std::collections::BTreeSet<&str> =
-            destinations.iter().filter(|o| legacy(o).is_some_and(|(f, n)| f == folder && n == name)).map(|o| o.workspace_id.as_str()).collect();
+        let claimants: std::collections::BTreeSet<&str> = destinations
+            .iter()
+            .filter(|o| legacy(o).is_some_and(|(f, n)| f == folder && n == name))
+            .map(|o| o.workspace_id.as_str())
+            .collect();
         if claimants.len() > 1 {
             tracing::warn!(file = %old.display(), workspaces = ?claimants, "a file several workspaces named is left in place; each workspace now writes a file of its own");
             continue;
@@ -134,16 +137,28 @@ pub enum DestinationConfig {
 
 fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
     let v = v.ok_or_else(|| ApiError::invalid_field(field, format!("{field} is required")))?;
-    let ok = !v.is_empty() && v.len() <= 100 && !v.starts_with('.') && v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    let ok = !v.is_empty()
+        && v.len() <= 100
+        && !v.starts_with('.')
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
     if !ok {
-        return Err(ApiError::invalid_field(field, format!("{field} must be a plain file name (letters, digits, . _ -)")));
+        return Err(ApiError::invalid_field(
+            field,
+            format!("{field} must be a plain file name (letters, digits, . _ -)"),
+        ));
     }
     // SQLite keeps a database's write-ahead log, shared-memory index and
     // rollback journal beside it under these suffixes: a destination named
     // like one would write into another destination's live state.
     let lower = v.to_ascii_lowercase();
     if SIDE_FILE_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
-        return Err(ApiError::invalid_field(field, format!("{field} must not end in {}: SQLite uses those names for its own files", SIDE_FILE_SUFFIXES.join(", "))));
+        return Err(ApiError::invalid_field(
+            field,
+            format!(
+                "{field} must not end in {}: SQLite uses those names for its own files",
+                SIDE_FILE_SUFFIXES.join(", ")
+            ),
+        ));
     }
     Ok(v.to_owned())
 }
@@ -153,7 +168,9 @@ const SIDE_FILE_SUFFIXES: &[&str] = &["-wal", "-shm", "-journal"];
 
 /// Validates a destination of `kind`.
 pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConfig, ApiError> {
-    let obj = config.as_object().ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
+    let obj = config
+        .as_object()
+        .ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
     let allowed: &[&str] = match kind {
         DestinationKind::Sqlite => &["file"],
         DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
@@ -163,24 +180,43 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
         return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
     }
     Ok(match kind {
-        DestinationKind::Sqlite => DestinationConfig::Sqlite { file: plain_name("configuration.file", obj.get("file").and_then(Value::as_str))? },
-        DestinationKind::Jsonl => DestinationConfig::Jsonl { directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))? },
+        DestinationKind::Sqlite => DestinationConfig::Sqlite {
+            file: plain_name("configuration.file", obj.get("file").and_then(Value::as_str))?,
+        },
+        DestinationKind::Jsonl => DestinationConfig::Jsonl {
+            directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))?,
+        },
         DestinationKind::Postgres => {
-            let raw = obj.get("url").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
-            let url = url::Url::parse(raw).map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
+            let raw = obj
+                .get("url")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
+            let url = url::Url::parse(raw)
+                .map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
             if url.password().is_some() {
                 return Err(ApiError::secret_refused("configuration.url"));
             }
             let credential_handle = match obj.get("credential_handle") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(h)) => Some(h.clone()),
-                Some(_) => return Err(ApiError::invalid_field("configuration.credential_handle", "credential_handle must be a string")),
+                Some(_) => {
+                    return Err(ApiError::invalid_field(
+                        "configuration.credential_handle",
+                        "credential_handle must be a string",
+                    ));
+                }
             };
-            let target = postgres::parse(&url, credential_handle.is_some()).map_err(|m| ApiError::invalid_field("configuration.url", m))?;
+            let target = postgres::parse(&url, credential_handle.is_some())
+                .map_err(|m| ApiError::invalid_field("configuration.url", m))?;
             let model_role = match obj.get("model_role") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(r)) if postgres::plain(r) => Some(r.clone()),
-                Some(_) => return Err(ApiError::invalid_field("configuration.model_role", "model_role must be a role name (letters, digits, _ - . $)")),
+                Some(_) => {
+                    return Err(ApiError::invalid_field(
+                        "configuration.model_role",
+                        "model_role must be a role name (letters, digits, _ - . $)",
+                    ));
+                }
             };
             DestinationConfig::Postgres { target, credential_handle, model_role }
         }
@@ -194,7 +230,8 @@ pub fn text_bytes(records: &[String]) -> usize {
 
 /// Table and column names: lower case letters, digits and `_`.
 pub fn sql_name(raw: &str) -> String {
-    let mut s: String = raw.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).take(60).collect();
+    let mut s: String =
+        raw.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).take(60).collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '_');
     }
@@ -284,21 +321,34 @@ impl Db {
         if table == REGISTRY {
             return Err(format!("{REGISTRY} is the service's own table; a stream cannot be written into it"));
         }
-        self.execute(format!("CREATE TABLE IF NOT EXISTS {} (\"name\" TEXT PRIMARY KEY, \"created_at\" BIGINT NOT NULL)", quote(REGISTRY)))
-            .await
-            .map_err(|e| format!("cannot create {REGISTRY}: {e}"))?;
+        self.execute(format!(
+            "CREATE TABLE IF NOT EXISTS {} (\"name\" TEXT PRIMARY KEY, \"created_at\" BIGINT NOT NULL)",
+            quote(REGISTRY)
+        ))
+        .await
+        .map_err(|e| format!("cannot create {REGISTRY}: {e}"))?;
         let existing = self.columns(table).await.map_err(|e| e.to_string())?;
         if existing.is_empty() {
             return Ok(existing);
         }
         let listed = match self {
-            Db::Sqlite(pool, ..) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = ?").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
-            Db::Postgres(pool) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = $1").bind(table).fetch_optional(pool).await.map(|r| r.is_some()),
+            Db::Sqlite(pool, ..) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = ?")
+                .bind(table)
+                .fetch_optional(pool)
+                .await
+                .map(|r| r.is_some()),
+            Db::Postgres(pool) => sqlx::query("SELECT 1 FROM \"_service_tables\" WHERE name = $1")
+                .bind(table)
+                .fetch_optional(pool)
+                .await
+                .map(|r| r.is_some()),
         }
         .map_err(|e| e.to_string())?;
         if !listed {
             if !METADATA_COLUMNS.iter().all(|c| existing.contains_key(*c)) {
-                return Err(format!("table {table} exists and was not created by the service; rename it, or choose another destination or stream"));
+                return Err(format!(
+                    "table {table} exists and was not created by the service; rename it, or choose another destination or stream"
+                ));
             }
             self.register(table).await?;
         }
@@ -309,8 +359,22 @@ impl Db {
     async fn register(&self, table: &str) -> Result<(), String> {
         let now = crate::store::now_ms();
         match self {
-            Db::Sqlite(pool, ..) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
-            Db::Postgres(pool) => sqlx::query("INSERT INTO \"_service_tables\" (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING").bind(table).bind(now).execute(pool).await.map(|_| ()),
+            Db::Sqlite(pool, ..) => sqlx::query(
+                "INSERT INTO \"_service_tables\" (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(table)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|_| ()),
+            Db::Postgres(pool) => sqlx::query(
+                "INSERT INTO \"_service_tables\" (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(table)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(|_| ()),
         }
         .map_err(|e| format!("cannot record table {table}: {e}"))
     }
@@ -318,8 +382,16 @@ impl Db {
     /// Forgets a dropped table.
     async fn unregister(&self, table: &str) -> Result<(), String> {
         match self {
-            Db::Sqlite(pool, ..) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = ?").bind(table).execute(pool).await.map(|_| ()),
-            Db::Postgres(pool) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = $1").bind(table).execute(pool).await.map(|_| ()),
+            Db::Sqlite(pool, ..) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = ?")
+                .bind(table)
+                .execute(pool)
+                .await
+                .map(|_| ()),
+            Db::Postgres(pool) => sqlx::query("DELETE FROM \"_service_tables\" WHERE name = $1")
+                .bind(table)
+                .execute(pool)
+                .await
+                .map(|_| ()),
         }
         .map_err(|e| e.to_string())
     }
@@ -329,8 +401,13 @@ impl Db {
 pub enum Writer {
     /// A database, with the columns each table is known to have (and
     /// whether binary `COPY` can write each, see [`Db::columns`]).
-    Sql { db: Db, columns: tokio::sync::Mutex<HashMap<String, HashMap<String, bool>>> },
-    Jsonl { dir: cap_std::fs::Dir },
+    Sql {
+        db: Db,
+        columns: tokio::sync::Mutex<HashMap<String, HashMap<String, bool>>>,
+    },
+    Jsonl {
+        dir: cap_std::fs::Dir,
+    },
 }
 
 /// A batch laid out for its destination: everything but the I/O, so the
@@ -357,7 +434,11 @@ enum Load {
 
 impl Writer {
     /// Opens the destination for one job of `place.workspace_id`.
-    pub async fn open(config: &DestinationConfig, place: &Place<'_>, password: Option<secrecy::SecretString>) -> Result<Writer, String> {
+    pub async fn open(
+        config: &DestinationConfig,
+        place: &Place<'_>,
+        password: Option<secrecy::SecretString>,
+    ) -> Result<Writer, String> {
         match config {
             DestinationConfig::Sqlite { file } => {
                 let dir = place.warehouse_dir();
@@ -379,9 +460,15 @@ impl Writer {
                 let schema = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
                 let pool = SqlitePoolOptions::new().max_connections(1).connect_with(schema).await.map_err(failed)?;
                 let path = dir.join(file);
-                let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path)).await.unwrap_or_else(|e| Err(e.to_string())).map_err(failed)?;
+                let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                    .map_err(failed)?;
                 let checkpointer = Checkpointer::start(&options).await.map_err(failed)?;
-                Ok(Writer::Sql { db: Db::Sqlite(pool, Arc::new(std::sync::Mutex::new(rows)), checkpointer), columns: Default::default() })
+                Ok(Writer::Sql {
+                    db: Db::Sqlite(pool, Arc::new(std::sync::Mutex::new(rows)), checkpointer),
+                    columns: Default::default(),
+                })
             }
             DestinationConfig::Postgres { target, .. } => {
                 let options = postgres::connect_options(target, password.as_ref(), place.warehouses).await?;
@@ -389,13 +476,16 @@ impl Writer {
                     .max_connections(POSTGRES_CONNECTIONS)
                     .connect_with(options)
                     .await
-                    .map_err(|e| format!("cannot connect to the PostgreSQL destination {}:{}: {e}", target.host, target.port))?;
+                    .map_err(|e| {
+                        format!("cannot connect to the PostgreSQL destination {}:{}: {e}", target.host, target.port)
+                    })?;
                 Ok(Writer::Sql { db: Db::Postgres(pool), columns: Default::default() })
             }
             DestinationConfig::Jsonl { directory } => {
                 let path = place.export_dir().join(directory);
                 std::fs::create_dir_all(&path).map_err(|e| format!("cannot create the export directory: {e}"))?;
-                let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority()).map_err(|e| format!("cannot open the export directory: {e}"))?;
+                let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority())
+                    .map_err(|e| format!("cannot open the export directory: {e}"))?;
                 Ok(Writer::Jsonl { dir })
             }
         }
@@ -434,7 +524,8 @@ impl Writer {
                 let alter = format!("ALTER TABLE {} ADD COLUMN {} TEXT", quote(table), quote(f));
                 if let Err(e) = db.execute(alter).await {
                     // Another writer may have added it meanwhile.
-                    if !e.to_string().to_lowercase().contains("duplicate") && !e.to_string().contains("already exists") {
+                    if !e.to_string().to_lowercase().contains("duplicate") && !e.to_string().contains("already exists")
+                    {
                         return Err(format!("cannot add column {f} to {table}: {e}"));
                     }
                 }
@@ -473,7 +564,9 @@ impl Writer {
     /// matter (PostgreSQL, with fresh keys).
     fn concurrent_batches(&self, mode: StreamSyncMode) -> usize {
         match self {
-            Writer::Sql { db: Db::Postgres(_), .. } if mode != StreamSyncMode::IncrementalDeduped => POSTGRES_CONNECTIONS as usize,
+            Writer::Sql { db: Db::Postgres(_), .. } if mode != StreamSyncMode::IncrementalDeduped => {
+                POSTGRES_CONNECTIONS as usize
+            }
             _ => 1,
         }
     }
@@ -481,17 +574,35 @@ impl Writer {
     /// Lays a batch out for the destination: parsing, keys, escaping and
     /// binding, with no I/O. `None` when the batch is too wide to lay out
     /// at once ([`shape::MAX_CELLS`]) and is to be written in parts.
-    fn prepare(&self, pipeline_id: &str, stream: &str, records: &[String], mode: StreamSyncMode, primary_key: &[String]) -> Result<Option<Batch>, WriteError> {
+    fn prepare(
+        &self,
+        pipeline_id: &str,
+        stream: &str,
+        records: &[String],
+        mode: StreamSyncMode,
+        primary_key: &[String],
+    ) -> Result<Option<Batch>, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
         let bytes = text_bytes(records) as u64;
-        let shaped = records.iter().map(|r| shape(r, mode, primary_key)).collect::<Result<Vec<_>, _>>().map_err(WriteError::BadRecord)?;
+        let shaped = records
+            .iter()
+            .map(|r| shape(r, mode, primary_key))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(WriteError::BadRecord)?;
         let (columns, load) = match self {
-            Writer::Jsonl { .. } => (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta).map_err(WriteError::BadRecord)?)),
+            Writer::Jsonl { .. } => (
+                Vec::new(),
+                Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta).map_err(WriteError::BadRecord)?),
+            ),
             Writer::Sql { db, .. } => {
                 let dedupe = mode == StreamSyncMode::IncrementalDeduped;
-                let Some(Rows { columns, rows }) = Rows::collect(shaped, dedupe, shape::MAX_CELLS).map_err(WriteError::BadRecord)? else { return Ok(None) };
+                let Some(Rows { columns, rows }) =
+                    Rows::collect(shaped, dedupe, shape::MAX_CELLS).map_err(WriteError::BadRecord)?
+                else {
+                    return Ok(None);
+                };
                 let mut names: Vec<String> = METADATA_COLUMNS.iter().map(|c| quote(c)).collect();
                 names.extend(columns.iter().map(|c| quote(c)));
                 let upsert = format!(
@@ -499,10 +610,17 @@ impl Writer {
                     names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect::<Vec<_>>().join(", ")
                 );
                 let load = match db {
-                    Db::Sqlite(..) => Load::Rows(SqliteRows::new(&quote(&table), &names, &upsert, &rows, now, &meta).map_err(WriteError::BadRecord)?),
+                    Db::Sqlite(..) => Load::Rows(
+                        SqliteRows::new(&quote(&table), &names, &upsert, &rows, now, &meta)
+                            .map_err(WriteError::BadRecord)?,
+                    ),
                     // Fresh keys never collide: they are copied straight in.
                     // Keys that may exist already go through a staging table.
-                    Db::Postgres(_) => Load::Copy { data: copy_data(&names, &rows, now, &meta).map_err(WriteError::BadRecord)?, upsert: dedupe.then_some(upsert), names },
+                    Db::Postgres(_) => Load::Copy {
+                        data: copy_data(&names, &rows, now, &meta).map_err(WriteError::BadRecord)?,
+                        upsert: dedupe.then_some(upsert),
+                        names,
+                    },
                 };
                 (columns, load)
             }
@@ -518,20 +636,28 @@ impl Writer {
         let binary = self.ensure_columns(&table, &columns).await.map_err(io)?;
         let failed = |e: &dyn std::fmt::Display| io(format!("cannot write to {table}: {e}"));
         match (self, load) {
-            (Writer::Jsonl { dir }, Load::Lines(out)) => jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?,
+            (Writer::Jsonl { dir }, Load::Lines(out)) => {
+                jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?
+            }
             (Writer::Sql { db: Db::Sqlite(_, writer, checkpointer), .. }, Load::Rows(rows)) => {
                 // SQLite works synchronously: off the async workers.
                 let writer = writer.clone();
-                tokio::task::spawn_blocking(move || writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows))
-                    .await
-                    .unwrap_or_else(|e| Err(format!("the write stopped: {e}")))
-                    .map_err(|e| failed(&e))?;
+                tokio::task::spawn_blocking(move || {
+                    writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows)
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("the write stopped: {e}")))
+                .map_err(|e| failed(&e))?;
                 checkpointer.committed();
             }
             (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
                 // A column someone gave another type (JSONB, say) takes
                 // text, which the server converts; binary it would refuse.
-                let data = if binary { CopyData::Binary(data) } else { CopyData::Text(copy_text_from_binary(&data).map_err(io)?) };
+                let data = if binary {
+                    CopyData::Binary(data)
+                } else {
+                    CopyData::Text(copy_text_from_binary(&data).map_err(io)?)
+                };
                 copy_rows(pool, &quote(&table), &names, upsert.as_deref(), data).await.map_err(|e| failed(&e))?;
             }
             _ => return Err(io("the batch was prepared for another destination".into())),
@@ -592,11 +718,19 @@ mod tests {
             }
         }
         let nested = vec![r#"{"id": 1, "payload": {"note": "a\u0000b"}}"#.to_owned()];
-        assert!(matches!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))), "nested JSON keeps the escape as text");
+        assert!(
+            matches!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))),
+            "nested JSON keeps the escape as text"
+        );
 
         let dir = tempfile::tempdir().unwrap();
-        let sqlite = Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap();
-        assert!(matches!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))), "SQLite stores NUL in text");
+        let sqlite = Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None)
+            .await
+            .unwrap();
+        assert!(
+            matches!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))),
+            "SQLite stores NUL in text"
+        );
     }
 
     /// A workspace's place in a scratch data directory.

@@ -111,7 +111,10 @@ pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
     for (key, value) in url.query_pairs() {
         match &*key {
             "sslmode" if tls.is_none() => {
-                tls = Some(TlsMode::parse(&value).ok_or("sslmode must be disable, prefer, require, verify-ca or verify-full")?);
+                tls = Some(
+                    TlsMode::parse(&value)
+                        .ok_or("sslmode must be disable, prefer, require, verify-ca or verify-full")?,
+                );
             }
             other => return Err(format!("the URL parameter '{other}' is not accepted; only sslmode is")),
         }
@@ -133,9 +136,16 @@ pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
 /// because `verify-full` checks the certificate against the name; a
 /// rebound name then meets a server that cannot prove it, and the
 /// password is never sent.
-pub async fn connect_options(target: &Target, password: Option<&SecretString>, policy: &WarehousePolicy) -> Result<PgConnectOptions, String> {
+pub async fn connect_options(
+    target: &Target,
+    password: Option<&SecretString>,
+    policy: &WarehousePolicy,
+) -> Result<PgConnectOptions, String> {
     if !policy.allows_name(&target.host) {
-        return Err(format!("{} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)", target.host));
+        return Err(format!(
+            "{} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)",
+            target.host
+        ));
     }
     let addresses: Vec<IpAddr> = match target.host.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
@@ -202,10 +212,16 @@ pub(super) const COPY_BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\
 /// key, the extraction time (`BIGINT`), the metadata, then the fields (all
 /// `TEXT`).
 pub(super) fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result<Vec<u8>, String> {
-    let count = i16::try_from(names.len()).map_err(|_| "a record has more fields than a PostgreSQL table can hold".to_owned())?;
+    let count = i16::try_from(names.len())
+        .map_err(|_| "a record has more fields than a PostgreSQL table can hold".to_owned())?;
     let size = |v: &Option<Cow<'_, str>>| 4 + v.as_ref().map_or(0, |c| c.len());
     let mut data = Vec::with_capacity(
-        COPY_BINARY_HEADER.len() + 2 + rows.iter().map(|(id, v)| 2 + 4 + id.len() + 12 + 4 + meta.len() + v.iter().map(size).sum::<usize>()).sum::<usize>(),
+        COPY_BINARY_HEADER.len()
+            + 2
+            + rows
+                .iter()
+                .map(|(id, v)| 2 + 4 + id.len() + 12 + 4 + meta.len() + v.iter().map(size).sum::<usize>())
+                .sum::<usize>(),
     );
     data.extend_from_slice(COPY_BINARY_HEADER);
     for (raw_id, values) in rows {
@@ -283,12 +299,22 @@ pub(super) fn copy_text_from_binary(data: &[u8]) -> Result<Vec<u8>, String> {
 
 /// One PostgreSQL transaction: `COPY` the rows in, into a staging table
 /// first when they must upsert.
-pub(super) async fn copy_rows(pool: &sqlx::PgPool, target: &str, names: &[String], upsert: Option<&str>, data: CopyData) -> Result<(), sqlx::Error> {
+pub(super) async fn copy_rows(
+    pool: &sqlx::PgPool,
+    target: &str,
+    names: &[String],
+    upsert: Option<&str>,
+    data: CopyData,
+) -> Result<(), sqlx::Error> {
     let columns = names.join(", ");
     let mut tx = pool.begin().await?;
     let into = match upsert {
         Some(_) => {
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE TEMP TABLE \"_service_staging\" (LIKE {target}) ON COMMIT DROP"))).execute(&mut *tx).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE TEMP TABLE \"_service_staging\" (LIKE {target}) ON COMMIT DROP"
+            )))
+            .execute(&mut *tx)
+            .await?;
             "\"_service_staging\"".to_owned()
         }
         None => target.to_owned(),
@@ -319,7 +345,10 @@ mod tests {
     #[test]
     fn only_host_port_database_user_and_a_tls_mode_are_taken() {
         let t = parse(&url("postgres://loader@db.example.com:6543/warehouse?sslmode=require"), false).unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.database.as_str(), t.user.as_str(), t.tls), ("db.example.com", 6543, "warehouse", "loader", TlsMode::Require));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.database.as_str(), t.user.as_str(), t.tls),
+            ("db.example.com", 6543, "warehouse", "loader", TlsMode::Require)
+        );
         for bad in [
             "postgres://loader@db.example.com/w?host=/var/run/postgresql",
             "postgres://loader@db.example.com/w?hostaddr=10.0.0.1",
@@ -370,7 +399,8 @@ mod tests {
 
     #[test]
     fn copy_rows_are_length_prefixed_fields_between_a_header_and_a_trailer() {
-        let names: Vec<String> = ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b"].iter().map(|n| quote(n)).collect();
+        let names: Vec<String> =
+            ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b"].iter().map(|n| quote(n)).collect();
         let rows: Vec<Row> = vec![("k".into(), vec![Some("a\tb\\".into()), None])];
         let data = copy_data(&names, &rows, 258, "{}").unwrap();
         let mut expected = b"PGCOPY\n\xff\r\n\0".to_vec();
@@ -387,9 +417,15 @@ mod tests {
 
     #[test]
     fn binary_copy_rows_convert_to_the_text_format_for_typed_columns() {
-        let names: Vec<String> = ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b", "c"].iter().map(|n| quote(n)).collect();
+        let names: Vec<String> = ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b", "c"]
+            .iter()
+            .map(|n| quote(n))
+            .collect();
         let rows: Vec<Row> = vec![
-            ("k1".into(), vec![Some("tab\there, newline\n, cr\r, backslash\\".into()), None, Some(r#"{"n":1}"#.into())]),
+            (
+                "k1".into(),
+                vec![Some("tab\there, newline\n, cr\r, backslash\\".into()), None, Some(r#"{"n":1}"#.into())],
+            ),
             ("k2".into(), vec![Some("plain".into())]),
         ];
         let text = copy_text_from_binary(&copy_data(&names, &rows, 1_700_000_000_123, "{}").unwrap()).unwrap();
@@ -398,6 +434,9 @@ mod tests {
             "k1\t1700000000123\t{}\ttab\\there, newline\\n, cr\\r, backslash\\\\\t\\N\t{\"n\":1}\n\
              k2\t1700000000123\t{}\tplain\t\\N\t\\N\n"
         );
-        assert!(copy_text_from_binary(&copy_data(&names, &rows, 0, "{}").unwrap()[..40]).is_err(), "cut short: refused, not misread");
+        assert!(
+            copy_text_from_binary(&copy_data(&names, &rows, 0, "{}").unwrap()[..40]).is_err(),
+            "cut short: refused, not misread"
+        );
     }
 }

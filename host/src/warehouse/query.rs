@@ -143,7 +143,13 @@ impl ModelRows {
 /// Runs `sql` (one `SELECT`) read-only against the warehouse within
 /// `bounds`. Returns once the statement is prepared: a refused statement is
 /// an error here, not in a batch.
-pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option<SecretString>, sql: &str, bounds: Bounds) -> Result<ModelRows, QueryError> {
+pub async fn run(
+    config: &DestinationConfig,
+    place: &Place<'_>,
+    password: Option<SecretString>,
+    sql: &str,
+    bounds: Bounds,
+) -> Result<ModelRows, QueryError> {
     let body = sql.trim().trim_end_matches(';').trim_end();
     if body.is_empty() {
         return Err(QueryError::Invalid("the query is empty".into()));
@@ -155,12 +161,15 @@ pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option
         return Err(QueryError::Invalid("a model is exactly one SELECT statement: `;` may only end it".into()));
     }
     let (tx, mut rx) = mpsc::channel(4);
-    let model = Model { body: body.to_owned(), limit: bounds.rows.map(|n| format!(" LIMIT {n}")).unwrap_or_default(), bounds };
+    let model =
+        Model { body: body.to_owned(), limit: bounds.rows.map(|n| format!(" LIMIT {n}")).unwrap_or_default(), bounds };
     match config {
         DestinationConfig::Sqlite { file } => {
             let path = place.warehouse_dir().join(file);
             if !path.is_file() {
-                return Err(QueryError::Unavailable("the SQLite warehouse has no data yet (no pipeline has written to it)".into()));
+                return Err(QueryError::Unavailable(
+                    "the SQLite warehouse has no data yet (no pipeline has written to it)".into(),
+                ));
             }
             let options = sqlx::sqlite::SqliteConnectOptions::new()
                 .filename(path)
@@ -176,7 +185,9 @@ pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option
             });
         }
         DestinationConfig::Postgres { target, model_role, .. } => {
-            let options = postgres::connect_options(target, password.as_ref(), place.warehouses).await.map_err(QueryError::Unavailable)?;
+            let options = postgres::connect_options(target, password.as_ref(), place.warehouses)
+                .await
+                .map_err(QueryError::Unavailable)?;
             let role = model_role.clone();
             tokio::spawn(async move {
                 let result = postgres_rows(options, role.as_deref(), &model, &tx).await;
@@ -185,7 +196,11 @@ pub async fn run(config: &DestinationConfig, place: &Place<'_>, password: Option
                 }
             });
         }
-        DestinationConfig::Jsonl { .. } => return Err(QueryError::Invalid("a JSON-lines destination cannot be queried; models read SQLite and PostgreSQL warehouses".into())),
+        DestinationConfig::Jsonl { .. } => {
+            return Err(QueryError::Invalid(
+                "a JSON-lines destination cannot be queried; models read SQLite and PostgreSQL warehouses".into(),
+            ));
+        }
     }
     match rx.recv().await {
         Some(Ok(Chunk::Columns(columns))) => Ok(ModelRows { columns, rx }),
@@ -213,7 +228,14 @@ impl Model {
 /// nothing else. `pragma_*` table functions (which show, among others, the
 /// path of the database file) and every statement but a `SELECT` are
 /// refused while the statement is prepared.
-unsafe extern "C" fn model_authorizer(_: *mut c_void, action: c_int, table: *const c_char, _: *const c_char, _: *const c_char, _: *const c_char) -> c_int {
+unsafe extern "C" fn model_authorizer(
+    _: *mut c_void,
+    action: c_int,
+    table: *const c_char,
+    _: *const c_char,
+    _: *const c_char,
+    _: *const c_char,
+) -> c_int {
     match action {
         ffi::SQLITE_SELECT | ffi::SQLITE_FUNCTION | ffi::SQLITE_RECURSIVE => ffi::SQLITE_OK,
         ffi::SQLITE_READ => {
@@ -223,7 +245,11 @@ unsafe extern "C" fn model_authorizer(_: *mut c_void, action: c_int, table: *con
             // SAFETY: SQLite passes a NUL-terminated table name that lives
             // for the duration of the call.
             let name = unsafe { CStr::from_ptr(table) }.to_bytes();
-            if name.len() >= 7 && name[..7].eq_ignore_ascii_case(b"pragma_") { ffi::SQLITE_DENY } else { ffi::SQLITE_OK }
+            if name.len() >= 7 && name[..7].eq_ignore_ascii_case(b"pragma_") {
+                ffi::SQLITE_DENY
+            } else {
+                ffi::SQLITE_OK
+            }
         }
         _ => ffi::SQLITE_DENY,
     }
@@ -234,9 +260,15 @@ fn sqlite_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-async fn sqlite_rows(options: sqlx::sqlite::SqliteConnectOptions, model: &Model, tx: &mpsc::Sender<Result<Chunk, QueryError>>) -> Result<(), QueryError> {
+async fn sqlite_rows(
+    options: sqlx::sqlite::SqliteConnectOptions,
+    model: &Model,
+    tx: &mpsc::Sender<Result<Chunk, QueryError>>,
+) -> Result<(), QueryError> {
     let timeout = model.bounds.timeout;
-    let mut conn = sqlx::sqlite::SqliteConnection::connect_with(&options).await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
+    let mut conn = sqlx::sqlite::SqliteConnection::connect_with(&options)
+        .await
+        .map_err(|e| QueryError::Unavailable(e.to_string()))?;
     let deadline = Instant::now() + timeout;
     {
         let mut handle = conn.lock_handle().await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
@@ -252,8 +284,15 @@ async fn sqlite_rows(options: sqlx::sqlite::SqliteConnectOptions, model: &Model,
     }
     let secs = timeout.as_secs();
     let plain = model.plain();
-    let statement = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(plain.clone()))).await.map_err(|e| classify(e, secs))?;
-    let declared: Vec<Column> = statement.columns().iter().map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() }).collect();
+    let statement = conn
+        .prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(plain.clone())))
+        .await
+        .map_err(|e| classify(e, secs))?;
+    let declared: Vec<Column> = statement
+        .columns()
+        .iter()
+        .map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() })
+        .collect();
     // Each value is measured before it is read; a column name the result
     // has twice cannot be addressed, and then the length limit alone holds.
     let names: std::collections::HashSet<&str> = declared.iter().map(|c| c.name.as_str()).collect();
@@ -278,7 +317,9 @@ async fn sqlite_rows(options: sqlx::sqlite::SqliteConnectOptions, model: &Model,
     while let Some(row) = rows.try_next().await.map_err(|e| classify(e, secs))? {
         let values = (0..row.len()).map(|i| sqlite_value(&row, i)).collect();
         batch.push(values);
-        if batch.len() == BATCH_ROWS && tx.send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS))))).await.is_err() {
+        if batch.len() == BATCH_ROWS
+            && tx.send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS))))).await.is_err()
+        {
             return Ok(());
         }
     }
@@ -297,10 +338,17 @@ fn sqlite_value(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {
     }
     match raw.type_info().name() {
         "INTEGER" => row.try_get_unchecked::<i64, _>(i).map(Value::from).unwrap_or(Value::Null),
-        "REAL" => row.try_get_unchecked::<f64, _>(i).ok().and_then(serde_json::Number::from_f64).map(Value::Number).unwrap_or(Value::Null),
+        "REAL" => row
+            .try_get_unchecked::<f64, _>(i)
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
         "BLOB" => {
             use base64::Engine as _;
-            row.try_get_unchecked::<Vec<u8>, _>(i).map(|b| Value::String(base64::engine::general_purpose::STANDARD.encode(b))).unwrap_or(Value::Null)
+            row.try_get_unchecked::<Vec<u8>, _>(i)
+                .map(|b| Value::String(base64::engine::general_purpose::STANDARD.encode(b)))
+                .unwrap_or(Value::Null)
         }
         _ => match row.try_get_unchecked::<String, _>(i) {
             Ok(text) => match text.strip_prefix(SQLITE_OVERSIZE_PREFIX).and_then(|n| n.parse().ok()) {
@@ -318,20 +366,33 @@ fn sqlite_value(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {
 const POSTGRES_SUPERUSER_REACH: &str = "SELECT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolsuper \
      AND (pg_has_role(session_user, r.oid, 'MEMBER') OR pg_has_role(current_user, r.oid, 'MEMBER')))";
 
-async fn postgres_rows(options: sqlx::postgres::PgConnectOptions, role: Option<&str>, model: &Model, tx: &mpsc::Sender<Result<Chunk, QueryError>>) -> Result<(), QueryError> {
+async fn postgres_rows(
+    options: sqlx::postgres::PgConnectOptions,
+    role: Option<&str>,
+    model: &Model,
+    tx: &mpsc::Sender<Result<Chunk, QueryError>>,
+) -> Result<(), QueryError> {
     let timeout = model.bounds.timeout;
     let secs = timeout.as_secs();
-    let mut conn = sqlx::postgres::PgConnection::connect_with(&options).await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
+    let mut conn = sqlx::postgres::PgConnection::connect_with(&options)
+        .await
+        .map_err(|e| QueryError::Unavailable(e.to_string()))?;
     conn.execute("BEGIN TRANSACTION READ ONLY").await.map_err(|e| classify(e, secs))?;
-    conn.execute(sqlx::AssertSqlSafe(format!("SET LOCAL statement_timeout = {}", timeout.as_millis().max(1)))).await.map_err(|e| classify(e, secs))?;
+    conn.execute(sqlx::AssertSqlSafe(format!("SET LOCAL statement_timeout = {}", timeout.as_millis().max(1))))
+        .await
+        .map_err(|e| classify(e, secs))?;
     if let Some(role) = role {
         // A plain name (checked when the destination was saved), quoted.
         conn.execute(sqlx::AssertSqlSafe(format!("SET LOCAL ROLE \"{role}\""))).await.map_err(|e| match e {
-            sqlx::Error::Database(db) => QueryError::RoleRefused(format!("the warehouse's login role cannot run as model_role {role}: {}", db.message())),
+            sqlx::Error::Database(db) => QueryError::RoleRefused(format!(
+                "the warehouse's login role cannot run as model_role {role}: {}",
+                db.message()
+            )),
             other => classify(other, secs),
         })?;
     }
-    let reaches_superuser: bool = sqlx::query_scalar(POSTGRES_SUPERUSER_REACH).fetch_one(&mut conn).await.map_err(|e| classify(e, secs))?;
+    let reaches_superuser: bool =
+        sqlx::query_scalar(POSTGRES_SUPERUSER_REACH).fetch_one(&mut conn).await.map_err(|e| classify(e, secs))?;
     if reaches_superuser {
         let _ = conn.close().await;
         return Err(QueryError::RoleRefused(
@@ -339,8 +400,15 @@ async fn postgres_rows(options: sqlx::postgres::PgConnectOptions, role: Option<&
         ));
     }
     let described = model.plain();
-    let statement = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(described))).await.map_err(|e| classify(e, secs))?;
-    let columns: Vec<Column> = statement.columns().iter().map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() }).collect();
+    let statement = conn
+        .prepare(sqlx::SqlSafeStr::into_sql_str(sqlx::AssertSqlSafe(described)))
+        .await
+        .map_err(|e| classify(e, secs))?;
+    let columns: Vec<Column> = statement
+        .columns()
+        .iter()
+        .map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() })
+        .collect();
     let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
     if tx.send(Ok(Chunk::Columns(columns))).await.is_err() {
         return Ok(());
@@ -358,9 +426,15 @@ async fn postgres_rows(options: sqlx::postgres::PgConnectOptions, role: Option<&
         let mut batch = Vec::with_capacity(BATCH_ROWS);
         while let Some(row) = rows.try_next().await.map_err(|e| classify(e, secs))? {
             let text: Option<String> = row.try_get(0).map_err(|e| QueryError::Invalid(e.to_string()))?;
-            let mut object: Map<String, Value> = text.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+            let mut object: Map<String, Value> =
+                text.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
             batch.push(names.iter().map(|n| object.remove(n).unwrap_or(Value::Null)).collect());
-            if batch.len() == BATCH_ROWS && tx.send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS))))).await.is_err() {
+            if batch.len() == BATCH_ROWS
+                && tx
+                    .send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS)))))
+                    .await
+                    .is_err()
+            {
                 return Ok(());
             }
         }
@@ -385,7 +459,12 @@ fn classify(e: sqlx::Error, timeout_secs: u64) -> QueryError {
             // SQLite: SQLITE_READONLY (8, with extended codes), SQLITE_INTERRUPT (9).
             if lower.contains("not authorized") {
                 QueryError::Invalid("a model may only read tables and views: PRAGMAs, their pragma_* functions and other statements are refused".into())
-            } else if code == "25006" || lower.contains("readonly") || lower.contains("read-only") || lower.contains("data-modifying") || code == "8" {
+            } else if code == "25006"
+                || lower.contains("readonly")
+                || lower.contains("read-only")
+                || lower.contains("data-modifying")
+                || code == "8"
+            {
                 QueryError::ReadOnly(message)
             } else if code == "57014" || code == "9" || lower.contains("interrupted") {
                 QueryError::Timeout(timeout_secs)

@@ -83,7 +83,13 @@ pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[St
         // copies of one record do not make two rows.
         let key: Vec<Value> = primary_key
             .iter()
-            .map(|k| fields.iter().rev().find(|(name, _)| name == k).map_or(Ok(Value::Null), |(_, raw)| serde_json::from_str(raw.get())))
+            .map(|k| {
+                fields
+                    .iter()
+                    .rev()
+                    .find(|(name, _)| name == k)
+                    .map_or(Ok(Value::Null), |(_, raw)| serde_json::from_str(raw.get()))
+            })
             .collect::<Result<_, _>>()
             .map_err(|_| "a record's key is not valid JSON".to_owned())?;
         hex(&Sha256::digest(serde_json::to_vec(&key).unwrap_or_default()))
@@ -102,8 +108,12 @@ pub(super) fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, Strin
         // The string was checked when the record was split into fields;
         // without a backslash its text is its value, and a byte search is
         // much cheaper than decoding it again.
-        Some(b'"') if memchr::memchr(b'\\', text.as_bytes()).is_none() => Ok(Some(Cow::Borrowed(&text[1..text.len() - 1]))),
-        Some(b'"') => serde_json::from_str::<Text>(text).map(|t| Some(t.0)).map_err(|_| "a record holds an invalid string".to_owned()),
+        Some(b'"') if memchr::memchr(b'\\', text.as_bytes()).is_none() => {
+            Ok(Some(Cow::Borrowed(&text[1..text.len() - 1])))
+        }
+        Some(b'"') => serde_json::from_str::<Text>(text)
+            .map(|t| Some(t.0))
+            .map_err(|_| "a record holds an invalid string".to_owned()),
         _ => Ok(Some(Cow::Borrowed(text))),
     }
 }
@@ -196,29 +206,56 @@ mod tests {
     #[test]
     fn records_become_rows_with_their_fields_as_column_text() {
         let records = [
-            r#"{"id": 1, "name": "caf\u00e9 \"x\"", "tags": ["a", "b"], "gone": null, "_service_raw_id": "spoof"}"#.to_owned(),
+            r#"{"id": 1, "name": "caf\u00e9 \"x\"", "tags": ["a", "b"], "gone": null, "_service_raw_id": "spoof"}"#
+                .to_owned(),
             r#"{"id": 2, "Name": "second", "extra": {"deep": true}}"#.to_owned(),
         ];
-        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+        let shaped = records
+            .iter()
+            .map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[]))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
         assert_ne!(shaped[0].raw_id, shaped[1].raw_id);
         let Rows { columns, rows } = Rows::collect(shaped, false, MAX_CELLS).unwrap().unwrap();
-        assert_eq!(columns, ["id", "name", "tags", "gone", "extra"], "one column per field name, _service_ fields dropped");
+        assert_eq!(
+            columns,
+            ["id", "name", "tags", "gone", "extra"],
+            "one column per field name, _service_ fields dropped"
+        );
         let first: Vec<Option<&str>> = rows[0].1.iter().map(|v| v.as_deref()).collect();
         assert_eq!(first, [Some("1"), Some("café \"x\""), Some(r#"["a", "b"]"#), None]);
         let second: Vec<Option<&str>> = rows[1].1.iter().map(|v| v.as_deref()).collect();
-        assert_eq!(second, [Some("2"), Some("second"), None, None, Some(r#"{"deep": true}"#)], "Name and name share a column");
+        assert_eq!(
+            second,
+            [Some("2"), Some("second"), None, None, Some(r#"{"deep": true}"#)],
+            "Name and name share a column"
+        );
     }
 
     /// Fields are matched by name, whatever their order or number from
     /// one record to the next.
     #[test]
     fn fields_land_in_their_columns_in_any_order() {
-        let records = [r#"{"a": 1, "b": 2}"#, r#"{"b": 3, "a": 4}"#, r#"{"a": 5, "b": 6, "c": 7}"#, r#"{"a": 8}"#, r#"{"c": 9, "\u0061": 10}"#, r#"{"a": 11, "b": 12}"#];
-        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+        let records = [
+            r#"{"a": 1, "b": 2}"#,
+            r#"{"b": 3, "a": 4}"#,
+            r#"{"a": 5, "b": 6, "c": 7}"#,
+            r#"{"a": 8}"#,
+            r#"{"c": 9, "\u0061": 10}"#,
+            r#"{"a": 11, "b": 12}"#,
+        ];
+        let shaped = records
+            .iter()
+            .map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[]))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
         let Rows { columns, rows } = Rows::collect(shaped, false, MAX_CELLS).unwrap().unwrap();
         assert_eq!(columns, ["a", "b", "c"]);
         // Rows are as long as their last field needs; the rest is NULL.
-        let values: Vec<Vec<Option<&str>>> = rows.iter().map(|(_, row)| (0..columns.len()).map(|j| row.get(j).and_then(|v| v.as_deref())).collect()).collect();
+        let values: Vec<Vec<Option<&str>>> = rows
+            .iter()
+            .map(|(_, row)| (0..columns.len()).map(|j| row.get(j).and_then(|v| v.as_deref())).collect())
+            .collect();
         let want: [&[Option<&str>]; 6] = [
             &[Some("1"), Some("2"), None],
             &[Some("4"), Some("3"), None],
@@ -237,11 +274,17 @@ mod tests {
         let wide = format!("{{{}}}", (0..100).map(|i| format!(r#""f{i}": {i}"#)).collect::<Vec<_>>().join(", "));
         let records: Vec<String> = std::iter::once(wide).chain((0..20).map(|_| "{}".to_owned())).collect();
         let lay_out = |max_cells| {
-            let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[])).collect::<Result<Vec<_>, _>>().unwrap();
+            let shaped = records
+                .iter()
+                .map(|r| shape(r, StreamSyncMode::IncrementalAppend, &[]))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
             Rows::collect(shaped, false, max_cells).unwrap()
         };
         assert!(lay_out(21 * 100 - 1).is_none(), "21 rows of 100 columns exceed 2,099 cells");
-        let Some(Rows { columns, rows }) = lay_out(21 * 100) else { panic!("21 rows of 100 columns fit in 2,100 cells") };
+        let Some(Rows { columns, rows }) = lay_out(21 * 100) else {
+            panic!("21 rows of 100 columns fit in 2,100 cells")
+        };
         assert_eq!((columns.len(), rows.len()), (100, 21));
         assert!(rows[1..].iter().all(|(_, row)| row.is_empty()), "an empty record allocates no cells");
     }
@@ -249,8 +292,16 @@ mod tests {
     #[test]
     fn deduplicated_keys_come_from_the_primary_key_and_the_last_copy_wins() {
         let pk = ["id".to_owned()];
-        let records = [r#"{"id": 7, "v": "old"}"#.to_owned(), r#"{"v": "other", "id": 8}"#.to_owned(), r#"{ "id" : 7 , "v": "new"}"#.to_owned()];
-        let shaped = records.iter().map(|r| shape(r, StreamSyncMode::IncrementalDeduped, &pk)).collect::<Result<Vec<_>, _>>().unwrap();
+        let records = [
+            r#"{"id": 7, "v": "old"}"#.to_owned(),
+            r#"{"v": "other", "id": 8}"#.to_owned(),
+            r#"{ "id" : 7 , "v": "new"}"#.to_owned(),
+        ];
+        let shaped = records
+            .iter()
+            .map(|r| shape(r, StreamSyncMode::IncrementalDeduped, &pk))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
         assert_eq!(shaped[0].raw_id, shaped[2].raw_id, "formatting does not change the key");
         assert_eq!(shaped[0].raw_id, hex(&Sha256::digest(b"[7]")));
         let Rows { rows, .. } = Rows::collect(shaped, true, MAX_CELLS).unwrap().unwrap();

@@ -87,10 +87,22 @@ pub(super) struct SqliteRows {
 impl SqliteRows {
     /// Lays `rows` out for the table `target` (quoted), whose columns are
     /// `names` (quoted, the metadata columns first).
-    pub(super) fn new(target: &str, names: &[String], upsert: &str, rows: &[Row<'_>], now: i64, meta: &str) -> Result<SqliteRows, String> {
+    pub(super) fn new(
+        target: &str,
+        names: &[String],
+        upsert: &str,
+        rows: &[Row<'_>],
+        now: i64,
+        meta: &str,
+    ) -> Result<SqliteRows, String> {
         let width = names.len() - METADATA_COLUMNS.len();
-        let sql = format!("INSERT INTO {target} ({}) VALUES ({}){upsert}", names.join(", "), vec!["?"; names.len()].join(", "));
-        let size: usize = rows.iter().map(|(key, values)| key.len() + values.iter().flatten().map(|v| v.len()).sum::<usize>()).sum();
+        let sql = format!(
+            "INSERT INTO {target} ({}) VALUES ({}){upsert}",
+            names.join(", "),
+            vec!["?"; names.len()].join(", ")
+        );
+        let size: usize =
+            rows.iter().map(|(key, values)| key.len() + values.iter().flatten().map(|v| v.len()).sum::<usize>()).sum();
         if u32::try_from(size).is_err() {
             return Err("a batch for SQLite must hold less than 4 GiB of text".into());
         }
@@ -142,11 +154,19 @@ impl RowWriter {
         if unsafe { ffi::sqlite3_threadsafe() } == 0 {
             return Err("the SQLite library was built without thread safety".into());
         }
-        let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "the database path holds a NUL byte".to_owned())?;
+        let name = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| "the database path holds a NUL byte".to_owned())?;
         let mut db = std::ptr::null_mut();
         // SAFETY: `name` is a NUL-terminated path; `db` receives a handle,
         // which must be closed even when opening fails.
-        let rc = unsafe { ffi::sqlite3_open_v2(name.as_ptr(), &mut db, ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_NOMUTEX, std::ptr::null()) };
+        let rc = unsafe {
+            ffi::sqlite3_open_v2(
+                name.as_ptr(),
+                &mut db,
+                ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_NOMUTEX,
+                std::ptr::null(),
+            )
+        };
         let Some(db) = NonNull::new(db) else { return Err("SQLite could not allocate a connection".into()) };
         let mut writer = RowWriter { db, insert: None };
         if rc != ffi::SQLITE_OK {
@@ -219,7 +239,16 @@ impl RowWriter {
         let len = c_int::try_from(sql.len()).map_err(|_| "the statement is too long".to_owned())?;
         let mut stmt = std::ptr::null_mut();
         // SAFETY: `sql` is valid for `len` bytes; SQLite copies what it keeps.
-        let rc = unsafe { ffi::sqlite3_prepare_v3(self.db.as_ptr(), sql.as_ptr().cast(), len, ffi::SQLITE_PREPARE_PERSISTENT, &mut stmt, std::ptr::null_mut()) };
+        let rc = unsafe {
+            ffi::sqlite3_prepare_v3(
+                self.db.as_ptr(),
+                sql.as_ptr().cast(),
+                len,
+                ffi::SQLITE_PREPARE_PERSISTENT,
+                &mut stmt,
+                std::ptr::null_mut(),
+            )
+        };
         self.check(rc)?;
         let stmt = NonNull::new(stmt).ok_or_else(|| "SQLite prepared an empty statement".to_owned())?;
         self.insert = Some((sql.to_owned(), stmt));
@@ -237,7 +266,9 @@ impl RowWriter {
     fn exec(&mut self, sql: &str) -> Result<(), String> {
         let sql = CString::new(sql).map_err(|_| "a statement holds a NUL byte".to_owned())?;
         // SAFETY: the handle is open and `sql` NUL-terminated.
-        let rc = unsafe { ffi::sqlite3_exec(self.db.as_ptr(), sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut()) };
+        let rc = unsafe {
+            ffi::sqlite3_exec(self.db.as_ptr(), sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut())
+        };
         self.check(rc)
     }
 
@@ -289,29 +320,56 @@ impl Drop for Transaction<'_> {
 fn bind_text(stmt: *mut ffi::sqlite3_stmt, index: c_int, value: &str) -> c_int {
     // SAFETY: `stmt` is a live statement; `value` is valid UTF-8 for its
     // length, and SQLITE_STATIC promises SQLite it stays so while bound.
-    unsafe { ffi::sqlite3_bind_text64(stmt, index, value.as_ptr().cast(), value.len() as u64, ffi::SQLITE_STATIC(), ffi::SQLITE_UTF8 as u8) }
+    unsafe {
+        ffi::sqlite3_bind_text64(
+            stmt,
+            index,
+            value.as_ptr().cast(),
+            value.len() as u64,
+            ffi::SQLITE_STATIC(),
+            ffi::SQLITE_UTF8 as u8,
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::*;
     use super::super::tests::test_place;
+    use super::super::*;
 
     /// The rows of one batch: all of them land, with their values as
     /// given (escapes decoded, NUL kept, missing fields NULL), or none do.
     #[tokio::test]
     async fn a_batch_lands_whole_or_not_at_all_and_the_writer_goes_on_after_a_failure() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap());
+        let writer = std::sync::Arc::new(
+            Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None)
+                .await
+                .unwrap(),
+        );
         let Writer::Sql { db: Db::Sqlite(pool, ..), .. } = &*writer else { panic!("an SQLite writer") };
-        let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
-        let batch = |values: &[&str]| values.iter().enumerate().map(|(i, v)| format!(r#"{{"id": {i}, "v": {v}}}"#)).collect::<Vec<_>>();
-        let mut written = loader.write(batch(&[r#""caf\u00e9 \"x\"""#, r#""a\u0000b""#, "null", r#"{"deep": [1, 2]}"#])).await.unwrap().records;
+        let mut loader =
+            Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
+        let batch = |values: &[&str]| {
+            values.iter().enumerate().map(|(i, v)| format!(r#"{{"id": {i}, "v": {v}}}"#)).collect::<Vec<_>>()
+        };
+        let mut written = loader
+            .write(batch(&[r#""caf\u00e9 \"x\"""#, r#""a\u0000b""#, "null", r#"{"deep": [1, 2]}"#]))
+            .await
+            .unwrap()
+            .records;
         written += loader.write(vec![r#"{"id": 4}"#.into()]).await.unwrap().records;
         written += loader.drain().await.unwrap().records;
         assert_eq!(written, 5);
-        let rows: Vec<(String, Option<String>)> = sqlx::query_as("SELECT id, v FROM events ORDER BY CAST(id AS INTEGER)").fetch_all(pool).await.unwrap();
-        let want = [("0", Some("café \"x\"")), ("1", Some("a\0b")), ("2", None), ("3", Some(r#"{"deep": [1, 2]}"#)), ("4", None)];
+        let rows: Vec<(String, Option<String>)> =
+            sqlx::query_as("SELECT id, v FROM events ORDER BY CAST(id AS INTEGER)").fetch_all(pool).await.unwrap();
+        let want = [
+            ("0", Some("café \"x\"")),
+            ("1", Some("a\0b")),
+            ("2", None),
+            ("3", Some(r#"{"deep": [1, 2]}"#)),
+            ("4", None),
+        ];
         assert_eq!(rows, want.map(|(id, v)| (id.to_owned(), v.map(str::to_owned))));
 
         // A row the database refuses in the middle of a batch: nothing of
@@ -323,7 +381,8 @@ mod tests {
             Err(WriteError::Destination(m)) => assert!(m.contains("refused"), "{m}"),
             other => panic!("expected the write to fail, got {other:?}"),
         }
-        let count = || async { sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events").fetch_one(pool).await.unwrap() };
+        let count =
+            || async { sqlx::query_scalar::<_, i64>("SELECT count(*) FROM events").fetch_one(pool).await.unwrap() };
         assert_eq!(count().await, 5, "the refused batch left no row behind");
         loader.write(vec![r#"{"id": 0, "v": "rewritten"}"#.into(), r#"{"id": 20, "v": "new"}"#.into()]).await.unwrap();
         assert_eq!(loader.drain().await.unwrap().records, 2);
@@ -335,7 +394,11 @@ mod tests {
     #[tokio::test]
     async fn sqlite_commits_reach_the_database_file_in_the_background_and_the_log_goes_on_close() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = std::sync::Arc::new(Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None).await.unwrap());
+        let writer = std::sync::Arc::new(
+            Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None)
+                .await
+                .unwrap(),
+        );
         let mut loader = Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
         let pad = "x".repeat(1000);
         loader.write((0..200).map(|i| json!({ "id": i, "pad": pad }).to_string()).collect()).await.unwrap();

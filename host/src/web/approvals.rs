@@ -38,14 +38,34 @@ pub struct Which {
 
 /// The signed-in member's standing in a workspace (their first one when
 /// none is named).
-async fn access(state: &AppState, session: &ActiveSession, workspace_id: Option<&str>) -> Result<WorkspaceAccess, ApiError> {
-    let principal = Principal { user_id: session.user_id.clone(), session_id: session.session_id.clone(), client: session.client_source, proposal_requested: false };
+async fn access(
+    state: &AppState,
+    session: &ActiveSession,
+    workspace_id: Option<&str>,
+) -> Result<WorkspaceAccess, ApiError> {
+    let principal = Principal {
+        user_id: session.user_id.clone(),
+        session_id: session.session_id.clone(),
+        client: session.client_source,
+        proposal_requested: false,
+    };
     WorkspaceAccess::resolve(&state.store, principal, workspace_id.map(str::to_owned)).await
 }
 
 fn failed(e: &ApiError) -> Response {
     let body = e.body();
-    (e.status, page_with_style("Approvals", "", &format!("<p>{}: {}</p><p><a href=\"/approvals\">Back to approvals</a></p>", escape(&body.code), escape(&body.message))))
+    (
+        e.status,
+        page_with_style(
+            "Approvals",
+            "",
+            &format!(
+                "<p>{}: {}</p><p><a href=\"/approvals\">Back to approvals</a></p>",
+                escape(&body.code),
+                escape(&body.message)
+            ),
+        ),
+    )
         .into_response()
 }
 
@@ -65,7 +85,11 @@ pub async fn approvals_page(State(state): State<AppState>, headers: HeaderMap, Q
 }
 
 async fn render(state: &AppState, headers: &HeaderMap, viewer: &WorkspaceAccess) -> Result<Response, ApiError> {
-    let (me, workspaces) = state.store.user_with_workspaces(&viewer.principal.user_id, 200).await?.ok_or_else(|| ApiError::unauthenticated("no such user"))?;
+    let (me, workspaces) = state
+        .store
+        .user_with_workspaces(&viewer.principal.user_id, 200)
+        .await?
+        .ok_or_else(|| ApiError::unauthenticated("no such user"))?;
     let filter = ApprovalFilter { status: Some(ApprovalStatus::Pending), category: None, client_source: None };
     let mut pending = state.store.approvals(&viewer.workspace_id, &filter, None, LISTED).await?;
     crate::ops::gate::redact_for(state, viewer, &mut pending).await?;
@@ -126,7 +150,9 @@ async fn render(state: &AppState, headers: &HeaderMap, viewer: &WorkspaceAccess)
     let table = if rows.is_empty() {
         "<p>Nothing is waiting for a decision in this workspace.</p>".to_owned()
     } else {
-        format!("<table><thead><tr><th>Proposal</th><th>Proposed by</th><th>When</th></tr></thead><tbody>{rows}</tbody></table>")
+        format!(
+            "<table><thead><tr><th>Proposal</th><th>Proposed by</th><th>When</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     };
     let body = format!(
         "<p>Signed in as {email} ({role} here). <a href=\"/account\">Account</a></p><nav>Workspaces: {nav}</nav><h2>Waiting for a decision</h2>{table}",
@@ -148,7 +174,12 @@ pub struct Decide {
 }
 
 /// `POST /approvals/{approval_id}/{decision}`: approve (and run) or reject.
-pub async fn decide(State(state): State<AppState>, headers: HeaderMap, Path((approval_id, decision)): Path<(String, String)>, Form(form): Form<Decide>) -> Response {
+pub async fn decide(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((approval_id, decision)): Path<(String, String)>,
+    Form(form): Form<Decide>,
+) -> Response {
     if !csrf_ok(&state, &headers, &form.csrf) {
         return csrf_refused();
     }
@@ -164,18 +195,30 @@ pub async fn decide(State(state): State<AppState>, headers: HeaderMap, Path((app
     let outcome = match decision.as_str() {
         "approve" => crate::ops::gate::approve(&state, &approver, &note, &approval_id).await,
         "reject" => crate::ops::gate::reject(&state, &approver, &note, &approval_id).await,
-        _ => return (StatusCode::NOT_FOUND, page_with_style("Approvals", "", "<p>No such decision.</p>")).into_response(),
+        _ => {
+            return (StatusCode::NOT_FOUND, page_with_style("Approvals", "", "<p>No such decision.</p>"))
+                .into_response();
+        }
     };
     let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
     // Pages are outside `/v1`: the audit middleware does not see them.
-    if let Err(e) = state.store.append_audit(&note.record(Some(&approver.principal), &format!("approvals.{decision}"), status)).await {
+    if let Err(e) = state
+        .store
+        .append_audit(&note.record(Some(&approver.principal), &format!("approvals.{decision}"), status))
+        .await
+    {
         tracing::error!(error = %e, "could not write audit record");
     }
-    let back = format!("<p><a href=\"/approvals?workspace_id={}\">Back to approvals</a></p>", escape(&approver.workspace_id));
+    let back =
+        format!("<p><a href=\"/approvals?workspace_id={}\">Back to approvals</a></p>", escape(&approver.workspace_id));
     match outcome {
         Ok(executed) => {
             let what = if decision == "approve" { "Approved: the operation ran." } else { "Rejected: nothing ran." };
-            let result = if decision == "approve" { format!("<pre>{}</pre>", escape(&serde_json::to_string_pretty(&executed.data).unwrap_or_default())) } else { String::new() };
+            let result = if decision == "approve" {
+                format!("<pre>{}</pre>", escape(&serde_json::to_string_pretty(&executed.data).unwrap_or_default()))
+            } else {
+                String::new()
+            };
             page_with_style("Approvals", STYLE, &format!("<p>{what}</p>{result}{back}")).into_response()
         }
         Err(e) => failed(&e),

@@ -70,14 +70,26 @@ struct Checked {
 
 fn check(a: &Authorize) -> Result<Checked, &'static str> {
     let redirect = Url::parse(&a.redirect_uri).map_err(|_| "redirect_uri must be the CLI's loopback address")?;
-    let loopback = matches!(redirect.host(), Some(url::Host::Ipv4(ip)) if ip.is_loopback()) || matches!(redirect.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback());
-    if redirect.scheme() != "http" || !loopback || redirect.port().is_none() || !redirect.username().is_empty() || redirect.password().is_some() || redirect.fragment().is_some() {
-        return Err("redirect_uri must be http://127.0.0.1:<port>/… or http://[::1]:<port>/…: codes only go to this machine");
+    let loopback = matches!(redirect.host(), Some(url::Host::Ipv4(ip)) if ip.is_loopback())
+        || matches!(redirect.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback());
+    if redirect.scheme() != "http"
+        || !loopback
+        || redirect.port().is_none()
+        || !redirect.username().is_empty()
+        || redirect.password().is_some()
+        || redirect.fragment().is_some()
+    {
+        return Err(
+            "redirect_uri must be http://127.0.0.1:<port>/… or http://[::1]:<port>/…: codes only go to this machine",
+        );
     }
     if a.state.is_empty() || a.state.len() > 200 {
         return Err("state is required (at most 200 characters)");
     }
-    if a.code_challenge_method != "S256" || a.code_challenge.len() != 43 || !a.code_challenge.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+    if a.code_challenge_method != "S256"
+        || a.code_challenge.len() != 43
+        || !a.code_challenge.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
         return Err("a code_challenge with code_challenge_method S256 is required");
     }
     let host: String = a.host.chars().filter(|c| !c.is_control()).take(100).collect();
@@ -94,7 +106,12 @@ fn hidden(name: &str, value: &str) -> String {
 }
 
 /// `GET /cli/authorize`: the confirmation page (after signing in).
-pub async fn authorize_page(State(state): State<AppState>, headers: HeaderMap, axum::extract::OriginalUri(uri): axum::extract::OriginalUri, Query(a): Query<Authorize>) -> Response {
+pub async fn authorize_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::OriginalUri(uri): axum::extract::OriginalUri,
+    Query(a): Query<Authorize>,
+) -> Response {
     let checked = match check(&a) {
         Ok(c) => c,
         Err(why) => return refused(why),
@@ -143,7 +160,12 @@ pub async fn authorize_page(State(state): State<AppState>, headers: HeaderMap, a
 
 /// `POST /cli/authorize`: on "allow", a one-time code to the loopback
 /// address; on "deny", `error=access_denied`.
-pub async fn authorize(State(state): State<AppState>, headers: HeaderMap, client: ClientInfo, Form(a): Form<Authorize>) -> Response {
+pub async fn authorize(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    client: ClientInfo,
+    Form(a): Form<Authorize>,
+) -> Response {
     if !csrf_ok(&state, &headers, &a.csrf) {
         return csrf_refused();
     }
@@ -193,14 +215,22 @@ pub struct Exchange {
 }
 
 /// `POST /cli/token`: a code and its verifier for a CLI session token.
-pub async fn exchange(State(state): State<AppState>, client: ClientInfo, axum::Json(x): axum::Json<Exchange>) -> Response {
+pub async fn exchange(
+    State(state): State<AppState>,
+    client: ClientInfo,
+    axum::Json(x): axum::Json<Exchange>,
+) -> Response {
     let address = client.ip();
     if let Err(limited) = state.throttle.failures_exhausted(address) {
         return limited.into_response();
     }
     let refused = |state: &AppState| {
         state.throttle.failure(address);
-        ApiError::bad_request("CLI_LOGIN_REFUSED", "the code is unknown, used, expired, or not for this verifier and address: run service auth login again").into_response()
+        ApiError::bad_request(
+            "CLI_LOGIN_REFUSED",
+            "the code is unknown, used, expired, or not for this verifier and address: run service auth login again",
+        )
+        .into_response()
     };
     if x.code.len() > 200 || x.code_verifier.len() < 43 || x.code_verifier.len() > 128 {
         return refused(&state);
@@ -212,20 +242,36 @@ pub async fn exchange(State(state): State<AppState>, client: ClientInfo, axum::J
     };
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(x.code_verifier.as_bytes()));
     let matches: bool = subtle::ConstantTimeEq::ct_eq(challenge.as_bytes(), issued.code_challenge.as_bytes()).into();
-    let mut event = super::AccountEvent { user_id: &issued.user_id, session_id: None, client_source: ClientSource::Cli, action: "cli.token", outcome: AuditOutcome::Denied, status: 400 };
+    let mut event = super::AccountEvent {
+        user_id: &issued.user_id,
+        session_id: None,
+        client_source: ClientSource::Cli,
+        action: "cli.token",
+        outcome: AuditOutcome::Denied,
+        status: 400,
+    };
     if !matches || x.redirect_uri != issued.redirect_uri {
         super::audit_account(&state, &event, &client).await;
         return refused(&state);
     }
     let label = format!("CLI on {}", issued.host_label);
-    let issue = super::Issue { user_id: &issued.user_id, label: &label, kind: SessionKind::Session, client_source: ClientSource::Cli, not_after: issued.session_expires_at };
+    let issue = super::Issue {
+        user_id: &issued.user_id,
+        label: &label,
+        kind: SessionKind::Session,
+        client_source: ClientSource::Cli,
+        not_after: issued.session_expires_at,
+    };
     match super::issue_session(&state, &client, &issue).await {
         Ok((token, session_id)) => {
             event.session_id = Some(&session_id);
             event.outcome = AuditOutcome::Succeeded;
             event.status = 200;
             super::audit_account(&state, &event, &client).await;
-            axum::Json(json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id })).into_response()
+            axum::Json(
+                json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id }),
+            )
+            .into_response()
         }
         Err(e) => e.into_response(),
     }

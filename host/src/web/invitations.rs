@@ -12,7 +12,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 
 use super::signin::{browser_session, csrf, csrf_ok, csrf_refused};
-use super::{ClientInfo, PASSWORD_FIELD, SIGN_IN_LATER, api_session, chosen_password, escape, gone, keep_password, page, password_refused, token_page};
+use super::{
+    ClientInfo, PASSWORD_FIELD, SIGN_IN_LATER, api_session, chosen_password, escape, gone, keep_password, page,
+    password_refused, token_page,
+};
 use crate::access::tokens;
 use crate::state::AppState;
 use crate::store::audit::NewAuditRecord;
@@ -20,7 +23,11 @@ use crate::store::invitations::{AcceptError, AcceptedInvitation, Acceptor};
 use crate::store::kinds::AuditOutcome;
 
 /// `GET /invitations/{token}`.
-pub async fn invitation_page(State(state): State<AppState>, headers: HeaderMap, Path(token): Path<String>) -> axum::response::Response {
+pub async fn invitation_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+) -> axum::response::Response {
     let inv = match state.store.pending_invitation(&tokens::hash(&token)).await {
         Ok(Some(inv)) => inv,
         Ok(None) => return gone("invitation"),
@@ -51,7 +58,9 @@ pub async fn invitation_page(State(state): State<AppState>, headers: HeaderMap, 
             escape(&user.email),
             escape(&inv.email)
         ),
-        None => format!("<p>Have an account with this address? <a href=\"/sign-in?next={here}\">Sign in</a> and join from this page.</p>"),
+        None => format!(
+            "<p>Have an account with this address? <a href=\"/sign-in?next={here}\">Sign in</a> and join from this page.</p>"
+        ),
     };
     let new_account = format!(
         "<h2>New here?</h2><form method=\"post\"><p><label>Your name <input name=\"name\" maxlength=\"200\"></label></p>{PASSWORD_FIELD}\
@@ -96,7 +105,11 @@ pub async fn accept_invitation(
         Ok(p) => p,
         Err(why) => return password_refused(&why),
     };
-    let accepted = match state.store.accept_invitation(&tokens::hash(&token), Acceptor::NewAccount { name: &name }).await {
+    let accepted = match state
+        .store
+        .accept_invitation(&tokens::hash(&token), Acceptor::NewAccount { name: &name })
+        .await
+    {
         Ok(Ok(a)) => a,
         Ok(Err(AcceptError::AccountExists)) => {
             let body = "<p>No account was created. If this address has an account already, sign in with it and join from the invitation's page; \
@@ -109,18 +122,36 @@ pub async fn accept_invitation(
     audit_accepted(&state, &accepted, None, &client).await;
     let later = if keep_password(&state, &accepted.user_id, password).await { SIGN_IN_LATER } else { "" };
     match api_session(&state, &accepted.user_id, "invitation", &client).await {
-        Ok(token) => token_page("Invitation accepted", &format!("You joined workspace {} as {}. {later}", accepted.workspace_id, accepted.role.as_str()), &token).into_response(),
+        Ok(token) => token_page(
+            "Invitation accepted",
+            &format!("You joined workspace {} as {}. {later}", accepted.workspace_id, accepted.role.as_str()),
+            &token,
+        )
+        .into_response(),
         Err(e) => e.into_response(),
     }
 }
 
 /// The invited account joins, signed in on the web: nothing is issued.
-async fn join_signed_in(state: &AppState, headers: &HeaderMap, client: &ClientInfo, token: &str, posted_csrf: &str) -> axum::response::Response {
+async fn join_signed_in(
+    state: &AppState,
+    headers: &HeaderMap,
+    client: &ClientInfo,
+    token: &str,
+    posted_csrf: &str,
+) -> axum::response::Response {
     if !csrf_ok(state, headers, posted_csrf) {
         return csrf_refused();
     }
     let Some(session) = browser_session(state, headers).await else {
-        return (StatusCode::UNAUTHORIZED, page("Sign in to join", "<p>Sign in on the web with the invited account, then join from the invitation's page.</p>")).into_response();
+        return (
+            StatusCode::UNAUTHORIZED,
+            page(
+                "Sign in to join",
+                "<p>Sign in on the web with the invited account, then join from the invitation's page.</p>",
+            ),
+        )
+            .into_response();
     };
     match state.store.accept_invitation(&tokens::hash(token), Acceptor::Account { user_id: &session.user_id }).await {
         Ok(Ok(accepted)) => {
@@ -135,12 +166,23 @@ async fn join_signed_in(state: &AppState, headers: &HeaderMap, client: &ClientIn
     }
 }
 
-async fn audit_accepted(state: &AppState, accepted: &AcceptedInvitation, session_id: Option<&str>, client: &ClientInfo) {
-    let record = NewAuditRecord::event(&accepted.workspace_id, "invitations.accept", AuditOutcome::Succeeded, 200, crate::telemetry::request_id::current())
-        .by(&accepted.user_id)
-        .through(session_id, crate::access::ClientSource::Api)
-        .on("invitation", &accepted.invitation_id)
-        .from_address(client.address.as_deref());
+async fn audit_accepted(
+    state: &AppState,
+    accepted: &AcceptedInvitation,
+    session_id: Option<&str>,
+    client: &ClientInfo,
+) {
+    let record = NewAuditRecord::event(
+        &accepted.workspace_id,
+        "invitations.accept",
+        AuditOutcome::Succeeded,
+        200,
+        crate::telemetry::request_id::current(),
+    )
+    .by(&accepted.user_id)
+    .through(session_id, crate::access::ClientSource::Api)
+    .on("invitation", &accepted.invitation_id)
+    .from_address(client.address.as_deref());
     if let Err(e) = state.store.append_audit(&record).await {
         tracing::error!(error = %e, "could not write audit record");
     }

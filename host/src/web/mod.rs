@@ -30,11 +30,11 @@ use axum::routing::get;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::access::ClientSource;
-use crate::state::AppState;
-use crate::store::kinds::{AuditOutcome, CredentialKind, CredentialStatus};
-use crate::store::audit::NewAuditRecord;
-use crate::store::sessions::{NewSession, SessionKind};
 use crate::access::tokens;
+use crate::state::AppState;
+use crate::store::audit::NewAuditRecord;
+use crate::store::kinds::{AuditOutcome, CredentialKind, CredentialStatus};
+use crate::store::sessions::{NewSession, SessionKind};
 
 pub mod approvals;
 pub mod cli_login;
@@ -166,7 +166,10 @@ async fn keep_password(state: &AppState, user_id: &str, password: Option<SecretS
 }
 
 fn password_refused(why: &str) -> axum::response::Response {
-    let body = format!("<p>The password was not accepted: {}. Nothing was used up: go back and choose another, or leave it empty.</p>", escape(why));
+    let body = format!(
+        "<p>The password was not accepted: {}. Nothing was used up: go back and choose another, or leave it empty.</p>",
+        escape(why)
+    );
     (axum::http::StatusCode::BAD_REQUEST, page("Choose another password", &body)).into_response()
 }
 
@@ -233,7 +236,9 @@ async fn login(
     };
     let later = if keep_password(&state, &user_id, password).await { SIGN_IN_LATER } else { "" };
     match api_session(&state, &user_id, "browser sign-in", &client).await {
-        Ok(token) => token_page("Signed in", &format!("You are signed in as the administrator. {later}"), &token).into_response(),
+        Ok(token) => {
+            token_page("Signed in", &format!("You are signed in as the administrator. {later}"), &token).into_response()
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -250,7 +255,11 @@ pub(crate) struct Issue<'a> {
 }
 
 /// Creates a session; its token and id.
-pub(crate) async fn issue_session(state: &AppState, client: &ClientInfo, issue: &Issue<'_>) -> Result<(SecretString, String), crate::error::ApiError> {
+pub(crate) async fn issue_session(
+    state: &AppState,
+    client: &ClientInfo,
+    issue: &Issue<'_>,
+) -> Result<(SecretString, String), crate::error::ApiError> {
     let token = tokens::generate(tokens::TOKEN_PREFIX);
     let lifetime = crate::store::now_ms() + state.config.session_ttl_ms;
     let expires_at = issue.not_after.map_or(lifetime, |end| end.min(lifetime));
@@ -271,7 +280,12 @@ pub(crate) async fn issue_session(state: &AppState, client: &ClientInfo, issue: 
 }
 
 /// An API session shown once on a page (one-time login, invitation).
-async fn api_session(state: &AppState, user_id: &str, label: &str, client: &ClientInfo) -> Result<SecretString, crate::error::ApiError> {
+async fn api_session(
+    state: &AppState,
+    user_id: &str,
+    label: &str,
+    client: &ClientInfo,
+) -> Result<SecretString, crate::error::ApiError> {
     let issue = Issue { user_id, label, kind: SessionKind::Session, client_source: ClientSource::Api, not_after: None };
     issue_session(state, client, &issue).await.map(|(token, _)| token)
 }
@@ -302,11 +316,17 @@ pub(crate) async fn audit_account(state: &AppState, event: &AccountEvent<'_>, cl
         }
     };
     for w in workspaces {
-        let record = NewAuditRecord::event(&w.workspace_id, event.action, event.outcome, event.status, crate::telemetry::request_id::current())
-            .by(event.user_id)
-            .through(event.session_id, event.client_source)
-            .on("user", event.user_id)
-            .from_address(client.address.as_deref());
+        let record = NewAuditRecord::event(
+            &w.workspace_id,
+            event.action,
+            event.outcome,
+            event.status,
+            crate::telemetry::request_id::current(),
+        )
+        .by(event.user_id)
+        .through(event.session_id, event.client_source)
+        .on("user", event.user_id)
+        .from_address(client.address.as_deref());
         if let Err(e) = state.store.append_audit(&record).await {
             tracing::error!(error = %e, action = event.action, "could not write audit record");
         }
@@ -323,7 +343,10 @@ async fn entry_page(State(state): State<AppState>, Path(token): Path<String>) ->
     // whether to trust the request.
     let workspace = state.store.workspace(&link.workspace_id).await.ok().flatten().map(|w| w.name).unwrap_or_default();
     let requester = state.store.user(&requested_by).await.ok().flatten().map(|u| u.email).unwrap_or_default();
-    let hosts = link.spec["hosts"].as_array().map(|h| h.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+    let hosts = link.spec["hosts"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
+        .unwrap_or_default();
     let label = link.spec["label"].as_str().unwrap_or("");
     let connector = link.spec["connector_id"].as_str().unwrap_or("(any)");
     page(
@@ -358,15 +381,23 @@ async fn submit_entry(
 ) -> axum::response::Response {
     let hash = tokens::hash(&token);
     let Ok(axum::Form(form)) = form else {
-        return (axum::http::StatusCode::BAD_REQUEST, page("Missing secret", "<p>The form had no secret.</p>")).into_response();
+        return (axum::http::StatusCode::BAD_REQUEST, page("Missing secret", "<p>The form had no secret.</p>"))
+            .into_response();
     };
     let (link, requested_by) = match state.store.pending_entry_link(&hash).await {
         Ok(Some(l)) => l,
         Ok(None) => return gone("credential-entry"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    if let Err(why) = crate::ops::credentials::check_secret(link.spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken), form.secret.expose_secret()) {
-        return (axum::http::StatusCode::BAD_REQUEST, page("Invalid secret", &format!("<p>{}. The link still works: go back and try again.</p>", escape(&why)))).into_response();
+    if let Err(why) = crate::ops::credentials::check_secret(
+        link.spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken),
+        form.secret.expose_secret(),
+    ) {
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            page("Invalid secret", &format!("<p>{}. The link still works: go back and try again.</p>", escape(&why))),
+        )
+            .into_response();
     }
     // Spend first: of two concurrent submissions exactly one stores.
     match state.store.spend_entry_link(&hash).await {
@@ -375,7 +406,10 @@ async fn submit_entry(
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     }
     let spec = &link.spec;
-    let hosts: Vec<String> = spec["hosts"].as_array().map(|h| h.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    let hosts: Vec<String> = spec["hosts"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
     let created = state
         .vault
         .create(crate::credentials::NewSecret {
@@ -389,7 +423,9 @@ async fn submit_entry(
                 // Where the secret goes was fixed when the link was made.
                 let mut m = match &spec["placement"] {
                     serde_json::Value::Object(p) => p.clone(),
-                    _ => serde_json::Map::from_iter(spec["username"].as_str().map(|u| ("username".to_owned(), serde_json::json!(u)))),
+                    _ => serde_json::Map::from_iter(
+                        spec["username"].as_str().map(|u| ("username".to_owned(), serde_json::json!(u))),
+                    ),
                 };
                 m.insert("entered_via".into(), serde_json::json!("credential_entry_link"));
                 serde_json::Value::Object(m)
@@ -404,7 +440,8 @@ async fn submit_entry(
         Err(e) => return crate::error::ApiError::internal(anyhow::anyhow!("{e}")).into_response(),
     };
     let _ = state.store.complete_entry_link(&hash, &record.credential_id).await;
-    audit_credential_created(&state, &link.workspace_id, &requested_by, "credentials.create", &record.credential_id).await;
+    audit_credential_created(&state, &link.workspace_id, &requested_by, "credentials.create", &record.credential_id)
+        .await;
     page(
         "Secret stored",
         &format!(
@@ -429,12 +466,24 @@ struct Landing {
 
 impl Landing {
     fn callback(self) -> crate::credentials::oauth::Callback {
-        crate::credentials::oauth::Callback { state: self.state, code: self.code, error: self.error, error_description: self.error_description }
+        crate::credentials::oauth::Callback {
+            state: self.state,
+            code: self.code,
+            error: self.error,
+            error_description: self.error_description,
+        }
     }
 }
 
 fn oauth_failed(e: &crate::error::ApiError) -> axum::response::Response {
-    (e.status, page("Authorisation not completed", &format!("<p>{}</p><p>Code: <code>{}</code></p>", escape(&e.message), escape(&e.code)))).into_response()
+    (
+        e.status,
+        page(
+            "Authorisation not completed",
+            &format!("<p>{}</p><p>Code: <code>{}</code></p>", escape(&e.message), escape(&e.code)),
+        ),
+    )
+        .into_response()
 }
 
 /// Where providers send the browser back. Completes nothing by itself: the
@@ -442,7 +491,10 @@ fn oauth_failed(e: &crate::error::ApiError) -> axum::response::Response {
 /// which client, and a person confirms, so a consent someone else started
 /// does not silently land in their workspace. A provider's refusal ends
 /// the flow at once.
-async fn oauth_landing(State(state): State<AppState>, axum::extract::Query(q): axum::extract::Query<Landing>) -> axum::response::Response {
+async fn oauth_landing(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<Landing>,
+) -> axum::response::Response {
     if q.error.is_some() {
         return match state.oauth.complete(&q.callback(), None).await {
             Ok(_) => gone("authorisation"),
@@ -483,7 +535,11 @@ async fn oauth_complete(
     form: Result<axum::Form<Landing>, axum::extract::rejection::FormRejection>,
 ) -> axum::response::Response {
     let Ok(axum::Form(landing)) = form else {
-        return (axum::http::StatusCode::BAD_REQUEST, page("Authorisation not completed", "<p>The form was incomplete.</p>")).into_response();
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            page("Authorisation not completed", "<p>The form was incomplete.</p>"),
+        )
+            .into_response();
     };
     let mut done = match state.oauth.complete(&landing.callback(), None).await {
         Ok(d) => d,
@@ -495,10 +551,18 @@ async fn oauth_complete(
     };
     let note = crate::audit::AuditNote::default();
     note.workspace(&done.workspace_id);
-    let outcome = crate::ops::credentials::store_secret(&state, &initiator, &note, done.new_secret(CredentialStatus::PendingApproval)).await;
+    let outcome = crate::ops::credentials::store_secret(
+        &state,
+        &initiator,
+        &note,
+        done.new_secret(CredentialStatus::PendingApproval),
+    )
+    .await;
     let status = outcome.as_ref().map(|e| e.status).unwrap_or_else(|e| e.status);
     note.action("credentials.oauth_complete");
-    if let Err(e) = state.store.append_audit(&note.record(Some(&initiator.principal), "credentials.oauth_complete", status)).await {
+    if let Err(e) =
+        state.store.append_audit(&note.record(Some(&initiator.principal), "credentials.oauth_complete", status)).await
+    {
         tracing::error!(error = %e, "could not write audit record");
     }
     match outcome {
@@ -522,8 +586,22 @@ async fn oauth_complete(
 
 /// The audit record of a credential a browser page created (these pages are
 /// outside `/v1`, so the audit middleware does not see them).
-async fn audit_credential_created(state: &AppState, workspace_id: &str, actor: &str, action: &str, credential_id: &str) {
-    let audit = NewAuditRecord::event(workspace_id, action, AuditOutcome::Succeeded, 201, crate::telemetry::request_id::current()).by(actor).on("credential", credential_id);
+async fn audit_credential_created(
+    state: &AppState,
+    workspace_id: &str,
+    actor: &str,
+    action: &str,
+    credential_id: &str,
+) {
+    let audit = NewAuditRecord::event(
+        workspace_id,
+        action,
+        AuditOutcome::Succeeded,
+        201,
+        crate::telemetry::request_id::current(),
+    )
+    .by(actor)
+    .on("credential", credential_id);
     if let Err(e) = state.store.append_audit(&audit).await {
         tracing::error!(error = %e, "could not write audit record");
     }

@@ -68,7 +68,10 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 fn set_cookie(state: &AppState, base: &'static str, value: &str, same_site: &str, max_age_secs: i64) -> HeaderValue {
     let secure = if state.config.public_url.scheme() == "https" { "; Secure" } else { "" };
     let name = cookie_name(state, base);
-    HeaderValue::from_str(&format!("{name}={value}; Path=/; HttpOnly; SameSite={same_site}; Max-Age={max_age_secs}{secure}")).expect("cookie text is ASCII")
+    HeaderValue::from_str(&format!(
+        "{name}={value}; Path=/; HttpOnly; SameSite={same_site}; Max-Age={max_age_secs}{secure}"
+    ))
+    .expect("cookie text is ASCII")
 }
 
 /// The web session a request's cookie names, if it is one and still
@@ -135,7 +138,15 @@ fn with_cookie(status: StatusCode, body: axum::response::Html<String>, set: Opti
 /// site (`//host`, `/\host` and schemes are refused).
 pub fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/\\") && n.len() <= 2000 && !n.chars().any(|c| c.is_control() || c == '\\') => n.to_owned(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.starts_with("/\\")
+                && n.len() <= 2000
+                && !n.chars().any(|c| c.is_control() || c == '\\') =>
+        {
+            n.to_owned()
+        }
         _ => "/account".to_owned(),
     }
 }
@@ -146,7 +157,8 @@ pub struct Next {
 }
 
 fn sign_in_form(csrf: &str, next: &str, email: &str, problem: Option<&str>) -> axum::response::Html<String> {
-    let problem = problem.map(|p| format!("<p role=\"alert\" style=\"color:#a00\">{}</p>", escape(p))).unwrap_or_default();
+    let problem =
+        problem.map(|p| format!("<p role=\"alert\" style=\"color:#a00\">{}</p>", escape(p))).unwrap_or_default();
     page(
         "Sign in",
         &format!(
@@ -192,7 +204,12 @@ fn too_many(limited: crate::access::throttle::Limited) -> Response {
 }
 
 /// `POST /sign-in`.
-pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, client: ClientInfo, Form(form): Form<SignIn>) -> Response {
+pub async fn sign_in(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    client: ClientInfo,
+    Form(form): Form<SignIn>,
+) -> Response {
     if !csrf_ok(&state, &headers, &form.csrf) {
         return csrf_refused();
     }
@@ -234,24 +251,50 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, client: 
             drop(attempt);
             tracing::info!(address = %address, "web sign-in refused");
             if let Some(user) = other {
-                let event = super::AccountEvent { user_id: &user.user_id, session_id: None, client_source: ClientSource::Api, action: "web.sign_in", outcome: AuditOutcome::Denied, status: 401 };
+                let event = super::AccountEvent {
+                    user_id: &user.user_id,
+                    session_id: None,
+                    client_source: ClientSource::Api,
+                    action: "web.sign_in",
+                    outcome: AuditOutcome::Denied,
+                    status: 401,
+                };
                 super::audit_account(&state, &event, &client).await;
             }
-            return with_cookie(StatusCode::UNAUTHORIZED, sign_in_form(&token, &next, &email, Some("That e-mail address and password do not match an account.")), set);
+            return with_cookie(
+                StatusCode::UNAUTHORIZED,
+                sign_in_form(&token, &next, &email, Some("That e-mail address and password do not match an account.")),
+                set,
+            );
         }
     };
     attempt.succeeded();
-    let issue = super::Issue { user_id: &user.user_id, label: "web sign-in", kind: SessionKind::Web, client_source: ClientSource::Api, not_after: None };
+    let issue = super::Issue {
+        user_id: &user.user_id,
+        label: "web sign-in",
+        kind: SessionKind::Web,
+        client_source: ClientSource::Api,
+        not_after: None,
+    };
     let (session, session_id) = match super::issue_session(&state, &client, &issue).await {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
-    let event = super::AccountEvent { user_id: &user.user_id, session_id: Some(&session_id), client_source: ClientSource::Api, action: "web.sign_in", outcome: AuditOutcome::Succeeded, status: 303 };
+    let event = super::AccountEvent {
+        user_id: &user.user_id,
+        session_id: Some(&session_id),
+        client_source: ClientSource::Api,
+        action: "web.sign_in",
+        outcome: AuditOutcome::Succeeded,
+        status: 303,
+    };
     super::audit_account(&state, &event, &client).await;
     let max_age = state.config.session_ttl_ms / 1000;
     let mut response = Redirect::to(&next).into_response();
     *response.status_mut() = StatusCode::SEE_OTHER;
-    response.headers_mut().append(header::SET_COOKIE, set_cookie(&state, SESSION_COOKIE, session.expose_secret(), "Lax", max_age));
+    response
+        .headers_mut()
+        .append(header::SET_COOKIE, set_cookie(&state, SESSION_COOKIE, session.expose_secret(), "Lax", max_age));
     response
 }
 
@@ -282,7 +325,12 @@ pub struct SignOut {
 }
 
 /// `POST /sign-out`: revokes the browser session and forgets the cookie.
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, client: ClientInfo, Form(form): Form<SignOut>) -> Response {
+pub async fn sign_out(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    client: ClientInfo,
+    Form(form): Form<SignOut>,
+) -> Response {
     if !csrf_ok(&state, &headers, &form.csrf) {
         return csrf_refused();
     }
@@ -290,10 +338,18 @@ pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap, client:
         if let Err(e) = crate::ops::sessions::end_session(&state, &session.session_id).await {
             return e.into_response();
         }
-        let event = super::AccountEvent { user_id: &session.user_id, session_id: Some(&session.session_id), client_source: ClientSource::Api, action: "web.sign_out", outcome: AuditOutcome::Succeeded, status: 200 };
+        let event = super::AccountEvent {
+            user_id: &session.user_id,
+            session_id: Some(&session.session_id),
+            client_source: ClientSource::Api,
+            action: "web.sign_out",
+            outcome: AuditOutcome::Succeeded,
+            status: 200,
+        };
         super::audit_account(&state, &event, &client).await;
     }
-    let mut response = page("Signed out", "<p>You are signed out. <a href=\"/sign-in\">Sign in again</a></p>").into_response();
+    let mut response =
+        page("Signed out", "<p>You are signed out. <a href=\"/sign-in\">Sign in again</a></p>").into_response();
     response.headers_mut().append(header::SET_COOKIE, set_cookie(&state, SESSION_COOKIE, "", "Lax", 0));
     response
 }

@@ -49,8 +49,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use connector_sdk::{
-    Error, Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Result, Retry,
-    Value, log,
+    Error, Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Result, Retry, Value, log,
 };
 
 use serde::Deserialize;
@@ -149,33 +148,27 @@ pub enum WriteAnswer {
 impl Api {
     /// The API of a config, after checking the config.
     pub fn new(config: &Config) -> Result<Self> {
-        Ok(Self {
-            base: config.api_base()?,
-            credential: config.credential()?.to_owned(),
-        })
+        Ok(Self { base: config.api_base()?, credential: config.credential()?.to_owned() })
     }
 
     /// A request to `{base}{path}` carrying the credential.
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        Http::request(method, format!("{}{path}", self.base))
-            .credential(self.credential.clone(), Placement::Bearer)
+        Http::request(method, format!("{}{path}", self.base)).credential(self.credential.clone(), Placement::Bearer)
     }
 
     /// `GET /user`: who the token belongs to. This is the access check.
     pub fn current_user(&self) -> Result<User> {
         let body: Value = self.request(Method::Get, "/user").send()?.json()?;
-        let user = body.get("data").filter(|d| d.is_object()).ok_or_else(|| {
-            Error::ProviderError("GET /user answered without a `data` object".into())
-        })?;
+        let user = body
+            .get("data")
+            .filter(|d| d.is_object())
+            .ok_or_else(|| Error::ProviderError("GET /user answered without a `data` object".into()))?;
         let text = |value: Option<&Value>| match value? {
             Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         };
-        Ok(User {
-            email: text(user.get("email")),
-            id: text(user.get("id")),
-        })
+        Ok(User { email: text(user.get("email")), id: text(user.get("id")) })
     }
 
     /// The pages of the list at `path`, `query` added to every request
@@ -223,9 +216,7 @@ impl Api {
             }
         }
         if unusable > 0 {
-            log::warn(format_args!(
-                "{unusable} email lists have no usable uuid; their subscribers are not read"
-            ));
+            log::warn(format_args!("{unusable} email lists have no usable uuid; their subscribers are not read"));
         }
         Ok(uuids)
     }
@@ -233,9 +224,7 @@ impl Api {
     /// The uuid of the subscriber of `list` with exactly this email address,
     /// if there is one.
     pub fn find_subscriber(&self, list: &str, email: &str) -> Result<Option<String>> {
-        let request = self
-            .request(Method::Get, &subscribers_path(list)?)
-            .query("filter[email]", email);
+        let request = self.request(Method::Get, &subscribers_path(list)?).query("filter[email]", email);
         let response = send_keeping_client_errors(Method::Get, request)?;
         match response.status() {
             404 => return Err(unknown_list(list)),
@@ -252,9 +241,7 @@ impl Api {
         Ok(records
             .iter()
             .filter(|s| {
-                s.get("email")
-                    .and_then(Value::as_str)
-                    .is_some_and(|e| e.trim().eq_ignore_ascii_case(email.trim()))
+                s.get("email").and_then(Value::as_str).is_some_and(|e| e.trim().eq_ignore_ascii_case(email.trim()))
             })
             .find_map(|s| s.get("uuid").and_then(Value::as_str).map(str::to_owned)))
     }
@@ -262,9 +249,7 @@ impl Api {
     /// `POST /email-lists/{list}/subscribers` with `body`. An unknown list
     /// is `invalid-config`: it comes from `email_list_uuids`.
     pub fn create_subscriber(&self, list: &str, body: &Value) -> Result<WriteAnswer> {
-        let request = self
-            .request(Method::Post, &subscribers_path(list)?)
-            .json(body);
+        let request = self.request(Method::Post, &subscribers_path(list)?).json(body);
         match write_answer(send_keeping_client_errors(Method::Post, request)?) {
             WriteAnswer::Refused { status: 404, .. } => Err(unknown_list(list)),
             answer => Ok(answer),
@@ -275,18 +260,10 @@ impl Api {
     /// is a [`WriteAnswer::Refused`] for the caller to act on.
     pub fn update_subscriber(&self, uuid: &str, body: &Value) -> Result<WriteAnswer> {
         if !is_path_safe_id(uuid) {
-            return Ok(WriteAnswer::Refused {
-                status: 404,
-                fields: vec!["uuid".into()],
-            });
+            return Ok(WriteAnswer::Refused { status: 404, fields: vec!["uuid".into()] });
         }
-        let request = self
-            .request(Method::Patch, &format!("/subscribers/{uuid}"))
-            .json(body);
-        Ok(write_answer(send_keeping_client_errors(
-            Method::Patch,
-            request,
-        )?))
+        let request = self.request(Method::Patch, &format!("/subscribers/{uuid}")).json(body);
+        Ok(write_answer(send_keeping_client_errors(Method::Patch, request)?))
     }
 
     /// `DELETE /subscribers/{uuid}`. A 404 (no such subscriber) is a
@@ -296,19 +273,14 @@ impl Api {
     /// 404, because for a delete a 404 means "already gone".
     pub fn delete_subscriber(&self, uuid: &str) -> Result<WriteAnswer> {
         if !is_path_safe_id(uuid) {
-            return Err(Error::ProviderError(
-                "a subscriber uuid is not a plain path segment".into(),
-            ));
+            return Err(Error::ProviderError("a subscriber uuid is not a plain path segment".into()));
         }
         let request = self.request(Method::Delete, &format!("/subscribers/{uuid}"));
         match send_keeping_client_errors(Method::Delete, request) {
             Ok(response) => Ok(write_answer(response)),
             // `send` turns a 4xx after a retry into "HTTP <status> from ...".
             Err(Error::ProviderError(message)) if message.starts_with("HTTP 404 ") => {
-                Ok(WriteAnswer::Refused {
-                    status: 404,
-                    fields: Vec::new(),
-                })
+                Ok(WriteAnswer::Refused { status: 404, fields: Vec::new() })
             }
             Err(error) => Err(error),
         }
@@ -319,9 +291,7 @@ impl Api {
 /// path segment.
 pub fn subscribers_path(list: &str) -> Result<String> {
     if !is_path_safe_id(list) {
-        return Err(Error::InvalidConfig(
-            "email_list_uuids: not an email list uuid".into(),
-        ));
+        return Err(Error::InvalidConfig("email_list_uuids: not an email list uuid".into()));
     }
     Ok(format!("/email-lists/{list}/subscribers"))
 }
@@ -368,14 +338,9 @@ impl ListPages {
     /// `ahead_allowed` on their way. A refusal to start one is no error:
     /// the page is then requested when it is due.
     fn start_ahead(&mut self, number: u32, last: u64) {
-        let allowed = *self
-            .ahead_allowed
-            .get_or_insert_with(|| AHEAD.min(Pending::max()));
+        let allowed = *self.ahead_allowed.get_or_insert_with(|| AHEAD.min(Pending::max()));
         let mut page = self.ahead.back().map_or(number, |(n, _)| *n) + 1;
-        while (self.ahead.len() as u32) < allowed
-            && u64::from(page) <= last
-            && page <= MAX_PAGES
-        {
+        while (self.ahead.len() as u32) < allowed && u64::from(page) <= last && page <= MAX_PAGES {
             match self.request(page).start() {
                 Ok(pending) => self.ahead.push_back((page, pending)),
                 Err(_) => return,
@@ -406,10 +371,7 @@ impl Iterator for ListPages {
         let more = more && !records.is_empty();
         if more && number >= MAX_PAGES {
             self.ahead.clear();
-            return Some(Err(Error::ProviderError(format!(
-                "{} did not end after {MAX_PAGES} pages",
-                self.path
-            ))));
+            return Some(Err(Error::ProviderError(format!("{} did not end after {MAX_PAGES} pages", self.path))));
         }
         match (more, last_page) {
             (true, Some(last)) => self.start_ahead(number, last),
@@ -417,11 +379,7 @@ impl Iterator for ListPages {
             (false, _) => self.ahead.clear(),
         }
         self.next = more.then_some(number + 1);
-        Some(Ok(ListPage {
-            number,
-            records,
-            last_page,
-        }))
+        Some(Ok(ListPage { number, records, last_page }))
     }
 }
 
@@ -442,9 +400,7 @@ pub fn has_more_pages(current: u32, per_page: u32, body: &Value, records: usize)
 }
 
 fn as_page_number(value: &Value) -> Option<u64> {
-    value
-        .as_u64()
-        .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
+    value.as_u64().or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()))
 }
 
 /// The `data` array of a list response (`null` counts as empty).
@@ -472,7 +428,9 @@ fn parse_page(body: String, path: &str, page: u32) -> Result<(PageRecords, Value
         #[serde(default)]
         links: Value,
     }
-    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Option<Vec<&'de RawValue>>>, D::Error> {
+    fn present<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Option<Option<Vec<&'de RawValue>>>, D::Error> {
         Option::deserialize(d).map(Some)
     }
     let (spans, pagination) = match serde_json::from_str::<Page>(&body) {
@@ -484,7 +442,10 @@ fn parse_page(body: String, path: &str, page: u32) -> Result<(PageRecords, Value
                 .map(|record| {
                     // Each record borrows from `body`: its offset in it.
                     let at = record.get().as_ptr().addr() - start;
-                    debug_assert!(body.get(at..at + record.get().len()) == Some(record.get()), "a record borrowed from its page");
+                    debug_assert!(
+                        body.get(at..at + record.get().len()) == Some(record.get()),
+                        "a record borrowed from its page"
+                    );
                     at..at + record.get().len()
                 })
                 .collect();
@@ -507,9 +468,7 @@ fn parse_page(body: String, path: &str, page: u32) -> Result<(PageRecords, Value
 }
 
 fn no_data(path: &str, page: u32) -> Error {
-    Error::ProviderError(format!(
-        "page {page} of {path} is not a list response (no `data` array)"
-    ))
+    Error::ProviderError(format!("page {page} of {path} is not a list response (no `data` array)"))
 }
 
 /// What a create or update answer means for the record.
@@ -519,9 +478,7 @@ fn write_answer(response: Response) -> WriteAnswer {
     }
     WriteAnswer::Refused {
         status: response.status(),
-        fields: serde_json::from_slice::<Value>(response.body())
-            .map(|body| invalid_fields(&body))
-            .unwrap_or_default(),
+        fields: serde_json::from_slice::<Value>(response.body()).map(|body| invalid_fields(&body)).unwrap_or_default(),
     }
 }
 
@@ -538,9 +495,7 @@ pub fn invalid_fields(body: &Value) -> Vec<String> {
         .filter(|name| {
             !name.is_empty()
                 && name.len() <= 40
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
         })
         .take(5)
         .cloned()
@@ -610,15 +565,8 @@ mod tests {
 
     #[test]
     fn query_brackets_are_percent_encoded() {
-        let url = api()
-            .request(Method::Get, "/campaigns")
-            .query("filter[status]", "sent")
-            .url()
-            .to_owned();
-        assert_eq!(
-            url,
-            "https://news.example.com/api/campaigns?filter%5Bstatus%5D=sent"
-        );
+        let url = api().request(Method::Get, "/campaigns").query("filter[status]", "sent").url().to_owned();
+        assert_eq!(url, "https://news.example.com/api/campaigns?filter%5Bstatus%5D=sent");
     }
 
     #[test]
@@ -664,7 +612,8 @@ mod tests {
 
     #[test]
     fn a_page_without_a_data_array_is_no_list_and_one_that_is_not_json_says_where() {
-        for body in [r#"{"meta": {}}"#, r#"{"data": {}}"#, r#"{"data": "x"}"#, "[]", "3", r#"{"data": [], "data": []}"#] {
+        for body in [r#"{"meta": {}}"#, r#"{"data": {}}"#, r#"{"data": "x"}"#, "[]", "3", r#"{"data": [], "data": []}"#]
+        {
             let err = parse_page(body.to_owned(), "/x", 4).unwrap_err().to_string();
             assert!(err.contains("page 4 of /x is not a list response"), "{body}: {err}");
         }
@@ -677,22 +626,10 @@ mod tests {
 
     #[test]
     fn list_data_must_be_an_array_or_null() {
-        assert_eq!(
-            records_of(json!({ "data": null }), "/x", 1).unwrap(),
-            Vec::<Value>::new()
-        );
-        assert_eq!(
-            records_of(json!({ "data": [1] }), "/x", 1).unwrap(),
-            vec![json!(1)]
-        );
-        assert!(matches!(
-            records_of(json!({ "data": {} }), "/x", 1),
-            Err(Error::ProviderError(_))
-        ));
-        assert!(matches!(
-            records_of(json!([]), "/x", 1),
-            Err(Error::ProviderError(_))
-        ));
+        assert_eq!(records_of(json!({ "data": null }), "/x", 1).unwrap(), Vec::<Value>::new());
+        assert_eq!(records_of(json!({ "data": [1] }), "/x", 1).unwrap(), vec![json!(1)]);
+        assert!(matches!(records_of(json!({ "data": {} }), "/x", 1), Err(Error::ProviderError(_))));
+        assert!(matches!(records_of(json!([]), "/x", 1), Err(Error::ProviderError(_))));
     }
 
     #[test]
@@ -711,10 +648,7 @@ mod tests {
 
     #[test]
     fn subscriber_paths_refuse_anything_but_a_plain_id() {
-        assert_eq!(
-            subscribers_path("845b334b-90de").unwrap(),
-            "/email-lists/845b334b-90de/subscribers"
-        );
+        assert_eq!(subscribers_path("845b334b-90de").unwrap(), "/email-lists/845b334b-90de/subscribers");
         for bad in ["", "a/b", "a?b", "..", "a b"] {
             assert!(subscribers_path(bad).is_err(), "{bad}");
         }

@@ -106,9 +106,7 @@ impl Config {
     pub fn credential(&self) -> Result<&str> {
         let handle = self.credential_handle.trim();
         if handle.is_empty() {
-            return Err(Error::InvalidConfig(
-                "credential_handle: must name a stored API token".into(),
-            ));
+            return Err(Error::InvalidConfig("credential_handle: must name a stored API token".into()));
         }
         Ok(handle)
     }
@@ -118,9 +116,7 @@ impl Config {
         match self.start_date.as_deref().map(str::trim) {
             None | Some("") => Ok(None),
             Some(text) => Timestamp::parse(text).map(Some).ok_or_else(|| {
-                Error::InvalidConfig(
-                    "start_date: must be an RFC 3339 date-time such as 2024-01-01T00:00:00Z".into(),
-                )
+                Error::InvalidConfig("start_date: must be an RFC 3339 date-time such as 2024-01-01T00:00:00Z".into())
             }),
         }
     }
@@ -135,9 +131,7 @@ impl Config {
                 if is_path_safe_id(uuid) {
                     Ok(uuid.to_owned())
                 } else {
-                    Err(Error::InvalidConfig(format!(
-                        "email_list_uuids[{i}]: not an email list uuid"
-                    )))
+                    Err(Error::InvalidConfig(format!("email_list_uuids[{i}]: not an email list uuid")))
                 }
             })
             .collect()
@@ -159,11 +153,7 @@ impl Config {
 /// path goes through this check, so no input can add path segments or a
 /// query.
 pub fn is_path_safe_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Checks `base_url` and returns it without a trailing slash.
@@ -205,13 +195,9 @@ fn validate_base_url(url: &str, method: ConnectionMethod) -> Result<String> {
     }
     if method == ConnectionMethod::Cloud {
         let host = host.to_ascii_lowercase();
-        let on_cloud = host
-            .strip_suffix(CLOUD_DOMAIN)
-            .is_some_and(|team| team.len() > 1 && team.ends_with('.'));
+        let on_cloud = host.strip_suffix(CLOUD_DOMAIN).is_some_and(|team| team.len() > 1 && team.ends_with('.'));
         if !on_cloud {
-            return Err(invalid(
-                "a cloud connection must use https://<team>.mailcoach.app/api",
-            ));
+            return Err(invalid("a cloud connection must use https://<team>.mailcoach.app/api"));
         }
     }
     Ok(url.to_owned())
@@ -231,9 +217,7 @@ mod tests {
 
     #[test]
     fn only_base_url_and_credential_handle_are_required() {
-        let c = config(
-            json!({ "base_url": "https://news.example.com/api", "credential_handle": "cred_1" }),
-        );
+        let c = config(json!({ "base_url": "https://news.example.com/api", "credential_handle": "cred_1" }));
         assert_eq!(c.connection_method, ConnectionMethod::SelfHosted);
         assert!(c.email_list_uuids.is_empty());
         assert!(c.validate().is_ok());
@@ -252,10 +236,7 @@ mod tests {
     #[test]
     fn self_hosted_and_cloud_api_urls_are_accepted() {
         use ConnectionMethod::*;
-        assert_eq!(
-            base("https://news.example.com/api/", SelfHosted).unwrap(),
-            "https://news.example.com/api"
-        );
+        assert_eq!(base("https://news.example.com/api/", SelfHosted).unwrap(), "https://news.example.com/api");
         assert!(base("https://example.com/mailcoach/api", SelfHosted).is_ok());
         assert!(base("https://example.com:443/api", SelfHosted).is_ok());
         assert!(base("https://acme.mailcoach.app/api", Cloud).is_ok());
@@ -280,37 +261,28 @@ mod tests {
             ("https://acme.mailcoach.app.evil.com/api", Cloud),
         ] {
             let err = base(url, method).unwrap_err();
-            assert!(
-                matches!(&err, Error::InvalidConfig(m) if m.starts_with("base_url: ")),
-                "{url}: {err:?}"
-            );
+            assert!(matches!(&err, Error::InvalidConfig(m) if m.starts_with("base_url: ")), "{url}: {err:?}");
         }
     }
 
     #[test]
     fn a_blank_credential_handle_is_invalid_config() {
         let c = config(json!({ "base_url": "https://a.example/api", "credential_handle": " " }));
-        assert!(
-            matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.starts_with("credential_handle"))
-        );
+        assert!(matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.starts_with("credential_handle")));
     }
 
     #[test]
     fn start_date_must_be_a_date_time() {
-        let mut c =
-            config(json!({ "base_url": "https://a.example/api", "credential_handle": "h" }));
+        let mut c = config(json!({ "base_url": "https://a.example/api", "credential_handle": "h" }));
         c.start_date = Some("2024-01-01T00:00:00Z".into());
         assert!(c.start_date().unwrap().is_some());
         c.start_date = Some("last tuesday".into());
-        assert!(
-            matches!(c.start_date(), Err(Error::InvalidConfig(m)) if m.starts_with("start_date"))
-        );
+        assert!(matches!(c.start_date(), Err(Error::InvalidConfig(m)) if m.starts_with("start_date")));
     }
 
     #[test]
     fn email_list_uuids_must_be_safe_path_segments() {
-        let mut c =
-            config(json!({ "base_url": "https://a.example/api", "credential_handle": "h" }));
+        let mut c = config(json!({ "base_url": "https://a.example/api", "credential_handle": "h" }));
         c.email_list_uuids = vec!["845b334b-90de-455d-8e9f-50598d75c06b".into()];
         assert!(c.email_lists().is_ok());
         c.email_list_uuids.push("../../user".into());
@@ -335,10 +307,6 @@ mod tests {
         assert_eq!(s["additionalProperties"], json!(false));
         let fields: Vec<&String> = s["properties"].as_object().unwrap().keys().collect();
         assert_eq!(fields.len(), 5);
-        assert!(
-            fields
-                .iter()
-                .all(|f| !f.contains("token") && !f.contains("secret"))
-        );
+        assert!(fields.iter().all(|f| !f.contains("token") && !f.contains("secret")));
     }
 }

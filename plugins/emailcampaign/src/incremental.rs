@@ -58,13 +58,10 @@ impl Timestamp {
         if rest.is_empty() {
             return Some(Self(i128::from(days) * NANOS_PER_DAY));
         }
-        let rest = rest
-            .strip_prefix(['T', 't', ' '])
-            .filter(|time| !time.is_empty())?;
+        let rest = rest.strip_prefix(['T', 't', ' ']).filter(|time| !time.is_empty())?;
         let (clock, offset_seconds) = split_offset(rest)?;
         let nanos_of_day = parse_clock(clock)?;
-        let utc = i128::from(days) * NANOS_PER_DAY + nanos_of_day
-            - i128::from(offset_seconds) * NANOS_PER_SECOND;
+        let utc = i128::from(days) * NANOS_PER_DAY + nanos_of_day - i128::from(offset_seconds) * NANOS_PER_SECOND;
         Some(Self(utc))
     }
 }
@@ -142,10 +139,7 @@ fn split_offset(time: &str) -> Option<(&str, i64)> {
     if hours > 23 || minutes > 59 {
         return None;
     }
-    Some((
-        clock,
-        sign * (i64::from(hours) * 3600 + i64::from(minutes) * 60),
-    ))
+    Some((clock, sign * (i64::from(hours) * 3600 + i64::from(minutes) * 60)))
 }
 
 fn digits(text: &str) -> Option<u32> {
@@ -203,10 +197,7 @@ pub struct CursorValue {
 impl CursorValue {
     /// Parses `text`; `None` when it is not a timestamp.
     pub fn parse(text: &str) -> Option<Self> {
-        Timestamp::parse(text).map(|at| Self {
-            at,
-            text: text.to_owned(),
-        })
+        Timestamp::parse(text).map(|at| Self { at, text: text.to_owned() })
     }
 
     /// The cursor of a record: its top-level `updated_at`, when readable.
@@ -264,12 +255,7 @@ impl IncrementalRead {
     /// A read resuming from `saved` (the previous cursor, if any), with the
     /// configured `start_date` as the lower bound of a first read.
     pub fn new(saved: Option<CursorValue>, start_date: Option<Timestamp>) -> Self {
-        Self {
-            newest: saved.clone(),
-            saved,
-            start_date,
-            without_cursor: 0,
-        }
+        Self { newest: saved.clone(), saved, start_date, without_cursor: 0 }
     }
 
     /// Whether `record` should be emitted, noting its cursor on the way.
@@ -309,17 +295,13 @@ impl IncrementalRead {
     /// The state to checkpoint after a page while more pages may follow:
     /// the cursor the read started from (see the module documentation).
     pub fn mid_read_state(&self) -> CursorState {
-        CursorState {
-            updated_at: self.saved.as_ref().map(|c| c.text.clone()),
-        }
+        CursorState { updated_at: self.saved.as_ref().map(|c| c.text.clone()) }
     }
 
     /// The state to checkpoint once every page has been read: the newest
     /// `updated_at` seen (or the saved cursor when nothing newer came).
     pub fn final_state(&self) -> CursorState {
-        CursorState {
-            updated_at: self.newest.as_ref().map(|c| c.text.clone()),
-        }
+        CursorState { updated_at: self.newest.as_ref().map(|c| c.text.clone()) }
     }
 
     /// How many records had no readable `updated_at`.
@@ -366,14 +348,8 @@ mod tests {
     #[test]
     fn the_providers_format_parses_to_the_right_instant() {
         assert_eq!(at("1970-01-01T00:00:00.000000Z"), Timestamp(0));
-        assert_eq!(
-            at("2000-02-29T12:00:00Z"),
-            Timestamp(951_825_600 * NANOS_PER_SECOND)
-        );
-        assert_eq!(
-            at("2024-03-01T09:30:00.250000Z"),
-            Timestamp(1_709_285_400 * NANOS_PER_SECOND + 250_000_000)
-        );
+        assert_eq!(at("2000-02-29T12:00:00Z"), Timestamp(951_825_600 * NANOS_PER_SECOND));
+        assert_eq!(at("2024-03-01T09:30:00.250000Z"), Timestamp(1_709_285_400 * NANOS_PER_SECOND + 250_000_000));
     }
 
     #[test]
@@ -427,10 +403,7 @@ mod tests {
 
     #[test]
     fn the_saved_cursor_wins_over_start_date() {
-        let mut read = IncrementalRead::new(
-            cursor("2024-01-01T00:00:00Z"),
-            Some(at("2025-01-01T00:00:00Z")),
-        );
+        let mut read = IncrementalRead::new(cursor("2024-01-01T00:00:00Z"), Some(at("2025-01-01T00:00:00Z")));
         assert!(read.admits(&record("2024-06-01T00:00:00Z")));
     }
 
@@ -441,67 +414,38 @@ mod tests {
         assert!(read.admits(&json!({ "uuid": "b", "updated_at": null })));
         assert!(read.admits(&json!({ "uuid": "c", "updated_at": "soon" })));
         assert_eq!(read.records_without_cursor(), 3);
-        assert_eq!(
-            read.final_state().updated_at.as_deref(),
-            Some("2024-01-01T00:00:00Z")
-        );
+        assert_eq!(read.final_state().updated_at.as_deref(), Some("2024-01-01T00:00:00Z"));
     }
 
     #[test]
     fn mid_read_checkpoints_keep_the_starting_cursor() {
         let mut read = IncrementalRead::new(cursor("2024-01-01T00:00:00Z"), None);
         read.admits(&record("2024-05-01T00:00:00Z"));
-        assert_eq!(
-            read.mid_read_state(),
-            CursorState {
-                updated_at: Some("2024-01-01T00:00:00Z".into())
-            }
-        );
-        assert_eq!(
-            IncrementalRead::new(None, None).mid_read_state().updated_at,
-            None
-        );
+        assert_eq!(read.mid_read_state(), CursorState { updated_at: Some("2024-01-01T00:00:00Z".into()) });
+        assert_eq!(IncrementalRead::new(None, None).mid_read_state().updated_at, None);
     }
 
     #[test]
     fn the_final_checkpoint_is_the_newest_cursor_seen_verbatim() {
         let mut read = IncrementalRead::new(None, Some(at("2030-01-01")));
         // Skipped records still count: they were seen, and are older anyway.
-        for text in [
-            "2024-03-01T10:00:00.000000Z",
-            "2024-03-02T01:00:00+02:00",
-            "2024-03-01T23:30:00.000000Z",
-        ] {
+        for text in ["2024-03-01T10:00:00.000000Z", "2024-03-02T01:00:00+02:00", "2024-03-01T23:30:00.000000Z"] {
             read.admits(&record(text));
         }
-        assert_eq!(
-            read.final_state().updated_at.as_deref(),
-            Some("2024-03-01T23:30:00.000000Z")
-        );
+        assert_eq!(read.final_state().updated_at.as_deref(), Some("2024-03-01T23:30:00.000000Z"));
     }
 
     #[test]
     fn the_final_checkpoint_never_goes_back_before_the_saved_cursor() {
         let mut read = IncrementalRead::new(cursor("2024-06-01T00:00:00Z"), None);
         read.admits(&record("2024-01-01T00:00:00Z"));
-        assert_eq!(
-            read.final_state().updated_at.as_deref(),
-            Some("2024-06-01T00:00:00Z")
-        );
+        assert_eq!(read.final_state().updated_at.as_deref(), Some("2024-06-01T00:00:00Z"));
     }
 
     #[test]
     fn state_serialises_as_a_single_updated_at_field() {
-        let state = CursorState {
-            updated_at: Some("2024-06-01T00:00:00.000000Z".into()),
-        };
-        assert_eq!(
-            serde_json::to_value(&state).unwrap(),
-            json!({ "updated_at": "2024-06-01T00:00:00.000000Z" })
-        );
-        assert_eq!(
-            serde_json::to_value(CursorState { updated_at: None }).unwrap(),
-            json!({ "updated_at": null })
-        );
+        let state = CursorState { updated_at: Some("2024-06-01T00:00:00.000000Z".into()) };
+        assert_eq!(serde_json::to_value(&state).unwrap(), json!({ "updated_at": "2024-06-01T00:00:00.000000Z" }));
+        assert_eq!(serde_json::to_value(CursorState { updated_at: None }).unwrap(), json!({ "updated_at": null }));
     }
 }

@@ -65,8 +65,8 @@ pub mod streams;
 pub mod write;
 
 use connector_sdk::{
-    CheckResult, Connector, ConnectorInfo, Operation, ReadRequest, Result, Stream, Value,
-    WriteRequest, WriteResult, export_connector,
+    CheckResult, Connector, ConnectorInfo, Operation, ReadRequest, Result, Stream, Value, WriteRequest, WriteResult,
+    export_connector,
 };
 
 use crate::api::Api;
@@ -101,9 +101,7 @@ impl Connector for EmailCampaigns {
     fn check(config: Config) -> Result<CheckResult> {
         config.validate()?;
         let user = Api::new(&config)?.current_user()?;
-        let account = user
-            .email
-            .or_else(|| user.id.map(|id| format!("user {id}")));
+        let account = user.email.or_else(|| user.id.map(|id| format!("user {id}")));
         let result = CheckResult::success("the API token works and can read the account");
         Ok(match account {
             Some(account) => result.with_account(account),
@@ -142,10 +140,7 @@ mod tests {
         assert_eq!(info.id, "conn_emailcampaign_edm");
         assert_eq!(info.name, "Email campaigns");
         assert_eq!(info.kind, ConnectorKind::Source);
-        assert_eq!(
-            info.legacy_aliases,
-            ["source:emailcampaign", "source:mailcoach"]
-        );
+        assert_eq!(info.legacy_aliases, ["source:emailcampaign", "source:mailcoach"]);
         assert!(info.oauth.is_none());
     }
 
@@ -158,13 +153,7 @@ mod tests {
     fn describe_lists_the_implemented_operations() {
         assert_eq!(
             EmailCampaigns::describe().operations,
-            [
-                Operation::Check,
-                Operation::Discover,
-                Operation::Read,
-                Operation::Preview,
-                Operation::Write
-            ]
+            [Operation::Check, Operation::Discover, Operation::Read, Operation::Preview, Operation::Write]
         );
     }
 }

@@ -238,9 +238,7 @@ impl Metrics {
             campaigns
                 .iter()
                 .filter_map(count)
-                .fold(None, |total: Option<u64>, n| {
-                    Some(total.unwrap_or(0).saturating_add(n))
-                })
+                .fold(None, |total: Option<u64>, n| Some(total.unwrap_or(0).saturating_add(n)))
         };
         let mut metrics = Self {
             sent: sum(|c| c.sent),
@@ -258,9 +256,7 @@ impl Metrics {
             let (numerator, denominator) = campaigns
                 .iter()
                 .filter_map(|c| Some(((rule.numerator)(c)?, c.sent?)))
-                .fold((0u64, 0u64), |(n, d), (cn, cd)| {
-                    (n.saturating_add(cn), d.saturating_add(cd))
-                });
+                .fold((0u64, 0u64), |(n, d), (cn, cd)| (n.saturating_add(cn), d.saturating_add(cd)));
             *(rule.slot)(&mut metrics) = rate(numerator, denominator);
         }
         metrics
@@ -296,21 +292,13 @@ pub fn field_coverage(campaigns: &[CampaignCounts]) -> BTreeMap<&'static str, Co
         .iter()
         .map(|(name, count)| {
             let reported = campaigns.iter().any(|c| count(c).is_some());
-            let coverage = if reported {
-                Coverage::Provided
-            } else {
-                Coverage::NotProvided
-            };
+            let coverage = if reported { Coverage::Provided } else { Coverage::NotProvided };
             (*name, coverage)
         })
         .collect();
     // A derived value is derivable when every count it needs is provided.
     let derivable = |needs: &[&str], coverage: &BTreeMap<&str, Coverage>| {
-        if needs.iter().all(|n| coverage[n] == Coverage::Provided) {
-            Coverage::Derived
-        } else {
-            Coverage::NotProvided
-        }
+        if needs.iter().all(|n| coverage[n] == Coverage::Provided) { Coverage::Derived } else { Coverage::NotProvided }
     };
     let delivered = derivable(&["sent", "bounces"], &coverage);
     coverage.insert("delivered", delivered);
@@ -347,14 +335,8 @@ mod tests {
         let m = Metrics::of_campaign(&CampaignCounts::from_campaign(&campaign()));
         assert_eq!(m.sent, Some(1000));
         assert_eq!(m.delivered, Some(980));
-        assert_eq!(
-            (m.opens, m.unique_opens, m.clicks, m.unique_clicks),
-            (Some(620), Some(450), Some(130), Some(95))
-        );
-        assert_eq!(
-            (m.bounces, m.unsubscribes, m.complaints),
-            (Some(20), Some(4), Some(1))
-        );
+        assert_eq!((m.opens, m.unique_opens, m.clicks, m.unique_clicks), (Some(620), Some(450), Some(130), Some(95)));
+        assert_eq!((m.bounces, m.unsubscribes, m.complaints), (Some(20), Some(4), Some(1)));
     }
 
     #[test]
@@ -377,11 +359,7 @@ mod tests {
 
     #[test]
     fn rates_are_rounded_to_four_decimals() {
-        let c = CampaignCounts {
-            sent: Some(3),
-            unique_opens: Some(1),
-            ..Default::default()
-        };
+        let c = CampaignCounts { sent: Some(3), unique_opens: Some(1), ..Default::default() };
         assert_eq!(Metrics::of_campaign(&c).open_rate, Some(0.3333));
     }
 
@@ -404,14 +382,8 @@ mod tests {
 
     #[test]
     fn delivered_needs_both_sent_and_bounces() {
-        let only_sent = CampaignCounts {
-            sent: Some(10),
-            ..Default::default()
-        };
-        let only_bounces = CampaignCounts {
-            bounces: Some(1),
-            ..Default::default()
-        };
+        let only_sent = CampaignCounts { sent: Some(10), ..Default::default() };
+        let only_bounces = CampaignCounts { bounces: Some(1), ..Default::default() };
         for c in [only_sent, only_bounces] {
             let m = Metrics::of_campaign(&c);
             assert_eq!((m.delivered, m.delivery_rate), (None, None));
@@ -427,20 +399,12 @@ mod tests {
         }));
         let m = Metrics::of_campaign(&c);
         assert_eq!(m.delivered, Some(0));
-        assert_eq!(
-            (m.open_rate, m.bounce_rate, m.delivery_rate),
-            (None, None, None)
-        );
+        assert_eq!((m.open_rate, m.bounce_rate, m.delivery_rate), (None, None, None));
     }
 
     #[test]
     fn inconsistent_counts_never_give_a_rate_above_one_or_negative_delivered() {
-        let c = CampaignCounts {
-            sent: Some(10),
-            unique_opens: Some(12),
-            bounces: Some(15),
-            ..Default::default()
-        };
+        let c = CampaignCounts { sent: Some(10), unique_opens: Some(12), bounces: Some(15), ..Default::default() };
         let m = Metrics::of_campaign(&c);
         assert_eq!(m.open_rate, Some(1.0));
         assert_eq!(m.delivered, Some(0));
@@ -463,18 +427,8 @@ mod tests {
 
     #[test]
     fn totals_sum_counts_and_recompute_rates_from_the_sums() {
-        let a = CampaignCounts {
-            sent: Some(100),
-            unique_opens: Some(50),
-            bounces: Some(10),
-            ..Default::default()
-        };
-        let b = CampaignCounts {
-            sent: Some(300),
-            unique_opens: Some(30),
-            bounces: Some(2),
-            ..Default::default()
-        };
+        let a = CampaignCounts { sent: Some(100), unique_opens: Some(50), bounces: Some(10), ..Default::default() };
+        let b = CampaignCounts { sent: Some(300), unique_opens: Some(30), bounces: Some(2), ..Default::default() };
         let t = Metrics::total(&[a, b]);
         assert_eq!(t.sent, Some(400));
         assert_eq!(t.unique_opens, Some(80));
@@ -487,15 +441,8 @@ mod tests {
 
     #[test]
     fn total_rates_only_use_campaigns_that_report_the_numerator() {
-        let with_complaints = CampaignCounts {
-            sent: Some(1000),
-            complaints: Some(2),
-            ..Default::default()
-        };
-        let without = CampaignCounts {
-            sent: Some(9000),
-            ..Default::default()
-        };
+        let with_complaints = CampaignCounts { sent: Some(1000), complaints: Some(2), ..Default::default() };
+        let without = CampaignCounts { sent: Some(9000), ..Default::default() };
         let t = Metrics::total(&[with_complaints, without]);
         assert_eq!(t.sent, Some(10_000));
         assert_eq!(t.complaints, Some(2));
@@ -539,12 +486,7 @@ mod tests {
     fn coverage_names_match_the_metric_fields() {
         let coverage = field_coverage(&[]);
         let metrics = Metrics::default().to_json();
-        let fields: Vec<&str> = metrics
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let fields: Vec<&str> = metrics.as_object().unwrap().keys().map(String::as_str).collect();
         let names: Vec<&str> = coverage.keys().copied().collect();
         let mut fields = fields;
         fields.sort_unstable();
@@ -554,9 +496,6 @@ mod tests {
 
     #[test]
     fn coverage_serialises_in_snake_case() {
-        assert_eq!(
-            serde_json::to_value(Coverage::NotProvided).unwrap(),
-            json!("not_provided")
-        );
+        assert_eq!(serde_json::to_value(Coverage::NotProvided).unwrap(), json!("not_provided"));
     }
 }

@@ -36,12 +36,7 @@ use crate::metrics::{CampaignCounts, Metrics, field_coverage};
 pub const PREVIEW_CAMPAIGNS: u32 = 10;
 
 /// Metrics this provider cannot supply: they need external attribution.
-pub const ATTRIBUTION_REQUIRED: [&str; 4] = [
-    "website_sessions",
-    "website_conversions",
-    "revenue",
-    "orders",
-];
+pub const ATTRIBUTION_REQUIRED: [&str; 4] = ["website_sessions", "website_conversions", "revenue", "orders"];
 
 /// Fetches the recent sent campaigns and builds the preview.
 pub fn preview(config: &Config) -> Result<Value> {
@@ -56,17 +51,10 @@ pub fn preview(config: &Config) -> Result<Value> {
 pub fn build(campaigns: &[Value]) -> Value {
     let sent: Vec<&Value> = campaigns
         .iter()
-        .filter(|c| {
-            c.get("status")
-                .and_then(Value::as_str)
-                .is_none_or(|s| s == "sent")
-        })
+        .filter(|c| c.get("status").and_then(Value::as_str).is_none_or(|s| s == "sent"))
         .take(PREVIEW_CAMPAIGNS as usize)
         .collect();
-    let counts: Vec<CampaignCounts> = sent
-        .iter()
-        .map(|c| CampaignCounts::from_campaign(c))
-        .collect();
+    let counts: Vec<CampaignCounts> = sent.iter().map(|c| CampaignCounts::from_campaign(c)).collect();
     let rows: Vec<Value> = sent
         .iter()
         .zip(&counts)
@@ -91,11 +79,7 @@ pub fn build(campaigns: &[Value]) -> Value {
 /// A string field of a provider object, or `null` for anything else (so an
 /// unexpected nested object is never passed on).
 fn string_field(object: &Value, field: &str) -> Value {
-    object
-        .get(field)
-        .filter(|v| v.is_string())
-        .cloned()
-        .unwrap_or(Value::Null)
+    object.get(field).filter(|v| v.is_string()).cloned().unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
@@ -123,23 +107,10 @@ mod tests {
         let preview = build(&[campaign("c1", 100, 40)]);
         let mut keys: Vec<&String> = preview.as_object().unwrap().keys().collect();
         keys.sort();
-        assert_eq!(
-            keys,
-            [
-                "attribution_required",
-                "campaigns",
-                "field_coverage",
-                "totals"
-            ]
-        );
+        assert_eq!(keys, ["attribution_required", "campaigns", "field_coverage", "totals"]);
         assert_eq!(
             preview["attribution_required"],
-            json!([
-                "website_sessions",
-                "website_conversions",
-                "revenue",
-                "orders"
-            ])
+            json!(["website_sessions", "website_conversions", "revenue", "orders"])
         );
     }
 
@@ -149,10 +120,7 @@ mod tests {
         let row = &preview["campaigns"][0];
         let mut keys: Vec<&String> = row.as_object().unwrap().keys().collect();
         keys.sort();
-        assert_eq!(
-            keys,
-            ["campaign_id", "metrics", "name", "sent_at", "status"]
-        );
+        assert_eq!(keys, ["campaign_id", "metrics", "name", "sent_at", "status"]);
         assert_eq!(row["campaign_id"], json!("c1"));
         assert_eq!(row["metrics"]["open_rate"], json!(0.4));
         assert_eq!(row["metrics"]["delivered"], json!(100));
@@ -187,8 +155,7 @@ mod tests {
 
     #[test]
     fn campaigns_that_are_not_sent_are_left_out_and_at_most_ten_shown() {
-        let mut campaigns: Vec<Value> =
-            (0..12).map(|i| campaign(&format!("c{i}"), 10, 1)).collect();
+        let mut campaigns: Vec<Value> = (0..12).map(|i| campaign(&format!("c{i}"), 10, 1)).collect();
         campaigns[0]["status"] = json!("draft");
         let preview = build(&campaigns);
         let rows = preview["campaigns"].as_array().unwrap();
@@ -200,13 +167,7 @@ mod tests {
     fn an_account_without_sent_campaigns_gets_an_empty_but_complete_preview() {
         let preview = build(&[]);
         assert_eq!(preview["campaigns"], json!([]));
-        assert!(
-            preview["totals"]
-                .as_object()
-                .unwrap()
-                .values()
-                .all(Value::is_null)
-        );
+        assert!(preview["totals"].as_object().unwrap().values().all(Value::is_null));
         assert_eq!(preview["field_coverage"]["sent"], json!("not_provided"));
     }
 }

@@ -23,33 +23,22 @@ use crate::streams::{StreamName, statistics_record};
 
 /// Reads one stream; see the module documentation.
 pub fn read(request: ReadRequest<Config>) -> Result<()> {
-    let stream =
-        StreamName::parse(&request.stream).ok_or_else(|| Error::unknown_stream(&request.stream))?;
+    let stream = StreamName::parse(&request.stream).ok_or_else(|| Error::unknown_stream(&request.stream))?;
     let config = &request.config;
     config.validate()?;
     let api = Api::new(config)?;
 
     let incremental = if request.is_incremental() {
         if !stream.is_incremental() {
-            return Err(Error::Unsupported(format!(
-                "stream `{}` supports full refresh only",
-                stream.as_str()
-            )));
+            return Err(Error::Unsupported(format!("stream `{}` supports full refresh only", stream.as_str())));
         }
-        if let Some(field) = request
-            .cursor_field
-            .as_deref()
-            .filter(|f| *f != CURSOR_FIELD)
-        {
+        if let Some(field) = request.cursor_field.as_deref().filter(|f| *f != CURSOR_FIELD) {
             return Err(Error::Unsupported(format!(
                 "stream `{}` can only use `{CURSOR_FIELD}` as its cursor, not `{field}`",
                 stream.as_str()
             )));
         }
-        Some(IncrementalRead::new(
-            saved_cursor(request.state.as_ref()),
-            config.start_date()?,
-        ))
+        Some(IncrementalRead::new(saved_cursor(request.state.as_ref()), config.start_date()?))
     } else {
         None
     };
@@ -62,15 +51,8 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
         StreamName::EmailLists => reader.read_list(api.list("/email-lists", &[]), None)?,
         StreamName::Subscribers => {
             let configured = config.email_lists()?;
-            let lists = if configured.is_empty() {
-                api.all_email_list_uuids()?
-            } else {
-                configured
-            };
-            log::info(format_args!(
-                "subscribers: reading {} email lists",
-                lists.len()
-            ));
+            let lists = if configured.is_empty() { api.all_email_list_uuids()? } else { configured };
+            log::info(format_args!("subscribers: reading {} email lists", lists.len()));
             for list in &lists {
                 let path = crate::api::subscribers_path(list)?;
                 reader.read_list(api.list(&path, &[]), Some(list))?;
@@ -87,9 +69,7 @@ fn saved_cursor(state: Option<&Value>) -> Option<CursorValue> {
     let state = state?;
     match serde_json::from_value::<CursorState>(state.clone()) {
         Ok(CursorState { updated_at: None }) => None,
-        Ok(CursorState {
-            updated_at: Some(text),
-        }) => CursorValue::parse(&text).or_else(|| {
+        Ok(CursorState { updated_at: Some(text) }) => CursorValue::parse(&text).or_else(|| {
             log::warn("the saved cursor is not a timestamp; reading from the start");
             None
         }),
@@ -115,12 +95,7 @@ struct StreamReader {
 
 impl StreamReader {
     fn new(stream: StreamName, incremental: Option<IncrementalRead>) -> Self {
-        Self {
-            stream,
-            incremental,
-            received: 0,
-            emitted: 0,
-        }
+        Self { stream, incremental, received: 0, emitted: 0 }
     }
 
     /// Emits every page of `pages`. `list` is the email list the pages
@@ -167,13 +142,16 @@ impl StreamReader {
         }
         let rebuild = match self.stream {
             StreamName::CampaignStatistics => true,
-            StreamName::Subscribers if list.is_some() => serde_json::from_str::<ListOf>(record).map(|s| s.email_list_uuid.is_none()).unwrap_or(true),
+            StreamName::Subscribers if list.is_some() => {
+                serde_json::from_str::<ListOf>(record).map(|s| s.email_list_uuid.is_none()).unwrap_or(true)
+            }
             _ => false,
         };
         if !rebuild {
             return Ok(Cow::Borrowed(record));
         }
-        let value: Value = serde_json::from_str(record).map_err(|e| Error::ProviderError(format!("{}: a record is not JSON: {e}", self.stream.as_str())))?;
+        let value: Value = serde_json::from_str(record)
+            .map_err(|e| Error::ProviderError(format!("{}: a record is not JSON: {e}", self.stream.as_str())))?;
         Ok(Cow::Owned(self.shape(value, list).to_string()))
     }
 
@@ -185,9 +163,7 @@ impl StreamReader {
                 // The list the subscriber was read from, when the provider
                 // leaves it out (older instances send a numeric list id only).
                 if let Some(list) = list {
-                    let known = subscriber
-                        .get("email_list_uuid")
-                        .is_some_and(|v| !v.is_null());
+                    let known = subscriber.get("email_list_uuid").is_some_and(|v| !v.is_null());
                     if !known {
                         subscriber.insert("email_list_uuid".into(), json!(list));
                     }
@@ -210,12 +186,7 @@ impl StreamReader {
                 ));
             }
         }
-        log::info(format_args!(
-            "{}: done, {} received, {} emitted",
-            self.stream.as_str(),
-            self.received,
-            self.emitted
-        ));
+        log::info(format_args!("{}: done, {} received, {} emitted", self.stream.as_str(), self.received, self.emitted));
         Ok(())
     }
 }
@@ -227,10 +198,7 @@ mod tests {
     #[test]
     fn a_saved_cursor_is_read_from_the_state() {
         let state = json!({ "updated_at": "2024-03-01T10:00:00.000000Z" });
-        assert_eq!(
-            saved_cursor(Some(&state)).map(|c| c.text),
-            Some("2024-03-01T10:00:00.000000Z".to_owned())
-        );
+        assert_eq!(saved_cursor(Some(&state)).map(|c| c.text), Some("2024-03-01T10:00:00.000000Z".to_owned()));
     }
 
     #[test]
@@ -263,10 +231,14 @@ mod tests {
         let subscribers = StreamReader::new(StreamName::Subscribers, None);
         let with_list = r#"{"uuid":"s1","email_list_uuid":"l2"}"#;
         assert!(matches!(subscribers.shape_text(with_list, Some("l1")).unwrap(), Cow::Borrowed(_)));
-        let without: Value = serde_json::from_str(&subscribers.shape_text(r#"{"uuid":"s1","email_list_uuid":null}"#, Some("l1")).unwrap()).unwrap();
+        let without: Value = serde_json::from_str(
+            &subscribers.shape_text(r#"{"uuid":"s1","email_list_uuid":null}"#, Some("l1")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(without["email_list_uuid"], json!("l1"));
         let statistics = StreamReader::new(StreamName::CampaignStatistics, None);
-        let shaped = statistics.shape_text(r#"{"uuid":"c1","sent_to_number_of_subscribers":10,"open_count":5}"#, None).unwrap();
+        let shaped =
+            statistics.shape_text(r#"{"uuid":"c1","sent_to_number_of_subscribers":10,"open_count":5}"#, None).unwrap();
         assert!(matches!(shaped, Cow::Owned(_)), "statistics are rebuilt: {shaped}");
         assert!(statistics.shape_text("not json", None).is_err());
     }

@@ -41,12 +41,8 @@ pub enum StreamName {
 
 impl StreamName {
     /// Every stream, in the order `discover` lists them.
-    pub const ALL: [StreamName; 4] = [
-        StreamName::Campaigns,
-        StreamName::CampaignStatistics,
-        StreamName::EmailLists,
-        StreamName::Subscribers,
-    ];
+    pub const ALL: [StreamName; 4] =
+        [StreamName::Campaigns, StreamName::CampaignStatistics, StreamName::EmailLists, StreamName::Subscribers];
 
     /// The stream's name as the host knows it.
     pub fn as_str(self) -> &'static str {
@@ -71,11 +67,7 @@ impl StreamName {
     /// The stream as `discover` describes it.
     pub fn describe(self) -> Stream {
         let stream = Stream::new(self.as_str(), self.schema()).with_primary_key(["uuid"]);
-        if self.is_incremental() {
-            stream.with_incremental_cursor(CURSOR_FIELD)
-        } else {
-            stream
-        }
+        if self.is_incremental() { stream.with_incremental_cursor(CURSOR_FIELD) } else { stream }
     }
 
     /// The JSON Schema of one record.
@@ -91,24 +83,14 @@ impl StreamName {
 
 /// The full catalogue, as `discover` returns it.
 pub fn catalogue() -> Vec<Stream> {
-    StreamName::ALL
-        .into_iter()
-        .map(StreamName::describe)
-        .collect()
+    StreamName::ALL.into_iter().map(StreamName::describe).collect()
 }
 
 /// The `campaign_statistics` record of a provider campaign object: the
 /// campaign's identity and its normalised metrics, flattened.
 pub fn statistics_record(campaign: &Value) -> Value {
     let mut record = Map::new();
-    for field in [
-        "uuid",
-        "name",
-        "status",
-        "email_list_uuid",
-        "sent_at",
-        CURSOR_FIELD,
-    ] {
+    for field in ["uuid", "name", "status", "email_list_uuid", "sent_at", CURSOR_FIELD] {
         let value = campaign.get(field).filter(|v| v.is_string()).cloned();
         record.insert(field.to_owned(), value.unwrap_or(Value::Null));
     }
@@ -218,21 +200,10 @@ fn statistics_schema() -> Value {
         "complaints",
     ]
     .map(|name| (name, count()));
-    let rates = [
-        "delivery_rate",
-        "open_rate",
-        "click_rate",
-        "bounce_rate",
-        "unsubscribe_rate",
-        "complaint_rate",
-    ]
-    .map(|name| (name, fraction()));
-    let properties: Map<String, Value> = identity
-        .into_iter()
-        .chain(counts)
-        .chain(rates)
-        .map(|(name, schema)| (name.to_owned(), schema))
-        .collect();
+    let rates = ["delivery_rate", "open_rate", "click_rate", "bounce_rate", "unsubscribe_rate", "complaint_rate"]
+        .map(|name| (name, fraction()));
+    let properties: Map<String, Value> =
+        identity.into_iter().chain(counts).chain(rates).map(|(name, schema)| (name.to_owned(), schema)).collect();
     let required: Vec<&str> = properties.keys().map(String::as_str).collect();
     object(&required, Value::Object(properties.clone()), false)
 }
@@ -290,15 +261,7 @@ mod tests {
     fn discover_lists_the_four_streams_keyed_by_uuid() {
         let streams = catalogue();
         let names: Vec<&str> = streams.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "campaigns",
-                "campaign_statistics",
-                "email_lists",
-                "subscribers"
-            ]
-        );
+        assert_eq!(names, ["campaigns", "campaign_statistics", "email_lists", "subscribers"]);
         assert!(streams.iter().all(|s| s.primary_key == ["uuid"]));
     }
 
@@ -309,10 +272,7 @@ mod tests {
                 assert_eq!(stream.sync_modes, [SyncMode::FullRefresh]);
                 assert!(stream.cursor_fields.is_empty());
             } else {
-                assert_eq!(
-                    stream.sync_modes,
-                    [SyncMode::FullRefresh, SyncMode::Incremental]
-                );
+                assert_eq!(stream.sync_modes, [SyncMode::FullRefresh, SyncMode::Incremental]);
                 assert_eq!(stream.cursor_fields, ["updated_at"]);
                 assert_eq!(stream.default_cursor_field.as_deref(), Some("updated_at"));
             }

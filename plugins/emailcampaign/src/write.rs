@@ -41,8 +41,7 @@ use crate::streams::StreamName;
 
 /// The fields of a record that are sent to the provider; the subscriber
 /// schema marks every other property `readOnly`.
-pub(crate) const WRITABLE_FIELDS: [&str; 4] =
-    ["email", "first_name", "last_name", "extra_attributes"];
+pub(crate) const WRITABLE_FIELDS: [&str; 4] = ["email", "first_name", "last_name", "extra_attributes"];
 
 /// Why an update fails when the subscriber is not there.
 const NO_MATCH: &str = "no subscriber matches this record";
@@ -50,10 +49,7 @@ const NO_MATCH: &str = "no subscriber matches this record";
 /// Writes one batch; see the module documentation.
 pub fn write(request: WriteRequest<Config>) -> Result<WriteResult> {
     if StreamName::parse(&request.stream) != Some(StreamName::Subscribers) {
-        return Err(Error::Unsupported(format!(
-            "only `subscribers` can be written, not `{}`",
-            request.stream
-        )));
+        return Err(Error::Unsupported(format!("only `subscribers` can be written, not `{}`", request.stream)));
     }
     let mode = WriteKind::of(request.mode, &request.key_fields)?;
     let config = &request.config;
@@ -85,10 +81,7 @@ pub fn write(request: WriteRequest<Config>) -> Result<WriteResult> {
             }
             Err(error) if result.written == 0 => return Err(error),
             Err(error) => {
-                log::warn(format_args!(
-                    "subscribers: write stopped at record {index} of {}",
-                    request.records.len()
-                ));
+                log::warn(format_args!("subscribers: write stopped at record {index} of {}", request.records.len()));
                 result.record_failed(index, batch_failure_message(&error, true));
                 let rest = batch_failure_message(&error, false);
                 for later in index + 1..request.records.len() {
@@ -98,10 +91,7 @@ pub fn write(request: WriteRequest<Config>) -> Result<WriteResult> {
             }
         }
     }
-    log::info(format_args!(
-        "subscribers: {} written, {} failed",
-        result.written, result.failed
-    ));
+    log::info(format_args!("subscribers: {} written, {} failed", result.written, result.failed));
     Ok(result)
 }
 
@@ -198,24 +188,15 @@ impl Subscriber {
         };
         if let WriteKind::Delete(key) = kind {
             // Nothing but the key is used, so nothing else is checked.
-            return Ok(Self {
-                body: Value::Null,
-                target: Some(Target::of(key, fields)?),
-            });
+            return Ok(Self { body: Value::Null, target: Some(Target::of(key, fields)?) });
         }
         let email = email_of(fields)?;
         for name in ["first_name", "last_name"] {
-            if !fields
-                .get(name)
-                .is_none_or(|v| v.is_string() || v.is_null())
-            {
+            if !fields.get(name).is_none_or(|v| v.is_string() || v.is_null()) {
                 return Err(format!("`{name}` must be a string or null"));
             }
         }
-        if !fields
-            .get("extra_attributes")
-            .is_none_or(|v| v.is_object() || v.is_null())
-        {
+        if !fields.get("extra_attributes").is_none_or(|v| v.is_object() || v.is_null()) {
             return Err("`extra_attributes` must be an object".into());
         }
         let target = kind.key().map(|key| Target::of(key, fields)).transpose()?;
@@ -226,10 +207,7 @@ impl Subscriber {
             }
         }
         body.insert("email".into(), Value::String(email.to_owned()));
-        Ok(Self {
-            body: Value::Object(body),
-            target,
-        })
+        Ok(Self { body: Value::Object(body), target })
     }
 }
 
@@ -255,9 +233,7 @@ fn uuid_of(fields: &Map<String, Value>) -> Result<&str, String> {
 /// A plausibility check only; the provider validates for real.
 fn looks_like_email(text: &str) -> bool {
     match text.split_once('@') {
-        Some((local, domain)) => {
-            !local.is_empty() && !domain.is_empty() && !text.chars().any(char::is_whitespace)
-        }
+        Some((local, domain)) => !local.is_empty() && !domain.is_empty() && !text.chars().any(char::is_whitespace),
         None => false,
     }
 }
@@ -275,9 +251,7 @@ impl From<WriteAnswer> for Outcome {
     fn from(answer: WriteAnswer) -> Self {
         match answer {
             WriteAnswer::Accepted => Outcome::Written,
-            WriteAnswer::Refused { status, fields } => {
-                Outcome::Failed(refusal_message(status, &fields))
-            }
+            WriteAnswer::Refused { status, fields } => Outcome::Failed(refusal_message(status, &fields)),
         }
     }
 }
@@ -301,16 +275,10 @@ fn write_one(api: &Api, list: &str, kind: WriteKind, subscriber: &Subscriber) ->
             }
             Ok(api.create_subscriber(list, &subscriber.body)?.into())
         }
-        WriteKind::Update(_) => Ok(updated(
-            existing
-                .map(|uuid| api.update_subscriber(&uuid, &subscriber.body))
-                .transpose()?,
-        )),
-        WriteKind::Delete(_) => Ok(deleted(
-            existing
-                .map(|uuid| api.delete_subscriber(&uuid))
-                .transpose()?,
-        )),
+        WriteKind::Update(_) => {
+            Ok(updated(existing.map(|uuid| api.update_subscriber(&uuid, &subscriber.body)).transpose()?))
+        }
+        WriteKind::Delete(_) => Ok(deleted(existing.map(|uuid| api.delete_subscriber(&uuid)).transpose()?)),
     }
 }
 
@@ -338,10 +306,7 @@ fn refusal_message(status: u16, fields: &[String]) -> String {
     if fields.is_empty() {
         format!("the provider refused the record (HTTP {status})")
     } else {
-        format!(
-            "the provider refused the record (HTTP {status}); fields in question: {}",
-            fields.join(", ")
-        )
+        format!("the provider refused the record (HTTP {status}); fields in question: {}", fields.join(", "))
     }
 }
 
@@ -352,9 +317,9 @@ fn batch_failure_message(error: &Error, current: bool) -> String {
     let reason = match error {
         Error::InvalidCredentials(_) => "the provider rejected the credential".to_owned(),
         Error::PermissionDenied(_) => "the credential may not write subscribers".to_owned(),
-        Error::RateLimited {
-            retry_after: Some(seconds),
-        } => format!("the provider is rate-limiting; retry after {seconds}s"),
+        Error::RateLimited { retry_after: Some(seconds) } => {
+            format!("the provider is rate-limiting; retry after {seconds}s")
+        }
         Error::RateLimited { retry_after: None } => "the provider is rate-limiting".to_owned(),
         Error::ProviderUnavailable(_) if current => {
             return "the provider failed while this record was being written; \
@@ -379,30 +344,15 @@ mod tests {
     }
 
     fn keyed(mode: WriteMode, fields: &[&str]) -> Result<WriteKind> {
-        WriteKind::of(
-            mode,
-            &fields.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
-        )
+        WriteKind::of(mode, &fields.iter().map(|f| f.to_string()).collect::<Vec<_>>())
     }
 
     #[test]
     fn every_mode_is_supported() {
-        assert_eq!(
-            WriteKind::of(WriteMode::Insert, &[]).unwrap(),
-            WriteKind::Insert
-        );
-        assert_eq!(
-            WriteKind::of(WriteMode::Upsert, &[]).unwrap(),
-            WriteKind::Upsert(Key::Email)
-        );
-        assert_eq!(
-            WriteKind::of(WriteMode::Update, &[]).unwrap(),
-            WriteKind::Update(Key::Email)
-        );
-        assert_eq!(
-            WriteKind::of(WriteMode::Delete, &[]).unwrap(),
-            WriteKind::Delete(Key::Email)
-        );
+        assert_eq!(WriteKind::of(WriteMode::Insert, &[]).unwrap(), WriteKind::Insert);
+        assert_eq!(WriteKind::of(WriteMode::Upsert, &[]).unwrap(), WriteKind::Upsert(Key::Email));
+        assert_eq!(WriteKind::of(WriteMode::Update, &[]).unwrap(), WriteKind::Update(Key::Email));
+        assert_eq!(WriteKind::of(WriteMode::Delete, &[]).unwrap(), WriteKind::Delete(Key::Email));
     }
 
     #[test]
@@ -431,10 +381,7 @@ mod tests {
     fn the_keys_are_those_the_subscriber_schema_advertises() {
         let [default, other] = crate::streams::SUBSCRIBER_WRITE_KEYS;
         assert_eq!(Key::of("updated", &[]).unwrap(), Key::Email);
-        assert_eq!(
-            Key::of("updated", &[default.to_owned()]).unwrap(),
-            Key::Email
-        );
+        assert_eq!(Key::of("updated", &[default.to_owned()]).unwrap(), Key::Email);
         assert_eq!(Key::of("updated", &[other.to_owned()]).unwrap(), Key::Uuid);
     }
 
@@ -474,10 +421,7 @@ mod tests {
             (json!({ "first_name": "Ada" }), "`email`"),
             (json!({ "email": "not-an-address" }), "`email`"),
             (json!({ "email": "a@b.c", "first_name": 7 }), "`first_name`"),
-            (
-                json!({ "email": "a@b.c", "extra_attributes": "plan=pro" }),
-                "`extra_attributes`",
-            ),
+            (json!({ "email": "a@b.c", "extra_attributes": "plan=pro" }), "`extra_attributes`"),
         ] {
             let message = checked(record.clone()).unwrap_err();
             assert!(message.contains(field), "{record}: {message}");
@@ -538,11 +482,7 @@ mod tests {
             (json!({ "uuid": "2a0c72d9" }), by_email, "`email`"),
             (json!({ "email": "not-an-address" }), by_email, "`email`"),
             (json!({ "email": "a@b.c" }), by_uuid, "`uuid`"),
-            (
-                json!({ "email": "a@b.c", "uuid": "a/b" }),
-                by_uuid,
-                "`uuid`",
-            ),
+            (json!({ "email": "a@b.c", "uuid": "a/b" }), by_uuid, "`uuid`"),
             (json!(["a@b.c"]), by_email, "JSON object"),
         ] {
             let message = Subscriber::from_record(&record, kind).unwrap_err();
@@ -555,19 +495,10 @@ mod tests {
     fn an_update_without_a_subscriber_fails_the_record() {
         let no_match = Outcome::Failed("no subscriber matches this record".into());
         assert_eq!(updated(None), no_match);
-        assert_eq!(
-            updated(Some(WriteAnswer::Refused {
-                status: 404,
-                fields: vec![]
-            })),
-            no_match
-        );
+        assert_eq!(updated(Some(WriteAnswer::Refused { status: 404, fields: vec![] })), no_match);
         assert_eq!(updated(Some(WriteAnswer::Accepted)), Outcome::Written);
         assert_eq!(
-            updated(Some(WriteAnswer::Refused {
-                status: 422,
-                fields: vec!["email".into()]
-            })),
+            updated(Some(WriteAnswer::Refused { status: 422, fields: vec!["email".into()] })),
             Outcome::Failed(refusal_message(422, &["email".into()]))
         );
     }
@@ -575,19 +506,10 @@ mod tests {
     #[test]
     fn deleting_a_missing_subscriber_counts_as_written() {
         assert_eq!(deleted(None), Outcome::Written);
-        assert_eq!(
-            deleted(Some(WriteAnswer::Refused {
-                status: 404,
-                fields: vec![]
-            })),
-            Outcome::Written
-        );
+        assert_eq!(deleted(Some(WriteAnswer::Refused { status: 404, fields: vec![] })), Outcome::Written);
         assert_eq!(deleted(Some(WriteAnswer::Accepted)), Outcome::Written);
         assert_eq!(
-            deleted(Some(WriteAnswer::Refused {
-                status: 409,
-                fields: vec![]
-            })),
+            deleted(Some(WriteAnswer::Refused { status: 409, fields: vec![] })),
             Outcome::Failed("the provider refused the record (HTTP 409)".into())
         );
     }
@@ -598,31 +520,18 @@ mod tests {
             refusal_message(422, &["email".into()]),
             "the provider refused the record (HTTP 422); fields in question: email"
         );
-        assert_eq!(
-            refusal_message(409, &[]),
-            "the provider refused the record (HTTP 409)"
-        );
+        assert_eq!(refusal_message(409, &[]), "the provider refused the record (HTTP 409)");
     }
 
     #[test]
     fn batch_failures_use_fixed_texts() {
-        let error = Error::InvalidCredentials(
-            "HTTP 401 from POST https://x/api/...: ada@example.com".into(),
-        );
+        let error = Error::InvalidCredentials("HTTP 401 from POST https://x/api/...: ada@example.com".into());
         let message = batch_failure_message(&error, false);
         assert_eq!(message, "not written: the provider rejected the credential");
         assert_eq!(
-            batch_failure_message(
-                &Error::RateLimited {
-                    retry_after: Some(30)
-                },
-                false
-            ),
+            batch_failure_message(&Error::RateLimited { retry_after: Some(30) }, false),
             "not written: the provider is rate-limiting; retry after 30s"
         );
-        assert!(
-            batch_failure_message(&Error::ProviderUnavailable("x".into()), true)
-                .contains("may or may not")
-        );
+        assert!(batch_failure_message(&Error::ProviderUnavailable("x".into()), true).contains("may or may not"));
     }
 }

@@ -5,8 +5,8 @@
 //! incremental read that walks numbered pages and checkpoints after each.
 
 use connector_sdk::{
-    CheckResult, Connector, ConnectorInfo, Error, Http, Operation, Pagination, Placement,
-    ReadRequest, RequestBuilder, Result, Sink, Stream, Value, export_connector, json,
+    CheckResult, Connector, ConnectorInfo, Error, Http, Operation, Pagination, Placement, ReadRequest, RequestBuilder,
+    Result, Sink, Stream, Value, export_connector, json,
 };
 use serde::Deserialize;
 
@@ -48,11 +48,9 @@ impl Connector for JsonPlaceholder {
         ConnectorInfo::source(id, "JSONPlaceholder (example)", env!("CARGO_PKG_VERSION"))
             .with_hosts(["jsonplaceholder.typicode.com"])
             .with_operations([Operation::Check, Operation::Discover, Operation::Read])
-            .with_config_schema(
-                json!({ "type": "object", "required": ["base_url"], "properties": {
+            .with_config_schema(json!({ "type": "object", "required": ["base_url"], "properties": {
                 "base_url": { "type": "string", "format": "uri" },
-                "credential_handle": { "type": "string", "description": "API token (Bearer)" } } }),
-            )
+                "credential_handle": { "type": "string", "description": "API token (Bearer)" } } }))
     }
 
     fn check(config: Config) -> Result<CheckResult> {

@@ -4,8 +4,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::types::{
-    CheckResult, ConnectorInfo, EntityOption, Error, ReadRequest, Result, Stream, WriteRequest,
-    WriteResult,
+    CheckResult, ConnectorInfo, EntityOption, Error, ReadRequest, Result, Stream, WriteRequest, WriteResult,
 };
 
 /// A connector: one provider, seen as a source or a destination.
@@ -65,9 +64,7 @@ pub trait Connector {
     /// field. Return every option; the host pages them for the user.
     fn entity_options(config: Value, field: &str) -> Result<Vec<EntityOption>> {
         let _ = config;
-        Err(Error::Unsupported(format!(
-            "this connector offers no options for `{field}`"
-        )))
+        Err(Error::Unsupported(format!("this connector offers no options for `{field}`")))
     }
 
     /// Returns a small sample of the data for a user to look at, as a JSON

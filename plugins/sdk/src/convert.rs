@@ -9,16 +9,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::bindings::exports::service::connector1_0_0::plugin::Guest;
-use crate::bindings::service::connector1_0_0::{
-    http as wit_http, log as wit_log, sink as wit_sink, types as wit,
-};
+use crate::bindings::service::connector1_0_0::{http as wit_http, log as wit_log, sink as wit_sink, types as wit};
 use crate::connector::Connector;
 use crate::http::{HttpError, Method, Placement, RequestBuilder, Response};
 use crate::log::Level;
 use crate::sink::SinkError;
 use crate::types::{
-    CheckResult, ConnectorInfo, ConnectorKind, EntityOption, Error, OAuthEndpoints, Operation,
-    ReadRequest, RecordError, Stream, SyncMode, WriteMode, WriteRequest, WriteResult,
+    CheckResult, ConnectorInfo, ConnectorKind, EntityOption, Error, OAuthEndpoints, Operation, ReadRequest,
+    RecordError, Stream, SyncMode, WriteMode, WriteRequest, WriteResult,
 };
 
 /// Implements the generated export trait for any [`Connector`]: parses what
@@ -43,10 +41,7 @@ impl<C: Connector> Guest for Adapter<C> {
         run(|| C::read(req.try_into()?))
     }
 
-    fn entity_options(
-        config: String,
-        field: String,
-    ) -> Result<Vec<wit::EntityOption>, wit::ConnectorError> {
+    fn entity_options(config: String, field: String) -> Result<Vec<wit::EntityOption>, wit::ConnectorError> {
         run(|| C::entity_options(parse_config(&config)?, &field)).map(wire_list)
     }
 
@@ -70,11 +65,8 @@ fn wire_list<T: Into<W>, W>(items: Vec<T>) -> Vec<W> {
 }
 
 fn parse_config<C: DeserializeOwned>(config: &str) -> crate::Result<C> {
-    serde_json::from_str(config).map_err(|e| {
-        Error::InvalidConfig(format!(
-            "the configuration does not match the connector's schema: {e}"
-        ))
-    })
+    serde_json::from_str(config)
+        .map_err(|e| Error::InvalidConfig(format!("the configuration does not match the connector's schema: {e}")))
 }
 
 // ---- describe ---------------------------------------------------------------
@@ -100,11 +92,7 @@ impl From<ConnectorInfo> for wit::ConnectorInfo {
 
 impl From<OAuthEndpoints> for wit::OauthEndpoints {
     fn from(oauth: OAuthEndpoints) -> Self {
-        Self {
-            authorize_url: oauth.authorize_url,
-            token_url: oauth.token_url,
-            scopes: oauth.scopes,
-        }
+        Self { authorize_url: oauth.authorize_url, token_url: oauth.token_url, scopes: oauth.scopes }
     }
 }
 
@@ -143,11 +131,7 @@ impl From<Error> for wit::ConnectorError {
 
 impl From<CheckResult> for wit::CheckResult {
     fn from(result: CheckResult) -> Self {
-        Self {
-            ok: result.ok,
-            message: result.message,
-            account: result.account,
-        }
+        Self { ok: result.ok, message: result.message, account: result.account }
     }
 }
 
@@ -184,11 +168,7 @@ impl From<wit::SyncMode> for SyncMode {
 
 impl From<EntityOption> for wit::EntityOption {
     fn from(option: EntityOption) -> Self {
-        Self {
-            value: option.value,
-            label: option.label,
-            parent: option.parent,
-        }
+        Self { value: option.value, label: option.label, parent: option.parent }
     }
 }
 
@@ -224,9 +204,8 @@ impl<C: DeserializeOwned> TryFrom<wit::WriteRequest> for WriteRequest<C> {
             .iter()
             .enumerate()
             .map(|(index, record)| {
-                serde_json::from_str(record).map_err(|_| {
-                    Error::Internal(format!("the host sent record {index}, which is not JSON"))
-                })
+                serde_json::from_str(record)
+                    .map_err(|_| Error::Internal(format!("the host sent record {index}, which is not JSON")))
             })
             .collect::<crate::Result<Vec<Value>>>()?;
         Ok(Self {
@@ -256,10 +235,7 @@ impl From<WriteResult> for wit::WriteResult {
 
 impl From<RecordError> for wit::RecordError {
     fn from(error: RecordError) -> Self {
-        Self {
-            index: error.index,
-            message: error.message,
-        }
+        Self { index: error.index, message: error.message }
     }
 }
 
@@ -280,23 +256,15 @@ impl From<&RequestBuilder> for wit_http::Request {
             url: request.url.clone(),
             headers: request.headers.clone(),
             body: request.body.clone(),
-            credential: request.credential.as_ref().map(|(handle, placement)| {
-                wit_http::CredentialUse {
-                    handle: handle.clone(),
-                    placement: match placement {
-                        Placement::Bearer => wit_http::CredentialPlacement::AuthorizationBearer,
-                        Placement::Header(name) => {
-                            wit_http::CredentialPlacement::Header(name.clone())
-                        }
-                        Placement::Basic { username } => {
-                            wit_http::CredentialPlacement::BasicPassword(username.clone())
-                        }
-                    },
-                }
+            credential: request.credential.as_ref().map(|(handle, placement)| wit_http::CredentialUse {
+                handle: handle.clone(),
+                placement: match placement {
+                    Placement::Bearer => wit_http::CredentialPlacement::AuthorizationBearer,
+                    Placement::Header(name) => wit_http::CredentialPlacement::Header(name.clone()),
+                    Placement::Basic { username } => wit_http::CredentialPlacement::BasicPassword(username.clone()),
+                },
             }),
-            timeout_ms: request
-                .timeout
-                .map(|t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX)),
+            timeout_ms: request.timeout.map(|t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX)),
         }
     }
 }
@@ -326,9 +294,7 @@ impl From<wit_sink::SinkError> for SinkError {
     fn from(error: wit_sink::SinkError) -> Self {
         match error {
             wit_sink::SinkError::Cancelled => Self::Cancelled,
-            wit_sink::SinkError::RecordTooLarge(index) => Self::RecordTooLarge {
-                index: index as usize,
-            },
+            wit_sink::SinkError::RecordTooLarge(index) => Self::RecordTooLarge { index: index as usize },
             wit_sink::SinkError::QuotaExceeded => Self::QuotaExceeded,
             wit_sink::SinkError::Rejected(reason) => Self::Rejected(reason),
         }
@@ -412,17 +378,13 @@ mod tests {
 
     #[test]
     fn state_reaches_the_connector_as_json() {
-        let result =
-            Adapter::<Probe>::read(read_request(r#"{"account":1}"#, Some(r#"{"cursor":7}"#)));
+        let result = Adapter::<Probe>::read(read_request(r#"{"account":1}"#, Some(r#"{"cursor":7}"#)));
         assert!(result.is_ok(), "{result:?}");
     }
 
     #[test]
     fn errors_keep_their_variant_on_the_wire() {
-        let wire: wit::ConnectorError = Error::RateLimited {
-            retry_after: Some(9),
-        }
-        .into();
+        let wire: wit::ConnectorError = Error::RateLimited { retry_after: Some(9) }.into();
         assert!(matches!(wire, wit::ConnectorError::RateLimited(Some(9))));
     }
 }

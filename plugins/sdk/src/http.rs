@@ -259,10 +259,7 @@ impl RequestBuilder {
             return Err(HttpError::InvalidRequest(problem.clone()));
         }
         let pending = wit_ahead::start(&wit::Request::from(&self))?;
-        Ok(Pending {
-            request: self,
-            pending,
-        })
+        Ok(Pending { request: self, pending })
     }
 
     /// Retries after the first attempt's `outcome` as the policy allows;
@@ -273,10 +270,7 @@ impl RequestBuilder {
         let mut retries = 0;
         loop {
             match self.wait_before_retry(&outcome, retries) {
-                Some(wait)
-                    if retries < self.retry.max_retries
-                        && waited + wait <= self.retry.max_total_wait =>
-                {
+                Some(wait) if retries < self.retry.max_retries && waited + wait <= self.retry.max_total_wait => {
                     log::info(format_args!(
                         "{}: transient failure, retrying in {} ms",
                         describe_request(self.method, &self.url),
@@ -294,25 +288,13 @@ impl RequestBuilder {
 
     /// How long to wait before another attempt after `outcome`, or `None`
     /// when another attempt is pointless or unsafe.
-    fn wait_before_retry(
-        &self,
-        outcome: &Result<Response, HttpError>,
-        retries: u32,
-    ) -> Option<Duration> {
+    fn wait_before_retry(&self, outcome: &Result<Response, HttpError>, retries: u32) -> Option<Duration> {
         let idempotent = self.method.is_idempotent();
         match outcome {
-            Ok(response)
-                if response.status == 429 || (idempotent && is_transient(response.status)) =>
-            {
-                Some(
-                    response
-                        .retry_after()
-                        .unwrap_or_else(|| self.retry.backoff(retries)),
-                )
+            Ok(response) if response.status == 429 || (idempotent && is_transient(response.status)) => {
+                Some(response.retry_after().unwrap_or_else(|| self.retry.backoff(retries)))
             }
-            Err(HttpError::Timeout | HttpError::ConnectionFailed(_)) if idempotent => {
-                Some(self.retry.backoff(retries))
-            }
+            Err(HttpError::Timeout | HttpError::ConnectionFailed(_)) if idempotent => Some(self.retry.backoff(retries)),
             _ => None,
         }
     }
@@ -328,10 +310,7 @@ impl RequestBuilder {
             return Err(HttpError::InvalidRequest(problem.clone()));
         }
         let response = wit::send(&wit::Request::from(self))?;
-        Ok(Response::from_wire(
-            response,
-            describe_request(self.method, &self.url),
-        ))
+        Ok(Response::from_wire(response, describe_request(self.method, &self.url)))
     }
 }
 
@@ -398,10 +377,7 @@ impl Retry {
     /// scaled by a random factor in [0.5, 1) so that many jobs hitting the
     /// same provider do not retry in lockstep.
     fn backoff(&self, retry: u32) -> Duration {
-        let step = self
-            .first_backoff
-            .saturating_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX))
-            .min(self.max_backoff);
+        let step = self.first_backoff.saturating_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX)).min(self.max_backoff);
         // `RandomState` draws fresh keys from the host's random source; that
         // is plenty for jitter and needs no extra dependency.
         let random = RandomState::new().hash_one(retry);
@@ -439,18 +415,8 @@ pub struct Response {
 }
 
 impl Response {
-    pub(crate) fn from_parts(
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-        request: String,
-    ) -> Self {
-        Self {
-            status,
-            headers,
-            body,
-            request,
-        }
+    pub(crate) fn from_parts(status: u16, headers: Vec<(String, String)>, body: Vec<u8>, request: String) -> Self {
+        Self { status, headers, body, request }
     }
 
     /// The HTTP status code.
@@ -465,10 +431,7 @@ impl Response {
 
     /// The first value of a header; names compare case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     /// All headers, names in lowercase.
@@ -505,11 +468,7 @@ impl Response {
     /// [`Error::ProviderError`] naming the request (without its query).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            Error::ProviderError(format!(
-                "unexpected response to {}: {}",
-                self.request,
-                redact_quoted(&e.to_string())
-            ))
+            Error::ProviderError(format!("unexpected response to {}: {}", self.request, redact_quoted(&e.to_string())))
         })
     }
 
@@ -526,19 +485,12 @@ impl Response {
             return Ok(self);
         }
         let what = format!("HTTP {} from {}", self.status, self.request);
-        let detail = self
-            .provider_message()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default();
+        let detail = self.provider_message().map(|m| format!(": {m}")).unwrap_or_default();
         Err(match self.status {
-            401 => Error::InvalidCredentials(format!(
-                "the provider rejected the credential ({what}){detail}"
-            )),
+            401 => Error::InvalidCredentials(format!("the provider rejected the credential ({what}){detail}")),
             403 => Error::PermissionDenied(format!("{what}{detail}")),
             429 => Error::RateLimited {
-                retry_after: self
-                    .retry_after()
-                    .map(|d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX)),
+                retry_after: self.retry_after().map(|d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX)),
             },
             408 | 500..=599 => Error::ProviderUnavailable(what),
             _ => Error::ProviderError(format!("{what}{detail}")),
@@ -581,9 +533,7 @@ impl fmt::Display for HttpError {
             HttpError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
             HttpError::Timeout => f.write_str("the request timed out"),
             HttpError::ConnectionFailed(m) => write!(f, "connection failed: {m}"),
-            HttpError::ResponseTooLarge => {
-                f.write_str("the response exceeded the host's size limit")
-            }
+            HttpError::ResponseTooLarge => f.write_str("the response exceeded the host's size limit"),
             HttpError::CredentialUnavailable(m) => write!(f, "credential unavailable: {m}"),
         }
     }
@@ -598,12 +548,10 @@ impl From<HttpError> for Error {
             // A malformed request is a connector bug, not the user's doing.
             HttpError::InvalidRequest(m) => Error::Internal(format!("invalid request: {m}")),
             HttpError::Timeout => Error::ProviderUnavailable("the request timed out".into()),
-            HttpError::ConnectionFailed(m) => {
-                Error::ProviderUnavailable(format!("connection failed: {m}"))
+            HttpError::ConnectionFailed(m) => Error::ProviderUnavailable(format!("connection failed: {m}")),
+            HttpError::ResponseTooLarge => {
+                Error::ProviderError("the response exceeded the host's size limit; request smaller pages".into())
             }
-            HttpError::ResponseTooLarge => Error::ProviderError(
-                "the response exceeded the host's size limit; request smaller pages".into(),
-            ),
             HttpError::CredentialUnavailable(m) => Error::InvalidCredentials(m),
         }
     }
@@ -682,20 +630,12 @@ fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 /// servers may send (RFC 9110, section 5.6.7).
 fn parse_imf_fixdate(value: &str) -> Option<u64> {
     let mut parts = value.split_ascii_whitespace();
-    let (_weekday, day, month, year, time, zone) = (
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-    );
+    let (_weekday, day, month, year, time, zone) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     if zone != "GMT" || parts.next().is_some() {
         return None;
     }
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
     let month = MONTHS.iter().position(|m| *m == month)? as i64 + 1;
     let day: i64 = day.parse().ok()?;
     let year: i64 = year.parse().ok()?;
@@ -729,10 +669,7 @@ mod tests {
     fn response(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
         Response::from_parts(
             status,
-            headers
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
+            headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
             body.as_bytes().to_vec(),
             "GET https://api.example.com/things".into(),
         )
@@ -740,9 +677,7 @@ mod tests {
 
     #[test]
     fn status_401_is_invalid_credentials() {
-        let err = response(401, &[], r#"{"message":"Unauthenticated."}"#)
-            .error_for_status()
-            .unwrap_err();
+        let err = response(401, &[], r#"{"message":"Unauthenticated."}"#).error_for_status().unwrap_err();
         assert!(matches!(err, Error::InvalidCredentials(m) if m.contains("Unauthenticated.")));
     }
 
@@ -754,15 +689,8 @@ mod tests {
 
     #[test]
     fn status_429_is_rate_limited_with_retry_after() {
-        let err = response(429, &[("retry-after", "17")], "")
-            .error_for_status()
-            .unwrap_err();
-        assert_eq!(
-            err,
-            Error::RateLimited {
-                retry_after: Some(17)
-            }
-        );
+        let err = response(429, &[("retry-after", "17")], "").error_for_status().unwrap_err();
+        assert_eq!(err, Error::RateLimited { retry_after: Some(17) });
     }
 
     #[test]
@@ -776,12 +704,8 @@ mod tests {
     #[test]
     fn other_4xx_is_provider_error_with_shortened_message() {
         let long = "x".repeat(500);
-        let err = response(422, &[], &format!(r#"{{"message":"{long}"}}"#))
-            .error_for_status()
-            .unwrap_err();
-        let Error::ProviderError(message) = err else {
-            panic!("{err:?}")
-        };
+        let err = response(422, &[], &format!(r#"{{"message":"{long}"}}"#)).error_for_status().unwrap_err();
+        let Error::ProviderError(message) = err else { panic!("{err:?}") };
         assert!(message.starts_with("HTTP 422 from GET https://api.example.com/things: xxx"));
         assert!(message.chars().count() < 300);
     }
@@ -808,36 +732,22 @@ mod tests {
         let err = response(200, &[], r#"{"id":"alice@example.com"}"#)
             .json::<std::collections::HashMap<String, u32>>()
             .unwrap_err();
-        let Error::ProviderError(message) = err else {
-            panic!("{err:?}")
-        };
+        let Error::ProviderError(message) = err else { panic!("{err:?}") };
         assert!(!message.contains("alice"), "{message}");
     }
 
     #[test]
     fn header_lookup_ignores_case() {
-        assert_eq!(
-            response(200, &[("x-ratelimit-remaining", "5")], "").header("X-RateLimit-Remaining"),
-            Some("5")
-        );
+        assert_eq!(response(200, &[("x-ratelimit-remaining", "5")], "").header("X-RateLimit-Remaining"), Some("5"));
     }
 
     #[test]
     fn retry_after_accepts_seconds_and_http_dates() {
         let now = UNIX_EPOCH + Duration::from_secs(784_111_777 - 30);
+        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(Duration::from_secs(30)));
         assert_eq!(
-            parse_retry_after("120", now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            parse_retry_after(
-                "Sun, 06 Nov 1994 08:49:37 GMT",
-                now + Duration::from_secs(60)
-            ),
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now + Duration::from_secs(60)),
             Some(Duration::ZERO)
         );
         assert_eq!(parse_retry_after("soon", now), None);
@@ -846,39 +756,27 @@ mod tests {
     #[test]
     fn imf_fixdate_matches_known_timestamps() {
         assert_eq!(parse_imf_fixdate("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
-        assert_eq!(
-            parse_imf_fixdate("Tue, 29 Feb 2000 12:00:00 GMT"),
-            Some(951_825_600)
-        );
+        assert_eq!(parse_imf_fixdate("Tue, 29 Feb 2000 12:00:00 GMT"), Some(951_825_600));
         assert_eq!(parse_imf_fixdate("Wed, 01 Jan 2025 00:00:00 UTC"), None);
     }
 
     #[test]
     fn query_parameters_are_percent_encoded() {
-        let request = Http::get("https://api.example.com/campaigns")
-            .query("filter[status]", "sent")
-            .query("q", "a b&c");
-        assert_eq!(
-            request.url(),
-            "https://api.example.com/campaigns?filter%5Bstatus%5D=sent&q=a%20b%26c"
-        );
+        let request =
+            Http::get("https://api.example.com/campaigns").query("filter[status]", "sent").query("q", "a b&c");
+        assert_eq!(request.url(), "https://api.example.com/campaigns?filter%5Bstatus%5D=sent&q=a%20b%26c");
     }
 
     #[test]
     fn reserved_headers_are_refused_before_sending() {
         let request = Http::get("https://api.example.com/").header("Authorization", "Bearer x");
-        assert!(
-            matches!(request.send_raw(), Err(HttpError::InvalidRequest(m)) if m.contains("credential"))
-        );
+        assert!(matches!(request.send_raw(), Err(HttpError::InvalidRequest(m)) if m.contains("credential")));
     }
 
     #[test]
     fn header_replaces_a_header_of_the_same_name() {
         let request = Http::get("https://api.example.com/").header("Accept", "text/csv");
-        assert_eq!(
-            request.headers,
-            [("accept".to_string(), "text/csv".to_string())]
-        );
+        assert_eq!(request.headers, [("accept".to_string(), "text/csv".to_string())]);
     }
 
     #[test]
@@ -894,23 +792,14 @@ mod tests {
     #[test]
     fn rate_limits_are_retried_for_every_method_after_retry_after() {
         let limited = Ok(response(429, &[("retry-after", "3")], ""));
-        for request in [
-            Http::get("https://a.example/"),
-            Http::post("https://a.example/"),
-        ] {
-            assert_eq!(
-                request.wait_before_retry(&limited, 0),
-                Some(Duration::from_secs(3))
-            );
+        for request in [Http::get("https://a.example/"), Http::post("https://a.example/")] {
+            assert_eq!(request.wait_before_retry(&limited, 0), Some(Duration::from_secs(3)));
         }
     }
 
     #[test]
     fn server_errors_and_timeouts_are_retried_only_when_idempotent() {
-        let (get, post) = (
-            Http::get("https://a.example/"),
-            Http::post("https://a.example/"),
-        );
+        let (get, post) = (Http::get("https://a.example/"), Http::post("https://a.example/"));
         for outcome in [Ok(response(503, &[], "")), Err(HttpError::Timeout)] {
             assert!(get.wait_before_retry(&outcome, 0).is_some());
             assert_eq!(post.wait_before_retry(&outcome, 0), None);
@@ -921,28 +810,18 @@ mod tests {
     fn client_errors_and_refusals_are_not_retried() {
         let get = Http::get("https://a.example/");
         assert_eq!(get.wait_before_retry(&Ok(response(404, &[], "")), 0), None);
-        assert_eq!(
-            get.wait_before_retry(&Err(HttpError::Denied("host".into())), 0),
-            None
-        );
+        assert_eq!(get.wait_before_retry(&Err(HttpError::Denied("host".into())), 0), None);
     }
 
     #[test]
     fn post_is_not_idempotent() {
         assert!(!Method::Post.is_idempotent());
-        assert!(
-            Method::Get.is_idempotent()
-                && Method::Put.is_idempotent()
-                && Method::Delete.is_idempotent()
-        );
+        assert!(Method::Get.is_idempotent() && Method::Put.is_idempotent() && Method::Delete.is_idempotent());
     }
 
     #[test]
     fn origin_is_scheme_and_authority() {
-        assert_eq!(
-            origin("https://API.example.com:8443/x?y").as_deref(),
-            Some("https://api.example.com:8443")
-        );
+        assert_eq!(origin("https://API.example.com:8443/x?y").as_deref(), Some("https://api.example.com:8443"));
         assert_eq!(origin("/relative"), None);
     }
 }

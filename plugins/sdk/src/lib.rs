@@ -164,8 +164,8 @@ pub use pages::{Page, Pages, Pagination};
 pub use serde_json::{self, Value, json};
 pub use sink::{Sink, SinkError};
 pub use types::{
-    CheckResult, ConnectorInfo, ConnectorKind, EntityOption, Error, OAuthEndpoints, Operation,
-    ReadRequest, RecordError, Result, Stream, SyncMode, WriteMode, WriteRequest, WriteResult,
+    CheckResult, ConnectorInfo, ConnectorKind, EntityOption, Error, OAuthEndpoints, Operation, ReadRequest,
+    RecordError, Result, Stream, SyncMode, WriteMode, WriteRequest, WriteResult,
 };
 
 /// The bindings `wit-bindgen` generates for the world `connector`. Only

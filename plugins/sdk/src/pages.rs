@@ -49,17 +49,12 @@ impl Pagination {
 
     /// Follows the next-page URL found at a JSON pointer.
     pub fn next_link(pointer: &str) -> Self {
-        Pagination::NextLink {
-            pointer: pointer.to_owned(),
-        }
+        Pagination::NextLink { pointer: pointer.to_owned() }
     }
 
     /// Counts pages with a query parameter, starting at 1.
     pub fn page_number(param: &str) -> Self {
-        Pagination::PageNumber {
-            param: param.to_owned(),
-            first: 1,
-        }
+        Pagination::PageNumber { param: param.to_owned(), first: 1 }
     }
 }
 
@@ -94,13 +89,7 @@ impl RequestBuilder {
             Pagination::NextLink { .. } => self.clone(),
             Pagination::PageNumber { param, first } => self.clone().query(param, first),
         };
-        Pages {
-            template: self,
-            pagination,
-            records_at: "/data".to_owned(),
-            next: Some(first),
-            fetched: 0,
-        }
+        Pages { template: self, pagination, records_at: "/data".to_owned(), next: Some(first), fetched: 0 }
     }
 }
 
@@ -139,34 +128,23 @@ impl Pages {
                 }
                 _ => None,
             },
-            Pagination::PageNumber { param, first } => (!records.is_empty()).then(|| {
-                self.template
-                    .clone()
-                    .query(param, first.saturating_add(self.fetched))
-            }),
+            Pagination::PageNumber { param, first } => {
+                (!records.is_empty()).then(|| self.template.clone().query(param, first.saturating_add(self.fetched)))
+            }
         };
-        Ok(Page {
-            number: self.fetched,
-            records,
-            body,
-        })
+        Ok(Page { number: self.fetched, records, body })
     }
 
     /// Makes a next-page link absolute and checks it stays on the origin of
     /// the first request.
     fn resolve_link(&self, link: &str) -> Result<String> {
         let home = origin(self.template.url()).unwrap_or_default();
-        let url = if link.starts_with('/') && !link.starts_with("//") {
-            format!("{home}{link}")
-        } else {
-            link.to_owned()
-        };
+        let url =
+            if link.starts_with('/') && !link.starts_with("//") { format!("{home}{link}") } else { link.to_owned() };
         if origin(&url).as_deref() == Some(home.as_str()) {
             Ok(url)
         } else {
-            Err(Error::ProviderError(format!(
-                "the next-page link leaves {home}; not followed"
-            )))
+            Err(Error::ProviderError(format!("the next-page link leaves {home}; not followed")))
         }
     }
 }
@@ -192,23 +170,15 @@ mod tests {
     #[test]
     fn page_numbers_start_at_the_first_page() {
         let pages = pages(Pagination::page_number("page"));
-        assert_eq!(
-            pages.next.as_ref().unwrap().url(),
-            "https://api.example.com/campaigns?sort=-sent&page=1"
-        );
+        assert_eq!(pages.next.as_ref().unwrap().url(), "https://api.example.com/campaigns?sort=-sent&page=1");
     }
 
     #[test]
     fn relative_links_resolve_against_the_origin() {
         let pages = pages(Pagination::laravel());
+        assert_eq!(pages.resolve_link("/campaigns?page=2").unwrap(), "https://api.example.com/campaigns?page=2");
         assert_eq!(
-            pages.resolve_link("/campaigns?page=2").unwrap(),
-            "https://api.example.com/campaigns?page=2"
-        );
-        assert_eq!(
-            pages
-                .resolve_link("https://API.example.com/campaigns?page=2")
-                .unwrap(),
+            pages.resolve_link("https://API.example.com/campaigns?page=2").unwrap(),
             "https://API.example.com/campaigns?page=2"
         );
     }
@@ -216,15 +186,8 @@ mod tests {
     #[test]
     fn links_to_another_origin_are_refused() {
         let pages = pages(Pagination::laravel());
-        for link in [
-            "https://evil.example/campaigns?page=2",
-            "//evil.example/x",
-            "http://api.example.com/x",
-        ] {
-            assert!(
-                matches!(pages.resolve_link(link), Err(Error::ProviderError(_))),
-                "{link}"
-            );
+        for link in ["https://evil.example/campaigns?page=2", "//evil.example/x", "http://api.example.com/x"] {
+            assert!(matches!(pages.resolve_link(link), Err(Error::ProviderError(_))), "{link}");
         }
     }
 }

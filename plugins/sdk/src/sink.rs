@@ -84,9 +84,7 @@ impl SinkError {
     /// slice.
     fn shifted_by(self, offset: usize) -> Self {
         match self {
-            SinkError::RecordTooLarge { index } => SinkError::RecordTooLarge {
-                index: index + offset,
-            },
+            SinkError::RecordTooLarge { index } => SinkError::RecordTooLarge { index: index + offset },
             other => other,
         }
     }
@@ -117,7 +115,12 @@ impl From<SinkError> for Error {
 
 /// Turns records into text and groups them into batches within both
 /// limits, each with the index of its first record.
-fn batches<T>(records: &[T], text: impl Fn(&T) -> String, max_records: usize, max_bytes: usize) -> Vec<(usize, Vec<String>)> {
+fn batches<T>(
+    records: &[T],
+    text: impl Fn(&T) -> String,
+    max_records: usize,
+    max_bytes: usize,
+) -> Vec<(usize, Vec<String>)> {
     let mut batches: Vec<(usize, Vec<String>)> = Vec::new();
     let mut bytes = 0;
     for (index, record) in records.iter().enumerate() {
@@ -144,38 +147,30 @@ mod tests {
     #[test]
     fn batches_respect_the_record_limit() {
         let records: Vec<Value> = (0..5).map(|i| json!({ "id": i })).collect();
-        let sizes: Vec<(usize, usize)> = batches(&records, Value::to_string, 2, usize::MAX)
-            .iter()
-            .map(|(o, b)| (*o, b.len()))
-            .collect();
+        let sizes: Vec<(usize, usize)> =
+            batches(&records, Value::to_string, 2, usize::MAX).iter().map(|(o, b)| (*o, b.len())).collect();
         assert_eq!(sizes, [(0, 2), (2, 2), (4, 1)]);
     }
 
     #[test]
     fn batches_respect_the_byte_limit_but_never_split_a_record() {
-        let records = [
-            json!({ "a": "x".repeat(10) }),
-            json!({ "b": 1 }),
-            json!({ "c": "y".repeat(50) }),
-        ];
-        let sizes: Vec<(usize, usize)> = batches(&records, Value::to_string, 100, 30)
-            .iter()
-            .map(|(o, b)| (*o, b.len()))
-            .collect();
+        let records = [json!({ "a": "x".repeat(10) }), json!({ "b": 1 }), json!({ "c": "y".repeat(50) })];
+        let sizes: Vec<(usize, usize)> =
+            batches(&records, Value::to_string, 100, 30).iter().map(|(o, b)| (*o, b.len())).collect();
         assert_eq!(sizes, [(0, 2), (2, 1)]);
     }
 
     #[test]
     fn no_records_means_no_host_call() {
         assert!(batches(&[] as &[Value], Value::to_string, 10, 10).is_empty());
-        assert_eq!(batches(&["{\"a\":1}", "{}"], |r| r.to_string(), 10, 10), [(0, vec!["{\"a\":1}".to_owned(), "{}".to_owned()])]);
+        assert_eq!(
+            batches(&["{\"a\":1}", "{}"], |r| r.to_string(), 10, 10),
+            [(0, vec!["{\"a\":1}".to_owned(), "{}".to_owned()])]
+        );
     }
 
     #[test]
     fn oversized_record_index_refers_to_the_callers_slice() {
-        assert_eq!(
-            SinkError::RecordTooLarge { index: 3 }.shifted_by(1000),
-            SinkError::RecordTooLarge { index: 1003 }
-        );
+        assert_eq!(SinkError::RecordTooLarge { index: 3 }.shifted_by(1000), SinkError::RecordTooLarge { index: 1003 });
     }
 }

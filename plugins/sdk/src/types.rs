@@ -96,31 +96,13 @@ pub struct ConnectorInfo {
 
 impl ConnectorInfo {
     /// Describes a source with no hosts, operations or config fields yet.
-    pub fn source(
-        id: impl Into<String>,
-        name: impl Into<String>,
-        version: impl Into<String>,
-    ) -> Self {
-        Self::new(
-            ConnectorKind::Source,
-            id.into(),
-            name.into(),
-            version.into(),
-        )
+    pub fn source(id: impl Into<String>, name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self::new(ConnectorKind::Source, id.into(), name.into(), version.into())
     }
 
     /// Describes a destination with no hosts, operations or config fields yet.
-    pub fn destination(
-        id: impl Into<String>,
-        name: impl Into<String>,
-        version: impl Into<String>,
-    ) -> Self {
-        Self::new(
-            ConnectorKind::Destination,
-            id.into(),
-            name.into(),
-            version.into(),
-        )
+    pub fn destination(id: impl Into<String>, name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self::new(ConnectorKind::Destination, id.into(), name.into(), version.into())
     }
 
     fn new(kind: ConnectorKind, id: String, name: String, version: String) -> Self {
@@ -156,10 +138,7 @@ impl ConnectorInfo {
     }
 
     /// Sets the legacy aliases (`source:<legacy_alias>`).
-    pub fn with_legacy_aliases<S: Into<String>>(
-        mut self,
-        aliases: impl IntoIterator<Item = S>,
-    ) -> Self {
+    pub fn with_legacy_aliases<S: Into<String>>(mut self, aliases: impl IntoIterator<Item = S>) -> Self {
         self.legacy_aliases = aliases.into_iter().map(Into::into).collect();
         self
     }
@@ -222,10 +201,7 @@ impl Stream {
     }
 
     /// Sets the fields that identify a record.
-    pub fn with_primary_key<S: Into<String>>(
-        mut self,
-        fields: impl IntoIterator<Item = S>,
-    ) -> Self {
+    pub fn with_primary_key<S: Into<String>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
         self.primary_key = fields.into_iter().map(Into::into).collect();
         self
     }
@@ -237,8 +213,7 @@ impl Stream {
         if !self.sync_modes.contains(&SyncMode::Incremental) {
             self.sync_modes.push(SyncMode::Incremental);
         }
-        self.default_cursor_field
-            .get_or_insert_with(|| field.clone());
+        self.default_cursor_field.get_or_insert_with(|| field.clone());
         if !self.cursor_fields.contains(&field) {
             self.cursor_fields.push(field);
         }
@@ -277,12 +252,7 @@ impl<C> ReadRequest<C> {
             .clone()
             .map(serde_json::from_value)
             .transpose()
-            .map_err(|e| {
-                Error::Internal(format!(
-                    "the saved state of stream `{}` is not understood: {e}",
-                    self.stream
-                ))
-            })
+            .map_err(|e| Error::Internal(format!("the saved state of stream `{}` is not understood: {e}", self.stream)))
     }
 }
 
@@ -300,11 +270,7 @@ pub struct EntityOption {
 impl EntityOption {
     /// An option without a parent.
     pub fn new(value: impl Into<String>, label: impl Into<String>) -> Self {
-        Self {
-            value: value.into(),
-            label: label.into(),
-            parent: None,
-        }
+        Self { value: value.into(), label: label.into(), parent: None }
     }
 
     /// Places the option below `parent` (the parent option's value).
@@ -329,21 +295,13 @@ pub struct CheckResult {
 impl CheckResult {
     /// The config works.
     pub fn success(message: impl Into<String>) -> Self {
-        Self {
-            ok: true,
-            message: message.into(),
-            account: None,
-        }
+        Self { ok: true, message: message.into(), account: None }
     }
 
     /// The check ran, and found a problem that fits none of the [`Error`]
     /// variants (for example a plan without API access).
     pub fn failure(message: impl Into<String>) -> Self {
-        Self {
-            ok: false,
-            message: message.into(),
-            account: None,
-        }
+        Self { ok: false, message: message.into(), account: None }
     }
 
     /// Names the account the credential belongs to.
@@ -419,10 +377,7 @@ impl WriteResult {
     /// Counts one failed record and says why.
     pub fn record_failed(&mut self, index: usize, message: impl Into<String>) {
         self.failed += 1;
-        self.errors.push(RecordError {
-            index: u32::try_from(index).unwrap_or(u32::MAX),
-            message: message.into(),
-        });
+        self.errors.push(RecordError { index: u32::try_from(index).unwrap_or(u32::MAX), message: message.into() });
     }
 }
 
@@ -463,9 +418,7 @@ impl Error {
     /// The error the default trait methods return for operations a connector
     /// does not implement.
     pub fn unsupported_operation(operation: &str) -> Self {
-        Error::Unsupported(format!(
-            "this connector does not offer the `{operation}` operation"
-        ))
+        Error::Unsupported(format!("this connector does not offer the `{operation}` operation"))
     }
 
     /// The error for a stream name the connector does not know.
@@ -480,9 +433,7 @@ impl fmt::Display for Error {
             Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
             Error::InvalidCredentials(m) => write!(f, "invalid credentials: {m}"),
             Error::PermissionDenied(m) => write!(f, "permission denied: {m}"),
-            Error::RateLimited {
-                retry_after: Some(s),
-            } => write!(f, "rate limited by the provider; retry after {s}s"),
+            Error::RateLimited { retry_after: Some(s) } => write!(f, "rate limited by the provider; retry after {s}s"),
             Error::RateLimited { retry_after: None } => write!(f, "rate limited by the provider"),
             Error::ProviderUnavailable(m) => write!(f, "provider unavailable: {m}"),
             Error::ProviderError(m) => write!(f, "provider error: {m}"),

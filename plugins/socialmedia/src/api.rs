@@ -16,9 +16,9 @@ use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use connector_sdk::{Error, Http, Placement, RequestBuilder, Result, Value, serde_json};
+use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use serde::Deserialize;
 
 use crate::config::Id;
 
@@ -107,7 +107,9 @@ impl<'a> Api<'a> {
     }
 
     fn get(&self, path: &str) -> RequestBuilder {
-        Http::get(format!("{API}{path}")).header("accept", "application/json").credential(self.handle, Placement::Bearer)
+        Http::get(format!("{API}{path}"))
+            .header("accept", "application/json")
+            .credential(self.handle, Placement::Bearer)
     }
 
     /// The portal the credential belongs to.
@@ -121,7 +123,8 @@ impl<'a> Api<'a> {
         struct Brands {
             results: Vec<Brand>,
         }
-        let path = format!("/business-units/v3/business-units/user/{}", user.path_segment("credential_account.user_id")?);
+        let path =
+            format!("/business-units/v3/business-units/user/{}", user.path_segment("credential_account.user_id")?);
         Ok(self.get(&path).send()?.json::<Brands>()?.results)
     }
 
@@ -133,7 +136,11 @@ impl<'a> Api<'a> {
     /// One page of published posts created at or after `since` (epoch ms),
     /// as the provider sent it; [`BroadcastPage::broadcasts`] reads it.
     pub fn broadcasts(&self, since: Option<i64>, offset: usize) -> Result<BroadcastPage> {
-        let mut req = self.get("/broadcast/v1/broadcasts").query("status", "success").query("count", PAGE_SIZE).query("offset", offset);
+        let mut req = self
+            .get("/broadcast/v1/broadcasts")
+            .query("status", "success")
+            .query("count", PAGE_SIZE)
+            .query("offset", offset);
         if let Some(since) = since {
             req = req.query("since", since);
         }
@@ -195,7 +202,11 @@ impl BroadcastPage {
             if e.is_data() {
                 Error::ProviderError(format!("the broadcasts listing at offset {offset} is not a JSON array"))
             } else {
-                Error::ProviderError(format!("the broadcasts listing at offset {offset} is not JSON (line {}, column {})", e.line(), e.column()))
+                Error::ProviderError(format!(
+                    "the broadcasts listing at offset {offset} is not JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ))
             }
         })
     }
@@ -247,7 +258,12 @@ impl Broadcast<'_> {
             _ => interactions,
         };
         chosen.map_or(Ok(Value::Null), |raw| {
-            serde_json::from_str(raw.get()).map_err(|e| Error::ProviderError(format!("a broadcast's interaction counts are not valid JSON (column {})", e.column())))
+            serde_json::from_str(raw.get()).map_err(|e| {
+                Error::ProviderError(format!(
+                    "a broadcast's interaction counts are not valid JSON (column {})",
+                    e.column()
+                ))
+            })
         })
     }
 }
@@ -333,7 +349,9 @@ impl Scalar<'_> {
     /// one; else nothing.
     pub fn int(&self) -> Option<i64> {
         match self {
-            Scalar::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f as i64)),
+            Scalar::Number(n) => {
+                n.as_i64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f as i64))
+            }
             _ => None,
         }
     }

@@ -22,7 +22,10 @@ impl Id {
         if ok {
             Ok(&self.0)
         } else {
-            Err(Error::InvalidConfig(format!("{field}: `{}` is not an id", self.0.chars().take(64).collect::<String>())))
+            Err(Error::InvalidConfig(format!(
+                "{field}: `{}` is not an id",
+                self.0.chars().take(64).collect::<String>()
+            )))
         }
     }
 
@@ -100,7 +103,10 @@ mod tests {
 
     #[test]
     fn ids_are_read_from_text_or_numbers() {
-        let c: Config = serde_json::from_value(json!({ "credential_handle": "h", "portal_id": 62515, "brand_ids": ["7", 8], "channel_ids": ["abc"] })).unwrap();
+        let c: Config = serde_json::from_value(
+            json!({ "credential_handle": "h", "portal_id": 62515, "brand_ids": ["7", 8], "channel_ids": ["abc"] }),
+        )
+        .unwrap();
         assert_eq!(c.portal_id, Some(Id("62515".into())));
         assert_eq!(c.brand_ids, [Id("7".into()), Id("8".into())]);
         assert!(c.selects("abc") && !c.selects("abd"));

@@ -27,10 +27,11 @@ pub fn options(config: &Value, field: &str) -> Result<Vec<EntityOption>> {
         "portal_id" => Ok(vec![portal_option(&api)?]),
         "brand_ids" => {
             let portal = chosen_portal(&api, config)?;
-            let user = config
-                .pointer("/credential_account/user_id")
-                .and_then(Id::from_value)
-                .ok_or_else(|| Error::InvalidCredentials("the credential does not say which user authorised it; authorise again".into()))?;
+            let user = config.pointer("/credential_account/user_id").and_then(Id::from_value).ok_or_else(|| {
+                Error::InvalidCredentials(
+                    "the credential does not say which user authorised it; authorise again".into(),
+                )
+            })?;
             Ok(api
                 .brands(&user)?
                 .into_iter()
@@ -42,7 +43,10 @@ pub fn options(config: &Value, field: &str) -> Result<Vec<EntityOption>> {
                 .collect())
         }
         "channel_ids" => {
-            let brands: Vec<Id> = config["brand_ids"].as_array().map(|a| a.iter().filter_map(Id::from_value).collect()).unwrap_or_default();
+            let brands: Vec<Id> = config["brand_ids"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Id::from_value).collect())
+                .unwrap_or_default();
             if brands.is_empty() {
                 return Err(Error::InvalidConfig("brand_ids: choose at least one brand first".into()));
             }
@@ -50,7 +54,11 @@ pub fn options(config: &Value, field: &str) -> Result<Vec<EntityOption>> {
             Ok(api
                 .channels()?
                 .into_iter()
-                .filter(|c| portal.as_ref().is_none_or(|p| c.portal_id.as_ref().and_then(Id::from_value).is_none_or(|cp| cp == *p)))
+                .filter(|c| {
+                    portal
+                        .as_ref()
+                        .is_none_or(|p| c.portal_id.as_ref().and_then(Id::from_value).is_none_or(|cp| cp == *p))
+                })
                 .filter_map(|c| {
                     let brand = c.brand().filter(|b| brands.contains(b))?;
                     Some(EntityOption::new(c.channel_guid.clone(), c.label()).with_parent(brand.0))
@@ -63,7 +71,8 @@ pub fn options(config: &Value, field: &str) -> Result<Vec<EntityOption>> {
 
 fn portal_option(api: &Api) -> Result<EntityOption> {
     let account = api.account()?;
-    let id = Id::from_value(&account.portal_id).ok_or_else(|| Error::ProviderError("the account details carry no portalId".into()))?;
+    let id = Id::from_value(&account.portal_id)
+        .ok_or_else(|| Error::ProviderError("the account details carry no portalId".into()))?;
     let label = match account.ui_domain.filter(|d| !d.trim().is_empty()) {
         Some(domain) => format!("Portal {} ({domain})", id.0),
         None => format!("Portal {}", id.0),
@@ -79,7 +88,10 @@ fn chosen_portal(api: &Api, config: &Value) -> Result<Id> {
         .ok_or_else(|| Error::InvalidConfig("portal_id: choose the portal first".into()))?;
     let own = portal_option(api)?;
     if own.value != chosen.0 {
-        return Err(Error::InvalidConfig(format!("portal_id: the credential belongs to portal {}, not {}", own.value, chosen.0)));
+        return Err(Error::InvalidConfig(format!(
+            "portal_id: the credential belongs to portal {}, not {}",
+            own.value, chosen.0
+        )));
     }
     Ok(chosen)
 }

@@ -96,7 +96,8 @@ impl ChannelCursor {
 
 /// Reads one stream; see the module documentation.
 pub fn read(request: ReadRequest<Config>) -> Result<()> {
-    let stream = StreamName::parse(&request.stream).ok_or_else(|| Error::Unsupported(format!("unknown stream `{}`", request.stream)))?;
+    let stream = StreamName::parse(&request.stream)
+        .ok_or_else(|| Error::Unsupported(format!("unknown stream `{}`", request.stream)))?;
     let config = &request.config;
     config.validate()?;
     if request.is_incremental() {
@@ -104,7 +105,9 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
             return Err(Error::Unsupported(format!("stream `{}` supports full refresh only", stream.as_str())));
         }
         if let Some(field) = request.cursor_field.as_deref().filter(|f| *f != CURSOR_FIELD) {
-            return Err(Error::Unsupported(format!("stream `posts` can only use `{CURSOR_FIELD}` as its cursor, not `{field}`")));
+            return Err(Error::Unsupported(format!(
+                "stream `posts` can only use `{CURSOR_FIELD}` as its cursor, not `{field}`"
+            )));
         }
     }
     let api = Api::new(&config.credential_handle);
@@ -116,7 +119,8 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
             config.channel_ids.len()
         ));
     }
-    let brand_of: BTreeMap<&str, Option<String>> = channels.iter().map(|c| (c.channel_guid.as_str(), c.brand().map(|b| b.0))).collect();
+    let brand_of: BTreeMap<&str, Option<String>> =
+        channels.iter().map(|c| (c.channel_guid.as_str(), c.brand().map(|b| b.0))).collect();
 
     match stream {
         StreamName::Channels => {
@@ -125,7 +129,11 @@ pub fn read(request: ReadRequest<Config>) -> Result<()> {
         }
         StreamName::Posts => {
             // A state in an older shape is not understood: read everything once.
-            let saved: PostsState = if request.is_incremental() { request.state_as().ok().flatten().unwrap_or_default() } else { PostsState::default() };
+            let saved: PostsState = if request.is_incremental() {
+                request.state_as().ok().flatten().unwrap_or_default()
+            } else {
+                PostsState::default()
+            };
             let mut next = saved.clone();
             let mut read = 0usize;
             let since = saved.since_for(brand_of.keys().copied());

@@ -39,7 +39,8 @@ pub enum StreamName {
 
 impl StreamName {
     /// Every stream, in the order `discover` lists them.
-    pub const ALL: [StreamName; 4] = [StreamName::Channels, StreamName::Posts, StreamName::PostMetrics, StreamName::ChannelStatistics];
+    pub const ALL: [StreamName; 4] =
+        [StreamName::Channels, StreamName::Posts, StreamName::PostMetrics, StreamName::ChannelStatistics];
 
     /// The name the host knows it by.
     pub fn as_str(self) -> &'static str {
@@ -206,8 +207,16 @@ pub fn metrics_of(b: &Broadcast<'_>) -> Result<(PostMetrics, BTreeMap<&'static s
             found.insert(key, n);
         }
     }
-    let engagements = if found.is_empty() { None } else { Some(found.values().fold(0i64, |sum, n| sum.saturating_add(*n))) };
-    Ok((PostMetrics { clicks: b.clicks.int(), impressions: int(&counts["impressions"]).or_else(|| b.impressions.int()), engagements }, found))
+    let engagements =
+        if found.is_empty() { None } else { Some(found.values().fold(0i64, |sum, n| sum.saturating_add(*n))) };
+    Ok((
+        PostMetrics {
+            clicks: b.clicks.int(),
+            impressions: int(&counts["impressions"]).or_else(|| b.impressions.int()),
+            engagements,
+        },
+        found,
+    ))
 }
 
 /// A post-metrics record, written straight to its JSON text (fields in
@@ -291,7 +300,9 @@ impl JsonObject {
         self.key(key);
         match value {
             None => self.out.push_str("null"),
-            Some(text) if needs_escape(text) => self.out.push_str(&serde_json::to_string(text).expect("text serialises")),
+            Some(text) if needs_escape(text) => {
+                self.out.push_str(&serde_json::to_string(text).expect("text serialises"))
+            }
             Some(text) => {
                 self.out.push('"');
                 self.out.push_str(text);
@@ -396,22 +407,34 @@ mod tests {
 
     #[test]
     fn metrics_the_provider_does_not_report_are_null_not_zero() {
-        one(r#"{ "clicks": 3 }"#, |b| assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: Some(3), impressions: None, engagements: None }));
+        one(r#"{ "clicks": 3 }"#, |b| {
+            assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: Some(3), impressions: None, engagements: None })
+        });
         one(r#"{ "clicks": 1, "interactionCounts": { "impressions": 50, "likes": 4, "comments": 1 } }"#, |b| {
-            assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: Some(1), impressions: Some(50), engagements: Some(5) })
+            assert_eq!(
+                metrics_of(b).unwrap().0,
+                PostMetrics { clicks: Some(1), impressions: Some(50), engagements: Some(5) }
+            )
         });
         one(r#"{ "interactionCounts": 7, "interactions": { "favorites": 2 }, "impressions": 9.5 }"#, |b| {
-            assert_eq!(metrics_of(b).unwrap().0, PostMetrics { clicks: None, impressions: Some(9), engagements: Some(2) }, "counts under their other name")
+            assert_eq!(
+                metrics_of(b).unwrap().0,
+                PostMetrics { clicks: None, impressions: Some(9), engagements: Some(2) },
+                "counts under their other name"
+            )
         });
     }
 
     #[test]
     fn counts_that_do_not_parse_fail_the_metrics_but_not_the_post() {
         for counts in [r#"{ "likes": 4, "label": "\udc00" }"#, r#"{ "likes": 4, "x": 1e400 }"#] {
-            let body = format!(r#"{{ "broadcastGuid": "b1", "channelGuid": "c1", "content": "hi", "interactionCounts": {counts} }}"#);
+            let body = format!(
+                r#"{{ "broadcastGuid": "b1", "channelGuid": "c1", "content": "hi", "interactionCounts": {counts} }}"#
+            );
             one(&body, |b| {
                 let p = post_ref(b).unwrap();
-                let err = MetricsRecord::new(b, &p).err().expect("no metrics from counts that do not parse").to_string();
+                let err =
+                    MetricsRecord::new(b, &p).err().expect("no metrics from counts that do not parse").to_string();
                 assert!(err.contains("a broadcast's interaction counts are not valid JSON"), "{err}");
                 assert!(ChannelTotals::default().add(b).is_err(), "nor totals");
                 assert!(PostRecord::new(b, &p, None).to_json().contains(r#""content":"hi""#), "the post itself reads");
@@ -424,20 +447,27 @@ mod tests {
         let mut t = ChannelTotals::default();
         one(r#"{ "clicks": 2, "finishedAt": 10 }"#, |b| t.add(b).unwrap());
         one(r#"{ "clicks": 3, "finishedAt": 30, "interactionCounts": { "impressions": 7 } }"#, |b| t.add(b).unwrap());
-        assert_eq!((t.posts, t.clicks, t.impressions, t.engagements, t.last_published_at), (2, Some(5), Some(7), None, Some(30)));
+        assert_eq!(
+            (t.posts, t.clicks, t.impressions, t.engagements, t.last_published_at),
+            (2, Some(5), Some(7), None, Some(30))
+        );
         one(r#"{ "clicks": 1e19, "interactionCounts": { "likes": 1e19, "comments": 1 } }"#, |b| t.add(b).unwrap());
         assert_eq!((t.clicks, t.engagements), (Some(i64::MAX), Some(i64::MAX)), "sums stop at the largest count");
     }
 
     #[test]
     fn post_records_carry_only_named_fields() {
-        one(r#"{ "broadcastGuid": "b1", "channelGuid": "c1", "createdAt": 5, "content": { "body": "hi", "secretish": "x" }, "raw": { "a": 1 } }"#, |b| {
-            let r: Value = serde_json::from_str(&PostRecord::new(b, &post_ref(b).unwrap(), Some("7")).to_json()).unwrap();
-            let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
-            assert!(!keys.iter().any(|k| *k == "raw" || *k == "secretish"));
-            assert_eq!(r["content"], "hi");
-            assert_eq!(r["brand_id"], "7");
-        });
+        one(
+            r#"{ "broadcastGuid": "b1", "channelGuid": "c1", "createdAt": 5, "content": { "body": "hi", "secretish": "x" }, "raw": { "a": 1 } }"#,
+            |b| {
+                let r: Value =
+                    serde_json::from_str(&PostRecord::new(b, &post_ref(b).unwrap(), Some("7")).to_json()).unwrap();
+                let keys: Vec<&String> = r.as_object().unwrap().keys().collect();
+                assert!(!keys.iter().any(|k| *k == "raw" || *k == "secretish"));
+                assert_eq!(r["content"], "hi");
+                assert_eq!(r["brand_id"], "7");
+            },
+        );
     }
 
     /// The records the previous, value-built code made for each field
@@ -483,15 +513,22 @@ mod tests {
                 .to_string()
             );
         });
-        one(r#"{ "content": { "body": "first" }, "content": "plain" }"#, |b| assert_eq!(b.content.as_deref(), Some("plain")));
-        one(r#"{ "broadcastGuid": 7, "channelGuid": "c1" }"#, |b| assert!(post_ref(b).is_none(), "no identity without a text id"));
+        one(r#"{ "content": { "body": "first" }, "content": "plain" }"#, |b| {
+            assert_eq!(b.content.as_deref(), Some("plain"))
+        });
+        one(r#"{ "broadcastGuid": 7, "channelGuid": "c1" }"#, |b| {
+            assert!(post_ref(b).is_none(), "no identity without a text id")
+        });
     }
 
     #[test]
     fn text_is_escaped_exactly_where_serde_json_escapes_it() {
         // Every ASCII character and two of several bytes, at every place in
         // and around an eight-byte chunk.
-        let specials: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).chain(["\u{e9}".to_owned(), "\u{1F680}".to_owned()]).collect();
+        let specials: Vec<String> = (0u8..0x80)
+            .map(|b| char::from(b).to_string())
+            .chain(["\u{e9}".to_owned(), "\u{1F680}".to_owned()])
+            .collect();
         for special in &specials {
             for len in 0..20 {
                 for at in 0..=len {
@@ -506,7 +543,16 @@ mod tests {
 
     #[test]
     fn records_are_what_serde_json_writes_for_them() {
-        let texts = ["plain", "", "quote \" inside", "back\\slash", "line\nbreak", "tab\tand \u{1} control", "caf\u{e9} \u{1F680}, longer than a chunk", "\u{7f} is no control"];
+        let texts = [
+            "plain",
+            "",
+            "quote \" inside",
+            "back\\slash",
+            "line\nbreak",
+            "tab\tand \u{1} control",
+            "caf\u{e9} \u{1F680}, longer than a chunk",
+            "\u{7f} is no control",
+        ];
         for text in texts {
             let (t, id) = (serde_json::to_string(text).unwrap(), serde_json::to_string(&format!("id-{text}")).unwrap());
             let body = format!(
@@ -530,7 +576,10 @@ mod tests {
 
     #[test]
     fn a_listing_that_is_no_array_or_no_json_says_so_without_its_values() {
-        let page = BroadcastPage::from_body(0, r#"[{"broadcastGuid": "b1", "channelGuid": "c"}, 3, null, [1], "x", {"content": {"body": 1}}]"#);
+        let page = BroadcastPage::from_body(
+            0,
+            r#"[{"broadcastGuid": "b1", "channelGuid": "c"}, 3, null, [1], "x", {"content": {"body": 1}}]"#,
+        );
         let items = page.broadcasts().unwrap();
         assert_eq!(items.len(), 6, "items that are no objects are kept, without an identity");
         assert_eq!(items.iter().filter(|b| post_ref(b).is_some()).count(), 1);

@@ -90,7 +90,12 @@ impl Hub {
     }
 
     pub fn published_on(&self, channels: &[&str]) -> usize {
-        self.broadcasts.lock().unwrap().iter().filter(|b| channels.contains(&b["channelGuid"].as_str().unwrap())).count()
+        self.broadcasts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| channels.contains(&b["channelGuid"].as_str().unwrap()))
+            .count()
     }
 
     fn issue(&self) -> Value {
@@ -122,7 +127,12 @@ impl Hub {
             self.throttled.fetch_add(1, Ordering::SeqCst);
             return Some((StatusCode::TOO_MANY_REQUESTS, [("retry-after", "0")], axum::Json(json!({ "status": "error", "message": "You have reached your ten_secondly_rolling limit.", "category": "RATE_LIMITS" }))).into_response());
         }
-        let token = h.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("").to_owned();
+        let token = h
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("")
+            .to_owned();
         let mut access = self.access.lock().unwrap();
         match access.get_mut(&token) {
             None => Some((StatusCode::UNAUTHORIZED, axum::Json(json!({ "status": "error", "message": "Authentication credentials not found.", "category": "INVALID_AUTHENTICATION" }))).into_response()),

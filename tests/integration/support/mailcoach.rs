@@ -136,14 +136,27 @@ fn check(state: &MailcoachState, headers: &HeaderMap) -> Result<(), Response> {
     state.seen_auth.lock().unwrap().push(auth.clone());
     let take = |c: &AtomicUsize| c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
     if take(&state.rate_limit_next) {
-        return Err((StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")], axum::Json(json!({ "message": "Too Many Attempts." }))).into_response());
+        return Err((
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "1")],
+            axum::Json(json!({ "message": "Too Many Attempts." })),
+        )
+            .into_response());
     }
     if take(&state.fail_next) {
-        let body = if state.echo_auth_in_errors { json!({ "message": "upstream failure", "request": { "authorization": auth } }) } else { json!({ "message": "Server Error" }) };
+        let body = if state.echo_auth_in_errors {
+            json!({ "message": "upstream failure", "request": { "authorization": auth } })
+        } else {
+            json!({ "message": "Server Error" })
+        };
         return Err((StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response());
     }
     if auth != format!("Bearer {}", state.token) {
-        let body = if state.echo_auth_in_errors { json!({ "message": "Unauthenticated.", "you_sent": auth }) } else { json!({ "message": "Unauthenticated." }) };
+        let body = if state.echo_auth_in_errors {
+            json!({ "message": "Unauthenticated.", "you_sent": auth })
+        } else {
+            json!({ "message": "Unauthenticated." })
+        };
         return Err((StatusCode::UNAUTHORIZED, axum::Json(body)).into_response());
     }
     Ok(())
@@ -243,7 +256,12 @@ fn routes(state: Arc<MailcoachState>) -> Router {
 /// `GET /api/email-lists/{uuid}/subscribers`: with `filter[email]`, the
 /// written subscribers of the list with that address; otherwise the
 /// generated ones.
-async fn list_subscribers(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_subscribers(
+    State(s): State<Arc<MailcoachState>>,
+    h: HeaderMap,
+    Path(uuid): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if let Err(r) = check(&s, &h) {
         return r;
     }
@@ -257,7 +275,9 @@ async fn list_subscribers(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Pa
             .lock()
             .unwrap()
             .values()
-            .filter(|x| x["email_list_uuid"] == uuid.as_str() && x["email"].as_str().is_some_and(|e| same_email(e, email)))
+            .filter(|x| {
+                x["email_list_uuid"] == uuid.as_str() && x["email"].as_str().is_some_and(|e| same_email(e, email))
+            })
             .cloned()
             .collect();
         return axum::Json(paginate(&matches, &q, &path)).into_response();
@@ -267,7 +287,12 @@ async fn list_subscribers(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Pa
 
 /// `POST /api/email-lists/{uuid}/subscribers`: 201 with the new subscriber,
 /// or 422 for a missing, invalid, rejected or already listed email.
-async fn create_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(list): Path<String>, body: Bytes) -> Response {
+async fn create_subscriber(
+    State(s): State<Arc<MailcoachState>>,
+    h: HeaderMap,
+    Path(list): Path<String>,
+    body: Bytes,
+) -> Response {
     if let Err(r) = check(&s, &h) {
         return r;
     }
@@ -283,9 +308,9 @@ async fn create_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, P
     };
     let subscriber = {
         let mut written = s.written.lock().unwrap();
-        let taken = written
-            .values()
-            .any(|x| x["email_list_uuid"] == list.as_str() && x["email"].as_str().is_some_and(|e| same_email(e, &email)));
+        let taken = written.values().any(|x| {
+            x["email_list_uuid"] == list.as_str() && x["email"].as_str().is_some_and(|e| same_email(e, &email))
+        });
         if taken {
             return invalid("email", "The email has already been taken.");
         }
@@ -301,7 +326,12 @@ async fn create_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, P
 /// an invalid, rejected or (within its list) taken email; otherwise the
 /// given fields replace the stored ones and the answer is 200 with the
 /// subscriber.
-async fn update_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, Path(uuid): Path<String>, body: Bytes) -> Response {
+async fn update_subscriber(
+    State(s): State<Arc<MailcoachState>>,
+    h: HeaderMap,
+    Path(uuid): Path<String>,
+    body: Bytes,
+) -> Response {
     if let Err(r) = check(&s, &h) {
         return r;
     }
@@ -317,9 +347,11 @@ async fn update_subscriber(State(s): State<Arc<MailcoachState>>, h: HeaderMap, P
         let mut written = s.written.lock().unwrap();
         if let Some(email) = &email {
             let list = written.get(&uuid).map(|x| x["email_list_uuid"].clone()).unwrap_or(Value::Null);
-            let taken = written
-                .iter()
-                .any(|(other, x)| other != &uuid && x["email_list_uuid"] == list && x["email"].as_str().is_some_and(|e| same_email(e, email)));
+            let taken = written.iter().any(|(other, x)| {
+                other != &uuid
+                    && x["email_list_uuid"] == list
+                    && x["email"].as_str().is_some_and(|e| same_email(e, email))
+            });
             if taken {
                 return invalid("email", "The email has already been taken.");
             }

@@ -63,7 +63,9 @@ async fn postgres_server() -> Option<String> {
             if let Some(url) = std::env::var(PG_ENV).ok().filter(|s| !s.is_empty()) {
                 return Some(url);
             }
-            let probe = tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(LOCAL_POSTGRES)).await;
+            let probe =
+                tokio::time::timeout(std::time::Duration::from_secs(3), sqlx::PgConnection::connect(LOCAL_POSTGRES))
+                    .await;
             match probe {
                 Ok(Ok(conn)) => {
                     let _ = conn.close().await;
@@ -108,7 +110,10 @@ pub async fn postgres_available() -> bool {
         return true;
     }
     let required = std::env::var(PG_REQUIRED_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
-    assert!(!required, "{PG_REQUIRED_ENV} is set but no PostgreSQL answers: set {PG_ENV} or start one on 127.0.0.1:5432");
+    assert!(
+        !required,
+        "{PG_REQUIRED_ENV} is set but no PostgreSQL answers: set {PG_ENV} or start one on 127.0.0.1:5432"
+    );
     eprintln!("skipped: no PostgreSQL (set {PG_ENV} or start one on 127.0.0.1:5432)");
     false
 }
@@ -222,9 +227,15 @@ impl TestServer {
         let mut config = config;
         adjust(&mut config);
         let state = AppState::open(config).await.expect("server state opens");
-        let approver = service::access::admin::create_token(&state.store, &state.config.bootstrap_email, Some("approver"), None, service::access::ClientSource::Api)
-            .await
-            .unwrap();
+        let approver = service::access::admin::create_token(
+            &state.store,
+            &state.config.bootstrap_email,
+            Some("approver"),
+            None,
+            service::access::ClientSource::Api,
+        )
+        .await
+        .unwrap();
         let server = service::server::start_on(listener, state.clone()).unwrap();
         Some(TestServer {
             base: format!("http://{addr}"),
@@ -302,8 +313,19 @@ impl TestServer {
     /// (user_id, token), through the same code as the admin CLI.
     pub async fn user_in(&self, workspace_id: &str, role: Role) -> (String, String) {
         let email = format!("{}-{}@example.test", role.as_str(), uuid::Uuid::new_v4().simple());
-        let (user_id, _) = service::access::admin::create_user(&self.state.store, &email, "Test user", Some(workspace_id), role).await.unwrap();
-        let token = service::access::admin::create_token(&self.state.store, &email, Some("test"), None, service::access::ClientSource::Cli).await.unwrap();
+        let (user_id, _) =
+            service::access::admin::create_user(&self.state.store, &email, "Test user", Some(workspace_id), role)
+                .await
+                .unwrap();
+        let token = service::access::admin::create_token(
+            &self.state.store,
+            &email,
+            Some("test"),
+            None,
+            service::access::ClientSource::Cli,
+        )
+        .await
+        .unwrap();
         (user_id, token.expose_secret().to_owned())
     }
 

@@ -41,9 +41,13 @@ impl ServerProcess {
         let mut cmd = command();
         cmd.env("SERVICE_BIND", format!("127.0.0.1:{port}")).env("SERVICE_LOG", "warn");
         cmd.envs(env);
-        let mut child = cmd.arg("serve").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the service binary");
+        let mut child =
+            cmd.arg("serve").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the service binary");
         let output = Arc::new(Mutex::new(Vec::new()));
-        let readers = vec![collect(child.stdout.take().unwrap(), output.clone()), collect(child.stderr.take().unwrap(), output.clone())];
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), output.clone()),
+            collect(child.stderr.take().unwrap(), output.clone()),
+        ];
         let mut server = ServerProcess { child, base: format!("http://127.0.0.1:{port}"), output, readers };
         server.wait_until_ready(port);
         server

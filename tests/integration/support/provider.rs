@@ -60,13 +60,15 @@ impl FakeProvider {
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let hits = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();
-        let router = router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                next.run(req).await
-            }
-        }));
+        let router = router.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    next.run(req).await
+                }
+            },
+        ));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { break };

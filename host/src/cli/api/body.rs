@@ -67,8 +67,13 @@ impl Body {
     /// Fails with a usage error unless every field is set; each is named
     /// with the option that sets it.
     pub fn require(&self, fields: &[(&str, &str)]) -> Result<(), CliFailure> {
-        let missing: Vec<&str> = fields.iter().filter(|(name, _)| !self.0.contains_key(*name)).map(|(_, option)| *option).collect();
-        if missing.is_empty() { Ok(()) } else { Err(CliFailure::Usage(format!("missing {} (or give it in --data or --set)", missing.join(", ")))) }
+        let missing: Vec<&str> =
+            fields.iter().filter(|(name, _)| !self.0.contains_key(*name)).map(|(_, option)| *option).collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(CliFailure::Usage(format!("missing {} (or give it in --data or --set)", missing.join(", "))))
+        }
     }
 
     pub fn into_value(self) -> Value {
@@ -113,12 +118,19 @@ mod tests {
     fn fields_merge_data_then_assignments_then_options() {
         let fields = Fields {
             data: Some(json!({ "name": "from data", "configuration": { "a": 1 } })),
-            set: vec![assignment("configuration.base_url=https://m.example").unwrap(), assignment("paused=true").unwrap(), assignment("n=3").unwrap()],
+            set: vec![
+                assignment("configuration.base_url=https://m.example").unwrap(),
+                assignment("paused=true").unwrap(),
+                assignment("n=3").unwrap(),
+            ],
         };
         let mut body = fields.body();
         body.opt("name", Some("from option"));
         body.opt("label", None::<String>);
-        assert_eq!(body.clone().into_value(), json!({ "name": "from option", "configuration": { "a": 1, "base_url": "https://m.example" }, "paused": true, "n": 3 }));
+        assert_eq!(
+            body.clone().into_value(),
+            json!({ "name": "from option", "configuration": { "a": 1, "base_url": "https://m.example" }, "paused": true, "n": 3 })
+        );
         assert!(body.require(&[("name", "--name"), ("configuration", "--config")]).is_ok());
         let e = body.require(&[("source_id", "--source"), ("name", "--name")]).unwrap_err();
         assert_eq!(e.to_string(), "missing --source (or give it in --data or --set)");

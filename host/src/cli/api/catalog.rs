@@ -13,10 +13,26 @@ use super::context::{Ctx, Page, seg};
 use super::render::{Column, text_at};
 use crate::cli::client::CliFailure;
 
-const WORKSPACES: &[Column] = &[Column("WORKSPACE", "workspace_id"), Column("NAME", "name"), Column("ROLE", "role"), Column("CREATED", "created_at")];
-const MEMBERS: &[Column] = &[Column("MEMBER", "member_id"), Column("EMAIL", "email"), Column("NAME", "name"), Column("ROLE", "role"), Column("JOINED", "joined_at")];
-const CONNECTORS: &[Column] =
-    &[Column("CONNECTOR", "connector_id"), Column("NAME", "name"), Column("VERSION", "version"), Column("KIND", "kind"), Column("STATUS", "status")];
+const WORKSPACES: &[Column] = &[
+    Column("WORKSPACE", "workspace_id"),
+    Column("NAME", "name"),
+    Column("ROLE", "role"),
+    Column("CREATED", "created_at"),
+];
+const MEMBERS: &[Column] = &[
+    Column("MEMBER", "member_id"),
+    Column("EMAIL", "email"),
+    Column("NAME", "name"),
+    Column("ROLE", "role"),
+    Column("JOINED", "joined_at"),
+];
+const CONNECTORS: &[Column] = &[
+    Column("CONNECTOR", "connector_id"),
+    Column("NAME", "name"),
+    Column("VERSION", "version"),
+    Column("KIND", "kind"),
+    Column("STATUS", "status"),
+];
 const CREDENTIALS: &[Column] = &[
     Column("CREDENTIAL", "credential_id"),
     Column("HANDLE", "credential_handle"),
@@ -25,8 +41,18 @@ const CREDENTIALS: &[Column] = &[
     Column("STATUS", "status"),
     Column("CREATED", "created_at"),
 ];
-const SOURCES: &[Column] = &[Column("SOURCE", "source_id"), Column("NAME", "name"), Column("CONNECTOR", "connector_id"), Column("CREATED", "created_at")];
-const DESTINATIONS: &[Column] = &[Column("DESTINATION", "destination_id"), Column("NAME", "name"), Column("KIND", "kind"), Column("CREATED", "created_at")];
+const SOURCES: &[Column] = &[
+    Column("SOURCE", "source_id"),
+    Column("NAME", "name"),
+    Column("CONNECTOR", "connector_id"),
+    Column("CREATED", "created_at"),
+];
+const DESTINATIONS: &[Column] = &[
+    Column("DESTINATION", "destination_id"),
+    Column("NAME", "name"),
+    Column("KIND", "kind"),
+    Column("CREATED", "created_at"),
+];
 const OPTIONS: &[Column] = &[Column("VALUE", "value"), Column("LABEL", "label"), Column("PARENT", "parent")];
 
 #[derive(Debug, clap::Subcommand)]
@@ -51,9 +77,7 @@ pub enum MembersCommand {
         expires_in_hours: Option<u32>,
     },
     /// Remove a member from the workspace.
-    Remove {
-        member_id: String,
-    },
+    Remove { member_id: String },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -194,7 +218,10 @@ async fn workspace_id(ctx: &Ctx, chosen: Option<&str>) -> Result<String, CliFail
         return Ok(w.to_owned());
     }
     let me = ctx.client.call(Method::GET, "me", None).await?;
-    me.get("default_workspace_id").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| CliFailure::Other("you belong to no workspace".into()))
+    me.get("default_workspace_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| CliFailure::Other("you belong to no workspace".into()))
 }
 
 pub async fn workspaces(ctx: &Ctx, cmd: WorkspacesCommand) -> Result<(), CliFailure> {
@@ -223,9 +250,12 @@ pub async fn members(ctx: &Ctx, workspace: Option<&str>, cmd: MembersCommand) ->
             .await
             .map(drop)
         }
-        MembersCommand::Remove { member_id } => {
-            ctx.write(Method::DELETE, &format!("workspaces/{ws}/members/{}", seg(&member_id)), None, |_| format!("Removed member {member_id}")).await.map(drop)
-        }
+        MembersCommand::Remove { member_id } => ctx
+            .write(Method::DELETE, &format!("workspaces/{ws}/members/{}", seg(&member_id)), None, |_| {
+                format!("Removed member {member_id}")
+            })
+            .await
+            .map(drop),
     }
 }
 
@@ -255,11 +285,16 @@ pub async fn credentials(ctx: &Ctx, cmd: CredentialsCommand) -> Result<(), CliFa
             .map(drop),
         CredentialsCommand::Create { kind, connector, hosts, label, username, header, no_browser } => {
             let mut body = Body::default();
-            body.opt("kind", Some(kind)).opt("connector_id", connector).opt("label", label).opt("username", username).opt("header", header);
+            body.opt("kind", Some(kind))
+                .opt("connector_id", connector)
+                .opt("label", label)
+                .opt("username", username)
+                .opt("header", header);
             if !hosts.is_empty() {
                 body.opt("hosts", Some(json!(hosts)));
             }
-            let answer = ctx.client.send(Method::POST, "credentials/entry-links", &[], Some(&body.into_value())).await?;
+            let answer =
+                ctx.client.send(Method::POST, "credentials/entry-links", &[], Some(&body.into_value())).await?;
             if answer.proposal().is_some() {
                 ctx.out.write(&answer, |_| String::new());
                 return Ok(());
@@ -267,12 +302,20 @@ pub async fn credentials(ctx: &Ctx, cmd: CredentialsCommand) -> Result<(), CliFa
             let link = answer.data;
             let (entry_id, url) = (text_at(&link, "entry_id"), text_at(&link, "url"));
             let opened = !no_browser && crate::cli::auth::open_browser(&url);
-            eprintln!("{}", if opened { "Opened the credential entry page in your browser. If it did not open, visit:" } else { "Open this address in a browser and type the secret there:" });
+            eprintln!(
+                "{}",
+                if opened {
+                    "Opened the credential entry page in your browser. If it did not open, visit:"
+                } else {
+                    "Open this address in a browser and type the secret there:"
+                }
+            );
             eprintln!("  {url}");
             eprintln!("Waiting for the secret to be entered (until {})…", text_at(&link, "expires_at"));
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                let state = ctx.client.call(Method::GET, &format!("credentials/entry-links/{}", seg(&entry_id)), None).await?;
+                let state =
+                    ctx.client.call(Method::GET, &format!("credentials/entry-links/{}", seg(&entry_id)), None).await?;
                 match state.get("status").and_then(Value::as_str) {
                     Some("completed") => {
                         if ctx.out.json {
@@ -284,7 +327,11 @@ pub async fn credentials(ctx: &Ctx, cmd: CredentialsCommand) -> Result<(), CliFa
                         return Ok(());
                     }
                     Some("pending") => {}
-                    _ => return Err(CliFailure::Other(format!("the entry page expired before a secret was entered (entry {entry_id}); run the command again"))),
+                    _ => {
+                        return Err(CliFailure::Other(format!(
+                            "the entry page expired before a secret was entered (entry {entry_id}); run the command again"
+                        )));
+                    }
                 }
             }
         }
@@ -299,22 +346,35 @@ pub async fn sources(ctx: &Ctx, cmd: SourcesCommand) -> Result<(), CliFailure> {
             let mut body = fields.body();
             body.opt("name", name).opt("connector_id", connector).opt("configuration", config);
             body.require(&[("name", "--name"), ("connector_id", "--connector"), ("configuration", "--config")])?;
-            ctx.write(Method::POST, "sources", Some(body.into_value()), |d| format!("Created source {} ({})", text_at(d, "source_id"), text_at(d, "name"))).await.map(drop)
+            ctx.write(Method::POST, "sources", Some(body.into_value()), |d| {
+                format!("Created source {} ({})", text_at(d, "source_id"), text_at(d, "name"))
+            })
+            .await
+            .map(drop)
         }
         SourcesCommand::Update { source_id, name, config, fields } => {
             let mut body = fields.body();
             body.opt("name", name).opt("configuration", config);
-            ctx.write(Method::PATCH, &format!("sources/{}", seg(&source_id)), Some(body.into_value()), |d| format!("Updated source {} ({})", text_at(d, "source_id"), text_at(d, "name")))
-                .await
-                .map(drop)
+            ctx.write(Method::PATCH, &format!("sources/{}", seg(&source_id)), Some(body.into_value()), |d| {
+                format!("Updated source {} ({})", text_at(d, "source_id"), text_at(d, "name"))
+            })
+            .await
+            .map(drop)
         }
-        SourcesCommand::Delete { source_id } => {
-            ctx.write(Method::DELETE, &format!("sources/{}", seg(&source_id)), None, |_| format!("Deleted source {source_id}")).await.map(drop)
-        }
+        SourcesCommand::Delete { source_id } => ctx
+            .write(Method::DELETE, &format!("sources/{}", seg(&source_id)), None, |_| {
+                format!("Deleted source {source_id}")
+            })
+            .await
+            .map(drop),
         SourcesCommand::Entities { field, connector, credential, config, page } => {
             let mut body = Body::default();
-            body.opt("connector_id", Some(connector)).opt("credential_handle", Some(credential)).opt("field", Some(field)).opt("configuration", config);
-            let answer = ctx.client.send(Method::POST, "sources/entities", &page.query(), Some(&body.into_value())).await?;
+            body.opt("connector_id", Some(connector))
+                .opt("credential_handle", Some(credential))
+                .opt("field", Some(field))
+                .opt("configuration", config);
+            let answer =
+                ctx.client.send(Method::POST, "sources/entities", &page.query(), Some(&body.into_value())).await?;
             let mut data = answer.data;
             // Shown as a page of options.
             if let Some(options) = data.get_mut("options").map(Value::take) {
@@ -329,14 +389,18 @@ pub async fn sources(ctx: &Ctx, cmd: SourcesCommand) -> Result<(), CliFailure> {
 pub async fn destinations(ctx: &Ctx, cmd: DestinationsCommand) -> Result<(), CliFailure> {
     match cmd {
         DestinationsCommand::List(page) => ctx.list("destinations", &page.query(), DESTINATIONS).await,
-        DestinationsCommand::Get { destination_id } => ctx.show(&format!("destinations/{}", seg(&destination_id))).await,
+        DestinationsCommand::Get { destination_id } => {
+            ctx.show(&format!("destinations/{}", seg(&destination_id))).await
+        }
         DestinationsCommand::Create { name, kind, config, fields } => {
             let mut body = fields.body();
             body.opt("name", name).opt("kind", kind).opt("configuration", config);
             body.require(&[("name", "--name"), ("kind", "--kind"), ("configuration", "--config")])?;
-            ctx.write(Method::POST, "destinations", Some(body.into_value()), |d| format!("Created destination {} ({})", text_at(d, "destination_id"), text_at(d, "name")))
-                .await
-                .map(drop)
+            ctx.write(Method::POST, "destinations", Some(body.into_value()), |d| {
+                format!("Created destination {} ({})", text_at(d, "destination_id"), text_at(d, "name"))
+            })
+            .await
+            .map(drop)
         }
         DestinationsCommand::Update { destination_id, name, config, fields } => {
             let mut body = fields.body();
@@ -347,8 +411,11 @@ pub async fn destinations(ctx: &Ctx, cmd: DestinationsCommand) -> Result<(), Cli
             .await
             .map(drop)
         }
-        DestinationsCommand::Delete { destination_id } => {
-            ctx.write(Method::DELETE, &format!("destinations/{}", seg(&destination_id)), None, |_| format!("Deleted destination {destination_id}")).await.map(drop)
-        }
+        DestinationsCommand::Delete { destination_id } => ctx
+            .write(Method::DELETE, &format!("destinations/{}", seg(&destination_id)), None, |_| {
+                format!("Deleted destination {destination_id}")
+            })
+            .await
+            .map(drop),
     }
 }

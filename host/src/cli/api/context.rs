@@ -63,7 +63,13 @@ impl Ctx {
 
     /// A write; `done` says what happened when it ran (else the proposal
     /// is shown). Returns the answer's `data` when it ran.
-    pub async fn write(&self, method: Method, path: &str, body: Option<Value>, done: impl FnOnce(&Value) -> String) -> Result<Option<Value>, CliFailure> {
+    pub async fn write(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        done: impl FnOnce(&Value) -> String,
+    ) -> Result<Option<Value>, CliFailure> {
         // Every write carries a body: the API takes `{}` where it needs none.
         let body = body.unwrap_or_else(|| Value::Object(Default::default()));
         let send_body = if method == Method::DELETE { None } else { Some(&body) };

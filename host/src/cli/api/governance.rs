@@ -18,7 +18,11 @@ const APPROVALS: &[Column] = &[
     Column("CREATED", "created_at"),
     Column("SUMMARY", "summary"),
 ];
-const POLICIES: &[Column] = &[Column("CATEGORY", "category"), Column("REQUIRES APPROVAL", "requires_approval"), Column("APPROVER ROLE", "approver_role")];
+const POLICIES: &[Column] = &[
+    Column("CATEGORY", "category"),
+    Column("REQUIRES APPROVAL", "requires_approval"),
+    Column("APPROVER ROLE", "approver_role"),
+];
 const AUDIT: &[Column] = &[
     Column("TIME", "created_at"),
     Column("ACTION", "action"),
@@ -131,7 +135,10 @@ fn decided(d: &Value, verb: &str) -> String {
     // the stored copy on the approval leaves out.
     if let Some(status) = a["result"]["status"].as_i64() {
         let body = if d["result"].is_null() { &a["result"]["body"] } else { &d["result"] };
-        out.push_str(&format!("\nIt ran and answered {status}:\n{}", serde_json::to_string_pretty(body).unwrap_or_default()));
+        out.push_str(&format!(
+            "\nIt ran and answered {status}:\n{}",
+            serde_json::to_string_pretty(body).unwrap_or_default()
+        ));
     }
     out
 }
@@ -142,12 +149,14 @@ pub async fn approvals(ctx: &Ctx, cmd: ApprovalsCommand) -> Result<(), CliFailur
             let q = page.with(vec![("status", status), ("category", category), ("client_source", client)]);
             ctx.list("approvals", &q, APPROVALS).await
         }
-        ApprovalsCommand::Approve { approval_id } => {
-            ctx.write(Method::POST, &format!("approvals/{}/approve", seg(&approval_id)), None, |d| decided(d, "Approved")).await.map(drop)
-        }
-        ApprovalsCommand::Reject { approval_id } => {
-            ctx.write(Method::POST, &format!("approvals/{}/reject", seg(&approval_id)), None, |d| decided(d, "Rejected")).await.map(drop)
-        }
+        ApprovalsCommand::Approve { approval_id } => ctx
+            .write(Method::POST, &format!("approvals/{}/approve", seg(&approval_id)), None, |d| decided(d, "Approved"))
+            .await
+            .map(drop),
+        ApprovalsCommand::Reject { approval_id } => ctx
+            .write(Method::POST, &format!("approvals/{}/reject", seg(&approval_id)), None, |d| decided(d, "Rejected"))
+            .await
+            .map(drop),
     }
 }
 
@@ -158,7 +167,12 @@ pub async fn policies(ctx: &Ctx, cmd: PoliciesCommand) -> Result<(), CliFailure>
             let mut body = Body::default();
             body.opt("requires_approval", requires_approval).opt("approver_role", approver_role);
             ctx.write(Method::PATCH, &format!("approval-policies/{}", seg(&category)), Some(body.into_value()), |d| {
-                format!("{}: requires approval {}, approver role {}", text_at(d, "category"), text_at(d, "requires_approval"), text_at(d, "approver_role"))
+                format!(
+                    "{}: requires approval {}, approver role {}",
+                    text_at(d, "category"),
+                    text_at(d, "requires_approval"),
+                    text_at(d, "approver_role")
+                )
             })
             .await
             .map(drop)
@@ -169,7 +183,14 @@ pub async fn policies(ctx: &Ctx, cmd: PoliciesCommand) -> Result<(), CliFailure>
 pub async fn audit_logs(ctx: &Ctx, cmd: AuditLogsCommand) -> Result<(), CliFailure> {
     match cmd {
         AuditLogsCommand::List { since, until, actor, action, client, outcome, page } => {
-            let q = page.with(vec![("since", since), ("until", until), ("actor", actor), ("action", action), ("client_source", client), ("outcome", outcome)]);
+            let q = page.with(vec![
+                ("since", since),
+                ("until", until),
+                ("actor", actor),
+                ("action", action),
+                ("client_source", client),
+                ("outcome", outcome),
+            ]);
             ctx.list("audit-logs", &q, AUDIT).await
         }
     }
@@ -182,7 +203,9 @@ pub async fn sessions(ctx: &Ctx, cmd: SessionsCommand) -> Result<(), CliFailure>
             ctx.list("sessions", &q, SESSIONS).await
         }
         SessionsCommand::Revoke { session_id } => ctx
-            .write(Method::POST, &format!("sessions/{}/revoke", seg(&session_id)), None, |_| format!("Revoked session {session_id}"))
+            .write(Method::POST, &format!("sessions/{}/revoke", seg(&session_id)), None, |_| {
+                format!("Revoked session {session_id}")
+            })
             .await
             .map(drop),
     }

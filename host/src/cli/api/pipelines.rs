@@ -19,7 +19,12 @@ const PIPELINES: &[Column] = &[
     Column("DESTINATION", "destination_id"),
     Column("SCHEDULE", "schedule.kind"),
 ];
-const STREAMS: &[Column] = &[Column("STREAM", "name"), Column("SYNC MODES", "sync_modes"), Column("CURSOR", "default_cursor_field"), Column("FIELDS", "fields")];
+const STREAMS: &[Column] = &[
+    Column("STREAM", "name"),
+    Column("SYNC MODES", "sync_modes"),
+    Column("CURSOR", "default_cursor_field"),
+    Column("FIELDS", "fields"),
+];
 const JOBS: &[Column] = &[
     Column("JOB", "job_id"),
     Column("KIND", "kind"),
@@ -29,8 +34,13 @@ const JOBS: &[Column] = &[
     Column("CREATED", "created_at"),
     Column("FINISHED", "finished_at"),
 ];
-const ATTEMPTS: &[Column] =
-    &[Column("ATTEMPT", "attempt"), Column("OUTCOME", "outcome"), Column("STARTED", "started_at"), Column("FINISHED", "finished_at"), Column("ERROR", "error")];
+const ATTEMPTS: &[Column] = &[
+    Column("ATTEMPT", "attempt"),
+    Column("OUTCOME", "outcome"),
+    Column("STARTED", "started_at"),
+    Column("FINISHED", "finished_at"),
+    Column("ERROR", "error"),
+];
 
 /// When a pipeline runs by itself.
 #[derive(Debug, Clone, clap::Args)]
@@ -67,8 +77,12 @@ fn stream(arg: &str) -> Result<Value, String> {
     }
     match mode {
         None => Ok(json!({ "name": name })),
-        Some(m @ ("full_refresh_overwrite" | "incremental_append" | "incremental_deduped")) => Ok(json!({ "name": name, "sync_mode": m })),
-        Some(other) => Err(format!("{other}: the sync mode is full_refresh_overwrite, incremental_append or incremental_deduped")),
+        Some(m @ ("full_refresh_overwrite" | "incremental_append" | "incremental_deduped")) => {
+            Ok(json!({ "name": name, "sync_mode": m }))
+        }
+        Some(other) => {
+            Err(format!("{other}: the sync mode is full_refresh_overwrite, incremental_append or incremental_deduped"))
+        }
     }
 }
 
@@ -170,7 +184,9 @@ pub enum JobsCommand {
 /// Starts a sync or reset and, asked to, waits for it.
 async fn start(ctx: &Ctx, pipeline_id: &str, what: &str, wait_for_it: bool) -> Result<(), CliFailure> {
     let path = format!("pipelines/{}/{what}", seg(pipeline_id));
-    let ran = ctx.write(Method::POST, &path, None, |d| format!("Started {what} job {} of {pipeline_id}", text_at(d, "job_id"))).await?;
+    let ran = ctx
+        .write(Method::POST, &path, None, |d| format!("Started {what} job {} of {pipeline_id}", text_at(d, "job_id")))
+        .await?;
     match ran {
         Some(job) if wait_for_it => wait(ctx, Awaited::Job, &text_at(&job, "job_id")).await,
         _ => Ok(()),
@@ -182,7 +198,8 @@ pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailur
         PipelinesCommand::List(page) => ctx.list("pipelines", &page.query(), PIPELINES).await,
         PipelinesCommand::Get { pipeline_id } => ctx.show(&format!("pipelines/{}", seg(&pipeline_id))).await,
         PipelinesCommand::Prepare { source } => {
-            let data = ctx.client.call(Method::POST, "pipelines/prepare", Some(&json!({ "source_id": source }))).await?;
+            let data =
+                ctx.client.call(Method::POST, "pipelines/prepare", Some(&json!({ "source_id": source }))).await?;
             if ctx.out.json {
                 ctx.out.print_json(&data);
                 return Ok(());
@@ -192,7 +209,10 @@ pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailur
                 .as_array()
                 .map(|s| s.iter().map(|s| format!("{}:{}", text_at(s, "name"), text_at(s, "sync_mode"))).collect())
                 .unwrap_or_default();
-            println!("\nSuggested: {}", suggested.iter().map(|s| format!("--stream {s}")).collect::<Vec<_>>().join(" "));
+            println!(
+                "\nSuggested: {}",
+                suggested.iter().map(|s| format!("--stream {s}")).collect::<Vec<_>>().join(" ")
+            );
             for w in data["warnings"].as_array().into_iter().flatten() {
                 eprintln!("warning: {}: {}", text_at(w, "stream"), text_at(w, "warning"));
             }
@@ -200,17 +220,27 @@ pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailur
         }
         PipelinesCommand::Create { name, source, destination, streams, schedule, fields } => {
             let mut body = fields.body();
-            body.opt("name", name).opt("source_id", source).opt("destination_id", destination).opt("schedule", schedule.value());
+            body.opt("name", name)
+                .opt("source_id", source)
+                .opt("destination_id", destination)
+                .opt("schedule", schedule.value());
             if !streams.is_empty() {
                 body.opt("streams", Some(Value::Array(streams)));
             }
             body.require(&[("name", "--name"), ("source_id", "--source"), ("destination_id", "--destination")])?;
             if !body.0.contains_key("streams") {
-                let prep = ctx.client.call(Method::POST, "pipelines/prepare", Some(&json!({ "source_id": body.0["source_id"] }))).await?;
+                let prep = ctx
+                    .client
+                    .call(Method::POST, "pipelines/prepare", Some(&json!({ "source_id": body.0["source_id"] })))
+                    .await?;
                 eprintln!("streams: the suggested selection ({})", text_at(&prep, "suggested_selection"));
                 body.opt("streams", Some(prep["suggested_selection"].clone()));
             }
-            ctx.write(Method::POST, "pipelines", Some(body.into_value()), |d| format!("Created pipeline {} ({})", text_at(d, "pipeline_id"), text_at(d, "name"))).await.map(drop)
+            ctx.write(Method::POST, "pipelines", Some(body.into_value()), |d| {
+                format!("Created pipeline {} ({})", text_at(d, "pipeline_id"), text_at(d, "name"))
+            })
+            .await
+            .map(drop)
         }
         PipelinesCommand::Update { pipeline_id, name, streams, schedule, fields } => {
             let mut body: Body = fields.body();
@@ -224,15 +254,22 @@ pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailur
             .await
             .map(drop)
         }
-        PipelinesCommand::Delete { pipeline_id } => {
-            ctx.write(Method::DELETE, &format!("connections/{}", seg(&pipeline_id)), None, |_| format!("Deleted pipeline {pipeline_id}")).await.map(drop)
-        }
+        PipelinesCommand::Delete { pipeline_id } => ctx
+            .write(Method::DELETE, &format!("connections/{}", seg(&pipeline_id)), None, |_| {
+                format!("Deleted pipeline {pipeline_id}")
+            })
+            .await
+            .map(drop),
         PipelinesCommand::Pause { pipeline_id } => ctx
-            .write(Method::POST, &format!("pipelines/{}/pause", seg(&pipeline_id)), None, |d| format!("Pipeline {pipeline_id} is {}", text_at(d, "status")))
+            .write(Method::POST, &format!("pipelines/{}/pause", seg(&pipeline_id)), None, |d| {
+                format!("Pipeline {pipeline_id} is {}", text_at(d, "status"))
+            })
             .await
             .map(drop),
         PipelinesCommand::Resume { pipeline_id } => ctx
-            .write(Method::POST, &format!("pipelines/{}/resume", seg(&pipeline_id)), None, |d| format!("Pipeline {pipeline_id} is {}", text_at(d, "status")))
+            .write(Method::POST, &format!("pipelines/{}/resume", seg(&pipeline_id)), None, |d| {
+                format!("Pipeline {pipeline_id} is {}", text_at(d, "status"))
+            })
             .await
             .map(drop),
         PipelinesCommand::Reset { pipeline_id, wait } => start(ctx, &pipeline_id, "reset", wait).await,
@@ -243,7 +280,12 @@ pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailur
 pub async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> {
     match cmd {
         JobsCommand::List { pipeline, activation, status, kind, page } => {
-            let q = page.with(vec![("pipeline_id", pipeline), ("activation_id", activation), ("status", status), ("kind", kind)]);
+            let q = page.with(vec![
+                ("pipeline_id", pipeline),
+                ("activation_id", activation),
+                ("status", status),
+                ("kind", kind),
+            ]);
             ctx.list("jobs", &q, JOBS).await
         }
         JobsCommand::Get { job_id } => ctx.show(&format!("jobs/{}", seg(&job_id))).await,
@@ -254,7 +296,9 @@ pub async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> {
         }
         JobsCommand::Wait { job_id } => wait(ctx, Awaited::Job, &job_id).await,
         JobsCommand::Cancel { job_id } => ctx
-            .write(Method::POST, &format!("jobs/{}/cancel", seg(&job_id)), None, |d| format!("Job {job_id} is {}", text_at(d, "status")))
+            .write(Method::POST, &format!("jobs/{}/cancel", seg(&job_id)), None, |d| {
+                format!("Job {job_id} is {}", text_at(d, "status"))
+            })
             .await
             .map(drop),
     }

@@ -52,7 +52,11 @@ impl Awaited {
                 if let Some(streams) = p["streams"].as_object() {
                     let width = streams.keys().map(String::len).max().unwrap_or(0);
                     for (name, s) in streams {
-                        lines.push(format!("  {name:<width$}  {:>12} records  {:>10}", count(num(&s["records"])), bytes(num(&s["bytes"]))));
+                        lines.push(format!(
+                            "  {name:<width$}  {:>12} records  {:>10}",
+                            count(num(&s["records"])),
+                            bytes(num(&s["bytes"]))
+                        ));
                     }
                 }
                 lines
@@ -110,7 +114,8 @@ impl<W: Write> View<W> {
             }
             self.drawn = self.drawn.max(lines.len());
         } else {
-            let due = self.last_plain.as_ref().is_none_or(|(at, before)| before != lines && at.elapsed() >= PLAIN_EVERY);
+            let due =
+                self.last_plain.as_ref().is_none_or(|(at, before)| before != lines && at.elapsed() >= PLAIN_EVERY);
             if due {
                 let _ = writeln!(err, "{}", lines.join("\n"));
                 self.last_plain = Some((Instant::now(), lines.to_vec()));
@@ -154,7 +159,8 @@ pub async fn wait(ctx: &Ctx, what: Awaited, id: &str) -> Result<(), CliFailure> 
             Ok(())
         }
         other => {
-            let reason = state.get("error").filter(|e| !e.is_null()).map(text).unwrap_or_else(|| "no reason given".into());
+            let reason =
+                state.get("error").filter(|e| !e.is_null()).map(text).unwrap_or_else(|| "no reason given".into());
             Err(CliFailure::JobDidNotSucceed(format!("{id} {other} after {took}: {reason}")))
         }
     }
@@ -167,7 +173,9 @@ mod tests {
 
     #[test]
     fn a_terminal_sees_the_lines_redrawn_in_place_and_a_log_sees_changes_only() {
-        let lines = |n: u64| Awaited::Job.lines("job_1", &json!({ "status": "running", "progress": { "records": n, "bytes": n * 1024, "streams": { "a": { "records": n, "bytes": n * 1024 } } } }), Instant::now());
+        let lines = |n: u64| {
+            Awaited::Job.lines("job_1", &json!({ "status": "running", "progress": { "records": n, "bytes": n * 1024, "streams": { "a": { "records": n, "bytes": n * 1024 } } } }), Instant::now())
+        };
         assert_eq!(lines(1500)[0].split(" (").next().unwrap(), "job_1 running: 1,500 records, 1.5 MiB");
         assert_eq!(lines(1500)[1], "  a         1,500 records     1.5 MiB");
 

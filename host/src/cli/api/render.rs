@@ -92,7 +92,11 @@ pub fn text(v: &Value) -> String {
             Err(_) => s.clone(),
         },
         Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
-            if items.is_empty() { "-".into() } else { items.iter().map(text).collect::<Vec<_>>().join(", ") }
+            if items.is_empty() {
+                "-".into()
+            } else {
+                items.iter().map(text).collect::<Vec<_>>().join(", ")
+            }
         }
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
@@ -108,7 +112,8 @@ fn cut(s: &str, max: usize) -> String {
 
 /// Rows of `items` under the columns' titles, aligned.
 pub fn table(items: &[Value], columns: &[Column<'_>]) -> String {
-    let rows: Vec<Vec<String>> = items.iter().map(|item| columns.iter().map(|c| cut(&text_at(item, c.1), CELL)).collect()).collect();
+    let rows: Vec<Vec<String>> =
+        items.iter().map(|item| columns.iter().map(|c| cut(&text_at(item, c.1), CELL)).collect()).collect();
     let widths: Vec<usize> = columns
         .iter()
         .enumerate()
@@ -187,7 +192,16 @@ mod tests {
             json!({ "id": "src_1", "name": "Newsletters", "created_at": "2026-11-24T18:21:41.123Z", "tags": ["a", "b"] }),
             json!({ "id": "src_22", "name": "x".repeat(60), "progress": { "records": 5 } }),
         ];
-        let t = table(&items, &[Column("ID", "id"), Column("NAME", "name"), Column("RECORDS", "progress.records"), Column("CREATED", "created_at"), Column("TAGS", "tags")]);
+        let t = table(
+            &items,
+            &[
+                Column("ID", "id"),
+                Column("NAME", "name"),
+                Column("RECORDS", "progress.records"),
+                Column("CREATED", "created_at"),
+                Column("TAGS", "tags"),
+            ],
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], format!("ID      NAME{}  RECORDS  CREATED              TAGS", " ".repeat(44)));
         assert!(lines[1].starts_with("src_1   Newsletters "), "{t}");
@@ -199,9 +213,20 @@ mod tests {
     #[test]
     fn records_open_one_level_and_numbers_read_well() {
         // Keys in alphabetical order, as the answer may or may not keep its own.
-        let r = record(&json!({ "a_id": "src_1", "configuration": { "base_url": "https://m.example", "ids": [1, 2] }, "empty": {} }));
-        assert_eq!(r, "a_id:                   src_1\nconfiguration.base_url: https://m.example\nconfiguration.ids:      1, 2\nempty:                  {}\n");
-        assert_eq!((count(0), count(999), count(1234), count(1_234_567)), ("0".into(), "999".into(), "1,234".into(), "1,234,567".into()));
-        assert_eq!((bytes(512), bytes(1536), bytes(3 * 1024 * 1024)), ("512 B".into(), "1.5 KiB".into(), "3.0 MiB".into()));
+        let r = record(
+            &json!({ "a_id": "src_1", "configuration": { "base_url": "https://m.example", "ids": [1, 2] }, "empty": {} }),
+        );
+        assert_eq!(
+            r,
+            "a_id:                   src_1\nconfiguration.base_url: https://m.example\nconfiguration.ids:      1, 2\nempty:                  {}\n"
+        );
+        assert_eq!(
+            (count(0), count(999), count(1234), count(1_234_567)),
+            ("0".into(), "999".into(), "1,234".into(), "1,234,567".into())
+        );
+        assert_eq!(
+            (bytes(512), bytes(1536), bytes(3 * 1024 * 1024)),
+            ("512 B".into(), "1.5 KiB".into(), "3.0 MiB".into())
+        );
     }
 }

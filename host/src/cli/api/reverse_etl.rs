@@ -12,8 +12,19 @@ use super::progress::{Awaited, wait};
 use super::render::{Column, text_at};
 use crate::cli::client::CliFailure;
 
-const MODELS: &[Column] = &[Column("MODEL", "model_id"), Column("NAME", "name"), Column("WAREHOUSE", "warehouse_id"), Column("KEY", "primary_key"), Column("QUERY", "query")];
-const DESTINATIONS: &[Column] = &[Column("DESTINATION", "destination_id"), Column("NAME", "name"), Column("KIND", "kind"), Column("CREATED", "created_at")];
+const MODELS: &[Column] = &[
+    Column("MODEL", "model_id"),
+    Column("NAME", "name"),
+    Column("WAREHOUSE", "warehouse_id"),
+    Column("KEY", "primary_key"),
+    Column("QUERY", "query"),
+];
+const DESTINATIONS: &[Column] = &[
+    Column("DESTINATION", "destination_id"),
+    Column("NAME", "name"),
+    Column("KIND", "kind"),
+    Column("CREATED", "created_at"),
+];
 const ACTIVATIONS: &[Column] = &[
     Column("ACTIVATION", "activation_id"),
     Column("NAME", "name"),
@@ -87,7 +98,9 @@ pub enum ModelsCommand {
         fields: Fields,
     },
     /// Delete a model no activation uses.
-    Delete { model_id: String },
+    Delete {
+        model_id: String,
+    },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -115,13 +128,17 @@ pub enum DestinationsCommand {
         fields: Fields,
     },
     /// Delete a destination no activation uses.
-    Delete { destination_id: String },
+    Delete {
+        destination_id: String,
+    },
 }
 
 /// `FIELD=COLUMN`: a destination field and the model column it takes.
 fn mapping(arg: &str) -> Result<Value, String> {
     match arg.split_once('=') {
-        Some((field, column)) if !field.is_empty() && !column.is_empty() => Ok(json!({ "field": field, "column": column })),
+        Some((field, column)) if !field.is_empty() && !column.is_empty() => {
+            Ok(json!({ "field": field, "column": column }))
+        }
         _ => Err("must be FIELD=COLUMN".into()),
     }
 }
@@ -129,9 +146,9 @@ fn mapping(arg: &str) -> Result<Value, String> {
 /// `FIELD=VALUE`: a destination field and a constant (JSON, else text).
 fn constant(arg: &str) -> Result<Value, String> {
     match arg.split_once('=') {
-        Some((field, value)) if !field.is_empty() => {
-            Ok(json!({ "field": field, "value": serde_json::from_str::<Value>(value).unwrap_or_else(|_| Value::String(value.to_owned())) }))
-        }
+        Some((field, value)) if !field.is_empty() => Ok(
+            json!({ "field": field, "value": serde_json::from_str::<Value>(value).unwrap_or_else(|_| Value::String(value.to_owned())) }),
+        ),
         _ => Err("must be FIELD=VALUE".into()),
     }
 }
@@ -167,7 +184,11 @@ pub struct ActivationArgs {
 impl ActivationArgs {
     fn body(self) -> Body {
         let mut body = self.fields.body();
-        body.opt("name", self.name).opt("model_id", self.model).opt("destination_id", self.destination).opt("mode", self.mode).opt("paused", self.paused);
+        body.opt("name", self.name)
+            .opt("model_id", self.model)
+            .opt("destination_id", self.destination)
+            .opt("mode", self.mode)
+            .opt("paused", self.paused);
         body.opt("schedule", self.schedule.value());
         let mappings: Vec<Value> = self.maps.into_iter().chain(self.constants).collect();
         if !mappings.is_empty() {
@@ -187,7 +208,9 @@ pub enum ActivationsCommand {
         args: ActivationArgs,
     },
     /// Delete an activation (refused while it runs).
-    Delete { activation_id: String },
+    Delete {
+        activation_id: String,
+    },
     /// Run an activation now: send what changed since its last run.
     Run {
         activation_id: String,
@@ -213,18 +236,26 @@ pub async fn run(ctx: &Ctx, cmd: ReverseEtlCommand) -> Result<(), CliFailure> {
     match cmd {
         ReverseEtlCommand::Prepare { model, warehouse, query, destination } => {
             let mut body = Body::default();
-            body.opt("model_id", model).opt("warehouse_id", warehouse).opt("query", query).opt("destination_id", destination);
+            body.opt("model_id", model)
+                .opt("warehouse_id", warehouse)
+                .opt("query", query)
+                .opt("destination_id", destination);
             let data = ctx.client.call(Method::POST, "reverse-etl/prepare", Some(&body.into_value())).await?;
             if ctx.out.json {
                 ctx.out.print_json(&data);
                 return Ok(());
             }
-            let names: Vec<String> = data["columns"].as_array().into_iter().flatten().map(|c| text_at(c, "name")).collect();
+            let names: Vec<String> =
+                data["columns"].as_array().into_iter().flatten().map(|c| text_at(c, "name")).collect();
             let columns: Vec<Column<'_>> = names.iter().map(|n| Column(n, n)).collect();
             ctx.out.list(&json!({ "items": data["sample_rows"] }), &columns);
             println!("\nSuggested key: {}", text_at(&data, "suggested_primary_key"));
             if let Some(maps) = data["suggested_mappings"].as_array().filter(|m| !m.is_empty()) {
-                let flags: Vec<String> = maps.iter().filter(|m| m.get("column").is_some()).map(|m| format!("--map {}={}", text_at(m, "field"), text_at(m, "column"))).collect();
+                let flags: Vec<String> = maps
+                    .iter()
+                    .filter(|m| m.get("column").is_some())
+                    .map(|m| format!("--map {}={}", text_at(m, "field"), text_at(m, "column")))
+                    .collect();
                 println!("Suggested mappings: {}", flags.join(" "));
             }
             Ok(())
@@ -232,7 +263,9 @@ pub async fn run(ctx: &Ctx, cmd: ReverseEtlCommand) -> Result<(), CliFailure> {
         ReverseEtlCommand::Models(cmd) => models(ctx, cmd).await,
         ReverseEtlCommand::Destinations(cmd) => destinations(ctx, cmd).await,
         ReverseEtlCommand::Activations(cmd) => activations(ctx, cmd).await,
-        ReverseEtlCommand::Runs(RunsCommand::Get { run_id }) => ctx.show(&format!("reverse-etl/runs/{}", seg(&run_id))).await,
+        ReverseEtlCommand::Runs(RunsCommand::Get { run_id }) => {
+            ctx.show(&format!("reverse-etl/runs/{}", seg(&run_id))).await
+        }
         ReverseEtlCommand::Runs(RunsCommand::Wait { run_id }) => wait(ctx, Awaited::Run, &run_id).await,
     }
 }
@@ -243,19 +276,33 @@ async fn models(ctx: &Ctx, cmd: ModelsCommand) -> Result<(), CliFailure> {
         ModelsCommand::Create { name, warehouse, query, primary_key, fields } => {
             let mut body = fields.body();
             body.opt("name", name).opt("warehouse_id", warehouse).opt("query", query).opt("primary_key", primary_key);
-            body.require(&[("name", "--name"), ("warehouse_id", "--warehouse"), ("query", "--query"), ("primary_key", "--primary-key")])?;
-            ctx.write(Method::POST, "reverse-etl/models", Some(body.into_value()), |d| format!("Created model {} ({})", text_at(d, "model_id"), text_at(d, "name"))).await.map(drop)
+            body.require(&[
+                ("name", "--name"),
+                ("warehouse_id", "--warehouse"),
+                ("query", "--query"),
+                ("primary_key", "--primary-key"),
+            ])?;
+            ctx.write(Method::POST, "reverse-etl/models", Some(body.into_value()), |d| {
+                format!("Created model {} ({})", text_at(d, "model_id"), text_at(d, "name"))
+            })
+            .await
+            .map(drop)
         }
         ModelsCommand::Update { model_id, name, warehouse, query, primary_key, fields } => {
             let mut body = fields.body();
             body.opt("name", name).opt("warehouse_id", warehouse).opt("query", query).opt("primary_key", primary_key);
-            ctx.write(Method::PATCH, &format!("reverse-etl/models/{}", seg(&model_id)), Some(body.into_value()), |d| format!("Updated model {}", text_at(d, "model_id")))
-                .await
-                .map(drop)
+            ctx.write(Method::PATCH, &format!("reverse-etl/models/{}", seg(&model_id)), Some(body.into_value()), |d| {
+                format!("Updated model {}", text_at(d, "model_id"))
+            })
+            .await
+            .map(drop)
         }
-        ModelsCommand::Delete { model_id } => {
-            ctx.write(Method::DELETE, &format!("reverse-etl/models/{}", seg(&model_id)), None, |_| format!("Deleted model {model_id}")).await.map(drop)
-        }
+        ModelsCommand::Delete { model_id } => ctx
+            .write(Method::DELETE, &format!("reverse-etl/models/{}", seg(&model_id)), None, |_| {
+                format!("Deleted model {model_id}")
+            })
+            .await
+            .map(drop),
     }
 }
 
@@ -275,14 +322,19 @@ async fn destinations(ctx: &Ctx, cmd: DestinationsCommand) -> Result<(), CliFail
         DestinationsCommand::Update { destination_id, name, config, fields } => {
             let mut body = fields.body();
             body.opt("name", name).opt("configuration", config);
-            ctx.write(Method::PATCH, &format!("reverse-etl/destinations/{}", seg(&destination_id)), Some(body.into_value()), |d| {
-                format!("Updated destination {}", text_at(d, "destination_id"))
-            })
+            ctx.write(
+                Method::PATCH,
+                &format!("reverse-etl/destinations/{}", seg(&destination_id)),
+                Some(body.into_value()),
+                |d| format!("Updated destination {}", text_at(d, "destination_id")),
+            )
             .await
             .map(drop)
         }
         DestinationsCommand::Delete { destination_id } => ctx
-            .write(Method::DELETE, &format!("reverse-etl/destinations/{}", seg(&destination_id)), None, |_| format!("Deleted destination {destination_id}"))
+            .write(Method::DELETE, &format!("reverse-etl/destinations/{}", seg(&destination_id)), None, |_| {
+                format!("Deleted destination {destination_id}")
+            })
             .await
             .map(drop),
     }
@@ -293,7 +345,13 @@ async fn activations(ctx: &Ctx, cmd: ActivationsCommand) -> Result<(), CliFailur
         ActivationsCommand::List(page) => ctx.list("reverse-etl/activations", &page.query(), ACTIVATIONS).await,
         ActivationsCommand::Create(args) => {
             let body = args.body();
-            body.require(&[("name", "--name"), ("model_id", "--model"), ("destination_id", "--destination"), ("mappings", "--map"), ("mode", "--mode")])?;
+            body.require(&[
+                ("name", "--name"),
+                ("model_id", "--model"),
+                ("destination_id", "--destination"),
+                ("mappings", "--map"),
+                ("mode", "--mode"),
+            ])?;
             ctx.write(Method::POST, "reverse-etl/activations", Some(body.into_value()), |d| {
                 format!("Created activation {} ({})", text_at(d, "activation_id"), text_at(d, "name"))
             })
@@ -301,13 +359,18 @@ async fn activations(ctx: &Ctx, cmd: ActivationsCommand) -> Result<(), CliFailur
             .map(drop)
         }
         ActivationsCommand::Update { activation_id, args } => ctx
-            .write(Method::PATCH, &format!("reverse-etl/activations/{}", seg(&activation_id)), Some(args.body().into_value()), |d| {
-                format!("Updated activation {}", text_at(d, "activation_id"))
-            })
+            .write(
+                Method::PATCH,
+                &format!("reverse-etl/activations/{}", seg(&activation_id)),
+                Some(args.body().into_value()),
+                |d| format!("Updated activation {}", text_at(d, "activation_id")),
+            )
             .await
             .map(drop),
         ActivationsCommand::Delete { activation_id } => ctx
-            .write(Method::DELETE, &format!("reverse-etl/activations/{}", seg(&activation_id)), None, |_| format!("Deleted activation {activation_id}"))
+            .write(Method::DELETE, &format!("reverse-etl/activations/{}", seg(&activation_id)), None, |_| {
+                format!("Deleted activation {activation_id}")
+            })
             .await
             .map(drop),
         ActivationsCommand::Run { activation_id, full_resync, wait: wait_for_it } => {

@@ -13,8 +13,7 @@
 //! `{"refused": {"kind", "message"}}` for one `start` refused.
 
 use connector_sdk::{
-    Connector, ConnectorInfo, Http, HttpError, Operation, Pending, Placement, Result,
-    Value, export_connector, json,
+    Connector, ConnectorInfo, Http, HttpError, Operation, Pending, Placement, Result, Value, export_connector, json,
 };
 use serde::Deserialize;
 

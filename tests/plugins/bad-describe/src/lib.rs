@@ -18,16 +18,14 @@ mod bindings {
 
 use bindings::exports::service::connector::plugin::Guest;
 use bindings::service::connector::types::{
-    CheckResult, ConnectorError, ConnectorInfo, ConnectorKind, EntityOption, Operation,
-    ReadRequest, Stream, WriteRequest, WriteResult,
+    CheckResult, ConnectorError, ConnectorInfo, ConnectorKind, EntityOption, Operation, ReadRequest, Stream,
+    WriteRequest, WriteResult,
 };
 
 struct BadDescribe;
 
 fn unsupported<T>() -> Result<T, ConnectorError> {
-    Err(ConnectorError::Unsupported(
-        "the bad-describe test plugin offers only `check`".to_owned(),
-    ))
+    Err(ConnectorError::Unsupported("the bad-describe test plugin offers only `check`".to_owned()))
 }
 
 impl Guest for BadDescribe {
@@ -46,11 +44,7 @@ impl Guest for BadDescribe {
     }
 
     fn check(_config: String) -> Result<CheckResult, ConnectorError> {
-        Ok(CheckResult {
-            ok: true,
-            message: "bad-describe test plugin".to_owned(),
-            account: None,
-        })
+        Ok(CheckResult { ok: true, message: "bad-describe test plugin".to_owned(), account: None })
     }
 
     fn discover(_config: String) -> Result<Vec<Stream>, ConnectorError> {
@@ -61,10 +55,7 @@ impl Guest for BadDescribe {
         unsupported()
     }
 
-    fn entity_options(
-        _config: String,
-        _field: String,
-    ) -> Result<Vec<EntityOption>, ConnectorError> {
+    fn entity_options(_config: String, _field: String) -> Result<Vec<EntityOption>, ConnectorError> {
         unsupported()
     }
 

@@ -18,9 +18,7 @@ pub fn behave(config_text: &str) -> Result<String, ConnectorError> {
     }
     let parsed: Behave = serde_json::from_str(config_text)
         .map_err(|e| invalid_config(format!("the config is not a JSON object: {e}")))?;
-    parsed
-        .behave
-        .ok_or_else(|| invalid_config("behave: required"))
+    parsed.behave.ok_or_else(|| invalid_config("behave: required"))
 }
 
 /// The config as a JSON object, with typed accessors that name the field
@@ -45,9 +43,9 @@ impl Config {
     pub fn u64(&self, field: &str, default: u64) -> Result<u64, ConnectorError> {
         match self.get(field) {
             None => Ok(default),
-            Some(value) => value
-                .as_u64()
-                .ok_or_else(|| invalid_config(format!("{field}: expected a non-negative integer"))),
+            Some(value) => {
+                value.as_u64().ok_or_else(|| invalid_config(format!("{field}: expected a non-negative integer")))
+            }
         }
     }
 

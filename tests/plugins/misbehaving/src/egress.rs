@@ -28,17 +28,13 @@
 
 use serde_json::{Value, json};
 
-use crate::bindings::service::connector::http::{
-    self, CredentialPlacement, CredentialUse, HttpError, Method, Request,
-};
+use crate::bindings::service::connector::http::{self, CredentialPlacement, CredentialUse, HttpError, Method, Request};
 use crate::bindings::service::connector::types::ConnectorError;
 use crate::config::invalid_config;
 
 /// Turns the config's `request` object into a WIT request.
 pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
-    let object = request
-        .as_object()
-        .ok_or_else(|| invalid_config("request: expected an object"))?;
+    let object = request.as_object().ok_or_else(|| invalid_config("request: expected an object"))?;
     let field = |name: &str| object.get(name).filter(|value| !value.is_null());
 
     let method = match field("method") {
@@ -52,14 +48,9 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
         .to_owned();
     let headers = match field("headers") {
         None => Vec::new(),
-        Some(Value::Array(pairs)) => pairs
-            .iter()
-            .map(parse_header)
-            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Array(pairs)) => pairs.iter().map(parse_header).collect::<Result<Vec<_>, _>>()?,
         Some(_) => {
-            return Err(invalid_config(
-                "request.headers: expected a list of [name, value] pairs",
-            ));
+            return Err(invalid_config("request.headers: expected a list of [name, value] pairs"));
         }
     };
     let body = match field("body") {
@@ -77,14 +68,7 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
                 .ok_or_else(|| invalid_config("request.timeout_ms: expected a u32"))?,
         ),
     };
-    Ok(Request {
-        method,
-        url,
-        headers,
-        body,
-        credential,
-        timeout_ms,
-    })
+    Ok(Request { method, url, headers, body, credential, timeout_ms })
 }
 
 fn parse_method(name: &str) -> Result<Method, ConnectorError> {
@@ -97,9 +81,7 @@ fn parse_method(name: &str) -> Result<Method, ConnectorError> {
         "DELETE" => Method::Delete,
         "OPTIONS" => Method::Options,
         _ => {
-            return Err(invalid_config(format!(
-                "request.method: unknown method {name:?}"
-            )));
+            return Err(invalid_config(format!("request.method: unknown method {name:?}")));
         }
     })
 }
@@ -107,9 +89,7 @@ fn parse_method(name: &str) -> Result<Method, ConnectorError> {
 fn parse_header(pair: &Value) -> Result<(String, String), ConnectorError> {
     match pair.as_array().map(Vec::as_slice) {
         Some([Value::String(name), Value::String(value)]) => Ok((name.clone(), value.clone())),
-        _ => Err(invalid_config(
-            "request.headers: every entry must be [name, value], two strings",
-        )),
+        _ => Err(invalid_config("request.headers: every entry must be [name, value], two strings")),
     }
 }
 
@@ -133,9 +113,7 @@ fn parse_credential(credential: &Value) -> Result<CredentialUse, ConnectorError>
 }
 
 fn bad_placement() -> ConnectorError {
-    invalid_config(
-        r#"request.credential.placement: expected "bearer", {"header": name} or {"basic": username}"#,
-    )
+    invalid_config(r#"request.credential.placement: expected "bearer", {"header": name} or {"basic": username}"#)
 }
 
 /// Sends the request and describes the outcome; never fails itself.
@@ -162,10 +140,7 @@ fn kind_of(error: HttpError) -> (&'static str, String) {
         HttpError::InvalidRequest(why) => ("invalid-request", why),
         HttpError::Timeout => ("timeout", "no complete response within the timeout".into()),
         HttpError::ConnectionFailed(why) => ("connection-failed", why),
-        HttpError::ResponseTooLarge => (
-            "response-too-large",
-            "the response exceeded the host's size limit".into(),
-        ),
+        HttpError::ResponseTooLarge => ("response-too-large", "the response exceeded the host's size limit".into()),
         HttpError::CredentialUnavailable(why) => ("credential-unavailable", why),
     }
 }
@@ -186,16 +161,10 @@ pub fn send_timed(request: &Request, times: u64) -> Result<Value, ConnectorError
         match outcome {
             Ok(response) if (200..300).contains(&response.status) => {}
             Ok(response) => {
-                return Err(ConnectorError::ProviderError(format!(
-                    "request {i} answered {}",
-                    response.status
-                )));
+                return Err(ConnectorError::ProviderError(format!("request {i} answered {}", response.status)));
             }
             Err(error) => {
-                return Err(ConnectorError::ProviderUnavailable(format!(
-                    "request {i} failed: {}",
-                    kind_of(error).0
-                )));
+                return Err(ConnectorError::ProviderUnavailable(format!("request {i} failed: {}", kind_of(error).0)));
             }
         }
         nanos.push(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));

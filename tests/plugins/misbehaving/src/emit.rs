@@ -16,11 +16,7 @@ pub fn resume_offset(state: Option<&str>) -> Result<u64, ConnectorError> {
     serde_json::from_str::<serde_json::Value>(state)
         .ok()
         .and_then(|state| state.get("offset")?.as_u64())
-        .ok_or_else(|| {
-            ConnectorError::Internal(format!(
-                "unexpected state {state:?}; expected {{\"offset\": n}}"
-            ))
-        })
+        .ok_or_else(|| ConnectorError::Internal(format!("unexpected state {state:?}; expected {{\"offset\": n}}")))
 }
 
 /// Emits the configured records from `start` on; returns how many it
@@ -32,16 +28,13 @@ pub fn emit(config: &Config, stream: &str, start: u64) -> Result<u64, ConnectorE
     if batch == 0 {
         return Err(invalid_config("batch: must be at least 1"));
     }
-    let record_bytes =
-        usize::try_from(record_bytes).map_err(|_| invalid_config("record_bytes: too large"))?;
+    let record_bytes = usize::try_from(record_bytes).map_err(|_| invalid_config("record_bytes: too large"))?;
     let payload = "x".repeat(record_bytes);
 
     let mut next = start;
     while next < records {
         let end = records.min(next.saturating_add(batch));
-        let texts: Vec<String> = (next..end)
-            .map(|id| format!(r#"{{"id":{id},"payload":"{payload}"}}"#))
-            .collect();
+        let texts: Vec<String> = (next..end).map(|id| format!(r#"{{"id":{id},"payload":"{payload}"}}"#)).collect();
         sink::emit(stream, &texts).map_err(sink_failure)?;
         drop(texts);
         next = end;

@@ -39,8 +39,8 @@ mod report;
 
 use bindings::exports::service::connector::plugin::Guest;
 use bindings::service::connector::types::{
-    CheckResult, ConnectorError, ConnectorInfo, ConnectorKind, EntityOption, Operation,
-    ReadRequest, Stream, SyncMode, WriteRequest, WriteResult,
+    CheckResult, ConnectorError, ConnectorInfo, ConnectorKind, EntityOption, Operation, ReadRequest, Stream, SyncMode,
+    WriteRequest, WriteResult,
 };
 use serde_json::{Value, json};
 
@@ -81,30 +81,16 @@ impl Guest for Misbehaving {
             kind: ConnectorKind::Source,
             legacy_aliases: Vec::new(),
             config_schema: schema.to_string(),
-            hosts: [
-                "api.provider.test",
-                "echo.provider.test",
-                "localhost",
-                "redirect.provider.test",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
+            hosts: ["api.provider.test", "echo.provider.test", "localhost", "redirect.provider.test"]
+                .map(str::to_owned)
+                .to_vec(),
             oauth: None,
-            operations: vec![
-                Operation::Check,
-                Operation::Preview,
-                Operation::Discover,
-                Operation::Read,
-            ],
+            operations: vec![Operation::Check, Operation::Preview, Operation::Discover, Operation::Read],
         }
     }
 
     fn check(_config: String) -> Result<CheckResult, ConnectorError> {
-        Ok(CheckResult {
-            ok: true,
-            message: "misbehaving test plugin".to_owned(),
-            account: None,
-        })
+        Ok(CheckResult { ok: true, message: "misbehaving test plugin".to_owned(), account: None })
     }
 
     fn discover(_config: String) -> Result<Vec<Stream>, ConnectorError> {
@@ -142,9 +128,7 @@ impl Guest for Misbehaving {
     }
 
     fn entity_options(_config: String, field: String) -> Result<Vec<EntityOption>, ConnectorError> {
-        Err(ConnectorError::Unsupported(format!(
-            "no options for `{field}`"
-        )))
+        Err(ConnectorError::Unsupported(format!("no options for `{field}`")))
     }
 
     fn preview(config_text: String) -> Result<String, ConnectorError> {
@@ -163,9 +147,7 @@ impl Guest for Misbehaving {
     }
 
     fn write(_req: WriteRequest) -> Result<WriteResult, ConnectorError> {
-        Err(ConnectorError::Unsupported(
-            "the misbehaving test plugin is a source".to_owned(),
-        ))
+        Err(ConnectorError::Unsupported("the misbehaving test plugin is a source".to_owned()))
     }
 }
 
@@ -178,9 +160,7 @@ fn run(behave: &str, config_text: &str, config: &Config) -> Result<Value, Connec
         "recursion" => match config.string("frame")?.unwrap_or("small") {
             "small" => Ok(json!({ "depth": hostile::recurse_on_engine_stack(0) })),
             "large" => Ok(json!({ "depth": hostile::recurse_on_memory_stack(0) })),
-            other => Err(invalid_config(format!(
-                "frame: expected \"small\" or \"large\", got {other:?}"
-            ))),
+            other => Err(invalid_config(format!("frame: expected \"small\" or \"large\", got {other:?}"))),
         },
         "trap" => hostile::trap(),
         "oversized_output" => {
@@ -192,15 +172,13 @@ fn run(behave: &str, config_text: &str, config: &Config) -> Result<Value, Connec
             Ok(json!({ "logged": hostile::log_flood(count) }))
         }
         "egress" => {
-            let request = config
-                .get("request")
-                .ok_or_else(|| invalid_config("request: required for behave \"egress\""))?;
+            let request =
+                config.get("request").ok_or_else(|| invalid_config("request: required for behave \"egress\""))?;
             Ok(egress::send(&egress::parse_request(request)?))
         }
         "egress_timed" => {
-            let request = config
-                .get("request")
-                .ok_or_else(|| invalid_config("request: required for behave \"egress_timed\""))?;
+            let request =
+                config.get("request").ok_or_else(|| invalid_config("request: required for behave \"egress_timed\""))?;
             let times = config.u64("times", 1)?;
             egress::send_timed(&egress::parse_request(request)?, times)
         }
@@ -209,18 +187,12 @@ fn run(behave: &str, config_text: &str, config: &Config) -> Result<Value, Connec
             let stream = config.string("stream")?.unwrap_or(STREAM);
             Ok(json!({ "emitted": emit::emit(config, stream, 0)? }))
         }
-        other => Err(invalid_config(format!(
-            "behave: unknown behaviour {other:?}"
-        ))),
+        other => Err(invalid_config(format!("behave: unknown behaviour {other:?}"))),
     }
 }
 
 fn to_usize(value: u64, field: &str) -> Result<usize, ConnectorError> {
-    usize::try_from(value).map_err(|_| {
-        invalid_config(format!(
-            "{field}: {value} does not fit in this plugin's memory"
-        ))
-    })
+    usize::try_from(value).map_err(|_| invalid_config(format!("{field}: {value} does not fit in this plugin's memory")))
 }
 
 bindings::export!(Misbehaving with_types_in bindings);

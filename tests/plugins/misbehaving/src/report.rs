@@ -34,16 +34,9 @@ const MAX_FILE_BYTES: usize = 64 * 1024;
 
 pub fn report(config_text: &str, config: &Config) -> Result<Value, ConnectorError> {
     let env: Vec<(String, String)> = std::env::vars_os()
-        .map(|(name, value)| {
-            (
-                name.to_string_lossy().into_owned(),
-                value.to_string_lossy().into_owned(),
-            )
-        })
+        .map(|(name, value)| (name.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
         .collect();
-    let args: Vec<String> = std::env::args_os()
-        .map(|arg| arg.to_string_lossy().into_owned())
-        .collect();
+    let args: Vec<String> = std::env::args_os().map(|arg| arg.to_string_lossy().into_owned()).collect();
     let current_dir = outcome(std::env::current_dir().map(|dir| dir.display().to_string()));
 
     let mut listings = Map::new();
@@ -70,9 +63,7 @@ pub fn report(config_text: &str, config: &Config) -> Result<Value, ConnectorErro
 }
 
 fn list(dir: &str) -> std::io::Result<Vec<String>> {
-    fs::read_dir(dir)?
-        .map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned()))
-        .collect()
+    fs::read_dir(dir)?.map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned())).collect()
 }
 
 fn read_start(path: &str) -> std::io::Result<String> {

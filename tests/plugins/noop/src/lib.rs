@@ -2,9 +2,7 @@
 //! always succeeds. The host's tests load it next to other plugins to
 //! exercise loading, listing and unloading.
 
-use connector_sdk::{
-    CheckResult, Connector, ConnectorInfo, Operation, Result, Value, export_connector,
-};
+use connector_sdk::{CheckResult, Connector, ConnectorInfo, Operation, Result, Value, export_connector};
 
 struct Noop;
 

@@ -5,8 +5,7 @@
 //! authorization server.
 
 use connector_sdk::{
-    CheckResult, Connector, ConnectorInfo, Http, OAuthEndpoints, Operation, Placement, Result,
-    export_connector, json,
+    CheckResult, Connector, ConnectorInfo, Http, OAuthEndpoints, Operation, Placement, Result, export_connector, json,
 };
 use serde::Deserialize;
 

@@ -22,8 +22,8 @@
 use connector_sdk::bindings::service::connector1_0_0::sink as wire_sink;
 use connector_sdk::sink::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 use connector_sdk::{
-    CheckResult, Connector, ConnectorInfo, Error, Http, Operation, Placement, ReadRequest,
-    RequestBuilder, Result, Sink, SinkError, Stream, export_connector, json, log,
+    CheckResult, Connector, ConnectorInfo, Error, Http, Operation, Placement, ReadRequest, RequestBuilder, Result,
+    Sink, SinkError, Stream, export_connector, json, log,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -48,14 +48,10 @@ struct Config {
 impl Config {
     fn validate(&self) -> Result<()> {
         if !self.base_url.starts_with("https://") {
-            return Err(Error::InvalidConfig(
-                "base_url: must be an https:// URL".to_owned(),
-            ));
+            return Err(Error::InvalidConfig("base_url: must be an https:// URL".to_owned()));
         }
         if self.page_size == 0 {
-            return Err(Error::InvalidConfig(
-                "page_size: must be at least 1".to_owned(),
-            ));
+            return Err(Error::InvalidConfig("page_size: must be at least 1".to_owned()));
         }
         Ok(())
     }
@@ -87,34 +83,30 @@ impl Connector for PagedSource {
     type Config = Config;
 
     fn describe() -> ConnectorInfo {
-        ConnectorInfo::source(
-            "test_paged_source",
-            "Paged REST source (test plugin)",
-            env!("CARGO_PKG_VERSION"),
-        )
-        .with_hosts(["*.source.test"])
-        .with_operations([Operation::Check, Operation::Discover, Operation::Read])
-        .with_config_schema(json!({
-            "type": "object",
-            "required": ["base_url", "credential_handle"],
-            "properties": {
-                "base_url": {
-                    "type": "string",
-                    "format": "uri",
-                    "description": "The API's base URL, for example https://api.source.test"
-                },
-                "credential_handle": {
-                    "type": "string",
-                    "description": "API token, sent as a Bearer token"
-                },
-                "page_size": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "default": 1000,
-                    "description": "Records per page"
+        ConnectorInfo::source("test_paged_source", "Paged REST source (test plugin)", env!("CARGO_PKG_VERSION"))
+            .with_hosts(["*.source.test"])
+            .with_operations([Operation::Check, Operation::Discover, Operation::Read])
+            .with_config_schema(json!({
+                "type": "object",
+                "required": ["base_url", "credential_handle"],
+                "properties": {
+                    "base_url": {
+                        "type": "string",
+                        "format": "uri",
+                        "description": "The API's base URL, for example https://api.source.test"
+                    },
+                    "credential_handle": {
+                        "type": "string",
+                        "description": "API token, sent as a Bearer token"
+                    },
+                    "page_size": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "default": 1000,
+                        "description": "Records per page"
+                    }
                 }
-            }
-        }))
+            }))
     }
 
     fn check(config: Config) -> Result<CheckResult> {
@@ -127,9 +119,7 @@ impl Connector for PagedSource {
         // 401 becomes invalid-credentials, 403 permission-denied, 429
         // rate-limited, 5xx provider-unavailable, other 4xx provider-error.
         response.error_for_status()?;
-        Ok(CheckResult::failure(format!(
-            "the events endpoint answered HTTP {status} instead of 200"
-        )))
+        Ok(CheckResult::failure(format!("the events endpoint answered HTTP {status} instead of 200")))
     }
 
     fn discover(_config: Config) -> Result<Vec<Stream>> {
@@ -142,11 +132,7 @@ impl Connector for PagedSource {
             },
             "additionalProperties": true
         });
-        Ok(vec![
-            Stream::new(STREAM, event)
-                .with_primary_key(["id"])
-                .with_incremental_cursor("updated_at"),
-        ])
+        Ok(vec![Stream::new(STREAM, event).with_primary_key(["id"]).with_incremental_cursor("updated_at")])
     }
 
     fn read(request: ReadRequest<Config>) -> Result<()> {
@@ -164,18 +150,13 @@ impl Connector for PagedSource {
             if let Some(cursor) = &cursor {
                 page_request = page_request.query("cursor", cursor);
             }
-            let page: EventsPage = page_request
-                .query("limit", config.page_size)
-                .send()?
-                .json()?;
+            let page: EventsPage = page_request.query("limit", config.page_size).send()?.json()?;
             pages += 1;
             records += page.data.len() as u64;
             emit_raw(STREAM, page.data)?;
             match page.next_cursor.filter(|next| !next.is_empty()) {
                 Some(next) if cursor.as_deref() == Some(next.as_str()) => {
-                    return Err(Error::ProviderError(format!(
-                        "page {pages} points back to itself as the next page"
-                    )));
+                    return Err(Error::ProviderError(format!("page {pages} points back to itself as the next page")));
                 }
                 Some(next) => {
                     Sink::checkpoint(STREAM, &json!({ "cursor": next }))?;
@@ -220,9 +201,7 @@ fn flush(stream: &str, batch: &mut Vec<String>, offset: usize) -> Result<()> {
     let result = wire_sink::emit(stream, batch);
     batch.clear();
     result.map_err(|e| match SinkError::from(e) {
-        SinkError::RecordTooLarge { index } => SinkError::RecordTooLarge {
-            index: index + offset,
-        },
+        SinkError::RecordTooLarge { index } => SinkError::RecordTooLarge { index: index + offset },
         other => other,
     })?;
     Ok(())
