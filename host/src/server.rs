@@ -35,13 +35,10 @@ pub fn bundled_plugins() -> Vec<(&'static str, &'static [u8])> {
     bundled::BUNDLED.to_vec()
 }
 
-/// The compiled-plugin cache of a data directory, authenticated with a key
-/// derived from the master key.
-pub fn compile_cache(data_dir: &std::path::Path, vault: &Vault) -> crate::plugin::CompileCache {
-    crate::plugin::CompileCache {
-        dir: data_dir.join("plugin-cache"),
-        key: vault.derived_key("plugin-cache").into_secret(),
-    }
+/// The compiled-plugin cache in `dir`, authenticated with a key derived
+/// from the master key.
+pub fn compile_cache(dir: &std::path::Path, vault: &Vault) -> crate::plugin::CompileCache {
+    crate::plugin::CompileCache { dir: dir.to_owned(), key: vault.derived_key("plugin-cache").into_secret() }
 }
 
 /// How often the plugins directory and the database's plugin states are
@@ -77,7 +74,10 @@ impl AppState {
         let keyring = Keyring::load(&config.data_dir, config.master_key.as_ref())?;
         let vault = Vault::new(store.clone(), keyring);
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
-        let runtime = Runtime::new(config.plugins.limits.clone(), Some(compile_cache(&config.data_dir, &vault)))?;
+        let runtime = Runtime::new(
+            config.plugins.limits.clone(),
+            Some(compile_cache(&config.plugins.compile_cache_dir, &vault)),
+        )?;
         if let Err(e) = crate::config::ensure_data_dir(&config.plugins.plugins_dir) {
             tracing::warn!(error = %e, "plugins directory unavailable");
         }
@@ -312,11 +312,9 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
             }
         })
     };
-    let notices = tokio::spawn(crate::store::notices::follow(
-        state.store.clone(),
-        state.session_cache.clone(),
-        state.me_cache.clone(),
-    ));
+    let caches: Vec<Arc<dyn crate::store::notices::Follower>> =
+        vec![state.session_cache.clone(), state.me_cache.clone()];
+    let notices = tokio::spawn(crate::store::notices::follow(state.store.clone(), caches));
     let limits = state.config.limits.clone();
     let app = app(state);
     let (tx, rx) = tokio::sync::watch::channel(false);

@@ -114,31 +114,138 @@ fn every_module_imports_only_layers_below_its_own() {
     assert_eq!(seen_modules, declared, "LAYERS names exactly the crate's top-level modules");
 }
 
-#[test]
-fn no_two_files_of_a_folder_import_each_other() {
-    let mut imports: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
-    for (module, text) in sources() {
-        if module.len() != 2 {
+/// The sibling files a file names, as module paths: `crate::a::b::c`
+/// resolves to the longest module path it starts with, `super::x` to the
+/// file `x` beside this one.
+fn sibling_imports(module: &[String], text: &str, known: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let ident = |s: &str| -> String {
+        s.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect()
+    };
+    let parent = &module[..module.len() - 1];
+    let mut found = BTreeSet::new();
+    let mut path_after = |rest: &str, base: Vec<String>| {
+        let mut path = base;
+        let mut rest = rest;
+        loop {
+            let name = ident(rest);
+            if name.is_empty() {
+                break;
+            }
+            path.push(name.clone());
+            rest = &rest[name.len()..];
+            match rest.strip_prefix("::") {
+                Some(r) => rest = r,
+                None => break,
+            }
+        }
+        // The longest known module the path starts with.
+        while !path.is_empty() && !known.contains(&path) {
+            path.pop();
+        }
+        if path.len() == module.len() && path[..path.len() - 1] == *parent && path != module {
+            found.insert(path);
+        }
+    };
+    for (i, _) in code.match_indices("crate::") {
+        path_after(&code[i + "crate::".len()..], Vec::new());
+    }
+    for (i, _) in code.match_indices("super::") {
+        if code[..i].ends_with("::") {
             continue;
         }
-        let me = (module[0].clone(), module[1].clone());
-        for (a, b) in references(&module, &text) {
-            if let Some(b) = b
-                && (a.clone(), b.clone()) != me
-            {
-                imports.entry(me.clone()).or_default().insert((a, b));
+        path_after(&code[i + "super::".len()..], parent.to_vec());
+    }
+    found
+}
+
+/// The strongly connected components of more than one file among the
+/// files of each folder: every import circle, however long, not only two
+/// files naming each other.
+#[test]
+fn no_files_of_a_folder_import_each_other_in_a_circle() {
+    let files: Vec<(Vec<String>, String)> = sources().into_iter().filter(|(m, _)| m.len() >= 2).collect();
+    let known: BTreeSet<Vec<String>> = sources().into_iter().map(|(m, _)| m).collect();
+    let index: BTreeMap<Vec<String>, usize> = files.iter().enumerate().map(|(i, (m, _))| (m.clone(), i)).collect();
+    let edges: Vec<Vec<usize>> = files
+        .iter()
+        .map(|(m, text)| sibling_imports(m, text, &known).iter().filter_map(|t| index.get(t).copied()).collect())
+        .collect();
+    let circles: Vec<String> = strongly_connected(&edges)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|c| c.iter().map(|&i| files[i].0.join("::")).collect::<Vec<_>>().join(" -> "))
+        .collect();
+    assert!(circles.is_empty(), "files that import each other, directly or round a circle: {circles:#?}");
+}
+
+/// Tarjan's algorithm: the strongly connected components of a graph given
+/// as adjacency lists.
+fn strongly_connected(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    struct Walk<'a> {
+        edges: &'a [Vec<usize>],
+        next: usize,
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on_stack: Vec<bool>,
+        components: Vec<Vec<usize>>,
+    }
+    impl Walk<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in &self.edges[v] {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(i) if self.on_stack[w] => self.low[v] = self.low[v].min(i),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                self.components.push(component);
             }
         }
     }
-    let mut mutual = Vec::new();
-    for (a, targets) in &imports {
-        for b in targets {
-            if a < b && imports.get(b).is_some_and(|t| t.contains(a)) {
-                mutual.push(format!("{}::{} <-> {}::{}", a.0, a.1, b.0, b.1));
-            }
+    let n = edges.len();
+    let mut walk = Walk {
+        edges,
+        next: 0,
+        index: vec![None; n],
+        low: vec![0; n],
+        stack: Vec::new(),
+        on_stack: vec![false; n],
+        components: Vec::new(),
+    };
+    for v in 0..n {
+        if walk.index[v].is_none() {
+            walk.visit(v);
         }
     }
-    assert!(mutual.is_empty(), "{mutual:#?}");
+    walk.components
+}
+
+#[test]
+fn the_circle_finder_finds_circles() {
+    // 0 -> 1 -> 2 -> 0 is a circle of three; 3 -> 4 is none; 5 -> 5 is a file alone.
+    let edges = vec![vec![1], vec![2], vec![0], vec![4], vec![], vec![5]];
+    let mut circles: Vec<Vec<usize>> = strongly_connected(&edges).into_iter().filter(|c| c.len() > 1).collect();
+    circles.iter_mut().for_each(|c| c.sort());
+    assert_eq!(circles, vec![vec![0, 1, 2]]);
 }
 
 #[test]

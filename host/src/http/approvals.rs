@@ -12,7 +12,8 @@ use super::{Envelope, Page, ok};
 use crate::access::{ClientSource, Role};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
-use crate::ops::gate::{self, Policy};
+use crate::ops::gate;
+use crate::ops::policies::{self, Policy};
 use crate::ops::{Category, Executed};
 use crate::state::AppState;
 use crate::store::approvals::{Approval, ApprovalFilter};
@@ -107,7 +108,7 @@ async fn reject(
     responses((status = 200, body = Envelope<Page<Policy>>), (status = 403, body = crate::error::ErrorBody)))]
 async fn list_policies(State(state): State<AppState>, ws: Workspace) -> ApiResult<Envelope<Page<Policy>>> {
     ws.require(Role::Administrator)?;
-    Ok(ok(Page { items: gate::policies(&state, &ws.workspace_id).await?, next_cursor: None }))
+    Ok(ok(Page { items: policies::policies(&state, &ws.workspace_id).await?, next_cursor: None }))
 }
 
 /// Body of `PATCH /approval-policies/{category}`.

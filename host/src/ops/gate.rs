@@ -29,6 +29,7 @@ use utoipa::ToSchema;
 use super::act::{Category, Ctx, Executed, Via};
 use super::execute::{authorise, execute_as_proposer};
 use super::operation::Operation;
+use super::policies::{Policy, policies, policy};
 use crate::access::{ClientSource, Principal, Role, WorkspaceAccess};
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
@@ -41,47 +42,6 @@ pub const PROPOSAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// Header that turns a write into a proposal.
 pub const EXECUTION_MODE_HEADER: &str = "x-service-execution-mode";
-
-/// The effective policy of one category in a workspace.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Policy {
-    pub category: Category,
-    /// What the category covers.
-    pub description: &'static str,
-    /// Whether writes of this category from MCP clients need approval.
-    pub requires_approval: bool,
-    /// The least role that may approve or reject its proposals.
-    pub approver_role: Role,
-    /// False while the category has its default policy.
-    pub customised: bool,
-}
-
-/// The effective policies of every category (defaults filled in: approval
-/// required, approved by administrators).
-pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Policy>> {
-    let stored = state.store.approval_policies(workspace_id).await?;
-    Ok(Category::ALL
-        .iter()
-        .map(|&category| {
-            let s = stored.iter().find(|p| p.category == category.as_str());
-            Policy {
-                category,
-                description: category.description(),
-                requires_approval: s.map(|p| p.requires_approval).unwrap_or(category.default_requires_approval()),
-                approver_role: s.map(|p| p.approver_role).unwrap_or(Role::Administrator),
-                customised: s.is_some(),
-            }
-        })
-        .collect())
-}
-
-/// The effective policy of one category.
-pub(super) async fn policy(state: &AppState, workspace_id: &str, category: Category) -> ApiResult<Policy> {
-    let all = policies(state, workspace_id).await?;
-    all.into_iter()
-        .find(|p| p.category == category)
-        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("category without policy")))
-}
 
 /// The door every write goes through: checks that the caller may perform
 /// it, notes the action for the audit record, and either executes it now

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::notices::Follower;
 use super::sessions::ActiveSession;
 
 /// How long an entry is used before it is read again, whatever notices say.
@@ -106,22 +107,23 @@ impl SessionCache {
         inner.entries.retain(|_, (s, _)| s.session_id != session_id);
     }
 
-    /// Evicts a session another server (or this one) revoked, as its
-    /// notice came back.
-    pub fn revocation_heard(&self, session_id: &str) {
-        self.forget_session(session_id);
+    pub fn is_trusted(&self) -> bool {
+        self.trusted.load(Ordering::Acquire)
     }
+}
 
-    /// Starts or stops using the cache; either way it starts empty.
-    pub fn set_trusted(&self, trusted: bool) {
+impl Follower for SessionCache {
+    fn set_trusted(&self, trusted: bool) {
         let mut inner = self.lock();
         inner.epoch += 1;
         inner.entries.clear();
         self.trusted.store(trusted, Ordering::Release);
     }
 
-    pub fn is_trusted(&self) -> bool {
-        self.trusted.load(Ordering::Acquire)
+    /// Evicts a session another server (or this one) revoked, as its
+    /// notice came back.
+    fn revocation_heard(&self, session_id: &str) {
+        self.forget_session(session_id);
     }
 }
 
@@ -162,9 +164,10 @@ impl MeCache {
         }
         e.insert(user_id.to_owned(), (generation, Instant::now(), p));
     }
+}
 
-    /// Starts or stops using the cache; either way it starts empty.
-    pub fn set_trusted(&self, trusted: bool) {
+impl Follower for MeCache {
+    fn set_trusted(&self, trusted: bool) {
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         e.clear();
         self.trusted.store(trusted, Ordering::Release);

@@ -14,7 +14,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::caches::{MeCache, SessionCache};
 use super::{Backend, Store, StoreResult};
 
 /// The channel every notice is sent on.
@@ -144,17 +143,27 @@ impl Store {
     }
 }
 
+/// A cache the notices keep right: used only while they can be heard, and
+/// told of every revocation.
+pub trait Follower: Send + Sync {
+    /// Starts or stops using the cache; either way it starts empty.
+    fn set_trusted(&self, trusted: bool);
+
+    /// A session was revoked (here or on another server).
+    fn revocation_heard(&self, _session_id: &str) {}
+}
+
 /// Follows the notices of the other servers into this one's caches, until
 /// the process ends (PostgreSQL only; returns at once on SQLite).
-pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>) {
+pub async fn follow(store: Store, caches: Vec<Arc<dyn Follower>>) {
     if store.backend() != Backend::Postgres {
         return;
     }
+    let trust = |on: bool| caches.iter().for_each(|c| c.set_trusted(on));
     let url = with_application_name(store.url());
     let nonce = super::new_id("echo");
     loop {
-        sessions.set_trusted(false);
-        me.set_trusted(false);
+        trust(false);
         let mut listener = match sqlx::postgres::PgListener::connect(&url).await {
             Ok(l) => l,
             Err(e) => {
@@ -175,8 +184,7 @@ pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>)
         // caches held was dropped when they were turned off, and memberships
         // may have changed while nobody listened.
         store.memberships_changed_here();
-        sessions.set_trusted(true);
-        me.set_trusted(true);
+        trust(true);
         tracing::debug!("listening for change notices; caches are on");
         loop {
             let next = match tokio::time::timeout(QUIET, listener.try_recv()).await {
@@ -195,7 +203,7 @@ pub async fn follow(store: Store, sessions: Arc<SessionCache>, me: Arc<MeCache>)
             match next {
                 Ok(Some(n)) => match Notice::parse(n.payload()) {
                     Some(Notice::SessionRevoked(id)) => {
-                        sessions.revocation_heard(&id);
+                        caches.iter().for_each(|c| c.revocation_heard(&id));
                         // Applied here: the revoking server counts on it.
                         if store.notify(&Notice::Applied { server: nonce.clone(), change: id }).await.is_err() {
                             break;
