@@ -43,6 +43,7 @@ pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSett
         master_key: None,
         plugins: PluginSettings {
             plugins_dir: dir.join("plugins"),
+            compile_cache_dir: dir.join("plugin-cache"),
             egress,
             limits: Default::default(),
             // The benchmark's PostgreSQL (BENCH_POSTGRES_URL) is local.

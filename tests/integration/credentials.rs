@@ -135,7 +135,8 @@ backend_tests! {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_the_master_key_reseals_every_credential() {
-    let srv = TestServer::start(Backend::Sqlite).await.unwrap();
+    // The key in a file of the data directory, as a fresh install keeps it.
+    let srv = TestServer::start_with(Backend::Sqlite, |c| c.master_key = None).await.unwrap();
     let ws = srv.workspace_id().await;
     let created = json_ok(
         srv.post("/v1/credentials", json!({ "hosts": ["api.example.com"], "secret": "rotate-me-please" }))

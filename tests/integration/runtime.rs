@@ -503,7 +503,7 @@ async fn files_added_to_the_plugins_directory_wait_for_an_operator_and_removed_o
     let c = json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await;
     assert_eq!(c["data"]["status"], "unavailable");
     // The compiled artefact was cached on disk, keyed by content.
-    let cached = std::fs::read_dir(srv.data_dir.join("plugin-cache")).unwrap().count();
+    let cached = std::fs::read_dir(&srv.state.config.plugins.compile_cache_dir).unwrap().count();
     assert!(cached >= 1);
     srv.stop().await;
 }
@@ -734,9 +734,14 @@ async fn a_dropped_file_cannot_take_over_a_connector_id_or_alias() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
+    // Installations of their own: each its own key file and cache.
+    let own = |c: &mut service::config::ServerConfig| {
+        c.master_key = None;
+        c.plugins.compile_cache_dir = c.data_dir.join("plugin-cache");
+    };
     // Another installation compiles the no-op plugin: its artefact is a
     // valid one, authenticated with that installation's key.
-    let other = TestServer::start(Backend::Sqlite).await.unwrap();
+    let other = TestServer::start_with(Backend::Sqlite, own).await.unwrap();
     let noop = test_plugin("test_noop");
     other.state.plugins.load_bytes(&std::fs::read(&noop).unwrap(), PluginSource::File(noop)).await.unwrap();
     let plugins = json_ok(other.get("/v1/admin/plugins").send().await.unwrap()).await;
@@ -760,7 +765,7 @@ async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
 
     // Someone who can write to this installation's cache puts it in place
     // of the email-campaign connector's artefact.
-    let srv = TestServer::start(Backend::Sqlite).await.unwrap();
+    let srv = TestServer::start_with(Backend::Sqlite, own).await.unwrap();
     let dir = srv.stop_keeping_data().await;
     let target = cached(dir.path(), &email_digest);
     std::fs::write(&target, &foreign).unwrap();
@@ -770,6 +775,7 @@ async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
         c.data_dir = path.clone();
         c.database_url = url;
         c.plugins.plugins_dir = path.join("plugins");
+        own(c);
     })
     .await
     .unwrap();

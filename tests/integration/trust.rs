@@ -568,7 +568,8 @@ async fn expired_one_time_records_are_swept() {
 async fn idempotency_fingerprints_are_keyed_by_the_installation() {
     let mut hashes = Vec::new();
     for _ in 0..2 {
-        let srv = TestServer::start(Backend::Sqlite).await.unwrap();
+        // Each installation with a master key of its own (in its data directory).
+        let srv = TestServer::start_with(Backend::Sqlite, |c| c.master_key = None).await.unwrap();
         // The same request on two installations (two master keys).
         let path = "/v1/credentials/entry-links";
         json_ok(

@@ -291,7 +291,8 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
     let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
     let vault = crate::credentials::Vault::new(store.clone(), keyring);
-    let runtime = Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&storage.data_dir, &vault)))?;
+    let runtime =
+        Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&settings.compile_cache_dir, &vault)))?;
     let registry = Registry::new(
         Arc::new(runtime),
         store.clone(),

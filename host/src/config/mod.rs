@@ -250,6 +250,11 @@ pub struct PluginArgs {
     /// staging, private CAs).
     #[arg(long, env = "SERVICE_EGRESS_EXTRA_ROOTS")]
     pub egress_extra_roots: Option<PathBuf>,
+    /// Directory of compiled plugins (authenticated with a key derived
+    /// from the master key, so replicas sharing the key may share it);
+    /// default: `<data-dir>/plugin-cache`.
+    #[arg(long, env = "SERVICE_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
     /// Memory limit of one plugin invocation (all its memories together),
     /// in MiB.
     #[arg(long, env = "SERVICE_PLUGIN_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(16..=4096))]
@@ -296,6 +301,7 @@ impl PluginArgs {
         };
         Ok(PluginSettings {
             plugins_dir: self.plugins_dir.clone().unwrap_or_else(|| data_dir.join("plugins")),
+            compile_cache_dir: self.plugin_cache_dir.clone().unwrap_or_else(|| data_dir.join("plugin-cache")),
             egress,
             limits,
             warehouses: warehouse::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?,
@@ -307,6 +313,8 @@ impl PluginArgs {
 #[derive(Debug, Clone)]
 pub struct PluginSettings {
     pub plugins_dir: PathBuf,
+    /// Where compiled plugins are cached.
+    pub compile_cache_dir: PathBuf,
     pub egress: egress::EgressPolicy,
     pub limits: limits::PluginLimits,
     /// Where PostgreSQL destinations may connect.

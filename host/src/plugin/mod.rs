@@ -260,7 +260,8 @@ impl Runtime {
             }
         }
         let component = Component::new(&self.engine, bytes)?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        // Unique even between servers of one process sharing the directory.
+        let tmp = path.with_extension(format!("tmp{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
         let written = component
             .serialize()
             .map_err(|e| anyhow::anyhow!("{e}"))

@@ -85,6 +85,15 @@ pub enum Backend {
     Postgres,
 }
 
+/// The master key of every test server (32 bytes, base64).
+pub const TEST_MASTER_KEY: &str = "bWFzdGVyIGtleSBvZiB0aGUgc2VydmljZSB0ZXN0cyE=";
+
+/// Where test servers keep compiled plugins: one directory for the whole
+/// run (and the next), so each plugin is compiled once, not once a test.
+pub fn shared_compile_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")
+}
+
 /// Token every test server is bootstrapped with (`SERVICE_BOOTSTRAP_TOKEN`).
 pub const ADMIN_TOKEN: &str = "svc_test_bootstrap_token_0123456789abcdef";
 
@@ -213,9 +222,13 @@ impl TestServer {
             session_ttl_ms: 3_600_000,
             bootstrap_token: Some(ADMIN_TOKEN.to_owned().into()),
             bootstrap_email: "admin@example.test".into(),
-            master_key: None,
+            // One key for every test server, so they share the compiled
+            // plugins (the cache is authenticated with a key derived from
+            // it); a test of the key file itself sets none.
+            master_key: Some(TEST_MASTER_KEY.to_owned().into()),
             plugins: service::config::PluginSettings {
                 plugins_dir: dir.path().join("plugins"),
+                compile_cache_dir: shared_compile_cache(),
                 egress: service::egress::EgressPolicy::default(),
                 limits: service::plugin::sandbox::Limits::default(),
                 // The tests' PostgreSQL destinations are on this machine.
