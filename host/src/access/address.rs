@@ -69,7 +69,7 @@ fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|hop| node_address(hop))
+        .map(node_address)
         .collect()
 }
 

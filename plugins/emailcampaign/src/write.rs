@@ -357,7 +357,8 @@ mod tests {
 
     #[test]
     fn keyed_modes_match_by_email_unless_the_key_is_uuid() {
-        let modes: [(WriteMode, fn(Key) -> WriteKind, &str); 3] = [
+        type Case = (WriteMode, fn(Key) -> WriteKind, &'static str);
+        let modes: [Case; 3] = [
             (WriteMode::Upsert, WriteKind::Upsert, "upserted"),
             (WriteMode::Update, WriteKind::Update, "updated"),
             (WriteMode::Delete, WriteKind::Delete, "deleted"),
