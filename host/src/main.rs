@@ -10,7 +10,9 @@ fn main() -> std::process::ExitCode {
     // server's own PG* settings for every connection, tenants' destinations
     // included. They are moved into the control database's URL, where they
     // belong, and out of the environment.
-    if let Err(e) = service::config::isolate_postgres_environment(&mut cli.storage) {
+    if let Err(e) =
+        service::config::isolate_postgres_environment(cli.storage_mut().and_then(|s| s.database_url.as_mut()))
+    {
         eprintln!("error: {e}");
         return std::process::ExitCode::FAILURE;
     }

@@ -36,23 +36,58 @@ use crate::store::Store;
     after_help = "Exit codes: 0 done; 1 failed otherwise; 2 usage error; 3 the API refused (code, message and request id printed); 4 the service could not be reached; 5 a job waited for did not succeed."
 )]
 pub struct Cli {
-    #[command(flatten)]
-    pub storage: StorageArgs,
-    /// Which log lines to write: a level (`info`, `debug`) or directives
-    /// per module (`info,service=debug,sqlx=warn`).
-    #[arg(long, env = "SERVICE_LOG", default_value = "info", global = true)]
-    pub log: String,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The database settings of a command that works on the server's own
+    /// database (serve, admin, plugins); none for the client commands.
+    pub fn storage_mut(&mut self) -> Option<&mut StorageArgs> {
+        match &mut self.command {
+            Command::Serve { local, .. } | Command::Admin { local, .. } | Command::Plugins { local, .. } => {
+                Some(&mut local.storage)
+            }
+            Command::Mcp { .. } | Command::Auth { .. } | Command::Api(_) => None,
+        }
+    }
+}
+
+/// What the commands that run the server or work on its database take
+/// (and the client commands do not show).
+#[derive(Debug, clap::Args)]
+pub struct Local {
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// The log filter of a command that logs.
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// Which log lines to write: a level (`info`, `debug`) or directives
+    /// per module (`info,service=debug,sqlx=warn`).
+    #[arg(long = "log", env = "SERVICE_LOG", default_value = "info", global = true)]
+    pub filter: String,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the server.
-    Serve(Box<ServeArgs>),
+    Serve {
+        #[command(flatten)]
+        local: Local,
+        #[command(flatten)]
+        serve: Box<ServeArgs>,
+    },
     /// Offline administration against the server's database.
-    #[command(subcommand)]
-    Admin(AdminCommand),
+    Admin {
+        #[command(flatten)]
+        local: Local,
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
     /// Serve the API's tools to a local assistant over MCP (stdio), calling
     /// a running server with your token.
     ///
@@ -62,10 +97,16 @@ pub enum Command {
     Mcp {
         #[command(flatten)]
         addresses: client::Addresses,
+        #[command(flatten)]
+        log: LogArgs,
     },
     /// Connector plugins: validate a component, list, load and unload.
-    #[command(subcommand)]
-    Plugins(PluginsCommand),
+    Plugins {
+        #[command(flatten)]
+        local: Local,
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
     /// Sign this CLI in to a running service (through the browser), show
     /// who is signed in, sign out.
     Auth {
@@ -181,25 +222,26 @@ fn parse_role(s: &str) -> Result<Role, String> {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => {
-            crate::telemetry::init_logging(args.log_format, &cli.log)?;
-            let config = ServerConfig::from_args(&cli.storage, &args)?;
+        Command::Serve { local, serve } => {
+            crate::telemetry::init_logging(serve.log_format, &local.log.filter)?;
+            let config = ServerConfig::from_args(&local.storage, &serve)?;
             crate::server::serve(config).await
         }
-        Command::Plugins(cmd) => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
-            plugins(&cli.storage, cmd).await
+        Command::Plugins { local, command } => {
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, &local.log.filter)?;
+            plugins(&local.storage, command).await
         }
-        Command::Mcp { addresses } => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
+        Command::Mcp { addresses, log } => {
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, &log.filter)?;
             let token = addresses.token()?;
             crate::mcp::serve_stdio(addresses.root(), token).await
         }
         Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
         Command::Api(cmd) => Ok(api::run(*cmd).await?),
-        Command::Admin(cmd) => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, &cli.log)?;
-            let url = database_url(&cli.storage)?;
+        Command::Admin { local, command: cmd } => {
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, &local.log.filter)?;
+            let storage = &local.storage;
+            let url = database_url(storage)?;
             let store = Store::connect(&url)
                 .await
                 .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
@@ -214,14 +256,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
                 AdminCommand::RotateMasterKey { new_master_key } => {
-                    let keyring = crate::credentials::keyring::Keyring::load(
-                        &cli.storage.data_dir,
-                        cli.storage.master_key.as_ref(),
-                    )?;
+                    let keyring =
+                        crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
                     let (n, key_id) =
                         crate::credentials::Vault::rotate(&store, keyring, new_master_key.as_ref()).await?;
                     println!("re-sealed {n} credential(s) with new master key {key_id}");
-                    if cli.storage.master_key.is_some() {
+                    if storage.master_key.is_some() {
                         println!(
                             "now set {} to the value of {} and restart the servers",
                             crate::credentials::keyring::MASTER_KEY_ENV,
@@ -293,8 +333,10 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
     let vault = crate::credentials::Vault::new(store.clone(), keyring);
     let runtime =
         Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&settings.compile_cache_dir, &vault)))?;
+    let egress = crate::egress::Egress::new(settings.egress.clone(), Arc::new(vault.clone()))?;
     let registry = Registry::new(
         Arc::new(runtime),
+        egress,
         store.clone(),
         crate::server::bundled_plugins(),
         Some(settings.plugins_dir.clone()),

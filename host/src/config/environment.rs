@@ -4,7 +4,7 @@
 
 use url::Url;
 
-use super::{ConfigError, StorageArgs};
+use super::ConfigError;
 
 /// libpq's environment variables, which the PostgreSQL driver reads for
 /// every connection it opens, and the URL parameter each is for the
@@ -32,7 +32,7 @@ const POSTGRES_ENVIRONMENT: &[(&str, &str)] = &[
 /// what the URL does not say) and nowhere else.
 ///
 /// Must run before any other thread exists: it changes the environment.
-pub fn isolate_postgres_environment(storage: &mut StorageArgs) -> Result<(), ConfigError> {
+pub fn isolate_postgres_environment(database_url: Option<&mut String>) -> Result<(), ConfigError> {
     let found: Vec<(&str, &str, String)> = POSTGRES_ENVIRONMENT
         .iter()
         .filter_map(|(var, param)| std::env::var(var).ok().map(|v| (*var, *param, v)))
@@ -40,7 +40,7 @@ pub fn isolate_postgres_environment(storage: &mut StorageArgs) -> Result<(), Con
     if found.is_empty() {
         return Ok(());
     }
-    if let Some(url) = storage.database_url.as_mut()
+    if let Some(url) = database_url
         && (url.starts_with("postgres:") || url.starts_with("postgresql:"))
     {
         *url = fold_postgres_environment(url, &found)?;

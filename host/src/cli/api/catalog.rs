@@ -189,7 +189,7 @@ pub enum DestinationsCommand {
     Create {
         #[arg(long)]
         name: Option<String>,
-        /// Its kind: sqlite, postgres, parquet, jsonl.
+        /// Its kind: sqlite, postgres, jsonl.
         #[arg(long)]
         kind: Option<String>,
         /// Its configuration (JSON object, `@FILE` or `-`).
