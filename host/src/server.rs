@@ -83,11 +83,17 @@ impl AppState {
         }
         let plugins = Arc::new(Registry::new(
             Arc::new(runtime),
+            egress.clone(),
             store.clone(),
             bundled_plugins(),
             Some(config.plugins.plugins_dir.clone()),
         ));
         plugins.load_all().await;
+        let warehouses = Arc::new(crate::warehouse::Warehouses::new(
+            config.data_dir.clone(),
+            config.plugins.warehouses.clone(),
+            Arc::new(vault.clone()),
+        ));
         let config = Arc::new(config);
         let oauth = Arc::new(crate::credentials::OAuth::new(
             config.oauth.clone(),
@@ -114,6 +120,7 @@ impl AppState {
             vault,
             egress,
             plugins,
+            warehouses,
             oauth,
             session_cache,
             me_cache,

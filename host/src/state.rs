@@ -27,6 +27,8 @@ pub struct AppState {
     pub egress: Egress,
     /// Loaded connector plugins.
     pub plugins: Arc<Registry>,
+    /// The tenants' warehouses: writers for jobs, queries for models.
+    pub warehouses: Arc<crate::warehouse::Warehouses>,
     /// OAuth flows; also refreshes tokens for the vault (held here,
     /// weakly there).
     pub oauth: Arc<crate::credentials::OAuth>,

@@ -71,7 +71,7 @@ pub async fn options(
     }
     let config = Value::Object(config).to_string();
     let found =
-        state.plugins.runtime().entity_options(&plugin, &access.workspace_id, &state.egress, &config, field).await?;
+        state.plugins.connector(connector_id, &access.workspace_id).await?.entity_options(&config, field).await?;
     Ok(found
         .into_iter()
         .map(|o| EntityOption {

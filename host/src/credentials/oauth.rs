@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::vault::{NewSecret, SecretMaterial, TokenRefresher};
+use super::vault::{NewSecret, RefreshRefused, Refreshed, SecretMaterial, TokenRefresher};
 use crate::access::{ClientSource, Principal, WorkspaceAccess};
 use crate::config::oauth::{OAuthClient, OAuthSettings};
 use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRequest};
@@ -462,18 +462,23 @@ impl TokenRefresher for OAuth {
         workspace_id: &'a str,
         provider_target: &'a str,
         refresh_token: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>>
-    {
+    ) -> Pin<Box<dyn Future<Output = Result<Refreshed, RefreshRefused>> + Send + 'a>> {
         Box::pin(async move {
-            let p = provider(&self.settings, &self.plugins, provider_target).await.map_err(|e| e.message)?;
+            let p = provider(&self.settings, &self.plugins, provider_target)
+                .await
+                .map_err(|e| RefreshRefused(e.message))?;
             let form = vec![
                 ("grant_type", "refresh_token".to_owned()),
                 ("refresh_token", refresh_token.expose_secret().to_owned()),
                 ("client_id", p.client.client_id.clone()),
                 ("client_secret", p.client.client_secret.expose_secret().to_owned()),
             ];
-            let t = token_request(&self.egress, &p, workspace_id, form).await.map_err(|e| e.message)?;
-            Ok((t.access_token, t.refresh_token, t.expires_in.map(|s| now_ms() + s * 1000)))
+            let t = token_request(&self.egress, &p, workspace_id, form).await.map_err(|e| RefreshRefused(e.message))?;
+            Ok(Refreshed {
+                access_token: t.access_token,
+                refresh_token: t.refresh_token,
+                expires_at: t.expires_in.map(|s| now_ms() + s * 1000),
+            })
         })
     }
 }

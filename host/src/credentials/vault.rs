@@ -15,14 +15,11 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::keyring::{self, Keyring};
+pub use crate::egress::SecretError;
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential};
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::{Store, new_id, now_ms};
-
-/// Why [`Vault::reveal`] failed when the credential store could not be
-/// read (every other reason is the caller's to fix).
-pub const STORE_UNAVAILABLE: &str = "credential store unavailable";
 
 /// How often `last_used_at` of a credential is refreshed.
 const TOUCH_INTERVAL_MS: i64 = 60_000;
@@ -135,17 +132,30 @@ pub enum CreateError {
     Store(#[from] crate::store::StoreError),
 }
 
+/// A refreshed OAuth grant.
+pub struct Refreshed {
+    pub access_token: SecretString,
+    /// A new refresh token, when the provider rotated it.
+    pub refresh_token: Option<SecretString>,
+    /// When the access token expires (Unix ms), when the provider says.
+    pub expires_at: Option<i64>,
+}
+
+/// Why a provider would not refresh a grant (logged, never shown: the
+/// credential then needs re-authorisation).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RefreshRefused(pub String);
+
 /// Gets a new access token for an OAuth credential (the OAuth module
-/// implements it; the vault only asks). Answers (access token, new refresh
-/// token if rotated, expiry in Unix ms).
+/// implements it; the vault only asks).
 pub trait TokenRefresher: Send + Sync {
-    #[allow(clippy::type_complexity)]
     fn refresh<'a>(
         &'a self,
         workspace_id: &'a str,
         provider: &'a str,
         refresh_token: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<(SecretString, Option<SecretString>, Option<i64>), String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Refreshed, RefreshRefused>> + Send + 'a>>;
 }
 
 /// How the vault reaches the refresher: weakly, since the refresher's
@@ -312,7 +322,7 @@ impl Vault {
 
     /// The secret behind a handle, for a request to `host` on behalf of
     /// `workspace_id`. The reasons it gives are safe to show.
-    pub async fn reveal(&self, workspace_id: &str, handle: &str, host: &str) -> Result<SecretString, String> {
+    pub async fn reveal(&self, workspace_id: &str, handle: &str, host: &str) -> Result<SecretString, SecretError> {
         self.open(workspace_id, handle, host, None).await.map(|(_, secret)| secret)
     }
 
@@ -326,36 +336,38 @@ impl Vault {
         handle: &str,
         host: &str,
         rejected: Option<&SecretString>,
-    ) -> Result<(CredentialRecord, SecretString), String> {
+    ) -> Result<(CredentialRecord, SecretString), SecretError> {
         let row = self
             .store
             .credential_by_handle(workspace_id, handle)
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "credential lookup failed");
-                STORE_UNAVAILABLE.to_owned()
+                SecretError::StoreUnavailable
             })?
-            .ok_or_else(|| "unknown credential handle".to_owned())?;
+            .ok_or(SecretError::Unknown)?;
         if row.record.status != CredentialStatus::Active {
-            return Err(format!("credential is {}", row.record.status));
+            return Err(SecretError::NotActive(row.record.status.to_string()));
         }
         if !row.record.hosts.iter().any(|h| h == host) {
-            return Err(format!("credential is not bound to host {host}"));
+            return Err(SecretError::NotBound(host.to_owned()));
         }
         let plaintext =
             self.keyring.open(&binding(&row.record.credential_id, workspace_id), &row.sealed).map_err(|e| {
                 tracing::error!(credential = %row.record.credential_id, error = e, "credential does not open");
-                "credential cannot be opened".to_owned()
+                SecretError::Unopenable
             })?;
-        let mut material =
-            SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| "credential is corrupt".to_owned())?;
+        let mut material = SecretMaterial::from_plaintext(&plaintext).ok_or_else(|| {
+            tracing::error!(credential = %row.record.credential_id, "credential opens but is malformed");
+            SecretError::Unopenable
+        })?;
         let now = now_ms();
         let expiring = row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now);
         let called_expired = rejected.is_some_and(|r| r.expose_secret() == material.secret.expose_secret());
         if row.record.kind == CredentialKind::Oauth2 && (expiring || called_expired) {
             material = self.refresh(&row, material).await?;
         } else if rejected.is_some() && row.record.kind != CredentialKind::Oauth2 {
-            return Err("the provider says the credential expired and it cannot be renewed; store a new one".into());
+            return Err(SecretError::NotRenewable);
         }
         if row.last_used_ms.is_none_or(|t| now - t > TOUCH_INTERVAL_MS) {
             let _ = self.store.touch_credential(&row.record.credential_id, now).await;
@@ -369,22 +381,22 @@ impl Vault {
         &self,
         row: &crate::store::credentials::SealedCredential,
         material: SecretMaterial,
-    ) -> Result<SecretMaterial, String> {
+    ) -> Result<SecretMaterial, SecretError> {
         let r = &row.record;
         let (Some(refresher), Some(refresh_token), Some(provider)) = (
             self.refresher.get().and_then(std::sync::Weak::upgrade),
             &material.refresh_token,
             r.metadata["provider"].as_str(),
         ) else {
-            return Err("the access token expired and cannot be refreshed; authorise again".into());
+            return Err(SecretError::CannotRefresh);
         };
         match refresher.refresh(&r.workspace_id, provider, refresh_token).await {
-            Ok((access, rotated, expires)) => {
-                let next = SecretMaterial { secret: access, refresh_token: rotated.or(material.refresh_token) };
+            Ok(Refreshed { access_token, refresh_token: rotated, expires_at: expires }) => {
+                let next = SecretMaterial { secret: access_token, refresh_token: rotated.or(material.refresh_token) };
                 let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
                 self.store.reseal_credential(&r.credential_id, &sealed, expires).await.map_err(|e| {
                     tracing::error!(error = %e, "could not store a refreshed token");
-                    STORE_UNAVAILABLE.to_owned()
+                    SecretError::StoreUnavailable
                 })?;
                 tracing::info!(credential = %r.credential_id, "refreshed an OAuth access token");
                 Ok(next)
@@ -400,7 +412,7 @@ impl Vault {
                     )
                     .await;
                 tracing::warn!(credential = %r.credential_id, reason = %reason, "OAuth refresh failed; credential needs re-authorisation");
-                Err("the credential needs re-authorisation".into())
+                Err(SecretError::NeedsReauthorization)
             }
         }
     }
@@ -477,19 +489,32 @@ impl Vault {
 
 /// Where a credential's secret goes, from its record: its kind decides, and
 /// the username or header stored with it (never the plugin's choice).
-pub fn placement(record: &CredentialRecord) -> Result<Placement, String> {
+pub fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
     match record.kind {
         CredentialKind::ApiToken | CredentialKind::Oauth2 => Ok(Placement::Bearer),
         CredentialKind::Basic => record.metadata["username"]
             .as_str()
             .filter(|u| !u.is_empty())
             .map(|u| Placement::BasicPassword(u.to_owned()))
-            .ok_or_else(|| "the basic credential has no username; store it again with one".to_owned()),
+            .ok_or(SecretError::Incomplete("the basic credential has no username; store it again with one")),
         CredentialKind::Secret => record.metadata["header"]
             .as_str()
             .filter(|h| !h.is_empty())
             .map(|h| Placement::Header(h.to_owned()))
-            .ok_or_else(|| "the secret credential names no header; store it again with one".to_owned()),
+            .ok_or(SecretError::Incomplete("the secret credential names no header; store it again with one")),
+    }
+}
+
+/// The password of a database destination: the credential's secret, for
+/// the destination's host, in its workspace.
+impl crate::warehouse::PasswordSource for Vault {
+    fn password<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<SecretString, SecretError>> + Send + 'a>> {
+        Box::pin(self.reveal(workspace_id, handle, host))
     }
 }
 
@@ -498,11 +523,11 @@ impl SecretSource for Vault {
         &'a self,
         workspace_id: &'a str,
         connector_id: &'a str,
-        handle: &'a str,
+        handle: &'a CredentialHandle,
         host: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
         Box::pin(async move {
-            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.to_owned(), host.to_owned());
+            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.as_str().to_owned(), host.to_owned());
             if let Some(injection) = self.revealed.get(&key, Instant::now()) {
                 return Ok(injection);
             }
@@ -514,12 +539,12 @@ impl SecretSource for Vault {
         &'a self,
         workspace_id: &'a str,
         connector_id: &'a str,
-        handle: &'a str,
+        handle: &'a CredentialHandle,
         host: &'a str,
         rejected: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
         Box::pin(async move {
-            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.to_owned(), host.to_owned());
+            let key = (workspace_id.to_owned(), connector_id.to_owned(), handle.as_str().to_owned(), host.to_owned());
             self.injection(key, Some(rejected)).await
         })
     }
@@ -527,7 +552,7 @@ impl SecretSource for Vault {
 
 impl Vault {
     /// Opens the credential for an outbound request and caches the result.
-    async fn injection(&self, key: RevealedKey, rejected: Option<&SecretString>) -> Result<Injection, String> {
+    async fn injection(&self, key: RevealedKey, rejected: Option<&SecretString>) -> Result<Injection, SecretError> {
         let (workspace_id, connector_id, handle, host) = (&key.0, &key.1, &key.2, &key.3);
         let generation = self.revocations.load(std::sync::atomic::Ordering::SeqCst);
         let (record, secret) = match rejected {
@@ -548,7 +573,7 @@ impl Vault {
         if let Some(owner) = &record.connector_id
             && owner != connector_id
         {
-            return Err(format!("the credential belongs to connector {owner}"));
+            return Err(SecretError::OtherConnector(owner.clone()));
         }
         let injection =
             Injection { secret, placement: placement(&record)?, renewable: record.kind == CredentialKind::Oauth2 };

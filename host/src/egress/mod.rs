@@ -33,6 +33,7 @@ use secrecy::{ExposeSecret, SecretString};
 use url::{Host, Url};
 
 pub use crate::config::egress::{EgressPolicy, HostPattern};
+pub use crate::store::credentials::CredentialHandle;
 
 /// HTTP method of an outbound request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +97,7 @@ impl Placement {
 /// A credential a request asks the host to attach.
 #[derive(Debug, Clone)]
 pub struct CredentialUse {
-    pub handle: String,
+    pub handle: CredentialHandle,
     pub placement: Placement,
 }
 
@@ -149,21 +150,57 @@ pub struct Injection {
     pub placement: Placement,
 }
 
+/// Why a credential cannot go on a request. Each reason is safe to show
+/// (none holds the secret); only an unreachable store may pass by itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("unknown credential handle")]
+    Unknown,
+    /// Revoked, waiting for approval, needing re-authorisation.
+    #[error("credential is {0}")]
+    NotActive(String),
+    #[error("credential is not bound to host {0}")]
+    NotBound(String),
+    #[error("the credential belongs to connector {0}")]
+    OtherConnector(String),
+    /// The credential's kind needs something it lacks (a username, a
+    /// header name).
+    #[error("{0}")]
+    Incomplete(&'static str),
+    /// It does not open under any key of the keyring, or is malformed.
+    #[error("credential cannot be opened")]
+    Unopenable,
+    #[error("the provider says the credential expired and it cannot be renewed; store a new one")]
+    NotRenewable,
+    #[error("the access token expired and cannot be refreshed; authorise again")]
+    CannotRefresh,
+    #[error("the credential needs re-authorisation")]
+    NeedsReauthorization,
+    #[error("credential store unavailable")]
+    StoreUnavailable,
+}
+
+impl SecretError {
+    /// Whether asking again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SecretError::StoreUnavailable)
+    }
+}
+
 /// Resolves credential handles to secrets for one workspace, one connector
 /// and one host. Implemented by the credential vault; the egress layer only
 /// asks.
 pub trait SecretSource: Send + Sync {
     /// The secret behind `handle`, if the credential belongs to
     /// `workspace_id`, may be used by `connector_id` and is bound to
-    /// `host`. The error is a reason safe to show (it never contains the
-    /// secret).
+    /// `host`.
     fn secret_for<'a>(
         &'a self,
         workspace_id: &'a str,
         connector_id: &'a str,
-        handle: &'a str,
+        handle: &'a CredentialHandle,
         host: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>>;
 
     /// A new secret for `handle` after the provider answered that
     /// `rejected`, the one just sent, has expired. An OAuth access token is
@@ -173,10 +210,10 @@ pub trait SecretSource: Send + Sync {
         &'a self,
         workspace_id: &'a str,
         connector_id: &'a str,
-        handle: &'a str,
+        handle: &'a CredentialHandle,
         host: &'a str,
         rejected: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>>;
 }
 
 /// Whether a 401 says the access token expired, in the ways providers say
@@ -398,7 +435,7 @@ impl Egress {
                         }
                         None => self.secrets.secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host).await,
                     }
-                    .map_err(EgressError::CredentialUnavailable)?;
+                    .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?;
                     if !c.placement.same_as(&injection.placement) {
                         return Err(EgressError::Denied(format!(
                             "the credential is sent {}, not {}: its kind fixes where the secret goes",

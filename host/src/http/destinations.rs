@@ -12,7 +12,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ops::destinations::{CreateDestination, UpdateDestination};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
-use crate::store::pipelines::Destination;
+use crate::store::destinations::Destination;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(

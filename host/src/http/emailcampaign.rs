@@ -178,8 +178,7 @@ async fn check(
     note.action("emailcampaign.check");
     ws.require(Role::Editor)?;
     let (config, method, base_url) = prepare(&state, &ws, &body).await?;
-    let plugin = state.plugins.available(ec::CONNECTOR_ID).await?;
-    let runtime = state.plugins.runtime();
+    let connector = state.plugins.connector(ec::CONNECTOR_ID, &ws.workspace_id).await?;
     let mut report = AccessReport {
         connector_id: ec::CONNECTOR_ID,
         credential_handle: body.credential_handle.clone(),
@@ -195,7 +194,7 @@ async fn check(
         campaigns: None,
         attribution: None,
     };
-    match runtime.check(&plugin, &ws.workspace_id, &state.egress, &config).await {
+    match connector.check(&config).await {
         Ok(c) if c.ok => {
             report.data_source.message = c.message.chars().take(300).collect();
             report.data_source.account = c.account.map(|a| a.chars().take(200).collect());
@@ -214,7 +213,7 @@ async fn check(
             None => return Err(e.into()),
         },
     }
-    if let Ok(p) = runtime.preview(&plugin, &ws.workspace_id, &state.egress, &config).await {
+    if let Ok(p) = connector.preview(&config).await {
         report.field_coverage = Some(ec::sanitise_coverage(&p["field_coverage"]));
         report.metrics = Some(ec::sanitise_metrics(&p["totals"]));
     }
@@ -234,8 +233,7 @@ async fn preview(
     note.action("emailcampaign.preview");
     ws.require(Role::Editor)?;
     let (config, method, base_url) = prepare(&state, &ws, &body).await?;
-    let plugin = state.plugins.available(ec::CONNECTOR_ID).await?;
-    let p = state.plugins.runtime().preview(&plugin, &ws.workspace_id, &state.egress, &config).await?;
+    let p = state.plugins.connector(ec::CONNECTOR_ID, &ws.workspace_id).await?.preview(&config).await?;
     Ok(ok(AccessReport {
         connector_id: ec::CONNECTOR_ID,
         credential_handle: body.credential_handle.clone(),

@@ -14,8 +14,8 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
+use crate::store::jobs::{Job, JobAttempt, JobFilter};
 use crate::store::kinds::{JobKind, JobStatus};
-use crate::store::pipelines::{Job, JobAttempt, JobFilter};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

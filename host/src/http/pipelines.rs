@@ -5,7 +5,7 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -17,9 +17,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::ops::pipelines::{CreatePipeline, UpdatePipeline};
 use crate::ops::syncs::RunPipeline;
 use crate::ops::{self, Executed};
-use crate::plugin::types::SyncMode;
 use crate::state::AppState;
-use crate::store::pipelines::{Job, Pipeline};
+use crate::store::jobs::Job;
+use crate::store::pipelines::Pipeline;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -52,54 +52,7 @@ async fn prepare_pipeline(
     // It runs the connector with the workspace's credentials: like check
     // and preview, an editor's call.
     ws.require(crate::access::Role::Editor)?;
-    let source = state
-        .store
-        .source(&ws.workspace_id, &body.source_id)
-        .await?
-        .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
-    let plugin = state.plugins.available(&source.connector_id).await?;
-    let catalog = state
-        .plugins
-        .runtime()
-        .discover(&plugin, &ws.workspace_id, &state.egress, &source.configuration.to_string())
-        .await?;
-    let mut warnings = Vec::new();
-    let suggested: Vec<Value> = catalog
-        .iter()
-        .map(|s| {
-            let incremental = s.sync_modes.contains(&SyncMode::Incremental);
-            let mode = match (incremental, s.primary_key.is_empty()) {
-                (true, false) => "incremental_deduped",
-                (true, true) => "incremental_append",
-                (false, _) => "full_refresh_overwrite",
-            };
-            if !incremental {
-                warnings.push(
-                    json!({ "stream": s.name, "warning": "no incremental mode: every sync reads the whole stream" }),
-                );
-            }
-            json!({ "name": s.name, "sync_mode": mode })
-        })
-        .collect();
-    let streams: Vec<Value> = catalog
-        .iter()
-        .map(|s| {
-            let fields: Vec<&String> =
-                s.json_schema["properties"].as_object().map(|p| p.keys().collect()).unwrap_or_default();
-            json!({
-                "name": s.name,
-                "fields": fields,
-                "json_schema": s.json_schema,
-                "sync_modes": s.sync_modes,
-                "cursor_candidates": s.cursor_fields,
-                "default_cursor_field": s.default_cursor_field,
-                "primary_key_candidates": [s.primary_key],
-            })
-        })
-        .collect();
-    Ok(ok(
-        json!({ "source_id": source.source_id, "connector_id": source.connector_id, "streams": streams, "suggested_selection": suggested, "warnings": warnings }),
-    ))
+    Ok(ok(crate::ops::pipelines::plan(&state, &ws, &body.source_id).await?))
 }
 
 /// Create a pipeline from a source to a destination.

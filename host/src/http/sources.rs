@@ -147,25 +147,18 @@ pub struct SourceView {
 /// Reads a source's credential fields against the vault.
 async fn view(state: &AppState, workspace_id: &str, source: Source) -> ApiResult<SourceView> {
     let mut warnings = Vec::new();
-    if let Some(config) = source.configuration.as_object() {
-        for (key, value) in config {
-            if !(key == "credential_handle" || key.ends_with("_credential_handle")) {
-                continue;
+    for (key, handle) in CredentialHandle::in_configuration(&source.configuration) {
+        match state.store.credential_by_handle(workspace_id, handle.as_str()).await? {
+            None => warnings.push(format!("{key}: the credential no longer exists")),
+            Some(c) if c.record.status == CredentialStatus::Revoked => {
+                let when = c.record.revoked_at.map(|t| t.to_rfc3339()).unwrap_or_default();
+                warnings
+                    .push(format!("{key}: the credential was revoked {when}; store a new one and update the source"));
             }
-            let Some(handle) = value.as_str() else { continue };
-            match state.store.credential_by_handle(workspace_id, handle).await? {
-                None => warnings.push(format!("{key}: the credential no longer exists")),
-                Some(c) if c.record.status == CredentialStatus::Revoked => {
-                    let when = c.record.revoked_at.map(|t| t.to_rfc3339()).unwrap_or_default();
-                    warnings.push(format!(
-                        "{key}: the credential was revoked {when}; store a new one and update the source"
-                    ));
-                }
-                Some(c) if c.record.status != CredentialStatus::Active => {
-                    warnings.push(format!("{key}: the credential is {}", c.record.status))
-                }
-                Some(_) => {}
+            Some(c) if c.record.status != CredentialStatus::Active => {
+                warnings.push(format!("{key}: the credential is {}", c.record.status))
             }
+            Some(_) => {}
         }
     }
     Ok(SourceView { source, credential_warnings: warnings })

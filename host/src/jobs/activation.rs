@@ -37,12 +37,11 @@ use sha2::{Digest, Sha256};
 
 use super::spool::{Spool, SpoolBudget, SpoolError};
 use super::{CancellationToken, Failure};
-use crate::error::ApiError;
 use crate::reverse_etl::mapping::Mapper;
 use crate::reverse_etl::targets::{Op, SendError, Target};
 use crate::state::AppState;
+use crate::store::jobs::Job;
 use crate::store::kinds::{ActivationMode, JobKind};
-use crate::store::pipelines::Job;
 use crate::store::reverse_etl::KeyOutcome;
 
 /// The largest record (mapped fields as JSON) a run sends.
@@ -62,16 +61,14 @@ fn transient(e: impl std::fmt::Display) -> Failure {
     Failure::Transient(e.to_string())
 }
 
-/// An API error met while opening the run's parts: a provider or
-/// warehouse outage may pass, anything else will not.
-fn from_api(e: ApiError) -> Failure {
-    let m = e.body().message;
-    if e.status.is_server_error() { Failure::Transient(m) } else { Failure::Permanent(m) }
+/// A typed failure of the run's parts as the run's: retried when it may
+/// pass.
+fn failed_with(e: impl std::fmt::Display, transient: bool) -> Failure {
+    Failure::of(e, transient)
 }
 
 fn from_spool(e: SpoolError) -> Failure {
-    let transient = e.is_transient();
-    Failure::of(e, transient)
+    failed_with(&e, e.is_transient())
 }
 
 /// The run stopped because it was cancelled (or lost its lease).
@@ -206,7 +203,7 @@ pub(super) async fn execute(
         .await
         .map_err(transient)?
         .ok_or_else(|| permanent("the destination no longer exists"))?;
-    let target = Target::open(state, ws, &dest).await.map_err(from_api)?;
+    let target = Target::open(state, ws, &dest).await.map_err(|e| failed_with(&e, e.is_transient()))?;
     let full = job.kind == JobKind::ActivationResync;
     let mode = activation.mode;
 
@@ -217,7 +214,7 @@ pub(super) async fn execute(
         opened = crate::reverse_etl::model::open(state, ws, &model.warehouse_id, &model.query, bounds) => opened,
         () = cancel.cancelled() => return Err(cancelled()),
     };
-    let mut rows = opened.map_err(from_api)?;
+    let mut rows = opened.map_err(|e| failed_with(&e, e.is_transient()))?;
     let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field())
         .map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
     let mut run =
@@ -251,7 +248,7 @@ pub(super) async fn execute(
             batch = rows.next_batch() => batch,
             () = cancel.cancelled() => return Err(cancelled()),
         };
-        let Some(batch) = batch.map_err(|e| from_api(crate::reverse_etl::model::query_error(e)))? else { break };
+        let Some(batch) = batch.map_err(|e| failed_with(&e, e.is_transient()))? else { break };
         run.stopped()?;
         for row in batch {
             let counts = &mut run.report.counts;

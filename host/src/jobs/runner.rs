@@ -11,9 +11,9 @@ use std::time::Duration;
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
 use crate::state::AppState;
+use crate::store::jobs::Job;
 use crate::store::kinds::JobStatus;
 use crate::store::now_ms;
-use crate::store::pipelines::Job;
 
 /// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
 /// after a runner dies, its job is taken over this long after its last

@@ -5,9 +5,10 @@
 
 use crate::state::AppState;
 use crate::store::audit::NewAuditRecord;
+use crate::store::jobs::NotQueued;
 use crate::store::kinds::{AuditOutcome, JobKind, Trigger};
 use crate::store::now_ms;
-use crate::store::pipelines::{NotQueued, Schedule};
+use crate::store::pipelines::Schedule;
 
 /// Starts what is due now.
 pub(super) async fn schedule_due(state: &AppState) {

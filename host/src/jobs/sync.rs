@@ -15,11 +15,12 @@ use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, queue};
 use super::{CancellationToken, Failure};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
-use crate::plugin::types::{ConnectorError, ReadRequest, SinkRefusal, SyncMode};
+use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode};
 use crate::state::AppState;
+use crate::store::jobs::Job;
 use crate::store::kinds::JobKind;
-use crate::store::pipelines::{Job, StreamSyncMode};
-use crate::warehouse::{DestinationConfig, Loader, Place, WriteError, Writer, Written};
+use crate::store::pipelines::StreamSyncMode;
+use crate::warehouse::{Loader, WriteError, Writer, Written};
 
 /// Counters shown as a job's progress: per stream, and their totals.
 #[derive(Default)]
@@ -201,32 +202,17 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
         .ok()
         .flatten()
         .ok_or_else(|| permanent("the destination no longer exists"))?;
-    let plugin = state.plugins.available(&source.connector_id).await.map_err(|e| permanent(&short(e)))?;
-    let config = crate::warehouse::validate(dest.kind, &dest.configuration).map_err(|e| permanent(&e.message))?;
-    let password = match &config {
-        DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => Some(
-            state
-                .vault
-                .reveal(ws, h, &target.host)
-                .await
-                .map_err(|e| permanent(&format!("destination credential: {e}")))?,
-        ),
-        _ => None,
-    };
-    let place =
-        Place { data_dir: &state.config.data_dir, workspace_id: ws, warehouses: &state.config.plugins.warehouses };
-    let writer = Writer::open(&config, &place, password).await.map_err(Failure::Transient)?;
+    let connector = state.plugins.connector(&source.connector_id, ws).await.map_err(|e| permanent(&short(e)))?;
+    let writer = state.warehouses.writer(&dest).await.map_err(|e| {
+        let transient = e.is_transient();
+        Failure::of(e, transient)
+    })?;
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
-    let catalog = state
-        .plugins
-        .runtime()
-        .discover(&plugin, ws, &state.egress, &source_config)
-        .await
-        .map_err(|e| if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) })?;
+    let catalog = connector.discover(&source_config).await.map_err(|e| connector_failure(&e))?;
     if job.kind == JobKind::Reset {
         for s in &pipeline.streams {
-            writer.clear(&s.name).await.map_err(Failure::Transient)?;
+            writer.clear(&s.name).await.map_err(write_failure)?;
         }
         state.store.clear_stream_state(&pipeline.pipeline_id).await.map_err(|e| Failure::Transient(short(e)))?;
     }
@@ -246,7 +232,7 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
             None
         };
         if !incremental {
-            writer.clear(&sel.name).await.map_err(Failure::Transient)?;
+            writer.clear(&sel.name).await.map_err(write_failure)?;
         }
         let queue = StreamWrite {
             state: state.clone(),
@@ -267,20 +253,13 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
             cursor_field: sel.cursor_field.clone(),
             state: stream_state,
         };
-        let read = state.plugins.runtime().read(&plugin, ws, &state.egress, &req, Box::new(sink)).await;
+        let read = connector.read(&req, Box::new(sink)).await;
         // What the plugin emitted before it stopped is written either way,
         // so a retry resumes from the last checkpoint. A write failure is
         // the real cause when the plugin stopped because of it.
         match (queue.finish().await, read) {
-            (Err(WriteError::BadRecord(m)), _) => {
-                return Err(Failure::Permanent(short(format!("stream {}: {m}", sel.name))));
-            }
-            (Err(WriteError::Destination(m)), _) => {
-                return Err(Failure::Transient(short(format!("stream {}: {m}", sel.name))));
-            }
-            (Ok(()), Err(e)) => {
-                return Err(if transient(&e) { Failure::Transient(short(&e)) } else { Failure::Permanent(short(&e)) });
-            }
+            (Err(e), _) => return Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
+            (Ok(()), Err(e)) => return Err(connector_failure(&e)),
             (Ok(()), Ok(())) => {}
         }
     }
@@ -292,14 +271,16 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
     Ok(())
 }
 
-/// Whether a failure may go away by itself.
-fn transient(e: &InvocationError) -> bool {
-    matches!(
-        e,
-        InvocationError::Timeout
-            | InvocationError::Host(_)
-            | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
-    )
+/// A destination's failure as the job's: a destination that failed may
+/// come back, a record or a table it may not touch will not change.
+fn write_failure(e: WriteError) -> Failure {
+    let transient = e.is_transient();
+    Failure::of(e, transient)
+}
+
+/// A connector's failure as the job's.
+fn connector_failure(e: &InvocationError) -> Failure {
+    Failure::of(e, e.is_transient())
 }
 
 fn short(s: impl std::fmt::Display) -> String {

@@ -12,8 +12,8 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
+use crate::store::destinations::DeleteRefused;
 use crate::store::kinds::DestinationKind;
-use crate::store::pipelines::DeleteRefused;
 
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

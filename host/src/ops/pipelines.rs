@@ -1,5 +1,6 @@
 //! Pipeline operations: creating, changing, pausing, resuming and deleting
-//! pipelines (their runtime records are connections).
+//! pipelines (their runtime records are connections), and the plan
+//! `prepare` proposes from a source's catalog.
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -10,9 +11,64 @@ use super::text::check_name;
 use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
+use crate::plugin::types::{Stream, SyncMode};
 use crate::state::AppState;
 use crate::store::kinds::{DestinationKind, PipelineStatus};
 use crate::store::pipelines::{Pipeline, Schedule, StreamSelection, StreamSyncMode};
+
+/// The sync mode a stream is best read in: deduplicated incremental when it
+/// has a cursor and a primary key, appended incremental with a cursor
+/// alone, and a full refresh otherwise.
+pub fn suggested_mode(stream: &Stream) -> StreamSyncMode {
+    match (stream.sync_modes.contains(&SyncMode::Incremental), stream.primary_key.is_empty()) {
+        (true, false) => StreamSyncMode::IncrementalDeduped,
+        (true, true) => StreamSyncMode::IncrementalAppend,
+        (false, _) => StreamSyncMode::FullRefreshOverwrite,
+    }
+}
+
+/// What `POST /pipelines/prepare` proposes for a source: its catalog, a
+/// selection of every stream in its suggested mode, and warnings. Creates
+/// nothing; it runs the connector with the workspace's credentials.
+pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -> ApiResult<serde_json::Value> {
+    let source = state
+        .store
+        .source(&access.workspace_id, source_id)
+        .await?
+        .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
+    let connector = state.plugins.connector(&source.connector_id, &access.workspace_id).await?;
+    let catalog = connector.discover(&source.configuration.to_string()).await?;
+    let suggested: Vec<serde_json::Value> =
+        catalog.iter().map(|s| json!({ "name": s.name, "sync_mode": suggested_mode(s) })).collect();
+    let warnings: Vec<serde_json::Value> = catalog
+        .iter()
+        .filter(|s| suggested_mode(s) == StreamSyncMode::FullRefreshOverwrite)
+        .map(|s| json!({ "stream": s.name, "warning": "no incremental mode: every sync reads the whole stream" }))
+        .collect();
+    let streams: Vec<serde_json::Value> = catalog
+        .iter()
+        .map(|s| {
+            let fields: Vec<&String> =
+                s.json_schema["properties"].as_object().map(|p| p.keys().collect()).unwrap_or_default();
+            json!({
+                "name": s.name,
+                "fields": fields,
+                "json_schema": s.json_schema,
+                "sync_modes": s.sync_modes,
+                "cursor_candidates": s.cursor_fields,
+                "default_cursor_field": s.default_cursor_field,
+                "primary_key_candidates": [s.primary_key],
+            })
+        })
+        .collect();
+    Ok(json!({
+        "source_id": source.source_id,
+        "connector_id": source.connector_id,
+        "streams": streams,
+        "suggested_selection": suggested,
+        "warnings": warnings,
+    }))
+}
 
 /// Body of `POST /pipelines`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -61,12 +117,8 @@ async fn check_streams(
         .source(&access.workspace_id, source_id)
         .await?
         .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
-    let plugin = state.plugins.available(&source.connector_id).await?;
-    let catalog = state
-        .plugins
-        .runtime()
-        .discover(&plugin, &access.workspace_id, &state.egress, &source.configuration.to_string())
-        .await?;
+    let connector = state.plugins.connector(&source.connector_id, &access.workspace_id).await?;
+    let catalog = connector.discover(&source.configuration.to_string()).await?;
     for s in streams {
         let Some(offered) = catalog.iter().find(|c| c.name == s.name) else {
             return Err(ApiError::invalid_field("streams", format!("the source offers no stream {}", s.name)));

@@ -14,8 +14,10 @@ use crate::reverse_etl::mapping::Mapper;
 use crate::reverse_etl::model::{open, preview_bounds};
 use crate::reverse_etl::targets::Target;
 use crate::state::AppState;
+use crate::store::destinations::DeleteRefused;
+use crate::store::jobs::{Job, NotQueued};
 use crate::store::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
-use crate::store::pipelines::{DeleteRefused, Job, NotQueued, Schedule};
+use crate::store::pipelines::Schedule;
 use crate::store::reverse_etl::{Activation, FieldMapping, Model};
 use crate::warehouse::query::Bounds;
 
@@ -256,7 +258,7 @@ async fn check_destination(
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),
     };
-    Target::open(state, &access.workspace_id, &probe).await.map(|_| ())
+    Target::open(state, &access.workspace_id, &probe).await.map(|_| ()).map_err(Into::into)
 }
 
 /// A connector destination is saved with the canonical connector id.

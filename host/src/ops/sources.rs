@@ -13,7 +13,7 @@ use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
-use crate::store::pipelines::DeleteRefused;
+use crate::store::destinations::DeleteRefused;
 
 /// Body of `POST /sources`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -70,18 +70,12 @@ pub(super) async fn validate_configuration(
         )
         .with_details(json!({ "field": "configuration", "errors": errors })));
     }
-    if let Some(obj) = config.as_object() {
-        for (key, value) in obj {
-            if (key == "credential_handle" || key.ends_with("_credential_handle"))
-                && let Some(handle) = value.as_str()
-            {
-                state
-                    .vault
-                    .require_handle(&access.workspace_id, &CredentialHandle::new(handle), None)
-                    .await
-                    .map_err(|e| e.at(&format!("configuration.{key}")))?;
-            }
-        }
+    for (key, handle) in CredentialHandle::in_configuration(config) {
+        state
+            .vault
+            .require_handle(&access.workspace_id, &handle, None)
+            .await
+            .map_err(|e| e.at(&format!("configuration.{key}")))?;
     }
     if let Some(rules) = crate::connectors::rules(connector_id) {
         rules.validate_source(state, access, config, saved).await?;

@@ -15,8 +15,9 @@ use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::store::jobs::{Job, NotQueued};
 use crate::store::kinds::{JobKind, Trigger};
-use crate::store::pipelines::{Job, NotQueued, Pipeline};
+use crate::store::pipelines::Pipeline;
 
 /// A sync or reset command.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

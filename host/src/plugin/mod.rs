@@ -10,6 +10,8 @@
 //! - [`sandbox`]: the per-invocation store, limits and WASI context;
 //! - [`registry`]: which plugins are loaded, their aliases, and their
 //!   enabled state (kept in the database so replicas agree);
+//! - [`connector`]: a plugin bound to a workspace and the egress, as the
+//!   registry hands it out for work;
 //! - this module: the engine, the compile cache and the invocation API.
 //!
 //! One [`wasmtime::Engine`] serves every plugin. A component is compiled
@@ -18,6 +20,7 @@
 //! restart or a second replica loads it without compiling. Each plugin is
 //! kept pre-instantiated (`InstancePre`); every call gets a new `Store`.
 
+pub mod connector;
 pub mod registry;
 pub mod sandbox;
 pub mod types;
@@ -34,11 +37,22 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 use crate::egress::Egress;
-use registry::LoadedPlugin;
 use sandbox::{HostState, Invocation, Limits, RecordSink};
 use types::{
     CheckResult, ConnectorError, ConnectorInfo, EntityOption, Operation, ReadRequest, Stream, WriteRequest, WriteResult,
 };
+
+/// A prepared plugin.
+pub struct LoadedPlugin {
+    /// The canonical connector id.
+    pub plugin_id: Arc<str>,
+    pub info: types::ConnectorInfo,
+    pub declared_hosts: Arc<[crate::egress::HostPattern]>,
+    pub version: InterfaceVersion,
+    pub pre: Pre,
+    /// SHA-256 of the component.
+    pub digest: String,
+}
 
 /// Why an invocation produced no answer of the connector's own.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +84,20 @@ pub enum InvocationError {
     /// The host could not run the call (pool exhausted, database down).
     #[error("the connector could not be run: {0}")]
     Host(String),
+}
+
+impl InvocationError {
+    /// Whether the same call may succeed later: a time-out, the host's own
+    /// trouble, a provider limiting or down. Everything else (a bad
+    /// credential, a crash, a limit) would fail the same way again.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            InvocationError::Timeout
+                | InvocationError::Host(_)
+                | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
+        )
+    }
 }
 
 /// Interface versions this host loads.

@@ -22,9 +22,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+pub use super::LoadedPlugin;
+use super::connector::Connector;
 use super::types::{ConnectorInfo, ConnectorKind, Operation};
-use super::{InterfaceVersion, InvocationError, Pre, Runtime};
-use crate::egress::HostPattern;
+use super::{InterfaceVersion, InvocationError, Runtime};
+use crate::egress::Egress;
 use crate::store::Store;
 use crate::store::plugins::PluginState;
 
@@ -46,18 +48,6 @@ impl std::fmt::Display for PluginSource {
             }
         }
     }
-}
-
-/// A prepared plugin.
-pub struct LoadedPlugin {
-    /// The canonical connector id.
-    pub plugin_id: Arc<str>,
-    pub info: ConnectorInfo,
-    pub declared_hosts: Arc<[HostPattern]>,
-    pub version: InterfaceVersion,
-    pub pre: Pre,
-    /// SHA-256 of the component.
-    pub digest: String,
 }
 
 /// What the registry remembers about a plugin, loaded or not.
@@ -145,6 +135,9 @@ type SeenFile = (SystemTime, u64, Option<String>);
 /// The set of plugins of this replica.
 pub struct Registry {
     runtime: Arc<Runtime>,
+    /// The egress plugins' requests go through, bound into every
+    /// [`Connector`] handed out.
+    egress: Egress,
     store: Store,
     known: RwLock<HashMap<String, Known>>,
     aliases: RwLock<HashMap<String, String>>,
@@ -157,12 +150,14 @@ pub struct Registry {
 impl Registry {
     pub fn new(
         runtime: Arc<Runtime>,
+        egress: Egress,
         store: Store,
         bundled: Vec<(&'static str, &'static [u8])>,
         plugins_dir: Option<PathBuf>,
     ) -> Self {
         Registry {
             runtime,
+            egress,
             store,
             known: RwLock::new(HashMap::new()),
             aliases: RwLock::new(HashMap::new()),
@@ -276,6 +271,13 @@ impl Registry {
             return Err(InvocationError::Unavailable(id));
         }
         Ok(plugin)
+    }
+
+    /// An available plugin bound to `workspace_id` and the egress: what
+    /// every operation on a connector starts from.
+    pub async fn connector(&self, id_or_alias: &str, workspace_id: &str) -> Result<Connector, InvocationError> {
+        let plugin = self.available(id_or_alias).await?;
+        Ok(Connector::new(plugin, self.runtime.clone(), self.egress.clone(), workspace_id))
     }
 
     fn loaded(&self, id: &str) -> Option<Arc<LoadedPlugin>> {

@@ -361,7 +361,7 @@ fn outbound(req: http::Request) -> egress::OutboundRequest {
         headers: req.headers,
         body: req.body,
         credential: req.credential.map(|c| egress::CredentialUse {
-            handle: c.handle,
+            handle: egress::CredentialHandle::new(c.handle),
             placement: match c.placement {
                 http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
                 http::CredentialPlacement::Header(h) => egress::Placement::Header(h),

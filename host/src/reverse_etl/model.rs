@@ -1,15 +1,17 @@
-//! A model's query against its warehouse: resolving the warehouse
-//! destination (and its password, by credential handle) and running the
-//! query read-only (see [`crate::warehouse::query`]).
+//! A model's query against its warehouse: finding the warehouse
+//! destination and running the query through [`crate::warehouse::Warehouses`]
+//! (read-only, bounded: see [`crate::warehouse::query`]), with the API's
+//! answers to what can go wrong.
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiError;
 use crate::state::AppState;
+use crate::store::kinds::DestinationKind;
+use crate::warehouse::WarehouseError;
 use crate::warehouse::query::{Bounds, ModelRows, QueryError};
-use crate::warehouse::{DestinationConfig, Place};
 
 /// How long a preview or a model check may run.
 pub const PREVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,6 +38,47 @@ pub fn run_bounds(state: &AppState) -> Bounds {
     Bounds { rows: Some(limits.rows_per_run.saturating_add(1)), value_bytes: limits.value_bytes, timeout: RUN_TIMEOUT }
 }
 
+/// Why a model gave no rows, kept typed until the caller's boundary: an
+/// API operation turns it into its answer, a run into a failure that is
+/// retried or not by [`ModelError::is_transient`].
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("no such destination in this workspace")]
+    NoSuchWarehouse(String),
+    #[error("a JSON-lines destination cannot be queried; choose an SQLite or PostgreSQL destination")]
+    NotQueryable(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("{1}")]
+    Warehouse(String, WarehouseError),
+}
+
+impl ModelError {
+    /// Whether another attempt may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ModelError::NoSuchWarehouse(_) | ModelError::NotQueryable(_) => false,
+            ModelError::Store(_) => true,
+            ModelError::Warehouse(_, e) => e.is_transient(),
+        }
+    }
+}
+
+impl From<ModelError> for ApiError {
+    fn from(e: ModelError) -> ApiError {
+        match e {
+            ModelError::NoSuchWarehouse(_) | ModelError::NotQueryable(_) => {
+                ApiError::invalid_field("warehouse_id", e.to_string())
+            }
+            ModelError::Store(e) => e.into(),
+            ModelError::Warehouse(id, WarehouseError::Credential(reason)) => credential_refused(&id, &reason),
+            ModelError::Warehouse(_, WarehouseError::Query(q)) => query_error(q),
+            ModelError::Warehouse(_, WarehouseError::Config(e)) => e,
+            ModelError::Warehouse(_, WarehouseError::Write(w)) => ApiError::unavailable(w.to_string()),
+        }
+    }
+}
+
 /// Runs `query` over the workspace's warehouse destination `warehouse_id`.
 pub async fn open(
     state: &AppState,
@@ -43,37 +86,26 @@ pub async fn open(
     warehouse_id: &str,
     query: &str,
     bounds: Bounds,
-) -> ApiResult<ModelRows> {
+) -> Result<ModelRows, ModelError> {
     let warehouse = state
         .store
         .destination(workspace_id, warehouse_id)
         .await?
-        .ok_or_else(|| ApiError::invalid_field("warehouse_id", "no such destination in this workspace"))?;
-    let config = crate::warehouse::validate(warehouse.kind, &warehouse.configuration)?;
-    let password = match &config {
-        DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => Some(
-            state
-                .vault
-                .reveal(workspace_id, h, &target.host)
-                .await
-                .map_err(|e| credential_refused(warehouse_id, &e))?,
-        ),
-        DestinationConfig::Jsonl { .. } => {
-            return Err(ApiError::invalid_field(
-                "warehouse_id",
-                "a JSON-lines destination cannot be queried; choose an SQLite or PostgreSQL destination",
-            ));
-        }
-        _ => None,
-    };
-    let place = Place { data_dir: &state.config.data_dir, workspace_id, warehouses: &state.config.plugins.warehouses };
-    crate::warehouse::query::run(&config, &place, password, query, bounds).await.map_err(query_error)
+        .ok_or_else(|| ModelError::NoSuchWarehouse(warehouse_id.to_owned()))?;
+    if warehouse.kind == DestinationKind::Jsonl {
+        return Err(ModelError::NotQueryable(warehouse_id.to_owned()));
+    }
+    state
+        .warehouses
+        .query(&warehouse, query, bounds)
+        .await
+        .map_err(|e| ModelError::Warehouse(warehouse_id.to_owned(), e))
 }
 
 /// The warehouse's credential cannot be used: revoked, unknown or bound
 /// to another host is the caller's to fix; a store outage may pass.
-fn credential_refused(warehouse_id: &str, reason: &str) -> ApiError {
-    if reason == crate::credentials::vault::STORE_UNAVAILABLE {
+fn credential_refused(warehouse_id: &str, reason: &crate::credentials::SecretError) -> ApiError {
+    if reason.is_transient() {
         return ApiError::unavailable(format!("the warehouse's credential cannot be read now: {reason}"));
     }
     ApiError::bad_request(

@@ -18,7 +18,6 @@
 //! (the run is retried); any other answer fails every record of the
 //! batch, which is sent again on the next run.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -27,8 +26,8 @@ use url::Url;
 use crate::egress::{Caller, CredentialUse, EgressError, HostPattern, Method, OutboundRequest, Reach};
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::InvocationError;
-use crate::plugin::registry::LoadedPlugin;
-use crate::plugin::types::{ConnectorError, Operation, WriteMode, WriteRequest};
+use crate::plugin::connector::Connector;
+use crate::plugin::types::{Operation, WriteMode, WriteRequest};
 use crate::state::AppState;
 use crate::store::kinds::RetlDestinationKind;
 use crate::store::reverse_etl::RetlDestination;
@@ -87,6 +86,48 @@ pub enum SendError {
     Cancelled,
 }
 
+/// Why a destination could not be opened for sending, kept typed until the
+/// caller's boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// Its configuration is not valid (the caller's to fix).
+    #[error("{}", .0.message)]
+    Invalid(ApiError),
+    /// Its connector could not be reached or refused.
+    #[error(transparent)]
+    Connector(#[from] InvocationError),
+    /// Its credential (in the named field) cannot be used.
+    #[error("{1}")]
+    Credential(&'static str, crate::credentials::HandleError),
+}
+
+impl TargetError {
+    /// Whether another attempt may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TargetError::Invalid(_) => false,
+            TargetError::Connector(e) => e.is_transient(),
+            TargetError::Credential(_, e) => matches!(e, crate::credentials::HandleError::Store(_)),
+        }
+    }
+}
+
+impl From<ApiError> for TargetError {
+    fn from(e: ApiError) -> Self {
+        TargetError::Invalid(e)
+    }
+}
+
+impl From<TargetError> for ApiError {
+    fn from(e: TargetError) -> ApiError {
+        match e {
+            TargetError::Invalid(e) => e,
+            TargetError::Connector(e) => e.into(),
+            TargetError::Credential(field, e) => e.at(field),
+        }
+    }
+}
+
 /// What a connector's writable object accepts.
 #[derive(Debug, Clone)]
 pub struct Writable {
@@ -120,7 +161,7 @@ pub fn writable(schema: &Value) -> Option<Writable> {
 /// A destination ready to receive records.
 pub enum Target {
     Connector {
-        plugin: Arc<LoadedPlugin>,
+        connector: Connector,
         /// The connector's configuration (JSON text, handles only).
         config: String,
         object: String,
@@ -238,7 +279,7 @@ fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<
 impl Target {
     /// Opens a destination for sending, checking what it says against
     /// the connector (which must offer `write` and this writable object).
-    pub async fn open(state: &AppState, workspace_id: &str, dest: &RetlDestination) -> ApiResult<Target> {
+    pub async fn open(state: &AppState, workspace_id: &str, dest: &RetlDestination) -> Result<Target, TargetError> {
         match dest.kind {
             RetlDestinationKind::Webhook => {
                 let (url, credential_handle) = webhook_settings(state, &dest.configuration)?;
@@ -255,20 +296,20 @@ impl Target {
                                 Some(&host),
                             )
                             .await
-                            .map_err(|e| e.at("configuration.credential_handle"))?;
+                            .map_err(|e| TargetError::Credential("configuration.credential_handle", e))?;
                         // The egress layer would refuse it at the first send;
                         // say so when the destination is made.
                         if let Some(connector) = &record.connector_id {
-                            return Err(ApiError::invalid_field(
+                            return Err(TargetError::Invalid(ApiError::invalid_field(
                                 "configuration.credential_handle",
                                 format!(
                                     "this credential is bound to connector {connector}, so only that connector may use it; a webhook takes a credential bound to no connector"
                                 ),
-                            ));
+                            )));
                         }
                         let placement = crate::credentials::vault::placement(&record)
-                            .map_err(|m| ApiError::invalid_field("configuration.credential_handle", m))?;
-                        Some(CredentialUse { handle, placement })
+                            .map_err(|m| ApiError::invalid_field("configuration.credential_handle", m.to_string()))?;
+                        Some(CredentialUse { handle: record.credential_handle.clone(), placement })
                     }
                     None => None,
                 };
@@ -276,15 +317,15 @@ impl Target {
             }
             RetlDestinationKind::Connector => {
                 let s = connector_settings(&dest.configuration)?;
-                let plugin = state.plugins.available(s.connector_id).await?;
-                if !plugin.info.operations.contains(&Operation::Write) {
-                    return Err(ApiError::invalid_field(
+                let connector = state.plugins.connector(s.connector_id, workspace_id).await?;
+                if !connector.plugin().info.operations.contains(&Operation::Write) {
+                    return Err(TargetError::Invalid(ApiError::invalid_field(
                         "configuration.connector_id",
-                        format!("connector {} cannot write records", plugin.plugin_id),
-                    ));
+                        format!("connector {} cannot write records", connector.plugin().plugin_id),
+                    )));
                 }
                 let config = s.configuration.to_string();
-                let streams = state.plugins.runtime().discover(&plugin, workspace_id, &state.egress, &config).await?;
+                let streams = connector.discover(&config).await?;
                 let writable =
                     streams.iter().find(|st| st.name == s.object).and_then(|st| writable(&st.json_schema)).ok_or_else(
                         || {
@@ -303,13 +344,13 @@ impl Target {
                     None => writable.keys[0].clone(),
                     Some(f) if writable.keys.iter().any(|k| k == f) => f.to_owned(),
                     Some(f) => {
-                        return Err(ApiError::invalid_field(
+                        return Err(TargetError::Invalid(ApiError::invalid_field(
                             "configuration.match_field",
                             format!("{} records are matched by {}, not {f}", s.object, writable.keys.join(" or ")),
-                        ));
+                        )));
                     }
                 };
-                Ok(Target::Connector { plugin, config, object: s.object.to_owned(), writable, match_field })
+                Ok(Target::Connector { connector, config, object: s.object.to_owned(), writable, match_field })
             }
         }
     }
@@ -372,7 +413,7 @@ impl Target {
         records: &[(String, Map<String, Value>)],
     ) -> Result<Vec<Option<String>>, SendError> {
         match self {
-            Target::Connector { plugin, config, object, match_field, .. } => {
+            Target::Connector { connector, config, object, match_field, .. } => {
                 let req = WriteRequest {
                     config: config.clone(),
                     stream: object.clone(),
@@ -380,12 +421,7 @@ impl Target {
                     key_fields: vec![match_field.clone()],
                     records: records.iter().map(|(_, r)| Value::Object(r.clone()).to_string()).collect(),
                 };
-                let result = state
-                    .plugins
-                    .runtime()
-                    .write(plugin, workspace_id, &state.egress, &req)
-                    .await
-                    .map_err(invocation_failure)?;
+                let result = connector.write(&req).await.map_err(invocation_failure)?;
                 let mut outcome = vec![None; records.len()];
                 for e in result.errors {
                     if let Some(slot) = outcome.get_mut(e.index as usize) {
@@ -456,14 +492,8 @@ fn rejections(body: &[u8], n: usize) -> Vec<Option<String>> {
 }
 
 fn invocation_failure(e: InvocationError) -> SendError {
-    let transient = matches!(
-        e,
-        InvocationError::Timeout
-            | InvocationError::Host(_)
-            | InvocationError::Connector(ConnectorError::RateLimited(_) | ConnectorError::ProviderUnavailable(_))
-    );
     let message = short(&e.to_string());
-    if transient { SendError::Transient(message) } else { SendError::Permanent(message) }
+    if e.is_transient() { SendError::Transient(message) } else { SendError::Permanent(message) }
 }
 
 fn egress_failure(e: EgressError) -> SendError {

@@ -34,6 +34,19 @@ impl CredentialHandle {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The handles a configuration object names, with the keys that name
+    /// them: `credential_handle`, or any key ending in
+    /// `_credential_handle` (a connector with several credentials).
+    pub fn in_configuration(config: &serde_json::Value) -> Vec<(&str, CredentialHandle)> {
+        config
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| *key == "credential_handle" || key.ends_with("_credential_handle"))
+            .filter_map(|(key, value)| value.as_str().map(|h| (key.as_str(), CredentialHandle::new(h))))
+            .collect()
+    }
 }
 
 impl std::fmt::Display for CredentialHandle {

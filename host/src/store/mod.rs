@@ -16,8 +16,9 @@
 //! - [`idempotency`]: stored responses for `Idempotency-Key` replays;
 //! - [`credentials`], [`entry_links`], [`oauth`]: sealed credentials,
 //!   credential-entry links and OAuth flows in progress;
-//! - [`sources`], [`pipelines`]: sources, destinations, pipelines, stream
-//!   state and jobs;
+//! - [`sources`], [`destinations`], [`pipelines`]: sources, destinations,
+//!   pipelines with their schedules and stream state;
+//! - [`jobs`]: jobs with their leases, attempts and progress;
 //! - [`reverse_etl`]: models, reverse-ETL destinations, activations, their
 //!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
@@ -34,9 +35,11 @@ pub mod approvals;
 pub mod audit;
 pub mod caches;
 pub mod credentials;
+pub mod destinations;
 pub mod entry_links;
 pub mod idempotency;
 pub mod invitations;
+pub mod jobs;
 pub mod kinds;
 pub mod notices;
 pub mod oauth;

@@ -8,8 +8,10 @@ use serde_json::Value;
 use sqlx::Row;
 use utoipa::ToSchema;
 
+use super::destinations::DeleteRefused;
+use super::jobs::{JOB_COLUMNS, Job, JobFor, NotQueued, job_from_row};
 use super::kinds::{ActivationMode, JobKind, RetlDestinationKind, Trigger};
-use super::pipelines::{DeleteRefused, JOB_COLUMNS, Job, JobFor, NotQueued, Schedule, job_from_row};
+use super::pipelines::Schedule;
 use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A model: one read-only query over a warehouse destination.

@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::pipelines::DeleteRefused;
+use super::destinations::DeleteRefused;
 use super::{Store, StoreResult, from_ms, new_id, now_ms};
 
 /// A configured source.

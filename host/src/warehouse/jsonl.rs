@@ -4,6 +4,7 @@
 
 use std::io::Write;
 
+use super::WriteError;
 use super::shape::Shaped;
 
 /// What a line adds to its record's text (`bytes` in all) besides the
@@ -18,13 +19,13 @@ const LINE_OVERHEAD: usize = r#""_service_raw_id":"","_service_extracted_at":,"_
 /// wrote them (bar reserved ones), then the metadata fields. Sized once,
 /// for at most what the batch takes: growing a buffer of megabytes copies
 /// it into memory the kernel must first clear.
-pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str) -> Result<Vec<u8>, String> {
+pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str) -> Result<Vec<u8>, WriteError> {
     let capacity = bytes + shaped.iter().map(|r| r.raw_id.len() + meta.len() + LINE_OVERHEAD).sum::<usize>();
     let mut out = Vec::with_capacity(capacity);
     for record in shaped {
         out.push(b'{');
         for (name, raw) in record.fields.iter().filter(|(name, _)| !name.starts_with("_service_")) {
-            serde_json::to_writer(&mut out, name.as_ref()).map_err(|e| e.to_string())?;
+            serde_json::to_writer(&mut out, name.as_ref()).map_err(|e| WriteError::BadRecord(e.to_string()))?;
             out.push(b':');
             out.extend_from_slice(raw.get().as_bytes());
             out.push(b',');

@@ -188,7 +188,9 @@ mod tests {
             "a first part was written before the last was queued ({during} records)"
         );
         assert_eq!(during + loader.drain().await.unwrap().records, 12_001);
-        let Writer::Sql { db: super::super::Db::Sqlite(pool, ..), .. } = &*writer else { panic!("an SQLite writer") };
+        let Writer::Sql { db: crate::warehouse::tables::Db::Sqlite(pool, ..), .. } = &*writer else {
+            panic!("an SQLite writer")
+        };
         let count: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(pool).await.unwrap();
         assert_eq!(count, 9000);
         let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, v FROM events WHERE id IN ('0', '1', '2999', '3000', '3001', '8999') ORDER BY CAST(id AS INTEGER)").fetch_all(pool).await.unwrap();

@@ -21,8 +21,8 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
 
-use super::METADATA_COLUMNS;
 use super::shape::Row;
+use super::{METADATA_COLUMNS, WriteError};
 use crate::config::egress::HostPattern;
 pub use crate::config::warehouse::WarehousePolicy;
 
@@ -128,6 +128,27 @@ pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
     Ok(Target { host, port: url.port().unwrap_or(5432), database: database.to_owned(), user: user.to_owned(), tls })
 }
 
+/// Why a destination's database is not connected to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unreachable {
+    #[error("{0} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
+    HostNotAllowed(String),
+    #[error("{0} did not resolve: {1}")]
+    Unresolved(String, String),
+    #[error("{host} resolves to a {why} ({ip}), which the operator does not allow")]
+    AddressRefused { host: String, ip: IpAddr, why: &'static str },
+    #[error("the server's environment sets PGOPTIONS; refusing to pass it to a destination")]
+    EnvironmentOptions,
+}
+
+impl Unreachable {
+    /// Whether asking again later may succeed (a name that did not
+    /// resolve may); the operator's rules will not change by themselves.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Unreachable::Unresolved(..))
+    }
+}
+
 /// Resolves and checks the target's host and builds the driver's options
 /// from the target's parts alone.
 ///
@@ -140,27 +161,24 @@ pub async fn connect_options(
     target: &Target,
     password: Option<&SecretString>,
     policy: &WarehousePolicy,
-) -> Result<PgConnectOptions, String> {
+) -> Result<PgConnectOptions, Unreachable> {
     if !policy.allows_name(&target.host) {
-        return Err(format!(
-            "{} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)",
-            target.host
-        ));
+        return Err(Unreachable::HostNotAllowed(target.host.clone()));
     }
     let addresses: Vec<IpAddr> = match target.host.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
         Err(_) => tokio::net::lookup_host((target.host.as_str(), target.port))
             .await
-            .map_err(|e| format!("{} did not resolve: {e}", target.host))?
+            .map_err(|e| Unreachable::Unresolved(target.host.clone(), e.to_string()))?
             .map(|a| a.ip())
             .collect(),
     };
     if addresses.is_empty() {
-        return Err(format!("{} did not resolve", target.host));
+        return Err(Unreachable::Unresolved(target.host.clone(), "no address".into()));
     }
     for ip in &addresses {
         if let Some(why) = refusal(policy, *ip) {
-            return Err(format!("{} resolves to a {why} ({ip}), which the operator does not allow", target.host));
+            return Err(Unreachable::AddressRefused { host: target.host.clone(), ip: *ip, why });
         }
     }
     let host = if password.is_some() { target.host.clone() } else { addresses[0].to_string() };
@@ -175,7 +193,7 @@ pub async fn connect_options(
         .ssl_mode(target.tls.driver())
         .application_name("service");
     if options.get_options().is_some() {
-        return Err("the server's environment sets PGOPTIONS; refusing to pass it to a destination".into());
+        return Err(Unreachable::EnvironmentOptions);
     }
     Ok(options)
 }
@@ -190,15 +208,18 @@ pub(super) const POSTGRES_CONNECTIONS: u32 = 2;
 /// line ends, delimiters and escapes, which was most of its CPU time per
 /// row (about 1 KB each). A NUL character is refused: PostgreSQL text
 /// cannot hold one, and retrying would fail the same way.
-pub(super) fn copy_field(out: &mut Vec<u8>, value: Option<&str>) -> Result<(), String> {
+pub(super) fn copy_field(out: &mut Vec<u8>, value: Option<&str>) -> Result<(), WriteError> {
     let Some(value) = value.map(str::as_bytes) else {
         out.extend_from_slice(&(-1i32).to_be_bytes());
         return Ok(());
     };
     if memchr::memchr(0, value).is_some() {
-        return Err("a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into());
+        return Err(WriteError::BadRecord(
+            "a record holds a NUL character (\\u0000), which PostgreSQL text cannot store".into(),
+        ));
     }
-    let len = i32::try_from(value.len()).map_err(|_| "a value is larger than PostgreSQL allows".to_owned())?;
+    let len = i32::try_from(value.len())
+        .map_err(|_| WriteError::BadRecord("a value is larger than PostgreSQL allows".into()))?;
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(value);
     Ok(())
@@ -211,9 +232,9 @@ pub(super) const COPY_BINARY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\
 /// Rows in `COPY ... (FORMAT binary)` form, for the columns `names`: the
 /// key, the extraction time (`BIGINT`), the metadata, then the fields (all
 /// `TEXT`).
-pub(super) fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result<Vec<u8>, String> {
+pub(super) fn copy_data(names: &[String], rows: &[Row<'_>], now: i64, meta: &str) -> Result<Vec<u8>, WriteError> {
     let count = i16::try_from(names.len())
-        .map_err(|_| "a record has more fields than a PostgreSQL table can hold".to_owned())?;
+        .map_err(|_| WriteError::BadRecord("a record has more fields than a PostgreSQL table can hold".into()))?;
     let size = |v: &Option<Cow<'_, str>>| 4 + v.as_ref().map_or(0, |c| c.len());
     let mut data = Vec::with_capacity(
         COPY_BINARY_HEADER.len()
@@ -249,10 +270,10 @@ pub(super) enum CopyData {
 /// text)` form: tab-separated, `\N` for NULL, with backslash, tab, newline
 /// and carriage return escaped, and the extraction time (the second field)
 /// as a decimal number.
-pub(super) fn copy_text_from_binary(data: &[u8]) -> Result<Vec<u8>, String> {
-    let corrupt = || "the prepared batch is corrupt".to_owned();
+pub(super) fn copy_text_from_binary(data: &[u8]) -> Result<Vec<u8>, WriteError> {
+    let corrupt = || WriteError::Destination("the prepared batch is corrupt".into());
     let mut at = COPY_BINARY_HEADER.len();
-    let mut take = |n: usize| -> Result<&[u8], String> {
+    let mut take = |n: usize| -> Result<&[u8], WriteError> {
         let bytes: &[u8] = data.get(at..at + n).ok_or_else(corrupt)?;
         at += n;
         Ok(bytes)

@@ -187,7 +187,7 @@ pub async fn run(
         DestinationConfig::Postgres { target, model_role, .. } => {
             let options = postgres::connect_options(target, password.as_ref(), place.warehouses)
                 .await
-                .map_err(QueryError::Unavailable)?;
+                .map_err(|e| QueryError::Unavailable(e.to_string()))?;
             let role = model_role.clone();
             tokio::spawn(async move {
                 let result = postgres_rows(options, role.as_deref(), &model, &tx).await;

@@ -9,8 +9,8 @@ use std::ptr::NonNull;
 use libsqlite3_sys as ffi;
 use sqlx::sqlite::SqliteConnectOptions;
 
-use super::METADATA_COLUMNS;
 use super::shape::Row;
+use super::{METADATA_COLUMNS, WriteError};
 
 /// How long an SQLite warehouse's connections wait for another's lock
 /// (the pool's and the [`RowWriter`]'s take turns writing) before failing.
@@ -94,7 +94,7 @@ impl SqliteRows {
         rows: &[Row<'_>],
         now: i64,
         meta: &str,
-    ) -> Result<SqliteRows, String> {
+    ) -> Result<SqliteRows, WriteError> {
         let width = names.len() - METADATA_COLUMNS.len();
         let sql = format!(
             "INSERT INTO {target} ({}) VALUES ({}){upsert}",
@@ -104,7 +104,7 @@ impl SqliteRows {
         let size: usize =
             rows.iter().map(|(key, values)| key.len() + values.iter().flatten().map(|v| v.len()).sum::<usize>()).sum();
         if u32::try_from(size).is_err() {
-            return Err("a batch for SQLite must hold less than 4 GiB of text".into());
+            return Err(WriteError::BadRecord("a batch for SQLite must hold less than 4 GiB of text".into()));
         }
         let mut text = String::with_capacity(size);
         let mut spans = Vec::with_capacity(rows.len() * (1 + width));
@@ -147,7 +147,7 @@ unsafe impl Send for RowWriter {}
 impl RowWriter {
     /// Opens the existing database file at `path` (the pool created it and
     /// put it in WAL mode). Blocking: call it off the async workers.
-    pub(super) fn open(path: &std::path::Path) -> Result<RowWriter, String> {
+    pub(super) fn open(path: &std::path::Path) -> Result<RowWriter, SqliteFailure> {
         // `Send` above needs a thread-safe build (sqlx bundles one; a
         // system library could be built otherwise).
         // SAFETY: a constant of the library, callable at any time.
@@ -179,7 +179,7 @@ impl RowWriter {
     }
 
     /// Writes `rows` in one transaction: all of them, or none.
-    pub(super) fn write(&mut self, rows: &SqliteRows) -> Result<(), String> {
+    pub(super) fn write(&mut self, rows: &SqliteRows) -> Result<(), SqliteFailure> {
         self.exec("BEGIN IMMEDIATE")?;
         // Rolled back on every way out but a commit, a panic included, so
         // no transaction is left holding the write lock.
@@ -190,7 +190,7 @@ impl RowWriter {
         Ok(())
     }
 
-    fn insert_all(&mut self, rows: &SqliteRows) -> Result<(), String> {
+    fn insert_all(&mut self, rows: &SqliteRows) -> Result<(), SqliteFailure> {
         let stmt = self.statement(&rows.sql)?.as_ptr();
         let result = (|| {
             // The metadata are the same for every row; bindings outlive a
@@ -229,7 +229,7 @@ impl RowWriter {
 
     /// The prepared upsert for `sql`, preparing it when it is not the last
     /// one.
-    fn statement(&mut self, sql: &str) -> Result<NonNull<ffi::sqlite3_stmt>, String> {
+    fn statement(&mut self, sql: &str) -> Result<NonNull<ffi::sqlite3_stmt>, SqliteFailure> {
         if let Some((text, stmt)) = &self.insert
             && text == sql
         {
@@ -263,7 +263,7 @@ impl RowWriter {
     }
 
     /// Runs statements that return no rows.
-    fn exec(&mut self, sql: &str) -> Result<(), String> {
+    fn exec(&mut self, sql: &str) -> Result<(), SqliteFailure> {
         let sql = CString::new(sql).map_err(|_| "a statement holds a NUL byte".to_owned())?;
         // SAFETY: the handle is open and `sql` NUL-terminated.
         let rc = unsafe {
@@ -272,20 +272,38 @@ impl RowWriter {
         self.check(rc)
     }
 
-    fn check(&self, rc: c_int) -> Result<(), String> {
+    fn check(&self, rc: c_int) -> Result<(), SqliteFailure> {
         if rc == ffi::SQLITE_OK { Ok(()) } else { Err(self.error()) }
     }
 
     /// The connection's last error, as SQLite words it.
-    fn error(&self) -> String {
+    fn error(&self) -> SqliteFailure {
         // SAFETY: the handle is open (or failed to open, which
         // `sqlite3_errmsg` also describes); the message is NUL-terminated
         // and copied before the next call on the connection.
         unsafe {
             let code = ffi::sqlite3_extended_errcode(self.db.as_ptr());
             let message = CStr::from_ptr(ffi::sqlite3_errmsg(self.db.as_ptr())).to_string_lossy();
-            format!("{message} (SQLite code {code})")
+            SqliteFailure(format!("{message} (SQLite code {code})"))
         }
+    }
+}
+
+/// Why the row writer failed: SQLite's own words (or why it could not
+/// start).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SqliteFailure(pub String);
+
+impl From<&str> for SqliteFailure {
+    fn from(m: &str) -> Self {
+        SqliteFailure(m.to_owned())
+    }
+}
+
+impl From<String> for SqliteFailure {
+    fn from(m: String) -> Self {
+        SqliteFailure(m)
     }
 }
 
@@ -334,8 +352,11 @@ fn bind_text(stmt: *mut ffi::sqlite3_stmt, index: c_int, value: &str) -> c_int {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tables::Db;
     use super::super::tests::test_place;
     use super::super::*;
+    use crate::store::pipelines::StreamSyncMode;
+    use serde_json::json;
 
     /// The rows of one batch: all of them land, with their values as
     /// given (escapes decoded, NUL kept, missing fields NULL), or none do.

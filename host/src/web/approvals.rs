@@ -14,8 +14,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::page::{escape, page_with_style};
 use super::signin::{browser_session, csrf, csrf_ok, csrf_refused};
-use super::{escape, page_with_style};
 use crate::access::{Principal, WorkspaceAccess};
 use crate::audit::AuditNote;
 use crate::error::ApiError;

@@ -31,8 +31,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use url::Url;
 
+use super::accounts::ClientInfo;
+use super::page::{escape, page};
 use super::signin::{browser_session, csrf, csrf_ok, csrf_refused};
-use super::{ClientInfo, escape, page};
 use crate::access::{ClientSource, tokens};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -151,7 +152,9 @@ pub async fn authorize_page(
     // Browsers hold the redirect after the form to `form-action` too: the
     // checked loopback origin is allowed, nothing else.
     let origin = checked.redirect.origin().ascii_serialization();
-    response.headers_mut().insert(axum::http::header::CONTENT_SECURITY_POLICY, super::csp_with_form_target(&origin));
+    response
+        .headers_mut()
+        .insert(axum::http::header::CONTENT_SECURITY_POLICY, super::page::csp_with_form_target(&origin));
     if let Some(set) = set {
         response.headers_mut().append(axum::http::header::SET_COOKIE, set);
     }
@@ -177,7 +180,7 @@ pub async fn authorize(
         return Redirect::to("/sign-in").into_response();
     };
     let allowed = a.decision == "allow";
-    let event = super::AccountEvent {
+    let event = super::accounts::AccountEvent {
         user_id: &session.user_id,
         session_id: Some(&session.session_id),
         client_source: ClientSource::Api,
@@ -186,7 +189,7 @@ pub async fn authorize(
         status: 303,
     };
     if !allowed {
-        super::audit_account(&state, &event, &client).await;
+        super::accounts::audit_account(&state, &event, &client).await;
         checked.redirect.query_pairs_mut().append_pair("error", "access_denied").append_pair("state", &a.state);
         return Redirect::to(checked.redirect.as_str()).into_response();
     }
@@ -202,7 +205,7 @@ pub async fn authorize(
     if let Err(e) = state.store.create_cli_code(&issued, &tokens::hash_secret(&code)).await {
         return ApiError::from(e).into_response();
     }
-    super::audit_account(&state, &event, &client).await;
+    super::accounts::audit_account(&state, &event, &client).await;
     checked.redirect.query_pairs_mut().append_pair("code", code.expose_secret()).append_pair("state", &a.state);
     Redirect::to(checked.redirect.as_str()).into_response()
 }
@@ -242,7 +245,7 @@ pub async fn exchange(
     };
     let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(x.code_verifier.as_bytes()));
     let matches: bool = subtle::ConstantTimeEq::ct_eq(challenge.as_bytes(), issued.code_challenge.as_bytes()).into();
-    let mut event = super::AccountEvent {
+    let mut event = super::accounts::AccountEvent {
         user_id: &issued.user_id,
         session_id: None,
         client_source: ClientSource::Cli,
@@ -251,23 +254,23 @@ pub async fn exchange(
         status: 400,
     };
     if !matches || x.redirect_uri != issued.redirect_uri {
-        super::audit_account(&state, &event, &client).await;
+        super::accounts::audit_account(&state, &event, &client).await;
         return refused(&state);
     }
     let label = format!("CLI on {}", issued.host_label);
-    let issue = super::Issue {
+    let issue = super::accounts::Issue {
         user_id: &issued.user_id,
         label: &label,
         kind: SessionKind::Session,
         client_source: ClientSource::Cli,
         not_after: issued.session_expires_at,
     };
-    match super::issue_session(&state, &client, &issue).await {
+    match super::accounts::issue_session(&state, &client, &issue).await {
         Ok((token, session_id)) => {
             event.session_id = Some(&session_id);
             event.outcome = AuditOutcome::Succeeded;
             event.status = 200;
-            super::audit_account(&state, &event, &client).await;
+            super::accounts::audit_account(&state, &event, &client).await;
             axum::Json(
                 json!({ "access_token": token.expose_secret(), "token_type": "Bearer", "session_id": session_id }),
             )

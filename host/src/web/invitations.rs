@@ -11,11 +11,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 
-use super::signin::{browser_session, csrf, csrf_ok, csrf_refused};
-use super::{
-    ClientInfo, PASSWORD_FIELD, SIGN_IN_LATER, api_session, chosen_password, escape, gone, keep_password, page,
-    password_refused, token_page,
+use super::accounts::{
+    ClientInfo, PASSWORD_FIELD, SIGN_IN_LATER, api_session, chosen_password, keep_password, password_refused,
 };
+use super::page::{escape, gone, page, token_page};
+use super::signin::{browser_session, csrf, csrf_ok, csrf_refused};
 use crate::access::tokens;
 use crate::state::AppState;
 use crate::store::audit::NewAuditRecord;

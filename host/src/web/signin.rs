@@ -30,7 +30,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-use super::{ClientInfo, escape, page};
+use super::accounts::ClientInfo;
+use super::page::{escape, page};
 use crate::access::{ClientSource, passwords, tokens};
 use crate::state::AppState;
 use crate::store::kinds::AuditOutcome;
@@ -251,7 +252,7 @@ pub async fn sign_in(
             drop(attempt);
             tracing::info!(address = %address, "web sign-in refused");
             if let Some(user) = other {
-                let event = super::AccountEvent {
+                let event = super::accounts::AccountEvent {
                     user_id: &user.user_id,
                     session_id: None,
                     client_source: ClientSource::Api,
@@ -259,7 +260,7 @@ pub async fn sign_in(
                     outcome: AuditOutcome::Denied,
                     status: 401,
                 };
-                super::audit_account(&state, &event, &client).await;
+                super::accounts::audit_account(&state, &event, &client).await;
             }
             return with_cookie(
                 StatusCode::UNAUTHORIZED,
@@ -269,18 +270,18 @@ pub async fn sign_in(
         }
     };
     attempt.succeeded();
-    let issue = super::Issue {
+    let issue = super::accounts::Issue {
         user_id: &user.user_id,
         label: "web sign-in",
         kind: SessionKind::Web,
         client_source: ClientSource::Api,
         not_after: None,
     };
-    let (session, session_id) = match super::issue_session(&state, &client, &issue).await {
+    let (session, session_id) = match super::accounts::issue_session(&state, &client, &issue).await {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
-    let event = super::AccountEvent {
+    let event = super::accounts::AccountEvent {
         user_id: &user.user_id,
         session_id: Some(&session_id),
         client_source: ClientSource::Api,
@@ -288,7 +289,7 @@ pub async fn sign_in(
         outcome: AuditOutcome::Succeeded,
         status: 303,
     };
-    super::audit_account(&state, &event, &client).await;
+    super::accounts::audit_account(&state, &event, &client).await;
     let max_age = state.config.session_ttl_ms / 1000;
     let mut response = Redirect::to(&next).into_response();
     *response.status_mut() = StatusCode::SEE_OTHER;
@@ -338,7 +339,7 @@ pub async fn sign_out(
         if let Err(e) = crate::ops::sessions::end_session(&state, &session.session_id).await {
             return e.into_response();
         }
-        let event = super::AccountEvent {
+        let event = super::accounts::AccountEvent {
             user_id: &session.user_id,
             session_id: Some(&session.session_id),
             client_source: ClientSource::Api,
@@ -346,7 +347,7 @@ pub async fn sign_out(
             outcome: AuditOutcome::Succeeded,
             status: 200,
         };
-        super::audit_account(&state, &event, &client).await;
+        super::accounts::audit_account(&state, &event, &client).await;
     }
     let mut response =
         page("Signed out", "<p>You are signed out. <a href=\"/sign-in\">Sign in again</a></p>").into_response();

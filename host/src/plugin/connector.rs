@@ -1,0 +1,56 @@
+//! A plugin bound to what every call of it needs: the workspace it runs
+//! for and the egress that polices its requests. Handed out by
+//! [`super::registry::Registry::connector`] only for a plugin that is
+//! available (loaded, enabled, the component the operator enabled), so
+//! the operations' callers pass their own input and nothing else.
+
+use std::sync::Arc;
+
+use super::sandbox::RecordSink;
+use super::types::{CheckResult, EntityOption, ReadRequest, Stream, WriteRequest, WriteResult};
+use super::{InvocationError, LoadedPlugin, Runtime};
+use crate::egress::Egress;
+
+/// A connector ready to be called for one workspace.
+pub struct Connector {
+    plugin: Arc<LoadedPlugin>,
+    runtime: Arc<Runtime>,
+    egress: Egress,
+    workspace_id: String,
+}
+
+impl Connector {
+    pub(super) fn new(plugin: Arc<LoadedPlugin>, runtime: Arc<Runtime>, egress: Egress, workspace_id: &str) -> Self {
+        Connector { plugin, runtime, egress, workspace_id: workspace_id.to_owned() }
+    }
+
+    /// The plugin behind it (its description, digest, interface version).
+    pub fn plugin(&self) -> &Arc<LoadedPlugin> {
+        &self.plugin
+    }
+
+    pub async fn check(&self, config: &str) -> Result<CheckResult, InvocationError> {
+        self.runtime.check(&self.plugin, &self.workspace_id, &self.egress, config).await
+    }
+
+    pub async fn discover(&self, config: &str) -> Result<Vec<Stream>, InvocationError> {
+        self.runtime.discover(&self.plugin, &self.workspace_id, &self.egress, config).await
+    }
+
+    pub async fn entity_options(&self, config: &str, field: &str) -> Result<Vec<EntityOption>, InvocationError> {
+        self.runtime.entity_options(&self.plugin, &self.workspace_id, &self.egress, config, field).await
+    }
+
+    pub async fn preview(&self, config: &str) -> Result<serde_json::Value, InvocationError> {
+        self.runtime.preview(&self.plugin, &self.workspace_id, &self.egress, config).await
+    }
+
+    /// Reads one stream into `sink`.
+    pub async fn read(&self, req: &ReadRequest, sink: Box<dyn RecordSink>) -> Result<(), InvocationError> {
+        self.runtime.read(&self.plugin, &self.workspace_id, &self.egress, req, sink).await
+    }
+
+    pub async fn write(&self, req: &WriteRequest) -> Result<WriteResult, InvocationError> {
+        self.runtime.write(&self.plugin, &self.workspace_id, &self.egress, req).await
+    }
+}

@@ -1,0 +1,187 @@
+//! Destinations: where pipelines load and reverse-ETL models read, and
+//! the one rule for deleting what something still uses.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::kinds::DestinationKind;
+use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
+
+/// A configured destination.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Destination {
+    pub destination_id: String,
+    pub workspace_id: String,
+    pub kind: DestinationKind,
+    pub name: String,
+    pub configuration: Value,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Why a source or destination was not deleted.
+#[derive(Debug)]
+pub enum DeleteRefused {
+    NotFound,
+    /// The records that still use it: their table (`pipelines`,
+    /// `retl_models`, `retl_activations`) and ids.
+    InUse {
+        table: &'static str,
+        ids: Vec<String>,
+    },
+}
+
+fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {
+    let configuration: String = r.try_get("configuration")?;
+    Ok(Destination {
+        destination_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        kind: decode(r.try_get("kind")?, DestinationKind::parse, "kind")?,
+        name: r.try_get("name")?,
+        configuration: serde_json::from_str(&configuration).unwrap_or(Value::Null),
+        created_by: r.try_get("created_by")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+const DEST_COLUMNS: &str = "id, workspace_id, kind, name, configuration, created_by, created_at, updated_at";
+
+impl Store {
+    pub async fn create_destination(
+        &self,
+        workspace_id: &str,
+        kind: DestinationKind,
+        name: &str,
+        configuration: &Value,
+        by: &str,
+    ) -> StoreResult<Destination> {
+        let id = new_id("dst");
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO destinations (id, workspace_id, kind, name, configuration, created_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+        )
+        .bind(&id)
+        .bind(workspace_id)
+        .bind(kind.as_str())
+        .bind(name)
+        .bind(configuration.to_string())
+        .bind(by)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(self.destination(workspace_id, &id).await?.expect("just inserted"))
+    }
+
+    pub async fn destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Destination>> {
+        let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(destination_from_row).transpose()
+    }
+
+    pub async fn destinations(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Destination>> {
+        let sql = format!(
+            "SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(destination_from_row).collect()
+    }
+
+    /// Destinations of every workspace that keep files in the data
+    /// directory (SQLite and JSON-lines).
+    pub async fn file_destinations(&self) -> StoreResult<Vec<Destination>> {
+        let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE kind IN ('sqlite', 'jsonl') ORDER BY id");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
+        rows.iter().map(destination_from_row).collect()
+    }
+
+    pub async fn update_destination(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        name: &str,
+        configuration: &Value,
+    ) -> StoreResult<Option<Destination>> {
+        sqlx::query("UPDATE destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
+            .bind(name)
+            .bind(configuration.to_string())
+            .bind(now_ms())
+            .bind(workspace_id)
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        self.destination(workspace_id, id).await
+    }
+
+    /// Deletes a destination no pipeline uses; the tables and files it
+    /// wrote stay where they are.
+    pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+        self.delete_unless_used(
+            "destinations",
+            workspace_id,
+            id,
+            &[("pipelines", "destination_id"), ("retl_models", "warehouse_id")],
+        )
+        .await
+    }
+
+    /// Deletes a row of `table` unless a row of one of `users` (table,
+    /// column) names it. The check and the delete run in one transaction,
+    /// the row locked on PostgreSQL (a user's foreign key waits on that
+    /// lock), so a pipeline or activation created meanwhile cannot be left
+    /// pointing at nothing.
+    pub(super) async fn delete_unless_used(
+        &self,
+        table: &'static str,
+        workspace_id: &str,
+        id: &str,
+        users: &[(&'static str, &'static str)],
+    ) -> StoreResult<Result<(), DeleteRefused>> {
+        let mut tx = self.begin_write().await?;
+        let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
+        let exists = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM {table} WHERE workspace_id = $1 AND id = $2{lock}"
+        )))
+        .bind(workspace_id)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if exists.is_none() {
+            return Ok(Err(DeleteRefused::NotFound));
+        }
+        for &(user, column) in users {
+            let ids =
+                sqlx::query(sqlx::AssertSqlSafe(format!("SELECT id FROM {user} WHERE {column} = $1 ORDER BY id")))
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>("id"))
+                    .collect::<Result<Vec<_>, _>>()?;
+            if !ids.is_empty() {
+                return Ok(Err(DeleteRefused::InUse { table: user, ids }));
+            }
+        }
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE workspace_id = $1 AND id = $2")))
+            .bind(workspace_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+}

@@ -1,0 +1,388 @@
+//! Jobs: queued with at most one active per pipeline or activation,
+//! claimed with leases, kept alive by heartbeats, retried, cancelled, and
+//! their attempts and progress.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::kinds::{JobKind, JobStatus, Trigger};
+use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
+
+/// One attempt of a job.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobAttempt {
+    /// 1 for the first attempt.
+    pub attempt: i64,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `succeeded`, `failed`, `retrying` (failed, another attempt follows),
+    /// `cancelled`, `abandoned` (its runner stopped), or null while running.
+    pub outcome: Option<String>,
+    /// The sanitised error of an attempt that did not succeed.
+    pub error: Option<String>,
+}
+
+/// Which jobs `GET /jobs` lists.
+#[derive(Debug, Default, Clone)]
+pub struct JobFilter {
+    pub pipeline_id: Option<String>,
+    pub activation_id: Option<String>,
+    pub status: Option<JobStatus>,
+    pub kind: Option<JobKind>,
+    /// Created at or after (Unix ms).
+    pub created_after: Option<i64>,
+    /// Created before (Unix ms).
+    pub created_before: Option<i64>,
+}
+
+/// A job's record.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Job {
+    pub job_id: String,
+    pub workspace_id: String,
+    /// The pipeline of a sync or reset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_id: Option<String>,
+    /// The reverse-ETL activation of a run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activation_id: Option<String>,
+    pub kind: JobKind,
+    pub status: JobStatus,
+    pub trigger: Trigger,
+    pub attempts: i64,
+    /// Totals (records, bytes) and per-stream progress.
+    pub progress: Value,
+    /// Sanitised reason of a failure.
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
+    let progress: String = r.try_get("progress")?;
+    Ok(Job {
+        job_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        pipeline_id: r.try_get("pipeline_id")?,
+        activation_id: r.try_get("activation_id")?,
+        kind: decode(r.try_get("kind")?, JobKind::parse, "kind")?,
+        status: decode(r.try_get("status")?, JobStatus::parse, "status")?,
+        trigger: decode(r.try_get("trigger_source")?, Trigger::parse, "trigger_source")?,
+        attempts: r.try_get("attempts")?,
+        progress: serde_json::from_str(&progress).unwrap_or(Value::Null),
+        error: r.try_get("error")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        started_at: r.try_get::<Option<i64>, _>("started_at")?.map(from_ms),
+        finished_at: r.try_get::<Option<i64>, _>("finished_at")?.map(from_ms),
+    })
+}
+
+pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
+
+/// What a job runs for: at most one of its jobs is active at a time.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum JobFor<'a> {
+    Pipeline(&'a str),
+    Activation(&'a str),
+}
+
+impl JobFor<'_> {
+    /// Its column in `jobs`, its id and the prefix of its jobs' ids (one
+    /// active per column value: `jobs_one_active_per_pipeline`,
+    /// `jobs_one_active_per_activation`).
+    fn parts(&self) -> (&'static str, &str, &'static str) {
+        match self {
+            JobFor::Pipeline(id) => ("pipeline_id", id, "job"),
+            JobFor::Activation(id) => ("activation_id", id, "run"),
+        }
+    }
+}
+
+/// Why a job was not queued.
+#[derive(Debug)]
+pub enum NotQueued {
+    /// Another job of its pipeline or activation is active (this one,
+    /// unless it ended meanwhile).
+    Active(Option<Job>),
+    /// Its pipeline or activation was deleted meanwhile.
+    Gone,
+}
+
+impl Store {
+    /// Creates a queued job unless one is active for the pipeline: the
+    /// partial unique index decides, so it holds across replicas.
+    pub async fn create_job(
+        &self,
+        workspace_id: &str,
+        pipeline_id: &str,
+        kind: JobKind,
+        trigger: Trigger,
+    ) -> StoreResult<Result<Job, NotQueued>> {
+        self.queue_job(workspace_id, JobFor::Pipeline(pipeline_id), kind, trigger).await
+    }
+
+    pub async fn active_job(&self, pipeline_id: &str) -> StoreResult<Option<Job>> {
+        self.active_job_for(JobFor::Pipeline(pipeline_id)).await
+    }
+
+    /// Queues a job (a pipeline's sync or reset, an activation's run)
+    /// unless one is active for the same pipeline or activation: a partial
+    /// unique index decides, so it holds across replicas.
+    pub(super) async fn queue_job(
+        &self,
+        workspace_id: &str,
+        subject: JobFor<'_>,
+        kind: JobKind,
+        trigger: Trigger,
+    ) -> StoreResult<Result<Job, NotQueued>> {
+        let (column, owner, prefix) = subject.parts();
+        let id = new_id(prefix);
+        let now = now_ms();
+        let sql = format!(
+            "INSERT INTO jobs (id, workspace_id, {column}, kind, status, trigger_source, attempts, not_before, progress, created_at) \
+             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, '{{}}', $6)"
+        );
+        let inserted = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&id)
+            .bind(workspace_id)
+            .bind(owner)
+            .bind(kind.as_str())
+            .bind(trigger.as_str())
+            .bind(now)
+            .execute(self.pool())
+            .await;
+        match inserted {
+            Ok(_) => Ok(Ok(self.job(workspace_id, &id).await?.expect("just inserted"))),
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Ok(Err(NotQueued::Gone)),
+            // The only unique rule a new job can break is its index's.
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
+                Ok(Err(NotQueued::Active(self.active_job_for(subject).await?)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The queued or running job of a pipeline or activation.
+    pub(super) async fn active_job_for(&self, subject: JobFor<'_>) -> StoreResult<Option<Job>> {
+        let (column, owner, ..) = subject.parts();
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE {column} = $1 AND status IN ('queued', 'running')");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(owner).fetch_optional(self.pool()).await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    pub async fn job(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Claims a runnable job: queued and due, or running with an expired
+    /// lease (its runner died). Fair between workspaces: the job of the
+    /// workspace with the fewest running jobs first (the oldest among
+    /// those), and none of a workspace that already runs `per_workspace`.
+    /// One conditional update, so two runners never hold the same job.
+    pub async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
+        let now = now_ms();
+        let candidate = sqlx::query(
+            "SELECT id FROM (SELECT j.id, j.created_at, \
+                 (SELECT COUNT(*) FROM jobs r WHERE r.workspace_id = j.workspace_id AND r.status = 'running' AND r.lease_expires_at >= $1) AS busy \
+               FROM jobs j WHERE (j.status = 'queued' AND j.not_before <= $1) OR (j.status = 'running' AND j.lease_expires_at < $1)) c \
+             WHERE c.busy < $2 ORDER BY c.busy, c.created_at LIMIT 1",
+        )
+        .bind(now)
+        .bind(per_workspace)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(candidate) = candidate else { return Ok(None) };
+        let id: String = candidate.try_get("id")?;
+        let n = sqlx::query(
+            "UPDATE jobs SET status = 'running', lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, \
+             started_at = COALESCE(started_at, $3) WHERE id = $4 AND ((status = 'queued' AND not_before <= $3) OR (status = 'running' AND lease_expires_at < $3))",
+        )
+        .bind(owner)
+        .bind(now + lease_ms)
+        .bind(now)
+        .bind(&id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&id).fetch_one(self.pool()).await?;
+        let job = job_from_row(&row)?;
+        // An earlier attempt still open lost its runner (its lease ran out).
+        sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = 'abandoned', error = 'the runner stopped renewing its lease' WHERE job_id = $2 AND finished_at IS NULL")
+            .bind(now)
+            .bind(&id)
+            .execute(self.pool())
+            .await?;
+        sqlx::query("INSERT INTO job_attempts (job_id, attempt, runner, started_at) VALUES ($1, $2, $3, $4)")
+            .bind(&id)
+            .bind(job.attempts)
+            .bind(owner)
+            .bind(now)
+            .execute(self.pool())
+            .await?;
+        Ok(Some(job))
+    }
+
+    /// Closes the open attempt of a job held by `owner`.
+    pub async fn end_attempt(&self, job_id: &str, owner: &str, outcome: &str, error: Option<&str>) -> StoreResult<()> {
+        sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = $2, error = $3 WHERE job_id = $4 AND runner = $5 AND finished_at IS NULL")
+            .bind(now_ms())
+            .bind(outcome)
+            .bind(error)
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// A job's attempts, oldest first.
+    pub async fn job_attempts(&self, job_id: &str) -> StoreResult<Vec<JobAttempt>> {
+        let rows = sqlx::query("SELECT attempt, started_at, finished_at, outcome, error FROM job_attempts WHERE job_id = $1 ORDER BY attempt")
+            .bind(job_id)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(JobAttempt {
+                    attempt: r.try_get("attempt")?,
+                    started_at: from_ms(r.try_get("started_at")?),
+                    finished_at: r.try_get::<Option<i64>, _>("finished_at")?.map(from_ms),
+                    outcome: r.try_get("outcome")?,
+                    error: r.try_get("error")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Jobs of a workspace, newest first, filtered; `after` is the id of
+    /// the last job of the previous page (an unknown one ends the list).
+    pub async fn jobs(
+        &self,
+        workspace_id: &str,
+        f: &JobFilter,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Job>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND ($2 IS NULL OR pipeline_id = $2) AND ($3 IS NULL OR status = $3) \
+             AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR created_at >= $5) AND ($6 IS NULL OR created_at < $6) \
+             AND ($7 IS NULL OR (created_at, id) < (SELECT p.created_at, p.id FROM jobs p WHERE p.id = $7 AND p.workspace_id = $1)) \
+             AND ($9 IS NULL OR activation_id = $9) \
+             ORDER BY created_at DESC, id DESC LIMIT $8"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(f.pipeline_id.as_deref())
+            .bind(f.status.map(|s| s.as_str()))
+            .bind(f.kind.map(|k| k.as_str()))
+            .bind(f.created_after)
+            .bind(f.created_before)
+            .bind(after)
+            .bind(limit)
+            .bind(f.activation_id.as_deref())
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Extends a lease; false when the job is no longer this runner's
+    /// (taken over, or cancelled).
+    pub async fn heartbeat(&self, job_id: &str, owner: &str, lease_ms: i64) -> StoreResult<bool> {
+        let n = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND status = 'running'",
+        )
+        .bind(now_ms() + lease_ms)
+        .bind(job_id)
+        .bind(owner)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    pub async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
+        sqlx::query("UPDATE jobs SET progress = $1 WHERE id = $2")
+            .bind(progress.to_string())
+            .bind(job_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a job held by `owner`.
+    pub async fn finish_job(
+        &self,
+        job_id: &str,
+        owner: &str,
+        status: JobStatus,
+        error: Option<&str>,
+    ) -> StoreResult<()> {
+        let n = sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
+            .bind(status.as_str())
+            .bind(error)
+            .bind(now_ms())
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        // A job cancelled meanwhile keeps the attempt as its cancellation closed it.
+        if n == 1 {
+            self.end_attempt(job_id, owner, status.as_str(), error).await?;
+        }
+        Ok(())
+    }
+
+    /// Puts a job back in the queue after a transient failure.
+    pub async fn retry_job(&self, job_id: &str, owner: &str, not_before: i64, error: &str) -> StoreResult<()> {
+        let n = sqlx::query("UPDATE jobs SET status = 'queued', not_before = $1, error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3 AND lease_owner = $4")
+            .bind(not_before)
+            .bind(error)
+            .bind(job_id)
+            .bind(owner)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        if n == 1 {
+            self.end_attempt(job_id, owner, "retrying", Some(error)).await?;
+        }
+        Ok(())
+    }
+
+    /// Cancels a queued or running job.
+    pub async fn cancel_job(&self, workspace_id: &str, job_id: &str) -> StoreResult<bool> {
+        let n = sqlx::query(
+            "UPDATE jobs SET status = 'cancelled', finished_at = $1, lease_owner = NULL WHERE workspace_id = $2 AND id = $3 AND status IN ('queued', 'running')",
+        )
+        .bind(now_ms())
+        .bind(workspace_id)
+        .bind(job_id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        if n == 1 {
+            sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = 'cancelled' WHERE job_id = $2 AND finished_at IS NULL")
+                .bind(now_ms())
+                .bind(job_id)
+                .execute(self.pool())
+                .await?;
+        }
+        Ok(n == 1)
+    }
+
+    /// Whether a job is still this runner's to run.
+    pub async fn job_status(&self, job_id: &str) -> StoreResult<Option<JobStatus>> {
+        let row = sqlx::query("SELECT status FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
+        row.map(|r| decode(r.try_get("status")?, JobStatus::parse, "status")).transpose()
+    }
+}

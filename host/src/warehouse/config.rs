@@ -1,0 +1,134 @@
+//! Destination configurations, checked ([`validate`]), and where a
+//! workspace's files live and what its databases may reach ([`Place`]).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::postgres::{self};
+use crate::error::ApiError;
+use crate::store::kinds::DestinationKind;
+
+/// Where a job's destination lives and what it may reach: files of a
+/// workspace stay under that workspace's own folders, so no other
+/// workspace can name them (a destination's `file` is only a name, and the
+/// folder is the workspace's), and databases are reached only as the
+/// operator allows.
+pub struct Place<'a> {
+    pub data_dir: &'a Path,
+    pub workspace_id: &'a str,
+    pub warehouses: &'a postgres::WarehousePolicy,
+}
+
+impl Place<'_> {
+    /// `<data-dir>/warehouses/<workspace>`: the workspace's SQLite files.
+    pub fn warehouse_dir(&self) -> std::path::PathBuf {
+        self.data_dir.join("warehouses").join(self.workspace_id)
+    }
+
+    /// `<data-dir>/exports/<workspace>`: the workspace's JSON-lines folders.
+    pub fn export_dir(&self) -> std::path::PathBuf {
+        self.data_dir.join("exports").join(self.workspace_id)
+    }
+}
+
+/// A validated destination configuration.
+#[derive(Debug, Clone)]
+pub enum DestinationConfig {
+    /// `<data-dir>/warehouses/<workspace>/<file>`.
+    Sqlite { file: String },
+    /// A PostgreSQL database; the password, if any, by credential handle
+    /// (bound to the database host); reverse-ETL models run as
+    /// `model_role` when it is given.
+    Postgres { target: postgres::Target, credential_handle: Option<String>, model_role: Option<String> },
+    /// `<data-dir>/exports/<workspace>/<directory>/<stream>.jsonl`.
+    Jsonl { directory: String },
+}
+
+pub(crate) fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
+    let v = v.ok_or_else(|| ApiError::invalid_field(field, format!("{field} is required")))?;
+    let ok = !v.is_empty()
+        && v.len() <= 100
+        && !v.starts_with('.')
+        && v.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if !ok {
+        return Err(ApiError::invalid_field(
+            field,
+            format!("{field} must be a plain file name (letters, digits, . _ -)"),
+        ));
+    }
+    // SQLite keeps a database's write-ahead log, shared-memory index and
+    // rollback journal beside it under these suffixes: a destination named
+    // like one would write into another destination's live state.
+    let lower = v.to_ascii_lowercase();
+    if SIDE_FILE_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
+        return Err(ApiError::invalid_field(
+            field,
+            format!(
+                "{field} must not end in {}: SQLite uses those names for its own files",
+                SIDE_FILE_SUFFIXES.join(", ")
+            ),
+        ));
+    }
+    Ok(v.to_owned())
+}
+
+/// Names SQLite gives the files it keeps beside a database.
+pub(crate) const SIDE_FILE_SUFFIXES: &[&str] = &["-wal", "-shm", "-journal"];
+
+/// Validates a destination of `kind`.
+pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConfig, ApiError> {
+    let obj = config
+        .as_object()
+        .ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
+    let allowed: &[&str] = match kind {
+        DestinationKind::Sqlite => &["file"],
+        DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
+        DestinationKind::Jsonl => &["directory"],
+    };
+    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
+    }
+    Ok(match kind {
+        DestinationKind::Sqlite => DestinationConfig::Sqlite {
+            file: plain_name("configuration.file", obj.get("file").and_then(Value::as_str))?,
+        },
+        DestinationKind::Jsonl => DestinationConfig::Jsonl {
+            directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))?,
+        },
+        DestinationKind::Postgres => {
+            let raw = obj
+                .get("url")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
+            let url = url::Url::parse(raw)
+                .map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
+            if url.password().is_some() {
+                return Err(ApiError::secret_refused("configuration.url"));
+            }
+            let credential_handle = match obj.get("credential_handle") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(h)) => Some(h.clone()),
+                Some(_) => {
+                    return Err(ApiError::invalid_field(
+                        "configuration.credential_handle",
+                        "credential_handle must be a string",
+                    ));
+                }
+            };
+            let target = postgres::parse(&url, credential_handle.is_some())
+                .map_err(|m| ApiError::invalid_field("configuration.url", m))?;
+            let model_role = match obj.get("model_role") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(r)) if postgres::plain(r) => Some(r.clone()),
+                Some(_) => {
+                    return Err(ApiError::invalid_field(
+                        "configuration.model_role",
+                        "model_role must be a role name (letters, digits, _ - . $)",
+                    ));
+                }
+            };
+            DestinationConfig::Postgres { target, credential_handle, model_role }
+        }
+    })
+}
