@@ -40,12 +40,8 @@
 //! it finishes before the next run starts (work it starts later, such
 //! as autovacuum on its own schedule, is not waited for).
 
-#[path = "../tests/integration/support/hubspot.rs"]
-#[allow(dead_code)]
-mod hubspot;
-#[path = "../tests/integration/support/provider.rs"]
-#[allow(dead_code)]
-mod provider;
+use testkit::hubspot;
+use testkit::provider;
 mod support;
 
 use std::collections::HashMap;

@@ -15,9 +15,7 @@
 //! Run with `cargo bench -p service --bench reverse_etl`. Nothing asserts
 //! the timings; they depend on the machine. The row counts are checked.
 
-#[path = "../tests/integration/support/provider.rs"]
-#[allow(dead_code)]
-mod provider;
+use testkit::provider;
 mod support;
 
 use std::sync::Arc;

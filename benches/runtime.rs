@@ -16,9 +16,7 @@
 //! Run with `cargo bench -p service --bench runtime`. Figures depend on the
 //! machine; nothing asserts them.
 
-#[path = "../tests/integration/support/provider.rs"]
-#[allow(dead_code)]
-mod provider;
+use testkit::provider;
 mod support;
 
 use std::time::{Duration, Instant};

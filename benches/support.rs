@@ -13,12 +13,9 @@ use service::state::AppState;
 use service::store::pipelines::StreamSyncMode;
 use service::warehouse::{DestinationConfig, Loader, Place, Writer};
 
-#[path = "../tests/integration/support/plugins.rs"]
 // Not every benchmark loads a test plugin.
-#[allow(dead_code)]
-mod plugins;
 #[allow(unused_imports)]
-pub use plugins::test_plugin;
+pub use testkit::plugins::test_plugin;
 
 /// A server state (no listener) in `dir`, bootstrapped with an
 /// administrator `bench@example.test`.

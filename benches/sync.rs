@@ -11,9 +11,7 @@
 //! transfer included): on a shared machine it varies much less than the
 //! wall-clock rate, so it is the better figure for comparing two builds.
 
-#[path = "../tests/integration/support/provider.rs"]
-#[allow(dead_code)]
-mod provider;
+use testkit::provider;
 mod support;
 
 use std::collections::HashMap;

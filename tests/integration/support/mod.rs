@@ -15,23 +15,18 @@
 //!   database), [`PgDatabase`], the per-backend test macros and response
 //!   checks;
 //! - [`process`]: the `service` binary run as a user runs it;
-//! - [`provider`]: a TLS test CA and fake providers over real HTTPS;
-//! - [`mailcoach`]: the email-campaign provider's fake;
-//! - [`routes`]: canned provider routes;
-//! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
-//! - [`plugins`]: building and finding the test plugins.
+//! - from the `testkit` crate (shared with the benchmarks): [`provider`]
+//!   (a TLS test CA and fake providers over real HTTPS), [`mailcoach`] and
+//!   [`hubspot`] (the bundled connectors' providers), [`routes`] (canned
+//!   routes), [`fakepg`] (a fake PostgreSQL) and [`test_plugin`] (the
+//!   test plugins' builder).
 
 #![allow(dead_code)]
 
-pub mod fakepg;
-pub mod hubspot;
-pub mod mailcoach;
-pub mod plugins;
 pub mod process;
-pub mod provider;
-pub mod routes;
 
-pub use plugins::test_plugin;
+pub use testkit::plugins::test_plugin;
+pub use testkit::{fakepg, hubspot, mailcoach, provider, routes};
 
 use std::path::PathBuf;
 

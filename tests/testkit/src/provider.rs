@@ -19,6 +19,12 @@ pub struct TestCa {
     pub pem: String,
 }
 
+impl Default for TestCa {
+    fn default() -> Self {
+        TestCa::new()
+    }
+}
+
 impl TestCa {
     pub fn new() -> TestCa {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();

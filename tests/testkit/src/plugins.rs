@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 pub fn test_plugin(name: &str) -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let target = PathBuf::from(env!("SERVICE_WASM_TARGET_DIR"));
+        // `tests/testkit` -> the repository; the guest builds share the
+        // server's own guest target directory (`target/wasm`).
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().and_then(Path::parent).unwrap();
+        let target = root.join("target").join("wasm");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let out = std::process::Command::new(cargo)
             .current_dir(root.join("tests/plugins"))

@@ -1,0 +1,21 @@
+//! What the server's integration tests and benchmarks share, so neither
+//! borrows the other's files: fake providers that speak the real protocols
+//! over real HTTPS, a fake PostgreSQL that records what it is sent, and
+//! the builder of the test plugins.
+//!
+//! Layout:
+//! - [`provider`]: a test CA and HTTPS fake providers on loopback, with the
+//!   pins and roots the egress layer is pointed at them by;
+//! - [`mailcoach`]: the email-campaign provider's fake (Mailcoach's API);
+//! - [`hubspot`]: the social-media provider's fake (HubSpot's broadcasts,
+//!   OAuth and accounts);
+//! - [`routes`]: canned provider routes for small tests;
+//! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
+//! - [`plugins`]: building and finding the test plugins (`tests/plugins`).
+
+pub mod fakepg;
+pub mod hubspot;
+pub mod mailcoach;
+pub mod plugins;
+pub mod provider;
+pub mod routes;
