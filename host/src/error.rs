@@ -46,28 +46,28 @@ impl ApiError {
     }
 
     /// Adds structured details.
-    pub fn with_details(mut self, details: Value) -> Self {
+    pub(crate) fn with_details(mut self, details: Value) -> Self {
         self.details = details;
         self
     }
 
     /// 400 with a named code.
-    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
     /// 400 `VALIDATION_FAILED` naming the offending field.
-    pub fn invalid_field(field: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_field(field: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "VALIDATION_FAILED", message).with_details(json!({ "field": field }))
     }
 
     /// 401: no usable bearer token.
-    pub fn unauthenticated(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthenticated(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "401", message)
     }
 
     /// 403 with the spec's code `"403"`; the message says permission denied.
-    pub fn permission_denied(message: impl Into<String>) -> Self {
+    pub(crate) fn permission_denied(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "403", message)
     }
 
@@ -78,7 +78,7 @@ impl ApiError {
     }
 
     /// 409 with a named code.
-    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn conflict(code: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
     }
 
@@ -86,13 +86,13 @@ impl ApiError {
     /// allowed host): not the client's fault, not transient, and retrying
     /// will not help until the operator acts; the code names the setting's
     /// subject and the message the setting.
-    pub fn not_configured(code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn not_configured(code: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
     }
 
     /// 400 `SECRET_NOT_ACCEPTED`: a secret arrived outside a credential
     /// flow (spec section 4, safety rule 5).
-    pub fn secret_refused(field: &str) -> Self {
+    pub(crate) fn secret_refused(field: &str) -> Self {
         Self::bad_request(
             "SECRET_NOT_ACCEPTED",
             "secret values are not accepted here: store the secret through a credential flow \
@@ -156,7 +156,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Result of an API operation.
-pub type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 impl From<crate::plugin::InvocationError> for ApiError {
     /// One mapping from runtime outcomes to client errors. Messages come

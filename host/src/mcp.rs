@@ -67,7 +67,7 @@ enum BodyArgs {
 
 /// The tools and how to run them.
 #[derive(Debug, Default)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     tools: Vec<Tool>,
     routes: HashMap<String, Route>,
 }
@@ -103,7 +103,7 @@ fn inline_refs(v: &Value, components: &Map<String, Value>, defs: &mut Map<String
 
 impl Catalog {
     /// Builds the tools from an OpenAPI document.
-    pub fn from_openapi(doc: &Value) -> Catalog {
+    pub(crate) fn from_openapi(doc: &Value) -> Catalog {
         let components = doc["components"]["schemas"].as_object().cloned().unwrap_or_default();
         let mut catalog = Catalog::default();
         let Some(paths) = doc["paths"].as_object() else { return catalog };
@@ -206,20 +206,15 @@ impl Catalog {
         catalog.tools.sort_by(|a, b| a.name.cmp(&b.name));
         catalog
     }
-
-    /// Names of every tool.
-    pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.name.to_string()).collect()
-    }
 }
 
 /// Sends one API request and returns (status, body).
-pub trait Dispatch: Send + Sync + 'static {
+pub(crate) trait Dispatch: Send + Sync + 'static {
     fn send(&self, req: axum::http::Request<Body>) -> Pin<Box<dyn Future<Output = (u16, Vec<u8>)> + Send + '_>>;
 }
 
 /// Dispatch into this server's own router, in process.
-pub struct InProcess(pub axum::Router);
+pub(crate) struct InProcess(pub axum::Router);
 
 impl Dispatch for InProcess {
     fn send(&self, req: axum::http::Request<Body>) -> Pin<Box<dyn Future<Output = (u16, Vec<u8>)> + Send + '_>> {
@@ -242,7 +237,7 @@ impl Dispatch for InProcess {
 }
 
 /// Dispatch to a running server over HTTP (`service mcp`).
-pub struct Remote {
+pub(crate) struct Remote {
     pub base: url::Url,
     pub client: reqwest::Client,
 }
@@ -282,7 +277,7 @@ pub enum Token {
 
 /// The MCP server handler.
 #[derive(Clone)]
-pub struct McpServer {
+pub(crate) struct McpServer {
     catalog: Arc<Catalog>,
     dispatch: Arc<dyn Dispatch>,
     token: Token,
@@ -401,7 +396,7 @@ impl ServerHandler for McpServer {
 }
 
 /// The `/mcp` endpoint: streamable HTTP, stateless JSON answers.
-pub fn http_service(
+pub(crate) fn http_service(
     catalog: Arc<Catalog>,
     api: axum::Router,
     allowed_hosts: Vec<String>,
@@ -421,7 +416,7 @@ pub fn http_service(
 
 /// `service mcp`: serves the tools over stdio, calling the running server
 /// whose root (where `/v1` starts) is `base`.
-pub async fn serve_stdio(base: url::Url, token: SecretString) -> anyhow::Result<()> {
+pub(crate) async fn serve_stdio(base: url::Url, token: SecretString) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let client = reqwest::Client::new();
     let doc: Value = client.get(base.join("openapi.json")?).send().await?.error_for_status()?.json().await?;

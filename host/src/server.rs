@@ -31,13 +31,13 @@ mod bundled {
 }
 
 /// The bundled plugins as the registry takes them.
-pub fn bundled_plugins() -> Vec<(&'static str, &'static [u8])> {
+pub(crate) fn bundled_plugins() -> Vec<(&'static str, &'static [u8])> {
     bundled::BUNDLED.to_vec()
 }
 
 /// The compiled-plugin cache in `dir`, authenticated with a key derived
 /// from the master key.
-pub fn compile_cache(dir: &std::path::Path, vault: &Vault) -> crate::plugin::CompileCache {
+pub(crate) fn compile_cache(dir: &std::path::Path, vault: &Vault) -> crate::plugin::CompileCache {
     crate::plugin::CompileCache { dir: dir.to_owned(), key: vault.derived_key("plugin-cache").into_secret() }
 }
 

@@ -18,7 +18,7 @@ use crate::config::limits::Network;
 /// The client's address, as [`resolve`] found it; put on every request by
 /// the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddress(pub IpAddr);
+pub(crate) struct ClientAddress(pub IpAddr);
 
 /// The client address of a request whose connection comes from `peer`.
 pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[Network]) -> IpAddr {
@@ -93,7 +93,7 @@ pub fn of(parts: &Parts) -> Option<IpAddr> {
 }
 
 /// [`of`], from a request's extensions.
-pub fn from_extensions(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+pub(crate) fn from_extensions(extensions: &axum::http::Extensions) -> Option<IpAddr> {
     extensions
         .get::<ClientAddress>()
         .map(|c| c.0)

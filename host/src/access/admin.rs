@@ -161,7 +161,7 @@ pub async fn set_password(
 
 /// Normalises and checks an e-mail address (lower case, one `@`, a dotted
 /// domain, no spaces).
-pub fn normalise_email(raw: &str) -> Result<String, crate::error::ApiError> {
+pub(crate) fn normalise_email(raw: &str) -> Result<String, crate::error::ApiError> {
     let email = raw.trim().to_ascii_lowercase();
     let valid = email.len() <= 254
         && email.split_once('@').is_some_and(|(local, domain)| {

@@ -8,9 +8,9 @@ use argon2::{Algorithm, Argon2, Params, Version};
 use secrecy::{ExposeSecret, SecretString};
 
 /// The shortest password accepted, in characters.
-pub const MIN_CHARS: usize = 12;
+pub(crate) const MIN_CHARS: usize = 12;
 /// The longest, in bytes (hashing cost stays bounded).
-pub const MAX_BYTES: usize = 1024;
+pub(crate) const MAX_BYTES: usize = 1024;
 
 fn argon2() -> Argon2<'static> {
     // 19 MiB, 2 passes, 1 lane: OWASP's minimum for Argon2id.

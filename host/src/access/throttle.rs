@@ -113,7 +113,7 @@ const SIGN_IN_FAILURES_PER_ACCOUNT: Rate = Rate { per_second: 1.0 / 60.0, burst:
 
 /// Password checks (Argon2id, 19 MiB each) one server runs at once; a
 /// sign-in that finds them all busy is answered 429 rather than queued.
-pub const PASSWORD_CHECKS: usize = 4;
+pub(crate) const PASSWORD_CHECKS: usize = 4;
 
 impl Throttle {
     pub fn new(s: ThrottleSettings) -> Self {
@@ -136,7 +136,7 @@ impl Throttle {
 
     /// Refuses `address` while it has used up its failures (one-time codes
     /// that did not match).
-    pub fn failures_exhausted(&self, address: IpAddr) -> Result<(), Limited> {
+    pub(crate) fn failures_exhausted(&self, address: IpAddr) -> Result<(), Limited> {
         match self.failures_by_address.exhausted(&address, Instant::now()) {
             Some(wait) => Err(Limited { what: "too many failed attempts from this address", wait }),
             None => Ok(()),
@@ -152,7 +152,7 @@ impl Throttle {
     /// address (when known) and the token; refused once either has used
     /// up its failures. Only ever called for a token that failed: a valid
     /// one never meets this limit.
-    pub fn invalid_token(&self, address: Option<IpAddr>, token_hash: &str) -> Result<(), Limited> {
+    pub(crate) fn invalid_token(&self, address: Option<IpAddr>, token_hash: &str) -> Result<(), Limited> {
         let now = Instant::now();
         let by_address = address.map(|a| self.failures_by_address.take(&a, 1.0, now)).unwrap_or(Ok(()));
         let by_token = self.failures_by_token.take(&token_hash.to_owned(), 1.0, now);
@@ -167,7 +167,7 @@ impl Throttle {
     /// the password is checked, atomically for each: of many concurrent
     /// attempts no more than the limit get past this. The attempt is given
     /// back when the password matches ([`SignInAttempt::succeeded`]).
-    pub fn sign_in_attempt(&self, address: IpAddr, account: &str) -> Result<SignInAttempt<'_>, Limited> {
+    pub(crate) fn sign_in_attempt(&self, address: IpAddr, account: &str) -> Result<SignInAttempt<'_>, Limited> {
         let now = Instant::now();
         self.failures_by_address
             .take(&address, 1.0, now)
@@ -180,7 +180,7 @@ impl Throttle {
     }
 
     /// A turn to check a password, when one is free.
-    pub fn password_check(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Limited> {
+    pub(crate) fn password_check(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Limited> {
         self.password_checks
             .try_acquire()
             .map_err(|_| Limited { what: "too many sign-ins at once", wait: Duration::from_secs(1) })
@@ -196,7 +196,7 @@ impl Throttle {
 
 /// A sign-in attempt reserved against its limits: spent unless it
 /// [`succeeded`](SignInAttempt::succeeded) or was [`abandoned`](SignInAttempt::abandoned).
-pub struct SignInAttempt<'a> {
+pub(crate) struct SignInAttempt<'a> {
     throttle: &'a Throttle,
     address: IpAddr,
     account: String,

@@ -12,9 +12,9 @@ use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 /// Prefix of session and API tokens.
-pub const TOKEN_PREFIX: &str = "svc_";
+pub(crate) const TOKEN_PREFIX: &str = "svc_";
 /// Prefix of one-time login codes and invitation tokens.
-pub const CODE_PREFIX: &str = "svc1_";
+pub(crate) const CODE_PREFIX: &str = "svc1_";
 
 /// A fresh random secret with `prefix`.
 pub fn generate(prefix: &str) -> SecretString {
@@ -34,7 +34,7 @@ pub fn hash(token: &str) -> String {
 }
 
 /// Hash of a secret token without exposing it anywhere else.
-pub fn hash_secret(token: &SecretString) -> String {
+pub(crate) fn hash_secret(token: &SecretString) -> String {
     hash(token.expose_secret())
 }
 

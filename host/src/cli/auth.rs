@@ -189,7 +189,7 @@ async fn browser_login(addresses: &Addresses, no_browser: bool) -> Result<Secret
 }
 
 /// Opens `url` in the user's browser; false when none could be started.
-pub fn open_browser(url: &str) -> bool {
+pub(crate) fn open_browser(url: &str) -> bool {
     let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
     std::process::Command::new(opener)
         .arg(url)

@@ -114,7 +114,7 @@ fn with_slash(mut u: Url) -> Url {
 
 /// One stored login.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Login {
+pub(crate) struct Login {
     pub token: String,
     pub email: String,
     pub session_id: String,
@@ -169,12 +169,12 @@ fn write_logins(a: &Addresses, file: &LoginFile) -> Result<(), CliFailure> {
 }
 
 /// The login stored for the API address.
-pub fn stored_login(a: &Addresses) -> Result<Option<Login>, CliFailure> {
+pub(crate) fn stored_login(a: &Addresses) -> Result<Option<Login>, CliFailure> {
     Ok(read_logins(a)?.logins.get(a.api().as_str()).cloned())
 }
 
 /// Stores (or, with `None`, forgets) the login of the API address.
-pub fn store_login(a: &Addresses, login: Option<Login>) -> Result<(), CliFailure> {
+pub(crate) fn store_login(a: &Addresses, login: Option<Login>) -> Result<(), CliFailure> {
     let mut file = read_logins(a)?;
     match login {
         Some(l) => file.logins.insert(a.api().to_string(), l),
@@ -220,7 +220,7 @@ impl ApiClient {
     }
 
     /// Addresses `workspace` (else the caller's default workspace).
-    pub fn in_workspace(mut self, workspace: Option<String>) -> ApiClient {
+    pub(crate) fn in_workspace(mut self, workspace: Option<String>) -> ApiClient {
         self.workspace = workspace.filter(|w| !w.is_empty());
         self
     }

@@ -96,7 +96,7 @@ pub struct EgressPolicy {
 /// Hosts allowed when the operator configures none: the cloud domain of the
 /// bundled email-campaign connector and the API host of the bundled
 /// social-media source.
-pub const DEFAULT_ALLOWED_HOSTS: &str = "*.mailcoach.app,api.hubapi.com";
+pub(crate) const DEFAULT_ALLOWED_HOSTS: &str = "*.mailcoach.app,api.hubapi.com";
 
 impl Default for EgressPolicy {
     fn default() -> Self {

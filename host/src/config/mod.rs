@@ -361,7 +361,7 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Builds the configuration from parsed flags and the environment.
-    pub fn from_args(storage: &StorageArgs, serve: &ServeArgs) -> Result<Self, ConfigError> {
+    pub(crate) fn from_args(storage: &StorageArgs, serve: &ServeArgs) -> Result<Self, ConfigError> {
         let database_url = database_url(storage)?;
         let public_url = match &serve.public_url {
             Some(u) if u.scheme() == "http" || u.scheme() == "https" => ensure_trailing_slash(u.clone()),
@@ -435,7 +435,7 @@ pub fn database_url(storage: &StorageArgs) -> Result<String, ConfigError> {
 /// Refuses a data directory other users can enter: it holds the master
 /// key, the SQLite database and the warehouses. Checked at every start,
 /// since a directory created right can be opened up later.
-pub fn check_data_dir(dir: &Path) -> Result<(), ConfigError> {
+pub(crate) fn check_data_dir(dir: &Path) -> Result<(), ConfigError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -459,7 +459,7 @@ pub fn check_data_dir(dir: &Path) -> Result<(), ConfigError> {
 }
 
 /// Creates the data directory (mode 0700) if needed.
-pub fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
+pub(crate) fn ensure_data_dir(dir: &Path) -> Result<(), ConfigError> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

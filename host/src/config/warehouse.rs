@@ -79,7 +79,7 @@ impl WarehousePolicy {
 
     /// Whether a destination may name `host` (a name, or an address the
     /// operator listed).
-    pub fn allows_name(&self, host: &str) -> bool {
+    pub(crate) fn allows_name(&self, host: &str) -> bool {
         match host.parse::<IpAddr>() {
             Ok(ip) => self.networks.iter().any(|n| n.contains(ip)),
             Err(_) => self.names.iter().any(|p| p.matches(&host.to_ascii_lowercase())),
@@ -88,7 +88,7 @@ impl WarehousePolicy {
 
     /// Whether `ip` is in a network the operator listed (which vouches
     /// for it, private or not).
-    pub fn lists_address(&self, ip: IpAddr) -> bool {
+    pub(crate) fn lists_address(&self, ip: IpAddr) -> bool {
         self.networks.iter().any(|n| n.contains(ip))
     }
 }

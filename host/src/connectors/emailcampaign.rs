@@ -21,16 +21,16 @@ use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 
 /// The product connector id.
-pub const CONNECTOR_ID: &str = "conn_emailcampaign_edm";
+pub(crate) const CONNECTOR_ID: &str = "conn_emailcampaign_edm";
 
 /// The provider's cloud domain: cloud base URLs are on a subdomain of it.
-pub const CLOUD_DOMAIN: &str = "mailcoach.app";
+pub(crate) const CLOUD_DOMAIN: &str = "mailcoach.app";
 
 /// How the provider is deployed. Absent means `self_hosted`, so saved
 /// configurations without the field keep working.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum ConnectionMethod {
+pub(crate) enum ConnectionMethod {
     /// The customer's own instance; its host must be approved by the operator.
     #[default]
     SelfHosted,
@@ -58,7 +58,7 @@ impl ConnectionMethod {
 
 /// Why a base URL was refused: the rule of spec section 8 it broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BaseUrlRejection {
+pub(crate) struct BaseUrlRejection {
     /// Number of the rule in the spec's list (1-7).
     pub rule_number: u8,
     /// Stable name of the rule.
@@ -99,7 +99,7 @@ const INTERNAL_SUFFIXES: &[&str] = &[
 /// digits, backslashes, tabs, percent-encoded hosts, dot segments, upper
 /// case), so the input must survive parsing unchanged. Hosts are compared
 /// label by label, never with a naive suffix check.
-pub fn validate_base_url(
+pub(crate) fn validate_base_url(
     raw: &str,
     method: ConnectionMethod,
     approved: &[HostPattern],
@@ -203,7 +203,7 @@ pub fn validate_base_url(
 }
 
 /// Answers a base_url that breaks a rule, naming the rule.
-pub fn base_url_error(r: BaseUrlRejection) -> ApiError {
+pub(crate) fn base_url_error(r: BaseUrlRejection) -> ApiError {
     ApiError::bad_request("BASE_URL_REJECTED", format!("base_url rejected: {}", r.message))
         .with_details(json!({ "field": "base_url", "rule": r.rule, "rule_number": r.rule_number }))
 }
@@ -211,7 +211,7 @@ pub fn base_url_error(r: BaseUrlRejection) -> ApiError {
 /// The email-campaign rules for a saved source configuration: the same
 /// base_url validator, a known connection method (absent means
 /// self_hosted), and a credential bound to the base_url's host.
-pub struct Rules;
+pub(crate) struct Rules;
 
 impl ConnectorRules for Rules {
     fn connector_id(&self) -> &'static str {
@@ -264,7 +264,7 @@ pub const METRICS: &[&str] = &[
 ];
 
 /// Keeps only known metrics with numeric (or null) values.
-pub fn sanitise_metrics(v: &Value) -> Value {
+pub(crate) fn sanitise_metrics(v: &Value) -> Value {
     let mut out = Map::new();
     for name in METRICS {
         let value = match v.get(*name) {
@@ -277,7 +277,7 @@ pub fn sanitise_metrics(v: &Value) -> Value {
 }
 
 /// Keeps only known coverage entries with known values.
-pub fn sanitise_coverage(v: &Value) -> Value {
+pub(crate) fn sanitise_coverage(v: &Value) -> Value {
     let mut out = Map::new();
     for name in METRICS {
         let value = v
@@ -298,7 +298,7 @@ fn short_string(v: Option<&Value>) -> Value {
 }
 
 /// Campaign rows of a preview, field by field.
-pub fn sanitise_campaigns(v: &Value) -> Value {
+pub(crate) fn sanitise_campaigns(v: &Value) -> Value {
     let rows = v.as_array().map(|a| a.as_slice()).unwrap_or_default();
     Value::Array(
         rows.iter()

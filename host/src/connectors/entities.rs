@@ -19,7 +19,7 @@ use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 
 /// The key under which the host hands the plugin the credential's account.
-pub const CREDENTIAL_ACCOUNT: &str = "credential_account";
+pub(crate) const CREDENTIAL_ACCOUNT: &str = "credential_account";
 
 /// One choice for a config field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]

@@ -18,10 +18,10 @@ use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 
 /// The connector id.
-pub const CONNECTOR_ID: &str = "conn_socialmedia_hub";
+pub(crate) const CONNECTOR_ID: &str = "conn_socialmedia_hub";
 
 /// The rules.
-pub struct Rules;
+pub(crate) struct Rules;
 
 /// An id as text (saved configurations may hold numbers).
 fn id(v: &Value) -> Option<String> {

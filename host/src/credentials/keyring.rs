@@ -23,10 +23,10 @@ use crate::config::ConfigError;
 pub use crate::store::credentials::Sealed;
 
 /// Environment variable holding the master key.
-pub const MASTER_KEY_ENV: &str = "SERVICE_MASTER_KEY";
+pub(crate) const MASTER_KEY_ENV: &str = "SERVICE_MASTER_KEY";
 /// Environment variable holding the new key when the current one comes from
 /// the environment (`service admin rotate-master-key`).
-pub const NEW_MASTER_KEY_ENV: &str = "SERVICE_NEW_MASTER_KEY";
+pub(crate) const NEW_MASTER_KEY_ENV: &str = "SERVICE_NEW_MASTER_KEY";
 /// Name of the key file in the data directory.
 pub const KEY_FILE: &str = "master.key";
 
@@ -73,7 +73,7 @@ pub struct DerivedKey(SecretBox<[u8; 32]>);
 impl DerivedKey {
     /// HMAC-SHA256 of `parts`, each length-prefixed so no two sequences of
     /// parts give the same input.
-    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+    pub(crate) fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         use hmac::{Hmac, Mac};
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret()).expect("HMAC takes any key length");
         for p in parts {
@@ -85,7 +85,7 @@ impl DerivedKey {
 
     /// The key itself, for a layer that authenticates with it on its own
     /// (the compiled-plugin cache).
-    pub fn into_secret(self) -> SecretBox<[u8; 32]> {
+    pub(crate) fn into_secret(self) -> SecretBox<[u8; 32]> {
         self.0
     }
 
@@ -163,7 +163,7 @@ impl Keyring {
     }
 
     /// Seals `plaintext`, binding it to `aad` (credential and workspace).
-    pub fn seal(&self, aad: &str, plaintext: &[u8]) -> Sealed {
+    pub(crate) fn seal(&self, aad: &str, plaintext: &[u8]) -> Sealed {
         let key = self.current();
         let mut nonce = [0u8; 24];
         rand::rng().fill_bytes(&mut nonce);
@@ -188,12 +188,12 @@ impl Keyring {
     }
 
     /// Puts a new key first (old ones stay until [`Keyring::retire_old`]).
-    pub fn add_current(&mut self, key: MasterKey) {
+    pub(crate) fn add_current(&mut self, key: MasterKey) {
         self.keys.insert(0, key);
     }
 
     /// Keeps only the current key.
-    pub fn retire_old(&mut self) {
+    pub(crate) fn retire_old(&mut self) {
         self.keys.truncate(1);
     }
 
@@ -203,7 +203,7 @@ impl Keyring {
     }
 
     /// Writes the key file atomically with mode 0600.
-    pub fn write_file(&self) -> std::io::Result<()> {
+    pub(crate) fn write_file(&self) -> std::io::Result<()> {
         let Some(path) = &self.file else { return Ok(()) };
         let tmp = path.with_extension("key.tmp");
         let mut options = std::fs::OpenOptions::new();

@@ -58,7 +58,7 @@ const KEY_PREFIXES: &[&str] = &[
 ];
 
 /// Whether a field of this name holds a secret.
-pub fn is_secret_name(key: &str) -> bool {
+pub(crate) fn is_secret_name(key: &str) -> bool {
     let norm: String = key.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect();
     SECRET_NAMES.contains(&norm.as_str())
         || norm.ends_with("password")
@@ -69,7 +69,7 @@ pub fn is_secret_name(key: &str) -> bool {
 }
 
 /// Whether a text is shaped like a secret.
-pub fn looks_like_secret_value(s: &str) -> bool {
+pub(crate) fn looks_like_secret_value(s: &str) -> bool {
     let t = s.trim();
     t.starts_with("-----BEGIN") && t.contains("PRIVATE KEY")
         // By bytes: a multi-byte character may straddle the seventh byte.
@@ -109,7 +109,7 @@ fn jwt(t: &str) -> bool {
 }
 
 /// The JSON path of the first secret-shaped field or value, if any.
-pub fn find_secret(value: &Value, path: &str) -> Option<String> {
+pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
     match value {
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };

@@ -16,7 +16,7 @@
 //! stored, and no response type can carry one.
 
 pub mod keyring;
-pub mod lookalike;
+pub(crate) mod lookalike;
 pub mod oauth;
 pub mod vault;
 

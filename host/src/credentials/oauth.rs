@@ -32,7 +32,7 @@ use crate::store::now_ms;
 use crate::store::oauth::{OAuthState, Spend};
 
 /// The target name of the task-app flow.
-pub const TASKAPP: &str = "taskapp";
+pub(crate) const TASKAPP: &str = "taskapp";
 /// How long a started flow can be completed.
 const STATE_TTL_MS: i64 = 10 * 60 * 1000;
 
@@ -205,7 +205,7 @@ pub struct Completed {
 
 impl Completed {
     /// The credential to store (takes the tokens; call once).
-    pub fn new_secret(&mut self, status: CredentialStatus) -> NewSecret<'_> {
+    pub(crate) fn new_secret(&mut self, status: CredentialStatus) -> NewSecret<'_> {
         NewSecret {
             workspace_id: &self.workspace_id,
             created_by: &self.user_id,
@@ -299,7 +299,7 @@ impl OAuth {
     /// initiator's current role in the workspace and the client kind the flow
     /// was started with. A flow whose session was revoked, or whose initiator
     /// left the workspace, completes for nobody.
-    pub async fn initiator(&self, done: &Completed) -> Result<WorkspaceAccess, ApiError> {
+    pub(crate) async fn initiator(&self, done: &Completed) -> Result<WorkspaceAccess, ApiError> {
         let refused = || {
             ApiError::permission_denied(
                 "permission denied: whoever started this authorisation can no longer complete it",

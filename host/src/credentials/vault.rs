@@ -112,7 +112,7 @@ impl HandleError {
 }
 
 /// A credential's bound hosts, as a check.
-pub trait BoundHosts {
+pub(crate) trait BoundHosts {
     /// Fails unless the credential may be sent to `host`.
     fn require_host(&self, host: &str) -> Result<(), HandleError>;
 }
@@ -133,7 +133,7 @@ pub enum CreateError {
 }
 
 /// A refreshed OAuth grant.
-pub struct Refreshed {
+pub(crate) struct Refreshed {
     pub access_token: SecretString,
     /// A new refresh token, when the provider rotated it.
     pub refresh_token: Option<SecretString>,
@@ -145,11 +145,11 @@ pub struct Refreshed {
 /// credential then needs re-authorisation).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct RefreshRefused(pub String);
+pub(crate) struct RefreshRefused(pub String);
 
 /// Gets a new access token for an OAuth credential (the OAuth module
 /// implements it; the vault only asks).
-pub trait TokenRefresher: Send + Sync {
+pub(crate) trait TokenRefresher: Send + Sync {
     fn refresh<'a>(
         &'a self,
         workspace_id: &'a str,
@@ -160,7 +160,7 @@ pub trait TokenRefresher: Send + Sync {
 
 /// How the vault reaches the refresher: weakly, since the refresher's
 /// egress client holds the vault.
-pub type RefresherSlot = Arc<std::sync::OnceLock<std::sync::Weak<dyn TokenRefresher>>>;
+pub(crate) type RefresherSlot = Arc<std::sync::OnceLock<std::sync::Weak<dyn TokenRefresher>>>;
 
 /// Seals, stores and (for egress only) reveals credentials.
 #[derive(Clone)]
@@ -227,7 +227,7 @@ fn binding(credential_id: &str, workspace_id: &str) -> String {
 /// Normalises a list of bound hosts: exact, lower-case names, or IP
 /// addresses (a database destination's host may be one; egress never
 /// sends to an address, so there they bind nothing).
-pub fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
+pub(crate) fn bound_hosts(hosts: &[String]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for h in hosts {
         if let Ok(ip) = h.trim().trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
@@ -266,7 +266,7 @@ impl Vault {
 
     /// A key derived from the master key for one purpose (see
     /// [`Keyring::derive`]).
-    pub fn derived_key(&self, purpose: &str) -> keyring::DerivedKey {
+    pub(crate) fn derived_key(&self, purpose: &str) -> keyring::DerivedKey {
         self.keyring.derive(purpose)
     }
 
@@ -289,7 +289,7 @@ impl Vault {
     }
 
     /// Installs the OAuth token refresher (kept alive by its owner).
-    pub fn set_refresher(&self, r: &Arc<dyn TokenRefresher>) {
+    pub(crate) fn set_refresher(&self, r: &Arc<dyn TokenRefresher>) {
         let _ = self.refresher.set(Arc::downgrade(r));
     }
 
@@ -421,7 +421,7 @@ impl Vault {
     /// to `host` when one is given: the one check every operation that
     /// takes a handle makes before anything is saved or sent. A handle of
     /// another workspace is simply unknown.
-    pub async fn require_handle(
+    pub(crate) async fn require_handle(
         &self,
         workspace_id: &str,
         handle: &CredentialHandle,

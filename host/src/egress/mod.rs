@@ -75,7 +75,7 @@ pub enum Placement {
 impl Placement {
     /// Whether two placements put the secret in the same place (header
     /// names compare case-insensitively).
-    pub fn same_as(&self, other: &Placement) -> bool {
+    pub(crate) fn same_as(&self, other: &Placement) -> bool {
         match (self, other) {
             (Placement::Bearer, Placement::Bearer) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
@@ -354,7 +354,7 @@ impl Egress {
 
     /// Checks a URL against every rule and pins the addresses the client
     /// will connect to. Returns the host name.
-    pub async fn check_url(&self, caller: &Caller<'_>, url: &Url) -> Result<String, EgressError> {
+    pub(crate) async fn check_url(&self, caller: &Caller<'_>, url: &Url) -> Result<String, EgressError> {
         if url.scheme() != "https" {
             return Err(EgressError::Denied(format!("only https is allowed, not {}", url.scheme())));
         }

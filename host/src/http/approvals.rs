@@ -114,7 +114,7 @@ async fn list_policies(State(state): State<AppState>, ws: Workspace) -> ApiResul
 /// Body of `PATCH /approval-policies/{category}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PolicyUpdate {
+pub(crate) struct PolicyUpdate {
     /// Whether writes of this category from MCP clients need approval.
     pub requires_approval: Option<bool>,
     /// The least role that may decide proposals: administrator or editor.

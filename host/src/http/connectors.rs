@@ -53,7 +53,7 @@ impl From<&PluginSummary> for Connector {
 
 /// A connector's configuration specification.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ConnectorSpec {
+pub(crate) struct ConnectorSpec {
     pub connector_id: String,
     /// JSON Schema of the configuration. Secrets never appear in it: fields
     /// that need one take a `credential_handle`.
@@ -66,7 +66,7 @@ pub struct ConnectorSpec {
 
 /// What a client needs to know of a connector's OAuth.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OAuthSummary {
+pub(crate) struct OAuthSummary {
     /// The scopes the authorisation asks for.
     pub scopes: Vec<String>,
     /// Where to start the flow.

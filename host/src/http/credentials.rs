@@ -35,7 +35,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// accepted over the API.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NewCredentialBody {
+pub(crate) struct NewCredentialBody {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
     /// password of `username`) or `secret` (sent as the value of `header`).
     #[serde(default = "default_kind")]

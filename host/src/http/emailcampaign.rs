@@ -42,7 +42,7 @@ fn method(raw: Option<&str>) -> ApiResult<ConnectionMethod> {
 /// Body of `POST /credentials/emailcampaign/api-token`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ApiTokenBody {
+pub(crate) struct ApiTokenBody {
     /// The provider's API URL (`https://<instance>/api` or
     /// `https://<team>.mailcoach.app/api`).
     pub base_url: String,
@@ -94,7 +94,7 @@ async fn store_api_token(
 /// Body of check and preview.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AccessBody {
+pub(crate) struct AccessBody {
     /// Handle of the stored API token.
     pub credential_handle: CredentialHandle,
     /// Defaults to the base_url stored with the credential.
@@ -106,7 +106,7 @@ pub struct AccessBody {
 
 /// The data source as a response describes it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DataSource {
+pub(crate) struct DataSource {
     /// `connected`, `invalid_credentials`, `permission_denied`,
     /// `rate_limited`, `unavailable` or `error`.
     pub status: &'static str,
@@ -119,7 +119,7 @@ pub struct DataSource {
 
 /// What check and preview answer (preview adds campaigns and attribution).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AccessReport {
+pub(crate) struct AccessReport {
     pub connector_id: &'static str,
     pub credential_handle: CredentialHandle,
     pub data_source: DataSource,

@@ -29,13 +29,13 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Largest request body accepted (bytes).
-pub const BODY_LIMIT: usize = 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
 
 /// Header naming the workspace a request addresses.
-pub const WORKSPACE_HEADER: &str = "x-service-workspace";
+pub(crate) const WORKSPACE_HEADER: &str = "x-service-workspace";
 
 /// A JSON request body, checked for secrets, in the API's error shape.
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -51,7 +51,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 
 /// An optional JSON body: absent when the request has no `Content-Type`
 /// and no body; otherwise exactly like [`ApiJson`].
-pub struct MaybeJson<T>(pub Option<T>);
+pub(crate) struct MaybeJson<T>(pub Option<T>);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for MaybeJson<T> {
     type Rejection = ApiError;
@@ -67,7 +67,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for MaybeJson<T> {
 
 /// A JSON body that may carry a raw secret: only for the credential
 /// creation endpoints (spec section 4, "Credentials").
-pub struct SecretJson<T>(pub T);
+pub(crate) struct SecretJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for SecretJson<T> {
     type Rejection = ApiError;
@@ -112,7 +112,7 @@ async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, Api
 
 /// Query parameters, rejected in the API's error shape (axum's own
 /// rejection is plain text).
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -130,7 +130,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// Maps a body-reading failure (most often: too large) to the error shape.
-pub fn body_rejection(e: BytesRejection) -> ApiError {
+pub(crate) fn body_rejection(e: BytesRejection) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         payload_too_large()
     } else {
@@ -139,7 +139,7 @@ pub fn body_rejection(e: BytesRejection) -> ApiError {
 }
 
 /// 413 naming the limit.
-pub fn payload_too_large() -> ApiError {
+pub(crate) fn payload_too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "PAYLOAD_TOO_LARGE",
@@ -243,14 +243,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 /// Default page size of list endpoints.
-pub const DEFAULT_LIMIT: i64 = 50;
+pub(crate) const DEFAULT_LIMIT: i64 = 50;
 /// Largest page size of list endpoints.
-pub const MAX_LIMIT: i64 = 200;
+pub(crate) const MAX_LIMIT: i64 = 200;
 
 /// `limit` and `cursor` of every list endpoint.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct PageQuery {
+pub(crate) struct PageQuery {
     /// Items per page: 1 to 200, default 50.
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
@@ -301,7 +301,7 @@ impl PageQuery {
 }
 
 /// Parses an optional RFC 3339 time of a query filter into milliseconds.
-pub fn parse_time(field: &str, value: Option<&str>) -> Result<Option<i64>, ApiError> {
+pub(crate) fn parse_time(field: &str, value: Option<&str>) -> Result<Option<i64>, ApiError> {
     value
         .map(|v| {
             chrono::DateTime::parse_from_rfc3339(v)

@@ -28,7 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Filters of `GET /jobs`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct JobsQuery {
+pub(crate) struct JobsQuery {
     /// Only jobs of this pipeline.
     pipeline_id: Option<String>,
     /// Only runs of this reverse-ETL activation.
@@ -101,7 +101,7 @@ async fn list_jobs(
 
 /// A job's attempts.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct JobAttempts {
+pub(crate) struct JobAttempts {
     pub job_id: String,
     /// Oldest first; each with its runner's times, how it ended and the
     /// sanitised error of one that failed.

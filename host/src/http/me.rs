@@ -20,7 +20,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// The caller's identity.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Me {
+pub(crate) struct Me {
     pub user: User,
     /// Session the request was authenticated with.
     pub session_id: String,

@@ -28,11 +28,11 @@ use crate::store::now_ms;
 use crate::store::sessions::SessionKind;
 
 /// Header naming the client kind (spec section 5).
-pub const CLIENT_HEADER: &str = "x-service-client";
+pub(crate) const CLIENT_HEADER: &str = "x-service-client";
 /// Header carrying an idempotency key.
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// Header set on a replayed response.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// How often `last_used_at` of a session is refreshed: writing it on every
 /// request would turn each read into a write.
@@ -51,7 +51,7 @@ pub fn client_source(headers: &axum::http::HeaderMap) -> Result<Option<ClientSou
 
 /// Parses `X-Service-Execution-Mode`: `proposal` turns writes into
 /// proposals; `execute` (or no header) leaves the decision to the policy.
-pub fn execution_mode(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
+pub(crate) fn execution_mode(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
     match headers.get(crate::ops::gate::EXECUTION_MODE_HEADER).map(|v| v.to_str().unwrap_or("")) {
         None | Some("execute") => Ok(false),
         Some("proposal") => Ok(true),
@@ -63,7 +63,7 @@ pub fn execution_mode(headers: &axum::http::HeaderMap) -> Result<bool, ApiError>
 }
 
 /// The bearer token of a request, if it carries one.
-pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+pub(crate) fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
@@ -71,7 +71,7 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
 
 /// Resolves the bearer token to a live session (spec section 5). Every
 /// request reads the session row, so a revocation is seen by the next one.
-pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let client = match client_source(req.headers()) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
@@ -161,7 +161,7 @@ pub async fn audit(State(state): State<AppState>, mut req: Request, next: Next) 
     let response = next.run(req).await;
 
     let fallback_action = format!("{method} {route}");
-    let record = note.record(principal.as_ref(), &fallback_action, response.status()).from_address(address.as_deref());
+    let record = note.record(principal.as_ref(), &fallback_action, response.status()).at_address(address.as_deref());
     if let Err(e) = state.store.append_audit(&record).await {
         // The change already happened; losing its record is an operator
         // problem, not the client's.
@@ -282,7 +282,7 @@ pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next
 
 /// Refuses clients that send too many requests from one address, before
 /// any other work is done for them.
-pub async fn throttle_address(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn throttle_address(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(address) = crate::access::address::from_extensions(req.extensions())
         && let Err(limited) = state.throttle.address(address)
     {
@@ -296,7 +296,7 @@ pub async fn throttle_address(State(state): State<AppState>, req: Request, next:
 /// gets 408 and its connection back, long before the request deadline.
 /// Bodies past twice the API's own limit are refused here with 413 (each
 /// route still applies its own).
-pub async fn read_body(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn read_body(State(state): State<AppState>, req: Request, next: Next) -> Response {
     use axum::body::HttpBody;
     if req.body().is_end_stream() {
         return next.run(req).await;

@@ -98,7 +98,7 @@ impl<T: Serialize> IntoResponse for Envelope<T> {
 /// The body an idempotent replay answers instead of the response's own,
 /// when that one holds values shown once.
 #[derive(Clone)]
-pub struct ReplayBody(pub bytes::Bytes);
+pub(crate) struct ReplayBody(pub bytes::Bytes);
 
 /// An executed operation answers in the envelope, with its status; a
 /// replay of it gets the answer without its one-time values.

@@ -31,7 +31,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Body of the source OAuth start.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SourceOAuthStart {
+pub(crate) struct SourceOAuthStart {
     /// The connector whose provider to authorise (legacy aliases accepted).
     pub connector_id: String,
 }
@@ -39,7 +39,7 @@ pub struct SourceOAuthStart {
 /// Body of the task-app OAuth start (nothing to choose).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TaskAppOAuthStart {}
+pub(crate) struct TaskAppOAuthStart {}
 
 /// Return the provider's authorization URL for a source connector (PKCE,
 /// single-use state bound to you, the workspace and the connector).

@@ -35,7 +35,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Body of `POST /pipelines/prepare`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PrepareBody {
+pub(crate) struct PrepareBody {
     pub source_id: String,
 }
 
@@ -135,7 +135,7 @@ async fn resume_pipeline(
 /// Optional body of sync and reset.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunBody {
+pub(crate) struct RunBody {
     /// The schedule version this command was issued against (also
     /// accepted as `If-Match: "<version>"`).
     pub schedule_version: Option<i64>,

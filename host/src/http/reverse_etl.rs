@@ -236,7 +236,7 @@ async fn run_activation(
 
 /// A run as `GET /reverse-etl/runs/{runId}` shows it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct RunView {
+pub(crate) struct RunView {
     pub run_id: String,
     pub activation_id: String,
     pub status: JobStatus,

@@ -32,7 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Body of `POST /sources/entities`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EntitiesRequest {
+pub(crate) struct EntitiesRequest {
     /// A connector that offers entity options (legacy aliases accepted).
     #[schema(min_length = 1, max_length = 200)]
     pub connector_id: String,
@@ -51,7 +51,7 @@ pub struct EntitiesRequest {
 
 /// The options of one field.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct EntityOptions {
+pub(crate) struct EntityOptions {
     pub connector_id: String,
     pub credential_handle: CredentialHandle,
     pub field: String,
@@ -135,7 +135,7 @@ struct SourceFilter {
 
 /// A source as it is read: the record, and what stands in its way.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SourceView {
+pub(crate) struct SourceView {
     #[serde(flatten)]
     pub source: Source,
     /// Present when a credential the configuration names no longer works

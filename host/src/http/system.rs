@@ -26,7 +26,7 @@ pub fn router(openapi: &utoipa::openapi::OpenApi) -> Router<AppState> {
 }
 
 /// Serves the OpenAPI document.
-pub async fn openapi_json(doc: Arc<String>) -> impl IntoResponse {
+pub(crate) async fn openapi_json(doc: Arc<String>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], (*doc).clone())
 }
 

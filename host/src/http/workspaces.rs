@@ -30,7 +30,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// Body of `POST /invitations/accept`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AcceptInvitation {
+pub(crate) struct AcceptInvitation {
     /// The code at the end of the invitation's accept link
     /// (`.../invitations/<code>`).
     #[schema(min_length = 1, max_length = 200)]
@@ -39,7 +39,7 @@ pub struct AcceptInvitation {
 
 /// What accepting an invitation granted.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     pub workspace_id: String,
     pub user_id: String,
     /// The role the invitation grants (an existing member keeps theirs).

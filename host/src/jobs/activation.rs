@@ -45,7 +45,7 @@ use crate::store::kinds::{ActivationMode, JobKind};
 use crate::store::reverse_etl::KeyOutcome;
 
 /// The largest record (mapped fields as JSON) a run sends.
-pub const RECORD_BYTES: usize = 1024 * 1024;
+pub(crate) const RECORD_BYTES: usize = 1024 * 1024;
 /// The most record bytes in one batch to a destination.
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Samples of failed and of invalid rows kept at most.
@@ -78,7 +78,7 @@ fn cancelled() -> Failure {
 
 /// A run's counts, as `GET /reverse-etl/runs/{runId}` shows them.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Rows the model returned.
     pub queried: u64,
     /// New keys the destination accepted.

@@ -18,8 +18,8 @@
 pub mod activation;
 pub mod queue;
 pub mod runner;
-pub mod scheduler;
-pub mod spool;
+pub(crate) mod scheduler;
+pub(crate) mod spool;
 pub mod sync;
 
 pub use runner::spawn;
@@ -28,7 +28,7 @@ pub use tokio_util::sync::CancellationToken;
 /// How a job's attempt failed: worth another attempt, or not. The text is
 /// shown to users (sanitised, short).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     Transient(String),
     Permanent(String),
 }

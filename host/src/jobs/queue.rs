@@ -12,7 +12,7 @@ use crate::warehouse::text_bytes;
 /// Record bytes a writer gathers into one transaction at most, when
 /// batches queue up faster than it writes them: a transaction costs a
 /// flush to disk, whatever its size.
-pub const GROUP_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const GROUP_BYTES: usize = 16 * 1024 * 1024;
 
 /// What a read hands its stream's writer, in the order the plugin made
 /// the calls.

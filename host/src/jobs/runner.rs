@@ -31,7 +31,7 @@ const MAX_ATTEMPTS: i64 = 3;
 
 /// How often a running job's status is read, so a cancellation made on
 /// any server stops it soon.
-pub const CANCEL_POLL: Duration = Duration::from_millis(400);
+pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(400);
 
 /// The spool of this server's activation runs: the configured directory,
 /// or `<data-dir>/spool`, owner-only, emptied of what a crash left.

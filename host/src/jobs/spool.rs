@@ -12,11 +12,11 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
 
 /// Bytes of rows kept in memory at most; the rest is spooled.
-pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const PENDING_BYTES: usize = 32 * 1024 * 1024;
 
 /// Why a row could not be spooled.
 #[derive(Debug, thiserror::Error)]
-pub enum SpoolError {
+pub(crate) enum SpoolError {
     /// The workspace's runs hold their whole share of the spool.
     #[error(
         "the rows waiting to be sent would take more than the {limit_bytes} bytes of spool this workspace may use (SERVICE_RETL_SPOOL_MB)"
@@ -37,7 +37,7 @@ impl SpoolError {
 }
 
 /// Spool bytes each workspace's runs hold on this server, bounded.
-pub struct SpoolBudget {
+pub(crate) struct SpoolBudget {
     limit: u64,
     dir: PathBuf,
     held: Mutex<HashMap<String, u64>>,
@@ -75,7 +75,7 @@ impl SpoolBudget {
 }
 
 /// Rows as JSON lines, in memory and then on disk.
-pub struct Spool {
+pub(crate) struct Spool {
     memory: Vec<u8>,
     file: Option<BufWriter<tokio::fs::File>>,
     budget: Arc<SpoolBudget>,
@@ -157,7 +157,7 @@ impl Drop for Reservation {
 }
 
 /// A spool being read back.
-pub struct Spooled {
+pub(crate) struct Spooled {
     lines: Lines,
     _reservation: Reservation,
 }

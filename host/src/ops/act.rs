@@ -70,7 +70,7 @@ impl Category {
     /// Whether MCP writes of this category need approval until an
     /// administrator says otherwise. Entry links need none by default: the
     /// person typing the secret is the approval.
-    pub fn default_requires_approval(self) -> bool {
+    pub(crate) fn default_requires_approval(self) -> bool {
         !matches!(self, Category::CredentialEntry)
     }
 
@@ -100,7 +100,7 @@ impl Category {
     }
 
     /// The least role that may perform operations of this category.
-    pub fn required_role(self) -> Role {
+    pub(crate) fn required_role(self) -> Role {
         match self {
             Category::WorkspaceAdmin | Category::Plugins => Role::Administrator,
             Category::Credentials
@@ -186,18 +186,18 @@ impl Executed {
         Self::with_status(StatusCode::CREATED, data)
     }
 
-    pub fn with_status(status: StatusCode, data: impl Serialize) -> ApiResult<Self> {
+    pub(crate) fn with_status(status: StatusCode, data: impl Serialize) -> ApiResult<Self> {
         Ok(Executed { status, data: serde_json::to_value(data).map_err(ApiError::internal)?, one_time: Vec::new() })
     }
 
     /// Marks values (JSON pointers into `data`) as shown once.
-    pub fn shown_once(mut self, pointers: &[&str]) -> Self {
+    pub(crate) fn shown_once(mut self, pointers: &[&str]) -> Self {
         self.one_time.extend(pointers.iter().map(|p| (*p).to_owned()));
         self
     }
 
     /// The answer as it may be kept: one-time values replaced.
-    pub fn storable(&self) -> Value {
+    pub(crate) fn storable(&self) -> Value {
         let mut data = self.data.clone();
         for pointer in &self.one_time {
             if let Some(v) = data.pointer_mut(pointer)

@@ -18,7 +18,7 @@ use crate::state::AppState;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 
 /// How long a credential-entry link stays usable.
-pub const ENTRY_LINK_TTL_MS: i64 = 15 * 60 * 1000;
+pub(crate) const ENTRY_LINK_TTL_MS: i64 = 15 * 60 * 1000;
 
 /// What a credential-entry link will create (no secret).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -71,7 +71,7 @@ const RESERVED_HEADERS: &[&str] = &[
 /// header of a `secret` one. They fix where the host places the secret, so
 /// a plugin cannot choose another place (a header it controls, or Basic
 /// with a username of its own).
-pub fn credential_fields(
+pub(crate) fn credential_fields(
     kind: CredentialKind,
     label: Option<&str>,
     username: Option<&str>,
@@ -133,7 +133,7 @@ pub fn credential_fields(
 
 /// Checks a secret for a credential of `kind`: its length, and that it can
 /// travel where the kind puts it.
-pub fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), String> {
+pub(crate) fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), String> {
     if secret.len() < MIN_SECRET_BYTES {
         return Err(format!("the secret must be at least {MIN_SECRET_BYTES} bytes"));
     }
@@ -155,7 +155,7 @@ pub fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), String> {
 
 /// Seals a secret as a pending credential and lets the gate activate it
 /// (or propose its activation). Every flow that accepts a secret ends here.
-pub async fn store_secret(
+pub(crate) async fn store_secret(
     state: &AppState,
     ws: &WorkspaceAccess,
     note: &AuditNote,
@@ -171,7 +171,7 @@ pub async fn store_secret(
     super::submit(state, ws, note, CredentialOp::ActivateCredential { credential_id: record.credential_id }).await
 }
 
-pub async fn activate(
+pub(crate) async fn activate(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -200,7 +200,7 @@ pub async fn activate(
 }
 
 /// The sources of a workspace whose configuration names `handle`.
-pub async fn sources_using(state: &AppState, workspace_id: &str, handle: &str) -> ApiResult<Vec<String>> {
+pub(crate) async fn sources_using(state: &AppState, workspace_id: &str, handle: &str) -> ApiResult<Vec<String>> {
     let sources = state.store.sources(workspace_id, None, None, 100_000).await?;
     Ok(sources
         .into_iter()
@@ -240,7 +240,7 @@ pub async fn revoke(
     Executed::ok(json!({ "credential": record, "sources_using_it": used_by }))
 }
 
-pub async fn create_entry_link(
+pub(crate) async fn create_entry_link(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -318,7 +318,7 @@ pub async fn create_entry_link(
 }
 
 /// Starts an OAuth flow for a source connector or the task app.
-pub async fn start_oauth(
+pub(crate) async fn start_oauth(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,

@@ -91,7 +91,7 @@ pub async fn create_destination(
     Executed::created(d)
 }
 
-pub async fn update_destination(
+pub(crate) async fn update_destination(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -116,7 +116,7 @@ pub async fn update_destination(
 }
 
 /// Deletes a destination no pipeline writes to; what it wrote stays.
-pub async fn delete_destination(
+pub(crate) async fn delete_destination(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,

@@ -38,7 +38,7 @@ use crate::store::approvals::{Approval, DecideError, NewApproval};
 use crate::store::kinds::ApprovalStatus;
 
 /// How long a proposal can be approved.
-pub const PROPOSAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
+pub(crate) const PROPOSAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// Header that turns a write into a proposal.
 pub const EXECUTION_MODE_HEADER: &str = "x-service-execution-mode";
@@ -88,7 +88,7 @@ pub async fn submit(
 /// Answers 400 when a request asks for a proposal of something that cannot
 /// be one (deciding a proposal, accepting an invitation, minting a token):
 /// the header's promise is that nothing changes, so nothing does.
-pub fn refuse_proposal_mode(access: &Principal, what: &str) -> ApiResult<()> {
+pub(crate) fn refuse_proposal_mode(access: &Principal, what: &str) -> ApiResult<()> {
     if access.proposal_requested {
         return Err(ApiError::bad_request(
             "PROPOSAL_NOT_APPLICABLE",
@@ -176,7 +176,11 @@ async fn may_decide(state: &AppState, approver: &WorkspaceAccess, approval_id: &
 /// Withholds the operation and result of proposals `viewer` neither made
 /// nor may decide: stored operations can name people and resources the
 /// rest of the workspace has no business reading.
-pub async fn redact_for(state: &AppState, viewer: &WorkspaceAccess, approvals: &mut [Approval]) -> ApiResult<()> {
+pub(crate) async fn redact_for(
+    state: &AppState,
+    viewer: &WorkspaceAccess,
+    approvals: &mut [Approval],
+) -> ApiResult<()> {
     let policies = policies(state, &viewer.workspace_id).await?;
     let mut decides: Vec<(Category, bool)> = Vec::new();
     for a in approvals.iter_mut() {

@@ -39,7 +39,7 @@ pub struct InviteMember {
 /// A created invitation with the single-use link to accept it. The link is
 /// shown once; only its hash is stored.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CreatedInvitation {
+pub(crate) struct CreatedInvitation {
     #[serde(flatten)]
     pub invitation: Invitation,
     /// Single-use, expiring page where the invitee accepts.

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::error::{ApiError, ApiResult};
 
 /// Applies `patch` (when given) to `current`.
-pub fn merge_configuration(current: Value, patch: Option<Value>) -> ApiResult<Value> {
+pub(crate) fn merge_configuration(current: Value, patch: Option<Value>) -> ApiResult<Value> {
     match (current, patch) {
         (current, None) => Ok(current),
         (Value::Object(mut map), Some(Value::Object(changes))) => {

@@ -19,7 +19,7 @@ use crate::store::pipelines::{Pipeline, Schedule, StreamSelection, StreamSyncMod
 /// The sync mode a stream is best read in: deduplicated incremental when it
 /// has a cursor and a primary key, appended incremental with a cursor
 /// alone, and a full refresh otherwise.
-pub fn suggested_mode(stream: &Stream) -> StreamSyncMode {
+pub(crate) fn suggested_mode(stream: &Stream) -> StreamSyncMode {
     match (stream.sync_modes.contains(&SyncMode::Incremental), stream.primary_key.is_empty()) {
         (true, false) => StreamSyncMode::IncrementalDeduped,
         (true, true) => StreamSyncMode::IncrementalAppend,
@@ -195,7 +195,7 @@ async fn pipeline(state: &AppState, access: &WorkspaceAccess, id: &str) -> ApiRe
     state.store.pipeline(&access.workspace_id, id).await?.ok_or_else(|| ApiError::not_found("pipeline"))
 }
 
-pub async fn update_pipeline(
+pub(crate) async fn update_pipeline(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -226,7 +226,7 @@ pub async fn update_pipeline(
     Executed::ok(p)
 }
 
-pub async fn set_status(
+pub(crate) async fn set_status(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -243,7 +243,7 @@ pub async fn set_status(
     Executed::ok(p)
 }
 
-pub async fn delete_connection(
+pub(crate) async fn delete_connection(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,

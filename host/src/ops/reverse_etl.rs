@@ -164,7 +164,7 @@ async fn check_model(
     Ok(())
 }
 
-pub async fn create_model(
+pub(crate) async fn create_model(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -187,7 +187,7 @@ pub async fn create_model(
     Executed::created(m)
 }
 
-pub async fn update_model(
+pub(crate) async fn update_model(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -212,7 +212,7 @@ pub async fn update_model(
     Executed::ok(state.store.update_model(&m, forget).await?.ok_or_else(|| ApiError::not_found("model"))?)
 }
 
-pub async fn delete_model(
+pub(crate) async fn delete_model(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -289,7 +289,7 @@ pub async fn create_destination(
     Executed::created(d)
 }
 
-pub async fn update_destination(
+pub(crate) async fn update_destination(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -330,7 +330,7 @@ fn without_handles(config: &Value) -> Value {
     }
 }
 
-pub async fn delete_destination(
+pub(crate) async fn delete_destination(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -396,7 +396,7 @@ async fn check_activation(state: &AppState, access: &WorkspaceAccess, a: &Activa
     Ok(())
 }
 
-pub async fn create_activation(
+pub(crate) async fn create_activation(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -437,7 +437,7 @@ pub async fn create_activation(
     Executed::created(a)
 }
 
-pub async fn update_activation(
+pub(crate) async fn update_activation(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -478,7 +478,7 @@ pub async fn update_activation(
     )
 }
 
-pub async fn delete_activation(
+pub(crate) async fn delete_activation(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,

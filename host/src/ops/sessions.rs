@@ -16,7 +16,7 @@ use crate::state::AppState;
 /// listening for notices has confirmed its eviction (at most a second: a
 /// server that cannot hear notices uses no cache), so the very next
 /// request anywhere is refused. False when it was revoked already.
-pub async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> {
+pub(crate) async fn end_session(state: &AppState, session_id: &str) -> ApiResult<bool> {
     let confirmations = state.store.confirmations();
     let newly_revoked = state.store.revoke_session(session_id).await?;
     state.session_cache.forget_session(session_id);

@@ -78,7 +78,7 @@ pub async fn run(
     }
 }
 
-pub async fn cancel_job(
+pub(crate) async fn cancel_job(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,

@@ -8,23 +8,23 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, ApiResult};
 
 /// Names of workspaces, sources, destinations and pipelines.
-pub const NAME_MAX: usize = 200;
+pub(crate) const NAME_MAX: usize = 200;
 /// Labels of credentials, links and tokens.
-pub const LABEL_MAX: usize = 200;
+pub(crate) const LABEL_MAX: usize = 200;
 /// Usernames and other short identifiers a client chooses.
-pub const SHORT_MAX: usize = 200;
+pub(crate) const SHORT_MAX: usize = 200;
 /// Hosts a credential may be bound to.
-pub const HOSTS_MAX: usize = 20;
+pub(crate) const HOSTS_MAX: usize = 20;
 /// One string inside a free-form configuration object.
-pub const CONFIG_STRING_MAX: usize = 4096;
+pub(crate) const CONFIG_STRING_MAX: usize = 4096;
 /// A whole free-form configuration object, serialised.
-pub const CONFIG_BYTES_MAX: usize = 64 * 1024;
+pub(crate) const CONFIG_BYTES_MAX: usize = 64 * 1024;
 /// Any string of any JSON body: the backstop for fields without a limit of
 /// their own (SQL text is the longest that has one).
-pub const ANY_STRING_MAX: usize = 64 * 1024;
+pub(crate) const ANY_STRING_MAX: usize = 64 * 1024;
 
 /// Fails unless `value` has at most `max` characters.
-pub fn check_len(field: &str, value: &str, max: usize) -> ApiResult<()> {
+pub(crate) fn check_len(field: &str, value: &str, max: usize) -> ApiResult<()> {
     if value.chars().count() > max {
         return Err(too_long(field, max));
     }
@@ -32,12 +32,12 @@ pub fn check_len(field: &str, value: &str, max: usize) -> ApiResult<()> {
 }
 
 /// Like [`check_len`], for an optional field.
-pub fn check_opt(field: &str, value: Option<&str>, max: usize) -> ApiResult<()> {
+pub(crate) fn check_opt(field: &str, value: Option<&str>, max: usize) -> ApiResult<()> {
     value.map_or(Ok(()), |v| check_len(field, v, max))
 }
 
 /// A name: 1 to [`NAME_MAX`] characters, not only spaces.
-pub fn check_name(field: &str, value: &str) -> ApiResult<()> {
+pub(crate) fn check_name(field: &str, value: &str) -> ApiResult<()> {
     if value.trim().is_empty() || value.chars().count() > NAME_MAX {
         return Err(ApiError::invalid_field(field, format!("{field} must be 1 to {NAME_MAX} characters"))
             .with_details(json!({ "field": field, "max_length": NAME_MAX })));
@@ -47,7 +47,7 @@ pub fn check_name(field: &str, value: &str) -> ApiResult<()> {
 
 /// A free-form configuration object: at most [`CONFIG_BYTES_MAX`] bytes in
 /// all, each string within at most [`CONFIG_STRING_MAX`] characters.
-pub fn check_config(field: &str, value: &Value) -> ApiResult<()> {
+pub(crate) fn check_config(field: &str, value: &Value) -> ApiResult<()> {
     if value.to_string().len() > CONFIG_BYTES_MAX {
         return Err(ApiError::invalid_field(field, format!("{field} exceeds {CONFIG_BYTES_MAX} bytes"))
             .with_details(json!({ "field": field, "max_bytes": CONFIG_BYTES_MAX })));
@@ -59,7 +59,7 @@ pub fn check_config(field: &str, value: &Value) -> ApiResult<()> {
 }
 
 /// The path of the first string in `value` longer than `max` characters.
-pub fn longest_string(value: &Value, path: &str, max: usize) -> Option<String> {
+pub(crate) fn longest_string(value: &Value, path: &str, max: usize) -> Option<String> {
     match value {
         // Bytes first: a string of at most `max` bytes has at most `max`
         // characters, and counting characters is the slower test.
@@ -75,7 +75,7 @@ pub fn longest_string(value: &Value, path: &str, max: usize) -> Option<String> {
 }
 
 /// The 400 naming a field that is too long and its limit.
-pub fn too_long(field: &str, max: usize) -> ApiError {
+pub(crate) fn too_long(field: &str, max: usize) -> ApiError {
     ApiError::invalid_field(field, format!("{field} must be at most {max} characters"))
         .with_details(json!({ "field": field, "max_length": max }))
 }

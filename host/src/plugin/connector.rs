@@ -33,11 +33,11 @@ impl Connector {
         self.runtime.check(&self.plugin, &self.workspace_id, &self.egress, config).await
     }
 
-    pub async fn discover(&self, config: &str) -> Result<Vec<Stream>, InvocationError> {
+    pub(crate) async fn discover(&self, config: &str) -> Result<Vec<Stream>, InvocationError> {
         self.runtime.discover(&self.plugin, &self.workspace_id, &self.egress, config).await
     }
 
-    pub async fn entity_options(&self, config: &str, field: &str) -> Result<Vec<EntityOption>, InvocationError> {
+    pub(crate) async fn entity_options(&self, config: &str, field: &str) -> Result<Vec<EntityOption>, InvocationError> {
         self.runtime.entity_options(&self.plugin, &self.workspace_id, &self.egress, config, field).await
     }
 

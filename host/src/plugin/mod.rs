@@ -25,7 +25,7 @@ pub mod registry;
 pub mod sandbox;
 pub mod types;
 pub mod v1;
-pub mod v1_1;
+pub(crate) mod v1_1;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -394,7 +394,7 @@ impl Runtime {
         .await
     }
 
-    pub async fn discover(
+    pub(crate) async fn discover(
         &self,
         plugin: &LoadedPlugin,
         workspace_id: &str,
@@ -409,7 +409,7 @@ impl Runtime {
         .await
     }
 
-    pub async fn entity_options(
+    pub(crate) async fn entity_options(
         &self,
         plugin: &LoadedPlugin,
         workspace_id: &str,
@@ -504,7 +504,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Reads a component file (used for the plugins directory and the CLI).
-pub fn read_component(path: &Path) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn read_component(path: &Path) -> anyhow::Result<Vec<u8>> {
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if !bytes.starts_with(b"\0asm") {
         anyhow::bail!("{}: not a WebAssembly file", path.display());

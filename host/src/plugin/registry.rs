@@ -82,7 +82,7 @@ pub enum LoadError {
 }
 
 /// Problems with a connector's description; empty when it is valid.
-pub fn validate_info(info: &ConnectorInfo) -> Vec<String> {
+pub(crate) fn validate_info(info: &ConnectorInfo) -> Vec<String> {
     let mut problems = Vec::new();
     let id_ok = !info.id.is_empty()
         && info.id.len() <= 64
@@ -174,7 +174,7 @@ impl Registry {
     /// Loads every bundled plugin and every file of the plugins directory.
     /// A plugin that fails to load is logged and skipped: one bad file does
     /// not keep the server from starting.
-    pub async fn load_all(&self) {
+    pub(crate) async fn load_all(&self) {
         for (name, bytes) in self.bundled.clone() {
             if let Err(e) = self.load_bytes(bytes, PluginSource::Bundled(name)).await {
                 tracing::error!(plugin = name, error = %e, "bundled plugin failed to load");
@@ -365,7 +365,7 @@ impl Registry {
     }
 
     /// Applies the database's enabled states to this replica.
-    pub async fn reconcile(&self) {
+    pub(crate) async fn reconcile(&self) {
         let Ok(states) = self.store.plugin_states().await else { return };
         let ids: Vec<(String, bool)> = {
             let known = self.known.read().unwrap_or_else(|p| p.into_inner());

@@ -51,7 +51,7 @@ pub trait RecordSink: Send {
 /// that it did. The memory limit is for the whole call: a component holds
 /// several linear memories (one per core instance, the WASI adapter's
 /// among them), and each counts against the same budget.
-pub struct MemoryLimiter {
+pub(crate) struct MemoryLimiter {
     memory_bytes: usize,
     /// Bytes of every linear memory of the call together.
     in_use: usize,
@@ -87,7 +87,7 @@ impl ResourceLimiter for MemoryLimiter {
 /// Captured stdout/stderr: keeps the first `cap` bytes, silently drops the
 /// rest (a plugin that prints too much is not killed for it).
 #[derive(Clone)]
-pub struct CapturedOutput {
+pub(crate) struct CapturedOutput {
     buf: Arc<Mutex<Vec<u8>>>,
     cap: usize,
 }
@@ -239,7 +239,7 @@ impl HostState {
 
     /// Forwards captured stdout/stderr to the host log and reports dropped
     /// log lines; called when an invocation ends.
-    pub fn flush_output(&mut self) {
+    pub(crate) fn flush_output(&mut self) {
         let out = self.output.take();
         for line in out.lines().filter(|l| !l.trim().is_empty()).take(200) {
             tracing::info!(

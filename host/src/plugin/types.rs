@@ -98,7 +98,7 @@ pub enum SyncMode {
 
 /// One readable collection of records.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Stream {
+pub(crate) struct Stream {
     pub name: String,
     /// JSON Schema of one record.
     pub json_schema: serde_json::Value,

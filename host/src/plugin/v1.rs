@@ -26,7 +26,7 @@ use self::service::connector::{http, log, sink, types as g};
 
 /// The interface name a component must export to be a plugin of this
 /// version.
-pub const EXPORT: &str = "service:connector/plugin@1.0.0";
+pub(crate) const EXPORT: &str = "service:connector/plugin@1.0.0";
 
 /// A plugin of this version, pre-instantiated, with its exports looked up
 /// once. A call instantiates the component and takes the one export it
@@ -110,7 +110,7 @@ impl Pre {
 }
 
 /// Adds this version's host imports to `linker`.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     Connector::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
 
@@ -130,7 +130,7 @@ pub async fn check(
     Ok(r.map(|c| t::CheckResult { ok: c.ok, message: c.message, account: c.account }).map_err(error_from))
 }
 
-pub async fn discover(
+pub(crate) async fn discover(
     pre: &Pre,
     store: &mut Store<HostState>,
     config: &str,
@@ -161,7 +161,7 @@ pub async fn read(
     Ok(r.map_err(error_from))
 }
 
-pub async fn entity_options(
+pub(crate) async fn entity_options(
     pre: &Pre,
     store: &mut Store<HostState>,
     config: &str,

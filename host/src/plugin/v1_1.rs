@@ -32,10 +32,10 @@ use self::service::connector1_1_0::http_ahead;
 
 /// The import a component must have to be a plugin of this version (its
 /// exports are 1.0.0's).
-pub const IMPORT: &str = "service:connector/http-ahead@1.1.0";
+pub(crate) const IMPORT: &str = "service:connector/http-ahead@1.1.0";
 
 /// Requests one call may have pending at once.
-pub const MAX_PENDING: u32 = 4;
+pub(crate) const MAX_PENDING: u32 = 4;
 
 /// A request being performed for the plugin.
 pub struct Pending {
@@ -49,7 +49,7 @@ impl Drop for Pending {
 }
 
 /// Adds this version's own imports to `linker` (which has 1.0.0's).
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     http_ahead::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
 

@@ -16,7 +16,7 @@ enum From {
 }
 
 /// A mapping checked against a model's columns.
-pub struct Mapper {
+pub(crate) struct Mapper {
     fields: Vec<(String, From)>,
     key: usize,
     /// The position of the destination's matching field among `fields`.
@@ -25,7 +25,7 @@ pub struct Mapper {
 
 /// Why a mapping does not fit a model.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MappingError {
+pub(crate) struct MappingError {
     /// The JSON path of the offending input.
     pub field: String,
     pub message: String,
@@ -154,12 +154,12 @@ impl Mapper {
     }
 
     /// The value of the destination's matching field in `record`, as text.
-    pub fn matching_value(&self, record: &Map<String, Value>) -> Option<String> {
+    pub(crate) fn matching_value(&self, record: &Map<String, Value>) -> Option<String> {
         self.matching.and_then(|i| record.get(&self.fields[i].0)).and_then(key_text)
     }
 
     /// The value of the destination's matching field for `row`, as text.
-    pub fn row_matching_value(&self, row: &[Value]) -> Option<String> {
+    pub(crate) fn row_matching_value(&self, row: &[Value]) -> Option<String> {
         self.matching.and_then(|i| self.values(row).nth(i)).and_then(|(_, v)| key_text(v))
     }
 }
@@ -196,7 +196,7 @@ fn fingerprint_of<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)>) -> (i6
 
 /// Suggested mappings: each destination field takes the column with the
 /// same name, compared without case, `_`, `-` or spaces.
-pub fn suggest(fields: &[String], columns: &[Column]) -> Vec<FieldMapping> {
+pub(crate) fn suggest(fields: &[String], columns: &[Column]) -> Vec<FieldMapping> {
     let plain = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
     fields
         .iter()

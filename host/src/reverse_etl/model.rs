@@ -14,15 +14,15 @@ use crate::warehouse::WarehouseError;
 use crate::warehouse::query::{Bounds, ModelRows, QueryError};
 
 /// How long a preview or a model check may run.
-pub const PREVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PREVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a run's query may run.
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Rows a preview shows at most.
-pub const PREVIEW_ROWS: u64 = 100;
+pub(crate) const PREVIEW_ROWS: u64 = 100;
 
 /// How much of a model a preview (or a model's check) takes: its rows,
 /// each value up to the preview's cell size, for [`PREVIEW_TIMEOUT`].
-pub fn preview_bounds(state: &AppState) -> Bounds {
+pub(crate) fn preview_bounds(state: &AppState) -> Bounds {
     Bounds {
         rows: Some(PREVIEW_ROWS),
         value_bytes: state.config.limits.reverse_etl.preview_cell_bytes,
@@ -33,7 +33,7 @@ pub fn preview_bounds(state: &AppState) -> Bounds {
 /// How much of a model a run takes: one row more than a run may send (so
 /// a model past the limit is seen to be), each value up to the run's cap,
 /// for [`RUN_TIMEOUT`].
-pub fn run_bounds(state: &AppState) -> Bounds {
+pub(crate) fn run_bounds(state: &AppState) -> Bounds {
     let limits = &state.config.limits.reverse_etl;
     Bounds { rows: Some(limits.rows_per_run.saturating_add(1)), value_bytes: limits.value_bytes, timeout: RUN_TIMEOUT }
 }
@@ -116,7 +116,7 @@ fn credential_refused(warehouse_id: &str, reason: &crate::credentials::SecretErr
 }
 
 /// The API's answer to a refused or failed model query.
-pub fn query_error(e: QueryError) -> ApiError {
+pub(crate) fn query_error(e: QueryError) -> ApiError {
     match &e {
         QueryError::ReadOnly(m) => ApiError::bad_request(
             "MODEL_QUERY_WRITES",

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The egress caller name of webhook requests (credentials bound to a
 /// connector cannot be used by it).
-pub const WEBHOOK_CALLER: &str = "webhook";
+pub(crate) const WEBHOOK_CALLER: &str = "webhook";
 
 /// Records per request to a webhook.
 const WEBHOOK_BATCH: usize = 500;
@@ -140,7 +140,7 @@ pub struct Writable {
 
 /// Reads `x-write-keys` and `readOnly` from a stream's schema; `None` when
 /// the stream cannot be written.
-pub fn writable(schema: &Value) -> Option<Writable> {
+pub(crate) fn writable(schema: &Value) -> Option<Writable> {
     let keys: Vec<String> =
         schema.get("x-write-keys")?.as_array()?.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect();
     if keys.is_empty() {
@@ -357,7 +357,7 @@ impl Target {
 
     /// The connector id and its configuration, for the checks a source
     /// configuration of that connector gets.
-    pub fn connector_configuration(config: &Value) -> ApiResult<(String, Value)> {
+    pub(crate) fn connector_configuration(config: &Value) -> ApiResult<(String, Value)> {
         let s = connector_settings(config)?;
         Ok((s.connector_id.to_owned(), s.configuration.clone()))
     }
@@ -379,7 +379,7 @@ impl Target {
     }
 
     /// How many records go in one call.
-    pub fn batch_size(&self) -> usize {
+    pub(crate) fn batch_size(&self) -> usize {
         match self {
             Target::Connector { .. } => CONNECTOR_BATCH,
             Target::Webhook { .. } => WEBHOOK_BATCH,

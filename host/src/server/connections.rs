@@ -14,7 +14,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
 
 /// Connections open per client address, bounded.
-pub struct PerAddress {
+pub(crate) struct PerAddress {
     cap: usize,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
@@ -44,7 +44,7 @@ impl PerAddress {
 }
 
 /// One connection's place in [`PerAddress`].
-pub struct AddressSlot {
+pub(crate) struct AddressSlot {
     table: Arc<PerAddress>,
     ip: IpAddr,
 }
@@ -62,7 +62,7 @@ impl Drop for AddressSlot {
 }
 
 /// Requests in flight on one connection and when the last one ended.
-pub struct Activity {
+pub(crate) struct Activity {
     started: Instant,
     in_flight: AtomicUsize,
     /// Milliseconds after `started` at which the connection last had work.
@@ -80,7 +80,7 @@ impl Activity {
 
     /// How long the connection has had nothing in flight (zero while a
     /// request or its response body is under way).
-    pub fn idle_for(&self) -> std::time::Duration {
+    pub(crate) fn idle_for(&self) -> std::time::Duration {
         if self.in_flight.load(Ordering::SeqCst) > 0 {
             return std::time::Duration::ZERO;
         }
@@ -89,7 +89,7 @@ impl Activity {
     }
 
     /// A request begins: in flight until the [`InFlight`] is dropped.
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self.clone())
     }
@@ -98,12 +98,12 @@ impl Activity {
 /// A request in flight, from its head to the end of its answer's body
 /// (or until it is abandoned); when it ends the connection's clock
 /// restarts.
-pub struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<Activity>);
 
 impl InFlight {
     /// Keeps the request in flight until `response`'s body has been sent
     /// (or dropped): a long answer (an event stream) keeps its connection.
-    pub fn until_sent(self, response: Response) -> Response {
+    pub(crate) fn until_sent(self, response: Response) -> Response {
         response.map(|body| Body::new(TrackedBody { inner: body, _guard: self }))
     }
 }

@@ -77,7 +77,7 @@ pub struct ApprovalFilter {
 
 /// Why a proposal could not be decided.
 #[derive(Debug)]
-pub enum DecideError {
+pub(crate) enum DecideError {
     NotFound,
     /// Already decided: carries the current status.
     NotPending(ApprovalStatus),
@@ -198,7 +198,7 @@ impl Store {
     /// Moves a pending, unexpired proposal to `to` (`executing` or
     /// `rejected`). One statement, so of two concurrent decisions exactly one
     /// wins.
-    pub async fn decide_approval(
+    pub(crate) async fn decide_approval(
         &self,
         workspace_id: &str,
         id: &str,
@@ -228,7 +228,13 @@ impl Store {
     }
 
     /// Records what the approved execution answered.
-    pub async fn finish_approval(&self, id: &str, succeeded: bool, status: u16, body: &Value) -> StoreResult<()> {
+    pub(crate) async fn finish_approval(
+        &self,
+        id: &str,
+        succeeded: bool,
+        status: u16,
+        body: &Value,
+    ) -> StoreResult<()> {
         sqlx::query("UPDATE approvals SET status = $1, result_status = $2, result_body = $3 WHERE id = $4 AND status = 'executing'")
             .bind(if succeeded { ApprovalStatus::Executed } else { ApprovalStatus::Failed }.as_str())
             .bind(i64::from(status))
@@ -260,7 +266,7 @@ impl Store {
             .collect()
     }
 
-    pub async fn set_approval_policy(
+    pub(crate) async fn set_approval_policy(
         &self,
         workspace_id: &str,
         category: &str,

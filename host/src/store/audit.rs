@@ -12,7 +12,7 @@ use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 /// One audit record. Holds identifiers and outcomes only, never a payload,
 /// so no secret can reach it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct AuditRecord {
+pub(crate) struct AuditRecord {
     pub audit_id: String,
     pub workspace_id: Option<String>,
     /// User who made the request.
@@ -100,7 +100,7 @@ impl NewAuditRecord {
     }
 
     /// The record, naming the client's address.
-    pub fn from_address(mut self, address: Option<&str>) -> Self {
+    pub(crate) fn at_address(mut self, address: Option<&str>) -> Self {
         self.address = address.map(str::to_owned);
         self
     }
@@ -108,7 +108,7 @@ impl NewAuditRecord {
 
 /// Filters of `GET /audit-logs`.
 #[derive(Debug, Clone, Default)]
-pub struct AuditFilter {
+pub(crate) struct AuditFilter {
     pub workspace_id: String,
     pub since: Option<i64>,
     pub until: Option<i64>,
@@ -119,7 +119,7 @@ pub struct AuditFilter {
 }
 
 impl Store {
-    pub async fn append_audit(&self, r: &NewAuditRecord) -> StoreResult<String> {
+    pub(crate) async fn append_audit(&self, r: &NewAuditRecord) -> StoreResult<String> {
         let id = new_id("aud");
         sqlx::query(
             "INSERT INTO audit_logs (id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, \
@@ -146,7 +146,7 @@ impl Store {
     }
 
     /// Records of one workspace, newest first.
-    pub async fn audit_records(
+    pub(crate) async fn audit_records(
         &self,
         f: &AuditFilter,
         before: Option<&str>,

@@ -16,7 +16,7 @@ use super::notices::Follower;
 use super::sessions::ActiveSession;
 
 /// How long an entry is used before it is read again, whatever notices say.
-pub const BACKSTOP: Duration = Duration::from_secs(5);
+pub(crate) const BACKSTOP: Duration = Duration::from_secs(5);
 
 /// Most entries kept; beyond, the cache starts over.
 const MAX_ENTRIES: usize = 10_000;
@@ -101,7 +101,7 @@ impl SessionCache {
     }
 
     /// Evicts a revoked session.
-    pub fn forget_session(&self, session_id: &str) {
+    pub(crate) fn forget_session(&self, session_id: &str) {
         let mut inner = self.lock();
         inner.epoch += 1;
         inner.entries.retain(|_, (s, _)| s.session_id != session_id);
@@ -128,7 +128,7 @@ impl Follower for SessionCache {
 }
 
 /// A user with their workspaces, as `GET /me` shows them.
-pub type Profile = std::sync::Arc<(super::users::User, Vec<super::workspaces::WorkspaceWithRole>)>;
+pub(crate) type Profile = std::sync::Arc<(super::users::User, Vec<super::workspaces::WorkspaceWithRole>)>;
 
 /// Recently read profiles for `GET /me`: an entry is dropped when any
 /// membership changes (the store's membership generation moves, here or,

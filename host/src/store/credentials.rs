@@ -38,7 +38,7 @@ impl CredentialHandle {
     /// The handles a configuration object names, with the keys that name
     /// them: `credential_handle`, or any key ending in
     /// `_credential_handle` (a connector with several credentials).
-    pub fn in_configuration(config: &serde_json::Value) -> Vec<(&str, CredentialHandle)> {
+    pub(crate) fn in_configuration(config: &serde_json::Value) -> Vec<(&str, CredentialHandle)> {
         config
             .as_object()
             .into_iter()
@@ -82,7 +82,7 @@ pub struct CredentialRecord {
 }
 
 /// A credential to store.
-pub struct NewCredential<'a> {
+pub(crate) struct NewCredential<'a> {
     pub id: &'a str,
     pub workspace_id: &'a str,
     pub handle: &'a str,
@@ -140,7 +140,7 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<SealedCredential> {
 }
 
 impl Store {
-    pub async fn insert_credential(&self, c: NewCredential<'_>) -> StoreResult<()> {
+    pub(crate) async fn insert_credential(&self, c: NewCredential<'_>) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO credentials (id, workspace_id, handle, kind, connector_id, label, hosts, metadata, status, created_by, \
              created_at, access_expires_at, key_id, nonce, ciphertext) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
@@ -177,7 +177,7 @@ impl Store {
 
     /// Looks a handle up within one workspace: a handle of another
     /// workspace is simply not found.
-    pub async fn credential_by_handle(
+    pub(crate) async fn credential_by_handle(
         &self,
         workspace_id: &str,
         handle: &str,
@@ -206,7 +206,7 @@ impl Store {
         rows.iter().map(|r| from_row(r).map(|c| c.record)).collect()
     }
 
-    pub async fn set_credential_status(
+    pub(crate) async fn set_credential_status(
         &self,
         workspace_id: &str,
         credential_id: &str,
@@ -227,7 +227,12 @@ impl Store {
     /// Revokes a credential: its status becomes `revoked`, its sealed
     /// secret is overwritten, and who and when are recorded. False when it
     /// does not exist in the workspace or was revoked already.
-    pub async fn revoke_credential(&self, workspace_id: &str, credential_id: &str, by: &str) -> StoreResult<bool> {
+    pub(crate) async fn revoke_credential(
+        &self,
+        workspace_id: &str,
+        credential_id: &str,
+        by: &str,
+    ) -> StoreResult<bool> {
         let n = sqlx::query(
             "UPDATE credentials SET status = 'revoked', revoked_at = $1, revoked_by = $2, key_id = '', nonce = '', ciphertext = '', \
              access_expires_at = NULL WHERE workspace_id = $3 AND id = $4 AND status <> 'revoked'",
@@ -242,7 +247,7 @@ impl Store {
         Ok(n == 1)
     }
 
-    pub async fn touch_credential(&self, credential_id: &str, at: i64) -> StoreResult<()> {
+    pub(crate) async fn touch_credential(&self, credential_id: &str, at: i64) -> StoreResult<()> {
         sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE id = $2")
             .bind(at)
             .bind(credential_id)
@@ -252,7 +257,7 @@ impl Store {
     }
 
     /// Replaces the sealed secret (token refresh, key rotation).
-    pub async fn reseal_credential(
+    pub(crate) async fn reseal_credential(
         &self,
         credential_id: &str,
         sealed: &Sealed,
@@ -272,7 +277,7 @@ impl Store {
     }
 
     /// Every credential with its sealed secret (for key rotation).
-    pub async fn all_sealed_credentials(&self) -> StoreResult<Vec<SealedCredential>> {
+    pub(crate) async fn all_sealed_credentials(&self) -> StoreResult<Vec<SealedCredential>> {
         let sql = format!("SELECT {COLUMNS} FROM credentials ORDER BY id");
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
         rows.iter().map(from_row).collect()

@@ -25,7 +25,7 @@ pub struct Destination {
 
 /// Why a source or destination was not deleted.
 #[derive(Debug)]
-pub enum DeleteRefused {
+pub(crate) enum DeleteRefused {
     NotFound,
     /// The records that still use it: their table (`pipelines`,
     /// `retl_models`, `retl_activations`) and ids.
@@ -103,13 +103,13 @@ impl Store {
 
     /// Destinations of every workspace that keep files in the data
     /// directory (SQLite and JSON-lines).
-    pub async fn file_destinations(&self) -> StoreResult<Vec<Destination>> {
+    pub(crate) async fn file_destinations(&self) -> StoreResult<Vec<Destination>> {
         let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE kind IN ('sqlite', 'jsonl') ORDER BY id");
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
         rows.iter().map(destination_from_row).collect()
     }
 
-    pub async fn update_destination(
+    pub(crate) async fn update_destination(
         &self,
         workspace_id: &str,
         id: &str,
@@ -129,7 +129,11 @@ impl Store {
 
     /// Deletes a destination no pipeline uses; the tables and files it
     /// wrote stay where they are.
-    pub async fn delete_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+    pub(crate) async fn delete_destination(
+        &self,
+        workspace_id: &str,
+        id: &str,
+    ) -> StoreResult<Result<(), DeleteRefused>> {
         self.delete_unless_used(
             "destinations",
             workspace_id,

@@ -10,7 +10,7 @@ use super::{Store, StoreResult, from_ms, new_id, now_ms};
 
 /// A link's state as a client polls it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct EntryLink {
+pub(crate) struct EntryLink {
     pub entry_id: String,
     pub workspace_id: String,
     /// `pending`, `completed` or `expired`.
@@ -46,7 +46,7 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<EntryLink> {
 }
 
 impl Store {
-    pub async fn create_entry_link(
+    pub(crate) async fn create_entry_link(
         &self,
         workspace_id: &str,
         token_hash: &str,
@@ -71,7 +71,7 @@ impl Store {
         Ok(self.entry_link(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn entry_link(&self, workspace_id: &str, id: &str) -> StoreResult<Option<EntryLink>> {
+    pub(crate) async fn entry_link(&self, workspace_id: &str, id: &str) -> StoreResult<Option<EntryLink>> {
         let row = sqlx::query("SELECT * FROM credential_entry_links WHERE workspace_id = $1 AND id = $2")
             .bind(workspace_id)
             .bind(id)
@@ -82,7 +82,7 @@ impl Store {
     }
 
     /// A pending link by its token: (link, requested_by).
-    pub async fn pending_entry_link(&self, token_hash: &str) -> StoreResult<Option<(EntryLink, String)>> {
+    pub(crate) async fn pending_entry_link(&self, token_hash: &str) -> StoreResult<Option<(EntryLink, String)>> {
         let now = now_ms();
         let row = sqlx::query(
             "SELECT * FROM credential_entry_links WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2",
@@ -95,7 +95,7 @@ impl Store {
     }
 
     /// Spends a link; true once, false for a used or expired one.
-    pub async fn spend_entry_link(&self, token_hash: &str) -> StoreResult<bool> {
+    pub(crate) async fn spend_entry_link(&self, token_hash: &str) -> StoreResult<bool> {
         let now = now_ms();
         let n = sqlx::query("UPDATE credential_entry_links SET used_at = $1 WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1")
             .bind(now)
@@ -106,7 +106,7 @@ impl Store {
         Ok(n == 1)
     }
 
-    pub async fn complete_entry_link(&self, token_hash: &str, credential_id: &str) -> StoreResult<()> {
+    pub(crate) async fn complete_entry_link(&self, token_hash: &str, credential_id: &str) -> StoreResult<()> {
         sqlx::query("UPDATE credential_entry_links SET credential_id = $1 WHERE token_hash = $2")
             .bind(credential_id)
             .bind(token_hash)

@@ -5,11 +5,11 @@ use sqlx::Row;
 use super::{Store, StoreResult, now_ms};
 
 /// How long a key is remembered.
-pub const KEY_TTL_MS: i64 = 24 * 60 * 60 * 1000;
+pub(crate) const KEY_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The state of an idempotency key when a request presents it.
 #[derive(Debug)]
-pub enum KeyState {
+pub(crate) enum KeyState {
     /// First use: the key is now reserved for this request.
     Reserved,
     /// A request with this key is still running.
@@ -21,7 +21,12 @@ pub enum KeyState {
 impl Store {
     /// Reserves `key` for a request, or reports what an earlier request with
     /// the same key left behind. Expired keys are forgotten first.
-    pub async fn reserve_idempotency_key(&self, user_id: &str, key: &str, request_hash: &str) -> StoreResult<KeyState> {
+    pub(crate) async fn reserve_idempotency_key(
+        &self,
+        user_id: &str,
+        key: &str,
+        request_hash: &str,
+    ) -> StoreResult<KeyState> {
         let now = now_ms();
         sqlx::query("DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND created_at < $3")
             .bind(user_id)
@@ -64,7 +69,13 @@ impl Store {
     }
 
     /// Stores the response of the request that reserved `key`.
-    pub async fn complete_idempotency_key(&self, user_id: &str, key: &str, status: u16, body: &str) -> StoreResult<()> {
+    pub(crate) async fn complete_idempotency_key(
+        &self,
+        user_id: &str,
+        key: &str,
+        status: u16,
+        body: &str,
+    ) -> StoreResult<()> {
         sqlx::query(
             "UPDATE idempotency_keys SET status_code = $1, response_body = $2 WHERE user_id = $3 AND idem_key = $4",
         )
@@ -79,7 +90,7 @@ impl Store {
 
     /// Forgets a reservation whose request failed on the server side, so the
     /// client may retry with the same key.
-    pub async fn release_idempotency_key(&self, user_id: &str, key: &str) -> StoreResult<()> {
+    pub(crate) async fn release_idempotency_key(&self, user_id: &str, key: &str) -> StoreResult<()> {
         sqlx::query("DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND status_code IS NULL")
             .bind(user_id)
             .bind(key)

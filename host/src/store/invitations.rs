@@ -22,7 +22,7 @@ pub struct Invitation {
 
 /// What an accepted invitation granted.
 #[derive(Debug, Clone)]
-pub struct AcceptedInvitation {
+pub(crate) struct AcceptedInvitation {
     pub invitation_id: String,
     pub user_id: String,
     pub workspace_id: String,
@@ -31,7 +31,7 @@ pub struct AcceptedInvitation {
 
 /// What an invitee sees before accepting.
 #[derive(Debug, Clone)]
-pub struct PendingInvitation {
+pub(crate) struct PendingInvitation {
     pub invitation_id: String,
     pub workspace_id: String,
     pub workspace_name: String,
@@ -41,7 +41,7 @@ pub struct PendingInvitation {
 
 /// Who accepts an invitation.
 #[derive(Debug, Clone, Copy)]
-pub enum Acceptor<'a> {
+pub(crate) enum Acceptor<'a> {
     /// Someone without an account: the link is their proof of the
     /// address, and accepting creates the account.
     NewAccount { name: &'a str },
@@ -51,7 +51,7 @@ pub enum Acceptor<'a> {
 
 /// Why an invitation was not accepted (nothing was spent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcceptError {
+pub(crate) enum AcceptError {
     /// Unknown, expired or already used.
     NotPending,
     /// The address has an account: it must accept signed in.
@@ -98,7 +98,7 @@ impl Store {
     }
 
     /// The invitation behind a token if it can still be accepted.
-    pub async fn pending_invitation(&self, token_hash: &str) -> StoreResult<Option<PendingInvitation>> {
+    pub(crate) async fn pending_invitation(&self, token_hash: &str) -> StoreResult<Option<PendingInvitation>> {
         let row = sqlx::query(
             "SELECT i.id, i.workspace_id, w.name, i.email, i.role \
              FROM invitations i JOIN workspaces w ON w.id = i.workspace_id \
@@ -126,7 +126,7 @@ impl Store {
     /// an existing account accepts only for itself, through its own
     /// session, so an invitation can never hand anyone a session of an
     /// account that exists.
-    pub async fn accept_invitation(
+    pub(crate) async fn accept_invitation(
         &self,
         token_hash: &str,
         by: Acceptor<'_>,

@@ -13,7 +13,7 @@ use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// One attempt of a job.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct JobAttempt {
+pub(crate) struct JobAttempt {
     /// 1 for the first attempt.
     pub attempt: i64,
     pub started_at: DateTime<Utc>,
@@ -185,7 +185,7 @@ impl Store {
     /// workspace with the fewest running jobs first (the oldest among
     /// those), and none of a workspace that already runs `per_workspace`.
     /// One conditional update, so two runners never hold the same job.
-    pub async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
+    pub(crate) async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
         let now = now_ms();
         let candidate = sqlx::query(
             "SELECT id FROM (SELECT j.id, j.created_at, \
@@ -233,7 +233,13 @@ impl Store {
     }
 
     /// Closes the open attempt of a job held by `owner`.
-    pub async fn end_attempt(&self, job_id: &str, owner: &str, outcome: &str, error: Option<&str>) -> StoreResult<()> {
+    pub(crate) async fn end_attempt(
+        &self,
+        job_id: &str,
+        owner: &str,
+        outcome: &str,
+        error: Option<&str>,
+    ) -> StoreResult<()> {
         sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = $2, error = $3 WHERE job_id = $4 AND runner = $5 AND finished_at IS NULL")
             .bind(now_ms())
             .bind(outcome)
@@ -246,7 +252,7 @@ impl Store {
     }
 
     /// A job's attempts, oldest first.
-    pub async fn job_attempts(&self, job_id: &str) -> StoreResult<Vec<JobAttempt>> {
+    pub(crate) async fn job_attempts(&self, job_id: &str) -> StoreResult<Vec<JobAttempt>> {
         let rows = sqlx::query("SELECT attempt, started_at, finished_at, outcome, error FROM job_attempts WHERE job_id = $1 ORDER BY attempt")
             .bind(job_id)
             .fetch_all(self.pool())
@@ -297,7 +303,7 @@ impl Store {
 
     /// Extends a lease; false when the job is no longer this runner's
     /// (taken over, or cancelled).
-    pub async fn heartbeat(&self, job_id: &str, owner: &str, lease_ms: i64) -> StoreResult<bool> {
+    pub(crate) async fn heartbeat(&self, job_id: &str, owner: &str, lease_ms: i64) -> StoreResult<bool> {
         let n = sqlx::query(
             "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND status = 'running'",
         )
@@ -310,7 +316,7 @@ impl Store {
         Ok(n == 1)
     }
 
-    pub async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
+    pub(crate) async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
         sqlx::query("UPDATE jobs SET progress = $1 WHERE id = $2")
             .bind(progress.to_string())
             .bind(job_id)
@@ -320,7 +326,7 @@ impl Store {
     }
 
     /// Ends a job held by `owner`.
-    pub async fn finish_job(
+    pub(crate) async fn finish_job(
         &self,
         job_id: &str,
         owner: &str,
@@ -344,7 +350,7 @@ impl Store {
     }
 
     /// Puts a job back in the queue after a transient failure.
-    pub async fn retry_job(&self, job_id: &str, owner: &str, not_before: i64, error: &str) -> StoreResult<()> {
+    pub(crate) async fn retry_job(&self, job_id: &str, owner: &str, not_before: i64, error: &str) -> StoreResult<()> {
         let n = sqlx::query("UPDATE jobs SET status = 'queued', not_before = $1, error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3 AND lease_owner = $4")
             .bind(not_before)
             .bind(error)
@@ -360,7 +366,7 @@ impl Store {
     }
 
     /// Cancels a queued or running job.
-    pub async fn cancel_job(&self, workspace_id: &str, job_id: &str) -> StoreResult<bool> {
+    pub(crate) async fn cancel_job(&self, workspace_id: &str, job_id: &str) -> StoreResult<bool> {
         let n = sqlx::query(
             "UPDATE jobs SET status = 'cancelled', finished_at = $1, lease_owner = NULL WHERE workspace_id = $2 AND id = $3 AND status IN ('queued', 'running')",
         )
@@ -381,7 +387,7 @@ impl Store {
     }
 
     /// Whether a job is still this runner's to run.
-    pub async fn job_status(&self, job_id: &str) -> StoreResult<Option<JobStatus>> {
+    pub(crate) async fn job_status(&self, job_id: &str) -> StoreResult<Option<JobStatus>> {
         let row = sqlx::query("SELECT status FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
         row.map(|r| decode(r.try_get("status")?, JobStatus::parse, "status")).transpose()
     }

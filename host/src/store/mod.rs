@@ -36,7 +36,7 @@ pub mod audit;
 pub mod caches;
 pub mod credentials;
 pub mod destinations;
-pub mod entry_links;
+pub(crate) mod entry_links;
 pub mod idempotency;
 pub mod invitations;
 pub mod jobs;
@@ -48,7 +48,7 @@ pub mod plugins;
 pub mod reverse_etl;
 pub mod sessions;
 pub mod sources;
-pub mod sweep;
+pub(crate) mod sweep;
 pub mod users;
 pub mod workspaces;
 
@@ -80,7 +80,7 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
+pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// Turns the database's unique-violation into [`StoreError::Conflict`].
 pub(crate) trait ResultExt<T> {
@@ -159,7 +159,7 @@ impl Store {
     }
 
     /// The current membership generation (see the field).
-    pub fn membership_generation(&self) -> u64 {
+    pub(crate) fn membership_generation(&self) -> u64 {
         self.membership_generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
@@ -189,7 +189,7 @@ impl Store {
     }
 
     /// True when the database answers a trivial query.
-    pub async fn ping(&self) -> bool {
+    pub(crate) async fn ping(&self) -> bool {
         sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
     }
 
@@ -240,7 +240,7 @@ pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
 
 /// A new random identifier with a readable prefix (`ws_`, `usr_`, ...).
 /// UUIDv7 keeps ids roughly time-ordered, which pagination relies on.
-pub fn new_id(prefix: &str) -> String {
+pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::{Backend, Store, StoreResult};
 
 /// The channel every notice is sent on.
-pub const CHANNEL: &str = "service_changes";
+pub(crate) const CHANNEL: &str = "service_changes";
 
 /// The name the listening connection shows in `pg_stat_activity`.
 pub const APPLICATION_NAME: &str = "service-notices";
@@ -33,7 +33,7 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// What changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
+pub(crate) enum Notice {
     /// A session was revoked: every server evicts it.
     SessionRevoked(String),
     /// Someone joined, left or changed role in a workspace (the change's
@@ -77,7 +77,7 @@ impl Notice {
 impl Store {
     /// Sends a notice to every server (PostgreSQL only: on SQLite this
     /// process is the only server).
-    pub async fn notify(&self, notice: &Notice) -> StoreResult<()> {
+    pub(crate) async fn notify(&self, notice: &Notice) -> StoreResult<()> {
         if self.backend() == Backend::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(notice.payload()).execute(self.pool()).await?;
         }
@@ -97,7 +97,7 @@ impl Store {
 
     /// Confirmations as the servers send them: (change, server). Subscribe
     /// before making the change.
-    pub fn confirmations(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
+    pub(crate) fn confirmations(&self) -> tokio::sync::broadcast::Receiver<(String, String)> {
         self.confirmations.subscribe()
     }
 
@@ -105,7 +105,7 @@ impl Store {
     /// at most [`CONFIRM_WAIT`] (PostgreSQL only: on SQLite this process
     /// is the only server). A server that does not confirm in time is one
     /// that cannot hear notices, and such a server uses no cache.
-    pub async fn confirmed_everywhere(
+    pub(crate) async fn confirmed_everywhere(
         &self,
         change: &str,
         mut confirmations: tokio::sync::broadcast::Receiver<(String, String)>,
@@ -145,7 +145,7 @@ impl Store {
 
 /// A cache the notices keep right: used only while they can be heard, and
 /// told of every revocation.
-pub trait Follower: Send + Sync {
+pub(crate) trait Follower: Send + Sync {
     /// Starts or stops using the cache; either way it starts empty.
     fn set_trusted(&self, trusted: bool);
 
@@ -155,7 +155,7 @@ pub trait Follower: Send + Sync {
 
 /// Follows the notices of the other servers into this one's caches, until
 /// the process ends (PostgreSQL only; returns at once on SQLite).
-pub async fn follow(store: Store, caches: Vec<Arc<dyn Follower>>) {
+pub(crate) async fn follow(store: Store, caches: Vec<Arc<dyn Follower>>) {
     if store.backend() != Backend::Postgres {
         return;
     }

@@ -23,7 +23,7 @@ pub struct OAuthState {
 
 /// A pending flow as its confirmation page describes it.
 #[derive(Debug, Clone)]
-pub struct PendingFlow {
+pub(crate) struct PendingFlow {
     pub workspace_name: String,
     pub initiator_email: String,
     pub target: String,
@@ -33,7 +33,7 @@ pub struct PendingFlow {
 
 /// What spending a state found.
 #[derive(Debug)]
-pub enum Spend {
+pub(crate) enum Spend {
     Unknown,
     Expired,
     Used,
@@ -62,7 +62,7 @@ impl Store {
     }
 
     /// Spends a state once; reports unknown, expired and reused states.
-    pub async fn spend_oauth_state(&self, state_hash: &str) -> StoreResult<Spend> {
+    pub(crate) async fn spend_oauth_state(&self, state_hash: &str) -> StoreResult<Spend> {
         let now = now_ms();
         let row = sqlx::query(
             "UPDATE oauth_states SET used_at = $1 WHERE state_hash = $2 AND used_at IS NULL AND expires_at > $1 \
@@ -98,7 +98,7 @@ impl Store {
 
     /// A flow that can still be completed, described for its confirmation
     /// page, without spending it.
-    pub async fn pending_oauth_flow(&self, state_hash: &str) -> StoreResult<Option<PendingFlow>> {
+    pub(crate) async fn pending_oauth_flow(&self, state_hash: &str) -> StoreResult<Option<PendingFlow>> {
         let row = sqlx::query(
             "SELECT w.name, u.email, o.target, o.client_source, o.expires_at FROM oauth_states o \
              JOIN workspaces w ON w.id = o.workspace_id JOIN users u ON u.id = o.user_id \
@@ -121,7 +121,7 @@ impl Store {
     }
 
     /// Who a state belongs to, without spending it.
-    pub async fn oauth_state_owner(&self, state_hash: &str) -> StoreResult<Option<(String, String)>> {
+    pub(crate) async fn oauth_state_owner(&self, state_hash: &str) -> StoreResult<Option<(String, String)>> {
         let row = sqlx::query("SELECT workspace_id, user_id FROM oauth_states WHERE state_hash = $1")
             .bind(state_hash)
             .fetch_optional(self.pool())

@@ -82,7 +82,7 @@ impl utoipa::ToSchema for Schedule {}
 
 impl Schedule {
     /// The next run after `now` (Unix ms), if the schedule has one.
-    pub fn next_after(&self, now: i64) -> Result<Option<i64>, String> {
+    pub(crate) fn next_after(&self, now: i64) -> Result<Option<i64>, String> {
         match self {
             Schedule::Manual => Ok(None),
             Schedule::Interval { minutes } => Ok(Some(now + i64::from(*minutes) * 60_000)),
@@ -195,7 +195,7 @@ impl Store {
 
     /// Saves a pipeline's name, streams and schedule; the schedule version
     /// increases when the schedule changed.
-    pub async fn update_pipeline(
+    pub(crate) async fn update_pipeline(
         &self,
         p: &Pipeline,
         schedule_changed: bool,
@@ -218,7 +218,7 @@ impl Store {
         self.pipeline(&p.workspace_id, &p.pipeline_id).await
     }
 
-    pub async fn set_pipeline_status(
+    pub(crate) async fn set_pipeline_status(
         &self,
         workspace_id: &str,
         id: &str,
@@ -236,7 +236,7 @@ impl Store {
 
     /// Deletes a pipeline (connection), its state and its finished jobs;
     /// refused while a job is active.
-    pub async fn delete_pipeline(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
+    pub(crate) async fn delete_pipeline(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
         if let Some(active) = self.active_job(id).await? {
             return Ok(Err(Some(active)));
         }
@@ -249,7 +249,7 @@ impl Store {
         Ok(if n == 1 { Ok(()) } else { Err(None) })
     }
 
-    pub async fn stream_state(&self, pipeline_id: &str, stream: &str) -> StoreResult<Option<String>> {
+    pub(crate) async fn stream_state(&self, pipeline_id: &str, stream: &str) -> StoreResult<Option<String>> {
         let row = sqlx::query("SELECT state FROM pipeline_state WHERE pipeline_id = $1 AND stream = $2")
             .bind(pipeline_id)
             .bind(stream)
@@ -258,7 +258,7 @@ impl Store {
         row.map(|r| Ok(r.try_get("state")?)).transpose()
     }
 
-    pub async fn save_stream_state(&self, pipeline_id: &str, stream: &str, state: &str) -> StoreResult<()> {
+    pub(crate) async fn save_stream_state(&self, pipeline_id: &str, stream: &str, state: &str) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO pipeline_state (pipeline_id, stream, state, updated_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (pipeline_id, stream) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
@@ -272,13 +272,13 @@ impl Store {
         Ok(())
     }
 
-    pub async fn clear_stream_state(&self, pipeline_id: &str) -> StoreResult<()> {
+    pub(crate) async fn clear_stream_state(&self, pipeline_id: &str) -> StoreResult<()> {
         sqlx::query("DELETE FROM pipeline_state WHERE pipeline_id = $1").bind(pipeline_id).execute(self.pool()).await?;
         Ok(())
     }
 
     /// Active pipelines whose interval schedule is due.
-    pub async fn due_pipelines(&self, now: i64) -> StoreResult<Vec<Pipeline>> {
+    pub(crate) async fn due_pipelines(&self, now: i64) -> StoreResult<Vec<Pipeline>> {
         let sql = format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE status = 'active' AND next_run_at IS NOT NULL AND next_run_at <= $1"
         );
@@ -286,7 +286,7 @@ impl Store {
         rows.iter().map(pipeline_from_row).collect()
     }
 
-    pub async fn set_next_run(&self, pipeline_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
+    pub(crate) async fn set_next_run(&self, pipeline_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
         sqlx::query("UPDATE pipelines SET next_run_at = $1 WHERE id = $2")
             .bind(next_run_at)
             .bind(pipeline_id)

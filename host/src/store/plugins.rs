@@ -18,7 +18,7 @@ pub struct PluginState {
 
 impl PluginState {
     /// The state of a connector nobody has touched: enabled, unpinned.
-    pub const UNTOUCHED: PluginState = PluginState { enabled: true, digest: None };
+    pub(crate) const UNTOUCHED: PluginState = PluginState { enabled: true, digest: None };
 }
 
 fn state_from_row(r: &sqlx::any::AnyRow) -> StoreResult<PluginState> {
@@ -68,7 +68,7 @@ impl Store {
 
     /// Pins an enabled connector that has no digest yet to `digest` (a
     /// plugin enabled before pinning existed, trusted as it is found).
-    pub async fn pin_plugin_if_unpinned(&self, connector_id: &str, digest: &str) -> StoreResult<()> {
+    pub(crate) async fn pin_plugin_if_unpinned(&self, connector_id: &str, digest: &str) -> StoreResult<()> {
         sqlx::query("UPDATE plugin_states SET digest = $1 WHERE connector_id = $2 AND digest IS NULL AND enabled = 1")
             .bind(digest)
             .bind(connector_id)
@@ -78,7 +78,7 @@ impl Store {
     }
 
     /// Records a plugin as disabled unless it has a state already.
-    pub async fn register_plugin_disabled(&self, connector_id: &str) -> StoreResult<()> {
+    pub(crate) async fn register_plugin_disabled(&self, connector_id: &str) -> StoreResult<()> {
         sqlx::query("INSERT INTO plugin_states (connector_id, enabled, updated_at, updated_by) VALUES ($1, 0, $2, NULL) ON CONFLICT (connector_id) DO NOTHING")
             .bind(connector_id)
             .bind(super::now_ms())
@@ -88,13 +88,13 @@ impl Store {
     }
 
     /// Whether a user is an installation operator.
-    pub async fn is_operator(&self, user_id: &str) -> StoreResult<bool> {
+    pub(crate) async fn is_operator(&self, user_id: &str) -> StoreResult<bool> {
         let row =
             sqlx::query("SELECT operator FROM users WHERE id = $1").bind(user_id).fetch_optional(self.pool()).await?;
         Ok(row.map(|r| r.try_get::<i64, _>("operator")).transpose()?.is_some_and(|o| o != 0))
     }
 
-    pub async fn set_operator(&self, user_id: &str, operator: bool) -> StoreResult<()> {
+    pub(crate) async fn set_operator(&self, user_id: &str, operator: bool) -> StoreResult<()> {
         sqlx::query("UPDATE users SET operator = $1 WHERE id = $2")
             .bind(i64::from(operator))
             .bind(user_id)

@@ -82,7 +82,7 @@ pub struct Activation {
 
 /// What an activation's diff state says about one model key.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct KeyState {
+pub(crate) struct KeyState {
     /// The fingerprint of the mapped fields the destination last
     /// accepted; `None` if it never accepted this key.
     pub fingerprint: Option<i64>,
@@ -94,7 +94,7 @@ pub struct KeyState {
 
 /// One key's outcome, to be kept in the diff state.
 #[derive(Debug, Clone)]
-pub enum KeyOutcome {
+pub(crate) enum KeyOutcome {
     /// The destination accepted the row with this fingerprint, matched by
     /// this value of its matching field.
     Sent { key: String, fingerprint: i64, destination_key: Option<String> },
@@ -107,7 +107,7 @@ pub enum KeyOutcome {
 /// Whose diff state to forget: an activation's, or that of every
 /// activation of a model or of a reverse-ETL destination.
 #[derive(Debug, Clone, Copy)]
-pub enum StateOf<'a> {
+pub(crate) enum StateOf<'a> {
     Activation(&'a str),
     Model(&'a str),
     Destination(&'a str),
@@ -169,7 +169,7 @@ fn activation_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Activation> {
 const STATE_BATCH: usize = 500;
 
 impl Store {
-    pub async fn create_model(
+    pub(crate) async fn create_model(
         &self,
         workspace_id: &str,
         name: &str,
@@ -218,7 +218,7 @@ impl Store {
 
     /// Saves a model's fields; with `forget`, the diff state of its
     /// activations goes too (its keys now name other rows).
-    pub async fn update_model(&self, m: &Model, forget: bool) -> StoreResult<Option<Model>> {
+    pub(crate) async fn update_model(&self, m: &Model, forget: bool) -> StoreResult<Option<Model>> {
         let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE retl_models SET name = $1, warehouse_id = $2, query = $3, primary_key = $4, updated_at = $5 WHERE workspace_id = $6 AND id = $7")
             .bind(&m.name)
@@ -239,11 +239,11 @@ impl Store {
     }
 
     /// Deletes a model no activation uses.
-    pub async fn delete_model(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+    pub(crate) async fn delete_model(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), DeleteRefused>> {
         self.delete_unless_used("retl_models", workspace_id, id, &[("retl_activations", "model_id")]).await
     }
 
-    pub async fn create_retl_destination(
+    pub(crate) async fn create_retl_destination(
         &self,
         workspace_id: &str,
         name: &str,
@@ -268,13 +268,13 @@ impl Store {
         Ok(self.retl_destination(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn retl_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<RetlDestination>> {
+    pub(crate) async fn retl_destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<RetlDestination>> {
         let sql = format!("SELECT {RDEST_COLUMNS} FROM retl_destinations WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(rdest_from_row).transpose()
     }
 
-    pub async fn retl_destinations(
+    pub(crate) async fn retl_destinations(
         &self,
         workspace_id: &str,
         after: Option<&str>,
@@ -294,7 +294,7 @@ impl Store {
 
     /// Saves a destination's fields; with `forget`, the diff state of its
     /// activations goes too (what they sent is now elsewhere).
-    pub async fn update_retl_destination(
+    pub(crate) async fn update_retl_destination(
         &self,
         workspace_id: &str,
         id: &str,
@@ -319,7 +319,7 @@ impl Store {
     }
 
     /// Deletes a reverse-ETL destination no activation uses.
-    pub async fn delete_retl_destination(
+    pub(crate) async fn delete_retl_destination(
         &self,
         workspace_id: &str,
         id: &str,
@@ -328,7 +328,7 @@ impl Store {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub async fn create_activation(
+    pub(crate) async fn create_activation(
         &self,
         workspace_id: &str,
         name: &str,
@@ -392,7 +392,7 @@ impl Store {
     /// Saves an activation's fields. A changed schedule sets its next run;
     /// with `forget`, its diff state goes (it reads another model or sends
     /// elsewhere now).
-    pub async fn update_activation(
+    pub(crate) async fn update_activation(
         &self,
         a: &Activation,
         next_run_at: Option<Option<i64>>,
@@ -433,7 +433,7 @@ impl Store {
     /// refused while a run is active. The activation is locked first on
     /// PostgreSQL (a run being queued holds a key-share lock on it), so
     /// the check sees every run queued before, and none is queued after.
-    pub async fn delete_activation(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
+    pub(crate) async fn delete_activation(&self, workspace_id: &str, id: &str) -> StoreResult<Result<(), Option<Job>>> {
         let mut tx = self.begin_write().await?;
         let lock = if self.backend() == super::Backend::Postgres { " FOR UPDATE" } else { "" };
         let exists = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -461,7 +461,7 @@ impl Store {
     }
 
     /// Unpaused activations whose schedule is due.
-    pub async fn due_activations(&self, now: i64) -> StoreResult<Vec<Activation>> {
+    pub(crate) async fn due_activations(&self, now: i64) -> StoreResult<Vec<Activation>> {
         let sql = format!(
             "SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE paused = 0 AND next_run_at IS NOT NULL AND next_run_at <= $1"
         );
@@ -469,7 +469,11 @@ impl Store {
         rows.iter().map(activation_from_row).collect()
     }
 
-    pub async fn set_activation_next_run(&self, activation_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
+    pub(crate) async fn set_activation_next_run(
+        &self,
+        activation_id: &str,
+        next_run_at: Option<i64>,
+    ) -> StoreResult<()> {
         sqlx::query("UPDATE retl_activations SET next_run_at = $1 WHERE id = $2")
             .bind(next_run_at)
             .bind(activation_id)
@@ -480,7 +484,7 @@ impl Store {
 
     /// Queues a run unless one is active for the activation (see
     /// [`Store::queue_job`]).
-    pub async fn create_run(
+    pub(crate) async fn create_run(
         &self,
         workspace_id: &str,
         activation_id: &str,
@@ -505,7 +509,7 @@ impl Store {
 
     /// Streams an activation's diff state into `each` (key, state),
     /// without holding it all twice. `run_id` is the run asking.
-    pub async fn diff_state(
+    pub(crate) async fn diff_state(
         &self,
         activation_id: &str,
         run_id: &str,
@@ -531,7 +535,7 @@ impl Store {
     }
 
     /// How many keys an activation's diff state holds.
-    pub async fn diff_state_len(&self, activation_id: &str) -> StoreResult<u64> {
+    pub(crate) async fn diff_state_len(&self, activation_id: &str) -> StoreResult<u64> {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM retl_state WHERE activation_id = $1")
             .bind(activation_id)
             .fetch_one(self.pool())
@@ -541,7 +545,7 @@ impl Store {
 
     /// Streams an activation's keys into `each` with the matching value the
     /// destination accepted them under (`None`: never accepted).
-    pub async fn sent_keys(
+    pub(crate) async fn sent_keys(
         &self,
         activation_id: &str,
         mut each: impl FnMut(String, Option<String>),
@@ -558,7 +562,12 @@ impl Store {
 
     /// Keeps the outcomes of one batch of run `run_id`, a few hundred keys
     /// per statement, each group in one transaction.
-    pub async fn record_outcomes(&self, activation_id: &str, run_id: &str, outcomes: &[KeyOutcome]) -> StoreResult<()> {
+    pub(crate) async fn record_outcomes(
+        &self,
+        activation_id: &str,
+        run_id: &str,
+        outcomes: &[KeyOutcome],
+    ) -> StoreResult<()> {
         for chunk in outcomes.chunks(STATE_BATCH) {
             let mut tx = self.begin_write().await?;
             let sent: Vec<_> = chunk

@@ -93,7 +93,7 @@ pub struct Session {
 
 /// What is recorded about a session when it is created.
 #[derive(Debug, Clone)]
-pub struct NewSession<'a> {
+pub(crate) struct NewSession<'a> {
     pub user_id: &'a str,
     pub token_hash: &'a str,
     pub kind: SessionKind,
@@ -121,7 +121,7 @@ pub struct ActiveSession {
 
 /// Which sessions a listing asks for, and who asks.
 #[derive(Debug, Clone, Copy)]
-pub struct SessionQuery<'a> {
+pub(crate) struct SessionQuery<'a> {
     pub workspace_id: &'a str,
     /// The user listing them.
     pub viewer: &'a str,
@@ -164,7 +164,7 @@ fn session_from_row(row: &sqlx::any::AnyRow) -> StoreResult<Session> {
 }
 
 impl Store {
-    pub async fn create_session(&self, new: NewSession<'_>) -> StoreResult<String> {
+    pub(crate) async fn create_session(&self, new: NewSession<'_>) -> StoreResult<String> {
         let id = new_id("ses");
         sqlx::query(
             "INSERT INTO sessions (id, user_id, token_hash, kind, label, client_source, user_agent, address, created_at, expires_at) \
@@ -187,7 +187,7 @@ impl Store {
     }
 
     /// The live session holding this token hash: not revoked, not expired.
-    pub async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
+    pub(crate) async fn active_session(&self, token_hash: &str) -> StoreResult<Option<ActiveSession>> {
         let row = sqlx::query(
             "SELECT id, user_id, client_source, kind, last_used_at, expires_at FROM sessions \
              WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
@@ -210,7 +210,7 @@ impl Store {
         .transpose()
     }
 
-    pub async fn touch_session(&self, session_id: &str, at: i64) -> StoreResult<()> {
+    pub(crate) async fn touch_session(&self, session_id: &str, at: i64) -> StoreResult<()> {
         sqlx::query("UPDATE sessions SET last_used_at = $1 WHERE id = $2")
             .bind(at)
             .bind(session_id)
@@ -231,7 +231,7 @@ impl Store {
     /// is the user's, not the workspace's: an administrator of one
     /// workspace must not see or end how someone works in another.
     /// Operators' sessions only operators administer.
-    pub async fn sessions_in_workspace(
+    pub(crate) async fn sessions_in_workspace(
         &self,
         q: &SessionQuery<'_>,
         before: Option<&str>,
@@ -259,7 +259,7 @@ impl Store {
 
     /// Whether `viewer` may administer `user_id`'s sessions (see
     /// [`Store::sessions_in_workspace`]).
-    pub async fn administers_sessions_of(&self, viewer: &str, user_id: &str) -> StoreResult<bool> {
+    pub(crate) async fn administers_sessions_of(&self, viewer: &str, user_id: &str) -> StoreResult<bool> {
         if viewer == user_id {
             return Ok(true);
         }
@@ -271,7 +271,7 @@ impl Store {
     /// Marks a session revoked and voids the proposals it made that are
     /// still pending (nobody may approve what a revoked session proposed);
     /// returns false when it was revoked already.
-    pub async fn revoke_session(&self, session_id: &str) -> StoreResult<bool> {
+    pub(crate) async fn revoke_session(&self, session_id: &str) -> StoreResult<bool> {
         let now = now_ms();
         let mut tx = self.pool().begin().await?;
         let n = sqlx::query("UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
@@ -294,7 +294,7 @@ impl Store {
     /// Revokes every live session of a user (a password reset: whoever
     /// held one of them is out) and voids the proposals they made that
     /// are still pending; the sessions revoked.
-    pub async fn revoke_user_sessions(&self, user_id: &str) -> StoreResult<Vec<String>> {
+    pub(crate) async fn revoke_user_sessions(&self, user_id: &str) -> StoreResult<Vec<String>> {
         let now = now_ms();
         let mut tx = self.pool().begin().await?;
         let rows =
@@ -317,7 +317,7 @@ impl Store {
     }
 
     /// Stores a one-time login code (its hash) for the bootstrap login link.
-    pub async fn create_login_code(&self, code_hash: &str, user_id: &str, expires_at: i64) -> StoreResult<()> {
+    pub(crate) async fn create_login_code(&self, code_hash: &str, user_id: &str, expires_at: i64) -> StoreResult<()> {
         sqlx::query("INSERT INTO login_codes (code_hash, user_id, created_at, expires_at) VALUES ($1, $2, $3, $4)")
             .bind(code_hash)
             .bind(user_id)
@@ -329,7 +329,7 @@ impl Store {
     }
 
     /// Spends a login code: returns its user once, and never again.
-    pub async fn redeem_login_code(&self, code_hash: &str) -> StoreResult<Option<String>> {
+    pub(crate) async fn redeem_login_code(&self, code_hash: &str) -> StoreResult<Option<String>> {
         let now = now_ms();
         let row = sqlx::query(
             "UPDATE login_codes SET used_at = $1 WHERE code_hash = $2 AND used_at IS NULL AND expires_at > $1 RETURNING user_id",
@@ -342,7 +342,7 @@ impl Store {
     }
 
     /// Stores a one-time code of a CLI login (its hash).
-    pub async fn create_cli_code(&self, code: &CliCode, code_hash: &str) -> StoreResult<()> {
+    pub(crate) async fn create_cli_code(&self, code: &CliCode, code_hash: &str) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO cli_login_codes (code_hash, user_id, code_challenge, redirect_uri, host_label, created_at, expires_at, session_expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -362,7 +362,7 @@ impl Store {
 
     /// Spends a CLI login code: what it was issued for, once, unexpired.
     /// A wrong verifier spends it too (the caller checks after this).
-    pub async fn redeem_cli_code(&self, code_hash: &str) -> StoreResult<Option<CliCode>> {
+    pub(crate) async fn redeem_cli_code(&self, code_hash: &str) -> StoreResult<Option<CliCode>> {
         let now = now_ms();
         let row = sqlx::query(
             "UPDATE cli_login_codes SET used_at = $1 WHERE code_hash = $2 AND used_at IS NULL AND expires_at > $1 \
@@ -388,7 +388,7 @@ impl Store {
 
 /// What a CLI login code was issued for.
 #[derive(Debug, Clone)]
-pub struct CliCode {
+pub(crate) struct CliCode {
     pub user_id: String,
     /// `BASE64URL(SHA256(verifier))`.
     pub code_challenge: String,

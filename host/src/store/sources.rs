@@ -97,7 +97,7 @@ impl Store {
         rows.iter().map(from_row).collect()
     }
 
-    pub async fn update_source(
+    pub(crate) async fn update_source(
         &self,
         workspace_id: &str,
         source_id: &str,
@@ -123,7 +123,11 @@ impl Store {
 
     /// Deletes a source unless a pipeline uses it (see
     /// [`Store::delete_unless_used`]).
-    pub async fn delete_source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Result<(), DeleteRefused>> {
+    pub(crate) async fn delete_source(
+        &self,
+        workspace_id: &str,
+        source_id: &str,
+    ) -> StoreResult<Result<(), DeleteRefused>> {
         self.delete_unless_used("sources", workspace_id, source_id, &[("pipelines", "source_id")]).await
     }
 }

@@ -31,7 +31,7 @@ fn user_from_row(row: &sqlx::any::AnyRow) -> StoreResult<User> {
 
 impl Store {
     /// Number of users; zero means a fresh installation to bootstrap.
-    pub async fn count_users(&self) -> StoreResult<i64> {
+    pub(crate) async fn count_users(&self) -> StoreResult<i64> {
         let row = sqlx::query("SELECT COUNT(*) AS n FROM users").fetch_one(self.pool()).await?;
         Ok(row.try_get("n")?)
     }
@@ -70,7 +70,7 @@ impl Store {
     }
 
     /// Sets a user's password hash (PHC text); false when no such user.
-    pub async fn set_password_hash(&self, user_id: &str, hash: &str) -> StoreResult<bool> {
+    pub(crate) async fn set_password_hash(&self, user_id: &str, hash: &str) -> StoreResult<bool> {
         let n = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
             .bind(hash)
             .bind(user_id)
@@ -96,7 +96,7 @@ impl Store {
 impl Store {
     /// A user with their workspaces (oldest membership first) in one query:
     /// `GET /me` is the hottest read.
-    pub async fn user_with_workspaces(
+    pub(crate) async fn user_with_workspaces(
         &self,
         user_id: &str,
         limit: i64,

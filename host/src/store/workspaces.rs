@@ -72,7 +72,7 @@ pub struct Member {
 
 /// Why removing a member was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum RemoveMemberError {
+pub(crate) enum RemoveMemberError {
     #[error("no such member")]
     NotFound,
     #[error("the workspace must keep at least one administrator")]
@@ -174,7 +174,7 @@ impl Store {
 
     /// The workspace a request uses when it names none: the user's oldest
     /// membership.
-    pub async fn default_workspace_of(&self, user_id: &str) -> StoreResult<Option<(String, Role)>> {
+    pub(crate) async fn default_workspace_of(&self, user_id: &str) -> StoreResult<Option<(String, Role)>> {
         let row = sqlx::query("SELECT workspace_id, role FROM memberships WHERE user_id = $1 ORDER BY id LIMIT 1")
             .bind(user_id)
             .fetch_optional(self.pool())
@@ -184,7 +184,7 @@ impl Store {
 
     /// Every workspace the user belongs to, oldest membership first (so the
     /// first one is the user's default workspace).
-    pub async fn workspaces_of(
+    pub(crate) async fn workspaces_of(
         &self,
         user_id: &str,
         after: Option<&str>,
@@ -253,7 +253,7 @@ impl Store {
     /// The check and the delete are one statement, and on PostgreSQL the
     /// workspace row is locked first, so two administrators removing each
     /// other at the same moment cannot leave the workspace without one.
-    pub async fn remove_member(&self, workspace_id: &str, member_id: &str) -> Result<Member, RemoveMemberError> {
+    pub(crate) async fn remove_member(&self, workspace_id: &str, member_id: &str) -> Result<Member, RemoveMemberError> {
         let mut tx = self.begin_write().await?;
         if self.backend() == Backend::Postgres {
             sqlx::query("SELECT id FROM workspaces WHERE id = $1 FOR UPDATE")

@@ -19,7 +19,7 @@ pub mod request_id;
 
 /// Installs the global log subscriber (once; later calls are ignored),
 /// writing what `directives` (`SERVICE_LOG`) selects.
-pub fn init_logging(format: LogFormat, directives: &str) -> Result<(), ConfigError> {
+pub(crate) fn init_logging(format: LogFormat, directives: &str) -> Result<(), ConfigError> {
     let filter = EnvFilter::try_new(directives).map_err(|e| ConfigError::new("SERVICE_LOG", e.to_string()))?;
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
@@ -31,7 +31,7 @@ pub fn init_logging(format: LogFormat, directives: &str) -> Result<(), ConfigErr
 
 /// The process-wide Prometheus recorder (installed on first use, so several
 /// servers in one test process share it).
-pub fn metrics_handle() -> PrometheusHandle {
+pub(crate) fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {

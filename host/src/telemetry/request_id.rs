@@ -12,7 +12,7 @@ tokio::task_local! {
 }
 
 /// Name of the response header carrying the request id.
-pub const HEADER: &str = "x-request-id";
+pub(crate) const HEADER: &str = "x-request-id";
 
 /// The id of the request being handled on this task (a fresh one outside a
 /// request, e.g. in background work).
@@ -23,7 +23,7 @@ pub fn current() -> String {
 /// Middleware: assigns the id, opens the request's tracing span and sets the
 /// response header (unless the answer is an idempotent replay, which keeps
 /// the id of the request it first answered).
-pub async fn assign(req: Request, next: Next) -> Response {
+pub(crate) async fn assign(req: Request, next: Next) -> Response {
     let id = uuid::Uuid::new_v4().to_string();
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %loggable_path(req.uri().path()));
     let mut response = REQUEST_ID.scope(id.clone(), next.run(req).instrument(span)).await;
@@ -41,7 +41,7 @@ const ONE_TIME_PATHS: &[&str] = &["/login/", "/invitations/", "/credential-entry
 
 /// A path as it may appear in logs: one-time codes replaced, since log
 /// pipelines keep lines forever.
-pub fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
     match ONE_TIME_PATHS.iter().find(|p| path.starts_with(**p)) {
         Some(prefix) => format!("{prefix}<code>").into(),
         None => path.into(),

@@ -22,12 +22,12 @@ pub struct Place<'a> {
 
 impl Place<'_> {
     /// `<data-dir>/warehouses/<workspace>`: the workspace's SQLite files.
-    pub fn warehouse_dir(&self) -> std::path::PathBuf {
+    pub(crate) fn warehouse_dir(&self) -> std::path::PathBuf {
         self.data_dir.join("warehouses").join(self.workspace_id)
     }
 
     /// `<data-dir>/exports/<workspace>`: the workspace's JSON-lines folders.
-    pub fn export_dir(&self) -> std::path::PathBuf {
+    pub(crate) fn export_dir(&self) -> std::path::PathBuf {
         self.data_dir.join("exports").join(self.workspace_id)
     }
 }

@@ -111,7 +111,7 @@ impl Loader {
 
     /// Queues a checkpoint behind the batches written before it; returns
     /// it at once when there are none.
-    pub fn checkpoint(&mut self, state: String) -> Written {
+    pub(crate) fn checkpoint(&mut self, state: String) -> Written {
         if self.in_flight.is_empty() {
             return Written { checkpoint: Some(state), ..Written::default() };
         }

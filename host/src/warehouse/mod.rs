@@ -55,12 +55,12 @@ pub use load::{Loader, Written};
 pub use writer::Writer;
 
 /// The text records hold, in bytes.
-pub fn text_bytes(records: &[String]) -> usize {
+pub(crate) fn text_bytes(records: &[String]) -> usize {
     records.iter().map(String::len).sum()
 }
 
 /// Table and column names: lower case letters, digits and `_`.
-pub fn sql_name(raw: &str) -> String {
+pub(crate) fn sql_name(raw: &str) -> String {
     let mut s: String =
         raw.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).take(60).collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {

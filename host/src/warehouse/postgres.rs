@@ -130,7 +130,7 @@ pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
 
 /// Why a destination's database is not connected to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unreachable {
+pub(crate) enum Unreachable {
     #[error("{0} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
     HostNotAllowed(String),
     #[error("{0} did not resolve: {1}")]
@@ -141,14 +141,6 @@ pub enum Unreachable {
     EnvironmentOptions,
 }
 
-impl Unreachable {
-    /// Whether asking again later may succeed (a name that did not
-    /// resolve may); the operator's rules will not change by themselves.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, Unreachable::Unresolved(..))
-    }
-}
-
 /// Resolves and checks the target's host and builds the driver's options
 /// from the target's parts alone.
 ///
@@ -157,7 +149,7 @@ impl Unreachable {
 /// because `verify-full` checks the certificate against the name; a
 /// rebound name then meets a server that cannot prove it, and the
 /// password is never sent.
-pub async fn connect_options(
+pub(crate) async fn connect_options(
     target: &Target,
     password: Option<&SecretString>,
     policy: &WarehousePolicy,

@@ -45,10 +45,10 @@ const BATCH_ROWS: usize = 1024;
 
 /// The key of the marker that stands for a value larger than the cap:
 /// `{"$service_oversize": <bytes>}`.
-pub const OVERSIZE: &str = "$service_oversize";
+pub(crate) const OVERSIZE: &str = "$service_oversize";
 
 /// The size of the value a marker stands for, when `v` is one.
-pub fn oversize(v: &Value) -> Option<u64> {
+pub(crate) fn oversize(v: &Value) -> Option<u64> {
     match v {
         Value::Object(m) if m.len() == 1 => m.get(OVERSIZE).and_then(Value::as_u64),
         _ => None,
@@ -128,7 +128,7 @@ pub struct ModelRows {
 
 impl ModelRows {
     /// The next batch of rows (values in column order); `None` at the end.
-    pub async fn next_batch(&mut self) -> Result<Option<Vec<Vec<Value>>>, QueryError> {
+    pub(crate) async fn next_batch(&mut self) -> Result<Option<Vec<Vec<Value>>>, QueryError> {
         loop {
             match self.rx.recv().await {
                 None => return Ok(None),
@@ -480,7 +480,7 @@ fn classify(e: sqlx::Error, timeout_secs: u64) -> QueryError {
 
 /// The text a key value is compared and kept as: strings as they are,
 /// anything else as its JSON text; `None` for null.
-pub fn key_text(value: &Value) -> Option<String> {
+pub(crate) fn key_text(value: &Value) -> Option<String> {
     match value {
         Value::Null => None,
         Value::String(s) => Some(s.clone()),

@@ -293,7 +293,7 @@ impl RowWriter {
 /// start).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct SqliteFailure(pub String);
+pub(crate) struct SqliteFailure(pub String);
 
 impl From<&str> for SqliteFailure {
     fn from(m: &str) -> Self {

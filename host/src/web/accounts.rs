@@ -58,7 +58,7 @@ pub struct ClientInfo {
 
 impl ClientInfo {
     /// The client's address for rate limits (unspecified when unknown).
-    pub fn ip(&self) -> std::net::IpAddr {
+    pub(crate) fn ip(&self) -> std::net::IpAddr {
         self.address.as_deref().and_then(|a| a.parse().ok()).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]))
     }
 }
@@ -160,7 +160,7 @@ pub(crate) async fn audit_account(state: &AppState, event: &AccountEvent<'_>, cl
         .by(event.user_id)
         .through(event.session_id, event.client_source)
         .on("user", event.user_id)
-        .from_address(client.address.as_deref());
+        .at_address(client.address.as_deref());
         if let Err(e) = state.store.append_audit(&record).await {
             tracing::error!(error = %e, action = event.action, "could not write audit record");
         }

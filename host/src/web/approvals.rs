@@ -32,7 +32,7 @@ const STYLE: &str = "table{border-collapse:collapse;width:100%}td,th{border-top:
     form{display:inline}button{margin:.2rem .4rem .2rem 0}nav a{margin-right:1rem}.muted{color:#666}";
 
 #[derive(Deserialize)]
-pub struct Which {
+pub(crate) struct Which {
     workspace_id: Option<String>,
 }
 
@@ -70,7 +70,11 @@ fn failed(e: &ApiError) -> Response {
 }
 
 /// `GET /approvals`: the pending proposals of a workspace.
-pub async fn approvals_page(State(state): State<AppState>, headers: HeaderMap, Query(which): Query<Which>) -> Response {
+pub(crate) async fn approvals_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(which): Query<Which>,
+) -> Response {
     let Some(session) = browser_session(&state, &headers).await else {
         return Redirect::to("/sign-in?next=/approvals").into_response();
     };

@@ -107,7 +107,7 @@ fn hidden(name: &str, value: &str) -> String {
 }
 
 /// `GET /cli/authorize`: the confirmation page (after signing in).
-pub async fn authorize_page(
+pub(crate) async fn authorize_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     axum::extract::OriginalUri(uri): axum::extract::OriginalUri,

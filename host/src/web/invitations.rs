@@ -23,7 +23,7 @@ use crate::store::invitations::{AcceptError, AcceptedInvitation, Acceptor};
 use crate::store::kinds::AuditOutcome;
 
 /// `GET /invitations/{token}`.
-pub async fn invitation_page(
+pub(crate) async fn invitation_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(token): Path<String>,
@@ -74,7 +74,7 @@ pub async fn invitation_page(
 }
 
 #[derive(serde::Deserialize, Default)]
-pub struct AcceptForm {
+pub(crate) struct AcceptForm {
     #[serde(default)]
     name: String,
     #[serde(default)]
@@ -89,7 +89,7 @@ pub struct AcceptForm {
 /// `POST /invitations/{token}`: creates an account for an address without
 /// one and shows its first token, or lets the invited account, signed in
 /// on the web, join.
-pub async fn accept_invitation(
+pub(crate) async fn accept_invitation(
     State(state): State<AppState>,
     headers: HeaderMap,
     client: ClientInfo,
@@ -182,7 +182,7 @@ async fn audit_accepted(
     .by(&accepted.user_id)
     .through(session_id, crate::access::ClientSource::Api)
     .on("invitation", &accepted.invitation_id)
-    .from_address(client.address.as_deref());
+    .at_address(client.address.as_deref());
     if let Err(e) = state.store.append_audit(&record).await {
         tracing::error!(error = %e, "could not write audit record");
     }

@@ -9,7 +9,7 @@ pub(crate) const CSP_FORMS_TO_SELF: &str = "default-src 'none'; style-src 'unsaf
 
 /// The same policy, letting forms (and the redirects they lead to) also
 /// reach `origin`, which the caller has checked.
-pub fn csp_with_form_target(origin: &str) -> axum::http::HeaderValue {
+pub(crate) fn csp_with_form_target(origin: &str) -> axum::http::HeaderValue {
     let policy = CSP_FORMS_TO_SELF.replace("form-action 'self'", &format!("form-action 'self' {origin}"));
     axum::http::HeaderValue::from_str(&policy).unwrap_or(axum::http::HeaderValue::from_static(CSP_FORMS_TO_SELF))
 }
@@ -17,7 +17,10 @@ pub fn csp_with_form_target(origin: &str) -> axum::http::HeaderValue {
 /// Headers of every page: no framing (clickjacking), no caching (pages
 /// show one-time tokens and handles), no sniffing, no scripts, forms only
 /// to this server, and no referrer carrying a link's code elsewhere.
-pub async fn page_headers(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+pub(crate) async fn page_headers(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
     use axum::http::{HeaderValue, header};
     let mut response = next.run(req).await;
     let h = response.headers_mut();
@@ -52,7 +55,7 @@ pub fn page(title: &str, body: &str) -> Html<String> {
 
 /// A page with CSS of its own after the shared rules (wider, for tables,
 /// when it has any); `body` must already be escaped.
-pub fn page_with_style(title: &str, style: &str, body: &str) -> Html<String> {
+pub(crate) fn page_with_style(title: &str, style: &str, body: &str) -> Html<String> {
     let width = if style.is_empty() { "40rem" } else { "64rem" };
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\">\

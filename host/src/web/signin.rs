@@ -38,10 +38,10 @@ use crate::store::kinds::AuditOutcome;
 use crate::store::sessions::{ActiveSession, SessionKind};
 
 /// The cookie that holds a browser session's token (over plain HTTP).
-pub const SESSION_COOKIE: &str = "service_session";
+pub(crate) const SESSION_COOKIE: &str = "service_session";
 /// The cookie holding the pre-session id CSRF tokens are bound to (over
 /// plain HTTP).
-pub const CSRF_COOKIE: &str = "service_csrf";
+pub(crate) const CSRF_COOKIE: &str = "service_csrf";
 
 /// A cookie's name on this server: `__Host-` prefixed when served over
 /// HTTPS, so only this exact origin can set it (no sibling subdomain, no
@@ -78,7 +78,7 @@ fn set_cookie(state: &AppState, base: &'static str, value: &str, same_site: &str
 /// The web session a request's cookie names, if it is one and still
 /// valid. A token of any other kind (API, CLI, MCP) is no web session,
 /// whatever cookie carries it.
-pub async fn browser_session(state: &AppState, headers: &HeaderMap) -> Option<ActiveSession> {
+pub(crate) async fn browser_session(state: &AppState, headers: &HeaderMap) -> Option<ActiveSession> {
     let token = cookie(headers, cookie_name(state, SESSION_COOKIE))?;
     if !token.starts_with(tokens::TOKEN_PREFIX) || token.len() > 200 {
         return None;
@@ -112,7 +112,7 @@ pub fn csrf(state: &AppState, headers: &HeaderMap) -> (String, Option<HeaderValu
 
 /// Whether a posted form's CSRF token is the one bound to the request's
 /// pre-session cookie (a value the client picked for both never is).
-pub fn csrf_ok(state: &AppState, headers: &HeaderMap, posted: &str) -> bool {
+pub(crate) fn csrf_ok(state: &AppState, headers: &HeaderMap, posted: &str) -> bool {
     use subtle::ConstantTimeEq;
     match cookie(headers, cookie_name(state, CSRF_COOKIE)) {
         Some(id) if well_formed(&id) => csrf_token(state, &id).as_bytes().ct_eq(posted.as_bytes()).into(),
@@ -121,7 +121,7 @@ pub fn csrf_ok(state: &AppState, headers: &HeaderMap, posted: &str) -> bool {
 }
 
 /// The answer to a form posted without its CSRF token.
-pub fn csrf_refused() -> Response {
+pub(crate) fn csrf_refused() -> Response {
     let body = "<p>This form has expired or did not come from this service, so nothing was done. Reload the page and try again.</p>";
     (StatusCode::FORBIDDEN, page("Form expired", body)).into_response()
 }
@@ -137,7 +137,7 @@ fn with_cookie(status: StatusCode, body: axum::response::Html<String>, set: Opti
 
 /// Where to go after signing in: a path of this service, never another
 /// site (`//host`, `/\host` and schemes are refused).
-pub fn safe_next(next: Option<&str>) -> String {
+pub(crate) fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(n)
             if n.starts_with('/')
@@ -176,7 +176,7 @@ fn sign_in_form(csrf: &str, next: &str, email: &str, problem: Option<&str>) -> a
 }
 
 /// `GET /sign-in`: the form, or straight on when already signed in.
-pub async fn sign_in_page(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<Next>) -> Response {
+pub(crate) async fn sign_in_page(State(state): State<AppState>, headers: HeaderMap, Query(q): Query<Next>) -> Response {
     let next = safe_next(q.next.as_deref());
     if browser_session(&state, &headers).await.is_some() {
         return Redirect::to(&next).into_response();
@@ -300,7 +300,7 @@ pub async fn sign_in(
 }
 
 /// `GET /account`: who is signed in, and the sign-out form.
-pub async fn account_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn account_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let Some(session) = browser_session(&state, &headers).await else {
         return Redirect::to("/sign-in?next=/account").into_response();
     };

@@ -42,7 +42,7 @@ pub struct Body(pub Map<String, Value>);
 
 impl Body {
     /// Sets `name` when the option was given.
-    pub fn opt(&mut self, name: &str, value: Option<impl Into<Value>>) -> &mut Body {
+    pub(crate) fn opt(&mut self, name: &str, value: Option<impl Into<Value>>) -> &mut Body {
         if let Some(v) = value {
             self.0.insert(name.to_owned(), v.into());
         }
@@ -76,13 +76,13 @@ impl Body {
         }
     }
 
-    pub fn into_value(self) -> Value {
+    pub(crate) fn into_value(self) -> Value {
         Value::Object(self.0)
     }
 }
 
 /// JSON text, `@FILE` or `-` (standard input), parsed.
-pub fn json_value(arg: &str) -> Result<Value, String> {
+pub(crate) fn json_value(arg: &str) -> Result<Value, String> {
     let text = if arg == "-" {
         std::io::read_to_string(std::io::stdin()).map_err(|e| format!("standard input: {e}"))?
     } else if let Some(file) = arg.strip_prefix('@') {
@@ -94,7 +94,7 @@ pub fn json_value(arg: &str) -> Result<Value, String> {
 }
 
 /// Like [`json_value`], and it must be an object.
-pub fn json_object(arg: &str) -> Result<Value, String> {
+pub(crate) fn json_object(arg: &str) -> Result<Value, String> {
     let v = json_value(arg)?;
     if v.is_object() { Ok(v) } else { Err("must be a JSON object".into()) }
 }

@@ -82,7 +82,7 @@ impl Ctx {
 /// A path segment from a user-given id, escaped so it stays one segment.
 /// `.` and `..` (which URLs resolve as steps, escaped or not) become ids
 /// no record has, so they reach no other route.
-pub fn seg(id: &str) -> String {
+pub(crate) fn seg(id: &str) -> String {
     let escaped = url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>().replace('+', "%20");
     if id.is_empty() || id.chars().all(|c| c == '.') { format!("~{escaped}") } else { escaped }
 }

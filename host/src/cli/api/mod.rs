@@ -17,12 +17,12 @@
 //! - [`body`]: request bodies from options, `--data` and `--set`.
 
 pub mod body;
-pub mod catalog;
-pub mod context;
-pub mod governance;
+pub(crate) mod catalog;
+pub(crate) mod context;
+pub(crate) mod governance;
 pub mod pipelines;
 pub mod progress;
-pub mod render;
+pub(crate) mod render;
 pub mod reverse_etl;
 
 use super::client::{Addresses, ApiClient, CliFailure};

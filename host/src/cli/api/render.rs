@@ -67,7 +67,7 @@ impl Printer {
         println!("{}", done(&answer.data));
     }
 
-    pub fn print_json(&self, data: &Value) {
+    pub(crate) fn print_json(&self, data: &Value) {
         println!("{}", serde_json::to_string_pretty(data).unwrap_or_default());
     }
 }
@@ -78,7 +78,7 @@ pub fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
 }
 
 /// The text at a dotted path (empty when absent).
-pub fn text_at(v: &Value, path: &str) -> String {
+pub(crate) fn text_at(v: &Value, path: &str) -> String {
     text(at(v, path))
 }
 
