@@ -18,8 +18,7 @@ use crate::plugin::types::Operation;
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 
-/// The key under which the host hands the plugin the credential's account.
-pub(crate) const CREDENTIAL_ACCOUNT: &str = "credential_account";
+pub(crate) use crate::plugin::types::CREDENTIAL_ACCOUNT;
 
 /// One choice for a config field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]

@@ -20,8 +20,19 @@
 //!
 //! Redirects are never followed blindly: each `Location` goes through the
 //! same checks, and a credential survives a redirect only to the same host.
+//!
+//! An egress can also work for a connector's author ([`tape`]): one that
+//! records hands every request, as the plugin made it (handle, never
+//! secret), and the answer as the plugin got it (scrubbed) to a
+//! [`Recorder`]; one that replays answers each request from a recording
+//! and has no HTTP client at all, so it cannot open a socket.
+//!
+//! Layout: this module (the policy's enforcement and the live exchange),
+//! [`address`] (which addresses are global), [`tape`] (recording and
+//! replay).
 
 pub mod address;
+pub mod tape;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -34,6 +45,7 @@ use url::{Host, Url};
 
 pub use crate::config::egress::{EgressPolicy, HostPattern};
 pub use crate::store::credentials::CredentialHandle;
+pub use tape::{Recorder, Replay};
 
 /// HTTP method of an outbound request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +60,26 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method's name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+            Method::Options => "OPTIONS",
+        }
+    }
+
+    /// The method named `name` (upper case, as on the wire).
+    pub fn parse(name: &str) -> Option<Method> {
+        [Method::Get, Method::Head, Method::Post, Method::Put, Method::Patch, Method::Delete, Method::Options]
+            .into_iter()
+            .find(|m| m.as_str() == name)
+    }
+
     fn as_reqwest(self) -> reqwest::Method {
         match self {
             Method::Get => reqwest::Method::GET,
@@ -286,9 +318,19 @@ impl reqwest::dns::Resolve for CheckedAddresses {
 #[derive(Clone)]
 pub struct Egress {
     policy: Arc<EgressPolicy>,
-    client: reqwest::Client,
-    checked: Arc<CheckedAddresses>,
+    transport: Transport,
     secrets: Arc<dyn SecretSource>,
+    /// Sees every exchange, when an author records a plugin.
+    recorder: Option<Arc<dyn Recorder>>,
+}
+
+/// Where requests that passed the policy go.
+#[derive(Clone)]
+enum Transport {
+    /// Over the network, to the addresses the policy checked.
+    Network { client: reqwest::Client, checked: Arc<CheckedAddresses> },
+    /// Nowhere: a recording answers them.
+    Replay(Arc<dyn Replay>),
 }
 
 impl Egress {
@@ -306,7 +348,35 @@ impl Egress {
             builder = builder.tls_certs_merge(policy.extra_roots.iter().cloned());
         }
         let client = builder.build()?;
-        Ok(Egress { policy: Arc::new(policy), client, checked, secrets })
+        Ok(Egress {
+            policy: Arc::new(policy),
+            transport: Transport::Network { client, checked },
+            secrets,
+            recorder: None,
+        })
+    }
+
+    /// An egress that answers every request from `replay` after the checks
+    /// that need no network (scheme, port, declared and allowed host,
+    /// headers). It holds no HTTP client and resolves no name.
+    pub fn replaying(policy: EgressPolicy, replay: Arc<dyn Replay>) -> Self {
+        Egress {
+            policy: Arc::new(policy),
+            transport: Transport::Replay(replay),
+            secrets: Arc::new(tape::NoSecrets),
+            recorder: None,
+        }
+    }
+
+    /// The same egress, handing every exchange to `recorder` too.
+    pub fn recording(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Whether requests can reach the network (false when replaying).
+    pub fn uses_network(&self) -> bool {
+        matches!(self.transport, Transport::Network { .. })
     }
 
     /// The operator's policy.
@@ -316,7 +386,13 @@ impl Egress {
 
     /// Performs `req` for `caller` under the full policy.
     pub async fn send(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
+        // Numbered when made, so concurrent requests keep the order the
+        // plugin made them in, whatever order their answers arrive in.
+        let recording = self.recorder.as_ref().map(|r| tape::Taping::begin(r.clone(), &req));
         let result = self.send_checked(caller, req).await;
+        if let Some(taping) = recording {
+            taping.finish(&result);
+        }
         match &result {
             Err(EgressError::Denied(rule)) => {
                 tracing::warn!(plugin = caller.plugin_id, workspace = caller.workspace_id, rule = %rule, "egress denied");
@@ -343,6 +419,11 @@ impl Egress {
                 )));
             }
         }
+        if let Transport::Replay(replay) = &self.transport {
+            let url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
+            self.check_target(caller, &url)?;
+            return replay.answer(&req);
+        }
         let timeout = Duration::from_millis(u64::from(
             req.timeout_ms.unwrap_or(self.policy.default_timeout_ms).min(self.policy.max_timeout_ms),
         ));
@@ -355,6 +436,18 @@ impl Egress {
     /// Checks a URL against every rule and pins the addresses the client
     /// will connect to. Returns the host name.
     pub(crate) async fn check_url(&self, caller: &Caller<'_>, url: &Url) -> Result<String, EgressError> {
+        let host = self.check_target(caller, url)?;
+        let addrs = self.resolve(&host).await?;
+        if let Transport::Network { checked, .. } = &self.transport {
+            checked.0.lock().unwrap_or_else(|p| p.into_inner()).insert(host.clone(), addrs);
+        }
+        Ok(host)
+    }
+
+    /// The rules a URL must pass before any name is resolved: scheme,
+    /// port, no user-info, a host name both declared and allowed. Returns
+    /// the host name.
+    fn check_target(&self, caller: &Caller<'_>, url: &Url) -> Result<String, EgressError> {
         if url.scheme() != "https" {
             return Err(EgressError::Denied(format!("only https is allowed, not {}", url.scheme())));
         }
@@ -383,8 +476,6 @@ impl Egress {
         if !allowed.iter().any(|p| p.matches(&host)) {
             return Err(EgressError::Denied(format!("host {host} is not allowed by the operator's egress policy")));
         }
-        let addrs = self.resolve(&host).await?;
-        self.checked.0.lock().unwrap_or_else(|p| p.into_inner()).insert(host.clone(), addrs);
         Ok(host)
     }
 
@@ -410,6 +501,9 @@ impl Egress {
     }
 
     async fn exchange(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
+        let Transport::Network { client, .. } = &self.transport else {
+            return Err(EgressError::ConnectionFailed("this egress has no network".into()));
+        };
         let mut url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
         let mut method = req.method;
         let mut body = req.body;
@@ -447,7 +541,7 @@ impl Egress {
                 }
                 None => None,
             };
-            let mut builder = self.client.request(method.as_reqwest(), url.clone());
+            let mut builder = client.request(method.as_reqwest(), url.clone());
             for (name, value) in &req.headers {
                 if injection.is_some() && STRIPPED_WITH_CREDENTIAL.contains(&name.to_ascii_lowercase().as_str()) {
                     continue;
@@ -466,7 +560,7 @@ impl Egress {
                 builder = builder.body(b.clone());
             }
             let request = builder.build().map_err(|e| EgressError::InvalidRequest(e.without_url().to_string()))?;
-            let mut response = self.client.execute(request).await.map_err(|e| classify(&e))?;
+            let mut response = client.execute(request).await.map_err(|e| classify(&e))?;
             let status = response.status().as_u16();
 
             if matches!(status, 301 | 302 | 303 | 307 | 308)
@@ -562,7 +656,7 @@ fn classify(e: &reqwest::Error) -> EgressError {
 /// The forms in which a reflecting endpoint would hand a secret back: as
 /// sent, Base64 (the Basic header's `user:secret` too), percent-encoded
 /// (as a query or form value) and JSON-escaped (inside a JSON echo).
-fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
+pub(crate) fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
     use base64::Engine;
     use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
     let mut forms: Vec<Vec<u8>> = vec![secret.as_bytes().to_vec()];

@@ -2,7 +2,8 @@
 //! for and the egress that polices its requests. Handed out by
 //! [`super::registry::Registry::connector`] only for a plugin that is
 //! available (loaded, enabled, the component the operator enabled), so
-//! the operations' callers pass their own input and nothing else.
+//! the operations' callers pass their own input and nothing else; the
+//! authoring kit binds a plugin it loaded itself to a recording egress.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub struct Connector {
 }
 
 impl Connector {
-    pub(super) fn new(plugin: Arc<LoadedPlugin>, runtime: Arc<Runtime>, egress: Egress, workspace_id: &str) -> Self {
+    pub(crate) fn new(plugin: Arc<LoadedPlugin>, runtime: Arc<Runtime>, egress: Egress, workspace_id: &str) -> Self {
         Connector { plugin, runtime, egress, workspace_id: workspace_id.to_owned() }
     }
 

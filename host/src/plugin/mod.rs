@@ -100,6 +100,20 @@ impl InvocationError {
     }
 }
 
+/// Why a component cannot be loaded as a plugin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPlugin {
+    /// It is no component of a supported interface version.
+    #[error("{0}")]
+    Component(String),
+    /// Its `describe` failed.
+    #[error("describe failed: {0}")]
+    Describe(InvocationError),
+    /// It describes itself, invalidly.
+    #[error("invalid description: {}", .0.join("; "))]
+    Description(Vec<String>),
+}
+
 /// Interface versions this host loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterfaceVersion {
@@ -263,6 +277,25 @@ impl Runtime {
             InterfaceVersion::V1_1_0.as_str(),
             if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
         )
+    }
+
+    /// Prepares, describes and validates a component: a plugin ready to
+    /// run, registered nowhere. `label` names it in log lines.
+    pub async fn load(&self, bytes: &[u8], label: &str) -> Result<LoadedPlugin, InvalidPlugin> {
+        let (version, pre, digest) = self.prepare(bytes).map_err(|e| InvalidPlugin::Component(format!("{e:#}")))?;
+        let info = self.describe(label, &pre).await.map_err(InvalidPlugin::Describe)?;
+        let problems = registry::validate_info(&info);
+        if !problems.is_empty() {
+            return Err(InvalidPlugin::Description(problems));
+        }
+        Ok(LoadedPlugin {
+            plugin_id: Arc::from(info.id.as_str()),
+            declared_hosts: Arc::from(info.hosts.clone()),
+            info,
+            version,
+            pre,
+            digest,
+        })
     }
 
     fn compile(&self, bytes: &[u8], digest: &str) -> anyhow::Result<Component> {

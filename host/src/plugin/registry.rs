@@ -185,17 +185,9 @@ impl Registry {
 
     /// Prepares, describes and validates a component, then registers it.
     pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
-        let (version, pre, digest) = self.runtime.prepare(bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-        let label = source.to_string();
-        let info = self
-            .runtime
-            .describe(&label, &pre)
-            .await
-            .map_err(|e| LoadError::Invalid(format!("describe failed: {e}")))?;
-        let problems = validate_info(&info);
-        if !problems.is_empty() {
-            return Err(LoadError::Invalid(format!("invalid description: {}", problems.join("; "))));
-        }
+        let loaded =
+            self.runtime.load(bytes, &source.to_string()).await.map_err(|e| LoadError::Invalid(e.to_string()))?;
+        let (info, version, digest) = (loaded.info.clone(), loaded.version, loaded.digest.clone());
         let id = info.id.clone();
         {
             // An id or alias belongs to the plugin that declared it first,
@@ -221,14 +213,7 @@ impl Registry {
                 }
             }
         }
-        let loaded = Arc::new(LoadedPlugin {
-            plugin_id: Arc::from(id.as_str()),
-            declared_hosts: Arc::from(info.hosts.clone()),
-            info: info.clone(),
-            version,
-            pre,
-            digest: digest.clone(),
-        });
+        let loaded = Arc::new(loaded);
         {
             let mut aliases = self.aliases.write().unwrap_or_else(|p| p.into_inner());
             for a in &info.legacy_aliases {

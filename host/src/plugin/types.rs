@@ -118,6 +118,12 @@ pub struct ReadRequest {
     pub state: Option<String>,
 }
 
+/// The config key under which the host hands `entity-options` what the
+/// provider said about the credential's account when it was authorised
+/// (for OAuth, ids such as `hub_id` and `user_id`). The host's alone: a
+/// client cannot set it, and no other call gets it.
+pub const CREDENTIAL_ACCOUNT: &str = "credential_account";
+
 /// A provider-backed choice for a config field.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct EntityOption {
