@@ -158,6 +158,7 @@ fn campaign_schema() -> Value {
             },
             "subject": text(),
             "from_email": text(),
+            "html": { "type": ["string", "null"], "description": "the campaign's HTML, as sent" },
             "sent_to_number_of_subscribers": count(),
             "sent_at": time(),
             "scheduled_at": time(),
