@@ -42,6 +42,9 @@
 //!   JSON-lines): the only SQL spoken to a tenant's database.
 //!
 //! Foundations:
+//! - [`authoring`]: the connector author's kit: a new plugin crate,
+//!   recordings made through the egress, offline replays and their
+//!   comparison.
 //! - [`plugin`]: the Wasm connector runtime and the plugin registry.
 //! - [`egress`]: every outbound request of a connector, policed.
 //! - [`telemetry`]: logs, metrics and request ids.
@@ -51,6 +54,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod authoring;
 pub mod cli;
 pub mod config;
 pub mod connectors;

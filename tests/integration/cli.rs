@@ -252,6 +252,7 @@ fn every_setting_is_listed_in_help_and_secret_values_are_not() {
         &["admin", "rotate-master-key", "--help"],
         &["mcp", "--help"],
         &["plugins", "load", "--help"],
+        &["plugins", "record", "--help"],
         &["auth", "login", "--help"],
         &["sources", "list", "--help"],
     ] {
@@ -260,6 +261,7 @@ fn every_setting_is_listed_in_help_and_secret_values_are_not() {
             .env("SERVICE_NEW_MASTER_KEY", canary)
             .env("SERVICE_TOKEN", canary)
             .env("SERVICE_BOOTSTRAP_TOKEN", canary)
+            .env("SERVICE_RECORD_SECRET", canary)
             .env("DATABASE_URL", format!("postgres://u:{canary}@db/x"))
             .args(args)
             .output()

@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("telemetry", 1),
     ("egress", 1),
     ("plugin", 2),
+    ("authoring", 3),
     ("error", 3),
     ("access", 4),
     ("warehouse", 4),

@@ -6,6 +6,7 @@ mod support;
 mod access;
 mod approvals;
 mod audit;
+mod authoring;
 mod browser;
 mod cli;
 mod cli_api;

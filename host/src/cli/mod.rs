@@ -9,10 +9,12 @@
 //! - [`client`]: the CLI as an API client (addresses, stored logins,
 //!   requests marked `X-Service-Client: cli`, exit codes by failure);
 //! - [`auth`]: `service auth login|status|logout`;
+//! - [`author`]: `service plugins new|record|test`, for connector authors;
 //! - [`api`]: the API's resources as commands.
 
 pub mod api;
 pub mod auth;
+pub mod author;
 pub mod client;
 
 use clap::{Parser, Subcommand};
@@ -67,9 +69,17 @@ pub struct Local {
 #[derive(Debug, clap::Args)]
 pub struct LogArgs {
     /// Which log lines to write: a level (`info`, `debug`) or directives
-    /// per module (`info,service=debug,sqlx=warn`).
-    #[arg(long = "log", env = "SERVICE_LOG", default_value = "info", global = true)]
-    pub filter: String,
+    /// per module (`info,service=debug,sqlx=warn`). Default: `info`;
+    /// `warn` for `plugins test`, whose report is the output.
+    #[arg(long = "log", env = "SERVICE_LOG", global = true)]
+    pub filter: Option<String>,
+}
+
+impl LogArgs {
+    /// The filter asked for, or `default`.
+    pub fn filter_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.filter.as_deref().unwrap_or(default)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,7 +110,8 @@ pub enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
-    /// Connector plugins: validate a component, list, load and unload.
+    /// Connector plugins: make, record, test and validate one (authors);
+    /// list, load and unload them (operators).
     Plugins {
         #[command(flatten)]
         local: Local,
@@ -121,6 +132,28 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
+    /// Make a new plugin crate: a source with a typed config and one paged,
+    /// incremental stream, that builds for wasm32-wasip2 against this
+    /// server's SDK and WIT (vendored into it). Needs no database.
+    New {
+        /// The crate's name (lower case, digits, hyphens); the connector id
+        /// is `conn_` and the name with underscores.
+        name: String,
+        /// Where to make it (default: a folder named NAME here).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Record a plugin against its provider: check, discover, entity
+    /// options, preview and reads, through the host's egress with every
+    /// rule on, into a cassette that holds no secret. Needs no database.
+    #[command(after_help = "The secret behind the config's credential handles is read from the environment \
+        [env: SERVICE_RECORD_SECRET], else from standard input, else from a prompt that does not echo; \
+        never from a flag.")]
+    Record(Box<author::RecordArgs>),
+    /// Replay cassettes with no network and compare what the plugin
+    /// returns (records, checkpoints, catalog, answers, schemas) with what
+    /// was recorded. Exit code 1 on any difference, 2 on unusable input.
+    Test(author::TestArgs),
     /// Check that a component implements a supported interface version and
     /// describes itself validly. Needs no database.
     Validate {
@@ -223,23 +256,25 @@ fn parse_role(s: &str) -> Result<Role, String> {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { local, serve } => {
-            crate::telemetry::init_logging(serve.log_format, &local.log.filter)?;
+            crate::telemetry::init_logging(serve.log_format, local.log.filter_or("info"))?;
             let config = ServerConfig::from_args(&local.storage, &serve)?;
             crate::server::serve(config).await
         }
         Command::Plugins { local, command } => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, &local.log.filter)?;
+            let quiet = matches!(command, PluginsCommand::Test(_));
+            let filter = local.log.filter_or(if quiet { "warn" } else { "info" });
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, filter)?;
             plugins(&local.storage, command).await
         }
         Command::Mcp { addresses, log } => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, &log.filter)?;
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, log.filter_or("info"))?;
             let token = addresses.token()?;
             crate::mcp::serve_stdio(addresses.root(), token).await
         }
         Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
         Command::Api(cmd) => Ok(api::run(*cmd).await?),
         Command::Admin { local, command: cmd } => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, &local.log.filter)?;
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("info"))?;
             let storage = &local.storage;
             let url = database_url(storage)?;
             let store = Store::connect(&url)
@@ -316,15 +351,16 @@ fn read_password() -> anyhow::Result<secrecy::SecretString> {
 
 /// `service plugins ...`.
 async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<()> {
-    if let PluginsCommand::Validate { file } = &cmd {
-        return validate(file).await;
-    }
-    let (PluginsCommand::List { plugins }
-    | PluginsCommand::Load { plugins, .. }
-    | PluginsCommand::Unload { plugins, .. }) = &cmd
-    else {
-        unreachable!("validate handled above")
+    let plugins = match cmd {
+        PluginsCommand::Validate { file } => return validate(&file).await,
+        PluginsCommand::New { name, dir } => return Ok(author::new(&name, dir.as_deref())?),
+        PluginsCommand::Record(args) => return Ok(author::record(*args).await?),
+        PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
+        PluginsCommand::List { ref plugins }
+        | PluginsCommand::Load { ref plugins, .. }
+        | PluginsCommand::Unload { ref plugins, .. } => plugins.clone(),
     };
+    let plugins = &plugins;
     let settings = plugins.resolve(&storage.data_dir)?;
     let url = database_url(storage)?;
     let store =
@@ -383,7 +419,10 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
             let id = registry.unload(&connector_id, None).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
             println!("disabled {id}; it is unavailable on every server sharing this database");
         }
-        PluginsCommand::Validate { .. } => unreachable!(),
+        PluginsCommand::Validate { .. }
+        | PluginsCommand::New { .. }
+        | PluginsCommand::Record(_)
+        | PluginsCommand::Test(_) => unreachable!("handled above"),
     }
     store.close().await;
     Ok(())

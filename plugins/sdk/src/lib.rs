@@ -38,6 +38,12 @@
 //!
 //! # Your first source in five minutes
 //!
+//! `service plugins new my-source` makes a crate that builds as it is: a
+//! complete source with this SDK and the WIT it implements vendored in,
+//! and a README that goes on to recording the source against its provider
+//! and testing it offline (`service plugins record`, `service plugins
+//! test`). By hand, the same takes three steps:
+//!
 //! 1. Create a crate next to the others in `plugins/` and add it to the
 //!    `members` of `plugins/Cargo.toml`:
 //!

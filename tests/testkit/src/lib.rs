@@ -9,12 +9,16 @@
 //! - [`mailcoach`]: the email-campaign provider's fake (Mailcoach's API);
 //! - [`hubspot`]: the social-media provider's fake (HubSpot's broadcasts,
 //!   OAuth and accounts);
+//! - [`jsonplaceholder`]: the example source's provider (a
+//!   JSONPlaceholder-style REST API);
 //! - [`routes`]: canned provider routes for small tests;
 //! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
-//! - [`plugins`]: building and finding the test plugins (`tests/plugins`).
+//! - [`plugins`]: building and finding the test plugins (`tests/plugins`)
+//!   and the example source.
 
 pub mod fakepg;
 pub mod hubspot;
+pub mod jsonplaceholder;
 pub mod mailcoach;
 pub mod plugins;
 pub mod provider;

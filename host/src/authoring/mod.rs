@@ -1,0 +1,542 @@
+//! The connector author's kit: make a plugin, record it against its
+//! provider, and test it offline from the recording.
+//!
+//! A recording is made where the host already sees every request before
+//! it attaches a credential, so it holds credential handles and never a
+//! secret; what the provider echoes of the secret is scrubbed by the same
+//! code that protects plugins from it, and the cassette is searched for
+//! every form of the secret before a byte of it is written. A replay gives
+//! the plugin an egress with no HTTP client at all: it cannot open a
+//! socket.
+//!
+//! Layout:
+//! - [`scaffold`]: `service plugins new`, a crate that builds on its own;
+//! - [`cassette`]: the recording on disk (format, reading with positions,
+//!   writing diff-friendly);
+//! - [`tape`]: recording exchanges from a live egress, answering a
+//!   replaying one;
+//! - [`run`]: the calls a recording makes and a replay repeats, and the
+//!   sink that keeps what they emit;
+//! - [`compare`]: expected against replayed, as line diffs;
+//! - [`schema`]: the schema the records show, against the declared one;
+//! - this module: [`record`] and [`test`], and their settings and errors.
+
+pub mod cassette;
+pub mod compare;
+pub mod run;
+pub mod scaffold;
+pub mod schema;
+pub mod tape;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+
+use crate::config::ConfigError;
+use crate::egress::{
+    CredentialHandle, Egress, EgressPolicy, HostPattern, Injection, Placement, SecretError, SecretSource,
+};
+use crate::plugin::connector::Connector;
+use crate::plugin::sandbox::Limits;
+use crate::plugin::{InvalidPlugin, LoadedPlugin, Runtime};
+use cassette::{Cassette, CassetteError, ConnectorRef, Manifest};
+use compare::Difference;
+use run::{RunError, StreamChoice};
+use schema::Disagreement;
+use tape::{Miss, Player, Recording};
+
+/// Why a recording or a test could not run. Each names the file it is
+/// about; none holds a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthoringError {
+    #[error(transparent)]
+    Cassette(#[from] CassetteError),
+    #[error("{path}: {message}")]
+    Input { path: String, message: String },
+    #[error("{path}: not a usable plugin: {error}")]
+    Component { path: String, error: InvalidPlugin },
+    #[error("{path}: recorded for {recorded}, but the component is {found}; record the cassette again for this plugin")]
+    OtherPlugin { path: String, recorded: String, found: String },
+    #[error("{0}")]
+    Settings(#[from] ConfigError),
+    #[error(
+        "the config names credential handle(s) {0}, and no secret was given: set SERVICE_RECORD_SECRET or pass the secret on standard input"
+    )]
+    NoSecret(String),
+    #[error("{0}")]
+    Run(#[from] RunError),
+    #[error(
+        "the recording would hold the secret (in {0}); nothing was written. The provider returns it in a form the host does not recognise"
+    )]
+    SecretInRecording(String),
+    #[error("the plugin runtime could not start: {0}")]
+    Runtime(String),
+}
+
+impl AuthoringError {
+    fn input(path: &Path, message: impl Into<String>) -> Self {
+        AuthoringError::Input { path: path.display().to_string(), message: message.into() }
+    }
+}
+
+/// Where a recording's requests may go, beyond what the plugin declares.
+#[derive(Debug, Clone, Default)]
+pub struct EgressSettings {
+    /// Allowed hosts (comma-separated patterns); default: the plugin's
+    /// declared hosts.
+    pub allowed_hosts: Option<String>,
+    /// Pinned addresses (`host=ip:port,...`), for staging and tests.
+    pub resolve: Option<String>,
+    /// PEM roots trusted besides the system's.
+    pub extra_roots_pem: Option<Vec<u8>>,
+}
+
+/// What `service plugins record` was asked.
+pub struct RecordRequest<'a> {
+    pub component: &'a Path,
+    pub config: &'a Path,
+    pub out: &'a Path,
+    pub streams: Option<Vec<String>>,
+    pub state: Option<&'a Path>,
+    pub record_limit: u64,
+    /// Where the secret goes in requests (the server takes it from the
+    /// credential's kind).
+    pub placement: Placement,
+    pub egress: EgressSettings,
+}
+
+/// What a recording holds, for the author.
+pub struct RecordSummary {
+    pub connector: ConnectorRef,
+    pub exchanges: usize,
+    /// Stream → (records, checkpoints, how its read ended).
+    pub streams: BTreeMap<String, (usize, usize, Value)>,
+    /// Calls that returned an error: (file, message).
+    pub failed_calls: Vec<(String, String)>,
+    pub disagreements: Vec<Disagreement>,
+}
+
+/// Loads a component file as a plugin.
+async fn load(runtime: &Runtime, path: &Path, bytes: &[u8]) -> Result<LoadedPlugin, AuthoringError> {
+    runtime
+        .load(bytes, &path.display().to_string())
+        .await
+        .map_err(|error| AuthoringError::Component { path: path.display().to_string(), error })
+}
+
+fn read_component(path: &Path) -> Result<Vec<u8>, AuthoringError> {
+    let bytes = std::fs::read(path).map_err(|e| AuthoringError::input(path, e.to_string()))?;
+    if !bytes.starts_with(b"\0asm") {
+        return Err(AuthoringError::input(path, "not a WebAssembly component"));
+    }
+    Ok(bytes)
+}
+
+fn runtime() -> Result<Arc<Runtime>, AuthoringError> {
+    Runtime::new(Limits::default(), None).map(Arc::new).map_err(|e| AuthoringError::Runtime(e.to_string()))
+}
+
+/// A JSON file, with the position of a syntax error.
+fn read_json(path: &Path) -> Result<Value, AuthoringError> {
+    let text = std::fs::read_to_string(path).map_err(|e| AuthoringError::input(path, e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        let message = e.to_string();
+        let message = message.rfind(" at line ").map_or(message.clone(), |at| message[..at].to_owned());
+        AuthoringError::Input { path: format!("{}:{}:{}", path.display(), e.line(), e.column()), message }
+    })
+}
+
+/// Checks `config` against the plugin's config schema; `at` names where
+/// the config is (a file, or a field of `cassette.json`).
+fn check_config(plugin: &LoadedPlugin, config: &Value, at: &str) -> Result<(), AuthoringError> {
+    let (config, _) = run::split_account(config);
+    let config = &config;
+    let validator = jsonschema::validator_for(&plugin.info.config_schema).map_err(|e| AuthoringError::Input {
+        path: at.to_owned(),
+        message: format!("the plugin's config schema is not a valid JSON Schema: {e}"),
+    })?;
+    if let Some(e) = validator.iter_errors(config).next() {
+        let pointer = e.instance_path().to_string();
+        let position = if pointer.is_empty() { "/".to_owned() } else { pointer };
+        return Err(AuthoringError::Input {
+            path: format!("{at}: at {position}"),
+            message: format!("does not match the plugin's config schema: {e}"),
+        });
+    }
+    Ok(())
+}
+
+/// The hosts a plugin may reach when the author names none: those it
+/// declares. A plugin that declares `*` (hosts chosen per deployment)
+/// needs them named.
+fn declared_hosts(plugin: &LoadedPlugin) -> Option<String> {
+    let hosts: Vec<String> =
+        plugin.info.hosts.iter().filter(|h| **h != HostPattern::Any).map(ToString::to_string).collect();
+    (!hosts.is_empty()).then(|| hosts.join(","))
+}
+
+/// Records `request.component` against its provider into `request.out`.
+/// `secret` is asked only when the config names a credential handle.
+pub async fn record(
+    request: &RecordRequest<'_>,
+    secret: &mut dyn FnMut() -> Option<SecretString>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RecordSummary, AuthoringError> {
+    let bytes = read_component(request.component)?;
+    let config = read_json(request.config)?;
+    if !config.is_object() {
+        return Err(AuthoringError::input(request.config, "the config is not a JSON object"));
+    }
+    let states: BTreeMap<String, Value> = match request.state {
+        None => BTreeMap::new(),
+        Some(path) => match read_json(path)? {
+            Value::Object(map) => map.into_iter().collect(),
+            _ => return Err(AuthoringError::input(path, "the state file is not a JSON object of stream → state")),
+        },
+    };
+    let runtime = runtime()?;
+    let plugin = load(&runtime, request.component, &bytes).await?;
+    check_config(&plugin, &config, &request.config.display().to_string())?;
+
+    let handles: Vec<CredentialHandle> =
+        CredentialHandle::in_configuration(&config).into_iter().map(|(_, handle)| handle).collect();
+    let secret = if handles.is_empty() {
+        None
+    } else {
+        let names = handles.iter().map(|h| h.as_str().to_owned()).collect::<Vec<_>>().join(", ");
+        Some(secret().filter(|s| !s.expose_secret().is_empty()).ok_or(AuthoringError::NoSecret(names))?)
+    };
+    let allowed = match (&request.egress.allowed_hosts, declared_hosts(&plugin)) {
+        (Some(named), _) => named.clone(),
+        (None, Some(declared)) => declared,
+        (None, None) => {
+            return Err(AuthoringError::Settings(ConfigError::new(
+                "SERVICE_EGRESS_ALLOWED_HOSTS",
+                "the plugin declares hosts chosen per deployment (*); name the ones to reach",
+            )));
+        }
+    };
+    let policy = EgressPolicy::from_settings(
+        &allowed,
+        request.egress.resolve.as_deref(),
+        request.egress.extra_roots_pem.as_deref(),
+    )?;
+    let secrets = AuthorSecret { handles, secret: secret.clone(), placement: request.placement.clone() };
+    let recording = Arc::new(Recording::default());
+    let egress = Egress::new(policy, Arc::new(secrets))
+        .map_err(|e| AuthoringError::Runtime(e.to_string()))?
+        .recording(recording.clone());
+    let plugin = Arc::new(plugin);
+    let connector = Connector::new(plugin.clone(), runtime, egress, run::WORKSPACE);
+    let choice = StreamChoice::Discovered { names: request.streams.clone(), states };
+    let outcome = run::run(&connector, &recording.call, &config, request.record_limit, choice, progress).await?;
+
+    let (schemas, disagreements) = infer_schemas(&outcome.observed, &outcome.declared);
+    let out_abs = absolute(request.out);
+    let manifest = Manifest {
+        format: cassette::FORMAT.to_owned(),
+        connector: connector_ref(&plugin),
+        component: Some(cassette::relative_to(&absolute(request.component), &out_abs).display().to_string()),
+        config,
+        streams: outcome.streams,
+        record_limit: request.record_limit,
+        accepted: Vec::new(),
+    };
+    let exchanges = recording.exchanges();
+    let cassette = Cassette { manifest, exchanges, expected: outcome.observed, schemas };
+    let files = cassette::render(&cassette);
+    if let Some(secret) = &secret {
+        let forms = crate::egress::reflections(secret.expose_secret(), &request.placement);
+        for (file, bytes) in &files {
+            let named = file.to_string_lossy();
+            if forms.iter().any(|f| {
+                memchr::memmem::find(bytes, f).is_some() || memchr::memmem::find(named.as_bytes(), f).is_some()
+            }) {
+                return Err(AuthoringError::SecretInRecording(file.display().to_string()));
+            }
+        }
+    }
+    cassette::write_files(request.out, &files)?;
+
+    let summary = RecordSummary {
+        connector: cassette.manifest.connector.clone(),
+        exchanges: cassette.exchanges.len(),
+        streams: stream_summary(&cassette.expected),
+        failed_calls: failed_calls(&cassette.expected),
+        disagreements,
+    };
+    Ok(summary)
+}
+
+fn connector_ref(plugin: &LoadedPlugin) -> ConnectorRef {
+    ConnectorRef {
+        id: plugin.info.id.clone(),
+        version: plugin.info.version.clone(),
+        interface: plugin.version.as_str().to_owned(),
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// Schemas inferred from each stream's records, and the disagreements
+/// with the declared ones.
+fn infer_schemas(observed: &cassette::Observations, declared: &BTreeMap<String, Value>) -> (Value, Vec<Disagreement>) {
+    let mut schemas = serde_json::Map::new();
+    let mut disagreements = Vec::new();
+    for (stream, lines) in &observed.streams {
+        let records = lines.iter().filter_map(|l| l.get("record"));
+        let declared = declared.get(stream).cloned().unwrap_or(Value::Bool(true));
+        let (schema, found) = schema::infer(stream, records, &declared);
+        schemas.insert(stream.clone(), schema);
+        disagreements.extend(found);
+    }
+    (Value::Object(schemas), disagreements)
+}
+
+fn stream_summary(observed: &cassette::Observations) -> BTreeMap<String, (usize, usize, Value)> {
+    observed
+        .streams
+        .iter()
+        .map(|(name, lines)| {
+            let records = lines.iter().filter(|l| l.get("record").is_some()).count();
+            let checkpoints = lines.iter().filter(|l| l.get("checkpoint").is_some()).count();
+            let end = lines.last().and_then(|l| l.get("end")).cloned().unwrap_or(Value::Null);
+            (name.clone(), (records, checkpoints, end))
+        })
+        .collect()
+}
+
+/// The calls that answered with an error: (file, message).
+fn failed_calls(observed: &cassette::Observations) -> Vec<(String, String)> {
+    let mut failed = Vec::new();
+    for (file, value) in observed.files() {
+        let Some(value) = value else { continue };
+        if let Some(e) = value.get("error").and_then(Value::as_str) {
+            failed.push((file.to_owned(), e.to_owned()));
+        }
+        if file == "entity-options.json" {
+            for (field, outcome) in value.as_object().into_iter().flatten() {
+                if let Some(e) = outcome.get("error").and_then(Value::as_str) {
+                    failed.push((format!("{file} ({field})"), e.to_owned()));
+                }
+            }
+        }
+    }
+    for (stream, lines) in &observed.streams {
+        if let Some(e) = lines.last().and_then(|l| l["end"]["error"].as_str()) {
+            failed.push((format!("streams/{}", cassette::stream_file(stream)), e.to_owned()));
+        }
+    }
+    failed
+}
+
+/// What `service plugins test` was asked.
+pub struct TestRequest<'a> {
+    pub dir: &'a Path,
+    pub component: Option<&'a Path>,
+    /// The server's bundled plugins (file stem, component): a cassette of
+    /// a bundled connector whose component file is absent replays with
+    /// the bundled one.
+    pub bundled: &'a [(&'static str, &'static [u8])],
+    /// Rewrite the expectations with what the replay returned.
+    pub update: bool,
+    /// Accept the schema disagreements the replay finds.
+    pub accept_schema: bool,
+}
+
+/// What a replay found.
+pub struct TestReport {
+    pub connector: ConnectorRef,
+    /// The component replayed, as the author would name it.
+    pub component: String,
+    pub misses: Vec<Miss>,
+    /// Recorded requests never made again: (exchange number, request).
+    pub unused: Vec<(usize, String)>,
+    pub differences: Vec<Difference>,
+    /// Disagreements the cassette does not accept.
+    pub disagreements: Vec<Disagreement>,
+    /// Accepted disagreements the records no longer show.
+    pub stale_acceptances: Vec<cassette::Acceptance>,
+    /// Whether the expectations were rewritten.
+    pub updated: bool,
+    /// Whether the replay opened no network: its egress had no client.
+    pub offline: bool,
+}
+
+impl TestReport {
+    /// Whether the cassette's expectations hold.
+    pub fn passed(&self) -> bool {
+        self.misses.is_empty() && self.differences.is_empty() && self.disagreements.is_empty()
+    }
+}
+
+/// Replays the cassette in `request.dir` with no network and compares.
+pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> Result<TestReport, AuthoringError> {
+    let mut cassette = cassette::read(request.dir)?;
+    let manifest_path = request.dir.join(cassette::MANIFEST).display().to_string();
+    let (label, bytes) = component_for(request, &cassette.manifest)?;
+    let runtime = runtime()?;
+    let plugin = load(&runtime, Path::new(&label), &bytes).await?;
+    let found = connector_ref(&plugin);
+    let recorded = &cassette.manifest.connector;
+    if found.id != recorded.id || found.interface != recorded.interface {
+        return Err(AuthoringError::OtherPlugin {
+            path: manifest_path,
+            recorded: format!("{} ({})", recorded.id, recorded.interface),
+            found: format!("{} ({})", found.id, found.interface),
+        });
+    }
+    if !cassette.manifest.config.is_object() {
+        return Err(AuthoringError::Input {
+            path: format!("{manifest_path}: at /config"),
+            message: "not a JSON object".into(),
+        });
+    }
+    check_config(&plugin, &cassette.manifest.config, &format!("{manifest_path}: config"))?;
+
+    let player = Arc::new(Player::new(&cassette.exchanges));
+    // Whatever the plugin declares, and nothing else: the recording answers.
+    let policy = EgressPolicy { allowed_hosts: plugin.info.hosts.clone(), ..EgressPolicy::default() };
+    let egress = Egress::replaying(policy, player.clone());
+    let offline = !egress.uses_network();
+    let connector = Connector::new(Arc::new(plugin), runtime, egress, run::WORKSPACE);
+    let choice = StreamChoice::Recorded(cassette.manifest.streams.clone());
+    let outcome =
+        run::run(&connector, &player.call, &cassette.manifest.config, cassette.manifest.record_limit, choice, progress)
+            .await?;
+
+    let (schemas, found_disagreements) = infer_schemas(&outcome.observed, &outcome.declared);
+    let accepted = |d: &Disagreement| {
+        cassette
+            .manifest
+            .accepted
+            .iter()
+            .any(|a| a.stream == d.stream && a.field == d.field && a.disagreement == d.kind)
+    };
+    let stale_acceptances: Vec<_> = cassette
+        .manifest
+        .accepted
+        .iter()
+        .filter(|a| {
+            !found_disagreements.iter().any(|d| a.stream == d.stream && a.field == d.field && a.disagreement == d.kind)
+        })
+        .cloned()
+        .collect();
+    let mut disagreements: Vec<Disagreement> = found_disagreements.iter().filter(|d| !accepted(d)).cloned().collect();
+    let mut differences = compare::differences(&cassette.expected, &outcome.observed);
+    let mut updated = false;
+    if request.update {
+        cassette::write_expectations(request.dir, &outcome.observed, &schemas)?;
+        differences.clear();
+        updated = true;
+    }
+    if request.accept_schema {
+        cassette.manifest.accepted = found_disagreements
+            .iter()
+            .map(|d| cassette::Acceptance { stream: d.stream.clone(), field: d.field.clone(), disagreement: d.kind })
+            .collect();
+        cassette::write_manifest(request.dir, &cassette.manifest)?;
+        disagreements.clear();
+        updated = true;
+    }
+    Ok(TestReport {
+        connector: found,
+        component: label,
+        misses: player.misses(),
+        unused: player.unused(),
+        differences,
+        disagreements,
+        stale_acceptances,
+        updated,
+        offline,
+    })
+}
+
+/// The component to replay: the one named, else the cassette's file,
+/// else the bundled plugin of the same file name.
+fn component_for(request: &TestRequest<'_>, manifest: &Manifest) -> Result<(String, Vec<u8>), AuthoringError> {
+    if let Some(path) = request.component {
+        return Ok((path.display().to_string(), read_component(path)?));
+    }
+    let recorded = manifest.component.as_ref().map(|c| request.dir.join(c));
+    if let Some(path) = &recorded
+        && path.exists()
+    {
+        // Named without the climb through the cassette's folder.
+        return Ok((tidy(path).display().to_string(), read_component(path)?));
+    }
+    let stem = recorded.as_ref().and_then(|p| p.file_stem()).map(|s| s.to_string_lossy().into_owned());
+    if let Some((name, bytes)) = request.bundled.iter().find(|(name, _)| Some(*name) == stem.as_deref()) {
+        return Ok((format!("(bundled {name})"), bytes.to_vec()));
+    }
+    Err(AuthoringError::Input {
+        path: request.dir.join(cassette::MANIFEST).display().to_string(),
+        message: match recorded {
+            Some(path) => format!("the component {} does not exist; build it or pass --component", path.display()),
+            None => "the cassette names no component; pass --component".into(),
+        },
+    })
+}
+
+/// `path` without `.` and with each `name/..` taken away, as written.
+fn tidy(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out.iter().collect()
+}
+
+/// The secret of a recording: one, for the handles the config names, put
+/// where the author says.
+struct AuthorSecret {
+    handles: Vec<CredentialHandle>,
+    secret: Option<SecretString>,
+    placement: Placement,
+}
+
+impl AuthorSecret {
+    fn injection(&self, handle: &CredentialHandle) -> Result<Injection, SecretError> {
+        if !self.handles.iter().any(|h| h.as_str() == handle.as_str()) {
+            return Err(SecretError::Unknown);
+        }
+        let secret = self.secret.clone().ok_or(SecretError::Incomplete("no secret was given"))?;
+        Ok(Injection { secret, renewable: false, placement: self.placement.clone() })
+    }
+}
+
+impl SecretSource for AuthorSecret {
+    fn secret_for<'a>(
+        &'a self,
+        _workspace_id: &'a str,
+        _connector_id: &'a str,
+        handle: &'a CredentialHandle,
+        _host: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
+        Box::pin(async move { self.injection(handle) })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        _workspace_id: &'a str,
+        _connector_id: &'a str,
+        _handle: &'a CredentialHandle,
+        _host: &'a str,
+        _rejected: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
+        Box::pin(async { Err(SecretError::NotRenewable) })
+    }
+}

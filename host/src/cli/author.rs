@@ -1,0 +1,250 @@
+//! `service plugins new|record|test`: the connector author's commands.
+//! They need no database and no running server.
+//!
+//! Exit codes follow the CLI's: 0 done (every cassette passed); 1 a
+//! cassette did not pass, or a recording failed; 2 the input cannot be
+//! used (a malformed or foreign cassette, a config the plugin's schema
+//! refuses, a component that does not validate, a missing file).
+
+use std::io::{BufRead, IsTerminal};
+use std::path::{Path, PathBuf};
+
+use secrecy::SecretString;
+
+use super::client::CliFailure;
+use crate::authoring::{self, AuthoringError, EgressSettings, RecordRequest, TestReport, TestRequest};
+use crate::egress::Placement;
+
+/// Arguments of `service plugins record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// The plugin's component (`.wasm`).
+    #[arg(long)]
+    pub component: PathBuf,
+    /// The config every call gets: a JSON object matching the plugin's
+    /// config schema, with credential handles, never secrets.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The cassette folder to write (created or replaced).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Read only these streams (default: every stream discover returns).
+    #[arg(long, value_delimiter = ',')]
+    pub streams: Option<Vec<String>>,
+    /// A JSON object of stream → state to start incremental reads from.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Records a read may emit before it is stopped, per stream.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub record_limit: u64,
+    /// Where the host puts the secret: `bearer`, `header:NAME` or
+    /// `basic:USER` (on a server the credential's kind decides). The
+    /// secret itself comes from SERVICE_RECORD_SECRET, standard input, or
+    /// a prompt that does not echo.
+    #[arg(long, default_value = "bearer", value_parser = parse_placement)]
+    pub placement: Placement,
+    /// Hosts the plugin may reach (default: the hosts it declares).
+    #[arg(long, env = "SERVICE_EGRESS_ALLOWED_HOSTS")]
+    pub allowed_hosts: Option<String>,
+    /// Pins host names to addresses, like curl's --resolve (staging).
+    #[arg(long, env = "SERVICE_EGRESS_RESOLVE")]
+    pub egress_resolve: Option<String>,
+    /// PEM file of extra trusted root certificates (staging, private CAs).
+    #[arg(long, env = "SERVICE_EGRESS_EXTRA_ROOTS")]
+    pub egress_extra_roots: Option<PathBuf>,
+}
+
+/// Arguments of `service plugins test`.
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// A cassette folder, or a folder of cassette folders.
+    pub dir: PathBuf,
+    /// The component to test (default: the one the cassette was recorded
+    /// with).
+    #[arg(long)]
+    pub component: Option<PathBuf>,
+    /// Rewrite the expected records, checkpoints and answers with what the
+    /// replay returns (after a deliberate change; review the diff).
+    #[arg(long)]
+    pub update: bool,
+    /// Accept the schema disagreements the replay finds, in the cassette's
+    /// `cassette.json`.
+    #[arg(long)]
+    pub accept_schema: bool,
+}
+
+fn parse_placement(text: &str) -> Result<Placement, String> {
+    authoring::cassette::parse_placement(text).ok_or_else(|| "must be bearer, header:NAME or basic:USER".into())
+}
+
+/// A failure of the author's commands, with its exit code.
+fn failure(e: AuthoringError) -> CliFailure {
+    match e {
+        AuthoringError::Run(_) | AuthoringError::Runtime(_) | AuthoringError::SecretInRecording(_) => {
+            CliFailure::Other(e.to_string())
+        }
+        _ => CliFailure::Usage(e.to_string()),
+    }
+}
+
+/// `service plugins new NAME [--dir DIR]`.
+pub fn new(name: &str, dir: Option<&Path>) -> Result<(), CliFailure> {
+    let dir = dir.map(Path::to_owned).unwrap_or_else(|| PathBuf::from(name));
+    let made = authoring::scaffold::new_plugin(name, &dir).map_err(|e| CliFailure::Usage(e.to_string()))?;
+    println!("created {} ({}) in {}", name, made.connector_id, made.dir.display());
+    println!();
+    println!("  cd {}", made.dir.display());
+    println!("  cargo build");
+    println!("  service plugins validate {}", made.component.display());
+    println!(
+        "  service plugins record --component {} --config config.example.json --out cassettes/posts",
+        made.component.display()
+    );
+    println!("  service plugins test cassettes");
+    Ok(())
+}
+
+/// `service plugins record`.
+pub async fn record(args: RecordArgs) -> Result<(), CliFailure> {
+    let extra_roots_pem = match &args.egress_extra_roots {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| CliFailure::Usage(format!("SERVICE_EGRESS_EXTRA_ROOTS: {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let request = RecordRequest {
+        component: &args.component,
+        config: &args.config,
+        out: &args.out,
+        streams: args.streams.clone(),
+        state: args.state.as_deref(),
+        record_limit: args.record_limit,
+        placement: args.placement.clone(),
+        egress: EgressSettings {
+            allowed_hosts: args.allowed_hosts.clone(),
+            resolve: args.egress_resolve.clone(),
+            extra_roots_pem,
+        },
+    };
+    let mut progress = |call: &str| eprintln!("  {call}");
+    let summary = authoring::record(&request, &mut read_secret, &mut progress).await.map_err(failure)?;
+    let c = &summary.connector;
+    println!("recorded {} {} ({}) into {}", c.id, c.version, c.interface, args.out.display());
+    println!("  {} exchange(s)", summary.exchanges);
+    for (stream, (records, checkpoints, end)) in &summary.streams {
+        let end = end.as_str().map(str::to_owned).unwrap_or_else(|| "failed".into());
+        println!("  stream {stream}: {records} record(s), {checkpoints} checkpoint(s), {end}");
+    }
+    for (file, message) in &summary.failed_calls {
+        println!("  {file}: the call failed: {message}");
+    }
+    for d in &summary.disagreements {
+        println!("  schema: {d}");
+    }
+    if !summary.disagreements.is_empty() {
+        println!(
+            "  `service plugins test` fails on these until the declared schema agrees or the cassette accepts them (--accept-schema)"
+        );
+    }
+    Ok(())
+}
+
+/// The recording's secret: `SERVICE_RECORD_SECRET`, else a prompt that
+/// does not echo on a terminal, else the first line of standard input.
+fn read_secret() -> Option<SecretString> {
+    if let Ok(secret) = std::env::var("SERVICE_RECORD_SECRET") {
+        return Some(secret.into());
+    }
+    if std::io::stdin().is_terminal() {
+        return rpassword::prompt_password("secret for the config's credential handle (not shown): ")
+            .ok()
+            .map(Into::into);
+    }
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).ok()?;
+    let secret = line.trim_end_matches(['\n', '\r']).to_owned();
+    Some(secret.into())
+}
+
+/// `service plugins test DIR`: every cassette under `dir`.
+pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
+    let cassettes = cassettes_in(&args.dir)?;
+    let mut failed = 0;
+    for dir in &cassettes {
+        let request = TestRequest {
+            dir,
+            component: args.component.as_deref(),
+            bundled,
+            update: args.update,
+            accept_schema: args.accept_schema,
+        };
+        let started = std::time::Instant::now();
+        let report = authoring::test(&request, &mut |_| {}).await.map_err(failure)?;
+        if !report.offline {
+            return Err(CliFailure::Other("the replay had network access; refusing to trust it".into()));
+        }
+        print_report(dir, &report, started.elapsed());
+        if !report.passed() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        return Err(CliFailure::Other(format!("{failed} of {} cassette(s) failed", cassettes.len())));
+    }
+    Ok(())
+}
+
+/// `dir` itself when it is a cassette, else the cassettes directly in it.
+fn cassettes_in(dir: &Path) -> Result<Vec<PathBuf>, CliFailure> {
+    if dir.join(authoring::cassette::MANIFEST).is_file() {
+        return Ok(vec![dir.to_owned()]);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| CliFailure::Usage(format!("{}: {e}", dir.display())))?;
+    let mut found: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path()).filter(|p| p.join(authoring::cassette::MANIFEST).is_file()).collect();
+    found.sort();
+    if found.is_empty() {
+        return Err(CliFailure::Usage(format!(
+            "{}: no cassette here (a folder with {}) nor in its folders",
+            dir.display(),
+            authoring::cassette::MANIFEST
+        )));
+    }
+    Ok(found)
+}
+
+fn print_report(dir: &Path, report: &TestReport, took: std::time::Duration) {
+    let c = &report.connector;
+    let verdict = if report.passed() { "ok" } else { "FAILED" };
+    println!(
+        "{verdict}  {} ({} {}, {}) in {:.2} s, offline",
+        dir.display(),
+        c.id,
+        c.version,
+        report.component,
+        took.as_secs_f64()
+    );
+    for miss in &report.misses {
+        println!("  {miss}");
+    }
+    for difference in &report.differences {
+        println!("  {} differs (- recorded, + replayed):", difference.file);
+        print!("{}", difference.diff);
+    }
+    for d in &report.disagreements {
+        println!("  schema: {d}");
+    }
+    if !report.disagreements.is_empty() {
+        println!("  declare these in the stream's schema, or accept them in cassette.json (--accept-schema)");
+    }
+    for (n, request) in &report.unused {
+        println!("  note: recorded exchange {n} ({request}) was not requested again");
+    }
+    for a in &report.stale_acceptances {
+        println!("  note: accepted {:?} of {} in stream {} no longer occurs", a.disagreement, a.field, a.stream);
+    }
+    if report.updated {
+        println!("  expectations rewritten; review them with a diff before committing");
+    }
+}

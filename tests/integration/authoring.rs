@@ -1,0 +1,544 @@
+//! The connector author's kit, as an author uses it: `service plugins new`,
+//! `cargo build`, `validate`, `record` against a fake provider over real
+//! HTTPS, and `test` replaying offline inside a network namespace with no
+//! usable interface; a plugin broken on purpose fails; a recording made
+//! while the provider echoes the secret holds no byte of it; bad input is
+//! one line naming the file and position; the cassettes checked in for the
+//! example source and both bundled connectors replay, and recording them
+//! again against the fakes gives them back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::support::process::BIN;
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{hubspot, mailcoach};
+use testkit::jsonplaceholder::{self, Placeholder};
+use testkit::plugins::{bundled_plugin, example_plugin, repository, wasm_target_dir};
+
+/// `service` with nothing of the developer's environment but `PATH` (and
+/// what cargo needs to find its toolchain).
+fn service(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).stdin(Stdio::null());
+    cmd
+}
+
+/// `service plugins record` of `component` with `config` into `out`,
+/// reaching the providers through `env`.
+fn record(component: &Path, config: &Path, out: &Path, env: &[(String, String)]) -> Command {
+    let mut cmd = service(&["plugins", "record", "--component"]);
+    cmd.arg(component).arg("--config").arg(config).arg("--out").arg(out).envs(env.iter().cloned());
+    cmd
+}
+
+/// `service` inside a new network namespace: only a loopback interface,
+/// and that one down. Nothing it tries on the network can succeed.
+fn offline(args: &[&str]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--map-root-user", "--net", "--", BIN])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `cmd` off the runtime's threads (the fake providers serve on
+/// them meanwhile).
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("run a command")).await.unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The error lines a failed command printed: exactly one, no panic.
+fn one_error_line(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line:\n{err}");
+    errors[0].to_owned()
+}
+
+/// A fake JSONPlaceholder over HTTPS and the settings that reach it.
+struct Provider {
+    _fake: FakeProvider,
+    state: Arc<Placeholder>,
+    env: Vec<(String, String)>,
+    _ca_file: tempfile::NamedTempFile,
+}
+
+async fn placeholder(state: Placeholder) -> Provider {
+    let ca = TestCa::new();
+    let state = Arc::new(state);
+    let fake = FakeProvider::start(&ca, &[jsonplaceholder::HOST], jsonplaceholder::router(state.clone())).await;
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), &ca.pem).unwrap();
+    let env = vec![
+        ("SERVICE_EGRESS_RESOLVE".to_owned(), fake.pins(&[jsonplaceholder::HOST])),
+        ("SERVICE_EGRESS_EXTRA_ROOTS".to_owned(), ca_file.path().display().to_string()),
+    ];
+    Provider { _fake: fake, state, env, _ca_file: ca_file }
+}
+
+/// `cargo build` of a scaffolded crate, into the shared guest target
+/// directory so the dependencies are built once.
+async fn cargo_build(dir: &Path) -> Output {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(dir)
+        .arg("build")
+        .env("CARGO_TARGET_DIR", wasm_target_dir())
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    run(cmd).await
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let source = std::fs::read_to_string(path).unwrap();
+    assert!(source.contains(from), "{} has no `{from}`", path.display());
+    std::fs::write(path, source.replace(from, to)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_plugin_builds_records_and_replays_offline_and_a_broken_one_fails() {
+    let work = tempfile::tempdir().unwrap();
+    let crate_dir = work.path().join("my-source");
+    let made = run(service(&["plugins", "new", "my-source", "--dir", crate_dir.to_str().unwrap()])).await;
+    assert!(made.status.success(), "{}", text(&made));
+    assert!(stdout(&made).contains("conn_my_source"), "{}", text(&made));
+
+    let built = cargo_build(&crate_dir).await;
+    assert!(built.status.success(), "the new crate builds without edits:\n{}", text(&built));
+    let component = wasm_target_dir().join("wasm32-wasip2/debug/my_source.wasm");
+    let validated = run(service(&["plugins", "validate", component.to_str().unwrap()])).await;
+    assert!(validated.status.success(), "{}", text(&validated));
+    assert!(stdout(&validated).contains("connector: conn_my_source"), "{}", text(&validated));
+    assert!(stdout(&validated).contains("description: valid"), "{}", text(&validated));
+
+    // Record, as the crate's README says, against the provider.
+    let provider = placeholder(Placeholder::with_posts(120)).await;
+    let cassette = crate_dir.join("cassettes/posts");
+    let recorded = run(record(&component, &crate_dir.join("config.example.json"), &cassette, &provider.env)).await;
+    assert!(recorded.status.success(), "{}", text(&recorded));
+    assert!(
+        stdout(&recorded).contains("stream posts: 120 record(s), 4 checkpoint(s), complete"),
+        "{}",
+        text(&recorded)
+    );
+    let asked = provider.state.requests.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(asked, 5, "check, then pages 1 to 4 (the fourth empty)");
+    let exchanges = std::fs::read_to_string(cassette.join("exchanges.jsonl")).unwrap();
+    assert_eq!(exchanges.lines().count(), 5);
+    let lines: Vec<Value> = exchanges.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["call"], "check");
+    assert_eq!(
+        lines[4]["url"],
+        "https://jsonplaceholder.typicode.com/posts?_sort=id&_order=asc&_limit=50&id_gte=1&_page=4"
+    );
+    let posts = std::fs::read_to_string(cassette.join("streams/posts.jsonl")).unwrap();
+    assert_eq!(posts.lines().filter(|l| l.starts_with("{\"record\"")).count(), 120);
+    let manifest: Value = serde_json::from_slice(&std::fs::read(cassette.join("cassette.json")).unwrap()).unwrap();
+    assert_eq!(manifest["connector"]["id"], "conn_my_source");
+    let expected = format!("{}/wasm32-wasip2/debug/my_source.wasm", relative_target(&cassette));
+    assert_eq!(manifest["component"], expected.as_str());
+    drop(provider);
+
+    // Offline: no provider, no network at all.
+    let tested = run(offline(&["plugins", "test", crate_dir.join("cassettes").to_str().unwrap()])).await;
+    assert!(tested.status.success(), "{}", text(&tested));
+    assert!(stdout(&tested).starts_with("ok  "), "{}", text(&tested));
+
+    // Paging broken: the plugin asks for a page the cassette never saw.
+    let lib = crate_dir.join("src/lib.rs");
+    edit(&lib, "Pagination::page_number(\"_page\")", "Pagination::page_number(\"page\")");
+    assert!(cargo_build(&crate_dir).await.status.success());
+    let broken = run(offline(&["plugins", "test", cassette.to_str().unwrap()])).await;
+    assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
+    let report = stdout(&broken);
+    assert!(
+        report.contains("no recorded answer for GET https://jsonplaceholder.typicode.com/posts?_sort=id&_order=asc&_limit=50&id_gte=1&page=1 (in read posts)"),
+        "{report}"
+    );
+    assert!(report.contains("the closest recorded request is exchange 2 GET https://jsonplaceholder.typicode.com/posts?_sort=id&_order=asc&_limit=50&id_gte=1&_page=1"), "{report}");
+    assert!(report.contains("streams/posts.jsonl differs"), "{report}");
+    edit(&lib, "Pagination::page_number(\"page\")", "Pagination::page_number(\"_page\")");
+
+    // The cursor broken: the same requests, the wrong checkpoints.
+    edit(&lib, "last_id = newest.unwrap_or(last_id);", "last_id = newest.unwrap_or(last_id) + 1;");
+    assert!(cargo_build(&crate_dir).await.status.success());
+    let broken = run(offline(&["plugins", "test", cassette.to_str().unwrap()])).await;
+    assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
+    let report = stdout(&broken);
+    assert!(!report.contains("no recorded answer"), "{report}");
+    assert!(
+        report.contains("  - {\"checkpoint\":{\"last_id\":50}}\n  + {\"checkpoint\":{\"last_id\":51}}"),
+        "{report}"
+    );
+
+    // A deliberate change: --update rewrites the expectations, then it passes.
+    let updated = run(offline(&["plugins", "test", cassette.to_str().unwrap(), "--update"])).await;
+    assert!(updated.status.success(), "{}", text(&updated));
+    let posts = std::fs::read_to_string(cassette.join("streams/posts.jsonl")).unwrap();
+    assert!(posts.contains("{\"checkpoint\":{\"last_id\":51}}"), "{posts}");
+    assert!(run(offline(&["plugins", "test", cassette.to_str().unwrap()])).await.status.success());
+}
+
+/// The shared guest target directory as the cassette's manifest names it.
+fn relative_target(cassette: &Path) -> String {
+    let target = std::path::absolute(wasm_target_dir()).unwrap();
+    let cassette = std::path::absolute(cassette).unwrap();
+    let common = target.components().zip(cassette.components()).take_while(|(a, b)| a == b).count();
+    let ups = cassette.components().count() - common;
+    let mut out: Vec<String> = vec!["..".into(); ups];
+    out.extend(target.components().skip(common).map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    out.join("/")
+}
+
+/// Every form in which a secret could be written down.
+fn forms(secret: &str) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let percent: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+    vec![
+        secret.as_bytes().to_vec(),
+        b64.encode(secret).into_bytes(),
+        b64.encode(secret).trim_end_matches('=').as_bytes().to_vec(),
+        percent.into_bytes(),
+        // A distinctive inner part, in case a form is cut or wrapped.
+        secret.as_bytes()[4..secret.len() - 4].to_vec(),
+    ]
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() { found.extend(files_under(&path)) } else { found.push(path) }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_holds_no_byte_of_the_secret_even_when_the_provider_echoes_it() {
+    let canary = format!("canary-{}-secret", uuid::Uuid::new_v4().simple());
+    let provider =
+        placeholder(Placeholder { token: Some(canary.clone()), echo_credential: true, ..Placeholder::with_posts(60) })
+            .await;
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.json");
+    std::fs::write(
+        &config,
+        json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": "cred_canary" }).to_string(),
+    )
+    .unwrap();
+    let cassette = work.path().join("cassette");
+    let component = example_plugin();
+    let mut record = record(&component, &config, &cassette, &provider.env);
+    // The secret on standard input, as a script would pipe it.
+    record.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let recorded = tokio::task::spawn_blocking({
+        let canary = canary.clone();
+        move || {
+            use std::io::Write;
+            let mut child = record.spawn().unwrap();
+            child.stdin.take().unwrap().write_all(format!("{canary}\n").as_bytes()).unwrap();
+            child.wait_with_output().unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(recorded.status.success(), "{}", text(&recorded));
+    assert!(
+        stdout(&recorded).contains("stream posts: 60 record(s)"),
+        "the provider took the secret (no 401):\n{}",
+        text(&recorded)
+    );
+
+    // The provider did echo it: the records show where, scrubbed.
+    let posts = std::fs::read_to_string(cassette.join("streams/posts.jsonl")).unwrap();
+    assert!(posts.contains("\"requested_by\":\"Bearer [REDACTED]\""), "{posts}");
+    let exchanges = std::fs::read_to_string(cassette.join("exchanges.jsonl")).unwrap();
+    assert!(exchanges.contains("\"credential\":{\"handle\":\"cred_canary\",\"placement\":\"bearer\"}"), "{exchanges}");
+    assert!(!exchanges.contains("x-echo-authorization") && !exchanges.contains("x-echo-base64"), "{exchanges}");
+
+    let files = files_under(&cassette);
+    assert!(files.len() >= 6, "{files:?}");
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        for form in forms(&canary) {
+            assert!(
+                memchr::memmem::find(&bytes, &form).is_none(),
+                "{} holds the secret as {}",
+                file.display(),
+                String::from_utf8_lossy(&form)
+            );
+        }
+        assert!(!file.to_string_lossy().contains(&canary[4..canary.len() - 4]));
+    }
+    assert!(!text(&recorded).contains(&canary[4..canary.len() - 4]), "nor does the output");
+
+    // The handle, not the secret, is what the replay matches on. The echo
+    // is a field the example never declared: the test says so until the
+    // cassette accepts it.
+    drop(provider);
+    let tested = run(offline(&["plugins", "test", cassette.to_str().unwrap()])).await;
+    assert_eq!(tested.status.code(), Some(1), "{}", text(&tested));
+    assert!(
+        stdout(&tested)
+            .contains("schema: stream posts, field requested_by: not declared, but present in 60 of 60 record(s)"),
+        "{}",
+        text(&tested)
+    );
+    let accepted = run(offline(&["plugins", "test", cassette.to_str().unwrap(), "--accept-schema"])).await;
+    assert!(accepted.status.success(), "{}", text(&accepted));
+    let manifest: Value = serde_json::from_slice(&std::fs::read(cassette.join("cassette.json")).unwrap()).unwrap();
+    assert_eq!(
+        manifest["accepted"],
+        json!([{ "stream": "posts", "field": "requested_by", "disagreement": "undeclared" }])
+    );
+    let tested = run(offline(&["plugins", "test", cassette.to_str().unwrap()])).await;
+    assert!(tested.status.success(), "{}", text(&tested));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_is_one_line_naming_the_file_and_position() {
+    let provider = placeholder(Placeholder::with_posts(5)).await;
+    let work = tempfile::tempdir().unwrap();
+    let component = example_plugin();
+    let config = work.path().join("config.json");
+    let record_example = |config: &Path, out: &Path| record(&component, config, out, &provider.env);
+
+    // A config that is not JSON, and one the plugin's schema refuses.
+    std::fs::write(&config, "{\"base_url\": }").unwrap();
+    let out = run(record_example(&config, &work.path().join("x"))).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(one_error_line(&out).contains("config.json:1:14: expected value"), "{}", text(&out));
+    std::fs::write(&config, "{\"base_url\": 5}").unwrap();
+    let out = run(record_example(&config, &work.path().join("x"))).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let line = one_error_line(&out);
+    assert!(line.contains("config.json: at /base_url: does not match the plugin's config schema"), "{line}");
+    assert!(!work.path().join("x").exists(), "nothing written for refused input");
+
+    // A component that does not validate.
+    std::fs::write(&config, json!({ "base_url": "https://jsonplaceholder.typicode.com" }).to_string()).unwrap();
+    let bad = crate::support::test_plugin("test_bad_describe");
+    let out = run(record(&bad, &config, &work.path().join("x"), &provider.env)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(one_error_line(&out).contains("test_bad_describe.wasm: not a usable plugin"), "{}", text(&out));
+
+    // A good cassette, then each way of spoiling it.
+    let good = work.path().join("good");
+    let out = run(record_example(&config, &good)).await;
+    assert!(out.status.success(), "{}", text(&out));
+    drop(provider);
+    let spoiled = |name: &str, file: &str, change: &dyn Fn(String) -> String| {
+        let dir = work.path().join(name);
+        copy_dir(&good, &dir);
+        let path = dir.join(file);
+        std::fs::write(&path, change(std::fs::read_to_string(&path).unwrap())).unwrap();
+        dir
+    };
+    let last = std::fs::read_to_string(good.join("exchanges.jsonl")).unwrap().lines().count();
+    let manifest: Value = serde_json::from_slice(&std::fs::read(good.join("cassette.json")).unwrap()).unwrap();
+    let interface = manifest["connector"]["interface"].as_str().unwrap().to_owned();
+    let cases: Vec<(PathBuf, String)> = vec![
+        (spoiled("truncated", "cassette.json", &|t| t[..t.len() / 2].to_owned()), "cassette.json:".into()),
+        (spoiled("cut", "exchanges.jsonl", &|t| t[..t.len() - 30].to_owned()), format!("exchanges.jsonl:{last}:")),
+        (
+            spoiled("other-id", "cassette.json", &|t| t.replace("conn_example_jsonplaceholder", "conn_other")),
+            format!(
+                "recorded for conn_other ({interface}), but the component is conn_example_jsonplaceholder ({interface})"
+            ),
+        ),
+        (
+            spoiled("other-interface", "cassette.json", &|t| t.replace(&interface, "service:connector@2.0.0")),
+            "recorded for conn_example_jsonplaceholder (service:connector@2.0.0)".into(),
+        ),
+        (
+            spoiled("other-format", "cassette.json", &|t| t.replace("service-cassette/1", "service-cassette/9")),
+            "format service-cassette/9 is not one this host reads".into(),
+        ),
+        (
+            spoiled("bad-config", "cassette.json", &|t| t.replace("\"https://jsonplaceholder.typicode.com\"", "7")),
+            "cassette.json: config: at /base_url: does not match".into(),
+        ),
+    ];
+    for (dir, expected) in cases {
+        let out = run(offline(&["plugins", "test", dir.to_str().unwrap()])).await;
+        assert_eq!(out.status.code(), Some(2), "{}: {}", dir.display(), text(&out));
+        let line = one_error_line(&out);
+        assert!(line.contains(&expected), "{}: {line}", dir.display());
+        assert!(line.contains(dir.file_name().unwrap().to_str().unwrap()), "names the file: {line}");
+    }
+    let out = run(offline(&["plugins", "test", work.path().join("nowhere").to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    one_error_line(&out);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for file in files_under(from) {
+        let dest = to.join(file.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(&file, dest).unwrap();
+    }
+}
+
+/// The cassettes checked in, by connector: (folder, component stem).
+fn checked_in() -> Vec<(PathBuf, &'static str)> {
+    let root = repository().join("plugins");
+    let mut found = Vec::new();
+    for (plugin, stem) in [
+        ("example-http-source", "example_http_source"),
+        ("emailcampaign", "conn_emailcampaign"),
+        ("socialmedia", "conn_socialmedia"),
+    ] {
+        let dir = root.join(plugin).join("cassettes");
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+            if entry.path().join("cassette.json").is_file() {
+                found.push((entry.path(), stem));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checked_in_cassettes_replay_offline() {
+    example_plugin();
+    let cassettes = checked_in();
+    for stem in ["example_http_source", "conn_emailcampaign", "conn_socialmedia"] {
+        assert!(cassettes.iter().any(|(_, s)| *s == stem), "a cassette of {stem} is checked in");
+    }
+    for (dir, _) in cassettes {
+        let out = run(offline(&["plugins", "test", dir.to_str().unwrap()])).await;
+        assert!(out.status.success(), "{}: {}", dir.display(), text(&out));
+        assert!(stdout(&out).starts_with("ok  "), "{}", text(&out));
+    }
+}
+
+/// The fakes the checked-in cassettes were recorded against, on the names
+/// their configs use, and the settings that reach them.
+struct Fakes {
+    _provider: FakeProvider,
+    env: Vec<(String, String)>,
+    _ca_file: tempfile::NamedTempFile,
+}
+
+/// The API token of the email-campaign fake, and the access token the
+/// social-media fake takes (no OAuth flow: the recording holds a token).
+const MAILCOACH_TOKEN: &str = "mailcoach-recording-token";
+const HUBSPOT_TOKEN: &str = "hubspot-recording-access-token";
+
+async fn fakes() -> Fakes {
+    let ca = TestCa::new();
+    let mc = Arc::new(mailcoach::MailcoachState {
+        token: MAILCOACH_TOKEN.into(),
+        campaigns: mailcoach::campaigns(12),
+        subscribers: 30,
+        ..Default::default()
+    });
+    let hub = hubspot::Hub::new();
+    hub.access.lock().unwrap().insert(HUBSPOT_TOKEN.into(), None);
+    let placeholder = Arc::new(Placeholder::with_posts(120));
+    let names = ["mail.acme-corp.com", "api.hubapi.com", jsonplaceholder::HOST];
+    let router = mailcoach::router(mc).merge(hubspot::router(hub)).merge(jsonplaceholder::router(placeholder));
+    let provider = FakeProvider::start(&ca, &names, router).await;
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), &ca.pem).unwrap();
+    let env = vec![
+        ("SERVICE_EGRESS_RESOLVE".to_owned(), provider.pins(&names)),
+        ("SERVICE_EGRESS_EXTRA_ROOTS".to_owned(), ca_file.path().display().to_string()),
+        ("SERVICE_EGRESS_ALLOWED_HOSTS".to_owned(), names.join(",")),
+    ];
+    Fakes { _provider: provider, env, _ca_file: ca_file }
+}
+
+/// `exchanges.jsonl` with the value of every `date` response header
+/// blanked: the one thing that changes with every answer.
+fn without_dates(text: &str) -> String {
+    const DATE: &str = "[\"date\",\"";
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut line = line.to_owned();
+        let mut from = 0;
+        while let Some(at) = line[from..].find(DATE) {
+            let start = from + at + DATE.len();
+            let len = line[start..].find('"').unwrap_or(0);
+            line.replace_range(start..start + len, "");
+            from = start;
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Records every checked-in cassette again against the fakes, with the
+/// config, streams and limit it holds, and finds the same cassette (bar
+/// the `date` headers). With `SERVICE_UPDATE_CASSETTES=1` it writes them
+/// instead: that is how they are made.
+#[tokio::test(flavor = "multi_thread")]
+async fn recording_the_checked_in_cassettes_again_gives_them_back() {
+    let fakes = fakes().await;
+    let update = std::env::var("SERVICE_UPDATE_CASSETTES").is_ok_and(|v| v == "1");
+    let example = example_plugin();
+    for (dir, stem) in checked_in() {
+        let manifest: Value = serde_json::from_slice(&std::fs::read(dir.join("cassette.json")).unwrap()).unwrap();
+        let component = if stem == "example_http_source" { example.clone() } else { bundled_plugin(stem) };
+        let work = tempfile::tempdir().unwrap();
+        let config = work.path().join("config.json");
+        std::fs::write(&config, manifest["config"].to_string()).unwrap();
+        let out = if update { dir.clone() } else { work.path().join("again") };
+        let streams: Vec<&str> =
+            manifest["streams"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+        let limit = manifest["record_limit"].to_string();
+        let mut cmd = record(&component, &config, &out, &fakes.env);
+        cmd.args(["--record-limit", &limit]);
+        // A new cassette's manifest may list no stream yet: all are read.
+        if !streams.is_empty() {
+            cmd.args(["--streams", &streams.join(",")]);
+        }
+        let secret = if stem == "conn_socialmedia" { HUBSPOT_TOKEN } else { MAILCOACH_TOKEN };
+        cmd.env("SERVICE_RECORD_SECRET", secret);
+        let recorded = run(cmd).await;
+        assert!(recorded.status.success(), "{}: {}", dir.display(), text(&recorded));
+        if update {
+            continue;
+        }
+        for file in files_under(&dir) {
+            let relative = file.strip_prefix(&dir).unwrap();
+            let again = out.join(relative);
+            let (want, got) = (std::fs::read(&file).unwrap(), std::fs::read(&again).unwrap_or_default());
+            if relative == Path::new("cassette.json") {
+                // The same but for where the component is, seen from here.
+                let without_component = |bytes: &[u8]| {
+                    let mut manifest: Value = serde_json::from_slice(bytes).unwrap();
+                    manifest.as_object_mut().unwrap().remove("component");
+                    manifest
+                };
+                assert_eq!(without_component(&want), without_component(&got), "{}", file.display());
+            } else if relative == Path::new("exchanges.jsonl") {
+                assert_eq!(
+                    without_dates(&String::from_utf8_lossy(&want)),
+                    without_dates(&String::from_utf8_lossy(&got)),
+                    "{}",
+                    file.display()
+                );
+            } else {
+                assert!(want == got, "{} differs when recorded again", file.display());
+            }
+        }
+        assert_eq!(files_under(&dir).len(), files_under(&out).len(), "{}", dir.display());
+    }
+}
