@@ -34,6 +34,9 @@
 //!   each activation's state and the sends to connectors and webhooks.
 //! - [`jobs`]: runners (leases, heartbeats, retries), the scheduler, one
 //!   sync and the write queue; reverse-ETL runs are jobs too.
+//! - [`authoring`]: the connector author's kit: a new plugin crate,
+//!   recordings made through the egress, offline replays and their
+//!   comparison.
 //! - [`credentials`]: the vault (sealed secrets behind handles), the
 //!   keyring and the host's OAuth flows.
 //! - [`access`]: roles, the principal, tokens, first-run bootstrap and
@@ -42,9 +45,6 @@
 //!   JSON-lines): the only SQL spoken to a tenant's database.
 //!
 //! Foundations:
-//! - [`authoring`]: the connector author's kit: a new plugin crate,
-//!   recordings made through the egress, offline replays and their
-//!   comparison.
 //! - [`plugin`]: the Wasm connector runtime and the plugin registry.
 //! - [`egress`]: every outbound request of a connector, policed.
 //! - [`telemetry`]: logs, metrics and request ids.

@@ -329,6 +329,26 @@ async fn bad_input_is_one_line_naming_the_file_and_position() {
     let line = one_error_line(&out);
     assert!(line.contains("config.json: at /base_url: does not match the plugin's config schema"), "{line}");
     assert!(!work.path().join("x").exists(), "nothing written for refused input");
+    // A folder of something else is not written over.
+    std::fs::write(&config, json!({ "base_url": "https://jsonplaceholder.typicode.com" }).to_string()).unwrap();
+    let elsewhere = work.path().join("project");
+    std::fs::create_dir_all(elsewhere.join("streams")).unwrap();
+    std::fs::write(elsewhere.join("streams/mine.txt"), "keep me").unwrap();
+    let out = run(record_example(&config, &elsewhere)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(one_error_line(&out).contains("project: not empty and not a cassette"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(elsewhere.join("streams/mine.txt")).unwrap(), "keep me");
+    // A secret where a handle belongs is refused before anything runs.
+    std::fs::write(
+        &config,
+        json!({ "base_url": "https://jsonplaceholder.typicode.com", "api_token": "abc123def456" }).to_string(),
+    )
+    .unwrap();
+    let out = run(record_example(&config, &work.path().join("x"))).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let line = one_error_line(&out);
+    assert!(line.contains("config.json: at /api_token: looks like a secret"), "{line}");
+    assert!(!line.contains("abc123def456") && !work.path().join("x").exists());
 
     // A component that does not validate.
     std::fs::write(&config, json!({ "base_url": "https://jsonplaceholder.typicode.com" }).to_string()).unwrap();

@@ -186,10 +186,25 @@ pub async fn record(
     secret: &mut dyn FnMut() -> Option<SecretString>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<RecordSummary, AuthoringError> {
+    // Re-recording replaces a cassette's files; anything else is left alone.
+    let occupied = std::fs::read_dir(request.out).is_ok_and(|mut entries| entries.next().is_some());
+    if occupied && !request.out.join(cassette::MANIFEST).is_file() {
+        return Err(AuthoringError::input(
+            request.out,
+            "not empty and not a cassette; give a new folder (or a cassette to record again)",
+        ));
+    }
     let bytes = read_component(request.component)?;
     let config = read_json(request.config)?;
     if !config.is_object() {
         return Err(AuthoringError::input(request.config, "the config is not a JSON object"));
+    }
+    // What a server would refuse to store, a cassette does not keep either.
+    if let Some(field) = crate::credentials::lookalike::find_secret(&config, "") {
+        return Err(AuthoringError::Input {
+            path: format!("{}: at /{}", request.config.display(), field.replace('.', "/")),
+            message: "looks like a secret; a config names credential handles, and the secret is given to the recording through SERVICE_RECORD_SECRET or standard input".into(),
+        });
     }
     let states: BTreeMap<String, Value> = match request.state {
         None => BTreeMap::new(),
