@@ -18,6 +18,7 @@ const SDK: &[(&str, &str)] = &[
     ("log.rs", include_str!("../../../plugins/sdk/src/log.rs")),
     ("pages.rs", include_str!("../../../plugins/sdk/src/pages.rs")),
     ("sink.rs", include_str!("../../../plugins/sdk/src/sink.rs")),
+    ("time.rs", include_str!("../../../plugins/sdk/src/time.rs")),
     ("types.rs", include_str!("../../../plugins/sdk/src/types.rs")),
 ];
 

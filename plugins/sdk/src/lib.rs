@@ -152,6 +152,7 @@
 //! | [`pages`] | lazy pagination ([`Pagination`], [`Pages`]) |
 //! | [`sink`] | [`Sink`]: records and checkpoints |
 //! | [`log`] | diagnostics |
+//! | [`time`] | timestamps as providers write them, parsed and written back |
 //! | `convert.rs` | the only code that touches the generated bindings |
 
 #![deny(missing_docs)]
@@ -162,6 +163,7 @@ pub mod http;
 pub mod log;
 pub mod pages;
 pub mod sink;
+pub mod time;
 mod types;
 
 pub use connector::Connector;
