@@ -39,8 +39,9 @@ pub(crate) struct PrepareBody {
     pub source_id: String,
 }
 
-/// Discover the source's streams: the catalog, a suggested selection and
-/// warnings. Creates nothing; editors (it runs the connector with the
+/// Discover the source's streams: the catalog, a suggested selection,
+/// warnings and, from connectors that offer one, a preview of the data
+/// (`preview`, else null). Creates nothing; editors (it runs the connector with the
 /// workspace's credentials).
 #[utoipa::path(post, path = "/pipelines/prepare", tag = "pipelines", request_body = PrepareBody,
     responses((status = 200, body = Envelope<Value>), (status = 400, body = crate::error::ErrorBody)))]

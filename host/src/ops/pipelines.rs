@@ -28,8 +28,9 @@ pub(crate) fn suggested_mode(stream: &Stream) -> StreamSyncMode {
 }
 
 /// What `POST /pipelines/prepare` proposes for a source: its catalog, a
-/// selection of every stream in its suggested mode, and warnings. Creates
-/// nothing; it runs the connector with the workspace's credentials.
+/// selection of every stream in its suggested mode, warnings, and the
+/// connector's preview of the data when it offers one. Creates nothing; it
+/// runs the connector with the workspace's credentials.
 pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -> ApiResult<serde_json::Value> {
     let source = state
         .store
@@ -40,11 +41,25 @@ pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -
     let catalog = connector.discover(&source.configuration.to_string()).await?;
     let suggested: Vec<serde_json::Value> =
         catalog.iter().map(|s| json!({ "name": s.name, "sync_mode": suggested_mode(s) })).collect();
-    let warnings: Vec<serde_json::Value> = catalog
+    let mut warnings: Vec<serde_json::Value> = catalog
         .iter()
         .filter(|s| suggested_mode(s) == StreamSyncMode::FullRefreshOverwrite)
         .map(|s| json!({ "stream": s.name, "warning": "no incremental mode: every sync reads the whole stream" }))
         .collect();
+    // A sample of the data, from connectors that offer one: what a user
+    // looks at before choosing streams. Its failure is a warning, not the
+    // plan's.
+    let preview = if connector.plugin().info.operations.contains(&crate::plugin::types::Operation::Preview) {
+        match connector.preview(&source.configuration.to_string()).await {
+            Ok(sample) => sample,
+            Err(e) => {
+                warnings.push(json!({ "warning": format!("no preview: {e}") }));
+                serde_json::Value::Null
+            }
+        }
+    } else {
+        serde_json::Value::Null
+    };
     let streams: Vec<serde_json::Value> = catalog
         .iter()
         .map(|s| {
@@ -67,6 +82,7 @@ pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -
         "streams": streams,
         "suggested_selection": suggested,
         "warnings": warnings,
+        "preview": preview,
     }))
 }
 
