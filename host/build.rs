@@ -11,8 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Plugin packages embedded in the server: (package, component file stem).
-const BUNDLED: &[(&str, &str)] =
-    &[("conn-emailcampaign", "conn_emailcampaign"), ("conn-socialmedia", "conn_socialmedia")];
+const BUNDLED: &[(&str, &str)] = &[
+    ("conn-emailcampaign", "conn_emailcampaign"),
+    ("conn-socialmedia", "conn_socialmedia"),
+    ("conn-restmanifest", "conn_restmanifest"),
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());

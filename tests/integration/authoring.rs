@@ -29,7 +29,7 @@ fn service(args: &[&str]) -> Command {
 
 /// `service plugins record` of `component` with `config` into `out`,
 /// reaching the providers through `env`.
-fn record(component: &Path, config: &Path, out: &Path, env: &[(String, String)]) -> Command {
+fn record(component: impl AsRef<std::ffi::OsStr>, config: &Path, out: &Path, env: &[(String, String)]) -> Command {
     let mut cmd = service(&["plugins", "record", "--component"]);
     cmd.arg(component).arg("--config").arg(config).arg("--out").arg(out).envs(env.iter().cloned());
     cmd
@@ -422,6 +422,7 @@ fn checked_in() -> Vec<(PathBuf, &'static str)> {
         ("example-http-source", "example_http_source"),
         ("emailcampaign", "conn_emailcampaign"),
         ("socialmedia", "conn_socialmedia"),
+        ("restmanifest", "conn_restmanifest"),
     ] {
         let dir = root.join(plugin).join("cassettes");
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
@@ -437,7 +438,7 @@ fn checked_in() -> Vec<(PathBuf, &'static str)> {
 async fn the_checked_in_cassettes_replay_offline() {
     example_plugin();
     let cassettes = checked_in();
-    for stem in ["example_http_source", "conn_emailcampaign", "conn_socialmedia"] {
+    for stem in ["example_http_source", "conn_emailcampaign", "conn_socialmedia", "conn_restmanifest"] {
         assert!(cassettes.iter().any(|(_, s)| *s == stem), "a cassette of {stem} is checked in");
     }
     for (dir, _) in cassettes {
@@ -459,6 +460,7 @@ struct Fakes {
 /// social-media fake takes (no OAuth flow: the recording holds a token).
 const MAILCOACH_TOKEN: &str = "mailcoach-recording-token";
 const HUBSPOT_TOKEN: &str = "hubspot-recording-access-token";
+const RESTAPI_TOKEN: &str = "acme-recording-api-token";
 
 async fn fakes() -> Fakes {
     let ca = TestCa::new();
@@ -471,8 +473,12 @@ async fn fakes() -> Fakes {
     let hub = hubspot::Hub::new();
     hub.access.lock().unwrap().insert(HUBSPOT_TOKEN.into(), None);
     let placeholder = Arc::new(Placeholder::with_posts(120));
-    let names = ["mail.acme-corp.com", "api.hubapi.com", jsonplaceholder::HOST];
-    let router = mailcoach::router(mc).merge(hubspot::router(hub)).merge(jsonplaceholder::router(placeholder));
+    let rest = Arc::new(testkit::restapi::RestApi::new(40).with_token(RESTAPI_TOKEN));
+    let names = ["mail.acme-corp.com", "api.hubapi.com", jsonplaceholder::HOST, testkit::restapi::HOST];
+    let router = mailcoach::router(mc)
+        .merge(hubspot::router(hub))
+        .merge(jsonplaceholder::router(placeholder))
+        .merge(testkit::restapi::router(rest));
     let provider = FakeProvider::start(&ca, &names, router).await;
     let ca_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ca_file.path(), &ca.pem).unwrap();
@@ -515,7 +521,13 @@ async fn recording_the_checked_in_cassettes_again_gives_them_back() {
     let example = example_plugin();
     for (dir, stem) in checked_in() {
         let manifest: Value = serde_json::from_slice(&std::fs::read(dir.join("cassette.json")).unwrap()).unwrap();
-        let component = if stem == "example_http_source" { example.clone() } else { bundled_plugin(stem) };
+        // A manifest source is recorded with the bundled plugin, as its
+        // author would (`bundled:conn_restmanifest`).
+        let component = match stem {
+            "example_http_source" => example.clone().into_os_string(),
+            "conn_restmanifest" => format!("bundled:{stem}").into(),
+            _ => bundled_plugin(stem).into_os_string(),
+        };
         let work = tempfile::tempdir().unwrap();
         let config = work.path().join("config.json");
         std::fs::write(&config, manifest["config"].to_string()).unwrap();
@@ -529,7 +541,11 @@ async fn recording_the_checked_in_cassettes_again_gives_them_back() {
         if !streams.is_empty() {
             cmd.args(["--streams", &streams.join(",")]);
         }
-        let secret = if stem == "conn_socialmedia" { HUBSPOT_TOKEN } else { MAILCOACH_TOKEN };
+        let secret = match stem {
+            "conn_socialmedia" => HUBSPOT_TOKEN,
+            "conn_restmanifest" => RESTAPI_TOKEN,
+            _ => MAILCOACH_TOKEN,
+        };
         cmd.env("SERVICE_RECORD_SECRET", secret);
         let recorded = run(cmd).await;
         assert!(recorded.status.success(), "{}: {}", dir.display(), text(&recorded));

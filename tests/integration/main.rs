@@ -21,6 +21,7 @@ mod mcp;
 mod members;
 mod oauth;
 mod pipelines;
+mod restmanifest;
 mod reverse_etl;
 mod reverse_etl_bounds;
 mod runtime;

@@ -95,9 +95,47 @@ pub struct EgressSettings {
     pub extra_roots_pem: Option<Vec<u8>>,
 }
 
+/// A component named on the command line: a file, or one of the server's
+/// bundled plugins (`bundled:STEM`, e.g. `bundled:conn_restmanifest`).
+#[derive(Debug, Clone, Copy)]
+pub enum Component<'a> {
+    File(&'a Path),
+    Bundled(&'static str, &'static [u8]),
+}
+
+/// How a cassette names a bundled component.
+const BUNDLED_PREFIX: &str = "bundled:";
+
+impl<'a> Component<'a> {
+    /// `text` as a component: `bundled:STEM` names one of `bundled`, and
+    /// anything else is a file.
+    pub fn named(text: &'a str, bundled: &[(&'static str, &'static [u8])]) -> Result<Self, AuthoringError> {
+        let Some(stem) = text.strip_prefix(BUNDLED_PREFIX) else {
+            return Ok(Component::File(Path::new(text)));
+        };
+        bundled.iter().find(|(name, _)| *name == stem).map(|(name, bytes)| Component::Bundled(name, bytes)).ok_or_else(
+            || AuthoringError::Input {
+                path: text.to_owned(),
+                message: format!(
+                    "no bundled plugin of that name; this server bundles {}",
+                    bundled.iter().map(|(n, _)| format!("{BUNDLED_PREFIX}{n}")).collect::<Vec<_>>().join(", ")
+                ),
+            },
+        )
+    }
+
+    /// The component's bytes, and how to name it.
+    fn read(self) -> Result<(String, Vec<u8>), AuthoringError> {
+        match self {
+            Component::File(path) => Ok((path.display().to_string(), read_component(path)?)),
+            Component::Bundled(name, bytes) => Ok((format!("{BUNDLED_PREFIX}{name}"), bytes.to_vec())),
+        }
+    }
+}
+
 /// What `service plugins record` was asked.
 pub struct RecordRequest<'a> {
-    pub component: &'a Path,
+    pub component: Component<'a>,
     pub config: &'a Path,
     pub out: &'a Path,
     pub streams: Option<Vec<String>>,
@@ -120,12 +158,9 @@ pub struct RecordSummary {
     pub disagreements: Vec<Disagreement>,
 }
 
-/// Loads a component file as a plugin.
-async fn load(runtime: &Runtime, path: &Path, bytes: &[u8]) -> Result<LoadedPlugin, AuthoringError> {
-    runtime
-        .load(bytes, &path.display().to_string())
-        .await
-        .map_err(|error| AuthoringError::Component { path: path.display().to_string(), error })
+/// Loads a component as a plugin; `label` names it.
+async fn load(runtime: &Runtime, label: &str, bytes: &[u8]) -> Result<LoadedPlugin, AuthoringError> {
+    runtime.load(bytes, label).await.map_err(|error| AuthoringError::Component { path: label.to_owned(), error })
 }
 
 fn read_component(path: &Path) -> Result<Vec<u8>, AuthoringError> {
@@ -194,7 +229,7 @@ pub async fn record(
             "not empty and not a cassette; give a new folder (or a cassette to record again)",
         ));
     }
-    let bytes = read_component(request.component)?;
+    let (label, bytes) = request.component.read()?;
     let config = read_json(request.config)?;
     if !config.is_object() {
         return Err(AuthoringError::input(request.config, "the config is not a JSON object"));
@@ -214,7 +249,7 @@ pub async fn record(
         },
     };
     let runtime = runtime()?;
-    let plugin = load(&runtime, request.component, &bytes).await?;
+    let plugin = load(&runtime, &label, &bytes).await?;
     check_config(&plugin, &config, &request.config.display().to_string())?;
 
     let handles: Vec<CredentialHandle> =
@@ -255,7 +290,10 @@ pub async fn record(
     let manifest = Manifest {
         format: cassette::FORMAT.to_owned(),
         connector: connector_ref(&plugin),
-        component: Some(cassette::relative_to(&absolute(request.component), &out_abs).display().to_string()),
+        component: Some(match request.component {
+            Component::File(path) => cassette::relative_to(&absolute(path), &out_abs).display().to_string(),
+            Component::Bundled(..) => label,
+        }),
         config,
         streams: outcome.streams,
         record_limit: request.record_limit,
@@ -354,10 +392,10 @@ fn failed_calls(observed: &cassette::Observations) -> Vec<(String, String)> {
 /// What `service plugins test` was asked.
 pub struct TestRequest<'a> {
     pub dir: &'a Path,
-    pub component: Option<&'a Path>,
+    pub component: Option<Component<'a>>,
     /// The server's bundled plugins (file stem, component): a cassette of
     /// a bundled connector whose component file is absent replays with
-    /// the bundled one.
+    /// the bundled one, and `bundled:STEM` names one.
     pub bundled: &'a [(&'static str, &'static [u8])],
     /// Rewrite the expectations with what the replay returned.
     pub update: bool,
@@ -397,7 +435,7 @@ pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> 
     let manifest_path = request.dir.join(cassette::MANIFEST).display().to_string();
     let (label, bytes) = component_for(request, &cassette.manifest)?;
     let runtime = runtime()?;
-    let plugin = load(&runtime, Path::new(&label), &bytes).await?;
+    let plugin = load(&runtime, &label, &bytes).await?;
     let found = connector_ref(&plugin);
     let recorded = &cassette.manifest.connector;
     if found.id != recorded.id || found.interface != recorded.interface {
@@ -476,8 +514,11 @@ pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> 
 /// The component to replay: the one named, else the cassette's file,
 /// else the bundled plugin of the same file name.
 fn component_for(request: &TestRequest<'_>, manifest: &Manifest) -> Result<(String, Vec<u8>), AuthoringError> {
-    if let Some(path) = request.component {
-        return Ok((path.display().to_string(), read_component(path)?));
+    if let Some(component) = request.component {
+        return component.read();
+    }
+    if let Some(named) = manifest.component.as_deref().filter(|c| c.starts_with(BUNDLED_PREFIX)) {
+        return Component::named(named, request.bundled)?.read();
     }
     let recorded = manifest.component.as_ref().map(|c| request.dir.join(c));
     if let Some(path) = &recorded

@@ -12,15 +12,17 @@ use std::path::{Path, PathBuf};
 use secrecy::SecretString;
 
 use super::client::CliFailure;
-use crate::authoring::{self, AuthoringError, EgressSettings, RecordRequest, TestReport, TestRequest};
+use crate::authoring::{self, AuthoringError, Component, EgressSettings, RecordRequest, TestReport, TestRequest};
 use crate::egress::Placement;
 
 /// Arguments of `service plugins record`.
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
-    /// The plugin's component (`.wasm`).
+    /// The plugin's component (`.wasm`), or `bundled:STEM` for one of the
+    /// server's bundled plugins (`bundled:conn_restmanifest` records a
+    /// manifest source).
     #[arg(long)]
-    pub component: PathBuf,
+    pub component: String,
     /// The config every call gets: a JSON object matching the plugin's
     /// config schema, with credential handles, never secrets.
     #[arg(long)]
@@ -59,10 +61,10 @@ pub struct RecordArgs {
 pub struct TestArgs {
     /// A cassette folder, or a folder of cassette folders.
     pub dir: PathBuf,
-    /// The component to test (default: the one the cassette was recorded
-    /// with).
+    /// The component to test, a file or `bundled:STEM` (default: the one
+    /// the cassette was recorded with).
     #[arg(long)]
-    pub component: Option<PathBuf>,
+    pub component: Option<String>,
     /// Rewrite the expected records, checkpoints and answers with what the
     /// replay returns (after a deliberate change; review the diff).
     #[arg(long)]
@@ -105,7 +107,7 @@ pub fn new(name: &str, dir: Option<&Path>) -> Result<(), CliFailure> {
 }
 
 /// `service plugins record`.
-pub async fn record(args: RecordArgs) -> Result<(), CliFailure> {
+pub async fn record(args: RecordArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let extra_roots_pem = match &args.egress_extra_roots {
         Some(path) => Some(
             std::fs::read(path)
@@ -114,7 +116,7 @@ pub async fn record(args: RecordArgs) -> Result<(), CliFailure> {
         None => None,
     };
     let request = RecordRequest {
-        component: &args.component,
+        component: Component::named(&args.component, bundled).map_err(failure)?,
         config: &args.config,
         out: &args.out,
         streams: args.streams.clone(),
@@ -170,15 +172,13 @@ fn read_secret() -> Option<SecretString> {
 /// `service plugins test DIR`: every cassette under `dir`.
 pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let cassettes = cassettes_in(&args.dir)?;
+    let component = match &args.component {
+        Some(named) => Some(Component::named(named, bundled).map_err(failure)?),
+        None => None,
+    };
     let mut failed = 0;
     for dir in &cassettes {
-        let request = TestRequest {
-            dir,
-            component: args.component.as_deref(),
-            bundled,
-            update: args.update,
-            accept_schema: args.accept_schema,
-        };
+        let request = TestRequest { dir, component, bundled, update: args.update, accept_schema: args.accept_schema };
         let started = std::time::Instant::now();
         let report = authoring::test(&request, &mut |_| {}).await.map_err(failure)?;
         if !report.offline {

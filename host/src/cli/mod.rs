@@ -354,7 +354,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
     let plugins = match cmd {
         PluginsCommand::Validate { file } => return validate(&file).await,
         PluginsCommand::New { name, dir } => return Ok(author::new(&name, dir.as_deref())?),
-        PluginsCommand::Record(args) => return Ok(author::record(*args).await?),
+        PluginsCommand::Record(args) => return Ok(author::record(*args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::List { ref plugins }
         | PluginsCommand::Load { ref plugins, .. }

@@ -9,11 +9,15 @@
 //!   connection methods, and what check and preview may answer).
 //! - [`socialmedia`]: `conn_socialmedia_hub` (the portal, brand and channel
 //!   selection checked against the provider's options).
+//! - [`restmanifest`]: `conn_rest_manifest` (the base URL's host, the
+//!   credential's binding, and the manifest's names, parents and
+//!   placeholders; its schema as OpenAPI components).
 //! - [`entities`]: provider-backed options for any connector's config
 //!   fields (`POST /v1/sources/entities`).
 
 pub mod emailcampaign;
 pub mod entities;
+pub mod restmanifest;
 pub mod socialmedia;
 
 use std::pin::Pin;
@@ -43,7 +47,7 @@ pub trait ConnectorRules: Sync {
 }
 
 /// Every connector's rules.
-const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules, &socialmedia::Rules];
+const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules, &socialmedia::Rules, &restmanifest::Rules];
 
 /// The rules of a connector (by canonical id), if it has any.
 pub fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {

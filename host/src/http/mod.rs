@@ -279,6 +279,20 @@ async fn security_headers(req: axum::extract::Request, next: axum::middleware::N
     response
 }
 
+/// The description as served: the generated one, and the schema of the
+/// REST manifest connector's configuration among its components (a
+/// source's `configuration` is free-form in the API; this is what one of
+/// that connector must match).
+fn published(openapi: &utoipa::openapi::OpenApi) -> String {
+    let Ok(mut doc) = serde_json::to_value(openapi) else { return openapi.to_pretty_json().unwrap_or_default() };
+    if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(serde_json::Value::as_object_mut) {
+        for (name, schema) in crate::connectors::restmanifest::openapi_schemas() {
+            schemas.insert(name, schema);
+        }
+    }
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
 /// The API: `/v1` (with authentication, idempotency and audit), the
 /// operational routes, the error-shaped fallbacks and every layer an
 /// answer of this server gets, and the OpenAPI description generated from
@@ -289,7 +303,7 @@ pub fn api(state: &AppState, extra: Router<AppState>) -> (Router, Arc<utoipa::op
     openapi.info.version = "1".into();
     document_common_answers(&mut openapi);
     let openapi = Arc::new(openapi);
-    let doc = Arc::new(openapi.to_pretty_json().unwrap_or_default());
+    let doc = Arc::new(published(&openapi));
 
     let v1_routes = v1_routes
         .route("/v1/openapi.json", axum::routing::get(move || system::openapi_json(doc.clone())))

@@ -11,6 +11,8 @@
 //!   OAuth and accounts);
 //! - [`jsonplaceholder`]: the example source's provider (a
 //!   JSONPlaceholder-style REST API);
+//! - [`restapi`]: a REST API in every paging style a manifest describes,
+//!   and routes that misbehave on purpose;
 //! - [`routes`]: canned provider routes for small tests;
 //! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
 //! - [`plugins`]: building and finding the test plugins (`tests/plugins`)
@@ -22,4 +24,5 @@ pub mod jsonplaceholder;
 pub mod mailcoach;
 pub mod plugins;
 pub mod provider;
+pub mod restapi;
 pub mod routes;

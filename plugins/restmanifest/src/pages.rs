@@ -1,0 +1,373 @@
+//! Walking a stream's pages as its manifest entry says: the first request
+//! (path, parameters, placeholder), each page's records, and the next page
+//! by the paging the entry names, never outside the base URL's origin and
+//! never past the page limit or round in a loop.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use connector_sdk::{Error, Http, RequestBuilder, Result};
+use serde_json::value::RawValue;
+
+use crate::json::{Selector, first_byte, keys};
+use crate::manifest::{Config, Paging, StreamSpec};
+
+/// One stream's reader: its requests and paging.
+pub struct Pager<'c> {
+    config: &'c Config,
+    spec: &'c StreamSpec,
+    selector: Selector,
+    interval: Option<Duration>,
+    last_request: Option<Instant>,
+    /// `https://host[:port]` of the base URL, lower case.
+    origin: String,
+}
+
+/// What a page walk is asked to do with each page.
+pub enum Flow {
+    /// Go on to the next page.
+    More,
+    /// Stop: the caller has what it needs.
+    Enough,
+}
+
+impl<'c> Pager<'c> {
+    pub fn new(config: &'c Config, spec: &'c StreamSpec) -> Self {
+        Pager {
+            config,
+            spec,
+            selector: Selector::parse(&spec.records),
+            interval: spec.interval(&config.manifest),
+            last_request: None,
+            origin: origin(&config.base_url).unwrap_or_default(),
+        }
+    }
+
+    /// The URL of the first page: the base URL, the path with `value` in
+    /// its placeholder, the entry's parameters, the paging's first
+    /// parameters and `extra` (the incremental parameter).
+    fn first_url(&self, value: Option<&str>, extra: &[(String, String)]) -> String {
+        let mut path = self.spec.path.clone();
+        if let (Some(parent), Some(value)) = (&self.spec.parent, value) {
+            path = path.replace(&format!("{{{}}}", parent.placeholder), &encode(value));
+        }
+        let mut query: Vec<(String, String)> = self
+            .spec
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+            .collect();
+        match &self.spec.paging {
+            Paging::PageNumber { param, start, size_param, size, .. } => {
+                query.push((param.clone(), start.to_string()));
+                if let (Some(size_param), Some(size)) = (size_param, size) {
+                    query.push((size_param.clone(), size.to_string()));
+                }
+            }
+            Paging::Offset { offset_param, limit_param, limit, .. } => {
+                query.push((offset_param.clone(), "0".into()));
+                query.push((limit_param.clone(), limit.to_string()));
+            }
+            Paging::None | Paging::Cursor { .. } | Paging::LinkHeader | Paging::NextUrl { .. } => {}
+        }
+        query.extend(extra.iter().cloned());
+        with_query(&format!("{}{path}", self.config.base_url.trim_end_matches('/')), &query)
+    }
+
+    fn request(&self, url: &str) -> RequestBuilder {
+        let mut request =
+            Http::get(url).header("accept", "application/json").retry(self.spec.retry(&self.config.manifest));
+        for (name, value) in &self.config.manifest.headers {
+            request = request.header(name, value.clone());
+        }
+        if let Some(handle) = &self.config.credential_handle {
+            // The placement was checked with the config.
+            if let Ok(placement) = self.config.placement() {
+                request = request.credential(handle, placement);
+            }
+        }
+        request
+    }
+
+    /// Waits as long as the stream's rate limit asks.
+    fn throttle(&mut self) {
+        if let (Some(interval), Some(last)) = (self.interval, self.last_request) {
+            let since = last.elapsed();
+            if since < interval {
+                std::thread::sleep(interval - since);
+            }
+        }
+        self.last_request = Some(Instant::now());
+    }
+
+    /// Reads the pages of the stream (for the parent value `value`), handing
+    /// each page's records to `on_page` until it says enough or the paging
+    /// ends.
+    pub fn walk(
+        &mut self,
+        value: Option<&str>,
+        extra: &[(String, String)],
+        on_page: &mut dyn FnMut(u32, &[&RawValue]) -> Result<Flow>,
+    ) -> Result<()> {
+        let name = &self.spec.name;
+        let limit = self.spec.page_limit(&self.config.manifest);
+        let first = self.first_url(value, extra);
+        let mut url = first.clone();
+        let mut asked: HashSet<String> = HashSet::new();
+        let mut number = 0u32;
+        loop {
+            number += 1;
+            if number > limit {
+                return Err(Error::ProviderError(format!(
+                    "stream {name}: more than {limit} pages; the paging does not end (check the stream's paging, or raise page_limit)"
+                )));
+            }
+            if !asked.insert(url.clone()) {
+                return Err(Error::ProviderError(format!(
+                    "stream {name}, page {number}: the paging asks for a page it already read; it goes round in a loop"
+                )));
+            }
+            self.throttle();
+            let response = self.request(&url).send().map_err(|e| in_context(e, name, number))?;
+            let link = response.header("link").map(str::to_owned);
+            let body = response.into_text().map_err(|e| in_context(e, name, number))?;
+            let doc: &RawValue = serde_json::from_str(&body).map_err(|e| {
+                Error::ProviderError(format!("stream {name}, page {number}: the answer is not JSON ({e})"))
+            })?;
+            let records = self.records(doc, number)?;
+            if let Flow::Enough = on_page(number, &records)? {
+                return Ok(());
+            }
+            let next = match &self.spec.paging {
+                Paging::None => None,
+                Paging::PageNumber { param, start, size, total_pages, .. } => {
+                    let short = size.is_some_and(|size| records.len() < size as usize);
+                    let last = total_pages
+                        .as_ref()
+                        .and_then(|at| number_at(doc, at))
+                        .is_some_and(|total| u64::from(number) >= total);
+                    (!records.is_empty() && !short && !last)
+                        .then(|| replace_param(&first, param, &(start + u64::from(number)).to_string()))
+                }
+                Paging::Offset { offset_param, limit: page, total, .. } => {
+                    let offset = u64::from(number) * u64::from(*page);
+                    let short = records.len() < *page as usize;
+                    let done = total.as_ref().and_then(|at| number_at(doc, at)).is_some_and(|total| offset >= total);
+                    (!short && !done).then(|| replace_param(&first, offset_param, &offset.to_string()))
+                }
+                Paging::Cursor { param, next_cursor } => {
+                    text_at(doc, next_cursor).filter(|c| !c.is_empty()).map(|c| replace_param(&first, param, &c))
+                }
+                Paging::LinkHeader => match link.as_deref().and_then(next_link) {
+                    Some(link) => Some(self.follow(&url, &link, number)?),
+                    None => None,
+                },
+                Paging::NextUrl { next_url } => match text_at(doc, next_url).filter(|u| !u.is_empty()) {
+                    Some(link) => Some(self.follow(&url, &link, number)?),
+                    None => None,
+                },
+            };
+            match next {
+                Some(next) => url = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// The records of a page: the list the selector finds, each an object.
+    fn records<'a>(&self, doc: &'a RawValue, number: u32) -> Result<Vec<&'a RawValue>> {
+        let name = &self.spec.name;
+        let Some(list) = self.selector.find(doc) else {
+            let has = keys(doc);
+            let has = if has.is_empty() { "no fields".to_owned() } else { format!("fields {}", has.join(", ")) };
+            return Err(Error::ProviderError(format!(
+                "stream {name}, page {number}: the records selector {} finds nothing (the page has {has})",
+                self.selector
+            )));
+        };
+        let records: Vec<&RawValue> = match first_byte(list) {
+            b'[' => serde_json::from_str(list.get())
+                .map_err(|e| Error::ProviderError(format!("stream {name}, page {number}: {e}")))?,
+            b'n' => Vec::new(),
+            _ => {
+                return Err(Error::ProviderError(format!(
+                    "stream {name}, page {number}: the records selector {} finds no list",
+                    self.selector
+                )));
+            }
+        };
+        if let Some(i) = records.iter().position(|r| first_byte(r) != b'{') {
+            return Err(Error::ProviderError(format!(
+                "stream {name}, page {number}: record {i} is not a JSON object (does the records selector point at the list?)"
+            )));
+        }
+        Ok(records)
+    }
+
+    /// The absolute URL of a next-page link, if it stays on the base URL's
+    /// origin.
+    fn follow(&self, current: &str, link: &str, number: u32) -> Result<String> {
+        let url = resolve(current, link);
+        match origin(&url) {
+            Some(o) if o == self.origin => Ok(url),
+            other => Err(Error::ProviderError(format!(
+                "stream {}, page {number}: the next page is at {}, outside {}; not followed",
+                self.spec.name,
+                other.unwrap_or_else(|| "an address that is no https URL".into()),
+                self.origin
+            ))),
+        }
+    }
+}
+
+/// An SDK error, saying which stream and page it is about.
+fn in_context(e: Error, stream: &str, page: u32) -> Error {
+    let at = |m: String| format!("stream {stream}, page {page}: {m}");
+    match e {
+        Error::InvalidConfig(m) => Error::InvalidConfig(at(m)),
+        Error::InvalidCredentials(m) => Error::InvalidCredentials(at(m)),
+        Error::PermissionDenied(m) => Error::PermissionDenied(at(m)),
+        Error::ProviderUnavailable(m) => Error::ProviderUnavailable(at(m)),
+        Error::ProviderError(m) => Error::ProviderError(at(m)),
+        Error::EgressDenied(m) => Error::EgressDenied(at(m)),
+        Error::Unsupported(m) => Error::Unsupported(at(m)),
+        Error::Internal(m) => Error::Internal(at(m)),
+        other => other,
+    }
+}
+
+/// A number at `place` (a number, or a text of digits).
+fn number_at(doc: &RawValue, place: &str) -> Option<u64> {
+    let found = Selector::parse(place).find(doc)?;
+    match serde_json::from_str::<serde_json::Value>(found.get()).ok()? {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A text at `place` (a string, or a number written out); none for null.
+fn text_at(doc: &RawValue, place: &str) -> Option<String> {
+    let found = Selector::parse(place).find(doc)?;
+    match serde_json::from_str::<serde_json::Value>(found.get()).ok()? {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The `rel="next"` target of a `Link` header (RFC 8288).
+pub fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let next = params.split(';').any(|p| {
+            let p = p.trim();
+            p.strip_prefix("rel=")
+                .map(|v| v.trim_matches('"').split_ascii_whitespace().any(|r| r.eq_ignore_ascii_case("next")))
+                .unwrap_or(false)
+        });
+        next.then(|| target.to_owned())
+    })
+}
+
+/// `scheme://authority` of an `https` URL, lower case; none otherwise.
+pub fn origin(url: &str) -> Option<String> {
+    let rest = url.get(..8).filter(|s| s.eq_ignore_ascii_case("https://")).map(|_| &url[8..])?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    (end > 0).then(|| format!("https://{}", rest[..end].to_ascii_lowercase()))
+}
+
+/// `link` made absolute against `current`.
+fn resolve(current: &str, link: &str) -> String {
+    let lower = link.to_ascii_lowercase();
+    if lower.starts_with("https://") || lower.starts_with("http://") || lower.contains("://") {
+        return link.to_owned();
+    }
+    if let Some(rest) = link.strip_prefix("//") {
+        return format!("https://{rest}");
+    }
+    let Some(home) = origin(current) else { return link.to_owned() };
+    if link.starts_with('/') {
+        return format!("{home}{link}");
+    }
+    let without_query = current.split(['?', '#']).next().unwrap_or(current);
+    if link.starts_with('?') {
+        return format!("{without_query}{link}");
+    }
+    let directory = match without_query[home.len()..].rfind('/') {
+        Some(at) => &without_query[..home.len() + at + 1],
+        None => without_query,
+    };
+    format!("{directory}{link}")
+}
+
+/// `url` with `query` appended, percent-encoded.
+fn with_query(url: &str, query: &[(String, String)]) -> String {
+    let mut out = url.to_owned();
+    for (i, (key, value)) in query.iter().enumerate() {
+        out.push(if i == 0 && !url.contains('?') { '?' } else { '&' });
+        out.push_str(&encode(key));
+        out.push('=');
+        out.push_str(&encode(value));
+    }
+    out
+}
+
+/// `url` with parameter `key` set to `value` (replaced, or appended).
+fn replace_param(url: &str, key: &str, value: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let encoded_key = encode(key);
+    let mut pairs: Vec<String> = query.split('&').filter(|p| !p.is_empty()).map(str::to_owned).collect();
+    let pair = format!("{encoded_key}={}", encode(value));
+    match pairs.iter_mut().find(|p| p.split('=').next() == Some(encoded_key.as_str())) {
+        Some(existing) => *existing = pair,
+        None => pairs.push(pair),
+    }
+    format!("{base}?{}", pairs.join("&"))
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_headers_are_read_as_github_sends_them() {
+        let header = r#"<https://api.github.com/repositories/1/issues?page=2>; rel="next", <https://api.github.com/repositories/1/issues?page=9>; rel="last""#;
+        assert_eq!(next_link(header).unwrap(), "https://api.github.com/repositories/1/issues?page=2");
+        assert_eq!(next_link(r#"<https://x/a?page=1>; rel="prev first""#), None);
+        assert_eq!(next_link(r#"</a?page=3>; rel="prev next""#).unwrap(), "/a?page=3");
+    }
+
+    #[test]
+    fn links_resolve_against_the_page_they_came_from() {
+        let current = "https://api.example.com/v1/items?page=1";
+        assert_eq!(resolve(current, "/v1/items?page=2"), "https://api.example.com/v1/items?page=2");
+        assert_eq!(resolve(current, "?page=2"), "https://api.example.com/v1/items?page=2");
+        assert_eq!(resolve(current, "other?page=2"), "https://api.example.com/v1/other?page=2");
+        assert_eq!(resolve(current, "//evil.example/x"), "https://evil.example/x");
+        assert_eq!(origin("https://API.example.com:8443/x"), Some("https://api.example.com:8443".into()));
+        assert_eq!(origin("http://api.example.com/x"), None);
+    }
+
+    #[test]
+    fn parameters_are_encoded_and_replaced_in_place() {
+        let url = with_query("https://h/p", &[("q".into(), "a b&c".into()), ("page".into(), "1".into())]);
+        assert_eq!(url, "https://h/p?q=a%20b%26c&page=1");
+        assert_eq!(replace_param(&url, "page", "2"), "https://h/p?q=a%20b%26c&page=2");
+        assert_eq!(replace_param("https://h/p", "cursor", "x/y"), "https://h/p?cursor=x%2Fy");
+    }
+}

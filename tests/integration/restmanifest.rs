@@ -1,0 +1,320 @@
+//! The REST API source described by a manifest (`conn_rest_manifest`),
+//! through the API as a user runs it: every paging style against a fake
+//! API over real HTTPS, a parent–child stream, a 429 with `Retry-After`
+//! mid-sync, an incremental sync that reads exactly what is new, manifests
+//! refused at their JSON pointer, and hostile manifests that fail clearly
+//! without a request to an unvetted host.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::on_both_backends;
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, count_rows, json, json_ok};
+use testkit::restapi::{self, HOST, RestApi};
+
+/// A host the operator allows (and pins to a fake that counts requests),
+/// which no manifest's base URL names: a connector that followed a link
+/// there would be caught.
+const ELSEWHERE: &str = "files.acme-data.net";
+
+struct Fx {
+    srv: TestServer,
+    api: Arc<RestApi>,
+    handle: String,
+    elsewhere: FakeProvider,
+    _provider: FakeProvider,
+}
+
+async fn setup(backend: Backend, api: RestApi) -> Fx {
+    let ca = TestCa::new();
+    let token = format!("rest-token-{}", uuid::Uuid::new_v4().simple());
+    let api = Arc::new(api.with_token(token.clone()));
+    let provider = FakeProvider::start(&ca, &[HOST], restapi::router(api.clone())).await;
+    let elsewhere = FakeProvider::start(&ca, &[ELSEWHERE], restapi::router(Arc::new(RestApi::new(5)))).await;
+    let pins = format!("{},{}", provider.pins(&[HOST]), elsewhere.pins(&[ELSEWHERE]));
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(
+            &format!("{HOST},{ELSEWHERE}"),
+            Some(&pins),
+            Some(ca.pem.as_bytes()),
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+    let cred =
+        json_ok(srv.post("/v1/credentials", json!({ "hosts": [HOST], "secret": token })).send().await.unwrap()).await;
+    let handle = cred["data"]["credential_handle"].as_str().unwrap().to_owned();
+    Fx { srv, api, handle, elsewhere, _provider: provider }
+}
+
+impl Fx {
+    fn configuration(&self, manifest: Value) -> Value {
+        json!({ "base_url": format!("https://{HOST}"), "credential_handle": self.handle, "manifest": manifest })
+    }
+
+    async fn create_source(&self, manifest: Value) -> reqwest::Response {
+        let body = json!({ "connector_id": "conn_rest_manifest", "name": "Acme", "configuration": self.configuration(manifest) });
+        self.srv.post("/v1/sources", body).send().await.unwrap()
+    }
+
+    async fn source(&self, manifest: Value) -> String {
+        let created = json_ok(self.create_source(manifest).await).await;
+        created["data"]["source_id"].as_str().unwrap().to_owned()
+    }
+
+    /// A pipeline of `streams` (name, mode) into an SQLite file, and its id.
+    async fn pipeline(&self, source_id: &str, file: &str, streams: &[(&str, &str)]) -> String {
+        let dest = json_ok(
+            self.srv
+                .post("/v1/destinations", json!({ "name": file, "kind": "sqlite", "configuration": { "file": file } }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let streams: Vec<Value> =
+            streams.iter().map(|(name, mode)| json!({ "name": name, "sync_mode": mode })).collect();
+        let body = json!({ "name": file, "source_id": source_id, "destination_id": dest["data"]["destination_id"], "streams": streams });
+        let p = json_ok(self.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+        p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn sync(&self, pipeline_id: &str) -> Value {
+        let job =
+            json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
+                .await;
+        self.srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
+    }
+
+    async fn rows(&self, file: &str, table: &str) -> i64 {
+        let path = self.srv.warehouse(&self.srv.workspace_id().await, file);
+        count_rows(&format!("sqlite://{}?mode=ro", path.display()), table).await
+    }
+}
+
+/// One manifest with a stream in each paging style and a child stream.
+fn every_style() -> Value {
+    json!({
+        "headers": { "X-Api-Version": "2024-01" },
+        "streams": [
+            { "name": "pages", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+              "paging": { "type": "page_number", "param": "page", "size_param": "per_page", "size": 40, "total_pages": "meta.total_pages" },
+              "schema": { "type": "object", "properties": { "id": { "type": "integer" }, "name": { "type": "string" } } } },
+            { "name": "cursor", "path": "/cursor/items", "params": { "limit": 60 }, "records": "items", "primary_key": ["id"],
+              "paging": { "type": "cursor", "param": "cursor", "next_cursor": "/next_cursor" } },
+            { "name": "link", "path": "/link/items", "params": { "per_page": 30 }, "primary_key": ["id"],
+              "paging": { "type": "link_header" } },
+            { "name": "offset", "path": "/offset/items", "records": "/results", "primary_key": ["id"],
+              "paging": { "type": "offset", "offset_param": "offset", "limit_param": "limit", "limit": 50, "total": "/total" } },
+            { "name": "owners", "path": "/owners", "records": "/owners", "primary_key": ["login"] },
+            { "name": "owned", "path": "/owners/{owner}/items", "records": "/data", "primary_key": ["id"],
+              "parent": { "stream": "owners", "field": "login", "as": "owner" },
+              "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" } }
+        ]
+    })
+}
+
+async fn every_paging_style_reads_every_record_through_a_429(backend: Backend) {
+    let fx = setup(backend, RestApi::new(250)).await;
+    let source = fx.source(every_style()).await;
+
+    let plan =
+        json_ok(fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": source })).send().await.unwrap()).await;
+    let streams = plan["data"]["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 6);
+    assert_eq!(streams[0]["json_schema"]["properties"]["name"]["type"], "string", "declared");
+    assert!(streams[0]["json_schema"]["x-inferred"].is_null());
+    let cursor = &streams[1]["json_schema"];
+    assert_eq!(cursor["x-inferred"], true, "inferred, and marked so: {cursor}");
+    assert_eq!(cursor["properties"]["price"]["type"], "object");
+    assert_eq!(
+        streams[5]["json_schema"]["properties"]["owner"]["type"], "string",
+        "a child's schema from a first parent"
+    );
+    assert_eq!(plan["data"]["preview"]["streams"]["pages"].as_array().unwrap().len(), 5, "{}", plan["data"]["preview"]);
+    assert!(plan["data"]["preview"]["streams"].get("owned").is_none(), "children are read per parent");
+
+    // Page 3 of the first style to reach it is refused once with 429.
+    fx.api.throttle_page.store(3, Ordering::SeqCst);
+    let all: Vec<(&str, &str)> = ["pages", "cursor", "link", "offset", "owners", "owned"]
+        .iter()
+        .map(|s| (*s, "full_refresh_overwrite"))
+        .collect();
+    let pipeline = fx.pipeline(&source, "every.db", &all).await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(fx.api.throttled.load(Ordering::SeqCst), 1, "the 429 was answered and waited out");
+    for stream in ["pages", "cursor", "link", "offset", "owned"] {
+        assert_eq!(fx.rows("every.db", stream).await, 250, "{stream}");
+        assert_eq!(job["progress"]["streams"][stream]["records"], 250, "{stream}: {job}");
+    }
+    assert_eq!(fx.rows("every.db", "owners").await, 3);
+    assert_eq!(fx.elsewhere.hits(), 0);
+}
+
+async fn an_incremental_sync_reads_exactly_the_new_records(backend: Backend) {
+    let fx = setup(backend, RestApi::new(100)).await;
+    let manifest = json!({ "streams": [{
+        "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+        "params": { "per_page": 25 },
+        "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
+        "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
+    let source = fx.source(manifest).await;
+    // Appending: a record read twice would be a second row.
+    let pipeline = fx.pipeline(&source, "inc.db", &[("items", "incremental_append")]).await;
+    let records = |job: &Value| job["progress"]["streams"]["items"]["records"].as_u64().unwrap_or(0);
+
+    let first = fx.sync(&pipeline).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    assert_eq!(records(&first), 100);
+
+    // Seven new records on one new cursor value, and an old one changed to
+    // that same value.
+    fx.api.add(7);
+    let boundary = "2030-01-01T00:00:00Z";
+    fx.api.touch(5, boundary);
+    let second = fx.sync(&pipeline).await;
+    assert_eq!(records(&second), 8, "{second}");
+
+    // Nothing changed: the API answers the boundary's records again, and
+    // none is read.
+    let third = fx.sync(&pipeline).await;
+    assert_eq!(records(&third), 0, "{third}");
+
+    // A record changed to the boundary value after the last sync is new,
+    // though its cursor equals the saved one.
+    fx.api.touch(6, boundary);
+    let fourth = fx.sync(&pipeline).await;
+    assert_eq!(records(&fourth), 1, "{fourth}");
+    assert_eq!(fx.rows("inc.db", "items").await, 109);
+}
+
+async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
+    let fx = setup(backend, RestApi::new(5)).await;
+    let pointer = |body: &Value| body["details"]["errors"][0]["path"].as_str().unwrap_or_default().to_owned();
+    let refused = |manifest: Value| async {
+        let (status, body) = json(fx.create_source(manifest).await).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["code"], "CONFIGURATION_INVALID", "{body}");
+        body
+    };
+    let body = refused(json!({ "streams": [{ "name": "a", "path": "/a", "paging": { "type": "pages" } }] })).await;
+    assert_eq!(pointer(&body), "/manifest/streams/0/paging");
+    let body = refused(json!({ "streams": [{ "name": "a", "path": "a" }] })).await;
+    assert_eq!(pointer(&body), "/manifest/streams/0/path");
+    let body = refused(json!({ "streams": [{ "name": "a", "path": "/a" }, { "name": "a", "path": "/b" }] })).await;
+    assert_eq!(pointer(&body), "/manifest/streams/1/name");
+    let body = refused(json!({ "streams": [{ "name": "b", "path": "/b/{x}", "parent": { "stream": "zz", "field": "id", "as": "x" } }] })).await;
+    assert_eq!(pointer(&body), "/manifest/streams/0/parent/stream");
+    let body =
+        refused(json!({ "headers": { "Host": "api.other-data.com" }, "streams": [{ "name": "a", "path": "/a" }] }))
+            .await;
+    assert_eq!(pointer(&body), "/manifest/headers/Host");
+    // A secret typed into the manifest is refused as anywhere else.
+    let (status, body) = json(
+        fx.create_source(json!({ "headers": { "Authorization": "Bearer abc" },
+        "streams": [{ "name": "a", "path": "/a" }] }))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "SECRET_NOT_ACCEPTED", "{body}");
+    assert_eq!(body["details"]["field"], "configuration.manifest.headers.Authorization");
+
+    // The base URL: https, to a host the operator allows.
+    for (base_url, why) in
+        [("http://api.acme-data.com", "https"), ("https://api.other-data.com", "allows"), ("https://10.1.2.3", "")]
+    {
+        let body = json!({ "connector_id": "conn_rest_manifest", "name": "x",
+            "configuration": { "base_url": base_url, "manifest": { "streams": [{ "name": "a", "path": "/a" }] } } });
+        let (status, body) = json(fx.srv.post("/v1/sources", body).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{base_url}: {body}");
+        assert_eq!(pointer(&body), "/base_url", "{base_url}: {body}");
+        assert!(body.to_string().contains(why), "{base_url}: {body}");
+    }
+
+    // The schema is published: in the connector's spec and the description.
+    let spec = json_ok(fx.srv.get("/v1/connectors/conn_rest_manifest/spec").send().await.unwrap()).await;
+    assert!(spec.to_string().contains("link_header"), "{spec}");
+    let doc: Value = fx.srv.get("/v1/openapi.json").send().await.unwrap().json().await.unwrap();
+    let paging = &doc["components"]["schemas"]["RestManifestPaging"];
+    assert_eq!(paging["oneOf"].as_array().map(Vec::len), Some(6), "{paging}");
+    assert_eq!(
+        doc["components"]["schemas"]["RestManifestConfiguration"]["properties"]["manifest"]["$ref"],
+        "#/components/schemas/RestManifestManifest"
+    );
+}
+
+/// A hostile manifest's sync fails with `expected` in its error, and no
+/// request reaches the other host.
+async fn fails(fx: &Fx, name: &str, mut stream: Value, expected: &str) {
+    // Declared, so that the failure is the sync's and not discovery's.
+    stream["schema"] = json!({ "type": "object", "properties": { "id": { "type": "integer" } } });
+    let source = fx.source(json!({ "streams": [stream] })).await;
+    let stream = name.replace('-', "_");
+    let pipeline = fx.pipeline(&source, &format!("{name}.db"), &[(stream.as_str(), "full_refresh_overwrite")]).await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "failed", "{name}: {job}");
+    assert!(job["error"].to_string().contains(expected), "{name}: {job}");
+    assert_eq!(fx.elsewhere.hits(), 0, "{name}: nothing went to the other host");
+}
+
+async fn hostile_manifests_fail_clearly_and_send_nothing_elsewhere(backend: Backend) {
+    let fx = setup(backend, RestApi::new(40)).await;
+    let next = |name: &str, to: &str| json!({ "name": name, "path": "/hostile/next", "params": { "next": to }, "records": "/data", "paging": { "type": "next_url", "next_url": "/next" } });
+    let elsewhere = format!("https://{ELSEWHERE}/pages/items");
+    fails(&fx, "other_host", next("other_host", &elsewhere), "outside https://api.acme-data.com; not followed").await;
+    fails(&fx, "ip_literal", next("ip_literal", "https://127.0.0.1/pages/items"), "is at https://127.0.0.1").await;
+    fails(&fx, "plain_http", next("plain_http", "http://api.acme-data.com/pages/items"), "no https URL").await;
+    fails(&fx, "scheme_relative", next("scheme_relative", &format!("//{ELSEWHERE}/x")), "not followed").await;
+    fails(
+        &fx,
+        "off_the_page",
+        json!({ "name": "off_the_page", "path": "/pages/items", "records": "/items/0/rows" }),
+        "the records selector /items/0/rows finds nothing (the page has fields data, meta)",
+    )
+    .await;
+    fails(
+        &fx,
+        "endless",
+        json!({ "name": "endless", "path": "/hostile/endless", "records": "/data", "page_limit": 12,
+                "paging": { "type": "page_number", "param": "page" } }),
+        "more than 12 pages; the paging does not end",
+    )
+    .await;
+    fails(
+        &fx,
+        "looping",
+        json!({ "name": "looping", "path": "/hostile/loop", "records": "/data", "paging": { "type": "cursor", "param": "c", "next_cursor": "/next_cursor" } }),
+        "goes round in a loop",
+    )
+    .await;
+    fails(
+        &fx,
+        "huge",
+        json!({ "name": "huge", "path": "/hostile/huge", "records": "/data" }),
+        "exceeded the host's size limit",
+    )
+    .await;
+
+    // The server is unaffected: a good source still syncs.
+    let source = fx
+        .source(json!({ "streams": [{ "name": "fine", "path": "/offset/items", "records": "/results",
+        "paging": { "type": "offset", "offset_param": "offset", "limit_param": "limit", "limit": 15 } }] }))
+        .await;
+    let pipeline = fx.pipeline(&source, "fine.db", &[("fine", "full_refresh_overwrite")]).await;
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    assert_eq!(fx.rows("fine.db", "fine").await, 40);
+}
+
+on_both_backends!(
+    every_paging_style_reads_every_record_through_a_429,
+    an_incremental_sync_reads_exactly_the_new_records,
+    manifests_are_refused_at_their_json_pointer,
+    hostile_manifests_fail_clearly_and_send_nothing_elsewhere,
+);
