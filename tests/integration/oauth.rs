@@ -31,6 +31,8 @@ struct Auth {
     issued: AtomicUsize,
     refreshed: AtomicUsize,
     expires_in: AtomicUsize,
+    /// Requests for `/items` (the API a manifest source reads).
+    items_read: AtomicUsize,
 }
 
 fn issue(a: &Auth) -> Value {
@@ -74,6 +76,17 @@ fn routes(auth: Arc<Auth>) -> Router {
             }),
         )
         .route(
+            "/items",
+            get(|State(a): State<Arc<Auth>>, h: HeaderMap| async move {
+                a.items_read.fetch_add(1, Ordering::SeqCst);
+                let auth = h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").trim_start_matches("Bearer ").to_owned();
+                if a.access.lock().unwrap().last() != Some(&auth) {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "message": "expired or unknown token" }))).into_response();
+                }
+                axum::Json(json!([{ "id": 1, "name": "first" }, { "id": 2, "name": "second" }])).into_response()
+            }),
+        )
+        .route(
             "/me",
             get(|State(a): State<Arc<Auth>>, h: HeaderMap| async move {
                 let auth = h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").trim_start_matches("Bearer ").to_owned();
@@ -101,7 +114,12 @@ async fn setup(backend: Backend) -> Fx {
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress = service::egress::EgressPolicy::from_settings("auth.social.test,api.social.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
         c.oauth = service::config::oauth::OAuthSettings::from_settings(
-            Some(r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"}}"#),
+            Some(
+                r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"},
+                    "conn_rest_manifest": {"client_id": "client-1", "client_secret": "operator-secret",
+                        "authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token",
+                        "scopes": ["items.read"], "hosts": ["api.social.test"]}}"#,
+            ),
             Some(r#"{"authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token", "scopes": ["tasks"], "client_id": "client-1", "client_secret": "operator-secret"}"#),
         )
         .unwrap();
@@ -139,14 +157,18 @@ impl Fx {
         &self,
         handle: &str,
     ) -> Result<service::plugin::types::CheckResult, service::plugin::InvocationError> {
-        let plugin = self.srv.state.plugins.available("test_oauth_source").await.unwrap();
+        self.check_with("test_oauth_source", json!({ "credential_handle": handle })).await
+    }
+
+    /// `connector`'s check with `config`, run as a source's would be.
+    async fn check_with(
+        &self,
+        connector: &str,
+        config: Value,
+    ) -> Result<service::plugin::types::CheckResult, service::plugin::InvocationError> {
+        let plugin = self.srv.state.plugins.available(connector).await.unwrap();
         let ws = self.srv.workspace_id().await;
-        self.srv
-            .state
-            .plugins
-            .runtime()
-            .check(&plugin, &ws, &self.srv.state.egress, &json!({ "credential_handle": handle }).to_string())
-            .await
+        self.srv.state.plugins.runtime().check(&plugin, &ws, &self.srv.state.egress, &config.to_string()).await
     }
 }
 
@@ -170,6 +192,41 @@ async fn source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens(ba
 
     // Single use.
     expect_error(fx.callback(json!({ "state": state, "code": code })).await, 409, "OAUTH_STATE_USED").await;
+}
+
+/// A manifest source reads whatever API it names, so it declares no OAuth
+/// provider: the operator names one beside its client, with the API hosts
+/// the tokens may go to. The credential is the manifest connector's, bound
+/// to those hosts only, and refreshed by the host like any other.
+async fn a_manifest_source_authorises_with_a_provider_the_operator_names(backend: Backend) {
+    let fx = setup(backend).await;
+    fx.auth.expires_in.store(1, Ordering::SeqCst);
+    let (state, code) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "conn_rest_manifest" })).await;
+    let created = json_ok(fx.callback(json!({ "state": state, "code": code })).await).await;
+    assert_eq!(created["data"]["connector_id"], "conn_rest_manifest", "{created}");
+    assert_eq!(created["data"]["hosts"], json!(["api.social.test"]), "bound to the API, not the authorization server");
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    fx.auth.expires_in.store(3600, Ordering::SeqCst);
+    let config = |base_url: &str| {
+        json!({ "base_url": base_url, "credential_handle": handle,
+                "manifest": { "streams": [{ "name": "items", "path": "/items", "primary_key": ["id"] }] } })
+    };
+
+    let checked = fx.check_with("conn_rest_manifest", config("https://api.social.test")).await.unwrap();
+    assert!(checked.ok, "{checked:?}");
+    assert_eq!(fx.auth.refreshed.load(Ordering::SeqCst), 1, "the expiring token was refreshed by the host");
+    assert_eq!(fx.auth.items_read.load(Ordering::SeqCst), 1);
+
+    // The same manifest pointed at the authorization server (reachable for
+    // the exchange) does not take the token there.
+    let elsewhere = fx.check_with("conn_rest_manifest", config("https://auth.social.test")).await;
+    assert!(!matches!(&elsewhere, Ok(c) if c.ok), "{elsewhere:?}");
+    assert_eq!(fx.auth.items_read.load(Ordering::SeqCst), 1, "nothing was sent with the token");
+
+    // Nor may another connector of the workspace borrow the credential.
+    let borrowed = fx.check(&handle).await;
+    assert!(!matches!(&borrowed, Ok(c) if c.ok), "{borrowed:?}");
 }
 
 async fn expired_tokens_are_refreshed_by_the_host_invisibly(backend: Backend) {
@@ -381,6 +438,7 @@ async fn a_flow_an_assistant_started_ends_in_a_proposal_wherever_it_is_completed
 on_both_backends!(
     a_flow_an_assistant_started_ends_in_a_proposal_wherever_it_is_completed,
     source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens,
+    a_manifest_source_authorises_with_a_provider_the_operator_names,
     expired_tokens_are_refreshed_by_the_host_invisibly,
     every_failure_has_its_own_code,
     browsers_complete_the_flow_on_the_landing_page,

@@ -12,10 +12,70 @@ use url::Url;
 use super::ConfigError;
 
 /// An OAuth client registered with a provider by the operator.
+///
+/// A connector that declares no OAuth endpoints of its own (the REST
+/// manifest source, which reads whatever API its manifest names) gets
+/// them here: the operator names the provider's endpoints and the API
+/// hosts its tokens may be sent to (`hosts`, required with endpoints).
 #[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OAuthClient {
     pub client_id: String,
     pub client_secret: SecretString,
+    #[serde(default)]
+    pub authorize_url: Option<String>,
+    #[serde(default)]
+    pub token_url: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+impl OAuthClient {
+    /// A client with no endpoints of its own (the connector declares them).
+    pub fn new(client_id: String, client_secret: SecretString) -> Self {
+        OAuthClient {
+            client_id,
+            client_secret,
+            authorize_url: None,
+            token_url: None,
+            scopes: Vec::new(),
+            hosts: Vec::new(),
+        }
+    }
+
+    /// The provider the operator named: (authorize URL, token URL), if any.
+    pub fn endpoints(&self) -> Option<(&str, &str)> {
+        Some((self.authorize_url.as_deref()?, self.token_url.as_deref()?))
+    }
+
+    /// Endpoints both or neither, https, and with the hosts tokens go to.
+    fn check(&self, connector_id: &str) -> Result<(), ConfigError> {
+        let refuse = |message: String| ConfigError::new("SERVICE_OAUTH_CLIENTS", format!("{connector_id}: {message}"));
+        if self.authorize_url.is_none() && self.token_url.is_none() {
+            return Ok(());
+        }
+        for (name, u) in [("authorize_url", &self.authorize_url), ("token_url", &self.token_url)] {
+            match u {
+                Some(u) if Url::parse(u).is_ok_and(|u| u.scheme() == "https") => {}
+                Some(_) => return Err(refuse(format!("{name} must be an https URL"))),
+                None => return Err(refuse(format!("{name} is needed with the other endpoint"))),
+            }
+        }
+        if self.hosts.is_empty() {
+            return Err(refuse("hosts must name the API hosts the provider's tokens may be sent to".into()));
+        }
+        for host in &self.hosts {
+            match super::egress::HostPattern::parse(host) {
+                Ok(super::egress::HostPattern::Any) | Err(_) => {
+                    return Err(refuse(format!("{host:?} is not a host name (patterns like *.example.com allowed)")));
+                }
+                Ok(_) => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The task-management provider's OAuth settings.
@@ -68,6 +128,10 @@ impl OAuthSettings {
             })?),
             None => None,
         };
+        let clients: HashMap<String, OAuthClient> = clients;
+        for (connector_id, client) in &clients {
+            client.check(connector_id)?;
+        }
         if let Some(t) = &taskapp {
             for (name, u) in [("authorize_url", &t.authorize_url), ("token_url", &t.token_url)] {
                 if !Url::parse(u).is_ok_and(|u| u.scheme() == "https") {
@@ -76,5 +140,40 @@ impl OAuthSettings {
             }
         }
         Ok(OAuthSettings { clients, taskapp })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(clients: &str) -> String {
+        OAuthSettings::from_settings(Some(clients), None).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_operator_named_provider_needs_both_https_endpoints_and_the_hosts_tokens_go_to() {
+        let ok = r#"{"conn_rest_manifest": {"client_id": "c", "client_secret": "s",
+            "authorize_url": "https://auth.example.com/a", "token_url": "https://auth.example.com/t", "hosts": ["api.example.com"]}}"#;
+        let settings = OAuthSettings::from_settings(Some(ok), None).unwrap();
+        let client = &settings.clients["conn_rest_manifest"];
+        assert_eq!(client.endpoints(), Some(("https://auth.example.com/a", "https://auth.example.com/t")));
+
+        let plain = r#"{"x": {"client_id": "c", "client_secret": "s"}}"#;
+        assert_eq!(OAuthSettings::from_settings(Some(plain), None).unwrap().clients["x"].endpoints(), None);
+
+        let one = r#"{"x": {"client_id": "c", "client_secret": "s", "token_url": "https://a.example.com/t", "hosts": ["a.example.com"]}}"#;
+        assert!(refusal(one).contains("authorize_url is needed"), "{}", refusal(one));
+        let http = r#"{"x": {"client_id": "c", "client_secret": "s", "authorize_url": "http://a.example.com/a",
+            "token_url": "https://a.example.com/t", "hosts": ["a.example.com"]}}"#;
+        assert!(refusal(http).contains("authorize_url must be an https URL"));
+        let hostless = r#"{"x": {"client_id": "c", "client_secret": "s", "authorize_url": "https://a.example.com/a",
+            "token_url": "https://a.example.com/t"}}"#;
+        assert!(refusal(hostless).contains("hosts must name"));
+        let anywhere = r#"{"x": {"client_id": "c", "client_secret": "s", "authorize_url": "https://a.example.com/a",
+            "token_url": "https://a.example.com/t", "hosts": ["*"]}}"#;
+        assert!(refusal(anywhere).contains("is not a host name"));
+        let typo = r#"{"x": {"client_id": "c", "client_secret": "s", "token_uri": "https://a.example.com/t"}}"#;
+        assert!(refusal(typo).contains("token_uri"), "an unknown field is named");
     }
 }

@@ -93,31 +93,36 @@ async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) ->
             authorize_url: t.authorize_url,
             token_url: t.token_url,
             scopes: t.scopes,
-            client: OAuthClient { client_id: t.client_id, client_secret: t.client_secret },
+            client: OAuthClient::new(t.client_id, t.client_secret),
             hosts,
             connector_id: None,
         });
     }
     let plugin = plugins.available(target).await?;
-    let endpoints = plugin.info.oauth.clone().ok_or_else(|| {
-        ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth")
-            .with_details(json!({ "connector_id": plugin.info.id }))
-    })?;
-    let client = settings.clients.get(&plugin.info.id).cloned().ok_or_else(|| {
+    let client = settings.clients.get(&plugin.info.id);
+    // The connector's own endpoints; else, for a connector that reads
+    // whatever API it is given (a manifest source), the provider the
+    // operator named beside the client, with the hosts its tokens go to.
+    let operator_named = client.and_then(|c| c.endpoints().map(|e| (c, e)));
+    let (authorize_url, token_url, scopes, hosts) = match (&plugin.info.oauth, operator_named) {
+        (Some(e), _) => (e.authorize_url.clone(), e.token_url.clone(), e.scopes.clone(), plugin.info.hosts.clone()),
+        (None, Some((c, (authorize, token)))) => {
+            let hosts = c.hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect();
+            (authorize.to_owned(), token.to_owned(), c.scopes.clone(), hosts)
+        }
+        (None, None) => {
+            return Err(ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth")
+                .with_details(json!({ "connector_id": plugin.info.id })));
+        }
+    };
+    let client = client.cloned().ok_or_else(|| {
         ApiError::not_configured(
             "OAUTH_NOT_CONFIGURED",
             "the operator has not configured an OAuth client for this connector (SERVICE_OAUTH_CLIENTS)",
         )
         .with_details(json!({ "connector_id": plugin.info.id }))
     })?;
-    Ok(Provider {
-        authorize_url: endpoints.authorize_url,
-        token_url: endpoints.token_url,
-        scopes: endpoints.scopes,
-        client,
-        hosts: plugin.info.hosts.clone(),
-        connector_id: Some(plugin.info.id.clone()),
-    })
+    Ok(Provider { authorize_url, token_url, scopes, client, hosts, connector_id: Some(plugin.info.id.clone()) })
 }
 
 fn random_b64(bytes: usize) -> String {
@@ -406,9 +411,18 @@ async fn token_request(
     let body = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
         .finish();
+    // The token endpoint is reached for the exchange; tokens are bound to
+    // `p.hosts` alone (an operator-named provider's API hosts).
+    let mut reachable = p.hosts.clone();
+    if let Some(token_host) = Url::parse(&p.token_url).ok().and_then(|u| u.host_str().map(str::to_owned))
+        && let Ok(pattern) = HostPattern::parse(&token_host)
+        && !reachable.contains(&pattern)
+    {
+        reachable.push(pattern);
+    }
     let caller = Caller {
         plugin_id: p.connector_id.as_deref().unwrap_or(TASKAPP),
-        declared_hosts: &p.hosts,
+        declared_hosts: &reachable,
         workspace_id,
         reach: crate::egress::Reach::Providers,
     };
