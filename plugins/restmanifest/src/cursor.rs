@@ -14,8 +14,12 @@
 //! only at its end.
 //!
 //! Cursor values compare as instants when both parse as timestamps, as
-//! numbers when both are numbers, and as text otherwise. A record without
-//! a cursor, or with one that cannot be compared, is emitted.
+//! numbers when both are numbers or texts of digits, and as text when both
+//! are written in one fixed format (digits where the other has digits, the
+//! same characters elsewhere: `2024-01-01 10:00`). Nothing else compares:
+//! a record without a cursor (null or empty), or with one that cannot be
+//! compared, is emitted and never becomes the saved boundary, so one odd
+//! value can neither hide later records nor stop later reads.
 
 use std::cmp::Ordering;
 
@@ -46,10 +50,28 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
         },
         (Value::String(x), Value::String(y)) => match (Timestamp::parse(x), Timestamp::parse(y)) {
             (Some(x), Some(y)) => Some(x.cmp(&y)),
-            _ => Some(x.cmp(y)),
+            _ if digits(x) && digits(y) => {
+                let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                Some(x.len().cmp(&y.len()).then_with(|| x.cmp(y)))
+            }
+            _ if same_format(x, y) => Some(x.cmp(y)),
+            _ => None,
         },
         _ => None,
     }
+}
+
+/// A non-empty text of ASCII digits.
+fn digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Two texts of one fixed format: as long as each other, with digits in
+/// the same places and the same characters in all others.
+fn same_format(x: &str, y: &str) -> bool {
+    !x.is_empty()
+        && x.len() == y.len()
+        && x.bytes().zip(y.bytes()).all(|(a, b)| a == b || (a.is_ascii_digit() && b.is_ascii_digit()))
 }
 
 /// A cursor value written as a request parameter wants it; `None` when it
@@ -84,13 +106,16 @@ pub struct IncrementalRead {
     saved: bool,
     /// The newest value seen so far and the keys seen at it.
     newest: Option<Boundary>,
+    /// The format the value is sent in, if it is sent: a value that cannot
+    /// be written in it is never saved.
+    format: Option<CursorFormat>,
 }
 
 impl IncrementalRead {
-    pub fn new(state: Option<Boundary>, start: Option<Value>) -> Self {
+    pub fn new(state: Option<Boundary>, start: Option<Value>, format: Option<CursorFormat>) -> Self {
         let saved = state.is_some();
         let from = state.or_else(|| start.map(|cursor| Boundary { cursor, keys: Vec::new() }));
-        IncrementalRead { from, saved, newest: None }
+        IncrementalRead { from, saved, newest: None, format }
     }
 
     /// The value the read asks the API for records from.
@@ -101,18 +126,22 @@ impl IncrementalRead {
     /// Whether a record with this cursor and key is new to the
     /// destination; remembers it either way.
     pub fn admits(&mut self, cursor: Option<Value>, key: Option<Vec<Value>>) -> bool {
-        let Some(cursor) = cursor.filter(|c| !c.is_null()) else {
+        let Some(cursor) = cursor.filter(|c| !c.is_null() && c.as_str() != Some("")) else {
             return true;
         };
-        let admitted = match &self.from {
-            None => true,
+        let (admitted, comparable) = match &self.from {
+            None => (true, true),
             Some(from) => match compare(&cursor, &from.cursor) {
-                Some(Ordering::Less) => false,
-                Some(Ordering::Equal) => key.as_ref().is_none_or(|k| !from.keys.contains(k)),
-                Some(Ordering::Greater) | None => true,
+                Some(Ordering::Less) => (false, true),
+                Some(Ordering::Equal) => (key.as_ref().is_none_or(|k| !from.keys.contains(k)), true),
+                Some(Ordering::Greater) => (true, true),
+                None => (true, false),
             },
         };
-        self.remember(cursor, key);
+        let writable = self.format.is_none_or(|f| format(&cursor, f).is_some());
+        if comparable && writable {
+            self.remember(cursor, key);
+        }
         admitted
     }
 
@@ -149,7 +178,7 @@ impl IncrementalRead {
             (Some(from), None) => from.clone(),
             (None, Some(newest)) => newest.clone(),
             (Some(from), Some(newest)) => match compare(&newest.cursor, &from.cursor) {
-                Some(Ordering::Greater) | None => newest.clone(),
+                Some(Ordering::Greater) => newest.clone(),
                 Some(Ordering::Equal) => {
                     let mut keys = from.keys.clone();
                     for key in &newest.keys {
@@ -159,7 +188,7 @@ impl IncrementalRead {
                     }
                     Boundary { cursor: from.cursor.clone(), keys }
                 }
-                Some(Ordering::Less) => from.clone(),
+                Some(Ordering::Less) | None => from.clone(),
             },
         };
         Some(json!(boundary))
@@ -176,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_second_read_admits_exactly_what_is_new_at_and_past_the_boundary() {
-        let mut first = IncrementalRead::new(None, None);
+        let mut first = IncrementalRead::new(None, None, None);
         for (id, at) in [(1, "2024-01-01T00:00:00Z"), (2, "2024-01-02T00:00:00Z"), (3, "2024-01-02T00:00:00Z")] {
             assert!(first.admits(Some(json!(at)), key(id)));
         }
@@ -189,7 +218,7 @@ mod tests {
 
         // The API's `since` includes the boundary: 2 and 3 come again, with
         // 4 (new at the boundary) and 5 (past it).
-        let mut second = IncrementalRead::new(Some(state.clone()), None);
+        let mut second = IncrementalRead::new(Some(state.clone()), None, None);
         let admitted: Vec<i64> = [
             (2, "2024-01-02T00:00:00Z"),
             (3, "2024-01-02T00:00:00Z"),
@@ -209,7 +238,7 @@ mod tests {
     #[test]
     fn a_read_that_finds_nothing_newer_keeps_and_widens_its_boundary() {
         let from = Boundary { cursor: json!(100), keys: vec![vec![json!("a")]] };
-        let mut read = IncrementalRead::new(Some(from), None);
+        let mut read = IncrementalRead::new(Some(from), None, None);
         assert!(!read.admits(Some(json!(100)), Some(vec![json!("a")])));
         assert!(read.admits(Some(json!(100)), Some(vec![json!("b")])));
         assert!(!read.admits(Some(json!(99)), Some(vec![json!("c")])));
@@ -220,13 +249,41 @@ mod tests {
     fn timestamps_compare_as_instants_and_records_without_a_cursor_pass() {
         assert_eq!(compare(&json!("2024-03-01T12:00:00+02:00"), &json!("2024-03-01T10:30:00Z")), Some(Ordering::Less));
         assert_eq!(compare(&json!(10), &json!(9.5)), Some(Ordering::Greater));
-        assert_eq!(compare(&json!("b"), &json!("a")), Some(Ordering::Greater));
+        assert_eq!(compare(&json!("2024-01-02 09:00"), &json!("2024-01-01 10:00")), Some(Ordering::Greater));
+        assert_eq!(compare(&json!("1000"), &json!("999")), Some(Ordering::Greater), "digits compare as numbers");
+        assert_eq!(compare(&json!("007"), &json!("7")), Some(Ordering::Equal));
+        assert_eq!(compare(&json!("zzz"), &json!("2024-01-01T00:00:00Z")), None);
+        assert_eq!(compare(&json!("b"), &json!("a")), None, "opaque texts have no order");
         assert_eq!(compare(&json!(1), &json!("1")), None);
-        let mut read = IncrementalRead::new(None, Some(json!("2024-01-01")));
+        let mut read = IncrementalRead::new(None, Some(json!("2024-01-01")), None);
         assert!(read.admits(None, key(1)));
         assert!(!read.admits(Some(json!("2023-06-01")), key(2)), "before the manifest's start");
         assert!(read.admits(Some(json!("2024-01-01T00:00:00Z")), key(3)), "the start is inclusive");
         assert_eq!(read.from(), Some(&json!("2024-01-01")));
+    }
+
+    #[test]
+    fn an_odd_cursor_value_is_emitted_but_never_becomes_the_boundary() {
+        let from = Boundary { cursor: json!("2024-01-01T00:00:00Z"), keys: Vec::new() };
+        let mut read = IncrementalRead::new(Some(from.clone()), None, Some(CursorFormat::Rfc3339));
+        assert!(read.admits(Some(json!("zzz")), key(1)), "emitted: better twice than never");
+        assert!(read.admits(Some(json!("")), key(2)), "empty is no cursor");
+        assert_eq!(read.final_state(), Some(json!(from)), "the boundary is not poisoned");
+        assert!(read.admits(Some(json!("2024-02-01T00:00:00Z")), key(3)));
+        assert_eq!(read.final_state(), Some(json!({ "cursor": "2024-02-01T00:00:00Z", "keys": [[3]] })));
+
+        // With nothing saved, a first odd value does not become the boundary
+        // either when the parameter could not be written from it.
+        let mut first = IncrementalRead::new(None, None, Some(CursorFormat::Unix));
+        assert!(first.admits(Some(json!("N/A")), key(1)));
+        assert!(first.admits(Some(json!("2024-03-01T00:00:00Z")), key(2)));
+        assert_eq!(first.final_state(), Some(json!({ "cursor": "2024-03-01T00:00:00Z", "keys": [[2]] })));
+
+        // Numbers written as text: 1000 is after 999.
+        let mut numbers = IncrementalRead::new(Some(Boundary { cursor: json!("999"), keys: Vec::new() }), None, None);
+        assert!(numbers.admits(Some(json!("1000")), key(4)));
+        assert!(!numbers.admits(Some(json!("998")), key(5)));
+        assert_eq!(numbers.final_state(), Some(json!({ "cursor": "1000", "keys": [[4]] })));
     }
 
     #[test]

@@ -132,7 +132,11 @@ impl Connector for RestManifest {
             )));
         }
         let mut tracker = match incremental {
-            Some(incremental) => Some(IncrementalRead::new(request.state_as::<Boundary>()?, incremental.start.clone())),
+            Some(incremental) => Some(IncrementalRead::new(
+                request.state_as::<Boundary>()?,
+                incremental.start.clone(),
+                incremental.param.as_ref().map(|_| incremental.format),
+            )),
             None => None,
         };
         let mut extra = Vec::new();
@@ -228,7 +232,9 @@ fn pages_of(
             let found = json::fields(record, &[parent.field.as_str()])
                 .map_err(|e| Error::ProviderError(format!("stream {}: {e}", parent_spec.name)))?;
             let value = match found[0].map(|r| serde_json::from_str::<Value>(r.get())) {
-                Some(Ok(Value::String(s))) if !s.is_empty() => s,
+                // `.` and `..` (however encoded) would walk up the path to
+                // another endpoint: never a value to request.
+                Some(Ok(Value::String(s))) if !s.is_empty() && !pages::dot_segment(&s) => s,
                 Some(Ok(Value::Number(n))) => n.to_string(),
                 _ => {
                     connector_sdk::log::warn(format_args!(
