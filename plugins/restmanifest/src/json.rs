@@ -1,7 +1,10 @@
-//! Finding things in a page without building it: a [`Selector`] walks a
-//! page's raw JSON level by level, and [`fields`] picks a few fields out of
-//! a record. What is found stays a slice of the page's text, so records
-//! are handed to the host as the provider wrote them.
+//! Finding things in a page without building it: a [`Page`] is parsed once
+//! with its top level indexed, a [`Selector`] walks it level by level, and
+//! [`fields`] picks a few fields out of a record. What is found stays a
+//! slice of the page's text, so records are handed to the host as the
+//! provider wrote them. Each walk re-reads only what lies below its first
+//! step: a page's records, its total and its cursor cost one pass over the
+//! page, not one each.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,18 +36,68 @@ impl Selector {
     /// document (a key that is not there, an index past the end, a step
     /// into a string or number).
     pub fn find<'a>(&self, doc: &'a RawValue) -> Option<&'a RawValue> {
-        let mut here = doc;
-        for step in &self.steps {
-            here = match first_byte(here) {
-                b'{' => serde_json::from_str::<HashMap<String, &RawValue>>(here.get()).ok()?.remove(step.as_str())?,
-                b'[' => {
-                    let index: usize = step.parse().ok()?;
-                    serde_json::from_str::<Vec<&RawValue>>(here.get()).ok()?.get(index).copied()?
-                }
-                _ => return None,
-            };
+        self.steps.iter().try_fold(doc, |here, step| down(here, step))
+    }
+
+    /// What is at this place of `page`, as [`Selector::find`] says.
+    pub fn find_in<'a>(&self, page: &Page<'a>) -> Option<&'a RawValue> {
+        let Some((first, rest)) = self.steps.split_first() else { return page.whole() };
+        let start = match &page.top {
+            Some(top) => *top.get(first.as_str())?,
+            None => down(page.whole()?, first)?,
+        };
+        rest.iter().try_fold(start, |here, step| down(here, step))
+    }
+}
+
+/// One step into a value: a key of an object, an index of a list.
+fn down<'a>(here: &'a RawValue, step: &str) -> Option<&'a RawValue> {
+    match first_byte(here) {
+        b'{' => serde_json::from_str::<HashMap<String, &RawValue>>(here.get()).ok()?.remove(step),
+        b'[' => {
+            let index: usize = step.parse().ok()?;
+            serde_json::from_str::<Vec<&RawValue>>(here.get()).ok()?.get(index).copied()
         }
-        Some(here)
+        _ => None,
+    }
+}
+
+/// A page's body, checked to be JSON in one pass that also indexes its top
+/// level when it is an object (the usual `{"data": [...], "meta": ...}`).
+pub struct Page<'a> {
+    text: &'a str,
+    top: Option<HashMap<String, &'a RawValue>>,
+    /// The body as one value, when it is no object.
+    value: Option<&'a RawValue>,
+}
+
+impl<'a> Page<'a> {
+    pub fn parse(text: &'a str) -> Result<Page<'a>, serde_json::Error> {
+        if text.bytes().find(|b| !b.is_ascii_whitespace()) == Some(b'{') {
+            Ok(Page { text, top: Some(serde_json::from_str(text)?), value: None })
+        } else {
+            Ok(Page { text, top: None, value: Some(serde_json::from_str(text)?) })
+        }
+    }
+
+    /// The whole body as one value (read again for an object: only the
+    /// empty selector on an object body asks, and it finds no list).
+    fn whole(&self) -> Option<&'a RawValue> {
+        self.value.or_else(|| serde_json::from_str(self.text).ok())
+    }
+
+    /// The top-level keys, sorted, at most 20: for an error that says
+    /// what the page holds.
+    pub fn keys(&self) -> Vec<String> {
+        match &self.top {
+            Some(top) => {
+                let mut keys: Vec<String> = top.keys().cloned().collect();
+                keys.sort();
+                keys.truncate(20);
+                keys
+            }
+            None => Vec::new(),
+        }
     }
 }
 
@@ -58,16 +111,6 @@ impl fmt::Display for Selector {
 /// `t`, `f`, `n` or `-`.
 pub fn first_byte(raw: &RawValue) -> u8 {
     raw.get().bytes().find(|b| !b.is_ascii_whitespace()).unwrap_or(b' ')
-}
-
-/// The keys of an object, for an error that says what a page holds.
-pub fn keys(raw: &RawValue) -> Vec<String> {
-    let mut keys: Vec<String> = serde_json::from_str::<HashMap<String, IgnoredAny>>(raw.get())
-        .map(|m| m.into_keys().collect())
-        .unwrap_or_default();
-    keys.sort();
-    keys.truncate(20);
-    keys
 }
 
 /// The values of `wanted` fields of a JSON object (top level), each `None`
@@ -170,7 +213,22 @@ mod tests {
         for path in ["/data/missing", "data.items.3", "n.deeper", "/data/items/x"] {
             assert!(Selector::parse(path).find(&doc).is_none(), "{path}");
         }
-        assert_eq!(keys(&doc), ["data", "n"]);
+        let text = doc.get().to_owned();
+        let page = Page::parse(&text).unwrap();
+        assert_eq!(page.keys(), ["data", "n"]);
+        for path in ["/data/items", "data.items.0", "/n"] {
+            assert_eq!(
+                Selector::parse(path).find_in(&page).map(RawValue::get),
+                Selector::parse(path).find(&doc).map(RawValue::get),
+                "{path}"
+            );
+        }
+        assert!(Selector::parse("/nothing").find_in(&page).is_none());
+        let list = Page::parse("[{\"id\": 1}]").unwrap();
+        assert_eq!(Selector::parse("").find_in(&list).unwrap().get(), "[{\"id\": 1}]");
+        assert_eq!(Selector::parse("0.id").find_in(&list).unwrap().get(), "1");
+        assert!(list.keys().is_empty());
+        assert!(Page::parse("{\"a\": [1,}").is_err(), "a page that is not JSON is refused whole");
     }
 
     #[test]

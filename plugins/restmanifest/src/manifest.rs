@@ -267,7 +267,7 @@ impl StreamSpec {
     /// The smallest time between two requests of this stream.
     pub fn interval(&self, manifest: &Manifest) -> Option<Duration> {
         let rate = self.rate_limit.or(manifest.rate_limit)?;
-        (rate.requests_per_second > 0.0).then(|| Duration::from_secs_f64(1.0 / rate.requests_per_second))
+        Duration::try_from_secs_f64(1.0 / rate.requests_per_second).ok()
     }
 
     /// How this stream's requests are retried.

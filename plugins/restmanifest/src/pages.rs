@@ -2,15 +2,26 @@
 //! (path, parameters, placeholder), each page's records, and the next page
 //! by the paging the entry names, never outside the base URL's origin and
 //! never past the page limit or round in a loop.
+//!
+//! Where a page says how many there are (page numbers with a total, or an
+//! offset with a total) and the stream has no rate limit, the next
+//! [`AHEAD`] pages are requested once this one's records are handed over
+//! (`http-ahead`), so the provider's latency overlaps the host's work.
+//! Any other paging learns the next page from the page before it and is
+//! read one page at a time.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use connector_sdk::{Error, Http, RequestBuilder, Result};
+use connector_sdk::{Error, Http, Pending, RequestBuilder, Result};
 use serde_json::value::RawValue;
 
-use crate::json::{Selector, first_byte, keys};
+use crate::json::{Page, Selector, first_byte};
 use crate::manifest::{Config, Paging, StreamSpec};
+
+/// Pages requested ahead of the one being handed over, at most (and at
+/// most what the host allows pending).
+pub const AHEAD: usize = 3;
 
 /// One stream's reader: its requests and paging.
 pub struct Pager<'c> {
@@ -114,7 +125,11 @@ impl<'c> Pager<'c> {
         let first = self.first_url(value, extra);
         let mut url = first.clone();
         let mut asked: HashSet<String> = HashSet::new();
+        let mut ahead: VecDeque<(String, Pending)> = VecDeque::new();
         let mut number = 0u32;
+        // The next offset, by the records received (an API may send fewer
+        // than the limit asked for and still have more).
+        let mut offset = 0u64;
         loop {
             number += 1;
             if number > limit {
@@ -127,42 +142,55 @@ impl<'c> Pager<'c> {
                     "stream {name}, page {number}: the paging asks for a page it already read; it goes round in a loop"
                 )));
             }
-            self.throttle();
-            let response = self.request(&url).send().map_err(|e| in_context(e, name, number))?;
+            let sent = match ahead.pop_front() {
+                Some((started, pending)) if started == url => pending.finish(),
+                _ => {
+                    ahead.clear();
+                    self.throttle();
+                    self.request(&url).send()
+                }
+            };
+            let response = sent.map_err(|e| in_context(e, name, number))?;
             let link = response.header("link").map(str::to_owned);
             let body = response.into_text().map_err(|e| in_context(e, name, number))?;
-            let doc: &RawValue = serde_json::from_str(&body).map_err(|e| {
+            let doc = Page::parse(&body).map_err(|e| {
                 Error::ProviderError(format!("stream {name}, page {number}: the answer is not JSON ({e})"))
             })?;
-            let records = self.records(doc, number)?;
+            let records = self.records(&doc, number)?;
+            offset += records.len() as u64;
             if let Flow::Enough = on_page(number, &records)? {
                 return Ok(());
             }
+            // Only once the caller wants more: a check or a preview that
+            // stops after one page sends nothing it does not read.
+            self.start_ahead(&mut ahead, &first, &doc, (number, limit), records.len(), offset);
             let next = match &self.spec.paging {
                 Paging::None => None,
+                // A total the page states is trusted over a short page: APIs
+                // cap page sizes below what is asked.
                 Paging::PageNumber { param, start, size, total_pages, .. } => {
-                    let short = size.is_some_and(|size| records.len() < size as usize);
-                    let last = total_pages
-                        .as_ref()
-                        .and_then(|at| number_at(doc, at))
-                        .is_some_and(|total| u64::from(number) >= total);
-                    (!records.is_empty() && !short && !last)
+                    let more = match total_pages.as_ref().and_then(|at| number_at(&doc, at)) {
+                        Some(total) => u64::from(number) < total,
+                        None => !size.is_some_and(|size| records.len() < size as usize),
+                    };
+                    (!records.is_empty() && more)
                         .then(|| replace_param(&first, param, &(start + u64::from(number)).to_string()))
                 }
                 Paging::Offset { offset_param, limit: page, total, .. } => {
-                    let offset = u64::from(number) * u64::from(*page);
-                    let short = records.len() < *page as usize;
-                    let done = total.as_ref().and_then(|at| number_at(doc, at)).is_some_and(|total| offset >= total);
-                    (!short && !done).then(|| replace_param(&first, offset_param, &offset.to_string()))
+                    let more = match total.as_ref().and_then(|at| number_at(&doc, at)) {
+                        Some(total) => offset < total,
+                        None => records.len() >= *page as usize,
+                    };
+                    (!records.is_empty() && more).then(|| replace_param(&first, offset_param, &offset.to_string()))
                 }
                 Paging::Cursor { param, next_cursor } => {
-                    text_at(doc, next_cursor).filter(|c| !c.is_empty()).map(|c| replace_param(&first, param, &c))
+                    text_at(&doc, next_cursor).filter(|c| !c.is_empty()).map(|c| replace_param(&first, param, &c))
                 }
                 Paging::LinkHeader => match link.as_deref().and_then(next_link) {
                     Some(link) => Some(self.follow(&url, &link, number)?),
                     None => None,
                 },
-                Paging::NextUrl { next_url } => match text_at(doc, next_url).filter(|u| !u.is_empty()) {
+                Paging::NextUrl { next_url } => match text_at(&doc, next_url).filter(|u| !u.is_empty()) {
                     Some(link) => Some(self.follow(&url, &link, number)?),
                     None => None,
                 },
@@ -174,11 +202,62 @@ impl<'c> Pager<'c> {
         }
     }
 
+    /// Requests the pages after page `number` that its body says exist,
+    /// keeping [`AHEAD`] on their way. Only with a known total and no rate
+    /// limit; a refusal to start one is no error (it is asked for when due).
+    fn start_ahead(
+        &self,
+        ahead: &mut VecDeque<(String, Pending)>,
+        first: &str,
+        doc: &Page,
+        (number, page_limit): (u32, u32),
+        on_page: usize,
+        offset: u64,
+    ) {
+        if self.interval.is_some() {
+            return;
+        }
+        let upcoming: Vec<String> = match &self.spec.paging {
+            Paging::PageNumber { param, start, size, total_pages: Some(at), .. } => {
+                let short = size.is_some_and(|size| on_page < size as usize);
+                let Some(total) = number_at(doc, at).filter(|_| on_page > 0 && !short) else { return };
+                (u64::from(number) + 1..=total.min(u64::from(page_limit)))
+                    .take(AHEAD)
+                    .map(|page| replace_param(first, param, &(start + page - 1).to_string()))
+                    .collect()
+            }
+            Paging::Offset { offset_param, limit, total: Some(at), .. } => {
+                // Only after a full page: the step of the pages to come.
+                let Some(total) = number_at(doc, at).filter(|_| on_page >= *limit as usize) else { return };
+                (0..u64::from(page_limit.saturating_sub(number)))
+                    .map(|k| offset + k * u64::from(*limit))
+                    .take_while(|offset| *offset < total)
+                    .take(AHEAD)
+                    .map(|offset| replace_param(first, offset_param, &offset.to_string()))
+                    .collect()
+            }
+            _ => return,
+        };
+        let allowed = AHEAD.min(Pending::max() as usize);
+        for url in upcoming {
+            if ahead.len() >= allowed {
+                return;
+            }
+            if ahead.iter().any(|(started, _)| *started == url) {
+                continue;
+            }
+            match self.request(&url).start() {
+                Ok(pending) => ahead.push_back((url, pending)),
+                Err(_) => return,
+            }
+        }
+    }
+
     /// The records of a page: the list the selector finds, each an object.
-    fn records<'a>(&self, doc: &'a RawValue, number: u32) -> Result<Vec<&'a RawValue>> {
+    fn records<'a>(&self, doc: &Page<'a>, number: u32) -> Result<Vec<&'a RawValue>> {
         let name = &self.spec.name;
-        let Some(list) = self.selector.find(doc) else {
-            let has = keys(doc);
+        let Some(list) = self.selector.find_in(doc) else {
+            let has = doc.keys();
             let has = if has.is_empty() { "no fields".to_owned() } else { format!("fields {}", has.join(", ")) };
             return Err(Error::ProviderError(format!(
                 "stream {name}, page {number}: the records selector {} finds nothing (the page has {has})",
@@ -237,8 +316,8 @@ fn in_context(e: Error, stream: &str, page: u32) -> Error {
 }
 
 /// A number at `place` (a number, or a text of digits).
-fn number_at(doc: &RawValue, place: &str) -> Option<u64> {
-    let found = Selector::parse(place).find(doc)?;
+fn number_at(doc: &Page, place: &str) -> Option<u64> {
+    let found = Selector::parse(place).find_in(doc)?;
     match serde_json::from_str::<serde_json::Value>(found.get()).ok()? {
         serde_json::Value::Number(n) => n.as_u64(),
         serde_json::Value::String(s) => s.trim().parse().ok(),
@@ -247,8 +326,8 @@ fn number_at(doc: &RawValue, place: &str) -> Option<u64> {
 }
 
 /// A text at `place` (a string, or a number written out); none for null.
-fn text_at(doc: &RawValue, place: &str) -> Option<String> {
-    let found = Selector::parse(place).find(doc)?;
+fn text_at(doc: &Page, place: &str) -> Option<String> {
+    let found = Selector::parse(place).find_in(doc)?;
     match serde_json::from_str::<serde_json::Value>(found.get()).ok()? {
         serde_json::Value::String(s) => Some(s),
         serde_json::Value::Number(n) => Some(n.to_string()),
@@ -256,19 +335,35 @@ fn text_at(doc: &RawValue, place: &str) -> Option<String> {
     }
 }
 
-/// The `rel="next"` target of a `Link` header (RFC 8288).
+/// The `rel="next"` target of a `Link` header (RFC 8288). Targets are
+/// read between `<` and `>` first, so a comma inside one (`fields=a,b`)
+/// does not split it.
 pub fn next_link(header: &str) -> Option<String> {
-    header.split(',').find_map(|part| {
-        let (target, params) = part.split_once(';')?;
-        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
-        let next = params.split(';').any(|p| {
-            let p = p.trim();
-            p.strip_prefix("rel=")
+    let mut rest = header;
+    while let Some(open) = rest.find('<') {
+        let close = open + rest[open..].find('>')?;
+        let target = &rest[open + 1..close];
+        let after = &rest[close + 1..];
+        let params = &after[..after.find('<').unwrap_or(after.len())];
+        let next = params.split([';', ',']).any(|p| {
+            p.trim()
+                .strip_prefix("rel=")
                 .map(|v| v.trim_matches('"').split_ascii_whitespace().any(|r| r.eq_ignore_ascii_case("next")))
                 .unwrap_or(false)
         });
-        next.then(|| target.to_owned())
-    })
+        if next {
+            return Some(target.to_owned());
+        }
+        rest = &after[params.len()..];
+    }
+    None
+}
+
+/// Whether a parent value is `.` or `..` in any spelling (`%2e`): a path
+/// segment that would walk up to another endpoint.
+pub fn dot_segment(value: &str) -> bool {
+    let decoded = value.to_ascii_lowercase().replace("%2e", ".");
+    decoded == "." || decoded == ".."
 }
 
 /// `scheme://authority` of an `https` URL, lower case; none otherwise.
@@ -350,6 +445,20 @@ mod tests {
         assert_eq!(next_link(header).unwrap(), "https://api.github.com/repositories/1/issues?page=2");
         assert_eq!(next_link(r#"<https://x/a?page=1>; rel="prev first""#), None);
         assert_eq!(next_link(r#"</a?page=3>; rel="prev next""#).unwrap(), "/a?page=3");
+        let commas =
+            r#"<https://h/a?fields=id,title&page=1>; rel="prev", <https://h/a?fields=id,title&page=3>; rel="next""#;
+        assert_eq!(next_link(commas).unwrap(), "https://h/a?fields=id,title&page=3");
+        assert_eq!(next_link("<https://h/a?page=2>; rel=\"last\""), None);
+    }
+
+    #[test]
+    fn dot_segments_are_caught_however_spelled() {
+        for value in [".", "..", "%2e", "%2E%2e", ".%2E"] {
+            assert!(dot_segment(value), "{value}");
+        }
+        for value in ["...", "a..", ".hidden", "1.5"] {
+            assert!(!dot_segment(value), "{value}");
+        }
     }
 
     #[test]
