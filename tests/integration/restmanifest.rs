@@ -46,8 +46,13 @@ async fn setup(backend: Backend, api: RestApi) -> Fx {
     })
     .await
     .unwrap();
-    let cred =
-        json_ok(srv.post("/v1/credentials", json!({ "hosts": [HOST], "secret": token })).send().await.unwrap()).await;
+    let cred = json_ok(
+        srv.post("/v1/credentials", json!({ "connector_id": "conn_rest_manifest", "hosts": [HOST], "secret": token }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     let handle = cred["data"]["credential_handle"].as_str().unwrap().to_owned();
     Fx { srv, api, handle, elsewhere, _provider: provider }
 }
@@ -227,9 +232,11 @@ async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
     assert_eq!(body["details"]["field"], "configuration.manifest.headers.Authorization");
 
     // The base URL: https, to a host the operator allows.
-    for (base_url, why) in
-        [("http://api.acme-data.com", "https"), ("https://api.other-data.com", "allows"), ("https://10.1.2.3", "")]
-    {
+    for (base_url, why) in [
+        ("http://api.acme-data.com", "^https://"),
+        ("https://api.other-data.com", "not a host the operator allows"),
+        ("https://10.1.2.3", "not an IP address"),
+    ] {
         let body = json!({ "connector_id": "conn_rest_manifest", "name": "x",
             "configuration": { "base_url": base_url, "manifest": { "streams": [{ "name": "a", "path": "/a" }] } } });
         let (status, body) = json(fx.srv.post("/v1/sources", body).send().await.unwrap()).await;
@@ -237,6 +244,22 @@ async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
         assert_eq!(pointer(&body), "/base_url", "{base_url}: {body}");
         assert!(body.to_string().contains(why), "{base_url}: {body}");
     }
+
+    // A credential stored for no connector in particular (or another) is
+    // not lent to a manifest, which could ask for any path of its host.
+    let other = json_ok(
+        fx.srv
+            .post("/v1/credentials", json!({ "hosts": [HOST], "secret": "another-token-0123456789" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let body = json!({ "connector_id": "conn_rest_manifest", "name": "x", "configuration": { "base_url": format!("https://{HOST}"),
+        "credential_handle": other["data"]["credential_handle"], "manifest": { "streams": [{ "name": "a", "path": "/a" }] } } });
+    let (status, body) = json(fx.srv.post("/v1/sources", body).send().await.unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(pointer(&body), "/credential_handle", "{body}");
 
     // The schema is published: in the connector's spec and the description.
     let spec = json_ok(fx.srv.get("/v1/connectors/conn_rest_manifest/spec").send().await.unwrap()).await;

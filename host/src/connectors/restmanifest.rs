@@ -4,7 +4,9 @@
 //! manifest.schema.json`, the same file compiled into the plugin) checks
 //! the shape of a manifest; these rules check, when a source is saved,
 //! what no schema can: that the base URL's host is one the operator
-//! allows, that the credential is bound to it, that stream names are
+//! allows, that the credential is bound to it and stored for this
+//! connector (a manifest may ask for any path of the host, so a secret
+//! meant for another connector is not lent to it), that stream names are
 //! unique, that parents exist and form no cycle, and that each child's
 //! path holds its placeholder. Every refusal names its JSON pointer, in
 //! the same shape as the schema's own errors. The schema is also
@@ -64,11 +66,22 @@ impl ConnectorRules for Rules {
                 ));
             }
             if let Some(handle) = config["credential_handle"].as_str() {
-                state
+                let record = state
                     .vault
                     .require_handle(&access.workspace_id, &CredentialHandle::new(handle), Some(&host))
                     .await
                     .map_err(|e| e.at("configuration.credential_handle"))?;
+                // A manifest can ask for any path of the host: a secret
+                // stored for a compiled connector's few endpoints (or for
+                // any connector) is not lent to it.
+                if record.connector_id.as_deref() != Some(CONNECTOR_ID) {
+                    return Err(invalid(
+                        "/credential_handle",
+                        format!(
+                            "a manifest source takes only a credential stored for {CONNECTOR_ID} (its connector_id)"
+                        ),
+                    ));
+                }
             }
             check_headers(&config["manifest"]["headers"])?;
             check_streams(&config["manifest"]["streams"])
