@@ -222,11 +222,13 @@ async fn a_manifest_source_authorises_with_a_provider_the_operator_names(backend
     // the exchange) does not take the token there.
     let elsewhere = fx.check_with("conn_rest_manifest", config("https://auth.social.test")).await;
     assert!(!matches!(&elsewhere, Ok(c) if c.ok), "{elsewhere:?}");
+    assert!(format!("{elsewhere:?}").contains("not bound to host auth.social.test"), "{elsewhere:?}");
     assert_eq!(fx.auth.items_read.load(Ordering::SeqCst), 1, "nothing was sent with the token");
 
     // Nor may another connector of the workspace borrow the credential.
     let borrowed = fx.check(&handle).await;
     assert!(!matches!(&borrowed, Ok(c) if c.ok), "{borrowed:?}");
+    assert!(format!("{borrowed:?}").contains("belongs to connector conn_rest_manifest"), "{borrowed:?}");
 }
 
 async fn expired_tokens_are_refreshed_by_the_host_invisibly(backend: Backend) {

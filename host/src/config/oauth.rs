@@ -67,11 +67,9 @@ impl OAuthClient {
             return Err(refuse("hosts must name the API hosts the provider's tokens may be sent to".into()));
         }
         for host in &self.hosts {
-            match super::egress::HostPattern::parse(host) {
-                Ok(super::egress::HostPattern::Any) | Err(_) => {
-                    return Err(refuse(format!("{host:?} is not a host name (patterns like *.example.com allowed)")));
-                }
-                Ok(_) => {}
+            // A token is bound to exact names only.
+            if !matches!(super::egress::HostPattern::parse(host), Ok(super::egress::HostPattern::Exact(_))) {
+                return Err(refuse(format!("{host:?} is not an exact host name")));
             }
         }
         Ok(())
@@ -172,7 +170,9 @@ mod tests {
         assert!(refusal(hostless).contains("hosts must name"));
         let anywhere = r#"{"x": {"client_id": "c", "client_secret": "s", "authorize_url": "https://a.example.com/a",
             "token_url": "https://a.example.com/t", "hosts": ["*"]}}"#;
-        assert!(refusal(anywhere).contains("is not a host name"));
+        assert!(refusal(anywhere).contains("is not an exact host name"));
+        let pattern = anywhere.replace(r#"["*"]"#, r#"["*.example.com"]"#);
+        assert!(refusal(&pattern).contains("is not an exact host name"));
         let typo = r#"{"x": {"client_id": "c", "client_secret": "s", "token_uri": "https://a.example.com/t"}}"#;
         assert!(refusal(typo).contains("token_uri"), "an unknown field is named");
     }

@@ -44,6 +44,10 @@ struct Provider {
     client: OAuthClient,
     /// Hosts egress may reach for the exchange, and the credential binds to.
     hosts: Vec<HostPattern>,
+    /// Whether the token endpoint's host is reachable for the exchange
+    /// beyond `hosts` (a provider the operator named: its tokens are bound
+    /// to the API hosts, not the authorization server).
+    exchange_beyond_hosts: bool,
     connector_id: Option<String>,
 }
 
@@ -95,6 +99,7 @@ async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) ->
             scopes: t.scopes,
             client: OAuthClient::new(t.client_id, t.client_secret),
             hosts,
+            exchange_beyond_hosts: false,
             connector_id: None,
         });
     }
@@ -104,11 +109,13 @@ async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) ->
     // whatever API it is given (a manifest source), the provider the
     // operator named beside the client, with the hosts its tokens go to.
     let operator_named = client.and_then(|c| c.endpoints().map(|e| (c, e)));
-    let (authorize_url, token_url, scopes, hosts) = match (&plugin.info.oauth, operator_named) {
-        (Some(e), _) => (e.authorize_url.clone(), e.token_url.clone(), e.scopes.clone(), plugin.info.hosts.clone()),
+    let (authorize_url, token_url, scopes, hosts, exchange_beyond_hosts) = match (&plugin.info.oauth, operator_named) {
+        (Some(e), _) => {
+            (e.authorize_url.clone(), e.token_url.clone(), e.scopes.clone(), plugin.info.hosts.clone(), false)
+        }
         (None, Some((c, (authorize, token)))) => {
             let hosts = c.hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect();
-            (authorize.to_owned(), token.to_owned(), c.scopes.clone(), hosts)
+            (authorize.to_owned(), token.to_owned(), c.scopes.clone(), hosts, true)
         }
         (None, None) => {
             return Err(ApiError::bad_request("OAUTH_NOT_SUPPORTED", "this connector does not use OAuth")
@@ -122,7 +129,15 @@ async fn provider(settings: &OAuthSettings, plugins: &Registry, target: &str) ->
         )
         .with_details(json!({ "connector_id": plugin.info.id }))
     })?;
-    Ok(Provider { authorize_url, token_url, scopes, client, hosts, connector_id: Some(plugin.info.id.clone()) })
+    Ok(Provider {
+        authorize_url,
+        token_url,
+        scopes,
+        client,
+        hosts,
+        exchange_beyond_hosts,
+        connector_id: Some(plugin.info.id.clone()),
+    })
 }
 
 fn random_b64(bytes: usize) -> String {
@@ -411,10 +426,12 @@ async fn token_request(
     let body = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
         .finish();
-    // The token endpoint is reached for the exchange; tokens are bound to
-    // `p.hosts` alone (an operator-named provider's API hosts).
+    // An operator-named provider's token endpoint is reached for the
+    // exchange though its tokens are bound to the API hosts alone; a
+    // connector's own provider must be among the hosts it declares.
     let mut reachable = p.hosts.clone();
-    if let Some(token_host) = Url::parse(&p.token_url).ok().and_then(|u| u.host_str().map(str::to_owned))
+    if p.exchange_beyond_hosts
+        && let Some(token_host) = Url::parse(&p.token_url).ok().and_then(|u| u.host_str().map(str::to_owned))
         && let Ok(pattern) = HostPattern::parse(&token_host)
         && !reachable.contains(&pattern)
     {
