@@ -10,6 +10,11 @@
 //! |---|---|---|---|
 //! | email-campaign | `campaigns` | Mailcoach pages (`page`, `meta.last_page`) | API token |
 //! | social-media | `posts` | HubSpot broadcasts (`count`, `offset`) | OAuth, through the API's flow |
+//! | REST manifest | `campaigns` | the same Mailcoach pages, described by a manifest | API token, bound to the host |
+//!
+//! The manifest source reads what the email-campaign connector reads: its
+//! rate beside the compiled connector's is what describing an API instead
+//! of compiling a connector for it costs.
 //!
 //! Each pipeline takes turns with its native baseline: the same pages over
 //! the same HTTPS, each provider record passed through as it is into the
@@ -64,6 +69,16 @@ const PROVIDER_TOKEN: &str = "bench-provider-token-0123456789";
 const SOCIAL: &str = "conn_socialmedia_hub";
 /// The selected channels, both of brand 101 in the fake provider.
 const CHANNELS: [&str; 2] = ["ch-retail-fb", "ch-retail-li"];
+
+/// The manifest that describes the Mailcoach campaign list: the same pages
+/// the email-campaign connector reads.
+fn campaigns_manifest() -> Value {
+    json!({ "streams": [{
+        "name": "campaigns", "path": "/api/campaigns", "records": "/data", "primary_key": ["uuid"],
+        "params": { "per_page": PER_PAGE },
+        "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/last_page" }
+    }] })
+}
 
 /// One campaign of about 1 KB, as Mailcoach lists it.
 fn campaign(i: usize) -> Value {
@@ -401,10 +416,10 @@ fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let delay =
         Duration::from_millis(std::env::var("BENCH_PROVIDER_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
-    let connectors = std::env::var("BENCH_CONNECTORS").unwrap_or_else(|_| "email,social".into());
+    let connectors = std::env::var("BENCH_CONNECTORS").unwrap_or_else(|_| "email,social,manifest".into());
     let connectors: Vec<&str> = connectors.split(',').map(str::trim).collect();
-    if let Some(unknown) = connectors.iter().find(|c| !["email", "social"].contains(c)) {
-        panic!("BENCH_CONNECTORS: `{unknown}` is neither `email` nor `social`");
+    if let Some(unknown) = connectors.iter().find(|c| !["email", "social", "manifest"].contains(c)) {
+        panic!("BENCH_CONNECTORS: `{unknown}` is none of `email`, `social`, `manifest`");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -437,6 +452,14 @@ fn main() {
             let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": "conn_emailcampaign_edm", "name": "bench email", "configuration": configuration }))).await;
             println!("email-campaign: {records} campaigns of {campaign_size} bytes, {PER_PAGE} per page");
             sources.push(("email", source["source_id"].clone(), "campaigns"));
+        }
+        if connectors.contains(&"manifest") {
+            let body = json!({ "kind": "api_token", "connector_id": "conn_rest_manifest", "hosts": [MAIL_HOST], "secret": PROVIDER_TOKEN, "label": "bench manifest" });
+            let cred = api.call(reqwest::Method::POST, "/credentials", Some(body)).await;
+            let configuration = json!({ "base_url": format!("https://{MAIL_HOST}"), "credential_handle": cred["credential_handle"], "manifest": campaigns_manifest() });
+            let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": "conn_rest_manifest", "name": "bench manifest", "configuration": configuration }))).await;
+            println!("REST manifest: the same {records} campaigns");
+            sources.push(("manifest", source["source_id"].clone(), "campaigns"));
         }
         if connectors.contains(&"social") {
             let handle = social_credential(&api, &hub).await;
@@ -537,11 +560,16 @@ fn main() {
             );
         }
         let pages = records.div_ceil(PER_PAGE);
-        let mut alone: Vec<(&str, Vec<f64>, Vec<f64>)> = sources.iter().map(|(connector, _, _)| (*connector, Vec::new(), Vec::new())).collect();
+        // The manifest source reads the email-campaign pages: fetched alone once.
+        let mut alone: Vec<(&str, Vec<f64>, Vec<f64>)> = sources
+            .iter()
+            .filter(|(connector, _, _)| *connector != "manifest" || !connectors.contains(&"email"))
+            .map(|(connector, _, _)| (*connector, Vec::new(), Vec::new()))
+            .collect();
         for round in 1..=rounds {
             for (connector, rates, cpus) in &mut alone {
                 let (client, urls, expected): (_, Vec<String>, _) = match *connector {
-                    "email" => (email_native.client.clone(), (1..=pages).map(|p| format!("{campaigns_url}&page={p}")).collect(), campaign_bytes),
+                    "email" | "manifest" => (email_native.client.clone(), (1..=pages).map(|p| format!("{campaigns_url}&page={p}")).collect(), campaign_bytes),
                     _ => (social_native.client.clone(), (0..pages).map(|p| format!("{broadcasts_url}&offset={}", p * PER_PAGE)).collect(), broadcast_bytes),
                 };
                 let (cpu, started) = (support::cpu_seconds(), Instant::now());
@@ -579,7 +607,7 @@ fn main() {
 
                 let (db, cpu, started) = (database_ticks(&run.destination), support::cpu_seconds(), Instant::now());
                 let got = match run.connector {
-                    "email" => {
+                    "email" | "manifest" => {
                         let first = campaigns_url.clone();
                         email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.destination, &place).await
                     }
@@ -601,6 +629,19 @@ fn main() {
         for (connector, rates, cpus) in alone {
             println!("median {connector:<18} {:>10.0} records/s ({:.2} CPU-s per run): the pages fetched alone, the ceiling of its syncs here", median(rates), median(cpus));
         }
+        // The manifest source beside the compiled connector, per destination.
+        let shares: Vec<String> = runs
+            .iter()
+            .filter(|r| r.connector == "manifest")
+            .filter_map(|m| {
+                let destination = m.label.trim_start_matches("manifest ");
+                let email = runs.iter().find(|r| r.connector == "email" && r.label.ends_with(destination))?;
+                Some(format!(
+                    "the manifest source into {destination} at {:.0}% of the email-campaign connector's rate",
+                    100.0 * median(m.rates.clone()) / median(email.rates.clone())
+                ))
+            })
+            .collect();
         for run in runs {
             let (rate, native) = (median(run.rates), median(run.native_rates));
             // The database's share, where it was measured: the medians.
@@ -614,6 +655,9 @@ fn main() {
                 shown(run.native_database_cpus),
                 100.0 * rate / native
             );
+        }
+        for share in shares {
+            println!("{share}");
         }
         server.stop().await.unwrap();
     });
