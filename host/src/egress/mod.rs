@@ -386,9 +386,25 @@ impl Egress {
 
     /// Performs `req` for `caller` under the full policy.
     pub async fn send(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
-        // Numbered when made, so concurrent requests keep the order the
-        // plugin made them in, whatever order their answers arrive in.
-        let recording = self.recorder.as_ref().map(|r| tape::Taping::begin(r.clone(), &req));
+        let recording = self.tape(&req);
+        self.send_taped(caller, req, recording).await
+    }
+
+    /// Numbers `req` on the recording, when this egress records. Called
+    /// when the plugin makes the request (not when a task gets round to
+    /// sending it), so requests started together keep the order the
+    /// plugin made them in, whatever order their answers arrive in.
+    pub(crate) fn tape(&self, req: &OutboundRequest) -> Option<tape::Taping> {
+        self.recorder.as_ref().map(|r| tape::Taping::begin(r.clone(), req))
+    }
+
+    /// [`Egress::send`] for a request [`Egress::tape`] numbered.
+    pub(crate) async fn send_taped(
+        &self,
+        caller: &Caller<'_>,
+        req: OutboundRequest,
+        recording: Option<tape::Taping>,
+    ) -> Result<InboundResponse, EgressError> {
         let result = self.send_checked(caller, req).await;
         if let Some(taping) = recording {
             taping.finish(&result);

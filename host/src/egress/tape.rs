@@ -27,7 +27,7 @@ pub trait Recorder: Send + Sync {
 
 /// One request on its way, as a recorder sees it: finished with its
 /// outcome, or abandoned when dropped unfinished.
-pub(super) struct Taping {
+pub(crate) struct Taping {
     recorder: Arc<dyn Recorder>,
     ticket: u64,
     request: Option<OutboundRequest>,

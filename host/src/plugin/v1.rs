@@ -324,15 +324,30 @@ pub(super) struct EgressCall {
 }
 
 impl EgressCall {
-    /// Performs `req` through the egress policy.
-    pub(super) async fn send(&self, req: http::Request) -> Result<http::Response, http::HttpError> {
+    /// Performs `req` through the egress policy. The request is numbered
+    /// on a recording now, when the plugin makes it; the returned future
+    /// sends it (perhaps on a task of its own, for `http-ahead`).
+    pub(super) fn send(
+        self,
+        req: http::Request,
+    ) -> impl Future<Output = Result<http::Response, http::HttpError>> + Send + 'static {
+        let req = outbound(req);
+        let recording = self.egress.tape(&req);
+        async move { self.perform(req, recording).await }
+    }
+
+    async fn perform(
+        &self,
+        req: egress::OutboundRequest,
+        recording: Option<crate::egress::tape::Taping>,
+    ) -> Result<http::Response, http::HttpError> {
         let caller = egress::Caller {
             plugin_id: &self.plugin_id,
             declared_hosts: &self.declared_hosts,
             workspace_id: &self.workspace_id,
             reach: egress::Reach::Providers,
         };
-        match egress::Egress::send(&self.egress, &caller, outbound(req)).await {
+        match self.egress.send_taped(&caller, req, recording).await {
             Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
             Err(e) => Err(match e {
                 egress::EgressError::Denied(m) => http::HttpError::Denied(m),
