@@ -45,6 +45,8 @@ pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSett
             limits: Default::default(),
             // The benchmark's PostgreSQL (BENCH_POSTGRES_URL) is local.
             warehouses: service::config::warehouse::WarehousePolicy::from_settings("127.0.0.1,::1,localhost").unwrap(),
+            // The benchmarks' test plugins are built unsigned.
+            signatures: service::config::signatures::SignaturePolicy::allowed(),
         },
         oauth,
         limits: Default::default(),

@@ -87,6 +87,7 @@ impl AppState {
             store.clone(),
             bundled_plugins(),
             Some(config.plugins.plugins_dir.clone()),
+            config.plugins.signatures.clone(),
         ));
         plugins.load_all().await;
         let warehouses = Arc::new(crate::warehouse::Warehouses::new(

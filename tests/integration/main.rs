@@ -27,6 +27,7 @@ mod reverse_etl_bounds;
 mod runtime;
 mod secrets;
 mod sessions;
+mod signatures;
 mod signin;
 mod socialmedia;
 mod trust;

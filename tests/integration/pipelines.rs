@@ -655,6 +655,8 @@ impl Processes {
         let env = vec![
             ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
             ("SERVICE_PLUGINS_DIR", plugins.display().to_string()),
+            // The test plugin is built unsigned.
+            ("SERVICE_PLUGIN_SIGNATURES", "allowed".into()),
             ("SERVICE_BOOTSTRAP_TOKEN", token.clone()),
             ("SERVICE_EGRESS_ALLOWED_HOSTS", "*.source.test".into()),
             ("SERVICE_EGRESS_RESOLVE", provider.pins(&["api.source.test"])),

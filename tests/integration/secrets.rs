@@ -89,6 +89,8 @@ async fn canaries_appear_in_no_response_log_audit_record_or_plaintext_column() {
         ("SERVICE_LOG_FORMAT", "json".to_owned()),
         ("SERVICE_EGRESS_ALLOWED_HOSTS", "mail.acme-corp.com,*.social.test,*.source.test".to_owned()),
         ("SERVICE_PLUGINS_DIR", plugins_dir.path().display().to_string()),
+        // The test plugins are built unsigned.
+        ("SERVICE_PLUGIN_SIGNATURES", "allowed".to_owned()),
         (
             "SERVICE_OAUTH_CLIENTS",
             r#"{"test_oauth_source": {"client_id": "c", "client_secret": "operator-client-secret"}}"#.to_owned(),

@@ -154,6 +154,27 @@ pub enum PluginsCommand {
     /// returns (records, checkpoints, catalog, answers, schemas) with what
     /// was recorded. Exit code 1 on any difference, 2 on unusable input.
     Test(author::TestArgs),
+    /// Make a publisher's Ed25519 signing key (a file only you keep) and
+    /// print its public key, for operators' SERVICE_PLUGIN_TRUSTED_KEYS.
+    /// Needs no database.
+    Keygen {
+        /// Where to write the private key (never over an existing file).
+        #[arg(long)]
+        out: PathBuf,
+        /// The name operators will know the key by.
+        #[arg(long, default_value = "publisher")]
+        name: String,
+    },
+    /// Sign a component: its SHA-256 digest and the identity it declares
+    /// (connector id, version, interface), into FILE.sig beside it.
+    /// Needs no database.
+    Sign {
+        /// The component file.
+        file: PathBuf,
+        /// The private key from `service plugins keygen`.
+        #[arg(long)]
+        key: PathBuf,
+    },
     /// Check that a component implements a supported interface version and
     /// describes itself validly. Needs no database.
     Validate {
@@ -353,6 +374,16 @@ fn read_password() -> anyhow::Result<secrecy::SecretString> {
 async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<()> {
     let plugins = match cmd {
         PluginsCommand::Validate { file } => return validate(&file).await,
+        PluginsCommand::Keygen { out, name } => {
+            let public = crate::plugin::signature::keygen(&out)?;
+            eprintln!("wrote the private key to {} (keep it secret: it signs plugins)", out.display());
+            eprintln!(
+                "operators trust it with SERVICE_PLUGIN_TRUSTED_KEYS (or a line of SERVICE_PLUGIN_TRUSTED_KEYS_FILE):"
+            );
+            println!("{name}={public}");
+            return Ok(());
+        }
+        PluginsCommand::Sign { file, key } => return sign(&file, &key).await,
         PluginsCommand::New { name, dir } => return Ok(author::new(&name, dir.as_deref())?),
         PluginsCommand::Record(args) => return Ok(author::record(*args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
@@ -376,16 +407,25 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         store.clone(),
         crate::server::bundled_plugins(),
         Some(settings.plugins_dir.clone()),
+        settings.signatures.clone(),
     );
     registry.load_all().await;
     match cmd {
         PluginsCommand::List { .. } => {
-            println!("{:<32} {:<10} {:<10} {:<26} SOURCE", "CONNECTOR", "VERSION", "STATE", "INTERFACE");
+            println!(
+                "{:<32} {:<10} {:<10} {:<26} {:<16} SOURCE",
+                "CONNECTOR", "VERSION", "STATE", "INTERFACE", "SIGNED BY"
+            );
             for p in registry.list().await {
                 let state = if p.enabled { "enabled" } else { "disabled" };
-                let source = p.source.map(|s| s.to_string()).unwrap_or_else(|| "(missing)".into());
+                let source = p.source.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "(missing)".into());
+                let signer = match (&p.signer, &p.source) {
+                    (Some(signer), _) => signer.as_str(),
+                    (None, Some(crate::plugin::registry::PluginSource::Bundled(_))) => "(built in)",
+                    (None, _) => "(unsigned)",
+                };
                 println!(
-                    "{:<32} {:<10} {:<10} {:<26} {source}",
+                    "{:<32} {:<10} {:<10} {:<26} {signer:<16} {source}",
                     p.info.id,
                     p.info.version,
                     state,
@@ -404,6 +444,12 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
                 let dest = settings
                     .plugins_dir
                     .join(path.file_name().ok_or_else(|| anyhow::anyhow!("{target}: no file name"))?);
+                // The signature first: servers watching the directory
+                // check it when the component appears.
+                let signature = crate::plugin::signature::sidecar(&path);
+                if signature.exists() {
+                    std::fs::copy(&signature, crate::plugin::signature::sidecar(&dest))?;
+                }
                 std::fs::copy(&path, &dest)?;
                 registry.load(&id, None).await?;
                 println!("loaded {id} from {} into {}", path.display(), dest.display());
@@ -420,6 +466,8 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
             println!("disabled {id}; it is unavailable on every server sharing this database");
         }
         PluginsCommand::Validate { .. }
+        | PluginsCommand::Keygen { .. }
+        | PluginsCommand::Sign { .. }
         | PluginsCommand::New { .. }
         | PluginsCommand::Record(_)
         | PluginsCommand::Test(_) => unreachable!("handled above"),
@@ -429,6 +477,24 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
 }
 
 /// `service plugins validate FILE`: the author's check.
+/// Signs a component after checking it loads: what is signed is what the
+/// server will find when it loads it.
+async fn sign(file: &std::path::Path, key: &std::path::Path) -> anyhow::Result<()> {
+    let bytes = crate::plugin::read_component(file)?;
+    let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
+    let loaded = runtime.load(&bytes, "sign").await.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let identity = crate::plugin::signature::Identity {
+        connector_id: loaded.info.id.clone(),
+        version: loaded.info.version.clone(),
+        interface: loaded.version.as_str().to_owned(),
+    };
+    let signed = crate::plugin::signature::sign(key, &loaded.digest, &identity)?;
+    let out = crate::plugin::signature::sidecar(file);
+    std::fs::write(&out, serde_json::to_vec_pretty(&signed)?)?;
+    println!("signed {identity}, sha256 {}, into {}", loaded.digest, out.display());
+    Ok(())
+}
+
 async fn validate(file: &std::path::Path) -> anyhow::Result<()> {
     let bytes = crate::plugin::read_component(file)?;
     let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;

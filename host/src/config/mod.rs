@@ -11,6 +11,7 @@
 //! - [`egress`]: host patterns and the egress policy connectors run under;
 //! - [`warehouse`]: where PostgreSQL destinations may connect;
 //! - [`oauth`]: the operator's OAuth clients;
+//! - [`signatures`]: trusted plugin publishers and the signature policy;
 //! - [`limits`]: connection, rate, job and plugin-call limits;
 //! - [`environment`]: the server's own `PG*` settings, kept for the
 //!   control database.
@@ -19,6 +20,7 @@ pub mod egress;
 pub mod environment;
 pub mod limits;
 pub mod oauth;
+pub mod signatures;
 pub mod warehouse;
 
 pub use environment::isolate_postgres_environment;
@@ -274,6 +276,19 @@ pub struct PluginArgs {
     /// addresses in a listed network. Empty: no PostgreSQL destinations.
     #[arg(long, env = "SERVICE_WAREHOUSE_ALLOWED_HOSTS", default_value = "")]
     pub warehouse_allowed_hosts: String,
+    /// Whether a component from the plugins directory must carry a
+    /// signature by a trusted publisher (`required`) or may be unsigned
+    /// (`allowed`; a signature present must still verify). Bundled plugins
+    /// are built with the server and need none.
+    #[arg(long, env = "SERVICE_PLUGIN_SIGNATURES", default_value = "required")]
+    pub plugin_signatures: String,
+    /// Trusted publishers' Ed25519 public keys, `NAME=BASE64,...` (see
+    /// `service plugins keygen`).
+    #[arg(long, env = "SERVICE_PLUGIN_TRUSTED_KEYS", default_value = "")]
+    pub plugin_trusted_keys: String,
+    /// A file of trusted publishers' keys, a `NAME BASE64` line each.
+    #[arg(long, env = "SERVICE_PLUGIN_TRUSTED_KEYS_FILE")]
+    pub plugin_trusted_keys_file: Option<PathBuf>,
 }
 
 impl PluginArgs {
@@ -305,6 +320,11 @@ impl PluginArgs {
             egress,
             limits,
             warehouses: warehouse::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?,
+            signatures: signatures::SignaturePolicy::from_settings(
+                &self.plugin_signatures,
+                &self.plugin_trusted_keys,
+                self.plugin_trusted_keys_file.as_deref(),
+            )?,
         })
     }
 }
@@ -319,6 +339,8 @@ pub struct PluginSettings {
     pub limits: limits::PluginLimits,
     /// Where PostgreSQL destinations may connect.
     pub warehouses: warehouse::WarehousePolicy,
+    /// What a component from the plugins directory must be signed with.
+    pub signatures: signatures::SignaturePolicy,
 }
 
 /// A configuration problem, reported as one line naming the setting.

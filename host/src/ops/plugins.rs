@@ -24,6 +24,9 @@ pub struct Plugin {
     pub digest: String,
     /// `bundled:<name>` or `file:<name>`; absent when the file is gone.
     pub source: Option<String>,
+    /// The name of the trusted publisher key that signed the component;
+    /// null for bundled plugins and unsigned files.
+    pub signer: Option<String>,
     /// The operator's switch, shared by all replicas.
     pub enabled: bool,
     /// Loaded and enabled.
@@ -41,6 +44,7 @@ impl From<&PluginSummary> for Plugin {
             interface_version: p.interface_version.as_str(),
             digest: p.digest.clone(),
             source: p.source.as_ref().map(ToString::to_string),
+            signer: p.signer.clone(),
             enabled: p.enabled,
             available: p.available,
             hosts: p.info.hosts.iter().map(ToString::to_string).collect(),

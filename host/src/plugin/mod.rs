@@ -10,6 +10,8 @@
 //! - [`sandbox`]: the per-invocation store, limits and WASI context;
 //! - [`registry`]: which plugins are loaded, their aliases, and their
 //!   enabled state (kept in the database so replicas agree);
+//! - [`signature`]: publishers' signatures over a component's digest and
+//!   identity, checked before a plugins-directory file is compiled;
 //! - [`connector`]: a plugin bound to a workspace and the egress, as the
 //!   registry hands it out for work;
 //! - this module: the engine, the compile cache and the invocation API.
@@ -23,6 +25,7 @@
 pub mod connector;
 pub mod registry;
 pub mod sandbox;
+pub mod signature;
 pub mod types;
 pub mod v1;
 pub(crate) mod v1_1;

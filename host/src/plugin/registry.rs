@@ -16,6 +16,11 @@
 //! the component the operator enabled: a replica whose file holds another
 //! component does not run it, and a file replaced under an enabled plugin
 //! makes a new version, disabled (everywhere) until an operator loads it.
+//!
+//! A file is also held to the operator's signature policy
+//! ([`super::signature`]): by default it must carry a signature by a
+//! trusted publisher over its digest and the identity it declares, checked
+//! before it is compiled. Bundled plugins are built with the server.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,8 +29,10 @@ use std::time::SystemTime;
 
 pub use super::LoadedPlugin;
 use super::connector::Connector;
+use super::signature::{self, Identity, SignatureError};
 use super::types::{ConnectorInfo, ConnectorKind, Operation};
 use super::{InterfaceVersion, InvocationError, Runtime};
+use crate::config::signatures::SignaturePolicy;
 use crate::egress::Egress;
 use crate::store::Store;
 use crate::store::plugins::PluginState;
@@ -57,6 +64,8 @@ struct Known {
     digest: String,
     source: Option<PluginSource>,
     loaded: Option<Arc<LoadedPlugin>>,
+    /// The trusted key that signed the component, if it is signed.
+    signer: Option<String>,
 }
 
 /// A plugin as listed to operators and users.
@@ -66,6 +75,9 @@ pub struct PluginSummary {
     pub interface_version: InterfaceVersion,
     pub digest: String,
     pub source: Option<PluginSource>,
+    /// The trusted publisher key that signed the component (none for
+    /// bundled plugins and, where the policy allows them, unsigned files).
+    pub signer: Option<String>,
     /// Loaded in this replica and enabled in the database.
     pub available: bool,
     /// The operator's switch (database).
@@ -79,6 +91,8 @@ pub enum LoadError {
     Invalid(String),
     #[error("connector id {0} is already provided by {1}")]
     Duplicate(String, String),
+    #[error("{file} (sha256 {digest}) is refused: {reason}")]
+    Signature { file: String, digest: String, reason: SignatureError },
 }
 
 /// Problems with a connector's description; empty when it is valid.
@@ -143,6 +157,8 @@ pub struct Registry {
     aliases: RwLock<HashMap<String, String>>,
     bundled: Vec<(&'static str, &'static [u8])>,
     plugins_dir: Option<PathBuf>,
+    /// What plugins-directory files must be signed with.
+    signatures: SignaturePolicy,
     /// Files of the plugins directory as last seen.
     seen: std::sync::Mutex<HashMap<PathBuf, SeenFile>>,
 }
@@ -154,6 +170,7 @@ impl Registry {
         store: Store,
         bundled: Vec<(&'static str, &'static [u8])>,
         plugins_dir: Option<PathBuf>,
+        signatures: SignaturePolicy,
     ) -> Self {
         Registry {
             runtime,
@@ -163,6 +180,7 @@ impl Registry {
             aliases: RwLock::new(HashMap::new()),
             bundled,
             plugins_dir,
+            signatures,
             seen: Default::default(),
         }
     }
@@ -185,9 +203,33 @@ impl Registry {
 
     /// Prepares, describes and validates a component, then registers it.
     pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
+        // A file's signature is checked before its bytes are compiled, and
+        // what it covers once the component has described itself.
+        let verified = match &source {
+            PluginSource::File(path) => {
+                let digest = signature::digest(bytes);
+                let refused =
+                    |reason| LoadError::Signature { file: source.to_string(), digest: digest.clone(), reason };
+                signature::check(&self.signatures, path, &digest).map_err(refused)?
+            }
+            PluginSource::Bundled(_) => None,
+        };
         let loaded =
             self.runtime.load(bytes, &source.to_string()).await.map_err(|e| LoadError::Invalid(e.to_string()))?;
         let (info, version, digest) = (loaded.info.clone(), loaded.version, loaded.digest.clone());
+        if let Some(verified) = &verified {
+            let found = Identity {
+                connector_id: info.id.clone(),
+                version: info.version.clone(),
+                interface: version.as_str().to_owned(),
+            };
+            verified.covers(&found).map_err(|reason| LoadError::Signature {
+                file: source.to_string(),
+                digest: digest.clone(),
+                reason,
+            })?;
+        }
+        let signer = verified.map(|v| v.signer);
         let id = info.id.clone();
         {
             // An id or alias belongs to the plugin that declared it first,
@@ -221,8 +263,11 @@ impl Registry {
             }
         }
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        known.insert(id.clone(), Known { info, version, digest, source: Some(source.clone()), loaded: Some(loaded) });
-        tracing::info!(connector = %id, source = %source, "plugin loaded");
+        tracing::info!(connector = %id, source = %source, %digest, signer = ?signer, version = %info.version, "plugin loaded");
+        known.insert(
+            id.clone(),
+            Known { info, version, digest, source: Some(source.clone()), loaded: Some(loaded), signer },
+        );
         Ok(id)
     }
 
@@ -283,6 +328,7 @@ impl Registry {
                     interface_version: k.version,
                     digest: k.digest.clone(),
                     source: k.source.clone(),
+                    signer: k.signer.clone(),
                     available: state.enabled && k.loaded.is_some() && pinned_here,
                     enabled: state.enabled,
                 }

@@ -228,6 +228,9 @@ impl TestServer {
                 limits: service::plugin::sandbox::Limits::default(),
                 // The tests' PostgreSQL destinations are on this machine.
                 warehouses: service::config::warehouse::WarehousePolicy::from_settings("127.0.0.1,::1").unwrap(),
+                // Test plugins are built unsigned; the signature tests set
+                // the default policy (required) themselves.
+                signatures: service::config::signatures::SignaturePolicy::allowed(),
             },
             oauth: Default::default(),
             limits: Default::default(),
