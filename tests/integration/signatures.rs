@@ -15,21 +15,28 @@ use service::plugin::signature::SignatureError;
 use crate::support::process::BIN;
 use crate::support::{Backend, TestServer, json_ok, test_plugin};
 
-/// Runs the `service` binary; its standard output, after checking it succeeded.
-fn service(args: &[&str]) -> String {
+/// Runs the `service` binary; its standard output and error, after
+/// checking it succeeded.
+fn run(args: &[&str]) -> (String, String) {
     let out = Command::new(BIN).args(args).env("SERVICE_LOG", "warn").output().unwrap();
     assert!(out.status.success(), "service {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn service(args: &[&str]) -> String {
+    run(args).0
 }
 
 /// A publisher's key made with `service plugins keygen`: its file and the
 /// line operators trust it with.
 fn publisher(dir: &Path, name: &str) -> (std::path::PathBuf, TrustedKey) {
     let key = dir.join(format!("{name}.key"));
-    let line = service(&["plugins", "keygen", "--out", key.to_str().unwrap(), "--name", name]);
-    assert!(!line.contains("PRIVATE") && line.trim().starts_with(&format!("{name}=")), "{line}");
+    let (line, said) = run(&["plugins", "keygen", "--out", key.to_str().unwrap(), "--name", name]);
+    assert!(line.trim().starts_with(&format!("{name}=")), "{line}");
     let private = std::fs::read_to_string(&key).unwrap();
     assert!(private.starts_with("# service plugin signing key"), "{private}");
+    let secret = private.lines().nth(1).unwrap().trim();
+    assert!(secret.len() > 40 && !line.contains(secret) && !said.contains(secret), "the private key is never printed");
     #[cfg(unix)]
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&key).unwrap().permissions()) & 0o077,
@@ -99,6 +106,25 @@ async fn only_components_signed_by_a_trusted_publisher_load_where_signatures_are
     std::fs::write(&sig, text.replace("\"version\": \"", "\"version\": \"9")).unwrap();
     assert_eq!(refusal(load(&srv, &moved).await, &moved), SignatureError::Invalid);
 
+    // A trusted signature over these very bytes, but for another version
+    // than the component declares: refused once it describes itself.
+    let relabelled = component(dir.path(), "relabelled", None);
+    let digest = service::plugin::signature::digest(&std::fs::read(&relabelled).unwrap());
+    let identity = service::plugin::signature::Identity {
+        connector_id: "test_noop".into(),
+        version: "9.9.9".into(),
+        interface: "service:connector@1.0.0".into(),
+    };
+    let signed = service::plugin::signature::sign(&acme_key, &digest, &identity).unwrap();
+    std::fs::write(service::plugin::signature::sidecar(&relabelled), serde_json::to_vec(&signed).unwrap()).unwrap();
+    assert!(matches!(refusal(load(&srv, &relabelled).await, &relabelled), SignatureError::OtherIdentity { .. }));
+
+    // A signature file that is a pipe is refused without waiting on it.
+    let piped = component(dir.path(), "piped", None);
+    let fifo = service::plugin::signature::sidecar(&piped);
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(matches!(refusal(load(&srv, &piped).await, &piped), SignatureError::Unreadable(_)));
+
     // Signed by the trusted publisher: loads, and says by whom.
     let signed = component(dir.path(), "signed", Some(&acme_key));
     assert_eq!(load(&srv, &signed).await.unwrap(), "test_noop");
@@ -121,9 +147,17 @@ async fn the_plugins_directory_registers_no_unsigned_file_and_allowed_still_refu
     .await
     .unwrap();
     // Dropped into the watched directory unsigned: never registered.
-    std::fs::copy(test_plugin("test_noop"), srv.state.config.plugins.plugins_dir.join("noop.wasm")).unwrap();
+    let dropped = srv.state.config.plugins.plugins_dir.join("noop.wasm");
+    std::fs::copy(test_plugin("test_noop"), &dropped).unwrap();
     srv.state.plugins.scan_dir().await;
     assert!(srv.state.plugins.summary("test_noop").await.is_none(), "an unsigned file is not even listed");
+    // Its signature copied in after it: the next scan registers it.
+    let signed = component(dir.path(), "noop", Some(&acme_key));
+    std::fs::copy(service::plugin::signature::sidecar(&signed), service::plugin::signature::sidecar(&dropped)).unwrap();
+    srv.state.plugins.scan_dir().await;
+    let summary = srv.state.plugins.summary("test_noop").await.expect("registered once signed");
+    assert_eq!(summary.signer.as_deref(), Some("acme"));
+    assert!(!summary.enabled, "registered, disabled until an operator loads it");
 
     // Where unsigned components are allowed, a signature present must
     // still hold: a tampered signed component is refused all the same.

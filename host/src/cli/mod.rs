@@ -375,6 +375,9 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
     let plugins = match cmd {
         PluginsCommand::Validate { file } => return validate(&file).await,
         PluginsCommand::Keygen { out, name } => {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)) {
+                anyhow::bail!("--name {name:?}: a key's name is letters, digits and -_.@");
+            }
             let public = crate::plugin::signature::keygen(&out)?;
             eprintln!("wrote the private key to {} (keep it secret: it signs plugins)", out.display());
             eprintln!(

@@ -108,7 +108,9 @@ pub(crate) fn validate_info(info: &ConnectorInfo) -> Vec<String> {
     if info.name.trim().is_empty() {
         problems.push("name is empty".into());
     }
-    if info.version.split('.').count() < 3
+    if info.version.len() > 64 || info.version.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        problems.push(format!("version {:.64?} holds spaces or control characters", info.version));
+    } else if info.version.split('.').count() < 3
         || !info.version.split('.').take(3).all(|p| p.chars().take_while(|c| c.is_ascii_digit()).count() > 0)
     {
         problems.push(format!("version '{}' is not a semantic version", info.version));
@@ -196,6 +198,15 @@ impl Registry {
         for (name, bytes) in self.bundled.clone() {
             if let Err(e) = self.load_bytes(bytes, PluginSource::Bundled(name)).await {
                 tracing::error!(plugin = name, error = %e, "bundled plugin failed to load");
+            }
+        }
+        if self.signatures.required && self.signatures.trusted.is_empty() {
+            let files = self.plugins_dir.as_ref().and_then(|d| std::fs::read_dir(d).ok()).into_iter().flatten();
+            if files.flatten().any(|e| e.path().extension().is_some_and(|x| x == "wasm")) {
+                tracing::warn!(
+                    "the plugins directory holds components, but no publisher key is trusted and signatures are \
+                     required: none of them will load (SERVICE_PLUGIN_TRUSTED_KEYS)"
+                );
             }
         }
         self.scan_dir().await;
@@ -430,7 +441,17 @@ impl Registry {
                     && let Ok(meta) = e.metadata()
                     && meta.is_file()
                 {
-                    present.insert(path, (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len()));
+                    // The signature beside it counts too: one copied after
+                    // its component is picked up on the next scan.
+                    let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                    let (modified, len) = match std::fs::symlink_metadata(signature::sidecar(&path)) {
+                        Ok(sig) => (
+                            modified.max(sig.modified().unwrap_or(SystemTime::UNIX_EPOCH)),
+                            meta.len().wrapping_mul(1_000_003).wrapping_add(sig.len() + 1),
+                        ),
+                        Err(_) => (modified, meta.len().wrapping_mul(1_000_003)),
+                    };
+                    present.insert(path, (modified, len));
                 }
             }
         }

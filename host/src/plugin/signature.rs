@@ -26,6 +26,10 @@ use crate::config::signatures::{SignaturePolicy, TrustedKey};
 /// The format of a signature file.
 pub const FORMAT: &str = "service-plugin-signature/1";
 
+/// A signature file is a few hundred bytes; anything past this is refused
+/// unread.
+const MAX_SIGNATURE_BYTES: u64 = 64 * 1024;
+
 /// The first line of a private key file.
 const KEY_HEADER: &str = "# service plugin signing key (Ed25519, PKCS#8, base64): keep it secret";
 
@@ -155,7 +159,7 @@ pub struct Verified {
 /// `Ok(None)`: unsigned, and the policy allows that.
 pub fn check(policy: &SignaturePolicy, component: &Path, digest: &str) -> Result<Option<Verified>, SignatureError> {
     let path = sidecar(component);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_small(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -165,19 +169,47 @@ pub fn check(policy: &SignaturePolicy, component: &Path, digest: &str) -> Result
     };
     let file: SignatureFile = serde_json::from_str(&text).map_err(|e| SignatureError::Unreadable(e.to_string()))?;
     if file.format != FORMAT {
-        return Err(SignatureError::Unreadable(format!("format {:?}, expected {FORMAT}", file.format)));
+        return Err(SignatureError::Unreadable(format!("format {:.40?}, expected {FORMAT}", file.format)));
+    }
+    // What the file says is echoed only once it has the shape it must have.
+    if file.digest.len() != 64 || !file.digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(SignatureError::Unreadable("its digest is no SHA-256".into()));
     }
     if file.digest != digest {
         return Err(SignatureError::OtherComponent(file.digest));
     }
-    let key: Option<&TrustedKey> =
-        STANDARD.decode(&file.public_key).ok().and_then(|k| policy.trusted.iter().find(|t| t.public_key[..] == k[..]));
+    let decoded = STANDARD.decode(&file.public_key).ok().filter(|k| k.len() == 32);
+    let decoded = decoded.ok_or_else(|| SignatureError::Unreadable("its public key is no Ed25519 key".into()))?;
+    let key: Option<&TrustedKey> = policy.trusted.iter().find(|t| t.public_key[..] == decoded[..]);
     let key = key.ok_or_else(|| SignatureError::UnknownKey(file.public_key.clone()))?;
     let signature = STANDARD.decode(&file.signature).map_err(|_| SignatureError::Invalid)?;
     UnparsedPublicKey::new(&ED25519, &key.public_key)
         .verify(&message(digest, &file.identity), &signature)
         .map_err(|_| SignatureError::Invalid)?;
     Ok(Some(Verified { signer: key.name.clone(), identity: file.identity }))
+}
+
+/// Reads a signature file: a regular file (not a link, a pipe or a
+/// device, opened without waiting on one) of at most
+/// [`MAX_SIGNATURE_BYTES`].
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    let refuse = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned());
+    if !meta.is_file() {
+        return Err(refuse("it is not a regular file"));
+    }
+    if meta.len() > MAX_SIGNATURE_BYTES {
+        return Err(refuse("it is larger than a signature file can be (64 KiB)"));
+    }
+    let mut text = String::new();
+    file.take(MAX_SIGNATURE_BYTES).read_to_string(&mut text)?;
+    Ok(text)
 }
 
 impl Verified {
