@@ -25,6 +25,7 @@ struct NoteFields {
     target_id: Option<String>,
     approval_id: Option<String>,
     outcome: Option<AuditOutcome>,
+    details: Option<serde_json::Value>,
 }
 
 impl AuditNote {
@@ -56,6 +57,12 @@ impl AuditNote {
         self.with(|n| n.approval_id = Some(id.to_owned()));
     }
 
+    /// What the action adds to its target (identifiers only: this is
+    /// shown to every reader of the audit log).
+    pub fn details(&self, details: serde_json::Value) {
+        self.with(|n| n.details = Some(details));
+    }
+
     /// Overrides the outcome derived from the status (e.g. `proposed`).
     pub fn outcome(&self, outcome: AuditOutcome) {
         self.with(|n| n.outcome = Some(outcome));
@@ -83,6 +90,7 @@ impl AuditNote {
             status_code: i64::from(status.as_u16()),
             approval_id: fields.approval_id,
             address: None,
+            details: fields.details,
         }
     }
 }

@@ -250,3 +250,23 @@ impl From<crate::plugin::InvocationError> for ApiError {
         }
     }
 }
+
+impl From<crate::plugin::registry::VersionError> for ApiError {
+    /// Installed versions: a version that is not there is not found; one a
+    /// replica cannot load (a signature no longer trusted) is refused.
+    fn from(e: crate::plugin::registry::VersionError) -> Self {
+        use crate::plugin::registry::VersionError;
+        match e {
+            VersionError::UnknownPlugin(_) => ApiError::not_found("plugin"),
+            VersionError::NoSuchVersion { .. } => ApiError::new(StatusCode::NOT_FOUND, "404", e.to_string()),
+            VersionError::Ambiguous { ref digests, .. } => {
+                let details = serde_json::json!({ "digests": digests });
+                ApiError::conflict("PLUGIN_VERSION_AMBIGUOUS", e.to_string()).with_details(details)
+            }
+            VersionError::Load(crate::plugin::registry::LoadError::Store(e)) | VersionError::Store(e) => {
+                ApiError::from(e)
+            }
+            VersionError::Load(e) => ApiError::conflict("PLUGIN_REFUSED", e.to_string()),
+        }
+    }
+}

@@ -31,4 +31,5 @@ mod signatures;
 mod signin;
 mod socialmedia;
 mod trust;
+mod versions;
 mod web_sessions;

@@ -685,8 +685,23 @@ impl Processes {
     /// Like [`Processes::pipeline`], into the destination `destination`
     /// describes (a `POST /destinations` body).
     async fn pipeline_into(&self, base: &str, events: &Events, page_size: u64, destination: Value) -> String {
-        // A plugin file dropped into the directory waits for an operator.
-        json_ok(self.api(base, Method::POST, "/v1/admin/plugins/test_paged_source/load").send().await.unwrap()).await;
+        self.pipeline_of(base, "test_paged_source", events, page_size, destination, "incremental_deduped").await
+    }
+
+    /// Enables `connector` (its file waits for an operator), then makes a
+    /// credential, a source, the destination and a pipeline in `mode`
+    /// through the server at `base`; returns the pipeline id.
+    async fn pipeline_of(
+        &self,
+        base: &str,
+        connector: &str,
+        events: &Events,
+        page_size: u64,
+        destination: Value,
+        mode: &str,
+    ) -> String {
+        let load = format!("/v1/admin/plugins/{connector}/load");
+        json_ok(self.api(base, Method::POST, &load).send().await.unwrap()).await;
         let me = json_ok(self.api(base, Method::GET, "/v1/me").send().await.unwrap()).await;
         let _ = self.workspace.set(me["data"]["default_workspace_id"].as_str().unwrap().to_owned());
         let cred = json_ok(
@@ -700,7 +715,7 @@ impl Processes {
         let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": page_size });
         let src = json_ok(
             self.api(base, Method::POST, "/v1/sources")
-                .json(&json!({ "connector_id": "test_paged_source", "name": "e", "configuration": configuration }))
+                .json(&json!({ "connector_id": connector, "name": "e", "configuration": configuration }))
                 .send()
                 .await
                 .unwrap(),
@@ -708,10 +723,16 @@ impl Processes {
         .await;
         let dest =
             json_ok(self.api(base, Method::POST, "/v1/destinations").json(&destination).send().await.unwrap()).await;
-        let streams = json!([{ "name": "events", "sync_mode": "incremental_deduped" }]);
+        let streams = json!([{ "name": "events", "sync_mode": mode }]);
         let body = json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": streams });
         let p = json_ok(self.api(base, Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
         p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
+    /// The SQLite destination `w.db` of the pipeline's workspace.
+    fn warehouse(&self) -> String {
+        let ws = self.workspace.get().expect("a pipeline was made");
+        format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses").join(ws).join("w.db").display())
     }
 
     /// Polls the job through `base` until it ends.
@@ -731,12 +752,7 @@ impl Processes {
 
     /// Rows in the SQLite destination's `events` table.
     async fn rows(&self) -> i64 {
-        let ws = self.workspace.get().expect("a pipeline was made");
-        count_rows(
-            &format!("sqlite://{}?mode=ro", self.dir.path().join("data/warehouses").join(ws).join("w.db").display()),
-            "events",
-        )
-        .await
+        count_rows(&self.warehouse(), "events").await
     }
 }
 
@@ -836,6 +852,101 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
     drop((a, b));
     assert_eq!(events.max_in_flight.load(Ordering::SeqCst), 1, "only one runner read at a time");
     assert_eq!(procs.rows().await, 600, "every record once");
+}
+
+/// Upgrades drain, on two server processes sharing one PostgreSQL
+/// database: a sync that started on version 1 finishes on version 1 while
+/// version 2 is made current mid-sync, even when its server dies and
+/// another takes the job over; the next sync runs version 2. Only the
+/// first server ever has the plugin's files: the second runs what the
+/// database holds. Needs `SERVICE_TEST_DATABASE_URL` (or the local server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_finishes_on_the_plugin_version_it_started_with_while_another_becomes_current() {
+    crate::support::init_crypto();
+    let Some(db) = crate::support::PgDatabase::create().await else { return };
+    let ca = TestCa::new();
+    // Slow pages (24 of them) until the first server is gone, then quick.
+    let events = slow_events("upgrade-test-source-token", 1200, 600);
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("DATABASE_URL", db.url.clone()));
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "2".into()));
+    let files = procs.dir.path().join("plugins");
+    std::fs::copy(test_plugin("test_versioned_one"), files.join("versioned.wasm")).unwrap();
+    let mut a = ServerProcess::start(procs.env.clone()).await;
+    let base_a = a.base.clone();
+    let destination = json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } });
+    let pipeline =
+        procs.pipeline_of(&base_a, "test_versioned", &events, 50, destination, "full_refresh_overwrite").await;
+    let sync = |base: &str| {
+        let req = procs.api(base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+        async move { json_ok(req.send().await.unwrap()).await["data"]["job_id"].as_str().unwrap().to_owned() }
+    };
+    let job_id = sync(&base_a).await;
+    let job_path = format!("/v1/jobs/{job_id}");
+    for _ in 0..400 {
+        let j = json_ok(procs.api(&base_a, Method::GET, &job_path).send().await.unwrap()).await;
+        if j["data"]["progress"]["records"].as_u64().unwrap_or(0) >= 100 {
+            assert_eq!(j["data"]["plugin"]["version"], "1.0.0", "{j}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // Version 2 arrives; it is installed, not run, until made current.
+    std::fs::copy(test_plugin("test_versioned_two"), files.join("versioned-2.wasm")).unwrap();
+    let versions_path = "/v1/admin/plugins/test_versioned/versions";
+    let mut versions = Value::Null;
+    for _ in 0..200 {
+        versions = json_ok(procs.api(&base_a, Method::GET, versions_path).send().await.unwrap()).await;
+        if versions["data"]["items"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let items = versions["data"]["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{versions}");
+    assert_eq!((items[0]["version"].as_str(), items[0]["current"].as_bool()), (Some("1.0.0"), Some(true)));
+    assert_eq!((items[1]["version"].as_str(), items[1]["current"].as_bool()), (Some("2.0.0"), Some(false)));
+    let used = procs.api(&base_a, Method::POST, "/v1/admin/plugins/test_versioned/use");
+    let used = json_ok(used.json(&json!({ "version": "2.0.0" })).send().await.unwrap()).await;
+    assert_eq!((used["data"]["version"].as_str(), used["data"]["available"].as_bool()), (Some("2.0.0"), Some(true)));
+    let running = json_ok(procs.api(&base_a, Method::GET, &job_path).send().await.unwrap()).await;
+    assert_eq!(running["data"]["status"], "running", "version 2 became current mid-sync: {running}");
+
+    // The first server dies mid-sync; the second, with no plugin file,
+    // takes the job over and finishes it on version 1.
+    a.kill();
+    events.delay_ms.store(0, Ordering::SeqCst);
+    let elsewhere = procs.dir.path().join("plugins-b");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut env_b = procs.env.clone();
+    env_b.retain(|(k, _)| *k != "SERVICE_PLUGINS_DIR");
+    env_b.push(("SERVICE_PLUGINS_DIR", elsewhere.display().to_string()));
+    let b = ServerProcess::start(env_b).await;
+    let first = procs.wait(&b.base, &job_id).await;
+    assert_eq!((first["status"].as_str(), first["attempts"].as_i64()), (Some("succeeded"), Some(2)), "{first}");
+    assert_eq!(first["plugin"]["version"], "1.0.0", "{first}");
+    assert_eq!(stamps(&procs.warehouse()).await, vec![("1.0.0".to_owned(), 1200)], "every record read by version 1");
+
+    // The next sync runs version 2.
+    let next = sync(&b.base).await;
+    let second = procs.wait(&b.base, &next).await;
+    assert_eq!((second["status"].as_str(), second["plugin"]["version"].as_str()), (Some("succeeded"), Some("2.0.0")));
+    assert_eq!(stamps(&procs.warehouse()).await, vec![("2.0.0".to_owned(), 1200)]);
+    drop(b);
+}
+
+/// The plugin versions stamped on the destination's events, with counts.
+async fn stamps(url: &str) -> Vec<(String, i64)> {
+    use sqlx::{Connection, Row};
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(url).await.unwrap();
+    let rows = sqlx::query("SELECT plugin_version AS v, COUNT(*) AS n FROM events GROUP BY plugin_version ORDER BY 1")
+        .fetch_all(&mut c)
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.try_get("v").unwrap(), r.try_get("n").unwrap())).collect()
 }
 
 async fn schedules_start_syncs_skip_when_busy_and_stop_when_paused(backend: Backend) {

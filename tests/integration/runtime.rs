@@ -535,8 +535,10 @@ pub fn with_custom_section(mut component: Vec<u8>, payload: &[u8]) -> Vec<u8> {
 on_both_backends!(an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled);
 
 /// Overwriting an enabled plugin's file does not swap its code: the new
-/// component is a new version, disabled until an operator loads it, and
-/// a replica holding other bytes than the ones enabled does not run them.
+/// component is installed as a new version and runs only once an operator
+/// makes it current; the version the operator enabled keeps running from
+/// the control database, file or no file, and bytes swapped in the
+/// database are refused.
 async fn an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled(backend: Backend) {
     let Some(srv) = TestServer::start(backend).await else { return };
     let dir = srv.state.config.plugins.plugins_dir.clone();
@@ -557,31 +559,65 @@ async fn an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled(backe
     assert_eq!((first["enabled"].as_bool(), first["available"].as_bool()), (Some(true), Some(true)), "{first}");
 
     // The file is overwritten with another component of the same id.
-    std::fs::write(&file, with_custom_section(original.clone(), b"another build")).unwrap();
+    let rebuilt = with_custom_section(original.clone(), b"another build");
+    std::fs::write(&file, &rebuilt).unwrap();
     srv.state.plugins.scan_dir().await;
-    let swapped = listed(&srv).await;
-    assert_ne!(swapped["digest"], first["digest"], "{swapped}");
-    assert_eq!(
-        (swapped["enabled"].as_bool(), swapped["available"].as_bool()),
-        (Some(false), Some(false)),
-        "a new version waits for an operator: {swapped}"
-    );
-    assert!(srv.state.plugins.available("test_noop").await.is_err(), "the swapped code does not run");
-    assert_eq!(
-        json_ok(srv.get("/v1/connectors/test_noop").send().await.unwrap()).await["data"]["status"],
-        "unavailable"
-    );
+    let after = listed(&srv).await;
+    assert_eq!(after["digest"], first["digest"], "the enabled version still runs: {after}");
+    assert_eq!(after["available"], true, "{after}");
+    assert_eq!(srv.state.plugins.available("test_noop").await.unwrap().digest, first["digest"].as_str().unwrap());
+    let versions = json_ok(srv.get("/v1/admin/plugins/test_noop/versions").send().await.unwrap()).await;
+    let items = versions["data"]["items"].as_array().unwrap().clone();
+    let new_digest = service::plugin::signature::digest(&rebuilt);
+    assert_eq!(items.len(), 2, "{versions}");
+    assert_eq!((&items[0]["digest"], items[0]["current"].as_bool()), (&first["digest"], Some(true)), "{versions}");
+    assert_eq!((items[1]["digest"].as_str(), items[1]["current"].as_bool()), (Some(new_digest.as_str()), Some(false)));
 
-    // The operator enables the new version: pinned to it.
+    // Both declare the same version: the operator names one by digest.
+    let ambiguous = srv.post("/v1/admin/plugins/test_noop/use", json!({ "version": "0.1.0" })).send().await.unwrap();
+    let e = expect_error(ambiguous, 409, "PLUGIN_VERSION_AMBIGUOUS").await;
+    assert_eq!(e["details"]["digests"].as_array().unwrap().len(), 2, "{e}");
+    let unknown = srv.post("/v1/admin/plugins/test_noop/use", json!({ "version": "9.9.9" })).send().await.unwrap();
+    expect_error(unknown, 404, "404").await;
+    let used = json_ok(
+        srv.post("/v1/admin/plugins/test_noop/use", json!({ "version": &new_digest[..16] })).send().await.unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (used["data"]["digest"].as_str(), used["data"]["available"].as_bool()),
+        (Some(&*new_digest), Some(true))
+    );
+    // Rolling back is using the previous version.
+    let back = json!({ "version": first["digest"] });
+    json_ok(srv.post("/v1/admin/plugins/test_noop/use", back).send().await.unwrap()).await;
+    assert_eq!(srv.state.plugins.available("test_noop").await.unwrap().digest, first["digest"].as_str().unwrap());
+
+    // With its file gone, re-enabling runs the pinned version from the
+    // database; whatever file appears later does not change that.
+    std::fs::remove_file(&file).unwrap();
+    srv.state.plugins.scan_dir().await;
+    assert!(srv.state.plugins.available("test_noop").await.is_err(), "removing the file unloads the plugin");
     json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
-    let enabled = listed(&srv).await;
-    assert_eq!((enabled["available"].as_bool(), &enabled["digest"]), (Some(true), &swapped["digest"]), "{enabled}");
-    let state = srv.state.store.plugin_state("test_noop").await.unwrap();
-    assert_eq!(state.digest.as_deref(), swapped["digest"].as_str());
+    assert_eq!(srv.state.plugins.available("test_noop").await.unwrap().digest, first["digest"].as_str().unwrap());
 
-    // A replica whose file is not the enabled component does not run it.
-    srv.state.store.set_plugin_enabled("test_noop", true, None, Some(&"0".repeat(64))).await.unwrap();
-    assert!(srv.state.plugins.available("test_noop").await.is_err(), "other bytes than the enabled ones never run");
+    // Bytes swapped in the database under the pinned digest never run on
+    // a replica that prepares them from there.
+    let url = srv.state.config.database_url.clone();
+    let digest = first["digest"].as_str().unwrap().to_owned();
+    {
+        use base64::Engine as _;
+        use sqlx::Connection as _;
+        let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("UPDATE plugin_versions SET component = $1 WHERE digest = $2")
+            .bind(base64::engine::general_purpose::STANDARD.encode(&rebuilt))
+            .bind(&digest)
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    let replica = TestServer::start_with(backend, |c| c.database_url = url).await.unwrap();
+    assert!(replica.state.plugins.available("test_noop").await.is_err(), "other bytes than the enabled ones never run");
+    replica.stop().await;
     srv.stop().await;
 }
 

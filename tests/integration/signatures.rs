@@ -175,3 +175,42 @@ async fn the_plugins_directory_registers_no_unsigned_file_and_allowed_still_refu
     assert_eq!(load(&relaxed, &unsigned).await.unwrap(), "test_noop");
     assert_eq!(relaxed.state.plugins.summary("test_noop").await.unwrap().signer, None);
 }
+
+/// An installed version carries its signature into the control database
+/// and is checked again by every server that prepares it there: a server
+/// that does not trust the publisher (or trusts nobody) does not run it,
+/// even though another server enabled it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_runs_an_installed_version_only_under_its_own_trust() {
+    let dir = tempfile::tempdir().unwrap();
+    let (acme_key, acme) = publisher(dir.path(), "acme");
+    let trusting = move |c: &mut service::config::ServerConfig| {
+        c.plugins.signatures = SignaturePolicy { required: true, trusted: vec![acme] };
+    };
+    let srv = TestServer::start_with(Backend::Sqlite, trusting.clone()).await.unwrap();
+    let signed = component(dir.path(), "noop", Some(&acme_key));
+    load(&srv, &signed).await.unwrap();
+    srv.state.plugins.load("test_noop", None).await.unwrap();
+    assert!(srv.state.plugins.available("test_noop").await.is_ok());
+
+    // Servers with no plugins directory of their own, on the same database.
+    let url = srv.state.config.database_url.clone();
+    let distrusting = TestServer::start_with(Backend::Sqlite, |c| {
+        c.database_url = url.clone();
+        c.plugins.signatures = SignaturePolicy { required: true, trusted: vec![] };
+    })
+    .await
+    .unwrap();
+    assert!(distrusting.state.plugins.available("test_noop").await.is_err(), "not trusted here: not run");
+    let replica = TestServer::start_with(Backend::Sqlite, |c| {
+        c.database_url = url.clone();
+        trusting(c);
+    })
+    .await
+    .unwrap();
+    let summary = replica.state.plugins.summary("test_noop").await.expect("learned from the database");
+    assert_eq!((summary.signer.as_deref(), summary.available), (Some("acme"), true), "{summary:?}");
+    for s in [replica, distrusting, srv] {
+        s.stop().await;
+    }
+}

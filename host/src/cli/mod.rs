@@ -204,6 +204,25 @@ pub enum PluginsCommand {
         #[command(flatten)]
         plugins: PluginArgs,
     },
+    /// List a plugin's installed versions; `*` marks the one new jobs run.
+    Versions {
+        /// The connector id (or a legacy alias).
+        connector_id: String,
+        #[command(flatten)]
+        plugins: PluginArgs,
+    },
+    /// Make an installed version current on every server sharing the
+    /// database (and enable the plugin): new jobs run it, running jobs
+    /// finish on theirs. Rolling back is using the previous version.
+    Use {
+        /// The connector id (or a legacy alias).
+        connector_id: String,
+        /// A version it declares, or a digest (12 or more leading hex
+        /// characters) where several components declare the same version.
+        version: String,
+        #[command(flatten)]
+        plugins: PluginArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -392,7 +411,9 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::List { ref plugins }
         | PluginsCommand::Load { ref plugins, .. }
-        | PluginsCommand::Unload { ref plugins, .. } => plugins.clone(),
+        | PluginsCommand::Unload { ref plugins, .. }
+        | PluginsCommand::Versions { ref plugins, .. }
+        | PluginsCommand::Use { ref plugins, .. } => plugins.clone(),
     };
     let plugins = &plugins;
     let settings = plugins.resolve(&storage.data_dir)?;
@@ -440,21 +461,26 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
             let id = if target.ends_with(".wasm") {
                 let path = PathBuf::from(&target);
                 let bytes = crate::plugin::read_component(&path)?;
-                // Validate before copying, so a bad file never lands in the
-                // directory servers watch.
+                // Verified and installed before it is copied, so a bad file
+                // never lands in the directory servers watch; the file named
+                // is the version that runs from now on.
                 let id = registry.load_bytes(&bytes, crate::plugin::registry::PluginSource::File(path.clone())).await?;
+                let digest = crate::plugin::signature::digest(&bytes);
                 std::fs::create_dir_all(&settings.plugins_dir)?;
                 let dest = settings
                     .plugins_dir
                     .join(path.file_name().ok_or_else(|| anyhow::anyhow!("{target}: no file name"))?);
                 // The signature first: servers watching the directory
-                // check it when the component appears.
+                // check it when the component appears, which it does whole
+                // (the verified bytes, renamed into place).
                 let signature = crate::plugin::signature::sidecar(&path);
                 if signature.exists() {
                     std::fs::copy(&signature, crate::plugin::signature::sidecar(&dest))?;
                 }
-                std::fs::copy(&path, &dest)?;
-                registry.load(&id, None).await?;
+                let partial = dest.with_extension("wasm.partial");
+                std::fs::write(&partial, &bytes)?;
+                std::fs::rename(&partial, &dest)?;
+                registry.use_version(&id, &digest, None).await.map_err(|e| anyhow::anyhow!("{id}: {e}"))?;
                 println!("loaded {id} from {} into {}", path.display(), dest.display());
                 id
             } else {
@@ -467,6 +493,36 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         PluginsCommand::Unload { connector_id, .. } => {
             let id = registry.unload(&connector_id, None).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
             println!("disabled {id}; it is unavailable on every server sharing this database");
+        }
+        PluginsCommand::Versions { connector_id, .. } => {
+            let (versions, current) =
+                registry.versions(&connector_id).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
+            println!("  {:<12} {:<66} {:<10} {:<16} ORIGIN", "VERSION", "DIGEST (SHA-256)", "INTERFACE", "SIGNED BY");
+            for v in versions {
+                let mark = if current.as_deref() == Some(v.digest.as_str()) { "*" } else { " " };
+                let signer = v.signer.as_deref().unwrap_or(if v.origin.starts_with("bundled:") {
+                    "(built in)"
+                } else {
+                    "(unsigned)"
+                });
+                println!("{mark} {:<12} {:<66} {:<10} {signer:<16} {}", v.version, v.digest, v.interface, v.origin);
+            }
+        }
+        PluginsCommand::Use { connector_id, version, .. } => {
+            let plan =
+                registry.plan_use(&connector_id, &version).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
+            for change in &plan.widening {
+                println!("widens: {change}");
+            }
+            registry
+                .use_version(&plan.connector_id, &plan.to.digest, None)
+                .await
+                .map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
+            let was = plan.from.map(|f| format!(" (was {})", f.version)).unwrap_or_default();
+            println!(
+                "{} now runs {} (sha256 {}){was} on every server sharing this database; running jobs finish on theirs",
+                plan.connector_id, plan.to.version, plan.to.digest
+            );
         }
         PluginsCommand::Validate { .. }
         | PluginsCommand::Keygen { .. }

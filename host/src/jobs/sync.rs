@@ -17,7 +17,7 @@ use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode};
 use crate::state::AppState;
-use crate::store::jobs::Job;
+use crate::store::jobs::{Job, JobPlugin};
 use crate::store::kinds::JobKind;
 use crate::store::pipelines::StreamSyncMode;
 use crate::warehouse::{Loader, WriteError, Writer, Written};
@@ -202,7 +202,19 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
         .ok()
         .flatten()
         .ok_or_else(|| permanent("the destination no longer exists"))?;
-    let connector = state.plugins.connector(&source.connector_id, ws).await.map_err(|e| permanent(&short(e)))?;
+    // The version the job started with, to its end; the current one when
+    // it starts now.
+    let recorded = job.plugin.as_ref().map(|p| p.digest.as_str());
+    let connector =
+        state.plugins.for_job(&source.connector_id, ws, recorded).await.map_err(|e| permanent(&short(e)))?;
+    if recorded.is_none() {
+        let plugin = connector.plugin();
+        let runs = JobPlugin { version: plugin.info.version.clone(), digest: plugin.digest.clone() };
+        let kept = state.store.pin_job_plugin(&job.job_id, &runs).await.map_err(|e| Failure::Transient(short(e)))?;
+        if kept != runs {
+            return Err(Failure::Transient("another attempt of the job started on another plugin version".into()));
+        }
+    }
     let writer = state.warehouses.writer(&dest).await.map_err(|e| {
         let transient = e.is_transient();
         Failure::of(e, transient)

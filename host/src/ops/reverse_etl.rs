@@ -530,7 +530,7 @@ pub async fn run(
             "EXECUTION_CONFLICT",
             "a run of this activation is already active; refresh its status before retrying",
         )
-        .with_details(json!({ "active_run": active.as_ref().map(run_summary) }))),
+        .with_details(json!({ "active_run": active.as_deref().map(run_summary) }))),
     }
 }
 

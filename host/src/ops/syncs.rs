@@ -72,7 +72,7 @@ pub async fn run(
         Err(NotQueued::Gone) => Err(ApiError::not_found("pipeline")),
         Err(NotQueued::Active(active)) => Err(conflict(
             "a sync or reset is already active for this pipeline; refresh its status before retrying",
-            active,
+            active.map(|job| *job),
             None,
         )),
     }

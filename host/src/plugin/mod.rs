@@ -8,8 +8,9 @@
 //! - [`v1_1`]: what `service:connector@1.1.0` adds (`http-ahead`), on top
 //!   of 1.0.0's bindings;
 //! - [`sandbox`]: the per-invocation store, limits and WASI context;
-//! - [`registry`]: which plugins are loaded, their aliases, and their
-//!   enabled state (kept in the database so replicas agree);
+//! - [`registry`]: which plugins are loaded, their aliases, their enabled
+//!   state and installed versions (kept in the database so replicas agree
+//!   and run the same bytes);
 //! - [`signature`]: publishers' signatures over a component's digest and
 //!   identity, checked before a plugins-directory file is compiled;
 //! - [`connector`]: a plugin bound to a workspace and the egress, as the

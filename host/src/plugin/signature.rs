@@ -152,6 +152,8 @@ pub struct Verified {
     /// The trusted key's name.
     pub signer: String,
     pub identity: Identity,
+    /// The signature file as it was found, kept with the component.
+    pub text: String,
 }
 
 /// Checks the signature beside a component before it is compiled: its
@@ -160,13 +162,28 @@ pub struct Verified {
 pub fn check(policy: &SignaturePolicy, component: &Path, digest: &str) -> Result<Option<Verified>, SignatureError> {
     let path = sidecar(component);
     let text = match read_small(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            return if policy.required { Err(SignatureError::Unsigned(name)) } else { Ok(None) };
-        }
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(SignatureError::Unreadable(e.to_string())),
     };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    check_text(policy, text, &name, digest)
+}
+
+/// Checks a signature file's text (`None`: there is none, as `missing`
+/// names it) against the component with `digest`, as [`check`] does.
+pub fn check_text(
+    policy: &SignaturePolicy,
+    text: Option<String>,
+    missing: &str,
+    digest: &str,
+) -> Result<Option<Verified>, SignatureError> {
+    let Some(text) = text else {
+        return if policy.required { Err(SignatureError::Unsigned(missing.to_owned())) } else { Ok(None) };
+    };
+    if text.len() as u64 > MAX_SIGNATURE_BYTES {
+        return Err(SignatureError::Unreadable(format!("larger than {MAX_SIGNATURE_BYTES} bytes")));
+    }
     let file: SignatureFile = serde_json::from_str(&text).map_err(|e| SignatureError::Unreadable(e.to_string()))?;
     if file.format != FORMAT {
         return Err(SignatureError::Unreadable(format!("format {:.40?}, expected {FORMAT}", file.format)));
@@ -186,7 +203,7 @@ pub fn check(policy: &SignaturePolicy, component: &Path, digest: &str) -> Result
     UnparsedPublicKey::new(&ED25519, &key.public_key)
         .verify(&message(digest, &file.identity), &signature)
         .map_err(|_| SignatureError::Invalid)?;
-    Ok(Some(Verified { signer: key.name.clone(), identity: file.identity }))
+    Ok(Some(Verified { signer: key.name.clone(), identity: file.identity, text }))
 }
 
 /// Reads a signature file: a regular file (not a link, a pipe or a

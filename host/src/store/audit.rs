@@ -33,6 +33,10 @@ pub(crate) struct AuditRecord {
     pub approval_id: Option<String>,
     /// The client's address, when the record is of a request.
     pub address: Option<String>,
+    /// What the action adds to its target, e.g. a plugin load's digest,
+    /// version and signer. Identifiers only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -51,6 +55,7 @@ pub struct NewAuditRecord {
     pub status_code: i64,
     pub approval_id: Option<String>,
     pub address: Option<String>,
+    pub details: Option<serde_json::Value>,
 }
 
 impl NewAuditRecord {
@@ -76,6 +81,7 @@ impl NewAuditRecord {
             status_code: i64::from(status_code),
             approval_id: None,
             address: None,
+            details: None,
         }
     }
 
@@ -123,8 +129,8 @@ impl Store {
         let id = new_id("aud");
         sqlx::query(
             "INSERT INTO audit_logs (id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, \
-             client_source, request_id, outcome, status_code, approval_id, address, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+             client_source, request_id, outcome, status_code, approval_id, address, details, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(&id)
         .bind(&r.workspace_id)
@@ -139,6 +145,7 @@ impl Store {
         .bind(r.status_code)
         .bind(&r.approval_id)
         .bind(&r.address)
+        .bind(r.details.as_ref().map(ToString::to_string))
         .bind(now_ms())
         .execute(self.pool())
         .await?;
@@ -154,7 +161,7 @@ impl Store {
     ) -> StoreResult<Vec<AuditRecord>> {
         let rows = sqlx::query(
             "SELECT id, workspace_id, actor_user_id, actor_session_id, action, target_type, target_id, client_source, \
-             request_id, outcome, status_code, approval_id, address, created_at FROM audit_logs \
+             request_id, outcome, status_code, approval_id, address, details, created_at FROM audit_logs \
              WHERE workspace_id = $1 AND ($2 IS NULL OR created_at >= $2) AND ($3 IS NULL OR created_at < $3) \
              AND ($4 IS NULL OR actor_user_id = $4) AND ($5 IS NULL OR action = $5) AND ($6 IS NULL OR client_source = $6) \
              AND ($7 IS NULL OR outcome = $7) AND ($8 IS NULL OR id < $8) ORDER BY id DESC LIMIT $9",
@@ -186,6 +193,7 @@ impl Store {
                     status_code: r.try_get("status_code")?,
                     approval_id: r.try_get("approval_id")?,
                     address: r.try_get("address")?,
+                    details: r.try_get::<Option<String>, _>("details")?.and_then(|d| serde_json::from_str(&d).ok()),
                     created_at: from_ms(r.try_get("created_at")?),
                 })
             })

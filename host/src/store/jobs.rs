@@ -60,6 +60,18 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The plugin version the job runs, recorded when it first starts: it
+    /// keeps it to its end, retries included, whatever becomes current.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<JobPlugin>,
+}
+
+/// The component a job runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct JobPlugin {
+    pub version: String,
+    /// SHA-256 of the component.
+    pub digest: String,
 }
 
 pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
@@ -78,10 +90,14 @@ pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
         created_at: from_ms(r.try_get("created_at")?),
         started_at: r.try_get::<Option<i64>, _>("started_at")?.map(from_ms),
         finished_at: r.try_get::<Option<i64>, _>("finished_at")?.map(from_ms),
+        plugin: match (r.try_get("plugin_version")?, r.try_get("plugin_digest")?) {
+            (Some(version), Some(digest)) => Some(JobPlugin { version, digest }),
+            _ => None,
+        },
     })
 }
 
-pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at";
+pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at, plugin_version, plugin_digest";
 
 /// What a job runs for: at most one of its jobs is active at a time.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +123,7 @@ impl JobFor<'_> {
 pub enum NotQueued {
     /// Another job of its pipeline or activation is active (this one,
     /// unless it ended meanwhile).
-    Active(Option<Job>),
+    Active(Option<Box<Job>>),
     /// Its pipeline or activation was deleted meanwhile.
     Gone,
 }
@@ -160,7 +176,7 @@ impl Store {
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => Ok(Err(NotQueued::Gone)),
             // The only unique rule a new job can break is its index's.
             Err(sqlx::Error::Database(db)) if db.is_unique_violation() => {
-                Ok(Err(NotQueued::Active(self.active_job_for(subject).await?)))
+                Ok(Err(NotQueued::Active(self.active_job_for(subject).await?.map(Box::new))))
             }
             Err(e) => Err(e.into()),
         }
@@ -314,6 +330,22 @@ impl Store {
         .await?
         .rows_affected();
         Ok(n == 1)
+    }
+
+    /// Records the plugin version a job runs, the first time it runs; the
+    /// version it keeps (an earlier attempt's record wins).
+    pub(crate) async fn pin_job_plugin(&self, job_id: &str, plugin: &JobPlugin) -> StoreResult<JobPlugin> {
+        sqlx::query("UPDATE jobs SET plugin_version = $1, plugin_digest = $2 WHERE id = $3 AND plugin_digest IS NULL")
+            .bind(&plugin.version)
+            .bind(&plugin.digest)
+            .bind(job_id)
+            .execute(self.pool())
+            .await?;
+        let row = sqlx::query("SELECT plugin_version, plugin_digest FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(JobPlugin { version: row.try_get("plugin_version")?, digest: row.try_get("plugin_digest")? })
     }
 
     pub(crate) async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {

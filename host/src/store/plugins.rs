@@ -103,3 +103,120 @@ impl Store {
         Ok(())
     }
 }
+
+/// One installed component of a connector, without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginVersion {
+    pub connector_id: String,
+    /// SHA-256 of the component, hex.
+    pub digest: String,
+    /// The version the component declares.
+    pub version: String,
+    /// The WIT interface version it exports.
+    pub interface: String,
+    /// The trusted key that signed it when it was installed.
+    pub signer: Option<String>,
+    /// Where it came from: `file:<name>` or an `oci://` reference.
+    pub origin: String,
+    pub added_at: i64,
+}
+
+/// A component to install, verified by the caller.
+pub struct NewPluginVersion<'a> {
+    pub version: &'a PluginVersion,
+    /// The signature file as it was found (JSON), when signed.
+    pub signature: Option<&'a str>,
+    pub component: &'a [u8],
+}
+
+fn version_from_row(r: &sqlx::any::AnyRow) -> StoreResult<PluginVersion> {
+    Ok(PluginVersion {
+        connector_id: r.try_get("connector_id")?,
+        digest: r.try_get("digest")?,
+        version: r.try_get("version")?,
+        interface: r.try_get("interface")?,
+        signer: r.try_get("signer")?,
+        origin: r.try_get("origin")?,
+        added_at: r.try_get("added_at")?,
+    })
+}
+
+impl Store {
+    /// Installs a component unless the same one is installed already.
+    /// `true` when it is new.
+    pub(crate) async fn add_plugin_version(&self, new: &NewPluginVersion<'_>) -> StoreResult<bool> {
+        use base64::Engine as _;
+        let v = new.version;
+        let done = sqlx::query(
+            "INSERT INTO plugin_versions (connector_id, digest, version, interface, signer, signature, origin, component, added_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (connector_id, digest) DO NOTHING",
+        )
+        .bind(&v.connector_id)
+        .bind(&v.digest)
+        .bind(&v.version)
+        .bind(&v.interface)
+        .bind(&v.signer)
+        .bind(new.signature)
+        .bind(&v.origin)
+        .bind(base64::engine::general_purpose::STANDARD.encode(new.component))
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// A connector's installed components, oldest first.
+    pub async fn plugin_versions(&self, connector_id: &str) -> StoreResult<Vec<PluginVersion>> {
+        let rows = sqlx::query(
+            "SELECT connector_id, digest, version, interface, signer, origin, added_at FROM plugin_versions \
+             WHERE connector_id = $1 ORDER BY added_at, digest",
+        )
+        .bind(connector_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(version_from_row).collect()
+    }
+
+    /// An installed component's bytes and the signature file it came with.
+    pub(crate) async fn plugin_component(
+        &self,
+        connector_id: &str,
+        digest: &str,
+    ) -> StoreResult<Option<(Vec<u8>, Option<String>)>> {
+        use base64::Engine as _;
+        let row =
+            sqlx::query("SELECT component, signature FROM plugin_versions WHERE connector_id = $1 AND digest = $2")
+                .bind(connector_id)
+                .bind(digest)
+                .fetch_optional(self.pool())
+                .await?;
+        let Some(row) = row else { return Ok(None) };
+        let text: String = row.try_get("component")?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(text).map_err(|e| {
+            super::StoreError::Database(sqlx::Error::ColumnDecode { index: "component".into(), source: Box::new(e) })
+        })?;
+        Ok(Some((bytes, row.try_get("signature")?)))
+    }
+
+    /// Makes `digest` the component every replica runs for a connector and
+    /// enables it; `None` runs the bundled build.
+    pub(crate) async fn use_plugin_version(
+        &self,
+        connector_id: &str,
+        digest: Option<&str>,
+        by: Option<&str>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO plugin_states (connector_id, enabled, updated_at, updated_by, digest) VALUES ($1, 1, $2, $3, $4) \
+             ON CONFLICT (connector_id) DO UPDATE SET enabled = 1, updated_at = excluded.updated_at, \
+             updated_by = excluded.updated_by, digest = excluded.digest",
+        )
+        .bind(connector_id)
+        .bind(now_ms())
+        .bind(by)
+        .bind(digest)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+}

@@ -12,15 +12,27 @@
 //! is listed as unavailable, work on it is refused, saved sources keep
 //! their configuration, and loading it again restores everything.
 //!
-//! Loading a plugin from the plugins directory pins it to the digest of
-//! the component the operator enabled: a replica whose file holds another
-//! component does not run it, and a file replaced under an enabled plugin
-//! makes a new version, disabled (everywhere) until an operator loads it.
+//! Every component a plugins-directory file brings is installed as a
+//! version of its connector in the control database ([`versions`]), and an
+//! enabled plugin is pinned to the digest of the version the operator
+//! enabled: every replica runs exactly those bytes, from the database,
+//! whatever its own plugins directory holds. A file replaced under an
+//! enabled plugin is a new version, installed but not run until an
+//! operator makes it current; a job keeps the version it started with.
 //!
 //! A file is also held to the operator's signature policy
 //! ([`super::signature`]): by default it must carry a signature by a
 //! trusted publisher over its digest and the identity it declares, checked
-//! before it is compiled. Bundled plugins are built with the server.
+//! before it is compiled, and again whenever a replica loads an installed
+//! version. Bundled plugins are built with the server.
+//!
+//! Layout: this module (the registry: loading, listing, the operator's
+//! switch, the plugins directory) and [`versions`] (installed versions,
+//! which one runs, and what changes when another becomes current).
+
+mod versions;
+
+pub use versions::{Installed, PlannedUse, VersionError};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -34,8 +46,8 @@ use super::types::{ConnectorInfo, ConnectorKind, Operation};
 use super::{InterfaceVersion, InvocationError, Runtime};
 use crate::config::signatures::SignaturePolicy;
 use crate::egress::Egress;
-use crate::store::Store;
-use crate::store::plugins::PluginState;
+use crate::store::plugins::{NewPluginVersion, PluginState, PluginVersion};
+use crate::store::{Store, StoreError};
 
 /// Where a plugin's component comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +56,9 @@ pub enum PluginSource {
     Bundled(&'static str),
     /// A file in the plugins directory.
     File(PathBuf),
+    /// A version installed in the control database by another replica or
+    /// a pull, with no file here.
+    Installed,
 }
 
 impl std::fmt::Display for PluginSource {
@@ -53,6 +68,7 @@ impl std::fmt::Display for PluginSource {
             PluginSource::File(p) => {
                 write!(f, "file:{}", p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default())
             }
+            PluginSource::Installed => write!(f, "installed"),
         }
     }
 }
@@ -93,6 +109,8 @@ pub enum LoadError {
     Duplicate(String, String),
     #[error("{file} (sha256 {digest}) is refused: {reason}")]
     Signature { file: String, digest: String, reason: SignatureError },
+    #[error("could not install the component: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// Problems with a connector's description; empty when it is valid.
@@ -145,6 +163,16 @@ pub(crate) fn validate_info(info: &ConnectorInfo) -> Vec<String> {
     problems
 }
 
+/// Where a component's signature is, if anywhere.
+enum Signed<'a> {
+    /// Built with the server: covered by the build.
+    Built,
+    /// In the signature file beside the component's file.
+    Beside(&'a Path),
+    /// Kept with an installed version (none: it was installed unsigned).
+    Kept(Option<String>),
+}
+
 /// A plugins-directory file as last seen: (modified, length, connector id).
 type SeenFile = (SystemTime, u64, Option<String>);
 
@@ -163,6 +191,9 @@ pub struct Registry {
     signatures: SignaturePolicy,
     /// Files of the plugins directory as last seen.
     seen: std::sync::Mutex<HashMap<PathBuf, SeenFile>>,
+    /// Installed versions prepared here, by digest (beyond the component
+    /// each plugin's own source holds).
+    installed: RwLock<HashMap<String, Installed>>,
 }
 
 impl Registry {
@@ -184,6 +215,7 @@ impl Registry {
             plugins_dir,
             signatures,
             seen: Default::default(),
+            installed: Default::default(),
         }
     }
 
@@ -210,37 +242,55 @@ impl Registry {
             }
         }
         self.scan_dir().await;
+        if let Ok(states) = self.store.plugin_states().await {
+            self.adopt_installed(&states).await;
+        }
     }
 
-    /// Prepares, describes and validates a component, then registers it.
-    pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
-        // A file's signature is checked before its bytes are compiled, and
-        // what it covers once the component has described itself.
-        let verified = match &source {
-            PluginSource::File(path) => {
-                let digest = signature::digest(bytes);
-                let refused =
-                    |reason| LoadError::Signature { file: source.to_string(), digest: digest.clone(), reason };
-                signature::check(&self.signatures, path, &digest).map_err(refused)?
+    /// Verifies (as `signed` says) and prepares a component; `label` names
+    /// it in refusals.
+    async fn prepare(
+        &self,
+        bytes: &[u8],
+        label: &str,
+        signed: Signed<'_>,
+    ) -> Result<(LoadedPlugin, Option<signature::Verified>), LoadError> {
+        // The signature is checked before the bytes are compiled, and what
+        // it covers once the component has described itself.
+        let digest = signature::digest(bytes);
+        let refused = |reason| LoadError::Signature { file: label.to_owned(), digest: digest.clone(), reason };
+        let verified = match signed {
+            Signed::Built => None,
+            Signed::Beside(path) => signature::check(&self.signatures, path, &digest).map_err(refused)?,
+            Signed::Kept(text) => {
+                signature::check_text(&self.signatures, text, "its installed signature", &digest).map_err(refused)?
             }
-            PluginSource::Bundled(_) => None,
         };
-        let loaded =
-            self.runtime.load(bytes, &source.to_string()).await.map_err(|e| LoadError::Invalid(e.to_string()))?;
-        let (info, version, digest) = (loaded.info.clone(), loaded.version, loaded.digest.clone());
+        let loaded = self.runtime.load(bytes, label).await.map_err(|e| LoadError::Invalid(e.to_string()))?;
         if let Some(verified) = &verified {
             let found = Identity {
-                connector_id: info.id.clone(),
-                version: info.version.clone(),
-                interface: version.as_str().to_owned(),
+                connector_id: loaded.info.id.clone(),
+                version: loaded.info.version.clone(),
+                interface: loaded.version.as_str().to_owned(),
             };
-            verified.covers(&found).map_err(|reason| LoadError::Signature {
-                file: source.to_string(),
-                digest: digest.clone(),
-                reason,
-            })?;
+            verified.covers(&found).map_err(refused)?;
         }
-        let signer = verified.map(|v| v.signer);
+        Ok((loaded, verified))
+    }
+
+    /// Prepares, describes and validates a component, then registers it;
+    /// a file's component is installed as a version of its connector.
+    pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
+        let signed = match &source {
+            PluginSource::File(path) => Signed::Beside(path),
+            PluginSource::Bundled(_) => Signed::Built,
+            PluginSource::Installed => {
+                return Err(LoadError::Invalid("installed versions are prepared from the database".into()));
+            }
+        };
+        let (loaded, verified) = self.prepare(bytes, &source.to_string(), signed).await?;
+        let (info, version, digest) = (loaded.info.clone(), loaded.version, loaded.digest.clone());
+        let signer = verified.as_ref().map(|v| v.signer.clone());
         let id = info.id.clone();
         {
             // An id or alias belongs to the plugin that declared it first,
@@ -249,8 +299,11 @@ impl Registry {
             // unloaded) nor a legacy alias saved configurations resolve.
             let known = self.known.read().unwrap_or_else(|p| p.into_inner());
             let aliases = self.aliases.read().unwrap_or_else(|p| p.into_inner());
+            // (Another file, or a version known only from the database,
+            // is another version of the same plugin.)
+            let bundled = |s: &PluginSource| matches!(s, PluginSource::Bundled(_));
             if let Some(k) = known.get(&id)
-                && k.source.as_ref().is_some_and(|s| *s != source)
+                && k.source.as_ref().is_some_and(|s| *s != source && (bundled(s) || bundled(&source)))
             {
                 return Err(LoadError::Duplicate(id, k.source.as_ref().map(ToString::to_string).unwrap_or_default()));
             }
@@ -264,6 +317,22 @@ impl Registry {
                 if known.contains_key(alias) {
                     return Err(LoadError::Duplicate(alias.clone(), "a connector id".into()));
                 }
+            }
+        }
+        if let PluginSource::File(_) = &source {
+            let installed = PluginVersion {
+                connector_id: id.clone(),
+                digest: digest.clone(),
+                version: info.version.clone(),
+                interface: version.as_str().to_owned(),
+                signer: signer.clone(),
+                origin: source.to_string(),
+                added_at: 0,
+            };
+            let text = verified.as_ref().map(|v| v.text.as_str());
+            let new = NewPluginVersion { version: &installed, signature: text, component: bytes };
+            if self.store.add_plugin_version(&new).await? {
+                tracing::info!(connector = %id, %digest, version = %info.version, signer = ?signer, "plugin version installed");
             }
         }
         let loaded = Arc::new(loaded);
@@ -291,27 +360,15 @@ impl Registry {
         self.aliases.read().unwrap_or_else(|p| p.into_inner()).get(id_or_alias).cloned()
     }
 
-    /// A plugin ready for work: known, loaded here, enabled, and (when it
-    /// is pinned) the very component the operator enabled.
+    /// A plugin ready for work: known, enabled, and prepared here in the
+    /// version the operator enabled.
     pub async fn available(&self, id_or_alias: &str) -> Result<Arc<LoadedPlugin>, InvocationError> {
-        let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
+        let id = self.resolve(id_or_alias).await?;
         let state = self.store.plugin_state(&id).await.map_err(|e| InvocationError::Host(e.to_string()))?;
         if !state.enabled {
             return Err(InvocationError::Unavailable(id));
         }
-        let mut loaded = self.loaded(&id);
-        if loaded.is_none() {
-            // Enabled elsewhere (another replica or the CLI) but not
-            // loaded here yet: load it now.
-            self.reload(&id).await.map_err(|_| InvocationError::Unavailable(id.clone()))?;
-            loaded = self.loaded(&id);
-        }
-        let plugin = loaded.ok_or_else(|| InvocationError::Unavailable(id.clone()))?;
-        if state.digest.as_ref().is_some_and(|pinned| *pinned != plugin.digest) {
-            tracing::warn!(connector = %id, here = %plugin.digest, enabled = ?state.digest, "this replica's component is not the one the operator enabled; it is not run");
-            return Err(InvocationError::Unavailable(id));
-        }
-        Ok(plugin)
+        self.running(&id, &state).await.map(|found| found.plugin).ok_or(InvocationError::Unavailable(id))
     }
 
     /// An available plugin bound to `workspace_id` and the egress: what
@@ -325,27 +382,36 @@ impl Registry {
         self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).and_then(|k| k.loaded.clone())
     }
 
-    /// Every known plugin, sorted by id.
+    /// Every known plugin, sorted by id, described by the version that
+    /// runs (or, disabled, the one it is pinned to).
     pub async fn list(&self) -> Vec<PluginSummary> {
         let states = self.store.plugin_states().await.unwrap_or_default();
-        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<PluginSummary> = known
-            .iter()
-            .map(|(id, k)| {
-                let state = states.get(id).cloned().unwrap_or(PluginState::UNTOUCHED);
-                let pinned_here = state.digest.as_ref().is_none_or(|d| *d == k.digest);
-                PluginSummary {
-                    info: k.info.clone(),
-                    interface_version: k.version,
-                    digest: k.digest.clone(),
-                    source: k.source.clone(),
-                    signer: k.signer.clone(),
-                    available: state.enabled && k.loaded.is_some() && pinned_here,
-                    enabled: state.enabled,
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| a.info.id.cmp(&b.info.id));
+        let mut ids: Vec<String> = self.known.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        ids.sort();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let state = states.get(&id).cloned().unwrap_or(PluginState::UNTOUCHED);
+            let running = match &state.digest {
+                Some(_) => self.running(&id, &state).await,
+                None if state.enabled => self.running(&id, &state).await,
+                None => None,
+            };
+            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+            let Some(k) = known.get(&id) else { continue };
+            let (info, interface_version, digest, signer) = match &running {
+                Some(r) => (r.plugin.info.clone(), r.plugin.version, r.plugin.digest.clone(), r.signer.clone()),
+                None => (k.info.clone(), k.version, k.digest.clone(), k.signer.clone()),
+            };
+            out.push(PluginSummary {
+                info,
+                interface_version,
+                digest,
+                source: k.source.clone(),
+                signer,
+                available: state.enabled && running.is_some(),
+                enabled: state.enabled,
+            });
+        }
         out
     }
 
@@ -366,20 +432,26 @@ impl Registry {
         Ok(id)
     }
 
-    /// Loads a connector here and enables it everywhere, pinned (when it
-    /// comes from the plugins directory) to the component just loaded.
+    /// Enables a connector everywhere: on the version it is pinned to,
+    /// whatever its file holds now, or (never pinned) on the component
+    /// its file holds, which it is pinned to from then on.
     pub async fn load(&self, id_or_alias: &str, by: Option<&str>) -> Result<String, InvocationError> {
         let id = self.canonical_id(id_or_alias).ok_or_else(|| InvocationError::Unavailable(id_or_alias.to_owned()))?;
-        self.reload(&id).await.map_err(|e| InvocationError::Host(e.to_string()))?;
-        let pinned = {
-            let known = self.known.read().unwrap_or_else(|p| p.into_inner());
-            known.get(&id).filter(|k| matches!(k.source, Some(PluginSource::File(_)))).map(|k| k.digest.clone())
+        let host = |e: &dyn std::fmt::Display| InvocationError::Host(e.to_string());
+        let pinned = self.store.plugin_state(&id).await.map_err(|e| host(&e))?.digest;
+        let pin = match &pinned {
+            Some(digest) => {
+                self.installed(&id, digest).await.map_err(|e| host(&e))?;
+                None
+            }
+            None => {
+                self.reload(&id).await.map_err(|e| host(&e))?;
+                let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+                known.get(&id).filter(|k| matches!(k.source, Some(PluginSource::File(_)))).map(|k| k.digest.clone())
+            }
         };
-        self.store
-            .set_plugin_enabled(&id, true, by, pinned.as_deref())
-            .await
-            .map_err(|e| InvocationError::Host(e.to_string()))?;
-        if let Some(digest) = &pinned {
+        self.store.set_plugin_enabled(&id, true, by, pin.as_deref()).await.map_err(|e| host(&e))?;
+        if let Some(digest) = pin.as_ref().or(pinned.as_ref()) {
             tracing::info!(connector = %id, %digest, "plugin enabled, pinned to its digest");
         }
         Ok(id)
@@ -402,13 +474,17 @@ impl Registry {
                 let bytes = super::read_component(&path).map_err(|e| LoadError::Invalid(e.to_string()))?;
                 self.load_bytes(&bytes, PluginSource::File(path)).await.map(|_| ())
             }
-            None => Err(LoadError::Invalid(format!("the component of {id} is gone"))),
+            Some(PluginSource::Installed) | None => {
+                Err(LoadError::Invalid(format!("{id} has no component here beside its installed versions")))
+            }
         }
     }
 
-    /// Applies the database's enabled states to this replica.
+    /// Applies the database's enabled states to this replica, learning the
+    /// plugins enabled elsewhere that it has no file of.
     pub(crate) async fn reconcile(&self) {
         let Ok(states) = self.store.plugin_states().await else { return };
+        self.adopt_installed(&states).await;
         let ids: Vec<(String, bool)> = {
             let known = self.known.read().unwrap_or_else(|p| p.into_inner());
             known.iter().map(|(id, k)| (id.clone(), k.loaded.is_some())).collect()
@@ -420,11 +496,12 @@ impl Registry {
                     k.loaded = None;
                 }
                 tracing::info!(connector = %id, "plugin unloaded (disabled in the database)");
-            } else if enabled
-                && !loaded
-                && let Err(e) = self.reload(&id).await
-            {
-                tracing::warn!(connector = %id, error = %e, "could not load re-enabled plugin");
+            } else if enabled && !loaded {
+                // Enabled elsewhere: prepared here in the version it runs.
+                let state = states.get(&id).cloned().unwrap_or(PluginState::UNTOUCHED);
+                if self.running(&id, &state).await.is_none() {
+                    tracing::warn!(connector = %id, "could not load re-enabled plugin");
+                }
             }
         }
     }
@@ -472,12 +549,24 @@ impl Registry {
         };
         for (path, id) in removed {
             self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(&path);
-            if let Some(id) = id
-                && let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(&id)
-                && k.source.as_ref() == Some(&PluginSource::File(path.clone()))
-            {
-                k.loaded = None;
-                k.source = None;
+            let Some(id) = id else { continue };
+            let dropped = {
+                let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+                match known.get_mut(&id) {
+                    Some(k) if k.source.as_ref() == Some(&PluginSource::File(path.clone())) => {
+                        k.loaded = None;
+                        k.source = None;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if dropped {
+                // Removing the file is the operator switching the plugin
+                // off: its installed versions stay, disabled everywhere.
+                if let Err(e) = self.store.set_plugin_enabled(&id, false, None, None).await {
+                    tracing::warn!(connector = %id, error = %e, "could not record the plugin's state");
+                }
                 tracing::info!(connector = %id, "plugin file removed; plugin unloaded");
             }
         }
@@ -508,8 +597,8 @@ impl Registry {
     /// What a (new or changed) file of the plugins directory means for its
     /// connector: a new plugin is registered, not enabled (whoever can
     /// write to the directory is not thereby an operator); a file that
-    /// replaced an enabled plugin's component is a new version, disabled
-    /// everywhere until an operator loads it.
+    /// replaced an enabled plugin's component is a new version, installed
+    /// and not run until an operator makes it current.
     async fn settle_file(&self, id: &str, path: &Path) -> Result<(), crate::store::StoreError> {
         let digest =
             self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).map(|k| k.digest.clone()).unwrap_or_default();
@@ -521,13 +610,12 @@ impl Registry {
             }
             Some(PluginState { enabled: true, digest: None }) => self.store.pin_plugin_if_unpinned(id, &digest).await?,
             Some(PluginState { enabled: true, digest: Some(pinned) }) if *pinned != digest => {
-                self.store.set_plugin_enabled(id, false, None, None).await?;
-                if let Some(k) = self.known.write().unwrap_or_else(|p| p.into_inner()).get_mut(id) {
-                    k.loaded = None;
-                }
+                let version =
+                    self.known.read().unwrap_or_else(|p| p.into_inner()).get(id).map(|k| k.info.version.clone());
                 tracing::warn!(
-                    connector = %id, file = %path.display(), new = %digest, enabled = %pinned,
-                    "an enabled plugin's file now holds another component: a new version, disabled until an operator loads it"
+                    connector = %id, file = %path.display(), new = %digest, running = %pinned,
+                    "an enabled plugin's file now holds another component: installed as a new version, not run until an operator makes it current (`service plugins use {id} {}`)",
+                    version.unwrap_or_default()
                 );
             }
             Some(_) => {}
