@@ -20,6 +20,7 @@ mod layout;
 mod mcp;
 mod members;
 mod oauth;
+mod oci;
 mod pipelines;
 mod restmanifest;
 mod reverse_etl;

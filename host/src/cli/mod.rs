@@ -175,6 +175,16 @@ pub enum PluginsCommand {
         #[arg(long)]
         key: PathBuf,
     },
+    /// Publish a component, with the signature file beside it if any, to an
+    /// OCI registry as a Wasm artifact; prints the reference pinned to the
+    /// manifest's digest. A reference without a tag uses the version the
+    /// component declares. Needs no database.
+    Push {
+        /// The component file.
+        file: PathBuf,
+        /// `oci://REGISTRY/REPOSITORY[:TAG]`.
+        reference: String,
+    },
     /// Check that a component implements a supported interface version and
     /// describes itself validly. Needs no database.
     Validate {
@@ -186,11 +196,14 @@ pub enum PluginsCommand {
         #[command(flatten)]
         plugins: PluginArgs,
     },
-    /// Enable a plugin by connector id, or validate a component file, copy
-    /// it into the plugins directory and enable it. Running servers pick
-    /// the change up within seconds.
+    /// Enable a plugin by connector id; or verify a component file, install
+    /// it, copy it into the plugins directory and make it current; or pull
+    /// one from an OCI registry (a tag is resolved once to its digest),
+    /// verify it, install it and make it current. Running servers pick the
+    /// change up within seconds, with no file or pull of their own.
     Load {
-        /// A connector id, or the path of a `.wasm` component.
+        /// A connector id, the path of a `.wasm` component, or
+        /// `oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]`.
         target: String,
         #[command(flatten)]
         plugins: PluginArgs,
@@ -406,6 +419,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
             return Ok(());
         }
         PluginsCommand::Sign { file, key } => return sign(&file, &key).await,
+        PluginsCommand::Push { file, reference } => return push(&file, &reference).await,
         PluginsCommand::New { name, dir } => return Ok(author::new(&name, dir.as_deref())?),
         PluginsCommand::Record(args) => return Ok(author::record(*args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
@@ -458,7 +472,15 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
             }
         }
         PluginsCommand::Load { target, .. } => {
-            let id = if target.ends_with(".wasm") {
+            let id = if target.starts_with("oci://") {
+                let reference = crate::plugin::oci::Reference::parse(&target)?;
+                let pulled = crate::plugin::oci::pull(&reference).await?;
+                let origin = pulled.reference.to_string();
+                let (id, digest) = registry.install(&pulled.component, pulled.signature, &origin).await?;
+                registry.use_version(&id, &digest, None).await.map_err(|e| anyhow::anyhow!("{id}: {e}"))?;
+                println!("loaded {id} (sha256 {digest}) from {origin}");
+                id
+            } else if target.ends_with(".wasm") {
                 let path = PathBuf::from(&target);
                 let bytes = crate::plugin::read_component(&path)?;
                 // Verified and installed before it is copied, so a bad file
@@ -527,11 +549,32 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         PluginsCommand::Validate { .. }
         | PluginsCommand::Keygen { .. }
         | PluginsCommand::Sign { .. }
+        | PluginsCommand::Push { .. }
         | PluginsCommand::New { .. }
         | PluginsCommand::Record(_)
         | PluginsCommand::Test(_) => unreachable!("handled above"),
     }
     store.close().await;
+    Ok(())
+}
+
+/// Publishes a component after checking it loads; the tag defaults to the
+/// version it declares.
+async fn push(file: &std::path::Path, reference: &str) -> anyhow::Result<()> {
+    use crate::plugin::oci::Reference;
+    let bytes = crate::plugin::read_component(file)?;
+    let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
+    let loaded = runtime.load(&bytes, "push").await.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let reference = Reference::parse_or(reference, &loaded.info.version)?;
+    let signature = match std::fs::read_to_string(crate::plugin::signature::sidecar(file)) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => anyhow::bail!("{}: {e}", crate::plugin::signature::sidecar(file).display()),
+    };
+    let pinned = crate::plugin::oci::push(&reference, &bytes, signature.as_deref()).await?;
+    let signed = if signature.is_some() { "signed" } else { "unsigned" };
+    println!("{pinned}");
+    eprintln!("pushed {} {} ({signed}, sha256 {}) to {reference}", loaded.info.id, loaded.info.version, loaded.digest);
     Ok(())
 }
 

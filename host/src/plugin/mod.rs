@@ -13,6 +13,8 @@
 //!   and run the same bytes);
 //! - [`signature`]: publishers' signatures over a component's digest and
 //!   identity, checked before a plugins-directory file is compiled;
+//! - [`oci`]: pulling and pushing components as OCI artifacts, checked
+//!   against every digest involved;
 //! - [`connector`]: a plugin bound to a workspace and the egress, as the
 //!   registry hands it out for work;
 //! - this module: the engine, the compile cache and the invocation API.
@@ -24,6 +26,7 @@
 //! kept pre-instantiated (`InstancePre`); every call gets a new `Store`.
 
 pub mod connector;
+pub mod oci;
 pub mod registry;
 pub mod sandbox;
 pub mod signature;

@@ -263,7 +263,7 @@ impl Registry {
             Signed::Built => None,
             Signed::Beside(path) => signature::check(&self.signatures, path, &digest).map_err(refused)?,
             Signed::Kept(text) => {
-                signature::check_text(&self.signatures, text, "its installed signature", &digest).map_err(refused)?
+                signature::check_text(&self.signatures, text, "signature", &digest).map_err(refused)?
             }
         };
         let loaded = self.runtime.load(bytes, label).await.map_err(|e| LoadError::Invalid(e.to_string()))?;

@@ -17,7 +17,7 @@ use super::{LoadError, LoadedPlugin, PluginSource, Registry, Signed};
 use crate::plugin::InvocationError;
 use crate::plugin::connector::Connector;
 use crate::store::StoreError;
-use crate::store::plugins::{PluginState, PluginVersion};
+use crate::store::plugins::{NewPluginVersion, PluginState, PluginVersion};
 
 /// A prepared component and who signed it.
 #[derive(Clone)]
@@ -135,30 +135,75 @@ impl Registry {
                     continue;
                 }
             };
-            let info = found.plugin.info.clone();
-            {
-                let aliases = self.aliases.read().unwrap_or_else(|p| p.into_inner());
-                if info.legacy_aliases.iter().any(|a| aliases.get(a).is_some_and(|owner| owner != id)) {
-                    tracing::warn!(connector = %id, "an installed plugin's legacy alias belongs to another plugin here");
-                    continue;
-                }
+            if self.remember_installed(id, &found) {
+                tracing::info!(connector = %id, %digest, "plugin enabled elsewhere loaded from its installed version");
             }
-            let mut aliases = self.aliases.write().unwrap_or_else(|p| p.into_inner());
-            for a in &info.legacy_aliases {
-                aliases.insert(a.clone(), id.clone());
-            }
-            drop(aliases);
-            let known = super::Known {
-                version: found.plugin.version,
-                digest: found.plugin.digest.clone(),
-                source: Some(PluginSource::Installed),
-                loaded: Some(found.plugin.clone()),
-                signer: found.signer.clone(),
-                info,
-            };
-            self.known.write().unwrap_or_else(|p| p.into_inner()).entry(id.clone()).or_insert(known);
-            tracing::info!(connector = %id, %digest, "plugin enabled elsewhere loaded from its installed version");
         }
+    }
+
+    /// Registers a plugin this replica knows only as an installed version;
+    /// `false` when its legacy aliases belong to another plugin here.
+    fn remember_installed(&self, id: &str, found: &Installed) -> bool {
+        let info = found.plugin.info.clone();
+        let mut aliases = self.aliases.write().unwrap_or_else(|p| p.into_inner());
+        if info.legacy_aliases.iter().any(|a| aliases.get(a).is_some_and(|owner| owner != id)) {
+            tracing::warn!(connector = %id, "an installed plugin's legacy alias belongs to another plugin here");
+            return false;
+        }
+        for a in &info.legacy_aliases {
+            aliases.insert(a.clone(), id.to_owned());
+        }
+        drop(aliases);
+        let known = super::Known {
+            version: found.plugin.version,
+            digest: found.plugin.digest.clone(),
+            source: Some(PluginSource::Installed),
+            loaded: Some(found.plugin.clone()),
+            signer: found.signer.clone(),
+            info,
+        };
+        self.known.write().unwrap_or_else(|p| p.into_inner()).entry(id.to_owned()).or_insert(known);
+        true
+    }
+
+    /// Installs a component from elsewhere than the plugins directory (a
+    /// registry pull): its signature is checked under the policy, and it
+    /// becomes a version of its connector, not yet current. Returns the
+    /// connector id and the component's digest.
+    pub async fn install(
+        &self,
+        bytes: &[u8],
+        signature: Option<String>,
+        origin: &str,
+    ) -> Result<(String, String), LoadError> {
+        let (loaded, verified) = self.prepare(bytes, origin, Signed::Kept(signature)).await?;
+        let id = loaded.info.id.clone();
+        if self.is_bundled(&id) {
+            return Err(LoadError::Duplicate(id.clone(), format!("the bundled plugin {id}")));
+        }
+        if let Some(owner) = self.aliases.read().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            return Err(LoadError::Duplicate(id.clone(), format!("a legacy alias of {owner}")));
+        }
+        let version = PluginVersion {
+            connector_id: id.clone(),
+            digest: loaded.digest.clone(),
+            version: loaded.info.version.clone(),
+            interface: loaded.version.as_str().to_owned(),
+            signer: verified.as_ref().map(|v| v.signer.clone()),
+            origin: origin.to_owned(),
+            added_at: 0,
+        };
+        let text = verified.as_ref().map(|v| v.text.as_str());
+        self.store
+            .add_plugin_version(&NewPluginVersion { version: &version, signature: text, component: bytes })
+            .await?;
+        let found = Installed { plugin: Arc::new(loaded), signer: version.signer.clone() };
+        self.installed.write().unwrap_or_else(|p| p.into_inner()).insert(version.digest.clone(), found.clone());
+        if self.canonical_id(&id).is_none() {
+            self.remember_installed(&id, &found);
+        }
+        tracing::info!(connector = %id, digest = %version.digest, %origin, signer = ?version.signer, "plugin version installed");
+        Ok((id, version.digest))
     }
 
     /// The canonical id of a connector, learning it from the database when
