@@ -23,6 +23,9 @@ CREATE TABLE plugin_versions (
 -- a lease takeover included; recorded when it first runs.
 ALTER TABLE jobs ADD COLUMN plugin_version TEXT;
 ALTER TABLE jobs ADD COLUMN plugin_digest TEXT;
+-- What its plugin invocations cost (JSON: guest CPU, peak memory,
+-- requests, bytes, host time), summed over its attempts.
+ALTER TABLE jobs ADD COLUMN usage TEXT;
 
 -- What an audit record adds to its target: for plugin loads, the digest,
 -- version and signer of the component (identifiers only, never a payload).

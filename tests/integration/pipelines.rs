@@ -617,12 +617,53 @@ async fn destinations_merge_patches_and_are_deleted_only_when_unused(backend: Ba
     expect_error(srv.request(Method::DELETE, &path).send().await.unwrap(), 404, "404").await;
 }
 
+/// What a sync's plugin cost is on its job (guest CPU, peak memory,
+/// requests and bytes through the egress, host time), in `/metrics` by
+/// connector and version, and in the CLI's job view.
+async fn a_job_says_what_its_plugin_cost(backend: Backend) {
+    let fx = setup(backend, 1000).await;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_deduped").await;
+    let before = fx.srv.client.get(fx.srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let usage = &job["usage"];
+    // 1000 records, 300 a page: four pages, each one request.
+    assert_eq!(usage["requests"], 4, "{job}");
+    assert!(usage["bytes_received"].as_u64().unwrap() > job["progress"]["bytes"].as_u64().unwrap() / 2, "{job}");
+    assert_eq!(usage["bytes_sent"], 0, "GET requests carry no body: {job}");
+    assert!(usage["peak_memory_bytes"].as_u64().unwrap() > 64 * 1024, "{job}");
+    assert!(usage["guest_cpu_ms"].is_u64() && usage["host_ms"].is_u64(), "{job}");
+
+    let metrics = fx.srv.client.get(fx.srv.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let counted = |text: &str, name: &str| {
+        let key = format!("{name}{{connector=\"test_paged_source\",version=\"0.1.0\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(key.as_str())).map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
+    };
+    assert_eq!(
+        counted(&metrics, "plugin_requests_total") - counted(&before, "plugin_requests_total"),
+        4.0,
+        "{metrics}"
+    );
+    assert!(counted(&metrics, "plugin_received_bytes_total") >= usage["bytes_received"].as_f64().unwrap());
+    // Invocations: discover and one read.
+    assert!(counted(&metrics, "plugin_invocations_total") - counted(&before, "plugin_invocations_total") >= 2.0);
+    assert!(metrics.contains("plugin_peak_memory_bytes"), "{metrics}");
+
+    let config = tempfile::tempdir().unwrap();
+    let cli = crate::cli_api::Cli::of(&fx.srv, config.path());
+    let shown = cli.ok(&["jobs", "get", job["job_id"].as_str().unwrap()]).await;
+    assert!(shown.contains("usage.requests:") && shown.contains("usage.guest_cpu_ms:"), "{shown}");
+    assert!(shown.contains("plugin.version:"), "{shown}");
+}
+
 on_both_backends!(
     jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync,
     destinations_merge_patches_and_are_deleted_only_when_unused,
 );
 
 on_both_backends!(
+    a_job_says_what_its_plugin_cost,
     runs_started_by_an_approval_say_so_whatever_they_run,
     a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates,
     jsonl_destinations_get_one_file_per_stream,

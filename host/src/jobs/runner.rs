@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
+use crate::plugin::usage::{Usage, metered};
 use crate::state::AppState;
 use crate::store::jobs::Job;
 use crate::store::kinds::JobStatus;
@@ -122,12 +123,21 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
             }
         })
     };
-    let outcome = if job.kind.is_activation_run() {
-        super::activation::execute(state, spool, &job, &cancel).await
-    } else {
-        super::sync::execute(state, &job, &cancel).await
-    };
+    // Every plugin invocation of this attempt is charged to the job.
+    let meter = Arc::new(std::sync::Mutex::new(Usage::default()));
+    let outcome = metered(meter.clone(), async {
+        if job.kind.is_activation_run() {
+            super::activation::execute(state, spool, &job, &cancel).await
+        } else {
+            super::sync::execute(state, &job, &cancel).await
+        }
+    })
+    .await;
     watch.abort();
+    let spent = *meter.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = state.store.add_job_usage(&job.job_id, &spent).await {
+        tracing::warn!(job = %job.job_id, error = %e, "could not record what the job's plugin cost");
+    }
     match outcome {
         Ok(()) => {
             let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Succeeded, None).await;

@@ -15,6 +15,8 @@
 //!   identity, checked before a plugins-directory file is compiled;
 //! - [`oci`]: pulling and pushing components as OCI artifacts, checked
 //!   against every digest involved;
+//! - [`usage`]: what each invocation costs (guest CPU, memory, requests,
+//!   bytes, host time), for the plugin's meters and the job it runs for;
 //! - [`connector`]: a plugin bound to a workspace and the egress, as the
 //!   registry hands it out for work;
 //! - this module: the engine, the compile cache and the invocation API.
@@ -31,6 +33,7 @@ pub mod registry;
 pub mod sandbox;
 pub mod signature;
 pub mod types;
+pub mod usage;
 pub mod v1;
 pub(crate) mod v1_1;
 
@@ -59,6 +62,8 @@ pub struct LoadedPlugin {
     pub pre: Pre,
     /// SHA-256 of the component.
     pub digest: String,
+    /// What its invocations cost, on `/metrics`.
+    pub meters: Arc<usage::PluginMeters>,
 }
 
 /// Why an invocation produced no answer of the connector's own.
@@ -296,6 +301,7 @@ impl Runtime {
             return Err(InvalidPlugin::Description(problems));
         }
         Ok(LoadedPlugin {
+            meters: Arc::new(usage::PluginMeters::new(&info.id, &info.version)),
             plugin_id: Arc::from(info.id.as_str()),
             declared_hosts: Arc::from(info.hosts.clone()),
             info,
@@ -362,6 +368,7 @@ impl Runtime {
                 workspace_id: workspace_id.map(Arc::from),
                 egress,
                 sink,
+                meters: Some(plugin.meters.clone()),
             },
         )
     }
@@ -383,6 +390,7 @@ impl Runtime {
         };
         let outcome = tokio::time::timeout(wall.saturating_sub(started.elapsed()), call(&mut store)).await;
         store.data_mut().flush_output();
+        store.data().account();
         let state = store.data();
         match outcome {
             Err(_) => Err(InvocationError::Timeout),
@@ -405,6 +413,7 @@ impl Runtime {
                 workspace_id: None,
                 egress: None,
                 sink: None,
+                meters: None,
             },
         );
         let r = self

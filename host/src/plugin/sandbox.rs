@@ -27,6 +27,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::types::SinkRefusal;
+use super::usage::{self, EgressUsage, PluginMeters, Usage};
 use crate::egress::{Egress, HostPattern};
 
 pub use crate::config::limits::PluginLimits as Limits;
@@ -55,12 +56,14 @@ pub(crate) struct MemoryLimiter {
     memory_bytes: usize,
     /// Bytes of every linear memory of the call together.
     in_use: usize,
+    /// The most they held at once.
+    pub(crate) peak: usize,
     pub(crate) hit: bool,
 }
 
 impl MemoryLimiter {
     pub fn new(memory_bytes: usize) -> Self {
-        MemoryLimiter { memory_bytes, in_use: 0, hit: false }
+        MemoryLimiter { memory_bytes, in_use: 0, peak: 0, hit: false }
     }
 }
 
@@ -72,6 +75,7 @@ impl ResourceLimiter for MemoryLimiter {
             return Ok(false);
         }
         self.in_use = total;
+        self.peak = self.peak.max(total);
         Ok(true)
     }
 
@@ -148,6 +152,10 @@ pub struct HostState {
     pub(crate) limits: Arc<Limits>,
     /// Epoch ticks during which guest code ran.
     guest_ticks: u64,
+    /// The invocation's requests, shared with those started ahead.
+    pub(crate) egress_usage: Arc<EgressUsage>,
+    /// The plugin version's meters (none for `describe`).
+    meters: Option<Arc<PluginMeters>>,
     pub(crate) cpu_exceeded: bool,
     pub(crate) log_bytes: usize,
     pub(crate) log_dropped: u64,
@@ -167,6 +175,8 @@ pub struct Invocation {
     pub workspace_id: Option<Arc<str>>,
     pub egress: Option<Egress>,
     pub sink: Option<Box<dyn RecordSink>>,
+    /// Where its usage is counted (none for `describe`).
+    pub meters: Option<Arc<PluginMeters>>,
 }
 
 /// Epoch ticks per second (the engine's epoch is advanced by a thread).
@@ -196,6 +206,8 @@ impl HostState {
             sink: inv.sink,
             limits,
             guest_ticks: 0,
+            egress_usage: Arc::default(),
+            meters: inv.meters,
             cpu_exceeded: false,
             log_bytes: 0,
             log_dropped: 0,
@@ -217,6 +229,17 @@ impl HostState {
             Ok(UpdateDeadline::Yield(1))
         });
         store
+    }
+
+    /// What the invocation cost; counted on the plugin's meters and the
+    /// job it runs for. Called once, when it ends.
+    pub(crate) fn account(&self) -> Usage {
+        let usage = self.egress_usage.usage(usage::guest_cpu(self.guest_ticks), self.limiter.peak as u64);
+        if let Some(meters) = &self.meters {
+            meters.record(&usage);
+            usage::charge(&usage);
+        }
+        usage
     }
 
     /// Accepts a log message within the per-invocation budget.

@@ -311,6 +311,7 @@ impl HostState {
             plugin_id: self.plugin_id.clone(),
             declared_hosts: self.declared_hosts.clone(),
             workspace_id: self.workspace_id.clone()?,
+            usage: self.egress_usage.clone(),
         })
     }
 }
@@ -321,6 +322,8 @@ pub(super) struct EgressCall {
     plugin_id: std::sync::Arc<str>,
     declared_hosts: std::sync::Arc<[HostPattern]>,
     workspace_id: std::sync::Arc<str>,
+    /// The invocation's egress usage.
+    usage: std::sync::Arc<super::usage::EgressUsage>,
 }
 
 impl EgressCall {
@@ -347,7 +350,11 @@ impl EgressCall {
             workspace_id: &self.workspace_id,
             reach: egress::Reach::Providers,
         };
-        match self.egress.send_taped(&caller, req, recording).await {
+        let (started, sent) = (std::time::Instant::now(), req.body.as_ref().map_or(0, Vec::len));
+        let result = self.egress.send_taped(&caller, req, recording).await;
+        let received = result.as_ref().map_or(0, |r| r.body.len());
+        self.usage.record(sent, received, started.elapsed());
+        match result {
             Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
             Err(e) => Err(match e {
                 egress::EgressError::Denied(m) => http::HttpError::Denied(m),
@@ -471,6 +478,7 @@ mod tests {
                 workspace_id: None,
                 egress: None,
                 sink: None,
+                meters: None,
             };
             HostState::store(&engine, limits.clone(), invocation)
         };

@@ -64,6 +64,39 @@ pub struct Job {
     /// keeps it to its end, retries included, whatever becomes current.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugin: Option<JobPlugin>,
+    /// What its plugin invocations cost so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// What a job's plugin invocations cost, over all its attempts (an
+/// attempt whose server died is not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, ToSchema)]
+pub struct Usage {
+    /// Guest CPU time, counted in 5 ms epoch ticks.
+    pub guest_cpu_ms: u64,
+    /// The most linear memory one invocation held.
+    pub peak_memory_bytes: u64,
+    /// Requests made through the egress.
+    pub requests: u64,
+    /// Request bodies sent.
+    pub bytes_sent: u64,
+    /// Response bodies received.
+    pub bytes_received: u64,
+    /// Host time spent on the plugin's requests (writes excluded).
+    pub host_ms: u64,
+}
+
+impl Usage {
+    /// Adds `other`: sums, and the larger peak.
+    pub fn add(&mut self, other: &Usage) {
+        self.guest_cpu_ms += other.guest_cpu_ms;
+        self.peak_memory_bytes = self.peak_memory_bytes.max(other.peak_memory_bytes);
+        self.requests += other.requests;
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_received += other.bytes_received;
+        self.host_ms += other.host_ms;
+    }
 }
 
 /// The component a job runs.
@@ -94,10 +127,11 @@ pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
             (Some(version), Some(digest)) => Some(JobPlugin { version, digest }),
             _ => None,
         },
+        usage: r.try_get::<Option<String>, _>("usage")?.and_then(|u| serde_json::from_str(&u).ok()),
     })
 }
 
-pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at, plugin_version, plugin_digest";
+pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at, plugin_version, plugin_digest, usage";
 
 /// What a job runs for: at most one of its jobs is active at a time.
 #[derive(Debug, Clone, Copy)]
@@ -346,6 +380,22 @@ impl Store {
             .fetch_one(self.pool())
             .await?;
         Ok(JobPlugin { version: row.try_get("plugin_version")?, digest: row.try_get("plugin_digest")? })
+    }
+
+    /// Adds an attempt's usage to a job's.
+    pub(crate) async fn add_job_usage(&self, job_id: &str, spent: &Usage) -> StoreResult<()> {
+        let row = sqlx::query("SELECT usage FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
+        let mut total: Usage = row
+            .and_then(|r| r.try_get::<Option<String>, _>("usage").ok().flatten())
+            .and_then(|u| serde_json::from_str(&u).ok())
+            .unwrap_or_default();
+        total.add(spent);
+        sqlx::query("UPDATE jobs SET usage = $1 WHERE id = $2")
+            .bind(serde_json::to_string(&total).unwrap_or_default())
+            .bind(job_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
     }
 
     pub(crate) async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
