@@ -81,7 +81,10 @@ pub struct PluginMeters {
     bytes_sent: metrics::Counter,
     bytes_received: metrics::Counter,
     host_ms: metrics::Counter,
-    peak_memory: metrics::Histogram,
+    /// The largest peak of one invocation so far: a gauge set when it
+    /// grows (a histogram would keep every sample until scraped).
+    peak_memory: metrics::Gauge,
+    largest_peak: AtomicU64,
 }
 
 impl PluginMeters {
@@ -95,7 +98,8 @@ impl PluginMeters {
             bytes_sent: metrics::counter!("plugin_sent_bytes_total", &labels),
             bytes_received: metrics::counter!("plugin_received_bytes_total", &labels),
             host_ms: metrics::counter!("plugin_host_milliseconds_total", &labels),
-            peak_memory: metrics::histogram!("plugin_peak_memory_bytes", &labels),
+            peak_memory: metrics::gauge!("plugin_peak_memory_bytes", &labels),
+            largest_peak: AtomicU64::new(0),
         }
     }
 
@@ -106,6 +110,8 @@ impl PluginMeters {
         self.bytes_sent.increment(usage.bytes_sent);
         self.bytes_received.increment(usage.bytes_received);
         self.host_ms.increment(usage.host_ms);
-        self.peak_memory.record(usage.peak_memory_bytes as f64);
+        if self.largest_peak.fetch_max(usage.peak_memory_bytes, Ordering::Relaxed) < usage.peak_memory_bytes {
+            self.peak_memory.set(usage.peak_memory_bytes as f64);
+        }
     }
 }
