@@ -234,7 +234,9 @@ impl HostState {
     /// What the invocation cost; counted on the plugin's meters and the
     /// job it runs for. Called once, when it ends.
     pub(crate) fn account(&self) -> Usage {
-        let usage = self.egress_usage.usage(usage::guest_cpu(self.guest_ticks), self.limiter.peak as u64);
+        let guest_cpu =
+            std::time::Duration::from_nanos(self.guest_ticks.saturating_mul(1_000_000_000 / TICKS_PER_SECOND));
+        let usage = self.egress_usage.usage(guest_cpu, self.limiter.peak as u64);
         if let Some(meters) = &self.meters {
             meters.record(&usage);
             usage::charge(&usage);

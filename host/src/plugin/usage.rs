@@ -36,11 +36,6 @@ pub(super) fn charge(usage: &Usage) {
     let _ = JOB_USAGE.try_with(|meter| meter.lock().unwrap_or_else(|p| p.into_inner()).add(usage));
 }
 
-/// Guest CPU time of `ticks` epoch ticks.
-pub(super) fn guest_cpu(ticks: u64) -> Duration {
-    Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / super::sandbox::TICKS_PER_SECOND))
-}
-
 /// The egress side of one invocation, shared with the requests it starts
 /// ahead on tasks of their own.
 #[derive(Debug, Default)]
