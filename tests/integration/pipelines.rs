@@ -640,11 +640,10 @@ async fn a_job_says_what_its_plugin_cost(backend: Backend) {
         let key = format!("{name}{{connector=\"test_paged_source\",version=\"0.1.0\"}} ");
         text.lines().find_map(|l| l.strip_prefix(key.as_str())).map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
     };
-    assert_eq!(
-        counted(&metrics, "plugin_requests_total") - counted(&before, "plugin_requests_total"),
-        4.0,
-        "{metrics}"
-    );
+    // (The meters are the process's: other tests' syncs of this plugin
+    // may count at the same time, never fewer.)
+    let requests = counted(&metrics, "plugin_requests_total") - counted(&before, "plugin_requests_total");
+    assert!(requests >= 4.0, "{requests}: {metrics}");
     assert!(counted(&metrics, "plugin_received_bytes_total") >= usage["bytes_received"].as_f64().unwrap());
     // Invocations: discover and one read.
     assert!(counted(&metrics, "plugin_invocations_total") - counted(&before, "plugin_invocations_total") >= 2.0);
