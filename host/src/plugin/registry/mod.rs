@@ -46,7 +46,7 @@ use super::types::{ConnectorInfo, ConnectorKind, Operation};
 use super::{InterfaceVersion, InvocationError, Runtime};
 use crate::config::signatures::SignaturePolicy;
 use crate::egress::Egress;
-use crate::store::plugins::{NewPluginVersion, PluginState, PluginVersion};
+use crate::store::plugins::PluginState;
 use crate::store::{Store, StoreError};
 
 /// Where a plugin's component comes from.
@@ -320,20 +320,7 @@ impl Registry {
             }
         }
         if let PluginSource::File(_) = &source {
-            let installed = PluginVersion {
-                connector_id: id.clone(),
-                digest: digest.clone(),
-                version: info.version.clone(),
-                interface: version.as_str().to_owned(),
-                signer: signer.clone(),
-                origin: source.to_string(),
-                added_at: 0,
-            };
-            let text = verified.as_ref().map(|v| v.text.as_str());
-            let new = NewPluginVersion { version: &installed, signature: text, component: bytes };
-            if self.store.add_plugin_version(&new).await? {
-                tracing::info!(connector = %id, %digest, version = %info.version, signer = ?signer, "plugin version installed");
-            }
+            self.install_version(&loaded, verified.as_ref(), &source.to_string(), bytes).await?;
         }
         let loaded = Arc::new(loaded);
         {

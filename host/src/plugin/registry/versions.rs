@@ -184,26 +184,39 @@ impl Registry {
         if let Some(owner) = self.aliases.read().unwrap_or_else(|p| p.into_inner()).get(&id) {
             return Err(LoadError::Duplicate(id.clone(), format!("a legacy alias of {owner}")));
         }
-        let version = PluginVersion {
-            connector_id: id.clone(),
-            digest: loaded.digest.clone(),
-            version: loaded.info.version.clone(),
-            interface: loaded.version.as_str().to_owned(),
-            signer: verified.as_ref().map(|v| v.signer.clone()),
-            origin: origin.to_owned(),
-            added_at: 0,
-        };
-        let text = verified.as_ref().map(|v| v.text.as_str());
-        self.store
-            .add_plugin_version(&NewPluginVersion { version: &version, signature: text, component: bytes })
-            .await?;
+        let version = self.install_version(&loaded, verified.as_ref(), origin, bytes).await?;
         let found = Installed { plugin: Arc::new(loaded), signer: version.signer.clone() };
         self.installed.write().unwrap_or_else(|p| p.into_inner()).insert(version.digest.clone(), found.clone());
         if self.canonical_id(&id).is_none() {
             self.remember_installed(&id, &found);
         }
-        tracing::info!(connector = %id, digest = %version.digest, %origin, signer = ?version.signer, "plugin version installed");
         Ok((id, version.digest))
+    }
+
+    /// Stores a verified component as a version of its connector (once:
+    /// the same bytes again change nothing).
+    pub(super) async fn install_version(
+        &self,
+        loaded: &LoadedPlugin,
+        verified: Option<&crate::plugin::signature::Verified>,
+        origin: &str,
+        bytes: &[u8],
+    ) -> Result<PluginVersion, LoadError> {
+        let version = PluginVersion {
+            connector_id: loaded.info.id.clone(),
+            digest: loaded.digest.clone(),
+            version: loaded.info.version.clone(),
+            interface: loaded.version.as_str().to_owned(),
+            signer: verified.map(|v| v.signer.clone()),
+            origin: origin.to_owned(),
+            added_at: 0,
+        };
+        let new =
+            NewPluginVersion { version: &version, signature: verified.map(|v| v.text.as_str()), component: bytes };
+        if self.store.add_plugin_version(&new).await? {
+            tracing::info!(connector = %version.connector_id, digest = %version.digest, version = %version.version, %origin, signer = ?version.signer, "plugin version installed");
+        }
+        Ok(version)
     }
 
     /// The canonical id of a connector, learning it from the database when
