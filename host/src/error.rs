@@ -270,3 +270,19 @@ impl From<crate::plugin::registry::VersionError> for ApiError {
         }
     }
 }
+
+impl crate::egress::receiver::ReceiverUrlError {
+    /// The refusal of a receiver URL given in `field`.
+    pub(crate) fn at(self, field: &str) -> ApiError {
+        use crate::egress::receiver::ReceiverUrlError;
+        match self {
+            ReceiverUrlError::Invalid(why) => ApiError::invalid_field(field, why),
+            ReceiverUrlError::SecretInUrl => ApiError::secret_refused(field),
+            ReceiverUrlError::HostNotAllowed(host) => ApiError::bad_request(
+                "WEBHOOK_HOST_NOT_ALLOWED",
+                format!("{host} is not a host the operator allows webhooks to post to; the operator lists them in SERVICE_WEBHOOK_ALLOWED_HOSTS"),
+            )
+            .with_details(serde_json::json!({ "field": field, "host": host })),
+        }
+    }
+}

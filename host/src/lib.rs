@@ -32,6 +32,8 @@
 //! - [`connectors`]: host-side rules of particular connectors, by id.
 //! - [`reverse_etl`]: models, activations and their runs: the diff against
 //!   each activation's state and the sends to connectors and webhooks.
+//! - [`webhooks`]: signed outbound webhooks: the deliverer that sends the
+//!   outbox's events to subscriptions, once each and in order.
 //! - [`jobs`]: runners (leases, heartbeats, retries), the scheduler, one
 //!   sync and the write queue; reverse-ETL runs are jobs too.
 //! - [`authoring`]: the connector author's kit: a new plugin crate,
@@ -73,6 +75,7 @@ pub mod store;
 pub mod telemetry;
 pub mod warehouse;
 pub mod web;
+pub mod webhooks;
 
 /// The memory allocator of every program built on this crate: the server,
 /// and with it its tests and benchmarks. A sync moves each record through

@@ -141,6 +141,7 @@ pub struct RunningServer {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     watcher: tokio::task::JoinHandle<()>,
     runner: tokio::task::JoinHandle<()>,
+    deliverer: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
     notices: tokio::task::JoinHandle<()>,
 }
@@ -150,6 +151,7 @@ impl RunningServer {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.watcher.abort();
         self.runner.abort();
+        self.deliverer.abort();
         self.sweeper.abort();
         self.notices.abort();
         let _ = self.shutdown.send(true);
@@ -307,6 +309,7 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
         }
     });
     let runner = crate::jobs::spawn(state.clone());
+    let deliverer = crate::webhooks::deliver::spawn(state.clone());
     let sweeper = {
         let store = state.store.clone();
         tokio::spawn(async move {
@@ -327,7 +330,7 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
     let app = app(state);
     let (tx, rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(serve_connections(listener, app, limits, rx));
-    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner, sweeper, notices })
+    Ok(RunningServer { addr, shutdown: tx, task, watcher, runner, deliverer, sweeper, notices })
 }
 
 /// The whole application: the API and the browser pages under the same

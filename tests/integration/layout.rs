@@ -22,6 +22,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("authoring", 6),
     ("connectors", 7),
     ("reverse_etl", 7),
+    ("webhooks", 7),
     ("jobs", 8),
     ("ops", 8),
     ("http", 9),

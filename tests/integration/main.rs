@@ -34,3 +34,4 @@ mod socialmedia;
 mod trust;
 mod versions;
 mod web_sessions;
+mod webhooks;

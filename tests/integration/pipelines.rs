@@ -23,10 +23,10 @@ use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_o
 
 /// The fake source: `count` events, `next_cursor` paging, a bearer token,
 /// and an optional delay per page.
-struct Events {
-    token: String,
+pub(crate) struct Events {
+    pub token: String,
     count: u64,
-    delay_ms: AtomicU64,
+    pub delay_ms: AtomicU64,
     /// Requests being answered now, and the most there ever were.
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
@@ -70,10 +70,10 @@ fn note(i: u64) -> String {
     format!("row {i}\ttab\nnewline\r\\backslash \\N \u{e9}")
 }
 
-struct Fx {
-    srv: TestServer,
-    events: Arc<Events>,
-    source_id: String,
+pub(crate) struct Fx {
+    pub srv: TestServer,
+    pub events: Arc<Events>,
+    pub source_id: String,
     _provider: FakeProvider,
 }
 
@@ -82,7 +82,18 @@ async fn setup(backend: Backend, count: u64) -> Fx {
 }
 
 async fn setup_with(backend: Backend, count: u64, adjust: impl FnOnce(&mut service::config::ServerConfig)) -> Fx {
-    let ca = TestCa::new();
+    setup_beside(backend, count, &TestCa::new(), "", adjust).await
+}
+
+/// [`setup_with`], the source's provider certified by `ca` and the
+/// egress also pinning `other_pins` (other fake servers of the same CA).
+pub(crate) async fn setup_beside(
+    backend: Backend,
+    count: u64,
+    ca: &TestCa,
+    other_pins: &str,
+    adjust: impl FnOnce(&mut service::config::ServerConfig),
+) -> Fx {
     let events = Arc::new(Events {
         token: format!("src-token-{}", uuid::Uuid::new_v4().simple()),
         count,
@@ -91,8 +102,11 @@ async fn setup_with(backend: Backend, count: u64, adjust: impl FnOnce(&mut servi
         max_in_flight: AtomicU64::new(0),
         hold_page_size: AtomicU64::new(0),
     });
-    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(events.clone())).await;
-    let pins = provider.pins(&["api.source.test"]);
+    let provider = FakeProvider::start(ca, &["api.source.test"], routes(events.clone())).await;
+    let mut pins = provider.pins(&["api.source.test"]);
+    if !other_pins.is_empty() {
+        pins = format!("{pins},{other_pins}");
+    }
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress =
             service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes()))
@@ -127,7 +141,7 @@ async fn setup_with(backend: Backend, count: u64, adjust: impl FnOnce(&mut servi
 }
 
 impl Fx {
-    async fn destination(&self, kind: &str, configuration: Value) -> String {
+    pub(crate) async fn destination(&self, kind: &str, configuration: Value) -> String {
         let d = json_ok(
             self.srv
                 .post("/v1/destinations", json!({ "name": kind, "kind": kind, "configuration": configuration }))
@@ -139,7 +153,7 @@ impl Fx {
         d["data"]["destination_id"].as_str().unwrap().to_owned()
     }
 
-    async fn pipeline(&self, destination_id: &str, mode: &str) -> String {
+    pub(crate) async fn pipeline(&self, destination_id: &str, mode: &str) -> String {
         let p = json_ok(
             self.srv
                 .post("/v1/pipelines", json!({ "name": "events", "source_id": self.source_id, "destination_id": destination_id, "streams": [{ "name": "events", "sync_mode": mode }] }))
@@ -152,7 +166,7 @@ impl Fx {
     }
 
     /// Starts a sync and waits for its end.
-    async fn sync(&self, pipeline_id: &str) -> Value {
+    pub(crate) async fn sync(&self, pipeline_id: &str) -> Value {
         let job =
             json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
                 .await;

@@ -35,6 +35,8 @@ pub struct ServerLimits {
     pub job_lease: Duration,
     /// Bounds of reverse-ETL runs and previews.
     pub reverse_etl: ReverseEtlLimits,
+    /// How outbound webhooks are retried.
+    pub webhooks: WebhookLimits,
 }
 
 impl Default for ServerLimits {
@@ -53,6 +55,34 @@ impl Default for ServerLimits {
             job_concurrency_per_workspace: 2,
             job_lease: Duration::from_secs(30),
             reverse_etl: Default::default(),
+            webhooks: Default::default(),
+        }
+    }
+}
+
+/// How webhook deliveries are retried and signed.
+#[derive(Debug, Clone)]
+pub struct WebhookLimits {
+    /// The longest wait between two attempts of one delivery.
+    pub max_backoff: Duration,
+    /// How long after its event a delivery is still retried.
+    pub retry_window: Duration,
+    /// How long a rotated-out signing secret still signs, beside the new one.
+    pub secret_overlap: Duration,
+    /// How long a server holds a subscription without renewing its claim.
+    pub lease: Duration,
+    /// How long one attempt may take.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for WebhookLimits {
+    fn default() -> Self {
+        WebhookLimits {
+            max_backoff: Duration::from_secs(3600),
+            retry_window: Duration::from_secs(24 * 3600),
+            secret_overlap: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(30),
+            attempt_timeout: Duration::from_secs(10),
         }
     }
 }

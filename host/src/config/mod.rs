@@ -175,6 +175,14 @@ pub struct LimitArgs {
     /// The largest sample a reverse-ETL preview answers with, in bytes.
     #[arg(long, env = "SERVICE_RETL_PREVIEW_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=256 * 1024 * 1024))]
     pub retl_preview_bytes: u64,
+    /// The longest wait between two attempts of a webhook delivery, in
+    /// seconds (waits double from one second, with jitter, up to this).
+    #[arg(long, env = "SERVICE_WEBHOOK_MAX_BACKOFF_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub webhook_max_backoff_secs: u64,
+    /// How long a webhook delivery is retried before it is given up, in
+    /// hours.
+    #[arg(long, env = "SERVICE_WEBHOOK_RETRY_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=720))]
+    pub webhook_retry_hours: u64,
 }
 
 impl LimitArgs {
@@ -220,6 +228,11 @@ impl LimitArgs {
                 spool_dir: self.retl_spool_dir.clone(),
                 preview_cell_bytes: usize::try_from(self.retl_preview_cell_bytes).unwrap_or(usize::MAX),
                 preview_response_bytes: usize::try_from(self.retl_preview_bytes).unwrap_or(usize::MAX),
+            },
+            webhooks: limits::WebhookLimits {
+                max_backoff: std::time::Duration::from_secs(self.webhook_max_backoff_secs),
+                retry_window: std::time::Duration::from_secs(self.webhook_retry_hours * 3600),
+                ..Default::default()
             },
         })
     }

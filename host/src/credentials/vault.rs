@@ -17,7 +17,7 @@ use zeroize::Zeroizing;
 use super::keyring::{self, Keyring};
 pub use crate::egress::SecretError;
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
-use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential};
+use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential, Sealed};
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::{Store, new_id, now_ms};
 
@@ -270,6 +270,22 @@ impl Vault {
         self.keyring.derive(purpose)
     }
 
+    /// Seals a webhook subscription's signing secret, bound to the
+    /// subscription and its workspace.
+    pub(crate) fn seal_signing_secret(&self, webhook_id: &str, workspace_id: &str, secret: &[u8]) -> Sealed {
+        self.keyring.seal(&signing_binding(webhook_id, workspace_id), secret)
+    }
+
+    /// Opens what [`Vault::seal_signing_secret`] sealed.
+    pub(crate) fn open_signing_secret(
+        &self,
+        webhook_id: &str,
+        workspace_id: &str,
+        sealed: &Sealed,
+    ) -> Result<Zeroizing<Vec<u8>>, &'static str> {
+        self.keyring.open(&signing_binding(webhook_id, workspace_id), sealed)
+    }
+
     /// Revokes a credential: the secret is destroyed in the store and
     /// forgotten by this process at once, so no further request of any
     /// plugin or job carries it. False when there is nothing to revoke.
@@ -481,10 +497,29 @@ impl Vault {
             store.reseal_credential(&c.record.credential_id, &sealed, c.access_expires_at).await?;
             n += 1;
         }
+        for w in store.all_webhook_secrets().await? {
+            let aad = signing_binding(&w.webhook_id, &w.workspace_id);
+            let reseal = |sealed: &Sealed| {
+                keyring
+                    .open(&aad, sealed)
+                    .map(|plain| keyring.seal(&aad, &plain))
+                    .map_err(|e| anyhow::anyhow!("webhook {}: {e}", w.webhook_id))
+            };
+            let secret = reseal(&w.secret)?;
+            // A rotated-out secret that no longer opens has no use left.
+            let previous = w.previous.as_ref().and_then(|p| reseal(p).ok());
+            store.reseal_webhook(&w.webhook_id, &secret, previous.as_ref()).await?;
+            n += 1;
+        }
         keyring.retire_old();
         keyring.write_file()?;
         Ok((n, keyring.current().id.clone()))
     }
+}
+
+/// What a webhook signing secret is sealed to.
+fn signing_binding(webhook_id: &str, workspace_id: &str) -> String {
+    format!("webhook-signing:{webhook_id}:{workspace_id}")
 }
 
 /// Where a credential's secret goes, from its record: its kind decides, and

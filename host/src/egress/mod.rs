@@ -28,10 +28,12 @@
 //! and has no HTTP client at all, so it cannot open a socket.
 //!
 //! Layout: this module (the policy's enforcement and the live exchange),
-//! [`address`] (which addresses are global), [`tape`] (recording and
+//! [`address`] (which addresses are global), [`receiver`] (the URL of a
+//! receiver the host posts to for a workspace), [`tape`] (recording and
 //! replay).
 
 pub mod address;
+pub mod receiver;
 pub mod tape;
 
 use std::collections::HashMap;

@@ -8,7 +8,7 @@
 //!   [`sessions`], [`audit_logs`], [`approvals`] (with policies),
 //!   [`connectors`], [`credentials`], [`oauth`], [`emailcampaign`],
 //!   [`plugins`], [`sources`], [`destinations`], [`pipelines`],
-//!   [`connections`], [`jobs`], [`reverse_etl`];
+//!   [`connections`], [`jobs`], [`reverse_etl`], [`webhooks`];
 //! - [`middleware`]: authentication, audit, idempotency, throttling,
 //!   deadlines and metrics;
 //! - [`extract`]: the request-side types every handler shares (JSON bodies
@@ -52,6 +52,7 @@ pub mod reverse_etl;
 pub mod sessions;
 pub mod sources;
 pub mod system;
+pub mod webhooks;
 pub mod workspaces;
 
 use std::sync::Arc;
@@ -264,6 +265,7 @@ fn v1() -> OpenApiRouter<AppState> {
         .merge(connections::router())
         .merge(jobs::router())
         .merge(reverse_etl::router())
+        .merge(webhooks::router())
 }
 
 /// Headers of every answer: never sniffed as another content type, and

@@ -37,6 +37,8 @@ pub enum Category {
     Plugins,
     /// Reverse-ETL models, destinations and activations, and starting runs.
     ReverseEtl,
+    /// Webhook subscriptions: where a workspace's events are sent.
+    Webhooks,
 }
 
 impl Category {
@@ -51,6 +53,7 @@ impl Category {
         Category::Syncs,
         Category::Plugins,
         Category::ReverseEtl,
+        Category::Webhooks,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,6 +67,7 @@ impl Category {
             Category::Syncs => "syncs",
             Category::Plugins => "plugins",
             Category::ReverseEtl => "reverse_etl",
+            Category::Webhooks => "webhooks",
         }
     }
 
@@ -96,13 +100,16 @@ impl Category {
             Category::ReverseEtl => {
                 "creating, changing and deleting reverse-ETL models, destinations and activations, and starting their runs"
             }
+            Category::Webhooks => {
+                "creating, changing and deleting webhook subscriptions (where the workspace's events are sent) and replaying deliveries"
+            }
         }
     }
 
     /// The least role that may perform operations of this category.
     pub(crate) fn required_role(self) -> Role {
         match self {
-            Category::WorkspaceAdmin | Category::Plugins => Role::Administrator,
+            Category::WorkspaceAdmin | Category::Plugins | Category::Webhooks => Role::Administrator,
             Category::Credentials
             | Category::CredentialEntry
             | Category::Sources

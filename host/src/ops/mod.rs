@@ -16,7 +16,7 @@
 //! - one file per context with its operations and their execution:
 //!   [`members`], [`sessions`], [`policies`], [`credentials`], [`sources`],
 //!   [`destinations`], [`pipelines`], [`syncs`], [`plugins`],
-//!   [`reverse_etl`];
+//!   [`reverse_etl`], [`webhooks`];
 //! - [`text`]: length limits of the text clients send;
 //! - [`patch`]: how `PATCH` merges a configuration, on every resource.
 
@@ -36,6 +36,7 @@ pub mod sessions;
 pub mod sources;
 pub mod syncs;
 pub mod text;
+pub mod webhooks;
 
 pub use act::{Act, Category, Executed, SHOWN_ONCE};
 pub use gate::{EXECUTION_MODE_HEADER, submit};

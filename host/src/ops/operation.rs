@@ -27,6 +27,7 @@ pub enum Operation {
     Syncs(super::syncs::SyncOp),
     Plugins(super::plugins::PluginOp),
     ReverseEtl(super::reverse_etl::ReverseEtlOp),
+    Webhooks(super::webhooks::WebhookOp),
 }
 
 impl Operation {
@@ -43,6 +44,7 @@ impl Operation {
             Operation::Syncs(o) => o,
             Operation::Plugins(o) => o,
             Operation::ReverseEtl(o) => o,
+            Operation::Webhooks(o) => o,
         }
     }
 
@@ -60,6 +62,7 @@ impl Operation {
             Operation::Syncs(o) => o.run(ctx).await,
             Operation::Plugins(o) => o.run(ctx).await,
             Operation::ReverseEtl(o) => o.run(ctx).await,
+            Operation::Webhooks(o) => o.run(ctx).await,
         }
     }
 }
@@ -86,4 +89,5 @@ into_operation!(
     Syncs(super::syncs::SyncOp),
     Plugins(super::plugins::PluginOp),
     ReverseEtl(super::reverse_etl::ReverseEtlOp),
+    Webhooks(super::webhooks::WebhookOp),
 );

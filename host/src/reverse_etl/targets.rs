@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use url::Url;
 
+use crate::egress::receiver::check_receiver_url;
 use crate::egress::{Caller, CredentialUse, EgressError, HostPattern, Method, OutboundRequest, Reach};
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::InvocationError;
@@ -236,33 +237,7 @@ fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<
         .get("url")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
-    let bad = |m: &str| ApiError::invalid_field("configuration.url", m.to_owned());
-    let url = Url::parse(raw).map_err(|_| bad("url must be an absolute https URL"))?;
-    if url.scheme() != "https" {
-        return Err(bad("url must use https"));
-    }
-    if url.port().is_some_and(|p| p != 443) {
-        return Err(bad("url must use port 443"));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(ApiError::secret_refused("configuration.url"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(bad(
-            "url must not have a query or fragment; put a secret in a credential and name its credential_handle",
-        ));
-    }
-    let host = match url.host() {
-        Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
-        Some(_) => {
-            return Err(bad("url must name a host, not an IP address: private and internal addresses are refused"));
-        }
-        None => return Err(bad("url has no host")),
-    };
-    if !state.egress.policy().webhook_hosts.iter().any(|p| p.matches(&host)) {
-        return Err(ApiError::bad_request("WEBHOOK_HOST_NOT_ALLOWED", format!("{host} is not a host the operator allows webhooks to post to; the operator lists them in SERVICE_WEBHOOK_ALLOWED_HOSTS"))
-            .with_details(json!({ "field": "configuration.url", "host": host })));
-    }
+    let (url, _) = check_receiver_url(state.egress.policy(), raw).map_err(|e| e.at("configuration.url"))?;
     let handle = match obj.get("credential_handle") {
         None | Some(Value::Null) => None,
         Some(Value::String(h)) => Some(h.clone()),

@@ -2,12 +2,13 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::kinds::ApprovalStatus;
+use super::kinds::{ApprovalStatus, EventType};
 use super::sessions::ClientSource;
+use super::webhooks::record_event;
 use super::workspaces::Role;
 use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
@@ -131,8 +132,10 @@ fn from_row(r: &sqlx::any::AnyRow, now: i64) -> StoreResult<Approval> {
 }
 
 impl Store {
+    /// Stores a proposal, announcing it (`approval.requested`).
     pub async fn create_approval(&self, a: NewApproval<'_>) -> StoreResult<Approval> {
         let id = new_id("apr");
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO approvals (id, workspace_id, category, action, summary, operation, status, proposed_by, proposed_session, \
              client_source, request_id, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12)",
@@ -149,9 +152,15 @@ impl Store {
         .bind(a.request_id)
         .bind(now_ms())
         .bind(a.expires_at)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(self.approval(a.workspace_id, &id).await?.expect("just inserted"))
+        let approval = approval_in(&mut tx, a.workspace_id, &id).await?;
+        let queued = announce(&mut tx, &approval, EventType::ApprovalRequested).await?;
+        tx.commit().await?;
+        if queued > 0 {
+            self.outbox_written();
+        }
+        Ok(approval)
     }
 
     pub async fn approval(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Approval>> {
@@ -206,6 +215,7 @@ impl Store {
         to: ApprovalStatus,
     ) -> StoreResult<Result<Approval, DecideError>> {
         let now = now_ms();
+        let mut tx = self.begin_write().await?;
         let n = sqlx::query(
             "UPDATE approvals SET status = $1, decided_by = $2, decided_at = $3 \
              WHERE workspace_id = $4 AND id = $5 AND status = 'pending' AND expires_at > $3",
@@ -215,9 +225,18 @@ impl Store {
         .bind(now)
         .bind(workspace_id)
         .bind(id)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
+        let mut queued = 0;
+        if n == 1 {
+            let decided = approval_in(&mut tx, workspace_id, id).await?;
+            queued = announce(&mut tx, &decided, EventType::ApprovalDecided).await?;
+        }
+        tx.commit().await?;
+        if queued > 0 {
+            self.outbox_written();
+        }
         let current = self.approval(workspace_id, id).await?;
         Ok(match (n, current) {
             (_, None) => Err(DecideError::NotFound),
@@ -290,4 +309,30 @@ impl Store {
         .await?;
         Ok(())
     }
+}
+
+/// A proposal as the transaction on `conn` sees it.
+async fn approval_in(conn: &mut sqlx::AnyConnection, workspace_id: &str, id: &str) -> StoreResult<Approval> {
+    let sql = format!("SELECT {COLUMNS} FROM approvals WHERE workspace_id = $1 AND id = $2");
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_one(&mut *conn).await?;
+    from_row(&row, now_ms())
+}
+
+/// Announces a proposal or its decision: what a person needs to find it
+/// and judge it, not the operation's body (a receiver is not an approver).
+async fn announce(conn: &mut sqlx::AnyConnection, a: &Approval, event: EventType) -> StoreResult<usize> {
+    let data = json!({
+        "approval_id": a.approval_id,
+        "category": a.category,
+        "action": a.action,
+        "summary": a.summary,
+        "status": a.status,
+        "proposed_by": a.proposed_by,
+        "client_source": a.client_source,
+        "created_at": a.created_at,
+        "expires_at": a.expires_at,
+        "decided_by": a.decided_by,
+        "decided_at": a.decided_at,
+    });
+    record_event(conn, &a.workspace_id, event, data).await
 }

@@ -19,6 +19,23 @@ pub struct Sealed {
     pub ciphertext: String,
 }
 
+impl Sealed {
+    /// The sealed secret as one column's text: `key:nonce:ciphertext`
+    /// (base64 never holds a colon).
+    pub(crate) fn to_text(&self) -> String {
+        format!("{}:{}:{}", self.key_id, self.nonce, self.ciphertext)
+    }
+
+    /// The sealed secret [`Sealed::to_text`] wrote.
+    pub(crate) fn from_text(text: &str) -> Option<Sealed> {
+        let mut parts = text.rsplitn(3, ':');
+        let ciphertext = parts.next()?.to_owned();
+        let nonce = parts.next()?.to_owned();
+        let key_id = parts.next()?.to_owned();
+        Some(Sealed { key_id, nonce, ciphertext })
+    }
+}
+
 /// The opaque reference to a stored credential (`ch_...`) that operations
 /// and configurations carry instead of a secret.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize, ToSchema)]

@@ -4,11 +4,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sqlx::Row;
 use utoipa::ToSchema;
 
-use super::kinds::{JobKind, JobStatus, Trigger};
+use super::kinds::{EventType, JobKind, JobStatus, Trigger};
+use super::webhooks::record_event;
 use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// One attempt of a job.
@@ -249,6 +250,7 @@ impl Store {
         .await?;
         let Some(candidate) = candidate else { return Ok(None) };
         let id: String = candidate.try_get("id")?;
+        let mut tx = self.begin_write().await?;
         let n = sqlx::query(
             "UPDATE jobs SET status = 'running', lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1, \
              started_at = COALESCE(started_at, $3) WHERE id = $4 AND ((status = 'queued' AND not_before <= $3) OR (status = 'running' AND lease_expires_at < $3))",
@@ -257,28 +259,31 @@ impl Store {
         .bind(now + lease_ms)
         .bind(now)
         .bind(&id)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
         if n == 0 {
             return Ok(None);
         }
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&id).fetch_one(self.pool()).await?;
-        let job = job_from_row(&row)?;
+        let job = job_in(&mut tx, &id).await?;
         // An earlier attempt still open lost its runner (its lease ran out).
         sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = 'abandoned', error = 'the runner stopped renewing its lease' WHERE job_id = $2 AND finished_at IS NULL")
             .bind(now)
             .bind(&id)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?;
         sqlx::query("INSERT INTO job_attempts (job_id, attempt, runner, started_at) VALUES ($1, $2, $3, $4)")
             .bind(&id)
             .bind(job.attempts)
             .bind(owner)
             .bind(now)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?;
+        let queued = if job.attempts == 1 { announce(&mut tx, &job, EventType::JobStarted).await? } else { 0 };
+        tx.commit().await?;
+        if queued > 0 {
+            self.outbox_written();
+        }
         Ok(Some(job))
     }
 
@@ -290,18 +295,10 @@ impl Store {
         outcome: &str,
         error: Option<&str>,
     ) -> StoreResult<()> {
-        sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = $2, error = $3 WHERE job_id = $4 AND runner = $5 AND finished_at IS NULL")
-            .bind(now_ms())
-            .bind(outcome)
-            .bind(error)
-            .bind(job_id)
-            .bind(owner)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+        let mut conn = self.pool().acquire().await?;
+        end_attempt(&mut conn, job_id, owner, outcome, error).await
     }
 
-    /// A job's attempts, oldest first.
     pub(crate) async fn job_attempts(&self, job_id: &str) -> StoreResult<Vec<JobAttempt>> {
         let rows = sqlx::query("SELECT attempt, started_at, finished_at, outcome, error FROM job_attempts WHERE job_id = $1 ORDER BY attempt")
             .bind(job_id)
@@ -407,7 +404,7 @@ impl Store {
         Ok(())
     }
 
-    /// Ends a job held by `owner`.
+    /// Ends a job held by `owner`, announcing how it ended.
     pub(crate) async fn finish_job(
         &self,
         job_id: &str,
@@ -415,55 +412,100 @@ impl Store {
         status: JobStatus,
         error: Option<&str>,
     ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
         let n = sqlx::query("UPDATE jobs SET status = $1, error = $2, finished_at = $3, lease_owner = NULL, lease_expires_at = NULL WHERE id = $4 AND lease_owner = $5 AND status = 'running'")
             .bind(status.as_str())
             .bind(error)
             .bind(now_ms())
             .bind(job_id)
             .bind(owner)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?
             .rows_affected();
         // A job cancelled meanwhile keeps the attempt as its cancellation closed it.
-        if n == 1 {
-            self.end_attempt(job_id, owner, status.as_str(), error).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        end_attempt(&mut tx, job_id, owner, status.as_str(), error).await?;
+        let job = job_in(&mut tx, job_id).await?;
+        let runs = job.kind.is_activation_run();
+        let event = match (status, runs) {
+            (JobStatus::Succeeded, false) => Some(EventType::JobSucceeded),
+            (JobStatus::Failed, false) => Some(EventType::JobFailed),
+            (JobStatus::Succeeded, true) => Some(EventType::ActivationRunSucceeded),
+            (JobStatus::Failed, true) => Some(EventType::ActivationRunFailed),
+            _ => None,
+        };
+        let mut queued = 0;
+        if let Some(event) = event {
+            queued += announce(&mut tx, &job, event).await?;
+        }
+        if runs {
+            let counts = &job.progress["counts"];
+            let failed = counts["failed"].as_u64().unwrap_or(0);
+            let invalid = counts["invalid"].as_u64().unwrap_or(0);
+            if failed + invalid > 0 {
+                let data = json!({
+                    "job_id": job.job_id,
+                    "activation_id": job.activation_id,
+                    "failed": failed,
+                    "invalid": invalid,
+                    "failed_samples": job.progress["failed_samples"],
+                    "invalid_samples": job.progress["invalid_samples"],
+                });
+                queued += record_event(&mut tx, &job.workspace_id, EventType::RowsRejected, data).await?;
+            }
+        }
+        tx.commit().await?;
+        if queued > 0 {
+            self.outbox_written();
         }
         Ok(())
     }
 
     /// Puts a job back in the queue after a transient failure.
     pub(crate) async fn retry_job(&self, job_id: &str, owner: &str, not_before: i64, error: &str) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
         let n = sqlx::query("UPDATE jobs SET status = 'queued', not_before = $1, error = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $3 AND lease_owner = $4")
             .bind(not_before)
             .bind(error)
             .bind(job_id)
             .bind(owner)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?
             .rows_affected();
         if n == 1 {
-            self.end_attempt(job_id, owner, "retrying", Some(error)).await?;
+            end_attempt(&mut tx, job_id, owner, "retrying", Some(error)).await?;
         }
+        tx.commit().await?;
         Ok(())
     }
 
-    /// Cancels a queued or running job.
+    /// Cancels a queued or running job, announcing it.
     pub(crate) async fn cancel_job(&self, workspace_id: &str, job_id: &str) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
         let n = sqlx::query(
             "UPDATE jobs SET status = 'cancelled', finished_at = $1, lease_owner = NULL WHERE workspace_id = $2 AND id = $3 AND status IN ('queued', 'running')",
         )
         .bind(now_ms())
         .bind(workspace_id)
         .bind(job_id)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
+        let mut queued = 0;
         if n == 1 {
             sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = 'cancelled' WHERE job_id = $2 AND finished_at IS NULL")
                 .bind(now_ms())
                 .bind(job_id)
-                .execute(self.pool())
+                .execute(&mut *tx)
                 .await?;
+            let job = job_in(&mut tx, job_id).await?;
+            queued = announce(&mut tx, &job, EventType::JobCancelled).await?;
+        }
+        tx.commit().await?;
+        if queued > 0 {
+            self.outbox_written();
         }
         Ok(n == 1)
     }
@@ -473,4 +515,36 @@ impl Store {
         let row = sqlx::query("SELECT status FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
         row.map(|r| decode(r.try_get("status")?, JobStatus::parse, "status")).transpose()
     }
+}
+
+/// A job as the transaction on `conn` sees it.
+async fn job_in(conn: &mut sqlx::AnyConnection, id: &str) -> StoreResult<Job> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id).fetch_one(&mut *conn).await?;
+    job_from_row(&row)
+}
+
+/// Closes the open attempt of a job held by `owner`.
+async fn end_attempt(
+    conn: &mut sqlx::AnyConnection,
+    job_id: &str,
+    owner: &str,
+    outcome: &str,
+    error: Option<&str>,
+) -> StoreResult<()> {
+    sqlx::query("UPDATE job_attempts SET finished_at = $1, outcome = $2, error = $3 WHERE job_id = $4 AND runner = $5 AND finished_at IS NULL")
+        .bind(now_ms())
+        .bind(outcome)
+        .bind(error)
+        .bind(job_id)
+        .bind(owner)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Writes the event of a job's change, its record as the data.
+async fn announce(conn: &mut sqlx::AnyConnection, job: &Job, event: EventType) -> StoreResult<usize> {
+    let data = serde_json::to_value(job).unwrap_or(Value::Null);
+    record_event(conn, &job.workspace_id, event, data).await
 }

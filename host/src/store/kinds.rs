@@ -208,6 +208,46 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// What happened, as webhooks announce it (the `type` of an event).
+    pub enum EventType {
+        /// A job's first attempt started.
+        JobStarted = "job.started",
+        /// A pipeline's sync or reset succeeded.
+        JobSucceeded = "job.succeeded",
+        /// A pipeline's sync or reset failed for good (retries spent).
+        JobFailed = "job.failed",
+        /// A job was cancelled.
+        JobCancelled = "job.cancelled",
+        /// A reverse-ETL run succeeded.
+        ActivationRunSucceeded = "activation_run.succeeded",
+        /// A reverse-ETL run failed for good.
+        ActivationRunFailed = "activation_run.failed",
+        /// A pipeline's last successful sync is older than its freshness setting.
+        PipelineFreshnessBreached = "pipeline.freshness_breached",
+        /// A pipeline that breached its freshness setting synced again.
+        PipelineFreshnessRecovered = "pipeline.freshness_recovered",
+        /// A write was stored as a proposal for a person to decide.
+        ApprovalRequested = "approval.requested",
+        /// A proposal was approved or rejected.
+        ApprovalDecided = "approval.decided",
+        /// A reverse-ETL run ended with rows the destination failed or that were invalid.
+        RowsRejected = "rows.rejected",
+    }
+}
+
+text_enum! {
+    /// Where a webhook delivery is.
+    pub enum DeliveryStatus {
+        /// Waiting for its (next) attempt.
+        Pending = "pending",
+        /// The receiver answered 2xx.
+        Delivered = "delivered",
+        /// Every attempt failed for the whole retry window.
+        Failed = "failed",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,8 @@
 //! - [`reverse_etl`]: models, reverse-ETL destinations, activations, their
 //!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
+//! - [`webhooks`]: outbound webhook subscriptions, the outbox of events
+//!   (written in the transaction of their cause) and their deliveries;
 //! - [`kinds`]: the statuses, kinds and triggers records carry, as types;
 //! - [`caches`]: read caches in front of the database;
 //! - [`notices`]: change notices between servers sharing PostgreSQL, which
@@ -50,6 +52,7 @@ pub mod sessions;
 pub mod sources;
 pub(crate) mod sweep;
 pub mod users;
+pub mod webhooks;
 pub mod workspaces;
 
 use std::str::FromStr;
@@ -111,6 +114,9 @@ pub struct Store {
     url: std::sync::Arc<str>,
     /// Changes the servers confirm they applied: (change, server).
     confirmations: tokio::sync::broadcast::Sender<(String, String)>,
+    /// Signalled when this process committed webhook deliveries, so its
+    /// deliverer sends them at once rather than at its next poll.
+    outbox: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Store {
@@ -150,6 +156,7 @@ impl Store {
             membership_generation: Default::default(),
             url: url.into(),
             confirmations: tokio::sync::broadcast::channel(256).0,
+            outbox: Default::default(),
         })
     }
 

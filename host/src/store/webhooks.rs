@@ -1,0 +1,622 @@
+//! Outbound webhooks: subscriptions, the outbox of events, and the
+//! deliveries servers claim and record.
+//!
+//! An event is written by [`record_event`] on the connection of the
+//! transaction that makes its cause, with one delivery for each enabled
+//! subscription of the workspace that asked for its type. A server claims
+//! a whole subscription with a lease ([`Store::claim_webhook`]) and sends
+//! its pending deliveries oldest first; a failed head blocks the queue
+//! until its retry, which is what keeps each subscription's order.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::Row;
+use utoipa::ToSchema;
+
+use super::credentials::Sealed;
+use super::kinds::{DeliveryStatus, EventType};
+use super::{Store, StoreError, StoreResult, decode, from_ms, new_id, now_ms};
+
+/// A subscription, as clients see it (never its secret).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Webhook {
+    pub webhook_id: String,
+    pub workspace_id: String,
+    pub url: String,
+    pub description: String,
+    pub event_types: Vec<EventType>,
+    pub enabled: bool,
+    /// Until when the previous signing secret also signs, after a rotation.
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What a new subscription is made of.
+pub(crate) struct NewWebhook<'a> {
+    pub webhook_id: &'a str,
+    pub workspace_id: &'a str,
+    pub url: &'a str,
+    pub description: &'a str,
+    pub event_types: &'a [EventType],
+    pub secret: &'a Sealed,
+    pub created_by: &'a str,
+}
+
+/// A subscription as the deliverer needs it: where, and the sealed
+/// secrets that sign.
+pub(crate) struct WebhookTarget {
+    pub webhook_id: String,
+    pub workspace_id: String,
+    pub url: String,
+    pub enabled: bool,
+    pub secret: Sealed,
+    /// The rotated-out secret, while it still signs.
+    pub previous: Option<Sealed>,
+}
+
+/// A subscription's sealed secrets, for a master-key rotation.
+pub(crate) struct WebhookSecrets {
+    pub webhook_id: String,
+    pub workspace_id: String,
+    pub secret: Sealed,
+    pub previous: Option<Sealed>,
+}
+
+/// The next delivery of a subscription to send.
+pub(crate) struct DueDelivery {
+    pub delivery_id: String,
+    pub payload: String,
+    pub attempts: i64,
+    /// When its retry window started: its event, or its last replay.
+    pub retry_from: i64,
+}
+
+/// How one attempt ended.
+pub(crate) struct AttemptRecord<'a> {
+    pub delivery_id: &'a str,
+    pub webhook_id: &'a str,
+    pub owner: &'a str,
+    pub attempted_at: i64,
+    pub duration_ms: i64,
+    pub status_code: Option<u16>,
+    pub error: Option<&'a str>,
+    /// What the delivery becomes.
+    pub outcome: AttemptOutcome,
+}
+
+/// What a delivery becomes after an attempt.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttemptOutcome {
+    Delivered,
+    /// Tried again at this time; the subscription waits until then.
+    RetryAt(i64),
+    /// The retry window is spent.
+    GivenUp,
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeliveryAttempt {
+    pub attempt: i64,
+    pub attempted_at: DateTime<Utc>,
+    /// The receiver's HTTP status, if it answered.
+    pub status_code: Option<i64>,
+    pub duration_ms: i64,
+    pub error: Option<String>,
+}
+
+/// A delivery of one event to one subscription.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Delivery {
+    /// Sent as `webhook-id`; the same on every retry and replay.
+    pub delivery_id: String,
+    pub webhook_id: String,
+    pub event_id: String,
+    pub event_type: EventType,
+    pub status: DeliveryStatus,
+    pub attempts: i64,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_status_code: Option<i64>,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    /// The body sent, exactly as signed.
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    /// Every attempt, oldest first.
+    pub attempt_log: Vec<DeliveryAttempt>,
+}
+
+const COLUMNS: &str =
+    "id, workspace_id, url, description, event_types, enabled, previous_until, created_by, created_at, updated_at";
+
+fn webhook_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Webhook> {
+    let types: String = r.try_get("event_types")?;
+    let names: Vec<String> = serde_json::from_str(&types).unwrap_or_default();
+    let event_types =
+        names.iter().map(|n| decode(n, EventType::parse, "event_types")).collect::<StoreResult<Vec<_>>>()?;
+    let now = now_ms();
+    Ok(Webhook {
+        webhook_id: r.try_get("id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        url: r.try_get("url")?,
+        description: r.try_get("description")?,
+        event_types,
+        enabled: r.try_get::<i64, _>("enabled")? != 0,
+        previous_secret_expires_at: r.try_get::<Option<i64>, _>("previous_until")?.filter(|t| *t > now).map(from_ms),
+        created_by: r.try_get("created_by")?,
+        created_at: from_ms(r.try_get("created_at")?),
+        updated_at: from_ms(r.try_get("updated_at")?),
+    })
+}
+
+fn sealed(text: Option<String>) -> StoreResult<Option<Sealed>> {
+    text.map(|t| {
+        Sealed::from_text(&t).ok_or_else(|| {
+            StoreError::Database(sqlx::Error::ColumnDecode {
+                index: "secret".into(),
+                source: "corrupt sealed secret".into(),
+            })
+        })
+    })
+    .transpose()
+}
+
+fn types_json(types: &[EventType]) -> String {
+    Value::from(types.iter().map(|t| t.as_str()).collect::<Vec<_>>()).to_string()
+}
+
+/// Writes an event and its deliveries on `conn`, the connection of the
+/// transaction that commits its cause. Returns how many deliveries it
+/// queued (the caller wakes the deliverer after committing when any did).
+pub(crate) async fn record_event(
+    conn: &mut sqlx::AnyConnection,
+    workspace_id: &str,
+    event_type: EventType,
+    data: Value,
+) -> StoreResult<usize> {
+    let now = now_ms();
+    let event_id = new_id("evt");
+    let payload = json!({
+        "type": event_type.as_str(),
+        "timestamp": from_ms(now).to_rfc3339_opts(SecondsFormat::Millis, true),
+        "event_id": event_id,
+        "workspace_id": workspace_id,
+        "data": data,
+    })
+    .to_string();
+    sqlx::query("INSERT INTO events (id, workspace_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)")
+        .bind(&event_id)
+        .bind(workspace_id)
+        .bind(event_type.as_str())
+        .bind(&payload)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    let subscribers: Vec<String> = sqlx::query_scalar(
+        "SELECT t.webhook_id FROM webhook_event_types t JOIN webhooks w ON w.id = t.webhook_id \
+         WHERE t.workspace_id = $1 AND t.event_type = $2 AND w.enabled = 1 ORDER BY t.webhook_id",
+    )
+    .bind(workspace_id)
+    .bind(event_type.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    for webhook_id in &subscribers {
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_id, event_type, status, attempts, next_attempt_at, retry_from, created_at) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $6, $6)",
+        )
+        .bind(new_id("msg"))
+        .bind(webhook_id)
+        .bind(workspace_id)
+        .bind(&event_id)
+        .bind(event_type.as_str())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(subscribers.len())
+}
+
+async fn set_event_types(
+    conn: &mut sqlx::AnyConnection,
+    workspace_id: &str,
+    webhook_id: &str,
+    types: &[EventType],
+) -> StoreResult<()> {
+    sqlx::query("DELETE FROM webhook_event_types WHERE webhook_id = $1").bind(webhook_id).execute(&mut *conn).await?;
+    for t in types {
+        sqlx::query("INSERT INTO webhook_event_types (webhook_id, workspace_id, event_type) VALUES ($1, $2, $3)")
+            .bind(webhook_id)
+            .bind(workspace_id)
+            .bind(t.as_str())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Wakes this server's deliverer: deliveries were committed.
+    pub(crate) fn outbox_written(&self) {
+        self.outbox.notify_one();
+    }
+
+    /// Resolves once deliveries were committed by this server (or at once,
+    /// if some were since the last wait).
+    pub(crate) async fn outbox_wait(&self) {
+        self.outbox.notified().await;
+    }
+
+    pub(crate) async fn create_webhook(&self, w: NewWebhook<'_>) -> StoreResult<Webhook> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO webhooks (id, workspace_id, url, description, event_types, enabled, secret, created_by, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $8)",
+        )
+        .bind(w.webhook_id)
+        .bind(w.workspace_id)
+        .bind(w.url)
+        .bind(w.description)
+        .bind(types_json(w.event_types))
+        .bind(w.secret.to_text())
+        .bind(w.created_by)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        set_event_types(&mut tx, w.workspace_id, w.webhook_id, w.event_types).await?;
+        tx.commit().await?;
+        Ok(self.webhook(w.workspace_id, w.webhook_id).await?.expect("just inserted"))
+    }
+
+    pub async fn webhook(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Webhook>> {
+        let sql = format!("SELECT {COLUMNS} FROM webhooks WHERE workspace_id = $1 AND id = $2");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
+        row.as_ref().map(webhook_from_row).transpose()
+    }
+
+    pub async fn webhooks(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Webhook>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM webhooks WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(workspace_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(webhook_from_row).collect()
+    }
+
+    /// Changes a subscription's URL, description, event types and whether
+    /// it is enabled; with `secret`, rotates its signing secret (the
+    /// current one keeps signing until `previous_until`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn update_webhook(
+        &self,
+        workspace_id: &str,
+        id: &str,
+        url: &str,
+        description: &str,
+        event_types: &[EventType],
+        enabled: bool,
+        secret: Option<(&Sealed, i64)>,
+    ) -> StoreResult<Option<Webhook>> {
+        let mut tx = self.begin_write().await?;
+        let n = sqlx::query(
+            "UPDATE webhooks SET url = $1, description = $2, event_types = $3, enabled = $4, updated_at = $5 \
+             WHERE workspace_id = $6 AND id = $7",
+        )
+        .bind(url)
+        .bind(description)
+        .bind(types_json(event_types))
+        .bind(i64::from(enabled))
+        .bind(now_ms())
+        .bind(workspace_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Ok(None);
+        }
+        if let Some((next, previous_until)) = secret {
+            sqlx::query("UPDATE webhooks SET previous_secret = secret, previous_until = $1, secret = $2 WHERE id = $3")
+                .bind(previous_until)
+                .bind(next.to_text())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        set_event_types(&mut tx, workspace_id, id, event_types).await?;
+        tx.commit().await?;
+        self.webhook(workspace_id, id).await
+    }
+
+    /// Deletes a subscription with its queue and delivery log. Returns
+    /// whether it existed.
+    pub(crate) async fn delete_webhook(&self, workspace_id: &str, id: &str) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let n = sqlx::query("DELETE FROM webhooks WHERE workspace_id = $1 AND id = $2")
+            .bind(workspace_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 1 {
+            sqlx::query("DELETE FROM webhook_event_types WHERE webhook_id = $1").bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM webhook_deliveries WHERE webhook_id = $1)")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1").bind(id).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    /// Every subscription's sealed secrets, for a master-key rotation.
+    pub(crate) async fn all_webhook_secrets(&self) -> StoreResult<Vec<WebhookSecrets>> {
+        let rows = sqlx::query("SELECT id, workspace_id, secret, previous_secret FROM webhooks ORDER BY id")
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(WebhookSecrets {
+                    webhook_id: r.try_get("id")?,
+                    workspace_id: r.try_get("workspace_id")?,
+                    secret: sealed(Some(r.try_get("secret")?))?.expect("present"),
+                    previous: sealed(r.try_get("previous_secret")?)?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn reseal_webhook(&self, id: &str, secret: &Sealed, previous: Option<&Sealed>) -> StoreResult<()> {
+        sqlx::query("UPDATE webhooks SET secret = $1, previous_secret = $2 WHERE id = $3")
+            .bind(secret.to_text())
+            .bind(previous.map(Sealed::to_text))
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Claims a subscription with a due delivery that no live lease holds:
+    /// its queue is this server's until the lease runs out.
+    pub(crate) async fn claim_webhook(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<String>> {
+        let now = now_ms();
+        let candidates: Vec<String> = sqlx::query_scalar(
+            "SELECT w.id FROM webhooks w WHERE (w.lease_owner IS NULL OR w.lease_expires_at < $1) \
+             AND w.enabled = 1 AND (w.blocked_until IS NULL OR w.blocked_until <= $1) \
+             AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending') \
+             ORDER BY w.lease_expires_at, w.id LIMIT 8",
+        )
+        .bind(now)
+        .fetch_all(self.pool())
+        .await?;
+        for id in candidates {
+            let n = sqlx::query(
+                "UPDATE webhooks SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3 \
+                 AND (lease_owner IS NULL OR lease_expires_at < $4)",
+            )
+            .bind(owner)
+            .bind(now + lease_ms)
+            .bind(&id)
+            .bind(now)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+            if n == 1 {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives a claimed subscription back.
+    pub(crate) async fn release_webhook(&self, id: &str, owner: &str) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(owner)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Where and how a claimed subscription's deliveries go.
+    pub(crate) async fn webhook_target(&self, id: &str) -> StoreResult<Option<WebhookTarget>> {
+        let row = sqlx::query("SELECT id, workspace_id, url, enabled, secret, previous_secret, previous_until FROM webhooks WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        let Some(r) = row else { return Ok(None) };
+        let previous_live = r.try_get::<Option<i64>, _>("previous_until")?.is_some_and(|t| t > now_ms());
+        Ok(Some(WebhookTarget {
+            webhook_id: r.try_get("id")?,
+            workspace_id: r.try_get("workspace_id")?,
+            url: r.try_get("url")?,
+            enabled: r.try_get::<i64, _>("enabled")? != 0,
+            secret: sealed(Some(r.try_get("secret")?))?.expect("present"),
+            previous: if previous_live { sealed(r.try_get("previous_secret")?)? } else { None },
+        }))
+    }
+
+    /// The oldest pending delivery of a subscription, if it is due.
+    pub(crate) async fn due_delivery(&self, webhook_id: &str) -> StoreResult<Option<DueDelivery>> {
+        let row = sqlx::query(
+            "SELECT d.id, d.attempts, d.retry_from, d.next_attempt_at, e.payload FROM webhook_deliveries d \
+             JOIN events e ON e.id = d.event_id WHERE d.webhook_id = $1 AND d.status = 'pending' \
+             ORDER BY d.created_at, d.id LIMIT 1",
+        )
+        .bind(webhook_id)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        if r.try_get::<i64, _>("next_attempt_at")? > now_ms() {
+            return Ok(None);
+        }
+        Ok(Some(DueDelivery {
+            delivery_id: r.try_get("id")?,
+            payload: r.try_get("payload")?,
+            attempts: r.try_get("attempts")?,
+            retry_from: r.try_get("retry_from")?,
+        }))
+    }
+
+    /// Records an attempt and what the delivery becomes, if the
+    /// subscription is still `owner`'s (its lease renewed on the way).
+    /// Returns false when the lease was lost: another server owns the
+    /// queue now, and this attempt's result is not recorded.
+    pub(crate) async fn record_delivery_attempt(&self, a: AttemptRecord<'_>, lease_ms: i64) -> StoreResult<bool> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let blocked_until = match a.outcome {
+            AttemptOutcome::RetryAt(at) => Some(at),
+            _ => None,
+        };
+        let held = sqlx::query(
+            "UPDATE webhooks SET lease_expires_at = $1, blocked_until = $2 WHERE id = $3 AND lease_owner = $4",
+        )
+        .bind(now + lease_ms)
+        .bind(blocked_until)
+        .bind(a.webhook_id)
+        .bind(a.owner)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if held == 0 {
+            return Ok(false);
+        }
+        let attempt: i64 = sqlx::query_scalar(
+            "UPDATE webhook_deliveries SET attempts = attempts + 1 WHERE id = $1 RETURNING attempts",
+        )
+        .bind(a.delivery_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code, duration_ms, error) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(a.delivery_id)
+        .bind(attempt)
+        .bind(a.attempted_at)
+        .bind(a.status_code.map(i64::from))
+        .bind(a.duration_ms)
+        .bind(a.error)
+        .execute(&mut *tx)
+        .await?;
+        let (status, next, delivered) = match a.outcome {
+            AttemptOutcome::Delivered => (DeliveryStatus::Delivered, a.attempted_at, Some(now)),
+            AttemptOutcome::RetryAt(at) => (DeliveryStatus::Pending, at, None),
+            AttemptOutcome::GivenUp => (DeliveryStatus::Failed, a.attempted_at, None),
+        };
+        sqlx::query(
+            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, last_status = $3, last_error = $4, delivered_at = $5 WHERE id = $6",
+        )
+        .bind(status.as_str())
+        .bind(next)
+        .bind(a.status_code.map(i64::from))
+        .bind(a.error)
+        .bind(delivered)
+        .bind(a.delivery_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Deliveries of a subscription, newest first, with their attempts.
+    pub async fn deliveries(
+        &self,
+        workspace_id: &str,
+        webhook_id: &str,
+        status: Option<DeliveryStatus>,
+        before: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Delivery>> {
+        let rows = sqlx::query(
+            "SELECT d.id, d.webhook_id, d.event_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status, \
+             d.last_error, d.delivered_at, d.created_at, e.payload FROM webhook_deliveries d JOIN events e ON e.id = d.event_id \
+             WHERE d.workspace_id = $1 AND d.webhook_id = $2 AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) \
+             ORDER BY d.id DESC LIMIT $5",
+        )
+        .bind(workspace_id)
+        .bind(webhook_id)
+        .bind(status.map(DeliveryStatus::as_str))
+        .bind(before)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id: String = r.try_get("id")?;
+            let attempts = sqlx::query(
+                "SELECT attempt, attempted_at, status_code, duration_ms, error FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt",
+            )
+            .bind(&id)
+            .fetch_all(self.pool())
+            .await?
+            .iter()
+            .map(|a| {
+                Ok(DeliveryAttempt {
+                    attempt: a.try_get("attempt")?,
+                    attempted_at: from_ms(a.try_get("attempted_at")?),
+                    status_code: a.try_get("status_code")?,
+                    duration_ms: a.try_get("duration_ms")?,
+                    error: a.try_get("error")?,
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+            let status = decode(r.try_get("status")?, DeliveryStatus::parse, "status")?;
+            let payload: String = r.try_get("payload")?;
+            out.push(Delivery {
+                delivery_id: id,
+                webhook_id: r.try_get("webhook_id")?,
+                event_id: r.try_get("event_id")?,
+                event_type: decode(r.try_get("event_type")?, EventType::parse, "event_type")?,
+                status,
+                attempts: r.try_get("attempts")?,
+                next_attempt_at: (status == DeliveryStatus::Pending)
+                    .then(|| r.try_get::<i64, _>("next_attempt_at").map(from_ms))
+                    .transpose()?,
+                last_status_code: r.try_get("last_status")?,
+                last_error: r.try_get("last_error")?,
+                delivered_at: r.try_get::<Option<i64>, _>("delivered_at")?.map(from_ms),
+                created_at: from_ms(r.try_get("created_at")?),
+                payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
+                attempt_log: attempts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Queues a delivery again, whatever became of it: it keeps its id, so
+    /// a receiver that already has it can tell. Returns whether it exists.
+    pub(crate) async fn replay_delivery(
+        &self,
+        workspace_id: &str,
+        webhook_id: &str,
+        delivery_id: &str,
+    ) -> StoreResult<bool> {
+        let n = sqlx::query(
+            "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = $1, retry_from = $1 WHERE workspace_id = $2 AND webhook_id = $3 AND id = $4",
+        )
+        .bind(now_ms())
+        .bind(workspace_id)
+        .bind(webhook_id)
+        .bind(delivery_id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        if n == 1 {
+            self.outbox_written();
+        }
+        Ok(n == 1)
+    }
+}

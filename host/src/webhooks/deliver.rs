@@ -1,0 +1,187 @@
+//! The deliverer every server runs: it claims subscriptions with due
+//! deliveries (a lease in the control database, so of N replicas one
+//! sends a subscription's queue at a time), sends their deliveries oldest
+//! first through egress, signs each, records every attempt, and on a
+//! failure holds the subscription's queue until the retry (exponential
+//! backoff with jitter, for the retry window) so order is kept.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio::task::JoinSet;
+
+use super::signing::{SigningSecret, signature_header};
+use crate::config::limits::WebhookLimits;
+use crate::egress::{Caller, EgressError, HostPattern, Method, OutboundRequest, Reach};
+use crate::state::AppState;
+use crate::store::webhooks::{AttemptOutcome, AttemptRecord, DueDelivery, WebhookTarget};
+use crate::store::{StoreError, now_ms};
+
+/// The egress caller name of webhook deliveries.
+pub const CALLER: &str = "webhook-subscription";
+
+/// How often a server looks for deliveries other servers queued.
+const POLL: Duration = Duration::from_millis(500);
+
+/// Subscriptions one server sends to at once.
+const CONCURRENCY: usize = 8;
+
+/// The longest error text kept per attempt.
+const ERROR_CHARS: usize = 300;
+
+/// Runs the deliverer until the task is aborted.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let owner = format!("deliverer-{}", uuid::Uuid::new_v4().simple());
+        let mut running = JoinSet::new();
+        loop {
+            while running.len() < CONCURRENCY {
+                match state.store.claim_webhook(&owner, lease_ms(&state.config.limits.webhooks)).await {
+                    Ok(Some(id)) => {
+                        let (state, owner) = (state.clone(), owner.clone());
+                        running.spawn(async move {
+                            if let Err(e) = drain(&state, &owner, &id).await {
+                                tracing::warn!(webhook = %id, error = %e, "webhook deliveries stopped");
+                                let _ = state.store.release_webhook(&id, &owner).await;
+                            }
+                        });
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not claim webhook deliveries");
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = state.store.outbox_wait() => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+    })
+}
+
+fn lease_ms(limits: &WebhookLimits) -> i64 {
+    i64::try_from(limits.lease.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Sends a claimed subscription's due deliveries, oldest first, until its
+/// queue is empty, its head must wait for a retry, or the lease is lost.
+async fn drain(state: &AppState, owner: &str, webhook_id: &str) -> Result<(), StoreError> {
+    let limits = &state.config.limits.webhooks;
+    loop {
+        let Some(target) = state.store.webhook_target(webhook_id).await? else { return Ok(()) };
+        if !target.enabled {
+            break;
+        }
+        let Some(due) = state.store.due_delivery(webhook_id).await? else { break };
+        let attempted_at = now_ms();
+        let started = Instant::now();
+        let answer = send(state, &target, &due).await;
+        let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let (status_code, error) = match &answer {
+            Ok(200..=299) => (answer.as_ref().ok().copied(), None),
+            Ok(s) => (Some(*s), Some(format!("the receiver answered HTTP {s}"))),
+            Err(e) => (None, Some(e.chars().take(ERROR_CHARS).collect::<String>())),
+        };
+        let outcome = if error.is_none() {
+            AttemptOutcome::Delivered
+        } else if now_ms() >= due.retry_from + i64::try_from(limits.retry_window.as_millis()).unwrap_or(i64::MAX) {
+            AttemptOutcome::GivenUp
+        } else {
+            AttemptOutcome::RetryAt(now_ms() + backoff_ms(limits, due.attempts + 1))
+        };
+        let record = AttemptRecord {
+            delivery_id: &due.delivery_id,
+            webhook_id,
+            owner,
+            attempted_at,
+            duration_ms,
+            status_code,
+            error: error.as_deref(),
+            outcome,
+        };
+        if !state.store.record_delivery_attempt(record, lease_ms(limits)).await? {
+            // Another server holds the queue now; it sends from here.
+            return Ok(());
+        }
+        match outcome {
+            AttemptOutcome::Delivered => {}
+            AttemptOutcome::GivenUp => {
+                tracing::warn!(webhook = %webhook_id, delivery = %due.delivery_id, "webhook delivery given up after its retry window");
+            }
+            AttemptOutcome::RetryAt(_) => break,
+        }
+    }
+    state.store.release_webhook(webhook_id, owner).await
+}
+
+/// The wait before attempt `n + 1` after `n` failed: one second doubled
+/// each time up to the limit, then a random point in its upper half, so
+/// receivers coming back are not met by every sender at once.
+fn backoff_ms(limits: &WebhookLimits, failed: i64) -> i64 {
+    let cap = i64::try_from(limits.max_backoff.as_millis()).unwrap_or(i64::MAX).max(1);
+    let full = 1_000i64.saturating_mul(1i64 << (failed - 1).clamp(0, 30)).min(cap);
+    rand::rng().random_range(full / 2..=full)
+}
+
+/// One attempt: the event's body, signed, posted through egress (HTTPS,
+/// an allowed host resolving to public addresses; a redirect is followed
+/// only on the same host). Answers the HTTP status, or why none came.
+async fn send(state: &AppState, target: &WebhookTarget, due: &DueDelivery) -> Result<u16, String> {
+    let url = url::Url::parse(&target.url).map_err(|e| format!("the URL is invalid: {e}"))?;
+    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+    let declared = [HostPattern::parse(&host).map_err(|e| format!("the URL's host is invalid: {e}"))?];
+    let mut secrets = Vec::with_capacity(2);
+    for sealed in std::iter::once(&target.secret).chain(target.previous.as_ref()) {
+        let bytes = state
+            .vault
+            .open_signing_secret(&target.webhook_id, &target.workspace_id, sealed)
+            .map_err(|e| format!("the signing secret cannot be opened: {e}"))?;
+        secrets.push(SigningSecret::from_bytes(&bytes));
+    }
+    let timestamp = now_ms() / 1000;
+    let body = due.payload.as_bytes().to_vec();
+    let signature = signature_header(&secrets, &due.delivery_id, timestamp, &body);
+    let request = OutboundRequest {
+        method: Method::Post,
+        url: target.url.clone(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("webhook-id".into(), due.delivery_id.clone()),
+            ("webhook-timestamp".into(), timestamp.to_string()),
+            ("webhook-signature".into(), signature),
+        ],
+        body: Some(body),
+        credential: None,
+        timeout_ms: Some(u32::try_from(state.config.limits.webhooks.attempt_timeout.as_millis()).unwrap_or(u32::MAX)),
+    };
+    let caller = Caller {
+        plugin_id: CALLER,
+        declared_hosts: &declared,
+        workspace_id: &target.workspace_id,
+        reach: Reach::Webhooks,
+    };
+    match state.egress.send(&caller, request).await {
+        Ok(answer) => Ok(answer.status),
+        Err(EgressError::Denied(rule)) => Err(format!("refused by the egress policy: {rule}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_limit_with_jitter_in_its_upper_half() {
+        let limits = WebhookLimits { max_backoff: Duration::from_secs(60), ..Default::default() };
+        for _ in 0..50 {
+            assert!((500..=1_000).contains(&backoff_ms(&limits, 1)));
+            assert!((4_000..=8_000).contains(&backoff_ms(&limits, 4)));
+            assert!((30_000..=60_000).contains(&backoff_ms(&limits, 12)));
+            assert!((30_000..=60_000).contains(&backoff_ms(&limits, 400)));
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! Outbound webhooks end to end: subscriptions through the API, events
+//! from real syncs written to the outbox with their cause, deliveries to
+//! a receiver over real HTTPS signed per Standard Webhooks (checked with
+//! the `standardwebhooks` package from PyPI, unmodified), retried through
+//! an outage, once each and in order; and who may do what.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::on_both_backends;
+use crate::pipelines::{Fx, setup_beside};
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, expect_error, json_ok, python_script, test_python};
+
+const HOOK_HOST: &str = "hooks.acme-corp.com";
+
+/// What the receiver got: each message's webhook headers and its body
+/// exactly as received.
+#[derive(Default)]
+struct Receiver {
+    up: AtomicBool,
+    /// Answered while down (503 unless set).
+    down_status: AtomicU16,
+    got: std::sync::Mutex<Vec<(Value, String)>>,
+}
+
+fn receiver_routes(r: Arc<Receiver>) -> Router {
+    Router::new()
+        .route(
+            "/hooks",
+            post(|State(r): State<Arc<Receiver>>, h: HeaderMap, body: Bytes| async move {
+                if !r.up.load(Ordering::SeqCst) {
+                    let status = match r.down_status.load(Ordering::SeqCst) {
+                        0 => 503,
+                        s => s,
+                    };
+                    return StatusCode::from_u16(status).unwrap().into_response();
+                }
+                let headers: serde_json::Map<String, Value> = ["webhook-id", "webhook-timestamp", "webhook-signature"]
+                    .iter()
+                    .map(|n| (n.to_string(), json!(h.get(*n).and_then(|v| v.to_str().ok()).unwrap_or(""))))
+                    .collect();
+                r.got.lock().unwrap().push((Value::Object(headers), String::from_utf8(body.to_vec()).unwrap()));
+                StatusCode::NO_CONTENT.into_response()
+            }),
+        )
+        // A receiver that sends its messages somewhere else.
+        .route(
+            "/moved",
+            post(|| async {
+                (StatusCode::TEMPORARY_REDIRECT, [("location", "https://elsewhere.acme-corp.com/hooks")])
+                    .into_response()
+            }),
+        )
+        .with_state(r)
+}
+
+struct Hooks {
+    fx: Fx,
+    receiver: Arc<Receiver>,
+    _server: FakeProvider,
+}
+
+/// A paged source with `count` events, and a receiver on HTTPS the
+/// operator allows webhooks to reach; retries wait at most two seconds.
+async fn setup(backend: Backend, count: u64) -> Hooks {
+    let ca = TestCa::new();
+    let receiver = Arc::new(Receiver::default());
+    receiver.up.store(true, Ordering::SeqCst);
+    let server =
+        FakeProvider::start(&ca, &[HOOK_HOST, "elsewhere.acme-corp.com"], receiver_routes(receiver.clone())).await;
+    let pins = server.pins(&[HOOK_HOST, "elsewhere.acme-corp.com"]);
+    let fx = setup_beside(backend, count, &ca, &pins, |c| {
+        c.plugins.egress = c.plugins.egress.clone().with_webhook_hosts("*.acme-corp.com").unwrap();
+        c.limits.webhooks.max_backoff = Duration::from_secs(2);
+    })
+    .await;
+    Hooks { fx, receiver, _server: server }
+}
+
+/// Every message verified by the reference library with `secret`.
+fn verify(secret: &str, messages: &[(Value, String)]) -> Result<String, String> {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let list: Vec<Value> = messages.iter().map(|(h, b)| json!({ "secret": secret, "headers": h, "body": b })).collect();
+    std::fs::write(file.path(), serde_json::to_vec(&list).unwrap()).unwrap();
+    let out = std::process::Command::new(test_python())
+        .arg(python_script("verify_webhooks.py"))
+        .arg(file.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() { Ok(text) } else { Err(text) }
+}
+
+async fn subscribe(h: &Hooks, path: &str, types: &[&str]) -> (String, String) {
+    let created = json_ok(
+        h.fx.srv
+            .post(
+                "/v1/webhooks",
+                json!({ "url": format!("https://{HOOK_HOST}{path}"), "event_types": types, "description": "ops" }),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let secret = created["data"]["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"), "{created}");
+    (created["data"]["webhook_id"].as_str().unwrap().to_owned(), secret)
+}
+
+/// Waits until the receiver holds `n` messages (or fails after `secs`).
+async fn received(h: &Hooks, n: usize, secs: u64) -> Vec<(Value, String)> {
+    for _ in 0..secs * 10 {
+        if h.receiver.got.lock().unwrap().len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = h.receiver.got.lock().unwrap().clone();
+    assert!(got.len() >= n, "{} of {n} messages arrived", got.len());
+    got
+}
+
+/// A pipeline whose source the provider refuses: its sync fails for good.
+async fn failing_pipeline(h: &Hooks, dest: &str) -> String {
+    let srv = &h.fx.srv;
+    let cred = json_ok(
+        srv.post("/v1/credentials", json!({ "hosts": ["api.source.test"], "secret": "not-the-token" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let src = json_ok(
+        srv.post("/v1/sources", json!({ "connector_id": "test_paged_source", "name": "Refused", "configuration": { "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": 300 } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let p = json_ok(
+        srv.post("/v1/pipelines", json!({ "name": "refused", "source_id": src["data"]["source_id"], "destination_id": dest, "streams": [{ "name": "events", "sync_mode": "incremental_append" }] }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+}
+
+/// The receiver is down for a minute while syncs succeed and fail; when
+/// it returns it gets every event exactly once (by `webhook-id`), in the
+/// order they happened, each signed so the reference library accepts it.
+/// Both backends at once, in one test: the outage is waited out once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_receiver_down_for_a_minute_gets_every_event_once_and_in_order() {
+    let sqlite = outage(Backend::Sqlite);
+    let postgres = async {
+        if crate::support::postgres_available().await {
+            outage(Backend::Postgres).await
+        }
+    };
+    tokio::join!(sqlite, postgres);
+}
+
+async fn outage(backend: Backend) {
+    let h = setup(backend, 300).await;
+    let srv = &h.fx.srv;
+    let (webhook_id, secret) =
+        subscribe(&h, "/hooks", &["job.started", "job.succeeded", "job.failed", "job.cancelled"]).await;
+    h.receiver.up.store(false, Ordering::SeqCst);
+    let went_down = std::time::Instant::now();
+
+    let dest = h.fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let good = h.fx.pipeline(&dest, "incremental_append").await;
+    let bad = failing_pipeline(&h, &dest).await;
+    let mut jobs = Vec::new();
+    for pipeline in [&good, &bad, &good] {
+        let job =
+            json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+        let id = job["data"]["job_id"].as_str().unwrap().to_owned();
+        let done = srv.wait_job(&id).await;
+        jobs.push((id, done["status"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(jobs.iter().map(|(_, s)| s.as_str()).collect::<Vec<_>>(), ["succeeded", "failed", "succeeded"]);
+
+    // While it is down, every attempt is logged and the queue waits.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let log = json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap()).await;
+    let items = log["data"]["items"].as_array().unwrap();
+    assert_eq!(items.len(), 6, "{log}");
+    assert!(items.iter().all(|d| d["status"] == "pending"), "{log}");
+    let head = items.last().unwrap();
+    assert!(head["attempts"].as_i64().unwrap() >= 2, "the head was retried: {head}");
+    assert_eq!(head["last_status_code"], 503);
+    assert_eq!(head["attempt_log"][0]["status_code"], 503);
+    assert!(head["attempt_log"][0]["duration_ms"].is_i64());
+    assert!(h.receiver.got.lock().unwrap().is_empty());
+
+    let down_for = Duration::from_secs(60).saturating_sub(went_down.elapsed());
+    tokio::time::sleep(down_for).await;
+    h.receiver.up.store(true, Ordering::SeqCst);
+    let got = received(&h, 6, 30).await;
+    // Nothing more comes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let got_all = h.receiver.got.lock().unwrap().clone();
+    assert_eq!(got_all.len(), 6, "no message arrives twice");
+    let ids: std::collections::BTreeSet<&str> = got.iter().map(|(h, _)| h["webhook-id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 6);
+
+    // In the order they happened: each job started, then ended, job by job.
+    let seen: Vec<(String, String)> = got
+        .iter()
+        .map(|(_, b)| {
+            let v: Value = serde_json::from_str(b).unwrap();
+            (v["type"].as_str().unwrap().to_owned(), v["data"]["job_id"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = jobs
+        .iter()
+        .flat_map(|(id, status)| [("job.started".to_owned(), id.clone()), (format!("job.{status}"), id.clone())])
+        .collect();
+    assert_eq!(seen, expected);
+    let failed: Value = serde_json::from_str(&got[3].1).unwrap();
+    assert_eq!(failed["data"]["status"], "failed");
+    assert!(failed["data"]["error"].as_str().is_some_and(|e| !e.is_empty()), "{failed}");
+    assert_eq!(failed["data"]["pipeline_id"], bad.as_str());
+
+    // The reference library accepts every signature, and refuses one
+    // made with another secret or over another body.
+    let accepted = verify(&secret, &got).unwrap_or_else(|e| panic!("signatures refused:\n{e}"));
+    assert_eq!(accepted.lines().filter(|l| l.starts_with("ok ")).count(), 6);
+    let other = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    assert!(verify(other, &got[..1]).is_err(), "another secret does not verify");
+    let mut tampered = got[0].clone();
+    tampered.1 = tampered.1.replace("job.started", "job.succeeded");
+    assert!(verify(&secret, &[tampered]).is_err(), "another body does not verify");
+
+    let log =
+        json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries?status=delivered")).send().await.unwrap()).await;
+    assert_eq!(log["data"]["items"].as_array().unwrap().len(), 6);
+    h.fx.srv.stop().await;
+}
+
+/// Rotation signs with both secrets for the overlap; a replay resends the
+/// same message id; a redirect to another host is not followed; a
+/// proposal and its decision are announced.
+async fn secrets_rotate_replays_keep_their_id_and_redirects_stay_home(backend: Backend) {
+    let h = setup(backend, 10).await;
+    let srv = &h.fx.srv;
+    let (webhook_id, old) = subscribe(&h, "/hooks", &["approval.requested", "approval.decided"]).await;
+
+    // An MCP client's write becomes a proposal: announced, then decided.
+    let proposal = srv
+        .request(Method::POST, "/v1/destinations")
+        .header("x-service-client", "mcp")
+        .json(&json!({ "name": "proposed", "kind": "sqlite", "configuration": { "file": "p.db" } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proposal.status(), 202);
+    let approval_id = json_ok(proposal).await["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+    let requested = received(&h, 1, 10).await;
+    let body: Value = serde_json::from_str(&requested[0].1).unwrap();
+    assert_eq!(body["type"], "approval.requested");
+    assert_eq!(body["data"]["approval_id"], approval_id.as_str());
+    assert!(body["data"].get("operation").is_none(), "a receiver is not shown the operation: {body}");
+
+    // A new secret: both sign until the overlap ends.
+    let rotated = json_ok(
+        srv.request(Method::PATCH, &format!("/v1/webhooks/{webhook_id}"))
+            .json(&json!({ "rotate_secret": true }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let new = rotated["data"]["secret"].as_str().unwrap().to_owned();
+    assert!(new.starts_with("whsec_") && new != old);
+    assert!(rotated["data"]["previous_secret_expires_at"].is_string(), "{rotated}");
+    let got = json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}")).send().await.unwrap()).await;
+    assert!(got["data"].get("secret").is_none(), "the secret is shown once: {got}");
+    json_ok(
+        srv.request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/reject"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let got = received(&h, 2, 10).await;
+    let decided = &got[1];
+    assert_eq!(serde_json::from_str::<Value>(&decided.1).unwrap()["type"], "approval.decided");
+    assert_eq!(decided.0["webhook-signature"].as_str().unwrap().split(' ').count(), 2);
+    verify(&new, std::slice::from_ref(decided)).expect("the new secret verifies");
+    verify(&old, std::slice::from_ref(decided)).expect("the old secret still verifies during the overlap");
+
+    // A replay sends the same message again, with the same id.
+    let log = json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap()).await;
+    let first = log["data"]["items"].as_array().unwrap().last().unwrap()["delivery_id"].as_str().unwrap().to_owned();
+    let replay = srv
+        .request(Method::POST, &format!("/v1/webhooks/{webhook_id}/deliveries/{first}/replay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 202);
+    let got = received(&h, 3, 10).await;
+    assert_eq!(got[2].0["webhook-id"], got[0].0["webhook-id"]);
+    assert_eq!(got[2].1, got[0].1);
+    expect_error(
+        srv.request(Method::POST, &format!("/v1/webhooks/{webhook_id}/deliveries/msg_nope/replay"))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "404",
+    )
+    .await;
+
+    // A receiver that redirects to another host: not followed, logged.
+    let moved = json_ok(
+        srv.post(
+            "/v1/webhooks",
+            json!({ "url": format!("https://{HOOK_HOST}/moved"), "event_types": ["approval.requested"] }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let moved_id = moved["data"]["webhook_id"].as_str().unwrap();
+    let before = h.receiver.got.lock().unwrap().len();
+    srv.request(Method::POST, "/v1/destinations")
+        .header("x-service-client", "mcp")
+        .json(&json!({ "name": "again", "kind": "sqlite", "configuration": { "file": "q.db" } }))
+        .send()
+        .await
+        .unwrap();
+    let mut attempt = Value::Null;
+    for _ in 0..100 {
+        let log = json_ok(srv.get(&format!("/v1/webhooks/{moved_id}/deliveries")).send().await.unwrap()).await;
+        attempt = log["data"]["items"][0].clone();
+        if attempt["attempts"].as_i64().unwrap_or(0) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(attempt["status"], "pending", "{attempt}");
+    assert!(attempt["last_error"].as_str().unwrap().contains("redirect refused"), "{attempt}");
+    // The first subscription got the same event; nothing else arrived.
+    received(&h, before + 1, 10).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.receiver.got.lock().unwrap().len(), before + 1);
+    h.fx.srv.stop().await;
+}
+
+/// Subscriptions are administrators' writes and their delivery bodies
+/// are not for viewers; receivers are HTTPS hosts the operator allows,
+/// never an address; one workspace never sees another's.
+async fn only_administrators_subscribe_and_receivers_obey_the_egress_rules(backend: Backend) {
+    let h = setup(backend, 10).await;
+    let srv = &h.fx.srv;
+    let (webhook_id, _) = subscribe(&h, "/hooks", &["job.failed"]).await;
+    let ws = srv.workspace_id().await;
+    let body = json!({ "url": format!("https://{HOOK_HOST}/hooks"), "event_types": ["job.failed"] });
+    for role in [service::access::Role::Viewer, service::access::Role::Editor] {
+        let (_, token) = srv.user_in(&ws, role).await;
+        expect_error(
+            srv.request_as(&token, Method::POST, "/v1/webhooks").json(&body).send().await.unwrap(),
+            403,
+            "403",
+        )
+        .await;
+        expect_error(
+            srv.request_as(&token, Method::DELETE, &format!("/v1/webhooks/{webhook_id}")).send().await.unwrap(),
+            403,
+            "403",
+        )
+        .await;
+    }
+    let (_, viewer) = srv.user_in(&ws, service::access::Role::Viewer).await;
+    expect_error(
+        srv.request_as(&viewer, Method::GET, &format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap(),
+        403,
+        "403",
+    )
+    .await;
+    let (_, editor) = srv.user_in(&ws, service::access::Role::Editor).await;
+    json_ok(
+        srv.request_as(&editor, Method::GET, &format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap(),
+    )
+    .await;
+
+    for (url, code) in [
+        ("https://127.0.0.1/hooks", "VALIDATION_FAILED"),
+        ("https://10.0.0.8/hooks", "VALIDATION_FAILED"),
+        ("https://[::1]/hooks", "VALIDATION_FAILED"),
+        ("https://169.254.169.254/latest/meta-data", "VALIDATION_FAILED"),
+        ("http://hooks.acme-corp.com/hooks", "VALIDATION_FAILED"),
+        ("https://hooks.acme-corp.com:8443/hooks", "VALIDATION_FAILED"),
+        ("https://user:pw@hooks.acme-corp.com/hooks", "SECRET_NOT_ACCEPTED"),
+        ("https://localhost/hooks", "WEBHOOK_HOST_NOT_ALLOWED"),
+        ("https://api.source.test/hooks", "WEBHOOK_HOST_NOT_ALLOWED"),
+    ] {
+        expect_error(
+            srv.post("/v1/webhooks", json!({ "url": url, "event_types": ["job.failed"] })).send().await.unwrap(),
+            400,
+            code,
+        )
+        .await;
+    }
+    for bad in [
+        json!({ "url": format!("https://{HOOK_HOST}/h"), "event_types": [] }),
+        json!({ "url": format!("https://{HOOK_HOST}/h"), "event_types": ["job.exploded"] }),
+    ] {
+        expect_error(srv.post("/v1/webhooks", bad).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    }
+
+    // Another workspace's administrator sees none of it.
+    let (_, other) = srv.other_workspace().await;
+    expect_error(
+        srv.request_as(&other, Method::GET, &format!("/v1/webhooks/{webhook_id}")).send().await.unwrap(),
+        404,
+        "404",
+    )
+    .await;
+    expect_error(
+        srv.request_as(&other, Method::GET, &format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap(),
+        404,
+        "404",
+    )
+    .await;
+    let theirs = json_ok(srv.request_as(&other, Method::GET, "/v1/webhooks").send().await.unwrap()).await;
+    assert_eq!(theirs["data"]["items"].as_array().unwrap().len(), 0);
+
+    // Writes are audited, never with the secret.
+    let audit = json_ok(srv.get("/v1/audit-logs?action=webhooks.create").send().await.unwrap()).await;
+    assert!(!audit["data"]["items"].as_array().unwrap().is_empty());
+    assert!(!audit.to_string().contains("whsec_"), "{audit}");
+    let deleted =
+        json_ok(srv.request(Method::DELETE, &format!("/v1/webhooks/{webhook_id}")).send().await.unwrap()).await;
+    assert_eq!(deleted["data"]["deleted"], true);
+    expect_error(srv.get(&format!("/v1/webhooks/{webhook_id}")).send().await.unwrap(), 404, "404").await;
+    h.fx.srv.stop().await;
+}
+
+on_both_backends!(
+    secrets_rotate_replays_keep_their_id_and_redirects_stay_home,
+    only_administrators_subscribe_and_receivers_obey_the_egress_rules,
+);
