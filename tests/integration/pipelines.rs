@@ -34,7 +34,7 @@ pub(crate) struct Events {
     hold_page_size: AtomicU64,
 }
 
-fn routes(ev: Arc<Events>) -> Router {
+pub(crate) fn routes(ev: Arc<Events>) -> Router {
     Router::new()
         .route(
             "/events",
@@ -688,9 +688,9 @@ on_both_backends!(
 
 /// Server processes for one test: a data directory with the paged source
 /// plugin and the fake provider's root, and the environment that reaches it.
-struct Processes {
+pub(crate) struct Processes {
     dir: tempfile::TempDir,
-    env: Vec<(&'static str, String)>,
+    pub env: Vec<(&'static str, String)>,
     token: String,
     client: reqwest::Client,
     /// The bootstrap administrator's workspace, once a pipeline is made.
@@ -698,7 +698,7 @@ struct Processes {
 }
 
 impl Processes {
-    fn new(ca: &TestCa, provider: &FakeProvider) -> Processes {
+    pub(crate) fn new(ca: &TestCa, provider: &FakeProvider) -> Processes {
         let dir = tempfile::tempdir().unwrap();
         let roots = dir.path().join("roots.pem");
         std::fs::write(&roots, &ca.pem).unwrap();
@@ -719,14 +719,14 @@ impl Processes {
         Processes { dir, env, token, client: reqwest::Client::new(), workspace: Default::default() }
     }
 
-    fn api(&self, base: &str, m: Method, p: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn api(&self, base: &str, m: Method, p: &str) -> reqwest::RequestBuilder {
         self.client.request(m, format!("{base}{p}")).bearer_auth(&self.token)
     }
 
     /// Creates, through the server at `base`, a credential for `events`, a
     /// source reading `page_size` records per page, an SQLite destination
     /// `w.db` and a deduplicated pipeline; returns the pipeline id.
-    async fn pipeline(&self, base: &str, events: &Events, page_size: u64) -> String {
+    pub(crate) async fn pipeline(&self, base: &str, events: &Events, page_size: u64) -> String {
         self.pipeline_into(
             base,
             events,
@@ -790,7 +790,7 @@ impl Processes {
     }
 
     /// Polls the job through `base` until it ends.
-    async fn wait(&self, base: &str, job_id: &str) -> Value {
+    pub(crate) async fn wait(&self, base: &str, job_id: &str) -> Value {
         let mut last = Value::Null;
         for _ in 0..600 {
             last =
@@ -810,7 +810,7 @@ impl Processes {
     }
 }
 
-fn slow_events(token: &str, count: u64, delay_ms: u64) -> Arc<Events> {
+pub(crate) fn slow_events(token: &str, count: u64, delay_ms: u64) -> Arc<Events> {
     Arc::new(Events {
         token: token.into(),
         count,

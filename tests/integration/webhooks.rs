@@ -32,6 +32,8 @@ struct Receiver {
     /// Answered while down (503 unless set).
     down_status: AtomicU16,
     got: std::sync::Mutex<Vec<(Value, String)>>,
+    /// When each message arrived.
+    arrived: std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
 }
 
 fn receiver_routes(r: Arc<Receiver>) -> Router {
@@ -51,6 +53,7 @@ fn receiver_routes(r: Arc<Receiver>) -> Router {
                     .map(|n| (n.to_string(), json!(h.get(*n).and_then(|v| v.to_str().ok()).unwrap_or(""))))
                     .collect();
                 r.got.lock().unwrap().push((Value::Object(headers), String::from_utf8(body.to_vec()).unwrap()));
+                r.arrived.lock().unwrap().push(chrono::Utc::now());
                 StatusCode::NO_CONTENT.into_response()
             }),
         )
@@ -443,6 +446,19 @@ async fn only_administrators_subscribe_and_receivers_obey_the_egress_rules(backe
     let theirs = json_ok(srv.request_as(&other, Method::GET, "/v1/webhooks").send().await.unwrap()).await;
     assert_eq!(theirs["data"]["items"].as_array().unwrap().len(), 0);
 
+    // A failing job is announced as it fails (the time it took is printed
+    // for the record, not asserted: machines are shared).
+    let dest = h.fx.destination("sqlite", json!({ "file": "f.db" })).await;
+    let bad = failing_pipeline(&h, &dest).await;
+    let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{bad}/sync")).send().await.unwrap()).await;
+    let done = srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "failed");
+    let got = received(&h, 1, 10).await;
+    assert_eq!(serde_json::from_str::<Value>(&got[0].1).unwrap()["type"], "job.failed");
+    let finished: chrono::DateTime<chrono::Utc> = done["finished_at"].as_str().unwrap().parse().unwrap();
+    let arrived = h.receiver.arrived.lock().unwrap()[0];
+    eprintln!("job.failed arrived {} ms after the job failed", (arrived - finished).num_milliseconds());
+
     // Writes are audited, never with the secret.
     let audit = json_ok(srv.get("/v1/audit-logs?action=webhooks.create").send().await.unwrap()).await;
     assert!(!audit["data"]["items"].as_array().unwrap().is_empty());
@@ -452,6 +468,87 @@ async fn only_administrators_subscribe_and_receivers_obey_the_egress_rules(backe
     assert_eq!(deleted["data"]["deleted"], true);
     expect_error(srv.get(&format!("/v1/webhooks/{webhook_id}")).send().await.unwrap(), 404, "404").await;
     h.fx.srv.stop().await;
+}
+
+/// Two `service serve` processes on one PostgreSQL database run the jobs
+/// and both deliver: each event reaches the receiver once, in order,
+/// while the receiver first fails and every server competes for the
+/// retries. Needs PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_deliver_each_event_once() {
+    use crate::pipelines::{Processes, slow_events};
+    use crate::support::process::ServerProcess;
+    crate::support::init_crypto();
+    let Some(db) = crate::support::PgDatabase::create().await else { return };
+    let ca = TestCa::new();
+    let events = slow_events("replica-webhook-source-token", 200, 0);
+    let provider = FakeProvider::start(&ca, &["api.source.test"], crate::pipelines::routes(events.clone())).await;
+    let receiver = Arc::new(Receiver::default());
+    receiver.down_status.store(500, Ordering::SeqCst);
+    let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver_routes(receiver.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.retain(|(k, _)| *k != "SERVICE_EGRESS_RESOLVE");
+    procs.env.push((
+        "SERVICE_EGRESS_RESOLVE",
+        format!("{},{}", provider.pins(&["api.source.test"]), hooks.pins(&[HOOK_HOST])),
+    ));
+    procs.env.push(("SERVICE_WEBHOOK_ALLOWED_HOSTS", HOOK_HOST.into()));
+    procs.env.push(("SERVICE_WEBHOOK_MAX_BACKOFF_SECS", "1".into()));
+    procs.env.push(("DATABASE_URL", db.url.clone()));
+    let a = ServerProcess::start(procs.env.clone()).await;
+    let b = ServerProcess::start(procs.env.clone()).await;
+    let (base_a, base_b) = (a.base.clone(), b.base.clone());
+    let hook = json_ok(
+        procs
+            .api(&base_a, Method::POST, "/v1/webhooks")
+            .json(&json!({ "url": format!("https://{HOOK_HOST}/hooks"), "event_types": ["job.started", "job.succeeded"] }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let secret = hook["data"]["secret"].as_str().unwrap().to_owned();
+    let pipeline = procs.pipeline(&base_a, &events, 100).await;
+    let mut jobs = Vec::new();
+    for i in 0..6 {
+        let base = if i % 2 == 0 { &base_a } else { &base_b };
+        let job =
+            json_ok(procs.api(base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap())
+                .await;
+        let id = job["data"]["job_id"].as_str().unwrap().to_owned();
+        assert_eq!(procs.wait(base, &id).await["status"], "succeeded");
+        jobs.push(id);
+        if i == 2 {
+            receiver.up.store(true, Ordering::SeqCst);
+        }
+    }
+    let mut got = Vec::new();
+    for _ in 0..300 {
+        got = receiver.got.lock().unwrap().clone();
+        if got.len() >= 12 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let got_all = receiver.got.lock().unwrap().clone();
+    assert_eq!(got_all.len(), 12, "every event once: {} messages", got_all.len());
+    let ids: std::collections::BTreeSet<&str> = got.iter().map(|(h, _)| h["webhook-id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 12);
+    let seen: Vec<(String, String)> = got
+        .iter()
+        .map(|(_, b)| {
+            let v: Value = serde_json::from_str(b).unwrap();
+            (v["type"].as_str().unwrap().to_owned(), v["data"]["job_id"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = jobs
+        .iter()
+        .flat_map(|id| [("job.started".to_owned(), id.clone()), ("job.succeeded".to_owned(), id.clone())])
+        .collect();
+    assert_eq!(seen, expected);
+    verify(&secret, &got).unwrap_or_else(|e| panic!("signatures refused:\n{e}"));
+    drop((a, b));
 }
 
 on_both_backends!(
