@@ -135,6 +135,22 @@ async fn received(h: &Hooks, n: usize, secs: u64) -> Vec<(Value, String)> {
     got
 }
 
+/// Checks the receiver holds exactly `n` messages with `n` distinct
+/// `webhook-id`s; answers each one's event type and job id, in the order
+/// they arrived.
+fn once_each(receiver: &Receiver, n: usize) -> Vec<(String, String)> {
+    let got = receiver.got.lock().unwrap().clone();
+    assert_eq!(got.len(), n, "every event once");
+    let ids: std::collections::BTreeSet<&str> = got.iter().map(|(h, _)| h["webhook-id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), n, "no message id twice");
+    got.iter()
+        .map(|(_, b)| {
+            let v: Value = serde_json::from_str(b).unwrap();
+            (v["type"].as_str().unwrap().to_owned(), v["data"]["job_id"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
 /// A pipeline whose source the provider refuses: its sync fails for good.
 async fn failing_pipeline(h: &Hooks, dest: &str) -> String {
     let srv = &h.fx.srv;
@@ -217,19 +233,9 @@ async fn outage(backend: Backend) {
     let got = received(&h, 6, 30).await;
     // Nothing more comes.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let got_all = h.receiver.got.lock().unwrap().clone();
-    assert_eq!(got_all.len(), 6, "no message arrives twice");
-    let ids: std::collections::BTreeSet<&str> = got.iter().map(|(h, _)| h["webhook-id"].as_str().unwrap()).collect();
-    assert_eq!(ids.len(), 6);
+    let seen = once_each(&h.receiver, 6);
 
     // In the order they happened: each job started, then ended, job by job.
-    let seen: Vec<(String, String)> = got
-        .iter()
-        .map(|(_, b)| {
-            let v: Value = serde_json::from_str(b).unwrap();
-            (v["type"].as_str().unwrap().to_owned(), v["data"]["job_id"].as_str().unwrap().to_owned())
-        })
-        .collect();
     let expected: Vec<(String, String)> = jobs
         .iter()
         .flat_map(|(id, status)| [("job.started".to_owned(), id.clone()), (format!("job.{status}"), id.clone())])
@@ -364,6 +370,16 @@ async fn secrets_rotate_replays_keep_their_id_and_redirects_stay_home(backend: B
     received(&h, before + 1, 10).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(h.receiver.got.lock().unwrap().len(), before + 1);
+
+    // A month on, ended deliveries are swept with their events; one still
+    // pending stays.
+    let month = 31 * 24 * 3600 * 1000;
+    srv.state.store.sweep_expired(service::store::now_ms() + month).await.unwrap();
+    let log = json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap()).await;
+    assert_eq!(log["data"]["items"].as_array().unwrap().len(), 0, "{log}");
+    let log = json_ok(srv.get(&format!("/v1/webhooks/{moved_id}/deliveries")).send().await.unwrap()).await;
+    assert_eq!(log["data"]["items"].as_array().unwrap().len(), 1, "{log}");
+    assert_eq!(log["data"]["items"][0]["payload"]["type"], "approval.requested");
     h.fx.srv.stop().await;
 }
 
@@ -531,17 +547,7 @@ async fn two_server_processes_deliver_each_event_once() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let got_all = receiver.got.lock().unwrap().clone();
-    assert_eq!(got_all.len(), 12, "every event once: {} messages", got_all.len());
-    let ids: std::collections::BTreeSet<&str> = got.iter().map(|(h, _)| h["webhook-id"].as_str().unwrap()).collect();
-    assert_eq!(ids.len(), 12);
-    let seen: Vec<(String, String)> = got
-        .iter()
-        .map(|(_, b)| {
-            let v: Value = serde_json::from_str(b).unwrap();
-            (v["type"].as_str().unwrap().to_owned(), v["data"]["job_id"].as_str().unwrap().to_owned())
-        })
-        .collect();
+    let seen = once_each(&receiver, 12);
     let expected: Vec<(String, String)> = jobs
         .iter()
         .flat_map(|id| [("job.started".to_owned(), id.clone()), ("job.succeeded".to_owned(), id.clone())])

@@ -456,9 +456,9 @@ impl Vault {
         Ok(record)
     }
 
-    /// Re-seals every credential with a new current key, then forgets the
-    /// old keys (`service admin rotate-master-key`). Returns how many were
-    /// re-sealed.
+    /// Re-seals every credential and webhook signing secret with a new
+    /// current key, then forgets the old keys (`service admin
+    /// rotate-master-key`). Returns how many credentials were re-sealed.
     pub async fn rotate(
         store: &Store,
         mut keyring: Keyring,
@@ -509,7 +509,6 @@ impl Vault {
             // A rotated-out secret that no longer opens has no use left.
             let previous = w.previous.as_ref().and_then(|p| reseal(p).ok());
             store.reseal_webhook(&w.webhook_id, &secret, previous.as_ref()).await?;
-            n += 1;
         }
         keyring.retire_old();
         keyring.write_file()?;

@@ -2,12 +2,18 @@
 //! their day, OAuth states, login codes (of the first start and of the
 //! CLI) and credential-entry links a while
 //! after they expired (kept that long so a late click still learns that
-//! its link expired rather than that it never existed).
+//! its link expired rather than that it never existed); webhook
+//! deliveries that ended (delivered or given up) a month ago, with their
+//! attempts, and events no delivery refers to any more.
 
 use super::{Store, StoreResult};
 
 /// How long expired links and states are kept before they are removed.
 const KEEP_EXPIRED_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// How long the log of an ended webhook delivery is kept (to read and
+/// replay it).
+const KEEP_DELIVERIES_MS: i64 = 30 * 24 * 60 * 60 * 1000;
 
 impl Store {
     /// Deletes what expired; answers how many rows went.
@@ -25,6 +31,27 @@ impl Store {
                 .await?
                 .rows_affected();
         }
+        let old = now - KEEP_DELIVERIES_MS;
+        n += sqlx::query(
+            "DELETE FROM webhook_attempts WHERE delivery_id IN \
+             (SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1)",
+        )
+        .bind(old)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        n += sqlx::query("DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1")
+            .bind(old)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        n += sqlx::query(
+            "DELETE FROM events WHERE created_at < $1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = events.id)",
+        )
+        .bind(old)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
         Ok(n)
     }
 }
