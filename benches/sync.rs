@@ -132,6 +132,7 @@ async fn main() {
                 &streams,
                 &service::store::pipelines::Schedule::Manual,
                 None,
+                None,
             )
             .await
             .unwrap();

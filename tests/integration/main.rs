@@ -22,6 +22,7 @@ mod members;
 mod oauth;
 mod oci;
 mod pipelines;
+mod progress;
 mod restmanifest;
 mod reverse_etl;
 mod reverse_etl_bounds;

@@ -557,7 +557,66 @@ async fn two_server_processes_deliver_each_event_once() {
     drop((a, b));
 }
 
+/// A pipeline whose data goes stale is announced once per breach, seen on
+/// the pipeline, and announced again when a sync makes it fresh.
+async fn a_stale_pipeline_raises_and_clears_its_freshness_events(backend: Backend) {
+    use sqlx::Connection;
+    let h = setup(backend, 10).await;
+    let srv = &h.fx.srv;
+    subscribe(&h, "/hooks", &["pipeline.freshness_breached", "pipeline.freshness_recovered"]).await;
+    let dest = h.fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = h.fx.pipeline(&dest, "incremental_append").await;
+    let patch = |body: Value| srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&body).send();
+    for bad in [json!(-1), json!(525_601), json!("an hour")] {
+        expect_error(patch(json!({ "freshness_minutes": bad })).await.unwrap(), 400, "VALIDATION_FAILED").await;
+    }
+    let set = json_ok(patch(json!({ "freshness_minutes": 60 })).await.unwrap()).await;
+    assert_eq!(set["data"]["freshness_minutes"], 60);
+    assert_eq!(h.fx.sync(&pipeline).await["status"], "succeeded");
+    let fresh = json_ok(srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    assert!(fresh["data"]["last_succeeded_at"].is_string(), "{fresh}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(h.receiver.got.lock().unwrap().is_empty(), "fresh data raises nothing");
+
+    // Two hours pass without a sync.
+    sqlx::any::install_default_drivers();
+    let mut db = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+    sqlx::query("UPDATE pipelines SET last_succeeded_at = last_succeeded_at - 7200000, created_at = created_at - 7200000 WHERE id = $1")
+        .bind(&pipeline)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let got = received(&h, 1, 10).await;
+    let breached: Value = serde_json::from_str(&got[0].1).unwrap();
+    assert_eq!(breached["type"], "pipeline.freshness_breached");
+    assert_eq!(breached["data"]["pipeline_id"], pipeline.as_str());
+    assert_eq!(breached["data"]["freshness_minutes"], 60);
+    let stale = json_ok(srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    assert!(stale["data"]["freshness_breached_at"].is_string(), "{stale}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(h.receiver.got.lock().unwrap().len(), 1, "one event per breach");
+    let metrics = srv.get("/metrics").send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "pipeline_freshness_breached{{workspace=\"{}\",pipeline=\"{pipeline}\"}} 1",
+            srv.workspace_id().await
+        )),
+        "{metrics}"
+    );
+
+    assert_eq!(h.fx.sync(&pipeline).await["status"], "succeeded");
+    let got = received(&h, 2, 10).await;
+    assert_eq!(serde_json::from_str::<Value>(&got[1].1).unwrap()["type"], "pipeline.freshness_recovered");
+    let again = json_ok(srv.get(&format!("/v1/pipelines/{pipeline}")).send().await.unwrap()).await;
+    assert!(again["data"]["freshness_breached_at"].is_null(), "{again}");
+    let removed = json_ok(patch(json!({ "freshness_minutes": 0 })).await.unwrap()).await;
+    assert!(removed["data"]["freshness_minutes"].is_null(), "{removed}");
+    db.close().await.unwrap();
+    h.fx.srv.stop().await;
+}
+
 on_both_backends!(
+    a_stale_pipeline_raises_and_clears_its_freshness_events,
     secrets_rotate_replays_keep_their_id_and_redirects_stay_home,
     only_administrators_subscribe_and_receivers_obey_the_egress_rules,
 );

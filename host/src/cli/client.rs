@@ -237,6 +237,27 @@ impl ApiClient {
         Ok(self.send(method, path, &[], body).await?.data)
     }
 
+    /// Opens `path`'s Server-Sent Events stream: the response, its body
+    /// still to be read; an error answer as the failure it says.
+    pub async fn events(&self, path: &str) -> Result<reqwest::Response, CliFailure> {
+        let url = self.api.join(path).map_err(|e| CliFailure::Other(format!("{path}: {e}")))?;
+        let mut req = self
+            .http
+            .get(url)
+            .bearer_auth(self.token.expose_secret())
+            .header("x-service-client", "cli")
+            .header("accept", "text/event-stream");
+        if let Some(w) = &self.workspace {
+            req = req.header("x-service-workspace", w);
+        }
+        let res = req.send().await.map_err(|e| network(&self.api, &e))?;
+        if res.status().is_success() {
+            Ok(res)
+        } else {
+            Err(answer(res).await.err().unwrap_or_else(|| CliFailure::Other(format!("{path}: no event stream"))))
+        }
+    }
+
     /// `method` on `path` with query parameters and an optional JSON body.
     pub async fn send(
         &self,

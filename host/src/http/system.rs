@@ -39,6 +39,52 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
+/// Pipelines `/metrics` lists one by one at most (the stalest first), so
+/// an installation with many never makes an unbounded scrape; the count
+/// left out is a metric of its own.
+const METRICS_PIPELINES: i64 = 1000;
+
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
+    let mut text = state.metrics.render();
+    // Read from the control database at scrape time, so every replica
+    // answers the same and a deleted pipeline leaves no stale series.
+    if let Ok((pipelines, total)) = state.store.pipeline_freshness(METRICS_PIPELINES).await {
+        text.push_str(&pipeline_metrics(&pipelines, total, crate::store::now_ms()));
+    }
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// The per-pipeline freshness series in Prometheus' text format.
+fn pipeline_metrics(pipelines: &[crate::store::pipelines::PipelineFreshness], total: i64, now: i64) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    out.push_str("# HELP pipeline_last_success_age_seconds Seconds since the pipeline's last successful sync.\n");
+    out.push_str("# TYPE pipeline_last_success_age_seconds gauge\n");
+    for p in pipelines.iter().filter(|p| p.last_succeeded_at.is_some()) {
+        let age = (now - p.last_succeeded_at.unwrap_or(now)).max(0) as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "pipeline_last_success_age_seconds{{workspace=\"{}\",pipeline=\"{}\"}} {age}",
+            p.workspace_id, p.pipeline_id
+        );
+    }
+    out.push_str(
+        "# HELP pipeline_freshness_breached 1 while the pipeline's data is older than its freshness setting.\n",
+    );
+    out.push_str("# TYPE pipeline_freshness_breached gauge\n");
+    for p in pipelines {
+        let _ = writeln!(
+            out,
+            "pipeline_freshness_breached{{workspace=\"{}\",pipeline=\"{}\"}} {}",
+            p.workspace_id,
+            p.pipeline_id,
+            u8::from(p.breached)
+        );
+    }
+    out.push_str(
+        "# HELP pipelines_not_listed Pipelines left out of the per-pipeline series (beyond the stalest 1000).\n",
+    );
+    out.push_str("# TYPE pipelines_not_listed gauge\n");
+    let _ = writeln!(out, "pipelines_not_listed {}", (total - pipelines.len() as i64).max(0));
+    out
 }

@@ -9,6 +9,8 @@
 //!   all);
 //! - [`scheduler`]: starting due scheduled syncs, skipping busy ones;
 //! - [`sync`]: one sync or reset, stream by stream, with its progress;
+//! - [`meters`]: per-pipeline, per-stream counters for `/metrics`, with
+//!   bounded label sets;
 //! - [`queue`]: a stream's byte-bounded write queue and its grouping;
 //! - [`activation`]: one reverse-ETL activation run: the diff, the sends,
 //!   the removals of mirror mode;
@@ -16,6 +18,7 @@
 //!   workspace's share of the spool.
 
 pub mod activation;
+pub mod meters;
 pub mod queue;
 pub mod runner;
 pub(crate) mod scheduler;

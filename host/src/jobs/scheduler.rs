@@ -1,7 +1,8 @@
 //! The scheduler: starts the syncs of pipelines and the runs of
 //! reverse-ETL activations whose interval or cron schedule is due; one
 //! that meets an active job is skipped and recorded in the audit log,
-//! never queued twice.
+//! never queued twice. Each tick also looks for pipelines whose data went
+//! stale (or fresh again) against their freshness setting.
 
 use crate::state::AppState;
 use crate::store::audit::NewAuditRecord;
@@ -10,10 +11,14 @@ use crate::store::kinds::{AuditOutcome, JobKind, Trigger};
 use crate::store::now_ms;
 use crate::store::pipelines::Schedule;
 
-/// Starts what is due now.
+/// Starts what is due now, and announces pipelines whose data went stale
+/// or fresh again.
 pub(super) async fn schedule_due(state: &AppState) {
     schedule_syncs(state).await;
     schedule_activations(state).await;
+    if let Err(e) = state.store.freshness_changes(now_ms()).await {
+        tracing::warn!(error = %e, "could not check the freshness of pipelines");
+    }
 }
 
 async fn schedule_activations(state: &AppState) {

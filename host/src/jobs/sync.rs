@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use super::meters::StreamMeter;
 use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, queue};
 use super::{CancellationToken, Failure};
 use crate::plugin::InvocationError;
@@ -25,21 +26,54 @@ use crate::warehouse::{Loader, WriteError, Writer, Written};
 /// Counters shown as a job's progress: per stream, and their totals.
 #[derive(Default)]
 struct Progress {
-    /// Records and bytes written, by stream.
-    streams: std::collections::BTreeMap<String, (u64, u64)>,
+    streams: std::collections::BTreeMap<String, StreamProgress>,
+}
+
+/// One stream's progress.
+#[derive(Default)]
+struct StreamProgress {
+    /// Records and bytes the plugin emitted.
+    read: (u64, u64),
+    /// Records and bytes the destination committed.
+    written: (u64, u64),
+    /// When its last state was saved (Unix milliseconds).
+    checkpointed_at: Option<i64>,
+    /// When its first record was read, for its rate.
+    started: Option<std::time::Instant>,
+    /// Whether its read ended (written or failed).
+    done: bool,
 }
 
 impl Progress {
-    fn add(&mut self, stream: &str, records: u64, bytes: u64) {
-        let (r, b) = self.streams.entry(stream.to_owned()).or_default();
-        *r += records;
-        *b += bytes;
+    fn stream(&mut self, stream: &str) -> &mut StreamProgress {
+        let s = self.streams.entry(stream.to_owned()).or_default();
+        s.started.get_or_insert_with(std::time::Instant::now);
+        s
     }
 
     fn to_json(&self) -> Value {
-        let (records, bytes) = self.streams.values().fold((0, 0), |(r, b), (sr, sb)| (r + sr, b + sb));
-        let streams: serde_json::Map<String, Value> =
-            self.streams.iter().map(|(name, (r, b))| (name.clone(), json!({ "records": r, "bytes": b }))).collect();
+        let (records, bytes) = self.streams.values().fold((0, 0), |(r, b), s| (r + s.written.0, b + s.written.1));
+        let streams: serde_json::Map<String, Value> = self
+            .streams
+            .iter()
+            .map(|(name, s)| {
+                let secs = s.started.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                let rate = if secs > 0.0 { (s.written.0 as f64 / secs * 10.0).round() / 10.0 } else { 0.0 };
+                let value = json!({
+                    "records": s.written.0,
+                    "bytes": s.written.1,
+                    "records_read": s.read.0,
+                    "bytes_read": s.read.1,
+                    "records_per_second": rate,
+                    "checkpointed_at": s.checkpointed_at.map(crate::store::from_ms),
+                    // Sources report no totals through the connector
+                    // interface yet: what remains is not known.
+                    "records_remaining": Value::Null,
+                    "status": if s.done { "done" } else { "running" },
+                });
+                (name.clone(), value)
+            })
+            .collect();
         json!({ "records": records, "bytes": bytes, "streams": streams })
     }
 }
@@ -68,6 +102,7 @@ struct StreamWrite {
     primary_key: Vec<String>,
     writer: Arc<Writer>,
     progress: Arc<Mutex<Progress>>,
+    meter: StreamMeter,
 }
 
 impl StreamWrite {
@@ -106,9 +141,16 @@ impl StreamWrite {
     /// saves the job's progress when it last did so a while ago (or
     /// `now`).
     async fn record(&self, written: Written, saved: &mut tokio::time::Instant, now: bool) -> Result<(), WriteError> {
+        self.meter.written(written.records, written.bytes);
         let snapshot = {
             let mut p = self.progress.lock().await;
-            p.add(&self.stream, written.records, written.bytes);
+            let s = p.stream(&self.stream);
+            s.written.0 += written.records;
+            s.written.1 += written.bytes;
+            if written.checkpoint.is_some() {
+                s.checkpointed_at = Some(crate::store::now_ms());
+            }
+            s.done |= now;
             (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.to_json())
         };
         // Every batch queued before the checkpoint is written.
@@ -138,11 +180,13 @@ impl WriteQueue {
     }
 }
 
-/// The sink a read writes through: it checks and queues.
+/// The sink a read writes through: it checks, counts and queues.
 struct JobSink {
     stream: String,
     queue: WorkSender,
     cancel: CancellationToken,
+    progress: Arc<Mutex<Progress>>,
+    meter: StreamMeter,
 }
 
 impl JobSink {
@@ -164,7 +208,17 @@ impl RecordSink for JobSink {
         stream: &'a str,
         records: Vec<String>,
     ) -> Pin<Box<dyn Future<Output = Result<(), SinkRefusal>> + Send + 'a>> {
-        Box::pin(self.send(stream, Work::Records(records)))
+        Box::pin(async move {
+            if stream == self.stream {
+                let bytes = records.iter().map(|r| r.len() as u64).sum::<u64>();
+                self.meter.read(records.len() as u64, bytes);
+                let mut p = self.progress.lock().await;
+                let s = p.stream(stream);
+                s.read.0 += records.len() as u64;
+                s.read.1 += bytes;
+            }
+            self.send(stream, Work::Records(records)).await
+        })
     }
 
     fn checkpoint<'a>(
@@ -255,9 +309,16 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
             primary_key,
             writer: writer.clone(),
             progress: progress.clone(),
+            meter: StreamMeter::new(ws, &pipeline.pipeline_id, &sel.name),
         }
         .start();
-        let sink = JobSink { stream: sel.name.clone(), queue: queue.tx.clone(), cancel: cancel.clone() };
+        let sink = JobSink {
+            stream: sel.name.clone(),
+            queue: queue.tx.clone(),
+            cancel: cancel.clone(),
+            progress: progress.clone(),
+            meter: StreamMeter::new(ws, &pipeline.pipeline_id, &sel.name),
+        };
         let req = ReadRequest {
             config: source_config.clone(),
             stream: sel.name.clone(),

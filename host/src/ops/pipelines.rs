@@ -99,6 +99,11 @@ pub struct CreatePipeline {
     pub streams: Vec<StreamSelection>,
     #[serde(default = "manual")]
     pub schedule: Schedule,
+    /// Minutes after which data not refreshed by a successful sync is
+    /// stale: the scheduler announces `pipeline.freshness_breached` once,
+    /// and `pipeline.freshness_recovered` when a sync succeeds again.
+    #[schema(minimum = 1, maximum = 525_600)]
+    pub freshness_minutes: Option<i64>,
 }
 
 fn manual() -> Schedule {
@@ -115,6 +120,9 @@ pub struct UpdatePipeline {
     pub name: Option<String>,
     pub streams: Option<Vec<StreamSelection>>,
     pub schedule: Option<Schedule>,
+    /// A new freshness setting; `0` removes it.
+    #[schema(minimum = 0, maximum = 525_600)]
+    pub freshness_minutes: Option<i64>,
 }
 
 /// Validates stream selections against what the source offers.
@@ -177,6 +185,23 @@ pub(super) fn check_schedule(s: &Schedule) -> ApiResult<()> {
     Ok(())
 }
 
+/// A freshness setting in minutes: 1 to a year (`0` only where it means
+/// "none").
+fn check_freshness(minutes: i64, zero_allowed: bool) -> ApiResult<Option<i64>> {
+    match minutes {
+        0 if zero_allowed => Ok(None),
+        1..=525_600 => Ok(Some(minutes)),
+        _ => Err(ApiError::invalid_field(
+            "freshness_minutes",
+            if zero_allowed {
+                "freshness_minutes must be between 1 and 525600, or 0 to remove it"
+            } else {
+                "freshness_minutes must be between 1 and 525600"
+            },
+        )),
+    }
+}
+
 pub async fn create_pipeline(
     state: &AppState,
     access: &WorkspaceAccess,
@@ -185,6 +210,7 @@ pub async fn create_pipeline(
 ) -> ApiResult<Executed> {
     check_name("name", &req.name)?;
     check_schedule(&req.schedule)?;
+    let freshness = req.freshness_minutes.map(|m| check_freshness(m, false)).transpose()?.flatten();
     let dest = state
         .store
         .destination(&access.workspace_id, &req.destination_id)
@@ -201,6 +227,7 @@ pub async fn create_pipeline(
             &req.streams,
             &req.schedule,
             next_run(&req.schedule),
+            freshness,
         )
         .await?;
     note.target("pipeline", &p.pipeline_id);
@@ -236,6 +263,9 @@ pub(crate) async fn update_pipeline(
         check_schedule(&s)?;
         changed = s != p.schedule;
         p.schedule = s;
+    }
+    if let Some(m) = req.freshness_minutes {
+        p.freshness_minutes = check_freshness(m, true)?;
     }
     let next = next_run(&p.schedule);
     let p = state.store.update_pipeline(&p, changed, next).await?.ok_or_else(|| ApiError::not_found("pipeline"))?;

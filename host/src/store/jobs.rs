@@ -429,6 +429,16 @@ impl Store {
         end_attempt(&mut tx, job_id, owner, status.as_str(), error).await?;
         let job = job_in(&mut tx, job_id).await?;
         let runs = job.kind.is_activation_run();
+        if status == JobStatus::Succeeded
+            && let Some(pipeline_id) = &job.pipeline_id
+        {
+            // What freshness is measured from.
+            sqlx::query("UPDATE pipelines SET last_succeeded_at = $1 WHERE id = $2")
+                .bind(job.finished_at.map(|t| t.timestamp_millis()).unwrap_or_else(now_ms))
+                .bind(pipeline_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         let event = match (status, runs) {
             (JobStatus::Succeeded, false) => Some(EventType::JobSucceeded),
             (JobStatus::Failed, false) => Some(EventType::JobFailed),

@@ -3,11 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::jobs::Job;
-use super::kinds::PipelineStatus;
+use super::kinds::{EventType, PipelineStatus};
+use super::webhooks::record_event;
 use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// How one stream is synced.
@@ -115,6 +117,13 @@ pub struct Pipeline {
     /// version it was issued against.
     pub schedule_version: i64,
     pub status: PipelineStatus,
+    /// Minutes after which data not refreshed by a successful sync is
+    /// stale (`pipeline.freshness_breached`); none when unset.
+    pub freshness_minutes: Option<i64>,
+    /// When the last sync or reset succeeded.
+    pub last_succeeded_at: Option<DateTime<Utc>>,
+    /// Since when the data is stale, while it is.
+    pub freshness_breached_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -134,12 +143,15 @@ fn pipeline_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Pipeline> {
         schedule: serde_json::from_str(&schedule).unwrap_or(Schedule::Manual),
         schedule_version: r.try_get("schedule_version")?,
         status: decode(r.try_get("status")?, PipelineStatus::parse, "status")?,
+        freshness_minutes: r.try_get("freshness_minutes")?,
+        last_succeeded_at: r.try_get::<Option<i64>, _>("last_succeeded_at")?.map(from_ms),
+        freshness_breached_at: r.try_get::<Option<i64>, _>("freshness_breached_at")?.map(from_ms),
         created_at: from_ms(r.try_get("created_at")?),
         updated_at: from_ms(r.try_get("updated_at")?),
     })
 }
 
-const PIPELINE_COLUMNS: &str = "id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at";
+const PIPELINE_COLUMNS: &str = "id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, freshness_minutes, last_succeeded_at, freshness_breached_at, created_at, updated_at";
 
 impl Store {
     #[allow(clippy::too_many_arguments)]
@@ -152,12 +164,13 @@ impl Store {
         streams: &[StreamSelection],
         schedule: &Schedule,
         next_run_at: Option<i64>,
+        freshness_minutes: Option<i64>,
     ) -> StoreResult<Pipeline> {
         let id = new_id("pl");
         let now = now_ms();
         sqlx::query(
-            "INSERT INTO pipelines (id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at, next_run_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 'active', $8, $8, $9)",
+            "INSERT INTO pipelines (id, workspace_id, name, source_id, destination_id, streams, schedule, schedule_version, status, created_at, updated_at, next_run_at, freshness_minutes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, 'active', $8, $8, $9, $10)",
         )
         .bind(&id)
         .bind(workspace_id)
@@ -168,6 +181,7 @@ impl Store {
         .bind(serde_json::to_string(schedule).unwrap_or_default())
         .bind(now)
         .bind(next_run_at)
+        .bind(freshness_minutes)
         .execute(self.pool())
         .await
         .on_conflict("pipelines_references")?;
@@ -202,8 +216,8 @@ impl Store {
         next_run_at: Option<i64>,
     ) -> StoreResult<Option<Pipeline>> {
         sqlx::query(
-            "UPDATE pipelines SET name = $1, streams = $2, schedule = $3, schedule_version = schedule_version + $4, updated_at = $5, next_run_at = $6 \
-             WHERE workspace_id = $7 AND id = $8",
+            "UPDATE pipelines SET name = $1, streams = $2, schedule = $3, schedule_version = schedule_version + $4, updated_at = $5, next_run_at = $6, \
+             freshness_minutes = $9 WHERE workspace_id = $7 AND id = $8",
         )
         .bind(&p.name)
         .bind(serde_json::to_string(&p.streams).unwrap_or_default())
@@ -213,6 +227,7 @@ impl Store {
         .bind(next_run_at)
         .bind(&p.workspace_id)
         .bind(&p.pipeline_id)
+        .bind(p.freshness_minutes)
         .execute(self.pool())
         .await?;
         self.pipeline(&p.workspace_id, &p.pipeline_id).await
@@ -294,4 +309,112 @@ impl Store {
             .await?;
         Ok(())
     }
+
+    /// Finds pipelines whose data went stale or fresh again and announces
+    /// each change once, whichever server looks first: a pipeline is
+    /// breached when its last successful sync (or, before one, its
+    /// creation) is older than its freshness setting, and recovered when
+    /// it no longer is (a sync succeeded, the setting changed or went, or
+    /// the pipeline was paused). Returns how many changes it announced.
+    pub(crate) async fn freshness_changes(&self, now: i64) -> StoreResult<usize> {
+        let stale = "freshness_minutes IS NOT NULL AND status = 'active' \
+                     AND COALESCE(last_succeeded_at, created_at) < $1 - freshness_minutes * 60000";
+        let breached: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM pipelines WHERE freshness_breached_at IS NULL AND {stale}"
+        )))
+        .bind(now)
+        .fetch_all(self.pool())
+        .await?;
+        let recovered: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM pipelines WHERE freshness_breached_at IS NOT NULL AND NOT ({stale})"
+        )))
+        .bind(now)
+        .fetch_all(self.pool())
+        .await?;
+        let mut announced = 0;
+        let mut queued = 0;
+        for (ids, event, change) in [
+            (
+                breached,
+                EventType::PipelineFreshnessBreached,
+                format!("freshness_breached_at = $2 WHERE id = $3 AND freshness_breached_at IS NULL AND {stale}"),
+            ),
+            // `$2 = $2`: both statements take the same three parameters.
+            (
+                recovered,
+                EventType::PipelineFreshnessRecovered,
+                format!(
+                    "freshness_breached_at = NULL WHERE id = $3 AND freshness_breached_at IS NOT NULL AND $2 = $2 AND NOT ({stale})"
+                ),
+            ),
+        ] {
+            for id in ids {
+                let mut tx = self.begin_write().await?;
+                let before =
+                    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE id = $1")))
+                        .bind(&id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let Some(before) = before.as_ref().map(pipeline_from_row).transpose()? else { continue };
+                let n = sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE pipelines SET {change}")))
+                    .bind(now)
+                    .bind(now)
+                    .bind(&id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if n == 1 {
+                    let data = json!({
+                        "pipeline_id": before.pipeline_id,
+                        "name": before.name,
+                        "freshness_minutes": before.freshness_minutes,
+                        "last_succeeded_at": before.last_succeeded_at,
+                        "breached_at": if event == EventType::PipelineFreshnessBreached { Some(from_ms(now)) } else { before.freshness_breached_at },
+                    });
+                    queued += record_event(&mut tx, &before.workspace_id, event, data).await?;
+                    announced += 1;
+                }
+                tx.commit().await?;
+            }
+        }
+        if queued > 0 {
+            self.outbox_written();
+        }
+        Ok(announced)
+    }
+
+    /// Pipelines as `/metrics` shows them: the `limit` whose data is
+    /// oldest (never synced first), with how many pipelines there are.
+    pub(crate) async fn pipeline_freshness(&self, limit: i64) -> StoreResult<(Vec<PipelineFreshness>, i64)> {
+        let rows = sqlx::query(
+            "SELECT id, workspace_id, last_succeeded_at, freshness_breached_at FROM pipelines \
+             ORDER BY COALESCE(last_succeeded_at, 0), id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pipelines").fetch_one(self.pool()).await?;
+        let listed = rows
+            .iter()
+            .map(|r| {
+                Ok(PipelineFreshness {
+                    pipeline_id: r.try_get("id")?,
+                    workspace_id: r.try_get("workspace_id")?,
+                    last_succeeded_at: r.try_get("last_succeeded_at")?,
+                    breached: r.try_get::<Option<i64>, _>("freshness_breached_at")?.is_some(),
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok((listed, total))
+    }
+}
+
+/// A pipeline's freshness, for `/metrics`.
+pub(crate) struct PipelineFreshness {
+    pub pipeline_id: String,
+    pub workspace_id: String,
+    /// Unix milliseconds of the last successful sync or reset.
+    pub last_succeeded_at: Option<i64>,
+    /// Whether its freshness setting is breached now.
+    pub breached: bool,
 }

@@ -1,8 +1,11 @@
 //! Waiting for a job or a reverse-ETL run to end, with its progress shown
 //! live on standard error: on a terminal, one line per stream redrawn in
 //! place (records, bytes, rate); elsewhere (logs, CI) a line whenever the
-//! counts moved, at most every two seconds. The job's outcome is printed
-//! at the end, and a job that did not succeed fails the command.
+//! counts moved, at most every two seconds. Progress comes from the job's
+//! event stream (`GET /jobs/{id}/events`); when that stream cannot be
+//! followed to the end (a proxy that buffers it, a dropped connection),
+//! the job is polled instead. The job's outcome is printed at the end,
+//! and a job that did not succeed fails the command.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -125,24 +128,17 @@ impl<W: Write> View<W> {
     }
 }
 
-/// Polls the job or run until it ends, showing its progress; prints its
+/// Follows the job or run until it ends, showing its progress; prints its
 /// outcome and fails unless it succeeded.
 pub async fn wait(ctx: &Ctx, what: Awaited, id: &str) -> Result<(), CliFailure> {
     let started = Instant::now();
     let stderr = std::io::stderr();
     let terminal = stderr.is_terminal();
     let mut view = View::new(stderr, terminal);
-    let state = loop {
-        let state = ctx.client.call(Method::GET, &what.path(id), None).await?;
-        let status = text_at(&state, "status");
-        view.show(&what.lines(id, &state, started));
-        // Anything but waiting or running is an end (a status this CLI
-        // does not know included), so the wait never outlives the job.
-        if !matches!(status.as_str(), "queued" | "running") {
-            break state;
-        }
-        tokio::time::sleep(POLL).await;
-    };
+    if follow(ctx, what, id, &mut view, started).await.is_err() {
+        poll(ctx, what, id, &mut view, started).await?;
+    }
+    let state = ctx.client.call(Method::GET, &what.path(id), None).await?;
     let status = text_at(&state, "status");
     if ctx.out.json {
         ctx.out.print_json(&state);
@@ -163,6 +159,71 @@ pub async fn wait(ctx: &Ctx, what: Awaited, id: &str) -> Result<(), CliFailure> 
                 state.get("error").filter(|e| !e.is_null()).map(text).unwrap_or_else(|| "no reason given".into());
             Err(CliFailure::JobDidNotSucceed(format!("{id} {other} after {took}: {reason}")))
         }
+    }
+}
+
+/// Shows the job's events until it ends. An error when the stream could
+/// not be opened or ended before the job did.
+async fn follow<W: Write>(
+    ctx: &Ctx,
+    what: Awaited,
+    id: &str,
+    view: &mut View<W>,
+    started: Instant,
+) -> Result<(), CliFailure> {
+    let mut res = ctx.client.events(&format!("jobs/{}/events", seg(id))).await?;
+    // Bytes, not text: a chunk may end inside a character.
+    let mut buffer: Vec<u8> = Vec::new();
+    loop {
+        let chunk = res.chunk().await.map_err(|e| CliFailure::Other(format!("the event stream broke: {e}")))?;
+        let Some(chunk) = chunk else {
+            return Err(CliFailure::Other("the event stream ended before the job".into()));
+        };
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = buffer.drain(..end + 2).collect();
+            let Some((event, data)) = parse_event(&String::from_utf8_lossy(&block)) else { continue };
+            match event.as_str() {
+                "progress" => view.show(&what.lines(id, &data, started)),
+                "finished" => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// One Server-Sent Event block: its name and its JSON data.
+fn parse_event(block: &str) -> Option<(String, Value)> {
+    let mut event = String::from("message");
+    let mut data = String::new();
+    for line in block.lines() {
+        if let Some(name) = line.strip_prefix("event:") {
+            event = name.trim().to_owned();
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push_str(d.strip_prefix(' ').unwrap_or(d));
+        }
+    }
+    (!data.is_empty()).then(|| serde_json::from_str(&data).ok().map(|v| (event, v))).flatten()
+}
+
+/// Asks for the job until it ends, showing its progress.
+async fn poll<W: Write>(
+    ctx: &Ctx,
+    what: Awaited,
+    id: &str,
+    view: &mut View<W>,
+    started: Instant,
+) -> Result<(), CliFailure> {
+    loop {
+        let state = ctx.client.call(Method::GET, &what.path(id), None).await?;
+        let status = text_at(&state, "status");
+        view.show(&what.lines(id, &state, started));
+        // Anything but waiting or running is an end (a status this CLI
+        // does not know included), so the wait never outlives the job.
+        if !matches!(status.as_str(), "queued" | "running") {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -194,5 +255,12 @@ mod tests {
         let written = String::from_utf8(log.out).unwrap();
         assert_eq!(written.matches("job_1 running").count(), 1, "nothing again within two seconds: {written}");
         assert!(!written.contains('\x1b'), "no terminal codes in a log");
+    }
+
+    #[test]
+    fn event_blocks_give_their_name_and_data() {
+        let (name, data) = parse_event("event: progress\ndata: {\"status\":\"running\"}\n\n").unwrap();
+        assert_eq!((name.as_str(), data["status"].as_str()), ("progress", Some("running")));
+        assert!(parse_event(": keep-alive\n\n").is_none());
     }
 }
