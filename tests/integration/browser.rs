@@ -259,3 +259,87 @@ async fn the_pages_work_in_a_real_browser() {
     wait_for_text(&c, "E-mail").await;
     c.close().await.unwrap();
 }
+
+/// The watching pages in Chromium: the pipelines list, a pipeline, and a
+/// job's page whose progress is redrawn from its event stream while the
+/// sync runs, without the page being loaded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_page_follows_its_sync_live() {
+    use std::sync::atomic::Ordering;
+    let Some(driver) = driver() else { return };
+    let fx =
+        crate::pipelines::setup_beside(Backend::Sqlite, 3000, &crate::support::provider::TestCa::new(), "", |_| {})
+            .await;
+    let srv = &fx.srv;
+    service::access::admin::set_password(
+        &srv.state.store,
+        EMAIL,
+        SecretString::from(PASSWORD),
+        service::access::admin::OnPasswordChange::KeepSessions,
+    )
+    .await
+    .unwrap();
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    json_ok(
+        srv.request(reqwest::Method::PATCH, &format!("/v1/pipelines/{pipeline}"))
+            .json(&json!({ "freshness_minutes": 60 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+
+    let c = chromium(&driver).await;
+    c.goto(&format!("{}/sign-in?next=/pipelines", srv.base)).await.unwrap();
+    wait_for_text(&c, "Password").await;
+    fill(&c, "input[name=email]", EMAIL).await;
+    fill(&c, "input[name=password]", PASSWORD).await;
+    click(&c, "button[type=submit]").await;
+    wait_for_text(&c, "never run").await;
+    screenshot(&c, "11-pipelines").await;
+
+    // A slow sync: ten pages, a third of a second each.
+    fx.events.delay_ms.store(300, Ordering::SeqCst);
+    let job =
+        json_ok(srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap())
+            .await;
+    let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    c.goto(&format!("{}/jobs/{job_id}", srv.base)).await.unwrap();
+    wait_for_text(&c, "Progress").await;
+    // Marks this very page: a reload would lose it.
+    c.execute("window.stillTheSamePage = true; return true;", vec![]).await.unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let written = c
+            .execute(
+                "var cell = document.querySelector('#streams tbody tr td:nth-child(4)'); return cell ? cell.textContent : '';",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let written = written.as_str().unwrap_or("").parse::<u64>().unwrap_or(0);
+        if seen.last() != Some(&written) {
+            seen.push(written);
+            if written > 0 && written < 3000 {
+                screenshot(&c, "12-job-running").await;
+            }
+        }
+        let status = c.find(Locator::Id("status")).await.unwrap().text().await.unwrap();
+        if status == "succeeded" && written == 3000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the page never showed the end: {seen:?} {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen.iter().any(|&n| n > 0 && n < 3000), "the page showed the sync part-way: {seen:?}");
+    let same = c.execute("return window.stillTheSamePage === true;", vec![]).await.unwrap();
+    assert_eq!(same, Value::Bool(true), "updated in place, not reloaded");
+    screenshot(&c, "13-job-done").await;
+
+    c.goto(&format!("{}/pipelines/{pipeline}", srv.base)).await.unwrap();
+    wait_for_text(&c, &job_id).await;
+    screenshot(&c, "14-pipeline").await;
+    c.close().await.unwrap();
+}

@@ -106,4 +106,104 @@ async fn a_sync_streams_its_progress_while_it_runs(backend: Backend) {
     fx.srv.stop().await;
 }
 
-on_both_backends!(a_sync_streams_its_progress_while_it_runs);
+/// The pages of pipelines and jobs are for signed-in members of the
+/// workspace only, escape what users named, and let only a job's page run
+/// its one script.
+async fn the_watch_pages_show_a_workspace_only_to_its_members(backend: Backend) {
+    use secrecy::SecretString;
+    use service::access::admin::{OnPasswordChange, set_password};
+    let fx = setup_beside(backend, 300, &TestCa::new(), "", |_| {}).await;
+    let srv = &fx.srv;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let named = json_ok(
+        srv.post("/v1/pipelines", json!({ "name": "<script>alert(1)</script>", "source_id": fx.source_id, "destination_id": dest, "streams": [{ "name": "events", "sync_mode": "incremental_append" }], "freshness_minutes": 60 }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let pipeline = named["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let job = fx.sync(&pipeline).await;
+    let job_id = job["job_id"].as_str().unwrap().to_owned();
+    let ws = srv.workspace_id().await;
+    let (viewer_id, _) = srv.user_in(&ws, service::access::Role::Viewer).await;
+    let viewer = srv.state.store.user(&viewer_id).await.unwrap().unwrap().email;
+    let (other_ws, _) = srv.other_workspace().await;
+    let (outsider_id, _) = srv.user_in(&other_ws, service::access::Role::Administrator).await;
+    let outsider = srv.state.store.user(&outsider_id).await.unwrap().unwrap().email;
+    for email in [&viewer, &outsider] {
+        set_password(
+            &srv.state.store,
+            email,
+            SecretString::from(crate::web_sessions::PASSWORD),
+            OnPasswordChange::KeepSessions,
+        )
+        .await
+        .unwrap();
+    }
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = |cookie: Option<&str>, path: &str| {
+        let mut req = browser.get(srv.url(path));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send()
+    };
+
+    // Nobody signed in is sent to sign in.
+    let anonymous = page(None, "/pipelines").await.unwrap();
+    assert_eq!(anonymous.status(), 303);
+    assert!(anonymous.headers()["location"].to_str().unwrap().starts_with("/sign-in"));
+    // An API token is not a browser session.
+    let bearer = browser.get(srv.url("/pipelines")).bearer_auth(&srv.admin_token).send().await.unwrap();
+    assert_eq!(bearer.status(), 303);
+
+    let (cookie, _) = crate::web_sessions::web_sign_in(srv, &viewer).await;
+    let list = page(Some(&cookie), "/pipelines").await.unwrap();
+    assert_eq!(list.status(), 200);
+    assert_eq!(list.headers()["x-frame-options"], "DENY");
+    assert_eq!(list.headers()["cache-control"], "no-store");
+    assert!(!list.headers()["content-security-policy"].to_str().unwrap().contains("script-src"));
+    let html = list.text().await.unwrap();
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !html.contains("<script>alert"), "{html}");
+    assert!(html.contains("fresh") && html.contains(&job_id), "{html}");
+    let one = page(Some(&cookie), &format!("/pipelines/{pipeline}")).await.unwrap().text().await.unwrap();
+    assert!(one.contains("incremental_append") && one.contains(&job_id), "{one}");
+    let job_page = page(Some(&cookie), &format!("/jobs/{job_id}")).await.unwrap();
+    assert_eq!(job_page.status(), 200);
+    let csp = job_page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("connect-src 'self'") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    let html = job_page.text().await.unwrap();
+    assert!(html.contains("succeeded") && html.contains(">300<"), "served with its progress: {html}");
+    assert!(
+        html.contains("<script src=\"/assets/job.js\"></script>") && !html.contains("<script>"),
+        "no inline script"
+    );
+    let stream = page(Some(&cookie), &format!("/jobs/{job_id}/events")).await.unwrap();
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    assert!(stream.text().await.unwrap().contains("event: finished"));
+
+    // A member of another workspace sees none of it, named or not.
+    let (cookie, _) = crate::web_sessions::web_sign_in(srv, &outsider).await;
+    for path in [
+        format!("/jobs/{job_id}"),
+        format!("/jobs/{job_id}?workspace_id={ws}"),
+        format!("/jobs/{job_id}/events"),
+        format!("/jobs/{job_id}/events?workspace_id={ws}"),
+        format!("/pipelines/{pipeline}"),
+        format!("/pipelines?workspace_id={ws}"),
+    ] {
+        let res = page(Some(&cookie), &path).await.unwrap();
+        assert!(matches!(res.status().as_u16(), 403 | 404), "{path}: {}", res.status());
+        let text = res.text().await.unwrap();
+        assert!(!text.contains("alert(1)") && !text.contains("event: "), "{path}: {text}");
+    }
+    let theirs = page(Some(&cookie), "/pipelines").await.unwrap().text().await.unwrap();
+    assert!(theirs.contains("No pipelines in this workspace yet"), "{theirs}");
+    fx.srv.stop().await;
+}
+
+on_both_backends!(a_sync_streams_its_progress_while_it_runs, the_watch_pages_show_a_workspace_only_to_its_members);

@@ -20,7 +20,7 @@ use crate::on_both_backends;
 use crate::support::{Backend, TestServer, form_csrf, json_ok};
 
 const EMAIL: &str = "admin@example.test";
-const PASSWORD: &str = "a passphrase long enough";
+pub(crate) const PASSWORD: &str = "a passphrase long enough";
 
 on_both_backends!(
     no_token_but_a_web_sign_in_acts_at_the_pages,
@@ -50,7 +50,7 @@ async fn csrf_pair(srv: &TestServer) -> (String, String) {
 
 /// Signs `email` in on the web: the cookie header of its browser and the
 /// token of its forms.
-async fn web_sign_in(srv: &TestServer, email: &str) -> (String, String) {
+pub(crate) async fn web_sign_in(srv: &TestServer, email: &str) -> (String, String) {
     let (id, token) = csrf_pair(srv).await;
     let res = browser()
         .post(srv.url("/sign-in"))

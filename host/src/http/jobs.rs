@@ -26,44 +26,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(job_events))
 }
 
-/// How often the event stream looks at the job (in the control database,
-/// so it follows a job whichever server runs it).
-const EVENTS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// What the event stream has told its client so far.
-struct Told {
-    attempts: i64,
-    progress: serde_json::Value,
-    /// Events waiting to be sent, oldest first.
-    queue: std::collections::VecDeque<axum::response::sse::Event>,
-    ended: bool,
-}
-
-fn sse(name: &str, data: &serde_json::Value) -> axum::response::sse::Event {
-    axum::response::sse::Event::default().event(name).data(data.to_string())
-}
-
-impl Told {
-    /// Queues what changed since the last look.
-    fn look(&mut self, job: &Job) {
-        if job.attempts > self.attempts && job.status == JobStatus::Running {
-            self.attempts = job.attempts;
-            let data =
-                serde_json::json!({ "job_id": job.job_id, "attempt": job.attempts, "started_at": job.started_at });
-            self.queue.push_back(sse("attempt_started", &data));
-        }
-        if job.progress != self.progress {
-            self.progress = job.progress.clone();
-            let data = serde_json::json!({ "job_id": job.job_id, "status": job.status, "progress": job.progress });
-            self.queue.push_back(sse("progress", &data));
-        }
-        if job.status.is_final() {
-            self.ended = true;
-            self.queue.push_back(sse("finished", &serde_json::to_value(job).unwrap_or_default()));
-        }
-    }
-}
-
 /// A job's life as Server-Sent Events: `attempt_started` when an attempt
 /// starts, `progress` (per-stream counters) when they change, at most
 /// four times a second, and `finished` with the job's record when it
@@ -81,26 +43,7 @@ async fn job_events(
     use axum::response::IntoResponse;
     use axum::response::sse::{KeepAlive, Sse};
     let first = state.store.job(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("job"))?;
-    let mut told = Told { attempts: 0, progress: serde_json::Value::Null, queue: Default::default(), ended: false };
-    told.look(&first);
-    let workspace = ws.workspace_id.clone();
-    let events = futures_util::stream::unfold((told, state, workspace, id), |(mut told, state, ws, id)| async move {
-        loop {
-            if let Some(event) = told.queue.pop_front() {
-                return Some((Ok::<_, std::convert::Infallible>(event), (told, state, ws, id)));
-            }
-            if told.ended {
-                return None;
-            }
-            tokio::time::sleep(EVENTS_POLL).await;
-            match state.store.job(&ws, &id).await {
-                Ok(Some(job)) => told.look(&job),
-                // Deleted with its pipeline.
-                Ok(None) => return None,
-                Err(e) => tracing::warn!(error = %e, "could not read a job for its event stream"),
-            }
-        }
-    });
+    let events = crate::jobs::watch::events(state, ws.workspace_id.clone(), first);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
 

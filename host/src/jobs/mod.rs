@@ -9,6 +9,7 @@
 //!   all);
 //! - [`scheduler`]: starting due scheduled syncs, skipping busy ones;
 //! - [`sync`]: one sync or reset, stream by stream, with its progress;
+//! - [`watch`]: a job's events as it runs (Server-Sent Events);
 //! - [`meters`]: per-pipeline, per-stream counters for `/metrics`, with
 //!   bounded label sets;
 //! - [`queue`]: a stream's byte-bounded write queue and its grouping;
@@ -24,6 +25,7 @@ pub mod runner;
 pub(crate) mod scheduler;
 pub(crate) mod spool;
 pub mod sync;
+pub mod watch;
 
 pub use runner::spawn;
 pub use tokio_util::sync::CancellationToken;

@@ -6,12 +6,13 @@ use axum::response::IntoResponse;
 use secrecy::SecretString;
 
 use super::page::{escape, page};
-use crate::access::ClientSource;
 use crate::access::tokens;
+use crate::access::{ClientSource, Principal, WorkspaceAccess};
+use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::audit::NewAuditRecord;
 use crate::store::kinds::AuditOutcome;
-use crate::store::sessions::{NewSession, SessionKind};
+use crate::store::sessions::{ActiveSession, NewSession, SessionKind};
 
 /// The password field of the forms that create or first open an account.
 pub(crate) const PASSWORD_FIELD: &str = "<p><label>Choose a password for signing in on the web later (at least 12 characters; optional)<br>\
@@ -165,4 +166,20 @@ pub(crate) async fn audit_account(state: &AppState, event: &AccountEvent<'_>, cl
             tracing::error!(error = %e, action = event.action, "could not write audit record");
         }
     }
+}
+
+/// The signed-in member's standing in a workspace (their first one when
+/// none is named).
+pub(crate) async fn member_access(
+    state: &AppState,
+    session: &ActiveSession,
+    workspace_id: Option<&str>,
+) -> Result<WorkspaceAccess, ApiError> {
+    let principal = Principal {
+        user_id: session.user_id.clone(),
+        session_id: session.session_id.clone(),
+        client: session.client_source,
+        proposal_requested: false,
+    };
+    WorkspaceAccess::resolve(&state.store, principal, workspace_id.map(str::to_owned)).await
 }

@@ -14,15 +14,15 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
+use super::accounts::member_access;
 use super::page::{escape, page_with_style};
 use super::signin::{browser_session, csrf, csrf_ok, csrf_refused};
-use crate::access::{Principal, WorkspaceAccess};
+use crate::access::WorkspaceAccess;
 use crate::audit::AuditNote;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::approvals::ApprovalFilter;
 use crate::store::kinds::ApprovalStatus;
-use crate::store::sessions::ActiveSession;
 
 /// Proposals listed at most.
 const LISTED: i64 = 100;
@@ -34,22 +34,6 @@ const STYLE: &str = "table{border-collapse:collapse;width:100%}td,th{border-top:
 #[derive(Deserialize)]
 pub(crate) struct Which {
     workspace_id: Option<String>,
-}
-
-/// The signed-in member's standing in a workspace (their first one when
-/// none is named).
-async fn access(
-    state: &AppState,
-    session: &ActiveSession,
-    workspace_id: Option<&str>,
-) -> Result<WorkspaceAccess, ApiError> {
-    let principal = Principal {
-        user_id: session.user_id.clone(),
-        session_id: session.session_id.clone(),
-        client: session.client_source,
-        proposal_requested: false,
-    };
-    WorkspaceAccess::resolve(&state.store, principal, workspace_id.map(str::to_owned)).await
 }
 
 fn failed(e: &ApiError) -> Response {
@@ -78,7 +62,7 @@ pub(crate) async fn approvals_page(
     let Some(session) = browser_session(&state, &headers).await else {
         return Redirect::to("/sign-in?next=/approvals").into_response();
     };
-    let viewer = match access(&state, &session, which.workspace_id.as_deref()).await {
+    let viewer = match member_access(&state, &session, which.workspace_id.as_deref()).await {
         Ok(a) => a,
         Err(e) => return failed(&e),
     };
@@ -190,7 +174,7 @@ pub async fn decide(
     let Some(session) = browser_session(&state, &headers).await else {
         return Redirect::to("/sign-in?next=/approvals").into_response();
     };
-    let approver = match access(&state, &session, form.workspace_id.as_deref()).await {
+    let approver = match member_access(&state, &session, form.workspace_id.as_deref()).await {
         Ok(a) => a,
         Err(e) => return failed(&e),
     };

@@ -17,15 +17,18 @@
 //! - [`approvals`]: pending proposals of a workspace, approved or
 //!   rejected by a signed-in member;
 //! - [`invitations`]: joining a workspace by an invitation link, as a new
-//!   account or as the invited account signed in on the web.
+//!   account or as the invited account signed in on the web;
+//! - [`watch`]: read-only pages of pipelines, reverse-ETL activations and
+//!   jobs, a job's progress redrawn live from its event stream.
 //!
 //! Each is two-step: `GET` shows a page and spends nothing (so link
 //! previewers and prefetchers cannot burn a single-use link, and a person
 //! sees what they are about to do); the form's `POST` acts.
 //!
 //! Every page is served with headers that forbid framing, caching and
-//! content sniffing ([`page::page_headers`]); pages carry no script, and their
-//! forms post only to this server.
+//! content sniffing ([`page::page_headers`]); pages carry no script but
+//! a job's (from this server, never inline), and their forms post only to
+//! this server.
 
 use axum::Router;
 use axum::routing::get;
@@ -41,6 +44,7 @@ pub mod login;
 pub mod oauth;
 pub mod page;
 pub mod signin;
+pub mod watch;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -50,6 +54,13 @@ pub fn router() -> Router<AppState> {
         .route("/cli/authorize", get(cli_login::authorize_page).post(cli_login::authorize))
         .route("/cli/token", axum::routing::post(cli_login::exchange))
         .route("/approvals", get(approvals::approvals_page))
+        .route("/pipelines", get(watch::pipelines_page))
+        .route("/pipelines/{pipeline_id}", get(watch::pipeline_page))
+        .route("/reverse-etl/activations", get(watch::activations_page))
+        .route("/reverse-etl/activations/{activation_id}", get(watch::activation_page))
+        .route("/jobs/{job_id}", get(watch::job_page))
+        .route("/jobs/{job_id}/events", get(watch::job_events))
+        .route("/assets/job.js", get(watch::job_script))
         .route("/approvals/{approval_id}/{decision}", axum::routing::post(approvals::decide))
         .route("/login/{code}", get(login::login_page).post(login::login))
         .route("/invitations/{token}", get(invitations::invitation_page).post(invitations::accept_invitation))
