@@ -524,9 +524,49 @@ async fn a_webhook_receives_batches_through_the_egress_policy(backend: Backend) 
     let mappings = json!([{ "field": "mail", "column": "email" }, { "field": "origin", "value": "warehouse" }]);
     let a = json_ok(srv.post("/v1/reverse-etl/activations", json!({ "name": "hook", "model_id": model, "destination_id": dest_id, "mappings": mappings, "mode": "upsert" })).send().await.unwrap()).await;
     let activation = a["data"]["activation_id"].as_str().unwrap().to_owned();
+    // Runs are announced to webhook subscriptions, with the rows they
+    // could not send (the log keeps each body, delivered or not).
+    let subscription = json_ok(
+        srv.post("/v1/webhooks", json!({ "url": format!("https://{HOOK_HOST}/announcements"), "event_types": ["activation_run.succeeded", "rows.rejected"] }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let subscription = subscription["data"]["webhook_id"].as_str().unwrap().to_owned();
     let run = s.run(&activation, json!({})).await;
     assert_eq!(counts(&run)["added"], 19, "{run}");
     assert_eq!(counts(&run)["failed"], 1, "{run}");
+    let log = json_ok(srv.get(&format!("/v1/webhooks/{subscription}/deliveries")).send().await.unwrap()).await;
+    let announced: Vec<&Value> = log["data"]["items"].as_array().unwrap().iter().map(|d| &d["payload"]).collect();
+    let rejected = announced.iter().find(|p| p["type"] == "rows.rejected").expect("rows.rejected announced");
+    assert_eq!(
+        (rejected["data"]["failed"].as_u64(), rejected["data"]["invalid"].as_u64()),
+        (Some(1), Some(3)),
+        "{rejected}"
+    );
+    assert_eq!(rejected["data"]["activation_id"], activation.as_str());
+    assert!(announced.iter().any(|p| p["type"] == "activation_run.succeeded" && p["data"]["job_id"] == run["run_id"]));
+    json_ok(srv.request(reqwest::Method::DELETE, &format!("/v1/webhooks/{subscription}")).send().await.unwrap()).await;
+
+    // The activation's page lists the run; the run's page shows its counts.
+    service::access::admin::set_password(
+        &srv.state.store,
+        "admin@example.test",
+        secrecy::SecretString::from(crate::web_sessions::PASSWORD),
+        service::access::admin::OnPasswordChange::KeepSessions,
+    )
+    .await
+    .unwrap();
+    let (cookie, _) = crate::web_sessions::web_sign_in(srv, "admin@example.test").await;
+    let page = |path: String| reqwest::Client::new().get(srv.url(&path)).header("cookie", &cookie).send();
+    let run_id = run["run_id"].as_str().unwrap();
+    let list = page("/reverse-etl/activations".into()).await.unwrap().text().await.unwrap();
+    assert!(list.contains(&activation) && list.contains("succeeded"), "{list}");
+    let one = page(format!("/reverse-etl/activations/{activation}")).await.unwrap().text().await.unwrap();
+    assert!(one.contains(run_id) && one.contains("upsert"), "{one}");
+    let run_page = page(format!("/jobs/{run_id}")).await.unwrap().text().await.unwrap();
+    assert!(run_page.contains("<td>failed</td><td class=\"n\">1</td>"), "{run_page}");
     assert_eq!(run["progress"]["failed_samples"][0]["reason"], "c7 is blocked here");
     let batches = s.hook.lock().unwrap().clone();
     assert_eq!(batches.len(), 1, "one batch of 20");
