@@ -88,6 +88,18 @@ backend_tests! {
         let invited = json_ok(srv.get("/v1/audit-logs?action=members.invite&outcome=succeeded").send().await.unwrap()).await;
         assert!(invited["data"]["items"].as_array().unwrap().is_empty(), "nothing executed yet");
 
+        // Webhook subscriptions are tools too, proposed in a category of
+        // their own, never run by the assistant.
+        assert!(tools.iter().any(|t| t.name == "service_list_deliveries"));
+        let args = json!({ "url": "https://hooks.example.com/in", "event_types": ["job.failed"] });
+        let hook = mcp
+            .call_tool(CallToolRequestParams::new("service_create_webhook").with_arguments(args.as_object().unwrap().clone()))
+            .await
+            .unwrap();
+        let hook = text_of(&hook);
+        assert_eq!(hook["data"]["approval"]["category"], "webhooks", "{hook}");
+        assert!(!hook.to_string().contains("whsec_"), "{hook}");
+
         // The assistant cannot approve its own proposal.
         let self_approve = mcp
             .call_tool(CallToolRequestParams::new("service_approve").with_arguments(json!({ "approval_id": id }).as_object().unwrap().clone()))
