@@ -146,6 +146,21 @@ fn job_row(viewer: &WorkspaceAccess, j: &Job) -> String {
     )
 }
 
+/// The cell of a list's "last run": the newest job `filter` finds.
+async fn last_run(state: &AppState, viewer: &WorkspaceAccess, filter: &JobFilter) -> Result<String, ApiError> {
+    let last = state.store.jobs(&viewer.workspace_id, filter, None, 1).await?;
+    Ok(match last.first() {
+        Some(j) => format!(
+            "{} <a href=\"/jobs/{id}{q}\">{when}</a>",
+            status(j.status.as_str()),
+            id = escape(&j.job_id),
+            q = ws_query(viewer),
+            when = time(j.finished_at.or(j.started_at).or(Some(j.created_at)))
+        ),
+        None => "<span class=\"muted\">never run</span>".into(),
+    })
+}
+
 const JOB_HEAD: &str = "<tr><th>Job</th><th>Kind</th><th>Status</th><th>Trigger</th><th>Created</th><th>Finished</th><th>Records</th></tr>";
 
 /// `GET /pipelines`: the workspace's pipelines.
@@ -174,17 +189,7 @@ async fn pipelines(state: &AppState, viewer: &WorkspaceAccess) -> Result<String,
     let mut rows = String::new();
     for p in &list {
         let filter = JobFilter { pipeline_id: Some(p.pipeline_id.clone()), ..Default::default() };
-        let last = state.store.jobs(&viewer.workspace_id, &filter, None, 1).await?;
-        let last = match last.first() {
-            Some(j) => format!(
-                "{} <a href=\"/jobs/{id}{q}\">{when}</a>",
-                status(j.status.as_str()),
-                id = escape(&j.job_id),
-                q = ws_query(viewer),
-                when = time(j.finished_at.or(j.started_at).or(Some(j.created_at)))
-            ),
-            None => "<span class=\"muted\">never run</span>".into(),
-        };
+        let last = last_run(state, viewer, &filter).await?;
         rows.push_str(&format!(
             "<tr><td><a href=\"/pipelines/{id}{q}\">{name}</a></td><td>{state}</td><td>{schedule}</td><td>{last}</td>\
              <td>{freshness}</td><td>{success}</td></tr>",
@@ -286,17 +291,7 @@ async fn activations(state: &AppState, viewer: &WorkspaceAccess) -> Result<Strin
     let mut rows = String::new();
     for a in &list {
         let filter = JobFilter { activation_id: Some(a.activation_id.clone()), ..Default::default() };
-        let last = state.store.jobs(&viewer.workspace_id, &filter, None, 1).await?;
-        let last = match last.first() {
-            Some(j) => format!(
-                "{} <a href=\"/jobs/{id}{q}\">{when}</a>",
-                status(j.status.as_str()),
-                id = escape(&j.job_id),
-                q = ws_query(viewer),
-                when = time(j.finished_at.or(j.started_at).or(Some(j.created_at)))
-            ),
-            None => "<span class=\"muted\">never run</span>".into(),
-        };
+        let last = last_run(state, viewer, &filter).await?;
         rows.push_str(&format!(
             "<tr><td><a href=\"/reverse-etl/activations/{id}{q}\">{name}</a></td><td>{mode}</td><td>{schedule}</td>\
              <td>{paused}</td><td>{last}</td></tr>",
