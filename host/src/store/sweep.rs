@@ -31,20 +31,24 @@ impl Store {
                 .await?
                 .rows_affected();
         }
+        // An ended delivery's `next_attempt_at` is the time of its last
+        // attempt: the month counts from when it ended, not from its event.
         let old = now - KEEP_DELIVERIES_MS;
         n += sqlx::query(
             "DELETE FROM webhook_attempts WHERE delivery_id IN \
-             (SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1)",
+             (SELECT id FROM webhook_deliveries WHERE status IN ('delivered', 'failed') AND next_attempt_at < $1)",
         )
         .bind(old)
         .execute(self.pool())
         .await?
         .rows_affected();
-        n += sqlx::query("DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1")
-            .bind(old)
-            .execute(self.pool())
-            .await?
-            .rows_affected();
+        n += sqlx::query(
+            "DELETE FROM webhook_deliveries WHERE status IN ('delivered', 'failed') AND next_attempt_at < $1",
+        )
+        .bind(old)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
         n += sqlx::query(
             "DELETE FROM events WHERE created_at < $1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = events.id)",
         )

@@ -3,10 +3,14 @@
 //!
 //! An event is written by [`record_event`] on the connection of the
 //! transaction that makes its cause, with one delivery for each enabled
-//! subscription of the workspace that asked for its type. A server claims
-//! a whole subscription with a lease ([`Store::claim_webhook`]) and sends
-//! its pending deliveries oldest first; a failed head blocks the queue
-//! until its retry, which is what keeps each subscription's order.
+//! subscription of the workspace that asked for its type (an event no
+//! subscription wants is not written at all). A server claims a whole
+//! subscription with a lease ([`Store::claim_webhook`]), under a token
+//! drawn for that claim alone, and sends its pending deliveries oldest
+//! first; a failed head blocks the queue until its retry, which is what
+//! keeps each subscription's order. Delivery is at least once: a server
+//! that loses its lease while a receiver is answering cannot record the
+//! answer, and the delivery is sent again by the next holder.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -65,20 +69,41 @@ pub(crate) struct WebhookSecrets {
     pub previous: Option<Sealed>,
 }
 
+/// A subscription claimed by one server, until its lease runs out.
+pub(crate) struct Claim {
+    pub webhook_id: String,
+    /// Drawn for this claim: whoever holds it may send and record.
+    pub token: String,
+}
+
 /// The next delivery of a subscription to send.
 pub(crate) struct DueDelivery {
     pub delivery_id: String,
     pub payload: String,
-    pub attempts: i64,
-    /// When its retry window started: its event, or its last replay.
+    /// Failed attempts since its retry window opened.
+    pub failures: i64,
+    /// When its retry window opened: its event, or its last replay. An
+    /// attempt is recorded against this window only: a replay while the
+    /// attempt was under way opens a new one the attempt cannot close.
     pub retry_from: i64,
+}
+
+/// What a claimed subscription's queue holds.
+pub(crate) enum Head {
+    /// Its oldest pending delivery, due now.
+    Due(DueDelivery),
+    /// Its oldest pending delivery waits for its retry until then.
+    NotBefore(i64),
+    /// Nothing pending.
+    Empty,
 }
 
 /// How one attempt ended.
 pub(crate) struct AttemptRecord<'a> {
     pub delivery_id: &'a str,
-    pub webhook_id: &'a str,
-    pub owner: &'a str,
+    pub claim: &'a Claim,
+    /// The retry window the attempt was made in.
+    pub retry_from: i64,
     pub attempted_at: i64,
     pub duration_ms: i64,
     pub status_code: Option<u16>,
@@ -178,6 +203,17 @@ pub(crate) async fn record_event(
     event_type: EventType,
     data: Value,
 ) -> StoreResult<usize> {
+    let subscribers: Vec<String> = sqlx::query_scalar(
+        "SELECT t.webhook_id FROM webhook_event_types t JOIN webhooks w ON w.id = t.webhook_id \
+         WHERE t.workspace_id = $1 AND t.event_type = $2 AND w.enabled = 1 ORDER BY t.webhook_id",
+    )
+    .bind(workspace_id)
+    .bind(event_type.as_str())
+    .fetch_all(&mut *conn)
+    .await?;
+    if subscribers.is_empty() {
+        return Ok(0);
+    }
     let now = now_ms();
     let event_id = new_id("evt");
     let payload = json!({
@@ -196,14 +232,6 @@ pub(crate) async fn record_event(
         .bind(now)
         .execute(&mut *conn)
         .await?;
-    let subscribers: Vec<String> = sqlx::query_scalar(
-        "SELECT t.webhook_id FROM webhook_event_types t JOIN webhooks w ON w.id = t.webhook_id \
-         WHERE t.workspace_id = $1 AND t.event_type = $2 AND w.enabled = 1 ORDER BY t.webhook_id",
-    )
-    .bind(workspace_id)
-    .bind(event_type.as_str())
-    .fetch_all(&mut *conn)
-    .await?;
     for webhook_id in &subscribers {
         sqlx::query(
             "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event_id, event_type, status, attempts, next_attempt_at, retry_from, created_at) \
@@ -386,25 +414,28 @@ impl Store {
         Ok(())
     }
 
-    /// Claims a subscription with a due delivery that no live lease holds:
-    /// its queue is this server's until the lease runs out.
-    pub(crate) async fn claim_webhook(&self, owner: &str, lease_ms: i64) -> StoreResult<Option<String>> {
+    /// Claims a subscription whose queue has a due delivery and that no
+    /// live lease holds: its queue is this claim's until the lease runs
+    /// out. A subscription waiting for its head's retry is not claimed.
+    pub(crate) async fn claim_webhook(&self, lease_ms: i64) -> StoreResult<Option<Claim>> {
         let now = now_ms();
         let candidates: Vec<String> = sqlx::query_scalar(
             "SELECT w.id FROM webhooks w WHERE (w.lease_owner IS NULL OR w.lease_expires_at < $1) \
              AND w.enabled = 1 AND (w.blocked_until IS NULL OR w.blocked_until <= $1) \
-             AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending') \
-             ORDER BY w.lease_expires_at, w.id LIMIT 8",
+             AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' \
+             AND d.next_attempt_at <= $1) \
+             ORDER BY COALESCE(w.lease_expires_at, 0), w.id LIMIT 8",
         )
         .bind(now)
         .fetch_all(self.pool())
         .await?;
         for id in candidates {
+            let token = uuid::Uuid::new_v4().simple().to_string();
             let n = sqlx::query(
                 "UPDATE webhooks SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3 \
                  AND (lease_owner IS NULL OR lease_expires_at < $4)",
             )
-            .bind(owner)
+            .bind(&token)
             .bind(now + lease_ms)
             .bind(&id)
             .bind(now)
@@ -412,19 +443,39 @@ impl Store {
             .await?
             .rows_affected();
             if n == 1 {
-                return Ok(Some(id));
+                return Ok(Some(Claim { webhook_id: id, token }));
             }
         }
         Ok(None)
     }
 
-    /// Gives a claimed subscription back.
-    pub(crate) async fn release_webhook(&self, id: &str, owner: &str) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2",
+    /// Extends a claim that is still live; false when it ran out (another
+    /// server may hold the subscription now) or was taken over.
+    pub(crate) async fn renew_claim(&self, claim: &Claim, lease_ms: i64) -> StoreResult<bool> {
+        let now = now_ms();
+        let n = sqlx::query(
+            "UPDATE webhooks SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND lease_expires_at >= $4",
         )
-        .bind(id)
-        .bind(owner)
+        .bind(now + lease_ms)
+        .bind(&claim.webhook_id)
+        .bind(&claim.token)
+        .bind(now)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// Gives a claimed subscription back; with `not_before`, no server
+    /// claims it again before then.
+    pub(crate) async fn release_webhook(&self, claim: &Claim, not_before: Option<i64>) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL, blocked_until = COALESCE($1, blocked_until) \
+             WHERE id = $2 AND lease_owner = $3",
+        )
+        .bind(not_before)
+        .bind(&claim.webhook_id)
+        .bind(&claim.token)
         .execute(self.pool())
         .await?;
         Ok(())
@@ -448,49 +499,45 @@ impl Store {
         }))
     }
 
-    /// The oldest pending delivery of a subscription, if it is due.
-    pub(crate) async fn due_delivery(&self, webhook_id: &str) -> StoreResult<Option<DueDelivery>> {
+    /// The oldest pending delivery of a subscription, and whether it is due.
+    pub(crate) async fn queue_head(&self, webhook_id: &str) -> StoreResult<Head> {
         let row = sqlx::query(
-            "SELECT d.id, d.attempts, d.retry_from, d.next_attempt_at, e.payload FROM webhook_deliveries d \
+            "SELECT d.id, d.failures, d.retry_from, d.next_attempt_at, e.payload FROM webhook_deliveries d \
              JOIN events e ON e.id = d.event_id WHERE d.webhook_id = $1 AND d.status = 'pending' \
              ORDER BY d.created_at, d.id LIMIT 1",
         )
         .bind(webhook_id)
         .fetch_optional(self.pool())
         .await?;
-        let Some(r) = row else { return Ok(None) };
-        if r.try_get::<i64, _>("next_attempt_at")? > now_ms() {
-            return Ok(None);
+        let Some(r) = row else { return Ok(Head::Empty) };
+        let next: i64 = r.try_get("next_attempt_at")?;
+        if next > now_ms() {
+            return Ok(Head::NotBefore(next));
         }
-        Ok(Some(DueDelivery {
+        Ok(Head::Due(DueDelivery {
             delivery_id: r.try_get("id")?,
             payload: r.try_get("payload")?,
-            attempts: r.try_get("attempts")?,
+            failures: r.try_get("failures")?,
             retry_from: r.try_get("retry_from")?,
         }))
     }
 
-    /// Records an attempt and what the delivery becomes, if the
-    /// subscription is still `owner`'s (its lease renewed on the way).
-    /// Returns false when the lease was lost: another server owns the
-    /// queue now, and this attempt's result is not recorded.
+    /// Records an attempt and what the delivery becomes, if the claim
+    /// still holds the subscription (its lease renewed on the way).
+    /// Returns false when the claim was lost: another server holds the
+    /// queue now, and this attempt is not recorded. An attempt that
+    /// ended after its delivery was replayed is logged, but leaves the
+    /// replayed delivery pending and its queue unblocked.
     pub(crate) async fn record_delivery_attempt(&self, a: AttemptRecord<'_>, lease_ms: i64) -> StoreResult<bool> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
-        let blocked_until = match a.outcome {
-            AttemptOutcome::RetryAt(at) => Some(at),
-            _ => None,
-        };
-        let held = sqlx::query(
-            "UPDATE webhooks SET lease_expires_at = $1, blocked_until = $2 WHERE id = $3 AND lease_owner = $4",
-        )
-        .bind(now + lease_ms)
-        .bind(blocked_until)
-        .bind(a.webhook_id)
-        .bind(a.owner)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let held = sqlx::query("UPDATE webhooks SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3")
+            .bind(now + lease_ms)
+            .bind(&a.claim.webhook_id)
+            .bind(&a.claim.token)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         if held == 0 {
             return Ok(false);
         }
@@ -511,22 +558,37 @@ impl Store {
         .bind(a.error)
         .execute(&mut *tx)
         .await?;
-        let (status, next, delivered) = match a.outcome {
-            AttemptOutcome::Delivered => (DeliveryStatus::Delivered, a.attempted_at, Some(now)),
-            AttemptOutcome::RetryAt(at) => (DeliveryStatus::Pending, at, None),
-            AttemptOutcome::GivenUp => (DeliveryStatus::Failed, a.attempted_at, None),
+        let (status, next, delivered, failed) = match a.outcome {
+            AttemptOutcome::Delivered => (DeliveryStatus::Delivered, a.attempted_at, Some(now), 0i64),
+            AttemptOutcome::RetryAt(at) => (DeliveryStatus::Pending, at, None, 1),
+            AttemptOutcome::GivenUp => (DeliveryStatus::Failed, a.attempted_at, None, 1),
         };
-        sqlx::query(
-            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, last_status = $3, last_error = $4, delivered_at = $5 WHERE id = $6",
+        let same_window = sqlx::query(
+            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, last_status = $3, last_error = $4, delivered_at = $5, \
+             failures = failures + $6 WHERE id = $7 AND retry_from = $8 AND status = 'pending'",
         )
         .bind(status.as_str())
         .bind(next)
         .bind(a.status_code.map(i64::from))
         .bind(a.error)
         .bind(delivered)
+        .bind(failed)
         .bind(a.delivery_id)
+        .bind(a.retry_from)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
+        if same_window == 1 {
+            let blocked_until = match a.outcome {
+                AttemptOutcome::RetryAt(at) => Some(at),
+                _ => None,
+            };
+            sqlx::query("UPDATE webhooks SET blocked_until = $1 WHERE id = $2")
+                .bind(blocked_until)
+                .bind(&a.claim.webhook_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -540,12 +602,13 @@ impl Store {
         before: Option<&str>,
         limit: i64,
     ) -> StoreResult<Vec<Delivery>> {
-        let rows = sqlx::query(
+        const PAGE: &str = "FROM webhook_deliveries d WHERE d.workspace_id = $1 AND d.webhook_id = $2 \
+             AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) ORDER BY d.id DESC LIMIT $5";
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT d.id, d.webhook_id, d.event_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status, \
-             d.last_error, d.delivered_at, d.created_at, e.payload FROM webhook_deliveries d JOIN events e ON e.id = d.event_id \
-             WHERE d.workspace_id = $1 AND d.webhook_id = $2 AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) \
-             ORDER BY d.id DESC LIMIT $5",
-        )
+             d.last_error, d.delivered_at, d.created_at, \
+             (SELECT e.payload FROM events e WHERE e.id = d.event_id) AS payload {PAGE}"
+        )))
         .bind(workspace_id)
         .bind(webhook_id)
         .bind(status.map(DeliveryStatus::as_str))
@@ -553,29 +616,35 @@ impl Store {
         .bind(limit)
         .fetch_all(self.pool())
         .await?;
+        // Every attempt of the page in one query, not one per delivery.
+        let attempt_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT delivery_id, attempt, attempted_at, status_code, duration_ms, error FROM webhook_attempts \
+             WHERE delivery_id IN (SELECT d.id {PAGE}) ORDER BY delivery_id, attempt"
+        )))
+        .bind(workspace_id)
+        .bind(webhook_id)
+        .bind(status.map(DeliveryStatus::as_str))
+        .bind(before)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let mut attempts: std::collections::HashMap<String, Vec<DeliveryAttempt>> = Default::default();
+        for a in &attempt_rows {
+            attempts.entry(a.try_get("delivery_id")?).or_default().push(DeliveryAttempt {
+                attempt: a.try_get("attempt")?,
+                attempted_at: from_ms(a.try_get("attempted_at")?),
+                status_code: a.try_get("status_code")?,
+                duration_ms: a.try_get("duration_ms")?,
+                error: a.try_get("error")?,
+            });
+        }
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let id: String = r.try_get("id")?;
-            let attempts = sqlx::query(
-                "SELECT attempt, attempted_at, status_code, duration_ms, error FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt",
-            )
-            .bind(&id)
-            .fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(|a| {
-                Ok(DeliveryAttempt {
-                    attempt: a.try_get("attempt")?,
-                    attempted_at: from_ms(a.try_get("attempted_at")?),
-                    status_code: a.try_get("status_code")?,
-                    duration_ms: a.try_get("duration_ms")?,
-                    error: a.try_get("error")?,
-                })
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
             let status = decode(r.try_get("status")?, DeliveryStatus::parse, "status")?;
-            let payload: String = r.try_get("payload")?;
+            let payload: Option<String> = r.try_get("payload")?;
             out.push(Delivery {
+                attempt_log: attempts.remove(&id).unwrap_or_default(),
                 delivery_id: id,
                 webhook_id: r.try_get("webhook_id")?,
                 event_id: r.try_get("event_id")?,
@@ -589,31 +658,46 @@ impl Store {
                 last_error: r.try_get("last_error")?,
                 delivered_at: r.try_get::<Option<i64>, _>("delivered_at")?.map(from_ms),
                 created_at: from_ms(r.try_get("created_at")?),
-                payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
-                attempt_log: attempts,
+                payload: payload.and_then(|p| serde_json::from_str(&p).ok()).unwrap_or(Value::Null),
             });
         }
         Ok(out)
     }
 
     /// Queues a delivery again, whatever became of it: it keeps its id, so
-    /// a receiver that already has it can tell. Returns whether it exists.
+    /// a receiver that already has it can tell. Its retry window opens
+    /// anew (a fresh backoff, a day of retries) and its subscription's
+    /// queue is unblocked, so it goes out now if it is the oldest pending.
+    /// Returns whether it exists.
     pub(crate) async fn replay_delivery(
         &self,
         workspace_id: &str,
         webhook_id: &str,
         delivery_id: &str,
     ) -> StoreResult<bool> {
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        // A window opened in the same millisecond as the last still differs
+        // from it, so an attempt of the old window is always told apart.
         let n = sqlx::query(
-            "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = $1, retry_from = $1 WHERE workspace_id = $2 AND webhook_id = $3 AND id = $4",
+            "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = $1, failures = 0, \
+             retry_from = CASE WHEN retry_from >= $1 THEN retry_from + 1 ELSE $1 END \
+             WHERE workspace_id = $2 AND webhook_id = $3 AND id = $4",
         )
-        .bind(now_ms())
+        .bind(now)
         .bind(workspace_id)
         .bind(webhook_id)
         .bind(delivery_id)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
+        if n == 1 {
+            sqlx::query("UPDATE webhooks SET blocked_until = NULL WHERE id = $1")
+                .bind(webhook_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
         if n == 1 {
             self.outbox_written();
         }

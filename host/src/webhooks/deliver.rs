@@ -4,6 +4,12 @@
 //! first through egress, signs each, records every attempt, and on a
 //! failure holds the subscription's queue until the retry (exponential
 //! backoff with jitter, for the retry window) so order is kept.
+//!
+//! Each event reaches each subscription at least once, in the order of
+//! its events: the claim is renewed, and must still be live, before each
+//! attempt, so a server that stalled past its lease sends nothing more;
+//! an answer that came as the lease ran out is not recorded, and the next
+//! holder sends that delivery again with the same `webhook-id`.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +20,7 @@ use super::signing::{SigningSecret, signature_header};
 use crate::config::limits::WebhookLimits;
 use crate::egress::{Caller, EgressError, HostPattern, Method, OutboundRequest, Reach};
 use crate::state::AppState;
-use crate::store::webhooks::{AttemptOutcome, AttemptRecord, DueDelivery, WebhookTarget};
+use crate::store::webhooks::{AttemptOutcome, AttemptRecord, Claim, DueDelivery, Head, WebhookTarget};
 use crate::store::{StoreError, now_ms};
 
 /// The egress caller name of webhook deliveries.
@@ -29,20 +35,23 @@ const CONCURRENCY: usize = 8;
 /// The longest error text kept per attempt.
 const ERROR_CHARS: usize = 300;
 
+/// How long a subscription whose queue could not be read is left alone.
+const PAUSE_AFTER_ERROR_MS: i64 = 30_000;
+
 /// Runs the deliverer until the task is aborted.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let owner = format!("deliverer-{}", uuid::Uuid::new_v4().simple());
         let mut running = JoinSet::new();
         loop {
             while running.len() < CONCURRENCY {
-                match state.store.claim_webhook(&owner, lease_ms(&state.config.limits.webhooks)).await {
-                    Ok(Some(id)) => {
-                        let (state, owner) = (state.clone(), owner.clone());
+                match state.store.claim_webhook(lease_ms(&state.config.limits.webhooks)).await {
+                    Ok(Some(claim)) => {
+                        let state = state.clone();
                         running.spawn(async move {
-                            if let Err(e) = drain(&state, &owner, &id).await {
-                                tracing::warn!(webhook = %id, error = %e, "webhook deliveries stopped");
-                                let _ = state.store.release_webhook(&id, &owner).await;
+                            if let Err(e) = drain(&state, &claim).await {
+                                tracing::warn!(webhook = %claim.webhook_id, error = %e, "webhook deliveries stopped");
+                                let _ =
+                                    state.store.release_webhook(&claim, Some(now_ms() + PAUSE_AFTER_ERROR_MS)).await;
                             }
                         });
                     }
@@ -67,15 +76,29 @@ fn lease_ms(limits: &WebhookLimits) -> i64 {
 }
 
 /// Sends a claimed subscription's due deliveries, oldest first, until its
-/// queue is empty, its head must wait for a retry, or the lease is lost.
-async fn drain(state: &AppState, owner: &str, webhook_id: &str) -> Result<(), StoreError> {
+/// queue is empty, its head must wait for a retry, or the claim is lost.
+async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
     let limits = &state.config.limits.webhooks;
+    let webhook_id = &claim.webhook_id;
+    let mut not_before = None;
     loop {
         let Some(target) = state.store.webhook_target(webhook_id).await? else { return Ok(()) };
         if !target.enabled {
             break;
         }
-        let Some(due) = state.store.due_delivery(webhook_id).await? else { break };
+        let due = match state.store.queue_head(webhook_id).await? {
+            Head::Due(due) => due,
+            Head::NotBefore(at) => {
+                not_before = Some(at);
+                break;
+            }
+            Head::Empty => break,
+        };
+        if !state.store.renew_claim(claim, lease_ms(limits)).await? {
+            // The lease ran out (this server stalled): whoever holds the
+            // subscription now sends from here.
+            return Ok(());
+        }
         let attempted_at = now_ms();
         let started = Instant::now();
         let answer = send(state, &target, &due).await;
@@ -90,12 +113,12 @@ async fn drain(state: &AppState, owner: &str, webhook_id: &str) -> Result<(), St
         } else if now_ms() >= due.retry_from + i64::try_from(limits.retry_window.as_millis()).unwrap_or(i64::MAX) {
             AttemptOutcome::GivenUp
         } else {
-            AttemptOutcome::RetryAt(now_ms() + backoff_ms(limits, due.attempts + 1))
+            AttemptOutcome::RetryAt(now_ms() + backoff_ms(limits, due.failures + 1))
         };
         let record = AttemptRecord {
             delivery_id: &due.delivery_id,
-            webhook_id,
-            owner,
+            claim,
+            retry_from: due.retry_from,
             attempted_at,
             duration_ms,
             status_code,
@@ -106,15 +129,11 @@ async fn drain(state: &AppState, owner: &str, webhook_id: &str) -> Result<(), St
             // Another server holds the queue now; it sends from here.
             return Ok(());
         }
-        match outcome {
-            AttemptOutcome::Delivered => {}
-            AttemptOutcome::GivenUp => {
-                tracing::warn!(webhook = %webhook_id, delivery = %due.delivery_id, "webhook delivery given up after its retry window");
-            }
-            AttemptOutcome::RetryAt(_) => break,
+        if let AttemptOutcome::GivenUp = outcome {
+            tracing::warn!(webhook = %webhook_id, delivery = %due.delivery_id, "webhook delivery given up after its retry window");
         }
     }
-    state.store.release_webhook(webhook_id, owner).await
+    state.store.release_webhook(claim, not_before).await
 }
 
 /// The wait before attempt `n + 1` after `n` failed: one second doubled
