@@ -615,7 +615,278 @@ async fn a_stale_pipeline_raises_and_clears_its_freshness_events(backend: Backen
     h.fx.srv.stop().await;
 }
 
+/// The control database of a test server, for what the API does not show.
+async fn control_db(h: &Hooks) -> sqlx::AnyConnection {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    sqlx::AnyConnection::connect(&h.fx.srv.state.config.database_url).await.unwrap()
+}
+
+/// A subscription's signing secret reaches administrators only: an MCP
+/// client's subscription is always a proposal, whatever the stored
+/// policy, decided by an administrator; the policy cannot be loosened.
+/// Receiver paths (which often carry the receiver's own token) are shown
+/// to administrators only, and never in proposal summaries sent out. A
+/// decision is announced once its execution answered. A subscription
+/// whose host left the allowlist can still be switched off.
+async fn secrets_and_receiver_paths_stay_with_administrators(backend: Backend) {
+    use service::access::Role;
+    use sqlx::Connection;
+    let h = setup(backend, 10).await;
+    let srv = &h.fx.srv;
+    let ws = srv.workspace_id().await;
+    let (webhook_id, _) = subscribe(&h, "/hooks", &["approval.requested", "approval.decided"]).await;
+
+    for change in [json!({ "requires_approval": false }), json!({ "approver_role": "editor" })] {
+        expect_error(
+            srv.request(Method::PATCH, "/v1/approval-policies/webhooks").json(&change).send().await.unwrap(),
+            400,
+            "VALIDATION_FAILED",
+        )
+        .await;
+    }
+    // A policy stored as if it had been loosened (before the rule, or by
+    // hand) changes nothing.
+    let mut db = control_db(&h).await;
+    let me = json_ok(srv.get("/v1/me").send().await.unwrap()).await;
+    sqlx::query(
+        "INSERT INTO approval_policies (workspace_id, category, requires_approval, approver_role, updated_by, updated_at) \
+         VALUES ($1, 'webhooks', 0, 'editor', $2, 0)",
+    )
+    .bind(&ws)
+    .bind(me["data"]["user"]["user_id"].as_str().unwrap())
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let policies = json_ok(srv.get("/v1/approval-policies").send().await.unwrap()).await;
+    let policy =
+        policies["data"]["items"].as_array().unwrap().iter().find(|p| p["category"] == "webhooks").unwrap().clone();
+    assert_eq!(policy["requires_approval"], true, "{policy}");
+    assert_eq!(policy["approver_role"], "administrator", "{policy}");
+
+    let secret_path = format!("https://{HOOK_HOST}/in/T0001/s3cr3t-path");
+    let proposed = srv
+        .request(Method::POST, "/v1/webhooks")
+        .header("x-service-client", "mcp")
+        .json(&json!({ "url": secret_path, "event_types": ["job.failed"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proposed.status(), 202, "an assistant's subscription is a proposal");
+    let proposed = json_ok(proposed).await;
+    assert!(!proposed.to_string().contains("whsec_"), "{proposed}");
+    let approval_id = proposed["data"]["approval"]["approval_id"].as_str().unwrap().to_owned();
+    let requested = received(&h, 1, 10).await;
+    let summary =
+        serde_json::from_str::<Value>(&requested[0].1).unwrap()["data"]["summary"].as_str().unwrap().to_owned();
+    assert!(summary.contains(&format!("https://{HOOK_HOST}/…")) && !summary.contains("s3cr3t"), "{summary}");
+
+    let (_, editor) = srv.user_in(&ws, Role::Editor).await;
+    expect_error(
+        srv.request_as(&editor, Method::POST, &format!("/v1/approvals/{approval_id}/approve")).send().await.unwrap(),
+        403,
+        "403",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.receiver.got.lock().unwrap().len(), 1, "nothing is decided yet");
+    let approved = srv
+        .request_as(&srv.approver_token, Method::POST, &format!("/v1/approvals/{approval_id}/approve"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 201);
+    let approved = json_ok(approved).await;
+    assert!(
+        approved["data"]["result"]["secret"].as_str().unwrap().starts_with("whsec_"),
+        "the approver is answered: {approved}"
+    );
+    let created = approved["data"]["result"]["webhook_id"].as_str().unwrap().to_owned();
+    let stored = json_ok(srv.get("/v1/approvals?status=executed").send().await.unwrap()).await;
+    assert!(stored.to_string().contains(&approval_id), "{stored}");
+    assert!(!stored.to_string().contains("whsec_"), "the proposal keeps no secret: {stored}");
+    let got = received(&h, 2, 10).await;
+    let decided: Value = serde_json::from_str(&got[1].1).unwrap();
+    assert_eq!(decided["type"], "approval.decided");
+    assert_eq!(decided["data"]["status"], "executed", "announced once it executed: {decided}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.receiver.got.lock().unwrap().len(), 2, "one decision, announced once");
+
+    // Members below administrator see the receivers' hosts, not paths.
+    for role in [Role::Viewer, Role::Editor] {
+        let (_, token) = srv.user_in(&ws, role).await;
+        let one =
+            json_ok(srv.request_as(&token, Method::GET, &format!("/v1/webhooks/{created}")).send().await.unwrap())
+                .await;
+        assert_eq!(one["data"]["url"], format!("https://{HOOK_HOST}/…"), "{one}");
+        let all = json_ok(srv.request_as(&token, Method::GET, "/v1/webhooks").send().await.unwrap()).await;
+        assert!(!all.to_string().contains("s3cr3t") && !all.to_string().contains(".com/hooks"), "{all}");
+    }
+    let full = json_ok(srv.get(&format!("/v1/webhooks/{created}")).send().await.unwrap()).await;
+    assert_eq!(full["data"]["url"], secret_path.as_str());
+
+    // The operator took the host off the allowlist (here: the URL moved
+    // off it): the subscription can still be disabled, not pointed at
+    // another such host.
+    sqlx::query("UPDATE webhooks SET url = 'https://gone.example.org/x' WHERE id = $1")
+        .bind(&webhook_id)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let off = json_ok(
+        srv.request(Method::PATCH, &format!("/v1/webhooks/{webhook_id}"))
+            .json(&json!({ "enabled": false, "url": "https://gone.example.org/x" }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(off["data"]["enabled"], false);
+    expect_error(
+        srv.request(Method::PATCH, &format!("/v1/webhooks/{webhook_id}"))
+            .json(&json!({ "url": "https://gone.example.org/y" }))
+            .send()
+            .await
+            .unwrap(),
+        400,
+        "WEBHOOK_HOST_NOT_ALLOWED",
+    )
+    .await;
+    db.close().await.unwrap();
+    h.fx.srv.stop().await;
+}
+
+/// Asks for an MCP proposal (a destination): one `approval.requested`.
+async fn propose(h: &Hooks, name: &str) {
+    let res =
+        h.fx.srv
+            .request(Method::POST, "/v1/destinations")
+            .header("x-service-client", "mcp")
+            .json(&json!({ "name": name, "kind": "sqlite", "configuration": { "file": format!("{name}.db") } }))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(res.status(), 202);
+}
+
+/// A subscription's deliveries, oldest first: (id, status, attempts).
+async fn queue(h: &Hooks, webhook_id: &str) -> Vec<(String, String, i64)> {
+    let log = json_ok(h.fx.srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap()).await;
+    let mut items: Vec<(String, String, i64)> = log["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["delivery_id"].as_str().unwrap().to_owned(),
+                d["status"].as_str().unwrap().to_owned(),
+                d["attempts"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    items.reverse();
+    items
+}
+
+/// A queue waiting for its head's retry is left alone (not claimed over
+/// and over), even when a later delivery is replayed, and keeps its
+/// order; a replay of the head sends it at once whatever its backoff had
+/// grown to. Events nobody subscribed to are not written at all.
+async fn replays_jump_the_backoff_but_never_the_order(backend: Backend) {
+    use sqlx::Connection;
+    let h = setup(backend, 10).await;
+    let srv = &h.fx.srv;
+    let (webhook_id, _) = subscribe(&h, "/hooks", &["approval.requested"]).await;
+    h.receiver.up.store(false, Ordering::SeqCst);
+    propose(&h, "first").await;
+    let mut items = Vec::new();
+    for _ in 0..100 {
+        items = queue(&h, &webhook_id).await;
+        if items.first().is_some_and(|d| d.2 >= 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(items[0].1, "pending", "{items:?}");
+    propose(&h, "second").await;
+    let items = queue(&h, &webhook_id).await;
+    assert_eq!(items.len(), 2);
+    let (head, later) = (items[0].0.clone(), items[1].0.clone());
+
+    // The head's backoff has grown to an hour (set while the subscription
+    // is off, so no attempt under way writes over it).
+    let enable = |on: bool| {
+        srv.request(Method::PATCH, &format!("/v1/webhooks/{webhook_id}")).json(&json!({ "enabled": on })).send()
+    };
+    json_ok(enable(false).await.unwrap()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut db = control_db(&h).await;
+    let hour_on = service::store::now_ms() + 3_600_000;
+    sqlx::query("UPDATE webhook_deliveries SET next_attempt_at = $1, failures = 12 WHERE id = $2")
+        .bind(hour_on)
+        .bind(&head)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE webhooks SET blocked_until = $1 WHERE id = $2")
+        .bind(hour_on)
+        .bind(&webhook_id)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    json_ok(enable(true).await.unwrap()).await;
+    h.receiver.up.store(true, Ordering::SeqCst);
+    // Replaying the later one unblocks the queue for a look: its head is
+    // not due, so the queue is blocked again until the head's retry and
+    // nothing jumps the order.
+    let replay =
+        |id: &str| srv.request(Method::POST, &format!("/v1/webhooks/{webhook_id}/deliveries/{id}/replay")).send();
+    assert_eq!(replay(&later).await.unwrap().status(), 202);
+    let mut blocked = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        blocked = sqlx::query_scalar::<_, Option<i64>>("SELECT blocked_until FROM webhooks WHERE id = $1")
+            .bind(&webhook_id)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        if blocked.is_some() {
+            break;
+        }
+    }
+    assert_eq!(blocked, Some(hour_on), "the queue waits for its head again");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(h.receiver.got.lock().unwrap().is_empty(), "nothing was sent out of order");
+    assert_eq!(queue(&h, &webhook_id).await[1].2, 0, "the later one was not tried");
+
+    // Replaying the head sends it now, then the rest, in order.
+    assert_eq!(replay(&head).await.unwrap().status(), 202);
+    let got = received(&h, 2, 10).await;
+    let ids: Vec<&str> = got.iter().map(|(hd, _)| hd["webhook-id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [head.as_str(), later.as_str()]);
+    let failures: i64 = sqlx::query_scalar("SELECT failures FROM webhook_deliveries WHERE id = $1")
+        .bind(&head)
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(failures, 0, "a replay starts the backoff again");
+
+    // Syncs happen; nobody subscribed to job events: none is written.
+    let dest = h.fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = h.fx.pipeline(&dest, "incremental_append").await;
+    assert_eq!(h.fx.sync(&pipeline).await["status"], "succeeded");
+    let job_events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event_type LIKE 'job.%'")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(job_events, 0);
+    db.close().await.unwrap();
+    h.fx.srv.stop().await;
+}
+
 on_both_backends!(
+    secrets_and_receiver_paths_stay_with_administrators,
+    replays_jump_the_backoff_but_never_the_order,
     a_stale_pipeline_raises_and_clears_its_freshness_events,
     secrets_rotate_replays_keep_their_id_and_redirects_stay_home,
     only_administrators_subscribe_and_receivers_obey_the_egress_rules,

@@ -56,3 +56,29 @@ pub fn check_receiver_url(policy: &EgressPolicy, raw: &str) -> Result<(Url, Stri
     }
     Ok((url, host))
 }
+
+/// A receiver URL as shown to those who may not hold it whole (members
+/// below administrator, proposal summaries sent to webhook receivers):
+/// its scheme and host, its path elided. A receiver's path often carries
+/// the receiver's own secret (a chat service's incoming-hook token).
+pub fn receiver_origin(raw: &str) -> String {
+    match Url::parse(raw) {
+        Ok(url) => {
+            let elided = if url.path().len() > 1 { "/…" } else { "/" };
+            format!("{}://{}{elided}", url.scheme(), url.host_str().unwrap_or_default())
+        }
+        Err(_) => "(an invalid URL)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_origin_keeps_the_host_and_elides_the_path() {
+        assert_eq!(receiver_origin("https://hooks.example.com/T000/B000/secret"), "https://hooks.example.com/…");
+        assert_eq!(receiver_origin("https://hooks.example.com"), "https://hooks.example.com/");
+        assert_eq!(receiver_origin("not a url"), "(an invalid URL)");
+    }
+}

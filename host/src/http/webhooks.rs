@@ -12,6 +12,7 @@ use super::extract::{ApiJson, ApiQuery, PageQuery, Workspace};
 use super::{Envelope, Page, ok};
 use crate::access::Role;
 use crate::audit::AuditNote;
+use crate::egress::receiver::receiver_origin;
 use crate::error::{ApiError, ApiResult};
 use crate::ops::webhooks::{CreateWebhook, UpdateWebhook, WebhookOp, WebhookWithSecret};
 use crate::ops::{self, Executed};
@@ -42,7 +43,18 @@ async fn create_webhook(
     ops::submit(&state, &ws, &note, WebhookOp::CreateWebhook(body)).await
 }
 
-/// Subscriptions of the workspace (never their secrets).
+/// A subscription as `ws` may see it: members below administrator see its
+/// URL's host only, not the path (which often carries the receiver's own
+/// secret).
+fn as_seen(ws: &Workspace, mut w: Webhook) -> Webhook {
+    if ws.role < Role::Administrator {
+        w.url = receiver_origin(&w.url);
+    }
+    w
+}
+
+/// Subscriptions of the workspace (never their secrets; to members below
+/// administrator, their URLs' hosts only).
 #[utoipa::path(get, path = "/webhooks", tag = "webhooks", params(PageQuery), responses((status = 200, body = Envelope<Page<Webhook>>)))]
 async fn list_webhooks(
     State(state): State<AppState>,
@@ -51,10 +63,11 @@ async fn list_webhooks(
 ) -> ApiResult<Envelope<Page<Webhook>>> {
     let limit = q.limit()?;
     let items = state.store.webhooks(&ws.workspace_id, q.after()?.as_deref(), limit + 1).await?;
+    let items = items.into_iter().map(|w| as_seen(&ws, w)).collect();
     Ok(ok(q.page(items, limit, |w| &w.webhook_id)))
 }
 
-/// One subscription.
+/// One subscription (to members below administrator, its URL's host only).
 #[utoipa::path(get, path = "/webhooks/{webhook_id}", tag = "webhooks", params(("webhook_id" = String, Path)),
     responses((status = 200, body = Envelope<Webhook>), (status = 404, body = crate::error::ErrorBody)))]
 async fn get_webhook(
@@ -62,7 +75,8 @@ async fn get_webhook(
     ws: Workspace,
     Path(id): Path<String>,
 ) -> ApiResult<Envelope<Webhook>> {
-    Ok(ok(state.store.webhook(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("webhook"))?))
+    let webhook = state.store.webhook(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("webhook"))?;
+    Ok(ok(as_seen(&ws, webhook)))
 }
 
 /// Change a subscription's URL, event types, description or whether it is

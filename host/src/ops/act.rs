@@ -82,6 +82,15 @@ impl Category {
         Category::ALL.iter().copied().find(|c| c.as_str() == s)
     }
 
+    /// Whether its operations answer a secret shown once (a webhook's
+    /// signing secret). Such a secret must reach a person who may hold
+    /// it: MCP writes of the category always need approval, whatever the
+    /// workspace's policy says, and its proposals are decided only by the
+    /// role that may perform them (an approver is answered the result).
+    pub(crate) fn answers_secrets(self) -> bool {
+        matches!(self, Category::Webhooks)
+    }
+
     /// What the category covers, for people choosing policies.
     pub fn description(self) -> &'static str {
         match self {

@@ -24,7 +24,9 @@ pub struct Policy {
 }
 
 /// The effective policies of every category (defaults filled in: approval
-/// required, approved by administrators).
+/// required, approved by administrators). Whatever is stored, a category
+/// whose answers hold secrets always needs approval and is never decided
+/// by a role below the one that may perform its operations.
 pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Policy>> {
     let stored = state.store.approval_policies(workspace_id).await?;
     Ok(Category::ALL
@@ -34,8 +36,12 @@ pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Pol
             Policy {
                 category,
                 description: category.description(),
-                requires_approval: s.map(|p| p.requires_approval).unwrap_or(category.default_requires_approval()),
-                approver_role: s.map(|p| p.approver_role).unwrap_or(Role::Administrator),
+                requires_approval: category.answers_secrets()
+                    || s.map(|p| p.requires_approval).unwrap_or(category.default_requires_approval()),
+                approver_role: match s.map(|p| p.approver_role).unwrap_or(Role::Administrator) {
+                    role if category.answers_secrets() => role.max(category.required_role()),
+                    role => role,
+                },
                 customised: s.is_some(),
             }
         })
@@ -105,6 +111,28 @@ async fn set_policy(ctx: &Ctx<'_>, change: PolicyChange) -> ApiResult<Policy> {
     ctx.note.target("approval_policy", change.category.as_str());
     if change.approver_role == Some(Role::Viewer) {
         return Err(ApiError::invalid_field("approver_role", "approver_role must be administrator or editor"));
+    }
+    if change.category.answers_secrets() {
+        let least = change.category.required_role();
+        if change.approver_role.is_some_and(|r| r < least) {
+            return Err(ApiError::invalid_field(
+                "approver_role",
+                format!(
+                    "proposals of {} answer a secret to whoever approves them: approver_role must be {}",
+                    change.category.as_str(),
+                    least.as_str()
+                ),
+            ));
+        }
+        if change.requires_approval == Some(false) {
+            return Err(ApiError::invalid_field(
+                "requires_approval",
+                format!(
+                    "MCP writes of {} always need approval: their answers hold a secret shown once, which goes to a person",
+                    change.category.as_str()
+                ),
+            ));
+        }
     }
     let current = policy(state, &admin.workspace_id, change.category).await?;
     state

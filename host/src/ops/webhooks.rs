@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::check_opt;
-use crate::egress::receiver::check_receiver_url;
+use crate::egress::receiver::{check_receiver_url, receiver_origin};
 use crate::error::{ApiError, ApiResult};
 use crate::store::kinds::EventType;
 use crate::store::new_id;
@@ -124,8 +124,16 @@ async fn update(ctx: &Ctx<'_>, req: UpdateWebhook) -> ApiResult<Executed> {
     let ws = &ctx.access.workspace_id;
     ctx.note.target("webhook", &req.webhook_id);
     let cur = ctx.state.store.webhook(ws, &req.webhook_id).await?.ok_or_else(|| ApiError::not_found("webhook"))?;
-    let url = req.url.unwrap_or(cur.url);
-    check_url(ctx, &url)?;
+    // The URL is judged when it changes: a subscription whose host left
+    // the allowlist can still be disabled, described or deleted (the
+    // deliverer refuses to send to it either way).
+    let url = match req.url {
+        Some(url) if url != cur.url => {
+            check_url(ctx, &url)?;
+            url
+        }
+        _ => cur.url,
+    };
     let types = check_types(&req.event_types.unwrap_or(cur.event_types))?;
     check_opt("description", req.description.as_deref(), DESCRIPTION_MAX)?;
     let description = req.description.map(|d| d.trim().to_owned()).unwrap_or(cur.description);
@@ -184,10 +192,10 @@ impl Act for WebhookOp {
         match self {
             WebhookOp::CreateWebhook(w) => {
                 let types: Vec<&str> = w.event_types.iter().map(|t| t.as_str()).collect();
-                format!("Send {} events to {}", types.join(", "), w.url)
+                format!("Send {} events to {}", types.join(", "), receiver_origin(&w.url))
             }
             WebhookOp::UpdateWebhook(w) => match (&w.url, w.rotate_secret) {
-                (Some(url), _) => format!("Change webhook {} to send to {url}", w.webhook_id),
+                (Some(url), _) => format!("Change webhook {} to send to {}", w.webhook_id, receiver_origin(url)),
                 (None, true) => format!("Rotate the signing secret of webhook {}", w.webhook_id),
                 (None, false) => format!("Update webhook {}", w.webhook_id),
             },

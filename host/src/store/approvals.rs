@@ -229,7 +229,9 @@ impl Store {
         .await?
         .rows_affected();
         let mut queued = 0;
-        if n == 1 {
+        // A rejection is final now; an approval is announced when its
+        // execution has answered ([`Store::finish_approval`]).
+        if n == 1 && to == ApprovalStatus::Rejected {
             let decided = approval_in(&mut tx, workspace_id, id).await?;
             queued = announce(&mut tx, &decided, EventType::ApprovalDecided).await?;
         }
@@ -246,7 +248,8 @@ impl Store {
         })
     }
 
-    /// Records what the approved execution answered.
+    /// Records what the approved execution answered, and announces the
+    /// decision with its outcome (`executed` or `failed`).
     pub(crate) async fn finish_approval(
         &self,
         id: &str,
@@ -254,13 +257,27 @@ impl Store {
         status: u16,
         body: &Value,
     ) -> StoreResult<()> {
-        sqlx::query("UPDATE approvals SET status = $1, result_status = $2, result_body = $3 WHERE id = $4 AND status = 'executing'")
-            .bind(if succeeded { ApprovalStatus::Executed } else { ApprovalStatus::Failed }.as_str())
-            .bind(i64::from(status))
-            .bind(body.to_string())
-            .bind(id)
-            .execute(self.pool())
-            .await?;
+        let mut tx = self.begin_write().await?;
+        let finished = sqlx::query(
+            "UPDATE approvals SET status = $1, result_status = $2, result_body = $3 WHERE id = $4 AND status = 'executing' \
+             RETURNING workspace_id",
+        )
+        .bind(if succeeded { ApprovalStatus::Executed } else { ApprovalStatus::Failed }.as_str())
+        .bind(i64::from(status))
+        .bind(body.to_string())
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let mut queued = 0;
+        if let Some(row) = finished {
+            let workspace_id: String = row.try_get("workspace_id")?;
+            let decided = approval_in(&mut tx, &workspace_id, id).await?;
+            queued = announce(&mut tx, &decided, EventType::ApprovalDecided).await?;
+        }
+        tx.commit().await?;
+        if queued > 0 {
+            self.outbox_written();
+        }
         Ok(())
     }
 
