@@ -206,4 +206,97 @@ async fn the_watch_pages_show_a_workspace_only_to_its_members(backend: Backend) 
     fx.srv.stop().await;
 }
 
-on_both_backends!(a_sync_streams_its_progress_while_it_runs, the_watch_pages_show_a_workspace_only_to_its_members);
+/// Reads a stream until it ends or `secs` pass: whether it ended, and
+/// the names of the events it sent.
+async fn read_until_closed(res: &mut reqwest::Response, secs: u64) -> (bool, Vec<String>) {
+    let mut names = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        match tokio::time::timeout_at(deadline, res.chunk()).await {
+            Err(_) => return (false, names),
+            Ok(Ok(None)) | Ok(Err(_)) => return (true, names),
+            Ok(Ok(Some(chunk))) => names.extend(
+                String::from_utf8_lossy(&chunk).lines().filter_map(|l| l.strip_prefix("event: ")).map(str::to_owned),
+            ),
+        }
+    }
+}
+
+/// A job's event streams are bounded: one user holds at most sixteen at
+/// once, and an open stream ends soon after its token is revoked or its
+/// user leaves the workspace, while the job still runs.
+async fn event_streams_are_bounded_and_end_when_access_does(backend: Backend) {
+    use service::access::throttle::STREAMS_PER_USER;
+    let fx = setup_beside(backend, 1500, &TestCa::new(), "", |c| {
+        c.limits.streams.recheck = std::time::Duration::from_millis(500);
+    })
+    .await;
+    fx.events.delay_ms.store(4000, Ordering::SeqCst);
+    let srv = &fx.srv;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    let ws = srv.workspace_id().await;
+    let path = format!("/v1/jobs/{id}/events");
+
+    let (revoked_id, revoked) = srv.user_in(&ws, service::access::Role::Viewer).await;
+    let mut open = Vec::new();
+    for _ in 0..STREAMS_PER_USER {
+        let res = srv.request_as(&revoked, Method::GET, &path).send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        open.push(res);
+    }
+    let refused =
+        expect_error(srv.request_as(&revoked, Method::GET, &path).send().await.unwrap(), 429, "RATE_LIMITED").await;
+    assert!(refused["message"].as_str().unwrap().contains("event streams"), "{refused}");
+    // Another user has room of their own; a stream closed gives its place back.
+    let (leaver_id, leaver) = srv.user_in(&ws, service::access::Role::Viewer).await;
+    let mut leaving = srv.request_as(&leaver, Method::GET, &path).send().await.unwrap();
+    assert_eq!(leaving.status(), 200);
+    drop(open.pop());
+    let mut again = None;
+    for _ in 0..50 {
+        let res = srv.request_as(&revoked, Method::GET, &path).send().await.unwrap();
+        if res.status() == 200 {
+            again = Some(res);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    open.push(again.expect("a closed stream's place is given back"));
+
+    // The token is revoked: every one of its streams ends, unfinished.
+    let sessions = json_ok(srv.get(&format!("/v1/sessions?user_id={revoked_id}")).send().await.unwrap()).await;
+    let session = sessions["data"]["items"][0]["session_id"].as_str().unwrap().to_owned();
+    json_ok(srv.request(Method::POST, &format!("/v1/sessions/{session}/revoke")).send().await.unwrap()).await;
+    for res in &mut open {
+        let (ended, names) = read_until_closed(res, 20).await;
+        assert!(ended, "a revoked token's stream ends");
+        assert!(!names.iter().any(|n| n == "finished"), "it ended before the job: {names:?}");
+    }
+    // The user leaves the workspace: the stream ends too.
+    let members = json_ok(srv.get(&format!("/v1/workspaces/{ws}/members")).send().await.unwrap()).await;
+    let member = members["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["user_id"] == leaver_id.as_str())
+        .unwrap()["member_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    json_ok(srv.request(Method::DELETE, &format!("/v1/workspaces/{ws}/members/{member}")).send().await.unwrap()).await;
+    let (ended, names) = read_until_closed(&mut leaving, 20).await;
+    assert!(ended && !names.iter().any(|n| n == "finished"), "a former member's stream ends: {names:?}");
+    let still = json_ok(srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await;
+    assert_eq!(still["data"]["status"], "running", "the streams ended on their own, not with the job");
+    json_ok(srv.request(Method::POST, &format!("/v1/jobs/{id}/cancel")).send().await.unwrap()).await;
+    fx.srv.stop().await;
+}
+
+on_both_backends!(
+    a_sync_streams_its_progress_while_it_runs,
+    the_watch_pages_show_a_workspace_only_to_its_members,
+    event_streams_are_bounded_and_end_when_access_does
+);

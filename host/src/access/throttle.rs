@@ -1,7 +1,7 @@
 //! Request rate limits: per client address (before anything else, so a
 //! flood costs a hash lookup), per session, and for failures: invalid
 //! tokens per address and per token, failed web sign-ins per address and
-//! per account.
+//! per account; and the event streams one user holds open at once.
 //!
 //! A failure limit only ever refuses more failures: a valid token is let
 //! through whatever its address did before, so a client that floods with
@@ -106,7 +106,15 @@ pub struct Throttle {
     sign_in_failures_by_account: Buckets<String>,
     /// Argon2 checks running at once (each holds 19 MiB).
     password_checks: tokio::sync::Semaphore,
+    /// Open event streams by user.
+    streams: std::sync::Arc<Mutex<HashMap<String, usize>>>,
 }
+
+/// Event streams (a job's Server-Sent Events) one user may hold open on
+/// one server at once: enough for a person's tabs and a few scripts; a
+/// client opening streams without end meets the limit, not the server's
+/// memory.
+pub const STREAMS_PER_USER: usize = 16;
 
 /// Failed web sign-ins one account allows: ten, then one a minute.
 const SIGN_IN_FAILURES_PER_ACCOUNT: Rate = Rate { per_second: 1.0 / 60.0, burst: 10.0 };
@@ -124,7 +132,20 @@ impl Throttle {
             by_session: Buckets::new(s.per_session),
             sign_in_failures_by_account: Buckets::new(SIGN_IN_FAILURES_PER_ACCOUNT),
             password_checks: tokio::sync::Semaphore::new(PASSWORD_CHECKS),
+            streams: Default::default(),
         }
+    }
+
+    /// A place for one more open event stream of `user_id`, held until
+    /// the [`StreamSlot`] is dropped (the stream ends or its client goes).
+    pub fn open_stream(&self, user_id: &str) -> Result<StreamSlot, Limited> {
+        let mut open = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(user_id.to_owned()).or_insert(0);
+        if *n >= STREAMS_PER_USER {
+            return Err(Limited { what: "too many open event streams for this user", wait: Duration::from_secs(5) });
+        }
+        *n += 1;
+        Ok(StreamSlot { streams: self.streams.clone(), user_id: user_id.to_owned() })
     }
 
     /// Counts a request from `address`.
@@ -194,6 +215,24 @@ impl Throttle {
     }
 }
 
+/// One open event stream, counted against its user until dropped.
+pub struct StreamSlot {
+    streams: std::sync::Arc<Mutex<HashMap<String, usize>>>,
+    user_id: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.user_id) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.user_id);
+            }
+        }
+    }
+}
+
 /// A sign-in attempt reserved against its limits: spent unless it
 /// [`succeeded`](SignInAttempt::succeeded) or was [`abandoned`](SignInAttempt::abandoned).
 pub(crate) struct SignInAttempt<'a> {
@@ -258,6 +297,17 @@ impl IntoResponse for Limited {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_holds_a_bounded_number_of_streams_and_gets_them_back() {
+        let t = Throttle::new(ThrottleSettings::default());
+        let held: Vec<_> = (0..STREAMS_PER_USER).map(|_| t.open_stream("u1").expect("within the limit")).collect();
+        assert!(t.open_stream("u1").is_err(), "one more is refused");
+        assert!(t.open_stream("u2").is_ok(), "another user has room");
+        drop(held);
+        assert!(t.open_stream("u1").is_ok(), "closed streams are given back");
+        assert!(t.streams.lock().unwrap().is_empty(), "nothing is kept for users with no stream open");
+    }
 
     #[test]
     fn sign_in_attempts_are_reserved_before_the_check_and_refunded_on_success() {

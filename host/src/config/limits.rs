@@ -37,6 +37,9 @@ pub struct ServerLimits {
     pub reverse_etl: ReverseEtlLimits,
     /// How outbound webhooks are retried.
     pub webhooks: WebhookLimits,
+    /// How long a job's event stream stays open and how often it checks
+    /// its reader.
+    pub streams: StreamLimits,
 }
 
 impl Default for ServerLimits {
@@ -56,7 +59,26 @@ impl Default for ServerLimits {
             job_lease: Duration::from_secs(30),
             reverse_etl: Default::default(),
             webhooks: Default::default(),
+            streams: Default::default(),
         }
+    }
+}
+
+/// Bounds of one event stream (`GET /v1/jobs/{job_id}/events`); how many
+/// one user holds at once is [`crate::access::throttle::STREAMS_PER_USER`].
+#[derive(Debug, Clone)]
+pub struct StreamLimits {
+    /// How long a stream stays open before it closes (its client
+    /// reconnects, and is checked again).
+    pub lifetime: Duration,
+    /// How often an open stream checks that its session is live and its
+    /// user still a member of the workspace.
+    pub recheck: Duration,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits { lifetime: Duration::from_secs(3600), recheck: Duration::from_secs(15) }
     }
 }
 

@@ -234,6 +234,7 @@ impl LimitArgs {
                 retry_window: std::time::Duration::from_secs(self.webhook_retry_hours * 3600),
                 ..Default::default()
             },
+            streams: Default::default(),
         })
     }
 }

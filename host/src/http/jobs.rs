@@ -30,11 +30,14 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// starts, `progress` (per-stream counters) when they change, at most
 /// four times a second, and `finished` with the job's record when it
 /// ends, after which the stream closes. A job that already ended answers
-/// its `progress` and `finished` at once.
+/// its `progress` and `finished` at once. A stream closes after an hour
+/// (reconnect to go on), or as soon as its token is revoked or its user
+/// leaves the workspace; a user holds at most 16 open at once (429
+/// `RATE_LIMITED` beyond).
 #[utoipa::path(get, path = "/jobs/{job_id}/events", tag = "jobs", params(("job_id" = String, Path)),
     responses((status = 200, content_type = "text/event-stream", body = String,
         description = "events `attempt_started`, `progress` and `finished`, each with a JSON object as its data"),
-        (status = 404, body = crate::error::ErrorBody)))]
+        (status = 404, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody)))]
 async fn job_events(
     State(state): State<AppState>,
     ws: Workspace,
@@ -43,7 +46,11 @@ async fn job_events(
     use axum::response::IntoResponse;
     use axum::response::sse::{KeepAlive, Sse};
     let first = state.store.job(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("job"))?;
-    let events = crate::jobs::watch::events(state, ws.workspace_id.clone(), first);
+    let slot = match state.throttle.open_stream(&ws.principal.user_id) {
+        Ok(slot) => slot,
+        Err(limited) => return Ok(limited.into_response()),
+    };
+    let events = crate::jobs::watch::events(state, ws.0, first, slot);
     Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
 

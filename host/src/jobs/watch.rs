@@ -5,6 +5,13 @@
 //! stream follows it whichever server runs it: `attempt_started` when an
 //! attempt starts, `progress` when its counters change, and `finished`
 //! with the job's record when it ends, after which the stream closes.
+//!
+//! A stream is bounded: it counts against its user's open streams (the
+//! [`StreamSlot`] it holds), it closes after its lifetime (a client
+//! reconnects and is checked again), and every little while it asks the
+//! control database whether its session is still live and its user still
+//! a member of the workspace, closing when either is no longer so (both
+//! in [`StreamLimits`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -14,6 +21,9 @@ use axum::response::sse::Event;
 use futures_util::Stream;
 use serde_json::{Value, json};
 
+use crate::access::WorkspaceAccess;
+use crate::access::throttle::StreamSlot;
+use crate::config::limits::StreamLimits;
 use crate::state::AppState;
 use crate::store::jobs::Job;
 use crate::store::kinds::JobStatus;
@@ -54,26 +64,54 @@ impl Told {
     }
 }
 
-/// The events of `first` (a job of `workspace_id`, as just read) from now
-/// on: what it already shows, then each change, to its end.
+/// Whether `access` still stands: its session live, its user a member of
+/// the workspace.
+async fn still_allowed(state: &AppState, access: &WorkspaceAccess) -> bool {
+    let now = chrono::Utc::now();
+    let session = match state.store.session(&access.principal.session_id).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return false,
+        // The database is unreachable: the stream cannot read the job
+        // either; it goes on and checks again.
+        Err(_) => return true,
+    };
+    if session.revoked_at.is_some() || session.expires_at.is_some_and(|t| t <= now) {
+        return false;
+    }
+    !matches!(state.store.role_in(&access.principal.user_id, &access.workspace_id).await, Ok(None))
+}
+
+/// The events of `first` (a job of the workspace of `access`, as just
+/// read) from now on: what it already shows, then each change, to its
+/// end, for as long as `slot` holds the place of the stream.
 pub fn events(
     state: AppState,
-    workspace_id: String,
+    access: WorkspaceAccess,
     first: Job,
+    slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
     let mut told = Told { attempts: 0, progress: Value::Null, queue: VecDeque::new(), ended: false };
     told.look(&first);
     let id = first.job_id;
-    futures_util::stream::unfold((told, state, workspace_id, id), |(mut told, state, ws, id)| async move {
+    let opened = tokio::time::Instant::now();
+    let limits = state.config.limits.streams.clone();
+    let watch = Watch { state, access, id, limits, opened, checked: opened, _slot: slot };
+    futures_util::stream::unfold((told, watch), |(mut told, mut w)| async move {
         loop {
             if let Some(e) = told.queue.pop_front() {
-                return Some((Ok(e), (told, state, ws, id)));
+                return Some((Ok(e), (told, w)));
             }
-            if told.ended {
+            if told.ended || w.opened.elapsed() >= w.limits.lifetime {
                 return None;
             }
             tokio::time::sleep(POLL).await;
-            match state.store.job(&ws, &id).await {
+            if w.checked.elapsed() >= w.limits.recheck {
+                if !still_allowed(&w.state, &w.access).await {
+                    return None;
+                }
+                w.checked = tokio::time::Instant::now();
+            }
+            match w.state.store.job(&w.access.workspace_id, &w.id).await {
                 Ok(Some(job)) => told.look(&job),
                 // Deleted with its pipeline.
                 Ok(None) => return None,
@@ -81,4 +119,16 @@ pub fn events(
             }
         }
     })
+}
+
+/// What a stream follows, and for whom.
+struct Watch {
+    state: AppState,
+    access: WorkspaceAccess,
+    id: String,
+    limits: StreamLimits,
+    opened: tokio::time::Instant,
+    checked: tokio::time::Instant,
+    /// Held while the stream is open.
+    _slot: StreamSlot,
 }

@@ -26,6 +26,14 @@ pub(crate) struct JobAttempt {
     pub error: Option<String>,
 }
 
+/// What a job belongs to: a pipeline (syncs and resets) or a reverse-ETL
+/// activation (its runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOwner {
+    Pipeline,
+    Activation,
+}
+
 /// Which jobs `GET /jobs` lists.
 #[derive(Debug, Default, Clone)]
 pub struct JobFilter {
@@ -346,6 +354,45 @@ impl Store {
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(job_from_row).collect()
+    }
+
+    /// The newest job of each of `ids` (pipelines or activations of the
+    /// workspace, as `owner` says), by owner id: one query for a whole
+    /// list page, each owner's newest found through its index.
+    pub async fn last_jobs(
+        &self,
+        workspace_id: &str,
+        owner: JobOwner,
+        ids: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, Job>> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let column = match owner {
+            JobOwner::Pipeline => "pipeline_id",
+            JobOwner::Activation => "activation_id",
+        };
+        let owners = (0..ids.len()).map(|i| format!("(${})", i + 2)).collect::<Vec<_>>().join(", ");
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN (SELECT (SELECT j.id FROM jobs j WHERE j.{column} = o.column1 \
+             AND j.workspace_id = $1 ORDER BY j.created_at DESC, j.id DESC LIMIT 1) FROM (VALUES {owners}) AS o)"
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id);
+        for id in ids {
+            query = query.bind(id);
+        }
+        let mut out = std::collections::HashMap::with_capacity(ids.len());
+        for row in query.fetch_all(self.pool()).await? {
+            let job = job_from_row(&row)?;
+            let key = match owner {
+                JobOwner::Pipeline => job.pipeline_id.clone(),
+                JobOwner::Activation => job.activation_id.clone(),
+            };
+            if let Some(key) = key {
+                out.insert(key, job);
+            }
+        }
+        Ok(out)
     }
 
     /// Extends a lease; false when the job is no longer this runner's

@@ -22,7 +22,7 @@ use super::signin::browser_session;
 use crate::access::WorkspaceAccess;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::jobs::{Job, JobFilter};
+use crate::store::jobs::{Job, JobFilter, JobOwner};
 use crate::store::pipelines::{Pipeline, Schedule};
 
 /// Items a list shows at most.
@@ -146,10 +146,9 @@ fn job_row(viewer: &WorkspaceAccess, j: &Job) -> String {
     )
 }
 
-/// The cell of a list's "last run": the newest job `filter` finds.
-async fn last_run(state: &AppState, viewer: &WorkspaceAccess, filter: &JobFilter) -> Result<String, ApiError> {
-    let last = state.store.jobs(&viewer.workspace_id, filter, None, 1).await?;
-    Ok(match last.first() {
+/// The cell of a list's "last run": its owner's newest job, if any.
+fn last_run(viewer: &WorkspaceAccess, last: Option<&Job>) -> String {
+    match last {
         Some(j) => format!(
             "{} <a href=\"/jobs/{id}{q}\">{when}</a>",
             status(j.status.as_str()),
@@ -158,7 +157,7 @@ async fn last_run(state: &AppState, viewer: &WorkspaceAccess, filter: &JobFilter
             when = time(j.finished_at.or(j.started_at).or(Some(j.created_at)))
         ),
         None => "<span class=\"muted\">never run</span>".into(),
-    })
+    }
 }
 
 const JOB_HEAD: &str = "<tr><th>Job</th><th>Kind</th><th>Status</th><th>Trigger</th><th>Created</th><th>Finished</th><th>Records</th></tr>";
@@ -186,10 +185,11 @@ fn render(body: Result<String, ApiError>, title: &str) -> Response {
 async fn pipelines(state: &AppState, viewer: &WorkspaceAccess) -> Result<String, ApiError> {
     let nav = header_nav(state, viewer, "/pipelines").await?;
     let list = state.store.pipelines(&viewer.workspace_id, None, LISTED).await?;
+    let ids: Vec<String> = list.iter().map(|p| p.pipeline_id.clone()).collect();
+    let lasts = state.store.last_jobs(&viewer.workspace_id, JobOwner::Pipeline, &ids).await?;
     let mut rows = String::new();
     for p in &list {
-        let filter = JobFilter { pipeline_id: Some(p.pipeline_id.clone()), ..Default::default() };
-        let last = last_run(state, viewer, &filter).await?;
+        let last = last_run(viewer, lasts.get(&p.pipeline_id));
         rows.push_str(&format!(
             "<tr><td><a href=\"/pipelines/{id}{q}\">{name}</a></td><td>{state}</td><td>{schedule}</td><td>{last}</td>\
              <td>{freshness}</td><td>{success}</td></tr>",
@@ -288,10 +288,11 @@ pub(crate) async fn activations_page(
 async fn activations(state: &AppState, viewer: &WorkspaceAccess) -> Result<String, ApiError> {
     let nav = header_nav(state, viewer, "/reverse-etl/activations").await?;
     let list = state.store.activations(&viewer.workspace_id, None, LISTED).await?;
+    let ids: Vec<String> = list.iter().map(|a| a.activation_id.clone()).collect();
+    let lasts = state.store.last_jobs(&viewer.workspace_id, JobOwner::Activation, &ids).await?;
     let mut rows = String::new();
     for a in &list {
-        let filter = JobFilter { activation_id: Some(a.activation_id.clone()), ..Default::default() };
-        let last = last_run(state, viewer, &filter).await?;
+        let last = last_run(viewer, lasts.get(&a.activation_id));
         rows.push_str(&format!(
             "<tr><td><a href=\"/reverse-etl/activations/{id}{q}\">{name}</a></td><td>{mode}</td><td>{schedule}</td>\
              <td>{paused}</td><td>{last}</td></tr>",
@@ -473,9 +474,12 @@ pub(crate) async fn job_events(
         Err(r) => return r,
     };
     match state.store.job(&viewer.workspace_id, &id).await {
-        Ok(Some(first)) => Sse::new(crate::jobs::watch::events(state, viewer.workspace_id.clone(), first))
-            .keep_alive(KeepAlive::default())
-            .into_response(),
+        Ok(Some(first)) => match state.throttle.open_stream(&viewer.principal.user_id) {
+            Ok(slot) => Sse::new(crate::jobs::watch::events(state, viewer, first, slot))
+                .keep_alive(KeepAlive::default())
+                .into_response(),
+            Err(limited) => limited.into_response(),
+        },
         Ok(None) => failed(&ApiError::not_found("job")),
         Err(e) => failed(&ApiError::from(e)),
     }
