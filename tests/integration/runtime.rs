@@ -364,6 +364,7 @@ async fn a_name_resolving_to_a_private_address_is_refused() {
     // but resolves to loopback.
     let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://localhost/" })).await);
     assert!(rule.contains("resolves to a loopback address"), "{rule}");
+    assert!(!rule.contains("127.0.0.1") && !rule.contains("::1"), "the plugin is not told the address: {rule}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

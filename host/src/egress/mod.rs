@@ -512,7 +512,11 @@ impl Egress {
         }
         for a in &addrs {
             if let Some(why) = address::refusal(a.ip()) {
-                return Err(EgressError::Denied(format!("host {host} resolves to a {why} ({})", a.ip())));
+                // The address goes to the operator's log only: the error
+                // reaches plugins and workspace members, who must not map
+                // the inside of the network through it.
+                tracing::warn!(%host, address = %a.ip(), "egress refused a host resolving to a {why}");
+                return Err(EgressError::Denied(format!("host {host} resolves to a {why}")));
             }
         }
         Ok(addrs)

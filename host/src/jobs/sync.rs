@@ -36,10 +36,13 @@ struct StreamProgress {
     read: (u64, u64),
     /// Records and bytes the destination committed.
     written: (u64, u64),
-    /// When its last state was saved (Unix milliseconds).
+    /// When its last state was saved (Unix milliseconds); never in a mode
+    /// that keeps no state.
     checkpointed_at: Option<i64>,
     /// When its first record was read, for its rate.
     started: Option<std::time::Instant>,
+    /// When it was done, so its rate stays what it was at the end.
+    ended: Option<std::time::Instant>,
     /// Whether its read ended (written or failed).
     done: bool,
 }
@@ -57,7 +60,8 @@ impl Progress {
             .streams
             .iter()
             .map(|(name, s)| {
-                let secs = s.started.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                let until = s.ended.unwrap_or_else(std::time::Instant::now);
+                let secs = s.started.map(|t| until.duration_since(t).as_secs_f64()).unwrap_or(0.0);
                 let rate = if secs > 0.0 { (s.written.0 as f64 / secs * 10.0).round() / 10.0 } else { 0.0 };
                 let value = json!({
                     "records": s.written.0,
@@ -142,27 +146,32 @@ impl StreamWrite {
     /// `now`).
     async fn record(&self, written: Written, saved: &mut tokio::time::Instant, now: bool) -> Result<(), WriteError> {
         self.meter.written(written.records, written.bytes);
+        // Every batch queued before the checkpoint is written.
+        let checkpointed = match written.checkpoint {
+            Some(state) if self.mode != StreamSyncMode::FullRefreshOverwrite => {
+                self.state
+                    .store
+                    .save_stream_state(&self.pipeline_id, &self.stream, &state)
+                    .await
+                    .map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
+                true
+            }
+            _ => false,
+        };
         let snapshot = {
             let mut p = self.progress.lock().await;
             let s = p.stream(&self.stream);
             s.written.0 += written.records;
             s.written.1 += written.bytes;
-            if written.checkpoint.is_some() {
+            if checkpointed {
                 s.checkpointed_at = Some(crate::store::now_ms());
             }
-            s.done |= now;
+            if now && !s.done {
+                s.done = true;
+                s.ended = Some(std::time::Instant::now());
+            }
             (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.to_json())
         };
-        // Every batch queued before the checkpoint is written.
-        if let Some(state) = written.checkpoint
-            && self.mode != StreamSyncMode::FullRefreshOverwrite
-        {
-            self.state
-                .store
-                .save_stream_state(&self.pipeline_id, &self.stream, &state)
-                .await
-                .map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
-        }
         if let Some(snapshot) = snapshot {
             *saved = tokio::time::Instant::now();
             let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;

@@ -117,6 +117,9 @@ pub struct Store {
     /// Signalled when this process committed webhook deliveries, so its
     /// deliverer sends them at once rather than at its next poll.
     outbox: std::sync::Arc<tokio::sync::Notify>,
+    /// The pipelines `/metrics` lists, as last read (see
+    /// [`Store::pipeline_freshness`]).
+    freshness_snapshot: std::sync::Arc<tokio::sync::Mutex<Option<pipelines::FreshnessSnapshot>>>,
 }
 
 impl Store {
@@ -157,6 +160,7 @@ impl Store {
             url: url.into(),
             confirmations: tokio::sync::broadcast::channel(256).0,
             outbox: Default::default(),
+            freshness_snapshot: Default::default(),
         })
     }
 

@@ -319,18 +319,23 @@ impl Store {
     pub(crate) async fn freshness_changes(&self, now: i64) -> StoreResult<usize> {
         let stale = "freshness_minutes IS NOT NULL AND status = 'active' \
                      AND COALESCE(last_succeeded_at, created_at) < $1 - freshness_minutes * 60000";
-        let breached: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM pipelines WHERE freshness_breached_at IS NULL AND {stale}"
+        // One read per tick, of the pipelines with a freshness setting
+        // only (an index holds those): the ones whose state must change.
+        let changing = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id, freshness_breached_at FROM pipelines WHERE freshness_minutes IS NOT NULL \
+             AND ((freshness_breached_at IS NULL AND {stale}) OR (freshness_breached_at IS NOT NULL AND NOT ({stale})))"
         )))
         .bind(now)
         .fetch_all(self.pool())
         .await?;
-        let recovered: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM pipelines WHERE freshness_breached_at IS NOT NULL AND NOT ({stale})"
-        )))
-        .bind(now)
-        .fetch_all(self.pool())
-        .await?;
+        let (mut breached, mut recovered) = (Vec::new(), Vec::new());
+        for r in &changing {
+            let id: String = r.try_get("id")?;
+            match r.try_get::<Option<i64>, _>("freshness_breached_at")? {
+                None => breached.push(id),
+                Some(_) => recovered.push(id),
+            }
+        }
         let mut announced = 0;
         let mut queued = 0;
         for (ids, event, change) in [
@@ -385,7 +390,15 @@ impl Store {
 
     /// Pipelines as `/metrics` shows them: the `limit` whose data is
     /// oldest (never synced first), with how many pipelines there are.
+    /// Read at most once per [`FRESHNESS_SNAPSHOT_AGE`] (scrapes in between
+    /// share the last read, and concurrent ones wait for one), so a
+    /// scraper cannot make every server read the whole table per request.
     pub(crate) async fn pipeline_freshness(&self, limit: i64) -> StoreResult<(Vec<PipelineFreshness>, i64)> {
+        let mut snapshot = self.freshness_snapshot.lock().await;
+        if let Some(s) = snapshot.as_ref().filter(|s| s.limit == limit && s.read_at.elapsed() < FRESHNESS_SNAPSHOT_AGE)
+        {
+            return Ok((s.listed.clone(), s.total));
+        }
         let rows = sqlx::query(
             "SELECT id, workspace_id, last_succeeded_at, freshness_breached_at FROM pipelines \
              ORDER BY COALESCE(last_succeeded_at, 0), id LIMIT $1",
@@ -405,11 +418,27 @@ impl Store {
                 })
             })
             .collect::<StoreResult<Vec<_>>>()?;
+        *snapshot =
+            Some(FreshnessSnapshot { limit, listed: listed.clone(), total, read_at: std::time::Instant::now() });
         Ok((listed, total))
     }
 }
 
+/// How long a read of the pipelines' freshness serves `/metrics`: a
+/// scrape interval's worth. Ages are computed at each scrape from the
+/// times read, so they keep counting between reads.
+pub(crate) const FRESHNESS_SNAPSHOT_AGE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The last read of the pipelines' freshness.
+pub(crate) struct FreshnessSnapshot {
+    limit: i64,
+    listed: Vec<PipelineFreshness>,
+    total: i64,
+    read_at: std::time::Instant,
+}
+
 /// A pipeline's freshness, for `/metrics`.
+#[derive(Clone)]
 pub(crate) struct PipelineFreshness {
     pub pipeline_id: String,
     pub workspace_id: String,
