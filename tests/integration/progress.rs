@@ -36,18 +36,25 @@ async fn events(srv: &crate::support::TestServer, token: &str, job_id: &str) -> 
     out
 }
 
+/// Starts a sync of a new pipeline whose provider waits `delay_ms` per
+/// page: (pipeline id, job id).
+async fn slow_sync(fx: &crate::pipelines::Fx, delay_ms: u64) -> (String, String) {
+    fx.events.delay_ms.store(delay_ms, Ordering::SeqCst);
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let job =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    (pipeline, job["data"]["job_id"].as_str().unwrap().to_owned())
+}
+
 /// A sync's progress streams as it runs: its attempt, per-stream counters
 /// that grow batch by batch (read and written, rate, last checkpoint),
 /// and its end, after which the stream closes. Members of the workspace
 /// may follow it; nobody else learns it exists.
 async fn a_sync_streams_its_progress_while_it_runs(backend: Backend) {
     let fx = setup_beside(backend, 1500, &TestCa::new(), "", |_| {}).await;
-    fx.events.delay_ms.store(250, Ordering::SeqCst);
+    let (pipeline, id) = slow_sync(&fx, 250).await;
     let srv = &fx.srv;
-    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
-    let pipeline = fx.pipeline(&dest, "incremental_append").await;
-    let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
-    let id = job["data"]["job_id"].as_str().unwrap().to_owned();
     let ws = srv.workspace_id().await;
     let (_, viewer) = srv.user_in(&ws, service::access::Role::Viewer).await;
     let seen = events(srv, &viewer, &id).await;
@@ -231,12 +238,8 @@ async fn event_streams_are_bounded_and_end_when_access_does(backend: Backend) {
         c.limits.streams.recheck = std::time::Duration::from_millis(500);
     })
     .await;
-    fx.events.delay_ms.store(4000, Ordering::SeqCst);
+    let (_, id) = slow_sync(&fx, 4000).await;
     let srv = &fx.srv;
-    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
-    let pipeline = fx.pipeline(&dest, "incremental_append").await;
-    let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
-    let id = job["data"]["job_id"].as_str().unwrap().to_owned();
     let ws = srv.workspace_id().await;
     let path = format!("/v1/jobs/{id}/events");
 

@@ -604,28 +604,27 @@ impl Store {
     ) -> StoreResult<Vec<Delivery>> {
         const PAGE: &str = "FROM webhook_deliveries d WHERE d.workspace_id = $1 AND d.webhook_id = $2 \
              AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) ORDER BY d.id DESC LIMIT $5";
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        // Both queries read the same page, with the same parameters.
+        let page = |sql: String| {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(workspace_id)
+                .bind(webhook_id)
+                .bind(status.map(DeliveryStatus::as_str))
+                .bind(before)
+                .bind(limit)
+        };
+        let rows = page(format!(
             "SELECT d.id, d.webhook_id, d.event_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status, \
              d.last_error, d.delivered_at, d.created_at, \
              (SELECT e.payload FROM events e WHERE e.id = d.event_id) AS payload {PAGE}"
-        )))
-        .bind(workspace_id)
-        .bind(webhook_id)
-        .bind(status.map(DeliveryStatus::as_str))
-        .bind(before)
-        .bind(limit)
+        ))
         .fetch_all(self.pool())
         .await?;
         // Every attempt of the page in one query, not one per delivery.
-        let attempt_rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let attempt_rows = page(format!(
             "SELECT delivery_id, attempt, attempted_at, status_code, duration_ms, error FROM webhook_attempts \
              WHERE delivery_id IN (SELECT d.id {PAGE}) ORDER BY delivery_id, attempt"
-        )))
-        .bind(workspace_id)
-        .bind(webhook_id)
-        .bind(status.map(DeliveryStatus::as_str))
-        .bind(before)
-        .bind(limit)
+        ))
         .fetch_all(self.pool())
         .await?;
         let mut attempts: std::collections::HashMap<String, Vec<DeliveryAttempt>> = Default::default();
