@@ -5,6 +5,9 @@
 -- retry window opened (its event or its last replay): the backoff grows
 -- with it and a replay starts it again.
 ALTER TABLE webhook_deliveries ADD COLUMN failures BIGINT NOT NULL DEFAULT 0;
+-- A delivery already failing keeps its backoff: receivers that are down
+-- get no burst of retries from an upgrade.
+UPDATE webhook_deliveries SET failures = attempts WHERE status = 'pending';
 
 -- The sweep removes ended deliveries by when they ended and events no
 -- delivery refers to.

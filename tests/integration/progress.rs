@@ -80,6 +80,16 @@ async fn a_sync_streams_its_progress_while_it_runs(backend: Backend) {
     assert_eq!(last["status"], "done");
     assert!(last["records_remaining"].is_null(), "the source reports no total");
 
+    // A stream that keeps no state shows no checkpoint.
+    let dest2 = fx.destination("sqlite", json!({ "file": "o.db" })).await;
+    let overwrite = fx.pipeline(&dest2, "full_refresh_overwrite").await;
+    fx.events.delay_ms.store(0, Ordering::SeqCst);
+    let refreshed = fx.sync(&overwrite).await;
+    assert_eq!(refreshed["status"], "succeeded");
+    let stream = &refreshed["progress"]["streams"]["events"];
+    assert_eq!(stream["records"], 1500, "{stream}");
+    assert!(stream["checkpointed_at"].is_null(), "nothing was saved: {stream}");
+
     // A job that ended answers its end at once.
     let again = events(srv, &viewer, &id).await;
     assert_eq!(again.last().unwrap().0, "finished");
@@ -258,8 +268,10 @@ async fn event_streams_are_bounded_and_end_when_access_does(backend: Backend) {
     let mut leaving = srv.request_as(&leaver, Method::GET, &path).send().await.unwrap();
     assert_eq!(leaving.status(), 200);
     drop(open.pop());
+    // The server learns the client went at its next write to it (a
+    // progress event, or a keep-alive within 15 s).
     let mut again = None;
-    for _ in 0..50 {
+    for _ in 0..300 {
         let res = srv.request_as(&revoked, Method::GET, &path).send().await.unwrap();
         if res.status() == 200 {
             again = Some(res);

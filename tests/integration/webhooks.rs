@@ -34,6 +34,11 @@ struct Receiver {
     got: std::sync::Mutex<Vec<(Value, String)>>,
     /// When each message arrived.
     arrived: std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
+    /// Answers for the next requests, in turn, before the rules above:
+    /// (status, milliseconds to wait before answering).
+    script: std::sync::Mutex<std::collections::VecDeque<(u16, u64)>>,
+    /// Requests that began.
+    began: std::sync::atomic::AtomicUsize,
 }
 
 fn receiver_routes(r: Arc<Receiver>) -> Router {
@@ -41,6 +46,12 @@ fn receiver_routes(r: Arc<Receiver>) -> Router {
         .route(
             "/hooks",
             post(|State(r): State<Arc<Receiver>>, h: HeaderMap, body: Bytes| async move {
+                r.began.fetch_add(1, Ordering::SeqCst);
+                let scripted = r.script.lock().unwrap().pop_front();
+                if let Some((status, wait_ms)) = scripted {
+                    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+                    return StatusCode::from_u16(status).unwrap().into_response();
+                }
                 if !r.up.load(Ordering::SeqCst) {
                     let status = match r.down_status.load(Ordering::SeqCst) {
                         0 => 503,
@@ -724,6 +735,29 @@ async fn secrets_and_receiver_paths_stay_with_administrators(backend: Backend) {
     }
     let full = json_ok(srv.get(&format!("/v1/webhooks/{created}")).send().await.unwrap()).await;
     assert_eq!(full["data"]["url"], secret_path.as_str());
+    // An administrator who proposed a subscription and was then made an
+    // editor no longer reads the proposal's URL either.
+    let (proposer_id, proposer) = srv.user_in(&ws, Role::Administrator).await;
+    let res = srv
+        .request_as(&proposer, Method::POST, "/v1/webhooks")
+        .header("x-service-execution-mode", "proposal")
+        .json(&json!({ "url": format!("https://{HOOK_HOST}/in/T0002/s3cr3t-too"), "event_types": ["job.failed"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let mine =
+        json_ok(srv.request_as(&proposer, Method::GET, "/v1/approvals?status=pending").send().await.unwrap()).await;
+    assert!(mine.to_string().contains("s3cr3t-too"), "an administrator reads their proposal: {mine}");
+    sqlx::query("UPDATE memberships SET role = 'editor' WHERE user_id = $1 AND workspace_id = $2")
+        .bind(&proposer_id)
+        .bind(&ws)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let mine =
+        json_ok(srv.request_as(&proposer, Method::GET, "/v1/approvals?status=pending").send().await.unwrap()).await;
+    assert!(!mine.to_string().contains("s3cr3t"), "{mine}");
 
     // The operator took the host off the allowlist (here: the URL moved
     // off it): the subscription can still be disabled, not pointed at
@@ -870,6 +904,43 @@ async fn replays_jump_the_backoff_but_never_the_order(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(failures, 0, "a replay starts the backoff again");
+
+    // A replay while an attempt is under way is not undone by it: the
+    // attempt that fails after the replay is logged, but the delivery
+    // stays due and goes out at once, its backoff still unstarted.
+    h.receiver.script.lock().unwrap().push_back((503, 1500));
+    let began = h.receiver.began.load(Ordering::SeqCst);
+    propose(&h, "third").await;
+    for _ in 0..100 {
+        if h.receiver.began.load(Ordering::SeqCst) > began {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let third = queue(&h, &webhook_id).await.last().unwrap().0.clone();
+    assert_eq!(replay(&third).await.unwrap().status(), 202);
+    let got = received(&h, 3, 15).await;
+    assert_eq!(got[2].0["webhook-id"], third.as_str());
+    let (failures, attempts): (i64, i64) =
+        sqlx::query_as("SELECT failures, attempts FROM webhook_deliveries WHERE id = $1")
+            .bind(&third)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!((failures, attempts), (0, 2), "the failure before the replay counts in no window");
+
+    // The sweep keeps a month from when a delivery ended, not from its
+    // event.
+    sqlx::query("UPDATE webhook_deliveries SET created_at = created_at - $1 WHERE webhook_id = $2")
+        .bind(60i64 * 24 * 3600 * 1000)
+        .bind(&webhook_id)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    srv.state.store.sweep_expired(service::store::now_ms()).await.unwrap();
+    assert_eq!(queue(&h, &webhook_id).await.len(), 3, "ended just now: kept");
+    srv.state.store.sweep_expired(service::store::now_ms() + 31 * 24 * 3600 * 1000).await.unwrap();
+    assert!(queue(&h, &webhook_id).await.is_empty(), "ended a month ago: swept");
 
     // Syncs happen; nobody subscribed to job events: none is written.
     let dest = h.fx.destination("sqlite", json!({ "file": "w.db" })).await;

@@ -146,6 +146,14 @@ impl StreamWrite {
     /// `now`).
     async fn record(&self, written: Written, saved: &mut tokio::time::Instant, now: bool) -> Result<(), WriteError> {
         self.meter.written(written.records, written.bytes);
+        {
+            // Counted first: what was written shows even if saving the
+            // state below fails.
+            let mut p = self.progress.lock().await;
+            let s = p.stream(&self.stream);
+            s.written.0 += written.records;
+            s.written.1 += written.bytes;
+        }
         // Every batch queued before the checkpoint is written.
         let checkpointed = match written.checkpoint {
             Some(state) if self.mode != StreamSyncMode::FullRefreshOverwrite => {
@@ -161,8 +169,6 @@ impl StreamWrite {
         let snapshot = {
             let mut p = self.progress.lock().await;
             let s = p.stream(&self.stream);
-            s.written.0 += written.records;
-            s.written.1 += written.bytes;
             if checkpointed {
                 s.checkpointed_at = Some(crate::store::now_ms());
             }

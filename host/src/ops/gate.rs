@@ -184,10 +184,13 @@ pub(crate) async fn redact_for(
     let policies = policies(state, &viewer.workspace_id).await?;
     let mut decides: Vec<(Category, bool)> = Vec::new();
     for a in approvals.iter_mut() {
-        if a.proposed_by == viewer.principal.user_id {
+        let Some(category) = Category::parse(&a.category) else { continue };
+        // A proposer sees their own proposal, unless its category holds
+        // what their role no longer may (a receiver URL, once demoted).
+        let still_entitled = !category.answers_secrets() || viewer.role >= category.required_role();
+        if a.proposed_by == viewer.principal.user_id && still_entitled {
             continue;
         }
-        let Some(category) = Category::parse(&a.category) else { continue };
         let allowed = match decides.iter().find(|(c, _)| *c == category) {
             Some((_, d)) => *d,
             None => {

@@ -88,12 +88,23 @@ pub(crate) struct DueDelivery {
     pub retry_from: i64,
 }
 
+/// How a released subscription waits before it is claimed again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hold {
+    /// As it was.
+    Free,
+    /// Until its oldest pending delivery is due.
+    UntilHeadIsDue,
+    /// Until then (a queue that could not be read is left alone a while).
+    Until(i64),
+}
+
 /// What a claimed subscription's queue holds.
 pub(crate) enum Head {
     /// Its oldest pending delivery, due now.
     Due(DueDelivery),
-    /// Its oldest pending delivery waits for its retry until then.
-    NotBefore(i64),
+    /// Its oldest pending delivery waits for its retry.
+    Waiting,
     /// Nothing pending.
     Empty,
 }
@@ -466,16 +477,29 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Gives a claimed subscription back; with `not_before`, no server
-    /// claims it again before then.
-    pub(crate) async fn release_webhook(&self, claim: &Claim, not_before: Option<i64>) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL, blocked_until = COALESCE($1, blocked_until) \
-             WHERE id = $2 AND lease_owner = $3",
-        )
-        .bind(not_before)
+    /// Gives a claimed subscription back, held as `hold` says.
+    pub(crate) async fn release_webhook(&self, claim: &Claim, hold: Hold) -> StoreResult<()> {
+        // The head's retry is read in the statement that releases, so a
+        // replay committed since the deliverer looked (its head due now)
+        // is not blocked until the old retry.
+        let blocked_until = match hold {
+            Hold::Free => "blocked_until",
+            Hold::UntilHeadIsDue => {
+                "(SELECT d.next_attempt_at FROM webhook_deliveries d WHERE d.webhook_id = webhooks.id \
+                 AND d.status = 'pending' ORDER BY d.created_at, d.id LIMIT 1)"
+            }
+            Hold::Until(_) => "$3",
+        };
+        let query = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL, blocked_until = {blocked_until} \
+             WHERE id = $1 AND lease_owner = $2"
+        )))
         .bind(&claim.webhook_id)
-        .bind(&claim.token)
+        .bind(&claim.token);
+        match hold {
+            Hold::Until(at) => query.bind(at),
+            _ => query,
+        }
         .execute(self.pool())
         .await?;
         Ok(())
@@ -512,7 +536,7 @@ impl Store {
         let Some(r) = row else { return Ok(Head::Empty) };
         let next: i64 = r.try_get("next_attempt_at")?;
         if next > now_ms() {
-            return Ok(Head::NotBefore(next));
+            return Ok(Head::Waiting);
         }
         Ok(Head::Due(DueDelivery {
             delivery_id: r.try_get("id")?,
@@ -604,29 +628,34 @@ impl Store {
     ) -> StoreResult<Vec<Delivery>> {
         const PAGE: &str = "FROM webhook_deliveries d WHERE d.workspace_id = $1 AND d.webhook_id = $2 \
              AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) ORDER BY d.id DESC LIMIT $5";
-        // Both queries read the same page, with the same parameters.
-        let page = |sql: String| {
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(workspace_id)
-                .bind(webhook_id)
-                .bind(status.map(DeliveryStatus::as_str))
-                .bind(before)
-                .bind(limit)
-        };
-        let rows = page(format!(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT d.id, d.webhook_id, d.event_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status, \
              d.last_error, d.delivered_at, d.created_at, \
              (SELECT e.payload FROM events e WHERE e.id = d.event_id) AS payload {PAGE}"
-        ))
+        )))
+        .bind(workspace_id)
+        .bind(webhook_id)
+        .bind(status.map(DeliveryStatus::as_str))
+        .bind(before)
+        .bind(limit)
         .fetch_all(self.pool())
         .await?;
-        // Every attempt of the page in one query, not one per delivery.
-        let attempt_rows = page(format!(
-            "SELECT delivery_id, attempt, attempted_at, status_code, duration_ms, error FROM webhook_attempts \
-             WHERE delivery_id IN (SELECT d.id {PAGE}) ORDER BY delivery_id, attempt"
-        ))
-        .fetch_all(self.pool())
-        .await?;
+        // Every attempt of the deliveries read, in one query, not one per
+        // delivery (and by their ids: the page may have moved since).
+        let ids = rows.iter().map(|r| r.try_get::<String, _>("id")).collect::<Result<Vec<_>, _>>()?;
+        let attempt_rows = if ids.is_empty() {
+            Vec::new()
+        } else {
+            let list = (1..=ids.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT delivery_id, attempt, attempted_at, status_code, duration_ms, error FROM webhook_attempts \
+                 WHERE delivery_id IN ({list}) ORDER BY delivery_id, attempt"
+            )));
+            for id in &ids {
+                query = query.bind(id);
+            }
+            query.fetch_all(self.pool()).await?
+        };
         let mut attempts: std::collections::HashMap<String, Vec<DeliveryAttempt>> = Default::default();
         for a in &attempt_rows {
             attempts.entry(a.try_get("delivery_id")?).or_default().push(DeliveryAttempt {
@@ -676,6 +705,17 @@ impl Store {
     ) -> StoreResult<bool> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
+        // The subscription's row first, then the delivery's: the order an
+        // attempt's record takes them in, so the two never deadlock.
+        sqlx::query(
+            "UPDATE webhooks SET blocked_until = NULL WHERE id = $1 AND workspace_id = $2 \
+             AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.id = $3 AND d.webhook_id = $1)",
+        )
+        .bind(webhook_id)
+        .bind(workspace_id)
+        .bind(delivery_id)
+        .execute(&mut *tx)
+        .await?;
         // A window opened in the same millisecond as the last still differs
         // from it, so an attempt of the old window is always told apart.
         let n = sqlx::query(
@@ -690,12 +730,6 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if n == 1 {
-            sqlx::query("UPDATE webhooks SET blocked_until = NULL WHERE id = $1")
-                .bind(webhook_id)
-                .execute(&mut *tx)
-                .await?;
-        }
         tx.commit().await?;
         if n == 1 {
             self.outbox_written();

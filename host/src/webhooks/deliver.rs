@@ -20,7 +20,7 @@ use super::signing::{SigningSecret, signature_header};
 use crate::config::limits::WebhookLimits;
 use crate::egress::{Caller, EgressError, HostPattern, Method, OutboundRequest, Reach};
 use crate::state::AppState;
-use crate::store::webhooks::{AttemptOutcome, AttemptRecord, Claim, DueDelivery, Head, WebhookTarget};
+use crate::store::webhooks::{AttemptOutcome, AttemptRecord, Claim, DueDelivery, Head, Hold, WebhookTarget};
 use crate::store::{StoreError, now_ms};
 
 /// The egress caller name of webhook deliveries.
@@ -50,8 +50,10 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                         running.spawn(async move {
                             if let Err(e) = drain(&state, &claim).await {
                                 tracing::warn!(webhook = %claim.webhook_id, error = %e, "webhook deliveries stopped");
-                                let _ =
-                                    state.store.release_webhook(&claim, Some(now_ms() + PAUSE_AFTER_ERROR_MS)).await;
+                                let _ = state
+                                    .store
+                                    .release_webhook(&claim, Hold::Until(now_ms() + PAUSE_AFTER_ERROR_MS))
+                                    .await;
                             }
                         });
                     }
@@ -80,7 +82,7 @@ fn lease_ms(limits: &WebhookLimits) -> i64 {
 async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
     let limits = &state.config.limits.webhooks;
     let webhook_id = &claim.webhook_id;
-    let mut not_before = None;
+    let mut hold = Hold::Free;
     loop {
         let Some(target) = state.store.webhook_target(webhook_id).await? else { return Ok(()) };
         if !target.enabled {
@@ -88,8 +90,8 @@ async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
         }
         let due = match state.store.queue_head(webhook_id).await? {
             Head::Due(due) => due,
-            Head::NotBefore(at) => {
-                not_before = Some(at);
+            Head::Waiting => {
+                hold = Hold::UntilHeadIsDue;
                 break;
             }
             Head::Empty => break,
@@ -133,7 +135,7 @@ async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
             tracing::warn!(webhook = %webhook_id, delivery = %due.delivery_id, "webhook delivery given up after its retry window");
         }
     }
-    state.store.release_webhook(claim, not_before).await
+    state.store.release_webhook(claim, hold).await
 }
 
 /// The wait before attempt `n + 1` after `n` failed: one second doubled
