@@ -16,6 +16,7 @@ mod conventions;
 mod credentials;
 mod emailcampaign;
 mod idempotency;
+mod lakehouse;
 mod layout;
 mod mcp;
 mod members;

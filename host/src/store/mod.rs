@@ -24,6 +24,8 @@
 //! - [`plugins`]: which connector plugins are enabled;
 //! - [`webhooks`]: outbound webhook subscriptions, the outbox of events
 //!   (written in the transaction of their cause) and their deliveries;
+//! - [`iceberg`]: the Iceberg catalog of lakehouse destinations (table
+//!   pointers moved by compare-and-set);
 //! - [`kinds`]: the statuses, kinds and triggers records carry, as types;
 //! - [`caches`]: read caches in front of the database;
 //! - [`notices`]: change notices between servers sharing PostgreSQL, which
@@ -39,6 +41,7 @@ pub mod caches;
 pub mod credentials;
 pub mod destinations;
 pub(crate) mod entry_links;
+pub mod iceberg;
 pub mod idempotency;
 pub mod invitations;
 pub mod jobs;

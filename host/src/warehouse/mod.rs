@@ -31,6 +31,7 @@
 //!   and the WAL checkpointer;
 //! - [`postgres`]: URLs, the address policy, connect options and `COPY`;
 //! - [`jsonl`]: JSON-lines files;
+//! - [`iceberg`]: Parquet committed to Apache Iceberg tables;
 //! - [`load`]: the [`Loader`] of one stream's batches and checkpoints;
 //! - [`query`]: read-only queries that reverse-ETL models run;
 //! - [`handle`]: [`Warehouses`], the one handle callers open a writer or
@@ -38,6 +39,7 @@
 
 pub mod config;
 pub mod handle;
+pub mod iceberg;
 pub mod jsonl;
 pub mod legacy;
 pub mod load;

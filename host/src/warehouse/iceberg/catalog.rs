@@ -1,0 +1,261 @@
+//! The Iceberg catalog of one lakehouse destination: its namespaces and
+//! table pointers in the control database ([`crate::store::iceberg`]),
+//! its metadata and data files in the destination's warehouse location.
+//!
+//! A commit applies the transaction's updates to the table as it is now,
+//! writes the new metadata file, then moves the table's pointer with a
+//! compare-and-set. A commit that lost the race answers a retryable
+//! conflict, and the transaction is applied again on the new metadata: no
+//! commit is lost, and a reader only ever finds a pointer to a complete
+//! metadata file.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit, TableCreation,
+    TableIdent,
+};
+
+use crate::store::Store;
+use crate::store::iceberg::Swapped;
+
+/// How a table's commits retry when another commit won the race: up to
+/// 100 times over at most ten minutes, waiting 20 ms doubling to 2 s.
+const COMMIT_RETRIES: [(&str, &str); 4] = [
+    ("commit.retry.num-retries", "100"),
+    ("commit.retry.min-wait-ms", "20"),
+    ("commit.retry.max-wait-ms", "2000"),
+    ("commit.retry.total-timeout-ms", "600000"),
+];
+
+/// Namespaces are one level deep: a destination's namespace holds its
+/// streams' tables.
+fn namespace_name(ns: &NamespaceIdent) -> String {
+    ns.clone().inner().join(".")
+}
+
+fn store_error(e: crate::store::StoreError) -> Error {
+    Error::new(ErrorKind::Unexpected, "the catalog's database failed").with_source(e)
+}
+
+/// One destination's catalog.
+#[derive(Clone)]
+pub struct ProductCatalog {
+    store: Store,
+    /// The destination's id: the catalog's name in the catalog tables.
+    name: String,
+    /// Where its tables live (`file:///…`, `s3://bucket/prefix`).
+    warehouse: String,
+    file_io: FileIO,
+    /// Where the tables' reading and writing tasks run: the server's.
+    runtime: iceberg::Runtime,
+}
+
+impl std::fmt::Debug for ProductCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProductCatalog").field("name", &self.name).field("warehouse", &self.warehouse).finish()
+    }
+}
+
+impl ProductCatalog {
+    /// Made on the server's Tokio runtime.
+    pub fn new(store: Store, name: impl Into<String>, warehouse: impl Into<String>, file_io: FileIO) -> Self {
+        ProductCatalog {
+            store,
+            name: name.into(),
+            warehouse: warehouse.into(),
+            file_io,
+            runtime: iceberg::Runtime::current(),
+        }
+    }
+
+    async fn table_at(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
+        let metadata = TableMetadata::read_from(&self.file_io, &metadata_location).await?;
+        Table::builder()
+            .file_io(self.file_io.clone())
+            .metadata_location(metadata_location)
+            .metadata(metadata)
+            .identifier(ident.clone())
+            .runtime(self.runtime.clone())
+            .build()
+    }
+
+    fn missing_table(ident: &TableIdent) -> Error {
+        Error::new(ErrorKind::TableNotFound, format!("no table {}", ident.name()))
+    }
+}
+
+#[async_trait]
+impl Catalog for ProductCatalog {
+    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
+        if parent.is_some() {
+            return Ok(Vec::new());
+        }
+        let names = self.store.iceberg_namespaces(&self.name).await.map_err(store_error)?;
+        names.into_iter().map(|n| NamespaceIdent::from_strs([n])).collect()
+    }
+
+    async fn create_namespace(&self, ns: &NamespaceIdent, properties: HashMap<String, String>) -> Result<Namespace> {
+        let created = self
+            .store
+            .create_iceberg_namespace(&self.name, &namespace_name(ns), &properties)
+            .await
+            .map_err(store_error)?;
+        if !created {
+            return Err(Error::new(
+                ErrorKind::NamespaceAlreadyExists,
+                format!("namespace {} exists", namespace_name(ns)),
+            ));
+        }
+        Ok(Namespace::with_properties(ns.clone(), properties))
+    }
+
+    async fn get_namespace(&self, ns: &NamespaceIdent) -> Result<Namespace> {
+        match self.store.iceberg_namespace(&self.name, &namespace_name(ns)).await.map_err(store_error)? {
+            Some(properties) => Ok(Namespace::with_properties(ns.clone(), properties)),
+            None => Err(Error::new(ErrorKind::NamespaceNotFound, format!("no namespace {}", namespace_name(ns)))),
+        }
+    }
+
+    async fn namespace_exists(&self, ns: &NamespaceIdent) -> Result<bool> {
+        Ok(self.store.iceberg_namespace(&self.name, &namespace_name(ns)).await.map_err(store_error)?.is_some())
+    }
+
+    async fn update_namespace(&self, _ns: &NamespaceIdent, _properties: HashMap<String, String>) -> Result<()> {
+        Err(Error::new(ErrorKind::FeatureUnsupported, "a destination's namespace properties are not changed"))
+    }
+
+    async fn drop_namespace(&self, ns: &NamespaceIdent) -> Result<()> {
+        let name = namespace_name(ns);
+        if !self.store.iceberg_tables(&self.name, &name).await.map_err(store_error)?.is_empty() {
+            return Err(Error::new(ErrorKind::DataInvalid, format!("namespace {name} still holds tables")));
+        }
+        self.store.drop_iceberg_namespace(&self.name, &name).await.map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn list_tables(&self, ns: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        let names = self.store.iceberg_tables(&self.name, &namespace_name(ns)).await.map_err(store_error)?;
+        Ok(names.into_iter().map(|n| TableIdent::new(ns.clone(), n)).collect())
+    }
+
+    async fn create_table(&self, ns: &NamespaceIdent, creation: TableCreation) -> Result<Table> {
+        if !self.namespace_exists(ns).await? {
+            return Err(Error::new(ErrorKind::NamespaceNotFound, format!("no namespace {}", namespace_name(ns))));
+        }
+        let ident = TableIdent::new(ns.clone(), creation.name.clone());
+        let location = creation.location.clone().unwrap_or_else(|| {
+            format!("{}/{}/{}", self.warehouse.trim_end_matches('/'), namespace_name(ns), creation.name)
+        });
+        // Writers of one table (streams of several pipelines, several
+        // servers) race for its pointer: each loss is retried on the new
+        // metadata, for longer than the library's default of four tries.
+        let mut properties = creation.properties.clone();
+        for (key, value) in COMMIT_RETRIES {
+            properties.entry(key.to_owned()).or_insert_with(|| value.to_owned());
+        }
+        let creation = TableCreation { location: Some(location.clone()), properties, ..creation };
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?.build()?.metadata;
+        let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+        metadata.write_to(&self.file_io, &metadata_location).await?;
+        match self
+            .store
+            .create_iceberg_table(&self.name, &namespace_name(ns), ident.name(), &metadata_location.to_string())
+            .await
+        {
+            Ok(()) => {}
+            Err(crate::store::StoreError::Conflict(_)) => {
+                return Err(Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name())));
+            }
+            Err(e) => return Err(store_error(e)),
+        }
+        self.table_at(&ident, metadata_location.to_string()).await
+    }
+
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        let at = self
+            .store
+            .iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
+            .await
+            .map_err(store_error)?
+            .ok_or_else(|| Self::missing_table(ident))?;
+        self.table_at(ident, at).await
+    }
+
+    async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
+        let dropped = self
+            .store
+            .drop_iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
+            .await
+            .map_err(store_error)?;
+        if dropped { Ok(()) } else { Err(Self::missing_table(ident)) }
+    }
+
+    async fn purge_table(&self, ident: &TableIdent) -> Result<()> {
+        let table = self.load_table(ident).await?;
+        self.drop_table(ident).await?;
+        iceberg::drop_table_data(&table).await
+    }
+
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+        Ok(self
+            .store
+            .iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
+            .await
+            .map_err(store_error)?
+            .is_some())
+    }
+
+    async fn rename_table(&self, _src: &TableIdent, _dest: &TableIdent) -> Result<()> {
+        Err(Error::new(ErrorKind::FeatureUnsupported, "a destination's tables are named by their streams"))
+    }
+
+    async fn register_table(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
+        MetadataLocation::from_str(&metadata_location)?;
+        self.store
+            .create_iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name(), &metadata_location)
+            .await
+            .map_err(|e| match e {
+                crate::store::StoreError::Conflict(_) => {
+                    Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name()))
+                }
+                e => store_error(e),
+            })?;
+        self.table_at(ident, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        let ident = commit.identifier().clone();
+        let current = self.load_table(&ident).await?;
+        let expected = current.metadata_location_result()?.to_owned();
+        let staged = commit.apply(current)?;
+        let next = MetadataLocation::from_str(staged.metadata_location_result()?)?;
+        staged.metadata().write_to(staged.file_io(), &next).await?;
+        let swapped = self
+            .store
+            .swap_iceberg_table(
+                &self.name,
+                &namespace_name(ident.namespace()),
+                ident.name(),
+                &expected,
+                &next.to_string(),
+            )
+            .await
+            .map_err(store_error)?;
+        match swapped {
+            Swapped::Done => Ok(staged),
+            // The metadata file written above is in no snapshot's history:
+            // an orphan the warehouse's orphan listing finds.
+            Swapped::Raced => Err(Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                format!("table {} changed during the commit", ident.name()),
+            )
+            .with_retryable(true)),
+        }
+    }
+}
