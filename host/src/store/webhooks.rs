@@ -626,13 +626,13 @@ impl Store {
         before: Option<&str>,
         limit: i64,
     ) -> StoreResult<Vec<Delivery>> {
-        const PAGE: &str = "FROM webhook_deliveries d WHERE d.workspace_id = $1 AND d.webhook_id = $2 \
-             AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) ORDER BY d.id DESC LIMIT $5";
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let rows = sqlx::query(
             "SELECT d.id, d.webhook_id, d.event_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status, \
              d.last_error, d.delivered_at, d.created_at, \
-             (SELECT e.payload FROM events e WHERE e.id = d.event_id) AS payload {PAGE}"
-        )))
+             (SELECT e.payload FROM events e WHERE e.id = d.event_id) AS payload \
+             FROM webhook_deliveries d WHERE d.workspace_id = $1 AND d.webhook_id = $2 \
+             AND ($3 IS NULL OR d.status = $3) AND ($4 IS NULL OR d.id < $4) ORDER BY d.id DESC LIMIT $5",
+        )
         .bind(workspace_id)
         .bind(webhook_id)
         .bind(status.map(DeliveryStatus::as_str))

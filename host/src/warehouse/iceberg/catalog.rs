@@ -85,6 +85,27 @@ impl ProductCatalog {
             .build()
     }
 
+    /// Where a table's current metadata is, if the table exists.
+    async fn pointer(&self, ident: &TableIdent) -> Result<Option<String>> {
+        self.store
+            .iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
+            .await
+            .map_err(store_error)
+    }
+
+    /// Records a new table at `metadata_location`.
+    async fn record_table(&self, ident: &TableIdent, metadata_location: &str) -> Result<()> {
+        self.store
+            .create_iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name(), metadata_location)
+            .await
+            .map_err(|e| match e {
+                crate::store::StoreError::Conflict(_) => {
+                    Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name()))
+                }
+                e => store_error(e),
+            })
+    }
+
     fn missing_table(ident: &TableIdent) -> Error {
         Error::new(ErrorKind::TableNotFound, format!("no table {}", ident.name()))
     }
@@ -163,27 +184,12 @@ impl Catalog for ProductCatalog {
         let metadata = TableMetadataBuilder::from_table_creation(creation)?.build()?.metadata;
         let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
         metadata.write_to(&self.file_io, &metadata_location).await?;
-        match self
-            .store
-            .create_iceberg_table(&self.name, &namespace_name(ns), ident.name(), &metadata_location.to_string())
-            .await
-        {
-            Ok(()) => {}
-            Err(crate::store::StoreError::Conflict(_)) => {
-                return Err(Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name())));
-            }
-            Err(e) => return Err(store_error(e)),
-        }
+        self.record_table(&ident, &metadata_location.to_string()).await?;
         self.table_at(&ident, metadata_location.to_string()).await
     }
 
     async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
-        let at = self
-            .store
-            .iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
-            .await
-            .map_err(store_error)?
-            .ok_or_else(|| Self::missing_table(ident))?;
+        let at = self.pointer(ident).await?.ok_or_else(|| Self::missing_table(ident))?;
         self.table_at(ident, at).await
     }
 
@@ -203,12 +209,7 @@ impl Catalog for ProductCatalog {
     }
 
     async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
-        Ok(self
-            .store
-            .iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
-            .await
-            .map_err(store_error)?
-            .is_some())
+        Ok(self.pointer(ident).await?.is_some())
     }
 
     async fn rename_table(&self, _src: &TableIdent, _dest: &TableIdent) -> Result<()> {
@@ -217,15 +218,7 @@ impl Catalog for ProductCatalog {
 
     async fn register_table(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
         MetadataLocation::from_str(&metadata_location)?;
-        self.store
-            .create_iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name(), &metadata_location)
-            .await
-            .map_err(|e| match e {
-                crate::store::StoreError::Conflict(_) => {
-                    Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name()))
-                }
-                e => store_error(e),
-            })?;
+        self.record_table(ident, &metadata_location).await?;
         self.table_at(ident, metadata_location).await
     }
 
