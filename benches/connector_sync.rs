@@ -28,7 +28,8 @@
 //! picks connectors. `BENCH_JSONL=1` adds a JSONL export destination,
 //! whose writing is light (lines appended, one data sync per batch): when
 //! a connector goes no faster into it than into SQLite, the read side is
-//! the limit.
+//! the limit. `BENCH_ICEBERG=1` adds an Iceberg table on the local
+//! filesystem (typed columns from the stream's schema, Parquet files).
 //! `BENCH_PROVIDER_DELAY_MS` makes the provider wait
 //! that long before each list page, as one across a network does; the
 //! bench then prints the best a read one page at a time could do, which
@@ -401,6 +402,8 @@ struct Run {
     connector: &'static str,
     pipeline: String,
     destination: service::warehouse::DestinationConfig,
+    /// The stream's JSON Schema, as the connector discovers it.
+    schema: serde_json::Value,
     rates: Vec<f64>,
     cpus: Vec<f64>,
     native_rates: Vec<f64>,
@@ -438,7 +441,8 @@ fn main() {
         let state = support::state_with_oauth(dir.path(), egress, oauth).await;
         let workspace = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
         let warehouses = state.config.plugins.warehouses.clone();
-        let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses };
+        let catalogs = state.store.clone();
+        let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses, catalogs: Some(&catalogs) };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = service::server::start_on(listener, state).unwrap();
         let api = Api { http: reqwest::Client::new(), base: format!("http://{}/v1", server.addr) };
@@ -505,6 +509,9 @@ fn main() {
             // into a database is limited by its read side.
             destinations.push(("JSONL", DestinationKind::Jsonl, json!({ "directory": "bench" })));
         }
+        if std::env::var("BENCH_ICEBERG").is_ok_and(|v| v == "1") {
+            destinations.push(("Iceberg", DestinationKind::Iceberg, json!({ "warehouse": "bench", "namespace": "bench" })));
+        }
         let mut runs = Vec::new();
         for (name, kind, configuration) in &destinations {
             let body = json!({ "name": name, "kind": kind.as_str(), "configuration": configuration });
@@ -518,11 +525,14 @@ fn main() {
                 });
                 let p = api.call(reqwest::Method::POST, "/pipelines", Some(body)).await;
                 let pipeline = p["pipeline_id"].as_str().unwrap().to_owned();
+                let prepared = api.call(reqwest::Method::POST, "/pipelines/prepare", Some(json!({ "source_id": source_id }))).await;
+                let schema = prepared["streams"].as_array().unwrap().iter().find(|s| s["name"] == *stream).map(|s| s["json_schema"].clone()).unwrap_or_default();
                 runs.push(Run {
                     label: format!("{connector} {name}"),
                     connector,
                     pipeline,
                     destination: service::warehouse::validate(*kind, configuration).unwrap(),
+                    schema,
                     rates: Vec::new(),
                     cpus: Vec::new(),
                     native_rates: Vec::new(),
@@ -609,11 +619,11 @@ fn main() {
                 let got = match run.connector {
                     "email" | "manifest" => {
                         let first = campaigns_url.clone();
-                        email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.destination, &place).await
+                        email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.schema, &run.destination, &place).await
                     }
                     _ => {
                         let (first, mut offset) = (broadcasts_url.clone(), 0);
-                        social_native.sync(format!("{first}&offset=0"), move |body| cut_broadcasts(&first, &mut offset, body), "posts_native", &run.destination, &place).await
+                        social_native.sync(format!("{first}&offset=0"), move |body| cut_broadcasts(&first, &mut offset, body), "posts_native", &run.schema, &run.destination, &place).await
                     }
                 };
                 let secs = started.elapsed().as_secs_f64();

@@ -66,7 +66,9 @@ pub struct Native {
 impl Native {
     /// Reads every page from `first_url` into a full refresh of `table`;
     /// `page` cuts a page's body into its records' JSON text and names the
-    /// next page's URL. Returns the records written.
+    /// next page's URL; `schema` is the stream's JSON Schema (typed
+    /// destinations take their columns from it). Returns the records
+    /// written.
     ///
     /// Built the way the job runner is: the read runs on a task of the
     /// runtime's workers (as the plugin's invocation does, not on the
@@ -81,11 +83,12 @@ impl Native {
         first_url: String,
         mut page: impl FnMut(&[u8]) -> (Vec<String>, Option<String>) + Send + 'static,
         table: &'static str,
+        schema: &serde_json::Value,
         destination: &DestinationConfig,
         place: &Place<'_>,
     ) -> u64 {
         let writer = Writer::open(destination, place, None).await.unwrap();
-        writer.clear(table).await.unwrap();
+        writer.begin_stream("bench", table, StreamSyncMode::FullRefreshOverwrite, schema).await.unwrap();
         let (tx, mut rx) = queue(QUEUE_BYTES);
         let writer = Arc::new(writer);
         let write_task = tokio::spawn(async move {
@@ -97,6 +100,7 @@ impl Native {
             }
             loader.drain().await.unwrap();
             drop(loader);
+            writer.end_stream(table).await.unwrap();
             if let Ok(writer) = Arc::try_unwrap(writer) {
                 writer.close().await;
             }

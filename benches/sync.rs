@@ -152,10 +152,18 @@ async fn main() {
                 data_dir: dir.path(),
                 workspace_id: &ws,
                 warehouses: &state.config.plugins.warehouses,
+                catalogs: Some(&state.store),
             };
             let first_url = native_url.clone();
             let records = native
-                .sync(native_url.clone(), move |body| cut_page(&first_url, body), "events_native", &parsed, &place)
+                .sync(
+                    native_url.clone(),
+                    move |body| cut_page(&first_url, body),
+                    "events_native",
+                    &serde_json::Value::Null,
+                    &parsed,
+                    &place,
+                )
                 .await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);
             report(&format!("{kind} #{round}: native baseline"), records, total_bytes, secs, cpu);

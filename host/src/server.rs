@@ -94,6 +94,7 @@ impl AppState {
             config.data_dir.clone(),
             config.plugins.warehouses.clone(),
             Arc::new(vault.clone()),
+            store.clone(),
         ));
         let config = Arc::new(config);
         let oauth = Arc::new(crate::credentials::OAuth::new(

@@ -1,10 +1,11 @@
-//! The lakehouse destination's Iceberg catalog on the control database:
-//! writers racing to commit to one table all get their commits in, each
-//! as its own snapshot, and the table always opens at a complete
-//! metadata file.
+//! The lakehouse destination end to end: a sync through a real plugin
+//! lands typed rows that pyiceberg and DuckDB (from PyPI) read back
+//! exactly, a full refresh swaps a table's contents at once, and the
+//! Iceberg catalog on the control database keeps every racing commit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::{Int64Array, RecordBatch};
 use iceberg::io::{FileIOBuilder, LocalFsStorageFactory};
@@ -19,7 +20,10 @@ use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 use service::warehouse::iceberg::catalog::ProductCatalog;
 
 use crate::on_both_backends;
-use crate::support::{Backend, TestServer};
+use crate::pipelines::Processes;
+use crate::support::process::{self, ServerProcess};
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::{Backend, TestServer, expect_error, json_ok, python_script, test_plugin, test_python};
 
 /// Appends one data file holding `ids` to the table, retrying on the
 /// catalog's conflicts as a transaction does.
@@ -98,3 +102,291 @@ async fn racing_commits_to_one_table_are_all_kept(backend: Backend) {
 }
 
 on_both_backends!(racing_commits_to_one_table_are_all_kept);
+
+/// The decimal(38,9) the fake source gives record `i`: 29 digits before
+/// the point and 9 after, negative for odd `i`.
+fn amount(i: u64) -> String {
+    let sign = if i % 2 == 1 { "-" } else { "" };
+    format!("{sign}{}.{:09}", 10u128.pow(28) + u128::from(i), (i * 7919) % 1_000_000_000)
+}
+
+/// Record `i`'s time, in microseconds since the epoch.
+fn micros(i: u64) -> i64 {
+    1_704_067_200_000_000 + i as i64 * 1_000_001
+}
+
+/// Record `i` as the provider writes it: decimals as JSON numbers (even
+/// `i`) or strings (odd), a zoned time to the microsecond, a date, a
+/// nested object the schema closes, text with escapes, and now and then
+/// a field the schema does not declare.
+fn event(i: u64) -> String {
+    let at = chrono::DateTime::from_timestamp_micros(micros(i)).unwrap().format("%Y-%m-%dT%H:%M:%S%.6fZ");
+    let amount = if i.is_multiple_of(2) { amount(i) } else { format!("\"{}\"", amount(i)) };
+    let day = if i.is_multiple_of(5) { "null".to_owned() } else { "\"2024-02-29\"".to_owned() };
+    let extra = if i.is_multiple_of(10) { format!(r#","extra":{{"k":{i}}}"#) } else { String::new() };
+    format!(
+        r#"{{"id":{i},"kind":"open","updated_at":"{at}","payload":{{"n":{i}}},"note":"row {i}\ttab\n\u00e9","amount":{amount},"day":{day}{extra}}}"#
+    )
+}
+
+/// A fake source of `count` such records (a count that may grow), paged
+/// by `next_cursor` up to an empty page, so an incremental read resumes
+/// after the last record, and answering each page after `delay` ms.
+fn typed_events(token: String, count: Arc<AtomicU64>, delay: Arc<AtomicU64>) -> axum::Router {
+    use axum::extract::Query;
+    use axum::http::HeaderMap;
+    axum::Router::new().route(
+        "/events",
+        axum::routing::get(move |h: HeaderMap, Query(q): Query<HashMap<String, String>>| {
+            let (token, count, delay) = (token.clone(), count.load(Ordering::SeqCst), delay.load(Ordering::SeqCst));
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {token}")) {
+                    return (axum::http::StatusCode::UNAUTHORIZED, String::new());
+                }
+                let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
+                let start: u64 = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+                let end = (start + limit).min(count);
+                let data: Vec<String> = (start..end).map(event).collect();
+                let next = if start < count { format!("\"{end}\"") } else { "null".to_owned() };
+                (axum::http::StatusCode::OK, format!(r#"{{"data":[{}],"next_cursor":{next}}}"#, data.join(",")))
+            }
+        }),
+    )
+}
+
+struct Lake {
+    srv: TestServer,
+    source_id: String,
+    _provider: FakeProvider,
+}
+
+impl Lake {
+    async fn start(backend: Backend, count: u64) -> Option<Lake> {
+        let ca = TestCa::new();
+        let token = format!("src-token-{}", uuid::Uuid::new_v4().simple());
+        let routes = typed_events(token.clone(), Arc::new(AtomicU64::new(count)), Default::default());
+        let provider = FakeProvider::start(&ca, &["api.source.test"], routes).await;
+        let pins = provider.pins(&["api.source.test"]);
+        let srv = TestServer::start_with(backend, |c| {
+            c.plugins.egress =
+                service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes()))
+                    .unwrap();
+        })
+        .await?;
+        let path = test_plugin("test_paged_source");
+        srv.state
+            .plugins
+            .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
+            .await
+            .unwrap();
+        let cred = json_ok(
+            srv.post("/v1/credentials", serde_json::json!({ "hosts": ["api.source.test"], "secret": token }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let handle = cred["data"]["credential_handle"].as_str().unwrap();
+        let src = json_ok(
+            srv.post("/v1/sources", serde_json::json!({ "connector_id": "test_paged_source", "name": "Events", "configuration": { "base_url": "https://api.source.test", "credential_handle": handle, "page_size": 300 } }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
+        Some(Lake { srv, source_id, _provider: provider })
+    }
+
+    async fn destination(&self, configuration: serde_json::Value) -> String {
+        let body = serde_json::json!({ "name": "lake", "kind": "iceberg", "configuration": configuration });
+        let d = json_ok(self.srv.post("/v1/destinations", body).send().await.unwrap()).await;
+        d["data"]["destination_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn pipeline(&self, destination_id: &str, mode: &str) -> reqwest::Response {
+        self.srv
+            .post("/v1/pipelines", serde_json::json!({ "name": "events", "source_id": self.source_id, "destination_id": destination_id, "streams": [{ "name": "events", "sync_mode": mode }] }))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn sync(&self, pipeline_id: &str) -> serde_json::Value {
+        let job = json_ok(
+            self.srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap(),
+        )
+        .await;
+        self.srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
+    }
+
+    /// What pyiceberg and DuckDB read of `table` in the warehouse folder
+    /// `warehouse`, through pyiceberg's SQL catalog on the control database.
+    async fn read_back(&self, warehouse: &str, table: &str) -> serde_json::Value {
+        let catalog = format!("{}/{warehouse}", self.srv.workspace_id().await);
+        read_back(&self.srv.state.config.database_url, &catalog, table).await
+    }
+}
+
+/// What pyiceberg and DuckDB read of `table` through pyiceberg's SQL
+/// catalog `catalog` on the control database at `database_url`.
+async fn read_back(database_url: &str, catalog: &str, table: &str) -> serde_json::Value {
+    let uri = match database_url.strip_prefix("sqlite://") {
+        Some(path) => format!("sqlite:///{}", path.split('?').next().unwrap()),
+        None => database_url.replacen("postgres://", "postgresql+psycopg2://", 1),
+    };
+    let out = tokio::process::Command::new(test_python())
+        .arg(python_script("iceberg_read.py"))
+        .args([&uri, catalog, table])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "iceberg_read.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every record once, each value exactly as the provider wrote it, in
+/// what pyiceberg and DuckDB read.
+fn assert_exact(read: &serde_json::Value, count: u64) {
+    let rows = read["rows"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, count, "every record once");
+    let mut seen = std::collections::BTreeSet::new();
+    for row in rows {
+        let i: u64 = row["id"].as_str().unwrap().parse().unwrap();
+        assert!(seen.insert(i), "record {i} twice");
+        assert_eq!(row["amount"], amount(i), "record {i}'s decimal, as pyiceberg reads it");
+        let at = chrono::DateTime::from_timestamp_micros(micros(i)).unwrap().format("%Y-%m-%dT%H:%M:%S%.6f+00:00");
+        assert_eq!(row["updated_at"], at.to_string(), "record {i}'s time");
+        assert_eq!(row["payload_n"], i);
+        assert_eq!(row["note"], format!("row {i}\ttab\n\u{e9}"));
+        assert_eq!(row["day"], if i.is_multiple_of(5) { serde_json::Value::Null } else { "2024-02-29".into() });
+    }
+    assert_eq!(seen.len() as u64, count);
+    let duck = read["duckdb"].as_array().unwrap();
+    assert_eq!(duck.len() as u64, count, "DuckDB reads the same snapshot");
+    for r in duck {
+        let i: u64 = r[0].as_str().unwrap().parse().unwrap();
+        assert_eq!(r[1], amount(i), "record {i}'s decimal, as DuckDB reads it");
+        assert_eq!(r[2], micros(i), "record {i}'s microseconds, as DuckDB reads them");
+    }
+}
+
+async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(backend: Backend) {
+    let Some(lake) = Lake::start(backend, 2500).await else { return };
+    let dest = lake.destination(serde_json::json!({ "warehouse": "lake", "namespace": "analytics" })).await;
+    let refused = expect_error(lake.pipeline(&dest, "incremental_deduped").await, 400, "VALIDATION_FAILED").await;
+    assert!(refused["message"].as_str().unwrap().contains("cannot deduplicate"), "{refused}");
+
+    let pipeline = json_ok(lake.pipeline(&dest, "incremental_append").await).await;
+    let job = lake.sync(pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["progress"]["records"], 2500);
+    let read = lake.read_back("lake", "analytics.events").await;
+    assert_exact(&read, 2500);
+    assert!(read["snapshots"].as_u64().unwrap() >= 1);
+    let types = &read["types"];
+    assert_eq!(types["amount"], "decimal(38, 9)", "{types}");
+    assert_eq!(types["updated_at"], "timestamptz");
+    assert_eq!(types["day"], "date");
+    assert_eq!(types["id"], "string", "a union of types is JSON text");
+    assert!(types["payload"].as_str().unwrap().starts_with("struct<"), "{types}");
+    assert_eq!(
+        read["columns"].as_array().unwrap()[..4],
+        ["_service_raw_id", "_service_extracted_at", "_service_meta", "_service_unmapped"]
+    );
+
+    // A full refresh into another namespace: each sync's rows replace the
+    // last's in one catalog step, so a reader never sees both or neither.
+    let refreshed = lake.destination(serde_json::json!({ "warehouse": "lake", "namespace": "snapshots" })).await;
+    let pipeline = json_ok(lake.pipeline(&refreshed, "full_refresh_overwrite").await).await;
+    let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
+    for _ in 0..2 {
+        assert_eq!(lake.sync(pipeline_id).await["status"], "succeeded");
+        let read = lake.read_back("lake", "snapshots.events").await;
+        assert_exact(&read, 2500);
+    }
+    let catalog = format!("{}/lake", lake.srv.workspace_id().await);
+    let tables = lake.srv.state.store.iceberg_tables(&catalog, "snapshots").await.unwrap();
+    assert_eq!(tables, vec!["events".to_owned()], "the staged table is gone once swapped in");
+    lake.srv.stop().await;
+}
+
+on_both_backends!(typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once);
+
+/// `service warehouse orphans` against the processes' data directory.
+fn orphans(procs: &Processes, delete: bool) -> Vec<String> {
+    let mut cmd = process::command();
+    cmd.env("SERVICE_DATA_DIR", procs.data_dir()).args(["warehouse", "orphans", "--grace-minutes", "0"]);
+    if delete {
+        cmd.arg("--delete");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "orphans: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+}
+
+/// A reader only ever sees committed snapshots, and the stream state is
+/// saved in the same transaction as the commit its records are in: the
+/// server is killed (`kill -9`) at a random point of each of 20 syncs,
+/// the source growing between them, and after each the restarted server
+/// finishes the job and the table opens in pyiceberg and DuckDB with every
+/// record of the source exactly once. What the killed writes left behind
+/// is listed by `service warehouse orphans`, and removing it loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_once() {
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let token = format!("lake-crash-{}", uuid::Uuid::new_v4().simple());
+    let (count, delay) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let routes = typed_events(token.clone(), count.clone(), delay.clone());
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "2".into()));
+    let mut server = ServerProcess::start(procs.env.clone()).await;
+    let destination = serde_json::json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "crash" } });
+    let pipeline =
+        procs.pipeline_of(&server.base, "test_paged_source", &token, 40, destination, "incremental_append").await;
+    let database_url = format!("sqlite://{}/service.db", procs.data_dir().display());
+    let catalog = format!("{}/lake", procs.workspace());
+    let mut kills = Vec::new();
+    for round in 0..20u64 {
+        count.fetch_add(300, Ordering::SeqCst);
+        // Pages of 40 records, 25 ms each: about 200 ms of reading, killed
+        // anywhere from before the first page to after the last.
+        delay.store(25, Ordering::SeqCst);
+        let sync = procs.api(&server.base, reqwest::Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+        let job = json_ok(sync.send().await.unwrap()).await;
+        let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+        let kill_after = rand::random_range(0..300u64);
+        kills.push(kill_after);
+        tokio::time::sleep(std::time::Duration::from_millis(kill_after)).await;
+        server.kill();
+        delay.store(0, Ordering::SeqCst);
+        server = ServerProcess::start(procs.env.clone()).await;
+        let last = procs.wait(&server.base, &job_id).await;
+        assert_eq!(last["status"], "succeeded", "round {round}, killed after {kill_after} ms: {last}");
+        let read = read_back(&database_url, &catalog, "crash.events").await;
+        let rows = read["rows"].as_array().unwrap();
+        let mut ids: Vec<u64> = rows.iter().map(|r| r["id"].as_str().unwrap().parse().unwrap()).collect();
+        ids.sort();
+        let want: Vec<u64> = (0..count.load(Ordering::SeqCst)).collect();
+        assert!(
+            ids == want,
+            "round {round} (kills after {kills:?} ms): {} rows, not each of {} once",
+            ids.len(),
+            want.len()
+        );
+        assert_exact(&read, want.len() as u64);
+    }
+    server.kill();
+
+    let listed = orphans(&procs, false);
+    let summary = listed.last().unwrap();
+    assert!(summary.ends_with("(--delete removes them)"), "{listed:?}");
+    let removed = orphans(&procs, true);
+    assert_eq!(removed.len(), listed.len(), "the same files are removed: {removed:?}");
+    assert_eq!(orphans(&procs, false), vec!["0 orphan file(s), 0 bytes (--delete removes them)".to_owned()]);
+    let read = read_back(&database_url, &catalog, "crash.events").await;
+    assert_exact(&read, count.load(Ordering::SeqCst));
+}

@@ -249,7 +249,7 @@ async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
         .unwrap();
     let body = expect_error(unknown, 400, "VALIDATION_FAILED").await;
     assert_eq!(body["details"]["field"], "kind", "{body}");
-    assert_eq!(body["message"], "kind must be sqlite, postgres or jsonl", "{body}");
+    assert_eq!(body["message"], "kind must be sqlite, postgres, jsonl or iceberg", "{body}");
 }
 
 async fn a_hundred_concurrent_syncs_make_one_job_and_99_conflicts(backend: Backend) {
@@ -739,17 +739,17 @@ impl Processes {
     /// Like [`Processes::pipeline`], into the destination `destination`
     /// describes (a `POST /destinations` body).
     async fn pipeline_into(&self, base: &str, events: &Events, page_size: u64, destination: Value) -> String {
-        self.pipeline_of(base, "test_paged_source", events, page_size, destination, "incremental_deduped").await
+        self.pipeline_of(base, "test_paged_source", &events.token, page_size, destination, "incremental_deduped").await
     }
 
     /// Enables `connector` (its file waits for an operator), then makes a
-    /// credential, a source, the destination and a pipeline in `mode`
+    /// credential holding `token`, a source, the destination and a pipeline in `mode`
     /// through the server at `base`; returns the pipeline id.
-    async fn pipeline_of(
+    pub(crate) async fn pipeline_of(
         &self,
         base: &str,
         connector: &str,
-        events: &Events,
+        token: &str,
         page_size: u64,
         destination: Value,
         mode: &str,
@@ -760,7 +760,7 @@ impl Processes {
         let _ = self.workspace.set(me["data"]["default_workspace_id"].as_str().unwrap().to_owned());
         let cred = json_ok(
             self.api(base, Method::POST, "/v1/credentials")
-                .json(&json!({ "hosts": ["api.source.test"], "secret": events.token }))
+                .json(&json!({ "hosts": ["api.source.test"], "secret": token }))
                 .send()
                 .await
                 .unwrap(),
@@ -781,6 +781,16 @@ impl Processes {
         let body = json!({ "name": "p", "source_id": src["data"]["source_id"], "destination_id": dest["data"]["destination_id"], "streams": streams });
         let p = json_ok(self.api(base, Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()).await;
         p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
+    /// The data directory of the servers.
+    pub(crate) fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The workspace the pipelines are made in, once one is.
+    pub(crate) fn workspace(&self) -> &str {
+        self.workspace.get().expect("a pipeline was made")
     }
 
     /// The SQLite destination `w.db` of the pipeline's workspace.
@@ -931,7 +941,7 @@ async fn a_sync_finishes_on_the_plugin_version_it_started_with_while_another_bec
     let base_a = a.base.clone();
     let destination = json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } });
     let pipeline =
-        procs.pipeline_of(&base_a, "test_versioned", &events, 50, destination, "full_refresh_overwrite").await;
+        procs.pipeline_of(&base_a, "test_versioned", &events.token, 50, destination, "full_refresh_overwrite").await;
     let sync = |base: &str| {
         let req = procs.api(base, Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
         async move { json_ok(req.send().await.unwrap()).await["data"]["job_id"].as_str().unwrap().to_owned() }

@@ -1,5 +1,6 @@
-//! The `service` command line: `serve` runs the server, `admin` and
-//! `plugins` administer an installation offline against its database,
+//! The `service` command line: `serve` runs the server, `admin`,
+//! `plugins` and `warehouse` administer an installation offline against its
+//! database (and data directory),
 //! `auth` signs the CLI in to a running service, the resource commands
 //! (`sources`, `pipelines`, `approvals`, ...) call its API, and `mcp`
 //! serves the API's tools to a local assistant over stdio.
@@ -47,9 +48,10 @@ impl Cli {
     /// database (serve, admin, plugins); none for the client commands.
     pub fn storage_mut(&mut self) -> Option<&mut StorageArgs> {
         match &mut self.command {
-            Command::Serve { local, .. } | Command::Admin { local, .. } | Command::Plugins { local, .. } => {
-                Some(&mut local.storage)
-            }
+            Command::Serve { local, .. }
+            | Command::Admin { local, .. }
+            | Command::Plugins { local, .. }
+            | Command::Warehouse { local, .. } => Some(&mut local.storage),
             Command::Mcp { .. } | Command::Auth { .. } | Command::Api(_) => None,
         }
     }
@@ -118,6 +120,14 @@ pub enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Lakehouse warehouses, offline against the database and the data
+    /// directory.
+    Warehouse {
+        #[command(flatten)]
+        local: Local,
+        #[command(subcommand)]
+        command: WarehouseCommand,
+    },
     /// Sign this CLI in to a running service (through the browser), show
     /// who is signed in, sign out.
     Auth {
@@ -128,6 +138,22 @@ pub enum Command {
     },
     #[command(flatten)]
     Api(Box<api::ApiCommand>),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WarehouseCommand {
+    /// List the files of lakehouse (Iceberg) warehouses that no table
+    /// refers to: writes a killed or retried sync never committed, tables a
+    /// full refresh replaced or a reset dropped. Readers never see them.
+    Orphans {
+        /// Remove them too.
+        #[arg(long)]
+        delete: bool,
+        /// Leave files younger than this many minutes alone: a running sync
+        /// may be about to commit them.
+        #[arg(long, default_value_t = 60)]
+        grace_minutes: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -323,6 +349,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, log.filter_or("info"))?;
             let token = addresses.token()?;
             crate::mcp::serve_stdio(addresses.root(), token).await
+        }
+        Command::Warehouse { local, command: WarehouseCommand::Orphans { delete, grace_minutes } } => {
+            crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("warn"))?;
+            let url = database_url(&local.storage)?;
+            let store = Store::connect(&url)
+                .await
+                .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+            let grace = std::time::Duration::from_secs(grace_minutes.saturating_mul(60));
+            let found = crate::warehouse::iceberg::orphans::orphans(&store, &local.storage.data_dir, grace).await?;
+            for orphan in &found {
+                println!("{}\t{}", orphan.path.display(), orphan.bytes);
+            }
+            let bytes: u64 = found.iter().map(|o| o.bytes).sum();
+            if delete {
+                let freed = crate::warehouse::iceberg::orphans::remove(&found)?;
+                println!("removed {} orphan file(s), {freed} bytes", found.len());
+            } else {
+                println!("{} orphan file(s), {bytes} bytes (--delete removes them)", found.len());
+            }
+            store.close().await;
+            Ok(())
         }
         Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
         Command::Api(cmd) => Ok(api::run(*cmd).await?),

@@ -124,7 +124,7 @@ impl StreamWrite {
                         self.record(written, &mut saved, false).await?;
                     }
                     if let Some(state) = checkpoint {
-                        let written = loader.checkpoint(state);
+                        let written = loader.checkpoint(state).await?;
                         self.record(written, &mut saved, false).await?;
                     }
                 }
@@ -312,9 +312,11 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
         } else {
             None
         };
-        if !incremental {
-            writer.clear(&sel.name).await.map_err(write_failure)?;
-        }
+        let json_schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
+        writer
+            .begin_stream(&pipeline.pipeline_id, &sel.name, sel.sync_mode, &json_schema)
+            .await
+            .map_err(write_failure)?;
         let queue = StreamWrite {
             state: state.clone(),
             job_id: job.job_id.clone(),
@@ -348,7 +350,7 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
         match (queue.finish().await, read) {
             (Err(e), _) => return Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
             (Ok(()), Err(e)) => return Err(connector_failure(&e)),
-            (Ok(()), Ok(())) => {}
+            (Ok(()), Ok(())) => writer.end_stream(&sel.name).await.map_err(write_failure)?,
         }
     }
     let final_progress = progress.lock().await.to_json();

@@ -24,7 +24,8 @@ pub struct CreateDestination {
     pub name: String,
     pub kind: DestinationKind,
     /// `sqlite`: `{file}`; `postgres`: `{url, credential_handle?}` (no
-    /// password in the URL); `jsonl`: `{directory}`.
+    /// password in the URL); `jsonl`: `{directory}`; `iceberg`:
+    /// `{warehouse, namespace?}`.
     #[schema(value_type = Object)]
     pub configuration: Value,
 }

@@ -158,6 +158,12 @@ async fn check_streams(
                     "JSON-lines destinations cannot deduplicate; use incremental_append or full_refresh_overwrite",
                 ));
             }
+            if destination_kind == Some(DestinationKind::Iceberg) {
+                return Err(ApiError::invalid_field(
+                    "streams",
+                    "Iceberg destinations cannot deduplicate yet (the Iceberg library the service uses writes no row deletes); use incremental_append or full_refresh_overwrite",
+                ));
+            }
             if s.primary_key.as_ref().unwrap_or(&offered.primary_key).is_empty() {
                 return Err(ApiError::invalid_field(
                     "streams",

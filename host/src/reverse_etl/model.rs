@@ -45,7 +45,7 @@ pub(crate) fn run_bounds(state: &AppState) -> Bounds {
 pub enum ModelError {
     #[error("no such destination in this workspace")]
     NoSuchWarehouse(String),
-    #[error("a JSON-lines destination cannot be queried; choose an SQLite or PostgreSQL destination")]
+    #[error("only SQLite and PostgreSQL destinations can be queried; choose one of those")]
     NotQueryable(String),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
@@ -92,7 +92,7 @@ pub async fn open(
         .destination(workspace_id, warehouse_id)
         .await?
         .ok_or_else(|| ModelError::NoSuchWarehouse(warehouse_id.to_owned()))?;
-    if warehouse.kind == DestinationKind::Jsonl {
+    if matches!(warehouse.kind, DestinationKind::Jsonl | DestinationKind::Iceberg) {
         return Err(ModelError::NotQueryable(warehouse_id.to_owned()));
     }
     state

@@ -35,6 +35,87 @@ pub(crate) enum DeleteRefused {
     },
 }
 
+/// Every destination kind, quoted for SQL: what the `destinations`
+/// table admits.
+fn kinds() -> Vec<String> {
+    DestinationKind::ALL.iter().map(|k| format!("'{}'", k.as_str())).collect()
+}
+
+/// Whether a check constraint's text admits every kind.
+fn admits_all(check: &str) -> bool {
+    kinds().iter().all(|k| check.contains(k.as_str()))
+}
+
+/// Widens the `kind` check of the `destinations` table to every kind of
+/// [`DestinationKind`]. A migration file cannot: the two engines change a
+/// check constraint in ways neither understands of the other (SQLite
+/// rebuilds the table with foreign keys off, PostgreSQL replaces the
+/// constraint). Idempotent; several servers may run it at once.
+pub(super) async fn admit_kinds(pool: &sqlx::AnyPool, backend: super::Backend) -> Result<(), sqlx::Error> {
+    use sqlx::Connection as _;
+    let kinds = kinds().join(", ");
+    let mut conn = pool.acquire().await?;
+    match backend {
+        super::Backend::Postgres => {
+            let mut tx = conn.begin().await?;
+            sqlx::query("LOCK TABLE destinations IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await?;
+            let check: Option<String> = sqlx::query_scalar(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'destinations_kind_check'",
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            if check.is_some_and(|c| admits_all(&c)) {
+                return tx.commit().await;
+            }
+            let sql = format!(
+                "ALTER TABLE destinations DROP CONSTRAINT IF EXISTS destinations_kind_check; \
+                 ALTER TABLE destinations ADD CONSTRAINT destinations_kind_check CHECK (kind IN ({kinds}))"
+            );
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await?;
+            tx.commit().await
+        }
+        super::Backend::Sqlite => {
+            let sql: String =
+                sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'destinations'")
+                    .fetch_one(&mut *conn)
+                    .await?;
+            if admits_all(&sql) {
+                return Ok(());
+            }
+            // The rebuild SQLite documents for changing a table's
+            // constraints: foreign keys off (outside a transaction), copy,
+            // swap, check, foreign keys on again.
+            sqlx::raw_sql("PRAGMA foreign_keys = OFF").execute(&mut *conn).await?;
+            let rebuilt = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "BEGIN IMMEDIATE; \
+                 CREATE TABLE destinations_next ( \
+                     id TEXT PRIMARY KEY, \
+                     workspace_id TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE, \
+                     kind TEXT NOT NULL CHECK (kind IN ({kinds})), \
+                     name TEXT NOT NULL, \
+                     configuration TEXT NOT NULL, \
+                     created_by TEXT NOT NULL REFERENCES users(id), \
+                     created_at BIGINT NOT NULL, \
+                     updated_at BIGINT NOT NULL); \
+                 INSERT INTO destinations_next SELECT id, workspace_id, kind, name, configuration, created_by, created_at, updated_at FROM destinations; \
+                 DROP TABLE destinations; \
+                 ALTER TABLE destinations_next RENAME TO destinations; \
+                 CREATE INDEX destinations_workspace ON destinations (workspace_id, id); \
+                 COMMIT;"
+            )))
+            .execute(&mut *conn)
+            .await;
+            if rebuilt.is_err() {
+                let _ = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await;
+            }
+            let restored = sqlx::raw_sql("PRAGMA foreign_keys = ON").execute(&mut *conn).await;
+            rebuilt?;
+            restored?;
+            Ok(())
+        }
+    }
+}
+
 fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {
     let configuration: String = r.try_get("configuration")?;
     Ok(Destination {

@@ -18,6 +18,14 @@ pub enum Swapped {
     Raced,
 }
 
+/// A stream's state to save with a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamCheckpoint {
+    pub pipeline_id: String,
+    pub stream: String,
+    pub state: String,
+}
+
 /// Marks a namespace as existing, whatever else it holds.
 const EXISTS: &str = "exists";
 
@@ -160,7 +168,8 @@ impl Store {
     }
 
     /// Moves a table's pointer from `expected` to `next`, if it still is
-    /// at `expected`.
+    /// at `expected`; with a checkpoint, saves that stream state in the
+    /// same transaction, so the state covers exactly what the table holds.
     pub async fn swap_iceberg_table(
         &self,
         catalog: &str,
@@ -168,7 +177,9 @@ impl Store {
         table: &str,
         expected: &str,
         next: &str,
+        checkpoint: Option<&StreamCheckpoint>,
     ) -> StoreResult<Swapped> {
+        let mut tx = self.begin_write().await?;
         let n = sqlx::query(
             "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
              WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND metadata_location = $2",
@@ -178,10 +189,94 @@ impl Store {
         .bind(catalog)
         .bind(namespace)
         .bind(table)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
-        Ok(if n == 1 { Swapped::Done } else { Swapped::Raced })
+        if n != 1 {
+            return Ok(Swapped::Raced);
+        }
+        if let Some(c) = checkpoint {
+            sqlx::query(super::pipelines::SAVE_STREAM_STATE)
+                .bind(&c.pipeline_id)
+                .bind(&c.stream)
+                .bind(&c.state)
+                .bind(super::now_ms())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Swapped::Done)
+    }
+
+    /// Points `table` at `staged`'s current metadata and forgets `staged`,
+    /// in one transaction: readers find the old contents or the new, never
+    /// a mix. `table` is created when it did not exist. False when
+    /// `staged` does not exist.
+    pub async fn replace_iceberg_table(
+        &self,
+        catalog: &str,
+        namespace: &str,
+        table: &str,
+        staged: &str,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let located = sqlx::query_scalar::<_, Option<String>>(
+            "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
+             AND table_name = $3",
+        )
+        .bind(catalog)
+        .bind(namespace)
+        .bind(staged)
+        .fetch_optional(&mut *tx)
+        .await?
+        .flatten();
+        let Some(location) = located else { return Ok(false) };
+        let moved = sqlx::query(
+            "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $1 \
+             WHERE catalog_name = $2 AND table_namespace = $3 AND table_name = $4",
+        )
+        .bind(&location)
+        .bind(catalog)
+        .bind(namespace)
+        .bind(table)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            sqlx::query(
+                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, iceberg_type) \
+                 VALUES ($1, $2, $3, $4, 'TABLE')",
+            )
+            .bind(catalog)
+            .bind(namespace)
+            .bind(table)
+            .bind(&location)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("DELETE FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3")
+            .bind(catalog)
+            .bind(namespace)
+            .bind(staged)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Every table of a catalog with its current metadata, by namespace
+    /// and name.
+    pub async fn iceberg_catalog_tables(&self, catalog: &str) -> StoreResult<Vec<(String, String, String)>> {
+        let rows = sqlx::query(
+            "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables \
+             WHERE catalog_name = $1 AND metadata_location IS NOT NULL ORDER BY table_namespace, table_name",
+        )
+        .bind(catalog)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("table_namespace")?, r.try_get("table_name")?, r.try_get("metadata_location")?)))
+            .collect()
     }
 
     /// Forgets a table (its files stay where they are); false when it did

@@ -149,6 +149,9 @@ text_enum! {
         Postgres = "postgres",
         /// A folder of JSON-lines files under the workspace's folder.
         Jsonl = "jsonl",
+        /// Apache Iceberg tables in a warehouse folder under the
+        /// workspace's folder.
+        Iceberg = "iceberg",
     }
 }
 
@@ -257,7 +260,7 @@ mod tests {
         assert_eq!(serde_json::to_value(CredentialStatus::NeedsReauthorization).unwrap(), "needs_reauthorization");
         assert_eq!(CredentialKind::parse("api_token"), Some(CredentialKind::ApiToken));
         assert_eq!(JobKind::choices(), "sync, reset, activation_run or activation_resync");
-        assert_eq!(DestinationKind::choices(), "sqlite, postgres or jsonl");
+        assert_eq!(DestinationKind::choices(), "sqlite, postgres, jsonl or iceberg");
         for s in JobStatus::ALL {
             assert_eq!(JobStatus::parse(s.as_str()), Some(*s));
         }

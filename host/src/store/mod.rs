@@ -156,6 +156,7 @@ impl Store {
         };
         let pool = pool_options.connect_with(options).await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
+        destinations::admit_kinds(&pool, backend).await?;
         Ok(Store {
             pool,
             backend,

@@ -274,16 +274,13 @@ impl Store {
     }
 
     pub(crate) async fn save_stream_state(&self, pipeline_id: &str, stream: &str, state: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO pipeline_state (pipeline_id, stream, state, updated_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (pipeline_id, stream) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at",
-        )
-        .bind(pipeline_id)
-        .bind(stream)
-        .bind(state)
-        .bind(now_ms())
-        .execute(self.pool())
-        .await?;
+        sqlx::query(SAVE_STREAM_STATE)
+            .bind(pipeline_id)
+            .bind(stream)
+            .bind(state)
+            .bind(now_ms())
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
@@ -447,3 +444,8 @@ pub(crate) struct PipelineFreshness {
     /// Whether its freshness setting is breached now.
     pub breached: bool,
 }
+
+/// Saves a stream's state: binds the pipeline, the stream, the state and
+/// the time.
+pub(super) const SAVE_STREAM_STATE: &str = "INSERT INTO pipeline_state (pipeline_id, stream, state, updated_at) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (pipeline_id, stream) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at";

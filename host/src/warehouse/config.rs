@@ -18,6 +18,8 @@ pub struct Place<'a> {
     pub data_dir: &'a Path,
     pub workspace_id: &'a str,
     pub warehouses: &'a postgres::WarehousePolicy,
+    /// The control database, which holds the lakehouses' catalogs.
+    pub catalogs: Option<&'a crate::store::Store>,
 }
 
 impl Place<'_> {
@@ -29,6 +31,11 @@ impl Place<'_> {
     /// `<data-dir>/exports/<workspace>`: the workspace's JSON-lines folders.
     pub(crate) fn export_dir(&self) -> std::path::PathBuf {
         self.data_dir.join("exports").join(self.workspace_id)
+    }
+
+    /// `<data-dir>/lakehouse/<workspace>`: the workspace's Iceberg warehouses.
+    pub(crate) fn lakehouse_dir(&self) -> std::path::PathBuf {
+        self.data_dir.join("lakehouse").join(self.workspace_id)
     }
 }
 
@@ -43,6 +50,9 @@ pub enum DestinationConfig {
     Postgres { target: postgres::Target, credential_handle: Option<String>, model_role: Option<String> },
     /// `<data-dir>/exports/<workspace>/<directory>/<stream>.jsonl`.
     Jsonl { directory: String },
+    /// Iceberg tables in `<data-dir>/lakehouse/<workspace>/<warehouse>`,
+    /// in `namespace`, cataloged in the control database.
+    Iceberg { warehouse: String, namespace: String },
 }
 
 pub(crate) fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
@@ -85,6 +95,7 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
         DestinationKind::Sqlite => &["file"],
         DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
         DestinationKind::Jsonl => &["directory"],
+        DestinationKind::Iceberg => &["warehouse", "namespace"],
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
@@ -96,6 +107,30 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
         DestinationKind::Jsonl => DestinationConfig::Jsonl {
             directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))?,
         },
+        DestinationKind::Iceberg => {
+            let warehouse = obj.get("warehouse").and_then(Value::as_str);
+            if warehouse.is_some_and(|w| w.contains("://")) {
+                return Err(ApiError::invalid_field(
+                    "configuration.warehouse",
+                    "warehouse must be a folder name: object-store warehouses are not available yet",
+                ));
+            }
+            let namespace = match obj.get("namespace") {
+                None | Some(Value::Null) => "default".to_owned(),
+                Some(Value::String(n))
+                    if !n.is_empty() && n.len() <= 100 && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+                {
+                    n.clone()
+                }
+                Some(_) => {
+                    return Err(ApiError::invalid_field(
+                        "configuration.namespace",
+                        "namespace must be a name of letters, digits and _",
+                    ));
+                }
+            };
+            DestinationConfig::Iceberg { warehouse: plain_name("configuration.warehouse", warehouse)?, namespace }
+        }
         DestinationKind::Postgres => {
             let raw = obj
                 .get("url")

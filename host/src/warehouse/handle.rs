@@ -14,6 +14,7 @@ use super::query::{Bounds, ModelRows, QueryError};
 use super::{DestinationConfig, Place, WriteError, Writer, postgres};
 use crate::egress::SecretError;
 use crate::error::ApiError;
+use crate::store::Store;
 use crate::store::destinations::Destination;
 
 /// Reveals a destination's password (its credential's secret), for the
@@ -59,16 +60,23 @@ pub struct Warehouses {
     data_dir: PathBuf,
     policy: postgres::WarehousePolicy,
     passwords: Arc<dyn PasswordSource>,
+    /// The control database, which holds the lakehouses' catalogs.
+    catalogs: Store,
 }
 
 impl Warehouses {
-    pub fn new(data_dir: PathBuf, policy: postgres::WarehousePolicy, passwords: Arc<dyn PasswordSource>) -> Self {
-        Warehouses { data_dir, policy, passwords }
+    pub fn new(
+        data_dir: PathBuf,
+        policy: postgres::WarehousePolicy,
+        passwords: Arc<dyn PasswordSource>,
+        catalogs: Store,
+    ) -> Self {
+        Warehouses { data_dir, policy, passwords, catalogs }
     }
 
     /// Where `workspace_id`'s files live and what it may reach.
     pub fn place<'a>(&'a self, workspace_id: &'a str) -> Place<'a> {
-        Place { data_dir: &self.data_dir, workspace_id, warehouses: &self.policy }
+        Place { data_dir: &self.data_dir, workspace_id, warehouses: &self.policy, catalogs: Some(&self.catalogs) }
     }
 
     /// The destination's configuration, checked, and its password, if it

@@ -15,7 +15,7 @@ pub async fn relocate_shared_files(store: &crate::store::Store, data_dir: &Path)
         match d.kind {
             DestinationKind::Sqlite => d.configuration["file"].as_str().map(|f| ("warehouses", f.to_owned())),
             DestinationKind::Jsonl => d.configuration["directory"].as_str().map(|f| ("exports", f.to_owned())),
-            DestinationKind::Postgres => None,
+            DestinationKind::Postgres | DestinationKind::Iceberg => None,
         }
     };
     for d in &destinations {

@@ -110,18 +110,34 @@ impl Loader {
     }
 
     /// Queues a checkpoint behind the batches written before it; returns
-    /// it at once when there are none.
-    pub(crate) fn checkpoint(&mut self, state: String) -> Written {
+    /// it at once when there are none. Where batches are committed at
+    /// checkpoints, waits for them and hands the checkpoint to the writer,
+    /// which returns it once it is saved with their commit.
+    pub(crate) async fn checkpoint(&mut self, state: String) -> Result<Written, WriteError> {
+        if self.writer.commits_at_checkpoints() {
+            let mut written = self.written().await?;
+            written.checkpoint = self.writer.checkpoint(&self.stream.stream, state).await?;
+            return Ok(written);
+        }
         if self.in_flight.is_empty() {
-            return Written { checkpoint: Some(state), ..Written::default() };
+            return Ok(Written { checkpoint: Some(state), ..Written::default() });
         }
         self.in_flight.push_back(InFlight::Checkpoint(state));
-        Written::default()
+        Ok(Written::default())
     }
 
-    /// Waits until every batch is written; what finished, or the first
-    /// failure.
+    /// Waits until every batch is written (and committed); what finished,
+    /// or the first failure.
     pub async fn drain(&mut self) -> Result<Written, WriteError> {
+        let mut written = self.written().await?;
+        if let Some(state) = self.writer.flush(&self.stream.stream).await? {
+            written.checkpoint = Some(state);
+        }
+        Ok(written)
+    }
+
+    /// Waits until every batch is written.
+    async fn written(&mut self) -> Result<Written, WriteError> {
         let mut written = Written::default();
         while !self.in_flight.is_empty() {
             self.next(&mut written).await?;
@@ -211,12 +227,16 @@ mod tests {
         let mut loader =
             Loader::new(std::sync::Arc::new(writer), "p", "events", StreamSyncMode::IncrementalAppend, Vec::new());
         let batch = |n: usize| (0..n).map(|i| format!(r#"{{"id": {i}}}"#)).collect::<Vec<_>>();
-        assert_eq!(loader.checkpoint("a".into()).checkpoint.as_deref(), Some("a"), "nothing before it: due at once");
+        assert_eq!(
+            loader.checkpoint("a".into()).await.unwrap().checkpoint.as_deref(),
+            Some("a"),
+            "nothing before it: due at once"
+        );
         assert_eq!(loader.write(batch(2)).await.unwrap(), Written::default());
-        assert_eq!(loader.checkpoint("b".into()), Written::default(), "its batch is still in flight");
+        assert_eq!(loader.checkpoint("b".into()).await.unwrap(), Written::default(), "its batch is still in flight");
         let after_first = loader.write(batch(3)).await.unwrap();
         assert_eq!((after_first.records, after_first.checkpoint.as_deref()), (2, Some("b")));
-        loader.checkpoint("c".into());
+        loader.checkpoint("c".into()).await.unwrap();
         let rest = loader.drain().await.unwrap();
         assert_eq!((rest.records, rest.checkpoint.as_deref()), (3, Some("c")));
         let lines = std::fs::read_to_string(dir.path().join("exports/ws_test/out/events.jsonl")).unwrap();

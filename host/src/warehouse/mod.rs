@@ -1,7 +1,8 @@
 //! Warehouses: the destinations built into the host (an SQLite file, a
-//! PostgreSQL database, a directory of JSON-lines files), and the only
-//! place that speaks SQL to a tenant's database (the control database's
-//! SQL lives in `store`).
+//! PostgreSQL database, a directory of JSON-lines files, Apache Iceberg
+//! tables), and the only place that speaks SQL to a tenant's database (the
+//! control database's SQL, the Iceberg catalog's included, lives in
+//! `store`).
 //!
 //! Each stream lands in its own table (or file) with three metadata columns
 //! besides the record's top-level fields: `_service_raw_id` (the key:
@@ -9,7 +10,9 @@
 //! `_service_extracted_at` (Unix ms) and `_service_meta` (JSON). A field the
 //! table has not seen yet adds a column instead of failing the sync. The
 //! service lists the tables it creates in `_service_tables` and drops,
-//! empties or writes only those.
+//! empties or writes only those. Iceberg tables are typed instead, from the
+//! stream's JSON Schema, and keep undeclared fields in `_service_unmapped`
+//! (see [`iceberg`]).
 //!
 //! Files are written through a cap-std directory scoped to the
 //! destination's folder under the workspace's own folder of the data
@@ -22,7 +25,8 @@
 //!   writers' error);
 //! - [`config`]: configurations ([`validate`]) and where a workspace's
 //!   files live ([`Place`]);
-//! - [`writer`]: the [`Writer`] of one job;
+//! - [`writer`]: the [`Writer`] of one job, which starts and ends each
+//!   stream ([`Writer::begin_stream`], [`Writer::end_stream`]);
 //! - [`tables`]: the tables a destination database holds for the service;
 //! - [`legacy`]: moving files of destinations from before per-workspace
 //!   folders;
@@ -168,6 +172,6 @@ mod tests {
     /// A workspace's place in a scratch data directory.
     pub(crate) fn test_place(dir: &Path) -> Place<'_> {
         static NONE: std::sync::OnceLock<postgres::WarehousePolicy> = std::sync::OnceLock::new();
-        Place { data_dir: dir, workspace_id: "ws_test", warehouses: NONE.get_or_init(Default::default) }
+        Place { data_dir: dir, workspace_id: "ws_test", warehouses: NONE.get_or_init(Default::default), catalogs: None }
     }
 }

@@ -196,10 +196,8 @@ pub async fn run(
                 }
             });
         }
-        DestinationConfig::Jsonl { .. } => {
-            return Err(QueryError::Invalid(
-                "a JSON-lines destination cannot be queried; models read SQLite and PostgreSQL warehouses".into(),
-            ));
+        DestinationConfig::Jsonl { .. } | DestinationConfig::Iceberg { .. } => {
+            return Err(QueryError::Invalid("only SQLite and PostgreSQL warehouses can be queried by models".into()));
         }
     }
     match rx.recv().await {

@@ -37,7 +37,7 @@ impl<'de> Deserialize<'de> for Text<'de> {
 
 /// A record's top-level fields in the provider's order, each value kept as
 /// the provider wrote it: nested values are never parsed into a tree.
-pub(super) struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+pub(super) struct Fields<'a>(pub(super) Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de> Deserialize<'de> for Fields<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -8,6 +8,8 @@ use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::config::{DestinationConfig, Place};
+use super::iceberg::IcebergWriter;
+use super::iceberg::catalog::ProductCatalog;
 use super::jsonl;
 use super::postgres::{self, CopyData, POSTGRES_CONNECTIONS, copy_data, copy_rows, copy_text_from_binary};
 use super::shape::{Rows, shape};
@@ -27,6 +29,8 @@ pub enum Writer {
     Jsonl {
         dir: cap_std::fs::Dir,
     },
+    /// Apache Iceberg tables.
+    Iceberg(Box<IcebergWriter>),
 }
 
 /// A batch laid out for its destination: everything but the I/O, so the
@@ -49,6 +53,8 @@ pub(super) enum Load {
     /// PostgreSQL binary `COPY` data, and the upsert to finish with when keys may
     /// exist already.
     Copy { names: Vec<String>, data: Vec<u8>, upsert: Option<String> },
+    /// Columns of one Iceberg data file.
+    Arrow(arrow_array::RecordBatch),
 }
 
 impl Writer {
@@ -111,6 +117,69 @@ impl Writer {
                     .map_err(|e| failed("cannot open the export directory", e))?;
                 Ok(Writer::Jsonl { dir })
             }
+            DestinationConfig::Iceberg { warehouse, namespace } => {
+                let store = place
+                    .catalogs
+                    .ok_or_else(|| WriteError::Destination("lakehouses need the control database".into()))?;
+                let path = place.lakehouse_dir().join(warehouse);
+                std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the warehouse folder", e))?;
+                let location = format!("file://{}", path.display());
+                let file_io = iceberg::io::FileIOBuilder::new(Arc::new(iceberg::io::LocalFsStorageFactory)).build();
+                let name = format!("{}/{warehouse}", place.workspace_id);
+                let catalog = ProductCatalog::new(store.clone(), name, location.clone(), file_io);
+                Ok(Writer::Iceberg(Box::new(IcebergWriter::open(catalog, location, namespace).await?)))
+            }
+        }
+    }
+
+    /// Starts writing a stream: a full refresh empties its table first
+    /// (a lakehouse writes a staged table instead, swapped in by
+    /// [`Writer::end_stream`]); a lakehouse table is made or evolved from
+    /// the stream's JSON Schema.
+    pub async fn begin_stream(
+        &self,
+        pipeline_id: &str,
+        stream: &str,
+        mode: StreamSyncMode,
+        json_schema: &serde_json::Value,
+    ) -> Result<(), WriteError> {
+        let refresh = mode == StreamSyncMode::FullRefreshOverwrite;
+        match self {
+            Writer::Iceberg(lake) => lake.begin(&sql_name(stream), (pipeline_id, stream), json_schema, refresh).await,
+            _ if refresh => self.clear(stream).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether batches are committed at checkpoints, together with the
+    /// state ([`Writer::checkpoint`]), rather than each on its own.
+    pub(crate) fn commits_at_checkpoints(&self) -> bool {
+        matches!(self, Writer::Iceberg(_))
+    }
+
+    /// A stream's state, reported after every batch written so far: the
+    /// state to save now, if any (a lakehouse saves it with its commit,
+    /// when one is due).
+    pub(crate) async fn checkpoint(&self, stream: &str, state: String) -> Result<Option<String>, WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.checkpoint(&sql_name(stream), state).await,
+            _ => Ok(Some(state)),
+        }
+    }
+
+    /// Commits what awaits a commit; the state saved with it.
+    pub(crate) async fn flush(&self, stream: &str) -> Result<Option<String>, WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.flush(&sql_name(stream)).await,
+            _ => Ok(None),
+        }
+    }
+
+    /// Ends a stream whose records are all written.
+    pub async fn end_stream(&self, stream: &str) -> Result<(), WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.finish(&sql_name(stream)).await,
+            _ => Ok(()),
         }
     }
 
@@ -179,6 +248,7 @@ impl Writer {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(failed("", e)),
             },
+            Writer::Iceberg(lake) => lake.drop_table(&table).await,
         }
     }
 
@@ -209,14 +279,18 @@ impl Writer {
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
         let bytes = text_bytes(records) as u64;
-        let shaped = records
-            .iter()
-            .map(|r| shape(r, mode, primary_key))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(WriteError::BadRecord)?;
+        let shaped = || {
+            records
+                .iter()
+                .map(|r| shape(r, mode, primary_key))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(WriteError::BadRecord)
+        };
         let (columns, load) = match self {
-            Writer::Jsonl { .. } => (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta)?)),
+            Writer::Iceberg(lake) => (Vec::new(), Load::Arrow(lake.prepare(&table, records, &meta)?)),
+            Writer::Jsonl { .. } => (Vec::new(), Load::Lines(jsonl::lines(shaped()?, bytes as usize, now, &meta)?)),
             Writer::Sql { db, .. } => {
+                let shaped = shaped()?;
                 let dedupe = mode == StreamSyncMode::IncrementalDeduped;
                 let Some(Rows { columns, rows }) =
                     Rows::collect(shaped, dedupe, super::shape::MAX_CELLS).map_err(WriteError::BadRecord)?
@@ -253,6 +327,7 @@ impl Writer {
         let binary = self.ensure_columns(&table, &columns).await?;
         let writing = |e: &dyn std::fmt::Display| io(format!("cannot write to {table}: {e}"));
         match (self, load) {
+            (Writer::Iceberg(lake), Load::Arrow(rows)) => lake.append(&table, rows, bytes).await?,
             (Writer::Jsonl { dir }, Load::Lines(out)) => {
                 jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?
             }
@@ -287,7 +362,7 @@ impl Writer {
                 pool.close().await;
             }
             Writer::Sql { db: Db::Postgres(pool), .. } => pool.close().await,
-            Writer::Jsonl { .. } => {}
+            Writer::Jsonl { .. } | Writer::Iceberg(_) => {}
         }
     }
 }

@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use iceberg::io::FileIO;
-use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{Schema, TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit, TableCreation,
@@ -22,7 +22,7 @@ use iceberg::{
 };
 
 use crate::store::Store;
-use crate::store::iceberg::Swapped;
+use crate::store::iceberg::{StreamCheckpoint, Swapped};
 
 /// How a table's commits retry when another commit won the race: up to
 /// 100 times over at most ten minutes, waiting 20 ms doubling to 2 s.
@@ -32,6 +32,9 @@ const COMMIT_RETRIES: [(&str, &str); 4] = [
     ("commit.retry.max-wait-ms", "2000"),
     ("commit.retry.total-timeout-ms", "600000"),
 ];
+
+/// How many times a schema change is tried against racing commits.
+const COMMIT_ATTEMPTS: usize = 100;
 
 /// Namespaces are one level deep: a destination's namespace holds its
 /// streams' tables.
@@ -54,6 +57,8 @@ pub struct ProductCatalog {
     file_io: FileIO,
     /// Where the tables' reading and writing tasks run: the server's.
     runtime: iceberg::Runtime,
+    /// The stream state a commit through this catalog saves with it.
+    checkpoint: Option<std::sync::Arc<StreamCheckpoint>>,
 }
 
 impl std::fmt::Debug for ProductCatalog {
@@ -71,7 +76,14 @@ impl ProductCatalog {
             warehouse: warehouse.into(),
             file_io,
             runtime: iceberg::Runtime::current(),
+            checkpoint: None,
         }
+    }
+
+    /// This catalog, its commits saving `checkpoint` in the same
+    /// transaction as the table's new pointer.
+    pub fn saving(&self, checkpoint: StreamCheckpoint) -> ProductCatalog {
+        ProductCatalog { checkpoint: Some(std::sync::Arc::new(checkpoint)), ..self.clone() }
     }
 
     async fn table_at(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
@@ -104,6 +116,79 @@ impl ProductCatalog {
                 }
                 e => store_error(e),
             })
+    }
+
+    /// Writes `metadata` at `next` and moves the table's pointer there
+    /// from `expected`, unless another commit moved it first (the file
+    /// written is then in no table's history: an orphan the warehouse's
+    /// orphan listing finds).
+    async fn publish(
+        &self,
+        ident: &TableIdent,
+        expected: &str,
+        metadata: &TableMetadata,
+        next: &MetadataLocation,
+    ) -> Result<Swapped> {
+        metadata.write_to(&self.file_io, next).await?;
+        self.store
+            .swap_iceberg_table(
+                &self.name,
+                &namespace_name(ident.namespace()),
+                ident.name(),
+                expected,
+                &next.to_string(),
+                self.checkpoint.as_deref(),
+            )
+            .await
+            .map_err(store_error)
+    }
+
+    fn raced(ident: &TableIdent) -> Error {
+        Error::new(ErrorKind::CatalogCommitConflicts, format!("table {} changed during the commit", ident.name()))
+            .with_retryable(true)
+    }
+
+    /// Makes the schema `evolve` derives from the table's metadata the
+    /// table's current one (nothing when it derives none), on the table as
+    /// it is at the commit: a race is retried on the new metadata. The
+    /// table as it is afterwards, or `evolve`'s refusal.
+    pub async fn evolve_schema<E>(
+        &self,
+        ident: &TableIdent,
+        evolve: impl Fn(&TableMetadata) -> std::result::Result<Option<Schema>, E>,
+    ) -> Result<std::result::Result<Table, E>> {
+        for _ in 0..COMMIT_ATTEMPTS {
+            let table = self.load_table(ident).await?;
+            let schema = match evolve(table.metadata()) {
+                Ok(Some(schema)) => schema,
+                Ok(None) => return Ok(Ok(table)),
+                Err(e) => return Ok(Err(e)),
+            };
+            let expected = table.metadata_location_result()?.to_owned();
+            let metadata = table
+                .metadata()
+                .clone()
+                .into_builder(Some(expected.clone()))
+                .add_current_schema(schema)?
+                .build()?
+                .metadata;
+            let next = MetadataLocation::from_str(&expected)?.with_next_version().with_new_metadata(&metadata);
+            if self.publish(ident, &expected, &metadata, &next).await? == Swapped::Done {
+                return Ok(Ok(self.table_at(ident, next.to_string()).await?));
+            }
+        }
+        Err(Self::raced(ident))
+    }
+
+    /// Replaces `live`'s contents with `staged`'s in one step, and forgets
+    /// `staged`: readers of `live` see all the old rows or all the new.
+    pub async fn replace(&self, live: &TableIdent, staged: &TableIdent) -> Result<()> {
+        let replaced = self
+            .store
+            .replace_iceberg_table(&self.name, &namespace_name(live.namespace()), live.name(), staged.name())
+            .await
+            .map_err(store_error)?;
+        if replaced { Ok(()) } else { Err(Self::missing_table(staged)) }
     }
 
     fn missing_table(ident: &TableIdent) -> Error {
@@ -228,27 +313,9 @@ impl Catalog for ProductCatalog {
         let expected = current.metadata_location_result()?.to_owned();
         let staged = commit.apply(current)?;
         let next = MetadataLocation::from_str(staged.metadata_location_result()?)?;
-        staged.metadata().write_to(staged.file_io(), &next).await?;
-        let swapped = self
-            .store
-            .swap_iceberg_table(
-                &self.name,
-                &namespace_name(ident.namespace()),
-                ident.name(),
-                &expected,
-                &next.to_string(),
-            )
-            .await
-            .map_err(store_error)?;
-        match swapped {
+        match self.publish(&ident, &expected, staged.metadata(), &next).await? {
             Swapped::Done => Ok(staged),
-            // The metadata file written above is in no snapshot's history:
-            // an orphan the warehouse's orphan listing finds.
-            Swapped::Raced => Err(Error::new(
-                ErrorKind::CatalogCommitConflicts,
-                format!("table {} changed during the commit", ident.name()),
-            )
-            .with_retryable(true)),
+            Swapped::Raced => Err(Self::raced(&ident)),
         }
     }
 }

@@ -1,8 +1,29 @@
 //! Lakehouse destinations: Parquet files committed to Apache Iceberg
 //! tables, readable by every engine that reads Iceberg.
 //!
+//! A destination of kind `iceberg` names a warehouse folder (under the
+//! workspace's `lakehouse` folder of the data directory) and a namespace.
+//! Its catalog is an Iceberg SQL catalog in the control database, named
+//! `<workspace>/<folder>`: destinations naming the same folder share it.
+//! Each stream is a table; each batch is one Parquet file (zstd, with
+//! Iceberg field ids) committed as one snapshot before the stream's state
+//! is saved, so a reader only ever sees whole batches and a restarted sync
+//! resumes after the last one committed. A full refresh writes a staged
+//! table and swaps it in with one catalog transaction at the stream's end.
+//!
 //! Layout:
-//! - [`catalog`]: the Iceberg catalog of one destination, its pointers in
-//!   the control database.
+//! - [`catalog`]: the Iceberg catalog, its pointers in the control
+//!   database;
+//! - [`schema`]: a stream's JSON Schema as a table's columns, and schema
+//!   evolution;
+//! - [`rows`]: records as Arrow batches of those columns;
+//! - [`writer`]: the [`IcebergWriter`] of one job;
+//! - [`orphans`]: files no table refers to, listed and removed.
 
 pub mod catalog;
+pub mod orphans;
+pub mod rows;
+pub mod schema;
+pub mod writer;
+
+pub use writer::IcebergWriter;

@@ -128,7 +128,16 @@ impl Connector for PagedSource {
             "required": ["id"],
             "properties": {
                 "id": { "type": ["string", "integer"] },
-                "updated_at": { "type": "string", "format": "date-time" }
+                "kind": { "type": "string" },
+                "updated_at": { "type": "string", "format": "date-time" },
+                "payload": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": { "n": { "type": "integer" } }
+                },
+                "note": { "type": ["string", "null"] },
+                "amount": { "type": ["string", "number", "null"], "format": "decimal", "precision": 38, "scale": 9 },
+                "day": { "type": ["string", "null"], "format": "date" }
             },
             "additionalProperties": true
         });

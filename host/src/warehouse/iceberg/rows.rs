@@ -1,0 +1,364 @@
+//! Records as an Arrow batch of a table's columns: each value parsed
+//! exactly for its column's type (decimals from their text, never through
+//! a float; timestamps to the microsecond, never rounded), a record's
+//! undeclared fields kept in `_service_unmapped`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder, Float64Builder, Int32Builder, Int64Builder,
+    StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray};
+use arrow_buffer::{NullBuffer, OffsetBuffer};
+use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
+use serde_json::value::RawValue;
+
+use super::super::WriteError;
+use super::super::shape::{Fields, column_value, shape};
+use crate::store::pipelines::StreamSyncMode;
+
+/// The rows of one batch: `records` as the table's columns (`schema`, the
+/// metadata columns first), written at `now_us`.
+pub(super) fn batch(
+    records: &[String],
+    schema: &SchemaRef,
+    now_us: i64,
+    meta: &str,
+) -> Result<RecordBatch, WriteError> {
+    let bad = WriteError::BadRecord;
+    let metadata = super::schema::METADATA_COLUMNS.len();
+    let declared: HashMap<&str, usize> =
+        schema.fields().iter().skip(metadata).enumerate().map(|(i, f)| (f.name().as_str(), i)).collect();
+    let mut values: Vec<Vec<Option<&RawValue>>> = vec![vec![None; records.len()]; declared.len()];
+    let mut raw_ids = StringBuilder::with_capacity(records.len(), records.len() * 36);
+    let mut unmapped = StringBuilder::new();
+    for (row, record) in records.iter().enumerate() {
+        let shaped = shape(record, StreamSyncMode::IncrementalAppend, &[]).map_err(bad)?;
+        raw_ids.append_value(&shaped.raw_id);
+        let mut extra = Vec::new();
+        for (name, raw) in &shaped.fields {
+            match declared.get(name.as_ref()) {
+                Some(&column) => values[column][row] = Some(*raw),
+                None if name.starts_with("_service_") => {}
+                None => extra.push((name.as_ref(), *raw)),
+            }
+        }
+        if extra.is_empty() {
+            unmapped.append_null();
+        } else {
+            let map: serde_json::Map<String, serde_json::Value> = extra
+                .into_iter()
+                .map(|(k, raw)| Ok((k.to_owned(), serde_json::from_str(raw.get())?)))
+                .collect::<Result<_, serde_json::Error>>()
+                .map_err(|e| bad(e.to_string()))?;
+            unmapped.append_value(serde_json::Value::Object(map).to_string());
+        }
+    }
+    let n = records.len();
+    let fields = schema.fields();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
+    columns.push(Arc::new(raw_ids.finish()));
+    let tz = match fields[1].data_type() {
+        DataType::Timestamp(_, tz) => tz.clone(),
+        _ => None,
+    };
+    columns.push(Arc::new(TimestampMicrosecondBuilder::new().with_timezone_opt(tz).append_value_n(now_us, n)));
+    let mut metas = StringBuilder::with_capacity(n, n * meta.len());
+    (0..n).for_each(|_| metas.append_value(meta));
+    columns.push(Arc::new(metas.finish()));
+    columns.push(Arc::new(unmapped.finish()));
+    for (field, column) in fields.iter().skip(metadata).zip(&values) {
+        columns.push(array(field, column).map_err(|m| bad(format!("field {}{m}", field.name())))?);
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| WriteError::BadRecord(e.to_string()))
+}
+
+trait AppendN {
+    fn append_value_n(self, v: i64, n: usize) -> arrow_array::TimestampMicrosecondArray;
+}
+
+impl AppendN for TimestampMicrosecondBuilder {
+    fn append_value_n(mut self, v: i64, n: usize) -> arrow_array::TimestampMicrosecondArray {
+        (0..n).for_each(|_| self.append_value(v));
+        self.finish()
+    }
+}
+
+/// A column of `values` (`None` for missing or `null`) as `field` types
+/// it. An error reads after the field's name (`: …` or `.child: …`).
+fn array(field: &Field, values: &[Option<&RawValue>]) -> Result<ArrayRef, String> {
+    let values: Vec<Option<&RawValue>> = values.iter().map(|v| v.filter(|raw| raw.get() != "null")).collect();
+    macro_rules! primitive {
+        ($builder:expr, $parse:expr) => {{
+            let mut b = $builder;
+            for v in &values {
+                match v {
+                    Some(raw) => b.append_value($parse(raw.get()).map_err(|m: String| format!(": {m}"))?),
+                    None => b.append_null(),
+                }
+            }
+            Arc::new(b.finish()) as ArrayRef
+        }};
+    }
+    Ok(match field.data_type() {
+        DataType::Boolean => primitive!(BooleanBuilder::with_capacity(values.len()), |t: &str| match t {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(format!("{t} is not a boolean")),
+        }),
+        DataType::Int32 => primitive!(Int32Builder::with_capacity(values.len()), |t: &str| t
+            .parse::<i32>()
+            .map_err(|_| format!("{t} is not a 32-bit integer"))),
+        DataType::Int64 => primitive!(Int64Builder::with_capacity(values.len()), |t: &str| t
+            .parse::<i64>()
+            .map_err(|_| format!("{t} is not a 64-bit integer"))),
+        DataType::Float32 => {
+            primitive!(Float32Builder::with_capacity(values.len()), |t: &str| number(t).map(|f| f as f32))
+        }
+        DataType::Float64 => primitive!(Float64Builder::with_capacity(values.len()), number),
+        DataType::Decimal128(p, s) => primitive!(
+            Decimal128Builder::with_capacity(values.len())
+                .with_precision_and_scale(*p, *s)
+                .map_err(|e| e.to_string())?,
+            |t: &str| decimal(unquoted(t)?.as_ref(), *p, *s)
+        ),
+        DataType::Date32 => primitive!(Date32Builder::with_capacity(values.len()), |t: &str| date(t)),
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => primitive!(
+            TimestampMicrosecondBuilder::with_capacity(values.len()).with_timezone_opt(tz.clone()),
+            |t: &str| timestamp(t, tz.is_some())
+        ),
+        DataType::Utf8 => {
+            let mut b =
+                StringBuilder::with_capacity(values.len(), values.iter().flatten().map(|r| r.get().len()).sum());
+            for v in &values {
+                match v.map(|raw| column_value(raw)).transpose().map_err(|m| format!(": {m}"))?.flatten() {
+                    Some(text) => b.append_value(text),
+                    None => b.append_null(),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DataType::Struct(children) => {
+            let objects: Vec<Option<Object<'_>>> = values
+                .iter()
+                .map(|v| {
+                    v.map(|raw| {
+                        serde_json::from_str::<Fields>(raw.get())
+                            .map(|f| f.0)
+                            .map_err(|_| ": is not an object".to_owned())
+                    })
+                    .transpose()
+                })
+                .collect::<Result<_, _>>()?;
+            let arrays = children
+                .iter()
+                .map(|child| {
+                    let column: Vec<Option<&RawValue>> = objects
+                        .iter()
+                        .map(|o| {
+                            o.as_ref().and_then(|fields| {
+                                fields.iter().rev().find(|(name, _)| name == child.name()).map(|(_, raw)| *raw)
+                            })
+                        })
+                        .collect();
+                    array(child, &column).map_err(|m| format!(".{}{m}", child.name()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let nulls = NullBuffer::from(objects.iter().map(Option::is_some).collect::<Vec<_>>());
+            Arc::new(StructArray::try_new(children.clone(), arrays, Some(nulls)).map_err(|e| format!(": {e}"))?)
+        }
+        DataType::List(element) => {
+            let lists: Vec<Option<Vec<&RawValue>>> = values
+                .iter()
+                .map(|v| {
+                    v.map(|raw| {
+                        serde_json::from_str::<Vec<&RawValue>>(raw.get()).map_err(|_| ": is not an array".into())
+                    })
+                    .transpose()
+                })
+                .collect::<Result<_, String>>()?;
+            let lengths = lists.iter().map(|l| l.as_ref().map_or(0, Vec::len));
+            let offsets = OffsetBuffer::from_lengths(lengths);
+            let flat: Vec<Option<&RawValue>> = lists.iter().flatten().flatten().map(|raw| Some(*raw)).collect();
+            let items = array(element, &flat).map_err(|m| format!("[]{m}"))?;
+            let nulls = NullBuffer::from(lists.iter().map(Option::is_some).collect::<Vec<_>>());
+            Arc::new(ListArray::try_new(element.clone(), offsets, items, Some(nulls)).map_err(|e| format!(": {e}"))?)
+        }
+        other => return Err(format!(": the service writes no {other} columns")),
+    })
+}
+
+/// A JSON object's fields, each value as written.
+type Object<'a> = Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>;
+
+/// A JSON string's content, or a number's text.
+fn unquoted(text: &str) -> Result<std::borrow::Cow<'_, str>, String> {
+    if text.starts_with('"') {
+        serde_json::from_str::<String>(text).map(Into::into).map_err(|_| format!("{text} is not a string"))
+    } else {
+        Ok(text.into())
+    }
+}
+
+fn string(text: &str) -> Result<String, String> {
+    serde_json::from_str::<String>(text).map_err(|_| format!("{text} is not a string"))
+}
+
+fn number(text: &str) -> Result<f64, String> {
+    if text.starts_with('"') {
+        return Err(format!("{text} is not a number"));
+    }
+    text.parse::<f64>().map_err(|_| format!("{text} is not a number"))
+}
+
+fn date(text: &str) -> Result<i32, String> {
+    let s = string(text)?;
+    let day =
+        chrono::NaiveDate::parse_from_str(&s, "%Y-%m-%d").map_err(|_| format!("{s} is not a date (YYYY-MM-DD)"))?;
+    Ok((day - chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date")).num_days() as i32)
+}
+
+/// Microseconds since the epoch (UTC); a zone is required for a zoned
+/// column and refused for a local one. Finer than a microsecond is
+/// refused: it would be rounded.
+fn timestamp(text: &str, zoned: bool) -> Result<i64, String> {
+    let s = string(text)?;
+    let (micros, nanos) = if zoned {
+        let t = chrono::DateTime::parse_from_rfc3339(&s)
+            .map_err(|_| format!("{s} is not a date-time with a zone (RFC 3339)"))?;
+        (t.timestamp_micros(), t.timestamp_subsec_nanos())
+    } else {
+        let t = chrono::NaiveDateTime::parse_from_str(&s, "%Y-%m-%dT%H:%M:%S%.f")
+            .map_err(|_| format!("{s} is not a local date-time (YYYY-MM-DDThh:mm:ss)"))?
+            .and_utc();
+        (t.timestamp_micros(), t.timestamp_subsec_nanos())
+    };
+    if nanos % 1000 != 0 {
+        return Err(format!("{s} is finer than a microsecond, which Iceberg does not hold"));
+    }
+    Ok(micros)
+}
+
+/// A decimal's text (`-12.5`, `1E-9`) as its unscaled value at `scale`,
+/// exactly: more decimal places than the scale, or more digits than the
+/// precision, are refused rather than rounded.
+pub(super) fn decimal(text: &str, precision: u8, scale: i8) -> Result<i128, String> {
+    let invalid = || format!("{text} is not a decimal number");
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i32>().map_err(|_| invalid())?),
+        None => (rest, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() && fraction.is_empty() || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(invalid());
+    }
+    let digits: String = format!("{whole}{fraction}").trim_start_matches('0').to_owned();
+    // value = digits × 10^(exponent − fraction digits); unscaled = value × 10^scale.
+    let shift = i64::from(exponent) - fraction.len() as i64 + i64::from(scale);
+    let digits = if shift >= 0 {
+        if digits.is_empty() {
+            return Ok(0);
+        }
+        if digits.len() as i64 + shift > i64::from(precision) {
+            return Err(format!("{text} has more than {precision} digits"));
+        }
+        format!("{digits}{}", "0".repeat(shift as usize))
+    } else {
+        let cut = (-shift) as usize;
+        let (kept, dropped) = digits.split_at(digits.len().saturating_sub(cut));
+        if dropped.bytes().any(|b| b != b'0') {
+            return Err(format!("{text} has more than {scale} decimal places"));
+        }
+        kept.to_owned()
+    };
+    if digits.len() > usize::from(precision) {
+        return Err(format!("{text} has more than {precision} digits"));
+    }
+    let unscaled: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| invalid())? };
+    Ok(if negative { -unscaled } else { unscaled })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::schema::Kind;
+    use super::*;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Decimal128Type, Int64Type, TimestampMicrosecondType};
+    use iceberg::spec::PrimitiveType;
+
+    #[test]
+    fn decimals_are_exact_or_refused() {
+        assert_eq!(
+            decimal("12345678901234567890123456789.123456789", 38, 9),
+            Ok(12345678901234567890123456789123456789)
+        );
+        assert_eq!(decimal("-1E-9", 38, 9), Ok(-1));
+        assert_eq!(decimal("1.50", 10, 1), Ok(15));
+        assert_eq!(decimal("0.000", 5, 2), Ok(0));
+        assert_eq!(decimal("2e3", 6, 2), Ok(200_000));
+        assert!(decimal("1.25", 10, 1).unwrap_err().contains("decimal places"));
+        assert!(decimal("123456", 5, 0).unwrap_err().contains("5 digits"));
+        assert!(decimal("1e40", 38, 0).unwrap_err().contains("38 digits"));
+        for bad in ["", "-", ".", "1.2.3", "abc", "1e", "0x10"] {
+            assert!(decimal(bad, 38, 9).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn timestamps_keep_the_microsecond_and_refuse_finer() {
+        assert_eq!(timestamp(r#""1970-01-01T00:00:00.000001Z""#, true), Ok(1));
+        assert_eq!(timestamp(r#""1970-01-01T01:00:00+01:00""#, true), Ok(0));
+        assert_eq!(timestamp(r#""1970-01-01T00:00:01.5""#, false), Ok(1_500_000));
+        assert!(timestamp(r#""1970-01-01T00:00:00.0000001Z""#, true).unwrap_err().contains("microsecond"));
+        assert!(timestamp(r#""1970-01-01T00:00:00""#, true).is_err(), "a zoned column needs a zone");
+        assert_eq!(date(r#""1970-01-02""#), Ok(1));
+    }
+
+    #[test]
+    fn records_become_typed_columns_with_their_extra_fields_kept() {
+        let columns = vec![
+            ("id".to_owned(), Kind::Primitive(PrimitiveType::Long)),
+            ("price".to_owned(), Kind::Primitive(PrimitiveType::Decimal { precision: 38, scale: 9 })),
+            ("at".to_owned(), Kind::Primitive(PrimitiveType::Timestamptz)),
+            ("note".to_owned(), Kind::Primitive(PrimitiveType::String)),
+            (
+                "tags".to_owned(),
+                Kind::List(Box::new(Kind::Struct(vec![("n".to_owned(), Kind::Primitive(PrimitiveType::Long))]))),
+            ),
+        ];
+        let schema = super::super::schema::new_table(&columns).unwrap();
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).unwrap());
+        let records = vec![
+            r#"{"id": 1, "price": 12345678901234567890123456789.123456789, "at": "2024-02-29T23:59:59.999999Z", "note": {"a": [1]}, "tags": [{"n": 5}, {"n": null}], "other": true}"#.to_owned(),
+            r#"{"id": null, "price": "-1E-9", "tags": null}"#.to_owned(),
+        ];
+        let b = batch(&records, &arrow, 7, "{}").unwrap();
+        assert_eq!(b.num_rows(), 2);
+        let col = |name: &str| b.column_by_name(name).unwrap().clone();
+        assert_eq!(col("id").as_primitive::<Int64Type>().iter().collect::<Vec<_>>(), vec![Some(1), None]);
+        assert_eq!(
+            col("price").as_primitive::<Decimal128Type>().iter().collect::<Vec<_>>(),
+            vec![Some(12345678901234567890123456789123456789), Some(-1)]
+        );
+        assert_eq!(col("at").as_primitive::<TimestampMicrosecondType>().value(0), 1_709_251_199_999_999);
+        assert_eq!(col("note").as_string::<i32>().value(0), r#"{"a": [1]}"#, "JSON text as the provider wrote it");
+        assert_eq!(col("_service_unmapped").as_string::<i32>().value(0), r#"{"other":true}"#);
+        assert!(col("_service_unmapped").is_null(1));
+        let tags = col("tags");
+        let tags = tags.as_list::<i32>();
+        assert_eq!(tags.value_length(0), 2);
+        assert!(tags.is_null(1));
+        assert_eq!(col("_service_extracted_at").as_primitive::<TimestampMicrosecondType>().value(1), 7);
+
+        let wrong = batch(&[r#"{"tags": [{"n": "x"}]}"#.to_owned()], &arrow, 0, "{}").unwrap_err();
+        assert!(wrong.to_string().contains("field tags[].n: \"x\" is not a 64-bit integer"), "{wrong}");
+    }
+}

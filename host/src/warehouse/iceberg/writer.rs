@@ -1,0 +1,331 @@
+//! One job's writes into a lakehouse: each stream's table made or evolved
+//! from the stream's schema when the stream starts, each batch one Parquet
+//! file, and the files written since the last commit committed as one
+//! snapshot at a checkpoint, together with the stream state in the same
+//! control-database transaction: the state a restarted sync resumes from
+//! always covers exactly the rows the table holds, so a crash at any point
+//! neither loses nor repeats a record. Commits come at most every
+//! [`COMMIT_EVERY`] or [`COMMIT_BYTES`] (and at the stream's end), not at
+//! every checkpoint: fewer, larger snapshots. A full refresh is written to
+//! a staged table that replaces the live one when the stream ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use iceberg::spec::{DataFile, DataFileFormat, SchemaRef as IcebergSchemaRef};
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, DefaultLocationGenerator};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter as _, IcebergWriterBuilder};
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use serde_json::Value;
+
+use super::super::WriteError;
+use super::catalog::ProductCatalog;
+use super::{rows, schema};
+use crate::store::iceberg::StreamCheckpoint;
+
+/// A job's writer into one lakehouse namespace.
+pub struct IcebergWriter {
+    catalog: ProductCatalog,
+    /// Where the warehouse's tables live (`file:///…`).
+    warehouse: String,
+    namespace: NamespaceIdent,
+    /// The table each started stream writes to, by its table name.
+    streams: Mutex<HashMap<String, Arc<StreamTable>>>,
+}
+
+/// A commit is due once this long has passed since the first file it
+/// would commit was written...
+const COMMIT_EVERY: Duration = Duration::from_secs(10);
+/// ... or once its files hold this many bytes of records.
+const COMMIT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Where one stream's batches go.
+struct StreamTable {
+    /// The table written.
+    ident: TableIdent,
+    /// Its schema when the stream started, as Iceberg and as Arrow.
+    schema: IcebergSchemaRef,
+    arrow: SchemaRef,
+    /// In a full refresh, the live table the written one replaces at the end.
+    replaces: Option<TableIdent>,
+    /// The pipeline and stream whose state commits save (none in a full
+    /// refresh, which keeps no state).
+    saves_state_of: Option<(String, String)>,
+    /// What the next commit takes.
+    pending: tokio::sync::Mutex<Pending>,
+}
+
+/// Files written and not yet committed, and the latest state reported
+/// after them.
+#[derive(Default)]
+struct Pending {
+    files: Vec<DataFile>,
+    bytes: u64,
+    since: Option<Instant>,
+    state: Option<String>,
+}
+
+fn failed(context: &str, e: impl std::fmt::Display) -> WriteError {
+    WriteError::Destination(format!("{context}: {e}"))
+}
+
+impl IcebergWriter {
+    /// Opens `catalog`'s `namespace`, creating it the first time.
+    pub(crate) async fn open(
+        catalog: ProductCatalog,
+        warehouse: String,
+        namespace: &str,
+    ) -> Result<IcebergWriter, WriteError> {
+        let namespace = NamespaceIdent::new(namespace.to_owned());
+        if let Err(e) = catalog.create_namespace(&namespace, HashMap::new()).await
+            && e.kind() != ErrorKind::NamespaceAlreadyExists
+        {
+            return Err(failed("cannot create the lakehouse namespace", e));
+        }
+        Ok(IcebergWriter { catalog, warehouse, namespace, streams: Default::default() })
+    }
+
+    /// Starts `pipeline_id`'s `stream` into `table`: the table is created
+    /// from the stream's schema, or evolved to take it (a change Iceberg
+    /// cannot promote fails here, before anything is written). In a full
+    /// refresh (`refresh`), the stream is written to a staged table of the
+    /// pipeline's, which [`Self::finish`] swaps in.
+    pub(crate) async fn begin(
+        &self,
+        table: &str,
+        (pipeline_id, stream): (&str, &str),
+        json_schema: &Value,
+        refresh: bool,
+    ) -> Result<(), WriteError> {
+        let refresh_by = refresh.then_some(pipeline_id);
+        let refused = |e: schema::SchemaError| WriteError::Refused(e.to_string());
+        let columns = schema::columns(json_schema).map_err(refused)?;
+        let live = TableIdent::new(self.namespace.clone(), table.to_owned());
+        let (ident, replaces) = match refresh_by {
+            Some(pipeline) => {
+                let staged = TableIdent::new(self.namespace.clone(), format!("{table}__refresh_{pipeline}"));
+                // An earlier attempt's staged table: its files become orphans.
+                if self.catalog.table_exists(&staged).await.map_err(|e| failed("cannot read the catalog", e))? {
+                    self.catalog.drop_table(&staged).await.map_err(|e| failed("cannot drop a staged table", e))?;
+                }
+                (staged, Some(live))
+            }
+            None => (live, None),
+        };
+        let opened = loop {
+            if self.catalog.table_exists(&ident).await.map_err(|e| failed("cannot read the catalog", e))? {
+                let evolved = self
+                    .catalog
+                    .evolve_schema(&ident, |m| schema::evolve(m.current_schema(), m.last_column_id(), &columns))
+                    .await
+                    .map_err(|e| failed("cannot change the table's schema", e))?;
+                break evolved.map_err(refused)?;
+            }
+            let fresh = schema::new_table(&columns).map_err(refused)?;
+            let mut creation = TableCreation::builder().name(ident.name().to_owned()).schema(fresh).build();
+            if replaces.is_some() {
+                // Each generation of a refreshed table in a folder of its own.
+                creation.location = Some(format!(
+                    "{}/{}/{}",
+                    self.warehouse.trim_end_matches('/'),
+                    self.namespace.join("."),
+                    format_args!("{table}.{}", uuid::Uuid::now_v7().simple()),
+                ));
+            }
+            match self.catalog.create_table(&self.namespace, creation).await {
+                Ok(created) => break created,
+                // Another writer created it meanwhile: evolve theirs.
+                Err(e) if e.kind() == ErrorKind::TableAlreadyExists => continue,
+                Err(e) => return Err(failed("cannot create the table", e)),
+            }
+        };
+        let schema = opened.metadata().current_schema().clone();
+        let arrow = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|e| failed("cannot map the table's schema", e))?,
+        );
+        let saves_state_of = (!refresh).then(|| (pipeline_id.to_owned(), stream.to_owned()));
+        let stream = StreamTable { ident, schema, arrow, replaces, saves_state_of, pending: Default::default() };
+        self.streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(table.to_owned(), Arc::new(stream));
+        Ok(())
+    }
+
+    fn stream(&self, table: &str) -> Result<Arc<StreamTable>, WriteError> {
+        self.streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(table)
+            .cloned()
+            .ok_or_else(|| WriteError::Destination(format!("stream {table} was not started")))
+    }
+
+    /// Lays `records` out as the table's columns (no I/O).
+    pub(crate) fn prepare(&self, table: &str, records: &[String], meta: &str) -> Result<RecordBatch, WriteError> {
+        let stream = self.stream(table)?;
+        rows::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
+    }
+
+    /// Writes a batch of `bytes` of records as one Parquet file, for the
+    /// next commit.
+    pub(crate) async fn append(&self, table: &str, batch: RecordBatch, bytes: u64) -> Result<(), WriteError> {
+        let stream = self.stream(table)?;
+        let writing = |e: iceberg::Error| failed(&format!("cannot write to {}", stream.ident.name()), e);
+        let current = self.catalog.load_table(&stream.ident).await.map_err(writing)?;
+        let properties = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+        let files = RollingFileWriterBuilder::new_with_default_file_size(
+            ParquetWriterBuilder::new(properties, stream.schema.clone()),
+            current.file_io().clone(),
+            DefaultLocationGenerator::new(current.metadata()).map_err(writing)?,
+            DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
+        );
+        let mut writer = DataFileWriterBuilder::new(files).build(None).await.map_err(writing)?;
+        writer.write(batch).await.map_err(writing)?;
+        let data = writer.close().await.map_err(writing)?;
+        let mut pending = stream.pending.lock().await;
+        pending.files.extend(data);
+        pending.bytes += bytes;
+        pending.since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Takes the stream's latest state, reported after every file written
+    /// so far; commits them when a commit is due. The state to save, if it
+    /// is saved now (with the commit, or alone when no file awaits one).
+    pub(crate) async fn checkpoint(&self, table: &str, state: String) -> Result<Option<String>, WriteError> {
+        let stream = self.stream(table)?;
+        let mut pending = stream.pending.lock().await;
+        pending.state = Some(state);
+        let due = pending.files.is_empty()
+            || pending.bytes >= COMMIT_BYTES
+            || pending.since.is_some_and(|t| t.elapsed() >= COMMIT_EVERY);
+        if !due {
+            return Ok(None);
+        }
+        self.commit(&stream, &mut pending).await
+    }
+
+    /// Commits whatever awaits a commit; the state saved with it.
+    pub(crate) async fn flush(&self, table: &str) -> Result<Option<String>, WriteError> {
+        let stream = self.stream(table)?;
+        let mut pending = stream.pending.lock().await;
+        self.commit(&stream, &mut pending).await
+    }
+
+    /// Commits the pending files as one snapshot, saving the pending state
+    /// in the same transaction (retried on the new metadata when another
+    /// commit came first). Files a failed commit wrote stay orphans.
+    async fn commit(&self, stream: &StreamTable, pending: &mut Pending) -> Result<Option<String>, WriteError> {
+        let Pending { files, state, .. } = std::mem::take(pending);
+        if files.is_empty() {
+            return Ok(state);
+        }
+        let catalog = match (&state, &stream.saves_state_of) {
+            (Some(state), Some((pipeline_id, name))) => self.catalog.saving(StreamCheckpoint {
+                pipeline_id: pipeline_id.clone(),
+                stream: name.clone(),
+                state: state.clone(),
+            }),
+            _ => self.catalog.clone(),
+        };
+        let committing = |e: iceberg::Error| failed(&format!("cannot commit to {}", stream.ident.name()), e);
+        let current = catalog.load_table(&stream.ident).await.map_err(committing)?;
+        let tx = Transaction::new(&current);
+        let tx = tx.fast_append().add_data_files(files).apply(tx).map_err(committing)?;
+        tx.commit(&catalog).await.map_err(committing)?;
+        Ok(state)
+    }
+
+    /// Ends a stream whose files are all committed: a full refresh's
+    /// staged table replaces the live one.
+    pub(crate) async fn finish(&self, table: &str) -> Result<(), WriteError> {
+        self.flush(table).await?;
+        let stream = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(table);
+        if let Some(StreamTable { ident, replaces: Some(live), .. }) = stream.as_deref() {
+            self.catalog.replace(live, ident).await.map_err(|e| failed("cannot swap in the refreshed table", e))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets a stream's table (a reset); its files become orphans.
+    pub(crate) async fn drop_table(&self, table: &str) -> Result<(), WriteError> {
+        let ident = TableIdent::new(self.namespace.clone(), table.to_owned());
+        match self.catalog.drop_table(&ident).await {
+            Err(e) if e.kind() != ErrorKind::TableNotFound => Err(failed("cannot drop the table", e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use futures_util::StreamExt;
+    use iceberg::io::{FileIOBuilder, LocalFsStorageFactory};
+    use iceberg::spec::{PrimitiveType, Type};
+    use serde_json::json;
+
+    /// A stream's new field adds a column and a widened type is promoted
+    /// in place (rows written before read back at the new type); a change
+    /// Iceberg cannot promote fails before anything is written.
+    #[tokio::test]
+    async fn a_table_evolves_with_its_stream_and_refuses_what_iceberg_cannot_promote() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            crate::store::Store::connect(&format!("sqlite://{}/c.db?mode=rwc", dir.path().display())).await.unwrap();
+        let warehouse = format!("file://{}/lake", dir.path().display());
+        let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
+        let catalog = ProductCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
+        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns").await.unwrap();
+        let write = async |records: &[&str]| {
+            let records: Vec<String> = records.iter().map(|r| r.to_string()).collect();
+            let batch = lake.prepare("t", &records, "{}").unwrap();
+            lake.append("t", batch, 1).await.unwrap();
+            // No state: the pipeline "p" is not in the control database.
+            assert_eq!(lake.flush("t").await.unwrap(), None);
+        };
+
+        let stream = ("p", "t");
+        lake.begin("t", stream, &json!({ "properties": { "n": { "type": "integer", "format": "int32" } } }), false)
+            .await
+            .unwrap();
+        write(&[r#"{"n": 1}"#]).await;
+        let v2 = json!({ "properties": { "n": { "type": "integer" }, "s": { "type": "string" } } });
+        lake.begin("t", stream, &v2, false).await.unwrap();
+        write(&[r#"{"n": 5000000000, "s": "x"}"#]).await;
+
+        let ident = TableIdent::new(NamespaceIdent::new("ns".into()), "t".into());
+        let table = catalog.load_table(&ident).await.unwrap();
+        let schema = table.metadata().current_schema().clone();
+        assert_eq!(*schema.field_by_name("n").unwrap().field_type, Type::Primitive(PrimitiveType::Long));
+        assert!(schema.field_by_name("s").is_some(), "the new field is a column");
+        assert_eq!(table.metadata().snapshots().count(), 2, "a snapshot per batch");
+        let mut values = Vec::new();
+        let mut batches = table.scan().select(["n"]).build().unwrap().to_arrow().await.unwrap();
+        while let Some(batch) = batches.next().await {
+            values.extend(batch.unwrap().column(0).as_primitive::<Int64Type>().iter().flatten());
+        }
+        values.sort();
+        assert_eq!(values, vec![1, 5_000_000_000], "the int written first reads back as a long");
+
+        match lake.begin("t", stream, &json!({ "properties": { "n": { "type": "string" } } }), false).await {
+            Err(WriteError::Refused(m)) => assert!(m.contains("field n is long"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let after = catalog.load_table(&ident).await.unwrap();
+        assert_eq!(after.metadata_location(), table.metadata_location(), "nothing was committed");
+        store.close().await;
+    }
+}

@@ -1,0 +1,62 @@
+"""Reads a lakehouse table the way an engine outside the service does.
+
+Opens the table through pyiceberg's SQL catalog on the service's control
+database, scans it with pyiceberg (Arrow) and again with DuckDB over the
+same snapshot, and prints one JSON document with what each saw: the
+table's snapshots and, per row, the values as exact text (decimals as
+written, timestamps to the microsecond).
+
+Usage: iceberg_read.py <catalog-uri> <catalog-name> <namespace.table>
+"""
+
+import datetime
+import decimal
+import json
+import sys
+
+from pyiceberg.catalog.sql import SqlCatalog
+
+
+def text(value):
+    if value is None:
+        return None
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(timespec="microseconds")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def main():
+    uri, name, ident = sys.argv[1:4]
+    catalog = SqlCatalog(name, uri=uri)
+    table = catalog.load_table(ident)
+    arrow = table.scan().to_arrow()
+    columns = [c for c in ("id", "amount", "updated_at", "day", "note") if c in arrow.column_names]
+    rows = []
+    for record in arrow.to_pylist():
+        row = {c: text(record[c]) for c in columns}
+        payload = record.get("payload")
+        row["payload_n"] = None if payload is None else payload.get("n")
+        rows.append(row)
+    con = table.scan().to_duckdb(table_name="t")
+    duck = con.execute(
+        "SELECT id, CAST(amount AS VARCHAR), epoch_us(updated_at) FROM t"
+    ).fetchall()
+    print(
+        json.dumps(
+            {
+                "snapshots": len(table.metadata.snapshots),
+                "columns": [f.name for f in table.schema().fields],
+                "types": {f.name: str(f.field_type) for f in table.schema().fields},
+                "rows": rows,
+                "duckdb": [[r[0], r[1], r[2]] for r in duck],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
