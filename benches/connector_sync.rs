@@ -30,7 +30,10 @@
 //! a connector goes no faster into it than into SQLite, the read side is
 //! the limit. `BENCH_ICEBERG=1` adds an Iceberg table on the local
 //! filesystem (typed columns from the stream's schema, Parquet files).
-//! `BENCH_PROVIDER_DELAY_MS` makes the provider wait
+//! `BENCH_DLT_PYTHON`, a Python with `benches/python/requirements.txt`
+//! installed, adds dlt as a peer: the same campaign pages, read from
+//! files (no HTTP: in dlt's favour), loaded into Parquet files by its
+//! filesystem destination. `BENCH_PROVIDER_DELAY_MS` makes the provider wait
 //! that long before each list page, as one across a network does; the
 //! bench then prints the best a read one page at a time could do, which
 //! reading ahead must beat. Each round also fetches every page alone
@@ -406,6 +409,9 @@ struct Run {
     schema: serde_json::Value,
     rates: Vec<f64>,
     cpus: Vec<f64>,
+    /// How far the process's resident memory rose above where it was at
+    /// the start of each run, in MB.
+    peaks: Vec<f64>,
     native_rates: Vec<f64>,
     native_cpus: Vec<f64>,
     /// The local PostgreSQL server's CPU seconds per run, when it is the
@@ -434,6 +440,14 @@ fn main() {
         let hosts = [MAIL_HOST, HUB_HOST];
         let page_bytes = |pages: &[Bytes]| pages.iter().map(Bytes::len).sum::<usize>();
         let (campaign_bytes, broadcast_bytes) = (page_bytes(&campaigns), page_bytes(&broadcasts));
+        // dlt, when asked for, reads the same campaign pages from files.
+        let dlt = std::env::var("BENCH_DLT_PYTHON").ok().map(|python| {
+            let pages = tempfile::tempdir().unwrap();
+            for (n, page) in campaigns.iter().enumerate() {
+                std::fs::write(pages.path().join(format!("page-{n:06}.json")), page).unwrap();
+            }
+            (python, pages)
+        });
         let provider = provider::FakeProvider::start(&ca, &hosts, router(hub.clone(), campaigns, broadcasts, delay)).await;
         let egress = EgressPolicy::from_settings(&hosts.join(","), Some(&provider.pins(&hosts)), Some(ca.pem.as_bytes())).unwrap();
         let oauth = OAuthSettings::from_settings(Some(&json!({ SOCIAL: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } }).to_string()), None).unwrap();
@@ -535,6 +549,7 @@ fn main() {
                     schema,
                     rates: Vec::new(),
                     cpus: Vec::new(),
+                    peaks: Vec::new(),
                     native_rates: Vec::new(),
                     native_cpus: Vec::new(),
                     database_cpus: Vec::new(),
@@ -593,6 +608,8 @@ fn main() {
             }
             for run in &mut runs {
                 let (db, cpu) = (database_ticks(&run.destination), support::cpu_seconds());
+                support::reset_peak_rss();
+                let resident = support::memory_mb("VmRSS:");
                 let started = Instant::now();
                 let job = api.call(reqwest::Method::POST, &format!("/pipelines/{}/sync", run.pipeline), Some(json!({}))).await;
                 let job_id = job["job_id"].as_str().unwrap().to_owned();
@@ -610,9 +627,11 @@ fn main() {
                 let rate = got as f64 / secs;
                 let (used, db_after) = (support::cpu_seconds() - cpu, database_ticks(&run.destination));
                 let (db_used, db_shown) = database_share(db, db_after).await;
-                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown})", run.label);
+                let grew = support::memory_mb("VmHWM:") - resident;
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown}, peak RSS +{grew:.0} MB over {resident:.0} MB)", run.label);
                 run.rates.push(rate);
                 run.cpus.push(used);
+                run.peaks.push(grew);
                 run.database_cpus.extend(db_used);
 
                 let (db, cpu, started) = (database_ticks(&run.destination), support::cpu_seconds(), Instant::now());
@@ -636,6 +655,26 @@ fn main() {
                 run.native_database_cpus.extend(db_used);
             }
         }
+        if let Some((python, pages)) = &dlt {
+            let mut rates = Vec::new();
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/python/dlt_parquet.py");
+            for round in 1..=rounds {
+                let out = tempfile::tempdir().unwrap();
+                let ran = std::process::Command::new(python).arg(script).arg(pages.path()).arg(out.path().join("lake")).output().unwrap();
+                assert!(ran.status.success(), "dlt: {}", String::from_utf8_lossy(&ran.stderr));
+                let printed = String::from_utf8_lossy(&ran.stdout);
+                let mut figures = printed.split_whitespace().map(|f| f.parse::<f64>().unwrap());
+                let (got, secs) = (figures.next().unwrap(), figures.next().unwrap());
+                assert_eq!(got as usize, records, "dlt loaded every record");
+                println!("round {round} {:<18} {:>10.0} records/s ({secs:.2} s) dlt 1.31, filesystem destination, Parquet, pages read from files", "email dlt", got / secs);
+                rates.push(got / secs);
+            }
+            let dlt_rate = median(rates);
+            println!("median {:<18} {dlt_rate:>10.0} records/s: dlt 1.31 into Parquet files", "email dlt");
+            for run in runs.iter().filter(|r| r.connector == "email") {
+                println!("{} at {:.1}x dlt's rate", run.label, median(run.rates.clone()) / dlt_rate);
+            }
+        }
         for (connector, rates, cpus) in alone {
             println!("median {connector:<18} {:>10.0} records/s ({:.2} CPU-s per run): the pages fetched alone, the ceiling of its syncs here", median(rates), median(cpus));
         }
@@ -657,10 +696,11 @@ fn main() {
             // The database's share, where it was measured: the medians.
             let shown = |cpus: Vec<f64>| if cpus.is_empty() { String::new() } else { format!(" + {:.2} PostgreSQL", median(cpus)) };
             println!(
-                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run{}); native baseline {native:.0} records/s ({:.2} CPU-s{}); the connector at {:.0}% of it",
+                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run{}, peak RSS +{:.0} MB); native baseline {native:.0} records/s ({:.2} CPU-s{}); the connector at {:.0}% of it",
                 run.label,
                 median(run.cpus),
                 shown(run.database_cpus),
+                median(run.peaks),
                 median(run.native_cpus),
                 shown(run.native_database_cpus),
                 100.0 * rate / native

@@ -66,22 +66,6 @@ impl Api {
     }
 }
 
-/// A memory figure of `/proc/self/status` in MB (Linux): `VmHWM`, the
-/// peak resident memory since the last reset, or `VmRSS`, the current.
-fn memory_mb(field: &str) -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
-
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -215,12 +199,12 @@ async fn main() {
 
         let measure = async |label: &str, expected: u64| -> (f64, f64, f64) {
             let before = received.load(Ordering::SeqCst);
-            let (resident, anon) = (memory_mb("VmRSS:"), memory_mb("RssAnon:"));
-            reset_peak_rss();
+            let (resident, anon) = (support::memory_mb("VmRSS:"), support::memory_mb("RssAnon:"));
+            support::reset_peak_rss();
             let started = Instant::now();
             let run = api.run(&activation).await;
             let secs = started.elapsed().as_secs_f64();
-            let peak = memory_mb("VmHWM:");
+            let peak = support::memory_mb("VmHWM:");
             let got = received.load(Ordering::SeqCst) - before;
             let counts = &run["progress"]["counts"];
             let sent = counts["added"].as_u64().unwrap() + counts["changed"].as_u64().unwrap();

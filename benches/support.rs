@@ -180,3 +180,22 @@ pub fn started_at(ticks: u64) -> Option<f64> {
 pub fn seconds(ticks: u64) -> f64 {
     ticks as f64 / TICKS_PER_SECOND
 }
+
+/// A memory figure of `/proc/self/status` in MB (Linux): `VmHWM`, the
+/// peak resident memory since the last reset, or `VmRSS`, the current.
+#[allow(dead_code)]
+pub fn memory_mb(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Starts measuring the peak resident memory (`VmHWM`) afresh.
+#[allow(dead_code)]
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}

@@ -23,7 +23,9 @@ use crate::on_both_backends;
 use crate::pipelines::Processes;
 use crate::support::process::{self, ServerProcess};
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{Backend, TestServer, expect_error, json_ok, python_script, test_plugin, test_python};
+use crate::support::{
+    ADMIN_TOKEN, Backend, TestServer, expect_error, json_ok, python_script, test_plugin, test_python,
+};
 
 /// Appends one data file holding `ids` to the table, retrying on the
 /// catalog's conflicts as a transaction does.
@@ -157,6 +159,8 @@ fn typed_events(token: String, count: Arc<AtomicU64>, delay: Arc<AtomicU64>) -> 
 
 struct Lake {
     srv: TestServer,
+    /// The source's token at the fake provider.
+    token: String,
     source_id: String,
     _provider: FakeProvider,
 }
@@ -180,49 +184,63 @@ impl Lake {
             .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
             .await
             .unwrap();
-        let cred = json_ok(
-            srv.post("/v1/credentials", serde_json::json!({ "hosts": ["api.source.test"], "secret": token }))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        let handle = cred["data"]["credential_handle"].as_str().unwrap();
-        let src = json_ok(
-            srv.post("/v1/sources", serde_json::json!({ "connector_id": "test_paged_source", "name": "Events", "configuration": { "base_url": "https://api.source.test", "credential_handle": handle, "page_size": 300 } }))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
-        let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
-        Some(Lake { srv, source_id, _provider: provider })
+        let mut lake = Lake { srv, token, source_id: String::new(), _provider: provider };
+        lake.source_id = lake.source_as(ADMIN_TOKEN).await;
+        Some(lake)
+    }
+
+    /// `POST path` with `body`, as the holder of `token`; the answer's data.
+    async fn post_as(&self, token: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+        json_ok(self.srv.request_as(token, reqwest::Method::POST, path).json(&body).send().await.unwrap()).await["data"]
+            .clone()
+    }
+
+    /// A source of the fake events in the workspace of `token`.
+    async fn source_as(&self, token: &str) -> String {
+        let secret = serde_json::json!({ "hosts": ["api.source.test"], "secret": self.token });
+        let cred = self.post_as(token, "/v1/credentials", secret).await;
+        let body = serde_json::json!({ "connector_id": "test_paged_source", "name": "Events", "configuration": { "base_url": "https://api.source.test", "credential_handle": cred["credential_handle"], "page_size": 300 } });
+        self.post_as(token, "/v1/sources", body).await["source_id"].as_str().unwrap().to_owned()
     }
 
     async fn destination(&self, configuration: serde_json::Value) -> String {
+        self.destination_as(ADMIN_TOKEN, configuration).await
+    }
+
+    async fn destination_as(&self, token: &str, configuration: serde_json::Value) -> String {
         let body = serde_json::json!({ "name": "lake", "kind": "iceberg", "configuration": configuration });
-        let d = json_ok(self.srv.post("/v1/destinations", body).send().await.unwrap()).await;
-        d["data"]["destination_id"].as_str().unwrap().to_owned()
+        self.post_as(token, "/v1/destinations", body).await["destination_id"].as_str().unwrap().to_owned()
     }
 
     async fn pipeline(&self, destination_id: &str, mode: &str) -> reqwest::Response {
-        self.srv
-            .post("/v1/pipelines", serde_json::json!({ "name": "events", "source_id": self.source_id, "destination_id": destination_id, "streams": [{ "name": "events", "sync_mode": mode }] }))
-            .send()
-            .await
-            .unwrap()
+        self.pipeline_as(ADMIN_TOKEN, &self.source_id, destination_id, mode).await
+    }
+
+    async fn pipeline_as(&self, token: &str, source_id: &str, destination_id: &str, mode: &str) -> reqwest::Response {
+        let body = serde_json::json!({ "name": "events", "source_id": source_id, "destination_id": destination_id, "streams": [{ "name": "events", "sync_mode": mode }] });
+        self.srv.request_as(token, reqwest::Method::POST, "/v1/pipelines").json(&body).send().await.unwrap()
     }
 
     async fn sync(&self, pipeline_id: &str) -> serde_json::Value {
-        let job = json_ok(
-            self.srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap(),
-        )
-        .await;
-        self.srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
+        self.sync_as(ADMIN_TOKEN, pipeline_id).await
+    }
+
+    /// Starts a sync as the holder of `token` and waits for its end.
+    async fn sync_as(&self, token: &str, pipeline_id: &str) -> serde_json::Value {
+        let job = self.post_as(token, &format!("/v1/pipelines/{pipeline_id}/sync"), serde_json::json!({})).await;
+        let path = format!("/v1/jobs/{}", job["job_id"].as_str().unwrap());
+        for _ in 0..1200 {
+            let job = json_ok(self.srv.request_as(token, reqwest::Method::GET, &path).send().await.unwrap()).await;
+            if ["succeeded", "failed", "cancelled"].contains(&job["data"]["status"].as_str().unwrap_or_default()) {
+                return job["data"].clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{path} did not finish");
     }
 
     /// What pyiceberg and DuckDB read of `table` in the warehouse folder
-    /// `warehouse`, through pyiceberg's SQL catalog on the control database.
+    /// `warehouse` of the first workspace.
     async fn read_back(&self, warehouse: &str, table: &str) -> serde_json::Value {
         let catalog = format!("{}/{warehouse}", self.srv.workspace_id().await);
         read_back(&self.srv.state.config.database_url, &catalog, table).await
@@ -295,6 +313,37 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
         read["columns"].as_array().unwrap()[..4],
         ["_service_raw_id", "_service_extracted_at", "_service_meta", "_service_unmapped"]
     );
+
+    // Another workspace naming the same folder and namespace gets a
+    // catalog and files of its own: its sync leaves the first's table as
+    // it was.
+    let (other_ws, other) = lake.srv.other_workspace().await;
+    let source = lake.source_as(&other).await;
+    let theirs =
+        lake.destination_as(&other, serde_json::json!({ "warehouse": "lake", "namespace": "analytics" })).await;
+    let pipeline = json_ok(lake.pipeline_as(&other, &source, &theirs, "incremental_append").await).await;
+    let job = lake.sync_as(&other, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let database_url = &lake.srv.state.config.database_url;
+    assert_exact(&read_back(database_url, &format!("{other_ws}/lake"), "analytics.events").await, 2500);
+    assert_exact(&lake.read_back("lake", "analytics.events").await, 2500);
+    assert!(lake.srv.data_dir.join("lakehouse").join(&other_ws).join("lake/analytics/events").is_dir());
+    // No configuration names a place outside the workspace's folder.
+    for (field, bad) in [
+        ("warehouse", serde_json::json!({ "warehouse": "../other" })),
+        ("warehouse", serde_json::json!({ "warehouse": format!("../{other_ws}/lake") })),
+        ("warehouse", serde_json::json!({ "warehouse": "/tmp/lake" })),
+        ("warehouse", serde_json::json!({ "warehouse": "s3://bucket/lake" })),
+        ("namespace", serde_json::json!({ "warehouse": "lake", "namespace": "a.b" })),
+        ("namespace", serde_json::json!({ "warehouse": "lake", "namespace": "../x" })),
+        ("commit_every_seconds", serde_json::json!({ "warehouse": "lake", "commit_every_seconds": 0 })),
+        ("path", serde_json::json!({ "warehouse": "lake", "path": "/" })),
+    ] {
+        let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": bad });
+        let refused =
+            expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED");
+        assert_eq!(refused.await["details"]["field"], format!("configuration.{field}"), "{bad}");
+    }
 
     // A full refresh into another namespace: each sync's rows replace the
     // last's in one catalog step, so a reader never sees both or neither.
@@ -389,4 +438,54 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
     assert_eq!(orphans(&procs, false), vec!["0 orphan file(s), 0 bytes (--delete removes them)".to_owned()]);
     let read = read_back(&database_url, &catalog, "crash.events").await;
     assert_exact(&read, count.load(Ordering::SeqCst));
+}
+
+/// Two `service serve` processes on one PostgreSQL database, two
+/// pipelines loading one table at once, each committing every second:
+/// their commits race for the table's pointer, the losers retry on the
+/// new metadata, and no commit is lost: every record is in the table once
+/// per pipeline. Needs `SERVICE_TEST_DATABASE_URL` (or the local server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_loading_one_table_lose_no_commit() {
+    crate::support::init_crypto();
+    let Some(db) = crate::support::PgDatabase::create().await else { return };
+    let ca = TestCa::new();
+    let token = format!("lake-replicas-{}", uuid::Uuid::new_v4().simple());
+    let (count, delay) = (Arc::new(AtomicU64::new(1200)), Arc::new(AtomicU64::new(40)));
+    let provider = FakeProvider::start(&ca, &["api.source.test"], typed_events(token.clone(), count, delay)).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("DATABASE_URL", db.url.clone()));
+    // One after the other: the first creates the shared key file.
+    let a = ServerProcess::start(procs.env.clone()).await;
+    let b = ServerProcess::start(procs.env.clone()).await;
+    let destination = |n: u32| serde_json::json!({ "name": format!("lake {n}"), "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "shared", "commit_every_seconds": 1 } });
+    let first = procs.pipeline_of(&a.base, "test_paged_source", &token, 30, destination(1), "incremental_append").await;
+    let second =
+        procs.pipeline_of(&b.base, "test_paged_source", &token, 30, destination(2), "incremental_append").await;
+    let mut jobs = Vec::new();
+    for (base, pipeline) in [(&a.base, &first), (&b.base, &second)] {
+        let sync = procs.api(base, reqwest::Method::POST, &format!("/v1/pipelines/{pipeline}/sync"));
+        jobs.push((base, json_ok(sync.send().await.unwrap()).await["data"]["job_id"].as_str().unwrap().to_owned()));
+    }
+    let mut spans = Vec::new();
+    for (base, job_id) in &jobs {
+        let job = procs.wait(base, job_id).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        spans.push((job["started_at"].as_str().unwrap().to_owned(), job["finished_at"].as_str().unwrap().to_owned()));
+    }
+    assert!(spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1, "the two syncs ran at once: {spans:?}");
+    let read = read_back(&db.url, &format!("{}/lake", procs.workspace()), "shared.events").await;
+    assert!(read["snapshots"].as_u64().unwrap() >= 4, "several commits each: {}", read["snapshots"]);
+    let rows = read["rows"].as_array().unwrap();
+    for pipeline in [&first, &second] {
+        let mut ids: Vec<u64> = rows
+            .iter()
+            .filter(|r| r["pipeline"] == pipeline.as_str())
+            .map(|r| r["id"].as_str().unwrap().parse().unwrap())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, (0..1200).collect::<Vec<u64>>(), "pipeline {pipeline}: every record once");
+    }
+    assert_eq!(rows.len(), 2400);
+    drop((a, b));
 }

@@ -4,7 +4,7 @@ Opens the table through pyiceberg's SQL catalog on the service's control
 database, scans it with pyiceberg (Arrow) and again with DuckDB over the
 same snapshot, and prints one JSON document with what each saw: the
 table's snapshots and, per row, the values as exact text (decimals as
-written, timestamps to the microsecond).
+written, timestamps to the microsecond) and the pipeline that wrote it.
 
 Usage: iceberg_read.py <catalog-uri> <catalog-name> <namespace.table>
 """
@@ -40,6 +40,8 @@ def main():
         row = {c: text(record[c]) for c in columns}
         payload = record.get("payload")
         row["payload_n"] = None if payload is None else payload.get("n")
+        meta = record.get("_service_meta")
+        row["pipeline"] = None if meta is None else json.loads(meta)["pipeline_id"]
         rows.append(row)
     con = table.scan().to_duckdb(table_name="t")
     duck = con.execute(

@@ -51,8 +51,9 @@ pub enum DestinationConfig {
     /// `<data-dir>/exports/<workspace>/<directory>/<stream>.jsonl`.
     Jsonl { directory: String },
     /// Iceberg tables in `<data-dir>/lakehouse/<workspace>/<warehouse>`,
-    /// in `namespace`, cataloged in the control database.
-    Iceberg { warehouse: String, namespace: String },
+    /// in `namespace`, cataloged in the control database, committed at
+    /// most every `commit_every`.
+    Iceberg { warehouse: String, namespace: String, commit_every: std::time::Duration },
 }
 
 pub(crate) fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
@@ -95,7 +96,7 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
         DestinationKind::Sqlite => &["file"],
         DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
         DestinationKind::Jsonl => &["directory"],
-        DestinationKind::Iceberg => &["warehouse", "namespace"],
+        DestinationKind::Iceberg => &["warehouse", "namespace", "commit_every_seconds"],
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
@@ -129,7 +130,20 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
                     ));
                 }
             };
-            DestinationConfig::Iceberg { warehouse: plain_name("configuration.warehouse", warehouse)?, namespace }
+            let commit_every = match obj.get("commit_every_seconds") {
+                None | Some(Value::Null) => 10,
+                Some(v) => v.as_u64().filter(|s| (1..=3600).contains(s)).ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "configuration.commit_every_seconds",
+                        "commit_every_seconds must be a whole number from 1 to 3600",
+                    )
+                })?,
+            };
+            DestinationConfig::Iceberg {
+                warehouse: plain_name("configuration.warehouse", warehouse)?,
+                namespace,
+                commit_every: std::time::Duration::from_secs(commit_every),
+            }
         }
         DestinationKind::Postgres => {
             let raw = obj

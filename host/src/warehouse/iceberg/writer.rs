@@ -4,9 +4,9 @@
 //! snapshot at a checkpoint, together with the stream state in the same
 //! control-database transaction: the state a restarted sync resumes from
 //! always covers exactly the rows the table holds, so a crash at any point
-//! neither loses nor repeats a record. Commits come at most every
-//! [`COMMIT_EVERY`] or [`COMMIT_BYTES`] (and at the stream's end), not at
-//! every checkpoint: fewer, larger snapshots. A full refresh is written to
+//! neither loses nor repeats a record. Commits come once the destination's
+//! commit interval has passed or [`COMMIT_BYTES`] are written (and at the
+//! stream's end), not at every checkpoint: fewer, larger snapshots. A full refresh is written to
 //! a staged table that replaces the live one when the stream ends.
 
 use std::collections::HashMap;
@@ -38,14 +38,14 @@ pub struct IcebergWriter {
     /// Where the warehouse's tables live (`file:///…`).
     warehouse: String,
     namespace: NamespaceIdent,
+    /// How long written files may wait for a commit, at most.
+    commit_every: Duration,
     /// The table each started stream writes to, by its table name.
     streams: Mutex<HashMap<String, Arc<StreamTable>>>,
 }
 
-/// A commit is due once this long has passed since the first file it
-/// would commit was written...
-const COMMIT_EVERY: Duration = Duration::from_secs(10);
-/// ... or once its files hold this many bytes of records.
+/// A commit is due once its files hold this many bytes of records (or
+/// once the commit interval has passed since the first was written).
 const COMMIT_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Where one stream's batches go.
@@ -84,6 +84,7 @@ impl IcebergWriter {
         catalog: ProductCatalog,
         warehouse: String,
         namespace: &str,
+        commit_every: Duration,
     ) -> Result<IcebergWriter, WriteError> {
         let namespace = NamespaceIdent::new(namespace.to_owned());
         if let Err(e) = catalog.create_namespace(&namespace, HashMap::new()).await
@@ -91,7 +92,7 @@ impl IcebergWriter {
         {
             return Err(failed("cannot create the lakehouse namespace", e));
         }
-        Ok(IcebergWriter { catalog, warehouse, namespace, streams: Default::default() })
+        Ok(IcebergWriter { catalog, warehouse, namespace, commit_every, streams: Default::default() })
     }
 
     /// Starts `pipeline_id`'s `stream` into `table`: the table is created
@@ -208,7 +209,7 @@ impl IcebergWriter {
         pending.state = Some(state);
         let due = pending.files.is_empty()
             || pending.bytes >= COMMIT_BYTES
-            || pending.since.is_some_and(|t| t.elapsed() >= COMMIT_EVERY);
+            || pending.since.is_some_and(|t| t.elapsed() >= self.commit_every);
         if !due {
             return Ok(None);
         }
@@ -288,7 +289,7 @@ mod tests {
         let warehouse = format!("file://{}/lake", dir.path().display());
         let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
         let catalog = ProductCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
-        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns").await.unwrap();
+        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10)).await.unwrap();
         let write = async |records: &[&str]| {
             let records: Vec<String> = records.iter().map(|r| r.to_string()).collect();
             let batch = lake.prepare("t", &records, "{}").unwrap();
