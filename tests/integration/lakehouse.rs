@@ -159,6 +159,7 @@ fn typed_events(token: String, count: Arc<AtomicU64>, delay: Arc<AtomicU64>) -> 
 
 struct Lake {
     srv: TestServer,
+    reader: tokio::sync::Mutex<Reader>,
     /// The source's token at the fake provider.
     token: String,
     source_id: String,
@@ -184,7 +185,8 @@ impl Lake {
             .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
             .await
             .unwrap();
-        let mut lake = Lake { srv, token, source_id: String::new(), _provider: provider };
+        let reader = tokio::sync::Mutex::new(Reader::start());
+        let mut lake = Lake { srv, reader, token, source_id: String::new(), _provider: provider };
         lake.source_id = lake.source_as(ADMIN_TOKEN).await;
         Some(lake)
     }
@@ -243,25 +245,52 @@ impl Lake {
     /// `warehouse` of the first workspace.
     async fn read_back(&self, warehouse: &str, table: &str) -> serde_json::Value {
         let catalog = format!("{}/{warehouse}", self.srv.workspace_id().await);
-        read_back(&self.srv.state.config.database_url, &catalog, table).await
+        self.read_back_in(&catalog, table).await
+    }
+
+    /// What pyiceberg and DuckDB read of `table` in the catalog `catalog`.
+    async fn read_back_in(&self, catalog: &str, table: &str) -> serde_json::Value {
+        self.reader.lock().await.read(&self.srv.state.config.database_url, catalog, table).await
     }
 }
 
-/// What pyiceberg and DuckDB read of `table` through pyiceberg's SQL
-/// catalog `catalog` on the control database at `database_url`.
-async fn read_back(database_url: &str, catalog: &str, table: &str) -> serde_json::Value {
-    let uri = match database_url.strip_prefix("sqlite://") {
-        Some(path) => format!("sqlite:///{}", path.split('?').next().unwrap()),
-        None => database_url.replacen("postgres://", "postgresql+psycopg2://", 1),
-    };
-    let out = tokio::process::Command::new(test_python())
-        .arg(python_script("iceberg_read.py"))
-        .args([&uri, catalog, table])
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "iceberg_read.py: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+/// pyiceberg and DuckDB reading tables as an engine outside the service
+/// does: one `iceberg_read.py --serve` for the whole test.
+struct Reader {
+    child: tokio::process::Child,
+    input: tokio::process::ChildStdin,
+    output: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Reader {
+    fn start() -> Reader {
+        let mut child = tokio::process::Command::new(test_python())
+            .arg(python_script("iceberg_read.py"))
+            .arg("--serve")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let output = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+        Reader { child, input, output }
+    }
+
+    /// What pyiceberg and DuckDB read of `table` through pyiceberg's SQL
+    /// catalog `catalog` on the control database at `database_url`.
+    async fn read(&mut self, database_url: &str, catalog: &str, table: &str) -> serde_json::Value {
+        let uri = match database_url.strip_prefix("sqlite://") {
+            Some(path) => format!("sqlite:///{}", path.split('?').next().unwrap()),
+            None => database_url.replacen("postgres://", "postgresql+psycopg2://", 1),
+        };
+        let request = format!("{}\n", serde_json::json!([uri, catalog, table]));
+        tokio::io::AsyncWriteExt::write_all(&mut self.input, request.as_bytes()).await.unwrap();
+        match self.output.next_line().await.unwrap() {
+            Some(line) => serde_json::from_str(&line).unwrap(),
+            None => panic!("iceberg_read.py stopped: {:?}", self.child.wait().await),
+        }
+    }
 }
 
 /// Every record once, each value exactly as the provider wrote it, in
@@ -324,8 +353,7 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
     let pipeline = json_ok(lake.pipeline_as(&other, &source, &theirs, "incremental_append").await).await;
     let job = lake.sync_as(&other, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded", "{job}");
-    let database_url = &lake.srv.state.config.database_url;
-    assert_exact(&read_back(database_url, &format!("{other_ws}/lake"), "analytics.events").await, 2500);
+    assert_exact(&lake.read_back_in(&format!("{other_ws}/lake"), "analytics.events").await, 2500);
     assert_exact(&lake.read_back("lake", "analytics.events").await, 2500);
     assert!(lake.srv.data_dir.join("lakehouse").join(&other_ws).join("lake/analytics/events").is_dir());
     // No configuration names a place outside the workspace's folder.
@@ -337,6 +365,14 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
         ("namespace", serde_json::json!({ "warehouse": "lake", "namespace": "a.b" })),
         ("namespace", serde_json::json!({ "warehouse": "lake", "namespace": "../x" })),
         ("commit_every_seconds", serde_json::json!({ "warehouse": "lake", "commit_every_seconds": 0 })),
+        (
+            "partitions",
+            serde_json::json!({ "warehouse": "lake", "partitions": { "events": [{ "field": "id", "transform": "weekly" }] } }),
+        ),
+        (
+            "partitions",
+            serde_json::json!({ "warehouse": "lake", "partitions": { "events": [{ "transform": "day" }] } }),
+        ),
         ("path", serde_json::json!({ "warehouse": "lake", "path": "/" })),
     ] {
         let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": bad });
@@ -345,19 +381,44 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
         assert_eq!(refused.await["details"]["field"], format!("configuration.{field}"), "{bad}");
     }
 
-    // A full refresh into another namespace: each sync's rows replace the
-    // last's in one catalog step, so a reader never sees both or neither.
-    let refreshed = lake.destination(serde_json::json!({ "warehouse": "lake", "namespace": "snapshots" })).await;
+    // A full refresh into another namespace, partitioned: each sync's rows
+    // replace the last's in one catalog step, so a reader never sees both
+    // or neither; each batch is a file per partition.
+    let partitions = serde_json::json!({ "events": [
+        { "field": "updated_at", "transform": "hour" },
+        { "field": "id", "transform": "bucket[4]" },
+    ] });
+    let refreshed = lake
+        .destination(serde_json::json!({ "warehouse": "lake", "namespace": "snapshots", "partitions": partitions }))
+        .await;
     let pipeline = json_ok(lake.pipeline(&refreshed, "full_refresh_overwrite").await).await;
     let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
     for _ in 0..2 {
         assert_eq!(lake.sync(pipeline_id).await["status"], "succeeded");
         let read = lake.read_back("lake", "snapshots.events").await;
         assert_exact(&read, 2500);
+        assert_eq!(read["spec"], serde_json::json!([["updated_at_hour", "hour"], ["id_bucket_4", "bucket[4]"]]));
+        // 2,500 seconds of records from the top of an hour: one hour, four
+        // buckets, each batch a file per partition it holds.
+        assert_eq!(read["partitions"], 4);
+        assert!(read["files"].as_u64().unwrap() >= 4, "{}", read["files"]);
     }
     let catalog = format!("{}/lake", lake.srv.workspace_id().await);
     let tables = lake.srv.state.store.iceberg_tables(&catalog, "snapshots").await.unwrap();
     assert_eq!(tables, vec!["events".to_owned()], "the staged table is gone once swapped in");
+
+    // A partition the stream cannot have fails the sync, named, before
+    // anything is written.
+    let partitions = serde_json::json!({ "events": [{ "field": "nope", "transform": "day" }] });
+    let wrong = lake
+        .destination(serde_json::json!({ "warehouse": "lake", "namespace": "wrong", "partitions": partitions }))
+        .await;
+    let pipeline = json_ok(lake.pipeline(&wrong, "incremental_append").await).await;
+    let job = lake.sync(pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(job["error"].as_str().unwrap().contains("partition field nope: the stream has no such column"), "{job}");
+    assert_eq!(job["attempts"], 1, "a refusal is not retried: {job}");
+    assert!(lake.srv.state.store.iceberg_tables(&catalog, "wrong").await.unwrap().is_empty());
     lake.srv.stop().await;
 }
 
@@ -391,7 +452,7 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
     let routes = typed_events(token.clone(), count.clone(), delay.clone());
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes).await;
     let mut procs = Processes::new(&ca, &provider);
-    procs.env.push(("SERVICE_JOB_LEASE_SECS", "2".into()));
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
     let mut server = ServerProcess::start(procs.env.clone()).await;
     let destination = serde_json::json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "crash" } });
     let pipeline =
@@ -399,6 +460,7 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
     let database_url = format!("sqlite://{}/service.db", procs.data_dir().display());
     let catalog = format!("{}/lake", procs.workspace());
     let mut kills = Vec::new();
+    let mut reader = Reader::start();
     for round in 0..20u64 {
         count.fetch_add(300, Ordering::SeqCst);
         // Pages of 40 records, 25 ms each: about 200 ms of reading, killed
@@ -415,7 +477,7 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
         assert_eq!(last["status"], "succeeded", "round {round}, killed after {kill_after} ms: {last}");
-        let read = read_back(&database_url, &catalog, "crash.events").await;
+        let read = reader.read(&database_url, &catalog, "crash.events").await;
         let rows = read["rows"].as_array().unwrap();
         let mut ids: Vec<u64> = rows.iter().map(|r| r["id"].as_str().unwrap().parse().unwrap()).collect();
         ids.sort();
@@ -436,7 +498,7 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
     let removed = orphans(&procs, true);
     assert_eq!(removed.len(), listed.len(), "the same files are removed: {removed:?}");
     assert_eq!(orphans(&procs, false), vec!["0 orphan file(s), 0 bytes (--delete removes them)".to_owned()]);
-    let read = read_back(&database_url, &catalog, "crash.events").await;
+    let read = reader.read(&database_url, &catalog, "crash.events").await;
     assert_exact(&read, count.load(Ordering::SeqCst));
 }
 
@@ -474,7 +536,7 @@ async fn two_server_processes_loading_one_table_lose_no_commit() {
         spans.push((job["started_at"].as_str().unwrap().to_owned(), job["finished_at"].as_str().unwrap().to_owned()));
     }
     assert!(spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1, "the two syncs ran at once: {spans:?}");
-    let read = read_back(&db.url, &format!("{}/lake", procs.workspace()), "shared.events").await;
+    let read = Reader::start().read(&db.url, &format!("{}/lake", procs.workspace()), "shared.events").await;
     assert!(read["snapshots"].as_u64().unwrap() >= 4, "several commits each: {}", read["snapshots"]);
     let rows = read["rows"].as_array().unwrap();
     for pipeline in [&first, &second] {

@@ -6,7 +6,10 @@ same snapshot, and prints one JSON document with what each saw: the
 table's snapshots and, per row, the values as exact text (decimals as
 written, timestamps to the microsecond) and the pipeline that wrote it.
 
-Usage: iceberg_read.py <catalog-uri> <catalog-name> <namespace.table>
+Usage: iceberg_read.py <catalog-uri> <catalog-name> <namespace.table>, or
+iceberg_read.py --serve: one JSON array of those three per line of
+standard input, one JSON document per line of output (a test reading many
+times pays for the imports once).
 """
 
 import datetime
@@ -29,8 +32,7 @@ def text(value):
     return str(value)
 
 
-def main():
-    uri, name, ident = sys.argv[1:4]
+def read(uri, name, ident):
     catalog = SqlCatalog(name, uri=uri)
     table = catalog.load_table(ident)
     arrow = table.scan().to_arrow()
@@ -44,20 +46,29 @@ def main():
         row["pipeline"] = None if meta is None else json.loads(meta)["pipeline_id"]
         rows.append(row)
     con = table.scan().to_duckdb(table_name="t")
-    duck = con.execute(
-        "SELECT id, CAST(amount AS VARCHAR), epoch_us(updated_at) FROM t"
-    ).fetchall()
-    print(
-        json.dumps(
-            {
-                "snapshots": len(table.metadata.snapshots),
-                "columns": [f.name for f in table.schema().fields],
-                "types": {f.name: str(f.field_type) for f in table.schema().fields},
-                "rows": rows,
-                "duckdb": [[r[0], r[1], r[2]] for r in duck],
-            }
-        )
+    duck = con.execute("SELECT id, CAST(amount AS VARCHAR), epoch_us(updated_at) FROM t").fetchall()
+    files = list(table.scan().plan_files())
+    partitions = {json.dumps([text(v) for v in task.file.partition]) for task in files}
+    return json.dumps(
+        {
+            "snapshots": len(table.metadata.snapshots),
+            "spec": [[f.name, str(f.transform)] for f in table.spec().fields],
+            "partitions": len(partitions),
+            "files": len(files),
+            "columns": [f.name for f in table.schema().fields],
+            "types": {f.name: str(f.field_type) for f in table.schema().fields},
+            "rows": rows,
+            "duckdb": [[r[0], r[1], r[2]] for r in duck],
+        }
     )
+
+
+def main():
+    if sys.argv[1:] == ["--serve"]:
+        for line in sys.stdin:
+            print(read(*json.loads(line)), flush=True)
+    else:
+        print(read(*sys.argv[1:4]))
 
 
 if __name__ == "__main__":

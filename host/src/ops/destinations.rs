@@ -25,7 +25,7 @@ pub struct CreateDestination {
     pub kind: DestinationKind,
     /// `sqlite`: `{file}`; `postgres`: `{url, credential_handle?}` (no
     /// password in the URL); `jsonl`: `{directory}`; `iceberg`:
-    /// `{warehouse, namespace?, commit_every_seconds?}`.
+    /// `{warehouse, namespace?, commit_every_seconds?, partitions?}`.
     #[schema(value_type = Object)]
     pub configuration: Value,
 }

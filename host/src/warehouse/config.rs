@@ -52,8 +52,69 @@ pub enum DestinationConfig {
     Jsonl { directory: String },
     /// Iceberg tables in `<data-dir>/lakehouse/<workspace>/<warehouse>`,
     /// in `namespace`, cataloged in the control database, committed at
-    /// most every `commit_every`.
-    Iceberg { warehouse: String, namespace: String, commit_every: std::time::Duration },
+    /// most every `commit_every`, partitioned per stream as `partitions`
+    /// says.
+    Iceberg {
+        warehouse: String,
+        namespace: String,
+        commit_every: std::time::Duration,
+        partitions: std::collections::BTreeMap<String, Vec<PartitionField>>,
+    },
+}
+
+/// A partition field of a lakehouse table: a top-level column and how its
+/// values are grouped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionField {
+    pub field: String,
+    pub transform: iceberg::spec::Transform,
+}
+
+/// Partition fields per stream, at most four each: `{"<stream>": [{"field":
+/// "updated_at", "transform": "day"}, ...]}`.
+fn partitions(value: Option<&Value>) -> Result<std::collections::BTreeMap<String, Vec<PartitionField>>, ApiError> {
+    use iceberg::spec::Transform;
+    let invalid = |m: String| ApiError::invalid_field("configuration.partitions", m);
+    let streams = match value {
+        None | Some(Value::Null) => return Ok(Default::default()),
+        Some(Value::Object(streams)) => streams,
+        Some(_) => return Err(invalid("partitions must map stream names to lists of partition fields".into())),
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (stream, fields) in streams {
+        let fields = fields
+            .as_array()
+            .filter(|f| f.len() <= 4)
+            .ok_or_else(|| invalid(format!("partitions.{stream} must be a list of at most four partition fields")))?;
+        let parsed = fields
+            .iter()
+            .map(|f| {
+                let field = f.get("field").and_then(Value::as_str).filter(|s| !s.is_empty());
+                let field = field.ok_or_else(|| invalid(format!("each partition field of {stream} needs a field")))?;
+                let transform = f.get("transform").and_then(Value::as_str).unwrap_or("identity");
+                let parsed = transform.parse::<Transform>().ok().filter(|t| {
+                    matches!(
+                        t,
+                        Transform::Identity
+                            | Transform::Year
+                            | Transform::Month
+                            | Transform::Day
+                            | Transform::Hour
+                            | Transform::Bucket(1..)
+                            | Transform::Truncate(1..)
+                    )
+                });
+                let transform = parsed.ok_or_else(|| {
+                    invalid(format!(
+                        "{transform} is not a partition transform: use identity, year, month, day, hour, bucket[N] or truncate[W]"
+                    ))
+                })?;
+                Ok(PartitionField { field: field.to_owned(), transform })
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        out.insert(stream.clone(), parsed);
+    }
+    Ok(out)
 }
 
 pub(crate) fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiError> {
@@ -96,7 +157,7 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
         DestinationKind::Sqlite => &["file"],
         DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
         DestinationKind::Jsonl => &["directory"],
-        DestinationKind::Iceberg => &["warehouse", "namespace", "commit_every_seconds"],
+        DestinationKind::Iceberg => &["warehouse", "namespace", "commit_every_seconds", "partitions"],
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
@@ -143,6 +204,7 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
                 warehouse: plain_name("configuration.warehouse", warehouse)?,
                 namespace,
                 commit_every: std::time::Duration::from_secs(commit_every),
+                partitions: partitions(obj.get("partitions"))?,
             }
         }
         DestinationKind::Postgres => {

@@ -117,7 +117,7 @@ impl Writer {
                     .map_err(|e| failed("cannot open the export directory", e))?;
                 Ok(Writer::Jsonl { dir })
             }
-            DestinationConfig::Iceberg { warehouse, namespace, commit_every } => {
+            DestinationConfig::Iceberg { warehouse, namespace, commit_every, partitions } => {
                 let store = place
                     .catalogs
                     .ok_or_else(|| WriteError::Destination("lakehouses need the control database".into()))?;
@@ -127,7 +127,7 @@ impl Writer {
                 let file_io = iceberg::io::FileIOBuilder::new(Arc::new(iceberg::io::LocalFsStorageFactory)).build();
                 let name = format!("{}/{warehouse}", place.workspace_id);
                 let catalog = ProductCatalog::new(store.clone(), name, location.clone(), file_io);
-                let lake = IcebergWriter::open(catalog, location, namespace, *commit_every).await?;
+                let lake = IcebergWriter::open(catalog, location, namespace, *commit_every, partitions.clone()).await?;
                 Ok(Writer::Iceberg(Box::new(lake)))
             }
         }

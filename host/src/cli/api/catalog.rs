@@ -189,7 +189,7 @@ pub enum DestinationsCommand {
     Create {
         #[arg(long)]
         name: Option<String>,
-        /// Its kind: sqlite, postgres, jsonl.
+        /// Its kind: sqlite, postgres, jsonl, iceberg.
         #[arg(long)]
         kind: Option<String>,
         /// Its configuration (JSON object, `@FILE` or `-`).

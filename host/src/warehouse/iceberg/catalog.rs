@@ -14,11 +14,11 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use iceberg::io::FileIO;
-use iceberg::spec::{Schema, TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit, TableCreation,
-    TableIdent,
+    TableIdent, TableUpdate,
 };
 
 use crate::store::Store;
@@ -148,30 +148,28 @@ impl ProductCatalog {
             .with_retryable(true)
     }
 
-    /// Makes the schema `evolve` derives from the table's metadata the
-    /// table's current one (nothing when it derives none), on the table as
-    /// it is at the commit: a race is retried on the new metadata. The
-    /// table as it is afterwards, or `evolve`'s refusal.
-    pub async fn evolve_schema<E>(
+    /// Applies the updates `evolve` derives from the table's metadata (a
+    /// new schema, a new partition spec; nothing when it derives none), on
+    /// the table as it is at the commit: a race is retried on the new
+    /// metadata. The table as it is afterwards, or `evolve`'s refusal.
+    pub async fn evolve<E>(
         &self,
         ident: &TableIdent,
-        evolve: impl Fn(&TableMetadata) -> std::result::Result<Option<Schema>, E>,
+        evolve: impl Fn(&TableMetadata) -> std::result::Result<Vec<TableUpdate>, E>,
     ) -> Result<std::result::Result<Table, E>> {
         for _ in 0..COMMIT_ATTEMPTS {
             let table = self.load_table(ident).await?;
-            let schema = match evolve(table.metadata()) {
-                Ok(Some(schema)) => schema,
-                Ok(None) => return Ok(Ok(table)),
+            let updates = match evolve(table.metadata()) {
+                Ok(updates) if updates.is_empty() => return Ok(Ok(table)),
+                Ok(updates) => updates,
                 Err(e) => return Ok(Err(e)),
             };
             let expected = table.metadata_location_result()?.to_owned();
-            let metadata = table
-                .metadata()
-                .clone()
-                .into_builder(Some(expected.clone()))
-                .add_current_schema(schema)?
-                .build()?
-                .metadata;
+            let mut builder = table.metadata().clone().into_builder(Some(expected.clone()));
+            for update in updates {
+                builder = update.apply(builder)?;
+            }
+            let metadata = builder.build()?.metadata;
             let next = MetadataLocation::from_str(&expected)?.with_next_version().with_new_metadata(&metadata);
             if self.publish(ident, &expected, &metadata, &next).await? == Swapped::Done {
                 return Ok(Ok(self.table_at(ident, next.to_string()).await?));

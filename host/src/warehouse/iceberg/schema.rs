@@ -28,7 +28,12 @@
 //! `_service_unmapped` (so nothing is dropped, and a field a later schema
 //! declares gets a column from then on).
 
-use iceberg::spec::{ListType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
+use iceberg::spec::{
+    ListType, NestedField, NestedFieldRef, PartitionSpec, PrimitiveType, Schema, StructType, Transform, Type,
+    UnboundPartitionSpec,
+};
+
+use super::super::config::PartitionField;
 use serde_json::Value;
 
 /// The columns every table starts with, before the stream's own.
@@ -152,6 +157,33 @@ pub(super) fn evolve(
     let fields = merge_fields("", current.as_struct().fields(), columns, &mut ids)?;
     let evolved = build(fields)?;
     Ok((evolved.as_struct() != current.as_struct()).then_some(evolved))
+}
+
+/// The partition spec `fields` make of `schema`'s columns. Each partition
+/// field is named after its column and transform (`updated_at_day`,
+/// `id_bucket_16`; an identity partition after its column).
+pub(super) fn partition_spec(schema: &Schema, fields: &[PartitionField]) -> Result<UnboundPartitionSpec, SchemaError> {
+    let mut spec = UnboundPartitionSpec::builder();
+    for PartitionField { field, transform } in fields {
+        let invalid = |m: String| SchemaError::Invalid(format!("partition field {field}: {m}"));
+        let source = schema.field_by_name(field).ok_or_else(|| invalid("the stream has no such column".into()))?;
+        transform
+            .result_type(&source.field_type)
+            .map_err(|_| invalid(format!("{transform} does not apply to a {} column", source.field_type)))?;
+        let name = match transform {
+            Transform::Identity => field.clone(),
+            other => format!("{field}_{}", other.to_string().replace(['[', ']'], "_").trim_end_matches('_')),
+        };
+        spec = spec.add_partition_field(source.id, name, *transform).map_err(|e| invalid(e.to_string()))?;
+    }
+    Ok(spec.build())
+}
+
+/// Whether a table's partition spec is the one wanted.
+pub(super) fn same_spec(current: &PartitionSpec, wanted: &UnboundPartitionSpec) -> bool {
+    let current: Vec<_> = current.fields().iter().map(|f| (f.source_id, f.transform)).collect();
+    let wanted: Vec<_> = wanted.fields().iter().map(|f| (f.source_id, f.transform)).collect();
+    current == wanted
 }
 
 struct Ids(i32);
@@ -286,6 +318,34 @@ mod tests {
         assert_eq!(of("_service_meta"), None, "reserved names are the service's");
         let bad = columns(&json!({ "properties": { "x": { "format": "decimal", "precision": 39 } } }));
         assert!(matches!(bad, Err(SchemaError::Invalid(m)) if m.contains("x: decimal(39,9)")));
+    }
+
+    #[test]
+    fn partition_fields_are_named_after_their_column_and_must_fit_its_type() {
+        let table = new_table(&stream(json!({
+            "at": { "type": "string", "format": "date-time" },
+            "id": { "type": "integer" },
+            "kind": { "type": "string" },
+        })))
+        .unwrap();
+        let field = |field: &str, transform: Transform| PartitionField { field: field.into(), transform };
+        let spec = partition_spec(
+            &table,
+            &[field("at", Transform::Day), field("id", Transform::Bucket(16)), field("kind", Transform::Identity)],
+        )
+        .unwrap();
+        let names: Vec<&str> = spec.fields().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["at_day", "id_bucket_16", "kind"]);
+        assert_eq!(spec.fields()[0].source_id, table.field_by_name("at").unwrap().id);
+        for (bad, why) in [
+            (field("kind", Transform::Day), "day does not apply to a string column"),
+            (field("nope", Transform::Identity), "the stream has no such column"),
+        ] {
+            match partition_spec(&table, &[bad]) {
+                Err(SchemaError::Invalid(m)) => assert!(m.contains(why), "{m}"),
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -15,19 +15,21 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use iceberg::spec::{DataFile, DataFileFormat, SchemaRef as IcebergSchemaRef};
+use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::spec::{DataFile, DataFileFormat, PartitionSpecRef, SchemaRef as IcebergSchemaRef};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, DefaultLocationGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter as _, IcebergWriterBuilder};
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent, TableUpdate};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
 use super::super::WriteError;
+use super::super::config::PartitionField;
 use super::catalog::ProductCatalog;
 use super::{rows, schema};
 use crate::store::iceberg::StreamCheckpoint;
@@ -40,6 +42,8 @@ pub struct IcebergWriter {
     namespace: NamespaceIdent,
     /// How long written files may wait for a commit, at most.
     commit_every: Duration,
+    /// Partition fields per stream.
+    partitions: std::collections::BTreeMap<String, Vec<PartitionField>>,
     /// The table each started stream writes to, by its table name.
     streams: Mutex<HashMap<String, Arc<StreamTable>>>,
 }
@@ -52,8 +56,10 @@ const COMMIT_BYTES: u64 = 256 * 1024 * 1024;
 struct StreamTable {
     /// The table written.
     ident: TableIdent,
-    /// Its schema when the stream started, as Iceberg and as Arrow.
+    /// Its schema and partition spec when the stream started, and the
+    /// schema as Arrow.
     schema: IcebergSchemaRef,
+    spec: PartitionSpecRef,
     arrow: SchemaRef,
     /// In a full refresh, the live table the written one replaces at the end.
     replaces: Option<TableIdent>,
@@ -85,6 +91,7 @@ impl IcebergWriter {
         warehouse: String,
         namespace: &str,
         commit_every: Duration,
+        partitions: std::collections::BTreeMap<String, Vec<PartitionField>>,
     ) -> Result<IcebergWriter, WriteError> {
         let namespace = NamespaceIdent::new(namespace.to_owned());
         if let Err(e) = catalog.create_namespace(&namespace, HashMap::new()).await
@@ -92,7 +99,7 @@ impl IcebergWriter {
         {
             return Err(failed("cannot create the lakehouse namespace", e));
         }
-        Ok(IcebergWriter { catalog, warehouse, namespace, commit_every, streams: Default::default() })
+        Ok(IcebergWriter { catalog, warehouse, namespace, commit_every, partitions, streams: Default::default() })
     }
 
     /// Starts `pipeline_id`'s `stream` into `table`: the table is created
@@ -110,6 +117,7 @@ impl IcebergWriter {
         let refresh_by = refresh.then_some(pipeline_id);
         let refused = |e: schema::SchemaError| WriteError::Refused(e.to_string());
         let columns = schema::columns(json_schema).map_err(refused)?;
+        let partition = self.partitions.get(stream).map(Vec::as_slice).unwrap_or_default();
         let live = TableIdent::new(self.namespace.clone(), table.to_owned());
         let (ident, replaces) = match refresh_by {
             Some(pipeline) => {
@@ -126,13 +134,31 @@ impl IcebergWriter {
             if self.catalog.table_exists(&ident).await.map_err(|e| failed("cannot read the catalog", e))? {
                 let evolved = self
                     .catalog
-                    .evolve_schema(&ident, |m| schema::evolve(m.current_schema(), m.last_column_id(), &columns))
+                    .evolve(&ident, |m| {
+                        let mut updates = Vec::new();
+                        let schema = match schema::evolve(m.current_schema(), m.last_column_id(), &columns)? {
+                            Some(evolved) => {
+                                updates.push(TableUpdate::AddSchema { schema: evolved.clone() });
+                                updates.push(TableUpdate::SetCurrentSchema { schema_id: -1 });
+                                evolved
+                            }
+                            None => m.current_schema().as_ref().clone(),
+                        };
+                        let spec = schema::partition_spec(&schema, partition)?;
+                        if !schema::same_spec(m.default_partition_spec(), &spec) {
+                            updates.push(TableUpdate::AddSpec { spec });
+                            updates.push(TableUpdate::SetDefaultSpec { spec_id: -1 });
+                        }
+                        Ok(updates)
+                    })
                     .await
                     .map_err(|e| failed("cannot change the table's schema", e))?;
                 break evolved.map_err(refused)?;
             }
             let fresh = schema::new_table(&columns).map_err(refused)?;
+            let spec = schema::partition_spec(&fresh, partition).map_err(refused)?;
             let mut creation = TableCreation::builder().name(ident.name().to_owned()).schema(fresh).build();
+            creation.partition_spec = Some(spec);
             if replaces.is_some() {
                 // Each generation of a refreshed table in a folder of its own.
                 creation.location = Some(format!(
@@ -150,11 +176,12 @@ impl IcebergWriter {
             }
         };
         let schema = opened.metadata().current_schema().clone();
+        let spec = opened.metadata().default_partition_spec().clone();
         let arrow = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|e| failed("cannot map the table's schema", e))?,
         );
         let saves_state_of = (!refresh).then(|| (pipeline_id.to_owned(), stream.to_owned()));
-        let stream = StreamTable { ident, schema, arrow, replaces, saves_state_of, pending: Default::default() };
+        let stream = StreamTable { ident, schema, spec, arrow, replaces, saves_state_of, pending: Default::default() };
         self.streams
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -177,22 +204,36 @@ impl IcebergWriter {
         rows::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
     }
 
-    /// Writes a batch of `bytes` of records as one Parquet file, for the
-    /// next commit.
+    /// Writes a batch of `bytes` of records as Parquet files, one per
+    /// partition it holds, for the next commit.
     pub(crate) async fn append(&self, table: &str, batch: RecordBatch, bytes: u64) -> Result<(), WriteError> {
         let stream = self.stream(table)?;
         let writing = |e: iceberg::Error| failed(&format!("cannot write to {}", stream.ident.name()), e);
         let current = self.catalog.load_table(&stream.ident).await.map_err(writing)?;
-        let properties = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
-        let files = RollingFileWriterBuilder::new_with_default_file_size(
-            ParquetWriterBuilder::new(properties, stream.schema.clone()),
-            current.file_io().clone(),
-            DefaultLocationGenerator::new(current.metadata()).map_err(writing)?,
-            DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
-        );
-        let mut writer = DataFileWriterBuilder::new(files).build(None).await.map_err(writing)?;
-        writer.write(batch).await.map_err(writing)?;
-        let data = writer.close().await.map_err(writing)?;
+        let parts = if stream.spec.is_unpartitioned() {
+            vec![(None, batch)]
+        } else {
+            RecordBatchPartitionSplitter::try_new_with_computed_values(stream.schema.clone(), stream.spec.clone())
+                .and_then(|splitter| splitter.split(&batch))
+                .map_err(writing)?
+                .into_iter()
+                .map(|(key, part)| (Some(key), part))
+                .collect()
+        };
+        let mut data = Vec::new();
+        for (key, part) in parts {
+            let properties =
+                WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
+            let files = RollingFileWriterBuilder::new_with_default_file_size(
+                ParquetWriterBuilder::new(properties, stream.schema.clone()),
+                current.file_io().clone(),
+                DefaultLocationGenerator::new(current.metadata()).map_err(writing)?,
+                DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
+            );
+            let mut writer = DataFileWriterBuilder::new(files).build(key).await.map_err(writing)?;
+            writer.write(part).await.map_err(writing)?;
+            data.extend(writer.close().await.map_err(writing)?);
+        }
         let mut pending = stream.pending.lock().await;
         pending.files.extend(data);
         pending.bytes += bytes;
@@ -289,7 +330,9 @@ mod tests {
         let warehouse = format!("file://{}/lake", dir.path().display());
         let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
         let catalog = ProductCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
-        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10)).await.unwrap();
+        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), Default::default())
+            .await
+            .unwrap();
         let write = async |records: &[&str]| {
             let records: Vec<String> = records.iter().map(|r| r.to_string()).collect();
             let batch = lake.prepare("t", &records, "{}").unwrap();
