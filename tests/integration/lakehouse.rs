@@ -23,9 +23,7 @@ use crate::on_both_backends;
 use crate::pipelines::Processes;
 use crate::support::process::{self, ServerProcess};
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{
-    ADMIN_TOKEN, Backend, TestServer, expect_error, json_ok, python_script, test_plugin, test_python,
-};
+use crate::support::{ADMIN_TOKEN, Backend, TestServer, expect_error, json_ok, python_script, test_python};
 
 /// Appends one data file holding `ids` to the table, retrying on the
 /// catalog's conflicts as a transaction does.
@@ -179,12 +177,7 @@ impl Lake {
                     .unwrap();
         })
         .await?;
-        let path = test_plugin("test_paged_source");
-        srv.state
-            .plugins
-            .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
-            .await
-            .unwrap();
+        srv.load_test_plugin("test_paged_source").await;
         let reader = tokio::sync::Mutex::new(Reader::start());
         let mut lake = Lake { srv, reader, token, source_id: String::new(), _provider: provider };
         lake.source_id = lake.source_as(ADMIN_TOKEN).await;

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
+use crate::support::{Backend, TestServer, expect_error, json_ok};
 
 /// The fake authorization server and API.
 #[derive(Default)]
@@ -126,12 +126,7 @@ async fn setup(backend: Backend) -> Fx {
     })
     .await
     .unwrap();
-    let path = test_plugin("test_oauth_source");
-    srv.state
-        .plugins
-        .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
-        .await
-        .unwrap();
+    srv.load_test_plugin("test_oauth_source").await;
     Fx { srv, auth, _provider: provider }
 }
 

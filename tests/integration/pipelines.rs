@@ -115,12 +115,7 @@ pub(crate) async fn setup_beside(
     })
     .await
     .unwrap();
-    let path = test_plugin("test_paged_source");
-    srv.state
-        .plugins
-        .load_bytes(&std::fs::read(&path).unwrap(), service::plugin::registry::PluginSource::File(path))
-        .await
-        .unwrap();
+    srv.load_test_plugin("test_paged_source").await;
     let cred = json_ok(
         srv.post("/v1/credentials", json!({ "hosts": ["api.source.test"], "secret": events.token }))
             .send()

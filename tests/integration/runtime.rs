@@ -835,8 +835,7 @@ async fn a_compiled_artefact_someone_else_wrote_is_never_loaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_started_ahead_are_policed_like_sent_ones() {
     let f = fixture().await;
-    let path = test_plugin("test_ahead");
-    let id = f.srv.state.plugins.load_bytes(&std::fs::read(&path).unwrap(), PluginSource::File(path)).await.unwrap();
+    let id = f.srv.load_test_plugin("test_ahead").await;
     let ahead = f.srv.state.plugins.available(&id).await.unwrap();
     assert_eq!(ahead.version, service::plugin::InterfaceVersion::V1_1_0);
     assert_eq!(f.plugin.version, service::plugin::InterfaceVersion::V1_0_0, "1.0.0 plugins load beside it");

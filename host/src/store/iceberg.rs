@@ -26,6 +26,11 @@ pub struct StreamCheckpoint {
     pub state: String,
 }
 
+/// Records a table: binds the catalog, namespace, table and metadata
+/// location.
+const INSERT_TABLE: &str = "INSERT INTO iceberg_tables \
+     (catalog_name, table_namespace, table_name, metadata_location, iceberg_type) VALUES ($1, $2, $3, $4, 'TABLE')";
+
 /// Marks a namespace as existing, whatever else it holds.
 const EXISTS: &str = "exists";
 
@@ -153,17 +158,14 @@ impl Store {
         table: &str,
         metadata_location: &str,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, iceberg_type) \
-             VALUES ($1, $2, $3, $4, 'TABLE')",
-        )
-        .bind(catalog)
-        .bind(namespace)
-        .bind(table)
-        .bind(metadata_location)
-        .execute(self.pool())
-        .await
-        .on_conflict("iceberg_table_exists")?;
+        sqlx::query(INSERT_TABLE)
+            .bind(catalog)
+            .bind(namespace)
+            .bind(table)
+            .bind(metadata_location)
+            .execute(self.pool())
+            .await
+            .on_conflict("iceberg_table_exists")?;
         Ok(())
     }
 
@@ -243,16 +245,13 @@ impl Store {
         .await?
         .rows_affected();
         if moved == 0 {
-            sqlx::query(
-                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, iceberg_type) \
-                 VALUES ($1, $2, $3, $4, 'TABLE')",
-            )
-            .bind(catalog)
-            .bind(namespace)
-            .bind(table)
-            .bind(&location)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(INSERT_TABLE)
+                .bind(catalog)
+                .bind(namespace)
+                .bind(table)
+                .bind(&location)
+                .execute(&mut *tx)
+                .await?;
         }
         sqlx::query("DELETE FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3")
             .bind(catalog)

@@ -315,6 +315,14 @@ impl TestServer {
         self.dir.take().expect("data directory")
     }
 
+    /// Loads the test plugin `name` (built from `tests/plugins`) from its
+    /// file, as an operator would; returns its connector id.
+    pub async fn load_test_plugin(&self, name: &str) -> String {
+        let path = test_plugin(name);
+        let bytes = std::fs::read(&path).unwrap();
+        self.state.plugins.load_bytes(&bytes, service::plugin::registry::PluginSource::File(path)).await.unwrap()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

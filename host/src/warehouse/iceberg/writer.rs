@@ -71,10 +71,11 @@ struct StreamTable {
 }
 
 /// Files written and not yet committed, and the latest state reported
-/// after them.
+/// after the first `covered` of them.
 #[derive(Default)]
 struct Pending {
     files: Vec<DataFile>,
+    covered: usize,
     bytes: u64,
     since: Option<Instant>,
     state: Option<String>,
@@ -248,27 +249,44 @@ impl IcebergWriter {
         let stream = self.stream(table)?;
         let mut pending = stream.pending.lock().await;
         pending.state = Some(state);
+        pending.covered = pending.files.len();
         let due = pending.files.is_empty()
             || pending.bytes >= COMMIT_BYTES
             || pending.since.is_some_and(|t| t.elapsed() >= self.commit_every);
         if !due {
             return Ok(None);
         }
-        self.commit(&stream, &mut pending).await
+        self.commit(&stream, &mut pending, false).await
     }
 
-    /// Commits whatever awaits a commit; the state saved with it.
+    /// Commits the files the latest state covers, with it (a stream that
+    /// stopped, for whatever reason, keeps what its state says it read: a
+    /// retry resumes from there, and the records after it, written but not
+    /// committed, are read again). The state saved.
     pub(crate) async fn flush(&self, table: &str) -> Result<Option<String>, WriteError> {
         let stream = self.stream(table)?;
         let mut pending = stream.pending.lock().await;
-        self.commit(&stream, &mut pending).await
+        self.commit(&stream, &mut pending, false).await
     }
 
-    /// Commits the pending files as one snapshot, saving the pending state
-    /// in the same transaction (retried on the new metadata when another
-    /// commit came first). Files a failed commit wrote stay orphans.
-    async fn commit(&self, stream: &StreamTable, pending: &mut Pending) -> Result<Option<String>, WriteError> {
-        let Pending { files, state, .. } = std::mem::take(pending);
+    /// Commits pending files as one snapshot, saving the pending state in
+    /// the same transaction (retried on the new metadata when another
+    /// commit came first): the files the state covers, or with
+    /// `everything` (a stream that ended well) all of them. Files a failed
+    /// commit wrote stay orphans.
+    async fn commit(
+        &self,
+        stream: &StreamTable,
+        pending: &mut Pending,
+        everything: bool,
+    ) -> Result<Option<String>, WriteError> {
+        let take = if everything { pending.files.len() } else { pending.covered };
+        let files: Vec<DataFile> = pending.files.drain(..take).collect();
+        let state = pending.state.take();
+        pending.covered = 0;
+        if pending.files.is_empty() {
+            (pending.bytes, pending.since) = (0, None);
+        }
         if files.is_empty() {
             return Ok(state);
         }
@@ -288,10 +306,11 @@ impl IcebergWriter {
         Ok(state)
     }
 
-    /// Ends a stream whose files are all committed: a full refresh's
-    /// staged table replaces the live one.
+    /// Ends a stream that read all it had to: every file it wrote is
+    /// committed, and a full refresh's staged table replaces the live one.
     pub(crate) async fn finish(&self, table: &str) -> Result<(), WriteError> {
-        self.flush(table).await?;
+        let stream = self.stream(table)?;
+        self.commit(&stream, &mut *stream.pending.lock().await, true).await?;
         let stream = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(table);
         if let Some(StreamTable { ident, replaces: Some(live), .. }) = stream.as_deref() {
             self.catalog.replace(live, ident).await.map_err(|e| failed("cannot swap in the refreshed table", e))?;
@@ -319,26 +338,67 @@ mod tests {
     use iceberg::spec::{PrimitiveType, Type};
     use serde_json::json;
 
+    /// A writer into the namespace `ns` of a scratch warehouse.
+    async fn scratch(dir: &std::path::Path) -> (crate::store::Store, ProductCatalog, IcebergWriter) {
+        let store = crate::store::Store::connect(&format!("sqlite://{}/c.db?mode=rwc", dir.display())).await.unwrap();
+        let warehouse = format!("file://{}/lake", dir.display());
+        let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
+        let catalog = ProductCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
+        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), Default::default())
+            .await
+            .unwrap();
+        (store, catalog, lake)
+    }
+
+    /// The values of the column `n` of table `name`, in order.
+    async fn values(catalog: &ProductCatalog, name: &str) -> Vec<i64> {
+        let table = catalog.load_table(&TableIdent::new(NamespaceIdent::new("ns".into()), name.into())).await.unwrap();
+        let mut values = Vec::new();
+        let mut batches = table.scan().select(["n"]).build().unwrap().to_arrow().await.unwrap();
+        while let Some(batch) = batches.next().await {
+            values.extend(batch.unwrap().column(0).as_primitive::<Int64Type>().iter().flatten());
+        }
+        values.sort();
+        values
+    }
+
+    /// A stream that stopped keeps only what its latest state covers: the
+    /// files written after that state wait for the stream's good end, so a
+    /// retry resuming from the state writes their records once.
+    #[tokio::test]
+    async fn a_stopped_stream_commits_only_what_its_state_covers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, lake) = scratch(dir.path()).await;
+        let append = async |n: i64| {
+            let batch = lake.prepare("t", &[format!(r#"{{"n": {n}}}"#)], "{}").unwrap();
+            lake.append("t", batch, 1).await.unwrap();
+        };
+        // A full refresh keeps no state in the control database, which
+        // holds no pipeline "p" here; what is committed when is the same.
+        lake.begin("t", ("p", "t"), &json!({ "properties": { "n": { "type": "integer" } } }), true).await.unwrap();
+        append(1).await;
+        assert_eq!(lake.checkpoint("t", "after 1".into()).await.unwrap(), None, "not due for ten seconds");
+        append(2).await;
+        assert_eq!(lake.flush("t").await.unwrap().as_deref(), Some("after 1"));
+        assert_eq!(values(&catalog, "t__refresh_p").await, vec![1], "the record after the state waits");
+        lake.finish("t").await.unwrap();
+        assert_eq!(values(&catalog, "t").await, vec![1, 2], "a good end commits it, and swaps the table in");
+        store.close().await;
+    }
+
     /// A stream's new field adds a column and a widened type is promoted
     /// in place (rows written before read back at the new type); a change
     /// Iceberg cannot promote fails before anything is written.
     #[tokio::test]
     async fn a_table_evolves_with_its_stream_and_refuses_what_iceberg_cannot_promote() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            crate::store::Store::connect(&format!("sqlite://{}/c.db?mode=rwc", dir.path().display())).await.unwrap();
-        let warehouse = format!("file://{}/lake", dir.path().display());
-        let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
-        let catalog = ProductCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
-        let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), Default::default())
-            .await
-            .unwrap();
+        let (store, catalog, lake) = scratch(dir.path()).await;
         let write = async |records: &[&str]| {
             let records: Vec<String> = records.iter().map(|r| r.to_string()).collect();
             let batch = lake.prepare("t", &records, "{}").unwrap();
             lake.append("t", batch, 1).await.unwrap();
             // No state: the pipeline "p" is not in the control database.
-            assert_eq!(lake.flush("t").await.unwrap(), None);
+            lake.finish("t").await.unwrap();
         };
 
         let stream = ("p", "t");
@@ -356,13 +416,7 @@ mod tests {
         assert_eq!(*schema.field_by_name("n").unwrap().field_type, Type::Primitive(PrimitiveType::Long));
         assert!(schema.field_by_name("s").is_some(), "the new field is a column");
         assert_eq!(table.metadata().snapshots().count(), 2, "a snapshot per batch");
-        let mut values = Vec::new();
-        let mut batches = table.scan().select(["n"]).build().unwrap().to_arrow().await.unwrap();
-        while let Some(batch) = batches.next().await {
-            values.extend(batch.unwrap().column(0).as_primitive::<Int64Type>().iter().flatten());
-        }
-        values.sort();
-        assert_eq!(values, vec![1, 5_000_000_000], "the int written first reads back as a long");
+        assert_eq!(values(&catalog, "t").await, vec![1, 5_000_000_000], "the int written first reads back as a long");
 
         match lake.begin("t", stream, &json!({ "properties": { "n": { "type": "string" } } }), false).await {
             Err(WriteError::Refused(m)) => assert!(m.contains("field n is long"), "{m}"),
