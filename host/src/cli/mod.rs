@@ -357,7 +357,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
             let grace = std::time::Duration::from_secs(grace_minutes.saturating_mul(60));
-            let found = crate::warehouse::iceberg::orphans::orphans(&store, &local.storage.data_dir, grace).await?;
+            let findings = crate::warehouse::iceberg::orphans::orphans(&store, &local.storage.data_dir, grace).await?;
+            for folder in &findings.busy {
+                eprintln!("{}: a sync is running into it; left alone", folder.display());
+            }
+            let found = findings.orphans;
             for orphan in &found {
                 println!("{}\t{}", orphan.path.display(), orphan.bytes);
             }

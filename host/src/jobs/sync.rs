@@ -18,6 +18,7 @@ use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode};
 use crate::state::AppState;
+use crate::store::iceberg::JobLease;
 use crate::store::jobs::{Job, JobPlugin};
 use crate::store::kinds::JobKind;
 use crate::store::pipelines::StreamSyncMode;
@@ -245,7 +246,12 @@ impl RecordSink for JobSink {
     }
 }
 
-pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationToken) -> Result<(), Failure> {
+pub(super) async fn execute(
+    state: &AppState,
+    job: &Job,
+    owner: &str,
+    cancel: &CancellationToken,
+) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
@@ -284,10 +290,11 @@ pub(super) async fn execute(state: &AppState, job: &Job, cancel: &CancellationTo
             return Err(Failure::Transient("another attempt of the job started on another plugin version".into()));
         }
     }
-    let writer = state.warehouses.writer(&dest).await.map_err(|e| {
+    let mut writer = state.warehouses.writer(&dest).await.map_err(|e| {
         let transient = e.is_transient();
         Failure::of(e, transient)
     })?;
+    writer.hold_for(JobLease { job_id: job.job_id.clone(), owner: owner.to_owned() });
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
     let catalog = connector.discover(&source_config).await.map_err(|e| connector_failure(&e))?;

@@ -57,14 +57,20 @@ pub(super) async fn admit_kinds(pool: &sqlx::AnyPool, backend: super::Backend) -
     let mut conn = pool.acquire().await?;
     match backend {
         super::Backend::Postgres => {
+            let check = "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'destinations_kind_check'";
+            // Read first, without a lock: every start after the first
+            // finds the constraint wide enough and takes none.
+            let current: Option<String> = sqlx::query_scalar(check).fetch_optional(&mut *conn).await?;
+            if current.is_some_and(|c| admits_all(&c)) {
+                return Ok(());
+            }
             let mut tx = conn.begin().await?;
+            // A backup or a long transaction holding the table fails the
+            // start after a while instead of queueing every reader behind.
+            sqlx::query("SET LOCAL lock_timeout = '10s'").execute(&mut *tx).await?;
             sqlx::query("LOCK TABLE destinations IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await?;
-            let check: Option<String> = sqlx::query_scalar(
-                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'destinations_kind_check'",
-            )
-            .fetch_optional(&mut *tx)
-            .await?;
-            if check.is_some_and(|c| admits_all(&c)) {
+            let current: Option<String> = sqlx::query_scalar(check).fetch_optional(&mut *tx).await?;
+            if current.is_some_and(|c| admits_all(&c)) {
                 return tx.commit().await;
             }
             let sql = format!(
@@ -82,29 +88,20 @@ pub(super) async fn admit_kinds(pool: &sqlx::AnyPool, backend: super::Backend) -
             if admits_all(&sql) {
                 return Ok(());
             }
+            // The rebuild copies the columns named here: a table that has
+            // others (a later migration) is refused rather than cut down.
+            let columns: Vec<String> =
+                sqlx::query_scalar("SELECT name FROM pragma_table_info('destinations')").fetch_all(&mut *conn).await?;
+            if columns != DESTINATION_COLUMNS {
+                return Err(sqlx::Error::Protocol(format!(
+                    "the destinations table has the columns {columns:?}, not those its rebuild copies"
+                )));
+            }
             // The rebuild SQLite documents for changing a table's
             // constraints: foreign keys off (outside a transaction), copy,
             // swap, check, foreign keys on again.
             sqlx::raw_sql("PRAGMA foreign_keys = OFF").execute(&mut *conn).await?;
-            let rebuilt = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "BEGIN IMMEDIATE; \
-                 CREATE TABLE destinations_next ( \
-                     id TEXT PRIMARY KEY, \
-                     workspace_id TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE, \
-                     kind TEXT NOT NULL CHECK (kind IN ({kinds})), \
-                     name TEXT NOT NULL, \
-                     configuration TEXT NOT NULL, \
-                     created_by TEXT NOT NULL REFERENCES users(id), \
-                     created_at BIGINT NOT NULL, \
-                     updated_at BIGINT NOT NULL); \
-                 INSERT INTO destinations_next SELECT id, workspace_id, kind, name, configuration, created_by, created_at, updated_at FROM destinations; \
-                 DROP TABLE destinations; \
-                 ALTER TABLE destinations_next RENAME TO destinations; \
-                 CREATE INDEX destinations_workspace ON destinations (workspace_id, id); \
-                 COMMIT;"
-            )))
-            .execute(&mut *conn)
-            .await;
+            let rebuilt = rebuild_destinations(&mut conn, &kinds).await;
             if rebuilt.is_err() {
                 let _ = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await;
             }
@@ -114,6 +111,46 @@ pub(super) async fn admit_kinds(pool: &sqlx::AnyPool, backend: super::Backend) -
             Ok(())
         }
     }
+}
+
+/// The columns of `destinations`, in order.
+const DESTINATION_COLUMNS: [&str; 8] =
+    ["id", "workspace_id", "kind", "name", "configuration", "created_by", "created_at", "updated_at"];
+
+/// SQLite: `destinations` made anew with `kinds` admitted, in one
+/// transaction that commits only when no foreign key is left dangling.
+async fn rebuild_destinations(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+    kinds: &str,
+) -> Result<(), sqlx::Error> {
+    let columns = DESTINATION_COLUMNS.join(", ");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN IMMEDIATE; \
+         CREATE TABLE destinations_next ( \
+             id TEXT PRIMARY KEY, \
+             workspace_id TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE, \
+             kind TEXT NOT NULL CHECK (kind IN ({kinds})), \
+             name TEXT NOT NULL, \
+             configuration TEXT NOT NULL, \
+             created_by TEXT NOT NULL REFERENCES users(id), \
+             created_at BIGINT NOT NULL, \
+             updated_at BIGINT NOT NULL); \
+         INSERT INTO destinations_next ({columns}) SELECT {columns} FROM destinations; \
+         DROP TABLE destinations; \
+         ALTER TABLE destinations_next RENAME TO destinations; \
+         CREATE INDEX destinations_workspace ON destinations (workspace_id, id);"
+    )))
+    .execute(&mut **conn)
+    .await?;
+    let dangling = sqlx::raw_sql("PRAGMA foreign_key_check").fetch_all(&mut **conn).await?;
+    if !dangling.is_empty() {
+        return Err(sqlx::Error::Protocol(format!(
+            "rebuilding destinations would leave {} foreign keys dangling",
+            dangling.len()
+        )));
+    }
+    sqlx::raw_sql("COMMIT").execute(&mut **conn).await?;
+    Ok(())
 }
 
 fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {

@@ -2,7 +2,9 @@
 //! pointer from each table to its current metadata file. A commit moves
 //! the pointer with a compare-and-set, so concurrent writers (threads or
 //! servers) never lose one another's commits: the loser sees
-//! [`Swapped::Raced`] and retries on the new metadata.
+//! [`Swapped::Raced`] and retries on the new metadata. A catalog is one
+//! lakehouse warehouse folder, named `<workspace>/<folder>` (migration
+//! 0020's comment, older, says the destination's id).
 
 use std::collections::HashMap;
 
@@ -14,8 +16,42 @@ use super::{ResultExt, Store, StoreResult};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Swapped {
     Done,
-    /// Another commit moved the pointer first.
+    /// Another commit moved the pointer first (or, for a replacement, the
+    /// staged table is gone).
     Raced,
+    /// The job attempt the commit was made for no longer holds its job.
+    LeaseLost,
+}
+
+/// What a commit carries besides the table's new pointer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommitWith<'a> {
+    /// The stream state to save in the same transaction.
+    pub checkpoint: Option<&'a StreamCheckpoint>,
+    /// The job attempt that must still hold its job.
+    pub lease: Option<&'a JobLease>,
+}
+
+/// A job attempt: the job and the runner holding its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLease {
+    pub job_id: String,
+    pub owner: String,
+}
+
+/// Whether `lease`'s attempt still holds its job, checked inside the
+/// commit's transaction: the row is locked (PostgreSQL) or the whole
+/// database is (SQLite), so a takeover waits until the commit is done and
+/// then reads the state it saved.
+async fn still_held(tx: &mut sqlx::Transaction<'static, sqlx::Any>, lease: Option<&JobLease>) -> StoreResult<bool> {
+    let Some(lease) = lease else { return Ok(true) };
+    let held = sqlx::query("UPDATE jobs SET lease_owner = lease_owner WHERE id = $1 AND lease_owner = $2")
+        .bind(&lease.job_id)
+        .bind(&lease.owner)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    Ok(held == 1)
 }
 
 /// A stream's state to save with a commit.
@@ -179,9 +215,12 @@ impl Store {
         table: &str,
         expected: &str,
         next: &str,
-        checkpoint: Option<&StreamCheckpoint>,
+        with: CommitWith<'_>,
     ) -> StoreResult<Swapped> {
         let mut tx = self.begin_write().await?;
+        if !still_held(&mut tx, with.lease).await? {
+            return Ok(Swapped::LeaseLost);
+        }
         let n = sqlx::query(
             "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
              WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND metadata_location = $2",
@@ -197,7 +236,7 @@ impl Store {
         if n != 1 {
             return Ok(Swapped::Raced);
         }
-        if let Some(c) = checkpoint {
+        if let Some(c) = with.checkpoint {
             sqlx::query(super::pipelines::SAVE_STREAM_STATE)
                 .bind(&c.pipeline_id)
                 .bind(&c.stream)
@@ -212,7 +251,7 @@ impl Store {
 
     /// Points `table` at `staged`'s current metadata and forgets `staged`,
     /// in one transaction: readers find the old contents or the new, never
-    /// a mix. `table` is created when it did not exist. False when
+    /// a mix. `table` is created when it did not exist. Raced when
     /// `staged` does not exist.
     pub async fn replace_iceberg_table(
         &self,
@@ -220,8 +259,12 @@ impl Store {
         namespace: &str,
         table: &str,
         staged: &str,
-    ) -> StoreResult<bool> {
+        lease: Option<&JobLease>,
+    ) -> StoreResult<Swapped> {
         let mut tx = self.begin_write().await?;
+        if !still_held(&mut tx, lease).await? {
+            return Ok(Swapped::LeaseLost);
+        }
         let located = sqlx::query_scalar::<_, Option<String>>(
             "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
              AND table_name = $3",
@@ -232,7 +275,7 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?
         .flatten();
-        let Some(location) = located else { return Ok(false) };
+        let Some(location) = located else { return Ok(Swapped::Raced) };
         let moved = sqlx::query(
             "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $1 \
              WHERE catalog_name = $2 AND table_namespace = $3 AND table_name = $4",
@@ -260,7 +303,27 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Swapped::Done)
+    }
+
+    /// The lakehouse warehouse folders a running sync loads, as
+    /// (workspace, folder).
+    pub async fn lakehouses_being_loaded(&self) -> StoreResult<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT d.workspace_id, d.configuration FROM jobs j JOIN pipelines p ON p.id = j.pipeline_id \
+             JOIN destinations d ON d.id = p.destination_id WHERE j.status = 'running' AND d.kind = 'iceberg'",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let configuration: serde_json::Value =
+                serde_json::from_str(&r.try_get::<String, _>("configuration")?).unwrap_or_default();
+            if let Some(folder) = configuration["warehouse"].as_str() {
+                out.push((r.try_get("workspace_id")?, folder.to_owned()));
+            }
+        }
+        Ok(out)
     }
 
     /// Every table of a catalog with its current metadata, by namespace

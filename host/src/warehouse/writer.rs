@@ -16,6 +16,7 @@ use super::shape::{Rows, shape};
 use super::sqlite::{BUSY_TIMEOUT, Checkpointer, RowWriter, SqliteRows, WAL_BACKSTOP_PAGES};
 use super::tables::Db;
 use super::{METADATA_COLUMNS, WriteError, failed, quote, sql_name, text_bytes};
+use crate::store::iceberg::JobLease;
 use crate::store::pipelines::StreamSyncMode;
 
 /// Where records go.
@@ -123,7 +124,15 @@ impl Writer {
                     .ok_or_else(|| WriteError::Destination("lakehouses need the control database".into()))?;
                 let path = place.lakehouse_dir().join(warehouse);
                 std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the warehouse folder", e))?;
-                let location = format!("file://{}", path.display());
+                // Absolute, whatever the data directory was given as: a
+                // relative `file://` location would name the root.
+                let path =
+                    std::fs::canonicalize(&path).map_err(|e| failed("cannot resolve the warehouse folder", e))?;
+                let location = url::Url::from_directory_path(&path)
+                    .map_err(|()| WriteError::Destination("the warehouse folder has no file URL".into()))?
+                    .as_str()
+                    .trim_end_matches('/')
+                    .to_owned();
                 let file_io = iceberg::io::FileIOBuilder::new(Arc::new(iceberg::io::LocalFsStorageFactory)).build();
                 let name = format!("{}/{warehouse}", place.workspace_id);
                 let catalog = ProductCatalog::new(store.clone(), name, location.clone(), file_io);
@@ -149,6 +158,16 @@ impl Writer {
             Writer::Iceberg(lake) => lake.begin(&sql_name(stream), (pipeline_id, stream), json_schema, refresh).await,
             _ if refresh => self.clear(stream).await,
             _ => Ok(()),
+        }
+    }
+
+    /// Makes the writer's commits those of `lease`'s job attempt: a commit
+    /// after the job went to another runner is refused (in the commit's
+    /// own transaction), so an attempt that lost its lease never writes
+    /// over the one that took the job over.
+    pub fn hold_for(&mut self, lease: JobLease) {
+        if let Writer::Iceberg(lake) = self {
+            lake.hold_for(lease);
         }
     }
 

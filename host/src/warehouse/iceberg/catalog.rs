@@ -1,4 +1,4 @@
-//! The Iceberg catalog of one lakehouse destination: its namespaces and
+//! The Iceberg catalog of one lakehouse warehouse: its namespaces and
 //! table pointers in the control database ([`crate::store::iceberg`]),
 //! its metadata and data files in the destination's warehouse location.
 //!
@@ -7,7 +7,10 @@
 //! compare-and-set. A commit that lost the race answers a retryable
 //! conflict, and the transaction is applied again on the new metadata: no
 //! commit is lost, and a reader only ever finds a pointer to a complete
-//! metadata file.
+//! metadata file. A catalog made for a job ([`ProductCatalog::saving`],
+//! [`ProductCatalog::leased`]) also saves the stream's state in the
+//! pointer's transaction, and commits only while the job's attempt still
+//! holds its lease.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -22,7 +25,7 @@ use iceberg::{
 };
 
 use crate::store::Store;
-use crate::store::iceberg::{StreamCheckpoint, Swapped};
+use crate::store::iceberg::{CommitWith, JobLease, StreamCheckpoint, Swapped};
 
 /// How a table's commits retry when another commit won the race: up to
 /// 100 times over at most ten minutes, waiting 20 ms doubling to 2 s.
@@ -59,6 +62,9 @@ pub struct ProductCatalog {
     runtime: iceberg::Runtime,
     /// The stream state a commit through this catalog saves with it.
     checkpoint: Option<std::sync::Arc<StreamCheckpoint>>,
+    /// The job attempt that must still hold its job for a commit through
+    /// this catalog to go in.
+    lease: Option<std::sync::Arc<JobLease>>,
 }
 
 impl std::fmt::Debug for ProductCatalog {
@@ -77,7 +83,14 @@ impl ProductCatalog {
             file_io,
             runtime: iceberg::Runtime::current(),
             checkpoint: None,
+            lease: None,
         }
+    }
+
+    /// This catalog, its commits going in only while `lease`'s attempt
+    /// still holds its job.
+    pub fn leased(&self, lease: JobLease) -> ProductCatalog {
+        ProductCatalog { lease: Some(std::sync::Arc::new(lease)), ..self.clone() }
     }
 
     /// This catalog, its commits saving `checkpoint` in the same
@@ -137,10 +150,14 @@ impl ProductCatalog {
                 ident.name(),
                 expected,
                 &next.to_string(),
-                self.checkpoint.as_deref(),
+                CommitWith { checkpoint: self.checkpoint.as_deref(), lease: self.lease.as_deref() },
             )
             .await
             .map_err(store_error)
+    }
+
+    fn lease_lost() -> Error {
+        Error::new(ErrorKind::PreconditionFailed, "the job went to another runner: this attempt commits nothing more")
     }
 
     fn raced(ident: &TableIdent) -> Error {
@@ -171,8 +188,10 @@ impl ProductCatalog {
             }
             let metadata = builder.build()?.metadata;
             let next = MetadataLocation::from_str(&expected)?.with_next_version().with_new_metadata(&metadata);
-            if self.publish(ident, &expected, &metadata, &next).await? == Swapped::Done {
-                return Ok(Ok(self.table_at(ident, next.to_string()).await?));
+            match self.publish(ident, &expected, &metadata, &next).await? {
+                Swapped::Done => return Ok(Ok(self.table_at(ident, next.to_string()).await?)),
+                Swapped::Raced => {}
+                Swapped::LeaseLost => return Err(Self::lease_lost()),
             }
         }
         Err(Self::raced(ident))
@@ -183,10 +202,20 @@ impl ProductCatalog {
     pub async fn replace(&self, live: &TableIdent, staged: &TableIdent) -> Result<()> {
         let replaced = self
             .store
-            .replace_iceberg_table(&self.name, &namespace_name(live.namespace()), live.name(), staged.name())
+            .replace_iceberg_table(
+                &self.name,
+                &namespace_name(live.namespace()),
+                live.name(),
+                staged.name(),
+                self.lease.as_deref(),
+            )
             .await
             .map_err(store_error)?;
-        if replaced { Ok(()) } else { Err(Self::missing_table(staged)) }
+        match replaced {
+            Swapped::Done => Ok(()),
+            Swapped::Raced => Err(Self::missing_table(staged)),
+            Swapped::LeaseLost => Err(Self::lease_lost()),
+        }
     }
 
     fn missing_table(ident: &TableIdent) -> Error {
@@ -314,6 +343,7 @@ impl Catalog for ProductCatalog {
         match self.publish(&ident, &expected, staged.metadata(), &next).await? {
             Swapped::Done => Ok(staged),
             Swapped::Raced => Err(Self::raced(&ident)),
+            Swapped::LeaseLost => Err(Self::lease_lost()),
         }
     }
 }

@@ -6,8 +6,9 @@
 //! A file is referenced when a table of the warehouse's catalog reaches it
 //! from its current metadata: the metadata files in its log, every
 //! snapshot's manifest list, every manifest and every data file those
-//! list. A file younger than the grace period is never an orphan: a sync
-//! may be about to commit it.
+//! list. A file younger than the grace period is never an orphan, and a
+//! warehouse a sync is running into is left alone: the sync may be about
+//! to commit what it wrote.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,14 @@ pub struct Orphan {
     pub bytes: u64,
 }
 
+/// What a look for orphans found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub orphans: Vec<Orphan>,
+    /// Warehouse folders left alone because a sync is running into them.
+    pub busy: Vec<PathBuf>,
+}
+
 /// Why the orphans of a warehouse could not be listed.
 #[derive(Debug, thiserror::Error)]
 pub enum OrphansError {
@@ -34,24 +43,53 @@ pub enum OrphansError {
     Table { table: String, source: Box<iceberg::Error> },
     #[error("cannot list {}: {source}", path.display())]
     Folder { path: PathBuf, source: std::io::Error },
+    /// Files the catalog refers to are not where the data directory says
+    /// they are (another data directory, another spelling of it): nothing
+    /// is listed rather than everything.
+    #[error(
+        "{} holds none of {} files its catalog refers to (such as {}): is this the server's data directory?",
+        folder.display(), missing, example.display()
+    )]
+    Elsewhere { folder: PathBuf, missing: usize, example: PathBuf },
 }
 
 /// The orphans of every lakehouse under `data_dir`, by path: files not
 /// referenced by their warehouse's catalog and last written at least
 /// `grace` ago.
-pub async fn orphans(store: &Store, data_dir: &Path, grace: Duration) -> Result<Vec<Orphan>, OrphansError> {
+pub async fn orphans(store: &Store, data_dir: &Path, grace: Duration) -> Result<Findings, OrphansError> {
     let root = data_dir.join("lakehouse");
-    let mut found = Vec::new();
+    let root = match std::fs::canonicalize(&root) {
+        Ok(root) => root,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Findings::default()),
+        Err(source) => return Err(OrphansError::Folder { path: root, source }),
+    };
+    let busy = store.lakehouses_being_loaded().await?;
+    let mut found = Findings::default();
     for workspace in folders(&root)? {
         for warehouse in folders(&workspace)? {
             let (Some(ws), Some(name)) = (file_name(&workspace), file_name(&warehouse)) else { continue };
-            let referenced = referenced(store, &format!("{ws}/{name}")).await?;
+            if busy.iter().any(|(w, folder)| *w == ws && *folder == name) {
+                found.busy.push(warehouse);
+                continue;
+            }
+            // The files first, then what refers to them: a commit in
+            // between only makes a listed file referenced.
             let cutoff = SystemTime::now() - grace;
             let mut files = Vec::new();
             walk(&warehouse, &mut files)?;
+            let referenced = referenced(store, &format!("{ws}/{name}")).await?;
+            let listed: HashSet<&PathBuf> = files.iter().map(|(path, ..)| path).collect();
+            let missing: Vec<&PathBuf> = referenced.iter().filter(|p| !listed.contains(p) && p.exists()).collect();
+            if let Some(example) = missing.first() {
+                return Err(OrphansError::Elsewhere {
+                    folder: warehouse.clone(),
+                    missing: missing.len(),
+                    example: example.to_path_buf(),
+                });
+            }
             for (path, bytes, modified) in files {
                 if modified <= cutoff && !referenced.contains(&path) {
-                    found.push(Orphan { path, bytes });
+                    found.orphans.push(Orphan { path, bytes });
                 }
             }
         }
@@ -128,9 +166,13 @@ async fn reach(file_io: &FileIO, location: &str, paths: &mut HashSet<PathBuf>) -
     Ok(())
 }
 
-/// A `file://` location as a path.
+/// A `file://` location as a path, resolved as the walk sees it.
 fn local(location: &str) -> PathBuf {
-    PathBuf::from(location.strip_prefix("file://").unwrap_or(location))
+    let path = url::Url::parse(location)
+        .ok()
+        .and_then(|u| u.to_file_path().ok())
+        .unwrap_or_else(|| PathBuf::from(location.strip_prefix("file://").unwrap_or(location)));
+    std::fs::canonicalize(&path).unwrap_or(path)
 }
 
 /// Removes `orphans`; how many bytes were freed.

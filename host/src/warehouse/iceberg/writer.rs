@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::spec::PartitionKey;
 use iceberg::spec::{DataFile, DataFileFormat, PartitionSpecRef, SchemaRef as IcebergSchemaRef};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, DefaultLocationGenerator};
+use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, LocationGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter as _, IcebergWriterBuilder};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent, TableUpdate};
@@ -32,7 +33,7 @@ use super::super::WriteError;
 use super::super::config::PartitionField;
 use super::catalog::ProductCatalog;
 use super::{rows, schema};
-use crate::store::iceberg::StreamCheckpoint;
+use crate::store::iceberg::{JobLease, StreamCheckpoint};
 
 /// A job's writer into one lakehouse namespace.
 pub struct IcebergWriter {
@@ -79,6 +80,28 @@ struct Pending {
     bytes: u64,
     since: Option<Instant>,
     state: Option<String>,
+}
+
+/// Where a table's data files go: `<table>/data/<file>`, or for a
+/// partition `<table>/data/p-<hash of its values>/<file>`. The values
+/// themselves are in the manifests; a path spelled with them (a source's
+/// text, `../` and all) could lead out of the table's folder.
+#[derive(Clone)]
+struct DataLocations {
+    data: String,
+}
+
+impl LocationGenerator for DataLocations {
+    fn generate_location(&self, key: Option<&PartitionKey>, file_name: &str) -> String {
+        match key {
+            Some(key) if !PartitionKey::is_effectively_none(Some(key)) => {
+                use sha2::Digest;
+                let hash = super::super::shape::hex(&sha2::Sha256::digest(key.to_path().as_bytes()));
+                format!("{}/p-{}/{file_name}", self.data, &hash[..16])
+            }
+            _ => format!("{}/{file_name}", self.data),
+        }
+    }
 }
 
 fn failed(context: &str, e: impl std::fmt::Display) -> WriteError {
@@ -190,6 +213,11 @@ impl IcebergWriter {
         Ok(())
     }
 
+    /// Makes every commit of this writer one of `lease`'s job attempt.
+    pub(crate) fn hold_for(&mut self, lease: JobLease) {
+        self.catalog = self.catalog.leased(lease);
+    }
+
     fn stream(&self, table: &str) -> Result<Arc<StreamTable>, WriteError> {
         self.streams
             .lock()
@@ -228,7 +256,7 @@ impl IcebergWriter {
             let files = RollingFileWriterBuilder::new_with_default_file_size(
                 ParquetWriterBuilder::new(properties, stream.schema.clone()),
                 current.file_io().clone(),
-                DefaultLocationGenerator::new(current.metadata()).map_err(writing)?,
+                DataLocations { data: format!("{}/data", current.metadata().location().trim_end_matches('/')) },
                 DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
             );
             let mut writer = DataFileWriterBuilder::new(files).build(key).await.map_err(writing)?;
@@ -300,6 +328,16 @@ impl IcebergWriter {
         };
         let committing = |e: iceberg::Error| failed(&format!("cannot commit to {}", stream.ident.name()), e);
         let current = catalog.load_table(&stream.ident).await.map_err(committing)?;
+        // A file removed meanwhile (as an orphan, by hand) must not become
+        // part of the table: the stream fails and resumes from its state.
+        for file in &files {
+            if !current.file_io().exists(file.file_path()).await.map_err(committing)? {
+                return Err(failed(
+                    &format!("cannot commit to {}", stream.ident.name()),
+                    format_args!("{} was removed before its commit", file.file_path()),
+                ));
+            }
+        }
         let tx = Transaction::new(&current);
         let tx = tx.fast_append().add_data_files(files).apply(tx).map_err(committing)?;
         tx.commit(&catalog).await.map_err(committing)?;
@@ -360,6 +398,98 @@ mod tests {
         }
         values.sort();
         values
+    }
+
+    /// A partition value is a source's text: `../` in it leads no file out
+    /// of the table's data folder.
+    #[tokio::test]
+    async fn partition_values_never_name_a_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, _) = scratch(dir.path()).await;
+        let warehouse = format!("file://{}/lake", dir.path().display());
+        let by_s = [(
+            "t".to_owned(),
+            vec![PartitionField { field: "s".into(), transform: iceberg::spec::Transform::Identity }],
+        )];
+        let lake =
+            IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), by_s.into()).await.unwrap();
+        let schema = json!({ "properties": { "n": { "type": "integer" }, "s": { "type": "string" } } });
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        let records = [r#"{"n": 1, "s": "../../../../../escape"}"#.to_owned(), r#"{"n": 2, "s": "/abs"}"#.to_owned()];
+        let batch = lake.prepare("t", &records, "{}").unwrap();
+        lake.append("t", batch, 1).await.unwrap();
+        lake.finish("t").await.unwrap();
+        assert_eq!(values(&catalog, "t").await, vec![1, 2]);
+        let data = dir.path().join("lake/ns/t/data");
+        let mut parquet = Vec::new();
+        for entry in walk(dir.path()) {
+            if entry.extension().is_some_and(|e| e == "parquet") {
+                assert!(entry.starts_with(&data), "{} is outside {}", entry.display(), data.display());
+                parquet.push(entry);
+            }
+        }
+        assert_eq!(parquet.len(), 2, "a file per partition");
+        assert!(!dir.path().join("escape").exists() && !std::path::Path::new("/abs").exists());
+        store.close().await;
+    }
+
+    /// Every file under `dir`.
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() { out.extend(walk(&path)) } else { out.push(path) }
+        }
+        out
+    }
+
+    /// An attempt whose job went to another runner commits nothing: the
+    /// check is in the commit's own transaction.
+    #[tokio::test]
+    async fn an_attempt_that_lost_its_job_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, mut lake) = scratch(dir.path()).await;
+        lake.begin("t", ("p", "t"), &json!({ "properties": { "n": { "type": "integer" } } }), false).await.unwrap();
+        lake.hold_for(JobLease { job_id: "job_taken_over".into(), owner: "runner_gone".into() });
+        let batch = lake.prepare("t", &[r#"{"n": 1}"#.to_owned()], "{}").unwrap();
+        lake.append("t", batch, 1).await.unwrap();
+        let refused = lake.finish("t").await.unwrap_err();
+        assert!(refused.to_string().contains("another runner"), "{refused}");
+        assert_eq!(values(&catalog, "t").await, Vec::<i64>::new());
+        store.close().await;
+    }
+
+    /// A data directory given as a relative path still puts the tables
+    /// under it, not under the root.
+    #[tokio::test]
+    async fn a_relative_data_directory_keeps_the_tables_under_it() {
+        let scratch_dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::connect(&format!("sqlite://{}/c.db?mode=rwc", scratch_dir.path().display()))
+            .await
+            .unwrap();
+        let relative = std::path::PathBuf::from(format!("target/lake-test-{}", uuid::Uuid::new_v4().simple()));
+        let policy = Default::default();
+        let place = crate::warehouse::Place {
+            data_dir: &relative,
+            workspace_id: "ws_rel",
+            warehouses: &policy,
+            catalogs: Some(&store),
+        };
+        let config = crate::warehouse::DestinationConfig::Iceberg {
+            warehouse: "lake".into(),
+            namespace: "ns".into(),
+            commit_every: Duration::from_secs(10),
+            partitions: Default::default(),
+        };
+        let writer = crate::warehouse::Writer::open(&config, &place, None).await.unwrap();
+        let mode = crate::store::pipelines::StreamSyncMode::IncrementalAppend;
+        writer.begin_stream("p", "t", mode, &json!({ "properties": { "n": { "type": "integer" } } })).await.unwrap();
+        let tables = store.iceberg_catalog_tables("ws_rel/lake").await.unwrap();
+        let location = &tables[0].2;
+        let absolute = std::fs::canonicalize(&relative).unwrap();
+        assert!(location.starts_with(&format!("file://{}/", absolute.display())), "{location}");
+        let _ = std::fs::remove_dir_all(&relative);
+        store.close().await;
     }
 
     /// A stream that stopped keeps only what its latest state covers: the
