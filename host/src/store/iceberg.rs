@@ -62,8 +62,33 @@ pub struct StreamCheckpoint {
     pub state: String,
 }
 
-/// Records a table: binds the catalog, namespace, table and metadata
-/// location.
+/// One table of a catalog, as the catalog's rows name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcebergTableName {
+    pub catalog: String,
+    pub namespace: String,
+    pub table: String,
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+impl IcebergTableName {
+    /// The same table's namespace under another name (a staged table).
+    fn sibling(&self, table: &str) -> IcebergTableName {
+        IcebergTableName { table: table.to_owned(), ..self.clone() }
+    }
+
+    /// Binds the name as `$1`, `$2` and `$3`, the places [`NAMED`] and
+    /// [`INSERT_TABLE`] give it.
+    fn bind<'q>(&self, query: AnyQuery<'q>) -> AnyQuery<'q> {
+        query.bind(self.catalog.clone()).bind(self.namespace.clone()).bind(self.table.clone())
+    }
+}
+
+/// Matches one table row by its name, bound by [`IcebergTableName::bind`].
+const NAMED: &str = "catalog_name = $1 AND table_namespace = $2 AND table_name = $3";
+
+/// Records a table: binds its name, then its metadata location as `$4`.
 const INSERT_TABLE: &str = "INSERT INTO iceberg_tables \
      (catalog_name, table_namespace, table_name, metadata_location, iceberg_type) VALUES ($1, $2, $3, $4, 'TABLE')";
 
@@ -169,16 +194,12 @@ impl Store {
     }
 
     /// Where a table's current metadata is, if the table exists.
-    pub async fn iceberg_table(&self, catalog: &str, namespace: &str, table: &str) -> StoreResult<Option<String>> {
-        let row = sqlx::query(
-            "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
-             AND table_name = $3 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
-        )
-        .bind(catalog)
-        .bind(namespace)
-        .bind(table)
-        .fetch_optional(self.pool())
-        .await?;
+    pub async fn iceberg_table(&self, name: &IcebergTableName) -> StoreResult<Option<String>> {
+        let sql = format!(
+            "SELECT metadata_location FROM iceberg_tables WHERE {NAMED} \
+             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+        );
+        let row = name.bind(sqlx::query(sqlx::AssertSqlSafe(sql))).fetch_optional(self.pool()).await?;
         row.map(|r| r.try_get::<Option<String>, _>("metadata_location"))
             .transpose()
             .map(Option::flatten)
@@ -187,17 +208,8 @@ impl Store {
 
     /// Records a new table at `metadata_location`; a conflict when the
     /// name is taken.
-    pub async fn create_iceberg_table(
-        &self,
-        catalog: &str,
-        namespace: &str,
-        table: &str,
-        metadata_location: &str,
-    ) -> StoreResult<()> {
-        sqlx::query(INSERT_TABLE)
-            .bind(catalog)
-            .bind(namespace)
-            .bind(table)
+    pub async fn create_iceberg_table(&self, name: &IcebergTableName, metadata_location: &str) -> StoreResult<()> {
+        name.bind(sqlx::query(INSERT_TABLE))
             .bind(metadata_location)
             .execute(self.pool())
             .await
@@ -210,9 +222,7 @@ impl Store {
     /// same transaction, so the state covers exactly what the table holds.
     pub async fn swap_iceberg_table(
         &self,
-        catalog: &str,
-        namespace: &str,
-        table: &str,
+        name: &IcebergTableName,
         expected: &str,
         next: &str,
         with: CommitWith<'_>,
@@ -221,18 +231,17 @@ impl Store {
         if !still_held(&mut tx, with.lease).await? {
             return Ok(Swapped::LeaseLost);
         }
-        let n = sqlx::query(
-            "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
-             WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND metadata_location = $2",
-        )
-        .bind(next)
-        .bind(expected)
-        .bind(catalog)
-        .bind(namespace)
-        .bind(table)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let sql = format!(
+            "UPDATE iceberg_tables SET metadata_location = $4, previous_metadata_location = $5 \
+             WHERE {NAMED} AND metadata_location = $5"
+        );
+        let n = name
+            .bind(sqlx::query(sqlx::AssertSqlSafe(sql)))
+            .bind(next)
+            .bind(expected)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         if n != 1 {
             return Ok(Swapped::Raced);
         }
@@ -255,53 +264,39 @@ impl Store {
     /// `staged` does not exist.
     pub async fn replace_iceberg_table(
         &self,
-        catalog: &str,
-        namespace: &str,
-        table: &str,
+        live: &IcebergTableName,
         staged: &str,
         lease: Option<&JobLease>,
     ) -> StoreResult<Swapped> {
+        let staged = live.sibling(staged);
         let mut tx = self.begin_write().await?;
         if !still_held(&mut tx, lease).await? {
             return Ok(Swapped::LeaseLost);
         }
-        let located = sqlx::query_scalar::<_, Option<String>>(
-            "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
-             AND table_name = $3",
-        )
-        .bind(catalog)
-        .bind(namespace)
-        .bind(staged)
-        .fetch_optional(&mut *tx)
-        .await?
-        .flatten();
+        let select = format!("SELECT metadata_location FROM iceberg_tables WHERE {NAMED}");
+        let located = staged
+            .bind(sqlx::query(sqlx::AssertSqlSafe(select)))
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| r.try_get::<Option<String>, _>("metadata_location"))
+            .transpose()?
+            .flatten();
         let Some(location) = located else { return Ok(Swapped::Raced) };
-        let moved = sqlx::query(
-            "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $1 \
-             WHERE catalog_name = $2 AND table_namespace = $3 AND table_name = $4",
-        )
-        .bind(&location)
-        .bind(catalog)
-        .bind(namespace)
-        .bind(table)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if moved == 0 {
-            sqlx::query(INSERT_TABLE)
-                .bind(catalog)
-                .bind(namespace)
-                .bind(table)
-                .bind(&location)
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query("DELETE FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3")
-            .bind(catalog)
-            .bind(namespace)
-            .bind(staged)
+        let update = format!(
+            "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $4 \
+             WHERE {NAMED}"
+        );
+        let moved = live
+            .bind(sqlx::query(sqlx::AssertSqlSafe(update)))
+            .bind(&location)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+        if moved == 0 {
+            live.bind(sqlx::query(INSERT_TABLE)).bind(&location).execute(&mut *tx).await?;
+        }
+        let delete = format!("DELETE FROM iceberg_tables WHERE {NAMED}");
+        staged.bind(sqlx::query(sqlx::AssertSqlSafe(delete))).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(Swapped::Done)
     }
@@ -343,16 +338,9 @@ impl Store {
 
     /// Forgets a table (its files stay where they are); false when it did
     /// not exist.
-    pub async fn drop_iceberg_table(&self, catalog: &str, namespace: &str, table: &str) -> StoreResult<bool> {
-        let n = sqlx::query(
-            "DELETE FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-        )
-        .bind(catalog)
-        .bind(namespace)
-        .bind(table)
-        .execute(self.pool())
-        .await?
-        .rows_affected();
+    pub async fn drop_iceberg_table(&self, name: &IcebergTableName) -> StoreResult<bool> {
+        let delete = format!("DELETE FROM iceberg_tables WHERE {NAMED}");
+        let n = name.bind(sqlx::query(sqlx::AssertSqlSafe(delete))).execute(self.pool()).await?.rows_affected();
         Ok(n == 1)
     }
 }

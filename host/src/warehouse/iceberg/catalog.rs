@@ -25,7 +25,7 @@ use iceberg::{
 };
 
 use crate::store::Store;
-use crate::store::iceberg::{CommitWith, JobLease, StreamCheckpoint, Swapped};
+use crate::store::iceberg::{CommitWith, IcebergTableName, JobLease, StreamCheckpoint, Swapped};
 
 /// How a table's commits retry when another commit won the race: up to
 /// 100 times over at most ten minutes, waiting 20 ms doubling to 2 s.
@@ -110,25 +110,28 @@ impl ProductCatalog {
             .build()
     }
 
+    /// How the catalog's rows name `ident`.
+    fn table_name(&self, ident: &TableIdent) -> IcebergTableName {
+        IcebergTableName {
+            catalog: self.name.clone(),
+            namespace: namespace_name(ident.namespace()),
+            table: ident.name().to_owned(),
+        }
+    }
+
     /// Where a table's current metadata is, if the table exists.
     async fn pointer(&self, ident: &TableIdent) -> Result<Option<String>> {
-        self.store
-            .iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
-            .await
-            .map_err(store_error)
+        self.store.iceberg_table(&self.table_name(ident)).await.map_err(store_error)
     }
 
     /// Records a new table at `metadata_location`.
     async fn record_table(&self, ident: &TableIdent, metadata_location: &str) -> Result<()> {
-        self.store
-            .create_iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name(), metadata_location)
-            .await
-            .map_err(|e| match e {
-                crate::store::StoreError::Conflict(_) => {
-                    Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name()))
-                }
-                e => store_error(e),
-            })
+        self.store.create_iceberg_table(&self.table_name(ident), metadata_location).await.map_err(|e| match e {
+            crate::store::StoreError::Conflict(_) => {
+                Error::new(ErrorKind::TableAlreadyExists, format!("table {} exists", ident.name()))
+            }
+            e => store_error(e),
+        })
     }
 
     /// Writes `metadata` at `next` and moves the table's pointer there
@@ -145,9 +148,7 @@ impl ProductCatalog {
         metadata.write_to(&self.file_io, next).await?;
         self.store
             .swap_iceberg_table(
-                &self.name,
-                &namespace_name(ident.namespace()),
-                ident.name(),
+                &self.table_name(ident),
                 expected,
                 &next.to_string(),
                 CommitWith { checkpoint: self.checkpoint.as_deref(), lease: self.lease.as_deref() },
@@ -202,13 +203,7 @@ impl ProductCatalog {
     pub async fn replace(&self, live: &TableIdent, staged: &TableIdent) -> Result<()> {
         let replaced = self
             .store
-            .replace_iceberg_table(
-                &self.name,
-                &namespace_name(live.namespace()),
-                live.name(),
-                staged.name(),
-                self.lease.as_deref(),
-            )
+            .replace_iceberg_table(&self.table_name(live), staged.name(), self.lease.as_deref())
             .await
             .map_err(store_error)?;
         match replaced {
@@ -306,11 +301,7 @@ impl Catalog for ProductCatalog {
     }
 
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
-        let dropped = self
-            .store
-            .drop_iceberg_table(&self.name, &namespace_name(ident.namespace()), ident.name())
-            .await
-            .map_err(store_error)?;
+        let dropped = self.store.drop_iceberg_table(&self.table_name(ident)).await.map_err(store_error)?;
         if dropped { Ok(()) } else { Err(Self::missing_table(ident)) }
     }
 

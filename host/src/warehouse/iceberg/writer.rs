@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::io::FileIO;
 use iceberg::spec::PartitionKey;
 use iceberg::spec::{DataFile, DataFileFormat, PartitionSpecRef, SchemaRef as IcebergSchemaRef};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -62,13 +63,22 @@ struct StreamTable {
     schema: IcebergSchemaRef,
     spec: PartitionSpecRef,
     arrow: SchemaRef,
-    /// In a full refresh, the live table the written one replaces at the end.
-    replaces: Option<TableIdent>,
-    /// The pipeline and stream whose state commits save (none in a full
-    /// refresh, which keeps no state).
-    saves_state_of: Option<(String, String)>,
+    /// How its files are written, and where (fixed for a table's life).
+    file_io: FileIO,
+    data: DataLocations,
+    /// What its commits do besides adding files.
+    delivery: Delivery,
     /// What the next commit takes.
     pending: tokio::sync::Mutex<Pending>,
+}
+
+/// What a stream's commits do besides adding files.
+enum Delivery {
+    /// Each commit saves the state of `pipeline_id`'s `stream` with it.
+    Incremental { pipeline_id: String, stream: String },
+    /// A full refresh writes a staged table, which replaces `live` when
+    /// the stream ends; it keeps no state.
+    Refresh { live: TableIdent },
 }
 
 /// Files written and not yet committed, and the latest state reported
@@ -138,21 +148,19 @@ impl IcebergWriter {
         json_schema: &Value,
         refresh: bool,
     ) -> Result<(), WriteError> {
-        let refresh_by = refresh.then_some(pipeline_id);
         let refused = |e: schema::SchemaError| WriteError::Refused(e.to_string());
         let columns = schema::columns(json_schema).map_err(refused)?;
         let partition = self.partitions.get(stream).map(Vec::as_slice).unwrap_or_default();
         let live = TableIdent::new(self.namespace.clone(), table.to_owned());
-        let (ident, replaces) = match refresh_by {
-            Some(pipeline) => {
-                let staged = TableIdent::new(self.namespace.clone(), format!("{table}__refresh_{pipeline}"));
-                // An earlier attempt's staged table: its files become orphans.
-                if self.catalog.table_exists(&staged).await.map_err(|e| failed("cannot read the catalog", e))? {
-                    self.catalog.drop_table(&staged).await.map_err(|e| failed("cannot drop a staged table", e))?;
-                }
-                (staged, Some(live))
+        let (ident, delivery) = if refresh {
+            let staged = TableIdent::new(self.namespace.clone(), format!("{table}__refresh_{pipeline_id}"));
+            // An earlier attempt's staged table: its files become orphans.
+            if self.catalog.table_exists(&staged).await.map_err(|e| failed("cannot read the catalog", e))? {
+                self.catalog.drop_table(&staged).await.map_err(|e| failed("cannot drop a staged table", e))?;
             }
-            None => (live, None),
+            (staged, Delivery::Refresh { live })
+        } else {
+            (live, Delivery::Incremental { pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned() })
         };
         let opened = loop {
             if self.catalog.table_exists(&ident).await.map_err(|e| failed("cannot read the catalog", e))? {
@@ -183,7 +191,7 @@ impl IcebergWriter {
             let spec = schema::partition_spec(&fresh, partition).map_err(refused)?;
             let mut creation = TableCreation::builder().name(ident.name().to_owned()).schema(fresh).build();
             creation.partition_spec = Some(spec);
-            if replaces.is_some() {
+            if matches!(delivery, Delivery::Refresh { .. }) {
                 // Each generation of a refreshed table in a folder of its own.
                 creation.location = Some(format!(
                     "{}/{}/{}",
@@ -204,8 +212,9 @@ impl IcebergWriter {
         let arrow = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|e| failed("cannot map the table's schema", e))?,
         );
-        let saves_state_of = (!refresh).then(|| (pipeline_id.to_owned(), stream.to_owned()));
-        let stream = StreamTable { ident, schema, spec, arrow, replaces, saves_state_of, pending: Default::default() };
+        let file_io = opened.file_io().clone();
+        let data = DataLocations { data: format!("{}/data", opened.metadata().location().trim_end_matches('/')) };
+        let stream = StreamTable { ident, schema, spec, arrow, file_io, data, delivery, pending: Default::default() };
         self.streams
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -238,7 +247,6 @@ impl IcebergWriter {
     pub(crate) async fn append(&self, table: &str, batch: RecordBatch, bytes: u64) -> Result<(), WriteError> {
         let stream = self.stream(table)?;
         let writing = |e: iceberg::Error| failed(&format!("cannot write to {}", stream.ident.name()), e);
-        let current = self.catalog.load_table(&stream.ident).await.map_err(writing)?;
         let parts = if stream.spec.is_unpartitioned() {
             vec![(None, batch)]
         } else {
@@ -255,8 +263,8 @@ impl IcebergWriter {
                 WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
             let files = RollingFileWriterBuilder::new_with_default_file_size(
                 ParquetWriterBuilder::new(properties, stream.schema.clone()),
-                current.file_io().clone(),
-                DataLocations { data: format!("{}/data", current.metadata().location().trim_end_matches('/')) },
+                stream.file_io.clone(),
+                stream.data.clone(),
                 DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
             );
             let mut writer = DataFileWriterBuilder::new(files).build(key).await.map_err(writing)?;
@@ -318,12 +326,14 @@ impl IcebergWriter {
         if files.is_empty() {
             return Ok(state);
         }
-        let catalog = match (&state, &stream.saves_state_of) {
-            (Some(state), Some((pipeline_id, name))) => self.catalog.saving(StreamCheckpoint {
-                pipeline_id: pipeline_id.clone(),
-                stream: name.clone(),
-                state: state.clone(),
-            }),
+        let catalog = match (&state, &stream.delivery) {
+            (Some(state), Delivery::Incremental { pipeline_id, stream: name }) => {
+                self.catalog.saving(StreamCheckpoint {
+                    pipeline_id: pipeline_id.clone(),
+                    stream: name.clone(),
+                    state: state.clone(),
+                })
+            }
             _ => self.catalog.clone(),
         };
         let committing = |e: iceberg::Error| failed(&format!("cannot commit to {}", stream.ident.name()), e);
@@ -350,7 +360,7 @@ impl IcebergWriter {
         let stream = self.stream(table)?;
         self.commit(&stream, &mut *stream.pending.lock().await, true).await?;
         let stream = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(table);
-        if let Some(StreamTable { ident, replaces: Some(live), .. }) = stream.as_deref() {
+        if let Some(StreamTable { ident, delivery: Delivery::Refresh { live }, .. }) = stream.as_deref() {
             self.catalog.replace(live, ident).await.map_err(|e| failed("cannot swap in the refreshed table", e))?;
         }
         Ok(())
