@@ -29,7 +29,10 @@
 //! whose writing is light (lines appended, one data sync per batch): when
 //! a connector goes no faster into it than into SQLite, the read side is
 //! the limit. `BENCH_ICEBERG=1` adds an Iceberg table on the local
-//! filesystem (typed columns from the stream's schema, Parquet files).
+//! filesystem (typed columns from the stream's schema, Parquet files);
+//! `BENCH_ICEBERG_S3_PYTHON`, a Python with `tests/python/requirements.txt`
+//! installed, adds one in a bucket of moto's S3 (a Python server, started
+//! by `tests/python/moto_s3.py`) behind an HTTPS front.
 //! `BENCH_DLT_PYTHON`, a Python with `benches/python/requirements.txt`
 //! installed, adds dlt as a peer: the same campaign pages, read from
 //! files (no HTTP: in dlt's favour), loaded into Parquet files by its
@@ -50,6 +53,7 @@
 //! as autovacuum on its own schedule, is not waited for).
 
 use testkit::hubspot;
+use testkit::objectstore::MotoS3;
 use testkit::provider;
 mod support;
 
@@ -405,6 +409,8 @@ struct Run {
     connector: &'static str,
     pipeline: String,
     destination: service::warehouse::DestinationConfig,
+    /// An object store's access key (id, secret), for the native baseline.
+    access_key: Option<(String, String)>,
     /// The stream's JSON Schema, as the connector discovers it.
     schema: serde_json::Value,
     rates: Vec<f64>,
@@ -456,7 +462,8 @@ fn main() {
         let workspace = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
         let warehouses = state.config.plugins.warehouses.clone();
         let catalogs = state.store.clone();
-        let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses, catalogs: Some(&catalogs) };
+        let roots = state.config.plugins.egress.extra_roots.clone();
+        let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses, extra_roots: &roots, catalogs: Some(&catalogs) };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = service::server::start_on(listener, state).unwrap();
         let api = Api { http: reqwest::Client::new(), base: format!("http://{}/v1", server.addr) };
@@ -526,6 +533,20 @@ fn main() {
         if std::env::var("BENCH_ICEBERG").is_ok_and(|v| v == "1") {
             destinations.push(("Iceberg", DestinationKind::Iceberg, json!({ "warehouse": "bench", "namespace": "bench" })));
         }
+        // moto's S3 behind an HTTPS front, when a Python that has it is
+        // named: an Iceberg warehouse in a bucket, reached as a store is.
+        let moto = match std::env::var("BENCH_ICEBERG_S3_PYTHON") {
+            Ok(python) => {
+                let moto = MotoS3::start(std::path::Path::new(&python), "bench-lake").await;
+                let front = moto.https_front(&ca).await;
+                let key = json!({ "kind": "basic", "username": moto.access_key_id, "hosts": ["127.0.0.1"], "secret": moto.secret_access_key, "label": "bench moto" });
+                let cred = api.call(reqwest::Method::POST, "/credentials", Some(key)).await;
+                let configuration = json!({ "warehouse": "s3://bench-lake/bench", "namespace": "bench", "endpoint": format!("https://127.0.0.1:{}", front.addr.port()), "credential_handle": cred["credential_handle"] });
+                destinations.push(("Iceberg on S3", DestinationKind::Iceberg, configuration));
+                Some((moto, front))
+            }
+            Err(_) => None,
+        };
         let mut runs = Vec::new();
         for (name, kind, configuration) in &destinations {
             let body = json!({ "name": name, "kind": kind.as_str(), "configuration": configuration });
@@ -546,6 +567,10 @@ fn main() {
                     connector,
                     pipeline,
                     destination: service::warehouse::validate(*kind, configuration).unwrap(),
+                    access_key: moto
+                        .as_ref()
+                        .filter(|_| configuration["warehouse"].as_str().is_some_and(|w| w.starts_with("s3://")))
+                        .map(|(m, _)| (m.access_key_id.clone(), m.secret_access_key.clone())),
                     schema,
                     rates: Vec::new(),
                     cpus: Vec::new(),
@@ -638,11 +663,11 @@ fn main() {
                 let got = match run.connector {
                     "email" | "manifest" => {
                         let first = campaigns_url.clone();
-                        email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.schema, &run.destination, &place).await
+                        email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.schema, support::Target { destination: &run.destination, place: &place, access_key: run.access_key.as_ref() }).await
                     }
                     _ => {
                         let (first, mut offset) = (broadcasts_url.clone(), 0);
-                        social_native.sync(format!("{first}&offset=0"), move |body| cut_broadcasts(&first, &mut offset, body), "posts_native", &run.schema, &run.destination, &place).await
+                        social_native.sync(format!("{first}&offset=0"), move |body| cut_broadcasts(&first, &mut offset, body), "posts_native", &run.schema, support::Target { destination: &run.destination, place: &place, access_key: run.access_key.as_ref() }).await
                     }
                 };
                 let secs = started.elapsed().as_secs_f64();

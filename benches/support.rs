@@ -54,6 +54,14 @@ pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSett
     AppState::open(config).await.unwrap()
 }
 
+/// Where a native baseline writes: the destination, the workspace's place,
+/// and an object store's access key (id, secret) when it is one.
+pub struct Target<'a> {
+    pub destination: &'a DestinationConfig,
+    pub place: &'a Place<'a>,
+    pub access_key: Option<&'a (String, String)>,
+}
+
 /// The native baseline: the same HTTPS fetch of a provider's pages and the
 /// same write of their records as a sync, with no plugin and no API.
 #[allow(dead_code)]
@@ -84,10 +92,13 @@ impl Native {
         mut page: impl FnMut(&[u8]) -> (Vec<String>, Option<String>) + Send + 'static,
         table: &'static str,
         schema: &serde_json::Value,
-        destination: &DestinationConfig,
-        place: &Place<'_>,
+        target: Target<'_>,
     ) -> u64 {
-        let writer = Writer::open(destination, place, None).await.unwrap();
+        let revealed = target.access_key.map(|(id, secret)| service::warehouse::config::Revealed::AccessKey {
+            id: id.clone(),
+            secret: secret.clone().into(),
+        });
+        let writer = Writer::open(target.destination, target.place, revealed).await.unwrap();
         writer.begin_stream("bench", table, StreamSyncMode::FullRefreshOverwrite, schema).await.unwrap();
         let (tx, mut rx) = queue(QUEUE_BYTES);
         let writer = Arc::new(writer);

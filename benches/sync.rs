@@ -152,6 +152,7 @@ async fn main() {
                 data_dir: dir.path(),
                 workspace_id: &ws,
                 warehouses: &state.config.plugins.warehouses,
+                extra_roots: &[],
                 catalogs: Some(&state.store),
             };
             let first_url = native_url.clone();
@@ -161,8 +162,7 @@ async fn main() {
                     move |body| cut_page(&first_url, body),
                     "events_native",
                     &serde_json::Value::Null,
-                    &parsed,
-                    &place,
+                    support::Target { destination: &parsed, place: &place, access_key: None },
                 )
                 .await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);

@@ -93,6 +93,7 @@ impl AppState {
         let warehouses = Arc::new(crate::warehouse::Warehouses::new(
             config.data_dir.clone(),
             config.plugins.warehouses.clone(),
+            config.plugins.egress.extra_roots.clone(),
             Arc::new(vault.clone()),
             store.clone(),
         ));

@@ -24,6 +24,7 @@ use crate::pipelines::Processes;
 use crate::support::process::{self, ServerProcess};
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::{ADMIN_TOKEN, Backend, TestServer, expect_error, json_ok, python_script, test_python};
+use testkit::objectstore::MotoS3;
 
 /// Appends one data file holding `ids` to the table, retrying on the
 /// catalog's conflicts as a transaction does.
@@ -161,11 +162,19 @@ struct Lake {
     /// The source's token at the fake provider.
     token: String,
     source_id: String,
+    /// The CA the server trusts beside the system's.
+    ca: TestCa,
     _provider: FakeProvider,
 }
 
 impl Lake {
     async fn start(backend: Backend, count: u64) -> Option<Lake> {
+        Lake::start_reaching(backend, count, "").await
+    }
+
+    /// A lake whose destinations may reach `warehouse_hosts`
+    /// (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`).
+    async fn start_reaching(backend: Backend, count: u64, warehouse_hosts: &str) -> Option<Lake> {
         let ca = TestCa::new();
         let token = format!("src-token-{}", uuid::Uuid::new_v4().simple());
         let routes = typed_events(token.clone(), Arc::new(AtomicU64::new(count)), Default::default());
@@ -175,11 +184,13 @@ impl Lake {
             c.plugins.egress =
                 service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes()))
                     .unwrap();
+            c.plugins.warehouses =
+                service::warehouse::postgres::WarehousePolicy::from_settings(warehouse_hosts).unwrap();
         })
         .await?;
         srv.load_test_plugin("test_paged_source").await;
         let reader = tokio::sync::Mutex::new(Reader::start());
-        let mut lake = Lake { srv, reader, token, source_id: String::new(), _provider: provider };
+        let mut lake = Lake { srv, reader, token, source_id: String::new(), ca, _provider: provider };
         lake.source_id = lake.source_as(ADMIN_TOKEN).await;
         Some(lake)
     }
@@ -243,7 +254,12 @@ impl Lake {
 
     /// What pyiceberg and DuckDB read of `table` in the catalog `catalog`.
     async fn read_back_in(&self, catalog: &str, table: &str) -> serde_json::Value {
-        self.reader.lock().await.read(&self.srv.state.config.database_url, catalog, table).await
+        self.read_back_with(catalog, table, serde_json::json!({})).await
+    }
+
+    /// The same, the catalog opened with `properties` (an object store's).
+    async fn read_back_with(&self, catalog: &str, table: &str, properties: serde_json::Value) -> serde_json::Value {
+        self.reader.lock().await.read(&self.srv.state.config.database_url, catalog, table, properties).await
     }
 }
 
@@ -272,12 +288,18 @@ impl Reader {
 
     /// What pyiceberg and DuckDB read of `table` through pyiceberg's SQL
     /// catalog `catalog` on the control database at `database_url`.
-    async fn read(&mut self, database_url: &str, catalog: &str, table: &str) -> serde_json::Value {
+    async fn read(
+        &mut self,
+        database_url: &str,
+        catalog: &str,
+        table: &str,
+        properties: serde_json::Value,
+    ) -> serde_json::Value {
         let uri = match database_url.strip_prefix("sqlite://") {
             Some(path) => format!("sqlite:///{}", path.split('?').next().unwrap()),
             None => database_url.replacen("postgres://", "postgresql+psycopg2://", 1),
         };
-        let request = format!("{}\n", serde_json::json!([uri, catalog, table]));
+        let request = format!("{}\n", serde_json::json!([uri, catalog, table, properties]));
         tokio::io::AsyncWriteExt::write_all(&mut self.input, request.as_bytes()).await.unwrap();
         match self.output.next_line().await.unwrap() {
             Some(line) => serde_json::from_str(&line).unwrap(),
@@ -354,7 +376,6 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
         ("warehouse", serde_json::json!({ "warehouse": "../other" })),
         ("warehouse", serde_json::json!({ "warehouse": format!("../{other_ws}/lake") })),
         ("warehouse", serde_json::json!({ "warehouse": "/tmp/lake" })),
-        ("warehouse", serde_json::json!({ "warehouse": "s3://bucket/lake" })),
         ("namespace", serde_json::json!({ "warehouse": "lake", "namespace": "a.b" })),
         ("namespace", serde_json::json!({ "warehouse": "lake", "namespace": "../x" })),
         ("commit_every_seconds", serde_json::json!({ "warehouse": "lake", "commit_every_seconds": 0 })),
@@ -417,6 +438,94 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
 
 on_both_backends!(typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once);
 
+async fn an_object_store_warehouse_holds_every_record_once_and_only_its_key_opens_it(backend: Backend) {
+    let Some(lake) = Lake::start_reaching(backend, 2500, "127.0.0.1").await else { return };
+    let moto = MotoS3::start(&test_python(), "lake-bucket").await;
+    // moto speaks HTTP; the server reaches it over HTTPS, as a store.
+    let front = moto.https_front(&lake.ca).await;
+    let endpoint = format!("https://127.0.0.1:{}", front.addr.port());
+    // The access key, as a basic credential bound to the endpoint: its id
+    // the username, its secret the password.
+    let (posting, username) = (&lake, &moto.access_key_id);
+    let access_key = |host: &str, secret: &str| {
+        let key = serde_json::json!({ "kind": "basic", "username": username, "hosts": [host], "secret": secret });
+        async move { posting.post_as(ADMIN_TOKEN, "/v1/credentials", key).await["credential_handle"].clone() }
+    };
+    let handle = access_key("127.0.0.1", &moto.secret_access_key).await;
+    let s3 = |namespace: &str, handle: &serde_json::Value| {
+        serde_json::json!({ "warehouse": "s3://lake-bucket/tenants/a", "namespace": namespace, "endpoint": endpoint,
+            "region": "us-east-1", "credential_handle": handle })
+    };
+    let catalog = format!("{}/s3://lake-bucket/tenants/a", lake.srv.workspace_id().await);
+
+    // Incremental: every record once, exactly, in moto's bucket.
+    let dest = lake.destination(s3("analytics", &handle)).await;
+    let pipeline = json_ok(lake.pipeline(&dest, "incremental_append").await).await;
+    let job = lake.sync(pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let read = lake.read_back_with(&catalog, "analytics.events", moto.reader_properties()).await;
+    assert_exact(&read, 2500);
+    let location = lake.srv.state.store.iceberg_catalog_tables(&catalog).await.unwrap()[0].2.clone();
+    assert!(location.starts_with("s3://lake-bucket/tenants/a/analytics/events/metadata/"), "{location}");
+
+    // A full refresh, twice: the staged table swapped in each time.
+    let dest = lake.destination(s3("snapshots", &handle)).await;
+    let pipeline = json_ok(lake.pipeline(&dest, "full_refresh_overwrite").await).await;
+    for _ in 0..2 {
+        let job = lake.sync(pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        assert_exact(&lake.read_back_with(&catalog, "snapshots.events", moto.reader_properties()).await, 2500);
+    }
+
+    // A wrong secret signs requests moto refuses: the sync fails, named,
+    // and the table is not created.
+    let wrong = access_key("127.0.0.1", "not-the-secret-key").await;
+    let dest = lake.destination(s3("refused", &wrong)).await;
+    let pipeline = json_ok(lake.pipeline(&dest, "incremental_append").await).await;
+    let job = lake.sync(pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(job["error"].as_str().unwrap().contains("SignatureDoesNotMatch"), "{job}");
+    assert!(!job.to_string().contains("not-the-secret-key"), "the secret is never shown: {job}");
+    assert!(lake.srv.state.store.iceberg_tables(&catalog, "refused").await.unwrap().is_empty());
+
+    // Configurations that would reach elsewhere, or send the key in clear.
+    let elsewhere = |patch: serde_json::Value| {
+        let mut c = s3("x", &handle);
+        c.as_object_mut().unwrap().extend(patch.as_object().unwrap().clone());
+        serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": c })
+    };
+    for (field, code, patch) in [
+        ("endpoint", "DESTINATION_HOST_NOT_ALLOWED", serde_json::json!({ "endpoint": "https://localhost:9000" })),
+        ("endpoint", "VALIDATION_FAILED", serde_json::json!({ "endpoint": format!("http://127.0.0.1:{}", moto.port) })),
+        ("endpoint", "VALIDATION_FAILED", serde_json::json!({ "endpoint": "https://127.0.0.1/other-bucket" })),
+        ("warehouse", "VALIDATION_FAILED", serde_json::json!({ "warehouse": "s3://lake-bucket/tenants/../b" })),
+        ("warehouse", "VALIDATION_FAILED", serde_json::json!({ "warehouse": "s3://Lake_Bucket" })),
+        ("warehouse", "VALIDATION_FAILED", serde_json::json!({ "warehouse": "gs://lake-bucket" })),
+        ("credential_handle", "VALIDATION_FAILED", serde_json::json!({ "credential_handle": null })),
+    ] {
+        let refused =
+            expect_error(lake.srv.post("/v1/destinations", elsewhere(patch.clone())).send().await.unwrap(), 400, code);
+        assert_eq!(refused.await["details"]["field"], format!("configuration.{field}"), "{patch}");
+    }
+    // A credential bound to another host is not sent to this one, and an
+    // access key is a basic credential.
+    let elsewhere_bound = access_key("api.source.test", &moto.secret_access_key).await;
+    let token = serde_json::json!({ "hosts": ["127.0.0.1"], "secret": moto.secret_access_key });
+    let token = lake.post_as(ADMIN_TOKEN, "/v1/credentials", token).await["credential_handle"].clone();
+    for (handle, code) in [(elsewhere_bound, "CREDENTIAL_HOST_MISMATCH"), (token, "VALIDATION_FAILED")] {
+        let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": s3("x", &handle) });
+        let refused = expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, code);
+        assert_eq!(refused.await["details"]["field"], "configuration.credential_handle");
+    }
+    // A folder warehouse takes none of the object store's fields.
+    let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": { "warehouse": "lake", "endpoint": endpoint } });
+    let refused = expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED");
+    assert_eq!(refused.await["details"]["field"], "configuration.endpoint");
+    lake.srv.stop().await;
+}
+
+on_both_backends!(an_object_store_warehouse_holds_every_record_once_and_only_its_key_opens_it);
+
 /// `service warehouse orphans` against the processes' data directory.
 fn orphans(procs: &Processes, delete: bool) -> Vec<String> {
     let mut cmd = process::command();
@@ -470,7 +579,7 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
         assert_eq!(last["status"], "succeeded", "round {round}, killed after {kill_after} ms: {last}");
-        let read = reader.read(&database_url, &catalog, "crash.events").await;
+        let read = reader.read(&database_url, &catalog, "crash.events", serde_json::json!({})).await;
         let rows = read["rows"].as_array().unwrap();
         let mut ids: Vec<u64> = rows.iter().map(|r| r["id"].as_str().unwrap().parse().unwrap()).collect();
         ids.sort();
@@ -491,7 +600,7 @@ async fn a_server_killed_at_random_points_of_twenty_syncs_leaves_every_record_on
     let removed = orphans(&procs, true);
     assert_eq!(removed.len(), listed.len(), "the same files are removed: {removed:?}");
     assert_eq!(orphans(&procs, false), vec!["0 orphan file(s), 0 bytes (--delete removes them)".to_owned()]);
-    let read = reader.read(&database_url, &catalog, "crash.events").await;
+    let read = reader.read(&database_url, &catalog, "crash.events", serde_json::json!({})).await;
     assert_exact(&read, count.load(Ordering::SeqCst));
 }
 
@@ -529,7 +638,9 @@ async fn two_server_processes_loading_one_table_lose_no_commit() {
         spans.push((job["started_at"].as_str().unwrap().to_owned(), job["finished_at"].as_str().unwrap().to_owned()));
     }
     assert!(spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1, "the two syncs ran at once: {spans:?}");
-    let read = Reader::start().read(&db.url, &format!("{}/lake", procs.workspace()), "shared.events").await;
+    let read = Reader::start()
+        .read(&db.url, &format!("{}/lake", procs.workspace()), "shared.events", serde_json::json!({}))
+        .await;
     assert!(read["snapshots"].as_u64().unwrap() >= 4, "several commits each: {}", read["snapshots"]);
     let rows = read["rows"].as_array().unwrap();
     for pipeline in [&first, &second] {

@@ -9,7 +9,9 @@ written, timestamps to the microsecond) and the pipeline that wrote it.
 Usage: iceberg_read.py <catalog-uri> <catalog-name> <namespace.table>, or
 iceberg_read.py --serve: one JSON array of those three per line of
 standard input, one JSON document per line of output (a test reading many
-times pays for the imports once).
+times pays for the imports once). A fourth element of the array, an
+object, holds the catalog's properties (an object store's `s3.endpoint`,
+`s3.access-key-id`, `s3.secret-access-key`, `s3.region`).
 """
 
 import datetime
@@ -32,8 +34,8 @@ def text(value):
     return str(value)
 
 
-def read(uri, name, ident):
-    catalog = SqlCatalog(name, uri=uri)
+def read(uri, name, ident, properties=None):
+    catalog = SqlCatalog(name, uri=uri, **(properties or {}))
     table = catalog.load_table(ident)
     arrow = table.scan().to_arrow()
     columns = [c for c in ("id", "amount", "updated_at", "day", "note") if c in arrow.column_names]

@@ -547,8 +547,25 @@ impl crate::warehouse::PasswordSource for Vault {
         workspace_id: &'a str,
         handle: &'a str,
         host: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<SecretString, SecretError>> + Send + 'a>> {
+    ) -> crate::warehouse::handle::Revealing<'a, SecretString> {
         Box::pin(self.reveal(workspace_id, handle, host))
+    }
+
+    fn access_key<'a>(
+        &'a self,
+        workspace_id: &'a str,
+        handle: &'a str,
+        host: &'a str,
+    ) -> crate::warehouse::handle::Revealing<'a, (String, SecretString)> {
+        Box::pin(async move {
+            let (record, secret) = self.open(workspace_id, handle, host, None).await?;
+            match placement(&record) {
+                Ok(Placement::BasicPassword(id)) => Ok((id, secret)),
+                _ => Err(SecretError::Incomplete(
+                    "an object store's credential is a basic one: the access key's id as username, its secret as password",
+                )),
+            }
+        })
     }
 }
 

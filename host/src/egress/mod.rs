@@ -29,11 +29,13 @@
 //!
 //! Layout: this module (the policy's enforcement and the live exchange),
 //! [`address`] (which addresses are global), [`receiver`] (the URL of a
-//! receiver the host posts to for a workspace), [`tape`] (recording and
-//! replay).
+//! receiver the host posts to for a workspace), [`sigv4`] (AWS request
+//! signing, for object stores the host writes to), [`tape`] (recording
+//! and replay).
 
 pub mod address;
 pub mod receiver;
+pub mod sigv4;
 pub mod tape;
 
 use std::collections::HashMap;

@@ -13,7 +13,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 use crate::store::destinations::DeleteRefused;
-use crate::store::kinds::DestinationKind;
+use crate::store::kinds::{CredentialKind, DestinationKind};
+use crate::warehouse::DestinationConfig;
+use crate::warehouse::config::Lakehouse;
 
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -51,20 +53,37 @@ async fn check_destination(
 ) -> ApiResult<()> {
     super::text::check_config("configuration", config)?;
     let parsed = crate::warehouse::validate(kind, config)?;
-    if let crate::warehouse::DestinationConfig::Postgres { credential_handle, target, .. } = &parsed {
-        if !state.config.plugins.warehouses.allows_name(&target.host) {
+    // A host the server connects to for the destination: (field, host,
+    // credential bound to it, whether that must be an access key).
+    let reached = match &parsed {
+        DestinationConfig::Postgres { credential_handle, target, .. } => {
+            Some(("configuration.url", target.host.as_str(), credential_handle.as_deref(), false))
+        }
+        DestinationConfig::Iceberg { warehouse: Lakehouse::ObjectStore(s3), .. } => {
+            Some(("configuration.endpoint", s3.host(), Some(s3.credential_handle.as_str()), true))
+        }
+        _ => None,
+    };
+    if let Some((field, host, credential_handle, access_key)) = reached {
+        if !state.config.plugins.warehouses.allows_name(host) {
             return Err(ApiError::bad_request(
                 "DESTINATION_HOST_NOT_ALLOWED",
-                format!("{} is not a database host the operator allows; the operator lists them in SERVICE_WAREHOUSE_ALLOWED_HOSTS", target.host),
+                format!("{host} is not a warehouse host the operator allows; the operator lists them in SERVICE_WAREHOUSE_ALLOWED_HOSTS"),
             )
-            .with_details(json!({ "field": "configuration.url", "host": target.host })));
+            .with_details(json!({ "field": field, "host": host })));
         }
         if let Some(h) = credential_handle {
-            state
+            let record = state
                 .vault
-                .require_handle(&access.workspace_id, &CredentialHandle::new(h.as_str()), Some(&target.host))
+                .require_handle(&access.workspace_id, &CredentialHandle::new(h), Some(host))
                 .await
                 .map_err(|e| e.at("configuration.credential_handle"))?;
+            if access_key && record.kind != CredentialKind::Basic {
+                return Err(ApiError::invalid_field(
+                    "configuration.credential_handle",
+                    "an object store's credential is a basic one: the access key's id as username, its secret as password",
+                ));
+            }
         }
     }
     Ok(())

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::iceberg::s3::S3Warehouse;
 use super::postgres::{self};
 use crate::error::ApiError;
 use crate::store::kinds::DestinationKind;
@@ -18,6 +19,9 @@ pub struct Place<'a> {
     pub data_dir: &'a Path,
     pub workspace_id: &'a str,
     pub warehouses: &'a postgres::WarehousePolicy,
+    /// Roots trusted beside the system's for object-store endpoints (the
+    /// operator's `SERVICE_EGRESS_EXTRA_ROOTS`).
+    pub extra_roots: &'a [reqwest::Certificate],
     /// The control database, which holds the lakehouses' catalogs.
     pub catalogs: Option<&'a crate::store::Store>,
 }
@@ -50,16 +54,136 @@ pub enum DestinationConfig {
     Postgres { target: postgres::Target, credential_handle: Option<String>, model_role: Option<String> },
     /// `<data-dir>/exports/<workspace>/<directory>/<stream>.jsonl`.
     Jsonl { directory: String },
-    /// Iceberg tables in `<data-dir>/lakehouse/<workspace>/<warehouse>`,
-    /// in `namespace`, cataloged in the control database, committed at
-    /// most every `commit_every`, partitioned per stream as `partitions`
-    /// says.
+    /// Iceberg tables in `warehouse`, in `namespace`, cataloged in the
+    /// control database, committed at most every `commit_every`,
+    /// partitioned per stream as `partitions` says.
     Iceberg {
-        warehouse: String,
+        warehouse: Lakehouse,
         namespace: String,
         commit_every: std::time::Duration,
         partitions: std::collections::BTreeMap<String, Vec<PartitionField>>,
     },
+}
+
+/// Where a lakehouse's files are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lakehouse {
+    /// `<data-dir>/lakehouse/<workspace>/<folder>`.
+    Folder(String),
+    /// A bucket (and prefix) of an S3-compatible object store.
+    ObjectStore(S3Warehouse),
+}
+
+impl Lakehouse {
+    /// How the warehouse's catalog is named in the control database:
+    /// `<workspace>/<folder>`, or `<workspace>/s3://bucket/prefix`.
+    pub fn catalog_name(&self, workspace_id: &str) -> String {
+        match self {
+            Lakehouse::Folder(folder) => format!("{workspace_id}/{folder}"),
+            Lakehouse::ObjectStore(s3) => format!("{workspace_id}/{}", s3.location()),
+        }
+    }
+}
+
+/// The fields only an object-store warehouse takes.
+const OBJECT_STORE_FIELDS: &[&str] = &["endpoint", "region", "credential_handle"];
+
+/// An `s3://bucket[/prefix]` warehouse with its endpoint, region and the
+/// credential holding its access key.
+fn object_store(obj: &serde_json::Map<String, Value>, location: &str) -> Result<S3Warehouse, ApiError> {
+    let invalid = |field: &str, m: &str| ApiError::invalid_field(&format!("configuration.{field}"), m);
+    let rest = location
+        .strip_prefix("s3://")
+        .ok_or_else(|| invalid("warehouse", "warehouse must be a folder name or an s3://bucket/prefix location"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let bucket_ok = (3..=63).contains(&bucket.len())
+        && bucket.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !bucket_ok {
+        return Err(invalid(
+            "warehouse",
+            "the bucket must be 3 to 63 lower-case letters, digits, . and -, starting and ending with a letter or digit",
+        ));
+    }
+    let prefix = prefix.trim_end_matches('/');
+    let prefix_ok = prefix.len() <= 200
+        && (prefix.is_empty()
+            || prefix.split('/').all(|s| {
+                !s.is_empty()
+                    && s != "."
+                    && s != ".."
+                    && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            }));
+    if !prefix_ok {
+        return Err(invalid(
+            "warehouse",
+            "the prefix must be folder names of letters, digits, . _ and - separated by /, at most 200 characters",
+        ));
+    }
+    let region = match obj.get("region") {
+        None | Some(Value::Null) => "us-east-1".to_owned(),
+        Some(Value::String(r))
+            if !r.is_empty() && r.len() <= 32 && r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') =>
+        {
+            r.clone()
+        }
+        Some(_) => return Err(invalid("region", "region must be a region name such as us-east-1")),
+    };
+    let endpoint = match obj.get("endpoint") {
+        None | Some(Value::Null) => format!("https://s3.{region}.amazonaws.com"),
+        Some(Value::String(e)) => e.clone(),
+        Some(_) => return Err(invalid("endpoint", "endpoint must be an https:// URL")),
+    };
+    let endpoint = url::Url::parse(&endpoint)
+        .ok()
+        .filter(|u| {
+            u.scheme() == "https"
+                && u.host_str().is_some_and(|h| !h.is_empty())
+                && u.username().is_empty()
+                && u.password().is_none()
+                && matches!(u.path(), "" | "/")
+                && u.query().is_none()
+                && u.fragment().is_none()
+        })
+        .ok_or_else(|| {
+            invalid("endpoint", "endpoint must be an https:// URL naming only a host and port (the store's address)")
+        })?;
+    let credential_handle = obj.get("credential_handle").and_then(Value::as_str).filter(|h| !h.is_empty()).ok_or_else(
+        || {
+            invalid(
+                "credential_handle",
+                "credential_handle is required: a credential holding the secret access key, bound to the endpoint's host",
+            )
+        },
+    )?;
+    Ok(S3Warehouse {
+        bucket: bucket.to_owned(),
+        prefix: prefix.to_owned(),
+        endpoint,
+        region,
+        credential_handle: credential_handle.to_owned(),
+    })
+}
+
+/// A destination's credential, as the vault reveals it for the
+/// destination's host.
+pub enum Revealed {
+    /// A database's password.
+    Password(secrecy::SecretString),
+    /// An object store's access key: its id (the basic credential's
+    /// username) and its secret.
+    AccessKey { id: String, secret: secrecy::SecretString },
+}
+
+impl Revealed {
+    /// The password, if this is one.
+    pub fn into_password(self) -> Option<secrecy::SecretString> {
+        match self {
+            Revealed::Password(p) => Some(p),
+            Revealed::AccessKey { .. } => None,
+        }
+    }
 }
 
 /// A partition field of a lakehouse table: a top-level column and how its
@@ -157,7 +281,9 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
         DestinationKind::Sqlite => &["file"],
         DestinationKind::Postgres => &["url", "credential_handle", "model_role"],
         DestinationKind::Jsonl => &["directory"],
-        DestinationKind::Iceberg => &["warehouse", "namespace", "commit_every_seconds", "partitions"],
+        DestinationKind::Iceberg => {
+            &["warehouse", "namespace", "commit_every_seconds", "partitions", "endpoint", "region", "credential_handle"]
+        }
     };
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ApiError::invalid_field(&format!("configuration.{k}"), format!("unknown field {k}")));
@@ -170,13 +296,18 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
             directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))?,
         },
         DestinationKind::Iceberg => {
-            let warehouse = obj.get("warehouse").and_then(Value::as_str);
-            if warehouse.is_some_and(|w| w.contains("://")) {
-                return Err(ApiError::invalid_field(
-                    "configuration.warehouse",
-                    "warehouse must be a folder name: object-store warehouses are not available yet",
-                ));
-            }
+            let warehouse = match obj.get("warehouse").and_then(Value::as_str) {
+                Some(location) if location.contains("://") => Lakehouse::ObjectStore(object_store(obj, location)?),
+                folder => {
+                    if let Some(field) = OBJECT_STORE_FIELDS.iter().find(|f| obj.contains_key(**f)) {
+                        return Err(ApiError::invalid_field(
+                            &format!("configuration.{field}"),
+                            format!("{field} is only for an s3:// warehouse"),
+                        ));
+                    }
+                    Lakehouse::Folder(plain_name("configuration.warehouse", folder)?)
+                }
+            };
             let namespace = match obj.get("namespace") {
                 None | Some(Value::Null) => "default".to_owned(),
                 Some(Value::String(n))
@@ -201,7 +332,7 @@ pub fn validate(kind: DestinationKind, config: &Value) -> Result<DestinationConf
                 })?,
             };
             DestinationConfig::Iceberg {
-                warehouse: plain_name("configuration.warehouse", warehouse)?,
+                warehouse,
                 namespace,
                 commit_every: std::time::Duration::from_secs(commit_every),
                 partitions: partitions(obj.get("partitions"))?,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use secrecy::SecretString;
 
+use super::config::{Lakehouse, Revealed};
 use super::query::{Bounds, ModelRows, QueryError};
 use super::{DestinationConfig, Place, WriteError, Writer, postgres};
 use crate::egress::SecretError;
@@ -17,15 +18,23 @@ use crate::error::ApiError;
 use crate::store::Store;
 use crate::store::destinations::Destination;
 
-/// Reveals a destination's password (its credential's secret), for the
-/// destination's own host in its own workspace. Implemented by the vault.
+/// A credential being revealed.
+pub type Revealing<'a, T> = Pin<Box<dyn Future<Output = Result<T, SecretError>> + Send + 'a>>;
+
+/// Reveals a destination's credential, for the destination's own host in
+/// its own workspace. Implemented by the vault.
 pub trait PasswordSource: Send + Sync {
-    fn password<'a>(
+    /// A database's password: the credential's secret.
+    fn password<'a>(&'a self, workspace_id: &'a str, handle: &'a str, host: &'a str) -> Revealing<'a, SecretString>;
+
+    /// An object store's access key: a basic credential's username (the
+    /// key's id) and its secret.
+    fn access_key<'a>(
         &'a self,
         workspace_id: &'a str,
         handle: &'a str,
         host: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<SecretString, SecretError>> + Send + 'a>>;
+    ) -> Revealing<'a, (String, SecretString)>;
 }
 
 /// Why a warehouse could not be opened or queried.
@@ -59,6 +68,8 @@ impl WarehouseError {
 pub struct Warehouses {
     data_dir: PathBuf,
     policy: postgres::WarehousePolicy,
+    /// Roots trusted beside the system's for object-store endpoints.
+    extra_roots: Vec<reqwest::Certificate>,
     passwords: Arc<dyn PasswordSource>,
     /// The control database, which holds the lakehouses' catalogs.
     catalogs: Store,
@@ -68,42 +79,56 @@ impl Warehouses {
     pub fn new(
         data_dir: PathBuf,
         policy: postgres::WarehousePolicy,
+        extra_roots: Vec<reqwest::Certificate>,
         passwords: Arc<dyn PasswordSource>,
         catalogs: Store,
     ) -> Self {
-        Warehouses { data_dir, policy, passwords, catalogs }
+        Warehouses { data_dir, policy, extra_roots, passwords, catalogs }
     }
 
     /// Where `workspace_id`'s files live and what it may reach.
     pub fn place<'a>(&'a self, workspace_id: &'a str) -> Place<'a> {
-        Place { data_dir: &self.data_dir, workspace_id, warehouses: &self.policy, catalogs: Some(&self.catalogs) }
+        Place {
+            data_dir: &self.data_dir,
+            workspace_id,
+            warehouses: &self.policy,
+            extra_roots: &self.extra_roots,
+            catalogs: Some(&self.catalogs),
+        }
     }
 
-    /// The destination's configuration, checked, and its password, if it
-    /// names a credential.
-    async fn resolve(&self, dest: &Destination) -> Result<(DestinationConfig, Option<SecretString>), WarehouseError> {
+    /// The destination's configuration, checked, and its credential as
+    /// the vault reveals it, if it names one.
+    async fn resolve(&self, dest: &Destination) -> Result<(DestinationConfig, Option<Revealed>), WarehouseError> {
         let config = super::validate(dest.kind, &dest.configuration).map_err(WarehouseError::Config)?;
-        let password = match &config {
-            DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => Some(
-                self.passwords
-                    .password(&dest.workspace_id, h, &target.host)
+        let ws = &dest.workspace_id;
+        let revealed = match &config {
+            DestinationConfig::Postgres { target, credential_handle: Some(h), .. } => Some(Revealed::Password(
+                self.passwords.password(ws, h, &target.host).await.map_err(WarehouseError::Credential)?,
+            )),
+            DestinationConfig::Iceberg { warehouse: Lakehouse::ObjectStore(s3), .. } => {
+                let (id, secret) = self
+                    .passwords
+                    .access_key(ws, &s3.credential_handle, s3.host())
                     .await
-                    .map_err(WarehouseError::Credential)?,
-            ),
+                    .map_err(WarehouseError::Credential)?;
+                Some(Revealed::AccessKey { id, secret })
+            }
             _ => None,
         };
-        Ok((config, password))
+        Ok((config, revealed))
     }
 
     /// A writer of one job into `dest`.
     pub async fn writer(&self, dest: &Destination) -> Result<Writer, WarehouseError> {
-        let (config, password) = self.resolve(dest).await?;
-        Writer::open(&config, &self.place(&dest.workspace_id), password).await.map_err(WarehouseError::Write)
+        let (config, revealed) = self.resolve(dest).await?;
+        Writer::open(&config, &self.place(&dest.workspace_id), revealed).await.map_err(WarehouseError::Write)
     }
 
     /// Runs a model's query over `dest`, read-only and within `bounds`.
     pub async fn query(&self, dest: &Destination, sql: &str, bounds: Bounds) -> Result<ModelRows, WarehouseError> {
-        let (config, password) = self.resolve(dest).await?;
+        let (config, revealed) = self.resolve(dest).await?;
+        let password = revealed.and_then(Revealed::into_password);
         super::query::run(&config, &self.place(&dest.workspace_id), password, sql, bounds)
             .await
             .map_err(WarehouseError::Query)

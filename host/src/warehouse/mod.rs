@@ -172,6 +172,12 @@ mod tests {
     /// A workspace's place in a scratch data directory.
     pub(crate) fn test_place(dir: &Path) -> Place<'_> {
         static NONE: std::sync::OnceLock<postgres::WarehousePolicy> = std::sync::OnceLock::new();
-        Place { data_dir: dir, workspace_id: "ws_test", warehouses: NONE.get_or_init(Default::default), catalogs: None }
+        Place {
+            data_dir: dir,
+            workspace_id: "ws_test",
+            warehouses: NONE.get_or_init(Default::default),
+            extra_roots: &[],
+            catalogs: None,
+        }
     }
 }

@@ -131,7 +131,7 @@ pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
 /// Why a destination's database is not connected to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Unreachable {
-    #[error("{0} is not a database host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
+    #[error("{0} is not a warehouse host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
     HostNotAllowed(String),
     #[error("{0} did not resolve: {1}")]
     Unresolved(String, String),
@@ -139,6 +139,36 @@ pub(crate) enum Unreachable {
     AddressRefused { host: String, ip: IpAddr, why: &'static str },
     #[error("the server's environment sets PGOPTIONS; refusing to pass it to a destination")]
     EnvironmentOptions,
+}
+
+/// The addresses `host` resolves to, when the operator allows the name
+/// and every address (a global one, or one in a network the operator
+/// listed): the only ones a connection to it may go to.
+pub(crate) async fn allowed_addresses(
+    policy: &WarehousePolicy,
+    host: &str,
+    port: u16,
+) -> Result<Vec<IpAddr>, Unreachable> {
+    if !policy.allows_name(host) {
+        return Err(Unreachable::HostNotAllowed(host.to_owned()));
+    }
+    let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| Unreachable::Unresolved(host.to_owned(), e.to_string()))?
+            .map(|a| a.ip())
+            .collect(),
+    };
+    if addresses.is_empty() {
+        return Err(Unreachable::Unresolved(host.to_owned(), "no address".into()));
+    }
+    for ip in &addresses {
+        if let Some(why) = refusal(policy, *ip) {
+            return Err(Unreachable::AddressRefused { host: host.to_owned(), ip: *ip, why });
+        }
+    }
+    Ok(addresses)
 }
 
 /// Resolves and checks the target's host and builds the driver's options
@@ -154,25 +184,7 @@ pub(crate) async fn connect_options(
     password: Option<&SecretString>,
     policy: &WarehousePolicy,
 ) -> Result<PgConnectOptions, Unreachable> {
-    if !policy.allows_name(&target.host) {
-        return Err(Unreachable::HostNotAllowed(target.host.clone()));
-    }
-    let addresses: Vec<IpAddr> = match target.host.parse::<IpAddr>() {
-        Ok(ip) => vec![ip],
-        Err(_) => tokio::net::lookup_host((target.host.as_str(), target.port))
-            .await
-            .map_err(|e| Unreachable::Unresolved(target.host.clone(), e.to_string()))?
-            .map(|a| a.ip())
-            .collect(),
-    };
-    if addresses.is_empty() {
-        return Err(Unreachable::Unresolved(target.host.clone(), "no address".into()));
-    }
-    for ip in &addresses {
-        if let Some(why) = refusal(policy, *ip) {
-            return Err(Unreachable::AddressRefused { host: target.host.clone(), ip: *ip, why });
-        }
-    }
+    let addresses = allowed_addresses(policy, &target.host, target.port).await?;
     let host = if password.is_some() { target.host.clone() } else { addresses[0].to_string() };
     // Every part is set here, so nothing comes from the environment; an
     // empty password keeps the driver from looking one up in a pgpass file.

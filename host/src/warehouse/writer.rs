@@ -7,9 +7,10 @@ use std::sync::Arc;
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use super::config::{DestinationConfig, Place};
+use super::config::{DestinationConfig, Lakehouse, Place, Revealed};
 use super::iceberg::IcebergWriter;
 use super::iceberg::catalog::ProductCatalog;
+use super::iceberg::s3::ObjectStore;
 use super::jsonl;
 use super::postgres::{self, CopyData, POSTGRES_CONNECTIONS, copy_data, copy_rows, copy_text_from_binary};
 use super::shape::{Rows, shape};
@@ -63,7 +64,7 @@ impl Writer {
     pub async fn open(
         config: &DestinationConfig,
         place: &Place<'_>,
-        password: Option<secrecy::SecretString>,
+        revealed: Option<Revealed>,
     ) -> Result<Writer, WriteError> {
         match config {
             DestinationConfig::Sqlite { file } => {
@@ -96,6 +97,7 @@ impl Writer {
                 })
             }
             DestinationConfig::Postgres { target, .. } => {
+                let password = revealed.and_then(Revealed::into_password);
                 let options = postgres::connect_options(target, password.as_ref(), place.warehouses)
                     .await
                     .map_err(|e| WriteError::Destination(e.to_string()))?;
@@ -122,19 +124,36 @@ impl Writer {
                 let store = place
                     .catalogs
                     .ok_or_else(|| WriteError::Destination("lakehouses need the control database".into()))?;
-                let path = place.lakehouse_dir().join(warehouse);
-                std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the warehouse folder", e))?;
-                // Absolute, whatever the data directory was given as: a
-                // relative `file://` location would name the root.
-                let path =
-                    std::fs::canonicalize(&path).map_err(|e| failed("cannot resolve the warehouse folder", e))?;
-                let location = url::Url::from_directory_path(&path)
-                    .map_err(|()| WriteError::Destination("the warehouse folder has no file URL".into()))?
-                    .as_str()
-                    .trim_end_matches('/')
-                    .to_owned();
-                let file_io = iceberg::io::FileIOBuilder::new(Arc::new(iceberg::io::LocalFsStorageFactory)).build();
-                let name = format!("{}/{warehouse}", place.workspace_id);
+                let (location, file_io) = match warehouse {
+                    Lakehouse::Folder(folder) => {
+                        let path = place.lakehouse_dir().join(folder);
+                        std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the warehouse folder", e))?;
+                        // Absolute, whatever the data directory was given
+                        // as: a relative `file://` location would name the
+                        // root.
+                        let path = std::fs::canonicalize(&path)
+                            .map_err(|e| failed("cannot resolve the warehouse folder", e))?;
+                        let location = url::Url::from_directory_path(&path)
+                            .map_err(|()| WriteError::Destination("the warehouse folder has no file URL".into()))?
+                            .as_str()
+                            .trim_end_matches('/')
+                            .to_owned();
+                        (
+                            location,
+                            iceberg::io::FileIOBuilder::new(Arc::new(iceberg::io::LocalFsStorageFactory)).build(),
+                        )
+                    }
+                    Lakehouse::ObjectStore(s3) => {
+                        let Some(Revealed::AccessKey { id, secret }) = revealed else {
+                            return Err(WriteError::Destination(
+                                "the object store's access key was not revealed".into(),
+                            ));
+                        };
+                        let store = ObjectStore::connect(s3, (id, secret), place.warehouses, place.extra_roots).await?;
+                        (s3.location(), store.file_io())
+                    }
+                };
+                let name = warehouse.catalog_name(place.workspace_id);
                 let catalog = ProductCatalog::new(store.clone(), name, location.clone(), file_io);
                 let lake = IcebergWriter::open(catalog, location, namespace, *commit_every, partitions.clone()).await?;
                 Ok(Writer::Iceberg(Box::new(lake)))

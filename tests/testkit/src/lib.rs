@@ -1,7 +1,7 @@
 //! What the server's integration tests and benchmarks share, so neither
 //! borrows the other's files: fake providers that speak the real protocols
-//! over real HTTPS, a fake PostgreSQL that records what it is sent, and
-//! the builder of the test plugins.
+//! over real HTTPS, a fake PostgreSQL that records what it is sent, an
+//! S3-compatible store, and the builder of the test plugins.
 //!
 //! Layout:
 //! - [`provider`]: a test CA and HTTPS fake providers on loopback, with the
@@ -15,6 +15,7 @@
 //!   and routes that misbehave on purpose;
 //! - [`routes`]: canned provider routes for small tests;
 //! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
+//! - [`objectstore`]: moto's S3 on loopback behind an HTTPS front;
 //! - [`plugins`]: building and finding the test plugins (`tests/plugins`)
 //!   and the example source.
 
@@ -22,6 +23,7 @@ pub mod fakepg;
 pub mod hubspot;
 pub mod jsonplaceholder;
 pub mod mailcoach;
+pub mod objectstore;
 pub mod plugins;
 pub mod provider;
 pub mod restapi;

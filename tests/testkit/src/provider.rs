@@ -107,3 +107,40 @@ impl Drop for FakeProvider {
         self.task.abort();
     }
 }
+
+/// An HTTPS front for a plain-HTTP server on loopback (such as a store's
+/// reference implementation that speaks only HTTP): TLS with a certificate
+/// of the test CA for `names`, every byte passed through unchanged.
+pub struct TlsFront {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsFront {
+    pub async fn start(ca: &TestCa, names: &[&str], backend: SocketAddr) -> TlsFront {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut config = ca.server_config(names);
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { break };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                    let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        TlsFront { addr, task }
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,10 +1,12 @@
 //! Lakehouse destinations: Parquet files committed to Apache Iceberg
 //! tables, readable by every engine that reads Iceberg.
 //!
-//! A destination of kind `iceberg` names a warehouse folder (under the
-//! workspace's `lakehouse` folder of the data directory) and a namespace.
-//! Its catalog is an Iceberg SQL catalog in the control database, named
-//! `<workspace>/<folder>`: destinations naming the same folder share it.
+//! A destination of kind `iceberg` names a warehouse (a folder under the
+//! workspace's `lakehouse` folder of the data directory, or an
+//! `s3://bucket/prefix` of an S3-compatible store) and a namespace. Its
+//! catalog is an Iceberg SQL catalog in the control database, named
+//! `<workspace>/<folder>` (or `<workspace>/s3://bucket/prefix`):
+//! destinations of a workspace naming the same warehouse share it.
 //! Each stream is a table; each batch is one Parquet file (zstd, with
 //! Iceberg field ids) committed as one snapshot before the stream's state
 //! is saved, so a reader only ever sees whole batches and a restarted sync
@@ -18,11 +20,13 @@
 //!   evolution;
 //! - [`rows`]: records as Arrow batches of those columns;
 //! - [`writer`]: the [`IcebergWriter`] of one job;
+//! - [`s3`]: warehouses in an S3-compatible object store;
 //! - [`orphans`]: files no table refers to, listed and removed.
 
 pub mod catalog;
 pub mod orphans;
 pub mod rows;
+pub mod s3;
 pub mod schema;
 pub mod writer;
 

@@ -483,10 +483,11 @@ mod tests {
             data_dir: &relative,
             workspace_id: "ws_rel",
             warehouses: &policy,
+            extra_roots: &[],
             catalogs: Some(&store),
         };
         let config = crate::warehouse::DestinationConfig::Iceberg {
-            warehouse: "lake".into(),
+            warehouse: crate::warehouse::config::Lakehouse::Folder("lake".into()),
             namespace: "ns".into(),
             commit_every: Duration::from_secs(10),
             partitions: Default::default(),

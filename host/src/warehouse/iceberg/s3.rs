@@ -1,0 +1,625 @@
+//! Lakehouse warehouses in an S3-compatible object store: the bucket (and
+//! prefix) a destination names, reached over HTTPS at its endpoint with
+//! the workspace's access key.
+//!
+//! The host makes every request itself and signs it (AWS Signature
+//! Version 4, [`crate::egress::sigv4`]): the secret key, revealed by the
+//! vault for the endpoint's host only, never leaves the process. The
+//! endpoint obeys the operator's warehouse policy like a database
+//! destination's host: its name must be allowed
+//! (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`), every address it resolves to must
+//! be a global one or in a network the operator listed, and the
+//! connections go to exactly those addresses (a second DNS answer cannot
+//! move them); the certificate is verified against the system's roots and
+//! the operator's extra ones. Requests are path-style
+//! (`https://endpoint/bucket/key`), which every S3-compatible store
+//! serves, and reach only keys under the warehouse's prefix: a path
+//! outside it (from a catalog row or a metadata file) is refused, not
+//! fetched. Redirects are not followed.
+//!
+//! A file is written with one `PUT` when it is closed (each Parquet file
+//! holds one batch, and metadata files are small), and read with ranged
+//! `GET`s. A request that fails on the way, or that the store answers
+//! with a 5xx or 429, is tried up to [`ATTEMPTS`] times.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use iceberg::io::{FileMetadata, FileRead, FileWrite, InputFile, OutputFile, Storage, StorageConfig, StorageFactory};
+use iceberg::{Error, ErrorKind, Result};
+use secrecy::SecretString;
+use url::Url;
+
+use crate::egress::sigv4::{self, AccessKey};
+use crate::warehouse::WriteError;
+use crate::warehouse::postgres::{WarehousePolicy, allowed_addresses};
+
+/// Where an S3 warehouse is and how it is reached, as a destination's
+/// configuration names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Warehouse {
+    pub bucket: String,
+    /// Folders under the bucket, without leading or trailing `/` (may be
+    /// empty).
+    pub prefix: String,
+    /// `https://host[:port]`.
+    pub endpoint: Url,
+    pub region: String,
+    /// The credential holding the secret access key, bound to the
+    /// endpoint's host.
+    pub credential_handle: String,
+}
+
+impl S3Warehouse {
+    /// `s3://bucket[/prefix]`: where the warehouse's tables are.
+    pub fn location(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("s3://{}", self.bucket)
+        } else {
+            format!("s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+
+    /// The endpoint's host name (or address).
+    pub fn host(&self) -> &str {
+        self.endpoint.host_str().unwrap_or_default()
+    }
+}
+
+/// Requests are tried this many times when the store or the network fails.
+pub const ATTEMPTS: u32 = 3;
+
+/// A connection to one warehouse's bucket.
+#[derive(Clone)]
+pub struct ObjectStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    endpoint: Url,
+    bucket: String,
+    /// `prefix/`, or empty: every key reached starts with it.
+    prefix: String,
+    key: AccessKey,
+}
+
+impl std::fmt::Debug for ObjectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStore")
+            .field("endpoint", &self.inner.endpoint.as_str())
+            .field("bucket", &self.inner.bucket)
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An object a listing found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// `s3://bucket/key`.
+    pub location: String,
+    pub bytes: u64,
+    /// When it was last written, as the store says (RFC 3339).
+    pub last_modified: String,
+}
+
+impl ObjectStore {
+    /// Checks the endpoint against the operator's policy and opens a
+    /// client that connects only to the addresses checked.
+    pub async fn connect(
+        warehouse: &S3Warehouse,
+        (access_key_id, secret_access_key): (String, SecretString),
+        policy: &WarehousePolicy,
+        extra_roots: &[reqwest::Certificate],
+    ) -> std::result::Result<ObjectStore, WriteError> {
+        let host = warehouse.host().trim_start_matches('[').trim_end_matches(']').to_owned();
+        let port = warehouse.endpoint.port_or_known_default().unwrap_or(443);
+        let addresses = allowed_addresses(policy, &host, port)
+            .await
+            .map_err(|e| WriteError::Destination(format!("cannot reach the object store: {e}")))?;
+        let pinned: Vec<SocketAddr> = addresses.into_iter().map(|ip| SocketAddr::new(ip, port)).collect();
+        // The process's TLS provider (ring), as the binary installs it;
+        // done here too for a library caller that did not.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .https_only(true)
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(300))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("service-lakehouse/", env!("CARGO_PKG_VERSION")));
+        if host.parse::<std::net::IpAddr>().is_err() {
+            builder = builder.resolve_to_addrs(&host, &pinned);
+        }
+        if !extra_roots.is_empty() {
+            builder = builder.tls_certs_merge(extra_roots.iter().cloned());
+        }
+        let client =
+            builder.build().map_err(|e| WriteError::Destination(format!("cannot open the object store: {e}")))?;
+        let prefix = if warehouse.prefix.is_empty() { String::new() } else { format!("{}/", warehouse.prefix) };
+        Ok(ObjectStore {
+            inner: Arc::new(Inner {
+                client,
+                endpoint: warehouse.endpoint.clone(),
+                bucket: warehouse.bucket.clone(),
+                prefix,
+                key: AccessKey { access_key_id, secret_access_key, region: warehouse.region.clone(), service: "s3" },
+            }),
+        })
+    }
+
+    /// The key of `location` (`s3://bucket/key`), if it is in this
+    /// warehouse: the bucket and the prefix must match, and no segment may
+    /// be empty, `.` or `..`.
+    fn key_of<'a>(&self, location: &'a str) -> Result<&'a str> {
+        let outside = || {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("{location} is outside the warehouse s3://{}/{}", self.inner.bucket, self.inner.prefix),
+            )
+        };
+        let rest = location.strip_prefix("s3://").ok_or_else(outside)?;
+        let (bucket, key) = rest.split_once('/').ok_or_else(outside)?;
+        let plain = key.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
+        if bucket != self.inner.bucket || !key.starts_with(&self.inner.prefix) || !plain {
+            return Err(outside());
+        }
+        Ok(key)
+    }
+
+    /// `https://endpoint/bucket/key`, the key encoded as SigV4 wants.
+    fn object_url(&self, key: &str) -> Url {
+        let mut url = self.inner.endpoint.clone();
+        url.set_path(&format!("/{}/{}", self.inner.bucket, sigv4::uri_encode(key, true)));
+        url
+    }
+
+    /// Sends one signed request, tried again when the network or the
+    /// store fails; the answer, whatever its status.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &Url,
+        extra: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<(reqwest::StatusCode, reqwest::header::HeaderMap, Bytes)> {
+        let content_sha256 =
+            if body.is_empty() { sigv4::EMPTY_SHA256.to_owned() } else { sigv4::payload_sha256(&body) };
+        let mut last = None;
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(200 << (2 * attempt))).await;
+            }
+            let mut request = self.inner.client.request(method.clone(), url.clone());
+            for (name, value) in extra {
+                request = request.header(*name, *value);
+            }
+            let signed = sigv4::sign(&self.inner.key, method.as_str(), url, extra, &content_sha256, chrono::Utc::now());
+            for (name, value) in signed {
+                request = request.header(name, value);
+            }
+            if !body.is_empty() || method == reqwest::Method::PUT {
+                request = request.body(body.clone());
+            }
+            let answer = match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let headers = response.headers().clone();
+                    response.bytes().await.map(|bytes| (status, headers, bytes))
+                }
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok((status, ..)) if status.is_server_error() || status.as_u16() == 429 => {
+                    last = Some(format!("the store answered {status}"));
+                }
+                Ok(answer) => return Ok(answer),
+                Err(e) => last = Some(e.to_string()),
+            }
+        }
+        Err(Error::new(ErrorKind::Unexpected, format!("{method} {}: {}", url.path(), last.unwrap_or_default()))
+            .with_retryable(true))
+    }
+
+    /// An error for an answer that is not a success, with the store's code.
+    fn refused(method: &str, key: &str, status: reqwest::StatusCode, body: &[u8]) -> Error {
+        let code = xml_text(body, "Code").unwrap_or_default();
+        let message = xml_text(body, "Message").unwrap_or_default();
+        let kind =
+            if status == reqwest::StatusCode::NOT_FOUND { ErrorKind::DataInvalid } else { ErrorKind::Unexpected };
+        Error::new(
+            kind,
+            format!("{method} {key}: the object store answered {status} {code} {message}").trim().to_owned(),
+        )
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<u64>> {
+        let (status, headers, body) =
+            self.send(reqwest::Method::HEAD, &self.object_url(key), &[], Bytes::new()).await?;
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(Self::refused("HEAD", key, status, &body));
+        }
+        let length = headers
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Unexpected, format!("HEAD {key}: no Content-Length")))?;
+        Ok(Some(length))
+    }
+
+    async fn get(&self, key: &str, range: Option<Range<u64>>) -> Result<Bytes> {
+        let wanted = range.as_ref().map(|r| format!("bytes={}-{}", r.start, r.end.saturating_sub(1)));
+        let extra: Vec<(&str, &str)> = wanted.iter().map(|r| ("range", r.as_str())).collect();
+        if range.as_ref().is_some_and(|r| r.is_empty()) {
+            return Ok(Bytes::new());
+        }
+        let (status, _, body) = self.send(reqwest::Method::GET, &self.object_url(key), &extra, Bytes::new()).await?;
+        if !status.is_success() {
+            return Err(Self::refused("GET", key, status, &body));
+        }
+        if let Some(r) = range
+            && body.len() as u64 != r.end - r.start
+        {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                format!("GET {key}: asked for {} bytes, got {}", r.end - r.start, body.len()),
+            ));
+        }
+        Ok(body)
+    }
+
+    async fn put(&self, key: &str, body: Bytes) -> Result<()> {
+        let (status, _, answer) = self.send(reqwest::Method::PUT, &self.object_url(key), &[], body).await?;
+        if !status.is_success() {
+            return Err(Self::refused("PUT", key, status, &answer));
+        }
+        Ok(())
+    }
+
+    async fn delete_key(&self, key: &str) -> Result<()> {
+        let (status, _, body) = self.send(reqwest::Method::DELETE, &self.object_url(key), &[], Bytes::new()).await?;
+        if !status.is_success() && status != reqwest::StatusCode::NOT_FOUND {
+            return Err(Self::refused("DELETE", key, status, &body));
+        }
+        Ok(())
+    }
+
+    /// Every object under `location` (a folder of this warehouse, or the
+    /// warehouse itself when `None`), a page of the listing at a time.
+    pub async fn list(&self, location: Option<&str>) -> Result<Vec<Listed>> {
+        let prefix = match location {
+            Some(location) => format!("{}/", self.key_of(location.trim_end_matches('/'))?),
+            None => self.inner.prefix.clone(),
+        };
+        let mut found = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut url = self.inner.endpoint.clone();
+            url.set_path(&format!("/{}", self.inner.bucket));
+            let mut query = format!("list-type=2&prefix={}", sigv4::uri_encode(&prefix, false));
+            if let Some(t) = &token {
+                query.push_str(&format!("&continuation-token={}", sigv4::uri_encode(t, false)));
+            }
+            url.set_query(Some(&query));
+            let (status, _, body) = self.send(reqwest::Method::GET, &url, &[], Bytes::new()).await?;
+            if !status.is_success() {
+                return Err(Self::refused("LIST", &prefix, status, &body));
+            }
+            let page = std::str::from_utf8(&body)
+                .map_err(|_| Error::new(ErrorKind::Unexpected, "the object store's listing is not UTF-8"))?;
+            for contents in xml_elements(page, "Contents") {
+                let (Some(key), Some(size)) =
+                    (xml_text(contents.as_bytes(), "Key"), xml_text(contents.as_bytes(), "Size"))
+                else {
+                    continue;
+                };
+                found.push(Listed {
+                    location: format!("s3://{}/{key}", self.inner.bucket),
+                    bytes: size.parse().unwrap_or(0),
+                    last_modified: xml_text(contents.as_bytes(), "LastModified").unwrap_or_default(),
+                });
+            }
+            let truncated = xml_text(body.as_ref(), "IsTruncated").is_some_and(|t| t == "true");
+            token = xml_text(body.as_ref(), "NextContinuationToken");
+            if !truncated || token.is_none() {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// Removes the object at `location`.
+    pub async fn delete(&self, location: &str) -> Result<()> {
+        let key = self.key_of(location)?;
+        self.delete_key(key).await
+    }
+
+    /// A file I/O over this store, for the catalog and the writers.
+    pub fn file_io(&self) -> iceberg::io::FileIO {
+        iceberg::io::FileIOBuilder::new(Arc::new(S3StorageFactory(self.clone()))).build()
+    }
+}
+
+/// The text of the first `<name>` element of an S3 XML answer, with the
+/// five XML entities and character references decoded.
+fn xml_text(xml: &[u8], name: &str) -> Option<String> {
+    let xml = std::str::from_utf8(xml).ok()?;
+    xml_elements(xml, name).next().map(unescape)
+}
+
+/// The contents of each `<name>…</name>` element, in order (S3's answers
+/// have no attributes on these and never nest an element in itself).
+fn xml_elements<'a>(xml: &'a str, name: &str) -> impl Iterator<Item = &'a str> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let mut rest = xml;
+    std::iter::from_fn(move || {
+        let start = rest.find(&open)? + open.len();
+        let len = rest[start..].find(&close)?;
+        let inner = &rest[start..start + len];
+        rest = &rest[start + len + close.len()..];
+        Some(inner)
+    })
+}
+
+fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let Some(end) = rest[at..].find(';') else {
+            out.push_str(&rest[at..]);
+            return out;
+        };
+        let entity = &rest[at + 1..at + end];
+        let decoded = match entity {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            _ => entity
+                .strip_prefix("#x")
+                .map(|h| u32::from_str_radix(h, 16))
+                .or_else(|| entity.strip_prefix('#').map(str::parse::<u32>))
+                .and_then(std::result::Result::ok)
+                .and_then(char::from_u32),
+        };
+        match decoded {
+            Some(c) => out.push(c),
+            None => out.push_str(&rest[at..=at + end]),
+        }
+        rest = &rest[at + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Hands the catalog's file I/O its store (a connection, which no
+/// configuration could describe).
+#[derive(Debug, Clone)]
+struct S3StorageFactory(ObjectStore);
+
+/// A live connection has no serialised form: the file I/O of a lakehouse
+/// is built in the process that uses it, never shipped.
+impl serde::Serialize for ObjectStore {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> std::result::Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("an object-store connection cannot be serialised"))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ObjectStore {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> std::result::Result<Self, D::Error> {
+        Err(serde::de::Error::custom("an object-store connection cannot be deserialised"))
+    }
+}
+
+impl serde::Serialize for S3StorageFactory {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for S3StorageFactory {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        ObjectStore::deserialize(d).map(S3StorageFactory)
+    }
+}
+
+#[typetag::serde]
+impl StorageFactory for S3StorageFactory {
+    fn build(&self, _: &StorageConfig) -> Result<Arc<dyn Storage>> {
+        Ok(Arc::new(self.0.clone()))
+    }
+}
+
+#[async_trait]
+#[typetag::serde]
+impl Storage for ObjectStore {
+    async fn exists(&self, path: &str) -> Result<bool> {
+        Ok(self.head(self.key_of(path)?).await?.is_some())
+    }
+
+    async fn metadata(&self, path: &str) -> Result<FileMetadata> {
+        let key = self.key_of(path)?;
+        let size = self
+            .head(key)
+            .await?
+            .ok_or_else(|| Error::new(ErrorKind::DataInvalid, format!("{path} does not exist")))?;
+        Ok(FileMetadata { size })
+    }
+
+    async fn read(&self, path: &str) -> Result<Bytes> {
+        self.get(self.key_of(path)?, None).await
+    }
+
+    async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
+        let key = self.key_of(path)?.to_owned();
+        Ok(Box::new(ObjectRead { store: self.clone(), key }))
+    }
+
+    async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
+        self.put(self.key_of(path)?, bs).await
+    }
+
+    async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
+        let key = self.key_of(path)?.to_owned();
+        Ok(Box::new(ObjectWrite { store: self.clone(), key, buffer: Some(BytesMut::new()) }))
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        ObjectStore::delete(self, path).await
+    }
+
+    async fn delete_prefix(&self, path: &str) -> Result<()> {
+        for listed in self.list(Some(path)).await? {
+            ObjectStore::delete(self, &listed.location).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete_stream(&self, mut paths: BoxStream<'static, String>) -> Result<()> {
+        while let Some(path) = paths.next().await {
+            ObjectStore::delete(self, &path).await?;
+        }
+        Ok(())
+    }
+
+    fn new_input(&self, path: &str) -> Result<InputFile> {
+        self.key_of(path)?;
+        Ok(InputFile::new(Arc::new(self.clone()), path.to_owned()))
+    }
+
+    fn new_output(&self, path: &str) -> Result<OutputFile> {
+        self.key_of(path)?;
+        Ok(OutputFile::new(Arc::new(self.clone()), path.to_owned()))
+    }
+}
+
+/// Ranged reads of one object.
+struct ObjectRead {
+    store: ObjectStore,
+    key: String,
+}
+
+#[async_trait]
+impl FileRead for ObjectRead {
+    async fn read(&self, range: Range<u64>) -> Result<Bytes> {
+        self.store.get(&self.key, Some(range)).await
+    }
+}
+
+/// An object written when it is closed.
+struct ObjectWrite {
+    store: ObjectStore,
+    key: String,
+    buffer: Option<BytesMut>,
+}
+
+#[async_trait]
+impl FileWrite for ObjectWrite {
+    async fn write(&mut self, bs: Bytes) -> Result<()> {
+        let buffer = self.buffer.as_mut().ok_or_else(|| Error::new(ErrorKind::DataInvalid, "the file is closed"))?;
+        buffer.extend_from_slice(&bs);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        let buffer = self.buffer.take().ok_or_else(|| Error::new(ErrorKind::DataInvalid, "the file is closed"))?;
+        self.store.put(&self.key, buffer.freeze()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> (String, SecretString) {
+        ("AKID".into(), SecretString::from("secret"))
+    }
+
+    async fn store(prefix: &str) -> ObjectStore {
+        let warehouse = S3Warehouse {
+            bucket: "lake".into(),
+            prefix: prefix.into(),
+            endpoint: Url::parse("https://127.0.0.1:9").unwrap(),
+            region: "us-east-1".into(),
+            credential_handle: "cred".into(),
+        };
+        let policy = WarehousePolicy::from_settings("127.0.0.1").unwrap();
+        ObjectStore::connect(&warehouse, key(), &policy, &[]).await.unwrap()
+    }
+
+    /// A location from a catalog row or a metadata file reaches no key
+    /// outside the warehouse: another bucket, another prefix, a prefix
+    /// that only starts the same, `..` or an empty segment.
+    #[tokio::test]
+    async fn locations_outside_the_warehouse_are_refused() {
+        let store = store("tenant/lake").await;
+        assert_eq!(
+            store.key_of("s3://lake/tenant/lake/ns/t/data/a.parquet").unwrap(),
+            "tenant/lake/ns/t/data/a.parquet"
+        );
+        for outside in [
+            "s3://other/tenant/lake/ns/t/a.parquet",
+            "s3://lake/tenant/other/a.parquet",
+            "s3://lake/tenant/lake2/a.parquet",
+            "s3://lake/tenant/lake/../other/a.parquet",
+            "s3://lake/tenant/lake//a.parquet",
+            "s3://lake/tenant/lake/./a.parquet",
+            "file:///etc/passwd",
+            "s3://lake",
+        ] {
+            assert!(store.key_of(outside).is_err(), "{outside} was let through");
+            assert!(store.new_input(outside).is_err(), "{outside} was opened");
+        }
+        let whole_bucket = self::store("").await;
+        assert!(whole_bucket.key_of("s3://lake/any/key").is_ok());
+        assert!(whole_bucket.key_of("s3://other/any/key").is_err());
+    }
+
+    /// An endpoint the operator does not allow, or one resolving to a
+    /// private address the operator did not list, is never connected to.
+    #[tokio::test]
+    async fn endpoints_follow_the_warehouse_policy() {
+        let mut warehouse = S3Warehouse {
+            bucket: "lake".into(),
+            prefix: String::new(),
+            endpoint: Url::parse("https://10.1.2.3").unwrap(),
+            region: "us-east-1".into(),
+            credential_handle: "cred".into(),
+        };
+        let policy = WarehousePolicy::from_settings("localhost,127.0.0.2").unwrap();
+        let refused = ObjectStore::connect(&warehouse, key(), &policy, &[]).await.unwrap_err();
+        assert!(refused.to_string().contains("not a warehouse host the operator allows"), "{refused}");
+        // Allowed by name, but it resolves to a loopback address no listed
+        // network holds.
+        warehouse.endpoint = Url::parse("https://localhost").unwrap();
+        let refused = ObjectStore::connect(&warehouse, key(), &policy, &[]).await.unwrap_err();
+        assert!(refused.to_string().contains("which the operator does not allow"), "{refused}");
+    }
+
+    #[test]
+    fn reads_the_parts_of_a_listing() {
+        let page = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>\
+            <Contents><Key>a/b&amp;c.parquet</Key><LastModified>2026-11-27T05:00:00.000Z</LastModified><Size>12</Size></Contents>\
+            <Contents><Key>a/d&#x20;e</Key><Size>3</Size></Contents>\
+            <NextContinuationToken>tok/+=</NextContinuationToken></ListBucketResult>";
+        let keys: Vec<String> = xml_elements(page, "Contents").filter_map(|c| xml_text(c.as_bytes(), "Key")).collect();
+        assert_eq!(keys, ["a/b&c.parquet", "a/d e"]);
+        assert_eq!(xml_text(page.as_bytes(), "NextContinuationToken").as_deref(), Some("tok/+="));
+        assert_eq!(xml_text(page.as_bytes(), "IsTruncated").as_deref(), Some("true"));
+        assert_eq!(xml_text(page.as_bytes(), "Missing"), None);
+        assert_eq!(unescape("&bogus; &amp"), "&bogus; &amp");
+    }
+}
