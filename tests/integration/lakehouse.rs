@@ -23,7 +23,9 @@ use crate::on_both_backends;
 use crate::pipelines::Processes;
 use crate::support::process::{self, ServerProcess};
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{ADMIN_TOKEN, Backend, TestServer, expect_error, json_ok, python_script, test_python};
+use crate::support::{
+    ADMIN_TOKEN, Backend, TEST_MASTER_KEY, TestServer, expect_error, json_ok, python_script, test_python,
+};
 use testkit::objectstore::MotoS3;
 
 /// Appends one data file holding `ids` to the table, retrying on the
@@ -517,6 +519,48 @@ async fn an_object_store_warehouse_holds_every_record_once_and_only_its_key_open
         let refused = expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, code);
         assert_eq!(refused.await["details"]["field"], "configuration.credential_handle");
     }
+    // What the second refresh replaced is in no snapshot: `service
+    // warehouse orphans`, with the server's settings, lists it in the
+    // bucket and removes it, and every table still reads exactly.
+    let roots = lake.srv.data_dir.join("test-ca.pem");
+    std::fs::write(&roots, &lake.ca.pem).unwrap();
+    let orphans = |delete: bool| {
+        let mut cmd = process::command();
+        cmd.env("SERVICE_DATA_DIR", &lake.srv.data_dir)
+            .env("DATABASE_URL", &lake.srv.state.config.database_url)
+            .env("SERVICE_MASTER_KEY", TEST_MASTER_KEY)
+            .env("SERVICE_WAREHOUSE_ALLOWED_HOSTS", "127.0.0.1")
+            .env("SERVICE_EGRESS_EXTRA_ROOTS", &roots)
+            .args(["warehouse", "orphans", "--grace-minutes", "0"]);
+        if delete {
+            cmd.arg("--delete");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "orphans: {}", String::from_utf8_lossy(&out.stderr));
+        let objects: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("s3://"))
+            .map(|l| l.split('\t').next().unwrap().to_owned())
+            .collect();
+        (objects, String::from_utf8(out.stderr).unwrap())
+    };
+    let (listed, warnings) = orphans(false);
+    assert!(warnings.is_empty(), "every warehouse was listed: {warnings}");
+    assert!(!listed.is_empty(), "the replaced table's files");
+    let replaced = "s3://lake-bucket/tenants/a/snapshots/";
+    assert!(listed.iter().all(|o| o.starts_with(replaced) && o.contains("/snapshots/events.")), "{listed:?}");
+    let live = lake.srv.state.store.iceberg_catalog_tables(&catalog).await.unwrap();
+    for (_, _, location) in &live {
+        let folder = location.split("/metadata/").next().unwrap();
+        assert!(listed.iter().all(|o| !o.starts_with(&format!("{folder}/"))), "a live table's file is listed");
+    }
+    let (removed, _) = orphans(true);
+    assert_eq!(removed, listed);
+    assert!(orphans(false).0.is_empty(), "nothing is left to remove");
+    assert_exact(&lake.read_back_with(&catalog, "analytics.events", moto.reader_properties()).await, 2500);
+    assert_exact(&lake.read_back_with(&catalog, "snapshots.events", moto.reader_properties()).await, 2500);
+
     // A folder warehouse takes none of the object store's fields.
     let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": { "warehouse": "lake", "endpoint": endpoint } });
     let refused = expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED");

@@ -153,6 +153,10 @@ pub enum WarehouseCommand {
         /// may be about to commit them.
         #[arg(long, default_value_t = 60)]
         grace_minutes: u64,
+        /// The server's settings: object-store warehouses are reached as
+        /// its syncs reach them (allowed hosts, trusted roots).
+        #[command(flatten)]
+        plugins: PluginArgs,
     },
 }
 
@@ -350,24 +354,37 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let token = addresses.token()?;
             crate::mcp::serve_stdio(addresses.root(), token).await
         }
-        Command::Warehouse { local, command: WarehouseCommand::Orphans { delete, grace_minutes } } => {
+        Command::Warehouse { local, command: WarehouseCommand::Orphans { delete, grace_minutes, plugins } } => {
+            use crate::warehouse::iceberg::orphans;
             crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("warn"))?;
-            let url = database_url(&local.storage)?;
+            let storage = &local.storage;
+            let settings = plugins.resolve(&storage.data_dir)?;
+            let url = database_url(storage)?;
             let store = Store::connect(&url)
                 .await
                 .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+            let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
+            let vault = crate::credentials::Vault::new(store.clone(), keyring);
+            let buckets = orphans::ObjectStores {
+                keys: &vault,
+                policy: &settings.warehouses,
+                extra_roots: &settings.egress.extra_roots,
+            };
             let grace = std::time::Duration::from_secs(grace_minutes.saturating_mul(60));
-            let findings = crate::warehouse::iceberg::orphans::orphans(&store, &local.storage.data_dir, grace).await?;
-            for folder in &findings.busy {
-                eprintln!("{}: a sync is running into it; left alone", folder.display());
+            let findings = orphans::orphans(&store, &storage.data_dir, Some(&buckets), grace).await?;
+            for warehouse in &findings.busy {
+                eprintln!("{warehouse}: a sync is running into it; left alone");
+            }
+            for (warehouse, why) in &findings.unreachable {
+                eprintln!("{warehouse}: cannot be listed, left alone: {why}");
             }
             let found = findings.orphans;
             for orphan in &found {
-                println!("{}\t{}", orphan.path.display(), orphan.bytes);
+                println!("{}\t{}", orphan.location, orphan.bytes);
             }
             let bytes: u64 = found.iter().map(|o| o.bytes).sum();
             if delete {
-                let freed = crate::warehouse::iceberg::orphans::remove(&found)?;
+                let freed = orphans::remove(&found).await?;
                 println!("removed {} orphan file(s), {freed} bytes", found.len());
             } else {
                 println!("{} orphan file(s), {bytes} bytes (--delete removes them)", found.len());

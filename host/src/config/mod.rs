@@ -262,8 +262,8 @@ pub struct PluginArgs {
     /// staging.
     #[arg(long, env = "SERVICE_EGRESS_RESOLVE")]
     pub egress_resolve: Option<String>,
-    /// PEM file of extra root certificates trusted for egress (tests,
-    /// staging, private CAs).
+    /// PEM file of extra root certificates trusted for egress and for
+    /// lakehouse object stores (tests, staging, private CAs).
     #[arg(long, env = "SERVICE_EGRESS_EXTRA_ROOTS")]
     pub egress_extra_roots: Option<PathBuf>,
     /// Directory of compiled plugins (authenticated with a key derived
@@ -284,10 +284,11 @@ pub struct PluginArgs {
     /// Plugin invocations running at once; more wait for a turn.
     #[arg(long, env = "SERVICE_PLUGIN_MAX_CONCURRENT", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub plugin_max_concurrent: u32,
-    /// Hosts PostgreSQL destinations may connect to, comma-separated: exact
-    /// names, `*.suffix` patterns, IP addresses and networks
-    /// (`10.0.0.0/8`). A name must resolve to global addresses, or to
-    /// addresses in a listed network. Empty: no PostgreSQL destinations.
+    /// Hosts PostgreSQL destinations and lakehouse object stores may
+    /// connect to, comma-separated: exact names, `*.suffix` patterns, IP
+    /// addresses and networks (`10.0.0.0/8`). A name must resolve to global
+    /// addresses, or to addresses in a listed network. Empty: no PostgreSQL
+    /// destinations and no object-store warehouses.
     #[arg(long, env = "SERVICE_WAREHOUSE_ALLOWED_HOSTS", default_value = "")]
     pub warehouse_allowed_hosts: String,
     /// Whether a component from the plugins directory must carry a

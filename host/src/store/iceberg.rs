@@ -321,6 +321,21 @@ impl Store {
         Ok(out)
     }
 
+    /// The configuration of every lakehouse destination, with its
+    /// workspace.
+    pub async fn lakehouse_destinations(&self) -> StoreResult<Vec<(String, serde_json::Value)>> {
+        let rows =
+            sqlx::query("SELECT workspace_id, configuration FROM destinations WHERE kind = 'iceberg' ORDER BY id")
+                .fetch_all(self.pool())
+                .await?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let configuration = serde_json::from_str(&r.try_get::<String, _>("configuration")?).unwrap_or_default();
+            out.push((r.try_get("workspace_id")?, configuration));
+        }
+        Ok(out)
+    }
+
     /// Every table of a catalog with its current metadata, by namespace
     /// and name.
     pub async fn iceberg_catalog_tables(&self, catalog: &str) -> StoreResult<Vec<(String, String, String)>> {

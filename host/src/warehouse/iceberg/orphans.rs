@@ -9,6 +9,12 @@
 //! list. A file younger than the grace period is never an orphan, and a
 //! warehouse a sync is running into is left alone: the sync may be about
 //! to commit what it wrote.
+//!
+//! Folder warehouses are found under the data directory. A warehouse in an
+//! object store is found through the destinations that name it, and
+//! listed with the access key of the first of them (the same key a sync
+//! uses, under the same warehouse policy); one that cannot be reached is
+//! left alone, with the reason.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -17,21 +23,39 @@ use std::time::{Duration, SystemTime};
 use iceberg::io::{FileIO, FileIOBuilder, LocalFsStorageFactory};
 use iceberg::spec::{ManifestList, TableMetadata};
 
+use super::s3::ObjectStore;
 use crate::store::Store;
+use crate::store::kinds::DestinationKind;
+use crate::warehouse::config::Lakehouse;
+use crate::warehouse::postgres::WarehousePolicy;
+use crate::warehouse::{DestinationConfig, PasswordSource};
 
 /// A file no table refers to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Orphan {
-    pub path: PathBuf,
+    /// Its path, or for an object its `s3://bucket/key`.
+    pub location: String,
     pub bytes: u64,
+    /// The bucket an object is in.
+    bucket: Option<ObjectStore>,
 }
 
 /// What a look for orphans found.
 #[derive(Debug, Default)]
 pub struct Findings {
     pub orphans: Vec<Orphan>,
-    /// Warehouse folders left alone because a sync is running into them.
-    pub busy: Vec<PathBuf>,
+    /// Warehouses left alone because a sync is running into them.
+    pub busy: Vec<String>,
+    /// Object-store warehouses that could not be listed, and why.
+    pub unreachable: Vec<(String, String)>,
+}
+
+/// How object-store warehouses are reached: the vault's access keys, and
+/// the operator's warehouse policy and trusted roots.
+pub struct ObjectStores<'a> {
+    pub keys: &'a dyn PasswordSource,
+    pub policy: &'a WarehousePolicy,
+    pub extra_roots: &'a [reqwest::Certificate],
 }
 
 /// Why the orphans of a warehouse could not be listed.
@@ -47,29 +71,47 @@ pub enum OrphansError {
     /// they are (another data directory, another spelling of it): nothing
     /// is listed rather than everything.
     #[error(
-        "{} holds none of {} files its catalog refers to (such as {}): is this the server's data directory?",
-        folder.display(), missing, example.display()
+        "{folder} holds none of {missing} files its catalog refers to (such as {example}): is this the server's data directory?"
     )]
-    Elsewhere { folder: PathBuf, missing: usize, example: PathBuf },
+    Elsewhere { folder: String, missing: usize, example: String },
 }
 
-/// The orphans of every lakehouse under `data_dir`, by path: files not
-/// referenced by their warehouse's catalog and last written at least
-/// `grace` ago.
-pub async fn orphans(store: &Store, data_dir: &Path, grace: Duration) -> Result<Findings, OrphansError> {
+/// The orphans of every lakehouse: those under `data_dir`, and with
+/// `object_stores`, those in buckets. Files not referenced by their
+/// warehouse's catalog and last written at least `grace` ago.
+pub async fn orphans(
+    store: &Store,
+    data_dir: &Path,
+    object_stores: Option<&ObjectStores<'_>>,
+    grace: Duration,
+) -> Result<Findings, OrphansError> {
+    let busy = store.lakehouses_being_loaded().await?;
+    let mut found = Findings::default();
+    in_folders(store, data_dir, &busy, grace, &mut found).await?;
+    if let Some(stores) = object_stores {
+        in_buckets(store, stores, &busy, grace, &mut found).await?;
+    }
+    Ok(found)
+}
+
+async fn in_folders(
+    store: &Store,
+    data_dir: &Path,
+    busy: &[(String, String)],
+    grace: Duration,
+    found: &mut Findings,
+) -> Result<(), OrphansError> {
     let root = data_dir.join("lakehouse");
     let root = match std::fs::canonicalize(&root) {
         Ok(root) => root,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Findings::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(source) => return Err(OrphansError::Folder { path: root, source }),
     };
-    let busy = store.lakehouses_being_loaded().await?;
-    let mut found = Findings::default();
     for workspace in folders(&root)? {
         for warehouse in folders(&workspace)? {
             let (Some(ws), Some(name)) = (file_name(&workspace), file_name(&warehouse)) else { continue };
             if busy.iter().any(|(w, folder)| *w == ws && *folder == name) {
-                found.busy.push(warehouse);
+                found.busy.push(warehouse.display().to_string());
                 continue;
             }
             // The files first, then what refers to them: a commit in
@@ -77,24 +119,104 @@ pub async fn orphans(store: &Store, data_dir: &Path, grace: Duration) -> Result<
             let cutoff = SystemTime::now() - grace;
             let mut files = Vec::new();
             walk(&warehouse, &mut files)?;
-            let referenced = referenced(store, &format!("{ws}/{name}")).await?;
+            let file_io = FileIOBuilder::new(std::sync::Arc::new(LocalFsStorageFactory)).build();
+            let referenced: HashSet<PathBuf> =
+                referenced(store, &format!("{ws}/{name}"), &file_io).await?.iter().map(|l| local(l)).collect();
             let listed: HashSet<&PathBuf> = files.iter().map(|(path, ..)| path).collect();
             let missing: Vec<&PathBuf> = referenced.iter().filter(|p| !listed.contains(p) && p.exists()).collect();
             if let Some(example) = missing.first() {
                 return Err(OrphansError::Elsewhere {
-                    folder: warehouse.clone(),
+                    folder: warehouse.display().to_string(),
                     missing: missing.len(),
-                    example: example.to_path_buf(),
+                    example: example.display().to_string(),
                 });
             }
             for (path, bytes, modified) in files {
                 if modified <= cutoff && !referenced.contains(&path) {
-                    found.orphans.push(Orphan { path, bytes });
+                    found.orphans.push(Orphan { location: path.display().to_string(), bytes, bucket: None });
                 }
             }
         }
     }
-    Ok(found)
+    Ok(())
+}
+
+/// The orphans of every object-store warehouse a destination names.
+async fn in_buckets(
+    store: &Store,
+    stores: &ObjectStores<'_>,
+    busy: &[(String, String)],
+    grace: Duration,
+    found: &mut Findings,
+) -> Result<(), OrphansError> {
+    // Catalogs looked at, and those no destination's key could list yet
+    // (another destination naming the warehouse may hold a working key).
+    let mut done = HashSet::new();
+    let mut failed: Vec<(String, String, String)> = Vec::new();
+    for (ws, configuration) in store.lakehouse_destinations().await? {
+        let Ok(DestinationConfig::Iceberg { warehouse: Lakehouse::ObjectStore(s3), .. }) =
+            crate::warehouse::validate(DestinationKind::Iceberg, &configuration)
+        else {
+            continue;
+        };
+        let catalog = Lakehouse::ObjectStore(s3.clone()).catalog_name(&ws);
+        if done.contains(&catalog) {
+            continue;
+        }
+        if busy.iter().any(|(w, location)| *w == ws && location.trim_end_matches('/') == s3.location()) {
+            found.busy.push(s3.location());
+            done.insert(catalog);
+            continue;
+        }
+        // The objects first, then what refers to them (as for folders).
+        let cutoff = chrono::Utc::now() - grace;
+        let listing = match stores.keys.access_key(&ws, &s3.credential_handle, s3.host()).await {
+            Ok(key) => match ObjectStore::connect(&s3, key, stores.policy, stores.extra_roots).await {
+                Ok(bucket) => bucket.list(None).await.map(|listed| (bucket, listed)).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(format!("its credential cannot be used: {e}")),
+        };
+        let (bucket, listed) = match listing {
+            Ok(listing) => listing,
+            Err(why) => {
+                failed.push((catalog, s3.location(), why));
+                continue;
+            }
+        };
+        done.insert(catalog.clone());
+        let referenced = referenced(store, &catalog, &bucket.file_io()).await?;
+        let names: HashSet<&str> = listed.iter().map(|l| l.location.as_str()).collect();
+        let mut missing = Vec::new();
+        for location in referenced.iter().filter(|l| !names.contains(l.as_str())) {
+            if bucket.file_io().exists(location).await.unwrap_or(false) {
+                missing.push(location.clone());
+            }
+        }
+        if let Some(example) = missing.first() {
+            return Err(OrphansError::Elsewhere {
+                folder: s3.location(),
+                missing: missing.len(),
+                example: example.clone(),
+            });
+        }
+        for object in listed {
+            let old = chrono::DateTime::parse_from_rfc3339(&object.last_modified).is_ok_and(|t| t <= cutoff);
+            if old && !referenced.contains(&object.location) {
+                found.orphans.push(Orphan {
+                    location: object.location,
+                    bytes: object.bytes,
+                    bucket: Some(bucket.clone()),
+                });
+            }
+        }
+    }
+    for (catalog, location, why) in failed {
+        if done.insert(catalog) {
+            found.unreachable.push((location, why));
+        }
+    }
+    Ok(())
 }
 
 fn file_name(path: &Path) -> Option<String> {
@@ -135,30 +257,29 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) -> Result<(), Orp
     Ok(())
 }
 
-/// The local paths every table of `catalog` refers to.
-async fn referenced(store: &Store, catalog: &str) -> Result<HashSet<PathBuf>, OrphansError> {
-    let file_io = FileIOBuilder::new(std::sync::Arc::new(LocalFsStorageFactory)).build();
-    let mut paths = HashSet::new();
+/// The locations every table of `catalog` refers to, as written.
+async fn referenced(store: &Store, catalog: &str, file_io: &FileIO) -> Result<HashSet<String>, OrphansError> {
+    let mut locations = HashSet::new();
     for (namespace, table, location) in store.iceberg_catalog_tables(catalog).await? {
         let failed = |source| OrphansError::Table { table: format!("{namespace}.{table}"), source: Box::new(source) };
-        reach(&file_io, &location, &mut paths).await.map_err(failed)?;
+        reach(file_io, &location, &mut locations).await.map_err(failed)?;
     }
-    Ok(paths)
+    Ok(locations)
 }
 
-async fn reach(file_io: &FileIO, location: &str, paths: &mut HashSet<PathBuf>) -> iceberg::Result<()> {
+async fn reach(file_io: &FileIO, location: &str, found: &mut HashSet<String>) -> iceberg::Result<()> {
     let metadata = TableMetadata::read_from(file_io, location).await?;
-    paths.insert(local(location));
-    paths.extend(metadata.metadata_log().iter().map(|m| local(&m.metadata_file)));
+    found.insert(location.to_owned());
+    found.extend(metadata.metadata_log().iter().map(|m| m.metadata_file.clone()));
     let mut manifests = HashSet::new();
     for snapshot in metadata.snapshots() {
-        paths.insert(local(snapshot.manifest_list()));
+        found.insert(snapshot.manifest_list().to_owned());
         let bytes = file_io.new_input(snapshot.manifest_list())?.read().await?;
         for manifest in ManifestList::parse_with_version(&bytes, metadata.format_version())?.entries() {
             if manifests.insert(manifest.manifest_path.clone()) {
-                paths.insert(local(&manifest.manifest_path));
+                found.insert(manifest.manifest_path.clone());
                 for entry in manifest.load_manifest(file_io).await?.entries() {
-                    paths.insert(local(entry.file_path()));
+                    found.insert(entry.file_path().to_owned());
                 }
             }
         }
@@ -176,13 +297,19 @@ fn local(location: &str) -> PathBuf {
 }
 
 /// Removes `orphans`; how many bytes were freed.
-pub fn remove(orphans: &[Orphan]) -> std::io::Result<u64> {
+pub async fn remove(orphans: &[Orphan]) -> std::io::Result<u64> {
     let mut freed = 0;
     for orphan in orphans {
-        match std::fs::remove_file(&orphan.path) {
-            Ok(()) => freed += orphan.bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        match &orphan.bucket {
+            Some(bucket) => {
+                bucket.delete(&orphan.location).await.map_err(std::io::Error::other)?;
+                freed += orphan.bytes;
+            }
+            None => match std::fs::remove_file(&orphan.location) {
+                Ok(()) => freed += orphan.bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            },
         }
     }
     Ok(freed)
