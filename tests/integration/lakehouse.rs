@@ -519,6 +519,19 @@ async fn an_object_store_warehouse_holds_every_record_once_and_only_its_key_open
         let refused = expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, code);
         assert_eq!(refused.await["details"]["field"], "configuration.credential_handle");
     }
+    // Another workspace loads the same prefix with its key of its own: its
+    // catalog is its own, and its files are not the first's orphans.
+    let (other_ws, other) = lake.srv.other_workspace().await;
+    let key = serde_json::json!({ "kind": "basic", "username": moto.access_key_id, "hosts": ["127.0.0.1"], "secret": moto.secret_access_key });
+    let their_key = lake.post_as(&other, "/v1/credentials", key).await["credential_handle"].clone();
+    let source = lake.source_as(&other).await;
+    let theirs = lake.destination_as(&other, s3("analytics", &their_key)).await;
+    let pipeline = json_ok(lake.pipeline_as(&other, &source, &theirs, "incremental_append").await).await;
+    let job = lake.sync_as(&other, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let their_catalog = format!("{other_ws}/s3://lake-bucket/tenants/a");
+    assert_exact(&lake.read_back_with(&their_catalog, "analytics.events", moto.reader_properties()).await, 2500);
+
     // What the second refresh replaced is in no snapshot: `service
     // warehouse orphans`, with the server's settings, lists it in the
     // bucket and removes it, and every table still reads exactly.
@@ -560,6 +573,7 @@ async fn an_object_store_warehouse_holds_every_record_once_and_only_its_key_open
     assert!(orphans(false).0.is_empty(), "nothing is left to remove");
     assert_exact(&lake.read_back_with(&catalog, "analytics.events", moto.reader_properties()).await, 2500);
     assert_exact(&lake.read_back_with(&catalog, "snapshots.events", moto.reader_properties()).await, 2500);
+    assert_exact(&lake.read_back_with(&their_catalog, "analytics.events", moto.reader_properties()).await, 2500);
 
     // A folder warehouse takes none of the object store's fields.
     let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": { "warehouse": "lake", "endpoint": endpoint } });

@@ -336,6 +336,13 @@ impl Store {
         Ok(out)
     }
 
+    /// The catalogs that hold a table.
+    pub async fn iceberg_catalog_names(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar("SELECT DISTINCT catalog_name FROM iceberg_tables ORDER BY catalog_name")
+            .fetch_all(self.pool())
+            .await?)
+    }
+
     /// Every table of a catalog with its current metadata, by namespace
     /// and name.
     pub async fn iceberg_catalog_tables(&self, catalog: &str) -> StoreResult<Vec<(String, String, String)>> {

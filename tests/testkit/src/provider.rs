@@ -47,6 +47,17 @@ impl TestCa {
     }
 }
 
+/// A loopback port and TLS (HTTP/1.1) with a certificate of `ca` for
+/// `names`.
+async fn tls_listener(ca: &TestCa, names: &[&str]) -> (tokio::net::TcpListener, SocketAddr, TlsAcceptor) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut config = ca.server_config(names);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    (listener, addr, TlsAcceptor::from(Arc::new(config)))
+}
+
 /// A running fake provider.
 pub struct FakeProvider {
     pub addr: SocketAddr,
@@ -58,12 +69,7 @@ pub struct FakeProvider {
 impl FakeProvider {
     /// Serves `router` over HTTPS for `names` on a loopback port.
     pub async fn start(ca: &TestCa, names: &[&str], router: Router) -> FakeProvider {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut config = ca.server_config(names);
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let (listener, addr, acceptor) = tls_listener(ca, names).await;
         let hits = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();
         let router = router.layer(axum::middleware::from_fn(
@@ -118,12 +124,7 @@ pub struct TlsFront {
 
 impl TlsFront {
     pub async fn start(ca: &TestCa, names: &[&str], backend: SocketAddr) -> TlsFront {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut config = ca.server_config(names);
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let (listener, addr, acceptor) = tls_listener(ca, names).await;
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { break };

@@ -12,9 +12,11 @@
 //!
 //! Folder warehouses are found under the data directory. A warehouse in an
 //! object store is found through the destinations that name it, and
-//! listed with the access key of the first of them (the same key a sync
-//! uses, under the same warehouse policy); one that cannot be reached is
-//! left alone, with the reason.
+//! listed with the access key of the first of them that works (the same
+//! key a sync uses, under the same warehouse policy); one that cannot be
+//! reached is left alone, with the reason. Workspaces may name the same
+//! bucket and prefix (each with its own catalog): an object is an orphan
+//! only when no catalog whose warehouse overlaps it refers to it.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -185,7 +187,21 @@ async fn in_buckets(
             }
         };
         done.insert(catalog.clone());
-        let referenced = referenced(store, &catalog, &bucket.file_io()).await?;
+        // Every catalog whose warehouse overlaps this one (another
+        // workspace's on the same prefix, one on a folder inside it) keeps
+        // its files: an object is an orphan only when none refers to it.
+        let mut referenced = HashSet::new();
+        let mut unreadable = None;
+        for other in overlapping(&store.iceberg_catalog_names().await?, &s3.location()) {
+            match self::referenced(store, &other, &bucket.file_io()).await {
+                Ok(found) => referenced.extend(found),
+                Err(e) => unreadable = Some(format!("the catalog {other} shares its objects and cannot be read: {e}")),
+            }
+        }
+        if let Some(why) = unreadable {
+            found.unreachable.push((s3.location(), why));
+            continue;
+        }
         let names: HashSet<&str> = listed.iter().map(|l| l.location.as_str()).collect();
         let mut missing = Vec::new();
         for location in referenced.iter().filter(|l| !names.contains(l.as_str())) {
@@ -257,6 +273,21 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64, SystemTime)>) -> Result<(), Orp
     Ok(())
 }
 
+/// The catalogs of `names` (`<workspace>/<location>`) whose object-store
+/// location is `location`, lies inside it or contains it.
+fn overlapping(names: &[String], location: &str) -> Vec<String> {
+    let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
+    names
+        .iter()
+        .filter(|name| {
+            name.split_once('/').is_some_and(|(_, other)| {
+                other.starts_with("s3://") && (inside(other, location) || inside(location, other))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
 /// The locations every table of `catalog` refers to, as written.
 async fn referenced(store: &Store, catalog: &str, file_io: &FileIO) -> Result<HashSet<String>, OrphansError> {
     let mut locations = HashSet::new();
@@ -313,4 +344,28 @@ pub async fn remove(orphans: &[Orphan]) -> std::io::Result<u64> {
         }
     }
     Ok(freed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogs_sharing_objects_are_those_whose_locations_overlap() {
+        let names: Vec<String> = [
+            "ws_a/s3://b/p",
+            "ws_b/s3://b/p",
+            "ws_c/s3://b/p/q",
+            "ws_d/s3://b",
+            "ws_e/s3://b/pq",
+            "ws_f/s3://c/p",
+            "ws_g/lake",
+        ]
+        .map(str::to_owned)
+        .into();
+        assert_eq!(
+            overlapping(&names, "s3://b/p"),
+            ["ws_a/s3://b/p", "ws_b/s3://b/p", "ws_c/s3://b/p/q", "ws_d/s3://b"]
+        );
+    }
 }

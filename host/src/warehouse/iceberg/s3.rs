@@ -19,7 +19,10 @@
 //!
 //! A file is written with one `PUT` when it is closed (each Parquet file
 //! holds one batch, and metadata files are small), and read with ranged
-//! `GET`s. A request that fails on the way, or that the store answers
+//! `GET`s. A data file's upload runs while the next batch is encoded (up
+//! to [`UPLOADS`] at once); every other request waits for the uploads
+//! started before it, so a manifest or a metadata file is never stored
+//! before the files it names. A request that fails on the way, or that the store answers
 //! with a 5xx or 429, is tried up to [`ATTEMPTS`] times.
 
 use std::net::SocketAddr;
@@ -88,7 +91,13 @@ struct Inner {
     /// `prefix/`, or empty: every key reached starts with it.
     prefix: String,
     key: AccessKey,
+    /// Files closed and still being uploaded (at most [`UPLOADS`]).
+    uploads: tokio::sync::Mutex<Vec<tokio::task::JoinHandle<Result<()>>>>,
+    slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Files uploaded at once, each held in memory until it is stored.
+const UPLOADS: usize = 4;
 
 impl std::fmt::Debug for ObjectStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -152,6 +161,8 @@ impl ObjectStore {
                 bucket: warehouse.bucket.clone(),
                 prefix,
                 key: AccessKey { access_key_id, secret_access_key, region: warehouse.region.clone(), service: "s3" },
+                uploads: Default::default(),
+                slots: Arc::new(tokio::sync::Semaphore::new(UPLOADS)),
             }),
         })
     }
@@ -285,6 +296,24 @@ impl ObjectStore {
             return Err(Self::refused("PUT", key, status, &answer));
         }
         Ok(())
+    }
+
+    /// Waits for every upload started so far; the first failure, if any.
+    /// Called before anything else reaches the store, so a metadata file,
+    /// a manifest or a check of a file's existence never comes before the
+    /// files it is about.
+    pub async fn settle(&self) -> Result<()> {
+        let uploads = std::mem::take(&mut *self.inner.uploads.lock().await);
+        let mut failed = None;
+        for upload in uploads {
+            let stored = upload
+                .await
+                .unwrap_or_else(|e| Err(Error::new(ErrorKind::Unexpected, format!("an upload stopped: {e}"))));
+            if let Err(e) = stored {
+                failed.get_or_insert(e);
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 
     async fn delete_key(&self, key: &str) -> Result<()> {
@@ -447,10 +476,12 @@ impl StorageFactory for S3StorageFactory {
 #[typetag::serde]
 impl Storage for ObjectStore {
     async fn exists(&self, path: &str) -> Result<bool> {
+        self.settle().await?;
         Ok(self.head(self.key_of(path)?).await?.is_some())
     }
 
     async fn metadata(&self, path: &str) -> Result<FileMetadata> {
+        self.settle().await?;
         let key = self.key_of(path)?;
         let size = self
             .head(key)
@@ -460,15 +491,18 @@ impl Storage for ObjectStore {
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
+        self.settle().await?;
         self.get(self.key_of(path)?, None).await
     }
 
     async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
+        self.settle().await?;
         let key = self.key_of(path)?.to_owned();
         Ok(Box::new(ObjectRead { store: self.clone(), key }))
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
+        self.settle().await?;
         self.put(self.key_of(path)?, bs).await
     }
 
@@ -534,9 +568,27 @@ impl FileWrite for ObjectWrite {
         Ok(())
     }
 
+    /// Starts the file's upload and returns: the next batch is encoded
+    /// while it travels. Anything that refers to the file is written (or
+    /// read) only after it is stored ([`ObjectStore::settle`]).
     async fn close(&mut self) -> Result<()> {
         let buffer = self.buffer.take().ok_or_else(|| Error::new(ErrorKind::DataInvalid, "the file is closed"))?;
-        self.store.put(&self.key, buffer.freeze()).await
+        let slot = self
+            .store
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Error::new(ErrorKind::Unexpected, format!("the upload queue is closed: {e}")))?;
+        let (store, key) = (self.store.clone(), std::mem::take(&mut self.key));
+        let upload = tokio::spawn(async move {
+            let stored = store.put(&key, buffer.freeze()).await;
+            drop(slot);
+            stored
+        });
+        self.store.inner.uploads.lock().await.push(upload);
+        Ok(())
     }
 }
 
@@ -621,5 +673,44 @@ mod tests {
         assert_eq!(xml_text(page.as_bytes(), "IsTruncated").as_deref(), Some("true"));
         assert_eq!(xml_text(page.as_bytes(), "Missing"), None);
         assert_eq!(unescape("&bogus; &amp"), "&bogus; &amp");
+    }
+
+    /// A data file's upload may still run when its writer returns, but
+    /// nothing that refers to it reaches the store first: a metadata file
+    /// written after it is stored after it, even when the data file's
+    /// `PUT` is the slow one.
+    #[tokio::test]
+    async fn nothing_is_stored_before_the_files_it_names() {
+        use std::sync::Mutex;
+        let stored: Arc<Mutex<Vec<String>>> = Default::default();
+        let seen = stored.clone();
+        let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let seen = seen.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                if path.contains("/data/") {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                seen.lock().unwrap().push(path);
+                axum::http::StatusCode::OK
+            }
+        });
+        let ca = testkit::provider::TestCa::new();
+        let provider = testkit::provider::FakeProvider::start(&ca, &["127.0.0.1"], router).await;
+        let warehouse = S3Warehouse {
+            bucket: "lake".into(),
+            prefix: "t".into(),
+            endpoint: Url::parse(&format!("https://127.0.0.1:{}", provider.addr.port())).unwrap(),
+            region: "us-east-1".into(),
+            credential_handle: "cred".into(),
+        };
+        let policy = WarehousePolicy::from_settings("127.0.0.1").unwrap();
+        let roots = reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap();
+        let store = ObjectStore::connect(&warehouse, key(), &policy, &roots).await.unwrap();
+        let mut data = store.writer("s3://lake/t/ns/tb/data/a.parquet").await.unwrap();
+        data.write(Bytes::from_static(b"rows")).await.unwrap();
+        data.close().await.unwrap();
+        store.write("s3://lake/t/ns/tb/metadata/v1.json", Bytes::from_static(b"{}")).await.unwrap();
+        assert_eq!(*stored.lock().unwrap(), ["/lake/t/ns/tb/data/a.parquet", "/lake/t/ns/tb/metadata/v1.json"]);
     }
 }
