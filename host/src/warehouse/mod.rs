@@ -17,8 +17,9 @@
 //! Files are written through a cap-std directory scoped to the
 //! destination's folder under the workspace's own folder of the data
 //! directory, so no configuration can make the host write anywhere else,
-//! nor into another workspace's files. PostgreSQL destinations are reached
-//! only as [`postgres`] allows.
+//! nor into another workspace's files. PostgreSQL destinations and
+//! lakehouse object stores are reached only as [`postgres`]'s address
+//! policy allows.
 //!
 //! Layout:
 //! - this module: what the rooms share (names, metadata columns, the
@@ -33,13 +34,16 @@
 //! - [`shape`]: records into keys, fields and rows;
 //! - [`sqlite`]: SQLite batches, the connection that writes their rows,
 //!   and the WAL checkpointer;
-//! - [`postgres`]: URLs, the address policy, connect options and `COPY`;
+//! - [`postgres`]: URLs, the address policy (object stores' too), connect
+//!   options and `COPY`;
 //! - [`jsonl`]: JSON-lines files;
-//! - [`iceberg`]: Parquet committed to Apache Iceberg tables;
+//! - [`iceberg`]: Parquet committed to Apache Iceberg tables, in a folder
+//!   or an S3-compatible bucket;
 //! - [`load`]: the [`Loader`] of one stream's batches and checkpoints;
 //! - [`query`]: read-only queries that reverse-ETL models run;
 //! - [`handle`]: [`Warehouses`], the one handle callers open a writer or
-//!   run a query through (it resolves the configuration and password).
+//!   run a query through (it resolves the configuration and the
+//!   credential: a password, or an object store's access key).
 
 pub mod config;
 pub mod handle;
