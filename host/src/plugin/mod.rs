@@ -268,7 +268,7 @@ impl Runtime {
 
     /// Compiles (or loads from the cache) a component and prepares it.
     pub fn prepare(&self, bytes: &[u8]) -> anyhow::Result<(InterfaceVersion, Pre, String)> {
-        let digest = hex(&Sha256::digest(bytes));
+        let digest = hex::encode(Sha256::digest(bytes));
         let component = self.compile(bytes, &digest)?;
         let ty = component.component_type();
         let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
@@ -546,10 +546,6 @@ fn trap(e: &wasmtime::Error) -> InvocationError {
         return InvocationError::Host("too many connector invocations at once; retry shortly".into());
     }
     InvocationError::Trapped(e.to_string().lines().next().unwrap_or("trap").chars().take(300).collect())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Reads a component file (used for the plugins directory and the CLI).

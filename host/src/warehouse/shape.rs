@@ -68,11 +68,6 @@ pub(super) struct Shaped<'a> {
     pub(super) fields: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
-pub(super) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    bytes.iter().flat_map(|b| [DIGITS[(b >> 4) as usize] as char, DIGITS[(b & 15) as usize] as char]).collect()
-}
-
 /// Splits a record into its fields and derives its key: from the primary
 /// key in deduplicated mode (so a rewrite replaces the row), otherwise a
 /// time-ordered random id (so rows append at the end of the key index).
@@ -92,7 +87,7 @@ pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[St
             })
             .collect::<Result<_, _>>()
             .map_err(|_| "a record's key is not valid JSON".to_owned())?;
-        hex(&Sha256::digest(serde_json::to_vec(&key).unwrap_or_default()))
+        hex::encode(Sha256::digest(serde_json::to_vec(&key).unwrap_or_default()))
     } else {
         uuid::Uuid::now_v7().to_string()
     };
@@ -303,7 +298,7 @@ mod tests {
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
         assert_eq!(shaped[0].raw_id, shaped[2].raw_id, "formatting does not change the key");
-        assert_eq!(shaped[0].raw_id, hex(&Sha256::digest(b"[7]")));
+        assert_eq!(shaped[0].raw_id, hex::encode(Sha256::digest(b"[7]")));
         let Rows { rows, .. } = Rows::collect(shaped, true, MAX_CELLS).unwrap().unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].1[1].as_deref(), Some("new"));

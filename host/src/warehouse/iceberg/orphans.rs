@@ -187,13 +187,14 @@ async fn in_buckets(
             }
         };
         done.insert(catalog.clone());
+        let file_io = bucket.file_io();
         // Every catalog whose warehouse overlaps this one (another
         // workspace's on the same prefix, one on a folder inside it) keeps
         // its files: an object is an orphan only when none refers to it.
         let mut referenced = HashSet::new();
         let mut unreadable = None;
         for other in overlapping(&store.iceberg_catalog_names().await?, &s3.location()) {
-            match self::referenced(store, &other, &bucket.file_io()).await {
+            match self::referenced(store, &other, &file_io).await {
                 Ok(found) => referenced.extend(found),
                 Err(e) => unreadable = Some(format!("the catalog {other} shares its objects and cannot be read: {e}")),
             }
@@ -205,7 +206,7 @@ async fn in_buckets(
         let names: HashSet<&str> = listed.iter().map(|l| l.location.as_str()).collect();
         let mut missing = Vec::new();
         for location in referenced.iter().filter(|l| !names.contains(l.as_str())) {
-            if bucket.file_io().exists(location).await.unwrap_or(false) {
+            if file_io.exists(location).await.unwrap_or(false) {
                 missing.push(location.clone());
             }
         }

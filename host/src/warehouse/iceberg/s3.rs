@@ -243,14 +243,28 @@ impl ObjectStore {
         )
     }
 
+    /// Sends one signed request for `key`; an answer whose status
+    /// `accepted` refuses is an error naming the store's code.
+    async fn on_object(
+        &self,
+        method: reqwest::Method,
+        key: &str,
+        extra: &[(&str, &str)],
+        body: Bytes,
+        accepted: fn(&reqwest::StatusCode) -> bool,
+    ) -> Result<(reqwest::StatusCode, reqwest::header::HeaderMap, Bytes)> {
+        let (status, headers, answer) = self.send(method.clone(), &self.object_url(key), extra, body).await?;
+        if !accepted(&status) {
+            return Err(Self::refused(method.as_str(), key, status, &answer));
+        }
+        Ok((status, headers, answer))
+    }
+
     async fn head(&self, key: &str) -> Result<Option<u64>> {
-        let (status, headers, body) =
-            self.send(reqwest::Method::HEAD, &self.object_url(key), &[], Bytes::new()).await?;
+        let (status, headers, _) =
+            self.on_object(reqwest::Method::HEAD, key, &[], Bytes::new(), success_or_missing).await?;
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
-        }
-        if !status.is_success() {
-            return Err(Self::refused("HEAD", key, status, &body));
         }
         let length = headers
             .get(reqwest::header::CONTENT_LENGTH)
@@ -266,10 +280,8 @@ impl ObjectStore {
         if range.as_ref().is_some_and(|r| r.is_empty()) {
             return Ok(Bytes::new());
         }
-        let (status, _, body) = self.send(reqwest::Method::GET, &self.object_url(key), &extra, Bytes::new()).await?;
-        if !status.is_success() {
-            return Err(Self::refused("GET", key, status, &body));
-        }
+        let (_, _, body) =
+            self.on_object(reqwest::Method::GET, key, &extra, Bytes::new(), reqwest::StatusCode::is_success).await?;
         if let Some(r) = range
             && body.len() as u64 != r.end - r.start
         {
@@ -282,19 +294,11 @@ impl ObjectStore {
     }
 
     async fn put(&self, key: &str, body: Bytes) -> Result<()> {
-        let (status, _, answer) = self.send(reqwest::Method::PUT, &self.object_url(key), &[], body).await?;
-        if !status.is_success() {
-            return Err(Self::refused("PUT", key, status, &answer));
-        }
-        Ok(())
+        self.on_object(reqwest::Method::PUT, key, &[], body, reqwest::StatusCode::is_success).await.map(drop)
     }
 
     async fn delete_key(&self, key: &str) -> Result<()> {
-        let (status, _, body) = self.send(reqwest::Method::DELETE, &self.object_url(key), &[], Bytes::new()).await?;
-        if !status.is_success() && status != reqwest::StatusCode::NOT_FOUND {
-            return Err(Self::refused("DELETE", key, status, &body));
-        }
-        Ok(())
+        self.on_object(reqwest::Method::DELETE, key, &[], Bytes::new(), success_or_missing).await.map(drop)
     }
 
     /// Every object under `location` (a folder of this warehouse, or the
@@ -350,6 +354,12 @@ impl ObjectStore {
     pub fn file_io(&self) -> iceberg::io::FileIO {
         iceberg::io::FileIOBuilder::new(Arc::new(S3StorageFactory(self.clone()))).build()
     }
+}
+
+/// A success, or "no such object" (which a `HEAD` reports and a `DELETE`
+/// of an object already gone accepts).
+fn success_or_missing(status: &reqwest::StatusCode) -> bool {
+    status.is_success() || *status == reqwest::StatusCode::NOT_FOUND
 }
 
 /// The text of the first `<name>` element of an S3 XML answer, with the

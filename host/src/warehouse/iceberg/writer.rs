@@ -54,6 +54,9 @@ pub struct IcebergWriter {
 /// once the commit interval has passed since the first was written).
 const COMMIT_BYTES: u64 = 256 * 1024 * 1024;
 
+/// How many of a commit's files are checked for at once before it.
+const EXISTENCE_CHECKS: usize = 16;
+
 /// Where one stream's batches go.
 struct StreamTable {
     /// The table written.
@@ -106,7 +109,7 @@ impl LocationGenerator for DataLocations {
         match key {
             Some(key) if !PartitionKey::is_effectively_none(Some(key)) => {
                 use sha2::Digest;
-                let hash = super::super::shape::hex(&sha2::Sha256::digest(key.to_path().as_bytes()));
+                let hash = hex::encode(sha2::Sha256::digest(key.to_path().as_bytes()));
                 format!("{}/p-{}/{file_name}", self.data, &hash[..16])
             }
             _ => format!("{}/{file_name}", self.data),
@@ -340,8 +343,13 @@ impl IcebergWriter {
         let current = catalog.load_table(&stream.ident).await.map_err(committing)?;
         // A file removed meanwhile (as an orphan, by hand) must not become
         // part of the table: the stream fails and resumes from its state.
-        for file in &files {
-            if !current.file_io().exists(file.file_path()).await.map_err(committing)? {
+        // Asked together: on an object store each answer is a round trip.
+        let io = current.file_io();
+        for some in files.chunks(EXISTENCE_CHECKS) {
+            let present = futures_util::future::try_join_all(some.iter().map(|f| io.exists(f.file_path())))
+                .await
+                .map_err(committing)?;
+            if let Some((file, _)) = some.iter().zip(present).find(|(_, there)| !there) {
                 return Err(failed(
                     &format!("cannot commit to {}", stream.ident.name()),
                     format_args!("{} was removed before its commit", file.file_path()),
