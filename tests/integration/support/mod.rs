@@ -91,31 +91,20 @@ pub fn shared_compile_cache() -> PathBuf {
 
 /// A Python interpreter with the tests' Python tools installed
 /// (`tests/python/requirements.txt`, pinned with hashes, from PyPI) in a
-/// virtual environment of its own, made once and kept for the next run.
-/// Panics when it cannot be made: a test that needs it never passes
-/// without it.
+/// virtual environment of its own, made once by `tests/python/venv` and
+/// kept for the next run. Panics when it cannot be made: a test that needs
+/// it never passes without it.
 pub fn test_python() -> PathBuf {
     static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PYTHON
         .get_or_init(|| {
-            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-            let requirements = root.join("tests/python/requirements.txt");
             let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-python");
-            let python = venv.join("bin/python");
-            let stamp = venv.join("requirements.txt");
-            let wanted = std::fs::read(&requirements).expect("tests/python/requirements.txt");
-            if std::fs::read(&stamp).ok().as_deref() != Some(&wanted[..]) {
-                let _ = std::fs::remove_dir_all(&venv);
-                let made = std::process::Command::new("python3").arg("-m").arg("venv").arg(&venv).status();
-                assert!(made.is_ok_and(|s| s.success()), "python3 -m venv failed: install python3-venv");
-                let installed = std::process::Command::new(venv.join("bin/pip"))
-                    .args(["install", "--quiet", "--disable-pip-version-check", "--require-hashes", "--no-deps", "-r"])
-                    .arg(&requirements)
-                    .status();
-                assert!(installed.is_ok_and(|s| s.success()), "pip could not install tests/python/requirements.txt");
-                std::fs::write(&stamp, &wanted).unwrap();
-            }
-            python
+            let made = std::process::Command::new("bash").arg(python_script("venv")).arg(&venv).status();
+            assert!(
+                made.is_ok_and(|s| s.success()),
+                "tests/python/venv could not install tests/python/requirements.txt (it needs python3-venv and PyPI)"
+            );
+            venv.join("bin/python")
         })
         .clone()
 }
