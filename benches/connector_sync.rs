@@ -32,7 +32,13 @@
 //! filesystem (typed columns from the stream's schema, Parquet files);
 //! `BENCH_ICEBERG_S3_PYTHON`, a Python with `tests/python/requirements.txt`
 //! installed, adds one in a bucket of moto's S3 (a Python server, started
-//! by `tests/python/moto_s3.py`) behind an HTTPS front.
+//! by `tests/python/moto_s3.py`) behind an HTTPS front; `BENCH_ICEBERG_S3S`,
+//! the path of an `s3s-fs` binary (an S3 API in Rust over a folder, from
+//! crates.io), one in a bucket of it, a store quick enough not to be the
+//! limit. `BENCH_STANDALONE=1` serves the API from a `service serve`
+//! process of its own instead of this process's router: its CPU is
+//! counted with the benchmark's, and the peak memory shown is the
+//! server's alone.
 //! `BENCH_DLT_PYTHON`, a Python with `benches/python/requirements.txt`
 //! installed, adds dlt as a peer: the same campaign pages, read from
 //! files (no HTTP: in dlt's favour), loaded into Parquet files by its
@@ -57,7 +63,7 @@ use testkit::objectstore::MotoS3;
 use testkit::provider;
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +75,9 @@ use serde_json::{Value, json};
 use service::config::oauth::OAuthSettings;
 use service::egress::EgressPolicy;
 use service::store::kinds::DestinationKind;
+use service::warehouse::DestinationConfig;
+use service::warehouse::config::Lakehouse;
+use service::warehouse::iceberg::s3::ObjectStore;
 
 const MAIL_HOST: &str = "mail.acme-corp.com";
 const HUB_HOST: &str = "api.hubapi.com";
@@ -323,6 +332,158 @@ impl Api {
     }
 }
 
+/// What the store under an object-store destination allows on its own, the
+/// ceiling of a sync into it as the pages fetched alone are the provider's:
+/// every object under the warehouse that `held` did not list (what a sync
+/// just wrote: data files, manifests, metadata) stored again, the same
+/// size, with one `PUT` each one after another as the writer stores them,
+/// under a folder of its own, then removed. The seconds the `PUT`s took,
+/// the objects and their bytes.
+async fn stored_alone(bucket: &ObjectStore, held: &HashSet<String>, round: usize) -> (f64, usize, u64) {
+    let written: Vec<_> =
+        bucket.list(None).await.unwrap().into_iter().filter(|o| !held.contains(&o.location)).collect();
+    let bytes: u64 = written.iter().map(|o| o.bytes).sum();
+    let file_io = bucket.file_io();
+    let scratch = |i: usize| format!("s3://bench-lake/bench/stored-alone-{round}/{i:06}");
+    let started = Instant::now();
+    for (i, object) in written.iter().enumerate() {
+        let body = Bytes::from(vec![0x5a; object.bytes as usize]);
+        file_io.new_output(scratch(i)).unwrap().write(body).await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for i in 0..written.len() {
+        bucket.delete(&scratch(i)).await.unwrap();
+    }
+    (secs, written.len(), bytes)
+}
+
+/// The configuration of an Iceberg destination in the bucket `bench-lake`
+/// of the store behind `front`, with a credential holding `key` (id,
+/// secret) made through the API.
+async fn bucket_warehouse(api: &Api, front: &provider::TlsFront, (id, secret): &(String, String)) -> Value {
+    let key =
+        json!({ "kind": "basic", "username": id, "hosts": ["127.0.0.1"], "secret": secret, "label": "bench store" });
+    let cred = api.call(reqwest::Method::POST, "/credentials", Some(key)).await;
+    json!({ "warehouse": "s3://bench-lake/bench", "namespace": "bench", "endpoint": format!("https://127.0.0.1:{}", front.addr.port()), "credential_handle": cred["credential_handle"] })
+}
+
+/// s3s-fs (`cargo install s3s-fs --features binary`): an S3 API written in
+/// Rust over a folder, checking every request's signature, quick enough
+/// that a sync into it does not wait on the store.
+struct S3sFs {
+    _child: tokio::process::Child,
+    _root: tempfile::TempDir,
+    port: u16,
+    /// The access key it accepts (id, secret).
+    key: (String, String),
+}
+
+impl S3sFs {
+    async fn start(binary: &str, bucket: &str) -> S3sFs {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join(bucket)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let key = ("bench-s3s-access-key".to_owned(), "bench-s3s-secret-key-0123456789abcdef".to_owned());
+        let child = tokio::process::Command::new(binary)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--access-key", &key.0, "--secret-key", &key.1])
+            .arg(root.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("BENCH_ICEBERG_S3S: cannot start {binary}: {e}"));
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return S3sFs { _child: child, _root: root, port, key };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("s3s-fs did not listen on port {port} within 10 s");
+    }
+}
+
+/// `service serve` as an operator runs it (`BENCH_STANDALONE=1`): the
+/// benchmark's build of the binary in a process of its own, with an empty
+/// environment but for the settings given and the fake provider's root
+/// certificate, so that its memory is a server's alone (not the
+/// benchmark's, which holds the provider's pages). Started again (on the
+/// same data and port) before each run, so that a run's peak is that of a
+/// server that has done nothing else. Killed when dropped.
+struct Standalone {
+    command: std::sync::Mutex<std::process::Command>,
+    child: std::sync::Mutex<std::process::Child>,
+    _dir: tempfile::TempDir,
+    base: String,
+}
+
+impl Standalone {
+    async fn start(roots_pem: &str, env: Vec<(&'static str, String)>) -> Standalone {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (data, roots) = (dir.path().join("data"), dir.path().join("roots.pem"));
+        std::fs::create_dir(&data).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(&roots, roots_pem).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_service"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env)
+            .env("SERVICE_DATA_DIR", &data)
+            .env("SERVICE_BIND", format!("127.0.0.1:{port}"))
+            .env("SERVICE_EGRESS_EXTRA_ROOTS", &roots)
+            .env("SERVICE_LOG", "warn")
+            .arg("serve")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        let child = command.spawn().expect("start the service binary");
+        let standalone = Standalone {
+            command: std::sync::Mutex::new(command),
+            child: std::sync::Mutex::new(child),
+            _dir: dir,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        standalone.answering().await;
+        standalone
+    }
+
+    /// The running server's process id.
+    fn pid(&self) -> String {
+        self.child.lock().unwrap().id().to_string()
+    }
+
+    /// Stops the server and starts it again on the same data and port.
+    async fn restart(&self) {
+        {
+            let mut child = self.child.lock().unwrap();
+            let _ = child.kill();
+            let _ = child.wait();
+            *child = self.command.lock().unwrap().spawn().expect("start the service binary");
+        }
+        self.answering().await;
+    }
+
+    async fn answering(&self) {
+        let health = format!("{}/healthz", self.base);
+        for _ in 0..1200 {
+            if reqwest::get(&health).await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("`service serve` did not answer within two minutes");
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let child = self.child.get_mut().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -408,7 +569,7 @@ struct Run {
     label: String,
     connector: &'static str,
     pipeline: String,
-    destination: service::warehouse::DestinationConfig,
+    destination: DestinationConfig,
     /// An object store's access key (id, secret), for the native baseline.
     access_key: Option<(String, String)>,
     /// The stream's JSON Schema, as the connector discovers it.
@@ -416,10 +577,15 @@ struct Run {
     rates: Vec<f64>,
     cpus: Vec<f64>,
     /// How far the process's resident memory rose above where it was at
-    /// the start of each run, in MB.
+    /// the start of each run, in MB; with a standalone server, the
+    /// server's peak resident memory.
     peaks: Vec<f64>,
     native_rates: Vec<f64>,
     native_cpus: Vec<f64>,
+    /// Into an object store: the bucket, and the rate its store allowed
+    /// each run's objects stored alone (see [`stored_alone`]).
+    bucket: Option<ObjectStore>,
+    alone_rates: Vec<f64>,
     /// The local PostgreSQL server's CPU seconds per run, when it is the
     /// destination: the connector's runs, then the native baseline's.
     database_cpus: Vec<f64>,
@@ -456,7 +622,8 @@ fn main() {
         });
         let provider = provider::FakeProvider::start(&ca, &hosts, router(hub.clone(), campaigns, broadcasts, delay)).await;
         let egress = EgressPolicy::from_settings(&hosts.join(","), Some(&provider.pins(&hosts)), Some(ca.pem.as_bytes())).unwrap();
-        let oauth = OAuthSettings::from_settings(Some(&json!({ SOCIAL: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } }).to_string()), None).unwrap();
+        let oauth_clients = json!({ SOCIAL: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } }).to_string();
+        let oauth = OAuthSettings::from_settings(Some(&oauth_clients), None).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let state = support::state_with_oauth(dir.path(), egress, oauth).await;
         let workspace = state.store.first_workspace().await.unwrap().unwrap().workspace_id;
@@ -464,9 +631,34 @@ fn main() {
         let catalogs = state.store.clone();
         let roots = state.config.plugins.egress.extra_roots.clone();
         let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses, extra_roots: &roots, catalogs: Some(&catalogs) };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = service::server::start_on(listener, state).unwrap();
-        let api = Api { http: reqwest::Client::new(), base: format!("http://{}/v1", server.addr) };
+        // The API: this process's router, or a `service serve` of its own.
+        let (server, standalone) = if std::env::var("BENCH_STANDALONE").is_ok_and(|v| v == "1") {
+            let env = vec![
+                ("SERVICE_BOOTSTRAP_TOKEN", "svc_bench_bootstrap_token_0123456789".to_owned()),
+                ("SERVICE_EGRESS_ALLOWED_HOSTS", hosts.join(",")),
+                ("SERVICE_EGRESS_RESOLVE", provider.pins(&hosts)),
+                ("SERVICE_WAREHOUSE_ALLOWED_HOSTS", "127.0.0.1,::1,localhost".to_owned()),
+                ("SERVICE_OAUTH_CLIENTS", oauth_clients.clone()),
+                ("SERVICE_RATE_LIMIT_PER_SESSION", "1000000".to_owned()),
+                ("SERVICE_RATE_LIMIT_PER_ADDRESS", "1000000".to_owned()),
+            ];
+            let standalone = Standalone::start(&ca.pem, env).await;
+            println!("the API is a `service serve` process of its own, started again before each run: its CPU is counted, and its peak memory is what is shown");
+            (None, Some(standalone))
+        } else {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            (Some(service::server::start_on(listener, state).unwrap()), None)
+        };
+        let base = match (&server, &standalone) {
+            (Some(server), _) => format!("http://{}/v1", server.addr),
+            (None, Some(standalone)) => format!("{}/v1", standalone.base),
+            (None, None) => unreachable!("one of them was started"),
+        };
+        let api = Api { http: reqwest::Client::new(), base };
+        // Whose memory a run is measured in, and the CPU seconds of the
+        // processes that do a sync's work.
+        let measured = || standalone.as_ref().map_or_else(|| "self".to_owned(), Standalone::pid);
+        let cpu_seconds = || support::cpu_seconds() + standalone.as_ref().and_then(|s| support::process_stat(&s.pid())).map_or(0.0, |s| support::seconds(s.ticks));
 
         let mut sources = Vec::new();
         if connectors.contains(&"email") {
@@ -510,8 +702,8 @@ fn main() {
         );
         // The database's clock ticks so far, when it is the local
         // PostgreSQL server.
-        let database_ticks = |destination: &service::warehouse::DestinationConfig| match (destination, &postgres) {
-            (service::warehouse::DestinationConfig::Postgres { .. }, Some(server)) => server.ticks(),
+        let database_ticks = |destination: &DestinationConfig| match (destination, &postgres) {
+            (DestinationConfig::Postgres { .. }, Some(server)) => server.ticks(),
             _ => None,
         };
         // The database's CPU seconds over a run, shown with what it does
@@ -533,20 +725,26 @@ fn main() {
         if std::env::var("BENCH_ICEBERG").is_ok_and(|v| v == "1") {
             destinations.push(("Iceberg", DestinationKind::Iceberg, json!({ "warehouse": "bench", "namespace": "bench" })));
         }
-        // moto's S3 behind an HTTPS front, when a Python that has it is
-        // named: an Iceberg warehouse in a bucket, reached as a store is.
-        let moto = match std::env::var("BENCH_ICEBERG_S3_PYTHON") {
-            Ok(python) => {
-                let moto = MotoS3::start(std::path::Path::new(&python), "bench-lake").await;
-                let front = moto.https_front(&ca).await;
-                let key = json!({ "kind": "basic", "username": moto.access_key_id, "hosts": ["127.0.0.1"], "secret": moto.secret_access_key, "label": "bench moto" });
-                let cred = api.call(reqwest::Method::POST, "/credentials", Some(key)).await;
-                let configuration = json!({ "warehouse": "s3://bench-lake/bench", "namespace": "bench", "endpoint": format!("https://127.0.0.1:{}", front.addr.port()), "credential_handle": cred["credential_handle"] });
-                destinations.push(("Iceberg on S3", DestinationKind::Iceberg, configuration));
-                Some((moto, front))
-            }
-            Err(_) => None,
-        };
+        // Iceberg warehouses in buckets, each store behind an HTTPS front
+        // (as a store is reached): moto's S3, when a Python that has it is
+        // named, and s3s-fs, when its binary is.
+        let mut access_keys: HashMap<&str, (String, String)> = HashMap::new();
+        let mut stores: Vec<(Box<dyn std::any::Any>, provider::TlsFront)> = Vec::new();
+        if let Ok(python) = std::env::var("BENCH_ICEBERG_S3_PYTHON") {
+            let moto = MotoS3::start(std::path::Path::new(&python), "bench-lake").await;
+            let front = moto.https_front(&ca).await;
+            let key = (moto.access_key_id.clone(), moto.secret_access_key.clone());
+            destinations.push(("Iceberg on moto", DestinationKind::Iceberg, bucket_warehouse(&api, &front, &key).await));
+            access_keys.insert("Iceberg on moto", key);
+            stores.push((Box::new(moto), front));
+        }
+        if let Ok(binary) = std::env::var("BENCH_ICEBERG_S3S") {
+            let s3s = S3sFs::start(&binary, "bench-lake").await;
+            let front = provider::TlsFront::start(&ca, &["127.0.0.1"], ([127, 0, 0, 1], s3s.port).into()).await;
+            destinations.push(("Iceberg on s3s", DestinationKind::Iceberg, bucket_warehouse(&api, &front, &s3s.key).await));
+            access_keys.insert("Iceberg on s3s", s3s.key.clone());
+            stores.push((Box::new(s3s), front));
+        }
         let mut runs = Vec::new();
         for (name, kind, configuration) in &destinations {
             let body = json!({ "name": name, "kind": kind.as_str(), "configuration": configuration });
@@ -562,15 +760,21 @@ fn main() {
                 let pipeline = p["pipeline_id"].as_str().unwrap().to_owned();
                 let prepared = api.call(reqwest::Method::POST, "/pipelines/prepare", Some(json!({ "source_id": source_id }))).await;
                 let schema = prepared["streams"].as_array().unwrap().iter().find(|s| s["name"] == *stream).map(|s| s["json_schema"].clone()).unwrap_or_default();
+                let destination = service::warehouse::validate(*kind, configuration).unwrap();
+                let bucket = match (&destination, access_keys.get(name)) {
+                    (DestinationConfig::Iceberg { warehouse: Lakehouse::ObjectStore(s3), .. }, Some((id, secret))) => {
+                        Some(ObjectStore::connect(s3, (id.clone(), secret.clone().into()), &warehouses, &roots).await.unwrap())
+                    }
+                    _ => None,
+                };
                 runs.push(Run {
                     label: format!("{connector} {name}"),
                     connector,
                     pipeline,
-                    destination: service::warehouse::validate(*kind, configuration).unwrap(),
-                    access_key: moto
-                        .as_ref()
-                        .filter(|_| configuration["warehouse"].as_str().is_some_and(|w| w.starts_with("s3://")))
-                        .map(|(m, _)| (m.access_key_id.clone(), m.secret_access_key.clone())),
+                    destination,
+                    access_key: access_keys.get(name).cloned(),
+                    bucket,
+                    alone_rates: Vec::new(),
                     schema,
                     rates: Vec::new(),
                     cpus: Vec::new(),
@@ -632,9 +836,16 @@ fn main() {
                 cpus.push(used);
             }
             for run in &mut runs {
-                let (db, cpu) = (database_ticks(&run.destination), support::cpu_seconds());
-                support::reset_peak_rss();
-                let resident = support::memory_mb("VmRSS:");
+                if let Some(server) = &standalone {
+                    server.restart().await;
+                }
+                let (db, cpu, measured) = (database_ticks(&run.destination), cpu_seconds(), measured());
+                support::reset_peak_rss(&measured);
+                let resident = support::memory_mb(&measured, "VmRSS:");
+                let held = match &run.bucket {
+                    Some(bucket) => bucket.list(None).await.unwrap().into_iter().map(|o| o.location).collect(),
+                    None => HashSet::new(),
+                };
                 let started = Instant::now();
                 let job = api.call(reqwest::Method::POST, &format!("/pipelines/{}/sync", run.pipeline), Some(json!({}))).await;
                 let job_id = job["job_id"].as_str().unwrap().to_owned();
@@ -650,14 +861,26 @@ fn main() {
                 let got = done["progress"]["records"].as_u64().unwrap();
                 assert_eq!(got as usize, records, "every record synced: {done}");
                 let rate = got as f64 / secs;
-                let (used, db_after) = (support::cpu_seconds() - cpu, database_ticks(&run.destination));
+                let (used, db_after) = (cpu_seconds() - cpu, database_ticks(&run.destination));
                 let (db_used, db_shown) = database_share(db, db_after).await;
-                let grew = support::memory_mb("VmHWM:") - resident;
-                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown}, peak RSS +{grew:.0} MB over {resident:.0} MB)", run.label);
+                let peak = support::memory_mb(&measured, "VmHWM:");
+                // A server's peak is what an operator provides for; this
+                // process's, the rise over what it held already.
+                let (shown, peak) = match &standalone {
+                    Some(_) => (format!("server peak RSS {peak:.0} MB, {resident:.0} MB before"), peak),
+                    None => (format!("peak RSS +{:.0} MB over {resident:.0} MB", peak - resident), peak - resident),
+                };
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown}, {shown})", run.label);
                 run.rates.push(rate);
                 run.cpus.push(used);
-                run.peaks.push(grew);
+                run.peaks.push(peak);
                 run.database_cpus.extend(db_used);
+                if let Some(bucket) = &run.bucket {
+                    let (secs, objects, bytes) = stored_alone(bucket, &held, round).await;
+                    let rate = records as f64 / secs;
+                    println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {objects} objects, {:.1} MB) the sync's objects stored alone", run.label, bytes as f64 / 1e6);
+                    run.alone_rates.push(rate);
+                }
 
                 let (db, cpu, started) = (database_ticks(&run.destination), support::cpu_seconds(), Instant::now());
                 let got = match run.connector {
@@ -716,16 +939,22 @@ fn main() {
                 ))
             })
             .collect();
+        for run in runs.iter().filter(|r| !r.alone_rates.is_empty()) {
+            println!("median {:<18} {:>10.0} records/s: its objects stored alone, the store's ceiling for its syncs", run.label, median(run.alone_rates.clone()));
+        }
         for run in runs {
             let (rate, native) = (median(run.rates), median(run.native_rates));
             // The database's share, where it was measured: the medians.
             let shown = |cpus: Vec<f64>| if cpus.is_empty() { String::new() } else { format!(" + {:.2} PostgreSQL", median(cpus)) };
             println!(
-                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run{}, peak RSS +{:.0} MB); native baseline {native:.0} records/s ({:.2} CPU-s{}); the connector at {:.0}% of it",
+                "median {:<18} {rate:>10.0} records/s ({:.2} CPU-s per run{}, {}); native baseline {native:.0} records/s ({:.2} CPU-s{}); the connector at {:.0}% of it",
                 run.label,
                 median(run.cpus),
                 shown(run.database_cpus),
-                median(run.peaks),
+                match standalone {
+                    Some(_) => format!("server peak RSS {:.0} MB", median(run.peaks)),
+                    None => format!("peak RSS +{:.0} MB", median(run.peaks)),
+                },
                 median(run.native_cpus),
                 shown(run.native_database_cpus),
                 100.0 * rate / native
@@ -734,6 +963,9 @@ fn main() {
         for share in shares {
             println!("{share}");
         }
-        server.stop().await.unwrap();
+        drop(stores);
+        if let Some(server) = server {
+            server.stop().await.unwrap();
+        }
     });
 }

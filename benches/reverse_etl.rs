@@ -199,12 +199,12 @@ async fn main() {
 
         let measure = async |label: &str, expected: u64| -> (f64, f64, f64) {
             let before = received.load(Ordering::SeqCst);
-            let (resident, anon) = (support::memory_mb("VmRSS:"), support::memory_mb("RssAnon:"));
-            support::reset_peak_rss();
+            let (resident, anon) = (support::memory_mb("self", "VmRSS:"), support::memory_mb("self", "RssAnon:"));
+            support::reset_peak_rss("self");
             let started = Instant::now();
             let run = api.run(&activation).await;
             let secs = started.elapsed().as_secs_f64();
-            let peak = support::memory_mb("VmHWM:");
+            let peak = support::memory_mb("self", "VmHWM:");
             let got = received.load(Ordering::SeqCst) - before;
             let counts = &run["progress"]["counts"];
             let sent = counts["added"].as_u64().unwrap() + counts["changed"].as_u64().unwrap();

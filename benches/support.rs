@@ -192,11 +192,12 @@ pub fn seconds(ticks: u64) -> f64 {
     ticks as f64 / TICKS_PER_SECOND
 }
 
-/// A memory figure of `/proc/self/status` in MB (Linux): `VmHWM`, the
-/// peak resident memory since the last reset, or `VmRSS`, the current.
+/// A memory figure of process `pid`'s (or `self`'s) `/proc/<pid>/status`
+/// in MB (Linux): `VmHWM`, the peak resident memory since the last reset,
+/// or `VmRSS`, the current.
 #[allow(dead_code)]
-pub fn memory_mb(field: &str) -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+pub fn memory_mb(pid: &str, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))
@@ -205,8 +206,9 @@ pub fn memory_mb(field: &str) -> f64 {
         / 1024.0
 }
 
-/// Starts measuring the peak resident memory (`VmHWM`) afresh.
+/// Starts measuring the peak resident memory (`VmHWM`) of process `pid`
+/// (or `self`) afresh.
 #[allow(dead_code)]
-pub fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+pub fn reset_peak_rss(pid: &str) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
 }
