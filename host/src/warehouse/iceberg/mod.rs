@@ -7,9 +7,11 @@
 //! catalog is an Iceberg SQL catalog in the control database, named
 //! `<workspace>/<folder>` (or `<workspace>/s3://bucket/prefix`):
 //! destinations of a workspace naming the same warehouse share it.
-//! Each stream is a table; each batch is one Parquet file (zstd, with
-//! Iceberg field ids) committed as one snapshot before the stream's state
-//! is saved, so a reader only ever sees whole batches and a restarted sync
+//! Each stream is a table. The batches between two commits are written as
+//! Parquet (zstd, with Iceberg field ids): into one file in an
+//! unpartitioned table, a file per batch and partition in a partitioned
+//! one. Each commit is one snapshot, made before the stream's state is
+//! saved, so a reader only ever sees whole commits and a restarted sync
 //! resumes after the last one committed. A full refresh writes a staged
 //! table and swaps it in with one catalog transaction at the stream's end.
 //!

@@ -17,9 +17,9 @@
 //! outside it (from a catalog row or a metadata file) is refused, not
 //! fetched. Redirects are not followed.
 //!
-//! A file is written with one `PUT` when it is closed (each Parquet file
-//! holds one batch, and metadata files are small), and read with ranged
-//! `GET`s. Writing a file returns once it is stored, so a manifest or a
+//! A file is written with one `PUT` when it is closed (a Parquet file
+//! holds at most about 32 MB, and metadata files are small), and read with
+//! ranged `GET`s. Writing a file returns once it is stored, so a manifest or a
 //! metadata file is never stored before the files it names. A request
 //! that fails on the way, or that the store answers with a 5xx or 429, is
 //! tried up to [`ATTEMPTS`] times.

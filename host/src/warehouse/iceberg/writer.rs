@@ -20,7 +20,7 @@ use iceberg::io::FileIO;
 use iceberg::spec::PartitionKey;
 use iceberg::spec::{DataFile, DataFileFormat, PartitionSpecRef, SchemaRef as IcebergSchemaRef};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, LocationGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
@@ -85,15 +85,32 @@ enum Delivery {
 }
 
 /// Files written and not yet committed, and the latest state reported
-/// after the first `covered` of them.
+/// after the first `covered` of them; in an unpartitioned table, the file
+/// being written (every batch's rows until the next commit closes it),
+/// and whether the latest state came after every row in it.
 #[derive(Default)]
 struct Pending {
     files: Vec<DataFile>,
     covered: usize,
+    open: Option<OpenFile>,
+    open_covered: bool,
     bytes: u64,
     since: Option<Instant>,
     state: Option<String>,
 }
+
+/// A data file being written: it starts another file, committed with it,
+/// once it holds [`OPEN_FILE_BYTES`], so an upload is never held in memory
+/// larger than that.
+type OpenFile = DataFileWriter<ParquetWriterBuilder, DataLocations, DefaultFileNameGenerator>;
+
+/// Encoded bytes an open data file takes before the next one is started.
+const OPEN_FILE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Encoded bytes of a row group: an open file's rows are held in memory,
+/// encoded, until their row group is complete, so a file taking a whole
+/// commit's rows stores them a row group at a time.
+const ROW_GROUP_BYTES: usize = 8 * 1024 * 1024;
 
 /// Where a table's data files go: `<table>/data/<file>`, or for a
 /// partition `<table>/data/p-<hash of its values>/<file>`. The values
@@ -114,6 +131,24 @@ impl LocationGenerator for DataLocations {
             }
             _ => format!("{}/{file_name}", self.data),
         }
+    }
+}
+
+impl StreamTable {
+    /// A new data file of the table (in `key`'s partition), zstd-compressed.
+    async fn data_file(&self, key: Option<PartitionKey>) -> iceberg::Result<OpenFile> {
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+            .build();
+        let files = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(properties, self.schema.clone()),
+            OPEN_FILE_BYTES,
+            self.file_io.clone(),
+            self.data.clone(),
+            DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
+        );
+        DataFileWriterBuilder::new(files).build(key).await
     }
 }
 
@@ -245,37 +280,38 @@ impl IcebergWriter {
         rows::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
     }
 
-    /// Writes a batch of `bytes` of records as Parquet files, one per
-    /// partition it holds, for the next commit.
+    /// Writes a batch of `bytes` of records for the next commit. In an
+    /// unpartitioned table its rows go to the file being written, which
+    /// the commit closes: a commit adds one large file rather than one per
+    /// batch (fewer uploads to an object store, fewer files for readers to
+    /// open). In a partitioned one, each batch is a file per partition it
+    /// holds, closed at once, so that a source spreading its rows over
+    /// many partitions never keeps a file open for each.
     pub(crate) async fn append(&self, table: &str, batch: RecordBatch, bytes: u64) -> Result<(), WriteError> {
         let stream = self.stream(table)?;
         let writing = |e: iceberg::Error| failed(&format!("cannot write to {}", stream.ident.name()), e);
-        let parts = if stream.spec.is_unpartitioned() {
-            vec![(None, batch)]
+        if stream.spec.is_unpartitioned() {
+            let mut pending = stream.pending.lock().await;
+            let open = match pending.open.take() {
+                Some(open) => open,
+                None => stream.data_file(None).await.map_err(writing)?,
+            };
+            pending.open_covered = false;
+            pending.open.insert(open).write(batch).await.map_err(writing)?;
         } else {
-            RecordBatchPartitionSplitter::try_new_with_computed_values(stream.schema.clone(), stream.spec.clone())
-                .and_then(|splitter| splitter.split(&batch))
-                .map_err(writing)?
-                .into_iter()
-                .map(|(key, part)| (Some(key), part))
-                .collect()
-        };
-        let mut data = Vec::new();
-        for (key, part) in parts {
-            let properties =
-                WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
-            let files = RollingFileWriterBuilder::new_with_default_file_size(
-                ParquetWriterBuilder::new(properties, stream.schema.clone()),
-                stream.file_io.clone(),
-                stream.data.clone(),
-                DefaultFileNameGenerator::new(uuid::Uuid::now_v7().to_string(), None, DataFileFormat::Parquet),
-            );
-            let mut writer = DataFileWriterBuilder::new(files).build(key).await.map_err(writing)?;
-            writer.write(part).await.map_err(writing)?;
-            data.extend(writer.close().await.map_err(writing)?);
+            let parts =
+                RecordBatchPartitionSplitter::try_new_with_computed_values(stream.schema.clone(), stream.spec.clone())
+                    .and_then(|splitter| splitter.split(&batch))
+                    .map_err(writing)?;
+            let mut data = Vec::new();
+            for (key, part) in parts {
+                let mut file = stream.data_file(Some(key)).await.map_err(writing)?;
+                file.write(part).await.map_err(writing)?;
+                data.extend(file.close().await.map_err(writing)?);
+            }
+            stream.pending.lock().await.files.extend(data);
         }
         let mut pending = stream.pending.lock().await;
-        pending.files.extend(data);
         pending.bytes += bytes;
         pending.since.get_or_insert_with(Instant::now);
         Ok(())
@@ -289,7 +325,8 @@ impl IcebergWriter {
         let mut pending = stream.pending.lock().await;
         pending.state = Some(state);
         pending.covered = pending.files.len();
-        let due = pending.files.is_empty()
+        pending.open_covered = true;
+        let due = (pending.files.is_empty() && pending.open.is_none())
             || pending.bytes >= COMMIT_BYTES
             || pending.since.is_some_and(|t| t.elapsed() >= self.commit_every);
         if !due {
@@ -319,6 +356,23 @@ impl IcebergWriter {
         pending: &mut Pending,
         everything: bool,
     ) -> Result<Option<String>, WriteError> {
+        // The file being written is closed and committed when the state
+        // came after every row in it (or the stream ended well).
+        // Otherwise it holds rows read after the state beside rows it
+        // covers, which are not stored yet: nothing is committed, and the
+        // state waits with them for the stream's good end, or is never
+        // saved if the stream fails (a retry reads again from the last
+        // state committed).
+        if let Some(mut open) = pending.open.take() {
+            if !everything && !pending.open_covered {
+                pending.open = Some(open);
+                return Ok(None);
+            }
+            let closed =
+                open.close().await.map_err(|e| failed(&format!("cannot write to {}", stream.ident.name()), e))?;
+            pending.files.extend(closed);
+            pending.covered = pending.files.len();
+        }
         let take = if everything { pending.files.len() } else { pending.covered };
         let files: Vec<DataFile> = pending.files.drain(..take).collect();
         let state = pending.state.take();
@@ -451,6 +505,40 @@ mod tests {
         store.close().await;
     }
 
+    /// The batches written between two commits share a file in an
+    /// unpartitioned table; in a partitioned one, each is a file per
+    /// partition it holds.
+    #[tokio::test]
+    async fn batches_between_commits_share_a_file_unless_partitioned() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, _) = scratch(dir.path()).await;
+        let warehouse = format!("file://{}/lake", dir.path().display());
+        let by_s = [(
+            "p".to_owned(),
+            vec![PartitionField { field: "s".into(), transform: iceberg::spec::Transform::Identity }],
+        )];
+        let lake =
+            IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), by_s.into()).await.unwrap();
+        let schema = json!({ "properties": { "n": { "type": "integer" }, "s": { "type": "string" } } });
+        for table in ["t", "p"] {
+            lake.begin(table, ("x", table), &schema, false).await.unwrap();
+            for n in 1..=3 {
+                let records = [format!(r#"{{"n": {n}, "s": "a"}}"#), format!(r#"{{"n": {}, "s": "b"}}"#, n + 10)];
+                let batch = lake.prepare(table, &records, "{}").unwrap();
+                lake.append(table, batch, 1).await.unwrap();
+            }
+            lake.finish(table).await.unwrap();
+            assert_eq!(values(&catalog, table).await, vec![1, 2, 3, 11, 12, 13]);
+        }
+        let parquet = |table: &str| {
+            let data = dir.path().join("lake/ns").join(table);
+            walk(&data).into_iter().filter(|p| p.extension().is_some_and(|e| e == "parquet")).count()
+        };
+        assert_eq!(parquet("t"), 1, "three batches, one file");
+        assert_eq!(parquet("p"), 6, "three batches of two partitions");
+        store.close().await;
+    }
+
     /// Every file under `dir`.
     fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         let mut out = Vec::new();
@@ -511,9 +599,10 @@ mod tests {
         store.close().await;
     }
 
-    /// A stream that stopped keeps only what its latest state covers: the
-    /// files written after that state wait for the stream's good end, so a
-    /// retry resuming from the state writes their records once.
+    /// A stream that stops keeps what its latest state covers only when
+    /// nothing came after that state: rows after it share their file with
+    /// rows before it, so the state waits with them for the stream's good
+    /// end (which commits them all) rather than be saved without its rows.
     #[tokio::test]
     async fn a_stopped_stream_commits_only_what_its_state_covers() {
         let dir = tempfile::tempdir().unwrap();
@@ -527,11 +616,15 @@ mod tests {
         lake.begin("t", ("p", "t"), &json!({ "properties": { "n": { "type": "integer" } } }), true).await.unwrap();
         append(1).await;
         assert_eq!(lake.checkpoint("t", "after 1".into()).await.unwrap(), None, "not due for ten seconds");
+        assert_eq!(lake.flush("t").await.unwrap().as_deref(), Some("after 1"), "the state covers every row");
+        assert_eq!(values(&catalog, "t__refresh_p").await, vec![1]);
         append(2).await;
-        assert_eq!(lake.flush("t").await.unwrap().as_deref(), Some("after 1"));
-        assert_eq!(values(&catalog, "t__refresh_p").await, vec![1], "the record after the state waits");
+        assert_eq!(lake.checkpoint("t", "after 2".into()).await.unwrap(), None, "not due for ten seconds");
+        append(3).await;
+        assert_eq!(lake.flush("t").await.unwrap(), None, "row 3 came after the state");
+        assert_eq!(values(&catalog, "t__refresh_p").await, vec![1], "row 2 waits with row 3 and the state");
         lake.finish("t").await.unwrap();
-        assert_eq!(values(&catalog, "t").await, vec![1, 2], "a good end commits it, and swaps the table in");
+        assert_eq!(values(&catalog, "t").await, vec![1, 2, 3], "a good end commits them, and swaps the table in");
         store.close().await;
     }
 
