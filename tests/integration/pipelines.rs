@@ -885,6 +885,9 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
     let (base_a, base_b) = (a.base.clone(), b.base.clone());
     let pipeline = procs.pipeline(&base_a, &events, 100).await;
     for round in 0..3 {
+        // The round's job reads nothing until every request is answered, so
+        // however slowly the servers answer, each request meets it active.
+        events.hold_page_size.store(100, Ordering::SeqCst);
         let mut requests = Vec::new();
         for i in 0..20 {
             let req = procs.api(
@@ -903,7 +906,8 @@ async fn two_server_processes_on_one_postgres_never_run_two_jobs_of_one_pipeline
                 other => panic!("round {round}: unexpected {other}: {body}"),
             }
         }
-        assert_eq!(created.len(), 1, "round {round}: one job across both servers");
+        assert_eq!(created.len(), 1, "round {round}: one job across both servers: {created:?}");
+        events.hold_page_size.store(0, Ordering::SeqCst);
         let job = procs.wait(&base_b, &created[0]).await;
         assert_eq!(job["status"], "succeeded", "{job}");
         assert_eq!(job["attempts"], 1, "never claimed twice: {job}");
