@@ -367,7 +367,8 @@ async fn bucket_warehouse(api: &Api, front: &provider::TlsFront, (id, secret): &
     json!({ "warehouse": "s3://bench-lake/bench", "namespace": "bench", "endpoint": format!("https://127.0.0.1:{}", front.addr.port()), "credential_handle": cred["credential_handle"] })
 }
 
-/// s3s-fs (`cargo install s3s-fs --features binary`): an S3 API written in
+/// s3s-fs (`cargo install s3s-fs --version 0.14.1 --features binary
+/// --locked`, the newest that builds on rustc 1.95): an S3 API written in
 /// Rust over a folder, checking every request's signature, quick enough
 /// that a sync into it does not wait on the store.
 struct S3sFs {
@@ -410,8 +411,8 @@ impl S3sFs {
 /// same data and port) before each run, so that a run's peak is that of a
 /// server that has done nothing else. Killed when dropped.
 struct Standalone {
-    command: std::sync::Mutex<std::process::Command>,
-    child: std::sync::Mutex<std::process::Child>,
+    command: std::process::Command,
+    child: std::process::Child,
     _dir: tempfile::TempDir,
     base: String,
 }
@@ -438,29 +439,21 @@ impl Standalone {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
         let child = command.spawn().expect("start the service binary");
-        let standalone = Standalone {
-            command: std::sync::Mutex::new(command),
-            child: std::sync::Mutex::new(child),
-            _dir: dir,
-            base: format!("http://127.0.0.1:{port}"),
-        };
+        let standalone = Standalone { command, child, _dir: dir, base: format!("http://127.0.0.1:{port}") };
         standalone.answering().await;
         standalone
     }
 
     /// The running server's process id.
     fn pid(&self) -> String {
-        self.child.lock().unwrap().id().to_string()
+        self.child.id().to_string()
     }
 
     /// Stops the server and starts it again on the same data and port.
-    async fn restart(&self) {
-        {
-            let mut child = self.child.lock().unwrap();
-            let _ = child.kill();
-            let _ = child.wait();
-            *child = self.command.lock().unwrap().spawn().expect("start the service binary");
-        }
+    async fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = self.command.spawn().expect("start the service binary");
         self.answering().await;
     }
 
@@ -478,10 +471,22 @@ impl Standalone {
 
 impl Drop for Standalone {
     fn drop(&mut self) {
-        let child = self.child.get_mut().unwrap();
-        let _ = child.kill();
-        let _ = child.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
+}
+
+/// Whose memory a run is measured in: the standalone server's process,
+/// else this one.
+fn measured_pid(standalone: &Option<Standalone>) -> String {
+    standalone.as_ref().map_or_else(|| "self".to_owned(), Standalone::pid)
+}
+
+/// The CPU seconds of the processes that do a sync's work: this one, and
+/// the standalone server if there is one.
+fn work_cpu_seconds(standalone: &Option<Standalone>) -> f64 {
+    let server = standalone.as_ref().and_then(|s| support::process_stat(&s.pid()));
+    support::cpu_seconds() + server.map_or(0.0, |s| support::seconds(s.ticks))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -632,7 +637,7 @@ fn main() {
         let roots = state.config.plugins.egress.extra_roots.clone();
         let place = service::warehouse::Place { data_dir: dir.path(), workspace_id: &workspace, warehouses: &warehouses, extra_roots: &roots, catalogs: Some(&catalogs) };
         // The API: this process's router, or a `service serve` of its own.
-        let (server, standalone) = if std::env::var("BENCH_STANDALONE").is_ok_and(|v| v == "1") {
+        let (server, mut standalone) = if std::env::var("BENCH_STANDALONE").is_ok_and(|v| v == "1") {
             let env = vec![
                 ("SERVICE_BOOTSTRAP_TOKEN", "svc_bench_bootstrap_token_0123456789".to_owned()),
                 ("SERVICE_EGRESS_ALLOWED_HOSTS", hosts.join(",")),
@@ -655,10 +660,6 @@ fn main() {
             (None, None) => unreachable!("one of them was started"),
         };
         let api = Api { http: reqwest::Client::new(), base };
-        // Whose memory a run is measured in, and the CPU seconds of the
-        // processes that do a sync's work.
-        let measured = || standalone.as_ref().map_or_else(|| "self".to_owned(), Standalone::pid);
-        let cpu_seconds = || support::cpu_seconds() + standalone.as_ref().and_then(|s| support::process_stat(&s.pid())).map_or(0.0, |s| support::seconds(s.ticks));
 
         let mut sources = Vec::new();
         if connectors.contains(&"email") {
@@ -836,10 +837,10 @@ fn main() {
                 cpus.push(used);
             }
             for run in &mut runs {
-                if let Some(server) = &standalone {
+                if let Some(server) = &mut standalone {
                     server.restart().await;
                 }
-                let (db, cpu, measured) = (database_ticks(&run.destination), cpu_seconds(), measured());
+                let (db, cpu, measured) = (database_ticks(&run.destination), work_cpu_seconds(&standalone), measured_pid(&standalone));
                 support::reset_peak_rss(&measured);
                 let resident = support::memory_mb(&measured, "VmRSS:");
                 let held = match &run.bucket {
@@ -861,7 +862,7 @@ fn main() {
                 let got = done["progress"]["records"].as_u64().unwrap();
                 assert_eq!(got as usize, records, "every record synced: {done}");
                 let rate = got as f64 / secs;
-                let (used, db_after) = (cpu_seconds() - cpu, database_ticks(&run.destination));
+                let (used, db_after) = (work_cpu_seconds(&standalone) - cpu, database_ticks(&run.destination));
                 let (db_used, db_shown) = database_share(db, db_after).await;
                 let peak = support::memory_mb(&measured, "VmHWM:");
                 // A server's peak is what an operator provides for; this

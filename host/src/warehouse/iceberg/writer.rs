@@ -472,20 +472,30 @@ mod tests {
         values
     }
 
+    /// A writer into the scratch warehouse whose table `table` is
+    /// partitioned by the identity of `s`, and a schema of `n` and `s`.
+    async fn partitioned_by_s(
+        dir: &std::path::Path,
+        catalog: &ProductCatalog,
+        table: &str,
+    ) -> (IcebergWriter, serde_json::Value) {
+        let warehouse = format!("file://{}/lake", dir.display());
+        let by_s = [(
+            table.to_owned(),
+            vec![PartitionField { field: "s".into(), transform: iceberg::spec::Transform::Identity }],
+        )];
+        let lake =
+            IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), by_s.into()).await.unwrap();
+        (lake, json!({ "properties": { "n": { "type": "integer" }, "s": { "type": "string" } } }))
+    }
+
     /// A partition value is a source's text: `../` in it leads no file out
     /// of the table's data folder.
     #[tokio::test]
     async fn partition_values_never_name_a_path() {
         let dir = tempfile::tempdir().unwrap();
         let (store, catalog, _) = scratch(dir.path()).await;
-        let warehouse = format!("file://{}/lake", dir.path().display());
-        let by_s = [(
-            "t".to_owned(),
-            vec![PartitionField { field: "s".into(), transform: iceberg::spec::Transform::Identity }],
-        )];
-        let lake =
-            IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), by_s.into()).await.unwrap();
-        let schema = json!({ "properties": { "n": { "type": "integer" }, "s": { "type": "string" } } });
+        let (lake, schema) = partitioned_by_s(dir.path(), &catalog, "t").await;
         lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
         let records = [r#"{"n": 1, "s": "../../../../../escape"}"#.to_owned(), r#"{"n": 2, "s": "/abs"}"#.to_owned()];
         let batch = lake.prepare("t", &records, "{}").unwrap();
@@ -512,14 +522,7 @@ mod tests {
     async fn batches_between_commits_share_a_file_unless_partitioned() {
         let dir = tempfile::tempdir().unwrap();
         let (store, catalog, _) = scratch(dir.path()).await;
-        let warehouse = format!("file://{}/lake", dir.path().display());
-        let by_s = [(
-            "p".to_owned(),
-            vec![PartitionField { field: "s".into(), transform: iceberg::spec::Transform::Identity }],
-        )];
-        let lake =
-            IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), by_s.into()).await.unwrap();
-        let schema = json!({ "properties": { "n": { "type": "integer" }, "s": { "type": "string" } } });
+        let (lake, schema) = partitioned_by_s(dir.path(), &catalog, "p").await;
         for table in ["t", "p"] {
             lake.begin(table, ("x", table), &schema, false).await.unwrap();
             for n in 1..=3 {
