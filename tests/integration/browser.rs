@@ -225,6 +225,19 @@ async fn the_pages_work_in_a_real_browser() {
     screenshot(&c, "08-credential-stored").await;
     let poll = json_ok(srv.get(link["data"]["poll"].as_str().unwrap()).send().await.unwrap()).await;
     assert!(poll["data"]["credential_handle"].as_str().is_some_and(|h| stored.contains(h)), "{poll}");
+    // A basic credential's page asks for the username the link left open.
+    let link = srv.post("/v1/credentials/entry-links", json!({ "kind": "basic", "hosts": ["team.mailcoach.app"] }));
+    let link = json_ok(link.send().await.unwrap()).await;
+    c.goto(link["data"]["url"].as_str().unwrap()).await.unwrap();
+    wait_for_text(&c, "Username").await;
+    fill(&c, "input[name=username]", "typed-user").await;
+    fill(&c, "input[name=secret]", "typed-password-0123456789").await;
+    click(&c, "button[type=submit]").await;
+    wait_for_text(&c, "Secret stored").await;
+    let poll = json_ok(srv.get(link["data"]["poll"].as_str().unwrap()).send().await.unwrap()).await;
+    let id = poll["data"]["credential_id"].as_str().unwrap_or_else(|| panic!("{poll}"));
+    let stored = json_ok(srv.get(&format!("/v1/credentials/{id}")).send().await.unwrap()).await;
+    assert_eq!(stored["data"]["metadata"]["username"], "typed-user", "{stored}");
 
     // A proposal approved on the approvals page runs once.
     let proposed = json_ok(

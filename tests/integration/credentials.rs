@@ -3,7 +3,7 @@
 
 use reqwest::{Method, StatusCode};
 use secrecy::ExposeSecret;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::backend_tests;
 use crate::support::{Backend, TestServer, expect_error, json_ok};
@@ -106,6 +106,67 @@ backend_tests! {
         let ws = srv.workspace_id().await;
         let rec = srv.state.vault.reveal(&ws, &handle, "team.mailcoach.app").await.unwrap();
         assert_eq!(rec.expose_secret(), secret);
+    }
+
+    async fn a_basic_entry_link_takes_the_username_the_link_fixed_or_the_person_types(srv) {
+        let link = |body: Value| {
+            let req = srv.post("/v1/credentials/entry-links", body);
+            async move { json_ok(req.send().await.unwrap()).await["data"].clone() }
+        };
+        let submit = |url: &str, form: &[(&str, &str)]| srv.client.post(url).form(form).send();
+        let metadata = |handle: String| {
+            let list = srv.get("/v1/credentials?limit=100").send();
+            async move {
+                let list = json_ok(list.await.unwrap()).await;
+                let items = list["data"]["items"].as_array().unwrap().clone();
+                items.into_iter().find(|c| c["credential_handle"] == handle.as_str()).expect("listed")["metadata"].clone()
+            }
+        };
+
+        // Without a username, the page asks for it; the form must bring a
+        // valid one, and the link still works until it does.
+        let asks = link(json!({ "kind": "basic", "hosts": ["team.mailcoach.app"] })).await;
+        let url = asks["url"].as_str().unwrap();
+        let page = srv.client.get(url).send().await.unwrap().text().await.unwrap();
+        assert!(page.contains("name=\"username\"") && page.contains("type=\"password\""), "{page}");
+        let secret = format!("typed-{}", uuid::Uuid::new_v4().simple());
+        for (form, why) in [
+            (vec![("secret", secret.as_str())], "Missing username"),
+            (vec![("username", "a:b"), ("secret", secret.as_str())], "without &#39;:&#39;"),
+            (vec![("username", "line\nbreak"), ("secret", secret.as_str())], "control characters"),
+        ] {
+            let refused = submit(url, &form).await.unwrap();
+            assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+            let html = refused.text().await.unwrap();
+            assert!(html.contains(why) && html.contains("The link still works"), "{form:?}: {html}");
+        }
+        let typed = submit(url, &[("username", "AKIAIOSFODNN7EXAMPLE"), ("secret", &secret)]).await.unwrap();
+        assert_eq!(typed.status(), StatusCode::OK);
+        let handle = handle_on_page(&typed.text().await.unwrap());
+        let meta = metadata(handle.clone()).await;
+        assert_eq!(meta["username"], "AKIAIOSFODNN7EXAMPLE", "{meta}");
+        let ws = srv.workspace_id().await;
+        assert_eq!(srv.state.vault.reveal(&ws, &handle, "team.mailcoach.app").await.unwrap().expose_secret(), secret);
+
+        // A username the link fixed is shown, and no form changes it.
+        let fixed = link(json!({ "kind": "basic", "username": "mailer", "hosts": ["team.mailcoach.app"] })).await;
+        let url = fixed["url"].as_str().unwrap();
+        let page = srv.client.get(url).send().await.unwrap().text().await.unwrap();
+        assert!(page.contains("Username: <strong>mailer</strong>") && !page.contains("name=\"username\""), "{page}");
+        let other = submit(url, &[("username", "mallory"), ("secret", &secret)]).await.unwrap();
+        assert_eq!(other.status(), StatusCode::BAD_REQUEST);
+        assert!(other.text().await.unwrap().contains("does not take a username"));
+        let stored = submit(url, &[("secret", &secret)]).await.unwrap();
+        assert_eq!(stored.status(), StatusCode::OK);
+        assert_eq!(metadata(handle_on_page(&stored.text().await.unwrap())).await["username"], "mailer");
+
+        // A token is sent as a bearer token: its page asks for no username
+        // and takes none.
+        let token = link(json!({ "hosts": ["team.mailcoach.app"] })).await;
+        let url = token["url"].as_str().unwrap();
+        assert!(!srv.client.get(url).send().await.unwrap().text().await.unwrap().contains("name=\"username\""));
+        let refused = submit(url, &[("username", "mallory"), ("secret", &secret)]).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     }
 
     async fn a_proposed_credential_holds_no_secret_and_activates_on_approval(srv) {

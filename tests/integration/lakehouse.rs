@@ -203,6 +203,29 @@ impl Lake {
             .clone()
     }
 
+    /// `moto`'s access key stored through a credential-entry page in the
+    /// workspace of `token`, as a CLI or MCP user stores one: the link
+    /// leaves the username to the person, who types the key's id beside
+    /// its secret (a request body naming the id is refused: it looks like
+    /// a key). Answers the credential's handle.
+    async fn access_key_typed_on_a_page(&self, token: &str, moto: &MotoS3) -> serde_json::Value {
+        let links = "/v1/credentials/entry-links";
+        let naming_the_id =
+            serde_json::json!({ "kind": "basic", "username": moto.access_key_id, "hosts": ["127.0.0.1"] });
+        let refused =
+            self.srv.request_as(token, reqwest::Method::POST, links).json(&naming_the_id).send().await.unwrap();
+        assert_eq!(expect_error(refused, 400, "SECRET_NOT_ACCEPTED").await["details"]["field"], "username");
+        let link = serde_json::json!({ "kind": "basic", "hosts": ["127.0.0.1"], "label": "store key" });
+        let link = self.post_as(token, links, link).await;
+        let form = [("username", moto.access_key_id.as_str()), ("secret", moto.secret_access_key.as_str())];
+        let typed = self.srv.client.post(link["url"].as_str().unwrap()).form(&form).send().await.unwrap();
+        assert_eq!(typed.status(), reqwest::StatusCode::OK, "{}", typed.text().await.unwrap());
+        let poll = self.srv.request_as(token, reqwest::Method::GET, link["poll"].as_str().unwrap());
+        let done = json_ok(poll.send().await.unwrap()).await;
+        assert_eq!(done["data"]["status"], "completed", "{done}");
+        done["data"]["credential_handle"].clone()
+    }
+
     /// A source of the fake events in the workspace of `token`.
     async fn source_as(&self, token: &str) -> String {
         let secret = serde_json::json!({ "hosts": ["api.source.test"], "secret": self.token });
@@ -522,8 +545,7 @@ async fn an_object_store_warehouse_holds_every_record_once_and_only_its_key_open
     // Another workspace loads the same prefix with its key of its own: its
     // catalog is its own, and its files are not the first's orphans.
     let (other_ws, other) = lake.srv.other_workspace().await;
-    let key = serde_json::json!({ "kind": "basic", "username": moto.access_key_id, "hosts": ["127.0.0.1"], "secret": moto.secret_access_key });
-    let their_key = lake.post_as(&other, "/v1/credentials", key).await["credential_handle"].clone();
+    let their_key = lake.access_key_typed_on_a_page(&other, &moto).await;
     let source = lake.source_as(&other).await;
     let theirs = lake.destination_as(&other, s3("analytics", &their_key)).await;
     let pipeline = json_ok(lake.pipeline_as(&other, &source, &theirs, "incremental_append").await).await;

@@ -15,7 +15,7 @@ use super::{Envelope, Page, ok};
 use crate::audit::AuditNote;
 use crate::credentials::{NewSecret, SecretMaterial};
 use crate::error::{ApiError, ApiResult};
-use crate::ops::credentials::{EntryLinkRequest, credential_fields, store_secret};
+use crate::ops::credentials::{EntryLinkRequest, Username, credential_fields, store_secret};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
 use crate::store::credentials::CredentialRecord;
@@ -80,7 +80,7 @@ async fn create_credential(
     let metadata = credential_fields(
         body.kind,
         body.label.as_deref(),
-        body.username.as_deref(),
+        Username::Given(body.username.as_deref()),
         body.header.as_deref(),
         &body.hosts,
     )?;

@@ -34,7 +34,8 @@ pub struct EntryLinkRequest {
     pub hosts: Vec<String>,
     /// Free text shown on the entry page and the credential.
     pub label: Option<String>,
-    /// Username for `basic` credentials (not a secret).
+    /// Username for `basic` credentials (not a secret). Without one, the
+    /// entry page asks the person for it beside the secret.
     pub username: Option<String>,
     /// Header name for `secret` credentials, e.g. `X-Api-Key`.
     #[serde(default)]
@@ -66,21 +67,39 @@ const RESERVED_HEADERS: &[&str] = &[
     "if-range",
 ];
 
+/// Where a `basic` credential's username comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Username<'a> {
+    /// With the request (any kind: only `basic` takes one).
+    Given(Option<&'a str>),
+    /// From the person who types the secret on a credential-entry page.
+    OnEntryPage,
+}
+
 /// Checks the non-secret fields of a credential to create and answers the
 /// metadata stored with it: the username of a `basic` credential and the
 /// header of a `secret` one. They fix where the host places the secret, so
 /// a plugin cannot choose another place (a header it controls, or Basic
 /// with a username of its own).
+///
+/// With [`Username::OnEntryPage`], a `basic` credential's metadata has no
+/// username yet: the entry page asks for it.
 pub(crate) fn credential_fields(
     kind: CredentialKind,
     label: Option<&str>,
-    username: Option<&str>,
+    username: Username<'_>,
     header: Option<&str>,
     hosts: &[String],
 ) -> ApiResult<Value> {
     check_opt("label", label, LABEL_MAX)?;
-    check_opt("username", username, SHORT_MAX)?;
     check_opt("header", header, SHORT_MAX)?;
+    let (username, on_page) = match username {
+        Username::Given(given) => {
+            check_opt("username", given, SHORT_MAX)?;
+            (given, false)
+        }
+        Username::OnEntryPage => (None, true),
+    };
     if hosts.len() > HOSTS_MAX {
         return Err(ApiError::invalid_field("hosts", format!("at most {HOSTS_MAX} hosts")));
     }
@@ -95,20 +114,18 @@ pub(crate) fn credential_fields(
             Ok(json!({}))
         }
         CredentialKind::Basic => {
-            let user = username
-                .filter(|u| !u.is_empty() && !u.contains(':') && !u.chars().any(char::is_control))
-                .ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "username",
-                        "a basic credential needs a username (without ':' or control characters)",
-                    )
-                })?;
             if header.is_some() {
                 return Err(ApiError::invalid_field(
                     "header",
                     "a basic credential is sent as HTTP Basic: it takes no header",
                 ));
             }
+            if on_page {
+                return Ok(json!({}));
+            }
+            let user = username
+                .filter(|u| check_username(u).is_ok())
+                .ok_or_else(|| ApiError::invalid_field("username", USERNAME_RULE))?;
             Ok(json!({ "username": user }))
         }
         CredentialKind::Secret => {
@@ -129,6 +146,21 @@ pub(crate) fn credential_fields(
             "oauth2 credentials come from an OAuth flow; kind must be api_token, basic or secret",
         )),
     }
+}
+
+/// What a `basic` credential's username must be.
+const USERNAME_RULE: &str = "a basic credential needs a username (without ':' or control characters)";
+
+/// Checks the username of a `basic` credential: HTTP Basic joins it to the
+/// secret with `:`, so it holds none, nor control characters.
+pub(crate) fn check_username(username: &str) -> Result<(), String> {
+    if username.is_empty() || username.contains(':') || username.chars().any(char::is_control) {
+        return Err(USERNAME_RULE.to_owned());
+    }
+    if username.chars().count() > SHORT_MAX {
+        return Err(format!("a username has at most {SHORT_MAX} characters"));
+    }
+    Ok(())
 }
 
 /// Checks a secret for a credential of `kind`: its length, and that it can
@@ -246,8 +278,14 @@ pub(crate) async fn create_entry_link(
     note: &AuditNote,
     req: EntryLinkRequest,
 ) -> ApiResult<Executed> {
-    let placement =
-        credential_fields(req.kind, req.label.as_deref(), req.username.as_deref(), req.header.as_deref(), &req.hosts)?;
+    // A `basic` link without a username leaves it to the person too, who
+    // types it beside the secret (an access key's id, say, which request
+    // bodies refuse because it looks like a key).
+    let username = match (req.kind, req.username.as_deref()) {
+        (CredentialKind::Basic, None) => Username::OnEntryPage,
+        (_, given) => Username::Given(given),
+    };
+    let placement = credential_fields(req.kind, req.label.as_deref(), username, req.header.as_deref(), &req.hosts)?;
     let hosts = crate::credentials::bound_hosts(&req.hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
     let connector_id = match &req.connector_id {
         Some(c) => Some(

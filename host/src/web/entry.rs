@@ -7,6 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use super::page::{escape, gone, page};
 use crate::access::tokens;
+use crate::ops::text::SHORT_MAX;
 use crate::state::AppState;
 use crate::store::audit::NewAuditRecord;
 use crate::store::kinds::{AuditOutcome, CredentialKind, CredentialStatus};
@@ -27,13 +28,27 @@ pub(crate) async fn entry_page(State(state): State<AppState>, Path(token): Path<
         .unwrap_or_default();
     let label = link.spec["label"].as_str().unwrap_or("");
     let connector = link.spec["connector_id"].as_str().unwrap_or("(any)");
+    // A `basic` secret is the password of a username: the one the link
+    // names, shown, or the person's own, asked for.
+    let (username_shown, username_field) = match (kind(&link.spec), fixed_username(&link.spec)) {
+        (CredentialKind::Basic, Some(user)) => {
+            (format!("<br>Username: <strong>{}</strong>", escape(user)), String::new())
+        }
+        (CredentialKind::Basic, None) => (
+            String::new(),
+            format!(
+                "<label>Username <input type=\"text\" name=\"username\" required autocomplete=\"off\" maxlength=\"{SHORT_MAX}\"></label> "
+            ),
+        ),
+        _ => (String::new(), String::new()),
+    };
     page(
         "Enter a secret",
         &format!(
             "<p><strong>{}</strong> asks you for a secret for workspace <strong>{}</strong>. Type it here, in the service's own page: \
              it is sealed at once and never shown again, and the assistant or tool that sent you here only ever gets a reference to it.</p>\
-             <p>Connector: <strong>{}</strong><br>Sent only to: <strong>{}</strong><br>{}</p>\
-             <form method=\"post\" autocomplete=\"off\"><label>Secret <input type=\"password\" name=\"secret\" required \
+             <p>Connector: <strong>{}</strong><br>Sent only to: <strong>{}</strong>{username_shown}<br>{}</p>\
+             <form method=\"post\" autocomplete=\"off\">{username_field}<label>Secret <input type=\"password\" name=\"secret\" required \
              autocomplete=\"off\" maxlength=\"16384\"></label> <button type=\"submit\">Store</button></form>\
              <p>This link works once and expires at {}. If you did not expect this request, close the page.</p>",
             escape(&requester),
@@ -47,9 +62,22 @@ pub(crate) async fn entry_page(State(state): State<AppState>, Path(token): Path<
     .into_response()
 }
 
+/// The kind of credential a link creates.
+fn kind(spec: &serde_json::Value) -> CredentialKind {
+    spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken)
+}
+
+/// The username a link fixed for a `basic` credential (links made before
+/// placements were recorded kept it beside the kind).
+fn fixed_username(spec: &serde_json::Value) -> Option<&str> {
+    spec["placement"]["username"].as_str().or_else(|| spec["username"].as_str())
+}
+
 #[derive(serde::Deserialize)]
 pub(crate) struct EntryForm {
     secret: SecretString,
+    /// A `basic` credential's username, when the link left it to the person.
+    username: Option<String>,
 }
 
 pub(crate) async fn submit_entry(
@@ -67,16 +95,28 @@ pub(crate) async fn submit_entry(
         Ok(None) => return gone("credential-entry"),
         Err(e) => return crate::error::ApiError::from(e).into_response(),
     };
-    if let Err(why) = crate::ops::credentials::check_secret(
-        link.spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken),
-        form.secret.expose_secret(),
-    ) {
-        return (
+    let kind = kind(&link.spec);
+    let invalid = |title: &str, why: &str| {
+        (
             axum::http::StatusCode::BAD_REQUEST,
-            page("Invalid secret", &format!("<p>{}. The link still works: go back and try again.</p>", escape(&why))),
+            page(title, &format!("<p>{}. The link still works: go back and try again.</p>", escape(why))),
         )
-            .into_response();
+            .into_response()
+    };
+    if let Err(why) = crate::ops::credentials::check_secret(kind, form.secret.expose_secret()) {
+        return invalid("Invalid secret", &why);
     }
+    // The person's username, where the link asked for one; a link that
+    // fixed it (or a kind without one) takes none from the form.
+    let typed_username = match (kind, fixed_username(&link.spec), form.username.as_deref()) {
+        (CredentialKind::Basic, None, Some(user)) => match crate::ops::credentials::check_username(user) {
+            Ok(()) => Some(user.to_owned()),
+            Err(why) => return invalid("Invalid username", &why),
+        },
+        (CredentialKind::Basic, None, None) => return invalid("Missing username", "The form had no username"),
+        (_, _, Some(_)) => return invalid("Unexpected username", "This link does not take a username"),
+        (_, _, None) => None,
+    };
     // Spend first: of two concurrent submissions exactly one stores.
     match state.store.spend_entry_link(&hash).await {
         Ok(true) => {}
@@ -93,7 +133,7 @@ pub(crate) async fn submit_entry(
         .create(crate::credentials::NewSecret {
             workspace_id: &link.workspace_id,
             created_by: &requested_by,
-            kind: spec["kind"].as_str().and_then(CredentialKind::parse).unwrap_or(CredentialKind::ApiToken),
+            kind,
             connector_id: spec["connector_id"].as_str(),
             label: spec["label"].as_str(),
             hosts,
@@ -105,6 +145,9 @@ pub(crate) async fn submit_entry(
                         spec["username"].as_str().map(|u| ("username".to_owned(), serde_json::json!(u))),
                     ),
                 };
+                if let Some(user) = typed_username {
+                    m.insert("username".into(), serde_json::json!(user));
+                }
                 m.insert("entered_via".into(), serde_json::json!("credential_entry_link"));
                 serde_json::Value::Object(m)
             },

@@ -113,7 +113,8 @@ pub enum CredentialsCommand {
         /// What the credential is for.
         #[arg(long)]
         label: Option<String>,
-        /// The username of a `basic` credential.
+        /// The username of a `basic` credential. Left out, the entry page
+        /// asks for it beside the secret (as for an access key's id).
         #[arg(long)]
         username: Option<String>,
         /// The header a `secret` credential is sent in.
