@@ -35,7 +35,9 @@
 //! by `tests/python/moto_s3.py`) behind an HTTPS front; `BENCH_ICEBERG_S3S`,
 //! the path of an `s3s-fs` binary (an S3 API in Rust over a folder, from
 //! crates.io), one in a bucket of it, a store quick enough not to be the
-//! limit. `BENCH_STANDALONE=1` serves the API from a `service serve`
+//! limit. `BENCH_ICEBERG_PARTITIONED=1` adds each of those tables again,
+//! partitioned by the day of a campaign's `sent_at` (28 days, in every
+//! batch). `BENCH_STANDALONE=1` serves the API from a `service serve`
 //! process of its own instead of this process's router: its CPU is
 //! counted with the benchmark's, and the peak memory shown is the
 //! server's alone.
@@ -336,26 +338,34 @@ impl Api {
 /// ceiling of a sync into it as the pages fetched alone are the provider's:
 /// every object under the warehouse that `held` did not list (what a sync
 /// just wrote: data files, manifests, metadata) stored again, the same
-/// size, with one `PUT` each one after another as the writer stores them,
+/// size, with one `PUT` each, eight at a time (as the writer stores a
+/// partitioned batch's files; it stores the others one after another),
 /// under a folder of its own, then removed. The seconds the `PUT`s took,
 /// the objects and their bytes.
 async fn stored_alone(bucket: &ObjectStore, held: &HashSet<String>, round: usize) -> (f64, usize, u64) {
+    use futures_util::StreamExt;
     let written: Vec<_> =
         bucket.list(None).await.unwrap().into_iter().filter(|o| !held.contains(&o.location)).collect();
     let bytes: u64 = written.iter().map(|o| o.bytes).sum();
     let file_io = bucket.file_io();
     let scratch = |i: usize| format!("s3://bench-lake/bench/stored-alone-{round}/{i:06}");
     let started = Instant::now();
-    for (i, object) in written.iter().enumerate() {
-        let body = Bytes::from(vec![0x5a; object.bytes as usize]);
-        file_io.new_output(scratch(i)).unwrap().write(body).await.unwrap();
-    }
+    futures_util::stream::iter(written.iter().enumerate())
+        .for_each_concurrent(8, |(i, object)| {
+            let output = file_io.new_output(scratch(i)).unwrap();
+            async move { output.write(Bytes::from(vec![0x5a; object.bytes as usize])).await.unwrap() }
+        })
+        .await;
     let secs = started.elapsed().as_secs_f64();
     for i in 0..written.len() {
         bucket.delete(&scratch(i)).await.unwrap();
     }
     (secs, written.len(), bytes)
 }
+
+/// What names the partitioned twin of an Iceberg destination
+/// (`BENCH_ICEBERG_PARTITIONED=1`).
+const BY_DAY: &str = " by day";
 
 /// The configuration of an Iceberg destination in the bucket `bench-lake`
 /// of the store behind `front`, with a credential holding `key` (id,
@@ -686,7 +696,7 @@ fn main() {
             println!("social-media: {records} posts of {broadcast_size} bytes, {PER_PAGE} per page");
             sources.push(("social", source["source_id"].clone(), "posts"));
         }
-        let mut destinations = vec![("SQLite", DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
+        let mut destinations = vec![("SQLite".to_owned(), DestinationKind::Sqlite, json!({ "file": "bench.db" }))];
         let mut postgres = None;
         if let Ok(url) = std::env::var("BENCH_POSTGRES_URL") {
             postgres = LocalPostgres::find(&url).await;
@@ -694,7 +704,7 @@ fn main() {
                 Some(server) => println!("PostgreSQL runs on this machine (postmaster {}): its CPU seconds are counted beside each run", server.postmaster),
                 None => println!("PostgreSQL does not run on this machine, or cannot be seen: its CPU is not counted"),
             }
-            destinations.push(("PostgreSQL", DestinationKind::Postgres, json!({ "url": url })));
+            destinations.push(("PostgreSQL".to_owned(), DestinationKind::Postgres, json!({ "url": url })));
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         println!(
@@ -721,10 +731,10 @@ fn main() {
         if std::env::var("BENCH_JSONL").is_ok_and(|v| v == "1") {
             // Appending lines is light work: a sync no faster into it than
             // into a database is limited by its read side.
-            destinations.push(("JSONL", DestinationKind::Jsonl, json!({ "directory": "bench" })));
+            destinations.push(("JSONL".to_owned(), DestinationKind::Jsonl, json!({ "directory": "bench" })));
         }
         if std::env::var("BENCH_ICEBERG").is_ok_and(|v| v == "1") {
-            destinations.push(("Iceberg", DestinationKind::Iceberg, json!({ "warehouse": "bench", "namespace": "bench" })));
+            destinations.push(("Iceberg".to_owned(), DestinationKind::Iceberg, json!({ "warehouse": "bench", "namespace": "bench" })));
         }
         // Iceberg warehouses in buckets, each store behind an HTTPS front
         // (as a store is reached): moto's S3, when a Python that has it is
@@ -735,19 +745,37 @@ fn main() {
             let moto = MotoS3::start(std::path::Path::new(&python), "bench-lake").await;
             let front = moto.https_front(&ca).await;
             let key = (moto.access_key_id.clone(), moto.secret_access_key.clone());
-            destinations.push(("Iceberg on moto", DestinationKind::Iceberg, bucket_warehouse(&api, &front, &key).await));
+            destinations.push(("Iceberg on moto".to_owned(), DestinationKind::Iceberg, bucket_warehouse(&api, &front, &key).await));
             access_keys.insert("Iceberg on moto", key);
             stores.push((Box::new(moto), front));
         }
         if let Ok(binary) = std::env::var("BENCH_ICEBERG_S3S") {
             let s3s = S3sFs::start(&binary, "bench-lake").await;
             let front = provider::TlsFront::start(&ca, &["127.0.0.1"], ([127, 0, 0, 1], s3s.port).into()).await;
-            destinations.push(("Iceberg on s3s", DestinationKind::Iceberg, bucket_warehouse(&api, &front, &s3s.key).await));
+            destinations.push(("Iceberg on s3s".to_owned(), DestinationKind::Iceberg, bucket_warehouse(&api, &front, &s3s.key).await));
             access_keys.insert("Iceberg on s3s", s3s.key.clone());
             stores.push((Box::new(s3s), front));
         }
+        // Each Iceberg table again, partitioned by the day of `sent_at` (28
+        // days, every batch holding each of them), in a namespace of its own.
+        if std::env::var("BENCH_ICEBERG_PARTITIONED").is_ok_and(|v| v == "1") {
+            let by_day = json!({ "campaigns": [{ "field": "sent_at", "transform": "day" }] });
+            let partitioned: Vec<_> = destinations
+                .iter()
+                .filter(|(_, kind, _)| *kind == DestinationKind::Iceberg)
+                .map(|(name, kind, configuration)| {
+                    let mut configuration = configuration.clone();
+                    configuration["namespace"] = json!("bench_by_day");
+                    configuration["partitions"] = by_day.clone();
+                    (format!("{name}{BY_DAY}"), *kind, configuration)
+                })
+                .collect();
+            destinations.extend(partitioned);
+        }
         let mut runs = Vec::new();
         for (name, kind, configuration) in &destinations {
+            // A partitioned twin uses its table's store and key.
+            let key = access_keys.get(name.trim_end_matches(BY_DAY));
             let body = json!({ "name": name, "kind": kind.as_str(), "configuration": configuration });
             let d = api.call(reqwest::Method::POST, "/destinations", Some(body)).await;
             for (connector, source_id, stream) in &sources {
@@ -762,7 +790,7 @@ fn main() {
                 let prepared = api.call(reqwest::Method::POST, "/pipelines/prepare", Some(json!({ "source_id": source_id }))).await;
                 let schema = prepared["streams"].as_array().unwrap().iter().find(|s| s["name"] == *stream).map(|s| s["json_schema"].clone()).unwrap_or_default();
                 let destination = service::warehouse::validate(*kind, configuration).unwrap();
-                let bucket = match (&destination, access_keys.get(name)) {
+                let bucket = match (&destination, key) {
                     (DestinationConfig::Iceberg { warehouse: Lakehouse::ObjectStore(s3), .. }, Some((id, secret))) => {
                         Some(ObjectStore::connect(s3, (id.clone(), secret.clone().into()), &warehouses, &roots).await.unwrap())
                     }
@@ -773,7 +801,7 @@ fn main() {
                     connector,
                     pipeline,
                     destination,
-                    access_key: access_keys.get(name).cloned(),
+                    access_key: key.cloned(),
                     bucket,
                     alone_rates: Vec::new(),
                     schema,

@@ -1,6 +1,8 @@
 //! One job's writes into a lakehouse: each stream's table made or evolved
-//! from the stream's schema when the stream starts, each batch one Parquet
-//! file, and the files written since the last commit committed as one
+//! from the stream's schema when the stream starts, batches written as
+//! Parquet (into one file per commit in an unpartitioned table, a file per
+//! batch and partition in a partitioned one, several uploaded at once),
+//! and the files written since the last commit committed as one
 //! snapshot at a checkpoint, together with the stream state in the same
 //! control-database transaction: the state a restarted sync resumes from
 //! always covers exactly the rows the table holds, so a crash at any point
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::io::FileIO;
 use iceberg::spec::PartitionKey;
@@ -56,6 +59,9 @@ const COMMIT_BYTES: u64 = 256 * 1024 * 1024;
 
 /// How many of a commit's files are checked for at once before it.
 const EXISTENCE_CHECKS: usize = 16;
+
+/// How many of a partitioned batch's files are written at once.
+const PARTITION_FILES_AT_ONCE: usize = 8;
 
 /// Where one stream's batches go.
 struct StreamTable {
@@ -303,13 +309,21 @@ impl IcebergWriter {
                 RecordBatchPartitionSplitter::try_new_with_computed_values(stream.schema.clone(), stream.spec.clone())
                     .and_then(|splitter| splitter.split(&batch))
                     .map_err(writing)?;
-            let mut data = Vec::new();
-            for (key, part) in parts {
-                let mut file = stream.data_file(Some(key)).await.map_err(writing)?;
-                file.write(part).await.map_err(writing)?;
-                data.extend(file.close().await.map_err(writing)?);
-            }
-            stream.pending.lock().await.files.extend(data);
+            // Several at once: in an object store, each file is an upload
+            // that mostly waits on the store. Their bytes are the batch's,
+            // split, so writing them together holds no more than it.
+            let table: &StreamTable = &stream;
+            let files: Vec<Vec<DataFile>> = futures_util::stream::iter(parts)
+                .map(|(key, part)| async move {
+                    let mut file = table.data_file(Some(key)).await?;
+                    file.write(part).await?;
+                    file.close().await
+                })
+                .buffered(PARTITION_FILES_AT_ONCE)
+                .try_collect()
+                .await
+                .map_err(writing)?;
+            stream.pending.lock().await.files.extend(files.into_iter().flatten());
         }
         let mut pending = stream.pending.lock().await;
         pending.bytes += bytes;
