@@ -154,8 +154,18 @@ async fn create_entry_link(
     State(state): State<AppState>,
     ws: Workspace,
     Extension(note): Extension<AuditNote>,
-    ApiJson(body): ApiJson<EntryLinkRequest>,
+    body: Result<ApiJson<EntryLinkRequest>, ApiError>,
 ) -> ApiResult<Executed> {
+    let ApiJson(body) = body.map_err(|mut e| {
+        // A username shaped like a key (an access key's id) is refused as
+        // any body's would be; the page can ask the person for it instead.
+        if e.code == "SECRET_NOT_ACCEPTED" && e.details["field"] == "username" {
+            e.message = "this username looks like a key, which a request body may not carry: leave username out \
+                         and the entry page asks the person for it beside the secret"
+                .into();
+        }
+        e
+    })?;
     ops::submit(&state, &ws, &note, crate::ops::credentials::CredentialOp::CreateEntryLink(body)).await
 }
 
