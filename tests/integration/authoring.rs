@@ -311,6 +311,113 @@ async fn a_recording_holds_no_byte_of_the_secret_even_when_the_provider_echoes_i
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_recording_holds_no_byte_of_the_secret_when_the_provider_compresses_its_echo() {
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.json");
+    std::fs::write(
+        &config,
+        json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": "cred_canary" }).to_string(),
+    )
+    .unwrap();
+    for coding in testkit::codings::ALL {
+        // A provider that compresses whatever it was asked for, and
+        // echoes the Authorization header into every record.
+        let canary = format!("canary-{}-secret", uuid::Uuid::new_v4().simple());
+        let provider = placeholder(Placeholder {
+            token: Some(canary.clone()),
+            echo_credential: true,
+            compress: Some(coding),
+            ..Placeholder::with_posts(30)
+        })
+        .await;
+        let cassette = work.path().join(coding);
+        let mut env = provider.env.clone();
+        env.push(("SERVICE_RECORD_SECRET".into(), canary.clone()));
+        let recorded = run(record(example_plugin(), &config, &cassette, &env)).await;
+        assert!(recorded.status.success(), "{coding}: {}", text(&recorded));
+        assert!(stdout(&recorded).contains("stream posts: 30 record(s)"), "{coding}: {}", text(&recorded));
+        let posts = std::fs::read_to_string(cassette.join("streams/posts.jsonl")).unwrap();
+        assert!(posts.contains("\"requested_by\":\"Bearer [REDACTED]\""), "{coding}: {posts}");
+
+        // No file holds the secret, however it is decoded.
+        for file in files_under(&cassette) {
+            let bytes = std::fs::read(&file).unwrap();
+            for form in forms(&canary) {
+                assert!(!testkit::codings::holds(&bytes, &form), "{coding}: {} holds the secret", file.display());
+            }
+        }
+        // Each answer is recorded decoded, at its own length: the
+        // provider's length would tell the secret's.
+        let exchanges = std::fs::read_to_string(cassette.join("exchanges.jsonl")).unwrap();
+        for line in exchanges.lines() {
+            let exchange: Value = serde_json::from_str(line).unwrap();
+            let response = &exchange["response"];
+            let headers: Vec<(String, String)> = serde_json::from_value(response["headers"].clone()).unwrap();
+            assert!(!headers.iter().any(|(n, _)| n == "content-encoding"), "{coding}: {line}");
+            let length = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.clone());
+            let Some(name) = response["body"].as_str() else { continue };
+            let body = std::fs::read(cassette.join(name)).unwrap();
+            assert_eq!(length, Some(body.len().to_string()), "{coding}: {line}");
+        }
+    }
+}
+
+/// A recording's secret goes only to the hosts it is bound to, as a
+/// server's credential does: a plugin that sends it to another host the
+/// recording may reach gets a refusal, and that host never sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recordings_secret_goes_only_to_the_hosts_it_is_bound_to() {
+    use std::sync::Mutex;
+    let ca = TestCa::new();
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let router = axum::Router::new().fallback({
+        let seen = seen.clone();
+        move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                seen.lock().unwrap().push(auth);
+                "{}"
+            }
+        }
+    });
+    let hosts = ["api.provider.test", "echo.provider.test"];
+    let fake = FakeProvider::start(&ca, &hosts, router).await;
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("ca.pem"), &ca.pem).unwrap();
+    let config = work.path().join("config.json");
+    std::fs::write(
+        &config,
+        json!({ "behave": "egress", "credential_handle": "cred_canary",
+            "request": { "url": "https://echo.provider.test/x", "credential": { "handle": "cred_canary" } } })
+        .to_string(),
+    )
+    .unwrap();
+    let canary = format!("canary-{}-secret", uuid::Uuid::new_v4().simple());
+    for (bound, sent) in [("api.provider.test", false), ("echo.provider.test", true)] {
+        seen.lock().unwrap().clear();
+        let env = vec![
+            ("SERVICE_EGRESS_RESOLVE".to_owned(), fake.pins(&hosts)),
+            ("SERVICE_EGRESS_EXTRA_ROOTS".to_owned(), work.path().join("ca.pem").display().to_string()),
+            ("SERVICE_EGRESS_ALLOWED_HOSTS".to_owned(), hosts.join(",")),
+            ("SERVICE_RECORD_SECRET".to_owned(), canary.clone()),
+            ("SERVICE_RECORD_SECRET_HOSTS".to_owned(), bound.to_owned()),
+        ];
+        let cassette = work.path().join(bound);
+        let recorded = run(record(testkit::plugins::test_plugin("test_misbehaving"), &config, &cassette, &env)).await;
+        assert!(recorded.status.success(), "{bound}: {}", text(&recorded));
+        let carried = seen.lock().unwrap().iter().filter(|a| a.contains(&canary)).count();
+        if sent {
+            assert!(carried > 0, "bound to the host it reached, the secret went: {:?}", seen.lock().unwrap());
+        } else {
+            assert_eq!(carried, 0, "bound elsewhere, the secret never left");
+            let exchanges = std::fs::read_to_string(cassette.join("exchanges.jsonl")).unwrap();
+            assert!(exchanges.contains("not bound to host echo.provider.test"), "{exchanges}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_one_line_naming_the_file_and_position() {
     let provider = placeholder(Placeholder::with_posts(5)).await;
     let work = tempfile::tempdir().unwrap();

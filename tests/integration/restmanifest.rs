@@ -25,6 +25,7 @@ struct Fx {
     srv: TestServer,
     api: Arc<RestApi>,
     handle: String,
+    token: String,
     elsewhere: FakeProvider,
     _provider: FakeProvider,
 }
@@ -54,7 +55,7 @@ async fn setup(backend: Backend, api: RestApi) -> Fx {
     )
     .await;
     let handle = cred["data"]["credential_handle"].as_str().unwrap().to_owned();
-    Fx { srv, api, handle, elsewhere, _provider: provider }
+    Fx { srv, api, handle, token, elsewhere, _provider: provider }
 }
 
 impl Fx {
@@ -335,7 +336,37 @@ async fn hostile_manifests_fail_clearly_and_send_nothing_elsewhere(backend: Back
     assert_eq!(fx.rows("fine.db", "fine").await, 40);
 }
 
+async fn a_compressed_echo_of_the_token_never_reaches_records_or_the_job(backend: Backend) {
+    let fx = setup(backend, RestApi::new(60)).await;
+    // The manifest asks for gzip; the provider compresses in each coding
+    // whatever it is asked, and echoes the Authorization header into
+    // every record.
+    let source = fx
+        .source(json!({ "headers": { "Accept-Encoding": "gzip" }, "streams": [{
+            "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+            "params": { "per_page": 25 },
+            "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" } }] }))
+        .await;
+    for coding in testkit::codings::ALL {
+        *fx.api.echo_compressed.lock().unwrap() = Some(coding);
+        let file = format!("{coding}.db");
+        let pipeline = fx.pipeline(&source, &file, &[("items", "full_refresh_overwrite")]).await;
+        let job = fx.sync(&pipeline).await;
+        assert_eq!(job["status"], "succeeded", "{coding}: {job}");
+        assert_eq!(job["progress"]["streams"]["items"]["records"], 60, "{coding}: {job}");
+        assert!(!job.to_string().contains(&fx.token), "{coding}: {job}");
+        // The records hold the echo, scrubbed; no byte of the table's file
+        // holds the token.
+        let path = fx.srv.warehouse(&fx.srv.workspace_id().await, &file);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend(std::fs::read(path.with_extension("db-wal")).unwrap_or_default());
+        assert!(memchr::memmem::find(&bytes, b"Bearer [REDACTED]").is_some(), "{coding}: the echo was loaded");
+        assert!(!testkit::codings::holds(&bytes, fx.token.as_bytes()), "{coding}: the token reached the table");
+    }
+}
+
 on_both_backends!(
+    a_compressed_echo_of_the_token_never_reaches_records_or_the_job,
     every_paging_style_reads_every_record_through_a_429,
     an_incremental_sync_reads_exactly_the_new_records,
     manifests_are_refused_at_their_json_pointer,

@@ -70,6 +70,30 @@ fn provider_routes() -> Router {
             }),
         )
         .route(
+            "/coded/{coding}",
+            get(|axum::extract::Path(coding): axum::extract::Path<String>, headers: HeaderMap| async move {
+                // A provider that compresses whatever the request asked
+                // for, and echoes the credential in its body and a header.
+                let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("").to_owned());
+                let auth = text("authorization").unwrap_or_default();
+                let body = json!({
+                    "authorization": auth,
+                    "accept_encoding": text("accept-encoding"),
+                    "te": text("te"),
+                    "padding": "p".repeat(64),
+                });
+                let size = headers.get("x-bomb").and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+                let plain = match size {
+                    Some(n) => vec![b'b'; n],
+                    None => body.to_string().into_bytes(),
+                };
+                (
+                    [("content-encoding", coding.clone()), ("x-echo-authorization", auth)],
+                    testkit::codings::encode(&coding, &plain),
+                )
+            }),
+        )
+        .route(
             "/redirect-private",
             get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }),
         )
@@ -884,5 +908,69 @@ async fn requests_started_ahead_are_policed_like_sent_ones() {
     let dropped = v["results"].as_array().unwrap();
     assert_eq!(dropped.len(), 8, "{v}");
     assert!(dropped.iter().all(|d| d["dropped"] == true), "{v}");
+    f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_echo_never_carries_the_secret_to_the_plugin() {
+    let f = fixture().await;
+    let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
+    let handle = f.credential(&f.workspace_id, &["echo.provider.test"], &canary).await;
+    let credential = json!({ "handle": handle, "placement": "bearer" });
+    for coding in testkit::codings::ALL {
+        let v = f
+            .egress(json!({
+                "url": format!("https://echo.provider.test/coded/{coding}"),
+                "headers": [["Accept-Encoding", coding], ["TE", "gzip"]],
+                "credential": credential,
+            }))
+            .await;
+        let text = v.to_string();
+        assert!(!text.contains(&canary), "{coding}: the secret reached the plugin: {text}");
+        let ok = &v["ok"];
+        assert_eq!(ok["status"], 200, "{coding}: {v}");
+        // Whatever the plugin does with the bytes, no decoding of them
+        // holds the secret.
+        let bytes = match ok["body_hex"].as_str() {
+            Some(h) => hex::decode(h).unwrap(),
+            None => ok["body"].as_str().unwrap().as_bytes().to_vec(),
+        };
+        assert!(!testkit::codings::holds(&bytes, canary.as_bytes()), "{coding}: {bytes:?}");
+        // It gets the answer decoded and scrubbed, told at its own length.
+        let body: Value = serde_json::from_slice(&bytes).expect("a decoded JSON body");
+        assert_eq!(body["authorization"], "Bearer [REDACTED]", "{coding}: {body}");
+        assert_eq!(body["accept_encoding"], "identity", "the host asked for no coding: {body}");
+        assert_eq!(body["te"], Value::Null, "the plugin's TE was dropped: {body}");
+        let headers: Vec<(String, String)> = serde_json::from_value(ok["headers"].clone()).unwrap();
+        assert!(!headers.iter().any(|(n, _)| n == "content-encoding"), "{coding}: {headers:?}");
+        assert!(!headers.iter().any(|(n, _)| n == "x-echo-authorization"), "the header echo is withheld: {headers:?}");
+        let length = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.clone());
+        assert_eq!(length, Some(bytes.len().to_string()), "{coding}: the scrubbed body's length");
+    }
+
+    // A coding the host cannot undo is refused, by name.
+    let v = f.egress(json!({ "url": "https://echo.provider.test/coded/compress", "credential": credential })).await;
+    let rule = denied_rule(&v);
+    assert!(rule.contains("\"compress\"") && rule.contains("cannot decode"), "{rule}");
+    assert!(!v.to_string().contains(&canary), "{v}");
+    // A small answer that decodes past the size limit is refused like a
+    // large one.
+    let v = f
+        .egress(json!({
+            "url": "https://echo.provider.test/coded/gzip",
+            "headers": [["x-bomb", (RESPONSE_LIMIT * 4).to_string()]],
+            "credential": credential,
+        }))
+        .await;
+    assert_eq!(v["error"]["kind"], "response-too-large", "{v}");
+
+    // Without a credential nothing needs scrubbing: the plugin's own
+    // Accept-Encoding goes out, and the coded answer comes back as sent.
+    let v = f
+        .egress(json!({ "url": "https://echo.provider.test/coded/gzip", "headers": [["Accept-Encoding", "gzip"]] }))
+        .await;
+    let bytes = hex::decode(v["ok"]["body_hex"].as_str().expect("compressed bytes")).unwrap();
+    let plain: Value = serde_json::from_slice(&testkit::codings::every_decoding(&bytes)[1]).unwrap();
+    assert_eq!(plain["accept_encoding"], "gzip", "{plain}");
     f.still_works().await;
 }

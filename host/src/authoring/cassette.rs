@@ -32,7 +32,7 @@ pub const FORMAT: &str = "service-cassette/1";
 /// The manifest, `cassette.json`.
 pub const MANIFEST: &str = "cassette.json";
 const EXCHANGES: &str = "exchanges.jsonl";
-const RESPONSES: &str = "responses";
+pub(crate) const RESPONSES: &str = "responses";
 const STREAMS: &str = "streams";
 const SCHEMAS: &str = "schemas.json";
 

@@ -93,6 +93,10 @@ pub struct EgressSettings {
     pub resolve: Option<String>,
     /// PEM roots trusted besides the system's.
     pub extra_roots_pem: Option<Vec<u8>>,
+    /// The hosts the secret is bound to (comma-separated patterns), as a
+    /// credential's are on a server; default: the host of the config's
+    /// `base_url` and the exact names the plugin declares.
+    pub secret_hosts: Option<String>,
 }
 
 /// A component named on the command line: a file, or one of the server's
@@ -214,6 +218,24 @@ fn declared_hosts(plugin: &LoadedPlugin) -> Option<String> {
     (!hosts.is_empty()).then(|| hosts.join(","))
 }
 
+/// The hosts a recording's secret goes to when the author names none: the
+/// host of the config's `base_url`, and the exact names the plugin
+/// declares (never a pattern: a secret is bound to hosts, as a server's
+/// credential is).
+fn default_secret_hosts(plugin: &LoadedPlugin, config: &Value) -> Vec<HostPattern> {
+    let mut hosts: Vec<HostPattern> =
+        plugin.info.hosts.iter().filter(|h| matches!(h, HostPattern::Exact(_))).cloned().collect();
+    if let Some(host) = config["base_url"]
+        .as_str()
+        .and_then(|u| url::Url::parse(u).ok())
+        .and_then(|u| u.host_str().and_then(|h| HostPattern::parse(h).ok()))
+        && !hosts.contains(&host)
+    {
+        hosts.push(host);
+    }
+    hosts
+}
+
 /// Records `request.component` against its provider into `request.out`.
 /// `secret` is asked only when the config names a credential handle.
 pub async fn record(
@@ -275,7 +297,23 @@ pub async fn record(
         request.egress.resolve.as_deref(),
         request.egress.extra_roots_pem.as_deref(),
     )?;
-    let secrets = AuthorSecret { handles, secret: secret.clone(), placement: request.placement.clone() };
+    let egress_limit = policy.max_response_bytes;
+    let bound = match (&secret, &request.egress.secret_hosts) {
+        (None, _) => Vec::new(),
+        (Some(_), Some(named)) => named
+            .split(',')
+            .filter(|h| !h.trim().is_empty())
+            .map(|h| HostPattern::parse(h).map_err(|e| ConfigError::new("SERVICE_RECORD_SECRET_HOSTS", e)))
+            .collect::<Result<Vec<_>, _>>()?,
+        (Some(_), None) => default_secret_hosts(&plugin, &config),
+    };
+    if secret.is_some() && (bound.is_empty() || bound.contains(&HostPattern::Any)) {
+        return Err(AuthoringError::Settings(ConfigError::new(
+            "SERVICE_RECORD_SECRET_HOSTS",
+            "name the hosts the secret may be sent to (the config has no base_url and the plugin declares no exact host)",
+        )));
+    }
+    let secrets = AuthorSecret { handles, secret: secret.clone(), placement: request.placement.clone(), hosts: bound };
     let recording = Arc::new(Recording::default());
     let egress = Egress::new(policy, Arc::new(secrets))
         .map_err(|e| AuthoringError::Runtime(e.to_string()))?
@@ -304,11 +342,24 @@ pub async fn record(
     let files = cassette::render(&cassette);
     if let Some(secret) = &secret {
         let forms = crate::egress::reflections(secret.expose_secret(), &request.placement);
+        // Every reading of a file: as written, and decoded under any
+        // content coding its exchange names or its bytes look like.
+        let holds_secret = |bytes: &[u8], coding: Option<&str>| {
+            crate::egress::coding::readings(bytes, coding, egress_limit)
+                .iter()
+                .any(|reading| forms.iter().any(|f| memchr::memmem::find(reading, f).is_some()))
+        };
+        for (seq, exchange) in cassette.exchanges.iter().enumerate() {
+            if let cassette::Answer::Response(r) = &exchange.answer {
+                let coding = r.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("content-encoding"));
+                if holds_secret(&r.body, coding.map(|(_, v)| v.as_str())) {
+                    return Err(AuthoringError::SecretInRecording(format!("{}/{:04}", cassette::RESPONSES, seq + 1)));
+                }
+            }
+        }
         for (file, bytes) in &files {
             let named = file.to_string_lossy();
-            if forms.iter().any(|f| {
-                memchr::memmem::find(bytes, f).is_some() || memchr::memmem::find(named.as_bytes(), f).is_some()
-            }) {
+            if holds_secret(bytes, None) || forms.iter().any(|f| memchr::memmem::find(named.as_bytes(), f).is_some()) {
                 return Err(AuthoringError::SecretInRecording(file.display().to_string()));
             }
         }
@@ -562,12 +613,17 @@ struct AuthorSecret {
     handles: Vec<CredentialHandle>,
     secret: Option<SecretString>,
     placement: Placement,
+    /// The hosts the secret is bound to.
+    hosts: Vec<HostPattern>,
 }
 
 impl AuthorSecret {
-    fn injection(&self, handle: &CredentialHandle) -> Result<Injection, SecretError> {
+    fn injection(&self, handle: &CredentialHandle, host: &str) -> Result<Injection, SecretError> {
         if !self.handles.iter().any(|h| h.as_str() == handle.as_str()) {
             return Err(SecretError::Unknown);
+        }
+        if !self.hosts.iter().any(|p| p.matches(host)) {
+            return Err(SecretError::NotBound(host.to_owned()));
         }
         let secret = self.secret.clone().ok_or(SecretError::Incomplete("no secret was given"))?;
         Ok(Injection { secret, renewable: false, placement: self.placement.clone() })
@@ -580,9 +636,9 @@ impl SecretSource for AuthorSecret {
         _workspace_id: &'a str,
         _connector_id: &'a str,
         handle: &'a CredentialHandle,
-        _host: &'a str,
+        host: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
-        Box::pin(async move { self.injection(handle) })
+        Box::pin(async move { self.injection(handle, host) })
     }
 
     fn renew<'a>(

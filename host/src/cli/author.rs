@@ -54,6 +54,12 @@ pub struct RecordArgs {
     /// PEM file of extra trusted root certificates (staging, private CAs).
     #[arg(long, env = "SERVICE_EGRESS_EXTRA_ROOTS")]
     pub egress_extra_roots: Option<PathBuf>,
+    /// The hosts the secret may be sent to, comma-separated names or
+    /// `*.suffix` patterns, as a server's credential is bound (default:
+    /// the host of the config's `base_url` and the exact names the plugin
+    /// declares).
+    #[arg(long, env = "SERVICE_RECORD_SECRET_HOSTS")]
+    pub secret_hosts: Option<String>,
 }
 
 /// Arguments of `service plugins test`.
@@ -127,6 +133,7 @@ pub async fn record(args: RecordArgs, bundled: &[(&'static str, &'static [u8])])
             allowed_hosts: args.allowed_hosts.clone(),
             resolve: args.egress_resolve.clone(),
             extra_roots_pem,
+            secret_hosts: args.secret_hosts.clone(),
         },
     };
     let mut progress = |call: &str| eprintln!("  {call}");

@@ -21,6 +21,11 @@
 //! Redirects are never followed blindly: each `Location` goes through the
 //! same checks, and a credential survives a redirect only to the same host.
 //!
+//! A request that carries a credential asks for an uncompressed answer
+//! (the plugin's `Accept-Encoding`, `TE` and `Range` are dropped); one
+//! that comes compressed anyway is decoded ([`coding`]) before the secret
+//! is scrubbed from it, and its length is the scrubbed body's.
+//!
 //! An egress can also work for a connector's author ([`tape`]): one that
 //! records hands every request, as the plugin made it (handle, never
 //! secret), and the answer as the plugin got it (scrubbed) to a
@@ -28,12 +33,14 @@
 //! and has no HTTP client at all, so it cannot open a socket.
 //!
 //! Layout: this module (the policy's enforcement and the live exchange),
-//! [`address`] (which addresses are global), [`receiver`] (the URL of a
+//! [`address`] (which addresses are global), [`coding`] (content codings
+//! undone before scrubbing), [`receiver`] (the URL of a
 //! receiver the host posts to for a workspace), [`sigv4`] (AWS request
 //! signing, for object stores the host writes to), [`tape`] (recording
 //! and replay).
 
 pub mod address;
+pub mod coding;
 pub mod receiver;
 pub mod sigv4;
 pub mod tape;
@@ -294,8 +301,9 @@ pub enum Reach {
 const FORBIDDEN_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "host"];
 /// Headers dropped from a request that carries a credential: a partial
 /// response could cut a reflected secret so that scrubbing no longer
-/// recognises it.
-const STRIPPED_WITH_CREDENTIAL: &[&str] = &["range", "if-range"];
+/// recognises it, and a compressed one hides it from a byte search (the
+/// host asks for `identity` instead, and decodes what comes coded anyway).
+const STRIPPED_WITH_CREDENTIAL: &[&str] = &["range", "if-range", "accept-encoding", "te"];
 /// Response headers never handed to a plugin.
 const WITHHELD_RESPONSE_HEADERS: &[&str] = &["set-cookie", "set-cookie2", "authorization", "proxy-authorization"];
 /// Redirects followed at most.
@@ -573,6 +581,7 @@ impl Egress {
                 builder = builder.header(name.as_str(), value.as_str());
             }
             if let Some(i) = &injection {
+                builder = builder.header("accept-encoding", "identity");
                 let secret = &i.secret;
                 builder = match &i.placement {
                     Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
@@ -628,6 +637,9 @@ impl Egress {
                 .filter(|(n, _)| !WITHHELD_RESPONSE_HEADERS.contains(&n.as_str()))
                 .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect();
+            if injection.is_some() {
+                collected = self.decoded(caller, &host, &mut headers, collected)?;
+            }
             if status == 401
                 && !renewed
                 && let Some(i) = injection.as_ref().filter(|i| i.renewable && matches!(i.placement, Placement::Bearer))
@@ -644,13 +656,51 @@ impl Egress {
                 // any of the forms an echo would carry it.
                 let forms = reflections(i.secret.expose_secret(), &i.placement);
                 headers.retain(|(_, v)| !forms.iter().any(|f| memchr::memmem::find(v.as_bytes(), f).is_some()));
+                let before = collected.len();
                 for form in &forms {
                     collected = scrub(collected, form);
+                }
+                // The provider's length would tell the secret's length once
+                // the body no longer holds it.
+                if collected.len() != before {
+                    for (_, value) in headers.iter_mut().filter(|(n, _)| n == "content-length") {
+                        *value = collected.len().to_string();
+                    }
                 }
             }
             return Ok(InboundResponse { status, headers, body: collected });
         }
         Err(EgressError::Denied(format!("more than {MAX_REDIRECTS} redirects")))
+    }
+}
+
+impl Egress {
+    /// `body` with its content codings undone, and the headers that named
+    /// them (and its coded length) dropped: the answer to a request that
+    /// carried a credential, before it is searched for the secret.
+    fn decoded(
+        &self,
+        caller: &Caller<'_>,
+        host: &str,
+        headers: &mut Vec<(String, String)>,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, EgressError> {
+        let named: Vec<String> =
+            headers.iter().filter(|(n, _)| n == "content-encoding").map(|(_, v)| v.clone()).collect();
+        if named.iter().all(|v| coding::codings(v).is_empty()) {
+            return Ok(body);
+        }
+        let decoded =
+            coding::decode(&named.join(","), &body, self.policy.max_response_bytes).map_err(|e| match e {
+                coding::CodingError::TooLarge => EgressError::ResponseTooLarge,
+                other => {
+                    tracing::warn!(plugin = caller.plugin_id, %host, reason = %other, "egress refused an answer it could not decode");
+                    EgressError::Denied(other.to_string())
+                }
+            })?;
+        headers.retain(|(n, _)| n != "content-encoding" && n != "content-length");
+        headers.push(("content-length".into(), decoded.len().to_string()));
+        Ok(decoded)
     }
 }
 

@@ -29,6 +29,9 @@ pub struct Placeholder {
     /// `x-echo-authorization` header and in every post's `requested_by`,
     /// Base64 in `x-echo-base64`, as debugging proxies do.
     pub echo_credential: bool,
+    /// Compress every answer with this content coding, whatever the
+    /// request's `Accept-Encoding` said.
+    pub compress: Option<&'static str>,
     pub requests: AtomicUsize,
 }
 
@@ -103,7 +106,15 @@ async fn list_posts(
         let secret = auth.strip_prefix("Bearer ").unwrap_or(&auth);
         response_headers.push(("x-echo-base64".into(), base64::engine::general_purpose::STANDARD.encode(secret)));
     }
-    let mut response = axum::Json(Value::Array(posts)).into_response();
+    if let Some(coding) = state.compress {
+        response_headers.push(("content-encoding".into(), coding.into()));
+    }
+    let body = serde_json::to_vec(&posts).unwrap_or_default();
+    let body = match state.compress {
+        Some(coding) => crate::codings::encode(coding, &body),
+        None => body,
+    };
+    let mut response = ([("content-type", "application/json")], body).into_response();
     for (name, value) in response_headers {
         if let (Ok(name), Ok(value)) = (name.parse::<axum::http::HeaderName>(), value.parse()) {
             response.headers_mut().insert(name, value);

@@ -14,11 +14,13 @@
 //! - [`restapi`]: a REST API in every paging style a manifest describes,
 //!   and routes that misbehave on purpose;
 //! - [`routes`]: canned provider routes for small tests;
+//! - [`codings`]: compressed answers and every way to undo them;
 //! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
 //! - [`objectstore`]: moto's S3 on loopback behind an HTTPS front;
 //! - [`plugins`]: building and finding the test plugins (`tests/plugins`)
 //!   and the example source.
 
+pub mod codings;
 pub mod fakepg;
 pub mod hubspot;
 pub mod jsonplaceholder;

@@ -9,6 +9,8 @@
 //! | `GET /offset/items?offset&limit` | offset and limit with a total | `{"results": [...], "total": N}` |
 //! | `GET /owners` and `/owners/{owner}/items?page` | parent and child | `{"owners": [...]}`, `{"data": [...], "meta": ...}` |
 //!
+//! `/pages/items` can echo the request's `Authorization` into its records,
+//! compressed whatever the request accepted (as a debugging proxy might).
 //! `since` (RFC 3339, inclusive, as APIs' filters are) keeps the records
 //! updated at or after it, oldest first. Every route checks the bearer
 //! token when one is set, can answer one page with 429 and `Retry-After`,
@@ -43,6 +45,10 @@ pub struct RestApi {
     pub requests: AtomicUsize,
     /// Bytes of padding in each record (to make records of a given size).
     pub padding: usize,
+    /// When set, `/pages/items` echoes the request's `Authorization` into
+    /// every record (`requested_by`) and a header, and compresses its
+    /// answer with this coding whatever the request accepted.
+    pub echo_compressed: Mutex<Option<&'static str>>,
     /// How many times records were added.
     generation: AtomicUsize,
 }
@@ -67,6 +73,7 @@ impl RestApi {
             throttled: AtomicUsize::new(0),
             requests: AtomicUsize::new(0),
             padding,
+            echo_compressed: Mutex::new(None),
             generation: AtomicUsize::new(0),
         }
     }
@@ -202,8 +209,19 @@ async fn pages(State(api): State<Arc<RestApi>>, h: HeaderMap, Query(q): Q) -> Re
     let per_page = number(&q, "per_page", 10).clamp(1, 1000);
     let items = api.selected(&q, None);
     let total_pages = items.len().div_ceil(per_page);
-    let data = slice(&items, (page - 1) * per_page, per_page);
-    axum::Json(json!({ "data": data, "meta": { "page": page, "per_page": per_page, "total_pages": total_pages } }))
+    let mut data = slice(&items, (page - 1) * per_page, per_page);
+    let meta = json!({ "page": page, "per_page": per_page, "total_pages": total_pages });
+    let echo = *api.echo_compressed.lock().unwrap();
+    let Some(coding) = echo else {
+        return axum::Json(json!({ "data": data, "meta": meta })).into_response();
+    };
+    let auth = h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    for record in &mut data {
+        record["requested_by"] = json!(auth);
+    }
+    let plain = serde_json::to_vec(&json!({ "data": data, "meta": meta })).unwrap_or_default();
+    let coded = crate::codings::encode(coding, &plain);
+    ([("content-type", "application/json"), ("content-encoding", coding), ("x-echo", auth.as_str())], coded)
         .into_response()
 }
 

@@ -20,7 +20,7 @@
 //! ```
 //!
 //! The outcome is `{"ok": {"status", "headers", "body"}}` (body as lossy
-//! UTF-8) or `{"error": {"kind", "message"}}` with the WIT error case as
+//! UTF-8, and as `body_hex` too when it is not text) or `{"error": {"kind", "message"}}` with the WIT error case as
 //! `kind`.
 //!
 //! `egress_timed` sends the same request many times in one invocation and
@@ -119,13 +119,19 @@ fn bad_placement() -> ConnectorError {
 /// Sends the request and describes the outcome; never fails itself.
 pub fn send(request: &Request) -> Value {
     match http::send(request) {
-        Ok(response) => json!({
-            "ok": {
+        Ok(response) => {
+            let mut ok = json!({
                 "status": response.status,
                 "headers": response.headers,
                 "body": String::from_utf8_lossy(&response.body),
+            });
+            // Bytes that are not text are given exactly too, so a test can
+            // decode them as a plugin would (a compressed body, say).
+            if std::str::from_utf8(&response.body).is_err() {
+                ok["body_hex"] = Value::String(response.body.iter().map(|b| format!("{b:02x}")).collect());
             }
-        }),
+            json!({ "ok": ok })
+        }
         Err(error) => {
             let (kind, message) = kind_of(error);
             json!({ "error": { "kind": kind, "message": message } })
