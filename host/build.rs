@@ -24,6 +24,9 @@ fn main() {
     let target_dir = root.join("target").join("wasm");
     println!("cargo:rerun-if-changed={}", plugins.display());
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    // The migrations are embedded by `sqlx::migrate!`: a new one rebuilds
+    // the server.
+    println!("cargo:rerun-if-changed={}", root.join("migrations").display());
     println!("cargo:rustc-env=SERVICE_WASM_TARGET_DIR={}", target_dir.display());
 
     if !BUNDLED.is_empty() {

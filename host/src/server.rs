@@ -49,6 +49,9 @@ impl AppState {
     /// Opens the database (running migrations) and performs first-run
     /// bootstrap.
     pub async fn open(config: ServerConfig) -> anyhow::Result<Self> {
+        // The recorder comes first: a meter registered before it (every
+        // plugin's, prepared at load) would count into nothing for good.
+        let metrics = crate::telemetry::metrics_handle();
         crate::config::ensure_data_dir(&config.data_dir)?;
         crate::config::check_data_dir(&config.data_dir)?;
         let store = Store::connect(&config.database_url)
@@ -71,6 +74,11 @@ impl AppState {
                 );
             }
         }
+        let webhook_limits = &config.limits.webhooks;
+        store.set_outbox_bounds(crate::store::webhooks::OutboxBounds {
+            pending_per_subscription: webhook_limits.pending_per_subscription,
+            pending_per_workspace: webhook_limits.pending_per_workspace,
+        });
         let keyring = Keyring::load(&config.data_dir, config.master_key.as_ref())?;
         let vault = Vault::new(store.clone(), keyring);
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
@@ -116,10 +124,14 @@ impl AppState {
         let fingerprint_key = Arc::new(vault.derived_key("idempotency-fingerprint"));
         let csrf_key = Arc::new(vault.derived_key("web-csrf"));
         let throttle = Arc::new(crate::access::throttle::Throttle::new(config.limits.throttle));
+        let metric_labels = Arc::new(crate::telemetry::labels::MetricLabels::new(
+            config.metrics.labels,
+            vault.derived_key("metric-labels").into_secret(),
+        ));
         Ok(AppState {
             store,
             config,
-            metrics: crate::telemetry::metrics_handle(),
+            metrics,
             vault,
             egress,
             plugins,
@@ -131,6 +143,7 @@ impl AppState {
             fingerprint_key,
             csrf_key,
             throttle,
+            metric_labels,
         })
     }
 }

@@ -48,4 +48,6 @@ pub struct AppState {
     pub csrf_key: Arc<crate::credentials::keyring::DerivedKey>,
     /// Request rate limits.
     pub throttle: Arc<crate::access::throttle::Throttle>,
+    /// How tenants appear in `/metrics` labels.
+    pub metric_labels: Arc<crate::telemetry::labels::MetricLabels>,
 }

@@ -539,7 +539,33 @@ async fn an_object_store_warehouse_holds_every_record_once_and_only_its_key_open
     let elsewhere_bound = access_key("api.source.test", &moto.secret_access_key).await;
     let token = serde_json::json!({ "hosts": ["127.0.0.1"], "secret": moto.secret_access_key });
     let token = lake.post_as(ADMIN_TOKEN, "/v1/credentials", token).await["credential_handle"].clone();
-    for (handle, code) in [(elsewhere_bound, "CREDENTIAL_HOST_MISMATCH"), (token, "VALIDATION_FAILED")] {
+    // An access key stored for a connector is that connector's: a
+    // destination may not borrow it.
+    let me = json_ok(lake.srv.get("/v1/me").send().await.unwrap()).await;
+    let connectors = lake
+        .srv
+        .state
+        .vault
+        .create(service::credentials::NewSecret {
+            workspace_id: &lake.srv.workspace_id().await,
+            created_by: me["data"]["user"]["user_id"].as_str().unwrap(),
+            kind: service::store::kinds::CredentialKind::Basic,
+            connector_id: Some("conn_rest_manifest"),
+            label: None,
+            hosts: vec!["127.0.0.1".into()],
+            metadata: serde_json::json!({ "username": moto.access_key_id }),
+            material: service::credentials::SecretMaterial::new(moto.secret_access_key.clone().into()),
+            status: service::store::kinds::CredentialStatus::Active,
+            access_expires_at: None,
+        })
+        .await
+        .unwrap()
+        .credential_handle
+        .to_string();
+    let connectors = serde_json::json!(connectors);
+    for (handle, code) in
+        [(elsewhere_bound, "CREDENTIAL_HOST_MISMATCH"), (token, "VALIDATION_FAILED"), (connectors, "VALIDATION_FAILED")]
+    {
         let body = serde_json::json!({ "name": "x", "kind": "iceberg", "configuration": s3("x", &handle) });
         let refused = expect_error(lake.srv.post("/v1/destinations", body).send().await.unwrap(), 400, code);
         assert_eq!(refused.await["details"]["field"], "configuration.credential_handle");

@@ -665,7 +665,28 @@ async fn a_job_says_what_its_plugin_cost(backend: Backend) {
     assert!(shown.contains("plugin.version:"), "{shown}");
 }
 
+/// A destination host the operator allows by name that resolves to an
+/// address the operator does not allow: the sync fails on its first
+/// attempt (no retry can change the rule), naming the rule and not the
+/// address, which job errors would show to every member.
+async fn a_warehouse_refused_by_the_address_rule_fails_at_once_without_naming_the_address(backend: Backend) {
+    let fx = setup_with(backend, 10, |c| {
+        c.plugins.warehouses =
+            service::config::warehouse::WarehousePolicy::from_settings("localhost,127.0.0.2").unwrap();
+    })
+    .await;
+    let dest = fx.destination("postgres", json!({ "url": "postgres://loader@localhost/w" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["attempts"], 1, "a rule is not retried: {job}");
+    let error = job["error"].as_str().unwrap();
+    assert!(error.contains("localhost resolves to a loopback address, which the operator does not allow"), "{error}");
+    assert!(!job.to_string().contains("127.0.0.1") && !job.to_string().contains("::1"), "{job}");
+}
+
 on_both_backends!(
+    a_warehouse_refused_by_the_address_rule_fails_at_once_without_naming_the_address,
     jobs_are_listed_by_filter_and_a_revoked_credential_stops_the_next_sync,
     destinations_merge_patches_and_are_deleted_only_when_unused,
 );

@@ -33,7 +33,65 @@ async fn audited(srv: &TestServer, action: &str) -> Value {
     logs["data"]["items"][0].clone()
 }
 
-on_both_backends!(a_version_that_widens_what_a_plugin_may_do_waits_for_an_approval_that_says_how);
+on_both_backends!(
+    a_version_that_widens_what_a_plugin_may_do_waits_for_an_approval_that_says_how,
+    a_dropped_in_file_is_never_enabled_and_only_the_running_versions_file_switches_a_plugin_off,
+);
+
+/// A file dropped into the plugins directory waits for an operator: not
+/// listed enabled, not runnable, at any moment of the scan that finds it.
+/// Once enabled, removing the file of another version leaves the plugin
+/// running; removing the running version's file switches it off.
+async fn a_dropped_in_file_is_never_enabled_and_only_the_running_versions_file_switches_a_plugin_off(backend: Backend) {
+    let Some(srv) = TestServer::start(backend).await else { return };
+    let dir = srv.state.config.plugins.plugins_dir.clone();
+    std::fs::create_dir_all(&dir).unwrap();
+    // Watch every moment of the scans that find the files.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = tokio::spawn({
+        let (plugins, watching) = (srv.state.plugins.clone(), watching.clone());
+        async move {
+            let mut looks = 0u64;
+            while watching.load(std::sync::atomic::Ordering::SeqCst) {
+                assert!(plugins.available("test_versioned").await.is_err(), "runnable after {looks} looks");
+                let listed = plugins.list().await;
+                assert!(!listed.iter().any(|p| p.info.id == "test_versioned" && p.enabled), "listed enabled");
+                looks += 1;
+                tokio::task::yield_now().await;
+            }
+            looks
+        }
+    });
+    let one = test_plugin("test_versioned_one");
+    let two = test_plugin("test_versioned_two");
+    std::fs::copy(&one, dir.join("one.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    watching.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(watcher.await.unwrap() > 0);
+    let listed = srv.state.plugins.summary("test_versioned").await.expect("registered");
+    assert!(!listed.enabled, "waits for an operator");
+
+    // Enabled on the first file's component; the second is another
+    // version, installed and not run.
+    srv.state.plugins.load("test_versioned", None).await.unwrap();
+    let first = service::plugin::signature::digest(&std::fs::read(&one).unwrap());
+    assert_eq!(running(&srv).await, first);
+    std::fs::copy(&two, dir.join("two.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    assert_eq!(running(&srv).await, first);
+
+    // Its file removed, the other version changes nothing.
+    std::fs::remove_file(dir.join("two.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    assert_eq!(running(&srv).await, first, "another version's file going keeps the plugin running");
+    assert!(srv.state.plugins.summary("test_versioned").await.unwrap().enabled);
+    // The running version's file removed: the operator switched it off.
+    std::fs::remove_file(dir.join("one.wasm")).unwrap();
+    srv.state.plugins.scan_dir().await;
+    assert!(srv.state.plugins.available("test_versioned").await.is_err());
+    assert!(!srv.state.plugins.summary("test_versioned").await.unwrap().enabled);
+    srv.stop().await;
+}
 
 async fn a_version_that_widens_what_a_plugin_may_do_waits_for_an_approval_that_says_how(backend: Backend) {
     let Some(srv) = TestServer::start(backend).await else { return };
@@ -140,6 +198,33 @@ fn the_cli_lists_installed_versions_and_switches_between_them() {
     assert_eq!(current(&run(&["plugins", "versions", "test_versioned"])).as_deref(), Some("1.0.0"));
     let forward = run(&["plugins", "use", "test_versioned", "2.0.0"]);
     assert!(forward.contains("widens: may send requests to *.mirror.test"), "{forward}");
+    run(&["plugins", "unload", "test_versioned"]);
+
+    // Each load, switch and unload is in the installation's audit, with
+    // the operator, the host and the component it made current.
+    let url = format!("sqlite://{}/service.db?mode=ro", dir.path().display());
+    let rows: Vec<(String, String, String, String)> = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::query_as(
+            "SELECT action, target_id, client_source, details FROM audit_logs WHERE workspace_id IS NULL ORDER BY created_at, id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    });
+    let actions: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(actions, ["plugins.load", "plugins.load", "plugins.use", "plugins.use", "plugins.unload"], "{rows:?}");
+    for (_, target, client, details) in &rows {
+        assert_eq!((target.as_str(), client.as_str()), ("test_versioned", "cli"));
+        let details: serde_json::Value = serde_json::from_str(details).unwrap();
+        assert!(
+            details["operator"].is_string() && details["host"].as_str().is_some_and(|h| !h.is_empty()),
+            "{details}"
+        );
+    }
+    let back_record: serde_json::Value = serde_json::from_str(&rows[2].3).unwrap();
+    assert_eq!(back_record["digest"], digest(&one));
+    assert_eq!(back_record["version"], "1.0.0");
 
     let missing = crate::support::process::command()
         .args(["plugins", "use", "test_versioned", "3.0.0"])

@@ -39,6 +39,9 @@ struct Receiver {
     script: std::sync::Mutex<std::collections::VecDeque<(u16, u64)>>,
     /// Requests that began.
     began: std::sync::atomic::AtomicUsize,
+    /// `/slow` requests being answered now, and the most at once.
+    slow_now: std::sync::atomic::AtomicUsize,
+    slow_most: std::sync::atomic::AtomicUsize,
 }
 
 fn receiver_routes(r: Arc<Receiver>) -> Router {
@@ -66,6 +69,17 @@ fn receiver_routes(r: Arc<Receiver>) -> Router {
                 r.got.lock().unwrap().push((Value::Object(headers), String::from_utf8(body.to_vec()).unwrap()));
                 r.arrived.lock().unwrap().push(chrono::Utc::now());
                 StatusCode::NO_CONTENT.into_response()
+            }),
+        )
+        // A receiver that takes eight seconds to answer.
+        .route(
+            "/slow",
+            post(|State(r): State<Arc<Receiver>>| async move {
+                let now = r.slow_now.fetch_add(1, Ordering::SeqCst) + 1;
+                r.slow_most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                r.slow_now.fetch_sub(1, Ordering::SeqCst);
+                StatusCode::NO_CONTENT
             }),
         )
         // A receiver that sends its messages somewhere else.
@@ -607,13 +621,16 @@ async fn a_stale_pipeline_raises_and_clears_its_freshness_events(backend: Backen
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(h.receiver.got.lock().unwrap().len(), 1, "one event per breach");
     let metrics = srv.get("/metrics").send().await.unwrap().text().await.unwrap();
+    let breached = metrics
+        .lines()
+        .find(|l| l.starts_with("pipeline_freshness_breached{") && l.contains(&format!("pipeline=\"{pipeline}\"")))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    // The workspace appears as an opaque label, never its id.
     assert!(
-        metrics.contains(&format!(
-            "pipeline_freshness_breached{{workspace=\"{}\",pipeline=\"{pipeline}\"}} 1",
-            srv.workspace_id().await
-        )),
-        "{metrics}"
+        breached.starts_with("pipeline_freshness_breached{workspace=\"w_") && breached.ends_with("} 1"),
+        "{breached}"
     );
+    assert!(!breached.contains(&srv.workspace_id().await), "{breached}");
 
     assert_eq!(h.fx.sync(&pipeline).await["status"], "succeeded");
     let got = received(&h, 2, 10).await;
@@ -955,7 +972,133 @@ async fn replays_jump_the_backoff_but_never_the_order(backend: Backend) {
     h.fx.srv.stop().await;
 }
 
+/// Asks, as `token`'s MCP client, for a proposal: one
+/// `approval.requested` in that token's workspace.
+async fn propose_as(h: &Hooks, token: &str, name: &str) {
+    let res =
+        h.fx.srv
+            .request_as(token, Method::POST, "/v1/destinations")
+            .header("x-service-client", "mcp")
+            .json(&json!({ "name": name, "kind": "sqlite", "configuration": { "file": format!("{name}.db") } }))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(res.status(), 202);
+}
+
+/// One workspace cannot starve another's webhooks: workspace A's eight
+/// subscriptions to a receiver that takes eight seconds, with four events
+/// each, hold at most two delivery slots, and workspace B's event arrives
+/// at once. A's subscriptions stop at the operator's cap.
+async fn one_workspace_cannot_hold_every_delivery_slot(backend: Backend) {
+    let h = setup(backend, 10).await;
+    let srv = &h.fx.srv;
+    let admin = srv.admin_token.clone();
+    for _ in 0..8 {
+        subscribe(&h, "/slow", &["approval.requested"]).await;
+    }
+    let (_, b) = srv.other_workspace().await;
+    let created = srv
+        .request_as(&b, Method::POST, "/v1/webhooks")
+        .json(&json!({ "url": format!("https://{HOOK_HOST}/hooks"), "event_types": ["approval.requested"] }))
+        .send()
+        .await
+        .unwrap();
+    json_ok(created).await;
+    for i in 0..4 {
+        propose_as(&h, &admin, &format!("a{i}")).await;
+    }
+    // A's deliveries are under way.
+    for _ in 0..50 {
+        if h.receiver.slow_now.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let asked = std::time::Instant::now();
+    propose_as(&h, &b, "b").await;
+    received(&h, 1, 10).await;
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(10), "B's event waited {waited:?}");
+    assert_eq!(h.receiver.slow_most.load(Ordering::SeqCst), 2, "A held its two slots and no more");
+
+    // Two more make ten, the default cap; the eleventh is refused.
+    subscribe(&h, "/slow", &["approval.requested"]).await;
+    subscribe(&h, "/slow", &["approval.requested"]).await;
+    let refused = srv.post(
+        "/v1/webhooks",
+        json!({ "url": format!("https://{HOOK_HOST}/slow"), "event_types": ["approval.requested"] }),
+    );
+    let e = expect_error(refused.send().await.unwrap(), 409, "WEBHOOK_LIMIT_REACHED").await;
+    assert_eq!(e["details"]["limit"], 10, "{e}");
+    h.fx.srv.stop().await;
+}
+
+/// Undelivered events are bounded per subscription and per workspace:
+/// with the receiver down, 1,000 events leave at most the bound pending;
+/// each subscription that reached it is disabled, saying why, with the
+/// events it missed counted; enabling it again clears the reason.
+async fn a_workspaces_undelivered_events_are_bounded(backend: Backend) {
+    let ca = TestCa::new();
+    let receiver = Arc::new(Receiver::default());
+    let server = FakeProvider::start(&ca, &[HOOK_HOST], receiver_routes(receiver.clone())).await;
+    let pins = server.pins(&[HOOK_HOST]);
+    let fx = setup_beside(backend, 10, &ca, &pins, |c| {
+        c.plugins.egress = c.plugins.egress.clone().with_webhook_hosts("*.acme-corp.com").unwrap();
+        c.limits.webhooks.pending_per_subscription = 20;
+        c.limits.webhooks.pending_per_workspace = 50;
+        // A thousand proposals in a few seconds, from one session.
+        c.limits.throttle.per_session = service::config::limits::Rate::OFF;
+        c.limits.throttle.per_address = service::config::limits::Rate::OFF;
+    })
+    .await;
+    let h = Hooks { fx, receiver, _server: server };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(subscribe(&h, "/hooks", &["approval.requested"]).await.0);
+    }
+    let admin = h.fx.srv.admin_token.clone();
+    let names: Vec<String> = (0..1000).map(|i| format!("d{i}")).collect();
+    use futures_util::StreamExt;
+    futures_util::stream::iter(names.iter().map(|n| propose_as(&h, &admin, n)))
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+    use sqlx::Connection;
+    let mut db = control_db(&h).await;
+    let pending: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert!(pending <= 50, "{pending} deliveries pending");
+    let mut dropped = 0;
+    for id in &ids {
+        let w = json_ok(h.fx.srv.get(&format!("/v1/webhooks/{id}")).send().await.unwrap()).await;
+        assert_eq!(w["data"]["enabled"], false, "{w}");
+        let reason = w["data"]["disabled_reason"].as_str().unwrap();
+        assert!(reason.contains("SERVICE_WEBHOOK_MAX_PENDING"), "{reason}");
+        dropped += w["data"]["dropped_events"].as_i64().unwrap();
+    }
+    // Every event is either queued or counted as dropped, per subscription
+    // (those that went out before the receiver was found down included).
+    let queued: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM webhook_deliveries").fetch_one(&mut db).await.unwrap();
+    assert_eq!(queued + dropped, 3 * 1000, "{queued} queued, {dropped} dropped");
+    let enabled =
+        h.fx.srv
+            .request(Method::PATCH, &format!("/v1/webhooks/{}", ids[0]))
+            .json(&json!({ "enabled": true }))
+            .send()
+            .await
+            .unwrap();
+    let enabled = json_ok(enabled).await;
+    assert!(enabled["data"]["disabled_reason"].is_null(), "{enabled}");
+    db.close().await.unwrap();
+    h.fx.srv.stop().await;
+}
+
 on_both_backends!(
+    one_workspace_cannot_hold_every_delivery_slot,
+    a_workspaces_undelivered_events_are_bounded,
     secrets_and_receiver_paths_stay_with_administrators,
     replays_jump_the_backoff_but_never_the_order,
     a_stale_pipeline_raises_and_clears_its_freshness_events,

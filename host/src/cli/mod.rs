@@ -546,6 +546,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
                 let origin = pulled.reference.to_string();
                 let (id, digest) = registry.install(&pulled.component, pulled.signature, &origin).await?;
                 registry.use_version(&id, &digest, None).await.map_err(|e| anyhow::anyhow!("{id}: {e}"))?;
+                audit_operator(&store, &registry, "plugins.load", &id, Some(&digest), &origin).await?;
                 println!("loaded {id} (sha256 {digest}) from {origin}");
                 id
             } else if target.ends_with(".wasm") {
@@ -571,10 +572,13 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
                 std::fs::write(&partial, &bytes)?;
                 std::fs::rename(&partial, &dest)?;
                 registry.use_version(&id, &digest, None).await.map_err(|e| anyhow::anyhow!("{id}: {e}"))?;
+                audit_operator(&store, &registry, "plugins.load", &id, Some(&digest), &dest.display().to_string())
+                    .await?;
                 println!("loaded {id} from {} into {}", path.display(), dest.display());
                 id
             } else {
                 let id = registry.load(&target, None).await.map_err(|e| anyhow::anyhow!("{target}: {e}"))?;
+                audit_operator(&store, &registry, "plugins.load", &id, None, "").await?;
                 println!("enabled {id}");
                 id
             };
@@ -582,6 +586,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         }
         PluginsCommand::Unload { connector_id, .. } => {
             let id = registry.unload(&connector_id, None).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
+            audit_operator(&store, &registry, "plugins.unload", &id, None, "").await?;
             println!("disabled {id}; it is unavailable on every server sharing this database");
         }
         PluginsCommand::Versions { connector_id, .. } => {
@@ -608,6 +613,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
                 .use_version(&plan.connector_id, &plan.to.digest, None)
                 .await
                 .map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
+            audit_operator(&store, &registry, "plugins.use", &plan.connector_id, Some(&plan.to.digest), "").await?;
             let was = plan.from.map(|f| format!(" (was {})", f.version)).unwrap_or_default();
             println!(
                 "{} now runs {} (sha256 {}){was} on every server sharing this database; running jobs finish on theirs",
@@ -623,6 +629,60 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         | PluginsCommand::Test(_) => unreachable!("handled above"),
     }
     store.close().await;
+    Ok(())
+}
+
+/// Appends the installation's audit record of a plugin operation an
+/// operator ran from the command line: no workspace and no user (none is
+/// signed in), but the operating-system account and the host it ran on,
+/// and the component's digest, version, signer and origin. A change whose
+/// record cannot be written is reported as an error.
+async fn audit_operator(
+    store: &Store,
+    registry: &Registry,
+    action: &str,
+    connector_id: &str,
+    digest: Option<&str>,
+    origin: &str,
+) -> anyhow::Result<()> {
+    let version = match digest {
+        Some(d) => {
+            registry.versions(connector_id).await.ok().and_then(|(all, _)| all.into_iter().find(|v| v.digest == d))
+        }
+        None => None,
+    };
+    let operator = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let details = serde_json::json!({
+        "operator": operator,
+        "host": host,
+        "digest": digest,
+        "version": version.as_ref().map(|v| v.version.clone()),
+        "signer": version.as_ref().and_then(|v| v.signer.clone()),
+        "origin": if origin.is_empty() { version.as_ref().map(|v| v.origin.clone()) } else { Some(origin.to_owned()) },
+    });
+    let record = crate::store::audit::NewAuditRecord {
+        workspace_id: None,
+        actor_user_id: None,
+        actor_session_id: None,
+        action: action.to_owned(),
+        target_type: Some("plugin".into()),
+        target_id: Some(connector_id.to_owned()),
+        client_source: ClientSource::Cli,
+        request_id: crate::store::new_id("cli"),
+        outcome: crate::store::kinds::AuditOutcome::Succeeded,
+        status_code: 200,
+        approval_id: None,
+        address: None,
+        details: Some(details),
+    };
+    store
+        .append_audit(&record)
+        .await
+        .map_err(|e| anyhow::anyhow!("{connector_id}: done, but its audit record could not be written: {e}"))?;
     Ok(())
 }
 

@@ -95,6 +95,18 @@ pub struct WebhookLimits {
     pub lease: Duration,
     /// How long one attempt may take.
     pub attempt_timeout: Duration,
+    /// Subscriptions one workspace may have.
+    pub subscriptions_per_workspace: i64,
+    /// Subscriptions of one workspace being sent to at once, on every
+    /// server together.
+    pub slots_per_workspace: i64,
+    /// How long a server sends one subscription's queue before it lets
+    /// the others have a turn.
+    pub time_slice: Duration,
+    /// Undelivered events one subscription may hold.
+    pub pending_per_subscription: i64,
+    /// Undelivered events one workspace's subscriptions may hold together.
+    pub pending_per_workspace: i64,
 }
 
 impl Default for WebhookLimits {
@@ -105,6 +117,11 @@ impl Default for WebhookLimits {
             secret_overlap: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(10),
+            subscriptions_per_workspace: 10,
+            slots_per_workspace: 2,
+            time_slice: Duration::from_secs(2),
+            pending_per_subscription: 1000,
+            pending_per_workspace: 5000,
         }
     }
 }

@@ -64,6 +64,26 @@ pub enum LogFormat {
     Json,
 }
 
+/// How tenants appear in `/metrics` labels.
+#[derive(Debug, Clone, Copy, Default, ValueEnum, PartialEq, Eq)]
+pub enum MetricLabelMode {
+    /// Keyed digests of workspace ids and stream names.
+    #[default]
+    Opaque,
+    /// Workspace ids and stream names as they are.
+    Clear,
+}
+
+/// Who may read `/metrics`, and what its labels show.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSettings {
+    /// The bearer token `/metrics` asks for (`SERVICE_METRICS_TOKEN`);
+    /// without one it answers whoever reaches it.
+    pub token: Option<SecretString>,
+    /// `SERVICE_METRICS_LABELS`.
+    pub labels: MetricLabelMode,
+}
+
 /// Flags of `service serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -97,6 +117,14 @@ pub struct ServeArgs {
     /// E-mail address of the administrator created on a fresh installation.
     #[arg(long, env = "SERVICE_BOOTSTRAP_EMAIL", default_value = "admin@localhost.localdomain")]
     pub bootstrap_email: String,
+    /// A bearer token `/metrics` asks for (at least 24 characters); unset,
+    /// `/metrics` answers whoever reaches it.
+    #[arg(long, env = "SERVICE_METRICS_TOKEN", hide_env_values = true, value_parser = secret)]
+    pub metrics_token: Option<SecretString>,
+    /// How tenants appear in `/metrics` labels: `opaque` (keyed digests of
+    /// workspace ids and stream names) or `clear`.
+    #[arg(long, env = "SERVICE_METRICS_LABELS", value_enum, default_value = "opaque")]
+    pub metrics_labels: MetricLabelMode,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -183,6 +211,21 @@ pub struct LimitArgs {
     /// hours.
     #[arg(long, env = "SERVICE_WEBHOOK_RETRY_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=720))]
     pub webhook_retry_hours: u64,
+    /// Webhook subscriptions one workspace may have.
+    #[arg(long, env = "SERVICE_WEBHOOKS_PER_WORKSPACE", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub webhooks_per_workspace: u32,
+    /// Subscriptions of one workspace sent to at once, on every server
+    /// together, so one tenant's slow receivers cannot hold every slot.
+    #[arg(long, env = "SERVICE_WEBHOOK_SLOTS_PER_WORKSPACE", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub webhook_slots_per_workspace: u32,
+    /// Undelivered events one subscription may hold; beyond it the
+    /// subscription is disabled, saying why, and its events are counted as
+    /// dropped.
+    #[arg(long, env = "SERVICE_WEBHOOK_MAX_PENDING", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub webhook_max_pending: u32,
+    /// Undelivered events one workspace's subscriptions may hold together.
+    #[arg(long, env = "SERVICE_WEBHOOK_MAX_PENDING_PER_WORKSPACE", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    pub webhook_max_pending_per_workspace: u32,
 }
 
 impl LimitArgs {
@@ -232,6 +275,10 @@ impl LimitArgs {
             webhooks: limits::WebhookLimits {
                 max_backoff: std::time::Duration::from_secs(self.webhook_max_backoff_secs),
                 retry_window: std::time::Duration::from_secs(self.webhook_retry_hours * 3600),
+                subscriptions_per_workspace: i64::from(self.webhooks_per_workspace),
+                slots_per_workspace: i64::from(self.webhook_slots_per_workspace),
+                pending_per_subscription: i64::from(self.webhook_max_pending),
+                pending_per_workspace: i64::from(self.webhook_max_pending_per_workspace),
                 ..Default::default()
             },
             streams: Default::default(),
@@ -291,6 +338,18 @@ pub struct PluginArgs {
     /// destinations and no object-store warehouses.
     #[arg(long, env = "SERVICE_WAREHOUSE_ALLOWED_HOSTS", default_value = "")]
     pub warehouse_allowed_hosts: String,
+    /// The largest table metadata file (or other object read whole) the
+    /// server reads from an object-store warehouse, in MiB.
+    #[arg(long, env = "SERVICE_WAREHOUSE_MAX_METADATA_MB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub warehouse_max_metadata_mb: u32,
+    /// The largest manifest or manifest list the server reads from an
+    /// object-store warehouse, in MiB.
+    #[arg(long, env = "SERVICE_WAREHOUSE_MAX_MANIFEST_MB", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub warehouse_max_manifest_mb: u32,
+    /// The largest page of an object-store listing the server reads, in
+    /// MiB.
+    #[arg(long, env = "SERVICE_WAREHOUSE_MAX_LISTING_MB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub warehouse_max_listing_mb: u32,
     /// Whether a component from the plugins directory must carry a
     /// signature by a trusted publisher (`required`) or may be unsigned
     /// (`allowed`; a signature present must still verify). Bundled plugins
@@ -334,7 +393,13 @@ impl PluginArgs {
             compile_cache_dir: self.plugin_cache_dir.clone().unwrap_or_else(|| data_dir.join("plugin-cache")),
             egress,
             limits,
-            warehouses: warehouse::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?,
+            warehouses: warehouse::WarehousePolicy::from_settings(&self.warehouse_allowed_hosts)?.with_reads(
+                warehouse::ObjectReadLimits {
+                    metadata_bytes: self.warehouse_max_metadata_mb as usize * 1024 * 1024,
+                    manifest_bytes: self.warehouse_max_manifest_mb as usize * 1024 * 1024,
+                    listing_page_bytes: self.warehouse_max_listing_mb as usize * 1024 * 1024,
+                },
+            ),
             signatures: signatures::SignaturePolicy::from_settings(
                 &self.plugin_signatures,
                 &self.plugin_trusted_keys,
@@ -394,6 +459,8 @@ pub struct ServerConfig {
     pub oauth: oauth::OAuthSettings,
     /// Connection, request, rate and job limits.
     pub limits: limits::ServerLimits,
+    /// Who may read `/metrics`, and what its labels show.
+    pub metrics: MetricsSettings,
 }
 
 impl ServerConfig {
@@ -421,6 +488,15 @@ impl ServerConfig {
             }
             other => other.clone(),
         };
+        let metrics_token = match &serve.metrics_token {
+            Some(t) if t.expose_secret().len() < 24 || t.expose_secret().chars().any(|c| c.is_whitespace()) => {
+                return Err(ConfigError::new(
+                    "SERVICE_METRICS_TOKEN",
+                    "must be at least 24 characters of random text without spaces",
+                ));
+            }
+            other => other.clone(),
+        };
         Ok(ServerConfig {
             bind: serve.bind,
             data_dir: storage.data_dir.clone(),
@@ -433,6 +509,7 @@ impl ServerConfig {
             plugins: serve.plugins.resolve(&storage.data_dir)?,
             oauth: oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
             limits: serve.limits.resolve()?,
+            metrics: MetricsSettings { token: metrics_token, labels: serve.metrics_labels },
         })
     }
 }

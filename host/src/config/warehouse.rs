@@ -52,9 +52,41 @@ impl Network {
 pub struct WarehousePolicy {
     names: Vec<HostPattern>,
     networks: Vec<Network>,
+    /// The most the server reads of one object-store answer, by kind.
+    pub reads: ObjectReadLimits,
+}
+
+/// The most the server reads of one answer of a tenant's object store
+/// (whose bucket owner could put anything there): an announced length
+/// over the limit is refused before the body, and reading stops at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectReadLimits {
+    /// A table's metadata file, or any other object read whole
+    /// (`SERVICE_WAREHOUSE_MAX_METADATA_MB`).
+    pub metadata_bytes: usize,
+    /// A manifest or manifest list (`SERVICE_WAREHOUSE_MAX_MANIFEST_MB`).
+    pub manifest_bytes: usize,
+    /// One page of a listing (`SERVICE_WAREHOUSE_MAX_LISTING_MB`).
+    pub listing_page_bytes: usize,
+}
+
+impl Default for ObjectReadLimits {
+    fn default() -> Self {
+        ObjectReadLimits {
+            metadata_bytes: 64 * 1024 * 1024,
+            manifest_bytes: 64 * 1024 * 1024,
+            listing_page_bytes: 16 * 1024 * 1024,
+        }
+    }
 }
 
 impl WarehousePolicy {
+    /// The same policy, reading object-store answers within `reads`.
+    pub fn with_reads(mut self, reads: ObjectReadLimits) -> Self {
+        self.reads = reads;
+        self
+    }
+
     /// Parses a comma-separated list of host names, `*.suffix` patterns,
     /// IP addresses and networks (`10.0.0.0/8`).
     pub fn from_settings(raw: &str) -> Result<Self, ConfigError> {

@@ -521,6 +521,15 @@ fn signing_binding(webhook_id: &str, workspace_id: &str) -> String {
     format!("webhook-signing:{webhook_id}:{workspace_id}")
 }
 
+/// A warehouse's credential is bound to no connector: one stored for a
+/// connector is that connector's alone.
+fn unbound(record: &CredentialRecord) -> Result<(), SecretError> {
+    match &record.connector_id {
+        Some(owner) => Err(SecretError::OtherConnector(owner.clone())),
+        None => Ok(()),
+    }
+}
+
 /// Where a credential's secret goes, from its record: its kind decides, and
 /// the username or header stored with it (never the plugin's choice).
 pub fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
@@ -548,7 +557,11 @@ impl crate::warehouse::PasswordSource for Vault {
         handle: &'a str,
         host: &'a str,
     ) -> crate::warehouse::handle::Revealing<'a, SecretString> {
-        Box::pin(self.reveal(workspace_id, handle, host))
+        Box::pin(async move {
+            let (record, secret) = self.open(workspace_id, handle, host, None).await?;
+            unbound(&record)?;
+            Ok(secret)
+        })
     }
 
     fn access_key<'a>(
@@ -559,6 +572,7 @@ impl crate::warehouse::PasswordSource for Vault {
     ) -> crate::warehouse::handle::Revealing<'a, (String, SecretString)> {
         Box::pin(async move {
             let (record, secret) = self.open(workspace_id, handle, host, None).await?;
+            unbound(&record)?;
             match placement(&record) {
                 Ok(Placement::BasicPassword(id)) => Ok((id, secret)),
                 _ => Err(SecretError::Incomplete(

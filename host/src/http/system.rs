@@ -44,18 +44,38 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// left out is a metric of its own.
 const METRICS_PIPELINES: i64 = 1000;
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> axum::response::Response {
+    if let Some(token) = &state.config.metrics.token {
+        use secrecy::ExposeSecret;
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let same: bool = subtle::ConstantTimeEq::ct_eq(given.as_bytes(), token.expose_secret().as_bytes()).into();
+        if !same {
+            return ApiError::unauthenticated(
+                "/metrics needs the metrics token (SERVICE_METRICS_TOKEN) as a bearer token",
+            )
+            .into_response();
+        }
+    }
     let mut text = state.metrics.render();
     // Read from the control database at scrape time, so every replica
     // answers the same and a deleted pipeline leaves no stale series.
     if let Ok((pipelines, total)) = state.store.pipeline_freshness(METRICS_PIPELINES).await {
-        text.push_str(&pipeline_metrics(&pipelines, total, crate::store::now_ms()));
+        text.push_str(&pipeline_metrics(&pipelines, total, crate::store::now_ms(), &state.metric_labels));
     }
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// The per-pipeline freshness series in Prometheus' text format.
-fn pipeline_metrics(pipelines: &[crate::store::pipelines::PipelineFreshness], total: i64, now: i64) -> String {
+fn pipeline_metrics(
+    pipelines: &[crate::store::pipelines::PipelineFreshness],
+    total: i64,
+    now: i64,
+    labels: &crate::telemetry::labels::MetricLabels,
+) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     out.push_str("# HELP pipeline_last_success_age_seconds Seconds since the pipeline's last successful sync.\n");
@@ -65,7 +85,8 @@ fn pipeline_metrics(pipelines: &[crate::store::pipelines::PipelineFreshness], to
         let _ = writeln!(
             out,
             "pipeline_last_success_age_seconds{{workspace=\"{}\",pipeline=\"{}\"}} {age}",
-            p.workspace_id, p.pipeline_id
+            labels.workspace(&p.workspace_id),
+            p.pipeline_id
         );
     }
     out.push_str(
@@ -76,7 +97,7 @@ fn pipeline_metrics(pipelines: &[crate::store::pipelines::PipelineFreshness], to
         let _ = writeln!(
             out,
             "pipeline_freshness_breached{{workspace=\"{}\",pipeline=\"{}\"}} {}",
-            p.workspace_id,
+            labels.workspace(&p.workspace_id),
             p.pipeline_id,
             u8::from(p.breached)
         );

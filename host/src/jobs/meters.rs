@@ -1,36 +1,74 @@
 //! Per-pipeline, per-stream counters in `/metrics`: records and bytes
 //! read from the source and written to the destination, labelled
-//! `workspace`, `pipeline` and `stream`.
+//! `workspace`, `pipeline` and `stream` (workspace and stream as the
+//! server's [`MetricLabels`] say: opaque digests by default).
 //!
 //! The label sets are bounded: one process keeps at most [`MAX_SERIES`]
-//! (pipeline, stream) pairs; the streams of pipelines it meets after that
-//! are counted together under `other` in every label, so a large or
-//! growing installation cannot grow a scrape without bound.
+//! (pipeline, stream) pairs, and one workspace at most
+//! [`MAX_SERIES_PER_WORKSPACE`] of them, so a tenant with many streams
+//! cannot push the others out. A workspace's pairs beyond its share are
+//! counted together under `pipeline="other",stream="other"` with its own
+//! workspace label; pairs beyond the process's bound under `other` in
+//! every label. A large or growing installation cannot grow a scrape
+//! without bound.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
 use metrics::Counter;
 
+use crate::telemetry::labels::MetricLabels;
+
 /// (pipeline, stream) pairs one process labels one by one at most.
 pub const MAX_SERIES: usize = 2000;
 
-/// The label all pairs beyond [`MAX_SERIES`] share.
+/// (pipeline, stream) pairs of one workspace labelled one by one at most.
+pub const MAX_SERIES_PER_WORKSPACE: usize = 200;
+
+/// The label all pairs beyond a bound share.
 const OTHER: &str = "other";
 
-/// Whether a (pipeline, stream) pair gets series of its own.
-fn admitted(pipeline: &str, stream: &str) -> bool {
-    static SEEN: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
+/// Which pairs have series of their own, and how many each workspace has.
+#[derive(Default)]
+struct Admissions {
+    pairs: HashSet<(String, String)>,
+    per_workspace: HashMap<String, usize>,
+}
+
+/// What a pair is counted under.
+#[derive(Debug, PartialEq, Eq)]
+enum Admission {
+    /// Series of its own.
+    Own,
+    /// Its workspace's shared `other` series.
+    WorkspaceOther,
+    /// The process's shared `other` series.
+    Other,
+}
+
+impl Admissions {
+    fn admit(&mut self, workspace: &str, pipeline: &str, stream: &str, total: usize, each: usize) -> Admission {
+        let key = (pipeline.to_owned(), stream.to_owned());
+        if self.pairs.contains(&key) {
+            return Admission::Own;
+        }
+        if self.pairs.len() >= total {
+            return Admission::Other;
+        }
+        let used = self.per_workspace.entry(workspace.to_owned()).or_default();
+        if *used >= each {
+            return Admission::WorkspaceOther;
+        }
+        *used += 1;
+        self.pairs.insert(key);
+        Admission::Own
+    }
+}
+
+fn admission(workspace: &str, pipeline: &str, stream: &str) -> Admission {
+    static SEEN: OnceLock<Mutex<Admissions>> = OnceLock::new();
     let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    let key = (pipeline.to_owned(), stream.to_owned());
-    if seen.contains(&key) {
-        return true;
-    }
-    if seen.len() >= MAX_SERIES {
-        return false;
-    }
-    seen.insert(key);
-    true
+    seen.admit(workspace, pipeline, stream, MAX_SERIES, MAX_SERIES_PER_WORKSPACE)
 }
 
 /// The counters of one stream of one pipeline.
@@ -42,11 +80,11 @@ pub(super) struct StreamMeter {
 }
 
 impl StreamMeter {
-    pub(super) fn new(workspace: &str, pipeline: &str, stream: &str) -> StreamMeter {
-        let (w, p, s) = if admitted(pipeline, stream) {
-            (workspace.to_owned(), pipeline.to_owned(), stream.to_owned())
-        } else {
-            (OTHER.to_owned(), OTHER.to_owned(), OTHER.to_owned())
+    pub(super) fn new(labels: &MetricLabels, workspace: &str, pipeline: &str, stream: &str) -> StreamMeter {
+        let (w, p, s) = match admission(workspace, pipeline, stream) {
+            Admission::Own => (labels.workspace(workspace), pipeline.to_owned(), labels.stream(pipeline, stream)),
+            Admission::WorkspaceOther => (labels.workspace(workspace), OTHER.to_owned(), OTHER.to_owned()),
+            Admission::Other => (OTHER.to_owned(), OTHER.to_owned(), OTHER.to_owned()),
         };
         let counter = |name: &'static str| metrics::counter!(name, "workspace" => w.clone(), "pipeline" => p.clone(), "stream" => s.clone());
         StreamMeter {
@@ -67,5 +105,29 @@ impl StreamMeter {
     pub(super) fn written(&self, records: u64, bytes: u64) {
         self.records_written.increment(records);
         self.bytes_written.increment(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_workspace_keeps_to_its_share_and_others_still_get_series() {
+        let mut a = Admissions::default();
+        for i in 0..10 {
+            assert_eq!(
+                a.admit("busy", "p", &format!("s{i}"), 9, 3),
+                if i < 3 { Admission::Own } else { Admission::WorkspaceOther }
+            );
+        }
+        assert_eq!(a.admit("busy", "p", "s1", 9, 3), Admission::Own, "an admitted pair stays admitted");
+        for w in ["b", "c"] {
+            for i in 0..3 {
+                assert_eq!(a.admit(w, w, &format!("s{i}"), 9, 3), Admission::Own, "{w}");
+            }
+        }
+        // A tenth pair would pass the process's bound of 9.
+        assert_eq!(a.admit("d", "d", "s0", 9, 3), Admission::Other);
     }
 }

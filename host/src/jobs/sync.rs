@@ -333,7 +333,7 @@ pub(super) async fn execute(
             primary_key,
             writer: writer.clone(),
             progress: progress.clone(),
-            meter: StreamMeter::new(ws, &pipeline.pipeline_id, &sel.name),
+            meter: StreamMeter::new(&state.metric_labels, ws, &pipeline.pipeline_id, &sel.name),
         }
         .start();
         let sink = JobSink {
@@ -341,7 +341,7 @@ pub(super) async fn execute(
             queue: queue.tx.clone(),
             cancel: cancel.clone(),
             progress: progress.clone(),
-            meter: StreamMeter::new(ws, &pipeline.pipeline_id, &sel.name),
+            meter: StreamMeter::new(&state.metric_labels, ws, &pipeline.pipeline_id, &sel.name),
         };
         let req = ReadRequest {
             config: source_config.clone(),

@@ -78,6 +78,16 @@ async fn check_destination(
                 .require_handle(&access.workspace_id, &CredentialHandle::new(h), Some(host))
                 .await
                 .map_err(|e| e.at("configuration.credential_handle"))?;
+            // A credential stored for a connector is that connector's; the
+            // server would refuse it at the first sync, so say so now.
+            if let Some(connector) = &record.connector_id {
+                return Err(ApiError::invalid_field(
+                    "configuration.credential_handle",
+                    format!(
+                        "this credential is bound to connector {connector}, so only that connector may use it; a destination takes a credential bound to no connector"
+                    ),
+                ));
+            }
             if access_key && record.kind != CredentialKind::Basic {
                 return Err(ApiError::invalid_field(
                     "configuration.credential_handle",

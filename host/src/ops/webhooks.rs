@@ -98,6 +98,16 @@ async fn create(ctx: &Ctx<'_>, req: CreateWebhook) -> ApiResult<Executed> {
     let types = check_types(&req.event_types)?;
     check_opt("description", req.description.as_deref(), DESCRIPTION_MAX)?;
     let ws = &ctx.access.workspace_id;
+    let cap = ctx.state.config.limits.webhooks.subscriptions_per_workspace;
+    if ctx.state.store.webhook_count(ws).await? >= cap {
+        return Err(ApiError::conflict(
+            "WEBHOOK_LIMIT_REACHED",
+            format!(
+                "this workspace has {cap} webhook subscriptions, as many as the operator allows (SERVICE_WEBHOOKS_PER_WORKSPACE); delete one first"
+            ),
+        )
+        .with_details(json!({ "limit": cap })));
+    }
     let id = new_id("whk");
     let secret = SigningSecret::generate();
     let sealed = ctx.state.vault.seal_signing_secret(&id, ws, secret.bytes());

@@ -155,7 +155,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         let approval = approval_in(&mut tx, a.workspace_id, &id).await?;
-        let queued = announce(&mut tx, &approval, EventType::ApprovalRequested).await?;
+        let queued = announce(&mut tx, self.outbox_bounds(), &approval, EventType::ApprovalRequested).await?;
         tx.commit().await?;
         if queued > 0 {
             self.outbox_written();
@@ -233,7 +233,7 @@ impl Store {
         // execution has answered ([`Store::finish_approval`]).
         if n == 1 && to == ApprovalStatus::Rejected {
             let decided = approval_in(&mut tx, workspace_id, id).await?;
-            queued = announce(&mut tx, &decided, EventType::ApprovalDecided).await?;
+            queued = announce(&mut tx, self.outbox_bounds(), &decided, EventType::ApprovalDecided).await?;
         }
         tx.commit().await?;
         if queued > 0 {
@@ -272,7 +272,7 @@ impl Store {
         if let Some(row) = finished {
             let workspace_id: String = row.try_get("workspace_id")?;
             let decided = approval_in(&mut tx, &workspace_id, id).await?;
-            queued = announce(&mut tx, &decided, EventType::ApprovalDecided).await?;
+            queued = announce(&mut tx, self.outbox_bounds(), &decided, EventType::ApprovalDecided).await?;
         }
         tx.commit().await?;
         if queued > 0 {
@@ -337,7 +337,12 @@ async fn approval_in(conn: &mut sqlx::AnyConnection, workspace_id: &str, id: &st
 
 /// Announces a proposal or its decision: what a person needs to find it
 /// and judge it, not the operation's body (a receiver is not an approver).
-async fn announce(conn: &mut sqlx::AnyConnection, a: &Approval, event: EventType) -> StoreResult<usize> {
+async fn announce(
+    conn: &mut sqlx::AnyConnection,
+    bounds: super::webhooks::OutboxBounds,
+    a: &Approval,
+    event: EventType,
+) -> StoreResult<usize> {
     let data = json!({
         "approval_id": a.approval_id,
         "category": a.category,
@@ -351,5 +356,5 @@ async fn announce(conn: &mut sqlx::AnyConnection, a: &Approval, event: EventType
         "decided_by": a.decided_by,
         "decided_at": a.decided_at,
     });
-    record_event(conn, &a.workspace_id, event, data).await
+    record_event(conn, bounds, &a.workspace_id, event, data).await
 }

@@ -287,7 +287,11 @@ impl Store {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-        let queued = if job.attempts == 1 { announce(&mut tx, &job, EventType::JobStarted).await? } else { 0 };
+        let queued = if job.attempts == 1 {
+            announce(&mut tx, self.outbox_bounds(), &job, EventType::JobStarted).await?
+        } else {
+            0
+        };
         tx.commit().await?;
         if queued > 0 {
             self.outbox_written();
@@ -495,7 +499,7 @@ impl Store {
         };
         let mut queued = 0;
         if let Some(event) = event {
-            queued += announce(&mut tx, &job, event).await?;
+            queued += announce(&mut tx, self.outbox_bounds(), &job, event).await?;
         }
         if runs {
             let counts = &job.progress["counts"];
@@ -510,7 +514,8 @@ impl Store {
                     "failed_samples": job.progress["failed_samples"],
                     "invalid_samples": job.progress["invalid_samples"],
                 });
-                queued += record_event(&mut tx, &job.workspace_id, EventType::RowsRejected, data).await?;
+                queued += record_event(&mut tx, self.outbox_bounds(), &job.workspace_id, EventType::RowsRejected, data)
+                    .await?;
             }
         }
         tx.commit().await?;
@@ -558,7 +563,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             let job = job_in(&mut tx, job_id).await?;
-            queued = announce(&mut tx, &job, EventType::JobCancelled).await?;
+            queued = announce(&mut tx, self.outbox_bounds(), &job, EventType::JobCancelled).await?;
         }
         tx.commit().await?;
         if queued > 0 {
@@ -601,7 +606,12 @@ async fn end_attempt(
 }
 
 /// Writes the event of a job's change, its record as the data.
-async fn announce(conn: &mut sqlx::AnyConnection, job: &Job, event: EventType) -> StoreResult<usize> {
+async fn announce(
+    conn: &mut sqlx::AnyConnection,
+    bounds: super::webhooks::OutboxBounds,
+    job: &Job,
+    event: EventType,
+) -> StoreResult<usize> {
     let data = serde_json::to_value(job).unwrap_or(Value::Null);
-    record_event(conn, &job.workspace_id, event, data).await
+    record_event(conn, bounds, &job.workspace_id, event, data).await
 }

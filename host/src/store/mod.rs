@@ -120,6 +120,9 @@ pub struct Store {
     /// Signalled when this process committed webhook deliveries, so its
     /// deliverer sends them at once rather than at its next poll.
     outbox: std::sync::Arc<tokio::sync::Notify>,
+    /// How much webhooks may hold back (set by the server from its
+    /// settings; the defaults otherwise).
+    outbox_bounds: std::sync::Arc<std::sync::RwLock<webhooks::OutboxBounds>>,
     /// The pipelines `/metrics` lists, as last read (see
     /// [`Store::pipeline_freshness`]).
     freshness_snapshot: std::sync::Arc<tokio::sync::Mutex<Option<pipelines::FreshnessSnapshot>>>,
@@ -164,6 +167,7 @@ impl Store {
             url: url.into(),
             confirmations: tokio::sync::broadcast::channel(256).0,
             outbox: Default::default(),
+            outbox_bounds: Default::default(),
             freshness_snapshot: Default::default(),
         })
     }

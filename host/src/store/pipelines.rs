@@ -373,7 +373,7 @@ impl Store {
                         "last_succeeded_at": before.last_succeeded_at,
                         "breached_at": if event == EventType::PipelineFreshnessBreached { Some(from_ms(now)) } else { before.freshness_breached_at },
                     });
-                    queued += record_event(&mut tx, &before.workspace_id, event, data).await?;
+                    queued += record_event(&mut tx, self.outbox_bounds(), &before.workspace_id, event, data).await?;
                     announced += 1;
                 }
                 tx.commit().await?;

@@ -33,6 +33,11 @@ pub struct Webhook {
     pub enabled: bool,
     /// Until when the previous signing secret also signs, after a rotation.
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// Why the server disabled it (its queue reached its bound), if it did;
+    /// enabling it again clears this.
+    pub disabled_reason: Option<String>,
+    /// Events it did not get while its queue was full.
+    pub dropped_events: i64,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -166,8 +171,8 @@ pub struct Delivery {
     pub attempt_log: Vec<DeliveryAttempt>,
 }
 
-const COLUMNS: &str =
-    "id, workspace_id, url, description, event_types, enabled, previous_until, created_by, created_at, updated_at";
+const COLUMNS: &str = "id, workspace_id, url, description, event_types, enabled, previous_until, disabled_reason, \
+     dropped_events, created_by, created_at, updated_at";
 
 fn webhook_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Webhook> {
     let types: String = r.try_get("event_types")?;
@@ -183,6 +188,8 @@ fn webhook_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Webhook> {
         event_types,
         enabled: r.try_get::<i64, _>("enabled")? != 0,
         previous_secret_expires_at: r.try_get::<Option<i64>, _>("previous_until")?.filter(|t| *t > now).map(from_ms),
+        disabled_reason: r.try_get("disabled_reason")?,
+        dropped_events: r.try_get("dropped_events")?,
         created_by: r.try_get("created_by")?,
         created_at: from_ms(r.try_get("created_at")?),
         updated_at: from_ms(r.try_get("updated_at")?),
@@ -205,23 +212,107 @@ fn types_json(types: &[EventType]) -> String {
     Value::from(types.iter().map(|t| t.as_str()).collect::<Vec<_>>()).to_string()
 }
 
+/// How much a workspace's webhooks may hold back: undelivered events per
+/// subscription and per workspace. Beyond either, a subscription takes no
+/// more: it is disabled with the reason and its events are counted as
+/// dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxBounds {
+    pub pending_per_subscription: i64,
+    pub pending_per_workspace: i64,
+}
+
+impl Default for OutboxBounds {
+    fn default() -> Self {
+        OutboxBounds { pending_per_subscription: 1000, pending_per_workspace: 5000 }
+    }
+}
+
 /// Writes an event and its deliveries on `conn`, the connection of the
 /// transaction that commits its cause. Returns how many deliveries it
 /// queued (the caller wakes the deliverer after committing when any did).
+/// A subscription whose queue is at its bound (or whose workspace's is)
+/// gets none: it is disabled with the reason, and the event counted as
+/// dropped for it.
 pub(crate) async fn record_event(
     conn: &mut sqlx::AnyConnection,
+    bounds: OutboxBounds,
     workspace_id: &str,
     event_type: EventType,
     data: Value,
 ) -> StoreResult<usize> {
-    let subscribers: Vec<String> = sqlx::query_scalar(
-        "SELECT t.webhook_id FROM webhook_event_types t JOIN webhooks w ON w.id = t.webhook_id \
-         WHERE t.workspace_id = $1 AND t.event_type = $2 AND w.enabled = 1 ORDER BY t.webhook_id",
+    // Events of one workspace are counted against its bounds one at a
+    // time: PostgreSQL's concurrent transactions would each see room for
+    // one more. (SQLite has one writer at a time.)
+    if conn.backend_name() == "PostgreSQL" {
+        sqlx::query("SELECT id FROM webhooks WHERE workspace_id = $1 ORDER BY id FOR UPDATE")
+            .bind(workspace_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    }
+    let rows = sqlx::query(
+        "SELECT t.webhook_id, w.enabled, (SELECT COUNT(*) FROM webhook_deliveries d \
+         WHERE d.webhook_id = t.webhook_id AND d.status = 'pending') AS pending \
+         FROM webhook_event_types t JOIN webhooks w ON w.id = t.webhook_id \
+         WHERE t.workspace_id = $1 AND t.event_type = $2 AND (w.enabled = 1 OR w.disabled_reason IS NOT NULL) \
+         ORDER BY t.webhook_id",
     )
     .bind(workspace_id)
     .bind(event_type.as_str())
     .fetch_all(&mut *conn)
     .await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut workspace_pending: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM webhook_deliveries WHERE workspace_id = $1 AND status = 'pending'")
+            .bind(workspace_id)
+            .fetch_one(&mut *conn)
+            .await?;
+    let mut subscribers: Vec<String> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let webhook_id: String = r.try_get("webhook_id")?;
+        let enabled = r.try_get::<i64, _>("enabled")? != 0;
+        let pending: i64 = r.try_get("pending")?;
+        let full = if pending >= bounds.pending_per_subscription {
+            Some(format!(
+                "its queue reached {} undelivered events (SERVICE_WEBHOOK_MAX_PENDING); later events were dropped",
+                bounds.pending_per_subscription
+            ))
+        } else if workspace_pending >= bounds.pending_per_workspace {
+            Some(format!(
+                "the workspace's webhooks reached {} undelivered events (SERVICE_WEBHOOK_MAX_PENDING_PER_WORKSPACE); later events were dropped",
+                bounds.pending_per_workspace
+            ))
+        } else {
+            None
+        };
+        match (enabled, full) {
+            (true, None) => {
+                workspace_pending += 1;
+                subscribers.push(webhook_id);
+            }
+            (true, Some(reason)) => {
+                tracing::warn!(webhook = %webhook_id, workspace = %workspace_id, %reason, "webhook subscription disabled");
+                metrics::counter!("webhook_events_dropped_total").increment(1);
+                sqlx::query(
+                    "UPDATE webhooks SET enabled = 0, disabled_reason = $1, dropped_events = dropped_events + 1 WHERE id = $2",
+                )
+                .bind(reason)
+                .bind(&webhook_id)
+                .execute(&mut *conn)
+                .await?;
+            }
+            // Disabled for a full queue: counted, until it is enabled again.
+            (false, _) => {
+                metrics::counter!("webhook_events_dropped_total").increment(1);
+                sqlx::query("UPDATE webhooks SET dropped_events = dropped_events + 1 WHERE id = $1")
+                    .bind(&webhook_id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+    }
     if subscribers.is_empty() {
         return Ok(0);
     }
@@ -279,6 +370,16 @@ async fn set_event_types(
 }
 
 impl Store {
+    /// Sets how much webhooks may hold back, from the server's settings.
+    pub(crate) fn set_outbox_bounds(&self, bounds: OutboxBounds) {
+        *self.outbox_bounds.write().unwrap_or_else(|p| p.into_inner()) = bounds;
+    }
+
+    /// How much webhooks may hold back.
+    pub(crate) fn outbox_bounds(&self) -> OutboxBounds {
+        *self.outbox_bounds.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Wakes this server's deliverer: deliveries were committed.
     pub(crate) fn outbox_written(&self) {
         self.outbox.notify_one();
@@ -310,6 +411,14 @@ impl Store {
         set_event_types(&mut tx, w.workspace_id, w.webhook_id, w.event_types).await?;
         tx.commit().await?;
         Ok(self.webhook(w.workspace_id, w.webhook_id).await?.expect("just inserted"))
+    }
+
+    /// How many subscriptions a workspace has.
+    pub(crate) async fn webhook_count(&self, workspace_id: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM webhooks WHERE workspace_id = $1")
+            .bind(workspace_id)
+            .fetch_one(self.pool())
+            .await?)
     }
 
     pub async fn webhook(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Webhook>> {
@@ -347,7 +456,8 @@ impl Store {
     ) -> StoreResult<Option<Webhook>> {
         let mut tx = self.begin_write().await?;
         let n = sqlx::query(
-            "UPDATE webhooks SET url = $1, description = $2, event_types = $3, enabled = $4, updated_at = $5 \
+            "UPDATE webhooks SET url = $1, description = $2, event_types = $3, enabled = $4, updated_at = $5, \
+             disabled_reason = CASE WHEN $4 = 1 THEN NULL ELSE disabled_reason END \
              WHERE workspace_id = $6 AND id = $7",
         )
         .bind(url)
@@ -428,28 +538,41 @@ impl Store {
     /// Claims a subscription whose queue has a due delivery and that no
     /// live lease holds: its queue is this claim's until the lease runs
     /// out. A subscription waiting for its head's retry is not claimed.
-    pub(crate) async fn claim_webhook(&self, lease_ms: i64) -> StoreResult<Option<Claim>> {
+    ///
+    /// Fair between workspaces: a workspace already holding
+    /// `slots_per_workspace` live claims (on every server together) gets
+    /// no more, and the others are served first by how few claims their
+    /// workspace holds, then by how long ago the subscription was last
+    /// served. (Two servers claiming at the same moment may each take the
+    /// last slot: the bound is exceeded by one claim at most per server.)
+    pub(crate) async fn claim_webhook(&self, lease_ms: i64, slots_per_workspace: i64) -> StoreResult<Option<Claim>> {
         let now = now_ms();
-        let candidates: Vec<String> = sqlx::query_scalar(
+        let held = "(SELECT COUNT(*) FROM webhooks o WHERE o.workspace_id = w.workspace_id \
+                    AND o.lease_owner IS NOT NULL AND o.lease_expires_at >= $1)";
+        let candidates: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT w.id FROM webhooks w WHERE (w.lease_owner IS NULL OR w.lease_expires_at < $1) \
              AND w.enabled = 1 AND (w.blocked_until IS NULL OR w.blocked_until <= $1) \
              AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' \
-             AND d.next_attempt_at <= $1) \
-             ORDER BY COALESCE(w.lease_expires_at, 0), w.id LIMIT 8",
-        )
+             AND d.next_attempt_at <= $1) AND {held} < $2 \
+             ORDER BY {held}, COALESCE(w.last_served_at, 0), w.id LIMIT 8"
+        )))
         .bind(now)
+        .bind(slots_per_workspace)
         .fetch_all(self.pool())
         .await?;
         for id in candidates {
             let token = uuid::Uuid::new_v4().simple().to_string();
             let n = sqlx::query(
                 "UPDATE webhooks SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3 \
-                 AND (lease_owner IS NULL OR lease_expires_at < $4)",
+                 AND (lease_owner IS NULL OR lease_expires_at < $4) \
+                 AND (SELECT COUNT(*) FROM webhooks o WHERE o.workspace_id = webhooks.workspace_id \
+                 AND o.lease_owner IS NOT NULL AND o.lease_expires_at >= $4) < $5",
             )
             .bind(&token)
             .bind(now + lease_ms)
             .bind(&id)
             .bind(now)
+            .bind(slots_per_workspace)
             .execute(self.pool())
             .await?
             .rows_affected();
@@ -491,8 +614,9 @@ impl Store {
             Hold::Until(_) => "$3",
         };
         let query = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL, blocked_until = {blocked_until} \
-             WHERE id = $1 AND lease_owner = $2"
+            "UPDATE webhooks SET lease_owner = NULL, lease_expires_at = NULL, blocked_until = {blocked_until}, \
+             last_served_at = {now} WHERE id = $1 AND lease_owner = $2",
+            now = now_ms()
         )))
         .bind(&claim.webhook_id)
         .bind(&claim.token);

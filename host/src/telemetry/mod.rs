@@ -1,8 +1,8 @@
 //! Logs, metrics and request ids.
 //!
 //! Layout: this module sets up logging and the metrics recorder;
-//! [`request_id`] gives every request its id, in bodies, headers and log
-//! lines.
+//! [`labels`] says how tenants appear in metric labels; [`request_id`]
+//! gives every request its id, in bodies, headers and log lines.
 //!
 //! Logs go through `tracing` (human or JSON lines; filter with
 //! `SERVICE_LOG`, e.g. `SERVICE_LOG=debug`). Nothing secret is ever a field
@@ -15,6 +15,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{ConfigError, LogFormat};
 
+pub mod labels;
 pub mod request_id;
 
 /// Installs the global log subscriber (once; later calls are ignored),

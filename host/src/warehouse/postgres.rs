@@ -135,10 +135,26 @@ pub(crate) enum Unreachable {
     HostNotAllowed(String),
     #[error("{0} did not resolve: {1}")]
     Unresolved(String, String),
-    #[error("{host} resolves to a {why} ({ip}), which the operator does not allow")]
+    /// The address stays out of the message (members read job errors and
+    /// must not map the inside of the network through them); the
+    /// operator's log has it.
+    #[error("{host} resolves to a {why}, which the operator does not allow (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
     AddressRefused { host: String, ip: IpAddr, why: &'static str },
     #[error("the server's environment sets PGOPTIONS; refusing to pass it to a destination")]
     EnvironmentOptions,
+}
+
+impl Unreachable {
+    /// The refusal as a write's error: a name that did not resolve may
+    /// resolve later; the operator's rules will not change by retrying, so
+    /// those fail the job at once.
+    pub(crate) fn write_error(self, context: &str) -> super::WriteError {
+        let text = if context.is_empty() { self.to_string() } else { format!("{context}: {self}") };
+        match self {
+            Unreachable::Unresolved(..) => super::WriteError::Destination(text),
+            _ => super::WriteError::Refused(text),
+        }
+    }
 }
 
 /// The addresses `host` resolves to, when the operator allows the name
@@ -165,6 +181,7 @@ pub(crate) async fn allowed_addresses(
     }
     for ip in &addresses {
         if let Some(why) = refusal(policy, *ip) {
+            tracing::warn!(%host, address = %ip, "a warehouse host resolves to a {why} the operator does not allow");
             return Err(Unreachable::AddressRefused { host: host.to_owned(), ip: *ip, why });
         }
     }

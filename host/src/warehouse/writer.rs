@@ -100,7 +100,7 @@ impl Writer {
                 let password = revealed.and_then(Revealed::into_password);
                 let options = postgres::connect_options(target, password.as_ref(), place.warehouses)
                     .await
-                    .map_err(|e| WriteError::Destination(e.to_string()))?;
+                    .map_err(|e| e.write_error(""))?;
                 let pool = sqlx::postgres::PgPoolOptions::new()
                     .max_connections(POSTGRES_CONNECTIONS)
                     .connect_with(options)

@@ -5,6 +5,11 @@
 //! failure holds the subscription's queue until the retry (exponential
 //! backoff with jitter, for the retry window) so order is kept.
 //!
+//! Fair between workspaces: one workspace's subscriptions hold at most
+//! `SERVICE_WEBHOOK_SLOTS_PER_WORKSPACE` claims at once on all servers,
+//! a claim is given back after a time slice, and claims go first to the
+//! workspaces holding the fewest and the subscriptions served longest ago.
+//!
 //! Each event reaches each subscription at least once, in the order of
 //! its events: the claim is renewed, and must still be live, before each
 //! attempt, so a server that stalled past its lease sends nothing more;
@@ -44,7 +49,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         let mut running = JoinSet::new();
         loop {
             while running.len() < CONCURRENCY {
-                match state.store.claim_webhook(lease_ms(&state.config.limits.webhooks)).await {
+                let limits = &state.config.limits.webhooks;
+                match state.store.claim_webhook(lease_ms(limits), limits.slots_per_workspace).await {
                     Ok(Some(claim)) => {
                         let state = state.clone();
                         running.spawn(async move {
@@ -83,7 +89,13 @@ async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
     let limits = &state.config.limits.webhooks;
     let webhook_id = &claim.webhook_id;
     let mut hold = Hold::Free;
+    let turn = Instant::now();
     loop {
+        // A turn ends after its time slice: the claim goes back, and the
+        // least recently served subscriptions are claimed first.
+        if turn.elapsed() >= limits.time_slice {
+            break;
+        }
         let Some(target) = state.store.webhook_target(webhook_id).await? else { return Ok(()) };
         if !target.enabled {
             break;

@@ -259,6 +259,7 @@ impl TestServer {
             },
             oauth: Default::default(),
             limits: Default::default(),
+            metrics: Default::default(),
         };
         let mut config = config;
         adjust(&mut config);

@@ -173,8 +173,9 @@ enum Signed<'a> {
     Kept(Option<String>),
 }
 
-/// A plugins-directory file as last seen: (modified, length, connector id).
-type SeenFile = (SystemTime, u64, Option<String>);
+/// A plugins-directory file as last seen: (modified, length, and the
+/// connector id and digest of the component it held).
+type SeenFile = (SystemTime, u64, Option<(String, String)>);
 
 /// The set of plugins of this replica.
 pub struct Registry {
@@ -279,8 +280,16 @@ impl Registry {
     }
 
     /// Prepares, describes and validates a component, then registers it;
-    /// a file's component is installed as a version of its connector.
+    /// a file's component is installed as a version of its connector. (An
+    /// operator's load: the caller decides whether it runs.)
     pub async fn load_bytes(&self, bytes: &[u8], source: PluginSource) -> Result<String, LoadError> {
+        self.register(bytes, source, false).await
+    }
+
+    /// [`Registry::load_bytes`]; `dropped_in` when the component is a file
+    /// that appeared in the plugins directory, whose connector, if new, is
+    /// registered disabled before this replica knows it.
+    async fn register(&self, bytes: &[u8], source: PluginSource, dropped_in: bool) -> Result<String, LoadError> {
         let signed = match &source {
             PluginSource::File(path) => Signed::Beside(path),
             PluginSource::Bundled(_) => Signed::Built,
@@ -319,8 +328,15 @@ impl Registry {
                 }
             }
         }
-        if let PluginSource::File(_) = &source {
+        if let PluginSource::File(path) = &source {
             self.install_version(&loaded, verified.as_ref(), &source.to_string(), bytes).await?;
+            // A connector first met as a file is registered disabled before
+            // this replica knows it: no listing or job ever finds it
+            // enabled, not even for a moment.
+            if dropped_in && !self.store.plugin_states().await?.contains_key(&id) {
+                self.store.register_plugin_disabled(&id).await?;
+                tracing::info!(connector = %id, file = %path.display(), %digest, "plugin file registered; an operator enables it with `service plugins load` or POST /v1/admin/plugins/{{id}}/load");
+            }
         }
         let loaded = Arc::new(loaded);
         {
@@ -527,25 +543,42 @@ impl Registry {
                 .map(|(p, _)| p.clone())
                 .collect()
         };
-        let removed: Vec<(PathBuf, Option<String>)> = {
+        let removed: Vec<(PathBuf, Option<(String, String)>)> = {
             let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             seen.iter()
                 .filter(|(p, _)| !present.contains_key(*p))
                 .map(|(p, (_, _, id))| (p.clone(), id.clone()))
                 .collect()
         };
-        for (path, id) in removed {
+        for (path, held) in removed {
             self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(&path);
-            let Some(id) = id else { continue };
+            let Some((id, digest)) = held else { continue };
+            // Only the file of the version that runs switches the plugin
+            // off; another version's file going leaves it running (its
+            // bytes are installed in the database).
+            let pinned = match self.store.plugin_state(&id).await {
+                Ok(state) => state.digest,
+                Err(e) => {
+                    tracing::warn!(connector = %id, error = %e, "could not read the plugin's state; its removed file changes nothing yet");
+                    self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(path, (SystemTime::UNIX_EPOCH, 0, None));
+                    continue;
+                }
+            };
             let dropped = {
                 let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
                 match known.get_mut(&id) {
                     Some(k) if k.source.as_ref() == Some(&PluginSource::File(path.clone())) => {
-                        k.loaded = None;
-                        k.source = None;
-                        true
+                        let running = pinned.as_deref().unwrap_or(k.digest.as_str()) == digest;
+                        if running {
+                            k.loaded = None;
+                            k.source = None;
+                        } else {
+                            k.source = Some(PluginSource::Installed);
+                        }
+                        running
                     }
-                    _ => false,
+                    Some(_) => pinned.as_deref() == Some(digest.as_str()),
+                    None => false,
                 }
             };
             if dropped {
@@ -560,12 +593,12 @@ impl Registry {
         for path in changed {
             let (modified, len) = present[&path];
             let id = match super::read_component(&path) {
-                Ok(bytes) => match self.load_bytes(&bytes, PluginSource::File(path.clone())).await {
+                Ok(bytes) => match self.register(&bytes, PluginSource::File(path.clone()), true).await {
                     Ok(id) => {
                         if let Err(e) = self.settle_file(&id, &path).await {
                             tracing::warn!(connector = %id, error = %e, "could not record the plugin's state");
                         }
-                        Some(id)
+                        Some((id, signature::digest(&bytes)))
                     }
                     Err(e) => {
                         tracing::error!(file = %path.display(), error = %e, "plugin file failed to load");

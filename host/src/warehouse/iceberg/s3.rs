@@ -23,6 +23,12 @@
 //! metadata file is never stored before the files it names. A request
 //! that fails on the way, or that the store answers with a 5xx or 429, is
 //! tried up to [`ATTEMPTS`] times.
+//!
+//! The bucket's owner decides what its objects hold, so no answer is read
+//! past a limit: a metadata file (or any object read whole), a manifest, a
+//! listing page each have their own (`SERVICE_WAREHOUSE_MAX_*_MB`), a
+//! ranged read stops at the range's length, and an announced length over
+//! the limit is refused before a byte of the body is read.
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -38,6 +44,7 @@ use iceberg::{Error, ErrorKind, Result};
 use secrecy::SecretString;
 use url::Url;
 
+use crate::config::warehouse::ObjectReadLimits;
 use crate::egress::sigv4::{self, AccessKey};
 use crate::warehouse::WriteError;
 use crate::warehouse::postgres::{WarehousePolicy, allowed_addresses};
@@ -90,6 +97,36 @@ struct Inner {
     /// `prefix/`, or empty: every key reached starts with it.
     prefix: String,
     key: AccessKey,
+    reads: ObjectReadLimits,
+}
+
+/// The most of one answer that is read, and what that limit is called.
+#[derive(Debug, Clone, Copy)]
+struct ReadLimit {
+    bytes: usize,
+    /// `metadata`, `manifest`, `listing page`, `range`, ...
+    what: &'static str,
+    /// The setting that changes it, if any.
+    setting: Option<&'static str>,
+}
+
+/// Answers worth no more than their status and the store's error code:
+/// a refusal's body, a `PUT`'s, a `DELETE`'s. Read this far and no further.
+const SMALL_ANSWER: usize = 64 * 1024;
+
+impl ReadLimit {
+    const SMALL: ReadLimit = ReadLimit { bytes: SMALL_ANSWER, what: "answer", setting: None };
+
+    fn exceeded(&self, method: &str, path: &str) -> Error {
+        let setting = self.setting.map(|s| format!(" ({s})")).unwrap_or_default();
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "{method} {path}: the object store's answer is larger than the {} limit of {} bytes{setting}; nothing more was read",
+                self.what, self.bytes
+            ),
+        )
+    }
 }
 
 impl std::fmt::Debug for ObjectStore {
@@ -123,9 +160,8 @@ impl ObjectStore {
     ) -> std::result::Result<ObjectStore, WriteError> {
         let host = warehouse.host().trim_start_matches('[').trim_end_matches(']').to_owned();
         let port = warehouse.endpoint.port_or_known_default().unwrap_or(443);
-        let addresses = allowed_addresses(policy, &host, port)
-            .await
-            .map_err(|e| WriteError::Destination(format!("cannot reach the object store: {e}")))?;
+        let addresses =
+            allowed_addresses(policy, &host, port).await.map_err(|e| e.write_error("cannot reach the object store"))?;
         let pinned: Vec<SocketAddr> = addresses.into_iter().map(|ip| SocketAddr::new(ip, port)).collect();
         // The process's TLS provider (ring), as the binary installs it;
         // done here too for a library caller that did not.
@@ -154,6 +190,7 @@ impl ObjectStore {
                 bucket: warehouse.bucket.clone(),
                 prefix,
                 key: AccessKey { access_key_id, secret_access_key, region: warehouse.region.clone(), service: "s3" },
+                reads: policy.reads,
             }),
         })
     }
@@ -185,13 +222,16 @@ impl ObjectStore {
     }
 
     /// Sends one signed request, tried again when the network or the
-    /// store fails; the answer, whatever its status.
+    /// store fails; the answer, whatever its status, read up to `limit`
+    /// (a larger success is an error naming the limit; a refusal's body is
+    /// cut at [`SMALL_ANSWER`]).
     async fn send(
         &self,
         method: reqwest::Method,
         url: &Url,
         extra: &[(&str, &str)],
         body: Bytes,
+        limit: ReadLimit,
     ) -> Result<(reqwest::StatusCode, reqwest::header::HeaderMap, Bytes)> {
         let content_sha256 =
             if body.is_empty() { sigv4::EMPTY_SHA256.to_owned() } else { sigv4::payload_sha256(&body) };
@@ -212,23 +252,38 @@ impl ObjectStore {
                 request = request.body(body.clone());
             }
             let answer = match request.send().await {
-                Ok(response) => {
-                    let status = response.status();
-                    let headers = response.headers().clone();
-                    response.bytes().await.map(|bytes| (status, headers, bytes))
-                }
-                Err(e) => Err(e),
+                Ok(response) => read_answer(response, &method, url, limit).await?,
+                Err(e) => Err(e.to_string()),
             };
             match answer {
                 Ok((status, ..)) if status.is_server_error() || status.as_u16() == 429 => {
                     last = Some(format!("the store answered {status}"));
                 }
                 Ok(answer) => return Ok(answer),
-                Err(e) => last = Some(e.to_string()),
+                Err(e) => last = Some(e),
             }
         }
         Err(Error::new(ErrorKind::Unexpected, format!("{method} {}: {}", url.path(), last.unwrap_or_default()))
             .with_retryable(true))
+    }
+
+    /// The limit of a whole read of `key`: manifests (Avro) have theirs,
+    /// anything else is held to the metadata limit.
+    fn whole_read_limit(&self, key: &str) -> ReadLimit {
+        let reads = &self.inner.reads;
+        if key.ends_with(".avro") {
+            ReadLimit {
+                bytes: reads.manifest_bytes,
+                what: "manifest",
+                setting: Some("SERVICE_WAREHOUSE_MAX_MANIFEST_MB"),
+            }
+        } else {
+            ReadLimit {
+                bytes: reads.metadata_bytes,
+                what: "metadata",
+                setting: Some("SERVICE_WAREHOUSE_MAX_METADATA_MB"),
+            }
+        }
     }
 
     /// An error for an answer that is not a success, with the store's code.
@@ -252,8 +307,9 @@ impl ObjectStore {
         extra: &[(&str, &str)],
         body: Bytes,
         accepted: fn(&reqwest::StatusCode) -> bool,
+        limit: ReadLimit,
     ) -> Result<(reqwest::StatusCode, reqwest::header::HeaderMap, Bytes)> {
-        let (status, headers, answer) = self.send(method.clone(), &self.object_url(key), extra, body).await?;
+        let (status, headers, answer) = self.send(method.clone(), &self.object_url(key), extra, body, limit).await?;
         if !accepted(&status) {
             return Err(Self::refused(method.as_str(), key, status, &answer));
         }
@@ -262,7 +318,7 @@ impl ObjectStore {
 
     async fn head(&self, key: &str) -> Result<Option<u64>> {
         let (status, headers, _) =
-            self.on_object(reqwest::Method::HEAD, key, &[], Bytes::new(), success_or_missing).await?;
+            self.on_object(reqwest::Method::HEAD, key, &[], Bytes::new(), success_or_missing, ReadLimit::SMALL).await?;
         if status == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -280,8 +336,19 @@ impl ObjectStore {
         if range.as_ref().is_some_and(|r| r.is_empty()) {
             return Ok(Bytes::new());
         }
-        let (_, _, body) =
-            self.on_object(reqwest::Method::GET, key, &extra, Bytes::new(), reqwest::StatusCode::is_success).await?;
+        // A range is read to its length and no further; a whole object to
+        // its kind's limit.
+        let limit = match &range {
+            Some(r) => ReadLimit {
+                bytes: usize::try_from(r.end - r.start).unwrap_or(usize::MAX),
+                what: "requested range",
+                setting: None,
+            },
+            None => self.whole_read_limit(key),
+        };
+        let (_, _, body) = self
+            .on_object(reqwest::Method::GET, key, &extra, Bytes::new(), reqwest::StatusCode::is_success, limit)
+            .await?;
         if let Some(r) = range
             && body.len() as u64 != r.end - r.start
         {
@@ -294,11 +361,15 @@ impl ObjectStore {
     }
 
     async fn put(&self, key: &str, body: Bytes) -> Result<()> {
-        self.on_object(reqwest::Method::PUT, key, &[], body, reqwest::StatusCode::is_success).await.map(drop)
+        self.on_object(reqwest::Method::PUT, key, &[], body, reqwest::StatusCode::is_success, ReadLimit::SMALL)
+            .await
+            .map(drop)
     }
 
     async fn delete_key(&self, key: &str) -> Result<()> {
-        self.on_object(reqwest::Method::DELETE, key, &[], Bytes::new(), success_or_missing).await.map(drop)
+        self.on_object(reqwest::Method::DELETE, key, &[], Bytes::new(), success_or_missing, ReadLimit::SMALL)
+            .await
+            .map(drop)
     }
 
     /// Every object under `location` (a folder of this warehouse, or the
@@ -318,7 +389,12 @@ impl ObjectStore {
                 query.push_str(&format!("&continuation-token={}", sigv4::uri_encode(t, false)));
             }
             url.set_query(Some(&query));
-            let (status, _, body) = self.send(reqwest::Method::GET, &url, &[], Bytes::new()).await?;
+            let page_limit = ReadLimit {
+                bytes: self.inner.reads.listing_page_bytes,
+                what: "listing page",
+                setting: Some("SERVICE_WAREHOUSE_MAX_LISTING_MB"),
+            };
+            let (status, _, body) = self.send(reqwest::Method::GET, &url, &[], Bytes::new(), page_limit).await?;
             if !status.is_success() {
                 return Err(Self::refused("LIST", &prefix, status, &body));
             }
@@ -354,6 +430,47 @@ impl ObjectStore {
     pub fn file_io(&self) -> iceberg::io::FileIO {
         iceberg::io::FileIOBuilder::new(Arc::new(S3StorageFactory(self.clone()))).build()
     }
+}
+
+/// Reads an answer within `limit`. The outer error is final (a success
+/// larger than the limit: reading it again would not make it smaller); the
+/// inner one is the network failing on the way, worth another attempt.
+async fn read_answer(
+    mut response: reqwest::Response,
+    method: &reqwest::Method,
+    url: &Url,
+    limit: ReadLimit,
+) -> Result<std::result::Result<(reqwest::StatusCode, reqwest::header::HeaderMap, Bytes), String>> {
+    let status = response.status();
+    let headers = response.headers().clone();
+    if *method == reqwest::Method::HEAD {
+        return Ok(Ok((status, headers, Bytes::new())));
+    }
+    // A refusal's body is only read for its code: cut, never an error.
+    let cut = !status.is_success();
+    let cap = if cut { SMALL_ANSWER } else { limit.bytes };
+    let announced = response.content_length().unwrap_or(0);
+    if !cut && announced > cap as u64 {
+        return Err(limit.exceeded(method.as_str(), url.path()));
+    }
+    let mut body = BytesMut::with_capacity((announced as usize).min(cap));
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > cap {
+                    if cut {
+                        body.extend_from_slice(&chunk[..cap - body.len()]);
+                        break;
+                    }
+                    return Err(limit.exceeded(method.as_str(), url.path()));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => return Ok(Err(e.to_string())),
+        }
+    }
+    Ok(Ok((status, headers, body.freeze())))
 }
 
 /// A success, or "no such object" (which a `HEAD` reports and a `DELETE`
@@ -622,7 +739,12 @@ mod tests {
         // network holds.
         warehouse.endpoint = Url::parse("https://localhost").unwrap();
         let refused = ObjectStore::connect(&warehouse, key(), &policy, &[]).await.unwrap_err();
-        assert!(refused.to_string().contains("which the operator does not allow"), "{refused}");
+        let said = refused.to_string();
+        assert!(said.contains("resolves to a loopback address, which the operator does not allow"), "{said}");
+        assert!(
+            !said.contains("127.0.0.1") && !said.contains("::1"),
+            "the address is the log's, not the member's: {said}"
+        );
     }
 
     #[test]
@@ -637,6 +759,92 @@ mod tests {
         assert_eq!(xml_text(page.as_bytes(), "IsTruncated").as_deref(), Some("true"));
         assert_eq!(xml_text(page.as_bytes(), "Missing"), None);
         assert_eq!(unescape("&bogus; &amp"), "&bogus; &amp");
+    }
+
+    /// A bucket's owner cannot make the server read any amount: a metadata
+    /// file, a manifest or a listing page over its limit is refused by its
+    /// announced length before its body, or cut off at the limit when it
+    /// announces none, and the error names the limit and its setting.
+    #[tokio::test]
+    async fn no_answer_is_read_past_its_limit() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        const HUGE: usize = 512 * 1024 * 1024;
+        const CHUNK: usize = 64 * 1024;
+        let served = Arc::new(AtomicUsize::new(0));
+        let counter = served.clone();
+        let router = axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let counter = counter.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                let query = request.uri().query().unwrap_or_default().to_owned();
+                // 512 MiB made as it is sent, counted as it goes.
+                let huge = || {
+                    let counter = counter.clone();
+                    axum::body::Body::from_stream(futures_util::stream::unfold(0usize, move |sent| {
+                        let counter = counter.clone();
+                        async move {
+                            (sent < HUGE).then(|| {
+                                counter.fetch_add(CHUNK, std::sync::atomic::Ordering::SeqCst);
+                                (Ok::<_, std::convert::Infallible>(Bytes::from(vec![b'x'; CHUNK])), sent + CHUNK)
+                            })
+                        }
+                    }))
+                };
+                use axum::response::IntoResponse;
+                if query.starts_with("list-type=2") {
+                    let mut page = String::from("<ListBucketResult>");
+                    while page.len() < 2 * 1024 * 1024 {
+                        page.push_str("<Contents><Key>t/a</Key><Size>1</Size></Contents>");
+                    }
+                    return page.into_response();
+                }
+                match path.as_str() {
+                    "/lake/t/announced.metadata.json" => {
+                        ([(axum::http::header::CONTENT_LENGTH, HUGE.to_string())], huge()).into_response()
+                    }
+                    _ => huge().into_response(),
+                }
+            }
+        });
+        let ca = testkit::provider::TestCa::new();
+        let provider = testkit::provider::FakeProvider::start(&ca, &["127.0.0.1"], router).await;
+        let warehouse = S3Warehouse {
+            bucket: "lake".into(),
+            prefix: "t".into(),
+            endpoint: Url::parse(&format!("https://127.0.0.1:{}", provider.addr.port())).unwrap(),
+            region: "us-east-1".into(),
+            credential_handle: "cred".into(),
+        };
+        let mib = 1024 * 1024;
+        let policy = WarehousePolicy::from_settings("127.0.0.1").unwrap().with_reads(ObjectReadLimits {
+            metadata_bytes: 4 * mib,
+            manifest_bytes: 2 * mib,
+            listing_page_bytes: mib,
+        });
+        let roots = reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap();
+        let store = ObjectStore::connect(&warehouse, key(), &policy, &roots).await.unwrap();
+
+        let refused = store.read("s3://lake/t/announced.metadata.json").await.unwrap_err().to_string();
+        assert!(refused.contains("metadata limit of 4194304 bytes (SERVICE_WAREHOUSE_MAX_METADATA_MB)"), "{refused}");
+        for (path, limit) in [
+            ("s3://lake/t/unannounced.metadata.json", "metadata limit of 4194304 bytes"),
+            ("s3://lake/t/snap-1.avro", "manifest limit of 2097152 bytes (SERVICE_WAREHOUSE_MAX_MANIFEST_MB)"),
+        ] {
+            let refused = store.read(path).await.unwrap_err().to_string();
+            assert!(refused.contains(limit), "{path}: {refused}");
+        }
+        let refused = store.list(None).await.unwrap_err().to_string();
+        assert!(
+            refused.contains("listing page limit of 1048576 bytes (SERVICE_WAREHOUSE_MAX_LISTING_MB)"),
+            "{refused}"
+        );
+        // A range is read to its length, however much the store sends.
+        let reader = store.reader("s3://lake/t/data/a.parquet").await.unwrap();
+        assert!(reader.read(0..1024).await.unwrap_err().to_string().contains("requested range limit of 1024 bytes"));
+        // Of the 2 GiB the store would have sent, what left it before the
+        // reads stopped: each limit, and what the connection buffers.
+        let sent = served.load(Ordering::SeqCst);
+        assert!(sent < 64 * mib, "{} MiB were sent", sent / mib);
     }
 
     /// Nothing that refers to a data file reaches the store before it: a
