@@ -1417,3 +1417,97 @@ async fn the_control_database_still_takes_the_servers_postgres_settings() {
     drop(server);
     assert!(ready.status().is_success(), "the control database was reached through PGHOST/PGPORT/PGUSER");
 }
+
+/// Exactly once for the bundled REST source in an append: its pages
+/// checkpoint the state the read started from (they need not come in
+/// cursor order), so nothing they hold may be committed before the read's
+/// end. A server killed (`kill -9`) in the middle of a first read, and of
+/// a read resumed from a saved state, finishes the job on restart with
+/// every record in the table once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let token = format!("rest-crash-{}", uuid::Uuid::new_v4().simple());
+    let api = Arc::new(testkit::restapi::RestApi::new(3000).with_token(token.clone()));
+    let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
+    let mut server = ServerProcess::start(procs.env.clone()).await;
+    let post = |base: &str, path: &str, body: Value| procs.api(base, Method::POST, path).json(&body);
+    let cred = json_ok(
+        post(
+            &server.base,
+            "/v1/credentials",
+            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let manifest = json!({ "streams": [{ "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+        "params": { "per_page": 100 }, "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
+        "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
+    let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
+    let source = json_ok(
+        post(&server.base, "/v1/sources", json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let destination = json_ok(
+        post(&server.base, "/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let pipeline = json_ok(
+        post(
+            &server.base,
+            "/v1/pipelines",
+            json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
+                "streams": [{ "name": "items", "sync_mode": "incremental_append" }] }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let me = json_ok(procs.api(&server.base, Method::GET, "/v1/me").send().await.unwrap()).await;
+    let ws = me["data"]["default_workspace_id"].as_str().unwrap().to_owned();
+    let table = format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("w.db").display());
+    // Pages of 100, 30 ms each: a read of 3,000 records takes a second.
+    api.page_delay_ms.store(30, Ordering::SeqCst);
+    for (round, total) in [("first read", 3000), ("resumed read", 6000)] {
+        let before = api.requests();
+        let job = json_ok(post(&server.base, &format!("/v1/pipelines/{pipeline}/sync"), json!({})).send().await.unwrap()).await;
+        let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+        // Killed once ten pages were read (and, before the fix, written).
+        for _ in 0..300 {
+            if api.requests() >= before + 10 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        server.kill();
+        server = ServerProcess::start(procs.env.clone()).await;
+        let last = procs.wait(&server.base, &job_id).await;
+        assert_eq!(last["status"], "succeeded", "{round}: {last}");
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&table).await.unwrap();
+        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"id\") AS ids FROM \"items\"")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        let (n, ids): (i64, i64) = (row.try_get("n").unwrap(), row.try_get("ids").unwrap());
+        assert_eq!((n, ids), (total, total), "{round}: {n} rows for {ids} ids");
+        // 3,000 new records for the next read to resume.
+        api.add(3000);
+    }
+    server.kill();
+}

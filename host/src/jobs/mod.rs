@@ -13,12 +13,15 @@
 //! - [`meters`]: per-pipeline, per-stream counters for `/metrics`, with
 //!   bounded label sets;
 //! - [`queue`]: a stream's byte-bounded write queue and its grouping;
+//! - [`held`]: an append's records that no saved state covers yet, held
+//!   until one does;
 //! - [`activation`]: one reverse-ETL activation run: the diff, the sends,
 //!   the removals of mirror mode;
 //! - [`spool`]: where a run keeps the rows it will send, within the
 //!   workspace's share of the spool.
 
 pub mod activation;
+mod held;
 pub mod meters;
 pub mod queue;
 pub mod runner;

@@ -129,6 +129,16 @@ impl Drop for WorkQueue {
 /// costs the destination a flush to disk, so when the writer falls behind
 /// the batches that queued up meanwhile share one.
 pub fn gather(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) {
+    gather_while(first, rx, false)
+}
+
+/// [`gather`], stopping at the first checkpoint: the records returned are
+/// exactly those it covers (of what is queued), none emitted after it.
+pub fn gather_to_checkpoint(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) {
+    gather_while(first, rx, true)
+}
+
+fn gather_while(first: Work, rx: &mut WorkQueue, stop_at_checkpoint: bool) -> (Vec<String>, Option<String>) {
     let (mut records, mut checkpoint) = (Vec::new(), None);
     let mut bytes = 0;
     let mut next = Some(first);
@@ -142,7 +152,12 @@ pub fn gather(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) 
                     records.extend(more);
                 }
             }
-            Work::Checkpoint(state) => checkpoint = Some(state),
+            Work::Checkpoint(state) => {
+                checkpoint = Some(state);
+                if stop_at_checkpoint {
+                    break;
+                }
+            }
         }
         if bytes < GROUP_BYTES {
             next = rx.try_recv();

@@ -129,7 +129,7 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
         if job.kind.is_activation_run() {
             super::activation::execute(state, spool, &job, &cancel).await
         } else {
-            super::sync::execute(state, &job, owner, &cancel).await
+            super::sync::execute(state, spool, &job, owner, &cancel).await
         }
     })
     .await;

@@ -2,7 +2,10 @@
 //! source plugin into the destination, batch by batch, through a write
 //! queue, and its state is saved after the records it covers are written,
 //! so a restart resumes from the last checkpoint (and, in deduplicated
-//! mode, rewrites the same rows instead of adding duplicates).
+//! mode, rewrites the same rows instead of adding duplicates). An append
+//! writes a record only with a state that covers it ([`super::held`]): a
+//! checkpoint that does not advance the state commits nothing new, and a
+//! read that fails leaves what it held to the retry.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,8 +14,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use super::held::Held;
 use super::meters::StreamMeter;
-use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, queue};
+use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, gather_to_checkpoint, queue};
+use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
@@ -96,6 +101,9 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 struct WriteQueue {
     tx: WorkSender,
     task: tokio::task::JoinHandle<Result<(), WriteError>>,
+    /// Set when the read ended well, before the queue closes: what an
+    /// append holds is written then, and dropped otherwise.
+    read_ended_well: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct StreamWrite {
@@ -108,16 +116,27 @@ struct StreamWrite {
     writer: Arc<Writer>,
     progress: Arc<Mutex<Progress>>,
     meter: StreamMeter,
+    /// The state the read starts from (saved by an earlier sync or
+    /// attempt).
+    resumed_from: Option<String>,
+    /// Where an append's uncovered records wait beyond memory.
+    spool: Arc<SpoolBudget>,
+    workspace_id: String,
 }
 
 impl StreamWrite {
     fn start(self) -> WriteQueue {
         let (tx, mut rx) = queue(QUEUE_BYTES);
+        let read_ended_well = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended_well = read_ended_well.clone();
         let task = tokio::spawn(async move {
             let mut loader =
                 Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
             let mut saved = tokio::time::Instant::now();
             let result = async {
+                if self.mode == StreamSyncMode::IncrementalAppend {
+                    return self.append(&mut loader, &mut rx, &mut saved, &ended_well).await;
+                }
                 while let Some(first) = rx.recv().await {
                     let (records, checkpoint) = gather(first, &mut rx);
                     if !records.is_empty() {
@@ -139,7 +158,61 @@ impl StreamWrite {
             }
             result
         });
-        WriteQueue { tx, task }
+        WriteQueue { tx, task, read_ended_well }
+    }
+
+    /// An append's writes: records are held until a checkpoint that
+    /// advances the state covers them (then written, and the state saved
+    /// after them), or the read ends well (then written, with the last
+    /// state).
+    async fn append(
+        &self,
+        loader: &mut Loader,
+        rx: &mut super::queue::WorkQueue,
+        saved: &mut tokio::time::Instant,
+        ended_well: &std::sync::atomic::AtomicBool,
+    ) -> Result<(), WriteError> {
+        let spool_failed = |e: super::spool::SpoolError| WriteError::Destination(format!("holding records: {e}"));
+        let mut held = Held::new(self.spool.clone(), &self.workspace_id);
+        let mut committed = self.resumed_from.clone();
+        while let Some(first) = rx.recv().await {
+            let (records, checkpoint) = gather_to_checkpoint(first, rx);
+            if !records.is_empty() {
+                held.push(records).await.map_err(spool_failed)?;
+            }
+            match checkpoint {
+                Some(state) if !same_state(committed.as_deref(), &state) => {
+                    self.write_held(loader, &mut held, saved).await?;
+                    let written = loader.checkpoint(state.clone()).await?;
+                    self.record(written, saved, false).await?;
+                    committed = Some(state);
+                }
+                // It covers nothing the saved state does not: the records
+                // since wait for one that does.
+                _ => {}
+            }
+        }
+        if ended_well.load(std::sync::atomic::Ordering::SeqCst) {
+            self.write_held(loader, &mut held, saved).await?;
+        }
+        let written = loader.drain().await?;
+        self.record(written, saved, true).await
+    }
+
+    /// Writes every held record, in order.
+    async fn write_held(
+        &self,
+        loader: &mut Loader,
+        held: &mut Held,
+        saved: &mut tokio::time::Instant,
+    ) -> Result<(), WriteError> {
+        let spool_failed = |e: super::spool::SpoolError| WriteError::Destination(format!("holding records: {e}"));
+        let mut taken = held.take().await.map_err(spool_failed)?;
+        while let Some(batch) = taken.next_batch().await.map_err(spool_failed)? {
+            let written = loader.write(batch).await?;
+            self.record(written, saved, false).await?;
+        }
+        Ok(())
     }
 
     /// Counts written records and saves the checkpoint they make due;
@@ -188,9 +261,11 @@ impl StreamWrite {
 }
 
 impl WriteQueue {
-    /// Waits until everything queued is written; the first write failure,
-    /// if there was one.
-    async fn finish(self) -> Result<(), WriteError> {
+    /// Waits until everything queued is written (what an append holds
+    /// only when the read `ended_well`); the first write failure, if there
+    /// was one.
+    async fn finish(self, ended_well: bool) -> Result<(), WriteError> {
+        self.read_ended_well.store(ended_well, std::sync::atomic::Ordering::SeqCst);
         drop(self.tx);
         self.task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))
     }
@@ -248,6 +323,7 @@ impl RecordSink for JobSink {
 
 pub(super) async fn execute(
     state: &AppState,
+    spool: &Arc<SpoolBudget>,
     job: &Job,
     owner: &str,
     cancel: &CancellationToken,
@@ -334,6 +410,9 @@ pub(super) async fn execute(
             writer: writer.clone(),
             progress: progress.clone(),
             meter: StreamMeter::new(&state.metric_labels, ws, &pipeline.pipeline_id, &sel.name),
+            resumed_from: stream_state.clone(),
+            spool: spool.clone(),
+            workspace_id: ws.clone(),
         }
         .start();
         let sink = JobSink {
@@ -351,10 +430,11 @@ pub(super) async fn execute(
             state: stream_state,
         };
         let read = connector.read(&req, Box::new(sink)).await;
-        // What the plugin emitted before it stopped is written either way,
-        // so a retry resumes from the last checkpoint. A write failure is
-        // the real cause when the plugin stopped because of it.
-        match (queue.finish().await, read) {
+        // What the plugin emitted before it stopped is written either way
+        // (but what an append holds uncovered), so a retry resumes from
+        // the last checkpoint. A write failure is the real cause when the
+        // plugin stopped because of it.
+        match (queue.finish(read.is_ok()).await, read) {
             (Err(e), _) => return Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
             (Ok(()), Err(e)) => return Err(connector_failure(&e)),
             (Ok(()), Ok(())) => writer.end_stream(&sel.name).await.map_err(write_failure)?,
@@ -366,6 +446,16 @@ pub(super) async fn execute(
         w.close().await;
     }
     Ok(())
+}
+
+/// Whether a checkpoint says what the saved state says (as JSON values,
+/// whatever their spacing): one that does not advance the state.
+fn same_state(saved: Option<&str>, checkpoint: &str) -> bool {
+    let Some(saved) = saved else { return false };
+    match (serde_json::from_str::<Value>(saved), serde_json::from_str::<Value>(checkpoint)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => saved == checkpoint,
+    }
 }
 
 /// A destination's failure as the job's: a destination that failed may

@@ -49,6 +49,8 @@ pub struct RestApi {
     /// every record (`requested_by`) and a header, and compresses its
     /// answer with this coding whatever the request accepted.
     pub echo_compressed: Mutex<Option<&'static str>>,
+    /// Milliseconds `/pages/items` waits before answering.
+    pub page_delay_ms: std::sync::atomic::AtomicU64,
     /// How many times records were added.
     generation: AtomicUsize,
 }
@@ -74,6 +76,7 @@ impl RestApi {
             requests: AtomicUsize::new(0),
             padding,
             echo_compressed: Mutex::new(None),
+            page_delay_ms: Default::default(),
             generation: AtomicUsize::new(0),
         }
     }
@@ -205,6 +208,10 @@ async fn pages(State(api): State<Arc<RestApi>>, h: HeaderMap, Query(q): Q) -> Re
     let page = number(&q, "page", 1).max(1);
     if let Some(refused) = api.gate(&h, Some(page)) {
         return refused;
+    }
+    let delay = api.page_delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     }
     let per_page = number(&q, "per_page", 10).clamp(1, 1000);
     let items = api.selected(&q, None);
