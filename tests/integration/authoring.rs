@@ -170,6 +170,8 @@ async fn a_new_plugin_builds_records_and_replays_offline_and_a_broken_one_fails(
         "{report}"
     );
     assert!(report.contains("the closest recorded request is exchange 2 GET https://jsonplaceholder.typicode.com/posts?_sort=id&_order=asc&_limit=50&id_gte=1&_page=1"), "{report}");
+    // Named once: a miss is a refusal the plugin does not retry.
+    assert_eq!(report.matches("no recorded answer for").count(), 1, "{report}");
     assert!(report.contains("streams/posts.jsonl differs"), "{report}");
     edit(&lib, "Pagination::page_number(\"page\")", "Pagination::page_number(\"_page\")");
 
@@ -415,6 +417,31 @@ async fn a_recordings_secret_goes_only_to_the_hosts_it_is_bound_to() {
             assert!(exchanges.contains("not bound to host echo.provider.test"), "{exchanges}");
         }
     }
+}
+
+/// A recording in which the provider refused every call is no green
+/// test: `record` exits 1 naming the failures, unless the author keeps it
+/// on purpose (`--accept-failures`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_of_failure_exits_non_zero_unless_accepted() {
+    let provider =
+        placeholder(Placeholder { token: Some("the-real-token".into()), ..Placeholder::with_posts(5) }).await;
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.json");
+    std::fs::write(
+        &config,
+        json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": "cred_x" }).to_string(),
+    )
+    .unwrap();
+    let mut env = provider.env.clone();
+    env.push(("SERVICE_RECORD_SECRET".into(), "a-wrong-token".into()));
+    let refused = run(record(example_plugin(), &config, &work.path().join("refused"), &env)).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(one_error_line(&refused).contains("--accept-failures"), "{}", text(&refused));
+    let mut kept = record(example_plugin(), &config, &work.path().join("kept"), &env);
+    kept.arg("--accept-failures");
+    let kept = run(kept).await;
+    assert!(kept.status.success(), "{}", text(&kept));
 }
 
 #[tokio::test(flavor = "multi_thread")]

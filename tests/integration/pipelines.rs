@@ -1451,17 +1451,25 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
         "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
     let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
     let source = json_ok(
-        post(&server.base, "/v1/sources", json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            &server.base,
+            "/v1/sources",
+            json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
+        )
+        .send()
+        .await
+        .unwrap(),
     )
     .await;
     let destination = json_ok(
-        post(&server.base, "/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            &server.base,
+            "/v1/destinations",
+            json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }),
+        )
+        .send()
+        .await
+        .unwrap(),
     )
     .await;
     let pipeline = json_ok(
@@ -1484,7 +1492,9 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
     api.page_delay_ms.store(30, Ordering::SeqCst);
     for (round, total) in [("first read", 3000), ("resumed read", 6000)] {
         let before = api.requests();
-        let job = json_ok(post(&server.base, &format!("/v1/pipelines/{pipeline}/sync"), json!({})).send().await.unwrap()).await;
+        let job =
+            json_ok(post(&server.base, &format!("/v1/pipelines/{pipeline}/sync"), json!({})).send().await.unwrap())
+                .await;
         let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
         // Killed once ten pages were read (and, before the fix, written).
         for _ in 0..300 {

@@ -313,10 +313,50 @@ async fn event_streams_are_bounded_and_end_when_access_does(backend: Backend) {
     fx.srv.stop().await;
 }
 
+/// Every attempt is an event, however short: a sync whose three attempts
+/// each fail at once (its destination hangs up on every connection)
+/// streams each attempt's start and end, in order, then the job's end.
+async fn every_attempt_is_an_event_however_short(backend: Backend) {
+    let fx = setup_beside(backend, 10, &TestCa::new(), "", |_| {}).await;
+    let hang_up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = hang_up.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = hang_up.accept().await {
+            drop(socket);
+        }
+    });
+    let dest = fx.destination("postgres", json!({ "url": format!("postgres://loader@127.0.0.1:{port}/w") })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    let srv = &fx.srv;
+    let job = json_ok(srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let seen = events(srv, &srv.admin_token, job["data"]["job_id"].as_str().unwrap()).await;
+    let attempts: Vec<(&str, i64, &str)> = seen
+        .iter()
+        .filter(|(n, _)| n.starts_with("attempt_"))
+        .map(|(n, d)| (n.as_str(), d["attempt"].as_i64().unwrap(), d["outcome"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("attempt_started", 1, ""),
+            ("attempt_ended", 1, "retrying"),
+            ("attempt_started", 2, ""),
+            ("attempt_ended", 2, "retrying"),
+            ("attempt_started", 3, ""),
+            ("attempt_ended", 3, "failed"),
+        ],
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().unwrap().0, "finished");
+    assert_eq!(seen.last().unwrap().1["status"], "failed");
+    fx.srv.stop().await;
+}
+
 on_both_backends!(
     a_sync_streams_its_progress_while_it_runs,
     the_watch_pages_show_a_workspace_only_to_its_members,
-    event_streams_are_bounded_and_end_when_access_does
+    event_streams_are_bounded_and_end_when_access_does,
+    every_attempt_is_an_event_however_short
 );
 
 /// A plugin's meters count from a fresh server's first sync and again

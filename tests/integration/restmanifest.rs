@@ -234,7 +234,7 @@ async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
 
     // The base URL: https, to a host the operator allows.
     for (base_url, why) in [
-        ("http://api.acme-data.com", "^https://"),
+        ("http://api.acme-data.com", "must be an https:// URL"),
         ("https://api.other-data.com", "not a host the operator allows"),
         ("https://10.1.2.3", "not an IP address"),
     ] {
@@ -244,6 +244,16 @@ async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
         assert_eq!(status, 400, "{base_url}: {body}");
         assert_eq!(pointer(&body), "/base_url", "{base_url}: {body}");
         assert!(body.to_string().contains(why), "{base_url}: {body}");
+        assert!(!body.to_string().contains("^https"), "a sentence, not the pattern: {body}");
+    }
+    // Every header that carries a credential is refused alike.
+    for header in ["Authorization", "Cookie", "proxy-authorization"] {
+        let (status, body) = json(
+            fx.create_source(json!({ "headers": { header: "x=1" }, "streams": [{ "name": "a", "path": "/a" }] })).await,
+        )
+        .await;
+        assert_eq!((status.as_u16(), body["code"].as_str()), (400, Some("SECRET_NOT_ACCEPTED")), "{header}: {body}");
+        assert_eq!(body["details"]["field"], format!("configuration.manifest.headers.{header}"), "{body}");
     }
 
     // A credential stored for no connector in particular (or another) is
@@ -294,7 +304,19 @@ async fn hostile_manifests_fail_clearly_and_send_nothing_elsewhere(backend: Back
     let elsewhere = format!("https://{ELSEWHERE}/pages/items");
     fails(&fx, "other_host", next("other_host", &elsewhere), "outside https://api.acme-data.com; not followed").await;
     fails(&fx, "ip_literal", next("ip_literal", "https://127.0.0.1/pages/items"), "is at https://127.0.0.1").await;
-    fails(&fx, "plain_http", next("plain_http", "http://api.acme-data.com/pages/items"), "no https URL").await;
+    // The default port written out is the same origin: followed.
+    let source =
+        fx.source(json!({ "streams": [next("default_port", &format!("https://{HOST}:443/pages/items"))] })).await;
+    let pipeline = fx.pipeline(&source, "default_port.db", &[("default_port", "full_refresh_overwrite")]).await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    fails(
+        &fx,
+        "plain_http",
+        next("plain_http", "http://api.acme-data.com/pages/items"),
+        "the next page is at http://api.acme-data.com/pages/items, which is no https URL",
+    )
+    .await;
     fails(&fx, "scheme_relative", next("scheme_relative", &format!("//{ELSEWHERE}/x")), "not followed").await;
     fails(
         &fx,

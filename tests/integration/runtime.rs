@@ -617,11 +617,19 @@ async fn an_enabled_plugin_is_pinned_to_the_component_the_operator_enabled(backe
     json_ok(srv.post("/v1/admin/plugins/test_noop/use", back).send().await.unwrap()).await;
     assert_eq!(srv.state.plugins.available("test_noop").await.unwrap().digest, first["digest"].as_str().unwrap());
 
-    // With its file gone, re-enabling runs the pinned version from the
-    // database; whatever file appears later does not change that.
+    // The file holds the rebuilt component, which does not run: its going
+    // leaves the enabled version running (from the database's bytes).
     std::fs::remove_file(&file).unwrap();
     srv.state.plugins.scan_dir().await;
-    assert!(srv.state.plugins.available("test_noop").await.is_err(), "removing the file unloads the plugin");
+    assert_eq!(
+        srv.state.plugins.available("test_noop").await.unwrap().digest,
+        first["digest"].as_str().unwrap(),
+        "removing another version's file changes nothing"
+    );
+    // Disabled and enabled again, with no file: the pinned version runs
+    // from the database.
+    json_ok(srv.post("/v1/admin/plugins/test_noop/unload", json!({})).send().await.unwrap()).await;
+    assert!(srv.state.plugins.available("test_noop").await.is_err());
     json_ok(srv.post("/v1/admin/plugins/test_noop/load", json!({})).send().await.unwrap()).await;
     assert_eq!(srv.state.plugins.available("test_noop").await.unwrap().digest, first["digest"].as_str().unwrap());
 

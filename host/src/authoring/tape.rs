@@ -239,7 +239,9 @@ impl Replay for Player {
         };
         let message = miss.to_string();
         self.misses.lock().unwrap_or_else(|p| p.into_inner()).push(miss);
-        Err(EgressError::ConnectionFailed(message))
+        // A refusal, not a connection failure: nothing retries it, so a
+        // replay miss fails the test at once, named once.
+        Err(EgressError::Denied(message))
     }
 }
 

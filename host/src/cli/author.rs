@@ -60,6 +60,10 @@ pub struct RecordArgs {
     /// declares).
     #[arg(long, env = "SERVICE_RECORD_SECRET_HOSTS")]
     pub secret_hosts: Option<String>,
+    /// Keep a recording in which a call failed (a provider that was
+    /// down, say) and exit 0; without it such a recording exits 1.
+    #[arg(long)]
+    pub accept_failures: bool,
 }
 
 /// Arguments of `service plugins test`.
@@ -155,6 +159,15 @@ pub async fn record(args: RecordArgs, bundled: &[(&'static str, &'static [u8])])
         println!(
             "  `service plugins test` fails on these until the declared schema agrees or the cassette accepts them (--accept-schema)"
         );
+    }
+    // A recording of failure is no green test: it says so unless the
+    // author keeps it on purpose.
+    let failed_streams = summary.streams.values().filter(|(_, _, end)| end.as_str().is_none()).count();
+    if (failed_streams > 0 || !summary.failed_calls.is_empty()) && !args.accept_failures {
+        return Err(CliFailure::Other(format!(
+            "the recording holds {} failed call(s) and {failed_streams} failed stream(s), listed above; fix the provider or the config and record again, or pass --accept-failures to keep it",
+            summary.failed_calls.len()
+        )));
     }
     Ok(())
 }

@@ -109,14 +109,18 @@ fn base_host(raw: &str) -> ApiResult<String> {
     }
 }
 
-/// No header that carries credentials: the host attaches those.
+/// No header that carries credentials (the host attaches those: refused
+/// as any secret in a body is, whatever its value looks like), and no
+/// `Host`.
 fn check_headers(headers: &Value) -> ApiResult<()> {
     for name in headers.as_object().into_iter().flatten().map(|(name, _)| name) {
-        if ["authorization", "proxy-authorization", "cookie", "host"].contains(&name.to_ascii_lowercase().as_str()) {
-            return Err(invalid(
-                &format!("/manifest/headers/{}", name.replace('~', "~0").replace('/', "~1")),
-                "credentials are attached by the host: name a credential_handle instead",
-            ));
+        let at = format!("/manifest/headers/{}", name.replace('~', "~0").replace('/', "~1"));
+        let lower = name.to_ascii_lowercase();
+        if ["authorization", "proxy-authorization", "cookie"].contains(&lower.as_str()) {
+            return Err(ApiError::secret_refused(&format!("configuration.manifest.headers.{name}")));
+        }
+        if lower == "host" {
+            return Err(invalid(&at, "the host sets Host from the base URL"));
         }
     }
     Ok(())

@@ -495,7 +495,11 @@ impl Egress {
             return Err(EgressError::Denied(format!("host {host} ends with a dot; use the name without it")));
         }
         if !caller.declared_hosts.iter().any(|p| p.matches(&host)) {
-            return Err(EgressError::Denied(format!("host {host} is not among the hosts the connector declared")));
+            return Err(EgressError::Denied(match caller.reach {
+                Reach::Providers => format!("host {host} is not among the hosts the connector declared"),
+                // A receiver has no connector: its one host is the rule.
+                Reach::Webhooks => format!("host {host} is not the receiver's host; only its own host is reached"),
+            }));
         }
         let allowed = match caller.reach {
             Reach::Providers => &self.policy.allowed_hosts,

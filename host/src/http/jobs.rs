@@ -26,8 +26,9 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(job_events))
 }
 
-/// A job's life as Server-Sent Events: `attempt_started` when an attempt
-/// starts, `progress` (per-stream counters) when they change, at most
+/// A job's life as Server-Sent Events: `attempt_started` and
+/// `attempt_ended` (with its outcome and error) for every attempt, however
+/// short, `progress` (per-stream counters) when they change, at most
 /// four times a second, and `finished` with the job's record when it
 /// ends, after which the stream closes. A job that already ended answers
 /// its `progress` and `finished` at once. A stream closes after an hour
@@ -36,7 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// `RATE_LIMITED` beyond).
 #[utoipa::path(get, path = "/jobs/{job_id}/events", tag = "jobs", params(("job_id" = String, Path)),
     responses((status = 200, content_type = "text/event-stream", body = String,
-        description = "events `attempt_started`, `progress` and `finished`, each with a JSON object as its data"),
+        description = "events `attempt_started`, `attempt_ended`, `progress` and `finished`, each with a JSON object as its data"),
         (status = 404, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody)))]
 async fn job_events(
     State(state): State<AppState>,

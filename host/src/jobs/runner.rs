@@ -123,6 +123,10 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
             }
         })
     };
+    tracing::info!(
+        job = %job.job_id, kind = %job.kind, pipeline = job.pipeline_id.as_deref().unwrap_or("-"),
+        activation = job.activation_id.as_deref().unwrap_or("-"), attempt = job.attempts, "job started"
+    );
     // Every plugin invocation of this attempt is charged to the job.
     let meter = Arc::new(std::sync::Mutex::new(Usage::default()));
     let outcome = metered(meter.clone(), async {
@@ -138,8 +142,16 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
     if let Err(e) = state.store.add_job_usage(&job.job_id, &spent).await {
         tracing::warn!(job = %job.job_id, error = %e, "could not record what the job's plugin cost");
     }
+    let ended = |outcome: &str, reason: &str| {
+        tracing::info!(
+            job = %job.job_id, pipeline = job.pipeline_id.as_deref().unwrap_or("-"),
+            activation = job.activation_id.as_deref().unwrap_or("-"), attempt = job.attempts, outcome, reason,
+            "job attempt ended"
+        );
+    };
     match outcome {
         Ok(()) => {
+            ended("succeeded", "");
             let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Succeeded, None).await;
         }
         Err(_)
@@ -147,13 +159,16 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
                 || state.store.job_status(&job.job_id).await.ok().flatten() == Some(JobStatus::Cancelled) =>
         {
             // Cancelled, or the lease went to another runner: this attempt ends here.
+            ended("cancelled", "");
             let _ = state.store.end_attempt(&job.job_id, owner, "cancelled", None).await;
         }
         Err(Failure::Transient(msg)) if job.attempts < MAX_ATTEMPTS => {
+            ended("will retry", &msg);
             let backoff = 2_000 * (1i64 << job.attempts.clamp(0, 6));
             let _ = state.store.retry_job(&job.job_id, owner, now_ms() + backoff, &msg).await;
         }
         Err(Failure::Transient(msg) | Failure::Permanent(msg)) => {
+            ended("failed", &msg);
             let _ = state.store.finish_job(&job.job_id, owner, JobStatus::Failed, Some(&msg)).await;
         }
     }

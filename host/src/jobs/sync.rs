@@ -185,6 +185,10 @@ impl StreamWrite {
                     self.write_held(loader, &mut held, saved).await?;
                     let written = loader.checkpoint(state.clone()).await?;
                     self.record(written, saved, false).await?;
+                    // Written and saved before more is held: what shows as
+                    // written is what the state covers.
+                    let settled = loader.settle().await?;
+                    self.record(settled, saved, false).await?;
                     committed = Some(state);
                 }
                 // It covers nothing the saved state does not: the records
@@ -330,28 +334,28 @@ pub(super) async fn execute(
 ) -> Result<(), Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
+    // The control database failing for a moment is no reason to fail the
+    // job for good (nor to say what it was reading was deleted).
+    let unreadable = |e: crate::store::StoreError| Failure::Transient(format!("the control database: {}", short(e)));
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
     let pipeline = state
         .store
         .pipeline(ws, pipeline_id)
         .await
-        .ok()
-        .flatten()
+        .map_err(unreadable)?
         .ok_or_else(|| permanent("the pipeline no longer exists"))?;
     let source = state
         .store
         .source(ws, &pipeline.source_id)
         .await
-        .ok()
-        .flatten()
+        .map_err(unreadable)?
         .ok_or_else(|| permanent("the source no longer exists"))?;
     let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
     let dest = state
         .store
         .destination(ws, &dest_id)
         .await
-        .ok()
-        .flatten()
+        .map_err(unreadable)?
         .ok_or_else(|| permanent("the destination no longer exists"))?;
     // The version the job started with, to its end; the current one when
     // it starts now.

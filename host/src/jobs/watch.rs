@@ -1,10 +1,12 @@
 //! Following a job as it runs: the Server-Sent Events the API
 //! (`GET /v1/jobs/{job_id}/events`) and the job's page send.
 //!
-//! The job is read from the control database four times a second, so the
-//! stream follows it whichever server runs it: `attempt_started` when an
-//! attempt starts, `progress` when its counters change, and `finished`
-//! with the job's record when it ends, after which the stream closes.
+//! The job and its attempts are read from the control database four
+//! times a second, so the stream follows it whichever server runs it:
+//! `attempt_started` and `attempt_ended` for every attempt, however short
+//! (read from the job's attempt log, not sampled from the job),
+//! `progress` when its counters change, and `finished` with the job's
+//! record when it ends, after which the stream closes.
 //!
 //! A stream is bounded: it counts against its user's open streams (the
 //! [`StreamSlot`] it holds), it closes after its lifetime (a client
@@ -25,15 +27,16 @@ use crate::access::WorkspaceAccess;
 use crate::access::throttle::StreamSlot;
 use crate::config::limits::StreamLimits;
 use crate::state::AppState;
-use crate::store::jobs::Job;
-use crate::store::kinds::JobStatus;
+use crate::store::jobs::{Job, JobAttempt};
 
 /// How often the stream looks at the job.
 const POLL: Duration = Duration::from_millis(250);
 
 /// What the stream has told its client so far.
 struct Told {
-    attempts: i64,
+    /// Attempts whose start, and whose end, were told.
+    started: i64,
+    ended_attempts: i64,
     progress: Value,
     /// Events waiting to be sent, oldest first.
     queue: VecDeque<Event>,
@@ -46,11 +49,21 @@ fn event(name: &str, data: &Value) -> Event {
 
 impl Told {
     /// Queues what changed since the last look.
-    fn look(&mut self, job: &Job) {
-        if job.attempts > self.attempts && job.status == JobStatus::Running {
-            self.attempts = job.attempts;
-            let data = json!({ "job_id": job.job_id, "attempt": job.attempts, "started_at": job.started_at });
-            self.queue.push_back(event("attempt_started", &data));
+    fn look(&mut self, job: &Job, attempts: &[JobAttempt]) {
+        for a in attempts {
+            if a.attempt > self.started {
+                self.started = a.attempt;
+                let data = json!({ "job_id": job.job_id, "attempt": a.attempt, "started_at": a.started_at });
+                self.queue.push_back(event("attempt_started", &data));
+            }
+            if a.attempt > self.ended_attempts
+                && let Some(finished_at) = a.finished_at
+            {
+                self.ended_attempts = a.attempt;
+                let data = json!({ "job_id": job.job_id, "attempt": a.attempt, "finished_at": finished_at,
+                    "outcome": a.outcome, "error": a.error });
+                self.queue.push_back(event("attempt_ended", &data));
+            }
         }
         if job.progress != self.progress {
             self.progress = job.progress.clone();
@@ -90,32 +103,49 @@ pub fn events(
     first: Job,
     slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
-    let mut told = Told { attempts: 0, progress: Value::Null, queue: VecDeque::new(), ended: false };
-    told.look(&first);
-    let id = first.job_id;
+    let told = Told { started: 0, ended_attempts: 0, progress: Value::Null, queue: VecDeque::new(), ended: false };
+    let id = first.job_id.clone();
+    let mut first = Some(first);
     let opened = tokio::time::Instant::now();
     let limits = state.config.limits.streams.clone();
     let watch = Watch { state, access, id, limits, opened, checked: opened, _slot: slot };
-    futures_util::stream::unfold((told, watch), |(mut told, mut w)| async move {
-        loop {
-            if let Some(e) = told.queue.pop_front() {
-                return Some((Ok(e), (told, w)));
+    futures_util::stream::unfold((told, watch), move |(mut told, mut w)| {
+        let first = first.take();
+        async move {
+            if let Some(job) = first {
+                let attempts = w.state.store.job_attempts(&job.job_id).await.unwrap_or_default();
+                // A job that already ended answers its progress and its end.
+                if job.status.is_final() {
+                    let last = attempts.last().map_or(0, |a| a.attempt);
+                    (told.started, told.ended_attempts) = (last, last);
+                }
+                told.look(&job, &attempts);
             }
-            if told.ended || w.opened.elapsed() >= w.limits.lifetime {
-                return None;
-            }
-            tokio::time::sleep(POLL).await;
-            if w.checked.elapsed() >= w.limits.recheck {
-                if !still_allowed(&w.state, &w.access).await {
+            loop {
+                if let Some(e) = told.queue.pop_front() {
+                    return Some((Ok(e), (told, w)));
+                }
+                if told.ended || w.opened.elapsed() >= w.limits.lifetime {
                     return None;
                 }
-                w.checked = tokio::time::Instant::now();
-            }
-            match w.state.store.job(&w.access.workspace_id, &w.id).await {
-                Ok(Some(job)) => told.look(&job),
-                // Deleted with its pipeline.
-                Ok(None) => return None,
-                Err(e) => tracing::warn!(error = %e, "could not read a job for its event stream"),
+                tokio::time::sleep(POLL).await;
+                if w.checked.elapsed() >= w.limits.recheck {
+                    if !still_allowed(&w.state, &w.access).await {
+                        return None;
+                    }
+                    w.checked = tokio::time::Instant::now();
+                }
+                match w.state.store.job(&w.access.workspace_id, &w.id).await {
+                    Ok(Some(job)) => {
+                        // Read after the job: an attempt the job's record shows
+                        // is in the log too.
+                        let attempts = w.state.store.job_attempts(&job.job_id).await.unwrap_or_default();
+                        told.look(&job, &attempts);
+                    }
+                    // Deleted with its pipeline.
+                    Ok(None) => return None,
+                    Err(e) => tracing::warn!(error = %e, "could not read a job for its event stream"),
+                }
             }
         }
     })

@@ -44,6 +44,15 @@ pub struct UpdateSource {
     pub configuration: Option<Value>,
 }
 
+/// A schema error as a sentence, cut to a fit length: a value that must
+/// be an https URL says so rather than quoting the pattern it failed.
+fn schema_message(raw: &str) -> String {
+    if raw.contains("does not match \"^https://") {
+        return "must be an https:// URL (plain http is never used)".into();
+    }
+    raw.chars().take(200).collect()
+}
+
 /// Validates a configuration for a connector: its JSON Schema, its
 /// credential handles, and connector-specific rules.
 pub(super) async fn validate_configuration(
@@ -61,7 +70,7 @@ pub(super) async fn validate_configuration(
     let errors: Vec<Value> = validator
         .iter_errors(config)
         .take(20)
-        .map(|e| json!({ "path": e.instance_path().to_string(), "message": e.to_string().chars().take(200).collect::<String>() }))
+        .map(|e| json!({ "path": e.instance_path().to_string(), "message": schema_message(&e.to_string()) }))
         .collect();
     if !errors.is_empty() {
         return Err(ApiError::bad_request(

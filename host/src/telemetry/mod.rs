@@ -22,7 +22,9 @@ pub mod request_id;
 /// writing what `directives` (`SERVICE_LOG`) selects.
 pub(crate) fn init_logging(format: LogFormat, directives: &str) -> Result<(), ConfigError> {
     let filter = EnvFilter::try_new(directives).map_err(|e| ConfigError::new("SERVICE_LOG", e.to_string()))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a terminal: a log file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),

@@ -136,6 +136,12 @@ impl Loader {
         Ok(written)
     }
 
+    /// Waits until every batch queued so far is written, without ending
+    /// the stream; what finished (the checkpoints they made due too).
+    pub(crate) async fn settle(&mut self) -> Result<Written, WriteError> {
+        self.written().await
+    }
+
     /// Waits until every batch is written.
     async fn written(&mut self) -> Result<Written, WriteError> {
         let mut written = Written::default();

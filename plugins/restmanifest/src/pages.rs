@@ -289,11 +289,13 @@ impl<'c> Pager<'c> {
         let url = resolve(current, link);
         match origin(&url) {
             Some(o) if o == self.origin => Ok(url),
-            other => Err(Error::ProviderError(format!(
-                "stream {}, page {number}: the next page is at {}, outside {}; not followed",
-                self.spec.name,
-                other.unwrap_or_else(|| "an address that is no https URL".into()),
-                self.origin
+            Some(other) => Err(Error::ProviderError(format!(
+                "stream {}, page {number}: the next page is at {other}, outside {}; not followed",
+                self.spec.name, self.origin
+            ))),
+            None => Err(Error::ProviderError(format!(
+                "stream {}, page {number}: the next page is at {url}, which is no https URL; not followed",
+                self.spec.name
             ))),
         }
     }
@@ -366,11 +368,14 @@ pub fn dot_segment(value: &str) -> bool {
     decoded == "." || decoded == ".."
 }
 
-/// `scheme://authority` of an `https` URL, lower case; none otherwise.
+/// `scheme://authority` of an `https` URL, lower case, without the
+/// default port (`:443` names the same origin as none); none otherwise.
 pub fn origin(url: &str) -> Option<String> {
     let rest = url.get(..8).filter(|s| s.eq_ignore_ascii_case("https://")).map(|_| &url[8..])?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    (end > 0).then(|| format!("https://{}", rest[..end].to_ascii_lowercase()))
+    let authority = rest[..end].to_ascii_lowercase();
+    let authority = authority.strip_suffix(":443").unwrap_or(&authority);
+    (!authority.is_empty()).then(|| format!("https://{authority}"))
 }
 
 /// `link` made absolute against `current`.
@@ -470,6 +475,8 @@ mod tests {
         assert_eq!(resolve(current, "//evil.example/x"), "https://evil.example/x");
         assert_eq!(origin("https://API.example.com:8443/x"), Some("https://api.example.com:8443".into()));
         assert_eq!(origin("http://api.example.com/x"), None);
+        assert_eq!(origin("https://API.example.com:443/x"), Some("https://api.example.com".into()));
+        assert_eq!(origin("https://[::1]:443/x"), Some("https://[::1]".into()));
     }
 
     #[test]
