@@ -1521,3 +1521,40 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
     }
     server.kill();
 }
+
+/// The control database failing for a moment while a job starts (here:
+/// the destinations table gone and back, on PostgreSQL) is a transient
+/// failure: the job is retried and succeeds, never failed as if what it
+/// read had been deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_database_hiccup_is_retried_not_taken_for_a_deletion() {
+    if !crate::support::postgres_available().await {
+        return;
+    }
+    let fx = setup(Backend::Postgres, 100).await;
+    let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append").await;
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut db = sqlx::AnyConnection::connect(&fx.srv.state.config.database_url).await.unwrap();
+    sqlx::query("ALTER TABLE destinations RENAME TO destinations_away").execute(&mut db).await.unwrap();
+    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    let mut seen = Value::Null;
+    for _ in 0..200 {
+        seen = json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"].clone();
+        if seen["attempts"].as_i64().unwrap_or(0) >= 1 && seen["status"] == "queued" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen["status"], "queued", "the attempt failed and another is due: {seen}");
+    let said = seen["error"].as_str().unwrap_or_default();
+    assert!(said.contains("control database") && !said.contains("no longer exists"), "{seen}");
+    sqlx::query("ALTER TABLE destinations_away RENAME TO destinations").execute(&mut db).await.unwrap();
+    let done = fx.wait(&id).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempts"], 2, "{done}");
+    db.close().await.unwrap();
+    fx.srv.stop().await;
+}
