@@ -91,6 +91,14 @@ async fn placeholder(state: Placeholder) -> Provider {
     Provider { _fake: fake, state, env, _ca_file: ca_file }
 }
 
+/// A config for the example source naming `handle`, written in `dir`.
+fn placeholder_config(dir: &Path, handle: &str) -> PathBuf {
+    let config = dir.join("config.json");
+    let text = json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": handle });
+    std::fs::write(&config, text.to_string()).unwrap();
+    config
+}
+
 /// `cargo build` of a scaffolded crate, into the shared guest target
 /// directory so the dependencies are built once.
 async fn cargo_build(dir: &Path) -> Output {
@@ -237,12 +245,7 @@ async fn a_recording_holds_no_byte_of_the_secret_even_when_the_provider_echoes_i
         placeholder(Placeholder { token: Some(canary.clone()), echo_credential: true, ..Placeholder::with_posts(60) })
             .await;
     let work = tempfile::tempdir().unwrap();
-    let config = work.path().join("config.json");
-    std::fs::write(
-        &config,
-        json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": "cred_canary" }).to_string(),
-    )
-    .unwrap();
+    let config = placeholder_config(work.path(), "cred_canary");
     let cassette = work.path().join("cassette");
     let component = example_plugin();
     let mut record = record(&component, &config, &cassette, &provider.env);
@@ -315,12 +318,7 @@ async fn a_recording_holds_no_byte_of_the_secret_even_when_the_provider_echoes_i
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recording_holds_no_byte_of_the_secret_when_the_provider_compresses_its_echo() {
     let work = tempfile::tempdir().unwrap();
-    let config = work.path().join("config.json");
-    std::fs::write(
-        &config,
-        json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": "cred_canary" }).to_string(),
-    )
-    .unwrap();
+    let config = placeholder_config(work.path(), "cred_canary");
     for coding in testkit::codings::ALL {
         // A provider that compresses whatever it was asked for, and
         // echoes the Authorization header into every record.
@@ -427,12 +425,7 @@ async fn a_recording_of_failure_exits_non_zero_unless_accepted() {
     let provider =
         placeholder(Placeholder { token: Some("the-real-token".into()), ..Placeholder::with_posts(5) }).await;
     let work = tempfile::tempdir().unwrap();
-    let config = work.path().join("config.json");
-    std::fs::write(
-        &config,
-        json!({ "base_url": "https://jsonplaceholder.typicode.com", "credential_handle": "cred_x" }).to_string(),
-    )
-    .unwrap();
+    let config = placeholder_config(work.path(), "cred_x");
     let mut env = provider.env.clone();
     env.push(("SERVICE_RECORD_SECRET".into(), "a-wrong-token".into()));
     let refused = run(record(example_plugin(), &config, &work.path().join("refused"), &env)).await;

@@ -799,6 +799,42 @@ impl Processes {
         p["data"]["pipeline_id"].as_str().unwrap().to_owned()
     }
 
+    /// Makes, through the server at `base`, a credential holding `token`
+    /// for the bundled REST source, a source reading `/pages/items` of
+    /// `https://api.source.test` (a `RestApi`) `per_page` records a page,
+    /// incremental on `updated_at`, an SQLite destination `w.db` and a
+    /// pipeline of its stream `items` in `mode`; returns the pipeline id.
+    pub(crate) async fn rest_manifest_pipeline(&self, base: &str, token: &str, per_page: u64, mode: &str) -> String {
+        let post = |path: &str, body: Value| {
+            let sent = self.api(base, Method::POST, path).json(&body).send();
+            async move { json_ok(sent.await.unwrap()).await }
+        };
+        let cred = post(
+            "/v1/credentials",
+            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
+        )
+        .await;
+        let manifest = json!({ "streams": [{ "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+            "params": { "per_page": per_page }, "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
+            "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
+        let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
+        let source = post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
+        )
+        .await;
+        let destination =
+            post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }))
+                .await;
+        let pipeline = post(
+            "/v1/pipelines",
+            json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
+                "streams": [{ "name": "items", "sync_mode": mode }] }),
+        )
+        .await;
+        pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
     /// The data directory of the servers.
     pub(crate) fn data_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("data")
@@ -1434,57 +1470,8 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
     let mut procs = Processes::new(&ca, &provider);
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
     let mut server = ServerProcess::start(procs.env.clone()).await;
+    let pipeline = procs.rest_manifest_pipeline(&server.base, &token, 100, "incremental_append").await;
     let post = |base: &str, path: &str, body: Value| procs.api(base, Method::POST, path).json(&body);
-    let cred = json_ok(
-        post(
-            &server.base,
-            "/v1/credentials",
-            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let manifest = json!({ "streams": [{ "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
-        "params": { "per_page": 100 }, "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
-        "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
-    let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
-    let source = json_ok(
-        post(
-            &server.base,
-            "/v1/sources",
-            json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let destination = json_ok(
-        post(
-            &server.base,
-            "/v1/destinations",
-            json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let pipeline = json_ok(
-        post(
-            &server.base,
-            "/v1/pipelines",
-            json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
-                "streams": [{ "name": "items", "sync_mode": "incremental_append" }] }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
     let me = json_ok(procs.api(&server.base, Method::GET, "/v1/me").send().await.unwrap()).await;
     let ws = me["data"]["default_workspace_id"].as_str().unwrap().to_owned();
     let table = format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("w.db").display());
@@ -1538,7 +1525,8 @@ async fn a_control_database_hiccup_is_retried_not_taken_for_a_deletion() {
     sqlx::any::install_default_drivers();
     let mut db = sqlx::AnyConnection::connect(&fx.srv.state.config.database_url).await.unwrap();
     sqlx::query("ALTER TABLE destinations RENAME TO destinations_away").execute(&mut db).await.unwrap();
-    let job = json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
     let id = job["data"]["job_id"].as_str().unwrap().to_owned();
     let mut seen = Value::Null;
     for _ in 0..200 {

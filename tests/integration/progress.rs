@@ -376,56 +376,8 @@ async fn plugin_meters_count_on_a_fresh_server_and_after_a_restart_and_the_metri
     let metrics_token = "metrics-token-0123456789abcdef";
     procs.env.push(("SERVICE_METRICS_TOKEN", metrics_token.into()));
     let mut server = ServerProcess::start(procs.env.clone()).await;
+    let pipeline = procs.rest_manifest_pipeline(&server.base, &token, 25, "full_refresh_overwrite").await;
     let post = |base: &str, path: &str, body: Value| procs.api(base, Method::POST, path).json(&body);
-    let cred = json_ok(
-        post(
-            &server.base,
-            "/v1/credentials",
-            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let manifest = json!({ "streams": [{ "name": "items", "path": "/pages/items", "records": "/data",
-        "params": { "per_page": 25 }, "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" } }] });
-    let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
-    let source = json_ok(
-        post(
-            &server.base,
-            "/v1/sources",
-            json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let destination = json_ok(
-        post(
-            &server.base,
-            "/v1/destinations",
-            json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let pipeline = json_ok(
-        post(
-            &server.base,
-            "/v1/pipelines",
-            json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
-                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
     let client = reqwest::Client::new();
     for round in ["fresh", "restarted"] {
         if round == "restarted" {

@@ -811,15 +811,7 @@ async fn secrets_and_receiver_paths_stay_with_administrators(backend: Backend) {
 
 /// Asks for an MCP proposal (a destination): one `approval.requested`.
 async fn propose(h: &Hooks, name: &str) {
-    let res =
-        h.fx.srv
-            .request(Method::POST, "/v1/destinations")
-            .header("x-service-client", "mcp")
-            .json(&json!({ "name": name, "kind": "sqlite", "configuration": { "file": format!("{name}.db") } }))
-            .send()
-            .await
-            .unwrap();
-    assert_eq!(res.status(), 202);
+    propose_as(h, &h.fx.srv.admin_token, name).await
 }
 
 /// A subscription's deliveries, oldest first: (id, status, attempts).

@@ -693,6 +693,25 @@ mod tests {
         ObjectStore::connect(&warehouse, key(), &policy, &[]).await.unwrap()
     }
 
+    /// A store at `router` over HTTPS on loopback (warehouse
+    /// `s3://lake/t`), under `policy`; the fake stops when dropped.
+    async fn fake_store(
+        router: axum::Router,
+        policy: &WarehousePolicy,
+    ) -> (ObjectStore, testkit::provider::FakeProvider) {
+        let ca = testkit::provider::TestCa::new();
+        let provider = testkit::provider::FakeProvider::start(&ca, &["127.0.0.1"], router).await;
+        let warehouse = S3Warehouse {
+            bucket: "lake".into(),
+            prefix: "t".into(),
+            endpoint: Url::parse(&format!("https://127.0.0.1:{}", provider.addr.port())).unwrap(),
+            region: "us-east-1".into(),
+            credential_handle: "cred".into(),
+        };
+        let roots = reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap();
+        (ObjectStore::connect(&warehouse, key(), policy, &roots).await.unwrap(), provider)
+    }
+
     /// A location from a catalog row or a metadata file reaches no key
     /// outside the warehouse: another bucket, another prefix, a prefix
     /// that only starts the same, `..` or an empty segment.
@@ -806,23 +825,13 @@ mod tests {
                 }
             }
         });
-        let ca = testkit::provider::TestCa::new();
-        let provider = testkit::provider::FakeProvider::start(&ca, &["127.0.0.1"], router).await;
-        let warehouse = S3Warehouse {
-            bucket: "lake".into(),
-            prefix: "t".into(),
-            endpoint: Url::parse(&format!("https://127.0.0.1:{}", provider.addr.port())).unwrap(),
-            region: "us-east-1".into(),
-            credential_handle: "cred".into(),
-        };
         let mib = 1024 * 1024;
         let policy = WarehousePolicy::from_settings("127.0.0.1").unwrap().with_reads(ObjectReadLimits {
             metadata_bytes: 4 * mib,
             manifest_bytes: 2 * mib,
             listing_page_bytes: mib,
         });
-        let roots = reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap();
-        let store = ObjectStore::connect(&warehouse, key(), &policy, &roots).await.unwrap();
+        let (store, _provider) = fake_store(router, &policy).await;
 
         let refused = store.read("s3://lake/t/announced.metadata.json").await.unwrap_err().to_string();
         assert!(refused.contains("metadata limit of 4194304 bytes (SERVICE_WAREHOUSE_MAX_METADATA_MB)"), "{refused}");
@@ -866,18 +875,7 @@ mod tests {
                 axum::http::StatusCode::OK
             }
         });
-        let ca = testkit::provider::TestCa::new();
-        let provider = testkit::provider::FakeProvider::start(&ca, &["127.0.0.1"], router).await;
-        let warehouse = S3Warehouse {
-            bucket: "lake".into(),
-            prefix: "t".into(),
-            endpoint: Url::parse(&format!("https://127.0.0.1:{}", provider.addr.port())).unwrap(),
-            region: "us-east-1".into(),
-            credential_handle: "cred".into(),
-        };
-        let policy = WarehousePolicy::from_settings("127.0.0.1").unwrap();
-        let roots = reqwest::Certificate::from_pem_bundle(ca.pem.as_bytes()).unwrap();
-        let store = ObjectStore::connect(&warehouse, key(), &policy, &roots).await.unwrap();
+        let (store, _provider) = fake_store(router, &WarehousePolicy::from_settings("127.0.0.1").unwrap()).await;
         let mut data = store.writer("s3://lake/t/ns/tb/data/a.parquet").await.unwrap();
         data.write(Bytes::from_static(b"rows")).await.unwrap();
         data.close().await.unwrap();
