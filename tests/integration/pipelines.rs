@@ -1483,14 +1483,21 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
             json_ok(post(&server.base, &format!("/v1/pipelines/{pipeline}/sync"), json!({})).send().await.unwrap())
                 .await;
         let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
-        // Killed once ten pages were read (and, before the fix, written).
+        // Killed once ten pages were read (and, before the fix, written),
+        // the job showing records read and none written yet.
+        let mut shown = Value::Null;
         for _ in 0..300 {
-            if api.requests() >= before + 10 {
+            shown = json_ok(procs.api(&server.base, Method::GET, &format!("/v1/jobs/{job_id}")).send().await.unwrap())
+                .await["data"]["progress"]["streams"]["items"]
+                .clone();
+            if api.requests() >= before + 10 && shown["records_read"].as_u64().unwrap_or(0) > 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         server.kill();
+        assert!(shown["records_read"].as_u64().unwrap_or(0) > 0, "{round}: reading shows: {shown}");
+        assert_eq!(shown["records"], 0, "{round}: nothing the state does not cover is written: {shown}");
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
         assert_eq!(last["status"], "succeeded", "{round}: {last}");

@@ -33,7 +33,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// (category `webhooks`).
 #[utoipa::path(post, path = "/webhooks", tag = "webhooks", request_body = CreateWebhook,
     responses((status = 201, body = Envelope<WebhookWithSecret>), (status = 202, body = Envelope<serde_json::Value>),
-        (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+        (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody, description = "`WEBHOOK_LIMIT_REACHED`: the workspace has as many subscriptions as the operator allows")))]
 async fn create_webhook(
     State(state): State<AppState>,
     ws: Workspace,

@@ -179,6 +179,8 @@ impl StreamWrite {
             let (records, checkpoint) = gather_to_checkpoint(first, rx);
             if !records.is_empty() {
                 held.push(records).await.map_err(spool_failed)?;
+                // What was read shows while it waits to be written.
+                self.show_progress(saved).await;
             }
             match checkpoint {
                 Some(state) if !same_state(committed.as_deref(), &state) => {
@@ -201,6 +203,17 @@ impl StreamWrite {
         }
         let written = loader.drain().await?;
         self.record(written, saved, true).await
+    }
+
+    /// Saves the job's progress (records read included) when it was last
+    /// saved a while ago.
+    async fn show_progress(&self, saved: &mut tokio::time::Instant) {
+        if saved.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        let snapshot = self.progress.lock().await.to_json();
+        *saved = tokio::time::Instant::now();
+        let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
     }
 
     /// Writes every held record, in order.
