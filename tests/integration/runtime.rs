@@ -82,6 +82,9 @@ fn provider_routes() -> Router {
                     "te": text("te"),
                     "padding": "p".repeat(64),
                 });
+                if headers.contains_key("x-empty") {
+                    return (StatusCode::NO_CONTENT, [("content-encoding", coding)]).into_response();
+                }
                 let size = headers.get("x-bomb").and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
                 let plain = match size {
                     Some(n) => vec![b'b'; n],
@@ -91,6 +94,7 @@ fn provider_routes() -> Router {
                     [("content-encoding", coding.clone()), ("x-echo-authorization", auth)],
                     testkit::codings::encode(&coding, &plain),
                 )
+                    .into_response()
             }),
         )
         .route(
@@ -961,6 +965,11 @@ async fn a_compressed_echo_never_carries_the_secret_to_the_plugin() {
     let rule = denied_rule(&v);
     assert!(rule.contains("\"compress\"") && rule.contains("cannot decode"), "{rule}");
     assert!(!v.to_string().contains(&canary), "{v}");
+    // An answer with no body says a coding of nothing: handed on empty.
+    let v = f
+        .egress(json!({ "url": "https://echo.provider.test/coded/gzip", "headers": [["x-empty", "1"]], "credential": credential }))
+        .await;
+    assert_eq!(v["ok"]["status"], 204, "{v}");
     // A small answer that decodes past the size limit is refused like a
     // large one.
     let v = f

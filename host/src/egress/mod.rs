@@ -694,6 +694,12 @@ impl Egress {
         if named.iter().all(|v| coding::codings(v).is_empty()) {
             return Ok(body);
         }
+        // No body (a HEAD, a 204, a 304): nothing to decode, and the
+        // coding no longer describes anything handed on.
+        if body.is_empty() {
+            headers.retain(|(n, _)| n != "content-encoding");
+            return Ok(body);
+        }
         let decoded =
             coding::decode(&named.join(","), &body, self.policy.max_response_bytes).map_err(|e| match e {
                 coding::CodingError::TooLarge => EgressError::ResponseTooLarge,
