@@ -144,10 +144,16 @@ async fn a_new_plugin_builds_records_and_replays_offline_and_a_broken_one_fails(
         text(&recorded)
     );
     let asked = provider.state.requests.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(asked, 5, "check, then pages 1 to 4 (the fourth empty)");
+    assert_eq!(
+        asked, 11,
+        "check, pages 1 to 4 (the fourth empty), then the reads resumed from ids 50, 100 and 120: 3, 2 and 1 pages"
+    );
     let exchanges = std::fs::read_to_string(cassette.join("exchanges.jsonl")).unwrap();
-    assert_eq!(exchanges.lines().count(), 5);
     let lines: Vec<Value> = exchanges.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let resumed: Vec<&str> =
+        lines.iter().map(|l| l["call"].as_str().unwrap()).filter(|c| c.starts_with("resume posts from ")).collect();
+    assert_eq!(resumed.len(), 6, "{exchanges}");
+    assert!(lines[5..].iter().all(|l| l["call"].as_str().unwrap().starts_with("resume ")), "resumed reads come last");
     assert_eq!(lines[0]["call"], "check");
     assert_eq!(
         lines[4]["url"],
@@ -165,6 +171,11 @@ async fn a_new_plugin_builds_records_and_replays_offline_and_a_broken_one_fails(
     let tested = run(offline(&["plugins", "test", crate_dir.join("cassettes").to_str().unwrap()])).await;
     assert!(tested.status.success(), "{}", text(&tested));
     assert!(stdout(&tested).starts_with("ok  "), "{}", text(&tested));
+    // The step after: the conformance suite, as the crate's README says.
+    let conformed = run(offline(&["plugins", "conform", crate_dir.join("cassettes").to_str().unwrap()])).await;
+    assert!(conformed.status.success(), "{}", text(&conformed));
+    assert!(stdout(&conformed).contains("4 checkpoint(s) crashed"), "{}", text(&conformed));
+    assert!(stdout(&conformed).contains("ok   crash posts"), "{}", text(&conformed));
 
     // Paging broken: the plugin asks for a page the cassette never saw.
     let lib = crate_dir.join("src/lib.rs");
@@ -575,6 +586,96 @@ async fn the_checked_in_cassettes_replay_offline() {
     }
 }
 
+/// The conformance suite over every checked-in cassette: each passes,
+/// every incremental stream is cut at its checkpoints, and every
+/// connector given a secret is checked for echoes of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_checked_in_cassettes_pass_the_conformance_suite() {
+    example_plugin();
+    for (dir, stem) in checked_in() {
+        let out = run(offline(&["plugins", "conform", dir.to_str().unwrap()])).await;
+        let report = stdout(&out);
+        assert!(out.status.success(), "{}: {}", dir.display(), text(&out));
+        assert!(report.starts_with("ok  "), "{report}");
+        let crashed: usize = report
+            .split(" checkpoint(s) crashed")
+            .next()
+            .and_then(|head| head.rsplit(", ").next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no crash count: {report}"));
+        assert!(crashed > 0, "{stem}: no checkpoint was cut: {report}");
+        match stem {
+            // jsonplaceholder takes no credential.
+            "example_http_source" => assert!(report.contains("n/a  secrets"), "{report}"),
+            _ => assert!(report.contains("ok   secrets"), "{stem}: {report}"),
+        }
+        assert!(report.contains("ok   determinism"), "{report}");
+    }
+}
+
+/// A provider that serves a resumed read what was already written, or
+/// drops what was not, fails the crash check, naming the records; a
+/// cassette without the resumed reads says to record again.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_conformance_suite_names_records_written_twice_or_lost_at_a_crash() {
+    let example = example_plugin();
+    let work = tempfile::tempdir().unwrap();
+    let source = repository().join("plugins/example-http-source/cassettes/posts");
+    // Each tampering of the first resumed read's answer, and what it shows.
+    let resumed_answer = |dir: &Path| -> PathBuf {
+        let exchanges = std::fs::read_to_string(dir.join("exchanges.jsonl")).unwrap();
+        let line = exchanges
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| e["call"].as_str().unwrap().starts_with("resume posts from checkpoint"))
+            .expect("the cassette records a resumed read of its own");
+        dir.join(line["response"]["body"].as_str().unwrap())
+    };
+    for (case, tamper, finding) in [
+        ("twice", "again", "record(s) written twice"),
+        ("lost", "drop", "record(s) missing"),
+        ("unrecorded", "unrecorded", "holds no read resumed from"),
+    ] {
+        let dir = work.path().join(case);
+        copy_dir(&source, &dir);
+        let mut manifest: Value = serde_json::from_slice(&std::fs::read(dir.join("cassette.json")).unwrap()).unwrap();
+        manifest["component"] = Value::String(example.display().to_string());
+        std::fs::write(dir.join("cassette.json"), manifest.to_string()).unwrap();
+        match tamper {
+            "unrecorded" => {
+                let kept: String = std::fs::read_to_string(dir.join("exchanges.jsonl"))
+                    .unwrap()
+                    .lines()
+                    .filter(|l| !l.contains("\"call\":\"resume "))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                std::fs::write(dir.join("exchanges.jsonl"), kept).unwrap();
+            }
+            _ => {
+                let body = resumed_answer(&dir);
+                let mut page: Vec<Value> = serde_json::from_slice(&std::fs::read(&body).unwrap()).unwrap();
+                if tamper == "again" {
+                    // The last record written before the cut, served again.
+                    let mut before = page[0].clone();
+                    before["id"] = Value::from(page[0]["id"].as_i64().unwrap() - 1);
+                    before["title"] = Value::from(format!("post number {}", before["id"]));
+                    page.insert(0, before);
+                } else {
+                    page.remove(0);
+                }
+                std::fs::write(&body, serde_json::to_vec(&page).unwrap()).unwrap();
+            }
+        }
+        let out = run(offline(&["plugins", "conform", dir.to_str().unwrap()])).await;
+        assert_eq!(out.status.code(), Some(1), "{case}: {}", text(&out));
+        let report = stdout(&out);
+        assert!(report.starts_with("FAILED  "), "{case}: {report}");
+        assert!(report.contains("FAIL crash posts"), "{case}: {report}");
+        assert!(report.contains(finding), "{case}: {report}");
+        assert!(report.contains("ok   replay"), "{case}: only the resumed read was touched: {report}");
+    }
+}
+
 /// The fakes the checked-in cassettes were recorded against, on the names
 /// their configs use, and the settings that reach them.
 struct Fakes {
@@ -664,9 +765,27 @@ async fn recording_the_checked_in_cassettes_again_gives_them_back() {
         let limit = manifest["record_limit"].to_string();
         let mut cmd = record(&component, &config, &out, &fakes.env);
         cmd.args(["--record-limit", &limit]);
+        // The connector's clock stands where it stood, so the requests
+        // and records are the same.
+        if let Some(clock) = manifest["recorded_at"].as_str() {
+            cmd.args(["--clock", clock]);
+        }
         // A new cassette's manifest may list no stream yet: all are read.
         if !streams.is_empty() {
             cmd.args(["--streams", &streams.join(",")]);
+        }
+        // Reads resumed from a saved state start from it again.
+        let states: serde_json::Map<String, Value> = manifest["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s.get("state").is_some())
+            .map(|s| (s["name"].as_str().unwrap().to_owned(), s["state"].clone()))
+            .collect();
+        if !states.is_empty() {
+            let file = work.path().join("state.json");
+            std::fs::write(&file, Value::Object(states).to_string()).unwrap();
+            cmd.arg("--state").arg(file);
         }
         let secret = match stem {
             "conn_socialmedia" => HUBSPOT_TOKEN,

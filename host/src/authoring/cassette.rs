@@ -3,8 +3,8 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `cassette.json` | what was recorded: the connector (id, version, interface), the component, the config, the streams read with their starting state, the record limit, the schema disagreements accepted |
-//! | `exchanges.jsonl` | every request in the order the plugin made it (credential handle, never secret) with the answer it got, one per line |
+//! | `cassette.json` | what was recorded: the connector (id, version, interface), the component, the config, the streams read with their starting state, the record limit, the schema disagreements accepted, the instant the plugin's clock stood at |
+//! | `exchanges.jsonl` | every request in the order the plugin made it (credential handle, never secret) with the answer it got, one per line; those of the reads resumed from each checkpoint (`resume STREAM from checkpoint N`) last |
 //! | `responses/NNNN.json` (`.txt`, `.bin`) | the body of answer NNNN, byte for byte as the plugin got it |
 //! | `check.json`, `catalog.json`, `entity-options.json`, `preview.json` | what those calls returned (`{"ok": ...}` or `{"error": ...}`) |
 //! | `streams/NAME.jsonl` | the records and checkpoints stream NAME emitted, in order, and how its read ended |
@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::egress::{
     CredentialHandle, CredentialUse, EgressError, InboundResponse, Method, OutboundRequest, Placement,
 };
+use crate::plugin::sandbox::GuestTime;
 use crate::plugin::types::SyncMode;
 
 /// The format of a cassette this host reads and writes.
@@ -55,6 +56,34 @@ pub struct Manifest {
     /// test.
     #[serde(default)]
     pub accepted: Vec<Acceptance>,
+    /// The instant (RFC 3339) the plugin's wall clock stood at while it
+    /// was recorded; its replays see the same instant, and the same
+    /// randomness. A cassette recorded before clocks were frozen replays
+    /// at [`UNRECORDED_CLOCK`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_at: Option<String>,
+}
+
+/// The instant a cassette that names none replays at.
+pub const UNRECORDED_CLOCK: &str = "2026-01-01T00:00:00Z";
+
+impl Manifest {
+    /// The clock and randomness its replays give the plugin.
+    pub fn guest_time(&self) -> Result<GuestTime, CassetteError> {
+        let text = self.recorded_at.as_deref().unwrap_or(UNRECORDED_CLOCK);
+        frozen_at(text).ok_or_else(|| CassetteError::Invalid {
+            path: format!("{MANIFEST}: at /recorded_at"),
+            message: format!("{text:?} is not an RFC 3339 instant after 1970"),
+        })
+    }
+}
+
+/// A wall clock standing at `text` (RFC 3339), if it is an instant after
+/// the Unix epoch.
+pub fn frozen_at(text: &str) -> Option<GuestTime> {
+    let at = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    let nanos = at.timestamp_nanos_opt().filter(|n| *n >= 0)?;
+    Some(GuestTime::Frozen(std::time::Duration::from_nanos(nanos as u64)))
 }
 
 /// The plugin a cassette was recorded with.

@@ -19,10 +19,18 @@
 //!   sink that keeps what they emit;
 //! - [`compare`]: expected against replayed, as line diffs;
 //! - [`schema`]: the schema the records show, against the declared one;
-//! - this module: [`record`] and [`test`], and their settings and errors.
+//! - [`conform`]: the conformance suite: crashes at every checkpoint,
+//!   echoes of a canary secret, determinism, from a cassette;
+//! - this module: [`record`], [`test`] and [`conform()`], and their
+//!   settings and errors.
+//!
+//! A recording and its replays give the plugin a wall clock that stands
+//! still at the recording's instant and randomness from a fixed seed, so
+//! a replay asks exactly what the recording asked.
 
 pub mod cassette;
 pub mod compare;
+pub mod conform;
 pub mod run;
 pub mod scaffold;
 pub mod schema;
@@ -41,7 +49,7 @@ use crate::egress::{
     CredentialHandle, Egress, EgressPolicy, HostPattern, Injection, Placement, SecretError, SecretSource,
 };
 use crate::plugin::connector::Connector;
-use crate::plugin::sandbox::Limits;
+use crate::plugin::sandbox::{GuestTime, Limits};
 use crate::plugin::{InvalidPlugin, LoadedPlugin, Runtime};
 use cassette::{Cassette, CassetteError, ConnectorRef, Manifest};
 use compare::Difference;
@@ -149,6 +157,9 @@ pub struct RecordRequest<'a> {
     /// credential's kind).
     pub placement: Placement,
     pub egress: EgressSettings,
+    /// The instant (RFC 3339) the plugin's clock stands at while it is
+    /// recorded; default: when the recording starts.
+    pub clock: Option<&'a str>,
 }
 
 /// What a recording holds, for the author.
@@ -175,8 +186,10 @@ fn read_component(path: &Path) -> Result<Vec<u8>, AuthoringError> {
     Ok(bytes)
 }
 
-fn runtime() -> Result<Arc<Runtime>, AuthoringError> {
-    Runtime::new(Limits::default(), None).map(Arc::new).map_err(|e| AuthoringError::Runtime(e.to_string()))
+fn runtime(time: GuestTime) -> Result<Arc<Runtime>, AuthoringError> {
+    Runtime::new(Limits::default(), None)
+        .map(|r| Arc::new(r.with_guest_time(time)))
+        .map_err(|e| AuthoringError::Runtime(e.to_string()))
 }
 
 /// A JSON file, with the position of a syntax error.
@@ -270,7 +283,15 @@ pub async fn record(
             _ => return Err(AuthoringError::input(path, "the state file is not a JSON object of stream → state")),
         },
     };
-    let runtime = runtime()?;
+    let recorded_at = match request.clock {
+        Some(text) => text.to_owned(),
+        None => chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+    };
+    let time = cassette::frozen_at(&recorded_at).ok_or_else(|| AuthoringError::Input {
+        path: "--clock".into(),
+        message: format!("{recorded_at:?} is not an RFC 3339 instant after 1970"),
+    })?;
+    let runtime = runtime(time)?;
     let plugin = load(&runtime, &label, &bytes).await?;
     check_config(&plugin, &config, &request.config.display().to_string())?;
 
@@ -322,6 +343,22 @@ pub async fn record(
     let connector = Connector::new(plugin.clone(), runtime, egress, run::WORKSPACE);
     let choice = StreamChoice::Discovered { names: request.streams.clone(), states };
     let outcome = run::run(&connector, &recording.call, &config, request.record_limit, choice, progress).await?;
+    // Each incremental stream read again from every state it saved, as a
+    // restarted job would: what the conformance suite replays.
+    let (call_config, _) = run::split_account(&config);
+    for plan in outcome.streams.iter().filter(|p| p.sync_mode == crate::plugin::types::SyncMode::Incremental) {
+        let lines = outcome.observed.streams.get(&plan.name).map(Vec::as_slice).unwrap_or_default();
+        if lines.last().and_then(|l| l.get("end")).and_then(Value::as_str) != Some("complete") {
+            continue;
+        }
+        for (n, state) in conform::resume_points(lines, plan.state.as_ref()) {
+            let label = run::resume_call(&plan.name, n);
+            recording.call.set(&label);
+            progress(&label);
+            let resumed = cassette::StreamPlan { state: Some(state), ..plan.clone() };
+            run::read(&connector, &call_config.to_string(), &resumed, request.record_limit).await;
+        }
+    }
 
     let (schemas, disagreements) = infer_schemas(&outcome.observed, &outcome.declared);
     let out_abs = absolute(request.out);
@@ -336,8 +373,9 @@ pub async fn record(
         streams: outcome.streams,
         record_limit: request.record_limit,
         accepted: Vec::new(),
+        recorded_at: Some(recorded_at),
     };
-    let exchanges = recording.exchanges();
+    let exchanges = tape::without_repeats(recording.exchanges());
     let cassette = Cassette { manifest, exchanges, expected: outcome.observed, schemas };
     let files = cassette::render(&cassette);
     if let Some(secret) = &secret {
@@ -480,12 +518,25 @@ impl TestReport {
     }
 }
 
-/// Replays the cassette in `request.dir` with no network and compares.
-pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> Result<TestReport, AuthoringError> {
-    let mut cassette = cassette::read(request.dir)?;
-    let manifest_path = request.dir.join(cassette::MANIFEST).display().to_string();
-    let (label, bytes) = component_for(request, &cassette.manifest)?;
-    let runtime = runtime()?;
+/// A cassette and the plugin to replay it with, checked to belong
+/// together, on a runtime whose clock stands at the recording's instant.
+struct Prepared {
+    cassette: Cassette,
+    label: String,
+    plugin: Arc<LoadedPlugin>,
+    runtime: Arc<Runtime>,
+}
+
+async fn prepare(
+    dir: &Path,
+    component: Option<Component<'_>>,
+    bundled: &[(&'static str, &'static [u8])],
+) -> Result<Prepared, AuthoringError> {
+    let cassette = cassette::read(dir)?;
+    let manifest_path = dir.join(cassette::MANIFEST).display().to_string();
+    let (label, bytes) = component_for(dir, component, bundled, &cassette.manifest)?;
+    let time = cassette.manifest.guest_time()?;
+    let runtime = runtime(time)?;
     let plugin = load(&runtime, &label, &bytes).await?;
     let found = connector_ref(&plugin);
     let recorded = &cassette.manifest.connector;
@@ -503,13 +554,22 @@ pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> 
         });
     }
     check_config(&plugin, &cassette.manifest.config, &format!("{manifest_path}: config"))?;
+    Ok(Prepared { cassette, label, plugin: Arc::new(plugin), runtime })
+}
 
-    let player = Arc::new(Player::new(&cassette.exchanges));
+/// Replays the cassette in `request.dir` with no network and compares.
+pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> Result<TestReport, AuthoringError> {
+    let Prepared { mut cassette, label, plugin, runtime } =
+        prepare(request.dir, request.component, request.bundled).await?;
+    let found = connector_ref(&plugin);
+    // The resumed reads are the conformance suite's to replay.
+    let exchanges: Vec<_> = cassette.exchanges.iter().filter(|e| !run::is_resume(&e.call)).cloned().collect();
+    let player = Arc::new(Player::new(&exchanges));
     // Whatever the plugin declares, and nothing else: the recording answers.
     let policy = EgressPolicy { allowed_hosts: plugin.info.hosts.clone(), ..EgressPolicy::default() };
     let egress = Egress::replaying(policy, player.clone());
     let offline = !egress.uses_network();
-    let connector = Connector::new(Arc::new(plugin), runtime, egress, run::WORKSPACE);
+    let connector = Connector::new(plugin, runtime, egress, run::WORKSPACE);
     let choice = StreamChoice::Recorded(cassette.manifest.streams.clone());
     let outcome =
         run::run(&connector, &player.call, &cassette.manifest.config, cassette.manifest.record_limit, choice, progress)
@@ -562,16 +622,39 @@ pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> 
     })
 }
 
+/// What `service plugins conform` was asked.
+pub struct ConformRequest<'a> {
+    pub dir: &'a Path,
+    pub component: Option<Component<'a>>,
+    /// The server's bundled plugins, as for [`TestRequest::bundled`].
+    pub bundled: &'a [(&'static str, &'static [u8])],
+}
+
+/// Runs the conformance suite over the cassette in `request.dir`, with no
+/// network.
+pub async fn conform(
+    request: &ConformRequest<'_>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<conform::ConformReport, AuthoringError> {
+    let prepared = prepare(request.dir, request.component, request.bundled).await?;
+    conform::conform(prepared, progress).await
+}
+
 /// The component to replay: the one named, else the cassette's file,
 /// else the bundled plugin of the same file name.
-fn component_for(request: &TestRequest<'_>, manifest: &Manifest) -> Result<(String, Vec<u8>), AuthoringError> {
-    if let Some(component) = request.component {
+fn component_for(
+    dir: &Path,
+    component: Option<Component<'_>>,
+    bundled: &[(&'static str, &'static [u8])],
+    manifest: &Manifest,
+) -> Result<(String, Vec<u8>), AuthoringError> {
+    if let Some(component) = component {
         return component.read();
     }
     if let Some(named) = manifest.component.as_deref().filter(|c| c.starts_with(BUNDLED_PREFIX)) {
-        return Component::named(named, request.bundled)?.read();
+        return Component::named(named, bundled)?.read();
     }
-    let recorded = manifest.component.as_ref().map(|c| request.dir.join(c));
+    let recorded = manifest.component.as_ref().map(|c| dir.join(c));
     if let Some(path) = &recorded
         && path.exists()
     {
@@ -579,11 +662,11 @@ fn component_for(request: &TestRequest<'_>, manifest: &Manifest) -> Result<(Stri
         return Ok((tidy(path).display().to_string(), read_component(path)?));
     }
     let stem = recorded.as_ref().and_then(|p| p.file_stem()).map(|s| s.to_string_lossy().into_owned());
-    if let Some((name, bytes)) = request.bundled.iter().find(|(name, _)| Some(*name) == stem.as_deref()) {
+    if let Some((name, bytes)) = bundled.iter().find(|(name, _)| Some(*name) == stem.as_deref()) {
         return Ok((format!("(bundled {name})"), bytes.to_vec()));
     }
     Err(AuthoringError::Input {
-        path: request.dir.join(cassette::MANIFEST).display().to_string(),
+        path: dir.join(cassette::MANIFEST).display().to_string(),
         message: match recorded {
             Some(path) => format!("the component {} does not exist; build it or pass --component", path.display()),
             None => "the cassette names no component; pass --component".into(),

@@ -42,6 +42,25 @@ pub struct RunOutcome {
     pub streams: Vec<StreamPlan>,
     /// Each discovered stream's declared record schema.
     pub declared: BTreeMap<String, Value>,
+    /// Each discovered stream's primary key (empty when it has none).
+    pub primary_keys: BTreeMap<String, Vec<String>>,
+}
+
+/// The call that reads `stream`, as the tape names it.
+pub fn read_call(stream: &str) -> String {
+    format!("read {stream}")
+}
+
+/// The call that reads `stream` again from its `n`th checkpoint (from 1),
+/// as a restarted job would: recorded after every other call, and
+/// replayed by the conformance suite.
+pub fn resume_call(stream: &str, n: usize) -> String {
+    format!("resume {stream} from checkpoint {n}")
+}
+
+/// Whether `call` is a resumed read.
+pub fn is_resume(call: &str) -> bool {
+    call.starts_with("resume ")
 }
 
 fn outcome<T: serde::Serialize>(result: Result<T, InvocationError>) -> Value {
@@ -113,6 +132,8 @@ pub async fn run(
 
     let declared: BTreeMap<String, Value> =
         catalog.iter().flatten().map(|s| (s.name.clone(), s.json_schema.clone())).collect();
+    let primary_keys: BTreeMap<String, Vec<String>> =
+        catalog.iter().flatten().map(|s| (s.name.clone(), s.primary_key.clone())).collect();
     let streams = match choice {
         StreamChoice::Recorded(plans) => plans,
         StreamChoice::Discovered { names, states } => {
@@ -121,14 +142,14 @@ pub async fn run(
     };
     if offers(Operation::Read) {
         for plan in &streams {
-            let label = format!("read {}", plan.name);
+            let label = read_call(&plan.name);
             call.set(&label);
             progress(&label);
             let lines = read(connector, &config_text, plan, record_limit).await;
             observed.streams.insert(plan.name.clone(), lines);
         }
     }
-    Ok(RunOutcome { observed, streams, declared })
+    Ok(RunOutcome { observed, streams, declared, primary_keys })
 }
 
 /// The config fields a plugin may offer choices for: every property of
@@ -172,7 +193,7 @@ fn plan_streams(
 
 /// Reads one stream into lines: each record and checkpoint as emitted,
 /// then how the read ended.
-async fn read(connector: &Connector, config: &str, plan: &StreamPlan, record_limit: u64) -> Vec<Value> {
+pub(super) async fn read(connector: &Connector, config: &str, plan: &StreamPlan, record_limit: u64) -> Vec<Value> {
     let collected = Arc::new(Mutex::new(Collected::default()));
     let sink = Collector { stream: plan.name.clone(), record_limit, collected: collected.clone() };
     let request = ReadRequest {

@@ -85,6 +85,38 @@ impl Recorder for Recording {
     }
 }
 
+/// `exchanges` without the resumed reads' exchanges that repeat one of
+/// their stream's full read (the same request, answered the same): a
+/// resumed read is answered from its own exchanges first, then from the
+/// full read's.
+pub fn without_repeats(exchanges: Vec<Exchange>) -> Vec<Exchange> {
+    let same_answer = |a: &Answer, b: &Answer| match (a, b) {
+        (Answer::Response(a), Answer::Response(b)) => a.status == b.status && a.body == b.body,
+        (Answer::Error(a), Answer::Error(b)) => a.to_string() == b.to_string(),
+        _ => false,
+    };
+    let mut kept: Vec<Exchange> = Vec::with_capacity(exchanges.len());
+    for e in exchanges {
+        let read = e
+            .call
+            .split(" from checkpoint ")
+            .next()
+            .and_then(|c| c.strip_prefix("resume "))
+            .map(|s| format!("read {s}"));
+        if let Some(read) = read {
+            let key = RequestKey::of(&e.request);
+            if kept
+                .iter()
+                .any(|k| k.call == read && RequestKey::of(&k.request) == key && same_answer(&k.answer, &e.answer))
+            {
+                continue;
+            }
+        }
+        kept.push(e);
+    }
+    kept
+}
+
 /// What identifies a request in a recording: method, URL, body and
 /// credential (handle and placement). Headers the plugin sets are kept in
 /// the cassette but do not take part.

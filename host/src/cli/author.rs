@@ -1,4 +1,5 @@
-//! `service plugins new|record|test`: the connector author's commands.
+//! `service plugins new|record|test|conform`: the connector author's
+//! commands.
 //! They need no database and no running server.
 //!
 //! Exit codes follow the CLI's: 0 done (every cassette passed); 1 a
@@ -64,6 +65,21 @@ pub struct RecordArgs {
     /// down, say) and exit 0; without it such a recording exits 1.
     #[arg(long)]
     pub accept_failures: bool,
+    /// The instant (RFC 3339) the plugin's wall clock stands at while it
+    /// is recorded and replayed (default: when the recording starts).
+    #[arg(long)]
+    pub clock: Option<String>,
+}
+
+/// Arguments of `service plugins conform`.
+#[derive(Debug, clap::Args)]
+pub struct ConformArgs {
+    /// A cassette folder, or a folder of cassette folders.
+    pub dir: PathBuf,
+    /// The component to check, a file or `bundled:STEM` (default: the one
+    /// the cassette was recorded with).
+    #[arg(long)]
+    pub component: Option<String>,
 }
 
 /// Arguments of `service plugins test`.
@@ -113,6 +129,7 @@ pub fn new(name: &str, dir: Option<&Path>) -> Result<(), CliFailure> {
         made.component.display()
     );
     println!("  service plugins test cassettes");
+    println!("  service plugins conform cassettes");
     Ok(())
 }
 
@@ -139,6 +156,7 @@ pub async fn record(args: RecordArgs, bundled: &[(&'static str, &'static [u8])])
             extra_roots_pem,
             secret_hosts: args.secret_hosts.clone(),
         },
+        clock: args.clock.as_deref(),
     };
     let mut progress = |call: &str| eprintln!("  {call}");
     let summary = authoring::record(&request, &mut read_secret, &mut progress).await.map_err(failure)?;
@@ -211,6 +229,55 @@ pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> 
     }
     if failed > 0 {
         return Err(CliFailure::Other(format!("{failed} of {} cassette(s) failed", cassettes.len())));
+    }
+    Ok(())
+}
+
+/// `service plugins conform DIR`: the conformance suite over every
+/// cassette under `dir`.
+pub async fn conform(args: ConformArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
+    let cassettes = cassettes_in(&args.dir)?;
+    let component = match &args.component {
+        Some(named) => Some(Component::named(named, bundled).map_err(failure)?),
+        None => None,
+    };
+    let mut failed = 0;
+    for dir in &cassettes {
+        let request = authoring::ConformRequest { dir, component, bundled };
+        let started = std::time::Instant::now();
+        let report = authoring::conform(&request, &mut |_| {}).await.map_err(failure)?;
+        let c = &report.connector;
+        let verdict = if report.passed() { "ok" } else { "FAILED" };
+        println!(
+            "{verdict}  {} ({} {}, {}) in {:.2} s, offline, {} checkpoint(s) crashed",
+            dir.display(),
+            c.id,
+            c.version,
+            report.component,
+            started.elapsed().as_secs_f64(),
+            report.crashes
+        );
+        for check in &report.checks {
+            let mark = match check.verdict {
+                authoring::conform::Verdict::Passed => "ok  ",
+                authoring::conform::Verdict::Failed => "FAIL",
+                authoring::conform::Verdict::NotApplicable => "n/a ",
+            };
+            let mut lines = check.lines.iter();
+            println!("  {mark} {:<24} {}", check.name, lines.next().map(String::as_str).unwrap_or(""));
+            for line in lines {
+                println!("         {line}");
+            }
+        }
+        if !report.passed() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        return Err(CliFailure::Other(format!(
+            "{failed} of {} cassette(s) failed the conformance suite",
+            cassettes.len()
+        )));
     }
     Ok(())
 }

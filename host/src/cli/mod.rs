@@ -184,6 +184,12 @@ pub enum PluginsCommand {
     /// returns (records, checkpoints, catalog, answers, schemas) with what
     /// was recorded. Exit code 1 on any difference, 2 on unusable input.
     Test(author::TestArgs),
+    /// The conformance suite, offline, from cassettes: every checkpoint
+    /// crashed and resumed (no record twice, none missing), a canary
+    /// secret echoed in every form and coding (none reaching the plugin,
+    /// its output or the log), two replays compared, schemas, replay
+    /// misses. Exit code 1 on any failure, 2 on unusable input.
+    Conform(author::ConformArgs),
     /// Make a publisher's Ed25519 signing key (a file only you keep) and
     /// print its public key, for operators' SERVICE_PLUGIN_TRUSTED_KEYS.
     /// Needs no database.
@@ -344,7 +350,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::server::serve(config).await
         }
         Command::Plugins { local, command } => {
-            let quiet = matches!(command, PluginsCommand::Test(_));
+            let quiet = matches!(command, PluginsCommand::Test(_) | PluginsCommand::Conform(_));
             let filter = local.log.filter_or(if quiet { "warn" } else { "info" });
             crate::telemetry::init_logging(crate::config::LogFormat::Human, filter)?;
             plugins(&local.storage, command).await
@@ -491,6 +497,7 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         PluginsCommand::New { name, dir } => return Ok(author::new(&name, dir.as_deref())?),
         PluginsCommand::Record(args) => return Ok(author::record(*args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
+        PluginsCommand::Conform(args) => return Ok(author::conform(args, &crate::server::bundled_plugins()).await?),
         PluginsCommand::List { ref plugins }
         | PluginsCommand::Load { ref plugins, .. }
         | PluginsCommand::Unload { ref plugins, .. }
@@ -626,7 +633,8 @@ async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<(
         | PluginsCommand::Push { .. }
         | PluginsCommand::New { .. }
         | PluginsCommand::Record(_)
-        | PluginsCommand::Test(_) => unreachable!("handled above"),
+        | PluginsCommand::Test(_)
+        | PluginsCommand::Conform(_) => unreachable!("handled above"),
     }
     store.close().await;
     Ok(())

@@ -41,6 +41,39 @@ pub fn decode(content_encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u
     Ok(current)
 }
 
+/// The codings [`encode`] applies and [`decode`] undoes.
+pub const KNOWN: [&str; 4] = ["gzip", "deflate", "br", "zstd"];
+
+/// `body` under `coding` (one of [`KNOWN`]), as a provider that
+/// compresses would send it; `None` for another coding. The conformance
+/// suite compresses recorded answers with it.
+pub fn encode(coding: &str, body: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let level = flate2::Compression::default();
+    match coding {
+        "gzip" => {
+            let mut w = flate2::write::GzEncoder::new(Vec::new(), level);
+            w.write_all(body).ok()?;
+            w.finish().ok()
+        }
+        "deflate" => {
+            let mut w = flate2::write::ZlibEncoder::new(Vec::new(), level);
+            w.write_all(body).ok()?;
+            w.finish().ok()
+        }
+        "br" => {
+            let mut out = Vec::new();
+            {
+                let mut w = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
+                w.write_all(body).ok()?;
+            }
+            Some(out)
+        }
+        "zstd" => zstd::stream::encode_all(body, 3).ok(),
+        _ => None,
+    }
+}
+
 fn decode_one(coding: &str, body: &[u8], limit: usize) -> Result<Vec<u8>, CodingError> {
     let corrupt = || CodingError::Corrupt(coding.to_owned());
     match coding {

@@ -30,7 +30,10 @@
 //! records hands every request, as the plugin made it (handle, never
 //! secret), and the answer as the plugin got it (scrubbed) to a
 //! [`Recorder`]; one that replays answers each request from a recording
-//! and has no HTTP client at all, so it cannot open a socket.
+//! and has no HTTP client at all, so it cannot open a socket. A replay
+//! may also inject ([`Egress::injecting`]): each answer to a request that
+//! names a credential is decoded and scrubbed as a live one would be, so
+//! echoes of a canary secret planted in it can be looked for afterwards.
 //!
 //! Layout: this module (the policy's enforcement and the live exchange),
 //! [`address`] (which addresses are global), [`coding`] (content codings
@@ -334,6 +337,9 @@ pub struct Egress {
     secrets: Arc<dyn SecretSource>,
     /// Sees every exchange, when an author records a plugin.
     recorder: Option<Arc<dyn Recorder>>,
+    /// Whether a replayed answer to a request naming a credential is
+    /// handled as if the secret had gone out (decoded and scrubbed).
+    replay_injects: bool,
 }
 
 /// Where requests that passed the policy go.
@@ -365,6 +371,7 @@ impl Egress {
             transport: Transport::Network { client, checked },
             secrets,
             recorder: None,
+            replay_injects: false,
         })
     }
 
@@ -377,7 +384,19 @@ impl Egress {
             transport: Transport::Replay(replay),
             secrets: Arc::new(tape::NoSecrets),
             recorder: None,
+            replay_injects: false,
         }
+    }
+
+    /// The same replaying egress, handling each answer to a request that
+    /// names a credential as the network path does once it sent the
+    /// secret `secrets` gives: decoded, then scrubbed of every form of
+    /// it. The conformance suite puts echoes of a canary secret into
+    /// recorded answers and checks that none reaches the plugin.
+    pub fn injecting(mut self, secrets: Arc<dyn SecretSource>) -> Self {
+        self.secrets = secrets;
+        self.replay_injects = true;
+        self
     }
 
     /// The same egress, handing every exchange to `recorder` too.
@@ -449,8 +468,20 @@ impl Egress {
         }
         if let Transport::Replay(replay) = &self.transport {
             let url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
-            self.check_target(caller, &url)?;
-            return replay.answer(&req);
+            let host = self.check_target(caller, &url)?;
+            let answer = replay.answer(&req)?;
+            let (Some(credential), true) = (&req.credential, self.replay_injects) else { return Ok(answer) };
+            // As if the secret had gone out: the answer is decoded and
+            // scrubbed by the same code as the network's.
+            let injection = self
+                .secrets
+                .secret_for(caller.workspace_id, caller.plugin_id, &credential.handle, &host)
+                .await
+                .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?;
+            let InboundResponse { status, mut headers, body } = answer;
+            let body = self.decoded(caller, &host, &mut headers, body)?;
+            let body = scrubbed(&injection, &mut headers, body);
+            return Ok(InboundResponse { status, headers, body });
         }
         let timeout = Duration::from_millis(u64::from(
             req.timeout_ms.unwrap_or(self.policy.default_timeout_ms).min(self.policy.max_timeout_ms),
@@ -655,22 +686,7 @@ impl Egress {
                 continue;
             }
             if let Some(i) = &injection {
-                // A provider that echoes the request (debug endpoints, error
-                // pages) must not hand the secret back to the plugin, in
-                // any of the forms an echo would carry it.
-                let forms = reflections(i.secret.expose_secret(), &i.placement);
-                headers.retain(|(_, v)| !forms.iter().any(|f| memchr::memmem::find(v.as_bytes(), f).is_some()));
-                let before = collected.len();
-                for form in &forms {
-                    collected = scrub(collected, form);
-                }
-                // The provider's length would tell the secret's length once
-                // the body no longer holds it.
-                if collected.len() != before {
-                    for (_, value) in headers.iter_mut().filter(|(n, _)| n == "content-length") {
-                        *value = collected.len().to_string();
-                    }
-                }
+                collected = scrubbed(i, &mut headers, collected);
             }
             return Ok(InboundResponse { status, headers, body: collected });
         }
@@ -712,6 +728,27 @@ impl Egress {
         headers.push(("content-length".into(), decoded.len().to_string()));
         Ok(decoded)
     }
+}
+
+/// `body` and `headers` with every form of the injected secret taken out:
+/// a provider that echoes the request (debug endpoints, error pages) must
+/// not hand the secret back to the plugin, in any of the forms an echo
+/// would carry it.
+fn scrubbed(injection: &Injection, headers: &mut Vec<(String, String)>, mut body: Vec<u8>) -> Vec<u8> {
+    let forms = reflections(injection.secret.expose_secret(), &injection.placement);
+    headers.retain(|(_, v)| !forms.iter().any(|f| memchr::memmem::find(v.as_bytes(), f).is_some()));
+    let before = body.len();
+    for form in &forms {
+        body = scrub(body, form);
+    }
+    // The provider's length would tell the secret's length once the body
+    // no longer holds it.
+    if body.len() != before {
+        for (_, value) in headers.iter_mut().filter(|(n, _)| n == "content-length") {
+            *value = body.len().to_string();
+        }
+    }
+    body
 }
 
 fn ip_literal(ip: IpAddr) -> EgressError {

@@ -21,7 +21,7 @@ use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
 use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
-use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode};
+use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode, advances};
 use crate::state::AppState;
 use crate::store::iceberg::JobLease;
 use crate::store::jobs::{Job, JobPlugin};
@@ -183,7 +183,7 @@ impl StreamWrite {
                 self.show_progress(saved).await;
             }
             match checkpoint {
-                Some(state) if !same_state(committed.as_deref(), &state) => {
+                Some(state) if advances(committed.as_deref(), &state) => {
                     self.write_held(loader, &mut held, saved).await?;
                     let written = loader.checkpoint(state.clone()).await?;
                     self.record(written, saved, false).await?;
@@ -463,16 +463,6 @@ pub(super) async fn execute(
         w.close().await;
     }
     Ok(())
-}
-
-/// Whether a checkpoint says what the saved state says (as JSON values,
-/// whatever their spacing): one that does not advance the state.
-fn same_state(saved: Option<&str>, checkpoint: &str) -> bool {
-    let Some(saved) = saved else { return false };
-    match (serde_json::from_str::<Value>(saved), serde_json::from_str::<Value>(checkpoint)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => saved == checkpoint,
-    }
 }
 
 /// A destination's failure as the job's: a destination that failed may

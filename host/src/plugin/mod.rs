@@ -192,6 +192,8 @@ pub struct Runtime {
     compat_key: String,
     /// Whether the pooling allocator is in use (reported to operators).
     pub pooling: bool,
+    /// The clock and randomness its guests see.
+    time: sandbox::GuestTime,
 }
 
 fn engine_config(pooling: Option<&Limits>) -> Config {
@@ -259,11 +261,26 @@ impl Runtime {
             std::fs::create_dir_all(&c.dir)?;
         }
         let turns = Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent.max(1)));
-        Ok(Runtime { engine, linker_v1, limits: Arc::new(limits), turns, cache, compat_key, pooling })
+        Ok(Runtime {
+            engine,
+            linker_v1,
+            limits: Arc::new(limits),
+            turns,
+            cache,
+            compat_key,
+            pooling,
+            time: sandbox::GuestTime::Live,
+        })
     }
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The same runtime, its guests seeing `time`.
+    pub fn with_guest_time(mut self, time: sandbox::GuestTime) -> Self {
+        self.time = time;
+        self
     }
 
     /// Compiles (or loads from the cache) a component and prepares it.
@@ -369,6 +386,7 @@ impl Runtime {
                 egress,
                 sink,
                 meters: Some(plugin.meters.clone()),
+                time: self.time,
             },
         )
     }
@@ -414,6 +432,7 @@ impl Runtime {
                 egress: None,
                 sink: None,
                 meters: None,
+                time: self.time,
             },
         );
         let r = self

@@ -16,6 +16,9 @@
 //! - WASI: no environment, no arguments, no preopened directories, no
 //!   sockets, no name lookups; stdout and stderr are captured (capped) and
 //!   forwarded to the host log tagged with the plugin id.
+//! - Time and randomness: the machine's, or under [`GuestTime::Frozen`] a
+//!   wall clock that stands still and randomness from a fixed seed, so a
+//!   replay asks exactly what its recording asked.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -31,6 +34,35 @@ use super::usage::{self, EgressUsage, PluginMeters, Usage};
 use crate::egress::{Egress, HostPattern};
 
 pub use crate::config::limits::PluginLimits as Limits;
+
+/// The wall clock and randomness a guest sees.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GuestTime {
+    /// The machine's clock and its secure randomness.
+    #[default]
+    Live,
+    /// A wall clock standing still at this instant (since the Unix
+    /// epoch), and randomness from a fixed seed: what the authoring kit's
+    /// recordings and replays run with. The monotonic clock still runs,
+    /// so waits and timeouts behave.
+    Frozen(std::time::Duration),
+}
+
+/// A wall clock that always reads the same instant.
+struct StoppedClock(std::time::Duration);
+
+impl wasmtime_wasi::HostWallClock for StoppedClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> std::time::Duration {
+        self.0
+    }
+}
+
+/// The seed of a frozen guest's randomness: any fixed value does.
+const FROZEN_SEED: u64 = 0x5eed_0fc0_55e7_7e00;
 
 /// Where a read's records and checkpoints go.
 pub trait RecordSink: Send {
@@ -177,6 +209,7 @@ pub struct Invocation {
     pub sink: Option<Box<dyn RecordSink>>,
     /// Where its usage is counted (none for `describe`).
     pub meters: Option<Arc<PluginMeters>>,
+    pub time: GuestTime,
 }
 
 /// Epoch ticks per second (the engine's epoch is advanced by a thread).
@@ -187,13 +220,20 @@ impl HostState {
     /// armed.
     pub fn store(engine: &wasmtime::Engine, limits: Arc<Limits>, inv: Invocation) -> Store<HostState> {
         let output = CapturedOutput::new(limits.max_log_bytes);
-        let wasi = WasiCtxBuilder::new()
-            .stdout(output.clone())
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(output.clone())
             .stderr(output.clone())
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+            .allow_ip_name_lookup(false);
+        if let GuestTime::Frozen(at) = inv.time {
+            use guest_rand::SeedableRng;
+            wasi.wall_clock(StoppedClock(at))
+                .secure_random(guest_rand::rngs::StdRng::seed_from_u64(FROZEN_SEED))
+                .insecure_random(guest_rand::rngs::StdRng::seed_from_u64(FROZEN_SEED + 1))
+                .insecure_random_seed(u128::from(FROZEN_SEED));
+        }
+        let wasi = wasi.build();
         let state = HostState {
             wasi,
             table: ResourceTable::new(),

@@ -118,6 +118,19 @@ pub struct ReadRequest {
     pub state: Option<String>,
 }
 
+/// Whether a checkpoint advances a stream past `saved` (the state already
+/// saved): one that says the same, as JSON values whatever their spacing,
+/// does not. The host's rule for an append: records are written only
+/// together with a state that advances, so a resume never reads again
+/// what was written. The conformance suite checks connectors by it.
+pub fn advances(saved: Option<&str>, checkpoint: &str) -> bool {
+    let Some(saved) = saved else { return true };
+    match (serde_json::from_str::<serde_json::Value>(saved), serde_json::from_str::<serde_json::Value>(checkpoint)) {
+        (Ok(a), Ok(b)) => a != b,
+        _ => saved != checkpoint,
+    }
+}
+
 /// The config key under which the host hands `entity-options` what the
 /// provider said about the credential's account when it was authorised
 /// (for OAuth, ids such as `hub_id` and `user_id`). The host's alone: a

@@ -479,6 +479,7 @@ mod tests {
                 egress: None,
                 sink: None,
                 meters: None,
+                time: Default::default(),
             };
             HostState::store(&engine, limits.clone(), invocation)
         };

@@ -21,12 +21,17 @@
 //! seen so far. Checkpointing the newest value mid-read would make an
 //! interrupted read resume past those records and lose them for good.
 //!
-//! So a read checkpoints the cursor it *started from* after every page (a
-//! commit point for the records emitted so far, always safe to resume from),
-//! and the newest `updated_at` it saw only once the last page is done. An
-//! interrupted read therefore re-emits what it had emitted (duplicates the
-//! primary key absorbs) instead of losing records. Since every read walks all
-//! pages anyway, resuming from the older cursor costs no extra requests.
+//! So a read that resumes a saved cursor checkpoints that same cursor after
+//! every page (a commit point for the records emitted so far, always safe
+//! to resume from), and the newest `updated_at` it saw only once the last
+//! page is done. An interrupted read therefore re-emits what it had emitted
+//! (duplicates the primary key absorbs) instead of losing records; a host
+//! that appends sees a checkpoint that does not advance the saved state and
+//! writes nothing with it. A first read (no saved cursor) checkpoints only
+//! at the end: `{"updated_at": null}` mid-read would read to the host as a
+//! state that advances, and a crash after it would append the first pages
+//! twice. Since every read walks all pages anyway, resuming from the older
+//! cursor costs no extra requests.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -148,9 +153,10 @@ impl IncrementalRead {
     }
 
     /// The state to checkpoint after a page while more pages may follow:
-    /// the cursor the read started from (see the module documentation).
-    pub fn mid_read_state(&self) -> CursorState {
-        CursorState { updated_at: self.saved.as_ref().map(|c| c.text.clone()) }
+    /// the cursor the read started from, when it started from one (see the
+    /// module documentation).
+    pub fn mid_read_state(&self) -> Option<CursorState> {
+        self.saved.as_ref().map(|c| CursorState { updated_at: Some(c.text.clone()) })
     }
 
     /// The state to checkpoint once every page has been read: the newest
@@ -235,8 +241,9 @@ mod tests {
     fn mid_read_checkpoints_keep_the_starting_cursor() {
         let mut read = IncrementalRead::new(cursor("2024-01-01T00:00:00Z"), None);
         read.admits(&record("2024-05-01T00:00:00Z"));
-        assert_eq!(read.mid_read_state(), CursorState { updated_at: Some("2024-01-01T00:00:00Z".into()) });
-        assert_eq!(IncrementalRead::new(None, None).mid_read_state().updated_at, None);
+        assert_eq!(read.mid_read_state(), Some(CursorState { updated_at: Some("2024-01-01T00:00:00Z".into()) }));
+        // A first read has no commit point before its end.
+        assert_eq!(IncrementalRead::new(None, None).mid_read_state(), None);
     }
 
     #[test]

@@ -116,8 +116,8 @@ impl StreamReader {
             self.received += received as u64;
             self.emitted += records.len() as u64;
             Sink::emit_json(self.stream.as_str(), &records)?;
-            if let Some(incremental) = &self.incremental {
-                Sink::checkpoint(self.stream.as_str(), &json!(incremental.mid_read_state()))?;
+            if let Some(state) = self.incremental.as_ref().and_then(IncrementalRead::mid_read_state) {
+                Sink::checkpoint(self.stream.as_str(), &json!(state))?;
             }
             let of = page.last_page.map(|l| format!("/{l}")).unwrap_or_default();
             log::info(format_args!(
