@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{Backend, TestServer, count_rows, json, json_ok};
+use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_ok};
 use testkit::restapi::{self, HOST, RestApi};
 
 /// A host the operator allows (and pins to a fake that counts requests),
@@ -73,8 +73,8 @@ impl Fx {
         created["data"]["source_id"].as_str().unwrap().to_owned()
     }
 
-    /// A pipeline of `streams` (name, mode) into an SQLite file, and its id.
-    async fn pipeline(&self, source_id: &str, file: &str, streams: &[(&str, &str)]) -> String {
+    /// An SQLite file destination, and its id.
+    async fn destination(&self, file: &str) -> String {
         let dest = json_ok(
             self.srv
                 .post("/v1/destinations", json!({ "name": file, "kind": "sqlite", "configuration": { "file": file } }))
@@ -83,9 +83,15 @@ impl Fx {
                 .unwrap(),
         )
         .await;
+        dest["data"]["destination_id"].as_str().unwrap().to_owned()
+    }
+
+    /// A pipeline of `streams` (name, mode) into an SQLite file, and its id.
+    async fn pipeline(&self, source_id: &str, file: &str, streams: &[(&str, &str)]) -> String {
+        let dest = self.destination(file).await;
         let streams: Vec<Value> =
             streams.iter().map(|(name, mode)| json!({ "name": name, "sync_mode": mode })).collect();
-        let body = json!({ "name": file, "source_id": source_id, "destination_id": dest["data"]["destination_id"], "streams": streams });
+        let body = json!({ "name": file, "source_id": source_id, "destination_id": dest, "streams": streams });
         let p = json_ok(self.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
         p["data"]["pipeline_id"].as_str().unwrap().to_owned()
     }
@@ -198,6 +204,74 @@ async fn an_incremental_sync_reads_exactly_the_new_records(backend: Backend) {
     let fourth = fx.sync(&pipeline).await;
     assert_eq!(records(&fourth), 1, "{fourth}");
     assert_eq!(fx.rows("inc.db", "items").await, 109);
+}
+
+/// A stream without a declared schema is discovered once, when the user
+/// prepares the pipeline: creating the pipeline asks the provider nothing
+/// (it may be down then), and a sync asks for each page once, every
+/// request of an incremental one with its `since`.
+async fn a_discovered_catalog_is_kept_and_syncs_ask_for_no_page_twice(backend: Backend) {
+    let fx = setup(backend, RestApi::new(60)).await;
+    let manifest = json!({ "streams": [{
+        "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+        "params": { "per_page": 25 },
+        "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
+        "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
+    let source = fx.source(manifest).await;
+    let asked = || std::mem::take(&mut *fx.api.asked.lock().unwrap());
+    asked();
+    let prepared =
+        json_ok(fx.srv.post("/v1/pipelines/prepare", json!({ "source_id": source })).send().await.unwrap()).await;
+    assert_eq!(prepared["data"]["streams"][0]["name"], "items", "{prepared}");
+    assert!(!asked().is_empty(), "the prepare read the first page to infer the schema");
+
+    // Down while the pipeline is made: nothing is asked of it.
+    fx.api.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let pipeline = fx.pipeline(&source, "kept.db", &[("items", "incremental_append")]).await;
+    assert_eq!(asked(), Vec::<String>::new(), "creating the pipeline asked the provider");
+    fx.api.down.store(false, std::sync::atomic::Ordering::SeqCst);
+
+    let first = fx.sync(&pipeline).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    let mut pages = asked();
+    // Pages are asked for ahead, so they may arrive in any order.
+    pages.sort();
+    assert_eq!(
+        pages,
+        ["/pages/items?per_page=25&page=1", "/pages/items?per_page=25&page=2", "/pages/items?per_page=25&page=3"]
+    );
+
+    fx.api.add(3);
+    let second = fx.sync(&pipeline).await;
+    assert_eq!(second["status"], "succeeded", "{second}");
+    let pages = asked();
+    assert_eq!(pages.len(), 1, "{pages:?}");
+    assert!(pages.iter().all(|p| p.contains("since=")), "every request of an incremental read is filtered: {pages:?}");
+    assert_eq!(fx.rows("kept.db", "items").await, 63);
+
+    // A changed configuration is discovered again (at its first use).
+    let changed = json!({ "streams": [{ "name": "everything", "path": "/pages/items", "records": "/data",
+        "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" } }] });
+    let patched = fx
+        .srv
+        .request(Method::PATCH, &format!("/v1/sources/{source}"))
+        .json(&json!({ "configuration": fx.configuration(changed) }))
+        .send()
+        .await
+        .unwrap();
+    assert!(patched.status().is_success(), "{}", patched.text().await.unwrap());
+    let refused = fx
+        .srv
+        .post(
+            "/v1/pipelines",
+            json!({ "name": "again", "source_id": source, "destination_id": fx.destination("again.db").await,
+            "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+        )
+        .send()
+        .await
+        .unwrap();
+    let refused = expect_error(refused, 400, "VALIDATION_FAILED").await;
+    assert!(refused.to_string().contains("offers no stream items"), "the new configuration was discovered: {refused}");
 }
 
 async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
@@ -391,6 +465,7 @@ on_both_backends!(
     a_compressed_echo_of_the_token_never_reaches_records_or_the_job,
     every_paging_style_reads_every_record_through_a_429,
     an_incremental_sync_reads_exactly_the_new_records,
+    a_discovered_catalog_is_kept_and_syncs_ask_for_no_page_twice,
     manifests_are_refused_at_their_json_pointer,
     hostile_manifests_fail_clearly_and_send_nothing_elsewhere,
 );

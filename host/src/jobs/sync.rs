@@ -390,7 +390,8 @@ pub(super) async fn execute(
     writer.hold_for(JobLease { job_id: job.job_id.clone(), owner: owner.to_owned() });
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
-    let catalog = connector.discover(&source_config).await.map_err(|e| connector_failure(&e))?;
+    let catalog =
+        connector.catalog(&state.store, &source.source_id, &source_config).await.map_err(|e| connector_failure(&e))?;
     if job.kind == JobKind::Reset {
         for s in &pipeline.streams {
             writer.clear(&s.name).await.map_err(write_failure)?;

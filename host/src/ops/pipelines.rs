@@ -38,7 +38,8 @@ pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -
         .await?
         .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
     let connector = state.plugins.connector(&source.connector_id, &access.workspace_id).await?;
-    let catalog = connector.discover(&source.configuration.to_string()).await?;
+    let catalog =
+        connector.discover_and_keep(&state.store, &source.source_id, &source.configuration.to_string()).await?;
     let suggested: Vec<serde_json::Value> =
         catalog.iter().map(|s| json!({ "name": s.name, "sync_mode": suggested_mode(s) })).collect();
     let mut warnings: Vec<serde_json::Value> = catalog
@@ -142,7 +143,7 @@ async fn check_streams(
         .await?
         .ok_or_else(|| ApiError::invalid_field("source_id", "no such source"))?;
     let connector = state.plugins.connector(&source.connector_id, &access.workspace_id).await?;
-    let catalog = connector.discover(&source.configuration.to_string()).await?;
+    let catalog = connector.catalog(&state.store, &source.source_id, &source.configuration.to_string()).await?;
     for s in streams {
         let Some(offered) = catalog.iter().find(|c| c.name == s.name) else {
             return Err(ApiError::invalid_field("streams", format!("the source offers no stream {}", s.name)));

@@ -11,6 +11,7 @@ use super::sandbox::RecordSink;
 use super::types::{CheckResult, EntityOption, ReadRequest, Stream, WriteRequest, WriteResult};
 use super::{InvocationError, LoadedPlugin, Runtime};
 use crate::egress::Egress;
+use crate::store::Store;
 
 /// A connector ready to be called for one workspace.
 pub struct Connector {
@@ -36,6 +37,51 @@ impl Connector {
 
     pub(crate) async fn discover(&self, config: &str) -> Result<Vec<Stream>, InvocationError> {
         self.runtime.discover(&self.plugin, &self.workspace_id, &self.egress, config).await
+    }
+
+    /// The streams of source `source_id` (configured with `config`): as
+    /// kept from its last discover by this plugin's component with this
+    /// configuration, else discovered now and kept. Creating a pipeline
+    /// and syncing it use this, so they do not ask the provider again for
+    /// what a discover already said (a schema inferred from a first page,
+    /// say). A control database that cannot keep it costs a discover.
+    pub(crate) async fn catalog(
+        &self,
+        store: &Store,
+        source_id: &str,
+        config: &str,
+    ) -> Result<Vec<Stream>, InvocationError> {
+        match store.source_catalog(source_id, &self.plugin.digest, config).await {
+            Ok(Some(kept)) => match serde_json::from_value::<Vec<Stream>>(kept) {
+                Ok(streams) => return Ok(streams),
+                Err(e) => tracing::warn!(source_id, error = %e, "a kept catalog no longer reads; discovering again"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::warn!(source_id, error = %e, "the kept catalog could not be read; discovering"),
+        }
+        let streams = self.discover(config).await?;
+        self.keep(store, source_id, config, &streams).await;
+        Ok(streams)
+    }
+
+    /// A discover that is kept as the source's catalog: what a pipeline's
+    /// prepare runs, the moment a user looks at the streams.
+    pub(crate) async fn discover_and_keep(
+        &self,
+        store: &Store,
+        source_id: &str,
+        config: &str,
+    ) -> Result<Vec<Stream>, InvocationError> {
+        let streams = self.discover(config).await?;
+        self.keep(store, source_id, config, &streams).await;
+        Ok(streams)
+    }
+
+    async fn keep(&self, store: &Store, source_id: &str, config: &str, streams: &[Stream]) {
+        let Ok(catalog) = serde_json::to_value(streams) else { return };
+        if let Err(e) = store.save_source_catalog(source_id, &self.plugin.digest, config, &catalog).await {
+            tracing::warn!(source_id, error = %e, "the discovered catalog could not be kept");
+        }
     }
 
     pub(crate) async fn entity_options(&self, config: &str, field: &str) -> Result<Vec<EntityOption>, InvocationError> {

@@ -97,7 +97,7 @@ pub enum SyncMode {
 }
 
 /// One readable collection of records.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
 pub(crate) struct Stream {
     pub name: String,
     /// JSON Schema of one record.

@@ -41,6 +41,52 @@ fn from_row(r: &sqlx::any::AnyRow) -> StoreResult<Source> {
 const COLUMNS: &str = "id, workspace_id, connector_id, name, configuration, created_by, created_at, updated_at";
 
 impl Store {
+    /// The catalog kept for `source_id`, when it was discovered by the
+    /// plugin of `plugin_digest` for `configuration`.
+    pub async fn source_catalog(
+        &self,
+        source_id: &str,
+        plugin_digest: &str,
+        configuration: &str,
+    ) -> StoreResult<Option<Value>> {
+        let row = sqlx::query(
+            "SELECT catalog FROM source_catalogs WHERE source_id = $1 AND plugin_digest = $2 AND configuration = $3",
+        )
+        .bind(source_id)
+        .bind(plugin_digest)
+        .bind(configuration)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let text: String = row.try_get("catalog")?;
+        Ok(serde_json::from_str(&text).ok())
+    }
+
+    /// Keeps `catalog` as what the plugin of `plugin_digest` discovered
+    /// for `source_id` with `configuration`, in place of any kept before.
+    pub async fn save_source_catalog(
+        &self,
+        source_id: &str,
+        plugin_digest: &str,
+        configuration: &str,
+        catalog: &Value,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO source_catalogs (source_id, plugin_digest, configuration, catalog, discovered_at) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (source_id) DO UPDATE SET plugin_digest = excluded.plugin_digest, \
+             configuration = excluded.configuration, catalog = excluded.catalog, discovered_at = excluded.discovered_at",
+        )
+        .bind(source_id)
+        .bind(plugin_digest)
+        .bind(configuration)
+        .bind(catalog.to_string())
+        .bind(now_ms())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
     pub async fn create_source(
         &self,
         workspace_id: &str,

@@ -51,6 +51,10 @@ pub struct RestApi {
     pub echo_compressed: Mutex<Option<&'static str>>,
     /// Milliseconds `/pages/items` waits before answering.
     pub page_delay_ms: std::sync::atomic::AtomicU64,
+    /// Every request's path and query, in the order they came.
+    pub asked: Mutex<Vec<String>>,
+    /// While set, every request is answered 500 (a provider that is down).
+    pub down: std::sync::atomic::AtomicBool,
     /// How many times records were added.
     generation: AtomicUsize,
 }
@@ -77,6 +81,8 @@ impl RestApi {
             padding,
             echo_compressed: Mutex::new(None),
             page_delay_ms: Default::default(),
+            asked: Mutex::new(Vec::new()),
+            down: Default::default(),
             generation: AtomicUsize::new(0),
         }
     }
@@ -201,7 +207,21 @@ pub fn router(api: Arc<RestApi>) -> Router {
         .route("/hostile/endless", get(endless))
         .route("/hostile/loop", get(looping))
         .route("/hostile/huge", get(huge))
+        .layer(axum::middleware::from_fn_with_state(api.clone(), watch))
         .with_state(api)
+}
+
+/// Notes each request, and answers 500 while the API is down.
+async fn watch(
+    State(api): State<Arc<RestApi>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    api.asked.lock().unwrap().push(request.uri().to_string());
+    if api.down.load(Ordering::SeqCst) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "down for maintenance").into_response();
+    }
+    next.run(request).await
 }
 
 async fn pages(State(api): State<Arc<RestApi>>, h: HeaderMap, Query(q): Q) -> Response {
