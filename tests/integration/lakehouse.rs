@@ -292,14 +292,14 @@ impl Lake {
 
 /// pyiceberg and DuckDB reading tables as an engine outside the service
 /// does: one `iceberg_read.py --serve` for the whole test.
-struct Reader {
+pub(crate) struct Reader {
     child: tokio::process::Child,
     input: tokio::process::ChildStdin,
     output: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Reader {
-    fn start() -> Reader {
+    pub(crate) fn start() -> Reader {
         let mut child = tokio::process::Command::new(test_python())
             .arg(python_script("iceberg_read.py"))
             .arg("--serve")
@@ -315,7 +315,7 @@ impl Reader {
 
     /// What pyiceberg and DuckDB read of `table` through pyiceberg's SQL
     /// catalog `catalog` on the control database at `database_url`.
-    async fn read(
+    pub(crate) async fn read(
         &mut self,
         database_url: &str,
         catalog: &str,

@@ -805,6 +805,20 @@ impl Processes {
     /// incremental on `updated_at`, an SQLite destination `w.db` and a
     /// pipeline of its stream `items` in `mode`; returns the pipeline id.
     pub(crate) async fn rest_manifest_pipeline(&self, base: &str, token: &str, per_page: u64, mode: &str) -> String {
+        let destination = json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } });
+        self.rest_manifest_pipeline_into(base, token, per_page, mode, destination).await
+    }
+
+    /// [`Processes::rest_manifest_pipeline`] into `destination` (the body
+    /// of `POST /destinations`).
+    pub(crate) async fn rest_manifest_pipeline_into(
+        &self,
+        base: &str,
+        token: &str,
+        per_page: u64,
+        mode: &str,
+        destination: Value,
+    ) -> String {
         let post = |path: &str, body: Value| {
             let sent = self.api(base, Method::POST, path).json(&body).send();
             async move { json_ok(sent.await.unwrap()).await }
@@ -823,15 +837,14 @@ impl Processes {
             json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
         )
         .await;
-        let destination =
-            post("/v1/destinations", json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }))
-                .await;
+        let destination = post("/v1/destinations", destination).await;
         let pipeline = post(
             "/v1/pipelines",
             json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
                 "streams": [{ "name": "items", "sync_mode": mode }] }),
         )
         .await;
+        self.workspace.get_or_init(|| source["data"]["workspace_id"].as_str().unwrap_or_default().to_owned());
         pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
     }
 
@@ -1454,27 +1467,56 @@ async fn the_control_database_still_takes_the_servers_postgres_settings() {
     assert!(ready.status().is_success(), "the control database was reached through PGHOST/PGPORT/PGUSER");
 }
 
+/// Where the REST-source crash test writes.
+#[derive(Clone, Copy, Debug)]
+enum CrashInto {
+    Sqlite,
+    Postgres,
+    Iceberg,
+}
+
 /// Exactly once for the bundled REST source in an append: its pages
 /// checkpoint the state the read started from (they need not come in
 /// cursor order), so nothing they hold may be committed before the read's
 /// end. A server killed (`kill -9`) in the middle of a first read, and of
 /// a read resumed from a saved state, finishes the job on restart with
-/// every record in the table once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
+/// every record in the table once: into SQLite, PostgreSQL and an Iceberg
+/// table (read back by pyiceberg and DuckDB).
+async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once(into: CrashInto) {
     crate::support::init_crypto();
+    let pg = match into {
+        CrashInto::Postgres => match crate::support::PgDatabase::create().await {
+            Some(db) => Some(db),
+            None => return,
+        },
+        _ => None,
+    };
     let ca = TestCa::new();
     let token = format!("rest-crash-{}", uuid::Uuid::new_v4().simple());
     let api = Arc::new(testkit::restapi::RestApi::new(3000).with_token(token.clone()));
     let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
     let mut procs = Processes::new(&ca, &provider);
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
+    if pg.is_some() {
+        // The warehouse is on loopback, as a tenant's never may be.
+        procs.env.push(("SERVICE_WAREHOUSE_ALLOWED_HOSTS", "127.0.0.1".into()));
+    }
     let mut server = ServerProcess::start(procs.env.clone()).await;
-    let pipeline = procs.rest_manifest_pipeline(&server.base, &token, 100, "incremental_append").await;
+    let destination = match (into, &pg) {
+        (CrashInto::Sqlite, _) => json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }),
+        (CrashInto::Postgres, Some(db)) => {
+            json!({ "name": "pg", "kind": "postgres", "configuration": { "url": db.url } })
+        }
+        (CrashInto::Iceberg, _) => {
+            json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "crash" } })
+        }
+        (CrashInto::Postgres, None) => unreachable!(),
+    };
+    let pipeline =
+        procs.rest_manifest_pipeline_into(&server.base, &token, 100, "incremental_append", destination).await;
     let post = |base: &str, path: &str, body: Value| procs.api(base, Method::POST, path).json(&body);
-    let me = json_ok(procs.api(&server.base, Method::GET, "/v1/me").send().await.unwrap()).await;
-    let ws = me["data"]["default_workspace_id"].as_str().unwrap().to_owned();
-    let table = format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("w.db").display());
+    let ws = procs.workspace().to_owned();
+    let mut reader = matches!(into, CrashInto::Iceberg).then(crate::lakehouse::Reader::start);
     // Pages of 100, 30 ms each: a read of 3,000 records takes a second.
     api.page_delay_ms.store(30, Ordering::SeqCst);
     for (round, total) in [("first read", 3000), ("resumed read", 6000)] {
@@ -1496,24 +1538,61 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         server.kill();
-        assert!(shown["records_read"].as_u64().unwrap_or(0) > 0, "{round}: reading shows: {shown}");
-        assert_eq!(shown["records"], 0, "{round}: nothing the state does not cover is written: {shown}");
+        assert!(shown["records_read"].as_u64().unwrap_or(0) > 0, "{into:?}, {round}: reading shows: {shown}");
+        assert_eq!(shown["records"], 0, "{into:?}, {round}: nothing the state does not cover is written: {shown}");
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
-        assert_eq!(last["status"], "succeeded", "{round}: {last}");
-        use sqlx::{Connection, Row};
-        sqlx::any::install_default_drivers();
-        let mut c = sqlx::AnyConnection::connect(&table).await.unwrap();
-        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"id\") AS ids FROM \"items\"")
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
-        let (n, ids): (i64, i64) = (row.try_get("n").unwrap(), row.try_get("ids").unwrap());
-        assert_eq!((n, ids), (total, total), "{round}: {n} rows for {ids} ids");
+        assert_eq!(last["status"], "succeeded", "{into:?}, {round}: {last}");
+        let (n, ids) = match (into, &pg) {
+            (CrashInto::Iceberg, _) => {
+                let database_url = format!("sqlite://{}/service.db", procs.data_dir().display());
+                let read =
+                    reader.as_mut().unwrap().read(&database_url, &format!("{ws}/lake"), "crash.items", json!({})).await;
+                let rows = read["rows"].as_array().unwrap_or_else(|| panic!("{read}"));
+                let mut ids: Vec<String> = rows.iter().map(|r| r["id"].to_string()).collect();
+                let n = ids.len() as i64;
+                ids.sort();
+                ids.dedup();
+                (n, ids.len() as i64)
+            }
+            (_, db) => {
+                let url = match db {
+                    Some(db) => db.url.clone(),
+                    None => format!(
+                        "sqlite://{}?mode=ro",
+                        procs.data_dir().join("warehouses").join(&ws).join("w.db").display()
+                    ),
+                };
+                use sqlx::{Connection, Row};
+                sqlx::any::install_default_drivers();
+                let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+                let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"id\") AS ids FROM \"items\"")
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap();
+                (row.try_get("n").unwrap(), row.try_get("ids").unwrap())
+            }
+        };
+        assert_eq!((n, ids), (total, total), "{into:?}, {round}: {n} rows for {ids} ids");
         // 3,000 new records for the next read to resume.
         api.add(3000);
     }
     server.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once_in_sqlite() {
+    a_rest_manifest_append_killed_mid_read_leaves_every_record_once(CrashInto::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once_in_postgres() {
+    a_rest_manifest_append_killed_mid_read_leaves_every_record_once(CrashInto::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once_in_iceberg() {
+    a_rest_manifest_append_killed_mid_read_leaves_every_record_once(CrashInto::Iceberg).await;
 }
 
 /// The control database failing for a moment while a job starts (here:

@@ -48,7 +48,12 @@ def read(uri, name, ident, properties=None):
         row["pipeline"] = None if meta is None else json.loads(meta)["pipeline_id"]
         rows.append(row)
     con = table.scan().to_duckdb(table_name="t")
-    duck = con.execute("SELECT id, CAST(amount AS VARCHAR), epoch_us(updated_at) FROM t").fetchall()
+    # The typed columns where the table has them (a REST source's rows
+    # have neither a decimal nor a timestamp column).
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    amount = "CAST(amount AS VARCHAR)" if "amount" in types else "NULL"
+    updated = "epoch_us(updated_at)" if types.get("updated_at", "").startswith("timestamp") else "NULL"
+    duck = con.execute(f"SELECT id, {amount}, {updated} FROM t").fetchall()
     files = list(table.scan().plan_files())
     partitions = {json.dumps([text(v) for v in task.file.partition]) for task in files}
     return json.dumps(
