@@ -670,3 +670,92 @@ async fn pages_are_requested_ahead_and_each_record_lands_once(backend: Backend) 
 }
 
 on_both_backends!(pages_are_requested_ahead_and_each_record_lands_once);
+
+/// Exactly once for the bundled email-campaign source in an append: a
+/// first read checkpoints only at its end, and a resumed read's page
+/// checkpoints repeat the saved state, so a server killed (`kill -9`) in
+/// the middle of either finishes the job on restart with every subscriber
+/// in the table once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once() {
+    use crate::pipelines::Processes;
+    use crate::support::process::ServerProcess;
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let token = format!("mc-crash-{}", uuid::Uuid::new_v4().simple());
+    let mc = Arc::new(MailcoachState {
+        token: token.clone(),
+        campaigns: mailcoach::campaigns(3),
+        subscribers: 1500,
+        ..Default::default()
+    });
+    let names = ["mail.acme-corp.com"];
+    let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.retain(|(k, _)| !matches!(*k, "SERVICE_EGRESS_ALLOWED_HOSTS" | "SERVICE_EGRESS_RESOLVE"));
+    procs.env.push(("SERVICE_EGRESS_ALLOWED_HOSTS", names.join(",")));
+    procs.env.push(("SERVICE_EGRESS_RESOLVE", provider.pins(&names)));
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
+    let mut server = ServerProcess::start(procs.env.clone()).await;
+    let post = |base: &str, path: &str, body: Value| {
+        let sent = procs.api(base, Method::POST, path).json(&body).send();
+        async move { json_ok(sent.await.unwrap()).await }
+    };
+    let cred = post(
+        &server.base,
+        "/v1/credentials/emailcampaign/api-token",
+        json!({ "base_url": SELF_HOSTED, "api_token": token }),
+    )
+    .await;
+    let configuration = json!({ "base_url": SELF_HOSTED, "credential_handle": cred["data"]["credential_handle"] });
+    let source = post(
+        &server.base,
+        "/v1/sources",
+        json!({ "connector_id": "conn_emailcampaign_edm", "name": "mail", "configuration": configuration }),
+    )
+    .await;
+    let dest = post(
+        &server.base,
+        "/v1/destinations",
+        json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "mail.db" } }),
+    )
+    .await;
+    let pipeline = post(
+        &server.base,
+        "/v1/pipelines",
+        json!({ "name": "mail", "source_id": source["data"]["source_id"], "destination_id": dest["data"]["destination_id"],
+            "streams": [{ "name": "subscribers", "sync_mode": "incremental_append" }] }),
+    )
+    .await;
+    let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let ws = source["data"]["workspace_id"].as_str().unwrap().to_owned();
+    let table = format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("mail.db").display());
+    // Each answer waits: a read of every page takes a second or so.
+    mc.delay_ms.store(40, Ordering::SeqCst);
+    for round in ["first read", "resumed read"] {
+        let before = mc.requests.load(Ordering::SeqCst);
+        let job = post(&server.base, &format!("/v1/pipelines/{pipeline}/sync"), json!({})).await;
+        let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+        for _ in 0..500 {
+            if mc.requests.load(Ordering::SeqCst) >= before + 6 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        server.kill();
+        assert!(mc.requests.load(Ordering::SeqCst) >= before + 6, "{round}: the read was under way when killed");
+        server = ServerProcess::start(procs.env.clone()).await;
+        let last = procs.wait(&server.base, &job_id).await;
+        assert_eq!(last["status"], "succeeded", "{round}: {last}");
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&table).await.unwrap();
+        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"uuid\") AS ids FROM \"subscribers\"")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        let (n, ids): (i64, i64) = (row.try_get("n").unwrap(), row.try_get("ids").unwrap());
+        assert_eq!((n, ids), (1500, 1500), "{round}: {n} rows for {ids} subscribers");
+    }
+    server.kill();
+}
