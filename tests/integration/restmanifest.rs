@@ -274,6 +274,38 @@ async fn a_discovered_catalog_is_kept_and_syncs_ask_for_no_page_twice(backend: B
     assert!(refused.to_string().contains("offers no stream items"), "the new configuration was discovered: {refused}");
 }
 
+/// A sync into a lakehouse that fails part way shows as written only what
+/// a reader can see: a full refresh's rows are not, until its table
+/// replaces the live one; once a sync ends, every row it committed is.
+async fn a_failed_lakehouse_sync_shows_only_what_was_committed(backend: Backend) {
+    let fx = setup(backend, RestApi::new(300)).await;
+    let manifest = json!({ "streams": [{
+        "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+        "params": { "per_page": 100 },
+        "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" } }] });
+    let source = fx.source(manifest).await;
+    let lake =
+        json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "acme" } });
+    let dest = json_ok(fx.srv.post("/v1/destinations", lake).send().await.unwrap()).await;
+    let body = json!({ "name": "lake", "source_id": source, "destination_id": dest["data"]["destination_id"],
+        "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] });
+    let pipeline = json_ok(fx.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+    let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    // Pages 1 and 2 are read (and written to files), page 3 is gone.
+    fx.api.missing_page.store(3, Ordering::SeqCst);
+    let failed = fx.sync(&pipeline).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let items = &failed["progress"]["streams"]["items"];
+    assert_eq!(items["records_read"], 200, "{failed}");
+    assert_eq!(items["records"], 0, "nothing a reader can see was written: {failed}");
+    assert_eq!(failed["progress"]["records"], 0, "{failed}");
+
+    fx.api.missing_page.store(0, Ordering::SeqCst);
+    let done = fx.sync(&pipeline).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["progress"]["streams"]["items"]["records"], 300, "{done}");
+}
+
 async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
     let fx = setup(backend, RestApi::new(5)).await;
     let pointer = |body: &Value| body["details"]["errors"][0]["path"].as_str().unwrap_or_default().to_owned();
@@ -466,6 +498,7 @@ on_both_backends!(
     every_paging_style_reads_every_record_through_a_429,
     an_incremental_sync_reads_exactly_the_new_records,
     a_discovered_catalog_is_kept_and_syncs_ask_for_no_page_twice,
+    a_failed_lakehouse_sync_shows_only_what_was_committed,
     manifests_are_refused_at_their_json_pointer,
     hostile_manifests_fail_clearly_and_send_nothing_elsewhere,
 );

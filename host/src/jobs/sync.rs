@@ -242,7 +242,12 @@ impl StreamWrite {
             // state below fails.
             let mut p = self.progress.lock().await;
             let s = p.stream(&self.stream);
-            s.written.0 += written.records;
+            // Where records are stored only at commits, what shows as
+            // written is what was committed.
+            s.written.0 = match self.writer.committed_records(&self.stream) {
+                Some(committed) => committed,
+                None => s.written.0 + written.records,
+            };
             s.written.1 += written.bytes;
         }
         // Every batch queued before the checkpoint is written.
@@ -455,7 +460,12 @@ pub(super) async fn execute(
         match (queue.finish(read.is_ok()).await, read) {
             (Err(e), _) => return Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
             (Ok(()), Err(e)) => return Err(connector_failure(&e)),
-            (Ok(()), Ok(())) => writer.end_stream(&sel.name).await.map_err(write_failure)?,
+            (Ok(()), Ok(())) => {
+                writer.end_stream(&sel.name).await.map_err(write_failure)?;
+                if let Some(committed) = writer.committed_records(&sel.name) {
+                    progress.lock().await.stream(&sel.name).written.0 = committed;
+                }
+            }
         }
     }
     let final_progress = progress.lock().await.to_json();

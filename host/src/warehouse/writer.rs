@@ -206,6 +206,16 @@ impl Writer {
         }
     }
 
+    /// Records of `stream` made readable so far, where that is not every
+    /// record written (a lakehouse stores what it wrote at its commits);
+    /// `None` where every batch written is stored.
+    pub(crate) fn committed_records(&self, stream: &str) -> Option<u64> {
+        match self {
+            Writer::Iceberg(lake) => Some(lake.committed_records(&sql_name(stream))),
+            _ => None,
+        }
+    }
+
     /// Commits what awaits a commit; the state saved with it.
     pub(crate) async fn flush(&self, stream: &str) -> Result<Option<String>, WriteError> {
         match self {

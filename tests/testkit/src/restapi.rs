@@ -55,6 +55,9 @@ pub struct RestApi {
     pub asked: Mutex<Vec<String>>,
     /// While set, every request is answered 500 (a provider that is down).
     pub down: std::sync::atomic::AtomicBool,
+    /// This page number of `/pages/items` answers 404 (0: none): a read
+    /// that fails for good part way.
+    pub missing_page: AtomicUsize,
     /// How many times records were added.
     generation: AtomicUsize,
 }
@@ -83,6 +86,7 @@ impl RestApi {
             page_delay_ms: Default::default(),
             asked: Mutex::new(Vec::new()),
             down: Default::default(),
+            missing_page: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
         }
     }
@@ -232,6 +236,9 @@ async fn pages(State(api): State<Arc<RestApi>>, h: HeaderMap, Query(q): Q) -> Re
     let delay = api.page_delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
+    if api.missing_page.load(Ordering::SeqCst) == page {
+        return (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not Found" }))).into_response();
     }
     let per_page = number(&q, "per_page", 10).clamp(1, 1000);
     let items = api.selected(&q, None);

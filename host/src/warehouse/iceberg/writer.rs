@@ -51,6 +51,10 @@ pub struct IcebergWriter {
     partitions: std::collections::BTreeMap<String, Vec<PartitionField>>,
     /// The table each started stream writes to, by its table name.
     streams: Mutex<HashMap<String, Arc<StreamTable>>>,
+    /// Records each stream made readable, by table name: committed to
+    /// the live table (an increment), or in the staged table once it
+    /// replaced the live one (a full refresh).
+    committed: Mutex<HashMap<String, u64>>,
 }
 
 /// A commit is due once its files hold this many bytes of records (or
@@ -79,6 +83,8 @@ struct StreamTable {
     delivery: Delivery,
     /// What the next commit takes.
     pending: tokio::sync::Mutex<Pending>,
+    /// Records in the files committed so far.
+    committed_records: std::sync::atomic::AtomicU64,
 }
 
 /// What a stream's commits do besides adding files.
@@ -177,7 +183,15 @@ impl IcebergWriter {
         {
             return Err(failed("cannot create the lakehouse namespace", e));
         }
-        Ok(IcebergWriter { catalog, warehouse, namespace, commit_every, partitions, streams: Default::default() })
+        Ok(IcebergWriter {
+            catalog,
+            warehouse,
+            namespace,
+            commit_every,
+            partitions,
+            streams: Default::default(),
+            committed: Default::default(),
+        })
     }
 
     /// Starts `pipeline_id`'s `stream` into `table`: the table is created
@@ -258,7 +272,17 @@ impl IcebergWriter {
         );
         let file_io = opened.file_io().clone();
         let data = DataLocations { data: format!("{}/data", opened.metadata().location().trim_end_matches('/')) };
-        let stream = StreamTable { ident, schema, spec, arrow, file_io, data, delivery, pending: Default::default() };
+        let stream = StreamTable {
+            ident,
+            schema,
+            spec,
+            arrow,
+            file_io,
+            data,
+            delivery,
+            pending: Default::default(),
+            committed_records: Default::default(),
+        };
         self.streams
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -424,10 +448,28 @@ impl IcebergWriter {
                 ));
             }
         }
+        let records: u64 = files.iter().map(DataFile::record_count).sum();
         let tx = Transaction::new(&current);
         let tx = tx.fast_append().add_data_files(files).apply(tx).map_err(committing)?;
         tx.commit(&catalog).await.map_err(committing)?;
+        stream.committed_records.fetch_add(records, std::sync::atomic::Ordering::SeqCst);
+        if let Delivery::Incremental { .. } = stream.delivery {
+            self.made_readable(&stream.ident, records);
+        }
         Ok(state)
+    }
+
+    /// Counts `records` as readable in `table`.
+    fn made_readable(&self, table: &TableIdent, records: u64) {
+        let mut committed = self.committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *committed.entry(table.name().to_owned()).or_default() += records;
+    }
+
+    /// Records stream `table` made readable so far (committed to the live
+    /// table, or in a refreshed table that replaced it); what a job shows
+    /// as written, where records written to a file are not yet stored.
+    pub(crate) fn committed_records(&self, table: &str) -> u64 {
+        self.committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(table).copied().unwrap_or(0)
     }
 
     /// Ends a stream that read all it had to: every file it wrote is
@@ -436,8 +478,11 @@ impl IcebergWriter {
         let stream = self.stream(table)?;
         self.commit(&stream, &mut *stream.pending.lock().await, true).await?;
         let stream = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(table);
-        if let Some(StreamTable { ident, delivery: Delivery::Refresh { live }, .. }) = stream.as_deref() {
+        if let Some(StreamTable { ident, delivery: Delivery::Refresh { live }, committed_records, .. }) =
+            stream.as_deref()
+        {
             self.catalog.replace(live, ident).await.map_err(|e| failed("cannot swap in the refreshed table", e))?;
+            self.made_readable(live, committed_records.load(std::sync::atomic::Ordering::SeqCst));
         }
         Ok(())
     }
