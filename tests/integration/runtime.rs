@@ -674,7 +674,7 @@ fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
         .arg(test_plugin("test_bad_describe"))
         .output()
         .unwrap();
-    assert!(!bad.status.success());
+    assert_eq!(bad.status.code(), Some(1), "a component whose description fails the check");
     let all = format!("{}{}", String::from_utf8_lossy(&bad.stdout), String::from_utf8_lossy(&bad.stderr));
     assert!(all.contains("config-schema is not JSON") || all.contains("problem"), "{all}");
 
@@ -682,8 +682,20 @@ fn plugins_validate_reports_supported_versions_and_bad_descriptions() {
     let not_wasm = dir.path().join("x.wasm");
     std::fs::write(&not_wasm, b"hello").unwrap();
     let r = crate::support::process::command().args(["plugins", "validate"]).arg(&not_wasm).output().unwrap();
-    assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("not a WebAssembly file"));
+    // Unusable input, as for `plugins test --component` and `conform`.
+    assert_eq!(r.status.code(), Some(2));
+    for command in ["test", "conform"] {
+        let cassette = testkit::plugins::repository().join("plugins/restmanifest/cassettes/acme-items");
+        let r = crate::support::process::command()
+            .args(["plugins", command])
+            .arg(&cassette)
+            .arg("--component")
+            .arg(&not_wasm)
+            .output()
+            .unwrap();
+        assert_eq!(r.status.code(), Some(2), "{command}: {}", String::from_utf8_lossy(&r.stderr));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -733,10 +733,16 @@ async fn sign(file: &std::path::Path, key: &std::path::Path) -> anyhow::Result<(
     Ok(())
 }
 
+/// `service plugins validate FILE`: a file that is no usable component
+/// (missing, not WebAssembly, no supported interface) is unusable input,
+/// exit code 2 as for every author's command; a component whose
+/// description has problems fails the check, exit code 1.
 async fn validate(file: &std::path::Path) -> anyhow::Result<()> {
-    let bytes = crate::plugin::read_component(file)?;
+    let unusable = |e: anyhow::Error| anyhow::Error::from(client::CliFailure::Usage(format!("{e:#}")));
+    let bytes = crate::plugin::read_component(file).map_err(unusable)?;
     let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
-    let (version, pre, digest) = runtime.prepare(&bytes).map_err(|e| anyhow::anyhow!("{}: {e:#}", file.display()))?;
+    let (version, pre, digest) =
+        runtime.prepare(&bytes).map_err(|e| unusable(anyhow::anyhow!("{}: {e:#}", file.display())))?;
     println!("interface: {} (supported)", version.as_str());
     println!("sha256:    {digest}");
     let info = runtime.describe("validate", &pre).await.map_err(|e| anyhow::anyhow!("describe failed: {e}"))?;
