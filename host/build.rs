@@ -17,6 +17,11 @@ const BUNDLED: &[(&str, &str)] = &[
     ("conn-restmanifest", "conn_restmanifest"),
 ];
 
+/// Plugin packages built beside them and not embedded: the example source
+/// an author starts from, so its checked-in cassette replays with the
+/// `service` binary alone (the cassette names the component it builds).
+const BUILT_BESIDE: &[&str] = &["example-http-source"];
+
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.parent().unwrap().to_path_buf();
@@ -31,7 +36,7 @@ fn main() {
 
     if !BUNDLED.is_empty() {
         ensure_wasm_target();
-        let packages: Vec<&str> = BUNDLED.iter().map(|(p, _)| *p).collect();
+        let packages: Vec<&str> = BUNDLED.iter().map(|(p, _)| *p).chain(BUILT_BESIDE.iter().copied()).collect();
         build_workspace(&plugins, &target_dir, &packages);
     }
 

@@ -136,6 +136,28 @@ async fn a_new_plugin_builds_records_and_replays_offline_and_a_broken_one_fails(
     // Record, as the crate's README says, against the provider.
     let provider = placeholder(Placeholder::with_posts(120)).await;
     let cassette = crate_dir.join("cassettes/posts");
+    // Pointed at a provider the connector does not declare yet: said up
+    // front, with what to change, and nothing is asked of anyone.
+    let elsewhere = crate_dir.join("config.elsewhere.json");
+    std::fs::write(
+        &elsewhere,
+        r#"{"base_url": "https://api.my-provider.example", "credential_handle": "my_api_token"}"#,
+    )
+    .unwrap();
+    let mut refused = record(&component, &elsewhere, &crate_dir.join("cassettes/elsewhere"), &provider.env);
+    refused.env("SERVICE_RECORD_SECRET", "a-token-of-mine");
+    let refused = run(refused).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let said = one_error_line(&refused);
+    assert!(
+        said.contains("at /base_url")
+            && said.contains(
+                "api.my-provider.example is not among the hosts the connector declares (jsonplaceholder.typicode.com)"
+            )
+            && said.contains("with_hosts"),
+        "{said}"
+    );
+    assert_eq!(provider.state.requests.load(std::sync::atomic::Ordering::SeqCst), 0);
     let recorded = run(record(&component, &crate_dir.join("config.example.json"), &cassette, &provider.env)).await;
     assert!(recorded.status.success(), "{}", text(&recorded));
     assert!(

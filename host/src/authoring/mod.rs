@@ -222,6 +222,26 @@ fn check_config(plugin: &LoadedPlugin, config: &Value, at: &str) -> Result<(), A
     Ok(())
 }
 
+/// A config whose `base_url` is on a host the plugin does not declare
+/// would fail its first request: said up front, with what to change.
+fn check_base_url(plugin: &LoadedPlugin, config: &Value, path: &Path) -> Result<(), AuthoringError> {
+    let Some(host) =
+        config["base_url"].as_str().and_then(|u| url::Url::parse(u).ok()).and_then(|u| u.host_str().map(str::to_owned))
+    else {
+        return Ok(());
+    };
+    if plugin.info.hosts.iter().any(|p| p.matches(&host)) {
+        return Ok(());
+    }
+    let declared = plugin.info.hosts.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    Err(AuthoringError::Input {
+        path: format!("{}: at /base_url", path.display()),
+        message: format!(
+            "{host} is not among the hosts the connector declares ({declared}); add it to them (`with_hosts` in the connector's `describe`), build again, and record"
+        ),
+    })
+}
+
 /// The hosts a plugin may reach when the author names none: those it
 /// declares. A plugin that declares `*` (hosts chosen per deployment)
 /// needs them named.
@@ -294,6 +314,7 @@ pub async fn record(
     let runtime = runtime(time)?;
     let plugin = load(&runtime, &label, &bytes).await?;
     check_config(&plugin, &config, &request.config.display().to_string())?;
+    check_base_url(&plugin, &config, request.config)?;
 
     let handles: Vec<CredentialHandle> =
         CredentialHandle::in_configuration(&config).into_iter().map(|(_, handle)| handle).collect();
