@@ -470,6 +470,39 @@ async fn a_recording_of_failure_exits_non_zero_unless_accepted() {
     assert!(kept.status.success(), "{}", text(&kept));
 }
 
+/// A recording stops the connector's wall clock at the instant it names
+/// and seeds its randomness: two recordings in two processes see the same
+/// time and the same random keys, and a replay sees what they saw, so the
+/// conformance suite's two replays agree.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_and_its_replays_see_one_instant_and_one_randomness() {
+    let component = testkit::plugins::test_plugin("test_misbehaving");
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.json");
+    std::fs::write(&config, r#"{"behave": "report"}"#).unwrap();
+    let clock = "2026-11-20T12:00:00.123456Z";
+    let mut previews = Vec::new();
+    for n in 0..2 {
+        let out = work.path().join(format!("c{n}"));
+        let mut cmd = record(&component, &config, &out, &[]);
+        cmd.args(["--clock", clock]);
+        let recorded = run(cmd).await;
+        assert!(recorded.status.success(), "{}", text(&recorded));
+        let preview: Value = serde_json::from_slice(&std::fs::read(out.join("preview.json")).unwrap()).unwrap();
+        previews.push(preview["ok"].clone());
+    }
+    assert_eq!(previews[0]["clock"]["unix_nanos"], "1795176000123456000", "{}", previews[0]);
+    assert_eq!(previews[0]["clock"], previews[1]["clock"]);
+    assert_eq!(previews[0]["random"], previews[1]["random"], "two processes, one seed");
+    let replayed = run(offline(&["plugins", "conform", work.path().join("c0").to_str().unwrap()])).await;
+    assert!(replayed.status.success(), "{}", text(&replayed));
+    assert!(
+        stdout(&replayed).contains(&format!("ok   determinism              two replays, clock stopped at {clock}")),
+        "{}",
+        text(&replayed)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_one_line_naming_the_file_and_position() {
     let provider = placeholder(Placeholder::with_posts(5)).await;

@@ -11,6 +11,8 @@
 //!   "current_dir": {"ok": "/..."} | {"error": "..."},
 //!   "listings": {"/": {"ok": ["name", ...]} | {"error": "..."}, ".": ..., "/etc": ...},
 //!   "files": {"/etc/passwd": {"ok": "<text>"} | {"error": "..."}, ...},
+//!   "clock": {"unix_nanos": <the wall clock>},
+//!   "random": {"hash_seeded": <a hash keyed by the randomness std seeds its maps with>},
 //!   "egress": <as for behave "egress">            // only with config.request
 //! }
 //! ```
@@ -48,7 +50,19 @@ pub fn report(config_text: &str, config: &Config) -> Result<Value, ConnectorErro
         files.insert(path.to_owned(), outcome(read_start(path)));
     }
 
+    let unix_nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().to_string())
+        .unwrap_or_default();
+    let hash_seeded = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(0);
+        hasher.finish().to_string()
+    };
     let mut report = json!({
+        "clock": { "unix_nanos": unix_nanos },
+        "random": { "hash_seeded": hash_seeded },
         "config": config_text,
         "env": env,
         "args": args,
