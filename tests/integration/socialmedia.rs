@@ -727,3 +727,95 @@ async fn the_cli_lists_entity_options_page_by_page(backend: Backend) {
 }
 
 on_both_backends!(the_cli_lists_entity_options_page_by_page);
+
+/// Exactly once for the bundled social-media source in an append: its
+/// posts come newest first, so its read checkpoints only at its end, and
+/// a server killed (`kill -9`) in the middle of a first read and of a
+/// resumed one finishes the job on restart with every post in the table
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_social_append_killed_mid_read_leaves_every_post_once() {
+    use crate::pipelines::Processes;
+    use crate::support::process::ServerProcess;
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let hub = Hub::new();
+    hub.publish("ch-retail-fb", 2500);
+    let names = ["api.hubapi.com"];
+    let provider = FakeProvider::start(&ca, &names, hubspot::router(hub.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.retain(|(k, _)| !matches!(*k, "SERVICE_EGRESS_ALLOWED_HOSTS" | "SERVICE_EGRESS_RESOLVE"));
+    procs.env.push(("SERVICE_EGRESS_ALLOWED_HOSTS", names.join(",")));
+    procs.env.push(("SERVICE_EGRESS_RESOLVE", provider.pins(&names)));
+    procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
+    let clients = json!({ CONNECTOR: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } });
+    procs.env.push(("SERVICE_OAUTH_CLIENTS", clients.to_string()));
+    let mut server = ServerProcess::start(procs.env.clone()).await;
+    let post = |base: &str, path: &str, body: Value| {
+        let sent = procs.api(base, Method::POST, path).json(&body).send();
+        async move { json_ok(sent.await.unwrap()).await }
+    };
+    // The OAuth flow, as a person runs it.
+    let started = post(&server.base, "/v1/credentials/source/oauth/start", json!({ "connector_id": CONNECTOR })).await;
+    let url = url::Url::parse(started["data"]["authorization_url"].as_str().unwrap()).unwrap();
+    let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
+    let code = format!("code-{}", uuid::Uuid::new_v4().simple());
+    hub.codes.lock().unwrap().insert(code.clone(), (q["code_challenge"].clone(), q["redirect_uri"].clone()));
+    let cred =
+        post(&server.base, "/v1/credentials/source/oauth/callback", json!({ "state": q["state"], "code": code })).await;
+    let handle = cred["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let source = post(
+        &server.base,
+        "/v1/sources",
+        json!({ "connector_id": CONNECTOR, "name": "Social", "configuration": Fx::valid_selection(&handle) }),
+    )
+    .await;
+    let dest = post(
+        &server.base,
+        "/v1/destinations",
+        json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "social.db" } }),
+    )
+    .await;
+    let pipeline = post(
+        &server.base,
+        "/v1/pipelines",
+        json!({ "name": "social", "source_id": source["data"]["source_id"], "destination_id": dest["data"]["destination_id"],
+            "streams": [{ "name": "posts", "sync_mode": "incremental_append" }] }),
+    )
+    .await;
+    let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let ws = source["data"]["workspace_id"].as_str().unwrap().to_owned();
+    let table =
+        format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("social.db").display());
+    let pages = || hub.since_seen.lock().unwrap().len();
+    hub.page_delay_ms.store(100, Ordering::SeqCst);
+    for round in ["first read", "resumed read"] {
+        let before = pages();
+        let job = post(&server.base, &format!("/v1/pipelines/{pipeline}/sync"), json!({})).await;
+        let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+        for _ in 0..500 {
+            if pages() >= before + 3 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        server.kill();
+        assert!(pages() >= before + 3, "{round}: the read was under way when killed");
+        server = ServerProcess::start(procs.env.clone()).await;
+        let last = procs.wait(&server.base, &job_id).await;
+        assert_eq!(last["status"], "succeeded", "{round}: {last}");
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&table).await.unwrap();
+        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"broadcast_guid\") AS ids FROM \"posts\"")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        let (n, ids): (i64, i64) = (row.try_get("n").unwrap(), row.try_get("ids").unwrap());
+        let published = hub.published_on(&RETAIL) as i64;
+        assert_eq!((n, ids), (published, published), "{round}: {n} rows for {ids} posts");
+        // New posts for the resumed read.
+        hub.publish("ch-retail-li", 1000);
+    }
+    server.kill();
+}

@@ -66,6 +66,8 @@ pub struct Hub {
     pub broadcasts: Mutex<Vec<Value>>,
     /// `since` values the broadcasts listing was asked for.
     pub since_seen: Mutex<Vec<Option<i64>>>,
+    /// Milliseconds each page of the broadcasts listing waits.
+    pub page_delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
@@ -251,6 +253,10 @@ fn broadcasts_router(hub: Arc<Hub>) -> Router {
             get(|State(h): State<Arc<Hub>>, hd: HeaderMap, Query(q): Q| async move {
                 if let Some(r) = h.refuse(&hd) {
                     return r;
+                }
+                let delay = h.page_delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                 }
                 let count: usize = q.get("count").and_then(|c| c.parse().ok()).unwrap_or(250).min(500);
                 let offset: usize = q.get("offset").and_then(|c| c.parse().ok()).unwrap_or(0);
