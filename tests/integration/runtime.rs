@@ -368,7 +368,16 @@ async fn egress_reaches_declared_and_allowed_hosts_only() {
     assert!(rule.contains("port 443"), "{rule}");
     let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://user:pw@api.provider.test/ok" })).await);
     assert!(rule.contains("user-info"), "{rule}");
+    // One reading of a URL for the host and its connectors: the default
+    // port and the case of a name change nothing; a name the SDK would
+    // not read as the host does is refused, whatever the host's parser
+    // makes of it.
+    let ok = f.egress(json!({ "method": "GET", "url": "https://API.Provider.test:443/ok" })).await;
+    assert_eq!(ok["ok"]["status"], 200, "{ok}");
     let before = f.provider.hits();
+    let rule = denied_rule(&f.egress(json!({ "method": "GET", "url": "https://bücher.provider.test/ok" })).await);
+    assert!(rule.contains("not written in ASCII") && rule.contains("xn--"), "{rule}");
+    assert_eq!(f.provider.hits(), before);
     assert_eq!(f.provider.hits(), before, "no denied request reached the provider");
 }
 

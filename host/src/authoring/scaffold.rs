@@ -16,6 +16,7 @@ const SDK: &[(&str, &str)] = &[
     ("http.rs", include_str!("../../../plugins/sdk/src/http.rs")),
     ("lib.rs", include_str!("../../../plugins/sdk/src/lib.rs")),
     ("log.rs", include_str!("../../../plugins/sdk/src/log.rs")),
+    ("origin.rs", include_str!("../../../plugins/sdk/src/origin.rs")),
     ("pages.rs", include_str!("../../../plugins/sdk/src/pages.rs")),
     ("sink.rs", include_str!("../../../plugins/sdk/src/sink.rs")),
     ("time.rs", include_str!("../../../plugins/sdk/src/time.rs")),

@@ -37,13 +37,18 @@
 //!
 //! Layout: this module (the policy's enforcement and the live exchange),
 //! [`address`] (which addresses are global), [`coding`] (content codings
-//! undone before scrubbing), [`receiver`] (the URL of a
+//! undone before scrubbing), [`origin`] (where a URL goes, read as the
+//! connectors' SDK reads it: the same file), [`receiver`] (the URL of a
 //! receiver the host posts to for a workspace), [`sigv4`] (AWS request
 //! signing, for object stores the host writes to), [`tape`] (recording
 //! and replay).
 
+// The SDK's reading of a URL's origin, compiled here too, so the host and
+// its connectors read every URL one way.
 pub mod address;
 pub mod coding;
+#[path = "../../../plugins/sdk/src/origin.rs"]
+pub mod origin;
 pub mod receiver;
 pub mod sigv4;
 pub mod tape;
@@ -466,6 +471,7 @@ impl Egress {
                 )));
             }
         }
+        same_reading(&req.url)?;
         if let Transport::Replay(replay) = &self.transport {
             let url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
             let host = self.check_target(caller, &url)?;
@@ -727,6 +733,33 @@ impl Egress {
         headers.retain(|(n, _)| n != "content-encoding" && n != "content-length");
         headers.push(("content-length".into(), decoded.len().to_string()));
         Ok(decoded)
+    }
+}
+
+/// Refuses a URL the host's parser and the connectors' reading
+/// ([`origin`]) would take for two different servers, or that the
+/// connectors' reading refuses (a host not written in ASCII): a
+/// connector deciding by one reading where a link goes must never have
+/// the host send it somewhere else. URLs refused for other reasons (not
+/// https, user-info, unparsable) are left to the rules that say so.
+fn same_reading(raw: &str) -> Result<(), EgressError> {
+    let Ok(url) = Url::parse(raw) else { return Ok(()) };
+    if url.scheme() != "https" || !matches!(url.host(), Some(Host::Domain(_))) {
+        return Ok(());
+    }
+    match origin::parse(raw) {
+        Ok(read)
+            if url.host_str() == Some(read.host.as_str())
+                && url.port_or_known_default() == Some(read.port.unwrap_or(443)) =>
+        {
+            Ok(())
+        }
+        Ok(read) => Err(EgressError::Denied(format!(
+            "the URL reads as {} to the connector and as another server to the host; write the host plainly",
+            read.serialize()
+        ))),
+        Err(origin::OriginError::NotHttps | origin::OriginError::UserInfo | origin::OriginError::NoHost) => Ok(()),
+        Err(e) => Err(EgressError::Denied(e.to_string())),
     }
 }
 

@@ -174,8 +174,11 @@ impl Config {
         if !self.base_url.starts_with("https://") {
             return invalid("/base_url", "must be an https URL");
         }
-        let host = origin_host(&self.base_url);
-        if host.is_empty() || host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok() {
+        let host = match connector_sdk::origin::parse(&self.base_url) {
+            Ok(origin) => origin.host,
+            Err(e) => return invalid("/base_url", &e.to_string()),
+        };
+        if host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok() {
             return invalid("/base_url", "must name a host, not an IP address");
         }
         self.placement()?;
@@ -301,16 +304,6 @@ fn placeholders(path: &str) -> Vec<&str> {
     found
 }
 
-/// The host of an `https://` URL, lower case.
-pub fn origin_host(url: &str) -> String {
-    let rest = url.strip_prefix("https://").unwrap_or(url);
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if host.starts_with('[') { host } else { host.split(':').next().unwrap_or(host) };
-    host.to_ascii_lowercase()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,6 +362,10 @@ mod tests {
             .unwrap();
             assert!(c.validate().is_err(), "{url}");
         }
-        assert_eq!(origin_host("https://user@API.example.com:8443/v1"), "api.example.com");
+        let c: Config = serde_json::from_value(json!({ "base_url": "https://user@api.example.com/v1",
+            "manifest": { "streams": [{ "name": "a", "path": "/a" }] } }))
+        .unwrap();
+        let refused = c.validate().unwrap_err().to_string();
+        assert!(refused.contains("/base_url: the URL carries user-info"), "{refused}");
     }
 }

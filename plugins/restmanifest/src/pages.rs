@@ -368,14 +368,10 @@ pub fn dot_segment(value: &str) -> bool {
     decoded == "." || decoded == ".."
 }
 
-/// `scheme://authority` of an `https` URL, lower case, without the
-/// default port (`:443` names the same origin as none); none otherwise.
+/// `https://host[:port]` of an `https` URL, read as the host reads it
+/// (the default port names the same origin as none); none otherwise.
 pub fn origin(url: &str) -> Option<String> {
-    let rest = url.get(..8).filter(|s| s.eq_ignore_ascii_case("https://")).map(|_| &url[8..])?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = rest[..end].to_ascii_lowercase();
-    let authority = authority.strip_suffix(":443").unwrap_or(&authority);
-    (!authority.is_empty()).then(|| format!("https://{authority}"))
+    connector_sdk::origin::origin(url)
 }
 
 /// `link` made absolute against `current`.

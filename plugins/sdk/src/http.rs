@@ -564,15 +564,10 @@ fn describe_request(method: Method, url: &str) -> String {
     format!("{} {}", method.as_str(), &url[..end])
 }
 
-/// `scheme://authority` of an absolute URL, lowercased.
+/// `https://host[:port]` of an absolute URL, read as the host reads it
+/// ([`crate::origin`]).
 pub(crate) fn origin(url: &str) -> Option<String> {
-    let scheme_end = url.find("://")?;
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    if authority_end == 0 {
-        return None;
-    }
-    Some(url[..scheme_end + 3 + authority_end].to_ascii_lowercase())
+    crate::origin::origin(url)
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
@@ -822,6 +817,7 @@ mod tests {
     #[test]
     fn origin_is_scheme_and_authority() {
         assert_eq!(origin("https://API.example.com:8443/x?y").as_deref(), Some("https://api.example.com:8443"));
+        assert_eq!(origin("https://API.example.com:443/x?y").as_deref(), Some("https://api.example.com"));
         assert_eq!(origin("/relative"), None);
     }
 }
