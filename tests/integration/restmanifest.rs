@@ -306,6 +306,59 @@ async fn a_failed_lakehouse_sync_shows_only_what_was_committed(backend: Backend)
     assert_eq!(done["progress"]["streams"]["items"]["records"], 300, "{done}");
 }
 
+/// A stream whose API sorts by the cursor says so: its newest value is
+/// saved after every page, so an append writes as it reads (records are
+/// stored before the read ends), and every record lands once. An API
+/// that does not keep the order it claims fails the read, naming both
+/// values, rather than losing a record.
+async fn a_sorted_stream_is_written_as_it_is_read_and_a_broken_order_fails(backend: Backend) {
+    let fx = setup(backend, RestApi::new(1000)).await;
+    let manifest = json!({ "streams": [{
+        "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+        "params": { "per_page": 50 },
+        "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
+        "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339", "sorted": true } }] });
+    let source = fx.source(manifest).await;
+    let pipeline = fx.pipeline(&source, "sorted.db", &[("items", "incremental_append")]).await;
+    fx.api.page_delay_ms.store(20, Ordering::SeqCst);
+    let job =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let job_id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    let mut written_while_reading = 0;
+    for _ in 0..500 {
+        let seen = json_ok(fx.srv.get(&format!("/v1/jobs/{job_id}")).send().await.unwrap()).await;
+        if seen["data"]["status"] != "running" && seen["data"]["status"] != "queued" {
+            break;
+        }
+        written_while_reading =
+            written_while_reading.max(seen["data"]["progress"]["streams"]["items"]["records"].as_u64().unwrap_or(0));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        written_while_reading > 0 && written_while_reading < 1000,
+        "records were stored while the read went on: {written_while_reading}"
+    );
+    let done = fx.srv.wait_job(&job_id).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(fx.rows("sorted.db", "items").await, 1000);
+
+    // Item 5 changed: the next read (since the saved value) is in order
+    // again and reads it alone; a first read by id is not in order.
+    fx.api.page_delay_ms.store(0, Ordering::SeqCst);
+    fx.api.touch(5, "2030-01-01T00:00:00Z");
+    let next = fx.sync(&pipeline).await;
+    assert_eq!(next["progress"]["streams"]["items"]["records"], 1, "{next}");
+    let again = fx.pipeline(&source, "again.db", &[("items", "incremental_append")]).await;
+    let broken = fx.sync(&again).await;
+    assert_eq!(broken["status"], "failed", "{broken}");
+    let said = broken["error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("sorted by updated_at")
+            && said.contains("\"2024-01-01T00:06:00Z\" comes after \"2030-01-01T00:00:00Z\""),
+        "{broken}"
+    );
+}
+
 async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
     let fx = setup(backend, RestApi::new(5)).await;
     let pointer = |body: &Value| body["details"]["errors"][0]["path"].as_str().unwrap_or_default().to_owned();
@@ -499,6 +552,7 @@ on_both_backends!(
     an_incremental_sync_reads_exactly_the_new_records,
     a_discovered_catalog_is_kept_and_syncs_ask_for_no_page_twice,
     a_failed_lakehouse_sync_shows_only_what_was_committed,
+    a_sorted_stream_is_written_as_it_is_read_and_a_broken_order_fails,
     manifests_are_refused_at_their_json_pointer,
     hostile_manifests_fail_clearly_and_send_nothing_elsewhere,
 );

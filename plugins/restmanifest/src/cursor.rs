@@ -169,8 +169,16 @@ impl IncrementalRead {
         self.from.as_ref().filter(|_| self.saved).map(|b| json!(b))
     }
 
+    /// The newest value seen so far, when `cursor` comes before it: a
+    /// record out of the ascending order a sorted stream promises.
+    pub fn behind(&self, cursor: &Value) -> Option<&Value> {
+        let newest = self.newest.as_ref()?;
+        (compare(cursor, &newest.cursor) == Some(Ordering::Less)).then_some(&newest.cursor)
+    }
+
     /// The state to checkpoint at the end: the newest boundary, never
-    /// before where the read started.
+    /// before where the read started. For a sorted stream, also after
+    /// each page.
     pub fn final_state(&self) -> Option<Value> {
         let from = self.from.as_ref().filter(|_| self.saved);
         let boundary = match (from, &self.newest) {
@@ -197,6 +205,16 @@ impl IncrementalRead {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_value_before_the_newest_is_behind() {
+        let mut read = IncrementalRead::new(None, None, None);
+        assert_eq!(read.behind(&json!("2024-01-01T00:05:00Z")), None, "nothing read yet");
+        read.admits(Some(json!("2024-01-01T00:05:00Z")), Some(vec![json!(5)]));
+        assert_eq!(read.behind(&json!("2024-01-01T00:05:00Z")), None, "a tie is in order");
+        assert_eq!(read.behind(&json!("2024-01-01T00:06:00Z")), None);
+        assert_eq!(read.behind(&json!("2024-01-01T00:04:00Z")), Some(&json!("2024-01-01T00:05:00Z")));
+    }
     use super::*;
 
     fn key(id: i64) -> Option<Vec<Value>> {

@@ -167,6 +167,15 @@ impl Connector for RestManifest {
                         let value =
                             |raw: Option<&RawValue>| raw.and_then(|r| serde_json::from_str::<Value>(r.get()).ok());
                         let cursor = value(found[0]);
+                        if let (true, Some(at)) = (incremental.is_some_and(|i| i.sorted), cursor.as_ref())
+                            && let Some(newer) = tracker.behind(at)
+                        {
+                            return Err(Error::ProviderError(format!(
+                                "stream {}, page {number}: the manifest says its pages are sorted by {}, but {at} comes after {newer}; remove \"sorted\" if the API does not sort",
+                                spec.name,
+                                incremental.map(|i| i.cursor_field.as_str()).unwrap_or_default()
+                            )));
+                        }
                         let key = (!spec.primary_key.is_empty())
                             .then(|| found[1..].iter().map(|f| value(*f).unwrap_or(Value::Null)).collect());
                         tracker.admits(cursor, key)
@@ -177,7 +186,11 @@ impl Connector for RestManifest {
                 }
             }
             Sink::emit_json(&spec.name, &texts)?;
-            if let Some(state) = tracker.as_ref().and_then(IncrementalRead::resume_state) {
+            // Sorted pages are covered as they come; others only by where
+            // the read started, until the last page is read.
+            let sorted = incremental.is_some_and(|i| i.sorted);
+            let state = tracker.as_ref().and_then(|t| if sorted { t.final_state() } else { t.resume_state() });
+            if let Some(state) = state {
                 Sink::checkpoint(&spec.name, &state)?;
             }
             Ok(Flow::More)

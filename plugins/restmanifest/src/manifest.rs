@@ -119,6 +119,11 @@ pub struct Incremental {
     pub format: CursorFormat,
     #[serde(default)]
     pub start: Option<Value>,
+    /// The API answers in ascending order of the cursor: each page's
+    /// newest value is saved as the read goes (so a host writes as it
+    /// reads), and a record older than one before it fails the read.
+    #[serde(default)]
+    pub sorted: bool,
 }
 
 /// How a cursor is written into a request parameter.
