@@ -675,12 +675,19 @@ on_both_backends!(pages_are_requested_ahead_and_each_record_lands_once);
 /// first read checkpoints only at its end, and a resumed read's page
 /// checkpoints repeat the saved state, so a server killed (`kill -9`) in
 /// the middle of either finishes the job on restart with every subscriber
-/// in the table once.
+/// in the table once: in SQLite, PostgreSQL and an Iceberg table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once() {
-    use crate::pipelines::Processes;
+    for into in crate::pipelines::CrashInto::ALL {
+        email_campaign_append_killed_mid_read(into).await;
+    }
+}
+
+async fn email_campaign_append_killed_mid_read(into: crate::pipelines::CrashInto) {
+    use crate::pipelines::{CrashTarget, Processes};
     use crate::support::process::ServerProcess;
     crate::support::init_crypto();
+    let Some(mut target) = CrashTarget::new(into).await else { return };
     let ca = TestCa::new();
     let token = format!("mc-crash-{}", uuid::Uuid::new_v4().simple());
     let mc = Arc::new(MailcoachState {
@@ -696,11 +703,13 @@ async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once()
     procs.env.push(("SERVICE_EGRESS_ALLOWED_HOSTS", names.join(",")));
     procs.env.push(("SERVICE_EGRESS_RESOLVE", provider.pins(&names)));
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
+    procs.env.extend(target.env());
     let mut server = ServerProcess::start(procs.env.clone()).await;
     let post = |base: &str, path: &str, body: Value| {
         let sent = procs.api(base, Method::POST, path).json(&body).send();
         async move { json_ok(sent.await.unwrap()).await }
     };
+    procs.adopt_workspace(&server.base).await;
     let cred = post(
         &server.base,
         "/v1/credentials/emailcampaign/api-token",
@@ -714,12 +723,7 @@ async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once()
         json!({ "connector_id": "conn_emailcampaign_edm", "name": "mail", "configuration": configuration }),
     )
     .await;
-    let dest = post(
-        &server.base,
-        "/v1/destinations",
-        json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "mail.db" } }),
-    )
-    .await;
+    let dest = post(&server.base, "/v1/destinations", target.destination("mail.db")).await;
     let pipeline = post(
         &server.base,
         "/v1/pipelines",
@@ -728,8 +732,6 @@ async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once()
     )
     .await;
     let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
-    let ws = source["data"]["workspace_id"].as_str().unwrap().to_owned();
-    let table = format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("mail.db").display());
     // Each answer waits: a read of every page takes a second or so.
     mc.delay_ms.store(40, Ordering::SeqCst);
     for round in ["first read", "resumed read"] {
@@ -746,16 +748,9 @@ async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once()
         assert!(mc.requests.load(Ordering::SeqCst) >= before + 6, "{round}: the read was under way when killed");
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
-        assert_eq!(last["status"], "succeeded", "{round}: {last}");
-        use sqlx::{Connection, Row};
-        sqlx::any::install_default_drivers();
-        let mut c = sqlx::AnyConnection::connect(&table).await.unwrap();
-        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"uuid\") AS ids FROM \"subscribers\"")
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
-        let (n, ids): (i64, i64) = (row.try_get("n").unwrap(), row.try_get("ids").unwrap());
-        assert_eq!((n, ids), (1500, 1500), "{round}: {n} rows for {ids} subscribers");
+        assert_eq!(last["status"], "succeeded", "{into:?}, {round}: {last}");
+        let (n, ids) = target.count(&procs, "mail.db", "subscribers", "uuid").await;
+        assert_eq!((n, ids), (1500, 1500), "{into:?}, {round}: {n} rows for {ids} subscribers");
     }
     server.kill();
 }

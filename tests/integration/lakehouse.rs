@@ -322,11 +322,23 @@ impl Reader {
         table: &str,
         properties: serde_json::Value,
     ) -> serde_json::Value {
+        self.read_with(database_url, catalog, table, properties, &[]).await
+    }
+
+    /// [`Reader::read`], each row also showing `columns` as text.
+    pub(crate) async fn read_with(
+        &mut self,
+        database_url: &str,
+        catalog: &str,
+        table: &str,
+        properties: serde_json::Value,
+        columns: &[&str],
+    ) -> serde_json::Value {
         let uri = match database_url.strip_prefix("sqlite://") {
             Some(path) => format!("sqlite:///{}", path.split('?').next().unwrap()),
             None => database_url.replacen("postgres://", "postgresql+psycopg2://", 1),
         };
-        let request = format!("{}\n", serde_json::json!([uri, catalog, table, properties]));
+        let request = format!("{}\n", serde_json::json!([uri, catalog, table, properties, columns]));
         tokio::io::AsyncWriteExt::write_all(&mut self.input, request.as_bytes()).await.unwrap();
         match self.output.next_line().await.unwrap() {
             Some(line) => serde_json::from_str(&line).unwrap(),

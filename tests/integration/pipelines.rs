@@ -848,6 +848,13 @@ impl Processes {
         pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
     }
 
+    /// Takes the bootstrap administrator's default workspace as the one
+    /// pipelines are made in (for tests that make their own).
+    pub(crate) async fn adopt_workspace(&self, base: &str) {
+        let me = json_ok(self.api(base, Method::GET, "/v1/me").send().await.unwrap()).await;
+        let _ = self.workspace.set(me["data"]["default_workspace_id"].as_str().unwrap().to_owned());
+    }
+
     /// The data directory of the servers.
     pub(crate) fn data_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("data")
@@ -1467,12 +1474,87 @@ async fn the_control_database_still_takes_the_servers_postgres_settings() {
     assert!(ready.status().is_success(), "the control database was reached through PGHOST/PGPORT/PGUSER");
 }
 
-/// Where the REST-source crash test writes.
+/// Where a crash test writes: SQLite, a PostgreSQL database of its own,
+/// or an Iceberg table read back by pyiceberg and DuckDB.
 #[derive(Clone, Copy, Debug)]
-enum CrashInto {
+pub(crate) enum CrashInto {
     Sqlite,
     Postgres,
     Iceberg,
+}
+
+impl CrashInto {
+    pub(crate) const ALL: [CrashInto; 3] = [CrashInto::Sqlite, CrashInto::Postgres, CrashInto::Iceberg];
+}
+
+/// One destination of a crash test, and how to count what landed in it.
+pub(crate) struct CrashTarget {
+    pub(crate) into: CrashInto,
+    pg: Option<crate::support::PgDatabase>,
+    reader: Option<crate::lakehouse::Reader>,
+}
+
+impl CrashTarget {
+    /// `None` for PostgreSQL when no server answers (and none is required).
+    pub(crate) async fn new(into: CrashInto) -> Option<CrashTarget> {
+        let pg = match into {
+            CrashInto::Postgres => Some(crate::support::PgDatabase::create().await?),
+            _ => None,
+        };
+        let reader = matches!(into, CrashInto::Iceberg).then(crate::lakehouse::Reader::start);
+        Some(CrashTarget { into, pg, reader })
+    }
+
+    /// What the servers need to reach it: a PostgreSQL warehouse is on
+    /// loopback, as a tenant's never may be.
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
+        match self.into {
+            CrashInto::Postgres => vec![("SERVICE_WAREHOUSE_ALLOWED_HOSTS", "127.0.0.1".into())],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The body of `POST /destinations` for it (`file` for SQLite).
+    pub(crate) fn destination(&self, file: &str) -> Value {
+        match (self.into, &self.pg) {
+            (CrashInto::Postgres, Some(db)) => {
+                json!({ "name": "pg", "kind": "postgres", "configuration": { "url": db.url } })
+            }
+            (CrashInto::Iceberg, _) => {
+                json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "crash" } })
+            }
+            _ => json!({ "name": "w", "kind": "sqlite", "configuration": { "file": file } }),
+        }
+    }
+
+    /// Rows of `table` and distinct values of its `key`, as a reader sees
+    /// them (`file`: the SQLite destination's).
+    pub(crate) async fn count(&mut self, procs: &Processes, file: &str, table: &str, key: &str) -> (i64, i64) {
+        if let Some(reader) = self.reader.as_mut() {
+            let database_url = format!("sqlite://{}/service.db", procs.data_dir().display());
+            let catalog = format!("{}/lake", procs.workspace());
+            let read = reader.read_with(&database_url, &catalog, &format!("crash.{table}"), json!({}), &[key]).await;
+            let rows = read["rows"].as_array().unwrap_or_else(|| panic!("{read}"));
+            let mut ids: Vec<String> = rows.iter().map(|r| r[key].to_string()).collect();
+            let n = ids.len() as i64;
+            ids.sort();
+            ids.dedup();
+            return (n, ids.len() as i64);
+        }
+        let url = match &self.pg {
+            Some(db) => db.url.clone(),
+            None => format!(
+                "sqlite://{}?mode=ro",
+                procs.data_dir().join("warehouses").join(procs.workspace()).join(file).display()
+            ),
+        };
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let sql = format!("SELECT COUNT(*) AS n, COUNT(DISTINCT \"{key}\") AS ids FROM \"{table}\"");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_one(&mut c).await.unwrap();
+        (row.try_get("n").unwrap(), row.try_get("ids").unwrap())
+    }
 }
 
 /// Exactly once for the bundled REST source in an append: its pages
@@ -1484,39 +1566,19 @@ enum CrashInto {
 /// table (read back by pyiceberg and DuckDB).
 async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once(into: CrashInto) {
     crate::support::init_crypto();
-    let pg = match into {
-        CrashInto::Postgres => match crate::support::PgDatabase::create().await {
-            Some(db) => Some(db),
-            None => return,
-        },
-        _ => None,
-    };
+    let Some(mut target) = CrashTarget::new(into).await else { return };
     let ca = TestCa::new();
     let token = format!("rest-crash-{}", uuid::Uuid::new_v4().simple());
     let api = Arc::new(testkit::restapi::RestApi::new(3000).with_token(token.clone()));
     let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
     let mut procs = Processes::new(&ca, &provider);
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
-    if pg.is_some() {
-        // The warehouse is on loopback, as a tenant's never may be.
-        procs.env.push(("SERVICE_WAREHOUSE_ALLOWED_HOSTS", "127.0.0.1".into()));
-    }
+    procs.env.extend(target.env());
     let mut server = ServerProcess::start(procs.env.clone()).await;
-    let destination = match (into, &pg) {
-        (CrashInto::Sqlite, _) => json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } }),
-        (CrashInto::Postgres, Some(db)) => {
-            json!({ "name": "pg", "kind": "postgres", "configuration": { "url": db.url } })
-        }
-        (CrashInto::Iceberg, _) => {
-            json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "crash" } })
-        }
-        (CrashInto::Postgres, None) => unreachable!(),
-    };
+    let destination = target.destination("w.db");
     let pipeline =
         procs.rest_manifest_pipeline_into(&server.base, &token, 100, "incremental_append", destination).await;
     let post = |base: &str, path: &str, body: Value| procs.api(base, Method::POST, path).json(&body);
-    let ws = procs.workspace().to_owned();
-    let mut reader = matches!(into, CrashInto::Iceberg).then(crate::lakehouse::Reader::start);
     // Pages of 100, 30 ms each: a read of 3,000 records takes a second.
     api.page_delay_ms.store(30, Ordering::SeqCst);
     for (round, total) in [("first read", 3000), ("resumed read", 6000)] {
@@ -1543,36 +1605,7 @@ async fn a_rest_manifest_append_killed_mid_read_leaves_every_record_once(into: C
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
         assert_eq!(last["status"], "succeeded", "{into:?}, {round}: {last}");
-        let (n, ids) = match (into, &pg) {
-            (CrashInto::Iceberg, _) => {
-                let database_url = format!("sqlite://{}/service.db", procs.data_dir().display());
-                let read =
-                    reader.as_mut().unwrap().read(&database_url, &format!("{ws}/lake"), "crash.items", json!({})).await;
-                let rows = read["rows"].as_array().unwrap_or_else(|| panic!("{read}"));
-                let mut ids: Vec<String> = rows.iter().map(|r| r["id"].to_string()).collect();
-                let n = ids.len() as i64;
-                ids.sort();
-                ids.dedup();
-                (n, ids.len() as i64)
-            }
-            (_, db) => {
-                let url = match db {
-                    Some(db) => db.url.clone(),
-                    None => format!(
-                        "sqlite://{}?mode=ro",
-                        procs.data_dir().join("warehouses").join(&ws).join("w.db").display()
-                    ),
-                };
-                use sqlx::{Connection, Row};
-                sqlx::any::install_default_drivers();
-                let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
-                let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"id\") AS ids FROM \"items\"")
-                    .fetch_one(&mut c)
-                    .await
-                    .unwrap();
-                (row.try_get("n").unwrap(), row.try_get("ids").unwrap())
-            }
-        };
+        let (n, ids) = target.count(&procs, "w.db", "items", "id").await;
         assert_eq!((n, ids), (total, total), "{into:?}, {round}: {n} rows for {ids} ids");
         // 3,000 new records for the next read to resume.
         api.add(3000);

@@ -732,12 +732,19 @@ on_both_backends!(the_cli_lists_entity_options_page_by_page);
 /// posts come newest first, so its read checkpoints only at its end, and
 /// a server killed (`kill -9`) in the middle of a first read and of a
 /// resumed one finishes the job on restart with every post in the table
-/// once.
+/// once: in SQLite, PostgreSQL and an Iceberg table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_social_append_killed_mid_read_leaves_every_post_once() {
-    use crate::pipelines::Processes;
+    for into in crate::pipelines::CrashInto::ALL {
+        social_append_killed_mid_read(into).await;
+    }
+}
+
+async fn social_append_killed_mid_read(into: crate::pipelines::CrashInto) {
+    use crate::pipelines::{CrashTarget, Processes};
     use crate::support::process::ServerProcess;
     crate::support::init_crypto();
+    let Some(mut target) = CrashTarget::new(into).await else { return };
     let ca = TestCa::new();
     let hub = Hub::new();
     hub.publish("ch-retail-fb", 2500);
@@ -750,11 +757,13 @@ async fn a_social_append_killed_mid_read_leaves_every_post_once() {
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
     let clients = json!({ CONNECTOR: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } });
     procs.env.push(("SERVICE_OAUTH_CLIENTS", clients.to_string()));
+    procs.env.extend(target.env());
     let mut server = ServerProcess::start(procs.env.clone()).await;
     let post = |base: &str, path: &str, body: Value| {
         let sent = procs.api(base, Method::POST, path).json(&body).send();
         async move { json_ok(sent.await.unwrap()).await }
     };
+    procs.adopt_workspace(&server.base).await;
     // The OAuth flow, as a person runs it.
     let started = post(&server.base, "/v1/credentials/source/oauth/start", json!({ "connector_id": CONNECTOR })).await;
     let url = url::Url::parse(started["data"]["authorization_url"].as_str().unwrap()).unwrap();
@@ -770,12 +779,7 @@ async fn a_social_append_killed_mid_read_leaves_every_post_once() {
         json!({ "connector_id": CONNECTOR, "name": "Social", "configuration": Fx::valid_selection(&handle) }),
     )
     .await;
-    let dest = post(
-        &server.base,
-        "/v1/destinations",
-        json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "social.db" } }),
-    )
-    .await;
+    let dest = post(&server.base, "/v1/destinations", target.destination("social.db")).await;
     let pipeline = post(
         &server.base,
         "/v1/pipelines",
@@ -784,9 +788,6 @@ async fn a_social_append_killed_mid_read_leaves_every_post_once() {
     )
     .await;
     let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
-    let ws = source["data"]["workspace_id"].as_str().unwrap().to_owned();
-    let table =
-        format!("sqlite://{}?mode=ro", procs.data_dir().join("warehouses").join(&ws).join("social.db").display());
     let pages = || hub.since_seen.lock().unwrap().len();
     hub.page_delay_ms.store(100, Ordering::SeqCst);
     for round in ["first read", "resumed read"] {
@@ -803,17 +804,10 @@ async fn a_social_append_killed_mid_read_leaves_every_post_once() {
         assert!(pages() >= before + 3, "{round}: the read was under way when killed");
         server = ServerProcess::start(procs.env.clone()).await;
         let last = procs.wait(&server.base, &job_id).await;
-        assert_eq!(last["status"], "succeeded", "{round}: {last}");
-        use sqlx::{Connection, Row};
-        sqlx::any::install_default_drivers();
-        let mut c = sqlx::AnyConnection::connect(&table).await.unwrap();
-        let row = sqlx::query("SELECT COUNT(*) AS n, COUNT(DISTINCT \"broadcast_guid\") AS ids FROM \"posts\"")
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
-        let (n, ids): (i64, i64) = (row.try_get("n").unwrap(), row.try_get("ids").unwrap());
+        assert_eq!(last["status"], "succeeded", "{into:?}, {round}: {last}");
+        let (n, ids) = target.count(&procs, "social.db", "posts", "broadcast_guid").await;
         let published = hub.published_on(&RETAIL) as i64;
-        assert_eq!((n, ids), (published, published), "{round}: {n} rows for {ids} posts");
+        assert_eq!((n, ids), (published, published), "{into:?}, {round}: {n} rows for {ids} posts");
         // New posts for the resumed read.
         hub.publish("ch-retail-li", 1000);
     }

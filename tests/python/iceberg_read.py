@@ -11,7 +11,8 @@ iceberg_read.py --serve: one JSON array of those three per line of
 standard input, one JSON document per line of output (a test reading many
 times pays for the imports once). A fourth element of the array, an
 object, holds the catalog's properties (an object store's `s3.endpoint`,
-`s3.access-key-id`, `s3.secret-access-key`, `s3.region`).
+`s3.access-key-id`, `s3.secret-access-key`, `s3.region`); a fifth, a list,
+names more columns each row shows as text.
 """
 
 import datetime
@@ -34,11 +35,12 @@ def text(value):
     return str(value)
 
 
-def read(uri, name, ident, properties=None):
+def read(uri, name, ident, properties=None, extra_columns=None):
     catalog = SqlCatalog(name, uri=uri, **(properties or {}))
     table = catalog.load_table(ident)
     arrow = table.scan().to_arrow()
-    columns = [c for c in ("id", "amount", "updated_at", "day", "note") if c in arrow.column_names]
+    wanted = ("id", "amount", "updated_at", "day", "note") + tuple(extra_columns or ())
+    columns = [c for c in wanted if c in arrow.column_names]
     rows = []
     for record in arrow.to_pylist():
         row = {c: text(record[c]) for c in columns}
@@ -48,12 +50,13 @@ def read(uri, name, ident, properties=None):
         row["pipeline"] = None if meta is None else json.loads(meta)["pipeline_id"]
         rows.append(row)
     con = table.scan().to_duckdb(table_name="t")
-    # The typed columns where the table has them (a REST source's rows
-    # have neither a decimal nor a timestamp column).
+    # The columns where the table has them (a REST source's rows have
+    # neither a decimal nor a timestamp column, a mail source's no id).
     types = {f.name: str(f.field_type) for f in table.schema().fields}
     amount = "CAST(amount AS VARCHAR)" if "amount" in types else "NULL"
     updated = "epoch_us(updated_at)" if types.get("updated_at", "").startswith("timestamp") else "NULL"
-    duck = con.execute(f"SELECT id, {amount}, {updated} FROM t").fetchall()
+    ident_column = "id" if "id" in types else "NULL"
+    duck = con.execute(f"SELECT {ident_column}, {amount}, {updated} FROM t").fetchall()
     files = list(table.scan().plan_files())
     partitions = {json.dumps([text(v) for v in task.file.partition]) for task in files}
     return json.dumps(
