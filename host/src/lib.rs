@@ -52,6 +52,8 @@
 //! - [`telemetry`]: logs, metrics and request ids.
 //! - [`store`]: the only SQL spoken to the control database (SQLite or
 //!   PostgreSQL), with the read caches.
+//! - [`retry`]: whether a failure may pass if tried again
+//!   ([`retry::Transient`]), answered by every error type below the API.
 //! - [`config`]: the settings, parsed and checked; imports nothing.
 
 pub mod access;
@@ -68,6 +70,7 @@ pub mod jobs;
 pub mod mcp;
 pub mod ops;
 pub mod plugin;
+pub mod retry;
 pub mod reverse_etl;
 pub mod server;
 pub mod state;

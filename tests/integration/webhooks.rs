@@ -361,7 +361,8 @@ async fn secrets_rotate_replays_keep_their_id_and_redirects_stay_home(backend: B
     )
     .await;
 
-    // A receiver that redirects to another host: not followed, logged.
+    // A receiver that redirects to another host: not followed, logged,
+    // and given up at once (the egress policy will refuse it every time).
     let moved = json_ok(
         srv.post(
             "/v1/webhooks",
@@ -389,7 +390,8 @@ async fn secrets_rotate_replays_keep_their_id_and_redirects_stay_home(backend: B
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(attempt["status"], "pending", "{attempt}");
+    assert_eq!(attempt["status"], "failed", "{attempt}");
+    assert_eq!(attempt["attempts"], 1, "no retry of what cannot pass: {attempt}");
     let said = attempt["last_error"].as_str().unwrap();
     assert!(said.contains("redirect refused") && said.contains("not the receiver's host"), "{attempt}");
     assert!(!said.contains("connector"), "a subscription has no connector: {said}");
@@ -398,15 +400,32 @@ async fn secrets_rotate_replays_keep_their_id_and_redirects_stay_home(backend: B
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(h.receiver.got.lock().unwrap().len(), before + 1);
 
-    // A month on, ended deliveries are swept with their events; one still
-    // pending stays.
+    // A month on, ended deliveries are swept with their events (the one
+    // given up too); one still pending (its receiver down) stays.
+    h.receiver.up.store(false, Ordering::SeqCst);
+    srv.request(Method::POST, "/v1/destinations")
+        .header("x-service-client", "mcp")
+        .json(&json!({ "name": "later", "kind": "sqlite", "configuration": { "file": "r.db" } }))
+        .send()
+        .await
+        .unwrap();
+    let mut pending = Value::Null;
+    for _ in 0..100 {
+        let log = json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap()).await;
+        pending = log["data"]["items"][0].clone();
+        if pending["status"] == "pending" && pending["attempts"].as_i64().unwrap_or(0) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(pending["status"], "pending", "{pending}");
     let month = 31 * 24 * 3600 * 1000;
     srv.state.store.sweep_expired(service::store::now_ms() + month).await.unwrap();
     let log = json_ok(srv.get(&format!("/v1/webhooks/{webhook_id}/deliveries")).send().await.unwrap()).await;
-    assert_eq!(log["data"]["items"].as_array().unwrap().len(), 0, "{log}");
-    let log = json_ok(srv.get(&format!("/v1/webhooks/{moved_id}/deliveries")).send().await.unwrap()).await;
     assert_eq!(log["data"]["items"].as_array().unwrap().len(), 1, "{log}");
     assert_eq!(log["data"]["items"][0]["payload"]["type"], "approval.requested");
+    let log = json_ok(srv.get(&format!("/v1/webhooks/{moved_id}/deliveries")).send().await.unwrap()).await;
+    assert_eq!(log["data"]["items"].as_array().unwrap().len(), 0, "{log}");
     h.fx.srv.stop().await;
 }
 

@@ -231,9 +231,9 @@ pub enum SecretError {
     StoreUnavailable,
 }
 
-impl SecretError {
+impl crate::retry::Transient for SecretError {
     /// Whether asking again later may succeed.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         matches!(self, SecretError::StoreUnavailable)
     }
 }

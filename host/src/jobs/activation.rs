@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::spool::{Spool, SpoolBudget, SpoolError};
+use super::spool::{Spool, SpoolBudget};
 use super::{CancellationToken, Failure};
 use crate::reverse_etl::mapping::Mapper;
 use crate::reverse_etl::targets::{Op, SendError, Target};
@@ -59,16 +59,6 @@ fn permanent(m: impl Into<String>) -> Failure {
 
 fn transient(e: impl std::fmt::Display) -> Failure {
     Failure::Transient(e.to_string())
-}
-
-/// A typed failure of the run's parts as the run's: retried when it may
-/// pass.
-fn failed_with(e: impl std::fmt::Display, transient: bool) -> Failure {
-    Failure::of(e, transient)
-}
-
-fn from_spool(e: SpoolError) -> Failure {
-    failed_with(&e, e.is_transient())
 }
 
 /// The run stopped because it was cancelled (or lost its lease).
@@ -203,7 +193,7 @@ pub(super) async fn execute(
         .await
         .map_err(transient)?
         .ok_or_else(|| permanent("the destination no longer exists"))?;
-    let target = Target::open(state, ws, &dest).await.map_err(|e| failed_with(&e, e.is_transient()))?;
+    let target = Target::open(state, ws, &dest).await?;
     let full = job.kind == JobKind::ActivationResync;
     let mode = activation.mode;
 
@@ -214,7 +204,7 @@ pub(super) async fn execute(
         opened = crate::reverse_etl::model::open(state, ws, &model.warehouse_id, &model.query, bounds) => opened,
         () = cancel.cancelled() => return Err(cancelled()),
     };
-    let mut rows = opened.map_err(|e| failed_with(&e, e.is_transient()))?;
+    let mut rows = opened?;
     let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field())
         .map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
     let mut run =
@@ -248,7 +238,7 @@ pub(super) async fn execute(
             batch = rows.next_batch() => batch,
             () = cancel.cancelled() => return Err(cancelled()),
         };
-        let Some(batch) = batch.map_err(|e| failed_with(&e, e.is_transient()))? else { break };
+        let Some(batch) = batch? else { break };
         run.stopped()?;
         for row in batch {
             let counts = &mut run.report.counts;
@@ -332,7 +322,7 @@ pub(super) async fn execute(
                 Verdict::Skipped => counts.skipped += 1,
                 verdict @ (Verdict::Add | Verdict::Change) => {
                     let p = Pending { key, record: run.mapper.record(&row), fingerprint: print, verdict, bytes };
-                    spool.push(&p).await.map_err(from_spool)?;
+                    spool.push(&p).await?;
                 }
             }
         }
@@ -350,8 +340,8 @@ pub(super) async fn execute(
     };
     let mut batch = Batch::default();
     let size = run.target.batch_size();
-    let mut spooled = spool.read().await.map_err(from_spool)?;
-    while let Some(p) = spooled.next::<Pending>().await.map_err(from_spool)? {
+    let mut spooled = spool.read().await?;
+    while let Some(p) = spooled.next::<Pending>().await? {
         if known.get(&key_hash(&p.key)).is_some_and(|k| k.seen == 1) {
             if batch.bytes + p.bytes > BATCH_BYTES || batch.rows.len() == size {
                 run.send(op, batch.take()).await?;

@@ -41,6 +41,15 @@ pub(crate) enum Failure {
     Permanent(String),
 }
 
+/// A typed error as a job's failure, retried when it may pass: what `?`
+/// does in a job's code.
+impl<E: crate::retry::Transient> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        let transient = e.is_transient();
+        Failure::of(e, transient)
+    }
+}
+
 impl Failure {
     /// A failure whose reason is `e` (cut to a length fit for a job's
     /// record), transient or not as `transient` says.

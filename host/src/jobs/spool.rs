@@ -28,10 +28,10 @@ pub(crate) enum SpoolError {
     Corrupt(#[from] serde_json::Error),
 }
 
-impl SpoolError {
+impl crate::retry::Transient for SpoolError {
     /// Whether another attempt may succeed: a full spool or a disk error
     /// may clear; a row that does not read back will not.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         !matches!(self, SpoolError::Corrupt(_))
     }
 }

@@ -19,9 +19,9 @@ use super::meters::StreamMeter;
 use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, gather_to_checkpoint, queue};
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
-use crate::plugin::InvocationError;
 use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode, advances};
+use crate::retry::Transient;
 use crate::state::AppState;
 use crate::store::iceberg::JobLease;
 use crate::store::jobs::{Job, JobPlugin};
@@ -354,7 +354,7 @@ pub(super) async fn execute(
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     // The control database failing for a moment is no reason to fail the
     // job for good (nor to say what it was reading was deleted).
-    let unreadable = |e: crate::store::StoreError| Failure::Transient(format!("the control database: {}", short(e)));
+    let unreadable = |e: crate::store::StoreError| Failure::of(format!("the control database: {e}"), true);
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
     let pipeline = state
         .store
@@ -379,29 +379,25 @@ pub(super) async fn execute(
     // it starts now.
     let recorded = job.plugin.as_ref().map(|p| p.digest.as_str());
     let connector =
-        state.plugins.for_job(&source.connector_id, ws, recorded).await.map_err(|e| permanent(&short(e)))?;
+        state.plugins.for_job(&source.connector_id, ws, recorded).await.map_err(|e| Failure::of(e, false))?;
     if recorded.is_none() {
         let plugin = connector.plugin();
         let runs = JobPlugin { version: plugin.info.version.clone(), digest: plugin.digest.clone() };
-        let kept = state.store.pin_job_plugin(&job.job_id, &runs).await.map_err(|e| Failure::Transient(short(e)))?;
+        let kept = state.store.pin_job_plugin(&job.job_id, &runs).await?;
         if kept != runs {
             return Err(Failure::Transient("another attempt of the job started on another plugin version".into()));
         }
     }
-    let mut writer = state.warehouses.writer(&dest).await.map_err(|e| {
-        let transient = e.is_transient();
-        Failure::of(e, transient)
-    })?;
+    let mut writer = state.warehouses.writer(&dest).await?;
     writer.hold_for(JobLease { job_id: job.job_id.clone(), owner: owner.to_owned() });
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
-    let catalog =
-        connector.catalog(&state.store, &source.source_id, &source_config).await.map_err(|e| connector_failure(&e))?;
+    let catalog = connector.catalog(&state.store, &source.source_id, &source_config).await?;
     if job.kind == JobKind::Reset {
         for s in &pipeline.streams {
-            writer.clear(&s.name).await.map_err(write_failure)?;
+            writer.clear(&s.name).await?;
         }
-        state.store.clear_stream_state(&pipeline.pipeline_id).await.map_err(|e| Failure::Transient(short(e)))?;
+        state.store.clear_stream_state(&pipeline.pipeline_id).await?;
     }
     let progress = Arc::new(Mutex::new(Progress::default()));
     for sel in &pipeline.streams {
@@ -409,20 +405,10 @@ pub(super) async fn execute(
         let primary_key =
             sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default();
         let incremental = sel.sync_mode != StreamSyncMode::FullRefreshOverwrite;
-        let stream_state = if incremental {
-            state
-                .store
-                .stream_state(&pipeline.pipeline_id, &sel.name)
-                .await
-                .map_err(|e| Failure::Transient(short(e)))?
-        } else {
-            None
-        };
+        let stream_state =
+            if incremental { state.store.stream_state(&pipeline.pipeline_id, &sel.name).await? } else { None };
         let json_schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
-        writer
-            .begin_stream(&pipeline.pipeline_id, &sel.name, sel.sync_mode, &json_schema)
-            .await
-            .map_err(write_failure)?;
+        writer.begin_stream(&pipeline.pipeline_id, &sel.name, sel.sync_mode, &json_schema).await?;
         let queue = StreamWrite {
             state: state.clone(),
             job_id: job.job_id.clone(),
@@ -459,9 +445,9 @@ pub(super) async fn execute(
         // plugin stopped because of it.
         match (queue.finish(read.is_ok()).await, read) {
             (Err(e), _) => return Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
-            (Ok(()), Err(e)) => return Err(connector_failure(&e)),
+            (Ok(()), Err(e)) => return Err(e.into()),
             (Ok(()), Ok(())) => {
-                writer.end_stream(&sel.name).await.map_err(write_failure)?;
+                writer.end_stream(&sel.name).await?;
                 if let Some(committed) = writer.committed_records(&sel.name) {
                     progress.lock().await.stream(&sel.name).written.0 = committed;
                 }
@@ -474,20 +460,4 @@ pub(super) async fn execute(
         w.close().await;
     }
     Ok(())
-}
-
-/// A destination's failure as the job's: a destination that failed may
-/// come back, a record or a table it may not touch will not change.
-fn write_failure(e: WriteError) -> Failure {
-    let transient = e.is_transient();
-    Failure::of(e, transient)
-}
-
-/// A connector's failure as the job's.
-fn connector_failure(e: &InvocationError) -> Failure {
-    Failure::of(e, e.is_transient())
-}
-
-fn short(s: impl std::fmt::Display) -> String {
-    s.to_string().chars().take(300).collect()
 }

@@ -98,11 +98,11 @@ pub enum InvocationError {
     Host(String),
 }
 
-impl InvocationError {
+impl crate::retry::Transient for InvocationError {
     /// Whether the same call may succeed later: a time-out, the host's own
     /// trouble, a provider limiting or down. Everything else (a bad
     /// credential, a crash, a limit) would fail the same way again.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         matches!(
             self,
             InvocationError::Timeout

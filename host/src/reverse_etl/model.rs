@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::error::ApiError;
+use crate::retry::Transient;
 use crate::state::AppState;
 use crate::store::kinds::DestinationKind;
 use crate::warehouse::WarehouseError;
@@ -53,9 +54,9 @@ pub enum ModelError {
     Warehouse(String, WarehouseError),
 }
 
-impl ModelError {
+impl Transient for ModelError {
     /// Whether another attempt may succeed.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         match self {
             ModelError::NoSuchWarehouse(_) | ModelError::NotQueryable(_) => false,
             ModelError::Store(_) => true,

@@ -29,6 +29,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::plugin::InvocationError;
 use crate::plugin::connector::Connector;
 use crate::plugin::types::{Operation, WriteMode, WriteRequest};
+use crate::retry::Transient;
 use crate::state::AppState;
 use crate::store::kinds::RetlDestinationKind;
 use crate::store::reverse_etl::RetlDestination;
@@ -102,9 +103,9 @@ pub enum TargetError {
     Credential(&'static str, crate::credentials::HandleError),
 }
 
-impl TargetError {
+impl Transient for TargetError {
     /// Whether another attempt may succeed.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         match self {
             TargetError::Invalid(_) => false,
             TargetError::Connector(e) => e.is_transient(),

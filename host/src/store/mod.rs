@@ -86,6 +86,14 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
 }
 
+/// The control database failing is a moment's trouble for whoever asked:
+/// a connection lost, a server restarting. A conflict is not.
+impl crate::retry::Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Database(_))
+    }
+}
+
 pub(crate) type StoreResult<T> = Result<T, StoreError>;
 
 /// Turns the database's unique-violation into [`StoreError::Conflict`].

@@ -15,6 +15,7 @@ use super::query::{Bounds, ModelRows, QueryError};
 use super::{DestinationConfig, Place, WriteError, Writer, postgres};
 use crate::egress::SecretError;
 use crate::error::ApiError;
+use crate::retry::Transient;
 use crate::store::Store;
 use crate::store::destinations::Destination;
 
@@ -52,9 +53,9 @@ pub enum WarehouseError {
     Query(QueryError),
 }
 
-impl WarehouseError {
+impl Transient for WarehouseError {
     /// Whether another attempt may succeed.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         match self {
             WarehouseError::Config(_) => false,
             WarehouseError::Credential(e) => e.is_transient(),

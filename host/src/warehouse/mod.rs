@@ -102,9 +102,9 @@ pub enum WriteError {
     Destination(String),
 }
 
-impl WriteError {
+impl crate::retry::Transient for WriteError {
     /// Whether another attempt may succeed.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         matches!(self, WriteError::Destination(_))
     }
 }

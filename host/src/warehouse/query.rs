@@ -108,9 +108,9 @@ pub enum QueryError {
     RoleRefused(String),
 }
 
-impl QueryError {
+impl crate::retry::Transient for QueryError {
     /// Whether another attempt may succeed (the warehouse may come back).
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         matches!(self, QueryError::Unavailable(_))
     }
 }

@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 use super::signing::{SigningSecret, signature_header};
 use crate::config::limits::WebhookLimits;
 use crate::egress::{Caller, EgressError, HostPattern, Method, OutboundRequest, Reach};
+use crate::retry::Transient;
 use crate::state::AppState;
 use crate::store::webhooks::{AttemptOutcome, AttemptRecord, Claim, DueDelivery, Head, Hold, WebhookTarget};
 use crate::store::{StoreError, now_ms};
@@ -120,11 +121,17 @@ async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
         let (status_code, error) = match &answer {
             Ok(200..=299) => (answer.as_ref().ok().copied(), None),
             Ok(s) => (Some(*s), Some(format!("the receiver answered HTTP {s}"))),
-            Err(e) => (None, Some(e.chars().take(ERROR_CHARS).collect::<String>())),
+            Err(e) => (None, Some(e.to_string().chars().take(ERROR_CHARS).collect::<String>())),
         };
+        // A subscription that cannot be sent to as it is configured (its
+        // URL, its signing secret, a host the policy refuses) ends the
+        // delivery at once: waiting changes nothing.
+        let permanent = answer.as_ref().is_err_and(|e| !e.is_transient());
         let outcome = if error.is_none() {
             AttemptOutcome::Delivered
-        } else if now_ms() >= due.retry_from + i64::try_from(limits.retry_window.as_millis()).unwrap_or(i64::MAX) {
+        } else if permanent
+            || now_ms() >= due.retry_from + i64::try_from(limits.retry_window.as_millis()).unwrap_or(i64::MAX)
+        {
             AttemptOutcome::GivenUp
         } else {
             AttemptOutcome::RetryAt(now_ms() + backoff_ms(limits, due.failures + 1))
@@ -144,7 +151,9 @@ async fn drain(state: &AppState, claim: &Claim) -> Result<(), StoreError> {
             return Ok(());
         }
         if let AttemptOutcome::GivenUp = outcome {
-            tracing::warn!(webhook = %webhook_id, delivery = %due.delivery_id, "webhook delivery given up after its retry window");
+            let why =
+                if permanent { "its subscription cannot be sent to as configured" } else { "its retry window passed" };
+            tracing::warn!(webhook = %webhook_id, delivery = %due.delivery_id, reason = why, "webhook delivery given up");
         }
     }
     state.store.release_webhook(claim, hold).await
@@ -159,19 +168,41 @@ fn backoff_ms(limits: &WebhookLimits, failed: i64) -> i64 {
     rand::rng().random_range(full / 2..=full)
 }
 
+/// Why an attempt got no answer.
+#[derive(Debug, thiserror::Error)]
+enum SendError {
+    #[error("the URL is invalid: {0}")]
+    Url(String),
+    #[error("the signing secret cannot be opened: {0}")]
+    Secret(String),
+    #[error("refused by the egress policy: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Egress(EgressError),
+}
+
+impl Transient for SendError {
+    /// A receiver that timed out or could not be reached may answer
+    /// later; a subscription whose URL, secret or host cannot be used
+    /// will not, until it is changed.
+    fn is_transient(&self) -> bool {
+        matches!(self, SendError::Egress(EgressError::Timeout | EgressError::ConnectionFailed(_)))
+    }
+}
+
 /// One attempt: the event's body, signed, posted through egress (HTTPS,
 /// an allowed host resolving to public addresses; a redirect is followed
 /// only on the same host). Answers the HTTP status, or why none came.
-async fn send(state: &AppState, target: &WebhookTarget, due: &DueDelivery) -> Result<u16, String> {
-    let url = url::Url::parse(&target.url).map_err(|e| format!("the URL is invalid: {e}"))?;
+async fn send(state: &AppState, target: &WebhookTarget, due: &DueDelivery) -> Result<u16, SendError> {
+    let url = url::Url::parse(&target.url).map_err(|e| SendError::Url(e.to_string()))?;
     let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-    let declared = [HostPattern::parse(&host).map_err(|e| format!("the URL's host is invalid: {e}"))?];
+    let declared = [HostPattern::parse(&host).map_err(|e| SendError::Url(format!("its host is invalid: {e}")))?];
     let mut secrets = Vec::with_capacity(2);
     for sealed in std::iter::once(&target.secret).chain(target.previous.as_ref()) {
         let bytes = state
             .vault
             .open_signing_secret(&target.webhook_id, &target.workspace_id, sealed)
-            .map_err(|e| format!("the signing secret cannot be opened: {e}"))?;
+            .map_err(|e| SendError::Secret(e.to_string()))?;
         secrets.push(SigningSecret::from_bytes(&bytes));
     }
     let timestamp = now_ms() / 1000;
@@ -198,14 +229,28 @@ async fn send(state: &AppState, target: &WebhookTarget, due: &DueDelivery) -> Re
     };
     match state.egress.send(&caller, request).await {
         Ok(answer) => Ok(answer.status),
-        Err(EgressError::Denied(rule)) => Err(format!("refused by the egress policy: {rule}")),
-        Err(e) => Err(e.to_string()),
+        Err(EgressError::Denied(rule)) => Err(SendError::Refused(rule)),
+        Err(e) => Err(SendError::Egress(e)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_receiver_that_may_answer_later_is_tried_again() {
+        assert!(SendError::Egress(EgressError::Timeout).is_transient());
+        assert!(SendError::Egress(EgressError::ConnectionFailed("reset".into())).is_transient());
+        for permanent in [
+            SendError::Url("relative URL without a base".into()),
+            SendError::Secret("cannot be opened".into()),
+            SendError::Refused("host is not allowed".into()),
+            SendError::Egress(EgressError::ResponseTooLarge),
+        ] {
+            assert!(!permanent.is_transient(), "{permanent}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_limit_with_jitter_in_its_upper_half() {
