@@ -654,8 +654,9 @@ async fn a_job_says_what_its_plugin_cost(backend: Backend) {
     let requests = counted(&metrics, "plugin_requests_total") - counted(&before, "plugin_requests_total");
     assert!(requests >= 4.0, "{requests}: {metrics}");
     assert!(counted(&metrics, "plugin_received_bytes_total") >= usage["bytes_received"].as_f64().unwrap());
-    // Invocations: discover and one read.
-    assert!(counted(&metrics, "plugin_invocations_total") - counted(&before, "plugin_invocations_total") >= 2.0);
+    // Invocations: one read (the catalog was kept when the pipeline was
+    // made, so the sync does not discover).
+    assert!(counted(&metrics, "plugin_invocations_total") - counted(&before, "plugin_invocations_total") >= 1.0);
     assert!(metrics.contains("plugin_peak_memory_bytes"), "{metrics}");
 
     let config = tempfile::tempdir().unwrap();
