@@ -699,9 +699,7 @@ async fn email_campaign_append_killed_mid_read(into: crate::pipelines::CrashInto
     let names = ["mail.acme-corp.com"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
     let mut procs = Processes::new(&ca, &provider);
-    procs.env.retain(|(k, _)| !matches!(*k, "SERVICE_EGRESS_ALLOWED_HOSTS" | "SERVICE_EGRESS_RESOLVE"));
-    procs.env.push(("SERVICE_EGRESS_ALLOWED_HOSTS", names.join(",")));
-    procs.env.push(("SERVICE_EGRESS_RESOLVE", provider.pins(&names)));
+    procs.reaching(&provider, &names);
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
     procs.env.extend(target.env());
     let mut server = ServerProcess::start(procs.env.clone()).await;

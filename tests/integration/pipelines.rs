@@ -849,6 +849,14 @@ impl Processes {
         pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
     }
 
+    /// Servers that reach `provider` under `names` (and nothing else),
+    /// rather than the paged source's host.
+    pub(crate) fn reaching(&mut self, provider: &FakeProvider, names: &[&str]) {
+        self.env.retain(|(k, _)| !matches!(*k, "SERVICE_EGRESS_ALLOWED_HOSTS" | "SERVICE_EGRESS_RESOLVE"));
+        self.env.push(("SERVICE_EGRESS_ALLOWED_HOSTS", names.join(",")));
+        self.env.push(("SERVICE_EGRESS_RESOLVE", provider.pins(names)));
+    }
+
     /// Takes the bootstrap administrator's default workspace as the one
     /// pipelines are made in (for tests that make their own).
     pub(crate) async fn adopt_workspace(&self, base: &str) {

@@ -751,9 +751,7 @@ async fn social_append_killed_mid_read(into: crate::pipelines::CrashInto) {
     let names = ["api.hubapi.com"];
     let provider = FakeProvider::start(&ca, &names, hubspot::router(hub.clone())).await;
     let mut procs = Processes::new(&ca, &provider);
-    procs.env.retain(|(k, _)| !matches!(*k, "SERVICE_EGRESS_ALLOWED_HOSTS" | "SERVICE_EGRESS_RESOLVE"));
-    procs.env.push(("SERVICE_EGRESS_ALLOWED_HOSTS", names.join(",")));
-    procs.env.push(("SERVICE_EGRESS_RESOLVE", provider.pins(&names)));
+    procs.reaching(&provider, &names);
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "1".into()));
     let clients = json!({ CONNECTOR: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } });
     procs.env.push(("SERVICE_OAUTH_CLIENTS", clients.to_string()));

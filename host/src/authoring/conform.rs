@@ -134,13 +134,13 @@ pub(super) async fn conform(
     let mut checks = Vec::new();
 
     progress("replay");
-    let first = replayer.replay().await?;
+    let first = replayer.replay(None).await?;
     let mut failures: Vec<String> = first.misses.iter().map(ToString::to_string).collect();
     for difference in super::compare::differences(&cassette.expected, &first.observed) {
         failures.push(format!("{} differs from the recording (- recorded, + replayed):", difference.file));
         failures.extend(difference.diff.lines().map(|l| format!("  {l}")));
     }
-    let requests = first.requests.len();
+    let requests = first.exchanges.len();
     checks.push(Check::new("replay", failures, format!("{requests} request(s) answered from the recording")));
 
     let (_, disagreements) = super::infer_schemas(&first.observed, &first.declared);
@@ -159,18 +159,16 @@ pub(super) async fn conform(
     checks.push(Check::new("schema", unaccepted, format!("{records} record(s) against the declared schemas")));
 
     progress("determinism");
-    let second = replayer.replay().await?;
+    let second = replayer.replay(None).await?;
     let mut failures = Vec::new();
-    if second.requests != first.requests {
-        let at = first.requests.iter().zip(&second.requests).position(|(a, b)| a != b);
+    let (asked_first, asked_second) = (first.requests(), second.requests());
+    if asked_second != asked_first {
+        let at = asked_first.iter().zip(&asked_second).position(|(a, b)| a != b);
         failures.push(match at {
-            Some(i) => format!(
-                "request {} differs between two replays: {} then {}",
-                i + 1,
-                first.requests[i],
-                second.requests[i]
-            ),
-            None => format!("the replays made {} and {} requests", first.requests.len(), second.requests.len()),
+            Some(i) => {
+                format!("request {} differs between two replays: {} then {}", i + 1, asked_first[i], asked_second[i])
+            }
+            None => format!("the replays made {} and {} requests", asked_first.len(), asked_second.len()),
         });
     }
     for difference in super::compare::differences(&first.observed, &second.observed) {
@@ -219,8 +217,15 @@ struct Replayed {
     declared: BTreeMap<String, Value>,
     primary_keys: BTreeMap<String, Vec<String>>,
     misses: Vec<super::tape::Miss>,
-    /// Each request, in order.
-    requests: Vec<String>,
+    /// Each request and the answer the plugin was handed, in order.
+    exchanges: Vec<Exchange>,
+}
+
+impl Replayed {
+    /// Each request, in order, as the determinism check compares them.
+    fn requests(&self) -> Vec<String> {
+        self.exchanges.iter().map(|e| request_line(&e.request)).collect()
+    }
 }
 
 struct Replayer<'a> {
@@ -253,22 +258,29 @@ impl Replayer<'_> {
         self.cassette.exchanges.iter().filter(|e| !run::is_resume(&e.call)).cloned().collect()
     }
 
-    /// Replays every call as recorded.
-    async fn replay(&self) -> Result<Replayed, AuthoringError> {
+    /// Replays every call as recorded; with `echoes`, every answer to a
+    /// request naming a credential echoes the canary as they say, and the
+    /// egress handles it as a live answer.
+    async fn replay(&self, echoes: Option<&Arc<Echoes>>) -> Result<Replayed, AuthoringError> {
         let player = Arc::new(Player::new(&self.recorded()));
         let recording = Arc::new(Recording::default());
-        let connector = self.connector(player.clone(), recording.clone(), None);
+        let connector = match echoes {
+            None => self.connector(player.clone(), recording.clone(), None),
+            Some(echoes) => {
+                let replay = Arc::new(Echoing { player: player.clone(), echoes: echoes.clone() });
+                self.connector(replay, recording.clone(), Some(Arc::new(Canary::of(&self.cassette.exchanges))))
+            }
+        };
         let manifest = &self.cassette.manifest;
         let choice = StreamChoice::Recorded(manifest.streams.clone());
         let outcome =
             run::run(&connector, &player.call, &manifest.config, manifest.record_limit, choice, &mut |_| {}).await?;
-        let requests = recording.exchanges().iter().map(|e| request_line(&e.request)).collect();
         Ok(Replayed {
             observed: outcome.observed,
             declared: outcome.declared,
             primary_keys: outcome.primary_keys,
             misses: player.misses(),
-            requests,
+            exchanges: recording.exchanges(),
         })
     }
 
@@ -457,9 +469,9 @@ impl Replayer<'_> {
             let replayed = {
                 use tracing::instrument::WithSubscriber;
                 let subscriber = capture_log(log.clone());
-                self.replay_guest_view(&echoes).with_subscriber(subscriber).await?
+                self.replay(Some(&echoes)).with_subscriber(subscriber).await?
             };
-            let (observed, handed) = replayed;
+            let Replayed { observed, exchanges: handed, .. } = replayed;
             echoed += *echoes.planted.lock().unwrap_or_else(|p| p.into_inner());
             let holds = |bytes: &[u8]| forms.iter().any(|f| memchr::memmem::find(bytes, f).is_some());
             // As written, and each string as the plugin holds it.
@@ -477,7 +489,7 @@ impl Replayer<'_> {
                     failures.push(format!("{coding}: {file} holds the canary"));
                 }
             }
-            for (i, (request, answer)) in handed.iter().enumerate() {
+            for (i, Exchange { request, answer, .. }) in handed.iter().enumerate() {
                 let what = format!("{coding}: the answer to request {} ({})", i + 1, request_line(request));
                 match answer {
                     Answer::Response(r) => {
@@ -513,24 +525,6 @@ impl Replayer<'_> {
                 echo_forms().len()
             ),
         ))
-    }
-
-    /// A replay with echoes: what it returned, and each request with the
-    /// answer the plugin was handed.
-    async fn replay_guest_view(
-        &self,
-        echoes: &Arc<Echoes>,
-    ) -> Result<(Observations, Vec<(OutboundRequest, Answer)>), AuthoringError> {
-        let player = Arc::new(Player::new(&self.recorded()));
-        let recording = Arc::new(Recording::default());
-        let replay = Arc::new(Echoing { player: player.clone(), echoes: echoes.clone() });
-        let connector = self.connector(replay, recording.clone(), Some(Arc::new(Canary::of(&self.cassette.exchanges))));
-        let manifest = &self.cassette.manifest;
-        let choice = StreamChoice::Recorded(manifest.streams.clone());
-        let outcome =
-            run::run(&connector, &player.call, &manifest.config, manifest.record_limit, choice, &mut |_| {}).await?;
-        let handed = recording.exchanges().into_iter().map(|e| (e.request, e.answer)).collect();
-        Ok((outcome.observed, handed))
     }
 }
 
@@ -750,17 +744,6 @@ impl SecretSource for Canary {
             let placement = self.placements.get(handle.as_str()).cloned().ok_or(SecretError::Unknown)?;
             Ok(Injection { secret: SecretString::from(CANARY), renewable: false, placement })
         })
-    }
-
-    fn renew<'a>(
-        &'a self,
-        _workspace_id: &'a str,
-        _connector_id: &'a str,
-        _handle: &'a CredentialHandle,
-        _host: &'a str,
-        _rejected: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
-        Box::pin(async { Err(SecretError::NotRenewable) })
     }
 }
 

@@ -744,15 +744,4 @@ impl SecretSource for AuthorSecret {
     ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
         Box::pin(async move { self.injection(handle, host) })
     }
-
-    fn renew<'a>(
-        &'a self,
-        _workspace_id: &'a str,
-        _connector_id: &'a str,
-        _handle: &'a CredentialHandle,
-        _host: &'a str,
-        _rejected: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
-        Box::pin(async { Err(SecretError::NotRenewable) })
-    }
 }

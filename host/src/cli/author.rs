@@ -210,10 +210,7 @@ fn read_secret() -> Option<SecretString> {
 /// `service plugins test DIR`: every cassette under `dir`.
 pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let cassettes = cassettes_in(&args.dir)?;
-    let component = match &args.component {
-        Some(named) => Some(Component::named(named, bundled).map_err(failure)?),
-        None => None,
-    };
+    let component = component_arg(args.component.as_deref(), bundled)?;
     let mut failed = 0;
     for dir in &cassettes {
         let request = TestRequest { dir, component, bundled, update: args.update, accept_schema: args.accept_schema };
@@ -237,10 +234,7 @@ pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> 
 /// cassette under `dir`.
 pub async fn conform(args: ConformArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let cassettes = cassettes_in(&args.dir)?;
-    let component = match &args.component {
-        Some(named) => Some(Component::named(named, bundled).map_err(failure)?),
-        None => None,
-    };
+    let component = component_arg(args.component.as_deref(), bundled)?;
     let mut failed = 0;
     for dir in &cassettes {
         let request = authoring::ConformRequest { dir, component, bundled };
@@ -280,6 +274,14 @@ pub async fn conform(args: ConformArgs, bundled: &[(&'static str, &'static [u8])
         )));
     }
     Ok(())
+}
+
+/// The `--component` of `test` and `conform`, when given.
+fn component_arg<'a>(
+    named: Option<&'a str>,
+    bundled: &[(&'static str, &'static [u8])],
+) -> Result<Option<Component<'a>>, CliFailure> {
+    named.map(|n| Component::named(n, bundled)).transpose().map_err(failure)
 }
 
 /// `dir` itself when it is a cassette, else the cassettes directly in it.

@@ -256,15 +256,18 @@ pub trait SecretSource: Send + Sync {
     /// A new secret for `handle` after the provider answered that
     /// `rejected`, the one just sent, has expired. An OAuth access token is
     /// refreshed (unless another request already replaced it); a secret of
-    /// any other kind cannot be renewed, and the error says so.
+    /// any other kind cannot be renewed, and the error says so (what a
+    /// source that holds no renewable secret answers by default).
     fn renew<'a>(
         &'a self,
-        workspace_id: &'a str,
-        connector_id: &'a str,
-        handle: &'a CredentialHandle,
-        host: &'a str,
-        rejected: &'a SecretString,
-    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>>;
+        _workspace_id: &'a str,
+        _connector_id: &'a str,
+        _handle: &'a CredentialHandle,
+        _host: &'a str,
+        _rejected: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
+        Box::pin(async { Err(SecretError::NotRenewable) })
+    }
 }
 
 /// Whether a 401 says the access token expired, in the ways providers say
