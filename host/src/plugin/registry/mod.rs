@@ -388,8 +388,12 @@ impl Registry {
     /// Every known plugin, sorted by id, described by the version that
     /// runs (or, disabled, the one it is pinned to).
     pub async fn list(&self) -> Vec<PluginSummary> {
-        let states = self.store.plugin_states().await.unwrap_or_default();
+        // The ids before the states: a connector first met as a file is
+        // registered disabled before it becomes known, so any id read
+        // here has its state in what is read next (read the other way
+        // round, a scan in between lists it with no state: enabled).
         let mut ids: Vec<String> = self.known.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        let states = self.store.plugin_states().await.unwrap_or_default();
         ids.sort();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
