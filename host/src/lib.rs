@@ -44,11 +44,14 @@
 //! - [`access`]: roles, the principal, tokens, first-run bootstrap and
 //!   offline administration.
 //! - [`warehouse`]: the built-in destinations (SQLite, PostgreSQL,
-//!   JSON-lines): the only SQL spoken to a tenant's database.
+//!   JSON-lines, Apache Iceberg tables in a folder or an object store):
+//!   the only SQL spoken to a tenant's database.
 //!
 //! Foundations:
 //! - [`plugin`]: the Wasm connector runtime and the plugin registry.
-//! - [`egress`]: every outbound request of a connector, policed.
+//! - [`egress`]: every outbound request of a connector, policed, and the
+//!   one address policy (with its pinned client) of every host a tenant
+//!   names: providers, receivers, warehouses.
 //! - [`telemetry`]: logs, metrics and request ids.
 //! - [`store`]: the only SQL spoken to the control database (SQLite or
 //!   PostgreSQL), with the read caches.

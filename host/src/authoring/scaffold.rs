@@ -1,8 +1,8 @@
 //! `service plugins new`: a plugin crate that builds on its own.
 //!
-//! The crate carries what it builds against: the guest SDK and the WIT
-//! packages of this very server (embedded in the binary), under `vendor/`
-//! and `wit/`, and the plugin workspace's lock file, so the dependency
+//! The crate carries what it builds against: the guest SDK (with the
+//! rules it shares with the host) and the WIT packages of this very server
+//! (embedded in the binary), under `vendor/` and `wit/`, and the plugin workspace's lock file, so the dependency
 //! versions are the ones the bundled connectors are built and tested with.
 //! Its source is the example source's (`plugins/example-http-source`),
 //! renamed: a complete connector that is tested with the server.
@@ -16,11 +16,18 @@ const SDK: &[(&str, &str)] = &[
     ("http.rs", include_str!("../../../plugins/sdk/src/http.rs")),
     ("lib.rs", include_str!("../../../plugins/sdk/src/lib.rs")),
     ("log.rs", include_str!("../../../plugins/sdk/src/log.rs")),
-    ("origin.rs", include_str!("../../../plugins/sdk/src/origin.rs")),
     ("pages.rs", include_str!("../../../plugins/sdk/src/pages.rs")),
     ("sink.rs", include_str!("../../../plugins/sdk/src/sink.rs")),
     ("time.rs", include_str!("../../../plugins/sdk/src/time.rs")),
     ("types.rs", include_str!("../../../plugins/sdk/src/types.rs")),
+];
+
+/// The rules the SDK shares with the host, as
+/// `vendor/service-connector-rules/src/` gets them.
+const RULES: &[(&str, &str)] = &[
+    ("headers.rs", include_str!("../../../plugins/rules/src/headers.rs")),
+    ("lib.rs", include_str!("../../../plugins/rules/src/lib.rs")),
+    ("origin.rs", include_str!("../../../plugins/rules/src/origin.rs")),
 ];
 
 /// The WIT packages, as `wit/` gets them; 1.1.0's link to 1.0.0 becomes a
@@ -43,6 +50,8 @@ const EXAMPLE: &str = include_str!("../../../plugins/example-http-source/src/lib
 const EXAMPLE_ID: &str = "conn_example_jsonplaceholder";
 const EXAMPLE_NAME: &str = "\"JSONPlaceholder (example)\"";
 const LOCK: &str = include_str!("../../../plugins/Cargo.lock");
+/// The rules crate's manifest, as it is: it has no dependencies.
+const RULES_MANIFEST: &str = include_str!("../../../plugins/rules/Cargo.toml");
 const SDK_VERSION: &str = "0.1.0";
 
 /// Why no crate was made.
@@ -105,6 +114,10 @@ pub fn new_plugin(name: &str, dir: &Path) -> Result<Scaffolded, ScaffoldError> {
     for (file, text) in SDK {
         files.push((Path::new("vendor/service-connector-sdk/src").join(file), (*text).to_owned()));
     }
+    files.push(("vendor/service-connector-rules/Cargo.toml".into(), RULES_MANIFEST.to_owned()));
+    for (file, text) in RULES {
+        files.push((Path::new("vendor/service-connector-rules/src").join(file), (*text).to_owned()));
+    }
     for (file, text) in WIT {
         files.push((Path::new("wit").join(file), (*text).to_owned()));
         if let Some(rest) = file.strip_prefix(WIT_DEPENDENCY.0) {
@@ -156,6 +169,9 @@ mod tests {
         };
         let sdk: Vec<String> = SDK.iter().map(|(f, _)| (*f).to_owned()).collect();
         assert_eq!(sdk, listed(&root.join("plugins/sdk/src"), ""));
+        let rules: Vec<String> = RULES.iter().map(|(f, _)| (*f).to_owned()).collect();
+        assert_eq!(rules, listed(&root.join("plugins/rules/src"), ""));
+        assert!(!RULES_MANIFEST.contains("workspace = true") && !RULES_MANIFEST.contains("[dependencies]"));
         let mut wit = listed(&root.join("wit/connector@1.0.0"), "connector@1.0.0/");
         wit.extend(listed(&root.join("wit/connector@1.1.0"), "connector@1.1.0/"));
         assert_eq!(WIT.iter().map(|(f, _)| (*f).to_owned()).collect::<Vec<_>>(), wit);

@@ -6,29 +6,27 @@
 //! serves the API's tools to a local assistant over stdio.
 //!
 //! Layout:
-//! - this module: the commands, and those that work on the database;
+//! - this module: the commands and their dispatch;
+//! - [`admin`]: `service admin ...`, offline against the database;
+//! - [`plugins`]: `service plugins ...`, offline;
+//! - [`warehouse`]: `service warehouse ...`, offline;
 //! - [`client`]: the CLI as an API client (addresses, stored logins,
 //!   requests marked `X-Service-Client: cli`, exit codes by failure);
 //! - [`auth`]: `service auth login|status|logout`;
 //! - [`author`]: `service plugins new|record|test`, for connector authors;
 //! - [`api`]: the API's resources as commands.
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod author;
 pub mod client;
+pub mod plugins;
+pub mod warehouse;
 
 use clap::{Parser, Subcommand};
-use secrecy::ExposeSecret;
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use crate::access::{ClientSource, Role};
-use crate::config::{PluginArgs, ServeArgs, ServerConfig, StorageArgs, database_url};
-use crate::plugin::Runtime;
-use crate::plugin::registry::{Registry, validate_info};
-use crate::store::Store;
+use crate::config::{ServeArgs, ServerConfig, StorageArgs};
 
 /// Control server of the data-integration platform.
 #[derive(Debug, Parser)]
@@ -98,7 +96,7 @@ pub enum Command {
         #[command(flatten)]
         local: Local,
         #[command(subcommand)]
-        command: AdminCommand,
+        command: admin::AdminCommand,
     },
     /// Serve the API's tools to a local assistant over MCP (stdio), calling
     /// a running server with your token.
@@ -118,7 +116,7 @@ pub enum Command {
         #[command(flatten)]
         local: Local,
         #[command(subcommand)]
-        command: PluginsCommand,
+        command: plugins::PluginsCommand,
     },
     /// Lakehouse warehouses, offline against the database and the data
     /// directory.
@@ -126,7 +124,7 @@ pub enum Command {
         #[command(flatten)]
         local: Local,
         #[command(subcommand)]
-        command: WarehouseCommand,
+        command: warehouse::WarehouseCommand,
     },
     /// Sign this CLI in to a running service (through the browser), show
     /// who is signed in, sign out.
@@ -140,207 +138,6 @@ pub enum Command {
     Api(Box<api::ApiCommand>),
 }
 
-#[derive(Debug, Subcommand)]
-pub enum WarehouseCommand {
-    /// List the files of lakehouse (Iceberg) warehouses that no table
-    /// refers to: writes a killed or retried sync never committed, tables a
-    /// full refresh replaced or a reset dropped. Readers never see them.
-    Orphans {
-        /// Remove them too.
-        #[arg(long)]
-        delete: bool,
-        /// Leave files younger than this many minutes alone: a running sync
-        /// may be about to commit them.
-        #[arg(long, default_value_t = 60)]
-        grace_minutes: u64,
-        /// The server's settings: object-store warehouses are reached as
-        /// its syncs reach them (allowed hosts, trusted roots).
-        #[command(flatten)]
-        plugins: PluginArgs,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum PluginsCommand {
-    /// Make a new plugin crate: a source with a typed config and one paged,
-    /// incremental stream, that builds for wasm32-wasip2 against this
-    /// server's SDK and WIT (vendored into it). Needs no database.
-    New {
-        /// The crate's name (lower case, digits, hyphens); the connector id
-        /// is `conn_` and the name with underscores.
-        name: String,
-        /// Where to make it (default: a folder named NAME here).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
-    /// Record a plugin against its provider: check, discover, entity
-    /// options, preview and reads, through the host's egress with every
-    /// rule on, into a cassette that holds no secret. Needs no database.
-    #[command(after_help = "The secret behind the config's credential handles is read from the environment \
-        [env: SERVICE_RECORD_SECRET], else from standard input, else from a prompt that does not echo; \
-        never from a flag.")]
-    Record(Box<author::RecordArgs>),
-    /// Replay cassettes with no network and compare what the plugin
-    /// returns (records, checkpoints, catalog, answers, schemas) with what
-    /// was recorded. Exit code 1 on any difference, 2 on unusable input.
-    Test(author::TestArgs),
-    /// The conformance suite, offline, from cassettes: every checkpoint
-    /// crashed and resumed (no record twice, none missing), a canary
-    /// secret echoed in every form and coding (none reaching the plugin,
-    /// its output or the log), two replays compared, schemas, replay
-    /// misses. Exit code 1 on any failure, 2 on unusable input.
-    Conform(author::ConformArgs),
-    /// Make a publisher's Ed25519 signing key (a file only you keep) and
-    /// print its public key, for operators' SERVICE_PLUGIN_TRUSTED_KEYS.
-    /// Needs no database.
-    Keygen {
-        /// Where to write the private key (never over an existing file).
-        #[arg(long)]
-        out: PathBuf,
-        /// The name operators will know the key by.
-        #[arg(long, default_value = "publisher")]
-        name: String,
-    },
-    /// Sign a component: its SHA-256 digest and the identity it declares
-    /// (connector id, version, interface), into FILE.sig beside it.
-    /// Needs no database.
-    Sign {
-        /// The component file.
-        file: PathBuf,
-        /// The private key from `service plugins keygen`.
-        #[arg(long)]
-        key: PathBuf,
-    },
-    /// Publish a component, with the signature file beside it if any, to an
-    /// OCI registry as a Wasm artifact; prints the reference pinned to the
-    /// manifest's digest. A reference without a tag uses the version the
-    /// component declares. Needs no database.
-    Push {
-        /// The component file.
-        file: PathBuf,
-        /// `oci://REGISTRY/REPOSITORY[:TAG]`.
-        reference: String,
-    },
-    /// Check that a component implements a supported interface version and
-    /// describes itself validly. Needs no database.
-    Validate {
-        /// The component file.
-        file: PathBuf,
-    },
-    /// List the installation's plugins and whether they are enabled.
-    List {
-        #[command(flatten)]
-        plugins: PluginArgs,
-    },
-    /// Enable a plugin by connector id; or verify a component file, install
-    /// it, copy it into the plugins directory and make it current; or pull
-    /// one from an OCI registry (a tag is resolved once to its digest),
-    /// verify it, install it and make it current. Running servers pick the
-    /// change up within seconds, with no file or pull of their own.
-    Load {
-        /// A connector id, the path of a `.wasm` component, or
-        /// `oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]`.
-        target: String,
-        #[command(flatten)]
-        plugins: PluginArgs,
-    },
-    /// Disable a plugin by connector id: its connector becomes unavailable
-    /// on every server sharing the database; saved sources keep their
-    /// configuration.
-    Unload {
-        /// The connector id (or a legacy alias).
-        connector_id: String,
-        #[command(flatten)]
-        plugins: PluginArgs,
-    },
-    /// List a plugin's installed versions; `*` marks the one new jobs run.
-    Versions {
-        /// The connector id (or a legacy alias).
-        connector_id: String,
-        #[command(flatten)]
-        plugins: PluginArgs,
-    },
-    /// Make an installed version current on every server sharing the
-    /// database (and enable the plugin): new jobs run it, running jobs
-    /// finish on theirs. Rolling back is using the previous version.
-    Use {
-        /// The connector id (or a legacy alias).
-        connector_id: String,
-        /// A version it declares, or a digest (12 or more leading hex
-        /// characters) where several components declare the same version.
-        version: String,
-        #[command(flatten)]
-        plugins: PluginArgs,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AdminCommand {
-    /// Create a user and add them to a workspace.
-    CreateUser {
-        /// E-mail address (the login name).
-        #[arg(long)]
-        email: String,
-        /// Display name.
-        #[arg(long, default_value = "")]
-        name: String,
-        /// Workspace to join (default: the oldest workspace).
-        #[arg(long)]
-        workspace: Option<String>,
-        /// Role in that workspace.
-        #[arg(long, default_value = "viewer", value_parser = parse_role)]
-        role: Role,
-    },
-    /// Generate a new master key and re-seal every credential with it;
-    /// the old key is forgotten afterwards. Stop servers first or run it
-    /// during maintenance: they keep the old key until restarted.
-    RotateMasterKey {
-        /// The new master key (32 bytes, base64), required when the current
-        /// one is configured with `SERVICE_MASTER_KEY` rather than kept in
-        /// the data directory. Set it in the environment.
-        #[arg(long, env = "SERVICE_NEW_MASTER_KEY", hide_env_values = true, value_parser = crate::config::secret)]
-        new_master_key: Option<secrecy::SecretString>,
-    },
-    /// Set the password an existing user signs in with on the web pages,
-    /// read from standard input (one line; at least 12 characters). Every
-    /// session and token of the user is revoked with it.
-    SetPassword {
-        /// E-mail address of the user.
-        #[arg(long)]
-        email: String,
-        /// Keep the user's sessions and tokens (by default they are
-        /// revoked: a password is reset when someone else may hold the
-        /// account).
-        #[arg(long)]
-        keep_sessions: bool,
-    },
-    /// Mint an API token for an existing user (printed once).
-    CreateToken {
-        /// E-mail address of the user.
-        #[arg(long)]
-        email: String,
-        /// What the token is for.
-        #[arg(long)]
-        label: Option<String>,
-        /// Days until the token expires (default: never).
-        #[arg(long)]
-        expires_in_days: Option<u32>,
-        /// The kind of client the token is for: `api`, `cli`, or `mcp` for
-        /// an assistant (its writes become proposals and it can never
-        /// approve one, whatever headers it sends).
-        #[arg(long, default_value = "cli", value_parser = parse_client)]
-        client: ClientSource,
-    },
-}
-
-fn parse_client(s: &str) -> Result<ClientSource, String> {
-    ClientSource::parse(s).ok_or_else(|| "must be api, cli or mcp".into())
-}
-
-fn parse_role(s: &str) -> Result<Role, String> {
-    Role::parse(s).ok_or_else(|| "must be administrator, editor or viewer".into())
-}
-
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -350,413 +147,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::server::serve(config).await
         }
         Command::Plugins { local, command } => {
-            let quiet = matches!(command, PluginsCommand::Test(_) | PluginsCommand::Conform(_));
+            let quiet = matches!(command, plugins::PluginsCommand::Test(_) | plugins::PluginsCommand::Conform(_));
             let filter = local.log.filter_or(if quiet { "warn" } else { "info" });
             crate::telemetry::init_logging(crate::config::LogFormat::Human, filter)?;
-            plugins(&local.storage, command).await
+            plugins::run(&local.storage, command).await
         }
         Command::Mcp { addresses, log } => {
             crate::telemetry::init_logging(crate::config::LogFormat::Human, log.filter_or("info"))?;
             let token = addresses.token()?;
             crate::mcp::serve_stdio(addresses.root(), token).await
         }
-        Command::Warehouse { local, command: WarehouseCommand::Orphans { delete, grace_minutes, plugins } } => {
-            use crate::warehouse::iceberg::orphans;
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("warn"))?;
-            let storage = &local.storage;
-            let settings = plugins.resolve(&storage.data_dir)?;
-            let url = database_url(storage)?;
-            let store = Store::connect(&url)
-                .await
-                .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-            let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
-            let vault = crate::credentials::Vault::new(store.clone(), keyring);
-            let buckets = orphans::ObjectStores {
-                keys: &vault,
-                policy: &settings.warehouses,
-                extra_roots: &settings.egress.extra_roots,
-            };
-            let grace = std::time::Duration::from_secs(grace_minutes.saturating_mul(60));
-            let findings = orphans::orphans(&store, &storage.data_dir, Some(&buckets), grace).await?;
-            for warehouse in &findings.busy {
-                eprintln!("{warehouse}: a sync is running into it; left alone");
-            }
-            for (warehouse, why) in &findings.unreachable {
-                eprintln!("{warehouse}: cannot be listed, left alone: {why}");
-            }
-            let found = findings.orphans;
-            for orphan in &found {
-                println!("{}\t{}", orphan.location, orphan.bytes);
-            }
-            let bytes: u64 = found.iter().map(|o| o.bytes).sum();
-            if delete {
-                let freed = orphans::remove(&found).await?;
-                println!("removed {} orphan file(s), {freed} bytes", found.len());
-            } else {
-                println!("{} orphan file(s), {bytes} bytes (--delete removes them)", found.len());
-            }
-            store.close().await;
-            Ok(())
-        }
+        Command::Warehouse { local, command } => warehouse::run(local, command).await,
         Command::Auth { addresses, command } => Ok(auth::run(&addresses, command).await?),
         Command::Api(cmd) => Ok(api::run(*cmd).await?),
-        Command::Admin { local, command: cmd } => {
-            crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("info"))?;
-            let storage = &local.storage;
-            let url = database_url(storage)?;
-            let store = Store::connect(&url)
-                .await
-                .map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-            match cmd {
-                AdminCommand::CreateUser { email, name, workspace, role } => {
-                    let (user_id, workspace_id) =
-                        crate::access::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
-                    println!(
-                        "created user {user_id} ({}) in workspace {workspace_id} as {}",
-                        email.trim(),
-                        role.as_str()
-                    );
-                }
-                AdminCommand::RotateMasterKey { new_master_key } => {
-                    let keyring =
-                        crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
-                    let (n, key_id) =
-                        crate::credentials::Vault::rotate(&store, keyring, new_master_key.as_ref()).await?;
-                    println!("re-sealed {n} credential(s) with new master key {key_id}");
-                    if storage.master_key.is_some() {
-                        println!(
-                            "now set {} to the value of {} and restart the servers",
-                            crate::credentials::keyring::MASTER_KEY_ENV,
-                            crate::credentials::keyring::NEW_MASTER_KEY_ENV
-                        );
-                    }
-                }
-                AdminCommand::SetPassword { email, keep_sessions } => {
-                    use crate::access::admin::OnPasswordChange;
-                    let password = read_password()?;
-                    let sessions =
-                        if keep_sessions { OnPasswordChange::KeepSessions } else { OnPasswordChange::RevokeSessions };
-                    let revoked = crate::access::admin::set_password(&store, &email, password, sessions).await?;
-                    match sessions {
-                        OnPasswordChange::RevokeSessions => {
-                            eprintln!("password set for {}; {revoked} session(s) and token(s) revoked", email.trim())
-                        }
-                        OnPasswordChange::KeepSessions => eprintln!("password set for {}; sessions kept", email.trim()),
-                    }
-                }
-                AdminCommand::CreateToken { email, label, expires_in_days, client } => {
-                    let token =
-                        crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client)
-                            .await?;
-                    // The token itself goes to stdout alone, so scripts can
-                    // capture it; the note goes to stderr.
-                    eprintln!("API token for {} (shown once):", email.trim());
-                    println!("{}", token.expose_secret());
-                }
-            }
-            store.close().await;
-            Ok(())
-        }
-    }
-}
-
-/// A password from standard input: its first line, without the line end.
-fn read_password() -> anyhow::Result<secrecy::SecretString> {
-    use std::io::IsTerminal;
-    if std::io::stdin().is_terminal() {
-        eprintln!("new password (input is shown; pipe it in to keep it off the screen):");
-    }
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line)?;
-    let password = line.trim_end_matches(['\n', '\r']).to_owned();
-    line.clear();
-    if password.is_empty() {
-        anyhow::bail!("no password on standard input");
-    }
-    Ok(password.into())
-}
-
-/// `service plugins ...`.
-async fn plugins(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::Result<()> {
-    let plugins = match cmd {
-        PluginsCommand::Validate { file } => return validate(&file).await,
-        PluginsCommand::Keygen { out, name } => {
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)) {
-                anyhow::bail!("--name {name:?}: a key's name is letters, digits and -_.@");
-            }
-            let public = crate::plugin::signature::keygen(&out)?;
-            eprintln!("wrote the private key to {} (keep it secret: it signs plugins)", out.display());
-            eprintln!(
-                "operators trust it with SERVICE_PLUGIN_TRUSTED_KEYS (or a line of SERVICE_PLUGIN_TRUSTED_KEYS_FILE):"
-            );
-            println!("{name}={public}");
-            return Ok(());
-        }
-        PluginsCommand::Sign { file, key } => return sign(&file, &key).await,
-        PluginsCommand::Push { file, reference } => return push(&file, &reference).await,
-        PluginsCommand::New { name, dir } => return Ok(author::new(&name, dir.as_deref())?),
-        PluginsCommand::Record(args) => return Ok(author::record(*args, &crate::server::bundled_plugins()).await?),
-        PluginsCommand::Test(args) => return Ok(author::test(args, &crate::server::bundled_plugins()).await?),
-        PluginsCommand::Conform(args) => return Ok(author::conform(args, &crate::server::bundled_plugins()).await?),
-        PluginsCommand::List { ref plugins }
-        | PluginsCommand::Load { ref plugins, .. }
-        | PluginsCommand::Unload { ref plugins, .. }
-        | PluginsCommand::Versions { ref plugins, .. }
-        | PluginsCommand::Use { ref plugins, .. } => plugins.clone(),
-    };
-    let plugins = &plugins;
-    let settings = plugins.resolve(&storage.data_dir)?;
-    let url = database_url(storage)?;
-    let store =
-        Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
-    let vault = crate::credentials::Vault::new(store.clone(), keyring);
-    let runtime =
-        Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&settings.compile_cache_dir, &vault)))?;
-    let egress = crate::egress::Egress::new(settings.egress.clone(), Arc::new(vault.clone()))?;
-    let registry = Registry::new(
-        Arc::new(runtime),
-        egress,
-        store.clone(),
-        crate::server::bundled_plugins(),
-        Some(settings.plugins_dir.clone()),
-        settings.signatures.clone(),
-    );
-    registry.load_all().await;
-    match cmd {
-        PluginsCommand::List { .. } => {
-            println!(
-                "{:<32} {:<10} {:<10} {:<26} {:<16} SOURCE",
-                "CONNECTOR", "VERSION", "STATE", "INTERFACE", "SIGNED BY"
-            );
-            for p in registry.list().await {
-                let state = if p.enabled { "enabled" } else { "disabled" };
-                let source = p.source.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "(missing)".into());
-                let signer = match (&p.signer, &p.source) {
-                    (Some(signer), _) => signer.as_str(),
-                    (None, Some(crate::plugin::registry::PluginSource::Bundled(_))) => "(built in)",
-                    (None, _) => "(unsigned)",
-                };
-                println!(
-                    "{:<32} {:<10} {:<10} {:<26} {signer:<16} {source}",
-                    p.info.id,
-                    p.info.version,
-                    state,
-                    p.interface_version.as_str()
-                );
-            }
-        }
-        PluginsCommand::Load { target, .. } => {
-            let id = if target.starts_with("oci://") {
-                let reference = crate::plugin::oci::Reference::parse(&target)?;
-                let pulled = crate::plugin::oci::pull(&reference).await?;
-                let origin = pulled.reference.to_string();
-                let (id, digest) = registry.install(&pulled.component, pulled.signature, &origin).await?;
-                registry.use_version(&id, &digest, None).await.map_err(|e| anyhow::anyhow!("{id}: {e}"))?;
-                audit_operator(&store, &registry, "plugins.load", &id, Some(&digest), &origin).await?;
-                println!("loaded {id} (sha256 {digest}) from {origin}");
-                id
-            } else if target.ends_with(".wasm") {
-                let path = PathBuf::from(&target);
-                let bytes = crate::plugin::read_component(&path)?;
-                // Verified and installed before it is copied, so a bad file
-                // never lands in the directory servers watch; the file named
-                // is the version that runs from now on.
-                let id = registry.load_bytes(&bytes, crate::plugin::registry::PluginSource::File(path.clone())).await?;
-                let digest = crate::plugin::signature::digest(&bytes);
-                std::fs::create_dir_all(&settings.plugins_dir)?;
-                let dest = settings
-                    .plugins_dir
-                    .join(path.file_name().ok_or_else(|| anyhow::anyhow!("{target}: no file name"))?);
-                // The signature first: servers watching the directory
-                // check it when the component appears, which it does whole
-                // (the verified bytes, renamed into place).
-                let signature = crate::plugin::signature::sidecar(&path);
-                if signature.exists() {
-                    std::fs::copy(&signature, crate::plugin::signature::sidecar(&dest))?;
-                }
-                let partial = dest.with_extension("wasm.partial");
-                std::fs::write(&partial, &bytes)?;
-                std::fs::rename(&partial, &dest)?;
-                registry.use_version(&id, &digest, None).await.map_err(|e| anyhow::anyhow!("{id}: {e}"))?;
-                audit_operator(&store, &registry, "plugins.load", &id, Some(&digest), &dest.display().to_string())
-                    .await?;
-                println!("loaded {id} from {} into {}", path.display(), dest.display());
-                id
-            } else {
-                let id = registry.load(&target, None).await.map_err(|e| anyhow::anyhow!("{target}: {e}"))?;
-                audit_operator(&store, &registry, "plugins.load", &id, None, "").await?;
-                println!("enabled {id}");
-                id
-            };
-            let _ = id;
-        }
-        PluginsCommand::Unload { connector_id, .. } => {
-            let id = registry.unload(&connector_id, None).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
-            audit_operator(&store, &registry, "plugins.unload", &id, None, "").await?;
-            println!("disabled {id}; it is unavailable on every server sharing this database");
-        }
-        PluginsCommand::Versions { connector_id, .. } => {
-            let (versions, current) =
-                registry.versions(&connector_id).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
-            println!("  {:<12} {:<66} {:<10} {:<16} ORIGIN", "VERSION", "DIGEST (SHA-256)", "INTERFACE", "SIGNED BY");
-            for v in versions {
-                let mark = if current.as_deref() == Some(v.digest.as_str()) { "*" } else { " " };
-                let signer = v.signer.as_deref().unwrap_or(if v.origin.starts_with("bundled:") {
-                    "(built in)"
-                } else {
-                    "(unsigned)"
-                });
-                println!("{mark} {:<12} {:<66} {:<10} {signer:<16} {}", v.version, v.digest, v.interface, v.origin);
-            }
-        }
-        PluginsCommand::Use { connector_id, version, .. } => {
-            let plan =
-                registry.plan_use(&connector_id, &version).await.map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
-            for change in &plan.widening {
-                println!("widens: {change}");
-            }
-            registry
-                .use_version(&plan.connector_id, &plan.to.digest, None)
-                .await
-                .map_err(|e| anyhow::anyhow!("{connector_id}: {e}"))?;
-            audit_operator(&store, &registry, "plugins.use", &plan.connector_id, Some(&plan.to.digest), "").await?;
-            let was = plan.from.map(|f| format!(" (was {})", f.version)).unwrap_or_default();
-            println!(
-                "{} now runs {} (sha256 {}){was} on every server sharing this database; running jobs finish on theirs",
-                plan.connector_id, plan.to.version, plan.to.digest
-            );
-        }
-        PluginsCommand::Validate { .. }
-        | PluginsCommand::Keygen { .. }
-        | PluginsCommand::Sign { .. }
-        | PluginsCommand::Push { .. }
-        | PluginsCommand::New { .. }
-        | PluginsCommand::Record(_)
-        | PluginsCommand::Test(_)
-        | PluginsCommand::Conform(_) => unreachable!("handled above"),
-    }
-    store.close().await;
-    Ok(())
-}
-
-/// Appends the installation's audit record of a plugin operation an
-/// operator ran from the command line: no workspace and no user (none is
-/// signed in), but the operating-system account and the host it ran on,
-/// and the component's digest, version, signer and origin. A change whose
-/// record cannot be written is reported as an error.
-async fn audit_operator(
-    store: &Store,
-    registry: &Registry,
-    action: &str,
-    connector_id: &str,
-    digest: Option<&str>,
-    origin: &str,
-) -> anyhow::Result<()> {
-    let version = match digest {
-        Some(d) => {
-            registry.versions(connector_id).await.ok().and_then(|(all, _)| all.into_iter().find(|v| v.digest == d))
-        }
-        None => None,
-    };
-    let operator = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    let details = serde_json::json!({
-        "operator": operator,
-        "host": host,
-        "digest": digest,
-        "version": version.as_ref().map(|v| v.version.clone()),
-        "signer": version.as_ref().and_then(|v| v.signer.clone()),
-        "origin": if origin.is_empty() { version.as_ref().map(|v| v.origin.clone()) } else { Some(origin.to_owned()) },
-    });
-    let record = crate::store::audit::NewAuditRecord {
-        workspace_id: None,
-        actor_user_id: None,
-        actor_session_id: None,
-        action: action.to_owned(),
-        target_type: Some("plugin".into()),
-        target_id: Some(connector_id.to_owned()),
-        client_source: ClientSource::Cli,
-        request_id: crate::store::new_id("cli"),
-        outcome: crate::store::kinds::AuditOutcome::Succeeded,
-        status_code: 200,
-        approval_id: None,
-        address: None,
-        details: Some(details),
-    };
-    store
-        .append_audit(&record)
-        .await
-        .map_err(|e| anyhow::anyhow!("{connector_id}: done, but its audit record could not be written: {e}"))?;
-    Ok(())
-}
-
-/// Publishes a component after checking it loads; the tag defaults to the
-/// version it declares.
-async fn push(file: &std::path::Path, reference: &str) -> anyhow::Result<()> {
-    use crate::plugin::oci::Reference;
-    let bytes = crate::plugin::read_component(file)?;
-    let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
-    let loaded = runtime.load(&bytes, "push").await.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let reference = Reference::parse_or(reference, &loaded.info.version)?;
-    let signature = match std::fs::read_to_string(crate::plugin::signature::sidecar(file)) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => anyhow::bail!("{}: {e}", crate::plugin::signature::sidecar(file).display()),
-    };
-    let pinned = crate::plugin::oci::push(&reference, &bytes, signature.as_deref()).await?;
-    let signed = if signature.is_some() { "signed" } else { "unsigned" };
-    println!("{pinned}");
-    eprintln!("pushed {} {} ({signed}, sha256 {}) to {reference}", loaded.info.id, loaded.info.version, loaded.digest);
-    Ok(())
-}
-
-/// `service plugins validate FILE`: the author's check.
-/// Signs a component after checking it loads: what is signed is what the
-/// server will find when it loads it.
-async fn sign(file: &std::path::Path, key: &std::path::Path) -> anyhow::Result<()> {
-    let bytes = crate::plugin::read_component(file)?;
-    let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
-    let loaded = runtime.load(&bytes, "sign").await.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let identity = crate::plugin::signature::Identity {
-        connector_id: loaded.info.id.clone(),
-        version: loaded.info.version.clone(),
-        interface: loaded.version.as_str().to_owned(),
-    };
-    let signed = crate::plugin::signature::sign(key, &loaded.digest, &identity)?;
-    let out = crate::plugin::signature::sidecar(file);
-    std::fs::write(&out, serde_json::to_vec_pretty(&signed)?)?;
-    println!("signed {identity}, sha256 {}, into {}", loaded.digest, out.display());
-    Ok(())
-}
-
-/// `service plugins validate FILE`: a file that is no usable component
-/// (missing, not WebAssembly, no supported interface) is unusable input,
-/// exit code 2 as for every author's command; a component whose
-/// description has problems fails the check, exit code 1.
-async fn validate(file: &std::path::Path) -> anyhow::Result<()> {
-    let unusable = |e: anyhow::Error| anyhow::Error::from(client::CliFailure::Usage(format!("{e:#}")));
-    let bytes = crate::plugin::read_component(file).map_err(unusable)?;
-    let runtime = Runtime::new(crate::plugin::sandbox::Limits::default(), None)?;
-    let (version, pre, digest) =
-        runtime.prepare(&bytes).map_err(|e| unusable(anyhow::anyhow!("{}: {e:#}", file.display())))?;
-    println!("interface: {} (supported)", version.as_str());
-    println!("sha256:    {digest}");
-    let info = runtime.describe("validate", &pre).await.map_err(|e| anyhow::anyhow!("describe failed: {e}"))?;
-    println!("connector: {} \"{}\" version {} ({:?})", info.id, info.name, info.version, info.kind);
-    println!("hosts:     {}", info.hosts.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
-    println!("offers:    {}", info.operations.iter().map(|o| o.as_str()).collect::<Vec<_>>().join(", "));
-    let problems = validate_info(&info);
-    if problems.is_empty() {
-        println!("description: valid");
-        Ok(())
-    } else {
-        for p in &problems {
-            println!("problem:   {p}");
-        }
-        anyhow::bail!("the description has {} problem(s)", problems.len())
+        Command::Admin { local, command } => admin::run(local, command).await,
     }
 }

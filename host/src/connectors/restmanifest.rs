@@ -1,21 +1,22 @@
 //! `conn_rest_manifest`: the REST API source described by a manifest.
 //!
-//! The plugin's configuration schema (`plugins/restmanifest/
-//! manifest.schema.json`, the same file compiled into the plugin) checks
-//! the shape of a manifest; these rules check, when a source is saved,
-//! what no schema can: that the base URL's host is one the operator
-//! allows, that the credential is bound to it and stored for this
-//! connector (a manifest may ask for any path of the host, so a secret
-//! meant for another connector is not lent to it), that stream names are
-//! unique, that parents exist and form no cycle, and that each child's
-//! path holds its placeholder. Every refusal names its JSON pointer, in
-//! the same shape as the schema's own errors. The schema is also
-//! published in the OpenAPI description ([`openapi_schemas`]).
+//! The manifest's own rules (its types, its published schema and the
+//! checks no schema can make: an https base URL to a named host, headers
+//! only the host sets, unique stream names, parents that exist and form no
+//! cycle, placeholders that match) are the shared `service-rest-manifest`
+//! crate's, the very code the plugin runs. These rules add, when a source
+//! is saved, what only the server knows: that the base URL's host is one
+//! the operator allows, and that the credential is bound to it and stored
+//! for this connector (a manifest may ask for any path of the host, so a
+//! secret meant for another connector is not lent to it). Every refusal
+//! names its JSON pointer, in the same shape as the schema's own errors.
+//! The schema is also published in the OpenAPI description
+//! ([`openapi_schemas`]).
 
 use std::pin::Pin;
 
+use rest_manifest::{Problem, ProblemKind};
 use serde_json::{Value, json};
-use url::{Host, Url};
 
 use super::ConnectorRules;
 use crate::access::WorkspaceAccess;
@@ -25,9 +26,6 @@ use crate::store::credentials::CredentialHandle;
 
 /// The connector these rules are for.
 pub const CONNECTOR_ID: &str = "conn_rest_manifest";
-
-/// The published schema of the configuration.
-const SCHEMA: &str = include_str!("../../../plugins/restmanifest/manifest.schema.json");
 
 /// The name the configuration's schema has among the OpenAPI components;
 /// its definitions are `RestManifest` + their name.
@@ -43,6 +41,28 @@ fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
         .with_details(json!({ "field": "configuration", "errors": [{ "path": pointer, "message": message }] }))
 }
 
+/// The manifest's refusal as the API's: a header that carries credentials
+/// is refused as any secret written into a configuration is.
+fn refusal(problem: Problem) -> ApiError {
+    match problem.kind {
+        ProblemKind::CredentialHeader => {
+            let field = problem.pointer.trim_start_matches('/').replace('/', ".").replace("~1", "/").replace("~0", "~");
+            ApiError::secret_refused(&format!("configuration.{field}"))
+        }
+        ProblemKind::Invalid => invalid(&problem.pointer, problem.message),
+    }
+}
+
+/// The configuration read and checked by the manifest's own rules; the
+/// host of its base URL.
+fn checked(config: &Value) -> ApiResult<(rest_manifest::Config, String)> {
+    let config: rest_manifest::Config =
+        serde_json::from_value(config.clone()).map_err(|e| invalid("", format!("not a manifest: {e}")))?;
+    config.validate().map_err(refusal)?;
+    let host = config.base_host().map_err(refusal)?;
+    Ok((config, host))
+}
+
 impl ConnectorRules for Rules {
     fn connector_id(&self) -> &'static str {
         CONNECTOR_ID
@@ -56,7 +76,7 @@ impl ConnectorRules for Rules {
         _saved: Option<&'a Value>,
     ) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
         Box::pin(async move {
-            let host = base_host(config["base_url"].as_str().unwrap_or_default())?;
+            let (config, host) = checked(config)?;
             if !state.egress.policy().allowed_hosts.iter().any(|p| p.matches(&host)) {
                 return Err(invalid(
                     "/base_url",
@@ -65,7 +85,7 @@ impl ConnectorRules for Rules {
                     ),
                 ));
             }
-            if let Some(handle) = config["credential_handle"].as_str() {
+            if let Some(handle) = &config.credential_handle {
                 let record = state
                     .vault
                     .require_handle(&access.workspace_id, &CredentialHandle::new(handle), Some(&host))
@@ -83,108 +103,16 @@ impl ConnectorRules for Rules {
                     ));
                 }
             }
-            check_headers(&config["manifest"]["headers"])?;
-            check_streams(&config["manifest"]["streams"])
+            Ok(())
         })
     }
-}
-
-/// The host of a base URL that is https, on port 443, names a host (not
-/// an address) and carries no user-info, query or fragment.
-fn base_host(raw: &str) -> ApiResult<String> {
-    let url = Url::parse(raw).map_err(|e| invalid("/base_url", format!("not a URL: {e}")))?;
-    if url.scheme() != "https" {
-        return Err(invalid("/base_url", "must be an https URL"));
-    }
-    if url.port().is_some() {
-        return Err(invalid("/base_url", "only port 443 is allowed"));
-    }
-    if !url.username().is_empty() || url.password().is_some() || url.query().is_some() || url.fragment().is_some() {
-        return Err(invalid("/base_url", "must carry no user-info, query or fragment"));
-    }
-    match url.host() {
-        Some(Host::Domain(host)) if !host.ends_with('.') => Ok(host.to_ascii_lowercase()),
-        Some(Host::Domain(_)) => Err(invalid("/base_url", "the host must not end with a dot")),
-        _ => Err(invalid("/base_url", "must name a host, not an IP address")),
-    }
-}
-
-/// No header that carries credentials (the host attaches those: refused
-/// as any secret in a body is, whatever its value looks like), and no
-/// `Host`.
-fn check_headers(headers: &Value) -> ApiResult<()> {
-    for name in headers.as_object().into_iter().flatten().map(|(name, _)| name) {
-        let at = format!("/manifest/headers/{}", name.replace('~', "~0").replace('/', "~1"));
-        let lower = name.to_ascii_lowercase();
-        if ["authorization", "proxy-authorization", "cookie"].contains(&lower.as_str()) {
-            return Err(ApiError::secret_refused(&format!("configuration.manifest.headers.{name}")));
-        }
-        if lower == "host" {
-            return Err(invalid(&at, "the host sets Host from the base URL"));
-        }
-    }
-    Ok(())
-}
-
-/// Unique names, parents that exist and end at a root, and each path's
-/// placeholders matching its parent.
-fn check_streams(streams: &Value) -> ApiResult<()> {
-    let streams = streams.as_array().map(Vec::as_slice).unwrap_or_default();
-    let name = |s: &Value| s["name"].as_str().unwrap_or_default().to_owned();
-    for (i, stream) in streams.iter().enumerate() {
-        let at = format!("/manifest/streams/{i}");
-        let this = name(stream);
-        if streams[..i].iter().any(|s| name(s) == this) {
-            return Err(invalid(&format!("{at}/name"), format!("stream {this} is named twice")));
-        }
-        let placeholders = placeholders(stream["path"].as_str().unwrap_or_default());
-        let parent = &stream["parent"];
-        if parent.is_null() {
-            if !placeholders.is_empty() {
-                return Err(invalid(&format!("{at}/path"), "has a {placeholder} but the stream has no parent"));
-            }
-            continue;
-        }
-        let placeholder = parent["as"].as_str().unwrap_or_default();
-        if placeholders != [placeholder] {
-            return Err(invalid(
-                &format!("{at}/path"),
-                format!("must hold {{{placeholder}}} once, and no other placeholder"),
-            ));
-        }
-        let mut seen = vec![this.clone()];
-        let mut next = parent["stream"].as_str().map(str::to_owned);
-        while let Some(up) = next {
-            if seen.contains(&up) {
-                return Err(invalid(&format!("{at}/parent/stream"), "the parents form a cycle"));
-            }
-            let Some(found) = streams.iter().find(|s| name(s) == up) else {
-                return Err(invalid(&format!("{at}/parent/stream"), format!("no stream is named {up}")));
-            };
-            seen.push(up);
-            next = found["parent"]["stream"].as_str().map(str::to_owned);
-        }
-    }
-    Ok(())
-}
-
-/// The `{name}`s of a path, in order.
-fn placeholders(path: &str) -> Vec<&str> {
-    let mut found = Vec::new();
-    let mut rest = path;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else { break };
-        found.push(&rest[open + 1..open + close]);
-        rest = &rest[open + close + 1..];
-    }
-    found
 }
 
 /// The configuration's schema as OpenAPI components: the schema itself
 /// under [`OPENAPI_NAME`] and each of its definitions beside it, with the
 /// references between them pointing at the components.
 pub fn openapi_schemas() -> Vec<(String, Value)> {
-    let Ok(mut schema) = serde_json::from_str::<Value>(SCHEMA) else { return Vec::new() };
+    let Ok(mut schema) = serde_json::from_str::<Value>(rest_manifest::SCHEMA) else { return Vec::new() };
     let defs = schema.as_object_mut().and_then(|s| s.remove("$defs")).unwrap_or(Value::Null);
     if let Some(s) = schema.as_object_mut() {
         s.remove("$schema");
@@ -238,48 +166,37 @@ mod tests {
         e.details["errors"][0]["path"].as_str().unwrap().to_owned()
     }
 
-    #[test]
-    fn what_no_schema_can_check_is_refused_at_its_pointer() {
-        let twice = json!([{ "name": "a", "path": "/a" }, { "name": "a", "path": "/b" }]);
-        assert_eq!(error_path(check_streams(&twice).unwrap_err()), "/manifest/streams/1/name");
-        let orphan = json!([{ "name": "a", "path": "/a/{x}", "parent": { "stream": "b", "field": "id", "as": "x" } }]);
-        assert_eq!(error_path(check_streams(&orphan).unwrap_err()), "/manifest/streams/0/parent/stream");
-        let cycle = json!([
-            { "name": "a", "path": "/a/{x}", "parent": { "stream": "b", "field": "id", "as": "x" } },
-            { "name": "b", "path": "/b/{y}", "parent": { "stream": "a", "field": "id", "as": "y" } }]);
-        assert_eq!(error_path(check_streams(&cycle).unwrap_err()), "/manifest/streams/0/parent/stream");
-        let wrong = json!([{ "name": "a", "path": "/a" }, { "name": "b", "path": "/b/{z}", "parent": { "stream": "a", "field": "id", "as": "x" } }]);
-        assert_eq!(error_path(check_streams(&wrong).unwrap_err()), "/manifest/streams/1/path");
-        let fine = json!([{ "name": "a", "path": "/a" }, { "name": "b", "path": "/a/{x}/b", "parent": { "stream": "a", "field": "id", "as": "x" } }]);
-        check_streams(&fine).unwrap();
+    fn source(base_url: &str, manifest: Value) -> Value {
+        json!({ "base_url": base_url, "manifest": manifest })
     }
 
     #[test]
-    fn headers_that_carry_credentials_are_the_hosts() {
+    fn the_manifests_refusals_keep_their_pointer() {
+        let twice = json!({ "streams": [{ "name": "a", "path": "/a" }, { "name": "a", "path": "/b" }] });
+        let refused = checked(&source("https://api.example.com", twice)).unwrap_err();
+        assert_eq!(error_path(refused), "/manifest/streams/1/name");
+        let port = json!({ "streams": [{ "name": "a", "path": "/a" }] });
+        assert_eq!(error_path(checked(&source("https://a.example.com:8443/", port)).unwrap_err()), "/base_url");
+        let (_, host) =
+            checked(&source("https://API.example.com/v2", json!({ "streams": [{ "name": "a", "path": "/a" }] })))
+                .unwrap();
+        assert_eq!(host, "api.example.com");
+        assert_eq!(error_path(checked(&json!({ "base_url": 1 })).unwrap_err()), "");
+    }
+
+    #[test]
+    fn headers_that_carry_credentials_are_refused_as_secrets() {
         // Refused as any secret is, whatever the value looks like.
-        let refused = check_headers(&json!({ "Accept": "x", "COOKIE": "a=b" })).unwrap_err();
+        let cookie =
+            json!({ "headers": { "Accept": "x", "COOKIE": "a=b" }, "streams": [{ "name": "a", "path": "/a" }] });
+        let refused = checked(&source("https://api.example.com", cookie)).unwrap_err();
         assert_eq!(refused.code, "SECRET_NOT_ACCEPTED");
         assert_eq!(refused.details["field"], "configuration.manifest.headers.COOKIE");
+        let host = json!({ "headers": { "Host": "elsewhere.example" }, "streams": [{ "name": "a", "path": "/a" }] });
         assert_eq!(
-            error_path(check_headers(&json!({ "Host": "elsewhere.example" })).unwrap_err()),
+            error_path(checked(&source("https://api.example.com", host)).unwrap_err()),
             "/manifest/headers/Host"
         );
-        check_headers(&json!({ "Accept": "application/json", "X-Api-Version": "2" })).unwrap();
-    }
-
-    #[test]
-    fn base_urls_name_an_https_host() {
-        assert_eq!(base_host("https://API.example.com/v2").unwrap(), "api.example.com");
-        for bad in [
-            "http://api.example.com",
-            "https://10.0.0.1/",
-            "https://[::1]/",
-            "https://a.example.com:8443/",
-            "https://u@a.example.com/",
-            "https://a.example.com/?x=1",
-        ] {
-            assert_eq!(error_path(base_host(bad).unwrap_err()), "/base_url", "{bad}");
-        }
     }
 
     #[test]

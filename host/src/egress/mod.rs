@@ -38,32 +38,34 @@
 //! Layout: this module (the policy's enforcement and the live exchange),
 //! [`address`] (which addresses are global), [`coding`] (content codings
 //! undone before scrubbing), [`origin`] (where a URL goes, read as the
-//! connectors' SDK reads it: the same file), [`receiver`] (the URL of a
-//! receiver the host posts to for a workspace), [`sigv4`] (AWS request
-//! signing, for object stores the host writes to), [`tape`] (recording
-//! and replay).
+//! connectors' SDK reads it: the shared `service-connector-rules` crate),
+//! [`reach`] (where the host may connect for a tenant: the one address
+//! policy and pinned client of every reach, providers, receivers and
+//! warehouses), [`receiver`] (the URL of a receiver the host posts to for
+//! a workspace), [`tape`] (recording and replay).
 
-// The SDK's reading of a URL's origin, compiled here too, so the host and
-// its connectors read every URL one way.
 pub mod address;
 pub mod coding;
-#[path = "../../../plugins/sdk/src/origin.rs"]
-pub mod origin;
+pub mod reach;
 pub mod receiver;
-pub mod sigv4;
 pub mod tape;
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use url::{Host, Url};
 
+// The SDK's reading of a URL's origin, so the host and its connectors read
+// every URL one way.
+pub use connector_rules::origin;
+
 pub use crate::config::egress::{EgressPolicy, HostPattern};
 pub use crate::store::credentials::CredentialHandle;
+pub use reach::Reach;
+use reach::{PinnedClient, Rules, Unreachable};
 pub use tape::{Recorder, Replay};
 
 /// HTTP method of an outbound request.
@@ -299,17 +301,6 @@ pub struct Caller<'a> {
     pub reach: Reach,
 }
 
-/// The operator's list a request's host must be on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reach {
-    /// Providers connectors talk to (`SERVICE_EGRESS_ALLOWED_HOSTS`).
-    Providers,
-    /// Receivers of reverse-ETL webhooks (`SERVICE_WEBHOOK_ALLOWED_HOSTS`).
-    Webhooks,
-}
-
-/// Headers a plugin may never set.
-const FORBIDDEN_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie", "host"];
 /// Headers dropped from a request that carries a credential: a partial
 /// response could cut a reflected secret so that scrubbing no longer
 /// recognises it, and a compressed one hides it from a byte search (the
@@ -319,23 +310,6 @@ const STRIPPED_WITH_CREDENTIAL: &[&str] = &["range", "if-range", "accept-encodin
 const WITHHELD_RESPONSE_HEADERS: &[&str] = &["set-cookie", "set-cookie2", "authorization", "proxy-authorization"];
 /// Redirects followed at most.
 const MAX_REDIRECTS: usize = 5;
-
-/// Addresses checked by the policy, read by the HTTP client's resolver: the
-/// client never resolves a name by itself.
-#[derive(Default)]
-struct CheckedAddresses(Mutex<HashMap<String, Vec<SocketAddr>>>);
-
-impl reqwest::dns::Resolve for CheckedAddresses {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let found = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(name.as_str()).cloned();
-        Box::pin(async move {
-            match found {
-                Some(addrs) => Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs),
-                None => Err("name was not checked by the egress policy".into()),
-            }
-        })
-    }
-}
 
 /// The host's outbound HTTP client with its policy.
 #[derive(Clone)]
@@ -354,7 +328,7 @@ pub struct Egress {
 #[derive(Clone)]
 enum Transport {
     /// Over the network, to the addresses the policy checked.
-    Network { client: reqwest::Client, checked: Arc<CheckedAddresses> },
+    Network(PinnedClient),
     /// Nowhere: a recording answers them.
     Replay(Arc<dyn Replay>),
 }
@@ -363,20 +337,14 @@ impl Egress {
     /// Builds the client: the operator's extra trusted roots on top of the
     /// system's, no proxy, no automatic redirects.
     pub fn new(policy: EgressPolicy, secrets: Arc<dyn SecretSource>) -> anyhow::Result<Self> {
-        let checked = Arc::new(CheckedAddresses::default());
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(checked.clone())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("service-connector-host/", env!("CARGO_PKG_VERSION")));
-        if !policy.extra_roots.is_empty() {
-            builder = builder.tls_certs_merge(policy.extra_roots.iter().cloned());
-        }
-        let client = builder.build()?;
+        let client = PinnedClient::new(
+            concat!("service-connector-host/", env!("CARGO_PKG_VERSION")),
+            &policy.extra_roots,
+            |b| b,
+        )?;
         Ok(Egress {
             policy: Arc::new(policy),
-            transport: Transport::Network { client, checked },
+            transport: Transport::Network(client),
             secrets,
             recorder: None,
             replay_injects: false,
@@ -468,7 +436,7 @@ impl Egress {
 
     async fn send_checked(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
         for (name, _) in &req.headers {
-            if FORBIDDEN_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            if connector_rules::headers::is_reserved(name) {
                 return Err(EgressError::Denied(format!(
                     "header {name} may not be set by a plugin; name a credential handle and the host attaches it"
                 )));
@@ -505,10 +473,10 @@ impl Egress {
     /// will connect to. Returns the host name.
     pub(crate) async fn check_url(&self, caller: &Caller<'_>, url: &Url) -> Result<String, EgressError> {
         let host = self.check_target(caller, url)?;
-        let addrs = self.resolve(&host).await?;
-        if let Transport::Network { checked, .. } = &self.transport {
-            checked.0.lock().unwrap_or_else(|p| p.into_inner()).insert(host.clone(), addrs);
-        }
+        let Transport::Network(client) = &self.transport else {
+            return Err(EgressError::ConnectionFailed("this egress has no network".into()));
+        };
+        client.check(&Rules::egress(&self.policy, caller.reach), &host, 443).await.map_err(unreachable)?;
         Ok(host)
     }
 
@@ -536,50 +504,22 @@ impl Egress {
         }
         if !caller.declared_hosts.iter().any(|p| p.matches(&host)) {
             return Err(EgressError::Denied(match caller.reach {
-                Reach::Providers => format!("host {host} is not among the hosts the connector declared"),
                 // A receiver has no connector: its one host is the rule.
-                Reach::Webhooks => format!("host {host} is not the receiver's host; only its own host is reached"),
+                Reach::Receivers => format!("host {host} is not the receiver's host; only its own host is reached"),
+                Reach::Providers | Reach::Warehouses => {
+                    format!("host {host} is not among the hosts the connector declared")
+                }
             }));
         }
-        let allowed = match caller.reach {
-            Reach::Providers => &self.policy.allowed_hosts,
-            Reach::Webhooks => &self.policy.webhook_hosts,
-        };
-        if !allowed.iter().any(|p| p.matches(&host)) {
-            return Err(EgressError::Denied(format!("host {host} is not allowed by the operator's egress policy")));
-        }
+        Rules::egress(&self.policy, caller.reach).check_name(&host).map_err(unreachable)?;
         Ok(host)
     }
 
-    /// Operator pins first; otherwise the system resolver, and every answer
-    /// must be a global address.
-    async fn resolve(&self, host: &str) -> Result<Vec<SocketAddr>, EgressError> {
-        if let Some(pinned) = self.policy.pinned.get(host) {
-            return Ok(pinned.clone());
-        }
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, 443))
-            .await
-            .map_err(|e| EgressError::ConnectionFailed(format!("{host} did not resolve: {e}")))?
-            .collect();
-        if addrs.is_empty() {
-            return Err(EgressError::ConnectionFailed(format!("{host} did not resolve")));
-        }
-        for a in &addrs {
-            if let Some(why) = address::refusal(a.ip()) {
-                // The address goes to the operator's log only: the error
-                // reaches plugins and workspace members, who must not map
-                // the inside of the network through it.
-                tracing::warn!(%host, address = %a.ip(), "egress refused a host resolving to a {why}");
-                return Err(EgressError::Denied(format!("host {host} resolves to a {why}")));
-            }
-        }
-        Ok(addrs)
-    }
-
     async fn exchange(&self, caller: &Caller<'_>, req: OutboundRequest) -> Result<InboundResponse, EgressError> {
-        let Transport::Network { client, .. } = &self.transport else {
+        let Transport::Network(client) = &self.transport else {
             return Err(EgressError::ConnectionFailed("this egress has no network".into()));
         };
+        let client = client.client();
         let mut url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
         let mut method = req.method;
         let mut body = req.body;
@@ -785,6 +725,16 @@ fn scrubbed(injection: &Injection, headers: &mut Vec<(String, String)>, mut body
         }
     }
     body
+}
+
+/// A refusal of the address policy as the plugin (or the receiver's
+/// owner) is told it: a name that did not resolve is a failed
+/// connection, which may pass; the rest are the policy's.
+fn unreachable(e: Unreachable) -> EgressError {
+    match e {
+        Unreachable::Unresolved(..) => EgressError::ConnectionFailed(e.to_string()),
+        _ => EgressError::Denied(e.to_string()),
+    }
 }
 
 fn ip_literal(ip: IpAddr) -> EgressError {

@@ -136,7 +136,7 @@ enum ApproverRole {
 /// (administrators; not through MCP). With the proposal header, a proposal.
 #[utoipa::path(patch, path = "/approval-policies/{category}", tag = "approvals", params(("category" = crate::ops::Category, Path)),
     request_body = PolicyUpdate,
-    responses((status = 200, body = Envelope<Policy>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<Policy>), (status = 202, body = Envelope<crate::ops::Proposed>), (status = 403, body = crate::error::ErrorBody)))]
 async fn update_policy(
     State(state): State<AppState>,
     ws: Workspace,

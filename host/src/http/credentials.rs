@@ -134,7 +134,7 @@ async fn get_credential(
 /// The answer lists the sources that use it (they fail until given a new
 /// one). A revoked credential cannot be restored: store a new one.
 #[utoipa::path(post, path = "/credentials/{credential_id}/revoke", tag = "credentials", params(("credential_id" = String, Path)),
-    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<crate::ops::Proposed>),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 async fn revoke_credential(
     State(state): State<AppState>,

@@ -76,7 +76,7 @@ async fn update_destination(
 /// Delete a destination. While pipelines write to it: 409
 /// `DESTINATION_IN_USE` with their ids. The tables and files it wrote stay.
 #[utoipa::path(delete, path = "/destinations/{destination_id}", tag = "destinations", params(("destination_id" = String, Path)),
-    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<crate::ops::Proposed>),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 async fn delete_destination(
     State(state): State<AppState>,

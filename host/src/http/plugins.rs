@@ -46,7 +46,7 @@ async fn list_plugins(State(state): State<AppState>, Caller(p): Caller) -> ApiRe
 /// sources keep their configuration (operators). A proposal where the
 /// caller asks for one or is an MCP client.
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/unload", tag = "plugins", params(("connector_id" = String, Path)),
-    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<crate::ops::Proposed>), (status = 403, body = crate::error::ErrorBody)))]
 async fn unload_plugin(
     State(state): State<AppState>,
     ws: Workspace,
@@ -58,7 +58,7 @@ async fn unload_plugin(
 
 /// Load a plugin again: its connector is available again (operators).
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/load", tag = "plugins", params(("connector_id" = String, Path)),
-    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<crate::ops::Proposed>), (status = 403, body = crate::error::ErrorBody)))]
 async fn load_plugin(
     State(state): State<AppState>,
     ws: Workspace,
@@ -96,7 +96,7 @@ pub struct UseVersion {
 /// proposal, where there is one, names the component and what it widens.
 #[utoipa::path(post, path = "/admin/plugins/{connector_id}/use", tag = "plugins", params(("connector_id" = String, Path)),
     request_body = UseVersion,
-    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<serde_json::Value>), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Envelope<Plugin>), (status = 202, body = Envelope<crate::ops::Proposed>), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 async fn use_version(
     State(state): State<AppState>,
     ws: Workspace,

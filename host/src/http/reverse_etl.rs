@@ -23,6 +23,7 @@ use crate::ops::{self, Executed};
 use crate::reverse_etl::preview::Preview;
 use crate::state::AppState;
 use crate::store::kinds::{JobKind, JobStatus, Trigger};
+use crate::store::progress::JobProgress;
 use crate::store::reverse_etl::{Activation, Model, RetlDestination};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -46,7 +47,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// the reverse-ETL category like the writes: from an MCP client (or with
 /// `X-Service-Execution-Mode: proposal`) it is a proposal by default.
 #[utoipa::path(post, path = "/reverse-etl/prepare", tag = "reverse-etl", request_body = PrepareModel,
-    responses((status = 200, body = Envelope<Preview>), (status = 202, body = Envelope<serde_json::Value>), (status = 400, body = crate::error::ErrorBody),
+    responses((status = 200, body = Envelope<Preview>), (status = 202, body = Envelope<crate::ops::Proposed>), (status = 400, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 502, body = crate::error::ErrorBody)))]
 async fn prepare(
     State(state): State<AppState>,
@@ -243,11 +244,11 @@ pub(crate) struct RunView {
     pub full_resync: bool,
     pub trigger: Trigger,
     pub attempts: i64,
-    /// `queued`, `diffing`... `phase`, `counts` (queried, added, changed,
-    /// removed, unchanged, invalid, failed, skipped), `diff_ms`, and up to
-    /// 100 `failed_samples` and `invalid_samples` (`{key, reason}`).
-    #[schema(value_type = Object)]
-    pub progress: Value,
+    /// Its `phase`, `counts` (queried, added, changed, removed, unchanged,
+    /// invalid, failed, skipped), `diff_ms`, and up to 100
+    /// `failed_samples` and `invalid_samples` (`{key, reason}`); `{}`
+    /// before it starts.
+    pub progress: JobProgress,
     /// Sanitised reason of a failed run.
     pub error: Option<String>,
     pub created_at: DateTime<Utc>,

@@ -64,7 +64,7 @@ async fn list_sessions(
 /// revoke their own sessions (signing out, a leaked token); administrators
 /// those they administer (see `GET /sessions`).
 #[utoipa::path(post, path = "/sessions/{session_id}/revoke", tag = "sessions", params(("session_id" = String, Path)),
-    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<crate::ops::Proposed>),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 async fn revoke_session(
     State(state): State<AppState>,

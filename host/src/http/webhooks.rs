@@ -32,7 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// once. Administrators only; an MCP client's proposal waits for approval
 /// (category `webhooks`).
 #[utoipa::path(post, path = "/webhooks", tag = "webhooks", request_body = CreateWebhook,
-    responses((status = 201, body = Envelope<WebhookWithSecret>), (status = 202, body = Envelope<serde_json::Value>),
+    responses((status = 201, body = Envelope<WebhookWithSecret>), (status = 202, body = Envelope<crate::ops::Proposed>),
         (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
         (status = 409, body = crate::error::ErrorBody, description = "`WEBHOOK_LIMIT_REACHED`: the workspace has as many subscriptions as the operator allows")))]
 async fn create_webhook(
@@ -84,7 +84,7 @@ async fn get_webhook(
 /// enabled; `rotate_secret` makes a new signing secret (answered once)
 /// while the current one keeps signing for the overlap window.
 #[utoipa::path(patch, path = "/webhooks/{webhook_id}", tag = "webhooks", params(("webhook_id" = String, Path)), request_body = UpdateWebhook,
-    responses((status = 200, body = Envelope<Webhook>), (status = 202, body = Envelope<serde_json::Value>),
+    responses((status = 200, body = Envelope<Webhook>), (status = 202, body = Envelope<crate::ops::Proposed>),
         (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 async fn update_webhook(
     State(state): State<AppState>,
@@ -99,7 +99,7 @@ async fn update_webhook(
 
 /// Delete a subscription with its pending deliveries and delivery log.
 #[utoipa::path(delete, path = "/webhooks/{webhook_id}", tag = "webhooks", params(("webhook_id" = String, Path)),
-    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<serde_json::Value>),
+    responses((status = 200, body = Envelope<serde_json::Value>), (status = 202, body = Envelope<crate::ops::Proposed>),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 async fn delete_webhook(
     State(state): State<AppState>,

@@ -26,13 +26,18 @@
 //! removed at the destination, by the matching value they were sent with,
 //! unless a row still in the model has that value (its key changed, not
 //! its record): then the old key is only forgotten.
+//!
+//! The phases, in order: [`prepare`] (the activation, model and
+//! destination), [`Run::diff`] (each row's [`verdict`]), then
+//! [`Run::send_changed`] and, in mirror mode, [`Run::remove_gone`]; the
+//! job shows its phase and counts as a typed [`RunProgress`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::spool::{Spool, SpoolBudget};
@@ -42,7 +47,9 @@ use crate::reverse_etl::targets::{Op, SendError, Target};
 use crate::state::AppState;
 use crate::store::jobs::Job;
 use crate::store::kinds::{ActivationMode, JobKind};
-use crate::store::reverse_etl::KeyOutcome;
+use crate::store::progress::{JobProgress, RowSample, RunCounts, RunPhase, RunProgress};
+use crate::store::reverse_etl::{Activation, KeyOutcome, Model};
+use crate::warehouse::query::ModelRows;
 
 /// The largest record (mapped fields as JSON) a run sends.
 pub(crate) const RECORD_BYTES: usize = 1024 * 1024;
@@ -57,60 +64,36 @@ fn permanent(m: impl Into<String>) -> Failure {
     Failure::Permanent(m.into())
 }
 
-fn transient(e: impl std::fmt::Display) -> Failure {
-    Failure::Transient(e.to_string())
-}
-
 /// The run stopped because it was cancelled (or lost its lease).
 fn cancelled() -> Failure {
-    permanent("the run was cancelled")
+    SendError::Cancelled.into()
 }
 
-/// A run's counts, as `GET /reverse-etl/runs/{runId}` shows them.
-#[derive(Debug, Default, Clone, Serialize)]
-pub(crate) struct Counts {
-    /// Rows the model returned.
-    pub queried: u64,
-    /// New keys the destination accepted.
-    pub added: u64,
-    /// Changed (or earlier failed) keys the destination accepted.
-    pub changed: u64,
-    /// Records removed because their rows left the model (mirror mode).
-    pub removed: u64,
-    pub unchanged: u64,
-    /// Rows whose key is null or appears more than once, or that are too
-    /// large: never sent.
-    pub invalid: u64,
-    /// Rows (or removals) the destination refused: sent again next run.
-    pub failed: u64,
-    /// Changed rows an insert-only activation does not send.
-    pub skipped: u64,
-}
-
-/// One sample of a failed or invalid row.
-#[derive(Debug, Clone, Serialize)]
-struct Sample {
-    key: Option<String>,
-    reason: String,
-}
-
+/// Samples of failed and invalid rows, and the counts, as the job shows
+/// them.
 #[derive(Default)]
 struct Report {
-    counts: Counts,
-    failed: Vec<Sample>,
-    invalid: Vec<Sample>,
+    counts: RunCounts,
+    failed: Vec<RowSample>,
+    invalid: Vec<RowSample>,
     diff_ms: u64,
 }
 
 impl Report {
-    fn sample(list: &mut Vec<Sample>, key: Option<&str>, reason: &str) {
+    fn sample(list: &mut Vec<RowSample>, key: Option<&str>, reason: &str) {
         if list.len() < SAMPLES {
-            list.push(Sample { key: key.map(str::to_owned), reason: crate::reverse_etl::targets::short(reason) });
+            list.push(RowSample { key: key.map(str::to_owned), reason: crate::reverse_etl::targets::short(reason) });
         }
     }
 
-    fn to_json(&self, phase: &str) -> Value {
-        json!({ "phase": phase, "counts": self.counts, "diff_ms": self.diff_ms, "failed_samples": self.failed, "invalid_samples": self.invalid })
+    fn snapshot(&self, phase: RunPhase) -> JobProgress {
+        JobProgress::Run(RunProgress {
+            phase,
+            counts: self.counts.clone(),
+            diff_ms: self.diff_ms,
+            failed_samples: self.failed.clone(),
+            invalid_samples: self.invalid.clone(),
+        })
     }
 }
 
@@ -130,13 +113,36 @@ struct Known {
     first: Verdict,
 }
 
-#[derive(Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What becomes of a row of the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 enum Verdict {
+    /// As last accepted: not sent.
     #[default]
     Unchanged,
+    /// A key never accepted: sent as new.
     Add,
+    /// A key whose row differs from what was accepted (or whose last send
+    /// failed): sent again.
     Change,
+    /// Changed, but the activation only inserts: not sent.
     Skipped,
+}
+
+/// The verdict on a row seen once in the model, from what is known of
+/// its key, the fingerprint of its mapped fields, the activation's mode and
+/// whether the run is a full resync.
+fn verdict(known: &Known, fingerprint: i64, mode: ActivationMode, full: bool) -> Verdict {
+    match known.accepted {
+        false => Verdict::Add,
+        true if mode == ActivationMode::InsertOnly => Verdict::Skipped,
+        true if known.failed => Verdict::Change,
+        // A full resync sends every key again, but those an earlier
+        // attempt of this very run had accepted as they are.
+        true if full && known.mine && known.fingerprint == fingerprint => Verdict::Unchanged,
+        true if full => Verdict::Change,
+        true if known.fingerprint != fingerprint => Verdict::Change,
+        true => Verdict::Unchanged,
+    }
 }
 
 /// A key (or a matching value) as the diff holds it.
@@ -167,215 +173,72 @@ struct Run<'a> {
     cancel: &'a CancellationToken,
 }
 
+/// What a run reads before it diffs: its activation, its model, and its
+/// destination opened for sending.
+struct Prepared {
+    activation: Activation,
+    model: Model,
+    target: Target,
+}
+
+/// What the diff leaves for the sends and removals.
+struct Diffed {
+    /// Every key known before the run or seen in the model.
+    known: HashMap<u128, Known>,
+    /// Matching values of the rows in the model (mirror mode): a record
+    /// one of them still names is never removed.
+    live: HashSet<u128>,
+    /// The rows to send.
+    pending: Spool,
+}
+
 pub(super) async fn execute(
     state: &AppState,
     spool: &Arc<SpoolBudget>,
     job: &Job,
     cancel: &CancellationToken,
 ) -> Result<(), Failure> {
-    let ws = &job.workspace_id;
     let activation_id = job.activation_id.as_deref().ok_or_else(|| permanent("the run names no activation"))?;
-    let activation = state
-        .store
-        .activation(ws, activation_id)
-        .await
-        .map_err(transient)?
-        .ok_or_else(|| permanent("the activation no longer exists"))?;
-    let model = state
-        .store
-        .model(ws, &activation.model_id)
-        .await
-        .map_err(transient)?
-        .ok_or_else(|| permanent("the model no longer exists"))?;
-    let dest = state
-        .store
-        .retl_destination(ws, &activation.destination_id)
-        .await
-        .map_err(transient)?
-        .ok_or_else(|| permanent("the destination no longer exists"))?;
-    let target = Target::open(state, ws, &dest).await?;
-    let full = job.kind == JobKind::ActivationResync;
-    let mode = activation.mode;
-
-    // The diff.
+    let Prepared { activation, model, target } = prepare(state, job, activation_id).await?;
     let started = Instant::now();
     let bounds = crate::reverse_etl::model::run_bounds(state);
     let opened = tokio::select! {
-        opened = crate::reverse_etl::model::open(state, ws, &model.warehouse_id, &model.query, bounds) => opened,
+        opened = crate::reverse_etl::model::open(state, &job.workspace_id, &model.warehouse_id, &model.query, bounds) => opened,
         () = cancel.cancelled() => return Err(cancelled()),
     };
-    let mut rows = opened?;
+    let rows = opened?;
     let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field())
         .map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
     let mut run =
         Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancel };
-    let max_rows = state.config.limits.reverse_etl.rows_per_run;
-    // Sized up front: growing a table of a million keys would hold the
-    // old one and the new one at once.
-    let stored = state.store.diff_state_len(activation_id).await.map_err(transient)?;
-    let mut known: HashMap<u128, Known> =
-        HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
-    state
-        .store
-        .diff_state(activation_id, &job.job_id, |key, s| {
-            let known_key = Known {
-                fingerprint: s.fingerprint.unwrap_or(0),
-                accepted: s.fingerprint.is_some(),
-                failed: s.failed,
-                mine: s.sent_by_this_run,
-                ..Known::default()
-            };
-            known.insert(key_hash(&key), known_key);
-        })
-        .await
-        .map_err(transient)?;
-    // Matching values of the rows in the model (mirror mode): a record
-    // one of them still names is never removed.
-    let mut live: HashSet<u128> = HashSet::new();
-    let mut spool = Spool::new(spool.clone(), ws);
-    loop {
-        let batch = tokio::select! {
-            batch = rows.next_batch() => batch,
-            () = cancel.cancelled() => return Err(cancelled()),
-        };
-        let Some(batch) = batch? else { break };
-        run.stopped()?;
-        for row in batch {
-            let counts = &mut run.report.counts;
-            counts.queried += 1;
-            if counts.queried > max_rows {
-                return Err(permanent(format!(
-                    "the model returned more than {max_rows} rows, the most a run takes (SERVICE_RETL_MAX_ROWS); narrow the model or raise the limit. Nothing was sent"
-                )));
-            }
-            let Some(key) = run.mapper.key(&row) else {
-                counts.invalid += 1;
-                Report::sample(&mut run.report.invalid, None, "the primary key is null");
-                continue;
-            };
-            if mode == ActivationMode::Mirror
-                && let Some(v) = run.mapper.row_matching_value(&row)
-            {
-                live.insert(key_hash(&v));
-            }
-            if let Some(size) = row.iter().find_map(crate::warehouse::query::oversize) {
-                // Invalid, like a row too large: never sent, never removed.
-                counts.invalid += 1;
-                Report::sample(
-                    &mut run.report.invalid,
-                    Some(&key),
-                    &format!(
-                        "a value takes {size} bytes; at most {} are read (SERVICE_RETL_MAX_VALUE_BYTES)",
-                        bounds.value_bytes
-                    ),
-                );
-                let entry = known.entry(key_hash(&key)).or_default();
-                entry.seen = u8::MAX;
-                continue;
-            }
-            let (print, bytes) = run.mapper.fingerprint(&row);
-            let entry = known.entry(key_hash(&key)).or_default();
-            entry.seen = entry.seen.saturating_add(1);
-            if entry.seen > 1 {
-                // Every row of a repeated key is invalid, its first too.
-                counts.invalid += 1;
-                if entry.seen == 2 {
-                    counts.invalid += 1;
-                    match entry.first {
-                        Verdict::Unchanged => counts.unchanged -= 1,
-                        Verdict::Skipped => counts.skipped -= 1,
-                        Verdict::Add | Verdict::Change => {}
-                    }
-                    Report::sample(&mut run.report.invalid, Some(&key), "the primary key appears more than once");
-                }
-                continue;
-            }
-            if bytes > RECORD_BYTES {
-                // Invalid whatever was sent before; `seen` stays 1 and the
-                // verdict unchanged so the key is neither sent nor removed.
-                counts.invalid += 1;
-                Report::sample(
-                    &mut run.report.invalid,
-                    Some(&key),
-                    &format!("the mapped fields take {bytes} bytes; at most {RECORD_BYTES} are sent"),
-                );
-                entry.seen = u8::MAX;
-                continue;
-            }
-            let old = entry.fingerprint;
-            entry.first = match entry.accepted {
-                false => Verdict::Add,
-                true if mode == ActivationMode::InsertOnly => Verdict::Skipped,
-                true if entry.failed => Verdict::Change,
-                true if full => {
-                    if entry.mine && old == print {
-                        Verdict::Unchanged
-                    } else {
-                        Verdict::Change
-                    }
-                }
-                true if old != print => Verdict::Change,
-                true => Verdict::Unchanged,
-            };
-            match entry.first {
-                Verdict::Unchanged => counts.unchanged += 1,
-                Verdict::Skipped => counts.skipped += 1,
-                verdict @ (Verdict::Add | Verdict::Change) => {
-                    let p = Pending { key, record: run.mapper.record(&row), fingerprint: print, verdict, bytes };
-                    spool.push(&p).await?;
-                }
-            }
-        }
-        run.progress("diffing", false).await;
-    }
-    drop(rows);
+    let Diffed { known, live, pending } =
+        run.diff(rows, activation.mode, Spool::new(spool.clone(), &job.workspace_id)).await?;
     run.report.diff_ms = started.elapsed().as_millis() as u64;
-    run.progress("sending", true).await;
-
-    // The sends: rows of keys seen once only.
-    let op = match mode {
-        ActivationMode::Upsert | ActivationMode::Mirror => Op::Upsert,
-        ActivationMode::UpdateOnly => Op::Update,
-        ActivationMode::InsertOnly => Op::Insert,
-    };
-    let mut batch = Batch::default();
-    let size = run.target.batch_size();
-    let mut spooled = spool.read().await?;
-    while let Some(p) = spooled.next::<Pending>().await? {
-        if known.get(&key_hash(&p.key)).is_some_and(|k| k.seen == 1) {
-            if batch.bytes + p.bytes > BATCH_BYTES || batch.rows.len() == size {
-                run.send(op, batch.take()).await?;
-            }
-            batch.bytes += p.bytes;
-            batch.rows.push(p);
-        }
+    run.progress(RunPhase::Sending, true).await;
+    run.send_changed(pending, &known, activation.mode).await?;
+    if activation.mode == ActivationMode::Mirror {
+        run.remove_gone(&known, &live).await?;
     }
-    run.send(op, batch.take()).await?;
-
-    // Removals: keys accepted before whose rows left the model.
-    if mode == ActivationMode::Mirror {
-        let mut gone = Vec::new();
-        let mut forget = Vec::new();
-        state
-            .store
-            .sent_keys(activation_id, |key, destination_key| {
-                if known.get(&key_hash(&key)).is_some_and(|k| k.seen > 0) {
-                    return;
-                }
-                match destination_key {
-                    Some(d) if !live.contains(&key_hash(&d)) => gone.push((key, d)),
-                    _ => forget.push(KeyOutcome::Removed { key }),
-                }
-            })
-            .await
-            .map_err(transient)?;
-        state.store.record_outcomes(activation_id, &job.job_id, &forget).await.map_err(transient)?;
-        for chunk in gone.chunks(run.target.batch_size()) {
-            run.remove(chunk).await?;
-        }
-    }
-    run.progress("done", true).await;
+    run.progress(RunPhase::Done, true).await;
     Ok(())
+}
+
+/// The activation, its model and its destination; a run whose activation,
+/// model or destination is gone fails for good, while a control database
+/// that cannot answer leaves it to be tried again.
+async fn prepare(state: &AppState, job: &Job, activation_id: &str) -> Result<Prepared, Failure> {
+    let ws = &job.workspace_id;
+    let activation =
+        state.store.activation(ws, activation_id).await?.ok_or_else(|| permanent("the activation no longer exists"))?;
+    let model =
+        state.store.model(ws, &activation.model_id).await?.ok_or_else(|| permanent("the model no longer exists"))?;
+    let dest = state
+        .store
+        .retl_destination(ws, &activation.destination_id)
+        .await?
+        .ok_or_else(|| permanent("the destination no longer exists"))?;
+    let target = Target::open(state, ws, &dest).await?;
+    Ok(Prepared { activation, model, target })
 }
 
 /// Rows gathered for one call to the destination.
@@ -397,11 +260,173 @@ impl Run<'_> {
         if self.cancel.is_cancelled() { Err(cancelled()) } else { Ok(()) }
     }
 
-    async fn progress(&mut self, phase: &str, now: bool) {
+    async fn progress(&mut self, phase: RunPhase, now: bool) {
         if now || self.saved.elapsed() >= PROGRESS_EVERY {
             self.saved = Instant::now();
-            let _ = self.state.store.job_progress(&self.job.job_id, &self.report.to_json(phase)).await;
+            let _ = self.state.store.job_progress(&self.job.job_id, &self.report.snapshot(phase)).await;
         }
+    }
+
+    /// Reads the model once against what was sent before: each row gets
+    /// its [`verdict`], rows to send go to `pending`, invalid rows are
+    /// counted and sampled.
+    async fn diff(&mut self, mut rows: ModelRows, mode: ActivationMode, mut pending: Spool) -> Result<Diffed, Failure> {
+        let full = self.job.kind == JobKind::ActivationResync;
+        let max_rows = self.state.config.limits.reverse_etl.rows_per_run;
+        let value_bytes = crate::reverse_etl::model::run_bounds(self.state).value_bytes;
+        // Sized up front: growing a table of a million keys would hold the
+        // old one and the new one at once.
+        let stored = self.state.store.diff_state_len(self.activation_id).await?;
+        let mut known: HashMap<u128, Known> =
+            HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
+        self.state
+            .store
+            .diff_state(self.activation_id, &self.job.job_id, |key, s| {
+                let known_key = Known {
+                    fingerprint: s.fingerprint.unwrap_or(0),
+                    accepted: s.fingerprint.is_some(),
+                    failed: s.failed,
+                    mine: s.sent_by_this_run,
+                    ..Known::default()
+                };
+                known.insert(key_hash(&key), known_key);
+            })
+            .await?;
+        let mut live: HashSet<u128> = HashSet::new();
+        loop {
+            let batch = tokio::select! {
+                batch = rows.next_batch() => batch,
+                () = self.cancel.cancelled() => return Err(cancelled()),
+            };
+            let Some(batch) = batch? else { break };
+            self.stopped()?;
+            for row in batch {
+                let counts = &mut self.report.counts;
+                counts.queried += 1;
+                if counts.queried > max_rows {
+                    return Err(permanent(format!(
+                        "the model returned more than {max_rows} rows, the most a run takes (SERVICE_RETL_MAX_ROWS); narrow the model or raise the limit. Nothing was sent"
+                    )));
+                }
+                let Some(key) = self.mapper.key(&row) else {
+                    counts.invalid += 1;
+                    Report::sample(&mut self.report.invalid, None, "the primary key is null");
+                    continue;
+                };
+                if mode == ActivationMode::Mirror
+                    && let Some(v) = self.mapper.row_matching_value(&row)
+                {
+                    live.insert(key_hash(&v));
+                }
+                if let Some(size) = row.iter().find_map(crate::warehouse::query::oversize) {
+                    // Invalid, like a row too large: never sent, never removed.
+                    counts.invalid += 1;
+                    Report::sample(
+                        &mut self.report.invalid,
+                        Some(&key),
+                        &format!(
+                            "a value takes {size} bytes; at most {value_bytes} are read (SERVICE_RETL_MAX_VALUE_BYTES)"
+                        ),
+                    );
+                    let entry = known.entry(key_hash(&key)).or_default();
+                    entry.seen = u8::MAX;
+                    continue;
+                }
+                let (print, bytes) = self.mapper.fingerprint(&row);
+                let entry = known.entry(key_hash(&key)).or_default();
+                entry.seen = entry.seen.saturating_add(1);
+                if entry.seen > 1 {
+                    // Every row of a repeated key is invalid, its first too.
+                    counts.invalid += 1;
+                    if entry.seen == 2 {
+                        counts.invalid += 1;
+                        match entry.first {
+                            Verdict::Unchanged => counts.unchanged -= 1,
+                            Verdict::Skipped => counts.skipped -= 1,
+                            Verdict::Add | Verdict::Change => {}
+                        }
+                        Report::sample(&mut self.report.invalid, Some(&key), "the primary key appears more than once");
+                    }
+                    continue;
+                }
+                if bytes > RECORD_BYTES {
+                    // Invalid whatever was sent before; `seen` stays 1 and
+                    // the verdict unchanged so the key is neither sent nor
+                    // removed.
+                    counts.invalid += 1;
+                    Report::sample(
+                        &mut self.report.invalid,
+                        Some(&key),
+                        &format!("the mapped fields take {bytes} bytes; at most {RECORD_BYTES} are sent"),
+                    );
+                    entry.seen = u8::MAX;
+                    continue;
+                }
+                entry.first = verdict(entry, print, mode, full);
+                match entry.first {
+                    Verdict::Unchanged => counts.unchanged += 1,
+                    Verdict::Skipped => counts.skipped += 1,
+                    verdict @ (Verdict::Add | Verdict::Change) => {
+                        let p = Pending { key, record: self.mapper.record(&row), fingerprint: print, verdict, bytes };
+                        pending.push(&p).await?;
+                    }
+                }
+            }
+            self.progress(RunPhase::Diffing, false).await;
+        }
+        Ok(Diffed { known, live, pending })
+    }
+
+    /// Sends the rows of keys the model holds once, in batches.
+    async fn send_changed(
+        &mut self,
+        pending: Spool,
+        known: &HashMap<u128, Known>,
+        mode: ActivationMode,
+    ) -> Result<(), Failure> {
+        let op = match mode {
+            ActivationMode::Upsert | ActivationMode::Mirror => Op::Upsert,
+            ActivationMode::UpdateOnly => Op::Update,
+            ActivationMode::InsertOnly => Op::Insert,
+        };
+        let mut batch = Batch::default();
+        let size = self.target.batch_size();
+        let mut spooled = pending.read().await?;
+        while let Some(p) = spooled.next::<Pending>().await? {
+            if known.get(&key_hash(&p.key)).is_some_and(|k| k.seen == 1) {
+                if batch.bytes + p.bytes > BATCH_BYTES || batch.rows.len() == size {
+                    self.send(op, batch.take()).await?;
+                }
+                batch.bytes += p.bytes;
+                batch.rows.push(p);
+            }
+        }
+        self.send(op, batch.take()).await
+    }
+
+    /// Removes (mirror mode) the records of keys accepted before whose
+    /// rows left the model, unless a row still in the model has their
+    /// matching value: those keys are only forgotten.
+    async fn remove_gone(&mut self, known: &HashMap<u128, Known>, live: &HashSet<u128>) -> Result<(), Failure> {
+        let mut gone = Vec::new();
+        let mut forget = Vec::new();
+        self.state
+            .store
+            .sent_keys(self.activation_id, |key, destination_key| {
+                if known.get(&key_hash(&key)).is_some_and(|k| k.seen > 0) {
+                    return;
+                }
+                match destination_key {
+                    Some(d) if !live.contains(&key_hash(&d)) => gone.push((key, d)),
+                    _ => forget.push(KeyOutcome::Removed { key }),
+                }
+            })
+            .await?;
+        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &forget).await?;
+        for chunk in gone.chunks(self.target.batch_size()) {
+            self.remove(chunk).await?;
+        }
+        Ok(())
     }
 
     /// Sends rows and keeps what became of each.
@@ -415,8 +440,7 @@ impl Run<'_> {
         let answers = self
             .target
             .send(self.state, &self.job.workspace_id, (self.activation_id, &self.job.job_id), op, &records, self.cancel)
-            .await
-            .map_err(send_failure)?;
+            .await?;
         let mut outcomes = Vec::with_capacity(rows.len());
         for (p, answer) in rows.into_iter().zip(answers) {
             match answer {
@@ -435,8 +459,8 @@ impl Run<'_> {
                 }
             }
         }
-        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await.map_err(transient)?;
-        self.progress("sending", false).await;
+        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await?;
+        self.progress(RunPhase::Sending, false).await;
         Ok(())
     }
 
@@ -464,8 +488,7 @@ impl Run<'_> {
                 &records,
                 self.cancel,
             )
-            .await
-            .map_err(send_failure)?;
+            .await?;
         let mut outcomes = Vec::with_capacity(gone.len());
         for ((key, _), answer) in gone.iter().zip(answers) {
             match answer {
@@ -480,16 +503,52 @@ impl Run<'_> {
                 }
             }
         }
-        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await.map_err(transient)?;
-        self.progress("removing", false).await;
+        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await?;
+        self.progress(RunPhase::Removing, false).await;
         Ok(())
     }
 }
 
-fn send_failure(e: SendError) -> Failure {
-    match e {
-        SendError::Transient(m) => Failure::Transient(m),
-        SendError::Permanent(m) => Failure::Permanent(m),
-        SendError::Cancelled => cancelled(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepted(fingerprint: i64) -> Known {
+        Known { fingerprint, accepted: true, ..Known::default() }
+    }
+
+    #[test]
+    fn a_key_never_accepted_is_added() {
+        for mode in [ActivationMode::Upsert, ActivationMode::InsertOnly, ActivationMode::Mirror] {
+            assert_eq!(verdict(&Known::default(), 7, mode, false), Verdict::Add);
+            assert_eq!(verdict(&Known::default(), 7, mode, true), Verdict::Add);
+        }
+    }
+
+    #[test]
+    fn a_changed_row_is_sent_again_and_an_unchanged_one_is_not() {
+        assert_eq!(verdict(&accepted(7), 8, ActivationMode::Upsert, false), Verdict::Change);
+        assert_eq!(verdict(&accepted(7), 7, ActivationMode::Upsert, false), Verdict::Unchanged);
+        assert_eq!(verdict(&accepted(7), 8, ActivationMode::UpdateOnly, false), Verdict::Change);
+    }
+
+    #[test]
+    fn an_insert_only_activation_skips_what_it_sent_before() {
+        assert_eq!(verdict(&accepted(7), 8, ActivationMode::InsertOnly, false), Verdict::Skipped);
+        assert_eq!(verdict(&accepted(7), 7, ActivationMode::InsertOnly, true), Verdict::Skipped);
+    }
+
+    #[test]
+    fn a_key_whose_send_failed_is_sent_again_unchanged() {
+        let failed = Known { failed: true, ..accepted(7) };
+        assert_eq!(verdict(&failed, 7, ActivationMode::Upsert, false), Verdict::Change);
+    }
+
+    #[test]
+    fn a_full_resync_sends_everything_but_what_its_own_earlier_attempt_sent() {
+        assert_eq!(verdict(&accepted(7), 7, ActivationMode::Upsert, true), Verdict::Change);
+        let mine = Known { mine: true, ..accepted(7) };
+        assert_eq!(verdict(&mine, 7, ActivationMode::Upsert, true), Verdict::Unchanged);
+        assert_eq!(verdict(&mine, 8, ActivationMode::Upsert, true), Verdict::Change);
     }
 }

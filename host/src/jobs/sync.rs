@@ -6,12 +6,18 @@
 //! writes a record only with a state that covers it ([`super::held`]): a
 //! checkpoint that does not advance the state commits nothing new, and a
 //! read that fails leaves what it held to the retry.
+//!
+//! Two phases: [`prepare`] reads what the job runs on (pipeline, source,
+//! destination, the connector version pinned to the job, its catalog) and
+//! clears a reset's tables; then each stream runs on its own
+//! ([`SyncRun::run_stream`]). What the job shows as it goes is a typed
+//! [`SyncProgress`].
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::held::Held;
@@ -19,25 +25,28 @@ use super::meters::StreamMeter;
 use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, gather_to_checkpoint, queue};
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
+use crate::plugin::connector::Connector;
 use crate::plugin::sandbox::RecordSink;
-use crate::plugin::types::{ReadRequest, SinkRefusal, SyncMode, advances};
+use crate::plugin::types::{ReadRequest, SinkRefusal, Stream, SyncMode, advances};
 use crate::retry::Transient;
 use crate::state::AppState;
-use crate::store::iceberg::JobLease;
+use crate::store::jobs::JobLease;
 use crate::store::jobs::{Job, JobPlugin};
 use crate::store::kinds::JobKind;
-use crate::store::pipelines::StreamSyncMode;
+use crate::store::pipelines::{Pipeline, StreamSelection, StreamSyncMode};
+use crate::store::progress::{JobProgress, StreamProgress, StreamStatus, SyncProgress};
 use crate::warehouse::{Loader, WriteError, Writer, Written};
 
-/// Counters shown as a job's progress: per stream, and their totals.
+/// Counters a sync keeps as it goes: per stream, shown as the job's
+/// [`SyncProgress`].
 #[derive(Default)]
 struct Progress {
-    streams: std::collections::BTreeMap<String, StreamProgress>,
+    streams: std::collections::BTreeMap<String, StreamTally>,
 }
 
-/// One stream's progress.
+/// One stream's counters.
 #[derive(Default)]
-struct StreamProgress {
+struct StreamTally {
     /// Records and bytes the plugin emitted.
     read: (u64, u64),
     /// Records and bytes the destination committed.
@@ -54,37 +63,35 @@ struct StreamProgress {
 }
 
 impl Progress {
-    fn stream(&mut self, stream: &str) -> &mut StreamProgress {
+    fn stream(&mut self, stream: &str) -> &mut StreamTally {
         let s = self.streams.entry(stream.to_owned()).or_default();
         s.started.get_or_insert_with(std::time::Instant::now);
         s
     }
 
-    fn to_json(&self) -> Value {
+    fn snapshot(&self) -> JobProgress {
         let (records, bytes) = self.streams.values().fold((0, 0), |(r, b), s| (r + s.written.0, b + s.written.1));
-        let streams: serde_json::Map<String, Value> = self
+        let streams = self
             .streams
             .iter()
             .map(|(name, s)| {
                 let until = s.ended.unwrap_or_else(std::time::Instant::now);
                 let secs = s.started.map(|t| until.duration_since(t).as_secs_f64()).unwrap_or(0.0);
                 let rate = if secs > 0.0 { (s.written.0 as f64 / secs * 10.0).round() / 10.0 } else { 0.0 };
-                let value = json!({
-                    "records": s.written.0,
-                    "bytes": s.written.1,
-                    "records_read": s.read.0,
-                    "bytes_read": s.read.1,
-                    "records_per_second": rate,
-                    "checkpointed_at": s.checkpointed_at.map(crate::store::from_ms),
-                    // Sources report no totals through the connector
-                    // interface yet: what remains is not known.
-                    "records_remaining": Value::Null,
-                    "status": if s.done { "done" } else { "running" },
-                });
-                (name.clone(), value)
+                let stream = StreamProgress {
+                    records: s.written.0,
+                    bytes: s.written.1,
+                    records_read: s.read.0,
+                    bytes_read: s.read.1,
+                    records_per_second: rate,
+                    checkpointed_at: s.checkpointed_at.map(crate::store::from_ms),
+                    records_remaining: None,
+                    status: if s.done { StreamStatus::Done } else { StreamStatus::Running },
+                };
+                (name.clone(), stream)
             })
             .collect();
-        json!({ "records": records, "bytes": bytes, "streams": streams })
+        JobProgress::Sync(SyncProgress { records, bytes, streams })
     }
 }
 
@@ -131,7 +138,8 @@ impl StreamWrite {
         let ended_well = read_ended_well.clone();
         let task = tokio::spawn(async move {
             let mut loader =
-                Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone());
+                Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone())
+                    .saving_states(self.state.store.clone());
             let mut saved = tokio::time::Instant::now();
             let result = async {
                 if self.mode == StreamSyncMode::IncrementalAppend {
@@ -211,7 +219,7 @@ impl StreamWrite {
         if saved.elapsed() < PROGRESS_EVERY {
             return;
         }
-        let snapshot = self.progress.lock().await.to_json();
+        let snapshot = self.progress.lock().await.snapshot();
         *saved = tokio::time::Instant::now();
         let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
     }
@@ -232,14 +240,12 @@ impl StreamWrite {
         Ok(())
     }
 
-    /// Counts written records and saves the checkpoint they make due;
-    /// saves the job's progress when it last did so a while ago (or
-    /// `now`).
+    /// Counts written records and notes the checkpoint they made due (the
+    /// loader saved it); saves the job's progress when it last did so a
+    /// while ago (or `now`).
     async fn record(&self, written: Written, saved: &mut tokio::time::Instant, now: bool) -> Result<(), WriteError> {
         self.meter.written(written.records, written.bytes);
         {
-            // Counted first: what was written shows even if saving the
-            // state below fails.
             let mut p = self.progress.lock().await;
             let s = p.stream(&self.stream);
             // Where records are stored only at commits, what shows as
@@ -250,18 +256,10 @@ impl StreamWrite {
             };
             s.written.1 += written.bytes;
         }
-        // Every batch queued before the checkpoint is written.
-        let checkpointed = match written.checkpoint {
-            Some(state) if self.mode != StreamSyncMode::FullRefreshOverwrite => {
-                self.state
-                    .store
-                    .save_stream_state(&self.pipeline_id, &self.stream, &state)
-                    .await
-                    .map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
-                true
-            }
-            _ => false,
-        };
+        // Every batch queued before the checkpoint is written, and the
+        // checkpoint saved by its owner (the loader, or the lakehouse in
+        // its commit).
+        let checkpointed = written.checkpoint.is_some() && self.mode != StreamSyncMode::FullRefreshOverwrite;
         let snapshot = {
             let mut p = self.progress.lock().await;
             let s = p.stream(&self.stream);
@@ -272,7 +270,7 @@ impl StreamWrite {
                 s.done = true;
                 s.ended = Some(std::time::Instant::now());
             }
-            (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.to_json())
+            (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.snapshot())
         };
         if let Some(snapshot) = snapshot {
             *saved = tokio::time::Instant::now();
@@ -343,6 +341,27 @@ impl RecordSink for JobSink {
     }
 }
 
+/// What a sync reads before its streams: the pipeline, the source's
+/// configuration and catalog, the connector pinned to the job, and the
+/// destination's writer held for it.
+struct Prepared {
+    pipeline: Pipeline,
+    source_config: String,
+    connector: Connector,
+    catalog: Vec<Stream>,
+    writer: Arc<Writer>,
+}
+
+/// One attempt of a sync, stream after stream.
+struct SyncRun<'a> {
+    state: &'a AppState,
+    spool: &'a Arc<SpoolBudget>,
+    job: &'a Job,
+    cancel: &'a CancellationToken,
+    prepared: Prepared,
+    progress: Arc<Mutex<Progress>>,
+}
+
 pub(super) async fn execute(
     state: &AppState,
     spool: &Arc<SpoolBudget>,
@@ -350,31 +369,35 @@ pub(super) async fn execute(
     owner: &str,
     cancel: &CancellationToken,
 ) -> Result<(), Failure> {
+    let prepared = prepare(state, job, owner).await?;
+    let run = SyncRun { state, spool, job, cancel, prepared, progress: Arc::new(Mutex::new(Progress::default())) };
+    for sel in &run.prepared.pipeline.streams {
+        run.run_stream(sel).await?;
+    }
+    let final_progress = run.progress.lock().await.snapshot();
+    let _ = state.store.job_progress(&job.job_id, &final_progress).await;
+    if let Ok(w) = Arc::try_unwrap(run.prepared.writer) {
+        w.close().await;
+    }
+    Ok(())
+}
+
+/// The pipeline, its source and destination, the connector (the version
+/// the job started with, to its end) and its catalog; a reset clears the
+/// destination's tables and the saved states. A pipeline, source or
+/// destination that is gone fails the job for good; a control database
+/// that cannot answer leaves it to be tried again.
+async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<Prepared, Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
-    // The control database failing for a moment is no reason to fail the
-    // job for good (nor to say what it was reading was deleted).
-    let unreadable = |e: crate::store::StoreError| Failure::of(format!("the control database: {e}"), true);
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
-    let pipeline = state
-        .store
-        .pipeline(ws, pipeline_id)
-        .await
-        .map_err(unreadable)?
-        .ok_or_else(|| permanent("the pipeline no longer exists"))?;
-    let source = state
-        .store
-        .source(ws, &pipeline.source_id)
-        .await
-        .map_err(unreadable)?
-        .ok_or_else(|| permanent("the source no longer exists"))?;
+    let pipeline =
+        state.store.pipeline(ws, pipeline_id).await?.ok_or_else(|| permanent("the pipeline no longer exists"))?;
+    let source =
+        state.store.source(ws, &pipeline.source_id).await?.ok_or_else(|| permanent("the source no longer exists"))?;
     let dest_id = pipeline.destination_id.clone().ok_or_else(|| permanent("the pipeline has no destination"))?;
-    let dest = state
-        .store
-        .destination(ws, &dest_id)
-        .await
-        .map_err(unreadable)?
-        .ok_or_else(|| permanent("the destination no longer exists"))?;
+    let dest =
+        state.store.destination(ws, &dest_id).await?.ok_or_else(|| permanent("the destination no longer exists"))?;
     // The version the job started with, to its end; the current one when
     // it starts now.
     let recorded = job.plugin.as_ref().map(|p| p.digest.as_str());
@@ -399,8 +422,15 @@ pub(super) async fn execute(
         }
         state.store.clear_stream_state(&pipeline.pipeline_id).await?;
     }
-    let progress = Arc::new(Mutex::new(Progress::default()));
-    for sel in &pipeline.streams {
+    Ok(Prepared { pipeline, source_config, connector, catalog, writer })
+}
+
+impl SyncRun<'_> {
+    /// Reads one stream from its saved state (in an incremental mode) into
+    /// the destination, through its write queue.
+    async fn run_stream(&self, sel: &StreamSelection) -> Result<(), Failure> {
+        let (state, ws) = (self.state, &self.job.workspace_id);
+        let Prepared { pipeline, source_config, connector, catalog, writer } = &self.prepared;
         let offered = catalog.iter().find(|c| c.name == sel.name);
         let primary_key =
             sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default();
@@ -411,24 +441,24 @@ pub(super) async fn execute(
         writer.begin_stream(&pipeline.pipeline_id, &sel.name, sel.sync_mode, &json_schema).await?;
         let queue = StreamWrite {
             state: state.clone(),
-            job_id: job.job_id.clone(),
+            job_id: self.job.job_id.clone(),
             pipeline_id: pipeline.pipeline_id.clone(),
             stream: sel.name.clone(),
             mode: sel.sync_mode,
             primary_key,
             writer: writer.clone(),
-            progress: progress.clone(),
+            progress: self.progress.clone(),
             meter: StreamMeter::new(&state.metric_labels, ws, &pipeline.pipeline_id, &sel.name),
             resumed_from: stream_state.clone(),
-            spool: spool.clone(),
+            spool: self.spool.clone(),
             workspace_id: ws.clone(),
         }
         .start();
         let sink = JobSink {
             stream: sel.name.clone(),
             queue: queue.tx.clone(),
-            cancel: cancel.clone(),
-            progress: progress.clone(),
+            cancel: self.cancel.clone(),
+            progress: self.progress.clone(),
             meter: StreamMeter::new(&state.metric_labels, ws, &pipeline.pipeline_id, &sel.name),
         };
         let req = ReadRequest {
@@ -444,20 +474,15 @@ pub(super) async fn execute(
         // the last checkpoint. A write failure is the real cause when the
         // plugin stopped because of it.
         match (queue.finish(read.is_ok()).await, read) {
-            (Err(e), _) => return Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
-            (Ok(()), Err(e)) => return Err(e.into()),
+            (Err(e), _) => Err(Failure::of(format!("stream {}: {e}", sel.name), e.is_transient())),
+            (Ok(()), Err(e)) => Err(e.into()),
             (Ok(()), Ok(())) => {
                 writer.end_stream(&sel.name).await?;
                 if let Some(committed) = writer.committed_records(&sel.name) {
-                    progress.lock().await.stream(&sel.name).written.0 = committed;
+                    self.progress.lock().await.stream(&sel.name).written.0 = committed;
                 }
+                Ok(())
             }
         }
     }
-    let final_progress = progress.lock().await.to_json();
-    let _ = state.store.job_progress(&job.job_id, &final_progress).await;
-    if let Ok(w) = Arc::try_unwrap(writer) {
-        w.close().await;
-    }
-    Ok(())
 }

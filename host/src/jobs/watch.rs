@@ -28,6 +28,7 @@ use crate::access::throttle::StreamSlot;
 use crate::config::limits::StreamLimits;
 use crate::state::AppState;
 use crate::store::jobs::{Job, JobAttempt};
+use crate::store::progress::JobProgress;
 
 /// How often the stream looks at the job.
 const POLL: Duration = Duration::from_millis(250);
@@ -37,7 +38,8 @@ struct Told {
     /// Attempts whose start, and whose end, were told.
     started: i64,
     ended_attempts: i64,
-    progress: Value,
+    /// The progress last told (none before the first look).
+    progress: Option<JobProgress>,
     /// Events waiting to be sent, oldest first.
     queue: VecDeque<Event>,
     ended: bool,
@@ -65,8 +67,8 @@ impl Told {
                 self.queue.push_back(event("attempt_ended", &data));
             }
         }
-        if job.progress != self.progress {
-            self.progress = job.progress.clone();
+        if self.progress.as_ref() != Some(&job.progress) {
+            self.progress = Some(job.progress.clone());
             let data = json!({ "job_id": job.job_id, "status": job.status, "progress": job.progress });
             self.queue.push_back(event("progress", &data));
         }
@@ -103,7 +105,7 @@ pub fn events(
     first: Job,
     slot: StreamSlot,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
-    let told = Told { started: 0, ended_attempts: 0, progress: Value::Null, queue: VecDeque::new(), ended: false };
+    let told = Told { started: 0, ended_attempts: 0, progress: None, queue: VecDeque::new(), ended: false };
     let id = first.job_id.clone();
     let mut first = Some(first);
     let opened = tokio::time::Instant::now();

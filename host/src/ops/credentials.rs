@@ -54,18 +54,9 @@ const MAX_SECRET_BYTES: usize = 16 * 1024;
 /// issues one.
 const MIN_SECRET_BYTES: usize = 8;
 
-/// Headers a `secret` credential may not be placed in: they carry other
-/// credentials or steer the request.
-const RESERVED_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "range",
-    "if-range",
-];
+/// Headers beyond the host's own (`connector_rules::headers::RESERVED`) a
+/// `secret` credential may not be placed in: they steer the request.
+const STEERING_HEADERS: &[&str] = &["content-length", "transfer-encoding", "range", "if-range"];
 
 /// Where a `basic` credential's username comes from.
 #[derive(Debug, Clone, Copy)]
@@ -133,7 +124,11 @@ pub(crate) fn credential_fields(
                 ApiError::invalid_field("header", "a secret credential needs the header it is sent in, e.g. X-Api-Key")
             })?;
             let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-            if name.is_empty() || !name.chars().all(token_char) || RESERVED_HEADERS.contains(&name.as_str()) {
+            if name.is_empty()
+                || !name.chars().all(token_char)
+                || connector_rules::headers::is_reserved(&name)
+                || STEERING_HEADERS.contains(&name.as_str())
+            {
                 return Err(ApiError::invalid_field("header", format!("'{name}' cannot carry a credential")));
             }
             if username.is_some() {

@@ -82,7 +82,18 @@ pub async fn submit(
     note.outcome(crate::store::kinds::AuditOutcome::Proposed);
     note.target("approval", &approval.approval_id);
     note.approval(&approval.approval_id);
-    Executed::with_status(StatusCode::ACCEPTED, json!({ "approval": approval }))
+    Executed::with_status(
+        StatusCode::ACCEPTED,
+        serde_json::to_value(Proposed { approval }).map_err(ApiError::internal)?,
+    )
+}
+
+/// The answer (202) to a write that became a proposal instead: the
+/// approval to decide. Every route that may propose answers this.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Proposed {
+    /// The stored proposal, pending.
+    pub approval: Approval,
 }
 
 /// Answers 400 when a request asks for a proposal of something that cannot

@@ -39,5 +39,5 @@ pub mod text;
 pub mod webhooks;
 
 pub use act::{Act, Category, Executed, SHOWN_ONCE};
-pub use gate::{EXECUTION_MODE_HEADER, submit};
+pub use gate::{EXECUTION_MODE_HEADER, Proposed, submit};
 pub use operation::Operation;

@@ -6,7 +6,8 @@
 //! - [`model`]: running a model's query over its warehouse, read-only and
 //!   bounded, and the API's answer when the warehouse refuses it;
 //! - [`mapping`]: field mappings applied to rows, keys and fingerprints;
-//! - [`targets`]: connector and webhook destinations, and sending a batch;
+//! - [`targets`]: connector and endpoint (`webhook`) destinations, and
+//!   sending a batch;
 //! - [`preview`]: columns, samples and suggestions for `prepare`.
 
 pub mod mapping;

@@ -1,6 +1,6 @@
 //! Where activations send records: a connector plugin's writable object
-//! (through `plugin.write` and its credential handle), or an HTTPS webhook
-//! that receives batches of JSON through the same egress policy as
+//! (through `plugin.write` and its credential handle), or an HTTPS
+//! endpoint (kind `webhook` in the API) that receives batches of JSON through the same egress policy as
 //! plugins (vetted hosts, the host injects the credential, no private
 //! addresses).
 //!
@@ -9,7 +9,7 @@
 //! record to an existing object (the default first), and properties
 //! marked `readOnly: true` cannot be written.
 //!
-//! A webhook receives `POST` requests with the body
+//! An endpoint receives `POST` requests with the body
 //! `{"activation_id", "run_id", "operation", "records":
 //! [{"key", "fields"}]}`, where `operation` is `upsert`, `update`,
 //! `insert` or `delete`. A 2xx answer accepts the batch, except the
@@ -35,12 +35,12 @@ use crate::store::kinds::RetlDestinationKind;
 use crate::store::reverse_etl::RetlDestination;
 use tokio_util::sync::CancellationToken;
 
-/// The egress caller name of webhook requests (credentials bound to a
+/// The egress caller name of endpoint requests (credentials bound to a
 /// connector cannot be used by it).
-pub(crate) const WEBHOOK_CALLER: &str = "webhook";
+pub(crate) const ENDPOINT_CALLER: &str = "webhook";
 
-/// Records per request to a webhook.
-const WEBHOOK_BATCH: usize = 500;
+/// Records per request to an endpoint.
+const ENDPOINT_BATCH: usize = 500;
 /// Records per `plugin.write` call.
 const CONNECTOR_BATCH: usize = 100;
 /// Waits for a webhook's `Retry-After`, at most this long each, this many times.
@@ -77,15 +77,25 @@ impl Op {
 }
 
 /// Why a batch was not sent at all.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SendError {
     /// It may work later (rate limits, outages, time-outs): the run is
     /// retried.
+    #[error("{0}")]
     Transient(String),
     /// It will not work as configured: the run fails.
+    #[error("{0}")]
     Permanent(String),
     /// The run was cancelled while the batch was under way.
+    #[error("the run was cancelled")]
     Cancelled,
+}
+
+impl Transient for SendError {
+    /// Only what may work later: a cancelled run is not tried again.
+    fn is_transient(&self) -> bool {
+        matches!(self, SendError::Transient(_))
+    }
 }
 
 /// Why a destination could not be opened for sending, kept typed until the
@@ -170,7 +180,8 @@ pub enum Target {
         writable: Writable,
         match_field: String,
     },
-    Webhook {
+    /// An HTTPS endpoint (kind `webhook` in the API).
+    Endpoint {
         url: Url,
         /// The handle, and where its kind puts the secret.
         credential: Option<CredentialUse>,
@@ -224,7 +235,7 @@ fn connector_settings(config: &Value) -> ApiResult<ConnectorSettings<'_>> {
 /// port 443, a host name the operator allows webhooks to reach
 /// (`SERVICE_WEBHOOK_ALLOWED_HOSTS`, not the connectors' list), no
 /// user-info, query or fragment (a secret goes in a credential handle).
-fn webhook_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<String>)> {
+fn endpoint_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option<String>)> {
     let obj = config
         .as_object()
         .ok_or_else(|| ApiError::invalid_field("configuration", "configuration must be an object"))?;
@@ -257,8 +268,8 @@ impl Target {
     /// the connector (which must offer `write` and this writable object).
     pub async fn open(state: &AppState, workspace_id: &str, dest: &RetlDestination) -> Result<Target, TargetError> {
         match dest.kind {
-            RetlDestinationKind::Webhook => {
-                let (url, credential_handle) = webhook_settings(state, &dest.configuration)?;
+            RetlDestinationKind::Endpoint => {
+                let (url, credential_handle) = endpoint_settings(state, &dest.configuration)?;
                 let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
                 let hosts =
                     vec![HostPattern::parse(&host).map_err(|m| ApiError::invalid_field("configuration.url", m))?];
@@ -289,7 +300,7 @@ impl Target {
                     }
                     None => None,
                 };
-                Ok(Target::Webhook { url, credential, hosts })
+                Ok(Target::Endpoint { url, credential, hosts })
             }
             RetlDestinationKind::Connector => {
                 let s = connector_settings(&dest.configuration)?;
@@ -342,7 +353,7 @@ impl Target {
     pub fn match_field(&self) -> Option<&str> {
         match self {
             Target::Connector { match_field, .. } => Some(match_field),
-            Target::Webhook { .. } => None,
+            Target::Endpoint { .. } => None,
         }
     }
 
@@ -350,7 +361,7 @@ impl Target {
     pub fn fields(&self) -> Option<&[String]> {
         match self {
             Target::Connector { writable, .. } => Some(&writable.fields),
-            Target::Webhook { .. } => None,
+            Target::Endpoint { .. } => None,
         }
     }
 
@@ -358,7 +369,7 @@ impl Target {
     pub(crate) fn batch_size(&self) -> usize {
         match self {
             Target::Connector { .. } => CONNECTOR_BATCH,
-            Target::Webhook { .. } => WEBHOOK_BATCH,
+            Target::Endpoint { .. } => ENDPOINT_BATCH,
         }
     }
 
@@ -406,7 +417,7 @@ impl Target {
                 }
                 Ok(outcome)
             }
-            Target::Webhook { url, credential, hosts } => {
+            Target::Endpoint { url, credential, hosts } => {
                 let body = json!({
                     "activation_id": ids.0,
                     "run_id": ids.1,
@@ -414,7 +425,7 @@ impl Target {
                     "records": records.iter().map(|(key, fields)| json!({ "key": key, "fields": fields })).collect::<Vec<_>>(),
                 });
                 let caller =
-                    Caller { plugin_id: WEBHOOK_CALLER, declared_hosts: hosts, workspace_id, reach: Reach::Webhooks };
+                    Caller { plugin_id: ENDPOINT_CALLER, declared_hosts: hosts, workspace_id, reach: Reach::Receivers };
                 let request = OutboundRequest {
                     method: Method::Post,
                     url: url.to_string(),

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
+use super::jobs::JobLease;
 use super::{ResultExt, Store, StoreResult};
 
 /// How a compare-and-set of a table's metadata location ended.
@@ -30,13 +31,6 @@ pub struct CommitWith<'a> {
     pub checkpoint: Option<&'a StreamCheckpoint>,
     /// The job attempt that must still hold its job.
     pub lease: Option<&'a JobLease>,
-}
-
-/// A job attempt: the job and the runner holding its lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobLease {
-    pub job_id: String,
-    pub owner: String,
 }
 
 /// Whether `lease`'s attempt still holds its job, checked inside the
@@ -254,6 +248,28 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
+        tx.commit().await?;
+        Ok(Swapped::Done)
+    }
+
+    /// Saves a stream's state alone (no file awaits a commit), while
+    /// `lease`'s attempt still holds its job.
+    pub async fn save_iceberg_checkpoint(
+        &self,
+        checkpoint: &StreamCheckpoint,
+        lease: Option<&JobLease>,
+    ) -> StoreResult<Swapped> {
+        let mut tx = self.begin_write().await?;
+        if !still_held(&mut tx, lease).await? {
+            return Ok(Swapped::LeaseLost);
+        }
+        sqlx::query(super::pipelines::SAVE_STREAM_STATE)
+            .bind(&checkpoint.pipeline_id)
+            .bind(&checkpoint.stream)
+            .bind(&checkpoint.state)
+            .bind(super::now_ms())
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(Swapped::Done)
     }

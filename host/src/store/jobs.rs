@@ -9,6 +9,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::kinds::{EventType, JobKind, JobStatus, Trigger};
+use super::progress::JobProgress;
 use super::webhooks::record_event;
 use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
@@ -62,8 +63,9 @@ pub struct Job {
     pub status: JobStatus,
     pub trigger: Trigger,
     pub attempts: i64,
-    /// Totals (records, bytes) and per-stream progress.
-    pub progress: Value,
+    /// What it has done so far: per stream for a sync, per verdict for a
+    /// reverse-ETL run, `{}` before it starts.
+    pub progress: JobProgress,
     /// Sanitised reason of a failure.
     pub error: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -108,6 +110,15 @@ impl Usage {
     }
 }
 
+/// A job attempt: the job and the runner holding its lease. What an
+/// attempt commits to a destination that checks it (the lakehouse) goes in
+/// only while the attempt still holds its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLease {
+    pub job_id: String,
+    pub owner: String,
+}
+
 /// The component a job runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct JobPlugin {
@@ -127,7 +138,7 @@ pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
         status: decode(r.try_get("status")?, JobStatus::parse, "status")?,
         trigger: decode(r.try_get("trigger_source")?, Trigger::parse, "trigger_source")?,
         attempts: r.try_get("attempts")?,
-        progress: serde_json::from_str(&progress).unwrap_or(Value::Null),
+        progress: serde_json::from_str(&progress).unwrap_or_default(),
         error: r.try_get("error")?,
         created_at: from_ms(r.try_get("created_at")?),
         started_at: r.try_get::<Option<i64>, _>("started_at")?.map(from_ms),
@@ -446,9 +457,9 @@ impl Store {
         Ok(())
     }
 
-    pub(crate) async fn job_progress(&self, job_id: &str, progress: &Value) -> StoreResult<()> {
+    pub(crate) async fn job_progress(&self, job_id: &str, progress: &JobProgress) -> StoreResult<()> {
         sqlx::query("UPDATE jobs SET progress = $1 WHERE id = $2")
-            .bind(progress.to_string())
+            .bind(serde_json::to_string(progress).unwrap_or_else(|_| "{}".into()))
             .bind(job_id)
             .execute(self.pool())
             .await?;
@@ -501,18 +512,16 @@ impl Store {
         if let Some(event) = event {
             queued += announce(&mut tx, self.outbox_bounds(), &job, event).await?;
         }
-        if runs {
-            let counts = &job.progress["counts"];
-            let failed = counts["failed"].as_u64().unwrap_or(0);
-            let invalid = counts["invalid"].as_u64().unwrap_or(0);
+        if let Some(run) = job.progress.run().filter(|_| runs) {
+            let (failed, invalid) = (run.counts.failed, run.counts.invalid);
             if failed + invalid > 0 {
                 let data = json!({
                     "job_id": job.job_id,
                     "activation_id": job.activation_id,
                     "failed": failed,
                     "invalid": invalid,
-                    "failed_samples": job.progress["failed_samples"],
-                    "invalid_samples": job.progress["invalid_samples"],
+                    "failed_samples": run.failed_samples,
+                    "invalid_samples": run.invalid_samples,
                 });
                 queued += record_event(&mut tx, self.outbox_bounds(), &job.workspace_id, EventType::RowsRejected, data)
                     .await?;

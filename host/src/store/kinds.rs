@@ -97,8 +97,10 @@ text_enum! {
     pub enum RetlDestinationKind {
         /// A writable object of a connector plugin, through its credential handle.
         Connector = "connector",
-        /// An HTTPS endpoint that receives batches of JSON.
-        Webhook = "webhook",
+        /// An HTTPS endpoint that receives batches of JSON (`webhook` in
+        /// API v1; in the code "webhook" names only the notification
+        /// subscriptions).
+        Endpoint = "webhook",
     }
 }
 

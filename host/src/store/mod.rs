@@ -18,7 +18,8 @@
 //!   credential-entry links and OAuth flows in progress;
 //! - [`sources`], [`destinations`], [`pipelines`]: sources, destinations,
 //!   pipelines with their schedules and stream state;
-//! - [`jobs`]: jobs with their leases, attempts and progress;
+//! - [`jobs`]: jobs with their leases and attempts; [`progress`]: what a
+//!   job has done so far, as every reader shows it;
 //! - [`reverse_etl`]: models, reverse-ETL destinations, activations, their
 //!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
@@ -50,6 +51,7 @@ pub mod notices;
 pub mod oauth;
 pub mod pipelines;
 pub mod plugins;
+pub mod progress;
 pub mod reverse_etl;
 pub mod sessions;
 pub mod sources;
@@ -81,8 +83,9 @@ pub enum StoreError {
     /// the rule so callers can turn it into the right client error.
     #[error("constraint violated: {0}")]
     Conflict(String),
-    /// Anything else: connection loss, SQL errors. Never shown to clients.
-    #[error(transparent)]
+    /// Anything else: connection loss, SQL errors. Never shown to clients
+    /// (a job's error says which database failed).
+    #[error("the control database: {0}")]
     Database(#[from] sqlx::Error),
 }
 

@@ -4,8 +4,23 @@
 
 use std::io::Write;
 
-use super::WriteError;
+use serde_json::{Map, Value};
+
+use super::config::{Place, plain_name};
 use super::shape::Shaped;
+use super::{DestinationConfig, WriteError, failed};
+use crate::error::ApiError;
+
+/// The fields a JSON-lines destination takes.
+pub(crate) const FIELDS: &[&str] = &["directory"];
+
+/// A JSON-lines destination's configuration, checked: a plain folder name
+/// in the workspace's exports folder.
+pub(crate) fn config(obj: &Map<String, Value>) -> Result<DestinationConfig, ApiError> {
+    Ok(DestinationConfig::Jsonl {
+        directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))?,
+    })
+}
 
 /// What a line adds to its record's text (`bytes` in all) besides the
 /// key and the metadata: the metadata fields' names and punctuation
@@ -48,6 +63,16 @@ pub(super) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io
     let mut file = dir.open_with(format!("{table}.jsonl"), &options)?;
     file.write_all(out)?;
     file.sync_data()
+}
+
+/// Opens (and makes, when missing) the folder `directory` of the
+/// workspace's exports, scoped: nothing outside it can be written.
+pub(crate) fn open(directory: &str, place: &Place<'_>) -> Result<cap_std::fs::Dir, WriteError> {
+    let path = place.export_dir().join(directory);
+    std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the export directory", e))?;
+    let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority())
+        .map_err(|e| failed("cannot open the export directory", e))?;
+    Ok(dir)
 }
 
 #[cfg(test)]

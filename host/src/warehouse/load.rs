@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::{WriteError, Writer};
+use crate::store::Store;
 use crate::store::pipelines::StreamSyncMode;
 
 /// Writes one stream's batches: each is prepared, then applied in the
@@ -21,12 +22,18 @@ use crate::store::pipelines::StreamSyncMode;
 ///
 /// Checkpoints queue behind the batches emitted before them and come back
 /// as [`Written::checkpoint`] once all of those are written, without
-/// stopping the batches after them.
+/// stopping the batches after them. Each is saved exactly once, by its
+/// one owner: a lakehouse in the transaction of its commit, every other
+/// destination here, once the batches before it are applied (given the
+/// control database to save in, [`Loader::saving_states`]).
 pub struct Loader {
     writer: Arc<Writer>,
     stream: Arc<StreamTarget>,
     limit: usize,
     in_flight: VecDeque<InFlight>,
+    /// Where the checkpoints of a destination that does not save its own
+    /// are saved.
+    states: Option<Store>,
 }
 
 /// Where a stream's batches go and how they are keyed.
@@ -47,7 +54,8 @@ enum InFlight {
 pub struct Written {
     pub records: u64,
     pub bytes: u64,
-    /// The latest checkpoint whose data is all written.
+    /// The latest checkpoint whose data is all written, saved (when the
+    /// loader saves states, and the mode keeps any).
     pub checkpoint: Option<String>,
 }
 
@@ -61,7 +69,27 @@ impl Loader {
     ) -> Loader {
         let limit = writer.concurrent_batches(mode);
         let stream = StreamTarget { pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key };
-        Loader { writer, stream: Arc::new(stream), limit, in_flight: Default::default() }
+        Loader { writer, stream: Arc::new(stream), limit, in_flight: Default::default(), states: None }
+    }
+
+    /// The same loader, saving each checkpoint that comes due in `store`
+    /// as the stream's state (a lakehouse saves its own, with its
+    /// commits; a full refresh keeps none).
+    pub fn saving_states(mut self, store: Store) -> Loader {
+        self.states = Some(store);
+        self
+    }
+
+    /// `written`, its checkpoint saved where this loader is its owner.
+    async fn saved(&self, written: Written) -> Result<Written, WriteError> {
+        let owner = !self.writer.commits_at_checkpoints() && self.stream.mode != StreamSyncMode::FullRefreshOverwrite;
+        if let (Some(store), Some(state), true) = (&self.states, &written.checkpoint, owner) {
+            store
+                .save_stream_state(&self.stream.pipeline_id, &self.stream.stream, state)
+                .await
+                .map_err(|e| WriteError::Destination(format!("cannot save the stream state: {e}")))?;
+        }
+        Ok(written)
     }
 
     /// Prepares `records` and starts writing them, first waiting for
@@ -106,7 +134,7 @@ impl Loader {
                 writer.apply(batch).await.map(|bytes| (records, bytes))
             })));
         }
-        Ok(written)
+        self.saved(written).await
     }
 
     /// Queues a checkpoint behind the batches written before it; returns
@@ -120,7 +148,7 @@ impl Loader {
             return Ok(written);
         }
         if self.in_flight.is_empty() {
-            return Ok(Written { checkpoint: Some(state), ..Written::default() });
+            return self.saved(Written { checkpoint: Some(state), ..Written::default() }).await;
         }
         self.in_flight.push_back(InFlight::Checkpoint(state));
         Ok(Written::default())
@@ -133,13 +161,14 @@ impl Loader {
         if let Some(state) = self.writer.flush(&self.stream.stream).await? {
             written.checkpoint = Some(state);
         }
-        Ok(written)
+        self.saved(written).await
     }
 
     /// Waits until every batch queued so far is written, without ending
     /// the stream; what finished (the checkpoints they made due too).
     pub(crate) async fn settle(&mut self) -> Result<Written, WriteError> {
-        self.written().await
+        let written = self.written().await?;
+        self.saved(written).await
     }
 
     /// Waits until every batch is written.

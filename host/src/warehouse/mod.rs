@@ -18,8 +18,8 @@
 //! destination's folder under the workspace's own folder of the data
 //! directory, so no configuration can make the host write anywhere else,
 //! nor into another workspace's files. PostgreSQL destinations and
-//! lakehouse object stores are reached only as [`postgres`]'s address
-//! policy allows.
+//! lakehouse object stores are reached only as the host's one address
+//! policy allows warehouses (`egress::reach`, `SERVICE_WAREHOUSE_ALLOWED_HOSTS`).
 //!
 //! Layout:
 //! - this module: what the rooms share (names, metadata columns, the
@@ -34,8 +34,7 @@
 //! - [`shape`]: records into keys, fields and rows;
 //! - [`sqlite`]: SQLite batches, the connection that writes their rows,
 //!   and the WAL checkpointer;
-//! - [`postgres`]: URLs, the address policy (object stores' too), connect
-//!   options and `COPY`;
+//! - [`postgres`]: URLs, connect options and `COPY`;
 //! - [`jsonl`]: JSON-lines files;
 //! - [`iceberg`]: Parquet committed to Apache Iceberg tables, in a folder
 //!   or an S3-compatible bucket;
@@ -88,7 +87,7 @@ fn quote(name: &str) -> String {
 const METADATA_COLUMNS: [&str; 3] = ["_service_raw_id", "_service_extracted_at", "_service_meta"];
 
 /// Why a destination was not opened, cleared or written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum WriteError {
     /// A record cannot be stored as it is; writing it again will not help.
     #[error("{0}")]
@@ -100,18 +99,41 @@ pub enum WriteError {
     /// The destination failed or could not be reached; it may work later.
     #[error("{0}")]
     Destination(String),
+    /// The destination's driver or store failed doing `context`; it may
+    /// work later. The driver's error is kept as the source.
+    #[error("{}{source}", prefix(.context))]
+    Failed {
+        context: String,
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+/// `context: `, or nothing for no context.
+fn prefix(context: &str) -> String {
+    if context.is_empty() { String::new() } else { format!("{context}: ") }
 }
 
 impl crate::retry::Transient for WriteError {
     /// Whether another attempt may succeed.
     fn is_transient(&self) -> bool {
-        matches!(self, WriteError::Destination(_))
+        matches!(self, WriteError::Destination(_) | WriteError::Failed { .. })
     }
 }
 
-/// A failure of the destination's database, in words.
-fn failed(context: &str, e: impl std::fmt::Display) -> WriteError {
-    WriteError::Destination(if context.is_empty() { e.to_string() } else { format!("{context}: {e}") })
+/// A destination's host refused by the address policy, as a write's
+/// error: a name that did not resolve may resolve later; the operator's
+/// rules will not change by retrying, so those fail the job at once.
+pub(crate) fn unreachable(e: crate::egress::reach::Unreachable, context: &str) -> WriteError {
+    use crate::retry::Transient;
+    let text = if context.is_empty() { e.to_string() } else { format!("{context}: {e}") };
+    if e.is_transient() { WriteError::Destination(text) } else { WriteError::Refused(text) }
+}
+
+/// A failure of the destination's database (or files, or store) doing
+/// `context`, its error kept as the source.
+fn failed(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> WriteError {
+    WriteError::Failed { context: context.to_owned(), source: std::sync::Arc::new(e) }
 }
 
 #[cfg(test)]
@@ -122,6 +144,19 @@ mod tests {
     use serde_json::json;
     use std::path::Path;
     use tables::Db;
+
+    /// A driver's failure keeps its error as the source, says what was
+    /// being done, and may pass if tried again.
+    #[test]
+    fn a_failure_keeps_its_source() {
+        use crate::retry::Transient;
+        use std::error::Error as _;
+        let e = failed("cannot write to events", std::io::Error::other("disk full"));
+        assert_eq!(e.to_string(), "cannot write to events: disk full");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("disk full"));
+        assert!(e.is_transient());
+        assert_eq!(failed("", std::io::Error::other("gone")).to_string(), "gone");
+    }
 
     #[test]
     fn names_are_safe_sql_identifiers() {

@@ -8,10 +8,10 @@
 //! parameter ...), and the connection options are built from those parts
 //! alone, without the server's own `PG*` environment or `~/.pgpass`.
 //!
-//! The address policy is the egress one applied to databases: a host must
-//! be one the operator allows ([`WarehousePolicy`]), and every address it
-//! resolves to must be a global one unless the operator named the address
-//! or its network. A connection that sends a password verifies the
+//! The address policy is the egress's one ([`Reach::Warehouses`](crate::egress::Reach::Warehouses)): a host
+//! must be one the operator allows ([`WarehousePolicy`]), and every
+//! address it resolves to must be a global one unless the operator named
+//! the address or its network. A connection that sends a password verifies the
 //! server's certificate and name (`verify-full`).
 
 use std::borrow::Cow;
@@ -21,19 +21,16 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use url::Url;
 
+use serde_json::{Map, Value};
+
+use super::config::{Place, Revealed};
 use super::shape::Row;
-use super::{METADATA_COLUMNS, WriteError};
+use super::tables::Db;
+use super::{DestinationConfig, METADATA_COLUMNS, WriteError, failed};
 use crate::config::egress::HostPattern;
 pub use crate::config::warehouse::WarehousePolicy;
-
-/// Why `ip` may not be connected to, if it may not: an address in a
-/// network the operator listed may be, and otherwise only a global one.
-fn refusal(policy: &WarehousePolicy, ip: IpAddr) -> Option<&'static str> {
-    if policy.lists_address(ip) {
-        return None;
-    }
-    crate::egress::address::refusal(ip)
-}
+use crate::egress::reach::{Rules, Unreachable, allowed_addresses};
+use crate::error::ApiError;
 
 /// How a connection uses TLS (libpq's `sslmode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,64 +125,67 @@ pub fn parse(url: &Url, with_password: bool) -> Result<Target, String> {
     Ok(Target { host, port: url.port().unwrap_or(5432), database: database.to_owned(), user: user.to_owned(), tls })
 }
 
+/// The fields a PostgreSQL destination takes.
+pub(crate) const FIELDS: &[&str] = &["url", "credential_handle", "model_role"];
+
+/// A PostgreSQL destination's configuration, checked: a `postgres://`
+/// URL without a password (that is a credential's), the credential by
+/// handle, and the role models run as.
+pub(crate) fn config(obj: &Map<String, Value>) -> Result<DestinationConfig, ApiError> {
+    let raw = obj
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
+    let url = url::Url::parse(raw)
+        .map_err(|_| ApiError::invalid_field("configuration.url", "url must be a postgres:// URL"))?;
+    if url.password().is_some() {
+        return Err(ApiError::secret_refused("configuration.url"));
+    }
+    let credential_handle = match obj.get("credential_handle") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(h)) => Some(h.clone()),
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "configuration.credential_handle",
+                "credential_handle must be a string",
+            ));
+        }
+    };
+    let target =
+        parse(&url, credential_handle.is_some()).map_err(|m| ApiError::invalid_field("configuration.url", m))?;
+    let model_role = match obj.get("model_role") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) if plain(r) => Some(r.clone()),
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "configuration.model_role",
+                "model_role must be a role name (letters, digits, _ - . $)",
+            ));
+        }
+    };
+    Ok(DestinationConfig::Postgres { target, credential_handle, model_role })
+}
+
 /// Why a destination's database is not connected to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Unreachable {
-    #[error("{0} is not a warehouse host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
-    HostNotAllowed(String),
-    #[error("{0} did not resolve: {1}")]
-    Unresolved(String, String),
-    /// The address stays out of the message (members read job errors and
-    /// must not map the inside of the network through them); the
-    /// operator's log has it.
-    #[error("{host} resolves to a {why}, which the operator does not allow (SERVICE_WAREHOUSE_ALLOWED_HOSTS)")]
-    AddressRefused { host: String, ip: IpAddr, why: &'static str },
+pub(crate) enum NotConnected {
+    /// The address policy refused its host ([`Reach::Warehouses`](crate::egress::Reach::Warehouses)).
+    #[error(transparent)]
+    Unreachable(#[from] Unreachable),
     #[error("the server's environment sets PGOPTIONS; refusing to pass it to a destination")]
     EnvironmentOptions,
 }
 
-impl Unreachable {
-    /// The refusal as a write's error: a name that did not resolve may
-    /// resolve later; the operator's rules will not change by retrying, so
-    /// those fail the job at once.
-    pub(crate) fn write_error(self, context: &str) -> super::WriteError {
-        let text = if context.is_empty() { self.to_string() } else { format!("{context}: {self}") };
+impl NotConnected {
+    /// The refusal as a write's error (see [`super::unreachable`]).
+    pub(crate) fn write_error(self, context: &str) -> WriteError {
         match self {
-            Unreachable::Unresolved(..) => super::WriteError::Destination(text),
-            _ => super::WriteError::Refused(text),
+            NotConnected::Unreachable(e) => super::unreachable(e, context),
+            NotConnected::EnvironmentOptions => {
+                WriteError::Refused(if context.is_empty() { self.to_string() } else { format!("{context}: {self}") })
+            }
         }
     }
-}
-
-/// The addresses `host` resolves to, when the operator allows the name
-/// and every address (a global one, or one in a network the operator
-/// listed): the only ones a connection to it may go to.
-pub(crate) async fn allowed_addresses(
-    policy: &WarehousePolicy,
-    host: &str,
-    port: u16,
-) -> Result<Vec<IpAddr>, Unreachable> {
-    if !policy.allows_name(host) {
-        return Err(Unreachable::HostNotAllowed(host.to_owned()));
-    }
-    let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![ip],
-        Err(_) => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| Unreachable::Unresolved(host.to_owned(), e.to_string()))?
-            .map(|a| a.ip())
-            .collect(),
-    };
-    if addresses.is_empty() {
-        return Err(Unreachable::Unresolved(host.to_owned(), "no address".into()));
-    }
-    for ip in &addresses {
-        if let Some(why) = refusal(policy, *ip) {
-            tracing::warn!(%host, address = %ip, "a warehouse host resolves to a {why} the operator does not allow");
-            return Err(Unreachable::AddressRefused { host: host.to_owned(), ip: *ip, why });
-        }
-    }
-    Ok(addresses)
 }
 
 /// Resolves and checks the target's host and builds the driver's options
@@ -200,9 +200,9 @@ pub(crate) async fn connect_options(
     target: &Target,
     password: Option<&SecretString>,
     policy: &WarehousePolicy,
-) -> Result<PgConnectOptions, Unreachable> {
-    let addresses = allowed_addresses(policy, &target.host, target.port).await?;
-    let host = if password.is_some() { target.host.clone() } else { addresses[0].to_string() };
+) -> Result<PgConnectOptions, NotConnected> {
+    let addresses = allowed_addresses(&Rules::warehouses(policy), &target.host, target.port).await?;
+    let host = if password.is_some() { target.host.clone() } else { addresses[0].ip().to_string() };
     // Every part is set here, so nothing comes from the environment; an
     // empty password keeps the driver from looking one up in a pgpass file.
     let options = PgConnectOptions::new_without_pgpass()
@@ -214,7 +214,7 @@ pub(crate) async fn connect_options(
         .ssl_mode(target.tls.driver())
         .application_name("service");
     if options.get_options().is_some() {
-        return Err(Unreachable::EnvironmentOptions);
+        return Err(NotConnected::EnvironmentOptions);
     }
     Ok(options)
 }
@@ -375,6 +375,21 @@ pub(super) async fn copy_rows(
     tx.commit().await
 }
 
+/// Connects to the PostgreSQL destination `target` for one job, as the
+/// address policy allows, with its password if it has one.
+pub(crate) async fn open(target: &Target, revealed: Option<Revealed>, place: &Place<'_>) -> Result<Db, WriteError> {
+    let password = revealed.and_then(Revealed::into_password);
+    let options = connect_options(target, password.as_ref(), place.warehouses).await.map_err(|e| e.write_error(""))?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(POSTGRES_CONNECTIONS)
+        .connect_with(options)
+        .await
+        .map_err(|e| {
+        failed(&format!("cannot connect to the PostgreSQL destination {}:{}", target.host, target.port), e)
+    })?;
+    Ok(Db::Postgres(pool))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,10 +445,6 @@ mod tests {
         assert!(p.allows_name("10.1.2.3"));
         assert!(!p.allows_name("127.0.0.2"));
         assert!(!p.allows_name("169.254.169.254"));
-        assert!(refusal(&p, "10.9.9.9".parse().unwrap()).is_none(), "a listed network");
-        assert!(refusal(&p, "192.168.1.1".parse().unwrap()).is_some(), "a private one that is not");
-        assert!(refusal(&p, "169.254.169.254".parse().unwrap()).is_some(), "metadata");
-        assert!(refusal(&p, "93.184.215.14".parse().unwrap()).is_none(), "global");
         assert!(WarehousePolicy::from_settings("*").is_err());
         assert!(WarehousePolicy::from_settings("10.0.0.0/33").is_err());
         assert!(!WarehousePolicy::default().allows_name("db.example.com"), "nothing by default");

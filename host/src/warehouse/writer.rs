@@ -1,23 +1,21 @@
-//! The [`Writer`] of one job: opened on a destination, it lays out each
-//! batch for its database (or file) and applies it in one transaction.
+//! The [`Writer`] of one job: opened on a destination (each kind opens in
+//! its own module: `sqlite`, `postgres`, `jsonl`, `iceberg`), it lays out
+//! each batch for its database (or file) and applies it in one
+//! transaction.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::json;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use super::config::{DestinationConfig, Lakehouse, Place, Revealed};
+use super::config::{DestinationConfig, Place, Revealed};
 use super::iceberg::IcebergWriter;
-use super::iceberg::catalog::ProductCatalog;
-use super::iceberg::s3::ObjectStore;
 use super::jsonl;
-use super::postgres::{self, CopyData, POSTGRES_CONNECTIONS, copy_data, copy_rows, copy_text_from_binary};
+use super::postgres::{self, CopyData, copy_data, copy_rows, copy_text_from_binary};
 use super::shape::{Rows, shape};
-use super::sqlite::{BUSY_TIMEOUT, Checkpointer, RowWriter, SqliteRows, WAL_BACKSTOP_PAGES};
+use super::sqlite::SqliteRows;
 use super::tables::Db;
 use super::{METADATA_COLUMNS, WriteError, failed, quote, sql_name, text_bytes};
-use crate::store::iceberg::JobLease;
+use crate::store::jobs::JobLease;
 use crate::store::pipelines::StreamSyncMode;
 
 /// Where records go.
@@ -68,94 +66,17 @@ impl Writer {
     ) -> Result<Writer, WriteError> {
         match config {
             DestinationConfig::Sqlite { file } => {
-                let dir = place.warehouse_dir();
-                std::fs::create_dir_all(&dir).map_err(|e| failed("cannot create the warehouse directory", e))?;
-                // Pages of 16 KiB for new files: rows of about 1 KB fill
-                // three 4 KiB pages to every 16 KiB one, and with them the
-                // B-tree and WAL bookkeeping per row (+40% throughput
-                // measured). An existing file keeps its page size.
-                let options = SqliteConnectOptions::new()
-                    .filename(dir.join(file))
-                    .create_if_missing(true)
-                    .page_size(16_384)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Full)
-                    .busy_timeout(BUSY_TIMEOUT);
-                let opening = |e: &dyn std::fmt::Display| failed("cannot open the SQLite destination", e);
-                let schema = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
-                let pool =
-                    SqlitePoolOptions::new().max_connections(1).connect_with(schema).await.map_err(|e| opening(&e))?;
-                let path = dir.join(file);
-                let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path))
-                    .await
-                    .map_err(|e| opening(&e))?
-                    .map_err(|e| opening(&e))?;
-                let checkpointer = Checkpointer::start(&options).await.map_err(|e| opening(&e))?;
-                Ok(Writer::Sql {
-                    db: Db::Sqlite(pool, Arc::new(std::sync::Mutex::new(rows)), checkpointer),
-                    columns: Default::default(),
-                })
+                let opened = super::sqlite::open(file, place).await?;
+                let db = Db::Sqlite(opened.pool, opened.rows, opened.checkpointer);
+                Ok(Writer::Sql { db, columns: Default::default() })
             }
             DestinationConfig::Postgres { target, .. } => {
-                let password = revealed.and_then(Revealed::into_password);
-                let options = postgres::connect_options(target, password.as_ref(), place.warehouses)
-                    .await
-                    .map_err(|e| e.write_error(""))?;
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(POSTGRES_CONNECTIONS)
-                    .connect_with(options)
-                    .await
-                    .map_err(|e| {
-                        failed(
-                            &format!("cannot connect to the PostgreSQL destination {}:{}", target.host, target.port),
-                            e,
-                        )
-                    })?;
-                Ok(Writer::Sql { db: Db::Postgres(pool), columns: Default::default() })
+                Ok(Writer::Sql { db: postgres::open(target, revealed, place).await?, columns: Default::default() })
             }
-            DestinationConfig::Jsonl { directory } => {
-                let path = place.export_dir().join(directory);
-                std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the export directory", e))?;
-                let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority())
-                    .map_err(|e| failed("cannot open the export directory", e))?;
-                Ok(Writer::Jsonl { dir })
-            }
+            DestinationConfig::Jsonl { directory } => Ok(Writer::Jsonl { dir: jsonl::open(directory, place)? }),
             DestinationConfig::Iceberg { warehouse, namespace, commit_every, partitions } => {
-                let store = place
-                    .catalogs
-                    .ok_or_else(|| WriteError::Destination("lakehouses need the control database".into()))?;
-                let (location, file_io) = match warehouse {
-                    Lakehouse::Folder(folder) => {
-                        let path = place.lakehouse_dir().join(folder);
-                        std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the warehouse folder", e))?;
-                        // Absolute, whatever the data directory was given
-                        // as: a relative `file://` location would name the
-                        // root.
-                        let path = std::fs::canonicalize(&path)
-                            .map_err(|e| failed("cannot resolve the warehouse folder", e))?;
-                        let location = url::Url::from_directory_path(&path)
-                            .map_err(|()| WriteError::Destination("the warehouse folder has no file URL".into()))?
-                            .as_str()
-                            .trim_end_matches('/')
-                            .to_owned();
-                        (
-                            location,
-                            iceberg::io::FileIOBuilder::new(Arc::new(iceberg::io::LocalFsStorageFactory)).build(),
-                        )
-                    }
-                    Lakehouse::ObjectStore(s3) => {
-                        let Some(Revealed::AccessKey { id, secret }) = revealed else {
-                            return Err(WriteError::Destination(
-                                "the object store's access key was not revealed".into(),
-                            ));
-                        };
-                        let store = ObjectStore::connect(s3, (id, secret), place.warehouses, place.extra_roots).await?;
-                        (s3.location(), store.file_io())
-                    }
-                };
-                let name = warehouse.catalog_name(place.workspace_id);
-                let catalog = ProductCatalog::new(store.clone(), name, location.clone(), file_io);
-                let lake = IcebergWriter::open(catalog, location, namespace, *commit_every, partitions.clone()).await?;
+                let lake =
+                    super::iceberg::open(warehouse, namespace, *commit_every, partitions, place, revealed).await?;
                 Ok(Writer::Iceberg(Box::new(lake)))
             }
         }
@@ -307,7 +228,7 @@ impl Writer {
     pub(crate) fn concurrent_batches(&self, mode: StreamSyncMode) -> usize {
         match self {
             Writer::Sql { db: Db::Postgres(_), .. } if mode != StreamSyncMode::IncrementalDeduped => {
-                POSTGRES_CONNECTIONS as usize
+                postgres::POSTGRES_CONNECTIONS as usize
             }
             _ => 1,
         }

@@ -24,6 +24,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::jobs::{Job, JobFilter, JobOwner};
 use crate::store::pipelines::{Pipeline, Schedule};
+use crate::store::progress::JobProgress;
 
 /// Items a list shows at most.
 const LISTED: i64 = 200;
@@ -142,7 +143,7 @@ fn job_row(viewer: &WorkspaceAccess, j: &Job) -> String {
         trigger = j.trigger.as_str(),
         created = time(Some(j.created_at)),
         finished = time(j.finished_at),
-        records = j.progress["records"].as_u64().map(|n| n.to_string()).unwrap_or_default(),
+        records = j.progress.sync().map(|p| p.records.to_string()).unwrap_or_default(),
     )
 }
 
@@ -358,36 +359,38 @@ async fn activation(state: &AppState, viewer: &WorkspaceAccess, id: &str) -> Res
 /// The progress table of a job as served (the script redraws the same
 /// table from the event stream): row counts of a reverse-ETL run, streams
 /// of a sync.
-fn progress_table(progress: &Value, run: bool) -> String {
+fn progress_table(progress: &JobProgress, run: bool) -> String {
     if run {
-        let empty = serde_json::Map::new();
-        let rows: String = progress["counts"]
+        let run = progress.run();
+        // The counts by name, as the event stream's JSON lists them.
+        let counts = run.and_then(|r| serde_json::to_value(&r.counts).ok()).unwrap_or_default();
+        let rows: String = counts
             .as_object()
-            .unwrap_or(&empty)
-            .iter()
+            .into_iter()
+            .flatten()
             .map(|(k, v)| format!("<tr><td>{}</td><td class=\"n\">{}</td></tr>", escape(k), escape(&v.to_string())))
             .collect();
+        let phase = run.and_then(|r| serde_json::to_value(r.phase).ok()).and_then(|p| p.as_str().map(str::to_owned));
         return format!(
             "<p>Phase: <span id=\"phase\">{}</span></p><table id=\"counts\"><thead><tr><th>Rows</th><th>Count</th></tr></thead><tbody>{rows}</tbody></table>",
-            escape(progress["phase"].as_str().unwrap_or("—"))
+            escape(phase.as_deref().unwrap_or("—"))
         );
     }
     let mut rows = String::new();
-    if let Some(streams) = progress["streams"].as_object() {
-        for (name, s) in streams {
-            let n = |k: &str| s[k].as_u64().map(|n| n.to_string()).unwrap_or_default();
-            rows.push_str(&format!(
-                "<tr><td>{name}</td><td>{status}</td><td class=\"n\">{read}</td><td class=\"n\">{written}</td>\
-                 <td class=\"n\">{bytes}</td><td class=\"n\">{rate}</td><td>{checkpoint}</td></tr>",
-                name = escape(name),
-                status = escape(s["status"].as_str().unwrap_or("")),
-                read = n("records_read"),
-                written = n("records"),
-                bytes = n("bytes"),
-                rate = s["records_per_second"].as_f64().map(|r| r.to_string()).unwrap_or_default(),
-                checkpoint = escape(s["checkpointed_at"].as_str().unwrap_or("—")),
-            ));
-        }
+    for (name, s) in progress.sync().into_iter().flat_map(|p| &p.streams) {
+        let checkpoint = s.checkpointed_at.and_then(|t| serde_json::to_value(t).ok());
+        let status = serde_json::to_value(s.status).ok();
+        rows.push_str(&format!(
+            "<tr><td>{name}</td><td>{status}</td><td class=\"n\">{read}</td><td class=\"n\">{written}</td>\
+             <td class=\"n\">{bytes}</td><td class=\"n\">{rate}</td><td>{checkpoint}</td></tr>",
+            name = escape(name),
+            status = escape(status.as_ref().and_then(Value::as_str).unwrap_or("")),
+            read = s.records_read,
+            written = s.records,
+            bytes = s.bytes,
+            rate = s.records_per_second,
+            checkpoint = escape(checkpoint.as_ref().and_then(Value::as_str).unwrap_or("—")),
+        ));
     }
     format!(
         "<table id=\"streams\"><thead><tr><th>Stream</th><th>Status</th><th>Records read</th><th>Records written</th>\

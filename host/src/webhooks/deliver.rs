@@ -225,7 +225,7 @@ async fn send(state: &AppState, target: &WebhookTarget, due: &DueDelivery) -> Re
         plugin_id: CALLER,
         declared_hosts: &declared,
         workspace_id: &target.workspace_id,
-        reach: Reach::Webhooks,
+        reach: Reach::Receivers,
     };
     match state.egress.send(&caller, request).await {
         Ok(answer) => Ok(answer.status),

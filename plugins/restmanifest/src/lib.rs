@@ -6,9 +6,10 @@
 //! `credential_handle` with its `credential_placement`, and the
 //! `manifest`: shared headers, limits and retries, and one entry per
 //! stream (path, parameters, records selector, primary key, paging,
-//! incremental cursor, parent). `manifest.schema.json` is the published
-//! schema the server validates it against; [`manifest::Config::validate`]
-//! checks what a schema cannot.
+//! incremental cursor, parent). Its types, published schema and checks
+//! are the shared `service-rest-manifest` crate's: the server validates a
+//! source with the same schema and the same checks ([`manifest::checked`])
+//! this component runs.
 //!
 //! What the host keeps for this connector as for any other: requests go to
 //! hosts the operator allows, over HTTPS, never to private addresses; the
@@ -29,7 +30,7 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`manifest`] | the configuration and its checks |
+//! | [`manifest`] | the shared configuration crate in the SDK's terms |
 //! | [`pages`] | requests, paging, origin and loop checks |
 //! | [`json`] | finding records and fields in a page without building it |
 //! | [`cursor`] | incremental state and its boundary |
@@ -56,7 +57,7 @@ use pages::{Flow, Pager};
 pub const CONNECTOR_ID: &str = "conn_rest_manifest";
 
 /// The published schema of the configuration.
-pub const SCHEMA: &str = include_str!("../manifest.schema.json");
+pub use rest_manifest::SCHEMA;
 
 /// Streams a preview shows at most.
 const PREVIEW_STREAMS: usize = 10;
@@ -79,7 +80,7 @@ impl Connector for RestManifest {
     }
 
     fn check(config: Config) -> Result<CheckResult> {
-        config.validate()?;
+        manifest::checked(&config)?;
         let root = roots(&config)
             .next()
             .ok_or_else(|| Error::InvalidConfig("/manifest/streams: every stream has a parent".into()))?;
@@ -95,7 +96,7 @@ impl Connector for RestManifest {
     }
 
     fn discover(config: Config) -> Result<Vec<Stream>> {
-        config.validate()?;
+        manifest::checked(&config)?;
         let mut streams = Vec::new();
         for spec in &config.manifest.streams {
             let schema = match &spec.schema {
@@ -120,8 +121,8 @@ impl Connector for RestManifest {
 
     fn read(request: ReadRequest<Config>) -> Result<()> {
         let config = &request.config;
-        config.validate()?;
-        let spec = config.stream(&request.stream)?;
+        manifest::checked(&config)?;
+        let spec = manifest::stream(&config, &request.stream)?;
         let incremental = spec.incremental.as_ref().filter(|_| request.is_incremental());
         if let (Some(incremental), Some(asked)) = (incremental, &request.cursor_field)
             && *asked != incremental.cursor_field
@@ -202,7 +203,7 @@ impl Connector for RestManifest {
     }
 
     fn preview(config: Config) -> Result<Value> {
-        config.validate()?;
+        manifest::checked(&config)?;
         let mut streams = serde_json::Map::new();
         for spec in roots(&config).take(PREVIEW_STREAMS) {
             let mut sample = Vec::new();
@@ -238,7 +239,7 @@ fn pages_of(
     let Some(parent) = &spec.parent else {
         return Pager::new(config, spec).walk(None, extra, on_page);
     };
-    let parent_spec = config.stream(&parent.stream)?;
+    let parent_spec = manifest::stream(config, &parent.stream)?;
     let mut pager = Pager::new(config, spec);
     pages_of(config, parent_spec, &[], &mut |_, parents| {
         for record in parents {

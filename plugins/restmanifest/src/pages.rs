@@ -17,7 +17,7 @@ use connector_sdk::{Error, Http, Pending, RequestBuilder, Result};
 use serde_json::value::RawValue;
 
 use crate::json::{Page, Selector, first_byte};
-use crate::manifest::{Config, Paging, StreamSpec};
+use crate::manifest::{self, Config, Paging, StreamSpec};
 
 /// Pages requested ahead of the one being handed over, at most (and at
 /// most what the host allows pending).
@@ -87,13 +87,13 @@ impl<'c> Pager<'c> {
 
     fn request(&self, url: &str) -> RequestBuilder {
         let mut request =
-            Http::get(url).header("accept", "application/json").retry(self.spec.retry(&self.config.manifest));
+            Http::get(url).header("accept", "application/json").retry(manifest::retry(self.spec, &self.config));
         for (name, value) in &self.config.manifest.headers {
             request = request.header(name, value.clone());
         }
         if let Some(handle) = &self.config.credential_handle {
             // The placement was checked with the config.
-            if let Ok(placement) = self.config.placement() {
+            if let Ok(placement) = manifest::placement(&self.config) {
                 request = request.credential(handle, placement);
             }
         }

@@ -1,10 +1,9 @@
 //! Where a URL goes, read one way by the host and by every connector.
 //!
-//! This file is compiled into the SDK (connectors compare next links and
-//! redirects with it) and into the host (its egress refuses a URL this
-//! reading and the host's own URL parser disagree on), so a connector and
-//! the host can never take one URL for two different servers. It has no
-//! dependencies.
+//! The SDK uses it (connectors compare next links and redirects with it)
+//! and so does the host (its egress refuses a URL this reading and the
+//! host's own URL parser disagree on), so a connector and the host can
+//! never take one URL for two different servers.
 //!
 //! The reading: the scheme `https` in any case; the authority ends at the
 //! first `/`, `\`, `?` or `#`; no user-info; the host in ASCII (an

@@ -35,9 +35,6 @@ use crate::bindings::service::connector1_1_0::http_ahead as wit_ahead;
 use crate::log;
 use crate::types::{Error, Result};
 
-/// Headers the host refuses from a plugin: credentials are the host's job.
-const RESERVED_HEADERS: [&str; 4] = ["authorization", "proxy-authorization", "cookie", "host"];
-
 /// How much of a provider's error message is kept in an [`Error`].
 const MAX_PROVIDER_MESSAGE: usize = 200;
 
@@ -178,8 +175,7 @@ impl RequestBuilder {
     /// `Proxy-Authorization`, `Cookie` and `Host` are refused (by the host,
     /// and already here): use [`credential`](Self::credential) instead.
     pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
-        let lower = name.to_ascii_lowercase();
-        if RESERVED_HEADERS.contains(&lower.as_str()) {
+        if connector_rules::headers::is_reserved(name) {
             self.problem = Some(format!(
                 "the `{name}` header is set by the host; \
                  name a credential handle with `.credential(...)` instead"
@@ -187,7 +183,7 @@ impl RequestBuilder {
             return self;
         }
         self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-        self.headers.push((lower, value.into()));
+        self.headers.push((name.to_ascii_lowercase(), value.into()));
         self
     }
 

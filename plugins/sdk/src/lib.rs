@@ -152,7 +152,7 @@
 //! | [`pages`] | lazy pagination ([`Pagination`], [`Pages`]) |
 //! | [`sink`] | [`Sink`]: records and checkpoints |
 //! | [`log`] | diagnostics |
-//! | [`origin`] | where a URL goes, read as the host reads it (the same file is compiled into the host) |
+//! | [`origin`] | where a URL goes, read as the host reads it (`service-connector-rules`, which the host uses too) |
 //! | [`time`] | timestamps as providers write them, parsed and written back |
 //! | `convert.rs` | the only code that touches the generated bindings |
 
@@ -162,7 +162,7 @@ mod connector;
 mod convert;
 pub mod http;
 pub mod log;
-pub mod origin;
+pub use connector_rules::origin;
 pub mod pages;
 pub mod sink;
 pub mod time;

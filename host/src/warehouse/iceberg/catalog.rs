@@ -7,8 +7,8 @@
 //! compare-and-set. A commit that lost the race answers a retryable
 //! conflict, and the transaction is applied again on the new metadata: no
 //! commit is lost, and a reader only ever finds a pointer to a complete
-//! metadata file. A catalog made for a job ([`ProductCatalog::saving`],
-//! [`ProductCatalog::leased`]) also saves the stream's state in the
+//! metadata file. A catalog made for a job ([`ControlDatabaseCatalog::saving`],
+//! [`ControlDatabaseCatalog::leased`]) also saves the stream's state in the
 //! pointer's transaction, and commits only while the job's attempt still
 //! holds its lease.
 
@@ -25,7 +25,8 @@ use iceberg::{
 };
 
 use crate::store::Store;
-use crate::store::iceberg::{CommitWith, IcebergTableName, JobLease, StreamCheckpoint, Swapped};
+use crate::store::iceberg::{CommitWith, IcebergTableName, StreamCheckpoint, Swapped};
+use crate::store::jobs::JobLease;
 
 /// How a table's commits retry when another commit won the race: up to
 /// 100 times over at most ten minutes, waiting 20 ms doubling to 2 s.
@@ -49,9 +50,10 @@ fn store_error(e: crate::store::StoreError) -> Error {
     Error::new(ErrorKind::Unexpected, "the catalog's database failed").with_source(e)
 }
 
-/// One destination's catalog.
+/// One destination's Iceberg catalog, kept in the control database (the
+/// `iceberg_*` tables) and moved by compare-and-set.
 #[derive(Clone)]
-pub struct ProductCatalog {
+pub struct ControlDatabaseCatalog {
     store: Store,
     /// The destination's id: the catalog's name in the catalog tables.
     name: String,
@@ -67,16 +69,16 @@ pub struct ProductCatalog {
     lease: Option<std::sync::Arc<JobLease>>,
 }
 
-impl std::fmt::Debug for ProductCatalog {
+impl std::fmt::Debug for ControlDatabaseCatalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProductCatalog").field("name", &self.name).field("warehouse", &self.warehouse).finish()
+        f.debug_struct("ControlDatabaseCatalog").field("name", &self.name).field("warehouse", &self.warehouse).finish()
     }
 }
 
-impl ProductCatalog {
+impl ControlDatabaseCatalog {
     /// Made on the server's Tokio runtime.
     pub fn new(store: Store, name: impl Into<String>, warehouse: impl Into<String>, file_io: FileIO) -> Self {
-        ProductCatalog {
+        ControlDatabaseCatalog {
             store,
             name: name.into(),
             warehouse: warehouse.into(),
@@ -89,14 +91,14 @@ impl ProductCatalog {
 
     /// This catalog, its commits going in only while `lease`'s attempt
     /// still holds its job.
-    pub fn leased(&self, lease: JobLease) -> ProductCatalog {
-        ProductCatalog { lease: Some(std::sync::Arc::new(lease)), ..self.clone() }
+    pub fn leased(&self, lease: JobLease) -> ControlDatabaseCatalog {
+        ControlDatabaseCatalog { lease: Some(std::sync::Arc::new(lease)), ..self.clone() }
     }
 
     /// This catalog, its commits saving `checkpoint` in the same
     /// transaction as the table's new pointer.
-    pub fn saving(&self, checkpoint: StreamCheckpoint) -> ProductCatalog {
-        ProductCatalog { checkpoint: Some(std::sync::Arc::new(checkpoint)), ..self.clone() }
+    pub fn saving(&self, checkpoint: StreamCheckpoint) -> ControlDatabaseCatalog {
+        ControlDatabaseCatalog { checkpoint: Some(std::sync::Arc::new(checkpoint)), ..self.clone() }
     }
 
     async fn table_at(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
@@ -155,6 +157,15 @@ impl ProductCatalog {
             )
             .await
             .map_err(store_error)
+    }
+
+    /// Saves `checkpoint` alone (no file awaits a commit), while this
+    /// catalog's attempt still holds its job.
+    pub async fn save_checkpoint(&self, checkpoint: &StreamCheckpoint) -> Result<()> {
+        match self.store.save_iceberg_checkpoint(checkpoint, self.lease.as_deref()).await.map_err(store_error)? {
+            Swapped::LeaseLost => Err(Self::lease_lost()),
+            Swapped::Done | Swapped::Raced => Ok(()),
+        }
     }
 
     fn lease_lost() -> Error {
@@ -219,7 +230,7 @@ impl ProductCatalog {
 }
 
 #[async_trait]
-impl Catalog for ProductCatalog {
+impl Catalog for ControlDatabaseCatalog {
     async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
         if parent.is_some() {
             return Ok(Vec::new());

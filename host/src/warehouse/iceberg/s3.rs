@@ -3,15 +3,16 @@
 //! the workspace's access key.
 //!
 //! The host makes every request itself and signs it (AWS Signature
-//! Version 4, [`crate::egress::sigv4`]): the secret key, revealed by the
+//! Version 4, [`super::sigv4`]): the secret key, revealed by the
 //! vault for the endpoint's host only, never leaves the process. The
 //! endpoint obeys the operator's warehouse policy like a database
-//! destination's host: its name must be allowed
-//! (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`), every address it resolves to must
-//! be a global one or in a network the operator listed, and the
-//! connections go to exactly those addresses (a second DNS answer cannot
-//! move them); the certificate is verified against the system's roots and
-//! the operator's extra ones. Requests are path-style
+//! destination's host, through the egress's one address policy and pinned
+//! client (`egress::reach`, [`Reach::Warehouses`](crate::egress::Reach)):
+//! its name must be allowed (`SERVICE_WAREHOUSE_ALLOWED_HOSTS`), every
+//! address it resolves to must be a global one or in a network the
+//! operator listed, and the connections go to exactly those addresses (a
+//! second DNS answer cannot move them); the certificate is verified
+//! against the system's roots and the operator's extra ones. Requests are path-style
 //! (`https://endpoint/bucket/key`), which every S3-compatible store
 //! serves, and reach only keys under the warehouse's prefix: a path
 //! outside it (from a catalog row or a metadata file) is refused, not
@@ -30,7 +31,6 @@
 //! ranged read stops at the range's length, and an announced length over
 //! the limit is refused before a byte of the body is read.
 
-use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,10 +44,11 @@ use iceberg::{Error, ErrorKind, Result};
 use secrecy::SecretString;
 use url::Url;
 
+use super::sigv4::{self, AccessKey};
 use crate::config::warehouse::ObjectReadLimits;
-use crate::egress::sigv4::{self, AccessKey};
-use crate::warehouse::WriteError;
-use crate::warehouse::postgres::{WarehousePolicy, allowed_addresses};
+use crate::egress::reach::{PinnedClient, Rules};
+use crate::warehouse::postgres::WarehousePolicy;
+use crate::warehouse::{WriteError, unreachable};
 
 /// Where an S3 warehouse is and how it is reached, as a destination's
 /// configuration names it.
@@ -160,28 +161,15 @@ impl ObjectStore {
     ) -> std::result::Result<ObjectStore, WriteError> {
         let host = warehouse.host().trim_start_matches('[').trim_end_matches(']').to_owned();
         let port = warehouse.endpoint.port_or_known_default().unwrap_or(443);
-        let addresses =
-            allowed_addresses(policy, &host, port).await.map_err(|e| e.write_error("cannot reach the object store"))?;
-        let pinned: Vec<SocketAddr> = addresses.into_iter().map(|ip| SocketAddr::new(ip, port)).collect();
-        // The process's TLS provider (ring), as the binary installs it;
-        // done here too for a library caller that did not.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .https_only(true)
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(300))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("service-lakehouse/", env!("CARGO_PKG_VERSION")));
-        if host.parse::<std::net::IpAddr>().is_err() {
-            builder = builder.resolve_to_addrs(&host, &pinned);
-        }
-        if !extra_roots.is_empty() {
-            builder = builder.tls_certs_merge(extra_roots.iter().cloned());
-        }
-        let client =
-            builder.build().map_err(|e| WriteError::Destination(format!("cannot open the object store: {e}")))?;
+        let pinned = PinnedClient::new(concat!("service-lakehouse/", env!("CARGO_PKG_VERSION")), extra_roots, |b| {
+            b.https_only(true).connect_timeout(Duration::from_secs(10)).timeout(Duration::from_secs(300))
+        })
+        .map_err(|e| WriteError::Destination(format!("cannot open the object store: {e}")))?;
+        pinned
+            .check(&Rules::warehouses(policy), &host, port)
+            .await
+            .map_err(|e| unreachable(e, "cannot reach the object store"))?;
+        let client = pinned.client().clone();
         let prefix = if warehouse.prefix.is_empty() { String::new() } else { format!("{}/", warehouse.prefix) };
         Ok(ObjectStore {
             inner: Arc::new(Inner {

@@ -35,13 +35,14 @@ use serde_json::Value;
 
 use super::super::WriteError;
 use super::super::config::PartitionField;
-use super::catalog::ProductCatalog;
+use super::catalog::ControlDatabaseCatalog;
 use super::{rows, schema};
-use crate::store::iceberg::{JobLease, StreamCheckpoint};
+use crate::store::iceberg::StreamCheckpoint;
+use crate::store::jobs::JobLease;
 
 /// A job's writer into one lakehouse namespace.
 pub struct IcebergWriter {
-    catalog: ProductCatalog,
+    catalog: ControlDatabaseCatalog,
     /// Where the warehouse's tables live (`file:///…`).
     warehouse: String,
     namespace: NamespaceIdent,
@@ -164,14 +165,14 @@ impl StreamTable {
     }
 }
 
-fn failed(context: &str, e: impl std::fmt::Display) -> WriteError {
-    WriteError::Destination(format!("{context}: {e}"))
+fn failed(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> WriteError {
+    super::super::failed(context, e)
 }
 
 impl IcebergWriter {
     /// Opens `catalog`'s `namespace`, creating it the first time.
     pub(crate) async fn open(
-        catalog: ProductCatalog,
+        catalog: ControlDatabaseCatalog,
         warehouse: String,
         namespace: &str,
         commit_every: Duration,
@@ -356,8 +357,9 @@ impl IcebergWriter {
     }
 
     /// Takes the stream's latest state, reported after every file written
-    /// so far; commits them when a commit is due. The state to save, if it
-    /// is saved now (with the commit, or alone when no file awaits one).
+    /// so far; commits them when a commit is due. The state, if it was
+    /// saved now (with the commit, or alone when no file awaits one): the
+    /// lakehouse saves its checkpoints itself.
     pub(crate) async fn checkpoint(&self, table: &str, state: String) -> Result<Option<String>, WriteError> {
         let stream = self.stream(table)?;
         let mut pending = stream.pending.lock().await;
@@ -419,6 +421,16 @@ impl IcebergWriter {
             (pending.bytes, pending.since) = (0, None);
         }
         if files.is_empty() {
+            // Nothing to commit: the state is saved alone (still only
+            // while the attempt holds its job).
+            if let (Some(state), Delivery::Incremental { pipeline_id, stream: name }) = (&state, &stream.delivery) {
+                let checkpoint =
+                    StreamCheckpoint { pipeline_id: pipeline_id.clone(), stream: name.clone(), state: state.clone() };
+                self.catalog
+                    .save_checkpoint(&checkpoint)
+                    .await
+                    .map_err(|e| failed(&format!("cannot save the state of {}", stream.ident.name()), e))?;
+            }
             return Ok(state);
         }
         let catalog = match (&state, &stream.delivery) {
@@ -442,10 +454,11 @@ impl IcebergWriter {
                 .await
                 .map_err(committing)?;
             if let Some((file, _)) = some.iter().zip(present).find(|(_, there)| !there) {
-                return Err(failed(
-                    &format!("cannot commit to {}", stream.ident.name()),
-                    format_args!("{} was removed before its commit", file.file_path()),
-                ));
+                return Err(WriteError::Destination(format!(
+                    "cannot commit to {}: {} was removed before its commit",
+                    stream.ident.name(),
+                    file.file_path()
+                )));
             }
         }
         let records: u64 = files.iter().map(DataFile::record_count).sum();
@@ -508,11 +521,11 @@ mod tests {
     use serde_json::json;
 
     /// A writer into the namespace `ns` of a scratch warehouse.
-    async fn scratch(dir: &std::path::Path) -> (crate::store::Store, ProductCatalog, IcebergWriter) {
+    async fn scratch(dir: &std::path::Path) -> (crate::store::Store, ControlDatabaseCatalog, IcebergWriter) {
         let store = crate::store::Store::connect(&format!("sqlite://{}/c.db?mode=rwc", dir.display())).await.unwrap();
         let warehouse = format!("file://{}/lake", dir.display());
         let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
-        let catalog = ProductCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
+        let catalog = ControlDatabaseCatalog::new(store.clone(), "ws/lake", warehouse.clone(), file_io);
         let lake = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), Default::default())
             .await
             .unwrap();
@@ -520,7 +533,7 @@ mod tests {
     }
 
     /// The values of the column `n` of table `name`, in order.
-    async fn values(catalog: &ProductCatalog, name: &str) -> Vec<i64> {
+    async fn values(catalog: &ControlDatabaseCatalog, name: &str) -> Vec<i64> {
         let table = catalog.load_table(&TableIdent::new(NamespaceIdent::new("ns".into()), name.into())).await.unwrap();
         let mut values = Vec::new();
         let mut batches = table.scan().select(["n"]).build().unwrap().to_arrow().await.unwrap();
@@ -535,7 +548,7 @@ mod tests {
     /// partitioned by the identity of `s`, and a schema of `n` and `s`.
     async fn partitioned_by_s(
         dir: &std::path::Path,
-        catalog: &ProductCatalog,
+        catalog: &ControlDatabaseCatalog,
         table: &str,
     ) -> (IcebergWriter, serde_json::Value) {
         let warehouse = format!("file://{}/lake", dir.display());

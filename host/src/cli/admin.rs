@@ -1,0 +1,144 @@
+//! `service admin ...`: offline administration of an installation
+//! against its database: users, passwords, tokens, the master key.
+
+use clap::Subcommand;
+use secrecy::ExposeSecret;
+
+use super::Local;
+use crate::access::{ClientSource, Role};
+use crate::config::database_url;
+use crate::store::Store;
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create a user and add them to a workspace.
+    CreateUser {
+        /// E-mail address (the login name).
+        #[arg(long)]
+        email: String,
+        /// Display name.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Workspace to join (default: the oldest workspace).
+        #[arg(long)]
+        workspace: Option<String>,
+        /// Role in that workspace.
+        #[arg(long, default_value = "viewer", value_parser = parse_role)]
+        role: Role,
+    },
+    /// Generate a new master key and re-seal every credential with it;
+    /// the old key is forgotten afterwards. Stop servers first or run it
+    /// during maintenance: they keep the old key until restarted.
+    RotateMasterKey {
+        /// The new master key (32 bytes, base64), required when the current
+        /// one is configured with `SERVICE_MASTER_KEY` rather than kept in
+        /// the data directory. Set it in the environment.
+        #[arg(long, env = "SERVICE_NEW_MASTER_KEY", hide_env_values = true, value_parser = crate::config::secret)]
+        new_master_key: Option<secrecy::SecretString>,
+    },
+    /// Set the password an existing user signs in with on the web pages,
+    /// read from standard input (one line; at least 12 characters). Every
+    /// session and token of the user is revoked with it.
+    SetPassword {
+        /// E-mail address of the user.
+        #[arg(long)]
+        email: String,
+        /// Keep the user's sessions and tokens (by default they are
+        /// revoked: a password is reset when someone else may hold the
+        /// account).
+        #[arg(long)]
+        keep_sessions: bool,
+    },
+    /// Mint an API token for an existing user (printed once).
+    CreateToken {
+        /// E-mail address of the user.
+        #[arg(long)]
+        email: String,
+        /// What the token is for.
+        #[arg(long)]
+        label: Option<String>,
+        /// Days until the token expires (default: never).
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+        /// The kind of client the token is for: `api`, `cli`, or `mcp` for
+        /// an assistant (its writes become proposals and it can never
+        /// approve one, whatever headers it sends).
+        #[arg(long, default_value = "cli", value_parser = parse_client)]
+        client: ClientSource,
+    },
+}
+
+fn parse_client(s: &str) -> Result<ClientSource, String> {
+    ClientSource::parse(s).ok_or_else(|| "must be api, cli or mcp".into())
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    Role::parse(s).ok_or_else(|| "must be administrator, editor or viewer".into())
+}
+
+/// Runs a `service admin` command.
+pub(super) async fn run(local: Local, cmd: AdminCommand) -> anyhow::Result<()> {
+    crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("info"))?;
+    let storage = &local.storage;
+    let url = database_url(storage)?;
+    let store =
+        Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+    match cmd {
+        AdminCommand::CreateUser { email, name, workspace, role } => {
+            let (user_id, workspace_id) =
+                crate::access::admin::create_user(&store, &email, &name, workspace.as_deref(), role).await?;
+            println!("created user {user_id} ({}) in workspace {workspace_id} as {}", email.trim(), role.as_str());
+        }
+        AdminCommand::RotateMasterKey { new_master_key } => {
+            let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
+            let (n, key_id) = crate::credentials::Vault::rotate(&store, keyring, new_master_key.as_ref()).await?;
+            println!("re-sealed {n} credential(s) with new master key {key_id}");
+            if storage.master_key.is_some() {
+                println!(
+                    "now set {} to the value of {} and restart the servers",
+                    crate::credentials::keyring::MASTER_KEY_ENV,
+                    crate::credentials::keyring::NEW_MASTER_KEY_ENV
+                );
+            }
+        }
+        AdminCommand::SetPassword { email, keep_sessions } => {
+            use crate::access::admin::OnPasswordChange;
+            let password = read_password()?;
+            let sessions =
+                if keep_sessions { OnPasswordChange::KeepSessions } else { OnPasswordChange::RevokeSessions };
+            let revoked = crate::access::admin::set_password(&store, &email, password, sessions).await?;
+            match sessions {
+                OnPasswordChange::RevokeSessions => {
+                    eprintln!("password set for {}; {revoked} session(s) and token(s) revoked", email.trim())
+                }
+                OnPasswordChange::KeepSessions => eprintln!("password set for {}; sessions kept", email.trim()),
+            }
+        }
+        AdminCommand::CreateToken { email, label, expires_in_days, client } => {
+            let token =
+                crate::access::admin::create_token(&store, &email, label.as_deref(), expires_in_days, client).await?;
+            // The token itself goes to stdout alone, so scripts can
+            // capture it; the note goes to stderr.
+            eprintln!("API token for {} (shown once):", email.trim());
+            println!("{}", token.expose_secret());
+        }
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// A password from standard input: its first line, without the line end.
+fn read_password() -> anyhow::Result<secrecy::SecretString> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        eprintln!("new password (input is shown; pipe it in to keep it off the screen):");
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\n', '\r']).to_owned();
+    line.clear();
+    if password.is_empty() {
+        anyhow::bail!("no password on standard input");
+    }
+    Ok(password.into())
+}
