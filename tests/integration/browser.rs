@@ -280,9 +280,14 @@ async fn the_pages_work_in_a_real_browser() {
 async fn a_jobs_page_follows_its_sync_live() {
     use std::sync::atomic::Ordering;
     let Some(driver) = driver() else { return };
-    let fx =
-        crate::pipelines::setup_beside(Backend::Sqlite, 3000, &crate::support::provider::TestCa::new(), "", |_| {})
-            .await;
+    let fx = crate::support::events::events_source_beside(
+        Backend::Sqlite,
+        3000,
+        &crate::support::provider::TestCa::new(),
+        "",
+        |_| {},
+    )
+    .await;
     let srv = &fx.srv;
     service::access::admin::set_password(
         &srv.state.store,

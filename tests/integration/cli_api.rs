@@ -18,6 +18,7 @@ use service::access::Role;
 use crate::on_both_backends;
 use crate::support::mailcoach::{self, MailcoachState};
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{ADMIN_TOKEN, Backend, TestServer, json_ok, process};
 
 const BASE_URL: &str = "https://mail.acme-corp.com/api";
@@ -93,14 +94,8 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     });
     let names = ["mail.acme-corp.com"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
-    let pins = provider.pins(&names);
-    let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
-                .unwrap();
-    })
-    .await
-    .unwrap();
+    let trust = Trust::new(&ca).serving(&provider, &names);
+    let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
     let config = crate::support::private_dir();
     let cli = Cli::of(&srv, config.path());
     let ws = srv.workspace_id().await;

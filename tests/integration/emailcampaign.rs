@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::on_both_backends;
 use crate::support::mailcoach::{self, MailcoachState};
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, count_rows, data_fingerprint, expect_error, json, json_ok, key_paths};
 
 const SELF_HOSTED: &str = "https://mail.acme-corp.com/api";
@@ -33,17 +34,8 @@ async fn setup(backend: Backend) -> Ec {
     });
     let names = ["mail.acme-corp.com", "team.mailcoach.app"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
-    let pins = provider.pins(&names);
-    let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings(
-            "*.mailcoach.app,mail.acme-corp.com",
-            Some(&pins),
-            Some(ca.pem.as_bytes()),
-        )
-        .unwrap();
-    })
-    .await
-    .unwrap();
+    let trust = Trust::new(&ca).serving(&provider, &names).allowing("*.mailcoach.app");
+    let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
     Ec { srv, provider, mc, token }
 }
 
@@ -570,11 +562,9 @@ async fn a_request_that_takes_too_long_is_abandoned_with_503() {
     let mc =
         Arc::new(MailcoachState { token: token.clone(), campaigns: mailcoach::campaigns(3), ..Default::default() });
     let provider = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
-    let pins = provider.pins(&["mail.acme-corp.com"]);
+    let trust = Trust::new(&ca).serving(&provider, &["mail.acme-corp.com"]);
     let srv = TestServer::start_with(Backend::Sqlite, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
-                .unwrap();
+        c.plugins.egress = trust.policy();
         c.limits.request_timeout = std::time::Duration::from_secs(1);
     })
     .await
@@ -615,14 +605,8 @@ async fn pages_are_requested_ahead_and_each_record_lands_once(backend: Backend) 
         ..Default::default()
     });
     let provider = FakeProvider::start(&ca, &["mail.acme-corp.com"], mailcoach::router(mc.clone())).await;
-    let pins = provider.pins(&["mail.acme-corp.com"]);
-    let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings("mail.acme-corp.com", Some(&pins), Some(ca.pem.as_bytes()))
-                .unwrap();
-    })
-    .await
-    .unwrap();
+    let trust = Trust::new(&ca).serving(&provider, &["mail.acme-corp.com"]);
+    let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
     let ec = Ec { srv, provider, mc, token };
     let srv = &ec.srv;
     let connector = json_ok(srv.get("/v1/connectors/conn_emailcampaign_edm").send().await.unwrap()).await;
@@ -678,14 +662,14 @@ on_both_backends!(pages_are_requested_ahead_and_each_record_lands_once);
 /// in the table once: in SQLite, PostgreSQL and an Iceberg table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_email_campaign_append_killed_mid_read_leaves_every_subscriber_once() {
-    for into in crate::pipelines::CrashInto::ALL {
+    for into in crate::support::replicas::CrashInto::ALL {
         email_campaign_append_killed_mid_read(into).await;
     }
 }
 
-async fn email_campaign_append_killed_mid_read(into: crate::pipelines::CrashInto) {
-    use crate::pipelines::{CrashTarget, Processes};
+async fn email_campaign_append_killed_mid_read(into: crate::support::replicas::CrashInto) {
     use crate::support::process::ServerProcess;
+    use crate::support::replicas::{CrashTarget, Processes};
     crate::support::init_crypto();
     let Some(mut target) = CrashTarget::new(into).await else { return };
     let ca = TestCa::new();

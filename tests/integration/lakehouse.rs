@@ -17,20 +17,20 @@ use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator,
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
-use service::warehouse::iceberg::catalog::ProductCatalog;
+use service::warehouse::iceberg::catalog::ControlDatabaseCatalog;
 
 use crate::on_both_backends;
-use crate::pipelines::Processes;
+use crate::support::iceberg::Reader;
 use crate::support::process::{self, ServerProcess};
 use crate::support::provider::{FakeProvider, TestCa};
-use crate::support::{
-    ADMIN_TOKEN, Backend, TEST_MASTER_KEY, TestServer, expect_error, json_ok, python_script, test_python,
-};
+use crate::support::replicas::Processes;
+use crate::support::trust::Trust;
+use crate::support::{ADMIN_TOKEN, Backend, TEST_MASTER_KEY, TestServer, expect_error, json_ok, test_python};
 use testkit::objectstore::MotoS3;
 
 /// Appends one data file holding `ids` to the table, retrying on the
 /// catalog's conflicts as a transaction does.
-async fn append(catalog: &ProductCatalog, ident: &TableIdent, ids: Vec<i64>, prefix: String) {
+async fn append(catalog: &ControlDatabaseCatalog, ident: &TableIdent, ids: Vec<i64>, prefix: String) {
     let table = catalog.load_table(ident).await.unwrap();
     let schema = table.metadata().current_schema().clone();
     let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).unwrap());
@@ -53,7 +53,7 @@ async fn racing_commits_to_one_table_are_all_kept(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory)).build();
     let warehouse = format!("file://{}", dir.path().display());
-    let catalog = ProductCatalog::new(srv.state.store.clone(), "dst_race", warehouse, file_io);
+    let catalog = ControlDatabaseCatalog::new(srv.state.store.clone(), "dst_race", warehouse, file_io);
     let ns = NamespaceIdent::new("events".into());
     catalog.create_namespace(&ns, HashMap::new()).await.unwrap();
     assert!(catalog.create_namespace(&ns, HashMap::new()).await.is_err(), "a namespace is made once");
@@ -94,7 +94,7 @@ async fn racing_commits_to_one_table_are_all_kept(backend: Backend) {
     assert_eq!(ids, expected, "no commit lost, none twice");
     assert_eq!(catalog.list_tables(&ns).await.unwrap(), vec![ident.clone()]);
     // Another destination's catalog sees none of it.
-    let other = ProductCatalog::new(
+    let other = ControlDatabaseCatalog::new(
         srv.state.store.clone(),
         "dst_other",
         "file:///nowhere",
@@ -181,11 +181,9 @@ impl Lake {
         let token = format!("src-token-{}", uuid::Uuid::new_v4().simple());
         let routes = typed_events(token.clone(), Arc::new(AtomicU64::new(count)), Default::default());
         let provider = FakeProvider::start(&ca, &["api.source.test"], routes).await;
-        let pins = provider.pins(&["api.source.test"]);
+        let trust = Trust::new(&ca).serving(&provider, &["api.source.test"]);
         let srv = TestServer::start_with(backend, |c| {
-            c.plugins.egress =
-                service::egress::EgressPolicy::from_settings("*.source.test", Some(&pins), Some(ca.pem.as_bytes()))
-                    .unwrap();
+            c.plugins.egress = trust.policy();
             c.plugins.warehouses =
                 service::warehouse::postgres::WarehousePolicy::from_settings(warehouse_hosts).unwrap();
         })
@@ -287,63 +285,6 @@ impl Lake {
     /// The same, the catalog opened with `properties` (an object store's).
     async fn read_back_with(&self, catalog: &str, table: &str, properties: serde_json::Value) -> serde_json::Value {
         self.reader.lock().await.read(&self.srv.state.config.database_url, catalog, table, properties).await
-    }
-}
-
-/// pyiceberg and DuckDB reading tables as an engine outside the service
-/// does: one `iceberg_read.py --serve` for the whole test.
-pub(crate) struct Reader {
-    child: tokio::process::Child,
-    input: tokio::process::ChildStdin,
-    output: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-}
-
-impl Reader {
-    pub(crate) fn start() -> Reader {
-        let mut child = tokio::process::Command::new(test_python())
-            .arg(python_script("iceberg_read.py"))
-            .arg("--serve")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let input = child.stdin.take().unwrap();
-        let output = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-        Reader { child, input, output }
-    }
-
-    /// What pyiceberg and DuckDB read of `table` through pyiceberg's SQL
-    /// catalog `catalog` on the control database at `database_url`.
-    pub(crate) async fn read(
-        &mut self,
-        database_url: &str,
-        catalog: &str,
-        table: &str,
-        properties: serde_json::Value,
-    ) -> serde_json::Value {
-        self.read_with(database_url, catalog, table, properties, &[]).await
-    }
-
-    /// [`Reader::read`], each row also showing `columns` as text.
-    pub(crate) async fn read_with(
-        &mut self,
-        database_url: &str,
-        catalog: &str,
-        table: &str,
-        properties: serde_json::Value,
-        columns: &[&str],
-    ) -> serde_json::Value {
-        let uri = match database_url.strip_prefix("sqlite://") {
-            Some(path) => format!("sqlite:///{}", path.split('?').next().unwrap()),
-            None => database_url.replacen("postgres://", "postgresql+psycopg2://", 1),
-        };
-        let request = format!("{}\n", serde_json::json!([uri, catalog, table, properties, columns]));
-        tokio::io::AsyncWriteExt::write_all(&mut self.input, request.as_bytes()).await.unwrap();
-        match self.output.next_line().await.unwrap() {
-            Some(line) => serde_json::from_str(&line).unwrap(),
-            None => panic!("iceberg_read.py stopped: {:?}", self.child.wait().await),
-        }
     }
 }
 

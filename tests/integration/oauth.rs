@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, expect_error, json_ok};
 
 /// The fake authorization server and API.
@@ -99,20 +100,22 @@ fn routes(auth: Arc<Auth>) -> Router {
         .with_state(auth)
 }
 
-struct Fx {
+/// A server whose OAuth client is registered with the fake authorization
+/// server (which also serves the API it authorizes).
+struct OAuthServer {
     srv: TestServer,
     auth: Arc<Auth>,
     _provider: FakeProvider,
 }
 
-async fn setup(backend: Backend) -> Fx {
+async fn setup(backend: Backend) -> OAuthServer {
     let ca = TestCa::new();
     let auth = Arc::new(Auth { expires_in: AtomicUsize::new(3600), ..Default::default() });
     let names = ["auth.social.test", "api.social.test"];
     let provider = FakeProvider::start(&ca, &names, routes(auth.clone())).await;
-    let pins = provider.pins(&names);
+    let trust = Trust::new(&ca).serving(&provider, &names);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("auth.social.test,api.social.test", Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+        c.plugins.egress = trust.policy();
         c.oauth = service::config::oauth::OAuthSettings::from_settings(
             Some(
                 r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"},
@@ -127,10 +130,10 @@ async fn setup(backend: Backend) -> Fx {
     .await
     .unwrap();
     srv.load_test_plugin("test_oauth_source").await;
-    Fx { srv, auth, _provider: provider }
+    OAuthServer { srv, auth, _provider: provider }
 }
 
-impl Fx {
+impl OAuthServer {
     /// Starts a flow and plays the user's consent: returns (state, code).
     async fn consent(&self, start_path: &str, body: Value) -> (String, String) {
         let started = json_ok(self.srv.post(start_path, body).send().await.unwrap()).await;

@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::on_both_backends;
-use crate::pipelines::setup_beside;
+use crate::support::events::events_source_beside;
 use crate::support::provider::TestCa;
 use crate::support::{Backend, expect_error, json_ok};
 
@@ -38,7 +38,7 @@ async fn events(srv: &crate::support::TestServer, token: &str, job_id: &str) -> 
 
 /// Starts a sync of a new pipeline whose provider waits `delay_ms` per
 /// page: (pipeline id, job id).
-async fn slow_sync(fx: &crate::pipelines::Fx, delay_ms: u64) -> (String, String) {
+async fn slow_sync(fx: &crate::support::events::EventsSource, delay_ms: u64) -> (String, String) {
     fx.events.delay_ms.store(delay_ms, Ordering::SeqCst);
     let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
     let pipeline = fx.pipeline(&dest, "incremental_append").await;
@@ -52,7 +52,7 @@ async fn slow_sync(fx: &crate::pipelines::Fx, delay_ms: u64) -> (String, String)
 /// and its end, after which the stream closes. Members of the workspace
 /// may follow it; nobody else learns it exists.
 async fn a_sync_streams_its_progress_while_it_runs(backend: Backend) {
-    let fx = setup_beside(backend, 1500, &TestCa::new(), "", |_| {}).await;
+    let fx = events_source_beside(backend, 1500, &TestCa::new(), "", |_| {}).await;
     let (pipeline, id) = slow_sync(&fx, 250).await;
     let srv = &fx.srv;
     let ws = srv.workspace_id().await;
@@ -132,7 +132,7 @@ async fn a_sync_streams_its_progress_while_it_runs(backend: Backend) {
 async fn the_watch_pages_show_a_workspace_only_to_its_members(backend: Backend) {
     use secrecy::SecretString;
     use service::access::admin::{OnPasswordChange, set_password};
-    let fx = setup_beside(backend, 300, &TestCa::new(), "", |_| {}).await;
+    let fx = events_source_beside(backend, 300, &TestCa::new(), "", |_| {}).await;
     let srv = &fx.srv;
     let dest = fx.destination("sqlite", json!({ "file": "w.db" })).await;
     let named = json_ok(
@@ -247,7 +247,7 @@ async fn read_until_closed(res: &mut reqwest::Response, secs: u64) -> (bool, Vec
 /// user leaves the workspace, while the job still runs.
 async fn event_streams_are_bounded_and_end_when_access_does(backend: Backend) {
     use service::access::throttle::STREAMS_PER_USER;
-    let fx = setup_beside(backend, 1500, &TestCa::new(), "", |c| {
+    let fx = events_source_beside(backend, 1500, &TestCa::new(), "", |c| {
         c.limits.streams.recheck = std::time::Duration::from_millis(500);
     })
     .await;
@@ -317,7 +317,7 @@ async fn event_streams_are_bounded_and_end_when_access_does(backend: Backend) {
 /// each fail at once (its destination hangs up on every connection)
 /// streams each attempt's start and end, in order, then the job's end.
 async fn every_attempt_is_an_event_however_short(backend: Backend) {
-    let fx = setup_beside(backend, 10, &TestCa::new(), "", |_| {}).await;
+    let fx = events_source_beside(backend, 10, &TestCa::new(), "", |_| {}).await;
     let hang_up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = hang_up.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -372,7 +372,7 @@ async fn plugin_meters_count_on_a_fresh_server_and_after_a_restart_and_the_metri
     let token = format!("meter-{}", uuid::Uuid::new_v4().simple());
     let api = std::sync::Arc::new(testkit::restapi::RestApi::new(60).with_token(token.clone()));
     let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api)).await;
-    let mut procs = crate::pipelines::Processes::new(&ca, &provider);
+    let mut procs = crate::support::replicas::Processes::new(&ca, &provider);
     let metrics_token = "metrics-token-0123456789abcdef";
     procs.env.push(("SERVICE_METRICS_TOKEN", metrics_token.into()));
     let mut server = ServerProcess::start(procs.env.clone()).await;

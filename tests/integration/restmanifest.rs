@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, count_rows, expect_error, json, json_ok};
 use testkit::restapi::{self, HOST, RestApi};
 
@@ -21,7 +22,9 @@ use testkit::restapi::{self, HOST, RestApi};
 /// there would be caught.
 const ELSEWHERE: &str = "files.acme-data.net";
 
-struct Fx {
+/// A server reaching the fake REST API (and a second host, elsewhere),
+/// with a credential stored for the REST manifest source.
+struct ManifestServer {
     srv: TestServer,
     api: Arc<RestApi>,
     handle: String,
@@ -30,23 +33,14 @@ struct Fx {
     _provider: FakeProvider,
 }
 
-async fn setup(backend: Backend, api: RestApi) -> Fx {
+async fn setup(backend: Backend, api: RestApi) -> ManifestServer {
     let ca = TestCa::new();
     let token = format!("rest-token-{}", uuid::Uuid::new_v4().simple());
     let api = Arc::new(api.with_token(token.clone()));
     let provider = FakeProvider::start(&ca, &[HOST], restapi::router(api.clone())).await;
     let elsewhere = FakeProvider::start(&ca, &[ELSEWHERE], restapi::router(Arc::new(RestApi::new(5)))).await;
-    let pins = format!("{},{}", provider.pins(&[HOST]), elsewhere.pins(&[ELSEWHERE]));
-    let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings(
-            &format!("{HOST},{ELSEWHERE}"),
-            Some(&pins),
-            Some(ca.pem.as_bytes()),
-        )
-        .unwrap();
-    })
-    .await
-    .unwrap();
+    let trust = Trust::new(&ca).serving(&provider, &[HOST]).serving(&elsewhere, &[ELSEWHERE]);
+    let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
     let cred = json_ok(
         srv.post("/v1/credentials", json!({ "connector_id": "conn_rest_manifest", "hosts": [HOST], "secret": token }))
             .send()
@@ -55,10 +49,10 @@ async fn setup(backend: Backend, api: RestApi) -> Fx {
     )
     .await;
     let handle = cred["data"]["credential_handle"].as_str().unwrap().to_owned();
-    Fx { srv, api, handle, token, elsewhere, _provider: provider }
+    ManifestServer { srv, api, handle, token, elsewhere, _provider: provider }
 }
 
-impl Fx {
+impl ManifestServer {
     fn configuration(&self, manifest: Value) -> Value {
         json!({ "base_url": format!("https://{HOST}"), "credential_handle": self.handle, "manifest": manifest })
     }
@@ -436,7 +430,7 @@ async fn manifests_are_refused_at_their_json_pointer(backend: Backend) {
 
 /// A hostile manifest's sync fails with `expected` in its error, and no
 /// request reaches the other host.
-async fn fails(fx: &Fx, name: &str, mut stream: Value, expected: &str) {
+async fn fails(fx: &ManifestServer, name: &str, mut stream: Value, expected: &str) {
     // Declared, so that the failure is the sync's and not discovery's.
     stream["schema"] = json!({ "type": "object", "properties": { "id": { "type": "integer" } } });
     let source = fx.source(json!({ "streams": [stream] })).await;

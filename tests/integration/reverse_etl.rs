@@ -14,6 +14,7 @@ use sqlx::Connection;
 use crate::on_both_backends;
 use crate::support::mailcoach::{self, LIST_UUID, MailcoachState};
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, expect_error, json, json_ok};
 
 const SELF_HOSTED: &str = "https://mail.acme-corp.com/api";
@@ -64,16 +65,13 @@ pub(crate) async fn setup_with(backend: Backend, adjust: impl FnOnce(&mut servic
         }),
     );
     let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver).await;
-    let pins = format!("{},{}", mail.pins(&["mail.acme-corp.com"]), hooks.pins(&[HOOK_HOST]));
+    let trust = Trust::new(&ca)
+        .serving(&mail, &["mail.acme-corp.com"])
+        .allowing("*.mailcoach.app")
+        .pinning(&hooks.pins(&[HOOK_HOST]))
+        .receiving(&[HOOK_HOST]);
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings(
-            "*.mailcoach.app,mail.acme-corp.com",
-            Some(&pins),
-            Some(ca.pem.as_bytes()),
-        )
-        .unwrap()
-        .with_webhook_hosts(HOOK_HOST)
-        .unwrap();
+        c.plugins.egress = trust.policy();
         adjust(c);
     })
     .await

@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::on_both_backends;
 use crate::reverse_etl::{HOOK_HOST, setup_with};
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, expect_error, json_ok};
 
 on_both_backends!(runs_and_previews_stay_within_their_bounds);
@@ -147,12 +148,9 @@ async fn a_cancelled_run_stops_while_it_waits_for_retry_after() {
         }),
     );
     let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver).await;
-    let pins = hooks.pins(&[HOOK_HOST]);
+    let trust = Trust::new(&ca).pinning(&hooks.pins(&[HOOK_HOST])).receiving(&[HOOK_HOST]);
     let srv = TestServer::start_with(Backend::Sqlite, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings("", Some(&pins), Some(ca.pem.as_bytes()))
-            .unwrap()
-            .with_webhook_hosts(HOOK_HOST)
-            .unwrap();
+        c.plugins.egress = trust.policy();
         c.limits.job_concurrency = 1;
     })
     .await

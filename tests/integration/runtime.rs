@@ -17,6 +17,7 @@ use service::plugin::registry::{LoadedPlugin, PluginSource};
 
 use crate::on_both_backends;
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
 
 const HOSTS: &[&str] = &["api.provider.test", "echo.provider.test", "redirect.provider.test"];
@@ -155,14 +156,9 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let ca = TestCa::new();
     let provider = FakeProvider::start(&ca, HOSTS, provider_routes()).await;
-    let pins = provider.pins(HOSTS);
+    let trust = Trust::new(&ca).serving(&provider, HOSTS).allowing("localhost");
     let srv = TestServer::start_with(Backend::Sqlite, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings(
-            "api.provider.test,echo.provider.test,redirect.provider.test,localhost",
-            Some(&pins),
-            Some(ca.pem.as_bytes()),
-        )
-        .unwrap();
+        c.plugins.egress = trust.policy();
         c.plugins.egress.max_response_bytes = RESPONSE_LIMIT;
         c.plugins.limits.cpu = Duration::from_millis(500);
         c.plugins.limits.memory_bytes = 64 * 1024 * 1024;

@@ -15,19 +15,21 @@ use crate::on_both_backends;
 use crate::support::hubspot::{self, Hub};
 use crate::support::mailcoach::{self, MailcoachState};
 use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, count_rows, expect_error, json_ok, key_paths};
 
 const CONNECTOR: &str = "conn_socialmedia_hub";
 const RETAIL: [&str; 2] = ["ch-retail-fb", "ch-retail-li"];
 
-struct Fx {
+/// A server reaching the fake HubSpot social API (and Mailcoach).
+struct HubServer {
     srv: TestServer,
     hub: Arc<Hub>,
     mc_token: String,
     _provider: FakeProvider,
 }
 
-async fn setup(backend: Backend) -> Fx {
+async fn setup(backend: Backend) -> HubServer {
     let ca = TestCa::new();
     let hub = Hub::new();
     let mc_token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
@@ -40,14 +42,9 @@ async fn setup(backend: Backend) -> Fx {
     let names = ["api.hubapi.com", "team.mailcoach.app"];
     // One HTTPS server plays both providers; the paths do not overlap.
     let provider = FakeProvider::start(&ca, &names, hubspot::router(hub.clone()).merge(mailcoach::router(mc))).await;
-    let pins = provider.pins(&names);
+    let trust = Trust::new(&ca).pinning(&provider.pins(&names)).allowing("api.hubapi.com,*.mailcoach.app");
     let srv = TestServer::start_with(backend, |c| {
-        c.plugins.egress = service::egress::EgressPolicy::from_settings(
-            "api.hubapi.com,*.mailcoach.app",
-            Some(&pins),
-            Some(ca.pem.as_bytes()),
-        )
-        .unwrap();
+        c.plugins.egress = trust.policy();
         c.oauth = service::config::oauth::OAuthSettings::from_settings(
             Some(
                 &json!({ CONNECTOR: { "client_id": hubspot::CLIENT_ID, "client_secret": hubspot::CLIENT_SECRET } })
@@ -59,10 +56,10 @@ async fn setup(backend: Backend) -> Fx {
     })
     .await
     .unwrap();
-    Fx { srv, hub, mc_token, _provider: provider }
+    HubServer { srv, hub, mc_token, _provider: provider }
 }
 
-impl Fx {
+impl HubServer {
     /// Runs the OAuth flow as a person would and answers the handle.
     async fn authorise(&self) -> String {
         let started = json_ok(
@@ -258,7 +255,7 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     assert_eq!(both.len(), 3);
 
     // A source with a valid selection, then every stream into SQLite.
-    let created = fx.create_source(Fx::valid_selection(&handle)).await;
+    let created = fx.create_source(HubServer::valid_selection(&handle)).await;
     assert_eq!(created.status(), 201);
     let source = json_ok(created).await;
     assert_allowlisted(&source);
@@ -343,7 +340,7 @@ async fn a_social_source_goes_from_oauth_to_incremental_syncs_and_survives_unloa
     let c = json_ok(srv.get(&format!("/v1/connectors/{CONNECTOR}")).send().await.unwrap()).await;
     assert_eq!(c["data"]["status"], "unavailable");
     expect_error(fx.entities(&handle, "portal_id", json!({}), "").await, 409, "CONNECTOR_UNAVAILABLE").await;
-    expect_error(fx.create_source(Fx::valid_selection(&handle)).await, 409, "CONNECTOR_UNAVAILABLE").await;
+    expect_error(fx.create_source(HubServer::valid_selection(&handle)).await, 409, "CONNECTOR_UNAVAILABLE").await;
     let kept = json_ok(srv.get(&format!("/v1/sources/{source_id}")).send().await.unwrap()).await;
     assert_eq!(kept["data"]["configuration"], source["data"]["configuration"]);
     json_ok(srv.request(Method::POST, &format!("/v1/admin/plugins/{CONNECTOR}/load")).send().await.unwrap()).await;
@@ -371,7 +368,7 @@ async fn the_selection_is_checked_against_what_the_provider_offers_now(backend: 
         assert_allowlisted(body);
     };
     let with = |patch: Value| {
-        let mut c = Fx::valid_selection(&handle);
+        let mut c = HubServer::valid_selection(&handle);
         for (k, v) in patch.as_object().unwrap() {
             c[k] = v.clone();
         }
@@ -507,7 +504,7 @@ async fn the_selection_is_checked_against_what_the_provider_offers_now(backend: 
             .unwrap(),
     )
     .await;
-    let alias = json_ok(srv.post("/v1/sources", json!({ "connector_id": "source:hubspot_social", "name": "Aliased", "configuration": Fx::valid_selection(&handle) })).send().await.unwrap()).await;
+    let alias = json_ok(srv.post("/v1/sources", json!({ "connector_id": "source:hubspot_social", "name": "Aliased", "configuration": HubServer::valid_selection(&handle) })).send().await.unwrap()).await;
     assert_eq!(alias["data"]["connector_id"], CONNECTOR, "a legacy alias is stored as the canonical id");
 }
 
@@ -621,7 +618,7 @@ async fn adding_the_social_source_changes_nothing_that_was_there(backend: Backen
     // Add it: load, authorise, choose, create, sync into its own warehouse.
     json_ok(srv.request(Method::POST, &format!("/v1/admin/plugins/{CONNECTOR}/load")).send().await.unwrap()).await;
     let handle = fx.authorise().await;
-    let source = json_ok(fx.create_source(Fx::valid_selection(&handle)).await).await;
+    let source = json_ok(fx.create_source(HubServer::valid_selection(&handle)).await).await;
     let pipeline = fx
         .pipeline(
             source["data"]["source_id"].as_str().unwrap(),
@@ -735,14 +732,14 @@ on_both_backends!(the_cli_lists_entity_options_page_by_page);
 /// once: in SQLite, PostgreSQL and an Iceberg table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_social_append_killed_mid_read_leaves_every_post_once() {
-    for into in crate::pipelines::CrashInto::ALL {
+    for into in crate::support::replicas::CrashInto::ALL {
         social_append_killed_mid_read(into).await;
     }
 }
 
-async fn social_append_killed_mid_read(into: crate::pipelines::CrashInto) {
-    use crate::pipelines::{CrashTarget, Processes};
+async fn social_append_killed_mid_read(into: crate::support::replicas::CrashInto) {
     use crate::support::process::ServerProcess;
+    use crate::support::replicas::{CrashTarget, Processes};
     crate::support::init_crypto();
     let Some(mut target) = CrashTarget::new(into).await else { return };
     let ca = TestCa::new();
@@ -774,7 +771,7 @@ async fn social_append_killed_mid_read(into: crate::pipelines::CrashInto) {
     let source = post(
         &server.base,
         "/v1/sources",
-        json!({ "connector_id": CONNECTOR, "name": "Social", "configuration": Fx::valid_selection(&handle) }),
+        json!({ "connector_id": CONNECTOR, "name": "Social", "configuration": HubServer::valid_selection(&handle) }),
     )
     .await;
     let dest = post(&server.base, "/v1/destinations", target.destination("social.db")).await;

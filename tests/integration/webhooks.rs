@@ -18,7 +18,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::on_both_backends;
-use crate::pipelines::{Fx, setup_beside};
+use crate::support::events::{EventsSource, events_source_beside};
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::{Backend, expect_error, json_ok, python_script, test_python};
 
@@ -94,7 +94,7 @@ fn receiver_routes(r: Arc<Receiver>) -> Router {
 }
 
 struct Hooks {
-    fx: Fx,
+    fx: EventsSource,
     receiver: Arc<Receiver>,
     _server: FakeProvider,
 }
@@ -108,7 +108,7 @@ async fn setup(backend: Backend, count: u64) -> Hooks {
     let server =
         FakeProvider::start(&ca, &[HOOK_HOST, "elsewhere.acme-corp.com"], receiver_routes(receiver.clone())).await;
     let pins = server.pins(&[HOOK_HOST, "elsewhere.acme-corp.com"]);
-    let fx = setup_beside(backend, count, &ca, &pins, |c| {
+    let fx = events_source_beside(backend, count, &ca, &pins, |c| {
         c.plugins.egress = c.plugins.egress.clone().with_webhook_hosts("*.acme-corp.com").unwrap();
         c.limits.webhooks.max_backoff = Duration::from_secs(2);
     })
@@ -538,13 +538,14 @@ async fn only_administrators_subscribe_and_receivers_obey_the_egress_rules(backe
 /// retries. Needs PostgreSQL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_server_processes_deliver_each_event_once() {
-    use crate::pipelines::{Processes, slow_events};
+    use crate::support::events::slow_events;
     use crate::support::process::ServerProcess;
+    use crate::support::replicas::Processes;
     crate::support::init_crypto();
     let Some(db) = crate::support::PgDatabase::create().await else { return };
     let ca = TestCa::new();
     let events = slow_events("replica-webhook-source-token", 200, 0);
-    let provider = FakeProvider::start(&ca, &["api.source.test"], crate::pipelines::routes(events.clone())).await;
+    let provider = FakeProvider::start(&ca, &["api.source.test"], crate::support::events::routes(events.clone())).await;
     let receiver = Arc::new(Receiver::default());
     receiver.down_status.store(500, Ordering::SeqCst);
     let hooks = FakeProvider::start(&ca, &[HOOK_HOST], receiver_routes(receiver.clone())).await;
@@ -1056,7 +1057,7 @@ async fn a_workspaces_undelivered_events_are_bounded(backend: Backend) {
     let receiver = Arc::new(Receiver::default());
     let server = FakeProvider::start(&ca, &[HOOK_HOST], receiver_routes(receiver.clone())).await;
     let pins = server.pins(&[HOOK_HOST]);
-    let fx = setup_beside(backend, 10, &ca, &pins, |c| {
+    let fx = events_source_beside(backend, 10, &ca, &pins, |c| {
         c.plugins.egress = c.plugins.egress.clone().with_webhook_hosts("*.acme-corp.com").unwrap();
         c.limits.webhooks.pending_per_subscription = 20;
         c.limits.webhooks.pending_per_workspace = 50;

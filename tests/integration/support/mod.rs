@@ -15,6 +15,12 @@
 //!   database), [`PgDatabase`], the per-backend test macros and response
 //!   checks;
 //! - [`process`]: the `service` binary run as a user runs it;
+//! - [`replicas`]: several such processes on one control database, and
+//!   the destinations crash tests kill them over;
+//! - [`trust`]: the egress policy of a server trusting fake providers;
+//! - [`events`]: the paged test source over a fake events API, the
+//!   fixture most pipeline tests start from;
+//! - [`iceberg`]: Iceberg tables read back by pyiceberg and DuckDB;
 //! - from the `testkit` crate (shared with the benchmarks): [`provider`]
 //!   (a TLS test CA and fake providers over real HTTPS), [`mailcoach`] and
 //!   [`hubspot`] (the bundled connectors' providers), [`routes`] (canned
@@ -23,7 +29,11 @@
 
 #![allow(dead_code)]
 
+pub mod events;
+pub mod iceberg;
 pub mod process;
+pub mod replicas;
+pub mod trust;
 
 pub use testkit::plugins::test_plugin;
 pub use testkit::{fakepg, hubspot, mailcoach, provider, routes};
