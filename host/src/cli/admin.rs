@@ -6,8 +6,6 @@ use secrecy::ExposeSecret;
 
 use super::Local;
 use crate::access::{ClientSource, Role};
-use crate::config::database_url;
-use crate::store::Store;
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -80,9 +78,7 @@ fn parse_role(s: &str) -> Result<Role, String> {
 pub(super) async fn run(local: Local, cmd: AdminCommand) -> anyhow::Result<()> {
     crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("info"))?;
     let storage = &local.storage;
-    let url = database_url(storage)?;
-    let store =
-        Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
+    let store = super::open_store(storage).await?;
     match cmd {
         AdminCommand::CreateUser { email, name, workspace, role } => {
             let (user_id, workspace_id) =

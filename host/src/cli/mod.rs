@@ -138,6 +138,18 @@ pub enum Command {
     Api(Box<api::ApiCommand>),
 }
 
+/// The installation's control database, as an offline command opens it.
+async fn open_store(storage: &StorageArgs) -> anyhow::Result<crate::store::Store> {
+    let url = crate::config::database_url(storage)?;
+    crate::store::Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))
+}
+
+/// The installation's vault over `store`, unsealed with its master key.
+fn open_vault(storage: &StorageArgs, store: &crate::store::Store) -> anyhow::Result<crate::credentials::Vault> {
+    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
+    Ok(crate::credentials::Vault::new(store.clone(), keyring))
+}
+
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {

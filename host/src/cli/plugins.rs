@@ -10,7 +10,7 @@ use clap::Subcommand;
 
 use super::{author, client};
 use crate::access::ClientSource;
-use crate::config::{PluginArgs, StorageArgs, database_url};
+use crate::config::{PluginArgs, StorageArgs};
 use crate::plugin::Runtime;
 use crate::plugin::registry::{Registry, validate_info};
 use crate::store::Store;
@@ -159,11 +159,8 @@ pub(super) async fn run(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::R
     };
     let plugins = &plugins;
     let settings = plugins.resolve(&storage.data_dir)?;
-    let url = database_url(storage)?;
-    let store =
-        Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
-    let vault = crate::credentials::Vault::new(store.clone(), keyring);
+    let store = super::open_store(storage).await?;
+    let vault = super::open_vault(storage, &store)?;
     let runtime =
         Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&settings.compile_cache_dir, &vault)))?;
     let egress = crate::egress::Egress::new(settings.egress.clone(), Arc::new(vault.clone()))?;

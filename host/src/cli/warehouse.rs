@@ -4,8 +4,7 @@
 use clap::Subcommand;
 
 use super::Local;
-use crate::config::{PluginArgs, database_url};
-use crate::store::Store;
+use crate::config::PluginArgs;
 
 #[derive(Debug, Subcommand)]
 pub enum WarehouseCommand {
@@ -34,11 +33,8 @@ pub(super) async fn run(local: Local, command: WarehouseCommand) -> anyhow::Resu
     crate::telemetry::init_logging(crate::config::LogFormat::Human, local.log.filter_or("warn"))?;
     let storage = &local.storage;
     let settings = plugins.resolve(&storage.data_dir)?;
-    let url = database_url(storage)?;
-    let store =
-        Store::connect(&url).await.map_err(|e| anyhow::anyhow!("DATABASE_URL: cannot open the database: {e}"))?;
-    let keyring = crate::credentials::keyring::Keyring::load(&storage.data_dir, storage.master_key.as_ref())?;
-    let vault = crate::credentials::Vault::new(store.clone(), keyring);
+    let store = super::open_store(storage).await?;
+    let vault = super::open_vault(storage, &store)?;
     let buckets =
         orphans::ObjectStores { keys: &vault, policy: &settings.warehouses, extra_roots: &settings.egress.extra_roots };
     let grace = std::time::Duration::from_secs(grace_minutes.saturating_mul(60));

@@ -250,16 +250,7 @@ fn endpoint_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid_field("configuration.url", "url is required"))?;
     let (url, _) = check_receiver_url(state.egress.policy(), raw).map_err(|e| e.at("configuration.url"))?;
-    let handle = match obj.get("credential_handle") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(h)) => Some(h.clone()),
-        Some(_) => {
-            return Err(ApiError::invalid_field(
-                "configuration.credential_handle",
-                "credential_handle must be a string",
-            ));
-        }
-    };
+    let handle = crate::warehouse::config::optional_handle(obj)?;
     Ok((url, handle))
 }
 

@@ -48,6 +48,18 @@ async fn still_held(tx: &mut sqlx::Transaction<'static, sqlx::Any>, lease: Optio
     Ok(held == 1)
 }
 
+/// Saves `c` in the transaction `tx`.
+async fn save_state(tx: &mut sqlx::Transaction<'static, sqlx::Any>, c: &StreamCheckpoint) -> StoreResult<()> {
+    sqlx::query(super::pipelines::SAVE_STREAM_STATE)
+        .bind(&c.pipeline_id)
+        .bind(&c.stream)
+        .bind(&c.state)
+        .bind(super::now_ms())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// A stream's state to save with a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamCheckpoint {
@@ -240,13 +252,7 @@ impl Store {
             return Ok(Swapped::Raced);
         }
         if let Some(c) = with.checkpoint {
-            sqlx::query(super::pipelines::SAVE_STREAM_STATE)
-                .bind(&c.pipeline_id)
-                .bind(&c.stream)
-                .bind(&c.state)
-                .bind(super::now_ms())
-                .execute(&mut *tx)
-                .await?;
+            save_state(&mut tx, c).await?;
         }
         tx.commit().await?;
         Ok(Swapped::Done)
@@ -263,13 +269,7 @@ impl Store {
         if !still_held(&mut tx, lease).await? {
             return Ok(Swapped::LeaseLost);
         }
-        sqlx::query(super::pipelines::SAVE_STREAM_STATE)
-            .bind(&checkpoint.pipeline_id)
-            .bind(&checkpoint.stream)
-            .bind(&checkpoint.state)
-            .bind(super::now_ms())
-            .execute(&mut *tx)
-            .await?;
+        save_state(&mut tx, checkpoint).await?;
         tx.commit().await?;
         Ok(Swapped::Done)
     }

@@ -115,6 +115,18 @@ pub(crate) fn plain_name(field: &str, v: Option<&str>) -> Result<String, ApiErro
     Ok(v.to_owned())
 }
 
+/// The optional `credential_handle` of a configuration: absent, null or a
+/// string.
+pub(crate) fn optional_handle(obj: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+    match obj.get("credential_handle") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(h)) => Ok(Some(h.clone())),
+        Some(_) => {
+            Err(ApiError::invalid_field("configuration.credential_handle", "credential_handle must be a string"))
+        }
+    }
+}
+
 /// Names SQLite gives the files it keeps beside a database.
 pub(crate) const SIDE_FILE_SUFFIXES: &[&str] = &["-wal", "-shm", "-journal"];
 

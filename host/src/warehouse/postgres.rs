@@ -141,16 +141,7 @@ pub(crate) fn config(obj: &Map<String, Value>) -> Result<DestinationConfig, ApiE
     if url.password().is_some() {
         return Err(ApiError::secret_refused("configuration.url"));
     }
-    let credential_handle = match obj.get("credential_handle") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(h)) => Some(h.clone()),
-        Some(_) => {
-            return Err(ApiError::invalid_field(
-                "configuration.credential_handle",
-                "credential_handle must be a string",
-            ));
-        }
-    };
+    let credential_handle = super::config::optional_handle(obj)?;
     let target =
         parse(&url, credential_handle.is_some()).map_err(|m| ApiError::invalid_field("configuration.url", m))?;
     let model_role = match obj.get("model_role") {
@@ -388,6 +379,23 @@ pub(crate) async fn open(target: &Target, revealed: Option<Revealed>, place: &Pl
         failed(&format!("cannot connect to the PostgreSQL destination {}:{}", target.host, target.port), e)
     })?;
     Ok(Db::Postgres(pool))
+}
+
+/// Writes a batch with `COPY` (binary, or text into columns someone gave
+/// another type: JSONB, say, takes text, which the server converts, and
+/// binary it would refuse), finishing with `upsert` when keys may exist.
+pub(crate) async fn apply(
+    pool: &sqlx::PgPool,
+    table: &str,
+    names: &[String],
+    upsert: Option<&str>,
+    data: Vec<u8>,
+    binary: bool,
+) -> Result<(), WriteError> {
+    let data = if binary { CopyData::Binary(data) } else { CopyData::Text(copy_text_from_binary(&data)?) };
+    copy_rows(pool, &super::quote(table), names, upsert, data)
+        .await
+        .map_err(|e| WriteError::Destination(format!("cannot write to {table}: {e}")))
 }
 
 #[cfg(test)]

@@ -406,6 +406,23 @@ pub(crate) async fn open(file: &str, place: &Place<'_>) -> Result<Opened, WriteE
     Ok(Opened { pool, rows: Arc::new(std::sync::Mutex::new(rows)), checkpointer })
 }
 
+/// Writes a batch's rows in one transaction, off the async workers (SQLite
+/// works synchronously), and tells the checkpointer.
+pub(super) async fn apply(
+    writer: &Arc<std::sync::Mutex<RowWriter>>,
+    checkpointer: &Checkpointer,
+    rows: SqliteRows,
+    table: &str,
+) -> Result<(), WriteError> {
+    let writer = writer.clone();
+    tokio::task::spawn_blocking(move || writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows))
+        .await
+        .map_err(|e| WriteError::Destination(format!("the write stopped: {e}")))?
+        .map_err(|e| failed(&format!("cannot write to {table}"), e))?;
+    checkpointer.committed();
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tables::Db;

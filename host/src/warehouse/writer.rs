@@ -10,7 +10,7 @@ use serde_json::json;
 use super::config::{DestinationConfig, Place, Revealed};
 use super::iceberg::IcebergWriter;
 use super::jsonl;
-use super::postgres::{self, CopyData, copy_data, copy_rows, copy_text_from_binary};
+use super::postgres::{self, copy_data};
 use super::shape::{Rows, shape};
 use super::sqlite::SqliteRows;
 use super::tables::Db;
@@ -295,28 +295,16 @@ impl Writer {
         let io = WriteError::Destination;
         let Batch { table, columns, bytes, load, .. } = batch;
         let binary = self.ensure_columns(&table, &columns).await?;
-        let writing = |e: &dyn std::fmt::Display| io(format!("cannot write to {table}: {e}"));
         match (self, load) {
             (Writer::Iceberg(lake), Load::Arrow(rows)) => lake.append(&table, rows, bytes).await?,
             (Writer::Jsonl { dir }, Load::Lines(out)) => {
                 jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?
             }
             (Writer::Sql { db: Db::Sqlite(_, writer, checkpointer), .. }, Load::Rows(rows)) => {
-                // SQLite works synchronously: off the async workers.
-                let writer = writer.clone();
-                tokio::task::spawn_blocking(move || {
-                    writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows)
-                })
-                .await
-                .map_err(|e| io(format!("the write stopped: {e}")))?
-                .map_err(|e| writing(&e))?;
-                checkpointer.committed();
+                super::sqlite::apply(writer, checkpointer, rows, &table).await?
             }
             (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
-                // A column someone gave another type (JSONB, say) takes
-                // text, which the server converts; binary it would refuse.
-                let data = if binary { CopyData::Binary(data) } else { CopyData::Text(copy_text_from_binary(&data)?) };
-                copy_rows(pool, &quote(&table), &names, upsert.as_deref(), data).await.map_err(|e| writing(&e))?;
+                postgres::apply(pool, &table, &names, upsert.as_deref(), data, binary).await?
             }
             _ => return Err(io("the batch was prepared for another destination".into())),
         }
