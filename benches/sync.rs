@@ -200,7 +200,7 @@ async fn sync_job(state: &service::state::AppState, ws: &str, pipeline_id: &str)
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     };
     assert_eq!(done.status, JobStatus::Succeeded, "{:?}", done.error);
-    done.progress["records"].as_u64().unwrap()
+    done.progress.sync().expect("a sync's progress").records
 }
 
 /// The test plugin's pages cut into records, and the next page's URL.
