@@ -121,8 +121,8 @@ impl Connector for RestManifest {
 
     fn read(request: ReadRequest<Config>) -> Result<()> {
         let config = &request.config;
-        manifest::checked(&config)?;
-        let spec = manifest::stream(&config, &request.stream)?;
+        manifest::checked(config)?;
+        let spec = manifest::stream(config, &request.stream)?;
         let incremental = spec.incremental.as_ref().filter(|_| request.is_incremental());
         if let (Some(incremental), Some(asked)) = (incremental, &request.cursor_field)
             && *asked != incremental.cursor_field

@@ -87,13 +87,13 @@ impl<'c> Pager<'c> {
 
     fn request(&self, url: &str) -> RequestBuilder {
         let mut request =
-            Http::get(url).header("accept", "application/json").retry(manifest::retry(self.spec, &self.config));
+            Http::get(url).header("accept", "application/json").retry(manifest::retry(self.spec, self.config));
         for (name, value) in &self.config.manifest.headers {
             request = request.header(name, value.clone());
         }
         if let Some(handle) = &self.config.credential_handle {
             // The placement was checked with the config.
-            if let Ok(placement) = manifest::placement(&self.config) {
+            if let Ok(placement) = manifest::placement(self.config) {
                 request = request.credential(handle, placement);
             }
         }
