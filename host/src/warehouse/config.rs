@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-pub use super::iceberg::config::{Lakehouse, PartitionField};
+pub use super::iceberg::config::Lakehouse;
+pub(crate) use super::iceberg::config::PartitionField;
 use super::{iceberg, jsonl, postgres, sqlite};
 use crate::error::ApiError;
 use crate::store::kinds::DestinationKind;

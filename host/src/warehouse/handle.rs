@@ -20,7 +20,7 @@ use crate::store::Store;
 use crate::store::destinations::Destination;
 
 /// A credential being revealed.
-pub type Revealing<'a, T> = Pin<Box<dyn Future<Output = Result<T, SecretError>> + Send + 'a>>;
+pub(crate) type Revealing<'a, T> = Pin<Box<dyn Future<Output = Result<T, SecretError>> + Send + 'a>>;
 
 /// Reveals a destination's credential, for the destination's own host in
 /// its own workspace. Implemented by the vault.

@@ -9,7 +9,7 @@ use crate::store::kinds::DestinationKind;
 /// workspace's folder, when exactly one workspace names them. A file that
 /// several workspaces named is left where it is, with a warning: it cannot
 /// be told whose it is, and each workspace starts a file of its own.
-pub async fn relocate_shared_files(store: &crate::store::Store, data_dir: &Path) {
+pub(crate) async fn relocate_shared_files(store: &crate::store::Store, data_dir: &Path) {
     let Ok(destinations) = store.file_destinations().await else { return };
     let legacy = |d: &crate::store::destinations::Destination| -> Option<(&'static str, String)> {
         match d.kind {

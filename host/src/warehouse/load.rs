@@ -239,7 +239,10 @@ mod tests {
             "a first part was written before the last was queued ({during} records)"
         );
         assert_eq!(during + loader.drain().await.unwrap().records, 12_001);
-        let Writer::Sql { db: crate::warehouse::tables::Db::Sqlite(pool, ..), .. } = &*writer else {
+        let Writer::Sql(crate::warehouse::tables::Tables {
+            db: crate::warehouse::tables::Db::Sqlite(pool, ..), ..
+        }) = &*writer
+        else {
             panic!("an SQLite writer")
         };
         let count: i64 = sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(pool).await.unwrap();

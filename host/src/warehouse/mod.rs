@@ -28,16 +28,17 @@
 //!   files live ([`Place`]);
 //! - [`writer`]: the [`Writer`] of one job, which starts and ends each
 //!   stream ([`Writer::begin_stream`], [`Writer::end_stream`]);
-//! - [`tables`]: the tables a destination database holds for the service;
+//! - [`tables`]: the tables a destination database holds for the service,
+//!   and what the two SQL kinds share ([`tables::Tables`], [`tables::SqlRows`]);
 //! - [`legacy`]: moving files of destinations from before per-workspace
 //!   folders;
 //! - [`shape`]: records into keys, fields and rows;
-//! - [`sqlite`]: SQLite batches, the connection that writes their rows,
-//!   and the WAL checkpointer;
-//! - [`postgres`]: URLs, connect options and `COPY`;
-//! - [`jsonl`]: JSON-lines files;
-//! - [`iceberg`]: Parquet committed to Apache Iceberg tables, in a folder
-//!   or an S3-compatible bucket;
+//! - the kinds, each a folder with the same role files (`config`, `open`,
+//!   `batch`) and one line in each dispatch ([`config::validate`],
+//!   [`Writer`]): [`sqlite`] (the connection that writes rows, the WAL
+//!   checkpointer), [`postgres`] (URLs, connect options and `COPY`),
+//!   [`jsonl`] (JSON-lines files), [`iceberg`] (Parquet committed to
+//!   Apache Iceberg tables, in a folder or an S3-compatible bucket);
 //! - [`load`]: the [`Loader`] of one stream's batches and checkpoints;
 //! - [`query`]: read-only queries that reverse-ETL models run;
 //! - [`handle`]: [`Warehouses`], the one handle callers open a writer or
@@ -45,22 +46,23 @@
 //!   credential: a password, or an object store's access key).
 
 pub mod config;
-pub mod handle;
+pub(crate) mod handle;
 pub mod iceberg;
-pub mod jsonl;
-pub mod legacy;
-pub mod load;
+pub(crate) mod jsonl;
+pub(crate) mod legacy;
+pub(crate) mod load;
 pub mod postgres;
-pub mod query;
-pub mod shape;
-pub mod sqlite;
-pub mod tables;
-pub mod writer;
+pub(crate) mod query;
+pub(crate) mod shape;
+pub(crate) mod sqlite;
+pub(crate) mod tables;
+pub(crate) mod writer;
 
 pub use config::{DestinationConfig, Place, validate};
-pub use handle::{PasswordSource, WarehouseError, Warehouses};
-pub use legacy::relocate_shared_files;
-pub use load::{Loader, Written};
+pub(crate) use handle::{PasswordSource, WarehouseError, Warehouses};
+pub(crate) use legacy::relocate_shared_files;
+pub use load::Loader;
+pub(crate) use load::Written;
 pub use writer::Writer;
 
 /// The text records hold, in bytes.
@@ -184,7 +186,7 @@ mod tests {
         let records = vec![r#"{"id": 1, "note": "a\u0000b"}"#.to_owned()];
         // Nothing connects: preparing does no I/O.
         let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
-        let postgres = Writer::Sql { db: Db::Postgres(pool), columns: Default::default() };
+        let postgres = Writer::Sql(tables::Tables::new(Db::Postgres(pool)));
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
             match postgres.prepare("p", "events", &records, mode, &["id".to_owned()]).map(|batch| batch.is_some()) {
                 Err(WriteError::BadRecord(m)) => assert!(m.contains("NUL"), "{m}"),

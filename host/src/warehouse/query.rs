@@ -143,7 +143,7 @@ impl ModelRows {
 /// Runs `sql` (one `SELECT`) read-only against the warehouse within
 /// `bounds`. Returns once the statement is prepared: a refused statement is
 /// an error here, not in a batch.
-pub async fn run(
+pub(crate) async fn run(
     config: &DestinationConfig,
     place: &Place<'_>,
     password: Option<SecretString>,

@@ -1,6 +1,11 @@
 //! The tables of a destination database the service owns: listed in
 //! `_service_tables`, with their columns, so nothing is dropped, emptied or
 //! written that someone else made.
+//!
+//! What the two SQL kinds share lives here too: the tables a job has seen
+//! and their columns ([`Tables`]), and a batch's rows laid out for an
+//! upsert ([`SqlRows`]), which each kind then encodes its own way
+//! (`sqlite::batch`, `postgres::batch`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,11 +13,13 @@ use std::sync::Arc;
 use sqlx::Row as _;
 use sqlx::sqlite::SqlitePool;
 
+use super::shape::{Rows, shape};
 use super::sqlite::{Checkpointer, RowWriter};
 use super::{METADATA_COLUMNS, WriteError, failed, quote};
+use crate::store::pipelines::StreamSyncMode;
 
 /// A destination database.
-pub enum Db {
+pub(crate) enum Db {
     /// The pool's single connection (tables, columns, the registry), the
     /// connection that writes rows, and the one that moves committed pages
     /// into the database file.
@@ -150,5 +157,125 @@ impl Db {
                 .map(|_| ()),
         }
         .map_err(|e| failed("", e))
+    }
+}
+
+/// A destination database and the columns each table is known to have in
+/// it (and whether binary `COPY` can write each, see [`Db::columns`]).
+pub struct Tables {
+    pub(crate) db: Db,
+    columns: tokio::sync::Mutex<HashMap<String, HashMap<String, bool>>>,
+}
+
+/// A batch's rows laid out for an SQL upsert: the record fields it has
+/// (besides the metadata columns), every column's quoted name (metadata
+/// first), the `ON CONFLICT` clause, and the rows.
+pub(crate) struct SqlRows<'r> {
+    pub(crate) columns: Vec<String>,
+    pub(crate) names: Vec<String>,
+    pub(crate) upsert: String,
+    pub(crate) rows: Vec<super::shape::Row<'r>>,
+}
+
+impl<'r> SqlRows<'r> {
+    /// Lays `records` out, or `None` when the batch is too wide to lay out
+    /// at once ([`super::shape::MAX_CELLS`]) and is to be written in parts.
+    pub(crate) fn lay_out(
+        records: &'r [String],
+        mode: StreamSyncMode,
+        primary_key: &[String],
+    ) -> Result<Option<Self>, WriteError> {
+        let shaped = records
+            .iter()
+            .map(|r| shape(r, mode, primary_key))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(WriteError::BadRecord)?;
+        let dedupe = mode == StreamSyncMode::IncrementalDeduped;
+        let Some(Rows { columns, rows }) =
+            Rows::collect(shaped, dedupe, super::shape::MAX_CELLS).map_err(WriteError::BadRecord)?
+        else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = METADATA_COLUMNS.iter().map(|c| quote(c)).collect();
+        names.extend(columns.iter().map(|c| quote(c)));
+        let upsert = format!(
+            " ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}",
+            names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect::<Vec<_>>().join(", ")
+        );
+        Ok(Some(SqlRows { columns, names, upsert, rows }))
+    }
+}
+
+impl Tables {
+    pub(crate) fn new(db: Db) -> Self {
+        Tables { db, columns: Default::default() }
+    }
+
+    /// Makes sure the stream's table has every column of `fields`; tells
+    /// whether binary `COPY` can write them all (and the metadata columns).
+    pub(crate) async fn ensure_columns(&self, table: &str, fields: &[String]) -> Result<bool, WriteError> {
+        let db = &self.db;
+        // Held throughout, so concurrent batches do not race to add a column.
+        let mut columns = self.columns.lock().await;
+        if !columns.contains_key(table) {
+            let existing = db.claim(table).await?;
+            let existing = if existing.is_empty() {
+                // Keys compare byte-wise: PostgreSQL's default collation would
+                // make every index comparison a locale-aware one.
+                let key_type = match db {
+                    Db::Sqlite(..) => "TEXT",
+                    Db::Postgres(_) => "TEXT COLLATE \"C\"",
+                };
+                let create = format!(
+                    "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" {key_type} PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
+                    quote(table)
+                );
+                db.execute(create).await.map_err(|e| failed(&format!("cannot create table {table}"), e))?;
+                db.register(table).await?;
+                db.columns(table).await.map_err(|e| failed("", e))?
+            } else {
+                existing
+            };
+            columns.insert(table.to_owned(), existing);
+        }
+        let known = columns.get_mut(table).expect("inserted above");
+        for f in fields {
+            if !known.contains_key(f) {
+                let alter = format!("ALTER TABLE {} ADD COLUMN {} TEXT", quote(table), quote(f));
+                if let Err(e) = db.execute(alter).await {
+                    // Another writer may have added it meanwhile.
+                    if !e.to_string().to_lowercase().contains("duplicate") && !e.to_string().contains("already exists")
+                    {
+                        return Err(failed(&format!("cannot add column {f} to {table}"), e));
+                    }
+                }
+                known.insert(f.clone(), true);
+            }
+        }
+        let binary = |c: &str| known.get(c).copied().unwrap_or(true);
+        Ok(METADATA_COLUMNS.iter().copied().chain(fields.iter().map(String::as_str)).all(binary))
+    }
+
+    /// Drops `table` when it is the service's (see [`Db::claim`]).
+    pub(crate) async fn drop_table(&self, table: &str) -> Result<(), WriteError> {
+        if self.db.claim(table).await?.is_empty() {
+            return Ok(());
+        }
+        self.db.execute(format!("DROP TABLE IF EXISTS {}", quote(table))).await.map_err(|e| failed("", e))?;
+        self.db.unregister(table).await?;
+        self.columns.lock().await.remove(table);
+        Ok(())
+    }
+
+    /// Closes the connections.
+    pub(crate) async fn close(self) {
+        match self.db {
+            Db::Sqlite(pool, writer, checkpointer) => {
+                drop(writer);
+                checkpointer.close().await;
+                pool.close().await;
+            }
+            Db::Postgres(pool) => pool.close().await,
+        }
     }
 }

@@ -1,9 +1,7 @@
-//! The [`Writer`] of one job: opened on a destination (each kind opens in
-//! its own module: `sqlite`, `postgres`, `jsonl`, `iceberg`), it lays out
-//! each batch for its database (or file) and applies it in one
-//! transaction.
-
-use std::collections::HashMap;
+//! The [`Writer`] of one job: dispatch, and nothing else, to the kind of
+//! its destination. Each kind is a folder with the same role files
+//! (`config`, `open`, `batch`: `sqlite`, `postgres`, `jsonl`, `iceberg`);
+//! the two SQL kinds share their tables' bookkeeping (`tables`).
 
 use serde_json::json;
 
@@ -11,21 +9,17 @@ use super::config::{DestinationConfig, Place, Revealed};
 use super::iceberg::IcebergWriter;
 use super::jsonl;
 use super::postgres::{self, copy_data};
-use super::shape::{Rows, shape};
+use super::shape::shape;
 use super::sqlite::SqliteRows;
-use super::tables::Db;
-use super::{METADATA_COLUMNS, WriteError, failed, quote, sql_name, text_bytes};
+use super::tables::{Db, SqlRows, Tables};
+use super::{WriteError, failed, quote, sql_name, text_bytes};
 use crate::store::jobs::JobLease;
 use crate::store::pipelines::StreamSyncMode;
 
 /// Where records go.
 pub enum Writer {
-    /// A database, with the columns each table is known to have (and
-    /// whether binary `COPY` can write each, see [`Db::columns`]).
-    Sql {
-        db: Db,
-        columns: tokio::sync::Mutex<HashMap<String, HashMap<String, bool>>>,
-    },
+    /// An SQLite or PostgreSQL database.
+    Sql(Tables),
     Jsonl {
         dir: cap_std::fs::Dir,
     },
@@ -67,11 +61,10 @@ impl Writer {
         match config {
             DestinationConfig::Sqlite { file } => {
                 let opened = super::sqlite::open(file, place).await?;
-                let db = Db::Sqlite(opened.pool, opened.rows, opened.checkpointer);
-                Ok(Writer::Sql { db, columns: Default::default() })
+                Ok(Writer::Sql(Tables::new(Db::Sqlite(opened.pool, opened.rows, opened.checkpointer))))
             }
             DestinationConfig::Postgres { target, .. } => {
-                Ok(Writer::Sql { db: postgres::open(target, revealed, place).await?, columns: Default::default() })
+                Ok(Writer::Sql(Tables::new(postgres::open(target, revealed, place).await?)))
             }
             DestinationConfig::Jsonl { directory } => Ok(Writer::Jsonl { dir: jsonl::open(directory, place)? }),
             DestinationConfig::Iceberg { warehouse, namespace, commit_every, partitions } => {
@@ -153,66 +146,13 @@ impl Writer {
         }
     }
 
-    /// Makes sure the stream's table has every column of `fields`; tells
-    /// whether binary `COPY` can write them all (and the metadata columns).
-    pub(crate) async fn ensure_columns(&self, table: &str, fields: &[String]) -> Result<bool, WriteError> {
-        let Writer::Sql { db, columns } = self else { return Ok(true) };
-        // Held throughout, so concurrent batches do not race to add a column.
-        let mut columns = columns.lock().await;
-        if !columns.contains_key(table) {
-            let existing = db.claim(table).await?;
-            let existing = if existing.is_empty() {
-                // Keys compare byte-wise: PostgreSQL's default collation would
-                // make every index comparison a locale-aware one.
-                let key_type = match db {
-                    Db::Sqlite(..) => "TEXT",
-                    Db::Postgres(_) => "TEXT COLLATE \"C\"",
-                };
-                let create = format!(
-                    "CREATE TABLE IF NOT EXISTS {} (\"_service_raw_id\" {key_type} PRIMARY KEY, \"_service_extracted_at\" BIGINT NOT NULL, \"_service_meta\" TEXT NOT NULL)",
-                    quote(table)
-                );
-                db.execute(create).await.map_err(|e| failed(&format!("cannot create table {table}"), e))?;
-                db.register(table).await?;
-                db.columns(table).await.map_err(|e| failed("", e))?
-            } else {
-                existing
-            };
-            columns.insert(table.to_owned(), existing);
-        }
-        let known = columns.get_mut(table).expect("inserted above");
-        for f in fields {
-            if !known.contains_key(f) {
-                let alter = format!("ALTER TABLE {} ADD COLUMN {} TEXT", quote(table), quote(f));
-                if let Err(e) = db.execute(alter).await {
-                    // Another writer may have added it meanwhile.
-                    if !e.to_string().to_lowercase().contains("duplicate") && !e.to_string().contains("already exists")
-                    {
-                        return Err(failed(&format!("cannot add column {f} to {table}"), e));
-                    }
-                }
-                known.insert(f.clone(), true);
-            }
-        }
-        let binary = |c: &str| known.get(c).copied().unwrap_or(true);
-        Ok(METADATA_COLUMNS.iter().copied().chain(fields.iter().map(String::as_str)).all(binary))
-    }
-
     /// Empties a stream before a full refresh (or a reset). Only a table
     /// the service created is dropped; a table of the same name that
     /// someone else made fails the job and stays as it is.
     pub async fn clear(&self, stream: &str) -> Result<(), WriteError> {
         let table = sql_name(stream);
         match self {
-            Writer::Sql { db, columns } => {
-                if db.claim(&table).await?.is_empty() {
-                    return Ok(());
-                }
-                db.execute(format!("DROP TABLE IF EXISTS {}", quote(&table))).await.map_err(|e| failed("", e))?;
-                db.unregister(&table).await?;
-                columns.lock().await.remove(&table);
-                Ok(())
-            }
+            Writer::Sql(tables) => tables.drop_table(&table).await,
             Writer::Jsonl { dir } => match dir.remove_file(format!("{table}.jsonl")) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -227,7 +167,7 @@ impl Writer {
     /// matter (PostgreSQL, with fresh keys).
     pub(crate) fn concurrent_batches(&self, mode: StreamSyncMode) -> usize {
         match self {
-            Writer::Sql { db: Db::Postgres(_), .. } if mode != StreamSyncMode::IncrementalDeduped => {
+            Writer::Sql(Tables { db: Db::Postgres(_), .. }) if mode != StreamSyncMode::IncrementalDeduped => {
                 postgres::POSTGRES_CONNECTIONS as usize
             }
             _ => 1,
@@ -249,37 +189,28 @@ impl Writer {
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
         let bytes = text_bytes(records) as u64;
-        let shaped = || {
-            records
-                .iter()
-                .map(|r| shape(r, mode, primary_key))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(WriteError::BadRecord)
-        };
         let (columns, load) = match self {
             Writer::Iceberg(lake) => (Vec::new(), Load::Arrow(lake.prepare(&table, records, &meta)?)),
-            Writer::Jsonl { .. } => (Vec::new(), Load::Lines(jsonl::lines(shaped()?, bytes as usize, now, &meta)?)),
-            Writer::Sql { db, .. } => {
-                let shaped = shaped()?;
-                let dedupe = mode == StreamSyncMode::IncrementalDeduped;
-                let Some(Rows { columns, rows }) =
-                    Rows::collect(shaped, dedupe, super::shape::MAX_CELLS).map_err(WriteError::BadRecord)?
+            Writer::Jsonl { .. } => {
+                let shaped = records
+                    .iter()
+                    .map(|r| shape(r, mode, primary_key))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(WriteError::BadRecord)?;
+                (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta)?))
+            }
+            Writer::Sql(tables) => {
+                let Some(SqlRows { columns, names, upsert, rows }) = SqlRows::lay_out(records, mode, primary_key)?
                 else {
                     return Ok(None);
                 };
-                let mut names: Vec<String> = METADATA_COLUMNS.iter().map(|c| quote(c)).collect();
-                names.extend(columns.iter().map(|c| quote(c)));
-                let upsert = format!(
-                    " ON CONFLICT (\"_service_raw_id\") DO UPDATE SET {}",
-                    names[1..].iter().map(|n| format!("{n} = excluded.{n}")).collect::<Vec<_>>().join(", ")
-                );
-                let load = match db {
+                let load = match tables.db {
                     Db::Sqlite(..) => Load::Rows(SqliteRows::new(&quote(&table), &names, &upsert, &rows, now, &meta)?),
                     // Fresh keys never collide: they are copied straight in.
                     // Keys that may exist already go through a staging table.
                     Db::Postgres(_) => Load::Copy {
                         data: copy_data(&names, &rows, now, &meta)?,
-                        upsert: dedupe.then_some(upsert),
+                        upsert: (mode == StreamSyncMode::IncrementalDeduped).then_some(upsert),
                         names,
                     },
                 };
@@ -294,16 +225,19 @@ impl Writer {
     pub(super) async fn apply(&self, batch: Batch) -> Result<u64, WriteError> {
         let io = WriteError::Destination;
         let Batch { table, columns, bytes, load, .. } = batch;
-        let binary = self.ensure_columns(&table, &columns).await?;
+        let binary = match self {
+            Writer::Sql(tables) => tables.ensure_columns(&table, &columns).await?,
+            _ => true,
+        };
         match (self, load) {
             (Writer::Iceberg(lake), Load::Arrow(rows)) => lake.append(&table, rows, bytes).await?,
             (Writer::Jsonl { dir }, Load::Lines(out)) => {
                 jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?
             }
-            (Writer::Sql { db: Db::Sqlite(_, writer, checkpointer), .. }, Load::Rows(rows)) => {
+            (Writer::Sql(Tables { db: Db::Sqlite(_, writer, checkpointer), .. }), Load::Rows(rows)) => {
                 super::sqlite::apply(writer, checkpointer, rows, &table).await?
             }
-            (Writer::Sql { db: Db::Postgres(pool), .. }, Load::Copy { names, data, upsert }) => {
+            (Writer::Sql(Tables { db: Db::Postgres(pool), .. }), Load::Copy { names, data, upsert }) => {
                 postgres::apply(pool, &table, &names, upsert.as_deref(), data, binary).await?
             }
             _ => return Err(io("the batch was prepared for another destination".into())),
@@ -314,12 +248,7 @@ impl Writer {
     /// Closes connections.
     pub async fn close(self) {
         match self {
-            Writer::Sql { db: Db::Sqlite(pool, writer, checkpointer), .. } => {
-                drop(writer);
-                checkpointer.close().await;
-                pool.close().await;
-            }
-            Writer::Sql { db: Db::Postgres(pool), .. } => pool.close().await,
+            Writer::Sql(tables) => tables.close().await,
             Writer::Jsonl { .. } | Writer::Iceberg(_) => {}
         }
     }

@@ -34,7 +34,7 @@ use crate::warehouse::{DestinationConfig, PasswordSource};
 
 /// A file no table refers to.
 #[derive(Debug, Clone)]
-pub struct Orphan {
+pub(crate) struct Orphan {
     /// Its path, or for an object its `s3://bucket/key`.
     pub location: String,
     pub bytes: u64,
@@ -44,7 +44,7 @@ pub struct Orphan {
 
 /// What a look for orphans found.
 #[derive(Debug, Default)]
-pub struct Findings {
+pub(crate) struct Findings {
     pub orphans: Vec<Orphan>,
     /// Warehouses left alone because a sync is running into them.
     pub busy: Vec<String>,
@@ -54,7 +54,7 @@ pub struct Findings {
 
 /// How object-store warehouses are reached: the vault's access keys, and
 /// the operator's warehouse policy and trusted roots.
-pub struct ObjectStores<'a> {
+pub(crate) struct ObjectStores<'a> {
     pub keys: &'a dyn PasswordSource,
     pub policy: &'a WarehousePolicy,
     pub extra_roots: &'a [reqwest::Certificate],
@@ -62,7 +62,7 @@ pub struct ObjectStores<'a> {
 
 /// Why the orphans of a warehouse could not be listed.
 #[derive(Debug, thiserror::Error)]
-pub enum OrphansError {
+pub(crate) enum OrphansError {
     #[error("cannot read the catalog: {0}")]
     Catalog(#[from] crate::store::StoreError),
     #[error("cannot read table {table}: {source}")]
@@ -81,7 +81,7 @@ pub enum OrphansError {
 /// The orphans of every lakehouse: those under `data_dir`, and with
 /// `object_stores`, those in buckets. Files not referenced by their
 /// warehouse's catalog and last written at least `grace` ago.
-pub async fn orphans(
+pub(crate) async fn orphans(
     store: &Store,
     data_dir: &Path,
     object_stores: Option<&ObjectStores<'_>>,
@@ -329,7 +329,7 @@ fn local(location: &str) -> PathBuf {
 }
 
 /// Removes `orphans`; how many bytes were freed.
-pub async fn remove(orphans: &[Orphan]) -> std::io::Result<u64> {
+pub(crate) async fn remove(orphans: &[Orphan]) -> std::io::Result<u64> {
     let mut freed = 0;
     for orphan in orphans {
         match &orphan.bucket {

@@ -83,7 +83,7 @@ impl S3Warehouse {
 }
 
 /// Requests are tried this many times when the store or the network fails.
-pub const ATTEMPTS: u32 = 3;
+pub(crate) const ATTEMPTS: u32 = 3;
 
 /// A connection to one warehouse's bucket.
 #[derive(Clone)]

@@ -54,7 +54,7 @@ pub(super) enum Kind {
 
 /// Why a stream's schema cannot be a table's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SchemaError {
+pub(crate) enum SchemaError {
     /// The stream's schema declares something no column can hold.
     #[error("the stream's schema is not usable: {0}")]
     Invalid(String),

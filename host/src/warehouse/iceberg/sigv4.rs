@@ -17,7 +17,7 @@ use url::Url;
 
 /// An access key, and where it signs.
 #[derive(Clone)]
-pub struct AccessKey {
+pub(crate) struct AccessKey {
     pub access_key_id: String,
     pub secret_access_key: SecretString,
     pub region: String,
@@ -36,17 +36,17 @@ impl std::fmt::Debug for AccessKey {
 }
 
 /// The SHA-256 of an empty body, in hex.
-pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+pub(crate) const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 /// The hex SHA-256 of a body, as `x-amz-content-sha256` carries it.
-pub fn payload_sha256(body: &[u8]) -> String {
+pub(crate) fn payload_sha256(body: &[u8]) -> String {
     hex::encode(Sha256::digest(body))
 }
 
 /// Encodes `s` as SigV4 wants it: every byte but the unreserved
 /// characters (`A-Z a-z 0-9 - _ . ~`) as `%XX` with upper-case digits;
 /// `/` too unless `keep_slash`.
-pub fn uri_encode(s: &str, keep_slash: bool) -> String {
+pub(crate) fn uri_encode(s: &str, keep_slash: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
@@ -62,7 +62,7 @@ pub fn uri_encode(s: &str, keep_slash: bool) -> String {
 /// `x-amz-content-sha256` and `authorization`, to send with `extra` (which
 /// are signed too). `url`'s path must already be encoded as
 /// [`uri_encode`] does.
-pub fn sign(
+pub(crate) fn sign(
     key: &AccessKey,
     method: &str,
     url: &Url,

@@ -36,7 +36,7 @@ use serde_json::Value;
 use super::super::WriteError;
 use super::super::config::PartitionField;
 use super::catalog::ControlDatabaseCatalog;
-use super::{rows, schema};
+use super::{batch, schema};
 use crate::store::iceberg::StreamCheckpoint;
 use crate::store::jobs::JobLease;
 
@@ -308,7 +308,7 @@ impl IcebergWriter {
     /// Lays `records` out as the table's columns (no I/O).
     pub(crate) fn prepare(&self, table: &str, records: &[String], meta: &str) -> Result<RecordBatch, WriteError> {
         let stream = self.stream(table)?;
-        rows::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
+        batch::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
     }
 
     /// Writes a batch of `bytes` of records for the next commit. In an

@@ -1,26 +1,10 @@
-//! JSON-lines warehouses: one file per stream in the destination's folder,
-//! each line a record with the metadata fields, appended and flushed per
-//! batch.
+//! JSON-lines batches: each record a line with the metadata fields,
+//! appended to the stream's file and flushed per batch.
 
 use std::io::Write;
 
-use serde_json::{Map, Value};
-
-use super::config::{Place, plain_name};
-use super::shape::Shaped;
-use super::{DestinationConfig, WriteError, failed};
-use crate::error::ApiError;
-
-/// The fields a JSON-lines destination takes.
-pub(crate) const FIELDS: &[&str] = &["directory"];
-
-/// A JSON-lines destination's configuration, checked: a plain folder name
-/// in the workspace's exports folder.
-pub(crate) fn config(obj: &Map<String, Value>) -> Result<DestinationConfig, ApiError> {
-    Ok(DestinationConfig::Jsonl {
-        directory: plain_name("configuration.directory", obj.get("directory").and_then(Value::as_str))?,
-    })
-}
+use crate::warehouse::WriteError;
+use crate::warehouse::shape::Shaped;
 
 /// What a line adds to its record's text (`bytes` in all) besides the
 /// key and the metadata: the metadata fields' names and punctuation
@@ -34,7 +18,12 @@ const LINE_OVERHEAD: usize = r#""_service_raw_id":"","_service_extracted_at":,"_
 /// wrote them (bar reserved ones), then the metadata fields. Sized once,
 /// for at most what the batch takes: growing a buffer of megabytes copies
 /// it into memory the kernel must first clear.
-pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str) -> Result<Vec<u8>, WriteError> {
+pub(in crate::warehouse) fn lines(
+    shaped: Vec<Shaped<'_>>,
+    bytes: usize,
+    now: i64,
+    meta: &str,
+) -> Result<Vec<u8>, WriteError> {
     let capacity = bytes + shaped.iter().map(|r| r.raw_id.len() + meta.len() + LINE_OVERHEAD).sum::<usize>();
     let mut out = Vec::with_capacity(capacity);
     for record in shaped {
@@ -57,7 +46,7 @@ pub(super) fn lines(shaped: Vec<Shaped<'_>>, bytes: usize, now: i64, meta: &str)
 }
 
 /// Appends lines to the stream's file and makes them durable.
-pub(super) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io::Result<()> {
+pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io::Result<()> {
     let mut options = cap_std::fs::OpenOptions::new();
     options.create(true).append(true);
     let mut file = dir.open_with(format!("{table}.jsonl"), &options)?;
@@ -65,21 +54,11 @@ pub(super) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io
     file.sync_data()
 }
 
-/// Opens (and makes, when missing) the folder `directory` of the
-/// workspace's exports, scoped: nothing outside it can be written.
-pub(crate) fn open(directory: &str, place: &Place<'_>) -> Result<cap_std::fs::Dir, WriteError> {
-    let path = place.export_dir().join(directory);
-    std::fs::create_dir_all(&path).map_err(|e| failed("cannot create the export directory", e))?;
-    let dir = cap_std::fs::Dir::open_ambient_dir(&path, cap_std::ambient_authority())
-        .map_err(|e| failed("cannot open the export directory", e))?;
-    Ok(dir)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::shape::shape;
     use super::*;
     use crate::store::pipelines::StreamSyncMode;
+    use crate::warehouse::shape::shape;
 
     /// Every line is its record with the metadata fields: keys of both
     /// kinds, the longest times, records with spaces and escapes that are

@@ -1,91 +1,23 @@
-//! SQLite warehouses: batches laid out in one buffer ([`SqliteRows`]), the
-//! connection that writes them through SQLite's C interface
-//! ([`RowWriter`]), and the checkpointer that copies committed pages from
-//! the write-ahead log into the database file beside it.
+//! SQLite batches: laid out in one buffer ([`SqliteRows`]) and written in one
+//! transaction through SQLite's C interface ([`RowWriter`]).
 
 use std::ffi::{CStr, CString, c_int};
 use std::ptr::NonNull;
 
 use libsqlite3_sys as ffi;
-use sqlx::sqlite::SqliteConnectOptions;
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
-use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use crate::warehouse::shape::Row;
+use crate::warehouse::{METADATA_COLUMNS, WriteError, failed};
 
-use super::config::{Place, plain_name};
-use super::shape::Row;
-use super::{DestinationConfig, METADATA_COLUMNS, WriteError, failed};
-use crate::error::ApiError;
-
-/// The fields an SQLite destination takes.
-pub(crate) const FIELDS: &[&str] = &["file"];
-
-/// An SQLite destination's configuration, checked: a plain file name in
-/// the workspace's warehouse folder.
-pub(crate) fn config(obj: &Map<String, Value>) -> Result<DestinationConfig, ApiError> {
-    Ok(DestinationConfig::Sqlite { file: plain_name("configuration.file", obj.get("file").and_then(Value::as_str))? })
-}
-
-/// How long an SQLite warehouse's connections wait for another's lock
-/// (the pool's and the [`RowWriter`]'s take turns writing) before failing.
-pub(super) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Pages an SQLite warehouse's write-ahead log may hold before the writer
-/// copies them into the database file itself: a backstop for when the
-/// [`Checkpointer`] falls behind (64 MiB with 16 KiB pages).
-pub(super) const WAL_BACKSTOP_PAGES: u32 = 4096;
-
-/// Copies what an SQLite warehouse commits from its write-ahead log into the
-/// database file, on a connection of its own. With SQLite's automatic
-/// checkpoints the writer's connection would do that copy and its flush to
-/// disk itself after every few commits, before it could start the next
-/// batch; here they overlap the next batch. Passive checkpoints never block
-/// the writer, and durability is unchanged: a commit is on disk in the log
-/// when it returns.
-pub struct Checkpointer {
-    /// One pending wake-up is enough: a checkpoint copies everything
-    /// committed before it starts. Dropping it ends the task.
-    wake: tokio::sync::mpsc::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Checkpointer {
-    pub(super) async fn start(options: &SqliteConnectOptions) -> Result<Checkpointer, sqlx::Error> {
-        use sqlx::{ConnectOptions as _, Connection as _};
-        let mut conn = options.connect().await?;
-        let (wake, mut woken) = tokio::sync::mpsc::channel::<()>(1);
-        let task = tokio::spawn(async move {
-            while woken.recv().await.is_some() {
-                if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
-                    // The writer's backstop checkpoints take over.
-                    tracing::warn!(error = %e, "SQLite destination checkpoint failed");
-                }
-            }
-            let _ = conn.close().await;
-        });
-        Ok(Checkpointer { wake, task })
-    }
-
-    /// Asks for the pages committed so far to be copied.
-    pub(super) fn committed(&self) {
-        let _ = self.wake.try_send(());
-    }
-
-    /// Closes its connection, so that the pool's (closed last, after the
-    /// [`RowWriter`]'s) folds the rest of the log into the file.
-    pub(super) async fn close(self) {
-        drop(self.wake);
-        let _ = self.task.await;
-    }
-}
+use super::open::{BUSY_TIMEOUT, Checkpointer, WAL_BACKSTOP_PAGES};
 
 /// One batch laid out for [`RowWriter::write`]: every value's text in one
 /// buffer, so preparing a batch allocates a handful of times instead of
 /// once per value, and binding hands SQLite slices of that buffer instead
 /// of copies.
-pub(super) struct SqliteRows {
+pub(in crate::warehouse) struct SqliteRows {
     /// The one-row upsert each row goes through.
     sql: String,
     /// Values per row besides the metadata columns.
@@ -103,7 +35,7 @@ pub(super) struct SqliteRows {
 impl SqliteRows {
     /// Lays `rows` out for the table `target` (quoted), whose columns are
     /// `names` (quoted, the metadata columns first).
-    pub(super) fn new(
+    pub(in crate::warehouse) fn new(
         target: &str,
         names: &[String],
         upsert: &str,
@@ -148,7 +80,7 @@ impl SqliteRows {
 /// batch. Creating tables and columns, and the registry of tables, go
 /// through the pool's connection; SQLite re-prepares the upsert itself
 /// when that changes the schema.
-pub struct RowWriter {
+pub(crate) struct RowWriter {
     db: NonNull<ffi::sqlite3>,
     /// The last upsert prepared, with its text.
     insert: Option<(String, NonNull<ffi::sqlite3_stmt>)>,
@@ -163,7 +95,7 @@ unsafe impl Send for RowWriter {}
 impl RowWriter {
     /// Opens the existing database file at `path` (the pool created it and
     /// put it in WAL mode). Blocking: call it off the async workers.
-    pub(super) fn open(path: &std::path::Path) -> Result<RowWriter, SqliteFailure> {
+    pub(in crate::warehouse) fn open(path: &std::path::Path) -> Result<RowWriter, SqliteFailure> {
         // `Send` above needs a thread-safe build (sqlx bundles one; a
         // system library could be built otherwise).
         // SAFETY: a constant of the library, callable at any time.
@@ -195,7 +127,7 @@ impl RowWriter {
     }
 
     /// Writes `rows` in one transaction: all of them, or none.
-    pub(super) fn write(&mut self, rows: &SqliteRows) -> Result<(), SqliteFailure> {
+    pub(in crate::warehouse) fn write(&mut self, rows: &SqliteRows) -> Result<(), SqliteFailure> {
         self.exec("BEGIN IMMEDIATE")?;
         // Rolled back on every way out but a commit, a panic included, so
         // no transaction is left holding the write lock.
@@ -366,49 +298,9 @@ fn bind_text(stmt: *mut ffi::sqlite3_stmt, index: c_int, value: &str) -> c_int {
     }
 }
 
-/// An SQLite destination opened for one job.
-pub(crate) struct Opened {
-    /// The single connection for tables, columns and the registry.
-    pub pool: sqlx::SqlitePool,
-    /// The connection that writes rows.
-    pub rows: Arc<std::sync::Mutex<RowWriter>>,
-    /// Moves committed pages into the database file.
-    pub checkpointer: Checkpointer,
-}
-
-/// Opens the SQLite file `file` of the workspace's warehouse folder (made
-/// when missing) for one job: the pool, the row writer and the WAL
-/// checkpointer.
-pub(crate) async fn open(file: &str, place: &Place<'_>) -> Result<Opened, WriteError> {
-    let dir = place.warehouse_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| failed("cannot create the warehouse directory", e))?;
-    // Pages of 16 KiB for new files: rows of about 1 KB fill
-    // three 4 KiB pages to every 16 KiB one, and with them the
-    // B-tree and WAL bookkeeping per row (+40% throughput
-    // measured). An existing file keeps its page size.
-    let options = SqliteConnectOptions::new()
-        .filename(dir.join(file))
-        .create_if_missing(true)
-        .page_size(16_384)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(BUSY_TIMEOUT);
-    const OPENING: &str = "cannot open the SQLite destination";
-    let schema = options.clone().pragma("wal_autocheckpoint", WAL_BACKSTOP_PAGES.to_string());
-    let pool =
-        SqlitePoolOptions::new().max_connections(1).connect_with(schema).await.map_err(|e| failed(OPENING, e))?;
-    let path = dir.join(file);
-    let rows = tokio::task::spawn_blocking(move || RowWriter::open(&path))
-        .await
-        .map_err(|e| failed(OPENING, e))?
-        .map_err(|e| failed(OPENING, e))?;
-    let checkpointer = Checkpointer::start(&options).await.map_err(|e| failed(OPENING, e))?;
-    Ok(Opened { pool, rows: Arc::new(std::sync::Mutex::new(rows)), checkpointer })
-}
-
 /// Writes a batch's rows in one transaction, off the async workers (SQLite
 /// works synchronously), and tells the checkpointer.
-pub(super) async fn apply(
+pub(in crate::warehouse) async fn apply(
     writer: &Arc<std::sync::Mutex<RowWriter>>,
     checkpointer: &Checkpointer,
     rows: SqliteRows,
@@ -425,10 +317,10 @@ pub(super) async fn apply(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tables::Db;
-    use super::super::tests::test_place;
-    use super::super::*;
     use crate::store::pipelines::StreamSyncMode;
+    use crate::warehouse::tables::{Db, Tables};
+    use crate::warehouse::tests::test_place;
+    use crate::warehouse::*;
     use serde_json::json;
 
     /// The rows of one batch: all of them land, with their values as
@@ -441,7 +333,7 @@ mod tests {
                 .await
                 .unwrap(),
         );
-        let Writer::Sql { db: Db::Sqlite(pool, ..), .. } = &*writer else { panic!("an SQLite writer") };
+        let Writer::Sql(Tables { db: Db::Sqlite(pool, ..), .. }) = &*writer else { panic!("an SQLite writer") };
         let mut loader =
             Loader::new(writer.clone(), "p", "events", StreamSyncMode::IncrementalDeduped, vec!["id".into()]);
         let batch = |values: &[&str]| {
