@@ -19,7 +19,7 @@ use crate::state::AppState;
 use crate::store::approvals::{Approval, ApprovalFilter};
 use crate::store::kinds::ApprovalStatus;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_approvals))
         .routes(routes!(approve))

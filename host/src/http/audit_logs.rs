@@ -14,7 +14,7 @@ use crate::state::AppState;
 use crate::store::audit::{AuditFilter, AuditRecord};
 use crate::store::kinds::AuditOutcome;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_audit_logs))
 }
 

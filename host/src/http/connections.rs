@@ -14,7 +14,7 @@ use crate::error::ApiResult;
 use crate::ops::{self, Executed};
 use crate::state::AppState;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(delete_connection))
 }
 

@@ -15,13 +15,13 @@ use crate::plugin::registry::PluginSummary;
 use crate::plugin::types::{ConnectorKind, Operation};
 use crate::state::AppState;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_connectors)).routes(routes!(get_connector)).routes(routes!(get_spec))
 }
 
 /// A connector as users see it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Connector {
+pub(crate) struct Connector {
     /// The canonical connector id.
     pub connector_id: String,
     pub name: String,

@@ -22,7 +22,7 @@ use crate::store::credentials::CredentialRecord;
 use crate::store::entry_links::EntryLink;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_credential, list_credentials))
         .routes(routes!(get_credential))
@@ -85,9 +85,7 @@ async fn create_credential(
         &body.hosts,
     )?;
     store_secret(
-        &state,
-        &ws,
-        &note,
+        &crate::ops::Ctx::request(&state, &ws, &note),
         NewSecret {
             workspace_id: &ws.workspace_id,
             created_by: &ws.principal.user_id,

@@ -14,7 +14,7 @@ use crate::ops::{self, Executed};
 use crate::state::AppState;
 use crate::store::destinations::Destination;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create_destination, list_destinations)).routes(routes!(
         get_destination,
         update_destination,

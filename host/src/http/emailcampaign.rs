@@ -31,7 +31,7 @@ use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(store_api_token)).routes(routes!(check)).routes(routes!(preview))
 }
 
@@ -72,9 +72,7 @@ async fn store_api_token(
         ec::validate_base_url(&body.base_url, method, &state.egress.policy().allowed_hosts).map_err(base_url_error)?;
     let host = url.host_str().unwrap_or_default().to_owned();
     store_secret(
-        &state,
-        &ws,
-        &note,
+        &crate::ops::Ctx::request(&state, &ws, &note),
         NewSecret {
             workspace_id: &ws.workspace_id,
             created_by: &ws.principal.user_id,

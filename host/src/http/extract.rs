@@ -180,7 +180,7 @@ fn parse_value<T: DeserializeOwned>(mut value: Value) -> Result<T, ApiError> {
 }
 
 /// The caller's standing in the workspace this request addresses.
-pub struct Workspace(pub WorkspaceAccess);
+pub(crate) struct Workspace(pub WorkspaceAccess);
 
 impl std::ops::Deref for Workspace {
     type Target = WorkspaceAccess;
@@ -227,7 +227,7 @@ struct WorkspaceQuery {
 }
 
 /// The authenticated caller, for endpoints that address no workspace.
-pub struct Caller(pub Principal);
+pub(crate) struct Caller(pub Principal);
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
@@ -262,7 +262,7 @@ pub(crate) struct PageQuery {
 
 impl PageQuery {
     /// The validated page size.
-    pub fn limit(&self) -> Result<i64, ApiError> {
+    pub(crate) fn limit(&self) -> Result<i64, ApiError> {
         match self.limit {
             None => Ok(DEFAULT_LIMIT),
             Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
@@ -273,7 +273,7 @@ impl PageQuery {
     /// The position the cursor names (the last id of the previous page).
     /// Any well-formed position is accepted: one past the end gives an
     /// empty page.
-    pub fn after(&self) -> Result<Option<String>, ApiError> {
+    pub(crate) fn after(&self) -> Result<Option<String>, ApiError> {
         match self.cursor.as_deref() {
             None => Ok(None),
             Some(c)
@@ -289,7 +289,7 @@ impl PageQuery {
 
     /// Builds a page from up to `limit + 1` fetched items: the extra item
     /// only tells that another page exists.
-    pub fn page<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
+    pub(crate) fn page<T>(&self, mut items: Vec<T>, limit: i64, key: impl Fn(&T) -> &str) -> super::Page<T> {
         let next_cursor = if items.len() as i64 > limit {
             items.truncate(limit as usize);
             items.last().map(|last| key(last).to_owned())

@@ -17,7 +17,7 @@ use crate::state::AppState;
 use crate::store::jobs::{Job, JobAttempt, JobFilter};
 use crate::store::kinds::{JobKind, JobStatus};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_jobs))
         .routes(routes!(get_job))

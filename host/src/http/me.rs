@@ -14,7 +14,7 @@ use crate::state::AppState;
 use crate::store::users::User;
 use crate::store::workspaces::WorkspaceWithRole;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(get_me))
 }
 

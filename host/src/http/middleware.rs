@@ -39,7 +39,7 @@ pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 const TOUCH_INTERVAL_MS: i64 = 60_000;
 
 /// Parses `X-Service-Client`; anything unknown is a 400.
-pub fn client_source(headers: &axum::http::HeaderMap) -> Result<Option<ClientSource>, ApiError> {
+pub(crate) fn client_source(headers: &axum::http::HeaderMap) -> Result<Option<ClientSource>, ApiError> {
     match headers.get(CLIENT_HEADER) {
         None => Ok(None),
         Some(v) => v.to_str().ok().and_then(ClientSource::parse).map(Some).ok_or_else(|| {
@@ -147,7 +147,7 @@ pub(crate) async fn authenticate(State(state): State<AppState>, mut req: Request
 
 /// Writes one audit record for every state-changing request, whatever its
 /// outcome, before the response leaves. Records hold ids and outcomes only.
-pub async fn audit(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn audit(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
         return next.run(req).await;
     }
@@ -173,7 +173,7 @@ pub async fn audit(State(state): State<AppState>, mut req: Request, next: Next) 
 /// `Idempotency-Key` on POST: the first response to a key is stored; the
 /// same key with the same request replays it; the same key with a different
 /// request is refused. Keys are per user and kept for 24 hours.
-pub async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn idempotency(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if req.method() != Method::POST {
         return next.run(req).await;
     }
@@ -335,7 +335,7 @@ fn is_length_limit(e: &axum::Error) -> bool {
 
 /// Answers 503 `REQUEST_TIMEOUT` for a request that has not produced its
 /// response in time (the work is dropped with it).
-pub async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match tokio::time::timeout(state.config.limits.request_timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => ApiError::new(
@@ -350,7 +350,7 @@ pub async fn deadline(State(state): State<AppState>, req: Request, next: Next) -
 
 /// Counts requests by route and status and records their latency
 /// (`/metrics`, Prometheus text format).
-pub async fn metrics(req: Request, next: Next) -> Response {
+pub(crate) async fn metrics(req: Request, next: Next) -> Response {
     let start = Instant::now();
     let route =
         req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());

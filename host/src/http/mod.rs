@@ -34,26 +34,26 @@
 //! [`crate::error::ErrorBody`]; lists are `data.items` + `data.next_cursor`
 //! ([`Page`]).
 
-pub mod approvals;
-pub mod audit_logs;
-pub mod connections;
-pub mod connectors;
-pub mod credentials;
-pub mod destinations;
-pub mod emailcampaign;
-pub mod extract;
-pub mod jobs;
-pub mod me;
-pub mod middleware;
-pub mod oauth;
-pub mod pipelines;
-pub mod plugins;
-pub mod reverse_etl;
-pub mod sessions;
-pub mod sources;
-pub mod system;
-pub mod webhooks;
-pub mod workspaces;
+pub(crate) mod approvals;
+pub(crate) mod audit_logs;
+pub(crate) mod connections;
+pub(crate) mod connectors;
+pub(crate) mod credentials;
+pub(crate) mod destinations;
+pub(crate) mod emailcampaign;
+pub(crate) mod extract;
+pub(crate) mod jobs;
+pub(crate) mod me;
+pub(crate) mod middleware;
+pub(crate) mod oauth;
+pub(crate) mod pipelines;
+pub(crate) mod plugins;
+pub(crate) mod reverse_etl;
+pub(crate) mod sessions;
+pub(crate) mod sources;
+pub(crate) mod system;
+pub(crate) mod webhooks;
+pub(crate) mod workspaces;
 
 use std::sync::Arc;
 
@@ -70,7 +70,7 @@ use crate::state::AppState;
 
 /// The success envelope of every response.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Envelope<T> {
+pub(crate) struct Envelope<T> {
     /// Identifier of the request (UUID).
     pub request_id: String,
     /// The result.
@@ -81,13 +81,8 @@ pub struct Envelope<T> {
 }
 
 /// 200 with `data`.
-pub fn ok<T: Serialize>(data: T) -> Envelope<T> {
+pub(crate) fn ok<T: Serialize>(data: T) -> Envelope<T> {
     Envelope { request_id: crate::telemetry::request_id::current(), data, status: StatusCode::OK }
-}
-
-/// 201 with `data`: a resource was created.
-pub fn created<T: Serialize>(data: T) -> Envelope<T> {
-    Envelope { request_id: crate::telemetry::request_id::current(), data, status: StatusCode::CREATED }
 }
 
 impl<T: Serialize> IntoResponse for Envelope<T> {
@@ -121,7 +116,7 @@ impl IntoResponse for crate::ops::Executed {
 /// One page of a list: `items` and the cursor of the next page (absent on
 /// the last page).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Page<T> {
+pub(crate) struct Page<T> {
     pub items: Vec<T>,
     /// Opaque; pass as `cursor` to get the next page.
     pub next_cursor: Option<String>,
@@ -300,7 +295,7 @@ fn published(openapi: &utoipa::openapi::OpenApi) -> String {
 /// answer of this server gets, and the OpenAPI description generated from
 /// the same route code. `extra` (the browser pages) is served under the
 /// same layers. The composition root adds MCP.
-pub fn api(state: &AppState, extra: Router<AppState>) -> (Router, Arc<utoipa::openapi::OpenApi>) {
+pub(crate) fn api(state: &AppState, extra: Router<AppState>) -> (Router, Arc<utoipa::openapi::OpenApi>) {
     let (v1_routes, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi()).nest("/v1", v1()).split_for_parts();
     openapi.info.version = "1".into();
     document_common_answers(&mut openapi);

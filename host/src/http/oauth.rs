@@ -20,7 +20,7 @@ use crate::ops::{self, Executed};
 use crate::state::AppState;
 use crate::store::kinds::CredentialStatus;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(start_source_oauth))
         .routes(routes!(complete_source_oauth))
@@ -71,7 +71,7 @@ async fn complete(
     if (done.connector_id == oauth::TASKAPP) != taskapp {
         return Err(ApiError::bad_request("OAUTH_STATE_UNKNOWN", "unknown OAuth state; start the flow again"));
     }
-    store_secret(state, ws, note, done.new_secret(CredentialStatus::PendingApproval)).await
+    store_secret(&crate::ops::Ctx::request(state, ws, note), done.new_secret(CredentialStatus::PendingApproval)).await
 }
 
 /// Complete a source OAuth flow: the host exchanges the code and answers a

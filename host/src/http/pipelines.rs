@@ -21,7 +21,7 @@ use crate::state::AppState;
 use crate::store::jobs::Job;
 use crate::store::pipelines::Pipeline;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(prepare_pipeline))
         .routes(routes!(create_pipeline, list_pipelines))

@@ -17,7 +17,7 @@ use crate::ops::plugins::{Plugin, Version};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_plugins))
         .routes(routes!(unload_plugin))
@@ -85,7 +85,7 @@ async fn list_versions(
 /// Which version to make current.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UseVersion {
+pub(crate) struct UseVersion {
     /// A version the plugin declares, or a digest (at least 12 leading
     /// hex characters) where several components declare the same one.
     pub version: String,

@@ -26,7 +26,7 @@ use crate::store::kinds::{JobKind, JobStatus, Trigger};
 use crate::store::progress::JobProgress;
 use crate::store::reverse_etl::{Activation, Model, RetlDestination};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(prepare))
         .routes(routes!(list_models, create_model))

@@ -16,7 +16,7 @@ use crate::ops::{self, Executed};
 use crate::state::AppState;
 use crate::store::sessions::{Session, SessionQuery};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_sessions)).routes(routes!(revoke_session))
 }
 
@@ -85,7 +85,7 @@ async fn revoke_session(
         // Ending one's own access needs nobody's approval.
         note.action("sessions.revoke");
         crate::ops::gate::refuse_proposal_mode(&ws.principal, "revoking your own session")?;
-        return ops::sessions::revoke(&state, &ws, &note, &session_id).await;
+        return ops::sessions::revoke(&ops::Ctx::request(&state, &ws, &note), &session_id).await;
     }
     ops::submit(&state, &ws, &note, crate::ops::sessions::SessionOp::RevokeSession { session_id }).await
 }

@@ -21,7 +21,7 @@ use crate::store::credentials::CredentialHandle;
 use crate::store::kinds::CredentialStatus;
 use crate::store::sources::Source;
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create_source, list_sources)).routes(routes!(entity_options)).routes(routes!(
         get_source,
         update_source,

@@ -14,7 +14,7 @@ use super::ok;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub fn router(openapi: &utoipa::openapi::OpenApi) -> Router<AppState> {
+pub(crate) fn router(openapi: &utoipa::openapi::OpenApi) -> Router<AppState> {
     let doc = Arc::new(openapi.to_pretty_json().unwrap_or_default());
     Router::new()
         .route("/healthz", get(|| async { ok(json!({ "status": "ok" })) }))

@@ -20,7 +20,7 @@ use crate::state::AppState;
 use crate::store::kinds::DeliveryStatus;
 use crate::store::webhooks::{Delivery, Webhook};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_webhook, list_webhooks))
         .routes(routes!(get_webhook, update_webhook, delete_webhook))

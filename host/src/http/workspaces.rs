@@ -18,7 +18,7 @@ use crate::state::AppState;
 use crate::store::invitations::{AcceptError, Acceptor};
 use crate::store::workspaces::{Member, WorkspaceWithRole};
 
-pub fn router() -> OpenApiRouter<AppState> {
+pub(crate) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_workspaces))
         .routes(routes!(list_members))

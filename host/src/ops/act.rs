@@ -18,7 +18,7 @@ use crate::state::AppState;
 /// approval for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Category {
+pub(crate) enum Category {
     /// Members, invitations, others' sessions and approval policies.
     WorkspaceAdmin,
     /// Activating stored credentials.
@@ -43,7 +43,7 @@ pub enum Category {
 
 impl Category {
     /// Every category, in the order policies are listed.
-    pub const ALL: &'static [Category] = &[
+    pub(crate) const ALL: &'static [Category] = &[
         Category::WorkspaceAdmin,
         Category::Credentials,
         Category::CredentialEntry,
@@ -56,7 +56,7 @@ impl Category {
         Category::Webhooks,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Category::WorkspaceAdmin => "workspace_admin",
             Category::Credentials => "credentials",
@@ -78,7 +78,7 @@ impl Category {
         !matches!(self, Category::CredentialEntry)
     }
 
-    pub fn parse(s: &str) -> Option<Category> {
+    pub(crate) fn parse(s: &str) -> Option<Category> {
         Category::ALL.iter().copied().find(|c| c.as_str() == s)
     }
 
@@ -92,7 +92,7 @@ impl Category {
     }
 
     /// What the category covers, for people choosing policies.
-    pub fn description(self) -> &'static str {
+    pub(crate) fn description(self) -> &'static str {
         match self {
             Category::WorkspaceAdmin => {
                 "inviting and removing members, revoking others' sessions, changing approval policies"
@@ -131,7 +131,7 @@ impl Category {
 }
 
 /// What every operation tells about itself, whatever its context.
-pub trait Act: Send + Sync {
+pub(crate) trait Act: Send + Sync {
     /// Stable action name used in audit records (`members.invite`).
     fn action(&self) -> &'static str;
 
@@ -163,13 +163,13 @@ pub trait Act: Send + Sync {
 /// How an execution came about: a request, or the approval of a proposal
 /// (jobs record it as their trigger).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     Request,
     Approval,
 }
 
 /// Everything an operation runs with.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub state: &'a AppState,
     /// The caller (for an approved proposal: its proposer, with the role
     /// they hold now).
@@ -178,9 +178,16 @@ pub struct Ctx<'a> {
     pub via: Via,
 }
 
+impl<'a> Ctx<'a> {
+    /// A request's context: the caller acting now, not an approval.
+    pub(crate) fn request(state: &'a AppState, access: &'a WorkspaceAccess, note: &'a AuditNote) -> Self {
+        Ctx { state, access, note, via: Via::Request }
+    }
+}
+
 /// What an executed operation answered.
 #[derive(Debug)]
-pub struct Executed {
+pub(crate) struct Executed {
     pub status: StatusCode,
     pub data: Value,
     /// JSON pointers into `data` of values shown once to whoever made the
@@ -194,11 +201,11 @@ pub struct Executed {
 pub const SHOWN_ONCE: &str = "(shown once to the requester; not stored)";
 
 impl Executed {
-    pub fn ok(data: impl Serialize) -> ApiResult<Self> {
+    pub(crate) fn ok(data: impl Serialize) -> ApiResult<Self> {
         Self::with_status(StatusCode::OK, data)
     }
 
-    pub fn created(data: impl Serialize) -> ApiResult<Self> {
+    pub(crate) fn created(data: impl Serialize) -> ApiResult<Self> {
         Self::with_status(StatusCode::CREATED, data)
     }
 

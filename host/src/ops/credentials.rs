@@ -9,9 +9,8 @@ use utoipa::ToSchema;
 
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::{HOSTS_MAX, LABEL_MAX, SHORT_MAX, check_opt};
+use crate::access::Role;
 use crate::access::tokens;
-use crate::access::{Role, WorkspaceAccess};
-use crate::audit::AuditNote;
 use crate::credentials::{CreateError, NewSecret};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -23,7 +22,7 @@ pub(crate) const ENTRY_LINK_TTL_MS: i64 = 15 * 60 * 1000;
 /// What a credential-entry link will create (no secret).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct EntryLinkRequest {
+pub(crate) struct EntryLinkRequest {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
     /// password of `username`) or `secret` (sent as the value of `header`).
     #[serde(default = "default_kind")]
@@ -182,12 +181,8 @@ pub(crate) fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), Str
 
 /// Seals a secret as a pending credential and lets the gate activate it
 /// (or propose its activation). Every flow that accepts a secret ends here.
-pub(crate) async fn store_secret(
-    state: &AppState,
-    ws: &WorkspaceAccess,
-    note: &AuditNote,
-    new: NewSecret<'_>,
-) -> ApiResult<Executed> {
+pub(crate) async fn store_secret(ctx: &Ctx<'_>, new: NewSecret<'_>) -> ApiResult<Executed> {
+    let (state, ws, note) = (ctx.state, ctx.access, ctx.note);
     note.action("credentials.create");
     ws.require(Role::Editor)?;
     check_secret(new.kind, new.material.secret.expose_secret()).map_err(|m| ApiError::invalid_field("secret", m))?;
@@ -198,12 +193,8 @@ pub(crate) async fn store_secret(
     super::submit(state, ws, note, CredentialOp::ActivateCredential { credential_id: record.credential_id }).await
 }
 
-pub(crate) async fn activate(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    credential_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn activate(ctx: &Ctx<'_>, credential_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("credential", credential_id);
     if !state
         .store
@@ -239,12 +230,8 @@ pub(crate) async fn sources_using(state: &AppState, workspace_id: &str, handle: 
 /// Revokes a credential: it stops working for every plugin and job, its
 /// secret is destroyed, and the record says who revoked it and when. The
 /// answer names the sources that use it.
-pub async fn revoke(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    credential_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn revoke(ctx: &Ctx<'_>, credential_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("credential", credential_id);
     let current = state
         .store
@@ -267,12 +254,8 @@ pub async fn revoke(
     Executed::ok(json!({ "credential": record, "sources_using_it": used_by }))
 }
 
-pub(crate) async fn create_entry_link(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: EntryLinkRequest,
-) -> ApiResult<Executed> {
+pub(crate) async fn create_entry_link(ctx: &Ctx<'_>, req: EntryLinkRequest) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     // A `basic` link without a username leaves it to the person too, who
     // types it beside the secret (an access key's id, say, which request
     // bodies refuse because it looks like a key).
@@ -351,12 +334,8 @@ pub(crate) async fn create_entry_link(
 }
 
 /// Starts an OAuth flow for a source connector or the task app.
-pub(crate) async fn start_oauth(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    target: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn start_oauth(ctx: &Ctx<'_>, target: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("oauth_flow", target);
     let started = state.oauth.start(access, target).await?;
     Ok(Executed::ok(started)?.shown_once(&["/authorization_url", "/state"]))
@@ -366,7 +345,7 @@ pub(crate) async fn start_oauth(
 /// none of these holds one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum CredentialOp {
+pub(crate) enum CredentialOp {
     /// Activate a credential whose secret was sealed by a credential flow.
     ActivateCredential { credential_id: String },
     /// Create a single-use link where a person enters a secret.
@@ -411,14 +390,10 @@ impl Act for CredentialOp {
 impl CredentialOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            CredentialOp::ActivateCredential { credential_id } => {
-                activate(ctx.state, ctx.access, ctx.note, &credential_id).await
-            }
-            CredentialOp::CreateEntryLink(req) => create_entry_link(ctx.state, ctx.access, ctx.note, req).await,
-            CredentialOp::StartOAuth { target } => start_oauth(ctx.state, ctx.access, ctx.note, &target).await,
-            CredentialOp::RevokeCredential { credential_id } => {
-                revoke(ctx.state, ctx.access, ctx.note, &credential_id).await
-            }
+            CredentialOp::ActivateCredential { credential_id } => activate(ctx, &credential_id).await,
+            CredentialOp::CreateEntryLink(req) => create_entry_link(ctx, req).await,
+            CredentialOp::StartOAuth { target } => start_oauth(ctx, &target).await,
+            CredentialOp::RevokeCredential { credential_id } => revoke(ctx, &credential_id).await,
         }
     }
 }

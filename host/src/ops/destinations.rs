@@ -8,7 +8,6 @@ use utoipa::ToSchema;
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
@@ -20,7 +19,7 @@ use crate::warehouse::config::Lakehouse;
 /// Body of `POST /destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateDestination {
+pub(crate) struct CreateDestination {
     /// 1 to 200 characters, not only spaces.
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
@@ -36,7 +35,7 @@ pub struct CreateDestination {
 /// configuration keys are merged (a `null` removes one), as for sources.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateDestination {
+pub(crate) struct UpdateDestination {
     #[serde(default)]
     #[schema(ignore)]
     pub destination_id: String,
@@ -99,12 +98,8 @@ async fn check_destination(
     Ok(())
 }
 
-pub async fn create_destination(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: CreateDestination,
-) -> ApiResult<Executed> {
+pub(crate) async fn create_destination(ctx: &Ctx<'_>, req: CreateDestination) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     check_name("name", &req.name)?;
     check_destination(state, access, req.kind, &req.configuration).await?;
     let d = state
@@ -121,12 +116,8 @@ pub async fn create_destination(
     Executed::created(d)
 }
 
-pub(crate) async fn update_destination(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: UpdateDestination,
-) -> ApiResult<Executed> {
+pub(crate) async fn update_destination(ctx: &Ctx<'_>, req: UpdateDestination) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("destination", &req.destination_id);
     let cur = state
         .store
@@ -146,12 +137,8 @@ pub(crate) async fn update_destination(
 }
 
 /// Deletes a destination no pipeline writes to; what it wrote stays.
-pub(crate) async fn delete_destination(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    destination_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn delete_destination(ctx: &Ctx<'_>, destination_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("destination", destination_id);
     match state.store.delete_destination(&access.workspace_id, destination_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("destination")),
@@ -172,7 +159,11 @@ pub(crate) async fn delete_destination(
 /// Destination operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum DestinationOp {
+#[expect(
+    clippy::enum_variant_names,
+    reason = "the variants name the operations stored in proposals (`create_destination`, ...)"
+)]
+pub(crate) enum DestinationOp {
     CreateDestination(CreateDestination),
     UpdateDestination(UpdateDestination),
     /// Delete a destination no pipeline uses.
@@ -206,11 +197,9 @@ impl Act for DestinationOp {
 impl DestinationOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            DestinationOp::CreateDestination(r) => create_destination(ctx.state, ctx.access, ctx.note, r).await,
-            DestinationOp::UpdateDestination(r) => update_destination(ctx.state, ctx.access, ctx.note, r).await,
-            DestinationOp::DeleteDestination { destination_id } => {
-                delete_destination(ctx.state, ctx.access, ctx.note, &destination_id).await
-            }
+            DestinationOp::CreateDestination(r) => create_destination(ctx, r).await,
+            DestinationOp::UpdateDestination(r) => update_destination(ctx, r).await,
+            DestinationOp::DeleteDestination { destination_id } => delete_destination(ctx, &destination_id).await,
         }
     }
 }

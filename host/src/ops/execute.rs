@@ -13,7 +13,7 @@ use crate::store::approvals::Approval;
 /// Checks that a caller may perform `op`: the role it needs in the
 /// workspace, operator standing where it needs that, and a client kind it
 /// accepts.
-pub async fn authorise(state: &AppState, access: &WorkspaceAccess, op: &Operation) -> ApiResult<()> {
+pub(crate) async fn authorise(state: &AppState, access: &WorkspaceAccess, op: &Operation) -> ApiResult<()> {
     let act = op.act();
     access.require(act.required_role())?;
     if act.needs_operator() && !state.store.is_operator(&access.principal.user_id).await? {

@@ -41,12 +41,12 @@ use crate::store::kinds::ApprovalStatus;
 pub(crate) const PROPOSAL_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// Header that turns a write into a proposal.
-pub const EXECUTION_MODE_HEADER: &str = "x-service-execution-mode";
+pub(crate) const EXECUTION_MODE_HEADER: &str = "x-service-execution-mode";
 
 /// The door every write goes through: checks that the caller may perform
 /// it, notes the action for the audit record, and either executes it now
 /// or stores it as a proposal.
-pub async fn submit(
+pub(crate) async fn submit(
     state: &AppState,
     access: &WorkspaceAccess,
     note: &AuditNote,
@@ -91,7 +91,7 @@ pub async fn submit(
 /// The answer (202) to a write that became a proposal instead: the
 /// approval to decide. Every route that may propose answers this.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Proposed {
+pub(crate) struct Proposed {
     /// The stored proposal, pending.
     pub approval: Approval,
 }
@@ -221,14 +221,14 @@ pub(crate) async fn redact_for(
 
 /// What an approval answered: the proposal and what its execution returned.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Approved {
+pub(crate) struct Approved {
     pub approval: Approval,
     /// The executed operation's `data`.
     pub result: Value,
 }
 
 /// Approves and executes a proposal exactly once.
-pub async fn approve(
+pub(crate) async fn approve(
     state: &AppState,
     approver: &WorkspaceAccess,
     note: &AuditNote,
@@ -275,7 +275,7 @@ pub async fn approve(
 }
 
 /// Rejects a proposal; nothing is executed.
-pub async fn reject(
+pub(crate) async fn reject(
     state: &AppState,
     approver: &WorkspaceAccess,
     note: &AuditNote,

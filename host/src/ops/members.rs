@@ -5,11 +5,9 @@ use serde_json::json;
 use utoipa::ToSchema;
 
 use super::act::{Act, Category, Ctx, Executed};
+use crate::access::Role;
 use crate::access::tokens;
-use crate::access::{Role, WorkspaceAccess};
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
 use crate::store::invitations::Invitation;
 use crate::store::workspaces::RemoveMemberError;
 use secrecy::ExposeSecret;
@@ -21,7 +19,7 @@ const MAX_INVITATION_HOURS: u32 = 24 * 14;
 /// Body of `POST /workspaces/{workspace_id}/members/invitations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InviteMember {
+pub(crate) struct InviteMember {
     /// E-mail address of the invitee (compared without regard to case).
     #[schema(
         max_length = 254,
@@ -46,12 +44,8 @@ pub(crate) struct CreatedInvitation {
     pub accept_url: String,
 }
 
-pub async fn invite(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: InviteMember,
-) -> ApiResult<Executed> {
+pub(crate) async fn invite(ctx: &Ctx<'_>, req: InviteMember) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     let email = crate::access::admin::normalise_email(&req.email)?;
     let hours = req.expires_in_hours.unwrap_or(DEFAULT_INVITATION_HOURS);
     if !(1..=MAX_INVITATION_HOURS).contains(&hours) {
@@ -80,12 +74,8 @@ pub async fn invite(
         .shown_once(&["/accept_url"]))
 }
 
-pub async fn remove(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    member_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn remove(ctx: &Ctx<'_>, member_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("member", member_id);
     match state.store.remove_member(&access.workspace_id, member_id).await {
         Ok(member) => Executed::ok(json!({ "removed": true, "member": member })),
@@ -102,7 +92,7 @@ pub async fn remove(
 /// Member operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum MemberOp {
+pub(crate) enum MemberOp {
     /// Invite someone to the workspace.
     InviteMember(InviteMember),
     /// Remove a membership.
@@ -132,8 +122,8 @@ impl Act for MemberOp {
 impl MemberOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            MemberOp::InviteMember(req) => invite(ctx.state, ctx.access, ctx.note, req).await,
-            MemberOp::RemoveMember { member_id } => remove(ctx.state, ctx.access, ctx.note, &member_id).await,
+            MemberOp::InviteMember(req) => invite(ctx, req).await,
+            MemberOp::RemoveMember { member_id } => remove(ctx, &member_id).await,
         }
     }
 }

@@ -20,24 +20,24 @@
 //! - [`text`]: length limits of the text clients send;
 //! - [`patch`]: how `PATCH` merges a configuration, on every resource.
 
-pub mod act;
-pub mod credentials;
-pub mod destinations;
-pub mod execute;
-pub mod gate;
-pub mod members;
-pub mod operation;
-pub mod patch;
-pub mod pipelines;
-pub mod plugins;
-pub mod policies;
-pub mod reverse_etl;
-pub mod sessions;
-pub mod sources;
-pub mod syncs;
-pub mod text;
-pub mod webhooks;
+pub(crate) mod act;
+pub(crate) mod credentials;
+pub(crate) mod destinations;
+pub(crate) mod execute;
+pub(crate) mod gate;
+pub(crate) mod members;
+pub(crate) mod operation;
+pub(crate) mod patch;
+pub(crate) mod pipelines;
+pub(crate) mod plugins;
+pub(crate) mod policies;
+pub(crate) mod reverse_etl;
+pub(crate) mod sessions;
+pub(crate) mod sources;
+pub(crate) mod syncs;
+pub(crate) mod text;
+pub(crate) mod webhooks;
 
-pub use act::{Act, Category, Executed, SHOWN_ONCE};
-pub use gate::{EXECUTION_MODE_HEADER, Proposed, submit};
-pub use operation::Operation;
+pub use act::SHOWN_ONCE;
+pub(crate) use act::{Category, Ctx, Executed};
+pub(crate) use gate::{Proposed, submit};

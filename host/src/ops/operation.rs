@@ -16,7 +16,7 @@ use crate::error::ApiResult;
 /// (`{"operation": "invite_member", ...}`), which is how proposals store it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Operation {
+pub(crate) enum Operation {
     Members(super::members::MemberOp),
     Sessions(super::sessions::SessionOp),
     Policies(super::policies::PolicyOp),
@@ -32,7 +32,7 @@ pub enum Operation {
 
 impl Operation {
     /// The operation as its context describes it.
-    pub fn act(&self) -> &dyn Act {
+    pub(crate) fn act(&self) -> &dyn Act {
         match self {
             Operation::Members(o) => o,
             Operation::Sessions(o) => o,

@@ -9,7 +9,6 @@ use utoipa::ToSchema;
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::types::{Stream, SyncMode};
 use crate::state::AppState;
@@ -31,7 +30,7 @@ pub(crate) fn suggested_mode(stream: &Stream) -> StreamSyncMode {
 /// selection of every stream in its suggested mode, warnings, and the
 /// connector's preview of the data when it offers one. Creates nothing; it
 /// runs the connector with the workspace's credentials.
-pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -> ApiResult<serde_json::Value> {
+pub(crate) async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -> ApiResult<serde_json::Value> {
     let source = state
         .store
         .source(&access.workspace_id, source_id)
@@ -90,7 +89,7 @@ pub async fn plan(state: &AppState, access: &WorkspaceAccess, source_id: &str) -
 /// Body of `POST /pipelines`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreatePipeline {
+pub(crate) struct CreatePipeline {
     /// 1 to 200 characters, not only spaces.
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
@@ -114,7 +113,7 @@ fn manual() -> Schedule {
 /// Body of `PATCH /pipelines/{pipeline_id}`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdatePipeline {
+pub(crate) struct UpdatePipeline {
     #[serde(default)]
     #[schema(ignore)]
     pub pipeline_id: String,
@@ -209,12 +208,8 @@ fn check_freshness(minutes: i64, zero_allowed: bool) -> ApiResult<Option<i64>> {
     }
 }
 
-pub async fn create_pipeline(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: CreatePipeline,
-) -> ApiResult<Executed> {
+pub(crate) async fn create_pipeline(ctx: &Ctx<'_>, req: CreatePipeline) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     check_name("name", &req.name)?;
     check_schedule(&req.schedule)?;
     let freshness = req.freshness_minutes.map(|m| check_freshness(m, false)).transpose()?.flatten();
@@ -245,12 +240,8 @@ async fn pipeline(state: &AppState, access: &WorkspaceAccess, id: &str) -> ApiRe
     state.store.pipeline(&access.workspace_id, id).await?.ok_or_else(|| ApiError::not_found("pipeline"))
 }
 
-pub(crate) async fn update_pipeline(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: UpdatePipeline,
-) -> ApiResult<Executed> {
+pub(crate) async fn update_pipeline(ctx: &Ctx<'_>, req: UpdatePipeline) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("pipeline", &req.pipeline_id);
     let mut p = pipeline(state, access, &req.pipeline_id).await?;
     if let Some(n) = req.name {
@@ -279,13 +270,8 @@ pub(crate) async fn update_pipeline(
     Executed::ok(p)
 }
 
-pub(crate) async fn set_status(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    id: &str,
-    status: PipelineStatus,
-) -> ApiResult<Executed> {
+pub(crate) async fn set_status(ctx: &Ctx<'_>, id: &str, status: PipelineStatus) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("pipeline", id);
     pipeline(state, access, id).await?;
     let p = state
@@ -296,12 +282,8 @@ pub(crate) async fn set_status(
     Executed::ok(p)
 }
 
-pub(crate) async fn delete_connection(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn delete_connection(ctx: &Ctx<'_>, id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("connection", id);
     match state.store.delete_pipeline(&access.workspace_id, id).await? {
         Ok(()) => Executed::ok(json!({ "connection_id": id, "deleted": true })),
@@ -315,7 +297,7 @@ pub(crate) async fn delete_connection(
 /// Pipeline operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum PipelineOp {
+pub(crate) enum PipelineOp {
     CreatePipeline(CreatePipeline),
     UpdatePipeline(UpdatePipeline),
     PausePipeline { pipeline_id: String },
@@ -353,19 +335,12 @@ impl Act for PipelineOp {
 
 impl PipelineOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
-        let (state, access, note) = (ctx.state, ctx.access, ctx.note);
         match self {
-            PipelineOp::CreatePipeline(r) => create_pipeline(state, access, note, r).await,
-            PipelineOp::UpdatePipeline(r) => update_pipeline(state, access, note, r).await,
-            PipelineOp::PausePipeline { pipeline_id } => {
-                set_status(state, access, note, &pipeline_id, PipelineStatus::Paused).await
-            }
-            PipelineOp::ResumePipeline { pipeline_id } => {
-                set_status(state, access, note, &pipeline_id, PipelineStatus::Active).await
-            }
-            PipelineOp::DeleteConnection { connection_id } => {
-                delete_connection(state, access, note, &connection_id).await
-            }
+            PipelineOp::CreatePipeline(r) => create_pipeline(ctx, r).await,
+            PipelineOp::UpdatePipeline(r) => update_pipeline(ctx, r).await,
+            PipelineOp::PausePipeline { pipeline_id } => set_status(ctx, &pipeline_id, PipelineStatus::Paused).await,
+            PipelineOp::ResumePipeline { pipeline_id } => set_status(ctx, &pipeline_id, PipelineStatus::Active).await,
+            PipelineOp::DeleteConnection { connection_id } => delete_connection(ctx, &connection_id).await,
         }
     }
 }

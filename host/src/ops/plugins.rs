@@ -9,8 +9,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::act::{Act, Category, Ctx, Executed};
-use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::registry::{PlannedUse, PluginSummary};
 use crate::state::AppState;
@@ -18,7 +16,7 @@ use crate::store::plugins::PluginVersion;
 
 /// A plugin as operators see it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Plugin {
+pub(crate) struct Plugin {
     pub connector_id: String,
     pub name: String,
     pub version: String,
@@ -58,7 +56,7 @@ impl From<&PluginSummary> for Plugin {
 /// Plugin operations (installation operators).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum PluginOp {
+pub(crate) enum PluginOp {
     /// Disable a connector everywhere.
     UnloadPlugin { connector_id: String },
     /// Enable a connector again.
@@ -105,16 +103,16 @@ impl Act for PluginOp {
 impl PluginOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            PluginOp::UnloadPlugin { connector_id } => unload(ctx.state, ctx.access, ctx.note, &connector_id).await,
-            PluginOp::LoadPlugin { connector_id } => load(ctx.state, ctx.access, ctx.note, &connector_id).await,
-            PluginOp::UsePluginVersion(plan) => use_version(ctx.state, ctx.access, ctx.note, plan).await,
+            PluginOp::UnloadPlugin { connector_id } => unload(ctx, &connector_id).await,
+            PluginOp::LoadPlugin { connector_id } => load(ctx, &connector_id).await,
+            PluginOp::UsePluginVersion(plan) => use_version(ctx, plan).await,
         }
     }
 }
 
 /// An installed version as operators see it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Version {
+pub(crate) struct Version {
     pub version: String,
     pub digest: String,
     pub interface_version: String,
@@ -128,7 +126,7 @@ pub struct Version {
 }
 
 /// A connector's installed versions, oldest first.
-pub async fn versions(state: &AppState, id: &str) -> ApiResult<Vec<Version>> {
+pub(crate) async fn versions(state: &AppState, id: &str) -> ApiResult<Vec<Version>> {
     let (versions, current) = state.plugins.versions(id).await?;
     Ok(versions
         .into_iter()
@@ -156,14 +154,16 @@ async fn known(state: &AppState, id: &str) -> ApiResult<()> {
     }
 }
 
-pub async fn unload(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, id: &str) -> ApiResult<Executed> {
+pub(crate) async fn unload(ctx: &Ctx<'_>, id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("plugin", id);
     known(state, id).await?;
     let id = state.plugins.unload(id, Some(&access.principal.user_id)).await?;
     Executed::ok(Plugin::from(&state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?))
 }
 
-pub async fn load(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, id: &str) -> ApiResult<Executed> {
+pub(crate) async fn load(ctx: &Ctx<'_>, id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("plugin", id);
     known(state, id).await?;
     let id = state.plugins.load(id, Some(&access.principal.user_id)).await?;
@@ -172,12 +172,8 @@ pub async fn load(state: &AppState, access: &WorkspaceAccess, note: &AuditNote, 
     Executed::ok(Plugin::from(&summary))
 }
 
-pub async fn use_version(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    plan: PlannedUse,
-) -> ApiResult<Executed> {
+pub(crate) async fn use_version(ctx: &Ctx<'_>, plan: PlannedUse) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("plugin", &plan.connector_id);
     state.plugins.use_version(&plan.connector_id, &plan.to.digest, Some(&access.principal.user_id)).await?;
     let summary = state.plugins.summary(&plan.connector_id).await.ok_or_else(|| ApiError::not_found("plugin"))?;

@@ -11,7 +11,7 @@ use crate::state::AppState;
 
 /// The effective policy of one category in a workspace.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub category: Category,
     /// What the category covers.
     pub description: &'static str,
@@ -27,7 +27,7 @@ pub struct Policy {
 /// required, approved by administrators). Whatever is stored, a category
 /// whose answers hold secrets always needs approval and is never decided
 /// by a role below the one that may perform its operations.
-pub async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Policy>> {
+pub(crate) async fn policies(state: &AppState, workspace_id: &str) -> ApiResult<Vec<Policy>> {
     let stored = state.store.approval_policies(workspace_id).await?;
     Ok(Category::ALL
         .iter()
@@ -59,7 +59,7 @@ pub(super) async fn policy(state: &AppState, workspace_id: &str, category: Categ
 /// A change of one category's approval policy.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PolicyChange {
+pub(crate) struct PolicyChange {
     pub category: Category,
     /// Whether writes of this category from MCP clients need approval.
     pub requires_approval: Option<bool>,
@@ -70,7 +70,7 @@ pub struct PolicyChange {
 /// Policy operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum PolicyOp {
+pub(crate) enum PolicyOp {
     /// Change a category's approval policy.
     SetApprovalPolicy(PolicyChange),
 }

@@ -8,7 +8,6 @@ use utoipa::ToSchema;
 use super::act::{Act, Category, Ctx, Executed, Via};
 use super::text::{check_config, check_len, check_name};
 use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::reverse_etl::mapping::Mapper;
 use crate::reverse_etl::model::{open, preview_bounds};
@@ -32,7 +31,7 @@ const MAX_MAPPINGS: usize = 500;
 /// Body of `POST /reverse-etl/models`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateModel {
+pub(crate) struct CreateModel {
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     /// An SQLite or PostgreSQL destination of the workspace.
@@ -48,7 +47,7 @@ pub struct CreateModel {
 /// Body of `PATCH /reverse-etl/models/{modelId}`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateModel {
+pub(crate) struct UpdateModel {
     #[serde(default)]
     #[schema(ignore)]
     pub model_id: String,
@@ -61,7 +60,7 @@ pub struct UpdateModel {
 /// Body of `POST /reverse-etl/destinations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateRetlDestination {
+pub(crate) struct CreateRetlDestination {
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     pub kind: RetlDestinationKind,
@@ -76,7 +75,7 @@ pub struct CreateRetlDestination {
 /// configuration keys are merged, as for sources.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateRetlDestination {
+pub(crate) struct UpdateRetlDestination {
     #[serde(default)]
     #[schema(ignore)]
     pub destination_id: String,
@@ -88,7 +87,7 @@ pub struct UpdateRetlDestination {
 /// Body of `POST /reverse-etl/activations`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateActivation {
+pub(crate) struct CreateActivation {
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     pub model_id: String,
@@ -112,7 +111,7 @@ fn manual() -> Schedule {
 /// Body of `PATCH /reverse-etl/activations/{activationId}`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateActivation {
+pub(crate) struct UpdateActivation {
     #[serde(default)]
     #[schema(ignore)]
     pub activation_id: String,
@@ -128,7 +127,7 @@ pub struct UpdateActivation {
 /// Body of `POST /reverse-etl/activations/{activationId}/run`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunActivation {
+pub(crate) struct RunActivation {
     #[serde(default)]
     #[schema(ignore)]
     pub activation_id: String,
@@ -164,12 +163,8 @@ async fn check_model(
     Ok(())
 }
 
-pub(crate) async fn create_model(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: CreateModel,
-) -> ApiResult<Executed> {
+pub(crate) async fn create_model(ctx: &Ctx<'_>, req: CreateModel) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     check_name("name", &req.name)?;
     check_model(state, access, &req.warehouse_id, &req.query, &req.primary_key).await?;
     let m = state
@@ -187,12 +182,8 @@ pub(crate) async fn create_model(
     Executed::created(m)
 }
 
-pub(crate) async fn update_model(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: UpdateModel,
-) -> ApiResult<Executed> {
+pub(crate) async fn update_model(ctx: &Ctx<'_>, req: UpdateModel) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("model", &req.model_id);
     let cur =
         state.store.model(&access.workspace_id, &req.model_id).await?.ok_or_else(|| ApiError::not_found("model"))?;
@@ -212,12 +203,8 @@ pub(crate) async fn update_model(
     Executed::ok(state.store.update_model(&m, forget).await?.ok_or_else(|| ApiError::not_found("model"))?)
 }
 
-pub(crate) async fn delete_model(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    model_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn delete_model(ctx: &Ctx<'_>, model_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("model", model_id);
     match state.store.delete_model(&access.workspace_id, model_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("model")),
@@ -272,12 +259,8 @@ fn canonical(state: &AppState, kind: RetlDestinationKind, mut config: Value) -> 
     config
 }
 
-pub async fn create_destination(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: CreateRetlDestination,
-) -> ApiResult<Executed> {
+pub(crate) async fn create_destination(ctx: &Ctx<'_>, req: CreateRetlDestination) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     check_name("name", &req.name)?;
     check_destination(state, access, req.kind, &req.configuration).await?;
     let config = canonical(state, req.kind, req.configuration);
@@ -289,12 +272,8 @@ pub async fn create_destination(
     Executed::created(d)
 }
 
-pub(crate) async fn update_destination(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: UpdateRetlDestination,
-) -> ApiResult<Executed> {
+pub(crate) async fn update_destination(ctx: &Ctx<'_>, req: UpdateRetlDestination) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("reverse_etl_destination", &req.destination_id);
     let cur = state
         .store
@@ -330,12 +309,8 @@ fn without_handles(config: &Value) -> Value {
     }
 }
 
-pub(crate) async fn delete_destination(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    destination_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn delete_destination(ctx: &Ctx<'_>, destination_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("reverse_etl_destination", destination_id);
     match state.store.delete_retl_destination(&access.workspace_id, destination_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("destination")),
@@ -396,12 +371,8 @@ async fn check_activation(state: &AppState, access: &WorkspaceAccess, a: &Activa
     Ok(())
 }
 
-pub(crate) async fn create_activation(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: CreateActivation,
-) -> ApiResult<Executed> {
+pub(crate) async fn create_activation(ctx: &Ctx<'_>, req: CreateActivation) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     let now = chrono::Utc::now();
     let draft = Activation {
         activation_id: String::new(),
@@ -437,12 +408,8 @@ pub(crate) async fn create_activation(
     Executed::created(a)
 }
 
-pub(crate) async fn update_activation(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: UpdateActivation,
-) -> ApiResult<Executed> {
+pub(crate) async fn update_activation(ctx: &Ctx<'_>, req: UpdateActivation) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("activation", &req.activation_id);
     let cur = state
         .store
@@ -478,12 +445,8 @@ pub(crate) async fn update_activation(
     )
 }
 
-pub(crate) async fn delete_activation(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    activation_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn delete_activation(ctx: &Ctx<'_>, activation_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("activation", activation_id);
     match state.store.delete_activation(&access.workspace_id, activation_id).await? {
         Ok(()) => Executed::ok(json!({ "activation_id": activation_id, "deleted": true })),
@@ -503,13 +466,8 @@ fn run_summary(j: &Job) -> Value {
 
 /// Starts a run unless one is active: 409 `EXECUTION_CONFLICT` with the
 /// active run, as for syncs.
-pub async fn run(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: RunActivation,
-    trigger: Trigger,
-) -> ApiResult<Executed> {
+pub(crate) async fn run(ctx: &Ctx<'_>, req: RunActivation, trigger: Trigger) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("activation", &req.activation_id);
     let a = state
         .store
@@ -538,7 +496,7 @@ pub async fn run(
 /// a query; optionally a reverse-ETL destination to suggest mappings for.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PrepareModel {
+pub(crate) struct PrepareModel {
     pub model_id: Option<String>,
     pub warehouse_id: Option<String>,
     #[schema(max_length = 100000)]
@@ -550,12 +508,8 @@ pub struct PrepareModel {
 /// Creates nothing, but it runs a query on the warehouse with the
 /// workspace's credentials, so it goes through the gate like the writes:
 /// an assistant's preview is a proposal unless the policy says otherwise.
-pub async fn prepare(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: PrepareModel,
-) -> ApiResult<Executed> {
+pub(crate) async fn prepare(ctx: &Ctx<'_>, req: PrepareModel) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     let (warehouse_id, query) = match (&req.model_id, &req.warehouse_id, &req.query) {
         (Some(id), None, None) => {
             note.target("model", id);
@@ -591,7 +545,7 @@ pub async fn prepare(
 /// Reverse-ETL operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum ReverseEtlOp {
+pub(crate) enum ReverseEtlOp {
     Prepare(PrepareModel),
     CreateModel(CreateModel),
     UpdateModel(UpdateModel),
@@ -671,25 +625,20 @@ impl Act for ReverseEtlOp {
 
 impl ReverseEtlOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
-        let (state, access, note) = (ctx.state, ctx.access, ctx.note);
         match self {
-            ReverseEtlOp::Prepare(r) => prepare(state, access, note, r).await,
-            ReverseEtlOp::CreateModel(r) => create_model(state, access, note, r).await,
-            ReverseEtlOp::UpdateModel(r) => update_model(state, access, note, r).await,
-            ReverseEtlOp::DeleteModel { model_id } => delete_model(state, access, note, &model_id).await,
-            ReverseEtlOp::CreateRetlDestination(r) => create_destination(state, access, note, r).await,
-            ReverseEtlOp::UpdateRetlDestination(r) => update_destination(state, access, note, r).await,
-            ReverseEtlOp::DeleteRetlDestination { destination_id } => {
-                delete_destination(state, access, note, &destination_id).await
-            }
-            ReverseEtlOp::CreateActivation(r) => create_activation(state, access, note, r).await,
-            ReverseEtlOp::UpdateActivation(r) => update_activation(state, access, note, r).await,
-            ReverseEtlOp::DeleteActivation { activation_id } => {
-                delete_activation(state, access, note, &activation_id).await
-            }
+            ReverseEtlOp::Prepare(r) => prepare(ctx, r).await,
+            ReverseEtlOp::CreateModel(r) => create_model(ctx, r).await,
+            ReverseEtlOp::UpdateModel(r) => update_model(ctx, r).await,
+            ReverseEtlOp::DeleteModel { model_id } => delete_model(ctx, &model_id).await,
+            ReverseEtlOp::CreateRetlDestination(r) => create_destination(ctx, r).await,
+            ReverseEtlOp::UpdateRetlDestination(r) => update_destination(ctx, r).await,
+            ReverseEtlOp::DeleteRetlDestination { destination_id } => delete_destination(ctx, &destination_id).await,
+            ReverseEtlOp::CreateActivation(r) => create_activation(ctx, r).await,
+            ReverseEtlOp::UpdateActivation(r) => update_activation(ctx, r).await,
+            ReverseEtlOp::DeleteActivation { activation_id } => delete_activation(ctx, &activation_id).await,
             ReverseEtlOp::RunActivation(r) => {
                 let trigger = if ctx.via == Via::Approval { Trigger::Approval } else { Trigger::Manual };
-                run(state, access, note, r, trigger).await
+                run(ctx, r, trigger).await
             }
         }
     }

@@ -5,8 +5,6 @@ use serde_json::json;
 use serde::{Deserialize, Serialize};
 
 use super::act::{Act, Category, Ctx, Executed};
-use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -29,12 +27,8 @@ pub(crate) async fn end_session(state: &AppState, session_id: &str) -> ApiResult
 /// users outside the workspace answer 404, like sessions that do not
 /// exist; those of members who also belong to workspaces the caller does
 /// not administer (or of operators, for a non-operator) answer 403.
-pub async fn revoke(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    session_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn revoke(ctx: &Ctx<'_>, session_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("session", session_id);
     let session = state.store.session(session_id).await?.ok_or_else(|| ApiError::not_found("session"))?;
     if state.store.role_in(&session.user_id, &access.workspace_id).await?.is_none() {
@@ -55,7 +49,7 @@ pub async fn revoke(
 /// their own session, or an assistant its own, needs nobody's approval.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum SessionOp {
+pub(crate) enum SessionOp {
     /// Revoke a session of a workspace member.
     RevokeSession { session_id: String },
     /// Revoke another session of the proposer's own (proposed by an MCP
@@ -91,7 +85,7 @@ impl Act for SessionOp {
 impl SessionOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            SessionOp::RevokeSession { session_id } => revoke(ctx.state, ctx.access, ctx.note, &session_id).await,
+            SessionOp::RevokeSession { session_id } => revoke(ctx, &session_id).await,
             SessionOp::RevokeOwnSession { session_id } => {
                 // Still the proposer's own when it runs.
                 let session =
@@ -99,7 +93,7 @@ impl SessionOp {
                 if session.user_id != ctx.access.principal.user_id {
                     return Err(ApiError::not_found("session"));
                 }
-                revoke(ctx.state, ctx.access, ctx.note, &session_id).await
+                revoke(ctx, &session_id).await
             }
         }
     }

@@ -9,7 +9,6 @@ use utoipa::ToSchema;
 use super::act::{Act, Category, Ctx, Executed};
 use super::text::check_name;
 use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
@@ -18,7 +17,7 @@ use crate::store::destinations::DeleteRefused;
 /// Body of `POST /sources`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateSource {
+pub(crate) struct CreateSource {
     /// The connector; a legacy `source:<alias>` is accepted for old saved
     /// configurations and stored as the canonical id.
     pub connector_id: String,
@@ -34,7 +33,7 @@ pub struct CreateSource {
 /// merged (a `null` removes one).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateSource {
+pub(crate) struct UpdateSource {
     /// Taken from the path.
     #[serde(default)]
     #[schema(ignore)]
@@ -92,12 +91,8 @@ pub(super) async fn validate_configuration(
     Ok(())
 }
 
-pub async fn create(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: CreateSource,
-) -> ApiResult<Executed> {
+pub(crate) async fn create(ctx: &Ctx<'_>, req: CreateSource) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     check_name("name", &req.name)?;
     let connector_id = state
         .plugins
@@ -118,12 +113,8 @@ pub async fn create(
     Executed::created(source)
 }
 
-pub async fn update(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: UpdateSource,
-) -> ApiResult<Executed> {
+pub(crate) async fn update(ctx: &Ctx<'_>, req: UpdateSource) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("source", &req.source_id);
     let current =
         state.store.source(&access.workspace_id, &req.source_id).await?.ok_or_else(|| ApiError::not_found("source"))?;
@@ -140,12 +131,8 @@ pub async fn update(
     Executed::ok(source)
 }
 
-pub async fn delete(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    source_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn delete(ctx: &Ctx<'_>, source_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("source", source_id);
     match state.store.delete_source(&access.workspace_id, source_id).await? {
         Err(DeleteRefused::NotFound) => Err(ApiError::not_found("source")),
@@ -165,7 +152,11 @@ pub async fn delete(
 /// Source operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum SourceOp {
+#[expect(
+    clippy::enum_variant_names,
+    reason = "the variants name the operations stored in proposals (`create_source`, ...)"
+)]
+pub(crate) enum SourceOp {
     /// Create a source.
     CreateSource(CreateSource),
     /// Change a source's name or configuration.
@@ -201,9 +192,9 @@ impl Act for SourceOp {
 impl SourceOp {
     pub(super) async fn run(self, ctx: &Ctx<'_>) -> ApiResult<Executed> {
         match self {
-            SourceOp::CreateSource(req) => create(ctx.state, ctx.access, ctx.note, req).await,
-            SourceOp::UpdateSource(req) => update(ctx.state, ctx.access, ctx.note, req).await,
-            SourceOp::DeleteSource { source_id } => delete(ctx.state, ctx.access, ctx.note, &source_id).await,
+            SourceOp::CreateSource(req) => create(ctx, req).await,
+            SourceOp::UpdateSource(req) => update(ctx, req).await,
+            SourceOp::DeleteSource { source_id } => delete(ctx, &source_id).await,
         }
     }
 }

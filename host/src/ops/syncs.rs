@@ -12,7 +12,6 @@ use utoipa::ToSchema;
 
 use super::act::{Act, Category, Ctx, Executed, Via};
 use crate::access::WorkspaceAccess;
-use crate::audit::AuditNote;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::jobs::{Job, NotQueued};
@@ -21,7 +20,7 @@ use crate::store::pipelines::Pipeline;
 
 /// A sync or reset command.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct RunPipeline {
+pub(crate) struct RunPipeline {
     pub pipeline_id: String,
     /// The schedule version the command was issued against.
     pub schedule_version: Option<i64>,
@@ -41,14 +40,8 @@ pub(super) fn conflict(message: &str, active: Option<Job>, schedule: Option<(i64
 }
 
 /// Starts a sync or reset job, unless one is active or the schedule moved.
-pub async fn run(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    req: RunPipeline,
-    kind: JobKind,
-    trigger: Trigger,
-) -> ApiResult<Executed> {
+pub(crate) async fn run(ctx: &Ctx<'_>, req: RunPipeline, kind: JobKind, trigger: Trigger) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("pipeline", &req.pipeline_id);
     let p = pipeline(state, access, &req.pipeline_id).await?;
     if let Some(v) = req.schedule_version
@@ -78,12 +71,8 @@ pub async fn run(
     }
 }
 
-pub(crate) async fn cancel_job(
-    state: &AppState,
-    access: &WorkspaceAccess,
-    note: &AuditNote,
-    job_id: &str,
-) -> ApiResult<Executed> {
+pub(crate) async fn cancel_job(ctx: &Ctx<'_>, job_id: &str) -> ApiResult<Executed> {
+    let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("job", job_id);
     let job = state.store.job(&access.workspace_id, job_id).await?.ok_or_else(|| ApiError::not_found("job"))?;
     if !state.store.cancel_job(&access.workspace_id, job_id).await? {
@@ -96,7 +85,7 @@ pub(crate) async fn cancel_job(
 /// Sync operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum SyncOp {
+pub(crate) enum SyncOp {
     /// Start a sync job.
     SyncPipeline(RunPipeline),
     /// Start a reset job (clear destination data and state, sync again).
@@ -141,9 +130,9 @@ impl SyncOp {
             Via::Request => Trigger::Manual,
         };
         match self {
-            SyncOp::SyncPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, JobKind::Sync, trigger).await,
-            SyncOp::ResetPipeline(r) => run(ctx.state, ctx.access, ctx.note, r, JobKind::Reset, trigger).await,
-            SyncOp::CancelJob { job_id } => cancel_job(ctx.state, ctx.access, ctx.note, &job_id).await,
+            SyncOp::SyncPipeline(r) => run(ctx, r, JobKind::Sync, trigger).await,
+            SyncOp::ResetPipeline(r) => run(ctx, r, JobKind::Reset, trigger).await,
+            SyncOp::CancelJob { job_id } => cancel_job(ctx, &job_id).await,
         }
     }
 }

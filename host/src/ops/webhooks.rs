@@ -26,7 +26,7 @@ const DESCRIPTION_MAX: usize = 500;
 /// Body of `POST /webhooks`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateWebhook {
+pub(crate) struct CreateWebhook {
     /// An HTTPS URL on port 443 whose host the operator allows webhooks to
     /// reach (`SERVICE_WEBHOOK_ALLOWED_HOSTS`); no query, fragment or
     /// user-info.
@@ -43,7 +43,7 @@ pub struct CreateWebhook {
 /// Body of `PATCH /webhooks/{webhook_id}`: what is given changes.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdateWebhook {
+pub(crate) struct UpdateWebhook {
     #[serde(default)]
     #[schema(ignore)]
     pub webhook_id: String,
@@ -65,7 +65,7 @@ pub struct UpdateWebhook {
 
 /// A subscription with the secret shown once.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct WebhookWithSecret {
+pub(crate) struct WebhookWithSecret {
     #[serde(flatten)]
     pub webhook: Webhook,
     /// `whsec_…`: shown once, here; verify each message's
@@ -177,7 +177,7 @@ async fn update(ctx: &Ctx<'_>, req: UpdateWebhook) -> ApiResult<Executed> {
 /// Webhook subscription operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
-pub enum WebhookOp {
+pub(crate) enum WebhookOp {
     CreateWebhook(CreateWebhook),
     UpdateWebhook(UpdateWebhook),
     DeleteWebhook { webhook_id: String },

@@ -52,7 +52,7 @@ pub(crate) fn password_refused(why: &str) -> axum::response::Response {
 pub(crate) const SIGN_IN_LATER: &str = "With the password you chose, you can also sign in at /sign-in.";
 
 /// Who is signing in, for the session's metadata.
-pub struct ClientInfo {
+pub(crate) struct ClientInfo {
     pub user_agent: Option<String>,
     pub address: Option<String>,
 }

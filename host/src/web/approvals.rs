@@ -155,14 +155,14 @@ async fn render(state: &AppState, headers: &HeaderMap, viewer: &WorkspaceAccess)
 }
 
 #[derive(Deserialize)]
-pub struct Decide {
+pub(crate) struct Decide {
     #[serde(default)]
     csrf: String,
     workspace_id: Option<String>,
 }
 
 /// `POST /approvals/{approval_id}/{decision}`: approve (and run) or reject.
-pub async fn decide(
+pub(crate) async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((approval_id, decision)): Path<(String, String)>,

@@ -45,7 +45,7 @@ const CODE_TTL_MS: i64 = 2 * 60 * 1000;
 
 /// What the CLI asks for, as it comes in the query and goes back in the form.
 #[derive(Debug, Deserialize)]
-pub struct Authorize {
+pub(crate) struct Authorize {
     #[serde(default)]
     redirect_uri: String,
     #[serde(default)]
@@ -163,7 +163,7 @@ pub(crate) async fn authorize_page(
 
 /// `POST /cli/authorize`: on "allow", a one-time code to the loopback
 /// address; on "deny", `error=access_denied`.
-pub async fn authorize(
+pub(crate) async fn authorize(
     State(state): State<AppState>,
     headers: HeaderMap,
     client: ClientInfo,
@@ -211,14 +211,14 @@ pub async fn authorize(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     code: String,
     code_verifier: String,
     redirect_uri: String,
 }
 
 /// `POST /cli/token`: a code and its verifier for a CLI session token.
-pub async fn exchange(
+pub(crate) async fn exchange(
     State(state): State<AppState>,
     client: ClientInfo,
     axum::Json(x): axum::Json<Exchange>,

@@ -35,18 +35,18 @@ use axum::routing::get;
 
 use crate::state::AppState;
 
-pub mod accounts;
-pub mod approvals;
-pub mod cli_login;
-pub mod entry;
-pub mod invitations;
-pub mod login;
-pub mod oauth;
-pub mod page;
-pub mod signin;
-pub mod watch;
+pub(crate) mod accounts;
+pub(crate) mod approvals;
+pub(crate) mod cli_login;
+pub(crate) mod entry;
+pub(crate) mod invitations;
+pub(crate) mod login;
+pub(crate) mod oauth;
+pub(crate) mod page;
+pub(crate) mod signin;
+pub(crate) mod watch;
 
-pub fn router() -> Router<AppState> {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/sign-in", get(signin::sign_in_page).post(signin::sign_in))
         .route("/sign-out", axum::routing::post(signin::sign_out))

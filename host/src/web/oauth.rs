@@ -108,9 +108,7 @@ pub(crate) async fn oauth_complete(
     let note = crate::audit::AuditNote::default();
     note.workspace(&done.workspace_id);
     let outcome = crate::ops::credentials::store_secret(
-        &state,
-        &initiator,
-        &note,
+        &crate::ops::Ctx::request(&state, &initiator, &note),
         done.new_secret(CredentialStatus::PendingApproval),
     )
     .await;

@@ -35,7 +35,7 @@ pub(crate) async fn page_headers(
 }
 
 /// Escapes text for HTML element and attribute content.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.chars()
         .map(|c| match c {
             '<' => "&lt;".to_owned(),
@@ -49,7 +49,7 @@ pub fn escape(s: &str) -> String {
 }
 
 /// A minimal page; `body` must already be escaped.
-pub fn page(title: &str, body: &str) -> Html<String> {
+pub(crate) fn page(title: &str, body: &str) -> Html<String> {
     page_with_style(title, "", body)
 }
 

@@ -55,7 +55,7 @@ fn cookie_name(state: &AppState, base: &'static str) -> &'static str {
 }
 
 /// The value of cookie `name` in a request.
-pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -99,7 +99,7 @@ fn csrf_token(state: &AppState, id: &str) -> String {
 
 /// A form's CSRF token: bound to the request's pre-session cookie when it
 /// has a well-formed one, else to a new one with the header that sets it.
-pub fn csrf(state: &AppState, headers: &HeaderMap) -> (String, Option<HeaderValue>) {
+pub(crate) fn csrf(state: &AppState, headers: &HeaderMap) -> (String, Option<HeaderValue>) {
     match cookie(headers, cookie_name(state, CSRF_COOKIE)).filter(|c| well_formed(c)) {
         Some(id) => (csrf_token(state, &id), None),
         None => {
@@ -153,7 +153,7 @@ pub(crate) fn safe_next(next: Option<&str>) -> String {
 }
 
 #[derive(Deserialize)]
-pub struct Next {
+pub(crate) struct Next {
     next: Option<String>,
 }
 
@@ -186,7 +186,7 @@ pub(crate) async fn sign_in_page(State(state): State<AppState>, headers: HeaderM
 }
 
 #[derive(Deserialize)]
-pub struct SignIn {
+pub(crate) struct SignIn {
     #[serde(default)]
     csrf: String,
     #[serde(default)]
@@ -205,7 +205,7 @@ fn too_many(limited: crate::access::throttle::Limited) -> Response {
 }
 
 /// `POST /sign-in`.
-pub async fn sign_in(
+pub(crate) async fn sign_in(
     State(state): State<AppState>,
     headers: HeaderMap,
     client: ClientInfo,
@@ -320,13 +320,13 @@ pub(crate) async fn account_page(State(state): State<AppState>, headers: HeaderM
 }
 
 #[derive(Deserialize)]
-pub struct SignOut {
+pub(crate) struct SignOut {
     #[serde(default)]
     csrf: String,
 }
 
 /// `POST /sign-out`: revokes the browser session and forgets the cookie.
-pub async fn sign_out(
+pub(crate) async fn sign_out(
     State(state): State<AppState>,
     headers: HeaderMap,
     client: ClientInfo,
