@@ -15,7 +15,7 @@ use crate::telemetry::request_id;
 /// Cloned into the request by [`audit`]; handlers fill it in as they learn
 /// the workspace, the action and the target.
 #[derive(Clone, Default)]
-pub struct AuditNote(Arc<Mutex<NoteFields>>);
+pub(crate) struct AuditNote(Arc<Mutex<NoteFields>>);
 
 #[derive(Default)]
 struct NoteFields {
@@ -35,17 +35,17 @@ impl AuditNote {
     }
 
     /// The workspace the request acted in.
-    pub fn workspace(&self, id: &str) {
+    pub(crate) fn workspace(&self, id: &str) {
         self.with(|n| n.workspace_id = Some(id.to_owned()));
     }
 
     /// A stable action name such as `members.invite`.
-    pub fn action(&self, action: &str) {
+    pub(crate) fn action(&self, action: &str) {
         self.with(|n| n.action = Some(action.to_owned()));
     }
 
     /// The resource acted on.
-    pub fn target(&self, kind: &str, id: &str) {
+    pub(crate) fn target(&self, kind: &str, id: &str) {
         self.with(|n| {
             n.target_type = Some(kind.to_owned());
             n.target_id = Some(id.to_owned());
@@ -53,24 +53,29 @@ impl AuditNote {
     }
 
     /// The approval whose stored operation this request executed.
-    pub fn approval(&self, id: &str) {
+    pub(crate) fn approval(&self, id: &str) {
         self.with(|n| n.approval_id = Some(id.to_owned()));
     }
 
     /// What the action adds to its target (identifiers only: this is
     /// shown to every reader of the audit log).
-    pub fn details(&self, details: serde_json::Value) {
+    pub(crate) fn details(&self, details: serde_json::Value) {
         self.with(|n| n.details = Some(details));
     }
 
     /// Overrides the outcome derived from the status (e.g. `proposed`).
-    pub fn outcome(&self, outcome: AuditOutcome) {
+    pub(crate) fn outcome(&self, outcome: AuditOutcome) {
         self.with(|n| n.outcome = Some(outcome));
     }
 
     /// The audit record of a request (or of an approved execution) that
     /// answered `status`, made by `actor`.
-    pub fn record(&self, actor: Option<&Principal>, fallback_action: &str, status: StatusCode) -> NewAuditRecord {
+    pub(crate) fn record(
+        &self,
+        actor: Option<&Principal>,
+        fallback_action: &str,
+        status: StatusCode,
+    ) -> NewAuditRecord {
         let fields = self.with(std::mem::take);
         let outcome = fields.outcome.unwrap_or(match status.as_u16() {
             200..=299 => AuditOutcome::Succeeded,

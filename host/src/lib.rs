@@ -60,28 +60,28 @@
 //! - [`config`]: the settings, parsed and checked; imports nothing.
 
 pub mod access;
-pub mod audit;
-pub mod authoring;
+pub(crate) mod audit;
+pub(crate) mod authoring;
 pub mod cli;
 pub mod config;
 pub mod connectors;
 pub mod credentials;
 pub mod egress;
-pub mod error;
-pub mod http;
+pub(crate) mod error;
+pub(crate) mod http;
 pub mod jobs;
-pub mod mcp;
+pub(crate) mod mcp;
 pub mod ops;
 pub mod plugin;
-pub mod retry;
-pub mod reverse_etl;
+pub(crate) mod retry;
+pub(crate) mod reverse_etl;
 pub mod server;
 pub mod state;
 pub mod store;
-pub mod telemetry;
+pub(crate) mod telemetry;
 pub mod warehouse;
-pub mod web;
-pub mod webhooks;
+pub(crate) mod web;
+pub(crate) mod webhooks;
 
 /// The memory allocator of every program built on this crate: the server,
 /// and with it its tests and benchmarks. A sync moves each record through

@@ -268,7 +268,7 @@ impl Dispatch for Remote {
 
 /// Where a call's bearer token comes from.
 #[derive(Clone)]
-pub enum Token {
+pub(crate) enum Token {
     /// The `Authorization` header of the MCP HTTP request.
     FromRequest,
     /// A token given to `service mcp`.
@@ -284,7 +284,7 @@ pub(crate) struct McpServer {
 }
 
 impl McpServer {
-    pub fn new(catalog: Arc<Catalog>, dispatch: Arc<dyn Dispatch>, token: Token) -> Self {
+    pub(crate) fn new(catalog: Arc<Catalog>, dispatch: Arc<dyn Dispatch>, token: Token) -> Self {
         McpServer { catalog, dispatch, token }
     }
 

@@ -5,7 +5,7 @@
 //! keeping the answer.
 
 /// An error that knows whether another attempt may succeed.
-pub trait Transient: std::fmt::Display {
+pub(crate) trait Transient: std::fmt::Display {
     /// Whether trying again later may succeed (a destination or provider
     /// that may come back), rather than fail the same way (a refusal, a
     /// record that will not fit, a missing object).

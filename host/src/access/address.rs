@@ -21,7 +21,7 @@ use crate::config::limits::Network;
 pub(crate) struct ClientAddress(pub IpAddr);
 
 /// The client address of a request whose connection comes from `peer`.
-pub fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[Network]) -> IpAddr {
+pub(crate) fn resolve(peer: IpAddr, headers: &HeaderMap, trusted: &[Network]) -> IpAddr {
     // A dual-stack listener sees IPv4 clients as IPv4-mapped IPv6 ones.
     let peer = peer.to_canonical();
     let is_trusted = |ip: IpAddr| trusted.iter().any(|n| n.contains(ip.to_canonical()));
@@ -88,7 +88,7 @@ fn node_address(raw: &str) -> Option<IpAddr> {
 
 /// The client address of a request: what the server resolved, else the
 /// connection's peer, else none (a request not from a socket).
-pub fn of(parts: &Parts) -> Option<IpAddr> {
+pub(crate) fn of(parts: &Parts) -> Option<IpAddr> {
     from_extensions(&parts.extensions)
 }
 

@@ -14,7 +14,7 @@ const LOGIN_CODE_TTL_MS: i64 = 30 * 60 * 1000;
 
 /// What first-run bootstrap did.
 #[derive(Debug)]
-pub enum Bootstrap {
+pub(crate) enum Bootstrap {
     /// Users already exist: nothing done.
     AlreadyInitialised,
     /// Created the first workspace and administrator; the bootstrap token
@@ -26,7 +26,7 @@ pub enum Bootstrap {
 
 /// On a database without users, creates the first workspace and its
 /// administrator (spec: fresh installation).
-pub async fn bootstrap(store: &Store, config: &ServerConfig) -> anyhow::Result<Bootstrap> {
+pub(crate) async fn bootstrap(store: &Store, config: &ServerConfig) -> anyhow::Result<Bootstrap> {
     if store.count_users().await? > 0 {
         return Ok(Bootstrap::AlreadyInitialised);
     }

@@ -18,7 +18,7 @@
 
 use crate::error::ApiError;
 
-pub mod address;
+pub(crate) mod address;
 pub mod admin;
 pub mod passwords;
 pub mod throttle;

@@ -22,7 +22,7 @@ fn argon2() -> Argon2<'static> {
 }
 
 /// Why a password is refused.
-pub fn check(password: &SecretString) -> Result<(), String> {
+pub(crate) fn check(password: &SecretString) -> Result<(), String> {
     let p = password.expose_secret();
     if p.chars().count() < MIN_CHARS {
         return Err(format!("a password has at least {MIN_CHARS} characters"));
@@ -37,7 +37,7 @@ pub fn check(password: &SecretString) -> Result<(), String> {
 }
 
 /// The PHC text of a new hash of `password`.
-pub async fn hash(password: SecretString) -> anyhow::Result<String> {
+pub(crate) async fn hash(password: SecretString) -> anyhow::Result<String> {
     tokio::task::spawn_blocking(move || {
         let salt = SaltString::generate(&mut OsRng);
         argon2()

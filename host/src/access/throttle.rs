@@ -244,12 +244,12 @@ pub(crate) struct SignInAttempt<'a> {
 
 impl SignInAttempt<'_> {
     /// The password matched: the attempt is not a failure.
-    pub fn succeeded(mut self) {
+    pub(crate) fn succeeded(mut self) {
         self.refund();
     }
 
     /// No password was checked (the server was busy): nothing is counted.
-    pub fn abandoned(mut self) {
+    pub(crate) fn abandoned(mut self) {
         self.refund();
     }
 

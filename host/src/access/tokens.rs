@@ -17,7 +17,7 @@ pub(crate) const TOKEN_PREFIX: &str = "svc_";
 pub(crate) const CODE_PREFIX: &str = "svc1_";
 
 /// A fresh random secret with `prefix`.
-pub fn generate(prefix: &str) -> SecretString {
+pub(crate) fn generate(prefix: &str) -> SecretString {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     SecretString::from(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes)))

@@ -28,10 +28,10 @@ use crate::plugin::sandbox::GuestTime;
 use crate::plugin::types::SyncMode;
 
 /// The format of a cassette this host reads and writes.
-pub const FORMAT: &str = "service-cassette/1";
+pub(crate) const FORMAT: &str = "service-cassette/1";
 
 /// The manifest, `cassette.json`.
-pub const MANIFEST: &str = "cassette.json";
+pub(crate) const MANIFEST: &str = "cassette.json";
 const EXCHANGES: &str = "exchanges.jsonl";
 pub(crate) const RESPONSES: &str = "responses";
 const STREAMS: &str = "streams";
@@ -40,7 +40,7 @@ const SCHEMAS: &str = "schemas.json";
 /// What was recorded, and how to run it again.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub format: String,
     pub connector: ConnectorRef,
     /// The component, relative to the cassette's folder, when it was
@@ -65,11 +65,11 @@ pub struct Manifest {
 }
 
 /// The instant a cassette that names none replays at.
-pub const UNRECORDED_CLOCK: &str = "2026-01-01T00:00:00Z";
+pub(crate) const UNRECORDED_CLOCK: &str = "2026-01-01T00:00:00Z";
 
 impl Manifest {
     /// The clock and randomness its replays give the plugin.
-    pub fn guest_time(&self) -> Result<GuestTime, CassetteError> {
+    pub(crate) fn guest_time(&self) -> Result<GuestTime, CassetteError> {
         let text = self.recorded_at.as_deref().unwrap_or(UNRECORDED_CLOCK);
         frozen_at(text).ok_or_else(|| CassetteError::Invalid {
             path: format!("{MANIFEST}: at /recorded_at"),
@@ -80,7 +80,7 @@ impl Manifest {
 
 /// A wall clock standing at `text` (RFC 3339), if it is an instant after
 /// the Unix epoch.
-pub fn frozen_at(text: &str) -> Option<GuestTime> {
+pub(crate) fn frozen_at(text: &str) -> Option<GuestTime> {
     let at = chrono::DateTime::parse_from_rfc3339(text).ok()?;
     let nanos = at.timestamp_nanos_opt().filter(|n| *n >= 0)?;
     Some(GuestTime::Frozen(std::time::Duration::from_nanos(nanos as u64)))
@@ -89,7 +89,7 @@ pub fn frozen_at(text: &str) -> Option<GuestTime> {
 /// The plugin a cassette was recorded with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConnectorRef {
+pub(crate) struct ConnectorRef {
     pub id: String,
     pub version: String,
     /// The WIT package it implements, e.g. `service:connector@1.1.0`.
@@ -99,7 +99,7 @@ pub struct ConnectorRef {
 /// One stream read, as it was read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StreamPlan {
+pub(crate) struct StreamPlan {
     pub name: String,
     pub sync_mode: SyncMode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,7 +112,7 @@ pub struct StreamPlan {
 /// A schema disagreement the author accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Acceptance {
+pub(crate) struct Acceptance {
     pub stream: String,
     /// The field, as a path: `author.name`, `tags[]`.
     pub field: String,
@@ -121,7 +121,7 @@ pub struct Acceptance {
 
 /// One request and its answer, as recorded.
 #[derive(Debug, Clone)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     /// The call it belongs to: `check`, `read posts`, ...
     pub call: String,
     pub request: OutboundRequest,
@@ -130,7 +130,7 @@ pub struct Exchange {
 
 /// What the plugin got for a request.
 #[derive(Debug, Clone)]
-pub enum Answer {
+pub(crate) enum Answer {
     Response(InboundResponse),
     Error(EgressError),
     /// The plugin gave up on the request before its answer came.
@@ -139,7 +139,7 @@ pub enum Answer {
 
 /// Everything the calls of a run returned: what a cassette expects.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observations {
+pub(crate) struct Observations {
     pub check: Option<Value>,
     pub catalog: Option<Value>,
     /// Field → outcome.
@@ -152,7 +152,7 @@ pub struct Observations {
 
 impl Observations {
     /// The single-value files and their contents.
-    pub fn files(&self) -> [(&'static str, Option<&Value>); 4] {
+    pub(crate) fn files(&self) -> [(&'static str, Option<&Value>); 4] {
         [
             ("check.json", self.check.as_ref()),
             ("catalog.json", self.catalog.as_ref()),
@@ -164,7 +164,7 @@ impl Observations {
 
 /// A whole cassette.
 #[derive(Debug, Clone)]
-pub struct Cassette {
+pub(crate) struct Cassette {
     pub manifest: Manifest,
     pub exchanges: Vec<Exchange>,
     pub expected: Observations,
@@ -175,7 +175,7 @@ pub struct Cassette {
 /// Why a cassette cannot be read or written. Each names the file and,
 /// where there is one, the position.
 #[derive(Debug, thiserror::Error)]
-pub enum CassetteError {
+pub(crate) enum CassetteError {
     #[error("{path}: {message}")]
     Io { path: String, message: String },
     #[error("{path}:{line}:{column}: {message}")]
@@ -281,7 +281,7 @@ enum ErrorKind {
 }
 
 /// A placement as a cassette writes it.
-pub fn placement_text(p: &Placement) -> String {
+pub(crate) fn placement_text(p: &Placement) -> String {
     match p {
         Placement::Bearer => "bearer".into(),
         Placement::Header(name) => format!("header:{name}"),
@@ -290,7 +290,7 @@ pub fn placement_text(p: &Placement) -> String {
 }
 
 /// A placement from its cassette (and command-line) form.
-pub fn parse_placement(text: &str) -> Option<Placement> {
+pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
     match text.split_once(':') {
         None if text == "bearer" => Some(Placement::Bearer),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
@@ -337,7 +337,7 @@ fn body_extension(body: &[u8]) -> &'static str {
 // ---- writing -----------------------------------------------------------------
 
 /// The files of `cassette`: relative path → content.
-pub fn render(cassette: &Cassette) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(crate) fn render(cassette: &Cassette) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
     files.insert(PathBuf::from(MANIFEST), pretty(&serde_json::to_value(&cassette.manifest).unwrap_or(Value::Null)));
     let mut lines = String::new();
@@ -387,7 +387,7 @@ pub fn render(cassette: &Cassette) -> BTreeMap<PathBuf, Vec<u8>> {
 /// Writes rendered files into `dir`: creates it, replaces what an earlier
 /// recording left there, and leaves files whose content is unchanged
 /// untouched.
-pub fn write_files(dir: &Path, files: &BTreeMap<PathBuf, Vec<u8>>) -> Result<(), CassetteError> {
+pub(crate) fn write_files(dir: &Path, files: &BTreeMap<PathBuf, Vec<u8>>) -> Result<(), CassetteError> {
     for (name, _) in Observations::default().files() {
         if !files.contains_key(Path::new(name)) {
             remove_file(&dir.join(name))?;
@@ -397,14 +397,14 @@ pub fn write_files(dir: &Path, files: &BTreeMap<PathBuf, Vec<u8>>) -> Result<(),
 }
 
 /// Rewrites `cassette.json` alone.
-pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), CassetteError> {
+pub(crate) fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<(), CassetteError> {
     let mut files = BTreeMap::new();
     files.insert(PathBuf::from(MANIFEST), pretty(&serde_json::to_value(manifest).unwrap_or(Value::Null)));
     replace_files(dir, &files, &[])
 }
 
 /// Rewrites only the expectations of a cassette (`plugins test --update`).
-pub fn write_expectations(dir: &Path, expected: &Observations, schemas: &Value) -> Result<(), CassetteError> {
+pub(crate) fn write_expectations(dir: &Path, expected: &Observations, schemas: &Value) -> Result<(), CassetteError> {
     let mut files = BTreeMap::new();
     write_observations(&mut files, expected);
     files.insert(PathBuf::from(SCHEMAS), pretty(schemas));
@@ -435,7 +435,7 @@ fn write_observations(files: &mut BTreeMap<PathBuf, Vec<u8>>, observed: &Observa
 
 /// A stream's file name: its name, with anything but letters, digits,
 /// `-`, `_` and `.` spelt as `%XX`, so no name escapes the folder.
-pub fn stream_file(stream: &str) -> String {
+pub(crate) fn stream_file(stream: &str) -> String {
     let mut name = String::new();
     for b in stream.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || (b == b'.' && !name.is_empty()) {
@@ -496,7 +496,7 @@ fn base64_encode(bytes: &[u8]) -> String {
 // ---- reading -----------------------------------------------------------------
 
 /// Reads the cassette in `dir`, checking every file it names.
-pub fn read(dir: &Path) -> Result<Cassette, CassetteError> {
+pub(crate) fn read(dir: &Path) -> Result<Cassette, CassetteError> {
     let manifest_path = dir.join(MANIFEST);
     let text = read_text(&manifest_path)?;
     let manifest: Value = serde_json::from_str(&text).map_err(|e| CassetteError::json(&manifest_path, 0, &e))?;
@@ -617,7 +617,7 @@ fn read_optional_json(path: &Path) -> Result<Option<Value>, CassetteError> {
 
 /// `path` relative to `base` (both absolute or both relative to the same
 /// folder), with `..` where needed.
-pub fn relative_to(path: &Path, base: &Path) -> PathBuf {
+pub(crate) fn relative_to(path: &Path, base: &Path) -> PathBuf {
     let path: Vec<_> = path.components().collect();
     let base: Vec<_> = base.components().collect();
     let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();

@@ -9,7 +9,7 @@ use super::cassette::{Observations, stream_file};
 
 /// One file whose expectation the replay did not meet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Difference {
+pub(crate) struct Difference {
     /// The file in the cassette, e.g. `streams/posts.jsonl`.
     pub file: String,
     /// The diff: `-` expected, `+` replayed, two lines of context.
@@ -22,7 +22,7 @@ const SHOWN: usize = 40;
 const WIDTH: usize = 240;
 
 /// Every file where `observed` differs from `expected`.
-pub fn differences(expected: &Observations, observed: &Observations) -> Vec<Difference> {
+pub(crate) fn differences(expected: &Observations, observed: &Observations) -> Vec<Difference> {
     let mut found = Vec::new();
     for ((file, want), (_, got)) in expected.files().into_iter().zip(observed.files()) {
         if want != got {

@@ -48,7 +48,7 @@ use crate::plugin::types::{SyncMode, advances};
 
 /// At most this many states of one stream are resumed from (spread over
 /// the read when it saved more).
-pub const MAX_RESUMES: usize = 25;
+pub(crate) const MAX_RESUMES: usize = 25;
 
 /// The secret the suite's echoes carry. Its forms differ from one another:
 /// `+`, `/`, `=` and `"` are each written otherwise by Base64, percent-
@@ -57,7 +57,7 @@ const CANARY: &str = "cnf+Canary/7\"q\"Zx=";
 
 /// How one check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Passed,
     Failed,
     /// Nothing of this kind to check (a stream that is never resumed, a
@@ -68,7 +68,7 @@ pub enum Verdict {
 /// One check: what it was about, how it ended, and its lines (the first a
 /// summary, the rest what failed).
 #[derive(Debug, Clone)]
-pub struct Check {
+pub(crate) struct Check {
     pub name: String,
     pub verdict: Verdict,
     pub lines: Vec<String>,
@@ -92,7 +92,7 @@ impl Check {
 }
 
 /// What the suite found for one cassette.
-pub struct ConformReport {
+pub(crate) struct ConformReport {
     pub connector: super::cassette::ConnectorRef,
     pub component: String,
     pub checks: Vec<Check>,
@@ -101,7 +101,7 @@ pub struct ConformReport {
 }
 
 impl ConformReport {
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.checks.iter().all(|c| c.verdict != Verdict::Failed)
     }
 }
@@ -109,7 +109,7 @@ impl ConformReport {
 /// The checkpoints a read is resumed from: each distinct state it saved,
 /// numbered by the first checkpoint (from 1) that said it, but the state
 /// it started from; at most [`MAX_RESUMES`], spread over the read.
-pub fn resume_points(lines: &[Value], initial: Option<&Value>) -> Vec<(usize, Value)> {
+pub(crate) fn resume_points(lines: &[Value], initial: Option<&Value>) -> Vec<(usize, Value)> {
     let mut points: Vec<(usize, Value)> = Vec::new();
     let checkpoints = lines.iter().filter_map(|l| l.get("checkpoint"));
     for (n, state) in checkpoints.enumerate() {
@@ -463,7 +463,7 @@ impl Replayer<'_> {
         forms.extend(echo_forms().into_iter().map(|(_, f)| f.into_bytes()));
         let mut failures = Vec::new();
         let mut echoed = 0;
-        for coding in ["identity", "gzip", "deflate", "br", "zstd"] {
+        for coding in std::iter::once("identity").chain(crate::egress::coding::KNOWN) {
             let echoes = Arc::new(Echoes { coding, planted: Mutex::new(0) });
             let log = Arc::new(Mutex::new(Vec::<u8>::new()));
             let replayed = {

@@ -28,13 +28,13 @@
 //! still at the recording's instant and randomness from a fixed seed, so
 //! a replay asks exactly what the recording asked.
 
-pub mod cassette;
-pub mod compare;
-pub mod conform;
-pub mod run;
-pub mod scaffold;
-pub mod schema;
-pub mod tape;
+pub(crate) mod cassette;
+pub(crate) mod compare;
+pub(crate) mod conform;
+pub(crate) mod run;
+pub(crate) mod scaffold;
+pub(crate) mod schema;
+pub(crate) mod tape;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ use tape::{Miss, Player, Recording};
 /// Why a recording or a test could not run. Each names the file it is
 /// about; none holds a secret.
 #[derive(Debug, thiserror::Error)]
-pub enum AuthoringError {
+pub(crate) enum AuthoringError {
     #[error(transparent)]
     Cassette(#[from] CassetteError),
     #[error("{path}: {message}")]
@@ -93,7 +93,7 @@ impl AuthoringError {
 
 /// Where a recording's requests may go, beyond what the plugin declares.
 #[derive(Debug, Clone, Default)]
-pub struct EgressSettings {
+pub(crate) struct EgressSettings {
     /// Allowed hosts (comma-separated patterns); default: the plugin's
     /// declared hosts.
     pub allowed_hosts: Option<String>,
@@ -110,7 +110,7 @@ pub struct EgressSettings {
 /// A component named on the command line: a file, or one of the server's
 /// bundled plugins (`bundled:STEM`, e.g. `bundled:conn_restmanifest`).
 #[derive(Debug, Clone, Copy)]
-pub enum Component<'a> {
+pub(crate) enum Component<'a> {
     File(&'a Path),
     Bundled(&'static str, &'static [u8]),
 }
@@ -121,7 +121,7 @@ const BUNDLED_PREFIX: &str = "bundled:";
 impl<'a> Component<'a> {
     /// `text` as a component: `bundled:STEM` names one of `bundled`, and
     /// anything else is a file.
-    pub fn named(text: &'a str, bundled: &[(&'static str, &'static [u8])]) -> Result<Self, AuthoringError> {
+    pub(crate) fn named(text: &'a str, bundled: &[(&'static str, &'static [u8])]) -> Result<Self, AuthoringError> {
         let Some(stem) = text.strip_prefix(BUNDLED_PREFIX) else {
             return Ok(Component::File(Path::new(text)));
         };
@@ -146,7 +146,7 @@ impl<'a> Component<'a> {
 }
 
 /// What `service plugins record` was asked.
-pub struct RecordRequest<'a> {
+pub(crate) struct RecordRequest<'a> {
     pub component: Component<'a>,
     pub config: &'a Path,
     pub out: &'a Path,
@@ -163,7 +163,7 @@ pub struct RecordRequest<'a> {
 }
 
 /// What a recording holds, for the author.
-pub struct RecordSummary {
+pub(crate) struct RecordSummary {
     pub connector: ConnectorRef,
     pub exchanges: usize,
     /// Stream → (records, checkpoints, how its read ended).
@@ -271,7 +271,7 @@ fn default_secret_hosts(plugin: &LoadedPlugin, config: &Value) -> Vec<HostPatter
 
 /// Records `request.component` against its provider into `request.out`.
 /// `secret` is asked only when the config names a credential handle.
-pub async fn record(
+pub(crate) async fn record(
     request: &RecordRequest<'_>,
     secret: &mut dyn FnMut() -> Option<SecretString>,
     progress: &mut dyn FnMut(&str),
@@ -500,7 +500,7 @@ fn failed_calls(observed: &cassette::Observations) -> Vec<(String, String)> {
 }
 
 /// What `service plugins test` was asked.
-pub struct TestRequest<'a> {
+pub(crate) struct TestRequest<'a> {
     pub dir: &'a Path,
     pub component: Option<Component<'a>>,
     /// The server's bundled plugins (file stem, component): a cassette of
@@ -514,7 +514,7 @@ pub struct TestRequest<'a> {
 }
 
 /// What a replay found.
-pub struct TestReport {
+pub(crate) struct TestReport {
     pub connector: ConnectorRef,
     /// The component replayed, as the author would name it.
     pub component: String,
@@ -534,7 +534,7 @@ pub struct TestReport {
 
 impl TestReport {
     /// Whether the cassette's expectations hold.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.misses.is_empty() && self.differences.is_empty() && self.disagreements.is_empty()
     }
 }
@@ -579,7 +579,10 @@ async fn prepare(
 }
 
 /// Replays the cassette in `request.dir` with no network and compares.
-pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> Result<TestReport, AuthoringError> {
+pub(crate) async fn test(
+    request: &TestRequest<'_>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<TestReport, AuthoringError> {
     let Prepared { mut cassette, label, plugin, runtime } =
         prepare(request.dir, request.component, request.bundled).await?;
     let found = connector_ref(&plugin);
@@ -644,7 +647,7 @@ pub async fn test(request: &TestRequest<'_>, progress: &mut dyn FnMut(&str)) -> 
 }
 
 /// What `service plugins conform` was asked.
-pub struct ConformRequest<'a> {
+pub(crate) struct ConformRequest<'a> {
     pub dir: &'a Path,
     pub component: Option<Component<'a>>,
     /// The server's bundled plugins, as for [`TestRequest::bundled`].
@@ -653,7 +656,7 @@ pub struct ConformRequest<'a> {
 
 /// Runs the conformance suite over the cassette in `request.dir`, with no
 /// network.
-pub async fn conform(
+pub(crate) async fn conform(
     request: &ConformRequest<'_>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<conform::ConformReport, AuthoringError> {

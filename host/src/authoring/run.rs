@@ -18,10 +18,10 @@ use crate::plugin::sandbox::RecordSink;
 use crate::plugin::types::{CREDENTIAL_ACCOUNT, Operation, ReadRequest, SinkRefusal, Stream, SyncMode};
 
 /// The workspace a plugin runs for while its author records or tests it.
-pub const WORKSPACE: &str = "ws_author";
+pub(crate) const WORKSPACE: &str = "ws_author";
 
 /// Which streams a run reads.
-pub enum StreamChoice {
+pub(crate) enum StreamChoice {
     /// As a cassette recorded them.
     Recorded(Vec<StreamPlan>),
     /// Chosen from what `discover` returns: these names (all when none),
@@ -31,13 +31,13 @@ pub enum StreamChoice {
 
 /// Why a run cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     #[error("stream {0} is not among the streams discover returned ({1})")]
     UnknownStream(String, String),
 }
 
 /// What a run returned, the streams it read and the catalog's schemas.
-pub struct RunOutcome {
+pub(crate) struct RunOutcome {
     pub observed: Observations,
     pub streams: Vec<StreamPlan>,
     /// Each discovered stream's declared record schema.
@@ -47,19 +47,19 @@ pub struct RunOutcome {
 }
 
 /// The call that reads `stream`, as the tape names it.
-pub fn read_call(stream: &str) -> String {
+pub(crate) fn read_call(stream: &str) -> String {
     format!("read {stream}")
 }
 
 /// The call that reads `stream` again from its `n`th checkpoint (from 1),
 /// as a restarted job would: recorded after every other call, and
 /// replayed by the conformance suite.
-pub fn resume_call(stream: &str, n: usize) -> String {
+pub(crate) fn resume_call(stream: &str, n: usize) -> String {
     format!("resume {stream} from checkpoint {n}")
 }
 
 /// Whether `call` is a resumed read.
-pub fn is_resume(call: &str) -> bool {
+pub(crate) fn is_resume(call: &str) -> bool {
     call.starts_with("resume ")
 }
 
@@ -73,7 +73,7 @@ fn outcome<T: serde::Serialize>(result: Result<T, InvocationError>) -> Value {
 /// A recording's config split as the server splits it: what every call
 /// gets, and the credential's account (`credential_account`), which only
 /// `entity-options` gets.
-pub fn split_account(config: &Value) -> (Value, Option<Value>) {
+pub(crate) fn split_account(config: &Value) -> (Value, Option<Value>) {
     let mut config = config.clone();
     let account = config.as_object_mut().and_then(|c| c.remove(CREDENTIAL_ACCOUNT));
     (config, account)
@@ -81,7 +81,7 @@ pub fn split_account(config: &Value) -> (Value, Option<Value>) {
 
 /// Runs every call the plugin offers, announcing each in `call` (for the
 /// tape) and to `progress` (for the author).
-pub async fn run(
+pub(crate) async fn run(
     connector: &Connector,
     call: &CurrentCall,
     config: &Value,

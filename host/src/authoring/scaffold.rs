@@ -56,7 +56,7 @@ const SDK_VERSION: &str = "0.1.0";
 
 /// Why no crate was made.
 #[derive(Debug, thiserror::Error)]
-pub enum ScaffoldError {
+pub(crate) enum ScaffoldError {
     #[error(
         "'{0}' is not a plugin name: use 1-48 lower-case letters, digits and hyphens, starting with a letter (e.g. my-source)"
     )]
@@ -68,7 +68,7 @@ pub enum ScaffoldError {
 }
 
 /// What was made.
-pub struct Scaffolded {
+pub(crate) struct Scaffolded {
     pub dir: PathBuf,
     pub connector_id: String,
     /// The component `cargo build` leaves, relative to `dir`.
@@ -76,7 +76,7 @@ pub struct Scaffolded {
 }
 
 /// Writes a new plugin crate named `name` into `dir`.
-pub fn new_plugin(name: &str, dir: &Path) -> Result<Scaffolded, ScaffoldError> {
+pub(crate) fn new_plugin(name: &str, dir: &Path) -> Result<Scaffolded, ScaffoldError> {
     let valid = (1..=48).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')

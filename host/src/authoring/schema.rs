@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 /// The kinds of disagreement between declared and recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DisagreementKind {
+pub(crate) enum DisagreementKind {
     /// Records hold a field the declared schema does not name.
     Undeclared,
     /// A recorded value has a type the declared schema does not allow.
@@ -33,7 +33,7 @@ pub enum DisagreementKind {
 
 /// One place where records and declaration disagree.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Disagreement {
+pub(crate) struct Disagreement {
     pub stream: String,
     /// `id`, `author.name`, `tags[]`.
     pub field: String,
@@ -133,7 +133,7 @@ fn type_of(value: &Value) -> &'static str {
 }
 
 /// The schema inferred from `records`, and where `declared` disagrees.
-pub fn infer<'a>(
+pub(crate) fn infer<'a>(
     stream: &str,
     records: impl IntoIterator<Item = &'a Value>,
     declared: &Value,

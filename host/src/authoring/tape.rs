@@ -15,14 +15,14 @@ use crate::egress::{EgressError, InboundResponse, OutboundRequest, Recorder, Rep
 
 /// The call running now, shared by the run and its tape.
 #[derive(Default)]
-pub struct CurrentCall(Mutex<String>);
+pub(crate) struct CurrentCall(Mutex<String>);
 
 impl CurrentCall {
-    pub fn set(&self, call: &str) {
+    pub(crate) fn set(&self, call: &str) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = call.to_owned();
     }
 
-    pub fn get(&self) -> String {
+    pub(crate) fn get(&self) -> String {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -33,7 +33,7 @@ type Made = (String, Option<(OutboundRequest, Answer)>);
 
 /// Collects a live egress's exchanges, in the order requests were made.
 #[derive(Default)]
-pub struct Recording {
+pub(crate) struct Recording {
     pub call: CurrentCall,
     next: AtomicU64,
     /// Ticket → (call, request, answer); a ticket without an answer was
@@ -45,7 +45,7 @@ impl Recording {
     /// The exchanges, in the order the plugin made the requests. A request
     /// the plugin gave up on before its answer came is kept as abandoned
     /// (its request as started).
-    pub fn exchanges(&self) -> Vec<Exchange> {
+    pub(crate) fn exchanges(&self) -> Vec<Exchange> {
         let made = self.made.lock().unwrap_or_else(|p| p.into_inner());
         made.values()
             .filter_map(|(call, done)| {
@@ -89,7 +89,7 @@ impl Recorder for Recording {
 /// their stream's full read (the same request, answered the same): a
 /// resumed read is answered from its own exchanges first, then from the
 /// full read's.
-pub fn without_repeats(exchanges: Vec<Exchange>) -> Vec<Exchange> {
+pub(crate) fn without_repeats(exchanges: Vec<Exchange>) -> Vec<Exchange> {
     let same_answer = |a: &Answer, b: &Answer| match (a, b) {
         (Answer::Response(a), Answer::Response(b)) => a.status == b.status && a.body == b.body,
         (Answer::Error(a), Answer::Error(b)) => a.to_string() == b.to_string(),
@@ -141,7 +141,7 @@ impl RequestKey {
 
 /// A request the recording had no answer for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Miss {
+pub(crate) struct Miss {
     pub call: String,
     pub method: &'static str,
     pub url: String,
@@ -156,7 +156,7 @@ impl std::fmt::Display for Miss {
 }
 
 /// Answers requests from a cassette's exchanges, each at most once.
-pub struct Player {
+pub(crate) struct Player {
     pub call: CurrentCall,
     recorded: Vec<(String, RequestKey, Answer)>,
     used: Mutex<Vec<bool>>,
@@ -164,7 +164,7 @@ pub struct Player {
 }
 
 impl Player {
-    pub fn new(exchanges: &[Exchange]) -> Self {
+    pub(crate) fn new(exchanges: &[Exchange]) -> Self {
         let recorded: Vec<_> =
             exchanges.iter().map(|e| (e.call.clone(), RequestKey::of(&e.request), e.answer.clone())).collect();
         let used = Mutex::new(vec![false; recorded.len()]);
@@ -172,13 +172,13 @@ impl Player {
     }
 
     /// The requests that found no answer, in the order they were made.
-    pub fn misses(&self) -> Vec<Miss> {
+    pub(crate) fn misses(&self) -> Vec<Miss> {
         self.misses.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Recorded requests (1-based, as in `exchanges.jsonl`) that were
     /// never asked again, except those the plugin had given up on.
-    pub fn unused(&self) -> Vec<(usize, String)> {
+    pub(crate) fn unused(&self) -> Vec<(usize, String)> {
         let used = self.used.lock().unwrap_or_else(|p| p.into_inner());
         self.recorded
             .iter()

@@ -33,7 +33,7 @@ pub enum AuthCommand {
     Logout,
 }
 
-pub async fn run(addresses: &Addresses, cmd: AuthCommand) -> Result<(), CliFailure> {
+pub(crate) async fn run(addresses: &Addresses, cmd: AuthCommand) -> Result<(), CliFailure> {
     match cmd {
         AuthCommand::Login { with_token: true, .. } => {
             let mut line = String::new();

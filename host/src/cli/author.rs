@@ -116,7 +116,7 @@ fn failure(e: AuthoringError) -> CliFailure {
 }
 
 /// `service plugins new NAME [--dir DIR]`.
-pub fn new(name: &str, dir: Option<&Path>) -> Result<(), CliFailure> {
+pub(crate) fn new(name: &str, dir: Option<&Path>) -> Result<(), CliFailure> {
     let dir = dir.map(Path::to_owned).unwrap_or_else(|| PathBuf::from(name));
     let made = authoring::scaffold::new_plugin(name, &dir).map_err(|e| CliFailure::Usage(e.to_string()))?;
     println!("created {} ({}) in {}", name, made.connector_id, made.dir.display());
@@ -134,7 +134,7 @@ pub fn new(name: &str, dir: Option<&Path>) -> Result<(), CliFailure> {
 }
 
 /// `service plugins record`.
-pub async fn record(args: RecordArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
+pub(crate) async fn record(args: RecordArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let extra_roots_pem = match &args.egress_extra_roots {
         Some(path) => Some(
             std::fs::read(path)
@@ -208,7 +208,7 @@ fn read_secret() -> Option<SecretString> {
 }
 
 /// `service plugins test DIR`: every cassette under `dir`.
-pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
+pub(crate) async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let cassettes = cassettes_in(&args.dir)?;
     let component = component_arg(args.component.as_deref(), bundled)?;
     let mut failed = 0;
@@ -232,7 +232,7 @@ pub async fn test(args: TestArgs, bundled: &[(&'static str, &'static [u8])]) -> 
 
 /// `service plugins conform DIR`: the conformance suite over every
 /// cassette under `dir`.
-pub async fn conform(args: ConformArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
+pub(crate) async fn conform(args: ConformArgs, bundled: &[(&'static str, &'static [u8])]) -> Result<(), CliFailure> {
     let cassettes = cassettes_in(&args.dir)?;
     let component = component_arg(args.component.as_deref(), bundled)?;
     let mut failed = 0;

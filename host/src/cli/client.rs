@@ -184,7 +184,7 @@ pub(crate) fn store_login(a: &Addresses, login: Option<Login>) -> Result<(), Cli
 }
 
 /// A client of one API address with one token.
-pub struct ApiClient {
+pub(crate) struct ApiClient {
     http: reqwest::Client,
     api: Url,
     token: SecretString,
@@ -196,26 +196,26 @@ pub struct ApiClient {
 
 /// A success: its status and its `data`.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: reqwest::StatusCode,
     pub data: Value,
 }
 
 impl Answer {
     /// The approval a write became instead of running (a 202 proposal).
-    pub fn proposal(&self) -> Option<&Value> {
+    pub(crate) fn proposal(&self) -> Option<&Value> {
         (self.status == reqwest::StatusCode::ACCEPTED).then(|| self.data.get("approval")).flatten()
     }
 }
 
 impl ApiClient {
-    pub fn new(api: Url, token: SecretString) -> ApiClient {
+    pub(crate) fn new(api: Url, token: SecretString) -> ApiClient {
         ApiClient { http: http(), api, token, workspace: None, propose: false }
     }
 
     /// The client of the API address with `SERVICE_TOKEN`, else the
     /// stored login.
-    pub fn signed_in(addresses: &Addresses) -> Result<ApiClient, CliFailure> {
+    pub(crate) fn signed_in(addresses: &Addresses) -> Result<ApiClient, CliFailure> {
         Ok(ApiClient::new(addresses.api(), addresses.token()?))
     }
 
@@ -226,20 +226,25 @@ impl ApiClient {
     }
 
     /// Asks the service to store writes as proposals for someone to approve.
-    pub fn proposing(mut self, propose: bool) -> ApiClient {
+    pub(crate) fn proposing(mut self, propose: bool) -> ApiClient {
         self.propose = propose;
         self
     }
 
     /// `method` on `path` (relative to the API base, no leading `/`), with
     /// an optional JSON body; the answer's `data`.
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> Result<Value, CliFailure> {
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CliFailure> {
         Ok(self.send(method, path, &[], body).await?.data)
     }
 
     /// Opens `path`'s Server-Sent Events stream: the response, its body
     /// still to be read; an error answer as the failure it says.
-    pub async fn events(&self, path: &str) -> Result<reqwest::Response, CliFailure> {
+    pub(crate) async fn events(&self, path: &str) -> Result<reqwest::Response, CliFailure> {
         let url = self.api.join(path).map_err(|e| CliFailure::Other(format!("{path}: {e}")))?;
         let mut req = self
             .http
@@ -259,7 +264,7 @@ impl ApiClient {
     }
 
     /// `method` on `path` with query parameters and an optional JSON body.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -288,14 +293,14 @@ impl ApiClient {
 }
 
 /// The HTTP client of the CLI.
-pub fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .user_agent(concat!("service-cli/", env!("CARGO_PKG_VERSION")))
         .build()
         .expect("an HTTP client builds")
 }
 
-pub fn network(address: &Url, e: &reqwest::Error) -> CliFailure {
+pub(crate) fn network(address: &Url, e: &reqwest::Error) -> CliFailure {
     // The innermost cause says what happened (connection refused, a
     // certificate, a timeout); the outer ones only repeat the address.
     let mut cause: &dyn std::error::Error = e;
@@ -307,7 +312,7 @@ pub fn network(address: &Url, e: &reqwest::Error) -> CliFailure {
 }
 
 /// The `data` of a success, or the error shape as a failure.
-pub async fn answer(res: reqwest::Response) -> Result<Value, CliFailure> {
+pub(crate) async fn answer(res: reqwest::Response) -> Result<Value, CliFailure> {
     let status = res.status();
     let body: Value = res.json().await.unwrap_or(Value::Null);
     if status.is_success() {

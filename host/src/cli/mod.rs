@@ -16,13 +16,13 @@
 //! - [`author`]: `service plugins new|record|test`, for connector authors;
 //! - [`api`]: the API's resources as commands.
 
-pub mod admin;
-pub mod api;
-pub mod auth;
-pub mod author;
+pub(crate) mod admin;
+pub(crate) mod api;
+pub(crate) mod auth;
+pub(crate) mod author;
 pub mod client;
-pub mod plugins;
-pub mod warehouse;
+pub(crate) mod plugins;
+pub(crate) mod warehouse;
 
 use clap::{Parser, Subcommand};
 

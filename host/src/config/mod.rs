@@ -16,8 +16,8 @@
 //! - [`environment`]: the server's own `PG*` settings, kept for the
 //!   control database.
 
-pub mod egress;
-pub mod environment;
+pub(crate) mod egress;
+pub(crate) mod environment;
 pub mod limits;
 pub mod oauth;
 pub mod signatures;
@@ -51,7 +51,7 @@ pub struct StorageArgs {
 }
 
 /// A setting that is a secret: held redacted from the moment it is parsed.
-pub fn secret(text: &str) -> Result<SecretString, String> {
+pub(crate) fn secret(text: &str) -> Result<SecretString, String> {
     Ok(SecretString::from(text.to_owned()))
 }
 
@@ -524,7 +524,7 @@ fn ensure_trailing_slash(mut u: Url) -> Url {
 
 /// The database URL to use: `DATABASE_URL` when set, else an SQLite file in
 /// the data directory (created with owner-only permissions).
-pub fn database_url(storage: &StorageArgs) -> Result<String, ConfigError> {
+pub(crate) fn database_url(storage: &StorageArgs) -> Result<String, ConfigError> {
     match storage.database_url.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         Some(url) => {
             let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or("");

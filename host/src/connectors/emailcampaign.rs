@@ -39,7 +39,7 @@ pub(crate) enum ConnectionMethod {
 }
 
 impl ConnectionMethod {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConnectionMethod::SelfHosted => "self_hosted",
             ConnectionMethod::Cloud => "cloud",
@@ -47,7 +47,7 @@ impl ConnectionMethod {
     }
 
     /// Parses the optional field; unknown values are refused.
-    pub fn parse(raw: Option<&str>) -> Result<ConnectionMethod, String> {
+    pub(crate) fn parse(raw: Option<&str>) -> Result<ConnectionMethod, String> {
         match raw {
             None | Some("self_hosted") => Ok(ConnectionMethod::SelfHosted),
             Some("cloud") => Ok(ConnectionMethod::Cloud),
@@ -318,7 +318,7 @@ pub(crate) fn sanitise_campaigns(v: &Value) -> Value {
 
 /// Traffic and sales metrics: present, flagged, never invented. This
 /// provider knows email engagement only.
-pub fn attribution() -> Value {
+pub(crate) fn attribution() -> Value {
     json!({
         "traffic": {
             "requires_external_attribution": true,

@@ -22,7 +22,7 @@ pub(crate) use crate::plugin::types::CREDENTIAL_ACCOUNT;
 
 /// One choice for a config field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct EntityOption {
+pub(crate) struct EntityOption {
     /// The value to put in the field.
     pub value: String,
     /// What to show a person.
@@ -34,7 +34,7 @@ pub struct EntityOption {
 
 /// Every option the provider offers for `field` of `connector_id`, given
 /// `chosen` (the configuration so far) and the credential behind `handle`.
-pub async fn options(
+pub(crate) async fn options(
     state: &AppState,
     access: &WorkspaceAccess,
     connector_id: &str,

@@ -16,9 +16,9 @@
 //!   fields (`POST /v1/sources/entities`).
 
 pub mod emailcampaign;
-pub mod entities;
-pub mod restmanifest;
-pub mod socialmedia;
+pub(crate) mod entities;
+pub(crate) mod restmanifest;
+pub(crate) mod socialmedia;
 
 use std::pin::Pin;
 
@@ -29,7 +29,7 @@ use crate::error::ApiResult;
 use crate::state::AppState;
 
 /// What the host checks for one connector beyond the plugin's schema.
-pub trait ConnectorRules: Sync {
+pub(crate) trait ConnectorRules: Sync {
     /// The connector the rules are for.
     fn connector_id(&self) -> &'static str;
 
@@ -50,6 +50,6 @@ pub trait ConnectorRules: Sync {
 const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules, &socialmedia::Rules, &restmanifest::Rules];
 
 /// The rules of a connector (by canonical id), if it has any.
-pub fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {
+pub(crate) fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {
     ALL.iter().copied().find(|r| r.connector_id() == connector_id)
 }

@@ -25,11 +25,11 @@ use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 
 /// The connector these rules are for.
-pub const CONNECTOR_ID: &str = "conn_rest_manifest";
+pub(crate) const CONNECTOR_ID: &str = "conn_rest_manifest";
 
 /// The name the configuration's schema has among the OpenAPI components;
 /// its definitions are `RestManifest` + their name.
-pub const OPENAPI_NAME: &str = "RestManifestConfiguration";
+pub(crate) const OPENAPI_NAME: &str = "RestManifestConfiguration";
 
 pub(crate) struct Rules;
 
@@ -111,7 +111,7 @@ impl ConnectorRules for Rules {
 /// The configuration's schema as OpenAPI components: the schema itself
 /// under [`OPENAPI_NAME`] and each of its definitions beside it, with the
 /// references between them pointing at the components.
-pub fn openapi_schemas() -> Vec<(String, Value)> {
+pub(crate) fn openapi_schemas() -> Vec<(String, Value)> {
     let Ok(mut schema) = serde_json::from_str::<Value>(rest_manifest::SCHEMA) else { return Vec::new() };
     let defs = schema.as_object_mut().and_then(|s| s.remove("$defs")).unwrap_or(Value::Null);
     if let Some(s) = schema.as_object_mut() {

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use crate::config::ConfigError;
-pub use crate::store::credentials::Sealed;
+pub(crate) use crate::store::credentials::Sealed;
 
 /// Environment variable holding the master key.
 pub(crate) const MASTER_KEY_ENV: &str = "SERVICE_MASTER_KEY";

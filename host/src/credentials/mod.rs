@@ -17,8 +17,8 @@
 
 pub mod keyring;
 pub(crate) mod lookalike;
-pub mod oauth;
-pub mod vault;
+pub(crate) mod oauth;
+pub(crate) mod vault;
 
-pub use oauth::OAuth;
+pub(crate) use oauth::OAuth;
 pub use vault::*;

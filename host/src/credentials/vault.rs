@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::keyring::{self, Keyring};
-pub use crate::egress::SecretError;
+pub(crate) use crate::egress::SecretError;
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential, Sealed};
 use crate::store::kinds::{CredentialKind, CredentialStatus};
@@ -532,7 +532,7 @@ fn unbound(record: &CredentialRecord) -> Result<(), SecretError> {
 
 /// Where a credential's secret goes, from its record: its kind decides, and
 /// the username or header stored with it (never the plugin's choice).
-pub fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
+pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
     match record.kind {
         CredentialKind::ApiToken | CredentialKind::Oauth2 => Ok(Placement::Bearer),
         CredentialKind::Basic => record.metadata["username"]

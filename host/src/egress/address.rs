@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why an address is not reachable, for the operator's log and the plugin.
-pub fn refusal(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn refusal(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => refusal_v4(v4),
         IpAddr::V6(v6) => refusal_v6(v6),

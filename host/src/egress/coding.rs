@@ -12,7 +12,7 @@ use std::io::Read;
 
 /// Why an encoded body could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CodingError {
+pub(crate) enum CodingError {
     #[error("the answer is encoded as {0:?}, which the host cannot decode to scrub it")]
     Unknown(String),
     #[error("the answer claims coding {0:?} but does not decode as it")]
@@ -23,7 +23,7 @@ pub enum CodingError {
 
 /// The codings a `Content-Encoding` value lists, in the order they were
 /// applied, without `identity` (which changes nothing).
-pub fn codings(content_encoding: &str) -> Vec<String> {
+pub(crate) fn codings(content_encoding: &str) -> Vec<String> {
     content_encoding
         .split(',')
         .map(|c| c.trim().to_ascii_lowercase())
@@ -33,7 +33,7 @@ pub fn codings(content_encoding: &str) -> Vec<String> {
 
 /// `body` with every coding of `content_encoding` undone (the last
 /// applied first), at most `limit` bytes after each step.
-pub fn decode(content_encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u8>, CodingError> {
+pub(crate) fn decode(content_encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u8>, CodingError> {
     let mut current = body.to_vec();
     for coding in codings(content_encoding).iter().rev() {
         current = decode_one(coding, &current, limit)?;
@@ -42,12 +42,12 @@ pub fn decode(content_encoding: &str, body: &[u8], limit: usize) -> Result<Vec<u
 }
 
 /// The codings [`encode`] applies and [`decode`] undoes.
-pub const KNOWN: [&str; 4] = ["gzip", "deflate", "br", "zstd"];
+pub(crate) const KNOWN: [&str; 4] = ["gzip", "deflate", "br", "zstd"];
 
 /// `body` under `coding` (one of [`KNOWN`]), as a provider that
 /// compresses would send it; `None` for another coding. The conformance
 /// suite compresses recorded answers with it.
-pub fn encode(coding: &str, body: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn encode(coding: &str, body: &[u8]) -> Option<Vec<u8>> {
     use std::io::Write;
     let level = flate2::Compression::default();
     match coding {
@@ -114,7 +114,7 @@ fn bounded(reader: impl Read, limit: usize) -> Result<Vec<u8>, Option<CodingErro
 /// (by their magic bytes) or that `content_encoding` names. For a check
 /// over files whose headers may be lost or wrong; a decode that fails is
 /// simply not a reading.
-pub fn readings(body: &[u8], content_encoding: Option<&str>, limit: usize) -> Vec<Vec<u8>> {
+pub(crate) fn readings(body: &[u8], content_encoding: Option<&str>, limit: usize) -> Vec<Vec<u8>> {
     let mut out = vec![body.to_vec()];
     if let Some(named) = content_encoding
         && let Ok(decoded) = decode(named, body, limit)

@@ -44,11 +44,11 @@
 //! warehouses), [`receiver`] (the URL of a receiver the host posts to for
 //! a workspace), [`tape`] (recording and replay).
 
-pub mod address;
-pub mod coding;
-pub mod reach;
-pub mod receiver;
-pub mod tape;
+pub(crate) mod address;
+pub(crate) mod coding;
+pub(crate) mod reach;
+pub(crate) mod receiver;
+pub(crate) mod tape;
 
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -60,13 +60,13 @@ use url::{Host, Url};
 
 // The SDK's reading of a URL's origin, so the host and its connectors read
 // every URL one way.
-pub use connector_rules::origin;
+pub(crate) use connector_rules::origin;
 
 pub use crate::config::egress::{EgressPolicy, HostPattern};
-pub use crate::store::credentials::CredentialHandle;
+pub(crate) use crate::store::credentials::CredentialHandle;
 pub use reach::Reach;
 use reach::{PinnedClient, Rules, Unreachable};
-pub use tape::{Recorder, Replay};
+pub(crate) use tape::{Recorder, Replay};
 
 /// HTTP method of an outbound request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

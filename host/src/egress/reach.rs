@@ -74,7 +74,7 @@ impl Reach {
 
 /// Why a host is not connected to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unreachable {
+pub(crate) enum Unreachable {
     /// Not on the reach's list.
     #[error("{host} is not a {} host the operator allows ({})", .reach.noun(), .reach.setting())]
     HostNotAllowed { host: String, reach: Reach },
@@ -96,7 +96,7 @@ impl crate::retry::Transient for Unreachable {
 
 /// One reach's rules, as the operator set them.
 #[derive(Clone, Copy)]
-pub struct Rules<'a> {
+pub(crate) struct Rules<'a> {
     reach: Reach,
     lists: Lists<'a>,
 }
@@ -111,7 +111,7 @@ enum Lists<'a> {
 
 impl<'a> Rules<'a> {
     /// The rules of `reach` (providers or receivers) in the egress policy.
-    pub fn egress(policy: &'a EgressPolicy, reach: Reach) -> Rules<'a> {
+    pub(crate) fn egress(policy: &'a EgressPolicy, reach: Reach) -> Rules<'a> {
         let names = match reach {
             Reach::Receivers => &policy.webhook_hosts,
             Reach::Providers | Reach::Warehouses => &policy.allowed_hosts,
@@ -120,18 +120,13 @@ impl<'a> Rules<'a> {
     }
 
     /// The warehouses' rules.
-    pub fn warehouses(policy: &'a WarehousePolicy) -> Rules<'a> {
+    pub(crate) fn warehouses(policy: &'a WarehousePolicy) -> Rules<'a> {
         Rules { reach: Reach::Warehouses, lists: Lists::Warehouses(policy) }
-    }
-
-    /// Which reach these are the rules of.
-    pub fn reach(&self) -> Reach {
-        self.reach
     }
 
     /// Whether the operator lists `host` (a lower-case name; an address
     /// for warehouses).
-    pub fn check_name(&self, host: &str) -> Result<(), Unreachable> {
+    pub(crate) fn check_name(&self, host: &str) -> Result<(), Unreachable> {
         let allowed = match self.lists {
             Lists::Egress { names, .. } => names.iter().any(|p| p.matches(host)),
             Lists::Warehouses(policy) => policy.allows_name(host),
@@ -158,7 +153,11 @@ impl<'a> Rules<'a> {
 /// The addresses `host` resolves to (port `port`), when the operator lists
 /// the name and allows every address: the only ones a connection to it
 /// may go to. A name the operator pinned goes to its pins.
-pub async fn allowed_addresses(rules: &Rules<'_>, host: &str, port: u16) -> Result<Vec<SocketAddr>, Unreachable> {
+pub(crate) async fn allowed_addresses(
+    rules: &Rules<'_>,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, Unreachable> {
     rules.check_name(host)?;
     if let Some(pinned) = rules.pinned(host) {
         return Ok(pinned.to_vec());
@@ -202,7 +201,7 @@ impl reqwest::dns::Resolve for CheckedAddresses {
 /// The HTTP client for hosts a tenant names: it connects only to
 /// addresses [`PinnedClient::check`] allowed.
 #[derive(Clone)]
-pub struct PinnedClient {
+pub(crate) struct PinnedClient {
     client: reqwest::Client,
     checked: Arc<CheckedAddresses>,
 }
@@ -210,7 +209,7 @@ pub struct PinnedClient {
 impl PinnedClient {
     /// A client sending `user_agent`, trusting the system's roots and
     /// `extra_roots`, with `tune` applied (time-outs and the like).
-    pub fn new(
+    pub(crate) fn new(
         user_agent: &str,
         extra_roots: &[reqwest::Certificate],
         tune: impl FnOnce(reqwest::ClientBuilder) -> reqwest::ClientBuilder,
@@ -234,7 +233,7 @@ impl PinnedClient {
     /// Checks `host` against `rules` and lets the client connect to the
     /// addresses allowed (an address literal connects to itself once
     /// allowed).
-    pub async fn check(&self, rules: &Rules<'_>, host: &str, port: u16) -> Result<(), Unreachable> {
+    pub(crate) async fn check(&self, rules: &Rules<'_>, host: &str, port: u16) -> Result<(), Unreachable> {
         let addresses = allowed_addresses(rules, host, port).await?;
         if host.parse::<IpAddr>().is_err() {
             self.checked.0.lock().unwrap_or_else(|p| p.into_inner()).insert(host.to_owned(), addresses);
@@ -243,7 +242,7 @@ impl PinnedClient {
     }
 
     /// The client, for requests to hosts [`check`](Self::check)ed.
-    pub fn client(&self) -> &reqwest::Client {
+    pub(crate) fn client(&self) -> &reqwest::Client {
         &self.client
     }
 }

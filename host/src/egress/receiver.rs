@@ -8,7 +8,7 @@ use super::EgressPolicy;
 
 /// Why a receiver URL is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReceiverUrlError {
+pub(crate) enum ReceiverUrlError {
     /// Not an HTTPS URL on port 443 naming a host (never an address).
     #[error("{0}")]
     Invalid(&'static str),
@@ -26,7 +26,7 @@ pub enum ReceiverUrlError {
 /// fragment, and a host the operator allows webhooks to reach
 /// (`SERVICE_WEBHOOK_ALLOWED_HOSTS`, not the connectors' list). Returns
 /// the URL and its host, lower-cased.
-pub fn check_receiver_url(policy: &EgressPolicy, raw: &str) -> Result<(Url, String), ReceiverUrlError> {
+pub(crate) fn check_receiver_url(policy: &EgressPolicy, raw: &str) -> Result<(Url, String), ReceiverUrlError> {
     let url = Url::parse(raw).map_err(|_| ReceiverUrlError::Invalid("url must be an absolute https URL"))?;
     if url.scheme() != "https" {
         return Err(ReceiverUrlError::Invalid("url must use https"));
@@ -61,7 +61,7 @@ pub fn check_receiver_url(policy: &EgressPolicy, raw: &str) -> Result<(Url, Stri
 /// below administrator, proposal summaries sent to webhook receivers):
 /// its scheme and host, its path elided. A receiver's path often carries
 /// the receiver's own secret (a chat service's incoming-hook token).
-pub fn receiver_origin(raw: &str) -> String {
+pub(crate) fn receiver_origin(raw: &str) -> String {
     match Url::parse(raw) {
         Ok(url) => {
             let elided = if url.path().len() > 1 { "/…" } else { "/" };

@@ -25,12 +25,12 @@ pub(super) struct Held {
 }
 
 impl Held {
-    pub fn new(budget: Arc<SpoolBudget>, workspace_id: &str) -> Held {
+    pub(super) fn new(budget: Arc<SpoolBudget>, workspace_id: &str) -> Held {
         Held { memory: Vec::new(), bytes: 0, spool: None, budget, workspace_id: workspace_id.to_owned() }
     }
 
     /// Holds `records` after those held before.
-    pub async fn push(&mut self, records: Vec<String>) -> Result<(), SpoolError> {
+    pub(super) async fn push(&mut self, records: Vec<String>) -> Result<(), SpoolError> {
         let bytes = text_bytes(&records);
         if self.spool.is_none() && self.bytes + bytes <= PENDING_BYTES {
             self.bytes += bytes;
@@ -45,7 +45,7 @@ impl Held {
     }
 
     /// Everything held, to be written in order; this holds nothing after.
-    pub async fn take(&mut self) -> Result<Taken, SpoolError> {
+    pub(super) async fn take(&mut self) -> Result<Taken, SpoolError> {
         self.bytes = 0;
         let memory = std::mem::take(&mut self.memory);
         let spooled = match self.spool.take() {
@@ -65,7 +65,7 @@ pub(super) struct Taken {
 impl Taken {
     /// The next batch (about [`GROUP_BYTES`] of records, or what the
     /// memory held), in the order they were read; `None` when all were.
-    pub async fn next_batch(&mut self) -> Result<Option<Vec<String>>, SpoolError> {
+    pub(super) async fn next_batch(&mut self) -> Result<Option<Vec<String>>, SpoolError> {
         if let Some(memory) = self.memory.take().filter(|m| !m.is_empty()) {
             return Ok(Some(memory));
         }

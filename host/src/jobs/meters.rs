@@ -20,10 +20,10 @@ use metrics::Counter;
 use crate::telemetry::labels::MetricLabels;
 
 /// (pipeline, stream) pairs one process labels one by one at most.
-pub const MAX_SERIES: usize = 2000;
+pub(crate) const MAX_SERIES: usize = 2000;
 
 /// (pipeline, stream) pairs of one workspace labelled one by one at most.
-pub const MAX_SERIES_PER_WORKSPACE: usize = 200;
+pub(crate) const MAX_SERIES_PER_WORKSPACE: usize = 200;
 
 /// The label all pairs beyond a bound share.
 const OTHER: &str = "other";

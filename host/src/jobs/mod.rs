@@ -20,18 +20,18 @@
 //! - [`spool`]: where a run keeps the rows it will send, within the
 //!   workspace's share of the spool.
 
-pub mod activation;
+pub(crate) mod activation;
 mod held;
-pub mod meters;
+pub(crate) mod meters;
 pub mod queue;
-pub mod runner;
+pub(crate) mod runner;
 pub(crate) mod scheduler;
 pub(crate) mod spool;
-pub mod sync;
-pub mod watch;
+pub(crate) mod sync;
+pub(crate) mod watch;
 
 pub use runner::spawn;
-pub use tokio_util::sync::CancellationToken;
+pub(crate) use tokio_util::sync::CancellationToken;
 
 /// How a job's attempt failed: worth another attempt, or not. The text is
 /// shown to users (sanitised, short).
@@ -53,7 +53,7 @@ impl<E: crate::retry::Transient> From<E> for Failure {
 impl Failure {
     /// A failure whose reason is `e` (cut to a length fit for a job's
     /// record), transient or not as `transient` says.
-    pub fn of(e: impl std::fmt::Display, transient: bool) -> Failure {
+    pub(crate) fn of(e: impl std::fmt::Display, transient: bool) -> Failure {
         let m: String = e.to_string().chars().take(300).collect();
         if transient { Failure::Transient(m) } else { Failure::Permanent(m) }
     }

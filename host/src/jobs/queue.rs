@@ -134,7 +134,7 @@ pub fn gather(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) 
 
 /// [`gather`], stopping at the first checkpoint: the records returned are
 /// exactly those it covers (of what is queued), none emitted after it.
-pub fn gather_to_checkpoint(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) {
+pub(crate) fn gather_to_checkpoint(first: Work, rx: &mut WorkQueue) -> (Vec<String>, Option<String>) {
     gather_while(first, rx, true)
 }
 

@@ -44,12 +44,12 @@ pub(crate) struct SpoolBudget {
 }
 
 impl SpoolBudget {
-    pub fn new(dir: PathBuf, limit: u64) -> Self {
+    pub(crate) fn new(dir: PathBuf, limit: u64) -> Self {
         SpoolBudget { limit, dir, held: Mutex::new(HashMap::new()) }
     }
 
     /// The spool directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -85,11 +85,11 @@ pub(crate) struct Spool {
 }
 
 impl Spool {
-    pub fn new(budget: Arc<SpoolBudget>, workspace_id: &str) -> Spool {
+    pub(crate) fn new(budget: Arc<SpoolBudget>, workspace_id: &str) -> Spool {
         Spool { memory: Vec::new(), file: None, budget, workspace_id: workspace_id.to_owned(), held: 0 }
     }
 
-    pub async fn push<T: Serialize>(&mut self, row: &T) -> Result<(), SpoolError> {
+    pub(crate) async fn push<T: Serialize>(&mut self, row: &T) -> Result<(), SpoolError> {
         let mut line = serde_json::to_vec(row)?;
         // Compact JSON never holds a raw newline: one line per row.
         line.push(b'\n');
@@ -114,7 +114,7 @@ impl Spool {
     }
 
     /// The rows, in the order they came.
-    pub async fn read(mut self) -> Result<Spooled, SpoolError> {
+    pub(crate) async fn read(mut self) -> Result<Spooled, SpoolError> {
         let reservation = Reservation {
             budget: self.budget.clone(),
             workspace_id: std::mem::take(&mut self.workspace_id),
@@ -169,7 +169,7 @@ enum Lines {
 }
 
 impl Spooled {
-    pub async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SpoolError> {
+    pub(crate) async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, SpoolError> {
         match &mut self.lines {
             Lines::Memory(lines, at) => {
                 let rest = &lines[*at..];

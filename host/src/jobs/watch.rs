@@ -99,7 +99,7 @@ async fn still_allowed(state: &AppState, access: &WorkspaceAccess) -> bool {
 /// The events of `first` (a job of the workspace of `access`, as just
 /// read) from now on: what it already shows, then each change, to its
 /// end, for as long as `slot` holds the place of the stream.
-pub fn events(
+pub(crate) fn events(
     state: AppState,
     access: WorkspaceAccess,
     first: Job,

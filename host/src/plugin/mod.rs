@@ -27,14 +27,14 @@
 //! restart or a second replica loads it without compiling. Each plugin is
 //! kept pre-instantiated (`InstancePre`); every call gets a new `Store`.
 
-pub mod connector;
-pub mod oci;
+pub(crate) mod connector;
+pub(crate) mod oci;
 pub mod registry;
 pub mod sandbox;
 pub mod signature;
 pub mod types;
-pub mod usage;
-pub mod v1;
+pub(crate) mod usage;
+pub(crate) mod v1;
 pub(crate) mod v1_1;
 
 use std::hash::{Hash, Hasher};

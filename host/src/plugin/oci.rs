@@ -22,7 +22,7 @@ use serde_json::json;
 use super::signature;
 
 /// The manifest annotation holding the signature file's text.
-pub const SIGNATURE_ANNOTATION: &str = "dev.service.plugin.signature";
+pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.service.plugin.signature";
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 const CONFIG_TYPE: &str = "application/vnd.wasm.config.v0+json";
 const LAYER_TYPE: &str = "application/wasm";
@@ -33,7 +33,7 @@ const MAX_COMPONENT_BYTES: usize = 64 << 20;
 
 /// `oci://REGISTRY/REPOSITORY` with a tag or a digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reference {
+pub(crate) struct Reference {
     pub registry: String,
     pub repository: String,
     pub target: Target,
@@ -41,7 +41,7 @@ pub struct Reference {
 
 /// What a reference names in its repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     Tag(String),
     /// A manifest's SHA-256, hex.
     Digest(String),
@@ -49,7 +49,7 @@ pub enum Target {
 
 /// Why a pull or push failed.
 #[derive(Debug, thiserror::Error)]
-pub enum OciError {
+pub(crate) enum OciError {
     #[error("{0:.200}: not a reference of the form oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]")]
     BadReference(String),
     #[error("{0}: {1}")]
@@ -76,13 +76,13 @@ impl fmt::Display for Reference {
 impl Reference {
     /// Parses `oci://…`; a reference with neither tag nor digest names the
     /// tag `latest`.
-    pub fn parse(text: &str) -> Result<Reference, OciError> {
+    pub(crate) fn parse(text: &str) -> Result<Reference, OciError> {
         Self::parse_or(text, "latest")
     }
 
     /// Parses `oci://…`; a reference with neither tag nor digest names the
     /// tag `default_tag`.
-    pub fn parse_or(text: &str, default_tag: &str) -> Result<Reference, OciError> {
+    pub(crate) fn parse_or(text: &str, default_tag: &str) -> Result<Reference, OciError> {
         let bad = || OciError::BadReference(text.to_owned());
         let rest = text.strip_prefix("oci://").ok_or_else(bad)?;
         let (registry, path) = rest.split_once('/').ok_or_else(bad)?;
@@ -122,7 +122,7 @@ impl Reference {
     }
 
     /// The same repository, naming the manifest with `digest`.
-    pub fn pinned(&self, digest: &str) -> Reference {
+    pub(crate) fn pinned(&self, digest: &str) -> Reference {
         Reference { target: Target::Digest(digest.to_owned()), ..self.clone() }
     }
 
@@ -136,7 +136,7 @@ impl Reference {
 
 /// A component pulled and checked against every digest involved.
 #[derive(Debug)]
-pub struct Pulled {
+pub(crate) struct Pulled {
     /// The reference pinned to the manifest's digest.
     pub reference: Reference,
     pub component: Vec<u8>,
@@ -206,7 +206,7 @@ fn hex_of(digest: &str) -> Option<&str> {
 
 /// Pulls a component artifact and checks the manifest and the component
 /// against their digests.
-pub async fn pull(reference: &Reference) -> Result<Pulled, OciError> {
+pub(crate) async fn pull(reference: &Reference) -> Result<Pulled, OciError> {
     let http = client();
     let wanted = match &reference.target {
         Target::Tag(tag) => tag.clone(),
@@ -286,7 +286,11 @@ async fn put_blob(http: &reqwest::Client, reference: &Reference, bytes: &[u8]) -
 /// Publishes a component (and its signature file's text) under
 /// `reference`'s tag; returns the reference pinned to the manifest's
 /// digest.
-pub async fn push(reference: &Reference, component: &[u8], signature: Option<&str>) -> Result<Reference, OciError> {
+pub(crate) async fn push(
+    reference: &Reference,
+    component: &[u8],
+    signature: Option<&str>,
+) -> Result<Reference, OciError> {
     let Target::Tag(tag) = &reference.target else {
         return Err(OciError::BadReference(format!("{reference}: push to a tag, not a digest")));
     };

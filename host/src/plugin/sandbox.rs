@@ -94,7 +94,7 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl MemoryLimiter {
-    pub fn new(memory_bytes: usize) -> Self {
+    pub(crate) fn new(memory_bytes: usize) -> Self {
         MemoryLimiter { memory_bytes, in_use: 0, peak: 0, hit: false }
     }
 }
@@ -134,7 +134,7 @@ impl CapturedOutput {
     }
 
     /// What was captured, as text.
-    pub fn take(&self) -> String {
+    pub(crate) fn take(&self) -> String {
         let mut b = self.buf.lock().unwrap_or_else(|p| p.into_inner());
         String::from_utf8_lossy(&std::mem::take(&mut *b)).into_owned()
     }
@@ -213,7 +213,7 @@ pub struct Invocation {
 }
 
 /// Epoch ticks per second (the engine's epoch is advanced by a thread).
-pub const TICKS_PER_SECOND: u64 = 200;
+pub(crate) const TICKS_PER_SECOND: u64 = 200;
 
 impl HostState {
     /// A fresh store for one invocation, with limits and the CPU deadline

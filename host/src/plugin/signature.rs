@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::config::signatures::{SignaturePolicy, TrustedKey};
 
 /// The format of a signature file.
-pub const FORMAT: &str = "service-plugin-signature/1";
+pub(crate) const FORMAT: &str = "service-plugin-signature/1";
 
 /// A signature file is a few hundred bytes; anything past this is refused
 /// unread.
@@ -111,7 +111,7 @@ fn message(digest: &str, identity: &Identity) -> Vec<u8> {
 
 /// A new key pair written to `private` (mode 0600, never over an existing
 /// file); answers the public key, base64.
-pub fn keygen(private: &Path) -> Result<String, KeyError> {
+pub(crate) fn keygen(private: &Path) -> Result<String, KeyError> {
     let pkcs8 = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).map_err(|_| KeyError::Random)?;
     let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|_| KeyError::Random)?;
     let text = format!("{KEY_HEADER}\n{}\n", STANDARD.encode(pkcs8.as_ref()));
@@ -148,7 +148,7 @@ pub fn sign(private: &Path, digest: &str, identity: &Identity) -> Result<Signatu
 
 /// A signature that verified: who signed what.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verified {
+pub(crate) struct Verified {
     /// The trusted key's name.
     pub signer: String,
     pub identity: Identity,
@@ -159,7 +159,11 @@ pub struct Verified {
 /// Checks the signature beside a component before it is compiled: its
 /// digest is this component's, its key is trusted, and it verifies.
 /// `Ok(None)`: unsigned, and the policy allows that.
-pub fn check(policy: &SignaturePolicy, component: &Path, digest: &str) -> Result<Option<Verified>, SignatureError> {
+pub(crate) fn check(
+    policy: &SignaturePolicy,
+    component: &Path,
+    digest: &str,
+) -> Result<Option<Verified>, SignatureError> {
     let path = sidecar(component);
     let text = match read_small(&path) {
         Ok(text) => Some(text),
@@ -172,7 +176,7 @@ pub fn check(policy: &SignaturePolicy, component: &Path, digest: &str) -> Result
 
 /// Checks a signature file's text (`None`: there is none, as `missing`
 /// names it) against the component with `digest`, as [`check`] does.
-pub fn check_text(
+pub(crate) fn check_text(
     policy: &SignaturePolicy,
     text: Option<String>,
     missing: &str,
@@ -231,7 +235,7 @@ fn read_small(path: &Path) -> std::io::Result<String> {
 
 impl Verified {
     /// Whether the component declares what was signed.
-    pub fn covers(&self, found: &Identity) -> Result<(), SignatureError> {
+    pub(crate) fn covers(&self, found: &Identity) -> Result<(), SignatureError> {
         if self.identity == *found {
             Ok(())
         } else {

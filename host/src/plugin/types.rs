@@ -123,7 +123,7 @@ pub struct ReadRequest {
 /// does not. The host's rule for an append: records are written only
 /// together with a state that advances, so a resume never reads again
 /// what was written. The conformance suite checks connectors by it.
-pub fn advances(saved: Option<&str>, checkpoint: &str) -> bool {
+pub(crate) fn advances(saved: Option<&str>, checkpoint: &str) -> bool {
     let Some(saved) = saved else { return true };
     match (serde_json::from_str::<serde_json::Value>(saved), serde_json::from_str::<serde_json::Value>(checkpoint)) {
         (Ok(a), Ok(b)) => a != b,
@@ -135,11 +135,11 @@ pub fn advances(saved: Option<&str>, checkpoint: &str) -> bool {
 /// provider said about the credential's account when it was authorised
 /// (for OAuth, ids such as `hub_id` and `user_id`). The host's alone: a
 /// client cannot set it, and no other call gets it.
-pub const CREDENTIAL_ACCOUNT: &str = "credential_account";
+pub(crate) const CREDENTIAL_ACCOUNT: &str = "credential_account";
 
 /// A provider-backed choice for a config field.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct EntityOption {
+pub(crate) struct EntityOption {
     pub value: String,
     pub label: String,
     pub parent: Option<String>,

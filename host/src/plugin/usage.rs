@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use crate::store::jobs::Usage;
+pub(crate) use crate::store::jobs::Usage;
 
 tokio::task_local! {
     /// The usage of the job the current task runs.
@@ -27,7 +27,7 @@ tokio::task_local! {
 }
 
 /// Runs `work` charging every invocation it makes to `meter`.
-pub async fn metered<F: Future>(meter: Arc<Mutex<Usage>>, work: F) -> F::Output {
+pub(crate) async fn metered<F: Future>(meter: Arc<Mutex<Usage>>, work: F) -> F::Output {
     JOB_USAGE.scope(meter, work).await
 }
 

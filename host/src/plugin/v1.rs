@@ -116,12 +116,15 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
 
 // ---- exports: calling the plugin -------------------------------------------
 
-pub async fn describe(pre: &Pre, store: &mut Store<HostState>) -> wasmtime::Result<Result<t::ConnectorInfo, String>> {
+pub(crate) async fn describe(
+    pre: &Pre,
+    store: &mut Store<HostState>,
+) -> wasmtime::Result<Result<t::ConnectorInfo, String>> {
     let (info,) = pre.describe.call(&pre.instance, store, ()).await?;
     Ok(info_from(info))
 }
 
-pub async fn check(
+pub(crate) async fn check(
     pre: &Pre,
     store: &mut Store<HostState>,
     config: &str,
@@ -142,7 +145,7 @@ pub(crate) async fn discover(
     })
 }
 
-pub async fn read(
+pub(crate) async fn read(
     pre: &Pre,
     store: &mut Store<HostState>,
     req: &t::ReadRequest,
@@ -174,7 +177,7 @@ pub(crate) async fn entity_options(
     .map_err(error_from))
 }
 
-pub async fn preview(
+pub(crate) async fn preview(
     pre: &Pre,
     store: &mut Store<HostState>,
     config: &str,
@@ -183,7 +186,7 @@ pub async fn preview(
     Ok(r.map_err(error_from))
 }
 
-pub async fn write(
+pub(crate) async fn write(
     pre: &Pre,
     store: &mut Store<HostState>,
     req: &t::WriteRequest,

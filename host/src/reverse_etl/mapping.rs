@@ -38,7 +38,7 @@ impl Mapper {
     /// Resolves `mappings` against `columns`; `primary_key` must be a
     /// column, and `matching` (the destination's matching field), when
     /// given, must be mapped.
-    pub fn new(
+    pub(crate) fn new(
         mappings: &[FieldMapping],
         columns: &[Column],
         primary_key: &str,
@@ -126,18 +126,18 @@ impl Mapper {
     }
 
     /// The row's key, `None` when it is null.
-    pub fn key(&self, row: &[Value]) -> Option<String> {
+    pub(crate) fn key(&self, row: &[Value]) -> Option<String> {
         row.get(self.key).and_then(key_text)
     }
 
     /// The record sent for `row`: its mapped fields.
-    pub fn record(&self, row: &[Value]) -> Map<String, Value> {
+    pub(crate) fn record(&self, row: &[Value]) -> Map<String, Value> {
         self.values(row).map(|(field, value)| (field.to_owned(), value.clone())).collect()
     }
 
     /// The fingerprint of the record `row` makes and its size, without
     /// building the record.
-    pub fn fingerprint(&self, row: &[Value]) -> (i64, usize) {
+    pub(crate) fn fingerprint(&self, row: &[Value]) -> (i64, usize) {
         fingerprint_of(self.values(row))
     }
 

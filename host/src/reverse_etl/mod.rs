@@ -10,7 +10,7 @@
 //!   sending a batch;
 //! - [`preview`]: columns, samples and suggestions for `prepare`.
 
-pub mod mapping;
-pub mod model;
-pub mod preview;
-pub mod targets;
+pub(crate) mod mapping;
+pub(crate) mod model;
+pub(crate) mod preview;
+pub(crate) mod targets;

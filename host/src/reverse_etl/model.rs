@@ -81,7 +81,7 @@ impl From<ModelError> for ApiError {
 }
 
 /// Runs `query` over the workspace's warehouse destination `warehouse_id`.
-pub async fn open(
+pub(crate) async fn open(
     state: &AppState,
     workspace_id: &str,
     warehouse_id: &str,

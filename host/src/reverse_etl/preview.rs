@@ -16,7 +16,7 @@ use crate::warehouse::query::Column;
 
 /// What a model would give.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Preview {
+pub(crate) struct Preview {
     pub columns: Vec<Column>,
     /// Up to 100 rows, each an object of column to value. A value larger
     /// than the preview's cell size (64 KiB unless the operator set
@@ -40,7 +40,7 @@ pub struct Preview {
 }
 
 /// Runs the model for a preview.
-pub async fn preview(
+pub(crate) async fn preview(
     state: &AppState,
     workspace_id: &str,
     warehouse_id: &str,

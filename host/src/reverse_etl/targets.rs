@@ -49,7 +49,7 @@ const RATE_LIMIT_RETRIES: usize = 3;
 
 /// How records are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Insert,
     Update,
     Upsert,
@@ -78,7 +78,7 @@ impl Op {
 
 /// Why a batch was not sent at all.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// It may work later (rate limits, outages, time-outs): the run is
     /// retried.
     #[error("{0}")]
@@ -142,7 +142,7 @@ impl From<TargetError> for ApiError {
 
 /// What a connector's writable object accepts.
 #[derive(Debug, Clone)]
-pub struct Writable {
+pub(crate) struct Writable {
     /// The fields it can write.
     pub fields: Vec<String>,
     /// The fields that can match a record to an existing object, the
@@ -171,7 +171,7 @@ pub(crate) fn writable(schema: &Value) -> Option<Writable> {
 }
 
 /// A destination ready to receive records.
-pub enum Target {
+pub(crate) enum Target {
     Connector {
         connector: Connector,
         /// The connector's configuration (JSON text, handles only).
@@ -257,7 +257,11 @@ fn endpoint_settings(state: &AppState, config: &Value) -> ApiResult<(Url, Option
 impl Target {
     /// Opens a destination for sending, checking what it says against
     /// the connector (which must offer `write` and this writable object).
-    pub async fn open(state: &AppState, workspace_id: &str, dest: &RetlDestination) -> Result<Target, TargetError> {
+    pub(crate) async fn open(
+        state: &AppState,
+        workspace_id: &str,
+        dest: &RetlDestination,
+    ) -> Result<Target, TargetError> {
         match dest.kind {
             RetlDestinationKind::Endpoint => {
                 let (url, credential_handle) = endpoint_settings(state, &dest.configuration)?;
@@ -341,7 +345,7 @@ impl Target {
     }
 
     /// The field a record is matched by at the destination, if any.
-    pub fn match_field(&self) -> Option<&str> {
+    pub(crate) fn match_field(&self) -> Option<&str> {
         match self {
             Target::Connector { match_field, .. } => Some(match_field),
             Target::Endpoint { .. } => None,
@@ -349,7 +353,7 @@ impl Target {
     }
 
     /// The fields the destination can write; `None` when it takes any.
-    pub fn fields(&self) -> Option<&[String]> {
+    pub(crate) fn fields(&self) -> Option<&[String]> {
         match self {
             Target::Connector { writable, .. } => Some(&writable.fields),
             Target::Endpoint { .. } => None,
@@ -367,7 +371,7 @@ impl Target {
     /// Sends one batch. Per record: `None` when accepted, else why not.
     /// Stops as soon as `cancel` fires, also while waiting for a
     /// `Retry-After`.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         state: &AppState,
         workspace_id: &str,
@@ -451,7 +455,7 @@ impl Target {
 }
 
 /// A message cut to a length fit for a run's samples.
-pub fn short(s: &str) -> String {
+pub(crate) fn short(s: &str) -> String {
     s.chars().take(300).collect()
 }
 

@@ -20,13 +20,13 @@ pub(crate) struct PerAddress {
 }
 
 impl PerAddress {
-    pub fn new(cap: usize) -> Self {
+    pub(super) fn new(cap: usize) -> Self {
         PerAddress { cap, open: Mutex::new(HashMap::new()) }
     }
 
     /// A place for one more connection from `ip`, or `None` when it holds
     /// its share already. The place is given back when dropped.
-    pub fn enter(self: Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+    pub(super) fn enter(self: Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
             v4 => v4,
@@ -70,7 +70,7 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Activity { started: Instant::now(), in_flight: AtomicUsize::new(0), last: AtomicI64::new(0) }
     }
 

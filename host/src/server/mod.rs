@@ -305,7 +305,7 @@ async fn serve_connections(
 }
 
 /// Binds `config.bind` and serves the application until stopped.
-pub async fn start(state: AppState) -> anyhow::Result<RunningServer> {
+pub(crate) async fn start(state: AppState) -> anyhow::Result<RunningServer> {
     let listener = TcpListener::bind(state.config.bind)
         .await
         .map_err(|e| anyhow::anyhow!("SERVICE_BIND: cannot listen on {}: {e}", state.config.bind))?;
@@ -351,7 +351,7 @@ pub fn start_on(listener: TcpListener, state: AppState) -> anyhow::Result<Runnin
 /// The whole application: the API and the browser pages under the same
 /// layers, and MCP, whose tools are the API's operations dispatched into
 /// the API itself. Tests drive it directly; `serve` binds it.
-pub fn app(state: AppState) -> axum::Router {
+pub(crate) fn app(state: AppState) -> axum::Router {
     let (api, openapi) = crate::http::api(&state, crate::web::router());
     let catalog = Arc::new(crate::mcp::Catalog::from_openapi(&serde_json::to_value(&*openapi).unwrap_or_default()));
     let mut hosts =
@@ -368,7 +368,7 @@ pub fn app(state: AppState) -> axum::Router {
 }
 
 /// `service serve`: runs until Ctrl-C or SIGTERM.
-pub async fn serve(config: ServerConfig) -> anyhow::Result<()> {
+pub(crate) async fn serve(config: ServerConfig) -> anyhow::Result<()> {
     let state = AppState::open(config).await?;
     let server = start(state).await?;
     tracing::info!(addr = %server.addr, "listening");

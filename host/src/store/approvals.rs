@@ -70,7 +70,7 @@ pub struct NewApproval<'a> {
 
 /// Filters of `GET /approvals`.
 #[derive(Debug, Default)]
-pub struct ApprovalFilter {
+pub(crate) struct ApprovalFilter {
     pub status: Option<ApprovalStatus>,
     pub category: Option<String>,
     pub client_source: Option<ClientSource>,
@@ -87,7 +87,7 @@ pub(crate) enum DecideError {
 
 /// A workspace's policy for one category.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredPolicy {
+pub(crate) struct StoredPolicy {
     pub category: String,
     pub requires_approval: bool,
     pub approver_role: Role,
@@ -163,7 +163,7 @@ impl Store {
         Ok(approval)
     }
 
-    pub async fn approval(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Approval>> {
+    pub(crate) async fn approval(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Approval>> {
         let sql = format!("SELECT {COLUMNS} FROM approvals WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         let now = now_ms();
@@ -171,7 +171,7 @@ impl Store {
     }
 
     /// Proposals of a workspace, newest first.
-    pub async fn approvals(
+    pub(crate) async fn approvals(
         &self,
         workspace_id: &str,
         f: &ApprovalFilter,
@@ -282,7 +282,7 @@ impl Store {
     }
 
     /// Stored policies of a workspace (categories never changed are absent).
-    pub async fn approval_policies(&self, workspace_id: &str) -> StoreResult<Vec<StoredPolicy>> {
+    pub(crate) async fn approval_policies(&self, workspace_id: &str) -> StoreResult<Vec<StoredPolicy>> {
         let rows = sqlx::query(
             "SELECT category, requires_approval, approver_role, updated_by, updated_at FROM approval_policies WHERE workspace_id = $1",
         )

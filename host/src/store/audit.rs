@@ -42,7 +42,7 @@ pub(crate) struct AuditRecord {
 
 /// A record to append.
 #[derive(Debug, Clone)]
-pub struct NewAuditRecord {
+pub(crate) struct NewAuditRecord {
     pub workspace_id: Option<String>,
     pub actor_user_id: Option<String>,
     pub actor_session_id: Option<String>,
@@ -61,7 +61,7 @@ pub struct NewAuditRecord {
 impl NewAuditRecord {
     /// A record of something the server did on its own or for a browser
     /// page (no request through `/v1`): the rest is filled in by the caller.
-    pub fn event(
+    pub(crate) fn event(
         workspace_id: &str,
         action: &str,
         outcome: AuditOutcome,
@@ -86,20 +86,20 @@ impl NewAuditRecord {
     }
 
     /// The record, naming what it acted on.
-    pub fn on(mut self, target_type: &str, target_id: &str) -> Self {
+    pub(crate) fn on(mut self, target_type: &str, target_id: &str) -> Self {
         self.target_type = Some(target_type.to_owned());
         self.target_id = Some(target_id.to_owned());
         self
     }
 
     /// The record, naming who acted.
-    pub fn by(mut self, user_id: &str) -> Self {
+    pub(crate) fn by(mut self, user_id: &str) -> Self {
         self.actor_user_id = Some(user_id.to_owned());
         self
     }
 
     /// The record, naming the session and kind of client that acted.
-    pub fn through(mut self, session_id: Option<&str>, client: ClientSource) -> Self {
+    pub(crate) fn through(mut self, session_id: Option<&str>, client: ClientSource) -> Self {
         self.actor_session_id = session_id.map(str::to_owned);
         self.client_source = client;
         self

@@ -115,7 +115,7 @@ pub(crate) struct NewCredential<'a> {
 }
 
 /// A row with its sealed secret, for the vault only.
-pub struct SealedCredential {
+pub(crate) struct SealedCredential {
     pub record: CredentialRecord,
     pub sealed: Sealed,
     pub access_expires_at: Option<i64>,
@@ -182,7 +182,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn credential(&self, workspace_id: &str, credential_id: &str) -> StoreResult<Option<SealedCredential>> {
+    pub(crate) async fn credential(
+        &self,
+        workspace_id: &str,
+        credential_id: &str,
+    ) -> StoreResult<Option<SealedCredential>> {
         let sql = format!("SELECT {COLUMNS} FROM credentials WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(workspace_id)
@@ -205,7 +209,7 @@ impl Store {
         row.as_ref().map(from_row).transpose()
     }
 
-    pub async fn credentials(
+    pub(crate) async fn credentials(
         &self,
         workspace_id: &str,
         after: Option<&str>,

@@ -195,13 +195,13 @@ impl Store {
         Ok(self.destination(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Destination>> {
+    pub(crate) async fn destination(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Destination>> {
         let sql = format!("SELECT {DEST_COLUMNS} FROM destinations WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(destination_from_row).transpose()
     }
 
-    pub async fn destinations(
+    pub(crate) async fn destinations(
         &self,
         workspace_id: &str,
         after: Option<&str>,

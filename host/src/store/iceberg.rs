@@ -15,7 +15,7 @@ use super::{ResultExt, Store, StoreResult};
 
 /// How a compare-and-set of a table's metadata location ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Swapped {
+pub(crate) enum Swapped {
     Done,
     /// Another commit moved the pointer first (or, for a replacement, the
     /// staged table is gone).
@@ -26,7 +26,7 @@ pub enum Swapped {
 
 /// What a commit carries besides the table's new pointer.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CommitWith<'a> {
+pub(crate) struct CommitWith<'a> {
     /// The stream state to save in the same transaction.
     pub checkpoint: Option<&'a StreamCheckpoint>,
     /// The job attempt that must still hold its job.
@@ -70,7 +70,7 @@ pub struct StreamCheckpoint {
 
 /// One table of a catalog, as the catalog's rows name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IcebergTableName {
+pub(crate) struct IcebergTableName {
     pub catalog: String,
     pub namespace: String,
     pub table: String,
@@ -103,7 +103,7 @@ const EXISTS: &str = "exists";
 
 impl Store {
     /// Creates a namespace with its properties; false when it existed.
-    pub async fn create_iceberg_namespace(
+    pub(crate) async fn create_iceberg_namespace(
         &self,
         catalog: &str,
         namespace: &str,
@@ -140,7 +140,7 @@ impl Store {
     }
 
     /// A namespace's properties, if it exists.
-    pub async fn iceberg_namespace(
+    pub(crate) async fn iceberg_namespace(
         &self,
         catalog: &str,
         namespace: &str,
@@ -167,7 +167,7 @@ impl Store {
     }
 
     /// The namespaces of a catalog, by name.
-    pub async fn iceberg_namespaces(&self, catalog: &str) -> StoreResult<Vec<String>> {
+    pub(crate) async fn iceberg_namespaces(&self, catalog: &str) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar(
             "SELECT DISTINCT namespace FROM iceberg_namespace_properties WHERE catalog_name = $1 ORDER BY namespace",
         )
@@ -177,7 +177,7 @@ impl Store {
     }
 
     /// Removes an empty namespace; false when it did not exist.
-    pub async fn drop_iceberg_namespace(&self, catalog: &str, namespace: &str) -> StoreResult<bool> {
+    pub(crate) async fn drop_iceberg_namespace(&self, catalog: &str, namespace: &str) -> StoreResult<bool> {
         let n = sqlx::query("DELETE FROM iceberg_namespace_properties WHERE catalog_name = $1 AND namespace = $2")
             .bind(catalog)
             .bind(namespace)
@@ -200,7 +200,7 @@ impl Store {
     }
 
     /// Where a table's current metadata is, if the table exists.
-    pub async fn iceberg_table(&self, name: &IcebergTableName) -> StoreResult<Option<String>> {
+    pub(crate) async fn iceberg_table(&self, name: &IcebergTableName) -> StoreResult<Option<String>> {
         let sql = format!(
             "SELECT metadata_location FROM iceberg_tables WHERE {NAMED} \
              AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
@@ -214,7 +214,11 @@ impl Store {
 
     /// Records a new table at `metadata_location`; a conflict when the
     /// name is taken.
-    pub async fn create_iceberg_table(&self, name: &IcebergTableName, metadata_location: &str) -> StoreResult<()> {
+    pub(crate) async fn create_iceberg_table(
+        &self,
+        name: &IcebergTableName,
+        metadata_location: &str,
+    ) -> StoreResult<()> {
         name.bind(sqlx::query(INSERT_TABLE))
             .bind(metadata_location)
             .execute(self.pool())
@@ -226,7 +230,7 @@ impl Store {
     /// Moves a table's pointer from `expected` to `next`, if it still is
     /// at `expected`; with a checkpoint, saves that stream state in the
     /// same transaction, so the state covers exactly what the table holds.
-    pub async fn swap_iceberg_table(
+    pub(crate) async fn swap_iceberg_table(
         &self,
         name: &IcebergTableName,
         expected: &str,
@@ -260,7 +264,7 @@ impl Store {
 
     /// Saves a stream's state alone (no file awaits a commit), while
     /// `lease`'s attempt still holds its job.
-    pub async fn save_iceberg_checkpoint(
+    pub(crate) async fn save_iceberg_checkpoint(
         &self,
         checkpoint: &StreamCheckpoint,
         lease: Option<&JobLease>,
@@ -278,7 +282,7 @@ impl Store {
     /// in one transaction: readers find the old contents or the new, never
     /// a mix. `table` is created when it did not exist. Raced when
     /// `staged` does not exist.
-    pub async fn replace_iceberg_table(
+    pub(crate) async fn replace_iceberg_table(
         &self,
         live: &IcebergTableName,
         staged: &str,
@@ -319,7 +323,7 @@ impl Store {
 
     /// The lakehouse warehouse folders a running sync loads, as
     /// (workspace, folder).
-    pub async fn lakehouses_being_loaded(&self) -> StoreResult<Vec<(String, String)>> {
+    pub(crate) async fn lakehouses_being_loaded(&self) -> StoreResult<Vec<(String, String)>> {
         let rows = sqlx::query(
             "SELECT d.workspace_id, d.configuration FROM jobs j JOIN pipelines p ON p.id = j.pipeline_id \
              JOIN destinations d ON d.id = p.destination_id WHERE j.status = 'running' AND d.kind = 'iceberg'",
@@ -339,7 +343,7 @@ impl Store {
 
     /// The configuration of every lakehouse destination, with its
     /// workspace.
-    pub async fn lakehouse_destinations(&self) -> StoreResult<Vec<(String, serde_json::Value)>> {
+    pub(crate) async fn lakehouse_destinations(&self) -> StoreResult<Vec<(String, serde_json::Value)>> {
         let rows =
             sqlx::query("SELECT workspace_id, configuration FROM destinations WHERE kind = 'iceberg' ORDER BY id")
                 .fetch_all(self.pool())
@@ -353,7 +357,7 @@ impl Store {
     }
 
     /// The catalogs that hold a table.
-    pub async fn iceberg_catalog_names(&self) -> StoreResult<Vec<String>> {
+    pub(crate) async fn iceberg_catalog_names(&self) -> StoreResult<Vec<String>> {
         Ok(sqlx::query_scalar("SELECT DISTINCT catalog_name FROM iceberg_tables ORDER BY catalog_name")
             .fetch_all(self.pool())
             .await?)
@@ -376,7 +380,7 @@ impl Store {
 
     /// Forgets a table (its files stay where they are); false when it did
     /// not exist.
-    pub async fn drop_iceberg_table(&self, name: &IcebergTableName) -> StoreResult<bool> {
+    pub(crate) async fn drop_iceberg_table(&self, name: &IcebergTableName) -> StoreResult<bool> {
         let delete = format!("DELETE FROM iceberg_tables WHERE {NAMED}");
         let n = name.bind(sqlx::query(sqlx::AssertSqlSafe(delete))).execute(self.pool()).await?.rows_affected();
         Ok(n == 1)

@@ -30,14 +30,14 @@ pub(crate) struct JobAttempt {
 /// What a job belongs to: a pipeline (syncs and resets) or a reverse-ETL
 /// activation (its runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobOwner {
+pub(crate) enum JobOwner {
     Pipeline,
     Activation,
 }
 
 /// Which jobs `GET /jobs` lists.
 #[derive(Debug, Default, Clone)]
-pub struct JobFilter {
+pub(crate) struct JobFilter {
     pub pipeline_id: Option<String>,
     pub activation_id: Option<String>,
     pub status: Option<JobStatus>,
@@ -195,7 +195,7 @@ impl Store {
         self.queue_job(workspace_id, JobFor::Pipeline(pipeline_id), kind, trigger).await
     }
 
-    pub async fn active_job(&self, pipeline_id: &str) -> StoreResult<Option<Job>> {
+    pub(crate) async fn active_job(&self, pipeline_id: &str) -> StoreResult<Option<Job>> {
         self.active_job_for(JobFor::Pipeline(pipeline_id)).await
     }
 
@@ -342,7 +342,7 @@ impl Store {
 
     /// Jobs of a workspace, newest first, filtered; `after` is the id of
     /// the last job of the previous page (an unknown one ends the list).
-    pub async fn jobs(
+    pub(crate) async fn jobs(
         &self,
         workspace_id: &str,
         f: &JobFilter,
@@ -374,7 +374,7 @@ impl Store {
     /// The newest job of each of `ids` (pipelines or activations of the
     /// workspace, as `owner` says), by owner id: one query for a whole
     /// list page, each owner's newest found through its index.
-    pub async fn last_jobs(
+    pub(crate) async fn last_jobs(
         &self,
         workspace_id: &str,
         owner: JobOwner,

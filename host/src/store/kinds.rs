@@ -4,26 +4,26 @@
 
 /// Defines an enum stored and serialised as fixed texts.
 macro_rules! text_enum {
-    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),* $(,)? }) => {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),* $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
-        pub enum $name {
+        $vis enum $name {
             $($(#[$vmeta])* #[serde(rename = $text)] #[schema(rename = $text)] $variant),*
         }
 
         impl $name {
             /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+            $vis const ALL: &'static [$name] = &[$($name::$variant),*];
 
             /// The text it is stored and answered as.
-            pub fn as_str(self) -> &'static str {
+            $vis fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text),*
                 }
             }
 
             /// The value a stored text names, if any.
-            pub fn parse(s: &str) -> Option<$name> {
+            $vis fn parse(s: &str) -> Option<$name> {
                 match s {
                     $($text => Some($name::$variant),)*
                     _ => None,
@@ -31,7 +31,7 @@ macro_rules! text_enum {
             }
 
             /// The allowed texts, for messages (`a, b or c`).
-            pub fn choices() -> String {
+            $vis fn choices() -> String {
                 let all: Vec<&str> = $name::ALL.iter().map(|v| v.as_str()).collect();
                 match all.split_last() {
                     Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),

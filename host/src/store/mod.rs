@@ -37,28 +37,28 @@
 //! runs (see [`StoreError`]), so callers never match on SQL error strings.
 
 pub mod approvals;
-pub mod audit;
-pub mod caches;
-pub mod credentials;
-pub mod destinations;
+pub(crate) mod audit;
+pub(crate) mod caches;
+pub(crate) mod credentials;
+pub(crate) mod destinations;
 pub(crate) mod entry_links;
-pub mod iceberg;
-pub mod idempotency;
-pub mod invitations;
-pub mod jobs;
+pub(crate) mod iceberg;
+pub(crate) mod idempotency;
+pub(crate) mod invitations;
+pub(crate) mod jobs;
 pub mod kinds;
 pub mod notices;
 pub mod oauth;
 pub mod pipelines;
-pub mod plugins;
-pub mod progress;
-pub mod reverse_etl;
-pub mod sessions;
-pub mod sources;
+pub(crate) mod plugins;
+pub(crate) mod progress;
+pub(crate) mod reverse_etl;
+pub(crate) mod sessions;
+pub(crate) mod sources;
 pub(crate) mod sweep;
-pub mod users;
-pub mod webhooks;
-pub mod workspaces;
+pub(crate) mod users;
+pub(crate) mod webhooks;
+pub(crate) mod workspaces;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -69,7 +69,7 @@ use sqlx::{AnyPool, ConnectOptions, Executor};
 
 /// Which database engine a [`Store`] runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// An SQLite file in the data directory (the embedded default).
     Sqlite,
     /// A PostgreSQL server named by `DATABASE_URL`.
@@ -184,7 +184,7 @@ impl Store {
     }
 
     /// The engine this store runs on.
-    pub fn backend(&self) -> Backend {
+    pub(crate) fn backend(&self) -> Backend {
         self.backend
     }
 

@@ -47,7 +47,7 @@ pub(crate) enum Notice {
 }
 
 impl Notice {
-    pub fn payload(&self) -> String {
+    pub(crate) fn payload(&self) -> String {
         match self {
             Notice::SessionRevoked(id) => format!("session:{id}"),
             Notice::MembershipsChanged(change) => format!("memberships:{change}"),
@@ -56,7 +56,7 @@ impl Notice {
         }
     }
 
-    pub fn parse(payload: &str) -> Option<Notice> {
+    pub(crate) fn parse(payload: &str) -> Option<Notice> {
         match payload.split_once(':') {
             Some(("session", id)) if !id.is_empty() => Some(Notice::SessionRevoked(id.to_owned())),
             Some(("echo", nonce)) => Some(Notice::Echo(nonce.to_owned())),

@@ -188,13 +188,18 @@ impl Store {
         Ok(self.pipeline(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn pipeline(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Pipeline>> {
+    pub(crate) async fn pipeline(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Pipeline>> {
         let sql = format!("SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(pipeline_from_row).transpose()
     }
 
-    pub async fn pipelines(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Pipeline>> {
+    pub(crate) async fn pipelines(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Pipeline>> {
         let sql = format!(
             "SELECT {PIPELINE_COLUMNS} FROM pipelines WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
         );

@@ -9,7 +9,7 @@ use super::{Store, StoreResult, now_ms};
 
 /// The operator's switch for one connector.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginState {
+pub(crate) struct PluginState {
     pub enabled: bool,
     /// The component (SHA-256, hex) the operator enabled; every replica
     /// runs exactly this one. `None`: not pinned (bundled plugins).
@@ -27,7 +27,7 @@ fn state_from_row(r: &sqlx::any::AnyRow) -> StoreResult<PluginState> {
 
 impl Store {
     /// A connector's state ([`PluginState::UNTOUCHED`] when it has none).
-    pub async fn plugin_state(&self, connector_id: &str) -> StoreResult<PluginState> {
+    pub(crate) async fn plugin_state(&self, connector_id: &str) -> StoreResult<PluginState> {
         let row = sqlx::query("SELECT enabled, digest FROM plugin_states WHERE connector_id = $1")
             .bind(connector_id)
             .fetch_optional(self.pool())
@@ -36,7 +36,7 @@ impl Store {
     }
 
     /// Every recorded state.
-    pub async fn plugin_states(&self) -> StoreResult<HashMap<String, PluginState>> {
+    pub(crate) async fn plugin_states(&self) -> StoreResult<HashMap<String, PluginState>> {
         let rows =
             sqlx::query("SELECT connector_id, enabled, digest FROM plugin_states").fetch_all(self.pool()).await?;
         rows.iter().map(|r| Ok((r.try_get("connector_id")?, state_from_row(r)?))).collect()
@@ -44,7 +44,7 @@ impl Store {
 
     /// Switches a connector on (pinned to `digest`, when given) or off
     /// (keeping the digest it was pinned to).
-    pub async fn set_plugin_enabled(
+    pub(crate) async fn set_plugin_enabled(
         &self,
         connector_id: &str,
         enabled: bool,
@@ -122,7 +122,7 @@ pub struct PluginVersion {
 }
 
 /// A component to install, verified by the caller.
-pub struct NewPluginVersion<'a> {
+pub(crate) struct NewPluginVersion<'a> {
     pub version: &'a PluginVersion,
     /// The signature file as it was found (JSON), when signed.
     pub signature: Option<&'a str>,
@@ -166,7 +166,7 @@ impl Store {
     }
 
     /// A connector's installed components, oldest first.
-    pub async fn plugin_versions(&self, connector_id: &str) -> StoreResult<Vec<PluginVersion>> {
+    pub(crate) async fn plugin_versions(&self, connector_id: &str) -> StoreResult<Vec<PluginVersion>> {
         let rows = sqlx::query(
             "SELECT connector_id, digest, version, interface, signer, origin, added_at FROM plugin_versions \
              WHERE connector_id = $1 ORDER BY added_at, digest",

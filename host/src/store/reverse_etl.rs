@@ -16,7 +16,7 @@ use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A model: one read-only query over a warehouse destination.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Model {
+pub(crate) struct Model {
     pub model_id: String,
     pub workspace_id: String,
     pub name: String,
@@ -33,7 +33,7 @@ pub struct Model {
 
 /// A reverse-ETL destination: a connector's writable object, or a webhook.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RetlDestination {
+pub(crate) struct RetlDestination {
     pub destination_id: String,
     pub workspace_id: String,
     pub name: String,
@@ -50,7 +50,7 @@ pub struct RetlDestination {
 /// model, or a constant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct FieldMapping {
+pub(crate) struct FieldMapping {
     /// The destination field.
     #[schema(min_length = 1, max_length = 200)]
     pub field: String,
@@ -65,7 +65,7 @@ pub struct FieldMapping {
 
 /// An activation: a model sent to a destination.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Activation {
+pub(crate) struct Activation {
     pub activation_id: String,
     pub workspace_id: String,
     pub name: String,
@@ -197,13 +197,13 @@ impl Store {
         Ok(self.model(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn model(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Model>> {
+    pub(crate) async fn model(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Model>> {
         let sql = format!("SELECT {MODEL_COLUMNS} FROM retl_models WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(model_from_row).transpose()
     }
 
-    pub async fn models(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Model>> {
+    pub(crate) async fn models(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Model>> {
         let sql = format!(
             "SELECT {MODEL_COLUMNS} FROM retl_models WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
         );
@@ -365,13 +365,13 @@ impl Store {
         Ok(self.activation(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn activation(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Activation>> {
+    pub(crate) async fn activation(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Activation>> {
         let sql = format!("SELECT {ACTIVATION_COLUMNS} FROM retl_activations WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(activation_from_row).transpose()
     }
 
-    pub async fn activations(
+    pub(crate) async fn activations(
         &self,
         workspace_id: &str,
         after: Option<&str>,
@@ -494,12 +494,12 @@ impl Store {
         self.queue_job(workspace_id, JobFor::Activation(activation_id), kind, trigger).await
     }
 
-    pub async fn active_run(&self, activation_id: &str) -> StoreResult<Option<Job>> {
+    pub(crate) async fn active_run(&self, activation_id: &str) -> StoreResult<Option<Job>> {
         self.active_job_for(JobFor::Activation(activation_id)).await
     }
 
     /// A reverse-ETL run of the workspace.
-    pub async fn run(&self, workspace_id: &str, run_id: &str) -> StoreResult<Option<Job>> {
+    pub(crate) async fn run(&self, workspace_id: &str, run_id: &str) -> StoreResult<Option<Job>> {
         let sql =
             format!("SELECT {JOB_COLUMNS} FROM jobs WHERE workspace_id = $1 AND id = $2 AND activation_id IS NOT NULL");
         let row =

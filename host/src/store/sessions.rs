@@ -74,7 +74,7 @@ impl SessionKind {
 
 /// Session metadata as listed to administrators. Never holds the token.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Session {
+pub(crate) struct Session {
     pub session_id: String,
     pub user_id: String,
     pub kind: SessionKind,
@@ -219,7 +219,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn session(&self, session_id: &str) -> StoreResult<Option<Session>> {
+    pub(crate) async fn session(&self, session_id: &str) -> StoreResult<Option<Session>> {
         let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = $1");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(session_id).fetch_optional(self.pool()).await?;
         row.as_ref().map(session_from_row).transpose()

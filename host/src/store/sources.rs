@@ -43,7 +43,7 @@ const COLUMNS: &str = "id, workspace_id, connector_id, name, configuration, crea
 impl Store {
     /// The catalog kept for `source_id`, when it was discovered by the
     /// plugin of `plugin_digest` for `configuration`.
-    pub async fn source_catalog(
+    pub(crate) async fn source_catalog(
         &self,
         source_id: &str,
         plugin_digest: &str,
@@ -64,7 +64,7 @@ impl Store {
 
     /// Keeps `catalog` as what the plugin of `plugin_digest` discovered
     /// for `source_id` with `configuration`, in place of any kept before.
-    pub async fn save_source_catalog(
+    pub(crate) async fn save_source_catalog(
         &self,
         source_id: &str,
         plugin_digest: &str,
@@ -113,7 +113,7 @@ impl Store {
         Ok(self.source(workspace_id, &id).await?.expect("just inserted"))
     }
 
-    pub async fn source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Option<Source>> {
+    pub(crate) async fn source(&self, workspace_id: &str, source_id: &str) -> StoreResult<Option<Source>> {
         let sql = format!("SELECT {COLUMNS} FROM sources WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(workspace_id)
@@ -123,7 +123,7 @@ impl Store {
         row.as_ref().map(from_row).transpose()
     }
 
-    pub async fn sources(
+    pub(crate) async fn sources(
         &self,
         workspace_id: &str,
         connector_id: Option<&str>,

@@ -24,7 +24,7 @@ use super::{Store, StoreError, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A subscription, as clients see it (never its secret).
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Webhook {
+pub(crate) struct Webhook {
     pub webhook_id: String,
     pub workspace_id: String,
     pub url: String,
@@ -140,7 +140,7 @@ pub(crate) enum AttemptOutcome {
 
 /// One attempt of a delivery.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct DeliveryAttempt {
+pub(crate) struct DeliveryAttempt {
     pub attempt: i64,
     pub attempted_at: DateTime<Utc>,
     /// The receiver's HTTP status, if it answered.
@@ -151,7 +151,7 @@ pub struct DeliveryAttempt {
 
 /// A delivery of one event to one subscription.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     /// Sent as `webhook-id`; the same on every retry and replay.
     pub delivery_id: String,
     pub webhook_id: String,
@@ -217,7 +217,7 @@ fn types_json(types: &[EventType]) -> String {
 /// more: it is disabled with the reason and its events are counted as
 /// dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutboxBounds {
+pub(crate) struct OutboxBounds {
     pub pending_per_subscription: i64,
     pub pending_per_workspace: i64,
 }
@@ -421,13 +421,18 @@ impl Store {
             .await?)
     }
 
-    pub async fn webhook(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Webhook>> {
+    pub(crate) async fn webhook(&self, workspace_id: &str, id: &str) -> StoreResult<Option<Webhook>> {
         let sql = format!("SELECT {COLUMNS} FROM webhooks WHERE workspace_id = $1 AND id = $2");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(workspace_id).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(webhook_from_row).transpose()
     }
 
-    pub async fn webhooks(&self, workspace_id: &str, after: Option<&str>, limit: i64) -> StoreResult<Vec<Webhook>> {
+    pub(crate) async fn webhooks(
+        &self,
+        workspace_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Webhook>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM webhooks WHERE workspace_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
         );
@@ -742,7 +747,7 @@ impl Store {
     }
 
     /// Deliveries of a subscription, newest first, with their attempts.
-    pub async fn deliveries(
+    pub(crate) async fn deliveries(
         &self,
         workspace_id: &str,
         webhook_id: &str,

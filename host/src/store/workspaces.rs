@@ -59,7 +59,7 @@ pub struct WorkspaceWithRole {
 
 /// A user's membership in a workspace.
 #[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Member {
+pub(crate) struct Member {
     /// Identifier of the membership (`mem_...`), used to remove it.
     pub member_id: String,
     pub user_id: String,
@@ -134,7 +134,7 @@ impl Store {
         row.as_ref().map(workspace_from_row).transpose()
     }
 
-    pub async fn workspace(&self, workspace_id: &str) -> StoreResult<Option<Workspace>> {
+    pub(crate) async fn workspace(&self, workspace_id: &str) -> StoreResult<Option<Workspace>> {
         let row = sqlx::query("SELECT id, name, created_at FROM workspaces WHERE id = $1")
             .bind(workspace_id)
             .fetch_optional(self.pool())
@@ -213,7 +213,7 @@ impl Store {
     }
 
     /// Members of a workspace in joining order, with an optional role filter.
-    pub async fn members(
+    pub(crate) async fn members(
         &self,
         workspace_id: &str,
         role: Option<Role>,
@@ -233,19 +233,6 @@ impl Store {
             .fetch_all(self.pool())
             .await?;
         rows.iter().map(member_from_row).collect()
-    }
-
-    pub async fn member(&self, workspace_id: &str, member_id: &str) -> StoreResult<Option<Member>> {
-        let sql = format!(
-            "SELECT {MEMBER_COLUMNS} FROM memberships m JOIN users u ON u.id = m.user_id \
-             WHERE m.workspace_id = $1 AND m.id = $2"
-        );
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(workspace_id)
-            .bind(member_id)
-            .fetch_optional(self.pool())
-            .await?;
-        row.as_ref().map(member_from_row).transpose()
     }
 
     /// Removes a membership unless it is the workspace's last administrator.

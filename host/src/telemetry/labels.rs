@@ -10,7 +10,7 @@
 
 use secrecy::{ExposeSecret, SecretBox};
 
-pub use crate::config::MetricLabelMode;
+pub(crate) use crate::config::MetricLabelMode;
 
 /// Turns tenants' ids and names into `/metrics` labels.
 pub struct MetricLabels {

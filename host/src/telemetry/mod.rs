@@ -15,8 +15,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{ConfigError, LogFormat};
 
-pub mod labels;
-pub mod request_id;
+pub(crate) mod labels;
+pub(crate) mod request_id;
 
 /// Installs the global log subscriber (once; later calls are ignored),
 /// writing what `directives` (`SERVICE_LOG`) selects.

@@ -16,7 +16,7 @@ pub(crate) const HEADER: &str = "x-request-id";
 
 /// The id of the request being handled on this task (a fresh one outside a
 /// request, e.g. in background work).
-pub fn current() -> String {
+pub(crate) fn current() -> String {
     REQUEST_ID.try_with(Clone::clone).unwrap_or_else(|_| uuid::Uuid::new_v4().to_string())
 }
 

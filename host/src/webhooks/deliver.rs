@@ -30,7 +30,7 @@ use crate::store::webhooks::{AttemptOutcome, AttemptRecord, Claim, DueDelivery, 
 use crate::store::{StoreError, now_ms};
 
 /// The egress caller name of webhook deliveries.
-pub const CALLER: &str = "webhook-subscription";
+pub(crate) const CALLER: &str = "webhook-subscription";
 
 /// How often a server looks for deliveries other servers queued.
 const POLL: Duration = Duration::from_millis(500);
@@ -45,7 +45,7 @@ const ERROR_CHARS: usize = 300;
 const PAUSE_AFTER_ERROR_MS: i64 = 30_000;
 
 /// Runs the deliverer until the task is aborted.
-pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut running = JoinSet::new();
         loop {

@@ -11,5 +11,5 @@
 //! - [`deliver`]: the deliverer every server runs: leases on
 //!   subscriptions, attempts through egress, backoff and the retry window.
 
-pub mod deliver;
-pub mod signing;
+pub(crate) mod deliver;
+pub(crate) mod signing;

@@ -18,33 +18,33 @@ const PREFIX: &str = "whsec_";
 const SECRET_BYTES: usize = 32;
 
 /// A signing secret's bytes; never printed.
-pub struct SigningSecret(SecretBox<Vec<u8>>);
+pub(crate) struct SigningSecret(SecretBox<Vec<u8>>);
 
 impl SigningSecret {
     /// A new random secret.
-    pub fn generate() -> SigningSecret {
+    pub(crate) fn generate() -> SigningSecret {
         let mut bytes = vec![0u8; SECRET_BYTES];
         rand::rng().fill_bytes(&mut bytes);
         SigningSecret(SecretBox::new(Box::new(bytes)))
     }
 
     /// The secret from its bytes (as unsealed).
-    pub fn from_bytes(bytes: &[u8]) -> SigningSecret {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> SigningSecret {
         SigningSecret(SecretBox::new(Box::new(bytes.to_vec())))
     }
 
     /// Its bytes, to be sealed.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         self.0.expose_secret()
     }
 
     /// The form shown to the client, once: `whsec_<base64>`.
-    pub fn shown(&self) -> SecretString {
+    pub(crate) fn shown(&self) -> SecretString {
         SecretString::from(format!("{PREFIX}{}", STANDARD.encode(self.0.expose_secret())))
     }
 
     /// The signature of one message: `v1,<base64 of HMAC-SHA256>`.
-    pub fn sign(&self, message_id: &str, timestamp: i64, body: &[u8]) -> String {
+    pub(crate) fn sign(&self, message_id: &str, timestamp: i64, body: &[u8]) -> String {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret()).expect("HMAC takes any key length");
         mac.update(message_id.as_bytes());
         mac.update(b".");
@@ -63,7 +63,7 @@ impl std::fmt::Debug for SigningSecret {
 
 /// The `webhook-signature` value of a message: one signature per secret
 /// that signs, the current one first.
-pub fn signature_header(secrets: &[SigningSecret], message_id: &str, timestamp: i64, body: &[u8]) -> String {
+pub(crate) fn signature_header(secrets: &[SigningSecret], message_id: &str, timestamp: i64, body: &[u8]) -> String {
     secrets.iter().map(|s| s.sign(message_id, timestamp, body)).collect::<Vec<_>>().join(" ")
 }
 

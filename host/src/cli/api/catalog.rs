@@ -225,13 +225,13 @@ async fn workspace_id(ctx: &Ctx, chosen: Option<&str>) -> Result<String, CliFail
         .ok_or_else(|| CliFailure::Other("you belong to no workspace".into()))
 }
 
-pub async fn workspaces(ctx: &Ctx, cmd: WorkspacesCommand) -> Result<(), CliFailure> {
+pub(crate) async fn workspaces(ctx: &Ctx, cmd: WorkspacesCommand) -> Result<(), CliFailure> {
     match cmd {
         WorkspacesCommand::List(page) => ctx.list("workspaces", &page.query(), WORKSPACES).await,
     }
 }
 
-pub async fn members(ctx: &Ctx, workspace: Option<&str>, cmd: MembersCommand) -> Result<(), CliFailure> {
+pub(crate) async fn members(ctx: &Ctx, workspace: Option<&str>, cmd: MembersCommand) -> Result<(), CliFailure> {
     let ws = seg(&workspace_id(ctx, workspace).await?);
     match cmd {
         MembersCommand::List(page) => ctx.list(&format!("workspaces/{ws}/members"), &page.query(), MEMBERS).await,
@@ -260,7 +260,7 @@ pub async fn members(ctx: &Ctx, workspace: Option<&str>, cmd: MembersCommand) ->
     }
 }
 
-pub async fn connectors(ctx: &Ctx, cmd: ConnectorsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn connectors(ctx: &Ctx, cmd: ConnectorsCommand) -> Result<(), CliFailure> {
     match cmd {
         ConnectorsCommand::List(page) => ctx.list("connectors", &page.query(), CONNECTORS).await,
         ConnectorsCommand::Get { connector_id } => ctx.show(&format!("connectors/{}", seg(&connector_id))).await,
@@ -273,7 +273,7 @@ pub async fn connectors(ctx: &Ctx, cmd: ConnectorsCommand) -> Result<(), CliFail
     }
 }
 
-pub async fn credentials(ctx: &Ctx, cmd: CredentialsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn credentials(ctx: &Ctx, cmd: CredentialsCommand) -> Result<(), CliFailure> {
     match cmd {
         CredentialsCommand::List(page) => ctx.list("credentials", &page.query(), CREDENTIALS).await,
         CredentialsCommand::Get { credential_id } => ctx.show(&format!("credentials/{}", seg(&credential_id))).await,
@@ -339,7 +339,7 @@ pub async fn credentials(ctx: &Ctx, cmd: CredentialsCommand) -> Result<(), CliFa
     }
 }
 
-pub async fn sources(ctx: &Ctx, cmd: SourcesCommand) -> Result<(), CliFailure> {
+pub(crate) async fn sources(ctx: &Ctx, cmd: SourcesCommand) -> Result<(), CliFailure> {
     match cmd {
         SourcesCommand::List(page) => ctx.list("sources", &page.query(), SOURCES).await,
         SourcesCommand::Get { source_id } => ctx.show(&format!("sources/{}", seg(&source_id))).await,
@@ -387,7 +387,7 @@ pub async fn sources(ctx: &Ctx, cmd: SourcesCommand) -> Result<(), CliFailure> {
     }
 }
 
-pub async fn destinations(ctx: &Ctx, cmd: DestinationsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn destinations(ctx: &Ctx, cmd: DestinationsCommand) -> Result<(), CliFailure> {
     match cmd {
         DestinationsCommand::List(page) => ctx.list("destinations", &page.query(), DESTINATIONS).await,
         DestinationsCommand::Get { destination_id } => {

@@ -41,21 +41,26 @@ impl Page {
 }
 
 /// The client and the printer of one command.
-pub struct Ctx {
+pub(crate) struct Ctx {
     pub client: ApiClient,
     pub out: Printer,
 }
 
 impl Ctx {
     /// `GET path` with `query`, shown as a table.
-    pub async fn list(&self, path: &str, query: &[(&str, String)], columns: &[Column<'_>]) -> Result<(), CliFailure> {
+    pub(crate) async fn list(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        columns: &[Column<'_>],
+    ) -> Result<(), CliFailure> {
         let answer = self.client.send(Method::GET, path, query, None).await?;
         self.out.list(&answer.data, columns);
         Ok(())
     }
 
     /// `GET path`, shown as a record.
-    pub async fn show(&self, path: &str) -> Result<(), CliFailure> {
+    pub(crate) async fn show(&self, path: &str) -> Result<(), CliFailure> {
         let data = self.client.call(Method::GET, path, None).await?;
         self.out.record(&data);
         Ok(())
@@ -63,7 +68,7 @@ impl Ctx {
 
     /// A write; `done` says what happened when it ran (else the proposal
     /// is shown). Returns the answer's `data` when it ran.
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         method: Method,
         path: &str,

@@ -143,7 +143,7 @@ fn decided(d: &Value, verb: &str) -> String {
     out
 }
 
-pub async fn approvals(ctx: &Ctx, cmd: ApprovalsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn approvals(ctx: &Ctx, cmd: ApprovalsCommand) -> Result<(), CliFailure> {
     match cmd {
         ApprovalsCommand::List { status, category, client, page } => {
             let q = page.with(vec![("status", status), ("category", category), ("client_source", client)]);
@@ -160,7 +160,7 @@ pub async fn approvals(ctx: &Ctx, cmd: ApprovalsCommand) -> Result<(), CliFailur
     }
 }
 
-pub async fn policies(ctx: &Ctx, cmd: PoliciesCommand) -> Result<(), CliFailure> {
+pub(crate) async fn policies(ctx: &Ctx, cmd: PoliciesCommand) -> Result<(), CliFailure> {
     match cmd {
         PoliciesCommand::List => ctx.list("approval-policies", &[], POLICIES).await,
         PoliciesCommand::Set { category, requires_approval, approver_role } => {
@@ -180,7 +180,7 @@ pub async fn policies(ctx: &Ctx, cmd: PoliciesCommand) -> Result<(), CliFailure>
     }
 }
 
-pub async fn audit_logs(ctx: &Ctx, cmd: AuditLogsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn audit_logs(ctx: &Ctx, cmd: AuditLogsCommand) -> Result<(), CliFailure> {
     match cmd {
         AuditLogsCommand::List { since, until, actor, action, client, outcome, page } => {
             let q = page.with(vec![
@@ -196,7 +196,7 @@ pub async fn audit_logs(ctx: &Ctx, cmd: AuditLogsCommand) -> Result<(), CliFailu
     }
 }
 
-pub async fn sessions(ctx: &Ctx, cmd: SessionsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn sessions(ctx: &Ctx, cmd: SessionsCommand) -> Result<(), CliFailure> {
     match cmd {
         SessionsCommand::List { user, page } => {
             let q = page.with(vec![("user_id", user)]);

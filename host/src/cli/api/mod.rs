@@ -16,14 +16,14 @@
 //! - [`render`]: tables, records, JSON, proposals;
 //! - [`body`]: request bodies from options, `--data` and `--set`.
 
-pub mod body;
+pub(crate) mod body;
 pub(crate) mod catalog;
 pub(crate) mod context;
 pub(crate) mod governance;
-pub mod pipelines;
-pub mod progress;
+pub(crate) mod pipelines;
+pub(crate) mod progress;
 pub(crate) mod render;
-pub mod reverse_etl;
+pub(crate) mod reverse_etl;
 
 use super::client::{Addresses, ApiClient, CliFailure};
 use context::Ctx;
@@ -142,7 +142,7 @@ pub enum ApiCommand {
 }
 
 /// Runs an API command.
-pub async fn run(cmd: ApiCommand) -> Result<(), CliFailure> {
+pub(crate) async fn run(cmd: ApiCommand) -> Result<(), CliFailure> {
     let on = match &cmd {
         ApiCommand::Workspaces { on, .. }
         | ApiCommand::Members { on, .. }

@@ -193,7 +193,7 @@ async fn start(ctx: &Ctx, pipeline_id: &str, what: &str, wait_for_it: bool) -> R
     }
 }
 
-pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailure> {
+pub(crate) async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailure> {
     match cmd {
         PipelinesCommand::List(page) => ctx.list("pipelines", &page.query(), PIPELINES).await,
         PipelinesCommand::Get { pipeline_id } => ctx.show(&format!("pipelines/{}", seg(&pipeline_id))).await,
@@ -277,7 +277,7 @@ pub async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), CliFailur
     }
 }
 
-pub async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> {
+pub(crate) async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> {
     match cmd {
         JobsCommand::List { pipeline, activation, status, kind, page } => {
             let q = page.with(vec![

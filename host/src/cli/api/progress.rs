@@ -24,7 +24,7 @@ const PLAIN_EVERY: Duration = Duration::from_secs(2);
 
 /// What is being waited for.
 #[derive(Debug, Clone, Copy)]
-pub enum Awaited {
+pub(crate) enum Awaited {
     /// A sync or reset: records and bytes per stream.
     Job,
     /// A reverse-ETL run: the phase and its counts.
@@ -130,7 +130,7 @@ impl<W: Write> View<W> {
 
 /// Follows the job or run until it ends, showing its progress; prints its
 /// outcome and fails unless it succeeded.
-pub async fn wait(ctx: &Ctx, what: Awaited, id: &str) -> Result<(), CliFailure> {
+pub(crate) async fn wait(ctx: &Ctx, what: Awaited, id: &str) -> Result<(), CliFailure> {
     let started = Instant::now();
     let stderr = std::io::stderr();
     let terminal = stderr.is_terminal();

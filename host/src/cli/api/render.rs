@@ -10,20 +10,20 @@ use crate::cli::client::Answer;
 /// A column of a table: its title and the dotted path of its value in an
 /// item (`progress.records`).
 #[derive(Debug, Clone, Copy)]
-pub struct Column<'a>(pub &'a str, pub &'a str);
+pub(crate) struct Column<'a>(pub &'a str, pub &'a str);
 
 /// The widest a table cell gets before it is cut.
 const CELL: usize = 48;
 
 /// Shows answers for people or for scripts.
 #[derive(Debug, Clone, Copy)]
-pub struct Printer {
+pub(crate) struct Printer {
     pub json: bool,
 }
 
 impl Printer {
     /// A page of a list (`{items, next_cursor}`) as a table.
-    pub fn list(&self, data: &Value, columns: &[Column<'_>]) {
+    pub(crate) fn list(&self, data: &Value, columns: &[Column<'_>]) {
         if self.json {
             return self.print_json(data);
         }
@@ -40,7 +40,7 @@ impl Printer {
     }
 
     /// One record, field by field (nested objects one level deep).
-    pub fn record(&self, data: &Value) {
+    pub(crate) fn record(&self, data: &Value) {
         if self.json {
             return self.print_json(data);
         }
@@ -49,7 +49,7 @@ impl Printer {
 
     /// The answer of a write: `done` for a write that ran (given its
     /// `data`), else the proposal it became.
-    pub fn write(&self, answer: &Answer, done: impl FnOnce(&Value) -> String) {
+    pub(crate) fn write(&self, answer: &Answer, done: impl FnOnce(&Value) -> String) {
         if let Some(approval) = answer.proposal() {
             let id = approval.get("approval_id").and_then(Value::as_str).unwrap_or("?");
             if self.json {
@@ -73,7 +73,7 @@ impl Printer {
 }
 
 /// The value at a dotted path.
-pub fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+pub(crate) fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
     path.split('.').fold(v, |v, key| v.get(key).unwrap_or(&Value::Null))
 }
 
@@ -84,7 +84,7 @@ pub(crate) fn text_at(v: &Value, path: &str) -> String {
 
 /// A value as a person reads it: text as is, times to the second, lists
 /// of plain values joined, anything else as compact JSON; absent is `-`.
-pub fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => match chrono::DateTime::parse_from_rfc3339(s) {
@@ -111,7 +111,7 @@ fn cut(s: &str, max: usize) -> String {
 }
 
 /// Rows of `items` under the columns' titles, aligned.
-pub fn table(items: &[Value], columns: &[Column<'_>]) -> String {
+pub(crate) fn table(items: &[Value], columns: &[Column<'_>]) -> String {
     let rows: Vec<Vec<String>> =
         items.iter().map(|item| columns.iter().map(|c| cut(&text_at(item, c.1), CELL)).collect()).collect();
     let widths: Vec<usize> = columns
@@ -139,7 +139,7 @@ pub fn table(items: &[Value], columns: &[Column<'_>]) -> String {
 
 /// `name: value` lines of an object's fields; an object's own fields are
 /// shown as `name.field` one level down.
-pub fn record(data: &Value) -> String {
+pub(crate) fn record(data: &Value) -> String {
     let Some(fields) = data.as_object() else { return text(data) + "\n" };
     let mut lines: Vec<(String, String)> = Vec::new();
     for (k, v) in fields {
@@ -157,7 +157,7 @@ pub fn record(data: &Value) -> String {
 }
 
 /// A byte count as a person reads it (`1.5 MiB`).
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = n as f64;
     let mut unit = 0;
@@ -169,7 +169,7 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// A count with thousands separated (`12,345`).
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -232,7 +232,7 @@ pub enum RunsCommand {
     Wait { run_id: String },
 }
 
-pub async fn run(ctx: &Ctx, cmd: ReverseEtlCommand) -> Result<(), CliFailure> {
+pub(crate) async fn run(ctx: &Ctx, cmd: ReverseEtlCommand) -> Result<(), CliFailure> {
     match cmd {
         ReverseEtlCommand::Prepare { model, warehouse, query, destination } => {
             let mut body = Body::default();

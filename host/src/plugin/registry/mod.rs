@@ -32,7 +32,7 @@
 
 mod versions;
 
-pub use versions::{Installed, PlannedUse, VersionError};
+pub(crate) use versions::{Installed, PlannedUse, VersionError};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -21,7 +21,7 @@ use crate::store::plugins::{NewPluginVersion, PluginState, PluginVersion};
 
 /// A prepared component and who signed it.
 #[derive(Clone)]
-pub struct Installed {
+pub(crate) struct Installed {
     pub plugin: Arc<LoadedPlugin>,
     pub signer: Option<String>,
 }
