@@ -11,7 +11,8 @@ use std::sync::Arc;
 use crate::warehouse::shape::Row;
 use crate::warehouse::{METADATA_COLUMNS, WriteError, failed};
 
-use super::open::{BUSY_TIMEOUT, Checkpointer, WAL_BACKSTOP_PAGES};
+use super::checkpoint::Checkpointer;
+use super::{BUSY_TIMEOUT, WAL_BACKSTOP_PAGES};
 
 /// One batch laid out for [`RowWriter::write`]: every value's text in one
 /// buffer, so preparing a batch allocates a handful of times instead of
