@@ -128,7 +128,7 @@ async fn only_components_signed_by_a_trusted_publisher_load_where_signatures_are
     // Signed by the trusted publisher: loads, and says by whom.
     let signed = component(dir.path(), "signed", Some(&acme_key));
     assert_eq!(load(&srv, &signed).await.unwrap(), "test_noop");
-    assert_eq!(srv.state.plugins.summary("test_noop").await.unwrap().signer.as_deref(), Some("acme"));
+    assert_eq!(srv.state.plugins.summary("test_noop").await.unwrap().unwrap().signer.as_deref(), Some("acme"));
     let listed = json_ok(srv.get("/v1/admin/plugins").send().await.unwrap()).await;
     let noop = listed["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == "test_noop").unwrap();
     assert_eq!(noop["signer"], "acme", "{noop}");
@@ -150,12 +150,12 @@ async fn the_plugins_directory_registers_no_unsigned_file_and_allowed_still_refu
     let dropped = srv.state.config.plugins.plugins_dir.join("noop.wasm");
     std::fs::copy(test_plugin("test_noop"), &dropped).unwrap();
     srv.state.plugins.scan_dir().await;
-    assert!(srv.state.plugins.summary("test_noop").await.is_none(), "an unsigned file is not even listed");
+    assert!(srv.state.plugins.summary("test_noop").await.unwrap().is_none(), "an unsigned file is not even listed");
     // Its signature copied in after it: the next scan registers it.
     let signed = component(dir.path(), "noop", Some(&acme_key));
     std::fs::copy(service::plugin::signature::sidecar(&signed), service::plugin::signature::sidecar(&dropped)).unwrap();
     srv.state.plugins.scan_dir().await;
-    let summary = srv.state.plugins.summary("test_noop").await.expect("registered once signed");
+    let summary = srv.state.plugins.summary("test_noop").await.unwrap().expect("registered once signed");
     assert_eq!(summary.signer.as_deref(), Some("acme"));
     assert!(!summary.enabled, "registered, disabled until an operator loads it");
 
@@ -173,7 +173,7 @@ async fn the_plugins_directory_registers_no_unsigned_file_and_allowed_still_refu
     assert!(matches!(refusal(load(&relaxed, &tampered).await, &tampered), SignatureError::OtherComponent(_)));
     let unsigned = component(dir.path(), "unsigned", None);
     assert_eq!(load(&relaxed, &unsigned).await.unwrap(), "test_noop");
-    assert_eq!(relaxed.state.plugins.summary("test_noop").await.unwrap().signer, None);
+    assert_eq!(relaxed.state.plugins.summary("test_noop").await.unwrap().unwrap().signer, None);
 }
 
 /// An installed version carries its signature into the control database
@@ -208,7 +208,7 @@ async fn a_replica_runs_an_installed_version_only_under_its_own_trust() {
     })
     .await
     .unwrap();
-    let summary = replica.state.plugins.summary("test_noop").await.expect("learned from the database");
+    let summary = replica.state.plugins.summary("test_noop").await.unwrap().expect("learned from the database");
     assert_eq!((summary.signer.as_deref(), summary.available), (Some("acme"), true), "{summary:?}");
     for s in [replica, distrusting, srv] {
         s.stop().await;

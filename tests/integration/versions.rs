@@ -54,7 +54,7 @@ async fn a_dropped_in_file_is_never_enabled_and_only_the_running_versions_file_s
             let mut looks = 0u64;
             while watching.load(std::sync::atomic::Ordering::SeqCst) {
                 assert!(plugins.available("test_versioned").await.is_err(), "runnable after {looks} looks");
-                let listed = plugins.list().await;
+                let listed = plugins.list().await.unwrap();
                 assert!(!listed.iter().any(|p| p.info.id == "test_versioned" && p.enabled), "listed enabled");
                 looks += 1;
                 tokio::task::yield_now().await;
@@ -68,7 +68,7 @@ async fn a_dropped_in_file_is_never_enabled_and_only_the_running_versions_file_s
     srv.state.plugins.scan_dir().await;
     watching.store(false, std::sync::atomic::Ordering::SeqCst);
     assert!(watcher.await.unwrap() > 0);
-    let listed = srv.state.plugins.summary("test_versioned").await.expect("registered");
+    let listed = srv.state.plugins.summary("test_versioned").await.unwrap().expect("registered");
     assert!(!listed.enabled, "waits for an operator");
 
     // Enabled on the first file's component; the second is another
@@ -84,12 +84,12 @@ async fn a_dropped_in_file_is_never_enabled_and_only_the_running_versions_file_s
     std::fs::remove_file(dir.join("two.wasm")).unwrap();
     srv.state.plugins.scan_dir().await;
     assert_eq!(running(&srv).await, first, "another version's file going keeps the plugin running");
-    assert!(srv.state.plugins.summary("test_versioned").await.unwrap().enabled);
+    assert!(srv.state.plugins.summary("test_versioned").await.unwrap().unwrap().enabled);
     // The running version's file removed: the operator switched it off.
     std::fs::remove_file(dir.join("one.wasm")).unwrap();
     srv.state.plugins.scan_dir().await;
     assert!(srv.state.plugins.available("test_versioned").await.is_err());
-    assert!(!srv.state.plugins.summary("test_versioned").await.unwrap().enabled);
+    assert!(!srv.state.plugins.summary("test_versioned").await.unwrap().unwrap().enabled);
     srv.stop().await;
 }
 
@@ -234,4 +234,39 @@ fn the_cli_lists_installed_versions_and_switches_between_them() {
         .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no installed version 3.0.0"));
+}
+
+/// The control database failing while connectors are listed (here: the
+/// table of the operator's switches gone and back, on PostgreSQL) fails
+/// the listing: a connector the operator switched off is never shown on,
+/// nor warmed up again, because its switch could not be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_that_cannot_read_the_operators_switches_fails_rather_than_show_a_switched_off_connector_on() {
+    let Some(srv) = TestServer::start(Backend::Postgres).await else { return };
+    let connector = "conn_emailcampaign_edm";
+    json_ok(srv.request(Method::POST, &format!("/v1/admin/plugins/{connector}/unload")).send().await.unwrap()).await;
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut db = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+    sqlx::query("ALTER TABLE plugin_states RENAME TO plugin_states_away").execute(&mut db).await.unwrap();
+    for path in ["/v1/admin/plugins".to_owned(), "/v1/connectors".to_owned(), format!("/v1/connectors/{connector}")] {
+        let resp = srv.get(&path).send().await.unwrap();
+        let status = resp.status();
+        let body = resp.text().await.unwrap();
+        assert_eq!(
+            status,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{path} answered while the switches were unreadable: {body}"
+        );
+        assert!(!body.contains(connector), "{path}: {body}");
+    }
+    assert!(srv.state.plugins.summary(connector).await.is_err());
+    sqlx::query("ALTER TABLE plugin_states_away RENAME TO plugin_states").execute(&mut db).await.unwrap();
+    let listed = json_ok(srv.get(&format!("/v1/connectors/{connector}")).send().await.unwrap()).await;
+    assert_eq!(listed["data"]["status"], "unavailable", "{listed}");
+    let plugins = json_ok(srv.get("/v1/admin/plugins").send().await.unwrap()).await;
+    let entry = plugins["data"]["items"].as_array().unwrap().iter().find(|p| p["connector_id"] == connector).cloned();
+    assert_eq!(entry.as_ref().map(|p| p["enabled"].clone()), Some(Value::Bool(false)), "{plugins}");
+    db.close().await.unwrap();
+    srv.stop().await;
 }

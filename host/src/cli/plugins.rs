@@ -179,7 +179,7 @@ pub(super) async fn run(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::R
                 "{:<32} {:<10} {:<10} {:<26} {:<16} SOURCE",
                 "CONNECTOR", "VERSION", "STATE", "INTERFACE", "SIGNED BY"
             );
-            for p in registry.list().await {
+            for p in registry.list().await? {
                 let state = if p.enabled { "enabled" } else { "disabled" };
                 let source = p.source.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "(missing)".into());
                 let signer = match (&p.signer, &p.source) {

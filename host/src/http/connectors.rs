@@ -86,7 +86,7 @@ async fn list_connectors(
     let items: Vec<Connector> = state
         .plugins
         .list()
-        .await
+        .await?
         .iter()
         .filter(|p| after.as_deref().is_none_or(|a| p.info.id.as_str() > a))
         .take(limit as usize + 1)
@@ -96,7 +96,7 @@ async fn list_connectors(
 }
 
 async fn summary(state: &AppState, id: &str) -> ApiResult<PluginSummary> {
-    state.plugins.summary(id).await.ok_or_else(|| ApiError::not_found("connector"))
+    state.plugins.summary(id).await?.ok_or_else(|| ApiError::not_found("connector"))
 }
 
 /// One connector (a legacy alias answers with the canonical id).

@@ -38,7 +38,7 @@ async fn operator(state: &AppState, user_id: &str) -> ApiResult<()> {
     responses((status = 200, body = Envelope<Page<Plugin>>), (status = 403, body = crate::error::ErrorBody)))]
 async fn list_plugins(State(state): State<AppState>, Caller(p): Caller) -> ApiResult<Envelope<Page<Plugin>>> {
     operator(&state, &p.user_id).await?;
-    let items = state.plugins.list().await.iter().map(Plugin::from).collect();
+    let items = state.plugins.list().await?.iter().map(Plugin::from).collect();
     Ok(ok(Page { items, next_cursor: None }))
 }
 

@@ -281,7 +281,7 @@ pub(crate) async fn create_entry_link(ctx: &Ctx<'_>, req: EntryLinkRequest) -> A
             state
                 .plugins
                 .summary(id)
-                .await
+                .await?
                 .ok_or_else(|| ApiError::invalid_field("connector_id", "unknown connector"))?
                 .info
                 .hosts,

@@ -148,7 +148,7 @@ fn loaded_details(p: &PluginSummary) -> serde_json::Value {
 }
 
 async fn known(state: &AppState, id: &str) -> ApiResult<()> {
-    match state.plugins.summary(id).await {
+    match state.plugins.summary(id).await? {
         Some(_) => Ok(()),
         None => Err(ApiError::not_found("plugin")),
     }
@@ -159,7 +159,7 @@ pub(crate) async fn unload(ctx: &Ctx<'_>, id: &str) -> ApiResult<Executed> {
     note.target("plugin", id);
     known(state, id).await?;
     let id = state.plugins.unload(id, Some(&access.principal.user_id)).await?;
-    Executed::ok(Plugin::from(&state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?))
+    Executed::ok(Plugin::from(&state.plugins.summary(&id).await?.ok_or_else(|| ApiError::not_found("plugin"))?))
 }
 
 pub(crate) async fn load(ctx: &Ctx<'_>, id: &str) -> ApiResult<Executed> {
@@ -167,7 +167,7 @@ pub(crate) async fn load(ctx: &Ctx<'_>, id: &str) -> ApiResult<Executed> {
     note.target("plugin", id);
     known(state, id).await?;
     let id = state.plugins.load(id, Some(&access.principal.user_id)).await?;
-    let summary = state.plugins.summary(&id).await.ok_or_else(|| ApiError::not_found("plugin"))?;
+    let summary = state.plugins.summary(&id).await?.ok_or_else(|| ApiError::not_found("plugin"))?;
     note.details(loaded_details(&summary));
     Executed::ok(Plugin::from(&summary))
 }
@@ -176,7 +176,7 @@ pub(crate) async fn use_version(ctx: &Ctx<'_>, plan: PlannedUse) -> ApiResult<Ex
     let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("plugin", &plan.connector_id);
     state.plugins.use_version(&plan.connector_id, &plan.to.digest, Some(&access.principal.user_id)).await?;
-    let summary = state.plugins.summary(&plan.connector_id).await.ok_or_else(|| ApiError::not_found("plugin"))?;
+    let summary = state.plugins.summary(&plan.connector_id).await?.ok_or_else(|| ApiError::not_found("plugin"))?;
     let mut details = loaded_details(&summary);
     details["previous"] = serde_json::to_value(&plan.from).unwrap_or_default();
     note.details(details);

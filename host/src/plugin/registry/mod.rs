@@ -386,14 +386,16 @@ impl Registry {
     }
 
     /// Every known plugin, sorted by id, described by the version that
-    /// runs (or, disabled, the one it is pinned to).
-    pub async fn list(&self) -> Vec<PluginSummary> {
+    /// runs (or, disabled, the one it is pinned to). Fails when the
+    /// operator's switches cannot be read: a connector switched off is never
+    /// listed as on because the control database did not answer.
+    pub async fn list(&self) -> Result<Vec<PluginSummary>, StoreError> {
         // The ids before the states: a connector first met as a file is
         // registered disabled before it becomes known, so any id read
         // here has its state in what is read next (read the other way
         // round, a scan in between lists it with no state: enabled).
         let mut ids: Vec<String> = self.known.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
-        let states = self.store.plugin_states().await.unwrap_or_default();
+        let states = self.store.plugin_states().await?;
         ids.sort();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -419,13 +421,13 @@ impl Registry {
                 enabled: state.enabled,
             });
         }
-        out
+        Ok(out)
     }
 
     /// One plugin's summary.
-    pub async fn summary(&self, id_or_alias: &str) -> Option<PluginSummary> {
-        let id = self.canonical_id(id_or_alias)?;
-        self.list().await.into_iter().find(|p| p.info.id == id)
+    pub async fn summary(&self, id_or_alias: &str) -> Result<Option<PluginSummary>, StoreError> {
+        let Some(id) = self.canonical_id(id_or_alias) else { return Ok(None) };
+        Ok(self.list().await?.into_iter().find(|p| p.info.id == id))
     }
 
     /// Disables a connector everywhere and drops it from this replica.
