@@ -111,10 +111,13 @@ enum Lists<'a> {
 
 impl<'a> Rules<'a> {
     /// The rules of `reach` (providers or receivers) in the egress policy.
+    /// Warehouses are not the egress's to reach: asked for them, the rules
+    /// list no host at all (their own are [`Rules::warehouses`]).
     pub(crate) fn egress(policy: &'a EgressPolicy, reach: Reach) -> Rules<'a> {
-        let names = match reach {
+        let names: &[HostPattern] = match reach {
+            Reach::Providers => &policy.allowed_hosts,
             Reach::Receivers => &policy.webhook_hosts,
-            Reach::Providers | Reach::Warehouses => &policy.allowed_hosts,
+            Reach::Warehouses => &[],
         };
         Rules { reach, lists: Lists::Egress { names, pinned: &policy.pinned } }
     }
@@ -291,5 +294,21 @@ mod tests {
         // Providers have no networks: only pins vouch for an address.
         let egress = EgressPolicy::default();
         assert!(Rules::egress(&egress, Reach::Providers).refusal("10.9.9.9".parse().unwrap()).is_some());
+    }
+
+    /// The egress's rules asked for warehouses list nothing: the providers'
+    /// list never stands in for the warehouses' one.
+    #[test]
+    fn the_egress_lists_no_warehouse() {
+        let egress = EgressPolicy {
+            allowed_hosts: vec![HostPattern::parse("db.example.com").unwrap()],
+            ..EgressPolicy::default()
+        };
+        assert!(Rules::egress(&egress, Reach::Providers).check_name("db.example.com").is_ok());
+        let refused = Rules::egress(&egress, Reach::Warehouses).check_name("db.example.com").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "db.example.com is not a warehouse host the operator allows (SERVICE_WAREHOUSE_ALLOWED_HOSTS)"
+        );
     }
 }
