@@ -94,6 +94,16 @@ pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[St
     Ok(Shaped { raw_id, fields })
 }
 
+/// Every record of a batch shaped ([`shape`]); the first that is not an
+/// object fails the batch as a bad record.
+pub(super) fn shape_all<'a>(
+    records: &'a [String],
+    mode: StreamSyncMode,
+    primary_key: &[String],
+) -> Result<Vec<Shaped<'a>>, super::WriteError> {
+    records.iter().map(|r| shape(r, mode, primary_key)).collect::<Result<_, _>>().map_err(super::WriteError::BadRecord)
+}
+
 /// A field as a column value: strings unquoted, null as NULL, anything
 /// else (numbers, booleans, nested objects and arrays) as its JSON text.
 pub(super) fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, String> {

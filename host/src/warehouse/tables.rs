@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sqlx::Row as _;
 use sqlx::sqlite::SqlitePool;
 
-use super::shape::{Rows, shape};
+use super::shape::{Rows, shape_all};
 use super::sqlite::{Checkpointer, RowWriter};
 use super::{METADATA_COLUMNS, WriteError, failed, quote};
 use crate::store::pipelines::StreamSyncMode;
@@ -185,11 +185,7 @@ impl<'r> SqlRows<'r> {
         mode: StreamSyncMode,
         primary_key: &[String],
     ) -> Result<Option<Self>, WriteError> {
-        let shaped = records
-            .iter()
-            .map(|r| shape(r, mode, primary_key))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(WriteError::BadRecord)?;
+        let shaped = shape_all(records, mode, primary_key)?;
         let dedupe = mode == StreamSyncMode::IncrementalDeduped;
         let Some(Rows { columns, rows }) =
             Rows::collect(shaped, dedupe, super::shape::MAX_CELLS).map_err(WriteError::BadRecord)?

@@ -9,7 +9,7 @@ use super::config::{DestinationConfig, Place, Revealed};
 use super::iceberg::IcebergWriter;
 use super::jsonl;
 use super::postgres::{self, copy_data};
-use super::shape::shape;
+use super::shape::shape_all;
 use super::sqlite::SqliteRows;
 use super::tables::{Db, SqlRows, Tables};
 use super::{WriteError, failed, quote, sql_name, text_bytes};
@@ -192,11 +192,7 @@ impl Writer {
         let (columns, load) = match self {
             Writer::Iceberg(lake) => (Vec::new(), Load::Arrow(lake.prepare(&table, records, &meta)?)),
             Writer::Jsonl { .. } => {
-                let shaped = records
-                    .iter()
-                    .map(|r| shape(r, mode, primary_key))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(WriteError::BadRecord)?;
+                let shaped = shape_all(records, mode, primary_key)?;
                 (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta)?))
             }
             Writer::Sql(tables) => {
