@@ -739,6 +739,61 @@ struct Fakes {
     _ca_file: tempfile::NamedTempFile,
 }
 
+/// A manifest source whose key goes in the query string, recorded against
+/// a fake that takes it only there and keeps it in every `Link` it
+/// answers: the recording holds the handle and the placement, never the
+/// key, and it replays and passes the conformance suite offline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_in_the_query_is_recorded_as_a_handle_and_replays_offline() {
+    let key = format!("querykey{}", uuid::Uuid::new_v4().simple());
+    let rest = Arc::new(testkit::restapi::RestApi::new(45).with_token(key.clone()).with_key_param("api_key"));
+    let ca = TestCa::new();
+    let provider = FakeProvider::start(&ca, &[testkit::restapi::HOST], testkit::restapi::router(rest.clone())).await;
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), &ca.pem).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.json");
+    let manifest = json!({ "streams": [{ "name": "items", "path": "/link/items", "params": { "per_page": 20 },
+        "primary_key": ["id"], "paging": { "type": "link_header" } }] });
+    std::fs::write(
+        &config,
+        json!({ "base_url": format!("https://{}", testkit::restapi::HOST), "credential_handle": "cred_acme_key",
+            "credential_placement": "query:api_key", "manifest": manifest })
+        .to_string(),
+    )
+    .unwrap();
+    let cassette = work.path().join("cassette");
+    let env = vec![
+        ("SERVICE_EGRESS_RESOLVE".to_owned(), provider.pins(&[testkit::restapi::HOST])),
+        ("SERVICE_EGRESS_EXTRA_ROOTS".to_owned(), ca_file.path().display().to_string()),
+        ("SERVICE_EGRESS_ALLOWED_HOSTS".to_owned(), testkit::restapi::HOST.to_owned()),
+        ("SERVICE_RECORD_SECRET".to_owned(), key.clone()),
+    ];
+    let mut cmd = record("bundled:conn_restmanifest", &config, &cassette, &env);
+    cmd.args(["--placement", "query:api_key"]);
+    let recorded = run(cmd).await;
+    assert!(recorded.status.success(), "{}", text(&recorded));
+    assert!(stdout(&recorded).contains("stream items: 45 record(s)"), "{}", text(&recorded));
+    let asked = rest.asked.lock().unwrap().clone();
+    assert!(asked.iter().all(|uri| uri.matches(&key).count() == 1), "every request had the key once: {asked:?}");
+    let exchanges = std::fs::read_to_string(cassette.join("exchanges.jsonl")).unwrap();
+    assert!(
+        exchanges.contains(r#""credential":{"handle":"cred_acme_key","placement":"query:api_key"}"#),
+        "{exchanges}"
+    );
+    assert!(exchanges.contains("api_key=[REDACTED]"), "the links came back redacted: {exchanges}");
+    for file in files_under(&cassette) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(memchr::memmem::find(&bytes, key.as_bytes()).is_none(), "{} holds the key", file.display());
+    }
+    assert!(!text(&recorded).contains(&key), "nor does the output");
+    drop(provider);
+    let tested = run(offline(&["plugins", "test", cassette.to_str().unwrap()])).await;
+    assert!(tested.status.success(), "{}", text(&tested));
+    let conformed = run(offline(&["plugins", "conform", cassette.to_str().unwrap()])).await;
+    assert!(conformed.status.success(), "{}", text(&conformed));
+}
+
 /// The API token of the email-campaign fake, and the access token the
 /// social-media fake takes (no OAuth flow: the recording holds a token).
 const MAILCOACH_TOKEN: &str = "mailcoach-recording-token";

@@ -40,6 +40,45 @@ backend_tests! {
         }
     }
 
+    async fn a_secret_goes_in_one_header_query_parameter_or_body_field_named_plainly(srv) {
+        let secret = format!("k3y-{}", uuid::Uuid::new_v4().simple());
+        let base = |extra: Value| {
+            let mut body = json!({ "kind": "secret", "hosts": ["api.example.com"], "secret": secret });
+            body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap());
+            body
+        };
+        for (place, stored) in [
+            (json!({ "query_parameter": "api_key" }), json!({ "query_parameter": "api_key" })),
+            (json!({ "body_field": "/auth/password" }), json!({ "body_field": "/auth/password" })),
+            (json!({ "header": "X-Api-Key" }), json!({ "header": "x-api-key" })),
+        ] {
+            let created = json_ok(srv.post("/v1/credentials", base(place.clone())).send().await.unwrap()).await;
+            let metadata = &created["data"]["metadata"];
+            for (k, v) in stored.as_object().unwrap() {
+                assert_eq!(&metadata[k], v, "{place}: {created}");
+            }
+            assert!(!created.to_string().contains(&secret));
+        }
+        for (bad, field) in [
+            (json!({}), "header"),
+            (json!({ "query_parameter": "api_key", "header": "x-key" }), "header"),
+            (json!({ "query_parameter": "a&b" }), "query_parameter"),
+            (json!({ "query_parameter": "a key" }), "query_parameter"),
+            (json!({ "query_parameter": "" }), "query_parameter"),
+            (json!({ "body_field": "/" }), "body_field"),
+            (json!({ "body_field": "" }), "body_field"),
+        ] {
+            let e = expect_error(srv.post("/v1/credentials", base(bad.clone())).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+            assert!(e.to_string().contains(field), "{bad}: {e}");
+            assert!(!e.to_string().contains(&secret), "{e}");
+        }
+        for kind in ["api_token", "basic"] {
+            let mut body = base(json!({ "query_parameter": "api_key", "username": "me" }));
+            body["kind"] = json!(kind);
+            expect_error(srv.post("/v1/credentials", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+        }
+    }
+
     async fn a_handle_of_another_workspace_behaves_like_one_that_does_not_exist(srv) {
         let (_, other_admin) = srv.other_workspace().await;
         let created = json_ok(

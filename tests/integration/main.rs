@@ -24,6 +24,7 @@ mod oauth;
 mod oci;
 mod pipelines;
 mod progress;
+mod references;
 mod replicas;
 mod restmanifest;
 mod reverse_etl;

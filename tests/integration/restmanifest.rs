@@ -34,6 +34,12 @@ struct ManifestServer {
 }
 
 async fn setup(backend: Backend, api: RestApi) -> ManifestServer {
+    setup_with(backend, api, json!({})).await
+}
+
+/// [`setup`], the credential stored with `fields` (its kind and where it
+/// goes) beside its secret and host.
+async fn setup_with(backend: Backend, api: RestApi, fields: Value) -> ManifestServer {
     let ca = TestCa::new();
     let token = format!("rest-token-{}", uuid::Uuid::new_v4().simple());
     let api = Arc::new(api.with_token(token.clone()));
@@ -41,13 +47,9 @@ async fn setup(backend: Backend, api: RestApi) -> ManifestServer {
     let elsewhere = FakeProvider::start(&ca, &[ELSEWHERE], restapi::router(Arc::new(RestApi::new(5)))).await;
     let trust = Trust::new(&ca).serving(&provider, &[HOST]).serving(&elsewhere, &[ELSEWHERE]);
     let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
-    let cred = json_ok(
-        srv.post("/v1/credentials", json!({ "connector_id": "conn_rest_manifest", "hosts": [HOST], "secret": token }))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let mut body = json!({ "connector_id": "conn_rest_manifest", "hosts": [HOST], "secret": token });
+    body.as_object_mut().unwrap().extend(fields.as_object().cloned().unwrap_or_default());
+    let cred = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
     let handle = cred["data"]["credential_handle"].as_str().unwrap().to_owned();
     ManifestServer { srv, api, handle, token, elsewhere, _provider: provider }
 }
@@ -531,7 +533,78 @@ async fn a_compressed_echo_of_the_token_never_reaches_records_or_the_job(backend
     }
 }
 
+async fn a_key_in_the_query_is_set_by_the_host_and_never_reaches_records_links_or_the_job(backend: Backend) {
+    let fx = setup_with(
+        backend,
+        RestApi::new(95).with_key_param("api_key"),
+        json!({ "kind": "secret", "query_parameter": "api_key" }),
+    )
+    .await;
+    // Link-header paging: the provider keeps the key in every link it
+    // answers, so each next page the connector follows came back to it
+    // redacted.
+    let mut configuration = fx.configuration(json!({ "streams": [{
+        "name": "items", "path": "/link/items", "params": { "per_page": 20 }, "primary_key": ["id"],
+        "paging": { "type": "link_header" } }] }));
+    configuration["credential_placement"] = json!("query:api_key");
+    let created = json_ok(
+        fx.srv
+            .post(
+                "/v1/sources",
+                json!({ "connector_id": "conn_rest_manifest", "name": "Keyed", "configuration": configuration }),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let source = created["data"]["source_id"].as_str().unwrap().to_owned();
+    let pipeline = fx.pipeline(&source, "keyed.db", &[("items", "full_refresh_overwrite")]).await;
+    let before = fx.api.asked.lock().unwrap().len();
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["progress"]["streams"]["items"]["records"], 95, "{job}");
+    assert_eq!(fx.rows("keyed.db", "items").await, 95);
+    // Every page went out with the key, once (the fake refuses anything
+    // else), and none with the redaction the connector saw.
+    let asked = fx.api.asked.lock().unwrap()[before..].to_vec();
+    assert_eq!(asked.len(), 5, "{asked:?}");
+    for uri in &asked {
+        assert_eq!(uri.matches("api_key=").count(), 1, "{uri}");
+        assert!(uri.contains(&fx.token) && !uri.contains("REDACTED"), "{uri}");
+    }
+    assert!(!job.to_string().contains(&fx.token), "{job}");
+    let path = fx.srv.warehouse(&fx.srv.workspace_id().await, "keyed.db");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend(std::fs::read(path.with_extension("db-wal")).unwrap_or_default());
+    assert!(!testkit::codings::holds(&bytes, fx.token.as_bytes()), "the key reached the table");
+
+    // Asked for in a header instead, the same credential is refused.
+    configuration["credential_placement"] = json!("header:api_key");
+    let created = json_ok(
+        fx.srv
+            .post(
+                "/v1/sources",
+                json!({ "connector_id": "conn_rest_manifest", "name": "Misplaced", "configuration": configuration }),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let misplaced = created["data"]["source_id"].as_str().unwrap().to_owned();
+    let dest = fx.destination("misplaced.db").await;
+    let before = fx.api.asked.lock().unwrap().len();
+    let body = json!({ "name": "misplaced", "source_id": misplaced, "destination_id": dest,
+        "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] });
+    let refused = expect_error(fx.srv.post("/v1/pipelines", body).send().await.unwrap(), 422, "EGRESS_DENIED").await;
+    assert!(refused.to_string().contains("in query parameter api_key"), "{refused}");
+    assert!(!refused.to_string().contains(&fx.token), "{refused}");
+    assert_eq!(fx.api.asked.lock().unwrap().len(), before, "nothing went out");
+}
+
 on_both_backends!(
+    a_key_in_the_query_is_set_by_the_host_and_never_reaches_records_links_or_the_job,
     a_compressed_echo_of_the_token_never_reaches_records_or_the_job,
     every_paging_style_reads_every_record_through_a_429,
     an_incremental_sync_reads_exactly_the_new_records,

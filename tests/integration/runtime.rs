@@ -99,6 +99,59 @@ fn provider_routes() -> Router {
             }),
         )
         .route(
+            "/keyed",
+            get(|headers: HeaderMap, uri: axum::http::Uri| async move {
+                // A provider that takes its key in the query, echoes it,
+                // and builds its links from the request's query.
+                let host = heard(&headers, &uri, "");
+                let query = uri.query().unwrap_or_default().to_owned();
+                let key: Vec<String> = url::form_urlencoded::parse(query.as_bytes())
+                    .filter(|(k, _)| k == "api_key")
+                    .map(|(_, v)| v.into_owned())
+                    .collect();
+                let next = format!("https://{host}/keyed?page=2&{query}");
+                let elsewhere = format!("https://api.provider.test/keyed?page=2&{query}");
+                (
+                    [("link", format!("<{next}>; rel=\"next\"")), ("x-echo-key", key.join(","))],
+                    axum::Json(json!({ "keys": key, "query": query, "next": next, "elsewhere": elsewhere })),
+                )
+            }),
+        )
+        .route(
+            "/keyed-redirect/{to}",
+            get(|axum::extract::Path(to): axum::extract::Path<String>, headers: HeaderMap, uri: axum::http::Uri| async move {
+                heard(&headers, &uri, "");
+                let query = uri.query().unwrap_or_default().to_owned();
+                let key = url::form_urlencoded::parse(query.as_bytes())
+                    .find(|(k, _)| k == "api_key")
+                    .map(|(_, v)| url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>())
+                    .unwrap_or_default();
+                let location = match to.as_str() {
+                    // Home, the key echoed: followed, and the key set again.
+                    "home" => format!("/keyed?page=3&api_key={key}"),
+                    // Elsewhere, the key echoed in its own parameter.
+                    "away" => format!("https://api.provider.test/keyed?api_key={key}"),
+                    // Elsewhere, the key echoed in another parameter.
+                    _ => format!("https://api.provider.test/keyed?token={key}"),
+                };
+                (StatusCode::FOUND, [("location", location)]).into_response()
+            }),
+        )
+        .route(
+            "/body",
+            axum::routing::post(|headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
+                heard(&headers, &uri, &body);
+                axum::Json(json!({ "received": body }))
+            }),
+        )
+        .route(
+            "/body-redirect",
+            axum::routing::post(|headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
+                heard(&headers, &uri, &body);
+                (StatusCode::TEMPORARY_REDIRECT, [("location", "https://api.provider.test/body")]).into_response()
+            }),
+        )
+        .route(
             "/redirect-private",
             get(|| async { (StatusCode::FOUND, [("location", "https://localhost/steal")]).into_response() }),
         )
@@ -119,6 +172,22 @@ fn provider_routes() -> Router {
                 "late"
             }),
         )
+}
+
+/// Every request the query and body routes received: host, path and
+/// query, body. Tests look in it for their own canaries only.
+static HEARD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes a request in [`HEARD`]; answers the host it was sent to.
+fn heard(headers: &HeaderMap, uri: &axum::http::Uri, body: &str) -> String {
+    let host = headers.get("host").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    HEARD.lock().unwrap().push(format!("{host} {uri} {body}"));
+    host
+}
+
+/// What [`HEARD`] holds that mentions `needle`.
+fn heard_with(needle: &str) -> Vec<String> {
+    HEARD.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
 }
 
 /// The largest response body the fixture's egress hands a plugin.
@@ -484,7 +553,7 @@ async fn connectors_come_from_plugins_and_unloading_makes_them_unavailable() {
         .cloned()
         .unwrap();
     assert_eq!(item["status"], "available");
-    assert_eq!(item["interface_version"], "service:connector@1.0.0");
+    assert_eq!(item["interface_version"], "service:connector@1.2.0", "it places credentials in queries and bodies");
     let spec = json_ok(srv.get("/v1/connectors/test_misbehaving/spec").send().await.unwrap()).await;
     assert_eq!(spec["data"]["config_schema"]["type"], "object");
     expect_error(srv.get("/v1/connectors/no_such_connector").send().await.unwrap(), 404, "404").await;
@@ -793,6 +862,144 @@ async fn every_encoding_of_an_echoed_secret_is_scrubbed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_credential_is_set_by_the_host_and_every_link_handed_back_is_redacted() {
+    let f = fixture().await;
+    let canary = format!("qk{}", uuid::Uuid::new_v4().simple());
+    let key = f.credential_of("secret", None, json!({ "query_parameter": "api_key" }), &canary).await;
+    let credential = json!({ "handle": key, "placement": { "query": "api_key" } });
+    // The plugin's own value of the parameter is dropped, the rest of its
+    // query kept as written.
+    let v = f
+        .egress(json!({ "url": "https://echo.provider.test/keyed?q=a%20b&api_key=mine", "credential": credential }))
+        .await;
+    let text = v.to_string();
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert!(!text.contains(&canary), "the key reached the plugin: {text}");
+    let body: Value = serde_json::from_str(v["ok"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["keys"], json!(["[REDACTED]"]), "one key went out, the host's: {body}");
+    assert!(body["query"].as_str().unwrap().starts_with("q=a%20b&api_key="), "{body}");
+    let sent = heard_with(&canary);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].starts_with("echo.provider.test /keyed?q=a%20b&api_key=") && !sent[0].contains("mine"), "{sent:?}");
+    // The Link header leads on, redacted; the header that only echoed the
+    // key is withheld.
+    let headers: Vec<(String, String)> = serde_json::from_value(v["ok"]["headers"].clone()).unwrap();
+    let link = headers.iter().find(|(n, _)| n == "link").map(|(_, v)| v.clone()).expect("the link is kept");
+    assert!(link.contains("api_key=[REDACTED]") && !link.contains(&canary), "{link}");
+    assert!(!headers.iter().any(|(n, _)| n == "x-echo-key"), "{headers:?}");
+
+    // Following the next link as it came works: the host sets the key again.
+    let next = body["next"].as_str().unwrap().to_owned();
+    assert!(next.contains("[REDACTED]"), "{next}");
+    let v = f.egress(json!({ "url": next, "credential": credential })).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert_eq!(heard_with(&canary).len(), 2, "the second page was asked with the key");
+
+    // A link to another allowed host: the credential is not bound there,
+    // and without it the host sends what the plugin has, the redaction.
+    let elsewhere = body["elsewhere"].as_str().unwrap().to_owned();
+    let v = f.egress(json!({ "url": elsewhere, "credential": credential })).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    let v = f.egress(json!({ "url": elsewhere })).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert!(heard_with(&canary).iter().all(|l| l.starts_with("echo.provider.test ")), "{:?}", heard_with(&canary));
+
+    // The plugin cannot move the key: not to another parameter, not to a
+    // header, not to the bearer token.
+    for placement in [json!({ "query": "token" }), json!({ "header": "x-api-key" }), json!("bearer")] {
+        let v = f
+            .egress(json!({ "url": "https://echo.provider.test/keyed", "credential": { "handle": key, "placement": placement } }))
+            .await;
+        assert!(denied_rule(&v).contains("in query parameter api_key"), "{placement}: {v}");
+    }
+    assert_eq!(heard_with(&canary).len(), 2, "nothing more went out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_never_carries_a_query_credential_to_another_host() {
+    let f = fixture().await;
+    let canary = format!("rk{}", uuid::Uuid::new_v4().simple());
+    let key = f.credential_of("secret", None, json!({ "query_parameter": "api_key" }), &canary).await;
+    let credential = json!({ "handle": key, "placement": { "query": "api_key" } });
+    // Home: followed, with the key set again (once).
+    let v =
+        f.egress(json!({ "url": "https://echo.provider.test/keyed-redirect/home", "credential": credential })).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let body: Value = serde_json::from_str(v["ok"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["keys"], json!(["[REDACTED]"]), "{body}");
+    assert!(heard_with(&canary).iter().any(|l| l.starts_with("echo.provider.test /keyed?page=3&api_key=")));
+    // Away, the key echoed in its parameter: followed without it.
+    let v =
+        f.egress(json!({ "url": "https://echo.provider.test/keyed-redirect/away", "credential": credential })).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    // Away, the key echoed in another parameter: refused.
+    let v =
+        f.egress(json!({ "url": "https://echo.provider.test/keyed-redirect/leak", "credential": credential })).await;
+    assert!(denied_rule(&v).contains("carries the credential's secret"), "{v}");
+    assert!(!v.to_string().contains(&canary), "{v}");
+    let reached = heard_with(&canary);
+    assert!(reached.iter().all(|l| l.starts_with("echo.provider.test ")), "the key left its host: {reached:?}");
+    assert_eq!(reached.len(), 4, "three first requests and the home redirect's target: {reached:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_credential_is_set_in_json_and_forms_and_never_follows_a_redirect_away() {
+    let f = fixture().await;
+    let canary = format!("bk{}", uuid::Uuid::new_v4().simple());
+    let key = f.credential_of("secret", None, json!({ "body_field": "/auth/password" }), &canary).await;
+    let credential = json!({ "handle": key, "placement": { "body": "/auth/password" } });
+    let json_post = |url: &str, body: &str, content_type: &str| json!({ "method": "POST", "url": url, "headers": [["content-type", content_type]], "body": body, "credential": credential });
+    let v = f
+        .egress(json_post(
+            "https://echo.provider.test/body",
+            r#"{"user":"me","auth":{"password":"guess"}}"#,
+            "application/json",
+        ))
+        .await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert!(!v.to_string().contains(&canary), "{v}");
+    let received: Value = serde_json::from_str(
+        serde_json::from_str::<Value>(v["ok"]["body"].as_str().unwrap()).unwrap()["received"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(received, json!({ "user": "me", "auth": { "password": "[REDACTED]" } }), "the echo, scrubbed");
+    assert_eq!(heard_with(&canary).len(), 1);
+
+    // A form, for a credential stored for a plain field.
+    let field = f.credential_of("secret", None, json!({ "body_field": "password" }), &canary).await;
+    let v = f
+        .egress(json!({ "method": "POST", "url": "https://echo.provider.test/body",
+            "headers": [["content-type", "application/x-www-form-urlencoded"]], "body": "user=me&password=guess",
+            "credential": { "handle": field, "placement": { "body": "password" } } }))
+        .await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let sent = heard_with(&canary);
+    assert!(sent.last().unwrap().ends_with(&format!("user=me&password={canary}")), "{sent:?}");
+
+    // A body the host cannot place it in is refused before anything goes out.
+    for (body, content_type) in [("password", "text/plain"), ("[1, 2]", "application/json")] {
+        let v = f.egress(json_post("https://echo.provider.test/body", body, content_type)).await;
+        assert_eq!(v["error"]["kind"], "invalid-request", "{content_type}: {v}");
+        assert!(!v.to_string().contains(&canary), "{v}");
+    }
+    // A 307 to another allowed host resends the plugin's body, not the
+    // host's.
+    let before = heard_with(&canary).len();
+    let v = f.egress(json_post("https://echo.provider.test/body-redirect", r#"{"auth":{}}"#, "application/json")).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let sent = heard_with(&canary);
+    assert_eq!(sent.len(), before + 1, "only the first hop had it: {sent:?}");
+    assert!(sent.iter().all(|l| l.starts_with("echo.provider.test ")), "{sent:?}");
+    assert!(
+        HEARD
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("api.provider.test /body ") && l.ends_with(r#"{"auth":{}}"#))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_file_cannot_take_over_a_connector_id_or_alias() {
     let srv = TestServer::start(Backend::Sqlite).await.unwrap();
     let dir = srv.state.config.plugins.plugins_dir.clone();
@@ -891,7 +1098,12 @@ async fn requests_started_ahead_are_policed_like_sent_ones() {
     let id = f.srv.load_test_plugin("test_ahead").await;
     let ahead = f.srv.state.plugins.available(&id).await.unwrap();
     assert_eq!(ahead.version, service::plugin::InterfaceVersion::V1_1_0);
-    assert_eq!(f.plugin.version, service::plugin::InterfaceVersion::V1_0_0, "1.0.0 plugins load beside it");
+    assert_eq!(f.plugin.version, service::plugin::InterfaceVersion::V1_2_0, "1.2.0 plugins load beside it");
+    // A plugin of the newest SDK that sends nothing imports nothing newer
+    // than 1.0.0, and loads as a 1.0.0 plugin.
+    let noop = f.srv.load_test_plugin("test_noop").await;
+    let noop = f.srv.state.plugins.available(&noop).await.unwrap();
+    assert_eq!(noop.version, service::plugin::InterfaceVersion::V1_0_0, "1.0.0 plugins load beside both");
     let preview = |config: Value| {
         let (srv, ahead, ws) = (&f.srv, ahead.clone(), f.workspace_id.clone());
         async move { srv.state.plugins.runtime().preview(&ahead, &ws, &srv.state.egress, &config.to_string()).await }

@@ -286,6 +286,8 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         Placement::Bearer => "bearer".into(),
         Placement::Header(name) => format!("header:{name}"),
         Placement::BasicPassword(user) => format!("basic:{user}"),
+        Placement::Query(name) => format!("query:{name}"),
+        Placement::BodyField(field) => format!("body:{field}"),
     }
 }
 
@@ -295,6 +297,8 @@ pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
         None if text == "bearer" => Some(Placement::Bearer),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
         Some(("basic", user)) => Some(Placement::BasicPassword(user.to_owned())),
+        Some(("query", name)) if !name.is_empty() => Some(Placement::Query(name.to_owned())),
+        Some(("body", field)) if !field.is_empty() => Some(Placement::BodyField(field.to_owned())),
         _ => None,
     }
 }
@@ -572,8 +576,12 @@ fn read_exchanges(dir: &Path) -> Result<Vec<Exchange>, CassetteError> {
             None => None,
             Some(c) => Some(CredentialUse {
                 handle: CredentialHandle::new(c.handle),
-                placement: parse_placement(&c.placement)
-                    .ok_or_else(|| at(format!("placement {} is not bearer, header:NAME or basic:USER", c.placement)))?,
+                placement: parse_placement(&c.placement).ok_or_else(|| {
+                    at(format!(
+                        "placement {} is not bearer, header:NAME, basic:USER, query:NAME or body:FIELD",
+                        c.placement
+                    ))
+                })?,
             }),
         };
         let answer = match (line.response, line.error, line.abandoned) {
@@ -644,7 +652,13 @@ mod tests {
 
     #[test]
     fn placements_read_back_as_written() {
-        for p in [Placement::Bearer, Placement::Header("X-Api-Key".into()), Placement::BasicPassword("me".into())] {
+        for p in [
+            Placement::Bearer,
+            Placement::Header("X-Api-Key".into()),
+            Placement::BasicPassword("me".into()),
+            Placement::Query("api_key".into()),
+            Placement::BodyField("/auth/key".into()),
+        ] {
             assert_eq!(parse_placement(&placement_text(&p)), Some(p));
         }
         assert_eq!(parse_placement("cookie"), None);

@@ -30,8 +30,8 @@ const RULES: &[(&str, &str)] = &[
     ("origin.rs", include_str!("../../../plugins/rules/src/origin.rs")),
 ];
 
-/// The WIT packages, as `wit/` gets them; 1.1.0's link to 1.0.0 becomes a
-/// copy.
+/// The WIT packages, as `wit/` gets them; the links of a version to the
+/// ones it includes become copies.
 const WIT: &[(&str, &str)] = &[
     ("connector@1.0.0/http.wit", include_str!("../../../wit/connector@1.0.0/http.wit")),
     ("connector@1.0.0/log.wit", include_str!("../../../wit/connector@1.0.0/log.wit")),
@@ -41,10 +41,16 @@ const WIT: &[(&str, &str)] = &[
     ("connector@1.0.0/world.wit", include_str!("../../../wit/connector@1.0.0/world.wit")),
     ("connector@1.1.0/http-ahead.wit", include_str!("../../../wit/connector@1.1.0/http-ahead.wit")),
     ("connector@1.1.0/world.wit", include_str!("../../../wit/connector@1.1.0/world.wit")),
+    ("connector@1.2.0/http-placed.wit", include_str!("../../../wit/connector@1.2.0/http-placed.wit")),
+    ("connector@1.2.0/world.wit", include_str!("../../../wit/connector@1.2.0/world.wit")),
 ];
 
-/// Where 1.1.0 finds the package it includes.
-const WIT_DEPENDENCY: (&str, &str) = ("connector@1.0.0", "connector@1.1.0/deps/connector@1.0.0");
+/// Where a version finds the packages it includes.
+const WIT_DEPENDENCIES: &[(&str, &str)] = &[
+    ("connector@1.0.0", "connector@1.1.0/deps/connector@1.0.0"),
+    ("connector@1.0.0", "connector@1.2.0/deps/connector@1.0.0"),
+    ("connector@1.1.0", "connector@1.2.0/deps/connector@1.1.0"),
+];
 
 const EXAMPLE: &str = include_str!("../../../plugins/example-http-source/src/lib.rs");
 const EXAMPLE_ID: &str = "conn_example_jsonplaceholder";
@@ -120,8 +126,10 @@ pub(crate) fn new_plugin(name: &str, dir: &Path) -> Result<Scaffolded, ScaffoldE
     }
     for (file, text) in WIT {
         files.push((Path::new("wit").join(file), (*text).to_owned()));
-        if let Some(rest) = file.strip_prefix(WIT_DEPENDENCY.0) {
-            files.push((Path::new("wit").join(format!("{}{rest}", WIT_DEPENDENCY.1)), (*text).to_owned()));
+        for (package, copy) in WIT_DEPENDENCIES {
+            if let Some(rest) = file.strip_prefix(package) {
+                files.push((Path::new("wit").join(format!("{copy}{rest}")), (*text).to_owned()));
+            }
         }
     }
     for (relative, text) in &files {
@@ -174,6 +182,7 @@ mod tests {
         assert!(!RULES_MANIFEST.contains("workspace = true") && !RULES_MANIFEST.contains("[dependencies]"));
         let mut wit = listed(&root.join("wit/connector@1.0.0"), "connector@1.0.0/");
         wit.extend(listed(&root.join("wit/connector@1.1.0"), "connector@1.1.0/"));
+        wit.extend(listed(&root.join("wit/connector@1.2.0"), "connector@1.2.0/"));
         assert_eq!(WIT.iter().map(|(f, _)| (*f).to_owned()).collect::<Vec<_>>(), wit);
     }
 
@@ -214,6 +223,8 @@ mod tests {
         assert!(source.contains("\"conn_my_source\"") && source.contains("\"My source\""), "{source}");
         assert!(!source.contains(EXAMPLE_ID));
         assert!(dir.path().join("p/wit/connector@1.1.0/deps/connector@1.0.0/types.wit").is_file());
+        assert!(dir.path().join("p/wit/connector@1.2.0/deps/connector@1.1.0/world.wit").is_file());
+        assert!(dir.path().join("p/wit/connector@1.2.0/deps/connector@1.0.0/http.wit").is_file());
         assert!(dir.path().join("p/cassettes/README.md").is_file());
         assert!(matches!(new_plugin("my-source", &dir.path().join("p")), Err(ScaffoldError::Occupied(_))));
         for bad in ["", "My", "9lives", "a_b", "a-", "a--b", "../x"] {

@@ -40,8 +40,9 @@ pub struct RecordArgs {
     /// Records a read may emit before it is stopped, per stream.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub record_limit: u64,
-    /// Where the host puts the secret: `bearer`, `header:NAME` or
-    /// `basic:USER` (on a server the credential's kind decides). The
+    /// Where the host puts the secret: `bearer`, `header:NAME`,
+    /// `basic:USER`, `query:NAME` or `body:FIELD` (on a server the
+    /// credential decides). The
     /// secret itself comes from SERVICE_RECORD_SECRET, standard input, or
     /// a prompt that does not echo.
     #[arg(long, default_value = "bearer", value_parser = parse_placement)]
@@ -102,7 +103,8 @@ pub struct TestArgs {
 }
 
 fn parse_placement(text: &str) -> Result<Placement, String> {
-    authoring::cassette::parse_placement(text).ok_or_else(|| "must be bearer, header:NAME or basic:USER".into())
+    authoring::cassette::parse_placement(text)
+        .ok_or_else(|| "must be bearer, header:NAME, basic:USER, query:NAME or body:FIELD".into())
 }
 
 /// A failure of the author's commands, with its exit code.

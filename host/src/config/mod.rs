@@ -13,6 +13,8 @@
 //! - [`oauth`]: the operator's OAuth clients;
 //! - [`signatures`]: trusted plugin publishers and the signature policy;
 //! - [`limits`]: connection, rate, job and plugin-call limits;
+//! - [`secrets`]: the operator's secret stores (OpenBao or Vault, listed
+//!   environment variables, a directory of files);
 //! - [`environment`]: the server's own `PG*` settings, kept for the
 //!   control database.
 
@@ -20,6 +22,7 @@ pub(crate) mod egress;
 pub(crate) mod environment;
 pub mod limits;
 pub mod oauth;
+pub mod secrets;
 pub mod signatures;
 pub mod warehouse;
 
@@ -127,6 +130,8 @@ pub struct ServeArgs {
     pub metrics_labels: MetricLabelMode,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub secret_stores: secrets::SecretStoreArgs,
 }
 
 /// Limits that keep one client or tenant from exhausting the server.
@@ -461,6 +466,8 @@ pub struct ServerConfig {
     pub limits: limits::ServerLimits,
     /// Who may read `/metrics`, and what its labels show.
     pub metrics: MetricsSettings,
+    /// Where credentials that hold a reference find their secrets.
+    pub secret_stores: secrets::SecretStoreSettings,
 }
 
 impl ServerConfig {
@@ -510,6 +517,7 @@ impl ServerConfig {
             oauth: oauth::OAuthSettings::from_settings(serve.oauth_clients.as_deref(), serve.taskapp_oauth.as_deref())?,
             limits: serve.limits.resolve()?,
             metrics: MetricsSettings { token: metrics_token, labels: serve.metrics_labels },
+            secret_stores: serve.secret_stores.resolve()?,
         })
     }
 }

@@ -9,7 +9,10 @@
 //! - [`oauth`]: [`OAuth`], the authorization-code flows the host runs
 //!   (PKCE, the exchange, refreshing tokens);
 //! - [`lookalike`]: what looks like a secret (field names, value shapes),
-//!   refused wherever a secret does not belong.
+//!   refused wherever a secret does not belong;
+//! - [`stores`]: secrets that stay in the operator's own store (OpenBao or
+//!   Vault, listed environment variables, files under one directory),
+//!   named by a credential's reference and read when a request needs them.
 //!
 //! Secrets are held in `secrecy` types from the moment they are parsed, so
 //! neither `Debug` nor a log line can show them; only the sealed form is
@@ -18,6 +21,7 @@
 pub mod keyring;
 pub(crate) mod lookalike;
 pub(crate) mod oauth;
+pub mod stores;
 pub(crate) mod vault;
 
 pub(crate) use oauth::OAuth;

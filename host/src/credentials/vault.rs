@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::keyring::{self, Keyring};
+use super::stores::{Reference, SecretStoreSettings, SecretStores};
 pub(crate) use crate::egress::SecretError;
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential, Sealed};
@@ -178,6 +179,9 @@ pub struct Vault {
     /// One forced renewal at a time, so concurrent requests that were all
     /// told their token expired refresh it once.
     renewing: Arc<tokio::sync::Mutex<HashMap<String, Instant>>>,
+    /// The operator's secret stores, for credentials that hold a
+    /// reference.
+    stores: Arc<SecretStores>,
 }
 
 /// A credential's token is renewed on a provider's word at most this often:
@@ -212,6 +216,45 @@ impl Revealed {
         let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|_, (_, at)| now.duration_since(*at) < REVEALED_FOR);
         cache.insert(key, (secret, now));
+    }
+}
+
+/// The metadata key of a credential that holds a reference: the reference
+/// as written (no value), for people to read.
+pub(crate) const REFERENCE: &str = "secret_reference";
+
+impl Vault {
+    /// Notes a read of a referenced secret in the audit log: the
+    /// credential, the reference and the outcome, never the value.
+    async fn audit_resolution(
+        &self,
+        record: &CredentialRecord,
+        reference: &Reference,
+        outcome: Result<(), &SecretError>,
+    ) {
+        use crate::store::audit::NewAuditRecord;
+        use crate::store::kinds::AuditOutcome;
+        let (result, status) = match outcome {
+            Ok(()) => (AuditOutcome::Succeeded, 200),
+            Err(e) if crate::retry::Transient::is_transient(e) => (AuditOutcome::Failed, 503),
+            Err(_) => (AuditOutcome::Failed, 404),
+        };
+        let mut audit = NewAuditRecord::event(
+            &record.workspace_id,
+            "credentials.resolve_reference",
+            result,
+            status,
+            crate::telemetry::request_id::current(),
+        )
+        .on("credential", &record.credential_id);
+        audit.details = Some(serde_json::json!({
+            "credential_handle": record.credential_handle.as_str(),
+            "reference": reference.text(),
+            "error": outcome.err().map(ToString::to_string),
+        }));
+        if let Err(e) = self.store.append_audit(&audit).await {
+            tracing::error!(error = %e, "could not write audit record");
+        }
     }
 }
 
@@ -261,7 +304,21 @@ impl Vault {
             revealed: Default::default(),
             revocations: Default::default(),
             renewing: Default::default(),
+            stores: Arc::new(
+                SecretStores::new(SecretStoreSettings::default()).expect("a client with default settings builds"),
+            ),
         }
+    }
+
+    /// The same vault, reading referenced secrets from `stores`.
+    pub fn with_stores(mut self, stores: Arc<SecretStores>) -> Self {
+        self.stores = stores;
+        self
+    }
+
+    /// The operator's secret stores.
+    pub(crate) fn stores(&self) -> &SecretStores {
+        &self.stores
     }
 
     /// A key derived from the master key for one purpose (see
@@ -377,6 +434,19 @@ impl Vault {
             tracing::error!(credential = %row.record.credential_id, "credential opens but is malformed");
             SecretError::Unopenable
         })?;
+        if row.record.metadata.get(REFERENCE).is_some() {
+            // The sealed value is the reference (sealed, so the database
+            // cannot point the credential elsewhere); the store holds the
+            // secret.
+            let reference = Reference::parse(material.secret.expose_secret()).map_err(|_| SecretError::Unopenable)?;
+            let outcome = self.stores.resolve(workspace_id, &reference).await;
+            // A value still within its TTL was not read again: only reads
+            // of the store are audited.
+            if !matches!(outcome, Ok((_, false))) {
+                self.audit_resolution(&row.record, &reference, outcome.as_ref().map(|_| ())).await;
+            }
+            return Ok((row.record, outcome?.0));
+        }
         let now = now_ms();
         let expiring = row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now);
         let called_expired = rejected.is_some_and(|r| r.expose_secret() == material.secret.expose_secret());
@@ -540,11 +610,16 @@ pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretEr
             .filter(|u| !u.is_empty())
             .map(|u| Placement::BasicPassword(u.to_owned()))
             .ok_or(SecretError::Incomplete("the basic credential has no username; store it again with one")),
-        CredentialKind::Secret => record.metadata["header"]
-            .as_str()
-            .filter(|h| !h.is_empty())
-            .map(|h| Placement::Header(h.to_owned()))
-            .ok_or(SecretError::Incomplete("the secret credential names no header; store it again with one")),
+        CredentialKind::Secret => {
+            let named = |key: &str| record.metadata[key].as_str().filter(|v| !v.is_empty()).map(str::to_owned);
+            named("header")
+                .map(Placement::Header)
+                .or_else(|| named("query_parameter").map(Placement::Query))
+                .or_else(|| named("body_field").map(Placement::BodyField))
+                .ok_or(SecretError::Incomplete(
+                    "the secret credential names no header, query parameter or body field; store it again with one",
+                ))
+        }
     }
 }
 

@@ -39,13 +39,15 @@
 //! [`address`] (which addresses are global), [`coding`] (content codings
 //! undone before scrubbing), [`origin`] (where a URL goes, read as the
 //! connectors' SDK reads it: the shared `service-connector-rules` crate),
-//! [`reach`] (where the host may connect for a tenant: the one address
+//! [`inject`] (a secret into a query parameter or a body field of the
+//! request sent), [`reach`] (where the host may connect for a tenant: the one address
 //! policy and pinned client of every reach, providers, receivers and
 //! warehouses), [`receiver`] (the URL of a receiver the host posts to for
 //! a workspace), [`tape`] (recording and replay).
 
 pub(crate) mod address;
 pub(crate) mod coding;
+pub(crate) mod inject;
 pub(crate) mod reach;
 pub(crate) mod receiver;
 pub(crate) mod tape;
@@ -123,6 +125,11 @@ pub enum Placement {
     Header(String),
     /// HTTP Basic with this username and the secret as password.
     BasicPassword(String),
+    /// The secret as the value of this query parameter of the URL sent.
+    Query(String),
+    /// The secret as the value of this field of a JSON or form body (a
+    /// top-level key, or a JSON pointer starting with `/`).
+    BodyField(String),
 }
 
 impl Placement {
@@ -132,7 +139,9 @@ impl Placement {
         match (self, other) {
             (Placement::Bearer, Placement::Bearer) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
-            (Placement::BasicPassword(a), Placement::BasicPassword(b)) => a == b,
+            (Placement::BasicPassword(a), Placement::BasicPassword(b))
+            | (Placement::Query(a), Placement::Query(b))
+            | (Placement::BodyField(a), Placement::BodyField(b)) => a == b,
             _ => false,
         }
     }
@@ -143,6 +152,8 @@ impl Placement {
             Placement::Bearer => "as a bearer token".into(),
             Placement::Header(name) => format!("in header {name}"),
             Placement::BasicPassword(user) => format!("as the Basic password of {user}"),
+            Placement::Query(name) => format!("in query parameter {name}"),
+            Placement::BodyField(field) => format!("in body field {field}"),
         }
     }
 }
@@ -231,12 +242,20 @@ pub enum SecretError {
     NeedsReauthorization,
     #[error("credential store unavailable")]
     StoreUnavailable,
+    /// The operator's secret store the credential names cannot be reached
+    /// (its kind: `vault`, `file`).
+    #[error("secret store {0} unavailable")]
+    SecretStoreUnavailable(&'static str),
+    /// The credential's reference names nothing usable (a path that does
+    /// not exist, a store not configured); the reference, never a value.
+    #[error("secret reference: {0}")]
+    Reference(String),
 }
 
 impl crate::retry::Transient for SecretError {
     /// Whether asking again later may succeed.
     fn is_transient(&self) -> bool {
-        matches!(self, SecretError::StoreUnavailable)
+        matches!(self, SecretError::StoreUnavailable | SecretError::SecretStoreUnavailable(_))
     }
 }
 
@@ -557,7 +576,27 @@ impl Egress {
                 }
                 None => None,
             };
-            let mut builder = client.request(method.as_reqwest(), url.clone());
+            // The secret goes into what is sent, never into `url` or `body`:
+            // a redirect starts again from the plugin's request.
+            let sent_url = match injection.as_ref().map(|i| (&i.placement, &i.secret)) {
+                Some((Placement::Query(name), secret)) => inject::query(&url, name, Some(secret)),
+                _ => url.clone(),
+            };
+            let sent_body = match (injection.as_ref().map(|i| (&i.placement, &i.secret)), &body) {
+                (Some((Placement::BodyField(field), secret)), Some(b)) => {
+                    Some(inject::body_field(&req.headers, Some(b), field, secret)?.to_vec())
+                }
+                // A redirect that turned the request into a GET sends no
+                // body, and so no secret.
+                (Some((Placement::BodyField(_), _)), None) if redirects > 0 => None,
+                (Some((Placement::BodyField(field), _)), None) => {
+                    return Err(EgressError::InvalidRequest(format!(
+                        "the credential goes into body field {field}: the request has no body"
+                    )));
+                }
+                _ => body.clone(),
+            };
+            let mut builder = client.request(method.as_reqwest(), sent_url);
             for (name, value) in &req.headers {
                 if injection.is_some() && STRIPPED_WITH_CREDENTIAL.contains(&name.to_ascii_lowercase().as_str()) {
                     continue;
@@ -571,10 +610,11 @@ impl Egress {
                     Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
                     Placement::Header(name) => builder.header(name.as_str(), secret.expose_secret()),
                     Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
+                    Placement::Query(_) | Placement::BodyField(_) => builder,
                 };
             }
-            if let Some(b) = &body {
-                builder = builder.body(b.clone());
+            if let Some(b) = sent_body {
+                builder = builder.body(b);
             }
             let request = builder.build().map_err(|e| EgressError::InvalidRequest(e.without_url().to_string()))?;
             let mut response = client.execute(request).await.map_err(|e| classify(&e))?;
@@ -587,7 +627,11 @@ impl Egress {
                 if redirects > MAX_REDIRECTS {
                     break;
                 }
-                let next = url.join(location).map_err(|_| EgressError::Denied("redirect to an invalid URL".into()))?;
+                let mut next =
+                    url.join(location).map_err(|_| EgressError::Denied("redirect to an invalid URL".into()))?;
+                if let Some(i) = &injection {
+                    next = unechoed(i, next)?;
+                }
                 // The same checks apply to the new target; a refusal is the
                 // answer for the whole request.
                 self.check_url(caller, &next).await.map_err(|e| match e {
@@ -712,7 +756,18 @@ fn same_reading(raw: &str) -> Result<(), EgressError> {
 /// would carry it.
 fn scrubbed(injection: &Injection, headers: &mut Vec<(String, String)>, mut body: Vec<u8>) -> Vec<u8> {
     let forms = reflections(injection.secret.expose_secret(), &injection.placement);
-    headers.retain(|(_, v)| !forms.iter().any(|f| memchr::memmem::find(v.as_bytes(), f).is_some()));
+    let holds = |value: &str| forms.iter().any(|f| memchr::memmem::find(value.as_bytes(), f).is_some());
+    // A header that echoes the secret is withheld, but for `Link`: it is
+    // redacted in place, so a next page whose URL echoes a query
+    // credential still leads there (the host sets the parameter again
+    // when the plugin follows it).
+    for (_, value) in headers.iter_mut().filter(|(n, _)| n == "link") {
+        if holds(value) {
+            let redacted = forms.iter().fold(std::mem::take(value).into_bytes(), |v, f| scrub(v, f));
+            *value = String::from_utf8_lossy(&redacted).into_owned();
+        }
+    }
+    headers.retain(|(_, v)| !holds(v));
     let before = body.len();
     for form in &forms {
         body = scrub(body, form);
@@ -725,6 +780,23 @@ fn scrubbed(injection: &Injection, headers: &mut Vec<(String, String)>, mut body
         }
     }
     body
+}
+
+/// A redirect's target, `next`, freed of the secret the provider echoed
+/// into it: the parameter a query credential goes in is dropped (the host
+/// sets it again if the target is the credential's host); any other form
+/// of the secret left in the URL refuses the redirect, since the URL would
+/// carry the secret wherever it goes.
+fn unechoed(injection: &Injection, next: Url) -> Result<Url, EgressError> {
+    let next = match &injection.placement {
+        Placement::Query(name) => inject::query(&next, name, None),
+        _ => next,
+    };
+    let forms = reflections(injection.secret.expose_secret(), &injection.placement);
+    if forms.iter().any(|f| memchr::memmem::find(next.as_str().as_bytes(), f).is_some()) {
+        return Err(EgressError::Denied("redirect refused: its target carries the credential's secret".into()));
+    }
+    Ok(next)
 }
 
 /// A refusal of the address policy as the plugin (or the receiver's

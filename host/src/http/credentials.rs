@@ -15,7 +15,7 @@ use super::{Envelope, Page, ok};
 use crate::audit::AuditNote;
 use crate::credentials::{NewSecret, SecretMaterial};
 use crate::error::{ApiError, ApiResult};
-use crate::ops::credentials::{EntryLinkRequest, Username, credential_fields, store_secret};
+use crate::ops::credentials::{EntryLinkRequest, SecretPlace, Username, credential_fields, store_secret};
 use crate::ops::{self, Executed};
 use crate::state::AppState;
 use crate::store::credentials::CredentialRecord;
@@ -37,7 +37,8 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewCredentialBody {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
-    /// password of `username`) or `secret` (sent as the value of `header`).
+    /// password of `username`) or `secret` (sent as the value of `header`,
+    /// `query_parameter` or `body_field`).
     #[serde(default = "default_kind")]
     pub kind: CredentialKind,
     /// Connector the credential is for: only that connector's plugin may
@@ -45,14 +46,27 @@ pub(crate) struct NewCredentialBody {
     pub connector_id: Option<String>,
     /// Exact host names the secret may be sent to.
     pub hosts: Vec<String>,
-    /// The secret itself. Stored sealed; never returned.
-    #[schema(value_type = String, format = Password)]
-    pub secret: SecretString,
+    /// The secret itself. Stored sealed; never returned. Either this or
+    /// `reference`.
+    #[schema(value_type = Option<String>, format = Password)]
+    pub secret: Option<SecretString>,
+    /// Where the operator's own store keeps the secret, instead of the
+    /// secret: `vault://MOUNT/workspaces/WORKSPACE/PATH#KEY`, `env://NAME`
+    /// or `file:///PATH`, among the stores and names the operator allows.
+    /// The host reads it when a request needs it and never stores it.
+    pub reference: Option<String>,
     pub label: Option<String>,
     /// Username for `basic` credentials (not a secret).
     pub username: Option<String>,
     /// Header name for `secret` credentials, e.g. `X-Api-Key`.
     pub header: Option<String>,
+    /// Query parameter name for `secret` credentials, e.g. `api_key`: the
+    /// host adds it to the URL it sends, never to what a connector sees.
+    pub query_parameter: Option<String>,
+    /// Field of a JSON or form request body for `secret` credentials,
+    /// e.g. `password` (a JSON pointer such as `/auth/key` reaches into an
+    /// object): the host sets it in the body it sends.
+    pub body_field: Option<String>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -77,13 +91,34 @@ async fn create_credential(
         ),
         None => None,
     };
-    let metadata = credential_fields(
+    let mut metadata = credential_fields(
         body.kind,
         body.label.as_deref(),
         Username::Given(body.username.as_deref()),
-        body.header.as_deref(),
+        SecretPlace {
+            header: body.header.as_deref(),
+            query_parameter: body.query_parameter.as_deref(),
+            body_field: body.body_field.as_deref(),
+        },
         &body.hosts,
     )?;
+    let material = match (body.secret, body.reference) {
+        (Some(secret), None) => SecretMaterial::new(secret),
+        (None, Some(reference)) => {
+            // Reading the store answers whether a name exists: editors only.
+            ws.require(crate::access::Role::Editor)?;
+            let reference =
+                crate::ops::credentials::checked_reference(&state, &ws.workspace_id, body.kind, &reference).await?;
+            metadata[crate::credentials::REFERENCE] = json!(reference.text());
+            SecretMaterial::new(SecretString::from(reference.text()))
+        }
+        _ => {
+            return Err(ApiError::invalid_field(
+                "secret",
+                "give the secret, or a reference to where the operator's store keeps it, not both",
+            ));
+        }
+    };
     store_secret(
         &crate::ops::Ctx::request(&state, &ws, &note),
         NewSecret {
@@ -94,7 +129,7 @@ async fn create_credential(
             label: body.label.as_deref(),
             hosts: body.hosts,
             metadata,
-            material: SecretMaterial::new(body.secret),
+            material,
             status: CredentialStatus::PendingApproval,
             access_expires_at: None,
         },

@@ -11,7 +11,8 @@ use super::act::{Act, Category, Ctx, Executed};
 use super::text::{HOSTS_MAX, LABEL_MAX, SHORT_MAX, check_opt};
 use crate::access::Role;
 use crate::access::tokens;
-use crate::credentials::{CreateError, NewSecret};
+use crate::credentials::stores::Reference;
+use crate::credentials::{CreateError, NewSecret, SecretError};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
@@ -39,6 +40,35 @@ pub(crate) struct EntryLinkRequest {
     /// Header name for `secret` credentials, e.g. `X-Api-Key`.
     #[serde(default)]
     pub header: Option<String>,
+    /// Query parameter name for `secret` credentials, e.g. `api_key`.
+    #[serde(default)]
+    pub query_parameter: Option<String>,
+    /// Body field for `secret` credentials, e.g. `password`.
+    #[serde(default)]
+    pub body_field: Option<String>,
+}
+
+impl EntryLinkRequest {
+    pub(crate) fn place(&self) -> SecretPlace<'_> {
+        SecretPlace {
+            header: self.header.as_deref(),
+            query_parameter: self.query_parameter.as_deref(),
+            body_field: self.body_field.as_deref(),
+        }
+    }
+}
+
+/// Where a `secret` credential's value goes: exactly one of the three.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SecretPlace<'a> {
+    /// Header name, e.g. `X-Api-Key`.
+    pub header: Option<&'a str>,
+    /// Query parameter name, e.g. `api_key`: the host adds it to the URL
+    /// it sends (never to what the connector sees).
+    pub query_parameter: Option<&'a str>,
+    /// Field of a JSON or form request body, e.g. `password` (a JSON
+    /// pointer such as `/auth/key` reaches into an object).
+    pub body_field: Option<&'a str>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -68,7 +98,7 @@ pub(crate) enum Username<'a> {
 
 /// Checks the non-secret fields of a credential to create and answers the
 /// metadata stored with it: the username of a `basic` credential and the
-/// header of a `secret` one. They fix where the host places the secret, so
+/// header, query parameter or body field of a `secret` one. They fix where the host places the secret, so
 /// a plugin cannot choose another place (a header it controls, or Basic
 /// with a username of its own).
 ///
@@ -78,11 +108,15 @@ pub(crate) fn credential_fields(
     kind: CredentialKind,
     label: Option<&str>,
     username: Username<'_>,
-    header: Option<&str>,
+    place: SecretPlace<'_>,
     hosts: &[String],
 ) -> ApiResult<Value> {
     check_opt("label", label, LABEL_MAX)?;
+    let header = place.header;
     check_opt("header", header, SHORT_MAX)?;
+    check_opt("query_parameter", place.query_parameter, SHORT_MAX)?;
+    check_opt("body_field", place.body_field, SHORT_MAX)?;
+    let elsewhere = place.query_parameter.is_some() || place.body_field.is_some();
     let (username, on_page) = match username {
         Username::Given(given) => {
             check_opt("username", given, SHORT_MAX)?;
@@ -95,19 +129,19 @@ pub(crate) fn credential_fields(
     }
     match kind {
         CredentialKind::ApiToken => {
-            if username.is_some() || header.is_some() {
+            if username.is_some() || header.is_some() || elsewhere {
                 return Err(ApiError::invalid_field(
                     "kind",
-                    "an api_token is sent as a bearer token: it takes neither username nor header",
+                    "an api_token is sent as a bearer token: it takes no username, header, query_parameter or body_field",
                 ));
             }
             Ok(json!({}))
         }
         CredentialKind::Basic => {
-            if header.is_some() {
+            if header.is_some() || elsewhere {
                 return Err(ApiError::invalid_field(
                     "header",
-                    "a basic credential is sent as HTTP Basic: it takes no header",
+                    "a basic credential is sent as HTTP Basic: it takes no header, query_parameter or body_field",
                 ));
             }
             if on_page {
@@ -119,8 +153,39 @@ pub(crate) fn credential_fields(
             Ok(json!({ "username": user }))
         }
         CredentialKind::Secret => {
+            if username.is_some() {
+                return Err(ApiError::invalid_field("username", "a secret credential takes no username"));
+            }
+            let places = [header.is_some(), place.query_parameter.is_some(), place.body_field.is_some()];
+            if places.iter().filter(|p| **p).count() > 1 {
+                return Err(ApiError::invalid_field(
+                    "header",
+                    "a secret credential goes in one place: a header, a query_parameter or a body_field",
+                ));
+            }
+            if let Some(name) = place.query_parameter {
+                if name.is_empty() || name.chars().any(|c| c.is_control() || c.is_whitespace() || "&=#+%".contains(c)) {
+                    return Err(ApiError::invalid_field(
+                        "query_parameter",
+                        format!("'{name}' is not a query parameter name (no spaces, control characters or & = # + %)"),
+                    ));
+                }
+                return Ok(json!({ "query_parameter": name }));
+            }
+            if let Some(field) = place.body_field {
+                if field.is_empty() || field == "/" || field.chars().any(char::is_control) {
+                    return Err(ApiError::invalid_field(
+                        "body_field",
+                        format!("'{field}' is not a body field: a key, or a JSON pointer such as /auth/key"),
+                    ));
+                }
+                return Ok(json!({ "body_field": field }));
+            }
             let name = header.map(str::to_ascii_lowercase).ok_or_else(|| {
-                ApiError::invalid_field("header", "a secret credential needs the header it is sent in, e.g. X-Api-Key")
+                ApiError::invalid_field(
+                    "header",
+                    "a secret credential needs the header, query_parameter or body_field it is sent in, e.g. header X-Api-Key",
+                )
             })?;
             let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
             if name.is_empty()
@@ -129,9 +194,6 @@ pub(crate) fn credential_fields(
                 || STEERING_HEADERS.contains(&name.as_str())
             {
                 return Err(ApiError::invalid_field("header", format!("'{name}' cannot carry a credential")));
-            }
-            if username.is_some() {
-                return Err(ApiError::invalid_field("username", "a secret credential takes no username"));
             }
             Ok(json!({ "header": name }))
         }
@@ -179,13 +241,42 @@ pub(crate) fn check_secret(kind: CredentialKind, secret: &str) -> Result<(), Str
     Ok(())
 }
 
+/// A reference to a secret in the operator's store, checked for a
+/// credential of `kind` in `workspace_id`: the store is configured, the
+/// workspace may name it, and it holds a value that fits the kind (read
+/// once, never kept or shown).
+pub(crate) async fn checked_reference(
+    state: &AppState,
+    workspace_id: &str,
+    kind: CredentialKind,
+    text: &str,
+) -> ApiResult<Reference> {
+    let reference = Reference::parse(text).map_err(|e| ApiError::invalid_field("reference", e.to_string()))?;
+    let stores = state.vault.stores();
+    stores.allows(workspace_id, &reference).map_err(|e| ApiError::invalid_field("reference", e.to_string()))?;
+    if kind == CredentialKind::Oauth2 {
+        return Err(ApiError::invalid_field("reference", "an OAuth credential's tokens are the host's to keep"));
+    }
+    let (value, _) = stores.resolve(workspace_id, &reference).await.map_err(|e| match e {
+        SecretError::SecretStoreUnavailable(_) => ApiError::unavailable(e.to_string()),
+        other => ApiError::invalid_field("reference", other.to_string()),
+    })?;
+    check_secret(kind, value.expose_secret())
+        .map_err(|m| ApiError::invalid_field("reference", format!("the value it names does not fit: {m}")))?;
+    Ok(reference)
+}
+
 /// Seals a secret as a pending credential and lets the gate activate it
 /// (or propose its activation). Every flow that accepts a secret ends here.
 pub(crate) async fn store_secret(ctx: &Ctx<'_>, new: NewSecret<'_>) -> ApiResult<Executed> {
     let (state, ws, note) = (ctx.state, ctx.access, ctx.note);
     note.action("credentials.create");
     ws.require(Role::Editor)?;
-    check_secret(new.kind, new.material.secret.expose_secret()).map_err(|m| ApiError::invalid_field("secret", m))?;
+    // A reference was checked against the value it names.
+    if new.metadata.get(crate::credentials::REFERENCE).is_none() {
+        check_secret(new.kind, new.material.secret.expose_secret())
+            .map_err(|m| ApiError::invalid_field("secret", m))?;
+    }
     let record = state.vault.create(new).await.map_err(|e| match e {
         CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
         CreateError::Store(e) => e.into(),
@@ -263,7 +354,7 @@ pub(crate) async fn create_entry_link(ctx: &Ctx<'_>, req: EntryLinkRequest) -> A
         (CredentialKind::Basic, None) => Username::OnEntryPage,
         (_, given) => Username::Given(given),
     };
-    let placement = credential_fields(req.kind, req.label.as_deref(), username, req.header.as_deref(), &req.hosts)?;
+    let placement = credential_fields(req.kind, req.label.as_deref(), username, req.place(), &req.hosts)?;
     let hosts = crate::credentials::bound_hosts(&req.hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
     let connector_id = match &req.connector_id {
         Some(c) => Some(

@@ -7,6 +7,8 @@
 //!   (one module per supported interface version);
 //! - [`v1_1`]: what `service:connector@1.1.0` adds (`http-ahead`), on top
 //!   of 1.0.0's bindings;
+//! - [`v1_2`]: what `service:connector@1.2.0` adds (`http-placed`, whose
+//!   credentials also go into a query parameter or a body field);
 //! - [`sandbox`]: the per-invocation store, limits and WASI context;
 //! - [`registry`]: which plugins are loaded, their aliases, their enabled
 //!   state and installed versions (kept in the database so replicas agree
@@ -36,6 +38,7 @@ pub mod types;
 pub(crate) mod usage;
 pub(crate) mod v1;
 pub(crate) mod v1_1;
+pub(crate) mod v1_2;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -131,6 +134,7 @@ pub enum InvalidPlugin {
 pub enum InterfaceVersion {
     V1_0_0,
     V1_1_0,
+    V1_2_0,
 }
 
 impl InterfaceVersion {
@@ -138,6 +142,7 @@ impl InterfaceVersion {
         match self {
             InterfaceVersion::V1_0_0 => "service:connector@1.0.0",
             InterfaceVersion::V1_1_0 => "service:connector@1.1.0",
+            InterfaceVersion::V1_2_0 => "service:connector@1.2.0",
         }
     }
 }
@@ -242,6 +247,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker_v1)?;
         v1::add_to_linker(&mut linker_v1)?;
         v1_1::add_to_linker(&mut linker_v1)?;
+        v1_2::add_to_linker(&mut linker_v1)?;
 
         // The epoch ticker: CPU deadlines are counted in its ticks.
         let weak = engine.weak();
@@ -290,9 +296,12 @@ impl Runtime {
         let ty = component.component_type();
         let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
         if exports.iter().any(|e| e == v1::EXPORT) {
-            // 1.1.0 only adds imports: the same linker and export bindings
-            // serve both.
-            let version = if ty.imports(&self.engine).any(|(name, _)| name == v1_1::IMPORT) {
+            // 1.1.0 and 1.2.0 only add imports: the same linker and export
+            // bindings serve all three.
+            let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect();
+            let version = if imports.iter().any(|name| name == v1_2::IMPORT) {
+                InterfaceVersion::V1_2_0
+            } else if imports.iter().any(|name| name == v1_1::IMPORT) {
                 InterfaceVersion::V1_1_0
             } else {
                 InterfaceVersion::V1_0_0
@@ -301,9 +310,10 @@ impl Runtime {
             return Ok((version, Pre::V1(v1::Pre::new(pre)?), digest));
         }
         anyhow::bail!(
-            "the component implements no supported interface version (supported: {}, {}; it exports: {})",
+            "the component implements no supported interface version (supported: {}, {}, {}; it exports: {})",
             InterfaceVersion::V1_0_0.as_str(),
             InterfaceVersion::V1_1_0.as_str(),
+            InterfaceVersion::V1_2_0.as_str(),
             if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
         )
     }

@@ -294,12 +294,16 @@ impl g::Host for HostState {}
 
 impl http::Host for HostState {
     async fn send(&mut self, req: http::Request) -> Result<http::Response, http::HttpError> {
-        self.send_request(req).await
+        self.send_request(outbound(req)).await
     }
 }
 
 impl HostState {
-    async fn send_request(&mut self, req: http::Request) -> Result<http::Response, http::HttpError> {
+    /// Performs a request of any interface version, converted.
+    pub(super) async fn send_request(
+        &mut self,
+        req: egress::OutboundRequest,
+    ) -> Result<http::Response, http::HttpError> {
         let Some(call) = self.egress_call() else {
             return Err(http::HttpError::Denied("outbound requests are not available in this call".into()));
         };
@@ -335,9 +339,8 @@ impl EgressCall {
     /// sends it (perhaps on a task of its own, for `http-ahead`).
     pub(super) fn send(
         self,
-        req: http::Request,
+        req: egress::OutboundRequest,
     ) -> impl Future<Output = Result<http::Response, http::HttpError>> + Send + 'static {
-        let req = outbound(req);
         let recording = self.egress.tape(&req);
         async move { self.perform(req, recording).await }
     }
@@ -371,17 +374,10 @@ impl EgressCall {
     }
 }
 
-fn outbound(req: http::Request) -> egress::OutboundRequest {
+/// A 1.0.0 request as the egress takes it.
+pub(super) fn outbound(req: http::Request) -> egress::OutboundRequest {
     egress::OutboundRequest {
-        method: match req.method {
-            http::Method::Get => egress::Method::Get,
-            http::Method::Head => egress::Method::Head,
-            http::Method::Post => egress::Method::Post,
-            http::Method::Put => egress::Method::Put,
-            http::Method::Patch => egress::Method::Patch,
-            http::Method::Delete => egress::Method::Delete,
-            http::Method::Options => egress::Method::Options,
-        },
+        method: method(req.method),
         url: req.url,
         headers: req.headers,
         body: req.body,
@@ -394,6 +390,19 @@ fn outbound(req: http::Request) -> egress::OutboundRequest {
             },
         }),
         timeout_ms: req.timeout_ms,
+    }
+}
+
+/// A method of any interface version (they all use 1.0.0's).
+pub(super) fn method(m: http::Method) -> egress::Method {
+    match m {
+        http::Method::Get => egress::Method::Get,
+        http::Method::Head => egress::Method::Head,
+        http::Method::Post => egress::Method::Post,
+        http::Method::Put => egress::Method::Put,
+        http::Method::Patch => egress::Method::Patch,
+        http::Method::Delete => egress::Method::Delete,
+        http::Method::Options => egress::Method::Options,
     }
 }
 

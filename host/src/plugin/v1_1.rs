@@ -59,6 +59,16 @@ impl http_ahead::Host for HostState {
     }
 
     async fn start(&mut self, req: http::Request) -> wasmtime::Result<Result<Resource<Pending>, http::HttpError>> {
+        self.start_request(super::v1::outbound(req))
+    }
+}
+
+impl HostState {
+    /// Starts a request of any interface version, converted.
+    pub(super) fn start_request(
+        &mut self,
+        req: crate::egress::OutboundRequest,
+    ) -> wasmtime::Result<Result<Resource<Pending>, http::HttpError>> {
         let Some(call) = self.egress_call() else {
             return Ok(Err(http::HttpError::Denied("outbound requests are not available in this call".into())));
         };
@@ -77,6 +87,20 @@ impl http_ahead::Host for HostState {
 
 impl http_ahead::HostPending for HostState {
     async fn finish(&mut self, this: Resource<Pending>) -> wasmtime::Result<Result<http::Response, http::HttpError>> {
+        self.finish_pending(this).await
+    }
+
+    async fn drop(&mut self, this: Resource<Pending>) -> wasmtime::Result<()> {
+        self.drop_pending(this)
+    }
+}
+
+impl HostState {
+    /// Waits for a started request of any interface version.
+    pub(super) async fn finish_pending(
+        &mut self,
+        this: Resource<Pending>,
+    ) -> wasmtime::Result<Result<http::Response, http::HttpError>> {
         let mut pending = self.table.delete(this)?;
         self.pending = self.pending.saturating_sub(1);
         match (&mut pending.task).await {
@@ -85,7 +109,8 @@ impl http_ahead::HostPending for HostState {
         }
     }
 
-    async fn drop(&mut self, this: Resource<Pending>) -> wasmtime::Result<()> {
+    /// Cancels a started request of any interface version.
+    pub(super) fn drop_pending(&mut self, this: Resource<Pending>) -> wasmtime::Result<()> {
         self.table.delete(this)?;
         self.pending = self.pending.saturating_sub(1);
         Ok(())

@@ -80,7 +80,8 @@ impl AppState {
             pending_per_workspace: webhook_limits.pending_per_workspace,
         });
         let keyring = Keyring::load(&config.data_dir, config.master_key.as_ref())?;
-        let vault = Vault::new(store.clone(), keyring);
+        let stores = crate::credentials::stores::SecretStores::new(config.secret_stores.clone())?;
+        let vault = Vault::new(store.clone(), keyring).with_stores(Arc::new(stores));
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
         let runtime = Runtime::new(
             config.plugins.limits.clone(),

@@ -107,7 +107,8 @@ impl Config {
             None if text == "bearer" => Ok(CredentialPlacement::Bearer),
             Some(("header", name)) if !name.is_empty() => Ok(CredentialPlacement::Header(name.to_owned())),
             Some(("basic", user)) => Ok(CredentialPlacement::Basic { username: user.to_owned() }),
-            _ => invalid("/credential_placement", "must be bearer, header:NAME or basic:USER"),
+            Some(("query", name)) if !name.is_empty() => Ok(CredentialPlacement::Query(name.to_owned())),
+            _ => invalid("/credential_placement", "must be bearer, header:NAME, basic:USER or query:NAME"),
         }
     }
 
@@ -278,6 +279,7 @@ mod tests {
         assert_eq!(with("bearer"), Ok(CredentialPlacement::Bearer));
         assert_eq!(with("header:X-Key"), Ok(CredentialPlacement::Header("X-Key".into())));
         assert_eq!(with("basic:me"), Ok(CredentialPlacement::Basic { username: "me".into() }));
+        assert_eq!(with("query:api_key"), Ok(CredentialPlacement::Query("api_key".into())));
         for bad in ["header:", "token", "Bearer"] {
             assert_eq!(with(bad).unwrap_err().pointer, "/credential_placement", "{bad}");
         }

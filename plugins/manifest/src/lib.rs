@@ -203,6 +203,9 @@ pub enum CredentialPlacement {
         /// The username sent beside the secret.
         username: String,
     },
+    /// The secret as the value of one query parameter (`query:NAME`),
+    /// added by the host to the URL it sends.
+    Query(String),
 }
 
 /// How a stream's requests are retried: the manifest's policy, or the

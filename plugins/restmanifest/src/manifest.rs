@@ -3,7 +3,7 @@
 //! in the SDK's terms: its refusals as [`Error::InvalidConfig`], its
 //! placement and retries as the SDK's.
 
-use connector_sdk::{Error, Placement, Result, Retry};
+use connector_sdk::{Error, Placement, RequestBuilder, Result, Retry};
 pub use rest_manifest::{Config, CursorFormat, Paging, StreamSpec};
 
 /// `config` checked: a refusal names its JSON pointer.
@@ -11,12 +11,15 @@ pub fn checked(config: &Config) -> Result<()> {
     config.validate().map_err(|problem| Error::InvalidConfig(problem.to_string()))
 }
 
-/// Where the host puts the secret.
-pub fn placement(config: &Config) -> Result<Placement> {
+/// `request` with the config's credential attached where it goes.
+pub fn with_credential(request: RequestBuilder, handle: &str, config: &Config) -> Result<RequestBuilder> {
     Ok(match config.placement().map_err(|problem| Error::InvalidConfig(problem.to_string()))? {
-        rest_manifest::CredentialPlacement::Bearer => Placement::Bearer,
-        rest_manifest::CredentialPlacement::Header(name) => Placement::Header(name),
-        rest_manifest::CredentialPlacement::Basic { username } => Placement::Basic { username },
+        rest_manifest::CredentialPlacement::Bearer => request.credential(handle, Placement::Bearer),
+        rest_manifest::CredentialPlacement::Header(name) => request.credential(handle, Placement::Header(name)),
+        rest_manifest::CredentialPlacement::Basic { username } => {
+            request.credential(handle, Placement::Basic { username })
+        }
+        rest_manifest::CredentialPlacement::Query(name) => request.credential_in_query(handle, name),
     })
 }
 

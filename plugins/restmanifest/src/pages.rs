@@ -93,8 +93,8 @@ impl<'c> Pager<'c> {
         }
         if let Some(handle) = &self.config.credential_handle {
             // The placement was checked with the config.
-            if let Ok(placement) = manifest::placement(self.config) {
-                request = request.credential(handle, placement);
+            if let Ok(placed) = manifest::with_credential(request.clone(), handle, self.config) {
+                request = placed;
             }
         }
         request

@@ -10,8 +10,10 @@ use serde_json::Value;
 
 use crate::bindings::exports::service::connector1_0_0::plugin::Guest;
 use crate::bindings::service::connector1_0_0::{http as wit_http, log as wit_log, sink as wit_sink, types as wit};
+use crate::bindings::service::connector1_1_0::http_ahead as wit_ahead;
+use crate::bindings::service::connector1_2_0::http_placed as wit_http_1_2;
 use crate::connector::Connector;
-use crate::http::{HttpError, Method, Placement, RequestBuilder, Response};
+use crate::http::{CredentialPlace, HttpError, Method, Placement, RequestBuilder, Response};
 use crate::log::Level;
 use crate::sink::SinkError;
 use crate::types::{
@@ -241,22 +243,74 @@ impl From<RecordError> for wit::RecordError {
 
 // ---- http -------------------------------------------------------------------
 
-impl From<&RequestBuilder> for wit_http::Request {
-    fn from(request: &RequestBuilder) -> Self {
-        Self {
-            method: match request.method {
-                Method::Get => wit_http::Method::Get,
-                Method::Head => wit_http::Method::Head,
-                Method::Post => wit_http::Method::Post,
-                Method::Put => wit_http::Method::Put,
-                Method::Patch => wit_http::Method::Patch,
-                Method::Delete => wit_http::Method::Delete,
-                Method::Options => wit_http::Method::Options,
-            },
-            url: request.url.clone(),
-            headers: request.headers.clone(),
-            body: request.body.clone(),
-            credential: request.credential.as_ref().map(|(handle, placement)| wit_http::CredentialUse {
+/// Sends through 1.0.0's `http`.
+pub(crate) fn send_1_0(request: &RequestBuilder) -> Result<wit_http::Response, HttpError> {
+    Ok(wit_http::send(&wit_http::Request::try_from(request)?)?)
+}
+
+/// Starts through 1.1.0's `http-ahead`.
+pub(crate) fn start_1_1(request: &RequestBuilder) -> Result<Box<dyn Started>, HttpError> {
+    Ok(Box::new(wit_ahead::start(&wit_http::Request::try_from(request)?)?))
+}
+
+/// How a request whose credential only 1.2.0 can place reaches the host.
+/// A builder holds a reference to [`WIRE_1_2`] only once a method that
+/// needs it named the credential, so a plugin that never places a
+/// credential in a query or a body never references 1.2.0's functions and
+/// its component does not import them (it loads on hosts without 1.2.0);
+/// one that never starts a request ahead does not import `http-ahead`.
+#[derive(Debug)]
+pub(crate) struct Wire {
+    pub(crate) send: fn(&RequestBuilder) -> Result<wit_http::Response, HttpError>,
+    pub(crate) start: fn(&RequestBuilder) -> Result<Box<dyn Started>, HttpError>,
+}
+
+/// Requests through 1.2.0's `http-placed`.
+pub(crate) static WIRE_1_2: Wire = Wire {
+    send: |r| Ok(wit_http_1_2::send(&wit_http_1_2::Request::from(r))?),
+    start: |r| Ok(Box::new(wit_http_1_2::start(&wit_http_1_2::Request::from(r))?)),
+};
+
+/// A request the host is performing, of whichever interface started it.
+pub(crate) trait Started: std::fmt::Debug {
+    fn finish(self: Box<Self>) -> Result<wit_http::Response, HttpError>;
+}
+
+impl Started for wit_ahead::Pending {
+    fn finish(self: Box<Self>) -> Result<wit_http::Response, HttpError> {
+        Ok(wit_ahead::Pending::finish(*self)?)
+    }
+}
+
+impl Started for wit_http_1_2::Pending {
+    fn finish(self: Box<Self>) -> Result<wit_http::Response, HttpError> {
+        Ok(wit_http_1_2::Pending::finish(*self)?)
+    }
+}
+
+fn wire_method(method: Method) -> wit_http::Method {
+    match method {
+        Method::Get => wit_http::Method::Get,
+        Method::Head => wit_http::Method::Head,
+        Method::Post => wit_http::Method::Post,
+        Method::Put => wit_http::Method::Put,
+        Method::Patch => wit_http::Method::Patch,
+        Method::Delete => wit_http::Method::Delete,
+        Method::Options => wit_http::Method::Options,
+    }
+}
+
+fn timeout_ms(request: &RequestBuilder) -> Option<u32> {
+    request.timeout.map(|t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX))
+}
+
+impl TryFrom<&RequestBuilder> for wit_http::Request {
+    type Error = HttpError;
+
+    fn try_from(request: &RequestBuilder) -> Result<Self, HttpError> {
+        let credential = match &request.credential {
+            None => None,
+            Some((handle, CredentialPlace::Placed(placement))) => Some(wit_http::CredentialUse {
                 handle: handle.clone(),
                 placement: match placement {
                     Placement::Bearer => wit_http::CredentialPlacement::AuthorizationBearer,
@@ -264,7 +318,46 @@ impl From<&RequestBuilder> for wit_http::Request {
                     Placement::Basic { username } => wit_http::CredentialPlacement::BasicPassword(username.clone()),
                 },
             }),
-            timeout_ms: request.timeout.map(|t| u32::try_from(t.as_millis()).unwrap_or(u32::MAX)),
+            // The builder sends these through 1.2.0; never reached.
+            Some((_, CredentialPlace::Query(_) | CredentialPlace::BodyField(_))) => {
+                return Err(HttpError::InvalidRequest("this placement needs http-placed@1.2.0".into()));
+            }
+        };
+        Ok(Self {
+            method: wire_method(request.method),
+            url: request.url.clone(),
+            headers: request.headers.clone(),
+            body: request.body.clone(),
+            credential,
+            timeout_ms: timeout_ms(request),
+        })
+    }
+}
+
+impl From<&RequestBuilder> for wit_http_1_2::Request {
+    fn from(request: &RequestBuilder) -> Self {
+        Self {
+            method: wire_method(request.method),
+            url: request.url.clone(),
+            headers: request.headers.clone(),
+            body: request.body.clone(),
+            credential: request.credential.as_ref().map(|(handle, place)| wit_http_1_2::CredentialUse {
+                handle: handle.clone(),
+                placement: match place {
+                    CredentialPlace::Placed(Placement::Bearer) => {
+                        wit_http_1_2::CredentialPlacement::AuthorizationBearer
+                    }
+                    CredentialPlace::Placed(Placement::Header(name)) => {
+                        wit_http_1_2::CredentialPlacement::Header(name.clone())
+                    }
+                    CredentialPlace::Placed(Placement::Basic { username }) => {
+                        wit_http_1_2::CredentialPlacement::BasicPassword(username.clone())
+                    }
+                    CredentialPlace::Query(name) => wit_http_1_2::CredentialPlacement::QueryParameter(name.clone()),
+                    CredentialPlace::BodyField(field) => wit_http_1_2::CredentialPlacement::BodyField(field.clone()),
+                },
+            }),
+            timeout_ms: timeout_ms(request),
         }
     }
 }

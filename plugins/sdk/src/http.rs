@@ -30,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::bindings::service::connector1_0_0::http as wit;
 use crate::bindings::service::connector1_1_0::http_ahead as wit_ahead;
+use crate::convert::{self, Started, Wire};
 use crate::log;
 use crate::types::{Error, Result};
 
@@ -91,6 +91,16 @@ pub enum Placement {
     },
 }
 
+/// Where a request asks for its credential: a [`Placement`], or a query
+/// parameter or body field ([`RequestBuilder::credential_in_query`],
+/// [`RequestBuilder::credential_in_body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CredentialPlace {
+    Placed(Placement),
+    Query(String),
+    BodyField(String),
+}
+
 /// Starts requests. `Http::get(url)` and friends return a [`RequestBuilder`].
 #[derive(Debug)]
 pub struct Http;
@@ -104,6 +114,7 @@ impl Http {
             headers: vec![("accept".to_owned(), "application/json".to_owned())],
             body: None,
             credential: None,
+            wire: None,
             timeout: None,
             retry: Retry::default(),
             problem: None,
@@ -147,7 +158,9 @@ pub struct RequestBuilder {
     pub(crate) url: String,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Option<Vec<u8>>,
-    pub(crate) credential: Option<(String, Placement)>,
+    pub(crate) credential: Option<(String, CredentialPlace)>,
+    /// Set when the credential's place needs `http-placed@1.2.0`.
+    wire: Option<&'static Wire>,
     pub(crate) timeout: Option<Duration>,
     retry: Retry,
     /// A mistake made while building (a reserved header, a body that would
@@ -190,7 +203,33 @@ impl RequestBuilder {
     /// Asks the host to attach the credential behind `handle` (a string from
     /// the config) in the given place. The secret never enters the plugin.
     pub fn credential(mut self, handle: impl Into<String>, placement: Placement) -> Self {
-        self.credential = Some((handle.into(), placement));
+        self.credential = Some((handle.into(), CredentialPlace::Placed(placement)));
+        self.wire = None;
+        self
+    }
+
+    /// Asks the host to put the secret behind `handle` into the query
+    /// parameter `name` of the URL it sends (for APIs that take a key as
+    /// `?api_key=...`). The URL this builder holds never carries it; a
+    /// link the provider hands back that echoed it reads `[REDACTED]`
+    /// there, and following it as it is works (the host sets the
+    /// parameter again). The credential must have been stored for this
+    /// query parameter.
+    pub fn credential_in_query(mut self, handle: impl Into<String>, name: impl Into<String>) -> Self {
+        self.credential = Some((handle.into(), CredentialPlace::Query(name.into())));
+        self.wire = Some(&convert::WIRE_1_2);
+        self
+    }
+
+    /// Asks the host to set the field `field` of the request body to the
+    /// secret behind `handle`: a key of a JSON object body (or a JSON
+    /// pointer such as `/auth/password`), or a field of a form body. Write
+    /// the body without it ([`json`](Self::json) or
+    /// [`body`](Self::body) with `application/x-www-form-urlencoded`).
+    /// The credential must have been stored for this body field.
+    pub fn credential_in_body(mut self, handle: impl Into<String>, field: impl Into<String>) -> Self {
+        self.credential = Some((handle.into(), CredentialPlace::BodyField(field.into())));
+        self.wire = Some(&convert::WIRE_1_2);
         self
     }
 
@@ -254,7 +293,10 @@ impl RequestBuilder {
         if let Some(problem) = &self.problem {
             return Err(HttpError::InvalidRequest(problem.clone()));
         }
-        let pending = wit_ahead::start(&wit::Request::from(&self))?;
+        let pending = match self.wire {
+            Some(wire) => (wire.start)(&self)?,
+            None => convert::start_1_1(&self)?,
+        };
         Ok(Pending { request: self, pending })
     }
 
@@ -305,7 +347,10 @@ impl RequestBuilder {
         if let Some(problem) = &self.problem {
             return Err(HttpError::InvalidRequest(problem.clone()));
         }
-        let response = wit::send(&wit::Request::from(self))?;
+        let response = match self.wire {
+            Some(wire) => (wire.send)(self)?,
+            None => convert::send_1_0(self)?,
+        };
         Ok(Response::from_wire(response, describe_request(self.method, &self.url)))
     }
 }
@@ -314,7 +359,7 @@ impl RequestBuilder {
 #[derive(Debug)]
 pub struct Pending {
     request: RequestBuilder,
-    pending: wit_ahead::Pending,
+    pending: Box<dyn Started>,
 }
 
 impl Pending {
@@ -336,10 +381,8 @@ impl Pending {
         Self::answer(&self.request, self.pending)
     }
 
-    fn answer(request: &RequestBuilder, pending: wit_ahead::Pending) -> Result<Response, HttpError> {
-        wit_ahead::Pending::finish(pending)
-            .map(|r| Response::from_wire(r, describe_request(request.method, &request.url)))
-            .map_err(HttpError::from)
+    fn answer(request: &RequestBuilder, pending: Box<dyn Started>) -> Result<Response, HttpError> {
+        pending.finish().map(|r| Response::from_wire(r, describe_request(request.method, &request.url)))
     }
 }
 
@@ -762,6 +805,20 @@ mod tests {
     fn reserved_headers_are_refused_before_sending() {
         let request = Http::get("https://api.example.com/").header("Authorization", "Bearer x");
         assert!(matches!(request.send_raw(), Err(HttpError::InvalidRequest(m)) if m.contains("credential")));
+    }
+
+    #[test]
+    fn only_a_query_or_body_credential_reaches_for_the_newer_interface() {
+        let query = Http::get("https://a.example/").credential_in_query("h", "api_key");
+        assert_eq!(query.credential, Some(("h".to_owned(), CredentialPlace::Query("api_key".into()))));
+        assert!(query.wire.is_some());
+        let body = Http::post("https://a.example/").credential_in_body("h", "/auth/password");
+        assert_eq!(body.credential, Some(("h".to_owned(), CredentialPlace::BodyField("/auth/password".into()))));
+        assert!(body.wire.is_some());
+        let placed = query.credential("h", Placement::Bearer);
+        assert_eq!(placed.credential, Some(("h".to_owned(), CredentialPlace::Placed(Placement::Bearer))));
+        assert!(placed.wire.is_none(), "a placement 1.0.0 can say goes through 1.0.0");
+        assert!(Http::get("https://a.example/").wire.is_none());
     }
 
     #[test]

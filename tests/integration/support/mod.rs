@@ -270,6 +270,7 @@ impl TestServer {
             oauth: Default::default(),
             limits: Default::default(),
             metrics: Default::default(),
+            secret_stores: Default::default(),
         };
         let mut config = config;
         adjust(&mut config);

@@ -58,6 +58,11 @@ pub struct RestApi {
     /// This page number of `/pages/items` answers 404 (0: none): a read
     /// that fails for good part way.
     pub missing_page: AtomicUsize,
+    /// When set (with `token`), the token comes in this query parameter
+    /// instead of `Authorization`, and `/link/items` keeps it in the links
+    /// it answers, as providers that build links from the request's query
+    /// do.
+    pub key_param: Option<String>,
     /// How many times records were added.
     generation: AtomicUsize,
 }
@@ -87,6 +92,7 @@ impl RestApi {
             asked: Mutex::new(Vec::new()),
             down: Default::default(),
             missing_page: AtomicUsize::new(0),
+            key_param: None,
             generation: AtomicUsize::new(0),
         }
     }
@@ -94,6 +100,12 @@ impl RestApi {
     /// This API, demanding `Authorization: Bearer <token>`.
     pub fn with_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// Takes the token from the query parameter `name` (see `key_param`).
+    pub fn with_key_param(mut self, name: impl Into<String>) -> Self {
+        self.key_param = Some(name.into());
         self
     }
 
@@ -145,6 +157,7 @@ impl RestApi {
     fn gate(&self, headers: &HeaderMap, page: Option<usize>) -> Option<Response> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         if let Some(token) = &self.token
+            && self.key_param.is_none()
             && headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {token}"))
         {
             return Some(
@@ -225,6 +238,17 @@ async fn watch(
     if api.down.load(Ordering::SeqCst) {
         return (StatusCode::INTERNAL_SERVER_ERROR, "down for maintenance").into_response();
     }
+    if let (Some(name), Some(token)) = (&api.key_param, &api.token) {
+        let query = request.uri().query().unwrap_or_default();
+        let keys: Vec<String> = url::form_urlencoded::parse(query.as_bytes())
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+            .collect();
+        if keys != [token.clone()] {
+            api.requests.fetch_add(1, Ordering::SeqCst);
+            return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "message": "Invalid API key" }))).into_response();
+        }
+    }
     next.run(request).await
 }
 
@@ -281,7 +305,13 @@ async fn link(State(api): State<Arc<RestApi>>, h: HeaderMap, Query(q): Q) -> Res
     let items = api.selected(&q, None);
     let last = items.len().div_ceil(per_page).max(1);
     let data = slice(&items, (page - 1) * per_page, per_page);
-    let url = |p: usize| format!("<https://{HOST}/link/items?per_page={per_page}&page={p}>");
+    let key = api.key_param.as_ref().and_then(|name| {
+        let value = q.get(name)?;
+        let value: String = url::form_urlencoded::byte_serialize(value.as_bytes()).collect();
+        Some(format!("&{name}={value}"))
+    });
+    let key = key.unwrap_or_default();
+    let url = |p: usize| format!("<https://{HOST}/link/items?per_page={per_page}&page={p}{key}>");
     let mut links = Vec::new();
     if page < last {
         links.push(format!("{}; rel=\"next\"", url(page + 1)));

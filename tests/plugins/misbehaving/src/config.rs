@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::bindings::service::connector::types::ConnectorError;
+use crate::bindings::service::connector1_0_0::types::ConnectorError;
 
 pub fn invalid_config(message: impl Into<String>) -> ConnectorError {
     ConnectorError::InvalidConfig(message.into())

@@ -13,11 +13,15 @@
 //!   "credential": {                           // optional
 //!     "handle": "cred_...",
 //!     "placement": "bearer" | {"header": "x-api-key"} | {"basic": "user"}
+//!                | {"query": "api_key"} | {"body": "password"}
 //!   },
 //!   "body": "text",                           // optional
 //!   "timeout_ms": 5000                        // optional
 //! }
 //! ```
+//!
+//! A request whose credential goes into a query parameter or a body field
+//! goes through `http-placed@1.2.0`; every other through `http@1.0.0`.
 //!
 //! The outcome is `{"ok": {"status", "headers", "body"}}` (body as lossy
 //! UTF-8, and as `body_hex` too when it is not text) or `{"error": {"kind", "message"}}` with the WIT error case as
@@ -28,8 +32,24 @@
 
 use serde_json::{Value, json};
 
-use crate::bindings::service::connector::http::{self, CredentialPlacement, CredentialUse, HttpError, Method, Request};
-use crate::bindings::service::connector::types::ConnectorError;
+use crate::bindings::service::connector1_0_0::http::{self, CredentialPlacement, CredentialUse, HttpError, Method};
+use crate::bindings::service::connector1_2_0::http_placed as http_1_2;
+
+/// A request in the interface version that can say it.
+pub enum Request {
+    V1_0(http::Request),
+    V1_2(http_1_2::Request),
+}
+
+impl Request {
+    fn send(&self) -> Result<http::Response, HttpError> {
+        match self {
+            Request::V1_0(r) => http::send(r),
+            Request::V1_2(r) => http_1_2::send(r),
+        }
+    }
+}
+use crate::bindings::service::connector1_0_0::types::ConnectorError;
 use crate::config::invalid_config;
 
 /// Turns the config's `request` object into a WIT request.
@@ -59,6 +79,13 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
         Some(_) => return Err(invalid_config("request.body: expected a string")),
     };
     let credential = field("credential").map(parse_credential).transpose()?;
+    let newer = match &credential {
+        Some((handle, Place::Query(name))) => Some(http_1_2::CredentialPlacement::QueryParameter(name.clone()))
+            .map(|placement| http_1_2::CredentialUse { handle: handle.clone(), placement }),
+        Some((handle, Place::Body(field))) => Some(http_1_2::CredentialPlacement::BodyField(field.clone()))
+            .map(|placement| http_1_2::CredentialUse { handle: handle.clone(), placement }),
+        _ => None,
+    };
     let timeout_ms = match field("timeout_ms") {
         None => None,
         Some(value) => Some(
@@ -68,7 +95,28 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
                 .ok_or_else(|| invalid_config("request.timeout_ms: expected a u32"))?,
         ),
     };
-    Ok(Request { method, url, headers, body, credential, timeout_ms })
+    if let Some(credential) = newer {
+        return Ok(Request::V1_2(http_1_2::Request {
+            method,
+            url,
+            headers,
+            body,
+            credential: Some(credential),
+            timeout_ms,
+        }));
+    }
+    let credential = credential.map(|(handle, place)| match place {
+        Place::Old(placement) => CredentialUse { handle, placement },
+        Place::Query(_) | Place::Body(_) => unreachable!("sent through 1.2.0 above"),
+    });
+    Ok(Request::V1_0(http::Request { method, url, headers, body, credential, timeout_ms }))
+}
+
+/// Where the test asks for the credential.
+enum Place {
+    Old(CredentialPlacement),
+    Query(String),
+    Body(String),
 }
 
 fn parse_method(name: &str) -> Result<Method, ConnectorError> {
@@ -93,32 +141,38 @@ fn parse_header(pair: &Value) -> Result<(String, String), ConnectorError> {
     }
 }
 
-fn parse_credential(credential: &Value) -> Result<CredentialUse, ConnectorError> {
+fn parse_credential(credential: &Value) -> Result<(String, Place), ConnectorError> {
     let handle = credential
         .get("handle")
         .and_then(Value::as_str)
         .ok_or_else(|| invalid_config("request.credential.handle: required, a string"))?
         .to_owned();
     let placement = match credential.get("placement") {
-        None | Some(Value::Null) => CredentialPlacement::AuthorizationBearer,
-        Some(Value::String(name)) if name == "bearer" => CredentialPlacement::AuthorizationBearer,
-        Some(Value::Object(place)) => match (place.get("header"), place.get("basic")) {
-            (Some(Value::String(header)), None) => CredentialPlacement::Header(header.clone()),
-            (None, Some(Value::String(user))) => CredentialPlacement::BasicPassword(user.clone()),
+        None | Some(Value::Null) => Place::Old(CredentialPlacement::AuthorizationBearer),
+        Some(Value::String(name)) if name == "bearer" => Place::Old(CredentialPlacement::AuthorizationBearer),
+        Some(Value::Object(place)) if place.len() == 1 => match place.iter().next() {
+            Some((key, Value::String(v))) if key == "header" => Place::Old(CredentialPlacement::Header(v.clone())),
+            Some((key, Value::String(v))) if key == "basic" => {
+                Place::Old(CredentialPlacement::BasicPassword(v.clone()))
+            }
+            Some((key, Value::String(v))) if key == "query" => Place::Query(v.clone()),
+            Some((key, Value::String(v))) if key == "body" => Place::Body(v.clone()),
             _ => return Err(bad_placement()),
         },
         Some(_) => return Err(bad_placement()),
     };
-    Ok(CredentialUse { handle, placement })
+    Ok((handle, placement))
 }
 
 fn bad_placement() -> ConnectorError {
-    invalid_config(r#"request.credential.placement: expected "bearer", {"header": name} or {"basic": username}"#)
+    invalid_config(
+        r#"request.credential.placement: expected "bearer", {"header": name}, {"basic": username}, {"query": name} or {"body": field}"#,
+    )
 }
 
 /// Sends the request and describes the outcome; never fails itself.
 pub fn send(request: &Request) -> Value {
-    match http::send(request) {
+    match request.send() {
         Ok(response) => {
             let mut ok = json!({
                 "status": response.status,
@@ -162,7 +216,7 @@ pub fn send_timed(request: &Request, times: u64) -> Result<Value, ConnectorError
     let mut nanos = Vec::with_capacity(usize::try_from(times).unwrap_or(0).min(1 << 20));
     for i in 0..times {
         let started = std::time::Instant::now();
-        let outcome = http::send(request);
+        let outcome = request.send();
         let took = started.elapsed();
         match outcome {
             Ok(response) if (200..300).contains(&response.status) => {}

@@ -6,8 +6,8 @@
 //! `{"offset": <next i>}` after each batch. A read resumes from the offset
 //! in its state.
 
-use crate::bindings::service::connector::sink::{self, SinkError};
-use crate::bindings::service::connector::types::ConnectorError;
+use crate::bindings::service::connector1_0_0::sink::{self, SinkError};
+use crate::bindings::service::connector1_0_0::types::ConnectorError;
 use crate::config::{Config, invalid_config};
 
 /// Where a resumed read starts: the `offset` of the checkpointed state.

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::bindings::service::connector::log::{Level, log};
+use crate::bindings::service::connector1_0_0::log::{Level, log};
 
 /// Burns CPU forever without calling the host: only fuel or epoch
 /// interruption (or the wall-clock limit) stops it.

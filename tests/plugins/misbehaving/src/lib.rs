@@ -26,8 +26,9 @@
 
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../../wit/connector@1.0.0",
+        path: "../../../wit/connector@1.2.0",
         world: "connector",
+        generate_all,
     });
 }
 
@@ -37,8 +38,8 @@ mod emit;
 mod hostile;
 mod report;
 
-use bindings::exports::service::connector::plugin::Guest;
-use bindings::service::connector::types::{
+use bindings::exports::service::connector1_0_0::plugin::Guest;
+use bindings::service::connector1_0_0::types::{
     CheckResult, ConnectorError, ConnectorInfo, ConnectorKind, EntityOption, Operation, ReadRequest, Stream, SyncMode,
     WriteRequest, WriteResult,
 };

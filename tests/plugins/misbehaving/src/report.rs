@@ -21,7 +21,7 @@ use std::fs;
 
 use serde_json::{Map, Value, json};
 
-use crate::bindings::service::connector::types::ConnectorError;
+use crate::bindings::service::connector1_0_0::types::ConnectorError;
 use crate::config::Config;
 use crate::egress;
 

@@ -1,0 +1,85 @@
+//! Bindings of what `service:connector@1.2.0` adds to 1.1.0:
+//! `http-placed`, requests whose credential placements also name a query
+//! parameter or a body field.
+//!
+//! Everything else of 1.2.0 is 1.1.0's (and so 1.0.0's), so the generated
+//! types of [`super::v1`] serve all three; a request of this interface is
+//! converted to the egress's own request here and then performed exactly
+//! as one of `http@1.0.0` (sent) or `http-ahead@1.1.0` (started, counted
+//! against the same limit of pending requests).
+
+use wasmtime::component::{HasSelf, Linker, Resource};
+
+use super::sandbox::HostState;
+use super::v1::service::connector::http as http_1_0;
+use super::v1_1::Pending;
+use crate::egress;
+
+wasmtime::component::bindgen!({
+    path: "../wit/connector@1.2.0",
+    world: "connector",
+    imports: { default: async | trappable },
+    exports: { default: async },
+    with: {
+        "service:connector/types@1.0.0": super::v1::service::connector::types,
+        "service:connector/http@1.0.0": super::v1::service::connector::http,
+        "service:connector/log@1.0.0": super::v1::service::connector::log,
+        "service:connector/sink@1.0.0": super::v1::service::connector::sink,
+        "service:connector/http-ahead@1.1.0": super::v1_1::service::connector1_1_0::http_ahead,
+        "service:connector/http-placed@1.2.0.pending": super::v1_1::Pending,
+    },
+});
+
+use self::service::connector1_2_0::http_placed as http;
+
+/// The import that makes a component a plugin of this version.
+pub(crate) const IMPORT: &str = "service:connector/http-placed@1.2.0";
+
+/// Adds this version's own imports to `linker` (which has 1.1.0's).
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    http::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+impl http::Host for HostState {
+    async fn send(&mut self, req: http::Request) -> wasmtime::Result<Result<http_1_0::Response, http_1_0::HttpError>> {
+        Ok(self.send_request(outbound(req)).await)
+    }
+
+    async fn start(&mut self, req: http::Request) -> wasmtime::Result<Result<Resource<Pending>, http_1_0::HttpError>> {
+        self.start_request(outbound(req))
+    }
+}
+
+impl http::HostPending for HostState {
+    async fn finish(
+        &mut self,
+        this: Resource<Pending>,
+    ) -> wasmtime::Result<Result<http_1_0::Response, http_1_0::HttpError>> {
+        self.finish_pending(this).await
+    }
+
+    async fn drop(&mut self, this: Resource<Pending>) -> wasmtime::Result<()> {
+        self.drop_pending(this)
+    }
+}
+
+/// A 1.2.0 request as the egress takes it.
+fn outbound(req: http::Request) -> egress::OutboundRequest {
+    egress::OutboundRequest {
+        method: super::v1::method(req.method),
+        url: req.url,
+        headers: req.headers,
+        body: req.body,
+        credential: req.credential.map(|c| egress::CredentialUse {
+            handle: egress::CredentialHandle::new(c.handle),
+            placement: match c.placement {
+                http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
+                http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
+                http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
+                http::CredentialPlacement::QueryParameter(name) => egress::Placement::Query(name),
+                http::CredentialPlacement::BodyField(field) => egress::Placement::BodyField(field),
+            },
+        }),
+        timeout_ms: req.timeout_ms,
+    }
+}

