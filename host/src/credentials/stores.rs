@@ -26,7 +26,8 @@ use serde_json::Value;
 use url::Url;
 
 pub use crate::config::secrets::{SecretStoreSettings, VaultLogin, VaultSettings};
-use crate::egress::SecretError;
+use crate::egress::inject::zero_strings;
+use crate::egress::{SecretError, WithoutUrlRef};
 
 /// A secret kept elsewhere, as a credential names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,7 +272,7 @@ impl SecretStores {
             let mut body: Value = answer.json().await.map_err(|e| unavailable("vault", &e))?;
             let value = body["data"]["data"][key].as_str().map(|s| SecretString::from(s.to_owned()));
             // The answer held every key of the secret.
-            zero(&mut body);
+            zero_strings(&mut body);
             return value.filter(|v| !v.expose_secret().is_empty()).ok_or_else(|| missing(reference));
         }
         Err(SecretError::SecretStoreUnavailable("vault"))
@@ -307,7 +308,7 @@ impl SecretStores {
         }
         let mut body: Value = answer.json().await.map_err(|e| unavailable("vault", &e))?;
         let token = body["auth"]["client_token"].as_str().map(|t| SecretString::from(t.to_owned()));
-        zero(&mut body);
+        zero_strings(&mut body);
         let token = token.ok_or(SecretError::SecretStoreUnavailable("vault"))?;
         *cached = Some(token.clone());
         Ok(token)
@@ -323,21 +324,6 @@ fn unavailable(store: &'static str, e: &reqwest::Error) -> SecretError {
     SecretError::SecretStoreUnavailable(store)
 }
 
-/// A store's error without its URL (which names the path).
-trait WithoutUrlRef {
-    fn without_url_ref(&self) -> String;
-}
-
-impl WithoutUrlRef for reqwest::Error {
-    fn without_url_ref(&self) -> String {
-        let text = self.to_string();
-        match self.url() {
-            Some(url) => text.replace(url.as_str(), "<store>"),
-            None => text,
-        }
-    }
-}
-
 /// Whether `path` lies in `dir` once both are resolved (no `..` or link
 /// leads out of it).
 fn within(dir: &Path, path: &Path) -> bool {
@@ -349,15 +335,6 @@ fn within(dir: &Path, path: &Path) -> bool {
             .and_then(|p| p.canonicalize().ok())
             .is_some_and(|parent| parent.starts_with(&dir) && path.file_name().is_some()),
         _ => false,
-    }
-}
-
-fn zero(value: &mut Value) {
-    match value {
-        Value::String(s) => zeroize::Zeroize::zeroize(s),
-        Value::Array(items) => items.iter_mut().for_each(zero),
-        Value::Object(map) => map.values_mut().for_each(zero),
-        _ => {}
     }
 }
 

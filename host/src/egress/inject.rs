@@ -116,7 +116,8 @@ pub(crate) fn body_field(
     }
 }
 
-fn zero_strings(value: &mut Value) {
+/// Zeroises every string of `value`: a parsed document that held a secret.
+pub(crate) fn zero_strings(value: &mut Value) {
     match value {
         Value::String(s) => zeroize::Zeroize::zeroize(s),
         Value::Array(items) => items.iter_mut().for_each(zero_strings),

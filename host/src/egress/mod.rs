@@ -917,7 +917,9 @@ fn scrub(body: Vec<u8>, secret: &[u8]) -> Vec<u8> {
     out
 }
 
-trait WithoutUrlRef {
+/// A client error's text without its URL (which may carry a query
+/// credential, or name a store's path).
+pub(crate) trait WithoutUrlRef {
     fn without_url_ref(&self) -> String;
 }
 
