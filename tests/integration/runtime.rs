@@ -138,6 +138,33 @@ fn provider_routes() -> Router {
             }),
         )
         .route(
+            "/signed",
+            axum::routing::any(|method: Method, headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
+                // A provider that checks an HMAC of timestamp, method, path
+                // and query, and the body's SHA-256, with the key it shares.
+                use hmac::Mac;
+                use sha2::Digest;
+                heard(&headers, &uri, &body);
+                let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                let message = format!(
+                    "{}\n{}\n{}\n{}",
+                    text("x-timestamp"),
+                    method,
+                    uri.path_and_query().map(|p| p.as_str()).unwrap_or_default(),
+                    hex::encode(sha2::Sha256::digest(body.as_bytes()))
+                );
+                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SIGNING_KEY.as_bytes()).unwrap();
+                mac.update(message.as_bytes());
+                let expected = format!("v1={}", hex::encode(mac.finalize().into_bytes()));
+                let signatures: Vec<String> =
+                    headers.get_all("x-signature").iter().map(|v| v.to_str().unwrap_or_default().to_owned()).collect();
+                let all: Vec<(String, String)> =
+                    headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned())).collect();
+                let status = if signatures == [expected] { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+                (status, axum::Json(json!({ "signatures": signatures, "headers": all }))).into_response()
+            }),
+        )
+        .route(
             "/body",
             axum::routing::post(|headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
                 heard(&headers, &uri, &body);
@@ -173,6 +200,9 @@ fn provider_routes() -> Router {
             }),
         )
 }
+
+/// The key the `/signed` route shares with a signing credential.
+const SIGNING_KEY: &str = "signing-key-0123456789abcdef";
 
 /// Every request the query and body routes received: host, path and
 /// query, body. Tests look in it for their own canaries only.
@@ -997,6 +1027,51 @@ async fn a_body_credential_is_set_in_json_and_forms_and_never_follows_a_redirect
             .iter()
             .any(|l| l.starts_with("api.provider.test /body ") && l.ends_with(r#"{"auth":{}}"#))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signing_credential_signs_the_request_sent_and_its_key_goes_nowhere() {
+    let f = fixture().await;
+    let recipe = json!({ "algorithm": "hmac-sha256", "header": "X-Signature", "prefix": "v1=",
+        "timestamp_header": "X-Timestamp", "parts": ["timestamp", "method", "path", "body_sha256"] });
+    let key = f.credential_of("secret", None, json!({ "signing": recipe }), SIGNING_KEY).await;
+    let credential = json!({ "handle": key, "placement": "as-stored" });
+    // Signed as sent: the provider verifies it; a signature the plugin
+    // wrote itself is dropped, not sent beside the host's.
+    for (method, body) in [("GET", None), ("POST", Some(r#"{"order":1}"#))] {
+        let mut request = json!({ "method": method, "url": "https://echo.provider.test/signed?page=2",
+            "headers": [["x-signature", "v1=forged"], ["content-type", "application/json"]], "credential": credential });
+        if let Some(body) = body {
+            request["body"] = json!(body);
+        }
+        let v = f.egress(request).await;
+        assert_eq!(v["ok"]["status"], 200, "{method}: {v}");
+        assert!(!v.to_string().contains(SIGNING_KEY), "{v}");
+        assert!(!v.to_string().contains("forged"), "{v}");
+    }
+    // The key itself went out in no request.
+    assert!(heard_with(SIGNING_KEY).is_empty(), "{:?}", heard_with(SIGNING_KEY));
+    // The plugin cannot take the key as a header instead.
+    let v = f
+        .egress(json!({ "url": "https://echo.provider.test/signed", "credential": { "handle": key, "placement": { "header": "x-signature" } } }))
+        .await;
+    assert!(denied_rule(&v).contains("as a signature in header X-Signature"), "{v}");
+    // Nor have another host's request signed.
+    let v = f.egress(json!({ "url": "https://api.provider.test/signed", "credential": credential })).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    // A recipe that would steer the request is refused when stored.
+    let bad = f
+        .srv
+        .post(
+            "/v1/credentials",
+            json!({ "kind": "secret", "hosts": ["echo.provider.test"], "secret": SIGNING_KEY,
+            "signing": { "algorithm": "hmac-sha256", "header": "Authorization", "parts": ["body"] } }),
+        )
+        .send()
+        .await
+        .unwrap();
+    let e = expect_error(bad, 400, "VALIDATION_FAILED").await;
+    assert!(e.to_string().contains("signing.header") && !e.to_string().contains(SIGNING_KEY), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

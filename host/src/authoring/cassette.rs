@@ -288,6 +288,8 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         Placement::BasicPassword(user) => format!("basic:{user}"),
         Placement::Query(name) => format!("query:{name}"),
         Placement::BodyField(field) => format!("body:{field}"),
+        Placement::Signed(_) => "signed".into(),
+        Placement::AsStored => "as-stored".into(),
     }
 }
 
@@ -295,6 +297,7 @@ pub(crate) fn placement_text(p: &Placement) -> String {
 pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
     match text.split_once(':') {
         None if text == "bearer" => Some(Placement::Bearer),
+        None if text == "as-stored" => Some(Placement::AsStored),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
         Some(("basic", user)) => Some(Placement::BasicPassword(user.to_owned())),
         Some(("query", name)) if !name.is_empty() => Some(Placement::Query(name.to_owned())),
@@ -578,7 +581,7 @@ fn read_exchanges(dir: &Path) -> Result<Vec<Exchange>, CassetteError> {
                 handle: CredentialHandle::new(c.handle),
                 placement: parse_placement(&c.placement).ok_or_else(|| {
                     at(format!(
-                        "placement {} is not bearer, header:NAME, basic:USER, query:NAME or body:FIELD",
+                        "placement {} is not bearer, header:NAME, basic:USER, query:NAME, body:FIELD or as-stored",
                         c.placement
                     ))
                 })?,
@@ -658,6 +661,7 @@ mod tests {
             Placement::BasicPassword("me".into()),
             Placement::Query("api_key".into()),
             Placement::BodyField("/auth/key".into()),
+            Placement::AsStored,
         ] {
             assert_eq!(parse_placement(&placement_text(&p)), Some(p));
         }

@@ -103,8 +103,13 @@ pub struct TestArgs {
 }
 
 fn parse_placement(text: &str) -> Result<Placement, String> {
-    authoring::cassette::parse_placement(text)
-        .ok_or_else(|| "must be bearer, header:NAME, basic:USER, query:NAME or body:FIELD".into())
+    match authoring::cassette::parse_placement(text) {
+        // What a plugin asks for, not a place: a recording needs one.
+        Some(Placement::AsStored) | None => {
+            Err("must be bearer, header:NAME, basic:USER, query:NAME or body:FIELD".into())
+        }
+        Some(p) => Ok(p),
+    }
 }
 
 /// A failure of the author's commands, with its exit code.

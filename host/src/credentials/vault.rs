@@ -616,8 +616,13 @@ pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretEr
                 .map(Placement::Header)
                 .or_else(|| named("query_parameter").map(Placement::Query))
                 .or_else(|| named("body_field").map(Placement::BodyField))
+                .or_else(|| {
+                    serde_json::from_value::<crate::egress::signing::Signing>(record.metadata.get("signing")?.clone())
+                        .ok()
+                        .map(Placement::Signed)
+                })
                 .ok_or(SecretError::Incomplete(
-                    "the secret credential names no header, query parameter or body field; store it again with one",
+                    "the secret credential names no header, query parameter, body field or signing recipe; store it again with one",
                 ))
         }
     }

@@ -40,7 +40,8 @@
 //! undone before scrubbing), [`origin`] (where a URL goes, read as the
 //! connectors' SDK reads it: the shared `service-connector-rules` crate),
 //! [`inject`] (a secret into a query parameter or a body field of the
-//! request sent), [`reach`] (where the host may connect for a tenant: the one address
+//! request sent), [`signing`] (a signature of the request sent, computed
+//! with a secret that is itself sent nowhere), [`reach`] (where the host may connect for a tenant: the one address
 //! policy and pinned client of every reach, providers, receivers and
 //! warehouses), [`receiver`] (the URL of a receiver the host posts to for
 //! a workspace), [`tape`] (recording and replay).
@@ -50,6 +51,7 @@ pub(crate) mod coding;
 pub(crate) mod inject;
 pub(crate) mod reach;
 pub(crate) mod receiver;
+pub mod signing;
 pub(crate) mod tape;
 
 use std::net::IpAddr;
@@ -130,6 +132,11 @@ pub enum Placement {
     /// The secret as the value of this field of a JSON or form body (a
     /// top-level key, or a JSON pointer starting with `/`).
     BodyField(String),
+    /// No secret in the request: a signature of it, by this recipe.
+    Signed(signing::Signing),
+    /// What a plugin asks for when the credential's record is to decide
+    /// (never a credential's own placement).
+    AsStored,
 }
 
 impl Placement {
@@ -137,6 +144,8 @@ impl Placement {
     /// names compare case-insensitively).
     pub(crate) fn same_as(&self, other: &Placement) -> bool {
         match (self, other) {
+            (Placement::AsStored, _) | (_, Placement::AsStored) => true,
+            (Placement::Signed(a), Placement::Signed(b)) => a == b,
             (Placement::Bearer, Placement::Bearer) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
             (Placement::BasicPassword(a), Placement::BasicPassword(b))
@@ -154,6 +163,8 @@ impl Placement {
             Placement::BasicPassword(user) => format!("as the Basic password of {user}"),
             Placement::Query(name) => format!("in query parameter {name}"),
             Placement::BodyField(field) => format!("in body field {field}"),
+            Placement::Signed(signing) => format!("as a signature in header {}", signing.header),
+            Placement::AsStored => "wherever the credential says".into(),
         }
     }
 }
@@ -596,12 +607,38 @@ impl Egress {
                 }
                 _ => body.clone(),
             };
+            let signed = match injection.as_ref().map(|i| (&i.placement, &i.secret)) {
+                Some((Placement::Signed(recipe), secret)) => {
+                    let now =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                    Some((
+                        recipe,
+                        recipe.headers(secret, method, &sent_url, sent_body.as_deref().unwrap_or_default(), now),
+                    ))
+                }
+                Some((Placement::AsStored, _)) => {
+                    return Err(EgressError::CredentialUnavailable(
+                        "the credential names no place for its secret".into(),
+                    ));
+                }
+                _ => None,
+            };
             let mut builder = client.request(method.as_reqwest(), sent_url);
             for (name, value) in &req.headers {
                 if injection.is_some() && STRIPPED_WITH_CREDENTIAL.contains(&name.to_ascii_lowercase().as_str()) {
                     continue;
                 }
+                // The signature's headers are the host's.
+                if signed
+                    .as_ref()
+                    .is_some_and(|(recipe, _)| recipe.header_names().any(|h| h.eq_ignore_ascii_case(name)))
+                {
+                    continue;
+                }
                 builder = builder.header(name.as_str(), value.as_str());
+            }
+            for (name, value) in signed.map(|(_, headers)| headers).unwrap_or_default() {
+                builder = builder.header(name, value);
             }
             if let Some(i) = &injection {
                 builder = builder.header("accept-encoding", "identity");
@@ -610,7 +647,9 @@ impl Egress {
                     Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
                     Placement::Header(name) => builder.header(name.as_str(), secret.expose_secret()),
                     Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
-                    Placement::Query(_) | Placement::BodyField(_) => builder,
+                    Placement::Query(_) | Placement::BodyField(_) | Placement::Signed(_) | Placement::AsStored => {
+                        builder
+                    }
                 };
             }
             if let Some(b) = sent_body {

@@ -67,6 +67,13 @@ pub(crate) struct NewCredentialBody {
     /// e.g. `password` (a JSON pointer such as `/auth/key` reaches into an
     /// object): the host sets it in the body it sends.
     pub body_field: Option<String>,
+    /// For `secret` credentials that sign requests instead of travelling
+    /// in them: `{"algorithm": "hmac-sha256" | "hmac-sha512", "header",
+    /// "prefix", "timestamp_header", "parts": [method, path, host,
+    /// timestamp, body, body_sha256], "separator", "encoding": "hex" |
+    /// "base64"}`.
+    #[schema(value_type = Option<Object>)]
+    pub signing: Option<serde_json::Value>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -99,6 +106,7 @@ async fn create_credential(
             header: body.header.as_deref(),
             query_parameter: body.query_parameter.as_deref(),
             body_field: body.body_field.as_deref(),
+            signing: body.signing.as_ref(),
         },
         &body.hosts,
     )?;

@@ -54,6 +54,7 @@ impl EntryLinkRequest {
             header: self.header.as_deref(),
             query_parameter: self.query_parameter.as_deref(),
             body_field: self.body_field.as_deref(),
+            signing: None,
         }
     }
 }
@@ -69,6 +70,9 @@ pub(crate) struct SecretPlace<'a> {
     /// Field of a JSON or form request body, e.g. `password` (a JSON
     /// pointer such as `/auth/key` reaches into an object).
     pub body_field: Option<&'a str>,
+    /// A recipe for signing requests with the secret (which then goes
+    /// into no request): see `egress::signing::Signing`.
+    pub signing: Option<&'a Value>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -116,7 +120,7 @@ pub(crate) fn credential_fields(
     check_opt("header", header, SHORT_MAX)?;
     check_opt("query_parameter", place.query_parameter, SHORT_MAX)?;
     check_opt("body_field", place.body_field, SHORT_MAX)?;
-    let elsewhere = place.query_parameter.is_some() || place.body_field.is_some();
+    let elsewhere = place.query_parameter.is_some() || place.body_field.is_some() || place.signing.is_some();
     let (username, on_page) = match username {
         Username::Given(given) => {
             check_opt("username", given, SHORT_MAX)?;
@@ -156,12 +160,23 @@ pub(crate) fn credential_fields(
             if username.is_some() {
                 return Err(ApiError::invalid_field("username", "a secret credential takes no username"));
             }
-            let places = [header.is_some(), place.query_parameter.is_some(), place.body_field.is_some()];
+            let places = [
+                header.is_some(),
+                place.query_parameter.is_some(),
+                place.body_field.is_some(),
+                place.signing.is_some(),
+            ];
             if places.iter().filter(|p| **p).count() > 1 {
                 return Err(ApiError::invalid_field(
                     "header",
-                    "a secret credential goes in one place: a header, a query_parameter or a body_field",
+                    "a secret credential goes in one place: a header, a query_parameter, a body_field or signing",
                 ));
+            }
+            if let Some(recipe) = place.signing {
+                let signing: crate::egress::signing::Signing = serde_json::from_value(recipe.clone())
+                    .map_err(|e| ApiError::invalid_field("signing", format!("not a signing recipe: {e}")))?;
+                signing.check().map_err(|m| ApiError::invalid_field("signing", m))?;
+                return Ok(json!({ "signing": signing }));
             }
             if let Some(name) = place.query_parameter {
                 if name.is_empty() || name.chars().any(|c| c.is_control() || c.is_whitespace() || "&=#+%".contains(c)) {

@@ -78,6 +78,7 @@ fn outbound(req: http::Request) -> egress::OutboundRequest {
                 http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
                 http::CredentialPlacement::QueryParameter(name) => egress::Placement::Query(name),
                 http::CredentialPlacement::BodyField(field) => egress::Placement::BodyField(field),
+                http::CredentialPlacement::AsStored => egress::Placement::AsStored,
             },
         }),
         timeout_ms: req.timeout_ms,

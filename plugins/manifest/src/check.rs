@@ -105,10 +105,11 @@ impl Config {
         let text = self.credential_placement.as_deref().unwrap_or("bearer");
         match text.split_once(':') {
             None if text == "bearer" => Ok(CredentialPlacement::Bearer),
+            None if text == "as-stored" => Ok(CredentialPlacement::AsStored),
             Some(("header", name)) if !name.is_empty() => Ok(CredentialPlacement::Header(name.to_owned())),
             Some(("basic", user)) => Ok(CredentialPlacement::Basic { username: user.to_owned() }),
             Some(("query", name)) if !name.is_empty() => Ok(CredentialPlacement::Query(name.to_owned())),
-            _ => invalid("/credential_placement", "must be bearer, header:NAME, basic:USER or query:NAME"),
+            _ => invalid("/credential_placement", "must be bearer, header:NAME, basic:USER, query:NAME or as-stored"),
         }
     }
 
@@ -280,6 +281,7 @@ mod tests {
         assert_eq!(with("header:X-Key"), Ok(CredentialPlacement::Header("X-Key".into())));
         assert_eq!(with("basic:me"), Ok(CredentialPlacement::Basic { username: "me".into() }));
         assert_eq!(with("query:api_key"), Ok(CredentialPlacement::Query("api_key".into())));
+        assert_eq!(with("as-stored"), Ok(CredentialPlacement::AsStored));
         for bad in ["header:", "token", "Bearer"] {
             assert_eq!(with(bad).unwrap_err().pointer, "/credential_placement", "{bad}");
         }

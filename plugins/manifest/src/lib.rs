@@ -206,6 +206,9 @@ pub enum CredentialPlacement {
     /// The secret as the value of one query parameter (`query:NAME`),
     /// added by the host to the URL it sends.
     Query(String),
+    /// Wherever the credential was stored for (`as-stored`): the only
+    /// placement of a credential that signs requests.
+    AsStored,
 }
 
 /// How a stream's requests are retried: the manifest's policy, or the

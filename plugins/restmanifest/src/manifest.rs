@@ -20,6 +20,7 @@ pub fn with_credential(request: RequestBuilder, handle: &str, config: &Config) -
             request.credential(handle, Placement::Basic { username })
         }
         rest_manifest::CredentialPlacement::Query(name) => request.credential_in_query(handle, name),
+        rest_manifest::CredentialPlacement::AsStored => request.credential_as_stored(handle),
     })
 }
 

@@ -319,7 +319,7 @@ impl TryFrom<&RequestBuilder> for wit_http::Request {
                 },
             }),
             // The builder sends these through 1.2.0; never reached.
-            Some((_, CredentialPlace::Query(_) | CredentialPlace::BodyField(_))) => {
+            Some((_, CredentialPlace::Query(_) | CredentialPlace::BodyField(_) | CredentialPlace::AsStored)) => {
                 return Err(HttpError::InvalidRequest("this placement needs http-placed@1.2.0".into()));
             }
         };
@@ -355,6 +355,7 @@ impl From<&RequestBuilder> for wit_http_1_2::Request {
                     }
                     CredentialPlace::Query(name) => wit_http_1_2::CredentialPlacement::QueryParameter(name.clone()),
                     CredentialPlace::BodyField(field) => wit_http_1_2::CredentialPlacement::BodyField(field.clone()),
+                    CredentialPlace::AsStored => wit_http_1_2::CredentialPlacement::AsStored,
                 },
             }),
             timeout_ms: timeout_ms(request),

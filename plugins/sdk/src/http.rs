@@ -99,6 +99,7 @@ pub(crate) enum CredentialPlace {
     Placed(Placement),
     Query(String),
     BodyField(String),
+    AsStored,
 }
 
 /// Starts requests. `Http::get(url)` and friends return a [`RequestBuilder`].
@@ -217,6 +218,18 @@ impl RequestBuilder {
     /// query parameter.
     pub fn credential_in_query(mut self, handle: impl Into<String>, name: impl Into<String>) -> Self {
         self.credential = Some((handle.into(), CredentialPlace::Query(name.into())));
+        self.wire = Some(&convert::WIRE_1_2);
+        self
+    }
+
+    /// Asks the host to attach the credential behind `handle` wherever it
+    /// was stored for: its header, query parameter or body field, or, for
+    /// a credential that signs requests, the signature headers the host
+    /// computes over the request as sent (the secret then goes into no
+    /// request at all). Sign nothing yourself, and set none of those
+    /// headers: the host's replace them.
+    pub fn credential_as_stored(mut self, handle: impl Into<String>) -> Self {
+        self.credential = Some((handle.into(), CredentialPlace::AsStored));
         self.wire = Some(&convert::WIRE_1_2);
         self
     }

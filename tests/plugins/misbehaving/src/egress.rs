@@ -13,7 +13,7 @@
 //!   "credential": {                           // optional
 //!     "handle": "cred_...",
 //!     "placement": "bearer" | {"header": "x-api-key"} | {"basic": "user"}
-//!                | {"query": "api_key"} | {"body": "password"}
+//!                | {"query": "api_key"} | {"body": "password"} | "as-stored"
 //!   },
 //!   "body": "text",                           // optional
 //!   "timeout_ms": 5000                        // optional
@@ -84,6 +84,9 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
             .map(|placement| http_1_2::CredentialUse { handle: handle.clone(), placement }),
         Some((handle, Place::Body(field))) => Some(http_1_2::CredentialPlacement::BodyField(field.clone()))
             .map(|placement| http_1_2::CredentialUse { handle: handle.clone(), placement }),
+        Some((handle, Place::AsStored)) => {
+            Some(http_1_2::CredentialUse { handle: handle.clone(), placement: http_1_2::CredentialPlacement::AsStored })
+        }
         _ => None,
     };
     let timeout_ms = match field("timeout_ms") {
@@ -107,7 +110,7 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
     }
     let credential = credential.map(|(handle, place)| match place {
         Place::Old(placement) => CredentialUse { handle, placement },
-        Place::Query(_) | Place::Body(_) => unreachable!("sent through 1.2.0 above"),
+        Place::Query(_) | Place::Body(_) | Place::AsStored => unreachable!("sent through 1.2.0 above"),
     });
     Ok(Request::V1_0(http::Request { method, url, headers, body, credential, timeout_ms }))
 }
@@ -117,6 +120,7 @@ enum Place {
     Old(CredentialPlacement),
     Query(String),
     Body(String),
+    AsStored,
 }
 
 fn parse_method(name: &str) -> Result<Method, ConnectorError> {
@@ -150,6 +154,7 @@ fn parse_credential(credential: &Value) -> Result<(String, Place), ConnectorErro
     let placement = match credential.get("placement") {
         None | Some(Value::Null) => Place::Old(CredentialPlacement::AuthorizationBearer),
         Some(Value::String(name)) if name == "bearer" => Place::Old(CredentialPlacement::AuthorizationBearer),
+        Some(Value::String(name)) if name == "as-stored" => Place::AsStored,
         Some(Value::Object(place)) if place.len() == 1 => match place.iter().next() {
             Some((key, Value::String(v))) if key == "header" => Place::Old(CredentialPlacement::Header(v.clone())),
             Some((key, Value::String(v))) if key == "basic" => {
@@ -166,7 +171,7 @@ fn parse_credential(credential: &Value) -> Result<(String, Place), ConnectorErro
 
 fn bad_placement() -> ConnectorError {
     invalid_config(
-        r#"request.credential.placement: expected "bearer", {"header": name}, {"basic": username}, {"query": name} or {"body": field}"#,
+        r#"request.credential.placement: expected "bearer", {"header": name}, {"basic": username}, {"query": name}, {"body": field} or "as-stored""#,
     )
 }
 
