@@ -165,6 +165,65 @@ fn provider_routes() -> Router {
             }),
         )
         .route(
+            "/oauth/token",
+            axum::routing::post(|headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
+                // Client credentials (client `app`) and JWT bearer
+                // assertions (verified with the test's public key).
+                heard(&headers, &uri, &body);
+                let form: std::collections::HashMap<String, String> =
+                    url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+                let grant = form.get("grant_type").map(String::as_str).unwrap_or_default();
+                let good = match grant {
+                    "client_credentials" => {
+                        form.get("client_id").map(String::as_str) == Some("app")
+                            && form.get("client_secret").map(String::as_str) == Some(CLIENT_SECRET)
+                    }
+                    "urn:ietf:params:oauth:grant-type:jwt-bearer" => form.get("assertion").is_some_and(|jwt| {
+                        use base64::Engine;
+                        let Some((input, signature)) = jwt.rsplit_once('.') else { return false };
+                        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+                        let public = JWT_PUBLIC.lock().unwrap().clone();
+                        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, public)
+                            .verify(input.as_bytes(), &b64.decode(signature).unwrap_or_default())
+                            .is_ok()
+                    }),
+                    _ => false,
+                };
+                if !good {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "error": "invalid_client" }))).into_response();
+                }
+                axum::Json(json!({ "access_token": issue(grant), "token_type": "Bearer", "expires_in": 3600 }))
+                    .into_response()
+            }),
+        )
+        .route(
+            "/login",
+            axum::routing::post(|headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
+                heard(&headers, &uri, &body);
+                let login: Value = serde_json::from_str(&body).unwrap_or_default();
+                if login != json!({ "user": "me", "pass": LOGIN_PASSWORD }) {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "error": "bad_login" }))).into_response();
+                }
+                axum::Json(json!({ "session": { "id": issue("login") } })).into_response()
+            }),
+        )
+        .route(
+            "/protected",
+            get(|headers: HeaderMap, uri: axum::http::Uri| async move {
+                heard(&headers, &uri, "");
+                let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                let token = text("authorization")
+                    .and_then(|a| a.strip_prefix("Bearer ").map(str::to_owned))
+                    .or_else(|| text("x-session"))
+                    .unwrap_or_default();
+                let tokens = TOKENS.lock().unwrap();
+                if !tokens.0.contains(&token) || tokens.1.contains(&token) {
+                    return (StatusCode::UNAUTHORIZED, axum::Json(json!({ "error": "invalid_token" }))).into_response();
+                }
+                axum::Json(json!({ "token": token })).into_response()
+            }),
+        )
+        .route(
             "/body",
             axum::routing::post(|headers: HeaderMap, uri: axum::http::Uri, body: String| async move {
                 heard(&headers, &uri, &body);
@@ -199,6 +258,22 @@ fn provider_routes() -> Router {
                 "late"
             }),
         )
+}
+
+/// The secret of the token endpoint's client `app`.
+const CLIENT_SECRET: &str = "client-secret-0123456789";
+/// The password `/login` takes for `me`.
+const LOGIN_PASSWORD: &str = "login-password-0123456789";
+/// The public key `/oauth/token` verifies JWT assertions with.
+static JWT_PUBLIC: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+/// Tokens the fake issued, and those it revoked since.
+static TOKENS: std::sync::Mutex<(Vec<String>, Vec<String>)> = std::sync::Mutex::new((Vec::new(), Vec::new()));
+
+/// A new token of `kind`, valid until revoked.
+fn issue(kind: &str) -> String {
+    let token = format!("{}-{}", kind.rsplit(':').next().unwrap_or(kind), uuid::Uuid::new_v4().simple());
+    TOKENS.lock().unwrap().0.push(token.clone());
+    token
 }
 
 /// The key the `/signed` route shares with a signing credential.
@@ -1072,6 +1147,135 @@ async fn a_signing_credential_signs_the_request_sent_and_its_key_goes_nowhere() 
         .unwrap();
     let e = expect_error(bad, 400, "VALIDATION_FAILED").await;
     assert!(e.to_string().contains("signing.header") && !e.to_string().contains(SIGNING_KEY), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_traded_for_a_token_send_only_the_token_and_trade_again_when_refused() {
+    use base64::Engine;
+    let f = fixture().await;
+    let create = |extra: Value, secret: &str| {
+        let mut body = json!({ "kind": "secret", "hosts": ["echo.provider.test"], "secret": secret });
+        body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap());
+        f.srv.post("/v1/credentials", body).send()
+    };
+    let token_url = "https://echo.provider.test/oauth/token";
+    let protected = |handle: &str| json!({ "url": "https://echo.provider.test/protected", "credential": { "handle": handle, "placement": "as-stored" } });
+    let token_requests = |grant: &str| heard_with("/oauth/token").iter().filter(|l| l.contains(grant)).count();
+
+    // Client credentials: one token for many requests; the client secret
+    // goes to the token endpoint only; the plugin sees neither.
+    let cc = json_ok(
+        create(
+            json!({ "exchange": { "grant": "client_credentials", "token_url": token_url, "client_id": "app" } }),
+            CLIENT_SECRET,
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    let cc = cc["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let before = token_requests("client_credentials");
+    for _ in 0..5 {
+        let v = f.egress(protected(&cc)).await;
+        assert_eq!(v["ok"]["status"], 200, "{v}");
+        let body: Value = serde_json::from_str(v["ok"]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["token"], "[REDACTED]", "the token's echo is scrubbed: {body}");
+    }
+    assert_eq!(token_requests("client_credentials"), before + 1, "one token for five requests");
+    assert!(heard_with(CLIENT_SECRET).iter().all(|l| l.contains(" /oauth/token")), "{:?}", heard_with(CLIENT_SECRET));
+    // The provider revokes it: the next request is refused once, traded
+    // again and sent again, and the plugin only sees the answer.
+    {
+        let mut tokens = TOKENS.lock().unwrap();
+        let all: Vec<String> = tokens.0.iter().filter(|t| t.starts_with("client_credentials-")).cloned().collect();
+        tokens.1.extend(all);
+    }
+    let v = f.egress(protected(&cc)).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert_eq!(token_requests("client_credentials"), before + 2, "traded again after the 401");
+
+    // JWT bearer: an ES256 assertion signed with the stored key.
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 =
+        ring::signature::EcdsaKeyPair::generate_pkcs8(&ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+    let pair = ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        pkcs8.as_ref(),
+        &rng,
+    )
+    .unwrap();
+    *JWT_PUBLIC.lock().unwrap() = ring::signature::KeyPair::public_key(&pair).as_ref().to_vec();
+    let pem = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        base64::engine::general_purpose::STANDARD.encode(pkcs8.as_ref())
+    );
+    let jwt = json_ok(
+        create(json!({ "exchange": { "grant": "jwt_bearer", "token_url": token_url, "issuer": "svc@example.test", "algorithm": "ES256" } }), &pem)
+            .await
+            .unwrap(),
+    )
+    .await;
+    let jwt = jwt["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let v = f.egress(protected(&jwt)).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let key_line = pem.lines().nth(1).unwrap();
+    assert!(heard_with(&key_line[..40]).is_empty(), "the private key went nowhere");
+
+    // A login: the session token in a header of the recipe's choosing.
+    let login = json_ok(
+        create(
+            json!({ "exchange": { "grant": "login", "token_url": "https://echo.provider.test/login", "username": "me",
+                "username_field": "user", "password_field": "pass", "token_pointer": "/session/id", "header": "X-Session" } }),
+            LOGIN_PASSWORD,
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    let login = login["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let v = f.egress(protected(&login)).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert!(heard_with(LOGIN_PASSWORD).iter().all(|l| l.contains(" /login ")), "{:?}", heard_with(LOGIN_PASSWORD));
+    for v in [f.egress(protected(&cc)).await, f.egress(protected(&jwt)).await, f.egress(protected(&login)).await] {
+        let text = v.to_string();
+        assert!(
+            !text.contains(CLIENT_SECRET) && !text.contains(LOGIN_PASSWORD) && !text.contains(&key_line[..40]),
+            "{text}"
+        );
+    }
+
+    // Refused when stored: a token endpoint off the credential's hosts, a
+    // key that is no key, a wrong client secret (a named failure, later).
+    for (extra, secret, says) in [
+        (
+            json!({ "exchange": { "grant": "client_credentials", "token_url": "https://api.provider.test/oauth/token", "client_id": "app" } }),
+            CLIENT_SECRET,
+            "not among the credential's hosts",
+        ),
+        (
+            json!({ "exchange": { "grant": "jwt_bearer", "token_url": token_url, "issuer": "x", "algorithm": "ES256" } }),
+            "not-a-key-at-all",
+            "PKCS#8",
+        ),
+        (json!({ "exchange": { "grant": "password", "token_url": token_url } }), CLIENT_SECRET, "not a token exchange"),
+    ] {
+        let e = expect_error(create(extra, secret).await.unwrap(), 400, "VALIDATION_FAILED").await;
+        assert!(e.to_string().contains(says) && !e.to_string().contains(secret), "{e}");
+    }
+    let wrong = json_ok(
+        create(
+            json!({ "exchange": { "grant": "client_credentials", "token_url": token_url, "client_id": "app" } }),
+            "wrong-secret-value",
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    let v = f.egress(protected(wrong["data"]["credential_handle"].as_str().unwrap())).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("token exchange") && message.contains("invalid_client"), "{message}");
+    assert!(!message.contains("wrong-secret-value"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

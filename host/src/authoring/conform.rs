@@ -742,7 +742,7 @@ impl SecretSource for Canary {
     ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
         Box::pin(async move {
             let placement = self.placements.get(handle.as_str()).cloned().ok_or(SecretError::Unknown)?;
-            Ok(Injection { secret: SecretString::from(CANARY), renewable: false, placement })
+            Ok(Injection { secret: SecretString::from(CANARY), renewable: false, any_401_renews: false, placement })
         })
     }
 }

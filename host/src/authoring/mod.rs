@@ -733,7 +733,7 @@ impl AuthorSecret {
             return Err(SecretError::NotBound(host.to_owned()));
         }
         let secret = self.secret.clone().ok_or(SecretError::Incomplete("no secret was given"))?;
-        Ok(Injection { secret, renewable: false, placement: self.placement.clone() })
+        Ok(Injection { secret, renewable: false, any_401_renews: false, placement: self.placement.clone() })
     }
 }
 

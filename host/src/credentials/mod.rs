@@ -7,7 +7,10 @@
 //!   to the egress layer, for one workspace, connector and bound host at a
 //!   time ([`crate::egress::SecretSource`]);
 //! - [`oauth`]: [`OAuth`], the authorization-code flows the host runs
-//!   (PKCE, the exchange, refreshing tokens);
+//!   (PKCE, the exchange, refreshing tokens), and the token requests of
+//!   [`exchange`];
+//! - [`exchange`]: credentials the host trades for a token first (client
+//!   credentials, a JWT bearer assertion, a login);
 //! - [`lookalike`]: what looks like a secret (field names, value shapes),
 //!   refused wherever a secret does not belong;
 //! - [`stores`]: secrets that stay in the operator's own store (OpenBao or
@@ -18,6 +21,7 @@
 //! neither `Debug` nor a log line can show them; only the sealed form is
 //! stored, and no response type can carry one.
 
+pub mod exchange;
 pub mod keyring;
 pub(crate) mod lookalike;
 pub(crate) mod oauth;

@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use url::Url;
 
+use super::exchange::{ExchangeError, Obtained, TokenExchange};
 use super::vault::{NewSecret, RefreshRefused, Refreshed, SecretMaterial, TokenRefresher};
 use crate::access::{ClientSource, Principal, WorkspaceAccess};
 use crate::config::oauth::{OAuthClient, OAuthSettings};
@@ -27,6 +28,7 @@ use crate::egress::{Caller, Egress, EgressError, HostPattern, Method, OutboundRe
 use crate::error::ApiError;
 use crate::plugin::registry::Registry;
 use crate::store::Store;
+use crate::store::credentials::CredentialRecord;
 use crate::store::kinds::{CredentialKind, CredentialStatus};
 use crate::store::now_ms;
 use crate::store::oauth::{OAuthState, Spend};
@@ -512,6 +514,48 @@ impl TokenRefresher for OAuth {
             })
         })
     }
+
+    fn exchange<'a>(
+        &'a self,
+        record: &'a CredentialRecord,
+        exchange: &'a TokenExchange,
+        secret: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Obtained, ExchangeError>> + Send + 'a>> {
+        Box::pin(exchange_token(&self.egress, record, exchange, secret))
+    }
+}
+
+/// Performs the token request of a credential traded for a token,
+/// through egress: to the credential's bound hosts only, under the
+/// operator's policy, as the connector it belongs to.
+async fn exchange_token(
+    egress: &Egress,
+    record: &CredentialRecord,
+    exchange: &TokenExchange,
+    secret: &SecretString,
+) -> Result<Obtained, ExchangeError> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (body, content_type) = exchange.request(secret, now)?;
+    let hosts: Vec<HostPattern> = record.hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect();
+    let caller = Caller {
+        plugin_id: record.connector_id.as_deref().unwrap_or("credential-exchange"),
+        declared_hosts: &hosts,
+        workspace_id: &record.workspace_id,
+        reach: crate::egress::Reach::Providers,
+    };
+    let req = OutboundRequest {
+        method: Method::Post,
+        url: exchange.token_url().to_owned(),
+        headers: vec![("content-type".into(), content_type.into()), ("accept".into(), "application/json".into())],
+        body: Some(body),
+        credential: None,
+        timeout_ms: Some(30_000),
+    };
+    let resp = egress
+        .send(&caller, req)
+        .await
+        .map_err(|e| ExchangeError(format!("the token endpoint could not be reached: {e}")))?;
+    exchange.token(resp.status, &resp.body)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
+use super::exchange::{ExchangeError, Obtained, TokenExchange};
 use super::keyring::{self, Keyring};
 use super::stores::{Reference, SecretStoreSettings, SecretStores};
 pub(crate) use crate::egress::SecretError;
@@ -157,6 +158,15 @@ pub(crate) trait TokenRefresher: Send + Sync {
         provider: &'a str,
         refresh_token: &'a SecretString,
     ) -> Pin<Box<dyn Future<Output = Result<Refreshed, RefreshRefused>> + Send + 'a>>;
+
+    /// Trades `secret` for a token by `exchange`, for `record`'s
+    /// workspace, connector and bound hosts.
+    fn exchange<'a>(
+        &'a self,
+        record: &'a CredentialRecord,
+        exchange: &'a TokenExchange,
+        secret: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Obtained, ExchangeError>> + Send + 'a>>;
 }
 
 /// How the vault reaches the refresher: weakly, since the refresher's
@@ -182,6 +192,12 @@ pub struct Vault {
     /// The operator's secret stores, for credentials that hold a
     /// reference.
     stores: Arc<SecretStores>,
+    /// Tokens obtained for credentials traded first, by credential id,
+    /// with when they expire (Unix ms).
+    exchanged: Arc<Mutex<HashMap<String, (SecretString, i64)>>>,
+    /// One token request at a time, so requests that all find no token
+    /// make one.
+    exchanging: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A credential's token is renewed on a provider's word at most this often:
@@ -307,6 +323,8 @@ impl Vault {
             stores: Arc::new(
                 SecretStores::new(SecretStoreSettings::default()).expect("a client with default settings builds"),
             ),
+            exchanged: Default::default(),
+            exchanging: Default::default(),
         }
     }
 
@@ -445,7 +463,16 @@ impl Vault {
             if !matches!(outcome, Ok((_, false))) {
                 self.audit_resolution(&row.record, &reference, outcome.as_ref().map(|_| ())).await;
             }
-            return Ok((row.record, outcome?.0));
+            material = SecretMaterial::new(outcome?.0);
+        }
+        if let Some(recipe) = row.record.metadata.get("exchange") {
+            let exchange: TokenExchange =
+                serde_json::from_value(recipe.clone()).map_err(|_| SecretError::Unopenable)?;
+            let token = self.exchanged_token(&row.record, &exchange, &material.secret, rejected).await?;
+            return Ok((row.record, token));
+        }
+        if row.record.metadata.get(REFERENCE).is_some() {
+            return Ok((row.record, material.secret));
         }
         let now = now_ms();
         let expiring = row.access_expires_at.is_some_and(|t| t - REFRESH_MARGIN_MS <= now);
@@ -459,6 +486,45 @@ impl Vault {
             let _ = self.store.touch_credential(&row.record.credential_id, now).await;
         }
         Ok((row.record, material.secret))
+    }
+
+    /// The token `secret` was traded for, obtained anew when there is
+    /// none, it is about to expire, or the provider just refused it
+    /// (`rejected`).
+    async fn exchanged_token(
+        &self,
+        record: &CredentialRecord,
+        exchange: &TokenExchange,
+        secret: &SecretString,
+        rejected: Option<&SecretString>,
+    ) -> Result<SecretString, SecretError> {
+        let current = |now: i64| {
+            let cache = self.exchanged.lock().unwrap_or_else(|p| p.into_inner());
+            cache
+                .get(&record.credential_id)
+                .filter(|(token, expires)| {
+                    *expires - REFRESH_MARGIN_MS > now
+                        && rejected.is_none_or(|r| r.expose_secret() != token.expose_secret())
+                })
+                .map(|(token, _)| token.clone())
+        };
+        if let Some(token) = current(now_ms()) {
+            return Ok(token);
+        }
+        let _one_at_a_time = self.exchanging.lock().await;
+        if let Some(token) = current(now_ms()) {
+            return Ok(token);
+        }
+        let refresher = self.refresher.get().and_then(std::sync::Weak::upgrade).ok_or(SecretError::CannotRefresh)?;
+        let Obtained { token, expires_in } = refresher.exchange(record, exchange, secret).await.map_err(|e| {
+            tracing::warn!(credential = %record.credential_id, reason = %e, "a token exchange failed");
+            SecretError::Exchange(e.0)
+        })?;
+        let expires = now_ms() + expires_in.unwrap_or(3600).clamp(1, 86_400 * 365) * 1000;
+        let mut cache = self.exchanged.lock().unwrap_or_else(|p| p.into_inner());
+        cache.retain(|_, (_, e)| *e > now_ms());
+        cache.insert(record.credential_id.clone(), (token.clone(), expires));
+        Ok(token)
     }
 
     /// Refreshes an expiring OAuth access token and re-seals the result. A
@@ -610,6 +676,13 @@ pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretEr
             .filter(|u| !u.is_empty())
             .map(|u| Placement::BasicPassword(u.to_owned()))
             .ok_or(SecretError::Incomplete("the basic credential has no username; store it again with one")),
+        CredentialKind::Secret if record.metadata.get("exchange").is_some() => {
+            let exchange: TokenExchange =
+                serde_json::from_value(record.metadata["exchange"].clone()).map_err(|_| {
+                    SecretError::Incomplete("the credential's token exchange cannot be read; store it again")
+                })?;
+            Ok(exchange.header.map_or(Placement::Bearer, Placement::Header))
+        }
         CredentialKind::Secret => {
             let named = |key: &str| record.metadata[key].as_str().filter(|v| !v.is_empty()).map(str::to_owned);
             named("header")
@@ -720,8 +793,14 @@ impl Vault {
         {
             return Err(SecretError::OtherConnector(owner.clone()));
         }
-        let injection =
-            Injection { secret, placement: placement(&record)?, renewable: record.kind == CredentialKind::Oauth2 };
+        let traded = record.metadata.get("exchange").is_some();
+        let injection = Injection {
+            secret,
+            placement: placement(&record)?,
+            renewable: record.kind == CredentialKind::Oauth2 || traded,
+            // A token the host traded for is obtained again on any 401.
+            any_401_renews: traded,
+        };
         if self.revocations.load(std::sync::atomic::Ordering::SeqCst) == generation {
             self.revealed.put(key, injection.clone(), Instant::now());
         }
@@ -741,6 +820,7 @@ mod tests {
             secret: SecretString::from(s.to_owned()),
             placement: Placement::Bearer,
             renewable: false,
+            any_401_renews: false,
         };
         let t0 = Instant::now();
         cache.put(key("a"), injection("first"), t0);

@@ -219,6 +219,10 @@ pub struct Injection {
     /// Whether the host can renew the secret (an OAuth access token) when
     /// the provider says it expired.
     pub renewable: bool,
+    /// Whether any 401 renews it (a token the host traded for: a session
+    /// or client-credentials token, obtained again), not only an answer
+    /// that says the token expired.
+    pub any_401_renews: bool,
     /// Fixed by the credential (its kind, username or header), never by
     /// the plugin: a plugin that asks for another place is refused, so it
     /// cannot route the secret into a header or a username it controls.
@@ -261,6 +265,10 @@ pub enum SecretError {
     /// not exist, a store not configured); the reference, never a value.
     #[error("secret reference: {0}")]
     Reference(String),
+    /// The token endpoint of a credential traded for a token refused it
+    /// or could not be reached; the reason, never the secret.
+    #[error("token exchange: {0}")]
+    Exchange(String),
 }
 
 impl crate::retry::Transient for SecretError {
@@ -709,8 +717,9 @@ impl Egress {
             }
             if status == 401
                 && !renewed
-                && let Some(i) = injection.as_ref().filter(|i| i.renewable && matches!(i.placement, Placement::Bearer))
-                && says_token_expired(&headers, &collected)
+                && let Some(i) = injection.as_ref().filter(|i| i.renewable)
+                && (i.any_401_renews
+                    || (matches!(i.placement, Placement::Bearer) && says_token_expired(&headers, &collected)))
             {
                 tracing::info!(plugin = caller.plugin_id, host = %host, "the provider says the access token expired; renewing it and sending again");
                 renewed = true;

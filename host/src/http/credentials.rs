@@ -74,6 +74,16 @@ pub(crate) struct NewCredentialBody {
     /// "base64"}`.
     #[schema(value_type = Option<Object>)]
     pub signing: Option<serde_json::Value>,
+    /// For `secret` credentials the host trades for a token first:
+    /// `{"grant": "client_credentials", "token_url", "client_id", "scope"}`,
+    /// `{"grant": "jwt_bearer", "token_url", "issuer", "subject",
+    /// "audience", "scope", "algorithm": "RS256" | "ES256", "key_id"}` (the
+    /// secret a PKCS#8 PEM key) or `{"grant": "login", "token_url",
+    /// "username", "username_field", "password_field", "token_pointer",
+    /// "lifetime_secs"}`, each with an optional `header` the token goes in
+    /// (bearer without). The token URL must be on one of `hosts`.
+    #[schema(value_type = Option<Object>)]
+    pub exchange: Option<serde_json::Value>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -107,6 +117,7 @@ async fn create_credential(
             query_parameter: body.query_parameter.as_deref(),
             body_field: body.body_field.as_deref(),
             signing: body.signing.as_ref(),
+            exchange: body.exchange.as_ref(),
         },
         &body.hosts,
     )?;

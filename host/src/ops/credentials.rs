@@ -55,6 +55,7 @@ impl EntryLinkRequest {
             query_parameter: self.query_parameter.as_deref(),
             body_field: self.body_field.as_deref(),
             signing: None,
+            exchange: None,
         }
     }
 }
@@ -73,6 +74,9 @@ pub(crate) struct SecretPlace<'a> {
     /// A recipe for signing requests with the secret (which then goes
     /// into no request): see `egress::signing::Signing`.
     pub signing: Option<&'a Value>,
+    /// A recipe for trading the secret for a token first: see
+    /// `credentials::exchange::TokenExchange`.
+    pub exchange: Option<&'a Value>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -120,7 +124,10 @@ pub(crate) fn credential_fields(
     check_opt("header", header, SHORT_MAX)?;
     check_opt("query_parameter", place.query_parameter, SHORT_MAX)?;
     check_opt("body_field", place.body_field, SHORT_MAX)?;
-    let elsewhere = place.query_parameter.is_some() || place.body_field.is_some() || place.signing.is_some();
+    let elsewhere = place.query_parameter.is_some()
+        || place.body_field.is_some()
+        || place.signing.is_some()
+        || place.exchange.is_some();
     let (username, on_page) = match username {
         Username::Given(given) => {
             check_opt("username", given, SHORT_MAX)?;
@@ -165,12 +172,20 @@ pub(crate) fn credential_fields(
                 place.query_parameter.is_some(),
                 place.body_field.is_some(),
                 place.signing.is_some(),
+                place.exchange.is_some(),
             ];
             if places.iter().filter(|p| **p).count() > 1 {
                 return Err(ApiError::invalid_field(
                     "header",
-                    "a secret credential goes in one place: a header, a query_parameter, a body_field or signing",
+                    "a secret credential goes in one place: a header, a query_parameter, a body_field, signing or an exchange",
                 ));
+            }
+            if let Some(recipe) = place.exchange {
+                let exchange: crate::credentials::exchange::TokenExchange = serde_json::from_value(recipe.clone())
+                    .map_err(|e| ApiError::invalid_field("exchange", format!("not a token exchange: {e}")))?;
+                let bound = crate::credentials::bound_hosts(hosts).map_err(|e| ApiError::invalid_field("hosts", e))?;
+                exchange.check(&bound).map_err(|m| ApiError::invalid_field("exchange", m))?;
+                return Ok(json!({ "exchange": exchange }));
             }
             if let Some(recipe) = place.signing {
                 let signing: crate::egress::signing::Signing = serde_json::from_value(recipe.clone())
@@ -288,9 +303,27 @@ pub(crate) async fn store_secret(ctx: &Ctx<'_>, new: NewSecret<'_>) -> ApiResult
     note.action("credentials.create");
     ws.require(Role::Editor)?;
     // A reference was checked against the value it names.
+    let exchange = new
+        .metadata
+        .get("exchange")
+        .and_then(|e| serde_json::from_value::<crate::credentials::exchange::TokenExchange>(e.clone()).ok());
     if new.metadata.get(crate::credentials::REFERENCE).is_none() {
-        check_secret(new.kind, new.material.secret.expose_secret())
-            .map_err(|m| ApiError::invalid_field("secret", m))?;
+        match &exchange {
+            // Traded in a token request's body: any text, a PEM key too.
+            Some(exchange) => {
+                let secret = new.material.secret.expose_secret();
+                if secret.len() < MIN_SECRET_BYTES || secret.len() > MAX_SECRET_BYTES {
+                    return Err(ApiError::invalid_field(
+                        "secret",
+                        format!("the secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes"),
+                    ));
+                }
+                crate::credentials::exchange::check_secret(exchange, &new.material.secret)
+                    .map_err(|m| ApiError::invalid_field("secret", m))?;
+            }
+            None => check_secret(new.kind, new.material.secret.expose_secret())
+                .map_err(|m| ApiError::invalid_field("secret", m))?,
+        }
     }
     let record = state.vault.create(new).await.map_err(|e| match e {
         CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),

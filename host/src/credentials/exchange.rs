@@ -1,0 +1,386 @@
+//! Credentials the host trades for a token before it sends anything: an
+//! OAuth client's secret (the client-credentials grant), a private key
+//! that signs a JWT assertion (RFC 7523's JWT bearer grant), or a password
+//! that logs in for a session token. The stored secret goes only to the
+//! token endpoint, in the request the host makes there; requests to the
+//! API carry the token it got, which the host keeps in memory until it
+//! expires or the API refuses it, and then obtains again.
+//!
+//! The recipe is stored with the credential (its metadata's `exchange`)
+//! and checked when it is made: the token endpoint is `https` and on one
+//! of the credential's bound hosts, so the secret goes nowhere else.
+
+use ring::rand::SecureRandom;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// What the host trades a credential's secret for, and where it sends
+/// what it gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenExchange {
+    #[serde(flatten)]
+    pub grant: Grant,
+    /// The header the token goes in; `Authorization: Bearer` without one.
+    #[serde(default)]
+    pub header: Option<String>,
+}
+
+/// How the token is obtained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "grant", rename_all = "snake_case")]
+pub enum Grant {
+    /// OAuth 2.0 client credentials: `client_id` and the secret in the
+    /// token request's body.
+    ClientCredentials {
+        token_url: String,
+        client_id: String,
+        #[serde(default)]
+        scope: Option<String>,
+    },
+    /// OAuth 2.0 JWT bearer assertion (RFC 7523): the secret is a PKCS#8
+    /// private key (PEM) that signs the assertion.
+    JwtBearer {
+        token_url: String,
+        issuer: String,
+        /// `sub`; the issuer when unset.
+        #[serde(default)]
+        subject: Option<String>,
+        /// `aud`; the token URL when unset.
+        #[serde(default)]
+        audience: Option<String>,
+        #[serde(default)]
+        scope: Option<String>,
+        algorithm: JwtAlgorithm,
+        #[serde(default)]
+        key_id: Option<String>,
+    },
+    /// A login: a JSON body with the username and the secret as the
+    /// password, the session token read at `token_pointer` of the answer.
+    Login {
+        token_url: String,
+        username: String,
+        #[serde(default = "username_field")]
+        username_field: String,
+        #[serde(default = "password_field")]
+        password_field: String,
+        token_pointer: String,
+        /// How long a session lasts when the answer does not say
+        /// (`expires_in` beside the token).
+        #[serde(default)]
+        lifetime_secs: Option<u64>,
+    },
+}
+
+fn username_field() -> String {
+    "username".into()
+}
+
+fn password_field() -> String {
+    "password".into()
+}
+
+/// The signature of a JWT assertion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JwtAlgorithm {
+    RS256,
+    ES256,
+}
+
+/// A token the host obtained (its `Debug` shows no token).
+#[derive(Debug)]
+pub(crate) struct Obtained {
+    pub token: SecretString,
+    /// Seconds it lasts, as the endpoint said (or the recipe's lifetime).
+    pub expires_in: Option<i64>,
+}
+
+/// Why no token was obtained: safe to show (never the secret, never the
+/// endpoint's answer beyond an OAuth error code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ExchangeError(pub String);
+
+/// Sessions last this long when nothing says otherwise.
+const DEFAULT_LIFETIME_SECS: i64 = 3600;
+/// How long an assertion is valid.
+const ASSERTION_SECS: u64 = 300;
+
+impl TokenExchange {
+    pub(crate) fn token_url(&self) -> &str {
+        match &self.grant {
+            Grant::ClientCredentials { token_url, .. }
+            | Grant::JwtBearer { token_url, .. }
+            | Grant::Login { token_url, .. } => token_url,
+        }
+    }
+
+    /// Checks a recipe for a credential bound to `hosts`; the reason names
+    /// the field.
+    pub fn check(&self, hosts: &[String]) -> Result<(), String> {
+        let url = url::Url::parse(self.token_url()).map_err(|e| format!("exchange.token_url: {e}"))?;
+        if url.scheme() != "https" || url.username() != "" || url.password().is_some() {
+            return Err("exchange.token_url: an https URL without user-info".into());
+        }
+        let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(&host)) {
+            return Err(format!(
+                "exchange.token_url: {host} is not among the credential's hosts; the secret goes only to them"
+            ));
+        }
+        if let Some(h) = &self.header
+            && (h.is_empty()
+                || !h.chars().all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+                || connector_rules::headers::is_reserved(h))
+        {
+            return Err(format!("exchange.header: '{h}' cannot carry a token"));
+        }
+        if let Grant::Login { token_pointer, .. } = &self.grant
+            && !token_pointer.starts_with('/')
+        {
+            return Err("exchange.token_pointer: a JSON pointer such as /data/token".into());
+        }
+        Ok(())
+    }
+
+    /// The token request: its body and content type. `now` is Unix seconds.
+    pub(crate) fn request(&self, secret: &SecretString, now: u64) -> Result<(Vec<u8>, &'static str), ExchangeError> {
+        let form = |pairs: Vec<(&str, String)>| {
+            let body = url::form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))
+                .finish();
+            (body.into_bytes(), "application/x-www-form-urlencoded")
+        };
+        Ok(match &self.grant {
+            Grant::ClientCredentials { client_id, scope, .. } => {
+                let mut pairs = vec![
+                    ("grant_type", "client_credentials".to_owned()),
+                    ("client_id", client_id.clone()),
+                    ("client_secret", secret.expose_secret().to_owned()),
+                ];
+                if let Some(scope) = scope {
+                    pairs.push(("scope", scope.clone()));
+                }
+                form(pairs)
+            }
+            Grant::JwtBearer { token_url, issuer, subject, audience, scope, algorithm, key_id } => {
+                let mut claims = json!({
+                    "iss": issuer,
+                    "sub": subject.as_ref().unwrap_or(issuer),
+                    "aud": audience.as_ref().unwrap_or(token_url),
+                    "iat": now,
+                    "exp": now + ASSERTION_SECS,
+                    "jti": jti()?,
+                });
+                if let Some(scope) = scope {
+                    claims["scope"] = json!(scope);
+                }
+                let assertion = sign_jwt(*algorithm, key_id.as_deref(), &claims, secret)?;
+                let mut pairs = vec![
+                    ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer".to_owned()),
+                    ("assertion", assertion),
+                ];
+                if let Some(scope) = scope {
+                    pairs.push(("scope", scope.clone()));
+                }
+                form(pairs)
+            }
+            Grant::Login { username, username_field, password_field, .. } => {
+                let mut body = serde_json::Map::new();
+                body.insert(username_field.clone(), json!(username));
+                body.insert(password_field.clone(), json!(secret.expose_secret()));
+                let bytes = serde_json::to_vec(&body).unwrap_or_default();
+                if let Some(Value::String(s)) = body.get_mut(password_field) {
+                    zeroize::Zeroize::zeroize(s);
+                }
+                (bytes, "application/json")
+            }
+        })
+    }
+
+    /// The token in the endpoint's answer.
+    pub(crate) fn token(&self, status: u16, body: &[u8]) -> Result<Obtained, ExchangeError> {
+        let mut answer: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        if !(200..300).contains(&status) {
+            let code = answer["error"]
+                .as_str()
+                .filter(|e| e.len() <= 64 && e.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'))
+                .map_or_else(|| format!("HTTP {status}"), str::to_owned);
+            crate::egress::inject::zero_strings(&mut answer);
+            return Err(ExchangeError(format!("the token endpoint refused the credential ({code})")));
+        }
+        let pointer = match &self.grant {
+            Grant::Login { token_pointer, .. } => token_pointer.as_str(),
+            _ => "/access_token",
+        };
+        let token = answer.pointer(pointer).and_then(Value::as_str).filter(|t| !t.is_empty()).map(str::to_owned);
+        let expires_in =
+            answer.pointer(&format!("{}/expires_in", parent(pointer))).and_then(Value::as_i64).or(match &self.grant {
+                Grant::Login { lifetime_secs, .. } => lifetime_secs.and_then(|s| i64::try_from(s).ok()),
+                _ => None,
+            });
+        crate::egress::inject::zero_strings(&mut answer);
+        let token =
+            token.ok_or_else(|| ExchangeError(format!("the token endpoint's answer has no token at {pointer}")))?;
+        Ok(Obtained { token: SecretString::from(token), expires_in: Some(expires_in.unwrap_or(DEFAULT_LIFETIME_SECS)) })
+    }
+}
+
+/// The pointer of the object holding `pointer`'s value.
+fn parent(pointer: &str) -> &str {
+    pointer.rsplit_once('/').map_or("", |(p, _)| p)
+}
+
+fn jti() -> Result<String, ExchangeError> {
+    let mut raw = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut raw)
+        .map_err(|_| ExchangeError("no randomness for the assertion".into()))?;
+    Ok(hex::encode(raw))
+}
+
+/// A compact JWS of `claims`, signed with the PKCS#8 key in `pem`.
+fn sign_jwt(
+    algorithm: JwtAlgorithm,
+    key_id: Option<&str>,
+    claims: &Value,
+    pem: &SecretString,
+) -> Result<String, ExchangeError> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut header = json!({ "alg": format!("{algorithm:?}"), "typ": "JWT" });
+    if let Some(kid) = key_id {
+        header["kid"] = json!(kid);
+    }
+    let input = format!("{}.{}", b64.encode(header.to_string()), b64.encode(claims.to_string()));
+    let der = private_key_der(pem)?;
+    let rng = ring::rand::SystemRandom::new();
+    let unusable = || ExchangeError(format!("the credential's secret is not a PKCS#8 {algorithm:?} private key"));
+    let signature = match algorithm {
+        JwtAlgorithm::RS256 => {
+            let key = ring::rsa::KeyPair::from_pkcs8(&der).map_err(|_| unusable())?;
+            let mut out = vec![0; key.public().modulus_len()];
+            key.sign(&ring::signature::RSA_PKCS1_SHA256, &rng, input.as_bytes(), &mut out).map_err(|_| unusable())?;
+            out
+        }
+        JwtAlgorithm::ES256 => {
+            let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+                &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+                &der,
+                &rng,
+            )
+            .map_err(|_| unusable())?;
+            key.sign(&rng, input.as_bytes()).map_err(|_| unusable())?.as_ref().to_vec()
+        }
+    };
+    Ok(format!("{input}.{}", b64.encode(signature)))
+}
+
+/// The DER bytes of a `-----BEGIN PRIVATE KEY-----` block.
+fn private_key_der(pem: &SecretString) -> Result<zeroize::Zeroizing<Vec<u8>>, ExchangeError> {
+    use base64::Engine;
+    let text = pem.expose_secret();
+    let body: zeroize::Zeroizing<String> = zeroize::Zeroizing::new(
+        text.lines().filter(|l| !l.starts_with("-----")).map(str::trim).collect::<Vec<_>>().concat(),
+    );
+    if !text.contains("-----BEGIN PRIVATE KEY-----") {
+        return Err(ExchangeError(
+            "the credential's secret is not a PEM PKCS#8 private key (BEGIN PRIVATE KEY)".into(),
+        ));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(body.as_bytes())
+        .map(zeroize::Zeroizing::new)
+        .map_err(|_| ExchangeError("the credential's private key is not valid PEM".into()))
+}
+
+/// Whether `secret` can be used by `exchange` (a key that parses, for a
+/// JWT); checked when the credential is made.
+pub fn check_secret(exchange: &TokenExchange, secret: &SecretString) -> Result<(), String> {
+    if let Grant::JwtBearer { algorithm, .. } = &exchange.grant {
+        sign_jwt(*algorithm, None, &json!({}), secret).map_err(|e| e.0)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recipe(v: Value) -> TokenExchange {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn recipes_send_the_secret_only_to_a_bound_https_endpoint() {
+        let hosts = vec!["auth.example.com".to_owned()];
+        let ok = recipe(
+            json!({ "grant": "client_credentials", "token_url": "https://auth.example.com/token", "client_id": "app" }),
+        );
+        assert_eq!(ok.check(&hosts), Ok(()));
+        for bad in [
+            json!({ "grant": "client_credentials", "token_url": "https://evil.example/token", "client_id": "app" }),
+            json!({ "grant": "client_credentials", "token_url": "http://auth.example.com/token", "client_id": "app" }),
+            json!({ "grant": "login", "token_url": "https://auth.example.com/login", "username": "me", "token_pointer": "token" }),
+            json!({ "grant": "client_credentials", "token_url": "https://auth.example.com/t", "client_id": "a", "header": "Cookie" }),
+        ] {
+            assert!(recipe(bad.clone()).check(&hosts).is_err(), "{bad}");
+        }
+        assert!(serde_json::from_value::<TokenExchange>(json!({ "grant": "password", "token_url": "x" })).is_err());
+    }
+
+    #[test]
+    fn an_es256_assertion_verifies_with_the_public_key() {
+        use base64::Engine;
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 =
+            ring::signature::EcdsaKeyPair::generate_pkcs8(&ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+                .unwrap();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(pkcs8.as_ref())
+        );
+        let key = ring::signature::EcdsaKeyPair::from_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            pkcs8.as_ref(),
+            &rng,
+        )
+        .unwrap();
+        let exchange = recipe(json!({ "grant": "jwt_bearer", "token_url": "https://auth.example.com/token",
+            "issuer": "svc@example.com", "algorithm": "ES256", "scope": "read" }));
+        let (body, kind) = exchange.request(&SecretString::from(pem), 1_700_000_000).unwrap();
+        assert_eq!(kind, "application/x-www-form-urlencoded");
+        let form: std::collections::HashMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
+        assert_eq!(form["grant_type"], "urn:ietf:params:oauth:grant-type:jwt-bearer");
+        let jwt = &form["assertion"];
+        let (input, signature) = jwt.rsplit_once('.').unwrap();
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ECDSA_P256_SHA256_FIXED,
+            ring::signature::KeyPair::public_key(&key).as_ref(),
+        )
+        .verify(input.as_bytes(), &b64.decode(signature).unwrap())
+        .expect("the assertion verifies");
+        let claims: Value = serde_json::from_slice(&b64.decode(input.split('.').nth(1).unwrap()).unwrap()).unwrap();
+        assert_eq!(claims["iss"], "svc@example.com");
+        assert_eq!(claims["aud"], "https://auth.example.com/token");
+        assert_eq!(claims["exp"], 1_700_000_300);
+        assert!(check_secret(&exchange, &SecretString::from("not a key".to_owned())).is_err());
+    }
+
+    #[test]
+    fn a_login_reads_its_token_where_the_recipe_says() {
+        let exchange = recipe(json!({ "grant": "login", "token_url": "https://auth.example.com/login",
+            "username": "me", "token_pointer": "/data/token", "lifetime_secs": 600 }));
+        let (body, kind) = exchange.request(&SecretString::from("pw\"1".to_owned()), 0).unwrap();
+        assert_eq!(kind, "application/json");
+        assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({ "username": "me", "password": "pw\"1" }));
+        let got = exchange.token(200, br#"{"data":{"token":"s-1"}}"#).unwrap();
+        assert_eq!((got.token.expose_secret(), got.expires_in), ("s-1", Some(600)));
+        let got = exchange.token(200, br#"{"data":{"token":"s-2","expires_in":30}}"#).unwrap();
+        assert_eq!(got.expires_in, Some(30));
+        let refused = exchange.token(401, br#"{"error":"invalid_grant","password":"pw"}"#).unwrap_err();
+        assert!(refused.0.contains("invalid_grant") && !refused.0.contains("pw"), "{refused}");
+        assert!(exchange.token(200, br#"{"data":{}}"#).unwrap_err().0.contains("/data/token"));
+    }
+}
