@@ -51,6 +51,7 @@ pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSett
         oauth,
         limits: Default::default(),
         metrics: Default::default(),
+        secret_stores: Default::default(),
     };
     AppState::open(config).await.unwrap()
 }
