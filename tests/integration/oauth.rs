@@ -32,6 +32,9 @@ struct Auth {
     issued: AtomicUsize,
     refreshed: AtomicUsize,
     expires_in: AtomicUsize,
+    /// Whether a refresh token is spent by its use (single-use rotating
+    /// refresh tokens).
+    rotating: std::sync::atomic::AtomicBool,
     /// Requests for `/items` (the API a manifest source reads).
     items_read: AtomicUsize,
 }
@@ -66,8 +69,14 @@ fn routes(auth: Arc<Auth>) -> Router {
                     }
                     Some("refresh_token") => {
                         let rt = f.get("refresh_token").cloned().unwrap_or_default();
-                        if !a.refresh.lock().unwrap().contains(&rt) {
-                            return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "invalid_grant" }))).into_response();
+                        {
+                            let mut valid = a.refresh.lock().unwrap();
+                            if !valid.contains(&rt) {
+                                return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "invalid_grant" }))).into_response();
+                            }
+                            if a.rotating.load(Ordering::SeqCst) {
+                                valid.retain(|r| *r != rt);
+                            }
                         }
                         a.refreshed.fetch_add(1, Ordering::SeqCst);
                         axum::Json(issue(&a)).into_response()
@@ -109,6 +118,12 @@ struct OAuthServer {
 }
 
 async fn setup(backend: Backend) -> OAuthServer {
+    try_setup(backend).await.expect("a server for the backend")
+}
+
+/// [`setup`], or nothing when the backend is PostgreSQL and the tests run
+/// without it.
+async fn try_setup(backend: Backend) -> Option<OAuthServer> {
     let ca = TestCa::new();
     let auth = Arc::new(Auth { expires_in: AtomicUsize::new(3600), ..Default::default() });
     let names = ["auth.social.test", "api.social.test"];
@@ -127,10 +142,9 @@ async fn setup(backend: Backend) -> OAuthServer {
         )
         .unwrap();
     })
-    .await
-    .unwrap();
+    .await?;
     srv.load_test_plugin("test_oauth_source").await;
-    OAuthServer { srv, auth, _provider: provider }
+    Some(OAuthServer { srv, auth, _provider: provider })
 }
 
 impl OAuthServer {
@@ -168,6 +182,62 @@ impl OAuthServer {
         let ws = self.srv.workspace_id().await;
         self.srv.state.plugins.runtime().check(&plugin, &ws, &self.srv.state.egress, &config.to_string()).await
     }
+}
+
+/// Two servers on one PostgreSQL, their own vaults, caches and locks, and
+/// a provider whose refresh tokens are spent by their use: 50 checks at
+/// once, half on each server, all needing a refresh. One server refreshes;
+/// the others wait for the token it stores; nobody spends the old refresh
+/// token twice, so the grant is not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_servers_refreshing_a_rotating_refresh_token_at_once_refresh_it_once() {
+    let Some(fx) = try_setup(Backend::Postgres).await else { return };
+    fx.auth.rotating.store(true, Ordering::SeqCst);
+    // The first access token is due for a refresh as soon as it is stored.
+    fx.auth.expires_in.store(1, Ordering::SeqCst);
+    let (state, code) =
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+    let created = json_ok(fx.callback(json!({ "state": state, "code": code })).await).await;
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    fx.auth.expires_in.store(3600, Ordering::SeqCst);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = (*fx.srv.state.config).clone();
+    config.data_dir = dir.path().join("data");
+    config.plugins.plugins_dir = dir.path().join("plugins");
+    let other = service::state::AppState::open(config).await.unwrap();
+    let path = crate::support::test_plugin("test_oauth_source");
+    let bytes = std::fs::read(&path).unwrap();
+    other.plugins.load_bytes(&bytes, service::plugin::registry::PluginSource::File(path)).await.unwrap();
+
+    let ws = fx.srv.workspace_id().await;
+    let config = json!({ "credential_handle": handle }).to_string();
+    let mut checks = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let state = if i % 2 == 0 { fx.srv.state.clone() } else { other.clone() };
+        let (ws, config) = (ws.clone(), config.clone());
+        checks.spawn(async move {
+            let plugin = state.plugins.available("test_oauth_source").await.unwrap();
+            state.plugins.runtime().check(&plugin, &ws, &state.egress, &config).await
+        });
+    }
+    let mut connected = 0;
+    while let Some(done) = checks.join_next().await {
+        let result = done.unwrap().expect("the check runs");
+        assert!(result.ok, "{result:?}");
+        connected += 1;
+    }
+    assert_eq!(connected, 50);
+    assert_eq!(fx.auth.refreshed.load(Ordering::SeqCst), 1, "one refresh for both servers");
+    let read = json_ok(
+        fx.srv
+            .get(&format!("/v1/credentials/{}", created["data"]["credential_id"].as_str().unwrap()))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(read["data"]["status"], "active", "{read}");
 }
 
 async fn source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens(backend: Backend) {

@@ -274,6 +274,12 @@ impl Vault {
     }
 }
 
+/// How long a server may hold a credential's refresh lease.
+const REFRESH_LEASE_MS: i64 = 30_000;
+/// How long a server waits for another's refresh before it gives up (a
+/// transient failure: the request is tried again later).
+const REFRESH_WAIT: Duration = Duration::from_secs(35);
+
 /// Refresh an access token this long before it expires.
 const REFRESH_MARGIN_MS: i64 = 30_000;
 
@@ -527,9 +533,92 @@ impl Vault {
         Ok(token)
     }
 
-    /// Refreshes an expiring OAuth access token and re-seals the result. A
-    /// refusal marks the credential as needing re-authorisation.
+    /// Refreshes an expiring OAuth access token, one server at a time:
+    /// the one holding the credential's refresh lease reads it again (a
+    /// server may have refreshed it meanwhile) and refreshes; the others
+    /// wait for the token it stores. A provider that rotates refresh
+    /// tokens on use so sees each one once.
     async fn refresh(
+        &self,
+        row: &crate::store::credentials::SealedCredential,
+        material: SecretMaterial,
+    ) -> Result<SecretMaterial, SecretError> {
+        let r = &row.record;
+        let unavailable = |e: crate::store::StoreError| {
+            tracing::error!(error = %e, "the credential's refresh lease could not be taken");
+            SecretError::StoreUnavailable
+        };
+        let deadline = Instant::now() + REFRESH_WAIT;
+        loop {
+            let now = now_ms();
+            if self
+                .store
+                .claim_credential_refresh(&r.credential_id, now, now + REFRESH_LEASE_MS)
+                .await
+                .map_err(unavailable)?
+            {
+                let outcome = match self.newer(row, &material).await? {
+                    Some(newer) => Ok(newer),
+                    None => {
+                        let (current, current_material) = self.reread(row).await?;
+                        self.refresh_now(&current, current_material).await
+                    }
+                };
+                if let Err(e) = self.store.release_credential_refresh(&r.credential_id).await {
+                    tracing::warn!(error = %e, "the credential's refresh lease could not be given back; it lapses");
+                }
+                return outcome;
+            }
+            // Another server refreshes: use what it stores.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Some(newer) = self.newer(row, &material).await? {
+                return Ok(newer);
+            }
+            if Instant::now() > deadline {
+                return Err(SecretError::StoreUnavailable);
+            }
+        }
+    }
+
+    /// The credential as stored now, opened.
+    async fn reread(
+        &self,
+        row: &crate::store::credentials::SealedCredential,
+    ) -> Result<(crate::store::credentials::SealedCredential, SecretMaterial), SecretError> {
+        let r = &row.record;
+        let current = self
+            .store
+            .credential_by_handle(&r.workspace_id, r.credential_handle.as_str())
+            .await
+            .map_err(|_| SecretError::StoreUnavailable)?
+            .ok_or(SecretError::Unknown)?;
+        if current.record.status != CredentialStatus::Active {
+            return Err(SecretError::NotActive(current.record.status.to_string()));
+        }
+        let plaintext = self
+            .keyring
+            .open(&binding(&r.credential_id, &r.workspace_id), &current.sealed)
+            .map_err(|_| SecretError::Unopenable)?;
+        let material = SecretMaterial::from_plaintext(&plaintext).ok_or(SecretError::Unopenable)?;
+        Ok((current, material))
+    }
+
+    /// The stored material when another server refreshed since `material`
+    /// was read (another access token, not about to expire).
+    async fn newer(
+        &self,
+        row: &crate::store::credentials::SealedCredential,
+        material: &SecretMaterial,
+    ) -> Result<Option<SecretMaterial>, SecretError> {
+        let (current, current_material) = self.reread(row).await?;
+        let fresh = current.access_expires_at.is_none_or(|t| t - REFRESH_MARGIN_MS > now_ms());
+        let other = current_material.secret.expose_secret() != material.secret.expose_secret();
+        Ok((fresh && other).then_some(current_material))
+    }
+
+    /// Refreshes the token now and re-seals the result. A refusal marks
+    /// the credential as needing re-authorisation.
+    async fn refresh_now(
         &self,
         row: &crate::store::credentials::SealedCredential,
         material: SecretMaterial,

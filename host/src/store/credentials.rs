@@ -297,6 +297,34 @@ impl Store {
         Ok(())
     }
 
+    /// Takes the lease to refresh a credential's token until `until` (Unix
+    /// ms), unless another server holds it at `now`. True when taken.
+    pub(crate) async fn claim_credential_refresh(
+        &self,
+        credential_id: &str,
+        now: i64,
+        until: i64,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE credentials SET refreshing_until = $1 WHERE id = $2 AND (refreshing_until IS NULL OR refreshing_until < $3)",
+        )
+        .bind(until)
+        .bind(credential_id)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Gives the refresh lease back.
+    pub(crate) async fn release_credential_refresh(&self, credential_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE credentials SET refreshing_until = NULL WHERE id = $1")
+            .bind(credential_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
     /// Every credential with its sealed secret (for key rotation).
     pub(crate) async fn all_sealed_credentials(&self) -> StoreResult<Vec<SealedCredential>> {
         let sql = format!("SELECT {COLUMNS} FROM credentials ORDER BY id");
