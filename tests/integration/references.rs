@@ -93,27 +93,81 @@ fn provider() -> Router {
     )
 }
 
+/// AWS Secrets Manager: moto's server on loopback with authentication on
+/// (`tests/python/moto_sm.py`), the server reading with a key allowed
+/// `GetSecretValue` only.
+struct MotoSm {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    settings: service::config::secrets::AwsSmSettings,
+}
+
+impl MotoSm {
+    async fn start() -> MotoSm {
+        let mut child = tokio::process::Command::new(crate::support::test_python())
+            .arg(crate::support::python_script("moto_sm.py"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+        let line = lines.next_line().await.unwrap().expect("moto_sm.py printed nothing");
+        let started: Value = serde_json::from_str(&line).unwrap();
+        let settings = service::config::secrets::AwsSmSettings {
+            endpoint: url::Url::parse(&format!("http://127.0.0.1:{}/", started["port"])).unwrap(),
+            region: "us-east-1".into(),
+            access_key_id: started["access_key_id"].as_str().unwrap().to_owned(),
+            secret_access_key: started["secret_access_key"].as_str().unwrap().to_owned().into(),
+        };
+        MotoSm { child, lines, settings }
+    }
+
+    /// Writes `value` as the current value of the secret `name`.
+    async fn put(&mut self, name: &str, value: &str) {
+        use tokio::io::AsyncWriteExt;
+        let line = format!("{}\n", json!({ "name": name, "value": value }));
+        self.child.stdin.as_mut().unwrap().write_all(line.as_bytes()).await.unwrap();
+        assert_eq!(self.lines.next_line().await.unwrap().as_deref(), Some("ok"));
+    }
+}
+
+/// The operator's store a fixture runs.
+enum Store {
+    OpenBao(OpenBao),
+    Aws(Box<MotoSm>),
+}
+
 struct Fixture {
     srv: TestServer,
-    bao: OpenBao,
+    store: Store,
     plugin: Arc<LoadedPlugin>,
     workspace_id: String,
     _provider: FakeProvider,
 }
 
 async fn fixture(ttl_secs: u64) -> Fixture {
-    let bao = OpenBao::start().await;
+    fixture_with(Store::OpenBao(OpenBao::start().await), ttl_secs).await
+}
+
+async fn fixture_with(store: Store, ttl_secs: u64) -> Fixture {
     let ca = TestCa::new();
     let provider = FakeProvider::start(&ca, &[HOST], provider()).await;
     let trust = Trust::new(&ca).serving(&provider, &[HOST]);
-    let (address, root) = (bao.address.clone(), bao.root.clone());
+    let mut stores =
+        service::config::secrets::SecretStoreSettings { ttl: Duration::from_secs(ttl_secs), ..Default::default() };
+    match &store {
+        Store::OpenBao(bao) => {
+            stores.vault = Some(service::config::secrets::VaultSettings {
+                address: url::Url::parse(&format!("{}/", bao.address)).unwrap(),
+                login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
+            });
+        }
+        Store::Aws(moto) => stores.aws_sm = Some(moto.settings.clone()),
+    }
     let srv = TestServer::start_with(Backend::Sqlite, move |c| {
         c.plugins.egress = trust.policy();
-        c.secret_stores.vault = Some(service::config::secrets::VaultSettings {
-            address: url::Url::parse(&format!("{address}/")).unwrap(),
-            login: service::config::secrets::VaultLogin::Token(root.into()),
-        });
-        c.secret_stores.ttl = Duration::from_secs(ttl_secs);
+        c.secret_stores = stores;
     })
     .await
     .unwrap();
@@ -122,10 +176,17 @@ async fn fixture(ttl_secs: u64) -> Fixture {
     let id = srv.state.plugins.load_bytes(&bytes, PluginSource::File(path)).await.unwrap();
     let plugin = srv.state.plugins.available(&id).await.unwrap();
     let workspace_id = srv.workspace_id().await;
-    Fixture { srv, bao, plugin, workspace_id, _provider: provider }
+    Fixture { srv, store, plugin, workspace_id, _provider: provider }
 }
 
 impl Fixture {
+    fn bao(&mut self) -> &mut OpenBao {
+        match &mut self.store {
+            Store::OpenBao(bao) => bao,
+            Store::Aws(_) => panic!("this fixture runs AWS Secrets Manager"),
+        }
+    }
+
     async fn create(&self, reference: &str) -> reqwest::Response {
         self.srv
             .post(
@@ -164,7 +225,7 @@ async fn a_referenced_secret_is_read_at_egress_rotates_within_the_ttl_and_is_nev
         format!("canary-two-{}", uuid::Uuid::new_v4().simple()),
     );
     let path = format!("workspaces/{}/crm", f.workspace_id);
-    f.bao.put(&path, json!({ "api_key": first, "other": "unrelated-value" })).await;
+    f.bao().put(&path, json!({ "api_key": first, "other": "unrelated-value" })).await;
     let reference = format!("vault://secret/{path}#api_key");
     let created = json_ok(f.create(&reference).await).await;
     assert_eq!(created["data"]["metadata"]["secret_reference"], reference, "{created}");
@@ -179,7 +240,7 @@ async fn a_referenced_secret_is_read_at_egress_rotates_within_the_ttl_and_is_nev
     // A rotation in the store reaches requests once the TTL (1 s) and the
     // egress's own reuse (2 s) have passed; the plugin sees the new value
     // scrubbed as well.
-    f.bao.put(&path, json!({ "api_key": second })).await;
+    f.bao().put(&path, json!({ "api_key": second })).await;
     tokio::time::sleep(Duration::from_millis(3_200)).await;
     let v = f.whoami(&handle).await;
     assert_eq!(v["ok"]["status"], 200, "{v}");
@@ -189,7 +250,7 @@ async fn a_referenced_secret_is_read_at_egress_rotates_within_the_ttl_and_is_nev
 
     // The store down: past the TTL the request fails by name, and no old
     // value is used instead.
-    f.bao.stop();
+    f.bao().stop();
     tokio::time::sleep(Duration::from_millis(3_200)).await;
     let v = f.whoami(&handle).await;
     assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
@@ -216,11 +277,12 @@ async fn a_referenced_secret_is_read_at_egress_rotates_within_the_ttl_and_is_nev
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn references_to_what_the_workspace_may_not_name_are_refused_when_made() {
-    let f = fixture(60).await;
+    let mut f = fixture(60).await;
     let (other_ws, other_admin) = f.srv.other_workspace().await;
     let theirs = format!("theirs-{}", uuid::Uuid::new_v4().simple());
-    f.bao.put(&format!("workspaces/{other_ws}/crm"), json!({ "api_key": theirs })).await;
-    f.bao.put(&format!("workspaces/{}/short", f.workspace_id), json!({ "api_key": "short" })).await;
+    f.bao().put(&format!("workspaces/{other_ws}/crm"), json!({ "api_key": theirs })).await;
+    let short = format!("workspaces/{}/short", f.workspace_id);
+    f.bao().put(&short, json!({ "api_key": "short" })).await;
     // Another workspace's path, the store's root, a path or key that does
     // not exist, a value that cannot be a header, a store not configured,
     // the server's own environment: each a 400 naming the reference.
@@ -232,7 +294,8 @@ async fn references_to_what_the_workspace_may_not_name_are_refused_when_made() {
         (format!("vault://secret/workspaces/{}/short#api_key", f.workspace_id), "does not fit"),
         ("env://SERVICE_MASTER_KEY".to_owned(), "no env secret store"),
         ("file:///etc/passwd".to_owned(), "no file secret store"),
-        ("aws-sm://crm#api_key".to_owned(), "is vault://"),
+        ("aws-sm://crm#api_key".to_owned(), "no aws-sm secret store"),
+        ("s3://crm#api_key".to_owned(), "is vault://"),
     ] {
         let e = expect_error(f.create(&reference).await, 400, "VALIDATION_FAILED").await;
         let text = e.to_string();
@@ -287,4 +350,46 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_aws_secrets_manager_is_read_with_a_signed_request_and_rotates() {
+    let mut f = fixture_with(Store::Aws(Box::new(MotoSm::start().await)), 1).await;
+    let (first, second) =
+        (format!("aws-one-{}", uuid::Uuid::new_v4().simple()), format!("aws-two-{}", uuid::Uuid::new_v4().simple()));
+    let name = format!("workspaces/{}/crm", f.workspace_id);
+    let Store::Aws(moto) = &mut f.store else { unreachable!() };
+    moto.put(&name, &json!({ "api_key": first }).to_string()).await;
+    moto.put("workspaces/ws_someone_else/crm", &json!({ "api_key": "theirs-0123456789" }).to_string()).await;
+    let reference = format!("aws-sm://{name}#api_key");
+    let created = json_ok(f.create(&reference).await).await;
+    let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
+    let v = f.whoami(&handle).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert_eq!(serde_json::from_str::<Value>(v["ok"]["body"].as_str().unwrap()).unwrap()["key"], "[REDACTED]");
+    assert!(!v.to_string().contains(&first), "{v}");
+
+    let Store::Aws(moto) = &mut f.store else { unreachable!() };
+    moto.put(&name, &json!({ "api_key": second }).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let v = f.whoami(&handle).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert!(!v.to_string().contains(&second) && v.to_string().contains("[REDACTED]"), "{v}");
+
+    // Another workspace's name, a name or key that does not exist: 400.
+    for (reference, says) in [
+        ("aws-sm://workspaces/ws_someone_else/crm#api_key".to_owned(), "does not allow"),
+        (format!("aws-sm://workspaces/{}/missing#api_key", f.workspace_id), "does not exist"),
+        (format!("{reference}x"), "does not exist"),
+    ] {
+        let e = expect_error(f.create(&reference).await, 400, "VALIDATION_FAILED").await;
+        assert!(e.to_string().contains(says), "{reference}: {e}");
+        assert!(!e.to_string().contains("theirs-0123456789"), "{e}");
+    }
+    for entry in walk(f.srv.state.config.data_dir.as_path()) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        for canary in [&first, &second] {
+            assert!(memchr::memmem::find(&bytes, canary.as_bytes()).is_none(), "{} holds a value", entry.display());
+        }
+    }
 }

@@ -27,6 +27,21 @@ pub struct SecretStoreArgs {
     /// ... and its secret id.
     #[arg(long, env = "SERVICE_VAULT_SECRET_ID", hide_env_values = true, value_parser = super::secret)]
     pub vault_secret_id: Option<SecretString>,
+    /// An AWS Secrets Manager endpoint credentials may name secrets in
+    /// (`aws-sm://workspaces/WORKSPACE/NAME#KEY`), e.g.
+    /// `https://secretsmanager.eu-west-1.amazonaws.com` (plain `http` only
+    /// on loopback).
+    #[arg(long, env = "SERVICE_AWS_SM_ENDPOINT")]
+    pub aws_sm_endpoint: Option<Url>,
+    /// Its region.
+    #[arg(long, env = "SERVICE_AWS_SM_REGION", default_value = "us-east-1")]
+    pub aws_sm_region: String,
+    /// The server's access key there: its id ...
+    #[arg(long, env = "SERVICE_AWS_SM_ACCESS_KEY_ID")]
+    pub aws_sm_access_key_id: Option<String>,
+    /// ... and its secret.
+    #[arg(long, env = "SERVICE_AWS_SM_SECRET_ACCESS_KEY", hide_env_values = true, value_parser = super::secret)]
+    pub aws_sm_secret_access_key: Option<SecretString>,
     /// Environment variables credentials may name (`env://NAME`),
     /// comma-separated names or prefixes ending in `*`; every workspace
     /// may name them. The server's own `SERVICE_*` never.
@@ -47,6 +62,8 @@ pub struct SecretStoreArgs {
 pub struct SecretStoreSettings {
     /// An OpenBao or Vault server.
     pub vault: Option<VaultSettings>,
+    /// An AWS Secrets Manager endpoint.
+    pub aws_sm: Option<AwsSmSettings>,
     /// Environment variables references may name: names, or prefixes
     /// ending in `*`.
     pub env_allow: Vec<String>,
@@ -60,7 +77,13 @@ pub struct SecretStoreSettings {
 impl Default for SecretStoreSettings {
     /// No store: every reference is refused.
     fn default() -> Self {
-        SecretStoreSettings { vault: None, env_allow: Vec::new(), file_dir: None, ttl: Duration::from_secs(60) }
+        SecretStoreSettings {
+            vault: None,
+            aws_sm: None,
+            env_allow: Vec::new(),
+            file_dir: None,
+            ttl: Duration::from_secs(60),
+        }
     }
 }
 
@@ -70,6 +93,26 @@ pub struct VaultSettings {
     /// `http(s)://host:port`, the API under `/v1/`.
     pub address: Url,
     pub login: VaultLogin,
+}
+
+/// How the server reaches AWS Secrets Manager.
+#[derive(Debug, Clone)]
+pub struct AwsSmSettings {
+    pub endpoint: Url,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: SecretString,
+}
+
+/// Whether `url` is https, or http on a loopback address.
+fn https_or_loopback(url: &Url) -> bool {
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    };
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
 }
 
 /// The server's own identity at the store.
@@ -86,13 +129,7 @@ impl SecretStoreArgs {
         let vault = match &self.vault_addr {
             None => None,
             Some(address) => {
-                let loopback = match address.host() {
-                    Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                    Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                    Some(url::Host::Domain(d)) => d == "localhost",
-                    None => false,
-                };
-                if !(address.scheme() == "https" || (address.scheme() == "http" && loopback)) {
+                if !https_or_loopback(address) {
                     return Err(ConfigError::new(
                         "SERVICE_VAULT_ADDR",
                         "must be an https:// URL (http:// only on a loopback address)",
@@ -118,6 +155,27 @@ impl SecretStoreArgs {
                 Some(VaultSettings { address, login })
             }
         };
+        let aws_sm = match (&self.aws_sm_endpoint, &self.aws_sm_access_key_id, &self.aws_sm_secret_access_key) {
+            (None, _, _) => None,
+            (Some(endpoint), Some(id), Some(secret)) if https_or_loopback(endpoint) => Some(AwsSmSettings {
+                endpoint: endpoint.clone(),
+                region: self.aws_sm_region.clone(),
+                access_key_id: id.clone(),
+                secret_access_key: secret.clone(),
+            }),
+            (Some(_), Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "SERVICE_AWS_SM_ENDPOINT",
+                    "must be an https:// URL (http:// only on a loopback address)",
+                ));
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    "SERVICE_AWS_SM_ACCESS_KEY_ID",
+                    "with SERVICE_AWS_SM_ENDPOINT, set SERVICE_AWS_SM_ACCESS_KEY_ID and SERVICE_AWS_SM_SECRET_ACCESS_KEY",
+                ));
+            }
+        };
         let env_allow: Vec<String> =
             self.secret_env_allow.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned).collect();
         if let Some(bad) = env_allow.iter().find(|n| n.starts_with("SERVICE_") || *n == "*") {
@@ -128,6 +186,7 @@ impl SecretStoreArgs {
         }
         Ok(SecretStoreSettings {
             vault,
+            aws_sm,
             env_allow,
             file_dir: self.secret_file_dir.clone(),
             ttl: Duration::from_secs(self.secret_reference_ttl_secs),

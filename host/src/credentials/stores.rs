@@ -1,13 +1,14 @@
 //! Secrets that stay in the operator's own store: a credential may hold a
-//! reference (`vault://mount/path#key`, `env://NAME`,
+//! reference (`vault://mount/path#key`, `aws-sm://name#key`, `env://NAME`,
 //! `file:///run/secrets/name`) instead of a sealed value. The host reads
 //! the value when a request needs it, keeps it for a short while in
 //! memory only, and never writes it anywhere.
 //!
 //! Which stores exist is the operator's setting ([`SecretStoreSettings`]):
 //! an OpenBao or HashiCorp Vault server (KV version 2, the server's own
-//! token or AppRole login), environment variables the operator lists, files
-//! under one directory. A reference to anything else is refused when the
+//! token or AppRole login), AWS Secrets Manager (the server's access key,
+//! requests signed with SigV4), environment variables the operator lists,
+//! files under one directory. A reference to anything else is refused when the
 //! credential is made, so an editor cannot point a credential at the
 //! server's own environment (its master key) or files.
 //!
@@ -25,7 +26,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use url::Url;
 
-pub use crate::config::secrets::{SecretStoreSettings, VaultLogin, VaultSettings};
+pub use crate::config::secrets::{AwsSmSettings, SecretStoreSettings, VaultLogin, VaultSettings};
 use crate::egress::inject::zero_strings;
 use crate::egress::{SecretError, WithoutUrlRef};
 
@@ -34,6 +35,9 @@ use crate::egress::{SecretError, WithoutUrlRef};
 pub(crate) enum Reference {
     /// A key of a KV version 2 secret: `vault://MOUNT/PATH#KEY`.
     Vault { mount: String, path: String, key: String },
+    /// A secret of AWS Secrets Manager, or one key of its JSON:
+    /// `aws-sm://NAME#KEY`.
+    AwsSm { name: String, key: Option<String> },
     /// An environment variable of the server: `env://NAME`.
     Env(String),
     /// A file's contents, trailing newline dropped: `file:///ABSOLUTE/PATH`.
@@ -44,9 +48,7 @@ pub(crate) enum Reference {
 /// the reference, never a value or the store's answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ReferenceError {
-    #[error(
-        "{0}: a secret reference is vault://MOUNT/PATH#KEY, env://NAME or file:///PATH (aws-sm:// is not supported)"
-    )]
+    #[error("{0}: a secret reference is vault://MOUNT/PATH#KEY, aws-sm://NAME#KEY, env://NAME or file:///PATH")]
     Malformed(String),
     #[error("this server has no {0} secret store configured")]
     NotConfigured(&'static str),
@@ -73,6 +75,22 @@ impl Reference {
             }
             return Ok(Reference::Vault { mount: mount.into(), path: path.into(), key: key.into() });
         }
+        if let Some(rest) = text.strip_prefix("aws-sm://") {
+            let (name, key) = match rest.split_once('#') {
+                Some((name, key)) if !key.is_empty() => (name, Some(key.to_owned())),
+                Some(_) => return Err(malformed()),
+                None => (rest, None),
+            };
+            // Secrets Manager's own rule for names, and no `..`.
+            if name.is_empty()
+                || name.len() > 512
+                || name.contains("..")
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "/_+=.@-".contains(c))
+            {
+                return Err(malformed());
+            }
+            return Ok(Reference::AwsSm { name: name.into(), key });
+        }
         if let Some(name) = text.strip_prefix("env://") {
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(malformed());
@@ -94,6 +112,8 @@ impl Reference {
     pub(crate) fn text(&self) -> String {
         match self {
             Reference::Vault { mount, path, key } => format!("vault://{mount}/{path}#{key}"),
+            Reference::AwsSm { name, key: Some(key) } => format!("aws-sm://{name}#{key}"),
+            Reference::AwsSm { name, key: None } => format!("aws-sm://{name}"),
             Reference::Env(name) => format!("env://{name}"),
             Reference::File(path) => format!("file://{}", path.display()),
         }
@@ -104,7 +124,7 @@ impl Reference {
 /// read and the store's login token.
 pub struct SecretStores {
     settings: SecretStoreSettings,
-    /// The client for OpenBao or Vault, when one is configured.
+    /// The client for OpenBao, Vault or AWS, when one is configured.
     client: Option<reqwest::Client>,
     read: Mutex<HashMap<String, (SecretString, Instant)>>,
     vault_token: tokio::sync::Mutex<Option<SecretString>>,
@@ -115,9 +135,9 @@ const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SecretStores {
     pub fn new(settings: SecretStoreSettings) -> anyhow::Result<Self> {
-        let client = match &settings.vault {
-            None => None,
-            Some(_) => {
+        let client = match (&settings.vault, &settings.aws_sm) {
+            (None, None) => None,
+            _ => {
                 // The process's TLS provider, when nothing installed one yet.
                 let _ = rustls::crypto::ring::default_provider().install_default();
                 Some(
@@ -157,6 +177,20 @@ impl SecretStores {
                 } else {
                     Err(ReferenceError::NotAllowed(format!(
                         "{mount}/{path}: this workspace's secrets are under {mount}/workspaces/{workspace_id}/"
+                    )))
+                }
+            }
+            Reference::AwsSm { .. } if self.settings.aws_sm.is_none() => Err(ReferenceError::NotConfigured("aws-sm")),
+            Reference::AwsSm { name, .. } => {
+                if name
+                    .strip_prefix("workspaces/")
+                    .and_then(|p| p.strip_prefix(workspace_id))
+                    .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
+                {
+                    Ok(())
+                } else {
+                    Err(ReferenceError::NotAllowed(format!(
+                        "{name}: this workspace's secrets are named workspaces/{workspace_id}/…"
                     )))
                 }
             }
@@ -225,6 +259,7 @@ impl SecretStores {
                 SecretString::from(value.to_owned())
             }
             Reference::Vault { mount, path, key } => self.vault_read(reference, mount, path, key).await?,
+            Reference::AwsSm { name, key } => self.aws_sm_read(reference, name, key.as_deref()).await?,
         };
         let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
         read.insert(key, (value.clone(), Instant::now()));
@@ -276,6 +311,70 @@ impl SecretStores {
             return value.filter(|v| !v.expose_secret().is_empty()).ok_or_else(|| missing(reference));
         }
         Err(SecretError::SecretStoreUnavailable("vault"))
+    }
+
+    /// A secret of AWS Secrets Manager (`GetSecretValue`), or one key of
+    /// its JSON, with a request signed by the server's access key.
+    async fn aws_sm_read(
+        &self,
+        reference: &Reference,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<SecretString, SecretError> {
+        use crate::egress::sigv4::{self, AccessKey};
+        let (Some(aws), Some(client)) = (self.settings.aws_sm.as_ref(), self.client.as_ref()) else {
+            return Err(SecretError::SecretStoreUnavailable("aws-sm"));
+        };
+        let body = serde_json::to_vec(&serde_json::json!({ "SecretId": name })).unwrap_or_default();
+        let access = AccessKey {
+            access_key_id: aws.access_key_id.clone(),
+            secret_access_key: aws.secret_access_key.clone(),
+            region: aws.region.clone(),
+            service: "secretsmanager",
+        };
+        let (content_type, target) = ("application/x-amz-json-1.1", "secretsmanager.GetSecretValue");
+        let signed = sigv4::sign(
+            &access,
+            "POST",
+            &aws.endpoint,
+            &[("content-type", content_type), ("x-amz-target", target)],
+            &sigv4::payload_sha256(&body),
+            chrono::Utc::now(),
+        );
+        let mut request =
+            client.post(aws.endpoint.clone()).header("content-type", content_type).header("x-amz-target", target);
+        for (header, value) in signed {
+            request = request.header(header, value);
+        }
+        let answer = request.body(body).send().await.map_err(|e| unavailable("aws-sm", &e))?;
+        let status = answer.status().as_u16();
+        let mut body: Value = answer.json().await.map_err(|e| unavailable("aws-sm", &e))?;
+        if status != 200 {
+            let kind = body["__type"].as_str().unwrap_or_default().rsplit('#').next().unwrap_or_default().to_owned();
+            zero_strings(&mut body);
+            tracing::warn!(status, kind = %kind, store = "aws-sm", "the secret store refused a read");
+            return Err(match kind.as_str() {
+                "ResourceNotFoundException" => missing(reference),
+                "AccessDeniedException" | "UnrecognizedClientException" | "InvalidSignatureException" => {
+                    SecretError::Reference("the secret store refused the server's access key for this secret".into())
+                }
+                _ => SecretError::SecretStoreUnavailable("aws-sm"),
+            });
+        }
+        let whole = body["SecretString"].as_str().map(str::to_owned);
+        zero_strings(&mut body);
+        let mut whole = whole.ok_or_else(|| missing(reference))?;
+        let value = match key {
+            None => Some(whole.clone()),
+            Some(key) => {
+                let mut json: Value = serde_json::from_str(&whole).unwrap_or_default();
+                let value = json[key].as_str().map(str::to_owned);
+                zero_strings(&mut json);
+                value
+            }
+        };
+        zeroize::Zeroize::zeroize(&mut whole);
+        value.filter(|v| !v.is_empty()).map(SecretString::from).ok_or_else(|| missing(reference))
     }
 
     /// The token the server reads with: the configured one, or an AppRole
@@ -344,7 +443,13 @@ mod tests {
 
     #[test]
     fn references_parse_and_read_back() {
-        for text in ["vault://secret/apps/crm#api_key", "env://CRM_KEY", "file:///run/secrets/crm"] {
+        for text in [
+            "vault://secret/apps/crm#api_key",
+            "aws-sm://workspaces/ws_a/crm#api_key",
+            "aws-sm://plain-name",
+            "env://CRM_KEY",
+            "file:///run/secrets/crm",
+        ] {
             assert_eq!(Reference::parse(text).unwrap().text(), text);
         }
         for bad in [
@@ -355,7 +460,8 @@ mod tests {
             "env://",
             "file://host/x",
             "file:///x?y",
-            "aws-sm://name#key",
+            "aws-sm://a/../b#key",
+            "aws-sm://name#",
             "https://x",
         ] {
             assert!(matches!(Reference::parse(bad), Err(ReferenceError::Malformed(_))), "{bad}");
@@ -366,10 +472,9 @@ mod tests {
     fn only_what_the_operator_lists_is_allowed() {
         let dir = tempfile::tempdir().unwrap();
         let stores = SecretStores::new(SecretStoreSettings {
-            vault: None,
             env_allow: vec!["CRM_KEY".into(), "APP_*".into(), "SERVICE_*".into()],
             file_dir: Some(dir.path().to_owned()),
-            ttl: Duration::from_secs(60),
+            ..Default::default()
         })
         .unwrap();
         let allows = |text: &str| stores.allows("ws_a", &Reference::parse(text).unwrap());

@@ -41,7 +41,8 @@
 //! connectors' SDK reads it: the shared `service-connector-rules` crate),
 //! [`inject`] (a secret into a query parameter or a body field of the
 //! request sent), [`signing`] (a signature of the request sent, computed
-//! with a secret that is itself sent nowhere), [`reach`] (where the host may connect for a tenant: the one address
+//! with a secret that is itself sent nowhere), [`sigv4`] (AWS Signature
+//! Version 4, for object stores and AWS Secrets Manager), [`reach`] (where the host may connect for a tenant: the one address
 //! policy and pinned client of every reach, providers, receivers and
 //! warehouses), [`receiver`] (the URL of a receiver the host posts to for
 //! a workspace), [`tape`] (recording and replay).
@@ -52,6 +53,7 @@ pub(crate) mod inject;
 pub(crate) mod reach;
 pub(crate) mod receiver;
 pub mod signing;
+pub(crate) mod sigv4;
 pub(crate) mod tape;
 
 use std::net::IpAddr;

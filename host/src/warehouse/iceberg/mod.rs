@@ -25,8 +25,8 @@
 //!   evolution;
 //! - [`writer`]: the [`IcebergWriter`] of one job;
 //! - [`s3`]: warehouses in an S3-compatible object store, reached through
-//!   the egress's pinned client for warehouses;
-//! - [`sigv4`]: the AWS request signing of those requests;
+//!   the egress's pinned client for warehouses and signed by
+//!   `egress::sigv4`;
 //! - [`orphans`]: files no table refers to, listed and removed.
 
 pub(crate) mod batch;
@@ -36,7 +36,6 @@ pub(crate) mod open;
 pub(crate) mod orphans;
 pub mod s3;
 pub(crate) mod schema;
-pub(crate) mod sigv4;
 pub(crate) mod writer;
 
 pub(crate) use open::open;

@@ -44,9 +44,9 @@ use iceberg::{Error, ErrorKind, Result};
 use secrecy::SecretString;
 use url::Url;
 
-use super::sigv4::{self, AccessKey};
 use crate::config::warehouse::ObjectReadLimits;
 use crate::egress::reach::{PinnedClient, Rules};
+use crate::egress::sigv4::{self, AccessKey};
 use crate::warehouse::postgres::WarehousePolicy;
 use crate::warehouse::{WriteError, unreachable};
 

@@ -1,7 +1,8 @@
 //! AWS Signature Version 4, for the requests the host makes to an
-//! S3-compatible store with a workspace's access key: the secret key never
-//! leaves the host, not even in the request, which carries only a
-//! signature over its method, path, query, chosen headers and body hash.
+//! S3-compatible store with a workspace's access key, and to AWS Secrets
+//! Manager with the operator's: the secret key never leaves the host, not
+//! even in the request, which carries only a signature over its method,
+//! path, query, chosen headers and body hash.
 //!
 //! What is signed, as AWS specifies it for S3: the method; the path as
 //! sent (already encoded, never encoded twice); the query parameters
@@ -21,7 +22,7 @@ pub(crate) struct AccessKey {
     pub access_key_id: String,
     pub secret_access_key: SecretString,
     pub region: String,
-    /// `s3` for object stores.
+    /// `s3` for object stores, `secretsmanager` for AWS Secrets Manager.
     pub service: &'static str,
 }
 
