@@ -167,33 +167,15 @@ impl SecretStores {
     pub(crate) fn allows(&self, workspace_id: &str, reference: &Reference) -> Result<(), ReferenceError> {
         match reference {
             Reference::Vault { .. } if self.settings.vault.is_none() => Err(ReferenceError::NotConfigured("vault")),
-            Reference::Vault { mount, path, .. } => {
-                if path
-                    .strip_prefix("workspaces/")
-                    .and_then(|p| p.strip_prefix(workspace_id))
-                    .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
-                {
-                    Ok(())
-                } else {
-                    Err(ReferenceError::NotAllowed(format!(
-                        "{mount}/{path}: this workspace's secrets are under {mount}/workspaces/{workspace_id}/"
-                    )))
-                }
-            }
+            Reference::Vault { path, .. } if workspaces_own(workspace_id, path) => Ok(()),
+            Reference::Vault { mount, path, .. } => Err(ReferenceError::NotAllowed(format!(
+                "{mount}/{path}: this workspace's secrets are under {mount}/workspaces/{workspace_id}/"
+            ))),
             Reference::AwsSm { .. } if self.settings.aws_sm.is_none() => Err(ReferenceError::NotConfigured("aws-sm")),
-            Reference::AwsSm { name, .. } => {
-                if name
-                    .strip_prefix("workspaces/")
-                    .and_then(|p| p.strip_prefix(workspace_id))
-                    .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
-                {
-                    Ok(())
-                } else {
-                    Err(ReferenceError::NotAllowed(format!(
-                        "{name}: this workspace's secrets are named workspaces/{workspace_id}/…"
-                    )))
-                }
-            }
+            Reference::AwsSm { name, .. } if workspaces_own(workspace_id, name) => Ok(()),
+            Reference::AwsSm { name, .. } => Err(ReferenceError::NotAllowed(format!(
+                "{name}: this workspace's secrets are named workspaces/{workspace_id}/…"
+            ))),
             Reference::Env(name) => {
                 let listed = self.settings.env_allow.iter().any(|allowed| match allowed.strip_suffix('*') {
                     Some(prefix) => name.starts_with(prefix),
@@ -412,6 +394,14 @@ impl SecretStores {
         *cached = Some(token.clone());
         Ok(token)
     }
+}
+
+/// Whether a store path or secret name lies below
+/// `workspaces/<workspace_id>/`.
+fn workspaces_own(workspace_id: &str, name: &str) -> bool {
+    name.strip_prefix("workspaces/")
+        .and_then(|p| p.strip_prefix(workspace_id))
+        .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1)
 }
 
 fn missing(reference: &Reference) -> SecretError {
