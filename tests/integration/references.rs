@@ -32,6 +32,7 @@ struct OpenBao {
 
 impl OpenBao {
     async fn start() -> OpenBao {
+        crate::support::init_crypto();
         let python = crate::support::test_python();
         let bao = python.with_file_name("bao");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
