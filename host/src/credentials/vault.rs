@@ -195,9 +195,10 @@ pub struct Vault {
     /// Tokens obtained for credentials traded first, by credential id,
     /// with when they expire (Unix ms).
     exchanged: Arc<Mutex<HashMap<String, (SecretString, i64)>>>,
-    /// One token request at a time, so requests that all find no token
-    /// make one.
-    exchanging: Arc<tokio::sync::Mutex<()>>,
+    /// One token request at a time per credential, so requests that all
+    /// find no token make one (and a slow token endpoint holds up only
+    /// its own credential).
+    exchanging: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 /// A credential's token is renewed on a provider's word at most this often:
@@ -274,11 +275,13 @@ impl Vault {
     }
 }
 
-/// How long a server may hold a credential's refresh lease.
-const REFRESH_LEASE_MS: i64 = 30_000;
+/// How long a server may hold a credential's refresh lease: beyond the
+/// token request's own timeout (30 s) and the reads around it, so a lease
+/// never lapses while its refresh may still be under way.
+const REFRESH_LEASE_MS: i64 = 90_000;
 /// How long a server waits for another's refresh before it gives up (a
 /// transient failure: the request is tried again later).
-const REFRESH_WAIT: Duration = Duration::from_secs(35);
+const REFRESH_WAIT: Duration = Duration::from_secs(100);
 
 /// Refresh an access token this long before it expires.
 const REFRESH_MARGIN_MS: i64 = 30_000;
@@ -382,6 +385,8 @@ impl Vault {
         let handle = row.record.credential_handle.as_str().to_owned();
         let mut cache = self.revealed.0.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|(ws, _, h, _), _| !(ws == workspace_id && *h == handle));
+        drop(cache);
+        self.exchanged.lock().unwrap_or_else(|p| p.into_inner()).remove(credential_id);
         Ok(revoked)
     }
 
@@ -517,7 +522,12 @@ impl Vault {
         if let Some(token) = current(now_ms()) {
             return Ok(token);
         }
-        let _one_at_a_time = self.exchanging.lock().await;
+        let lock = {
+            let mut locks = self.exchanging.lock().unwrap_or_else(|p| p.into_inner());
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+            locks.entry(record.credential_id.clone()).or_default().clone()
+        };
+        let _one_at_a_time = lock.lock().await;
         if let Some(token) = current(now_ms()) {
             return Ok(token);
         }
@@ -551,20 +561,21 @@ impl Vault {
         let deadline = Instant::now() + REFRESH_WAIT;
         loop {
             let now = now_ms();
-            if self
-                .store
-                .claim_credential_refresh(&r.credential_id, now, now + REFRESH_LEASE_MS)
-                .await
-                .map_err(unavailable)?
-            {
-                let outcome = match self.newer(row, &material).await? {
-                    Some(newer) => Ok(newer),
-                    None => {
-                        let (current, current_material) = self.reread(row).await?;
-                        self.refresh_now(&current, current_material).await
+            // The lease's end, made unique by a random part, is the
+            // holder's mark: only the holder gives it back.
+            let until = now + REFRESH_LEASE_MS + i64::from(rand::random::<u16>());
+            if self.store.claim_credential_refresh(&r.credential_id, now, until).await.map_err(unavailable)? {
+                let outcome = async {
+                    match self.newer(row, &material).await? {
+                        Some(newer) => Ok(newer),
+                        None => {
+                            let (current, current_material) = self.reread(row).await?;
+                            self.refresh_now(&current, current_material).await
+                        }
                     }
-                };
-                if let Err(e) = self.store.release_credential_refresh(&r.credential_id).await {
+                }
+                .await;
+                if let Err(e) = self.store.release_credential_refresh(&r.credential_id, until).await {
                     tracing::warn!(error = %e, "the credential's refresh lease could not be given back; it lapses");
                 }
                 return outcome;

@@ -316,10 +316,12 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Gives the refresh lease back.
-    pub(crate) async fn release_credential_refresh(&self, credential_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE credentials SET refreshing_until = NULL WHERE id = $1")
+    /// Gives back the refresh lease taken until `until` (a lease another
+    /// server took since stays its own).
+    pub(crate) async fn release_credential_refresh(&self, credential_id: &str, until: i64) -> StoreResult<()> {
+        sqlx::query("UPDATE credentials SET refreshing_until = NULL WHERE id = $1 AND refreshing_until = $2")
             .bind(credential_id)
+            .bind(until)
             .execute(self.pool())
             .await?;
         Ok(())
