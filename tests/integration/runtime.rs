@@ -1009,6 +1009,15 @@ async fn a_query_credential_is_set_by_the_host_and_every_link_handed_back_is_red
     assert_eq!(v["ok"]["status"], 200, "{v}");
     assert!(heard_with(&canary).iter().all(|l| l.starts_with("echo.provider.test ")), "{:?}", heard_with(&canary));
 
+    // Nor stand its own value beside the host's in a spelling servers
+    // read as the same parameter.
+    let before = heard_with(&canary).len();
+    for url in ["https://echo.provider.test/keyed?API_KEY=mine", "https://echo.provider.test/keyed?q=1;api_key=mine"] {
+        let v = f.egress(json!({ "url": url, "credential": credential })).await;
+        assert!(denied_rule(&v).contains("names query parameter api_key another way"), "{url}: {v}");
+    }
+    assert_eq!(heard_with(&canary).len(), before, "nothing went out");
+
     // The plugin cannot move the key: not to another parameter, not to a
     // header, not to the bearer token.
     for placement in [json!({ "query": "token" }), json!({ "header": "x-api-key" }), json!("bearer")] {
@@ -1123,6 +1132,9 @@ async fn a_signing_credential_signs_the_request_sent_and_its_key_goes_nowhere() 
         assert_eq!(v["ok"]["status"], 200, "{method}: {v}");
         assert!(!v.to_string().contains(SIGNING_KEY), "{v}");
         assert!(!v.to_string().contains("forged"), "{v}");
+        // Its echo is scrubbed: the plugin cannot send it again itself.
+        let body: Value = serde_json::from_str(v["ok"]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["signatures"], json!(["[REDACTED]"]), "{method}: {body}");
     }
     // The key itself went out in no request.
     assert!(heard_with(SIGNING_KEY).is_empty(), "{:?}", heard_with(SIGNING_KEY));

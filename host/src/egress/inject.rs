@@ -40,6 +40,30 @@ pub(crate) fn query(url: &Url, name: &str, secret: Option<&SecretString>) -> Url
     out
 }
 
+/// Refuses a URL whose query still names the parameter `name` in a
+/// spelling some servers read as it (another case, after a `;`, percent
+/// encoded), once the exact spelling is dropped: the plugin's own value
+/// must never stand beside, or before, the secret.
+pub(crate) fn check_query(url: &Url, name: &str) -> Result<(), EgressError> {
+    let kept = query(url, name, None);
+    let lowered = name.to_ascii_lowercase();
+    let names_it = |text: &str| {
+        text.split(';').any(|segment| {
+            let key = segment.split_once('=').map_or(segment, |(k, _)| k);
+            key.trim().to_ascii_lowercase() == lowered
+        })
+    };
+    let pairs = url::form_urlencoded::parse(kept.query().unwrap_or_default().as_bytes());
+    for (key, value) in pairs {
+        if names_it(&key) || value.split(';').skip(1).any(names_it) {
+            return Err(EgressError::Denied(format!(
+                "the URL names query parameter {name} another way; the host sets it and nothing else may"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The kind of body a request carries, from its `Content-Type`.
 fn body_kind(headers: &[(String, String)]) -> Option<BodyKind> {
     let content_type = headers.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case("content-type"))?.1.as_str();
@@ -67,6 +91,10 @@ pub(crate) fn body_field(
     secret: &SecretString,
 ) -> Result<Zeroizing<Vec<u8>>, EgressError> {
     let refuse = |why: &str| EgressError::InvalidRequest(format!("the credential goes into body field {field}: {why}"));
+    // The host and the server must read the body as the same kind.
+    if headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("content-type")).count() > 1 {
+        return Err(refuse("the request has more than one content-type"));
+    }
     let Some(kind) = body_kind(headers) else {
         return Err(refuse(
             "the request needs a JSON or form body (content-type application/json or application/x-www-form-urlencoded)",
@@ -147,6 +175,28 @@ mod tests {
     }
 
     #[test]
+    fn another_spelling_of_the_parameter_is_refused() {
+        for bad in [
+            "https://a.example/x?API_KEY=mine",
+            "https://a.example/x?q=1;api_key=mine",
+            "https://a.example/x?a;Api_Key=1",
+        ] {
+            assert!(check_query(&Url::parse(bad).unwrap(), "api_key").is_err(), "{bad}");
+        }
+        // The exact spelling (also percent-encoded) is dropped, not refused;
+        // the name as a value is a value.
+        for good in [
+            "https://a.example/x?api_key=mine&page=2",
+            "https://a.example/x?%61pi_key=mine",
+            "https://a.example/x?api_keys=1",
+            "https://a.example/x?q=api_key",
+            "https://a.example/x",
+        ] {
+            assert!(check_query(&Url::parse(good).unwrap(), "api_key").is_ok(), "{good}");
+        }
+    }
+
+    #[test]
     fn a_json_field_is_set_at_a_key_or_a_pointer() {
         let json = vec![("Content-Type".to_owned(), "application/json; charset=utf-8".to_owned())];
         let body = br#"{"user":"me","auth":{"x":1},"password":"guest's"}"#;
@@ -175,5 +225,10 @@ mod tests {
         let e = body_field(&text, Some(b"x"), "password", &secret("s")).unwrap_err().to_string();
         assert!(e.contains("JSON or form body") && !e.contains("s\""), "{e}");
         assert!(body_field(&[], Some(b"{}"), "password", &secret("s")).is_err(), "no content type");
+        let two = vec![
+            ("content-type".to_owned(), "text/plain".to_owned()),
+            ("content-type".to_owned(), "application/x-www-form-urlencoded".to_owned()),
+        ];
+        assert!(body_field(&two, Some(b"a=1"), "password", &secret("s")).is_err(), "two content types");
     }
 }

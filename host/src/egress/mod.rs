@@ -600,7 +600,10 @@ impl Egress {
             // The secret goes into what is sent, never into `url` or `body`:
             // a redirect starts again from the plugin's request.
             let sent_url = match injection.as_ref().map(|i| (&i.placement, &i.secret)) {
-                Some((Placement::Query(name), secret)) => inject::query(&url, name, Some(secret)),
+                Some((Placement::Query(name), secret)) => {
+                    inject::check_query(&url, name)?;
+                    inject::query(&url, name, Some(secret))
+                }
                 _ => url.clone(),
             };
             let sent_body = match (injection.as_ref().map(|i| (&i.placement, &i.secret)), &body) {
@@ -647,6 +650,12 @@ impl Egress {
                 }
                 builder = builder.header(name.as_str(), value.as_str());
             }
+            // The signature is scrubbed from the answer too: an echo of it
+            // would let the plugin send it again itself.
+            let signatures: Vec<String> = signed
+                .as_ref()
+                .map(|(_, headers)| headers.iter().map(|(_, v)| v.clone()).collect())
+                .unwrap_or_default();
             for (name, value) in signed.map(|(_, headers)| headers).unwrap_or_default() {
                 builder = builder.header(name, value);
             }
@@ -730,6 +739,16 @@ impl Egress {
             }
             if let Some(i) = &injection {
                 collected = scrubbed(i, &mut headers, collected);
+            }
+            for signature in signatures.iter().filter(|s| s.len() >= 16) {
+                let before = collected.len();
+                collected = scrub(collected, signature.as_bytes());
+                headers.retain(|(_, v)| !v.contains(signature.as_str()));
+                if collected.len() != before {
+                    for (_, value) in headers.iter_mut().filter(|(n, _)| n == "content-length") {
+                        *value = collected.len().to_string();
+                    }
+                }
             }
             return Ok(InboundResponse { status, headers, body: collected });
         }
