@@ -130,6 +130,9 @@ pub struct SecretStores {
     vault_token: tokio::sync::Mutex<Option<SecretString>>,
 }
 
+/// The largest file a `file://` reference may name.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+
 /// How long a request to a store may take.
 const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -229,6 +232,18 @@ impl SecretStores {
                 .map(SecretString::from)
                 .ok_or_else(|| missing(reference))?,
             Reference::File(path) => {
+                // A secret is small: a file that is not (or not a file)
+                // is refused rather than read whole.
+                let meta = tokio::fs::metadata(path).await.map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => missing(reference),
+                    _ => SecretError::SecretStoreUnavailable("file"),
+                })?;
+                if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+                    return Err(SecretError::Reference(format!(
+                        "{} is not a file of at most {MAX_FILE_BYTES} bytes",
+                        reference.text()
+                    )));
+                }
                 let text = tokio::fs::read_to_string(path).await.map_err(|e| match e.kind() {
                     std::io::ErrorKind::NotFound => missing(reference),
                     _ => SecretError::SecretStoreUnavailable("file"),
