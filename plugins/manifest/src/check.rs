@@ -157,6 +157,9 @@ impl Config {
                     }
                 }
             }
+            if stream.body.as_ref().is_some_and(|body| !body.is_object()) {
+                return invalid(format!("{at}/body"), "must be a JSON object");
+            }
             if let Paging::PageNumber { size: Some(_), size_param: None, .. } = &stream.paging {
                 return invalid(format!("{at}/paging/size_param"), "a page size needs the parameter that sends it");
             }
@@ -222,6 +225,8 @@ mod tests {
         assert_eq!(problem(wrong).pointer, "/manifest/streams/1/path");
         let size = json!({ "streams": [{ "name": "a", "path": "/a", "paging": { "type": "page_number", "param": "p", "size": 5 } }] });
         assert_eq!(problem(size).pointer, "/manifest/streams/0/paging/size_param");
+        let body = json!({ "streams": [{ "name": "a", "path": "/a", "body": ["not", "an", "object"] }] });
+        assert_eq!(problem(body).to_string(), "/manifest/streams/0/body: must be a JSON object");
         assert_eq!(problem(json!({ "streams": [] })).pointer, "/manifest/streams");
     }
 

@@ -67,6 +67,11 @@ pub struct StreamSpec {
     pub path: String,
     #[serde(default)]
     pub params: BTreeMap<String, Value>,
+    /// A JSON object: the stream's requests are `POST`s carrying it (a
+    /// search API), paging and the incremental parameter still in the
+    /// query. A credential stored for a body field goes into it.
+    #[serde(default)]
+    pub body: Option<Value>,
     #[serde(default)]
     pub records: String,
     #[serde(default)]

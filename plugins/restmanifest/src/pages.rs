@@ -86,8 +86,11 @@ impl<'c> Pager<'c> {
     }
 
     fn request(&self, url: &str) -> RequestBuilder {
-        let mut request =
-            Http::get(url).header("accept", "application/json").retry(manifest::retry(self.spec, self.config));
+        let request = match &self.spec.body {
+            Some(body) => Http::post(url).json(body),
+            None => Http::get(url),
+        };
+        let mut request = request.header("accept", "application/json").retry(manifest::retry(self.spec, self.config));
         for (name, value) in &self.config.manifest.headers {
             request = request.header(name, value.clone());
         }
