@@ -410,6 +410,7 @@ impl PluginArgs {
                 &self.plugin_trusted_keys,
                 self.plugin_trusted_keys_file.as_deref(),
             )?,
+            memory_probe: None,
         })
     }
 }
@@ -426,6 +427,10 @@ pub struct PluginSettings {
     pub warehouses: warehouse::WarehousePolicy,
     /// What a component from the plugins directory must be signed with.
     pub signatures: signatures::SignaturePolicy,
+    /// A test harness's look into guests' memory at the end of each call
+    /// (`plugin::probe`). No setting reads it: always `None` from the
+    /// environment or flags.
+    pub memory_probe: Option<std::sync::Arc<crate::plugin::probe::GuestMemoryProbe>>,
 }
 
 /// A configuration problem, reported as one line naming the setting.

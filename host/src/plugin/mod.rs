@@ -17,6 +17,8 @@
 //!   identity, checked before a plugins-directory file is compiled;
 //! - [`oci`]: pulling and pushing components as OCI artifacts, checked
 //!   against every digest involved;
+//! - [`probe`]: a test harness's look into guests' linear memory at the
+//!   end of each call;
 //! - [`usage`]: what each invocation costs (guest CPU, memory, requests,
 //!   bytes, host time), for the plugin's meters and the job it runs for;
 //! - [`connector`]: a plugin bound to a workspace and the egress, as the
@@ -31,6 +33,7 @@
 
 pub(crate) mod connector;
 pub(crate) mod oci;
+pub mod probe;
 pub mod registry;
 pub mod sandbox;
 pub mod signature;
@@ -201,11 +204,22 @@ pub struct Runtime {
     time: sandbox::GuestTime,
 }
 
-fn engine_config(pooling: Option<&Limits>) -> Config {
+fn engine_config(pooling: Option<&Limits>, probe: Option<&Arc<probe::GuestMemoryProbe>>) -> Config {
     let mut cfg = Config::new();
     cfg.epoch_interruption(true);
     cfg.wasm_component_model(true);
     cfg.max_wasm_stack(1024 * 1024);
+    if let Some(probe) = probe {
+        // Memories the host allocates and searches: explicit bounds
+        // checks, free to move (see `probe`).
+        cfg.with_host_memory(Arc::new(probe::ProbedMemories(probe.clone())))
+            .memory_reservation(0)
+            .memory_guard_size(0)
+            .memory_reservation_for_growth(0)
+            .memory_may_move(true)
+            .memory_init_cow(false);
+        return cfg;
+    }
     if let Some(limits) = pooling {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(256)
@@ -236,13 +250,28 @@ impl Runtime {
     /// allows it) and starts its epoch ticker. `cache` keeps compiled
     /// artefacts; `None` disables the cache.
     pub fn new(limits: Limits, cache: Option<CompileCache>) -> anyhow::Result<Self> {
-        let (engine, pooling) = match Engine::new(&engine_config(Some(&limits))) {
+        let (engine, pooling) = match Engine::new(&engine_config(Some(&limits), None)) {
             Ok(e) => (e, true),
             Err(e) => {
                 tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
-                (Engine::new(&engine_config(None))?, false)
+                (Engine::new(&engine_config(None, None))?, false)
             }
         };
+        Self::with_engine(engine, pooling, limits, cache)
+    }
+
+    /// A runtime whose guests' memories `probe` searches at the end of
+    /// every call (a test harness's; no setting makes one).
+    pub fn probed(
+        limits: Limits,
+        cache: Option<CompileCache>,
+        probe: &Arc<probe::GuestMemoryProbe>,
+    ) -> anyhow::Result<Self> {
+        let engine = Engine::new(&engine_config(None, Some(probe)))?;
+        Self::with_engine(engine, false, limits, cache)
+    }
+
+    fn with_engine(engine: Engine, pooling: bool, limits: Limits, cache: Option<CompileCache>) -> anyhow::Result<Self> {
         let mut linker_v1 = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker_v1)?;
         v1::add_to_linker(&mut linker_v1)?;

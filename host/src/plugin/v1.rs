@@ -479,7 +479,7 @@ mod tests {
     /// called with the wrong types.
     #[tokio::test]
     async fn an_export_of_the_wrong_type_is_refused_on_every_call() {
-        let engine = wasmtime::Engine::new(&super::super::engine_config(None)).unwrap();
+        let engine = wasmtime::Engine::new(&super::super::engine_config(None, None)).unwrap();
         let component = Component::new(&engine, wat::parse_str(IMPOSTOR).unwrap()).unwrap();
         let pre = Pre::new(Linker::<HostState>::new(&engine).instantiate_pre(&component).unwrap()).unwrap();
         let limits = Arc::new(Limits::default());

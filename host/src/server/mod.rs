@@ -83,10 +83,11 @@ impl AppState {
         let stores = crate::credentials::stores::SecretStores::new(config.secret_stores.clone())?;
         let vault = Vault::new(store.clone(), keyring).with_stores(Arc::new(stores));
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
-        let runtime = Runtime::new(
-            config.plugins.limits.clone(),
-            Some(compile_cache(&config.plugins.compile_cache_dir, &vault)),
-        )?;
+        let cache = Some(compile_cache(&config.plugins.compile_cache_dir, &vault));
+        let runtime = match &config.plugins.memory_probe {
+            Some(probe) => Runtime::probed(config.plugins.limits.clone(), cache, probe)?,
+            None => Runtime::new(config.plugins.limits.clone(), cache)?,
+        };
         if let Err(e) = crate::config::ensure_data_dir(&config.plugins.plugins_dir) {
             tracing::warn!(error = %e, "plugins directory unavailable");
         }

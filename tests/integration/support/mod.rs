@@ -21,6 +21,7 @@
 //! - [`events`]: the paged test source over a fake events API, the
 //!   fixture most pipeline tests start from;
 //! - [`iceberg`]: Iceberg tables read back by pyiceberg and DuckDB;
+//! - [`openbao`]: OpenBao's dev server, the operator's secret store;
 //! - from the `testkit` crate (shared with the benchmarks): [`provider`]
 //!   (a TLS test CA and fake providers over real HTTPS), [`mailcoach`] and
 //!   [`hubspot`] (the bundled connectors' providers), [`routes`] (canned
@@ -31,6 +32,7 @@
 
 pub mod events;
 pub mod iceberg;
+pub mod openbao;
 pub mod process;
 pub mod replicas;
 pub mod trust;
@@ -266,6 +268,7 @@ impl TestServer {
                 // Test plugins are built unsigned; the signature tests set
                 // the default policy (required) themselves.
                 signatures: service::config::signatures::SignaturePolicy::allowed(),
+                memory_probe: None,
             },
             oauth: Default::default(),
             limits: Default::default(),
