@@ -130,6 +130,16 @@ pub struct SecretStores {
     vault_token: tokio::sync::Mutex<Option<SecretString>>,
 }
 
+/// Whether a value read within the TTL will do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// A value read within the TTL is used again.
+    WithinTtl,
+    /// The store is read now: the value held was just refused by a
+    /// provider (a rotation the TTL has not caught up with).
+    Now,
+}
+
 /// The largest file a `file://` reference may name.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 
@@ -215,13 +225,24 @@ impl SecretStores {
         workspace_id: &str,
         reference: &Reference,
     ) -> Result<(SecretString, bool), SecretError> {
+        self.resolve_as(workspace_id, reference, Freshness::WithinTtl).await
+    }
+
+    /// [`SecretStores::resolve`], or read from the store whatever the TTL
+    /// says ([`Freshness::Now`]: a provider just refused the value held).
+    pub(crate) async fn resolve_as(
+        &self,
+        workspace_id: &str,
+        reference: &Reference,
+        freshness: Freshness,
+    ) -> Result<(SecretString, bool), SecretError> {
         self.allows(workspace_id, reference).map_err(|e| SecretError::Reference(e.to_string()))?;
         let key = reference.text();
         let now = Instant::now();
         {
             let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
             read.retain(|_, (_, at)| now.duration_since(*at) < self.settings.ttl);
-            if let Some((value, _)) = read.get(&key) {
+            if let (Some((value, _)), Freshness::WithinTtl) = (read.get(&key), freshness) {
                 return Ok((value.clone(), false));
             }
         }

@@ -16,7 +16,7 @@ use zeroize::Zeroizing;
 
 use super::exchange::{ExchangeError, Obtained, TokenExchange};
 use super::keyring::{self, Keyring};
-use super::stores::{Reference, SecretStoreSettings, SecretStores};
+use super::stores::{Freshness, Reference, SecretStoreSettings, SecretStores};
 pub(crate) use crate::egress::SecretError;
 use crate::egress::{HostPattern, Injection, Placement, SecretSource};
 use crate::store::credentials::{CredentialHandle, CredentialRecord, NewCredential, Sealed};
@@ -468,7 +468,15 @@ impl Vault {
             // cannot point the credential elsewhere); the store holds the
             // secret.
             let reference = Reference::parse(material.secret.expose_secret()).map_err(|_| SecretError::Unopenable)?;
-            let outcome = self.stores.resolve(workspace_id, &reference).await;
+            // A value the provider just refused may have been rotated in
+            // the store: read it again now rather than at the TTL's end.
+            // (A token traded for the value is what a provider refuses;
+            // trading again is the answer to that.)
+            let freshness = match rejected {
+                Some(_) if row.record.metadata.get("exchange").is_none() => Freshness::Now,
+                _ => Freshness::WithinTtl,
+            };
+            let outcome = self.stores.resolve_as(workspace_id, &reference, freshness).await;
             // A value still within its TTL was not read again: only reads
             // of the store are audited.
             if !matches!(outcome, Ok((_, false))) {
@@ -483,6 +491,9 @@ impl Vault {
             return Ok((row.record, token));
         }
         if row.record.metadata.get(REFERENCE).is_some() {
+            if rejected.is_some_and(|r| r.expose_secret() == material.secret.expose_secret()) {
+                return Err(SecretError::Unchanged);
+            }
             return Ok((row.record, material.secret));
         }
         let now = now_ms();
@@ -894,12 +905,14 @@ impl Vault {
             return Err(SecretError::OtherConnector(owner.clone()));
         }
         let traded = record.metadata.get("exchange").is_some();
+        let referenced = record.metadata.get(REFERENCE).is_some();
         let injection = Injection {
             secret,
             placement: placement(&record)?,
-            renewable: record.kind == CredentialKind::Oauth2 || traded,
-            // A token the host traded for is obtained again on any 401.
-            any_401_renews: traded,
+            renewable: record.kind == CredentialKind::Oauth2 || traded || referenced,
+            // A token the host traded for is obtained again on any 401; a
+            // value in the operator's store is read again on any 401.
+            any_401_renews: traded || referenced,
         };
         if self.revocations.load(std::sync::atomic::Ordering::SeqCst) == generation {
             self.revealed.put(key, injection.clone(), Instant::now());

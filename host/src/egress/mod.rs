@@ -271,6 +271,11 @@ pub enum SecretError {
     /// or could not be reached; the reason, never the secret.
     #[error("token exchange: {0}")]
     Exchange(String),
+    /// Asked to renew a value the provider refused, the store holds that
+    /// same value: nothing newer to send, and the provider's answer
+    /// stands.
+    #[error("the secret store holds the value the provider refused")]
+    Unchanged,
 }
 
 impl crate::retry::Transient for SecretError {
@@ -565,9 +570,9 @@ impl Egress {
         let mut body = req.body;
         let mut credential = req.credential;
         let mut first_host: Option<String> = None;
-        // Set to the access token a provider called expired: the next round
-        // sends the same request once more with a renewed one.
-        let mut expired: Option<SecretString> = None;
+        // Set to the secret renewed after a provider refused the one sent:
+        // the next round sends the same request once more with it.
+        let mut fresh: Option<Injection> = None;
         let mut renewed = false;
         let mut redirects = 0;
         for _ in 0..=MAX_REDIRECTS + 1 {
@@ -579,13 +584,14 @@ impl Egress {
             first_host.get_or_insert_with(|| host.clone());
             let injection = match &credential {
                 Some(c) => {
-                    let injection = match expired.take() {
-                        Some(rejected) => {
-                            self.secrets.renew(caller.workspace_id, caller.plugin_id, &c.handle, &host, &rejected).await
-                        }
-                        None => self.secrets.secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host).await,
-                    }
-                    .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?;
+                    let injection = match fresh.take() {
+                        Some(renewed) => renewed,
+                        None => self
+                            .secrets
+                            .secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host)
+                            .await
+                            .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?,
+                    };
                     if !c.placement.same_as(&injection.placement) {
                         return Err(EgressError::Denied(format!(
                             "the credential is sent {}, not {}: its kind fixes where the secret goes",
@@ -728,14 +734,21 @@ impl Egress {
             }
             if status == 401
                 && !renewed
-                && let Some(i) = injection.as_ref().filter(|i| i.renewable)
+                && let (Some(i), Some(c)) = (injection.as_ref().filter(|i| i.renewable), credential.as_ref())
                 && (i.any_401_renews
                     || (matches!(i.placement, Placement::Bearer) && says_token_expired(&headers, &collected)))
             {
-                tracing::info!(plugin = caller.plugin_id, host = %host, "the provider says the access token expired; renewing it and sending again");
                 renewed = true;
-                expired = Some(i.secret.clone());
-                continue;
+                match self.secrets.renew(caller.workspace_id, caller.plugin_id, &c.handle, &host, &i.secret).await {
+                    Ok(renewal) => {
+                        tracing::info!(plugin = caller.plugin_id, host = %host, "the provider refused the credential; renewed it, sending again");
+                        fresh = Some(renewal);
+                        continue;
+                    }
+                    // Nothing newer: the plugin gets the provider's 401.
+                    Err(SecretError::Unchanged) => {}
+                    Err(e) => return Err(EgressError::CredentialUnavailable(e.to_string())),
+                }
             }
             if let Some(i) = &injection {
                 collected = scrubbed(i, &mut headers, collected);

@@ -127,7 +127,8 @@ async fn create_credential(
             // Reading the store answers whether a name exists: editors only.
             ws.require(crate::access::Role::Editor)?;
             let reference =
-                crate::ops::credentials::checked_reference(&state, &ws.workspace_id, body.kind, &reference).await?;
+                crate::ops::credentials::checked_reference(&state, &ws.workspace_id, body.kind, &metadata, &reference)
+                    .await?;
             metadata[crate::credentials::REFERENCE] = json!(reference.text());
             SecretMaterial::new(SecretString::from(reference.text()))
         }

@@ -2,7 +2,7 @@
 //! so a proposal never holds one: the stored operation only activates a
 //! sealed credential, or creates an entry link.
 
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
@@ -279,6 +279,7 @@ pub(crate) async fn checked_reference(
     state: &AppState,
     workspace_id: &str,
     kind: CredentialKind,
+    metadata: &Value,
     text: &str,
 ) -> ApiResult<Reference> {
     let reference = Reference::parse(text).map_err(|e| ApiError::invalid_field("reference", e.to_string()))?;
@@ -291,9 +292,29 @@ pub(crate) async fn checked_reference(
         SecretError::SecretStoreUnavailable(_) => ApiError::unavailable(e.to_string()),
         other => ApiError::invalid_field("reference", other.to_string()),
     })?;
-    check_secret(kind, value.expose_secret())
+    value_fits(kind, metadata, &value)
         .map_err(|m| ApiError::invalid_field("reference", format!("the value it names does not fit: {m}")))?;
     Ok(reference)
+}
+
+/// Whether `secret` can be what a credential of `kind` with `metadata`
+/// holds: one traded for a token goes in the token request's body (any
+/// text, a PEM key too, which must parse); any other into a request as
+/// its kind says.
+fn value_fits(kind: CredentialKind, metadata: &Value, secret: &SecretString) -> Result<(), String> {
+    let exchange = metadata
+        .get("exchange")
+        .and_then(|e| serde_json::from_value::<crate::credentials::exchange::TokenExchange>(e.clone()).ok());
+    match &exchange {
+        Some(exchange) => {
+            let text = secret.expose_secret();
+            if text.len() < MIN_SECRET_BYTES || text.len() > MAX_SECRET_BYTES {
+                return Err(format!("the secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes"));
+            }
+            crate::credentials::exchange::check_secret(exchange, secret)
+        }
+        None => check_secret(kind, secret.expose_secret()),
+    }
 }
 
 /// Seals a secret as a pending credential and lets the gate activate it
@@ -303,27 +324,8 @@ pub(crate) async fn store_secret(ctx: &Ctx<'_>, new: NewSecret<'_>) -> ApiResult
     note.action("credentials.create");
     ws.require(Role::Editor)?;
     // A reference was checked against the value it names.
-    let exchange = new
-        .metadata
-        .get("exchange")
-        .and_then(|e| serde_json::from_value::<crate::credentials::exchange::TokenExchange>(e.clone()).ok());
     if new.metadata.get(crate::credentials::REFERENCE).is_none() {
-        match &exchange {
-            // Traded in a token request's body: any text, a PEM key too.
-            Some(exchange) => {
-                let secret = new.material.secret.expose_secret();
-                if secret.len() < MIN_SECRET_BYTES || secret.len() > MAX_SECRET_BYTES {
-                    return Err(ApiError::invalid_field(
-                        "secret",
-                        format!("the secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes"),
-                    ));
-                }
-                crate::credentials::exchange::check_secret(exchange, &new.material.secret)
-                    .map_err(|m| ApiError::invalid_field("secret", m))?;
-            }
-            None => check_secret(new.kind, new.material.secret.expose_secret())
-                .map_err(|m| ApiError::invalid_field("secret", m))?,
-        }
+        value_fits(new.kind, &new.metadata, &new.material.secret).map_err(|m| ApiError::invalid_field("secret", m))?;
     }
     let record = state.vault.create(new).await.map_err(|e| match e {
         CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
