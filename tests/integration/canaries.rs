@@ -36,10 +36,13 @@ use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, count_rows, json_ok};
 
-/// The provider's API host, the only one the credentials are bound to.
-const HOST: &str = "api.canary.test";
-/// Another host the operator allows: a redirect's target.
-const ELSEWHERE: &str = "cdn.canary-mirror.test";
+/// The provider's API host, the only one the credentials are bound to
+/// (one the misbehaving test plugin declares, as the manifest source
+/// declares any).
+const HOST: &str = "api.provider.test";
+/// Another host the operator allows and the plugins declare: a next
+/// link's or a redirect's target.
+const ELSEWHERE: &str = "echo.provider.test";
 /// Pages of each stream, and records on each.
 const PAGES: u64 = 3;
 const PER_PAGE: u64 = 4;
@@ -680,4 +683,94 @@ async fn a_key_rotated_in_openbao_mid_sync_is_read_again_on_the_refusal_and_no_p
     let refused = r.refused.load(Ordering::SeqCst) - before;
     assert!((1..=2 * (1 + 4)).contains(&refused), "each request sent at most twice: {refused}");
     assert!(!job.to_string().contains(&new), "{job}");
+}
+
+/// Every placement, asked by a plugin for a host the credential is not
+/// bound to (a next link to another allowed host), and for its own host
+/// when that answers with a redirect to the other: the other host gets
+/// neither the secret nor a token traded for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_placement_sends_its_secret_to_an_allowed_host_it_is_not_bound_to() {
+    let canaries = Canaries::new();
+    let p = Arc::new(Provider {
+        canaries: canaries.clone(),
+        issued: AtomicUsize::new(0),
+        elsewhere_heard: Mutex::new(Vec::new()),
+        control: "control".into(),
+    });
+    let bao = OpenBao::start().await;
+    let ca = TestCa::new();
+    let api = FakeProvider::start(&ca, &[HOST], provider(p.clone())).await;
+    let mirror = FakeProvider::start(&ca, &[ELSEWHERE], elsewhere(p.clone())).await;
+    let trust = Trust::new(&ca).serving(&api, &[HOST]).serving(&mirror, &[ELSEWHERE]);
+    let vault = service::config::secrets::VaultSettings {
+        address: url::Url::parse(&format!("{}/", bao.address)).unwrap(),
+        login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
+    };
+    let srv = TestServer::start_with(Backend::Sqlite, |c| {
+        c.plugins.egress = trust.policy();
+        c.secret_stores.vault = Some(vault);
+    })
+    .await
+    .unwrap();
+    let id = srv.load_test_plugin("test_misbehaving").await;
+    let plugin = srv.state.plugins.available(&id).await.unwrap();
+    let ws = srv.workspace_id().await;
+    let path = format!("workspaces/{ws}/canaries");
+    bao.put(
+        &path,
+        json!({ "header": canaries.header, "query": canaries.query, "body": canaries.body, "signing": canaries.signing,
+            "client_secret": canaries.client_secret, "password": canaries.password, "jwt": canaries.jwt_pem }),
+    )
+    .await;
+    let egress = |request: Value| {
+        let (srv, plugin, ws) = (&srv, &plugin, &ws);
+        async move {
+            let config = json!({ "behave": "egress", "request": request }).to_string();
+            srv.state.plugins.runtime().preview(plugin, ws, &srv.state.egress, &config).await.expect("the preview runs")
+        }
+    };
+    for case in cases() {
+        let mut body =
+            json!({ "kind": "secret", "hosts": [HOST], "reference": format!("vault://secret/{path}#{}", case.key) });
+        body.as_object_mut().unwrap().extend(case.fields.as_object().cloned().unwrap());
+        let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
+        let handle = credential["data"]["credential_handle"].as_str().unwrap();
+        let placement = match case.placement {
+            "header:X-Api-Key" => json!({ "header": "x-api-key" }),
+            "query:api_key" => json!({ "query": "api_key" }),
+            _ if case.kind == "body" => json!({ "body": "/auth/password" }),
+            _ => json!("as-stored"),
+        };
+        let request = |url: String| {
+            let mut r = json!({ "url": url, "credential": { "handle": handle, "placement": placement } });
+            if case.kind == "body" {
+                r["method"] = json!("POST");
+                r["headers"] = json!([["content-type", "application/json"]]);
+                r["body"] = json!(json!({ "query": "all", "auth": { "user": "me" } }).to_string());
+            }
+            r
+        };
+        // Its own host first: the credential works there.
+        let home = egress(request(format!("https://{HOST}/{}/items", case.kind))).await;
+        assert_eq!(home["ok"]["status"], 200, "{}: {home}", case.kind);
+        // A next link to the other host: refused before anything leaves.
+        let heard_before = p.elsewhere_heard.lock().unwrap().len();
+        let next = egress(request(format!("https://{ELSEWHERE}/{}/items?page=2", case.kind))).await;
+        assert_eq!(next["error"]["kind"], "credential-unavailable", "{}: {next}", case.kind);
+        assert!(
+            next["error"]["message"].as_str().unwrap().contains(&format!("not bound to host {ELSEWHERE}")),
+            "{next}"
+        );
+        assert_eq!(p.elsewhere_heard.lock().unwrap().len(), heard_before, "{}: the request went out", case.kind);
+        // A redirect there: followed without the credential.
+        let away = egress(request(format!("https://{HOST}/{}/away", case.kind))).await;
+        assert_eq!(away["ok"]["status"], 200, "{}: {away}", case.kind);
+        assert_eq!(p.elsewhere_heard.lock().unwrap().len(), heard_before + 1, "{}", case.kind);
+    }
+    let heard = p.elsewhere_heard.lock().unwrap().join("\n");
+    for (what, needle) in canaries.needles() {
+        assert!(!heard.contains(&needle), "the other host got the {what}: {heard}");
+    }
+    assert!(p.issued.load(Ordering::SeqCst) >= 3, "each exchange traded its secret at home");
 }
