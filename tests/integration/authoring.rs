@@ -934,3 +934,90 @@ async fn recording_the_checked_in_cassettes_again_gives_them_back() {
         assert_eq!(files_under(&dir).len(), files_under(&out).len(), "{}", dir.display());
     }
 }
+
+/// Every placement a credential can have, recorded with the bundled
+/// manifest source against a fake that checks each as its API would: a
+/// header, the query, a JSON body field, an HMAC signature (`--placement
+/// @recipe.json` with a `signing` recipe), and a client secret, a JWT key
+/// and a password each traded for a token (an `exchange` recipe). No
+/// cassette holds the secret or a token it was traded for, and each
+/// replays and passes the conformance suite offline, its canary placed
+/// where the recording's secret went.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_placement_records_as_a_handle_and_replays_offline() {
+    use crate::canaries::{self, HOST};
+    let secrets = canaries::Canaries::new();
+    let p = Arc::new(canaries::Provider {
+        canaries: secrets.clone(),
+        issued: Default::default(),
+        elsewhere_heard: Default::default(),
+        control: "recorded".into(),
+    });
+    let ca = TestCa::new();
+    let provider = FakeProvider::start(&ca, &[HOST], canaries::provider(p.clone())).await;
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), &ca.pem).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let all = work.path().join("cassettes");
+    for case in canaries::cases() {
+        let secret = secrets.by_key(case.key).to_owned();
+        let placement = match case.kind {
+            "header" => "header:X-Api-Key".to_owned(),
+            "query" => "query:api_key".to_owned(),
+            "body" => "body:/auth/password".to_owned(),
+            _ => {
+                let recipe = work.path().join(format!("{}.json", case.kind));
+                std::fs::write(&recipe, case.fields.to_string()).unwrap();
+                format!("@{}", recipe.display())
+            }
+        };
+        let mut stream = json!({ "name": "items", "path": format!("/{}/items", case.kind), "records": "/data",
+            "primary_key": ["id"], "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" } });
+        if case.kind == "body" {
+            stream["body"] = json!({ "query": "all", "auth": { "user": "me" } });
+        }
+        let config = work.path().join(format!("{}.config.json", case.kind));
+        std::fs::write(
+            &config,
+            json!({ "base_url": format!("https://{HOST}"), "credential_handle": format!("cred_{}", case.kind),
+                "credential_placement": case.placement, "manifest": { "streams": [stream] } })
+            .to_string(),
+        )
+        .unwrap();
+        let env = vec![
+            ("SERVICE_EGRESS_RESOLVE".to_owned(), provider.pins(&[HOST])),
+            ("SERVICE_EGRESS_EXTRA_ROOTS".to_owned(), ca_file.path().display().to_string()),
+            ("SERVICE_EGRESS_ALLOWED_HOSTS".to_owned(), HOST.to_owned()),
+            ("SERVICE_RECORD_SECRET".to_owned(), secret),
+        ];
+        let mut cmd = record("bundled:conn_restmanifest", &config, &all.join(case.kind), &env);
+        cmd.args(["--placement", &placement]);
+        let recorded = run(cmd).await;
+        assert!(recorded.status.success(), "{}: {}", case.kind, text(&recorded));
+        let total = canaries::PAGES * canaries::PER_PAGE;
+        assert!(stdout(&recorded).contains(&format!("stream items: {total} record(s)")), "{}", text(&recorded));
+        let exchanges = std::fs::read_to_string(all.join(case.kind).join("exchanges.jsonl")).unwrap();
+        assert!(exchanges.contains(&format!("\"handle\":\"cred_{}\"", case.kind)), "{exchanges}");
+        let scrubbed = files_under(&all.join(case.kind))
+            .iter()
+            .any(|f| memchr::memmem::find(&std::fs::read(f).unwrap(), b"[REDACTED]").is_some());
+        assert!(scrubbed, "{}: the provider's echo came back scrubbed", case.kind);
+        for (what, needle) in secrets.needles() {
+            assert!(!text(&recorded).contains(&needle), "{}: the output holds the {what}", case.kind);
+        }
+    }
+    assert!(p.issued.load(std::sync::atomic::Ordering::SeqCst) >= 3, "each exchange traded its secret");
+    for file in files_under(&all) {
+        let bytes = std::fs::read(&file).unwrap();
+        for (what, needle) in secrets.needles() {
+            assert!(memchr::memmem::find(&bytes, needle.as_bytes()).is_none(), "{} holds the {what}", file.display());
+        }
+    }
+    let signed = std::fs::read_to_string(all.join("signed").join("cassette.json")).unwrap();
+    assert!(signed.contains("\"secret_placement\"") && signed.contains("X-Signature"), "{signed}");
+    drop(provider);
+    let tested = run(offline(&["plugins", "test", all.to_str().unwrap()])).await;
+    assert!(tested.status.success(), "{}", text(&tested));
+    let conformed = run(offline(&["plugins", "conform", all.to_str().unwrap()])).await;
+    assert!(conformed.status.success(), "{}", text(&conformed));
+}

@@ -39,17 +39,17 @@ use crate::support::{Backend, TestServer, count_rows, json_ok};
 /// The provider's API host, the only one the credentials are bound to
 /// (one the misbehaving test plugin declares, as the manifest source
 /// declares any).
-const HOST: &str = "api.provider.test";
+pub(crate) const HOST: &str = "api.provider.test";
 /// Another host the operator allows and the plugins declare: a next
 /// link's or a redirect's target.
 const ELSEWHERE: &str = "echo.provider.test";
 /// Pages of each stream, and records on each.
-const PAGES: u64 = 3;
-const PER_PAGE: u64 = 4;
+pub(crate) const PAGES: u64 = 3;
+pub(crate) const PER_PAGE: u64 = 4;
 
 /// The secrets, each stored only in OpenBao.
 #[derive(Clone)]
-struct Canaries {
+pub(crate) struct Canaries {
     header: String,
     query: String,
     body: String,
@@ -64,7 +64,7 @@ struct Canaries {
 }
 
 impl Canaries {
-    fn new() -> Canaries {
+    pub(crate) fn new() -> Canaries {
         let c = |what: &str| format!("CANARY{what}{}", uuid::Uuid::new_v4().simple());
         let rng = ring::rand::SystemRandom::new();
         let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
@@ -84,9 +84,23 @@ impl Canaries {
         }
     }
 
+    /// The secret a [`Case`] keeps under `key`.
+    pub(crate) fn by_key(&self, key: &str) -> &str {
+        match key {
+            "header" => &self.header,
+            "query" => &self.query,
+            "body" => &self.body,
+            "signing" => &self.signing,
+            "client_secret" => &self.client_secret,
+            "password" => &self.password,
+            "jwt" => &self.jwt_pem,
+            other => panic!("no canary is kept under {other}"),
+        }
+    }
+
     /// What may appear nowhere: each secret, the key's base64 body (in
     /// two pieces, so a line break cannot hide it) and the tokens.
-    fn needles(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn needles(&self) -> Vec<(&'static str, String)> {
         let key = self.jwt_pem.lines().nth(1).unwrap();
         vec![
             ("header", self.header.clone()),
@@ -104,12 +118,12 @@ impl Canaries {
 
 /// The fake provider: its secrets, the tokens it issued, and what the
 /// other host heard.
-struct Provider {
-    canaries: Canaries,
-    issued: AtomicUsize,
-    elsewhere_heard: Mutex<Vec<String>>,
+pub(crate) struct Provider {
+    pub(crate) canaries: Canaries,
+    pub(crate) issued: AtomicUsize,
+    pub(crate) elsewhere_heard: Mutex<Vec<String>>,
     /// Names every record, so the probe can show it saw guests' memory.
-    control: String,
+    pub(crate) control: String,
 }
 
 /// Everything a request carried, as one text.
@@ -219,7 +233,7 @@ async fn token(State(p): State<Arc<Provider>>, uri: Uri, body: String) -> Respon
     Json(json!({ "access_token": issue(), "token_type": "Bearer", "expires_in": 3600 })).into_response()
 }
 
-fn provider(p: Arc<Provider>) -> Router {
+pub(crate) fn provider(p: Arc<Provider>) -> Router {
     Router::new()
         .route("/{kind}/items", any(items))
         // To another allowed host, keeping the method and body (307).
@@ -250,15 +264,15 @@ fn elsewhere(p: Arc<Provider>) -> Router {
 
 /// A placement: the credential's fields beside the reference, and the
 /// manifest's `credential_placement`.
-struct Case {
-    kind: &'static str,
+pub(crate) struct Case {
+    pub(crate) kind: &'static str,
     /// The key of the OpenBao secret holding the canary.
-    key: &'static str,
-    fields: Value,
-    placement: &'static str,
+    pub(crate) key: &'static str,
+    pub(crate) fields: Value,
+    pub(crate) placement: &'static str,
 }
 
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     let token_url = format!("https://{HOST}/oauth/token");
     vec![
         Case { kind: "header", key: "header", fields: json!({ "header": "X-Api-Key" }), placement: "header:X-Api-Key" },

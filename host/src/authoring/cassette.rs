@@ -62,6 +62,11 @@ pub(crate) struct Manifest {
     /// at [`UNRECORDED_CLOCK`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded_at: Option<String>,
+    /// Where the host put the secret, when the plugin left that to the
+    /// credential (`as-stored`): a placement's text, or `{"signing":
+    /// recipe}`; a token traded for the secret went where this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_placement: Option<Value>,
 }
 
 /// The instant a cassette that names none replays at.
@@ -290,6 +295,25 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         Placement::BodyField(field) => format!("body:{field}"),
         Placement::Signed(_) => "signed".into(),
         Placement::AsStored => "as-stored".into(),
+    }
+}
+
+/// Where the host put a recording's secret, as a cassette keeps it.
+pub(crate) fn sent_value(p: &Placement) -> Value {
+    match p {
+        Placement::Signed(recipe) => serde_json::json!({ "signing": recipe }),
+        other => Value::String(placement_text(other)),
+    }
+}
+
+/// A placement a cassette kept with [`sent_value`].
+pub(crate) fn sent_placement(v: &Value) -> Option<Placement> {
+    match v {
+        Value::String(text) => parse_placement(text).filter(|p| *p != Placement::AsStored),
+        Value::Object(map) => serde_json::from_value::<crate::egress::signing::Signing>(map.get("signing")?.clone())
+            .ok()
+            .map(Placement::Signed),
+        _ => None,
     }
 }
 

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use secrecy::SecretString;
 use serde_json::Value;
 
-use super::cassette::{Answer, Cassette, Exchange, Observations, StreamPlan};
+use super::cassette::{self, Answer, Cassette, Exchange, Observations, StreamPlan};
 use super::run::{self, StreamChoice};
 use super::tape::{Player, Recording};
 use super::{AuthoringError, Prepared};
@@ -268,7 +268,14 @@ impl Replayer<'_> {
             None => self.connector(player.clone(), recording.clone(), None),
             Some(echoes) => {
                 let replay = Arc::new(Echoing { player: player.clone(), echoes: echoes.clone() });
-                self.connector(replay, recording.clone(), Some(Arc::new(Canary::of(&self.cassette.exchanges))))
+                self.connector(
+                    replay,
+                    recording.clone(),
+                    Some(Arc::new(Canary::of(
+                        &self.cassette.exchanges,
+                        self.cassette.manifest.secret_placement.as_ref().and_then(cassette::sent_placement),
+                    ))),
+                )
             }
         };
         let manifest = &self.cassette.manifest;
@@ -722,11 +729,19 @@ struct Canary {
 }
 
 impl Canary {
-    fn of(exchanges: &[Exchange]) -> Canary {
+    /// `sent`: where the recording's secret went when the plugin left it
+    /// to the credential.
+    fn of(exchanges: &[Exchange], sent: Option<Placement>) -> Canary {
         let placements = exchanges
             .iter()
             .filter_map(|e| e.request.credential.as_ref())
-            .map(|c| (c.handle.as_str().to_owned(), c.placement.clone()))
+            .map(|c| {
+                let placement = match (&c.placement, &sent) {
+                    (Placement::AsStored, Some(sent)) => sent.clone(),
+                    (asked, _) => asked.clone(),
+                };
+                (c.handle.as_str().to_owned(), placement)
+            })
             .collect();
         Canary { placements }
     }

@@ -46,7 +46,7 @@ use serde_json::Value;
 
 use crate::config::ConfigError;
 use crate::egress::{
-    CredentialHandle, Egress, EgressPolicy, HostPattern, Injection, Placement, SecretError, SecretSource,
+    Caller, CredentialHandle, Egress, EgressPolicy, HostPattern, Injection, Placement, SecretError, SecretSource,
 };
 use crate::plugin::connector::Connector;
 use crate::plugin::sandbox::{GuestTime, Limits};
@@ -154,12 +154,31 @@ pub(crate) struct RecordRequest<'a> {
     pub state: Option<&'a Path>,
     pub record_limit: u64,
     /// Where the secret goes in requests (the server takes it from the
-    /// credential's kind).
-    pub placement: Placement,
+    /// credential's kind and recipe).
+    pub placement: RecordPlacement,
     pub egress: EgressSettings,
     /// The instant (RFC 3339) the plugin's clock stands at while it is
     /// recorded; default: when the recording starts.
     pub clock: Option<&'a str>,
+}
+
+/// Where a recording puts its secret: in a place of the requests (a
+/// signing recipe included), or at a token endpoint, trading it for the
+/// token the requests carry, as a server's credential says.
+#[derive(Debug, Clone)]
+pub enum RecordPlacement {
+    Placed(Placement),
+    Traded(crate::credentials::exchange::TokenExchange),
+}
+
+impl RecordPlacement {
+    /// Where the plugin's requests carry the secret, or its token.
+    fn sent(&self) -> Placement {
+        match self {
+            RecordPlacement::Placed(placement) => placement.clone(),
+            RecordPlacement::Traded(exchange) => exchange.header.clone().map_or(Placement::Bearer, Placement::Header),
+        }
+    }
 }
 
 /// What a recording holds, for the author.
@@ -355,9 +374,27 @@ pub(crate) async fn record(
             "name the hosts the secret may be sent to (the config has no base_url and the plugin declares no exact host)",
         )));
     }
-    let secrets = AuthorSecret { handles, secret: secret.clone(), placement: request.placement.clone(), hosts: bound };
+    let traded = match &request.placement {
+        RecordPlacement::Traded(recipe) => {
+            let bound: Vec<String> = bound.iter().map(|h| h.to_string()).collect();
+            recipe.check(&bound).map_err(|m| AuthoringError::Input { path: "--placement".into(), message: m })?;
+            // Its own egress, holding no secret: the token request carries
+            // the secret in its body, to the bound hosts only.
+            let egress = Egress::new(policy.clone(), Arc::new(AuthorSecret::none()))
+                .map_err(|e| AuthoringError::Runtime(e.to_string()))?;
+            Some(Traded { recipe: recipe.clone(), egress, token: Default::default(), issued: Default::default() })
+        }
+        RecordPlacement::Placed(_) => None,
+    };
+    let secrets = Arc::new(AuthorSecret {
+        handles,
+        secret: secret.clone(),
+        placement: request.placement.sent(),
+        hosts: bound,
+        traded,
+    });
     let recording = Arc::new(Recording::default());
-    let egress = Egress::new(policy, Arc::new(secrets))
+    let egress = Egress::new(policy, secrets.clone())
         .map_err(|e| AuthoringError::Runtime(e.to_string()))?
         .recording(recording.clone());
     let plugin = Arc::new(plugin);
@@ -395,12 +432,24 @@ pub(crate) async fn record(
         record_limit: request.record_limit,
         accepted: Vec::new(),
         recorded_at: Some(recorded_at),
+        secret_placement: None,
     };
     let exchanges = tape::without_repeats(recording.exchanges());
+    // Where the secret went, for a plugin that left it to the credential:
+    // what a conformance run places its canary by.
+    let as_stored =
+        exchanges.iter().any(|e| e.request.credential.as_ref().is_some_and(|c| c.placement == Placement::AsStored));
+    let manifest =
+        Manifest { secret_placement: as_stored.then(|| cassette::sent_value(&request.placement.sent())), ..manifest };
     let cassette = Cassette { manifest, exchanges, expected: outcome.observed, schemas };
     let files = cassette::render(&cassette);
     if let Some(secret) = &secret {
-        let forms = crate::egress::reflections(secret.expose_secret(), &request.placement);
+        // The secret, and every token it was traded for.
+        let sent = request.placement.sent();
+        let mut forms = crate::egress::reflections(secret.expose_secret(), &sent);
+        for token in secrets.issued() {
+            forms.extend(crate::egress::reflections(token.expose_secret(), &sent));
+        }
         // Every reading of a file: as written, and decoded under any
         // content coding its exchange names or its bytes look like.
         let holds_secret = |bytes: &[u8], coding: Option<&str>| {
@@ -715,17 +764,49 @@ fn tidy(path: &Path) -> PathBuf {
 }
 
 /// The secret of a recording: one, for the handles the config names, put
-/// where the author says.
+/// where the author says, or traded for a token first.
 struct AuthorSecret {
     handles: Vec<CredentialHandle>,
     secret: Option<SecretString>,
+    /// Where the secret (or its token) goes.
     placement: Placement,
     /// The hosts the secret is bound to.
     hosts: Vec<HostPattern>,
+    traded: Option<Traded>,
+}
+
+/// A recording's secret traded for a token: the recipe, the egress its
+/// token requests go through, the token in use and every one obtained.
+struct Traded {
+    recipe: crate::credentials::exchange::TokenExchange,
+    egress: Egress,
+    token: tokio::sync::Mutex<Option<SecretString>>,
+    issued: std::sync::Mutex<Vec<SecretString>>,
 }
 
 impl AuthorSecret {
-    fn injection(&self, handle: &CredentialHandle, host: &str) -> Result<Injection, SecretError> {
+    /// A source of no secret at all.
+    fn none() -> AuthorSecret {
+        AuthorSecret {
+            handles: Vec::new(),
+            secret: None,
+            placement: Placement::Bearer,
+            hosts: Vec::new(),
+            traded: None,
+        }
+    }
+
+    /// Every token the secret was traded for.
+    fn issued(&self) -> Vec<SecretString> {
+        self.traded.as_ref().map(|t| t.issued.lock().unwrap_or_else(|p| p.into_inner()).clone()).unwrap_or_default()
+    }
+
+    async fn injection(
+        &self,
+        handle: &CredentialHandle,
+        host: &str,
+        rejected: Option<&SecretString>,
+    ) -> Result<Injection, SecretError> {
         if !self.handles.iter().any(|h| h.as_str() == handle.as_str()) {
             return Err(SecretError::Unknown);
         }
@@ -733,7 +814,37 @@ impl AuthorSecret {
             return Err(SecretError::NotBound(host.to_owned()));
         }
         let secret = self.secret.clone().ok_or(SecretError::Incomplete("no secret was given"))?;
-        Ok(Injection { secret, renewable: false, any_401_renews: false, placement: self.placement.clone() })
+        let Some(traded) = &self.traded else {
+            if rejected.is_some() {
+                return Err(SecretError::NotRenewable);
+            }
+            return Ok(Injection {
+                secret,
+                renewable: false,
+                any_401_renews: false,
+                placement: self.placement.clone(),
+            });
+        };
+        let mut token = traded.token.lock().await;
+        let stale = |t: &SecretString| rejected.is_some_and(|r| r.expose_secret() == t.expose_secret());
+        let current = match token.as_ref().filter(|t| !stale(t)) {
+            Some(t) => t.clone(),
+            None => {
+                let caller = Caller {
+                    plugin_id: "recording",
+                    declared_hosts: &self.hosts,
+                    workspace_id: run::WORKSPACE,
+                    reach: crate::egress::Reach::Providers,
+                };
+                let obtained = crate::credentials::exchange::trade(&traded.egress, &caller, &traded.recipe, &secret)
+                    .await
+                    .map_err(|e| SecretError::Exchange(e.0))?;
+                traded.issued.lock().unwrap_or_else(|p| p.into_inner()).push(obtained.token.clone());
+                *token = Some(obtained.token.clone());
+                obtained.token
+            }
+        };
+        Ok(Injection { secret: current, renewable: true, any_401_renews: true, placement: self.placement.clone() })
     }
 }
 
@@ -745,6 +856,17 @@ impl SecretSource for AuthorSecret {
         handle: &'a CredentialHandle,
         host: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
-        Box::pin(async move { self.injection(handle, host) })
+        Box::pin(async move { self.injection(handle, host, None).await })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        _workspace_id: &'a str,
+        _connector_id: &'a str,
+        handle: &'a CredentialHandle,
+        host: &'a str,
+        rejected: &'a SecretString,
+    ) -> Pin<Box<dyn Future<Output = Result<Injection, SecretError>> + Send + 'a>> {
+        Box::pin(async move { self.injection(handle, host, Some(rejected)).await })
     }
 }

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use secrecy::SecretString;
 
 use super::client::CliFailure;
-use crate::authoring::{self, AuthoringError, Component, EgressSettings, RecordRequest, TestReport, TestRequest};
+use crate::authoring::{
+    self, AuthoringError, Component, EgressSettings, RecordPlacement, RecordRequest, TestReport, TestRequest,
+};
 use crate::egress::Placement;
 
 /// Arguments of `service plugins record`.
@@ -41,12 +43,14 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub record_limit: u64,
     /// Where the host puts the secret: `bearer`, `header:NAME`,
-    /// `basic:USER`, `query:NAME` or `body:FIELD` (on a server the
-    /// credential decides). The
-    /// secret itself comes from SERVICE_RECORD_SECRET, standard input, or
-    /// a prompt that does not echo.
+    /// `basic:USER`, `query:NAME` or `body:FIELD`, or `@FILE`: a JSON
+    /// file with a `signing` recipe or an `exchange` (the secret traded
+    /// for a token first), as `POST /v1/credentials` takes them (on a
+    /// server the credential decides). The secret itself comes from
+    /// SERVICE_RECORD_SECRET, standard input, or a prompt that does not
+    /// echo.
     #[arg(long, default_value = "bearer", value_parser = parse_placement)]
-    pub placement: Placement,
+    pub placement: RecordPlacement,
     /// Hosts the plugin may reach (default: the hosts it declares).
     #[arg(long, env = "SERVICE_EGRESS_ALLOWED_HOSTS")]
     pub allowed_hosts: Option<String>,
@@ -102,13 +106,36 @@ pub struct TestArgs {
     pub accept_schema: bool,
 }
 
-fn parse_placement(text: &str) -> Result<Placement, String> {
+fn parse_placement(text: &str) -> Result<RecordPlacement, String> {
+    if let Some(file) = text.strip_prefix('@') {
+        return recipe(Path::new(file));
+    }
     match authoring::cassette::parse_placement(text) {
         // What a plugin asks for, not a place: a recording needs one.
         Some(Placement::AsStored) | None => {
-            Err("must be bearer, header:NAME, basic:USER, query:NAME or body:FIELD".into())
+            Err("must be bearer, header:NAME, basic:USER, query:NAME, body:FIELD or @FILE (a recipe)".into())
         }
-        Some(p) => Ok(p),
+        Some(p) => Ok(RecordPlacement::Placed(p)),
+    }
+}
+
+/// A recipe file: `{"signing": {…}}` or `{"exchange": {…}}`, as a
+/// credential is stored with.
+fn recipe(file: &Path) -> Result<RecordPlacement, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", file.display()))?;
+    match value.as_object().map(|o| (o.len(), o.get("signing"), o.get("exchange"))) {
+        Some((1, Some(signing), None)) => {
+            let signing: crate::egress::signing::Signing = serde_json::from_value(signing.clone())
+                .map_err(|e| format!("{}: not a signing recipe: {e}", file.display()))?;
+            signing.check().map_err(|m| format!("{}: {m}", file.display()))?;
+            Ok(RecordPlacement::Placed(Placement::Signed(signing)))
+        }
+        Some((1, None, Some(exchange))) => serde_json::from_value(exchange.clone())
+            .map(RecordPlacement::Traded)
+            .map_err(|e| format!("{}: not a token exchange: {e}", file.display())),
+        _ => Err(format!("{}: must be an object with one key, signing or exchange", file.display())),
     }
 }
 
@@ -342,5 +369,47 @@ fn print_report(dir: &Path, report: &TestReport, took: std::time::Duration) {
     }
     if report.updated {
         println!("  expectations rewritten; review them with a diff before committing");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements_and_recipe_files_are_read_or_refused_by_name() {
+        assert!(matches!(parse_placement("query:api_key"), Ok(RecordPlacement::Placed(Placement::Query(_)))));
+        assert!(parse_placement("as-stored").unwrap_err().contains("@FILE"));
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            format!("@{}", path.display())
+        };
+        let signing = write(
+            "signing.json",
+            r#"{"signing": {"algorithm": "hmac-sha256", "header": "X-Signature", "parts": ["method", "path"]}}"#,
+        );
+        assert!(matches!(parse_placement(&signing), Ok(RecordPlacement::Placed(Placement::Signed(_)))));
+        let exchange = write(
+            "exchange.json",
+            r#"{"exchange": {"grant": "client_credentials", "token_url": "https://api.example.com/token", "client_id": "app"}}"#,
+        );
+        assert!(matches!(parse_placement(&exchange), Ok(RecordPlacement::Traded(_))));
+        for (name, text, says) in [
+            ("both.json", r#"{"signing": {}, "exchange": {}}"#, "one key, signing or exchange"),
+            ("list.json", "[1]", "one key, signing or exchange"),
+            ("broken.json", "{", "not JSON"),
+            ("grant.json", r#"{"exchange": {"grant": "password"}}"#, "not a token exchange"),
+            (
+                "reserved.json",
+                r#"{"signing": {"algorithm": "hmac-sha256", "header": "Host", "parts": ["method"]}}"#,
+                "Host",
+            ),
+        ] {
+            let refused = parse_placement(&write(name, text)).unwrap_err();
+            assert!(refused.contains(name) && refused.contains(says), "{name}: {refused}");
+        }
+        assert!(parse_placement("@/nonexistent/recipe.json").unwrap_err().contains("/nonexistent/recipe.json"));
     }
 }

@@ -294,6 +294,32 @@ fn private_key_der(pem: &SecretString) -> Result<zeroize::Zeroizing<Vec<u8>>, Ex
         .map_err(|_| ExchangeError("the credential's private key is not valid PEM".into()))
 }
 
+/// Trades `secret` for a token at the recipe's endpoint, through `egress`
+/// as `caller` (whose declared hosts are the credential's bound hosts, so
+/// the secret goes to no other).
+pub(crate) async fn trade(
+    egress: &crate::egress::Egress,
+    caller: &crate::egress::Caller<'_>,
+    exchange: &TokenExchange,
+    secret: &SecretString,
+) -> Result<Obtained, ExchangeError> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (body, content_type) = exchange.request(secret, now)?;
+    let request = crate::egress::OutboundRequest {
+        method: crate::egress::Method::Post,
+        url: exchange.token_url().to_owned(),
+        headers: vec![("content-type".into(), content_type.into()), ("accept".into(), "application/json".into())],
+        body: Some(body),
+        credential: None,
+        timeout_ms: Some(30_000),
+    };
+    let answer = egress
+        .send(caller, request)
+        .await
+        .map_err(|e| ExchangeError(format!("the token endpoint could not be reached: {e}")))?;
+    exchange.token(answer.status, &answer.body)
+}
+
 /// Whether `secret` can be used by `exchange` (a key that parses, for a
 /// JWT); checked when the credential is made.
 pub fn check_secret(exchange: &TokenExchange, secret: &SecretString) -> Result<(), String> {

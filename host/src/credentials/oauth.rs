@@ -534,8 +534,6 @@ async fn exchange_token(
     exchange: &TokenExchange,
     secret: &SecretString,
 ) -> Result<Obtained, ExchangeError> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (body, content_type) = exchange.request(secret, now)?;
     let hosts: Vec<HostPattern> = record.hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect();
     let caller = Caller {
         plugin_id: record.connector_id.as_deref().unwrap_or("credential-exchange"),
@@ -543,19 +541,7 @@ async fn exchange_token(
         workspace_id: &record.workspace_id,
         reach: crate::egress::Reach::Providers,
     };
-    let req = OutboundRequest {
-        method: Method::Post,
-        url: exchange.token_url().to_owned(),
-        headers: vec![("content-type".into(), content_type.into()), ("accept".into(), "application/json".into())],
-        body: Some(body),
-        credential: None,
-        timeout_ms: Some(30_000),
-    };
-    let resp = egress
-        .send(&caller, req)
-        .await
-        .map_err(|e| ExchangeError(format!("the token endpoint could not be reached: {e}")))?;
-    exchange.token(resp.status, &resp.body)
+    super::exchange::trade(egress, &caller, exchange, secret).await
 }
 
 #[cfg(test)]
