@@ -47,7 +47,7 @@ pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSett
             warehouses: service::config::warehouse::WarehousePolicy::from_settings("127.0.0.1,::1,localhost").unwrap(),
             // The benchmarks' test plugins are built unsigned.
             signatures: service::config::signatures::SignaturePolicy::allowed(),
-            memory_probe: None,
+            guest_memories: None,
         },
         oauth,
         limits: Default::default(),

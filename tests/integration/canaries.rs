@@ -405,7 +405,7 @@ async fn canaries_in_every_placement(log: Log) {
     };
     let srv = TestServer::start_with(Backend::Sqlite, |c| {
         c.plugins.egress = trust.policy();
-        c.plugins.memory_probe = Some(probe.clone());
+        c.plugins.guest_memories = Some(probe.memories());
         c.secret_stores.vault = Some(vault);
     })
     .await
@@ -686,6 +686,12 @@ async fn a_key_rotated_in_openbao_mid_sync_is_read_again_on_the_refusal_and_no_p
     assert!(served_new >= ROTATION_PAGES - ROTATE_AT - 3, "the rest went with the new key: {served_new}");
     assert!(r.last_with_new.load(Ordering::SeqCst), "the last page went with the new key");
     assert!(!job.to_string().contains(&old) && !job.to_string().contains(&new), "{job}");
+    // The read on the refusal is audited with the job it was for.
+    let audit =
+        json_ok(srv.get("/v1/audit-logs?action=credentials.resolve_reference&limit=200").send().await.unwrap()).await;
+    let job_id = job["job_id"].as_str().unwrap();
+    assert!(audit.to_string().contains(&format!("\"job_id\":\"{job_id}\"")), "{audit}");
+    assert!(!audit.to_string().contains(&new), "{audit}");
 
     // The provider now refuses a key the store does not have: the
     // refusal stands (each request sent at most twice, no loop), and the

@@ -410,7 +410,7 @@ impl PluginArgs {
                 &self.plugin_trusted_keys,
                 self.plugin_trusted_keys_file.as_deref(),
             )?,
-            memory_probe: None,
+            guest_memories: None,
         })
     }
 }
@@ -427,10 +427,20 @@ pub struct PluginSettings {
     pub warehouses: warehouse::WarehousePolicy,
     /// What a component from the plugins directory must be signed with.
     pub signatures: signatures::SignaturePolicy,
-    /// A test harness's look into guests' memory at the end of each call
-    /// (`plugin::probe`). No setting reads it: always `None` from the
-    /// environment or flags.
-    pub memory_probe: Option<std::sync::Arc<crate::plugin::probe::GuestMemoryProbe>>,
+    /// Who allocates guests' linear memories instead of the engine: a
+    /// test harness's probe (`plugin::probe`). No setting reads it:
+    /// always `None` from the environment or flags.
+    pub guest_memories: Option<GuestMemories>,
+}
+
+/// Allocates guests' linear memories (see [`PluginSettings::guest_memories`]).
+#[derive(Clone)]
+pub struct GuestMemories(pub std::sync::Arc<dyn wasmtime::MemoryCreator>);
+
+impl std::fmt::Debug for GuestMemories {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GuestMemories")
+    }
 }
 
 /// A configuration problem, reported as one line naming the setting.

@@ -266,6 +266,7 @@ impl Vault {
         .on("credential", &record.credential_id);
         audit.details = Some(serde_json::json!({
             "credential_handle": record.credential_handle.as_str(),
+            "job_id": crate::telemetry::job_id::current(),
             "reference": reference.text(),
             "error": outcome.err().map(ToString::to_string),
         }));

@@ -129,13 +129,16 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
     );
     // Every plugin invocation of this attempt is charged to the job.
     let meter = Arc::new(std::sync::Mutex::new(Usage::default()));
-    let outcome = metered(meter.clone(), async {
-        if job.kind.is_activation_run() {
-            super::activation::execute(state, spool, &job, &cancel).await
-        } else {
-            super::sync::execute(state, spool, &job, owner, &cancel).await
-        }
-    })
+    let outcome = metered(
+        meter.clone(),
+        crate::telemetry::job_id::within(job.job_id.clone(), async {
+            if job.kind.is_activation_run() {
+                super::activation::execute(state, spool, &job, &cancel).await
+            } else {
+                super::sync::execute(state, spool, &job, owner, &cancel).await
+            }
+        }),
+    )
     .await;
     watch.abort();
     let spent = *meter.lock().unwrap_or_else(|p| p.into_inner());

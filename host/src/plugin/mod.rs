@@ -204,15 +204,15 @@ pub struct Runtime {
     time: sandbox::GuestTime,
 }
 
-fn engine_config(pooling: Option<&Limits>, probe: Option<&Arc<probe::GuestMemoryProbe>>) -> Config {
+fn engine_config(pooling: Option<&Limits>, memories: Option<Arc<dyn wasmtime::MemoryCreator>>) -> Config {
     let mut cfg = Config::new();
     cfg.epoch_interruption(true);
     cfg.wasm_component_model(true);
     cfg.max_wasm_stack(1024 * 1024);
-    if let Some(probe) = probe {
-        // Memories the host allocates and searches: explicit bounds
+    if let Some(memories) = memories {
+        // Memories another allocates (a test's probe): explicit bounds
         // checks, free to move (see `probe`).
-        cfg.with_host_memory(Arc::new(probe::ProbedMemories(probe.clone())))
+        cfg.with_host_memory(memories)
             .memory_reservation(0)
             .memory_guard_size(0)
             .memory_reservation_for_growth(0)
@@ -260,14 +260,15 @@ impl Runtime {
         Self::with_engine(engine, pooling, limits, cache)
     }
 
-    /// A runtime whose guests' memories `probe` searches at the end of
-    /// every call (a test harness's; no setting makes one).
-    pub fn probed(
+    /// A runtime whose guests' memories `memories` allocates (a test
+    /// harness's probe, [`probe::GuestMemoryProbe::memories`]; no setting
+    /// makes one). They get no reservation and no guard region.
+    pub fn with_memories(
         limits: Limits,
         cache: Option<CompileCache>,
-        probe: &Arc<probe::GuestMemoryProbe>,
+        memories: Arc<dyn wasmtime::MemoryCreator>,
     ) -> anyhow::Result<Self> {
-        let engine = Engine::new(&engine_config(None, Some(probe)))?;
+        let engine = Engine::new(&engine_config(None, Some(memories)))?;
         Self::with_engine(engine, false, limits, cache)
     }
 

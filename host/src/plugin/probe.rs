@@ -1,8 +1,8 @@
 //! A look into guests' linear memory, for the tests that show no secret
 //! ever reaches a connector.
 //!
-//! A server built in code with a [`GuestMemoryProbe`] in its plugin
-//! settings runs its guests in memories the host allocates itself
+//! A server built in code with a [`GuestMemoryProbe`]'s memories in its
+//! plugin settings runs its guests in memories the host allocates itself
 //! ([`wasmtime::MemoryCreator`]). When an invocation ends and its store is
 //! dropped, each of its memories is searched, whole, for the probe's
 //! needles before it is freed: what a guest held at the end of a call,
@@ -43,6 +43,12 @@ impl GuestMemoryProbe {
         let needles: Vec<Vec<u8>> = needles.into_iter().map(|n| n.as_ref().to_vec()).collect();
         let hits = vec![0; needles.len()];
         Arc::new(GuestMemoryProbe { needles, findings: Mutex::new(Findings { hits, ..Findings::default() }) })
+    }
+
+    /// The allocator of guest memories that this probe searches, for
+    /// `PluginSettings::guest_memories`.
+    pub fn memories(self: &Arc<Self>) -> crate::config::GuestMemories {
+        crate::config::GuestMemories(Arc::new(ProbedMemories(self.clone())))
     }
 
     /// What has been searched and found so far.

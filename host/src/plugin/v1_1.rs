@@ -78,7 +78,7 @@ impl HostState {
             ))));
         }
         // Numbered on a recording here, in the order the plugin starts them.
-        let task = tokio::spawn(call.send(req));
+        let task = tokio::spawn(crate::telemetry::job_id::carried(call.send(req)));
         let handle = self.table.push(Pending { task })?;
         self.pending += 1;
         Ok(Ok(handle))

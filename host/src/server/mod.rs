@@ -84,8 +84,8 @@ impl AppState {
         let vault = Vault::new(store.clone(), keyring).with_stores(Arc::new(stores));
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
         let cache = Some(compile_cache(&config.plugins.compile_cache_dir, &vault));
-        let runtime = match &config.plugins.memory_probe {
-            Some(probe) => Runtime::probed(config.plugins.limits.clone(), cache, probe)?,
+        let runtime = match &config.plugins.guest_memories {
+            Some(memories) => Runtime::with_memories(config.plugins.limits.clone(), cache, memories.0.clone())?,
             None => Runtime::new(config.plugins.limits.clone(), cache)?,
         };
         if let Err(e) = crate::config::ensure_data_dir(&config.plugins.plugins_dir) {

@@ -2,7 +2,8 @@
 //!
 //! Layout: this module sets up logging and the metrics recorder;
 //! [`labels`] says how tenants appear in metric labels; [`request_id`]
-//! gives every request its id, in bodies, headers and log lines.
+//! gives every request its id, in bodies, headers and log lines;
+//! [`job_id`] says which job the current task's work is for.
 //!
 //! Logs go through `tracing` (human or JSON lines; filter with
 //! `SERVICE_LOG`, e.g. `SERVICE_LOG=debug`). Nothing secret is ever a field
@@ -15,6 +16,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{ConfigError, LogFormat};
 
+pub(crate) mod job_id;
 pub(crate) mod labels;
 pub(crate) mod request_id;
 

@@ -268,7 +268,7 @@ impl TestServer {
                 // Test plugins are built unsigned; the signature tests set
                 // the default policy (required) themselves.
                 signatures: service::config::signatures::SignaturePolicy::allowed(),
-                memory_probe: None,
+                guest_memories: None,
             },
             oauth: Default::default(),
             limits: Default::default(),
