@@ -312,6 +312,53 @@ pub(crate) fn cases() -> Vec<Case> {
     ]
 }
 
+/// OpenBao holding every canary (under `path`, a key per [`Case`]), the
+/// provider on [`HOST`], the other host on [`ELSEWHERE`], and a server
+/// reaching all three (its guests' memories allocated by `memories`).
+struct Fixture {
+    srv: TestServer,
+    p: Arc<Provider>,
+    /// The OpenBao path of the canaries.
+    path: String,
+    ws: String,
+    _bao: OpenBao,
+    _api: FakeProvider,
+    _mirror: FakeProvider,
+}
+
+impl Fixture {
+    async fn start(canaries: &Canaries, control: &str, memories: Option<service::config::GuestMemories>) -> Fixture {
+        let p = Arc::new(Provider {
+            canaries: canaries.clone(),
+            issued: AtomicUsize::new(0),
+            elsewhere_heard: Mutex::new(Vec::new()),
+            control: control.to_owned(),
+        });
+        let bao = OpenBao::start().await;
+        let ca = TestCa::new();
+        let api = FakeProvider::start(&ca, &[HOST], provider(p.clone())).await;
+        let mirror = FakeProvider::start(&ca, &[ELSEWHERE], elsewhere(p.clone())).await;
+        let trust = Trust::new(&ca).serving(&api, &[HOST]).serving(&mirror, &[ELSEWHERE]);
+        let vault = service::config::secrets::VaultSettings {
+            address: url::Url::parse(&format!("{}/", bao.address)).unwrap(),
+            login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
+        };
+        let srv = TestServer::start_with(Backend::Sqlite, |c| {
+            c.plugins.egress = trust.policy();
+            c.plugins.guest_memories = memories;
+            c.secret_stores.vault = Some(vault);
+        })
+        .await
+        .unwrap();
+        let ws = srv.workspace_id().await;
+        let path = format!("workspaces/{ws}/canaries");
+        let stored: serde_json::Map<String, Value> =
+            cases().iter().map(|c| (c.key.to_owned(), json!(canaries.by_key(c.key)))).collect();
+        bao.put(&path, Value::Object(stored)).await;
+        Fixture { srv, p, path, ws, _bao: bao, _api: api, _mirror: mirror }
+    }
+}
+
 /// A log sink shared by every thread of the test's runtime.
 #[derive(Clone, Default)]
 struct Log(Arc<Mutex<Vec<u8>>>);
@@ -387,37 +434,8 @@ async fn canaries_in_every_placement(log: Log) {
     let control = format!("control{}", uuid::Uuid::new_v4().simple());
     let needles = canaries.needles();
     let probe = GuestMemoryProbe::watching(needles.iter().map(|(_, n)| n.as_bytes()).chain([control.as_bytes()]));
-    let p = Arc::new(Provider {
-        canaries: canaries.clone(),
-        issued: AtomicUsize::new(0),
-        elsewhere_heard: Mutex::new(Vec::new()),
-        control: control.clone(),
-    });
-
-    let bao = OpenBao::start().await;
-    let ca = TestCa::new();
-    let api = FakeProvider::start(&ca, &[HOST], provider(p.clone())).await;
-    let mirror = FakeProvider::start(&ca, &[ELSEWHERE], elsewhere(p.clone())).await;
-    let trust = Trust::new(&ca).serving(&api, &[HOST]).serving(&mirror, &[ELSEWHERE]);
-    let vault = service::config::secrets::VaultSettings {
-        address: url::Url::parse(&format!("{}/", bao.address)).unwrap(),
-        login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
-    };
-    let srv = TestServer::start_with(Backend::Sqlite, |c| {
-        c.plugins.egress = trust.policy();
-        c.plugins.guest_memories = Some(probe.memories());
-        c.secret_stores.vault = Some(vault);
-    })
-    .await
-    .unwrap();
-    let ws = srv.workspace_id().await;
-    let path = format!("workspaces/{ws}/canaries");
-    bao.put(
-        &path,
-        json!({ "header": canaries.header, "query": canaries.query, "body": canaries.body, "signing": canaries.signing,
-            "client_secret": canaries.client_secret, "password": canaries.password, "jwt": canaries.jwt_pem }),
-    )
-    .await;
+    let Fixture { srv, p, path, ws, _bao, _api, _mirror } =
+        Fixture::start(&canaries, &control, Some(probe.memories())).await;
 
     // Everything a client of the API was shown.
     let mut shown = String::new();
@@ -712,37 +730,9 @@ async fn a_key_rotated_in_openbao_mid_sync_is_read_again_on_the_refusal_and_no_p
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_placement_sends_its_secret_to_an_allowed_host_it_is_not_bound_to() {
     let canaries = Canaries::new();
-    let p = Arc::new(Provider {
-        canaries: canaries.clone(),
-        issued: AtomicUsize::new(0),
-        elsewhere_heard: Mutex::new(Vec::new()),
-        control: "control".into(),
-    });
-    let bao = OpenBao::start().await;
-    let ca = TestCa::new();
-    let api = FakeProvider::start(&ca, &[HOST], provider(p.clone())).await;
-    let mirror = FakeProvider::start(&ca, &[ELSEWHERE], elsewhere(p.clone())).await;
-    let trust = Trust::new(&ca).serving(&api, &[HOST]).serving(&mirror, &[ELSEWHERE]);
-    let vault = service::config::secrets::VaultSettings {
-        address: url::Url::parse(&format!("{}/", bao.address)).unwrap(),
-        login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
-    };
-    let srv = TestServer::start_with(Backend::Sqlite, |c| {
-        c.plugins.egress = trust.policy();
-        c.secret_stores.vault = Some(vault);
-    })
-    .await
-    .unwrap();
+    let Fixture { srv, p, path, ws, _bao, _api, _mirror } = Fixture::start(&canaries, "control", None).await;
     let id = srv.load_test_plugin("test_misbehaving").await;
     let plugin = srv.state.plugins.available(&id).await.unwrap();
-    let ws = srv.workspace_id().await;
-    let path = format!("workspaces/{ws}/canaries");
-    bao.put(
-        &path,
-        json!({ "header": canaries.header, "query": canaries.query, "body": canaries.body, "signing": canaries.signing,
-            "client_secret": canaries.client_secret, "password": canaries.password, "jwt": canaries.jwt_pem }),
-    )
-    .await;
     let egress = |request: Value| {
         let (srv, plugin, ws) = (&srv, &plugin, &ws);
         async move {
