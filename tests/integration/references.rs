@@ -297,6 +297,7 @@ async fn references_to_what_the_workspace_may_not_name_are_refused_when_made() {
         .unwrap();
     let e = expect_error(refused, 400, "VALIDATION_FAILED").await;
     assert_eq!(e["details"]["field"], "reference", "{e}");
+    assert!(e.to_string().contains("not valid PEM"), "checked as a key, not as a header value: {e}");
     assert!(!e.to_string().contains("bm90IGEga2V5"), "{e}");
 }
 

@@ -186,9 +186,13 @@ pub struct Vault {
     /// Counts revocations: a secret read before a revocation is not put
     /// into [`Revealed`] after it.
     revocations: Arc<std::sync::atomic::AtomicU64>,
-    /// One forced renewal at a time, so concurrent requests that were all
-    /// told their token expired refresh it once.
-    renewing: Arc<tokio::sync::Mutex<HashMap<String, Instant>>>,
+    /// When each handle was last renewed on a provider's word: at most
+    /// once per [`FORCED_RENEWAL_EVERY`], attempt or not.
+    renewed: Arc<Mutex<HashMap<String, Instant>>>,
+    /// One forced renewal at a time per handle, so concurrent requests
+    /// that were all told their secret is refused renew it once (and a
+    /// slow store or token endpoint holds up only its own credential).
+    renewing: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// The operator's secret stores, for credentials that hold a
     /// reference.
     stores: Arc<SecretStores>,
@@ -329,6 +333,7 @@ impl Vault {
             refresher: Default::default(),
             revealed: Default::default(),
             revocations: Default::default(),
+            renewed: Default::default(),
             renewing: Default::default(),
             stores: Arc::new(
                 SecretStores::new(SecretStoreSettings::default()).expect("a client with default settings builds"),
@@ -888,14 +893,36 @@ impl Vault {
         let (record, secret) = match rejected {
             None => self.open(workspace_id, handle, host, None).await?,
             Some(rejected) => {
-                let mut last = self.renewing.lock().await;
-                let now = Instant::now();
-                last.retain(|_, at| now.duration_since(*at) < FORCED_RENEWAL_EVERY);
-                // Renewed a moment ago: the current token is as good as a new one.
-                let rejected = if last.contains_key(handle) { None } else { Some(rejected) };
-                let opened = self.open(workspace_id, handle, host, rejected).await?;
-                last.insert(handle.clone(), now);
-                opened
+                let lock = {
+                    let mut locks = self.renewing.lock().unwrap_or_else(|p| p.into_inner());
+                    locks.retain(|_, l| Arc::strong_count(l) > 1);
+                    locks.entry(handle.clone()).or_default().clone()
+                };
+                let _one_at_a_time = lock.lock().await;
+                let recently = {
+                    let mut renewed = self.renewed.lock().unwrap_or_else(|p| p.into_inner());
+                    let now = Instant::now();
+                    renewed.retain(|_, at| now.duration_since(*at) < FORCED_RENEWAL_EVERY);
+                    let recently = renewed.contains_key(handle);
+                    // The attempt counts, whatever comes of it: a provider
+                    // that refuses everything cannot make the host read a
+                    // store or refresh on every request.
+                    if !recently {
+                        renewed.insert(handle.clone(), now);
+                    }
+                    recently
+                };
+                if recently {
+                    // Renewed a moment ago: what is current is as good as
+                    // new, unless it is what the provider just refused.
+                    let opened = self.open(workspace_id, handle, host, None).await?;
+                    if opened.1.expose_secret() == rejected.expose_secret() {
+                        return Err(SecretError::Unchanged);
+                    }
+                    opened
+                } else {
+                    self.open(workspace_id, handle, host, Some(rejected)).await?
+                }
             }
         };
         // A credential stored for one connector is that connector's:
