@@ -1,0 +1,240 @@
+//! Interpolated strings of a declarative manifest: a subset of Jinja2 with
+//! Airbyte's variables and macros.
+//!
+//! A [`Template`] is parsed once ([`Template::parse`]) and rendered against
+//! a [`Context`] as often as needed ([`Template::eval`]). As in Airbyte's
+//! CDK, a string without `{{`/`{%` is itself; otherwise the template is
+//! rendered to text, and text that reads as a Python literal becomes that
+//! literal (`"{{ 5 }}"` is the integer 5, `"{{ [1, 2] }}"` a list), empty
+//! text is `None`, and any other text stays text.
+//!
+//! # Layout
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`value`] | the values an expression computes, with Python's text forms |
+//! | `parse` | templates and expressions, with Jinja2's precedence |
+//! | `eval` | operators, macros, filters, tests and methods |
+//! | `literal` | the CDK's `literal_eval` of a rendered template |
+//! | this file | [`Template`], [`Context`] and [`InterpolationError`] |
+
+mod eval;
+mod literal;
+mod parse;
+pub mod value;
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+pub use value::Val;
+
+/// Why a template cannot be parsed or evaluated. Messages name the
+/// construct, never a value of the context (which may hold secrets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterpolationError {
+    /// Not Jinja, or not closed.
+    Syntax(String),
+    /// Jinja (or a macro, filter, method or tag) this runtime does not
+    /// have: named, so a manifest using it is refused up front.
+    Unsupported(String),
+    /// A runtime failure: a type error, a bad date, a division by zero.
+    Evaluation(String),
+}
+
+impl std::fmt::Display for InterpolationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InterpolationError::Syntax(m) => write!(f, "not a valid template: {m}"),
+            InterpolationError::Unsupported(m) => write!(f, "unsupported: {m}"),
+            InterpolationError::Evaluation(m) => write!(f, "cannot be evaluated: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for InterpolationError {}
+
+/// What a template sees: its variables (`config`, `stream_slice`,
+/// `next_page_token`, `response`, …) and the instant `now_utc()` returns.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub variables: HashMap<String, Val>,
+    pub now: DateTime<Utc>,
+}
+
+impl Context {
+    /// A context at `now` with no variables.
+    pub fn at(now: DateTime<Utc>) -> Context {
+        Context { variables: HashMap::new(), now }
+    }
+
+    /// The same context with `name` bound to `value`.
+    pub fn with(mut self, name: &str, value: Val) -> Context {
+        self.variables.insert(name.to_owned(), value);
+        self
+    }
+}
+
+/// A parsed interpolated string.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    source: String,
+    /// `None` for a string without Jinja.
+    nodes: Option<Vec<parse::Node>>,
+}
+
+impl Template {
+    /// Parses `source`; refuses what is not Jinja or not supported.
+    pub fn parse(source: &str) -> Result<Template, InterpolationError> {
+        let nodes = if source.contains("{{") || source.contains("{%") || source.contains("{#") {
+            Some(parse::template(source)?)
+        } else {
+            None
+        };
+        Ok(Template { source: source.to_owned(), nodes })
+    }
+
+    /// The template as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the string holds Jinja at all.
+    pub fn is_static(&self) -> bool {
+        self.nodes.is_none()
+    }
+
+    /// The rendered text, as Jinja writes it.
+    pub fn render(&self, ctx: &Context) -> Result<String, InterpolationError> {
+        let Some(nodes) = &self.nodes else { return Ok(self.source.clone()) };
+        let mut out = String::new();
+        eval::render(nodes, ctx, &mut out)?;
+        Ok(out)
+    }
+
+    /// The value, as Airbyte's CDK computes it: the rendered text, read as
+    /// a Python literal where it is one.
+    pub fn eval(&self, ctx: &Context) -> Result<Val, InterpolationError> {
+        if self.nodes.is_none() {
+            return Ok(Val::Str(self.source.clone()));
+        }
+        let text = self.render(ctx)?;
+        // Nothing rendered (an undefined name, an empty value) is None.
+        if text.is_empty() {
+            return Ok(Val::None);
+        }
+        Ok(literal::literal(&text).unwrap_or(Val::Str(text)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> Context {
+        let now = DateTime::parse_from_rfc3339("2026-11-20T12:00:00.123456Z").unwrap().with_timezone(&Utc);
+        Context::at(now)
+            .with(
+                "config",
+                Val::from(&json!({ "start_date": "2024-01-15T00:00:00Z", "page_size": "50", "symbols": ["A", "B"],
+                    "lat": "45.5", "credentials": { "client_id": "id" }, "api_url": null, "start": "20240115" })),
+            )
+            .with("stream_slice", Val::from(&json!({ "start_time": "2024-01-01", "parent_slice": { "id": 7 } })))
+            .with("next_page_token", Val::from(&json!({ "next_page_token": 3 })))
+            .with(
+                "response",
+                Val::from(&json!({ "meta": { "next_page": null }, "hasNext": false, "items": [1, 2, 3] })),
+            )
+    }
+
+    fn eval(source: &str) -> Val {
+        Template::parse(source)
+            .unwrap_or_else(|e| panic!("{source}: {e}"))
+            .eval(&ctx())
+            .unwrap_or_else(|e| panic!("{source}: {e}"))
+    }
+
+    fn text(source: &str) -> String {
+        eval(source).to_text()
+    }
+
+    #[test]
+    /// Each expected value is what airbyte-cdk 7.39.1's `JinjaInterpolation`
+    /// gives for the same expression, context and frozen clock.
+    fn the_corpus_expressions_give_what_the_cdk_gives() {
+        assert_eq!(eval("static"), Val::Str("static".into()));
+        assert_eq!(eval("{{ config['page_size'] }}"), Val::Int(50));
+        assert_eq!(eval("{{ config['page_size'] | int * 2 }}"), Val::Int(100));
+        assert_eq!(eval("{{ config.get('missing', 'fallback') }}"), Val::Str("fallback".into()));
+        assert_eq!(
+            eval("{{ config['api_url'] or 'https://plausible.io/api/v1/stats' }}"),
+            Val::Str("https://plausible.io/api/v1/stats".into())
+        );
+        assert_eq!(text("{{ ','.join(config.get('symbols', [])) }}"), "A,B");
+        assert_eq!(text("{{ now_utc().strftime('%Y-%m-%dT%H:%M:%SZ') }}"), "2026-11-20T12:00:00Z");
+        assert_eq!(text("{{ now_utc().strftime('%Y-%m-%dT%H:%M:%S.%f%z') }}"), "2026-11-20T12:00:00.123456+0000");
+        assert_eq!(text("{{ now_utc().strftime('%s') }}"), "1795176000");
+        assert_eq!(text("{{ now_utc().isoformat() }}"), "2026-11-20T12:00:00.123456+00:00");
+        assert_eq!(text("{{ today_utc() }}"), "2026-11-20");
+        assert_eq!(text("{{ today_utc().strftime('%Y%m%d') }}"), "20261120");
+        assert_eq!(text("{{ day_delta(-1) }}"), "2026-11-19T12:00:00.123456+0000");
+        assert_eq!(text("{{ day_delta(-365, format='%Y-%m-%dT%H:%M:%SZ') }}"), "2025-11-20T12:00:00Z");
+        assert_eq!(text("{{ (now_utc() - duration('P30D')).strftime('%Y-%m-%d') }}"), "2026-10-21");
+        assert_eq!(text("{{ format_datetime(config['start_date'], '%Y-%m-%d') }}"), "2024-01-15");
+        assert_eq!(text("{{ format_datetime('2024-01-15', '%s') }}"), "1705276800");
+        assert_eq!(eval("{{ timestamp(config['start_date']) * 1000 }}"), Val::Float(1_705_276_800_000.0));
+        assert_eq!(eval("{{ timestamp(1705276800) }}"), Val::Int(1_705_276_800));
+        assert_eq!(
+            text("{{ max(day_delta(-365, format='%Y-%m-%dT%H:%M:%SZ'), config['start_date']) }}"),
+            "2025-11-20T12:00:00Z"
+        );
+        assert_eq!(eval("{{ response['hasNext'] is false }}"), Val::Bool(true));
+        assert_eq!(eval("{{ response.meta.next_page is none }}"), Val::Bool(true));
+        assert_eq!(eval("{{ response['items'] | length > 2 }}"), Val::Bool(true));
+        assert_eq!(eval("{{ next_page_token['next_page_token'] }}"), Val::Int(3));
+        assert_eq!(eval("{{ stream_slice.parent_slice.id }}"), Val::Int(7));
+        assert_eq!(text("{{ '/top/' ~ config.start[:4] ~ '/' ~ config.start[4:6] }}"), "/top/2024/01");
+        assert_eq!(
+            text("{% if -90.00 <= config['lat']|float <= 90.00 %}{{ config['lat'] }}{% else %}bad{% endif %}"),
+            "45.5"
+        );
+        assert_eq!(text("{{ 'a' if 'start_date' in config else 'b' }}"), "a");
+        assert_eq!(eval("{{ config['q w'] | urlencode }}"), Val::None);
+        assert_eq!(eval("{{ config['missing'] }}"), Val::None);
+        assert_eq!(eval("{{ today_utc().strftime('%Y%m%d') }}"), Val::Int(20_261_120));
+        assert_eq!(eval("{{ now_utc().timestamp() }}"), Val::Float(1_795_176_000.123_456));
+        assert_eq!(text("{{ now_utc() }}"), "2026-11-20 12:00:00.123456+00:00");
+        assert_eq!(text("{{ duration('PT1H') }}"), "1:00:00");
+        assert_eq!(eval("{{ '01' }}"), Val::Str("01".into()));
+        assert_eq!(eval("{{ config['credentials'] }}"), Val::Dict(vec![("client_id".into(), Val::Str("id".into()))]));
+        assert_eq!(text("{{ 'a b/c' | urlencode }}"), "a%20b/c");
+        assert_eq!(eval("{{ [1, 2] }}"), Val::List(vec![Val::Int(1), Val::Int(2)]));
+        assert_eq!(eval("page {{ 2 }}"), Val::Str("page 2".into()));
+        assert_eq!(eval("{{ config['start_date'] }}"), Val::Str("2024-01-15T00:00:00Z".into()));
+        assert_eq!(text("{{ '  a b  '.strip().replace(' ', '_').lower() }}"), "a_b");
+        assert_eq!(
+            eval("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }}"),
+            Val::Str("3 -4 1 1024 3.5".into())
+        );
+    }
+
+    #[test]
+    fn what_is_not_supported_is_named_and_what_fails_says_why() {
+        for (source, says) in [
+            ("{% for x in y %}{% endfor %}", "for"),
+            ("{{ generate_uuid() }}", "generate_uuid"),
+            ("{{ x | base64encode }}", "base64encode"),
+            ("{{ x is odd }}", "odd"),
+            ("{{ now_utc().strftime('%Q') }}", "%Q"),
+        ] {
+            let e = Template::parse(source).and_then(|t| t.eval(&ctx())).unwrap_err();
+            assert!(matches!(e, InterpolationError::Unsupported(_)) && e.to_string().contains(says), "{source}: {e}");
+        }
+        let e = Template::parse("{{ 1 // 0 }}").unwrap().eval(&ctx()).unwrap_err();
+        assert!(matches!(e, InterpolationError::Evaluation(_)), "{e}");
+        let e = Template::parse("{{ config['credentials'] + 1 }}").unwrap().eval(&ctx()).unwrap_err();
+        assert!(!e.to_string().contains("\"id\""), "no value in the message: {e}");
+        assert!(matches!(Template::parse("{{ ("), Err(InterpolationError::Syntax(_))));
+    }
+}

@@ -1,0 +1,23 @@
+//! Airbyte's declarative ("low-code") source manifests, as the platform
+//! reads them.
+//!
+//! A manifest's strings may hold Jinja expressions over the source's
+//! configuration, the stream's slice, the page token, the last response
+//! and a handful of macros. Airbyte's CDK renders them with Jinja2 in a
+//! Python process; here they are parsed once and evaluated by
+//! [`interpolation`], a subset of Jinja2 with Airbyte's macros, filters
+//! and the Python methods manifests call, giving the values the CDK
+//! gives (a rendered string that reads as a Python literal becomes that
+//! literal, as the CDK's `literal_eval` does). Anything outside the
+//! subset is refused when parsed, by name.
+//!
+//! Pure: no I/O, and no clock of its own (`now_utc()` is the instant the
+//! caller gives), so the server and the plugin evaluate alike.
+//!
+//! # Layout
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`interpolation`] | templates: parsing, evaluation, values, macros, filters, methods |
+
+pub mod interpolation;
