@@ -15,6 +15,12 @@ fn failed(message: impl Into<String>) -> InterpolationError {
     InterpolationError::Evaluation(message.into())
 }
 
+/// What Python raises as a `TypeError` (the CDK then keeps the template
+/// as written).
+fn mismatch(message: impl Into<String>) -> InterpolationError {
+    InterpolationError::Type(message.into())
+}
+
 /// Renders `nodes` into `out`.
 pub(crate) fn render(nodes: &[Node], ctx: &Context, out: &mut String) -> Result<()> {
     for node in nodes {
@@ -43,13 +49,20 @@ pub(crate) fn render(nodes: &[Node], ctx: &Context, out: &mut String) -> Result<
 pub(crate) fn eval(e: &Expr, ctx: &Context) -> Result<Val> {
     Ok(match e {
         Expr::Lit(v) => v.clone(),
-        Expr::Name(n) => ctx.variables.get(n).cloned().unwrap_or(Val::Undefined),
+        Expr::Name(n) => lookup(n, ctx).cloned().unwrap_or(Val::Undefined),
         Expr::List(items) => Val::List(items.iter().map(|i| eval(i, ctx)).collect::<Result<_>>()?),
         Expr::Dict(entries) => Val::Dict(
             entries.iter().map(|(k, v)| Ok((key_text(&eval(k, ctx)?)?, eval(v, ctx)?))).collect::<Result<_>>()?,
         ),
-        Expr::Attr(target, name) => attribute(&eval(target, ctx)?, name),
-        Expr::Index(target, index) => subscript(&eval(target, ctx)?, &eval(index, ctx)?)?,
+        Expr::Attr(target, name) => attribute(&defined(eval(target, ctx)?, "an attribute")?, name),
+        Expr::Index(target, index) => match eval(index, ctx)? {
+            // Jinja finds nothing under an undefined key.
+            Val::Undefined => {
+                defined(eval(target, ctx)?, "an item")?;
+                Val::Undefined
+            }
+            index => subscript(&defined(eval(target, ctx)?, "an item")?, &index)?,
+        },
         Expr::Slice(target, start, end) => {
             let bound = |b: &Option<Box<Expr>>| -> Result<Option<i64>> {
                 match b {
@@ -57,7 +70,7 @@ pub(crate) fn eval(e: &Expr, ctx: &Context) -> Result<Val> {
                     Some(e) => match eval(e, ctx)? {
                         Val::Int(i) => Ok(Some(i)),
                         Val::None => Ok(None),
-                        other => Err(failed(format!("slice indices must be integers, not {}", other.type_name()))),
+                        other => Err(mismatch(format!("slice indices must be integers, not {}", other.type_name()))),
                     },
                 }
             };
@@ -69,8 +82,10 @@ pub(crate) fn eval(e: &Expr, ctx: &Context) -> Result<Val> {
                 kwargs.iter().map(|(k, v)| Ok((k.clone(), eval(v, ctx)?))).collect::<Result<_>>()?;
             match &**target {
                 Expr::Name(name) if !ctx.variables.contains_key(name) => macro_call(name, &args, &kwargs, ctx)?,
-                Expr::Attr(receiver, method) => method_call(&eval(receiver, ctx)?, method, &args)?,
-                other => return Err(failed(format!("{other:?} is not callable"))),
+                Expr::Attr(receiver, method) => {
+                    method_call(&defined(eval(receiver, ctx)?, "a method")?, method, &args)?
+                }
+                other => return Err(mismatch(format!("{other:?} is not callable"))),
             }
         }
         Expr::Filter(target, name, args) => {
@@ -96,7 +111,8 @@ pub(crate) fn eval(e: &Expr, ctx: &Context) -> Result<Val> {
             Val::Int(i) => Val::Int(-i),
             Val::Float(f) => Val::Float(-f),
             Val::Duration(d) => Val::Duration(-d),
-            other => return Err(failed(format!("bad operand type for unary -: {}", other.type_name()))),
+            Val::Undefined => return Err(InterpolationError::Undefined("negation of an undefined value".into())),
+            other => return Err(mismatch(format!("bad operand type for unary -: {}", other.type_name()))),
         },
         Expr::Not(inner) => Val::Bool(!eval(inner, ctx)?.truthy()),
         Expr::And(a, b) => {
@@ -132,11 +148,34 @@ pub(crate) fn eval(e: &Expr, ctx: &Context) -> Result<Val> {
     })
 }
 
+/// The variable `name`: the slice also goes by `stream_partition` and
+/// `stream_interval`, as in the CDK.
+fn lookup<'a>(name: &str, ctx: &'a Context) -> Option<&'a Val> {
+    match (ctx.variables.get(name), name) {
+        (Some(v), _) => Some(v),
+        (None, "stream_partition" | "stream_interval") => ctx.variables.get("stream_slice"),
+        (None, _) => None,
+    }
+}
+
+/// Whether the context declares `name`.
+pub(crate) fn declared(name: &str, ctx: &Context) -> bool {
+    lookup(name, ctx).is_some()
+}
+
+/// Fails as Jinja's strict use of an undefined value does.
+fn defined(v: Val, what: &str) -> Result<Val> {
+    match v {
+        Val::Undefined => Err(InterpolationError::Undefined(format!("{what} of an undefined value"))),
+        v => Ok(v),
+    }
+}
+
 fn key_text(v: &Val) -> Result<String> {
     match v {
         Val::Str(s) => Ok(s.clone()),
         Val::Int(_) | Val::Float(_) | Val::Bool(_) | Val::None => Ok(v.to_text()),
-        other => Err(failed(format!("a {} cannot be a key", other.type_name()))),
+        other => Err(mismatch(format!("a {} cannot be a key", other.type_name()))),
     }
 }
 
@@ -154,10 +193,8 @@ fn subscript(target: &Val, index: &Val) -> Result<Val> {
             let chars: Vec<char> = s.chars().collect();
             position(*i, chars.len()).map_or(Val::Undefined, |p| Val::Str(chars[p].to_string()))
         }
-        (Val::Undefined, _) => Val::Undefined,
-        (other, index) => {
-            return Err(failed(format!("a {} cannot be indexed by a {}", other.type_name(), index.type_name())));
-        }
+        // Jinja falls back to an attribute, and finds none.
+        _ => Val::Undefined,
     })
 }
 
@@ -187,7 +224,7 @@ fn slice(target: &Val, start: Option<i64>, end: Option<i64>) -> Result<Val> {
             let (a, b) = (clamp(start, items.len(), 0), clamp(end, items.len(), items.len()));
             Val::List(if a < b { items[a..b].to_vec() } else { Vec::new() })
         }
-        other => return Err(failed(format!("a {} cannot be sliced", other.type_name()))),
+        other => return Err(mismatch(format!("a {} cannot be sliced", other.type_name()))),
     })
 }
 
@@ -205,8 +242,9 @@ fn binary(op: BinOp, a: Val, b: Val) -> Result<Val> {
     if op == BinOp::Concat {
         return Ok(Str(a.to_text() + &b.to_text()));
     }
+    let (a, b) = (defined(a, "arithmetic")?, defined(b, "arithmetic")?);
     let mismatch = |a: &Val, b: &Val| {
-        failed(format!("unsupported operand types for {op:?}: {} and {}", a.type_name(), b.type_name()))
+        mismatch(format!("unsupported operand types for {op:?}: {} and {}", a.type_name(), b.type_name()))
     };
     Ok(match (op, &a, &b) {
         (BinOp::Add, Str(x), Str(y)) => Str(format!("{x}{y}")),
@@ -258,18 +296,18 @@ fn compare(op: CmpOp, a: &Val, b: &Val) -> Result<bool> {
         CmpOp::Eq => Ok(equal(a, b)),
         CmpOp::Ne => Ok(!equal(a, b)),
         CmpOp::In | CmpOp::NotIn => {
-            let found = match b {
+            let found = match b.clone() {
+                // An undefined container is empty to Jinja.
+                Val::Undefined => false,
                 Val::List(items) => items.iter().any(|i| equal(i, a)),
                 Val::Dict(_) => b.get(&key_text(a)?).is_some(),
                 Val::Str(s) => s.contains(&a.to_text()),
-                Val::Undefined | Val::None => {
-                    return Err(failed(format!("argument of type {} is not iterable", b.type_name())));
-                }
-                other => return Err(failed(format!("argument of type {} is not iterable", other.type_name()))),
+                other => return Err(mismatch(format!("argument of type {} is not iterable", other.type_name()))),
             };
             Ok(found == (op == CmpOp::In))
         }
         _ => {
+            let (a, b) = (&defined(a.clone(), "a comparison")?, &defined(b.clone(), "a comparison")?);
             let ordering = match (a, b) {
                 (Val::Str(x), Val::Str(y)) => x.cmp(y),
                 (Val::DateTime(x), Val::DateTime(y)) => x.cmp(y),
@@ -278,7 +316,7 @@ fn compare(op: CmpOp, a: &Val, b: &Val) -> Result<bool> {
                 _ => match (number(a), number(b)) {
                     (Some(x), Some(y)) => x.partial_cmp(&y).ok_or_else(|| failed("cannot order NaN"))?,
                     _ => {
-                        return Err(failed(format!(
+                        return Err(mismatch(format!(
                             "'<' not supported between instances of {} and {}",
                             a.type_name(),
                             b.type_name()
@@ -522,6 +560,9 @@ fn iso_duration(text: &str) -> Result<TimeDelta> {
 
 fn filter(value: Val, name: &str, args: &[Val]) -> Result<Val> {
     Ok(match name {
+        "int" | "float" if value == Val::Undefined => {
+            return Err(InterpolationError::Undefined(format!("the {name} filter of an undefined value")));
+        }
         "int" => Val::Int(match &value {
             Val::Int(i) => *i,
             Val::Float(f) => f.trunc() as i64,
@@ -540,10 +581,11 @@ fn filter(value: Val, name: &str, args: &[Val]) -> Result<Val> {
         }),
         "string" => Val::Str(value.to_text()),
         "length" | "count" => Val::Int(match &value {
+            Val::Undefined => 0,
             Val::Str(s) => s.chars().count() as i64,
             Val::List(l) => l.len() as i64,
             Val::Dict(d) => d.len() as i64,
-            other => return Err(failed(format!("object of type {} has no len()", other.type_name()))),
+            other => return Err(mismatch(format!("object of type {} has no len()", other.type_name()))),
         }),
         "lower" => Val::Str(value.to_text().to_lowercase()),
         "upper" => Val::Str(value.to_text().to_uppercase()),
@@ -568,8 +610,54 @@ fn filter(value: Val, name: &str, args: &[Val]) -> Result<Val> {
             other => other,
         },
         "tojson" => Val::Str(value.to_json().to_string()),
+        "base64encode" => Val::Str(base64_encode(value.to_text().as_bytes())),
+        "base64decode" => Val::Str(
+            base64_decode(&value.to_text())
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| failed("base64decode: not Base64 of UTF-8 text"))?,
+        ),
         other => return Err(InterpolationError::Unsupported(format!("the filter {other}"))),
     })
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard Base64 with padding, as Python's `base64.b64encode`.
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(BASE64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The bytes of standard Base64 text (padding optional).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u32> = text
+        .trim_end_matches('=')
+        .bytes()
+        .map(|b| BASE64.iter().position(|c| *c == b).map(|p| p as u32))
+        .collect::<Option<_>>()?;
+    if digits.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, d)| n | d << (18 - 6 * i));
+        for i in 0..chunk.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    Some(out)
 }
 
 /// Jinja's `urlencode` of a string: everything but unreserved characters
@@ -590,7 +678,7 @@ fn method_call(receiver: &Val, method: &str, args: &[Val]) -> Result<Val> {
     let text_arg = |i: usize| -> Result<String> {
         match args.get(i) {
             Some(Val::Str(s)) => Ok(s.clone()),
-            Some(other) => Err(failed(format!("{method}: expected a string, not {}", other.type_name()))),
+            Some(other) => Err(mismatch(format!("{method}: expected a string, not {}", other.type_name()))),
             None => Err(failed(format!("{method}: an argument is missing"))),
         }
     };
@@ -625,12 +713,44 @@ fn method_call(receiver: &Val, method: &str, args: &[Val]) -> Result<Val> {
         (Val::Str(s), "replace") => Val::Str(s.replace(&text_arg(0)?, &text_arg(1)?)),
         (Val::Str(s), "join") => match args.first() {
             Some(Val::List(items)) => Val::Str(items.iter().map(Val::to_text).collect::<Vec<_>>().join(s)),
-            _ => return Err(failed("join: expected a list")),
+            // A string is a sequence of its characters.
+            Some(Val::Str(text)) => Val::Str(text.chars().map(String::from).collect::<Vec<_>>().join(s)),
+            _ => return Err(mismatch("join: expected a list")),
         },
         (Val::DateTime(t), "strftime") => Val::Str(strftime(t, &text_arg(0)?)?),
         (Val::DateTime(t), "isoformat") => {
-            let fraction = if t.timestamp_subsec_micros() == 0 { "" } else { ".%6f" };
-            Val::Str(t.format(&format!("%Y-%m-%dT%H:%M:%S{fraction}%:z")).to_string())
+            let separator = match args.first() {
+                Some(Val::Str(s)) => s.clone(),
+                _ => "T".to_owned(),
+            };
+            let clock = match args.get(1) {
+                None => {
+                    if t.timestamp_subsec_micros() == 0 {
+                        "%H:%M:%S"
+                    } else {
+                        "%H:%M:%S.%6f"
+                    }
+                }
+                Some(Val::Str(spec)) => match spec.as_str() {
+                    "auto" => {
+                        if t.timestamp_subsec_micros() == 0 {
+                            "%H:%M:%S"
+                        } else {
+                            "%H:%M:%S.%6f"
+                        }
+                    }
+                    "hours" => "%H",
+                    "minutes" => "%H:%M",
+                    "seconds" => "%H:%M:%S",
+                    "milliseconds" => "%H:%M:%S.%3f",
+                    "microseconds" => "%H:%M:%S.%6f",
+                    other => return Err(failed(format!("isoformat: unknown timespec {other:?}"))),
+                },
+                Some(other) => {
+                    return Err(mismatch(format!("isoformat: timespec must be a string, not {}", other.type_name())));
+                }
+            };
+            Val::Str(t.format(&format!("%Y-%m-%d{separator}{clock}%:z")).to_string())
         }
         (Val::DateTime(t), "timestamp") => Val::Float(epoch_seconds(t)),
         (Val::DateTime(t), "date") => Val::Date(t.date_naive()),

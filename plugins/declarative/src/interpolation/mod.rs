@@ -38,8 +38,16 @@ pub enum InterpolationError {
     /// Jinja (or a macro, filter, method or tag) this runtime does not
     /// have: named, so a manifest using it is refused up front.
     Unsupported(String),
-    /// A runtime failure: a type error, a bad date, a division by zero.
+    /// A runtime failure: a type error, a bad date, a division by zero,
+    /// a variable the context does not declare.
     Evaluation(String),
+    /// What Python calls a `TypeError` (`'a' + 1`): [`Template::eval`]
+    /// gives the template as written, as the CDK does.
+    Type(String),
+    /// An undefined value used where a value is needed (`x.y` of a
+    /// missing `x`, `missing > 0`): [`Template::eval`] gives `None` for it,
+    /// as the CDK gives its default.
+    Undefined(String),
 }
 
 impl std::fmt::Display for InterpolationError {
@@ -48,6 +56,8 @@ impl std::fmt::Display for InterpolationError {
             InterpolationError::Syntax(m) => write!(f, "not a valid template: {m}"),
             InterpolationError::Unsupported(m) => write!(f, "unsupported: {m}"),
             InterpolationError::Evaluation(m) => write!(f, "cannot be evaluated: {m}"),
+            InterpolationError::Undefined(m) => write!(f, "undefined: {m}"),
+            InterpolationError::Type(m) => write!(f, "of the wrong type: {m}"),
         }
     }
 }
@@ -86,6 +96,11 @@ pub struct Template {
 impl Template {
     /// Parses `source`; refuses what is not Jinja or not supported.
     pub fn parse(source: &str) -> Result<Template, InterpolationError> {
+        if source.contains("stream_state") {
+            return Err(InterpolationError::Unsupported(
+                "stream_state (the CDK no longer interpolates it; use stream_interval)".into(),
+            ));
+        }
         let nodes = if source.contains("{{") || source.contains("{%") || source.contains("{#") {
             Some(parse::template(source)?)
         } else {
@@ -109,6 +124,13 @@ impl Template {
         let Some(nodes) = &self.nodes else { return Ok(self.source.clone()) };
         let mut out = String::new();
         eval::render(nodes, ctx, &mut out)?;
+        // Jinja drops the template's one final newline.
+        if self.source.ends_with('\n') && out.ends_with('\n') {
+            out.pop();
+            if out.ends_with('\r') && self.source.ends_with("\r\n") {
+                out.pop();
+            }
+        }
         Ok(out)
     }
 
@@ -118,8 +140,22 @@ impl Template {
         if self.nodes.is_none() {
             return Ok(Val::Str(self.source.clone()));
         }
-        let text = self.render(ctx)?;
-        // Nothing rendered (an undefined name, an empty value) is None.
+        if let Some(nodes) = &self.nodes {
+            // As Jinja's analysis in the CDK: every name must be declared,
+            // taken branch or not.
+            let mut names = Vec::new();
+            parse::names(nodes, &mut names);
+            if let Some(missing) = names.iter().find(|n| !eval::declared(n, ctx)) {
+                return Err(InterpolationError::Evaluation(format!("undeclared variable {missing}")));
+            }
+        }
+        let text = match self.render(ctx) {
+            Ok(text) => text,
+            Err(InterpolationError::Undefined(_)) => return Ok(Val::None),
+            Err(InterpolationError::Type(_)) => self.source.clone(),
+            Err(e) => return Err(e),
+        };
+        // Nothing rendered (an undefined value, an empty one) is None.
         if text.is_empty() {
             return Ok(Val::None);
         }
@@ -202,6 +238,24 @@ mod tests {
         assert_eq!(text("{{ 'a' if 'start_date' in config else 'b' }}"), "a");
         assert_eq!(eval("{{ config['q w'] | urlencode }}"), Val::None);
         assert_eq!(eval("{{ config['missing'] }}"), Val::None);
+        assert_eq!(eval("{{ ['id', 'secret'] | join(':') | base64encode }}"), Val::Str("aWQ6c2VjcmV0".into()));
+        assert_eq!(eval("{{ 'aWQ6c2VjcmV0' | base64decode }}"), Val::Str("id:secret".into()));
+        assert_eq!(eval("{{ config.missing.deeper }}"), Val::None);
+        assert_eq!(eval("{{ 'abc'['x'] }}"), Val::None);
+        assert_eq!(eval("{{ response.missing == 1 }}"), Val::Bool(false));
+        assert_eq!(eval("{{ config.missing ~ 'a' }}"), Val::Str("a".into()));
+        assert_eq!(eval("{{ config.missing | length }}"), Val::Int(0));
+        assert_eq!(eval("{{ config.missing > 0 }}"), Val::None);
+        assert_eq!(eval("{{ 'x' in response.missing }}"), Val::Bool(false));
+        assert_eq!(eval("{{ stream_partition.parent_slice.id }}"), Val::Int(7));
+        assert_eq!(eval("{{ 'page' not in response.missing }}"), Val::Bool(true));
+        assert_eq!(eval("{{ config[response.missing] > 1 }}"), Val::None);
+        assert_eq!(eval("{{ config.missing | int / 1000 }}"), Val::None);
+        assert_eq!(eval("{{ [config.missing] }}"), Val::Str("[Undefined]".into()));
+        assert_eq!(eval("{{ ','.join('ab') }}"), Val::Str("a,b".into()));
+        assert_eq!(eval("{{ (config['start'] or 0) + 1 }}"), Val::Str("{{ (config['start'] or 0) + 1 }}".into()));
+        assert_eq!(eval("{{ now_utc().isoformat('T', 'seconds') }}"), Val::Str("2026-11-20T12:00:00+00:00".into()));
+        assert_eq!(eval("a{{ 1 }}\n"), Val::Str("a1".into()));
         assert_eq!(eval("{{ today_utc().strftime('%Y%m%d') }}"), Val::Int(20_261_120));
         assert_eq!(eval("{{ now_utc().timestamp() }}"), Val::Float(1_795_176_000.123_456));
         assert_eq!(text("{{ now_utc() }}"), "2026-11-20 12:00:00.123456+00:00");
@@ -224,16 +278,20 @@ mod tests {
         for (source, says) in [
             ("{% for x in y %}{% endfor %}", "for"),
             ("{{ generate_uuid() }}", "generate_uuid"),
-            ("{{ x | base64encode }}", "base64encode"),
-            ("{{ x is odd }}", "odd"),
+            ("{{ config | hash('md5') }}", "hash"),
+            ("{{ config is odd }}", "odd"),
+            ("{{ stream_state.updated_at }}", "stream_interval"),
             ("{{ now_utc().strftime('%Q') }}", "%Q"),
         ] {
             let e = Template::parse(source).and_then(|t| t.eval(&ctx())).unwrap_err();
             assert!(matches!(e, InterpolationError::Unsupported(_)) && e.to_string().contains(says), "{source}: {e}");
         }
+        let e = Template::parse("{{ 'a' if true else nowhere }}").unwrap().eval(&ctx()).unwrap_err();
+        assert_eq!(e, InterpolationError::Evaluation("undeclared variable nowhere".into()));
         let e = Template::parse("{{ 1 // 0 }}").unwrap().eval(&ctx()).unwrap_err();
         assert!(matches!(e, InterpolationError::Evaluation(_)), "{e}");
-        let e = Template::parse("{{ config['credentials'] + 1 }}").unwrap().eval(&ctx()).unwrap_err();
+        let e = Template::parse("{{ config['credentials'] + 1 }}").unwrap().render(&ctx()).unwrap_err();
+        assert!(matches!(e, InterpolationError::Type(_)), "{e}");
         assert!(!e.to_string().contains("\"id\""), "no value in the message: {e}");
         assert!(matches!(Template::parse("{{ ("), Err(InterpolationError::Syntax(_))));
     }

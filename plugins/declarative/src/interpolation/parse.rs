@@ -41,6 +41,68 @@ pub(crate) enum Expr {
     },
 }
 
+/// The variables `nodes` name (a macro's name where it is called is not
+/// one).
+pub(crate) fn names(nodes: &[Node], out: &mut Vec<String>) {
+    for node in nodes {
+        match node {
+            Node::Text(_) => {}
+            Node::Expr(e) => expr_names(e, out),
+            Node::If { branches, otherwise } => {
+                for (cond, body) in branches {
+                    expr_names(cond, out);
+                    names(body, out);
+                }
+                names(otherwise, out);
+            }
+        }
+    }
+}
+
+fn expr_names(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Lit(_) => {}
+        Expr::Name(n) => {
+            if !out.contains(n) {
+                out.push(n.clone());
+            }
+        }
+        Expr::List(items) => items.iter().for_each(|i| expr_names(i, out)),
+        Expr::Dict(entries) => entries.iter().for_each(|(k, v)| {
+            expr_names(k, out);
+            expr_names(v, out);
+        }),
+        Expr::Attr(t, _) | Expr::Neg(t) | Expr::Not(t) | Expr::Test(t, _, _) => expr_names(t, out),
+        Expr::Index(a, b) | Expr::Binary(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            expr_names(a, out);
+            expr_names(b, out);
+        }
+        Expr::Slice(t, a, b) => {
+            expr_names(t, out);
+            a.iter().chain(b.iter()).for_each(|e| expr_names(e, out));
+        }
+        Expr::Call(target, args, kwargs) => {
+            if !matches!(**target, Expr::Name(_)) {
+                expr_names(target, out);
+            }
+            args.iter().chain(kwargs.iter().map(|(_, v)| v)).for_each(|a| expr_names(a, out));
+        }
+        Expr::Filter(t, _, args) => {
+            expr_names(t, out);
+            args.iter().for_each(|a| expr_names(a, out));
+        }
+        Expr::Compare(first, rest) => {
+            expr_names(first, out);
+            rest.iter().for_each(|(_, e)| expr_names(e, out));
+        }
+        Expr::Cond { then, cond, otherwise } => {
+            expr_names(then, out);
+            expr_names(cond, out);
+            otherwise.iter().for_each(|e| expr_names(e, out));
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BinOp {
     Add,

@@ -77,7 +77,7 @@ impl Val {
     /// Python's `repr()`: how a value is written inside a list or dict.
     pub fn repr(&self) -> String {
         match self {
-            Val::Undefined => String::new(),
+            Val::Undefined => "Undefined".into(),
             Val::None => "None".into(),
             Val::Bool(true) => "True".into(),
             Val::Bool(false) => "False".into(),
