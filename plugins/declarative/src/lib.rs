@@ -11,6 +11,9 @@
 //! literal, as the CDK's `literal_eval` does). Anything outside the
 //! subset is refused when parsed, by name.
 //!
+//! Objects keep the order they were written in (serde_json's
+//! `preserve_order`), as Python's dicts do: the CDK's rules depend on it.
+//!
 //! Pure: no I/O, and no clock of its own (`now_utc()` is the instant the
 //! caller gives), so the server and the plugin evaluate alike.
 //!
@@ -19,5 +22,7 @@
 //! | module | holds |
 //! |---|---|
 //! | [`interpolation`] | templates: parsing, evaluation, values, macros, filters, methods |
+//! | [`resolve`] | references, default types and `$parameters`, as the CDK applies them |
 
 pub mod interpolation;
+pub mod resolve;
