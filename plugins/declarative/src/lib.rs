@@ -23,6 +23,8 @@
 //! |---|---|
 //! | [`interpolation`] | templates: parsing, evaluation, values, macros, filters, methods |
 //! | [`resolve`] | references, default types and `$parameters`, as the CDK applies them |
+//! | [`extract`] | a page's records at a `DpathExtractor`'s field path |
 
+pub mod extract;
 pub mod interpolation;
 pub mod resolve;
