@@ -1,8 +1,8 @@
 """Differential check of record selection against Airbyte's CDK.
 
 For every `DpathExtractor` field path in the development corpus (its
-segments interpolated with a sample configuration, as
-`airbyte_interpolation.py` makes one), pages of several shapes are given
+segments interpolated with the manifest's sample configuration,
+`airbyte_corpus.py`), pages of several shapes are given
 to the CDK's `DpathExtractor` and to our `declarative` crate (its
 `extract` example), and the records compared.
 
@@ -12,20 +12,18 @@ to the CDK's `DpathExtractor` and to our `declarative` crate (its
 Needs `airbyte-cdk` (7.39.1) in the running Python.
 """
 
-import glob
 import json
 import os
 import subprocess
 import sys
 
 import requests
-import yaml
 from airbyte_cdk.sources.declarative.decoders import JsonDecoder
 from airbyte_cdk.sources.declarative.extractors import DpathExtractor
 from airbyte_cdk.sources.declarative.interpolation.interpolated_string import InterpolatedString
 
 sys.path.insert(0, os.path.dirname(__file__))
-from airbyte_interpolation import sample, spec_of  # noqa: E402
+from airbyte_corpus import manifests  # noqa: E402
 
 
 def field_paths(node, out):
@@ -60,9 +58,7 @@ def bodies(path):
 def main():
     corpus, runner = sys.argv[1], sys.argv[2]
     cases = []
-    for manifest_path in sorted(glob.glob(os.path.join(corpus, "manifests", "*.yaml"))):
-        manifest = yaml.safe_load(open(manifest_path))
-        config = sample("config", spec_of(manifest_path, manifest))
+    for name, manifest, config in manifests(corpus):
         found = []
         field_paths(manifest, found)
         for raw in found:
@@ -71,7 +67,7 @@ def main():
             except Exception:
                 continue
             for body in bodies(path):
-                cases.append((os.path.basename(manifest_path), raw, path, body))
+                cases.append((name, raw, path, body))
     theirs = []
     for _, _, path, body in cases:
         response = requests.Response()

@@ -5,29 +5,29 @@ Every Jinja string of every manifest in the development corpus
 `JinjaInterpolation` and by our `declarative` crate (its `interpolate`
 example), with the same context and a frozen clock, and the values are
 compared. The context: a configuration made from each manifest's spec
-(defaults, examples, else a sample of the declared type and format), and
-fixed `stream_slice` (which `stream_partition` and `stream_interval`
+(`airbyte_corpus.py`), and fixed `stream_slice` (which `stream_partition` and `stream_interval`
 name too), `next_page_token`, `response`, `last_record`, `record`,
 `headers` and `parameters`.
 
     python tests/python/airbyte_interpolation.py ../shared/airbyte-manifests \\
-        target/x86_64-unknown-linux-gnu/debug/examples/interpolate
+        plugins/target/x86_64-unknown-linux-gnu/debug/examples/interpolate
 
 prints a summary and every difference; exits 1 when a value differs.
 Needs `airbyte-cdk` (7.39.1) in the running Python.
 """
 
 import datetime
-import glob
 import json
 import os
 import subprocess
 import sys
 from unittest import mock
 
-import yaml
 from airbyte_cdk.sources.declarative.interpolation.jinja import JinjaInterpolation
 import airbyte_cdk.sources.declarative.interpolation.macros as macros
+
+sys.path.insert(0, os.path.dirname(__file__))
+from airbyte_corpus import manifests  # noqa: E402
 
 NOW = datetime.datetime(2026, 11, 20, 12, 0, 0, 123456, tzinfo=datetime.timezone.utc)
 
@@ -36,59 +36,6 @@ class FrozenDateTime(datetime.datetime):
     @classmethod
     def now(cls, tz=None):
         return NOW if tz in (None, datetime.timezone.utc) else NOW.astimezone(tz)
-
-
-def sample(name, schema):
-    """A value for a spec property: its default, an example, or one of its type."""
-    if not isinstance(schema, dict):
-        return "sample"
-    if "default" in schema:
-        return schema["default"]
-    if schema.get("examples"):
-        return schema["examples"][0]
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    for key in ("oneOf", "anyOf"):
-        if schema.get(key):
-            return sample(name, schema[key][0])
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if kind == "object" or "properties" in schema:
-        return {k: sample(k, v) for k, v in (schema.get("properties") or {}).items()}
-    if kind == "array":
-        item = sample(name, schema.get("items") or {"type": "string"})
-        return [item, item]
-    if kind == "integer":
-        return 7
-    if kind == "number":
-        return 1.5
-    if kind == "boolean":
-        return True
-    if schema.get("airbyte_secret"):
-        return f"secret-{name}"
-    pattern = schema.get("pattern", "")
-    if schema.get("format") == "date-time" or "T" in pattern and "[0-9]{4}" in pattern:
-        return "2024-01-15T00:00:00Z"
-    if schema.get("format") == "date" or "date" in name or "[0-9]{4}-[0-9]{2}-[0-9]{2}" in pattern:
-        return "2024-01-15"
-    return f"sample-{name}"
-
-
-def spec_of(path, manifest):
-    spec = (manifest.get("spec") or {}).get("connection_specification")
-    if spec:
-        return spec
-    name = os.path.basename(path)[: -len(".yaml")]
-    extras = os.path.join(os.path.dirname(os.path.dirname(path)), "extras", name)
-    for candidate in ("spec.yaml", "spec.json"):
-        p = os.path.join(extras, candidate)
-        if os.path.exists(p):
-            loaded = yaml.safe_load(open(p))
-            return loaded.get("connectionSpecification") or loaded.get("connection_specification") or {}
-    return {}
 
 
 def templates(node, out):
@@ -118,13 +65,11 @@ CONTEXT = {
 def main():
     corpus, runner = sys.argv[1], sys.argv[2]
     cases = []
-    for path in sorted(glob.glob(os.path.join(corpus, "manifests", "*.yaml"))):
-        manifest = yaml.safe_load(open(path))
-        config = sample("config", spec_of(path, manifest))
+    for name, manifest, config in manifests(corpus):
         found = []
         templates(manifest, found)
         for t in dict.fromkeys(found):
-            cases.append((os.path.basename(path), t, config))
+            cases.append((name, t, config))
     interpolation = JinjaInterpolation()
     ours_input = []
     theirs = []

@@ -12,15 +12,16 @@ prints a summary and each difference (its JSON path); exits 1 on any.
 Needs `airbyte-cdk` (7.39.1) in the running Python.
 """
 
-import glob
 import json
 import os
 import subprocess
 import sys
 
-import yaml
 from airbyte_cdk.sources.declarative.parsers.manifest_component_transformer import ManifestComponentTransformer
 from airbyte_cdk.sources.declarative.parsers.manifest_reference_resolver import ManifestReferenceResolver
+
+sys.path.insert(0, os.path.dirname(__file__))
+from airbyte_corpus import manifests  # noqa: E402
 
 
 def first_difference(a, b, path=""):
@@ -48,9 +49,8 @@ def first_difference(a, b, path=""):
 def main():
     corpus, runner = sys.argv[1], sys.argv[2]
     same = differ = both_failed = 0
-    for path in sorted(glob.glob(os.path.join(corpus, "manifests", "*.yaml"))):
-        name = os.path.basename(path)
-        manifest = json.loads(json.dumps(yaml.safe_load(open(path)), default=str))
+    for name, manifest, _ in manifests(corpus):
+        manifest = json.loads(json.dumps(manifest, default=str))
         try:
             resolved = ManifestReferenceResolver().preprocess_manifest(manifest)
             theirs = ManifestComponentTransformer().propagate_types_and_parameters("", resolved, {})
