@@ -356,3 +356,77 @@ async fn a_secret_in_aws_secrets_manager_is_read_with_a_signed_request_and_rotat
         }
     }
 }
+
+/// The store is reached under the operator's reach rules: a name the
+/// operator pinned (`SERVICE_EGRESS_RESOLVE`) goes to its pin, over TLS
+/// with the operator's extra root; a store whose name leads to a
+/// link-local (cloud metadata) address is never connected to, and one
+/// configured at such an address literally is refused when the server
+/// starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_is_reached_as_the_operator_pins_it_and_never_at_a_metadata_address() {
+    let bao = OpenBao::start().await;
+    let ca = TestCa::new();
+    let backend: std::net::SocketAddr = bao.address.trim_start_matches("http://").parse().unwrap();
+    let front = crate::support::provider::TlsFront::start(&ca, &["vault.operator.test"], backend).await;
+    let provider = FakeProvider::start(&ca, &[HOST], provider()).await;
+    let trust = Trust::new(&ca)
+        .serving(&provider, &[HOST])
+        .pinning(&format!("vault.operator.test={},vault.metadata.test=169.254.169.254:443", front.addr));
+    let vault = |host: &str, port: u16| service::config::secrets::VaultSettings {
+        address: url::Url::parse(&format!("https://{host}:{port}/")).unwrap(),
+        login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
+    };
+    let pinned = vault("vault.operator.test", front.addr.port());
+    let srv = TestServer::start_with(Backend::Sqlite, |c| {
+        c.plugins.egress = trust.policy();
+        c.secret_stores.vault = Some(pinned);
+    })
+    .await
+    .unwrap();
+    let ws = srv.workspace_id().await;
+    let path = format!("workspaces/{ws}/pinned");
+    bao.put(&path, json!({ "api_key": "a-key-behind-a-pinned-name" })).await;
+    let created = srv
+        .post(
+            "/v1/credentials",
+            json!({ "kind": "secret", "header": "X-Api-Key", "hosts": [HOST], "reference": format!("vault://secret/{path}#api_key") }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "the pinned store answered: {}", created.text().await.unwrap());
+
+    // A name that leads to the metadata address: nothing is sent there.
+    let metadata = vault("vault.metadata.test", 443);
+    let srv = TestServer::start_with(Backend::Sqlite, |c| {
+        c.plugins.egress = trust.policy();
+        c.secret_stores.vault = Some(metadata);
+    })
+    .await
+    .unwrap();
+    let ws = srv.workspace_id().await;
+    let refused = srv
+        .post(
+            "/v1/credentials",
+            json!({ "kind": "secret", "header": "X-Api-Key", "hosts": [HOST],
+                "reference": format!("vault://secret/workspaces/{ws}/x#api_key") }),
+        )
+        .send()
+        .await
+        .unwrap();
+    let e = expect_error(refused, 503, "503").await;
+    assert!(e.to_string().contains("secret store vault unavailable"), "{e}");
+
+    // Configured at such an address outright: the server does not start.
+    let literal = service::config::secrets::VaultSettings {
+        address: url::Url::parse("https://169.254.169.254/").unwrap(),
+        login: service::config::secrets::VaultLogin::Token(bao.root.clone().into()),
+    };
+    let mut config = (*srv.state.config).clone();
+    let dir = crate::support::private_dir();
+    config.data_dir = dir.path().to_owned();
+    config.secret_stores.vault = Some(literal);
+    let refused = service::state::AppState::open(config).await.err().expect("a store at a metadata address is refused");
+    assert!(refused.to_string().contains("link-local or cloud metadata address"), "{refused}");
+}

@@ -26,6 +26,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use url::Url;
 
+use crate::config::egress::EgressPolicy;
 pub use crate::config::secrets::{AwsSmSettings, SecretStoreSettings, VaultLogin, VaultSettings};
 use crate::egress::inject::zero_strings;
 use crate::egress::{SecretError, WithoutUrlRef};
@@ -140,6 +141,44 @@ pub(crate) enum Freshness {
     Now,
 }
 
+/// Why a store may not be reached at `ip`, if it may not: the operator's
+/// own network (private, loopback, carrier-grade NAT, unique local) and
+/// global addresses are fine; link-local and cloud metadata addresses,
+/// and every other special one, are not.
+fn store_refusal(ip: std::net::IpAddr) -> Option<&'static str> {
+    match crate::egress::address::refusal(ip) {
+        None
+        | Some(
+            "private address" | "loopback address" | "carrier-grade NAT address" | "unique local (private) address",
+        ) => None,
+        Some(why) => Some(why),
+    }
+}
+
+/// Resolves a store's name: the operator's pin, else the system's
+/// resolver, every address checked by [`store_refusal`].
+struct StoreAddresses {
+    pinned: HashMap<String, Vec<std::net::SocketAddr>>,
+}
+
+impl reqwest::dns::Resolve for StoreAddresses {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let pinned = self.pinned.get(name.as_str()).cloned();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addresses: Vec<std::net::SocketAddr> = match pinned {
+                Some(pinned) => pinned,
+                None => tokio::net::lookup_host((host.as_str(), 0)).await?.collect(),
+            };
+            if let Some(why) = addresses.iter().find_map(|a| store_refusal(a.ip())) {
+                tracing::warn!(%host, "a secret store's name resolves to a {why}; not connecting");
+                return Err(format!("the secret store's name resolves to a {why}").into());
+            }
+            Ok(Box::new(addresses.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 /// The largest file a `file://` reference may name.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 
@@ -147,19 +186,44 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 const STORE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SecretStores {
+    /// The stores `settings` configure, reached with no pins or extra
+    /// roots.
     pub fn new(settings: SecretStoreSettings) -> anyhow::Result<Self> {
+        Self::reaching(settings, &EgressPolicy::default())
+    }
+
+    /// The stores `settings` configure, reached under the operator's reach
+    /// rules: the names it pinned (`SERVICE_EGRESS_RESOLVE`) go to their
+    /// addresses, the roots it added (`SERVICE_EGRESS_EXTRA_ROOTS`) are
+    /// trusted, no redirect is followed and no proxy used; and whatever a
+    /// store's name resolves to, the store is reached only at a global,
+    /// private or loopback address (never a link-local or cloud metadata
+    /// one, nor any other special address), checked at every connection.
+    pub fn reaching(settings: SecretStoreSettings, egress: &EgressPolicy) -> anyhow::Result<Self> {
+        for address in settings.vault.iter().map(|v| &v.address).chain(settings.aws_sm.iter().map(|a| &a.endpoint)) {
+            let literal = match address.host() {
+                Some(url::Host::Ipv4(ip)) => Some(std::net::IpAddr::V4(ip)),
+                Some(url::Host::Ipv6(ip)) => Some(std::net::IpAddr::V6(ip)),
+                _ => None,
+            };
+            if let Some(why) = literal.and_then(store_refusal) {
+                anyhow::bail!("the secret store's address {address} is a {why}, which no store is reached at");
+            }
+        }
         let client = match (&settings.vault, &settings.aws_sm) {
             (None, None) => None,
             _ => {
                 // The process's TLS provider, when nothing installed one yet.
                 let _ = rustls::crypto::ring::default_provider().install_default();
-                Some(
-                    reqwest::Client::builder()
-                        .timeout(STORE_TIMEOUT)
-                        .redirect(reqwest::redirect::Policy::none())
-                        .no_proxy()
-                        .build()?,
-                )
+                let mut builder = reqwest::Client::builder()
+                    .timeout(STORE_TIMEOUT)
+                    .redirect(reqwest::redirect::Policy::none())
+                    .no_proxy()
+                    .dns_resolver(std::sync::Arc::new(StoreAddresses { pinned: egress.pinned.clone() }));
+                if !egress.extra_roots.is_empty() {
+                    builder = builder.tls_certs_merge(egress.extra_roots.iter().cloned());
+                }
+                Some(builder.build()?)
             }
         };
         Ok(SecretStores {
@@ -466,6 +530,37 @@ fn within(dir: &Path, path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_store_is_reached_in_the_operators_network_and_never_at_a_metadata_address() {
+        use reqwest::dns::Resolve;
+        for (ip, allowed) in [
+            ("10.1.2.3", true),
+            ("127.0.0.1", true),
+            ("8.8.8.8", true),
+            ("fd00::1", true),
+            ("169.254.169.254", false),
+            ("fe80::1", false),
+            ("0.0.0.0", false),
+            ("224.0.0.1", false),
+        ] {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            assert_eq!(store_refusal(ip).is_none(), allowed, "{ip}");
+            let resolver = StoreAddresses {
+                pinned: HashMap::from([("vault.test".to_owned(), vec![std::net::SocketAddr::new(ip, 443)])]),
+            };
+            let resolved = resolver.resolve("vault.test".parse().unwrap()).await;
+            assert_eq!(resolved.is_ok(), allowed, "{ip}");
+        }
+        let at_metadata = SecretStoreSettings {
+            vault: Some(VaultSettings {
+                address: Url::parse("https://169.254.169.254/").unwrap(),
+                login: VaultLogin::Token("t".to_owned().into()),
+            }),
+            ..Default::default()
+        };
+        assert!(SecretStores::new(at_metadata).is_err());
+    }
 
     #[test]
     fn references_parse_and_read_back() {

@@ -80,7 +80,8 @@ impl AppState {
             pending_per_workspace: webhook_limits.pending_per_workspace,
         });
         let keyring = Keyring::load(&config.data_dir, config.master_key.as_ref())?;
-        let stores = crate::credentials::stores::SecretStores::new(config.secret_stores.clone())?;
+        let stores =
+            crate::credentials::stores::SecretStores::reaching(config.secret_stores.clone(), &config.plugins.egress)?;
         let vault = Vault::new(store.clone(), keyring).with_stores(Arc::new(stores));
         let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
         let cache = Some(compile_cache(&config.plugins.compile_cache_dir, &vault));
