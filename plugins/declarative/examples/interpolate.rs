@@ -1,8 +1,9 @@
 //! Evaluates templates for the differential check against Airbyte's CDK
 //! (`tests/python/airbyte_interpolation.py`): one JSON object per input
-//! line, `{"template", "context": {name: value}, "now": RFC 3339}`, and per
-//! line out `{"value": …, "text": …}` (the value as JSON and as Python's
-//! `str()`) or `{"error": kind}`.
+//! line, `{"template", "context": {name: value}, "now": RFC 3339}` (read
+//! as values, so objects keep their keys' order), and per line out
+//! `{"value": …, "text": …}` (the value as JSON and as Python's `str()`)
+//! or `{"error": kind}`.
 
 use std::io::{BufRead, Write};
 
@@ -14,7 +15,7 @@ fn main() {
     let mut out = std::io::BufWriter::new(std::io::stdout());
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
-        let answer = match serde_json::from_str::<Value>(&line) {
+        let answer = match serde_json::from_str::<Val>(&line) {
             Ok(input) => evaluate(&input),
             Err(e) => json!({ "error": "input", "message": e.to_string() }),
         };
@@ -22,16 +23,25 @@ fn main() {
     }
 }
 
-fn evaluate(input: &Value) -> Value {
-    let Some(now) = input["now"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) else {
+fn evaluate(input: &Val) -> Value {
+    let now = match input.get("now") {
+        Some(Val::Str(t)) => chrono::DateTime::parse_from_rfc3339(t).ok(),
+        _ => None,
+    };
+    let Some(now) = now else {
         return json!({ "error": "input", "message": "now is not an RFC 3339 instant" });
     };
     let mut ctx = Context::at(now.with_timezone(&chrono::Utc));
-    for (name, value) in input["context"].as_object().into_iter().flatten() {
-        ctx = ctx.with(name, Val::from(value));
+    if let Some(Val::Dict(entries)) = input.get("context") {
+        for (name, value) in entries {
+            ctx = ctx.with(name, value.clone());
+        }
     }
-    let result = Template::parse(input["template"].as_str().unwrap_or_default()).and_then(|t| t.eval(&ctx));
-    match result {
+    let template = match input.get("template") {
+        Some(Val::Str(t)) => t.as_str(),
+        _ => "",
+    };
+    match Template::parse(template).and_then(|t| t.eval(&ctx)) {
         Ok(v) => json!({ "value": v.to_json(), "text": v.to_text(), "type": v.type_name() }),
         Err(e) => json!({ "error": match e {
             InterpolationError::Syntax(_) => "syntax",

@@ -11,8 +11,9 @@
 //! literal, as the CDK's `literal_eval` does). Anything outside the
 //! subset is refused when parsed, by name.
 //!
-//! Objects keep the order they were written in (serde_json's
-//! `preserve_order`), as Python's dicts do: the CDK's rules depend on it.
+//! Values read from JSON keep their keys in the order written
+//! ([`interpolation::Val`] deserialises directly), as Python's dicts do: a
+//! record rendered into a string reads as the CDK renders it.
 //!
 //! Pure: no I/O, and no clock of its own (`now_utc()` is the instant the
 //! caller gives), so the server and the plugin evaluate alike.
@@ -24,7 +25,9 @@
 //! | [`interpolation`] | templates: parsing, evaluation, values, macros, filters, methods |
 //! | [`resolve`] | references, default types and `$parameters`, as the CDK applies them |
 //! | [`extract`] | a page's records at a `DpathExtractor`'s field path |
+//! | [`paginate`] | the next page's token (cursor, page and offset strategies), Link headers |
 
 pub mod extract;
 pub mod interpolation;
+pub mod paginate;
 pub mod resolve;

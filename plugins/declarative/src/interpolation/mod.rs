@@ -134,8 +134,24 @@ impl Template {
         Ok(out)
     }
 
-    /// The value, as Airbyte's CDK computes it: the rendered text, read as
-    /// a Python literal where it is one.
+    /// The value as the CDK's `InterpolatedString` computes it (what most
+    /// components hold): as [`Template::eval`], except that an undefined
+    /// value used where a value is needed is an error (the CDK renders the
+    /// same template again as its default, and fails), and an empty
+    /// rendering is the empty string.
+    pub fn eval_string(&self, ctx: &Context) -> Result<Val, InterpolationError> {
+        if self.nodes.is_none() {
+            return Ok(Val::Str(self.source.clone()));
+        }
+        match self.render(ctx) {
+            Ok(text) if text.is_empty() => Ok(Val::Str(text)),
+            Ok(_) | Err(InterpolationError::Type(_)) => self.eval(ctx),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The value, as Airbyte's CDK computes it with no default: the
+    /// rendered text, read as a Python literal where it is one.
     pub fn eval(&self, ctx: &Context) -> Result<Val, InterpolationError> {
         if self.nodes.is_none() {
             return Ok(Val::Str(self.source.clone()));
@@ -238,6 +254,10 @@ mod tests {
         assert_eq!(text("{{ 'a' if 'start_date' in config else 'b' }}"), "a");
         assert_eq!(eval("{{ config['q w'] | urlencode }}"), Val::None);
         assert_eq!(eval("{{ config['missing'] }}"), Val::None);
+        let strict = |source: &str| Template::parse(source).unwrap().eval_string(&ctx());
+        assert_eq!(strict("{{ config['missing'] }}"), Ok(Val::Str(String::new())));
+        assert!(matches!(strict("{{ config.missing.deeper }}"), Err(InterpolationError::Undefined(_))));
+        assert_eq!(strict("{{ config['page_size'] }}"), Ok(Val::Int(50)));
         assert_eq!(eval("{{ ['id', 'secret'] | join(':') | base64encode }}"), Val::Str("aWQ6c2VjcmV0".into()));
         assert_eq!(eval("{{ 'aWQ6c2VjcmV0' | base64decode }}"), Val::Str("id:secret".into()));
         assert_eq!(eval("{{ config.missing.deeper }}"), Val::None);

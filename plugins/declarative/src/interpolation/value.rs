@@ -126,6 +126,76 @@ impl From<&Value> for Val {
     }
 }
 
+/// JSON read straight into values, objects keeping their keys in the
+/// order written (a `serde_json::Value` would sort them).
+impl<'de> serde::Deserialize<'de> for Val {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Val, D::Error> {
+        deserializer.deserialize_any(ValVisitor)
+    }
+}
+
+struct ValVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ValVisitor {
+    type Value = Val;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Val, E> {
+        Ok(Val::None)
+    }
+
+    fn visit_none<E>(self) -> Result<Val, E> {
+        Ok(Val::None)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Val, E> {
+        Ok(Val::Bool(b))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> Result<Val, E> {
+        Ok(Val::Int(i))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> Result<Val, E> {
+        Ok(i64::try_from(u).map_or(Val::Float(u as f64), Val::Int))
+    }
+
+    fn visit_f64<E>(self, f: f64) -> Result<Val, E> {
+        Ok(Val::Float(f))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Val, E> {
+        Ok(Val::Str(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Val, E> {
+        Ok(Val::Str(s))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Val, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Val::List(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Val, A::Error> {
+        let mut entries: Vec<(String, Val)> = Vec::new();
+        while let Some((key, value)) = map.next_entry::<String, Val>()? {
+            // A repeated key keeps its first place and its last value.
+            match entries.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((key, value)),
+            }
+        }
+        Ok(Val::Dict(entries))
+    }
+}
+
 /// A JSON object's entries as a dict.
 pub fn dict(map: &Map<String, Value>) -> Val {
     Val::Dict(map.iter().map(|(k, v)| (k.clone(), Val::from(v))).collect())
@@ -222,5 +292,7 @@ mod tests {
         assert_eq!(Val::Duration(TimeDelta::days(-1)).to_text(), "-1 day, 0:00:00");
         assert_eq!(Val::Duration(TimeDelta::seconds(93_784)).to_text(), "1 day, 2:03:04");
         assert!(!Val::Str(String::new()).truthy() && Val::List(vec![Val::None]).truthy());
+        let read: Val = serde_json::from_str(r#"{"z": 1, "a": [true, null, 2.5, "s"], "z": 3}"#).unwrap();
+        assert_eq!(read.to_text(), "{'z': 3, 'a': [True, None, 2.5, 's']}");
     }
 }
