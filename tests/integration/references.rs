@@ -45,16 +45,12 @@ struct MotoSm {
 
 impl MotoSm {
     async fn start() -> MotoSm {
-        let mut child = tokio::process::Command::new(crate::support::test_python())
-            .arg(crate::support::python_script("moto_sm.py"))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-        let line = lines.next_line().await.unwrap().expect("moto_sm.py printed nothing");
-        let started: Value = serde_json::from_str(&line).unwrap();
+        let testkit::python::Script { child, lines, started } = testkit::python::Script::start(
+            &crate::support::test_python(),
+            &crate::support::python_script("moto_sm.py"),
+            &[],
+        )
+        .await;
         let settings = service::config::secrets::AwsSmSettings {
             endpoint: url::Url::parse(&format!("http://127.0.0.1:{}/", started["port"])).unwrap(),
             region: "us-east-1".into(),

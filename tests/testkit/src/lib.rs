@@ -17,6 +17,7 @@
 //! - [`codings`]: compressed answers and every way to undo them;
 //! - [`fakepg`]: a fake PostgreSQL server that records what it is sent;
 //! - [`objectstore`]: moto's S3 on loopback behind an HTTPS front;
+//! - [`python`]: the tests' Python tools run as servers;
 //! - [`plugins`]: building and finding the test plugins (`tests/plugins`)
 //!   and the example source.
 
@@ -28,5 +29,6 @@ pub mod mailcoach;
 pub mod objectstore;
 pub mod plugins;
 pub mod provider;
+pub mod python;
 pub mod restapi;
 pub mod routes;

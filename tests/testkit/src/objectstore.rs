@@ -20,17 +20,8 @@ impl MotoS3 {
     /// `tests/python/requirements.txt` installed) for `bucket`.
     pub async fn start(python: &Path, bucket: &str) -> MotoS3 {
         let script = crate::plugins::repository().join("tests/python/moto_s3.py");
-        let mut child = tokio::process::Command::new(python)
-            .arg(script)
-            .arg(bucket)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-        let line = lines.next_line().await.unwrap().expect("moto_s3.py printed nothing");
-        let started: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let crate::python::Script { child, started, .. } =
+            crate::python::Script::start(python, &script, &[bucket]).await;
         MotoS3 {
             _child: child,
             port: started["port"].as_u64().unwrap() as u16,
