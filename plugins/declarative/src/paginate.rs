@@ -201,12 +201,15 @@ impl Strategy {
 /// spellings (`False`, `0`, `[]`, `{}`, `""`, …) is false; anything else,
 /// `None` included, is true.
 pub fn condition(template: &Template, ctx: &Context) -> Result<bool, InterpolationError> {
-    match template.render(ctx) {
-        Ok(text) if text.is_empty() => return Ok(false),
+    let text = match template.render(ctx) {
         Err(InterpolationError::Undefined(_)) => return Ok(false),
-        _ => {}
-    }
-    Ok(!is_false_value(&template.eval(ctx)?))
+        Err(InterpolationError::Type(_)) => template.source().to_owned(),
+        Err(e) => return Err(e),
+        Ok(text) if text.is_empty() => return Ok(false),
+        Ok(text) if template.is_static() => return Ok(!is_false_value(&Val::Str(text))),
+        Ok(text) => text,
+    };
+    Ok(!is_false_value(&crate::interpolation::literal_or_text(text)))
 }
 
 /// Membership in the CDK's `FALSE_VALUES` (Python equality: `0 == False`).

@@ -119,9 +119,15 @@ impl Template {
         self.nodes.is_none()
     }
 
-    /// The rendered text, as Jinja writes it.
+    /// The rendered text, as Jinja writes it. As Jinja's analysis in the
+    /// CDK, every name must be declared, taken branch or not.
     pub fn render(&self, ctx: &Context) -> Result<String, InterpolationError> {
         let Some(nodes) = &self.nodes else { return Ok(self.source.clone()) };
+        let mut names = Vec::new();
+        parse::names(nodes, &mut names);
+        if let Some(missing) = names.iter().find(|n| !eval::declared(n, ctx)) {
+            return Err(InterpolationError::Evaluation(format!("undeclared variable {missing}")));
+        }
         let mut out = String::new();
         eval::render(nodes, ctx, &mut out)?;
         // Jinja drops the template's one final newline.
@@ -145,7 +151,8 @@ impl Template {
         }
         match self.render(ctx) {
             Ok(text) if text.is_empty() => Ok(Val::Str(text)),
-            Ok(_) | Err(InterpolationError::Type(_)) => self.eval(ctx),
+            Ok(text) => Ok(literal_or_text(text)),
+            Err(InterpolationError::Type(_)) => Ok(literal_or_text(self.source.clone())),
             Err(e) => Err(e),
         }
     }
@@ -156,27 +163,21 @@ impl Template {
         if self.nodes.is_none() {
             return Ok(Val::Str(self.source.clone()));
         }
-        if let Some(nodes) = &self.nodes {
-            // As Jinja's analysis in the CDK: every name must be declared,
-            // taken branch or not.
-            let mut names = Vec::new();
-            parse::names(nodes, &mut names);
-            if let Some(missing) = names.iter().find(|n| !eval::declared(n, ctx)) {
-                return Err(InterpolationError::Evaluation(format!("undeclared variable {missing}")));
-            }
+        match self.render(ctx) {
+            // Nothing rendered (an undefined value, an empty one) is None.
+            Ok(text) if text.is_empty() => Ok(Val::None),
+            Err(InterpolationError::Undefined(_)) => Ok(Val::None),
+            Ok(text) => Ok(literal_or_text(text)),
+            Err(InterpolationError::Type(_)) => Ok(literal_or_text(self.source.clone())),
+            Err(e) => Err(e),
         }
-        let text = match self.render(ctx) {
-            Ok(text) => text,
-            Err(InterpolationError::Undefined(_)) => return Ok(Val::None),
-            Err(InterpolationError::Type(_)) => self.source.clone(),
-            Err(e) => return Err(e),
-        };
-        // Nothing rendered (an undefined value, an empty one) is None.
-        if text.is_empty() {
-            return Ok(Val::None);
-        }
-        Ok(literal::literal(&text).unwrap_or(Val::Str(text)))
     }
+}
+
+/// Rendered text as the CDK reads it: the Python literal it spells, or
+/// the text itself.
+pub(crate) fn literal_or_text(text: String) -> Val {
+    literal::literal(&text).unwrap_or(Val::Str(text))
 }
 
 #[cfg(test)]
