@@ -47,6 +47,8 @@ pub enum PaginationError {
     Interpolation(InterpolationError),
     /// The previous token of a counting strategy is not an integer.
     NotAnInteger(String),
+    /// A page size that is not an integer.
+    PageSize(String),
 }
 
 impl std::fmt::Display for PaginationError {
@@ -54,6 +56,7 @@ impl std::fmt::Display for PaginationError {
         match self {
             PaginationError::Interpolation(e) => write!(f, "{e}"),
             PaginationError::NotAnInteger(t) => write!(f, "the last page token {t} is not an integer"),
+            PaginationError::PageSize(t) => write!(f, "the page size {t} is not an integer"),
         }
     }
 }
@@ -98,7 +101,21 @@ impl Strategy {
                 Ok(Strategy::Cursor { cursor_value, stop_condition: template("stop_condition")?, page_size })
             }
             Some("PageIncrement") => Ok(Strategy::PageIncrement {
-                page_size: component.get("page_size").and_then(Value::as_i64),
+                page_size: match component.get("page_size") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Number(n)) => n.as_i64(),
+                    Some(Value::String(t)) => {
+                        let parameters = component.get("$parameters").map_or(Val::Dict(Vec::new()), Val::from);
+                        let ctx = Context::at(now).with("config", config.clone()).with("parameters", parameters);
+                        match Template::parse(t)?.eval_string(&ctx)? {
+                            Val::Int(n) => Some(n),
+                            other => {
+                                return Err(PaginationError::PageSize(other.repr()));
+                            }
+                        }
+                    }
+                    Some(_) => None,
+                },
                 start_from_page: component.get("start_from_page").and_then(Value::as_i64).unwrap_or(0),
                 inject_on_first_request: flag("inject_on_first_request"),
             }),
@@ -111,6 +128,37 @@ impl Strategy {
                 inject_on_first_request: flag("inject_on_first_request"),
             }),
             other => Err(unsupported(format!("the pagination strategy {}", other.unwrap_or("without a type")))),
+        }
+    }
+
+    /// The page size a `page_size_option` sends, as the strategy's
+    /// `get_page_size` gives it (an interpolated offset size read from the
+    /// configuration alone).
+    pub fn page_size(
+        &self,
+        config: &Val,
+        parameters: &Val,
+        now: DateTime<Utc>,
+    ) -> Result<Option<i64>, PaginationError> {
+        match self {
+            Strategy::Cursor { page_size, .. } | Strategy::PageIncrement { page_size, .. } => Ok(*page_size),
+            Strategy::OffsetIncrement { page_size: None, .. } => Ok(None),
+            Strategy::OffsetIncrement { page_size: Some(PageSize::Fixed(n)), .. } => Ok(Some(*n)),
+            Strategy::OffsetIncrement { page_size: Some(PageSize::Interpolated(t)), .. } => {
+                let ctx = Context::at(now).with("config", config.clone()).with("parameters", parameters.clone());
+                match t.eval_string(&ctx)? {
+                    Val::Int(n) => Ok(Some(n)),
+                    other => Err(PaginationError::PageSize(other.repr())),
+                }
+            }
+        }
+    }
+
+    /// Whether the strategy has a page size at all.
+    pub fn has_page_size(&self) -> bool {
+        match self {
+            Strategy::Cursor { page_size, .. } | Strategy::PageIncrement { page_size, .. } => page_size.is_some(),
+            Strategy::OffsetIncrement { page_size, .. } => page_size.is_some(),
         }
     }
 

@@ -18,7 +18,7 @@
 //! | `literal` | the CDK's `literal_eval` of a rendered template |
 //! | this file | [`Template`], [`Context`] and [`InterpolationError`] |
 
-mod eval;
+pub(crate) mod eval;
 mod literal;
 mod parse;
 pub mod value;
@@ -147,7 +147,8 @@ impl Template {
     /// rendering is the empty string.
     pub fn eval_string(&self, ctx: &Context) -> Result<Val, InterpolationError> {
         if self.nodes.is_none() {
-            return Ok(Val::Str(self.source.clone()));
+            // Plain text is read as a literal too (`"100"` is 100).
+            return Ok(literal_or_text(self.source.clone()));
         }
         match self.render(ctx) {
             Ok(text) if text.is_empty() => Ok(Val::Str(text)),
@@ -160,17 +161,28 @@ impl Template {
     /// The value, as Airbyte's CDK computes it with no default: the
     /// rendered text, read as a Python literal where it is one.
     pub fn eval(&self, ctx: &Context) -> Result<Val, InterpolationError> {
-        if self.nodes.is_none() {
-            return Ok(Val::Str(self.source.clone()));
-        }
-        match self.render(ctx) {
+        self.eval_as(ctx, |_| true)
+    }
+
+    /// As [`Template::eval`], keeping the literal the text spells only
+    /// when `valid` accepts it (the CDK's `valid_types`), else the text.
+    pub fn eval_as(&self, ctx: &Context, valid: impl Fn(&Val) -> bool) -> Result<Val, InterpolationError> {
+        let text = match &self.nodes {
+            None => Ok(self.source.clone()),
+            Some(_) => self.render(ctx),
+        };
+        let text = match text {
             // Nothing rendered (an undefined value, an empty one) is None.
-            Ok(text) if text.is_empty() => Ok(Val::None),
-            Err(InterpolationError::Undefined(_)) => Ok(Val::None),
-            Ok(text) => Ok(literal_or_text(text)),
-            Err(InterpolationError::Type(_)) => Ok(literal_or_text(self.source.clone())),
-            Err(e) => Err(e),
-        }
+            Ok(text) if text.is_empty() => return Ok(Val::None),
+            Err(InterpolationError::Undefined(_)) => return Ok(Val::None),
+            Ok(text) => text,
+            Err(InterpolationError::Type(_)) => self.source.clone(),
+            Err(e) => return Err(e),
+        };
+        Ok(match literal::literal(&text) {
+            Some(v) if valid(&v) => v,
+            _ => Val::Str(text),
+        })
     }
 }
 
