@@ -26,8 +26,14 @@
 //! | [`resolve`] | references, default types and `$parameters`, as the CDK applies them |
 //! | [`extract`] | a page's records at a `DpathExtractor`'s field path |
 //! | [`paginate`] | the next page's token (cursor, page and offset strategies), Link headers |
+//! | [`model`] | the manifest's components read into types, anything unsupported refused by JSON pointer |
+//! | [`secrets`] | the configuration's secret fields, markers in their place, and where a request may carry one |
+//! | [`retrieve`] | reading a stream: slices, requests, pages, records, through a transport |
 
 pub mod extract;
 pub mod interpolation;
+pub mod model;
 pub mod paginate;
 pub mod resolve;
+pub mod retrieve;
+pub mod secrets;

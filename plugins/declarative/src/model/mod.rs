@@ -1,0 +1,203 @@
+//! A manifest's components read into types, as the CDK's factory builds
+//! them from the resolved manifest ([`crate::resolve`]): every component
+//! and every field that does something is either understood here or
+//! refused with its JSON pointer ([`Refusal`]) — never ignored.
+//!
+//! # Layout
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`node`] | reading one component: type, fields, templates, refusals |
+//! | [`request`] | requester, request options, bodies, authenticators, error handlers |
+//! | [`record`] | record selector, filter, transformations |
+//! | [`partition`] | list and substream partition routers |
+//! | this file | the source, its streams, retrievers and paginators |
+
+pub mod node;
+pub mod partition;
+pub mod record;
+pub mod request;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use node::Node;
+pub use node::Refusal;
+use partition::Router;
+use record::{Selector, Transformation};
+use request::{RequestOption, Requester, TokenOption};
+
+use crate::interpolation::{Context, Val};
+use crate::paginate::Strategy;
+
+/// A manifest ready to run: its streams, the streams its check reads, and
+/// its spec's connection specification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    pub streams: Vec<Stream>,
+    pub check_streams: Vec<String>,
+    pub spec: Value,
+}
+
+/// A `DeclarativeStream`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stream {
+    pub name: String,
+    pub pointer: String,
+    /// Each key a path of field names (the CDK's three spellings read as one).
+    pub primary_key: Vec<Vec<String>>,
+    pub schema: Value,
+    pub retriever: Retriever,
+    pub transformations: Vec<Transformation>,
+}
+
+/// A `SimpleRetriever`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retriever {
+    pub requester: Requester,
+    pub selector: Selector,
+    pub paginator: Option<Paginator>,
+    pub routers: Vec<Router>,
+    pub ignore_routers_on_paginated_requests: bool,
+}
+
+/// A `DefaultPaginator`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paginator {
+    pub strategy: Strategy,
+    pub token_option: Option<TokenOption>,
+    pub size_option: Option<RequestOption>,
+    pub parameters: Val,
+}
+
+impl Source {
+    /// The source a manifest describes, read with `config` (the
+    /// non-secret configuration: some components read it once, as the CDK
+    /// does when it builds them) at `now`.
+    pub fn read(manifest: &Value, config: &Val, now: DateTime<Utc>) -> Result<Source, Refusal> {
+        // Manifests need not say their type at the top; the CDK adds it.
+        let mut manifest = manifest.clone();
+        if let Value::Object(top) = &mut manifest
+            && !top.contains_key("type")
+        {
+            top.insert("type".into(), Value::String("DeclarativeSource".into()));
+        }
+        let resolved = crate::resolve::references(&manifest).map_err(|e| Refusal::new("", e.to_string()))?;
+        let resolved = crate::resolve::propagate(&resolved);
+        let root = Node::at(&resolved, "")?;
+        let kind = root.kind();
+        root.expect(&[kind], &["dynamic_streams", "api_budget"])?;
+        let streams: Vec<Stream> =
+            root.children("streams")?.iter().map(|s| read_stream(s, config, now)).collect::<Result<_, _>>()?;
+        if streams.is_empty() {
+            return Err(Refusal::new("/streams", "the manifest declares no stream"));
+        }
+        let check_streams = match root.child("check").transpose()? {
+            None => Vec::new(),
+            Some(check) => {
+                check.expect(&["CheckStream"], &["dynamic_streams_check_configs"])?;
+                record::strings(&check, "stream_names")?
+            }
+        };
+        let spec = resolved
+            .get("spec")
+            .and_then(|s| s.get("connection_specification"))
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({ "type": "object" }));
+        Ok(Source { streams, check_streams, spec })
+    }
+
+    /// The stream named `name`.
+    pub fn stream(&self, name: &str) -> Option<&Stream> {
+        self.streams.iter().find(|s| s.name == name)
+    }
+}
+
+pub(crate) fn read_stream(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Stream, Refusal> {
+    node.expect(&["DeclarativeStream"], &["incremental_sync", "state_migrations", "file_uploader"])?;
+    let name = node.text("name")?.unwrap_or_default().to_owned();
+    if name.is_empty() {
+        return Err(Refusal::new(node.pointer(), "a stream needs a name"));
+    }
+    let primary_key = match node.get("primary_key") {
+        None => Vec::new(),
+        Some(Value::String(s)) if s.is_empty() => Vec::new(),
+        Some(Value::String(s)) => vec![vec![s.clone()]],
+        Some(Value::Array(keys)) => keys
+            .iter()
+            .map(|k| match k {
+                Value::String(s) => Ok(vec![s.clone()]),
+                Value::Array(path) => Ok(path.iter().map(|p| p.as_str().unwrap_or_default().to_owned()).collect()),
+                _ => Err(Refusal::new(node.below("primary_key"), "expected field names")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(Refusal::new(node.below("primary_key"), "expected field names")),
+    };
+    let schema = match node.child("schema_loader").transpose()? {
+        None => {
+            serde_json::json!({ "type": "object", "$schema": "http://json-schema.org/draft-07/schema#", "properties": {} })
+        }
+        Some(loader) => match loader.kind() {
+            "InlineSchemaLoader" => {
+                loader.expect(&["InlineSchemaLoader"], &[])?;
+                loader.get("schema").cloned().unwrap_or_else(|| serde_json::json!({}))
+            }
+            _ => return Err(loader.unsupported_type()),
+        },
+    };
+    let retriever =
+        node.child("retriever").ok_or_else(|| Refusal::new(node.pointer(), "a stream needs a retriever"))??;
+    let retriever = read_retriever(&retriever, config, now)?;
+    let transformations =
+        node.children("transformations")?.iter().map(Transformation::read).collect::<Result<_, _>>()?;
+    Ok(Stream { name, pointer: node.pointer().to_owned(), primary_key, schema, retriever, transformations })
+}
+
+fn read_retriever(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Retriever, Refusal> {
+    node.expect(&["SimpleRetriever"], &["page_size_reduction", "pagination_reset", "request_window_splitting"])?;
+    if let Some(decoder) = node.child("decoder").transpose()? {
+        decoder.expect(&["JsonDecoder"], &[])?;
+    }
+    let requester =
+        node.child("requester").ok_or_else(|| Refusal::new(node.pointer(), "a retriever needs a requester"))??;
+    let requester = Requester::read(&requester)?;
+    let selector = node
+        .child("record_selector")
+        .ok_or_else(|| Refusal::new(node.pointer(), "a retriever needs a record_selector"))??;
+    let selector = Selector::read(&selector)?;
+    let paginator = match node.child("paginator").transpose()? {
+        None => None,
+        Some(p) if p.kind() == "NoPagination" => {
+            p.expect(&["NoPagination"], &[])?;
+            None
+        }
+        Some(p) => Some(read_paginator(&p, config, now)?),
+    };
+    let routers = Router::read_all(node, config, &Context::at(now))?;
+    Ok(Retriever {
+        requester,
+        selector,
+        paginator,
+        routers,
+        ignore_routers_on_paginated_requests: node.flag("ignore_stream_slicer_parameters_on_paginated_requests")?,
+    })
+}
+
+fn read_paginator(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Paginator, Refusal> {
+    node.expect(&["DefaultPaginator"], &[])?;
+    let strategy = node
+        .child("pagination_strategy")
+        .ok_or_else(|| Refusal::new(node.pointer(), "a DefaultPaginator needs a pagination_strategy"))??;
+    strategy.expect(&["CursorPagination", "PageIncrement", "OffsetIncrement"], &[])?;
+    let built = Strategy::from_component(&Value::Object(strategy.fields.clone()), config, now)
+        .map_err(|e| Refusal::new(strategy.pointer(), e.to_string()))?;
+    let token_option = node.child("page_token_option").transpose()?.map(|o| TokenOption::read(&o)).transpose()?;
+    let size_option = node.child("page_size_option").transpose()?.map(|o| RequestOption::read(&o)).transpose()?;
+    if size_option.is_some() && !built.has_page_size() {
+        return Err(Refusal::new(
+            node.below("page_size_option"),
+            "page_size_option cannot be set if the pagination strategy has no page_size",
+        ));
+    }
+    Ok(Paginator { strategy: built, token_option, size_option, parameters: node.parameters_val() })
+}

@@ -1,0 +1,434 @@
+//! The requester's components: where a value goes in a request
+//! (`RequestOption`, `RequestPath`), the request's parameters, headers and
+//! bodies as written, the authenticator, and the error handler.
+
+use serde_json::Value;
+
+use super::node::{Node, Refusal, template_of};
+use crate::interpolation::{Template, Val};
+
+/// Where a request option puts its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inject {
+    Parameter,
+    Header,
+    BodyJson,
+    BodyData,
+}
+
+/// A `RequestOption`: a value set in one place of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestOption {
+    pub inject: Inject,
+    pub field: OptionField,
+    pub parameters: Val,
+}
+
+/// The option's field: a name, or (for JSON bodies) a path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionField {
+    Name(Template),
+    Path(Vec<Template>),
+}
+
+impl RequestOption {
+    pub(crate) fn read(node: &Node) -> Result<RequestOption, Refusal> {
+        node.expect(&["RequestOption"], &[])?;
+        let inject = match node.text("inject_into")? {
+            Some("request_parameter") => Inject::Parameter,
+            Some("header") => Inject::Header,
+            Some("body_json") => Inject::BodyJson,
+            Some("body_data") => Inject::BodyData,
+            Some(other) => {
+                return Err(Refusal::new(node.below("inject_into"), format!("inject_into {other} is not a place")));
+            }
+            None => return Err(Refusal::new(node.pointer(), "a RequestOption needs inject_into")),
+        };
+        let field = match (node.get("field_name"), node.get("field_path")) {
+            (Some(name), None) => OptionField::Name(template_of(name, &node.below("field_name"))?),
+            (None, Some(Value::Array(path))) if inject == Inject::BodyJson => OptionField::Path(
+                path.iter()
+                    .enumerate()
+                    .map(|(i, s)| template_of(s, &format!("{}/{i}", node.below("field_path"))))
+                    .collect::<Result<_, _>>()?,
+            ),
+            (None, Some(_)) => {
+                return Err(Refusal::new(node.below("field_path"), "field_path is for body_json only, as a list"));
+            }
+            _ => return Err(Refusal::new(node.pointer(), "a RequestOption needs one of field_name or field_path")),
+        };
+        Ok(RequestOption { inject, field, parameters: node.parameters_val() })
+    }
+}
+
+/// The page token's place: an option, or the path of the next request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenOption {
+    Option(RequestOption),
+    Path,
+}
+
+impl TokenOption {
+    pub(crate) fn read(node: &Node) -> Result<TokenOption, Refusal> {
+        match node.kind() {
+            "RequestPath" => {
+                node.expect(&["RequestPath"], &[])?;
+                Ok(TokenOption::Path)
+            }
+            _ => RequestOption::read(node).map(TokenOption::Option),
+        }
+    }
+}
+
+/// Parameters, headers or a form body as written: a mapping of templates,
+/// or one template (a body sent as text).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RequestInput {
+    #[default]
+    Empty,
+    Mapping(Vec<(Template, Entry)>),
+    Text(Template),
+}
+
+/// A mapping's value: a template, or any other JSON value as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Template(Template),
+    Literal(Value),
+}
+
+impl RequestInput {
+    pub(crate) fn read(node: &Node, key: &str) -> Result<RequestInput, Refusal> {
+        let at = node.below(key);
+        match node.get(key) {
+            None => Ok(RequestInput::Empty),
+            Some(Value::String(s)) if s.is_empty() => Ok(RequestInput::Empty),
+            Some(Value::String(s)) => Ok(RequestInput::Text(template_of(&Value::String(s.clone()), &at)?)),
+            Some(Value::Object(map)) => Ok(RequestInput::Mapping(
+                map.iter()
+                    .map(|(k, v)| {
+                        let pointer = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+                        let name = Template::parse(k)
+                            .map_err(|e| Refusal::new(pointer.clone(), format!("the name is {e}")))?;
+                        let entry = match v {
+                            Value::String(_) => Entry::Template(template_of(v, &pointer)?),
+                            other => Entry::Literal(other.clone()),
+                        };
+                        Ok((name, entry))
+                    })
+                    .collect::<Result<_, Refusal>>()?,
+            )),
+            Some(_) => Err(Refusal::new(at, "expected a mapping or a string")),
+        }
+    }
+}
+
+/// A JSON body as written: any JSON value, its strings templates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Nested {
+    Template(Template),
+    Literal(Value),
+    List(Vec<Nested>),
+    Object(Vec<(Template, Nested)>),
+}
+
+impl Nested {
+    pub(crate) fn read(value: &Value, pointer: &str) -> Result<Nested, Refusal> {
+        Ok(match value {
+            Value::String(_) => Nested::Template(template_of(value, pointer)?),
+            Value::Array(items) => Nested::List(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| Nested::read(v, &format!("{pointer}/{i}")))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(map) => Nested::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let below = format!("{pointer}/{}", k.replace('~', "~0").replace('/', "~1"));
+                        let name =
+                            Template::parse(k).map_err(|e| Refusal::new(below.clone(), format!("the name is {e}")))?;
+                        Ok((name, Nested::read(v, &below)?))
+                    })
+                    .collect::<Result<_, Refusal>>()?,
+            ),
+            other => Nested::Literal(other.clone()),
+        })
+    }
+}
+
+/// An HTTP method the requester sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+/// How the requester authenticates. Tokens, passwords and keys are
+/// templates over the configuration; where they name a secret, the host
+/// places it (see [`crate::secrets`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Authenticator {
+    None,
+    ApiKey { token: Template, option: RequestOption },
+    Bearer { token: Template },
+    Basic { username: Template, password: Template },
+}
+
+impl Authenticator {
+    pub(crate) fn read(node: &Node) -> Result<Authenticator, Refusal> {
+        match node.kind() {
+            "NoAuth" => {
+                node.expect(&["NoAuth"], &[])?;
+                Ok(Authenticator::None)
+            }
+            "ApiKeyAuthenticator" => {
+                node.expect(&["ApiKeyAuthenticator"], &[])?;
+                let token = node.template("api_token")?.unwrap_or(Template::parse("").map_err(parse_refusal)?);
+                let option = match (node.child("inject_into"), node.get("header")) {
+                    (Some(option), _) => RequestOption::read(&option?)?,
+                    (None, Some(header)) => RequestOption {
+                        inject: Inject::Header,
+                        field: OptionField::Name(template_of(header, &node.below("header"))?),
+                        parameters: node.parameters_val(),
+                    },
+                    (None, None) => {
+                        return Err(Refusal::new(node.pointer(), "an ApiKeyAuthenticator needs inject_into or header"));
+                    }
+                };
+                Ok(Authenticator::ApiKey { token, option })
+            }
+            "BearerAuthenticator" => {
+                node.expect(&["BearerAuthenticator"], &[])?;
+                let token = node
+                    .template("api_token")?
+                    .ok_or_else(|| Refusal::new(node.pointer(), "a BearerAuthenticator needs api_token"))?;
+                Ok(Authenticator::Bearer { token })
+            }
+            "BasicHttpAuthenticator" => {
+                node.expect(&["BasicHttpAuthenticator"], &[])?;
+                let username = node
+                    .template("username")?
+                    .ok_or_else(|| Refusal::new(node.pointer(), "a BasicHttpAuthenticator needs username"))?;
+                let password = match node.template("password")? {
+                    Some(p) => p,
+                    None => Template::parse("").map_err(parse_refusal)?,
+                };
+                Ok(Authenticator::Basic { username, password })
+            }
+            _ => Err(node.unsupported_type()),
+        }
+    }
+}
+
+fn parse_refusal(e: crate::interpolation::InterpolationError) -> Refusal {
+    Refusal::new("", e.to_string())
+}
+
+/// What the error handler does with an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Success,
+    Fail,
+    Ignore,
+    Retry,
+    RateLimited,
+}
+
+/// A `HttpResponseFilter`: which answers it matches, and what it does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseFilter {
+    pub action: Action,
+    pub http_codes: Vec<u16>,
+    pub error_message_contains: Option<String>,
+    pub predicate: Option<Template>,
+    pub error_message: Option<Template>,
+    pub parameters: Val,
+}
+
+/// How long to wait before a retry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backoff {
+    Constant(f64),
+    Exponential(f64),
+    FromHeader { header: String },
+}
+
+/// The error handler: filters tried in order, then the CDK's defaults.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ErrorHandler {
+    /// `DefaultErrorHandler`s of a `CompositeErrorHandler`, in order.
+    pub handlers: Vec<DefaultHandler>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DefaultHandler {
+    pub filters: Vec<ResponseFilter>,
+    pub backoff: Vec<Backoff>,
+    pub max_retries: Option<u32>,
+}
+
+impl ErrorHandler {
+    pub(crate) fn read(node: &Node) -> Result<ErrorHandler, Refusal> {
+        match node.kind() {
+            "CompositeErrorHandler" => {
+                node.expect(&["CompositeErrorHandler"], &[])?;
+                let handlers = node
+                    .children("error_handlers")?
+                    .iter()
+                    .map(|h| match h.kind() {
+                        "DefaultErrorHandler" => DefaultHandler::read(h),
+                        _ => Err(h.unsupported_type()),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(ErrorHandler { handlers })
+            }
+            "DefaultErrorHandler" => Ok(ErrorHandler { handlers: vec![DefaultHandler::read(node)?] }),
+            _ => Err(node.unsupported_type()),
+        }
+    }
+}
+
+impl DefaultHandler {
+    fn read(node: &Node) -> Result<DefaultHandler, Refusal> {
+        node.expect(&["DefaultErrorHandler"], &[])?;
+        let filters = node.children("response_filters")?.iter().map(ResponseFilter::read).collect::<Result<_, _>>()?;
+        let backoff = node
+            .children("backoff_strategies")?
+            .iter()
+            .map(|b| match b.kind() {
+                "ConstantBackoffStrategy" => {
+                    b.expect(&["ConstantBackoffStrategy"], &[])?;
+                    Ok(Backoff::Constant(seconds(b, "backoff_time_in_seconds")?.unwrap_or(5.0)))
+                }
+                "ExponentialBackoffStrategy" => {
+                    b.expect(&["ExponentialBackoffStrategy"], &[])?;
+                    Ok(Backoff::Exponential(seconds(b, "factor")?.unwrap_or(5.0)))
+                }
+                "WaitTimeFromHeader" => {
+                    b.expect(&["WaitTimeFromHeader"], &["regex", "max_waiting_time_in_seconds"])?;
+                    let header = b
+                        .text("header")?
+                        .ok_or_else(|| Refusal::new(b.pointer(), "WaitTimeFromHeader needs header"))?
+                        .to_owned();
+                    Ok(Backoff::FromHeader { header })
+                }
+                _ => Err(b.unsupported_type()),
+            })
+            .collect::<Result<_, _>>()?;
+        let max_retries = match node.get("max_retries") {
+            None => None,
+            Some(Value::Number(n)) => n.as_u64().map(|n| n.min(100) as u32),
+            Some(_) => return Err(Refusal::new(node.below("max_retries"), "expected a number")),
+        };
+        Ok(DefaultHandler { filters, backoff, max_retries })
+    }
+}
+
+/// A number of seconds (a number, or text holding one).
+fn seconds(node: &Node, key: &str) -> Result<Option<f64>, Refusal> {
+    match node.get(key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(Value::String(s)) => {
+            s.trim().parse::<f64>().map(Some).map_err(|_| {
+                Refusal::new(node.below(key), "expected a number of seconds (a template is not supported)")
+            })
+        }
+        Some(_) => Err(Refusal::new(node.below(key), "expected a number")),
+    }
+}
+
+impl ResponseFilter {
+    fn read(node: &Node) -> Result<ResponseFilter, Refusal> {
+        node.expect(&["HttpResponseFilter"], &[])?;
+        let action = match node.text("action")? {
+            Some("SUCCESS") => Action::Success,
+            Some("FAIL") | None => Action::Fail,
+            Some("IGNORE") => Action::Ignore,
+            Some("RETRY") => Action::Retry,
+            Some("RATE_LIMITED") => Action::RateLimited,
+            Some(other) => {
+                return Err(Refusal::new(node.below("action"), format!("the action {other} is not supported")));
+            }
+        };
+        let http_codes = match node.get("http_codes") {
+            None => Vec::new(),
+            Some(Value::Array(codes)) => codes.iter().filter_map(Value::as_u64).map(|c| c as u16).collect(),
+            Some(_) => return Err(Refusal::new(node.below("http_codes"), "expected a list of status codes")),
+        };
+        Ok(ResponseFilter {
+            action,
+            http_codes,
+            error_message_contains: node.text("error_message_contains")?.map(str::to_owned),
+            predicate: node.template("predicate")?,
+            error_message: node.template("error_message")?,
+            parameters: node.parameters_val(),
+        })
+    }
+}
+
+/// The `HttpRequester`, its templates parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requester {
+    pub url_base: Option<Template>,
+    pub path: Option<Template>,
+    pub url: Option<Template>,
+    pub method: Method,
+    pub parameters_input: RequestInput,
+    pub headers: RequestInput,
+    pub body_json: Option<Nested>,
+    pub body_data: RequestInput,
+    pub authenticator: Authenticator,
+    pub authenticator_pointer: String,
+    pub error_handler: ErrorHandler,
+    pub parameters: Val,
+}
+
+impl Requester {
+    pub(crate) fn read(node: &Node) -> Result<Requester, Refusal> {
+        node.expect(&["HttpRequester"], &["fetch_properties_from_endpoint", "query_properties", "request_body"])?;
+        let method = match node.text("http_method")? {
+            None | Some("GET") => Method::Get,
+            Some("POST") => Method::Post,
+            Some(other) => {
+                return Err(Refusal::new(node.below("http_method"), format!("the method {other} is not supported")));
+            }
+        };
+        let body_json = match node.get("request_body_json") {
+            None => None,
+            Some(v) if v.as_str() == Some("") => None,
+            Some(v) => Some(Nested::read(v, &node.below("request_body_json"))?),
+        };
+        let body_data = RequestInput::read(node, "request_body_data")?;
+        if body_json.is_some() && body_data != RequestInput::Empty {
+            return Err(Refusal::new(node.pointer(), "a request has either request_body_json or request_body_data"));
+        }
+        let (authenticator, authenticator_pointer) = match node.child("authenticator") {
+            None => (Authenticator::None, String::new()),
+            Some(auth) => {
+                let auth = auth?;
+                (Authenticator::read(&auth)?, auth.pointer().to_owned())
+            }
+        };
+        let error_handler = match node.child("error_handler") {
+            None => ErrorHandler::default(),
+            Some(h) => ErrorHandler::read(&h?)?,
+        };
+        Ok(Requester {
+            url_base: node.template("url_base")?,
+            path: node.template("path")?,
+            url: node.template("url")?,
+            method,
+            parameters_input: RequestInput::read(node, "request_parameters")?,
+            headers: RequestInput::read(node, "request_headers")?,
+            body_json,
+            body_data,
+            authenticator,
+            authenticator_pointer,
+            error_handler,
+            parameters: node.parameters_val(),
+        })
+    }
+}

@@ -1,0 +1,478 @@
+//! One request of a stream, as the CDK's `HttpRequester.send_request`
+//! builds it for a slice and a page token: the URL from `url_base`, `path`
+//! (or the token, for a `RequestPath`), then parameters, headers and
+//! bodies gathered from the requester, the authenticator, the paginator
+//! and the partition routers — a key given twice is an error, as there —
+//! and the secret's place found where a rendered part is exactly a secret.
+
+use serde_json::{Map, Value};
+
+use super::http::{Body, Credential, Method, Place, Request, join_url};
+use super::{Env, ReadError, Slice};
+use crate::interpolation::{Context, Template, Val};
+use crate::model::partition::Router;
+use crate::model::request::{
+    Authenticator, Entry, Inject, Nested, OptionField, RequestInput, RequestOption, TokenOption,
+};
+use crate::model::{Retriever, Stream};
+use crate::secrets::Holds;
+
+/// Options gathered for one request, by where they go.
+#[derive(Debug, Default)]
+struct Options {
+    params: Vec<(String, Val)>,
+    headers: Vec<(String, Val)>,
+    json: Map<String, Value>,
+    data: Vec<(String, Val)>,
+    text: Option<String>,
+}
+
+impl Options {
+    /// Puts `value` where `option` says; a key already there is an error
+    /// (a JSON body takes the same value twice).
+    fn inject(&mut self, option: &RequestOption, value: Val, env: &Env) -> Result<(), ReadError> {
+        let ctx = Context::at(env.now).with("config", env.config.clone()).with("parameters", option.parameters.clone());
+        let name = |t: &Template| -> Result<String, ReadError> {
+            t.eval_string(&ctx)
+                .map(|v| v.to_text())
+                .map_err(|e| ReadError::evaluation("a request option's field name", e))
+        };
+        match (&option.field, option.inject) {
+            (OptionField::Name(t), Inject::Parameter) => push(&mut self.params, name(t)?, value, "query parameter"),
+            (OptionField::Name(t), Inject::Header) => push(&mut self.headers, name(t)?, value, "header"),
+            (OptionField::Name(t), Inject::BodyData) => push(&mut self.data, name(t)?, value, "body field"),
+            (OptionField::Name(t), Inject::BodyJson) => merge_json(&mut self.json, &[name(t)?], value.to_json()),
+            (OptionField::Path(path), _) => {
+                let path = path.iter().map(name).collect::<Result<Vec<_>, _>>()?;
+                merge_json(&mut self.json, &path, value.to_json())
+            }
+        }
+    }
+}
+
+fn push(into: &mut Vec<(String, Val)>, key: String, value: Val, what: &str) -> Result<(), ReadError> {
+    if into.iter().any(|(k, _)| *k == key) {
+        return Err(ReadError::Invalid(format!(
+            "the {what} {key} is given twice (by the requester, its authenticator, paginator or partition router)"
+        )));
+    }
+    into.push((key, value));
+    Ok(())
+}
+
+fn merge_json(into: &mut Map<String, Value>, path: &[String], value: Value) -> Result<(), ReadError> {
+    let Some((last, parents)) = path.split_last() else { return Ok(()) };
+    let mut at = into;
+    for p in parents {
+        let slot = at.entry(p.clone()).or_insert_with(|| Value::Object(Map::new()));
+        at = match slot {
+            Value::Object(m) => m,
+            _ => return Err(ReadError::Invalid(format!("the body field {p} is given twice"))),
+        };
+    }
+    match at.get(last) {
+        Some(existing) if *existing != value => {
+            Err(ReadError::Invalid(format!("the body field {last} is given twice with different values")))
+        }
+        _ => {
+            at.insert(last.clone(), value);
+            Ok(())
+        }
+    }
+}
+
+/// The context of the requester's templates.
+pub(super) fn requester_context(env: &Env, parameters: &Val, slice: &Slice, token: Option<&Val>) -> Context {
+    let mut ctx = Context::at(env.now)
+        .with("config", env.config.clone())
+        .with("parameters", parameters.clone())
+        .with("stream_slice", slice.val())
+        .with("next_page_token", next_page_token(token));
+    for (k, v) in &slice.extra {
+        ctx = ctx.with(k, v.clone());
+    }
+    ctx
+}
+
+/// The `next_page_token` templates see: `{"next_page_token": token}`.
+pub(super) fn next_page_token(token: Option<&Val>) -> Val {
+    token.map_or(Val::None, |t| Val::Dict(vec![("next_page_token".into(), t.clone())]))
+}
+
+fn is_param_type(v: &Val) -> bool {
+    matches!(v, Val::Str(_) | Val::List(_))
+}
+
+/// A mapping of the requester evaluated: names and values rendered,
+/// `None` values dropped.
+fn evaluate(input: &RequestInput, ctx: &Context, typed: bool, what: &str) -> Result<Vec<(String, Val)>, ReadError> {
+    let RequestInput::Mapping(entries) = input else { return Ok(Vec::new()) };
+    let mut out = Vec::with_capacity(entries.len());
+    for (name, entry) in entries {
+        let key =
+            name.eval_as(ctx, |v| matches!(v, Val::Str(_))).map_err(|e| ReadError::evaluation(what, e))?.to_text();
+        let value = match entry {
+            Entry::Template(t) => if typed { t.eval_as(ctx, is_param_type) } else { t.eval(ctx) }
+                .map_err(|e| ReadError::evaluation(what, e))?,
+            Entry::Literal(v) => Val::from(v),
+        };
+        if !matches!(value, Val::None | Val::Undefined) {
+            out.push((key, value));
+        }
+    }
+    Ok(out)
+}
+
+fn nested(n: &Nested, ctx: &Context) -> Result<Option<Value>, ReadError> {
+    Ok(match n {
+        Nested::Template(t) => match t.eval(ctx).map_err(|e| ReadError::evaluation("the JSON body", e))? {
+            Val::None | Val::Undefined => None,
+            v => Some(v.to_json()),
+        },
+        Nested::Literal(v) => Some(v.clone()),
+        Nested::List(items) => Some(Value::Array(
+            items.iter().map(|i| nested(i, ctx).map(|v| v.unwrap_or(Value::Null))).collect::<Result<_, _>>()?,
+        )),
+        Nested::Object(entries) => {
+            let mut map = Map::new();
+            for (k, v) in entries {
+                let key = k.eval(ctx).map_err(|e| ReadError::evaluation("the JSON body", e))?.to_text();
+                if let Some(v) = nested(v, ctx)? {
+                    map.insert(key, v);
+                }
+            }
+            Some(Value::Object(map))
+        }
+    })
+}
+
+/// The request for `slice` and `token` of `stream`.
+pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: &Env) -> Result<Request, ReadError> {
+    let retriever = &stream.retriever;
+    let requester = &retriever.requester;
+    let ctx = requester_context(env, &requester.parameters, slice, token);
+    let text = |t: &Option<Template>, what: &str| -> Result<String, ReadError> {
+        match t {
+            None => Ok(String::new()),
+            Some(t) => t.eval_string(&ctx).map(|v| v.to_text()).map_err(|e| ReadError::evaluation(what, e)),
+        }
+    };
+    let token_path = match (&retriever.paginator, token) {
+        (Some(p), Some(t)) if p.token_option == Some(TokenOption::Path) && t.truthy() => Some(t.to_text()),
+        _ => None,
+    };
+    let url_base = text(&requester.url_base, "url_base")?;
+    let url_field = text(&requester.url, "url")?;
+    let path = match token_path {
+        Some(p) => p,
+        None => text(&requester.path, "path")?.trim_start_matches('/').to_owned(),
+    };
+    let url = if !url_base.is_empty() {
+        join_url(&url_base, &path)
+    } else if !path.is_empty() {
+        join_url(&url_field, &path)
+    } else {
+        url_field
+    };
+
+    // The requester's own options, then the authenticator's, then the
+    // paginator's and the routers'.
+    let mut options = Options {
+        params: evaluate(&requester.parameters_input, &ctx, true, "request_parameters")?,
+        headers: evaluate(&requester.headers, &ctx, false, "request_headers")?,
+        ..Options::default()
+    };
+    if let Some(json) = &requester.body_json
+        && let Some(Value::Object(map)) = nested(json, &ctx)?
+    {
+        options.json = map;
+    }
+    match &requester.body_data {
+        RequestInput::Text(t) => {
+            let body = t.eval(&ctx).map_err(|e| ReadError::evaluation("request_body_data", e))?;
+            if !matches!(body, Val::None) {
+                options.text = Some(body.to_text());
+            }
+        }
+        input => options.data = evaluate(input, &ctx, true, "request_body_data")?,
+    }
+    let mut credential = authenticate(&requester.authenticator, &mut options, env)?;
+    if let Some(paginator) = &retriever.paginator {
+        if let (Some(TokenOption::Option(option)), Some(t)) = (&paginator.token_option, token) {
+            options.inject(option, t.clone(), env)?;
+        }
+        if let Some(option) = &paginator.size_option {
+            let size = paginator
+                .strategy
+                .page_size(&env.config, &paginator.parameters, env.now)
+                .map_err(|e| ReadError::Invalid(format!("the page size: {e}")))?;
+            if let Some(size) = size.filter(|s| *s != 0) {
+                options.inject(option, Val::Int(size), env)?;
+            }
+        }
+    }
+    if token.is_none() || !retriever.ignore_routers_on_paginated_requests {
+        route_options(retriever, slice, &mut options, env)?;
+    }
+
+    // Where a secret is, the host places it; anywhere else, refused.
+    let mut found = |holds: Holds, place: Place| -> Result<bool, ReadError> {
+        let pointer = match (holds, &place) {
+            (Holds::Nothing, _) => return Ok(false),
+            (Holds::Secret(p), _) => p,
+            (Holds::BearerSecret(p), Place::Header(h)) if h.eq_ignore_ascii_case("authorization") => {
+                return set_credential(&mut credential, Credential { pointer: p, place: Place::Bearer }).map(|_| true);
+            }
+            (Holds::BearerSecret(p) | Holds::Mixed(p), _) => {
+                return Err(ReadError::Secret(format!(
+                    "the secret {p} would be sent with other text around it ({}), which only the guest could write",
+                    describe(&place)
+                )));
+            }
+        };
+        set_credential(&mut credential, Credential { pointer, place }).map(|_| true)
+    };
+    if env.secrets.holds(&url) != Holds::Nothing {
+        return Err(ReadError::Secret("a secret would be written into the URL's path".into()));
+    }
+    let mut query = Vec::new();
+    for (k, v) in options.params {
+        let values = match v {
+            Val::List(items) => items,
+            Val::Dict(_) => {
+                return Err(ReadError::Invalid(format!(
+                    "the query parameter {k} is an object, which a query cannot hold"
+                )));
+            }
+            other => vec![other],
+        };
+        for v in values {
+            let text = v.to_text();
+            if !found(env.secrets.holds(&text), Place::Query(k.clone()))? {
+                query.push((k.clone(), text));
+            }
+        }
+    }
+    let mut headers = Vec::new();
+    for (k, v) in options.headers {
+        let text = v.to_text();
+        if !found(env.secrets.holds(&text), Place::Header(k.clone()))? {
+            headers.push((k, text));
+        }
+    }
+    let method = match requester.method {
+        crate::model::request::Method::Get => Method::Get,
+        crate::model::request::Method::Post => Method::Post,
+    };
+    let body = if method == Method::Get {
+        Body::None
+    } else if let Some(text) = options.text {
+        if !options.data.is_empty() {
+            return Err(ReadError::Invalid("a text body cannot take form fields too".into()));
+        }
+        if env.secrets.holds(&text) != Holds::Nothing {
+            return Err(ReadError::Secret("a secret would be written into a text body".into()));
+        }
+        Body::Text(text)
+    } else if !options.data.is_empty() {
+        if !options.json.is_empty() {
+            return Err(ReadError::Invalid("a request has either a JSON body or form data, not both".into()));
+        }
+        let mut form = Vec::new();
+        for (k, v) in options.data {
+            let values = match v {
+                Val::List(items) => items,
+                other => vec![other],
+            };
+            for v in values {
+                let text = v.to_text();
+                if !found(env.secrets.holds(&text), Place::BodyField(k.clone()))? {
+                    form.push((k.clone(), text));
+                }
+            }
+        }
+        Body::Form(form)
+    } else if !options.json.is_empty() {
+        let mut json = options.json;
+        let keys: Vec<String> = json.keys().cloned().collect();
+        for k in keys {
+            if let Some(Value::String(s)) = json.get(&k)
+                && found(env.secrets.holds(s), Place::BodyField(k.clone()))?
+            {
+                json.remove(&k);
+            }
+        }
+        let text = Value::Object(json.clone()).to_string();
+        if text.contains('\u{1}') {
+            return Err(ReadError::Secret("a secret would be written deep in the JSON body".into()));
+        }
+        Body::Json(Value::Object(json))
+    } else {
+        Body::None
+    };
+    // Query parameters the URL already holds with the same value are not
+    // sent twice.
+    let in_url = url_query(&url);
+    query.retain(|(k, v)| in_url.iter().find(|(uk, _)| uk == k).is_none_or(|(_, uv)| uv != v));
+    Ok(Request { method, url, query, headers, body, credential })
+}
+
+fn describe(place: &Place) -> String {
+    match place {
+        Place::Bearer => "a bearer token".into(),
+        Place::Header(h) => format!("header {h}"),
+        Place::Query(q) => format!("query parameter {q}"),
+        Place::BodyField(f) => format!("body field {f}"),
+        Place::Basic { .. } => "Basic authentication".into(),
+    }
+}
+
+fn set_credential(slot: &mut Option<Credential>, c: Credential) -> Result<(), ReadError> {
+    match slot {
+        Some(existing) if *existing != c => Err(ReadError::Secret(format!(
+            "a request would carry two secrets ({} and {}); the host places one",
+            existing.pointer, c.pointer
+        ))),
+        _ => {
+            *slot = Some(c);
+            Ok(())
+        }
+    }
+}
+
+/// The authenticator's part: a secret's place, or plain values where the
+/// token names no secret.
+fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Result<Option<Credential>, ReadError> {
+    let ctx = |parameters: &Val| {
+        Context::at(env.now).with("config", env.config.clone()).with("parameters", parameters.clone())
+    };
+    let render = |t: &Template, ctx: &Context| -> Result<String, ReadError> {
+        t.eval_string(ctx).map(|v| v.to_text()).map_err(|e| ReadError::evaluation("the authenticator", e))
+    };
+    match auth {
+        Authenticator::None => Ok(None),
+        Authenticator::Bearer { token } => {
+            let value = render(token, &ctx(&Val::Dict(Vec::new())))?;
+            match env.secrets.holds(&value) {
+                Holds::Nothing => {
+                    push(&mut options.headers, "Authorization".into(), Val::Str(format!("Bearer {value}")), "header")?;
+                    Ok(None)
+                }
+                Holds::Secret(pointer) => Ok(Some(Credential { pointer, place: Place::Bearer })),
+                _ => Err(ReadError::Secret("the bearer token holds a secret with other text".into())),
+            }
+        }
+        Authenticator::ApiKey { token, option } => {
+            let value = render(token, &ctx(&option.parameters))?;
+            match env.secrets.holds(&value) {
+                Holds::Nothing => {
+                    options.inject(option, Val::Str(value), env)?;
+                    Ok(None)
+                }
+                holds => {
+                    let name_ctx = ctx(&option.parameters);
+                    let name = match &option.field {
+                        OptionField::Name(t) => render(t, &name_ctx)?,
+                        OptionField::Path(_) => {
+                            return Err(ReadError::Secret("an API key placed at a nested body path".into()));
+                        }
+                    };
+                    let place = match option.inject {
+                        Inject::Header => Place::Header(name),
+                        Inject::Parameter => Place::Query(name),
+                        Inject::BodyJson | Inject::BodyData => Place::BodyField(name),
+                    };
+                    match (holds, &place) {
+                        (Holds::Secret(pointer), _) => Ok(Some(Credential { pointer, place })),
+                        (Holds::BearerSecret(pointer), Place::Header(h)) if h.eq_ignore_ascii_case("authorization") => {
+                            Ok(Some(Credential { pointer, place: Place::Bearer }))
+                        }
+                        _ => Err(ReadError::Secret(format!(
+                            "the API key's {} holds a secret with other text, which only the guest could write",
+                            describe(&place)
+                        ))),
+                    }
+                }
+            }
+        }
+        Authenticator::Basic { username, password } => {
+            let c = ctx(&Val::Dict(Vec::new()));
+            let user = render(username, &c)?;
+            let pass = render(password, &c)?;
+            match (env.secrets.holds(&user), env.secrets.holds(&pass)) {
+                (Holds::Nothing, Holds::Nothing) => {
+                    let encoded = crate::interpolation::eval::base64_encode(format!("{user}:{pass}").as_bytes());
+                    push(&mut options.headers, "Authorization".into(), Val::Str(format!("Basic {encoded}")), "header")?;
+                    Ok(None)
+                }
+                (Holds::Nothing, Holds::Secret(pointer)) => {
+                    Ok(Some(Credential { pointer, place: Place::Basic { username: user } }))
+                }
+                _ => Err(ReadError::Secret(
+                    "Basic authentication with a secret username: the host places a secret as the password only".into(),
+                )),
+            }
+        }
+    }
+}
+
+/// The partition routers' options for `slice`.
+fn route_options(retriever: &Retriever, slice: &Slice, options: &mut Options, env: &Env) -> Result<(), ReadError> {
+    let partition = slice.val();
+    for router in &retriever.routers {
+        match router {
+            Router::List { cursor_field, option: Some(option), .. } => {
+                if let Some(v) = partition.get(cursor_field).filter(|v| v.truthy()) {
+                    options.inject(option, v.clone(), env)?;
+                }
+            }
+            Router::List { option: None, .. } => {}
+            Router::Substream { parents } => {
+                for parent in parents {
+                    if let Some(option) = &parent.option
+                        && let Some(v) = partition.get(&parent.partition_field).filter(|v| v.truthy())
+                    {
+                        options.inject(option, v.clone(), env)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The query a URL holds, decoded (the first value of each key).
+fn url_query(url: &str) -> Vec<(String, String)> {
+    let Some(q) = url.split_once('?').map(|(_, q)| q.split('#').next().unwrap_or("")) else { return Vec::new() };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in q.split(['&', ';']).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (percent_decode(k), percent_decode(v));
+        // parse_qs drops blank values.
+        if !v.is_empty() && !out.iter().any(|(ok, _)| *ok == k) {
+            out.push((k, v));
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                Ok(b) => {
+                    out.push(b);
+                    i += 2;
+                }
+                Err(_) => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

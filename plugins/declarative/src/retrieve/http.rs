@@ -1,0 +1,278 @@
+//! The requests the runtime makes and the answers it reads, in plain
+//! terms a transport (the plugin's host calls, a test's client) sends:
+//! URLs joined as the CDK joins them, the secret's place named instead of
+//! the secret, and answers classified as the CDK's error handlers do.
+
+use crate::interpolation::{Context, Val};
+use crate::model::request::{Action, Backoff, DefaultHandler, ErrorHandler};
+
+/// An HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+/// A request, with every part rendered and no secret in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub method: Method,
+    /// The URL, with any query the manifest wrote into it.
+    pub url: String,
+    /// Query parameters to add, in order.
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Body,
+    /// The secret the host places, if any.
+    pub credential: Option<Credential>,
+}
+
+/// A request body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    None,
+    Json(serde_json::Value),
+    Form(Vec<(String, String)>),
+    Text(String),
+}
+
+/// A secret the host puts into the request: which configuration field
+/// (a JSON pointer) and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub pointer: String,
+    pub place: Place,
+}
+
+/// Where the host puts a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// `Authorization: Bearer <secret>`.
+    Bearer,
+    /// The whole value of this header.
+    Header(String),
+    /// The value of this query parameter.
+    Query(String),
+    /// The value of this body field.
+    BodyField(String),
+    /// The password of HTTP Basic with this username.
+    Basic { username: String },
+}
+
+/// An answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A header's value (names compare case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// `url_base` and `path` joined as the CDK's `_join_url`: the path
+/// resolved against the base (with a `/` added to it), as `urljoin` does.
+pub fn join_url(base: &str, path: &str) -> String {
+    if path.is_empty() {
+        return base.to_owned();
+    }
+    let base = if base.ends_with('/') { base.to_owned() } else { format!("{base}/") };
+    urljoin(&base, path)
+}
+
+/// Python's `urljoin` for the cases a manifest meets: an absolute URL
+/// replaces the base, `//host` keeps the scheme, `/path` keeps the
+/// origin, `?query` keeps the path, and a relative path replaces the
+/// base's last segment, dot segments removed.
+pub fn urljoin(base: &str, reference: &str) -> String {
+    if reference.is_empty() {
+        return base.to_owned();
+    }
+    if let Some(colon) = reference.find(':') {
+        let scheme = &reference[..colon];
+        if !scheme.is_empty()
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            && scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && !base.starts_with(&format!("{scheme}:"))
+        {
+            return reference.to_owned();
+        }
+        if let Some(rest) = reference.strip_prefix(&format!("{scheme}:"))
+            && base.starts_with(&format!("{scheme}:"))
+            && rest.starts_with("//")
+        {
+            return reference.to_owned();
+        }
+    }
+    let (scheme, after_scheme) = match base.find("://") {
+        Some(i) => (&base[..i], &base[i + 3..]),
+        None => ("", base),
+    };
+    if let Some(authority_path) = reference.strip_prefix("//") {
+        return format!("{scheme}://{authority_path}");
+    }
+    let authority_end = after_scheme.find(['/', '?', '#']).unwrap_or(after_scheme.len());
+    let origin = format!("{scheme}://{}", &after_scheme[..authority_end]);
+    let rest = &after_scheme[authority_end..];
+    let base_path = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    if reference.starts_with('?') {
+        return format!("{origin}{base_path}{reference}");
+    }
+    if reference.starts_with('#') {
+        let no_fragment = &base[..base.find('#').unwrap_or(base.len())];
+        return format!("{no_fragment}{reference}");
+    }
+    let (ref_path, ref_tail) = match reference.find(['?', '#']) {
+        Some(i) => (&reference[..i], &reference[i..]),
+        None => (reference, ""),
+    };
+    let merged = if ref_path.starts_with('/') {
+        ref_path.to_owned()
+    } else {
+        let dir = &base_path[..base_path.rfind('/').map_or(0, |i| i + 1)];
+        let dir = if dir.is_empty() { "/" } else { dir };
+        format!("{dir}{ref_path}")
+    };
+    format!("{origin}{}{ref_tail}", remove_dot_segments(&merged))
+}
+
+fn remove_dot_segments(path: &str) -> String {
+    if !path.split('/').any(|s| s == "." || s == "..") {
+        return path.to_owned();
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path.split('/').collect();
+    for (i, s) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *s {
+            "." => {
+                if last {
+                    out.push("");
+                }
+            }
+            ".." => {
+                if out.len() > 1 {
+                    out.pop();
+                }
+                if last {
+                    out.push("");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out.join("/")
+}
+
+/// What to do with an answer, as the requester's error handler decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Success,
+    Ignore,
+    /// Try again after this many seconds (at most `retries` times).
+    Retry {
+        wait: f64,
+        retries: u32,
+    },
+    Fail(String),
+}
+
+/// The CDK's resolution of a status no filter matched: success for 2xx,
+/// failure for the client errors it maps, a retry for anything else.
+fn default_action(status: u16) -> Action {
+    match status {
+        200..=299 => Action::Success,
+        400 | 401 | 403 | 404 | 405 => Action::Fail,
+        429 => Action::RateLimited,
+        _ => Action::Retry,
+    }
+}
+
+/// One `DefaultErrorHandler`'s resolution: its first matching filter,
+/// else the default.
+fn interpret(h: &DefaultHandler, response: &Response, config: &Val, ctx: &Context) -> Action {
+    let text = String::from_utf8_lossy(&response.body);
+    for f in &h.filters {
+        let predicate = || {
+            f.predicate.as_ref().is_some_and(|p| {
+                let body: Val = serde_json::from_slice(&response.body).unwrap_or(Val::Dict(Vec::new()));
+                let headers =
+                    Val::Dict(response.headers.iter().map(|(k, v)| (k.clone(), Val::Str(v.clone()))).collect());
+                let ctx = ctx
+                    .clone()
+                    .with("config", config.clone())
+                    .with("parameters", f.parameters.clone())
+                    .with("response", body)
+                    .with("headers", headers);
+                crate::paginate::condition(p, &ctx).unwrap_or(false)
+            })
+        };
+        let contains = || f.error_message_contains.as_deref().is_some_and(|m| text.contains(m));
+        if f.http_codes.contains(&response.status) || predicate() || contains() {
+            return f.action;
+        }
+    }
+    default_action(response.status)
+}
+
+/// The verdict on `response` after `attempt` earlier tries: the first
+/// handler of a composite that does not fail decides, else the last.
+pub fn classify(handler: &ErrorHandler, response: &Response, config: &Val, ctx: &Context, attempt: u32) -> Verdict {
+    let none = DefaultHandler::default();
+    let handlers: Vec<&DefaultHandler> =
+        if handler.handlers.is_empty() { vec![&none] } else { handler.handlers.iter().collect() };
+    let mut decided = (Action::Fail, handlers[0]);
+    for h in handlers {
+        decided = (interpret(h, response, config, ctx), h);
+        if decided.0 != Action::Fail {
+            break;
+        }
+    }
+    finish(decided.0, decided.1, response, attempt)
+}
+
+fn finish(action: Action, handler: &DefaultHandler, response: &Response, attempt: u32) -> Verdict {
+    match action {
+        Action::Success => Verdict::Success,
+        Action::Ignore => Verdict::Ignore,
+        Action::Fail => Verdict::Fail(format!("the provider answered {}", response.status)),
+        Action::Retry | Action::RateLimited => {
+            let retries = handler.max_retries.unwrap_or(5);
+            let wait = match handler.backoff.first() {
+                Some(Backoff::Constant(s)) => *s,
+                Some(Backoff::Exponential(factor)) => factor * 2f64.powi(attempt as i32),
+                Some(Backoff::FromHeader { header }) => response
+                    .header(header)
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap_or(5.0 * 2f64.powi(attempt as i32)),
+                None => response
+                    .header("retry-after")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap_or(5.0 * 2f64.powi(attempt as i32)),
+            };
+            Verdict::Retry { wait, retries }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_join_as_python_joins_them() {
+        assert_eq!(join_url("https://a.io/api/", "users"), "https://a.io/api/users");
+        assert_eq!(join_url("https://a.io/api", "users"), "https://a.io/api/users");
+        assert_eq!(join_url("https://a.io/api", ""), "https://a.io/api");
+        assert_eq!(join_url("https://a.io/api/v1", "/users?x=1"), "https://a.io/users?x=1");
+        assert_eq!(join_url("https://a.io/api", "https://b.io/next?p=2"), "https://b.io/next?p=2");
+        assert_eq!(join_url("https://a.io/api", "?page=2"), "https://a.io/api/?page=2");
+        assert_eq!(join_url("https://a.io/api/v1", "../v2/x"), "https://a.io/api/v2/x");
+        assert_eq!(join_url("https://a.io", "users/1"), "https://a.io/users/1");
+        assert_eq!(join_url("https://a.io/api", "//c.io/x"), "https://c.io/x");
+    }
+}

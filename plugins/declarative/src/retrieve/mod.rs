@@ -1,0 +1,469 @@
+//! Reading a stream as the CDK's `SimpleRetriever` reads it: its slices
+//! (the partition routers' values, a parent stream's records), and for
+//! each slice its pages — a request built ([`build`]), sent through a
+//! [`Transport`] (retried as the error handler says), records selected,
+//! filtered and transformed, the next page's token computed — until the
+//! paginator has no token.
+//!
+//! # Layout
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`http`] | requests and answers, URL joining, error classification |
+//! | [`build`] | one request from the requester, authenticator, paginator and routers |
+//! | this file | slices, pages, records and transformations |
+
+pub mod build;
+pub mod http;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::interpolation::{Context, InterpolationError, Val};
+use crate::model::partition::Router;
+use crate::model::record::Transformation;
+use crate::model::{Source, Stream};
+use crate::paginate::{Page, Strategy};
+use crate::secrets::Secrets;
+pub use http::{Body, Credential, Method, Place, Request, Response};
+
+/// Sends requests for the runtime.
+pub trait Transport {
+    /// Sends `request` and returns the answer, whatever its status.
+    fn send(&mut self, request: &Request) -> Result<Response, Box<dyn std::error::Error + Send + Sync>>;
+    /// Waits before a retry.
+    fn wait(&mut self, seconds: f64);
+}
+
+/// Why a read stops.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The request could not be sent.
+    Transport(Box<dyn std::error::Error + Send + Sync>),
+    /// The error handler failed the read on this answer.
+    Provider { status: u16, url: String, message: String },
+    /// A template could not be evaluated.
+    Evaluation { what: String, error: InterpolationError },
+    /// A secret would have been used where only the guest could write it.
+    Secret(String),
+    /// The manifest asks for something a request cannot hold.
+    Invalid(String),
+    /// The consumer of the records stopped the read.
+    Stopped(String),
+}
+
+impl ReadError {
+    pub(crate) fn evaluation(what: &str, error: InterpolationError) -> ReadError {
+        ReadError::Evaluation { what: what.to_owned(), error }
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Transport(e) => write!(f, "the request could not be sent: {e}"),
+            ReadError::Provider { status, url, message } => write!(f, "{url} answered {status}: {message}"),
+            ReadError::Evaluation { what, error } => write!(f, "{what}: the template is {error}"),
+            ReadError::Secret(m) => write!(f, "refused: {m}"),
+            ReadError::Invalid(m) | ReadError::Stopped(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Whether to go on reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    More,
+    Enough,
+}
+
+/// What every template of a read sees: the configuration (secrets as
+/// markers), the secrets, and the clock.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub config: Val,
+    pub secrets: Secrets,
+    pub now: DateTime<Utc>,
+}
+
+/// A stream slice: the partition (`stream_slice` in templates) and the
+/// extra fields a parent hands down (variables of their own).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Slice {
+    pub partition: Vec<(String, Val)>,
+    pub extra: Vec<(String, Val)>,
+}
+
+impl Slice {
+    pub fn val(&self) -> Val {
+        Val::Dict(self.partition.clone())
+    }
+
+    fn merged(&self, other: &Slice) -> Slice {
+        let mut out = self.clone();
+        for (k, v) in &other.partition {
+            match out.partition.iter_mut().find(|(ok, _)| ok == k) {
+                Some(slot) => slot.1 = v.clone(),
+                None => out.partition.push((k.clone(), v.clone())),
+            }
+        }
+        out.extra.extend(other.extra.iter().cloned());
+        out
+    }
+}
+
+/// Reads `stream` of `source`: `on_records` gets each page's records,
+/// transformed, and says whether to go on.
+pub fn read(
+    source: &Source,
+    stream: &Stream,
+    env: &Env,
+    transport: &mut dyn Transport,
+    on_records: &mut dyn FnMut(Vec<Value>) -> Result<Flow, ReadError>,
+) -> Result<Flow, ReadError> {
+    for slice in slices(source, stream, env, transport)? {
+        if read_slice(stream, &slice, env, transport, on_records)? == Flow::Enough {
+            return Ok(Flow::Enough);
+        }
+    }
+    Ok(Flow::More)
+}
+
+/// The first request of each stream as far as it can be built without
+/// reading anything (a stream's routers' values left out): the hosts a
+/// source reaches and where each secret goes, for checks before a read.
+pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request, ReadError>)> {
+    source
+        .streams
+        .iter()
+        .map(|stream| {
+            let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
+            (stream.name.clone(), build::request(stream, &Slice::default(), token.as_ref(), env))
+        })
+        .collect()
+}
+
+/// The slices of a stream: one empty slice without routers, else the
+/// cartesian product of its routers' slices.
+fn slices(source: &Source, stream: &Stream, env: &Env, transport: &mut dyn Transport) -> Result<Vec<Slice>, ReadError> {
+    let mut product = vec![Slice::default()];
+    for router in &stream.retriever.routers {
+        let own = router_slices(source, router, env, transport)?;
+        product = product.iter().flat_map(|p| own.iter().map(move |o| p.merged(o))).collect();
+    }
+    Ok(product)
+}
+
+fn router_slices(
+    source: &Source,
+    router: &Router,
+    env: &Env,
+    transport: &mut dyn Transport,
+) -> Result<Vec<Slice>, ReadError> {
+    match router {
+        Router::List { values, cursor_field, .. } => Ok(values
+            .iter()
+            .map(|v| Slice { partition: vec![(cursor_field.clone(), v.clone())], extra: Vec::new() })
+            .collect()),
+        Router::Substream { parents } => {
+            let mut out = Vec::new();
+            for parent in parents {
+                let key: Vec<&str> = parent.parent_key.split('/').filter(|s| !s.is_empty()).collect();
+                for parent_slice in slices(source, &parent.stream, env, transport)? {
+                    let mut records = Vec::new();
+                    read_slice(&parent.stream, &parent_slice, env, transport, &mut |page| {
+                        records.extend(page);
+                        Ok(Flow::More)
+                    })?;
+                    for record in records {
+                        let Some(value) = dpath_get(&record, &key).filter(|v| !v.is_null()) else { continue };
+                        let extra = parent
+                            .extra_fields
+                            .iter()
+                            .map(|path| {
+                                let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+                                (path.join("."), dpath_get(&record, &segments).map_or(Val::None, Val::from))
+                            })
+                            .collect();
+                        out.push(Slice {
+                            partition: vec![
+                                (parent.partition_field.clone(), Val::from(value)),
+                                ("parent_slice".into(), parent_slice.val()),
+                            ],
+                            extra,
+                        });
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// `dpath.get` of a path of keys (list indices as numbers).
+fn dpath_get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    let mut at = v;
+    for segment in path {
+        at = match at {
+            Value::Object(m) => m.get(*segment)?,
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(at)
+}
+
+/// Reads every page of one slice.
+fn read_slice(
+    stream: &Stream,
+    slice: &Slice,
+    env: &Env,
+    transport: &mut dyn Transport,
+    on_records: &mut dyn FnMut(Vec<Value>) -> Result<Flow, ReadError>,
+) -> Result<Flow, ReadError> {
+    let retriever = &stream.retriever;
+    let mut token = retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
+    let field_path = field_path(stream, env)?;
+    loop {
+        let request = build::request(stream, slice, token.as_ref(), env)?;
+        let Some(response) = send(stream, &request, env, transport)? else { return Ok(Flow::More) };
+        let body: Value = if response.body.iter().all(u8::is_ascii_whitespace) {
+            Value::Object(Default::default())
+        } else {
+            serde_json::from_slice(&response.body).unwrap_or_else(|_| Value::Object(Default::default()))
+        };
+        let extracted: Vec<Value> = match &body {
+            // A JSON list is a stream of bodies, each searched.
+            Value::Array(items) => {
+                items.iter().flat_map(|b| crate::extract::records(b, &field_path)).cloned().collect()
+            }
+            _ => crate::extract::records(&body, &field_path).into_iter().cloned().collect(),
+        };
+        let extracted_count = extracted.len() as i64;
+        let mut kept = Vec::with_capacity(extracted.len());
+        let filter_ctx = |token: Option<&Val>| {
+            Context::at(env.now)
+                .with("config", env.config.clone())
+                .with("parameters", retriever.selector.filter_parameters.clone())
+                .with("stream_slice", slice.val())
+                .with("next_page_token", build::next_page_token(token))
+                .with("stream_state", Val::Dict(Vec::new()))
+        };
+        let ctx = retriever.selector.filter.as_ref().map(|_| filter_ctx(token.as_ref()));
+        for mut record in extracted {
+            if let (Some(filter), Some(ctx)) = (&retriever.selector.filter, &ctx) {
+                let ctx = ctx.clone().with("record", Val::from(&record));
+                if !crate::paginate::condition(filter, &ctx)
+                    .map_err(|e| ReadError::evaluation("the record filter", e))?
+                {
+                    continue;
+                }
+            }
+            for t in &stream.transformations {
+                transform(t, &mut record, slice, env)?;
+            }
+            if env.secrets.touches(&Val::from(&record)) {
+                return Err(ReadError::Secret(format!("stream {}: a record would hold a secret", stream.name)));
+            }
+            kept.push(record);
+        }
+        let last_record = kept.last().map_or(Val::None, Val::from);
+        let kept_count = kept.len() as i64;
+        if !kept.is_empty() && on_records(kept)? == Flow::Enough {
+            return Ok(Flow::Enough);
+        }
+        let Some(paginator) = &retriever.paginator else { return Ok(Flow::More) };
+        let response_val: Val = serde_json::from_slice(&response.body).unwrap_or(Val::Dict(Vec::new()));
+        let mut headers: Vec<(String, Val)> =
+            response.headers.iter().map(|(k, v)| (k.clone(), Val::Str(v.clone()))).collect();
+        let link = response.header("link").map(crate::paginate::links).unwrap_or(Val::Dict(Vec::new()));
+        headers.retain(|(k, _)| !k.eq_ignore_ascii_case("link"));
+        headers.push(("link".into(), link));
+        let page = Page {
+            response: response_val,
+            headers: Val::Dict(headers),
+            last_record,
+            last_page_size: match paginator.strategy {
+                Strategy::Cursor { .. } => kept_count,
+                _ => extracted_count,
+            },
+            last_token: token.clone(),
+            stream_slice: slice.val(),
+        };
+        let next = paginator
+            .strategy
+            .next_token(&page, &env.config, &paginator.parameters, env.now)
+            .map_err(|e| ReadError::Invalid(format!("stream {}: the next page: {e}", stream.name)))?;
+        match next {
+            Some(next) => token = Some(next),
+            None => return Ok(Flow::More),
+        }
+    }
+}
+
+/// The extractor's field path, rendered.
+fn field_path(stream: &Stream, env: &Env) -> Result<Vec<String>, ReadError> {
+    let selector = &stream.retriever.selector;
+    let ctx = Context::at(env.now)
+        .with("config", env.config.clone())
+        .with("parameters", selector.extractor_parameters.clone());
+    selector
+        .field_path
+        .iter()
+        .map(|t| t.eval_string(&ctx).map(|v| v.to_text()).map_err(|e| ReadError::evaluation("the field path", e)))
+        .collect()
+}
+
+/// Sends a request, retrying as the error handler says; `None` for an
+/// answer the handler ignores.
+fn send(
+    stream: &Stream,
+    request: &Request,
+    env: &Env,
+    transport: &mut dyn Transport,
+) -> Result<Option<Response>, ReadError> {
+    let handler = &stream.retriever.requester.error_handler;
+    let ctx = Context::at(env.now);
+    let mut attempt = 0;
+    loop {
+        let response = transport.send(request).map_err(ReadError::Transport)?;
+        match http::classify(handler, &response, &env.config, &ctx, attempt) {
+            http::Verdict::Success => return Ok(Some(response)),
+            http::Verdict::Ignore => return Ok(None),
+            http::Verdict::Retry { wait, retries } if attempt < retries => {
+                attempt += 1;
+                transport.wait(wait.clamp(0.0, 600.0));
+            }
+            http::Verdict::Retry { .. } => {
+                return Err(ReadError::Provider {
+                    status: response.status,
+                    url: request.url.clone(),
+                    message: format!("still failing after {attempt} retries"),
+                });
+            }
+            http::Verdict::Fail(message) => {
+                return Err(ReadError::Provider { status: response.status, url: request.url.clone(), message });
+            }
+        }
+    }
+}
+
+/// Applies one transformation to a record.
+fn transform(t: &Transformation, record: &mut Value, slice: &Slice, env: &Env) -> Result<(), ReadError> {
+    match t {
+        Transformation::AddFields { fields, condition, parameters } => {
+            for field in fields {
+                let ctx = Context::at(env.now)
+                    .with("config", env.config.clone())
+                    .with("parameters", parameters.clone())
+                    .with("record", Val::from(&*record))
+                    .with("stream_slice", slice.val())
+                    .with("stream_state", Val::Dict(Vec::new()));
+                let value = field
+                    .value
+                    .eval_as(&ctx, |v| field.value_type.is_none_or(|t| t.admits(v)))
+                    .map_err(|e| ReadError::evaluation("an added field", e))?;
+                if let Some(condition) = condition {
+                    let path = Val::List(field.path.iter().map(|p| Val::Str(p.clone())).collect());
+                    let ctx = ctx.with("value", value.clone()).with("path", path);
+                    if !crate::paginate::condition(condition, &ctx)
+                        .map_err(|e| ReadError::evaluation("the condition", e))?
+                    {
+                        continue;
+                    }
+                }
+                dpath_new(record, &field.path, value.to_json());
+            }
+            Ok(())
+        }
+        Transformation::RemoveFields { pointers, condition, parameters } => {
+            for pointer in pointers {
+                let keep = |v: &Value| -> Result<bool, ReadError> {
+                    let Some(condition) = condition else { return Ok(false) };
+                    let ctx = Context::at(env.now)
+                        .with("config", env.config.clone())
+                        .with("parameters", parameters.clone())
+                        .with("property", Val::from(v))
+                        .with("stream_slice", slice.val())
+                        .with("stream_state", Val::Dict(Vec::new()));
+                    Ok(!crate::paginate::condition(condition, &ctx)
+                        .map_err(|e| ReadError::evaluation("the condition", e))?)
+                };
+                remove(record, pointer, &keep)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `dpath.new`: sets `value` at `path`, making objects on the way.
+fn dpath_new(record: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut at = record;
+    for p in parents {
+        let Value::Object(map) = at else { return };
+        at = map.entry(p.clone()).or_insert_with(|| Value::Object(Default::default()));
+    }
+    if let Value::Object(map) = at {
+        map.insert(last.clone(), value);
+    }
+}
+
+/// `dpath.delete` of a glob path (`*` any key or index), where `keep`
+/// does not spare the value.
+fn remove(
+    record: &mut Value,
+    path: &[String],
+    keep: &dyn Fn(&Value) -> Result<bool, ReadError>,
+) -> Result<(), ReadError> {
+    let Some((first, rest)) = path.split_first() else { return Ok(()) };
+    match record {
+        Value::Object(map) => {
+            let keys: Vec<String> =
+                if first == "*" || first == "**" { map.keys().cloned().collect() } else { vec![first.clone()] };
+            for k in keys {
+                if rest.is_empty() {
+                    if let Some(v) = map.get(&k)
+                        && !keep(v)?
+                    {
+                        map.remove(&k);
+                    }
+                } else if let Some(child) = map.get_mut(&k) {
+                    remove(child, rest, keep)?;
+                }
+            }
+        }
+        Value::Array(items) => {
+            let indices: Vec<usize> = if first == "*" || first == "**" {
+                (0..items.len()).collect()
+            } else {
+                first.parse::<usize>().ok().into_iter().filter(|i| *i < items.len()).collect()
+            };
+            if rest.is_empty() {
+                let mut index = 0;
+                let mut err = None;
+                items.retain(|v| {
+                    let removing = indices.contains(&index)
+                        && err.is_none()
+                        && !keep(v).unwrap_or_else(|e| {
+                            err = Some(e);
+                            true
+                        });
+                    index += 1;
+                    !removing
+                });
+                if let Some(e) = err {
+                    return Err(e);
+                }
+            } else {
+                for i in indices {
+                    remove(&mut items[i], rest, keep)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! Secrets a manifest names, kept out of the guest. The configuration the
+//! runtime evaluates holds, for every secret field, a marker instead of a
+//! value; a rendered request part that is exactly a marker is where the
+//! host puts the secret (a header, a query parameter, a body field, a
+//! Basic password). A marker with other text around it, or one a template
+//! transformed (encoded, sliced, put into a record), would need the value
+//! itself: refused, by the JSON pointer of the template.
+//!
+//! Which fields are secret: those the spec marks `airbyte_secret`, and any
+//! field an authenticator's token or password reads, marked or not.
+
+use serde_json::Value;
+
+use crate::interpolation::Val;
+
+/// The marker that stands for secret number `index`.
+fn marker(index: usize, salt: &str) -> String {
+    format!("\u{1}secret{salt}{index}\u{1}")
+}
+
+/// The secret fields of a configuration, as JSON pointers
+/// (`/credentials/api_key`), in a fixed order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Secrets {
+    pub pointers: Vec<String>,
+}
+
+/// A rendered value's relation to the secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holds {
+    /// No secret.
+    Nothing,
+    /// Exactly the secret at this pointer.
+    Secret(String),
+    /// `Bearer ` and the secret (an `Authorization` header).
+    BearerSecret(String),
+    /// A secret with other text: the guest would have to write it.
+    Mixed(String),
+}
+
+impl Secrets {
+    /// The secret fields a spec's connection specification marks, found
+    /// through `properties`, `oneOf`/`anyOf`/`allOf` branches included.
+    pub fn of_spec(spec: &Value) -> Secrets {
+        let mut pointers = Vec::new();
+        walk_spec(spec, "", &mut pointers);
+        pointers.sort();
+        pointers.dedup();
+        Secrets { pointers }
+    }
+
+    /// Adds a field (a pointer) if it is not there yet.
+    pub fn add(&mut self, pointer: &str) {
+        if !self.pointers.iter().any(|p| p == pointer) {
+            self.pointers.push(pointer.to_owned());
+        }
+    }
+
+    /// `config` with a marker at each secret field `given` names (the
+    /// fields a credential is given for; objects on the way are made), and
+    /// at every other secret field whose object the configuration has (a
+    /// secret the manifest uses and no credential is given for is then
+    /// found, and refused by name, rather than read as missing).
+    pub fn mark(&self, config: &Val, given: &[String]) -> Val {
+        self.mark_with(config, given, "")
+    }
+
+    fn mark_with(&self, config: &Val, given: &[String], salt: &str) -> Val {
+        let mut marked = config.clone();
+        for (i, pointer) in self.pointers.iter().enumerate() {
+            let parent = &pointer[..pointer.rfind('/').unwrap_or(0)];
+            if given.contains(pointer)
+                || parent.is_empty()
+                || get(config, parent).is_some_and(|p| matches!(p, Val::Dict(_)))
+            {
+                set(&mut marked, pointer, Val::Str(marker(i, salt)));
+            }
+        }
+        marked
+    }
+
+    /// The same configuration with other markers: a template whose
+    /// rendering differs between the two reads a secret.
+    pub fn mark_again(&self, config: &Val, given: &[String]) -> Val {
+        self.mark_with(config, given, "'")
+    }
+
+    /// What a rendered text holds of the secrets.
+    pub fn holds(&self, text: &str) -> Holds {
+        if !text.contains('\u{1}') {
+            return Holds::Nothing;
+        }
+        for (i, pointer) in self.pointers.iter().enumerate() {
+            for m in [marker(i, ""), marker(i, "'")] {
+                if text == m {
+                    return Holds::Secret(pointer.clone());
+                }
+                if text.strip_prefix("Bearer ") == Some(m.as_str()) {
+                    return Holds::BearerSecret(pointer.clone());
+                }
+                if text.contains(&m) {
+                    return Holds::Mixed(pointer.clone());
+                }
+            }
+        }
+        Holds::Mixed(String::new())
+    }
+
+    /// Whether a value holds any marker anywhere.
+    pub fn touches(&self, v: &Val) -> bool {
+        match v {
+            Val::Str(s) => s.contains('\u{1}'),
+            Val::List(items) => items.iter().any(|i| self.touches(i)),
+            Val::Dict(entries) => entries.iter().any(|(k, v)| k.contains('\u{1}') || self.touches(v)),
+            _ => false,
+        }
+    }
+
+    /// Whether `config` has a value at a secret's pointer (a secret given
+    /// in the clear).
+    pub fn given_in(&self, config: &Val) -> Option<&str> {
+        self.pointers.iter().find(|p| get(config, p).is_some_and(|v| !matches!(v, Val::None))).map(String::as_str)
+    }
+}
+
+fn walk_spec(schema: &Value, at: &str, out: &mut Vec<String>) {
+    let Some(obj) = schema.as_object() else { return };
+    if obj.get("airbyte_secret").and_then(Value::as_bool) == Some(true) && !at.is_empty() {
+        out.push(at.to_owned());
+    }
+    if let Some(Value::Object(props)) = obj.get("properties") {
+        for (k, v) in props {
+            walk_spec(v, &format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out);
+        }
+    }
+    for key in ["oneOf", "anyOf", "allOf"] {
+        if let Some(Value::Array(branches)) = obj.get(key) {
+            for b in branches {
+                walk_spec(b, at, out);
+            }
+        }
+    }
+}
+
+fn segments(pointer: &str) -> impl Iterator<Item = String> + '_ {
+    pointer.split('/').skip(1).map(|s| s.replace("~1", "/").replace("~0", "~"))
+}
+
+fn get<'a>(v: &'a Val, pointer: &str) -> Option<&'a Val> {
+    let mut at = v;
+    for s in segments(pointer) {
+        at = at.get(&s)?;
+    }
+    Some(at)
+}
+
+/// Sets the value at `pointer`, making the objects on the way.
+fn set(v: &mut Val, pointer: &str, value: Val) {
+    let parts: Vec<String> = segments(pointer).collect();
+    let Some((last, parents)) = parts.split_last() else { return };
+    let mut at = v;
+    for p in parents {
+        let Val::Dict(entries) = at else { return };
+        let index = match entries.iter().position(|(k, _)| k == p) {
+            Some(i) => i,
+            None => {
+                entries.push((p.clone(), Val::Dict(Vec::new())));
+                entries.len() - 1
+            }
+        };
+        at = &mut entries[index].1;
+    }
+    if let Val::Dict(entries) = at {
+        match entries.iter_mut().find(|(k, _)| k == last) {
+            Some((_, slot)) => *slot = value,
+            None => entries.push((last.clone(), value)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_spec_marks_the_secrets_and_markers_are_found() {
+        let spec = json!({ "properties": {
+            "api_key": { "type": "string", "airbyte_secret": true },
+            "start": { "type": "string" },
+            "credentials": { "oneOf": [
+                { "properties": { "access_token": { "airbyte_secret": true } } },
+                { "properties": { "client_secret": { "airbyte_secret": true }, "client_id": {} } } ] } } });
+        let secrets = Secrets::of_spec(&spec);
+        assert_eq!(secrets.pointers, ["/api_key", "/credentials/access_token", "/credentials/client_secret"]);
+        let config = Val::from(&json!({ "start": "2024", "credentials": { "access_token": null } }));
+        assert_eq!(secrets.given_in(&config), None);
+        let given = ["/api_key".to_owned(), "/credentials/access_token".to_owned()];
+        let marked = secrets.mark(&config, &given);
+        let key = marked.get("api_key").unwrap().to_text();
+        assert_eq!(secrets.holds(&key), Holds::Secret("/api_key".into()));
+        assert_eq!(secrets.holds(&format!("Bearer {key}")), Holds::BearerSecret("/api_key".into()));
+        assert_eq!(secrets.holds(&format!("Token {key}")), Holds::Mixed("/api_key".into()));
+        assert_eq!(secrets.holds("plain"), Holds::Nothing);
+        let token = marked.get("credentials").unwrap().get("access_token").unwrap().to_text();
+        assert_eq!(secrets.holds(&token), Holds::Secret("/credentials/access_token".into()));
+        assert_ne!(secrets.mark_again(&config, &given), marked);
+        // Marked too, its object being there: a use of it is found.
+        assert!(marked.get("credentials").unwrap().get("client_secret").is_some());
+        let bare = secrets.mark(&Val::from(&json!({})), &[]);
+        assert!(bare.get("api_key").is_some() && bare.get("credentials").is_none());
+        let given = Val::from(&json!({ "api_key": "xyz" }));
+        assert_eq!(secrets.given_in(&given), Some("/api_key"));
+    }
+}
