@@ -15,6 +15,7 @@ const BUNDLED: &[(&str, &str)] = &[
     ("conn-emailcampaign", "conn_emailcampaign"),
     ("conn-socialmedia", "conn_socialmedia"),
     ("conn-restmanifest", "conn_restmanifest"),
+    ("conn-airbyte-manifest", "conn_airbyte_manifest"),
 ];
 
 /// Plugin packages built beside them and not embedded: the example source

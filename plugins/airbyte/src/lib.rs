@@ -1,0 +1,143 @@
+//! Airbyte's declarative manifests as a source (`conn_airbyte_manifest`):
+//! a manifest exactly as Airbyte publishes it (its `DeclarativeStream`s,
+//! requesters, paginators, partition routers, transformations) runs
+//! inside the sandbox, interpreted by the shared `service-declarative`
+//! crate, and gives the records Airbyte's own CDK gives.
+//!
+//! A source's configuration is the `manifest`, its non-secret `config`,
+//! and `credentials`: for each secret field (a JSON pointer into the
+//! manifest's configuration), the credential holding it (`[{"field":
+//! "/api_key", "credential_handle": "<handle>"}]`). The guest never holds a secret: where the manifest puts
+//! one into a request (an authenticator, a parameter, a header, a body
+//! field), the request names the handle and its place, and the host puts
+//! the secret there, only for hosts the credential is bound to. A
+//! manifest that would make the guest write a secret itself (with other
+//! text, encoded, into a record) is refused.
+//!
+//! | operation | what it does |
+//! |---|---|
+//! | `check` | reads the first page of each stream the manifest's `check` names |
+//! | `discover` | the streams, with the manifest's schemas and primary keys |
+//! | `read` | every slice and page of a stream, records as the CDK selects and transforms them |
+//! | `preview` | up to five records of each stream |
+//!
+//! # Layout
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`source`] | the configuration, the manifest read into the runtime's model, refusals as the SDK's errors |
+//! | [`transport`] | requests sent through the host, secrets placed by handle |
+//! | this file | the operations |
+
+pub mod source;
+pub mod transport;
+
+use connector_sdk::{
+    CheckResult, Connector, ConnectorInfo, Error, Operation, ReadRequest, Result, Sink, Stream, Value, json,
+};
+use declarative::retrieve::{self, Flow};
+
+use source::{Config, Prepared};
+use transport::HostTransport;
+
+/// The connector's id.
+pub const CONNECTOR_ID: &str = "conn_airbyte_manifest";
+
+/// Streams a preview shows at most.
+const PREVIEW_STREAMS: usize = 10;
+/// Records of each stream a preview shows.
+const PREVIEW_RECORDS: usize = 5;
+
+struct AirbyteManifest;
+
+impl Connector for AirbyteManifest {
+    type Config = Config;
+
+    fn describe() -> ConnectorInfo {
+        ConnectorInfo::source(CONNECTOR_ID, "Airbyte declarative manifest", env!("CARGO_PKG_VERSION"))
+            .with_hosts(["*"])
+            .with_operations([Operation::Check, Operation::Discover, Operation::Read, Operation::Preview])
+            .with_config_schema(source::schema())
+    }
+
+    fn check(config: Config) -> Result<CheckResult> {
+        let prepared = Prepared::new(&config)?;
+        let names: Vec<String> = if prepared.source.check_streams.is_empty() {
+            prepared.source.streams.iter().take(1).map(|s| s.name.clone()).collect()
+        } else {
+            prepared.source.check_streams.clone()
+        };
+        let mut transport = HostTransport::new(&config);
+        for name in &names {
+            let stream = prepared.stream(name)?;
+            let mut seen = 0usize;
+            let outcome = retrieve::read(&prepared.source, stream, &prepared.env, &mut transport, &mut |records| {
+                seen += records.len();
+                Ok(Flow::Enough)
+            });
+            if let Err(e) = outcome {
+                return Ok(CheckResult::failure(format!("stream {name}: {}", transport.explain(e))));
+            }
+        }
+        Ok(CheckResult::success(format!("{} answers: checked stream(s) {}", prepared.hosts(), names.join(", "))))
+    }
+
+    fn discover(config: Config) -> Result<Vec<Stream>> {
+        let prepared = Prepared::new(&config)?;
+        Ok(prepared
+            .source
+            .streams
+            .iter()
+            .map(|s| {
+                Stream::new(&s.name, s.schema.clone())
+                    .with_primary_key(s.primary_key.iter().filter_map(|path| path.first().cloned()))
+            })
+            .collect())
+    }
+
+    fn read(request: ReadRequest<Config>) -> Result<()> {
+        let prepared = Prepared::new(&request.config)?;
+        let stream = prepared.stream(&request.stream)?;
+        if request.is_incremental() {
+            return Err(Error::Unsupported(format!("stream {} is read in full only", stream.name)));
+        }
+        let mut transport = HostTransport::new(&request.config);
+        let name = stream.name.clone();
+        retrieve::read(&prepared.source, stream, &prepared.env, &mut transport, &mut |records| {
+            Sink::emit(&name, &records).map_err(|e| retrieve::ReadError::Stopped(e.to_string()))?;
+            Ok(Flow::More)
+        })
+        .map_err(|e| transport.explain(e))?;
+        Ok(())
+    }
+
+    fn preview(config: Config) -> Result<Value> {
+        let prepared = Prepared::new(&config)?;
+        let mut transport = HostTransport::new(&config);
+        let mut streams = serde_json::Map::new();
+        for stream in prepared.source.streams.iter().take(PREVIEW_STREAMS) {
+            let mut sample: Vec<Value> = Vec::new();
+            retrieve::read(&prepared.source, stream, &prepared.env, &mut transport, &mut |records| {
+                sample.extend(records.into_iter().take(PREVIEW_RECORDS - sample.len()));
+                Ok(if sample.len() >= PREVIEW_RECORDS { Flow::Enough } else { Flow::More })
+            })
+            .map_err(|e| transport.explain(e))?;
+            streams.insert(stream.name.clone(), Value::Array(sample));
+        }
+        Ok(json!({ "streams": streams }))
+    }
+}
+
+connector_sdk::export_connector!(AirbyteManifest);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connector_describes_itself() {
+        let info = AirbyteManifest::describe();
+        assert_eq!(info.id, CONNECTOR_ID);
+        assert_eq!(info.config_schema["required"], json!(["manifest"]));
+    }
+}

@@ -1,0 +1,132 @@
+//! The source's configuration and the manifest read from it: the
+//! runtime's model of the manifest (refusals by JSON pointer, as
+//! [`Error::InvalidConfig`]), the configuration the templates see (each
+//! secret field a marker), and the clock.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use connector_sdk::{Error, Result, Value, json};
+use declarative::interpolation::Val;
+use declarative::model::{Source, Stream};
+use declarative::retrieve::Env;
+use declarative::secrets::Secrets;
+use serde::Deserialize;
+
+/// A source's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The manifest, as published (YAML read into JSON by the server).
+    pub manifest: Value,
+    /// The manifest's configuration without its secret fields.
+    #[serde(default = "empty_object")]
+    pub config: Value,
+    /// A credential handle for each secret field.
+    #[serde(default)]
+    pub credentials: Vec<SecretField>,
+}
+
+/// A secret field of the manifest's configuration and the credential that
+/// holds its value.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretField {
+    /// The field, as a JSON pointer into the configuration (`/api_key`).
+    pub field: String,
+    pub credential_handle: String,
+}
+
+impl Config {
+    /// The handles by field.
+    pub fn handles(&self) -> BTreeMap<String, String> {
+        self.credentials.iter().map(|c| (c.field.clone(), c.credential_handle.clone())).collect()
+    }
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+/// The published schema of the configuration.
+pub fn schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["manifest"],
+        "additionalProperties": false,
+        "properties": {
+            "manifest": { "type": "object", "description": "The Airbyte declarative manifest, as published." },
+            "config": { "type": "object", "description": "The manifest's configuration (its spec's connection_specification), without secret fields." },
+            "credentials": {
+                "type": "array",
+                "description": "A credential for each secret field of the configuration the manifest uses.",
+                "items": {
+                    "type": "object",
+                    "required": ["field", "credential_handle"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "field": { "type": "string", "pattern": "^(/[^/]+)+$", "description": "The field, as a JSON pointer (/api_key)." },
+                        "credential_handle": { "type": "string", "minLength": 1 }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The manifest ready to read.
+pub struct Prepared {
+    pub source: Source,
+    pub env: Env,
+}
+
+impl Prepared {
+    pub fn new(config: &Config) -> Result<Prepared> {
+        let now = now();
+        if !config.config.is_object() {
+            return Err(Error::InvalidConfig("/config: the manifest's configuration must be an object".into()));
+        }
+        let plain = Val::from(&config.config);
+        let source = Source::read(&config.manifest, &plain, now)
+            .map_err(|r| Error::InvalidConfig(format!("/manifest{}: {}", r.pointer, r.reason)))?;
+        let mut secrets = Secrets::of_spec(&source.spec);
+        let handles = config.handles();
+        for pointer in handles.keys() {
+            if !pointer.starts_with('/') {
+                return Err(Error::InvalidConfig(format!(
+                    "/credentials: {pointer:?} is not a JSON pointer (like /api_key)"
+                )));
+            }
+            secrets.add(pointer);
+        }
+        if let Some(pointer) = secrets.given_in(&plain) {
+            return Err(Error::InvalidConfig(format!(
+                "/config{pointer} is a secret: store it as a credential and give its handle in /credentials"
+            )));
+        }
+        let given: Vec<String> = handles.keys().cloned().collect();
+        let marked = secrets.mark(&plain, &given);
+        // The components that read the configuration once (routers' lists,
+        // page sizes) read it again with the markers: a secret there is
+        // refused when a request would carry it.
+        let source = Source::read(&config.manifest, &marked, now)
+            .map_err(|r| Error::InvalidConfig(format!("/manifest{}: {}", r.pointer, r.reason)))?;
+        Ok(Prepared { source, env: Env { config: marked, secrets, now } })
+    }
+
+    /// The stream named `name`.
+    pub fn stream(&self, name: &str) -> Result<&Stream> {
+        self.source.stream(name).ok_or_else(|| Error::unknown_stream(name))
+    }
+
+    /// The manifest's streams' names, for messages.
+    pub fn hosts(&self) -> String {
+        format!("the manifest's {} stream(s)", self.source.streams.len())
+    }
+}
+
+/// The guest's wall clock (the host may hold it still).
+fn now() -> DateTime<Utc> {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    DateTime::<Utc>::from_timestamp(since.as_secs() as i64, since.subsec_nanos()).unwrap_or_default()
+}

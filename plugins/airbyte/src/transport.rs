@@ -1,0 +1,125 @@
+//! Requests of the runtime sent through the host: the secret a request
+//! needs is named by its credential handle and place, never carried; the
+//! runtime's failures become the SDK's errors.
+
+use std::collections::BTreeMap;
+
+use connector_sdk::{Error, Http, HttpError, Method, Placement};
+use declarative::retrieve::{Body, Place, ReadError, Request, Response, Transport};
+
+use crate::source::Config;
+
+/// Sends through the host's egress.
+pub struct HostTransport {
+    handles: BTreeMap<String, String>,
+}
+
+impl HostTransport {
+    pub fn new(config: &Config) -> HostTransport {
+        HostTransport { handles: config.handles() }
+    }
+
+    /// A read's failure as the SDK's error.
+    pub fn explain(&self, e: ReadError) -> Error {
+        match e {
+            ReadError::Transport(e) => match e.downcast::<HttpError>() {
+                Ok(http) => Error::from(*http),
+                Err(e) => match e.downcast::<Missing>() {
+                    Ok(missing) => Error::InvalidConfig(missing.to_string()),
+                    Err(e) => Error::ProviderUnavailable(e.to_string()),
+                },
+            },
+            ReadError::Provider { status: 401, .. } => Error::InvalidCredentials(e.to_string()),
+            ReadError::Provider { status: 403, .. } => Error::PermissionDenied(e.to_string()),
+            ReadError::Provider { status: 429, .. } => Error::RateLimited { retry_after: None },
+            ReadError::Provider { status, .. } if status >= 500 => Error::ProviderUnavailable(e.to_string()),
+            ReadError::Provider { .. } => Error::ProviderError(e.to_string()),
+            ReadError::Secret(_) | ReadError::Evaluation { .. } | ReadError::Invalid(_) => {
+                Error::InvalidConfig(e.to_string())
+            }
+            ReadError::Stopped(m) => Error::Internal(m),
+        }
+    }
+}
+
+/// A secret field the manifest uses and no handle was given for.
+#[derive(Debug)]
+struct Missing(String);
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "/credentials: the manifest needs a credential for the secret field {}", self.0)
+    }
+}
+
+impl std::error::Error for Missing {}
+
+impl Transport for HostTransport {
+    fn send(&mut self, request: &Request) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
+        let method = match request.method {
+            declarative::retrieve::Method::Get => Method::Get,
+            declarative::retrieve::Method::Post => Method::Post,
+        };
+        let mut builder = Http::request(method, request.url.clone());
+        for (k, v) in &request.query {
+            builder = builder.query(k, v);
+        }
+        for (k, v) in &request.headers {
+            builder = builder.header(k, v.clone());
+        }
+        builder = match &request.body {
+            Body::None => builder,
+            Body::Json(v) => builder.json(v),
+            Body::Form(fields) => builder.body("application/x-www-form-urlencoded", form(fields)),
+            Body::Text(t) => builder.body("text/plain", t.clone().into_bytes()),
+        };
+        if let Some(credential) = &request.credential {
+            let handle = self
+                .handles
+                .get(&credential.pointer)
+                .ok_or_else(|| Box::new(Missing(credential.pointer.clone())))?
+                .clone();
+            builder = match &credential.place {
+                Place::Bearer => builder.credential(handle, Placement::Bearer),
+                Place::Header(name) => builder.credential(handle, Placement::Header(name.clone())),
+                Place::Basic { username } => {
+                    builder.credential(handle, Placement::Basic { username: username.clone() })
+                }
+                Place::Query(name) => builder.credential_in_query(handle, name.clone()),
+                Place::BodyField(field) => builder.credential_in_body(handle, field.clone()),
+            };
+        }
+        let response = builder.send_raw()?;
+        Ok(Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() })
+    }
+
+    fn wait(&mut self, seconds: f64) {
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    }
+}
+
+/// A form body, encoded as browsers and `requests` encode it.
+fn form(fields: &[(String, String)]) -> Vec<u8> {
+    let mut out = String::new();
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        out.push_str(&encode(k));
+        out.push('=');
+        out.push_str(&encode(v));
+    }
+    out.into_bytes()
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
