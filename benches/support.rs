@@ -48,6 +48,7 @@ pub async fn state_with_oauth(dir: &Path, egress: EgressPolicy, oauth: OAuthSett
             // The benchmarks' test plugins are built unsigned.
             signatures: service::config::signatures::SignaturePolicy::allowed(),
             guest_memories: None,
+            guest_clock: None,
         },
         oauth,
         limits: Default::default(),

@@ -368,6 +368,15 @@ pub struct PluginArgs {
     /// A file of trusted publishers' keys, a `NAME BASE64` line each.
     #[arg(long, env = "SERVICE_PLUGIN_TRUSTED_KEYS_FILE")]
     pub plugin_trusted_keys_file: Option<PathBuf>,
+    /// For tests and differential runs only: the instant (RFC 3339, e.g.
+    /// `2026-11-20T12:00:00.123456Z`) every plugin's wall clock stands at,
+    /// its randomness from a fixed seed. Refused unless
+    /// `SERVICE_ALLOW_TEST_SETTINGS` is `true`.
+    #[arg(long, env = "SERVICE_GUEST_CLOCK")]
+    pub guest_clock: Option<String>,
+    /// Allows the settings meant for tests only (`SERVICE_GUEST_CLOCK`).
+    #[arg(long, env = "SERVICE_ALLOW_TEST_SETTINGS", default_value_t = false)]
+    pub allow_test_settings: bool,
 }
 
 impl PluginArgs {
@@ -411,7 +420,28 @@ impl PluginArgs {
                 self.plugin_trusted_keys_file.as_deref(),
             )?,
             guest_memories: None,
+            guest_clock: self.guest_clock()?,
         })
+    }
+
+    /// The frozen guest clock, since the Unix epoch, if asked for and
+    /// allowed.
+    fn guest_clock(&self) -> Result<Option<std::time::Duration>, ConfigError> {
+        let Some(text) = &self.guest_clock else { return Ok(None) };
+        if !self.allow_test_settings {
+            return Err(ConfigError::new(
+                "SERVICE_GUEST_CLOCK",
+                "a frozen plugin clock is for tests only: set SERVICE_ALLOW_TEST_SETTINGS=true to use it",
+            ));
+        }
+        let at = chrono::DateTime::parse_from_rfc3339(text.trim()).map_err(|e| {
+            ConfigError::new("SERVICE_GUEST_CLOCK", format!("{text:?} is not an RFC 3339 instant: {e}"))
+        })?;
+        let nanos = at
+            .timestamp_nanos_opt()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| ConfigError::new("SERVICE_GUEST_CLOCK", format!("{text:?} is before 1970 or after 2262")))?;
+        Ok(Some(std::time::Duration::from_nanos(nanos as u64)))
     }
 }
 
@@ -431,6 +461,9 @@ pub struct PluginSettings {
     /// test harness's probe (`plugin::probe`). No setting reads it:
     /// always `None` from the environment or flags.
     pub guest_memories: Option<GuestMemories>,
+    /// The instant (since the Unix epoch) plugins' wall clocks stand at
+    /// (`SERVICE_GUEST_CLOCK`, for tests only); `None`: the machine's.
+    pub guest_clock: Option<std::time::Duration>,
 }
 
 /// Allocates guests' linear memories (see [`PluginSettings::guest_memories`]).

@@ -89,6 +89,16 @@ impl AppState {
             Some(memories) => Runtime::with_memories(config.plugins.limits.clone(), cache, memories.0.clone())?,
             None => Runtime::new(config.plugins.limits.clone(), cache)?,
         };
+        let runtime = match config.plugins.guest_clock {
+            Some(at) => {
+                tracing::warn!(
+                    at_unix_nanos = at.as_nanos() as u64,
+                    "plugins' clocks are frozen (SERVICE_GUEST_CLOCK): a setting for tests only"
+                );
+                runtime.with_guest_time(crate::plugin::sandbox::GuestTime::Frozen(at))
+            }
+            None => runtime,
+        };
         if let Err(e) = crate::config::ensure_data_dir(&config.plugins.plugins_dir) {
             tracing::warn!(error = %e, "plugins directory unavailable");
         }
