@@ -108,16 +108,55 @@ fn jwt(t: &str) -> bool {
         && parts.iter().all(|p| p.len() >= 4 && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
 }
 
+/// Whether a value is a template that names a secret held elsewhere
+/// rather than one (a declarative manifest's `api_token: "Bearer {{
+/// config['api_key'] }}"`): Jinja expressions, with no more than a word
+/// of text around them, none of it shaped like a secret.
+fn names_a_secret(v: &Value) -> bool {
+    let Value::String(s) = v else { return false };
+    if !s.contains("{{") {
+        return false;
+    }
+    let mut rest = String::new();
+    let mut text = s.as_str();
+    while let Some(start) = text.find("{{") {
+        rest.push_str(&text[..start]);
+        match text[start..].find("}}") {
+            Some(end) => text = &text[start + end + 2..],
+            None => return false,
+        }
+    }
+    rest.push_str(text);
+    rest.chars().filter(char::is_ascii_alphanumeric).count() <= 12 && !looks_like_secret_value(rest.trim())
+}
+
+/// Whether a value is a JSON schema describing a field (a spec's
+/// `"api_key": {"type": "string", "airbyte_secret": true}`): its own
+/// values are still searched.
+fn describes_a_field(v: &Value) -> bool {
+    let Value::Object(map) = v else { return false };
+    const TYPES: &[&str] = &["string", "integer", "number", "boolean", "object", "array", "null"];
+    let typed = match map.get("type") {
+        Some(Value::String(t)) => TYPES.contains(&t.as_str()),
+        Some(Value::Array(ts)) => ts.iter().all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))),
+        _ => false,
+    };
+    typed || map.contains_key("airbyte_secret") || map.contains_key("oneOf") || map.contains_key("$ref")
+}
+
 /// The JSON path of the first secret-shaped field or value, if any.
 pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
     match value {
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-            let secret_key = is_secret_name(k) && !matches!(v, Value::Null | Value::Bool(_));
+            let secret_key = is_secret_name(k)
+                && !matches!(v, Value::Null | Value::Bool(_))
+                && !names_a_secret(v)
+                && !describes_a_field(v);
             if secret_key { Some(here) } else { find_secret(v, &here) }
         }),
         Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| find_secret(v, &format!("{path}[{i}]"))),
-        Value::String(s) if looks_like_secret_value(s) => Some(path.to_owned()),
+        Value::String(s) if looks_like_secret_value(s) && !names_a_secret(value) => Some(path.to_owned()),
         _ => None,
     }
 }
@@ -125,6 +164,25 @@ pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_naming_a_secret_is_not_one() {
+        let manifest = serde_json::json!({ "authenticator": { "api_token": "{{ config['api_key'] }}",
+            "password": "Bearer {{ config.password }}" } });
+        assert_eq!(find_secret(&manifest, ""), None);
+        for literal in ["abc123def456ghi789 {{ config.x }}", "{{ config.x }}", "sk_live_0123456789abcdef{{ x }}"] {
+            let value = serde_json::json!({ "api_token": literal });
+            let found = find_secret(&value, "");
+            assert_eq!(found.is_some(), literal != "{{ config.x }}", "{literal}");
+        }
+        assert!(find_secret(&serde_json::json!({ "api_token": "{{ unclosed" }), "").is_some());
+        // A spec's description of a secret field is not a secret; a value
+        // inside it still is.
+        let spec = serde_json::json!({ "properties": { "api_key": { "type": "string", "airbyte_secret": true } } });
+        assert_eq!(find_secret(&spec, ""), None);
+        let leaked = serde_json::json!({ "api_key": { "type": "string", "default": "sk_live_0123456789abcdefghij" } });
+        assert_eq!(find_secret(&leaked, "").as_deref(), Some("api_key.default"));
+    }
 
     #[test]
     fn provider_keys_and_tokens_look_like_secrets() {
