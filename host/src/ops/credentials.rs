@@ -220,7 +220,9 @@ pub(crate) fn credential_fields(
             let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
             if name.is_empty()
                 || !name.chars().all(token_char)
-                || connector_rules::headers::is_reserved(&name)
+                // (The whole Authorization header is a secret's place: some
+                // APIs take a key there with no scheme.)
+                || (connector_rules::headers::is_reserved(&name) && name != "authorization")
                 || STEERING_HEADERS.contains(&name.as_str())
             {
                 return Err(ApiError::invalid_field("header", format!("'{name}' cannot carry a credential")));
