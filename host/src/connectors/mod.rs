@@ -12,9 +12,13 @@
 //! - [`restmanifest`]: `conn_rest_manifest` (the base URL's host, the
 //!   credential's binding, and the manifest's names, parents and
 //!   placeholders; its schema as OpenAPI components).
+//! - [`airbyte`]: `conn_airbyte_manifest` (the manifest read by the
+//!   runtime's own crate, refusals by JSON pointer; hosts allowed; each
+//!   secret's credential bound to its host and stored for its place).
 //! - [`entities`]: provider-backed options for any connector's config
 //!   fields (`POST /v1/sources/entities`).
 
+pub(crate) mod airbyte;
 pub mod emailcampaign;
 pub(crate) mod entities;
 pub(crate) mod restmanifest;
@@ -47,7 +51,8 @@ pub(crate) trait ConnectorRules: Sync {
 }
 
 /// Every connector's rules.
-const ALL: &[&dyn ConnectorRules] = &[&emailcampaign::Rules, &socialmedia::Rules, &restmanifest::Rules];
+const ALL: &[&dyn ConnectorRules] =
+    &[&emailcampaign::Rules, &socialmedia::Rules, &restmanifest::Rules, &airbyte::Rules];
 
 /// The rules of a connector (by canonical id), if it has any.
 pub(crate) fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {

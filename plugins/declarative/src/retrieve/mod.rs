@@ -145,6 +145,34 @@ pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request
         .collect()
 }
 
+/// The first transformation field, record filter or partition value
+/// that reads a secret (it renders differently under two markings of the
+/// secrets): its JSON pointer. Records must never carry a secret, and
+/// the guest never holds one to put there.
+pub fn secret_in_records(source: &Source, env: &Env, again: &Env) -> Option<String> {
+    for stream in &source.streams {
+        for (i, t) in stream.transformations.iter().enumerate() {
+            let Transformation::AddFields { fields, parameters, .. } = t else { continue };
+            for (j, field) in fields.iter().enumerate() {
+                let render = |env: &Env| {
+                    let ctx = Context::at(env.now)
+                        .with("config", env.config.clone())
+                        .with("parameters", parameters.clone())
+                        .with("record", Val::Dict(Vec::new()))
+                        .with("stream_slice", Val::Dict(Vec::new()))
+                        .with("stream_state", Val::Dict(Vec::new()));
+                    field.value.eval(&ctx).ok()
+                };
+                let (first, second) = (render(env), render(again));
+                if first != second || first.as_ref().is_some_and(|v| env.secrets.touches(v)) {
+                    return Some(format!("{}/transformations/{i}/fields/{j}/value", stream.pointer));
+                }
+            }
+        }
+    }
+    None
+}
+
 /// The slices of a stream: one empty slice without routers, else the
 /// cartesian product of its routers' slices.
 fn slices(source: &Source, stream: &Stream, env: &Env, transport: &mut dyn Transport) -> Result<Vec<Slice>, ReadError> {

@@ -1,0 +1,340 @@
+//! `conn_airbyte_manifest`: Airbyte's published declarative manifests.
+//!
+//! The manifest is read when a source is saved by the very crate the
+//! plugin runs (`service-declarative`): a component or field not built
+//! yet, a `Custom*` component, a template that is not Jinja the runtime
+//! knows, each is refused with its JSON pointer. What only the server
+//! knows is checked too, on each stream's first request (built with a
+//! marker in place of every secret): its host is one the operator allows;
+//! every secret the manifest places has a credential in `credentials`,
+//! stored for this connector, bound to that host and stored for that
+//! place (the header, query parameter, body field, bearer token or Basic
+//! password the manifest puts it in); and no secret is given in the
+//! clear in `config`.
+
+use std::pin::Pin;
+
+use declarative::interpolation::Val;
+use declarative::model::Source;
+use declarative::retrieve::{self, Env, Place, ReadError};
+use declarative::secrets::Secrets;
+use serde_json::{Value, json};
+
+use super::ConnectorRules;
+use crate::access::WorkspaceAccess;
+use crate::egress::Placement;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::store::credentials::CredentialHandle;
+
+/// The connector these rules are for.
+pub(crate) const CONNECTOR_ID: &str = "conn_airbyte_manifest";
+
+pub(crate) struct Rules;
+
+/// A refusal at a JSON pointer of the configuration.
+fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
+    let message = message.into();
+    ApiError::bad_request("CONFIGURATION_INVALID", "the configuration does not match the connector's spec")
+        .with_details(json!({ "field": "configuration", "errors": [{ "path": pointer, "message": message }] }))
+}
+
+/// What a source reaches and where it puts secrets, as its first
+/// requests show.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Reach {
+    /// Each stream's host.
+    pub hosts: Vec<(String, String)>,
+    /// Each secret the manifest places: its pointer, the place, the host.
+    pub placements: Vec<(String, Place, String)>,
+    pub secrets: Secrets,
+    /// The handles given, by pointer.
+    pub handles: Vec<(String, String)>,
+}
+
+/// The configuration read by the runtime's own rules.
+pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> ApiResult<Reach> {
+    let obj = config.as_object().ok_or_else(|| invalid("", "expected an object"))?;
+    let manifest = obj.get("manifest").ok_or_else(|| invalid("/manifest", "the manifest is required"))?;
+    let plain = obj.get("config").cloned().unwrap_or_else(|| json!({}));
+    if !plain.is_object() {
+        return Err(invalid("/config", "the manifest's configuration must be an object"));
+    }
+    let handles: Vec<(String, String)> = match obj.get("credentials") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let field = item.get("field").and_then(Value::as_str).filter(|f| f.starts_with('/'));
+                let handle = item.get("credential_handle").and_then(Value::as_str).filter(|h| !h.is_empty());
+                match (field, handle) {
+                    (Some(f), Some(h)) => Ok((f.to_owned(), h.to_owned())),
+                    _ => Err(invalid(
+                        &format!("/credentials/{i}"),
+                        "a field (a JSON pointer, like /api_key) and a credential_handle",
+                    )),
+                }
+            })
+            .collect::<ApiResult<_>>()?,
+        Some(_) => return Err(invalid("/credentials", "expected a list of fields and credential handles")),
+    };
+    let plain = Val::from(&plain);
+    let source =
+        Source::read(manifest, &plain, now).map_err(|r| invalid(&format!("/manifest{}", r.pointer), r.reason))?;
+    let mut secrets = Secrets::of_spec(&source.spec);
+    for (pointer, _) in &handles {
+        secrets.add(pointer);
+    }
+    if let Some(pointer) = secrets.given_in(&plain) {
+        let field = pointer.trim_start_matches('/').replace('/', ".");
+        return Err(ApiError::secret_refused(&format!("configuration.config.{field}")));
+    }
+    let given: Vec<String> = handles.iter().map(|(p, _)| p.clone()).collect();
+    let marked = secrets.mark(&plain, &given);
+    let source =
+        Source::read(manifest, &marked, now).map_err(|r| invalid(&format!("/manifest{}", r.pointer), r.reason))?;
+    let env = Env { config: marked, secrets: secrets.clone(), now };
+    // The same requests with other markers: a part that changes with them
+    // (outside the places the host fills) is a secret transformed by a
+    // template, which only the guest could compute.
+    let again = Env { config: secrets.mark_again(&plain, &given), secrets: secrets.clone(), now };
+    if let Some(pointer) = retrieve::secret_in_records(&source, &env, &again) {
+        return Err(invalid(
+            &format!("/manifest{pointer}"),
+            "this value reads a secret: a record never carries one (and the guest never holds one)",
+        ));
+    }
+    let again = Source::read(manifest, &again.config, now).ok().map(|s| retrieve::first_requests(&s, &again));
+    let mut hosts = Vec::new();
+    let mut placements = Vec::new();
+    for (i, (stream, request)) in retrieve::first_requests(&source, &env).into_iter().enumerate() {
+        if let (Ok(first), Some(Some((_, second)))) = (&request, again.as_ref().map(|a| a.get(i))) {
+            let differs = match second {
+                Ok(second) => {
+                    (&first.url, &first.query, &first.headers, &first.body)
+                        != (&second.url, &second.query, &second.headers, &second.body)
+                }
+                Err(_) => true,
+            };
+            if differs {
+                let pointer = source.stream(&stream).map(|s| s.pointer.clone()).unwrap_or_default();
+                return Err(invalid(
+                    &format!("/manifest{pointer}"),
+                    format!(
+                        "stream {stream}: a template transforms a secret into the request (only the guest could compute it, and the guest never holds a secret)"
+                    ),
+                ));
+            }
+        }
+        let pointer = source.stream(&stream).map(|s| s.pointer.clone()).unwrap_or_default();
+        let request = match request {
+            Ok(r) => r,
+            Err(e @ ReadError::Secret(_)) => return Err(invalid(&format!("/manifest{pointer}"), e.to_string())),
+            // Not buildable before a read (it needs a slice's values):
+            // the read says why, if it still fails then.
+            Err(_) => continue,
+        };
+        let host = host_of(&request.url).ok_or_else(|| {
+            invalid(
+                &format!("/manifest{pointer}"),
+                format!("stream {stream}: {} is not an https URL with a host", request.url),
+            )
+        })?;
+        if let Some(c) = request.credential {
+            placements.push((c.pointer, c.place, host.clone()));
+        }
+        hosts.push((stream, host));
+    }
+    Ok(Reach { hosts, placements, secrets, handles })
+}
+
+/// The host of an `https` URL, lower case, without a port.
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host = authority.rsplit('@').next()?.split(':').next()?;
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+/// The egress placement a manifest's place is stored as.
+fn as_placement(place: &Place) -> Placement {
+    match place {
+        Place::Bearer => Placement::Bearer,
+        Place::Header(h) => Placement::Header(h.clone()),
+        Place::Query(q) => Placement::Query(q.clone()),
+        Place::BodyField(f) => Placement::BodyField(f.clone()),
+        Place::Basic { username } => Placement::BasicPassword(username.clone()),
+    }
+}
+
+impl ConnectorRules for Rules {
+    fn connector_id(&self) -> &'static str {
+        CONNECTOR_ID
+    }
+
+    fn validate_source<'a>(
+        &'a self,
+        state: &'a AppState,
+        access: &'a WorkspaceAccess,
+        config: &'a Value,
+        _saved: Option<&'a Value>,
+    ) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>> {
+        Box::pin(async move {
+            let reach = checked(config, chrono::Utc::now())?;
+            for (stream, host) in &reach.hosts {
+                if !state.egress.policy().allowed_hosts.iter().any(|p| p.matches(host)) {
+                    return Err(invalid(
+                        "/manifest",
+                        format!(
+                            "stream {stream} reaches {host}, not a host the operator allows connectors to reach (SERVICE_EGRESS_ALLOWED_HOSTS)"
+                        ),
+                    ));
+                }
+            }
+            for (pointer, place, host) in &reach.placements {
+                let at = match reach.handles.iter().position(|(p, _)| p == pointer) {
+                    Some(i) => format!("/credentials/{i}"),
+                    None => "/credentials".to_owned(),
+                };
+                let wanted = as_placement(place);
+                let Some((_, handle)) = reach.handles.iter().find(|(p, _)| p == pointer) else {
+                    return Err(invalid(
+                        &at,
+                        format!(
+                            "the manifest sends the secret field {pointer} to {host} {}: give a credential handle stored for it",
+                            wanted.describe()
+                        ),
+                    ));
+                };
+                let record = state
+                    .vault
+                    .require_handle(&access.workspace_id, &CredentialHandle::new(handle), Some(host))
+                    .await
+                    .map_err(|e| e.at(&format!("configuration.{}", at.trim_start_matches('/').replace('/', "."))))?;
+                // A manifest can ask for any path of a host: a secret
+                // stored for another connector is not lent to it.
+                if record.connector_id.as_deref() != Some(CONNECTOR_ID) {
+                    return Err(invalid(
+                        &at,
+                        format!(
+                            "an Airbyte manifest source takes only credentials stored for {CONNECTOR_ID} (their connector_id)"
+                        ),
+                    ));
+                }
+                let stored = crate::credentials::vault::placement(&record)
+                    .map_err(|e| invalid(&at, format!("the credential cannot be placed: {e}")))?;
+                if !stored.same_as(&wanted) {
+                    return Err(invalid(
+                        &at,
+                        format!(
+                            "the manifest puts {pointer} {}, and the credential is stored to go {}",
+                            wanted.describe(),
+                            stored.describe()
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_path(e: ApiError) -> String {
+        assert_eq!(e.code, "CONFIGURATION_INVALID", "{e:?}");
+        e.details["errors"][0]["path"].as_str().unwrap().to_owned()
+    }
+
+    fn manifest(authenticator: Value, extra: Value) -> Value {
+        let mut stream = json!({ "type": "DeclarativeStream", "name": "items",
+            "retriever": { "type": "SimpleRetriever",
+                "requester": { "type": "HttpRequester", "url_base": "https://api.example.com/v1", "path": "/items",
+                    "authenticator": authenticator },
+                "record_selector": { "type": "RecordSelector", "extractor": { "type": "DpathExtractor", "field_path": ["data"] } } } });
+        if let (Some(s), Some(e)) = (stream.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                s.insert(k.clone(), v.clone());
+            }
+        }
+        json!({ "version": "6.0.0", "type": "DeclarativeSource", "check": { "type": "CheckStream", "stream_names": ["items"] },
+            "streams": [stream],
+            "spec": { "type": "Spec", "connection_specification": { "type": "object", "properties": {
+                "api_key": { "type": "string", "airbyte_secret": true }, "region": { "type": "string" } } } } })
+    }
+
+    fn now() -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::parse_from_rfc3339("2026-11-20T12:00:00Z").unwrap().into()
+    }
+
+    #[test]
+    fn each_secret_is_placed_where_the_manifest_sends_it() {
+        let header = json!({ "type": "ApiKeyAuthenticator", "api_token": "{{ config['api_key'] }}",
+            "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Key" } });
+        let config = json!({ "manifest": manifest(header, json!({})), "config": { "region": "eu" },
+            "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        let reach = checked(&config, now()).unwrap();
+        assert_eq!(reach.hosts, [("items".to_owned(), "api.example.com".to_owned())]);
+        assert_eq!(
+            reach.placements,
+            [("/api_key".to_owned(), Place::Header("X-Key".into()), "api.example.com".to_owned())]
+        );
+        let bearer = json!({ "type": "BearerAuthenticator", "api_token": "{{ config.api_key }}" });
+        let config = json!({ "manifest": manifest(bearer, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        assert_eq!(checked(&config, now()).unwrap().placements[0].1, Place::Bearer);
+        let query = json!({ "type": "ApiKeyAuthenticator", "api_token": "{{ config['api_key'] }}",
+            "inject_into": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "key" } });
+        let config = json!({ "manifest": manifest(query, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        assert_eq!(checked(&config, now()).unwrap().placements[0].1, Place::Query("key".into()));
+    }
+
+    #[test]
+    fn what_would_let_the_guest_read_a_secret_is_refused_by_pointer() {
+        // Prefixed: only the guest could write it.
+        let prefixed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
+            "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "Authorization" } });
+        let config = json!({ "manifest": manifest(prefixed, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        let refused = checked(&config, now()).unwrap_err();
+        assert_eq!(error_path(refused), "/manifest/streams/0");
+        // Encoded into a parameter.
+        let none = json!({ "type": "NoAuth" });
+        let mut m = manifest(none, json!({}));
+        m["streams"][0]["retriever"]["requester"]["request_parameters"] =
+            json!({ "k": "{{ config['api_key'] | base64encode }}" });
+        let config = json!({ "manifest": m, "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        let refused = checked(&config, now()).unwrap_err();
+        assert!(refused.details.to_string().contains("transforms a secret"), "{refused:?}");
+        // Copied into a record.
+        let copied = json!({ "transformations": [{ "type": "AddFields", "fields": [
+            { "type": "AddedFieldDefinition", "path": ["k"], "value": "{{ config['api_key'] }}" }] }] });
+        let config = json!({ "manifest": manifest(json!({ "type": "NoAuth" }), copied),
+            "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        assert_eq!(
+            error_path(checked(&config, now()).unwrap_err()),
+            "/manifest/streams/0/transformations/0/fields/0/value"
+        );
+        // Given in the clear.
+        let bearer = json!({ "type": "BearerAuthenticator", "api_token": "{{ config.api_key }}" });
+        let config = json!({ "manifest": manifest(bearer, json!({})), "config": { "api_key": "plain" } });
+        let refused = checked(&config, now()).unwrap_err();
+        assert_eq!(refused.code, "SECRET_NOT_ACCEPTED");
+    }
+
+    #[test]
+    fn unsupported_components_are_refused_by_pointer_and_name() {
+        let custom = json!({ "type": "CustomAuthenticator", "class_name": "source_x.Auth" });
+        let config = json!({ "manifest": manifest(custom, json!({})) });
+        let refused = checked(&config, now()).unwrap_err();
+        assert!(
+            refused.details.to_string().contains("CustomAuthenticator source_x.Auth runs Python code"),
+            "{refused:?}"
+        );
+        assert_eq!(error_path(refused), "/manifest/streams/0/retriever/requester/authenticator");
+        let cursor = json!({ "incremental_sync": { "type": "DatetimeBasedCursor", "cursor_field": "updated" } });
+        let config = json!({ "manifest": manifest(json!({ "type": "NoAuth" }), cursor) });
+        assert_eq!(error_path(checked(&config, now()).unwrap_err()), "/manifest/streams/0/incremental_sync");
+    }
+}
