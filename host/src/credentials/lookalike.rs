@@ -149,6 +149,11 @@ pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
     match value {
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+            // A schema's prose about a secret ("Bearer token from …") is
+            // not one.
+            if (k == "description" || k == "title") && v.as_str().is_some_and(|t| t.split_whitespace().count() >= 4) {
+                return None;
+            }
             let secret_key = is_secret_name(k)
                 && !matches!(v, Value::Null | Value::Bool(_))
                 && !names_a_secret(v)
@@ -182,6 +187,10 @@ mod tests {
         assert_eq!(find_secret(&spec, ""), None);
         let leaked = serde_json::json!({ "api_key": { "type": "string", "default": "sk_live_0123456789abcdefghij" } });
         assert_eq!(find_secret(&leaked, "").as_deref(), Some("api_key.default"));
+        let prose = serde_json::json!({ "token": { "type": "string", "description": "Bearer token from your account settings" } });
+        assert_eq!(find_secret(&prose, ""), None);
+        let pasted = serde_json::json!({ "token": { "type": "string", "description": "Bearer abc123" } });
+        assert!(find_secret(&pasted, "").is_some());
     }
 
     #[test]
