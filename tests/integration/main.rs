@@ -4,6 +4,7 @@
 mod support;
 
 mod access;
+mod airbyte;
 mod approvals;
 mod audit;
 mod authoring;

@@ -121,6 +121,29 @@ pub fn test_python() -> PathBuf {
         .clone()
 }
 
+/// A Python interpreter with Airbyte's CDK, the reference the manifest
+/// tests compare with (`tests/python/airbyte/requirements.txt`, pinned
+/// with hashes, from PyPI), in `target/tmp/airbyte-cdk` as CI makes it.
+/// Panics when it cannot be made.
+pub fn airbyte_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("airbyte-cdk");
+            let made = std::process::Command::new("bash")
+                .arg(python_script("venv"))
+                .arg(&venv)
+                .arg(python_script("airbyte/requirements.txt"))
+                .status();
+            assert!(
+                made.is_ok_and(|s| s.success()),
+                "tests/python/venv could not install tests/python/airbyte/requirements.txt (it needs python3-venv and PyPI)"
+            );
+            venv.join("bin/python")
+        })
+        .clone()
+}
+
 /// A script of `tests/python`.
 pub fn python_script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python").join(name)
@@ -269,6 +292,7 @@ impl TestServer {
                 // the default policy (required) themselves.
                 signatures: service::config::signatures::SignaturePolicy::allowed(),
                 guest_memories: None,
+                guest_clock: None,
             },
             oauth: Default::default(),
             limits: Default::default(),

@@ -1,0 +1,541 @@
+//! Airbyte's published manifests, read through the public API by the
+//! bundled `conn_airbyte_manifest` and by Airbyte's own CDK (7.39.1,
+//! `tests/python/airbyte/requirements.txt`) against the same fake API,
+//! made from each manifest by `tests/python/airbyte_fake.py`, behind TLS,
+//! with the plugins' clock frozen at the instant the CDK's is.
+//!
+//! Per manifest: the records of every stream (as sorted lists) and the set
+//! of requests the fake received must be the same; or the source is
+//! refused when it is saved, with the JSON pointer and a reason. A
+//! manifest our side accepts and then fails to read, or reads
+//! differently, fails the test.
+//!
+//! The CI runs a fixed sample ([`SAMPLE`]); the whole development corpus
+//! (`../shared/airbyte-manifests`) runs with
+//!
+//! ```text
+//! AIRBYTE_MANIFESTS=all cargo test --test integration airbyte -- --nocapture
+//! ```
+//!
+//! (or a comma-separated list of manifest names), printing a line per
+//! manifest and a summary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use testkit::provider::{TestCa, TlsFront};
+use testkit::python::Script;
+use tokio::io::AsyncWriteExt;
+
+use crate::on_both_backends;
+use crate::support::trust::Trust;
+use crate::support::{Backend, TestServer, json_ok};
+
+/// The name the fake API answers to.
+const FAKE_HOST: &str = "airbyte.fake.test";
+
+/// The instant both sides' clocks stand at.
+const NOW: &str = "2026-11-20T12:00:00.123456Z";
+
+/// Manifests of different shapes read in every run: cursors in bodies,
+/// headers and next URLs, page and offset counters, list and substream
+/// routers, transformations, filters, every authenticator placement.
+const SAMPLE: &[&str] = &[
+    "source-aha",
+    "source-breezometer",
+    "source-chameleon",
+    "source-clockify",
+    "source-coingecko-coins",
+    "source-convex",
+    "source-emailoctopus",
+    "source-getlago",
+    "source-gitlab",
+    "source-guru",
+    "source-harness",
+    "source-kissmetrics",
+    "source-lokalise",
+    "source-n8n",
+    "source-nasa",
+    "source-nytimes",
+    "source-onesignal",
+    "source-pexels-api",
+    "source-pokeapi",
+    "source-rocket-chat",
+    "source-sendinblue",
+    "source-survey-sparrow",
+];
+
+/// The development corpus beside the repository.
+fn corpus() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/airbyte-manifests/manifests");
+    assert!(dir.is_dir(), "the manifest corpus is not at {}", dir.display());
+    dir
+}
+
+/// The manifests this run reads.
+fn chosen() -> Vec<String> {
+    match std::env::var("AIRBYTE_MANIFESTS").ok().filter(|v| !v.is_empty()) {
+        Some(all) if all == "all" => {
+            let mut names: Vec<String> = std::fs::read_dir(corpus())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".yaml")).map(str::to_owned))
+                .collect();
+            names.sort();
+            names
+        }
+        Some(list) => list.split(',').map(|s| s.trim().trim_end_matches(".yaml").to_owned()).collect(),
+        None => SAMPLE.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+/// How one manifest came out.
+#[derive(Debug)]
+enum Verdict {
+    Identical {
+        records: usize,
+        requests: usize,
+    },
+    Refused(String),
+    /// The CDK itself could not read it against the fake.
+    CdkFailed(String),
+    Different(String),
+    FailedHere(String),
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Identical { records, requests } => {
+                write!(f, "identical ({records} records, {requests} requests)")
+            }
+            Verdict::Refused(why) => write!(f, "refused when saved: {why}"),
+            Verdict::CdkFailed(why) => write!(f, "the CDK could not read it: {why}"),
+            Verdict::Different(what) => write!(f, "DIFFERENT: {what}"),
+            Verdict::FailedHere(why) => write!(f, "FAILED HERE: {why}"),
+        }
+    }
+}
+
+/// The fake API and the CDK, one Python process.
+struct Fake {
+    script: Script,
+}
+
+impl Fake {
+    async fn ask(&mut self, command: Value) -> Value {
+        let stdin = self.script.child.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{command}\n").as_bytes()).await.unwrap();
+        let line = self.script.lines.next_line().await.unwrap().expect("the fake answers");
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert!(answer.get("failed").is_none(), "the fake failed: {answer}");
+        answer
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_manifests_read_as_the_cdk_reads_them() {
+    crate::support::init_crypto();
+    let python = crate::support::airbyte_python();
+    let script = Script::start(&python, &crate::support::python_script("airbyte_fake.py"), &[]).await;
+    let backend = script.started["port"].as_u64().unwrap() as u16;
+    let mut fake = Fake { script };
+    let ca = TestCa::new();
+    let front = TlsFront::start(&ca, &[FAKE_HOST], ([127, 0, 0, 1], backend).into()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let trust = Trust::new(&ca).allowing(FAKE_HOST).pinning(&format!("{FAKE_HOST}={}", front.addr));
+    let srv = TestServer::start_with(Backend::Sqlite, |c| {
+        c.plugins.egress = trust.policy();
+        let at = chrono::DateTime::parse_from_rfc3339(NOW).unwrap();
+        c.plugins.guest_clock = Some(std::time::Duration::from_nanos(at.timestamp_nanos_opt().unwrap() as u64));
+    })
+    .await
+    .unwrap();
+    let ws = srv.workspace_id().await;
+
+    let mut verdicts = Vec::new();
+    for name in chosen() {
+        let path = corpus().join(format!("{name}.yaml"));
+        let verdict = read_both(&srv, &ws, &mut fake, front.addr.port(), &ca_file, &name, &path).await;
+        println!("{name}: {verdict}");
+        verdicts.push((name, verdict));
+    }
+    let count = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|(_, v)| f(v)).count();
+    let identical = count(|v| matches!(v, Verdict::Identical { .. }));
+    let refused = count(|v| matches!(v, Verdict::Refused(_)));
+    let cdk_failed = count(|v| matches!(v, Verdict::CdkFailed(_)));
+    println!(
+        "{} manifests: {identical} identical to the CDK, {refused} refused when saved (named), {cdk_failed} the CDK could not read, {} different or failing here",
+        verdicts.len(),
+        verdicts.len() - identical - refused - cdk_failed
+    );
+    let listed = |keep: fn(&Verdict) -> bool| {
+        verdicts.iter().filter(|(_, v)| keep(v)).map(|(n, v)| format!("{n}: {v}")).collect::<Vec<_>>().join("\n")
+    };
+    let bad = listed(|v| matches!(v, Verdict::Different(_) | Verdict::FailedHere(_)));
+    assert!(bad.is_empty(), "read differently from the CDK, or failing at run time:\n{bad}");
+    if std::env::var("AIRBYTE_MANIFESTS").is_err() {
+        // The sample is chosen to be read: each of it must be identical.
+        assert_eq!(identical, verdicts.len(), "{}", listed(|v| !matches!(v, Verdict::Identical { .. })));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_both(
+    srv: &TestServer,
+    ws: &str,
+    fake: &mut Fake,
+    tls_port: u16,
+    ca_file: &Path,
+    name: &str,
+    path: &Path,
+) -> Verdict {
+    let loaded = fake.ask(json!({ "load": path })).await;
+    assert!(loaded["secrets"].is_object(), "{name}: {loaded}");
+    let manifest = loaded["manifest"].clone();
+    let config = loaded["config"].clone();
+    let secrets: BTreeMap<String, String> = serde_json::from_value(loaded["secrets"].clone()).unwrap();
+    let streams: Vec<String> = serde_json::from_value(loaded["streams"].clone()).unwrap();
+
+    let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file } })).await;
+    let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
+    if let Some(error) = theirs["error"].as_str() {
+        return Verdict::CdkFailed(error.chars().take(300).collect());
+    }
+
+    // Our side, as a user: a credential per secret the manifest places,
+    // stored for where it places it; the source; a pipeline into JSON
+    // lines; a sync.
+    let mut plain = config.clone();
+    for pointer in secrets.keys() {
+        remove_pointer(&mut plain, pointer);
+    }
+    // (A manifest the runtime's crate refuses is saved without
+    // credentials: the server's refusal is the verdict.)
+    let placements = placements(&manifest, &plain, &secrets).unwrap_or_default();
+    let mut handles = Vec::new();
+    for (pointer, place) in &placements {
+        let mut body = json!({ "connector_id": "conn_airbyte_manifest", "hosts": [FAKE_HOST],
+            "secret": secrets[pointer], "label": format!("{name} {pointer}") });
+        match place {
+            declarative::retrieve::Place::Bearer => body["kind"] = json!("api_token"),
+            declarative::retrieve::Place::Header(h) => {
+                body["kind"] = json!("secret");
+                body["header"] = json!(h);
+            }
+            declarative::retrieve::Place::Query(q) => {
+                body["kind"] = json!("secret");
+                body["query_parameter"] = json!(q);
+            }
+            declarative::retrieve::Place::BodyField(f) => {
+                body["kind"] = json!("secret");
+                body["body_field"] = json!(f);
+            }
+            declarative::retrieve::Place::Basic { username } => {
+                body["kind"] = json!("basic");
+                body["username"] = json!(username);
+            }
+        }
+        let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
+        handles.push(json!({ "field": pointer, "credential_handle": credential["data"]["credential_handle"] }));
+    }
+    let configuration = json!({ "manifest": manifest, "config": plain, "credentials": handles });
+    let created = srv
+        .post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": name, "configuration": configuration }),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = created.status();
+    let created: Value = created.json().await.unwrap();
+    if status.as_u16() == 400 {
+        let details = &created["details"];
+        let reason = match details["errors"][0].as_object() {
+            Some(e) => format!("{}: {}", e["path"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")),
+            None => created.to_string(),
+        };
+        return Verdict::Refused(reason);
+    }
+    if !status.is_success() {
+        return Verdict::FailedHere(format!("saving the source: {status} {created}"));
+    }
+    let directory = format!("airbyte-{name}");
+    let dest = json_ok(
+        srv.post(
+            "/v1/destinations",
+            json!({ "name": directory, "kind": "jsonl", "configuration": { "directory": directory } }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let pipeline = srv
+        .post(
+            "/v1/pipelines",
+            json!({ "name": name, "source_id": created["data"]["source_id"], "destination_id": dest["data"]["destination_id"],
+                "streams": streams.iter().map(|s| json!({ "name": s, "sync_mode": "full_refresh_overwrite" })).collect::<Vec<_>>() }),
+        )
+        .send()
+        .await
+        .unwrap();
+    let pipeline_status = pipeline.status();
+    let pipeline: Value = pipeline.json().await.unwrap();
+    if !pipeline_status.is_success() {
+        return Verdict::FailedHere(format!("making the pipeline: {pipeline_status} {pipeline}"));
+    }
+    let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let job =
+        json_ok(srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
+            .await;
+    let job = wait(srv, job["data"]["job_id"].as_str().unwrap()).await;
+    let our_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
+    if job["status"] != "succeeded" {
+        return Verdict::FailedHere(format!("the sync: {}", job["error"]));
+    }
+
+    let exports = srv.exports(ws, &directory);
+    let mut records = 0;
+    for stream in &streams {
+        let mut ours = read_lines(&exports, stream);
+        let mut cdk: Vec<String> =
+            theirs["records"][stream].as_array().into_iter().flatten().map(|r| r.to_string()).collect();
+        ours.sort();
+        cdk.sort();
+        if ours != cdk {
+            return Verdict::Different(format!(
+                "stream {stream}: {} records here, {} by the CDK; first difference: here {:?}, CDK {:?}",
+                ours.len(),
+                cdk.len(),
+                ours.iter().find(|r| !cdk.contains(r)).map(|r| r.chars().take(300).collect::<String>()),
+                cdk.iter().find(|r| !ours.contains(r)).map(|r| r.chars().take(300).collect::<String>()),
+            ));
+        }
+        records += ours.len();
+    }
+    let (ours, cdk) = (canonical(&our_requests), canonical(&their_requests));
+    if ours != cdk {
+        let only_ours: Vec<&String> = ours.iter().filter(|r| !cdk.contains(r)).take(3).collect();
+        let only_cdk: Vec<&String> = cdk.iter().filter(|r| !ours.contains(r)).take(3).collect();
+        return Verdict::Different(format!(
+            "requests: {} here, {} by the CDK; only here {only_ours:?}, only by the CDK {only_cdk:?}",
+            ours.len(),
+            cdk.len()
+        ));
+    }
+    Verdict::Identical { records, requests: ours.len() }
+}
+
+/// The job once it has ended (a sync of many slices may take a while).
+async fn wait(srv: &TestServer, job_id: &str) -> Value {
+    for _ in 0..3000 {
+        let job = json_ok(srv.get(&format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+        if ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap_or_default()) {
+            return job;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("job {job_id} did not finish in 300 s");
+}
+
+/// Where each secret goes, as the runtime's own crate reads the manifest
+/// (a refusal is the source's).
+fn placements(
+    manifest: &Value,
+    plain: &Value,
+    secrets: &BTreeMap<String, String>,
+) -> Result<Vec<(String, declarative::retrieve::Place)>, String> {
+    use declarative::interpolation::Val;
+    let now = chrono::DateTime::parse_from_rfc3339(NOW).unwrap().with_timezone(&chrono::Utc);
+    let plain = Val::from(plain);
+    let source = declarative::model::Source::read(manifest, &plain, now).map_err(|r| r.to_string())?;
+    let mut known = declarative::secrets::Secrets::of_spec(&source.spec);
+    for pointer in secrets.keys() {
+        known.add(pointer);
+    }
+    let given: Vec<String> = secrets.keys().cloned().collect();
+    let marked = known.mark(&plain, &given);
+    let source = declarative::model::Source::read(manifest, &marked, now).map_err(|r| r.to_string())?;
+    let env = declarative::retrieve::Env { config: marked, secrets: known, now };
+    let mut out: Vec<(String, declarative::retrieve::Place)> = Vec::new();
+    for (_, request) in declarative::retrieve::first_requests(&source, &env) {
+        if let Ok(declarative::retrieve::Request { credential: Some(c), .. }) = request
+            && !out.iter().any(|(p, _)| *p == c.pointer)
+        {
+            out.push((c.pointer, c.place));
+        }
+    }
+    Ok(out)
+}
+
+fn remove_pointer(config: &mut Value, pointer: &str) {
+    let parts: Vec<&str> = pointer.split('/').skip(1).collect();
+    let Some((last, parents)) = parts.split_last() else { return };
+    let mut node = config;
+    for p in parents {
+        match node.get_mut(*p) {
+            Some(next) => node = next,
+            None => return,
+        }
+    }
+    if let Some(map) = node.as_object_mut() {
+        map.remove(*last);
+    }
+}
+
+/// A stream's records as the JSON-lines destination wrote them, without
+/// the destination's own fields, each as compact JSON text.
+fn read_lines(dir: &Path, stream: &str) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join(format!("{stream}.jsonl"))) else { return Vec::new() };
+    text.lines()
+        .map(|line| {
+            let mut record: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();
+            record.retain(|k, _| !k.starts_with("_service_"));
+            Value::Object(record).to_string()
+        })
+        .collect()
+}
+
+/// The set of requests, as comparable text, sorted (a request sent twice
+/// counts once: the CDK answers a repeated GET from its cache where the
+/// manifest asks it to).
+fn canonical(requests: &Value) -> Vec<String> {
+    let mut out: Vec<String> = requests
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| json!({ "method": r["method"], "path": r["path"], "query": r["query"], "body": r["body"], "page": r["page"] }).to_string())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A manifest of one stream on `host`, its key placed by `authenticator`,
+/// with `extra` fields on the stream.
+fn one_stream(host: &str, authenticator: Value, extra: Value) -> Value {
+    let mut stream = json!({ "type": "DeclarativeStream", "name": "items", "primary_key": "id",
+        "retriever": { "type": "SimpleRetriever",
+            "requester": { "type": "HttpRequester", "url_base": format!("https://{host}/v1"), "path": "/items",
+                "authenticator": authenticator },
+            "record_selector": { "type": "RecordSelector",
+                "extractor": { "type": "DpathExtractor", "field_path": ["data"] } } } });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        stream[k] = v.clone();
+    }
+    json!({ "version": "6.44.0", "type": "DeclarativeSource",
+        "check": { "type": "CheckStream", "stream_names": ["items"] }, "streams": [stream],
+        "spec": { "type": "Spec", "connection_specification": { "type": "object", "properties": {
+            "api_key": { "type": "string", "airbyte_secret": true }, "region": { "type": "string" } } } } })
+}
+
+/// Every way a manifest could let the guest read a secret, or send one
+/// where its credential is not meant to go, is refused when the source
+/// is saved, by JSON pointer; the same manifest done right is saved.
+async fn a_manifest_that_would_expose_a_secret_is_refused_when_saved(backend: Backend) {
+    const HOST: &str = "api.example.com";
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(HOST, None, None).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let credential = |body: Value| async {
+        json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await["data"]["credential_handle"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let header = credential(json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+        "header": "X-Key", "secret": "key-one-0001" }))
+    .await;
+    let query = credential(json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+        "query_parameter": "key", "secret": "key-two-0002" }))
+    .await;
+    let foreign = credential(json!({ "kind": "secret", "connector_id": "conn_rest_manifest", "hosts": [HOST],
+        "header": "X-Key", "secret": "key-three-003" }))
+    .await;
+    let in_header = json!({ "type": "ApiKeyAuthenticator", "api_token": "{{ config['api_key'] }}",
+        "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Key" } });
+    let save = |manifest: Value, config: Value, handle: &str| {
+        let configuration = json!({ "manifest": manifest, "config": config,
+            "credentials": [{ "field": "/api_key", "credential_handle": handle }] });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "m", "configuration": configuration }),
+        )
+        .send()
+    };
+    let refused = |resp: reqwest::Response| async move {
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        let path = body["details"]["errors"][0]["path"].as_str().map(str::to_owned);
+        (body["code"].as_str().unwrap().to_owned(), path, body.to_string())
+    };
+
+    // Done right: saved.
+    let ok = save(one_stream(HOST, in_header.clone(), json!({})), json!({ "region": "eu" }), &header).await.unwrap();
+    assert_eq!(ok.status(), 201, "{}", ok.text().await.unwrap());
+
+    // The secret with other text around it: only the guest could write it.
+    let prefixed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
+        "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Key" } });
+    let (code, path, body) =
+        refused(save(one_stream(HOST, prefixed, json!({})), json!({}), &header).await.unwrap()).await;
+    assert_eq!((code.as_str(), path.as_deref()), ("CONFIGURATION_INVALID", Some("/manifest/streams/0")), "{body}");
+    assert!(body.contains("other text"), "{body}");
+
+    // Encoded into a parameter.
+    let mut encoded = one_stream(HOST, in_header.clone(), json!({}));
+    encoded["streams"][0]["retriever"]["requester"]["request_parameters"] =
+        json!({ "sig": "{{ config['api_key'] | base64encode }}" });
+    let (_, path, body) = refused(save(encoded, json!({}), &header).await.unwrap()).await;
+    assert_eq!(path.as_deref(), Some("/manifest/streams/0"), "{body}");
+
+    // Copied into every record.
+    let copied = json!({ "transformations": [{ "type": "AddFields", "fields": [
+        { "type": "AddedFieldDefinition", "path": ["leak"], "value": "{{ config.api_key }}" }] }] });
+    let (_, path, body) =
+        refused(save(one_stream(HOST, in_header.clone(), copied), json!({}), &header).await.unwrap()).await;
+    assert_eq!(path.as_deref(), Some("/manifest/streams/0/transformations/0/fields/0/value"), "{body}");
+
+    // A credential stored for another place, or for another connector.
+    let (_, path, body) =
+        refused(save(one_stream(HOST, in_header.clone(), json!({})), json!({}), &query).await.unwrap()).await;
+    assert_eq!(path.as_deref(), Some("/credentials/0"), "{body}");
+    assert!(body.contains("query parameter key"), "{body}");
+    let (_, path, body) =
+        refused(save(one_stream(HOST, in_header.clone(), json!({})), json!({}), &foreign).await.unwrap()).await;
+    assert_eq!(path.as_deref(), Some("/credentials/0"), "{body}");
+
+    // A host the operator does not allow.
+    let (_, _, body) = refused(
+        save(one_stream("elsewhere.example.net", in_header.clone(), json!({})), json!({}), &header).await.unwrap(),
+    )
+    .await;
+    assert!(body.contains("elsewhere.example.net"), "{body}");
+
+    // The secret in the clear.
+    let (code, _, _) = refused(
+        save(one_stream(HOST, in_header.clone(), json!({})), json!({ "api_key": "key-one-0001" }), &header)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, "SECRET_NOT_ACCEPTED");
+
+    // Python code, and what is not built yet, by pointer and name.
+    let custom = json!({ "type": "CustomAuthenticator", "class_name": "source_x.components.Auth" });
+    let (_, path, body) = refused(save(one_stream(HOST, custom, json!({})), json!({}), &header).await.unwrap()).await;
+    assert_eq!(path.as_deref(), Some("/manifest/streams/0/retriever/requester/authenticator"), "{body}");
+    assert!(body.contains("CustomAuthenticator source_x.components.Auth"), "{body}");
+    srv.stop().await;
+}
+
+on_both_backends!(a_manifest_that_would_expose_a_secret_is_refused_when_saved);

@@ -1,0 +1,513 @@
+"""Differential reads of Airbyte manifests: a fake API made from a manifest,
+and Airbyte's CDK reading it.
+
+Serves plain HTTP on a loopback port (the test puts TLS in front of it for
+the name in FAKE_HOST) and prints one JSON line {"port"}; then reads JSON
+commands, one per line, and answers each with one line:
+
+  {"load": PATH}   makes the fake API of the manifest at PATH: answers
+                   {"manifest": the manifest with every url_base pointed at
+                   https://FAKE_HOST/<its host>/…, "config": a configuration
+                   (secrets included), "secrets": {pointer: value},
+                   "streams": [names]}
+  {"cdk": {"port": TLS_PORT, "ca": CA_FILE}}
+                   reads every stream of the loaded manifest with the CDK
+                   (full refresh, clock frozen at NOW) through the TLS front:
+                   {"records": {stream: [records]}, "error": text or null}
+  {"requests": true}
+                   the requests served since the last ask, each
+                   {"method", "path", "query": [[k, v]…] sorted, "body"}
+
+The fake API: each stream's path (its templates matched loosely) answers
+pages of records made from the stream's schema, at the selector's field
+path, for three pages (full, full, short or empty) as its paginator reads
+them: counters from the request, cursors the fake hands out and finds
+again in the next request, Link headers, next URLs. A stream whose
+requester authenticates answers 401 unless a secret value of the
+configuration is in the request (a header, the query, the body, Basic).
+"""
+
+import base64
+import datetime
+import hashlib
+import http.server
+import itertools
+import json
+import os
+import re
+import sys
+import threading
+import urllib.parse
+from unittest import mock
+
+import requests
+import yaml
+
+sys.path.insert(0, os.path.dirname(__file__))
+from airbyte_corpus import sample, spec_of  # noqa: E402
+from airbyte_paginate import response_paths  # noqa: E402
+
+from airbyte_cdk.sources.declarative.decoders import JsonDecoder  # noqa: E402
+from airbyte_cdk.sources.declarative.interpolation import InterpolatedString  # noqa: E402
+from airbyte_cdk.sources.declarative.parsers.manifest_component_transformer import (  # noqa: E402
+    ManifestComponentTransformer,
+)
+from airbyte_cdk.sources.declarative.parsers.manifest_reference_resolver import (  # noqa: E402
+    ManifestReferenceResolver,
+)
+from airbyte_cdk.sources.declarative.requesters.paginators.strategies import (  # noqa: E402
+    CursorPaginationStrategy,
+)
+import airbyte_cdk.sources.declarative.interpolation.macros as macros  # noqa: E402
+
+FAKE_HOST = "airbyte.fake.test"
+NOW = datetime.datetime(2026, 11, 20, 12, 0, 0, 123456, tzinfo=datetime.timezone.utc)
+PAGES = 3
+PER_PAGE = 4
+
+
+class FrozenDateTime(datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return NOW if tz in (None, datetime.timezone.utc) else NOW.astimezone(tz)
+
+
+def point_at_fake(node):
+    """The manifest with every url_base and url sent to the fake, the
+    original host kept as the first path segment."""
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k in ("url_base", "url") and isinstance(v, str):
+                v = re.sub(r"^https?://", f"https://{FAKE_HOST}/", v.strip())
+            out[k] = point_at_fake(v)
+        return out
+    if isinstance(node, list):
+        return [point_at_fake(v) for v in node]
+    return node
+
+
+def resolved(manifest):
+    m = json.loads(json.dumps(manifest, default=str))
+    m.setdefault("type", "DeclarativeSource")
+    m = ManifestReferenceResolver().preprocess_manifest(m)
+    return ManifestComponentTransformer().propagate_types_and_parameters("", m, {})
+
+
+def secrets_of(spec, at=""):
+    out = []
+    if not isinstance(spec, dict):
+        return out
+    if spec.get("airbyte_secret") and at:
+        out.append(at)
+    for k, v in (spec.get("properties") or {}).items():
+        out.extend(secrets_of(v, f"{at}/{k}"))
+    for key in ("oneOf", "anyOf", "allOf"):
+        for b in spec.get(key) or []:
+            out.extend(secrets_of(b, at))
+    return out
+
+
+def get_pointer(config, pointer):
+    node = config
+    for part in pointer.split("/")[1:]:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def render(template, config, parameters, **kwargs):
+    if not isinstance(template, str):
+        return template
+    return InterpolatedString.create(template, parameters=parameters or {}).eval(config, **kwargs)
+
+
+def loose(template):
+    """A regex matching what a path template renders to."""
+    parts = re.split(r"(\{\{.*?\}\}|\{%.*?%\})", template or "")
+    return "".join("[^?]*?" if p.startswith("{") else re.escape(p) for p in parts)
+
+
+def value_for(name, schema, seed):
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    h = int(hashlib.sha256(seed.encode()).hexdigest()[:8], 16)
+    if kind == "integer":
+        return h % 100000
+    if kind == "number":
+        return (h % 100000) / 100
+    if kind == "boolean":
+        return h % 2 == 0
+    if kind == "object":
+        return {"k": f"v{h % 1000}"}
+    if kind == "array":
+        return [f"a{h % 1000}"]
+    fmt = schema.get("format") if isinstance(schema, dict) else None
+    if fmt == "date-time":
+        return (NOW - datetime.timedelta(hours=h % 5000)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if fmt == "date":
+        return (NOW - datetime.timedelta(days=h % 500)).strftime("%Y-%m-%d")
+    return f"{name}-{h % 100000}"
+
+
+def set_path(record, path, value):
+    node = record
+    for p in path[:-1]:
+        node = node.setdefault(p, {}) if isinstance(node.get(p), dict) or p not in node else node
+    node[path[-1]] = value
+
+
+class Stream:
+    """One stream of the fake API."""
+
+    def __init__(self, component, config, keys):
+        self.name = component.get("name")
+        retriever = component.get("retriever") or {}
+        requester = retriever.get("requester") or {}
+        self.parameters = requester.get("$parameters", {})
+        self.config = config
+        base = re.sub(r"^https?://[^/]*", "", (requester.get("url_base") or requester.get("url") or "").strip())
+        self.route = re.compile(loose(base.rstrip("/")) + "/?" + loose((requester.get("path") or "").lstrip("/")) + "$")
+        self.literal = len(re.sub(r"\{\{.*?\}\}", "", (requester.get("url_base") or "") + (requester.get("path") or "")))
+        auth = requester.get("authenticator")
+        self.authenticates = isinstance(auth, dict) and auth.get("type") not in (None, "NoAuth")
+        selector = retriever.get("record_selector") or {}
+        extractor = selector.get("extractor") or {}
+        self.field_path = [str(render(p, config, extractor.get("$parameters"))) for p in extractor.get("field_path") or []]
+        schema = (component.get("schema_loader") or {}).get("schema") or {}
+        self.properties = schema.get("properties") or {} if isinstance(schema, dict) else {}
+        self.keys = keys
+        paginator = retriever.get("paginator") or {}
+        self.strategy = paginator.get("pagination_strategy") if paginator.get("type") == "DefaultPaginator" else None
+        self.token_option = paginator.get("page_token_option")
+        kind = (self.strategy or {}).get("type")
+        self.page_size = None
+        if kind in ("PageIncrement", "OffsetIncrement", "CursorPagination") and self.strategy.get("page_size") is not None:
+            try:
+                self.page_size = int(render(self.strategy["page_size"], config, self.strategy.get("$parameters")))
+            except (TypeError, ValueError):
+                self.page_size = None
+        self.tokens = {}
+
+    def records(self, seed, count):
+        out = []
+        for i in range(count):
+            r = {}
+            for name, schema in list(self.properties.items())[:12]:
+                r[name] = value_for(name, schema, f"{seed}/{i}/{name}")
+            r["id"] = f"{self.name}-{seed}-{i}"
+            for path in self.keys:
+                set_path(r, path, f"{'.'.join(path)}-{seed}-{i}")
+            out.append(r)
+        return out
+
+    def page_index(self, query, headers, body, path):
+        kind = (self.strategy or {}).get("type")
+        if kind in ("PageIncrement", "OffsetIncrement"):
+            value = self.option_value(query, headers, body)
+            if value is None:
+                return 0
+            try:
+                n = int(value)
+            except ValueError:
+                return PAGES
+            if kind == "PageIncrement":
+                start = int(self.strategy.get("start_from_page") or 0)
+                return n - start if self.strategy.get("inject_on_first_request") else n - start
+            size = self.page_size or PER_PAGE
+            return n // size
+        if kind == "CursorPagination":
+            page = dict(query).get("__page")
+            if page is not None:
+                return int(page)
+            haystack = [v for _, v in query] + list(headers.values()) + [json.dumps(body), path]
+            for token, index in self.tokens.items():
+                if any(token == h or (len(token) > 3 and token in h) for h in haystack):
+                    return index
+        return 0
+
+    def option_value(self, query, headers, body):
+        option = self.token_option or {}
+        name = option.get("field_name")
+        if name is None:
+            return None
+        where = option.get("inject_into")
+        if where == "request_parameter":
+            return dict(query).get(name)
+        if where == "header":
+            return next((v for k, v in headers.items() if k.lower() == str(name).lower()), None)
+        if isinstance(body, dict):
+            return body.get(name)
+        return None
+
+    def page(self, index, seed, full_url):
+        """The body and headers of page `index` (0-based)."""
+        kind = (self.strategy or {}).get("type")
+        size = self.page_size or PER_PAGE
+        last = index >= PAGES - 1
+        if kind is None:
+            return self.wrap(self.records(seed, PER_PAGE)), {}
+        if kind in ("PageIncrement", "OffsetIncrement"):
+            if index < 0 or index >= PAGES:
+                return self.wrap([]), {}
+            count = size if not last else (size - 1 if self.page_size else 0)
+            return self.wrap(self.records(f"{seed}/p{index}", count)), {}
+        # A cursor: the fake finds a body that makes the CDK's strategy
+        # continue (not on the last page) or stop (on it).
+        count = size if not last else max(size - 1, 0)
+        records = self.records(f"{seed}/p{index}", count)
+        paths = response_paths(str(self.strategy.get("cursor_value")) + " " + str(self.strategy.get("stop_condition")))
+        nxt = f"{FAKE_HOST}-{self.name}-{index + 1}-{hashlib.sha256(seed.encode()).hexdigest()[:6]}"
+        url = re.sub(r"__page=\d+&?", "", full_url).rstrip("?&")
+        next_url = url + ("&" if "?" in url else "?") + f"__page={index + 1}"
+        leaves = [next_url if self.token_option and self.token_option.get("type") == "RequestPath" else nxt,
+                  True, 1, False, None, 0, "", []]
+        link = f'<{next_url}>; rel="next"'
+        for assignment in itertools.product(leaves, repeat=min(len(paths), 3)):
+            body = self.wrap(records)
+            if isinstance(body, dict):
+                for p, leaf in zip(paths, assignment):
+                    put(body, p, leaf)
+            for headers in ({"link": link}, {}):
+                token = self.cdk_token(body, headers, records)
+                if (token is None) == last:
+                    if token is not None:
+                        self.tokens[str(token)] = index + 1
+                    return body, headers
+        return self.wrap(records if not last else []), {}
+
+    def cdk_token(self, body, headers, records):
+        strategy = CursorPaginationStrategy(
+            cursor_value=self.strategy["cursor_value"], config=self.config,
+            parameters=self.strategy.get("$parameters", {}), stop_condition=self.strategy.get("stop_condition"),
+            page_size=self.page_size, decoder=JsonDecoder(parameters={}))
+        response = requests.Response()
+        response._content = json.dumps(body).encode()
+        response.status_code = 200
+        response.headers["content-type"] = "application/json"
+        response.headers.update(headers)
+        try:
+            return strategy.next_page_token(response, len(records), records[-1] if records else None, None)
+        except Exception:
+            return None
+
+    def wrap(self, records):
+        if not self.field_path:
+            return records
+        body = records
+        for key in reversed(self.field_path):
+            body = {("items" if key == "*" else key): body}
+        return body
+
+
+def put(body, path, leaf):
+    node = body
+    for i, key in enumerate(path):
+        if isinstance(key, int) or not isinstance(node, dict):
+            return
+        if i == len(path) - 1:
+            node[key] = leaf
+        else:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+
+
+class Fake:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.streams = []
+        self.secrets = {}
+        self.log = []
+        self.manifest = None
+        self.config = None
+        self.served = {}
+
+    def load(self, path):
+        manifest = yaml.safe_load(open(path))
+        config = sample("config", spec_of(path, manifest))
+        spec = spec_of(path, manifest)
+        pointers = secrets_of(spec)
+        secrets = {}
+        for p in pointers:
+            v = get_pointer(config, p)
+            if isinstance(v, str) and v:
+                secrets[p] = f"{v}-{hashlib.sha256(p.encode()).hexdigest()[:8]}"
+                node = config
+                parts = p.split("/")[1:]
+                for part in parts[:-1]:
+                    node = node[part]
+                node[parts[-1]] = secrets[p]
+        # A base URL read from the configuration points at the fake there.
+        for node in walk(manifest):
+            for key in ("url_base", "url"):
+                text = node.get(key) if isinstance(node, dict) else None
+                if isinstance(text, str) and text.strip().startswith("{{"):
+                    m = re.search(r"config\[['\"](\w+)['\"]\]|config\.(\w+)", text)
+                    if m:
+                        config[m.group(1) or m.group(2)] = f"https://{FAKE_HOST}/{m.group(1) or m.group(2)}-base"
+        pointed = point_at_fake(manifest)
+        r = resolved(pointed)
+        keys = []
+        for node in walk(r):
+            if node.get("type") == "ParentStreamConfig" and isinstance(node.get("parent_key"), str):
+                keys.append([k for k in str(render(node["parent_key"], config, node.get("$parameters"))).split("/") if k])
+        keys.extend([[m] for m in re.findall(r"last_record\[['\"](\w+)['\"]\]", json.dumps(r))])
+        streams = [Stream(s, config, keys) for s in r.get("streams") or []]
+        with self.lock:
+            self.streams = sorted(streams, key=lambda s: -s.literal)
+            self.secrets = secrets
+            self.log = []
+            self.served = {}
+            self.manifest = pointed
+            self.config = config
+        return {"manifest": pointed, "config": config, "secrets": secrets, "streams": [s.name for s in streams]}
+
+    def serve(self, method, target, headers, body):
+        parsed = urllib.parse.urlsplit(target)
+        query = sorted(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+        try:
+            decoded = json.loads(body) if body else None
+        except ValueError:
+            decoded = sorted(urllib.parse.parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
+        with self.lock:
+            self.log.append({"method": method, "path": parsed.path, "query": [list(q) for q in query if q[0] != "__page"],
+                             "page": dict(query).get("__page"), "body": decoded})
+            stream = next((s for s in self.streams if s.route.match(urllib.parse.unquote(parsed.path))), None)
+            if stream is None:
+                return 404, {}, {"error": f"no stream serves {parsed.path}"}
+            if stream.authenticates and self.secrets and not self.carries_secret(parsed, headers, body):
+                return 401, {}, {"error": "no credential"}
+            index = stream.page_index(query, headers, decoded, target)
+            seed = parsed.path
+            # Pages end, whatever a client sends: past a few dozen answers
+            # for one path, only the last page.
+            served = self.served.get(seed, 0) + 1
+            self.served[seed] = served
+            if served > PAGES * 8:
+                index = PAGES - 1
+            full_url = f"https://{FAKE_HOST}{target}"
+            body, headers = stream.page(index, seed, full_url)
+            return 200, headers, body
+
+    def carries_secret(self, parsed, headers, body):
+        haystack = [urllib.parse.unquote_plus(parsed.query), body.decode(errors="replace")]
+        for k, v in headers.items():
+            haystack.append(v)
+            if v.lower().startswith("basic "):
+                try:
+                    haystack.append(base64.b64decode(v[6:]).decode(errors="replace"))
+                except ValueError:
+                    pass
+        return any(s in h for s in self.secrets.values() for h in haystack)
+
+    def take_requests(self):
+        with self.lock:
+            log, self.log = self.log, []
+            self.served = {}
+        return log
+
+    def cdk(self, port, ca):
+        from airbyte_cdk.models import SyncMode
+        from airbyte_cdk.sources.declarative.concurrent_declarative_source import ConcurrentDeclarativeSource
+        from airbyte_cdk.test.catalog_builder import CatalogBuilder, ConfiguredAirbyteStreamBuilder
+        from airbyte_cdk.test.entrypoint_wrapper import read
+        import urllib3.util.connection as connection
+
+        original = connection.create_connection
+
+        def to_front(address, *args, **kwargs):
+            host, p = address
+            if host == FAKE_HOST:
+                return original(("127.0.0.1", port), *args, **kwargs)
+            return original(address, *args, **kwargs)
+
+        builder = CatalogBuilder()
+        for s in self.streams:
+            builder.with_stream(ConfiguredAirbyteStreamBuilder().with_name(s.name).with_sync_mode(SyncMode.full_refresh))
+        catalog = builder.build()
+        os.environ["REQUESTS_CA_BUNDLE"] = ca
+        records = {s.name: [] for s in self.streams}
+        error = None
+        # Retries wait no time: a fake that answers wrong fails at once.
+        with mock.patch.object(connection, "create_connection", to_front), \
+                mock.patch.object(macros.datetime, "datetime", FrozenDateTime), \
+                mock.patch("time.sleep", lambda seconds: None):
+            try:
+                source = ConcurrentDeclarativeSource(catalog=catalog, config=self.config, state=None,
+                                                     source_config=json.loads(json.dumps(self.manifest, default=str)))
+                output = read(source, self.config, catalog)
+                for m in output.records:
+                    records.setdefault(m.record.stream, []).append(m.record.data)
+                errors = [m.trace.error.message for m in output.errors] if output.errors else []
+                error = "; ".join(errors) or None
+            except Exception as e:  # the CDK's failure is an answer too
+                error = f"{type(e).__name__}: {e}"
+        return {"records": records, "error": error}
+
+
+def walk(node):
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from walk(v)
+
+
+def main():
+    # Answers go to the real standard output; whatever the CDK prints (its
+    # messages, its logs) goes nowhere.
+    answers = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    sys.stdout = open(os.devnull, "w")
+    fake = Fake()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def handle_any(self):
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            try:
+                status, headers, payload = fake.serve(self.command, self.path, dict(self.headers.items()), body)
+            except Exception as e:  # a fake's own failure: refused at once, never retried
+                print(f"the fake failed on {self.path}: {type(e).__name__}: {e}", file=sys.stderr)
+                status, headers, payload = 404, {}, {"error": f"the fake failed: {type(e).__name__}: {e}"}
+            data = json.dumps(payload, default=str).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_any
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(json.dumps({"port": server.server_address[1]}), file=answers, flush=True)
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            if "load" in command:
+                answer = fake.load(command["load"])
+            elif "cdk" in command:
+                answer = fake.cdk(command["cdk"]["port"], command["cdk"]["ca"])
+            else:
+                answer = {"requests": fake.take_requests()}
+        except Exception as e:
+            answer = {"failed": f"{type(e).__name__}: {e}"}
+        print(json.dumps(answer, default=str), file=answers, flush=True)
+
+
+if __name__ == "__main__":
+    main()
