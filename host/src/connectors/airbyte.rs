@@ -20,7 +20,7 @@ use declarative::retrieve::{self, Env, Place, ReadError};
 use declarative::secrets::Secrets;
 use serde_json::{Value, json};
 
-use super::ConnectorRules;
+use super::{ConnectorRules, invalid};
 use crate::access::WorkspaceAccess;
 use crate::egress::Placement;
 use crate::error::{ApiError, ApiResult};
@@ -31,13 +31,6 @@ use crate::store::credentials::CredentialHandle;
 pub(crate) const CONNECTOR_ID: &str = "conn_airbyte_manifest";
 
 pub(crate) struct Rules;
-
-/// A refusal at a JSON pointer of the configuration.
-fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
-    let message = message.into();
-    ApiError::bad_request("CONFIGURATION_INVALID", "the configuration does not match the connector's spec")
-        .with_details(json!({ "field": "configuration", "errors": [{ "path": pointer, "message": message }] }))
-}
 
 /// What a source reaches and where it puts secrets, as its first
 /// requests show.

@@ -54,6 +54,17 @@ pub(crate) trait ConnectorRules: Sync {
 const ALL: &[&dyn ConnectorRules] =
     &[&emailcampaign::Rules, &socialmedia::Rules, &restmanifest::Rules, &airbyte::Rules];
 
+/// A refusal at a JSON pointer of a source's configuration, shaped as the
+/// configuration schema's own errors are.
+pub(crate) fn invalid(pointer: &str, message: impl Into<String>) -> crate::error::ApiError {
+    let message = message.into();
+    crate::error::ApiError::bad_request(
+        "CONFIGURATION_INVALID",
+        "the configuration does not match the connector's spec",
+    )
+    .with_details(serde_json::json!({ "field": "configuration", "errors": [{ "path": pointer, "message": message }] }))
+}
+
 /// The rules of a connector (by canonical id), if it has any.
 pub(crate) fn rules(connector_id: &str) -> Option<&'static dyn ConnectorRules> {
     ALL.iter().copied().find(|r| r.connector_id() == connector_id)

@@ -16,9 +16,9 @@
 use std::pin::Pin;
 
 use rest_manifest::{Problem, ProblemKind};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::ConnectorRules;
+use super::{ConnectorRules, invalid};
 use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -32,14 +32,6 @@ pub(crate) const CONNECTOR_ID: &str = "conn_rest_manifest";
 pub(crate) const OPENAPI_NAME: &str = "RestManifestConfiguration";
 
 pub(crate) struct Rules;
-
-/// A refusal at a JSON pointer of the configuration, shaped as the
-/// schema's own errors are.
-fn invalid(pointer: &str, message: impl Into<String>) -> ApiError {
-    let message = message.into();
-    ApiError::bad_request("CONFIGURATION_INVALID", "the configuration does not match the connector's spec")
-        .with_details(json!({ "field": "configuration", "errors": [{ "path": pointer, "message": message }] }))
-}
 
 /// The manifest's refusal as the API's: a header that carries credentials
 /// is refused as any secret written into a configuration is.
@@ -160,6 +152,7 @@ fn relink(schema: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn error_path(e: ApiError) -> String {
         assert_eq!(e.code, "CONFIGURATION_INVALID");
