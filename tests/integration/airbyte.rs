@@ -38,32 +38,34 @@ const FAKE_HOST: &str = "airbyte.fake.test";
 /// The instant both sides' clocks stand at.
 const NOW: &str = "2026-11-20T12:00:00.123456Z";
 
-/// Manifests of different shapes read in every run: cursors in bodies,
-/// headers and next URLs, page and offset counters, list and substream
-/// routers, transformations, filters, every authenticator placement.
+/// Manifests of different shapes read in every run: cursors in bodies
+/// and next URLs (`RequestPath`), page and offset counters, substream
+/// routers, `AddFields`, `RemoveFields`, a `RecordFilter`, composite error
+/// handlers, and keys in headers, query parameters, bearer tokens and
+/// Basic passwords.
 const SAMPLE: &[&str] = &[
+    "source-activecampaign",
     "source-aha",
-    "source-breezometer",
-    "source-chameleon",
-    "source-clockify",
-    "source-coingecko-coins",
-    "source-convex",
+    "source-captain-data",
+    "source-convertkit",
+    "source-copper",
+    "source-customer-io",
     "source-emailoctopus",
-    "source-getlago",
-    "source-gitlab",
-    "source-guru",
-    "source-harness",
-    "source-kissmetrics",
-    "source-lokalise",
-    "source-n8n",
-    "source-nasa",
-    "source-nytimes",
-    "source-onesignal",
-    "source-pexels-api",
+    "source-everhour",
+    "source-gainsight-px",
+    "source-glassfrog",
+    "source-hubplanner",
+    "source-jina-ai-reader",
+    "source-klarna",
+    "source-lemlist",
+    "source-mailjet-sms",
+    "source-newsdata",
+    "source-omnisend",
+    "source-openweather",
+    "source-orbit",
+    "source-oura",
     "source-pokeapi",
-    "source-rocket-chat",
-    "source-sendinblue",
-    "source-survey-sparrow",
+    "source-pypi",
 ];
 
 /// The development corpus beside the repository.

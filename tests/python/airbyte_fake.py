@@ -108,6 +108,25 @@ def secrets_of(spec, at=""):
     return out
 
 
+# Values tried, in order, for a field whose pattern the sample misses.
+PATTERN_SAMPLES = ["2024-01-15", "2024-01-15T00:00:00Z", "2024-01-15T00:00:00.000Z", "2024-01-15T00:00:00",
+                   "2024-01-15 00:00:00", "15-01-2024", "01/15/2024", "15/01/2024 00:00", "abc123", "sk_test_abc123",
+                   "ABC123", "abc", "1", "en", "US", "https://example.com"]
+
+
+def fit_patterns(config, spec):
+    """Replaces sampled values a property's pattern refuses (an example
+    such as "YYYY-MM-DD" is a placeholder) with one it accepts."""
+    for name, schema in ((spec or {}).get("properties") or {}).items():
+        if not isinstance(schema, dict) or name not in config:
+            continue
+        if isinstance(config[name], dict):
+            fit_patterns(config[name], schema)
+        pattern = schema.get("pattern")
+        if pattern and isinstance(config[name], str) and not re.search(pattern, config[name]):
+            config[name] = next((v for v in PATTERN_SAMPLES if re.search(pattern, v)), config[name])
+
+
 def get_pointer(config, pointer):
     node = config
     for part in pointer.split("/")[1:]:
@@ -327,14 +346,19 @@ class Fake:
 
     def load(self, path):
         manifest = yaml.safe_load(open(path))
-        config = sample("config", spec_of(path, manifest))
         spec = spec_of(path, manifest)
+        # A spec the wheel keeps beside the manifest goes into it, as the
+        # CDK reads one from the manifest or the package.
+        if not (manifest.get("spec") or {}).get("connection_specification"):
+            manifest["spec"] = {"type": "Spec", "connection_specification": spec}
+        config = sample("config", spec)
+        fit_patterns(config, spec)
         pointers = secrets_of(spec)
         secrets = {}
         for p in pointers:
             v = get_pointer(config, p)
             if isinstance(v, str) and v:
-                secrets[p] = f"{v}-{hashlib.sha256(p.encode()).hexdigest()[:8]}"
+                secrets[p] = f"{v}{hashlib.sha256(p.encode()).hexdigest()[:8]}"
                 node = config
                 parts = p.split("/")[1:]
                 for part in parts[:-1]:
@@ -344,8 +368,8 @@ class Fake:
         for node in walk(manifest):
             for key in ("url_base", "url"):
                 text = node.get(key) if isinstance(node, dict) else None
-                if isinstance(text, str) and text.strip().startswith("{{"):
-                    m = re.search(r"config\[['\"](\w+)['\"]\]|config\.(\w+)", text)
+                if isinstance(text, str):
+                    m = re.match(r"\s*\{\{\s*config(?:\[['\"](\w+)['\"]\]|\.(\w+))\s*\}\}", text)
                     if m:
                         config[m.group(1) or m.group(2)] = f"https://{FAKE_HOST}/{m.group(1) or m.group(2)}-base"
         pointed = point_at_fake(manifest)
@@ -419,10 +443,10 @@ class Fake:
         original = connection.create_connection
 
         def to_front(address, *args, **kwargs):
-            host, p = address
-            if host == FAKE_HOST:
-                return original(("127.0.0.1", port), *args, **kwargs)
-            return original(address, *args, **kwargs)
+            # The fake is the only host there is.
+            if address[0] != FAKE_HOST:
+                raise ConnectionRefusedError(f"{address[0]} is not the fake API")
+            return original(("127.0.0.1", port), *args, **kwargs)
 
         builder = CatalogBuilder()
         for s in self.streams:
@@ -442,6 +466,10 @@ class Fake:
                 for m in output.records:
                     records.setdefault(m.record.stream, []).append(m.record.data)
                 errors = [m.trace.error.message for m in output.errors] if output.errors else []
+                # The connector's own account of an unexpected failure.
+                stacks = [m.trace.error.stack_trace for m in output.errors if m.trace.error.stack_trace]
+                if stacks:
+                    errors.append(stacks[0].strip().splitlines()[-1])
                 error = "; ".join(errors) or None
             except Exception as e:  # the CDK's failure is an answer too
                 error = f"{type(e).__name__}: {e}"
