@@ -70,7 +70,7 @@ impl Transport for HostTransport {
         builder = match &request.body {
             Body::None => builder,
             Body::Json(v) => builder.json(v),
-            Body::Form(fields) => builder.body("application/x-www-form-urlencoded", form(fields)),
+            Body::Form(fields) => builder.form(fields),
             Body::Text(t) => builder.body("text/plain", t.clone().into_bytes()),
         };
         if let Some(credential) = &request.credential {
@@ -96,30 +96,4 @@ impl Transport for HostTransport {
     fn wait(&mut self, seconds: f64) {
         std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
     }
-}
-
-/// A form body, encoded as browsers and `requests` encode it.
-fn form(fields: &[(String, String)]) -> Vec<u8> {
-    let mut out = String::new();
-    for (i, (k, v)) in fields.iter().enumerate() {
-        if i > 0 {
-            out.push('&');
-        }
-        out.push_str(&encode(k));
-        out.push('=');
-        out.push_str(&encode(v));
-    }
-    out.into_bytes()
-}
-
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }

@@ -260,6 +260,21 @@ impl RequestBuilder {
         }
     }
 
+    /// Sends `fields` as a form body (`application/x-www-form-urlencoded`),
+    /// each name and value percent-encoded.
+    pub fn form(self, fields: &[(String, String)]) -> Self {
+        let mut body = String::new();
+        for (i, (name, value)) in fields.iter().enumerate() {
+            if i > 0 {
+                body.push('&');
+            }
+            percent_encode_into(&mut body, name);
+            body.push('=');
+            percent_encode_into(&mut body, value);
+        }
+        self.body("application/x-www-form-urlencoded", body.into_bytes())
+    }
+
     /// Sends raw bytes with the given content type.
     pub fn body(mut self, content_type: &str, bytes: impl Into<Vec<u8>>) -> Self {
         self.body = Some(bytes.into());
