@@ -352,18 +352,10 @@ fn placements(
     plain: &Value,
     secrets: &BTreeMap<String, String>,
 ) -> Result<Vec<(String, declarative::retrieve::Place)>, String> {
-    use declarative::interpolation::Val;
     let now = chrono::DateTime::parse_from_rfc3339(NOW).unwrap().with_timezone(&chrono::Utc);
-    let plain = Val::from(plain);
-    let source = declarative::model::Source::read(manifest, &plain, now).map_err(|r| r.to_string())?;
-    let mut known = declarative::secrets::Secrets::of_spec(&source.spec);
-    for pointer in secrets.keys() {
-        known.add(pointer);
-    }
     let given: Vec<String> = secrets.keys().cloned().collect();
-    let marked = known.mark(&plain, &given);
-    let source = declarative::model::Source::read(manifest, &marked, now).map_err(|r| r.to_string())?;
-    let env = declarative::retrieve::Env { config: marked, secrets: known, now };
+    let plain = declarative::interpolation::Val::from(plain);
+    let (source, env) = declarative::retrieve::prepare(manifest, &plain, &given, now).map_err(|e| format!("{e:?}"))?;
     let mut out: Vec<(String, declarative::retrieve::Place)> = Vec::new();
     for (_, request) in declarative::retrieve::first_requests(&source, &env) {
         if let Ok(declarative::retrieve::Request { credential: Some(c), .. }) = request

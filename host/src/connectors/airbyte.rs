@@ -16,8 +16,7 @@ use std::pin::Pin;
 
 use declarative::interpolation::Val;
 use declarative::model::Source;
-use declarative::retrieve::{self, Env, Place, ReadError};
-use declarative::secrets::Secrets;
+use declarative::retrieve::{self, Env, Place, PrepareError, ReadError};
 use serde_json::{Value, json};
 
 use super::{ConnectorRules, invalid};
@@ -40,7 +39,6 @@ pub(crate) struct Reach {
     pub hosts: Vec<(String, String)>,
     /// Each secret the manifest places: its pointer, the place, the host.
     pub placements: Vec<(String, Place, String)>,
-    pub secrets: Secrets,
     /// The handles given, by pointer.
     pub handles: Vec<(String, String)>,
 }
@@ -73,25 +71,19 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
         Some(_) => return Err(invalid("/credentials", "expected a list of fields and credential handles")),
     };
     let plain = Val::from(&plain);
-    let source =
-        Source::read(manifest, &plain, now).map_err(|r| invalid(&format!("/manifest{}", r.pointer), r.reason))?;
-    let mut secrets = Secrets::of_spec(&source.spec);
-    for (pointer, _) in &handles {
-        secrets.add(pointer);
-    }
-    if let Some(pointer) = secrets.given_in(&plain) {
-        let field = pointer.trim_start_matches('/').replace('/', ".");
-        return Err(ApiError::secret_refused(&format!("configuration.config.{field}")));
-    }
     let given: Vec<String> = handles.iter().map(|(p, _)| p.clone()).collect();
-    let marked = secrets.mark(&plain, &given);
-    let source =
-        Source::read(manifest, &marked, now).map_err(|r| invalid(&format!("/manifest{}", r.pointer), r.reason))?;
-    let env = Env { config: marked, secrets: secrets.clone(), now };
+    let (source, env) = match retrieve::prepare(manifest, &plain, &given, now) {
+        Ok(prepared) => prepared,
+        Err(PrepareError::Refused(r)) => return Err(invalid(&format!("/manifest{}", r.pointer), r.reason)),
+        Err(PrepareError::SecretInTheClear(pointer)) => {
+            let field = pointer.trim_start_matches('/').replace('/', ".");
+            return Err(ApiError::secret_refused(&format!("configuration.config.{field}")));
+        }
+    };
     // The same requests with other markers: a part that changes with them
     // (outside the places the host fills) is a secret transformed by a
     // template, which only the guest could compute.
-    let again = Env { config: secrets.mark_again(&plain, &given), secrets: secrets.clone(), now };
+    let again = Env { config: env.secrets.mark_again(&plain, &given), secrets: env.secrets.clone(), now };
     if let Some(pointer) = retrieve::secret_in_records(&source, &env, &again) {
         return Err(invalid(
             &format!("/manifest{pointer}"),
@@ -139,7 +131,7 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
         }
         hosts.push((stream, host));
     }
-    Ok(Reach { hosts, placements, secrets, handles })
+    Ok(Reach { hosts, placements, handles })
 }
 
 /// The host of an `https` URL, lower case, without a port.

@@ -9,8 +9,7 @@ use chrono::{DateTime, Utc};
 use connector_sdk::{Error, Result, Value, json};
 use declarative::interpolation::Val;
 use declarative::model::{Source, Stream};
-use declarative::retrieve::Env;
-use declarative::secrets::Secrets;
+use declarative::retrieve::{self, Env, PrepareError};
 use serde::Deserialize;
 
 /// A source's configuration.
@@ -82,36 +81,23 @@ pub struct Prepared {
 
 impl Prepared {
     pub fn new(config: &Config) -> Result<Prepared> {
-        let now = now();
         if !config.config.is_object() {
             return Err(Error::InvalidConfig("/config: the manifest's configuration must be an object".into()));
         }
-        let plain = Val::from(&config.config);
-        let source = Source::read(&config.manifest, &plain, now)
-            .map_err(|r| Error::InvalidConfig(format!("/manifest{}: {}", r.pointer, r.reason)))?;
-        let mut secrets = Secrets::of_spec(&source.spec);
         let handles = config.handles();
-        for pointer in handles.keys() {
-            if !pointer.starts_with('/') {
-                return Err(Error::InvalidConfig(format!(
-                    "/credentials: {pointer:?} is not a JSON pointer (like /api_key)"
-                )));
-            }
-            secrets.add(pointer);
-        }
-        if let Some(pointer) = secrets.given_in(&plain) {
+        if let Some(pointer) = handles.keys().find(|p| !p.starts_with('/')) {
             return Err(Error::InvalidConfig(format!(
-                "/config{pointer} is a secret: store it as a credential and give its handle in /credentials"
+                "/credentials: {pointer:?} is not a JSON pointer (like /api_key)"
             )));
         }
-        let given: Vec<String> = handles.keys().cloned().collect();
-        let marked = secrets.mark(&plain, &given);
-        // The components that read the configuration once (routers' lists,
-        // page sizes) read it again with the markers: a secret there is
-        // refused when a request would carry it.
-        let source = Source::read(&config.manifest, &marked, now)
-            .map_err(|r| Error::InvalidConfig(format!("/manifest{}: {}", r.pointer, r.reason)))?;
-        Ok(Prepared { source, env: Env { config: marked, secrets, now } })
+        let given: Vec<String> = handles.into_keys().collect();
+        match retrieve::prepare(&config.manifest, &Val::from(&config.config), &given, now()) {
+            Ok((source, env)) => Ok(Prepared { source, env }),
+            Err(PrepareError::Refused(r)) => Err(Error::InvalidConfig(format!("/manifest{}: {}", r.pointer, r.reason))),
+            Err(PrepareError::SecretInTheClear(pointer)) => Err(Error::InvalidConfig(format!(
+                "/config{pointer} is a secret: store it as a credential and give its handle in /credentials"
+            ))),
+        }
     }
 
     /// The stream named `name`.

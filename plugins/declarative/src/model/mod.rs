@@ -99,18 +99,28 @@ impl Source {
                 record::strings(&check, "stream_names")?
             }
         };
-        let spec = resolved
-            .get("spec")
-            .and_then(|s| s.get("connection_specification"))
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({ "type": "object" }));
-        Ok(Source { streams, check_streams, spec })
+        Ok(Source { streams, check_streams, spec: connection_specification(&resolved) })
+    }
+
+    /// The connection specification of a manifest (its spec's), read
+    /// without reading its streams.
+    pub fn spec(manifest: &Value) -> Result<Value, Refusal> {
+        let resolved = crate::resolve::references(manifest).map_err(|e| Refusal::new("", e.to_string()))?;
+        Ok(connection_specification(&resolved))
     }
 
     /// The stream named `name`.
     pub fn stream(&self, name: &str) -> Option<&Stream> {
         self.streams.iter().find(|s| s.name == name)
     }
+}
+
+fn connection_specification(resolved: &Value) -> Value {
+    resolved
+        .get("spec")
+        .and_then(|s| s.get("connection_specification"))
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({ "type": "object" }))
 }
 
 pub(crate) fn read_stream(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Stream, Refusal> {

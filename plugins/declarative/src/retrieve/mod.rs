@@ -72,6 +72,38 @@ impl std::fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
+/// Why a manifest cannot be made ready to read.
+#[derive(Debug)]
+pub enum PrepareError {
+    /// A component, field or template refused, by JSON pointer.
+    Refused(crate::model::Refusal),
+    /// A secret field (this pointer) given in the clear configuration.
+    SecretInTheClear(String),
+}
+
+/// A manifest ready to read: the secret fields (the spec's, and those a
+/// credential is `given` for), `plain` (the configuration without them)
+/// with a marker at each, and the source read once with that
+/// configuration (the components that read it when built see the
+/// markers, so a secret there is found when a request would carry it).
+pub fn prepare(
+    manifest: &Value,
+    plain: &Val,
+    given: &[String],
+    now: DateTime<Utc>,
+) -> Result<(Source, Env), PrepareError> {
+    let mut secrets = Secrets::of_spec(&Source::spec(manifest).map_err(PrepareError::Refused)?);
+    for pointer in given {
+        secrets.add(pointer);
+    }
+    if let Some(pointer) = secrets.given_in(plain) {
+        return Err(PrepareError::SecretInTheClear(pointer.to_owned()));
+    }
+    let config = secrets.mark(plain, given);
+    let source = Source::read(manifest, &config, now).map_err(PrepareError::Refused)?;
+    Ok((source, Env { config, secrets, now }))
+}
+
 /// Whether to go on reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
