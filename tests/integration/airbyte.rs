@@ -4,8 +4,10 @@
 //! made from each manifest by `tests/python/airbyte_fake.py`, behind TLS,
 //! with the plugins' clock frozen at the instant the CDK's is.
 //!
-//! Per manifest: the records of every stream (as sorted lists) and the set
-//! of requests the fake received must be the same; or the source is
+//! Per manifest: the records of every stream (as sorted lists), the set
+//! of requests the fake received and, for each stream with a cursor, the
+//! state saved must be the same — on a full read, then on an incremental
+//! read from the state each side saved; or the source is
 //! refused when it is saved, with the JSON pointer and a reason. A
 //! manifest our side accepts and then fails to read, or reads
 //! differently, fails the test.
@@ -41,8 +43,9 @@ const NOW: &str = "2026-11-20T12:00:00.123456Z";
 /// Manifests of different shapes read in every run: cursors in bodies
 /// and next URLs (`RequestPath`), page and offset counters, substream
 /// routers, `AddFields`, `RemoveFields`, a `RecordFilter`, composite error
-/// handlers, and keys in headers, query parameters, bearer tokens and
-/// Basic passwords.
+/// handlers, keys in headers, query parameters, bearer tokens and
+/// Basic passwords, and incremental cursors (daily and monthly windows,
+/// a lookback, a data feed) read again from their state.
 const SAMPLE: &[&str] = &[
     "source-activecampaign",
     "source-aha",
@@ -52,6 +55,7 @@ const SAMPLE: &[&str] = &[
     "source-customer-io",
     "source-emailoctopus",
     "source-everhour",
+    "source-exchange-rates",
     "source-gainsight-px",
     "source-glassfrog",
     "source-hubplanner",
@@ -59,6 +63,7 @@ const SAMPLE: &[&str] = &[
     "source-klarna",
     "source-lemlist",
     "source-mailjet-sms",
+    "source-nasa",
     "source-newsdata",
     "source-omnisend",
     "source-openweather",
@@ -66,6 +71,7 @@ const SAMPLE: &[&str] = &[
     "source-oura",
     "source-pokeapi",
     "source-pypi",
+    "source-sentry",
 ];
 
 /// The development corpus beside the repository.
@@ -98,6 +104,8 @@ enum Verdict {
     Identical {
         records: usize,
         requests: usize,
+        /// Records read again from the saved states.
+        incremental: usize,
     },
     Refused(String),
     /// The CDK itself could not read it against the fake.
@@ -109,8 +117,14 @@ enum Verdict {
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Verdict::Identical { records, requests } => {
+            Verdict::Identical { records, requests, incremental: 0 } => {
                 write!(f, "identical ({records} records, {requests} requests)")
+            }
+            Verdict::Identical { records, requests, incremental } => {
+                write!(
+                    f,
+                    "identical ({records} records, {requests} requests; from the state: {incremental} records, states equal)"
+                )
             }
             Verdict::Refused(why) => write!(f, "refused when saved: {why}"),
             Verdict::CdkFailed(why) => write!(f, "the CDK could not read it: {why}"),
@@ -202,6 +216,8 @@ async fn read_both(
     let secrets: BTreeMap<String, String> = serde_json::from_value(loaded["secrets"].clone()).unwrap();
     let streams: Vec<String> = serde_json::from_value(loaded["streams"].clone()).unwrap();
 
+    let incremental: Vec<String> = serde_json::from_value(loaded["incremental"].clone()).unwrap();
+
     let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file } })).await;
     let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
     if let Some(error) = theirs["error"].as_str() {
@@ -210,7 +226,7 @@ async fn read_both(
 
     // Our side, as a user: a credential per secret the manifest places,
     // stored for where it places it; the source; a pipeline into JSON
-    // lines; a sync.
+    // lines (incremental where a stream has a cursor); a sync.
     let mut plain = config.clone();
     for pointer in secrets.keys() {
         remove_pointer(&mut plain, pointer);
@@ -244,7 +260,8 @@ async fn read_both(
         let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
         handles.push(json!({ "field": pointer, "credential_handle": credential["data"]["credential_handle"] }));
     }
-    let configuration = json!({ "manifest": manifest, "config": plain, "credentials": handles });
+    let configuration =
+        json!({ "manifest": manifest, "config": plain, "credentials": handles, "schemas": loaded["schemas"] });
     let created = srv
         .post(
             "/v1/sources",
@@ -277,11 +294,12 @@ async fn read_both(
         .unwrap(),
     )
     .await;
+    let mode = |s: &String| if incremental.contains(s) { "incremental_append" } else { "full_refresh_overwrite" };
     let pipeline = srv
         .post(
             "/v1/pipelines",
             json!({ "name": name, "source_id": created["data"]["source_id"], "destination_id": dest["data"]["destination_id"],
-                "streams": streams.iter().map(|s| json!({ "name": s, "sync_mode": "full_refresh_overwrite" })).collect::<Vec<_>>() }),
+                "streams": streams.iter().map(|s| json!({ "name": s, "sync_mode": mode(s) })).collect::<Vec<_>>() }),
         )
         .send()
         .await
@@ -292,45 +310,122 @@ async fn read_both(
         return Verdict::FailedHere(format!("making the pipeline: {pipeline_status} {pipeline}"));
     }
     let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let exports = srv.exports(ws, &directory);
+
+    // The full read, then (where a stream has a cursor) the incremental
+    // read from the state each side saved.
+    let first = Round { theirs: &theirs, their_requests: &their_requests, before: BTreeMap::new() };
+    let (records, requests) =
+        match sync_and_compare(srv, fake, &pipeline_id, &exports, &streams, &incremental, first).await {
+            Ok(counts) => counts,
+            Err(verdict) => return verdict,
+        };
+    if incremental.is_empty() {
+        return Verdict::Identical { records, requests, incremental: 0 };
+    }
+    let before: BTreeMap<String, usize> = streams.iter().map(|s| (s.clone(), read_lines(&exports, s).len())).collect();
+    let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file, "state": theirs["states"] } })).await;
+    let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
+    if let Some(error) = theirs["error"].as_str() {
+        return Verdict::CdkFailed(format!("reading from its state: {}", error.chars().take(300).collect::<String>()));
+    }
+    let second = Round { theirs: &theirs, their_requests: &their_requests, before };
+    match sync_and_compare(srv, fake, &pipeline_id, &exports, &streams, &incremental, second).await {
+        Ok((again, _)) => Verdict::Identical { records, requests, incremental: again },
+        Err(Verdict::Different(what)) => Verdict::Different(format!("reading from the state: {what}")),
+        Err(verdict) => verdict,
+    }
+}
+
+/// One read by the CDK, to compare ours with: its records, states and
+/// requests, and (for a read from a state) how many lines each stream's
+/// file held before.
+struct Round<'a> {
+    theirs: &'a Value,
+    their_requests: &'a Value,
+    before: BTreeMap<String, usize>,
+}
+
+/// Syncs the pipeline once and compares its records (per stream, as
+/// sorted lists), its requests (as a set) and its saved states with the
+/// CDK's round: the records and requests compared, or the verdict.
+async fn sync_and_compare(
+    srv: &TestServer,
+    fake: &mut Fake,
+    pipeline_id: &str,
+    exports: &Path,
+    streams: &[String],
+    incremental: &[String],
+    round: Round<'_>,
+) -> Result<(usize, usize), Verdict> {
     let job =
         json_ok(srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
             .await;
     let job = wait(srv, job["data"]["job_id"].as_str().unwrap()).await;
     let our_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
     if job["status"] != "succeeded" {
-        return Verdict::FailedHere(format!("the sync: {}", job["error"]));
+        return Err(Verdict::FailedHere(format!("the sync: {}", job["error"])));
     }
-
-    let exports = srv.exports(ws, &directory);
     let mut records = 0;
-    for stream in &streams {
-        let mut ours = read_lines(&exports, stream);
+    for stream in streams {
+        // An incremental stream's file grows; the records of this read
+        // are the lines past those it held.
+        let skip = if incremental.contains(stream) { round.before.get(stream).copied().unwrap_or(0) } else { 0 };
+        let mut ours: Vec<String> = read_lines(exports, stream).into_iter().skip(skip).collect();
         let mut cdk: Vec<String> =
-            theirs["records"][stream].as_array().into_iter().flatten().map(|r| r.to_string()).collect();
+            round.theirs["records"][stream].as_array().into_iter().flatten().map(|r| r.to_string()).collect();
         ours.sort();
         cdk.sort();
         if ours != cdk {
-            return Verdict::Different(format!(
+            return Err(Verdict::Different(format!(
                 "stream {stream}: {} records here, {} by the CDK; first difference: here {:?}, CDK {:?}",
                 ours.len(),
                 cdk.len(),
                 ours.iter().find(|r| !cdk.contains(r)).map(|r| r.chars().take(300).collect::<String>()),
                 cdk.iter().find(|r| !ours.contains(r)).map(|r| r.chars().take(300).collect::<String>()),
-            ));
+            )));
         }
         records += ours.len();
     }
-    let (ours, cdk) = (canonical(&our_requests), canonical(&their_requests));
+    let (ours, cdk) = (canonical(&our_requests), canonical(round.their_requests));
     if ours != cdk {
         let only_ours: Vec<&String> = ours.iter().filter(|r| !cdk.contains(r)).take(3).collect();
         let only_cdk: Vec<&String> = cdk.iter().filter(|r| !ours.contains(r)).take(3).collect();
-        return Verdict::Different(format!(
+        return Err(Verdict::Different(format!(
             "requests: {} here, {} by the CDK; only here {only_ours:?}, only by the CDK {only_cdk:?}",
             ours.len(),
             cdk.len()
-        ));
+        )));
     }
-    Verdict::Identical { records, requests: ours.len() }
+    let saved = saved_states(srv, pipeline_id).await;
+    for stream in incremental {
+        let theirs = &round.theirs["states"][stream];
+        let ours = saved.get(stream).cloned().unwrap_or(Value::Null);
+        if ours != *theirs {
+            return Err(Verdict::Different(format!(
+                "stream {stream}: the state saved here is {ours}, the CDK's {theirs}"
+            )));
+        }
+    }
+    Ok((records, ours.len()))
+}
+
+/// The states the server saved for a pipeline's streams.
+async fn saved_states(srv: &TestServer, pipeline_id: &str) -> BTreeMap<String, Value> {
+    use sqlx::{Connection, Row};
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+    let rows = sqlx::query("SELECT stream, state FROM pipeline_state WHERE pipeline_id = $1")
+        .bind(pipeline_id)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| {
+            let state: String = r.try_get("state").unwrap();
+            (r.try_get("stream").unwrap(), serde_json::from_str(&state).unwrap())
+        })
+        .collect()
 }
 
 /// The job once it has ended (a sync of many slices may take a while).

@@ -10,10 +10,12 @@ commands, one per line, and answers each with one line:
                    https://FAKE_HOST/<its host>/…, "config": a configuration
                    (secrets included), "secrets": {pointer: value},
                    "streams": [names]}
-  {"cdk": {"port": TLS_PORT, "ca": CA_FILE}}
+  {"cdk": {"port": TLS_PORT, "ca": CA_FILE, "state": {stream: state}}}
                    reads every stream of the loaded manifest with the CDK
-                   (full refresh, clock frozen at NOW) through the TLS front:
-                   {"records": {stream: [records]}, "error": text or null}
+                   (incremental where a stream has a cursor, from the
+                   given states; clock frozen at NOW) through the TLS
+                   front: {"records": {stream: [records]}, "states":
+                   {stream: the last state}, "error": text or null}
   {"requests": true}
                    the requests served since the last ask, each
                    {"method", "path", "query": [[k, v]…] sorted, "body"}
@@ -25,17 +27,24 @@ them: counters from the request, cursors the fake hands out and finds
 again in the next request, Link headers, next URLs. A stream whose
 requester authenticates answers 401 unless a secret value of the
 configuration is in the request (a header, the query, the body, Basic).
+A stream with a DatetimeBasedCursor gives each record a cursor value in
+the cursor's format: inside the window the request names (where the
+manifest puts the window's bounds in requests), else a date before NOW
+that depends on the record only.
 """
 
 import base64
 import datetime
 import hashlib
 import http.server
+import importlib
 import itertools
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import urllib.parse
 from unittest import mock
@@ -47,6 +56,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from airbyte_corpus import sample, spec_of  # noqa: E402
 from airbyte_paginate import response_paths  # noqa: E402
 
+from airbyte_cdk.sources.declarative.datetime.datetime_parser import DatetimeParser  # noqa: E402
 from airbyte_cdk.sources.declarative.decoders import JsonDecoder  # noqa: E402
 from airbyte_cdk.sources.declarative.interpolation import InterpolatedString  # noqa: E402
 from airbyte_cdk.sources.declarative.parsers.manifest_component_transformer import (  # noqa: E402
@@ -209,8 +219,47 @@ class Stream:
             except (TypeError, ValueError):
                 self.page_size = None
         self.tokens = {}
+        incremental = component.get("incremental_sync") or {}
+        self.cursor = None
+        if incremental.get("type") == "DatetimeBasedCursor":
+            fmt = incremental.get("datetime_format")
+            params = incremental.get("$parameters")
+            options = {}
+            for which in ("start_time_option", "end_time_option"):
+                o = incremental.get(which) or {}
+                if o.get("field_name") is not None:
+                    options[which] = (o.get("inject_into"), str(render(o["field_name"], config, o.get("$parameters"))))
+            self.cursor = {"field": str(render(incremental.get("cursor_field"), config, params)), "format": fmt,
+                           "record_format": (incremental.get("cursor_datetime_formats") or [fmt])[0], "options": options}
 
-    def records(self, seed, count):
+    def window(self, query, headers, body):
+        """The window a request names, as (start, end) dates, or None."""
+        if not self.cursor:
+            return None
+        bounds = []
+        for which in ("start_time_option", "end_time_option"):
+            where, name = self.cursor["options"].get(which, (None, None))
+            value = find_option(where, name, query, headers, body)
+            try:
+                bounds.append(DatetimeParser().parse(value, self.cursor["format"]) if value is not None else None)
+            except (ValueError, TypeError, OverflowError):
+                bounds.append(None)
+        if bounds[0] is None:
+            return None
+        return bounds[0], bounds[1] if bounds[1] is not None else NOW
+
+    def cursor_value(self, seed, i, count, window):
+        if window is not None:
+            start, end = window
+            at = start + (end - start) * (i + 1) / (count + 1) if end > start else start
+        else:
+            h = int(hashlib.sha256(f"{seed}/{i}".encode()).hexdigest()[:8], 16)
+            at = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(
+                days=h % 1000, seconds=h % 86400)
+        at = at.replace(microsecond=0)
+        return DatetimeParser().format(at, self.cursor["record_format"])
+
+    def records(self, seed, count, window=None):
         out = []
         for i in range(count):
             r = {}
@@ -219,6 +268,8 @@ class Stream:
             r["id"] = f"{self.name}-{seed}-{i}"
             for path in self.keys:
                 set_path(r, path, f"{'.'.join(path)}-{seed}-{i}")
+            if self.cursor:
+                r[self.cursor["field"]] = self.cursor_value(seed, i, count, window)
             out.append(r)
         return out
 
@@ -249,34 +300,24 @@ class Stream:
 
     def option_value(self, query, headers, body):
         option = self.token_option or {}
-        name = option.get("field_name")
-        if name is None:
-            return None
-        where = option.get("inject_into")
-        if where == "request_parameter":
-            return dict(query).get(name)
-        if where == "header":
-            return next((v for k, v in headers.items() if k.lower() == str(name).lower()), None)
-        if isinstance(body, dict):
-            return body.get(name)
-        return None
+        return find_option(option.get("inject_into"), option.get("field_name"), query, headers, body)
 
-    def page(self, index, seed, full_url):
+    def page(self, index, seed, full_url, window=None):
         """The body and headers of page `index` (0-based)."""
         kind = (self.strategy or {}).get("type")
         size = self.page_size or PER_PAGE
         last = index >= PAGES - 1
         if kind is None:
-            return self.wrap(self.records(seed, PER_PAGE)), {}
+            return self.wrap(self.records(seed, PER_PAGE, window)), {}
         if kind in ("PageIncrement", "OffsetIncrement"):
             if index < 0 or index >= PAGES:
                 return self.wrap([]), {}
             count = size if not last else (size - 1 if self.page_size else 0)
-            return self.wrap(self.records(f"{seed}/p{index}", count)), {}
+            return self.wrap(self.records(f"{seed}/p{index}", count, window)), {}
         # A cursor: the fake finds a body that makes the CDK's strategy
         # continue (not on the last page) or stop (on it).
         count = size if not last else max(size - 1, 0)
-        records = self.records(f"{seed}/p{index}", count)
+        records = self.records(f"{seed}/p{index}", count, window)
         paths = response_paths(str(self.strategy.get("cursor_value")) + " " + str(self.strategy.get("stop_condition")))
         nxt = f"{FAKE_HOST}-{self.name}-{index + 1}-{hashlib.sha256(seed.encode()).hexdigest()[:6]}"
         url = re.sub(r"__page=\d+&?", "", full_url).rstrip("?&")
@@ -319,6 +360,21 @@ class Stream:
         for key in reversed(self.field_path):
             body = {("items" if key == "*" else key): body}
         return body
+
+
+def find_option(where, name, query, headers, body):
+    """The value a request option put into a request, or None."""
+    if name is None:
+        return None
+    if where == "request_parameter":
+        return dict(query).get(name)
+    if where == "header":
+        return next((v for k, v in headers.items() if k.lower() == str(name).lower()), None)
+    if isinstance(body, dict):
+        return body.get(name)
+    if isinstance(body, list):
+        return dict(body).get(name)
+    return None
 
 
 def put(body, path, leaf):
@@ -372,6 +428,7 @@ class Fake:
                     m = re.match(r"\s*\{\{\s*config(?:\[['\"](\w+)['\"]\]|\.(\w+))\s*\}\}", text)
                     if m:
                         config[m.group(1) or m.group(2)] = f"https://{FAKE_HOST}/{m.group(1) or m.group(2)}-base"
+        schemas = self.package(path)
         pointed = point_at_fake(manifest)
         r = resolved(pointed)
         keys = []
@@ -387,7 +444,31 @@ class Fake:
             self.served = {}
             self.manifest = pointed
             self.config = config
-        return {"manifest": pointed, "config": config, "secrets": secrets, "streams": [s.name for s in streams]}
+        return {"manifest": pointed, "config": config, "secrets": secrets, "streams": [s.name for s in streams],
+                "incremental": [s.name for s in streams if s.cursor], "schemas": schemas}
+
+    def package(self, path):
+        """The connector's package as the CDK finds it (a module named
+        after it, its schema files beside the manifest in extras/), and
+        those files by their path in it."""
+        name = os.path.basename(path).rsplit(".", 1)[0]
+        module = name.replace("-", "_")
+        for loaded in [m for m in sys.modules if m.startswith("source_")]:
+            del sys.modules[loaded]
+        files = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "extras", name, "schemas")
+        if not os.path.isdir(files):
+            return {}
+        root = tempfile.mkdtemp(prefix="airbyte-package-")
+        shutil.copytree(files, os.path.join(root, module, "schemas"))
+        open(os.path.join(root, module, "__init__.py"), "w").close()
+        sys.path.insert(0, root)
+        importlib.import_module(module)
+        schemas = {}
+        for file in sorted(os.listdir(files)):
+            if file.endswith(".json"):
+                with open(os.path.join(files, file)) as f:
+                    schemas[f"schemas/{file}"] = json.load(f)
+        return schemas
 
     def serve(self, method, target, headers, body):
         parsed = urllib.parse.urlsplit(target)
@@ -405,15 +486,18 @@ class Fake:
             if stream.authenticates and self.secrets and not self.carries_secret(parsed, headers, body):
                 return 401, {}, {"error": "no credential"}
             index = stream.page_index(query, headers, decoded, target)
-            seed = parsed.path
-            # Pages end, whatever a client sends: past a few dozen answers
-            # for one path, only the last page.
-            served = self.served.get(seed, 0) + 1
-            self.served[seed] = served
+            window = stream.window(query, headers, decoded)
+            # Each window its own records.
+            seed = parsed.path if window is None else f"{parsed.path}@{window[0].isoformat()}"
+            # Pages end, whatever a client sends: the same request answered
+            # a few dozen times gets the last page.
+            key = f"{method} {target} {body!r}"
+            served = self.served.get(key, 0) + 1
+            self.served[key] = served
             if served > PAGES * 8:
                 index = PAGES - 1
             full_url = f"https://{FAKE_HOST}{target}"
-            body, headers = stream.page(index, seed, full_url)
+            body, headers = stream.page(index, seed, full_url, window)
             return 200, headers, body
 
     def carries_secret(self, parsed, headers, body):
@@ -433,7 +517,7 @@ class Fake:
             self.served = {}
         return log
 
-    def cdk(self, port, ca):
+    def cdk(self, port, ca, state=None):
         from airbyte_cdk.models import SyncMode
         from airbyte_cdk.sources.declarative.concurrent_declarative_source import ConcurrentDeclarativeSource
         from airbyte_cdk.test.catalog_builder import CatalogBuilder, ConfiguredAirbyteStreamBuilder
@@ -448,23 +532,39 @@ class Fake:
                 raise ConnectionRefusedError(f"{address[0]} is not the fake API")
             return original(("127.0.0.1", port), *args, **kwargs)
 
+        from airbyte_cdk.test.state_builder import StateBuilder
+        import airbyte_cdk.sources.streams.concurrent.state_converters.datetime_stream_state_converter as converters
+        from airbyte_cdk.utils.datetime_helpers import AirbyteDateTime
+
         builder = CatalogBuilder()
         for s in self.streams:
-            builder.with_stream(ConfiguredAirbyteStreamBuilder().with_name(s.name).with_sync_mode(SyncMode.full_refresh))
+            mode = SyncMode.incremental if s.cursor else SyncMode.full_refresh
+            builder.with_stream(ConfiguredAirbyteStreamBuilder().with_name(s.name).with_sync_mode(mode))
         catalog = builder.build()
+        states = StateBuilder()
+        for name, value in (state or {}).items():
+            states.with_stream_state(name, value)
+        states = states.build()
         os.environ["REQUESTS_CA_BUNDLE"] = ca
         records = {s.name: [] for s in self.streams}
+        last_states = {}
         error = None
         # Retries wait no time: a fake that answers wrong fails at once.
         with mock.patch.object(connection, "create_connection", to_front), \
                 mock.patch.object(macros.datetime, "datetime", FrozenDateTime), \
-                mock.patch("time.sleep", lambda seconds: None):
+                mock.patch("time.sleep", lambda seconds: None), \
+                mock.patch.object(converters, "ab_datetime_now", lambda: AirbyteDateTime.from_datetime(NOW)):
             try:
-                source = ConcurrentDeclarativeSource(catalog=catalog, config=self.config, state=None,
+                source = ConcurrentDeclarativeSource(catalog=catalog, config=self.config, state=states or None,
                                                      source_config=json.loads(json.dumps(self.manifest, default=str)))
-                output = read(source, self.config, catalog)
+                output = read(source, self.config, catalog, states or None)
                 for m in output.records:
                     records.setdefault(m.record.stream, []).append(m.record.data)
+                for m in output.state_messages:
+                    stream_state = m.state.stream
+                    if stream_state is not None and stream_state.stream_state is not None:
+                        last_states[stream_state.stream_descriptor.name] = json.loads(
+                            json.dumps(stream_state.stream_state.__dict__, default=str))
                 errors = [m.trace.error.message for m in output.errors] if output.errors else []
                 # The connector's own account of an unexpected failure.
                 stacks = [m.trace.error.stack_trace for m in output.errors if m.trace.error.stack_trace]
@@ -473,7 +573,7 @@ class Fake:
                 error = "; ".join(errors) or None
             except Exception as e:  # the CDK's failure is an answer too
                 error = f"{type(e).__name__}: {e}"
-        return {"records": records, "error": error}
+        return {"records": records, "states": last_states, "error": error}
 
 
 def walk(node):
@@ -529,7 +629,7 @@ def main():
             if "load" in command:
                 answer = fake.load(command["load"])
             elif "cdk" in command:
-                answer = fake.cdk(command["cdk"]["port"], command["cdk"]["ca"])
+                answer = fake.cdk(command["cdk"]["port"], command["cdk"]["ca"], command["cdk"].get("state"))
             else:
                 answer = {"requests": fake.take_requests()}
         except Exception as e:

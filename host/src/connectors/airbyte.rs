@@ -29,6 +29,11 @@ use crate::store::credentials::CredentialHandle;
 /// The connector these rules are for.
 pub(crate) const CONNECTOR_ID: &str = "conn_airbyte_manifest";
 
+/// The largest configuration (manifest, its configuration, schemas) a
+/// source of this connector holds, serialised: within the API's body
+/// limit with room for the rest of a request.
+pub(crate) const MANIFEST_CONFIG_BYTES_MAX: usize = 768 * 1024;
+
 pub(crate) struct Rules;
 
 /// What a source reaches and where it puts secrets, as its first
@@ -156,6 +161,12 @@ fn as_placement(place: &Place) -> Placement {
 impl ConnectorRules for Rules {
     fn connector_id(&self) -> &'static str {
         CONNECTOR_ID
+    }
+
+    /// A published manifest runs to a few hundred KB (its schemas inline,
+    /// long descriptions); its source still fits in one request body.
+    fn config_limits(&self) -> super::ConfigLimits {
+        super::ConfigLimits { bytes: MANIFEST_CONFIG_BYTES_MAX, string_chars: crate::ops::text::ANY_STRING_MAX }
     }
 
     fn validate_source<'a>(

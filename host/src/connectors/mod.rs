@@ -37,6 +37,13 @@ pub(crate) trait ConnectorRules: Sync {
     /// The connector the rules are for.
     fn connector_id(&self) -> &'static str;
 
+    /// The largest configuration a source of this connector may hold,
+    /// serialised, and its longest string (a published manifest is larger
+    /// than a connector's settings).
+    fn config_limits(&self) -> ConfigLimits {
+        ConfigLimits::default()
+    }
+
     /// Checks a source configuration (already valid against the plugin's
     /// schema) before it is saved. `saved` is the configuration the source
     /// holds now when it is being updated: what it already holds was
@@ -48,6 +55,19 @@ pub(crate) trait ConnectorRules: Sync {
         config: &'a Value,
         saved: Option<&'a Value>,
     ) -> Pin<Box<dyn Future<Output = ApiResult<()>> + Send + 'a>>;
+}
+
+/// The size limits of a source's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConfigLimits {
+    pub bytes: usize,
+    pub string_chars: usize,
+}
+
+impl Default for ConfigLimits {
+    fn default() -> Self {
+        ConfigLimits { bytes: crate::ops::text::CONFIG_BYTES_MAX, string_chars: crate::ops::text::CONFIG_STRING_MAX }
+    }
 }
 
 /// Every connector's rules.

@@ -48,12 +48,18 @@ pub(crate) fn check_name(field: &str, value: &str) -> ApiResult<()> {
 /// A free-form configuration object: at most [`CONFIG_BYTES_MAX`] bytes in
 /// all, each string within at most [`CONFIG_STRING_MAX`] characters.
 pub(crate) fn check_config(field: &str, value: &Value) -> ApiResult<()> {
-    if value.to_string().len() > CONFIG_BYTES_MAX {
-        return Err(ApiError::invalid_field(field, format!("{field} exceeds {CONFIG_BYTES_MAX} bytes"))
-            .with_details(json!({ "field": field, "max_bytes": CONFIG_BYTES_MAX })));
+    check_config_within(field, value, CONFIG_BYTES_MAX, CONFIG_STRING_MAX)
+}
+
+/// A configuration object within `max_bytes` serialised, each string
+/// within `max_chars` characters.
+pub(crate) fn check_config_within(field: &str, value: &Value, max_bytes: usize, max_chars: usize) -> ApiResult<()> {
+    if value.to_string().len() > max_bytes {
+        return Err(ApiError::invalid_field(field, format!("{field} exceeds {max_bytes} bytes"))
+            .with_details(json!({ "field": field, "max_bytes": max_bytes })));
     }
-    match longest_string(value, field, CONFIG_STRING_MAX) {
-        Some(path) => Err(too_long(&path, CONFIG_STRING_MAX)),
+    match longest_string(value, field, max_chars) {
+        Some(path) => Err(too_long(&path, max_chars)),
         None => Ok(()),
     }
 }

@@ -5,20 +5,24 @@
 //! crate, and gives the records Airbyte's own CDK gives.
 //!
 //! A source's configuration is the `manifest`, its non-secret `config`,
-//! and `credentials`: for each secret field (a JSON pointer into the
+//! `credentials`: for each secret field (a JSON pointer into the
 //! manifest's configuration), the credential holding it (`[{"field":
-//! "/api_key", "credential_handle": "<handle>"}]`). The guest never holds a secret: where the manifest puts
-//! one into a request (an authenticator, a parameter, a header, a body
-//! field), the request names the handle and its place, and the host puts
-//! the secret there, only for hosts the credential is bound to. A
-//! manifest that would make the guest write a secret itself (with other
-//! text, encoded, into a record) is refused.
+//! "/api_key", "credential_handle": "<handle>"}]`), and optionally
+//! `schemas`: the schema files the manifest reads from its package, by
+//! their path there (`{"schemas/users.json": {…}}`).
+//!
+//! The guest never holds a secret: where the manifest puts one into a
+//! request (an authenticator, a parameter, a header, a body field), the
+//! request names the handle and its place, and the host puts the secret
+//! there, only for hosts the credential is bound to. A manifest that
+//! would make the guest write a secret itself (with other text, encoded,
+//! into a record) is refused.
 //!
 //! | operation | what it does |
 //! |---|---|
 //! | `check` | reads the first page of each stream the manifest's `check` names |
 //! | `discover` | the streams, with the manifest's schemas and primary keys |
-//! | `read` | every slice and page of a stream, records as the CDK selects and transforms them |
+//! | `read` | every slice and page of a stream, records as the CDK selects and transforms them; incremental from the saved state, checkpointed after each window of its cursor |
 //! | `preview` | up to five records of each stream |
 //!
 //! # Layout
@@ -71,10 +75,18 @@ impl Connector for AirbyteManifest {
         for name in &names {
             let stream = prepared.stream(name)?;
             let mut seen = 0usize;
-            let outcome = retrieve::read(&prepared.source, stream, &prepared.env, &mut transport, &mut |records| {
-                seen += records.len();
-                Ok(Flow::Enough)
-            });
+            let outcome = retrieve::read(
+                &prepared.source,
+                stream,
+                &prepared.env,
+                None,
+                &mut transport,
+                &mut |records| {
+                    seen += records.len();
+                    Ok(Flow::Enough)
+                },
+                &mut |_| Ok(()),
+            );
             if let Err(e) = outcome {
                 return Ok(CheckResult::failure(format!("stream {name}: {}", transport.explain(e))));
             }
@@ -84,13 +96,24 @@ impl Connector for AirbyteManifest {
 
     fn discover(config: Config) -> Result<Vec<Stream>> {
         let prepared = Prepared::new(&config)?;
+        let schema = |s: &declarative::model::Stream| {
+            s.schema_file
+                .as_ref()
+                .and_then(|file| config.schemas.get(file))
+                .cloned()
+                .unwrap_or_else(|| s.schema.clone())
+        };
         Ok(prepared
             .source
             .streams
             .iter()
             .map(|s| {
-                Stream::new(&s.name, s.schema.clone())
-                    .with_primary_key(s.primary_key.iter().filter_map(|path| path.first().cloned()))
+                let stream = Stream::new(&s.name, schema(s))
+                    .with_primary_key(s.primary_key.iter().filter_map(|path| path.first().cloned()));
+                match &s.cursor {
+                    Some(cursor) => stream.with_incremental_cursor(&cursor.field),
+                    None => stream,
+                }
             })
             .collect())
     }
@@ -98,15 +121,31 @@ impl Connector for AirbyteManifest {
     fn read(request: ReadRequest<Config>) -> Result<()> {
         let prepared = Prepared::new(&request.config)?;
         let stream = prepared.stream(&request.stream)?;
-        if request.is_incremental() {
+        let incremental = request.is_incremental();
+        if incremental && stream.cursor.is_none() {
             return Err(Error::Unsupported(format!("stream {} is read in full only", stream.name)));
         }
+        // A full read starts from the cursor's start, as the CDK's does.
+        let state = if incremental { request.state.clone() } else { None };
         let mut transport = HostTransport::new(&request.config);
         let name = stream.name.clone();
-        retrieve::read(&prepared.source, stream, &prepared.env, &mut transport, &mut |records| {
-            Sink::emit(&name, &records).map_err(|e| retrieve::ReadError::Stopped(e.to_string()))?;
-            Ok(Flow::More)
-        })
+        retrieve::read(
+            &prepared.source,
+            stream,
+            &prepared.env,
+            state.as_ref(),
+            &mut transport,
+            &mut |records| {
+                Sink::emit(&name, &records).map_err(|e| retrieve::ReadError::Stopped(e.to_string()))?;
+                Ok(Flow::More)
+            },
+            &mut |state| {
+                if incremental {
+                    Sink::checkpoint(&name, &state).map_err(|e| retrieve::ReadError::Stopped(e.to_string()))?;
+                }
+                Ok(())
+            },
+        )
         .map_err(|e| transport.explain(e))?;
         Ok(())
     }
@@ -117,10 +156,18 @@ impl Connector for AirbyteManifest {
         let mut streams = serde_json::Map::new();
         for stream in prepared.source.streams.iter().take(PREVIEW_STREAMS) {
             let mut sample: Vec<Value> = Vec::new();
-            retrieve::read(&prepared.source, stream, &prepared.env, &mut transport, &mut |records| {
-                sample.extend(records.into_iter().take(PREVIEW_RECORDS - sample.len()));
-                Ok(if sample.len() >= PREVIEW_RECORDS { Flow::Enough } else { Flow::More })
-            })
+            retrieve::read(
+                &prepared.source,
+                stream,
+                &prepared.env,
+                None,
+                &mut transport,
+                &mut |records| {
+                    sample.extend(records.into_iter().take(PREVIEW_RECORDS - sample.len()));
+                    Ok(if sample.len() >= PREVIEW_RECORDS { Flow::Enough } else { Flow::More })
+                },
+                &mut |_| Ok(()),
+            )
             .map_err(|e| transport.explain(e))?;
             streams.insert(stream.name.clone(), Value::Array(sample));
         }

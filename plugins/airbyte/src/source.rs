@@ -24,6 +24,10 @@ pub struct Config {
     /// A credential handle for each secret field.
     #[serde(default)]
     pub credentials: Vec<SecretField>,
+    /// The schema files the manifest reads from its package, by their
+    /// path there (`schemas/users.json`), as the package ships them.
+    #[serde(default)]
+    pub schemas: serde_json::Map<String, Value>,
 }
 
 /// A secret field of the manifest's configuration and the credential that
@@ -68,6 +72,11 @@ pub fn schema() -> Value {
                         "credential_handle": { "type": "string", "minLength": 1 }
                     }
                 }
+            },
+            "schemas": {
+                "type": "object",
+                "description": "The schema files the manifest's streams read from their package (a JsonFileSchemaLoader, or none named), by their path in it (schemas/users.json); a stream whose file is not given has an open schema.",
+                "additionalProperties": { "type": "object" }
             }
         }
     })

@@ -22,6 +22,7 @@
 //!
 //! | module | holds |
 //! |---|---|
+//! | [`datetime`] | dates read and written as Python and the CDK do, ISO 8601 durations |
 //! | [`interpolation`] | templates: parsing, evaluation, values, macros, filters, methods |
 //! | [`resolve`] | references, default types and `$parameters`, as the CDK applies them |
 //! | [`extract`] | a page's records at a `DpathExtractor`'s field path |
@@ -30,6 +31,7 @@
 //! | [`secrets`] | the configuration's secret fields, markers in their place, and where a request may carry one |
 //! | [`retrieve`] | reading a stream: slices, requests, pages, records, through a transport |
 
+pub mod datetime;
 pub mod extract;
 pub mod interpolation;
 pub mod model;

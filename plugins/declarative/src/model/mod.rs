@@ -11,8 +11,10 @@
 //! | [`request`] | requester, request options, bodies, authenticators, error handlers |
 //! | [`record`] | record selector, filter, transformations |
 //! | [`partition`] | list and substream partition routers |
+//! | [`cursor`] | the incremental cursor (`DatetimeBasedCursor`) |
 //! | this file | the source, its streams, retrievers and paginators |
 
+pub mod cursor;
 pub mod node;
 pub mod partition;
 pub mod record;
@@ -21,6 +23,7 @@ pub mod request;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use cursor::DatetimeCursor;
 use node::Node;
 pub use node::Refusal;
 use partition::Router;
@@ -47,8 +50,15 @@ pub struct Stream {
     /// Each key a path of field names (the CDK's three spellings read as one).
     pub primary_key: Vec<Vec<String>>,
     pub schema: Value,
+    /// The schema file a `JsonFileSchemaLoader` reads (the CDK's default
+    /// loader where the manifest names none), as a path inside the
+    /// connector's package (`schemas/users.json`): a schema the source's
+    /// configuration may give. Without it, [`Stream::schema`] is open.
+    pub schema_file: Option<String>,
     pub retriever: Retriever,
     pub transformations: Vec<Transformation>,
+    /// Its `incremental_sync`, if it has one.
+    pub cursor: Option<DatetimeCursor>,
 }
 
 /// A `SimpleRetriever`.
@@ -124,7 +134,7 @@ fn connection_specification(resolved: &Value) -> Value {
 }
 
 pub(crate) fn read_stream(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Stream, Refusal> {
-    node.expect(&["DeclarativeStream"], &["incremental_sync", "state_migrations", "file_uploader"])?;
+    node.expect(&["DeclarativeStream"], &["state_migrations", "file_uploader"])?;
     let name = node.text("name")?.unwrap_or_default().to_owned();
     if name.is_empty() {
         return Err(Refusal::new(node.pointer(), "a stream needs a name"));
@@ -143,14 +153,30 @@ pub(crate) fn read_stream(node: &Node, config: &Val, now: DateTime<Utc>) -> Resu
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(Refusal::new(node.below("primary_key"), "expected field names")),
     };
-    let schema = match node.child("schema_loader").transpose()? {
-        None => {
-            serde_json::json!({ "type": "object", "$schema": "http://json-schema.org/draft-07/schema#", "properties": {} })
-        }
+    let open_schema = || serde_json::json!({ "type": "object", "$schema": "http://json-schema.org/draft-07/schema#", "properties": {} });
+    let (schema, schema_file) = match node.child("schema_loader").transpose()? {
+        None => (open_schema(), Some(format!("schemas/{name}.json"))),
         Some(loader) => match loader.kind() {
             "InlineSchemaLoader" => {
                 loader.expect(&["InlineSchemaLoader"], &[])?;
-                loader.get("schema").cloned().unwrap_or_else(|| serde_json::json!({}))
+                (loader.get("schema").cloned().unwrap_or_else(|| serde_json::json!({})), None)
+            }
+            "JsonFileSchemaLoader" => {
+                loader.expect(&["JsonFileSchemaLoader"], &[])?;
+                let file = match loader.template("file_path")?.filter(|t| !t.source().is_empty()) {
+                    None => format!("schemas/{name}.json"),
+                    Some(t) => {
+                        let ctx = crate::interpolation::Context::at(now)
+                            .with("config", config.clone())
+                            .with("parameters", loader.parameters_val());
+                        let path = t
+                            .eval_string(&ctx)
+                            .map_err(|e| Refusal::new(loader.below("file_path"), format!("cannot be evaluated: {e}")))?
+                            .to_text();
+                        package_path(&path)
+                    }
+                };
+                (open_schema(), Some(file))
             }
             _ => return Err(loader.unsupported_type()),
         },
@@ -160,7 +186,38 @@ pub(crate) fn read_stream(node: &Node, config: &Val, now: DateTime<Utc>) -> Resu
     let retriever = read_retriever(&retriever, config, now)?;
     let transformations =
         node.children("transformations")?.iter().map(Transformation::read).collect::<Result<_, _>>()?;
-    Ok(Stream { name, pointer: node.pointer().to_owned(), primary_key, schema, retriever, transformations })
+    let cursor =
+        node.child("incremental_sync").transpose()?.map(|c| DatetimeCursor::read(&c, config, now)).transpose()?;
+    if cursor.is_some() && !retriever.routers.is_empty() {
+        return Err(Refusal::new(
+            node.below("incremental_sync"),
+            "an incremental cursor with a partition router (state per partition) is not supported yet",
+        ));
+    }
+    Ok(Stream {
+        name,
+        pointer: node.pointer().to_owned(),
+        primary_key,
+        schema,
+        schema_file,
+        retriever,
+        transformations,
+        cursor,
+    })
+}
+
+/// A schema file's path inside its package, as the CDK's
+/// `extract_resource_and_schema_path` splits it
+/// (`./source_x/schemas/users.json` is `schemas/users.json`).
+fn package_path(path: &str) -> String {
+    let mut parts: Vec<&str> = path.split('/').collect();
+    if matches!(parts.first(), Some(&"" | &".")) {
+        parts.remove(0);
+    }
+    if parts.len() >= 2 {
+        parts.remove(0);
+    }
+    parts.join("/")
 }
 
 fn read_retriever(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Retriever, Refusal> {

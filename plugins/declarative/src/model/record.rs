@@ -16,11 +16,19 @@ pub struct Selector {
     pub extractor_parameters: Val,
     pub filter: Option<Template>,
     pub filter_parameters: Val,
+    /// Whether records are transformed before the filter sees them (unset:
+    /// only for a client-side incremental stream, as in the CDK).
+    pub transform_before_filtering: Option<bool>,
 }
 
 impl Selector {
     pub(crate) fn read(node: &Node) -> Result<Selector, Refusal> {
-        node.expect(&["RecordSelector"], &["transform_before_filtering"])?;
+        node.expect(&["RecordSelector"], &[])?;
+        let transform_before_filtering = match node.get("transform_before_filtering") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => return Err(Refusal::new(node.below("transform_before_filtering"), "expected true or false")),
+        };
         match node.get("schema_normalization") {
             None => {}
             Some(Value::String(s)) if s == "None" => {}
@@ -52,7 +60,13 @@ impl Selector {
                 (f.template("condition")?.filter(|t| !t.source().is_empty()), f.parameters_val())
             }
         };
-        Ok(Selector { field_path, extractor_parameters: extractor.parameters_val(), filter, filter_parameters })
+        Ok(Selector {
+            field_path,
+            extractor_parameters: extractor.parameters_val(),
+            filter,
+            filter_parameters,
+            transform_before_filtering,
+        })
     }
 }
 

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::http::{Body, Credential, Method, Place, Request, join_url};
 use super::{Env, ReadError, Slice};
 use crate::interpolation::{Context, Template, Val};
+use crate::model::cursor::DatetimeCursor;
 use crate::model::partition::Router;
 use crate::model::request::{
     Authenticator, Entry, Inject, Nested, OptionField, RequestInput, RequestOption, TokenOption,
@@ -212,7 +213,10 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
         }
     }
     if token.is_none() || !retriever.ignore_routers_on_paginated_requests {
-        route_options(retriever, slice, &mut options, env)?;
+        match &stream.cursor {
+            Some(cursor) => window_options(cursor, slice, &mut options, env)?,
+            None => route_options(retriever, slice, &mut options, env)?,
+        }
     }
 
     // Where a secret is, the host places it; anywhere else, refused.
@@ -414,6 +418,18 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
             }
         }
     }
+}
+
+/// The cursor's options for a window: its bounds where the manifest puts
+/// them.
+fn window_options(cursor: &DatetimeCursor, slice: &Slice, options: &mut Options, env: &Env) -> Result<(), ReadError> {
+    let partition = slice.val();
+    for (option, key) in [(&cursor.start_option, &cursor.start_key), (&cursor.end_option, &cursor.end_key)] {
+        if let (Some(option), Some(value)) = (option, partition.get(key)) {
+            options.inject(option, value.clone(), env)?;
+        }
+    }
+    Ok(())
 }
 
 /// The partition routers' options for `slice`.

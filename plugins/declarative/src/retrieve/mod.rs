@@ -11,21 +11,25 @@
 //! |---|---|
 //! | [`http`] | requests and answers, URL joining, error classification |
 //! | [`build`] | one request from the requester, authenticator, paginator and routers |
+//! | [`incremental`] | an incremental cursor's windows, the intervals read, the state |
 //! | this file | slices, pages, records and transformations |
 
 pub mod build;
 pub mod http;
+pub mod incremental;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::interpolation::{Context, InterpolationError, Val};
+use crate::model::cursor::DatetimeCursor;
 use crate::model::partition::Router;
 use crate::model::record::Transformation;
 use crate::model::{Source, Stream};
 use crate::paginate::{Page, Strategy};
 use crate::secrets::Secrets;
 pub use http::{Body, Credential, Method, Place, Request, Response};
+use incremental::{CursorState, Window};
 
 /// Sends requests for the runtime.
 pub trait Transport {
@@ -133,6 +137,18 @@ impl Slice {
         Val::Dict(self.partition.clone())
     }
 
+    /// The slice of one window of a cursor: its bounds under the cursor's
+    /// keys.
+    fn window(cursor: &DatetimeCursor, window: &Window) -> Slice {
+        Slice {
+            partition: vec![
+                (cursor.start_key.clone(), Val::Str(window.start.clone())),
+                (cursor.end_key.clone(), Val::Str(window.end.clone())),
+            ],
+            extra: Vec::new(),
+        }
+    }
+
     fn merged(&self, other: &Slice) -> Slice {
         let mut out = self.clone();
         for (k, v) in &other.partition {
@@ -146,19 +162,45 @@ impl Slice {
     }
 }
 
-/// Reads `stream` of `source`: `on_records` gets each page's records,
-/// transformed, and says whether to go on.
+/// Reads `stream` of `source` from `state` (a stream with an incremental
+/// cursor; `None` reads from its start): `on_records` gets each page's
+/// records, transformed, and says whether to go on; `on_state` gets the
+/// state after each window of the cursor read to its end (and once at
+/// the end).
 pub fn read(
     source: &Source,
     stream: &Stream,
     env: &Env,
+    state: Option<&Value>,
     transport: &mut dyn Transport,
     on_records: &mut dyn FnMut(Vec<Value>) -> Result<Flow, ReadError>,
+    on_state: &mut dyn FnMut(Value) -> Result<(), ReadError>,
 ) -> Result<Flow, ReadError> {
-    for slice in slices(source, stream, env, transport)? {
-        if read_slice(stream, &slice, env, transport, on_records)? == Flow::Enough {
+    let Some(cursor) = &stream.cursor else {
+        for slice in slices(source, stream, env, None, transport)? {
+            if read_slice(stream, &slice, env, None, transport, on_records)? == Flow::Enough {
+                return Ok(Flow::Enough);
+            }
+        }
+        return Ok(Flow::More);
+    };
+    let mut cursor_state = CursorState::new(cursor, state, env.now)?;
+    let windows = cursor_state.windows(cursor)?;
+    for window in &windows {
+        let slice = Slice::window(cursor, window);
+        let mut latest = None;
+        let flow = read_slice(stream, &slice, env, Some((cursor, &cursor_state)), transport, &mut |records| {
+            latest = incremental::latest(cursor, &records, latest);
+            on_records(records)
+        })?;
+        if flow == Flow::Enough {
             return Ok(Flow::Enough);
         }
+        cursor_state.close(cursor, window, latest)?;
+        on_state(cursor_state.state(cursor))?;
+    }
+    if windows.is_empty() {
+        on_state(cursor_state.state(cursor))?;
     }
     Ok(Flow::More)
 }
@@ -172,7 +214,14 @@ pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request
         .iter()
         .map(|stream| {
             let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
-            (stream.name.clone(), build::request(stream, &Slice::default(), token.as_ref(), env))
+            // A stream with a cursor: its first window, from its start.
+            let slice = match &stream.cursor {
+                None => Ok(Slice::default()),
+                Some(cursor) => CursorState::new(cursor, None, env.now)
+                    .and_then(|mut state| state.windows(cursor))
+                    .map(|windows| windows.first().map(|w| Slice::window(cursor, w)).unwrap_or_default()),
+            };
+            (stream.name.clone(), slice.and_then(|slice| build::request(stream, &slice, token.as_ref(), env)))
         })
         .collect()
 }
@@ -205,9 +254,19 @@ pub fn secret_in_records(source: &Source, env: &Env, again: &Env) -> Option<Stri
     None
 }
 
-/// The slices of a stream: one empty slice without routers, else the
-/// cartesian product of its routers' slices.
-fn slices(source: &Source, stream: &Stream, env: &Env, transport: &mut dyn Transport) -> Result<Vec<Slice>, ReadError> {
+/// The slices of a stream: the windows of its cursor (from `state`), or
+/// one empty slice without routers, else the cartesian product of its
+/// routers' slices.
+fn slices(
+    source: &Source,
+    stream: &Stream,
+    env: &Env,
+    state: Option<&mut CursorState>,
+    transport: &mut dyn Transport,
+) -> Result<Vec<Slice>, ReadError> {
+    if let (Some(cursor), Some(state)) = (&stream.cursor, state) {
+        return Ok(state.windows(cursor)?.iter().map(|w| Slice::window(cursor, w)).collect());
+    }
     let mut product = vec![Slice::default()];
     for router in &stream.retriever.routers {
         let own = router_slices(source, router, env, transport)?;
@@ -231,9 +290,13 @@ fn router_slices(
             let mut out = Vec::new();
             for parent in parents {
                 let key: Vec<&str> = parent.parent_key.split('/').filter(|s| !s.is_empty()).collect();
-                for parent_slice in slices(source, &parent.stream, env, transport)? {
+                // A parent with a cursor is read in full, from its start.
+                let mut parent_state =
+                    parent.stream.cursor.as_ref().map(|c| CursorState::new(c, None, env.now)).transpose()?;
+                for parent_slice in slices(source, &parent.stream, env, parent_state.as_mut(), transport)? {
                     let mut records = Vec::new();
-                    read_slice(&parent.stream, &parent_slice, env, transport, &mut |page| {
+                    let bounds = parent.stream.cursor.as_ref().zip(parent_state.as_ref());
+                    read_slice(&parent.stream, &parent_slice, env, bounds, transport, &mut |page| {
                         records.extend(page);
                         Ok(Flow::More)
                     })?;
@@ -275,17 +338,21 @@ fn dpath_get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
     Some(at)
 }
 
-/// Reads every page of one slice.
+/// Reads every page of one slice (of a cursor's window, with its state:
+/// records older than the state dropped where the cursor says so).
 fn read_slice(
     stream: &Stream,
     slice: &Slice,
     env: &Env,
+    bounds: Option<(&DatetimeCursor, &CursorState)>,
     transport: &mut dyn Transport,
     on_records: &mut dyn FnMut(Vec<Value>) -> Result<Flow, ReadError>,
 ) -> Result<Flow, ReadError> {
     let retriever = &stream.retriever;
     let mut token = retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
     let field_path = field_path(stream, env)?;
+    let transform_first =
+        retriever.selector.transform_before_filtering.unwrap_or_else(|| bounds.is_some_and(|(c, _)| c.client_side));
     loop {
         let request = build::request(stream, slice, token.as_ref(), env)?;
         let Some(response) = send(stream, &request, env, transport)? else { return Ok(Flow::More) };
@@ -313,6 +380,18 @@ fn read_slice(
         };
         let ctx = retriever.selector.filter.as_ref().map(|_| filter_ctx(token.as_ref()));
         for mut record in extracted {
+            if transform_first {
+                for t in &stream.transformations {
+                    transform(t, &mut record, slice, env)?;
+                }
+            }
+            if let Some((cursor, state)) = bounds
+                && cursor.client_side
+                && !cursor.data_feed
+                && !state.keeps(cursor, &record)
+            {
+                continue;
+            }
             if let (Some(filter), Some(ctx)) = (&retriever.selector.filter, &ctx) {
                 let ctx = ctx.clone().with("record", Val::from(&record));
                 if !crate::paginate::condition(filter, &ctx)
@@ -321,8 +400,10 @@ fn read_slice(
                     continue;
                 }
             }
-            for t in &stream.transformations {
-                transform(t, &mut record, slice, env)?;
+            if !transform_first {
+                for t in &stream.transformations {
+                    transform(t, &mut record, slice, env)?;
+                }
             }
             if env.secrets.touches(&Val::from(&record)) {
                 return Err(ReadError::Secret(format!("stream {}: a record would hold a secret", stream.name)));
@@ -331,8 +412,21 @@ fn read_slice(
         }
         let last_record = kept.last().map_or(Val::None, Val::from);
         let kept_count = kept.len() as i64;
+        // A data feed stops at the first page whose last record is older
+        // than the state, and drops the older records once pages have
+        // seen them.
+        let mut feed_ends = false;
+        if let Some((cursor, state)) = bounds
+            && cursor.data_feed
+        {
+            feed_ends = kept.last().is_some_and(|r| !state.keeps(cursor, r));
+            kept.retain(|r| state.keeps(cursor, r));
+        }
         if !kept.is_empty() && on_records(kept)? == Flow::Enough {
             return Ok(Flow::Enough);
+        }
+        if feed_ends {
+            return Ok(Flow::More);
         }
         let Some(paginator) = &retriever.paginator else { return Ok(Flow::More) };
         let response_val: Val = serde_json::from_slice(&response.body).unwrap_or(Val::Dict(Vec::new()));
