@@ -628,3 +628,71 @@ async fn a_manifest_that_would_expose_a_secret_is_refused_when_saved(backend: Ba
 }
 
 on_both_backends!(a_manifest_that_would_expose_a_secret_is_refused_when_saved);
+
+on_both_backends!(a_manifest_source_may_be_large_and_other_sources_may_not);
+/// A published manifest runs to hundreds of KB: its source takes up to
+/// 768 KiB of configuration, where another connector's stays at 64 KiB;
+/// past the limit, a 400 naming it. An incremental cursor is offered as a
+/// sync mode; one the runtime cannot read is refused by its pointer.
+async fn a_manifest_source_may_be_large_and_other_sources_may_not(backend: Backend) {
+    const HOST: &str = "api.example.com";
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress = service::egress::EgressPolicy::from_settings(HOST, None, None).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let save = |connector: &str, configuration: Value| {
+        srv.post("/v1/sources", json!({ "connector_id": connector, "name": "big", "configuration": configuration }))
+            .send()
+    };
+    let no_auth = json!({ "type": "NoAuth" });
+    let cursor = json!({ "type": "DatetimeBasedCursor", "cursor_field": "updated_at",
+        "datetime_format": "%Y-%m-%dT%H:%M:%SZ", "start_datetime": "{{ config['start_date'] }}",
+        "step": "P1M", "cursor_granularity": "PT1S" });
+    // 200 KB of schema descriptions: more than another source may hold.
+    let properties: serde_json::Map<String, Value> = (0..100)
+        .map(|i| (format!("field_{i}"), json!({ "type": "string", "description": "d".repeat(2000) })))
+        .collect();
+    let mut manifest = one_stream(HOST, no_auth.clone(), json!({ "incremental_sync": cursor }));
+    manifest["streams"][0]["schema_loader"] =
+        json!({ "type": "InlineSchemaLoader", "schema": { "type": "object", "properties": properties } });
+    let configuration = json!({ "manifest": manifest, "config": { "start_date": "2024-01-01T00:00:00Z" } });
+    let created = save("conn_airbyte_manifest", configuration.clone()).await.unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    let created: Value = created.json().await.unwrap();
+    let source_id = created["data"]["source_id"].as_str().unwrap();
+    let plan =
+        json_ok(srv.post("/v1/pipelines/prepare", json!({ "source_id": source_id })).send().await.unwrap()).await;
+    let stream = &plan["data"]["streams"][0];
+    assert!(stream.to_string().contains("incremental"), "{stream}");
+    assert!(stream.to_string().contains("updated_at"), "{stream}");
+
+    // Past 768 KiB: refused, naming the limit.
+    let mut huge = configuration.clone();
+    for i in 0..10 {
+        huge["manifest"][format!("padding_{i}")] = json!("y".repeat(60_000));
+    }
+    let refused = save("conn_airbyte_manifest", huge).await.unwrap();
+    let body = crate::support::expect_error(refused, 400, "VALIDATION_FAILED").await;
+    assert_eq!(body["details"]["max_bytes"], 768 * 1024, "{body}");
+    // Another connector's configuration stays within 64 KiB.
+    let other = json!({ "base_url": format!("https://{HOST}"), "padding": "z".repeat(4000), "more": properties });
+    let refused = save("conn_rest_manifest", other).await.unwrap();
+    let body = crate::support::expect_error(refused, 400, "VALIDATION_FAILED").await;
+    assert_eq!(body["details"]["max_bytes"], 64 * 1024, "{body}");
+
+    // A cursor the runtime cannot read: refused by its pointer.
+    let bad = json!({ "type": "DatetimeBasedCursor", "cursor_field": "updated_at", "datetime_format": "%Y-%m-%d",
+        "start_datetime": "{{ config['start_date'] }}", "step": "P1D" });
+    let manifest = one_stream(HOST, no_auth, json!({ "incremental_sync": bad }));
+    let refused =
+        save("conn_airbyte_manifest", json!({ "manifest": manifest, "config": { "start_date": "2024-01-01" } }))
+            .await
+            .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["details"]["errors"][0]["path"], "/manifest/streams/0/incremental_sync", "{body}");
+    assert!(body.to_string().contains("cursor_granularity"), "{body}");
+}
