@@ -33,6 +33,8 @@ pub(crate) const CONNECTOR_ID: &str = "conn_airbyte_manifest";
 /// source of this connector holds, serialised: within the API's body
 /// limit with room for the rest of a request.
 pub(crate) const MANIFEST_CONFIG_BYTES_MAX: usize = 768 * 1024;
+/// The longest string in it (a description, a schema's prose).
+pub(crate) const MANIFEST_STRING_MAX: usize = 64 * 1024;
 
 pub(crate) struct Rules;
 
@@ -165,8 +167,8 @@ impl ConnectorRules for Rules {
 
     /// A published manifest runs to a few hundred KB (its schemas inline,
     /// long descriptions); its source still fits in one request body.
-    fn config_limits(&self) -> super::ConfigLimits {
-        super::ConfigLimits { bytes: MANIFEST_CONFIG_BYTES_MAX, string_chars: crate::ops::text::ANY_STRING_MAX }
+    fn config_limits(&self) -> Option<super::ConfigLimits> {
+        Some(super::ConfigLimits { bytes: MANIFEST_CONFIG_BYTES_MAX, string_chars: MANIFEST_STRING_MAX })
     }
 
     fn validate_source<'a>(

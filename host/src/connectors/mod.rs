@@ -38,10 +38,11 @@ pub(crate) trait ConnectorRules: Sync {
     fn connector_id(&self) -> &'static str;
 
     /// The largest configuration a source of this connector may hold,
-    /// serialised, and its longest string (a published manifest is larger
-    /// than a connector's settings).
-    fn config_limits(&self) -> ConfigLimits {
-        ConfigLimits::default()
+    /// serialised, and its longest string, where they differ from every
+    /// other source's (a published manifest is larger than a connector's
+    /// settings).
+    fn config_limits(&self) -> Option<ConfigLimits> {
+        None
     }
 
     /// Checks a source configuration (already valid against the plugin's
@@ -62,12 +63,6 @@ pub(crate) trait ConnectorRules: Sync {
 pub(crate) struct ConfigLimits {
     pub bytes: usize,
     pub string_chars: usize,
-}
-
-impl Default for ConfigLimits {
-    fn default() -> Self {
-        ConfigLimits { bytes: crate::ops::text::CONFIG_BYTES_MAX, string_chars: crate::ops::text::CONFIG_STRING_MAX }
-    }
 }
 
 /// Every connector's rules.

@@ -61,8 +61,10 @@ pub(super) async fn validate_configuration(
     config: &Value,
     saved: Option<&Value>,
 ) -> ApiResult<()> {
-    let limits = crate::connectors::rules(connector_id).map(|r| r.config_limits()).unwrap_or_default();
-    super::text::check_config_within("configuration", config, limits.bytes, limits.string_chars)?;
+    match crate::connectors::rules(connector_id).and_then(|r| r.config_limits()) {
+        Some(limits) => super::text::check_config_within("configuration", config, limits.bytes, limits.string_chars)?,
+        None => super::text::check_config("configuration", config)?,
+    }
     let plugin = state.plugins.available(connector_id).await?;
     let validator = jsonschema::validator_for(&plugin.info.config_schema).map_err(|e| {
         ApiError::internal(anyhow::anyhow!("connector {connector_id} has an invalid config schema: {e}"))
