@@ -11,6 +11,7 @@
 //! | email-campaign | `campaigns` | Mailcoach pages (`page`, `meta.last_page`) | API token |
 //! | social-media | `posts` | HubSpot broadcasts (`count`, `offset`) | OAuth, through the API's flow |
 //! | REST manifest | `campaigns` | the same Mailcoach pages, described by a manifest | API token, bound to the host |
+//! | Airbyte manifest | `campaigns` | the same Mailcoach pages, described by an Airbyte declarative manifest | API token, bound to the host |
 //!
 //! The manifest source reads what the email-campaign connector reads: its
 //! rate beside the compiled connector's is what describing an API instead
@@ -41,6 +42,11 @@
 //! process of its own instead of this process's router: its CPU is
 //! counted with the benchmark's, and the peak memory shown is the
 //! server's alone.
+//! `BENCH_AIRBYTE_PYTHON`, a Python with Airbyte's CDK installed (the tests
+//! install one in `target/tmp/airbyte-cdk`), reads the Airbyte manifest
+//! with the CDK too, as Airbyte runs a source (its entrypoint's `read`,
+//! every message serialised), from the same provider over the same HTTPS,
+//! and prints the Airbyte manifest source's rate as a multiple of it.
 //! `BENCH_DLT_PYTHON`, a Python with `benches/python/requirements.txt`
 //! installed, adds dlt as a peer: the same campaign pages, read from
 //! files (no HTTP: in dlt's favour), loaded into Parquet files by its
@@ -97,6 +103,40 @@ fn campaigns_manifest() -> Value {
         "params": { "per_page": PER_PAGE },
         "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/last_page" }
     }] })
+}
+
+/// The same campaign list as an Airbyte declarative manifest, as its
+/// authors write one: a bearer token, the records at `data`, the next
+/// page from the page's own counters.
+fn campaigns_airbyte_manifest() -> Value {
+    json!({
+        "version": "6.0.0",
+        "type": "DeclarativeSource",
+        "check": { "type": "CheckStream", "stream_names": ["campaigns"] },
+        "streams": [{
+            "type": "DeclarativeStream", "name": "campaigns", "primary_key": ["uuid"],
+            "schema_loader": { "type": "InlineSchemaLoader", "schema": { "type": "object", "properties": {} } },
+            "retriever": {
+                "type": "SimpleRetriever",
+                "requester": {
+                    "type": "HttpRequester", "url_base": format!("https://{MAIL_HOST}/api"), "path": "/campaigns",
+                    "http_method": "GET", "request_parameters": { "per_page": PER_PAGE.to_string() },
+                    "authenticator": { "type": "BearerAuthenticator", "api_token": "{{ config['api_token'] }}" }
+                },
+                "record_selector": { "type": "RecordSelector",
+                    "extractor": { "type": "DpathExtractor", "field_path": ["data"] } },
+                "paginator": {
+                    "type": "DefaultPaginator",
+                    "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "page" },
+                    "pagination_strategy": { "type": "CursorPagination",
+                        "cursor_value": "{{ response.meta.current_page + 1 }}",
+                        "stop_condition": "{{ response.meta.current_page >= response.meta.last_page }}" }
+                }
+            }
+        }],
+        "spec": { "type": "Spec", "connection_specification": { "type": "object", "required": ["api_token"],
+            "properties": { "api_token": { "type": "string", "airbyte_secret": true } } } }
+    })
 }
 
 /// One campaign of about 1 KB, as Mailcoach lists it.
@@ -612,10 +652,10 @@ fn main() {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let delay =
         Duration::from_millis(std::env::var("BENCH_PROVIDER_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
-    let connectors = std::env::var("BENCH_CONNECTORS").unwrap_or_else(|_| "email,social,manifest".into());
+    let connectors = std::env::var("BENCH_CONNECTORS").unwrap_or_else(|_| "email,social,manifest,airbyte".into());
     let connectors: Vec<&str> = connectors.split(',').map(str::trim).collect();
-    if let Some(unknown) = connectors.iter().find(|c| !["email", "social", "manifest"].contains(c)) {
-        panic!("BENCH_CONNECTORS: `{unknown}` is none of `email`, `social`, `manifest`");
+    if let Some(unknown) = connectors.iter().find(|c| !["email", "social", "manifest", "airbyte"].contains(c)) {
+        panic!("BENCH_CONNECTORS: `{unknown}` is none of `email`, `social`, `manifest`, `airbyte`");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -688,6 +728,14 @@ fn main() {
             let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": "conn_rest_manifest", "name": "bench manifest", "configuration": configuration }))).await;
             println!("REST manifest: the same {records} campaigns");
             sources.push(("manifest", source["source_id"].clone(), "campaigns"));
+        }
+        if connectors.contains(&"airbyte") {
+            let body = json!({ "kind": "api_token", "connector_id": "conn_airbyte_manifest", "hosts": [MAIL_HOST], "secret": PROVIDER_TOKEN, "label": "bench airbyte" });
+            let cred = api.call(reqwest::Method::POST, "/credentials", Some(body)).await;
+            let configuration = json!({ "manifest": campaigns_airbyte_manifest(), "config": {}, "credentials": [{ "field": "/api_token", "credential_handle": cred["credential_handle"] }] });
+            let source = api.call(reqwest::Method::POST, "/sources", Some(json!({ "connector_id": "conn_airbyte_manifest", "name": "bench airbyte", "configuration": configuration }))).await;
+            println!("Airbyte manifest: the same {records} campaigns");
+            sources.push(("airbyte", source["source_id"].clone(), "campaigns"));
         }
         if connectors.contains(&"social") {
             let handle = social_credential(&api, &hub).await;
@@ -846,13 +894,13 @@ fn main() {
         // The manifest source reads the email-campaign pages: fetched alone once.
         let mut alone: Vec<(&str, Vec<f64>, Vec<f64>)> = sources
             .iter()
-            .filter(|(connector, _, _)| *connector != "manifest" || !connectors.contains(&"email"))
+            .filter(|(connector, _, _)| !matches!(*connector, "manifest" | "airbyte") || !connectors.contains(&"email"))
             .map(|(connector, _, _)| (*connector, Vec::new(), Vec::new()))
             .collect();
         for round in 1..=rounds {
             for (connector, rates, cpus) in &mut alone {
                 let (client, urls, expected): (_, Vec<String>, _) = match *connector {
-                    "email" | "manifest" => (email_native.client.clone(), (1..=pages).map(|p| format!("{campaigns_url}&page={p}")).collect(), campaign_bytes),
+                    "email" | "manifest" | "airbyte" => (email_native.client.clone(), (1..=pages).map(|p| format!("{campaigns_url}&page={p}")).collect(), campaign_bytes),
                     _ => (social_native.client.clone(), (0..pages).map(|p| format!("{broadcasts_url}&offset={}", p * PER_PAGE)).collect(), broadcast_bytes),
                 };
                 let (cpu, started) = (support::cpu_seconds(), Instant::now());
@@ -913,7 +961,7 @@ fn main() {
 
                 let (db, cpu, started) = (database_ticks(&run.destination), support::cpu_seconds(), Instant::now());
                 let got = match run.connector {
-                    "email" | "manifest" => {
+                    "email" | "manifest" | "airbyte" => {
                         let first = campaigns_url.clone();
                         email_native.sync(format!("{first}&page=1"), move |body| cut_campaigns(&first, body), "campaigns_native", &run.schema, support::Target { destination: &run.destination, place: &place, access_key: run.access_key.as_ref() }).await
                     }
@@ -930,6 +978,33 @@ fn main() {
                 run.native_rates.push(rate);
                 run.native_cpus.push(used);
                 run.native_database_cpus.extend(db_used);
+            }
+        }
+        // Airbyte's CDK reading the same manifest from the same provider.
+        if let Ok(python) = std::env::var("BENCH_AIRBYTE_PYTHON") {
+            let work = tempfile::tempdir().unwrap();
+            let (manifest, config, ca_file) = (work.path().join("manifest.json"), work.path().join("config.json"), work.path().join("ca.pem"));
+            std::fs::write(&manifest, campaigns_airbyte_manifest().to_string()).unwrap();
+            std::fs::write(&config, json!({ "api_token": PROVIDER_TOKEN }).to_string()).unwrap();
+            std::fs::write(&ca_file, &ca.pem).unwrap();
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/python/airbyte_cdk_read.py");
+            let mut rates = Vec::new();
+            for round in 1..=rounds {
+                let ran = std::process::Command::new(&python)
+                    .arg(script).arg(&manifest).arg(&config).arg(MAIL_HOST).arg(provider.addr.port().to_string()).arg(&ca_file)
+                    .output().unwrap();
+                assert!(ran.status.success(), "the CDK: {}", String::from_utf8_lossy(&ran.stderr));
+                let printed = String::from_utf8_lossy(&ran.stdout);
+                let mut figures = printed.split_whitespace().map(|f| f.parse::<f64>().unwrap());
+                let (got, secs) = (figures.next().unwrap(), figures.next().unwrap());
+                assert_eq!(got as usize, records, "the CDK read every record");
+                println!("round {round} {:<18} {:>10.0} records/s ({secs:.2} s) Airbyte's CDK, its entrypoint's read, messages serialised", "airbyte cdk", got / secs);
+                rates.push(got / secs);
+            }
+            let cdk_rate = median(rates);
+            println!("median {:<18} {cdk_rate:>10.0} records/s: Airbyte's CDK reading the manifest", "airbyte cdk");
+            for run in runs.iter().filter(|r| r.connector == "airbyte") {
+                println!("{} at {:.1}x the CDK's rate", run.label, median(run.rates.clone()) / cdk_rate);
             }
         }
         if let Some((python, pages)) = &dlt {

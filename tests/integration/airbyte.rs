@@ -218,12 +218,6 @@ async fn read_both(
 
     let incremental: Vec<String> = serde_json::from_value(loaded["incremental"].clone()).unwrap();
 
-    let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file } })).await;
-    let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
-    if let Some(error) = theirs["error"].as_str() {
-        return Verdict::CdkFailed(error.chars().take(300).collect());
-    }
-
     // Our side, as a user: a credential per secret the manifest places,
     // stored for where it places it; the source; a pipeline into JSON
     // lines (incremental where a stream has a cursor); a sync.
@@ -282,6 +276,14 @@ async fn read_both(
     }
     if !status.is_success() {
         return Verdict::FailedHere(format!("saving the source: {status} {created}"));
+    }
+    // Saved: the CDK reads it (a manifest refused here is not read by
+    // either), then we do.
+    fake.ask(json!({ "requests": true })).await;
+    let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file } })).await;
+    let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
+    if let Some(error) = theirs["error"].as_str() {
+        return Verdict::CdkFailed(error.chars().take(300).collect());
     }
     let directory = format!("airbyte-{name}");
     let dest = json_ok(

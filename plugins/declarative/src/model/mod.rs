@@ -227,7 +227,7 @@ fn read_retriever(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Retri
     }
     let requester =
         node.child("requester").ok_or_else(|| Refusal::new(node.pointer(), "a retriever needs a requester"))??;
-    let requester = Requester::read(&requester)?;
+    let requester = Requester::read(&requester, config)?;
     let selector = node
         .child("record_selector")
         .ok_or_else(|| Refusal::new(node.pointer(), "a retriever needs a record_selector"))??;
@@ -267,4 +267,45 @@ fn read_paginator(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Pagin
         ));
     }
     Ok(Paginator { strategy: built, token_option, size_option, parameters: node.parameters_val() })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::request::Authenticator;
+
+    fn manifest(authenticator: Value) -> Value {
+        json!({ "streams": [{ "type": "DeclarativeStream", "name": "items",
+            "retriever": { "type": "SimpleRetriever",
+                "requester": { "type": "HttpRequester", "url_base": "https://api.example.com", "path": "/items",
+                    "authenticator": authenticator },
+                "record_selector": { "type": "RecordSelector",
+                    "extractor": { "type": "DpathExtractor", "field_path": [] } } } }] })
+    }
+
+    #[test]
+    fn a_selective_authenticator_is_the_one_the_configuration_selects() {
+        let selective = json!({ "type": "SelectiveAuthenticator", "authenticator_selection_path": ["auth", "kind"],
+            "authenticators": {
+                "key": { "type": "BearerAuthenticator", "api_token": "{{ config['auth']['token'] }}" },
+                "oauth": { "type": "OAuthAuthenticator", "client_id": "x", "client_secret": "y", "refresh_token": "z",
+                    "token_refresh_endpoint": "https://api.example.com/token" } } });
+        let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
+        let read = |kind: &str| {
+            Source::read(&manifest(selective.clone()), &Val::from(&json!({ "auth": { "kind": kind } })), now)
+        };
+        let source = read("key").unwrap();
+        let requester = &source.streams[0].retriever.requester;
+        assert!(matches!(requester.authenticator, Authenticator::Bearer { .. }));
+        assert_eq!(requester.authenticator_pointer, "/streams/0/retriever/requester/authenticator/authenticators/key");
+        let refused = read("oauth").unwrap_err();
+        assert_eq!(refused.pointer, "/streams/0/retriever/requester/authenticator/authenticators/oauth");
+        assert!(refused.reason.contains("OAuthAuthenticator"), "{refused}");
+        let refused = read("other").unwrap_err();
+        assert!(refused.reason.contains("`other` is not found"), "{refused}");
+        let refused = Source::read(&manifest(selective), &Val::from(&json!({})), now).unwrap_err();
+        assert!(refused.reason.contains("auth/kind"), "{refused}");
+    }
 }

@@ -177,7 +177,47 @@ pub enum Authenticator {
 }
 
 impl Authenticator {
-    pub(crate) fn read(node: &Node) -> Result<Authenticator, Refusal> {
+    /// Reads an authenticator (a `SelectiveAuthenticator` as the one
+    /// `config` selects), with the pointer of the one read.
+    pub(crate) fn read(node: &Node, config: &Val) -> Result<(Authenticator, String), Refusal> {
+        if node.kind() != "SelectiveAuthenticator" {
+            return Authenticator::read_one(node).map(|a| (a, node.pointer().to_owned()));
+        }
+        node.expect(&["SelectiveAuthenticator"], &[])?;
+        let path = match node.get("authenticator_selection_path") {
+            Some(Value::Array(items)) => {
+                items.iter().map(|i| i.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>()
+            }
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Refusal::new(node.below("authenticator_selection_path"), "expected a list of configuration keys")
+        })?;
+        let mut at = config;
+        for key in &path {
+            at = at.get(key).ok_or_else(|| {
+                Refusal::new(
+                    node.below("authenticator_selection_path"),
+                    format!("the configuration has no value at {}", path.join("/")),
+                )
+            })?;
+        }
+        let selected = at.to_text();
+        let choice = match node.get("authenticators") {
+            Some(Value::Object(map)) if map.contains_key(&selected) => {
+                node.child("authenticators").transpose()?.map(|n| n.below(&selected))
+            }
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Refusal::new(node.below("authenticators"), format!("the authenticator `{selected}` is not found"))
+        })?;
+        let value = node.get("authenticators").and_then(|m| m.get(&selected)).unwrap_or(&Value::Null);
+        let chosen = Node::at(value, choice.clone())?;
+        Authenticator::read_one(&chosen).map(|a| (a, choice))
+    }
+
+    fn read_one(node: &Node) -> Result<Authenticator, Refusal> {
         match node.kind() {
             "NoAuth" => {
                 node.expect(&["NoAuth"], &[])?;
@@ -387,7 +427,9 @@ pub struct Requester {
 }
 
 impl Requester {
-    pub(crate) fn read(node: &Node) -> Result<Requester, Refusal> {
+    /// Reads a requester; `config` picks a `SelectiveAuthenticator`'s
+    /// choice, as the CDK picks it when it builds the component.
+    pub(crate) fn read(node: &Node, config: &Val) -> Result<Requester, Refusal> {
         node.expect(&["HttpRequester"], &["fetch_properties_from_endpoint", "query_properties", "request_body"])?;
         let method = match node.text("http_method")? {
             None | Some("GET") => Method::Get,
@@ -409,7 +451,8 @@ impl Requester {
             None => (Authenticator::None, String::new()),
             Some(auth) => {
                 let auth = auth?;
-                (Authenticator::read(&auth)?, auth.pointer().to_owned())
+                let (authenticator, pointer) = Authenticator::read(&auth, config)?;
+                (authenticator, pointer)
             }
         };
         let error_handler = match node.child("error_handler") {
