@@ -130,6 +130,24 @@ fn names_a_secret(v: &Value) -> bool {
     rest.chars().filter(char::is_ascii_alphanumeric).count() <= 12 && !looks_like_secret_value(rest.trim())
 }
 
+/// Whether a value under a secret's name in a declarative manifest (a
+/// published document, not a user's settings) holds none: nothing (`""`), a
+/// placeholder of a character or two (a manifest's Basic `password: "x"`
+/// beside a key sent as the username), a reference to another part of the
+/// document (`"#/definitions/bearer_authenticator"`), or a component of a
+/// declarative manifest (an object with a `type` such as
+/// `BearerAuthenticator`, whose own values are still searched).
+fn holds_no_secret(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.chars().count() <= 2 || s.starts_with("#/"),
+        Value::Object(map) => map
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && t.ends_with("Authenticator")),
+        _ => false,
+    }
+}
+
 /// Whether a value is a JSON schema describing a field (a spec's
 /// `"api_key": {"type": "string", "airbyte_secret": true}`): its own
 /// values are still searched.
@@ -144,6 +162,12 @@ fn describes_a_field(v: &Value) -> bool {
     typed || map.contains_key("airbyte_secret") || map.contains_key("oneOf") || map.contains_key("$ref")
 }
 
+/// Whether a JSON path is inside a `manifest` (a connector's published
+/// description of an API).
+fn in_manifest(path: &str) -> bool {
+    path.split('.').any(|segment| segment == "manifest" || segment.starts_with("manifest["))
+}
+
 /// The JSON path of the first secret-shaped field or value, if any.
 pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
     match value {
@@ -154,10 +178,12 @@ pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
             if (k == "description" || k == "title") && v.as_str().is_some_and(|t| t.split_whitespace().count() >= 4) {
                 return None;
             }
+            let placeholder = in_manifest(&here) && holds_no_secret(v);
             let secret_key = is_secret_name(k)
                 && !matches!(v, Value::Null | Value::Bool(_))
                 && !names_a_secret(v)
-                && !describes_a_field(v);
+                && !describes_a_field(v)
+                && !placeholder;
             if secret_key { Some(here) } else { find_secret(v, &here) }
         }),
         Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| find_secret(v, &format!("{path}[{i}]"))),
@@ -191,6 +217,27 @@ mod tests {
         assert_eq!(find_secret(&prose, ""), None);
         let pasted = serde_json::json!({ "token": { "type": "string", "description": "Bearer abc123" } });
         assert!(find_secret(&pasted, "").is_some());
+    }
+
+    #[test]
+    fn a_manifests_placeholders_references_and_components_are_not_secrets() {
+        let manifest = serde_json::json!({ "configuration": { "manifest": { "refresh_token": "", "password": "x",
+            "authenticators": { "api_key": "#/definitions/bearer", "oauth2_access_token": {
+                "type": "BearerAuthenticator", "api_token": "{{ config['token'] }}" } } } } });
+        assert_eq!(find_secret(&manifest, ""), None);
+        // A component's own values are still searched; a real value is
+        // still one.
+        let inside = serde_json::json!({ "manifest": { "api_key": { "type": "BearerAuthenticator",
+            "api_token": "abc123def456ghi789" } } });
+        assert_eq!(find_secret(&inside, "").as_deref(), Some("manifest.api_key.api_token"));
+        for value in ["abc", "#definitely-a-password", "hunter22"] {
+            let body = serde_json::json!({ "manifest": { "password": value } });
+            assert!(find_secret(&body, "").is_some(), "{value}");
+        }
+        // Outside a manifest, a character is a secret all the same.
+        for value in ["", "x", "#/definitions/a"] {
+            assert!(find_secret(&serde_json::json!({ "config": { "password": value } }), "").is_some(), "{value:?}");
+        }
     }
 
     #[test]
