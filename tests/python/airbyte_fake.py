@@ -137,6 +137,23 @@ def fit_patterns(config, spec):
             config[name] = next((v for v in PATTERN_SAMPLES if re.search(pattern, v)), config[name])
 
 
+# Start dates moved close to NOW (the same day of the year, as the sample
+# wrote it): a cursor reads weeks of windows, not years of them.
+RECENT_STARTS = [(r"^\d{4}-\d{2}-\d{2}", "2026-10-01"), (r"^\d{2}/\d{2}/\d{4}", "01/10/2026"),
+                 (r"^\d{2}-\d{2}-\d{4}", "01-10-2026"), (r"^\d{8}$", "20261001")]
+
+
+def recent_starts(config):
+    for name, value in list(config.items()):
+        if isinstance(value, dict):
+            recent_starts(value)
+        elif isinstance(value, str) and "start" in name.lower():
+            for pattern, recent in RECENT_STARTS:
+                if re.match(pattern, value):
+                    config[name] = re.sub(pattern, recent, value, count=1)
+                    break
+
+
 def get_pointer(config, pointer):
     node = config
     for part in pointer.split("/")[1:]:
@@ -409,6 +426,7 @@ class Fake:
             manifest["spec"] = {"type": "Spec", "connection_specification": spec}
         config = sample("config", spec)
         fit_patterns(config, spec)
+        recent_starts(config)
         pointers = secrets_of(spec)
         secrets = {}
         for p in pointers:

@@ -162,6 +162,15 @@ fn describes_a_field(v: &Value) -> bool {
     typed || map.contains_key("airbyte_secret") || map.contains_key("oneOf") || map.contains_key("$ref")
 }
 
+/// Whether a description or title is prose about a field rather than a
+/// value pasted into it: four words or more, or in a manifest's spec (a
+/// published document) two words none of which is shaped like a key.
+fn is_prose(text: &str, in_manifest: bool) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let keyish = |w: &&str| looks_like_secret_value(w) || (w.len() >= 12 && w.chars().any(|c| c.is_ascii_digit()));
+    words.len() >= 4 || (in_manifest && words.len() >= 2 && !words.iter().any(keyish))
+}
+
 /// Whether a JSON path is inside a `manifest` (a connector's published
 /// description of an API).
 fn in_manifest(path: &str) -> bool {
@@ -175,7 +184,7 @@ pub(crate) fn find_secret(value: &Value, path: &str) -> Option<String> {
             let here = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
             // A schema's prose about a secret ("Bearer token from …") is
             // not one.
-            if (k == "description" || k == "title") && v.as_str().is_some_and(|t| t.split_whitespace().count() >= 4) {
+            if (k == "description" || k == "title") && v.as_str().is_some_and(|t| is_prose(t, in_manifest(&here))) {
                 return None;
             }
             let placeholder = in_manifest(&here) && holds_no_secret(v);
@@ -234,6 +243,14 @@ mod tests {
             let body = serde_json::json!({ "manifest": { "password": value } });
             assert!(find_secret(&body, "").is_some(), "{value}");
         }
+        // A spec's short description is prose there; a key pasted into one
+        // is not.
+        let spec = serde_json::json!({ "manifest": { "spec": { "properties": { "auth_token": {
+            "type": "string", "description": "Bearer token", "airbyte_secret": true } } } } });
+        assert_eq!(find_secret(&spec, ""), None);
+        let pasted = serde_json::json!({ "manifest": { "auth_token": { "type": "string",
+            "description": "Bearer abcdef0123456789" } } });
+        assert!(find_secret(&pasted, "").is_some());
         // Outside a manifest, a character is a secret all the same.
         for value in ["", "x", "#/definitions/a"] {
             assert!(find_secret(&serde_json::json!({ "config": { "password": value } }), "").is_some(), "{value:?}");
