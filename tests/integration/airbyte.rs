@@ -250,6 +250,16 @@ async fn read_both(
                 body["kind"] = json!("basic");
                 body["username"] = json!(username);
             }
+            declarative::retrieve::Place::BasicUsername { password } => {
+                body["kind"] = json!("basic");
+                body["password"] = json!(password);
+            }
+            declarative::retrieve::Place::HeaderAround { header, prefix, suffix } => {
+                body["kind"] = json!("secret");
+                body["header"] = json!(header);
+                body["header_prefix"] = json!(prefix);
+                body["header_suffix"] = json!(suffix);
+            }
         }
         let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
         handles.push(json!({ "field": pointer, "credential_handle": credential["data"]["credential_handle"] }));
@@ -697,4 +707,155 @@ async fn a_manifest_source_may_be_large_and_other_sources_may_not(backend: Backe
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["details"]["errors"][0]["path"], "/manifest/streams/0/incremental_sync", "{body}");
     assert!(body.to_string().contains("cursor_granularity"), "{body}");
+}
+
+on_both_backends!(a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_the_host);
+/// An API that wants `Authorization: Token token="<key>"`, or its key as
+/// the Basic username beside a password that is none: the credential is
+/// stored so (`header_prefix`/`header_suffix`, or `basic` with
+/// `password`), the manifest's request must match it, and the host writes
+/// the secret there — the provider sees it, the records and the job never
+/// do. A credential cannot frame a secret elsewhere than a header, nor
+/// take a password that is itself shaped like a secret.
+async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_the_host(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.framed.test";
+    const KEY: &str = "framed-key-0123456789";
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let router = axum::Router::new().fallback({
+        let seen = seen.clone();
+        move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                seen.lock().unwrap().push(auth.clone());
+                axum::Json(json!({ "data": [{ "id": 1, "echo": auth }] }))
+            }
+        }
+    });
+    let ca = TestCa::new();
+    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
+    let pins = fake.pins(&[HOST]);
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let ws = srv.workspace_id().await;
+    let credential = |extra: Value| {
+        let mut body = json!({ "connector_id": "conn_airbyte_manifest", "hosts": [HOST], "secret": KEY });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        srv.post("/v1/credentials", body).send()
+    };
+    let framed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token token=\"{{ config['api_key'] }}\"",
+        "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "Authorization" } });
+    let username = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['api_key'] }}", "password": "x" });
+    let cases = [
+        (
+            framed,
+            json!({ "kind": "secret", "header": "Authorization", "header_prefix": "Token token=\"", "header_suffix": "\"" }),
+            format!("Token token=\"{KEY}\""),
+        ),
+        (username, json!({ "kind": "basic", "password": "x" }), {
+            use base64::Engine;
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{KEY}:x")))
+        }),
+    ];
+    for (i, (authenticator, stored, expected)) in cases.into_iter().enumerate() {
+        let handle = json_ok(credential(stored).await.unwrap()).await["data"]["credential_handle"].clone();
+        let manifest = one_stream(HOST, authenticator, json!({}));
+        let configuration = json!({ "manifest": manifest, "config": {},
+            "credentials": [{ "field": "/api_key", "credential_handle": handle }] });
+        let source = json_ok(
+            srv.post(
+                "/v1/sources",
+                json!({ "connector_id": "conn_airbyte_manifest", "name": format!("framed {i}"),
+                "configuration": configuration }),
+            )
+            .send()
+            .await
+            .unwrap(),
+        )
+        .await;
+        let directory = format!("framed-{i}");
+        let dest = json_ok(
+            srv.post(
+                "/v1/destinations",
+                json!({ "name": directory, "kind": "jsonl", "configuration": { "directory": directory } }),
+            )
+            .send()
+            .await
+            .unwrap(),
+        )
+        .await;
+        let pipeline = json_ok(
+            srv.post("/v1/pipelines", json!({ "name": format!("framed {i}"), "source_id": source["data"]["source_id"],
+                "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }))
+            .send()
+            .await
+            .unwrap(),
+        )
+        .await;
+        let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
+        seen.lock().unwrap().clear();
+        let job = json_ok(
+            srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap(),
+        )
+        .await;
+        let job = wait(&srv, job["data"]["job_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        assert_eq!(
+            seen.lock().unwrap().as_slice(),
+            std::slice::from_ref(&expected),
+            "the provider got the secret where it wants it"
+        );
+        // The provider echoed it: the record holds it scrubbed.
+        let records = read_lines(&srv.exports(&ws, &directory), "items");
+        assert_eq!(records.len(), 1);
+        assert!(!records[0].contains(KEY) && records[0].contains("[REDACTED]"), "{}", records[0]);
+        assert!(!job.to_string().contains(KEY));
+    }
+
+    // Refused: a frame without a header, a frame on another kind, a
+    // password beside a username, a password shaped like a secret.
+    for (extra, field) in [
+        (json!({ "kind": "secret", "query_parameter": "key", "header_prefix": "Token " }), "header_prefix"),
+        (json!({ "kind": "api_token", "header_prefix": "Token " }), "kind"),
+        (json!({ "kind": "basic", "username": "me", "password": "x" }), "password"),
+    ] {
+        let body =
+            crate::support::expect_error(credential(extra.clone()).await.unwrap(), 400, "VALIDATION_FAILED").await;
+        assert_eq!(body["details"]["field"], field, "{extra}: {body}");
+    }
+    let body = crate::support::expect_error(
+        credential(json!({ "kind": "basic", "password": "sk_live_0123456789abcdefghij" })).await.unwrap(),
+        400,
+        "SECRET_NOT_ACCEPTED",
+    )
+    .await;
+    assert_eq!(body["details"]["field"], "password", "{body}");
+    // The manifest's frame must be the credential's.
+    let handle = json_ok(
+        credential(json!({ "kind": "secret", "header": "Authorization", "header_prefix": "Bearer " })).await.unwrap(),
+    )
+    .await["data"]["credential_handle"]
+        .clone();
+    let other_frame = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
+        "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "Authorization" } });
+    let configuration = json!({ "manifest": one_stream(HOST, other_frame, json!({})), "config": {},
+        "credentials": [{ "field": "/api_key", "credential_handle": handle }] });
+    let refused = srv
+        .post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "other frame", "configuration": configuration }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["details"]["errors"][0]["path"], "/credentials/0", "{body}");
 }

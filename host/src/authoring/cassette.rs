@@ -291,6 +291,10 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         Placement::Bearer => "bearer".into(),
         Placement::Header(name) => format!("header:{name}"),
         Placement::BasicPassword(user) => format!("basic:{user}"),
+        Placement::BasicUsername(password) => format!("basic-username:{password}"),
+        Placement::HeaderAround { header, prefix, suffix } => {
+            format!("header-around:{}", serde_json::json!({ "header": header, "prefix": prefix, "suffix": suffix }))
+        }
         Placement::Query(name) => format!("query:{name}"),
         Placement::BodyField(field) => format!("body:{field}"),
         Placement::Signed(_) => "signed".into(),
@@ -324,6 +328,13 @@ pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
         None if text == "as-stored" => Some(Placement::AsStored),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
         Some(("basic", user)) => Some(Placement::BasicPassword(user.to_owned())),
+        Some(("basic-username", password)) => Some(Placement::BasicUsername(password.to_owned())),
+        Some(("header-around", framed)) => {
+            let v: Value = serde_json::from_str(framed).ok()?;
+            let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+            Some(Placement::HeaderAround { header: text("header")?, prefix: text("prefix")?, suffix: text("suffix")? })
+                .filter(|p| !matches!(p, Placement::HeaderAround { header, .. } if header.is_empty()))
+        }
         Some(("query", name)) if !name.is_empty() => Some(Placement::Query(name.to_owned())),
         Some(("body", field)) if !field.is_empty() => Some(Placement::BodyField(field.to_owned())),
         _ => None,
@@ -683,6 +694,12 @@ mod tests {
             Placement::Bearer,
             Placement::Header("X-Api-Key".into()),
             Placement::BasicPassword("me".into()),
+            Placement::BasicUsername("x".into()),
+            Placement::HeaderAround {
+                header: "authorization".into(),
+                prefix: "Token token=\"".into(),
+                suffix: "\"".into(),
+            },
             Placement::Query("api_key".into()),
             Placement::BodyField("/auth/key".into()),
             Placement::AsStored,

@@ -157,6 +157,12 @@ fn as_placement(place: &Place) -> Placement {
         Place::Query(q) => Placement::Query(q.clone()),
         Place::BodyField(f) => Placement::BodyField(f.clone()),
         Place::Basic { username } => Placement::BasicPassword(username.clone()),
+        Place::BasicUsername { password } => Placement::BasicUsername(password.clone()),
+        Place::HeaderAround { header, prefix, suffix } => Placement::HeaderAround {
+            header: header.to_ascii_lowercase(),
+            prefix: prefix.clone(),
+            suffix: suffix.clone(),
+        },
     }
 }
 

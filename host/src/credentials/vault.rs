@@ -788,6 +788,10 @@ fn unbound(record: &CredentialRecord) -> Result<(), SecretError> {
 pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
     match record.kind {
         CredentialKind::ApiToken | CredentialKind::Oauth2 => Ok(Placement::Bearer),
+        // The secret as the username, beside a password that is none.
+        CredentialKind::Basic if record.metadata.get("password").is_some_and(Value::is_string) => {
+            Ok(Placement::BasicUsername(record.metadata["password"].as_str().unwrap_or_default().to_owned()))
+        }
         CredentialKind::Basic => record.metadata["username"]
             .as_str()
             .filter(|u| !u.is_empty())
@@ -802,8 +806,13 @@ pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretEr
         }
         CredentialKind::Secret => {
             let named = |key: &str| record.metadata[key].as_str().filter(|v| !v.is_empty()).map(str::to_owned);
+            let text = |key: &str| record.metadata[key].as_str().unwrap_or_default().to_owned();
+            let around = |header: String| match (text("prefix"), text("suffix")) {
+                (prefix, suffix) if prefix.is_empty() && suffix.is_empty() => Placement::Header(header),
+                (prefix, suffix) => Placement::HeaderAround { header, prefix, suffix },
+            };
             named("header")
-                .map(Placement::Header)
+                .map(around)
                 .or_else(|| named("query_parameter").map(Placement::Query))
                 .or_else(|| named("body_field").map(Placement::BodyField))
                 .or_else(|| {

@@ -129,6 +129,12 @@ pub enum Placement {
     Header(String),
     /// HTTP Basic with this username and the secret as password.
     BasicPassword(String),
+    /// HTTP Basic with the secret as username and this (non-secret)
+    /// password: an API that takes its key as the username.
+    BasicUsername(String),
+    /// The secret between a fixed prefix and suffix as the value of this
+    /// header (`Authorization: Token token="<secret>"`).
+    HeaderAround { header: String, prefix: String, suffix: String },
     /// The secret as the value of this query parameter of the URL sent.
     Query(String),
     /// The secret as the value of this field of a JSON or form body (a
@@ -151,8 +157,13 @@ impl Placement {
             (Placement::Bearer, Placement::Bearer) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
             (Placement::BasicPassword(a), Placement::BasicPassword(b))
+            | (Placement::BasicUsername(a), Placement::BasicUsername(b))
             | (Placement::Query(a), Placement::Query(b))
             | (Placement::BodyField(a), Placement::BodyField(b)) => a == b,
+            (
+                Placement::HeaderAround { header: a, prefix: ap, suffix: asx },
+                Placement::HeaderAround { header: b, prefix: bp, suffix: bsx },
+            ) => a.eq_ignore_ascii_case(b) && ap == bp && asx == bsx,
             _ => false,
         }
     }
@@ -163,6 +174,10 @@ impl Placement {
             Placement::Bearer => "as a bearer token".into(),
             Placement::Header(name) => format!("in header {name}"),
             Placement::BasicPassword(user) => format!("as the Basic password of {user}"),
+            Placement::BasicUsername(_) => "as the Basic username".into(),
+            Placement::HeaderAround { header, prefix, suffix } => {
+                format!("in header {header} as {prefix}<secret>{suffix}")
+            }
             Placement::Query(name) => format!("in query parameter {name}"),
             Placement::BodyField(field) => format!("in body field {field}"),
             Placement::Signed(signing) => format!("as a signature in header {}", signing.header),
@@ -672,6 +687,10 @@ impl Egress {
                     Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
                     Placement::Header(name) => builder.header(name.as_str(), secret.expose_secret()),
                     Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
+                    Placement::BasicUsername(password) => builder.basic_auth(secret.expose_secret(), Some(password)),
+                    Placement::HeaderAround { header, prefix, suffix } => {
+                        builder.header(header.as_str(), format!("{prefix}{}{suffix}", secret.expose_secret()))
+                    }
                     Placement::Query(_) | Placement::BodyField(_) | Placement::Signed(_) | Placement::AsStored => {
                         builder
                     }
@@ -929,8 +948,12 @@ pub(crate) fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
     add(STANDARD.encode(secret));
     add(STANDARD.encode(secret).trim_end_matches('=').to_owned());
     add(URL_SAFE_NO_PAD.encode(secret));
-    if let Placement::BasicPassword(user) = placement {
-        let pair = format!("{user}:{secret}");
+    let pair = match placement {
+        Placement::BasicPassword(user) => Some(format!("{user}:{secret}")),
+        Placement::BasicUsername(password) => Some(format!("{secret}:{password}")),
+        _ => None,
+    };
+    if let Some(pair) = pair {
         add(STANDARD.encode(&pair));
         add(STANDARD.encode(&pair).trim_end_matches('=').to_owned());
     }

@@ -37,8 +37,9 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewCredentialBody {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
-    /// password of `username`) or `secret` (sent as the value of `header`,
-    /// `query_parameter` or `body_field`).
+    /// password of `username`, or the username beside `password`) or
+    /// `secret` (sent as the value of `header`, framed by `header_prefix`
+    /// and `header_suffix` if given, `query_parameter` or `body_field`).
     #[serde(default = "default_kind")]
     pub kind: CredentialKind,
     /// Connector the credential is for: only that connector's plugin may
@@ -60,6 +61,15 @@ pub(crate) struct NewCredentialBody {
     pub username: Option<String>,
     /// Header name for `secret` credentials, e.g. `X-Api-Key`.
     pub header: Option<String>,
+    /// Fixed text the host writes before the secret in `header`, e.g.
+    /// `Token token="` (not a secret: shown with the credential).
+    pub header_prefix: Option<String>,
+    /// Fixed text the host writes after the secret in `header`, e.g. `"`.
+    pub header_suffix: Option<String>,
+    /// For `basic` credentials whose secret is the username (an API that
+    /// takes its key as the Basic username): the password beside it, not a
+    /// secret (often empty, or `x`); then `username` is not given.
+    pub password: Option<String>,
     /// Query parameter name for `secret` credentials, e.g. `api_key`: the
     /// host adds it to the URL it sends, never to what a connector sees.
     pub query_parameter: Option<String>,
@@ -118,6 +128,9 @@ async fn create_credential(
             body_field: body.body_field.as_deref(),
             signing: body.signing.as_ref(),
             exchange: body.exchange.as_ref(),
+            header_prefix: body.header_prefix.as_deref(),
+            header_suffix: body.header_suffix.as_deref(),
+            password: body.password.as_deref(),
         },
         &body.hosts,
     )?;

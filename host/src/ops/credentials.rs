@@ -54,8 +54,7 @@ impl EntryLinkRequest {
             header: self.header.as_deref(),
             query_parameter: self.query_parameter.as_deref(),
             body_field: self.body_field.as_deref(),
-            signing: None,
-            exchange: None,
+            ..SecretPlace::default()
         }
     }
 }
@@ -77,6 +76,13 @@ pub(crate) struct SecretPlace<'a> {
     /// A recipe for trading the secret for a token first: see
     /// `credentials::exchange::TokenExchange`.
     pub exchange: Option<&'a Value>,
+    /// Fixed text before and after the secret in `header`
+    /// (`Token token="` and `"`).
+    pub header_prefix: Option<&'a str>,
+    pub header_suffix: Option<&'a str>,
+    /// For `basic` credentials whose secret is the username: the password
+    /// beside it, not a secret (often empty, or `x`).
+    pub password: Option<&'a str>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -128,6 +134,7 @@ pub(crate) fn credential_fields(
         || place.body_field.is_some()
         || place.signing.is_some()
         || place.exchange.is_some();
+    let framed = place.header_prefix.is_some() || place.header_suffix.is_some();
     let (username, on_page) = match username {
         Username::Given(given) => {
             check_opt("username", given, SHORT_MAX)?;
@@ -140,7 +147,7 @@ pub(crate) fn credential_fields(
     }
     match kind {
         CredentialKind::ApiToken => {
-            if username.is_some() || header.is_some() || elsewhere {
+            if username.is_some() || header.is_some() || elsewhere || framed || place.password.is_some() {
                 return Err(ApiError::invalid_field(
                     "kind",
                     "an api_token is sent as a bearer token: it takes no username, header, query_parameter or body_field",
@@ -149,11 +156,22 @@ pub(crate) fn credential_fields(
             Ok(json!({}))
         }
         CredentialKind::Basic => {
-            if header.is_some() || elsewhere {
+            if header.is_some() || elsewhere || framed {
                 return Err(ApiError::invalid_field(
                     "header",
                     "a basic credential is sent as HTTP Basic: it takes no header, query_parameter or body_field",
                 ));
+            }
+            if let Some(password) = place.password {
+                // The secret is the username; the password is none.
+                if username.is_some() || on_page {
+                    return Err(ApiError::invalid_field(
+                        "password",
+                        "a basic credential with a password has the secret as its username: it takes no username",
+                    ));
+                }
+                check_placeholder("password", password)?;
+                return Ok(json!({ "password": password }));
             }
             if on_page {
                 return Ok(json!({}));
@@ -166,6 +184,15 @@ pub(crate) fn credential_fields(
         CredentialKind::Secret => {
             if username.is_some() {
                 return Err(ApiError::invalid_field("username", "a secret credential takes no username"));
+            }
+            if place.password.is_some() {
+                return Err(ApiError::invalid_field("password", "a secret credential takes no password"));
+            }
+            if framed && header.is_none() {
+                return Err(ApiError::invalid_field(
+                    "header_prefix",
+                    "header_prefix and header_suffix frame the secret in a header: give the header too",
+                ));
             }
             let places = [
                 header.is_some(),
@@ -227,13 +254,33 @@ pub(crate) fn credential_fields(
             {
                 return Err(ApiError::invalid_field("header", format!("'{name}' cannot carry a credential")));
             }
-            Ok(json!({ "header": name }))
+            if !framed {
+                return Ok(json!({ "header": name }));
+            }
+            let (prefix, suffix) = (place.header_prefix.unwrap_or_default(), place.header_suffix.unwrap_or_default());
+            check_placeholder("header_prefix", prefix)?;
+            check_placeholder("header_suffix", suffix)?;
+            Ok(json!({ "header": name, "prefix": prefix, "suffix": suffix }))
         }
         CredentialKind::Oauth2 => Err(ApiError::invalid_field(
             "kind",
             "oauth2 credentials come from an OAuth flow; kind must be api_token, basic or secret",
         )),
     }
+}
+
+/// Text the host writes beside a secret (a header's prefix, a Basic
+/// password that is none): short, printable, and not itself shaped like a
+/// secret (it is shown with the credential).
+fn check_placeholder(field: &str, text: &str) -> ApiResult<()> {
+    check_opt(field, Some(text), SHORT_MAX)?;
+    if text.chars().any(char::is_control) {
+        return Err(ApiError::invalid_field(field, format!("{field} holds control characters")));
+    }
+    if crate::credentials::lookalike::looks_like_secret_value(text) {
+        return Err(ApiError::secret_refused(field));
+    }
+    Ok(())
 }
 
 /// What a `basic` credential's username must be.

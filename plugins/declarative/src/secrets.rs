@@ -34,6 +34,9 @@ pub enum Holds {
     Secret(String),
     /// `Bearer ` and the secret (an `Authorization` header).
     BearerSecret(String),
+    /// One secret, once, with fixed text before or after it: the host
+    /// may write it so (`Token token="<secret>"`).
+    Around { pointer: String, prefix: String, suffix: String },
     /// A secret with other text: the guest would have to write it.
     Mixed(String),
 }
@@ -97,6 +100,16 @@ impl Secrets {
                 }
                 if text.strip_prefix("Bearer ") == Some(m.as_str()) {
                     return Holds::BearerSecret(pointer.clone());
+                }
+                if let Some((prefix, suffix)) = text.split_once(m.as_str())
+                    && !prefix.contains('\u{1}')
+                    && !suffix.contains('\u{1}')
+                {
+                    return Holds::Around {
+                        pointer: pointer.clone(),
+                        prefix: prefix.to_owned(),
+                        suffix: suffix.to_owned(),
+                    };
                 }
                 if text.contains(&m) {
                     return Holds::Mixed(pointer.clone());
@@ -200,7 +213,11 @@ mod tests {
         let key = marked.get("api_key").unwrap().to_text();
         assert_eq!(secrets.holds(&key), Holds::Secret("/api_key".into()));
         assert_eq!(secrets.holds(&format!("Bearer {key}")), Holds::BearerSecret("/api_key".into()));
-        assert_eq!(secrets.holds(&format!("Token {key}")), Holds::Mixed("/api_key".into()));
+        assert_eq!(
+            secrets.holds(&format!("Token token=\"{key}\"")),
+            Holds::Around { pointer: "/api_key".into(), prefix: "Token token=\"".into(), suffix: "\"".into() }
+        );
+        assert_eq!(secrets.holds(&format!("{key}:{key}")), Holds::Mixed("/api_key".into()), "twice");
         assert_eq!(secrets.holds("plain"), Holds::Nothing);
         let token = marked.get("credentials").unwrap().get("access_token").unwrap().to_text();
         assert_eq!(secrets.holds(&token), Holds::Secret("/credentials/access_token".into()));

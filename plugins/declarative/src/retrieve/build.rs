@@ -227,7 +227,11 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
             (Holds::BearerSecret(p), Place::Header(h)) if h.eq_ignore_ascii_case("authorization") => {
                 return set_credential(&mut credential, Credential { pointer: p, place: Place::Bearer }).map(|_| true);
             }
-            (Holds::BearerSecret(p) | Holds::Mixed(p), _) => {
+            (Holds::Around { pointer, prefix, suffix }, Place::Header(h)) => {
+                let place = Place::HeaderAround { header: h.clone(), prefix, suffix };
+                return set_credential(&mut credential, Credential { pointer, place }).map(|_| true);
+            }
+            (Holds::BearerSecret(p) | Holds::Mixed(p) | Holds::Around { pointer: p, .. }, _) => {
                 return Err(ReadError::Secret(format!(
                     "the secret {p} would be sent with other text around it ({}), which only the guest could write",
                     describe(&place)
@@ -327,7 +331,8 @@ fn describe(place: &Place) -> String {
         Place::Header(h) => format!("header {h}"),
         Place::Query(q) => format!("query parameter {q}"),
         Place::BodyField(f) => format!("body field {f}"),
-        Place::Basic { .. } => "Basic authentication".into(),
+        Place::Basic { .. } | Place::BasicUsername { .. } => "Basic authentication".into(),
+        Place::HeaderAround { header, .. } => format!("header {header}"),
     }
 }
 
@@ -363,6 +368,14 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                     Ok(None)
                 }
                 Holds::Secret(pointer) => Ok(Some(Credential { pointer, place: Place::Bearer })),
+                Holds::Around { pointer, prefix, suffix } => Ok(Some(Credential {
+                    pointer,
+                    place: Place::HeaderAround {
+                        header: "Authorization".into(),
+                        prefix: format!("Bearer {prefix}"),
+                        suffix,
+                    },
+                })),
                 _ => Err(ReadError::Secret("the bearer token holds a secret with other text".into())),
             }
         }
@@ -391,6 +404,10 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                         (Holds::BearerSecret(pointer), Place::Header(h)) if h.eq_ignore_ascii_case("authorization") => {
                             Ok(Some(Credential { pointer, place: Place::Bearer }))
                         }
+                        (Holds::Around { pointer, prefix, suffix }, Place::Header(h)) => Ok(Some(Credential {
+                            pointer,
+                            place: Place::HeaderAround { header: h.clone(), prefix, suffix },
+                        })),
                         _ => Err(ReadError::Secret(format!(
                             "the API key's {} holds a secret with other text, which only the guest could write",
                             describe(&place)
@@ -409,11 +426,14 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                     push(&mut options.headers, "Authorization".into(), Val::Str(format!("Basic {encoded}")), "header")?;
                     Ok(None)
                 }
+                (Holds::Secret(pointer), Holds::Nothing) => {
+                    Ok(Some(Credential { pointer, place: Place::BasicUsername { password: pass } }))
+                }
                 (Holds::Nothing, Holds::Secret(pointer)) => {
                     Ok(Some(Credential { pointer, place: Place::Basic { username: user } }))
                 }
                 _ => Err(ReadError::Secret(
-                    "Basic authentication with a secret username: the host places a secret as the password only".into(),
+                    "Basic authentication with a secret username and a secret password: the host places one secret in a request".into(),
                 )),
             }
         }

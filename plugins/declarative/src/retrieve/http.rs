@@ -57,6 +57,11 @@ pub enum Place {
     BodyField(String),
     /// The password of HTTP Basic with this username.
     Basic { username: String },
+    /// This header's value, the secret between a fixed prefix and suffix
+    /// (`Authorization: Token token="<secret>"`).
+    HeaderAround { header: String, prefix: String, suffix: String },
+    /// The username of HTTP Basic with this (non-secret) password.
+    BasicUsername { password: String },
 }
 
 /// An answer.
