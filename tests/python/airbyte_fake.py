@@ -89,7 +89,9 @@ def point_at_fake(node):
         out = {}
         for k, v in node.items():
             if k in ("url_base", "url") and isinstance(v, str):
-                v = re.sub(r"^https?://", f"https://{FAKE_HOST}/", v.strip())
+                # Every URL the template may give (a default, either side
+                # of a condition).
+                v = re.sub(r"https?://", f"https://{FAKE_HOST}/", v.strip())
             out[k] = point_at_fake(v)
         return out
     if isinstance(node, list):
@@ -147,6 +149,11 @@ def recent_starts(config):
     for name, value in list(config.items()):
         if isinstance(value, dict):
             recent_starts(value)
+        elif isinstance(value, str) and "YYYY" in value:
+            # A placeholder the spec gives as its example.
+            for token, digits in (("YYYY", "2026"), ("MM", "10"), ("DD", "01"), ("HH", "00"), ("mm", "00"), ("ss", "00")):
+                value = value.replace(token, digits)
+            config[name] = value
         elif isinstance(value, str) and "start" in name.lower():
             for pattern, recent in RECENT_STARTS:
                 if re.match(pattern, value):
@@ -443,9 +450,10 @@ class Fake:
             for key in ("url_base", "url"):
                 text = node.get(key) if isinstance(node, dict) else None
                 if isinstance(text, str):
-                    m = re.match(r"\s*\{\{\s*config(?:\[['\"](\w+)['\"]\]|\.(\w+))\s*\}\}", text)
+                    m = re.match(r"\s*\{\{\s*config(?:\.get\(['\"](\w+)['\"]|\[['\"](\w+)['\"]\]|\.(\w+))", text)
                     if m:
-                        config[m.group(1) or m.group(2)] = f"https://{FAKE_HOST}/{m.group(1) or m.group(2)}-base"
+                        name = m.group(1) or m.group(2) or m.group(3)
+                        config[name] = f"https://{FAKE_HOST}/{name}-base"
         schemas = self.package(path)
         pointed = point_at_fake(manifest)
         r = resolved(pointed)
