@@ -22,6 +22,12 @@ from airbyte_cdk.sources.declarative.concurrent_declarative_source import Concur
 
 def main():
     manifest_path, config_path, host, port, ca = sys.argv[1:6]
+    # The figures go to the real standard output; whatever the CDK prints
+    # there itself (its log messages) goes nowhere.
+    figures = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    sys.stdout = open(os.devnull, "w")
     manifest = json.load(open(manifest_path))
     config = json.load(open(config_path))
     os.environ["REQUESTS_CA_BUNDLE"] = ca
@@ -51,7 +57,7 @@ def main():
             if message.startswith('{"type":"RECORD"'):
                 records += 1
         seconds = time.monotonic() - started
-    print(records, seconds)
+    print(records, seconds, file=figures, flush=True)
 
 
 if __name__ == "__main__":

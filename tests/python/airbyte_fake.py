@@ -154,6 +154,11 @@ def recent_starts(config):
             for token, digits in (("YYYY", "2026"), ("MM", "10"), ("DD", "01"), ("HH", "00"), ("mm", "00"), ("ss", "00")):
                 value = value.replace(token, digits)
             config[name] = value
+        elif isinstance(value, int) and not isinstance(value, bool) and "start" in name.lower() and value > 10**8:
+            # Seconds since the epoch (or milliseconds).
+            config[name] = 1790812800 * (1000 if value > 10**11 else 1)
+        elif isinstance(value, str) and "start" in name.lower() and re.fullmatch(r"\d{9,10}", value):
+            config[name] = "1790812800"
         elif isinstance(value, str) and "start" in name.lower():
             for pattern, recent in RECENT_STARTS:
                 if re.match(pattern, value):

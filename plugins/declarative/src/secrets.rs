@@ -119,6 +119,16 @@ impl Secrets {
         Holds::Mixed(String::new())
     }
 
+    /// Whether a record (JSON) holds any marker anywhere, walked in place.
+    pub fn touches_json(&self, v: &Value) -> bool {
+        match v {
+            Value::String(s) => s.contains('\u{1}'),
+            Value::Array(items) => items.iter().any(|i| self.touches_json(i)),
+            Value::Object(map) => map.iter().any(|(k, v)| k.contains('\u{1}') || self.touches_json(v)),
+            _ => false,
+        }
+    }
+
     /// Whether a value holds any marker anywhere.
     pub fn touches(&self, v: &Val) -> bool {
         match v {

@@ -405,7 +405,7 @@ fn read_slice(
                     transform(t, &mut record, slice, env)?;
                 }
             }
-            if env.secrets.touches(&Val::from(&record)) {
+            if env.secrets.touches_json(&record) {
                 return Err(ReadError::Secret(format!("stream {}: a record would hold a secret", stream.name)));
             }
             kept.push(record);
