@@ -166,6 +166,21 @@ def recent_starts(config):
                     break
 
 
+# Field names that carry secrets, as the server reads them (lower case,
+# without `_` and `-`).
+SECRET_NAMES = {"password", "passwd", "passphrase", "secret", "clientsecret", "token", "accesstoken", "refreshtoken",
+                "idtoken", "apitoken", "authtoken", "bearertoken", "apikey", "privatekey", "secretkey",
+                "authorization", "sessiontoken"}
+
+
+def secret_named(config, at=""):
+    for name, value in config.items():
+        if isinstance(value, dict):
+            yield from secret_named(value, f"{at}/{name}")
+        elif isinstance(value, str) and name.lower().replace("_", "").replace("-", "") in SECRET_NAMES:
+            yield f"{at}/{name}"
+
+
 def get_pointer(config, pointer):
     node = config
     for part in pointer.split("/")[1:]:
@@ -439,7 +454,9 @@ class Fake:
         config = sample("config", spec)
         fit_patterns(config, spec)
         recent_starts(config)
-        pointers = secrets_of(spec)
+        # The spec's secrets, and fields named as secrets are (the server
+        # takes neither in the clear: a user gives a credential for each).
+        pointers = sorted(set(secrets_of(spec)) | set(secret_named(config)))
         secrets = {}
         for p in pointers:
             v = get_pointer(config, p)
