@@ -389,12 +389,24 @@ async fn sync_and_compare(
         ours.sort();
         cdk.sort();
         if ours != cdk {
+            let (here, there) = (ours.iter().find(|r| !cdk.contains(r)), cdk.iter().find(|r| !ours.contains(r)));
+            // Where the first two that differ part, with some context.
+            let at = match (here, there) {
+                (Some(a), Some(b)) => a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count(),
+                _ => 0,
+            };
+            let around = |r: Option<&String>| {
+                r.map(|r| {
+                    let start = r.floor_char_boundary(at.saturating_sub(80));
+                    r[start..].chars().take(240).collect::<String>()
+                })
+            };
             return Err(Verdict::Different(format!(
-                "stream {stream}: {} records here, {} by the CDK; first difference: here {:?}, CDK {:?}",
+                "stream {stream}: {} records here, {} by the CDK; first difference at byte {at}: here {:?}, CDK {:?}",
                 ours.len(),
                 cdk.len(),
-                ours.iter().find(|r| !cdk.contains(r)).map(|r| r.chars().take(300).collect::<String>()),
-                cdk.iter().find(|r| !ours.contains(r)).map(|r| r.chars().take(300).collect::<String>()),
+                around(here),
+                around(there),
             )));
         }
         records += ours.len();
@@ -492,7 +504,14 @@ fn remove_pointer(config: &mut Value, pointer: &str) {
 /// A stream's records as the JSON-lines destination wrote them, without
 /// the destination's own fields, each as compact JSON text.
 fn read_lines(dir: &Path, stream: &str) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(dir.join(format!("{stream}.jsonl"))) else { return Vec::new() };
+    // The file is named as the destination names a table: lower case,
+    // anything but letters and digits an underscore.
+    let mut table: String =
+        stream.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).take(60).collect();
+    if table.is_empty() || table.starts_with(|c: char| c.is_ascii_digit()) {
+        table.insert(0, '_');
+    }
+    let Ok(text) = std::fs::read_to_string(dir.join(format!("{table}.jsonl"))) else { return Vec::new() };
     text.lines()
         .map(|line| {
             let mut record: serde_json::Map<String, Value> = serde_json::from_str(line).unwrap();

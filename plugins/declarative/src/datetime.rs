@@ -135,12 +135,15 @@ struct Found {
     yday: Option<u32>,
 }
 
+/// What a matched piece of text sets.
+type Setter = Box<dyn Fn(&mut Found)>;
+
 /// The texts a directive may match at the start of `s`, in the order
 /// Python's regular expression tries them, each with what it sets.
-fn candidates(d: char, s: &str) -> Vec<(usize, Box<dyn Fn(&mut Found)>)> {
+fn candidates(d: char, s: &str) -> Vec<(usize, Setter)> {
     let digits = |n: usize| s.len() >= n && s.as_bytes()[..n].iter().all(u8::is_ascii_digit);
     let number = |n: usize| s[..n].trim_start().parse::<u32>().unwrap_or(u32::MAX);
-    let mut out: Vec<(usize, Box<dyn Fn(&mut Found)>)> = Vec::new();
+    let mut out: Vec<(usize, Setter)> = Vec::new();
     // Two digits within range, then one (a leading space allowed where
     // Python allows it).
     let mut small = |lo2: u32, hi: u32, one_lo: u32, spaced: bool, set: fn(&mut Found, u32)| {
@@ -198,7 +201,7 @@ fn candidates(d: char, s: &str) -> Vec<(usize, Box<dyn Fn(&mut Found)>)> {
                 out.push((1, Box::new(|f| f.offset = Some(0))));
             }
             out.extend(offsets(s).into_iter().map(|(len, v)| {
-                let b: Box<dyn Fn(&mut Found)> = Box::new(move |f| f.offset = Some(v));
+                let b: Setter = Box::new(move |f| f.offset = Some(v));
                 (len, b)
             }));
         }

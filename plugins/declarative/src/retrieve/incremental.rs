@@ -172,7 +172,7 @@ pub fn latest(cursor: &DatetimeCursor, records: &[Value], so_far: Option<Instant
 /// Intervals sorted and merged where one ends (plus a granularity, or a
 /// millisecond) at or past where the next starts.
 fn merge(mut intervals: Vec<Interval>, cursor: &DatetimeCursor) -> Vec<Interval> {
-    intervals.sort_by(|a, b| (a.start, a.end).cmp(&(b.start, b.end)));
+    intervals.sort_by_key(|i| (i.start, i.end));
     let step = cursor.granularity.unwrap_or(Gap { months: 0, exact: chrono::TimeDelta::milliseconds(1) });
     let mut out: Vec<Interval> = Vec::with_capacity(intervals.len());
     for current in intervals {
