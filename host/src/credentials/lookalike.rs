@@ -133,13 +133,18 @@ fn names_a_secret(v: &Value) -> bool {
 /// Whether a value under a secret's name in a declarative manifest (a
 /// published document, not a user's settings) holds none: nothing (`""`), a
 /// placeholder of a character or two (a manifest's Basic `password: "x"`
-/// beside a key sent as the username), a reference to another part of the
+/// beside a key sent as the username) or a short lower-case word, a reference to another part of the
 /// document (`"#/definitions/bearer_authenticator"`), or a component of a
 /// declarative manifest (an object with a `type` such as
 /// `BearerAuthenticator`, whose own values are still searched).
 fn holds_no_secret(v: &Value) -> bool {
     match v {
-        Value::String(s) => s.chars().count() <= 2 || s.starts_with("#/"),
+        // A word (`api_token`: Toggl's Basic password is that text).
+        Value::String(s) => {
+            s.chars().count() <= 2
+                || s.starts_with("#/")
+                || (s.len() <= 16 && s.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        }
         Value::Object(map) => map
             .get("type")
             .and_then(Value::as_str)
@@ -230,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_manifests_placeholders_references_and_components_are_not_secrets() {
-        let manifest = serde_json::json!({ "configuration": { "manifest": { "refresh_token": "", "password": "x",
+        let manifest = serde_json::json!({ "configuration": { "manifest": { "refresh_token": "", "password": "x", "passwd": "api_token",
             "authenticators": { "api_key": "#/definitions/bearer", "oauth2_access_token": {
                 "type": "BearerAuthenticator", "api_token": "{{ config['token'] }}" } } } } });
         assert_eq!(find_secret(&manifest, ""), None);
@@ -239,7 +244,7 @@ mod tests {
         let inside = serde_json::json!({ "manifest": { "api_key": { "type": "BearerAuthenticator",
             "api_token": "abc123def456ghi789" } } });
         assert_eq!(find_secret(&inside, "").as_deref(), Some("manifest.api_key.api_token"));
-        for value in ["abc", "#definitely-a-password", "hunter22"] {
+        for value in ["abc123", "#definitely-a-password", "hunter22", "Hunter"] {
             let body = serde_json::json!({ "manifest": { "password": value } });
             assert!(find_secret(&body, "").is_some(), "{value}");
         }
