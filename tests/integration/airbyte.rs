@@ -44,8 +44,10 @@ const NOW: &str = "2026-11-20T12:00:00.123456Z";
 /// and next URLs (`RequestPath`), page and offset counters, substream
 /// routers, `AddFields`, `RemoveFields`, a `RecordFilter`, composite error
 /// handlers, keys in headers, query parameters, bearer tokens and
-/// Basic passwords, and incremental cursors (daily and monthly windows,
-/// a lookback, a data feed) read again from their state.
+/// Basic passwords (a literal word among them), added fields that render
+/// nothing, streams whose names are not table names, and incremental
+/// cursors (daily and monthly windows, a lookback, a data feed) read again
+/// from their state.
 const SAMPLE: &[&str] = &[
     "source-activecampaign",
     "source-aha",
@@ -68,10 +70,13 @@ const SAMPLE: &[&str] = &[
     "source-omnisend",
     "source-openweather",
     "source-orbit",
+    "source-pendo",
+    "source-pivotal-tracker",
     "source-oura",
     "source-pokeapi",
     "source-pypi",
     "source-sentry",
+    "source-toggl",
 ];
 
 /// The development corpus beside the repository.

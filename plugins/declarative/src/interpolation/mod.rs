@@ -146,14 +146,24 @@ impl Template {
     /// same template again as its default, and fails), and an empty
     /// rendering is the empty string.
     pub fn eval_string(&self, ctx: &Context) -> Result<Val, InterpolationError> {
+        self.eval_string_as(ctx, |_| true)
+    }
+
+    /// As [`Template::eval_string`], keeping the literal the text spells
+    /// only when `valid` accepts it (an `AddFields` value's `value_type`).
+    pub fn eval_string_as(&self, ctx: &Context, valid: impl Fn(&Val) -> bool) -> Result<Val, InterpolationError> {
+        let read = |text: String| match literal::literal(&text) {
+            Some(v) if valid(&v) => v,
+            _ => Val::Str(text),
+        };
         if self.nodes.is_none() {
             // Plain text is read as a literal too (`"100"` is 100).
-            return Ok(literal_or_text(self.source.clone()));
+            return Ok(read(self.source.clone()));
         }
         match self.render(ctx) {
             Ok(text) if text.is_empty() => Ok(Val::Str(text)),
-            Ok(text) => Ok(literal_or_text(text)),
-            Err(InterpolationError::Type(_)) => Ok(literal_or_text(self.source.clone())),
+            Ok(text) => Ok(read(text)),
+            Err(InterpolationError::Type(_)) => Ok(read(self.source.clone())),
             Err(e) => Err(e),
         }
     }

@@ -515,9 +515,10 @@ fn transform(t: &Transformation, record: &mut Value, slice: &Slice, env: &Env) -
                     .with("record", Val::from(&*record))
                     .with("stream_slice", slice.val())
                     .with("stream_state", Val::Dict(Vec::new()));
+                // An `InterpolatedString`: nothing rendered is "".
                 let value = field
                     .value
-                    .eval_as(&ctx, |v| field.value_type.is_none_or(|t| t.admits(v)))
+                    .eval_string_as(&ctx, |v| field.value_type.is_none_or(|t| t.admits(v)))
                     .map_err(|e| ReadError::evaluation("an added field", e))?;
                 if let Some(condition) = condition {
                     let path = Val::List(field.path.iter().map(|p| Val::Str(p.clone())).collect());
