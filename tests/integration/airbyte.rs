@@ -608,9 +608,10 @@ async fn a_manifest_that_would_expose_a_secret_is_refused_when_saved(backend: Ba
     let ok = save(one_stream(HOST, in_header.clone(), json!({})), json!({ "region": "eu" }), &header).await.unwrap();
     assert_eq!(ok.status(), 201, "{}", ok.text().await.unwrap());
 
-    // The secret with other text around it: only the guest could write it.
+    // The secret with other text around it outside a header: only the
+    // guest could write it.
     let prefixed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
-        "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Key" } });
+        "inject_into": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "key" } });
     let (code, path, body) =
         refused(save(one_stream(HOST, prefixed, json!({})), json!({}), &header).await.unwrap()).await;
     assert_eq!((code.as_str(), path.as_deref()), ("CONFIGURATION_INVALID", Some("/manifest/streams/0")), "{body}");

@@ -297,10 +297,19 @@ mod tests {
 
     #[test]
     fn what_would_let_the_guest_read_a_secret_is_refused_by_pointer() {
-        // Prefixed: only the guest could write it.
-        let prefixed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
+        // Framed in a header: the host writes the frame (the credential
+        // must hold it). Anywhere else, only the guest could write it.
+        let framed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
             "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "Authorization" } });
-        let config = json!({ "manifest": manifest(prefixed, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        let config = json!({ "manifest": manifest(framed, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
+        let place = checked(&config, now()).unwrap().placements[0].1.clone();
+        assert_eq!(
+            place,
+            Place::HeaderAround { header: "Authorization".into(), prefix: "Token ".into(), suffix: String::new() }
+        );
+        let in_query = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token {{ config['api_key'] }}",
+            "inject_into": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "key" } });
+        let config = json!({ "manifest": manifest(in_query, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
         let refused = checked(&config, now()).unwrap_err();
         assert_eq!(error_path(refused), "/manifest/streams/0");
         // Encoded into a parameter.
