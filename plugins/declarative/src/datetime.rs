@@ -392,7 +392,7 @@ pub fn strftime(t: &DateTime<FixedOffset>, format: &str) -> Result<String> {
             'w' => out.push_str(&t.weekday().num_days_from_sunday().to_string()),
             'U' | 'W' | 'V' | 'G' => out.push_str(&t.format(&format!("%{d}")).to_string()),
             '%' => out.push('%'),
-            other => return Err(bad(format!("the date directive %{other} is not supported"))),
+            other => return Err(bad(format!("the date directive %{other}"))),
         }
     }
     Ok(out)

@@ -392,17 +392,20 @@ fn macro_call(name: &str, args: &[Val], kwargs: &[(String, Val)], ctx: &Context)
                         &format,
                     )?));
                 }
-                Some(Val::Int(i)) => utc(Utc
-                    .timestamp_opt(*i, 0)
-                    .single()
-                    .ok_or_else(|| failed("format_datetime: timestamp out of range"))?),
+                Some(Val::Int(i)) => {
+                    let input = match arg(args, kwargs, 2, "input_format") {
+                        Some(Val::Str(input)) => input.as_str(),
+                        _ => "%s",
+                    };
+                    crate::datetime::parse(&i.to_string(), input).map_err(|e| failed(e.to_string()))?
+                }
                 Some(Val::Str(s)) => match arg(args, kwargs, 2, "input_format") {
                     Some(Val::Str(input)) => strptime(s, input)?,
                     _ => str_to_datetime(s)?,
                 },
                 _ => return Err(failed("format_datetime: dt must be a datetime, a string or a timestamp")),
             };
-            Val::Str(format_epoch_or_strftime(&at, &format)?)
+            Val::Str(crate::datetime::format(&at, &format).map_err(|e| failed(e.to_string()))?)
         }
         "max" | "min" => {
             let items: Vec<Val> = match args {
@@ -436,17 +439,6 @@ fn epoch_seconds(t: &DateTime<FixedOffset>) -> f64 {
     t.timestamp() as f64 + f64::from(t.timestamp_subsec_micros()) / 1e6
 }
 
-/// Airbyte's `format_datetime` formats: `%s` (epoch seconds), `%ms`
-/// (milliseconds), `%s_as_float`, else `strftime`.
-fn format_epoch_or_strftime(t: &DateTime<FixedOffset>, format: &str) -> Result<String> {
-    Ok(match format {
-        "%s" => t.timestamp().to_string(),
-        "%ms" => t.timestamp_millis().to_string(),
-        "%s_as_float" => Val::Float(epoch_seconds(t)).to_text(),
-        _ => strftime(t, format)?,
-    })
-}
-
 /// `dateutil.parser.isoparse`, naive values taken as UTC, the result in UTC.
 pub(crate) fn str_to_datetime(s: &str) -> Result<DateTime<FixedOffset>> {
     let s = s.trim();
@@ -472,51 +464,14 @@ pub(crate) fn str_to_datetime(s: &str) -> Result<DateTime<FixedOffset>> {
     Err(failed(format!("{s:?} is not an ISO 8601 date or time")))
 }
 
-/// Python's `strptime` for the directives manifests use.
+/// Python's `strptime`, a value without an offset taken as UTC.
 fn strptime(s: &str, format: &str) -> Result<DateTime<FixedOffset>> {
-    let chrono_format = python_to_chrono(format)?;
-    if let Ok(t) = DateTime::parse_from_str(s, &chrono_format) {
-        return Ok(t);
-    }
-    if let Ok(t) = NaiveDateTime::parse_from_str(s, &chrono_format) {
-        return Ok(utc(Utc.from_utc_datetime(&t)));
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(s, &chrono_format) {
-        return Ok(utc(Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap_or_default())));
-    }
-    Err(failed(format!("{s:?} does not match the format {format:?}")))
+    crate::datetime::strptime(s, format).map_err(|e| failed(e.to_string()))
 }
 
-/// Python's `strftime` (`%s` included: seconds since the epoch).
+/// Python's `strftime` (a directive it does not know is refused by name).
 pub(crate) fn strftime(t: &DateTime<FixedOffset>, format: &str) -> Result<String> {
-    Ok(t.format(&python_to_chrono(format)?).to_string())
-}
-
-/// A Python `strftime` format in chrono's terms: `%f` is six digits of
-/// microseconds; `%z` is `+0000`. Directives chrono lacks are refused.
-fn python_to_chrono(format: &str) -> Result<String> {
-    let mut out = String::with_capacity(format.len() + 4);
-    let mut chars = format.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('f') => out.push_str("%6f"),
-            Some(
-                d @ ('Y' | 'm' | 'd' | 'H' | 'M' | 'S' | 'z' | 'y' | 'b' | 'B' | 'a' | 'A' | 'j' | 'p' | 'I' | 'Z'
-                | 's' | 'U' | 'W' | 'w' | 'u' | 'V' | 'G' | 'e' | 'T' | 'D' | 'F'),
-            ) => {
-                out.push('%');
-                out.push(d);
-            }
-            Some('%') => out.push_str("%%"),
-            Some(other) => return Err(InterpolationError::Unsupported(format!("the date directive %{other}"))),
-            None => return Err(failed("a date format ends with %")),
-        }
-    }
-    Ok(out)
+    crate::datetime::strftime(t, format).map_err(|e| InterpolationError::Unsupported(e.to_string()))
 }
 
 /// An ISO 8601 duration (`P30D`, `PT1H`, `P1W`, `P1Y2M`: years and
