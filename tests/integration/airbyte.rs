@@ -301,21 +301,12 @@ async fn read_both(
         return Verdict::CdkFailed(error.chars().take(300).collect());
     }
     let directory = format!("airbyte-{name}");
-    let dest = json_ok(
-        srv.post(
-            "/v1/destinations",
-            json!({ "name": directory, "kind": "jsonl", "configuration": { "directory": directory } }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
+    let dest = jsonl_destination(srv, &directory).await;
     let mode = |s: &String| if incremental.contains(s) { "incremental_append" } else { "full_refresh_overwrite" };
     let pipeline = srv
         .post(
             "/v1/pipelines",
-            json!({ "name": name, "source_id": created["data"]["source_id"], "destination_id": dest["data"]["destination_id"],
+            json!({ "name": name, "source_id": created["data"]["source_id"], "destination_id": dest,
                 "streams": streams.iter().map(|s| json!({ "name": s, "sync_mode": mode(s) })).collect::<Vec<_>>() }),
         )
         .send()
@@ -375,10 +366,7 @@ async fn sync_and_compare(
     incremental: &[String],
     round: Round<'_>,
 ) -> Result<(usize, usize), Verdict> {
-    let job =
-        json_ok(srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
-            .await;
-    let job = wait(srv, job["data"]["job_id"].as_str().unwrap()).await;
+    let job = sync(srv, pipeline_id).await;
     let our_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
     if job["status"] != "succeeded" {
         return Err(Verdict::FailedHere(format!("the sync: {}", job["error"])));
@@ -455,6 +443,20 @@ async fn saved_states(srv: &TestServer, pipeline_id: &str) -> BTreeMap<String, V
             (r.try_get("stream").unwrap(), serde_json::from_str(&state).unwrap())
         })
         .collect()
+}
+
+/// A JSON-lines destination writing into `directory`: its id.
+async fn jsonl_destination(srv: &TestServer, directory: &str) -> Value {
+    let body = json!({ "name": directory, "kind": "jsonl", "configuration": { "directory": directory } });
+    json_ok(srv.post("/v1/destinations", body).send().await.unwrap()).await["data"]["destination_id"].clone()
+}
+
+/// Syncs a pipeline once: the job once it has ended.
+async fn sync(srv: &TestServer, pipeline_id: &str) -> Value {
+    let job =
+        json_ok(srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap())
+            .await;
+    wait(srv, job["data"]["job_id"].as_str().unwrap()).await
 }
 
 /// The job once it has ended (a sync of many slices may take a while).
@@ -806,19 +808,13 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
         )
         .await;
         let directory = format!("framed-{i}");
-        let dest = json_ok(
-            srv.post(
-                "/v1/destinations",
-                json!({ "name": directory, "kind": "jsonl", "configuration": { "directory": directory } }),
-            )
-            .send()
-            .await
-            .unwrap(),
-        )
-        .await;
+        let dest = jsonl_destination(&srv, &directory).await;
         let pipeline = json_ok(
-            srv.post("/v1/pipelines", json!({ "name": format!("framed {i}"), "source_id": source["data"]["source_id"],
-                "destination_id": dest["data"]["destination_id"], "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }))
+            srv.post(
+                "/v1/pipelines",
+                json!({ "name": format!("framed {i}"), "source_id": source["data"]["source_id"],
+                "destination_id": dest, "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+            )
             .send()
             .await
             .unwrap(),
@@ -826,11 +822,7 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
         .await;
         let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
         seen.lock().unwrap().clear();
-        let job = json_ok(
-            srv.request(reqwest::Method::POST, &format!("/v1/pipelines/{pipeline_id}/sync")).send().await.unwrap(),
-        )
-        .await;
-        let job = wait(&srv, job["data"]["job_id"].as_str().unwrap()).await;
+        let job = sync(&srv, pipeline_id).await;
         assert_eq!(job["status"], "succeeded", "{job}");
         assert_eq!(
             seen.lock().unwrap().as_slice(),

@@ -75,18 +75,10 @@ impl Connector for AirbyteManifest {
         for name in &names {
             let stream = prepared.stream(name)?;
             let mut seen = 0usize;
-            let outcome = retrieve::read(
-                &prepared.source,
-                stream,
-                &prepared.env,
-                None,
-                &mut transport,
-                &mut |records| {
-                    seen += records.len();
-                    Ok(Flow::Enough)
-                },
-                &mut |_| Ok(()),
-            );
+            let outcome = from_start(&prepared, stream, &mut transport, &mut |records| {
+                seen += records.len();
+                Ok(Flow::Enough)
+            });
             if let Err(e) = outcome {
                 return Ok(CheckResult::failure(format!("stream {name}: {}", transport.explain(e))));
             }
@@ -156,23 +148,26 @@ impl Connector for AirbyteManifest {
         let mut streams = serde_json::Map::new();
         for stream in prepared.source.streams.iter().take(PREVIEW_STREAMS) {
             let mut sample: Vec<Value> = Vec::new();
-            retrieve::read(
-                &prepared.source,
-                stream,
-                &prepared.env,
-                None,
-                &mut transport,
-                &mut |records| {
-                    sample.extend(records.into_iter().take(PREVIEW_RECORDS - sample.len()));
-                    Ok(if sample.len() >= PREVIEW_RECORDS { Flow::Enough } else { Flow::More })
-                },
-                &mut |_| Ok(()),
-            )
+            from_start(&prepared, stream, &mut transport, &mut |records| {
+                sample.extend(records.into_iter().take(PREVIEW_RECORDS - sample.len()));
+                Ok(if sample.len() >= PREVIEW_RECORDS { Flow::Enough } else { Flow::More })
+            })
             .map_err(|e| transport.explain(e))?;
             streams.insert(stream.name.clone(), Value::Array(sample));
         }
         Ok(json!({ "streams": streams }))
     }
+}
+
+/// Reads a stream from its start (a cursor's too) for a look at it, keeping
+/// no state.
+fn from_start(
+    prepared: &Prepared,
+    stream: &declarative::model::Stream,
+    transport: &mut HostTransport,
+    on_records: &mut dyn FnMut(Vec<Value>) -> std::result::Result<Flow, retrieve::ReadError>,
+) -> std::result::Result<Flow, retrieve::ReadError> {
+    retrieve::read(&prepared.source, stream, &prepared.env, None, transport, on_records, &mut |_| Ok(()))
 }
 
 connector_sdk::export_connector!(AirbyteManifest);
