@@ -27,6 +27,14 @@ const HOSTS: &[&str] = &["api.provider.test", "echo.provider.test", "redirect.pr
 fn provider_routes() -> Router {
     Router::new()
         .route("/ok", get(|| async { "fine" }))
+        // Longer than an epoch tick (5 ms): every request spans one.
+        .route(
+            "/unhurried",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(7)).await;
+                "fine"
+            }),
+        )
         .route("/gone", get(|| async { StatusCode::GONE }))
         .route(
             "/echo",
@@ -429,6 +437,23 @@ async fn an_infinite_loop_hits_the_cpu_limit_and_the_next_call_works() {
     let f = fixture().await;
     assert_eq!(f.preview(json!({ "behave": "loop" })).await, Err(InvocationError::CpuLimit));
     f.still_works().await;
+}
+
+/// The CPU limit counts guest code, not the waits in between: a call of
+/// many requests, each longer than a tick, waits far past the limit
+/// (500 ms here) and is not cut short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_spent_waiting_on_requests_is_not_guest_cpu() {
+    let f = fixture().await;
+    let before = f.provider.hits();
+    let request = json!({ "url": "https://api.provider.test/unhurried" });
+    let ok = f
+        .preview(json!({ "behave": "egress_timed", "times": 120, "request": request }))
+        .await
+        .expect("120 requests of 7 ms or more each: 840 ms of waiting, past a 500 ms CPU limit");
+    let waited: u64 = ok["nanos"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).sum();
+    assert!(waited > 840_000_000, "the requests took {waited} ns");
+    assert_eq!(f.provider.hits(), before + 120);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -202,6 +202,8 @@ pub struct Runtime {
     pub pooling: bool,
     /// The clock and randomness its guests see.
     time: sandbox::GuestTime,
+    /// The engine's epoch, as its ticker counts it.
+    epochs: sandbox::Epochs,
 }
 
 fn engine_config(pooling: Option<&Limits>, memories: Option<Arc<dyn wasmtime::MemoryCreator>>) -> Config {
@@ -281,10 +283,13 @@ impl Runtime {
 
         // The epoch ticker: CPU deadlines are counted in its ticks.
         let weak = engine.weak();
+        let epochs = sandbox::Epochs::default();
+        let ticks = epochs.clone();
         std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
             let tick = Duration::from_nanos(1_000_000_000 / sandbox::TICKS_PER_SECOND);
             while let Some(engine) = weak.upgrade() {
                 engine.increment_epoch();
+                ticks.tick();
                 drop(engine);
                 std::thread::sleep(tick);
             }
@@ -306,6 +311,7 @@ impl Runtime {
             compat_key,
             pooling,
             time: sandbox::GuestTime::Live,
+            epochs,
         })
     }
 
@@ -418,6 +424,7 @@ impl Runtime {
     ) -> Store<HostState> {
         HostState::store(
             &self.engine,
+            &self.epochs,
             self.limits.clone(),
             Invocation {
                 plugin_id: plugin.plugin_id.clone(),
@@ -464,6 +471,7 @@ impl Runtime {
     pub async fn describe(&self, plugin_id: &str, pre: &Pre) -> Result<ConnectorInfo, InvocationError> {
         let store = HostState::store(
             &self.engine,
+            &self.epochs,
             self.limits.clone(),
             Invocation {
                 plugin_id: plugin_id.into(),

@@ -2,11 +2,13 @@
 //! ambient state, and the limits every invocation runs under.
 //!
 //! - CPU: an epoch deadline of one tick, renewed by a callback that counts
-//!   the ticks during which guest code was running. Time blocked in any host
-//!   call (waiting for the provider, writing records, a WASI sleep between
-//!   retries) advances the epoch but runs no guest code, so it costs at most
-//!   one tick: a long sync that mostly waits on the network is not cut
-//!   short, while a busy loop is.
+//!   the ticks during which guest code was running. Time blocked in a host
+//!   call advances the epoch but runs no guest code: the tick that then
+//!   ends in the guest is not counted when the call was one of the host's
+//!   own that block (a request, records written, a checkpoint), and costs
+//!   at most one tick for any other (a WASI sleep between retries). A long
+//!   sync of many quick requests that mostly waits on the network is not
+//!   cut short, while a busy loop is.
 //! - Memory: a resource limiter on linear memories and tables, counting all
 //!   of an invocation's memories against one budget; refusals are
 //!   remembered so a memory bomb is reported as such.
@@ -184,6 +186,11 @@ pub struct HostState {
     pub(crate) limits: Arc<Limits>,
     /// Epoch ticks during which guest code ran.
     guest_ticks: u64,
+    /// The engine's epoch, as its ticker counts it.
+    epochs: Epochs,
+    /// Whether the epoch advanced during the last blocking host call: the
+    /// next tick the guest sees ended there.
+    tick_in_host: bool,
     /// The invocation's requests, shared with those started ahead.
     pub(crate) egress_usage: Arc<EgressUsage>,
     /// The plugin version's meters (none for `describe`).
@@ -215,10 +222,31 @@ pub struct Invocation {
 /// Epoch ticks per second (the engine's epoch is advanced by a thread).
 pub(crate) const TICKS_PER_SECOND: u64 = 200;
 
+/// The engine's epoch as its ticker counts it (the engine does not tell),
+/// so a host call can see whether a tick passed while it blocked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Epochs(Arc<std::sync::atomic::AtomicU64>);
+
+impl Epochs {
+    /// One tick passed (the ticker advanced the engine's epoch too).
+    pub(crate) fn tick(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn now(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 impl HostState {
     /// A fresh store for one invocation, with limits and the CPU deadline
     /// armed.
-    pub fn store(engine: &wasmtime::Engine, limits: Arc<Limits>, inv: Invocation) -> Store<HostState> {
+    pub(crate) fn store(
+        engine: &wasmtime::Engine,
+        epochs: &Epochs,
+        limits: Arc<Limits>,
+        inv: Invocation,
+    ) -> Store<HostState> {
         let output = CapturedOutput::new(limits.max_log_bytes);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(output.clone())
@@ -246,6 +274,8 @@ impl HostState {
             sink: inv.sink,
             limits,
             guest_ticks: 0,
+            epochs: epochs.clone(),
+            tick_in_host: false,
             egress_usage: Arc::default(),
             meters: inv.meters,
             cpu_exceeded: false,
@@ -258,6 +288,9 @@ impl HostState {
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
             let s = ctx.data_mut();
+            if std::mem::take(&mut s.tick_in_host) {
+                return Ok(UpdateDeadline::Yield(1));
+            }
             s.guest_ticks += 1;
             let budget = (s.limits.cpu.as_millis() as u64 * TICKS_PER_SECOND / 1000).max(1);
             if s.guest_ticks > budget {
@@ -269,6 +302,19 @@ impl HostState {
             Ok(UpdateDeadline::Yield(1))
         });
         store
+    }
+
+    /// The epoch as a blocking host call starts.
+    pub(crate) fn host_call_starts(&self) -> u64 {
+        self.epochs.now()
+    }
+
+    /// A blocking host call that started at epoch `started` ends: a tick
+    /// that passed while it blocked is not the guest's.
+    pub(crate) fn host_call_ends(&mut self, started: u64) {
+        if self.epochs.now() != started {
+            self.tick_in_host = true;
+        }
     }
 
     /// What the invocation cost; counted on the plugin's meters and the

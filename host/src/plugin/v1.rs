@@ -307,7 +307,10 @@ impl HostState {
         let Some(call) = self.egress_call() else {
             return Err(http::HttpError::Denied("outbound requests are not available in this call".into()));
         };
-        call.send(req).await
+        let started = self.host_call_starts();
+        let answer = call.send(req).await;
+        self.host_call_ends(started);
+        answer
     }
 
     /// What a request of this call needs of the store, owned, so that it
@@ -434,10 +437,13 @@ impl sink::Host for HostState {
         if let Some(i) = records.iter().position(|r| r.len() > max) {
             Err(sink::SinkError::RecordTooLarge(i as u32))
         } else {
-            match self.sink.as_mut() {
+            let started = self.host_call_starts();
+            let done = match self.sink.as_mut() {
                 None => Err(sink::SinkError::Rejected("records can only be emitted during a read".into())),
                 Some(s) => s.emit(&stream, records).await.map_err(refusal_to),
-            }
+            };
+            self.host_call_ends(started);
+            done
         }
     }
 
@@ -445,10 +451,13 @@ impl sink::Host for HostState {
         if state.len() > self.limits.max_record_bytes {
             Err(sink::SinkError::Rejected("state too large".into()))
         } else {
-            match self.sink.as_mut() {
+            let started = self.host_call_starts();
+            let done = match self.sink.as_mut() {
                 None => Err(sink::SinkError::Rejected("checkpoints can only be made during a read".into())),
                 Some(s) => s.checkpoint(&stream, state).await.map_err(refusal_to),
-            }
+            };
+            self.host_call_ends(started);
+            done
         }
     }
 }
@@ -493,7 +502,7 @@ mod tests {
                 meters: None,
                 time: Default::default(),
             };
-            HostState::store(&engine, limits.clone(), invocation)
+            HostState::store(&engine, &Default::default(), limits.clone(), invocation)
         };
         for _ in 0..2 {
             let err = check(&pre, &mut fresh_store(), "{}").await.map(drop).expect_err("a u32 function is not `check`");

@@ -103,7 +103,10 @@ impl HostState {
     ) -> wasmtime::Result<Result<http::Response, http::HttpError>> {
         let mut pending = self.table.delete(this)?;
         self.pending = self.pending.saturating_sub(1);
-        match (&mut pending.task).await {
+        let started = self.host_call_starts();
+        let answer = (&mut pending.task).await;
+        self.host_call_ends(started);
+        match answer {
             Ok(answer) => Ok(answer),
             Err(e) => Ok(Err(http::HttpError::ConnectionFailed(format!("the request stopped: {e}")))),
         }
