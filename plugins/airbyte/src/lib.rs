@@ -40,6 +40,7 @@ use connector_sdk::{
     CheckResult, Connector, ConnectorInfo, Error, Operation, ReadRequest, Result, Sink, Stream, Value, json,
 };
 use declarative::retrieve::{self, Flow};
+use serde_json::value::RawValue;
 
 use source::{Config, Prepared};
 use transport::HostTransport;
@@ -128,7 +129,8 @@ impl Connector for AirbyteManifest {
             state.as_ref(),
             &mut transport,
             &mut |records| {
-                Sink::emit(&name, &records).map_err(|e| retrieve::ReadError::Stopped(e.to_string()))?;
+                let texts: Vec<&str> = records.iter().map(|r| r.get()).collect();
+                Sink::emit_json(&name, &texts).map_err(|e| retrieve::ReadError::Stopped(e.to_string()))?;
                 Ok(Flow::More)
             },
             &mut |state| {
@@ -149,7 +151,12 @@ impl Connector for AirbyteManifest {
         for stream in prepared.source.streams.iter().take(PREVIEW_STREAMS) {
             let mut sample: Vec<Value> = Vec::new();
             from_start(&prepared, stream, &mut transport, &mut |records| {
-                sample.extend(records.into_iter().take(PREVIEW_RECORDS - sample.len()));
+                for record in records.iter().take(PREVIEW_RECORDS - sample.len()) {
+                    sample.push(
+                        serde_json::from_str(record.get())
+                            .map_err(|e| retrieve::ReadError::Invalid(format!("a record: {e}")))?,
+                    );
+                }
                 Ok(if sample.len() >= PREVIEW_RECORDS { Flow::Enough } else { Flow::More })
             })
             .map_err(|e| transport.explain(e))?;
@@ -165,7 +172,7 @@ fn from_start(
     prepared: &Prepared,
     stream: &declarative::model::Stream,
     transport: &mut HostTransport,
-    on_records: &mut dyn FnMut(Vec<Value>) -> std::result::Result<Flow, retrieve::ReadError>,
+    on_records: &mut dyn FnMut(Vec<Box<RawValue>>) -> std::result::Result<Flow, retrieve::ReadError>,
 ) -> std::result::Result<Flow, retrieve::ReadError> {
     retrieve::read(&prepared.source, stream, &prepared.env, None, transport, on_records, &mut |_| Ok(()))
 }

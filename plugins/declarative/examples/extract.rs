@@ -1,6 +1,7 @@
 //! Selects records for the corpus harness (`tests/python/airbyte_extract.py`):
 //! one JSON object per input line, `{"body", "path": [segments]}`, and per
-//! line out `{"records": […]}`.
+//! line out `{"records": […]}`: the body as the page's text, as the
+//! runtime reads it.
 
 use std::io::{BufRead, Write};
 
@@ -18,7 +19,8 @@ fn main() {
                     .flatten()
                     .map(|s| s.as_str().unwrap_or_default().to_owned())
                     .collect();
-                json!({ "records": declarative::extract::records(&input["body"], &path) })
+                let page = input["body"].to_string();
+                json!({ "records": declarative::extract::records(&page, &path) })
             }
             Err(e) => json!({ "error": e.to_string() }),
         };

@@ -1,102 +1,252 @@
-//! Records out of a decoded page: the `DpathExtractor`'s `field_path`
-//! (already interpolated), as the CDK reads it with `dpath`: a path
-//! without `*` is followed to one value (a list is its records, another
-//! truthy value is one record, anything missing or empty none); a path
-//! with `*` segments collects every value at that depth, `*` matching
-//! every key of an object and every item of a list.
+//! Records out of a page's text, and the parts of it templates read,
+//! without decoding more of the page than that.
+//!
+//! [`records`] is the `DpathExtractor`'s `field_path` (already
+//! interpolated) as the CDK reads it with `dpath`, after its JSON
+//! decoder: a page that is a JSON list is a stream of bodies, each
+//! searched; text that is not JSON is an empty body; a path without `*`
+//! is followed to one value (a list is its records, another truthy value
+//! is one record, anything missing or empty none); a path with `*`
+//! segments collects every value at that depth, `*` matching every key
+//! of an object and every item of a list. The records stay the page's
+//! text: a connector that only passes them on never decodes them.
+//!
+//! [`view`] is the response as the paginator's templates see it, decoded
+//! only along the key paths they read ([`Reach`]).
+//!
+//! Objects are read as Python's `json` reads them: keys in the order
+//! written, a repeated key in its first place with its last value.
 
-use serde_json::Value;
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
-/// The records `path` selects in `body`, in the order the page holds them.
-pub fn records<'a>(body: &'a Value, path: &[String]) -> Vec<&'a Value> {
-    let extracted: Vec<&Value> = if path.is_empty() {
-        vec![body]
-    } else if path.iter().any(|segment| segment == "*") {
+use crate::interpolation::{Reach, Val};
+
+/// The records `path` selects in `page`, in the order the page holds them.
+pub fn records<'a>(page: &'a str, path: &[String]) -> Vec<&'a RawValue> {
+    let Some(body) = root(page) else { return Vec::new() };
+    match level(body) {
+        Level::List(bodies) => bodies.into_iter().flat_map(|b| select(b, path)).collect(),
+        _ => select(body, path),
+    }
+}
+
+/// The response as templates reading `reach` of it see it: the decoded
+/// page where they read all of it, else an object holding only the
+/// values at their key paths (an empty object for a page that is not
+/// JSON, or that nothing reads).
+pub fn view(page: &str, reach: &Reach) -> Val {
+    let empty = || Val::Dict(Vec::new());
+    match reach {
+        Reach::Nothing => empty(),
+        Reach::Whole => serde_json::from_str(page).unwrap_or_else(|_| empty()),
+        Reach::Paths(paths) => {
+            let paths: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
+            root(page).map_or_else(empty, |body| pruned(body, &paths))
+        }
+    }
+}
+
+/// The page as one JSON value, if it is one.
+fn root(page: &str) -> Option<&RawValue> {
+    serde_json::from_str::<&RawValue>(page).ok()
+}
+
+/// The value at `paths` of `raw`, decoded where a path ends (or meets
+/// anything but an object), left out where no path goes.
+fn pruned(raw: &RawValue, paths: &[&[String]]) -> Val {
+    let whole = || serde_json::from_str(raw.get()).unwrap_or(Val::None);
+    if paths.iter().any(|p| p.is_empty()) {
+        return whole();
+    }
+    match level(raw) {
+        Level::Object(entries) => Val::Dict(
+            entries
+                .into_iter()
+                .filter_map(|(key, value)| {
+                    let below: Vec<&[String]> = paths.iter().filter(|p| p[0] == key).map(|p| &p[1..]).collect();
+                    (!below.is_empty()).then(|| (key, pruned(value, &below)))
+                })
+                .collect(),
+        ),
+        _ => whole(),
+    }
+}
+
+/// The records of one body.
+fn select<'a>(body: &'a RawValue, path: &[String]) -> Vec<&'a RawValue> {
+    if path.iter().any(|segment| segment == "*") {
         // dpath's `values` is a list, and each value found is one of its
         // records, as it is (a list, or null, too).
         let mut found = Vec::new();
         collect(body, path, &mut found);
         return found;
-    } else {
-        match follow(body, path) {
-            Some(v) => vec![v],
+    }
+    let mut at = body;
+    for segment in path {
+        match step(at, segment) {
+            Some(next) => at = next,
             None => return Vec::new(),
         }
-    };
-    extracted.into_iter().flat_map(expand).collect()
+    }
+    expand(at)
 }
 
 /// What the CDK yields for one extracted value: a list's items, a truthy
 /// value itself, nothing for a falsy one.
-fn expand(v: &Value) -> Vec<&Value> {
-    match v {
-        Value::Array(items) => items.iter().collect(),
-        Value::Null | Value::Bool(false) => Vec::new(),
-        Value::Object(o) if o.is_empty() => Vec::new(),
-        Value::String(s) if s.is_empty() => Vec::new(),
-        Value::Number(n) if n.as_f64() == Some(0.0) => Vec::new(),
-        other => vec![other],
+fn expand(v: &RawValue) -> Vec<&RawValue> {
+    let text = v.get();
+    match text.as_bytes().first() {
+        Some(b'[') => match level(v) {
+            Level::List(items) => items,
+            _ => Vec::new(),
+        },
+        Some(b'n' | b'f') => Vec::new(),
+        Some(b'{') if text[1..].trim_start().starts_with('}') => Vec::new(),
+        Some(b'"') if text == "\"\"" => Vec::new(),
+        Some(b'-' | b'0'..=b'9') if text.parse::<f64>().is_ok_and(|n| n == 0.0) => Vec::new(),
+        _ => vec![v],
     }
 }
 
-/// The one value at `path` (list items by their index), if there is one.
-fn follow<'a>(mut at: &'a Value, path: &[String]) -> Option<&'a Value> {
-    for segment in path {
-        at = step(at, segment)?;
-    }
-    Some(at)
-}
-
-fn step<'a>(at: &'a Value, segment: &str) -> Option<&'a Value> {
-    match at {
-        Value::Object(map) => map.get(segment),
-        Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
-        _ => None,
+/// The member `segment` of an object, or the item at that index of a list.
+fn step<'a>(at: &'a RawValue, segment: &str) -> Option<&'a RawValue> {
+    match level(at) {
+        Level::Object(entries) => entries.into_iter().find(|(k, _)| k == segment).map(|(_, v)| v),
+        Level::List(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i).copied()),
+        Level::Other => None,
     }
 }
 
 /// Every value at `path`, `*` matching each key or item at its level.
-fn collect<'a>(at: &'a Value, path: &[String], out: &mut Vec<&'a Value>) {
+fn collect<'a>(at: &'a RawValue, path: &[String], out: &mut Vec<&'a RawValue>) {
     let Some((segment, rest)) = path.split_first() else {
         out.push(at);
         return;
     };
     if segment == "*" {
-        match at {
-            Value::Object(map) => map.values().for_each(|v| collect(v, rest, out)),
-            Value::Array(items) => items.iter().for_each(|v| collect(v, rest, out)),
-            _ => {}
+        match level(at) {
+            Level::Object(entries) => entries.into_iter().for_each(|(_, v)| collect(v, rest, out)),
+            Level::List(items) => items.into_iter().for_each(|v| collect(v, rest, out)),
+            Level::Other => {}
         }
     } else if let Some(next) = step(at, segment) {
         collect(next, rest, out);
     }
 }
 
+/// One level of a JSON value, its members still text.
+enum Level<'a> {
+    /// Keys in the order written; a repeated key keeps its first place
+    /// and its last value.
+    Object(Vec<(String, &'a RawValue)>),
+    List(Vec<&'a RawValue>),
+    Other,
+}
+
+fn level(raw: &RawValue) -> Level<'_> {
+    match raw.get().as_bytes().first() {
+        Some(b'{' | b'[') => {
+            serde_json::Deserializer::from_str(raw.get()).deserialize_any(LevelVisitor).unwrap_or(Level::Other)
+        }
+        _ => Level::Other,
+    }
+}
+
+struct LevelVisitor;
+
+impl<'de> Visitor<'de> for LevelVisitor {
+    type Value = Level<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object or list")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Level<'de>, A::Error> {
+        let mut entries: Vec<(String, &'de RawValue)> = Vec::new();
+        while let Some((key, value)) = map.next_entry::<String, &'de RawValue>()? {
+            match entries.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((key, value)),
+            }
+        }
+        Ok(Level::Object(entries))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Level<'de>, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            items.push(item);
+        }
+        Ok(Level::List(items))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn path(p: &[&str]) -> Vec<String> {
         p.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    fn decoded(records: Vec<&RawValue>) -> Vec<Value> {
+        records.iter().map(|r| serde_json::from_str(r.get()).unwrap()).collect()
+    }
+
     #[test]
     fn paths_select_records_as_dpath_does() {
         let body = json!({ "data": [{ "id": 1 }, { "id": 2 }], "one": { "id": 3 }, "empty": {}, "none": null,
-            "groups": [{ "items": [{ "id": 4 }] }, { "items": [{ "id": 5 }, { "id": 6 }] }], "byKey": { "a": { "id": 7 }, "b": { "id": 8 } } });
-        let ids = |records: Vec<&Value>| records.iter().map(|r| r["id"].clone()).collect::<Vec<_>>();
+            "groups": [{ "items": [{ "id": 4 }] }, { "items": [{ "id": 5 }, { "id": 6 }] }], "zero": 0.0, "blank": "", "no": false })
+        .to_string();
+        let ids = |records: Vec<&RawValue>| decoded(records).iter().map(|r| r["id"].clone()).collect::<Vec<_>>();
         assert_eq!(ids(records(&body, &path(&["data"]))), [json!(1), json!(2)]);
         assert_eq!(ids(records(&body, &path(&["one"]))), [json!(3)]);
-        assert!(records(&body, &path(&["empty"])).is_empty());
-        assert!(records(&body, &path(&["none"])).is_empty());
+        for falsy in ["empty", "none", "zero", "blank", "no"] {
+            assert!(records(&body, &path(&[falsy])).is_empty(), "{falsy}");
+        }
         assert!(records(&body, &path(&["missing", "x"])).is_empty());
         assert_eq!(ids(records(&body, &path(&["data", "1"]))), [json!(2)]);
-        assert_eq!(ids(records(&body, &path(&["byKey", "*"]))), [json!(7), json!(8)]);
+        // Keys in the order written, as Python's dicts keep them.
+        let by_key = r#"{"byKey": {"b": {"id": 7}, "a": {"id": 8}}}"#;
+        assert_eq!(ids(records(by_key, &path(&["byKey", "*"]))), [json!(7), json!(8)]);
         // Each value found is one record, a list too.
         let lists = records(&body, &path(&["groups", "*", "items"]));
         assert_eq!(lists.len(), 2);
-        assert!(lists[1].is_array());
-        assert_eq!(records(&json!([{ "id": 9 }]), &[]).len(), 1);
+        assert!(decoded(lists)[1].is_array());
+    }
+
+    #[test]
+    fn a_list_is_a_stream_of_bodies_and_text_that_is_not_json_an_empty_one() {
+        let page = r#"[{"data": [{"id": 1}]}, {"data": [{"id": 2}, {"id": 3}]}]"#;
+        assert_eq!(records(page, &path(&["data"])).len(), 3);
+        assert_eq!(records(r#"[{"id": 9}, {}]"#, &[]).len(), 1);
+        assert!(records("not json", &[]).is_empty());
+        assert!(records("  ", &path(&["data"])).is_empty());
+        // The records are the page's own text.
+        assert_eq!(records(r#"{"data": [ {"b": 1,  "a": 2} ]}"#, &path(&["data"]))[0].get(), r#"{"b": 1,  "a": 2}"#);
+        // A repeated key: its last value.
+        assert_eq!(records(r#"{"data": [1], "data": [{"id": 4}]}"#, &path(&["data"])).len(), 1);
+    }
+
+    #[test]
+    fn a_view_decodes_only_the_paths_read() {
+        let page = r#"{"data": [{"id": 1}], "meta": {"next": "b", "size": 3}, "links": {"self": "x"}}"#;
+        let reach = Reach::Paths(vec![path(&["meta", "next"]), path(&["links"])]);
+        assert_eq!(
+            view(page, &reach),
+            Val::Dict(vec![
+                ("meta".into(), Val::Dict(vec![("next".into(), Val::Str("b".into()))])),
+                ("links".into(), Val::Dict(vec![("self".into(), Val::Str("x".into()))])),
+            ])
+        );
+        // Through a list, the list whole.
+        let reach = Reach::Paths(vec![path(&["data", "0", "id"])]);
+        assert_eq!(view(page, &reach).get("data"), Some(&Val::List(vec![Val::Dict(vec![("id".into(), Val::Int(1))])])));
+        assert_eq!(view(page, &Reach::Whole), serde_json::from_str::<Val>(page).unwrap());
+        assert_eq!(view(page, &Reach::Nothing), Val::Dict(Vec::new()));
+        assert_eq!(view("<html>", &Reach::Whole), Val::Dict(Vec::new()));
+        assert_eq!(view("[1, 2]", &Reach::Paths(vec![path(&["x"])])), Val::List(vec![Val::Int(1), Val::Int(2)]));
     }
 }

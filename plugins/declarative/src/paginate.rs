@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::interpolation::{Context, InterpolationError, Template, Val};
+use crate::interpolation::{Context, InterpolationError, Reach, Template, Val};
 
 /// A pagination strategy, its templates parsed.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +28,8 @@ pub enum PageSize {
 /// What the strategy sees of the page just read.
 #[derive(Debug, Clone)]
 pub struct Page {
-    /// The decoded body.
+    /// The decoded body (as much of it as the strategy reads:
+    /// [`Strategy::response_reach`]).
     pub response: Val,
     /// The response's headers (names as sent), `link` replaced by the
     /// parsed Link header ([`links`]).
@@ -159,6 +160,18 @@ impl Strategy {
         match self {
             Strategy::Cursor { page_size, .. } | Strategy::PageIncrement { page_size, .. } => page_size.is_some(),
             Strategy::OffsetIncrement { page_size, .. } => page_size.is_some(),
+        }
+    }
+
+    /// What the strategy's templates read of the response.
+    pub fn response_reach(&self) -> Reach {
+        match self {
+            Strategy::Cursor { cursor_value, stop_condition, .. } => {
+                let stop = stop_condition.as_ref().map_or(Reach::Nothing, |t| t.reach("response"));
+                cursor_value.reach("response").and(stop)
+            }
+            Strategy::OffsetIncrement { page_size: Some(PageSize::Interpolated(t)), .. } => t.reach("response"),
+            _ => Reach::Nothing,
         }
     }
 

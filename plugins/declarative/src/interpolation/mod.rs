@@ -16,7 +16,7 @@
 //! | `parse` | templates and expressions, with Jinja2's precedence |
 //! | `eval` | operators, macros, filters, tests and methods |
 //! | `literal` | the CDK's `literal_eval` of a rendered template |
-//! | this file | [`Template`], [`Context`] and [`InterpolationError`] |
+//! | this file | [`Template`], [`Context`], [`Reach`] and [`InterpolationError`] |
 
 pub(crate) mod eval;
 mod literal;
@@ -85,6 +85,40 @@ impl Context {
     }
 }
 
+/// What a template reads of one variable: nothing, the values at some
+/// key paths of it (`response.meta.next`, `response['links'].get('next')`),
+/// or all of it (a method called on it, a key computed, the variable
+/// itself).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Reach {
+    #[default]
+    Nothing,
+    Paths(Vec<Vec<String>>),
+    Whole,
+}
+
+impl Reach {
+    /// `path` read too (the empty path is all of it).
+    pub fn add(&mut self, path: Vec<String>) {
+        match self {
+            _ if path.is_empty() => *self = Reach::Whole,
+            Reach::Whole => {}
+            Reach::Nothing => *self = Reach::Paths(vec![path]),
+            Reach::Paths(paths) => paths.push(path),
+        }
+    }
+
+    /// What this and `other` read together.
+    pub fn and(mut self, other: Reach) -> Reach {
+        match other {
+            Reach::Nothing => {}
+            Reach::Whole => self = Reach::Whole,
+            Reach::Paths(paths) => paths.into_iter().for_each(|p| self.add(p)),
+        }
+        self
+    }
+}
+
 /// A parsed interpolated string.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Template {
@@ -112,6 +146,15 @@ impl Template {
     /// The template as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// What the template reads of the variable `name`.
+    pub fn reach(&self, name: &str) -> Reach {
+        let mut out = Reach::Nothing;
+        if let Some(nodes) = &self.nodes {
+            parse::reach(nodes, name, &mut out);
+        }
+        out
     }
 
     /// Whether the string holds Jinja at all.
@@ -221,6 +264,31 @@ mod tests {
                 "response",
                 Val::from(&json!({ "meta": { "next_page": null }, "hasNext": false, "items": [1, 2, 3] })),
             )
+    }
+
+    #[test]
+    fn a_template_reaches_the_key_paths_it_reads() {
+        let reach = |source: &str| Template::parse(source).unwrap().reach("response");
+        let paths =
+            |ps: &[&[&str]]| Reach::Paths(ps.iter().map(|p| p.iter().map(|s| (*s).to_owned()).collect()).collect());
+        assert_eq!(reach("{{ response.meta.current_page + 1 }}"), paths(&[&["meta", "current_page"]]));
+        assert_eq!(
+            reach("{{ response['links'].get('next', config['x']) if response.has_more }}"),
+            paths(&[&["links", "next"], &["has_more"]])
+        );
+        assert_eq!(reach("{{ not response.data }}"), paths(&[&["data"]]));
+        assert_eq!(reach("{{ response.data | length < 10 }}"), paths(&[&["data"]]));
+        assert_eq!(reach("{{ response.data[-1].id }}"), paths(&[&["data"]]));
+        assert_eq!(reach("{{ 'next' not in response or response.next == '' }}"), paths(&[&["next"], &["next"]]));
+        assert_eq!(reach("{{ 'a' in response.meta }}"), paths(&[&["meta", "a"]]));
+        assert_eq!(reach("{{ response.meta in ['a'] }}"), paths(&[&["meta"]]));
+        // A method, a computed key or the variable itself: all of it.
+        assert_eq!(reach("{{ response.keys() | list }}"), Reach::Whole);
+        assert_eq!(reach("{{ response[config['key']] }}"), Reach::Whole);
+        assert_eq!(reach("{{ response }}"), Reach::Whole);
+        assert_eq!(reach("{{ last_record.id }}"), Reach::Nothing);
+        assert_eq!(reach("page"), Reach::Nothing);
+        assert_eq!(reach("{{ response.a }}").and(reach("{{ response }}")), Reach::Whole);
     }
 
     fn eval(source: &str) -> Val {

@@ -4,6 +4,7 @@
 //! are refused by name.
 
 use super::InterpolationError;
+use super::Reach;
 use super::value::Val;
 
 /// A parsed template.
@@ -57,6 +58,107 @@ pub(crate) fn names(nodes: &[Node], out: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// What `nodes` read of the variable `name` ([`Reach`]).
+pub(crate) fn reach(nodes: &[Node], name: &str, out: &mut Reach) {
+    for node in nodes {
+        match node {
+            Node::Text(_) => {}
+            Node::Expr(e) => expr_reach(e, name, out),
+            Node::If { branches, otherwise } => {
+                for (cond, body) in branches {
+                    expr_reach(cond, name, out);
+                    reach(body, name, out);
+                }
+                reach(otherwise, name, out);
+            }
+        }
+    }
+}
+
+fn expr_reach(e: &Expr, name: &str, out: &mut Reach) {
+    if let Some((path, others)) = key_path(e, name) {
+        out.add(path);
+        others.into_iter().for_each(|o| expr_reach(o, name, out));
+        return;
+    }
+    match e {
+        Expr::Lit(_) | Expr::Name(_) => {}
+        Expr::List(items) => items.iter().for_each(|i| expr_reach(i, name, out)),
+        Expr::Dict(entries) => entries.iter().for_each(|(k, v)| {
+            expr_reach(k, name, out);
+            expr_reach(v, name, out);
+        }),
+        Expr::Attr(t, _) | Expr::Neg(t) | Expr::Not(t) | Expr::Test(t, _, _) => expr_reach(t, name, out),
+        Expr::Index(a, b) | Expr::Binary(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            expr_reach(a, name, out);
+            expr_reach(b, name, out);
+        }
+        Expr::Slice(t, a, b) => {
+            expr_reach(t, name, out);
+            a.iter().chain(b.iter()).for_each(|e| expr_reach(e, name, out));
+        }
+        Expr::Call(target, args, kwargs) => {
+            match &**target {
+                // A method reads all of its receiver.
+                Expr::Attr(receiver, _) => expr_reach(receiver, name, out),
+                Expr::Name(_) => {}
+                other => expr_reach(other, name, out),
+            }
+            args.iter().chain(kwargs.iter().map(|(_, v)| v)).for_each(|a| expr_reach(a, name, out));
+        }
+        Expr::Filter(t, _, args) => {
+            expr_reach(t, name, out);
+            args.iter().for_each(|a| expr_reach(a, name, out));
+        }
+        Expr::Compare(first, rest) => {
+            expr_reach(first, name, out);
+            let mut left = &**first;
+            for (op, right) in rest {
+                // `'key' in name.path` reads whether that key is there.
+                match (op, left, key_path(right, name)) {
+                    (CmpOp::In | CmpOp::NotIn, Expr::Lit(Val::Str(key)), Some((mut path, others))) => {
+                        path.push(key.clone());
+                        out.add(path);
+                        others.into_iter().for_each(|o| expr_reach(o, name, out));
+                    }
+                    _ => expr_reach(right, name, out),
+                }
+                left = right;
+            }
+        }
+        Expr::Cond { then, cond, otherwise } => {
+            expr_reach(then, name, out);
+            expr_reach(cond, name, out);
+            otherwise.iter().for_each(|e| expr_reach(e, name, out));
+        }
+    }
+}
+
+/// The keys `e` follows from the variable `name` (`name.a['b'].get('c',
+/// default)`), with the expressions on the way that are not keys (a
+/// `get`'s default), if `e` is such a path.
+fn key_path<'e>(e: &'e Expr, name: &str) -> Option<(Vec<String>, Vec<&'e Expr>)> {
+    let (target, key, others): (&Expr, &str, &[Expr]) = match e {
+        Expr::Name(n) if n == name => return Some((Vec::new(), Vec::new())),
+        Expr::Attr(target, key) => (target, key, &[]),
+        Expr::Index(target, index) => match &**index {
+            Expr::Lit(Val::Str(key)) => (target, key, &[]),
+            _ => return None,
+        },
+        Expr::Call(method, args, kwargs) if kwargs.is_empty() && (1..=2).contains(&args.len()) => {
+            match (&**method, &args[0]) {
+                (Expr::Attr(target, m), Expr::Lit(Val::Str(key))) if m == "get" => (target, key, &args[1..]),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    let (mut path, mut found) = key_path(target, name)?;
+    path.push(key.to_owned());
+    found.extend(others);
+    Some((path, found))
 }
 
 fn expr_names(e: &Expr, out: &mut Vec<String>) {

@@ -12,7 +12,8 @@ use super::ReadError;
 use crate::datetime::Gap;
 use crate::model::cursor::DatetimeCursor;
 
-type Instant = DateTime<FixedOffset>;
+/// A cursor value read, with the offset it was written with.
+pub type Instant = DateTime<FixedOffset>;
 
 /// An interval of the cursor read, and the latest value seen in it.
 #[derive(Debug, Clone, PartialEq)]

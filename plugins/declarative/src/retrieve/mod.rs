@@ -20,8 +20,9 @@ pub mod incremental;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::interpolation::{Context, InterpolationError, Val};
+use crate::interpolation::{Context, InterpolationError, Reach, Val};
 use crate::model::cursor::DatetimeCursor;
 use crate::model::partition::Router;
 use crate::model::record::Transformation;
@@ -29,7 +30,7 @@ use crate::model::{Source, Stream};
 use crate::paginate::{Page, Strategy};
 use crate::secrets::Secrets;
 pub use http::{Body, Credential, Method, Place, Request, Response};
-use incremental::{CursorState, Window};
+use incremental::{CursorState, Instant, Window};
 
 /// Sends requests for the runtime.
 pub trait Transport {
@@ -164,7 +165,7 @@ impl Slice {
 
 /// Reads `stream` of `source` from `state` (a stream with an incremental
 /// cursor; `None` reads from its start): `on_records` gets each page's
-/// records, transformed, and says whether to go on; `on_state` gets the
+/// records (JSON text), transformed, and says whether to go on; `on_state` gets the
 /// state after each window of the cursor read to its end (and once at
 /// the end).
 pub fn read(
@@ -173,12 +174,12 @@ pub fn read(
     env: &Env,
     state: Option<&Value>,
     transport: &mut dyn Transport,
-    on_records: &mut dyn FnMut(Vec<Value>) -> Result<Flow, ReadError>,
+    on_records: &mut dyn FnMut(Vec<Box<RawValue>>) -> Result<Flow, ReadError>,
     on_state: &mut dyn FnMut(Value) -> Result<(), ReadError>,
 ) -> Result<Flow, ReadError> {
     let Some(cursor) = &stream.cursor else {
         for slice in slices(source, stream, env, None, transport)? {
-            if read_slice(stream, &slice, env, None, transport, on_records)? == Flow::Enough {
+            if read_slice(stream, &slice, env, None, &mut None, transport, on_records)? == Flow::Enough {
                 return Ok(Flow::Enough);
             }
         }
@@ -189,10 +190,8 @@ pub fn read(
     for window in &windows {
         let slice = Slice::window(cursor, window);
         let mut latest = None;
-        let flow = read_slice(stream, &slice, env, Some((cursor, &cursor_state)), transport, &mut |records| {
-            latest = incremental::latest(cursor, &records, latest);
-            on_records(records)
-        })?;
+        let bounds = Some((cursor, &cursor_state));
+        let flow = read_slice(stream, &slice, env, bounds, &mut latest, transport, on_records)?;
         if flow == Flow::Enough {
             return Ok(Flow::Enough);
         }
@@ -296,11 +295,13 @@ fn router_slices(
                 for parent_slice in slices(source, &parent.stream, env, parent_state.as_mut(), transport)? {
                     let mut records = Vec::new();
                     let bounds = parent.stream.cursor.as_ref().zip(parent_state.as_ref());
-                    read_slice(&parent.stream, &parent_slice, env, bounds, transport, &mut |page| {
+                    read_slice(&parent.stream, &parent_slice, env, bounds, &mut None, transport, &mut |page| {
                         records.extend(page);
                         Ok(Flow::More)
                     })?;
                     for record in records {
+                        let record: Value = serde_json::from_str(record.get())
+                            .map_err(|e| ReadError::Invalid(format!("stream {}: a record: {e}", parent.stream.name)))?;
                         let Some(value) = dpath_get(&record, &key).filter(|v| !v.is_null()) else { continue };
                         let extra = parent
                             .extra_fields
@@ -339,89 +340,52 @@ fn dpath_get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 /// Reads every page of one slice (of a cursor's window, with its state:
-/// records older than the state dropped where the cursor says so).
+/// records older than the state dropped where the cursor says so, and
+/// `latest` the greatest cursor value kept). Records stay the page's
+/// text unless a filter, a transformation or a cursor must read them.
 fn read_slice(
     stream: &Stream,
     slice: &Slice,
     env: &Env,
     bounds: Option<(&DatetimeCursor, &CursorState)>,
+    latest: &mut Option<Instant>,
     transport: &mut dyn Transport,
-    on_records: &mut dyn FnMut(Vec<Value>) -> Result<Flow, ReadError>,
+    on_records: &mut dyn FnMut(Vec<Box<RawValue>>) -> Result<Flow, ReadError>,
 ) -> Result<Flow, ReadError> {
     let retriever = &stream.retriever;
     let mut token = retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
     let field_path = field_path(stream, env)?;
-    let transform_first =
-        retriever.selector.transform_before_filtering.unwrap_or_else(|| bounds.is_some_and(|(c, _)| c.client_side));
+    let reach = retriever.paginator.as_ref().map_or(Reach::Nothing, |p| p.strategy.response_reach());
+    let decode = bounds.is_some() || retriever.selector.filter.is_some() || !stream.transformations.is_empty();
     loop {
         let request = build::request(stream, slice, token.as_ref(), env)?;
         let Some(response) = send(stream, &request, env, transport)? else { return Ok(Flow::More) };
-        let body: Value = if response.body.iter().all(u8::is_ascii_whitespace) {
-            Value::Object(Default::default())
-        } else {
-            serde_json::from_slice(&response.body).unwrap_or_else(|_| Value::Object(Default::default()))
-        };
-        let extracted: Vec<Value> = match &body {
-            // A JSON list is a stream of bodies, each searched.
-            Value::Array(items) => {
-                items.iter().flat_map(|b| crate::extract::records(b, &field_path)).cloned().collect()
-            }
-            _ => crate::extract::records(&body, &field_path).into_iter().cloned().collect(),
-        };
+        // A page that is not UTF-8 is no JSON: an empty body.
+        let text = std::str::from_utf8(&response.body).unwrap_or_default();
+        let extracted = crate::extract::records(text, &field_path);
         let extracted_count = extracted.len() as i64;
-        let mut kept = Vec::with_capacity(extracted.len());
-        let filter_ctx = |token: Option<&Val>| {
-            Context::at(env.now)
-                .with("config", env.config.clone())
-                .with("parameters", retriever.selector.filter_parameters.clone())
-                .with("stream_slice", slice.val())
-                .with("next_page_token", build::next_page_token(token))
-                .with("stream_state", Val::Dict(Vec::new()))
+        let (kept, last_record, feed_ends) = if decode {
+            let records = extracted
+                .into_iter()
+                .map(|r| serde_json::from_str::<Value>(r.get()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ReadError::Invalid(format!("stream {}: a record: {e}", stream.name)))?;
+            let (mut kept, last_record, feed_ends) = select(stream, slice, env, bounds, token.as_ref(), records)?;
+            if let Some((cursor, _)) = bounds {
+                *latest = incremental::latest(cursor, &kept, *latest);
+            }
+            let kept = kept
+                .iter_mut()
+                .map(|r| serde_json::value::to_raw_value(r))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ReadError::Invalid(format!("stream {}: a record: {e}", stream.name)))?;
+            (kept, last_record, feed_ends)
+        } else {
+            let last_record =
+                extracted.last().map_or(Val::None, |r| serde_json::from_str(r.get()).unwrap_or(Val::None));
+            (extracted.into_iter().map(ToOwned::to_owned).collect(), last_record, false)
         };
-        let ctx = retriever.selector.filter.as_ref().map(|_| filter_ctx(token.as_ref()));
-        for mut record in extracted {
-            if transform_first {
-                for t in &stream.transformations {
-                    transform(t, &mut record, slice, env)?;
-                }
-            }
-            if let Some((cursor, state)) = bounds
-                && cursor.client_side
-                && !cursor.data_feed
-                && !state.keeps(cursor, &record)
-            {
-                continue;
-            }
-            if let (Some(filter), Some(ctx)) = (&retriever.selector.filter, &ctx) {
-                let ctx = ctx.clone().with("record", Val::from(&record));
-                if !crate::paginate::condition(filter, &ctx)
-                    .map_err(|e| ReadError::evaluation("the record filter", e))?
-                {
-                    continue;
-                }
-            }
-            if !transform_first {
-                for t in &stream.transformations {
-                    transform(t, &mut record, slice, env)?;
-                }
-            }
-            if env.secrets.touches_json(&record) {
-                return Err(ReadError::Secret(format!("stream {}: a record would hold a secret", stream.name)));
-            }
-            kept.push(record);
-        }
-        let last_record = kept.last().map_or(Val::None, Val::from);
         let kept_count = kept.len() as i64;
-        // A data feed stops at the first page whose last record is older
-        // than the state, and drops the older records once pages have
-        // seen them.
-        let mut feed_ends = false;
-        if let Some((cursor, state)) = bounds
-            && cursor.data_feed
-        {
-            feed_ends = kept.last().is_some_and(|r| !state.keeps(cursor, r));
-            kept.retain(|r| state.keeps(cursor, r));
-        }
         if !kept.is_empty() && on_records(kept)? == Flow::Enough {
             return Ok(Flow::Enough);
         }
@@ -429,14 +393,13 @@ fn read_slice(
             return Ok(Flow::More);
         }
         let Some(paginator) = &retriever.paginator else { return Ok(Flow::More) };
-        let response_val: Val = serde_json::from_slice(&response.body).unwrap_or(Val::Dict(Vec::new()));
         let mut headers: Vec<(String, Val)> =
             response.headers.iter().map(|(k, v)| (k.clone(), Val::Str(v.clone()))).collect();
         let link = response.header("link").map(crate::paginate::links).unwrap_or(Val::Dict(Vec::new()));
         headers.retain(|(k, _)| !k.eq_ignore_ascii_case("link"));
         headers.push(("link".into(), link));
         let page = Page {
-            response: response_val,
+            response: crate::extract::view(text, &reach),
             headers: Val::Dict(headers),
             last_record,
             last_page_size: match paginator.strategy {
@@ -455,6 +418,73 @@ fn read_slice(
             None => return Ok(Flow::More),
         }
     }
+}
+
+/// The records of a page a filter, transformations or a cursor keep, as
+/// the CDK's record selector keeps them; the last record the paginator
+/// sees; and whether a data feed ends with this page (its last record
+/// older than the state).
+fn select(
+    stream: &Stream,
+    slice: &Slice,
+    env: &Env,
+    bounds: Option<(&DatetimeCursor, &CursorState)>,
+    token: Option<&Val>,
+    extracted: Vec<Value>,
+) -> Result<(Vec<Value>, Val, bool), ReadError> {
+    let retriever = &stream.retriever;
+    let transform_first =
+        retriever.selector.transform_before_filtering.unwrap_or_else(|| bounds.is_some_and(|(c, _)| c.client_side));
+    let ctx = retriever.selector.filter.as_ref().map(|_| {
+        Context::at(env.now)
+            .with("config", env.config.clone())
+            .with("parameters", retriever.selector.filter_parameters.clone())
+            .with("stream_slice", slice.val())
+            .with("next_page_token", build::next_page_token(token))
+            .with("stream_state", Val::Dict(Vec::new()))
+    });
+    let mut kept = Vec::with_capacity(extracted.len());
+    for mut record in extracted {
+        if transform_first {
+            for t in &stream.transformations {
+                transform(t, &mut record, slice, env)?;
+            }
+        }
+        if let Some((cursor, state)) = bounds
+            && cursor.client_side
+            && !cursor.data_feed
+            && !state.keeps(cursor, &record)
+        {
+            continue;
+        }
+        if let (Some(filter), Some(ctx)) = (&retriever.selector.filter, &ctx) {
+            let ctx = ctx.clone().with("record", Val::from(&record));
+            if !crate::paginate::condition(filter, &ctx).map_err(|e| ReadError::evaluation("the record filter", e))? {
+                continue;
+            }
+        }
+        if !transform_first {
+            for t in &stream.transformations {
+                transform(t, &mut record, slice, env)?;
+            }
+        }
+        if env.secrets.touches_json(&record) {
+            return Err(ReadError::Secret(format!("stream {}: a record would hold a secret", stream.name)));
+        }
+        kept.push(record);
+    }
+    let last_record = kept.last().map_or(Val::None, Val::from);
+    // A data feed stops at the first page whose last record is older
+    // than the state, and drops the older records once pages have seen
+    // them.
+    let mut feed_ends = false;
+    if let Some((cursor, state)) = bounds
+        && cursor.data_feed
+    {
+        feed_ends = kept.last().is_some_and(|r| !state.keeps(cursor, r));
+        kept.retain(|r| state.keeps(cursor, r));
+    }
+    Ok((kept, last_record, feed_ends))
 }
 
 /// The extractor's field path, rendered.
