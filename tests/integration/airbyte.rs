@@ -75,6 +75,7 @@ const SAMPLE: &[&str] = &[
     "source-oura",
     "source-pokeapi",
     "source-pypi",
+    "source-secoda",
     "source-sentry",
     "source-toggl",
 ];
@@ -258,6 +259,10 @@ async fn read_both(
             declarative::retrieve::Place::BasicUsername { password } => {
                 body["kind"] = json!("basic");
                 body["password"] = json!(password);
+            }
+            declarative::retrieve::Place::BasicBoth => {
+                body["kind"] = json!("basic");
+                body["secret_as"] = json!("username_and_password");
             }
             declarative::retrieve::Place::HeaderAround { header, prefix, suffix } => {
                 body["kind"] = json!("secret");
@@ -738,9 +743,9 @@ async fn a_manifest_source_may_be_large_and_other_sources_may_not(backend: Backe
 
 on_both_backends!(a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_the_host);
 /// An API that wants `Authorization: Token token="<key>"`, or its key as
-/// the Basic username beside a password that is none: the credential is
-/// stored so (`header_prefix`/`header_suffix`, or `basic` with
-/// `password`), the manifest's request must match it, and the host writes
+/// the Basic username beside a password that is none, or as both: the
+/// credential is stored so (`header_prefix`/`header_suffix`, or `basic`
+/// with `password` or `secret_as`), the manifest's request must match it, and the host writes
 /// the secret there — the provider sees it, the records and the job never
 /// do. A credential cannot frame a secret elsewhere than a header, nor
 /// take a password that is itself shaped like a secret.
@@ -780,6 +785,8 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
     let framed = json!({ "type": "ApiKeyAuthenticator", "api_token": "Token token=\"{{ config['api_key'] }}\"",
         "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "Authorization" } });
     let username = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['api_key'] }}", "password": "x" });
+    let both = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['api_key'] }}",
+        "password": "{{ config['api_key'] }}" });
     let cases = [
         (
             framed,
@@ -789,6 +796,10 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
         (username, json!({ "kind": "basic", "password": "x" }), {
             use base64::Engine;
             format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{KEY}:x")))
+        }),
+        (both, json!({ "kind": "basic", "secret_as": "username_and_password" }), {
+            use base64::Engine;
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{KEY}:{KEY}")))
         }),
     ];
     for (i, (authenticator, stored, expected)) in cases.into_iter().enumerate() {
@@ -842,6 +853,10 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
         (json!({ "kind": "secret", "query_parameter": "key", "header_prefix": "Token " }), "header_prefix"),
         (json!({ "kind": "api_token", "header_prefix": "Token " }), "kind"),
         (json!({ "kind": "basic", "username": "me", "password": "x" }), "password"),
+        (json!({ "kind": "basic", "username": "me", "secret_as": "username_and_password" }), "secret_as"),
+        (json!({ "kind": "basic", "secret_as": "password" }), "secret_as"),
+        (json!({ "kind": "secret", "header": "X-Key", "secret_as": "username_and_password" }), "secret_as"),
+        (json!({ "kind": "api_token", "secret_as": "username_and_password" }), "kind"),
     ] {
         let body =
             crate::support::expect_error(credential(extra.clone()).await.unwrap(), 400, "VALIDATION_FAILED").await;

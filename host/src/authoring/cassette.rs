@@ -292,6 +292,7 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         Placement::Header(name) => format!("header:{name}"),
         Placement::BasicPassword(user) => format!("basic:{user}"),
         Placement::BasicUsername(password) => format!("basic-username:{password}"),
+        Placement::BasicBoth => "basic-both".into(),
         Placement::HeaderAround { header, prefix, suffix } => {
             format!("header-around:{}", serde_json::json!({ "header": header, "prefix": prefix, "suffix": suffix }))
         }
@@ -326,6 +327,7 @@ pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
     match text.split_once(':') {
         None if text == "bearer" => Some(Placement::Bearer),
         None if text == "as-stored" => Some(Placement::AsStored),
+        None if text == "basic-both" => Some(Placement::BasicBoth),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
         Some(("basic", user)) => Some(Placement::BasicPassword(user.to_owned())),
         Some(("basic-username", password)) => Some(Placement::BasicUsername(password.to_owned())),
@@ -695,6 +697,7 @@ mod tests {
             Placement::Header("X-Api-Key".into()),
             Placement::BasicPassword("me".into()),
             Placement::BasicUsername("x".into()),
+            Placement::BasicBoth,
             Placement::HeaderAround {
                 header: "authorization".into(),
                 prefix: "Token token=\"".into(),

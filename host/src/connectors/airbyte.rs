@@ -158,6 +158,7 @@ fn as_placement(place: &Place) -> Placement {
         Place::BodyField(f) => Placement::BodyField(f.clone()),
         Place::Basic { username } => Placement::BasicPassword(username.clone()),
         Place::BasicUsername { password } => Placement::BasicUsername(password.clone()),
+        Place::BasicBoth => Placement::BasicBoth,
         Place::HeaderAround { header, prefix, suffix } => Placement::HeaderAround {
             header: header.to_ascii_lowercase(),
             prefix: prefix.clone(),

@@ -788,6 +788,8 @@ fn unbound(record: &CredentialRecord) -> Result<(), SecretError> {
 pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
     match record.kind {
         CredentialKind::ApiToken | CredentialKind::Oauth2 => Ok(Placement::Bearer),
+        // The secret as the username and as the password.
+        CredentialKind::Basic if record.metadata.get("secret_as").is_some() => Ok(Placement::BasicBoth),
         // The secret as the username, beside a password that is none.
         CredentialKind::Basic if record.metadata.get("password").is_some_and(Value::is_string) => {
             Ok(Placement::BasicUsername(record.metadata["password"].as_str().unwrap_or_default().to_owned()))

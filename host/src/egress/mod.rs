@@ -132,6 +132,8 @@ pub enum Placement {
     /// HTTP Basic with the secret as username and this (non-secret)
     /// password: an API that takes its key as the username.
     BasicUsername(String),
+    /// HTTP Basic with the secret as both the username and the password.
+    BasicBoth,
     /// The secret between a fixed prefix and suffix as the value of this
     /// header (`Authorization: Token token="<secret>"`).
     HeaderAround { header: String, prefix: String, suffix: String },
@@ -154,7 +156,7 @@ impl Placement {
         match (self, other) {
             (Placement::AsStored, _) | (_, Placement::AsStored) => true,
             (Placement::Signed(a), Placement::Signed(b)) => a == b,
-            (Placement::Bearer, Placement::Bearer) => true,
+            (Placement::Bearer, Placement::Bearer) | (Placement::BasicBoth, Placement::BasicBoth) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
             (Placement::BasicPassword(a), Placement::BasicPassword(b))
             | (Placement::BasicUsername(a), Placement::BasicUsername(b))
@@ -175,6 +177,7 @@ impl Placement {
             Placement::Header(name) => format!("in header {name}"),
             Placement::BasicPassword(user) => format!("as the Basic password of {user}"),
             Placement::BasicUsername(_) => "as the Basic username".into(),
+            Placement::BasicBoth => "as the Basic username and password".into(),
             Placement::HeaderAround { header, prefix, suffix } => {
                 format!("in header {header} as {prefix}<secret>{suffix}")
             }
@@ -688,6 +691,7 @@ impl Egress {
                     Placement::Header(name) => builder.header(name.as_str(), secret.expose_secret()),
                     Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
                     Placement::BasicUsername(password) => builder.basic_auth(secret.expose_secret(), Some(password)),
+                    Placement::BasicBoth => builder.basic_auth(secret.expose_secret(), Some(secret.expose_secret())),
                     Placement::HeaderAround { header, prefix, suffix } => {
                         builder.header(header.as_str(), format!("{prefix}{}{suffix}", secret.expose_secret()))
                     }
@@ -951,6 +955,7 @@ pub(crate) fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
     let pair = match placement {
         Placement::BasicPassword(user) => Some(format!("{user}:{secret}")),
         Placement::BasicUsername(password) => Some(format!("{secret}:{password}")),
+        Placement::BasicBoth => Some(format!("{secret}:{secret}")),
         _ => None,
     };
     if let Some(pair) = pair {

@@ -37,7 +37,8 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewCredentialBody {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
-    /// password of `username`, or the username beside `password`) or
+    /// password of `username`, the username beside `password`, or both
+    /// with `secret_as`) or
     /// `secret` (sent as the value of `header`, framed by `header_prefix`
     /// and `header_suffix` if given, `query_parameter` or `body_field`).
     #[serde(default = "default_kind")]
@@ -70,6 +71,10 @@ pub(crate) struct NewCredentialBody {
     /// takes its key as the Basic username): the password beside it, not a
     /// secret (often empty, or `x`); then `username` is not given.
     pub password: Option<String>,
+    /// For `basic` credentials whose secret is both the username and the
+    /// password (an API that takes its key as both): `username_and_password`;
+    /// then neither `username` nor `password` is given.
+    pub secret_as: Option<String>,
     /// Query parameter name for `secret` credentials, e.g. `api_key`: the
     /// host adds it to the URL it sends, never to what a connector sees.
     pub query_parameter: Option<String>,
@@ -131,6 +136,7 @@ async fn create_credential(
             header_prefix: body.header_prefix.as_deref(),
             header_suffix: body.header_suffix.as_deref(),
             password: body.password.as_deref(),
+            secret_as: body.secret_as.as_deref(),
         },
         &body.hosts,
     )?;

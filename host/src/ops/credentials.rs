@@ -83,6 +83,9 @@ pub(crate) struct SecretPlace<'a> {
     /// For `basic` credentials whose secret is the username: the password
     /// beside it, not a secret (often empty, or `x`).
     pub password: Option<&'a str>,
+    /// For `basic` credentials: `username_and_password` when the secret is
+    /// both.
+    pub secret_as: Option<&'a str>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -147,7 +150,13 @@ pub(crate) fn credential_fields(
     }
     match kind {
         CredentialKind::ApiToken => {
-            if username.is_some() || header.is_some() || elsewhere || framed || place.password.is_some() {
+            if username.is_some()
+                || header.is_some()
+                || elsewhere
+                || framed
+                || place.password.is_some()
+                || place.secret_as.is_some()
+            {
                 return Err(ApiError::invalid_field(
                     "kind",
                     "an api_token is sent as a bearer token: it takes no username, header, query_parameter or body_field",
@@ -161,6 +170,23 @@ pub(crate) fn credential_fields(
                     "header",
                     "a basic credential is sent as HTTP Basic: it takes no header, query_parameter or body_field",
                 ));
+            }
+            if let Some(secret_as) = place.secret_as {
+                if secret_as != SECRET_AS_BOTH {
+                    return Err(ApiError::invalid_field(
+                        "secret_as",
+                        format!(
+                            "secret_as is `{SECRET_AS_BOTH}` (the secret as both parts of HTTP Basic) or not given"
+                        ),
+                    ));
+                }
+                if username.is_some() || on_page || place.password.is_some() {
+                    return Err(ApiError::invalid_field(
+                        "secret_as",
+                        "a basic credential whose secret is both username and password takes no username or password",
+                    ));
+                }
+                return Ok(json!({ "secret_as": SECRET_AS_BOTH }));
             }
             if let Some(password) = place.password {
                 // The secret is the username; the password is none.
@@ -185,8 +211,9 @@ pub(crate) fn credential_fields(
             if username.is_some() {
                 return Err(ApiError::invalid_field("username", "a secret credential takes no username"));
             }
-            if place.password.is_some() {
-                return Err(ApiError::invalid_field("password", "a secret credential takes no password"));
+            if place.password.is_some() || place.secret_as.is_some() {
+                let field = if place.password.is_some() { "password" } else { "secret_as" };
+                return Err(ApiError::invalid_field(field, format!("a secret credential takes no {field}")));
             }
             if framed && header.is_none() {
                 return Err(ApiError::invalid_field(
@@ -282,6 +309,10 @@ fn check_placeholder(field: &str, text: &str) -> ApiResult<()> {
     }
     Ok(())
 }
+
+/// A `basic` credential's `secret_as` when its secret is both the username
+/// and the password.
+pub(crate) const SECRET_AS_BOTH: &str = "username_and_password";
 
 /// What a `basic` credential's username must be.
 const USERNAME_RULE: &str = "a basic credential needs a username (without ':' or control characters)";

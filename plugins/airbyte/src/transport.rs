@@ -89,7 +89,9 @@ impl Transport for HostTransport {
                 Place::BodyField(field) => builder.credential_in_body(handle, field.clone()),
                 // Places only the credential's record can name (checked
                 // against the manifest when the source was saved).
-                Place::HeaderAround { .. } | Place::BasicUsername { .. } => builder.credential_as_stored(handle),
+                Place::HeaderAround { .. } | Place::BasicUsername { .. } | Place::BasicBoth => {
+                    builder.credential_as_stored(handle)
+                }
             };
         }
         let response = builder.send_raw()?;

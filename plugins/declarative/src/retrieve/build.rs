@@ -272,9 +272,9 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
         crate::model::request::Method::Get => Method::Get,
         crate::model::request::Method::Post => Method::Post,
     };
-    let body = if method == Method::Get {
-        Body::None
-    } else if let Some(text) = options.text {
+    // A body goes with every method, GET included, as the CDK sends it
+    // (its body methods are GET, POST, PUT and PATCH).
+    let body = if let Some(text) = options.text {
         if !options.data.is_empty() {
             return Err(ReadError::Invalid("a text body cannot take form fields too".into()));
         }
@@ -331,7 +331,7 @@ fn describe(place: &Place) -> String {
         Place::Header(h) => format!("header {h}"),
         Place::Query(q) => format!("query parameter {q}"),
         Place::BodyField(f) => format!("body field {f}"),
-        Place::Basic { .. } | Place::BasicUsername { .. } => "Basic authentication".into(),
+        Place::Basic { .. } | Place::BasicUsername { .. } | Place::BasicBoth => "Basic authentication".into(),
         Place::HeaderAround { header, .. } => format!("header {header}"),
     }
 }
@@ -432,8 +432,11 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                 (Holds::Nothing, Holds::Secret(pointer)) => {
                     Ok(Some(Credential { pointer, place: Place::Basic { username: user } }))
                 }
+                (Holds::Secret(pointer), Holds::Secret(same)) if pointer == same => {
+                    Ok(Some(Credential { pointer, place: Place::BasicBoth }))
+                }
                 _ => Err(ReadError::Secret(
-                    "Basic authentication with a secret username and a secret password: the host places one secret in a request".into(),
+                    "Basic authentication with two secrets (a secret username and another secret password): the host places one secret in a request".into(),
                 )),
             }
         }

@@ -62,6 +62,8 @@ pub enum Place {
     HeaderAround { header: String, prefix: String, suffix: String },
     /// The username of HTTP Basic with this (non-secret) password.
     BasicUsername { password: String },
+    /// Both the username and the password of HTTP Basic.
+    BasicBoth,
 }
 
 /// An answer.
