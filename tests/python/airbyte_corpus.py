@@ -4,6 +4,7 @@ spec (defaults, examples, else a sample of the declared type and format).
 """
 
 import glob
+import json
 import os
 
 import yaml
@@ -22,9 +23,20 @@ def sample(name, schema):
     if not isinstance(schema, dict):
         return "sample"
     if "default" in schema:
-        return schema["default"]
+        default = schema["default"]
+        # A default written as a schema (an object's properties): its sample.
+        if isinstance(default, dict) and default.get("type") == "object" and "properties" in default:
+            return sample(name, default)
+        return default
     if schema.get("examples"):
-        return schema["examples"][0]
+        example = schema["examples"][0]
+        # An array's example is sometimes one of its items, a string's a
+        # number or a boolean as JSON writes it.
+        if schema.get("type") == "array" and not isinstance(example, list):
+            return [example]
+        if schema.get("type") == "string" and not isinstance(example, str):
+            return json.dumps(example)
+        return example
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):

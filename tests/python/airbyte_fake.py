@@ -92,6 +92,10 @@ def point_at_fake(node):
                 # Every URL the template may give (a default, either side
                 # of a condition).
                 v = re.sub(r"https?://", f"https://{FAKE_HOST}/", v.strip())
+            if k == "$parameters" and isinstance(v, dict):
+                # URLs handed down to a requester's `url_base`.
+                v = {pk: re.sub(r"^https?://", f"https://{FAKE_HOST}/", pv.strip()) if isinstance(pv, str) else pv
+                     for pk, pv in v.items()}
             out[k] = point_at_fake(v)
         return out
     if isinstance(node, list):
@@ -202,7 +206,7 @@ def loose(template):
     return "".join("[^?]*?" if p.startswith("{") else re.escape(p) for p in parts)
 
 
-def value_for(name, schema, seed):
+def value_for(name, schema, seed, depth=0):
     kind = schema.get("type") if isinstance(schema, dict) else None
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
@@ -214,6 +218,10 @@ def value_for(name, schema, seed):
     if kind == "boolean":
         return h % 2 == 0
     if kind == "object":
+        # Its own properties, a level or two deep, where the schema names them.
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if properties and depth < 2:
+            return {k: value_for(k, v, f"{seed}/{k}", depth + 1) for k, v in list(properties.items())[:12]}
         return {"k": f"v{h % 1000}"}
     if kind == "array":
         return [f"a{h % 1000}"]
@@ -242,7 +250,12 @@ class Stream:
         self.parameters = requester.get("$parameters", {})
         self.config = config
         base = re.sub(r"^https?://[^/]*", "", (requester.get("url_base") or requester.get("url") or "").strip())
-        self.route = re.compile(loose(base.rstrip("/")) + "/?" + loose((requester.get("path") or "").lstrip("/")) + "$")
+        # A path may hold a query of its own (`content?type=page`): the
+        # route is the part before, the query tells streams apart.
+        path, _, fixed = (requester.get("path") or "").partition("?")
+        self.route = re.compile(loose(base.rstrip("/")) + "/?" + loose(path.lstrip("/")) + "$")
+        self.fixed_query = [q for q in urllib.parse.parse_qsl(fixed, keep_blank_values=True)
+                            if not re.search(r"[{}]", q[0] + q[1])]
         self.literal = len(re.sub(r"\{\{.*?\}\}", "", (requester.get("url_base") or "") + (requester.get("path") or "")))
         auth = requester.get("authenticator")
         self.authenticates = isinstance(auth, dict) and auth.get("type") not in (None, "NoAuth")
@@ -398,12 +411,25 @@ class Stream:
             return None
 
     def wrap(self, records):
-        if not self.field_path:
-            return records
-        body = records
-        for key in reversed(self.field_path):
-            body = {("items" if key == "*" else key): body}
-        return body
+        """The body holding `records` where the extractor finds them: a
+        `*` is a list whose every item leads to one record."""
+        return wrap_at(records, list(self.field_path or []))
+
+
+def wrap_at(records, path):
+    if not path:
+        return records
+    head, rest = path[0], path[1:]
+    if head == "*":
+        return [one_at(r, rest) for r in records]
+    return {head: wrap_at(records, rest)}
+
+
+def one_at(record, path):
+    if not path:
+        return record
+    head, rest = path[0], path[1:]
+    return [one_at(record, rest)] if head == "*" else {head: one_at(record, rest)}
 
 
 def find_option(where, name, query, headers, body):
@@ -472,10 +498,15 @@ class Fake:
             for key in ("url_base", "url"):
                 text = node.get(key) if isinstance(node, dict) else None
                 if isinstance(text, str):
-                    m = re.match(r"\s*\{\{\s*config(?:\.get\(['\"](\w+)['\"]|\[['\"](\w+)['\"]\]|\.(\w+))", text)
+                    m = re.match(r"\s*\{\{\s*config((?:\.get\(['\"]\w+['\"]|\[['\"]\w+['\"]\]|\.\w+)+)", text)
                     if m:
-                        name = m.group(1) or m.group(2) or m.group(3)
-                        config[name] = f"https://{FAKE_HOST}/{name}-base"
+                        # The chain of keys (`config['region']['url_base']`).
+                        found = re.findall(r"\.get\(['\"](\w+)['\"]|\[['\"](\w+)['\"]\]|\.(\w+)", m.group(1))
+                        chain = [a or b or c for a, b, c in found]
+                        node = config
+                        for k in chain[:-1]:
+                            node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
+                        node[chain[-1]] = f"https://{FAKE_HOST}/{chain[-1]}-base"
         schemas = self.package(path)
         pointed = point_at_fake(manifest)
         r = resolved(pointed)
@@ -484,6 +515,11 @@ class Fake:
             if node.get("type") == "ParentStreamConfig" and isinstance(node.get("parent_key"), str):
                 keys.append([k for k in str(render(node["parent_key"], config, node.get("$parameters"))).split("/") if k])
         keys.extend([[m] for m in re.findall(r"last_record\[['\"](\w+)['\"]\]", json.dumps(r))])
+        # Nested fields a transformation reads (`record["attributes"]["id"]`).
+        for chain in re.findall(r"record((?:\[\\?['\"]\w+\\?['\"]\]){2,})", json.dumps(r)):
+            path = re.findall(r"(\w+)", chain)
+            if path not in keys:
+                keys.append(path)
         streams = [Stream(s, config, keys) for s in r.get("streams") or []]
         with self.lock:
             self.streams = sorted(streams, key=lambda s: -s.literal)
@@ -530,8 +566,11 @@ class Fake:
         with self.lock:
             self.log.append({"method": method, "path": parsed.path, "query": [list(q) for q in query if q[0] != "__page"],
                              "page": dict(query).get("__page"), "body": decoded})
-            stream = next((s for s in self.streams if s.route.match(urllib.parse.unquote(parsed.path))), None)
+            routed = [s for s in self.streams if s.route.match(urllib.parse.unquote(parsed.path))
+                      and all(list(q) in [list(x) for x in query] for q in s.fixed_query)]
+            stream = max(routed, key=lambda s: len(s.fixed_query), default=None)
             if stream is None:
+                print(f"the fake: no stream serves {method} {target}", file=sys.stderr)
                 return 404, {}, {"error": f"no stream serves {parsed.path}"}
             if stream.authenticates and self.secrets and not self.carries_secret(parsed, headers, body):
                 return 401, {}, {"error": "no credential"}
