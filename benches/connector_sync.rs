@@ -947,7 +947,9 @@ fn main() {
                     Some(_) => (format!("server peak RSS {peak:.0} MB, {resident:.0} MB before"), peak),
                     None => (format!("peak RSS +{:.0} MB over {resident:.0} MB", peak - resident), peak - resident),
                 };
-                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{db_shown}, {shown})", run.label);
+                // The plugin's own share, as the job counts it.
+                let guest = done["usage"]["guest_cpu_ms"].as_u64().map_or(String::new(), |ms| format!(", guest {:.2} CPU-s", ms as f64 / 1000.0));
+                println!("round {round} {:<18} {rate:>10.0} records/s ({secs:.2} s, {used:.2} CPU-s{guest}{db_shown}, {shown})", run.label);
                 run.rates.push(rate);
                 run.cpus.push(used);
                 run.peaks.push(peak);

@@ -25,7 +25,7 @@
 //! | [`datetime`] | dates read and written as Python and the CDK do, ISO 8601 durations |
 //! | [`interpolation`] | templates: parsing, evaluation, values, macros, filters, methods |
 //! | [`resolve`] | references, default types and `$parameters`, as the CDK applies them |
-//! | [`extract`] | a page's records at a `DpathExtractor`'s field path |
+//! | [`extract`] | a page's records at a `DpathExtractor`'s field path, left as the page's text, and the parts of it templates read |
 //! | [`paginate`] | the next page's token (cursor, page and offset strategies), Link headers |
 //! | [`model`] | the manifest's components read into types, anything unsupported refused by JSON pointer |
 //! | [`secrets`] | the configuration's secret fields, markers in their place, and where a request may carry one |
