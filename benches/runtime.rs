@@ -116,7 +116,7 @@ async fn main() {
         url: "https://api.provider.test/ok".into(),
         headers: vec![],
         body: None,
-        credential: None,
+        credentials: Vec::new(),
         timeout_ms: None,
     };
     for _ in 0..200 {

@@ -44,17 +44,21 @@ const NOW: &str = "2026-11-20T12:00:00.123456Z";
 /// and next URLs (`RequestPath`), page and offset counters, substream
 /// routers, `AddFields`, `RemoveFields`, a `RecordFilter`, composite error
 /// handlers, keys in headers, query parameters, bearer tokens and
-/// Basic passwords (a literal word among them), added fields that render
+/// Basic passwords (a literal word among them), two secrets in one
+/// request (two headers; a bearer token and a header; a Basic username
+/// and password that are both secret, one credential), added fields that render
 /// nothing, streams whose names are not table names, and incremental
 /// cursors (daily and monthly windows, a lookback, a data feed) read again
 /// from their state.
 const SAMPLE: &[&str] = &[
     "source-activecampaign",
     "source-aha",
+    "source-aircall",
     "source-captain-data",
     "source-convertkit",
     "source-copper",
     "source-customer-io",
+    "source-datadog",
     "source-emailoctopus",
     "source-everhour",
     "source-exchange-rates",
@@ -65,6 +69,7 @@ const SAMPLE: &[&str] = &[
     "source-klarna",
     "source-lemlist",
     "source-mailjet-sms",
+    "source-merge",
     "source-nasa",
     "source-newsdata",
     "source-omnisend",
@@ -264,6 +269,11 @@ async fn read_both(
                 body["kind"] = json!("basic");
                 body["secret_as"] = json!("username_and_password");
             }
+            declarative::retrieve::Place::BasicPair { password } => {
+                body["kind"] = json!("basic");
+                body["secret_as"] = json!("username:password");
+                body["secret"] = json!(format!("{}:{}", secrets[pointer], secrets[password]));
+            }
             declarative::retrieve::Place::HeaderAround { header, prefix, suffix } => {
                 body["kind"] = json!("secret");
                 body["header"] = json!(header);
@@ -273,6 +283,10 @@ async fn read_both(
         }
         let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
         handles.push(json!({ "field": pointer, "credential_handle": credential["data"]["credential_handle"] }));
+        // The pair's credential stands for its password's field too.
+        if let declarative::retrieve::Place::BasicPair { password } = place {
+            handles.push(json!({ "field": password, "credential_handle": credential["data"]["credential_handle"] }));
+        }
     }
     let configuration =
         json!({ "manifest": manifest, "config": plain, "credentials": handles, "schemas": loaded["schemas"] });
@@ -489,10 +503,10 @@ fn placements(
     let (source, env) = declarative::retrieve::prepare(manifest, &plain, &given, now).map_err(|e| format!("{e:?}"))?;
     let mut out: Vec<(String, declarative::retrieve::Place)> = Vec::new();
     for (_, request) in declarative::retrieve::first_requests(&source, &env) {
-        if let Ok(declarative::retrieve::Request { credential: Some(c), .. }) = request
-            && !out.iter().any(|(p, _)| *p == c.pointer)
-        {
-            out.push((c.pointer, c.place));
+        for c in request.map(|r| r.credentials).unwrap_or_default() {
+            if !out.iter().any(|(p, _)| *p == c.pointer) {
+                out.push((c.pointer, c.place));
+            }
         }
     }
     Ok(out)
@@ -747,12 +761,16 @@ on_both_backends!(a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_p
 /// credential is stored so (`header_prefix`/`header_suffix`, or `basic`
 /// with `password` or `secret_as`), the manifest's request must match it, and the host writes
 /// the secret there — the provider sees it, the records and the job never
-/// do. A credential cannot frame a secret elsewhere than a header, nor
+/// do. A Basic username and password that are two secret fields name one
+/// credential holding the pair; the provider echoing the username alone
+/// is scrubbed too. A manifest saved with a credential stored for
+/// another Basic is refused by pointer. A credential cannot frame a secret elsewhere than a header, nor
 /// take a password that is itself shaped like a secret.
 async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_the_host(backend: Backend) {
     use std::sync::{Arc, Mutex};
     const HOST: &str = "api.framed.test";
     const KEY: &str = "framed-key-0123456789";
+    const ACCOUNT: &str = "AC0123456789abcdef";
     let seen: Arc<Mutex<Vec<String>>> = Default::default();
     let router = axum::Router::new().fallback({
         let seen = seen.clone();
@@ -761,7 +779,18 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
             async move {
                 let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
                 seen.lock().unwrap().push(auth.clone());
-                axum::Json(json!({ "data": [{ "id": 1, "echo": auth }] }))
+                // The Basic pair decoded, as a provider echoes the account
+                // it authenticated.
+                let decoded = auth
+                    .strip_prefix("Basic ")
+                    .and_then(|b| {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD.decode(b).ok()
+                    })
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                let account = decoded.split(':').next().unwrap_or_default().to_owned();
+                axum::Json(json!({ "data": [{ "id": 1, "echo": auth, "account": account }] }))
             }
         }
     });
@@ -787,26 +816,46 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
     let username = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['api_key'] }}", "password": "x" });
     let both = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['api_key'] }}",
         "password": "{{ config['api_key'] }}" });
+    let pair = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['account_id'] }}",
+        "password": "{{ config['api_key'] }}" });
+    let basic = |pair: &str| {
+        use base64::Engine;
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
+    };
     let cases = [
         (
             framed,
             json!({ "kind": "secret", "header": "Authorization", "header_prefix": "Token token=\"", "header_suffix": "\"" }),
             format!("Token token=\"{KEY}\""),
         ),
-        (username, json!({ "kind": "basic", "password": "x" }), {
-            use base64::Engine;
-            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{KEY}:x")))
-        }),
-        (both, json!({ "kind": "basic", "secret_as": "username_and_password" }), {
-            use base64::Engine;
-            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{KEY}:{KEY}")))
-        }),
+        (username.clone(), json!({ "kind": "basic", "password": "x" }), basic(&format!("{KEY}:x"))),
+        (
+            both.clone(),
+            json!({ "kind": "basic", "secret_as": "username_and_password" }),
+            basic(&format!("{KEY}:{KEY}")),
+        ),
+        // Two secret fields, one credential holding the pair.
+        (
+            pair.clone(),
+            json!({ "kind": "basic", "secret_as": "username:password", "secret": format!("{ACCOUNT}:{KEY}") }),
+            basic(&format!("{ACCOUNT}:{KEY}")),
+        ),
     ];
+    // A manifest whose Basic username is a secret field of its own.
+    let with_account = |authenticator: Value| {
+        let mut manifest = one_stream(HOST, authenticator, json!({}));
+        manifest["spec"]["connection_specification"]["properties"]["account_id"] =
+            json!({ "type": "string", "airbyte_secret": true });
+        manifest
+    };
     for (i, (authenticator, stored, expected)) in cases.into_iter().enumerate() {
         let handle = json_ok(credential(stored).await.unwrap()).await["data"]["credential_handle"].clone();
-        let manifest = one_stream(HOST, authenticator, json!({}));
-        let configuration = json!({ "manifest": manifest, "config": {},
-            "credentials": [{ "field": "/api_key", "credential_handle": handle }] });
+        let manifest = with_account(authenticator);
+        let mut handles = vec![json!({ "field": "/api_key", "credential_handle": handle })];
+        if i == 3 {
+            handles.push(json!({ "field": "/account_id", "credential_handle": handle }));
+        }
+        let configuration = json!({ "manifest": manifest, "config": {}, "credentials": handles });
         let source = json_ok(
             srv.post(
                 "/v1/sources",
@@ -844,7 +893,61 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
         let records = read_lines(&srv.exports(&ws, &directory), "items");
         assert_eq!(records.len(), 1);
         assert!(!records[0].contains(KEY) && records[0].contains("[REDACTED]"), "{}", records[0]);
+        assert!(!records[0].contains(ACCOUNT), "{}", records[0]);
         assert!(!job.to_string().contains(KEY));
+    }
+    // Each Basic manifest saved with a credential stored for another
+    // Basic: refused, so the host never sends a secret as a part the
+    // manifest did not name; the pair's two fields must name one
+    // credential.
+    let stored =
+        |extra: Value| async { json_ok(credential(extra).await.unwrap()).await["data"]["credential_handle"].clone() };
+    let as_username = stored(json!({ "kind": "basic", "password": "x" })).await;
+    let as_both = stored(json!({ "kind": "basic", "secret_as": "username_and_password" })).await;
+    let as_pair =
+        stored(json!({ "kind": "basic", "secret_as": "username:password", "secret": format!("{ACCOUNT}:{KEY}") }))
+            .await;
+    let as_pair_too =
+        stored(json!({ "kind": "basic", "secret_as": "username:password", "secret": format!("{ACCOUNT}:{KEY}") }))
+            .await;
+    let one = |h: &Value| vec![json!({ "field": "/api_key", "credential_handle": h })];
+    let two = |a: &Value, b: &Value| {
+        vec![
+            json!({ "field": "/account_id", "credential_handle": a }),
+            json!({ "field": "/api_key", "credential_handle": b }),
+        ]
+    };
+    for (authenticator, handles, at) in [
+        (both.clone(), one(&as_username), "/credentials/0"),
+        (username.clone(), one(&as_both), "/credentials/0"),
+        (both.clone(), one(&as_pair), "/credentials/0"),
+        (pair.clone(), two(&as_both, &as_both), "/credentials/0"),
+        (pair.clone(), two(&as_pair, &as_pair_too), "/credentials/1"),
+        (pair.clone(), one(&as_pair), "/credentials"),
+    ] {
+        let configuration = json!({ "manifest": with_account(authenticator.clone()), "config": {},
+            "credentials": handles });
+        let refused = srv
+            .post(
+                "/v1/sources",
+                json!({ "connector_id": "conn_airbyte_manifest", "name": "other basic", "configuration": configuration }),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 400, "{authenticator}");
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["details"]["errors"][0]["path"], at, "{authenticator}: {body}");
+    }
+    // A pair that is no pair, or whose parts are too short to scrub.
+    for secret in [KEY.to_owned(), format!("short:{KEY}"), format!("{ACCOUNT}:short")] {
+        let body = crate::support::expect_error(
+            credential(json!({ "kind": "basic", "secret_as": "username:password", "secret": secret })).await.unwrap(),
+            400,
+            "VALIDATION_FAILED",
+        )
+        .await;
+        assert_eq!(body["details"]["field"], "secret", "{body}");
     }
 
     // Refused: a frame without a header, a frame on another kind, a

@@ -683,7 +683,7 @@ async fn connectors_come_from_plugins_and_unloading_makes_them_unavailable() {
         .cloned()
         .unwrap();
     assert_eq!(item["status"], "available");
-    assert_eq!(item["interface_version"], "service:connector@1.2.0", "it places credentials in queries and bodies");
+    assert_eq!(item["interface_version"], "service:connector@1.3.0", "it names several credentials on a request");
     let spec = json_ok(srv.get("/v1/connectors/test_misbehaving/spec").send().await.unwrap()).await;
     assert_eq!(spec["data"]["config_schema"]["type"], "object");
     expect_error(srv.get("/v1/connectors/no_such_connector").send().await.unwrap(), 404, "404").await;
@@ -1414,7 +1414,7 @@ async fn requests_started_ahead_are_policed_like_sent_ones() {
     let id = f.srv.load_test_plugin("test_ahead").await;
     let ahead = f.srv.state.plugins.available(&id).await.unwrap();
     assert_eq!(ahead.version, service::plugin::InterfaceVersion::V1_1_0);
-    assert_eq!(f.plugin.version, service::plugin::InterfaceVersion::V1_2_0, "1.2.0 plugins load beside it");
+    assert_eq!(f.plugin.version, service::plugin::InterfaceVersion::V1_3_0, "1.3.0 plugins load beside it");
     // A plugin of the newest SDK that sends nothing imports nothing newer
     // than 1.0.0, and loads as a 1.0.0 plugin.
     let noop = f.srv.load_test_plugin("test_noop").await;
@@ -1535,4 +1535,83 @@ async fn a_compressed_echo_never_carries_the_secret_to_the_plugin() {
     let plain: Value = serde_json::from_slice(&testkit::codings::every_decoding(&bytes)[1]).unwrap();
     assert_eq!(plain["accept_encoding"], "gzip", "{plain}");
     f.still_works().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_naming_two_credentials_gets_each_in_its_place_and_neither_back() {
+    let f = fixture().await;
+    let key = format!("ak{}", uuid::Uuid::new_v4().simple());
+    let app = format!("pk{}", uuid::Uuid::new_v4().simple());
+    let api_key = f.credential_of("secret", None, json!({ "header": "x-api-key" }), &key).await;
+    let app_key = f.credential_of("secret", None, json!({ "header": "x-app-key" }), &app).await;
+    let two = |credentials: Value| json!({ "method": "GET", "url": "https://echo.provider.test/echo", "credentials": credentials });
+    let header = |handle: &str, name: &str| json!({ "handle": handle, "placement": { "header": name } });
+
+    // Both go out, each in its header; the provider's echo of both is
+    // scrubbed, in the body and in its headers.
+    let v = f.egress(two(json!([header(&api_key, "x-api-key"), header(&app_key, "x-app-key")]))).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let text = v.to_string();
+    assert!(!text.contains(&key) && !text.contains(&app), "a secret reached the plugin: {text}");
+    let body: Value = serde_json::from_str(v["ok"]["body"].as_str().unwrap()).unwrap();
+    let sent: Vec<(String, String)> = serde_json::from_value(body["headers"].clone()).unwrap();
+    for name in ["x-api-key", "x-app-key"] {
+        assert!(sent.contains(&(name.to_owned(), "[REDACTED]".to_owned())), "{name} went out: {sent:?}");
+    }
+    assert_eq!(
+        f.srv.state.plugins.available("test_misbehaving").await.unwrap().version,
+        service::plugin::InterfaceVersion::V1_3_0,
+        "a plugin that names several credentials is a 1.3.0 plugin"
+    );
+
+    // Each is still placed only where its record says.
+    let v = f.egress(two(json!([header(&api_key, "x-api-key"), header(&app_key, "x-other")]))).await;
+    assert!(denied_rule(&v).contains("in header x-app-key"), "{v}");
+
+    // Two credentials for one header: refused, nothing sent.
+    let also_api = f.credential_of("secret", None, json!({ "header": "x-api-key" }), &format!("{app}2")).await;
+    let v = f.egress(two(json!([header(&api_key, "x-api-key"), header(&also_api, "x-api-key")]))).await;
+    assert_eq!(v["error"]["kind"], "invalid-request", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("a place of its own"), "{v}");
+    // A bearer token beside HTTP Basic: both are `Authorization`.
+    let bearer = f.credential(&f.workspace_id, &["echo.provider.test"], &format!("{key}b")).await;
+    let basic = f.credential_of("basic", None, json!({ "username": "bob" }), &format!("{app}b")).await;
+    let v = f
+        .egress(two(
+            json!([{ "handle": bearer, "placement": "bearer" }, { "handle": basic, "placement": { "basic": "bob" } }]),
+        ))
+        .await;
+    assert_eq!(v["error"]["kind"], "invalid-request", "{v}");
+    // One handle twice.
+    let v = f.egress(two(json!([header(&api_key, "x-api-key"), header(&api_key, "x-api-key")]))).await;
+    assert_eq!(v["error"]["kind"], "invalid-request", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("twice"), "{v}");
+    // More than eight.
+    let many: Vec<Value> = (0..9).map(|i| header(&format!("h{i}"), &format!("x-k{i}"))).collect();
+    let v = f.egress(two(json!(many))).await;
+    assert_eq!(v["error"]["kind"], "invalid-request", "{v}");
+
+    // A second credential bound to another host, or of another
+    // workspace: the request is refused whole (the first secret does not
+    // go out alone either).
+    let elsewhere = f.credential(&f.workspace_id, &["api.provider.test"], &format!("{key}e")).await;
+    let v = f.egress(two(json!([header(&api_key, "x-api-key"), { "handle": elsewhere, "placement": "bearer" }]))).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+    let (other_ws, _) = f.srv.other_workspace().await;
+    let foreign = f.credential(&other_ws, &["echo.provider.test"], &format!("{key}f")).await;
+    let v = f.egress(two(json!([header(&api_key, "x-api-key"), { "handle": foreign, "placement": "bearer" }]))).await;
+    assert_eq!(v["error"]["kind"], "credential-unavailable", "{v}");
+
+    // A query parameter and a header together: each set by the host.
+    let query = f.credential_of("secret", None, json!({ "query_parameter": "api_key" }), &format!("{key}q")).await;
+    let v = f
+        .egress(json!({ "url": "https://echo.provider.test/keyed?api_key=mine", "credentials": [
+            { "handle": query, "placement": { "query": "api_key" } }, header(&app_key, "x-app-key")] }))
+        .await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    let body: Value = serde_json::from_str(v["ok"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["keys"], json!(["[REDACTED]"]), "one key went out, the host's: {body}");
+    let heard = heard_with(&format!("{key}q"));
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert!(!v.to_string().contains(&format!("{key}q")));
 }

@@ -520,6 +520,9 @@ class Fake:
             path = re.findall(r"(\w+)", chain)
             if path not in keys:
                 keys.append(path)
+        # A key read as an object too (`last_record['meta']` beside
+        # `last_record['meta']['pagination']`) is that object.
+        keys = [k for k in keys if not any(len(o) > len(k) and o[:len(k)] == k for o in keys)]
         streams = [Stream(s, config, keys) for s in r.get("streams") or []]
         with self.lock:
             self.streams = sorted(streams, key=lambda s: -s.literal)

@@ -229,8 +229,13 @@ struct ExchangeLine {
     headers: Vec<(String, String)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     body: Option<BodyLine>,
+    /// The request's credential, when it names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     credential: Option<CredentialLine>,
+    /// Its credentials, when it names several (then `credential` is not
+    /// given).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    credentials: Vec<CredentialLine>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     response: Option<ResponseLine>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -285,6 +290,11 @@ enum ErrorKind {
     CredentialUnavailable,
 }
 
+/// A credential use as a cassette writes it: the handle, never a secret.
+fn credential_line(c: &CredentialUse) -> CredentialLine {
+    CredentialLine { handle: c.handle.as_str().to_owned(), placement: placement_text(&c.placement) }
+}
+
 /// A placement as a cassette writes it.
 pub(crate) fn placement_text(p: &Placement) -> String {
     match p {
@@ -293,6 +303,7 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         Placement::BasicPassword(user) => format!("basic:{user}"),
         Placement::BasicUsername(password) => format!("basic-username:{password}"),
         Placement::BasicBoth => "basic-both".into(),
+        Placement::BasicPair => "basic-pair".into(),
         Placement::HeaderAround { header, prefix, suffix } => {
             format!("header-around:{}", serde_json::json!({ "header": header, "prefix": prefix, "suffix": suffix }))
         }
@@ -328,6 +339,7 @@ pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
         None if text == "bearer" => Some(Placement::Bearer),
         None if text == "as-stored" => Some(Placement::AsStored),
         None if text == "basic-both" => Some(Placement::BasicBoth),
+        None if text == "basic-pair" => Some(Placement::BasicPair),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
         Some(("basic", user)) => Some(Placement::BasicPassword(user.to_owned())),
         Some(("basic-username", password)) => Some(Placement::BasicUsername(password.to_owned())),
@@ -399,10 +411,14 @@ pub(crate) fn render(cassette: &Cassette) -> BTreeMap<PathBuf, Vec<u8>> {
             url: req.url.clone(),
             headers: req.headers.clone(),
             body,
-            credential: req.credential.as_ref().map(|c| CredentialLine {
-                handle: c.handle.as_str().to_owned(),
-                placement: placement_text(&c.placement),
-            }),
+            credential: match req.credentials.as_slice() {
+                [one] => Some(credential_line(one)),
+                _ => None,
+            },
+            credentials: match req.credentials.as_slice() {
+                [_, _, ..] => req.credentials.iter().map(credential_line).collect(),
+                _ => Vec::new(),
+            },
             response: None,
             error: None,
             abandoned: false,
@@ -612,18 +628,25 @@ fn read_exchanges(dir: &Path) -> Result<Vec<Exchange>, CassetteError> {
                 )
             }
         };
-        let credential = match line.credential {
-            None => None,
-            Some(c) => Some(CredentialUse {
-                handle: CredentialHandle::new(c.handle),
-                placement: parse_placement(&c.placement).ok_or_else(|| {
-                    at(format!(
-                        "placement {} is not bearer, header:NAME, basic:USER, query:NAME, body:FIELD or as-stored",
-                        c.placement
-                    ))
-                })?,
-            }),
-        };
+        if line.credential.is_some() && !line.credentials.is_empty() {
+            return Err(at("a request names its credential, or its credentials, not both".into()));
+        }
+        let credentials = line
+            .credential
+            .into_iter()
+            .chain(line.credentials)
+            .map(|c| {
+                Ok(CredentialUse {
+                    handle: CredentialHandle::new(c.handle),
+                    placement: parse_placement(&c.placement).ok_or_else(|| {
+                        at(format!(
+                            "placement {} is not bearer, header:NAME, basic:USER, query:NAME, body:FIELD or as-stored",
+                            c.placement
+                        ))
+                    })?,
+                })
+            })
+            .collect::<Result<Vec<_>, CassetteError>>()?;
         let answer = match (line.response, line.error, line.abandoned) {
             (Some(r), None, false) => {
                 let body = match &r.body {
@@ -644,7 +667,7 @@ fn read_exchanges(dir: &Path) -> Result<Vec<Exchange>, CassetteError> {
             _ => return Err(at("an exchange has exactly one of response, error and abandoned".into())),
         };
         let request =
-            OutboundRequest { method, url: line.url, headers: line.headers, body, credential, timeout_ms: None };
+            OutboundRequest { method, url: line.url, headers: line.headers, body, credentials, timeout_ms: None };
         exchanges.push(Exchange { call: line.call, request, answer });
     }
     Ok(exchanges)
@@ -698,6 +721,7 @@ mod tests {
             Placement::BasicPassword("me".into()),
             Placement::BasicUsername("x".into()),
             Placement::BasicBoth,
+            Placement::BasicPair,
             Placement::HeaderAround {
                 header: "authorization".into(),
                 prefix: "Token token=\"".into(),

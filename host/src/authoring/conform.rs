@@ -458,7 +458,7 @@ impl Replayer<'_> {
     /// coding, every answer to a request naming a credential echoing the
     /// canary.
     async fn secrets(&self) -> Result<Check, AuthoringError> {
-        let named = self.cassette.exchanges.iter().filter(|e| e.request.credential.is_some()).count();
+        let named = self.cassette.exchanges.iter().filter(|e| !e.request.credentials.is_empty()).count();
         if named == 0 {
             return Ok(Check::not_applicable(
                 "secrets",
@@ -648,7 +648,7 @@ struct Echoing {
 impl Replay for Echoing {
     fn answer(&self, request: &OutboundRequest) -> Result<InboundResponse, EgressError> {
         let mut answer = self.player.answer(request)?;
-        if request.credential.is_none() {
+        if request.credentials.is_empty() {
             return Ok(answer);
         }
         let forms = echo_forms();
@@ -734,7 +734,7 @@ impl Canary {
     fn of(exchanges: &[Exchange], sent: Option<Placement>) -> Canary {
         let placements = exchanges
             .iter()
-            .filter_map(|e| e.request.credential.as_ref())
+            .flat_map(|e| &e.request.credentials)
             .map(|c| {
                 let placement = match (&c.placement, &sent) {
                     (Placement::AsStored, Some(sent)) => sent.clone(),

@@ -437,8 +437,7 @@ pub(crate) async fn record(
     let exchanges = tape::without_repeats(recording.exchanges());
     // Where the secret went, for a plugin that left it to the credential:
     // what a conformance run places its canary by.
-    let as_stored =
-        exchanges.iter().any(|e| e.request.credential.as_ref().is_some_and(|c| c.placement == Placement::AsStored));
+    let as_stored = exchanges.iter().any(|e| e.request.credentials.iter().any(|c| c.placement == Placement::AsStored));
     let manifest =
         Manifest { secret_placement: as_stored.then(|| cassette::sent_value(&request.placement.sent())), ..manifest };
     let cassette = Cassette { manifest, exchanges, expected: outcome.observed, schemas };

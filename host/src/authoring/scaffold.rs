@@ -43,6 +43,8 @@ const WIT: &[(&str, &str)] = &[
     ("connector@1.1.0/world.wit", include_str!("../../../wit/connector@1.1.0/world.wit")),
     ("connector@1.2.0/http-placed.wit", include_str!("../../../wit/connector@1.2.0/http-placed.wit")),
     ("connector@1.2.0/world.wit", include_str!("../../../wit/connector@1.2.0/world.wit")),
+    ("connector@1.3.0/http-multi.wit", include_str!("../../../wit/connector@1.3.0/http-multi.wit")),
+    ("connector@1.3.0/world.wit", include_str!("../../../wit/connector@1.3.0/world.wit")),
 ];
 
 /// Where a version finds the packages it includes.
@@ -50,6 +52,9 @@ const WIT_DEPENDENCIES: &[(&str, &str)] = &[
     ("connector@1.0.0", "connector@1.1.0/deps/connector@1.0.0"),
     ("connector@1.0.0", "connector@1.2.0/deps/connector@1.0.0"),
     ("connector@1.1.0", "connector@1.2.0/deps/connector@1.1.0"),
+    ("connector@1.0.0", "connector@1.3.0/deps/connector@1.0.0"),
+    ("connector@1.1.0", "connector@1.3.0/deps/connector@1.1.0"),
+    ("connector@1.2.0", "connector@1.3.0/deps/connector@1.2.0"),
 ];
 
 const EXAMPLE: &str = include_str!("../../../plugins/example-http-source/src/lib.rs");
@@ -183,6 +188,7 @@ mod tests {
         let mut wit = listed(&root.join("wit/connector@1.0.0"), "connector@1.0.0/");
         wit.extend(listed(&root.join("wit/connector@1.1.0"), "connector@1.1.0/"));
         wit.extend(listed(&root.join("wit/connector@1.2.0"), "connector@1.2.0/"));
+        wit.extend(listed(&root.join("wit/connector@1.3.0"), "connector@1.3.0/"));
         assert_eq!(WIT.iter().map(|(f, _)| (*f).to_owned()).collect::<Vec<_>>(), wit);
     }
 
@@ -225,6 +231,7 @@ mod tests {
         assert!(dir.path().join("p/wit/connector@1.1.0/deps/connector@1.0.0/types.wit").is_file());
         assert!(dir.path().join("p/wit/connector@1.2.0/deps/connector@1.1.0/world.wit").is_file());
         assert!(dir.path().join("p/wit/connector@1.2.0/deps/connector@1.0.0/http.wit").is_file());
+        assert!(dir.path().join("p/wit/connector@1.3.0/deps/connector@1.2.0/http-placed.wit").is_file());
         assert!(dir.path().join("p/cassettes/README.md").is_file());
         assert!(matches!(new_plugin("my-source", &dir.path().join("p")), Err(ScaffoldError::Occupied(_))));
         for bad in ["", "My", "9lives", "a_b", "a-", "a--b", "../x"] {

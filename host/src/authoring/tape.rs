@@ -118,14 +118,14 @@ pub(crate) fn without_repeats(exchanges: Vec<Exchange>) -> Vec<Exchange> {
 }
 
 /// What identifies a request in a recording: method, URL, body and
-/// credential (handle and placement). Headers the plugin sets are kept in
+/// credentials (handle and placement of each). Headers the plugin sets are kept in
 /// the cassette but do not take part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RequestKey {
     method: &'static str,
     url: String,
     body: Option<Vec<u8>>,
-    credential: Option<(String, String)>,
+    credentials: Vec<(String, String)>,
 }
 
 impl RequestKey {
@@ -134,7 +134,11 @@ impl RequestKey {
             method: r.method.as_str(),
             url: r.url.clone(),
             body: r.body.clone(),
-            credential: r.credential.as_ref().map(|c| (c.handle.as_str().to_owned(), placement_text(&c.placement))),
+            credentials: r
+                .credentials
+                .iter()
+                .map(|c| (c.handle.as_str().to_owned(), placement_text(&c.placement)))
+                .collect(),
         }
     }
 }
@@ -211,7 +215,7 @@ impl Player {
             if other.body != key.body {
                 distance += 100;
             }
-            if other.credential != key.credential {
+            if other.credentials != key.credentials {
                 distance += 100;
             }
             // Prefer one not yet used: the likelier intended answer.
@@ -231,7 +235,7 @@ impl Player {
                 if other.body != key.body {
                     differs.push("body");
                 }
-                if other.credential != key.credential {
+                if other.credentials != key.credentials {
                     differs.push("credential");
                 }
                 format!(
@@ -304,7 +308,7 @@ mod tests {
             url: url.into(),
             headers: vec![],
             body: None,
-            credential: None,
+            credentials: Vec::new(),
             timeout_ms: None,
         }
     }

@@ -9,8 +9,9 @@
 //! every secret the manifest places has a credential in `credentials`,
 //! stored for this connector, bound to that host and stored for that
 //! place (the header, query parameter, body field, bearer token or Basic
-//! password the manifest puts it in); and no secret is given in the
-//! clear in `config`.
+//! password the manifest puts it in; a Basic username and password that
+//! are both secret fields name one credential holding the pair); and no
+//! secret is given in the clear in `config`.
 
 use std::pin::Pin;
 
@@ -133,7 +134,7 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
                 format!("stream {stream}: {} is not an https URL with a host", request.url),
             )
         })?;
-        if let Some(c) = request.credential {
+        for c in request.credentials {
             placements.push((c.pointer, c.place, host.clone()));
         }
         hosts.push((stream, host));
@@ -159,6 +160,7 @@ fn as_placement(place: &Place) -> Placement {
         Place::Basic { username } => Placement::BasicPassword(username.clone()),
         Place::BasicUsername { password } => Placement::BasicUsername(password.clone()),
         Place::BasicBoth => Placement::BasicBoth,
+        Place::BasicPair { .. } => Placement::BasicPair,
         Place::HeaderAround { header, prefix, suffix } => Placement::HeaderAround {
             header: header.to_ascii_lowercase(),
             prefix: prefix.clone(),
@@ -212,6 +214,22 @@ impl ConnectorRules for Rules {
                         ),
                     ));
                 };
+                // A secret username and a secret password: one credential
+                // holds the pair, and both fields name it.
+                if let Place::BasicPair { password } = place
+                    && reach.handles.iter().find(|(p, _)| p == password).map(|(_, h)| h) != Some(handle)
+                {
+                    let at = match reach.handles.iter().position(|(p, _)| p == password) {
+                        Some(i) => format!("/credentials/{i}"),
+                        None => "/credentials".to_owned(),
+                    };
+                    return Err(invalid(
+                        &at,
+                        format!(
+                            "the manifest sends {pointer} and {password} as the Basic username and password: give both fields the handle of one basic credential whose secret is the pair (secret_as `username:password`)"
+                        ),
+                    ));
+                }
                 let record = state
                     .vault
                     .require_handle(&access.workspace_id, &CredentialHandle::new(handle), Some(host))
@@ -294,6 +312,45 @@ mod tests {
             "inject_into": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "key" } });
         let config = json!({ "manifest": manifest(query, json!({})), "credentials": [{ "field": "/api_key", "credential_handle": "h1" }] });
         assert_eq!(checked(&config, now()).unwrap().placements[0].1, Place::Query("key".into()));
+    }
+
+    #[test]
+    fn several_secrets_of_a_request_each_have_a_place_of_their_own() {
+        let with_app_key = |authenticator: Value, headers: Value| {
+            let mut m = manifest(authenticator, json!({}));
+            m["spec"]["connection_specification"]["properties"]["app_key"] =
+                json!({ "type": "string", "airbyte_secret": true });
+            m["streams"][0]["retriever"]["requester"]["request_headers"] = headers;
+            json!({ "manifest": m, "credentials": [{ "field": "/api_key", "credential_handle": "h1" },
+                { "field": "/app_key", "credential_handle": "h2" }] })
+        };
+        let key = json!({ "type": "ApiKeyAuthenticator", "api_token": "{{ config['api_key'] }}",
+            "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "DD-API-KEY" } });
+        let config = with_app_key(key.clone(), json!({ "DD-APPLICATION-KEY": "{{ config['app_key'] }}" }));
+        let placements: Vec<(String, Place)> =
+            checked(&config, now()).unwrap().placements.into_iter().map(|(p, place, _)| (p, place)).collect();
+        assert_eq!(
+            placements,
+            [
+                ("/api_key".to_owned(), Place::Header("DD-API-KEY".into())),
+                ("/app_key".to_owned(), Place::Header("DD-APPLICATION-KEY".into()))
+            ]
+        );
+        // A Basic username and password from two secret fields: one pair.
+        let pair = json!({ "type": "BasicHttpAuthenticator", "username": "{{ config['app_key'] }}",
+            "password": "{{ config['api_key'] }}" });
+        let placements = checked(&with_app_key(pair, json!({})), now()).unwrap().placements;
+        assert_eq!(placements[0].1, Place::BasicPair { password: "/api_key".into() });
+        assert_eq!(placements.len(), 1);
+        // One secret in two places, two secrets in one: refused by pointer.
+        let twice = with_app_key(key.clone(), json!({ "X-Again": "{{ config['api_key'] }}" }));
+        let refused = checked(&twice, now()).unwrap_err();
+        assert!(refused.details.to_string().contains("sent twice"), "{refused:?}");
+        assert_eq!(error_path(refused), "/manifest/streams/0");
+        let bearer = json!({ "type": "BearerAuthenticator", "api_token": "{{ config['api_key'] }}" });
+        let shared = with_app_key(bearer, json!({ "Authorization": "{{ config['app_key'] }}" }));
+        let refused = checked(&shared, now()).unwrap_err();
+        assert!(refused.details.to_string().contains("would share"), "{refused:?}");
     }
 
     #[test]

@@ -310,7 +310,7 @@ pub(crate) async fn trade(
         url: exchange.token_url().to_owned(),
         headers: vec![("content-type".into(), content_type.into()), ("accept".into(), "application/json".into())],
         body: Some(body),
-        credential: None,
+        credentials: Vec::new(),
         timeout_ms: Some(30_000),
     };
     let answer = egress

@@ -453,7 +453,7 @@ async fn token_request(
             ("accept".into(), "application/json".into()),
         ],
         body: Some(body.into_bytes()),
-        credential: None,
+        credentials: Vec::new(),
         timeout_ms: Some(30_000),
     };
     let resp = egress.send(&caller, req).await.map_err(|e| match e {

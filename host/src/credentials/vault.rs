@@ -783,11 +783,19 @@ fn unbound(record: &CredentialRecord) -> Result<(), SecretError> {
     }
 }
 
+/// A `basic` credential's `secret_as` when its secret is the whole pair,
+/// `username:password`: both parts are secrets.
+pub(crate) const SECRET_AS_PAIR: &str = "username:password";
+
 /// Where a credential's secret goes, from its record: its kind decides, and
 /// the username or header stored with it (never the plugin's choice).
 pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretError> {
     match record.kind {
         CredentialKind::ApiToken | CredentialKind::Oauth2 => Ok(Placement::Bearer),
+        // The secret is the pair `username:password`.
+        CredentialKind::Basic if record.metadata.get("secret_as").and_then(Value::as_str) == Some(SECRET_AS_PAIR) => {
+            Ok(Placement::BasicPair)
+        }
         // The secret as the username and as the password.
         CredentialKind::Basic if record.metadata.get("secret_as").is_some() => Ok(Placement::BasicBoth),
         // The secret as the username, beside a password that is none.

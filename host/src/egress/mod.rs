@@ -134,6 +134,9 @@ pub enum Placement {
     BasicUsername(String),
     /// HTTP Basic with the secret as both the username and the password.
     BasicBoth,
+    /// HTTP Basic whose secret is the whole pair, `username:password`
+    /// (RFC 7617's user-pass): an API whose username is a secret too.
+    BasicPair,
     /// The secret between a fixed prefix and suffix as the value of this
     /// header (`Authorization: Token token="<secret>"`).
     HeaderAround { header: String, prefix: String, suffix: String },
@@ -156,7 +159,9 @@ impl Placement {
         match (self, other) {
             (Placement::AsStored, _) | (_, Placement::AsStored) => true,
             (Placement::Signed(a), Placement::Signed(b)) => a == b,
-            (Placement::Bearer, Placement::Bearer) | (Placement::BasicBoth, Placement::BasicBoth) => true,
+            (Placement::Bearer, Placement::Bearer)
+            | (Placement::BasicBoth, Placement::BasicBoth)
+            | (Placement::BasicPair, Placement::BasicPair) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
             (Placement::BasicPassword(a), Placement::BasicPassword(b))
             | (Placement::BasicUsername(a), Placement::BasicUsername(b))
@@ -178,6 +183,7 @@ impl Placement {
             Placement::BasicPassword(user) => format!("as the Basic password of {user}"),
             Placement::BasicUsername(_) => "as the Basic username".into(),
             Placement::BasicBoth => "as the Basic username and password".into(),
+            Placement::BasicPair => "as the Basic username:password pair".into(),
             Placement::HeaderAround { header, prefix, suffix } => {
                 format!("in header {header} as {prefix}<secret>{suffix}")
             }
@@ -189,12 +195,67 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// The parts of a request the secret takes: a header (lower case), a
+    /// query parameter, a body field, or the signature's. Two credentials
+    /// of one request may not share one.
+    fn parts(&self) -> Vec<Part> {
+        match self {
+            Placement::Bearer
+            | Placement::BasicPassword(_)
+            | Placement::BasicUsername(_)
+            | Placement::BasicBoth
+            | Placement::BasicPair => vec![Part::Header("authorization".into())],
+            Placement::Header(name) | Placement::HeaderAround { header: name, .. } => {
+                vec![Part::Header(name.to_ascii_lowercase())]
+            }
+            Placement::Query(name) => vec![Part::Query(name.clone())],
+            Placement::BodyField(field) => vec![Part::Body(field.trim_start_matches('/').to_owned())],
+            Placement::Signed(recipe) => std::iter::once(Part::Signature)
+                .chain(recipe.header_names().map(|h| Part::Header(h.to_ascii_lowercase())))
+                .collect(),
+            Placement::AsStored => Vec::new(),
+        }
+    }
+}
+
+/// A part of a request a secret goes into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Header(String),
+    Query(String),
+    Body(String),
+    Signature,
+}
+
+/// The credentials of one request each in a part of its own: two secrets
+/// in one header, parameter or field would leave one of them unsent, or
+/// joined to the other in a way neither credential was stored for.
+fn apart(injections: &[Injection]) -> Result<(), EgressError> {
+    let mut taken: Vec<Part> = Vec::new();
+    for i in injections {
+        for part in i.placement.parts() {
+            if taken.contains(&part) {
+                return Err(EgressError::InvalidRequest(format!(
+                    "two credentials of the request go {}: each needs a place of its own",
+                    i.placement.describe()
+                )));
+            }
+            taken.push(part);
+        }
+    }
+    Ok(())
+}
+
 /// A credential a request asks the host to attach.
 #[derive(Debug, Clone)]
 pub struct CredentialUse {
     pub handle: CredentialHandle,
     pub placement: Placement,
 }
+
+/// The most credentials one request may name.
+pub const MAX_CREDENTIALS: usize = 8;
 
 /// An outbound request as a plugin describes it.
 #[derive(Debug, Clone)]
@@ -203,7 +264,9 @@ pub struct OutboundRequest {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<Vec<u8>>,
-    pub credential: Option<CredentialUse>,
+    /// The credentials the host attaches, each in its place (at most
+    /// [`MAX_CREDENTIALS`], no handle twice).
+    pub credentials: Vec<CredentialUse>,
     pub timeout_ms: Option<u32>,
 }
 
@@ -506,21 +569,37 @@ impl Egress {
             }
         }
         same_reading(&req.url)?;
+        if req.credentials.len() > MAX_CREDENTIALS {
+            return Err(EgressError::InvalidRequest(format!("a request names at most {MAX_CREDENTIALS} credentials")));
+        }
+        for (i, c) in req.credentials.iter().enumerate() {
+            if req.credentials[..i].iter().any(|other| other.handle == c.handle) {
+                return Err(EgressError::InvalidRequest("a request names one credential twice".into()));
+            }
+        }
         if let Transport::Replay(replay) = &self.transport {
             let url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
             let host = self.check_target(caller, &url)?;
             let answer = replay.answer(&req)?;
-            let (Some(credential), true) = (&req.credential, self.replay_injects) else { return Ok(answer) };
-            // As if the secret had gone out: the answer is decoded and
+            if req.credentials.is_empty() || !self.replay_injects {
+                return Ok(answer);
+            }
+            // As if the secrets had gone out: the answer is decoded and
             // scrubbed by the same code as the network's.
-            let injection = self
-                .secrets
-                .secret_for(caller.workspace_id, caller.plugin_id, &credential.handle, &host)
-                .await
-                .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?;
+            let mut injections = Vec::with_capacity(req.credentials.len());
+            for credential in &req.credentials {
+                injections.push(
+                    self.secrets
+                        .secret_for(caller.workspace_id, caller.plugin_id, &credential.handle, &host)
+                        .await
+                        .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?,
+                );
+            }
             let InboundResponse { status, mut headers, body } = answer;
-            let body = self.decoded(caller, &host, &mut headers, body)?;
-            let body = scrubbed(&injection, &mut headers, body);
+            let mut body = self.decoded(caller, &host, &mut headers, body)?;
+            for injection in &injections {
+                body = scrubbed(injection, &mut headers, body);
+            }
             return Ok(InboundResponse { status, headers, body });
         }
         let timeout = Duration::from_millis(u64::from(
@@ -586,83 +665,85 @@ impl Egress {
         let mut url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
         let mut method = req.method;
         let mut body = req.body;
-        let mut credential = req.credential;
+        let mut credentials = req.credentials;
         let mut first_host: Option<String> = None;
-        // Set to the secret renewed after a provider refused the one sent:
-        // the next round sends the same request once more with it.
-        let mut fresh: Option<Injection> = None;
+        // Set to a secret renewed after a provider refused the one sent
+        // (by its credential's index): the next round sends the same
+        // request once more with it.
+        let mut fresh: Option<(usize, Injection)> = None;
         let mut renewed = false;
         let mut redirects = 0;
         for _ in 0..=MAX_REDIRECTS + 1 {
             let host = self.check_url(caller, &url).await?;
             if first_host.as_ref().is_some_and(|h| *h != host) {
                 // Credentials never follow a redirect to another host.
-                credential = None;
+                credentials.clear();
             }
             first_host.get_or_insert_with(|| host.clone());
-            let injection = match &credential {
-                Some(c) => {
-                    let injection = match fresh.take() {
-                        Some(renewed) => renewed,
-                        None => self
-                            .secrets
-                            .secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host)
-                            .await
-                            .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?,
-                    };
-                    if !c.placement.same_as(&injection.placement) {
-                        return Err(EgressError::Denied(format!(
-                            "the credential is sent {}, not {}: its kind fixes where the secret goes",
-                            injection.placement.describe(),
-                            c.placement.describe()
-                        )));
-                    }
-                    Some(injection)
-                }
-                None => None,
-            };
-            // The secret goes into what is sent, never into `url` or `body`:
-            // a redirect starts again from the plugin's request.
-            let sent_url = match injection.as_ref().map(|i| (&i.placement, &i.secret)) {
-                Some((Placement::Query(name), secret)) => {
-                    inject::check_query(&url, name)?;
-                    inject::query(&url, name, Some(secret))
-                }
-                _ => url.clone(),
-            };
-            let sent_body = match (injection.as_ref().map(|i| (&i.placement, &i.secret)), &body) {
-                (Some((Placement::BodyField(field), secret)), Some(b)) => {
-                    Some(inject::body_field(&req.headers, Some(b), field, secret)?.to_vec())
-                }
-                // A redirect that turned the request into a GET sends no
-                // body, and so no secret.
-                (Some((Placement::BodyField(_), _)), None) if redirects > 0 => None,
-                (Some((Placement::BodyField(field), _)), None) => {
-                    return Err(EgressError::InvalidRequest(format!(
-                        "the credential goes into body field {field}: the request has no body"
+            let mut injections = Vec::with_capacity(credentials.len());
+            for (index, c) in credentials.iter().enumerate() {
+                let injection = match fresh.take_if(|(at, _)| *at == index) {
+                    Some((_, renewed)) => renewed,
+                    None => self
+                        .secrets
+                        .secret_for(caller.workspace_id, caller.plugin_id, &c.handle, &host)
+                        .await
+                        .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?,
+                };
+                if !c.placement.same_as(&injection.placement) {
+                    return Err(EgressError::Denied(format!(
+                        "the credential is sent {}, not {}: its kind fixes where the secret goes",
+                        injection.placement.describe(),
+                        c.placement.describe()
                     )));
                 }
-                _ => body.clone(),
-            };
-            let signed = match injection.as_ref().map(|i| (&i.placement, &i.secret)) {
-                Some((Placement::Signed(recipe), secret)) => {
+                injections.push(injection);
+            }
+            apart(&injections)?;
+            // The secrets go into what is sent, never into `url` or `body`:
+            // a redirect starts again from the plugin's request.
+            let mut sent_url = url.clone();
+            let mut sent_body = body.clone();
+            for i in &injections {
+                match (&i.placement, &sent_body) {
+                    (Placement::Query(name), _) => {
+                        inject::check_query(&url, name)?;
+                        sent_url = inject::query(&sent_url, name, Some(&i.secret));
+                    }
+                    (Placement::BodyField(field), Some(b)) => {
+                        sent_body = Some(inject::body_field(&req.headers, Some(b), field, &i.secret)?.to_vec());
+                    }
+                    // A redirect that turned the request into a GET sends
+                    // no body, and so no secret.
+                    (Placement::BodyField(_), None) if redirects > 0 => {}
+                    (Placement::BodyField(field), None) => {
+                        return Err(EgressError::InvalidRequest(format!(
+                            "the credential goes into body field {field}: the request has no body"
+                        )));
+                    }
+                    (Placement::AsStored, _) => {
+                        return Err(EgressError::CredentialUnavailable(
+                            "the credential names no place for its secret".into(),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            // Signed last, over the request with every other secret in it.
+            let signed = injections.iter().find_map(|i| match &i.placement {
+                Placement::Signed(recipe) => {
                     let now =
                         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
                     Some((
                         recipe,
-                        recipe.headers(secret, method, &sent_url, sent_body.as_deref().unwrap_or_default(), now),
+                        recipe.headers(&i.secret, method, &sent_url, sent_body.as_deref().unwrap_or_default(), now),
                     ))
                 }
-                Some((Placement::AsStored, _)) => {
-                    return Err(EgressError::CredentialUnavailable(
-                        "the credential names no place for its secret".into(),
-                    ));
-                }
                 _ => None,
-            };
+            });
             let mut builder = client.request(method.as_reqwest(), sent_url);
             for (name, value) in &req.headers {
-                if injection.is_some() && STRIPPED_WITH_CREDENTIAL.contains(&name.to_ascii_lowercase().as_str()) {
+                if !injections.is_empty() && STRIPPED_WITH_CREDENTIAL.contains(&name.to_ascii_lowercase().as_str()) {
                     continue;
                 }
                 // The signature's headers are the host's.
@@ -683,8 +764,10 @@ impl Egress {
             for (name, value) in signed.map(|(_, headers)| headers).unwrap_or_default() {
                 builder = builder.header(name, value);
             }
-            if let Some(i) = &injection {
+            if !injections.is_empty() {
                 builder = builder.header("accept-encoding", "identity");
+            }
+            for i in &injections {
                 let secret = &i.secret;
                 builder = match &i.placement {
                     Placement::Bearer => builder.header("authorization", format!("Bearer {}", secret.expose_secret())),
@@ -692,6 +775,10 @@ impl Egress {
                     Placement::BasicPassword(user) => builder.basic_auth(user, Some(secret.expose_secret())),
                     Placement::BasicUsername(password) => builder.basic_auth(secret.expose_secret(), Some(password)),
                     Placement::BasicBoth => builder.basic_auth(secret.expose_secret(), Some(secret.expose_secret())),
+                    Placement::BasicPair => {
+                        let (user, password) = basic_pair(secret.expose_secret());
+                        builder.basic_auth(user, Some(password))
+                    }
                     Placement::HeaderAround { header, prefix, suffix } => {
                         builder.header(header.as_str(), format!("{prefix}{}{suffix}", secret.expose_secret()))
                     }
@@ -716,7 +803,7 @@ impl Egress {
                 }
                 let mut next =
                     url.join(location).map_err(|_| EgressError::Denied("redirect to an invalid URL".into()))?;
-                if let Some(i) = &injection {
+                for i in &injections {
                     next = unechoed(i, next)?;
                 }
                 // The same checks apply to the new target; a refusal is the
@@ -752,20 +839,31 @@ impl Egress {
                 .filter(|(n, _)| !WITHHELD_RESPONSE_HEADERS.contains(&n.as_str()))
                 .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect();
-            if injection.is_some() {
+            if !injections.is_empty() {
                 collected = self.decoded(caller, &host, &mut headers, collected)?;
             }
+            // The one credential that can be renewed, when a 401 says so.
+            let renewable = {
+                let mut candidates = injections.iter().enumerate().filter(|(_, i)| {
+                    i.renewable
+                        && (i.any_401_renews
+                            || (matches!(i.placement, Placement::Bearer) && says_token_expired(&headers, &collected)))
+                });
+                match (candidates.next(), candidates.next()) {
+                    (Some(only), None) => Some(only),
+                    _ => None,
+                }
+            };
             if status == 401
                 && !renewed
-                && let (Some(i), Some(c)) = (injection.as_ref().filter(|i| i.renewable), credential.as_ref())
-                && (i.any_401_renews
-                    || (matches!(i.placement, Placement::Bearer) && says_token_expired(&headers, &collected)))
+                && let Some((index, i)) = renewable
             {
                 renewed = true;
-                match self.secrets.renew(caller.workspace_id, caller.plugin_id, &c.handle, &host, &i.secret).await {
+                let handle = &credentials[index].handle;
+                match self.secrets.renew(caller.workspace_id, caller.plugin_id, handle, &host, &i.secret).await {
                     Ok(renewal) => {
                         tracing::info!(plugin = caller.plugin_id, host = %host, "the provider refused the credential; renewed it, sending again");
-                        fresh = Some(renewal);
+                        fresh = Some((index, renewal));
                         continue;
                     }
                     // Nothing newer: the plugin gets the provider's 401.
@@ -773,7 +871,7 @@ impl Egress {
                     Err(e) => return Err(EgressError::CredentialUnavailable(e.to_string())),
                 }
             }
-            if let Some(i) = &injection {
+            for i in &injections {
                 collected = scrubbed(i, &mut headers, collected);
             }
             for signature in signatures.iter().filter(|s| s.len() >= 16) {
@@ -941,6 +1039,30 @@ fn classify(e: &reqwest::Error) -> EgressError {
 /// sent, Base64 (the Basic header's `user:secret` too), percent-encoded
 /// (as a query or form value) and JSON-escaped (inside a JSON echo).
 pub(crate) fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
+    let mut forms = forms_of(secret, placement);
+    // Each part of a pair is a secret of its own: an answer that echoes
+    // the account's id alone is scrubbed too.
+    if let Placement::BasicPair = placement {
+        let (user, password) = basic_pair(secret);
+        for part in [user, password].into_iter().filter(|p| !p.is_empty()) {
+            for form in forms_of(part, &Placement::Bearer) {
+                if !forms.contains(&form) {
+                    forms.push(form);
+                }
+            }
+        }
+    }
+    forms
+}
+
+/// The username and password of a pair stored as `username:password`:
+/// split at the first colon, as RFC 7617 reads it (a username holds none).
+pub(crate) fn basic_pair(secret: &str) -> (&str, &str) {
+    secret.split_once(':').unwrap_or((secret, ""))
+}
+
+/// The forms of one secret as a provider may echo it.
+fn forms_of(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
     use base64::Engine;
     use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
     let mut forms: Vec<Vec<u8>> = vec![secret.as_bytes().to_vec()];
@@ -1046,6 +1168,57 @@ impl WithoutUrlRef for reqwest::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn injected(placement: Placement) -> Injection {
+        Injection {
+            secret: SecretString::from("s3cret-value-0001".to_owned()),
+            renewable: false,
+            any_401_renews: false,
+            placement,
+        }
+    }
+
+    #[test]
+    fn the_credentials_of_a_request_each_take_a_part_of_their_own() {
+        let fine = [
+            injected(Placement::Header("X-Api-Key".into())),
+            injected(Placement::Header("x-app-key".into())),
+            injected(Placement::Query("key".into())),
+            injected(Placement::BodyField("/auth/token".into())),
+            injected(Placement::Bearer),
+        ];
+        assert_eq!(apart(&fine), Ok(()));
+        for (a, b) in [
+            (Placement::Header("X-Api-Key".into()), Placement::Header("x-api-key".into())),
+            (Placement::Bearer, Placement::BasicPassword("me".into())),
+            (Placement::BasicPair, Placement::Header("Authorization".into())),
+            (
+                Placement::HeaderAround {
+                    header: "authorization".into(),
+                    prefix: "Token ".into(),
+                    suffix: String::new(),
+                },
+                Placement::BasicBoth,
+            ),
+            (Placement::Query("key".into()), Placement::Query("key".into())),
+            (Placement::BodyField("token".into()), Placement::BodyField("/token".into())),
+        ] {
+            let refused = apart(&[injected(a.clone()), injected(b.clone())]);
+            assert!(matches!(refused, Err(EgressError::InvalidRequest(_))), "{a:?} beside {b:?}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_basic_pair_is_split_at_its_first_colon_and_each_part_is_scrubbed() {
+        assert_eq!(basic_pair("AC0123456789:tok:en"), ("AC0123456789", "tok:en"));
+        let forms = reflections("AC0123456789:token-0123456789", &Placement::BasicPair);
+        for part in ["AC0123456789", "token-0123456789", "AC0123456789:token-0123456789"] {
+            assert!(forms.iter().any(|f| f == part.as_bytes()), "{part}");
+        }
+        use base64::Engine;
+        let header = base64::engine::general_purpose::STANDARD.encode("AC0123456789:token-0123456789");
+        assert!(forms.iter().any(|f| *f == header.as_bytes()));
+    }
 
     #[test]
     fn every_echoed_form_of_a_secret_is_recognised() {

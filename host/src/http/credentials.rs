@@ -37,8 +37,8 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewCredentialBody {
     /// `api_token` (sent as a bearer token), `basic` (the secret is the
-    /// password of `username`, the username beside `password`, or both
-    /// with `secret_as`) or
+    /// password of `username`, the username beside `password`, or both,
+    /// or the pair, with `secret_as`) or
     /// `secret` (sent as the value of `header`, framed by `header_prefix`
     /// and `header_suffix` if given, `query_parameter` or `body_field`).
     #[serde(default = "default_kind")]
@@ -73,7 +73,9 @@ pub(crate) struct NewCredentialBody {
     pub password: Option<String>,
     /// For `basic` credentials whose secret is both the username and the
     /// password (an API that takes its key as both): `username_and_password`;
-    /// then neither `username` nor `password` is given.
+    /// whose secret is the pair `username:password`, both parts secret
+    /// (an account id and a token): `username:password`. Then neither
+    /// `username` nor `password` is given.
     pub secret_as: Option<String>,
     /// Query parameter name for `secret` credentials, e.g. `api_key`: the
     /// host adds it to the URL it sends, never to what a connector sees.

@@ -84,7 +84,7 @@ pub(crate) struct SecretPlace<'a> {
     /// beside it, not a secret (often empty, or `x`).
     pub password: Option<&'a str>,
     /// For `basic` credentials: `username_and_password` when the secret is
-    /// both.
+    /// both, `username:password` when it is the pair.
     pub secret_as: Option<&'a str>,
 }
 
@@ -172,11 +172,11 @@ pub(crate) fn credential_fields(
                 ));
             }
             if let Some(secret_as) = place.secret_as {
-                if secret_as != SECRET_AS_BOTH {
+                if secret_as != SECRET_AS_BOTH && secret_as != SECRET_AS_PAIR {
                     return Err(ApiError::invalid_field(
                         "secret_as",
                         format!(
-                            "secret_as is `{SECRET_AS_BOTH}` (the secret as both parts of HTTP Basic) or not given"
+                            "secret_as is `{SECRET_AS_BOTH}` (the secret as both parts of HTTP Basic), `{SECRET_AS_PAIR}` (the secret is the pair username:password) or not given"
                         ),
                     ));
                 }
@@ -186,7 +186,7 @@ pub(crate) fn credential_fields(
                         "a basic credential whose secret is both username and password takes no username or password",
                     ));
                 }
-                return Ok(json!({ "secret_as": SECRET_AS_BOTH }));
+                return Ok(json!({ "secret_as": secret_as }));
             }
             if let Some(password) = place.password {
                 // The secret is the username; the password is none.
@@ -313,6 +313,7 @@ fn check_placeholder(field: &str, text: &str) -> ApiResult<()> {
 /// A `basic` credential's `secret_as` when its secret is both the username
 /// and the password.
 pub(crate) const SECRET_AS_BOTH: &str = "username_and_password";
+pub(crate) use crate::credentials::vault::SECRET_AS_PAIR;
 
 /// What a `basic` credential's username must be.
 const USERNAME_RULE: &str = "a basic credential needs a username (without ':' or control characters)";
@@ -393,8 +394,24 @@ fn value_fits(kind: CredentialKind, metadata: &Value, secret: &SecretString) -> 
             }
             crate::credentials::exchange::check_secret(exchange, secret)
         }
+        None if metadata.get("secret_as").and_then(Value::as_str) == Some(SECRET_AS_PAIR) => {
+            check_secret(kind, secret.expose_secret())?;
+            check_pair(secret.expose_secret())
+        }
         None => check_secret(kind, secret.expose_secret()),
     }
+}
+
+/// A secret that is a Basic pair: `username:password`, each part long
+/// enough to be scrubbed from answers on its own.
+fn check_pair(secret: &str) -> Result<(), String> {
+    let (user, password) = crate::egress::basic_pair(secret);
+    if !secret.contains(':') || user.len() < MIN_SECRET_BYTES || password.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "the secret is the pair username:password, each part at least {MIN_SECRET_BYTES} bytes (the username holds no ':')"
+        ));
+    }
+    Ok(())
 }
 
 /// Seals a secret as a pending credential and lets the gate activate it

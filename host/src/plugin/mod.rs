@@ -9,6 +9,8 @@
 //!   of 1.0.0's bindings;
 //! - [`v1_2`]: what `service:connector@1.2.0` adds (`http-placed`, whose
 //!   credentials also go into a query parameter or a body field);
+//! - [`v1_3`]: what `service:connector@1.3.0` adds (`http-multi`, requests
+//!   that name several credentials);
 //! - [`sandbox`]: the per-invocation store, limits and WASI context;
 //! - [`registry`]: which plugins are loaded, their aliases, their enabled
 //!   state and installed versions (kept in the database so replicas agree
@@ -42,6 +44,7 @@ pub(crate) mod usage;
 pub(crate) mod v1;
 pub(crate) mod v1_1;
 pub(crate) mod v1_2;
+pub(crate) mod v1_3;
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -138,6 +141,7 @@ pub enum InterfaceVersion {
     V1_0_0,
     V1_1_0,
     V1_2_0,
+    V1_3_0,
 }
 
 impl InterfaceVersion {
@@ -146,6 +150,7 @@ impl InterfaceVersion {
             InterfaceVersion::V1_0_0 => "service:connector@1.0.0",
             InterfaceVersion::V1_1_0 => "service:connector@1.1.0",
             InterfaceVersion::V1_2_0 => "service:connector@1.2.0",
+            InterfaceVersion::V1_3_0 => "service:connector@1.3.0",
         }
     }
 }
@@ -280,6 +285,7 @@ impl Runtime {
         v1::add_to_linker(&mut linker_v1)?;
         v1_1::add_to_linker(&mut linker_v1)?;
         v1_2::add_to_linker(&mut linker_v1)?;
+        v1_3::add_to_linker(&mut linker_v1)?;
 
         // The epoch ticker: CPU deadlines are counted in its ticks.
         let weak = engine.weak();
@@ -332,10 +338,12 @@ impl Runtime {
         let ty = component.component_type();
         let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_owned()).collect();
         if exports.iter().any(|e| e == v1::EXPORT) {
-            // 1.1.0 and 1.2.0 only add imports: the same linker and export
-            // bindings serve all three.
+            // 1.1.0, 1.2.0 and 1.3.0 only add imports: the same linker and
+            // export bindings serve all four.
             let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_owned()).collect();
-            let version = if imports.iter().any(|name| name == v1_2::IMPORT) {
+            let version = if imports.iter().any(|name| name == v1_3::IMPORT) {
+                InterfaceVersion::V1_3_0
+            } else if imports.iter().any(|name| name == v1_2::IMPORT) {
                 InterfaceVersion::V1_2_0
             } else if imports.iter().any(|name| name == v1_1::IMPORT) {
                 InterfaceVersion::V1_1_0
@@ -346,10 +354,11 @@ impl Runtime {
             return Ok((version, Pre::V1(v1::Pre::new(pre)?), digest));
         }
         anyhow::bail!(
-            "the component implements no supported interface version (supported: {}, {}, {}; it exports: {})",
+            "the component implements no supported interface version (supported: {}, {}, {}, {}; it exports: {})",
             InterfaceVersion::V1_0_0.as_str(),
             InterfaceVersion::V1_1_0.as_str(),
             InterfaceVersion::V1_2_0.as_str(),
+            InterfaceVersion::V1_3_0.as_str(),
             if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
         )
     }

@@ -384,14 +384,18 @@ pub(super) fn outbound(req: http::Request) -> egress::OutboundRequest {
         url: req.url,
         headers: req.headers,
         body: req.body,
-        credential: req.credential.map(|c| egress::CredentialUse {
-            handle: egress::CredentialHandle::new(c.handle),
-            placement: match c.placement {
-                http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
-                http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
-                http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
-            },
-        }),
+        credentials: req
+            .credential
+            .into_iter()
+            .map(|c| egress::CredentialUse {
+                handle: egress::CredentialHandle::new(c.handle),
+                placement: match c.placement {
+                    http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
+                    http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
+                    http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
+                },
+            })
+            .collect(),
         timeout_ms: req.timeout_ms,
     }
 }

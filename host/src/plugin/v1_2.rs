@@ -70,17 +70,22 @@ fn outbound(req: http::Request) -> egress::OutboundRequest {
         url: req.url,
         headers: req.headers,
         body: req.body,
-        credential: req.credential.map(|c| egress::CredentialUse {
-            handle: egress::CredentialHandle::new(c.handle),
-            placement: match c.placement {
-                http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
-                http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
-                http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
-                http::CredentialPlacement::QueryParameter(name) => egress::Placement::Query(name),
-                http::CredentialPlacement::BodyField(field) => egress::Placement::BodyField(field),
-                http::CredentialPlacement::AsStored => egress::Placement::AsStored,
-            },
-        }),
+        credentials: req.credential.into_iter().map(credential_use).collect(),
         timeout_ms: req.timeout_ms,
+    }
+}
+
+/// A 1.2.0 credential use (1.3.0's too) as the egress takes it.
+pub(super) fn credential_use(c: http::CredentialUse) -> egress::CredentialUse {
+    egress::CredentialUse {
+        handle: egress::CredentialHandle::new(c.handle),
+        placement: match c.placement {
+            http::CredentialPlacement::AuthorizationBearer => egress::Placement::Bearer,
+            http::CredentialPlacement::Header(h) => egress::Placement::Header(h),
+            http::CredentialPlacement::BasicPassword(u) => egress::Placement::BasicPassword(u),
+            http::CredentialPlacement::QueryParameter(name) => egress::Placement::Query(name),
+            http::CredentialPlacement::BodyField(field) => egress::Placement::BodyField(field),
+            http::CredentialPlacement::AsStored => egress::Placement::AsStored,
+        },
     }
 }

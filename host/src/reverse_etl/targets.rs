@@ -426,7 +426,7 @@ impl Target {
                     url: url.to_string(),
                     headers: vec![("content-type".into(), "application/json".into())],
                     body: Some(body.to_string().into_bytes()),
-                    credential: credential.clone(),
+                    credentials: credential.iter().cloned().collect(),
                     timeout_ms: None,
                 };
                 let mut tries = 0;

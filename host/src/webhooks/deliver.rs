@@ -218,7 +218,7 @@ async fn send(state: &AppState, target: &WebhookTarget, due: &DueDelivery) -> Re
             ("webhook-signature".into(), signature),
         ],
         body: Some(body),
-        credential: None,
+        credentials: Vec::new(),
         timeout_ms: Some(u32::try_from(state.config.limits.webhooks.attempt_timeout.as_millis()).unwrap_or(u32::MAX)),
     };
     let caller = Caller {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use connector_sdk::{Error, Http, HttpError, Method, Placement};
+use connector_sdk::{CredentialPlace, Error, Http, HttpError, Method, Placement};
 use declarative::retrieve::{Body, Place, ReadError, Request, Response, Transport};
 
 use crate::source::Config;
@@ -42,13 +42,27 @@ impl HostTransport {
     }
 }
 
-/// A secret field the manifest uses and no handle was given for.
+/// Secret fields the manifest uses that the handles given do not cover.
 #[derive(Debug)]
-struct Missing(String);
+enum Missing {
+    /// No handle was given for this field.
+    Field(String),
+    /// A Basic username and password from two secret fields that do not
+    /// name one credential (which holds the pair).
+    Pair { username: String, password: String },
+}
 
 impl std::fmt::Display for Missing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "/credentials: the manifest needs a credential for the secret field {}", self.0)
+        match self {
+            Missing::Field(field) => {
+                write!(f, "/credentials: the manifest needs a credential for the secret field {field}")
+            }
+            Missing::Pair { username, password } => write!(
+                f,
+                "/credentials: the Basic username {username} and password {password} must name one credential, which holds the pair"
+            ),
+        }
     }
 }
 
@@ -73,25 +87,40 @@ impl Transport for HostTransport {
             Body::Form(fields) => builder.form(fields),
             Body::Text(t) => builder.body("text/plain", t.clone().into_bytes()),
         };
-        if let Some(credential) = &request.credential {
+        for (i, credential) in request.credentials.iter().enumerate() {
             let handle = self
                 .handles
                 .get(&credential.pointer)
-                .ok_or_else(|| Box::new(Missing(credential.pointer.clone())))?
+                .ok_or_else(|| Box::new(Missing::Field(credential.pointer.clone())))?
                 .clone();
-            builder = match &credential.place {
-                Place::Bearer => builder.credential(handle, Placement::Bearer),
-                Place::Header(name) => builder.credential(handle, Placement::Header(name.clone())),
-                Place::Basic { username } => {
-                    builder.credential(handle, Placement::Basic { username: username.clone() })
-                }
-                Place::Query(name) => builder.credential_in_query(handle, name.clone()),
-                Place::BodyField(field) => builder.credential_in_body(handle, field.clone()),
+            let place = match &credential.place {
+                Place::Bearer => CredentialPlace::Placed(Placement::Bearer),
+                Place::Header(name) => CredentialPlace::Placed(Placement::Header(name.clone())),
+                Place::Basic { username } => CredentialPlace::Placed(Placement::Basic { username: username.clone() }),
+                Place::Query(name) => CredentialPlace::Query(name.clone()),
+                Place::BodyField(field) => CredentialPlace::BodyField(field.clone()),
                 // Places only the credential's record can name (checked
                 // against the manifest when the source was saved).
                 Place::HeaderAround { .. } | Place::BasicUsername { .. } | Place::BasicBoth => {
-                    builder.credential_as_stored(handle)
+                    CredentialPlace::AsStored
                 }
+                // One credential holds both secrets: both fields name it.
+                Place::BasicPair { password } => {
+                    if self.handles.get(password) != Some(&handle) {
+                        return Err(Box::new(Missing::Pair {
+                            username: credential.pointer.clone(),
+                            password: password.clone(),
+                        }));
+                    }
+                    CredentialPlace::AsStored
+                }
+            };
+            builder = match (i, place) {
+                (0, CredentialPlace::Placed(placement)) => builder.credential(handle, placement),
+                (0, CredentialPlace::Query(name)) => builder.credential_in_query(handle, name),
+                (0, CredentialPlace::BodyField(field)) => builder.credential_in_body(handle, field),
+                (0, CredentialPlace::AsStored) => builder.credential_as_stored(handle),
+                (_, place) => builder.and_credential(handle, place),
             };
         }
         let response = builder.send_raw()?;

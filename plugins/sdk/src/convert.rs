@@ -12,6 +12,7 @@ use crate::bindings::exports::service::connector1_0_0::plugin::Guest;
 use crate::bindings::service::connector1_0_0::{http as wit_http, log as wit_log, sink as wit_sink, types as wit};
 use crate::bindings::service::connector1_1_0::http_ahead as wit_ahead;
 use crate::bindings::service::connector1_2_0::http_placed as wit_http_1_2;
+use crate::bindings::service::connector1_3_0::http_multi as wit_http_1_3;
 use crate::connector::Connector;
 use crate::http::{CredentialPlace, HttpError, Method, Placement, RequestBuilder, Response};
 use crate::log::Level;
@@ -253,11 +254,13 @@ pub(crate) fn start_1_1(request: &RequestBuilder) -> Result<Box<dyn Started>, Ht
     Ok(Box::new(wit_ahead::start(&wit_http::Request::try_from(request)?)?))
 }
 
-/// How a request whose credential only 1.2.0 can place reaches the host.
-/// A builder holds a reference to [`WIRE_1_2`] only once a method that
-/// needs it named the credential, so a plugin that never places a
+/// How a request whose credential only 1.2.0 can place, or whose several
+/// credentials only 1.3.0 can name, reaches the host. A builder holds a
+/// reference to [`WIRE_1_2`] or [`WIRE_1_3`] only once a method that
+/// needs it named a credential, so a plugin that never places a
 /// credential in a query or a body never references 1.2.0's functions and
-/// its component does not import them (it loads on hosts without 1.2.0);
+/// its component does not import them (it loads on hosts without 1.2.0),
+/// one that never names two credentials imports nothing of 1.3.0, and
 /// one that never starts a request ahead does not import `http-ahead`.
 #[derive(Debug)]
 pub(crate) struct Wire {
@@ -269,6 +272,13 @@ pub(crate) struct Wire {
 pub(crate) static WIRE_1_2: Wire = Wire {
     send: |r| Ok(wit_http_1_2::send(&wit_http_1_2::Request::from(r))?),
     start: |r| Ok(Box::new(wit_http_1_2::start(&wit_http_1_2::Request::from(r))?)),
+};
+
+/// Requests through 1.3.0's `http-multi`: those naming several
+/// credentials.
+pub(crate) static WIRE_1_3: Wire = Wire {
+    send: |r| Ok(wit_http_1_3::send(&wit_http_1_3::Request::from(r))?),
+    start: |r| Ok(Box::new(wit_http_1_3::start(&wit_http_1_3::Request::from(r))?)),
 };
 
 /// A request the host is performing, of whichever interface started it.
@@ -285,6 +295,12 @@ impl Started for wit_ahead::Pending {
 impl Started for wit_http_1_2::Pending {
     fn finish(self: Box<Self>) -> Result<wit_http::Response, HttpError> {
         Ok(wit_http_1_2::Pending::finish(*self)?)
+    }
+}
+
+impl Started for wit_http_1_3::Pending {
+    fn finish(self: Box<Self>) -> Result<wit_http::Response, HttpError> {
+        Ok(wit_http_1_3::Pending::finish(*self)?)
     }
 }
 
@@ -308,9 +324,9 @@ impl TryFrom<&RequestBuilder> for wit_http::Request {
     type Error = HttpError;
 
     fn try_from(request: &RequestBuilder) -> Result<Self, HttpError> {
-        let credential = match &request.credential {
-            None => None,
-            Some((handle, CredentialPlace::Placed(placement))) => Some(wit_http::CredentialUse {
+        let credential = match request.credentials.as_slice() {
+            [] => None,
+            [(handle, CredentialPlace::Placed(placement))] => Some(wit_http::CredentialUse {
                 handle: handle.clone(),
                 placement: match placement {
                     Placement::Bearer => wit_http::CredentialPlacement::AuthorizationBearer,
@@ -318,9 +334,11 @@ impl TryFrom<&RequestBuilder> for wit_http::Request {
                     Placement::Basic { username } => wit_http::CredentialPlacement::BasicPassword(username.clone()),
                 },
             }),
-            // The builder sends these through 1.2.0; never reached.
-            Some((_, CredentialPlace::Query(_) | CredentialPlace::BodyField(_) | CredentialPlace::AsStored)) => {
-                return Err(HttpError::InvalidRequest("this placement needs http-placed@1.2.0".into()));
+            // The builder sends these through 1.2.0 or 1.3.0; never reached.
+            _ => {
+                return Err(HttpError::InvalidRequest(
+                    "this placement, or more than one credential, needs a newer interface".into(),
+                ));
             }
         };
         Ok(Self {
@@ -341,25 +359,40 @@ impl From<&RequestBuilder> for wit_http_1_2::Request {
             url: request.url.clone(),
             headers: request.headers.clone(),
             body: request.body.clone(),
-            credential: request.credential.as_ref().map(|(handle, place)| wit_http_1_2::CredentialUse {
-                handle: handle.clone(),
-                placement: match place {
-                    CredentialPlace::Placed(Placement::Bearer) => {
-                        wit_http_1_2::CredentialPlacement::AuthorizationBearer
-                    }
-                    CredentialPlace::Placed(Placement::Header(name)) => {
-                        wit_http_1_2::CredentialPlacement::Header(name.clone())
-                    }
-                    CredentialPlace::Placed(Placement::Basic { username }) => {
-                        wit_http_1_2::CredentialPlacement::BasicPassword(username.clone())
-                    }
-                    CredentialPlace::Query(name) => wit_http_1_2::CredentialPlacement::QueryParameter(name.clone()),
-                    CredentialPlace::BodyField(field) => wit_http_1_2::CredentialPlacement::BodyField(field.clone()),
-                    CredentialPlace::AsStored => wit_http_1_2::CredentialPlacement::AsStored,
-                },
-            }),
+            // The builder sends one credential at most through 1.2.0.
+            credential: request.credentials.first().map(credential_use),
             timeout_ms: timeout_ms(request),
         }
+    }
+}
+
+impl From<&RequestBuilder> for wit_http_1_3::Request {
+    fn from(request: &RequestBuilder) -> Self {
+        Self {
+            method: wire_method(request.method),
+            url: request.url.clone(),
+            headers: request.headers.clone(),
+            body: request.body.clone(),
+            credentials: request.credentials.iter().map(credential_use).collect(),
+            timeout_ms: timeout_ms(request),
+        }
+    }
+}
+
+/// A credential and its place, as 1.2.0 (and 1.3.0) name them.
+fn credential_use((handle, place): &(String, CredentialPlace)) -> wit_http_1_2::CredentialUse {
+    wit_http_1_2::CredentialUse {
+        handle: handle.clone(),
+        placement: match place {
+            CredentialPlace::Placed(Placement::Bearer) => wit_http_1_2::CredentialPlacement::AuthorizationBearer,
+            CredentialPlace::Placed(Placement::Header(name)) => wit_http_1_2::CredentialPlacement::Header(name.clone()),
+            CredentialPlace::Placed(Placement::Basic { username }) => {
+                wit_http_1_2::CredentialPlacement::BasicPassword(username.clone())
+            }
+            CredentialPlace::Query(name) => wit_http_1_2::CredentialPlacement::QueryParameter(name.clone()),
+            CredentialPlace::BodyField(field) => wit_http_1_2::CredentialPlacement::BodyField(field.clone()),
+            CredentialPlace::AsStored => wit_http_1_2::CredentialPlacement::AsStored,
+        },
     }
 }
 

@@ -91,14 +91,20 @@ pub enum Placement {
     },
 }
 
-/// Where a request asks for its credential: a [`Placement`], or a query
+/// Where a request asks for a credential: a [`Placement`], a query
 /// parameter or body field ([`RequestBuilder::credential_in_query`],
-/// [`RequestBuilder::credential_in_body`]).
+/// [`RequestBuilder::credential_in_body`]), or wherever the credential
+/// was stored for ([`RequestBuilder::credential_as_stored`]). Named
+/// directly for [`RequestBuilder::and_credential`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CredentialPlace {
+pub enum CredentialPlace {
+    /// Where a [`Placement`] says.
     Placed(Placement),
+    /// The value of this query parameter.
     Query(String),
+    /// The value of this body field (a key, or a JSON pointer).
     BodyField(String),
+    /// Wherever the credential's record says.
     AsStored,
 }
 
@@ -114,7 +120,7 @@ impl Http {
             url: url.into(),
             headers: vec![("accept".to_owned(), "application/json".to_owned())],
             body: None,
-            credential: None,
+            credentials: Vec::new(),
             wire: None,
             timeout: None,
             retry: Retry::default(),
@@ -159,8 +165,10 @@ pub struct RequestBuilder {
     pub(crate) url: String,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Option<Vec<u8>>,
-    pub(crate) credential: Option<(String, CredentialPlace)>,
-    /// Set when the credential's place needs `http-placed@1.2.0`.
+    /// The credentials the host attaches, by handle, each in its place.
+    pub(crate) credentials: Vec<(String, CredentialPlace)>,
+    /// Set when a credential's place needs `http-placed@1.2.0`, or the
+    /// request names several (`http-multi@1.3.0`).
     wire: Option<&'static Wire>,
     pub(crate) timeout: Option<Duration>,
     retry: Retry,
@@ -203,8 +211,11 @@ impl RequestBuilder {
 
     /// Asks the host to attach the credential behind `handle` (a string from
     /// the config) in the given place. The secret never enters the plugin.
+    /// This, and the three methods below, name the request's one
+    /// credential (replacing any named before); [`and_credential`](Self::and_credential)
+    /// names more.
     pub fn credential(mut self, handle: impl Into<String>, placement: Placement) -> Self {
-        self.credential = Some((handle.into(), CredentialPlace::Placed(placement)));
+        self.credentials = vec![(handle.into(), CredentialPlace::Placed(placement))];
         self.wire = None;
         self
     }
@@ -217,7 +228,7 @@ impl RequestBuilder {
     /// parameter again). The credential must have been stored for this
     /// query parameter.
     pub fn credential_in_query(mut self, handle: impl Into<String>, name: impl Into<String>) -> Self {
-        self.credential = Some((handle.into(), CredentialPlace::Query(name.into())));
+        self.credentials = vec![(handle.into(), CredentialPlace::Query(name.into()))];
         self.wire = Some(&convert::WIRE_1_2);
         self
     }
@@ -229,7 +240,7 @@ impl RequestBuilder {
     /// request at all). Sign nothing yourself, and set none of those
     /// headers: the host's replace them.
     pub fn credential_as_stored(mut self, handle: impl Into<String>) -> Self {
-        self.credential = Some((handle.into(), CredentialPlace::AsStored));
+        self.credentials = vec![(handle.into(), CredentialPlace::AsStored)];
         self.wire = Some(&convert::WIRE_1_2);
         self
     }
@@ -241,8 +252,29 @@ impl RequestBuilder {
     /// [`body`](Self::body) with `application/x-www-form-urlencoded`).
     /// The credential must have been stored for this body field.
     pub fn credential_in_body(mut self, handle: impl Into<String>, field: impl Into<String>) -> Self {
-        self.credential = Some((handle.into(), CredentialPlace::BodyField(field.into())));
+        self.credentials = vec![(handle.into(), CredentialPlace::BodyField(field.into()))];
         self.wire = Some(&convert::WIRE_1_2);
+        self
+    }
+
+    /// Names one more credential on this request, beside the one named
+    /// with the methods above (an API key and an application key, each in
+    /// a header of its own; an account token beside a bearer token).
+    /// Naming a handle again replaces its place. Each credential must be
+    /// stored for its place, and two may not share one (one header, one
+    /// parameter, one field; HTTP Basic twice): the host refuses the
+    /// request. Every secret is scrubbed from the answer.
+    ///
+    /// A request naming several credentials needs interface 1.3.0's
+    /// `http-multi`: a plugin that calls this imports it, and loads on
+    /// hosts that have it.
+    pub fn and_credential(mut self, handle: impl Into<String>, place: CredentialPlace) -> Self {
+        let handle = handle.into();
+        match self.credentials.iter_mut().find(|(h, _)| *h == handle) {
+            Some(named) => named.1 = place,
+            None => self.credentials.push((handle, place)),
+        }
+        self.wire = Some(&convert::WIRE_1_3);
         self
     }
 
@@ -838,15 +870,31 @@ mod tests {
     #[test]
     fn only_a_query_or_body_credential_reaches_for_the_newer_interface() {
         let query = Http::get("https://a.example/").credential_in_query("h", "api_key");
-        assert_eq!(query.credential, Some(("h".to_owned(), CredentialPlace::Query("api_key".into()))));
+        assert_eq!(query.credentials, [("h".to_owned(), CredentialPlace::Query("api_key".into()))]);
         assert!(query.wire.is_some());
         let body = Http::post("https://a.example/").credential_in_body("h", "/auth/password");
-        assert_eq!(body.credential, Some(("h".to_owned(), CredentialPlace::BodyField("/auth/password".into()))));
+        assert_eq!(body.credentials, [("h".to_owned(), CredentialPlace::BodyField("/auth/password".into()))]);
         assert!(body.wire.is_some());
         let placed = query.credential("h", Placement::Bearer);
-        assert_eq!(placed.credential, Some(("h".to_owned(), CredentialPlace::Placed(Placement::Bearer))));
+        assert_eq!(placed.credentials, [("h".to_owned(), CredentialPlace::Placed(Placement::Bearer))]);
         assert!(placed.wire.is_none(), "a placement 1.0.0 can say goes through 1.0.0");
         assert!(Http::get("https://a.example/").wire.is_none());
+    }
+
+    #[test]
+    fn only_a_second_credential_reaches_for_the_interface_that_takes_several() {
+        let one = Http::get("https://a.example/").credential("a", Placement::Header("x-api-key".into()));
+        let two = one.clone().and_credential("b", CredentialPlace::Placed(Placement::Header("x-app-key".into())));
+        assert_eq!(two.credentials.len(), 2);
+        assert!(std::ptr::eq(two.wire.unwrap(), &convert::WIRE_1_3));
+        // The same handle again: its place replaced.
+        let again = two.and_credential("b", CredentialPlace::Query("key".into()));
+        assert_eq!(again.credentials[1], ("b".to_owned(), CredentialPlace::Query("key".into())));
+        assert_eq!(again.credentials.len(), 2);
+        // The single-credential methods name the one credential.
+        let single = again.credential_in_query("c", "key");
+        assert_eq!(single.credentials, [("c".to_owned(), CredentialPlace::Query("key".into()))]);
+        assert!(std::ptr::eq(single.wire.unwrap(), &convert::WIRE_1_2));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! This crate is everything a connector needs: implement [`Connector`],
 //! register the type with [`export_connector!`], and use [`Http`] to talk to
 //! the provider and [`Sink`] to hand over records. The WebAssembly interface
-//! underneath (the WIT package `service:connector@1.2.0` in `wit/`) stays out
+//! underneath (the WIT package `service:connector@1.3.0` in `wit/`) stays out
 //! of sight.
 //!
 //! # What the host enforces
@@ -169,7 +169,7 @@ pub mod time;
 mod types;
 
 pub use connector::Connector;
-pub use http::{Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Retry};
+pub use http::{CredentialPlace, Http, HttpError, Method, Pending, Placement, RequestBuilder, Response, Retry};
 pub use pages::{Page, Pages, Pagination};
 pub use serde_json::{self, Value, json};
 pub use sink::{Sink, SinkError};
@@ -185,10 +185,10 @@ pub mod bindings {
     // The WIT is the one at the repository root, shared with the host; the
     // SDK for a new package version gets its own `generate!` and conversions.
     wit_bindgen::generate!({
-        path: "../../wit/connector@1.2.0",
+        path: "../../wit/connector@1.3.0",
         world: "connector",
-        // 1.2.0 is 1.0.0's interfaces, 1.1.0's `http-ahead` and its own
-        // `http`: generate them all. A plugin imports only what it calls
+        // 1.3.0 is 1.0.0's interfaces, 1.1.0's `http-ahead`, 1.2.0's
+        // `http-placed` and its own `http-multi`: generate them all. A plugin imports only what it calls
         // (`convert.rs` reaches the newer interfaces only from the methods
         // that need them).
         generate_all,

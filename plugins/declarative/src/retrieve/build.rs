@@ -197,7 +197,8 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
         }
         input => options.data = evaluate(input, &ctx, true, "request_body_data")?,
     }
-    let mut credential = authenticate(&requester.authenticator, &mut options, env)?;
+    let mut credentials: Vec<Credential> =
+        authenticate(&requester.authenticator, &mut options, env)?.into_iter().collect();
     if let Some(paginator) = &retriever.paginator {
         if let (Some(TokenOption::Option(option)), Some(t)) = (&paginator.token_option, token) {
             options.inject(option, t.clone(), env)?;
@@ -225,11 +226,11 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
             (Holds::Nothing, _) => return Ok(false),
             (Holds::Secret(p), _) => p,
             (Holds::BearerSecret(p), Place::Header(h)) if h.eq_ignore_ascii_case("authorization") => {
-                return set_credential(&mut credential, Credential { pointer: p, place: Place::Bearer }).map(|_| true);
+                return add_credential(&mut credentials, Credential { pointer: p, place: Place::Bearer }).map(|_| true);
             }
             (Holds::Around { pointer, prefix, suffix }, Place::Header(h)) => {
                 let place = Place::HeaderAround { header: h.clone(), prefix, suffix };
-                return set_credential(&mut credential, Credential { pointer, place }).map(|_| true);
+                return add_credential(&mut credentials, Credential { pointer, place }).map(|_| true);
             }
             (Holds::BearerSecret(p) | Holds::Mixed(p) | Holds::Around { pointer: p, .. }, _) => {
                 return Err(ReadError::Secret(format!(
@@ -238,7 +239,7 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
                 )));
             }
         };
-        set_credential(&mut credential, Credential { pointer, place }).map(|_| true)
+        add_credential(&mut credentials, Credential { pointer, place }).map(|_| true)
     };
     if env.secrets.holds(&url) != Holds::Nothing {
         return Err(ReadError::Secret("a secret would be written into the URL's path".into()));
@@ -322,7 +323,7 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
     // sent twice.
     let in_url = url_query(&url);
     query.retain(|(k, v)| in_url.iter().find(|(uk, _)| uk == k).is_none_or(|(_, uv)| uv != v));
-    Ok(Request { method, url, query, headers, body, credential })
+    Ok(Request { method, url, query, headers, body, credentials })
 }
 
 fn describe(place: &Place) -> String {
@@ -331,22 +332,37 @@ fn describe(place: &Place) -> String {
         Place::Header(h) => format!("header {h}"),
         Place::Query(q) => format!("query parameter {q}"),
         Place::BodyField(f) => format!("body field {f}"),
-        Place::Basic { .. } | Place::BasicUsername { .. } | Place::BasicBoth => "Basic authentication".into(),
+        Place::Basic { .. } | Place::BasicUsername { .. } | Place::BasicBoth | Place::BasicPair { .. } => {
+            "Basic authentication".into()
+        }
         Place::HeaderAround { header, .. } => format!("header {header}"),
     }
 }
 
-fn set_credential(slot: &mut Option<Credential>, c: Credential) -> Result<(), ReadError> {
-    match slot {
-        Some(existing) if *existing != c => Err(ReadError::Secret(format!(
-            "a request would carry two secrets ({} and {}); the host places one",
-            existing.pointer, c.pointer
-        ))),
-        _ => {
-            *slot = Some(c);
-            Ok(())
-        }
+/// Adds a secret the host places: once per field, each in a part of the
+/// request of its own.
+fn add_credential(credentials: &mut Vec<Credential>, c: Credential) -> Result<(), ReadError> {
+    if credentials.contains(&c) {
+        return Ok(());
     }
+    if let Some(same) = credentials.iter().find(|other| other.pointer == c.pointer) {
+        return Err(ReadError::Secret(format!(
+            "the secret {} would be sent twice ({} and {}); a credential goes in one place",
+            c.pointer,
+            describe(&same.place),
+            describe(&c.place)
+        )));
+    }
+    if let Some(other) = credentials.iter().find(|other| other.place.part() == c.place.part()) {
+        return Err(ReadError::Secret(format!(
+            "the secrets {} and {} would share {}",
+            other.pointer,
+            c.pointer,
+            describe(&c.place)
+        )));
+    }
+    credentials.push(c);
+    Ok(())
 }
 
 /// The authenticator's part: a secret's place, or plain values where the
@@ -435,8 +451,12 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                 (Holds::Secret(pointer), Holds::Secret(same)) if pointer == same => {
                     Ok(Some(Credential { pointer, place: Place::BasicBoth }))
                 }
+                // Two secret fields: one credential holds the pair.
+                (Holds::Secret(pointer), Holds::Secret(password)) => {
+                    Ok(Some(Credential { pointer, place: Place::BasicPair { password } }))
+                }
                 _ => Err(ReadError::Secret(
-                    "Basic authentication with two secrets (a secret username and another secret password): the host places one secret in a request".into(),
+                    "Basic authentication with a secret among other text in its username or password: only the guest could write it".into(),
                 )),
             }
         }

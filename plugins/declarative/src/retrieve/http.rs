@@ -23,8 +23,8 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     pub headers: Vec<(String, String)>,
     pub body: Body,
-    /// The secret the host places, if any.
-    pub credential: Option<Credential>,
+    /// The secrets the host places, each in a place of its own.
+    pub credentials: Vec<Credential>,
 }
 
 /// A request body.
@@ -64,6 +64,28 @@ pub enum Place {
     BasicUsername { password: String },
     /// Both the username and the password of HTTP Basic.
     BasicBoth,
+    /// HTTP Basic whose username is this credential's field and whose
+    /// password is another secret field (`password`, a JSON pointer): one
+    /// credential holds the pair, `username:password`.
+    BasicPair { password: String },
+}
+
+impl Place {
+    /// The part of a request the secret takes (a header by its lower-case
+    /// name, a query parameter, a body field): two secrets of one request
+    /// may not share one.
+    pub fn part(&self) -> (&'static str, String) {
+        match self {
+            Place::Bearer
+            | Place::Basic { .. }
+            | Place::BasicUsername { .. }
+            | Place::BasicBoth
+            | Place::BasicPair { .. } => ("header", "authorization".into()),
+            Place::Header(h) | Place::HeaderAround { header: h, .. } => ("header", h.to_ascii_lowercase()),
+            Place::Query(q) => ("query parameter", q.clone()),
+            Place::BodyField(f) => ("body field", f.clone()),
+        }
+    }
 }
 
 /// An answer.

@@ -15,13 +15,16 @@
 //!     "placement": "bearer" | {"header": "x-api-key"} | {"basic": "user"}
 //!                | {"query": "api_key"} | {"body": "password"} | "as-stored"
 //!   },
+//!   "credentials": [{"handle", "placement"}], // optional, instead
 //!   "body": "text",                           // optional
 //!   "timeout_ms": 5000                        // optional
 //! }
 //! ```
 //!
-//! A request whose credential goes into a query parameter or a body field
-//! goes through `http-placed@1.2.0`; every other through `http@1.0.0`.
+//! A request that names `credentials` (a list, any length, handles
+//! repeated as written) goes through `http-multi@1.3.0`; one whose
+//! credential goes into a query parameter or a body field through
+//! `http-placed@1.2.0`; every other through `http@1.0.0`.
 //!
 //! The outcome is `{"ok": {"status", "headers", "body"}}` (body as lossy
 //! UTF-8, and as `body_hex` too when it is not text) or `{"error": {"kind", "message"}}` with the WIT error case as
@@ -34,11 +37,13 @@ use serde_json::{Value, json};
 
 use crate::bindings::service::connector1_0_0::http::{self, CredentialPlacement, CredentialUse, HttpError, Method};
 use crate::bindings::service::connector1_2_0::http_placed as http_1_2;
+use crate::bindings::service::connector1_3_0::http_multi as http_1_3;
 
 /// A request in the interface version that can say it.
 pub enum Request {
     V1_0(http::Request),
     V1_2(http_1_2::Request),
+    V1_3(http_1_3::Request),
 }
 
 impl Request {
@@ -46,6 +51,7 @@ impl Request {
         match self {
             Request::V1_0(r) => http::send(r),
             Request::V1_2(r) => http_1_2::send(r),
+            Request::V1_3(r) => http_1_3::send(r),
         }
     }
 }
@@ -98,6 +104,15 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
                 .ok_or_else(|| invalid_config("request.timeout_ms: expected a u32"))?,
         ),
     };
+    if let Some(listed) = field("credentials") {
+        let credentials = listed
+            .as_array()
+            .ok_or_else(|| invalid_config("request.credentials: expected a list"))?
+            .iter()
+            .map(|c| parse_credential(c).map(|(handle, place)| placed(handle, place)))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Request::V1_3(http_1_3::Request { method, url, headers, body, credentials, timeout_ms }));
+    }
     if let Some(credential) = newer {
         return Ok(Request::V1_2(http_1_2::Request {
             method,
@@ -113,6 +128,19 @@ pub fn parse_request(request: &Value) -> Result<Request, ConnectorError> {
         Place::Query(_) | Place::Body(_) | Place::AsStored => unreachable!("sent through 1.2.0 above"),
     });
     Ok(Request::V1_0(http::Request { method, url, headers, body, credential, timeout_ms }))
+}
+
+/// A credential and its place as 1.2.0 (and 1.3.0) name them.
+fn placed(handle: String, place: Place) -> http_1_2::CredentialUse {
+    let placement = match place {
+        Place::Old(CredentialPlacement::AuthorizationBearer) => http_1_2::CredentialPlacement::AuthorizationBearer,
+        Place::Old(CredentialPlacement::Header(name)) => http_1_2::CredentialPlacement::Header(name),
+        Place::Old(CredentialPlacement::BasicPassword(user)) => http_1_2::CredentialPlacement::BasicPassword(user),
+        Place::Query(name) => http_1_2::CredentialPlacement::QueryParameter(name),
+        Place::Body(field) => http_1_2::CredentialPlacement::BodyField(field),
+        Place::AsStored => http_1_2::CredentialPlacement::AsStored,
+    };
+    http_1_2::CredentialUse { handle, placement }
 }
 
 /// Where the test asks for the credential.

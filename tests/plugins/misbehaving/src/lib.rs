@@ -26,7 +26,7 @@
 
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../../wit/connector@1.2.0",
+        path: "../../../wit/connector@1.3.0",
         world: "connector",
         generate_all,
     });
