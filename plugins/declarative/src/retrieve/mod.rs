@@ -370,13 +370,13 @@ fn read_slice(
                 .map(|r| serde_json::from_str::<Value>(r.get()))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ReadError::Invalid(format!("stream {}: a record: {e}", stream.name)))?;
-            let (mut kept, last_record, feed_ends) = select(stream, slice, env, bounds, token.as_ref(), records)?;
+            let (kept, last_record, feed_ends) = select(stream, slice, env, bounds, token.as_ref(), records)?;
             if let Some((cursor, _)) = bounds {
                 *latest = incremental::latest(cursor, &kept, *latest);
             }
             let kept = kept
-                .iter_mut()
-                .map(|r| serde_json::value::to_raw_value(r))
+                .iter()
+                .map(serde_json::value::to_raw_value)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ReadError::Invalid(format!("stream {}: a record: {e}", stream.name)))?;
             (kept, last_record, feed_ends)
