@@ -54,7 +54,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
 from airbyte_corpus import sample, spec_of  # noqa: E402
-from airbyte_paginate import response_paths  # noqa: E402
+from airbyte_paginate import STEP, response_paths  # noqa: E402
 
 from airbyte_cdk.sources.declarative.datetime.datetime_parser import DatetimeParser  # noqa: E402
 from airbyte_cdk.sources.declarative.decoders import JsonDecoder  # noqa: E402
@@ -382,11 +382,17 @@ class Stream:
         leaves = [next_url if self.token_option and self.token_option.get("type") == "RequestPath" else nxt,
                   True, 1, False, None, 0, "", []]
         link = f'<{next_url}>; rel="next"'
-        for assignment in itertools.product(leaves, repeat=min(len(paths), 3)):
+        # A cursor read from the page's last record (`last_record['next']`)
+        # is set there too.
+        on_last = last_record_paths(str(self.strategy.get("cursor_value")) + " " + str(self.strategy.get("stop_condition")))
+        targets = [("body", p) for p in paths] + [("last", p) for p in on_last]
+        for assignment in itertools.product(leaves, repeat=min(len(targets), 3)):
             body = self.wrap(records)
-            if isinstance(body, dict):
-                for p, leaf in zip(paths, assignment):
+            for (where, p), leaf in zip(targets, assignment):
+                if where == "body" and isinstance(body, dict):
                     put(body, p, leaf)
+                elif where == "last" and records:
+                    put(records[-1], p, leaf)
             for headers in ({"link": link}, {}):
                 token = self.cdk_token(body, headers, records)
                 if (token is None) == last:
@@ -445,6 +451,20 @@ def find_option(where, name, query, headers, body):
     if isinstance(body, list):
         return dict(body).get(name)
     return None
+
+
+LAST_RECORD = re.compile(r"""last_record((?:\.[A-Za-z_]\w*|\[\s*['"][^'"]+['"]\s*\]|\.get\(\s*['"][^'"]+['"][^)]*\))+)""")
+
+
+def last_record_paths(text):
+    """The key paths a template reads of `last_record`."""
+    paths = []
+    for m in LAST_RECORD.finditer(text or ""):
+        path = [s.group(1) or s.group(2) or s.group(4) for s in STEP.finditer(m.group(1))]
+        path = [p for p in path if p and p not in ("get", "keys", "values", "items")]
+        if path:
+            paths.append(path)
+    return paths
 
 
 def put(body, path, leaf):
