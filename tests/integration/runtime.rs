@@ -1564,6 +1564,14 @@ async fn a_request_naming_two_credentials_gets_each_in_its_place_and_neither_bac
         "a plugin that names several credentials is a 1.3.0 plugin"
     );
 
+    // A secret that is a prefix of another, named first: the echo of the
+    // longer one is scrubbed whole, not cut after the prefix.
+    let short = f.credential_of("secret", None, json!({ "header": "x-short" }), &key[..12]).await;
+    let long = f.credential_of("secret", None, json!({ "header": "x-long" }), &key).await;
+    let v = f.egress(two(json!([header(&short, "x-short"), header(&long, "x-long")]))).await;
+    assert_eq!(v["ok"]["status"], 200, "{v}");
+    assert!(!v.to_string().contains(&key[12..]), "the rest of the longer secret reached the plugin: {v}");
+
     // Each is still placed only where its record says.
     let v = f.egress(two(json!([header(&api_key, "x-api-key"), header(&app_key, "x-other")]))).await;
     assert!(denied_rule(&v).contains("in header x-app-key"), "{v}");

@@ -209,8 +209,10 @@ impl Placement {
             Placement::Header(name) | Placement::HeaderAround { header: name, .. } => {
                 vec![Part::Header(name.to_ascii_lowercase())]
             }
-            Placement::Query(name) => vec![Part::Query(name.clone())],
-            Placement::BodyField(field) => vec![Part::Body(field.trim_start_matches('/').to_owned())],
+            // Servers read a parameter's name in any case (the host
+            // refuses other spellings of a query credential's name too).
+            Placement::Query(name) => vec![Part::Query(name.to_ascii_lowercase())],
+            Placement::BodyField(field) => vec![Part::Body(body_path(field))],
             Placement::Signed(recipe) => std::iter::once(Part::Signature)
                 .chain(recipe.header_names().map(|h| Part::Header(h.to_ascii_lowercase())))
                 .collect(),
@@ -224,8 +226,41 @@ impl Placement {
 enum Part {
     Header(String),
     Query(String),
-    Body(String),
+    /// A body field by the keys leading to it.
+    Body(Vec<String>),
     Signature,
+}
+
+impl Part {
+    /// Whether a secret in one would be lost to, or written over by, one
+    /// in the other: the same part, or a body field inside the other.
+    fn overlaps(&self, other: &Part) -> bool {
+        match (self, other) {
+            (Part::Body(a), Part::Body(b)) => a.starts_with(b) || b.starts_with(a),
+            _ => self == other,
+        }
+    }
+}
+
+/// The keys leading to a body field: a top-level key as it is, a JSON
+/// pointer (`/auth/key`) by its decoded segments.
+fn body_path(field: &str) -> Vec<String> {
+    match field.strip_prefix('/') {
+        Some(pointer) => pointer.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect(),
+        None => vec![field.to_owned()],
+    }
+}
+
+/// Refuses a credential asked for in another place than its record fixes.
+fn placed_as_stored(asked: &CredentialUse, injection: &Injection) -> Result<(), EgressError> {
+    if asked.placement.same_as(&injection.placement) {
+        return Ok(());
+    }
+    Err(EgressError::Denied(format!(
+        "the credential is sent {}, not {}: its kind fixes where the secret goes",
+        injection.placement.describe(),
+        asked.placement.describe()
+    )))
 }
 
 /// The credentials of one request each in a part of its own: two secrets
@@ -235,7 +270,7 @@ fn apart(injections: &[Injection]) -> Result<(), EgressError> {
     let mut taken: Vec<Part> = Vec::new();
     for i in injections {
         for part in i.placement.parts() {
-            if taken.contains(&part) {
+            if taken.iter().any(|t| t.overlaps(&part)) {
                 return Err(EgressError::InvalidRequest(format!(
                     "two credentials of the request go {}: each needs a place of its own",
                     i.placement.describe()
@@ -584,22 +619,22 @@ impl Egress {
             if req.credentials.is_empty() || !self.replay_injects {
                 return Ok(answer);
             }
-            // As if the secrets had gone out: the answer is decoded and
-            // scrubbed by the same code as the network's.
+            // As if the secrets had gone out: checked, and the answer
+            // decoded and scrubbed, by the same code as the network's.
             let mut injections = Vec::with_capacity(req.credentials.len());
             for credential in &req.credentials {
-                injections.push(
-                    self.secrets
-                        .secret_for(caller.workspace_id, caller.plugin_id, &credential.handle, &host)
-                        .await
-                        .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?,
-                );
+                let injection = self
+                    .secrets
+                    .secret_for(caller.workspace_id, caller.plugin_id, &credential.handle, &host)
+                    .await
+                    .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?;
+                placed_as_stored(credential, &injection)?;
+                injections.push(injection);
             }
+            apart(&injections)?;
             let InboundResponse { status, mut headers, body } = answer;
-            let mut body = self.decoded(caller, &host, &mut headers, body)?;
-            for injection in &injections {
-                body = scrubbed(injection, &mut headers, body);
-            }
+            let body = self.decoded(caller, &host, &mut headers, body)?;
+            let body = scrubbed(&injections, &mut headers, body);
             return Ok(InboundResponse { status, headers, body });
         }
         let timeout = Duration::from_millis(u64::from(
@@ -690,13 +725,7 @@ impl Egress {
                         .await
                         .map_err(|e| EgressError::CredentialUnavailable(e.to_string()))?,
                 };
-                if !c.placement.same_as(&injection.placement) {
-                    return Err(EgressError::Denied(format!(
-                        "the credential is sent {}, not {}: its kind fixes where the secret goes",
-                        injection.placement.describe(),
-                        c.placement.describe()
-                    )));
-                }
+                placed_as_stored(c, &injection)?;
                 injections.push(injection);
             }
             apart(&injections)?;
@@ -871,8 +900,8 @@ impl Egress {
                     Err(e) => return Err(EgressError::CredentialUnavailable(e.to_string())),
                 }
             }
-            for i in &injections {
-                collected = scrubbed(i, &mut headers, collected);
+            if !injections.is_empty() {
+                collected = scrubbed(&injections, &mut headers, collected);
             }
             for signature in signatures.iter().filter(|s| s.len() >= 16) {
                 let before = collected.len();
@@ -953,12 +982,25 @@ fn same_reading(raw: &str) -> Result<(), EgressError> {
     }
 }
 
-/// `body` and `headers` with every form of the injected secret taken out:
-/// a provider that echoes the request (debug endpoints, error pages) must
-/// not hand the secret back to the plugin, in any of the forms an echo
+/// `body` and `headers` with every form of the injected secrets taken
+/// out: a provider that echoes the request (debug endpoints, error pages)
+/// must not hand a secret back to the plugin, in any of the forms an echo
 /// would carry it.
-fn scrubbed(injection: &Injection, headers: &mut Vec<(String, String)>, mut body: Vec<u8>) -> Vec<u8> {
-    let forms = reflections(injection.secret.expose_secret(), &injection.placement);
+///
+/// Every form of every secret of the request is searched for at once,
+/// the longest first: scrubbing one secret must never cut another that
+/// holds it (a key that is a prefix of another) so that the rest of it
+/// no longer matches.
+fn scrubbed(injections: &[Injection], headers: &mut Vec<(String, String)>, mut body: Vec<u8>) -> Vec<u8> {
+    let mut forms: Vec<Vec<u8>> = Vec::new();
+    for injection in injections {
+        for form in reflections(injection.secret.expose_secret(), &injection.placement) {
+            if !forms.contains(&form) {
+                forms.push(form);
+            }
+        }
+    }
+    longest_first(&mut forms);
     let holds = |value: &str| forms.iter().any(|f| memchr::memmem::find(value.as_bytes(), f).is_some());
     // A header that echoes the secret is withheld, but for `Link`: it is
     // redacted in place, so a next page whose URL echoes a query
@@ -1052,7 +1094,14 @@ pub(crate) fn reflections(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
             }
         }
     }
+    longest_first(&mut forms);
     forms
+}
+
+/// Orders forms to be scrubbed one after another so that none is cut
+/// by a shorter one it holds.
+fn longest_first(forms: &mut [Vec<u8>]) {
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
 }
 
 /// The username and password of a pair stored as `username:password`:
@@ -1202,10 +1251,33 @@ mod tests {
             ),
             (Placement::Query("key".into()), Placement::Query("key".into())),
             (Placement::BodyField("token".into()), Placement::BodyField("/token".into())),
+            (Placement::BodyField("a/b".into()), Placement::BodyField("/a~1b".into())),
+            (Placement::BodyField("/auth".into()), Placement::BodyField("/auth/key".into())),
+            (Placement::Query("key".into()), Placement::Query("KEY".into())),
         ] {
             let refused = apart(&[injected(a.clone()), injected(b.clone())]);
             assert!(matches!(refused, Err(EgressError::InvalidRequest(_))), "{a:?} beside {b:?}: {refused:?}");
         }
+    }
+
+    #[test]
+    fn a_secret_that_holds_another_is_scrubbed_whole() {
+        // The shorter secret first, as a plugin may order its credentials:
+        // scrubbing it must not leave the rest of the longer one.
+        let short = Injection { secret: SecretString::from("sk_live_".to_owned()), ..injected(Placement::Bearer) };
+        let long = Injection {
+            secret: SecretString::from("sk_live_0123456789abcdef".to_owned()),
+            ..injected(Placement::Header("x-key".into()))
+        };
+        let mut headers = vec![("x-echo".to_owned(), "sk_live_0123456789abcdef".to_owned())];
+        let body = scrubbed(&[short, long], &mut headers, b"{\"echo\": \"sk_live_0123456789abcdef\"}".to_vec());
+        let body = String::from_utf8(body).unwrap();
+        assert!(!body.contains("0123456789abcdef"), "{body}");
+        assert!(headers.is_empty(), "{headers:?}");
+        // Within a pair: a username the password holds.
+        let forms = reflections("tok-0123:tok-0123-and-more", &Placement::BasicPair);
+        let position = |f: &str| forms.iter().position(|x| x == f.as_bytes()).unwrap();
+        assert!(position("tok-0123-and-more") < position("tok-0123"));
     }
 
     #[test]

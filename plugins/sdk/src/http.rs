@@ -262,7 +262,7 @@ impl RequestBuilder {
     /// a header of its own; an account token beside a bearer token).
     /// Naming a handle again replaces its place. Each credential must be
     /// stored for its place, and two may not share one (one header, one
-    /// parameter, one field; HTTP Basic twice): the host refuses the
+    /// parameter, one field; `Authorization` twice): the host refuses the
     /// request. Every secret is scrubbed from the answer.
     ///
     /// A request naming several credentials needs interface 1.3.0's

@@ -345,7 +345,14 @@ fn add_credential(credentials: &mut Vec<Credential>, c: Credential) -> Result<()
     if credentials.contains(&c) {
         return Ok(());
     }
-    if let Some(same) = credentials.iter().find(|other| other.pointer == c.pointer) {
+    // A pair's password field is sent too, inside the pair.
+    let fields = |c: &Credential| -> Vec<String> {
+        match &c.place {
+            Place::BasicPair { password } => vec![c.pointer.clone(), password.clone()],
+            _ => vec![c.pointer.clone()],
+        }
+    };
+    if let Some(same) = credentials.iter().find(|other| fields(other).iter().any(|f| fields(&c).contains(f))) {
         return Err(ReadError::Secret(format!(
             "the secret {} would be sent twice ({} and {}); a credential goes in one place",
             c.pointer,

@@ -82,8 +82,8 @@ impl Place {
             | Place::BasicBoth
             | Place::BasicPair { .. } => ("header", "authorization".into()),
             Place::Header(h) | Place::HeaderAround { header: h, .. } => ("header", h.to_ascii_lowercase()),
-            Place::Query(q) => ("query parameter", q.clone()),
-            Place::BodyField(f) => ("body field", f.clone()),
+            Place::Query(q) => ("query parameter", q.to_ascii_lowercase()),
+            Place::BodyField(f) => ("body field", f.trim_start_matches('/').to_owned()),
         }
     }
 }
