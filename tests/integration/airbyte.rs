@@ -46,7 +46,8 @@ const NOW: &str = "2026-11-20T12:00:00.123456Z";
 /// handlers, keys in headers, query parameters, bearer tokens and
 /// Basic passwords (a literal word among them), two secrets in one
 /// request (two headers; a bearer token and a header; a Basic username
-/// and password that are both secret, one credential), added fields that render
+/// and password that are both secret, one credential), an OAuth client's
+/// token obtained by the host, added fields that render
 /// nothing, streams whose names are not table names, and incremental
 /// cursors (daily and monthly windows, a lookback, a data feed) read again
 /// from their state.
@@ -79,6 +80,7 @@ const SAMPLE: &[&str] = &[
     "source-pivotal-tracker",
     "source-oura",
     "source-pokeapi",
+    "source-primetric",
     "source-pypi",
     "source-secoda",
     "source-sentry",
@@ -274,6 +276,12 @@ async fn read_both(
                 body["secret_as"] = json!("username:password");
                 body["secret"] = json!(format!("{}:{}", secrets[pointer], secrets[password]));
             }
+            declarative::retrieve::Place::OAuthClient { token_url, client_id, client_id_field } => {
+                let client_id = client_id_field.as_ref().map_or(client_id.clone(), |f| secrets[f].clone());
+                body["kind"] = json!("secret");
+                body["exchange"] =
+                    json!({ "grant": "client_credentials", "token_url": token_url, "client_id": client_id });
+            }
             declarative::retrieve::Place::HeaderAround { header, prefix, suffix } => {
                 body["kind"] = json!("secret");
                 body["header"] = json!(header);
@@ -283,9 +291,12 @@ async fn read_both(
         }
         let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
         handles.push(json!({ "field": pointer, "credential_handle": credential["data"]["credential_handle"] }));
-        // The pair's credential stands for its password's field too.
-        if let declarative::retrieve::Place::BasicPair { password } = place {
-            handles.push(json!({ "field": password, "credential_handle": credential["data"]["credential_handle"] }));
+        // The pair's credential stands for its password's field too, an
+        // OAuth client's for its id's.
+        if let declarative::retrieve::Place::BasicPair { password: other }
+        | declarative::retrieve::Place::OAuthClient { client_id_field: Some(other), .. } = place
+        {
+            handles.push(json!({ "field": other, "credential_handle": credential["data"]["credential_handle"] }));
         }
     }
     let configuration =
@@ -660,6 +671,37 @@ async fn a_manifest_that_would_expose_a_secret_is_refused_when_saved(backend: Ba
     let (_, path, body) =
         refused(save(one_stream(HOST, in_header.clone(), json!({})), json!({}), &foreign).await.unwrap()).await;
     assert_eq!(path.as_deref(), Some("/credentials/0"), "{body}");
+
+    // An OAuth client: the credential must trade its secret for a token
+    // at the manifest's token endpoint, for the manifest's client.
+    let oauth = |token_url: &str| {
+        json!({ "type": "OAuthAuthenticator", "token_refresh_endpoint": token_url, "client_id": "client-7",
+            "client_secret": "{{ config['api_key'] }}", "grant_type": "client_credentials" })
+    };
+    let traded = |token_url: &str, client_id: &str| {
+        credential(json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+            "secret": "client-secret-0004",
+            "exchange": { "grant": "client_credentials", "token_url": token_url, "client_id": client_id } }))
+    };
+    let token_url = format!("https://{HOST}/oauth/token");
+    let client = traded(&token_url, "client-7").await;
+    let ok = save(one_stream(HOST, oauth(&token_url), json!({})), json!({}), &client).await.unwrap();
+    assert_eq!(ok.status(), 201, "{}", ok.text().await.unwrap());
+    for (handle, why) in [
+        (traded(&format!("https://{HOST}/other/token"), "client-7").await, "/other/token"),
+        (traded(&token_url, "client-8").await, "client id"),
+        (header.clone(), "is stored to go in header"),
+    ] {
+        let (_, path, body) =
+            refused(save(one_stream(HOST, oauth(&token_url), json!({})), json!({}), &handle).await.unwrap()).await;
+        assert_eq!(path.as_deref(), Some("/credentials/0"), "{body}");
+        assert!(body.contains(why), "{why}: {body}");
+    }
+    // The refresh-token grant is not built: refused by its pointer.
+    let mut refresh = oauth(&token_url);
+    refresh["grant_type"] = json!("refresh_token");
+    let (_, path, _) = refused(save(one_stream(HOST, refresh, json!({})), json!({}), &client).await.unwrap()).await;
+    assert_eq!(path.as_deref(), Some("/manifest/streams/0/retriever/requester/authenticator/grant_type"));
 
     // A host the operator does not allow.
     let (_, _, body) = refused(

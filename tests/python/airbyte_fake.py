@@ -88,7 +88,7 @@ def point_at_fake(node):
     if isinstance(node, dict):
         out = {}
         for k, v in node.items():
-            if k in ("url_base", "url") and isinstance(v, str):
+            if k in ("url_base", "url", "token_refresh_endpoint") and isinstance(v, str):
                 # Every URL the template may give (a default, either side
                 # of a condition).
                 v = re.sub(r"https?://", f"https://{FAKE_HOST}/", v.strip())
@@ -480,9 +480,14 @@ def put(body, path, leaf):
             node = node[key]
 
 
+# The access token every OAuth token endpoint of the fake issues.
+ACCESS_TOKEN = "fake-access-token-0123456789abcdef"
+
+
 class Fake:
     def __init__(self):
         self.lock = threading.Lock()
+        self.token_paths = set()
         self.streams = []
         self.secrets = {}
         self.log = []
@@ -544,7 +549,18 @@ class Fake:
         # `last_record['meta']['pagination']`) is that object.
         keys = [k for k in keys if not any(len(o) > len(k) and o[:len(k)] == k for o in keys)]
         streams = [Stream(s, config, keys) for s in r.get("streams") or []]
+        # OAuth token endpoints: a token for a request that carries a
+        # secret (the client's), which then opens the API.
+        tokens = set()
+        for node in walk(r):
+            if node.get("type") == "OAuthAuthenticator" and isinstance(node.get("token_refresh_endpoint"), str):
+                try:
+                    url = render(node["token_refresh_endpoint"], config, node.get("$parameters"))
+                except Exception:
+                    continue
+                tokens.add(urllib.parse.urlsplit(str(url)).path)
         with self.lock:
+            self.token_paths = tokens
             self.streams = sorted(streams, key=lambda s: -s.literal)
             self.secrets = secrets
             self.log = []
@@ -589,6 +605,10 @@ class Fake:
         with self.lock:
             self.log.append({"method": method, "path": parsed.path, "query": [list(q) for q in query if q[0] != "__page"],
                              "page": dict(query).get("__page"), "body": decoded})
+            if method == "POST" and parsed.path in self.token_paths:
+                if not self.carries_secret(parsed, headers, body):
+                    return 401, {}, {"error": "invalid_client"}
+                return 200, {}, {"access_token": ACCESS_TOKEN, "expires_in": 3600, "token_type": "Bearer"}
             routed = [s for s in self.streams if s.route.match(urllib.parse.unquote(parsed.path))
                       and all(list(q) in [list(x) for x in query] for q in s.fixed_query)]
             stream = max(routed, key=lambda s: len(s.fixed_query), default=None)
@@ -621,7 +641,8 @@ class Fake:
                     haystack.append(base64.b64decode(v[6:]).decode(errors="replace"))
                 except ValueError:
                     pass
-        return any(s in h for s in self.secrets.values() for h in haystack)
+        accepted = list(self.secrets.values()) + ([ACCESS_TOKEN] if self.token_paths else [])
+        return any(s in h for s in accepted for h in haystack)
 
     def take_requests(self):
         with self.lock:

@@ -161,12 +161,51 @@ fn as_placement(place: &Place) -> Placement {
         Place::BasicUsername { password } => Placement::BasicUsername(password.clone()),
         Place::BasicBoth => Placement::BasicBoth,
         Place::BasicPair { .. } => Placement::BasicPair,
+        // The token the host obtains goes as a bearer token.
+        Place::OAuthClient { .. } => Placement::Bearer,
         Place::HeaderAround { header, prefix, suffix } => Placement::HeaderAround {
             header: header.to_ascii_lowercase(),
             prefix: prefix.clone(),
             suffix: suffix.clone(),
         },
     }
+}
+
+/// Whether a credential trades its secret for a token as the manifest's
+/// `OAuthAuthenticator` would: the client-credentials grant, at the same
+/// token endpoint, for the same client id (when the manifest names it in
+/// the clear), with no scope the manifest does not ask for.
+fn oauth_client_matches(
+    record: &crate::store::credentials::CredentialRecord,
+    token_url: &str,
+    client_id: Option<&str>,
+) -> Result<(), String> {
+    use crate::credentials::exchange::{Grant, TokenExchange};
+    let exchange: Option<TokenExchange> =
+        record.metadata.get("exchange").and_then(|e| serde_json::from_value(e.clone()).ok());
+    let Some(TokenExchange {
+        grant: Grant::ClientCredentials { token_url: stored_url, client_id: stored_id, scope },
+        header: None,
+    }) = exchange
+    else {
+        return Err(format!(
+            "the manifest's OAuthAuthenticator trades a client secret for a token at {token_url}: store a secret credential with an exchange of the client_credentials grant there"
+        ));
+    };
+    if stored_url != token_url {
+        return Err(format!(
+            "the manifest trades the client secret at {token_url}, and the credential at {stored_url}"
+        ));
+    }
+    if let Some(id) = client_id
+        && id != stored_id
+    {
+        return Err("the manifest's OAuth client id is not the credential's".into());
+    }
+    if scope.is_some() {
+        return Err("the credential asks for a scope the manifest does not".into());
+    }
+    Ok(())
 }
 
 impl ConnectorRules for Rules {
@@ -215,20 +254,27 @@ impl ConnectorRules for Rules {
                     ));
                 };
                 // A secret username and a secret password: one credential
-                // holds the pair, and both fields name it.
-                if let Place::BasicPair { password } = place
-                    && reach.handles.iter().find(|(p, _)| p == password).map(|(_, h)| h) != Some(handle)
+                // holds the pair, and both fields name it; so for an OAuth
+                // client whose id is a secret field too.
+                let together = match place {
+                    Place::BasicPair { password } => Some((
+                        password,
+                        "as the Basic username and password: give both fields the handle of one basic credential whose secret is the pair (secret_as `username:password`)",
+                    )),
+                    Place::OAuthClient { client_id_field: Some(id), .. } => Some((
+                        id,
+                        "as an OAuth client's secret and id: give both fields the handle of one credential traded for a token (its exchange holds the client id)",
+                    )),
+                    _ => None,
+                };
+                if let Some((other, how)) = together
+                    && reach.handles.iter().find(|(p, _)| p == other).map(|(_, h)| h) != Some(handle)
                 {
-                    let at = match reach.handles.iter().position(|(p, _)| p == password) {
+                    let at = match reach.handles.iter().position(|(p, _)| p == other) {
                         Some(i) => format!("/credentials/{i}"),
                         None => "/credentials".to_owned(),
                     };
-                    return Err(invalid(
-                        &at,
-                        format!(
-                            "the manifest sends {pointer} and {password} as the Basic username and password: give both fields the handle of one basic credential whose secret is the pair (secret_as `username:password`)"
-                        ),
-                    ));
+                    return Err(invalid(&at, format!("the manifest sends {pointer} and {other} {how}")));
                 }
                 let record = state
                     .vault
@@ -256,6 +302,10 @@ impl ConnectorRules for Rules {
                             stored.describe()
                         ),
                     ));
+                }
+                if let Place::OAuthClient { token_url, client_id, client_id_field } = place {
+                    oauth_client_matches(&record, token_url, client_id_field.is_none().then_some(client_id.as_str()))
+                        .map_err(|why| invalid(&at, why))?;
                 }
             }
             Ok(())
@@ -351,6 +401,50 @@ mod tests {
         let shared = with_app_key(bearer, json!({ "Authorization": "{{ config['app_key'] }}" }));
         let refused = checked(&shared, now()).unwrap_err();
         assert!(refused.details.to_string().contains("would share"), "{refused:?}");
+    }
+
+    #[test]
+    fn an_oauth_client_is_a_token_the_host_obtains_and_other_grants_are_refused_by_pointer() {
+        let oauth = |grant: &str, client_id: &str| {
+            json!({ "type": "OAuthAuthenticator", "token_refresh_endpoint": "https://api.example.com/oauth/token",
+                "client_id": client_id, "client_secret": "{{ config['api_key'] }}", "grant_type": grant })
+        };
+        let config = |authenticator: Value| {
+            let mut m = manifest(authenticator, json!({}));
+            m["spec"]["connection_specification"]["properties"]["client_id"] =
+                json!({ "type": "string", "airbyte_secret": true });
+            json!({ "manifest": m, "credentials": [{ "field": "/api_key", "credential_handle": "h1" },
+                { "field": "/client_id", "credential_handle": "h1" }] })
+        };
+        let place = |authenticator: Value| checked(&config(authenticator), now()).unwrap().placements[0].1.clone();
+        assert_eq!(
+            place(oauth("client_credentials", "my-client")),
+            Place::OAuthClient {
+                token_url: "https://api.example.com/oauth/token".into(),
+                client_id: "my-client".into(),
+                client_id_field: None
+            }
+        );
+        // A client id that is a secret field: the same credential's.
+        assert!(matches!(
+            place(oauth("client_credentials", "{{ config['client_id'] }}")),
+            Place::OAuthClient { client_id_field: Some(f), .. } if f == "/client_id"
+        ));
+        // The refresh-token grant, scopes, another token name: not yet, by pointer.
+        let refused = checked(&config(oauth("refresh_token", "c")), now()).unwrap_err();
+        assert!(refused.details.to_string().contains("refresh_token grant"), "{refused:?}");
+        assert_eq!(error_path(refused), "/manifest/streams/0/retriever/requester/authenticator/grant_type");
+        let mut scoped = oauth("client_credentials", "c");
+        scoped["scopes"] = json!(["read"]);
+        assert_eq!(
+            error_path(checked(&config(scoped), now()).unwrap_err()),
+            "/manifest/streams/0/retriever/requester/authenticator/scopes"
+        );
+        // A client secret in the clear is no credential's.
+        let plain = json!({ "type": "OAuthAuthenticator", "token_refresh_endpoint": "https://api.example.com/t",
+            "client_id": "c", "client_secret": "{{ config['region'] }}", "grant_type": "client_credentials" });
+        let refused = checked(&config(plain), now()).unwrap_err();
+        assert!(refused.details.to_string().contains("client secret"), "{refused:?}");
     }
 
     #[test]

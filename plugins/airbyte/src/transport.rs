@@ -47,8 +47,8 @@ impl HostTransport {
 enum Missing {
     /// No handle was given for this field.
     Field(String),
-    /// A Basic username and password from two secret fields that do not
-    /// name one credential (which holds the pair).
+    /// Two secret fields of one credential (a Basic username and
+    /// password; an OAuth client's id and secret) that do not name it.
     Pair { username: String, password: String },
 }
 
@@ -60,7 +60,7 @@ impl std::fmt::Display for Missing {
             }
             Missing::Pair { username, password } => write!(
                 f,
-                "/credentials: the Basic username {username} and password {password} must name one credential, which holds the pair"
+                "/credentials: the secret fields {username} and {password} must name one credential, which holds both"
             ),
         }
     }
@@ -110,6 +110,19 @@ impl Transport for HostTransport {
                         return Err(Box::new(Missing::Pair {
                             username: credential.pointer.clone(),
                             password: password.clone(),
+                        }));
+                    }
+                    CredentialPlace::AsStored
+                }
+                // The credential's recipe trades its secret for a token;
+                // a secret client id is the same credential's.
+                Place::OAuthClient { client_id_field, .. } => {
+                    if let Some(field) = client_id_field
+                        && self.handles.get(field) != Some(&handle)
+                    {
+                        return Err(Box::new(Missing::Pair {
+                            username: field.clone(),
+                            password: credential.pointer.clone(),
                         }));
                     }
                     CredentialPlace::AsStored

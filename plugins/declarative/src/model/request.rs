@@ -171,9 +171,25 @@ pub enum Method {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Authenticator {
     None,
-    ApiKey { token: Template, option: RequestOption },
-    Bearer { token: Template },
-    Basic { username: Template, password: Template },
+    ApiKey {
+        token: Template,
+        option: RequestOption,
+    },
+    Bearer {
+        token: Template,
+    },
+    Basic {
+        username: Template,
+        password: Template,
+    },
+    /// An `OAuthAuthenticator` of the client-credentials grant: the host
+    /// trades the client's secret for an access token at the token
+    /// endpoint and sends it as a bearer token.
+    OAuthClient {
+        token_url: Template,
+        client_id: Template,
+        client_secret: Template,
+    },
 }
 
 impl Authenticator {
@@ -256,6 +272,51 @@ impl Authenticator {
                     None => Template::parse("").map_err(parse_refusal)?,
                 };
                 Ok(Authenticator::Basic { username, password })
+            }
+            "OAuthAuthenticator" => {
+                // What would change the token request away from the one
+                // the host makes (RFC 6749's form, its default names).
+                node.expect(
+                    &["OAuthAuthenticator"],
+                    &[
+                        "scopes",
+                        "refresh_request_headers",
+                        "refresh_token_updater",
+                        "profile_assertion",
+                        "use_profile_assertion",
+                        "client_id_name",
+                        "client_secret_name",
+                        "grant_type_name",
+                        "refresh_request_body",
+                        "token_expiry_is_time_of_expiration",
+                    ],
+                )?;
+                let grant = node.text("grant_type")?.unwrap_or("refresh_token");
+                if grant != "client_credentials" {
+                    return Err(Refusal::new(
+                        node.below("grant_type"),
+                        format!(
+                            "OAuthAuthenticator with the {grant} grant is not supported yet (the client_credentials grant is)"
+                        ),
+                    ));
+                }
+                for (key, default) in [("access_token_name", "access_token"), ("expires_in_name", "expires_in")] {
+                    if node.text(key)?.is_some_and(|v| v != default) {
+                        return Err(Refusal::new(
+                            node.below(key),
+                            format!("OAuthAuthenticator.{key} other than {default} is not supported yet"),
+                        ));
+                    }
+                }
+                let required = |key: &str| {
+                    node.template(key)?
+                        .ok_or_else(|| Refusal::new(node.pointer(), format!("an OAuthAuthenticator needs {key}")))
+                };
+                Ok(Authenticator::OAuthClient {
+                    token_url: required("token_refresh_endpoint")?,
+                    client_id: required("client_id")?,
+                    client_secret: required("client_secret")?,
+                })
             }
             _ => Err(node.unsupported_type()),
         }

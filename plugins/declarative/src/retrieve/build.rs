@@ -335,6 +335,7 @@ fn describe(place: &Place) -> String {
         Place::Basic { .. } | Place::BasicUsername { .. } | Place::BasicBoth | Place::BasicPair { .. } => {
             "Basic authentication".into()
         }
+        Place::OAuthClient { .. } => "an OAuth access token".into(),
         Place::HeaderAround { header, .. } => format!("header {header}"),
     }
 }
@@ -349,6 +350,7 @@ fn add_credential(credentials: &mut Vec<Credential>, c: Credential) -> Result<()
     let fields = |c: &Credential| -> Vec<String> {
         match &c.place {
             Place::BasicPair { password } => vec![c.pointer.clone(), password.clone()],
+            Place::OAuthClient { client_id_field: Some(id), .. } => vec![c.pointer.clone(), id.clone()],
             _ => vec![c.pointer.clone()],
         }
     };
@@ -383,6 +385,26 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
     };
     match auth {
         Authenticator::None => Ok(None),
+        Authenticator::OAuthClient { token_url, client_id, client_secret } => {
+            let c = ctx(&Val::Dict(Vec::new()));
+            let token_url = render(token_url, &c)?;
+            if env.secrets.holds(&token_url) != Holds::Nothing {
+                return Err(ReadError::Secret("a secret would be written into the token endpoint's URL".into()));
+            }
+            let (client_id, client_id_field) = match env.secrets.holds(&render(client_id, &c)?) {
+                Holds::Nothing => (render(client_id, &c)?, None),
+                Holds::Secret(field) => (String::new(), Some(field)),
+                _ => return Err(ReadError::Secret("the OAuth client id holds a secret with other text".into())),
+            };
+            match env.secrets.holds(&render(client_secret, &c)?) {
+                Holds::Secret(pointer) => {
+                    Ok(Some(Credential { pointer, place: Place::OAuthClient { token_url, client_id, client_id_field } }))
+                }
+                _ => Err(ReadError::Secret(
+                    "the OAuth client secret must be a secret field of the configuration (airbyte_secret), which a credential holds".into(),
+                )),
+            }
+        }
         Authenticator::Bearer { token } => {
             let value = render(token, &ctx(&Val::Dict(Vec::new())))?;
             match env.secrets.holds(&value) {

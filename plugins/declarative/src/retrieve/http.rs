@@ -68,6 +68,11 @@ pub enum Place {
     /// password is another secret field (`password`, a JSON pointer): one
     /// credential holds the pair, `username:password`.
     BasicPair { password: String },
+    /// A bearer token the host obtains at `token_url` with the OAuth
+    /// client-credentials grant: this field is the client's secret, its
+    /// id is `client_id` or, when that is a secret field too, the field
+    /// `client_id_field` of the same credential.
+    OAuthClient { token_url: String, client_id: String, client_id_field: Option<String> },
 }
 
 impl Place {
@@ -80,7 +85,8 @@ impl Place {
             | Place::Basic { .. }
             | Place::BasicUsername { .. }
             | Place::BasicBoth
-            | Place::BasicPair { .. } => ("header", "authorization".into()),
+            | Place::BasicPair { .. }
+            | Place::OAuthClient { .. } => ("header", "authorization".into()),
             Place::Header(h) | Place::HeaderAround { header: h, .. } => ("header", h.to_ascii_lowercase()),
             Place::Query(q) => ("query parameter", q.to_ascii_lowercase()),
             Place::BodyField(f) => ("body field", f.trim_start_matches('/').to_owned()),
