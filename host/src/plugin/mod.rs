@@ -33,6 +33,43 @@
 //! restart or a second replica loads it without compiling. Each plugin is
 //! kept pre-instantiated (`InstancePre`); every call gets a new `Store`.
 
+/// The host side of an HTTP interface whose request only converts to the
+/// egress's own (`$outbound`): sent, or started ahead against the same
+/// limit, and finished or dropped as any other version's. Versions past
+/// 1.1.0 differ only in what their request can say.
+macro_rules! converted_http {
+    ($http:ident, $outbound:ident) => {
+        impl $http::Host for HostState {
+            async fn send(
+                &mut self,
+                req: $http::Request,
+            ) -> wasmtime::Result<Result<http_1_0::Response, http_1_0::HttpError>> {
+                Ok(self.send_request($outbound(req)).await)
+            }
+
+            async fn start(
+                &mut self,
+                req: $http::Request,
+            ) -> wasmtime::Result<Result<Resource<Pending>, http_1_0::HttpError>> {
+                self.start_request($outbound(req))
+            }
+        }
+
+        impl $http::HostPending for HostState {
+            async fn finish(
+                &mut self,
+                this: Resource<Pending>,
+            ) -> wasmtime::Result<Result<http_1_0::Response, http_1_0::HttpError>> {
+                self.finish_pending(this).await
+            }
+
+            async fn drop(&mut self, this: Resource<Pending>) -> wasmtime::Result<()> {
+                self.drop_pending(this)
+            }
+        }
+    };
+}
+
 pub(crate) mod connector;
 pub(crate) mod oci;
 pub mod probe;

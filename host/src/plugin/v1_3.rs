@@ -40,28 +40,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     http::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
 
-impl http::Host for HostState {
-    async fn send(&mut self, req: http::Request) -> wasmtime::Result<Result<http_1_0::Response, http_1_0::HttpError>> {
-        Ok(self.send_request(outbound(req)).await)
-    }
-
-    async fn start(&mut self, req: http::Request) -> wasmtime::Result<Result<Resource<Pending>, http_1_0::HttpError>> {
-        self.start_request(outbound(req))
-    }
-}
-
-impl http::HostPending for HostState {
-    async fn finish(
-        &mut self,
-        this: Resource<Pending>,
-    ) -> wasmtime::Result<Result<http_1_0::Response, http_1_0::HttpError>> {
-        self.finish_pending(this).await
-    }
-
-    async fn drop(&mut self, this: Resource<Pending>) -> wasmtime::Result<()> {
-        self.drop_pending(this)
-    }
-}
+converted_http!(http, outbound);
 
 /// A 1.3.0 request as the egress takes it.
 fn outbound(req: http::Request) -> egress::OutboundRequest {
