@@ -130,8 +130,12 @@ impl TlsFront {
                 let Ok((tcp, _)) = listener.accept().await else { break };
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
+                    // Passed on as it comes: a TLS record or an answer's
+                    // tail must not wait for an ACK (Nagle's algorithm).
+                    let _ = tcp.set_nodelay(true);
                     let Ok(mut tls) = acceptor.accept(tcp).await else { return };
                     let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else { return };
+                    let _ = plain.set_nodelay(true);
                     let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
                 });
             }
