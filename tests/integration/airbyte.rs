@@ -276,11 +276,17 @@ async fn read_both(
                 body["secret_as"] = json!("username:password");
                 body["secret"] = json!(format!("{}:{}", secrets[pointer], secrets[password]));
             }
-            declarative::retrieve::Place::OAuthClient { token_url, client_id, client_id_field } => {
+            declarative::retrieve::Place::OAuthClient { token_url, client_id, client_id_field, grant } => {
                 let client_id = client_id_field.as_ref().map_or(client_id.clone(), |f| secrets[f].clone());
                 body["kind"] = json!("secret");
-                body["exchange"] =
-                    json!({ "grant": "client_credentials", "token_url": token_url, "client_id": client_id });
+                let grant = match grant {
+                    declarative::retrieve::OAuthGrant::ClientCredentials => "client_credentials",
+                    declarative::retrieve::OAuthGrant::RefreshToken { field } => {
+                        body["refresh_token"] = json!(secrets[field]);
+                        "refresh_token"
+                    }
+                };
+                body["exchange"] = json!({ "grant": grant, "token_url": token_url, "client_id": client_id });
             }
             declarative::retrieve::Place::HeaderAround { header, prefix, suffix } => {
                 body["kind"] = json!("secret");
@@ -292,10 +298,8 @@ async fn read_both(
         let credential = json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await;
         handles.push(json!({ "field": pointer, "credential_handle": credential["data"]["credential_handle"] }));
         // The pair's credential stands for its password's field too, an
-        // OAuth client's for its id's.
-        if let declarative::retrieve::Place::BasicPair { password: other }
-        | declarative::retrieve::Place::OAuthClient { client_id_field: Some(other), .. } = place
-        {
+        // OAuth client's for its id's and refresh token's.
+        for other in place.fields_beside() {
             handles.push(json!({ "field": other, "credential_handle": credential["data"]["credential_handle"] }));
         }
     }
@@ -434,7 +438,19 @@ async fn sync_and_compare(
         }
         records += ours.len();
     }
-    let (ours, cdk) = (canonical(&our_requests), canonical(round.their_requests));
+    let (ours, mut cdk) = (canonical(&our_requests), canonical(round.their_requests));
+    // The host keeps an OAuth token for its lifetime, across syncs; the
+    // CDK, a process per read, obtains one each time. A read here that
+    // needed no token request (its API requests all the same) is the
+    // same read.
+    let tokens = |requests: &Value| {
+        let asked = requests.as_array().into_iter().flatten().filter(|r| r["token"] == true);
+        canonical(&Value::Array(asked.cloned().collect()))
+    };
+    if tokens(&our_requests).is_empty() {
+        let theirs = tokens(round.their_requests);
+        cdk.retain(|r| !theirs.contains(r));
+    }
     if ours != cdk {
         let only_ours: Vec<&String> = ours.iter().filter(|r| !cdk.contains(r)).take(3).collect();
         let only_cdk: Vec<&String> = cdk.iter().filter(|r| !ours.contains(r)).take(3).collect();
@@ -697,10 +713,10 @@ async fn a_manifest_that_would_expose_a_secret_is_refused_when_saved(backend: Ba
         assert_eq!(path.as_deref(), Some("/credentials/0"), "{body}");
         assert!(body.contains(why), "{why}: {body}");
     }
-    // The refresh-token grant is not built: refused by its pointer.
-    let mut refresh = oauth(&token_url);
-    refresh["grant_type"] = json!("refresh_token");
-    let (_, path, _) = refused(save(one_stream(HOST, refresh, json!({})), json!({}), &client).await.unwrap()).await;
+    // A grant not built: refused by its pointer.
+    let mut password = oauth(&token_url);
+    password["grant_type"] = json!("password");
+    let (_, path, _) = refused(save(one_stream(HOST, password, json!({})), json!({}), &client).await.unwrap()).await;
     assert_eq!(path.as_deref(), Some("/manifest/streams/0/retriever/requester/authenticator/grant_type"));
 
     // A host the operator does not allow.
@@ -795,6 +811,212 @@ async fn a_manifest_source_may_be_large_and_other_sources_may_not(backend: Backe
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["details"]["errors"][0]["path"], "/manifest/streams/0/incremental_sync", "{body}");
     assert!(body.to_string().contains("cursor_granularity"), "{body}");
+}
+
+on_both_backends!(an_oauth_refresh_token_is_traded_by_the_host_and_the_one_it_rotates_to_is_kept);
+/// A manifest's `OAuthAuthenticator` of the refresh-token grant: the
+/// client's secret and the refresh token are one credential, both fields
+/// name it, and the host trades them for an access token. A provider that
+/// rotates refresh tokens and accepts each once (and each access token
+/// for one request): the host stores the one it rotates to, so when the
+/// next sync's token is refused it trades that one (with the first
+/// again, the provider would refuse the grant). Neither the secret nor either refresh
+/// token reaches a record, the job or the credential's record. A
+/// credential of another grant, client or token endpoint, a refresh token
+/// field naming another credential, and a refresh grant stored without a
+/// refresh token (or a refresh token on another grant) are refused.
+async fn an_oauth_refresh_token_is_traded_by_the_host_and_the_one_it_rotates_to_is_kept(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.rotating.test";
+    const CLIENT_SECRET: &str = "client-secret-0123456789";
+    const FIRST: &str = "refresh-token-0-abcdef";
+    #[derive(Default)]
+    struct Provider {
+        /// The refresh token the provider accepts next.
+        current: String,
+        /// The access token it last issued.
+        access: String,
+        /// The refresh tokens token requests carried.
+        traded: Vec<String>,
+    }
+    let provider = Arc::new(Mutex::new(Provider { current: FIRST.into(), ..Default::default() }));
+    let token = {
+        let provider = provider.clone();
+        move |body: String| {
+            let provider = provider.clone();
+            async move {
+                let form: BTreeMap<String, String> =
+                    url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+                let mut p = provider.lock().unwrap();
+                let given = form.get("refresh_token").cloned().unwrap_or_default();
+                p.traded.push(given.clone());
+                let client = form.get("client_id").map(String::as_str) == Some("client-7")
+                    && form.get("client_secret").map(String::as_str) == Some(CLIENT_SECRET)
+                    && form.get("grant_type").map(String::as_str) == Some("refresh_token");
+                if !client || given != p.current {
+                    return (axum::http::StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "invalid_grant" })));
+                }
+                let n = p.traded.len();
+                p.current = format!("refresh-token-{n}-abcdef");
+                p.access = format!("access-token-{n}-0123456789");
+                (
+                    axum::http::StatusCode::OK,
+                    axum::Json(json!({ "access_token": p.access, "refresh_token": p.current, "expires_in": 3600 })),
+                )
+            }
+        }
+    };
+    let items = {
+        let provider = provider.clone();
+        move |headers: axum::http::HeaderMap| {
+            let provider = provider.clone();
+            async move {
+                let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                let mut p = provider.lock().unwrap();
+                if p.access.is_empty() || auth != format!("Bearer {}", p.access) {
+                    return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({ "error": "invalid_token" })));
+                }
+                // An access token serves one request: the next sync is
+                // refused it, and the host trades again.
+                p.access.clear();
+                (axum::http::StatusCode::OK, axum::Json(json!({ "data": [{ "id": 1, "echo": auth }] })))
+            }
+        }
+    };
+    let router = axum::Router::new()
+        .route("/oauth/token", axum::routing::post(token))
+        .route("/v1/items", axum::routing::get(items));
+    let ca = TestCa::new();
+    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
+    let pins = fake.pins(&[HOST]);
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let ws = srv.workspace_id().await;
+    let token_url = format!("https://{HOST}/oauth/token");
+    let credential = |extra: Value| {
+        let mut body = json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+            "secret": CLIENT_SECRET });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        srv.post("/v1/credentials", body).send()
+    };
+    let refreshing = |token_url: &str, client_id: &str| {
+        json!({ "exchange": { "grant": "refresh_token", "token_url": token_url, "client_id": client_id },
+            "refresh_token": FIRST })
+    };
+    // Stored without its refresh token, or with one on another grant.
+    for (extra, why) in [
+        (
+            json!({ "exchange": { "grant": "refresh_token", "token_url": token_url, "client_id": "client-7" } }),
+            "holds the refresh token",
+        ),
+        (
+            json!({ "exchange": { "grant": "client_credentials", "token_url": token_url, "client_id": "client-7" },
+                "refresh_token": FIRST }),
+            "only a credential traded by the refresh_token grant",
+        ),
+        (
+            json!({ "exchange": { "grant": "refresh_token", "token_url": token_url, "client_id": "client-7" },
+                "refresh_token": "short" }),
+            "refresh token must be",
+        ),
+    ] {
+        let resp = credential(extra).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["details"]["field"], "refresh_token", "{body}");
+        assert!(body.to_string().contains(why), "{why}: {body}");
+        assert!(!body.to_string().contains(FIRST), "{body}");
+    }
+    let handle = |resp: reqwest::Response| async {
+        json_ok(resp).await["data"]["credential_handle"].as_str().unwrap().to_owned()
+    };
+    let rotating = handle(credential(refreshing(&token_url, "client-7")).await.unwrap()).await;
+    let manifest = {
+        let oauth = json!({ "type": "OAuthAuthenticator", "token_refresh_endpoint": token_url, "client_id": "client-7",
+            "client_secret": "{{ config['client_secret'] }}", "refresh_token": "{{ config['refresh_token'] }}" });
+        let mut m = one_stream(HOST, oauth, json!({}));
+        m["spec"]["connection_specification"]["properties"] = json!({
+            "client_secret": { "type": "string", "airbyte_secret": true },
+            "refresh_token": { "type": "string", "airbyte_secret": true } });
+        m
+    };
+    let save = |secret_handle: &str, refresh_handle: Option<&str>| {
+        let mut handles = vec![json!({ "field": "/client_secret", "credential_handle": secret_handle })];
+        if let Some(h) = refresh_handle {
+            handles.push(json!({ "field": "/refresh_token", "credential_handle": h }));
+        }
+        let configuration = json!({ "manifest": manifest, "config": {}, "credentials": handles });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "rotating", "configuration": configuration }),
+        )
+        .send()
+    };
+    // Saved with a credential of another grant, client or endpoint, or
+    // with the refresh token's field naming another credential or none.
+    let client_credentials = handle(
+        credential(
+            json!({ "exchange": { "grant": "client_credentials", "token_url": token_url, "client_id": "client-7" } }),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    let other_client = handle(credential(refreshing(&token_url, "client-8")).await.unwrap()).await;
+    let other_endpoint =
+        handle(credential(refreshing(&format!("https://{HOST}/other/token"), "client-7")).await.unwrap()).await;
+    for (secret, refresh, at, why) in [
+        (&client_credentials, Some(&client_credentials), "/credentials/0", "refresh_token grant"),
+        (&other_client, Some(&other_client), "/credentials/0", "client id"),
+        (&other_endpoint, Some(&other_endpoint), "/credentials/0", "/other/token"),
+        (&rotating, Some(&other_client), "/credentials/1", "/refresh_token"),
+        (&rotating, None, "/credentials", "/refresh_token"),
+    ] {
+        let resp = save(secret, refresh.map(String::as_str)).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["details"]["errors"][0]["path"], at, "{why}: {body}");
+        assert!(body.to_string().contains(why), "{why}: {body}");
+    }
+    assert!(provider.lock().unwrap().traded.is_empty(), "nothing is traded before a sync");
+
+    let source = json_ok(save(&rotating, Some(&rotating)).await.unwrap()).await;
+    let dest = jsonl_destination(&srv, "rotating").await;
+    let pipeline = json_ok(
+        srv.post(
+            "/v1/pipelines",
+            json!({ "name": "rotating", "source_id": source["data"]["source_id"], "destination_id": dest,
+                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
+    for round in 1..=2 {
+        let job = sync(&srv, pipeline_id).await;
+        assert_eq!(job["status"], "succeeded", "sync {round}: {job}");
+        for secret in [CLIENT_SECRET, "refresh-token-", "access-token-"] {
+            assert!(!job.to_string().contains(secret), "{job}");
+        }
+    }
+    // Each refresh token was traded once, the rotated one the second time.
+    assert_eq!(provider.lock().unwrap().traded, [FIRST, "refresh-token-1-abcdef"]);
+    let records = read_lines(&srv.exports(&ws, "rotating"), "items");
+    assert_eq!(records.len(), 1);
+    assert!(!records[0].contains("access-token-") && records[0].contains("[REDACTED]"), "{}", records[0]);
+    let listed = srv.get("/v1/credentials").send().await.unwrap().text().await.unwrap();
+    for secret in [CLIENT_SECRET, "refresh-token-"] {
+        assert!(!listed.contains(secret), "{listed}");
+    }
+    srv.stop().await;
 }
 
 on_both_backends!(a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_the_host);

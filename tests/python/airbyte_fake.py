@@ -604,7 +604,8 @@ class Fake:
             decoded = sorted(urllib.parse.parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
         with self.lock:
             self.log.append({"method": method, "path": parsed.path, "query": [list(q) for q in query if q[0] != "__page"],
-                             "page": dict(query).get("__page"), "body": decoded})
+                             "page": dict(query).get("__page"), "body": decoded,
+                             "token": method == "POST" and parsed.path in self.token_paths})
             if method == "POST" and parsed.path in self.token_paths:
                 if not self.carries_secret(parsed, headers, body):
                     return 401, {}, {"error": "invalid_client"}

@@ -835,9 +835,10 @@ impl AuthorSecret {
                     workspace_id: run::WORKSPACE,
                     reach: crate::egress::Reach::Providers,
                 };
-                let obtained = crate::credentials::exchange::trade(&traded.egress, &caller, &traded.recipe, &secret)
-                    .await
-                    .map_err(|e| SecretError::Exchange(e.0))?;
+                let obtained =
+                    crate::credentials::exchange::trade(&traded.egress, &caller, &traded.recipe, &secret, None)
+                        .await
+                        .map_err(|e| SecretError::Exchange(e.0))?;
                 traded.issued.lock().unwrap_or_else(|p| p.into_inner()).push(obtained.token.clone());
                 *token = Some(obtained.token.clone());
                 obtained.token

@@ -132,9 +132,19 @@ fn recipe(file: &Path) -> Result<RecordPlacement, String> {
             signing.check().map_err(|m| format!("{}: {m}", file.display()))?;
             Ok(RecordPlacement::Placed(Placement::Signed(signing)))
         }
-        Some((1, None, Some(exchange))) => serde_json::from_value(exchange.clone())
-            .map(RecordPlacement::Traded)
-            .map_err(|e| format!("{}: not a token exchange: {e}", file.display())),
+        Some((1, None, Some(exchange))) => {
+            let exchange: crate::credentials::exchange::TokenExchange = serde_json::from_value(exchange.clone())
+                .map_err(|e| format!("{}: not a token exchange: {e}", file.display()))?;
+            // A recording holds one secret; the refresh-token grant
+            // needs a refresh token beside it.
+            if exchange.refreshes() {
+                return Err(format!(
+                    "{}: the refresh_token grant cannot be recorded (a recording holds one secret, the grant two)",
+                    file.display()
+                ));
+            }
+            Ok(RecordPlacement::Traded(exchange))
+        }
         _ => Err(format!("{}: must be an object with one key, signing or exchange", file.display())),
     }
 }
@@ -401,6 +411,11 @@ mod tests {
             ("list.json", "[1]", "one key, signing or exchange"),
             ("broken.json", "{", "not JSON"),
             ("grant.json", r#"{"exchange": {"grant": "password"}}"#, "not a token exchange"),
+            (
+                "refresh.json",
+                r#"{"exchange": {"grant": "refresh_token", "token_url": "https://api.example.com/token", "client_id": "app"}}"#,
+                "cannot be recorded",
+            ),
             (
                 "reserved.json",
                 r#"{"signing": {"algorithm": "hmac-sha256", "header": "Host", "parts": ["method"]}}"#,

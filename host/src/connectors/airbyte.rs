@@ -17,7 +17,7 @@ use std::pin::Pin;
 
 use declarative::interpolation::Val;
 use declarative::model::Source;
-use declarative::retrieve::{self, Env, Place, PrepareError, ReadError};
+use declarative::retrieve::{self, Env, OAuthGrant, Place, PrepareError, ReadError};
 use serde_json::{Value, json};
 
 use super::{ConnectorRules, invalid};
@@ -172,25 +172,36 @@ fn as_placement(place: &Place) -> Placement {
 }
 
 /// Whether a credential trades its secret for a token as the manifest's
-/// `OAuthAuthenticator` would: the client-credentials grant, at the same
-/// token endpoint, for the same client id (when the manifest names it in
-/// the clear), with no scope the manifest does not ask for.
+/// `OAuthAuthenticator` would: by the same grant, at the same token
+/// endpoint, for the same client id (when the manifest names it in the
+/// clear), with no scope the manifest does not ask for.
 fn oauth_client_matches(
     record: &crate::store::credentials::CredentialRecord,
     token_url: &str,
     client_id: Option<&str>,
+    grant: &OAuthGrant,
 ) -> Result<(), String> {
     use crate::credentials::exchange::{Grant, TokenExchange};
     let exchange: Option<TokenExchange> =
         record.metadata.get("exchange").and_then(|e| serde_json::from_value(e.clone()).ok());
-    let Some(TokenExchange {
-        grant: Grant::ClientCredentials { token_url: stored_url, client_id: stored_id, scope },
-        header: None,
-    }) = exchange
-    else {
-        return Err(format!(
-            "the manifest's OAuthAuthenticator trades a client secret for a token at {token_url}: store a secret credential with an exchange of the client_credentials grant there"
-        ));
+    let wanted = match grant {
+        OAuthGrant::ClientCredentials => "client_credentials",
+        OAuthGrant::RefreshToken { .. } => "refresh_token",
+    };
+    let (stored_url, stored_id, scope) = match (exchange, grant) {
+        (
+            Some(TokenExchange { grant: Grant::ClientCredentials { token_url, client_id, scope }, header: None }),
+            OAuthGrant::ClientCredentials,
+        ) => (token_url, client_id, scope),
+        (
+            Some(TokenExchange { grant: Grant::RefreshToken { token_url, client_id }, header: None }),
+            OAuthGrant::RefreshToken { .. },
+        ) => (token_url, client_id, None),
+        _ => {
+            return Err(format!(
+                "the manifest's OAuthAuthenticator trades a client secret for a token at {token_url}: store a secret credential with an exchange of the {wanted} grant there"
+            ));
+        }
     };
     if stored_url != token_url {
         return Err(format!(
@@ -255,21 +266,20 @@ impl ConnectorRules for Rules {
                 };
                 // A secret username and a secret password: one credential
                 // holds the pair, and both fields name it; so for an OAuth
-                // client whose id is a secret field too.
-                let together = match place {
-                    Place::BasicPair { password } => Some((
-                        password,
-                        "as the Basic username and password: give both fields the handle of one basic credential whose secret is the pair (secret_as `username:password`)",
-                    )),
-                    Place::OAuthClient { client_id_field: Some(id), .. } => Some((
-                        id,
-                        "as an OAuth client's secret and id: give both fields the handle of one credential traded for a token (its exchange holds the client id)",
-                    )),
-                    _ => None,
+                // client whose id or refresh token is a secret field too.
+                let how = match place {
+                    Place::BasicPair { .. } => {
+                        "as the Basic username and password: give both fields the handle of one basic credential whose secret is the pair (secret_as `username:password`)"
+                    }
+                    _ => {
+                        "with an OAuth client's secret: give these fields the handle of one credential traded for a token (its exchange holds the client id, its refresh_token the refresh token)"
+                    }
                 };
-                if let Some((other, how)) = together
-                    && reach.handles.iter().find(|(p, _)| p == other).map(|(_, h)| h) != Some(handle)
-                {
+                let apart = place
+                    .fields_beside()
+                    .into_iter()
+                    .find(|other| reach.handles.iter().find(|(p, _)| p == *other).map(|(_, h)| h) != Some(handle));
+                if let Some(other) = apart {
                     let at = match reach.handles.iter().position(|(p, _)| p == other) {
                         Some(i) => format!("/credentials/{i}"),
                         None => "/credentials".to_owned(),
@@ -303,9 +313,14 @@ impl ConnectorRules for Rules {
                         ),
                     ));
                 }
-                if let Place::OAuthClient { token_url, client_id, client_id_field } = place {
-                    oauth_client_matches(&record, token_url, client_id_field.is_none().then_some(client_id.as_str()))
-                        .map_err(|why| invalid(&at, why))?;
+                if let Place::OAuthClient { token_url, client_id, client_id_field, grant } = place {
+                    oauth_client_matches(
+                        &record,
+                        token_url,
+                        client_id_field.is_none().then_some(client_id.as_str()),
+                        grant,
+                    )
+                    .map_err(|why| invalid(&at, why))?;
                 }
             }
             Ok(())
@@ -422,7 +437,8 @@ mod tests {
             Place::OAuthClient {
                 token_url: "https://api.example.com/oauth/token".into(),
                 client_id: "my-client".into(),
-                client_id_field: None
+                client_id_field: None,
+                grant: OAuthGrant::ClientCredentials
             }
         );
         // A client id that is a secret field: the same credential's.
@@ -430,9 +446,23 @@ mod tests {
             place(oauth("client_credentials", "{{ config['client_id'] }}")),
             Place::OAuthClient { client_id_field: Some(f), .. } if f == "/client_id"
         ));
-        // The refresh-token grant, scopes, another token name: not yet, by pointer.
+        // The refresh-token grant: its refresh token a secret field the
+        // same credential holds, which it needs.
+        let mut refreshing = oauth("refresh_token", "c");
+        refreshing["refresh_token"] = json!("{{ config['client_id'] }}");
+        assert!(matches!(
+            place(refreshing),
+            Place::OAuthClient { grant: OAuthGrant::RefreshToken { field }, .. } if field == "/client_id"
+        ));
         let refused = checked(&config(oauth("refresh_token", "c")), now()).unwrap_err();
-        assert!(refused.details.to_string().contains("refresh_token grant"), "{refused:?}");
+        assert!(refused.details.to_string().contains("needs refresh_token"), "{refused:?}");
+        let mut plain_refresh = oauth("refresh_token", "c");
+        plain_refresh["refresh_token"] = json!("{{ config['region'] }}");
+        let refused = checked(&config(plain_refresh), now()).unwrap_err();
+        assert!(refused.details.to_string().contains("refresh token must be a secret"), "{refused:?}");
+        // Other grants, scopes, another token name: by pointer.
+        let refused = checked(&config(oauth("password", "c")), now()).unwrap_err();
+        assert!(refused.details.to_string().contains("password grant"), "{refused:?}");
         assert_eq!(error_path(refused), "/manifest/streams/0/retriever/requester/authenticator/grant_type");
         let mut scoped = oauth("client_credentials", "c");
         scoped["scopes"] = json!(["read"]);

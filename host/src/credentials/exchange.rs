@@ -1,5 +1,7 @@
 //! Credentials the host trades for a token before it sends anything: an
-//! OAuth client's secret (the client-credentials grant), a private key
+//! OAuth client's secret (the client-credentials grant; with a refresh
+//! token the credential also holds, the refresh-token grant, whose
+//! rotated refresh tokens the vault keeps), a private key
 //! that signs a JWT assertion (RFC 7523's JWT bearer grant), or a password
 //! that logs in for a session token. The stored secret goes only to the
 //! token endpoint, in the request the host makes there; requests to the
@@ -38,6 +40,11 @@ pub enum Grant {
         #[serde(default)]
         scope: Option<String>,
     },
+    /// OAuth 2.0 refresh-token grant (RFC 6749 section 6) for a client of
+    /// the user's own: `client_id`, the secret and the refresh token the
+    /// credential holds beside it in the token request's body. A refresh
+    /// token the endpoint answers with replaces the stored one.
+    RefreshToken { token_url: String, client_id: String },
     /// OAuth 2.0 JWT bearer assertion (RFC 7523): the secret is a PKCS#8
     /// private key (PEM) that signs the assertion.
     JwtBearer {
@@ -93,6 +100,8 @@ pub(crate) struct Obtained {
     pub token: SecretString,
     /// Seconds it lasts, as the endpoint said (or the recipe's lifetime).
     pub expires_in: Option<i64>,
+    /// The refresh token to use next time, when the endpoint rotated it.
+    pub refresh_token: Option<SecretString>,
 }
 
 /// Why no token was obtained: safe to show (never the secret, never the
@@ -110,6 +119,7 @@ impl TokenExchange {
     pub(crate) fn token_url(&self) -> &str {
         match &self.grant {
             Grant::ClientCredentials { token_url, .. }
+            | Grant::RefreshToken { token_url, .. }
             | Grant::JwtBearer { token_url, .. }
             | Grant::Login { token_url, .. } => token_url,
         }
@@ -143,8 +153,19 @@ impl TokenExchange {
         Ok(())
     }
 
-    /// The token request: its body and content type. `now` is Unix seconds.
-    pub(crate) fn request(&self, secret: &SecretString, now: u64) -> Result<(Vec<u8>, &'static str), ExchangeError> {
+    /// Whether the credential holds a refresh token beside its secret.
+    pub fn refreshes(&self) -> bool {
+        matches!(self.grant, Grant::RefreshToken { .. })
+    }
+
+    /// The token request: its body and content type. `now` is Unix
+    /// seconds; `refresh_token` the one the credential holds.
+    pub(crate) fn request(
+        &self,
+        secret: &SecretString,
+        refresh_token: Option<&SecretString>,
+        now: u64,
+    ) -> Result<(Vec<u8>, &'static str), ExchangeError> {
         let form = |pairs: Vec<(&str, String)>| {
             let body = url::form_urlencoded::Serializer::new(String::new())
                 .extend_pairs(pairs.iter().map(|(k, v)| (*k, v.as_str())))
@@ -161,6 +182,17 @@ impl TokenExchange {
                 if let Some(scope) = scope {
                     pairs.push(("scope", scope.clone()));
                 }
+                form(pairs)
+            }
+            Grant::RefreshToken { client_id, .. } => {
+                let refresh_token = refresh_token
+                    .ok_or_else(|| ExchangeError("the credential holds no refresh token; store it again".into()))?;
+                let pairs = vec![
+                    ("grant_type", "refresh_token".to_owned()),
+                    ("client_id", client_id.clone()),
+                    ("client_secret", secret.expose_secret().to_owned()),
+                    ("refresh_token", refresh_token.expose_secret().to_owned()),
+                ];
                 form(pairs)
             }
             Grant::JwtBearer { token_url, issuer, subject, audience, scope, algorithm, key_id } => {
@@ -219,10 +251,22 @@ impl TokenExchange {
                 Grant::Login { lifetime_secs, .. } => lifetime_secs.and_then(|s| i64::try_from(s).ok()),
                 _ => None,
             });
+        let refresh_token = match self.grant {
+            Grant::RefreshToken { .. } => answer
+                .pointer("/refresh_token")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(|t| SecretString::from(t.to_owned())),
+            _ => None,
+        };
         crate::egress::inject::zero_strings(&mut answer);
         let token =
             token.ok_or_else(|| ExchangeError(format!("the token endpoint's answer has no token at {pointer}")))?;
-        Ok(Obtained { token: SecretString::from(token), expires_in: Some(expires_in.unwrap_or(DEFAULT_LIFETIME_SECS)) })
+        Ok(Obtained {
+            token: SecretString::from(token),
+            expires_in: Some(expires_in.unwrap_or(DEFAULT_LIFETIME_SECS)),
+            refresh_token,
+        })
     }
 }
 
@@ -302,9 +346,10 @@ pub(crate) async fn trade(
     caller: &crate::egress::Caller<'_>,
     exchange: &TokenExchange,
     secret: &SecretString,
+    refresh_token: Option<&SecretString>,
 ) -> Result<Obtained, ExchangeError> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (body, content_type) = exchange.request(secret, now)?;
+    let (body, content_type) = exchange.request(secret, refresh_token, now)?;
     let request = crate::egress::OutboundRequest {
         method: crate::egress::Method::Post,
         url: exchange.token_url().to_owned(),
@@ -374,7 +419,7 @@ mod tests {
         .unwrap();
         let exchange = recipe(json!({ "grant": "jwt_bearer", "token_url": "https://auth.example.com/token",
             "issuer": "svc@example.com", "algorithm": "ES256", "scope": "read" }));
-        let (body, kind) = exchange.request(&SecretString::from(pem), 1_700_000_000).unwrap();
+        let (body, kind) = exchange.request(&SecretString::from(pem), None, 1_700_000_000).unwrap();
         assert_eq!(kind, "application/x-www-form-urlencoded");
         let form: std::collections::HashMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
         assert_eq!(form["grant_type"], "urn:ietf:params:oauth:grant-type:jwt-bearer");
@@ -398,7 +443,7 @@ mod tests {
     fn a_login_reads_its_token_where_the_recipe_says() {
         let exchange = recipe(json!({ "grant": "login", "token_url": "https://auth.example.com/login",
             "username": "me", "token_pointer": "/data/token", "lifetime_secs": 600 }));
-        let (body, kind) = exchange.request(&SecretString::from("pw\"1".to_owned()), 0).unwrap();
+        let (body, kind) = exchange.request(&SecretString::from("pw\"1".to_owned()), None, 0).unwrap();
         assert_eq!(kind, "application/json");
         assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({ "username": "me", "password": "pw\"1" }));
         let got = exchange.token(200, br#"{"data":{"token":"s-1"}}"#).unwrap();
@@ -408,5 +453,31 @@ mod tests {
         let refused = exchange.token(401, br#"{"error":"invalid_grant","password":"pw"}"#).unwrap_err();
         assert!(refused.0.contains("invalid_grant") && !refused.0.contains("pw"), "{refused}");
         assert!(exchange.token(200, br#"{"data":{}}"#).unwrap_err().0.contains("/data/token"));
+    }
+
+    #[test]
+    fn the_refresh_token_grant_sends_both_secrets_and_reads_the_one_rotated_to() {
+        let exchange =
+            recipe(json!({ "grant": "refresh_token", "token_url": "https://auth.example.com/t", "client_id": "c-1" }));
+        assert!(exchange.refreshes());
+        let secret = SecretString::from("client-secret-1".to_owned());
+        let missing = exchange.request(&secret, None, 0).unwrap_err();
+        assert!(missing.0.contains("no refresh token"), "{missing}");
+        let refresh = SecretString::from("refresh-1&x".to_owned());
+        let (body, kind) = exchange.request(&secret, Some(&refresh), 0).unwrap();
+        assert_eq!(kind, "application/x-www-form-urlencoded");
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "grant_type=refresh_token&client_id=c-1&client_secret=client-secret-1&refresh_token=refresh-1%26x"
+        );
+        let got = exchange.token(200, br#"{"access_token":"a-1","refresh_token":"refresh-2"}"#).unwrap();
+        assert_eq!(got.refresh_token.as_ref().map(|t| t.expose_secret()), Some("refresh-2"));
+        let kept = exchange.token(200, br#"{"access_token":"a-1","refresh_token":""}"#).unwrap();
+        assert!(kept.refresh_token.is_none());
+        // Another grant's answer never replaces a refresh token.
+        let client = recipe(json!({ "grant": "client_credentials", "token_url": "https://auth.example.com/t",
+            "client_id": "c-1" }));
+        assert!(!client.refreshes());
+        assert!(client.token(200, br#"{"access_token":"a","refresh_token":"r"}"#).unwrap().refresh_token.is_none());
     }
 }

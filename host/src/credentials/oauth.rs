@@ -520,8 +520,9 @@ impl TokenRefresher for OAuth {
         record: &'a CredentialRecord,
         exchange: &'a TokenExchange,
         secret: &'a SecretString,
+        refresh_token: Option<&'a SecretString>,
     ) -> Pin<Box<dyn Future<Output = Result<Obtained, ExchangeError>> + Send + 'a>> {
-        Box::pin(exchange_token(&self.egress, record, exchange, secret))
+        Box::pin(exchange_token(&self.egress, record, exchange, secret, refresh_token))
     }
 }
 
@@ -533,6 +534,7 @@ async fn exchange_token(
     record: &CredentialRecord,
     exchange: &TokenExchange,
     secret: &SecretString,
+    refresh_token: Option<&SecretString>,
 ) -> Result<Obtained, ExchangeError> {
     let hosts: Vec<HostPattern> = record.hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect();
     let caller = Caller {
@@ -541,7 +543,7 @@ async fn exchange_token(
         workspace_id: &record.workspace_id,
         reach: crate::egress::Reach::Providers,
     };
-    super::exchange::trade(egress, &caller, exchange, secret).await
+    super::exchange::trade(egress, &caller, exchange, secret, refresh_token).await
 }
 
 #[cfg(test)]

@@ -159,13 +159,15 @@ pub(crate) trait TokenRefresher: Send + Sync {
         refresh_token: &'a SecretString,
     ) -> Pin<Box<dyn Future<Output = Result<Refreshed, RefreshRefused>> + Send + 'a>>;
 
-    /// Trades `secret` for a token by `exchange`, for `record`'s
-    /// workspace, connector and bound hosts.
+    /// Trades `secret` (with `refresh_token`, for the refresh-token
+    /// grant) for a token by `exchange`, for `record`'s workspace,
+    /// connector and bound hosts.
     fn exchange<'a>(
         &'a self,
         record: &'a CredentialRecord,
         exchange: &'a TokenExchange,
         secret: &'a SecretString,
+        refresh_token: Option<&'a SecretString>,
     ) -> Pin<Box<dyn Future<Output = Result<Obtained, ExchangeError>> + Send + 'a>>;
 }
 
@@ -493,7 +495,7 @@ impl Vault {
         if let Some(recipe) = row.record.metadata.get("exchange") {
             let exchange: TokenExchange =
                 serde_json::from_value(recipe.clone()).map_err(|_| SecretError::Unopenable)?;
-            let token = self.exchanged_token(&row.record, &exchange, &material.secret, rejected).await?;
+            let token = self.exchanged_token(&row, &exchange, material, rejected).await?;
             return Ok((row.record, token));
         }
         if row.record.metadata.get(REFERENCE).is_some() {
@@ -521,11 +523,12 @@ impl Vault {
     /// (`rejected`).
     async fn exchanged_token(
         &self,
-        record: &CredentialRecord,
+        row: &crate::store::credentials::SealedCredential,
         exchange: &TokenExchange,
-        secret: &SecretString,
+        material: SecretMaterial,
         rejected: Option<&SecretString>,
     ) -> Result<SecretString, SecretError> {
+        let record = &row.record;
         let current = |now: i64| {
             let cache = self.exchanged.lock().unwrap_or_else(|p| p.into_inner());
             cache
@@ -548,16 +551,83 @@ impl Vault {
         if let Some(token) = current(now_ms()) {
             return Ok(token);
         }
-        let refresher = self.refresher.get().and_then(std::sync::Weak::upgrade).ok_or(SecretError::CannotRefresh)?;
-        let Obtained { token, expires_in } = refresher.exchange(record, exchange, secret).await.map_err(|e| {
-            tracing::warn!(credential = %record.credential_id, reason = %e, "a token exchange failed");
-            SecretError::Exchange(e.0)
-        })?;
+        let Obtained { token, expires_in, .. } = if exchange.refreshes() {
+            self.refresh_grant(row, exchange).await?
+        } else {
+            self.trade(record, exchange, &material, None).await?
+        };
         let expires = now_ms() + expires_in.unwrap_or(3600).clamp(1, 86_400 * 365) * 1000;
         let mut cache = self.exchanged.lock().unwrap_or_else(|p| p.into_inner());
         cache.retain(|_, (_, e)| *e > now_ms());
         cache.insert(record.credential_id.clone(), (token.clone(), expires));
         Ok(token)
+    }
+
+    /// Trades a credential's material by its recipe.
+    async fn trade(
+        &self,
+        record: &CredentialRecord,
+        exchange: &TokenExchange,
+        material: &SecretMaterial,
+        refresh_token: Option<&SecretString>,
+    ) -> Result<Obtained, SecretError> {
+        let refresher = self.refresher.get().and_then(std::sync::Weak::upgrade).ok_or(SecretError::CannotRefresh)?;
+        refresher.exchange(record, exchange, &material.secret, refresh_token).await.map_err(|e| {
+            tracing::warn!(credential = %record.credential_id, reason = %e, "a token exchange failed");
+            SecretError::Exchange(e.0)
+        })
+    }
+
+    /// The refresh-token grant of a credential that holds its client's
+    /// secret and a refresh token, one server at a time: the holder of
+    /// the credential's refresh lease reads the refresh token as stored
+    /// now (another server may have rotated it), trades it, and stores the
+    /// one the endpoint rotates it to before giving the lease back. A
+    /// provider that accepts each refresh token once so sees each once.
+    async fn refresh_grant(
+        &self,
+        row: &crate::store::credentials::SealedCredential,
+        exchange: &TokenExchange,
+    ) -> Result<Obtained, SecretError> {
+        let r = &row.record;
+        let unavailable = |e: crate::store::StoreError| {
+            tracing::error!(error = %e, "the credential's refresh lease could not be taken");
+            SecretError::StoreUnavailable
+        };
+        let deadline = Instant::now() + REFRESH_WAIT;
+        loop {
+            let now = now_ms();
+            let until = now + REFRESH_LEASE_MS + i64::from(rand::random::<u16>());
+            if self.store.claim_credential_refresh(&r.credential_id, now, until).await.map_err(unavailable)? {
+                let outcome = async {
+                    let (_, current) = self.reread(row).await?;
+                    let obtained = self.trade(r, exchange, &current, current.refresh_token.as_ref()).await?;
+                    let rotated = obtained.refresh_token.as_ref().filter(|new| {
+                        current.refresh_token.as_ref().is_none_or(|old| old.expose_secret() != new.expose_secret())
+                    });
+                    if let Some(rotated) = rotated {
+                        let next = SecretMaterial { secret: current.secret, refresh_token: Some(rotated.clone()) };
+                        let sealed =
+                            self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
+                        self.store.reseal_credential(&r.credential_id, &sealed, None).await.map_err(|e| {
+                            tracing::error!(error = %e, "could not store a rotated refresh token");
+                            SecretError::StoreUnavailable
+                        })?;
+                        tracing::info!(credential = %r.credential_id, "stored the refresh token the provider rotated to");
+                    }
+                    Ok(obtained)
+                }
+                .await;
+                if let Err(e) = self.store.release_credential_refresh(&r.credential_id, until).await {
+                    tracing::warn!(error = %e, "the credential's refresh lease could not be given back; it lapses");
+                }
+                return outcome;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if Instant::now() > deadline {
+                return Err(SecretError::StoreUnavailable);
+            }
+        }
     }
 
     /// Refreshes an expiring OAuth access token, one server at a time:

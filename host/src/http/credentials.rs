@@ -97,10 +97,16 @@ pub(crate) struct NewCredentialBody {
     /// "audience", "scope", "algorithm": "RS256" | "ES256", "key_id"}` (the
     /// secret a PKCS#8 PEM key) or `{"grant": "login", "token_url",
     /// "username", "username_field", "password_field", "token_pointer",
-    /// "lifetime_secs"}`, each with an optional `header` the token goes in
+    /// "lifetime_secs"}` or `{"grant": "refresh_token", "token_url",
+    /// "client_id"}` (with `refresh_token`), each with an optional `header` the token goes in
     /// (bearer without). The token URL must be on one of `hosts`.
     #[schema(value_type = Option<Object>)]
     pub exchange: Option<serde_json::Value>,
+    /// For `secret` credentials traded by the `refresh_token` grant: the
+    /// refresh token, sealed beside the secret (the client's); the host
+    /// keeps the one the provider rotates it to. Never shown again.
+    #[schema(value_type = Option<String>, format = Password)]
+    pub refresh_token: Option<SecretString>,
 }
 
 fn default_kind() -> CredentialKind {
@@ -142,7 +148,7 @@ async fn create_credential(
         },
         &body.hosts,
     )?;
-    let material = match (body.secret, body.reference) {
+    let mut material = match (body.secret, body.reference) {
         (Some(secret), None) => SecretMaterial::new(secret),
         (None, Some(reference)) => {
             // Reading the store answers whether a name exists: editors only.
@@ -160,6 +166,7 @@ async fn create_credential(
             ));
         }
     };
+    material.refresh_token = body.refresh_token;
     store_secret(
         &crate::ops::Ctx::request(&state, &ws, &note),
         NewSecret {

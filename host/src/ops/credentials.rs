@@ -402,6 +402,38 @@ fn value_fits(kind: CredentialKind, metadata: &Value, secret: &SecretString) -> 
     }
 }
 
+/// A refresh token beside the secret exactly when the credential is traded
+/// by the refresh-token grant: the host keeps the one the provider rotates
+/// to, so it is given here, never as a reference to a store the host does
+/// not write.
+fn refresh_token_fits(
+    metadata: &Value,
+    referenced: bool,
+    refresh_token: Option<&SecretString>,
+    kind: CredentialKind,
+) -> Result<(), String> {
+    let refreshes = metadata
+        .get("exchange")
+        .and_then(|e| serde_json::from_value::<crate::credentials::exchange::TokenExchange>(e.clone()).ok())
+        .is_some_and(|e| e.refreshes());
+    match refresh_token {
+        None if refreshes => {
+            Err("a credential traded by the refresh_token grant holds the refresh token: give it beside the secret".into())
+        }
+        Some(_) if !refreshes && kind != CredentialKind::Oauth2 => {
+            Err("only a credential traded by the refresh_token grant takes a refresh token".into())
+        }
+        Some(_) if referenced => Err(
+            "the host stores the refresh token the provider rotates to: give the client's secret itself, not a reference"
+                .into(),
+        ),
+        Some(token) if token.expose_secret().len() < MIN_SECRET_BYTES || token.expose_secret().len() > MAX_SECRET_BYTES => {
+            Err(format!("the refresh token must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A secret that is a Basic pair: `username:password`, each part long
 /// enough to be scrubbed from answers on its own.
 fn check_pair(secret: &str) -> Result<(), String> {
@@ -421,9 +453,12 @@ pub(crate) async fn store_secret(ctx: &Ctx<'_>, new: NewSecret<'_>) -> ApiResult
     note.action("credentials.create");
     ws.require(Role::Editor)?;
     // A reference was checked against the value it names.
-    if new.metadata.get(crate::credentials::REFERENCE).is_none() {
+    let referenced = new.metadata.get(crate::credentials::REFERENCE).is_some();
+    if !referenced {
         value_fits(new.kind, &new.metadata, &new.material.secret).map_err(|m| ApiError::invalid_field("secret", m))?;
     }
+    refresh_token_fits(&new.metadata, referenced, new.material.refresh_token.as_ref(), new.kind)
+        .map_err(|m| ApiError::invalid_field("refresh_token", m))?;
     let record = state.vault.create(new).await.map_err(|e| match e {
         CreateError::InvalidHost(m) => ApiError::invalid_field("hosts", m),
         CreateError::Store(e) => e.into(),

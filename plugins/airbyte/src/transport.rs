@@ -47,9 +47,9 @@ impl HostTransport {
 enum Missing {
     /// No handle was given for this field.
     Field(String),
-    /// Two secret fields of one credential (a Basic username and
-    /// password; an OAuth client's id and secret) that do not name it.
-    Pair { username: String, password: String },
+    /// Secret fields of one credential (a Basic username and password; an
+    /// OAuth client's secret, id and refresh token) that do not all name it.
+    Together { field: String, beside: String },
 }
 
 impl std::fmt::Display for Missing {
@@ -58,9 +58,9 @@ impl std::fmt::Display for Missing {
             Missing::Field(field) => {
                 write!(f, "/credentials: the manifest needs a credential for the secret field {field}")
             }
-            Missing::Pair { username, password } => write!(
+            Missing::Together { field, beside } => write!(
                 f,
-                "/credentials: the secret fields {username} and {password} must name one credential, which holds both"
+                "/credentials: the secret fields {field} and {beside} must name one credential, which holds both"
             ),
         }
     }
@@ -104,25 +104,17 @@ impl Transport for HostTransport {
                 Place::HeaderAround { .. } | Place::BasicUsername { .. } | Place::BasicBoth => {
                     CredentialPlace::AsStored
                 }
-                // One credential holds both secrets: both fields name it.
-                Place::BasicPair { password } => {
-                    if self.handles.get(password) != Some(&handle) {
-                        return Err(Box::new(Missing::Pair {
-                            username: credential.pointer.clone(),
-                            password: password.clone(),
-                        }));
-                    }
-                    CredentialPlace::AsStored
-                }
-                // The credential's recipe trades its secret for a token;
-                // a secret client id is the same credential's.
-                Place::OAuthClient { client_id_field, .. } => {
-                    if let Some(field) = client_id_field
-                        && self.handles.get(field) != Some(&handle)
+                // One credential holds the secrets sent together (a Basic
+                // pair; an OAuth client's secret, and its id and refresh
+                // token when they are secret fields too, traded by the
+                // credential's recipe): every field names it.
+                Place::BasicPair { .. } | Place::OAuthClient { .. } => {
+                    if let Some(field) =
+                        credential.place.fields_beside().into_iter().find(|f| self.handles.get(*f) != Some(&handle))
                     {
-                        return Err(Box::new(Missing::Pair {
-                            username: field.clone(),
-                            password: credential.pointer.clone(),
+                        return Err(Box::new(Missing::Together {
+                            field: credential.pointer.clone(),
+                            beside: field.clone(),
                         }));
                     }
                     CredentialPlace::AsStored

@@ -291,7 +291,9 @@ mod tests {
             "authenticators": {
                 "key": { "type": "BearerAuthenticator", "api_token": "{{ config['auth']['token'] }}" },
                 "oauth": { "type": "OAuthAuthenticator", "client_id": "x", "client_secret": "y", "refresh_token": "z",
-                    "token_refresh_endpoint": "https://api.example.com/token" } } });
+                    "token_refresh_endpoint": "https://api.example.com/token" },
+                "password": { "type": "OAuthAuthenticator", "client_id": "x", "client_secret": "y",
+                    "grant_type": "password", "token_refresh_endpoint": "https://api.example.com/token" } } });
         let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
         let read = |kind: &str| {
             Source::read(&manifest(selective.clone()), &Val::from(&json!({ "auth": { "kind": kind } })), now)
@@ -300,10 +302,15 @@ mod tests {
         let requester = &source.streams[0].retriever.requester;
         assert!(matches!(requester.authenticator, Authenticator::Bearer { .. }));
         assert_eq!(requester.authenticator_pointer, "/streams/0/retriever/requester/authenticator/authenticators/key");
-        let refused = read("oauth").unwrap_err();
-        // (The refresh-token grant, by default: not built yet.)
-        assert_eq!(refused.pointer, "/streams/0/retriever/requester/authenticator/authenticators/oauth/grant_type");
-        assert!(refused.reason.contains("OAuthAuthenticator with the refresh_token grant"), "{refused}");
+        // The refresh-token grant, by default.
+        let source = read("oauth").unwrap();
+        assert!(matches!(
+            source.streams[0].retriever.requester.authenticator,
+            Authenticator::OAuthClient { refresh_token: Some(_), .. }
+        ));
+        let refused = read("password").unwrap_err();
+        assert_eq!(refused.pointer, "/streams/0/retriever/requester/authenticator/authenticators/password/grant_type");
+        assert!(refused.reason.contains("OAuthAuthenticator with the password grant"), "{refused}");
         let refused = read("other").unwrap_err();
         assert!(refused.reason.contains("`other` is not found"), "{refused}");
         let refused = Source::read(&manifest(selective), &Val::from(&json!({})), now).unwrap_err();

@@ -182,13 +182,16 @@ pub enum Authenticator {
         username: Template,
         password: Template,
     },
-    /// An `OAuthAuthenticator` of the client-credentials grant: the host
-    /// trades the client's secret for an access token at the token
-    /// endpoint and sends it as a bearer token.
+    /// An `OAuthAuthenticator`: the host trades the client's secret (and,
+    /// for the refresh-token grant, the refresh token) for an access token
+    /// at the token endpoint and sends it as a bearer token.
     OAuthClient {
         token_url: Template,
         client_id: Template,
         client_secret: Template,
+        /// The refresh token of the refresh-token grant; none for the
+        /// client-credentials grant.
+        refresh_token: Option<Template>,
     },
 }
 
@@ -281,25 +284,58 @@ impl Authenticator {
                     &[
                         "scopes",
                         "refresh_request_headers",
-                        "refresh_token_updater",
                         "profile_assertion",
                         "use_profile_assertion",
                         "client_id_name",
                         "client_secret_name",
                         "grant_type_name",
-                        "refresh_request_body",
+                        "refresh_token_name",
                         "token_expiry_is_time_of_expiration",
                     ],
                 )?;
-                let grant = node.text("grant_type")?.unwrap_or("refresh_token");
-                if grant != "client_credentials" {
-                    return Err(Refusal::new(
-                        node.below("grant_type"),
-                        format!(
-                            "OAuthAuthenticator with the {grant} grant is not supported yet (the client_credentials grant is)"
-                        ),
-                    ));
+                // An empty extra body adds nothing to the token request.
+                match node.get("refresh_request_body") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Object(extra)) if extra.is_empty() => {}
+                    Some(_) => {
+                        return Err(Refusal::new(
+                            node.below("refresh_request_body"),
+                            "OAuthAuthenticator.refresh_request_body is not supported yet (the token request is RFC 6749's form)",
+                        ));
+                    }
                 }
+                let grant = node.text("grant_type")?.unwrap_or("refresh_token");
+                // A provider that rotates refresh tokens: the CDK writes
+                // the new one back into the configuration; the host keeps
+                // the one the endpoint answers with for every refresh
+                // grant, so the updater asks for nothing more, as long as
+                // the answer names it as RFC 6749 does.
+                if let Some(updater) = node.child("refresh_token_updater").transpose()? {
+                    if grant != "refresh_token" {
+                        return Err(Refusal::new(
+                            updater.pointer(),
+                            "a refresh_token_updater belongs to the refresh_token grant",
+                        ));
+                    }
+                    if updater.text("refresh_token_name")?.is_some_and(|n| n != "refresh_token") {
+                        return Err(Refusal::new(
+                            updater.below("refresh_token_name"),
+                            "a rotated refresh token named other than refresh_token is not supported yet",
+                        ));
+                    }
+                }
+                let refreshes = match grant {
+                    "client_credentials" => false,
+                    "refresh_token" => true,
+                    other => {
+                        return Err(Refusal::new(
+                            node.below("grant_type"),
+                            format!(
+                                "OAuthAuthenticator with the {other} grant is not supported (the client_credentials and refresh_token grants are)"
+                            ),
+                        ));
+                    }
+                };
                 for (key, default) in [("access_token_name", "access_token"), ("expires_in_name", "expires_in")] {
                     if node.text(key)?.is_some_and(|v| v != default) {
                         return Err(Refusal::new(
@@ -316,6 +352,7 @@ impl Authenticator {
                     token_url: required("token_refresh_endpoint")?,
                     client_id: required("client_id")?,
                     client_secret: required("client_secret")?,
+                    refresh_token: if refreshes { Some(required("refresh_token")?) } else { None },
                 })
             }
             _ => Err(node.unsupported_type()),

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::http::{Body, Credential, Method, Place, Request, join_url};
+use super::http::{Body, Credential, Method, OAuthGrant, Place, Request, join_url};
 use super::{Env, ReadError, Slice};
 use crate::interpolation::{Context, Template, Val};
 use crate::model::cursor::DatetimeCursor;
@@ -346,13 +346,10 @@ fn add_credential(credentials: &mut Vec<Credential>, c: Credential) -> Result<()
     if credentials.contains(&c) {
         return Ok(());
     }
-    // A pair's password field is sent too, inside the pair.
+    // A pair's password field is sent too, inside the pair (an OAuth
+    // client's id and refresh token, inside its token request).
     let fields = |c: &Credential| -> Vec<String> {
-        match &c.place {
-            Place::BasicPair { password } => vec![c.pointer.clone(), password.clone()],
-            Place::OAuthClient { client_id_field: Some(id), .. } => vec![c.pointer.clone(), id.clone()],
-            _ => vec![c.pointer.clone()],
-        }
+        std::iter::once(&c.pointer).chain(c.place.fields_beside()).cloned().collect()
     };
     if let Some(same) = credentials.iter().find(|other| fields(other).iter().any(|f| fields(&c).contains(f))) {
         return Err(ReadError::Secret(format!(
@@ -385,7 +382,7 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
     };
     match auth {
         Authenticator::None => Ok(None),
-        Authenticator::OAuthClient { token_url, client_id, client_secret } => {
+        Authenticator::OAuthClient { token_url, client_id, client_secret, refresh_token } => {
             let c = ctx(&Val::Dict(Vec::new()));
             let token_url = render(token_url, &c)?;
             if env.secrets.holds(&token_url) != Holds::Nothing {
@@ -396,10 +393,22 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                 Holds::Secret(field) => (String::new(), Some(field)),
                 _ => return Err(ReadError::Secret("the OAuth client id holds a secret with other text".into())),
             };
+            let grant = match refresh_token {
+                None => OAuthGrant::ClientCredentials,
+                Some(refresh_token) => match env.secrets.holds(&render(refresh_token, &c)?) {
+                    Holds::Secret(field) => OAuthGrant::RefreshToken { field },
+                    _ => {
+                        return Err(ReadError::Secret(
+                            "the OAuth refresh token must be a secret field of the configuration (airbyte_secret), which the client's credential holds".into(),
+                        ));
+                    }
+                },
+            };
             match env.secrets.holds(&render(client_secret, &c)?) {
-                Holds::Secret(pointer) => {
-                    Ok(Some(Credential { pointer, place: Place::OAuthClient { token_url, client_id, client_id_field } }))
-                }
+                Holds::Secret(pointer) => Ok(Some(Credential {
+                    pointer,
+                    place: Place::OAuthClient { token_url, client_id, client_id_field, grant },
+                })),
                 _ => Err(ReadError::Secret(
                     "the OAuth client secret must be a secret field of the configuration (airbyte_secret), which a credential holds".into(),
                 )),

@@ -68,14 +68,40 @@ pub enum Place {
     /// password is another secret field (`password`, a JSON pointer): one
     /// credential holds the pair, `username:password`.
     BasicPair { password: String },
-    /// A bearer token the host obtains at `token_url` with the OAuth
-    /// client-credentials grant: this field is the client's secret, its
-    /// id is `client_id` or, when that is a secret field too, the field
-    /// `client_id_field` of the same credential.
-    OAuthClient { token_url: String, client_id: String, client_id_field: Option<String> },
+    /// A bearer token the host obtains at `token_url` by an OAuth
+    /// `grant`: this field is the client's secret, its id is `client_id`
+    /// or, when that is a secret field too, the field `client_id_field`
+    /// of the same credential.
+    OAuthClient { token_url: String, client_id: String, client_id_field: Option<String>, grant: OAuthGrant },
+}
+
+/// How the host obtains an OAuth access token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OAuthGrant {
+    /// The client's id and secret alone.
+    ClientCredentials,
+    /// A refresh token too: the secret field `field`, which the same
+    /// credential holds.
+    RefreshToken { field: String },
 }
 
 impl Place {
+    /// The other secret fields sent with this one, inside the same
+    /// credential: both name its handle.
+    pub fn fields_beside(&self) -> Vec<&String> {
+        match self {
+            Place::BasicPair { password } => vec![password],
+            Place::OAuthClient { client_id_field, grant, .. } => {
+                let refresh = match grant {
+                    OAuthGrant::RefreshToken { field } => Some(field),
+                    OAuthGrant::ClientCredentials => None,
+                };
+                client_id_field.iter().chain(refresh).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The part of a request the secret takes (a header by its lower-case
     /// name, a query parameter, a body field): two secrets of one request
     /// may not share one.

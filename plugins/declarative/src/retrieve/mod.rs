@@ -29,7 +29,7 @@ use crate::model::record::Transformation;
 use crate::model::{Source, Stream};
 use crate::paginate::{Page, Strategy};
 use crate::secrets::Secrets;
-pub use http::{Body, Credential, Method, Place, Request, Response};
+pub use http::{Body, Credential, Method, OAuthGrant, Place, Request, Response};
 use incremental::{CursorState, Instant, Window};
 
 /// Sends requests for the runtime.
