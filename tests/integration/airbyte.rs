@@ -288,6 +288,10 @@ async fn read_both(
                 };
                 body["exchange"] = json!({ "grant": grant, "token_url": token_url, "client_id": client_id });
             }
+            declarative::retrieve::Place::UrlPath => {
+                body["kind"] = json!("secret");
+                body["url_path"] = json!(true);
+            }
             declarative::retrieve::Place::HeaderAround { header, prefix, suffix } => {
                 body["kind"] = json!("secret");
                 body["header"] = json!(header);
@@ -811,6 +815,143 @@ async fn a_manifest_source_may_be_large_and_other_sources_may_not(backend: Backe
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["details"]["errors"][0]["path"], "/manifest/streams/0/incremental_sync", "{body}");
     assert!(body.to_string().contains("cursor_granularity"), "{body}");
+}
+
+on_both_backends!(a_secret_of_the_urls_path_is_written_there_by_the_host);
+/// An API whose path holds an identifier its users keep secret
+/// (`/v3/a/<account>/calls.json`): the credential is stored for the URL's
+/// path, the guest's URL holds a marker, and the host writes the secret
+/// there. The provider's next link, which echoes it, comes back to the
+/// guest with the marker, and the host fills it again; an echo in a
+/// record is scrubbed. A credential stored for another place, a secret
+/// twice in the path, and a path credential with another place or of
+/// another kind are refused.
+async fn a_secret_of_the_urls_path_is_written_there_by_the_host(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.pathed.test";
+    const ACCOUNT: &str = "acct-0123456789";
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let router = axum::Router::new().fallback({
+        let seen = seen.clone();
+        move |uri: axum::http::Uri| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(uri.to_string());
+                if uri.path() != format!("/v3/a/{ACCOUNT}/calls.json") {
+                    return (axum::http::StatusCode::NOT_FOUND, axum::http::HeaderMap::new(), axum::Json(json!({})));
+                }
+                let mut headers = axum::http::HeaderMap::new();
+                if uri.query().is_none() {
+                    let next = format!("<https://{HOST}/v3/a/{ACCOUNT}/calls.json?page=2>; rel=\"next\"");
+                    headers.insert("link", next.parse().unwrap());
+                    (
+                        axum::http::StatusCode::OK,
+                        headers,
+                        axum::Json(json!({ "calls": [{ "id": 1, "from": uri.path() }] })),
+                    )
+                } else {
+                    (axum::http::StatusCode::OK, headers, axum::Json(json!({ "calls": [{ "id": 2 }] })))
+                }
+            }
+        }
+    });
+    let ca = TestCa::new();
+    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
+    let pins = fake.pins(&[HOST]);
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let ws = srv.workspace_id().await;
+    let credential = |extra: Value| {
+        let mut body = json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+            "secret": ACCOUNT });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        srv.post("/v1/credentials", body).send()
+    };
+    for (extra, field) in [
+        (json!({ "url_path": true, "header": "X-Key" }), "header"),
+        (json!({ "url_path": true, "kind": "api_token" }), "kind"),
+    ] {
+        let resp = credential(extra).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["details"]["field"], field, "{body}");
+    }
+    let handle = |resp: reqwest::Response| async {
+        json_ok(resp).await["data"]["credential_handle"].as_str().unwrap().to_owned()
+    };
+    let in_path = handle(credential(json!({ "url_path": true })).await.unwrap()).await;
+    let in_header = handle(credential(json!({ "header": "X-Key" })).await.unwrap()).await;
+    let manifest = |path: &str| {
+        let mut m = one_stream(HOST, json!({ "type": "NoAuth" }), json!({}));
+        let retriever = &mut m["streams"][0]["retriever"];
+        retriever["requester"]["url_base"] = json!(format!("https://{HOST}/v3/a/"));
+        retriever["requester"]["path"] = json!(path);
+        retriever["record_selector"]["extractor"]["field_path"] = json!(["calls"]);
+        retriever["paginator"] = json!({ "type": "DefaultPaginator",
+            "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ headers['link']['next']['url'] }}",
+                "stop_condition": "{{ 'next' not in headers['link'] }}" },
+            "page_token_option": { "type": "RequestPath" } });
+        m["spec"]["connection_specification"]["properties"] =
+            json!({ "account_id": { "type": "string", "airbyte_secret": true } });
+        m
+    };
+    let save = |manifest: Value, handle: &str| {
+        let configuration = json!({ "manifest": manifest, "config": {},
+            "credentials": [{ "field": "/account_id", "credential_handle": handle }] });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "pathed", "configuration": configuration }),
+        )
+        .send()
+    };
+    for (path, handle, at, why) in [
+        ("{{ config['account_id'] }}/calls.json", &in_header, "/credentials/0", "is stored to go in header"),
+        (
+            "{{ config['account_id'] }}/{{ config['account_id'] }}/calls.json",
+            &in_path,
+            "/manifest/streams/0",
+            "once in its path",
+        ),
+    ] {
+        let resp = save(manifest(path), handle).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["details"]["errors"][0]["path"], at, "{why}: {body}");
+        assert!(body.to_string().contains(why), "{why}: {body}");
+    }
+
+    let source = json_ok(save(manifest("{{ config['account_id'] }}/calls.json"), &in_path).await.unwrap()).await;
+    let dest = jsonl_destination(&srv, "pathed").await;
+    let pipeline = json_ok(
+        srv.post(
+            "/v1/pipelines",
+            json!({ "name": "pathed", "source_id": source["data"]["source_id"], "destination_id": dest,
+                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let job = sync(&srv, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert!(!job.to_string().contains(ACCOUNT), "{job}");
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        [format!("/v3/a/{ACCOUNT}/calls.json"), format!("/v3/a/{ACCOUNT}/calls.json?page=2")],
+        "the provider got the secret in the path, on the next page too"
+    );
+    let records = read_lines(&srv.exports(&ws, "pathed"), "items");
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(records.iter().all(|r| !r.contains(ACCOUNT)), "{records:?}");
+    assert!(records.iter().any(|r| r.contains("[REDACTED]")), "{records:?}");
+    srv.stop().await;
 }
 
 on_both_backends!(an_oauth_refresh_token_is_traded_by_the_host_and_the_one_it_rotates_to_is_kept);

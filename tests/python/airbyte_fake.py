@@ -621,7 +621,14 @@ class Fake:
             index = stream.page_index(query, headers, decoded, target)
             window = stream.window(query, headers, decoded)
             # Each window its own records.
-            seed = parsed.path if window is None else f"{parsed.path}@{window[0].isoformat()}"
+            # Records name the path they came from, a secret in it by its
+            # field (a provider does not echo an account's secret id into
+            # every record; the host would scrub it if it did).
+            seed = parsed.path
+            for pointer, value in self.secrets.items():
+                seed = seed.replace(value, pointer.replace("/", "."))
+            if window is not None:
+                seed = f"{seed}@{window[0].isoformat()}"
             # Pages end, whatever a client sends: the same request answered
             # a few dozen times gets the last page.
             key = f"{method} {target} {body!r}"

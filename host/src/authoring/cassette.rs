@@ -309,6 +309,7 @@ pub(crate) fn placement_text(p: &Placement) -> String {
         }
         Placement::Query(name) => format!("query:{name}"),
         Placement::BodyField(field) => format!("body:{field}"),
+        Placement::Path => "path".into(),
         Placement::Signed(_) => "signed".into(),
         Placement::AsStored => "as-stored".into(),
     }
@@ -340,6 +341,7 @@ pub(crate) fn parse_placement(text: &str) -> Option<Placement> {
         None if text == "as-stored" => Some(Placement::AsStored),
         None if text == "basic-both" => Some(Placement::BasicBoth),
         None if text == "basic-pair" => Some(Placement::BasicPair),
+        None if text == "path" => Some(Placement::Path),
         Some(("header", name)) if !name.is_empty() => Some(Placement::Header(name.to_owned())),
         Some(("basic", user)) => Some(Placement::BasicPassword(user.to_owned())),
         Some(("basic-username", password)) => Some(Placement::BasicUsername(password.to_owned())),

@@ -28,6 +28,7 @@ const RULES: &[(&str, &str)] = &[
     ("headers.rs", include_str!("../../../plugins/rules/src/headers.rs")),
     ("lib.rs", include_str!("../../../plugins/rules/src/lib.rs")),
     ("origin.rs", include_str!("../../../plugins/rules/src/origin.rs")),
+    ("path.rs", include_str!("../../../plugins/rules/src/path.rs")),
 ];
 
 /// The WIT packages, as `wit/` gets them; the links of a version to the

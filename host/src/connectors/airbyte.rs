@@ -161,6 +161,7 @@ fn as_placement(place: &Place) -> Placement {
         Place::BasicUsername { password } => Placement::BasicUsername(password.clone()),
         Place::BasicBoth => Placement::BasicBoth,
         Place::BasicPair { .. } => Placement::BasicPair,
+        Place::UrlPath => Placement::Path,
         // The token the host obtains goes as a bearer token.
         Place::OAuthClient { .. } => Placement::Bearer,
         Place::HeaderAround { header, prefix, suffix } => Placement::HeaderAround {

@@ -895,13 +895,14 @@ pub(crate) fn placement(record: &CredentialRecord) -> Result<Placement, SecretEr
                 .map(around)
                 .or_else(|| named("query_parameter").map(Placement::Query))
                 .or_else(|| named("body_field").map(Placement::BodyField))
+                .or_else(|| (record.metadata["url_path"] == Value::Bool(true)).then_some(Placement::Path))
                 .or_else(|| {
                     serde_json::from_value::<crate::egress::signing::Signing>(record.metadata.get("signing")?.clone())
                         .ok()
                         .map(Placement::Signed)
                 })
                 .ok_or(SecretError::Incomplete(
-                    "the secret credential names no header, query parameter, body field or signing recipe; store it again with one",
+                    "the secret credential names no header, query parameter, body field, URL path or signing recipe; store it again with one",
                 ))
         }
     }

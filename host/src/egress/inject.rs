@@ -40,6 +40,21 @@ pub(crate) fn query(url: &Url, name: &str, secret: Option<&SecretString>) -> Url
     out
 }
 
+/// `url` with `secret` in its path where the plugin wrote the marker
+/// (`connector_rules::path::CREDENTIAL_MARKER`), once; refused without it.
+pub(crate) fn path(url: &Url, secret: &SecretString) -> Result<Url, EgressError> {
+    let path =
+        Zeroizing::new(connector_rules::path::with_secret(url.path(), secret.expose_secret()).ok_or_else(|| {
+            EgressError::InvalidRequest(format!(
+                "the credential goes into the URL's path: write {} there, once",
+                connector_rules::path::CREDENTIAL_MARKER
+            ))
+        })?);
+    let mut out = url.clone();
+    out.set_path(&path);
+    Ok(out)
+}
+
 /// Refuses a URL whose query still names the parameter `name` in a
 /// spelling some servers read as it (another case, after a `;`, percent
 /// encoded), once the exact spelling is dropped: the plugin's own value

@@ -145,6 +145,9 @@ pub enum Placement {
     /// The secret as the value of this field of a JSON or form body (a
     /// top-level key, or a JSON pointer starting with `/`).
     BodyField(String),
+    /// The secret in the URL's path, where the plugin's URL holds
+    /// `connector_rules::path::CREDENTIAL_MARKER`.
+    Path,
     /// No secret in the request: a signature of it, by this recipe.
     Signed(signing::Signing),
     /// What a plugin asks for when the credential's record is to decide
@@ -160,6 +163,7 @@ impl Placement {
             (Placement::AsStored, _) | (_, Placement::AsStored) => true,
             (Placement::Signed(a), Placement::Signed(b)) => a == b,
             (Placement::Bearer, Placement::Bearer)
+            | (Placement::Path, Placement::Path)
             | (Placement::BasicBoth, Placement::BasicBoth)
             | (Placement::BasicPair, Placement::BasicPair) => true,
             (Placement::Header(a), Placement::Header(b)) => a.eq_ignore_ascii_case(b),
@@ -189,6 +193,7 @@ impl Placement {
             }
             Placement::Query(name) => format!("in query parameter {name}"),
             Placement::BodyField(field) => format!("in body field {field}"),
+            Placement::Path => "in the URL's path".into(),
             Placement::Signed(signing) => format!("as a signature in header {}", signing.header),
             Placement::AsStored => "wherever the credential says".into(),
         }
@@ -213,6 +218,7 @@ impl Placement {
             // refuses other spellings of a query credential's name too).
             Placement::Query(name) => vec![Part::Query(name.to_ascii_lowercase())],
             Placement::BodyField(field) => vec![Part::Body(body_path(field))],
+            Placement::Path => vec![Part::Path],
             Placement::Signed(recipe) => std::iter::once(Part::Signature)
                 .chain(recipe.header_names().map(|h| Part::Header(h.to_ascii_lowercase())))
                 .collect(),
@@ -228,6 +234,8 @@ enum Part {
     Query(String),
     /// A body field by the keys leading to it.
     Body(Vec<String>),
+    /// The URL's path (one marker: one credential).
+    Path,
     Signature,
 }
 
@@ -739,6 +747,7 @@ impl Egress {
                         inject::check_query(&url, name)?;
                         sent_url = inject::query(&sent_url, name, Some(&i.secret));
                     }
+                    (Placement::Path, _) => sent_url = inject::path(&sent_url, &i.secret)?,
                     (Placement::BodyField(field), Some(b)) => {
                         sent_body = Some(inject::body_field(&req.headers, Some(b), field, &i.secret)?.to_vec());
                     }
@@ -811,9 +820,11 @@ impl Egress {
                     Placement::HeaderAround { header, prefix, suffix } => {
                         builder.header(header.as_str(), format!("{prefix}{}{suffix}", secret.expose_secret()))
                     }
-                    Placement::Query(_) | Placement::BodyField(_) | Placement::Signed(_) | Placement::AsStored => {
-                        builder
-                    }
+                    Placement::Query(_)
+                    | Placement::BodyField(_)
+                    | Placement::Path
+                    | Placement::Signed(_)
+                    | Placement::AsStored => builder,
                 };
             }
             if let Some(b) = sent_body {
@@ -993,14 +1004,23 @@ fn same_reading(raw: &str) -> Result<(), EgressError> {
 /// no longer matches.
 fn scrubbed(injections: &[Injection], headers: &mut Vec<(String, String)>, mut body: Vec<u8>) -> Vec<u8> {
     let mut forms: Vec<Vec<u8>> = Vec::new();
+    // In a next page's URL, a secret of the path becomes the marker the
+    // plugin wrote, which the host fills again when the plugin follows it.
+    let mut in_links: Vec<(Vec<u8>, &[u8])> = Vec::new();
     for injection in injections {
+        let instead: &[u8] = match injection.placement {
+            Placement::Path => connector_rules::path::CREDENTIAL_MARKER.as_bytes(),
+            _ => REDACTED,
+        };
         for form in reflections(injection.secret.expose_secret(), &injection.placement) {
             if !forms.contains(&form) {
+                in_links.push((form.clone(), instead));
                 forms.push(form);
             }
         }
     }
     longest_first(&mut forms);
+    in_links.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
     let holds = |value: &str| forms.iter().any(|f| memchr::memmem::find(value.as_bytes(), f).is_some());
     // A header that echoes the secret is withheld, but for `Link`: it is
     // redacted in place, so a next page whose URL echoes a query
@@ -1008,7 +1028,8 @@ fn scrubbed(injections: &[Injection], headers: &mut Vec<(String, String)>, mut b
     // when the plugin follows it).
     for (_, value) in headers.iter_mut().filter(|(n, _)| n == "link") {
         if holds(value) {
-            let redacted = forms.iter().fold(std::mem::take(value).into_bytes(), |v, f| scrub(v, f));
+            let redacted =
+                in_links.iter().fold(std::mem::take(value).into_bytes(), |v, (f, instead)| replaced(v, f, instead));
             *value = String::from_utf8_lossy(&redacted).into_owned();
         }
     }
@@ -1133,6 +1154,12 @@ fn forms_of(secret: &str, placement: &Placement) -> Vec<Vec<u8>> {
         add(STANDARD.encode(&pair));
         add(STANDARD.encode(&pair).trim_end_matches('=').to_owned());
     }
+    // As the host writes it into a path.
+    if let Placement::Path = placement
+        && let Some(in_path) = connector_rules::path::with_secret(connector_rules::path::CREDENTIAL_MARKER, secret)
+    {
+        add(in_path);
+    }
     let form_encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
     add(form_encoded.replace('+', "%20"));
     add(form_encoded.to_ascii_lowercase_hex());
@@ -1178,6 +1205,14 @@ impl LowercaseHex for String {
 
 /// Replaces every occurrence of `secret` in `body`.
 fn scrub(body: Vec<u8>, secret: &[u8]) -> Vec<u8> {
+    replaced(body, secret, REDACTED)
+}
+
+/// What the host writes where it took a secret out.
+const REDACTED: &[u8] = b"[REDACTED]";
+
+/// `body` with every occurrence of `secret` replaced by `instead`.
+fn replaced(body: Vec<u8>, secret: &[u8], instead: &[u8]) -> Vec<u8> {
     if secret.is_empty() || body.len() < secret.len() {
         return body;
     }
@@ -1191,7 +1226,7 @@ fn scrub(body: Vec<u8>, secret: &[u8]) -> Vec<u8> {
     for at in hits {
         // Occurrences do not overlap: the search resumes after each one.
         out.extend_from_slice(&body[copied..at]);
-        out.extend_from_slice(b"[REDACTED]");
+        out.extend_from_slice(instead);
         copied = at + secret.len();
     }
     out.extend_from_slice(&body[copied..]);
@@ -1307,6 +1342,31 @@ mod tests {
         assert!(has("s3cr3t/+ é \\\"x\\\""), "JSON escaping");
         assert!(has("s3cr3t\\/+ é \\\"x\\\""), "JSON escaping of /");
         assert!(has("s3cr3t/+ \\u00e9 \\\"x\\\""), "JSON ASCII escaping");
+    }
+
+    #[test]
+    fn a_secret_of_the_path_goes_where_the_marker_is_and_comes_back_as_the_marker_in_a_next_link() {
+        let secret = SecretString::from("acct*0001~x y".to_owned());
+        let url = Url::parse("https://api.example.com/v3/a/%7Bcredential%7D/calls.json?page=1").unwrap();
+        let sent = inject::path(&url, &secret).unwrap();
+        assert_eq!(sent.as_str(), "https://api.example.com/v3/a/acct%2A0001~x%20y/calls.json?page=1");
+        for unmarked in ["https://api.example.com/v3/calls", "https://api.example.com/v3/calls?a=%7Bcredential%7D"] {
+            let refused = inject::path(&Url::parse(unmarked).unwrap(), &secret);
+            assert!(matches!(refused, Err(EgressError::InvalidRequest(_))), "{unmarked}: {refused:?}");
+        }
+        // One path, one credential.
+        let refused = apart(&[injected(Placement::Path), injected(Placement::Path)]);
+        assert!(matches!(refused, Err(EgressError::InvalidRequest(_))), "{refused:?}");
+        // The provider's next link leads to the same path: the plugin gets
+        // the marker back, the body an echo scrubbed.
+        let injection = Injection { secret, ..injected(Placement::Path) };
+        let mut headers = vec![(
+            "link".to_owned(),
+            "<https://api.example.com/v3/a/acct%2A0001~x%20y/calls.json?page=2>; rel=\"next\"".to_owned(),
+        )];
+        let body = scrubbed(&[injection], &mut headers, b"{\"account\": \"acct*0001~x y\"}".to_vec());
+        assert_eq!(headers[0].1, "<https://api.example.com/v3/a/%7Bcredential%7D/calls.json?page=2>; rel=\"next\"");
+        assert_eq!(body, b"{\"account\": \"[REDACTED]\"}".to_vec());
     }
 
     #[test]

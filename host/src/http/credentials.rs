@@ -102,6 +102,11 @@ pub(crate) struct NewCredentialBody {
     /// (bearer without). The token URL must be on one of `hosts`.
     #[schema(value_type = Option<Object>)]
     pub exchange: Option<serde_json::Value>,
+    /// For `secret` credentials a connector writes into the URL's path:
+    /// `true`. The host writes the secret where the connector's URL holds
+    /// `%7Bcredential%7D` (`{credential}`), percent-encoded.
+    #[serde(default)]
+    pub url_path: bool,
     /// For `secret` credentials traded by the `refresh_token` grant: the
     /// refresh token, sealed beside the secret (the client's); the host
     /// keeps the one the provider rotates it to. Never shown again.
@@ -141,6 +146,7 @@ async fn create_credential(
             body_field: body.body_field.as_deref(),
             signing: body.signing.as_ref(),
             exchange: body.exchange.as_ref(),
+            url_path: body.url_path,
             header_prefix: body.header_prefix.as_deref(),
             header_suffix: body.header_suffix.as_deref(),
             password: body.password.as_deref(),

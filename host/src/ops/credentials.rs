@@ -76,6 +76,9 @@ pub(crate) struct SecretPlace<'a> {
     /// A recipe for trading the secret for a token first: see
     /// `credentials::exchange::TokenExchange`.
     pub exchange: Option<&'a Value>,
+    /// The secret goes into the URL's path, where the connector's URL
+    /// holds `connector_rules::path::CREDENTIAL_MARKER`.
+    pub url_path: bool,
     /// Fixed text before and after the secret in `header`
     /// (`Token token="` and `"`).
     pub header_prefix: Option<&'a str>,
@@ -136,7 +139,8 @@ pub(crate) fn credential_fields(
     let elsewhere = place.query_parameter.is_some()
         || place.body_field.is_some()
         || place.signing.is_some()
-        || place.exchange.is_some();
+        || place.exchange.is_some()
+        || place.url_path;
     let framed = place.header_prefix.is_some() || place.header_suffix.is_some();
     let (username, on_page) = match username {
         Username::Given(given) => {
@@ -227,12 +231,16 @@ pub(crate) fn credential_fields(
                 place.body_field.is_some(),
                 place.signing.is_some(),
                 place.exchange.is_some(),
+                place.url_path,
             ];
             if places.iter().filter(|p| **p).count() > 1 {
                 return Err(ApiError::invalid_field(
                     "header",
-                    "a secret credential goes in one place: a header, a query_parameter, a body_field, signing or an exchange",
+                    "a secret credential goes in one place: a header, a query_parameter, a body_field, the url_path, signing or an exchange",
                 ));
+            }
+            if place.url_path {
+                return Ok(json!({ "url_path": true }));
             }
             if let Some(recipe) = place.exchange {
                 let exchange: crate::credentials::exchange::TokenExchange = serde_json::from_value(recipe.clone())

@@ -101,7 +101,7 @@ impl Transport for HostTransport {
                 Place::BodyField(field) => CredentialPlace::BodyField(field.clone()),
                 // Places only the credential's record can name (checked
                 // against the manifest when the source was saved).
-                Place::HeaderAround { .. } | Place::BasicUsername { .. } | Place::BasicBoth => {
+                Place::HeaderAround { .. } | Place::BasicUsername { .. } | Place::BasicBoth | Place::UrlPath => {
                     CredentialPlace::AsStored
                 }
                 // One credential holds the secrets sent together (a Basic

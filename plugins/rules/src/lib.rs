@@ -12,6 +12,8 @@
 //! |---|---|
 //! | [`origin`] | where a URL goes: its host and port, read one way |
 //! | [`headers`] | the request headers only the host may set |
+//! | [`path`] | where a credential goes in a URL's path |
 
 pub mod headers;
 pub mod origin;
+pub mod path;

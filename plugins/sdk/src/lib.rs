@@ -163,6 +163,9 @@ mod convert;
 pub mod http;
 pub mod log;
 pub use connector_rules::origin;
+/// Where a credential stored for the URL's path goes: write
+/// [`path::CREDENTIAL_MARKER`] there and name the credential as stored.
+pub use connector_rules::path;
 pub mod pages;
 pub mod sink;
 pub mod time;

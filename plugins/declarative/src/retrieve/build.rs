@@ -173,7 +173,7 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
     } else if !path.is_empty() {
         join_url(&url_field, &path)
     } else {
-        url_field
+        url_field.clone()
     };
 
     // The requester's own options, then the authenticator's, then the
@@ -220,6 +220,33 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
         }
     }
 
+    // A secret in the path (an account's id the spec keeps secret): the
+    // host writes it where the URL holds the marker.
+    let url = match env.secrets.holds(&url) {
+        // A next page's URL the host gave back with the marker where the
+        // path's secret was: the secret of the stream's own path.
+        Holds::Nothing if url.contains(connector_rules::path::CREDENTIAL_MARKER) => {
+            let own = join_url(
+                if url_base.is_empty() { &url_field } else { &url_base },
+                text(&requester.path, "path")?.trim_start_matches('/'),
+            );
+            if let Holds::Around { pointer, .. } = env.secrets.holds(&own) {
+                add_credential(&mut credentials, Credential { pointer, place: Place::UrlPath })?;
+            }
+            url
+        }
+        Holds::Nothing => url,
+        Holds::Around { pointer, prefix, suffix } if !prefix.contains(['?', '#']) && prefix.contains("://") => {
+            add_credential(&mut credentials, Credential { pointer, place: Place::UrlPath })?;
+            format!("{prefix}{}{suffix}", connector_rules::path::CREDENTIAL_MARKER)
+        }
+        _ => {
+            return Err(ReadError::Secret(
+                "a secret would be written into the URL other than once in its path, which only the guest could write"
+                    .into(),
+            ));
+        }
+    };
     // Where a secret is, the host places it; anywhere else, refused.
     let mut found = |holds: Holds, place: Place| -> Result<bool, ReadError> {
         let pointer = match (holds, &place) {
@@ -241,9 +268,6 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
         };
         add_credential(&mut credentials, Credential { pointer, place }).map(|_| true)
     };
-    if env.secrets.holds(&url) != Holds::Nothing {
-        return Err(ReadError::Secret("a secret would be written into the URL's path".into()));
-    }
     let mut query = Vec::new();
     for (k, v) in options.params {
         let values = match v {
@@ -332,6 +356,7 @@ fn describe(place: &Place) -> String {
         Place::Header(h) => format!("header {h}"),
         Place::Query(q) => format!("query parameter {q}"),
         Place::BodyField(f) => format!("body field {f}"),
+        Place::UrlPath => "the URL's path".into(),
         Place::Basic { .. } | Place::BasicUsername { .. } | Place::BasicBoth | Place::BasicPair { .. } => {
             "Basic authentication".into()
         }

@@ -73,6 +73,9 @@ pub enum Place {
     /// or, when that is a secret field too, the field `client_id_field`
     /// of the same credential.
     OAuthClient { token_url: String, client_id: String, client_id_field: Option<String>, grant: OAuthGrant },
+    /// In the URL's path: the request's URL holds
+    /// `connector_rules::path::CREDENTIAL_MARKER` where it goes.
+    UrlPath,
 }
 
 /// How the host obtains an OAuth access token.
@@ -116,6 +119,7 @@ impl Place {
             Place::Header(h) | Place::HeaderAround { header: h, .. } => ("header", h.to_ascii_lowercase()),
             Place::Query(q) => ("query parameter", q.to_ascii_lowercase()),
             Place::BodyField(f) => ("body field", f.trim_start_matches('/').to_owned()),
+            Place::UrlPath => ("URL path", String::new()),
         }
     }
 }
