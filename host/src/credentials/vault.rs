@@ -590,44 +590,26 @@ impl Vault {
         exchange: &TokenExchange,
     ) -> Result<Obtained, SecretError> {
         let r = &row.record;
-        let unavailable = |e: crate::store::StoreError| {
-            tracing::error!(error = %e, "the credential's refresh lease could not be taken");
-            SecretError::StoreUnavailable
+        let work = || async {
+            let (_, current) = self.reread(row).await?;
+            let obtained = self.trade(r, exchange, &current, current.refresh_token.as_ref()).await?;
+            let rotated = obtained.refresh_token.as_ref().filter(|new| {
+                current.refresh_token.as_ref().is_none_or(|old| old.expose_secret() != new.expose_secret())
+            });
+            if let Some(rotated) = rotated {
+                let next = SecretMaterial { secret: current.secret, refresh_token: Some(rotated.clone()) };
+                let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
+                self.store.reseal_credential(&r.credential_id, &sealed, None).await.map_err(|e| {
+                    tracing::error!(error = %e, "could not store a rotated refresh token");
+                    SecretError::StoreUnavailable
+                })?;
+                tracing::info!(credential = %r.credential_id, "stored the refresh token the provider rotated to");
+            }
+            Ok(obtained)
         };
-        let deadline = Instant::now() + REFRESH_WAIT;
-        loop {
-            let now = now_ms();
-            let until = now + REFRESH_LEASE_MS + i64::from(rand::random::<u16>());
-            if self.store.claim_credential_refresh(&r.credential_id, now, until).await.map_err(unavailable)? {
-                let outcome = async {
-                    let (_, current) = self.reread(row).await?;
-                    let obtained = self.trade(r, exchange, &current, current.refresh_token.as_ref()).await?;
-                    let rotated = obtained.refresh_token.as_ref().filter(|new| {
-                        current.refresh_token.as_ref().is_none_or(|old| old.expose_secret() != new.expose_secret())
-                    });
-                    if let Some(rotated) = rotated {
-                        let next = SecretMaterial { secret: current.secret, refresh_token: Some(rotated.clone()) };
-                        let sealed =
-                            self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
-                        self.store.reseal_credential(&r.credential_id, &sealed, None).await.map_err(|e| {
-                            tracing::error!(error = %e, "could not store a rotated refresh token");
-                            SecretError::StoreUnavailable
-                        })?;
-                        tracing::info!(credential = %r.credential_id, "stored the refresh token the provider rotated to");
-                    }
-                    Ok(obtained)
-                }
-                .await;
-                if let Err(e) = self.store.release_credential_refresh(&r.credential_id, until).await {
-                    tracing::warn!(error = %e, "the credential's refresh lease could not be given back; it lapses");
-                }
-                return outcome;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if Instant::now() > deadline {
-                return Err(SecretError::StoreUnavailable);
-            }
-        }
+        // Another server trading meanwhile stores what it rotates to;
+        // this one trades that once the lease is free.
+        self.under_refresh_lease(row, work, || async { Ok(None) }).await
     }
 
     /// Refreshes an expiring OAuth access token, one server at a time:
@@ -640,6 +622,35 @@ impl Vault {
         row: &crate::store::credentials::SealedCredential,
         material: SecretMaterial,
     ) -> Result<SecretMaterial, SecretError> {
+        let work = || async {
+            match self.newer(row, &material).await? {
+                Some(newer) => Ok(newer),
+                None => {
+                    let (current, current_material) = self.reread(row).await?;
+                    self.refresh_now(&current, current_material).await
+                }
+            }
+        };
+        // Another server refreshes: use what it stores.
+        self.under_refresh_lease(row, work, || self.newer(row, &material)).await
+    }
+
+    /// Runs `work` holding the credential's refresh lease, so one server
+    /// at a time refreshes or trades it. While another holds the lease,
+    /// `meanwhile` is asked after each wait for what that server stored
+    /// (`None`: wait on), until the wait's limit.
+    async fn under_refresh_lease<T, Work, Done, Meanwhile, Stored>(
+        &self,
+        row: &crate::store::credentials::SealedCredential,
+        work: Work,
+        meanwhile: Meanwhile,
+    ) -> Result<T, SecretError>
+    where
+        Work: FnOnce() -> Done,
+        Done: Future<Output = Result<T, SecretError>>,
+        Meanwhile: Fn() -> Stored,
+        Stored: Future<Output = Result<Option<T>, SecretError>>,
+    {
         let r = &row.record;
         let unavailable = |e: crate::store::StoreError| {
             tracing::error!(error = %e, "the credential's refresh lease could not be taken");
@@ -652,25 +663,15 @@ impl Vault {
             // holder's mark: only the holder gives it back.
             let until = now + REFRESH_LEASE_MS + i64::from(rand::random::<u16>());
             if self.store.claim_credential_refresh(&r.credential_id, now, until).await.map_err(unavailable)? {
-                let outcome = async {
-                    match self.newer(row, &material).await? {
-                        Some(newer) => Ok(newer),
-                        None => {
-                            let (current, current_material) = self.reread(row).await?;
-                            self.refresh_now(&current, current_material).await
-                        }
-                    }
-                }
-                .await;
+                let outcome = work().await;
                 if let Err(e) = self.store.release_credential_refresh(&r.credential_id, until).await {
                     tracing::warn!(error = %e, "the credential's refresh lease could not be given back; it lapses");
                 }
                 return outcome;
             }
-            // Another server refreshes: use what it stores.
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if let Some(newer) = self.newer(row, &material).await? {
-                return Ok(newer);
+            if let Some(stored) = meanwhile().await? {
+                return Ok(stored);
             }
             if Instant::now() > deadline {
                 return Err(SecretError::StoreUnavailable);
