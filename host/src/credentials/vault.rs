@@ -598,11 +598,7 @@ impl Vault {
             });
             if let Some(rotated) = rotated {
                 let next = SecretMaterial { secret: current.secret, refresh_token: Some(rotated.clone()) };
-                let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
-                self.store.reseal_credential(&r.credential_id, &sealed, None).await.map_err(|e| {
-                    tracing::error!(error = %e, "could not store a rotated refresh token");
-                    SecretError::StoreUnavailable
-                })?;
+                self.reseal(r, &next, None).await?;
                 tracing::info!(credential = %r.credential_id, "stored the refresh token the provider rotated to");
             }
             Ok(obtained)
@@ -679,6 +675,21 @@ impl Vault {
         }
     }
 
+    /// Seals `material` as the credential's secret now, with when its
+    /// access token expires.
+    async fn reseal(
+        &self,
+        record: &CredentialRecord,
+        material: &SecretMaterial,
+        access_expires_at: Option<i64>,
+    ) -> Result<(), SecretError> {
+        let sealed = self.keyring.seal(&binding(&record.credential_id, &record.workspace_id), &material.to_plaintext());
+        self.store.reseal_credential(&record.credential_id, &sealed, access_expires_at).await.map_err(|e| {
+            tracing::error!(error = %e, "could not store a credential's new secret");
+            SecretError::StoreUnavailable
+        })
+    }
+
     /// The credential as stored now, opened.
     async fn reread(
         &self,
@@ -733,11 +744,7 @@ impl Vault {
         match refresher.refresh(&r.workspace_id, provider, refresh_token).await {
             Ok(Refreshed { access_token, refresh_token: rotated, expires_at: expires }) => {
                 let next = SecretMaterial { secret: access_token, refresh_token: rotated.or(material.refresh_token) };
-                let sealed = self.keyring.seal(&binding(&r.credential_id, &r.workspace_id), &next.to_plaintext());
-                self.store.reseal_credential(&r.credential_id, &sealed, expires).await.map_err(|e| {
-                    tracing::error!(error = %e, "could not store a refreshed token");
-                    SecretError::StoreUnavailable
-                })?;
+                self.reseal(r, &next, expires).await?;
                 tracing::info!(credential = %r.credential_id, "refreshed an OAuth access token");
                 Ok(next)
             }
