@@ -10,12 +10,15 @@ commands, one per line, and answers each with one line:
                    https://FAKE_HOST/<its host>/…, "config": a configuration
                    (secrets included), "secrets": {pointer: value},
                    "streams": [names]}
-  {"cdk": {"port": TLS_PORT, "ca": CA_FILE, "state": {stream: state}}}
+  {"cdk": {"port": TLS_PORT, "ca": CA_FILE, "state": {stream: state},
+           "limit": SECONDS}}
                    reads every stream of the loaded manifest with the CDK
                    (incremental where a stream has a cursor, from the
                    given states; clock frozen at NOW) through the TLS
                    front: {"records": {stream: [records]}, "states":
-                   {stream: the last state}, "error": text or null}
+                   {stream: the last state}, "error": text or null,
+                   "timed_out": whether the read passed its limit (the
+                   fake refuses every request after it, which ends it)}
   {"requests": true}
                    the requests served since the last ask, each
                    {"method", "path", "query": [[k, v]…] sorted, "body"}
@@ -46,6 +49,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 from unittest import mock
 
@@ -132,12 +136,15 @@ PATTERN_SAMPLES = ["2024-01-15", "2024-01-15T00:00:00Z", "2024-01-15T00:00:00.00
 
 def fit_patterns(config, spec):
     """Replaces sampled values a property's pattern refuses (an example
-    such as "YYYY-MM-DD" is a placeholder) with one it accepts."""
+    such as "YYYY-MM-DD" is a placeholder) with one it accepts, and a
+    number's example written as text with the number."""
     for name, schema in ((spec or {}).get("properties") or {}).items():
         if not isinstance(schema, dict) or name not in config:
             continue
         if isinstance(config[name], dict):
             fit_patterns(config[name], schema)
+        if schema.get("type") == "integer" and isinstance(config[name], str) and re.fullmatch(r"-?\d+", config[name]):
+            config[name] = int(config[name])
         pattern = schema.get("pattern")
         if pattern and isinstance(config[name], str) and not re.search(pattern, config[name]):
             config[name] = next((v for v in PATTERN_SAMPLES if re.search(pattern, v)), config[name])
@@ -494,6 +501,7 @@ class Fake:
         self.manifest = None
         self.config = None
         self.served = {}
+        self.deadline = None
 
     def load(self, path):
         manifest = yaml.safe_load(open(path))
@@ -602,6 +610,8 @@ class Fake:
             decoded = json.loads(body) if body else None
         except ValueError:
             decoded = sorted(urllib.parse.parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return 400, {}, {"error": "the read passed its time limit"}
         with self.lock:
             self.log.append({"method": method, "path": parsed.path, "query": [list(q) for q in query if q[0] != "__page"],
                              "page": dict(query).get("__page"), "body": decoded,
@@ -658,7 +668,17 @@ class Fake:
             self.served = {}
         return log
 
-    def cdk(self, port, ca, state=None):
+    def cdk(self, port, ca, state=None, limit=None):
+        self.deadline = time.monotonic() + limit if limit else None
+        try:
+            answer = self.cdk_read(port, ca, state)
+        finally:
+            timed_out = self.deadline is not None and time.monotonic() > self.deadline
+            self.deadline = None
+        answer["timed_out"] = timed_out
+        return answer
+
+    def cdk_read(self, port, ca, state):
         from airbyte_cdk.models import SyncMode
         from airbyte_cdk.sources.declarative.concurrent_declarative_source import ConcurrentDeclarativeSource
         from airbyte_cdk.test.catalog_builder import CatalogBuilder, ConfiguredAirbyteStreamBuilder
@@ -774,7 +794,8 @@ def main():
             if "load" in command:
                 answer = fake.load(command["load"])
             elif "cdk" in command:
-                answer = fake.cdk(command["cdk"]["port"], command["cdk"]["ca"], command["cdk"].get("state"))
+                answer = fake.cdk(command["cdk"]["port"], command["cdk"]["ca"], command["cdk"].get("state"),
+                                  command["cdk"].get("limit"))
             else:
                 answer = {"requests": fake.take_requests()}
         except Exception as e:

@@ -17,7 +17,7 @@ use std::pin::Pin;
 
 use declarative::interpolation::Val;
 use declarative::model::Source;
-use declarative::retrieve::{self, Env, OAuthGrant, Place, PrepareError, ReadError};
+use declarative::retrieve::{self, Env, OAuthGrant, Place, PrepareError, ReadError, TokenTerms};
 use serde_json::{Value, json};
 
 use super::{ConnectorRules, invalid};
@@ -181,6 +181,7 @@ fn oauth_client_matches(
     token_url: &str,
     client_id: Option<&str>,
     grant: &OAuthGrant,
+    terms: &TokenTerms,
 ) -> Result<(), String> {
     use crate::credentials::exchange::{Grant, TokenExchange};
     let exchange: Option<TokenExchange> =
@@ -189,13 +190,15 @@ fn oauth_client_matches(
         OAuthGrant::ClientCredentials => "client_credentials",
         OAuthGrant::RefreshToken { .. } => "refresh_token",
     };
-    let (stored_url, stored_id, scope) = match (exchange, grant) {
+    let (stored_url, stored_id, scope) = match (exchange.clone(), grant) {
         (
-            Some(TokenExchange { grant: Grant::ClientCredentials { token_url, client_id, scope }, header: None }),
+            Some(TokenExchange {
+                grant: Grant::ClientCredentials { token_url, client_id, scope }, header: None, ..
+            }),
             OAuthGrant::ClientCredentials,
         ) => (token_url, client_id, scope),
         (
-            Some(TokenExchange { grant: Grant::RefreshToken { token_url, client_id }, header: None }),
+            Some(TokenExchange { grant: Grant::RefreshToken { token_url, client_id }, header: None, .. }),
             OAuthGrant::RefreshToken { .. },
         ) => (token_url, client_id, None),
         _ => {
@@ -216,6 +219,22 @@ fn oauth_client_matches(
     }
     if scope.is_some() {
         return Err("the credential asks for a scope the manifest does not".into());
+    }
+    let Some(exchange) = exchange else { return Ok(()) };
+    if exchange.scopes != terms.scopes {
+        return Err(format!(
+            "the manifest asks for the scopes {:?} and the credential's exchange for {:?}",
+            terms.scopes, exchange.scopes
+        ));
+    }
+    if (exchange.expiry_field.as_deref(), exchange.expiry_is_time)
+        != (terms.expiry_field.as_deref(), terms.expiry_is_time)
+    {
+        return Err(format!(
+            "the manifest reads the token's expiry from {} ({}); store the credential's exchange with expiry_field and expiry_is_time saying the same",
+            terms.expiry_field.as_deref().unwrap_or("expires_in"),
+            if terms.expiry_is_time { "the instant it expires" } else { "seconds from now" }
+        ));
     }
     Ok(())
 }
@@ -314,12 +333,13 @@ impl ConnectorRules for Rules {
                         ),
                     ));
                 }
-                if let Place::OAuthClient { token_url, client_id, client_id_field, grant } = place {
+                if let Place::OAuthClient { token_url, client_id, client_id_field, grant, terms } = place {
                     oauth_client_matches(
                         &record,
                         token_url,
                         client_id_field.is_none().then_some(client_id.as_str()),
                         grant,
+                        terms,
                     )
                     .map_err(|why| invalid(&at, why))?;
                 }
@@ -439,7 +459,8 @@ mod tests {
                 token_url: "https://api.example.com/oauth/token".into(),
                 client_id: "my-client".into(),
                 client_id_field: None,
-                grant: OAuthGrant::ClientCredentials
+                grant: OAuthGrant::ClientCredentials,
+                terms: TokenTerms::default(),
             }
         );
         // A client id that is a secret field: the same credential's.
@@ -461,15 +482,33 @@ mod tests {
         plain_refresh["refresh_token"] = json!("{{ config['region'] }}");
         let refused = checked(&config(plain_refresh), now()).unwrap_err();
         assert!(refused.details.to_string().contains("refresh token must be a secret"), "{refused:?}");
-        // Other grants, scopes, another token name: by pointer.
+        // Scopes and where the answer says the expiry: asked of the
+        // credential's exchange.
+        let mut scoped = oauth("client_credentials", "c");
+        scoped["scopes"] = json!(["read", "write"]);
+        scoped["expires_in_name"] = json!("expires_at");
+        scoped["token_expiry_date_format"] = json!("YYYY-MM-DDTHH:mm:ss[Z]");
+        assert!(matches!(
+            place(scoped),
+            Place::OAuthClient { terms: TokenTerms { scopes, expiry_field: Some(f), expiry_is_time: true }, .. }
+                if scopes == ["read", "write"] && f == "expires_at"
+        ));
+        // Other grants, scope lists of other shapes, another token name:
+        // by pointer.
         let refused = checked(&config(oauth("password", "c")), now()).unwrap_err();
         assert!(refused.details.to_string().contains("password grant"), "{refused:?}");
         assert_eq!(error_path(refused), "/manifest/streams/0/retriever/requester/authenticator/grant_type");
         let mut scoped = oauth("client_credentials", "c");
-        scoped["scopes"] = json!(["read"]);
+        scoped["scopes"] = json!("read");
         assert_eq!(
             error_path(checked(&config(scoped), now()).unwrap_err()),
             "/manifest/streams/0/retriever/requester/authenticator/scopes"
+        );
+        let mut renamed = oauth("client_credentials", "c");
+        renamed["access_token_name"] = json!("token");
+        assert_eq!(
+            error_path(checked(&config(renamed), now()).unwrap_err()),
+            "/manifest/streams/0/retriever/requester/authenticator/access_token_name"
         );
         // A client secret in the clear is no credential's.
         let plain = json!({ "type": "OAuthAuthenticator", "token_refresh_endpoint": "https://api.example.com/t",

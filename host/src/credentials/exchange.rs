@@ -26,6 +26,18 @@ pub struct TokenExchange {
     /// The header the token goes in; `Authorization: Bearer` without one.
     #[serde(default)]
     pub header: Option<String>,
+    /// `scopes` fields of an OAuth token request, one per scope (the form
+    /// Airbyte's CDK sends; RFC 6749's space-separated `scope` is the
+    /// client-credentials grant's `scope`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The field of the endpoint's answer, beside the token, that says
+    /// when it expires: seconds from now (`expires_in` when unset), or
+    /// with `expiry_is_time` the instant itself (RFC 3339 or Unix time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry_field: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expiry_is_time: bool,
 }
 
 /// How the token is obtained.
@@ -150,6 +162,23 @@ impl TokenExchange {
         {
             return Err("exchange.token_pointer: a JSON pointer such as /data/token".into());
         }
+        if !self.scopes.is_empty() {
+            if !matches!(self.grant, Grant::ClientCredentials { .. } | Grant::RefreshToken { .. }) {
+                return Err("exchange.scopes: only an OAuth client's grants ask for scopes".into());
+            }
+            if self.scopes.iter().any(|s| s.is_empty() || s.len() > 512 || s.chars().any(char::is_control)) {
+                return Err("exchange.scopes: each scope is a non-empty line of at most 512 bytes".into());
+            }
+        }
+        match &self.expiry_field {
+            Some(f) if f.is_empty() || f.len() > 128 || f.contains('/') => {
+                return Err("exchange.expiry_field: the name of a field beside the token".into());
+            }
+            None if self.expiry_is_time => {
+                return Err("exchange.expiry_is_time: needs exchange.expiry_field".into());
+            }
+            _ => {}
+        }
         Ok(())
     }
 
@@ -182,17 +211,19 @@ impl TokenExchange {
                 if let Some(scope) = scope {
                     pairs.push(("scope", scope.clone()));
                 }
+                pairs.extend(self.scopes.iter().map(|s| ("scopes", s.clone())));
                 form(pairs)
             }
             Grant::RefreshToken { client_id, .. } => {
                 let refresh_token = refresh_token
                     .ok_or_else(|| ExchangeError("the credential holds no refresh token; store it again".into()))?;
-                let pairs = vec![
+                let mut pairs = vec![
                     ("grant_type", "refresh_token".to_owned()),
                     ("client_id", client_id.clone()),
                     ("client_secret", secret.expose_secret().to_owned()),
                     ("refresh_token", refresh_token.expose_secret().to_owned()),
                 ];
+                pairs.extend(self.scopes.iter().map(|s| ("scopes", s.clone())));
                 form(pairs)
             }
             Grant::JwtBearer { token_url, issuer, subject, audience, scope, algorithm, key_id } => {
@@ -230,8 +261,8 @@ impl TokenExchange {
         })
     }
 
-    /// The token in the endpoint's answer.
-    pub(crate) fn token(&self, status: u16, body: &[u8]) -> Result<Obtained, ExchangeError> {
+    /// The token in the endpoint's answer, `now` Unix seconds.
+    pub(crate) fn token(&self, status: u16, body: &[u8], now: u64) -> Result<Obtained, ExchangeError> {
         let mut answer: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         if !(200..300).contains(&status) {
             let code = answer["error"]
@@ -246,11 +277,12 @@ impl TokenExchange {
             _ => "/access_token",
         };
         let token = answer.pointer(pointer).and_then(Value::as_str).filter(|t| !t.is_empty()).map(str::to_owned);
-        let expires_in =
-            answer.pointer(&format!("{}/expires_in", parent(pointer))).and_then(Value::as_i64).or(match &self.grant {
-                Grant::Login { lifetime_secs, .. } => lifetime_secs.and_then(|s| i64::try_from(s).ok()),
-                _ => None,
-            });
+        let field = self.expiry_field.as_deref().unwrap_or("expires_in");
+        let expiry = answer.pointer(&format!("{}/{}", parent(pointer), field.replace('~', "~0")));
+        let expires_in = expiry.and_then(|v| lifetime(v, self.expiry_is_time, now)).or(match &self.grant {
+            Grant::Login { lifetime_secs, .. } => lifetime_secs.and_then(|s| i64::try_from(s).ok()),
+            _ => None,
+        });
         let refresh_token = match self.grant {
             Grant::RefreshToken { .. } => answer
                 .pointer("/refresh_token")
@@ -268,6 +300,29 @@ impl TokenExchange {
             refresh_token,
         })
     }
+}
+
+/// The seconds a token lasts from `now` by the answer's `value`: a
+/// number of seconds, or with `is_time` the instant it expires.
+fn lifetime(value: &Value, is_time: bool, now: u64) -> Option<i64> {
+    let number = value.as_f64().or_else(|| value.as_str().and_then(|s| s.trim().parse::<f64>().ok()));
+    if !is_time {
+        return number.map(|n| n as i64);
+    }
+    let at = match (number, value.as_str()) {
+        (Some(n), _) => n as i64,
+        (None, Some(text)) => {
+            let text = text.trim();
+            chrono::DateTime::parse_from_rfc3339(text)
+                .map(|t| t.timestamp())
+                .or_else(|_| {
+                    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").map(|t| t.and_utc().timestamp())
+                })
+                .ok()?
+        }
+        _ => return None,
+    };
+    Some(at - i64::try_from(now).unwrap_or(i64::MAX))
 }
 
 /// The pointer of the object holding `pointer`'s value.
@@ -362,7 +417,7 @@ pub(crate) async fn trade(
         .send(caller, request)
         .await
         .map_err(|e| ExchangeError(format!("the token endpoint could not be reached: {e}")))?;
-    exchange.token(answer.status, &answer.body)
+    exchange.token(answer.status, &answer.body, now)
 }
 
 /// Whether `secret` can be used by `exchange` (a key that parses, for a
@@ -446,13 +501,13 @@ mod tests {
         let (body, kind) = exchange.request(&SecretString::from("pw\"1".to_owned()), None, 0).unwrap();
         assert_eq!(kind, "application/json");
         assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({ "username": "me", "password": "pw\"1" }));
-        let got = exchange.token(200, br#"{"data":{"token":"s-1"}}"#).unwrap();
+        let got = exchange.token(200, br#"{"data":{"token":"s-1"}}"#, 0).unwrap();
         assert_eq!((got.token.expose_secret(), got.expires_in), ("s-1", Some(600)));
-        let got = exchange.token(200, br#"{"data":{"token":"s-2","expires_in":30}}"#).unwrap();
+        let got = exchange.token(200, br#"{"data":{"token":"s-2","expires_in":30}}"#, 0).unwrap();
         assert_eq!(got.expires_in, Some(30));
-        let refused = exchange.token(401, br#"{"error":"invalid_grant","password":"pw"}"#).unwrap_err();
+        let refused = exchange.token(401, br#"{"error":"invalid_grant","password":"pw"}"#, 0).unwrap_err();
         assert!(refused.0.contains("invalid_grant") && !refused.0.contains("pw"), "{refused}");
-        assert!(exchange.token(200, br#"{"data":{}}"#).unwrap_err().0.contains("/data/token"));
+        assert!(exchange.token(200, br#"{"data":{}}"#, 0).unwrap_err().0.contains("/data/token"));
     }
 
     #[test]
@@ -470,14 +525,52 @@ mod tests {
             String::from_utf8(body).unwrap(),
             "grant_type=refresh_token&client_id=c-1&client_secret=client-secret-1&refresh_token=refresh-1%26x"
         );
-        let got = exchange.token(200, br#"{"access_token":"a-1","refresh_token":"refresh-2"}"#).unwrap();
+        let got = exchange.token(200, br#"{"access_token":"a-1","refresh_token":"refresh-2"}"#, 0).unwrap();
         assert_eq!(got.refresh_token.as_ref().map(|t| t.expose_secret()), Some("refresh-2"));
-        let kept = exchange.token(200, br#"{"access_token":"a-1","refresh_token":""}"#).unwrap();
+        let kept = exchange.token(200, br#"{"access_token":"a-1","refresh_token":""}"#, 0).unwrap();
         assert!(kept.refresh_token.is_none());
         // Another grant's answer never replaces a refresh token.
         let client = recipe(json!({ "grant": "client_credentials", "token_url": "https://auth.example.com/t",
             "client_id": "c-1" }));
         assert!(!client.refreshes());
-        assert!(client.token(200, br#"{"access_token":"a","refresh_token":"r"}"#).unwrap().refresh_token.is_none());
+        assert!(client.token(200, br#"{"access_token":"a","refresh_token":"r"}"#, 0).unwrap().refresh_token.is_none());
+    }
+
+    #[test]
+    fn scopes_go_as_the_cdk_sends_them_and_an_expiry_may_be_an_instant() {
+        let exchange = recipe(json!({ "grant": "refresh_token", "token_url": "https://auth.example.com/t",
+            "client_id": "c-1", "scopes": ["read_all", "activity:read_all"],
+            "expiry_field": "expires_at", "expiry_is_time": true }));
+        let refresh = SecretString::from("refresh-1".to_owned());
+        let (body, _) = exchange.request(&SecretString::from("s".to_owned()), Some(&refresh), 0).unwrap();
+        assert!(
+            String::from_utf8(body).unwrap().ends_with("&scopes=read_all&scopes=activity%3Aread_all"),
+            "one field per scope"
+        );
+        let now = 1_700_000_000;
+        let got = exchange.token(200, br#"{"access_token":"a","expires_at":"2023-11-14T22:23:20Z"}"#, now).unwrap();
+        assert_eq!(got.expires_in, Some(10 * 60));
+        let got = exchange.token(200, br#"{"access_token":"a","expires_at":1700000030}"#, now).unwrap();
+        assert_eq!(got.expires_in, Some(30));
+        // A field the answer lacks: the default lifetime, as for expires_in.
+        let got = exchange.token(200, br#"{"access_token":"a","expires_in":5}"#, now).unwrap();
+        assert_eq!(got.expires_in, Some(DEFAULT_LIFETIME_SECS));
+        let seconds = recipe(json!({ "grant": "client_credentials", "token_url": "https://auth.example.com/t",
+            "client_id": "c-1", "expiry_field": "ttl" }));
+        assert_eq!(seconds.token(200, br#"{"access_token":"a","ttl":"90"}"#, now).unwrap().expires_in, Some(90));
+        let hosts = ["auth.example.com".to_owned()];
+        for (bad, field) in [
+            (json!({ "expiry_is_time": true }), "exchange.expiry_is_time"),
+            (json!({ "expiry_field": "a/b" }), "exchange.expiry_field"),
+            (json!({ "scopes": [""] }), "exchange.scopes"),
+        ] {
+            let mut v =
+                json!({ "grant": "client_credentials", "token_url": "https://auth.example.com/t", "client_id": "c" });
+            v.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
+            assert!(recipe(v).check(&hosts).unwrap_err().starts_with(field));
+        }
+        let jwt = recipe(json!({ "grant": "login", "token_url": "https://auth.example.com/t", "username": "u",
+            "token_pointer": "/t", "scopes": ["x"] }));
+        assert!(jwt.check(&hosts).unwrap_err().starts_with("exchange.scopes"));
     }
 }

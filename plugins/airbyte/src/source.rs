@@ -121,7 +121,7 @@ impl Prepared {
 }
 
 /// The guest's wall clock (the host may hold it still).
-fn now() -> DateTime<Utc> {
+pub(crate) fn now() -> DateTime<Utc> {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     DateTime::<Utc>::from_timestamp(since.as_secs() as i64, since.subsec_nanos()).unwrap_or_default()
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use connector_sdk::{CredentialPlace, Error, Http, HttpError, Method, Placement};
 use declarative::retrieve::{Body, Place, ReadError, Request, Response, Transport};
 
@@ -134,5 +135,9 @@ impl Transport for HostTransport {
 
     fn wait(&mut self, seconds: f64) {
         std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        crate::source::now()
     }
 }

@@ -192,7 +192,22 @@ pub enum Authenticator {
         /// The refresh token of the refresh-token grant; none for the
         /// client-credentials grant.
         refresh_token: Option<Template>,
+        /// The scopes asked for and where the answer says the expiry.
+        terms: TokenTerms,
     },
+}
+
+/// What an OAuth token request asks for beyond the grant, and how the
+/// endpoint's answer says when the token expires.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TokenTerms {
+    /// Sent as one `scopes` field each, as the CDK sends them.
+    pub scopes: Vec<String>,
+    /// The answer's field beside the token (`expires_in` when unset).
+    pub expiry_field: Option<String>,
+    /// Whether that field is the instant it expires, not seconds from now
+    /// (the manifest gives a `token_expiry_date_format`).
+    pub expiry_is_time: bool,
 }
 
 impl Authenticator {
@@ -282,7 +297,6 @@ impl Authenticator {
                 node.expect(
                     &["OAuthAuthenticator"],
                     &[
-                        "scopes",
                         "refresh_request_headers",
                         "profile_assertion",
                         "use_profile_assertion",
@@ -336,14 +350,13 @@ impl Authenticator {
                         ));
                     }
                 };
-                for (key, default) in [("access_token_name", "access_token"), ("expires_in_name", "expires_in")] {
-                    if node.text(key)?.is_some_and(|v| v != default) {
-                        return Err(Refusal::new(
-                            node.below(key),
-                            format!("OAuthAuthenticator.{key} other than {default} is not supported yet"),
-                        ));
-                    }
+                if node.text("access_token_name")?.is_some_and(|v| v != "access_token") {
+                    return Err(Refusal::new(
+                        node.below("access_token_name"),
+                        "OAuthAuthenticator.access_token_name other than access_token is not supported yet",
+                    ));
                 }
+                let terms = TokenTerms::read(node)?;
                 let required = |key: &str| {
                     node.template(key)?
                         .ok_or_else(|| Refusal::new(node.pointer(), format!("an OAuthAuthenticator needs {key}")))
@@ -353,10 +366,43 @@ impl Authenticator {
                     client_id: required("client_id")?,
                     client_secret: required("client_secret")?,
                     refresh_token: if refreshes { Some(required("refresh_token")?) } else { None },
+                    terms,
                 })
             }
             _ => Err(node.unsupported_type()),
         }
+    }
+}
+
+impl TokenTerms {
+    /// `scopes` (a list, sent as written), `expires_in_name` and whether a
+    /// `token_expiry_date_format` makes it an instant.
+    fn read(node: &Node) -> Result<TokenTerms, Refusal> {
+        let scopes = match node.get("scopes") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|s| s.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Refusal::new(node.below("scopes"), "expected a list of scope names"))?,
+            Some(_) => return Err(Refusal::new(node.below("scopes"), "expected a list of scope names")),
+        };
+        let name = node.text("expires_in_name")?;
+        if let Some(name) = name
+            && (name.is_empty() || name.contains("{{") || name.contains("{%") || name.contains('/'))
+        {
+            return Err(Refusal::new(
+                node.below("expires_in_name"),
+                "OAuthAuthenticator.expires_in_name must name a field (a template is not supported yet)",
+            ));
+        }
+        let expiry_is_time = node.text("token_expiry_date_format")?.is_some_and(|f| !f.is_empty());
+        let expiry_field = match name {
+            Some("expires_in") | None if !expiry_is_time => None,
+            Some(name) => Some(name.to_owned()),
+            None => Some("expires_in".to_owned()),
+        };
+        Ok(TokenTerms { scopes, expiry_field, expiry_is_time })
     }
 }
 
@@ -390,7 +436,17 @@ pub struct ResponseFilter {
 pub enum Backoff {
     Constant(f64),
     Exponential(f64),
-    FromHeader { header: String },
+    /// The seconds the answer's header says; an answer that says more
+    /// than `max` fails the read.
+    FromHeader {
+        header: String,
+        max: Option<f64>,
+    },
+    /// Until the Unix time the answer's header says, at least `min`.
+    UntilTimeFromHeader {
+        header: String,
+        min: Option<f64>,
+    },
 }
 
 /// The error handler: filters tried in order, then the CDK's defaults.
@@ -445,12 +501,14 @@ impl DefaultHandler {
                     Ok(Backoff::Exponential(seconds(b, "factor")?.unwrap_or(5.0)))
                 }
                 "WaitTimeFromHeader" => {
-                    b.expect(&["WaitTimeFromHeader"], &["regex", "max_waiting_time_in_seconds"])?;
-                    let header = b
-                        .text("header")?
-                        .ok_or_else(|| Refusal::new(b.pointer(), "WaitTimeFromHeader needs header"))?
-                        .to_owned();
-                    Ok(Backoff::FromHeader { header })
+                    b.expect(&["WaitTimeFromHeader"], &["regex"])?;
+                    let header = header_name(b)?;
+                    Ok(Backoff::FromHeader { header, max: seconds(b, "max_waiting_time_in_seconds")? })
+                }
+                "WaitUntilTimeFromHeader" => {
+                    b.expect(&["WaitUntilTimeFromHeader"], &["regex"])?;
+                    let header = header_name(b)?;
+                    Ok(Backoff::UntilTimeFromHeader { header, min: seconds(b, "min_wait")? })
                 }
                 _ => Err(b.unsupported_type()),
             })
@@ -462,6 +520,16 @@ impl DefaultHandler {
         };
         Ok(DefaultHandler { filters, backoff, max_retries })
     }
+}
+
+/// The header a backoff strategy reads (a name, not a template).
+fn header_name(node: &Node) -> Result<String, Refusal> {
+    let header =
+        node.text("header")?.ok_or_else(|| Refusal::new(node.pointer(), format!("{} needs header", node.kind())))?;
+    if header.contains("{{") || header.contains("{%") {
+        return Err(Refusal::new(node.below("header"), "a header name from a template is not supported yet"));
+    }
+    Ok(header.to_owned())
 }
 
 /// A number of seconds (a number, or text holding one).

@@ -407,7 +407,7 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
     };
     match auth {
         Authenticator::None => Ok(None),
-        Authenticator::OAuthClient { token_url, client_id, client_secret, refresh_token } => {
+        Authenticator::OAuthClient { token_url, client_id, client_secret, refresh_token, terms } => {
             let c = ctx(&Val::Dict(Vec::new()));
             let token_url = render(token_url, &c)?;
             if env.secrets.holds(&token_url) != Holds::Nothing {
@@ -432,7 +432,7 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
             match env.secrets.holds(&render(client_secret, &c)?) {
                 Holds::Secret(pointer) => Ok(Some(Credential {
                     pointer,
-                    place: Place::OAuthClient { token_url, client_id, client_id_field, grant },
+                    place: Place::OAuthClient { token_url, client_id, client_id_field, grant, terms: terms.clone() },
                 })),
                 _ => Err(ReadError::Secret(
                     "the OAuth client secret must be a secret field of the configuration (airbyte_secret), which a credential holds".into(),

@@ -4,6 +4,7 @@
 //! the secret, and answers classified as the CDK's error handlers do.
 
 use crate::interpolation::{Context, Val};
+pub use crate::model::request::TokenTerms;
 use crate::model::request::{Action, Backoff, DefaultHandler, ErrorHandler};
 
 /// An HTTP method.
@@ -72,7 +73,13 @@ pub enum Place {
     /// `grant`: this field is the client's secret, its id is `client_id`
     /// or, when that is a secret field too, the field `client_id_field`
     /// of the same credential.
-    OAuthClient { token_url: String, client_id: String, client_id_field: Option<String>, grant: OAuthGrant },
+    OAuthClient {
+        token_url: String,
+        client_id: String,
+        client_id_field: Option<String>,
+        grant: OAuthGrant,
+        terms: TokenTerms,
+    },
     /// In the URL's path: the request's URL holds
     /// `connector_rules::path::CREDENTIAL_MARKER` where it goes.
     UrlPath,
@@ -284,9 +291,17 @@ fn interpret(h: &DefaultHandler, response: &Response, config: &Val, ctx: &Contex
     default_action(response.status)
 }
 
-/// The verdict on `response` after `attempt` earlier tries: the first
-/// handler of a composite that does not fail decides, else the last.
-pub fn classify(handler: &ErrorHandler, response: &Response, config: &Val, ctx: &Context, attempt: u32) -> Verdict {
+/// The verdict on `response` after `attempt` earlier tries, `now` the
+/// transport's Unix time: the first handler of a composite that does not
+/// fail decides, else the last.
+pub fn classify(
+    handler: &ErrorHandler,
+    response: &Response,
+    config: &Val,
+    ctx: &Context,
+    attempt: u32,
+    now: f64,
+) -> Verdict {
     let none = DefaultHandler::default();
     let handlers: Vec<&DefaultHandler> =
         if handler.handlers.is_empty() { vec![&none] } else { handler.handlers.iter().collect() };
@@ -297,31 +312,75 @@ pub fn classify(handler: &ErrorHandler, response: &Response, config: &Val, ctx: 
             break;
         }
     }
-    finish(decided.0, decided.1, response, attempt)
+    finish(decided.0, decided.1, response, attempt, now)
 }
 
-fn finish(action: Action, handler: &DefaultHandler, response: &Response, attempt: u32) -> Verdict {
+fn finish(action: Action, handler: &DefaultHandler, response: &Response, attempt: u32, now: f64) -> Verdict {
     match action {
         Action::Success => Verdict::Success,
         Action::Ignore => Verdict::Ignore,
         Action::Fail => Verdict::Fail(format!("the provider answered {}", response.status)),
         Action::Retry | Action::RateLimited => {
             let retries = handler.max_retries.unwrap_or(5);
-            let wait = match handler.backoff.first() {
-                Some(Backoff::Constant(s)) => *s,
-                Some(Backoff::Exponential(factor)) => factor * 2f64.powi(attempt as i32),
-                Some(Backoff::FromHeader { header }) => response
-                    .header(header)
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .unwrap_or(5.0 * 2f64.powi(attempt as i32)),
-                None => response
-                    .header("retry-after")
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .unwrap_or(5.0 * 2f64.powi(attempt as i32)),
-            };
+            // The first strategy that names a wait decides, as the CDK's.
+            let mut wait = None;
+            for strategy in &handler.backoff {
+                match backoff(strategy, response, attempt, now) {
+                    Ok(Some(w)) if w > 0.0 => {
+                        wait = Some(w);
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(fail) => return fail,
+                }
+            }
+            let wait = wait.unwrap_or_else(|| {
+                if handler.backoff.is_empty()
+                    && let Some(w) = numeric_header(response, "retry-after")
+                {
+                    return w;
+                }
+                5.0 * 2f64.powi(attempt as i32)
+            });
             Verdict::Retry { wait, retries }
         }
     }
+}
+
+/// The wait one strategy names, if it names one; the failure of a wait
+/// longer than the stream may wait.
+fn backoff(strategy: &Backoff, response: &Response, attempt: u32, now: f64) -> Result<Option<f64>, Verdict> {
+    Ok(match strategy {
+        Backoff::Constant(s) => Some(*s),
+        Backoff::Exponential(factor) => Some(factor * 2f64.powi(attempt as i32)),
+        Backoff::FromHeader { header, max } => {
+            let wait = numeric_header(response, header);
+            if let (Some(w), Some(max)) = (wait, max)
+                && w >= *max
+            {
+                return Err(Verdict::Fail(format!(
+                    "the provider asks for a wait of {w} s, longer than the stream's limit of {max} s"
+                )));
+            }
+            wait
+        }
+        Backoff::UntilTimeFromHeader { header, min } => match numeric_header(response, header) {
+            None => *min,
+            Some(until) => {
+                let wait = until - now;
+                match min {
+                    Some(min) => Some(wait.max(*min)),
+                    None if wait < 0.0 => None,
+                    None => Some(wait),
+                }
+            }
+        },
+    })
+}
+
+/// A header's value as a number of seconds (or a Unix time).
+fn numeric_header(response: &Response, name: &str) -> Option<f64> {
+    response.header(name).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| v.is_finite())
 }
 
 #[cfg(test)]
@@ -339,5 +398,45 @@ mod tests {
         assert_eq!(join_url("https://a.io/api/v1", "../v2/x"), "https://a.io/api/v2/x");
         assert_eq!(join_url("https://a.io", "users/1"), "https://a.io/users/1");
         assert_eq!(join_url("https://a.io/api", "//c.io/x"), "https://c.io/x");
+    }
+
+    fn answer(headers: &[(&str, &str)]) -> Response {
+        Response {
+            status: 429,
+            headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            body: Vec::new(),
+        }
+    }
+
+    fn handler(backoff: Vec<Backoff>) -> DefaultHandler {
+        DefaultHandler { filters: Vec::new(), backoff, max_retries: None }
+    }
+
+    fn wait(h: &DefaultHandler, response: &Response, now: f64) -> Verdict {
+        finish(Action::RateLimited, h, response, 1, now)
+    }
+
+    #[test]
+    fn the_first_strategy_that_names_a_wait_decides() {
+        let until = Backoff::UntilTimeFromHeader { header: "X-Reset".into(), min: None };
+        let h = handler(vec![until.clone(), Backoff::Constant(7.0)]);
+        // The provider's reset time, 30 s from now.
+        assert_eq!(wait(&h, &answer(&[("x-reset", "1030")]), 1000.0), Verdict::Retry { wait: 30.0, retries: 5 });
+        // A reset time gone by, or none: the next strategy.
+        assert_eq!(wait(&h, &answer(&[("x-reset", "900")]), 1000.0), Verdict::Retry { wait: 7.0, retries: 5 });
+        assert_eq!(wait(&h, &answer(&[]), 1000.0), Verdict::Retry { wait: 7.0, retries: 5 });
+        // At least the minimum, with or without the header.
+        let min = handler(vec![Backoff::UntilTimeFromHeader { header: "X-Reset".into(), min: Some(60.0) }]);
+        assert_eq!(wait(&min, &answer(&[("x-reset", "1030")]), 1000.0), Verdict::Retry { wait: 60.0, retries: 5 });
+        assert_eq!(wait(&min, &answer(&[]), 1000.0), Verdict::Retry { wait: 60.0, retries: 5 });
+        // No strategy names one: the CDK's exponential default.
+        assert_eq!(wait(&handler(vec![until]), &answer(&[]), 1000.0), Verdict::Retry { wait: 10.0, retries: 5 });
+    }
+
+    #[test]
+    fn a_wait_past_the_streams_limit_fails_the_read() {
+        let h = handler(vec![Backoff::FromHeader { header: "Retry-After".into(), max: Some(120.0) }]);
+        assert_eq!(wait(&h, &answer(&[("retry-after", "30")]), 0.0), Verdict::Retry { wait: 30.0, retries: 5 });
+        assert!(matches!(wait(&h, &answer(&[("retry-after", "120")]), 0.0), Verdict::Fail(m) if m.contains("120")));
     }
 }

@@ -29,7 +29,7 @@ use crate::model::record::Transformation;
 use crate::model::{Source, Stream};
 use crate::paginate::{Page, Strategy};
 use crate::secrets::Secrets;
-pub use http::{Body, Credential, Method, OAuthGrant, Place, Request, Response};
+pub use http::{Body, Credential, Method, OAuthGrant, Place, Request, Response, TokenTerms};
 use incremental::{CursorState, Instant, Window};
 
 /// Sends requests for the runtime.
@@ -38,6 +38,9 @@ pub trait Transport {
     fn send(&mut self, request: &Request) -> Result<Response, Box<dyn std::error::Error + Send + Sync>>;
     /// Waits before a retry.
     fn wait(&mut self, seconds: f64);
+    /// The time now, as the guest's clock says (a wait until a time the
+    /// provider names is measured from it).
+    fn now(&self) -> DateTime<Utc>;
 }
 
 /// Why a read stops.
@@ -513,7 +516,9 @@ fn send(
     let mut attempt = 0;
     loop {
         let response = transport.send(request).map_err(ReadError::Transport)?;
-        match http::classify(handler, &response, &env.config, &ctx, attempt) {
+        let now = transport.now();
+        let now = now.timestamp() as f64 + f64::from(now.timestamp_subsec_micros()) / 1e6;
+        match http::classify(handler, &response, &env.config, &ctx, attempt, now) {
             http::Verdict::Success => return Ok(Some(response)),
             http::Verdict::Ignore => return Ok(None),
             http::Verdict::Retry { wait, retries } if attempt < retries => {
