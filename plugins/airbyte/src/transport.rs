@@ -13,11 +13,13 @@ use crate::source::Config;
 /// Sends through the host's egress.
 pub struct HostTransport {
     handles: BTreeMap<String, String>,
+    /// When it was made: the read's durations are measured from here.
+    made: std::time::Instant,
 }
 
 impl HostTransport {
     pub fn new(config: &Config) -> HostTransport {
-        HostTransport { handles: config.handles() }
+        HostTransport { handles: config.handles(), made: std::time::Instant::now() }
     }
 
     /// A read's failure as the SDK's error.
@@ -139,5 +141,9 @@ impl Transport for HostTransport {
 
     fn now(&self) -> DateTime<Utc> {
         crate::source::now()
+    }
+
+    fn monotonic(&self) -> std::time::Duration {
+        self.made.elapsed()
     }
 }

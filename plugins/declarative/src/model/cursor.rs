@@ -46,7 +46,9 @@ impl DatetimeCursor {
     /// are evaluated once, as the CDK evaluates them when it builds the
     /// cursor) at `now`.
     pub(crate) fn read(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<DatetimeCursor, Refusal> {
-        node.expect(&["DatetimeBasedCursor"], &["clamping"])?;
+        // One cursor for every partition (`global_substream_cursor`) keeps
+        // another state than the one per partition built here.
+        node.expect(&["DatetimeBasedCursor"], &["clamping", "global_substream_cursor"])?;
         let parameters = node.parameters_val();
         let ctx = Context::at(now).with("config", config.clone()).with("parameters", parameters.clone());
         let text = |key: &str| -> Result<Option<String>, Refusal> {

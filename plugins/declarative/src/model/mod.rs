@@ -68,6 +68,9 @@ pub struct Retriever {
     pub selector: Selector,
     pub paginator: Option<Paginator>,
     pub routers: Vec<Router>,
+    /// Whether `partition_router` is a list (the CDK's cartesian product,
+    /// even of one), which keeps no parent state.
+    pub routers_listed: bool,
     pub ignore_routers_on_paginated_requests: bool,
 }
 
@@ -188,12 +191,6 @@ pub(crate) fn read_stream(node: &Node, config: &Val, now: DateTime<Utc>) -> Resu
         node.children("transformations")?.iter().map(Transformation::read).collect::<Result<_, _>>()?;
     let cursor =
         node.child("incremental_sync").transpose()?.map(|c| DatetimeCursor::read(&c, config, now)).transpose()?;
-    if cursor.is_some() && !retriever.routers.is_empty() {
-        return Err(Refusal::new(
-            node.below("incremental_sync"),
-            "an incremental cursor with a partition router (state per partition) is not supported yet",
-        ));
-    }
     Ok(Stream {
         name,
         pointer: node.pointer().to_owned(),
@@ -246,6 +243,7 @@ fn read_retriever(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Retri
         selector,
         paginator,
         routers,
+        routers_listed: matches!(node.get("partition_router"), Some(Value::Array(_))),
         ignore_routers_on_paginated_requests: node.flag("ignore_stream_slicer_parameters_on_paginated_requests")?,
     })
 }

@@ -12,11 +12,13 @@
 //! | [`http`] | requests and answers, URL joining, error classification |
 //! | [`build`] | one request from the requester, authenticator, paginator and routers |
 //! | [`incremental`] | an incremental cursor's windows, the intervals read, the state |
+//! | [`partitioned`] | a cursor per partition, the global cursor, their state |
 //! | this file | slices, pages, records and transformations |
 
 pub mod build;
 pub mod http;
 pub mod incremental;
+pub mod partitioned;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -31,6 +33,7 @@ use crate::paginate::{Page, Strategy};
 use crate::secrets::Secrets;
 pub use http::{Body, Credential, Method, OAuthGrant, Place, Request, Response, TokenTerms};
 use incremental::{CursorState, Instant, Window};
+use partitioned::PartitionedState;
 
 /// Sends requests for the runtime.
 pub trait Transport {
@@ -41,6 +44,9 @@ pub trait Transport {
     /// The time now, as the guest's clock says (a wait until a time the
     /// provider names is measured from it).
     fn now(&self) -> DateTime<Utc>;
+    /// A clock that only goes forward (which a test does not hold still):
+    /// a duration is the difference of two readings.
+    fn monotonic(&self) -> std::time::Duration;
 }
 
 /// Why a read stops.
@@ -188,6 +194,9 @@ pub fn read(
         }
         return Ok(Flow::More);
     };
+    if !stream.retriever.routers.is_empty() {
+        return read_partitioned(source, stream, cursor, env, state, transport, on_records, on_state);
+    }
     let mut cursor_state = CursorState::new(cursor, state, env.now)?;
     let windows = cursor_state.windows(cursor)?;
     for window in &windows {
@@ -204,6 +213,50 @@ pub fn read(
     if windows.is_empty() {
         on_state(cursor_state.state(cursor))?;
     }
+    Ok(Flow::More)
+}
+
+/// Reads a stream with a cursor and partition routers: each partition in
+/// its own cursor's windows, the state after each partition and at the
+/// end (see `partitioned`).
+#[allow(clippy::too_many_arguments)]
+fn read_partitioned(
+    source: &Source,
+    stream: &Stream,
+    cursor: &DatetimeCursor,
+    env: &Env,
+    state: Option<&Value>,
+    transport: &mut dyn Transport,
+    on_records: &mut dyn FnMut(Vec<Box<RawValue>>) -> Result<Flow, ReadError>,
+    on_state: &mut dyn FnMut(Value) -> Result<(), ReadError>,
+) -> Result<Flow, ReadError> {
+    let started = transport.monotonic();
+    // One parent router keeps its parents' state (nothing, as no parent
+    // here is read incrementally); a list of routers keeps none.
+    let parent_state = match stream.retriever.routers.as_slice() {
+        [Router::Substream { .. }] if !stream.retriever.routers_listed => Some(Value::Object(Default::default())),
+        _ => None,
+    };
+    let mut partitioned = PartitionedState::new(cursor, state, parent_state, env.now)?;
+    for partition in slices(source, stream, env, None, transport)? {
+        let Some(i) = partitioned.partition(cursor, &partition.val().to_json())? else { continue };
+        let windows = partitioned.cursor_state(i).windows(cursor)?;
+        for window in &windows {
+            let slice = partition.merged(&Slice::window(cursor, window));
+            let mut latest = None;
+            let bounds = Some((cursor, &*partitioned.cursor_state(i)));
+            if read_slice(stream, &slice, env, bounds, &mut latest, transport, on_records)? == Flow::Enough {
+                return Ok(Flow::Enough);
+            }
+            partitioned.observe(cursor, latest);
+            partitioned.cursor_state(i).close(cursor, window, latest)?;
+        }
+        partitioned.close(cursor, i);
+        on_state(partitioned.state(cursor))?;
+    }
+    let elapsed = transport.monotonic().saturating_sub(started);
+    partitioned.finish(elapsed.as_secs_f64().ceil() as i64);
+    on_state(partitioned.state(cursor))?;
     Ok(Flow::More)
 }
 
