@@ -40,8 +40,10 @@ const FAKE_HOST: &str = "airbyte.fake.test";
 /// The instant both sides' clocks stand at.
 const NOW: &str = "2026-11-20T12:00:00.123456Z";
 /// How long the CDK may read one manifest (ours has as long, in `wait`):
-/// a read past it is not compared.
-const CDK_LIMIT_SECS: u64 = 300;
+/// a read past it is not compared. `AIRBYTE_CDK_LIMIT_SECS` sets another.
+fn cdk_limit_secs() -> u64 {
+    std::env::var("AIRBYTE_CDK_LIMIT_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
+}
 
 /// Manifests of different shapes read in every run: cursors in bodies
 /// and next URLs (`RequestPath`), page and offset counters, substream
@@ -130,8 +132,12 @@ enum Verdict {
     Refused(String),
     /// The CDK itself could not read it against the fake.
     CdkFailed(String),
-    /// The CDK's read passed its time limit.
-    NotCompared,
+    /// The CDK's read passed its time limit, after this many requests
+    /// (and the first path of them it asked most).
+    NotCompared {
+        requests: usize,
+        most: String,
+    },
     Different(String),
     FailedHere(String),
 }
@@ -150,7 +156,11 @@ impl std::fmt::Display for Verdict {
             }
             Verdict::Refused(why) => write!(f, "refused when saved: {why}"),
             Verdict::CdkFailed(why) => write!(f, "the CDK could not read it: {why}"),
-            Verdict::NotCompared => write!(f, "not compared: the CDK's read passed {CDK_LIMIT_SECS} s"),
+            Verdict::NotCompared { requests, most } => write!(
+                f,
+                "not compared: the CDK's read passed {} s, after {requests} requests (most to {most})",
+                cdk_limit_secs()
+            ),
             Verdict::Different(what) => write!(f, "DIFFERENT: {what}"),
             Verdict::FailedHere(why) => write!(f, "FAILED HERE: {why}"),
         }
@@ -206,7 +216,7 @@ async fn published_manifests_read_as_the_cdk_reads_them() {
     let identical = count(|v| matches!(v, Verdict::Identical { .. }));
     let refused = count(|v| matches!(v, Verdict::Refused(_)));
     let cdk_failed = count(|v| matches!(v, Verdict::CdkFailed(_)));
-    let not_compared = count(|v| matches!(v, Verdict::NotCompared));
+    let not_compared = count(|v| matches!(v, Verdict::NotCompared { .. }));
     println!(
         "{} manifests: {identical} identical to the CDK, {refused} refused when saved (named), {cdk_failed} the CDK could not read, {not_compared} not compared (the CDK's read too long), {} different or failing here",
         verdicts.len(),
@@ -290,14 +300,16 @@ async fn read_both(
             declarative::retrieve::Place::OAuthClient { token_url, client_id, client_id_field, grant, terms } => {
                 let client_id = client_id_field.as_ref().map_or(client_id.clone(), |f| secrets[f].clone());
                 body["kind"] = json!("secret");
-                let grant = match grant {
+                let grant_type = match grant {
                     declarative::retrieve::OAuthGrant::ClientCredentials => "client_credentials",
                     declarative::retrieve::OAuthGrant::RefreshToken { field } => {
                         body["refresh_token"] = json!(secrets[field]);
                         "refresh_token"
                     }
+                    declarative::retrieve::OAuthGrant::EmptyRefreshToken => "refresh_token",
                 };
-                body["exchange"] = json!({ "grant": grant, "token_url": token_url, "client_id": client_id,
+                body["exchange"] = json!({ "grant": grant_type, "token_url": token_url, "client_id": client_id,
+                    "empty_refresh_token": *grant == declarative::retrieve::OAuthGrant::EmptyRefreshToken,
                     "scopes": terms.scopes, "expiry_field": terms.expiry_field, "expiry_is_time": terms.expiry_is_time });
             }
             declarative::retrieve::Place::UrlPath => {
@@ -345,10 +357,10 @@ async fn read_both(
     // Saved: the CDK reads it (a manifest refused here is not read by
     // either), then we do.
     fake.ask(json!({ "requests": true })).await;
-    let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file, "limit": CDK_LIMIT_SECS } })).await;
+    let theirs = fake.ask(json!({ "cdk": { "port": tls_port, "ca": ca_file, "limit": cdk_limit_secs() } })).await;
     let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
     if theirs["timed_out"] == true {
-        return Verdict::NotCompared;
+        return not_compared(&their_requests);
     }
     if let Some(error) = theirs["error"].as_str() {
         return Verdict::CdkFailed(error.chars().take(300).collect());
@@ -386,11 +398,13 @@ async fn read_both(
     }
     let before: BTreeMap<String, usize> = streams.iter().map(|s| (s.clone(), read_lines(&exports, s).len())).collect();
     let theirs = fake
-        .ask(json!({ "cdk": { "port": tls_port, "ca": ca_file, "state": theirs["states"], "limit": CDK_LIMIT_SECS } }))
+        .ask(
+            json!({ "cdk": { "port": tls_port, "ca": ca_file, "state": theirs["states"], "limit": cdk_limit_secs() } }),
+        )
         .await;
     let their_requests = fake.ask(json!({ "requests": true })).await["requests"].clone();
     if theirs["timed_out"] == true {
-        return Verdict::NotCompared;
+        return not_compared(&their_requests);
     }
     if let Some(error) = theirs["error"].as_str() {
         return Verdict::CdkFailed(format!("reading from its state: {}", error.chars().take(300).collect::<String>()));
@@ -401,6 +415,16 @@ async fn read_both(
         Err(Verdict::Different(what)) => Verdict::Different(format!("reading from the state: {what}")),
         Err(verdict) => verdict,
     }
+}
+
+/// The verdict on a CDK read past its limit, with what it asked.
+fn not_compared(requests: &Value) -> Verdict {
+    let mut paths: BTreeMap<String, usize> = BTreeMap::new();
+    for r in requests.as_array().into_iter().flatten() {
+        *paths.entry(r["path"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+    }
+    let most = paths.iter().max_by_key(|(_, n)| **n).map(|(p, n)| format!("{p}, {n} times")).unwrap_or_default();
+    Verdict::NotCompared { requests: requests.as_array().map_or(0, Vec::len), most }
 }
 
 /// One read by the CDK, to compare ours with: its records, states and

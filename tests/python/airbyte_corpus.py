@@ -61,6 +61,12 @@ def sample(name, schema):
     if schema.get("airbyte_secret"):
         return f"secret-{name}"
     pattern = schema.get("pattern", "")
+    # A date whose form only the description gives.
+    description = schema.get("description") or ""
+    if "YYYYMMDD" in description:
+        return "20240115"
+    if "YYYY-MM-DD" in description and kind in (None, "string"):
+        return "2024-01-15"
     if schema.get("format") == "date-time" or "T" in pattern and "[0-9]{4}" in pattern:
         return "2024-01-15T00:00:00Z"
     if schema.get("format") == "date" or "date" in name or "[0-9]{4}-[0-9]{2}-[0-9]{2}" in pattern:

@@ -175,6 +175,9 @@ def recent_starts(config):
                 if re.match(pattern, value):
                     config[name] = re.sub(pattern, recent, value, count=1)
                     break
+        elif isinstance(value, str) and name.lower() in ("end", "end_date", "enddate") and re.fullmatch(r"\d{8}", value):
+            # An end beside such a start: after it, before NOW.
+            config[name] = "20261110"
 
 
 # Field names that carry secrets, as the server reads them (lower case,

@@ -189,6 +189,7 @@ fn oauth_client_matches(
     let wanted = match grant {
         OAuthGrant::ClientCredentials => "client_credentials",
         OAuthGrant::RefreshToken { .. } => "refresh_token",
+        OAuthGrant::EmptyRefreshToken => "refresh_token (with empty_refresh_token)",
     };
     let (stored_url, stored_id, scope) = match (exchange.clone(), grant) {
         (
@@ -198,8 +199,20 @@ fn oauth_client_matches(
             OAuthGrant::ClientCredentials,
         ) => (token_url, client_id, scope),
         (
-            Some(TokenExchange { grant: Grant::RefreshToken { token_url, client_id }, header: None, .. }),
+            Some(TokenExchange {
+                grant: Grant::RefreshToken { token_url, client_id, empty_refresh_token: false },
+                header: None,
+                ..
+            }),
             OAuthGrant::RefreshToken { .. },
+        ) => (token_url, client_id, None),
+        (
+            Some(TokenExchange {
+                grant: Grant::RefreshToken { token_url, client_id, empty_refresh_token: true },
+                header: None,
+                ..
+            }),
+            OAuthGrant::EmptyRefreshToken,
         ) => (token_url, client_id, None),
         _ => {
             return Err(format!(
@@ -476,10 +489,14 @@ mod tests {
             place(refreshing),
             Place::OAuthClient { grant: OAuthGrant::RefreshToken { field }, .. } if field == "/client_id"
         ));
+        // An empty refresh token: the client's id and secret alone.
+        let mut empty = oauth("refresh_token", "c");
+        empty["refresh_token"] = json!("");
+        assert!(matches!(place(empty), Place::OAuthClient { grant: OAuthGrant::EmptyRefreshToken, .. }));
         let refused = checked(&config(oauth("refresh_token", "c")), now()).unwrap_err();
         assert!(refused.details.to_string().contains("needs refresh_token"), "{refused:?}");
         let mut plain_refresh = oauth("refresh_token", "c");
-        plain_refresh["refresh_token"] = json!("{{ config['region'] }}");
+        plain_refresh["refresh_token"] = json!("{{ 'plain' }}");
         let refused = checked(&config(plain_refresh), now()).unwrap_err();
         assert!(refused.details.to_string().contains("refresh token must be a secret"), "{refused:?}");
         // Scopes and where the answer says the expiry: asked of the

@@ -56,7 +56,15 @@ pub enum Grant {
     /// the user's own: `client_id`, the secret and the refresh token the
     /// credential holds beside it in the token request's body. A refresh
     /// token the endpoint answers with replaces the stored one.
-    RefreshToken { token_url: String, client_id: String },
+    RefreshToken {
+        token_url: String,
+        client_id: String,
+        /// The request's refresh token is empty and the credential holds
+        /// none: some providers take the client's id and secret this way
+        /// (Airbyte manifests that write `refresh_token: ""`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        empty_refresh_token: bool,
+    },
     /// OAuth 2.0 JWT bearer assertion (RFC 7523): the secret is a PKCS#8
     /// private key (PEM) that signs the assertion.
     JwtBearer {
@@ -184,7 +192,7 @@ impl TokenExchange {
 
     /// Whether the credential holds a refresh token beside its secret.
     pub fn refreshes(&self) -> bool {
-        matches!(self.grant, Grant::RefreshToken { .. })
+        matches!(self.grant, Grant::RefreshToken { empty_refresh_token: false, .. })
     }
 
     /// The token request: its body and content type. `now` is Unix
@@ -214,9 +222,15 @@ impl TokenExchange {
                 pairs.extend(self.scopes.iter().map(|s| ("scopes", s.clone())));
                 form(pairs)
             }
-            Grant::RefreshToken { client_id, .. } => {
-                let refresh_token = refresh_token
-                    .ok_or_else(|| ExchangeError("the credential holds no refresh token; store it again".into()))?;
+            Grant::RefreshToken { client_id, empty_refresh_token, .. } => {
+                let empty = SecretString::from(String::new());
+                let refresh_token = match (refresh_token, empty_refresh_token) {
+                    (_, true) => &empty,
+                    (Some(token), false) => token,
+                    (None, false) => {
+                        return Err(ExchangeError("the credential holds no refresh token; store it again".into()));
+                    }
+                };
                 let mut pairs = vec![
                     ("grant_type", "refresh_token".to_owned()),
                     ("client_id", client_id.clone()),
@@ -284,7 +298,7 @@ impl TokenExchange {
             _ => None,
         });
         let refresh_token = match self.grant {
-            Grant::RefreshToken { .. } => answer
+            Grant::RefreshToken { empty_refresh_token: false, .. } => answer
                 .pointer("/refresh_token")
                 .and_then(Value::as_str)
                 .filter(|t| !t.is_empty())
@@ -572,5 +586,21 @@ mod tests {
         let jwt = recipe(json!({ "grant": "login", "token_url": "https://auth.example.com/t", "username": "u",
             "token_pointer": "/t", "scopes": ["x"] }));
         assert!(jwt.check(&hosts).unwrap_err().starts_with("exchange.scopes"));
+    }
+
+    #[test]
+    fn an_empty_refresh_token_is_sent_empty_and_never_kept() {
+        let exchange = recipe(
+            json!({ "grant": "refresh_token", "token_url": "https://auth.example.com/t?grant_type=client_credentials",
+            "client_id": "c-1", "empty_refresh_token": true }),
+        );
+        assert!(!exchange.refreshes(), "the credential holds no refresh token");
+        let (body, _) = exchange.request(&SecretString::from("s-1".to_owned()), None, 0).unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            "grant_type=refresh_token&client_id=c-1&client_secret=s-1&refresh_token="
+        );
+        let got = exchange.token(200, br#"{"access_token":"a","refresh_token":"r-2"}"#, 0).unwrap();
+        assert!(got.refresh_token.is_none());
     }
 }

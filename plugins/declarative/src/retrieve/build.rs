@@ -422,6 +422,7 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
                 None => OAuthGrant::ClientCredentials,
                 Some(refresh_token) => match env.secrets.holds(&render(refresh_token, &c)?) {
                     Holds::Secret(field) => OAuthGrant::RefreshToken { field },
+                    Holds::Nothing if render(refresh_token, &c)?.is_empty() => OAuthGrant::EmptyRefreshToken,
                     _ => {
                         return Err(ReadError::Secret(
                             "the OAuth refresh token must be a secret field of the configuration (airbyte_secret), which the client's credential holds".into(),

@@ -93,6 +93,9 @@ pub enum OAuthGrant {
     /// A refresh token too: the secret field `field`, which the same
     /// credential holds.
     RefreshToken { field: String },
+    /// The refresh-token grant with an empty refresh token (a manifest's
+    /// `refresh_token: ""`): the client's id and secret alone.
+    EmptyRefreshToken,
 }
 
 impl Place {
@@ -104,7 +107,7 @@ impl Place {
             Place::OAuthClient { client_id_field, grant, .. } => {
                 let refresh = match grant {
                     OAuthGrant::RefreshToken { field } => Some(field),
-                    OAuthGrant::ClientCredentials => None,
+                    OAuthGrant::ClientCredentials | OAuthGrant::EmptyRefreshToken => None,
                 };
                 client_id_field.iter().chain(refresh).collect()
             }
