@@ -10,6 +10,7 @@ mod audit;
 mod authoring;
 mod browser;
 mod canaries;
+mod claims;
 mod cli;
 mod cli_api;
 mod cli_login;

@@ -1,11 +1,13 @@
 //! `service admin ...`: offline administration of an installation
-//! against its database: users, passwords, tokens, the master key.
+//! against its database: users, passwords, tokens, the master key, the
+//! workspaces' shares of the job runners.
 
 use clap::Subcommand;
 use secrecy::ExposeSecret;
 
 use super::Local;
 use crate::access::{ClientSource, Role};
+use crate::store::ClaimWeight;
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -64,6 +66,30 @@ pub enum AdminCommand {
         #[arg(long, default_value = "cli", value_parser = parse_client)]
         client: ClientSource,
     },
+    /// Set a workspace's share of the job runners of every server,
+    /// relative to the other workspaces' (1 to 1,000; each starts at 1).
+    /// Runners go to the waiting job of the workspace whose running jobs
+    /// are the smallest share of its weight; running servers use the new
+    /// weight at their next claim.
+    SetClaimWeight {
+        /// The workspace's id.
+        #[arg(long)]
+        workspace: String,
+        /// Its weight: 3 gets three times the runners of a workspace of 1
+        /// when both have jobs waiting.
+        #[arg(long, value_parser = parse_weight)]
+        weight: ClaimWeight,
+    },
+    /// List the workspaces with their shares of the job runners.
+    ClaimWeights,
+}
+
+fn parse_weight(s: &str) -> Result<ClaimWeight, String> {
+    s.trim()
+        .parse::<u16>()
+        .ok()
+        .and_then(ClaimWeight::new)
+        .ok_or_else(|| format!("must be a whole number from 1 to {}", ClaimWeight::MAX))
 }
 
 fn parse_client(s: &str) -> Result<ClientSource, String> {
@@ -117,6 +143,18 @@ pub(super) async fn run(local: Local, cmd: AdminCommand) -> anyhow::Result<()> {
             // capture it; the note goes to stderr.
             eprintln!("API token for {} (shown once):", email.trim());
             println!("{}", token.expose_secret());
+        }
+        AdminCommand::SetClaimWeight { workspace, weight } => {
+            if !store.set_claim_weight(workspace.trim(), weight).await? {
+                store.close().await;
+                anyhow::bail!("no workspace {}", workspace.trim());
+            }
+            println!("workspace {} now has claim weight {weight}", workspace.trim());
+        }
+        AdminCommand::ClaimWeights => {
+            for (workspace, weight) in store.claim_weights().await? {
+                println!("{}\t{weight}\t{}", workspace.workspace_id, workspace.name);
+            }
         }
     }
     store.close().await;

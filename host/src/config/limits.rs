@@ -55,7 +55,7 @@ impl Default for ServerLimits {
             throttle: Default::default(),
             trusted_proxies: Vec::new(),
             job_concurrency: 4,
-            job_concurrency_per_workspace: 2,
+            job_concurrency_per_workspace: 0,
             job_lease: Duration::from_secs(30),
             reverse_etl: Default::default(),
             webhooks: Default::default(),

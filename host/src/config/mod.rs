@@ -178,9 +178,12 @@ pub struct LimitArgs {
     /// Jobs this server runs at once.
     #[arg(long, env = "SERVICE_JOB_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub job_concurrency: u32,
-    /// Jobs of one workspace running at once on all servers together, so
-    /// one tenant's slow provider cannot take every runner.
-    #[arg(long, env = "SERVICE_JOB_CONCURRENCY_PER_WORKSPACE", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
+    /// Jobs of one workspace running at once on all servers together; 0
+    /// (the default) sets no such cap. Runners are shared by the
+    /// workspaces' claim weights (`service admin set-claim-weight`) and a
+    /// lone workspace uses every runner; a cap keeps runners free for
+    /// other tenants' jobs when one tenant's jobs run for long.
+    #[arg(long, env = "SERVICE_JOB_CONCURRENCY_PER_WORKSPACE", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=256))]
     pub job_concurrency_per_workspace: u32,
     /// Seconds a job's runner may go without a heartbeat before another
     /// runner takes the job over.

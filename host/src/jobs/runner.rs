@@ -46,11 +46,12 @@ fn spool(state: &AppState) -> Arc<SpoolBudget> {
 }
 
 /// Runs jobs and schedules until the task is aborted: as many runners as
-/// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the least busy
-/// workspace first and none of a workspace that has
-/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` running (on any server), so one
-/// tenant's slow provider cannot hold every runner. The scheduler ticks on
-/// its own, so due runs are noticed (and skipped) while jobs run.
+/// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the workspace whose
+/// running jobs (on every server) are the smallest share of its claim
+/// weight, and none of a workspace that has
+/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` running when that is set. The
+/// scheduler ticks on its own, so due runs are noticed (and skipped) while
+/// jobs run.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let spool = spool(&state);

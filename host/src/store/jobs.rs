@@ -251,17 +251,22 @@ impl Store {
     }
 
     /// Claims a runnable job: queued and due, or running with an expired
-    /// lease (its runner died). Fair between workspaces: the job of the
-    /// workspace with the fewest running jobs first (the oldest among
-    /// those), and none of a workspace that already runs `per_workspace`.
-    /// One conditional update, so two runners never hold the same job.
-    pub(crate) async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
+    /// lease (its runner died). Weighted fair between workspaces: the job
+    /// of the workspace whose running jobs (on every server) are the
+    /// smallest share of its claim weight, the oldest among equals; none
+    /// of a workspace that already runs `per_workspace` (0: no such cap,
+    /// so a lone workspace uses every runner). One conditional update, so
+    /// two runners never hold the same job.
+    pub async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
         let now = now_ms();
         let candidate = sqlx::query(
-            "SELECT id FROM (SELECT j.id, j.created_at, \
-                 (SELECT COUNT(*) FROM jobs r WHERE r.workspace_id = j.workspace_id AND r.status = 'running' AND r.lease_expires_at >= $1) AS busy \
-               FROM jobs j WHERE (j.status = 'queued' AND j.not_before <= $1) OR (j.status = 'running' AND j.lease_expires_at < $1)) c \
-             WHERE c.busy < $2 ORDER BY c.busy, c.created_at LIMIT 1",
+            "SELECT j.id FROM jobs j JOIN workspaces w ON w.id = j.workspace_id \
+             LEFT JOIN (SELECT workspace_id, COUNT(*) AS busy FROM jobs \
+                        WHERE status = 'running' AND lease_expires_at >= $1 GROUP BY workspace_id) r \
+               ON r.workspace_id = j.workspace_id \
+             WHERE ((j.status = 'queued' AND j.not_before <= $1) OR (j.status = 'running' AND j.lease_expires_at < $1)) \
+               AND ($2 = 0 OR COALESCE(r.busy, 0) < $2) \
+             ORDER BY (COALESCE(r.busy, 0) + 1) * 1.0 / w.claim_weight, j.created_at, j.id LIMIT 1",
         )
         .bind(now)
         .bind(per_workspace)
@@ -467,7 +472,7 @@ impl Store {
     }
 
     /// Ends a job held by `owner`, announcing how it ended.
-    pub(crate) async fn finish_job(
+    pub async fn finish_job(
         &self,
         job_id: &str,
         owner: &str,

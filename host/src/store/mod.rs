@@ -60,6 +60,8 @@ pub(crate) mod users;
 pub(crate) mod webhooks;
 pub(crate) mod workspaces;
 
+pub use workspaces::ClaimWeight;
+
 use std::str::FromStr;
 use std::time::Duration;
 

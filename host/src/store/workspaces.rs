@@ -112,6 +112,29 @@ fn workspace_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Workspace> {
 
 const MEMBER_COLUMNS: &str = "m.id, m.user_id, u.email, u.name, m.role, m.created_at";
 
+/// A workspace's share of the job runners, relative to the other
+/// workspaces' (1 to 1,000; every workspace starts at 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ClaimWeight(u16);
+
+impl ClaimWeight {
+    pub const MAX: u16 = 1000;
+
+    pub fn new(weight: u16) -> Option<ClaimWeight> {
+        (1..=Self::MAX).contains(&weight).then_some(ClaimWeight(weight))
+    }
+
+    pub fn get(self) -> u16 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for ClaimWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 impl Store {
     pub async fn create_workspace(&self, name: &str) -> StoreResult<Workspace> {
         let id = new_id("ws");
@@ -140,6 +163,33 @@ impl Store {
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map(workspace_from_row).transpose()
+    }
+
+    /// Sets a workspace's share of the job runners; `false` when there is
+    /// no such workspace. Every server's next claim uses it.
+    pub async fn set_claim_weight(&self, workspace_id: &str, weight: ClaimWeight) -> StoreResult<bool> {
+        let n = sqlx::query("UPDATE workspaces SET claim_weight = $1 WHERE id = $2")
+            .bind(i64::from(weight.get()))
+            .bind(workspace_id)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    /// Every workspace with its share of the job runners, the oldest
+    /// workspace first.
+    pub async fn claim_weights(&self) -> StoreResult<Vec<(Workspace, ClaimWeight)>> {
+        let rows = sqlx::query("SELECT id, name, created_at, claim_weight FROM workspaces ORDER BY created_at, id")
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let weight: i64 = r.try_get("claim_weight")?;
+                let weight = u16::try_from(weight).ok().and_then(ClaimWeight::new).unwrap_or(ClaimWeight(1));
+                Ok((workspace_from_row(r)?, weight))
+            })
+            .collect()
     }
 
     /// Adds `user_id` to the workspace; already a member is
