@@ -377,7 +377,7 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
 
     // A full refresh into another namespace, partitioned: each sync's rows
     // replace the last's in one catalog step, so a reader never sees both
-    // or neither; each batch is a file per partition.
+    // or neither; each commit is a file per partition.
     let partitions = serde_json::json!({ "events": [
         { "field": "updated_at", "transform": "hour" },
         { "field": "id", "transform": "bucket[4]" },
@@ -393,7 +393,7 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
         assert_exact(&read, 2500);
         assert_eq!(read["spec"], serde_json::json!([["updated_at_hour", "hour"], ["id_bucket_4", "bucket[4]"]]));
         // 2,500 seconds of records from the top of an hour: one hour, four
-        // buckets, each batch a file per partition it holds.
+        // buckets, each commit a file per partition it holds.
         assert_eq!(read["partitions"], 4);
         assert!(read["files"].as_u64().unwrap() >= 4, "{}", read["files"]);
     }

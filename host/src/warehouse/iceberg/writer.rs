@@ -1,7 +1,9 @@
 //! One job's writes into a lakehouse: each stream's table made or evolved
 //! from the stream's schema when the stream starts, batches written as
-//! Parquet (into one file per commit in an unpartitioned table, a file per
-//! batch and partition in a partitioned one, several uploaded at once),
+//! Parquet (into one file per commit and partition, so a batch spreading
+//! its rows over many partitions does not make a file for each; the open
+//! files bounded in number and bytes, the largest closed early when a
+//! bound is hit; several closed and uploaded at once),
 //! and the files written since the last commit committed as one
 //! snapshot at a checkpoint, together with the stream state in the same
 //! control-database transaction: the state a restarted sync resumes from
@@ -27,7 +29,7 @@ use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWri
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, LocationGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::{IcebergWriter as _, IcebergWriterBuilder};
+use iceberg::writer::{CurrentFileStatus, IcebergWriter as _, IcebergWriterBuilder};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent, TableUpdate};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -56,6 +58,8 @@ pub struct IcebergWriter {
     /// the live table (an increment), or in the staged table once it
     /// replaced the live one (a full refresh).
     committed: Mutex<HashMap<String, u64>>,
+    /// Files a stream keeps open at once, and the bytes they hold.
+    open_files_max: (usize, usize),
 }
 
 /// A commit is due once its files hold this many bytes of records (or
@@ -65,8 +69,16 @@ const COMMIT_BYTES: u64 = 256 * 1024 * 1024;
 /// How many of a commit's files are checked for at once before it.
 const EXISTENCE_CHECKS: usize = 16;
 
-/// How many of a partitioned batch's files are written at once.
-const PARTITION_FILES_AT_ONCE: usize = 8;
+/// How many files are closed (uploaded, in an object store) at once.
+const FILES_CLOSED_AT_ONCE: usize = 8;
+
+/// Files a stream keeps open at once (one per partition written since
+/// the last commit): past it, the largest is closed early.
+const OPEN_FILES_MAX: usize = 64;
+
+/// Encoded bytes a stream's open files hold together before the largest
+/// is closed early (an object store's file is held until it is closed).
+const OPEN_FILES_BYTES: usize = 64 * 1024 * 1024;
 
 /// Where one stream's batches go.
 struct StreamTable {
@@ -98,14 +110,16 @@ enum Delivery {
 }
 
 /// Files written and not yet committed, and the latest state reported
-/// after the first `covered` of them; in an unpartitioned table, the file
-/// being written (every batch's rows until the next commit closes it),
-/// and whether the latest state came after every row in it.
+/// after the first `covered` of them; the files being written, one per
+/// partition (every batch's rows of it until the next commit closes it,
+/// or a bound closes it early, after the `covered` files), and whether the
+/// latest state came after every row written.
 #[derive(Default)]
 struct Pending {
     files: Vec<DataFile>,
     covered: usize,
-    open: Option<OpenFile>,
+    /// By the partition's path (`""` in an unpartitioned table).
+    open: std::collections::BTreeMap<String, OpenFile>,
     open_covered: bool,
     bytes: u64,
     since: Option<Instant>,
@@ -192,6 +206,7 @@ impl IcebergWriter {
             partitions,
             streams: Default::default(),
             committed: Default::default(),
+            open_files_max: (OPEN_FILES_MAX, OPEN_FILES_BYTES),
         })
     }
 
@@ -311,46 +326,52 @@ impl IcebergWriter {
         batch::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
     }
 
-    /// Writes a batch of `bytes` of records for the next commit. In an
-    /// unpartitioned table its rows go to the file being written, which
-    /// the commit closes: a commit adds one large file rather than one per
-    /// batch (fewer uploads to an object store, fewer files for readers to
-    /// open). In a partitioned one, each batch is a file per partition it
-    /// holds, closed at once, so that a source spreading its rows over
-    /// many partitions never keeps a file open for each.
+    /// Writes a batch of `bytes` of records for the next commit: its rows
+    /// go to the file being written for their partition (the whole table,
+    /// unpartitioned), which the commit closes, so a commit adds a large
+    /// file per partition rather than one per batch and partition (fewer
+    /// uploads to an object store, fewer files for readers to open). Past
+    /// [`OPEN_FILES_MAX`] files or [`OPEN_FILES_BYTES`] held, the largest
+    /// is closed at once.
     pub(crate) async fn append(&self, table: &str, batch: RecordBatch, bytes: u64) -> Result<(), WriteError> {
         let stream = self.stream(table)?;
         let writing = |e: iceberg::Error| failed(&format!("cannot write to {}", stream.ident.name()), e);
-        if stream.spec.is_unpartitioned() {
-            let mut pending = stream.pending.lock().await;
-            let open = match pending.open.take() {
-                Some(open) => open,
-                None => stream.data_file(None).await.map_err(writing)?,
-            };
-            pending.open_covered = false;
-            pending.open.insert(open).write(batch).await.map_err(writing)?;
+        let parts = if stream.spec.is_unpartitioned() {
+            vec![(None, batch)]
         } else {
-            let parts =
-                RecordBatchPartitionSplitter::try_new_with_computed_values(stream.schema.clone(), stream.spec.clone())
-                    .and_then(|splitter| splitter.split(&batch))
-                    .map_err(writing)?;
-            // Several at once: in an object store, each file is an upload
-            // that mostly waits on the store. Their bytes are the batch's,
-            // split, so writing them together holds no more than it.
-            let table: &StreamTable = &stream;
-            let files: Vec<Vec<DataFile>> = futures_util::stream::iter(parts)
-                .map(|(key, part)| async move {
-                    let mut file = table.data_file(Some(key)).await?;
-                    file.write(part).await?;
-                    file.close().await
-                })
-                .buffered(PARTITION_FILES_AT_ONCE)
-                .try_collect()
-                .await
-                .map_err(writing)?;
-            stream.pending.lock().await.files.extend(files.into_iter().flatten());
-        }
+            RecordBatchPartitionSplitter::try_new_with_computed_values(stream.schema.clone(), stream.spec.clone())
+                .and_then(|splitter| splitter.split(&batch))
+                .map_err(writing)?
+                .into_iter()
+                .map(|(key, part)| (Some(key), part))
+                .collect()
+        };
         let mut pending = stream.pending.lock().await;
+        pending.open_covered = false;
+        for (key, part) in parts {
+            let path = key.as_ref().map(PartitionKey::to_path).unwrap_or_default();
+            let file = match pending.open.entry(path) {
+                std::collections::btree_map::Entry::Occupied(open) => open.into_mut(),
+                std::collections::btree_map::Entry::Vacant(new) => {
+                    new.insert(stream.data_file(key).await.map_err(writing)?)
+                }
+            };
+            file.write(part).await.map_err(writing)?;
+        }
+        let (files_max, bytes_max) = self.open_files_max;
+        while pending.open.len() > files_max
+            || pending.open.values().map(CurrentFileStatus::current_written_size).sum::<usize>() > bytes_max
+        {
+            let Some(largest) =
+                pending.open.iter().max_by_key(|(_, f)| f.current_written_size()).map(|(path, _)| path.clone())
+            else {
+                break;
+            };
+            if let Some(mut file) = pending.open.remove(&largest) {
+                let closed = file.close().await.map_err(writing)?;
+                pending.files.extend(closed);
+            }
+        }
         pending.bytes += bytes;
         pending.since.get_or_insert_with(Instant::now);
         Ok(())
@@ -366,7 +387,7 @@ impl IcebergWriter {
         pending.state = Some(state);
         pending.covered = pending.files.len();
         pending.open_covered = true;
-        let due = (pending.files.is_empty() && pending.open.is_none())
+        let due = (pending.files.is_empty() && pending.open.is_empty())
             || pending.bytes >= COMMIT_BYTES
             || pending.since.is_some_and(|t| t.elapsed() >= self.commit_every);
         if !due {
@@ -403,14 +424,20 @@ impl IcebergWriter {
         // state waits with them for the stream's good end, or is never
         // saved if the stream fails (a retry reads again from the last
         // state committed).
-        if let Some(mut open) = pending.open.take() {
-            if !everything && !pending.open_covered {
-                pending.open = Some(open);
-                return Ok(None);
-            }
-            let closed =
-                open.close().await.map_err(|e| failed(&format!("cannot write to {}", stream.ident.name()), e))?;
-            pending.files.extend(closed);
+        // A file closed early, after the state, may hold rows the state
+        // covers beside rows it does not: the same wait.
+        if !everything && !pending.open_covered && (!pending.open.is_empty() || pending.files.len() > pending.covered) {
+            return Ok(None);
+        }
+        if !pending.open.is_empty() {
+            let open = std::mem::take(&mut pending.open);
+            let closed: Vec<Vec<DataFile>> = futures_util::stream::iter(open.into_values())
+                .map(|mut file| async move { file.close().await })
+                .buffered(FILES_CLOSED_AT_ONCE)
+                .try_collect()
+                .await
+                .map_err(|e| failed(&format!("cannot write to {}", stream.ident.name()), e))?;
+            pending.files.extend(closed.into_iter().flatten());
             pending.covered = pending.files.len();
         }
         let take = if everything { pending.files.len() } else { pending.covered };
@@ -588,10 +615,9 @@ mod tests {
     }
 
     /// The batches written between two commits share a file in an
-    /// unpartitioned table; in a partitioned one, each is a file per
-    /// partition it holds.
+    /// unpartitioned table, and a file per partition in a partitioned one.
     #[tokio::test]
-    async fn batches_between_commits_share_a_file_unless_partitioned() {
+    async fn batches_between_commits_share_a_file_per_partition() {
         let dir = tempfile::tempdir().unwrap();
         let (store, catalog, _) = scratch(dir.path()).await;
         let (lake, schema) = partitioned_by_s(dir.path(), &catalog, "p").await;
@@ -610,7 +636,77 @@ mod tests {
             walk(&data).into_iter().filter(|p| p.extension().is_some_and(|e| e == "parquet")).count()
         };
         assert_eq!(parquet("t"), 1, "three batches, one file");
-        assert_eq!(parquet("p"), 6, "three batches of two partitions");
+        assert_eq!(parquet("p"), 2, "three batches of two partitions, a file each");
+        store.close().await;
+    }
+
+    /// Past the bound of open files the largest is closed early; a state
+    /// reported before it was closed waits, as for rows in an open file,
+    /// for a later state or the stream's good end.
+    #[tokio::test]
+    async fn open_files_are_bounded_and_one_closed_early_holds_its_state_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, _) = scratch(dir.path()).await;
+        let (lake, schema) = partitioned_by_s(dir.path(), &catalog, "p").await;
+        let lake = IcebergWriter { open_files_max: (OPEN_FILES_MAX, OPEN_FILES_BYTES), ..lake };
+        let append = async |rows: &[(i64, String)]| {
+            let records: Vec<String> = rows.iter().map(|(n, s)| json!({ "n": n, "s": s }).to_string()).collect();
+            let batch = lake.prepare("p", &records, "{}").unwrap();
+            lake.append("p", batch, 1).await.unwrap();
+        };
+        lake.begin("p", ("x", "p"), &schema, true).await.unwrap();
+        append(&[(1, "a".into())]).await;
+        assert_eq!(lake.checkpoint("p", "after 1".into()).await.unwrap(), None, "not due for ten seconds");
+        assert_eq!(lake.flush("p").await.unwrap().as_deref(), Some("after 1"));
+        append(&[(2, "a".into())]).await;
+        assert_eq!(lake.checkpoint("p", "after 2".into()).await.unwrap(), None);
+        // More partitions than files may stay open: some close early.
+        let many: Vec<(i64, String)> = (0..OPEN_FILES_MAX as i64 + 6).map(|i| (100 + i, format!("s{i}"))).collect();
+        append(&many).await;
+        let open = lake.stream("p").unwrap().pending.lock().await.open.len();
+        assert!(open <= OPEN_FILES_MAX, "{open} files open");
+        assert_eq!(lake.flush("p").await.unwrap(), None, "rows came after the state, some in files closed early");
+        assert_eq!(values(&catalog, "p__refresh_x").await, vec![1], "row 2 waits with them and the state");
+        lake.finish("p").await.unwrap();
+        let mut all = vec![1, 2];
+        all.extend(many.iter().map(|(n, _)| *n));
+        assert_eq!(values(&catalog, "p").await, all, "a good end commits every file");
+        store.close().await;
+    }
+
+    /// A file past the bound of bytes is closed at once, with rows from
+    /// before and after the last state, leaving none open: that state
+    /// still waits for them.
+    #[tokio::test]
+    async fn a_file_closed_early_for_its_bytes_holds_its_state_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, _) = scratch(dir.path()).await;
+        let row = |n: i64| json!({ "n": n, "s": "a" }).to_string();
+        // What an open file holds after one row, and after two.
+        let (probe, schema) = partitioned_by_s(dir.path(), &catalog, "q").await;
+        probe.begin("q", ("x", "q"), &schema, true).await.unwrap();
+        let mut file = probe.stream("q").unwrap().data_file(None).await.unwrap();
+        file.write(probe.prepare("q", &[row(1)], "{}").unwrap()).await.unwrap();
+        let one = file.current_written_size();
+        file.write(probe.prepare("q", &[row(2)], "{}").unwrap()).await.unwrap();
+        assert!(file.current_written_size() > one, "a second row adds to the file");
+        // A bound one row fits in and two do not.
+        let (lake, schema) = partitioned_by_s(dir.path(), &catalog, "p").await;
+        let lake = IcebergWriter { open_files_max: (OPEN_FILES_MAX, one), ..lake };
+        let append = async |n: i64| {
+            let batch = lake.prepare("p", &[row(n)], "{}").unwrap();
+            lake.append("p", batch, 1).await.unwrap();
+        };
+        lake.begin("p", ("x", "p"), &schema, true).await.unwrap();
+        append(1).await;
+        assert_eq!(lake.stream("p").unwrap().pending.lock().await.open.len(), 1, "one row stays open");
+        assert_eq!(lake.checkpoint("p", "after 1".into()).await.unwrap(), None, "not due for ten seconds");
+        append(2).await;
+        assert!(lake.stream("p").unwrap().pending.lock().await.open.is_empty(), "closed early, rows 1 and 2 in it");
+        assert_eq!(lake.flush("p").await.unwrap().as_deref(), None, "row 2 came after the state");
+        assert_eq!(values(&catalog, "p__refresh_x").await, Vec::<i64>::new(), "row 1 waits with row 2");
+        lake.finish("p").await.unwrap();
+        assert_eq!(values(&catalog, "p").await, vec![1, 2]);
         store.close().await;
     }
 
