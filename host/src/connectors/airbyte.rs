@@ -183,37 +183,43 @@ fn oauth_client_matches(
     grant: &OAuthGrant,
     terms: &TokenTerms,
 ) -> Result<(), String> {
+    let exchange = record.metadata.get("exchange").and_then(|e| serde_json::from_value(e.clone()).ok());
+    exchange_matches(exchange.as_ref(), token_url, client_id, grant, terms)
+}
+
+/// The check of [`oauth_client_matches`] on the credential's recipe.
+fn exchange_matches(
+    exchange: Option<&crate::credentials::exchange::TokenExchange>,
+    token_url: &str,
+    client_id: Option<&str>,
+    grant: &OAuthGrant,
+    terms: &TokenTerms,
+) -> Result<(), String> {
     use crate::credentials::exchange::{Grant, TokenExchange};
-    let exchange: Option<TokenExchange> =
-        record.metadata.get("exchange").and_then(|e| serde_json::from_value(e.clone()).ok());
     let wanted = match grant {
         OAuthGrant::ClientCredentials => "client_credentials",
         OAuthGrant::RefreshToken { .. } => "refresh_token",
         OAuthGrant::EmptyRefreshToken => "refresh_token (with empty_refresh_token)",
     };
-    let (stored_url, stored_id, scope) = match (exchange.clone(), grant) {
+    let (exchange, stored_url, stored_id, scope) = match (exchange, grant) {
         (
-            Some(TokenExchange {
-                grant: Grant::ClientCredentials { token_url, client_id, scope }, header: None, ..
-            }),
+            Some(
+                e @ TokenExchange {
+                    grant: Grant::ClientCredentials { token_url, client_id, scope }, header: None, ..
+                },
+            ),
             OAuthGrant::ClientCredentials,
-        ) => (token_url, client_id, scope),
+        ) => (e, token_url, client_id, scope.as_ref()),
         (
-            Some(TokenExchange {
-                grant: Grant::RefreshToken { token_url, client_id, empty_refresh_token: false },
-                header: None,
-                ..
-            }),
-            OAuthGrant::RefreshToken { .. },
-        ) => (token_url, client_id, None),
-        (
-            Some(TokenExchange {
-                grant: Grant::RefreshToken { token_url, client_id, empty_refresh_token: true },
-                header: None,
-                ..
-            }),
-            OAuthGrant::EmptyRefreshToken,
-        ) => (token_url, client_id, None),
+            Some(
+                e @ TokenExchange {
+                    grant: Grant::RefreshToken { token_url, client_id, empty_refresh_token },
+                    header: None,
+                    ..
+                },
+            ),
+            OAuthGrant::RefreshToken { .. } | OAuthGrant::EmptyRefreshToken,
+        ) if *empty_refresh_token == (*grant == OAuthGrant::EmptyRefreshToken) => (e, token_url, client_id, None),
         _ => {
             return Err(format!(
                 "the manifest's OAuthAuthenticator trades a client secret for a token at {token_url}: store a secret credential with an exchange of the {wanted} grant there"
@@ -233,7 +239,6 @@ fn oauth_client_matches(
     if scope.is_some() {
         return Err("the credential asks for a scope the manifest does not".into());
     }
-    let Some(exchange) = exchange else { return Ok(()) };
     if exchange.scopes != terms.scopes {
         return Err(format!(
             "the manifest asks for the scopes {:?} and the credential's exchange for {:?}",
@@ -365,6 +370,44 @@ impl ConnectorRules for Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_credential_whose_exchange_says_otherwise_than_the_manifest_is_refused() {
+        let url = "https://auth.example.com/t";
+        let recipe = |extra: Value| {
+            let mut v = json!({ "grant": "refresh_token", "token_url": url, "client_id": "c" });
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value::<crate::credentials::exchange::TokenExchange>(v).unwrap()
+        };
+        let refresh = OAuthGrant::RefreshToken { field: "/refresh_token".into() };
+        let terms =
+            TokenTerms { scopes: vec!["read".into()], expiry_field: Some("expires_at".into()), expiry_is_time: true };
+        let agreeing = recipe(json!({ "scopes": ["read"], "expiry_field": "expires_at", "expiry_is_time": true }));
+        assert_eq!(exchange_matches(Some(&agreeing), url, Some("c"), &refresh, &terms), Ok(()));
+        for (stored, grant, says) in [
+            (recipe(json!({ "expiry_field": "expires_at", "expiry_is_time": true })), &refresh, "scopes"),
+            (
+                recipe(json!({ "scopes": ["read", "write"], "expiry_field": "expires_at", "expiry_is_time": true })),
+                &refresh,
+                "scopes",
+            ),
+            (recipe(json!({ "scopes": ["read"], "expiry_field": "expires_at" })), &refresh, "expiry"),
+            (recipe(json!({ "scopes": ["read"] })), &refresh, "expiry"),
+            // An empty refresh token and a stored one are not the same grant.
+            (agreeing.clone(), &OAuthGrant::EmptyRefreshToken, "empty_refresh_token"),
+            (
+                recipe(
+                    json!({ "empty_refresh_token": true, "scopes": ["read"], "expiry_field": "expires_at", "expiry_is_time": true }),
+                ),
+                &refresh,
+                "refresh_token grant",
+            ),
+        ] {
+            let refused = exchange_matches(Some(&stored), url, Some("c"), grant, &terms).unwrap_err();
+            assert!(refused.contains(says), "{refused}");
+        }
+        assert!(exchange_matches(None, url, Some("c"), &refresh, &terms).is_err());
+    }
 
     fn error_path(e: ApiError) -> String {
         assert_eq!(e.code, "CONFIGURATION_INVALID", "{e:?}");
