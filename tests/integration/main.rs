@@ -9,6 +9,7 @@ mod approvals;
 mod audit;
 mod authoring;
 mod browser;
+mod budgets;
 mod canaries;
 mod claims;
 mod cli;

@@ -29,6 +29,7 @@ const RULES: &[(&str, &str)] = &[
     ("lib.rs", include_str!("../../../plugins/rules/src/lib.rs")),
     ("origin.rs", include_str!("../../../plugins/rules/src/origin.rs")),
     ("path.rs", include_str!("../../../plugins/rules/src/path.rs")),
+    ("retry_after.rs", include_str!("../../../plugins/rules/src/retry_after.rs")),
 ];
 
 /// The WIT packages, as `wit/` gets them; the links of a version to the

@@ -1,6 +1,6 @@
 //! `service admin ...`: offline administration of an installation
 //! against its database: users, passwords, tokens, the master key, the
-//! workspaces' shares of the job runners.
+//! workspaces' shares of the job runners, the providers' rate budgets.
 
 use clap::Subcommand;
 use secrecy::ExposeSecret;
@@ -8,6 +8,7 @@ use secrecy::ExposeSecret;
 use super::Local;
 use crate::access::{ClientSource, Role};
 use crate::store::ClaimWeight;
+use crate::store::budgets::{BudgetRate, BudgetSubject};
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -82,6 +83,67 @@ pub enum AdminCommand {
     },
     /// List the workspaces with their shares of the job runners.
     ClaimWeights,
+    /// Set a rate budget shared by every server: requests that name the
+    /// credential (or go to the host) leave at most this fast together,
+    /// each waiting for its turn; a provider's `Retry-After` seen by one
+    /// server holds them on all. Running servers use it within a second.
+    SetRateBudget {
+        #[command(flatten)]
+        target: BudgetTarget,
+        /// Requests per second on average (0.001 to 100,000).
+        #[arg(long)]
+        per_second: f64,
+        /// Requests that may go at once after a quiet spell (1 to 10,000).
+        #[arg(long, default_value_t = 1)]
+        burst: u32,
+    },
+    /// Remove a rate budget: its requests leave unpaced again.
+    ClearRateBudget {
+        #[command(flatten)]
+        target: BudgetTarget,
+    },
+    /// List the rate budgets.
+    RateBudgets,
+}
+
+/// The budget a command names: a credential's or a host's.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct BudgetTarget {
+    /// A credential's id (`crd_…`, as `GET /v1/credentials/{id}` shows
+    /// it): every request naming it, whatever pipeline or server sends it.
+    #[arg(long)]
+    credential: Option<String>,
+    /// A provider's host name: every request to it, from every workspace.
+    #[arg(long, value_parser = parse_host)]
+    host: Option<String>,
+}
+
+impl BudgetTarget {
+    fn subject(&self) -> BudgetSubject {
+        match (&self.credential, &self.host) {
+            (Some(id), _) => BudgetSubject::Credential(id.trim().to_owned()),
+            (None, Some(host)) => BudgetSubject::Host(host.clone()),
+            // clap requires one of them.
+            (None, None) => BudgetSubject::Host(String::new()),
+        }
+    }
+}
+
+/// A host name as requests name it: lowercase letters, digits, `-` and
+/// `.`, no scheme, port or path.
+fn parse_host(s: &str) -> Result<String, String> {
+    let host = s.trim().to_ascii_lowercase();
+    let fits = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if fits { Ok(host) } else { Err("must be a host name such as api.example.com (no scheme, port or path)".into()) }
 }
 
 fn parse_weight(s: &str) -> Result<ClaimWeight, String> {
@@ -154,6 +216,38 @@ pub(super) async fn run(local: Local, cmd: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::ClaimWeights => {
             for (workspace, weight) in store.claim_weights().await? {
                 println!("{}\t{weight}\t{}", workspace.workspace_id, workspace.name);
+            }
+        }
+        AdminCommand::SetRateBudget { target, per_second, burst } => {
+            let Some(rate) = BudgetRate::new(per_second, burst) else {
+                store.close().await;
+                anyhow::bail!(
+                    "a rate budget allows {} to {} requests per second, with a burst of 1 to {}",
+                    BudgetRate::MIN_PER_SECOND,
+                    BudgetRate::MAX_PER_SECOND,
+                    BudgetRate::MAX_BURST
+                );
+            };
+            let subject = target.subject();
+            if !store.set_rate_budget(&subject, rate).await? {
+                store.close().await;
+                anyhow::bail!("no credential {}", target.credential.as_deref().unwrap_or_default().trim());
+            }
+            println!("{subject} now allows {} requests per second, {} at once", rate.per_second(), rate.burst());
+        }
+        AdminCommand::ClearRateBudget { target } => {
+            let subject = target.subject();
+            if !store.clear_rate_budget(&subject).await? {
+                store.close().await;
+                anyhow::bail!("{subject} has no rate budget");
+            }
+            println!("{subject} has no rate budget now");
+        }
+        AdminCommand::RateBudgets => {
+            for budget in store.rate_budgets().await? {
+                let paused =
+                    budget.paused_until.map(|t| format!("\tpaused until {}", t.to_rfc3339())).unwrap_or_default();
+                println!("{}\t{}/s\tburst {}{paused}", budget.subject, budget.rate.per_second(), budget.rate.burst());
             }
         }
     }

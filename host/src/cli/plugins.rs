@@ -163,7 +163,7 @@ pub(super) async fn run(storage: &StorageArgs, cmd: PluginsCommand) -> anyhow::R
     let vault = super::open_vault(storage, &store)?;
     let runtime =
         Runtime::new(settings.limits.clone(), Some(crate::server::compile_cache(&settings.compile_cache_dir, &vault)))?;
-    let egress = crate::egress::Egress::new(settings.egress.clone(), Arc::new(vault.clone()))?;
+    let egress = crate::egress::Egress::new(settings.egress.clone(), Arc::new(vault.clone()))?.budgeted(store.clone());
     let registry = Registry::new(
         Arc::new(runtime),
         egress,

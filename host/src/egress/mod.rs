@@ -36,7 +36,8 @@
 //! echoes of a canary secret planted in it can be looked for afterwards.
 //!
 //! Layout: this module (the policy's enforcement and the live exchange),
-//! [`address`] (which addresses are global), [`coding`] (content codings
+//! [`address`] (which addresses are global), [`budget`] (rate budgets
+//! shared by every server, a turn taken before a request leaves), [`coding`] (content codings
 //! undone before scrubbing), [`origin`] (where a URL goes, read as the
 //! connectors' SDK reads it: the shared `service-connector-rules` crate),
 //! [`inject`] (a secret into a query parameter or a body field of the
@@ -48,6 +49,7 @@
 //! a workspace), [`tape`] (recording and replay).
 
 pub(crate) mod address;
+pub(crate) mod budget;
 pub(crate) mod coding;
 pub(crate) mod inject;
 pub(crate) mod reach;
@@ -491,6 +493,9 @@ pub struct Egress {
     /// Whether a replayed answer to a request naming a credential is
     /// handled as if the secret had gone out (decoded and scrubbed).
     replay_injects: bool,
+    /// The rate budgets requests take turns on, shared with every server
+    /// on the control database.
+    budgets: Option<Arc<budget::Budgets>>,
 }
 
 /// Where requests that passed the policy go.
@@ -517,6 +522,7 @@ impl Egress {
             secrets,
             recorder: None,
             replay_injects: false,
+            budgets: None,
         })
     }
 
@@ -530,6 +536,7 @@ impl Egress {
             secrets: Arc::new(tape::NoSecrets),
             recorder: None,
             replay_injects: false,
+            budgets: None,
         }
     }
 
@@ -541,6 +548,13 @@ impl Egress {
     pub fn injecting(mut self, secrets: Arc<dyn SecretSource>) -> Self {
         self.secrets = secrets;
         self.replay_injects = true;
+        self
+    }
+
+    /// The same egress, each request leaving only at its turn on the rate
+    /// budgets of the control database behind `store` ([`budget`]).
+    pub(crate) fn budgeted(mut self, store: crate::store::Store) -> Self {
+        self.budgets = Some(Arc::new(budget::Budgets::new(store)));
         self
     }
 
@@ -645,13 +659,29 @@ impl Egress {
             let body = scrubbed(&injections, &mut headers, body);
             return Ok(InboundResponse { status, headers, body });
         }
+        // The turn is waited for before the request's own time starts.
+        let drawn = match &self.budgets {
+            Some(budgets) => {
+                let url = Url::parse(&req.url).map_err(|e| EgressError::InvalidRequest(format!("bad URL: {e}")))?;
+                let host = self.check_target(caller, &url)?;
+                match budgets.turn(caller.workspace_id, &req.credentials, &host).await? {
+                    budget::Turn::Go(drawn) => drawn,
+                    budget::Turn::Held(answer) => return Ok(answer),
+                }
+            }
+            None => Vec::new(),
+        };
         let timeout = Duration::from_millis(u64::from(
             req.timeout_ms.unwrap_or(self.policy.default_timeout_ms).min(self.policy.max_timeout_ms),
         ));
-        match tokio::time::timeout(timeout, self.exchange(caller, req)).await {
+        let answer = match tokio::time::timeout(timeout, self.exchange(caller, req)).await {
             Ok(r) => r,
             Err(_) => Err(EgressError::Timeout),
+        };
+        if let (Some(budgets), Ok(answer)) = (&self.budgets, &answer) {
+            budgets.answered(&drawn, answer).await;
         }
+        answer
     }
 
     /// Checks a URL against every rule and pins the addresses the client

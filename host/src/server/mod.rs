@@ -83,7 +83,7 @@ impl AppState {
         let stores =
             crate::credentials::stores::SecretStores::reaching(config.secret_stores.clone(), &config.plugins.egress)?;
         let vault = Vault::new(store.clone(), keyring).with_stores(Arc::new(stores));
-        let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?;
+        let egress = Egress::new(config.plugins.egress.clone(), Arc::new(vault.clone()))?.budgeted(store.clone());
         let cache = Some(compile_cache(&config.plugins.compile_cache_dir, &vault));
         let runtime = match &config.plugins.guest_memories {
             Some(memories) => Runtime::with_memories(config.plugins.limits.clone(), cache, memories.0.clone())?,

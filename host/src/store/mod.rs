@@ -23,6 +23,7 @@
 //! - [`reverse_etl`]: models, reverse-ETL destinations, activations, their
 //!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
+//! - [`budgets`]: provider rate budgets every server takes turns on;
 //! - [`webhooks`]: outbound webhook subscriptions, the outbox of events
 //!   (written in the transaction of their cause) and their deliveries;
 //! - [`iceberg`]: the Iceberg catalog of lakehouse destinations (table
@@ -38,6 +39,7 @@
 
 pub mod approvals;
 pub(crate) mod audit;
+pub mod budgets;
 pub(crate) mod caches;
 pub(crate) mod credentials;
 pub(crate) mod destinations;

@@ -13,7 +13,9 @@
 //! | [`origin`] | where a URL goes: its host and port, read one way |
 //! | [`headers`] | the request headers only the host may set |
 //! | [`path`] | where a credential goes in a URL's path |
+//! | [`retry_after`] | how long a provider asked to wait |
 
 pub mod headers;
 pub mod origin;
 pub mod path;
+pub mod retry_after;
