@@ -161,11 +161,30 @@ async fn main() {
         "sqlite",
         json!({ "name": "sqlite warehouse", "kind": "sqlite", "configuration": { "file": "bench.db" } }),
     )];
+    let mut admin_url: Option<String> = None;
     match std::env::var("BENCH_POSTGRES_URL") {
-        Ok(url) => warehouses.push((
-            "postgres",
-            json!({ "name": "postgres warehouse", "kind": "postgres", "configuration": { "url": url } }),
-        )),
+        Ok(url) => {
+            // Models never run as a role that is or may become a
+            // superuser: the warehouse is read as a role that can only read
+            // (granted the table once it is filled).
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let role_exists: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bench_retl_reader')")
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap();
+            if !role_exists {
+                sqlx::query("CREATE ROLE bench_retl_reader LOGIN NOSUPERUSER").execute(&mut c).await.unwrap();
+            }
+            let mut reader = url::Url::parse(&url).unwrap();
+            reader.set_username("bench_retl_reader").unwrap();
+            let _ = reader.set_password(None);
+            warehouses.push((
+                "postgres",
+                json!({ "name": "postgres warehouse", "kind": "postgres", "configuration": { "url": reader.to_string() } }),
+            ));
+            admin_url = Some(url);
+        }
         Err(_) => println!("postgres: skipped (set BENCH_POSTGRES_URL to a database the benchmark may write to)"),
     }
     println!(
@@ -180,11 +199,15 @@ async fn main() {
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 Warehouse::Sqlite(format!("sqlite://{}?mode=rwc", path.display()))
             }
-            _ => Warehouse::Postgres(body["configuration"]["url"].as_str().unwrap().to_owned()),
+            _ => Warehouse::Postgres(admin_url.clone().expect("BENCH_POSTGRES_URL")),
         };
         let filling = Instant::now();
         warehouse.fill(rows).await;
         println!("{kind}: {rows} rows written to the warehouse in {:.1} s", filling.elapsed().as_secs_f64());
+        if let Warehouse::Postgres(url) = &warehouse {
+            let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query("GRANT SELECT ON customers TO bench_retl_reader").execute(&mut c).await.unwrap();
+        }
         let model = api
             .post("/reverse-etl/models", json!({ "name": kind, "warehouse_id": dest["destination_id"], "query": "SELECT id, email, first_name, plan, score FROM customers", "primary_key": "id" }))
             .await;
