@@ -184,6 +184,7 @@ async fn syncs_on_one_credential_share_its_budget(db: Option<crate::support::PgD
     assert_eq!(stdout(&set).trim(), format!("credential:{credential} now allows 10 requests per second, 2 at once"));
     let listed = admin(&procs, &["rate-budgets"]);
     assert_eq!(stdout(&listed).trim(), format!("credential:{credential}\t10/s\tburst 2"));
+    tokio::time::sleep(Duration::from_millis(1200)).await;
 
     let jobs = sync_all(&procs, &[&server.base], &pipelines).await;
     assert!(overlapped(&jobs[0], &jobs[1]), "both syncs ran at once: {jobs:?}");
@@ -257,4 +258,53 @@ async fn two_servers_never_exceed_a_shared_budget_and_both_wait_out_a_retry_afte
         .count();
     println!("two servers, a host budget of 10/s: at most {most} requests in two seconds, {during} during a pause");
     assert!(during <= 2, "{during} requests arrived while the provider asked every server to wait");
+}
+
+/// A turn more than a minute away is not waited for: the connector gets a
+/// `429` from the server at once (and gives up as it does when a provider
+/// asks for a long wait), the provider sees nothing more, and `/metrics`
+/// counts the request held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_far_away_is_answered_429_at_once_and_nothing_more_reaches_the_provider() {
+    crate::support::init_crypto();
+    let ca = TestCa::new();
+    let events = slow_events("budget-held-test-token", 300, 0);
+    let arrivals = Arrivals::new(usize::MAX);
+    let provider = FakeProvider::start(&ca, &["api.source.test"], arrivals.around(routes(events.clone()))).await;
+    let procs = Processes::new(&ca, &provider);
+    let server = ServerProcess::start(procs.env.clone()).await;
+    procs.adopt_workspace(&server.base).await;
+    let (credential, pipelines) = two_pipelines_on_one_credential(&procs, &server.base, &events, 100).await;
+    // One request every 100 seconds.
+    let set = admin(&procs, &["set-rate-budget", "--credential", &credential, "--per-second", "0.01"]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    // The server reads budgets again within a second.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let sync = procs.api(&server.base, Method::POST, &format!("/v1/pipelines/{}/sync", pipelines[0])).send().await;
+    let job = json_ok(sync.unwrap()).await["data"]["job_id"].as_str().unwrap().to_owned();
+    let held = format!("egress_budget_held_total{{budget=\"credential:{credential}\"}}");
+    let mut metrics = String::new();
+    for _ in 0..300 {
+        metrics = reqwest::get(format!("{}/metrics", server.base)).await.unwrap().text().await.unwrap();
+        if metrics.contains(&held) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(metrics.contains(&held), "no request was held: {metrics}");
+    // The attempt ends (as a provider's long wait ends it) rather than
+    // holding its runner.
+    for _ in 0..100 {
+        let attempts = procs.api(&server.base, Method::GET, &format!("/v1/jobs/{job}/attempts")).send().await.unwrap();
+        if json_ok(attempts).await["data"]["items"][0]["outcome"] != Value::Null {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let attempts = procs.api(&server.base, Method::GET, &format!("/v1/jobs/{job}/attempts")).send().await.unwrap();
+    let attempts = json_ok(attempts).await;
+    let first = &attempts["data"]["items"][0];
+    assert_ne!(first["outcome"], "succeeded", "{attempts}");
+    assert!(first["error"].as_str().unwrap_or_default().contains("rate limited"), "the attempt says why: {attempts}");
+    assert_eq!(arrivals.times().len(), 1, "only the first page's request reached the provider");
 }
