@@ -638,7 +638,76 @@ async fn reverse_etl_keeps_to_its_workspace_and_roles(backend: Backend) {
     assert_eq!(body["data"]["approval"]["category"], "reverse_etl", "{body}");
 }
 
+/// A run loads the diff state from the snapshot the run before it left,
+/// and only while nothing has written to the state since. Shown by taking
+/// the state's rows away behind the server's back: while the snapshot is
+/// current the next run still knows every key; once the state's version
+/// moves, as any write moves it, the run reads the rows (now none) and
+/// sends everything again.
+async fn a_run_reads_the_snapshot_the_last_run_left_while_it_is_current(backend: Backend) {
+    let s = setup(backend).await;
+    let srv = &s.srv;
+    let model = s.model().await;
+    let hook = json_ok(srv.post("/v1/reverse-etl/destinations", json!({ "name": "hook", "kind": "webhook", "configuration": { "url": format!("https://{HOOK_HOST}/retl") } })).send().await.unwrap()).await;
+    let mappings = json!([{ "field": "email", "column": "email" }, { "field": "first_name", "column": "first_name" }]);
+    let body = json!({ "name": "a", "model_id": model, "destination_id": hook["data"]["destination_id"], "mappings": mappings, "mode": "upsert" });
+    let a = json_ok(srv.post("/v1/reverse-etl/activations", body).send().await.unwrap()).await;
+    let activation = a["data"]["activation_id"].as_str().unwrap().to_owned();
+    sqlx::any::install_default_drivers();
+    let mut control = sqlx::AnyConnection::connect(&srv.state.config.database_url).await.unwrap();
+    // The snapshot's keys, and whether it is at the state's version.
+    let snapshot = async |control: &mut sqlx::AnyConnection| -> (i64, bool) {
+        let row = sqlx::query(
+            "SELECT s.keys, CASE WHEN s.version = a.state_version THEN 1 ELSE 0 END FROM retl_state_snapshots s \
+             JOIN retl_activations a ON a.id = s.activation_id WHERE s.activation_id = $1 AND s.chunk = 0",
+        )
+        .bind(&activation)
+        .fetch_one(&mut *control)
+        .await
+        .unwrap();
+        (sqlx::Row::get::<i64, _>(&row, 0), sqlx::Row::get::<i64, _>(&row, 1) == 1)
+    };
+    let forget_rows = async |control: &mut sqlx::AnyConnection| {
+        sqlx::query("DELETE FROM retl_state WHERE activation_id = $1")
+            .bind(&activation)
+            .execute(&mut *control)
+            .await
+            .unwrap();
+    };
+
+    // 20 keys: 19 accepted, c7 refused by the receiver.
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!((counts(&run)["added"].as_u64(), counts(&run)["failed"].as_u64()), (Some(19), Some(1)), "{run}");
+    assert_eq!(snapshot(&mut control).await, (20, true));
+
+    forget_rows(&mut control).await;
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(
+        (counts(&run)["added"].as_u64(), counts(&run)["unchanged"].as_u64(), counts(&run)["changed"].as_u64()),
+        (Some(0), Some(19), Some(0)),
+        "the state came from the snapshot: only c7, refused before, was sent again: {run}"
+    );
+    assert_eq!(counts(&run)["failed"], 1, "{run}");
+    assert_eq!(snapshot(&mut control).await, (20, true), "kept again after the run's own write");
+
+    forget_rows(&mut control).await;
+    sqlx::query("UPDATE retl_activations SET state_version = state_version + 1 WHERE id = $1")
+        .bind(&activation)
+        .execute(&mut control)
+        .await
+        .unwrap();
+    assert_eq!(snapshot(&mut control).await, (20, false));
+    let run = s.run(&activation, json!({})).await;
+    assert_eq!(
+        (counts(&run)["added"].as_u64(), counts(&run)["unchanged"].as_u64()),
+        (Some(19), Some(0)),
+        "a snapshot behind the state's version is not read: {run}"
+    );
+    assert_eq!(snapshot(&mut control).await, (20, true));
+}
+
 on_both_backends!(
+    a_run_reads_the_snapshot_the_last_run_left_while_it_is_current,
     an_activation_sends_only_what_changed_and_retries_what_failed,
     a_webhook_receives_batches_through_the_egress_policy,
     reverse_etl_keeps_to_its_workspace_and_roles,

@@ -4,7 +4,11 @@
 //!
 //! The diff streams the model once, keeping per key only a 128-bit hash,
 //! the fingerprint last accepted and a few flags, so a model of a million
-//! rows needs tens of megabytes, never the rows. Rows to send are kept in
+//! rows needs tens of megabytes, never the rows. What was accepted before
+//! comes from the snapshot the last run left (25 bytes a key, in a few
+//! chunks) while nothing has written to the state since; otherwise from
+//! the state's rows, key by key. A run that ends leaves the state it
+//! stored, as it knows it, as the next snapshot. Rows to send are kept in
 //! memory while they fit and spooled beyond that (see [`super::spool`]),
 //! so the warehouse query ends with the diff however slow the destination.
 //! A key whose row appears more than once, or is null, is invalid and
@@ -48,7 +52,7 @@ use crate::state::AppState;
 use crate::store::jobs::Job;
 use crate::store::kinds::{ActivationMode, JobKind};
 use crate::store::progress::{JobProgress, RowSample, RunCounts, RunPhase, RunProgress};
-use crate::store::reverse_etl::{Activation, KeyOutcome, Model};
+use crate::store::reverse_etl::{Activation, KeyOutcome, Model, SnapshotKey};
 use crate::warehouse::query::ModelRows;
 
 /// The largest record (mapped fields as JSON) a run sends.
@@ -111,6 +115,45 @@ struct Known {
     seen: u8,
     /// What its first row became.
     first: Verdict,
+    /// Held in the diff state (as loaded, or kept by this run): part of
+    /// the snapshot this run leaves.
+    stored: bool,
+}
+
+impl Known {
+    /// The state's record of a key, as loaded.
+    fn loaded(fingerprint: Option<i64>, failed: bool, mine: bool) -> Known {
+        Known {
+            fingerprint: fingerprint.unwrap_or(0),
+            accepted: fingerprint.is_some(),
+            failed,
+            mine,
+            stored: true,
+            ..Known::default()
+        }
+    }
+}
+
+/// Applies outcomes just kept in the diff state to what the run knows,
+/// so the snapshot it leaves is the state as stored.
+fn keep(known: &mut HashMap<u128, Known>, outcomes: &[KeyOutcome]) {
+    for outcome in outcomes {
+        match outcome {
+            KeyOutcome::Sent { key, fingerprint, .. } => {
+                let k = known.entry(key_hash(key)).or_default();
+                (k.fingerprint, k.accepted, k.failed, k.stored) = (*fingerprint, true, false, true);
+            }
+            KeyOutcome::Failed { key, .. } => {
+                let k = known.entry(key_hash(key)).or_default();
+                (k.failed, k.stored) = (true, true);
+            }
+            KeyOutcome::Removed { key } => {
+                if let Some(k) = known.get_mut(&key_hash(key)) {
+                    (k.fingerprint, k.accepted, k.failed, k.stored) = (0, false, false, false);
+                }
+            }
+        }
+    }
 }
 
 /// What becomes of a row of the model.
@@ -171,6 +214,9 @@ struct Run<'a> {
     report: Report,
     saved: Instant,
     cancel: &'a CancellationToken,
+    /// The diff state's version as this run will have left it: as loaded,
+    /// moved by each of its own writes.
+    version: i64,
 }
 
 /// What a run reads before it diffs: its activation, its model, and its
@@ -209,16 +255,26 @@ pub(super) async fn execute(
     let rows = opened?;
     let mapper = Mapper::new(&activation.mappings, &rows.columns, &model.primary_key, target.match_field())
         .map_err(|e| permanent(format!("{}: {}", e.field, e.message)))?;
-    let mut run =
-        Run { state, job, activation_id, target, mapper, report: Report::default(), saved: Instant::now(), cancel };
-    let Diffed { known, live, pending } =
+    let mut run = Run {
+        state,
+        job,
+        activation_id,
+        target,
+        mapper,
+        report: Report::default(),
+        saved: Instant::now(),
+        cancel,
+        version: 0,
+    };
+    let Diffed { mut known, live, pending } =
         run.diff(rows, activation.mode, Spool::new(spool.clone(), &job.workspace_id)).await?;
     run.report.diff_ms = started.elapsed().as_millis() as u64;
     run.progress(RunPhase::Sending, true).await;
-    run.send_changed(pending, &known, activation.mode).await?;
+    run.send_changed(pending, &mut known, activation.mode).await?;
     if activation.mode == ActivationMode::Mirror {
-        run.remove_gone(&known, &live).await?;
+        run.remove_gone(&mut known, &live).await?;
     }
+    run.leave_snapshot(&known).await;
     run.progress(RunPhase::Done, true).await;
     Ok(())
 }
@@ -267,6 +323,59 @@ impl Run<'_> {
         }
     }
 
+    /// The diff state: the snapshot the last run left while nothing has
+    /// written to the state since, otherwise every key's row.
+    async fn load_state(&mut self) -> Result<HashMap<u128, Known>, Failure> {
+        let store = &self.state.store;
+        self.version = store.diff_state_version(self.activation_id).await?;
+        // Sized up front: growing a table of a million keys would hold the
+        // old one and the new one at once.
+        let stored = store.diff_state_len(self.activation_id).await?;
+        let mut known: HashMap<u128, Known> =
+            HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
+        // A snapshot's keys were never sent by this run: any send of this
+        // run would have moved the version past it.
+        let whole = store
+            .diff_snapshot(self.activation_id, self.version, |k| {
+                known.insert(k.key_hash, Known::loaded(k.fingerprint, k.failed, false));
+            })
+            .await?;
+        if !whole {
+            known.clear();
+            store
+                .diff_state(self.activation_id, &self.job.job_id, |key, s| {
+                    known.insert(key_hash(&key), Known::loaded(s.fingerprint, s.failed, s.sent_by_this_run));
+                })
+                .await?;
+        }
+        Ok(known)
+    }
+
+    /// Leaves the diff state as this run stored it as a snapshot for the
+    /// next run, unless another writer moved it meanwhile. Best effort: a
+    /// run without a snapshot reads the rows.
+    async fn leave_snapshot(&mut self, known: &HashMap<u128, Known>) {
+        let count = known.values().filter(|k| k.stored).count() as u64;
+        // Boxed: the closures' types would otherwise be part of the run's
+        // future, which then cannot be shown to be `Send`.
+        let keys: Box<dyn Iterator<Item = SnapshotKey> + Send + '_> =
+            Box::new(known.iter().filter(|(_, k)| k.stored).map(|(hash, k)| SnapshotKey {
+                key_hash: *hash,
+                fingerprint: k.accepted.then_some(k.fingerprint),
+                failed: k.failed,
+            }));
+        if let Err(e) = self.state.store.keep_diff_snapshot(self.activation_id, self.version, count, keys).await {
+            tracing::warn!(activation = %self.activation_id, error = %e, "the diff state's snapshot was not kept");
+        }
+    }
+
+    /// Keeps outcomes in the diff state and in what the run knows.
+    async fn record(&mut self, known: &mut HashMap<u128, Known>, outcomes: &[KeyOutcome]) -> Result<(), Failure> {
+        self.version += self.state.store.record_outcomes(self.activation_id, &self.job.job_id, outcomes).await?;
+        keep(known, outcomes);
+        Ok(())
+    }
+
     /// Reads the model once against what was sent before: each row gets
     /// its [`verdict`], rows to send go to `pending`, invalid rows are
     /// counted and sampled.
@@ -274,24 +383,7 @@ impl Run<'_> {
         let full = self.job.kind == JobKind::ActivationResync;
         let max_rows = self.state.config.limits.reverse_etl.rows_per_run;
         let value_bytes = crate::reverse_etl::model::run_bounds(self.state).value_bytes;
-        // Sized up front: growing a table of a million keys would hold the
-        // old one and the new one at once.
-        let stored = self.state.store.diff_state_len(self.activation_id).await?;
-        let mut known: HashMap<u128, Known> =
-            HashMap::with_capacity(usize::try_from(stored).unwrap_or(0).saturating_add(1024));
-        self.state
-            .store
-            .diff_state(self.activation_id, &self.job.job_id, |key, s| {
-                let known_key = Known {
-                    fingerprint: s.fingerprint.unwrap_or(0),
-                    accepted: s.fingerprint.is_some(),
-                    failed: s.failed,
-                    mine: s.sent_by_this_run,
-                    ..Known::default()
-                };
-                known.insert(key_hash(&key), known_key);
-            })
-            .await?;
+        let mut known = self.load_state().await?;
         let mut live: HashSet<u128> = HashSet::new();
         loop {
             let batch = tokio::select! {
@@ -381,7 +473,7 @@ impl Run<'_> {
     async fn send_changed(
         &mut self,
         pending: Spool,
-        known: &HashMap<u128, Known>,
+        known: &mut HashMap<u128, Known>,
         mode: ActivationMode,
     ) -> Result<(), Failure> {
         let op = match mode {
@@ -395,19 +487,19 @@ impl Run<'_> {
         while let Some(p) = spooled.next::<Pending>().await? {
             if known.get(&key_hash(&p.key)).is_some_and(|k| k.seen == 1) {
                 if batch.bytes + p.bytes > BATCH_BYTES || batch.rows.len() == size {
-                    self.send(op, batch.take()).await?;
+                    self.send(op, batch.take(), known).await?;
                 }
                 batch.bytes += p.bytes;
                 batch.rows.push(p);
             }
         }
-        self.send(op, batch.take()).await
+        self.send(op, batch.take(), known).await
     }
 
     /// Removes (mirror mode) the records of keys accepted before whose
     /// rows left the model, unless a row still in the model has their
     /// matching value: those keys are only forgotten.
-    async fn remove_gone(&mut self, known: &HashMap<u128, Known>, live: &HashSet<u128>) -> Result<(), Failure> {
+    async fn remove_gone(&mut self, known: &mut HashMap<u128, Known>, live: &HashSet<u128>) -> Result<(), Failure> {
         let mut gone = Vec::new();
         let mut forget = Vec::new();
         self.state
@@ -422,15 +514,15 @@ impl Run<'_> {
                 }
             })
             .await?;
-        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &forget).await?;
+        self.record(known, &forget).await?;
         for chunk in gone.chunks(self.target.batch_size()) {
-            self.remove(chunk).await?;
+            self.remove(chunk, known).await?;
         }
         Ok(())
     }
 
     /// Sends rows and keeps what became of each.
-    async fn send(&mut self, op: Op, rows: Vec<Pending>) -> Result<(), Failure> {
+    async fn send(&mut self, op: Op, rows: Vec<Pending>, known: &mut HashMap<u128, Known>) -> Result<(), Failure> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -459,13 +551,13 @@ impl Run<'_> {
                 }
             }
         }
-        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await?;
+        self.record(known, &outcomes).await?;
         self.progress(RunPhase::Sending, false).await;
         Ok(())
     }
 
     /// Removes the records of keys that left the model.
-    async fn remove(&mut self, gone: &[(String, String)]) -> Result<(), Failure> {
+    async fn remove(&mut self, gone: &[(String, String)], known: &mut HashMap<u128, Known>) -> Result<(), Failure> {
         self.stopped()?;
         let field = self.target.match_field().map(str::to_owned);
         let records: Vec<(String, Map<String, Value>)> = gone
@@ -503,7 +595,7 @@ impl Run<'_> {
                 }
             }
         }
-        self.state.store.record_outcomes(self.activation_id, &self.job.job_id, &outcomes).await?;
+        self.record(known, &outcomes).await?;
         self.progress(RunPhase::Removing, false).await;
         Ok(())
     }

@@ -104,6 +104,38 @@ pub(crate) enum KeyOutcome {
     Removed { key: String },
 }
 
+/// One key of a diff-state snapshot: its hash (the diff's own) and what
+/// the state says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SnapshotKey {
+    pub key_hash: u128,
+    /// The fingerprint last accepted; `None` if never accepted.
+    pub fingerprint: Option<i64>,
+    /// Whether its last send failed.
+    pub failed: bool,
+}
+
+impl SnapshotKey {
+    /// Packed: the hash, the fingerprint (little-endian) and the flags.
+    const BYTES: usize = 25;
+
+    fn pack(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.key_hash.to_le_bytes());
+        out.extend_from_slice(&self.fingerprint.unwrap_or(0).to_le_bytes());
+        out.push(u8::from(self.fingerprint.is_some()) | (u8::from(self.failed) << 1));
+    }
+
+    fn unpack(b: &[u8]) -> Option<SnapshotKey> {
+        let key_hash = u128::from_le_bytes(b.get(..16)?.try_into().ok()?);
+        let fingerprint = i64::from_le_bytes(b.get(16..24)?.try_into().ok()?);
+        let flags = *b.get(24)?;
+        Some(SnapshotKey { key_hash, fingerprint: (flags & 1 != 0).then_some(fingerprint), failed: flags & 2 != 0 })
+    }
+}
+
+/// Keys per snapshot chunk (some 1.6 MB packed).
+const SNAPSHOT_CHUNK_KEYS: usize = 65_536;
+
 /// Whose diff state to forget: an activation's, or that of every
 /// activation of a model or of a reverse-ETL destination.
 #[derive(Debug, Clone, Copy)]
@@ -534,13 +566,130 @@ impl Store {
         Ok(())
     }
 
-    /// How many keys an activation's diff state holds.
+    /// How many keys an activation's diff state holds (as its snapshot
+    /// counts them while it is current).
     pub(crate) async fn diff_state_len(&self, activation_id: &str) -> StoreResult<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM retl_state WHERE activation_id = $1")
-            .bind(activation_id)
-            .fetch_one(self.pool())
-            .await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COALESCE((SELECT s.keys FROM retl_state_snapshots s JOIN retl_activations a \
+             ON a.id = s.activation_id AND a.state_version = s.version WHERE s.activation_id = $1 AND s.chunk = 0), \
+             (SELECT COUNT(*) FROM retl_state WHERE activation_id = $1))",
+        )
+        .bind(activation_id)
+        .fetch_one(self.pool())
+        .await?;
         Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// The version of an activation's diff state: it moves with every
+    /// write to it (see [`Store::record_outcomes`]).
+    pub(crate) async fn diff_state_version(&self, activation_id: &str) -> StoreResult<i64> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT state_version FROM retl_activations WHERE id = $1")
+            .bind(activation_id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// Streams the snapshot of an activation's diff state taken at
+    /// `version` into `each`, if the activation is still at that version
+    /// and the snapshot is whole. `false`: there is none to use (nothing
+    /// or only part of one was handed over), and the state is read with
+    /// [`Store::diff_state`].
+    pub(crate) async fn diff_snapshot(
+        &self,
+        activation_id: &str,
+        version: i64,
+        mut each: impl FnMut(SnapshotKey),
+    ) -> StoreResult<bool> {
+        use base64::Engine as _;
+        // Chunk by chunk: a stream of them would buffer most of the
+        // snapshot's text at once.
+        let (mut expected, mut seen) = (None, 0u64);
+        let mut packed = Vec::with_capacity(SNAPSHOT_CHUNK_KEYS * SnapshotKey::BYTES);
+        for chunk in 0i64.. {
+            let row = sqlx::query(
+                "SELECT s.keys, s.entries FROM retl_state_snapshots s JOIN retl_activations a \
+                 ON a.id = s.activation_id AND a.state_version = s.version \
+                 WHERE s.activation_id = $1 AND s.version = $2 AND s.chunk = $3",
+            )
+            .bind(activation_id)
+            .bind(version)
+            .bind(chunk)
+            .fetch_optional(self.pool())
+            .await?;
+            let Some(r) = row else { break };
+            let keys: i64 = r.try_get(0)?;
+            let text: String = r.try_get(1)?;
+            drop(r);
+            packed.clear();
+            if *expected.get_or_insert(keys) != keys
+                || base64::engine::general_purpose::STANDARD.decode_vec(text.as_bytes(), &mut packed).is_err()
+                || packed.len() % SnapshotKey::BYTES != 0
+            {
+                return Ok(false);
+            }
+            drop(text);
+            for entry in packed.chunks_exact(SnapshotKey::BYTES) {
+                let Some(key) = SnapshotKey::unpack(entry) else { return Ok(false) };
+                each(key);
+                seen += 1;
+            }
+        }
+        Ok(expected.is_some_and(|keys| u64::try_from(keys).ok() == Some(seen)))
+    }
+
+    /// Keeps `keys` (`count` of them) as the snapshot of an activation's
+    /// diff state, replacing the one before, if the state is still at
+    /// `version`; `false` if it moved (another writer's outcomes would be
+    /// missing from it), and then nothing is kept.
+    pub(crate) async fn keep_diff_snapshot(
+        &self,
+        activation_id: &str,
+        version: i64,
+        count: u64,
+        keys: impl Iterator<Item = SnapshotKey>,
+    ) -> StoreResult<bool> {
+        use base64::Engine as _;
+        let mut tx = self.begin_write().await?;
+        // Locks the activation's row until the commit: a batch of
+        // outcomes committed meanwhile waits, then moves the version.
+        let current = sqlx::query(
+            "UPDATE retl_activations SET state_version = state_version WHERE id = $1 AND state_version = $2",
+        )
+        .bind(activation_id)
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+        if current.rows_affected() != 1 {
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM retl_state_snapshots WHERE activation_id = $1")
+            .bind(activation_id)
+            .execute(&mut *tx)
+            .await?;
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        let mut packed = Vec::with_capacity(SNAPSHOT_CHUNK_KEYS * SnapshotKey::BYTES);
+        let mut keys = keys.peekable();
+        let mut chunk = 0i64;
+        while chunk == 0 || keys.peek().is_some() {
+            packed.clear();
+            for key in keys.by_ref().take(SNAPSHOT_CHUNK_KEYS) {
+                key.pack(&mut packed);
+            }
+            sqlx::query(
+                "INSERT INTO retl_state_snapshots (activation_id, chunk, version, keys, entries) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(activation_id)
+            .bind(chunk)
+            .bind(version)
+            .bind(count)
+            .bind(base64::engine::general_purpose::STANDARD.encode(&packed))
+            .execute(&mut *tx)
+            .await?;
+            chunk += 1;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Streams an activation's keys into `each` with the matching value the
@@ -561,15 +710,22 @@ impl Store {
     }
 
     /// Keeps the outcomes of one batch of run `run_id`, a few hundred keys
-    /// per statement, each group in one transaction.
+    /// per statement, each group in one transaction that moves the state's
+    /// version. Returns how many versions it moved.
     pub(crate) async fn record_outcomes(
         &self,
         activation_id: &str,
         run_id: &str,
         outcomes: &[KeyOutcome],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<i64> {
+        let mut moved = 0;
         for chunk in outcomes.chunks(STATE_BATCH) {
             let mut tx = self.begin_write().await?;
+            sqlx::query("UPDATE retl_activations SET state_version = state_version + 1 WHERE id = $1")
+                .bind(activation_id)
+                .execute(&mut *tx)
+                .await?;
+            moved += 1;
             let sent: Vec<_> = chunk
                 .iter()
                 .filter_map(|o| {
@@ -626,7 +782,7 @@ impl Store {
             }
             tx.commit().await?;
         }
-        Ok(())
+        Ok(moved)
     }
 }
 
@@ -645,18 +801,42 @@ fn values(rows: usize, per: usize, lead: &str, tail: &str) -> String {
 }
 
 /// Forgets a diff state inside `tx`: its activations send every row
-/// again next run.
+/// again next run. Their versions move and their snapshots go.
 async fn forget_state(tx: &mut sqlx::Transaction<'_, sqlx::Any>, of: StateOf<'_>) -> StoreResult<()> {
-    let (sql, id) = match of {
-        StateOf::Activation(id) => ("DELETE FROM retl_state WHERE activation_id = $1", id),
-        StateOf::Model(id) => {
-            ("DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE model_id = $1)", id)
-        }
-        StateOf::Destination(id) => (
-            "DELETE FROM retl_state WHERE activation_id IN (SELECT id FROM retl_activations WHERE destination_id = $1)",
-            id,
-        ),
+    let (which, id) = match of {
+        StateOf::Activation(id) => ("= $1", id),
+        StateOf::Model(id) => ("IN (SELECT id FROM retl_activations WHERE model_id = $1)", id),
+        StateOf::Destination(id) => ("IN (SELECT id FROM retl_activations WHERE destination_id = $1)", id),
     };
-    sqlx::query(sql).bind(id).execute(&mut **tx).await?;
+    for sql in [
+        format!("DELETE FROM retl_state WHERE activation_id {which}"),
+        format!("DELETE FROM retl_state_snapshots WHERE activation_id {which}"),
+        format!("UPDATE retl_activations SET state_version = state_version + 1 WHERE id {which}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id).execute(&mut **tx).await?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_key_packs_into_25_bytes_and_back() {
+        let keys = [
+            SnapshotKey { key_hash: u128::MAX - 7, fingerprint: Some(-42), failed: false },
+            SnapshotKey { key_hash: 1, fingerprint: None, failed: true },
+            SnapshotKey { key_hash: 0, fingerprint: Some(0), failed: true },
+        ];
+        let mut packed = Vec::new();
+        for k in &keys {
+            k.pack(&mut packed);
+        }
+        assert_eq!(packed.len(), keys.len() * SnapshotKey::BYTES);
+        let back: Vec<SnapshotKey> =
+            packed.chunks_exact(SnapshotKey::BYTES).map(|b| SnapshotKey::unpack(b).unwrap()).collect();
+        assert_eq!(back, keys);
+        assert_eq!(SnapshotKey::unpack(&packed[..24]), None, "a short entry is refused");
+    }
 }
