@@ -24,19 +24,22 @@
 //! build at all.
 //!
 //! Rows come out in batches through a channel from a task of their own,
-//! so a model is streamed, never held whole.
+//! so a model is streamed, never held whole. SQLite rows are read through
+//! its C interface on a thread of their own ([`ModelReader`]), once the
+//! driver has prepared the statement and named its columns.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use futures_util::TryStreamExt;
 use secrecy::SecretString;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sqlx::{Column as _, Connection, Executor, Row, Statement, TypeInfo, ValueRef};
+use sqlx::{Column as _, Connection, Executor, Row, Statement, TypeInfo};
 use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
+use super::sqlite::read::{Cell, ModelReader, ReadFailure, model_authorizer};
 use super::{DestinationConfig, Place, postgres};
 use libsqlite3_sys as ffi;
 
@@ -172,13 +175,13 @@ pub(crate) async fn run(
                 ));
             }
             let options = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(path)
+                .filename(&path)
                 .read_only(true)
                 .create_if_missing(false)
                 .pragma("query_only", "ON")
                 .busy_timeout(Duration::from_secs(5));
             tokio::spawn(async move {
-                let result = sqlite_rows(options, &model, &tx).await;
+                let result = sqlite_rows(options, path, &model, &tx).await;
                 if let Err(e) = result {
                     let _ = tx.send(Err(e)).await;
                 }
@@ -222,44 +225,17 @@ impl Model {
     }
 }
 
-/// What an SQLite model may do: read tables and views and call functions,
-/// nothing else. `pragma_*` table functions (which show, among others, the
-/// path of the database file) and every statement but a `SELECT` are
-/// refused while the statement is prepared.
-unsafe extern "C" fn model_authorizer(
-    _: *mut c_void,
-    action: c_int,
-    table: *const c_char,
-    _: *const c_char,
-    _: *const c_char,
-    _: *const c_char,
-) -> c_int {
-    match action {
-        ffi::SQLITE_SELECT | ffi::SQLITE_FUNCTION | ffi::SQLITE_RECURSIVE => ffi::SQLITE_OK,
-        ffi::SQLITE_READ => {
-            if table.is_null() {
-                return ffi::SQLITE_OK;
-            }
-            // SAFETY: SQLite passes a NUL-terminated table name that lives
-            // for the duration of the call.
-            let name = unsafe { CStr::from_ptr(table) }.to_bytes();
-            if name.len() >= 7 && name[..7].eq_ignore_ascii_case(b"pragma_") {
-                ffi::SQLITE_DENY
-            } else {
-                ffi::SQLITE_OK
-            }
-        }
-        _ => ffi::SQLITE_DENY,
-    }
-}
-
 /// An SQLite identifier, quoted.
 fn sqlite_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Prepares the model on a connection of the driver (which names the
+/// columns and their declared types), then reads its rows on a
+/// [`ModelReader`] off the async workers.
 async fn sqlite_rows(
     options: sqlx::sqlite::SqliteConnectOptions,
+    path: std::path::PathBuf,
     model: &Model,
     tx: &mpsc::Sender<Result<Chunk, QueryError>>,
 ) -> Result<(), QueryError> {
@@ -268,15 +244,15 @@ async fn sqlite_rows(
         .await
         .map_err(|e| QueryError::Unavailable(e.to_string()))?;
     let deadline = Instant::now() + timeout;
+    let longest = model.bounds.value_bytes.max(SQLITE_LENGTH_FLOOR);
     {
         let mut handle = conn.lock_handle().await.map_err(|e| QueryError::Unavailable(e.to_string()))?;
         handle.set_progress_handler(10_000, move || Instant::now() < deadline);
         let db = handle.as_raw_handle().as_ptr();
-        let longest = c_int::try_from(model.bounds.value_bytes.max(SQLITE_LENGTH_FLOOR)).unwrap_or(c_int::MAX);
         // SAFETY: `db` is this connection's open handle, held locked; the
         // authorizer is a plain function that keeps no state.
         unsafe {
-            ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, longest);
+            ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, c_int::try_from(longest).unwrap_or(c_int::MAX));
             ffi::sqlite3_set_authorizer(db, Some(model_authorizer), std::ptr::null_mut());
         }
     }
@@ -291,6 +267,8 @@ async fn sqlite_rows(
         .iter()
         .map(|c| Column { name: c.name().to_owned(), type_name: c.type_info().name().to_owned() })
         .collect();
+    drop(statement);
+    let _ = conn.close().await;
     // Each value is measured before it is read; a column name the result
     // has twice cannot be addressed, and then the length limit alone holds.
     let names: std::collections::HashSet<&str> = declared.iter().map(|c| c.name.as_str()).collect();
@@ -310,48 +288,42 @@ async fn sqlite_rows(
     if tx.send(Ok(Chunk::Columns(declared))).await.is_err() {
         return Ok(());
     }
-    let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch(&mut conn);
-    let mut batch = Vec::with_capacity(BATCH_ROWS);
-    while let Some(row) = rows.try_next().await.map_err(|e| classify(e, secs))? {
-        let values = (0..row.len()).map(|i| sqlite_value(&row, i)).collect();
-        batch.push(values);
-        if batch.len() == BATCH_ROWS
-            && tx.send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS))))).await.is_err()
-        {
-            return Ok(());
+    let tx = tx.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut reader = ModelReader::open(&path, longest, deadline).map_err(|e| classify_sqlite(e, secs))?;
+        let mut batch = Vec::with_capacity(BATCH_ROWS);
+        reader
+            .rows(&sql, |row| {
+                batch.push((0..row.len()).map(|i| sqlite_value(row.cell(i))).collect());
+                batch.len() < BATCH_ROWS
+                    || tx
+                        .blocking_send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS)))))
+                        .is_ok()
+            })
+            .map_err(|e| classify_sqlite(e, secs))?;
+        if !batch.is_empty() {
+            let _ = tx.blocking_send(Ok(Chunk::Rows(batch)));
         }
-    }
-    if !batch.is_empty() {
-        let _ = tx.send(Ok(Chunk::Rows(batch))).await;
-    }
-    Ok(())
+        Ok(())
+    });
+    read.await.map_err(|e| QueryError::Unavailable(format!("the query stopped: {e}")))?
 }
 
 /// A value as SQLite stored it (its storage class, whatever the column
-/// was declared as).
-fn sqlite_value(row: &sqlx::sqlite::SqliteRow, i: usize) -> Value {
-    let Ok(raw) = row.try_get_raw(i) else { return Value::Null };
-    if raw.is_null() {
-        return Value::Null;
-    }
-    match raw.type_info().name() {
-        "INTEGER" => row.try_get_unchecked::<i64, _>(i).map(Value::from).unwrap_or(Value::Null),
-        "REAL" => row
-            .try_get_unchecked::<f64, _>(i)
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
-        "BLOB" => {
+/// was declared as); a text that is not UTF-8 reads as null.
+fn sqlite_value(cell: Cell<'_>) -> Value {
+    match cell {
+        Cell::Null => Value::Null,
+        Cell::Integer(n) => Value::from(n),
+        Cell::Real(x) => serde_json::Number::from_f64(x).map(Value::Number).unwrap_or(Value::Null),
+        Cell::Blob(b) => {
             use base64::Engine as _;
-            row.try_get_unchecked::<Vec<u8>, _>(i)
-                .map(|b| Value::String(base64::engine::general_purpose::STANDARD.encode(b)))
-                .unwrap_or(Value::Null)
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
         }
-        _ => match row.try_get_unchecked::<String, _>(i) {
+        Cell::Text(t) => match std::str::from_utf8(t) {
             Ok(text) => match text.strip_prefix(SQLITE_OVERSIZE_PREFIX).and_then(|n| n.parse().ok()) {
                 Some(bytes) => oversize_marker(bytes),
-                None => Value::String(text),
+                None => Value::String(text.to_owned()),
             },
             Err(_) => Value::Null,
         },
@@ -412,21 +384,30 @@ async fn postgres_rows(
         return Ok(());
     }
     // Each value is measured in the database; one over the cap comes as a
-    // marker of its size, never as itself.
+    // marker of its size, never as itself. A row is measured by its
+    // columns' text first (cheap), and only a row with a value over the
+    // cap is taken apart value by value.
     let cap = model.bounds.value_bytes;
-    let as_json = format!(
-        "SELECT (SELECT json_object_agg(e.key, CASE WHEN octet_length(e.value #>> '{{}}') > {cap} THEN json_build_object('{OVERSIZE}', octet_length(e.value #>> '{{}}')) ELSE e.value END) \
-         FROM json_each(row_to_json(model)) AS e)::text FROM ({}) AS model{}",
-        model.body, model.limit
+    let marked = format!(
+        "(SELECT json_object_agg(e.key, CASE WHEN octet_length(e.value #>> '{{}}') > {cap} THEN json_build_object('{OVERSIZE}', octet_length(e.value #>> '{{}}')) ELSE e.value END) \
+         FROM json_each(row_to_json(model)) AS e)::text"
     );
+    let distinct: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    let row = if distinct.len() == names.len() && !names.is_empty() {
+        let longest: Vec<String> =
+            names.iter().map(|n| format!("octet_length(model.\"{}\"::text)", n.replace('"', "\"\""))).collect();
+        format!("CASE WHEN GREATEST({}) > {cap} THEN {marked} ELSE row_to_json(model)::text END", longest.join(", "))
+    } else {
+        marked
+    };
+    let as_json = format!("SELECT {row} FROM ({}) AS model{}", model.body, model.limit);
+    let in_order = InColumnOrder::new(&names);
     {
         let mut rows = sqlx::query(sqlx::AssertSqlSafe(as_json)).fetch(&mut conn);
         let mut batch = Vec::with_capacity(BATCH_ROWS);
         while let Some(row) = rows.try_next().await.map_err(|e| classify(e, secs))? {
-            let text: Option<String> = row.try_get(0).map_err(|e| QueryError::Invalid(e.to_string()))?;
-            let mut object: Map<String, Value> =
-                text.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
-            batch.push(names.iter().map(|n| object.remove(n).unwrap_or(Value::Null)).collect());
+            let text: Option<&str> = row.try_get(0).map_err(|e| QueryError::Invalid(e.to_string()))?;
+            batch.push(in_order.read(text));
             if batch.len() == BATCH_ROWS
                 && tx
                     .send(Ok(Chunk::Rows(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS)))))
@@ -445,34 +426,131 @@ async fn postgres_rows(
     Ok(())
 }
 
+/// Reads a row's JSON object (as `row_to_json` writes it) straight into
+/// its columns' order, without building the object: a key no column has
+/// is skipped, a column the object lacks is null, the last of repeated
+/// keys counts, and a text that is not an object reads as nulls.
+struct InColumnOrder<'a> {
+    columns: std::collections::HashMap<&'a str, usize>,
+    width: usize,
+}
+
+impl<'a> InColumnOrder<'a> {
+    fn new(names: &'a [String]) -> Self {
+        let columns = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        InColumnOrder { columns, width: names.len() }
+    }
+
+    fn read(&self, text: Option<&str>) -> Vec<Value> {
+        use serde::de::DeserializeSeed as _;
+        text.and_then(|t| {
+            let mut de = serde_json::Deserializer::from_str(t);
+            let row = self.deserialize(&mut de).ok()?;
+            de.end().ok().map(|()| row)
+        })
+        .unwrap_or_else(|| vec![Value::Null; self.width])
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for &InColumnOrder<'_> {
+    type Value = Vec<Value>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Vec<Value>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for &InColumnOrder<'_> {
+    type Value = Vec<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a row as a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<Value>, A::Error> {
+        let mut row = vec![Value::Null; self.width];
+        while let Some(column) = map.next_key_seed(ColumnOf(&self.columns))? {
+            match column {
+                Some(i) => row[i] = map.next_value()?,
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(row)
+    }
+}
+
+/// A key of a row's object, as the index of the column it names.
+struct ColumnOf<'c, 'a>(&'c std::collections::HashMap<&'a str, usize>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ColumnOf<'_, '_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ColumnOf<'_, '_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a column name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.get(key).copied())
+    }
+}
+
 /// What a database error means for a model query.
 fn classify(e: sqlx::Error, timeout_secs: u64) -> QueryError {
     match e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let message = db.message().chars().take(300).collect::<String>();
-            let lower = message.to_ascii_lowercase();
-            // PostgreSQL: read_only_sql_transaction, query_canceled, and a
-            // data-modifying WITH that may not appear in a subquery.
-            // SQLite: SQLITE_READONLY (8, with extended codes), SQLITE_INTERRUPT (9).
-            if lower.contains("not authorized") {
-                QueryError::Invalid("a model may only read tables and views: PRAGMAs, their pragma_* functions and other statements are refused".into())
-            } else if code == "25006"
-                || lower.contains("readonly")
-                || lower.contains("read-only")
-                || lower.contains("data-modifying")
-                || code == "8"
-            {
-                QueryError::ReadOnly(message)
-            } else if code == "57014" || code == "9" || lower.contains("interrupted") {
-                QueryError::Timeout(timeout_secs)
-            } else if lower.contains("near \";\"") || lower.contains("syntax error at or near \";\"") {
-                QueryError::Invalid(format!("a model is exactly one SELECT statement ({message})"))
-            } else {
-                QueryError::Invalid(message)
-            }
+            classify_refusal(&code, db.message(), timeout_secs)
         }
         other => QueryError::Unavailable(other.to_string().chars().take(300).collect()),
+    }
+}
+
+/// What an error of the [`ModelReader`] means for a model query: a
+/// database that cannot be opened is unavailable, anything else a refusal.
+fn classify_sqlite(e: ReadFailure, timeout_secs: u64) -> QueryError {
+    match e.code & 0xff {
+        ffi::SQLITE_CANTOPEN | ffi::SQLITE_NOMEM | ffi::SQLITE_IOERR | ffi::SQLITE_CORRUPT | ffi::SQLITE_NOTADB => {
+            QueryError::Unavailable(e.message.chars().take(300).collect())
+        }
+        code => classify_refusal(&code.to_string(), &e.message, timeout_secs),
+    }
+}
+
+/// What a database's refusal (its code and message) means.
+fn classify_refusal(code: &str, message: &str, timeout_secs: u64) -> QueryError {
+    let message = message.chars().take(300).collect::<String>();
+    let lower = message.to_ascii_lowercase();
+    // PostgreSQL: read_only_sql_transaction, query_canceled, and a
+    // data-modifying WITH that may not appear in a subquery.
+    // SQLite: SQLITE_READONLY (8, with extended codes), SQLITE_INTERRUPT (9).
+    if lower.contains("not authorized") {
+        QueryError::Invalid(
+            "a model may only read tables and views: PRAGMAs, their pragma_* functions and other statements are refused"
+                .into(),
+        )
+    } else if code == "25006"
+        || lower.contains("readonly")
+        || lower.contains("read-only")
+        || lower.contains("data-modifying")
+        || code == "8"
+    {
+        QueryError::ReadOnly(message)
+    } else if code == "57014" || code == "9" || lower.contains("interrupted") {
+        QueryError::Timeout(timeout_secs)
+    } else if lower.contains("near \";\"") || lower.contains("syntax error at or near \";\"") {
+        QueryError::Invalid(format!("a model is exactly one SELECT statement ({message})"))
+    } else {
+        QueryError::Invalid(message)
     }
 }
 
@@ -483,5 +561,26 @@ pub(crate) fn key_text(value: &Value) -> Option<String> {
         Value::Null => None,
         Value::String(s) => Some(s.clone()),
         other => Some(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_row_object_is_read_in_column_order() {
+        let names = vec!["id".to_owned(), "e\"mail".to_owned(), "n".to_owned()];
+        let order = InColumnOrder::new(&names);
+        assert_eq!(
+            order.read(Some(r#"{"n": {"a": [1, 2]}, "extra": [true], "e\"mail": "x@y", "id": 7}"#)),
+            vec![json!(7), json!("x@y"), json!({"a": [1, 2]})]
+        );
+        // The last of repeated keys; a missing column is null.
+        assert_eq!(order.read(Some(r#"{"id": 1, "id": 2}"#)), vec![json!(2), Value::Null, Value::Null]);
+        for broken in [None, Some("[1, 2, 3]"), Some("{\"id\": 1"), Some("{\"id\": 1} 2"), Some("null")] {
+            assert_eq!(order.read(broken), vec![Value::Null; 3], "{broken:?}");
+        }
     }
 }

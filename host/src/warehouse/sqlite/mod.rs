@@ -8,12 +8,15 @@
 //! - [`batch`]: a batch laid out ([`SqliteRows`]) and applied in one
 //!   transaction ([`RowWriter`], [`apply`]);
 //! - [`checkpoint`]: the [`Checkpointer`], which copies committed pages
-//!   into the database file beside the writer.
+//!   into the database file beside the writer;
+//! - [`read`]: a reverse-ETL model's rows, read on a read-only connection
+//!   of their own ([`read::ModelReader`]).
 
 pub(crate) mod batch;
 pub(crate) mod checkpoint;
 pub(crate) mod config;
 pub(crate) mod open;
+pub(crate) mod read;
 
 pub(in crate::warehouse) use batch::{RowWriter, SqliteRows, apply};
 pub(in crate::warehouse) use checkpoint::Checkpointer;
