@@ -354,7 +354,26 @@ async fn a_jobs_page_follows_its_sync_live() {
     assert!(seen.iter().any(|&n| n > 0 && n < 3000), "the page showed the sync part-way: {seen:?}");
     let same = c.execute("return window.stillTheSamePage === true;", vec![]).await.unwrap();
     assert_eq!(same, Value::Bool(true), "updated in place, not reloaded");
+    // The ledger, drawn by the script when the job ended.
+    let ledger_row = "var r = document.querySelector('#ledger tbody tr'); \
+        return r ? Array.from(r.cells).map(function (c) { return c.textContent; }) : [];";
+    let mut row = Value::Null;
+    for _ in 0..50 {
+        row = c.execute(ledger_row, vec![]).await.unwrap();
+        if row.as_array().is_some_and(|r| !r.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(row, json!(["events", "3000", "3000", "0", "0", "0", "0", "0", ""]), "stream, read, loaded, …");
+    let summary = c.find(Locator::Id("ledger-summary")).await.unwrap().text().await.unwrap();
+    assert_eq!(summary, "Attempt 1: balanced");
     screenshot(&c, "13-job-done").await;
+    // Served with the page once the job ended.
+    c.goto(&format!("{}/jobs/{job_id}", srv.base)).await.unwrap();
+    wait_for_text(&c, "Ledger").await;
+    let served = c.execute(ledger_row, vec![]).await.unwrap();
+    assert_eq!(served, row, "the page as served shows the same ledger");
 
     c.goto(&format!("{}/pipelines/{pipeline}", srv.base)).await.unwrap();
     wait_for_text(&c, &job_id).await;

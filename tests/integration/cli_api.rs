@@ -221,6 +221,16 @@ async fn the_cli_builds_and_syncs_a_pipeline_and_reports_failures_by_kind(backen
     let jobs = cli.json(&["jobs", "list", "--pipeline", &pipeline_id]).await;
     assert_eq!(jobs["items"][0]["job_id"], job_id.as_str());
     assert_eq!(jobs["items"][0]["status"], "succeeded");
+    // The job's ledger: every record each stream read, loaded.
+    let shown = cli.ok(&["jobs", "get", &job_id]).await;
+    assert!(shown.contains("Ledger of attempt 1: balanced"), "{shown}");
+    let row: Vec<&str> = shown
+        .lines()
+        .find(|l| l.starts_with("subscribers "))
+        .unwrap_or_else(|| panic!("a ledger row per stream: {shown}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[1..8], ["3000", "3000", "0", "0", "0", "0", "0"], "read, loaded, nothing else: {shown}");
 
     // A write asked to be a proposal says so; another session approves it.
     let out = cli.run(&["sources", "update", &source_id, "--name", "Renamed", "--propose"]).await;

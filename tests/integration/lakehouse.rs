@@ -327,6 +327,13 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
     let read = lake.read_back("lake", "analytics.events").await;
     assert_exact(&read, 2500);
     assert!(read["snapshots"].as_u64().unwrap() >= 1);
+    // The ledger's snapshots are the ones pyiceberg sees: all of a new
+    // table's.
+    let ledger = &job["progress"]["ledger"];
+    assert_eq!(ledger["balanced"], true, "{job}");
+    let events = &ledger["streams"]["events"];
+    assert!(events["read"] == 2500 && events["loaded"] == 2500 && events["left_to_retry"] == 0, "{job}");
+    assert_eq!(events["snapshot_ids"], read["snapshot_ids"], "{job}");
     let types = &read["types"];
     assert_eq!(types["amount"], "decimal(38, 9)", "{types}");
     assert_eq!(types["updated_at"], "timestamptz");
@@ -388,9 +395,14 @@ async fn typed_rows_land_exactly_and_a_full_refresh_swaps_the_table_at_once(back
     let pipeline = json_ok(lake.pipeline(&refreshed, "full_refresh_overwrite").await).await;
     let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
     for _ in 0..2 {
-        assert_eq!(lake.sync(pipeline_id).await["status"], "succeeded");
+        let job = lake.sync(pipeline_id).await;
+        assert_eq!(job["status"], "succeeded");
         let read = lake.read_back("lake", "snapshots.events").await;
         assert_exact(&read, 2500);
+        // The refreshed table's snapshots, swapped in with it.
+        let events = &job["progress"]["ledger"]["streams"]["events"];
+        assert!(events["loaded"] == 2500 && events["unaccounted"] == 0, "{job}");
+        assert_eq!(events["snapshot_ids"], read["snapshot_ids"], "{job}");
         assert_eq!(read["spec"], serde_json::json!([["updated_at_hour", "hour"], ["id_bucket_4", "bucket[4]"]]));
         // 2,500 seconds of records from the top of an hour: one hour, four
         // buckets, each commit a file per partition it holds.

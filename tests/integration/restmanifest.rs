@@ -295,11 +295,22 @@ async fn a_failed_lakehouse_sync_shows_only_what_was_committed(backend: Backend)
     assert_eq!(items["records_read"], 200, "{failed}");
     assert_eq!(items["records"], 0, "nothing a reader can see was written: {failed}");
     assert_eq!(failed["progress"]["records"], 0, "{failed}");
+    // The ledger of the last attempt: what it read is left to the retry,
+    // and a staged table's snapshots are not the stream's.
+    let ledger = &failed["progress"]["ledger"];
+    assert_eq!(ledger["attempt"], failed["attempts"], "{failed}");
+    assert_eq!(ledger["balanced"], true, "{failed}");
+    let counts = &ledger["streams"]["items"];
+    assert!(counts["read"] == 200 && counts["loaded"] == 0 && counts["left_to_retry"] == 200, "{failed}");
+    assert!(counts.get("snapshot_ids").is_none(), "{failed}");
 
     fx.api.missing_page.store(0, Ordering::SeqCst);
     let done = fx.sync(&pipeline).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["progress"]["streams"]["items"]["records"], 300, "{done}");
+    let counts = &done["progress"]["ledger"]["streams"]["items"];
+    assert!(counts["read"] == 300 && counts["loaded"] == 300 && counts["left_to_retry"] == 0, "{done}");
+    assert!(!counts["snapshot_ids"].as_array().unwrap().is_empty(), "{done}");
 }
 
 /// A stream whose API sorts by the cursor says so: its newest value is

@@ -1110,7 +1110,53 @@ async fn a_workspaces_undelivered_events_are_bounded(backend: Backend) {
     h.fx.srv.stop().await;
 }
 
+/// Each sync's end announces its ledger, signed: a deduplicated stream
+/// keyed by a field with two values accounts for all 1,000 records read
+/// as rows SQLite stored and copies a later one replaced, and leaves two
+/// rows; a sync that fails at its first page announces a ledger too.
+async fn a_sync_announces_its_ledger_signed_and_every_record_is_accounted_for(backend: Backend) {
+    let h = setup(backend, 1000).await;
+    let (_, secret) = subscribe(&h, "/hooks", &["sync.ledger"]).await;
+    let srv = &h.fx.srv;
+    let dest = h.fx.destination("sqlite", json!({ "file": "ledger.db" })).await;
+    let body = json!({ "name": "by kind", "source_id": h.fx.source_id, "destination_id": dest,
+        "streams": [{ "name": "events", "sync_mode": "incremental_deduped", "primary_key": ["kind"] }] });
+    let pipeline = json_ok(srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+    let job = h.fx.sync(pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let ledger = &job["progress"]["ledger"];
+    assert_eq!((&ledger["attempt"], &ledger["balanced"]), (&json!(1), &json!(true)), "{job}");
+    let events = &ledger["streams"]["events"];
+    let (loaded, deduplicated) = (events["loaded"].as_u64().unwrap(), events["deduplicated"].as_u64().unwrap());
+    assert_eq!(events["read"], 1000, "{job}");
+    assert_eq!(loaded + deduplicated, 1000, "{job}");
+    // Pages of 300 make at most four batches, each stored as two rows
+    // (one per kind), as SQLite counts its upserts.
+    assert!((2..=8).contains(&loaded) && loaded % 2 == 0, "{job}");
+    assert_eq!((&events["left_to_retry"], &events["unaccounted"]), (&json!(0), &json!(0)), "{job}");
+    let url = format!("sqlite://{}?mode=ro", srv.warehouse(&srv.workspace_id().await, "ledger.db").display());
+    assert_eq!(crate::support::count_rows(&url, "events").await, 2);
+
+    let failing = failing_pipeline(&h, &dest).await;
+    let failed = h.fx.sync(&failing).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let got = received(&h, 2, 30).await;
+    verify(&secret, &got).unwrap();
+    let announced: Vec<Value> = got.iter().map(|(_, b)| serde_json::from_str(b).unwrap()).collect();
+    assert!(announced.iter().all(|a| a["type"] == "sync.ledger"), "{announced:?}");
+    let ok = announced.iter().find(|a| a["data"]["job_id"] == job["job_id"]).expect("the sync's ledger");
+    assert_eq!(ok["data"]["status"], "succeeded");
+    assert_eq!(ok["data"]["streams"], ledger["streams"], "the job's own ledger");
+    let bad = announced.iter().find(|a| a["data"]["job_id"] == failed["job_id"]).expect("the failed sync's ledger");
+    assert_eq!(bad["data"]["status"], "failed");
+    assert_eq!(bad["data"]["attempt"], failed["attempts"]);
+    assert_eq!(bad["data"]["streams"]["events"]["read"], 0, "{bad}");
+    assert_eq!(bad["data"]["balanced"], true, "{bad}");
+    h.fx.srv.stop().await;
+}
+
 on_both_backends!(
+    a_sync_announces_its_ledger_signed_and_every_record_is_accounted_for,
     one_workspace_cannot_hold_every_delivery_slot,
     a_workspaces_undelivered_events_are_bounded,
     secrets_and_receiver_paths_stay_with_administrators,

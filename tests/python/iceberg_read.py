@@ -62,6 +62,7 @@ def read(uri, name, ident, properties=None, extra_columns=None):
     return json.dumps(
         {
             "snapshots": len(table.metadata.snapshots),
+            "snapshot_ids": [snapshot.snapshot_id for snapshot in table.metadata.snapshots],
             "spec": [[f.name, str(f.transform)] for f in table.spec().fields],
             "partitions": len(partitions),
             "files": len(files),

@@ -13,6 +13,7 @@
 //! ([`SyncRun::run_stream`]). What the job shows as it goes is a typed
 //! [`SyncProgress`].
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,14 +35,14 @@ use crate::store::jobs::JobLease;
 use crate::store::jobs::{Job, JobPlugin};
 use crate::store::kinds::JobKind;
 use crate::store::pipelines::{Pipeline, StreamSelection, StreamSyncMode};
-use crate::store::progress::{JobProgress, StreamProgress, StreamStatus, SyncProgress};
+use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
 use crate::warehouse::{Loader, WriteError, Writer, Written};
 
 /// Counters a sync keeps as it goes: per stream, shown as the job's
 /// [`SyncProgress`].
 #[derive(Default)]
 struct Progress {
-    streams: std::collections::BTreeMap<String, StreamTally>,
+    streams: BTreeMap<String, StreamTally>,
 }
 
 /// One stream's counters.
@@ -51,6 +52,14 @@ struct StreamTally {
     read: (u64, u64),
     /// Records and bytes the destination committed.
     written: (u64, u64),
+    /// Rows the destination stored, as it counted them (a lakehouse's
+    /// come from its commits instead).
+    stored: u64,
+    /// Records never written because a later copy of their key in the same
+    /// batch replaced them.
+    deduplicated: u64,
+    /// Whether it read and wrote everything it had to.
+    ended_well: bool,
     /// When its last state was saved (Unix milliseconds); never in a mode
     /// that keeps no state.
     checkpointed_at: Option<i64>,
@@ -91,7 +100,25 @@ impl Progress {
                 (name.clone(), stream)
             })
             .collect();
-        JobProgress::Sync(SyncProgress { records, bytes, streams })
+        JobProgress::Sync(SyncProgress { records, bytes, streams, ledger: None })
+    }
+
+    /// Where what each stream read went, as the attempt ends: what the
+    /// destination stored (a lakehouse's from its commits, `writer`),
+    /// what batches dropped as earlier copies of a key, and what a stream
+    /// that did not end well leaves to the retry.
+    fn ledger(&self, attempt: u32, writer: &Writer) -> SyncLedger {
+        let streams: BTreeMap<String, StreamLedger> = self
+            .streams
+            .iter()
+            .map(|(name, s)| {
+                let loaded = writer.committed_records(name).unwrap_or(s.stored);
+                let mut ledger = StreamLedger::settle(s.read.0, loaded, s.deduplicated, 0, s.ended_well);
+                ledger.snapshot_ids = writer.committed_snapshots(name);
+                (name.clone(), ledger)
+            })
+            .collect();
+        SyncLedger { attempt, balanced: streams.values().all(StreamLedger::balances), streams }
     }
 }
 
@@ -255,6 +282,8 @@ impl StreamWrite {
                 None => s.written.0 + written.records,
             };
             s.written.1 += written.bytes;
+            s.stored += written.stored;
+            s.deduplicated += written.deduplicated;
         }
         // Every batch queued before the checkpoint is written, and the
         // checkpoint saved by its owner (the loader, or the lakehouse in
@@ -371,15 +400,36 @@ pub(super) async fn execute(
 ) -> Result<(), Failure> {
     let prepared = prepare(state, job, owner).await?;
     let run = SyncRun { state, spool, job, cancel, prepared, progress: Arc::new(Mutex::new(Progress::default())) };
+    let mut outcome = Ok(());
     for sel in &run.prepared.pipeline.streams {
-        run.run_stream(sel).await?;
+        outcome = run.run_stream(sel).await;
+        if outcome.is_err() {
+            break;
+        }
     }
-    let final_progress = run.progress.lock().await.snapshot();
-    let _ = state.store.job_progress(&job.job_id, &final_progress).await;
+    let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
+    let (ledger, mut last) = {
+        let progress = run.progress.lock().await;
+        (progress.ledger(attempt, &run.prepared.writer), progress.snapshot())
+    };
+    if outcome.is_ok()
+        && let Some((name, stream)) = ledger.streams.iter().find(|(_, s)| !s.balances())
+    {
+        // Something lost (or wrote twice) what was read: a bug, never to
+        // pass as a success.
+        outcome = Err(Failure::Permanent(format!(
+            "the ledger of stream {name} does not balance: {} read, {} loaded, {} deduplicated, {} unaccounted",
+            stream.read, stream.loaded, stream.deduplicated, stream.unaccounted
+        )));
+    }
+    if let JobProgress::Sync(sync) = &mut last {
+        sync.ledger = Some(ledger);
+    }
+    let _ = state.store.job_progress(&job.job_id, &last).await;
     if let Ok(w) = Arc::try_unwrap(run.prepared.writer) {
         w.close().await;
     }
-    Ok(())
+    outcome
 }
 
 /// The pipeline, its source and destination, the connector (the version
@@ -478,9 +528,12 @@ impl SyncRun<'_> {
             (Ok(()), Err(e)) => Err(e.into()),
             (Ok(()), Ok(())) => {
                 writer.end_stream(&sel.name).await?;
+                let mut progress = self.progress.lock().await;
+                let tally = progress.stream(&sel.name);
                 if let Some(committed) = writer.committed_records(&sel.name) {
-                    self.progress.lock().await.stream(&sel.name).written.0 = committed;
+                    tally.written.0 = committed;
                 }
+                tally.ended_well = true;
                 Ok(())
             }
         }

@@ -517,6 +517,18 @@ impl Store {
         if let Some(event) = event {
             queued += announce(&mut tx, self.outbox_bounds(), &job, event).await?;
         }
+        if let Some(ledger) = job.progress.sync().and_then(|p| p.ledger.as_ref()).filter(|_| !runs) {
+            let data = json!({
+                "job_id": job.job_id,
+                "pipeline_id": job.pipeline_id,
+                "status": status.as_str(),
+                "attempt": ledger.attempt,
+                "balanced": ledger.balanced,
+                "streams": ledger.streams,
+            });
+            queued +=
+                record_event(&mut tx, self.outbox_bounds(), &job.workspace_id, EventType::SyncLedger, data).await?;
+        }
         if let Some(run) = job.progress.run().filter(|_| runs) {
             let (failed, invalid) = (run.counts.failed, run.counts.invalid);
             if failed + invalid > 0 {

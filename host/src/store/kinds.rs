@@ -238,6 +238,9 @@ text_enum! {
         ApprovalDecided = "approval.decided",
         /// A reverse-ETL run ended with rows the destination failed or that were invalid.
         RowsRejected = "rows.rejected",
+        /// A sync or reset ended (well or for good): where every record its
+        /// last attempt read went, per stream.
+        SyncLedger = "sync.ledger",
     }
 }
 

@@ -3,8 +3,9 @@
 //! and the OpenAPI description, all from these types.
 //!
 //! A queued job has none yet (`{}`); a sync or reset counts per stream
-//! ([`SyncProgress`]); a reverse-ETL run counts per verdict in phases
-//! ([`RunProgress`]).
+//! ([`SyncProgress`]), and once an attempt ended says where every record
+//! it read went ([`SyncLedger`]); a reverse-ETL run counts per verdict in
+//! phases ([`RunProgress`]).
 
 use std::collections::BTreeMap;
 
@@ -44,6 +45,82 @@ pub struct SyncProgress {
     pub bytes: u64,
     /// Per stream, by name.
     pub streams: BTreeMap<String, StreamProgress>,
+    /// Where the records the last attempt read went, once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<SyncLedger>,
+}
+
+/// Where every record one attempt of a sync read went, per stream: each
+/// was loaded, quarantined, deduplicated, or is left to the next attempt,
+/// which reads it again from the last saved state. A ledger that does not
+/// balance fails the job: a record went somewhere nothing counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SyncLedger {
+    /// The attempt it counts (1 for the first).
+    pub attempt: u32,
+    /// Whether every stream balances: read = loaded + quarantined +
+    /// deduplicated + left to retry.
+    pub balanced: bool,
+    /// Per stream, by name.
+    pub streams: BTreeMap<String, StreamLedger>,
+}
+
+/// One stream's ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StreamLedger {
+    /// Records the connector emitted.
+    pub read: u64,
+    /// Rows the destination stored, as it counted them (rows it inserted
+    /// or replaced; a lakehouse's committed data files' row counts).
+    pub loaded: u64,
+    /// Rows loaded with a value set to null by the stream's contract (of
+    /// `loaded`).
+    pub value_discarded: u64,
+    /// Records kept aside by the stream's contract instead of loaded.
+    pub quarantined: u64,
+    /// Records replaced, before they were written, by a later copy of the
+    /// same primary key in the same batch (deduplicated mode).
+    pub deduplicated: u64,
+    /// Records this attempt read and did not store before it ended
+    /// (failed or stopped): the next attempt reads them again from the
+    /// last saved state.
+    pub left_to_retry: u64,
+    /// Records nothing accounts for: 0 unless something lost (or wrote
+    /// twice) what was read.
+    pub unaccounted: i64,
+    /// The snapshots the stream committed to an Iceberg table, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshot_ids: Vec<i64>,
+}
+
+impl StreamLedger {
+    /// The ledger of a stream that read `read` records, of which the
+    /// destination stored `loaded` and the batches dropped `deduplicated`
+    /// as earlier copies of a key. `ended_well`: the stream read and wrote
+    /// everything, so nothing is left to a retry and every record must be
+    /// accounted for; otherwise what was not stored is left to the retry
+    /// (but never fewer than nothing: rows stored twice stay unaccounted).
+    pub fn settle(read: u64, loaded: u64, deduplicated: u64, quarantined: u64, ended_well: bool) -> StreamLedger {
+        let accounted = i128::from(loaded) + i128::from(deduplicated) + i128::from(quarantined);
+        let rest = i128::from(read) - accounted;
+        let left_to_retry = if ended_well { 0 } else { u64::try_from(rest).unwrap_or(0) };
+        let unaccounted = rest - i128::from(left_to_retry);
+        StreamLedger {
+            read,
+            loaded,
+            value_discarded: 0,
+            quarantined,
+            deduplicated,
+            left_to_retry,
+            unaccounted: i64::try_from(unaccounted).unwrap_or(i64::MAX),
+            snapshot_ids: Vec::new(),
+        }
+    }
+
+    /// Whether every record read is accounted for.
+    pub fn balances(&self) -> bool {
+        self.unaccounted == 0
+    }
 }
 
 /// One stream of a sync.
@@ -183,6 +260,11 @@ mod tests {
             records: 3,
             bytes: 30,
             streams: BTreeMap::from([("items".to_owned(), stream)]),
+            ledger: Some(SyncLedger {
+                attempt: 2,
+                balanced: true,
+                streams: BTreeMap::from([("items".to_owned(), StreamLedger::settle(4, 3, 1, 0, true))]),
+            }),
         });
         let run = JobProgress::Run(RunProgress {
             phase: RunPhase::Sending,
@@ -201,5 +283,31 @@ mod tests {
             "records_remaining": null, "status": "running" } } });
         let read: JobProgress = serde_json::from_value(stored).unwrap();
         assert_eq!(read.sync().unwrap().streams["a"].status, StreamStatus::Running);
+        assert_eq!(read.sync().unwrap().ledger, None, "progress saved before ledgers existed has none");
+    }
+
+    /// What a stream read must all be somewhere: stored, dropped as an
+    /// earlier copy of a key, quarantined, or (only when it did not end
+    /// well) left to the retry. A record missing, or stored twice, is
+    /// unaccounted either way.
+    #[test]
+    fn a_ledger_balances_only_when_every_record_read_is_accounted_for() {
+        let whole = StreamLedger::settle(10, 7, 2, 1, true);
+        assert!(whole.balances());
+        assert_eq!((whole.left_to_retry, whole.unaccounted), (0, 0));
+        let lost = StreamLedger::settle(10, 7, 2, 0, true);
+        assert!(!lost.balances(), "a record read and stored nowhere");
+        assert_eq!(lost.unaccounted, 1);
+        let twice = StreamLedger::settle(10, 11, 0, 0, true);
+        assert_eq!(twice.unaccounted, -1, "a row stored twice");
+        let cut = StreamLedger::settle(10, 4, 1, 0, false);
+        assert!(cut.balances());
+        assert_eq!((cut.left_to_retry, cut.unaccounted), (5, 0), "a failed read leaves the rest to the retry");
+        let cut_twice = StreamLedger::settle(10, 12, 0, 0, false);
+        assert_eq!(
+            (cut_twice.left_to_retry, cut_twice.unaccounted),
+            (0, -2),
+            "a retry cannot explain rows stored twice"
+        );
     }
 }

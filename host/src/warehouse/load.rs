@@ -45,15 +45,32 @@ struct StreamTarget {
 }
 
 enum InFlight {
-    Batch(tokio::task::JoinHandle<Result<(u64, u64), WriteError>>),
+    Batch(tokio::task::JoinHandle<Result<Applied, WriteError>>),
     Checkpoint(String),
+}
+
+/// What one batch did once applied.
+struct Applied {
+    records: u64,
+    bytes: u64,
+    deduplicated: u64,
+    /// Rows the destination stored, as it counted them (none yet for a
+    /// lakehouse, which stores rows at its commits).
+    stored: Option<u64>,
 }
 
 /// What finished writing since the last call.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Written {
+    /// Records and bytes of the batches applied.
     pub records: u64,
     pub bytes: u64,
+    /// Of `records`: those replaced by a later copy of their key in their
+    /// batch, so never written.
+    pub deduplicated: u64,
+    /// Rows the destination stored for them, as it counted them (0 for a
+    /// lakehouse, which stores rows at its commits).
+    pub stored: u64,
     /// The latest checkpoint whose data is all written, saved (when the
     /// loader saves states, and the mode keeps any).
     pub checkpoint: Option<String>,
@@ -130,8 +147,9 @@ impl Loader {
             }
             let writer = self.writer.clone();
             self.in_flight.push_back(InFlight::Batch(tokio::spawn(async move {
-                let records = batch.records;
-                writer.apply(batch).await.map(|bytes| (records, bytes))
+                let (records, bytes, deduplicated) = (batch.records, batch.bytes, batch.deduplicated);
+                let stored = writer.apply(batch).await?;
+                Ok(Applied { records, bytes, deduplicated, stored })
             })));
         }
         self.saved(written).await
@@ -184,10 +202,12 @@ impl Loader {
     async fn next(&mut self, written: &mut Written) -> Result<(), WriteError> {
         self.take_due(written);
         if let Some(InFlight::Batch(task)) = self.in_flight.pop_front() {
-            let (records, bytes) =
+            let applied =
                 task.await.unwrap_or_else(|e| Err(WriteError::Destination(format!("the writer stopped: {e}"))))?;
-            written.records += records;
-            written.bytes += bytes;
+            written.records += applied.records;
+            written.bytes += applied.bytes;
+            written.deduplicated += applied.deduplicated;
+            written.stored += applied.stored.unwrap_or(0);
         }
         self.take_due(written);
         Ok(())

@@ -36,6 +36,9 @@ pub(super) struct Batch {
     /// Records and bytes the batch holds.
     pub(crate) records: u64,
     pub(crate) bytes: u64,
+    /// Records replaced by a later copy of their key in the batch
+    /// (deduplicated mode): laid out as no row.
+    pub(crate) deduplicated: u64,
     pub(crate) load: Load,
 }
 
@@ -130,6 +133,15 @@ impl Writer {
         }
     }
 
+    /// The snapshots `stream` committed so far, in order, where its
+    /// destination is a lakehouse.
+    pub(crate) fn committed_snapshots(&self, stream: &str) -> Vec<i64> {
+        match self {
+            Writer::Iceberg(lake) => lake.committed_snapshots(&sql_name(stream)),
+            _ => Vec::new(),
+        }
+    }
+
     /// Commits what awaits a commit; the state saved with it.
     pub(crate) async fn flush(&self, stream: &str) -> Result<Option<String>, WriteError> {
         match self {
@@ -189,6 +201,7 @@ impl Writer {
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
         let bytes = text_bytes(records) as u64;
+        let mut deduplicated = 0;
         let (columns, load) = match self {
             Writer::Iceberg(lake) => (Vec::new(), Load::Arrow(lake.prepare(&table, records, &meta)?)),
             Writer::Jsonl { .. } => {
@@ -200,6 +213,7 @@ impl Writer {
                 else {
                     return Ok(None);
                 };
+                deduplicated = (records.len() - rows.len()) as u64;
                 let load = match tables.db {
                     Db::Sqlite(..) => Load::Rows(SqliteRows::new(&quote(&table), &names, &upsert, &rows, now, &meta)?),
                     // Fresh keys never collide: they are copied straight in.
@@ -213,32 +227,38 @@ impl Writer {
                 (columns, load)
             }
         };
-        Ok(Some(Batch { table, columns, records: records.len() as u64, bytes, load }))
+        Ok(Some(Batch { table, columns, records: records.len() as u64, bytes, deduplicated, load }))
     }
 
-    /// Writes a prepared batch in one transaction; returns its size in
-    /// bytes.
-    pub(super) async fn apply(&self, batch: Batch) -> Result<u64, WriteError> {
+    /// Writes a prepared batch in one transaction; returns the rows the
+    /// destination stored, as it counted them (`None` for a lakehouse,
+    /// which stores rows at its commits: [`Writer::committed_records`]).
+    pub(super) async fn apply(&self, batch: Batch) -> Result<Option<u64>, WriteError> {
         let io = WriteError::Destination;
         let Batch { table, columns, bytes, load, .. } = batch;
         let binary = match self {
             Writer::Sql(tables) => tables.ensure_columns(&table, &columns).await?,
             _ => true,
         };
-        match (self, load) {
-            (Writer::Iceberg(lake), Load::Arrow(rows)) => lake.append(&table, rows, bytes).await?,
+        let stored = match (self, load) {
+            (Writer::Iceberg(lake), Load::Arrow(rows)) => {
+                lake.append(&table, rows, bytes).await?;
+                None
+            }
             (Writer::Jsonl { dir }, Load::Lines(out)) => {
-                jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?
+                jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?;
+                // A line per record: JSON text escapes every line break.
+                Some(out.iter().filter(|b| **b == b'\n').count() as u64)
             }
             (Writer::Sql(Tables { db: Db::Sqlite(_, writer, checkpointer), .. }), Load::Rows(rows)) => {
-                super::sqlite::apply(writer, checkpointer, rows, &table).await?
+                Some(super::sqlite::apply(writer, checkpointer, rows, &table).await?)
             }
             (Writer::Sql(Tables { db: Db::Postgres(pool), .. }), Load::Copy { names, data, upsert }) => {
-                postgres::apply(pool, &table, &names, upsert.as_deref(), data, binary).await?
+                Some(postgres::apply(pool, &table, &names, upsert.as_deref(), data, binary).await?)
             }
             _ => return Err(io("the batch was prepared for another destination".into())),
-        }
-        Ok(bytes)
+        };
+        Ok(stored)
     }
 
     /// Closes connections.

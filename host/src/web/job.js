@@ -57,6 +57,20 @@
         ));
       });
     }
+    var ledger = document.querySelector("#ledger tbody");
+    if (ledger && p.ledger) {
+      ledger.textContent = "";
+      text("ledger-summary", "Attempt " + p.ledger.attempt + ": " +
+        (p.ledger.balanced ? "balanced" : "does not balance"));
+      Object.keys(p.ledger.streams).sort().forEach(function (name) {
+        var l = p.ledger.streams[name];
+        ledger.appendChild(row(
+          [name, l.read, l.loaded, l.value_discarded, l.quarantined, l.deduplicated, l.left_to_retry,
+            l.unaccounted, (l.snapshot_ids || []).join(" ")],
+          [false, true, true, true, true, true, true, true, false]
+        ));
+      });
+    }
     var counts = document.querySelector("#counts tbody");
     if (counts && p.counts) {
       counts.textContent = "";

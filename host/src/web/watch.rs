@@ -24,7 +24,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::jobs::{Job, JobFilter, JobOwner};
 use crate::store::pipelines::{Pipeline, Schedule};
-use crate::store::progress::JobProgress;
+use crate::store::progress::{JobProgress, SyncLedger};
 
 /// Items a list shows at most.
 const LISTED: i64 = 200;
@@ -394,7 +394,44 @@ fn progress_table(progress: &JobProgress, run: bool) -> String {
     }
     format!(
         "<table id=\"streams\"><thead><tr><th>Stream</th><th>Status</th><th>Records read</th><th>Records written</th>\
-         <th>Bytes written</th><th>Records/s</th><th>Last checkpoint</th></tr></thead><tbody>{rows}</tbody></table>"
+         <th>Bytes written</th><th>Records/s</th><th>Last checkpoint</th></tr></thead><tbody>{rows}</tbody></table>{}",
+        ledger_table(progress.sync().and_then(|p| p.ledger.as_ref()))
+    )
+}
+
+/// Where every record the last attempt of a sync read went, once it
+/// ended (the script fills it in when the job ends while the page is
+/// open).
+fn ledger_table(ledger: Option<&SyncLedger>) -> String {
+    let summary = match ledger {
+        None => "Shown once an attempt ends.".to_owned(),
+        Some(l) => format!("Attempt {}: {}", l.attempt, if l.balanced { "balanced" } else { "does not balance" }),
+    };
+    let rows: String = ledger
+        .into_iter()
+        .flat_map(|l| &l.streams)
+        .map(|(name, s)| {
+            let snapshots: Vec<String> = s.snapshot_ids.iter().map(i64::to_string).collect();
+            format!(
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                escape(name),
+                s.read,
+                s.loaded,
+                s.value_discarded,
+                s.quarantined,
+                s.deduplicated,
+                s.left_to_retry,
+                s.unaccounted,
+                escape(&snapshots.join(" ")),
+            )
+        })
+        .collect();
+    format!(
+        "<h2>Ledger</h2><p id=\"ledger-summary\">{}</p><table id=\"ledger\"><thead><tr><th>Stream</th><th>Read</th>\
+         <th>Loaded</th><th>Value discarded</th><th>Quarantined</th><th>Deduplicated</th><th>Left to retry</th>\
+         <th>Unaccounted</th><th>Iceberg snapshots</th></tr></thead><tbody>{rows}</tbody></table>",
+        escape(&summary)
     )
 }
 

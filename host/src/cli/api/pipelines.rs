@@ -34,6 +34,17 @@ const JOBS: &[Column] = &[
     Column("CREATED", "created_at"),
     Column("FINISHED", "finished_at"),
 ];
+const LEDGER: &[Column] = &[
+    Column("STREAM", "stream"),
+    Column("READ", "read"),
+    Column("LOADED", "loaded"),
+    Column("VALUE DISCARDED", "value_discarded"),
+    Column("QUARANTINED", "quarantined"),
+    Column("DEDUPLICATED", "deduplicated"),
+    Column("LEFT TO RETRY", "left_to_retry"),
+    Column("UNACCOUNTED", "unaccounted"),
+    Column("SNAPSHOTS", "snapshot_ids"),
+];
 const ATTEMPTS: &[Column] = &[
     Column("ATTEMPT", "attempt"),
     Column("OUTCOME", "outcome"),
@@ -288,7 +299,14 @@ pub(crate) async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> 
             ]);
             ctx.list("jobs", &q, JOBS).await
         }
-        JobsCommand::Get { job_id } => ctx.show(&format!("jobs/{}", seg(&job_id))).await,
+        JobsCommand::Get { job_id } => {
+            let data = ctx.client.call(Method::GET, &format!("jobs/{}", seg(&job_id)), None).await?;
+            ctx.out.record(&data);
+            if let Some(ledger) = data.pointer("/progress/ledger").filter(|_| !ctx.out.json) {
+                print!("{}", ledger_table(ledger));
+            }
+            Ok(())
+        }
         JobsCommand::Attempts { job_id } => {
             let data = ctx.client.call(Method::GET, &format!("jobs/{}/attempts", seg(&job_id)), None).await?;
             ctx.out.list(&data, ATTEMPTS);
@@ -302,4 +320,24 @@ pub(crate) async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> 
             .await
             .map(drop),
     }
+}
+
+/// A job's ledger for people: whether it balances, and a row per stream.
+fn ledger_table(ledger: &Value) -> String {
+    let balanced = if ledger["balanced"] == true { "balanced" } else { "DOES NOT BALANCE" };
+    let streams: Vec<Value> = ledger["streams"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, counts)| {
+            let mut row = counts.clone();
+            row["stream"] = json!(name);
+            row
+        })
+        .collect();
+    format!(
+        "\nLedger of attempt {}: {balanced}\n{}",
+        text_at(ledger, "attempt"),
+        super::render::table(&streams, LEDGER)
+    )
 }

@@ -58,6 +58,8 @@ pub struct IcebergWriter {
     /// the live table (an increment), or in the staged table once it
     /// replaced the live one (a full refresh).
     committed: Mutex<HashMap<String, u64>>,
+    /// The snapshots each stream committed, in order, by table name.
+    snapshots: Mutex<HashMap<String, Vec<i64>>>,
     /// Files a stream keeps open at once, and the bytes they hold.
     open_files_max: (usize, usize),
 }
@@ -82,6 +84,9 @@ const OPEN_FILES_BYTES: usize = 64 * 1024 * 1024;
 
 /// Where one stream's batches go.
 struct StreamTable {
+    /// The stream's table name (a full refresh writes another table,
+    /// `ident`, under it).
+    name: String,
     /// The table written.
     ident: TableIdent,
     /// Its schema and partition spec when the stream started, and the
@@ -98,6 +103,9 @@ struct StreamTable {
     pending: tokio::sync::Mutex<Pending>,
     /// Records in the files committed so far.
     committed_records: std::sync::atomic::AtomicU64,
+    /// The snapshots committed to a full refresh's staged table: the
+    /// stream's once that table replaces the live one.
+    staged_snapshots: Mutex<Vec<i64>>,
 }
 
 /// What a stream's commits do besides adding files.
@@ -206,6 +214,7 @@ impl IcebergWriter {
             partitions,
             streams: Default::default(),
             committed: Default::default(),
+            snapshots: Default::default(),
             open_files_max: (OPEN_FILES_MAX, OPEN_FILES_BYTES),
         })
     }
@@ -298,6 +307,8 @@ impl IcebergWriter {
             delivery,
             pending: Default::default(),
             committed_records: Default::default(),
+            staged_snapshots: Default::default(),
+            name: table.to_owned(),
         };
         self.streams
             .lock()
@@ -491,8 +502,16 @@ impl IcebergWriter {
         let records: u64 = files.iter().map(DataFile::record_count).sum();
         let tx = Transaction::new(&current);
         let tx = tx.fast_append().add_data_files(files).apply(tx).map_err(committing)?;
-        tx.commit(&catalog).await.map_err(committing)?;
+        let committed = tx.commit(&catalog).await.map_err(committing)?;
         stream.committed_records.fetch_add(records, std::sync::atomic::Ordering::SeqCst);
+        if let Some(id) = committed.metadata().current_snapshot_id() {
+            match stream.delivery {
+                Delivery::Incremental { .. } => self.made_snapshots(&stream.name, [id]),
+                Delivery::Refresh { .. } => {
+                    stream.staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id)
+                }
+            }
+        }
         if let Delivery::Incremental { .. } = stream.delivery {
             self.made_readable(&stream.ident, records);
         }
@@ -512,17 +531,37 @@ impl IcebergWriter {
         self.committed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(table).copied().unwrap_or(0)
     }
 
+    /// Counts `ids` as snapshots stream `table` made readable.
+    fn made_snapshots(&self, table: &str, ids: impl IntoIterator<Item = i64>) {
+        let mut snapshots = self.snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        snapshots.entry(table.to_owned()).or_default().extend(ids);
+    }
+
+    /// The snapshots stream `table` made readable so far (committed to the
+    /// live table, or in a refreshed table that replaced it), in order.
+    pub(crate) fn committed_snapshots(&self, table: &str) -> Vec<i64> {
+        self.snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(table).cloned().unwrap_or_default()
+    }
+
     /// Ends a stream that read all it had to: every file it wrote is
     /// committed, and a full refresh's staged table replaces the live one.
     pub(crate) async fn finish(&self, table: &str) -> Result<(), WriteError> {
         let stream = self.stream(table)?;
         self.commit(&stream, &mut *stream.pending.lock().await, true).await?;
         let stream = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(table);
-        if let Some(StreamTable { ident, delivery: Delivery::Refresh { live }, committed_records, .. }) =
-            stream.as_deref()
+        if let Some(StreamTable {
+            ident,
+            delivery: Delivery::Refresh { live },
+            committed_records,
+            staged_snapshots,
+            ..
+        }) = stream.as_deref()
         {
             self.catalog.replace(live, ident).await.map_err(|e| failed("cannot swap in the refreshed table", e))?;
             self.made_readable(live, committed_records.load(std::sync::atomic::Ordering::SeqCst));
+            let staged =
+                std::mem::take(&mut *staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            self.made_snapshots(table, staged);
         }
         Ok(())
     }

@@ -128,14 +128,15 @@ pub(in crate::warehouse) fn copy_text_from_binary(data: &[u8]) -> Result<Vec<u8>
 }
 
 /// One PostgreSQL transaction: `COPY` the rows in, into a staging table
-/// first when they must upsert.
+/// first when they must upsert. Returns the rows PostgreSQL stored (copied
+/// in, or inserted and updated by the upsert).
 pub(in crate::warehouse) async fn copy_rows(
     pool: &sqlx::PgPool,
     target: &str,
     names: &[String],
     upsert: Option<&str>,
     data: CopyData,
-) -> Result<(), sqlx::Error> {
+) -> Result<u64, sqlx::Error> {
     let columns = names.join(", ");
     let mut tx = pool.begin().await?;
     let into = match upsert {
@@ -155,17 +156,19 @@ pub(in crate::warehouse) async fn copy_rows(
     };
     let mut copy = tx.copy_in_raw(&format!("COPY {into} ({columns}) FROM STDIN (FORMAT {format})")).await?;
     copy.send(data).await?;
-    copy.finish().await?;
+    let mut stored = copy.finish().await?;
     if let Some(upsert) = upsert {
         let sql = format!("INSERT INTO {target} ({columns}) SELECT {columns} FROM \"_service_staging\"{upsert}");
-        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await?;
+        stored = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await?.rows_affected();
     }
-    tx.commit().await
+    tx.commit().await?;
+    Ok(stored)
 }
 
 /// Writes a batch with `COPY` (binary, or text into columns someone gave
 /// another type: JSONB, say, takes text, which the server converts, and
-/// binary it would refuse), finishing with `upsert` when keys may exist.
+/// binary it would refuse), finishing with `upsert` when keys may exist;
+/// the rows stored.
 pub(crate) async fn apply(
     pool: &sqlx::PgPool,
     table: &str,
@@ -173,7 +176,7 @@ pub(crate) async fn apply(
     upsert: Option<&str>,
     data: Vec<u8>,
     binary: bool,
-) -> Result<(), WriteError> {
+) -> Result<u64, WriteError> {
     let data = if binary { CopyData::Binary(data) } else { CopyData::Text(copy_text_from_binary(&data)?) };
     copy_rows(pool, &crate::warehouse::quote(table), names, upsert, data)
         .await

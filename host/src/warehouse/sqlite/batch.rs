@@ -127,21 +127,25 @@ impl RowWriter {
         Ok(writer)
     }
 
-    /// Writes `rows` in one transaction: all of them, or none.
-    pub(in crate::warehouse) fn write(&mut self, rows: &SqliteRows) -> Result<(), SqliteFailure> {
+    /// Writes `rows` in one transaction: all of them, or none. Returns
+    /// the rows SQLite inserted or replaced, as it counts them.
+    pub(in crate::warehouse) fn write(&mut self, rows: &SqliteRows) -> Result<u64, SqliteFailure> {
         self.exec("BEGIN IMMEDIATE")?;
         // Rolled back on every way out but a commit, a panic included, so
         // no transaction is left holding the write lock.
         let mut tx = Transaction { writer: self, committed: false };
-        tx.writer.insert_all(rows)?;
+        let stored = tx.writer.insert_all(rows)?;
         tx.writer.exec("COMMIT")?;
         tx.committed = true;
-        Ok(())
+        Ok(stored)
     }
 
-    fn insert_all(&mut self, rows: &SqliteRows) -> Result<(), SqliteFailure> {
+    /// Upserts every row; the rows the upserts stored (their own changes,
+    /// not those of any trigger someone put on the table).
+    fn insert_all(&mut self, rows: &SqliteRows) -> Result<u64, SqliteFailure> {
         let stmt = self.statement(&rows.sql)?.as_ptr();
         let result = (|| {
+            let mut stored = 0u64;
             // The metadata are the same for every row; bindings outlive a
             // reset, so they are bound once.
             self.check(unsafe { ffi::sqlite3_bind_int64(stmt, 2, rows.now) })?;
@@ -164,8 +168,10 @@ impl RowWriter {
                 if rc != ffi::SQLITE_DONE {
                     return Err(self.error());
                 }
+                // SAFETY: the handle is open; this counts the step above.
+                stored += u64::try_from(unsafe { ffi::sqlite3_changes64(self.db.as_ptr()) }).unwrap_or(0);
             }
-            Ok(())
+            Ok(stored)
         })();
         // SAFETY: `stmt` is live. No binding may point into `rows` once
         // this returns.
@@ -306,14 +312,16 @@ pub(in crate::warehouse) async fn apply(
     checkpointer: &Checkpointer,
     rows: SqliteRows,
     table: &str,
-) -> Result<(), WriteError> {
+) -> Result<u64, WriteError> {
     let writer = writer.clone();
-    tokio::task::spawn_blocking(move || writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows))
-        .await
-        .map_err(|e| WriteError::Destination(format!("the write stopped: {e}")))?
-        .map_err(|e| failed(&format!("cannot write to {table}"), e))?;
+    let stored = tokio::task::spawn_blocking(move || {
+        writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).write(&rows)
+    })
+    .await
+    .map_err(|e| WriteError::Destination(format!("the write stopped: {e}")))?
+    .map_err(|e| failed(&format!("cannot write to {table}"), e))?;
     checkpointer.committed();
-    Ok(())
+    Ok(stored)
 }
 
 #[cfg(test)]
