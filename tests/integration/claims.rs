@@ -51,6 +51,7 @@ async fn queue(store: &Store, ws: &str, source: &str, destination: &str, jobs: u
         sync_mode: StreamSyncMode::FullRefreshOverwrite,
         cursor_field: None,
         primary_key: None,
+        contract: None,
     }];
     for i in 0..jobs {
         let pipeline = store

@@ -16,6 +16,7 @@ mod cli;
 mod cli_api;
 mod cli_login;
 mod client_limits;
+mod contracts;
 mod conventions;
 mod credentials;
 mod emailcampaign;

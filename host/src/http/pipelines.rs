@@ -1,5 +1,6 @@
 //! Pipelines: prepare, create, read, update, pause, resume, sync and
-//! reset (spec section 4, "Pipelines").
+//! reset (spec section 4, "Pipelines"), and the rows their streams'
+//! contracts kept aside.
 
 use axum::Extension;
 use axum::extract::{Path, State};
@@ -30,6 +31,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(resume_pipeline))
         .routes(routes!(sync_pipeline))
         .routes(routes!(reset_pipeline))
+        .routes(routes!(list_rejected))
 }
 
 /// Body of `POST /pipelines/prepare`.
@@ -199,4 +201,76 @@ async fn reset_pipeline(
 ) -> ApiResult<Executed> {
     let cmd = run_command(&state, &ws, id, &headers, body).await?;
     ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::ResetPipeline(cmd)).await
+}
+
+/// Which stream's rejected rows to list.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RejectedQuery {
+    /// The stream (needed when the pipeline has more than one).
+    pub stream: Option<String>,
+}
+
+/// The fields of a rejected row, as its table holds them.
+const REJECTED_COLUMNS: [&str; 10] =
+    ["rejection_id", "job_id", "attempt", "stream", "cursor", "reason", "pointer", "rule", "record", "rejected_at"];
+
+/// Records a stream's contract kept aside, read from the stream's
+/// rejected-rows table in the destination: each with the job and attempt
+/// that read it, the cursor's value, the reason, the JSON pointer of the
+/// field, the rule, and the record as read. Editors (the records are the
+/// provider's data).
+#[utoipa::path(get, path = "/pipelines/{pipeline_id}/rejected", tag = "pipelines",
+    params(("pipeline_id" = String, Path), RejectedQuery, PageQuery),
+    responses((status = 200, body = Envelope<Page<Value>>), (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)))]
+async fn list_rejected(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Path(id): Path<String>,
+    ApiQuery(which): ApiQuery<RejectedQuery>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> ApiResult<Envelope<Page<Value>>> {
+    ws.require(crate::access::Role::Editor)?;
+    let p = state.store.pipeline(&ws.workspace_id, &id).await?.ok_or_else(|| ApiError::not_found("pipeline"))?;
+    let stream = match (which.stream, &p.streams[..]) {
+        (Some(name), streams) if streams.iter().any(|s| s.name == name) => name,
+        (Some(name), _) => {
+            return Err(ApiError::invalid_field("stream", format!("the pipeline has no stream {name}")));
+        }
+        (None, [only]) => only.name.clone(),
+        (None, _) => return Err(ApiError::invalid_field("stream", "the pipeline has several streams: name one")),
+    };
+    let limit = q.limit()?;
+    let after = q.after()?.unwrap_or_default();
+    let dest_id = p.destination_id.as_deref().ok_or_else(|| ApiError::not_found("destination"))?;
+    let dest =
+        state.store.destination(&ws.workspace_id, dest_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
+    let table = crate::jobs::quarantine::rejected_stream(&stream);
+    let rows =
+        state.warehouses.rows_after(&dest, &table, &REJECTED_COLUMNS, &after, limit as usize + 1).await.map_err(
+            |e| match e {
+                crate::warehouse::WarehouseError::Config(e) => e,
+                other => ApiError::unavailable(format!("cannot read the rejected rows: {other}")),
+            },
+        )?;
+    let items: Vec<(String, Value)> = rows.into_iter().map(|(at, row)| (at, rejected_item(row))).collect();
+    let page = q.page(items, limit, |(at, _)| at);
+    Ok(ok(Page { items: page.items.into_iter().map(|(_, v)| v).collect(), next_cursor: page.next_cursor }))
+}
+
+/// A rejected row as the API shows it: the attempt a number, the record
+/// the JSON it was (text only when it was not JSON).
+fn rejected_item(mut row: serde_json::Map<String, Value>) -> Value {
+    if let Some(Value::String(n)) = row.get("attempt")
+        && let Ok(n) = n.parse::<u64>()
+    {
+        row.insert("attempt".into(), Value::from(n));
+    }
+    if let Some(Value::String(text)) = row.get("record")
+        && let Ok(record) = serde_json::from_str::<Value>(text)
+    {
+        row.insert("record".into(), record);
+    }
+    Value::Object(row)
 }

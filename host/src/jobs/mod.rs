@@ -15,6 +15,8 @@
 //! - [`queue`]: a stream's byte-bounded write queue and its grouping;
 //! - [`held`]: an append's records that no saved state covers yet, held
 //!   until one does;
+//! - [`quarantine`]: a stream's data contract applied as its batches are
+//!   written, and its rejected-rows table;
 //! - [`activation`]: one reverse-ETL activation run: the diff, the sends,
 //!   the removals of mirror mode;
 //! - [`spool`]: where a run keeps the rows it will send, within the
@@ -23,6 +25,7 @@
 pub(crate) mod activation;
 mod held;
 pub(crate) mod meters;
+pub(crate) mod quarantine;
 pub mod queue;
 pub(crate) mod runner;
 pub(crate) mod scheduler;

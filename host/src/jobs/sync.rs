@@ -23,6 +23,7 @@ use tokio::sync::Mutex;
 
 use super::held::Held;
 use super::meters::StreamMeter;
+use super::quarantine::{Judge, Owner, Verdicts};
 use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, gather_to_checkpoint, queue};
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
@@ -36,6 +37,7 @@ use crate::store::jobs::{Job, JobPlugin};
 use crate::store::kinds::JobKind;
 use crate::store::pipelines::{Pipeline, StreamSelection, StreamSyncMode};
 use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
+use crate::warehouse::contract::Contract;
 use crate::warehouse::{Loader, WriteError, Writer, Written};
 
 /// Counters a sync keeps as it goes: per stream, shown as the job's
@@ -58,6 +60,10 @@ struct StreamTally {
     /// Records never written because a later copy of their key in the same
     /// batch replaced them.
     deduplicated: u64,
+    /// Records its contract kept aside, written to its rejected-rows table.
+    quarantined: u64,
+    /// Records loaded with a value its contract left out.
+    value_discarded: u64,
     /// Whether it read and wrote everything it had to.
     ended_well: bool,
     /// When its last state was saved (Unix milliseconds); never in a mode
@@ -113,7 +119,8 @@ impl Progress {
             .iter()
             .map(|(name, s)| {
                 let loaded = writer.committed_records(name).unwrap_or(s.stored);
-                let mut ledger = StreamLedger::settle(s.read.0, loaded, s.deduplicated, 0, s.ended_well);
+                let mut ledger = StreamLedger::settle(s.read.0, loaded, s.deduplicated, s.quarantined, s.ended_well);
+                ledger.value_discarded = s.value_discarded;
                 ledger.snapshot_ids = writer.committed_snapshots(name);
                 (name.clone(), ledger)
             })
@@ -156,10 +163,12 @@ struct StreamWrite {
     /// Where an append's uncovered records wait beyond memory.
     spool: Arc<SpoolBudget>,
     workspace_id: String,
+    /// The stream's contract at work, when it has one that judges.
+    judge: Option<Judge>,
 }
 
 impl StreamWrite {
-    fn start(self) -> WriteQueue {
+    fn start(mut self) -> WriteQueue {
         let (tx, mut rx) = queue(QUEUE_BYTES);
         let read_ended_well = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ended_well = read_ended_well.clone();
@@ -168,20 +177,24 @@ impl StreamWrite {
                 Loader::new(self.writer.clone(), &self.pipeline_id, &self.stream, self.mode, self.primary_key.clone())
                     .saving_states(self.state.store.clone());
             let mut saved = tokio::time::Instant::now();
+            let mut judge = self.judge.take();
             let result = async {
                 if self.mode == StreamSyncMode::IncrementalAppend {
-                    return self.append(&mut loader, &mut rx, &mut saved, &ended_well).await;
+                    return self.append(&mut loader, &mut judge, &mut rx, &mut saved, &ended_well).await;
                 }
                 while let Some(first) = rx.recv().await {
                     let (records, checkpoint) = gather(first, &mut rx);
                     if !records.is_empty() {
-                        let written = loader.write(records).await?;
+                        let written = self.write(&mut loader, &mut judge, records).await?;
                         self.record(written, &mut saved, false).await?;
                     }
                     if let Some(state) = checkpoint {
                         let written = loader.checkpoint(state).await?;
                         self.record(written, &mut saved, false).await?;
                     }
+                }
+                if let Some(judge) = &mut judge {
+                    judge.finish().await?;
                 }
                 let written = loader.drain().await?;
                 self.record(written, &mut saved, true).await
@@ -203,6 +216,7 @@ impl StreamWrite {
     async fn append(
         &self,
         loader: &mut Loader,
+        judge: &mut Option<Judge>,
         rx: &mut super::queue::WorkQueue,
         saved: &mut tokio::time::Instant,
         ended_well: &std::sync::atomic::AtomicBool,
@@ -219,7 +233,7 @@ impl StreamWrite {
             }
             match checkpoint {
                 Some(state) if advances(committed.as_deref(), &state) => {
-                    self.write_held(loader, &mut held, saved).await?;
+                    self.write_held(loader, judge, &mut held, saved).await?;
                     let written = loader.checkpoint(state.clone()).await?;
                     self.record(written, saved, false).await?;
                     // Written and saved before more is held: what shows as
@@ -234,7 +248,10 @@ impl StreamWrite {
             }
         }
         if ended_well.load(std::sync::atomic::Ordering::SeqCst) {
-            self.write_held(loader, &mut held, saved).await?;
+            self.write_held(loader, judge, &mut held, saved).await?;
+        }
+        if let Some(judge) = judge {
+            judge.finish().await?;
         }
         let written = loader.drain().await?;
         self.record(written, saved, true).await
@@ -255,16 +272,36 @@ impl StreamWrite {
     async fn write_held(
         &self,
         loader: &mut Loader,
+        judge: &mut Option<Judge>,
         held: &mut Held,
         saved: &mut tokio::time::Instant,
     ) -> Result<(), WriteError> {
         let spool_failed = |e: super::spool::SpoolError| WriteError::Destination(format!("holding records: {e}"));
         let mut taken = held.take().await.map_err(spool_failed)?;
         while let Some(batch) = taken.next_batch().await.map_err(spool_failed)? {
-            let written = loader.write(batch).await?;
+            let written = self.write(loader, judge, batch).await?;
             self.record(written, saved, false).await?;
         }
         Ok(())
+    }
+
+    /// Writes `records`, through the stream's contract when it has one
+    /// that judges, counting what it kept aside or changed.
+    async fn write(
+        &self,
+        loader: &mut Loader,
+        judge: &mut Option<Judge>,
+        records: Vec<String>,
+    ) -> Result<Written, WriteError> {
+        let Some(judge) = judge else { return loader.write(records).await };
+        let (written, verdicts) = judge.load(loader, records).await?;
+        if verdicts != Verdicts::default() {
+            let mut p = self.progress.lock().await;
+            let s = p.stream(&self.stream);
+            s.quarantined += verdicts.quarantined;
+            s.value_discarded += verdicts.value_discarded;
+        }
+        Ok(written)
     }
 
     /// Counts written records and notes the checkpoint they made due (the
@@ -489,6 +526,28 @@ impl SyncRun<'_> {
             if incremental { state.store.stream_state(&pipeline.pipeline_id, &sel.name).await? } else { None };
         let json_schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
         writer.begin_stream(&pipeline.pipeline_id, &sel.name, sel.sync_mode, &json_schema).await?;
+        let judge = match sel.contract {
+            Some(rules) => {
+                let keyed = if sel.sync_mode == StreamSyncMode::IncrementalDeduped { &primary_key[..] } else { &[] };
+                match Contract::new(rules, &json_schema, keyed) {
+                    Some(contract) => {
+                        let cursor_field =
+                            sel.cursor_field.clone().or_else(|| offered.and_then(|o| o.default_cursor_field.clone()));
+                        let owner = Owner {
+                            writer,
+                            pipeline_id: &pipeline.pipeline_id,
+                            job_id: &self.job.job_id,
+                            attempt: u32::try_from(self.job.attempts).unwrap_or(u32::MAX),
+                            stream: &sel.name,
+                            cursor_field,
+                        };
+                        Some(Judge::start(owner, contract, rules.quarantines()).await?)
+                    }
+                    None => None,
+                }
+            }
+            None => None,
+        };
         let queue = StreamWrite {
             state: state.clone(),
             job_id: self.job.job_id.clone(),
@@ -502,6 +561,7 @@ impl SyncRun<'_> {
             resumed_from: stream_state.clone(),
             spool: self.spool.clone(),
             workspace_id: ws.clone(),
+            judge,
         }
         .start();
         let sink = JobSink {

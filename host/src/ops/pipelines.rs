@@ -12,8 +12,8 @@ use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::types::{Stream, SyncMode};
 use crate::state::AppState;
-use crate::store::kinds::{DestinationKind, PipelineStatus};
-use crate::store::pipelines::{Pipeline, Schedule, StreamSelection, StreamSyncMode};
+use crate::store::kinds::{ContractMode, ContractRule, DestinationKind, PipelineStatus};
+use crate::store::pipelines::{Pipeline, Schedule, StreamContract, StreamSelection, StreamSyncMode};
 
 /// The sync mode a stream is best read in: deduplicated incremental when it
 /// has a cursor and a primary key, appended incremental with a cursor
@@ -151,6 +151,9 @@ async fn check_streams(
         if incremental && !offered.sync_modes.contains(&crate::plugin::types::SyncMode::Incremental) {
             return Err(ApiError::invalid_field("streams", format!("stream {} cannot be read incrementally", s.name)));
         }
+        if let Some(contract) = &s.contract {
+            check_contract(s, contract, &offered.json_schema, destination_kind)?;
+        }
         if s.sync_mode == StreamSyncMode::IncrementalDeduped {
             if destination_kind == Some(DestinationKind::Jsonl) {
                 return Err(ApiError::invalid_field(
@@ -171,6 +174,36 @@ async fn check_streams(
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// A stream's contract, against the stream's schema and the destination.
+fn check_contract(
+    s: &StreamSelection,
+    contract: &StreamContract,
+    json_schema: &serde_json::Value,
+    destination_kind: Option<DestinationKind>,
+) -> ApiResult<()> {
+    let field = |rule: &str| format!("streams.{}.contract.{rule}", s.name);
+    if contract.invalid_records == ContractMode::DiscardValue {
+        return Err(ApiError::invalid_field(
+            &field("invalid_records"),
+            "a record that does not fit has no one value to leave out: use evolve, freeze or quarantine",
+        ));
+    }
+    if contract.new_columns != ContractMode::Evolve && !json_schema["properties"].is_object() {
+        return Err(ApiError::invalid_field(
+            &field("new_columns"),
+            format!("stream {} declares no fields, so every field would be new: leave new_columns to evolve", s.name),
+        ));
+    }
+    if contract.quarantines() && destination_kind == Some(DestinationKind::Iceberg) {
+        let rule = ContractRule::ALL.iter().find(|r| contract.mode(**r) == ContractMode::Quarantine);
+        return Err(ApiError::invalid_field(
+            &field(rule.map_or("", |r| r.as_str())),
+            "Iceberg destinations cannot quarantine yet: use freeze or discard_value",
+        ));
     }
     Ok(())
 }

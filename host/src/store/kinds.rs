@@ -245,6 +245,50 @@ text_enum! {
 }
 
 text_enum! {
+    /// What a stream's contract does with a record that breaks one of its
+    /// rules.
+    pub enum ContractMode {
+        /// Load it as it is (the destination takes the new column or type
+        /// where it can).
+        Evolve = "evolve",
+        /// Fail the sync before the batch is written, naming the field.
+        Freeze = "freeze",
+        /// Load the record with the offending value left out (null), and
+        /// count it.
+        DiscardValue = "discard_value",
+        /// Keep the record aside in the rejected-rows table, and load the
+        /// rest.
+        Quarantine = "quarantine",
+    }
+}
+
+text_enum! {
+    /// The rules of a stream's contract.
+    pub enum ContractRule {
+        /// A field the stream's schema does not declare.
+        NewColumns = "new_columns",
+        /// A value of a type (or outside an enumeration) the schema does
+        /// not allow for its field.
+        TypeChanges = "type_changes",
+        /// A record that is not an object, or lacks a required field or its
+        /// primary key.
+        InvalidRecords = "invalid_records",
+    }
+}
+
+text_enum! {
+    /// Why a record broke its stream's contract.
+    pub enum RejectionReason {
+        NewColumn = "new_column",
+        TypeMismatch = "type_mismatch",
+        NotInEnum = "not_in_enum",
+        MissingRequired = "missing_required",
+        MissingPrimaryKey = "missing_primary_key",
+        NotAnObject = "not_an_object",
+    }
+}
+
+text_enum! {
     /// Where a webhook delivery is.
     pub enum DeliveryStatus {
         /// Waiting for its (next) attempt.

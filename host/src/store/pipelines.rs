@@ -8,7 +8,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::jobs::Job;
-use super::kinds::{EventType, PipelineStatus};
+use super::kinds::{ContractMode, ContractRule, EventType, PipelineStatus};
 use super::webhooks::record_event;
 use super::{ResultExt, Store, StoreResult, decode, from_ms, new_id, now_ms};
 
@@ -36,6 +36,55 @@ pub struct StreamSelection {
     /// Primary key for the deduplicated mode (default: the stream's).
     #[serde(default)]
     pub primary_key: Option<Vec<String>>,
+    /// What to do with records that do not fit the stream's schema
+    /// (default: none, every record is loaded as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<StreamContract>,
+}
+
+/// A stream's data contract: for each rule, what a record that breaks it
+/// does. A rule left out evolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamContract {
+    /// A field the stream's schema does not declare.
+    #[serde(default = "evolve")]
+    pub new_columns: ContractMode,
+    /// A value of a type the schema does not allow for its field, or
+    /// outside its enumeration (null fits every type).
+    #[serde(default = "evolve")]
+    pub type_changes: ContractMode,
+    /// A record that is not a JSON object, or lacks (or has null) a field
+    /// the schema requires or its primary key. `discard_value` does not
+    /// apply.
+    #[serde(default = "evolve")]
+    pub invalid_records: ContractMode,
+}
+
+impl Default for StreamContract {
+    fn default() -> Self {
+        StreamContract { new_columns: evolve(), type_changes: evolve(), invalid_records: evolve() }
+    }
+}
+
+fn evolve() -> ContractMode {
+    ContractMode::Evolve
+}
+
+impl StreamContract {
+    /// What breaking `rule` does.
+    pub fn mode(&self, rule: ContractRule) -> ContractMode {
+        match rule {
+            ContractRule::NewColumns => self.new_columns,
+            ContractRule::TypeChanges => self.type_changes,
+            ContractRule::InvalidRecords => self.invalid_records,
+        }
+    }
+
+    /// Whether any rule may keep a record aside.
+    pub fn quarantines(&self) -> bool {
+        ContractRule::ALL.iter().any(|r| self.mode(*r) == ContractMode::Quarantine)
+    }
 }
 
 /// When a pipeline runs.

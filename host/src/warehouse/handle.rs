@@ -126,6 +126,22 @@ impl Warehouses {
         Writer::open(&config, &self.place(&dest.workspace_id), revealed).await.map_err(WarehouseError::Write)
     }
 
+    /// Up to `limit` rows of `stream`'s table in `dest` after position
+    /// `after` ([`Writer::rows_after`]).
+    pub(crate) async fn rows_after(
+        &self,
+        dest: &Destination,
+        stream: &str,
+        columns: &[&str],
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, serde_json::Map<String, serde_json::Value>)>, WarehouseError> {
+        let writer = self.writer(dest).await?;
+        let rows = writer.rows_after(stream, columns, after, limit).await.map_err(WarehouseError::Write);
+        writer.close().await;
+        rows
+    }
+
     /// Runs a model's query over `dest`, read-only and within `bounds`.
     pub async fn query(&self, dest: &Destination, sql: &str, bounds: Bounds) -> Result<ModelRows, WarehouseError> {
         let (config, revealed) = self.resolve(dest).await?;

@@ -33,6 +33,8 @@
 //! - [`legacy`]: moving files of destinations from before per-workspace
 //!   folders;
 //! - [`shape`]: records into keys, fields and rows;
+//! - [`contract`]: a stream's records judged against its schema by its
+//!   data contract, before they are loaded;
 //! - the kinds, each a folder with the same role files (`config`, `open`,
 //!   `batch`) and one line in each dispatch ([`config::validate`],
 //!   [`Writer`]): [`sqlite`] (the connection that writes rows, the WAL
@@ -46,6 +48,7 @@
 //!   credential: a password, or an object store's access key).
 
 pub mod config;
+pub(crate) mod contract;
 pub(crate) mod handle;
 pub mod iceberg;
 pub(crate) mod jsonl;

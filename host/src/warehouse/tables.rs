@@ -118,6 +118,60 @@ impl Db {
         Ok(existing)
     }
 
+    /// Up to `limit` rows of the service's `table` whose key comes after
+    /// `after`, in key order: each its key and the text of `columns` (null
+    /// for a column the table does not have). None when there is no such
+    /// table.
+    pub(crate) async fn rows_after(
+        &self,
+        table: &str,
+        columns: &[&str],
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, Vec<Option<String>>)>, WriteError> {
+        let existing = self.claim(table).await?;
+        if existing.is_empty() {
+            return Ok(Vec::new());
+        }
+        let select: Vec<String> = columns
+            .iter()
+            .map(|c| if existing.contains_key(*c) { format!("CAST({} AS TEXT)", quote(c)) } else { "NULL".into() })
+            .collect();
+        let (key, from) = (quote("_service_raw_id"), quote(table));
+        let sql = |p1: &str, p2: &str| {
+            format!("SELECT {key}, {} FROM {from} WHERE {key} > {p1} ORDER BY {key} LIMIT {p2}", select.join(", "))
+        };
+        let reading = |e| failed(&format!("cannot read {table}"), e);
+        let rows = match self {
+            Db::Sqlite(pool, ..) => sqlx::query(sqlx::AssertSqlSafe(sql("?", "?")))
+                .bind(after)
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+                .map_err(reading)?
+                .iter()
+                .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
+                .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
+            Db::Postgres(pool) => sqlx::query(sqlx::AssertSqlSafe(sql("$1", "$2")))
+                .bind(after)
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+                .map_err(reading)?
+                .iter()
+                .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
+                .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
+        }
+        .map_err(reading)?;
+        Ok(rows
+            .into_iter()
+            .map(|mut values| {
+                let key = values.remove(0).unwrap_or_default();
+                (key, values)
+            })
+            .collect())
+    }
+
     /// Lists a table the service created.
     pub(crate) async fn register(&self, table: &str) -> Result<(), WriteError> {
         let now = crate::store::now_ms();

@@ -174,6 +174,12 @@ impl Writer {
         }
     }
 
+    /// Whether a record written again under the same key replaces its
+    /// row (a database) rather than adding another (a file, a lakehouse).
+    pub(crate) fn deduplicates(&self) -> bool {
+        matches!(self, Writer::Sql(_))
+    }
+
     /// How many batches of a stream may be applied at once: several only
     /// where each runs in its own transaction and their order cannot
     /// matter (PostgreSQL, with fresh keys).
@@ -259,6 +265,47 @@ impl Writer {
             _ => return Err(io("the batch was prepared for another destination".into())),
         };
         Ok(stored)
+    }
+
+    /// Up to `limit` rows of `stream`'s table after the position `after`
+    /// (where a page ended: a key in a database, a line number in a file),
+    /// in order: each its position and `columns` by name (text in a
+    /// database, as written in a file). None where there is no such table;
+    /// a lakehouse's tables are not read back here.
+    pub(crate) async fn rows_after(
+        &self,
+        stream: &str,
+        columns: &[&str],
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, serde_json::Map<String, serde_json::Value>)>, WriteError> {
+        let table = sql_name(stream);
+        match self {
+            Writer::Sql(tables) => {
+                let rows = tables.db.rows_after(&table, columns, after, limit as i64).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(key, values)| {
+                        let fields = columns.iter().zip(values).map(|(c, v)| ((*c).to_owned(), json!(v)));
+                        (key, fields.collect())
+                    })
+                    .collect())
+            }
+            Writer::Jsonl { dir } => {
+                let after = after.parse::<usize>().unwrap_or(0);
+                let lines = jsonl::lines_after(dir, &table, after, limit).map_err(|e| failed("", e))?;
+                Ok(lines
+                    .into_iter()
+                    .map(|(at, line)| {
+                        let mut row: serde_json::Map<String, serde_json::Value> =
+                            serde_json::from_str(&line).unwrap_or_default();
+                        row.retain(|k, _| columns.contains(&k.as_str()));
+                        (at.to_string(), row)
+                    })
+                    .collect())
+            }
+            Writer::Iceberg(_) => Ok(Vec::new()),
+        }
     }
 
     /// Closes connections.

@@ -34,6 +34,15 @@ const JOBS: &[Column] = &[
     Column("CREATED", "created_at"),
     Column("FINISHED", "finished_at"),
 ];
+const REJECTED: &[Column] = &[
+    Column("JOB", "job_id"),
+    Column("ATTEMPT", "attempt"),
+    Column("RULE", "rule"),
+    Column("REASON", "reason"),
+    Column("FIELD", "pointer"),
+    Column("CURSOR", "cursor"),
+    Column("RECORD", "record"),
+];
 const LEDGER: &[Column] = &[
     Column("STREAM", "stream"),
     Column("READ", "read"),
@@ -153,6 +162,15 @@ pub enum PipelinesCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Records a stream's contract kept aside (quarantined), with why.
+    Rejected {
+        pipeline_id: String,
+        /// The stream (needed when the pipeline has several).
+        #[arg(long)]
+        stream: Option<String>,
+        #[command(flatten)]
+        page: Page,
+    },
     /// Start a sync now.
     Sync {
         pipeline_id: String,
@@ -208,6 +226,14 @@ pub(crate) async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), Cl
     match cmd {
         PipelinesCommand::List(page) => ctx.list("pipelines", &page.query(), PIPELINES).await,
         PipelinesCommand::Get { pipeline_id } => ctx.show(&format!("pipelines/{}", seg(&pipeline_id))).await,
+        PipelinesCommand::Rejected { pipeline_id, stream, page } => {
+            ctx.list(
+                &format!("pipelines/{}/rejected", seg(&pipeline_id)),
+                &page.with(vec![("stream", stream)]),
+                REJECTED,
+            )
+            .await
+        }
         PipelinesCommand::Prepare { source } => {
             let data =
                 ctx.client.call(Method::POST, "pipelines/prepare", Some(&json!({ "source_id": source }))).await?;

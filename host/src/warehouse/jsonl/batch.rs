@@ -54,6 +54,30 @@ pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u
     file.sync_data()
 }
 
+/// Up to `limit` lines of the stream's file after its first `after`,
+/// each with its position (1 for the first line); none when there is no
+/// file.
+pub(in crate::warehouse) fn lines_after(
+    dir: &cap_std::fs::Dir,
+    table: &str,
+    after: usize,
+    limit: usize,
+) -> std::io::Result<Vec<(usize, String)>> {
+    use std::io::BufRead;
+    let file = match dir.open(format!("{table}.jsonl")) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    std::io::BufReader::new(file)
+        .lines()
+        .enumerate()
+        .skip(after)
+        .take(limit)
+        .map(|(i, line)| line.map(|l| (i + 1, l)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,175 @@
+//! A stream's data contract applied as its batches are written: each
+//! batch is judged ([`Contract::judge`]) off the async workers, the records
+//! a rule quarantines are written to the stream's rejected-rows table
+//! first (so a state saved after the batch covers them too), and the rest
+//! are loaded, values a rule discards left out.
+//!
+//! The rejected-rows table of stream `s` is the destination's table of
+//! stream `s__rejected` ([`rejected_stream`]): one row per record kept
+//! aside, with the job and attempt, the stream, the cursor's value, the
+//! reason, the field's JSON pointer, the rule, and the record as read. In
+//! a database its key is derived from the job, the field and the record,
+//! so a retry that reads the same record again rewrites its row instead
+//! of adding another.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::store::pipelines::StreamSyncMode;
+use crate::warehouse::contract::{Contract, Rejected};
+use crate::warehouse::{Loader, WriteError, Writer, Written};
+
+/// The stream whose table holds `stream`'s rejected rows.
+pub(crate) fn rejected_stream(stream: &str) -> String {
+    format!("{stream}__rejected")
+}
+
+/// The key of a rejected row, and the field it is derived from.
+const REJECTION_ID: &str = "rejection_id";
+
+/// The rejected-rows table's schema (what a typed destination makes of
+/// it).
+fn rejected_schema() -> Value {
+    let text = json!({ "type": "string" });
+    json!({ "type": "object", "properties": {
+        REJECTION_ID: text, "job_id": text, "attempt": { "type": "integer" }, "stream": text,
+        "cursor": { "type": ["string", "null"] }, "reason": text, "pointer": text, "rule": text,
+        "record": text, "rejected_at": text,
+    } })
+}
+
+/// What became of one batch's records besides loading as read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Verdicts {
+    /// Written to the rejected-rows table.
+    pub(super) quarantined: u64,
+    /// Loaded with a value left out.
+    pub(super) value_discarded: u64,
+}
+
+/// One stream's contract at work in one attempt.
+pub(super) struct Judge {
+    contract: Arc<Contract>,
+    /// The rejected-rows table's loader, when a rule quarantines.
+    aside: Option<Loader>,
+    job_id: String,
+    attempt: u32,
+    stream: String,
+    cursor_field: Option<String>,
+}
+
+/// Who the judged records belong to.
+pub(super) struct Owner<'a> {
+    pub(super) writer: &'a Arc<Writer>,
+    pub(super) pipeline_id: &'a str,
+    pub(super) job_id: &'a str,
+    pub(super) attempt: u32,
+    pub(super) stream: &'a str,
+    pub(super) cursor_field: Option<String>,
+}
+
+impl Judge {
+    /// The stream's judge, its rejected-rows table started when a rule
+    /// quarantines.
+    pub(super) async fn start(owner: Owner<'_>, contract: Contract, quarantines: bool) -> Result<Judge, WriteError> {
+        let aside = if quarantines {
+            let name = rejected_stream(owner.stream);
+            // A database rewrites a row read again; a file cannot.
+            let mode = if owner.writer.deduplicates() {
+                StreamSyncMode::IncrementalDeduped
+            } else {
+                StreamSyncMode::IncrementalAppend
+            };
+            owner.writer.begin_stream(owner.pipeline_id, &name, mode, &rejected_schema()).await?;
+            Some(Loader::new(owner.writer.clone(), owner.pipeline_id, &name, mode, vec![REJECTION_ID.to_owned()]))
+        } else {
+            None
+        };
+        Ok(Judge {
+            contract: Arc::new(contract),
+            aside,
+            job_id: owner.job_id.to_owned(),
+            attempt: owner.attempt,
+            stream: owner.stream.to_owned(),
+            cursor_field: owner.cursor_field,
+        })
+    }
+
+    /// Judges `records`, writes those kept aside (and waits for them),
+    /// then hands the rest to `loader`. A breach of a rule that freezes
+    /// fails the batch before any of it is written.
+    pub(super) async fn load(
+        &mut self,
+        loader: &mut Loader,
+        records: Vec<String>,
+    ) -> Result<(Written, Verdicts), WriteError> {
+        let contract = self.contract.clone();
+        let judged = tokio::task::spawn_blocking(move || contract.judge(records))
+            .await
+            .map_err(|e| WriteError::Destination(format!("judging the batch stopped: {e}")))?
+            .map_err(|breach| {
+                WriteError::BadRecord(format!(
+                    "stream {}: {breach}, which the stream's contract freezes; nothing of the batch was written",
+                    self.stream
+                ))
+            })?;
+        let mut verdicts = Verdicts { quarantined: 0, value_discarded: judged.value_discarded };
+        if !judged.rejected.is_empty() {
+            let rows: Vec<String> = judged.rejected.iter().map(|r| self.rejected_row(r)).collect();
+            let aside = self.aside.as_mut().ok_or_else(|| {
+                WriteError::Destination("a record was quarantined without a rejected-rows table".into())
+            })?;
+            // Counted as the destination stored them (a row replaced by a
+            // later copy in the same batch is one of them): a row that did
+            // not land leaves the ledger unbalanced.
+            let written = aside.write(rows).await?;
+            let settled = aside.settle().await?;
+            verdicts.quarantined = [written, settled].iter().map(|w| w.stored + w.deduplicated).sum();
+        }
+        if judged.load.is_empty() {
+            return Ok((Written::default(), verdicts));
+        }
+        Ok((loader.write(judged.load).await?, verdicts))
+    }
+
+    /// Waits until every rejected row is written.
+    pub(super) async fn finish(&mut self) -> Result<(), WriteError> {
+        if let Some(aside) = &mut self.aside {
+            aside.drain().await?;
+        }
+        Ok(())
+    }
+
+    /// A record kept aside as a row of the rejected-rows table.
+    fn rejected_row(&self, r: &Rejected) -> String {
+        let mut hash = Sha256::new();
+        for part in [self.job_id.as_str(), &self.stream, &r.breach.pointer, &r.record] {
+            hash.update(part.len().to_le_bytes());
+            hash.update(part.as_bytes());
+        }
+        let cursor = self
+            .cursor_field
+            .as_deref()
+            .and_then(|field| serde_json::from_str::<Value>(&r.record).ok().map(|v| v[field].clone()))
+            .filter(|v| !v.is_null())
+            .map(|v| match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            });
+        json!({
+            REJECTION_ID: hex::encode(hash.finalize()),
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "stream": self.stream,
+            "cursor": cursor,
+            "reason": r.breach.reason.as_str(),
+            "pointer": r.breach.pointer,
+            "rule": r.breach.rule.as_str(),
+            "record": r.record,
+            "rejected_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        })
+        .to_string()
+    }
+}

@@ -1,0 +1,327 @@
+//! Data contracts: a stream's records judged against the JSON Schema its
+//! connector declares, before they are loaded ([`Contract::judge`]).
+//!
+//! A record breaks a rule when it has a field the schema does not declare
+//! (`new_columns`), a value of a type the schema does not allow for its
+//! field or outside its enumeration (`type_changes`; null fits every
+//! type), or is not an object or lacks a required field or its primary key
+//! (`invalid_records`). The stream's contract says, per rule, what such a
+//! record does: it loads as it is (`evolve`), fails the sync before its
+//! batch is written (`freeze`), loads with the offending values left out
+//! (`discard_value`), or is kept aside in the rejected-rows table
+//! (`quarantine`). Only top-level fields are judged: they are the columns.
+//! Values are judged from their JSON text, never parsed into a tree (bar
+//! the few compared with an enumeration).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde_json::Value;
+
+use super::shape::Fields;
+use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
+use crate::store::pipelines::StreamContract;
+
+/// JSON types, as a set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Types(u8);
+
+impl Types {
+    const STRING: u8 = 1;
+    const INTEGER: u8 = 2;
+    const NUMBER: u8 = 4;
+    const BOOLEAN: u8 = 8;
+    const OBJECT: u8 = 16;
+    const ARRAY: u8 = 32;
+
+    /// The types a schema's `type` names (`None` for any: no `type`, or
+    /// one this reads no limit from). A number allows integers.
+    fn declared(schema: &Value) -> Option<Types> {
+        let one = |name: &str| match name {
+            "string" => Some(Types::STRING),
+            "integer" => Some(Types::INTEGER),
+            "number" => Some(Types::NUMBER | Types::INTEGER),
+            "boolean" => Some(Types::BOOLEAN),
+            "object" => Some(Types::OBJECT),
+            "array" => Some(Types::ARRAY),
+            "null" => Some(0),
+            _ => None,
+        };
+        match &schema["type"] {
+            Value::String(name) => one(name).map(Types),
+            Value::Array(names) => {
+                names.iter().map(|n| n.as_str().and_then(one)).try_fold(0, |all, t| t.map(|t| all | t)).map(Types)
+            }
+            _ => None,
+        }
+    }
+
+    /// The type of a value from its JSON text; `None` for null.
+    fn of(raw: &str) -> Option<u8> {
+        match raw.as_bytes().first()? {
+            b'n' => None,
+            b'"' => Some(Types::STRING),
+            b't' | b'f' => Some(Types::BOOLEAN),
+            b'{' => Some(Types::OBJECT),
+            b'[' => Some(Types::ARRAY),
+            // JSON Schema counts 1.0 as an integer.
+            _ if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => match raw.parse::<f64>() {
+                Ok(n) if n.is_finite() && n.fract() == 0.0 => Some(Types::INTEGER),
+                _ => Some(Types::NUMBER),
+            },
+            _ => Some(Types::INTEGER),
+        }
+    }
+}
+
+/// What the schema says of one field.
+#[derive(Debug)]
+struct Declared {
+    types: Option<Types>,
+    /// Its enumeration, when it has one.
+    allowed: Option<Vec<Value>>,
+}
+
+/// A stream's contract, ready to judge its records.
+#[derive(Debug)]
+pub(crate) struct Contract {
+    rules: StreamContract,
+    fields: HashMap<String, Declared>,
+    required: Vec<(String, RejectionReason)>,
+}
+
+/// A rule a record broke, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Breach {
+    pub(crate) rule: ContractRule,
+    pub(crate) reason: RejectionReason,
+    /// The JSON pointer of the field (`""`: the whole record).
+    pub(crate) pointer: String,
+}
+
+impl fmt::Display for Breach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = if self.pointer.is_empty() { "the record" } else { &self.pointer };
+        write!(f, "{} at {at} (contract rule {})", self.reason, self.rule)
+    }
+}
+
+/// A record kept aside, and the rule that sent it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rejected {
+    pub(crate) record: String,
+    pub(crate) breach: Breach,
+}
+
+/// A batch judged: what to load (records with discarded values rewritten),
+/// what to keep aside, and how many loaded records lost a value.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Judged {
+    pub(crate) load: Vec<String>,
+    pub(crate) rejected: Vec<Rejected>,
+    pub(crate) value_discarded: u64,
+}
+
+/// A field's JSON pointer.
+fn pointer(name: &str) -> String {
+    format!("/{}", name.replace('~', "~0").replace('/', "~1"))
+}
+
+impl Contract {
+    /// The contract `rules` over a stream declared by `schema`, with
+    /// `primary_key` (in deduplicated mode; empty otherwise). `None` when
+    /// every rule evolves: there is nothing to judge.
+    pub(crate) fn new(rules: StreamContract, schema: &Value, primary_key: &[String]) -> Option<Contract> {
+        if ContractRule::ALL.iter().all(|r| rules.mode(*r) == ContractMode::Evolve) {
+            return None;
+        }
+        let fields = schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, field)| {
+                let allowed = field["enum"].as_array().cloned();
+                (name.clone(), Declared { types: Types::declared(field), allowed })
+            })
+            .collect();
+        let mut required: Vec<(String, RejectionReason)> =
+            primary_key.iter().map(|k| (k.clone(), RejectionReason::MissingPrimaryKey)).collect();
+        for name in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            if !required.iter().any(|(k, _)| k == name) {
+                required.push((name.to_owned(), RejectionReason::MissingRequired));
+            }
+        }
+        Some(Contract { rules, fields, required })
+    }
+
+    /// Judges a batch. A breach of a rule that freezes fails it, naming
+    /// the first such field; otherwise a record that breaks a rule that
+    /// quarantines is kept aside (with its first such breach), values that
+    /// break rules that discard are left out (a new field dropped, a value
+    /// of another type null), and the rest load as they are.
+    pub(crate) fn judge(&self, records: Vec<String>) -> Result<Judged, Breach> {
+        let mut judged = Judged { load: Vec::with_capacity(records.len()), ..Judged::default() };
+        for record in records {
+            let breaches = self.breaches(&record);
+            let first = |mode: ContractMode| breaches.iter().find(|b| self.rules.mode(b.rule) == mode);
+            if let Some(frozen) = first(ContractMode::Freeze) {
+                return Err(frozen.clone());
+            }
+            if let Some(quarantined) = first(ContractMode::Quarantine) {
+                let breach = quarantined.clone();
+                judged.rejected.push(Rejected { record, breach });
+                continue;
+            }
+            let discarded: Vec<&Breach> =
+                breaches.iter().filter(|b| self.rules.mode(b.rule) == ContractMode::DiscardValue).collect();
+            if discarded.is_empty() {
+                judged.load.push(record);
+            } else {
+                judged.value_discarded += 1;
+                judged.load.push(discard(&record, &discarded));
+            }
+        }
+        Ok(judged)
+    }
+
+    /// Every rule `record` breaks, field by field in its order.
+    fn breaches(&self, record: &str) -> Vec<Breach> {
+        let breach = |rule, reason, pointer| Breach { rule, reason, pointer };
+        let Ok(Fields(fields)) = serde_json::from_str::<Fields>(record) else {
+            return vec![breach(ContractRule::InvalidRecords, RejectionReason::NotAnObject, String::new())];
+        };
+        let mut found = Vec::new();
+        for (name, raw) in &fields {
+            let Some(declared) = self.fields.get(name.as_ref()) else {
+                found.push(breach(ContractRule::NewColumns, RejectionReason::NewColumn, pointer(name)));
+                continue;
+            };
+            let Some(kind) = Types::of(raw.get()) else { continue };
+            if declared.types.is_some_and(|t| t.0 & kind == 0) {
+                found.push(breach(ContractRule::TypeChanges, RejectionReason::TypeMismatch, pointer(name)));
+            } else if let Some(allowed) = &declared.allowed
+                && !serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| allowed.contains(&v))
+            {
+                found.push(breach(ContractRule::TypeChanges, RejectionReason::NotInEnum, pointer(name)));
+            }
+        }
+        for (name, reason) in &self.required {
+            let present = fields.iter().rev().find(|(n, _)| n == name).is_some_and(|(_, raw)| raw.get() != "null");
+            if !present {
+                found.push(breach(ContractRule::InvalidRecords, *reason, pointer(name)));
+            }
+        }
+        found
+    }
+}
+
+/// `record` with the values `breaches` name left out: a new field
+/// dropped, any other value null.
+fn discard(record: &str, breaches: &[&Breach]) -> String {
+    let Ok(Fields(fields)) = serde_json::from_str::<Fields>(record) else { return record.to_owned() };
+    let mut out = String::with_capacity(record.len());
+    out.push('{');
+    for (name, raw) in &fields {
+        let at = pointer(name);
+        let value: &str = match breaches.iter().find(|b| b.pointer == at) {
+            Some(b) if b.rule == ContractRule::NewColumns => continue,
+            Some(_) => "null",
+            None => raw.get(),
+        };
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(name.as_ref()).unwrap_or_default());
+        out.push(':');
+        out.push_str(value);
+    }
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn schema() -> Value {
+        json!({ "type": "object", "required": ["id"], "properties": {
+            "id": { "type": "integer" },
+            "name": { "type": ["string", "null"] },
+            "amount": { "type": "number" },
+            "status": { "type": "string", "enum": ["open", "closed"] },
+            "meta": {},
+            "a/b~c": { "type": "boolean" },
+        } })
+    }
+
+    fn contract(new_columns: ContractMode, type_changes: ContractMode, invalid_records: ContractMode) -> Contract {
+        let rules = StreamContract { new_columns, type_changes, invalid_records };
+        Contract::new(rules, &schema(), &["id".to_owned()]).expect("a contract that judges")
+    }
+
+    fn records(texts: &[&str]) -> Vec<String> {
+        texts.iter().map(|t| (*t).to_owned()).collect()
+    }
+
+    /// Every rule evolving judges nothing.
+    #[test]
+    fn a_contract_that_evolves_everything_is_none() {
+        assert!(Contract::new(StreamContract::default(), &schema(), &[]).is_none());
+    }
+
+    /// Each kind of breach, with its rule, reason and pointer; fitting
+    /// values of every declared type (an integer as a number, 1.0 as an
+    /// integer, null for anything) break nothing.
+    #[test]
+    fn each_breach_is_named_with_its_rule_reason_and_pointer() {
+        use ContractMode::Quarantine as Q;
+        let c = contract(Q, Q, Q);
+        let fits = r#"{"id": 1.0, "name": null, "amount": 3, "status": "open", "meta": {"x": [1]}, "a/b~c": true}"#;
+        assert_eq!(c.breaches(fits), vec![]);
+        let cases: [(&str, ContractRule, RejectionReason, &str); 7] = [
+            (r#"{"id": 1, "extra": 2}"#, ContractRule::NewColumns, RejectionReason::NewColumn, "/extra"),
+            (r#"{"id": 1, "amount": "3"}"#, ContractRule::TypeChanges, RejectionReason::TypeMismatch, "/amount"),
+            (r#"{"id": 1.5}"#, ContractRule::TypeChanges, RejectionReason::TypeMismatch, "/id"),
+            (r#"{"id": 1, "status": "lost"}"#, ContractRule::TypeChanges, RejectionReason::NotInEnum, "/status"),
+            (r#"{"id": 1, "a/b~c": "yes"}"#, ContractRule::TypeChanges, RejectionReason::TypeMismatch, "/a~1b~0c"),
+            (r#"{"id": null}"#, ContractRule::InvalidRecords, RejectionReason::MissingPrimaryKey, "/id"),
+            (r#"[1, 2]"#, ContractRule::InvalidRecords, RejectionReason::NotAnObject, ""),
+        ];
+        for (record, rule, reason, at) in cases {
+            assert_eq!(c.breaches(record), vec![Breach { rule, reason, pointer: at.to_owned() }], "{record}");
+        }
+    }
+
+    /// Freeze fails the batch at the first frozen breach; quarantine keeps
+    /// the record aside whole; discard leaves the values out (a new field
+    /// dropped, another value null) and counts the record; evolve loads
+    /// it as it is.
+    #[test]
+    fn each_mode_does_what_it_says_to_a_breaking_record() {
+        use ContractMode::{DiscardValue, Evolve, Freeze, Quarantine};
+        let batch = records(&[
+            r#"{"id": 1, "amount": 2.5}"#,
+            r#"{"id": 2, "amount": "lots", "extra": [1]}"#,
+            r#"{"name": "no id"}"#,
+        ]);
+        let frozen = contract(Evolve, Freeze, Evolve).judge(batch.clone()).unwrap_err();
+        assert_eq!(frozen.pointer, "/amount");
+        assert_eq!(frozen.to_string(), "type_mismatch at /amount (contract rule type_changes)");
+
+        let judged = contract(DiscardValue, Quarantine, Quarantine).judge(batch.clone()).unwrap();
+        assert_eq!(judged.load, records(&[r#"{"id": 1, "amount": 2.5}"#]));
+        assert_eq!(judged.rejected.len(), 2);
+        assert_eq!(judged.rejected[0].record, batch[1], "kept whole, as read");
+        assert_eq!(judged.rejected[0].breach.reason, RejectionReason::TypeMismatch);
+        assert_eq!(judged.rejected[1].breach.reason, RejectionReason::MissingPrimaryKey);
+        assert_eq!(judged.value_discarded, 0);
+
+        let judged = contract(DiscardValue, DiscardValue, Evolve).judge(batch.clone()).unwrap();
+        assert_eq!(judged.load[1], r#"{"id":2,"amount":null}"#);
+        assert_eq!(judged.load[2], batch[2], "a missing key evolves: loaded as it is");
+        assert_eq!(judged.value_discarded, 1);
+        assert!(judged.rejected.is_empty());
+    }
+}

@@ -1,0 +1,297 @@
+//! Data contracts end to end: a provider whose records drift from the
+//! schema the source declares (a value of another type, a new field, a
+//! record without its id, a flat value where an object was), synced
+//! through the paged test plugin into SQLite, PostgreSQL and JSON-lines
+//! destinations. Each contract mode does what it says, the ledger accounts
+//! for every record, the rejected rows are readable through the API and
+//! the CLI with why, and nobody outside the workspace's editors reads them.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use reqwest::Method;
+use serde_json::{Value, json};
+use service::access::Role;
+
+use crate::on_both_backends;
+use crate::support::provider::{FakeProvider, TestCa};
+use crate::support::trust::Trust;
+use crate::support::{Backend, TestServer, count_rows, expect_error, json_ok};
+
+/// The fake provider: the paged test plugin's protocol (`data`,
+/// `next_cursor`, a bearer token) over a fixed list of records.
+struct Drifting {
+    token: String,
+    records: Vec<Value>,
+}
+
+fn routes(p: Arc<Drifting>) -> Router {
+    Router::new()
+        .route(
+            "/events",
+            get(
+                |State(p): State<Arc<Drifting>>,
+                 h: HeaderMap,
+                 Query(q): Query<std::collections::HashMap<String, String>>| async move {
+                    if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", p.token)) {
+                        return StatusCode::UNAUTHORIZED.into_response();
+                    }
+                    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
+                    let start: usize = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+                    let end = (start + limit).min(p.records.len());
+                    let next = if end < p.records.len() { json!(end.to_string()) } else { Value::Null };
+                    axum::Json(json!({ "data": p.records[start..end], "next_cursor": next })).into_response()
+                },
+            ),
+        )
+        .with_state(p)
+}
+
+/// Ten records: six that fit the declared schema, then a kind that is a
+/// number, a field the schema does not declare, a record without its id,
+/// and a payload that is text instead of an object.
+fn drifting_records() -> Vec<Value> {
+    let at = |i: u64| format!("2026-01-01T00:00:{i:02}Z");
+    let mut records: Vec<Value> = (1..=6)
+        .map(|i| json!({ "id": i, "kind": "open", "updated_at": at(i), "payload": { "n": i }, "note": "fits" }))
+        .collect();
+    records.push(json!({ "id": 7, "kind": 7, "updated_at": at(7), "payload": { "n": 7 } }));
+    records.push(json!({ "id": 8, "kind": "open", "updated_at": at(8), "payload": { "n": 8 }, "coupon": "SAVE8" }));
+    records.push(json!({ "id": null, "kind": "open", "updated_at": at(9), "payload": { "n": 9 } }));
+    records.push(json!({ "id": 10, "kind": "open", "updated_at": at(10), "payload": "flat" }));
+    records
+}
+
+struct Fixture {
+    srv: TestServer,
+    source_id: String,
+    records: Vec<Value>,
+    _provider: FakeProvider,
+}
+
+async fn setup(backend: Backend) -> Fixture {
+    let ca = TestCa::new();
+    let records = drifting_records();
+    let p = Arc::new(Drifting { token: format!("tok-{}", uuid::Uuid::new_v4().simple()), records: records.clone() });
+    let provider = FakeProvider::start(&ca, &["api.source.test"], routes(p.clone())).await;
+    let trust = Trust::new(&ca).serving(&provider, &["api.source.test"]);
+    let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
+    srv.load_test_plugin("test_paged_source").await;
+    let cred = json_ok(
+        srv.post("/v1/credentials", json!({ "hosts": ["api.source.test"], "secret": p.token })).send().await.unwrap(),
+    )
+    .await;
+    let src = json_ok(
+        srv.post("/v1/sources", json!({ "connector_id": "test_paged_source", "name": "Drifting", "configuration": {
+            "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "page_size": 4 } }))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
+    Fixture { srv, source_id, records, _provider: provider }
+}
+
+impl Fixture {
+    async fn destination(&self, kind: &str, configuration: Value) -> String {
+        let body = json!({ "name": kind, "kind": kind, "configuration": configuration });
+        let d = json_ok(self.srv.post("/v1/destinations", body).send().await.unwrap()).await;
+        d["data"]["destination_id"].as_str().unwrap().to_owned()
+    }
+
+    fn pipeline_body(&self, destination: &str, mode: &str, contract: Value) -> Value {
+        json!({ "name": "drift", "source_id": self.source_id, "destination_id": destination,
+            "streams": [{ "name": "events", "sync_mode": mode, "contract": contract }] })
+    }
+
+    async fn pipeline(&self, destination: &str, mode: &str, contract: Value) -> String {
+        let body = self.pipeline_body(destination, mode, contract);
+        let p = json_ok(self.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+        p["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn sync(&self, pipeline: &str) -> Value {
+        let job =
+            json_ok(self.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap())
+                .await;
+        self.srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
+    }
+
+    /// Every rejected row of the pipeline, read `per_page` at a time.
+    async fn rejected(&self, pipeline: &str, per_page: u32) -> Vec<Value> {
+        let (mut all, mut cursor) = (Vec::new(), None::<String>);
+        loop {
+            let mut path = format!("/v1/pipelines/{pipeline}/rejected?stream=events&limit={per_page}");
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let page = json_ok(self.srv.get(&path).send().await.unwrap()).await;
+            let items = page["data"]["items"].as_array().unwrap();
+            assert!(items.len() <= per_page as usize);
+            all.extend(items.iter().cloned());
+            match page["data"]["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return all,
+            }
+        }
+    }
+}
+
+/// Quarantine and discard, into each kind of destination that keeps
+/// rejected rows: the six records that fit and the one whose new field
+/// is left out load; the other three are kept aside, each with its
+/// reason, field, rule, job, attempt and cursor, and the record as read.
+async fn quarantined_records_are_kept_aside_with_why_and_the_ledger_balances(backend: Backend) {
+    let fx = setup(backend).await;
+    let warehouse = crate::support::PgDatabase::create().await.expect("a PostgreSQL warehouse");
+    let contract =
+        json!({ "new_columns": "discard_value", "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let ws = fx.srv.workspace_id().await;
+    let destinations = [
+        ("sqlite", json!({ "file": "drift.db" })),
+        ("postgres", json!({ "url": warehouse.url })),
+        ("jsonl", json!({ "directory": "drift" })),
+    ];
+    for (kind, configuration) in destinations {
+        let dest = fx.destination(kind, configuration).await;
+        let pipeline = fx.pipeline(&dest, "incremental_append", contract.clone()).await;
+        let job = fx.sync(&pipeline).await;
+        assert_eq!(job["status"], "succeeded", "{kind}: {job}");
+        let ledger = &job["progress"]["ledger"];
+        assert_eq!(ledger["balanced"], true, "{kind}: {job}");
+        let events = &ledger["streams"]["events"];
+        let counts: Vec<&Value> = ["read", "loaded", "quarantined", "value_discarded", "left_to_retry", "unaccounted"]
+            .iter()
+            .map(|k| &events[*k])
+            .collect();
+        assert_eq!(counts, [&json!(10), &json!(7), &json!(3), &json!(1), &json!(0), &json!(0)], "{kind}: {job}");
+
+        // What loaded: seven rows, the new field left out.
+        match kind {
+            "jsonl" => {
+                let text = std::fs::read_to_string(fx.srv.exports(&ws, "drift").join("events.jsonl")).unwrap();
+                let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+                assert_eq!(lines.len(), 7, "{text}");
+                assert!(lines.iter().all(|l| l.get("coupon").is_none()), "{text}");
+                assert!(lines.iter().any(|l| l["id"] == 8), "the record loaded, without its new field");
+            }
+            _ => {
+                let url = match kind {
+                    "sqlite" => format!("sqlite://{}?mode=ro", fx.srv.warehouse(&ws, "drift.db").display()),
+                    _ => warehouse.url.clone(),
+                };
+                assert_eq!(count_rows(&url, "events").await, 7, "{kind}");
+            }
+        }
+
+        // What was kept aside, read a page of two at a time.
+        let rejected = fx.rejected(&pipeline, 2).await;
+        assert_eq!(rejected.len(), 3, "{kind}: {rejected:?}");
+        let mut why: Vec<(String, String, String)> = rejected
+            .iter()
+            .map(|r| {
+                let text = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                (text("reason"), text("pointer"), text("rule"))
+            })
+            .collect();
+        why.sort();
+        assert_eq!(
+            why,
+            [
+                ("missing_required".into(), "/id".into(), "invalid_records".into()),
+                ("type_mismatch".into(), "/kind".into(), "type_changes".into()),
+                ("type_mismatch".into(), "/payload".into(), "type_changes".into()),
+            ],
+            "{kind}: {rejected:?}"
+        );
+        for r in &rejected {
+            assert_eq!((&r["job_id"], &r["attempt"], &r["stream"]), (&job["job_id"], &json!(1), &json!("events")));
+            let original = fx.records.iter().find(|o| o["updated_at"].as_str() == r["cursor"].as_str());
+            assert_eq!(Some(&r["record"]), original, "{kind}: the record as read, found by its cursor: {r}");
+        }
+    }
+
+    // A freezing contract fails the sync before the batch is written,
+    // naming the field and the rule; the ledger leaves it all to a retry
+    // that will fail the same way.
+    let dest = fx.destination("sqlite", json!({ "file": "frozen.db" })).await;
+    let pipeline = fx.pipeline(&dest, "incremental_append", json!({ "type_changes": "freeze" })).await;
+    let job = fx.sync(&pipeline).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["attempts"], 1, "a contract breach is not retried: {job}");
+    let error = job["error"].as_str().unwrap();
+    assert!(error.contains("type_mismatch at /kind") && error.contains("type_changes"), "{error}");
+    let events = &job["progress"]["ledger"]["streams"]["events"];
+    assert_eq!(events["loaded"], 4, "the first page loaded, the second was frozen: {job}");
+    assert_eq!(events["left_to_retry"], events["read"].as_u64().unwrap() - 4, "{job}");
+    let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&ws, "frozen.db").display());
+    assert_eq!(count_rows(&url, "events").await, 4);
+    fx.srv.stop().await;
+}
+
+/// What a contract cannot be, and who may read what it kept aside.
+async fn contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors(backend: Backend) {
+    let fx = setup(backend).await;
+    let sqlite = fx.destination("sqlite", json!({ "file": "w.db" })).await;
+    let lake = fx.destination("iceberg", json!({ "warehouse": "lake" })).await;
+    let refused = |destination: &str, contract: Value| {
+        let body = fx.pipeline_body(destination, "incremental_append", contract);
+        fx.srv.post("/v1/pipelines", body).send()
+    };
+    let bad = expect_error(
+        refused(&sqlite, json!({ "invalid_records": "discard_value" })).await.unwrap(),
+        400,
+        "VALIDATION_FAILED",
+    )
+    .await;
+    assert_eq!(bad["details"]["field"], "streams.events.contract.invalid_records", "{bad}");
+    let bad =
+        expect_error(refused(&lake, json!({ "type_changes": "quarantine" })).await.unwrap(), 400, "VALIDATION_FAILED")
+            .await;
+    assert_eq!(bad["details"]["field"], "streams.events.contract.type_changes", "{bad}");
+    let bad =
+        expect_error(refused(&sqlite, json!({ "type_changes": "drop" })).await.unwrap(), 400, "VALIDATION_FAILED")
+            .await;
+    assert!(bad["message"].as_str().unwrap().contains("evolve, freeze, discard_value or quarantine"), "{bad}");
+    expect_error(refused(&sqlite, json!({ "columns": "freeze" })).await.unwrap(), 400, "VALIDATION_FAILED").await;
+
+    let pipeline = fx.pipeline(&sqlite, "incremental_append", json!({ "type_changes": "quarantine" })).await;
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    assert_eq!(fx.rejected(&pipeline, 50).await.len(), 2, "the kind and the payload");
+    // The CLI lists them with why.
+    let config = tempfile::tempdir().unwrap();
+    let cli = crate::cli_api::Cli::of(&fx.srv, config.path());
+    let shown = cli.ok(&["pipelines", "rejected", &pipeline]).await;
+    assert!(shown.starts_with("JOB"), "{shown}");
+    let rows: Vec<&str> = shown.lines().filter(|l| l.starts_with("job_")).collect();
+    assert_eq!(rows.len(), 2, "{shown}");
+    assert!(
+        rows.iter().any(|r| r.contains("type_changes") && r.contains("type_mismatch") && r.contains("/kind")),
+        "{shown}"
+    );
+    // A stream the pipeline does not have, and a cursor no page gave.
+    let path = format!("/v1/pipelines/{pipeline}/rejected");
+    let bad =
+        expect_error(fx.srv.get(&format!("{path}?stream=orders")).send().await.unwrap(), 400, "VALIDATION_FAILED")
+            .await;
+    assert_eq!(bad["details"]["field"], "stream");
+    expect_error(fx.srv.get(&format!("{path}?cursor=..%2F")).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    // A viewer of the workspace may not read the records; another
+    // workspace does not see the pipeline at all.
+    let ws = fx.srv.workspace_id().await;
+    let (_, viewer) = fx.srv.user_in(&ws, Role::Viewer).await;
+    expect_error(fx.srv.request_as(&viewer, Method::GET, &path).send().await.unwrap(), 403, "403").await;
+    let (_, other) = fx.srv.other_workspace().await;
+    expect_error(fx.srv.request_as(&other, Method::GET, &path).send().await.unwrap(), 404, "404").await;
+    fx.srv.stop().await;
+}
+
+on_both_backends!(
+    quarantined_records_are_kept_aside_with_why_and_the_ledger_balances,
+    contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors
+);
