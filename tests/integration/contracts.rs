@@ -27,6 +27,8 @@ use crate::support::{Backend, TestServer, count_rows, expect_error, json_ok};
 struct Drifting {
     token: String,
     records: Vec<Value>,
+    /// Milliseconds each page waits before it is answered.
+    delay_ms: std::sync::atomic::AtomicU64,
 }
 
 fn routes(p: Arc<Drifting>) -> Router {
@@ -40,6 +42,8 @@ fn routes(p: Arc<Drifting>) -> Router {
                     if h.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {}", p.token)) {
                         return StatusCode::UNAUTHORIZED.into_response();
                     }
+                    let delay = p.delay_ms.load(std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                     let start: usize = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
                     let end = (start + limit).min(p.records.len());
@@ -70,13 +74,15 @@ struct Fixture {
     srv: TestServer,
     source_id: String,
     records: Vec<Value>,
+    provider: Arc<Drifting>,
     _provider: FakeProvider,
 }
 
 async fn setup(backend: Backend) -> Fixture {
     let ca = TestCa::new();
     let records = drifting_records();
-    let p = Arc::new(Drifting { token: format!("tok-{}", uuid::Uuid::new_v4().simple()), records: records.clone() });
+    let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    let p = Arc::new(Drifting { token, records: records.clone(), delay_ms: Default::default() });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(p.clone())).await;
     let trust = Trust::new(&ca).serving(&provider, &["api.source.test"]);
     let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
@@ -94,7 +100,7 @@ async fn setup(backend: Backend) -> Fixture {
     )
     .await;
     let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
-    Fixture { srv, source_id, records, _provider: provider }
+    Fixture { srv, source_id, records, provider: p, _provider: provider }
 }
 
 impl Fixture {
@@ -291,7 +297,104 @@ async fn contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors(b
     fx.srv.stop().await;
 }
 
+/// A replay after the contract changed loads the records that fit now,
+/// once, and keeps the rest with their new reason; replaying again, or
+/// after a crash left rejected rows behind that were already loaded, adds
+/// no row twice. Nothing to replay, a sync running, and a destination
+/// that cannot replace a row are each refused.
+async fn a_replay_loads_what_fits_now_once_and_keeps_the_rest(backend: Backend) {
+    use sqlx::{Connection, Row};
+    let fx = setup(backend).await;
+    let ws = fx.srv.workspace_id().await;
+    let dest = fx.destination("sqlite", json!({ "file": "replay.db" })).await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let pipeline = fx.pipeline(&dest, "incremental_append", quarantine).await;
+    let replay =
+        |pipeline: &str| fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/rejected/replay")).send();
+    // Nothing kept aside yet.
+    expect_error(replay(&pipeline).await.unwrap(), 409, "NOTHING_TO_REPLAY").await;
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    let url = format!("sqlite://{}", fx.srv.warehouse(&ws, "replay.db").display());
+    assert_eq!(count_rows(&url, "events").await, 7, "the new field evolves; three are kept aside");
+    assert_eq!(fx.rejected(&pipeline, 50).await.len(), 3);
+
+    // While a sync runs, a replay conflicts as another sync would.
+    fx.provider.delay_ms.store(1500, std::sync::atomic::Ordering::SeqCst);
+    let running =
+        json_ok(fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/sync")).send().await.unwrap()).await;
+    let conflict = expect_error(replay(&pipeline).await.unwrap(), 409, "EXECUTION_CONFLICT").await;
+    assert_eq!(conflict["details"]["active_job"]["job_id"], running["data"]["job_id"], "{conflict}");
+    fx.provider.delay_ms.store(0, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(fx.srv.wait_job(running["data"]["job_id"].as_str().unwrap()).await["status"], "succeeded");
+    // That sync read the last page again and kept its two breaking
+    // records aside again (a new job, so new rows).
+    let before: Vec<Value> = fx.rejected(&pipeline, 50).await;
+    assert_eq!(before.len(), 5, "{before:?}");
+    let rows_before = count_rows(&url, "events").await;
+
+    // Types may change now; a record without its id still may not.
+    let evolve = json!({ "streams": [{ "name": "events", "sync_mode": "incremental_append",
+        "contract": { "type_changes": "evolve", "invalid_records": "quarantine" } }] });
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&evolve).send().await.unwrap())
+        .await;
+    // The rejected table as it is, to put back as a crash after the loads
+    // and before the deletes would leave it.
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let saved = sqlx::query("SELECT * FROM \"events__rejected\"").fetch_all(&mut db).await.unwrap();
+    let columns: Vec<String> = saved[0].columns().iter().map(|c| sqlx::Column::name(c).to_owned()).collect();
+    let started = json_ok(replay(&pipeline).await.unwrap()).await;
+    assert_eq!(started["data"]["kind"], "replay", "{started}");
+    let job = fx.srv.wait_job(started["data"]["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let events = &job["progress"]["ledger"]["streams"]["events"];
+    let counts: Vec<&Value> = ["read", "loaded", "quarantined", "unaccounted"].iter().map(|k| &events[*k]).collect();
+    assert_eq!(counts, [&json!(5), &json!(3), &json!(2), &json!(0)], "{job}");
+    assert_eq!(count_rows(&url, "events").await, rows_before + 3);
+    let kept = fx.rejected(&pipeline, 50).await;
+    assert_eq!(kept.len(), 2, "the two records without an id: {kept:?}");
+    assert!(kept.iter().all(|r| r["reason"] == "missing_required" && r["pointer"] == "/id"), "{kept:?}");
+
+    // A crash between the loads and the deletes leaves the replayed rows
+    // in the rejected table: the next replay writes their records again
+    // under the same keys, and no row is added.
+    for row in &saved {
+        let marks = vec!["?"; columns.len()].join(", ");
+        let names = columns.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
+        let insert = format!("INSERT OR REPLACE INTO \"events__rejected\" ({names}) VALUES ({marks})");
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(insert));
+        for i in 0..columns.len() {
+            q = q.bind(
+                row.try_get::<Option<String>, _>(i)
+                    .unwrap_or_else(|_| row.try_get::<Option<i64>, _>(i).unwrap().map(|n| n.to_string())),
+            );
+        }
+        q.execute(&mut db).await.unwrap();
+    }
+    db.close().await.unwrap();
+    // Through the CLI this time.
+    let config = tempfile::tempdir().unwrap();
+    let cli = crate::cli_api::Cli::of(&fx.srv, config.path());
+    let out = cli.ok(&["pipelines", "replay", &pipeline, "--wait"]).await;
+    assert!(out.contains("succeeded"), "{out}");
+    let job_id = out.split_whitespace().find(|w| w.starts_with("job_")).unwrap_or_else(|| panic!("{out}"));
+    let job = json_ok(fx.srv.get(&format!("/v1/jobs/{job_id}")).send().await.unwrap()).await["data"].clone();
+    assert_eq!((&job["status"], &job["kind"]), (&json!("succeeded"), &json!("replay")), "{job}");
+    assert_eq!(job["progress"]["ledger"]["streams"]["events"]["loaded"], 3, "{job}");
+    assert_eq!(count_rows(&url, "events").await, rows_before + 3, "each replayed record is one row");
+    assert_eq!(fx.rejected(&pipeline, 50).await.len(), 2);
+
+    // A file cannot replace a line: JSON-lines destinations do not replay.
+    let lines = fx.destination("jsonl", json!({ "directory": "lines" })).await;
+    let quarantine = json!({ "type_changes": "quarantine" });
+    let filed = fx.pipeline(&lines, "incremental_append", quarantine).await;
+    assert_eq!(fx.sync(&filed).await["status"], "succeeded");
+    let refused = expect_error(replay(&filed).await.unwrap(), 400, "VALIDATION_FAILED").await;
+    assert!(refused["message"].as_str().unwrap().contains("cannot replay"), "{refused}");
+    fx.srv.stop().await;
+}
+
 on_both_backends!(
+    a_replay_loads_what_fits_now_once_and_keeps_the_rest,
     quarantined_records_are_kept_aside_with_why_and_the_ledger_balances,
     contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors
 );

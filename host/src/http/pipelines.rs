@@ -1,6 +1,6 @@
 //! Pipelines: prepare, create, read, update, pause, resume, sync and
 //! reset (spec section 4, "Pipelines"), and the rows their streams'
-//! contracts kept aside.
+//! contracts kept aside: listed, and replayed.
 
 use axum::Extension;
 use axum::extract::{Path, State};
@@ -32,6 +32,7 @@ pub(crate) fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(sync_pipeline))
         .routes(routes!(reset_pipeline))
         .routes(routes!(list_rejected))
+        .routes(routes!(replay_rejected))
 }
 
 /// Body of `POST /pipelines/prepare`.
@@ -203,6 +204,26 @@ async fn reset_pipeline(
     ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::ResetPipeline(cmd)).await
 }
 
+/// Replay the rows the pipeline's contracts kept aside: a job that judges
+/// them again by the streams' contracts and schemas as they are now, loads
+/// those that fit once, and keeps the rest with their new reason. SQLite and
+/// PostgreSQL destinations; 409 `NOTHING_TO_REPLAY` when no stream has
+/// rejected rows, and 409 `EXECUTION_CONFLICT` when a job of the pipeline
+/// is active, as for syncs.
+#[utoipa::path(post, path = "/pipelines/{pipeline_id}/rejected/replay", tag = "pipelines", params(("pipeline_id" = String, Path)), request_body(content = RunBody, content_type = "application/json"),
+    responses((status = 201, body = Envelope<Job>), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+async fn replay_rejected(
+    State(state): State<AppState>,
+    ws: Workspace,
+    Extension(note): Extension<AuditNote>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    MaybeJson(body): MaybeJson<RunBody>,
+) -> ApiResult<Executed> {
+    let cmd = run_command(&state, &ws, id, &headers, body).await?;
+    ops::submit(&state, &ws, &note, crate::ops::syncs::SyncOp::ReplayRejected(cmd)).await
+}
+
 /// Which stream's rejected rows to list.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -210,10 +231,6 @@ pub(crate) struct RejectedQuery {
     /// The stream (needed when the pipeline has more than one).
     pub stream: Option<String>,
 }
-
-/// The fields of a rejected row, as its table holds them.
-const REJECTED_COLUMNS: [&str; 10] =
-    ["rejection_id", "job_id", "attempt", "stream", "cursor", "reason", "pointer", "rule", "record", "rejected_at"];
 
 /// Records a stream's contract kept aside, read from the stream's
 /// rejected-rows table in the destination: each with the job and attempt
@@ -246,14 +263,15 @@ async fn list_rejected(
     let dest_id = p.destination_id.as_deref().ok_or_else(|| ApiError::not_found("destination"))?;
     let dest =
         state.store.destination(&ws.workspace_id, dest_id).await?.ok_or_else(|| ApiError::not_found("destination"))?;
-    let table = crate::jobs::quarantine::rejected_stream(&stream);
-    let rows =
-        state.warehouses.rows_after(&dest, &table, &REJECTED_COLUMNS, &after, limit as usize + 1).await.map_err(
-            |e| match e {
-                crate::warehouse::WarehouseError::Config(e) => e,
-                other => ApiError::unavailable(format!("cannot read the rejected rows: {other}")),
-            },
-        )?;
+    let table = crate::warehouse::contract::rejected_stream(&stream);
+    let rows = state
+        .warehouses
+        .rows_after(&dest, &table, &crate::warehouse::contract::REJECTED_COLUMNS, &after, limit as usize + 1)
+        .await
+        .map_err(|e| match e {
+            crate::warehouse::WarehouseError::Config(e) => e,
+            other => ApiError::unavailable(format!("cannot read the rejected rows: {other}")),
+        })?;
     let items: Vec<(String, Value)> = rows.into_iter().map(|(at, row)| (at, rejected_item(row))).collect();
     let page = q.page(items, limit, |(at, _)| at);
     Ok(ok(Page { items: page.items.into_iter().map(|(_, v)| v).collect(), next_cursor: page.next_cursor }))

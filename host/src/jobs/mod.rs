@@ -1,5 +1,6 @@
-//! Jobs: the runners, the scheduler, the two kinds of work a job does (a
-//! sync or reset, an activation run), and what they share.
+//! Jobs: the runners, the scheduler, the kinds of work a job does (a sync
+//! or reset, a replay of rejected rows, an activation run), and what they
+//! share.
 //!
 //! Layout:
 //! - this module: how a job fails ([`Failure`]) and how it is stopped
@@ -17,6 +18,8 @@
 //!   until one does;
 //! - [`quarantine`]: a stream's data contract applied as its batches are
 //!   written, and its rejected-rows table;
+//! - [`replay`]: one replay job: the rejected rows judged again, those that
+//!   fit now loaded once;
 //! - [`activation`]: one reverse-ETL activation run: the diff, the sends,
 //!   the removals of mirror mode;
 //! - [`spool`]: where a run keeps the rows it will send, within the
@@ -27,6 +30,7 @@ mod held;
 pub(crate) mod meters;
 pub(crate) mod quarantine;
 pub mod queue;
+mod replay;
 pub(crate) mod runner;
 pub(crate) mod scheduler;
 pub(crate) mod spool;

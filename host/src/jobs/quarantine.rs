@@ -5,7 +5,7 @@
 //! are loaded, values a rule discards left out.
 //!
 //! The rejected-rows table of stream `s` is the destination's table of
-//! stream `s__rejected` ([`rejected_stream`]): one row per record kept
+//! stream `s__rejected` (`warehouse::contract::rejected_stream`): one row per record kept
 //! aside, with the job and attempt, the stream, the cursor's value, the
 //! reason, the field's JSON pointer, the rule, and the record as read. In
 //! a database its key is derived from the job, the field and the record,
@@ -18,16 +18,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::store::pipelines::StreamSyncMode;
-use crate::warehouse::contract::{Contract, Rejected};
+use crate::warehouse::contract::{Breach, Contract, REJECTION_ID, Rejected, rejected_stream};
 use crate::warehouse::{Loader, WriteError, Writer, Written};
-
-/// The stream whose table holds `stream`'s rejected rows.
-pub(crate) fn rejected_stream(stream: &str) -> String {
-    format!("{stream}__rejected")
-}
-
-/// The key of a rejected row, and the field it is derived from.
-const REJECTION_ID: &str = "rejection_id";
 
 /// The rejected-rows table's schema (what a typed destination makes of
 /// it).
@@ -38,6 +30,27 @@ fn rejected_schema() -> Value {
         "cursor": { "type": ["string", "null"] }, "reason": text, "pointer": text, "rule": text,
         "record": text, "rejected_at": text,
     } })
+}
+
+/// The rejected-rows table's loader: in a database, a row written again
+/// under its rejection replaces the last.
+pub(super) fn rejected_loader(writer: &Arc<Writer>, pipeline_id: &str, stream: &str) -> Loader {
+    let mode =
+        if writer.deduplicates() { StreamSyncMode::IncrementalDeduped } else { StreamSyncMode::IncrementalAppend };
+    Loader::new(writer.clone(), pipeline_id, &rejected_stream(stream), mode, vec![REJECTION_ID.to_owned()])
+}
+
+/// A rejected row as read back, kept aside again for `breach`: the same
+/// rejection, job, attempt, cursor, record and time, the new reason.
+pub(super) fn rejected_again(row: &serde_json::Map<String, Value>, breach: &Breach) -> String {
+    let mut row = row.clone();
+    if let Some(n) = row.get("attempt").and_then(Value::as_str).and_then(|n| n.parse::<u64>().ok()) {
+        row.insert("attempt".into(), Value::from(n));
+    }
+    row.insert("reason".into(), json!(breach.reason.as_str()));
+    row.insert("pointer".into(), json!(breach.pointer));
+    row.insert("rule".into(), json!(breach.rule.as_str()));
+    Value::Object(row).to_string()
 }
 
 /// What became of one batch's records besides loading as read.
@@ -83,7 +96,7 @@ impl Judge {
                 StreamSyncMode::IncrementalAppend
             };
             owner.writer.begin_stream(owner.pipeline_id, &name, mode, &rejected_schema()).await?;
-            Some(Loader::new(owner.writer.clone(), owner.pipeline_id, &name, mode, vec![REJECTION_ID.to_owned()]))
+            Some(rejected_loader(owner.writer, owner.pipeline_id, owner.stream))
         } else {
             None
         };

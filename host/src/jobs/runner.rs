@@ -135,6 +135,8 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
         crate::telemetry::job_id::within(job.job_id.clone(), async {
             if job.kind.is_activation_run() {
                 super::activation::execute(state, spool, &job, &cancel).await
+            } else if job.kind == crate::store::kinds::JobKind::Replay {
+                super::replay::execute(state, &job, owner, &cancel).await
             } else {
                 super::sync::execute(state, spool, &job, owner, &cancel).await
             }

@@ -410,12 +410,12 @@ impl RecordSink for JobSink {
 /// What a sync reads before its streams: the pipeline, the source's
 /// configuration and catalog, the connector pinned to the job, and the
 /// destination's writer held for it.
-struct Prepared {
-    pipeline: Pipeline,
+pub(super) struct Prepared {
+    pub(super) pipeline: Pipeline,
     source_config: String,
     connector: Connector,
-    catalog: Vec<Stream>,
-    writer: Arc<Writer>,
+    pub(super) catalog: Vec<Stream>,
+    pub(super) writer: Arc<Writer>,
 }
 
 /// One attempt of a sync, stream after stream.
@@ -474,7 +474,7 @@ pub(super) async fn execute(
 /// destination's tables and the saved states. A pipeline, source or
 /// destination that is gone fails the job for good; a control database
 /// that cannot answer leaves it to be tried again.
-async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<Prepared, Failure> {
+pub(super) async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<Prepared, Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;

@@ -1,4 +1,5 @@
-//! Sync operations: starting syncs and resets, cancelling jobs.
+//! Sync operations: starting syncs, resets and replays of rejected rows,
+//! cancelling jobs.
 //!
 //! A sync command may carry the schedule version it was issued against
 //! (`schedule_version` in the body, or `If-Match: "<version>"`); a proposal
@@ -15,8 +16,9 @@ use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::jobs::{Job, NotQueued};
-use crate::store::kinds::{JobKind, Trigger};
+use crate::store::kinds::{DestinationKind, JobKind, Trigger};
 use crate::store::pipelines::Pipeline;
+use crate::warehouse::WarehouseError;
 
 /// A sync or reset command.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -82,12 +84,47 @@ pub(crate) async fn cancel_job(ctx: &Ctx<'_>, job_id: &str) -> ApiResult<Execute
     Executed::ok(job)
 }
 
+/// Starts a replay of the rows the pipeline's contracts kept aside: only
+/// into a database (a file cannot replace a line), and only when some
+/// stream has rows to replay. Conflicts like a sync.
+async fn replay(ctx: &Ctx<'_>, req: RunPipeline, trigger: Trigger) -> ApiResult<Executed> {
+    let (state, access) = (ctx.state, ctx.access);
+    let p = pipeline(state, access, &req.pipeline_id).await?;
+    let dest_id = p.destination_id.as_deref().ok_or_else(|| ApiError::not_found("destination"))?;
+    let dest = state
+        .store
+        .destination(&access.workspace_id, dest_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("destination"))?;
+    if !matches!(dest.kind, DestinationKind::Sqlite | DestinationKind::Postgres) {
+        return Err(ApiError::invalid_field(
+            "pipeline_id",
+            format!("{} destinations cannot replay rejected rows yet: only SQLite and PostgreSQL do", dest.kind),
+        ));
+    }
+    let mut any = false;
+    for s in &p.streams {
+        let table = crate::warehouse::contract::rejected_stream(&s.name);
+        let rows = state.warehouses.rows_after(&dest, &table, &["rejection_id"], "", 1).await.map_err(|e| match e {
+            WarehouseError::Config(e) => e,
+            other => ApiError::unavailable(format!("cannot read the rejected rows: {other}")),
+        })?;
+        any |= !rows.is_empty();
+    }
+    if !any {
+        return Err(ApiError::conflict("NOTHING_TO_REPLAY", "no stream of the pipeline has rejected rows to replay"));
+    }
+    run(ctx, req, JobKind::Replay, trigger).await
+}
+
 /// Sync operations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "snake_case")]
 pub(crate) enum SyncOp {
     /// Start a sync job.
     SyncPipeline(RunPipeline),
+    /// Start a replay of the rows the pipeline's contracts kept aside.
+    ReplayRejected(RunPipeline),
     /// Start a reset job (clear destination data and state, sync again).
     ResetPipeline(RunPipeline),
     CancelJob {
@@ -100,6 +137,7 @@ impl Act for SyncOp {
         match self {
             SyncOp::SyncPipeline(_) => "pipelines.sync",
             SyncOp::ResetPipeline(_) => "pipelines.reset",
+            SyncOp::ReplayRejected(_) => "pipelines.replay_rejected",
             SyncOp::CancelJob { .. } => "jobs.cancel",
         }
     }
@@ -117,6 +155,10 @@ impl Act for SyncOp {
                 "Reset pipeline {}: clear its destination data and state, then sync from scratch",
                 r.pipeline_id
             ),
+            SyncOp::ReplayRejected(r) => format!(
+                "Replay the rows pipeline {}'s contracts kept aside: load those that fit now, keep the rest",
+                r.pipeline_id
+            ),
             SyncOp::CancelJob { job_id } => format!("Cancel job {job_id}"),
         }
     }
@@ -132,6 +174,7 @@ impl SyncOp {
         match self {
             SyncOp::SyncPipeline(r) => run(ctx, r, JobKind::Sync, trigger).await,
             SyncOp::ResetPipeline(r) => run(ctx, r, JobKind::Reset, trigger).await,
+            SyncOp::ReplayRejected(r) => replay(ctx, r, trigger).await,
             SyncOp::CancelJob { job_id } => cancel_job(ctx, &job_id).await,
         }
     }

@@ -64,6 +64,9 @@ text_enum! {
         Sync = "sync",
         /// Clears the destination's data and state, then syncs from scratch.
         Reset = "reset",
+        /// Loads the records the pipeline's contracts kept aside that fit
+        /// them now.
+        Replay = "replay",
         /// Sends a reverse-ETL model's new, changed and removed rows.
         ActivationRun = "activation_run",
         /// Sends every row of a reverse-ETL model, whatever its diff state.

@@ -12,6 +12,9 @@
 //! (`quarantine`). Only top-level fields are judged: they are the columns.
 //! Values are judged from their JSON text, never parsed into a tree (bar
 //! the few compared with an enumeration).
+//!
+//! What such a table is called and holds is here too
+//! ([`rejected_stream`], [`REJECTED_COLUMNS`]); writing it is the sync's.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -21,6 +24,19 @@ use serde_json::Value;
 use super::shape::Fields;
 use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
 use crate::store::pipelines::StreamContract;
+
+/// The stream whose table holds `stream`'s rejected rows (the records its
+/// contract kept aside).
+pub(crate) fn rejected_stream(stream: &str) -> String {
+    format!("{stream}__rejected")
+}
+
+/// The key of a rejected row, and the field it is derived from.
+pub(crate) const REJECTION_ID: &str = "rejection_id";
+
+/// The fields of a rejected row, as its table holds them.
+pub(crate) const REJECTED_COLUMNS: [&str; 10] =
+    [REJECTION_ID, "job_id", "attempt", "stream", "cursor", "reason", "pointer", "rule", "record", "rejected_at"];
 
 /// JSON types, as a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

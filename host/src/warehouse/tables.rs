@@ -172,6 +172,41 @@ impl Db {
             .collect())
     }
 
+    /// Deletes the rows of the service's `table` with these keys; how many
+    /// it deleted.
+    pub(crate) async fn delete_keys(&self, table: &str, keys: &[String]) -> Result<u64, WriteError> {
+        if keys.is_empty() || self.claim(table).await?.is_empty() {
+            return Ok(0);
+        }
+        let mut deleted = 0;
+        for some in keys.chunks(500) {
+            let sql = |p: &dyn Fn(usize) -> String| {
+                let list: Vec<String> = (1..=some.len()).map(p).collect();
+                format!("DELETE FROM {} WHERE \"_service_raw_id\" IN ({})", quote(table), list.join(", "))
+            };
+            let gone = match self {
+                Db::Sqlite(pool, ..) => {
+                    let sql = sql(&|_| "?".to_owned());
+                    some.iter()
+                        .fold(sqlx::query(sqlx::AssertSqlSafe(sql)), |q, k| q.bind(k))
+                        .execute(pool)
+                        .await
+                        .map(|r| r.rows_affected())
+                }
+                Db::Postgres(pool) => {
+                    let sql = sql(&|i| format!("${i}"));
+                    some.iter()
+                        .fold(sqlx::query(sqlx::AssertSqlSafe(sql)), |q, k| q.bind(k))
+                        .execute(pool)
+                        .await
+                        .map(|r| r.rows_affected())
+                }
+            };
+            deleted += gone.map_err(|e| failed(&format!("cannot delete from {table}"), e))?;
+        }
+        Ok(deleted)
+    }
+
     /// Lists a table the service created.
     pub(crate) async fn register(&self, table: &str) -> Result<(), WriteError> {
         let now = crate::store::now_ms();

@@ -308,6 +308,16 @@ impl Writer {
         }
     }
 
+    /// Deletes the rows of `stream`'s table with these keys (positions
+    /// [`Writer::rows_after`] gave); how many it deleted. Only a database
+    /// deletes rows.
+    pub(crate) async fn delete_rows(&self, stream: &str, keys: &[String]) -> Result<u64, WriteError> {
+        match self {
+            Writer::Sql(tables) => tables.db.delete_keys(&sql_name(stream), keys).await,
+            _ => Err(WriteError::Refused("only a database destination deletes rows".into())),
+        }
+    }
+
     /// Closes connections.
     pub async fn close(self) {
         match self {

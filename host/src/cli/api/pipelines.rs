@@ -171,6 +171,14 @@ pub enum PipelinesCommand {
         #[command(flatten)]
         page: Page,
     },
+    /// Replay the records the pipeline's contracts kept aside: load those
+    /// that fit now, keep the rest with their new reason.
+    Replay {
+        pipeline_id: String,
+        /// Wait for the replay to end, showing its progress.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Start a sync now.
     Sync {
         pipeline_id: String,
@@ -210,9 +218,10 @@ pub enum JobsCommand {
     Cancel { job_id: String },
 }
 
-/// Starts a sync or reset and, asked to, waits for it.
-async fn start(ctx: &Ctx, pipeline_id: &str, what: &str, wait_for_it: bool) -> Result<(), CliFailure> {
-    let path = format!("pipelines/{}/{what}", seg(pipeline_id));
+/// Starts a job of the pipeline (`what`: a sync, reset or replay, by
+/// POSTing to `action`) and, asked to, waits for it.
+async fn start(ctx: &Ctx, pipeline_id: &str, action: &str, what: &str, wait_for_it: bool) -> Result<(), CliFailure> {
+    let path = format!("pipelines/{}/{action}", seg(pipeline_id));
     let ran = ctx
         .write(Method::POST, &path, None, |d| format!("Started {what} job {} of {pipeline_id}", text_at(d, "job_id")))
         .await?;
@@ -309,8 +318,11 @@ pub(crate) async fn pipelines(ctx: &Ctx, cmd: PipelinesCommand) -> Result<(), Cl
             })
             .await
             .map(drop),
-        PipelinesCommand::Reset { pipeline_id, wait } => start(ctx, &pipeline_id, "reset", wait).await,
-        PipelinesCommand::Sync { pipeline_id, wait } => start(ctx, &pipeline_id, "sync", wait).await,
+        PipelinesCommand::Reset { pipeline_id, wait } => start(ctx, &pipeline_id, "reset", "reset", wait).await,
+        PipelinesCommand::Replay { pipeline_id, wait } => {
+            start(ctx, &pipeline_id, "rejected/replay", "replay", wait).await
+        }
+        PipelinesCommand::Sync { pipeline_id, wait } => start(ctx, &pipeline_id, "sync", "sync", wait).await,
     }
 }
 
