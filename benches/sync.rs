@@ -1,7 +1,9 @@
 //! Sync throughput: records/s and MB/s from a paginated HTTPS fake source
 //! through a plugin into an SQLite destination (and PostgreSQL when
 //! `BENCH_POSTGRES_URL` names a database), and in the same run a native
-//! baseline doing the same fetch, parse and write without Wasm.
+//! baseline doing the same fetch, parse and write without Wasm, and the
+//! plugin path again under a data contract that judges every record
+//! (rejecting none): what a contract costs.
 //!
 //! Run with `cargo bench -p service --bench sync`. Each destination gets
 //! `BENCH_ROUNDS` (5) rounds in which the two paths take turns; the summary
@@ -22,8 +24,10 @@ use axum::extract::Query;
 use serde_json::{Value, json};
 use service::egress::EgressPolicy;
 use service::plugin::registry::PluginSource;
-use service::store::kinds::{CredentialKind, CredentialStatus, DestinationKind, JobKind, JobStatus, Trigger};
-use service::store::pipelines::StreamSyncMode;
+use service::store::kinds::{
+    ContractMode, CredentialKind, CredentialStatus, DestinationKind, JobKind, JobStatus, Trigger,
+};
+use service::store::pipelines::{StreamContract, StreamSyncMode};
 
 const RECORDS: u64 = 100_000;
 const PAGE: u64 = 1000;
@@ -116,36 +120,55 @@ async fn main() {
     }
     for (kind, dest_cfg) in targets {
         let dest = state.store.create_destination(&ws, kind, kind.as_str(), &dest_cfg, &admin).await.unwrap();
-        let streams = vec![service::store::pipelines::StreamSelection {
-            name: "events".into(),
-            sync_mode: StreamSyncMode::FullRefreshOverwrite,
-            cursor_field: None,
-            primary_key: None,
-        }];
-        let pipeline = state
-            .store
-            .create_pipeline(
-                &ws,
-                "bench",
-                &source.source_id,
-                &dest.destination_id,
-                &streams,
-                &service::store::pipelines::Schedule::Manual,
-                None,
-                None,
-            )
-            .await
-            .unwrap();
+        // The same stream twice: as it is, and under a contract that
+        // judges every record and (the records fitting it) rejects none.
+        let judged = StreamContract {
+            new_columns: ContractMode::Quarantine,
+            type_changes: ContractMode::Evolve,
+            invalid_records: ContractMode::Quarantine,
+        };
+        let mut pipelines = Vec::new();
+        for (name, contract) in [("bench", None), ("bench-contract", Some(judged))] {
+            let streams = vec![service::store::pipelines::StreamSelection {
+                name: "events".into(),
+                sync_mode: StreamSyncMode::FullRefreshOverwrite,
+                cursor_field: None,
+                primary_key: None,
+                contract,
+            }];
+            let pipeline = state
+                .store
+                .create_pipeline(
+                    &ws,
+                    name,
+                    &source.source_id,
+                    &dest.destination_id,
+                    &streams,
+                    &service::store::pipelines::Schedule::Manual,
+                    None,
+                    None,
+                )
+                .await
+                .unwrap();
+            pipelines.push(pipeline.pipeline_id);
+        }
         let parsed = service::warehouse::validate(kind, &dest_cfg).unwrap();
         // The two paths take turns, so a busy spell on the machine falls
         // on both rather than on one.
-        let (mut plugin_rates, mut native_rates) = (Vec::new(), Vec::new());
+        let (mut plugin_rates, mut contract_rates, mut native_rates) = (Vec::new(), Vec::new(), Vec::new());
         for round in 1..=rounds {
             let (t, cpu) = (Instant::now(), support::cpu_seconds());
-            let records = sync_job(&state, &ws, &pipeline.pipeline_id).await;
+            let records = sync_job(&state, &ws, &pipelines[0]).await;
             let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);
             report(&format!("{kind} #{round}: through the plugin"), records, total_bytes, secs, cpu);
             plugin_rates.push(records as f64 / secs);
+
+            let (t, cpu) = (Instant::now(), support::cpu_seconds());
+            let records = sync_job(&state, &ws, &pipelines[1]).await;
+            let (secs, cpu) = (t.elapsed().as_secs_f64(), support::cpu_seconds() - cpu);
+            report(&format!("{kind} #{round}: with a contract"), records, total_bytes, secs, cpu);
+            assert_eq!(records, RECORDS, "the contract kept nothing aside");
+            contract_rates.push(records as f64 / secs);
 
             let (t, cpu) = (Instant::now(), support::cpu_seconds());
             let place = service::warehouse::Place {
@@ -170,6 +193,11 @@ async fn main() {
             native_rates.push(records as f64 / secs);
         }
         let (plugin, native) = (median(&mut plugin_rates), median(&mut native_rates));
+        let contract = median(&mut contract_rates);
+        println!(
+            "{kind}: with a contract that judges every record {contract:.0} records/s: {:.1}% of the plugin path",
+            100.0 * contract / plugin
+        );
         let mb = |rate: f64| rate * total_bytes as f64 / RECORDS as f64 / 1e6;
         println!(
             "{kind}: median of {rounds} rounds: through the plugin {plugin:.0} records/s ({:.1} MB/s), native baseline {native:.0} records/s ({:.1} MB/s)",

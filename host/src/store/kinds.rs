@@ -311,7 +311,9 @@ mod tests {
     fn kinds_keep_their_stored_names() {
         assert_eq!(serde_json::to_value(CredentialStatus::NeedsReauthorization).unwrap(), "needs_reauthorization");
         assert_eq!(CredentialKind::parse("api_token"), Some(CredentialKind::ApiToken));
-        assert_eq!(JobKind::choices(), "sync, reset, activation_run or activation_resync");
+        assert_eq!(JobKind::choices(), "sync, reset, replay, activation_run or activation_resync");
+        assert_eq!(ContractMode::choices(), "evolve, freeze, discard_value or quarantine");
+        assert_eq!(ContractRule::choices(), "new_columns, type_changes or invalid_records");
         assert_eq!(DestinationKind::choices(), "sqlite, postgres, jsonl or iceberg");
         for s in JobStatus::ALL {
             assert_eq!(JobStatus::parse(s.as_str()), Some(*s));
