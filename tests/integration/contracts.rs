@@ -265,6 +265,11 @@ async fn contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors(b
             .await;
     assert!(bad["message"].as_str().unwrap().contains("evolve, freeze, discard_value or quarantine"), "{bad}");
     expect_error(refused(&sqlite, json!({ "columns": "freeze" })).await.unwrap(), 400, "VALIDATION_FAILED").await;
+    // A contract on a stream the source does not offer.
+    let mut ghost = fx.pipeline_body(&sqlite, "incremental_append", json!({ "type_changes": "quarantine" }));
+    ghost["streams"][0]["name"] = json!("ghost");
+    let bad = expect_error(fx.srv.post("/v1/pipelines", ghost).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    assert!(bad["message"].as_str().unwrap().contains("offers no stream ghost"), "{bad}");
 
     let pipeline = fx.pipeline(&sqlite, "incremental_append", json!({ "type_changes": "quarantine" })).await;
     assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
