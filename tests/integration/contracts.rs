@@ -297,8 +297,11 @@ async fn contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors(b
     let ws = fx.srv.workspace_id().await;
     let (_, viewer) = fx.srv.user_in(&ws, Role::Viewer).await;
     expect_error(fx.srv.request_as(&viewer, Method::GET, &path).send().await.unwrap(), 403, "403").await;
+    let replay = format!("/v1/pipelines/{pipeline}/rejected/replay");
+    expect_error(fx.srv.request_as(&viewer, Method::POST, &replay).send().await.unwrap(), 403, "403").await;
     let (_, other) = fx.srv.other_workspace().await;
     expect_error(fx.srv.request_as(&other, Method::GET, &path).send().await.unwrap(), 404, "404").await;
+    expect_error(fx.srv.request_as(&other, Method::POST, &replay).send().await.unwrap(), 404, "404").await;
     fx.srv.stop().await;
 }
 
