@@ -401,7 +401,42 @@ async fn a_replay_loads_what_fits_now_once_and_keeps_the_rest(backend: Backend) 
     fx.srv.stop().await;
 }
 
+/// Changing a deduplicated stream's primary key rekeys rows a sync cannot
+/// put back: even an administrator's request becomes a proposal, which
+/// runs once another member approves it. Other changes run at once.
+async fn rekeying_a_deduplicated_stream_needs_an_approval(backend: Backend) {
+    let fx = setup(backend).await;
+    let dest = fx.destination("sqlite", json!({ "file": "keys.db" })).await;
+    let body = json!({ "name": "keyed", "source_id": fx.source_id, "destination_id": dest,
+        "streams": [{ "name": "events", "sync_mode": "incremental_deduped" }] });
+    let pipeline = json_ok(fx.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+    let id = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+    let patch = |streams: Value| {
+        fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{id}")).json(&json!({ "streams": streams })).send()
+    };
+    // A contract, same key: runs now.
+    let same =
+        json!([{ "name": "events", "sync_mode": "incremental_deduped", "contract": { "type_changes": "freeze" } }]);
+    assert_eq!(patch(same).await.unwrap().status(), StatusCode::OK);
+    // Another key: a proposal, and the pipeline keeps its key meanwhile.
+    let rekeyed = json!([{ "name": "events", "sync_mode": "incremental_deduped", "primary_key": ["kind"] }]);
+    let proposed = patch(rekeyed).await.unwrap();
+    assert_eq!(proposed.status(), StatusCode::ACCEPTED);
+    let proposed = json_ok(proposed).await;
+    let summary = proposed["data"]["approval"]["summary"].as_str().unwrap();
+    assert!(summary.contains("primary key of deduplicated stream events"), "{summary}");
+    let now = json_ok(fx.srv.get(&format!("/v1/pipelines/{id}")).send().await.unwrap()).await;
+    assert!(now["data"]["streams"][0]["primary_key"].is_null(), "{now}");
+    let approval = proposed["data"]["approval"]["approval_id"].as_str().unwrap();
+    let approve = fx.srv.request_as(&fx.srv.approver_token, Method::POST, &format!("/v1/approvals/{approval}/approve"));
+    assert!(approve.send().await.unwrap().status().is_success());
+    let now = json_ok(fx.srv.get(&format!("/v1/pipelines/{id}")).send().await.unwrap()).await;
+    assert_eq!(now["data"]["streams"][0]["primary_key"], json!(["kind"]), "{now}");
+    fx.srv.stop().await;
+}
+
 on_both_backends!(
+    rekeying_a_deduplicated_stream_needs_an_approval,
     a_replay_loads_what_fits_now_once_and_keeps_the_rest,
     quarantined_records_are_kept_aside_with_why_and_the_ledger_balances,
     contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors

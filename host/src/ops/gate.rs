@@ -7,6 +7,8 @@
 //! - A write from an MCP client becomes a proposal when the workspace's
 //!   policy for its category requires approval (the default for every
 //!   category).
+//! - A change a sync cannot undo (a deduplicated stream's primary key)
+//!   always becomes a proposal, whoever asks.
 //! - Anything else executes at once.
 //!
 //! Approving claims the proposal in one statement (`pending` → `executing`),
@@ -56,14 +58,19 @@ pub(crate) async fn submit(
     note.action(op.act().action());
     authorise(state, access, &op).await?;
     let principal = &access.principal;
+    let destructive = op.destructive(state, access).await?;
     let propose = principal.proposal_requested
+        || destructive.is_some()
         || (principal.client == ClientSource::Mcp
             && policy(state, &access.workspace_id, op.act().category()).await?.requires_approval);
     if !propose {
         return op.run(&Ctx { state, access, note, via: Via::Request }).await;
     }
     let operation = serde_json::to_value(&op).map_err(ApiError::internal)?;
-    let summary = op.act().summary();
+    let summary = match &destructive {
+        Some(why) => format!("{} (an approval is needed: {why})", op.act().summary()),
+        None => op.act().summary(),
+    };
     let approval = state
         .store
         .create_approval(NewApproval {

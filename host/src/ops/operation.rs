@@ -9,7 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::act::{Act, Ctx, Executed};
+use crate::access::WorkspaceAccess;
 use crate::error::ApiResult;
+use crate::state::AppState;
 
 /// A state-changing operation with everything it needs to run, of any
 /// context. Serialised as its context's internally tagged form
@@ -45,6 +47,18 @@ impl Operation {
             Operation::Plugins(o) => o,
             Operation::ReverseEtl(o) => o,
             Operation::Webhooks(o) => o,
+        }
+    }
+
+    /// Why it must go through an approval whoever asks, when it would
+    /// change what a destination already holds in a way a sync cannot
+    /// undo (a deduplicated stream's primary key).
+    pub(super) async fn destructive(&self, state: &AppState, access: &WorkspaceAccess) -> ApiResult<Option<String>> {
+        match self {
+            Operation::Pipelines(super::pipelines::PipelineOp::UpdatePipeline(update)) => {
+                super::pipelines::destructive_change(state, access, update).await
+            }
+            _ => Ok(None),
         }
     }
 

@@ -273,6 +273,26 @@ async fn pipeline(state: &AppState, access: &WorkspaceAccess, id: &str) -> ApiRe
     state.store.pipeline(&access.workspace_id, id).await?.ok_or_else(|| ApiError::not_found("pipeline"))
 }
 
+/// Why an update needs an approval, if it does: it changes the primary
+/// key of a deduplicated stream, which rekeys rows a sync cannot put back.
+pub(super) async fn destructive_change(
+    state: &AppState,
+    access: &WorkspaceAccess,
+    req: &UpdatePipeline,
+) -> ApiResult<Option<String>> {
+    let Some(streams) = &req.streams else { return Ok(None) };
+    let Some(p) = state.store.pipeline(&access.workspace_id, &req.pipeline_id).await? else { return Ok(None) };
+    let rekeyed = p.streams.iter().find(|old| {
+        old.sync_mode == StreamSyncMode::IncrementalDeduped
+            && streams.iter().any(|new| {
+                new.name == old.name
+                    && new.sync_mode == StreamSyncMode::IncrementalDeduped
+                    && new.primary_key != old.primary_key
+            })
+    });
+    Ok(rekeyed.map(|s| format!("it changes the primary key of deduplicated stream {}", s.name)))
+}
+
 pub(crate) async fn update_pipeline(ctx: &Ctx<'_>, req: UpdatePipeline) -> ApiResult<Executed> {
     let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     note.target("pipeline", &req.pipeline_id);
