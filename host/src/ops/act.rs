@@ -31,7 +31,7 @@ pub(crate) enum Category {
     Destinations,
     /// Creating, changing, pausing, resuming and deleting pipelines.
     Pipelines,
-    /// Starting syncs and resets, cancelling jobs.
+    /// Starting syncs, resets and replays, cancelling jobs.
     Syncs,
     /// Loading and unloading connector plugins (installation operators).
     Plugins,
@@ -104,7 +104,7 @@ impl Category {
             Category::Sources => "creating, changing and deleting sources",
             Category::Destinations => "creating and changing destinations",
             Category::Pipelines => "creating, changing, pausing, resuming and deleting pipelines (connections)",
-            Category::Syncs => "starting syncs and resets, cancelling jobs",
+            Category::Syncs => "starting syncs, resets and replays of rejected rows, cancelling jobs",
             Category::Plugins => "loading and unloading connector plugins (installation operators)",
             Category::ReverseEtl => {
                 "creating, changing and deleting reverse-ETL models, destinations and activations, and starting their runs"

@@ -32,7 +32,7 @@ async fn pipeline(state: &AppState, access: &WorkspaceAccess, id: &str) -> ApiRe
     state.store.pipeline(&access.workspace_id, id).await?.ok_or_else(|| ApiError::not_found("pipeline"))
 }
 
-/// The spec's 409 for syncs and resets.
+/// The spec's 409 for syncs and resets (and replays).
 pub(super) fn conflict(message: &str, active: Option<Job>, schedule: Option<(i64, i64)>) -> ApiError {
     let mut details = json!({ "active_job": active });
     if let Some((given, current)) = schedule {

@@ -27,7 +27,7 @@ pub(crate) struct JobAttempt {
     pub error: Option<String>,
 }
 
-/// What a job belongs to: a pipeline (syncs and resets) or a reverse-ETL
+/// What a job belongs to: a pipeline (syncs, resets and replays) or a reverse-ETL
 /// activation (its runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum JobOwner {
