@@ -1,8 +1,10 @@
 //! A stream's data contract applied as its batches are written: each
-//! batch is judged ([`Contract::judge`]) off the async workers, the records
-//! a rule quarantines are written to the stream's rejected-rows table
-//! first (so a state saved after the batch covers them too), and the rest
-//! are loaded, values a rule discards left out.
+//! batch is judged as the loader prepares it, off the async workers, on
+//! the fields parsed for the destination (`Loader::write_under`); the
+//! rest load, values a rule discards left out, and the records a rule
+//! quarantines are written to the stream's rejected-rows table before the
+//! batch's checkpoint is queued (so a state saved after the batch covers
+//! them too).
 //!
 //! The rejected-rows table of stream `s` is the destination's table of
 //! stream `s__rejected` (`warehouse::contract::rejected_stream`): one row per record kept
@@ -110,24 +112,16 @@ impl Judge {
         })
     }
 
-    /// Judges `records`, writes those kept aside (and waits for them),
-    /// then hands the rest to `loader`. A breach of a rule that freezes
+    /// Writes `records` through `loader`, judged as they are prepared,
+    /// then writes those kept aside and waits for them (before the caller
+    /// can queue the batch's checkpoint). A breach of a rule that freezes
     /// fails the batch before any of it is written.
     pub(super) async fn load(
         &mut self,
         loader: &mut Loader,
         records: Vec<String>,
     ) -> Result<(Written, Verdicts), WriteError> {
-        let contract = self.contract.clone();
-        let judged = tokio::task::spawn_blocking(move || contract.judge(records))
-            .await
-            .map_err(|e| WriteError::Destination(format!("judging the batch stopped: {e}")))?
-            .map_err(|breach| {
-                WriteError::BadRecord(format!(
-                    "stream {}: {breach}, which the stream's contract freezes; nothing of the batch was written",
-                    self.stream
-                ))
-            })?;
+        let (written, judged) = loader.write_under(records, Some(&self.contract)).await?;
         let mut verdicts = Verdicts { quarantined: 0, value_discarded: judged.value_discarded };
         if !judged.rejected.is_empty() {
             let rows: Vec<String> = judged.rejected.iter().map(|r| self.rejected_row(r)).collect();
@@ -141,10 +135,7 @@ impl Judge {
             let settled = aside.settle().await?;
             verdicts.quarantined = [written, settled].iter().map(|w| w.stored + w.deduplicated).sum();
         }
-        if judged.load.is_empty() {
-            return Ok((Written::default(), verdicts));
-        }
-        Ok((loader.write(judged.load).await?, verdicts))
+        Ok((written, verdicts))
     }
 
     /// Waits until every rejected row is written.

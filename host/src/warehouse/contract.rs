@@ -10,18 +10,22 @@
 //! batch is written (`freeze`), loads with the offending values left out
 //! (`discard_value`), or is kept aside in the rejected-rows table
 //! (`quarantine`). Only top-level fields are judged: they are the columns.
-//! Values are judged from their JSON text, never parsed into a tree (bar
-//! the few compared with an enumeration).
+//! Values are judged from their JSON text as shaping splits a record
+//! into fields ([`Contract::verdict`]), the split a destination lays out,
+//! so a record judged on its way in is read once; they are never parsed
+//! into a tree (bar the few compared with an enumeration).
 //!
 //! What such a table is called and holds is here too
 //! ([`rejected_stream`], [`REJECTED_COLUMNS`]); writing it is the sync's.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use super::shape::Fields;
+use super::shape::{FieldList, Fields};
 use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
 use crate::store::pipelines::StreamContract;
 
@@ -138,6 +142,17 @@ pub(crate) struct Judged {
     pub(crate) value_discarded: u64,
 }
 
+/// What a contract makes of one record that does not fail its batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// It loads as it is.
+    Load,
+    /// It loads, with the values a rule discards left out.
+    ValueDiscarded,
+    /// It is kept aside, for this breach.
+    Rejected(Breach),
+}
+
 /// A field's JSON pointer.
 fn pointer(name: &str) -> String {
     format!("/{}", name.replace('~', "~0").replace('/', "~1"))
@@ -170,86 +185,105 @@ impl Contract {
         Some(Contract { rules, fields, required })
     }
 
-    /// Judges a batch. A breach of a rule that freezes fails it, naming
-    /// the first such field; otherwise a record that breaks a rule that
-    /// quarantines is kept aside (with its first such breach), values that
-    /// break rules that discard are left out (a new field dropped, a value
-    /// of another type null), and the rest load as they are.
+    /// Judges one record from its fields as shaping split them (`None`:
+    /// it is not an object). A breach of a rule that freezes is the error;
+    /// otherwise a record that breaks a rule that quarantines is kept
+    /// aside (with its first such breach), values that break rules that
+    /// discard are left out of `fields` (a new field dropped, a value of
+    /// another type null), and the rest loads as it is.
+    pub(super) fn verdict(&self, fields: Option<&mut FieldList<'_>>) -> Result<Verdict, Breach> {
+        let breaches = self.breaches_of(fields.as_deref().map(Vec::as_slice));
+        if breaches.is_empty() {
+            return Ok(Verdict::Load);
+        }
+        let first = |mode: ContractMode| breaches.iter().find(|(_, b)| self.rules.mode(b.rule) == mode);
+        if let Some((_, frozen)) = first(ContractMode::Freeze) {
+            return Err(frozen.clone());
+        }
+        if let Some((_, quarantined)) = first(ContractMode::Quarantine) {
+            return Ok(Verdict::Rejected(quarantined.clone()));
+        }
+        let discarded: Vec<(usize, ContractRule)> = breaches
+            .iter()
+            .filter(|(_, b)| self.rules.mode(b.rule) == ContractMode::DiscardValue)
+            .filter_map(|(at, b)| at.map(|at| (at, b.rule)))
+            .collect();
+        let Some(fields) = fields.filter(|_| !discarded.is_empty()) else { return Ok(Verdict::Load) };
+        // From the last, so the positions before stay where they were.
+        for (at, rule) in discarded.into_iter().rev() {
+            if rule == ContractRule::NewColumns {
+                fields.remove(at);
+            } else {
+                fields[at].1 = RawValue::NULL;
+            }
+        }
+        Ok(Verdict::ValueDiscarded)
+    }
+
+    /// Judges a batch of records as text ([`Contract::verdict`] each): a
+    /// breach of a rule that freezes fails it, naming the first such
+    /// field; records that lost a value are loaded as rewritten.
     pub(crate) fn judge(&self, records: Vec<String>) -> Result<Judged, Breach> {
         let mut judged = Judged { load: Vec::with_capacity(records.len()), ..Judged::default() };
         for record in records {
-            let breaches = self.breaches(&record);
-            let first = |mode: ContractMode| breaches.iter().find(|b| self.rules.mode(b.rule) == mode);
-            if let Some(frozen) = first(ContractMode::Freeze) {
-                return Err(frozen.clone());
-            }
-            if let Some(quarantined) = first(ContractMode::Quarantine) {
-                let breach = quarantined.clone();
-                judged.rejected.push(Rejected { record, breach });
-                continue;
-            }
-            let discarded: Vec<&Breach> =
-                breaches.iter().filter(|b| self.rules.mode(b.rule) == ContractMode::DiscardValue).collect();
-            if discarded.is_empty() {
-                judged.load.push(record);
-            } else {
-                judged.value_discarded += 1;
-                judged.load.push(discard(&record, &discarded));
+            let mut fields = serde_json::from_str::<Fields>(&record).ok().map(|Fields(f)| f);
+            match self.verdict(fields.as_mut())? {
+                Verdict::Load => judged.load.push(record),
+                Verdict::Rejected(breach) => judged.rejected.push(Rejected { record, breach }),
+                Verdict::ValueDiscarded => {
+                    judged.value_discarded += 1;
+                    judged.load.push(render(fields.as_deref().unwrap_or_default()));
+                }
             }
         }
         Ok(judged)
     }
 
-    /// Every rule `record` breaks, field by field in its order.
-    fn breaches(&self, record: &str) -> Vec<Breach> {
+    /// Every rule a record breaks (given its fields; `None`: it is not an
+    /// object), field by field in its order, each with the position of
+    /// its field (`None` for a field the record lacks, or the whole
+    /// record).
+    fn breaches_of(&self, fields: Option<&[(Cow<'_, str>, &RawValue)]>) -> Vec<(Option<usize>, Breach)> {
         let breach = |rule, reason, pointer| Breach { rule, reason, pointer };
-        let Ok(Fields(fields)) = serde_json::from_str::<Fields>(record) else {
-            return vec![breach(ContractRule::InvalidRecords, RejectionReason::NotAnObject, String::new())];
+        let Some(fields) = fields else {
+            return vec![(None, breach(ContractRule::InvalidRecords, RejectionReason::NotAnObject, String::new()))];
         };
         let mut found = Vec::new();
-        for (name, raw) in &fields {
+        for (at, (name, raw)) in fields.iter().enumerate() {
             let Some(declared) = self.fields.get(name.as_ref()) else {
-                found.push(breach(ContractRule::NewColumns, RejectionReason::NewColumn, pointer(name)));
+                found.push((Some(at), breach(ContractRule::NewColumns, RejectionReason::NewColumn, pointer(name))));
                 continue;
             };
             let Some(kind) = Types::of(raw.get()) else { continue };
             if declared.types.is_some_and(|t| t.0 & kind == 0) {
-                found.push(breach(ContractRule::TypeChanges, RejectionReason::TypeMismatch, pointer(name)));
+                found.push((Some(at), breach(ContractRule::TypeChanges, RejectionReason::TypeMismatch, pointer(name))));
             } else if let Some(allowed) = &declared.allowed
                 && !serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| allowed.contains(&v))
             {
-                found.push(breach(ContractRule::TypeChanges, RejectionReason::NotInEnum, pointer(name)));
+                found.push((Some(at), breach(ContractRule::TypeChanges, RejectionReason::NotInEnum, pointer(name))));
             }
         }
         for (name, reason) in &self.required {
             let present = fields.iter().rev().find(|(n, _)| n == name).is_some_and(|(_, raw)| raw.get() != "null");
             if !present {
-                found.push(breach(ContractRule::InvalidRecords, *reason, pointer(name)));
+                found.push((None, breach(ContractRule::InvalidRecords, *reason, pointer(name))));
             }
         }
         found
     }
 }
 
-/// `record` with the values `breaches` name left out: a new field
-/// dropped, any other value null.
-fn discard(record: &str, breaches: &[&Breach]) -> String {
-    let Ok(Fields(fields)) = serde_json::from_str::<Fields>(record) else { return record.to_owned() };
-    let mut out = String::with_capacity(record.len());
+/// A record's fields as JSON text.
+fn render(fields: &[(Cow<'_, str>, &RawValue)]) -> String {
+    let mut out = String::with_capacity(2 + fields.iter().map(|(n, v)| n.len() + v.get().len() + 4).sum::<usize>());
     out.push('{');
-    for (name, raw) in &fields {
-        let at = pointer(name);
-        let value: &str = match breaches.iter().find(|b| b.pointer == at) {
-            Some(b) if b.rule == ContractRule::NewColumns => continue,
-            Some(_) => "null",
-            None => raw.get(),
-        };
+    for (name, raw) in fields {
         if out.len() > 1 {
             out.push(',');
         }
         out.push_str(&serde_json::to_string(name.as_ref()).unwrap_or_default());
         out.push(':');
-        out.push_str(value);
+        out.push_str(raw.get());
     }
     out.push('}');
     out
@@ -275,6 +309,14 @@ mod tests {
     fn contract(new_columns: ContractMode, type_changes: ContractMode, invalid_records: ContractMode) -> Contract {
         let rules = StreamContract { new_columns, type_changes, invalid_records };
         Contract::new(rules, &schema(), &["id".to_owned()]).expect("a contract that judges")
+    }
+
+    impl Contract {
+        /// The breaches of a record given as text.
+        fn breaches(&self, record: &str) -> Vec<Breach> {
+            let fields = serde_json::from_str::<Fields>(record).ok().map(|Fields(f)| f);
+            self.breaches_of(fields.as_deref()).into_iter().map(|(_, b)| b).collect()
+        }
     }
 
     fn records(texts: &[&str]) -> Vec<String> {

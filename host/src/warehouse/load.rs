@@ -1,4 +1,5 @@
-//! Loading one stream: each batch is prepared (off the async workers),
+//! Loading one stream: each batch is prepared (off the async workers, and
+//! judged there by the stream's contract where it has one),
 //! then applied in the background, in order, with as many in flight as
 //! the destination allows, and checkpoints come due only after the batches
 //! before them.
@@ -6,6 +7,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::contract::Contract;
+use super::shape::Judgement;
 use super::{WriteError, Writer};
 use crate::store::Store;
 use crate::store::pipelines::StreamSyncMode;
@@ -115,20 +118,40 @@ impl Loader {
     /// once is written in halves, in order (so in deduplicated mode the
     /// last copy of a key still wins).
     pub async fn write(&mut self, records: Vec<String>) -> Result<Written, WriteError> {
+        Ok(self.write_under(records, None).await?.0)
+    }
+
+    /// [`Loader::write`] under the stream's `contract`: its records judged
+    /// as they are prepared, on the fields parsed for the destination.
+    /// Returns what the contract did too: the records it kept aside,
+    /// which are the caller's to write. A breach of a rule that freezes
+    /// fails the batch before any of it is written.
+    pub(crate) async fn write_under(
+        &mut self,
+        records: Vec<String>,
+        contract: Option<&Arc<Contract>>,
+    ) -> Result<(Written, Judgement), WriteError> {
         let mut written = Written::default();
+        let mut judged = Judgement::default();
         // The parts still to write, the next one last.
         let mut parts = vec![records];
         while let Some(records) = parts.pop() {
-            let (writer, stream) = (self.writer.clone(), self.stream.clone());
+            let (writer, stream, contract) = (self.writer.clone(), self.stream.clone(), contract.cloned());
             let (records, batch) = tokio::task::spawn_blocking(move || {
-                let batch =
-                    writer.prepare(&stream.pipeline_id, &stream.stream, &records, stream.mode, &stream.primary_key);
+                let batch = writer.prepare(
+                    &stream.pipeline_id,
+                    &stream.stream,
+                    &records,
+                    stream.mode,
+                    &stream.primary_key,
+                    contract.as_deref(),
+                );
                 (records, batch)
             })
             .await
             .map_err(|e| WriteError::Destination(format!("preparing the batch stopped: {e}")))?;
-            let batch = match batch? {
-                Some(batch) => batch,
+            let (batch, judgement) = match batch? {
+                Some(prepared) => prepared,
                 // A single record is split no further.
                 None if records.len() > 1 => {
                     let mut first = records;
@@ -142,6 +165,12 @@ impl Loader {
                     ));
                 }
             };
+            judged.rejected.extend(judgement.rejected);
+            judged.value_discarded += judgement.value_discarded;
+            if batch.records == 0 {
+                // The contract kept every record aside.
+                continue;
+            }
             while self.batches() >= self.limit {
                 self.next(&mut written).await?;
             }
@@ -152,7 +181,7 @@ impl Loader {
                 Ok(Applied { records, bytes, deduplicated, stored })
             })));
         }
-        self.saved(written).await
+        Ok((self.saved(written).await?, judged))
     }
 
     /// Queues a checkpoint behind the batches written before it; returns

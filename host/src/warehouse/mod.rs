@@ -191,7 +191,8 @@ mod tests {
         let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
         let postgres = Writer::Sql(tables::Tables::new(Db::Postgres(pool)));
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
-            match postgres.prepare("p", "events", &records, mode, &["id".to_owned()]).map(|batch| batch.is_some()) {
+            match postgres.prepare("p", "events", &records, mode, &["id".to_owned()], None).map(|batch| batch.is_some())
+            {
                 Err(WriteError::BadRecord(m)) => assert!(m.contains("NUL"), "{m}"),
                 Err(e) => panic!("expected a bad record, got {e:?}"),
                 Ok(_) => panic!("expected a bad record"),
@@ -199,7 +200,10 @@ mod tests {
         }
         let nested = vec![r#"{"id": 1, "payload": {"note": "a\u0000b"}}"#.to_owned()];
         assert!(
-            matches!(postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))),
+            matches!(
+                postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[], None),
+                Ok(Some(_))
+            ),
             "nested JSON keeps the escape as text"
         );
 
@@ -208,7 +212,10 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            matches!(sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[]), Ok(Some(_))),
+            matches!(
+                sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[], None),
+                Ok(Some(_))
+            ),
             "SQLite stores NUL in text"
         );
     }

@@ -1,6 +1,7 @@
 //! Record shaping: a record's top-level fields in the provider's order
-//! (nested values kept as the provider wrote them), its key, and a batch
-//! laid out as rows over the union of its columns.
+//! (nested values kept as the provider wrote them), its key, what the
+//! stream's contract makes of it, and a batch laid out as rows over the
+//! union of its columns.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -10,6 +11,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use super::contract::{Contract, Rejected, Verdict};
 use super::sql_name;
 use crate::store::pipelines::StreamSyncMode;
 
@@ -36,8 +38,12 @@ impl<'de> Deserialize<'de> for Text<'de> {
 }
 
 /// A record's top-level fields in the provider's order, each value kept as
+/// the provider wrote it.
+pub(super) type FieldList<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+
+/// A record's top-level fields in the provider's order, each value kept as
 /// the provider wrote it: nested values are never parsed into a tree.
-pub(super) struct Fields<'a>(pub(super) Vec<(Cow<'a, str>, &'a RawValue)>);
+pub(super) struct Fields<'a>(pub(super) FieldList<'a>);
 
 impl<'de> Deserialize<'de> for Fields<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -65,7 +71,7 @@ impl<'de> Deserialize<'de> for Fields<'de> {
 /// One record ready for a destination: its key and its fields.
 pub(super) struct Shaped<'a> {
     pub(super) raw_id: String,
-    pub(super) fields: Vec<(Cow<'a, str>, &'a RawValue)>,
+    pub(super) fields: FieldList<'a>,
 }
 
 /// Splits a record into its fields and derives its key: from the primary
@@ -102,6 +108,51 @@ pub(super) fn shape_all<'a>(
     primary_key: &[String],
 ) -> Result<Vec<Shaped<'a>>, super::WriteError> {
     records.iter().map(|r| shape(r, mode, primary_key)).collect::<Result<_, _>>().map_err(super::WriteError::BadRecord)
+}
+
+/// What a stream's contract made of a batch besides the records it
+/// loads.
+#[derive(Debug, Default)]
+pub(crate) struct Judgement {
+    /// The records kept aside, each with its breach.
+    pub(crate) rejected: Vec<Rejected>,
+    /// Records loaded with a value left out.
+    pub(crate) value_discarded: u64,
+}
+
+/// Every record of a batch shaped ([`shape`]) and judged by `contract`
+/// on the same fields ([`Contract::verdict`]): those it keeps aside are
+/// left out, the values it discards left out of theirs. A breach of a
+/// rule that freezes fails the batch before any of it is written, as does
+/// a record that is not an object and is not kept aside.
+pub(super) fn shape_judged<'a>(
+    stream: &str,
+    records: &'a [String],
+    mode: StreamSyncMode,
+    primary_key: &[String],
+    contract: Option<&Contract>,
+) -> Result<(Vec<Shaped<'a>>, Judgement), super::WriteError> {
+    let Some(contract) = contract else { return Ok((shape_all(records, mode, primary_key)?, Judgement::default())) };
+    let mut shaped = Vec::with_capacity(records.len());
+    let mut judgement = Judgement::default();
+    for record in records {
+        let mut one = shape(record, mode, primary_key);
+        let verdict = contract.verdict(one.as_mut().ok().map(|s| &mut s.fields)).map_err(|breach| {
+            super::WriteError::BadRecord(format!(
+                "stream {stream}: {breach}, which the stream's contract freezes; nothing of the batch was written"
+            ))
+        })?;
+        match verdict {
+            Verdict::Rejected(breach) => {
+                judgement.rejected.push(Rejected { record: record.clone(), breach });
+                continue;
+            }
+            Verdict::ValueDiscarded => judgement.value_discarded += 1,
+            Verdict::Load => {}
+        }
+        shaped.push(one.map_err(super::WriteError::BadRecord)?);
+    }
+    Ok((shaped, judgement))
 }
 
 /// A field as a column value: strings unquoted, null as NULL, anything
@@ -207,6 +258,71 @@ impl<'a> Rows<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::kinds::{ContractMode, RejectionReason};
+    use crate::store::pipelines::StreamContract;
+
+    /// A batch judged as it is shaped: the records a rule keeps aside
+    /// are left out of the batch (kept as read), the values a rule
+    /// discards left out of their records' fields (a new field dropped, a
+    /// value of another type null, the key from the record as read), a
+    /// record that is not an object fails the batch unless it is kept
+    /// aside, and a rule that freezes fails the batch naming the stream.
+    #[test]
+    fn a_contract_judges_records_on_the_fields_shaped_for_the_destination() {
+        use ContractMode::{DiscardValue, Evolve, Freeze, Quarantine};
+        let schema = serde_json::json!({ "type": "object", "properties": {
+            "id": { "type": "integer" }, "amount": { "type": "number" },
+        } });
+        let contract = |new_columns, type_changes, invalid_records| {
+            let rules = StreamContract { new_columns, type_changes, invalid_records };
+            Contract::new(rules, &schema, &["id".to_owned()]).unwrap()
+        };
+        let records: Vec<String> = [
+            r#"{"id": 1, "amount": 2.5}"#,
+            r#"{"id": 2, "extra": true, "amount": "lots"}"#,
+            r#"[1, 2]"#,
+            r#"{"amount": 3}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let dedupe = StreamSyncMode::IncrementalDeduped;
+        let key = ["id".to_owned()];
+
+        let c = contract(DiscardValue, DiscardValue, Quarantine);
+        let (shaped, judged) = shape_judged("s", &records, dedupe, &key, Some(&c)).unwrap();
+        let fields: Vec<Vec<(String, String)>> = shaped
+            .iter()
+            .map(|s| s.fields.iter().map(|(n, v)| (n.to_string(), v.get().to_owned())).collect())
+            .collect();
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        assert_eq!(
+            fields,
+            vec![vec![pair("id", "1"), pair("amount", "2.5")], vec![pair("id", "2"), pair("amount", "null")]]
+        );
+        assert_eq!(shaped[1].raw_id, shape(&records[1], dedupe, &key).unwrap().raw_id);
+        assert_eq!(judged.value_discarded, 1);
+        let aside: Vec<(&str, RejectionReason)> =
+            judged.rejected.iter().map(|r| (r.record.as_str(), r.breach.reason)).collect();
+        assert_eq!(
+            aside,
+            vec![
+                (records[2].as_str(), RejectionReason::NotAnObject),
+                (records[3].as_str(), RejectionReason::MissingPrimaryKey)
+            ]
+        );
+
+        let not_an_object = shape_judged("s", &records, dedupe, &key, Some(&contract(DiscardValue, Evolve, Evolve)));
+        assert!(
+            matches!(not_an_object, Err(super::super::WriteError::BadRecord(m)) if m.contains("not a JSON object"))
+        );
+
+        let frozen = shape_judged("s", &records, dedupe, &key, Some(&contract(Evolve, Freeze, Quarantine)));
+        let Err(super::super::WriteError::BadRecord(m)) = frozen else { panic!("the batch was not refused") };
+        assert_eq!(
+            m,
+            "stream s: type_mismatch at /amount (contract rule type_changes), which the stream's contract freezes; nothing of the batch was written"
+        );
+    }
 
     #[test]
     fn records_become_rows_with_their_fields_as_column_text() {

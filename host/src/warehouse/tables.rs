@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sqlx::Row as _;
 use sqlx::sqlite::SqlitePool;
 
-use super::shape::{Rows, shape_all};
+use super::shape::{Rows, Shaped};
 use super::sqlite::{Checkpointer, RowWriter};
 use super::{METADATA_COLUMNS, WriteError, failed, quote};
 use crate::store::pipelines::StreamSyncMode;
@@ -267,14 +267,10 @@ pub(crate) struct SqlRows<'r> {
 }
 
 impl<'r> SqlRows<'r> {
-    /// Lays `records` out, or `None` when the batch is too wide to lay out
-    /// at once ([`super::shape::MAX_CELLS`]) and is to be written in parts.
-    pub(crate) fn lay_out(
-        records: &'r [String],
-        mode: StreamSyncMode,
-        primary_key: &[String],
-    ) -> Result<Option<Self>, WriteError> {
-        let shaped = shape_all(records, mode, primary_key)?;
+    /// Lays the `shaped` records out, or `None` when the batch is too wide
+    /// to lay out at once ([`super::shape::MAX_CELLS`]) and is to be
+    /// written in parts.
+    pub(super) fn lay_out(shaped: Vec<Shaped<'r>>, mode: StreamSyncMode) -> Result<Option<Self>, WriteError> {
         let dedupe = mode == StreamSyncMode::IncrementalDeduped;
         let Some(Rows { columns, rows }) =
             Rows::collect(shaped, dedupe, super::shape::MAX_CELLS).map_err(WriteError::BadRecord)?

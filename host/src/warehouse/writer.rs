@@ -6,10 +6,11 @@
 use serde_json::json;
 
 use super::config::{DestinationConfig, Place, Revealed};
+use super::contract::Contract;
 use super::iceberg::IcebergWriter;
 use super::jsonl;
 use super::postgres::{self, copy_data};
-use super::shape::shape_all;
+use super::shape::{Judgement, shape_judged};
 use super::sqlite::SqliteRows;
 use super::tables::{Db, SqlRows, Tables};
 use super::{WriteError, failed, quote, sql_name, text_bytes};
@@ -192,9 +193,12 @@ impl Writer {
         }
     }
 
-    /// Lays a batch out for the destination: parsing, keys, escaping and
-    /// binding, with no I/O. `None` when the batch is too wide to lay out
-    /// at once ([`shape::MAX_CELLS`]) and is to be written in parts.
+    /// Lays a batch out for the destination: parsing, the stream's
+    /// `contract` (its records judged on the fields parsed for the
+    /// layout), keys, escaping and binding, with no I/O. Returns the
+    /// batch of the records that load, and what the contract did. `None`
+    /// when the batch is too wide to lay out at once ([`super::shape::MAX_CELLS`])
+    /// and is to be written in parts.
     pub(super) fn prepare(
         &self,
         pipeline_id: &str,
@@ -202,24 +206,29 @@ impl Writer {
         records: &[String],
         mode: StreamSyncMode,
         primary_key: &[String],
-    ) -> Result<Option<Batch>, WriteError> {
+        contract: Option<&Contract>,
+    ) -> Result<Option<(Batch, Judgement)>, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
-        let bytes = text_bytes(records) as u64;
+        // A lakehouse keys every row afresh: it appends.
+        let (key_mode, key) = match self {
+            Writer::Iceberg(_) => (StreamSyncMode::IncrementalAppend, &[][..]),
+            _ => (mode, primary_key),
+        };
+        let (shaped, judgement) = shape_judged(stream, records, key_mode, key, contract)?;
+        let aside: usize = judgement.rejected.iter().map(|r| r.record.len()).sum();
+        let bytes = (text_bytes(records) - aside) as u64;
+        let loaded = shaped.len() as u64;
         let mut deduplicated = 0;
         let (columns, load) = match self {
-            Writer::Iceberg(lake) => (Vec::new(), Load::Arrow(lake.prepare(&table, records, &meta)?)),
-            Writer::Jsonl { .. } => {
-                let shaped = shape_all(records, mode, primary_key)?;
-                (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta)?))
-            }
+            Writer::Iceberg(lake) => (Vec::new(), Load::Arrow(lake.lay_out(&table, shaped, &meta)?)),
+            Writer::Jsonl { .. } => (Vec::new(), Load::Lines(jsonl::lines(shaped, bytes as usize, now, &meta)?)),
             Writer::Sql(tables) => {
-                let Some(SqlRows { columns, names, upsert, rows }) = SqlRows::lay_out(records, mode, primary_key)?
-                else {
+                let Some(SqlRows { columns, names, upsert, rows }) = SqlRows::lay_out(shaped, mode)? else {
                     return Ok(None);
                 };
-                deduplicated = (records.len() - rows.len()) as u64;
+                deduplicated = loaded - rows.len() as u64;
                 let load = match tables.db {
                     Db::Sqlite(..) => Load::Rows(SqliteRows::new(&quote(&table), &names, &upsert, &rows, now, &meta)?),
                     // Fresh keys never collide: they are copied straight in.
@@ -233,7 +242,7 @@ impl Writer {
                 (columns, load)
             }
         };
-        Ok(Some(Batch { table, columns, records: records.len() as u64, bytes, deduplicated, load }))
+        Ok(Some((Batch { table, columns, records: loaded, bytes, deduplicated, load }, judgement)))
     }
 
     /// Writes a prepared batch in one transaction; returns the rows the

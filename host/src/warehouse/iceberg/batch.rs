@@ -16,13 +16,12 @@ use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
 use serde_json::value::RawValue;
 
 use super::super::WriteError;
-use super::super::shape::{Fields, column_value, shape};
-use crate::store::pipelines::StreamSyncMode;
+use super::super::shape::{Fields, Shaped, column_value};
 
-/// The rows of one batch: `records` as the table's columns (`schema`, the
-/// metadata columns first), written at `now_us`.
+/// The rows of one batch: the `shaped` records as the table's columns
+/// (`schema`, the metadata columns first), written at `now_us`.
 pub(super) fn batch(
-    records: &[String],
+    shaped: Vec<Shaped<'_>>,
     schema: &SchemaRef,
     now_us: i64,
     meta: &str,
@@ -31,11 +30,11 @@ pub(super) fn batch(
     let metadata = super::schema::METADATA_COLUMNS.len();
     let declared: HashMap<&str, usize> =
         schema.fields().iter().skip(metadata).enumerate().map(|(i, f)| (f.name().as_str(), i)).collect();
-    let mut values: Vec<Vec<Option<&RawValue>>> = vec![vec![None; records.len()]; declared.len()];
-    let mut raw_ids = StringBuilder::with_capacity(records.len(), records.len() * 36);
+    let mut values: Vec<Vec<Option<&RawValue>>> = vec![vec![None; shaped.len()]; declared.len()];
+    let mut raw_ids = StringBuilder::with_capacity(shaped.len(), shaped.len() * 36);
     let mut unmapped = StringBuilder::new();
-    for (row, record) in records.iter().enumerate() {
-        let shaped = shape(record, StreamSyncMode::IncrementalAppend, &[]).map_err(bad)?;
+    let n = shaped.len();
+    for (row, shaped) in shaped.iter().enumerate() {
         raw_ids.append_value(&shaped.raw_id);
         let mut extra = Vec::new();
         for (name, raw) in &shaped.fields {
@@ -56,7 +55,6 @@ pub(super) fn batch(
             unmapped.append_value(serde_json::Value::Object(map).to_string());
         }
     }
-    let n = records.len();
     let fields = schema.fields();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.len());
     columns.push(Arc::new(raw_ids.finish()));
@@ -289,10 +287,15 @@ pub(super) fn decimal(text: &str, precision: u8, scale: i8) -> Result<i128, Stri
 mod tests {
     use super::super::schema::Kind;
     use super::*;
+    use crate::store::pipelines::StreamSyncMode;
     use arrow_array::Array;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Decimal128Type, Int64Type, TimestampMicrosecondType};
     use iceberg::spec::PrimitiveType;
+
+    fn shaped(records: &[String]) -> Vec<Shaped<'_>> {
+        super::super::super::shape::shape_all(records, StreamSyncMode::IncrementalAppend, &[]).unwrap()
+    }
 
     #[test]
     fn decimals_are_exact_or_refused() {
@@ -340,7 +343,7 @@ mod tests {
             r#"{"id": 1, "price": 12345678901234567890123456789.123456789, "at": "2024-02-29T23:59:59.999999Z", "note": {"a": [1]}, "tags": [{"n": 5}, {"n": null}], "other": true}"#.to_owned(),
             r#"{"id": null, "price": "-1E-9", "tags": null}"#.to_owned(),
         ];
-        let b = batch(&records, &arrow, 7, "{}").unwrap();
+        let b = batch(shaped(&records), &arrow, 7, "{}").unwrap();
         assert_eq!(b.num_rows(), 2);
         let col = |name: &str| b.column_by_name(name).unwrap().clone();
         assert_eq!(col("id").as_primitive::<Int64Type>().iter().collect::<Vec<_>>(), vec![Some(1), None]);
@@ -358,7 +361,7 @@ mod tests {
         assert!(tags.is_null(1));
         assert_eq!(col("_service_extracted_at").as_primitive::<TimestampMicrosecondType>().value(1), 7);
 
-        let wrong = batch(&[r#"{"tags": [{"n": "x"}]}"#.to_owned()], &arrow, 0, "{}").unwrap_err();
+        let wrong = batch(shaped(&[r#"{"tags": [{"n": "x"}]}"#.to_owned()]), &arrow, 0, "{}").unwrap_err();
         assert!(wrong.to_string().contains("field tags[].n: \"x\" is not a 64-bit integer"), "{wrong}");
     }
 }

@@ -37,6 +37,7 @@ use serde_json::Value;
 
 use super::super::WriteError;
 use super::super::config::PartitionField;
+use super::super::shape::Shaped;
 use super::catalog::ControlDatabaseCatalog;
 use super::{batch, schema};
 use crate::store::iceberg::StreamCheckpoint;
@@ -331,10 +332,23 @@ impl IcebergWriter {
             .ok_or_else(|| WriteError::Destination(format!("stream {table} was not started")))
     }
 
-    /// Lays `records` out as the table's columns (no I/O).
-    pub(crate) fn prepare(&self, table: &str, records: &[String], meta: &str) -> Result<RecordBatch, WriteError> {
+    /// Lays `shaped` records out as the table's columns (no I/O).
+    pub(in crate::warehouse) fn lay_out(
+        &self,
+        table: &str,
+        shaped: Vec<Shaped<'_>>,
+        meta: &str,
+    ) -> Result<RecordBatch, WriteError> {
         let stream = self.stream(table)?;
-        batch::batch(records, &stream.arrow, crate::store::now_ms() * 1000, meta)
+        batch::batch(shaped, &stream.arrow, crate::store::now_ms() * 1000, meta)
+    }
+
+    /// Lays `records` out as the table's columns (no I/O).
+    #[cfg(test)]
+    fn prepare(&self, table: &str, records: &[String], meta: &str) -> Result<RecordBatch, WriteError> {
+        let shaped =
+            super::super::shape::shape_all(records, crate::store::pipelines::StreamSyncMode::IncrementalAppend, &[])?;
+        self.lay_out(table, shaped, meta)
     }
 
     /// Writes a batch of `bytes` of records for the next commit: its rows
