@@ -268,10 +268,7 @@ async fn list_rejected(
         .warehouses
         .rows_after(&dest, &table, &crate::warehouse::contract::REJECTED_COLUMNS, &after, limit as usize + 1)
         .await
-        .map_err(|e| match e {
-            crate::warehouse::WarehouseError::Config(e) => e,
-            other => ApiError::unavailable(format!("cannot read the rejected rows: {other}")),
-        })?;
+        .map_err(|e| e.refusal("cannot read the rejected rows"))?;
     let items: Vec<(String, Value)> = rows.into_iter().map(|(at, row)| (at, rejected_item(row))).collect();
     let page = q.page(items, limit, |(at, _)| at);
     Ok(ok(Page { items: page.items.into_iter().map(|(_, v)| v).collect(), next_cursor: page.next_cursor }))

@@ -65,22 +65,21 @@ pub(super) async fn execute(
         done.ended_well = true;
     }
     let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
-    let ledger: BTreeMap<String, StreamLedger> = replayed
-        .iter()
-        .map(|(name, r)| {
-            let mut l = StreamLedger::settle(r.read, r.loaded, r.deduplicated, r.kept, r.ended_well);
-            l.value_discarded = r.value_discarded;
-            (name.clone(), l)
-        })
-        .collect();
-    let balanced = ledger.values().all(StreamLedger::balances);
+    let ledger = SyncLedger::new(
+        attempt,
+        replayed
+            .iter()
+            .map(|(name, r)| {
+                let mut l = StreamLedger::settle(r.read, r.loaded, r.deduplicated, r.kept, r.ended_well);
+                l.value_discarded = r.value_discarded;
+                (name.clone(), l)
+            })
+            .collect(),
+    );
     if outcome.is_ok()
-        && let Some((name, l)) = ledger.iter().find(|(_, l)| !l.balances())
+        && let Some(imbalance) = ledger.imbalance()
     {
-        outcome = Err(Failure::Permanent(format!(
-            "the ledger of stream {name}'s replay does not balance: {} read, {} loaded, {} kept aside, {} unaccounted",
-            l.read, l.loaded, l.quarantined, l.unaccounted
-        )));
+        outcome = Err(Failure::Permanent(format!("replay: {imbalance}")));
     }
     let streams = replayed
         .iter()
@@ -102,7 +101,7 @@ pub(super) async fn execute(
         records: replayed.values().map(|r| r.loaded).sum(),
         bytes: 0,
         streams,
-        ledger: Some(SyncLedger { attempt, balanced, streams: ledger }),
+        ledger: Some(ledger),
     });
     let _ = state.store.job_progress(&job.job_id, &progress).await;
     if let Ok(w) = std::sync::Arc::try_unwrap(prepared.writer) {

@@ -125,7 +125,7 @@ impl Progress {
                 (name.clone(), ledger)
             })
             .collect();
-        SyncLedger { attempt, balanced: streams.values().all(StreamLedger::balances), streams }
+        SyncLedger::new(attempt, streams)
     }
 }
 
@@ -450,14 +450,11 @@ pub(super) async fn execute(
         (progress.ledger(attempt, &run.prepared.writer), progress.snapshot())
     };
     if outcome.is_ok()
-        && let Some((name, stream)) = ledger.streams.iter().find(|(_, s)| !s.balances())
+        && let Some(imbalance) = ledger.imbalance()
     {
         // Something lost (or wrote twice) what was read: a bug, never to
         // pass as a success.
-        outcome = Err(Failure::Permanent(format!(
-            "the ledger of stream {name} does not balance: {} read, {} loaded, {} deduplicated, {} unaccounted",
-            stream.read, stream.loaded, stream.deduplicated, stream.unaccounted
-        )));
+        outcome = Err(Failure::Permanent(imbalance));
     }
     if let JobProgress::Sync(sync) = &mut last {
         sync.ledger = Some(ledger);

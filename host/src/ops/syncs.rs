@@ -18,7 +18,6 @@ use crate::state::AppState;
 use crate::store::jobs::{Job, NotQueued};
 use crate::store::kinds::{DestinationKind, JobKind, Trigger};
 use crate::store::pipelines::Pipeline;
-use crate::warehouse::WarehouseError;
 
 /// A sync or reset command.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -102,15 +101,9 @@ async fn replay(ctx: &Ctx<'_>, req: RunPipeline, trigger: Trigger) -> ApiResult<
             format!("{} destinations cannot replay rejected rows yet: only SQLite and PostgreSQL do", dest.kind),
         ));
     }
-    let mut any = false;
-    for s in &p.streams {
-        let table = crate::warehouse::contract::rejected_stream(&s.name);
-        let rows = state.warehouses.rows_after(&dest, &table, &["rejection_id"], "", 1).await.map_err(|e| match e {
-            WarehouseError::Config(e) => e,
-            other => ApiError::unavailable(format!("cannot read the rejected rows: {other}")),
-        })?;
-        any |= !rows.is_empty();
-    }
+    let tables: Vec<String> = p.streams.iter().map(|s| crate::warehouse::contract::rejected_stream(&s.name)).collect();
+    let any =
+        state.warehouses.any_rows(&dest, &tables).await.map_err(|e| e.refusal("cannot read the rejected rows"))?;
     if !any {
         return Err(ApiError::conflict("NOTHING_TO_REPLAY", "no stream of the pipeline has rejected rows to replay"));
     }

@@ -93,6 +93,23 @@ pub struct StreamLedger {
     pub snapshot_ids: Vec<i64>,
 }
 
+impl SyncLedger {
+    /// The ledger of attempt `attempt` from its streams' ledgers.
+    pub fn new(attempt: u32, streams: BTreeMap<String, StreamLedger>) -> SyncLedger {
+        SyncLedger { attempt, balanced: streams.values().all(StreamLedger::balances), streams }
+    }
+
+    /// The first stream whose records are not all accounted for, in a
+    /// sentence with its counts.
+    pub fn imbalance(&self) -> Option<String> {
+        let (name, s) = self.streams.iter().find(|(_, s)| !s.balances())?;
+        Some(format!(
+            "the ledger of stream {name} does not balance: {} read, {} loaded, {} quarantined, {} deduplicated, {} unaccounted",
+            s.read, s.loaded, s.quarantined, s.deduplicated, s.unaccounted
+        ))
+    }
+}
+
 impl StreamLedger {
     /// The ledger of a stream that read `read` records, of which the
     /// destination stored `loaded` and the batches dropped `deduplicated`

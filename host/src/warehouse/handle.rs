@@ -53,6 +53,18 @@ pub enum WarehouseError {
     Query(QueryError),
 }
 
+impl WarehouseError {
+    /// The API's answer when a request `doing` something could not reach
+    /// the warehouse: a configuration that is not valid as the client's
+    /// error, anything else as the destination's being unavailable.
+    pub(crate) fn refusal(self, doing: &str) -> ApiError {
+        match self {
+            WarehouseError::Config(e) => e,
+            other => ApiError::unavailable(format!("{doing}: {other}")),
+        }
+    }
+}
+
 impl Transient for WarehouseError {
     /// Whether another attempt may succeed.
     fn is_transient(&self) -> bool {
@@ -140,6 +152,21 @@ impl Warehouses {
         let rows = writer.rows_after(stream, columns, after, limit).await.map_err(WarehouseError::Write);
         writer.close().await;
         rows
+    }
+
+    /// Whether any of `streams`' tables in `dest` holds a row (one
+    /// connection for all of them).
+    pub(crate) async fn any_rows(&self, dest: &Destination, streams: &[String]) -> Result<bool, WarehouseError> {
+        let writer = self.writer(dest).await?;
+        let mut any = Ok(false);
+        for stream in streams {
+            any = writer.rows_after(stream, &["_service_raw_id"], "", 1).await.map(|rows| !rows.is_empty());
+            if !matches!(any, Ok(false)) {
+                break;
+            }
+        }
+        writer.close().await;
+        any.map_err(WarehouseError::Write)
     }
 
     /// Runs a model's query over `dest`, read-only and within `bounds`.
