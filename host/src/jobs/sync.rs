@@ -212,7 +212,11 @@ impl StreamWrite {
     /// An append's writes: records are held until a checkpoint that
     /// advances the state covers them (then written, and the state saved
     /// after them), or the read ends well (then written, with the last
-    /// state).
+    /// state). In a database each is keyed by the state it follows, its
+    /// place after it and its text, and the first of them are upserted:
+    /// an attempt killed after writing them but before saving the state
+    /// after them left rows that this read, resumed from the state saved
+    /// before them, rewrites rather than doubles.
     async fn append(
         &self,
         loader: &mut Loader,
@@ -224,6 +228,9 @@ impl StreamWrite {
         let spool_failed = |e: super::spool::SpoolError| WriteError::Destination(format!("holding records: {e}"));
         let mut held = Held::new(self.spool.clone(), &self.workspace_id);
         let mut committed = self.resumed_from.clone();
+        // The records up to the first state saved may have been written
+        // before, by an attempt that ended before it saved that state.
+        let mut replaces = true;
         while let Some(first) = rx.recv().await {
             let (records, checkpoint) = gather_to_checkpoint(first, rx);
             if !records.is_empty() {
@@ -233,6 +240,8 @@ impl StreamWrite {
             }
             match checkpoint {
                 Some(state) if advances(committed.as_deref(), &state) => {
+                    loader.key_appends_after(committed.as_deref(), replaces);
+                    replaces = false;
                     self.write_held(loader, judge, &mut held, saved).await?;
                     let written = loader.checkpoint(state.clone()).await?;
                     self.record(written, saved, false).await?;
@@ -248,6 +257,7 @@ impl StreamWrite {
             }
         }
         if ended_well.load(std::sync::atomic::Ordering::SeqCst) {
+            loader.key_appends_after(committed.as_deref(), replaces);
             self.write_held(loader, judge, &mut held, saved).await?;
         }
         if let Some(judge) = judge {

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::contract::Contract;
-use super::shape::Judgement;
+use super::shape::{AppendKeys, Judgement};
 use super::{WriteError, Writer};
 use crate::store::Store;
 use crate::store::pipelines::StreamSyncMode;
@@ -37,6 +37,8 @@ pub struct Loader {
     /// Where the checkpoints of a destination that does not save its own
     /// are saved.
     states: Option<Store>,
+    /// How the records of an append are keyed, the next batch's first.
+    keys: AppendKeys,
 }
 
 /// Where a stream's batches go and how they are keyed.
@@ -89,7 +91,24 @@ impl Loader {
     ) -> Loader {
         let limit = writer.concurrent_batches(mode);
         let stream = StreamTarget { pipeline_id: pipeline_id.to_owned(), stream: stream.to_owned(), mode, primary_key };
-        Loader { writer, stream: Arc::new(stream), limit, in_flight: Default::default(), states: None }
+        Loader {
+            writer,
+            stream: Arc::new(stream),
+            limit,
+            in_flight: Default::default(),
+            states: None,
+            keys: AppendKeys::Fresh,
+        }
+    }
+
+    /// Keys the records of an append written from now on by where they
+    /// were read: after `state` (`None`: from the start), each by its
+    /// place since then and its text ([`AppendKeys::Seeded`]), so a read
+    /// resumed from `state` that reads them again rewrites their rows.
+    /// `replaces`: rows with these keys may exist already, written by an
+    /// attempt that ended before it saved the state after them.
+    pub(crate) fn key_appends_after(&mut self, state: Option<&str>, replaces: bool) {
+        self.keys = AppendKeys::after(&self.stream.pipeline_id, &self.stream.stream, state, replaces);
     }
 
     /// The same loader, saving each checkpoint that comes due in `store`
@@ -136,7 +155,8 @@ impl Loader {
         // The parts still to write, the next one last.
         let mut parts = vec![records];
         while let Some(records) = parts.pop() {
-            let (writer, stream, contract) = (self.writer.clone(), self.stream.clone(), contract.cloned());
+            let (writer, stream, contract, keys) =
+                (self.writer.clone(), self.stream.clone(), contract.cloned(), self.keys);
             let (records, batch) = tokio::task::spawn_blocking(move || {
                 let batch = writer.prepare(
                     &stream.pipeline_id,
@@ -144,7 +164,7 @@ impl Loader {
                     &records,
                     stream.mode,
                     &stream.primary_key,
-                    contract.as_deref(),
+                    (keys, contract.as_deref()),
                 );
                 (records, batch)
             })
@@ -165,6 +185,7 @@ impl Loader {
                     ));
                 }
             };
+            self.keys = self.keys.advanced(records.len());
             judged.rejected.extend(judgement.rejected);
             judged.value_discarded += judgement.value_discarded;
             if batch.records == 0 {

@@ -147,6 +147,7 @@ mod tests {
     use crate::store::kinds::DestinationKind;
     use crate::store::pipelines::StreamSyncMode;
     use serde_json::json;
+    use shape::AppendKeys;
     use std::path::Path;
     use tables::Db;
 
@@ -191,7 +192,9 @@ mod tests {
         let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
         let postgres = Writer::Sql(tables::Tables::new(Db::Postgres(pool)));
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
-            match postgres.prepare("p", "events", &records, mode, &["id".to_owned()], None).map(|batch| batch.is_some())
+            match postgres
+                .prepare("p", "events", &records, mode, &["id".to_owned()], (AppendKeys::Fresh, None))
+                .map(|batch| batch.is_some())
             {
                 Err(WriteError::BadRecord(m)) => assert!(m.contains("NUL"), "{m}"),
                 Err(e) => panic!("expected a bad record, got {e:?}"),
@@ -201,7 +204,14 @@ mod tests {
         let nested = vec![r#"{"id": 1, "payload": {"note": "a\u0000b"}}"#.to_owned()];
         assert!(
             matches!(
-                postgres.prepare("p", "events", &nested, StreamSyncMode::IncrementalAppend, &[], None),
+                postgres.prepare(
+                    "p",
+                    "events",
+                    &nested,
+                    StreamSyncMode::IncrementalAppend,
+                    &[],
+                    (AppendKeys::Fresh, None)
+                ),
                 Ok(Some(_))
             ),
             "nested JSON keeps the escape as text"
@@ -213,7 +223,14 @@ mod tests {
             .unwrap();
         assert!(
             matches!(
-                sqlite.prepare("p", "events", &records, StreamSyncMode::IncrementalAppend, &[], None),
+                sqlite.prepare(
+                    "p",
+                    "events",
+                    &records,
+                    StreamSyncMode::IncrementalAppend,
+                    &[],
+                    (AppendKeys::Fresh, None)
+                ),
                 Ok(Some(_))
             ),
             "SQLite stores NUL in text"

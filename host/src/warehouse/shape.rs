@@ -74,10 +74,86 @@ pub(super) struct Shaped<'a> {
     pub(super) fields: FieldList<'a>,
 }
 
+/// How the rows of an append are keyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AppendKeys {
+    /// Time-ordered random ids, so rows append at the end of the key index.
+    Fresh,
+    /// Derived from `seed` (the pipeline, the stream and the state the
+    /// records follow), each record's place after that state (`first` for
+    /// the batch's first record) and its text. A read resumed from the
+    /// same state that reads the same records keys them the same, so the
+    /// rows an attempt killed before saving its state wrote are replaced
+    /// by the retry, not doubled; a record read anew keys a new row.
+    /// `replaces`: rows with these keys may exist already.
+    Seeded { seed: [u8; 32], first: u64, replaces: bool },
+}
+
+impl AppendKeys {
+    /// Keys for the records of `pipeline_id`'s `stream` read after
+    /// `state` (`None`: from the start).
+    pub(crate) fn after(pipeline_id: &str, stream: &str, state: Option<&str>, replaces: bool) -> AppendKeys {
+        let mut seed = Sha256::new();
+        for part in [pipeline_id, stream, state.unwrap_or("")] {
+            seed.update((part.len() as u64).to_le_bytes());
+            seed.update(part.as_bytes());
+        }
+        seed.update([u8::from(state.is_some())]);
+        AppendKeys::Seeded { seed: seed.finalize().into(), first: 0, replaces }
+    }
+
+    /// Whether rows with these keys may exist already.
+    pub(crate) fn replaces(&self) -> bool {
+        matches!(self, AppendKeys::Seeded { replaces: true, .. })
+    }
+
+    /// The key of `record`, the batch's `at`-th.
+    fn key(&self, at: usize, record: &str) -> String {
+        match self {
+            AppendKeys::Fresh => uuid::Uuid::now_v7().to_string(),
+            AppendKeys::Seeded { seed, first, .. } => {
+                let place = first + at as u64;
+                // The text's fingerprint rather than the text: a record is
+                // a kilobyte, hashing it cryptographically would cost the
+                // append a share of its throughput, and only the seed and
+                // place must be beyond a provider's reach.
+                let text = twox_hash::XxHash64::oneshot(0, record.as_bytes());
+                let key =
+                    Sha256::new().chain_update(seed).chain_update(place.to_le_bytes()).chain_update(text.to_le_bytes());
+                hex::encode(key.finalize())
+            }
+        }
+    }
+
+    /// The keys of the next batch, once `records` of this one are keyed.
+    pub(crate) fn advanced(self, records: usize) -> AppendKeys {
+        match self {
+            AppendKeys::Seeded { seed, first, replaces } => {
+                AppendKeys::Seeded { seed, first: first + records as u64, replaces }
+            }
+            fresh => fresh,
+        }
+    }
+}
+
 /// Splits a record into its fields and derives its key: from the primary
 /// key in deduplicated mode (so a rewrite replaces the row), otherwise a
 /// time-ordered random id (so rows append at the end of the key index).
+#[cfg(test)]
 pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[String]) -> Result<Shaped<'a>, String> {
+    shape_keyed(record, mode, primary_key, &AppendKeys::Fresh, 0)
+}
+
+/// Splits a record into its fields and derives its key: from the primary
+/// key in deduplicated mode (so a rewrite replaces the row), otherwise
+/// from `keys`, as the batch's `at`-th record.
+fn shape_keyed<'a>(
+    record: &'a str,
+    mode: StreamSyncMode,
+    primary_key: &[String],
+    keys: &AppendKeys,
+    at: usize,
+) -> Result<Shaped<'a>, String> {
     let Fields(fields) = serde_json::from_str(record).map_err(|_| "a record is not a JSON object".to_owned())?;
     let raw_id = if mode == StreamSyncMode::IncrementalDeduped {
         // The key's canonical JSON, so formatting differences between two
@@ -95,19 +171,36 @@ pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[St
             .map_err(|_| "a record's key is not valid JSON".to_owned())?;
         hex::encode(Sha256::digest(serde_json::to_vec(&key).unwrap_or_default()))
     } else {
-        uuid::Uuid::now_v7().to_string()
+        keys.key(at, record)
     };
     Ok(Shaped { raw_id, fields })
 }
 
 /// Every record of a batch shaped ([`shape`]); the first that is not an
 /// object fails the batch as a bad record.
+#[cfg(test)]
 pub(super) fn shape_all<'a>(
     records: &'a [String],
     mode: StreamSyncMode,
     primary_key: &[String],
 ) -> Result<Vec<Shaped<'a>>, super::WriteError> {
-    records.iter().map(|r| shape(r, mode, primary_key)).collect::<Result<_, _>>().map_err(super::WriteError::BadRecord)
+    shape_all_keyed(records, mode, primary_key, &AppendKeys::Fresh)
+}
+
+/// Every record of a batch shaped ([`shape_keyed`]); the first that is
+/// not an object fails the batch as a bad record.
+fn shape_all_keyed<'a>(
+    records: &'a [String],
+    mode: StreamSyncMode,
+    primary_key: &[String],
+    keys: &AppendKeys,
+) -> Result<Vec<Shaped<'a>>, super::WriteError> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(at, r)| shape_keyed(r, mode, primary_key, keys, at))
+        .collect::<Result<_, _>>()
+        .map_err(super::WriteError::BadRecord)
 }
 
 /// What a stream's contract made of a batch besides the records it
@@ -120,7 +213,8 @@ pub(crate) struct Judgement {
     pub(crate) value_discarded: u64,
 }
 
-/// Every record of a batch shaped ([`shape`]) and judged by `contract`
+/// Every record of a batch shaped ([`shape_keyed`], appended records
+/// keyed by `keys`) and judged by `contract`
 /// on the same fields ([`Contract::verdict`]): those it keeps aside are
 /// left out, the values it discards left out of theirs. A breach of a
 /// rule that freezes fails the batch before any of it is written, as does
@@ -130,13 +224,16 @@ pub(super) fn shape_judged<'a>(
     records: &'a [String],
     mode: StreamSyncMode,
     primary_key: &[String],
+    keys: &AppendKeys,
     contract: Option<&Contract>,
 ) -> Result<(Vec<Shaped<'a>>, Judgement), super::WriteError> {
-    let Some(contract) = contract else { return Ok((shape_all(records, mode, primary_key)?, Judgement::default())) };
+    let Some(contract) = contract else {
+        return Ok((shape_all_keyed(records, mode, primary_key, keys)?, Judgement::default()));
+    };
     let mut shaped = Vec::with_capacity(records.len());
     let mut judgement = Judgement::default();
-    for record in records {
-        let mut one = shape(record, mode, primary_key);
+    for (at, record) in records.iter().enumerate() {
+        let mut one = shape_keyed(record, mode, primary_key, keys, at);
         let verdict = contract.verdict(one.as_mut().ok().map(|s| &mut s.fields)).map_err(|breach| {
             super::WriteError::BadRecord(format!(
                 "stream {stream}: {breach}, which the stream's contract freezes; nothing of the batch was written"
@@ -261,6 +358,35 @@ mod tests {
     use crate::store::kinds::{ContractMode, RejectionReason};
     use crate::store::pipelines::StreamContract;
 
+    /// An append keyed by where it was read: the same records read again
+    /// after the same state key the same rows, whatever batches they come
+    /// in; another record, place, state, stream or pipeline keys another
+    /// row; fresh keys never repeat.
+    #[test]
+    fn appended_records_read_again_from_the_same_state_key_the_same_rows() {
+        let append = StreamSyncMode::IncrementalAppend;
+        let records: Vec<String> = [r#"{"n": 1}"#, r#"{"n": 2}"#, r#"{"n": 1}"#].map(str::to_owned).to_vec();
+        let keys_of = |keys: AppendKeys, records: &[String]| -> Vec<String> {
+            shape_all_keyed(records, append, &[], &keys).unwrap().into_iter().map(|s| s.raw_id).collect()
+        };
+        let after = |state: Option<&str>| AppendKeys::after("p", "events", state, true);
+        let whole = keys_of(after(Some("s1")), &records);
+        let mut split = keys_of(after(Some("s1")), &records[..1]);
+        split.extend(keys_of(after(Some("s1")).advanced(1), &records[1..]));
+        assert_eq!(whole, split, "the batches a read comes in do not change its keys");
+        assert_ne!(whole[0], whole[2], "the same text in another place is another row");
+        assert_ne!(whole, keys_of(after(Some("s2")), &records));
+        assert_ne!(whole, keys_of(after(None), &records));
+        assert_ne!(whole, keys_of(AppendKeys::after("p", "other", Some("s1"), true), &records));
+        assert_ne!(whole, keys_of(AppendKeys::after("q", "events", Some("s1"), true), &records));
+        let changed: Vec<String> = [r#"{"n": 1}"#, r#"{"n": 3}"#].map(str::to_owned).to_vec();
+        let changed = keys_of(after(Some("s1")), &changed);
+        assert_eq!(changed[0], whole[0]);
+        assert_ne!(changed[1], whole[1], "a record read anew is a new row");
+        assert_ne!(keys_of(AppendKeys::Fresh, &records), keys_of(AppendKeys::Fresh, &records));
+        assert!(after(None).replaces() && !AppendKeys::after("p", "events", None, false).replaces());
+    }
+
     /// A batch judged as it is shaped: the records a rule keeps aside
     /// are left out of the batch (kept as read), the values a rule
     /// discards left out of their records' fields (a new field dropped, a
@@ -289,7 +415,7 @@ mod tests {
         let key = ["id".to_owned()];
 
         let c = contract(DiscardValue, DiscardValue, Quarantine);
-        let (shaped, judged) = shape_judged("s", &records, dedupe, &key, Some(&c)).unwrap();
+        let (shaped, judged) = shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&c)).unwrap();
         let fields: Vec<Vec<(String, String)>> = shaped
             .iter()
             .map(|s| s.fields.iter().map(|(n, v)| (n.to_string(), v.get().to_owned())).collect())
@@ -311,12 +437,20 @@ mod tests {
             ]
         );
 
-        let not_an_object = shape_judged("s", &records, dedupe, &key, Some(&contract(DiscardValue, Evolve, Evolve)));
+        let not_an_object = shape_judged(
+            "s",
+            &records,
+            dedupe,
+            &key,
+            &AppendKeys::Fresh,
+            Some(&contract(DiscardValue, Evolve, Evolve)),
+        );
         assert!(
             matches!(not_an_object, Err(super::super::WriteError::BadRecord(m)) if m.contains("not a JSON object"))
         );
 
-        let frozen = shape_judged("s", &records, dedupe, &key, Some(&contract(Evolve, Freeze, Quarantine)));
+        let frozen =
+            shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&contract(Evolve, Freeze, Quarantine)));
         let Err(super::super::WriteError::BadRecord(m)) = frozen else { panic!("the batch was not refused") };
         assert_eq!(
             m,

@@ -10,7 +10,7 @@ use super::contract::Contract;
 use super::iceberg::IcebergWriter;
 use super::jsonl;
 use super::postgres::{self, copy_data};
-use super::shape::{Judgement, shape_judged};
+use super::shape::{AppendKeys, Judgement, shape_judged};
 use super::sqlite::SqliteRows;
 use super::tables::{Db, SqlRows, Tables};
 use super::{WriteError, failed, quote, sql_name, text_bytes};
@@ -195,7 +195,8 @@ impl Writer {
 
     /// Lays a batch out for the destination: parsing, the stream's
     /// `contract` (its records judged on the fields parsed for the
-    /// layout), keys, escaping and binding, with no I/O. Returns the
+    /// layout), keys (an append's from `keys` in a database), escaping and
+    /// binding, with no I/O. Returns the
     /// batch of the records that load, and what the contract did. `None`
     /// when the batch is too wide to lay out at once ([`super::shape::MAX_CELLS`])
     /// and is to be written in parts.
@@ -206,17 +207,19 @@ impl Writer {
         records: &[String],
         mode: StreamSyncMode,
         primary_key: &[String],
-        contract: Option<&Contract>,
+        (keys, contract): (AppendKeys, Option<&Contract>),
     ) -> Result<Option<(Batch, Judgement)>, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
         let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
-        // A lakehouse keys every row afresh: it appends.
-        let (key_mode, key) = match self {
-            Writer::Iceberg(_) => (StreamSyncMode::IncrementalAppend, &[][..]),
-            _ => (mode, primary_key),
+        // A lakehouse keys every row afresh: it appends, and saves its
+        // state with its commit. A file cannot replace a row.
+        let (key_mode, key, keys) = match self {
+            Writer::Iceberg(_) => (StreamSyncMode::IncrementalAppend, &[][..], AppendKeys::Fresh),
+            Writer::Jsonl { .. } => (mode, primary_key, AppendKeys::Fresh),
+            Writer::Sql(_) => (mode, primary_key, keys),
         };
-        let (shaped, judgement) = shape_judged(stream, records, key_mode, key, contract)?;
+        let (shaped, judgement) = shape_judged(stream, records, key_mode, key, &keys, contract)?;
         let aside: usize = judgement.rejected.iter().map(|r| r.record.len()).sum();
         let bytes = (text_bytes(records) - aside) as u64;
         let loaded = shaped.len() as u64;
@@ -235,7 +238,7 @@ impl Writer {
                     // Keys that may exist already go through a staging table.
                     Db::Postgres(_) => Load::Copy {
                         data: copy_data(&names, &rows, now, &meta)?,
-                        upsert: (mode == StreamSyncMode::IncrementalDeduped).then_some(upsert),
+                        upsert: (mode == StreamSyncMode::IncrementalDeduped || keys.replaces()).then_some(upsert),
                         names,
                     },
                 };
