@@ -20,6 +20,7 @@ mod contracts;
 mod conventions;
 mod credentials;
 mod emailcampaign;
+mod faults;
 mod idempotency;
 mod lakehouse;
 mod layout;
