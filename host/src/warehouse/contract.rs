@@ -15,7 +15,8 @@
 //! so a record judged on its way in is read once; they are never parsed
 //! into a tree (bar the few compared with an enumeration).
 //!
-//! What such a table is called and holds is here too
+//! A batch is judged as the loader shapes it for the destination
+//! ([`shape_judged`]). What such a table is called and holds is here too
 //! ([`rejected_stream`], [`REJECTED_COLUMNS`]); writing it is the sync's.
 
 use std::borrow::Cow;
@@ -25,9 +26,10 @@ use std::fmt;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::shape::{FieldList, Fields};
+use super::WriteError;
+use super::shape::{AppendKeys, FieldList, Fields, Shaped, shape_all_keyed, shape_keyed};
 use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
-use crate::store::pipelines::StreamContract;
+use crate::store::pipelines::{StreamContract, StreamSyncMode};
 
 /// The stream whose table holds `stream`'s rejected rows (the records its
 /// contract kept aside).
@@ -151,6 +153,55 @@ pub(crate) enum Verdict {
     ValueDiscarded,
     /// It is kept aside, for this breach.
     Rejected(Breach),
+}
+
+/// What a stream's contract made of a batch besides the records it
+/// loads.
+#[derive(Debug, Default)]
+pub(crate) struct Judgement {
+    /// The records kept aside, each with its breach.
+    pub(crate) rejected: Vec<Rejected>,
+    /// Records loaded with a value left out.
+    pub(crate) value_discarded: u64,
+}
+
+/// Every record of a batch shaped ([`shape_keyed`], appended records
+/// keyed by `keys`) and judged by `contract`
+/// on the same fields ([`Contract::verdict`]): those it keeps aside are
+/// left out, the values it discards left out of theirs. A breach of a
+/// rule that freezes fails the batch before any of it is written, as does
+/// a record that is not an object and is not kept aside.
+pub(super) fn shape_judged<'a>(
+    stream: &str,
+    records: &'a [String],
+    mode: StreamSyncMode,
+    primary_key: &[String],
+    keys: &AppendKeys,
+    contract: Option<&Contract>,
+) -> Result<(Vec<Shaped<'a>>, Judgement), WriteError> {
+    let Some(contract) = contract else {
+        return Ok((shape_all_keyed(records, mode, primary_key, keys)?, Judgement::default()));
+    };
+    let mut shaped = Vec::with_capacity(records.len());
+    let mut judgement = Judgement::default();
+    for (at, record) in records.iter().enumerate() {
+        let mut one = shape_keyed(record, mode, primary_key, keys, at);
+        let verdict = contract.verdict(one.as_mut().ok().map(|s| &mut s.fields)).map_err(|breach| {
+            WriteError::BadRecord(format!(
+                "stream {stream}: {breach}, which the stream's contract freezes; nothing of the batch was written"
+            ))
+        })?;
+        match verdict {
+            Verdict::Rejected(breach) => {
+                judgement.rejected.push(Rejected { record: record.clone(), breach });
+                continue;
+            }
+            Verdict::ValueDiscarded => judgement.value_discarded += 1,
+            Verdict::Load => {}
+        }
+        shaped.push(one.map_err(WriteError::BadRecord)?);
+    }
+    Ok((shaped, judgement))
 }
 
 /// A field's JSON pointer.
@@ -309,6 +360,75 @@ mod tests {
     fn contract(new_columns: ContractMode, type_changes: ContractMode, invalid_records: ContractMode) -> Contract {
         let rules = StreamContract { new_columns, type_changes, invalid_records };
         Contract::new(rules, &schema(), &["id".to_owned()]).expect("a contract that judges")
+    }
+
+    /// A batch judged as it is shaped: the records a rule keeps aside
+    /// are left out of the batch (kept as read), the values a rule
+    /// discards left out of their records' fields (a new field dropped, a
+    /// value of another type null, the key from the record as read), a
+    /// record that is not an object fails the batch unless it is kept
+    /// aside, and a rule that freezes fails the batch naming the stream.
+    #[test]
+    fn a_contract_judges_records_on_the_fields_shaped_for_the_destination() {
+        use ContractMode::{DiscardValue, Evolve, Freeze, Quarantine};
+        let schema = serde_json::json!({ "type": "object", "properties": {
+            "id": { "type": "integer" }, "amount": { "type": "number" },
+        } });
+        let contract = |new_columns, type_changes, invalid_records| {
+            let rules = StreamContract { new_columns, type_changes, invalid_records };
+            Contract::new(rules, &schema, &["id".to_owned()]).unwrap()
+        };
+        let records: Vec<String> = [
+            r#"{"id": 1, "amount": 2.5}"#,
+            r#"{"id": 2, "extra": true, "amount": "lots"}"#,
+            r#"[1, 2]"#,
+            r#"{"amount": 3}"#,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let dedupe = StreamSyncMode::IncrementalDeduped;
+        let key = ["id".to_owned()];
+
+        let c = contract(DiscardValue, DiscardValue, Quarantine);
+        let (shaped, judged) = shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&c)).unwrap();
+        let fields: Vec<Vec<(String, String)>> = shaped
+            .iter()
+            .map(|s| s.fields.iter().map(|(n, v)| (n.to_string(), v.get().to_owned())).collect())
+            .collect();
+        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
+        assert_eq!(
+            fields,
+            vec![vec![pair("id", "1"), pair("amount", "2.5")], vec![pair("id", "2"), pair("amount", "null")]]
+        );
+        assert_eq!(shaped[1].raw_id, shape_keyed(&records[1], dedupe, &key, &AppendKeys::Fresh, 1).unwrap().raw_id);
+        assert_eq!(judged.value_discarded, 1);
+        let aside: Vec<(&str, RejectionReason)> =
+            judged.rejected.iter().map(|r| (r.record.as_str(), r.breach.reason)).collect();
+        assert_eq!(
+            aside,
+            vec![
+                (records[2].as_str(), RejectionReason::NotAnObject),
+                (records[3].as_str(), RejectionReason::MissingPrimaryKey)
+            ]
+        );
+
+        let not_an_object = shape_judged(
+            "s",
+            &records,
+            dedupe,
+            &key,
+            &AppendKeys::Fresh,
+            Some(&contract(DiscardValue, Evolve, Evolve)),
+        );
+        assert!(matches!(not_an_object, Err(WriteError::BadRecord(m)) if m.contains("not a JSON object")));
+
+        let frozen =
+            shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&contract(Evolve, Freeze, Quarantine)));
+        let Err(WriteError::BadRecord(m)) = frozen else { panic!("the batch was not refused") };
+        assert_eq!(
+            m,
+            "stream s: type_mismatch at /amount (contract rule type_changes), which the stream's contract freezes; nothing of the batch was written"
+        );
     }
 
     impl Contract {

@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::contract::Contract;
-use super::shape::{AppendKeys, Judgement};
+use super::contract::{Contract, Judgement};
+use super::shape::AppendKeys;
 use super::{WriteError, Writer};
 use crate::store::Store;
 use crate::store::pipelines::StreamSyncMode;

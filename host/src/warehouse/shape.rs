@@ -1,7 +1,6 @@
 //! Record shaping: a record's top-level fields in the provider's order
-//! (nested values kept as the provider wrote them), its key, what the
-//! stream's contract makes of it, and a batch laid out as rows over the
-//! union of its columns.
+//! (nested values kept as the provider wrote them), its key, and a batch
+//! laid out as rows over the union of its columns.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -11,7 +10,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use super::contract::{Contract, Rejected, Verdict};
 use super::sql_name;
 use crate::store::pipelines::StreamSyncMode;
 
@@ -147,7 +145,7 @@ pub(super) fn shape<'a>(record: &'a str, mode: StreamSyncMode, primary_key: &[St
 /// Splits a record into its fields and derives its key: from the primary
 /// key in deduplicated mode (so a rewrite replaces the row), otherwise
 /// from `keys`, as the batch's `at`-th record.
-fn shape_keyed<'a>(
+pub(super) fn shape_keyed<'a>(
     record: &'a str,
     mode: StreamSyncMode,
     primary_key: &[String],
@@ -189,7 +187,7 @@ pub(super) fn shape_all<'a>(
 
 /// Every record of a batch shaped ([`shape_keyed`]); the first that is
 /// not an object fails the batch as a bad record.
-fn shape_all_keyed<'a>(
+pub(super) fn shape_all_keyed<'a>(
     records: &'a [String],
     mode: StreamSyncMode,
     primary_key: &[String],
@@ -201,55 +199,6 @@ fn shape_all_keyed<'a>(
         .map(|(at, r)| shape_keyed(r, mode, primary_key, keys, at))
         .collect::<Result<_, _>>()
         .map_err(super::WriteError::BadRecord)
-}
-
-/// What a stream's contract made of a batch besides the records it
-/// loads.
-#[derive(Debug, Default)]
-pub(crate) struct Judgement {
-    /// The records kept aside, each with its breach.
-    pub(crate) rejected: Vec<Rejected>,
-    /// Records loaded with a value left out.
-    pub(crate) value_discarded: u64,
-}
-
-/// Every record of a batch shaped ([`shape_keyed`], appended records
-/// keyed by `keys`) and judged by `contract`
-/// on the same fields ([`Contract::verdict`]): those it keeps aside are
-/// left out, the values it discards left out of theirs. A breach of a
-/// rule that freezes fails the batch before any of it is written, as does
-/// a record that is not an object and is not kept aside.
-pub(super) fn shape_judged<'a>(
-    stream: &str,
-    records: &'a [String],
-    mode: StreamSyncMode,
-    primary_key: &[String],
-    keys: &AppendKeys,
-    contract: Option<&Contract>,
-) -> Result<(Vec<Shaped<'a>>, Judgement), super::WriteError> {
-    let Some(contract) = contract else {
-        return Ok((shape_all_keyed(records, mode, primary_key, keys)?, Judgement::default()));
-    };
-    let mut shaped = Vec::with_capacity(records.len());
-    let mut judgement = Judgement::default();
-    for (at, record) in records.iter().enumerate() {
-        let mut one = shape_keyed(record, mode, primary_key, keys, at);
-        let verdict = contract.verdict(one.as_mut().ok().map(|s| &mut s.fields)).map_err(|breach| {
-            super::WriteError::BadRecord(format!(
-                "stream {stream}: {breach}, which the stream's contract freezes; nothing of the batch was written"
-            ))
-        })?;
-        match verdict {
-            Verdict::Rejected(breach) => {
-                judgement.rejected.push(Rejected { record: record.clone(), breach });
-                continue;
-            }
-            Verdict::ValueDiscarded => judgement.value_discarded += 1,
-            Verdict::Load => {}
-        }
-        shaped.push(one.map_err(super::WriteError::BadRecord)?);
-    }
-    Ok((shaped, judgement))
 }
 
 /// A field as a column value: strings unquoted, null as NULL, anything
@@ -355,8 +304,6 @@ impl<'a> Rows<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::kinds::{ContractMode, RejectionReason};
-    use crate::store::pipelines::StreamContract;
 
     /// An append keyed by where it was read: the same records read again
     /// after the same state key the same rows, whatever batches they come
@@ -385,77 +332,6 @@ mod tests {
         assert_ne!(changed[1], whole[1], "a record read anew is a new row");
         assert_ne!(keys_of(AppendKeys::Fresh, &records), keys_of(AppendKeys::Fresh, &records));
         assert!(after(None).replaces() && !AppendKeys::after("p", "events", None, false).replaces());
-    }
-
-    /// A batch judged as it is shaped: the records a rule keeps aside
-    /// are left out of the batch (kept as read), the values a rule
-    /// discards left out of their records' fields (a new field dropped, a
-    /// value of another type null, the key from the record as read), a
-    /// record that is not an object fails the batch unless it is kept
-    /// aside, and a rule that freezes fails the batch naming the stream.
-    #[test]
-    fn a_contract_judges_records_on_the_fields_shaped_for_the_destination() {
-        use ContractMode::{DiscardValue, Evolve, Freeze, Quarantine};
-        let schema = serde_json::json!({ "type": "object", "properties": {
-            "id": { "type": "integer" }, "amount": { "type": "number" },
-        } });
-        let contract = |new_columns, type_changes, invalid_records| {
-            let rules = StreamContract { new_columns, type_changes, invalid_records };
-            Contract::new(rules, &schema, &["id".to_owned()]).unwrap()
-        };
-        let records: Vec<String> = [
-            r#"{"id": 1, "amount": 2.5}"#,
-            r#"{"id": 2, "extra": true, "amount": "lots"}"#,
-            r#"[1, 2]"#,
-            r#"{"amount": 3}"#,
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        let dedupe = StreamSyncMode::IncrementalDeduped;
-        let key = ["id".to_owned()];
-
-        let c = contract(DiscardValue, DiscardValue, Quarantine);
-        let (shaped, judged) = shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&c)).unwrap();
-        let fields: Vec<Vec<(String, String)>> = shaped
-            .iter()
-            .map(|s| s.fields.iter().map(|(n, v)| (n.to_string(), v.get().to_owned())).collect())
-            .collect();
-        let pair = |n: &str, v: &str| (n.to_owned(), v.to_owned());
-        assert_eq!(
-            fields,
-            vec![vec![pair("id", "1"), pair("amount", "2.5")], vec![pair("id", "2"), pair("amount", "null")]]
-        );
-        assert_eq!(shaped[1].raw_id, shape(&records[1], dedupe, &key).unwrap().raw_id);
-        assert_eq!(judged.value_discarded, 1);
-        let aside: Vec<(&str, RejectionReason)> =
-            judged.rejected.iter().map(|r| (r.record.as_str(), r.breach.reason)).collect();
-        assert_eq!(
-            aside,
-            vec![
-                (records[2].as_str(), RejectionReason::NotAnObject),
-                (records[3].as_str(), RejectionReason::MissingPrimaryKey)
-            ]
-        );
-
-        let not_an_object = shape_judged(
-            "s",
-            &records,
-            dedupe,
-            &key,
-            &AppendKeys::Fresh,
-            Some(&contract(DiscardValue, Evolve, Evolve)),
-        );
-        assert!(
-            matches!(not_an_object, Err(super::super::WriteError::BadRecord(m)) if m.contains("not a JSON object"))
-        );
-
-        let frozen =
-            shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&contract(Evolve, Freeze, Quarantine)));
-        let Err(super::super::WriteError::BadRecord(m)) = frozen else { panic!("the batch was not refused") };
-        assert_eq!(
-            m,
-            "stream s: type_mismatch at /amount (contract rule type_changes), which the stream's contract freezes; nothing of the batch was written"
-        );
     }
 
     #[test]

@@ -6,11 +6,11 @@
 use serde_json::json;
 
 use super::config::{DestinationConfig, Place, Revealed};
-use super::contract::Contract;
+use super::contract::{Contract, Judgement, shape_judged};
 use super::iceberg::IcebergWriter;
 use super::jsonl;
 use super::postgres::{self, copy_data};
-use super::shape::{AppendKeys, Judgement, shape_judged};
+use super::shape::AppendKeys;
 use super::sqlite::SqliteRows;
 use super::tables::{Db, SqlRows, Tables};
 use super::{WriteError, failed, quote, sql_name, text_bytes};
