@@ -26,9 +26,10 @@
 //! The destination is SQLite or PostgreSQL, the sync mode append or
 //! deduplicated, the rules `quarantine` or `discard_value`, all drawn
 //! from the seed. CI runs the fixed seeds below. The benchmark suite runs
-//! a thousand random ones:
-//! `FAULT_RUNS=1000 cargo test --release --test integration faults`,
-//! and `FAULT_SEED=<seed>` runs the one a failure names again.
+//! a thousand random ones (about two and a half seconds each, most of it
+//! pages' delays and leases running out, so the debug build serves):
+//! `FAULT_RUNS=1000 cargo test --test integration faults`, and
+//! `FAULT_SEED=<seed>` runs the one a failure names again.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
