@@ -10,9 +10,10 @@
 //! stream `s__rejected` (`warehouse::contract::rejected_stream`): one row per record kept
 //! aside, with the job and attempt, the stream, the cursor's value, the
 //! reason, the field's JSON pointer, the rule, and the record as read. In
-//! a database its key is derived from the job, the field and the record,
-//! so a retry that reads the same record again rewrites its row instead
-//! of adding another.
+//! a database its key is derived from the pipeline, the field and where
+//! the record was read (in an append the place its row would have had,
+//! otherwise its text), so a retry or a later sync that reads the same
+//! record again rewrites its row instead of adding another.
 
 use std::sync::Arc;
 
@@ -69,6 +70,7 @@ pub(super) struct Judge {
     contract: Arc<Contract>,
     /// The rejected-rows table's loader, when a rule quarantines.
     aside: Option<Loader>,
+    pipeline_id: String,
     job_id: String,
     attempt: u32,
     stream: String,
@@ -105,6 +107,7 @@ impl Judge {
         Ok(Judge {
             contract: Arc::new(contract),
             aside,
+            pipeline_id: owner.pipeline_id.to_owned(),
             job_id: owner.job_id.to_owned(),
             attempt: owner.attempt,
             stream: owner.stream.to_owned(),
@@ -148,8 +151,11 @@ impl Judge {
 
     /// A record kept aside as a row of the rejected-rows table.
     fn rejected_row(&self, r: &Rejected) -> String {
+        // The same record kept aside again, in this job or a later one,
+        // rewrites its row: the key is the pipeline's, the stream's, the
+        // field's and where the record was read, never the job's.
         let mut hash = Sha256::new();
-        for part in [self.job_id.as_str(), &self.stream, &r.breach.pointer, &r.record] {
+        for part in [self.pipeline_id.as_str(), &self.stream, &r.breach.pointer, &r.place] {
             hash.update(part.len().to_le_bytes());
             hash.update(part.as_bytes());
         }

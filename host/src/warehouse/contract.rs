@@ -133,6 +133,12 @@ impl fmt::Display for Breach {
 pub(crate) struct Rejected {
     pub(crate) record: String,
     pub(crate) breach: Breach,
+    /// Where the record was read, as its row would have been keyed: in an
+    /// append its key ([`AppendKeys`]: a read resumed from the same state
+    /// that reads it again finds the same place), otherwise its text's
+    /// digest. The same record kept aside again keys the same rejected
+    /// row.
+    pub(crate) place: String,
 }
 
 /// A batch judged: what to load (records with discarded values rewritten),
@@ -193,7 +199,9 @@ pub(super) fn shape_judged<'a>(
         })?;
         match verdict {
             Verdict::Rejected(breach) => {
-                judgement.rejected.push(Rejected { record: record.clone(), breach });
+                let place =
+                    if mode == StreamSyncMode::IncrementalAppend { keys.key(at, record) } else { text_digest(record) };
+                judgement.rejected.push(Rejected { record: record.clone(), breach, place });
                 continue;
             }
             Verdict::ValueDiscarded => judgement.value_discarded += 1,
@@ -280,7 +288,10 @@ impl Contract {
             let mut fields = serde_json::from_str::<Fields>(&record).ok().map(|Fields(f)| f);
             match self.verdict(fields.as_mut())? {
                 Verdict::Load => judged.load.push(record),
-                Verdict::Rejected(breach) => judged.rejected.push(Rejected { record, breach }),
+                Verdict::Rejected(breach) => {
+                    let place = text_digest(&record);
+                    judged.rejected.push(Rejected { record, breach, place });
+                }
                 Verdict::ValueDiscarded => {
                     judged.value_discarded += 1;
                     judged.load.push(render(fields.as_deref().unwrap_or_default()));
@@ -322,6 +333,12 @@ impl Contract {
         }
         found
     }
+}
+
+/// The hex SHA-256 of a record's text.
+fn text_digest(record: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(record.as_bytes()))
 }
 
 /// A record's fields as JSON text.

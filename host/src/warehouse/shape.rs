@@ -106,7 +106,7 @@ impl AppendKeys {
     }
 
     /// The key of `record`, the batch's `at`-th.
-    fn key(&self, at: usize, record: &str) -> String {
+    pub(super) fn key(&self, at: usize, record: &str) -> String {
         match self {
             AppendKeys::Fresh => uuid::Uuid::now_v7().to_string(),
             AppendKeys::Seeded { seed, first, .. } => {
