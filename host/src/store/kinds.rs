@@ -285,6 +285,8 @@ text_enum! {
         NewColumn = "new_column",
         TypeMismatch = "type_mismatch",
         NotInEnum = "not_in_enum",
+        /// A number with more places or digits than its declared decimal.
+        DecimalOutOfRange = "decimal_out_of_range",
         MissingRequired = "missing_required",
         MissingPrimaryKey = "missing_primary_key",
         NotAnObject = "not_an_object",

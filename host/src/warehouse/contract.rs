@@ -3,7 +3,8 @@
 //!
 //! A record breaks a rule when it has a field the schema does not declare
 //! (`new_columns`), a value of a type the schema does not allow for its
-//! field or outside its enumeration (`type_changes`; null fits every
+//! field, outside its enumeration or, for a declared decimal, with more
+//! places or digits than it holds (`type_changes`; null fits every
 //! type), or is not an object or lacks a required field or its primary key
 //! (`invalid_records`). The stream's contract says, per rule, what such a
 //! record does: it loads as it is (`evolve`), fails the sync before its
@@ -27,6 +28,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::WriteError;
+use super::decimal::{DecimalError, DecimalType};
 use super::shape::{AppendKeys, FieldList, Fields, Shaped, shape_all_keyed, shape_keyed};
 use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
 use crate::store::pipelines::{StreamContract, StreamSyncMode};
@@ -102,6 +104,8 @@ struct Declared {
     types: Option<Types>,
     /// Its enumeration, when it has one.
     allowed: Option<Vec<Value>>,
+    /// The decimal it declares, when it declares one the service holds.
+    decimal: Option<DecimalType>,
 }
 
 /// A stream's contract, ready to judge its records.
@@ -212,6 +216,26 @@ pub(super) fn shape_judged<'a>(
     Ok((shaped, judgement))
 }
 
+/// What a number, or a number's text, breaks of a declared decimal:
+/// nothing when it fits exactly, its type when the text is no number.
+fn decimal_breach(decimal: &DecimalType, raw: &str) -> Option<RejectionReason> {
+    let text = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) if inner.contains('\\') => match serde_json::from_str::<String>(raw) {
+            Ok(text) => Cow::Owned(text),
+            Err(_) => return Some(RejectionReason::TypeMismatch),
+        },
+        Some(inner) => Cow::Borrowed(inner),
+        None => Cow::Borrowed(raw),
+    };
+    match decimal.unscaled(&text) {
+        Ok(_) => None,
+        Err(DecimalError::NotANumber(_)) => Some(RejectionReason::TypeMismatch),
+        Err(DecimalError::TooManyPlaces { .. } | DecimalError::TooManyDigits { .. }) => {
+            Some(RejectionReason::DecimalOutOfRange)
+        }
+    }
+}
+
 /// A field's JSON pointer.
 fn pointer(name: &str) -> String {
     format!("/{}", name.replace('~', "~0").replace('/', "~1"))
@@ -231,7 +255,8 @@ impl Contract {
             .flatten()
             .map(|(name, field)| {
                 let allowed = field["enum"].as_array().cloned();
-                (name.clone(), Declared { types: Types::declared(field), allowed })
+                let decimal = DecimalType::declared(field).and_then(Result::ok);
+                (name.clone(), Declared { types: Types::declared(field), allowed, decimal })
             })
             .collect();
         let mut required: Vec<(String, RejectionReason)> =
@@ -323,6 +348,11 @@ impl Contract {
                 && !serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| allowed.contains(&v))
             {
                 found.push((Some(at), breach(ContractRule::TypeChanges, RejectionReason::NotInEnum, pointer(name))));
+            } else if let Some(decimal) = &declared.decimal
+                && kind & (Types::INTEGER | Types::NUMBER | Types::STRING) != 0
+                && let Some(reason) = decimal_breach(decimal, raw.get())
+            {
+                found.push((Some(at), breach(ContractRule::TypeChanges, reason, pointer(name))));
             }
         }
         for (name, reason) in &self.required {
@@ -486,6 +516,32 @@ mod tests {
         ];
         for (record, rule, reason, at) in cases {
             assert_eq!(c.breaches(record), vec![Breach { rule, reason, pointer: at.to_owned() }], "{record}");
+        }
+    }
+
+    /// A declared decimal takes numbers, and numbers' text, that fit it
+    /// exactly; more places or digits are out of its range, and text that
+    /// is no number is of another type.
+    #[test]
+    fn a_declared_decimal_is_judged_by_its_places_and_digits() {
+        use ContractMode::Quarantine as Q;
+        let schema = serde_json::json!({ "type": "object", "properties": {
+            "price": { "type": ["string", "number", "null"], "format": "decimal", "precision": 6, "scale": 2 },
+        } });
+        let rules = StreamContract { new_columns: Q, type_changes: Q, invalid_records: Q };
+        let c = Contract::new(rules, &schema, &[]).unwrap();
+        for fits in [r#"{"price": 1234.5}"#, r#"{"price": "-0.25"}"#, r#"{"price": 12}"#, r#"{"price": null}"#] {
+            assert_eq!(c.breaches(fits), vec![], "{fits}");
+        }
+        let breach = |reason| Breach { rule: ContractRule::TypeChanges, reason, pointer: "/price".to_owned() };
+        for (record, reason) in [
+            (r#"{"price": 12.345}"#, RejectionReason::DecimalOutOfRange),
+            (r#"{"price": "12.345"}"#, RejectionReason::DecimalOutOfRange),
+            (r#"{"price": 12345}"#, RejectionReason::DecimalOutOfRange),
+            (r#"{"price": "1\u0032.345"}"#, RejectionReason::DecimalOutOfRange),
+            (r#"{"price": "n/a"}"#, RejectionReason::TypeMismatch),
+        ] {
+            assert_eq!(c.breaches(record), vec![breach(reason)], "{record}");
         }
     }
 

@@ -35,6 +35,7 @@
 //! - [`shape`]: records into keys, fields and rows;
 //! - [`contract`]: a stream's records judged against its schema by its
 //!   data contract, before they are loaded;
+//! - [`decimal`]: declared decimals, and whether a value fits one;
 //! - the kinds, each a folder with the same role files (`config`, `open`,
 //!   `batch`) and one line in each dispatch ([`config::validate`],
 //!   [`Writer`]): [`sqlite`] (the connection that writes rows, the WAL
@@ -49,6 +50,7 @@
 
 pub mod config;
 pub(crate) mod contract;
+pub(crate) mod decimal;
 pub(crate) mod handle;
 pub mod iceberg;
 pub(crate) mod jsonl;

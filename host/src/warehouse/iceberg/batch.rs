@@ -16,6 +16,7 @@ use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
 use serde_json::value::RawValue;
 
 use super::super::WriteError;
+use super::super::decimal::DecimalType;
 use super::super::shape::{Fields, Shaped, column_value};
 
 /// The rows of one batch: the `shaped` records as the table's columns
@@ -120,7 +121,9 @@ fn array(field: &Field, values: &[Option<&RawValue>]) -> Result<ArrayRef, String
             Decimal128Builder::with_capacity(values.len())
                 .with_precision_and_scale(*p, *s)
                 .map_err(|e| e.to_string())?,
-            |t: &str| decimal(unquoted(t)?.as_ref(), *p, *s)
+            |t: &str| DecimalType { precision: u64::from(*p), scale: u64::try_from(*s).unwrap_or(0) }
+                .unscaled(unquoted(t)?.as_ref())
+                .map_err(|e| e.to_string())
         ),
         DataType::Date32 => primitive!(Date32Builder::with_capacity(values.len()), |t: &str| date(t)),
         DataType::Timestamp(TimeUnit::Microsecond, tz) => primitive!(
@@ -239,50 +242,6 @@ fn timestamp(text: &str, zoned: bool) -> Result<i64, String> {
     Ok(micros)
 }
 
-/// A decimal's text (`-12.5`, `1E-9`) as its unscaled value at `scale`,
-/// exactly: more decimal places than the scale, or more digits than the
-/// precision, are refused rather than rounded.
-pub(super) fn decimal(text: &str, precision: u8, scale: i8) -> Result<i128, String> {
-    let invalid = || format!("{text} is not a decimal number");
-    let (negative, rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let (mantissa, exponent) = match rest.find(['e', 'E']) {
-        Some(i) => (&rest[..i], rest[i + 1..].parse::<i32>().map_err(|_| invalid())?),
-        None => (rest, 0),
-    };
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if whole.is_empty() && fraction.is_empty() || !whole.bytes().chain(fraction.bytes()).all(|b| b.is_ascii_digit()) {
-        return Err(invalid());
-    }
-    let digits: String = format!("{whole}{fraction}").trim_start_matches('0').to_owned();
-    // value = digits × 10^(exponent − fraction digits); unscaled = value × 10^scale.
-    let shift = i64::from(exponent) - fraction.len() as i64 + i64::from(scale);
-    let digits = if shift >= 0 {
-        if digits.is_empty() {
-            return Ok(0);
-        }
-        if digits.len() as i64 + shift > i64::from(precision) {
-            return Err(format!("{text} has more than {precision} digits"));
-        }
-        format!("{digits}{}", "0".repeat(shift as usize))
-    } else {
-        let cut = (-shift) as usize;
-        let (kept, dropped) = digits.split_at(digits.len().saturating_sub(cut));
-        if dropped.bytes().any(|b| b != b'0') {
-            return Err(format!("{text} has more than {scale} decimal places"));
-        }
-        kept.to_owned()
-    };
-    if digits.len() > usize::from(precision) {
-        return Err(format!("{text} has more than {precision} digits"));
-    }
-    let unscaled: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| invalid())? };
-    Ok(if negative { -unscaled } else { unscaled })
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::schema::Kind;
@@ -295,24 +254,6 @@ mod tests {
 
     fn shaped(records: &[String]) -> Vec<Shaped<'_>> {
         super::super::super::shape::shape_all(records, StreamSyncMode::IncrementalAppend, &[]).unwrap()
-    }
-
-    #[test]
-    fn decimals_are_exact_or_refused() {
-        assert_eq!(
-            decimal("12345678901234567890123456789.123456789", 38, 9),
-            Ok(12345678901234567890123456789123456789)
-        );
-        assert_eq!(decimal("-1E-9", 38, 9), Ok(-1));
-        assert_eq!(decimal("1.50", 10, 1), Ok(15));
-        assert_eq!(decimal("0.000", 5, 2), Ok(0));
-        assert_eq!(decimal("2e3", 6, 2), Ok(200_000));
-        assert!(decimal("1.25", 10, 1).unwrap_err().contains("decimal places"));
-        assert!(decimal("123456", 5, 0).unwrap_err().contains("5 digits"));
-        assert!(decimal("1e40", 38, 0).unwrap_err().contains("38 digits"));
-        for bad in ["", "-", ".", "1.2.3", "abc", "1e", "0x10"] {
-            assert!(decimal(bad, 38, 9).is_err(), "{bad}");
-        }
     }
 
     #[test]

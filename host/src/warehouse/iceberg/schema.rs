@@ -34,6 +34,7 @@ use iceberg::spec::{
 };
 
 use super::super::config::PartitionField;
+use super::super::decimal::DecimalType;
 use serde_json::Value;
 
 /// The columns every table starts with, before the stream's own.
@@ -81,8 +82,8 @@ fn kind(schema: &Value) -> Result<Kind, String> {
     let json_text = Ok(Kind::Primitive(PrimitiveType::String));
     let Some(obj) = schema.as_object() else { return json_text };
     let format = obj.get("format").and_then(Value::as_str);
-    if format == Some("decimal") {
-        return decimal(obj);
+    if let Some(declared) = DecimalType::declared(schema) {
+        return declared.map(decimal).map_err(|e| e.to_string());
     }
     let types: Vec<&str> = match obj.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
@@ -117,19 +118,9 @@ fn kind(schema: &Value) -> Result<Kind, String> {
     })
 }
 
-fn decimal(obj: &serde_json::Map<String, Value>) -> Result<Kind, String> {
-    let number = |key: &str, default: u64| match obj.get(key) {
-        None => Ok(default),
-        Some(v) => v.as_u64().ok_or_else(|| format!("{key} must be a whole number")),
-    };
-    let precision = number("precision", 38)?;
-    let scale = number("scale", 9.min(precision))?;
-    if !(1..=38).contains(&precision) || scale > precision {
-        return Err(format!(
-            "decimal({precision},{scale}) is not a decimal Iceberg holds (precision 1 to 38, scale up to it)"
-        ));
-    }
-    Ok(Kind::Primitive(PrimitiveType::Decimal { precision: precision as u32, scale: scale as u32 }))
+fn decimal(declared: DecimalType) -> Kind {
+    let (precision, scale) = (declared.precision as u32, declared.scale as u32);
+    Kind::Primitive(PrimitiveType::Decimal { precision, scale })
 }
 
 /// A new table's schema: the metadata columns, then the stream's (ids are
