@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use testkit::provider::{TestCa, TlsFront};
 use testkit::python::Script;
-use tokio::io::AsyncWriteExt;
 
 use crate::on_both_backends;
 use crate::support::trust::Trust;
@@ -174,10 +173,7 @@ struct Fake {
 
 impl Fake {
     async fn ask(&mut self, command: Value) -> Value {
-        let stdin = self.script.child.stdin.as_mut().unwrap();
-        stdin.write_all(format!("{command}\n").as_bytes()).await.unwrap();
-        let line = self.script.lines.next_line().await.unwrap().expect("the fake answers");
-        let answer: Value = serde_json::from_str(&line).unwrap();
+        let answer = self.script.ask(&command).await;
         assert!(answer.get("failed").is_none(), "the fake failed: {answer}");
         answer
     }

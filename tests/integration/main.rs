@@ -19,6 +19,7 @@ mod client_limits;
 mod contracts;
 mod conventions;
 mod credentials;
+mod drift;
 mod emailcampaign;
 mod faults;
 mod idempotency;

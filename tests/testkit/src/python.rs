@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
 /// A running script, killed when dropped.
@@ -33,5 +33,13 @@ impl Script {
         let line = lines.next_line().await.unwrap().unwrap_or_else(|| panic!("{} printed nothing", script.display()));
         let started = serde_json::from_str(&line).unwrap();
         Script { child, lines, started }
+    }
+
+    /// Sends `command` as a line and reads the line that answers it.
+    pub async fn ask(&mut self, command: &serde_json::Value) -> serde_json::Value {
+        let stdin = self.child.stdin.as_mut().expect("the script reads commands");
+        stdin.write_all(format!("{command}\n").as_bytes()).await.unwrap();
+        let line = self.lines.next_line().await.unwrap().expect("the script answers each command");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("the script answered {line:?}: {e}"))
     }
 }
