@@ -23,10 +23,11 @@ use crate::support::trust::Trust;
 use crate::support::{Backend, TestServer, count_rows, expect_error, json_ok};
 
 /// The fake provider: the paged test plugin's protocol (`data`,
-/// `next_cursor`, a bearer token) over a fixed list of records.
+/// `next_cursor`, a bearer token) over a list of records, which a test
+/// may add to.
 struct Drifting {
     token: String,
-    records: Vec<Value>,
+    records: std::sync::Mutex<Vec<Value>>,
     /// Milliseconds each page waits before it is answered.
     delay_ms: std::sync::atomic::AtomicU64,
 }
@@ -46,9 +47,10 @@ fn routes(p: Arc<Drifting>) -> Router {
                     tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                     let start: usize = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
-                    let end = (start + limit).min(p.records.len());
-                    let next = if end < p.records.len() { json!(end.to_string()) } else { Value::Null };
-                    axum::Json(json!({ "data": p.records[start..end], "next_cursor": next })).into_response()
+                    let records = p.records.lock().unwrap().clone();
+                    let end = (start + limit).min(records.len());
+                    let next = if end < records.len() { json!(end.to_string()) } else { Value::Null };
+                    axum::Json(json!({ "data": records[start.min(end)..end], "next_cursor": next })).into_response()
                 },
             ),
         )
@@ -82,7 +84,7 @@ async fn setup(backend: Backend) -> Fixture {
     let ca = TestCa::new();
     let records = drifting_records();
     let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
-    let p = Arc::new(Drifting { token, records: records.clone(), delay_ms: Default::default() });
+    let p = Arc::new(Drifting { token, records: records.clone().into(), delay_ms: Default::default() });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(p.clone())).await;
     let trust = Trust::new(&ca).serving(&provider, &["api.source.test"]);
     let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
@@ -404,6 +406,57 @@ async fn a_replay_loads_what_fits_now_once_and_keeps_the_rest(backend: Backend) 
     fx.srv.stop().await;
 }
 
+/// A replay in deduplicated mode never puts a record over a newer
+/// version of its key: record 7, kept aside for its kind, is read again
+/// fixed by a later sync; when the contract then lets its old kind
+/// through, the replay counts the old version as superseded and loads
+/// only what no newer version replaced, into SQLite and PostgreSQL.
+async fn a_replay_never_puts_an_older_version_over_a_newer_one(backend: Backend) {
+    let fx = setup(backend).await;
+    let warehouse = crate::support::PgDatabase::create().await.expect("a PostgreSQL warehouse");
+    let ws = fx.srv.workspace_id().await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let sqlite = format!("sqlite://{}", fx.srv.warehouse(&ws, "newer.db").display());
+    for (kind, configuration, url) in [
+        ("sqlite", json!({ "file": "newer.db" }), sqlite),
+        ("postgres", json!({ "url": warehouse.url }), warehouse.url.clone()),
+    ] {
+        *fx.provider.records.lock().unwrap() = fx.records.clone();
+        let dest = fx.destination(kind, configuration).await;
+        let pipeline = fx.pipeline(&dest, "incremental_deduped", quarantine.clone()).await;
+        assert_eq!(fx.sync(&pipeline).await["status"], "succeeded", "{kind}");
+        assert_eq!(fx.rejected(&pipeline, 50).await.len(), 3, "{kind}: records 7, 9 and 10 kept aside");
+
+        // Record 7 again, fixed and later.
+        let fixed = json!({ "id": 7, "kind": "click", "updated_at": "2026-01-01T00:00:11Z", "payload": { "n": 77 } });
+        fx.provider.records.lock().unwrap().push(fixed);
+        assert_eq!(fx.sync(&pipeline).await["status"], "succeeded", "{kind}");
+        let kind_of_7 = || async {
+            sqlx::any::install_default_drivers();
+            let mut c = <sqlx::AnyConnection as sqlx::Connection>::connect(&url).await.unwrap();
+            let sql = "SELECT kind FROM events WHERE CAST(id AS TEXT) = '7'";
+            sqlx::query_scalar::<_, String>(sql).fetch_all(&mut c).await.unwrap()
+        };
+        assert_eq!(kind_of_7().await, ["click"], "{kind}");
+
+        let evolve = json!({ "streams": [{ "name": "events", "sync_mode": "incremental_deduped",
+            "contract": { "type_changes": "evolve", "invalid_records": "quarantine" } }] });
+        let path = format!("/v1/pipelines/{pipeline}");
+        json_ok(fx.srv.request(Method::PATCH, &path).json(&evolve).send().await.unwrap()).await;
+        let replay = fx.srv.request(Method::POST, &format!("{path}/rejected/replay")).send().await.unwrap();
+        let job = fx.srv.wait_job(json_ok(replay).await["data"]["job_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{kind}: {job}");
+        let events = &job["progress"]["ledger"]["streams"]["events"];
+        let counts: Vec<&Value> =
+            ["read", "loaded", "deduplicated", "quarantined", "unaccounted"].iter().map(|k| &events[*k]).collect();
+        assert_eq!(counts, [&json!(3), &json!(1), &json!(1), &json!(1), &json!(0)], "{kind}: {job}");
+        assert_eq!(kind_of_7().await, ["click"], "{kind}: the newer version stays");
+        let kept = fx.rejected(&pipeline, 50).await;
+        assert_eq!(kept.len(), 1, "{kind}: only the record without an id stays aside: {kept:?}");
+    }
+    fx.srv.stop().await;
+}
+
 /// Changing a deduplicated stream's primary key rekeys rows a sync cannot
 /// put back: even an administrator's request becomes a proposal, which
 /// runs once another member approves it. Other changes run at once.
@@ -439,6 +492,7 @@ async fn rekeying_a_deduplicated_stream_needs_an_approval(backend: Backend) {
 }
 
 on_both_backends!(
+    a_replay_never_puts_an_older_version_over_a_newer_one,
     rekeying_a_deduplicated_stream_needs_an_approval,
     a_replay_loads_what_fits_now_once_and_keeps_the_rest,
     quarantined_records_are_kept_aside_with_why_and_the_ledger_balances,

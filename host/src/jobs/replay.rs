@@ -7,10 +7,16 @@
 //! rejection (in deduplicated mode, by its primary key, as the stream's
 //! rows are), so a replay cut short and run again writes the same row
 //! again instead of another; its rejected row is deleted only once the
-//! record is loaded. A record that stays aside is written again under its
+//! record is loaded. In deduplicated mode a record whose key a newer
+//! version has reached since (a later sync read it again, or another
+//! rejected row holds a later one) is not loaded: it is counted as
+//! deduplicated and its rejected row deleted, so a replay never puts an
+//! older version over a newer one. Newer means a greater cursor value
+//! where both versions have one, otherwise read later. A record that stays aside is written again under its
 //! rejection, which replaces its row. Only databases replay: a file cannot
 //! replace a line.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -128,6 +134,7 @@ async fn replay_stream(
         vec![REPLAY_KEY.to_owned()]
     };
     let keyed: &[String] = if deduplicated { &primary_key } else { &[] };
+    let cursor_field = sel.cursor_field.clone().or_else(|| offered.and_then(|o| o.default_cursor_field.clone()));
     let contract = Contract::new(sel.contract.unwrap_or_default(), &schema, keyed);
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, &schema).await?;
     let mut main =
@@ -142,7 +149,7 @@ async fn replay_stream(
         let Some((last, _)) = rows.last() else { return Ok(()) };
         after = last.clone();
         done.read += rows.len() as u64;
-        let (mut loads, mut loaded_keys, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut loads, mut versions, mut loaded_keys, mut kept) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (key, row) in &rows {
             let record = row.get("record").and_then(Value::as_str).unwrap_or_default();
             match judge(contract.as_ref(), record) {
@@ -150,10 +157,17 @@ async fn replay_stream(
                     done.value_discarded += u64::from(discarded);
                     let id = row.get("rejection_id").and_then(Value::as_str).unwrap_or(key);
                     loads.push(if deduplicated { record } else { keyed_by(&record, id) });
+                    versions.push(Version::rejected(row));
                     loaded_keys.push(key.clone());
                 }
                 Err(breach) => kept.push(rejected_again(row, &breach)),
             }
+        }
+        if deduplicated {
+            let superseded = superseded(&main, &loads, &versions, cursor_field.as_deref()).await?;
+            done.deduplicated += superseded.iter().filter(|s| **s).count() as u64;
+            let mut stale = superseded.into_iter();
+            loads.retain(|_| !stale.next().unwrap_or(false));
         }
         let stored = |w: [Written; 2]| w.iter().map(|w| w.stored).sum::<u64>();
         if !loads.is_empty() {
@@ -170,6 +184,99 @@ async fn replay_stream(
         }
         writer.delete_rows(&table, &loaded_keys).await?;
     }
+}
+
+/// When a version of a record was read: its cursor's value (as text),
+/// and the time it was read, in Unix ms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Version {
+    cursor: Option<String>,
+    read_at: Option<i64>,
+}
+
+impl Version {
+    /// The version a rejected row kept aside.
+    fn rejected(row: &serde_json::Map<String, Value>) -> Version {
+        let read_at = row
+            .get("rejected_at")
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.timestamp_millis());
+        Version { cursor: row.get("cursor").and_then(Value::as_str).map(str::to_owned), read_at }
+    }
+
+    /// The version a table's row holds (`cursor_field` read into
+    /// `cursor`, `_service_extracted_at` into `read_at`).
+    fn loaded(row: &serde_json::Map<String, Value>) -> Version {
+        let text = |k: &str| row.get(k).and_then(Value::as_str);
+        let read_at = text(EXTRACTED_AT).and_then(|t| t.parse().ok());
+        Version { cursor: text(CURSOR).map(str::to_owned), read_at }
+    }
+
+    /// Whether this version is newer than `other`: by the cursor where
+    /// both have one and they differ (as numbers where both are), then
+    /// by when each was read.
+    fn newer_than(&self, other: &Version) -> bool {
+        if let (Some(a), Some(b)) = (&self.cursor, &other.cursor) {
+            let order = match (a.parse::<f64>(), b.parse::<f64>()) {
+                (Ok(a), Ok(b)) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+                _ => a.cmp(b),
+            };
+            if order != Ordering::Equal {
+                return order == Ordering::Greater;
+            }
+        }
+        self.read_at > other.read_at
+    }
+}
+
+/// The column a table row's cursor is read into, and its time's.
+const CURSOR: &str = "cursor";
+const EXTRACTED_AT: &str = "_service_extracted_at";
+
+/// Of the records a deduplicated stream's replay would load (with the
+/// versions they were read as), those a newer version of their key has
+/// superseded: the row the table holds now (a later sync read the key
+/// again), or another record of the same page. Loading them would put
+/// an older version over a newer one.
+async fn superseded(
+    main: &Loader,
+    records: &[String],
+    versions: &[Version],
+    cursor_field: Option<&str>,
+) -> Result<Vec<bool>, WriteError> {
+    let current = match cursor_field {
+        Some(field) => main.current_rows(records, &[EXTRACTED_AT, field]).await?,
+        None => main.current_rows(records, &[EXTRACTED_AT]).await?,
+    };
+    let current: Vec<Option<Version>> = current
+        .into_iter()
+        .map(|row| {
+            row.map(|mut row| {
+                if let Some(field) = cursor_field
+                    && let Some(value) = row.remove(field)
+                {
+                    row.insert(CURSOR.to_owned(), value);
+                }
+                Version::loaded(&row)
+            })
+        })
+        .collect();
+    let keys = main.keys_of(records);
+    Ok((0..records.len())
+        .map(|i| {
+            let by_table = current[i].as_ref().is_some_and(|now| now.newer_than(&versions[i]));
+            // Another record of the page with the same key: the newest
+            // loads (of two alike, the later).
+            let by_page = keys[i].is_some()
+                && (0..records.len()).any(|j| {
+                    j != i
+                        && keys[j] == keys[i]
+                        && (versions[j].newer_than(&versions[i]) || (j > i && !versions[i].newer_than(&versions[j])))
+                });
+            by_table || by_page
+        })
+        .collect())
 }
 
 /// A rejected record judged again: what to load (and whether a value was
@@ -212,6 +319,23 @@ mod tests {
             assert_eq!(keyed.len(), fields, "{record}");
             assert_eq!(keyed[REPLAY_KEY], "r\"1");
         }
+    }
+
+    /// A version is newer by its cursor (numbers as numbers) where both
+    /// have one that differs, otherwise by when it was read.
+    #[test]
+    fn versions_are_ordered_by_cursor_then_by_when_they_were_read() {
+        let v = |cursor: Option<&str>, read_at: Option<i64>| Version { cursor: cursor.map(str::to_owned), read_at };
+        assert!(v(Some("2026-01-02T00:00:00Z"), Some(1)).newer_than(&v(Some("2026-01-01T00:00:00Z"), Some(9))));
+        assert!(v(Some("10"), None).newer_than(&v(Some("9"), Some(5))), "numbers as numbers");
+        assert!(v(Some("a"), Some(6)).newer_than(&v(Some("a"), Some(5))), "same cursor: the later read");
+        assert!(!v(Some("a"), Some(5)).newer_than(&v(Some("a"), Some(5))), "alike: neither");
+        assert!(v(None, Some(6)).newer_than(&v(Some("z"), Some(5))), "one cursor: by time");
+        assert!(!v(None, None).newer_than(&v(None, Some(1))));
+        let row = serde_json::json!({ "cursor": "c", "rejected_at": "2026-01-01T00:00:01.500Z" });
+        assert_eq!(Version::rejected(row.as_object().unwrap()), v(Some("c"), Some(1_767_225_601_500)));
+        let row = serde_json::json!({ "cursor": "c", "_service_extracted_at": "42" });
+        assert_eq!(Version::loaded(row.as_object().unwrap()), v(Some("c"), Some(42)));
     }
 
     /// Without a contract every object loads as it is; anything else

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::contract::{Contract, Judgement};
-use super::shape::AppendKeys;
+use super::shape::{AppendKeys, shape_keyed};
 use super::{WriteError, Writer};
 use crate::store::Store;
 use crate::store::pipelines::StreamSyncMode;
@@ -230,6 +230,28 @@ impl Loader {
             written.checkpoint = Some(state);
         }
         self.saved(written).await
+    }
+
+    /// In a deduplicated stream, the key of each of `records`' rows
+    /// (`None`: a record that has none).
+    pub(crate) fn keys_of(&self, records: &[String]) -> Vec<Option<String>> {
+        let (mode, key) = (StreamSyncMode::IncrementalDeduped, &self.stream.primary_key);
+        records.iter().map(|r| shape_keyed(r, mode, key, &self.keys, 0).ok().map(|s| s.raw_id)).collect()
+    }
+
+    /// In a deduplicated stream, the row the table holds now for each of
+    /// `records`' keys (in their order; `None`: no row, or a record with
+    /// no key), with `columns` as text. Batches still in flight are not
+    /// looked at: settle them first.
+    pub(crate) async fn current_rows(
+        &self,
+        records: &[String],
+        columns: &[&str],
+    ) -> Result<Vec<Option<serde_json::Map<String, serde_json::Value>>>, WriteError> {
+        let keys = self.keys_of(records);
+        let wanted: Vec<String> = keys.iter().flatten().cloned().collect();
+        let found = self.writer.rows_with_keys(&self.stream.stream, columns, &wanted).await?;
+        Ok(keys.into_iter().map(|k| k.and_then(|k| found.get(&k).cloned())).collect())
     }
 
     /// Waits until every batch queued so far is written, without ending

@@ -172,6 +172,63 @@ impl Db {
             .collect())
     }
 
+    /// The rows of the service's `table` with these keys (any order), each
+    /// key with `columns` as text (NULL where the table lacks a column).
+    pub(crate) async fn rows_with_keys(
+        &self,
+        table: &str,
+        columns: &[&str],
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<Option<String>>)>, WriteError> {
+        let existing = self.claim(table).await?;
+        if keys.is_empty() || existing.is_empty() {
+            return Ok(Vec::new());
+        }
+        let select: Vec<String> = columns
+            .iter()
+            .map(|c| if existing.contains_key(*c) { format!("CAST({} AS TEXT)", quote(c)) } else { "NULL".into() })
+            .collect();
+        let reading = |e| failed(&format!("cannot read {table}"), e);
+        let mut found = Vec::new();
+        for some in keys.chunks(500) {
+            let sql = |p: &dyn Fn(usize) -> String| {
+                let list: Vec<String> = (1..=some.len()).map(p).collect();
+                format!(
+                    "SELECT \"_service_raw_id\", {} FROM {} WHERE \"_service_raw_id\" IN ({})",
+                    select.join(", "),
+                    quote(table),
+                    list.join(", ")
+                )
+            };
+            let rows = match self {
+                Db::Sqlite(pool, ..) => some
+                    .iter()
+                    .fold(sqlx::query(sqlx::AssertSqlSafe(sql(&|_| "?".to_owned()))), |q, k| q.bind(k))
+                    .fetch_all(pool)
+                    .await
+                    .map_err(reading)?
+                    .iter()
+                    .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
+                    .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
+                Db::Postgres(pool) => some
+                    .iter()
+                    .fold(sqlx::query(sqlx::AssertSqlSafe(sql(&|i| format!("${i}")))), |q, k| q.bind(k))
+                    .fetch_all(pool)
+                    .await
+                    .map_err(reading)?
+                    .iter()
+                    .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
+                    .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
+            }
+            .map_err(reading)?;
+            found.extend(rows.into_iter().map(|mut values| {
+                let key = values.remove(0).unwrap_or_default();
+                (key, values)
+            }));
+        }
+        Ok(found)
+    }
+
     /// Deletes the rows of the service's `table` with these keys; how many
     /// it deleted.
     pub(crate) async fn delete_keys(&self, table: &str, keys: &[String]) -> Result<u64, WriteError> {

@@ -3,6 +3,8 @@
 //! (`config`, `open`, `batch`: `sqlite`, `postgres`, `jsonl`, `iceberg`);
 //! the two SQL kinds share their tables' bookkeeping (`tables`).
 
+use std::collections::HashMap;
+
 use serde_json::json;
 
 use super::config::{DestinationConfig, Place, Revealed};
@@ -317,6 +319,29 @@ impl Writer {
                     .collect())
             }
             Writer::Iceberg(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// The rows of `stream`'s table with these keys, by key, each with
+    /// `columns` (as text). Only a database reads rows by key.
+    pub(crate) async fn rows_with_keys(
+        &self,
+        stream: &str,
+        columns: &[&str],
+        keys: &[String],
+    ) -> Result<HashMap<String, serde_json::Map<String, serde_json::Value>>, WriteError> {
+        match self {
+            Writer::Sql(tables) => {
+                let rows = tables.db.rows_with_keys(&sql_name(stream), columns, keys).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(key, values)| {
+                        let fields = columns.iter().zip(values).map(|(c, v)| ((*c).to_owned(), json!(v)));
+                        (key, fields.collect())
+                    })
+                    .collect())
+            }
+            _ => Err(WriteError::Refused("only a database destination reads rows by key".into())),
         }
     }
 
