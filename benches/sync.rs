@@ -122,7 +122,7 @@ async fn main() {
     }
     targets.push((DestinationKind::Iceberg, json!({ "warehouse": "bench", "namespace": "bench" })));
     for (kind, dest_cfg) in targets {
-        let dest = state.store.create_destination(&ws, kind, kind.as_str(), &dest_cfg, &admin).await.unwrap();
+        let dest = state.store.create_destination(&ws, kind, kind.as_str(), &dest_cfg, None, &admin).await.unwrap();
         // The same stream twice: as it is, and under a contract that
         // judges every record and (the records fitting it) rejects none.
         // A lakehouse keeps no rejected rows: its contract freezes.

@@ -38,7 +38,7 @@ async fn workspace_with_jobs(store: &Store, name: &str, jobs: usize) -> String {
     let user = store.create_user(&format!("{name}@example.test"), name).await.unwrap().user_id;
     let source = store.create_source(&ws, "conn_events", "events", &json!({}), &user).await.unwrap();
     let destination = store
-        .create_destination(&ws, DestinationKind::Jsonl, "files", &json!({ "directory": "out" }), &user)
+        .create_destination(&ws, DestinationKind::Jsonl, "files", &json!({ "directory": "out" }), None, &user)
         .await
         .unwrap();
     queue(store, &ws, &source.source_id, &destination.destination_id, jobs).await;

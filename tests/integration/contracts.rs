@@ -406,6 +406,60 @@ async fn a_replay_loads_what_fits_now_once_and_keeps_the_rest(backend: Backend) 
     fx.srv.stop().await;
 }
 
+/// A destination's default contract judges every stream writing to it
+/// that names no contract of its own; a stream's own contract wins. The
+/// default is shown, changed and removed through the destination, and
+/// refused where no stream's contract could be.
+async fn a_destination_default_contract_judges_streams_that_name_none(backend: Backend) {
+    let fx = setup(backend).await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let body = json!({ "name": "strict", "kind": "sqlite", "configuration": { "file": "strict.db" },
+        "default_contract": quarantine });
+    let dest = json_ok(fx.srv.post("/v1/destinations", body).send().await.unwrap()).await;
+    assert_eq!(dest["data"]["default_contract"]["type_changes"], "quarantine", "{dest}");
+    assert_eq!(dest["data"]["default_contract"]["new_columns"], "evolve", "a rule left out evolves: {dest}");
+    let dest_id = dest["data"]["destination_id"].as_str().unwrap().to_owned();
+
+    // A stream without a contract: the destination's judges it.
+    let by_default = fx.pipeline(&dest_id, "incremental_append", Value::Null).await;
+    let job = fx.sync(&by_default).await;
+    let events = &job["progress"]["ledger"]["streams"]["events"];
+    let counts: Vec<&Value> = ["read", "loaded", "quarantined", "unaccounted"].iter().map(|k| &events[*k]).collect();
+    assert_eq!(counts, [&json!(10), &json!(7), &json!(3), &json!(0)], "{job}");
+    assert_eq!(fx.rejected(&by_default, 50).await.len(), 3);
+
+    // A stream with its own contract, every rule evolving: its own wins.
+    let own = fx.pipeline(&dest_id, "incremental_append", json!({ "type_changes": "evolve" })).await;
+    let job = fx.sync(&own).await;
+    let events = &job["progress"]["ledger"]["streams"]["events"];
+    assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(10), &json!(0)), "{job}");
+
+    // Changed, refused, and removed through the destination.
+    let path = format!("/v1/destinations/{dest_id}");
+    let patch = |body: Value| fx.srv.request(Method::PATCH, &path).json(&body).send();
+    let bad = patch(json!({ "default_contract": { "invalid_records": "discard_value" } })).await.unwrap();
+    let bad = expect_error(bad, 400, "VALIDATION_FAILED").await;
+    assert_eq!(bad["details"]["field"], "default_contract.invalid_records", "{bad}");
+    let renamed = json_ok(patch(json!({ "name": "still strict" })).await.unwrap()).await;
+    assert_eq!(renamed["data"]["default_contract"], dest["data"]["default_contract"], "left out: unchanged");
+    let cleared = json_ok(patch(json!({ "default_contract": null })).await.unwrap()).await;
+    assert!(cleared["data"].get("default_contract").is_none(), "{cleared}");
+    let job = fx.sync(&by_default).await;
+    let events = &job["progress"]["ledger"]["streams"]["events"];
+    assert_eq!(events["quarantined"], 0, "no default, no contract: {job}");
+
+    // Iceberg cannot quarantine, by default as by a stream's contract.
+    let body = json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake" },
+        "default_contract": { "type_changes": "quarantine" } });
+    let refused =
+        expect_error(fx.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    assert_eq!(refused["details"]["field"], "default_contract.type_changes", "{refused}");
+    let body = json!({ "name": "x", "kind": "sqlite", "configuration": { "file": "x.db" },
+        "default_contract": { "type_changes": "drop" } });
+    expect_error(fx.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    fx.srv.stop().await;
+}
+
 /// A replay in deduplicated mode never puts a record over a newer
 /// version of its key: record 7, kept aside for its kind, is read again
 /// fixed by a later sync; when the contract then lets its old kind
@@ -492,6 +546,7 @@ async fn rekeying_a_deduplicated_stream_needs_an_approval(backend: Backend) {
 }
 
 on_both_backends!(
+    a_destination_default_contract_judges_streams_that_name_none,
     a_replay_never_puts_an_older_version_over_a_newer_one,
     rekeying_a_deduplicated_stream_needs_an_approval,
     a_replay_loads_what_fits_now_once_and_keeps_the_rest,

@@ -20,9 +20,28 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::store::pipelines::StreamSyncMode;
+use crate::store::kinds::ContractMode;
+use crate::store::pipelines::{StreamContract, StreamSelection, StreamSyncMode};
 use crate::warehouse::contract::{Breach, Contract, REJECTION_ID, Rejected, rejected_stream};
 use crate::warehouse::{Loader, WriteError, Writer, Written};
+
+/// The contract a stream is judged by: its own, else its destination's
+/// default, whose `new_columns` rule evolves for a stream that declares
+/// no fields (every field would be new).
+pub(super) fn contract_of(
+    sel: &StreamSelection,
+    default: Option<StreamContract>,
+    schema: &Value,
+) -> Option<StreamContract> {
+    sel.contract.or_else(|| {
+        default.map(|mut d| {
+            if !schema["properties"].is_object() {
+                d.new_columns = ContractMode::Evolve;
+            }
+            d
+        })
+    })
+}
 
 /// The rejected-rows table's schema (what a typed destination makes of
 /// it).

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::quarantine::{rejected_again, rejected_loader};
+use super::quarantine::{contract_of, rejected_again, rejected_loader};
 use super::sync::{Prepared, prepare};
 use super::{CancellationToken, Failure};
 use crate::state::AppState;
@@ -123,7 +123,7 @@ async fn replay_stream(
     cancel: &CancellationToken,
     done: &mut Replayed,
 ) -> Result<(), WriteError> {
-    let Prepared { pipeline, catalog, writer, .. } = prepared;
+    let Prepared { pipeline, catalog, writer, default_contract, .. } = prepared;
     let table = rejected_stream(&sel.name);
     let offered = catalog.iter().find(|c| c.name == sel.name);
     let schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
@@ -135,7 +135,8 @@ async fn replay_stream(
     };
     let keyed: &[String] = if deduplicated { &primary_key } else { &[] };
     let cursor_field = sel.cursor_field.clone().or_else(|| offered.and_then(|o| o.default_cursor_field.clone()));
-    let contract = Contract::new(sel.contract.unwrap_or_default(), &schema, keyed);
+    let rules = contract_of(sel, *default_contract, &schema).unwrap_or_default();
+    let contract = Contract::new(rules, &schema, keyed);
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, &schema).await?;
     let mut main =
         Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, primary_key);

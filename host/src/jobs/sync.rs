@@ -23,7 +23,7 @@ use tokio::sync::Mutex;
 
 use super::held::Held;
 use super::meters::StreamMeter;
-use super::quarantine::{Judge, Owner, Verdicts};
+use super::quarantine::{Judge, Owner, Verdicts, contract_of};
 use super::queue::{QUEUE_BYTES, Work, WorkSender, gather, gather_to_checkpoint, queue};
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
@@ -35,7 +35,7 @@ use crate::state::AppState;
 use crate::store::jobs::JobLease;
 use crate::store::jobs::{Job, JobPlugin};
 use crate::store::kinds::JobKind;
-use crate::store::pipelines::{Pipeline, StreamSelection, StreamSyncMode};
+use crate::store::pipelines::{Pipeline, StreamContract, StreamSelection, StreamSyncMode};
 use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
 use crate::warehouse::contract::Contract;
 use crate::warehouse::{Loader, WriteError, Writer, Written};
@@ -426,6 +426,8 @@ pub(super) struct Prepared {
     connector: Connector,
     pub(super) catalog: Vec<Stream>,
     pub(super) writer: Arc<Writer>,
+    /// The destination's contract for streams that name none.
+    pub(super) default_contract: Option<StreamContract>,
 }
 
 /// One attempt of a sync, stream after stream.
@@ -516,7 +518,8 @@ pub(super) async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<
         }
         state.store.clear_stream_state(&pipeline.pipeline_id).await?;
     }
-    Ok(Prepared { pipeline, source_config, connector, catalog, writer })
+    let default_contract = dest.default_contract;
+    Ok(Prepared { pipeline, source_config, connector, catalog, writer, default_contract })
 }
 
 impl SyncRun<'_> {
@@ -524,7 +527,7 @@ impl SyncRun<'_> {
     /// the destination, through its write queue.
     async fn run_stream(&self, sel: &StreamSelection) -> Result<(), Failure> {
         let (state, ws) = (self.state, &self.job.workspace_id);
-        let Prepared { pipeline, source_config, connector, catalog, writer } = &self.prepared;
+        let Prepared { pipeline, source_config, connector, catalog, writer, default_contract } = &self.prepared;
         let offered = catalog.iter().find(|c| c.name == sel.name);
         let primary_key =
             sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default();
@@ -533,7 +536,7 @@ impl SyncRun<'_> {
             if incremental { state.store.stream_state(&pipeline.pipeline_id, &sel.name).await? } else { None };
         let json_schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
         writer.begin_stream(&pipeline.pipeline_id, &sel.name, sel.sync_mode, &json_schema).await?;
-        let judge = match sel.contract {
+        let judge = match contract_of(sel, *default_contract, &json_schema) {
             Some(rules) => {
                 let keyed = if sel.sync_mode == StreamSyncMode::IncrementalDeduped { &primary_key[..] } else { &[] };
                 match Contract::new(rules, &json_schema, keyed) {

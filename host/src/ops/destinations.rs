@@ -13,6 +13,7 @@ use crate::state::AppState;
 use crate::store::credentials::CredentialHandle;
 use crate::store::destinations::DeleteRefused;
 use crate::store::kinds::{CredentialKind, DestinationKind};
+use crate::store::pipelines::StreamContract;
 use crate::warehouse::DestinationConfig;
 use crate::warehouse::config::Lakehouse;
 
@@ -29,10 +30,15 @@ pub(crate) struct CreateDestination {
     /// `{warehouse, namespace?, commit_every_seconds?, partitions?}`.
     #[schema(value_type = Object)]
     pub configuration: Value,
+    /// The data contract of every pipeline stream writing here that names
+    /// none of its own (default: none, every record loads as it is).
+    #[serde(default)]
+    pub default_contract: Option<StreamContract>,
 }
 
 /// Body of `PATCH /destinations/{destination_id}`: top-level
-/// configuration keys are merged (a `null` removes one), as for sources.
+/// configuration keys are merged (a `null` removes one), as for sources;
+/// `default_contract` replaces the destination's (`null` removes it).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateDestination {
@@ -42,6 +48,10 @@ pub(crate) struct UpdateDestination {
     pub name: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub configuration: Option<Value>,
+    /// Absent: unchanged; `null`: none.
+    #[serde(default, deserialize_with = "super::patch::present")]
+    #[schema(value_type = Option<StreamContract>)]
+    pub default_contract: Option<Option<StreamContract>>,
 }
 
 async fn check_destination(
@@ -102,6 +112,9 @@ pub(crate) async fn create_destination(ctx: &Ctx<'_>, req: CreateDestination) ->
     let (state, access, note) = (ctx.state, ctx.access, ctx.note);
     check_name("name", &req.name)?;
     check_destination(state, access, req.kind, &req.configuration).await?;
+    if let Some(contract) = &req.default_contract {
+        super::pipelines::check_contract_rules(contract, Some(req.kind), &|rule| format!("default_contract.{rule}"))?;
+    }
     let d = state
         .store
         .create_destination(
@@ -109,6 +122,7 @@ pub(crate) async fn create_destination(ctx: &Ctx<'_>, req: CreateDestination) ->
             req.kind,
             req.name.trim(),
             &req.configuration,
+            req.default_contract.as_ref(),
             &access.principal.user_id,
         )
         .await?;
@@ -128,9 +142,13 @@ pub(crate) async fn update_destination(ctx: &Ctx<'_>, req: UpdateDestination) ->
     check_name("name", &name)?;
     let config = super::patch::merge_configuration(cur.configuration, req.configuration)?;
     check_destination(state, access, cur.kind, &config).await?;
+    let default_contract = req.default_contract.unwrap_or(cur.default_contract);
+    if let Some(contract) = &default_contract {
+        super::pipelines::check_contract_rules(contract, Some(cur.kind), &|rule| format!("default_contract.{rule}"))?;
+    }
     let d = state
         .store
-        .update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config)
+        .update_destination(&access.workspace_id, &req.destination_id, name.trim(), &config, default_contract.as_ref())
         .await?
         .ok_or_else(|| ApiError::not_found("destination"))?;
     Executed::ok(d)

@@ -2,9 +2,20 @@
 //! body's top-level keys replace the stored ones, a key set to `null` is
 //! removed, keys the body leaves out stay as they are.
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
+
+/// A `PATCH` field that may be absent (`None`: unchanged, with
+/// `#[serde(default)]`), `null` (`Some(None)`: removed) or a value.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
 
 /// Applies `patch` (when given) to `current`.
 pub(crate) fn merge_configuration(current: Value, patch: Option<Value>) -> ApiResult<Value> {

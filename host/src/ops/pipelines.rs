@@ -186,16 +186,27 @@ fn check_contract(
     destination_kind: Option<DestinationKind>,
 ) -> ApiResult<()> {
     let field = |rule: &str| format!("streams.{}.contract.{rule}", s.name);
-    if contract.invalid_records == ContractMode::DiscardValue {
-        return Err(ApiError::invalid_field(
-            &field("invalid_records"),
-            "a record that does not fit has no one value to leave out: use evolve, freeze or quarantine",
-        ));
-    }
+    check_contract_rules(contract, destination_kind, &field)?;
     if contract.new_columns != ContractMode::Evolve && !json_schema["properties"].is_object() {
         return Err(ApiError::invalid_field(
             &field("new_columns"),
             format!("stream {} declares no fields, so every field would be new: leave new_columns to evolve", s.name),
+        ));
+    }
+    Ok(())
+}
+
+/// What a contract may be whatever stream it judges, into a destination
+/// of `destination_kind`; `field` names a rule's field for the error.
+pub(super) fn check_contract_rules(
+    contract: &StreamContract,
+    destination_kind: Option<DestinationKind>,
+    field: &dyn Fn(&str) -> String,
+) -> ApiResult<()> {
+    if contract.invalid_records == ContractMode::DiscardValue {
+        return Err(ApiError::invalid_field(
+            &field("invalid_records"),
+            "a record that does not fit has no one value to leave out: use evolve, freeze or quarantine",
         ));
     }
     if contract.quarantines() && destination_kind == Some(DestinationKind::Iceberg) {

@@ -8,6 +8,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::kinds::DestinationKind;
+use super::pipelines::StreamContract;
 use super::{Store, StoreResult, decode, from_ms, new_id, now_ms};
 
 /// A configured destination.
@@ -18,6 +19,10 @@ pub struct Destination {
     pub kind: DestinationKind,
     pub name: String,
     pub configuration: Value,
+    /// The data contract of every pipeline stream writing here that names
+    /// none of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_contract: Option<StreamContract>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -114,8 +119,17 @@ pub(super) async fn admit_kinds(pool: &sqlx::AnyPool, backend: super::Backend) -
 }
 
 /// The columns of `destinations`, in order.
-const DESTINATION_COLUMNS: [&str; 8] =
-    ["id", "workspace_id", "kind", "name", "configuration", "created_by", "created_at", "updated_at"];
+const DESTINATION_COLUMNS: [&str; 9] = [
+    "id",
+    "workspace_id",
+    "kind",
+    "name",
+    "configuration",
+    "created_by",
+    "created_at",
+    "updated_at",
+    "default_contract",
+];
 
 /// SQLite: `destinations` made anew with `kinds` admitted, in one
 /// transaction that commits only when no foreign key is left dangling.
@@ -134,7 +148,8 @@ async fn rebuild_destinations(
              configuration TEXT NOT NULL, \
              created_by TEXT NOT NULL REFERENCES users(id), \
              created_at BIGINT NOT NULL, \
-             updated_at BIGINT NOT NULL); \
+             updated_at BIGINT NOT NULL, \
+             default_contract TEXT); \
          INSERT INTO destinations_next ({columns}) SELECT {columns} FROM destinations; \
          DROP TABLE destinations; \
          ALTER TABLE destinations_next RENAME TO destinations; \
@@ -153,6 +168,11 @@ async fn rebuild_destinations(
     Ok(())
 }
 
+/// A default contract as its column holds it.
+fn contract_text(contract: Option<&StreamContract>) -> Option<String> {
+    contract.map(|c| serde_json::to_string(c).unwrap_or_default())
+}
+
 fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {
     let configuration: String = r.try_get("configuration")?;
     Ok(Destination {
@@ -161,13 +181,25 @@ fn destination_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Destination> {
         kind: decode(r.try_get("kind")?, DestinationKind::parse, "kind")?,
         name: r.try_get("name")?,
         configuration: serde_json::from_str(&configuration).unwrap_or(Value::Null),
+        default_contract: r
+            .try_get::<Option<String>, _>("default_contract")?
+            .map(|c| {
+                serde_json::from_str(&c).map_err(|e| {
+                    super::StoreError::Database(sqlx::Error::ColumnDecode {
+                        index: "default_contract".to_owned(),
+                        source: Box::new(e),
+                    })
+                })
+            })
+            .transpose()?,
         created_by: r.try_get("created_by")?,
         created_at: from_ms(r.try_get("created_at")?),
         updated_at: from_ms(r.try_get("updated_at")?),
     })
 }
 
-const DEST_COLUMNS: &str = "id, workspace_id, kind, name, configuration, created_by, created_at, updated_at";
+const DEST_COLUMNS: &str =
+    "id, workspace_id, kind, name, configuration, default_contract, created_by, created_at, updated_at";
 
 impl Store {
     pub async fn create_destination(
@@ -176,18 +208,20 @@ impl Store {
         kind: DestinationKind,
         name: &str,
         configuration: &Value,
+        default_contract: Option<&StreamContract>,
         by: &str,
     ) -> StoreResult<Destination> {
         let id = new_id("dst");
         let now = now_ms();
         sqlx::query(
-            "INSERT INTO destinations (id, workspace_id, kind, name, configuration, created_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+            "INSERT INTO destinations (id, workspace_id, kind, name, configuration, default_contract, created_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
         )
         .bind(&id)
         .bind(workspace_id)
         .bind(kind.as_str())
         .bind(name)
         .bind(configuration.to_string())
+        .bind(contract_text(default_contract))
         .bind(by)
         .bind(now)
         .execute(self.pool())
@@ -233,10 +267,12 @@ impl Store {
         id: &str,
         name: &str,
         configuration: &Value,
+        default_contract: Option<&StreamContract>,
     ) -> StoreResult<Option<Destination>> {
-        sqlx::query("UPDATE destinations SET name = $1, configuration = $2, updated_at = $3 WHERE workspace_id = $4 AND id = $5")
+        sqlx::query("UPDATE destinations SET name = $1, configuration = $2, default_contract = $3, updated_at = $4 WHERE workspace_id = $5 AND id = $6")
             .bind(name)
             .bind(configuration.to_string())
+            .bind(contract_text(default_contract))
             .bind(now_ms())
             .bind(workspace_id)
             .bind(id)
