@@ -43,6 +43,31 @@ async fn a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates(back
     }
 }
 
+/// Two pipelines appending the same provider's records into one table
+/// keep each other's rows: an appended row's key holds its pipeline, so
+/// records of the same text, read at the same place after the same state,
+/// are still two rows, and the incremental syncs that read each last page
+/// again rewrite only their own pipeline's rows.
+async fn two_pipelines_appending_into_one_table_keep_each_others_rows(backend: Backend) {
+    let fx = events_source(backend, 1000).await;
+    let dest = fx.destination("sqlite", json!({ "file": "shared.db" })).await;
+    let (a, b) = (fx.pipeline(&dest, "incremental_append").await, fx.pipeline(&dest, "incremental_append").await);
+    let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&fx.srv.workspace_id().await, "shared.db").display());
+    for (n, pipeline) in [&a, &b, &a, &b].into_iter().enumerate() {
+        let job = fx.sync(pipeline).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        let expected = if n == 0 { 1000 } else { 2000 };
+        assert_eq!(count_rows(&url, "events").await, expected, "after sync {n}");
+    }
+    use sqlx::Connection;
+    let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+    let sql = "SELECT COUNT(*) FROM \"events\" WHERE \"_service_meta\" LIKE '%' || $1 || '%'";
+    for pipeline in [&a, &b] {
+        let n: i64 = sqlx::query_scalar(sql).bind(pipeline.as_str()).fetch_one(&mut c).await.unwrap();
+        assert_eq!(n, 1000, "{pipeline} keeps its own rows");
+    }
+}
+
 async fn jsonl_destinations_get_one_file_per_stream(backend: Backend) {
     let fx = events_source(backend, 450).await;
     let dest = fx.destination("jsonl", json!({ "directory": "exports-1" })).await;
@@ -533,6 +558,7 @@ on_both_backends!(
 );
 
 on_both_backends!(
+    two_pipelines_appending_into_one_table_keep_each_others_rows,
     a_job_says_what_its_plugin_cost,
     runs_started_by_an_approval_say_so_whatever_they_run,
     a_sync_lands_every_record_in_sqlite_and_dedup_leaves_no_duplicates,
