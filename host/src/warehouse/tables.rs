@@ -133,43 +133,12 @@ impl Db {
         if existing.is_empty() {
             return Ok(Vec::new());
         }
-        let select: Vec<String> = columns
-            .iter()
-            .map(|c| if existing.contains_key(*c) { format!("CAST({} AS TEXT)", quote(c)) } else { "NULL".into() })
-            .collect();
+        let select = text_columns(&existing, columns);
         let (key, from) = (quote("_service_raw_id"), quote(table));
-        let sql = |p1: &str, p2: &str| {
-            format!("SELECT {key}, {} FROM {from} WHERE {key} > {p1} ORDER BY {key} LIMIT {p2}", select.join(", "))
+        let sql = |p: &dyn Fn(usize) -> String| {
+            format!("SELECT {key}, {select} FROM {from} WHERE {key} > {} ORDER BY {key} LIMIT {}", p(1), p(2))
         };
-        let reading = |e| failed(&format!("cannot read {table}"), e);
-        let rows = match self {
-            Db::Sqlite(pool, ..) => sqlx::query(sqlx::AssertSqlSafe(sql("?", "?")))
-                .bind(after)
-                .bind(limit)
-                .fetch_all(pool)
-                .await
-                .map_err(reading)?
-                .iter()
-                .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
-                .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
-            Db::Postgres(pool) => sqlx::query(sqlx::AssertSqlSafe(sql("$1", "$2")))
-                .bind(after)
-                .bind(limit)
-                .fetch_all(pool)
-                .await
-                .map_err(reading)?
-                .iter()
-                .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
-                .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
-        }
-        .map_err(reading)?;
-        Ok(rows
-            .into_iter()
-            .map(|mut values| {
-                let key = values.remove(0).unwrap_or_default();
-                (key, values)
-            })
-            .collect())
+        self.keyed_texts(table, sql, &[Bind::Text(after), Bind::Int(limit)], columns.len()).await
     }
 
     /// The rows of the service's `table` with these keys (any order), each
@@ -184,49 +153,68 @@ impl Db {
         if keys.is_empty() || existing.is_empty() {
             return Ok(Vec::new());
         }
-        let select: Vec<String> = columns
-            .iter()
-            .map(|c| if existing.contains_key(*c) { format!("CAST({} AS TEXT)", quote(c)) } else { "NULL".into() })
-            .collect();
-        let reading = |e| failed(&format!("cannot read {table}"), e);
+        let select = text_columns(&existing, columns);
+        let (key, from) = (quote("_service_raw_id"), quote(table));
         let mut found = Vec::new();
         for some in keys.chunks(500) {
             let sql = |p: &dyn Fn(usize) -> String| {
                 let list: Vec<String> = (1..=some.len()).map(p).collect();
-                format!(
-                    "SELECT \"_service_raw_id\", {} FROM {} WHERE \"_service_raw_id\" IN ({})",
-                    select.join(", "),
-                    quote(table),
-                    list.join(", ")
-                )
+                format!("SELECT {key}, {select} FROM {from} WHERE {key} IN ({})", list.join(", "))
             };
-            let rows = match self {
-                Db::Sqlite(pool, ..) => some
-                    .iter()
-                    .fold(sqlx::query(sqlx::AssertSqlSafe(sql(&|_| "?".to_owned()))), |q, k| q.bind(k))
-                    .fetch_all(pool)
-                    .await
-                    .map_err(reading)?
-                    .iter()
-                    .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
-                    .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
-                Db::Postgres(pool) => some
-                    .iter()
-                    .fold(sqlx::query(sqlx::AssertSqlSafe(sql(&|i| format!("${i}")))), |q, k| q.bind(k))
-                    .fetch_all(pool)
-                    .await
-                    .map_err(reading)?
-                    .iter()
-                    .map(|r| (0..=columns.len()).map(|i| r.try_get::<Option<String>, _>(i)).collect())
-                    .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
-            }
-            .map_err(reading)?;
-            found.extend(rows.into_iter().map(|mut values| {
-                let key = values.remove(0).unwrap_or_default();
-                (key, values)
-            }));
+            let binds: Vec<Bind<'_>> = some.iter().map(|k| Bind::Text(k)).collect();
+            found.extend(self.keyed_texts(table, sql, &binds, columns.len()).await?);
         }
         Ok(found)
+    }
+
+    /// Runs a SELECT of the key and `width` columns as text (`sql` given
+    /// the engine's placeholder for each position) with `binds`: each row
+    /// as its key and values.
+    async fn keyed_texts<F>(
+        &self,
+        table: &str,
+        sql: F,
+        binds: &[Bind<'_>],
+        width: usize,
+    ) -> Result<Vec<(String, Vec<Option<String>>)>, WriteError>
+    where
+        F: Fn(&dyn Fn(usize) -> String) -> String + Sync,
+    {
+        let reading = |e| failed(&format!("cannot read {table}"), e);
+        let rows = match self {
+            Db::Sqlite(pool, ..) => binds
+                .iter()
+                .fold(sqlx::query(sqlx::AssertSqlSafe(sql(&|_| "?".to_owned()))), |q, b| match b {
+                    Bind::Text(t) => q.bind(*t),
+                    Bind::Int(n) => q.bind(*n),
+                })
+                .fetch_all(pool)
+                .await
+                .map_err(reading)?
+                .iter()
+                .map(|r| (0..=width).map(|i| r.try_get::<Option<String>, _>(i)).collect())
+                .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
+            Db::Postgres(pool) => binds
+                .iter()
+                .fold(sqlx::query(sqlx::AssertSqlSafe(sql(&|i| format!("${i}")))), |q, b| match b {
+                    Bind::Text(t) => q.bind(*t),
+                    Bind::Int(n) => q.bind(*n),
+                })
+                .fetch_all(pool)
+                .await
+                .map_err(reading)?
+                .iter()
+                .map(|r| (0..=width).map(|i| r.try_get::<Option<String>, _>(i)).collect())
+                .collect::<Result<Vec<Vec<Option<String>>>, _>>(),
+        }
+        .map_err(reading)?;
+        Ok(rows
+            .into_iter()
+            .map(|mut values| {
+                let key = values.remove(0).unwrap_or_default();
+                (key, values)
+            })
+            .collect())
     }
 
     /// Deletes the rows of the service's `table` with these keys; how many
@@ -416,4 +404,20 @@ impl Tables {
             Db::Postgres(pool) => pool.close().await,
         }
     }
+}
+
+/// A value bound to a read's placeholder.
+enum Bind<'a> {
+    Text(&'a str),
+    Int(i64),
+}
+
+/// `columns` of a table as text, for a SELECT list: NULL for a column the
+/// table (`existing`) does not have.
+fn text_columns(existing: &HashMap<String, bool>, columns: &[&str]) -> String {
+    let select: Vec<String> = columns
+        .iter()
+        .map(|c| if existing.contains_key(*c) { format!("CAST({} AS TEXT)", quote(c)) } else { "NULL".into() })
+        .collect();
+    select.join(", ")
 }

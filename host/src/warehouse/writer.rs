@@ -297,13 +297,7 @@ impl Writer {
         match self {
             Writer::Sql(tables) => {
                 let rows = tables.db.rows_after(&table, columns, after, limit as i64).await?;
-                Ok(rows
-                    .into_iter()
-                    .map(|(key, values)| {
-                        let fields = columns.iter().zip(values).map(|(c, v)| ((*c).to_owned(), json!(v)));
-                        (key, fields.collect())
-                    })
-                    .collect())
+                Ok(named(columns, rows).collect())
             }
             Writer::Jsonl { dir } => {
                 let after = after.parse::<usize>().unwrap_or(0);
@@ -333,13 +327,7 @@ impl Writer {
         match self {
             Writer::Sql(tables) => {
                 let rows = tables.db.rows_with_keys(&sql_name(stream), columns, keys).await?;
-                Ok(rows
-                    .into_iter()
-                    .map(|(key, values)| {
-                        let fields = columns.iter().zip(values).map(|(c, v)| ((*c).to_owned(), json!(v)));
-                        (key, fields.collect())
-                    })
-                    .collect())
+                Ok(named(columns, rows).collect())
             }
             _ => Err(WriteError::Refused("only a database destination reads rows by key".into())),
         }
@@ -362,4 +350,16 @@ impl Writer {
             Writer::Jsonl { .. } | Writer::Iceberg(_) => {}
         }
     }
+}
+
+/// A database's rows (each its key and values as text) with their values
+/// named by `columns`.
+fn named<'a>(
+    columns: &'a [&str],
+    rows: Vec<(String, Vec<Option<String>>)>,
+) -> impl Iterator<Item = (String, serde_json::Map<String, serde_json::Value>)> + 'a {
+    rows.into_iter().map(move |(key, values)| {
+        let fields = columns.iter().zip(values).map(|(c, v)| ((*c).to_owned(), json!(v)));
+        (key, fields.collect())
+    })
 }
