@@ -130,6 +130,18 @@ impl Fixture {
         self.srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
     }
 
+    /// Replays the pipeline's rejected rows; the job's counts (read,
+    /// loaded, deduplicated, quarantined, unaccounted) and the job.
+    async fn replayed(&self, pipeline: &str) -> (Vec<Value>, Value) {
+        let path = format!("/v1/pipelines/{pipeline}/rejected/replay");
+        let started = json_ok(self.srv.request(Method::POST, &path).send().await.unwrap()).await;
+        let job = self.srv.wait_job(started["data"]["job_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        let events = &job["progress"]["ledger"]["streams"]["events"];
+        let counts = ["read", "loaded", "deduplicated", "quarantined", "unaccounted"];
+        (counts.iter().map(|k| events[*k].clone()).collect(), job)
+    }
+
     /// Every rejected row of the pipeline, read `per_page` at a time.
     async fn rejected(&self, pipeline: &str, per_page: u32) -> Vec<Value> {
         let (mut all, mut cursor) = (Vec::new(), None::<String>);
@@ -396,13 +408,70 @@ async fn a_replay_loads_what_fits_now_once_and_keeps_the_rest(backend: Backend) 
     assert_eq!(count_rows(&url, "events").await, rows_before + 2, "each replayed record is one row");
     assert_eq!(fx.rejected(&pipeline, 50).await.len(), 1);
 
-    // A file cannot replace a line: JSON-lines destinations do not replay.
-    let lines = fx.destination("jsonl", json!({ "directory": "lines" })).await;
-    let quarantine = json!({ "type_changes": "quarantine" });
-    let filed = fx.pipeline(&lines, "incremental_append", quarantine).await;
-    assert_eq!(fx.sync(&filed).await["status"], "succeeded");
-    let refused = expect_error(replay(&filed).await.unwrap(), 400, "VALIDATION_FAILED").await;
-    assert!(refused["message"].as_str().unwrap().contains("cannot replay"), "{refused}");
+    // A lakehouse keeps no rejected rows: its pipelines do not replay.
+    let lake = fx.destination("iceberg", json!({ "warehouse": "lake" })).await;
+    let lakeside = fx.pipeline(&lake, "incremental_append", Value::Null).await;
+    let refused = expect_error(replay(&lakeside).await.unwrap(), 400, "VALIDATION_FAILED").await;
+    assert!(refused["message"].as_str().unwrap().contains("keep no rejected rows"), "{refused}");
+    fx.srv.stop().await;
+}
+
+/// A JSON-lines destination replays too, though a file cannot replace a
+/// line: the records that fit now are appended once, the rejected file is
+/// rewritten with what stays aside (with its new reason), another
+/// pipeline's lines in the same file stay as they were, and a replay cut
+/// short before its rewrite, run again, appends nothing twice.
+async fn a_file_replays_each_record_once_and_rewrites_its_rejected_lines(backend: Backend) {
+    let fx = setup(backend).await;
+    let ws = fx.srv.workspace_id().await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let lines = |folder: &std::path::Path, name: &str| -> Vec<Value> {
+        let text = std::fs::read_to_string(folder.join(name)).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let evolve = json!({ "streams": [{ "name": "events", "sync_mode": "incremental_append",
+        "contract": { "type_changes": "evolve", "invalid_records": "quarantine" } }] });
+
+    // Two pipelines into one file.
+    let dest = fx.destination("jsonl", json!({ "directory": "lines" })).await;
+    let (mine, theirs) = (
+        fx.pipeline(&dest, "incremental_append", quarantine.clone()).await,
+        fx.pipeline(&dest, "incremental_append", quarantine).await,
+    );
+    // The second sync reads the last page again and keeps its two
+    // breaking records aside again, each a new line of its own (as the
+    // page's records that fit would have been appended again).
+    for pipeline in [&mine, &theirs, &mine] {
+        assert_eq!(fx.sync(pipeline).await["status"], "succeeded");
+    }
+    assert_eq!(fx.rejected(&mine, 50).await.len(), 5);
+    let theirs_before = fx.rejected(&theirs, 50).await;
+    assert_eq!(theirs_before.len(), 3);
+    let folder = fx.srv.exports(&ws, "lines");
+    let loaded_before = lines(&folder, "events.jsonl").len();
+    // The rejected file as a replay cut short before its rewrite leaves it.
+    let saved = std::fs::read(folder.join("events__rejected.jsonl")).unwrap();
+    let path = format!("/v1/pipelines/{mine}");
+    let patch = fx.srv.request(Method::PATCH, &path).json(&evolve);
+    json_ok(patch.send().await.unwrap()).await;
+    let (counts, job) = fx.replayed(&mine).await;
+    assert_eq!(counts, [json!(5), json!(3), json!(0), json!(2), json!(0)], "{job}");
+    let loaded = lines(&folder, "events.jsonl");
+    let ids: Vec<&Value> = loaded[loaded_before..].iter().map(|l| &l["id"]).collect();
+    assert_eq!(ids, [&json!(7), &json!(10), &json!(10)], "the kind and the payload, a line per line kept aside");
+    let kept = fx.rejected(&mine, 50).await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.iter().all(|k| k["reason"] == "missing_required" && k["pointer"] == "/id"), "{kept:?}");
+    assert_eq!(fx.rejected(&theirs, 50).await, theirs_before, "another pipeline's lines stay as they were");
+    assert!(!folder.join("events__rejected.jsonl.rewrite").exists());
+    // Cut short before the rewrite: what it loaded is not loaded again.
+    std::fs::write(folder.join("events__rejected.jsonl"), &saved).unwrap();
+    let (counts, job) = fx.replayed(&mine).await;
+    assert_eq!(counts, [json!(5), json!(0), json!(3), json!(2), json!(0)], "{job}");
+    assert_eq!(lines(&folder, "events.jsonl").len(), loaded_before + 3, "nothing appended twice");
+    assert_eq!(fx.rejected(&mine, 50).await.len(), 2);
+    assert_eq!(fx.rejected(&theirs, 50).await, theirs_before);
+
     fx.srv.stop().await;
 }
 
@@ -545,7 +614,70 @@ async fn rekeying_a_deduplicated_stream_needs_an_approval(backend: Backend) {
     fx.srv.stop().await;
 }
 
+/// Two pipelines quarantining into one destination's table of the same
+/// stream: each pipeline's rejected rows are its own. Neither lists the
+/// other's, a replay of one neither loads nor deletes the other's, and a
+/// pipeline with nothing kept aside has nothing to replay while the other
+/// has, in a database and in a file (read a row a page, so another
+/// pipeline's rows between its own never cut a page short).
+async fn rejected_rows_belong_to_the_pipeline_that_kept_them(backend: Backend) {
+    let fx = setup(backend).await;
+    let ws = fx.srv.workspace_id().await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let replay =
+        |pipeline: &str| fx.srv.request(Method::POST, &format!("/v1/pipelines/{pipeline}/rejected/replay")).send();
+    let dest = fx.destination("sqlite", json!({ "file": "shared.db" })).await;
+    let (mine, theirs) = (
+        fx.pipeline(&dest, "incremental_append", quarantine.clone()).await,
+        fx.pipeline(&dest, "incremental_append", quarantine.clone()).await,
+    );
+    assert_eq!(fx.sync(&mine).await["status"], "succeeded");
+    assert_eq!(fx.rejected(&mine, 1).await.len(), 3);
+    assert_eq!(fx.rejected(&theirs, 1).await, Vec::<Value>::new(), "another pipeline's rows are not theirs");
+    expect_error(replay(&theirs).await.unwrap(), 409, "NOTHING_TO_REPLAY").await;
+    assert_eq!(fx.sync(&theirs).await["status"], "succeeded");
+    let kept_by_them = fx.rejected(&theirs, 1).await;
+    assert_eq!(kept_by_them.len(), 3);
+    assert_eq!(fx.rejected(&mine, 1).await.len(), 3, "each pipeline keeps its own rows of the shared table");
+
+    // A replay of one pipeline reads and loads its own rows only.
+    let evolve = json!({ "streams": [{ "name": "events", "sync_mode": "incremental_append",
+        "contract": { "type_changes": "evolve", "invalid_records": "quarantine" } }] });
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{mine}")).json(&evolve).send().await.unwrap()).await;
+    let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&ws, "shared.db").display());
+    let rows = count_rows(&url, "events").await;
+    let started = json_ok(replay(&mine).await.unwrap()).await;
+    let job = fx.srv.wait_job(started["data"]["job_id"].as_str().unwrap()).await;
+    let events = &job["progress"]["ledger"]["streams"]["events"];
+    let counts: Vec<&Value> = ["read", "loaded", "quarantined", "unaccounted"].iter().map(|k| &events[*k]).collect();
+    assert_eq!(counts, [&json!(3), &json!(2), &json!(1), &json!(0)], "{job}");
+    assert_eq!(count_rows(&url, "events").await, rows + 2);
+    assert_eq!(fx.rejected(&mine, 1).await.len(), 1);
+    assert_eq!(fx.rejected(&theirs, 1).await, kept_by_them, "the other pipeline's rows are untouched");
+
+    // A file: the lines of both pipelines interleave in one file.
+    let lines = fx.destination("jsonl", json!({ "directory": "shared" })).await;
+    let (mine, theirs) = (
+        fx.pipeline(&lines, "incremental_append", quarantine.clone()).await,
+        fx.pipeline(&lines, "incremental_append", quarantine).await,
+    );
+    for pipeline in [&mine, &theirs, &mine] {
+        assert_eq!(fx.sync(pipeline).await["status"], "succeeded");
+    }
+    let (a, b) = (fx.rejected(&mine, 1).await, fx.rejected(&theirs, 1).await);
+    // The second sync of the first pipeline read its last page again and
+    // kept its two breaking records aside again: a file cannot replace a
+    // line.
+    assert_eq!((a.len(), b.len()), (5, 3), "{a:?} {b:?}");
+    let jobs_of =
+        |rows: &[Value]| rows.iter().map(|r| r["job_id"].to_string()).collect::<std::collections::BTreeSet<_>>();
+    assert!(jobs_of(&a).is_disjoint(&jobs_of(&b)), "{a:?} {b:?}");
+    fx.srv.stop().await;
+}
+
 on_both_backends!(
+    a_file_replays_each_record_once_and_rewrites_its_rejected_lines,
+    rejected_rows_belong_to_the_pipeline_that_kept_them,
     a_destination_default_contract_judges_streams_that_name_none,
     a_replay_never_puts_an_older_version_over_a_newer_one,
     rekeying_a_deduplicated_stream_needs_an_approval,

@@ -266,7 +266,13 @@ async fn list_rejected(
     let table = crate::warehouse::contract::rejected_stream(&stream);
     let rows = state
         .warehouses
-        .rows_after(&dest, &table, &crate::warehouse::contract::REJECTED_COLUMNS, &after, limit as usize + 1)
+        .rows_after(
+            &dest,
+            (&p.pipeline_id, &table),
+            &crate::warehouse::contract::REJECTED_COLUMNS,
+            &after,
+            limit as usize + 1,
+        )
         .await
         .map_err(|e| e.refusal("cannot read the rejected rows"))?;
     let items: Vec<(String, Value)> = rows.into_iter().map(|(at, row)| (at, rejected_item(row))).collect();

@@ -69,10 +69,18 @@ pub(super) fn rejected_again(row: &serde_json::Map<String, Value>, breach: &Brea
     if let Some(n) = row.get("attempt").and_then(Value::as_str).and_then(|n| n.parse::<u64>().ok()) {
         row.insert("attempt".into(), Value::from(n));
     }
-    row.insert("reason".into(), json!(breach.reason.as_str()));
-    row.insert("pointer".into(), json!(breach.pointer));
-    row.insert("rule".into(), json!(breach.rule.as_str()));
+    row.extend(new_reason(breach));
     Value::Object(row).to_string()
+}
+
+/// The fields a rejected row takes when `breach` keeps it aside again.
+pub(super) fn new_reason(breach: &Breach) -> serde_json::Map<String, Value> {
+    let fields = [
+        ("reason", json!(breach.reason.as_str())),
+        ("pointer", json!(breach.pointer)),
+        ("rule", json!(breach.rule.as_str())),
+    ];
+    fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 /// What became of one batch's records besides loading as read.

@@ -1,7 +1,8 @@
 //! One replay job: the records each stream's contract kept aside are
 //! judged again, by the stream's contract and schema as they are now.
 //! Those that fit load into the stream's table; the rest stay aside with
-//! their new reason.
+//! their new reason. A pipeline replays only the rows it kept aside, in a
+//! table another pipeline may share.
 //!
 //! Exactly once, page by page: a replayed record's row is keyed by its
 //! rejection (in deduplicated mode, by its primary key, as the stream's
@@ -12,16 +13,24 @@
 //! rejected row holds a later one) is not loaded: it is counted as
 //! deduplicated and its rejected row deleted, so a replay never puts an
 //! older version over a newer one. Newer means a greater cursor value
-//! where both versions have one, otherwise read later. A record that stays aside is written again under its
-//! rejection, which replaces its row. Only databases replay: a file cannot
-//! replace a line.
+//! where both versions have one, otherwise read later.
+//!
+//! A record that stays aside is written again under its rejection: in a
+//! database that replaces its row. A file cannot replace a line, so a
+//! file's replay first loads every record that fits (a record whose
+//! replay key the file holds already, loaded by a replay cut short, is
+//! not loaded again), then rewrites the rejected file at once, under its
+//! lock: the loaded records' lines left out, the others' with their new
+//! reason. A file's replay reads the stream's file once a page for the
+//! keys it checks. (A file only appends, so each line kept aside is a
+//! rejection of its own.)
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::quarantine::{contract_of, rejected_again, rejected_loader};
+use super::quarantine::{contract_of, new_reason, rejected_again, rejected_loader};
 use super::sync::{Prepared, prepare};
 use super::{CancellationToken, Failure};
 use crate::state::AppState;
@@ -29,7 +38,7 @@ use crate::store::jobs::Job;
 use crate::store::kinds::{ContractRule, RejectionReason};
 use crate::store::pipelines::{StreamSelection, StreamSyncMode};
 use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
-use crate::warehouse::contract::{Breach, Contract, REJECTED_COLUMNS, rejected_stream};
+use crate::warehouse::contract::{Breach, Contract, REJECTED_COLUMNS, REJECTION_ID, rejected_stream};
 use crate::warehouse::{Loader, WriteError, Written};
 
 /// Rejected rows judged and written at a time.
@@ -57,8 +66,8 @@ pub(super) async fn execute(
     cancel: &CancellationToken,
 ) -> Result<(), Failure> {
     let prepared = prepare(state, job, owner).await?;
-    if !prepared.writer.deduplicates() {
-        return Err(Failure::Permanent("only database destinations replay rejected rows".into()));
+    if !prepared.writer.replays() {
+        return Err(Failure::Permanent("a lakehouse keeps no rejected rows to replay".into()));
     }
     let mut replayed: BTreeMap<String, Replayed> = BTreeMap::new();
     let mut outcome = Ok(());
@@ -140,36 +149,47 @@ async fn replay_stream(
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, &schema).await?;
     let mut main =
         Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, primary_key);
-    let mut aside = rejected_loader(writer, &pipeline.pipeline_id, &sel.name);
+    let mut aside = if writer.deduplicates() {
+        Aside::Table(rejected_loader(writer, &pipeline.pipeline_id, &sel.name))
+    } else {
+        Aside::File(HashMap::new())
+    };
     let mut after = String::new();
     loop {
         if cancel.is_cancelled() {
             return Err(WriteError::Refused("the job was cancelled".into()));
         }
-        let rows = writer.rows_after(&table, &REJECTED_COLUMNS, &after, PAGE).await?;
-        let Some((last, _)) = rows.last() else { return Ok(()) };
+        let rows = writer.rows_after((&pipeline.pipeline_id, &table), &REJECTED_COLUMNS, &after, PAGE).await?;
+        let Some((last, _)) = rows.last() else { break };
         after = last.clone();
         done.read += rows.len() as u64;
         let (mut loads, mut versions, mut loaded_keys, mut kept) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (key, row) in &rows {
             let record = row.get("record").and_then(Value::as_str).unwrap_or_default();
+            let id = row.get(REJECTION_ID).and_then(Value::as_str).unwrap_or(key);
             match judge(contract.as_ref(), record) {
                 Ok((record, discarded)) => {
                     done.value_discarded += u64::from(discarded);
-                    let id = row.get("rejection_id").and_then(Value::as_str).unwrap_or(key);
                     loads.push(if deduplicated { record } else { keyed_by(&record, id) });
                     versions.push(Version::rejected(row));
-                    loaded_keys.push(key.clone());
+                    loaded_keys.push((key.clone(), id.to_owned()));
                 }
-                Err(breach) => kept.push(rejected_again(row, &breach)),
+                Err(breach) => kept.push((row, breach)),
             }
         }
-        if deduplicated {
-            let superseded = superseded(&main, &loads, &versions, cursor_field.as_deref()).await?;
-            done.deduplicated += superseded.iter().filter(|s| **s).count() as u64;
-            let mut stale = superseded.into_iter();
-            loads.retain(|_| !stale.next().unwrap_or(false));
-        }
+        // Loading a record a newer version replaced would put it over that
+        // version; loading one a replay cut short loaded already (a file
+        // cannot replace its line) would add it twice.
+        let stale = if deduplicated {
+            superseded(&main, &loads, &versions, cursor_field.as_deref()).await?
+        } else if !writer.deduplicates() {
+            main.current_rows(&loads, &[EXTRACTED_AT]).await?.iter().map(Option::is_some).collect()
+        } else {
+            vec![false; loads.len()]
+        };
+        done.deduplicated += stale.iter().filter(|s| **s).count() as u64;
+        let mut stale = stale.into_iter();
+        loads.retain(|_| !stale.next().unwrap_or(false));
         let stored = |w: [Written; 2]| w.iter().map(|w| w.stored).sum::<u64>();
         if !loads.is_empty() {
             let written = main.write(loads).await?;
@@ -177,14 +197,49 @@ async fn replay_stream(
             done.deduplicated += written.deduplicated + settled.deduplicated;
             done.loaded += stored([written, settled]);
         }
-        if !kept.is_empty() {
-            let written = aside.write(kept).await?;
-            let settled = aside.settle().await?;
-            done.kept += written.deduplicated + settled.deduplicated;
-            done.kept += stored([written, settled]);
+        match &mut aside {
+            Aside::Table(aside) => {
+                if !kept.is_empty() {
+                    let rows = kept.iter().map(|(row, breach)| rejected_again(row, breach)).collect();
+                    let written = aside.write(rows).await?;
+                    let settled = aside.settle().await?;
+                    done.kept += written.deduplicated + settled.deduplicated;
+                    done.kept += stored([written, settled]);
+                }
+                let positions: Vec<String> = loaded_keys.into_iter().map(|(at, _)| at).collect();
+                writer.delete_rows(&table, &positions).await?;
+            }
+            Aside::File(changes) => {
+                for (row, breach) in kept {
+                    let id = row.get(REJECTION_ID).and_then(Value::as_str).unwrap_or_default();
+                    changes.insert(id.to_owned(), Some(new_reason(&breach)));
+                }
+                changes.extend(loaded_keys.into_iter().map(|(_, id)| (id, None)));
+            }
         }
-        writer.delete_rows(&table, &loaded_keys).await?;
     }
+    if let Aside::File(changes) = aside {
+        // The loads are written: the rejected lines change at once.
+        let rewritten = writer.change_lines((&pipeline.pipeline_id, &table), REJECTION_ID, &changes)?;
+        done.kept += rewritten.changed;
+        let left_out = done.read - done.kept;
+        if rewritten.removed != left_out {
+            return Err(WriteError::Destination(format!(
+                "{} rejected lines were left out of the file, {left_out} were to be: the file changed during the replay",
+                rewritten.removed
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where a replay keeps what still does not fit: a database's rejected
+/// rows are written again by their key; a file's lines change once the
+/// replay has read them all (by rejection: `None` leaves its lines out,
+/// otherwise the new reason).
+enum Aside {
+    Table(Loader),
+    File(HashMap<String, Option<serde_json::Map<String, Value>>>),
 }
 
 /// When a version of a record was read: its cursor's value (as text),

@@ -83,9 +83,9 @@ pub(crate) async fn cancel_job(ctx: &Ctx<'_>, job_id: &str) -> ApiResult<Execute
     Executed::ok(job)
 }
 
-/// Starts a replay of the rows the pipeline's contracts kept aside: only
-/// into a database (a file cannot replace a line), and only when some
-/// stream has rows to replay. Conflicts like a sync.
+/// Starts a replay of the rows the pipeline's contracts kept aside: where
+/// they are kept (not in a lakehouse), and only when some stream has rows
+/// to replay. Conflicts like a sync.
 async fn replay(ctx: &Ctx<'_>, req: RunPipeline, trigger: Trigger) -> ApiResult<Executed> {
     let (state, access) = (ctx.state, ctx.access);
     let p = pipeline(state, access, &req.pipeline_id).await?;
@@ -95,15 +95,18 @@ async fn replay(ctx: &Ctx<'_>, req: RunPipeline, trigger: Trigger) -> ApiResult<
         .destination(&access.workspace_id, dest_id)
         .await?
         .ok_or_else(|| ApiError::not_found("destination"))?;
-    if !matches!(dest.kind, DestinationKind::Sqlite | DestinationKind::Postgres) {
+    if dest.kind == DestinationKind::Iceberg {
         return Err(ApiError::invalid_field(
             "pipeline_id",
-            format!("{} destinations cannot replay rejected rows yet: only SQLite and PostgreSQL do", dest.kind),
+            "iceberg destinations keep no rejected rows to replay: only SQLite, PostgreSQL and JSON lines do",
         ));
     }
     let tables: Vec<String> = p.streams.iter().map(|s| crate::warehouse::contract::rejected_stream(&s.name)).collect();
-    let any =
-        state.warehouses.any_rows(&dest, &tables).await.map_err(|e| e.refusal("cannot read the rejected rows"))?;
+    let any = state
+        .warehouses
+        .any_rows(&dest, &p.pipeline_id, &tables)
+        .await
+        .map_err(|e| e.refusal("cannot read the rejected rows"))?;
     if !any {
         return Err(ApiError::conflict("NOTHING_TO_REPLAY", "no stream of the pipeline has rejected rows to replay"));
     }

@@ -138,29 +138,37 @@ impl Warehouses {
         Writer::open(&config, &self.place(&dest.workspace_id), revealed).await.map_err(WarehouseError::Write)
     }
 
-    /// Up to `limit` rows of `stream`'s table in `dest` after position
-    /// `after` ([`Writer::rows_after`]).
+    /// Up to `limit` rows pipeline `pipeline_id` wrote to `stream`'s table
+    /// in `dest` after position `after` ([`Writer::rows_after`]).
     pub(crate) async fn rows_after(
         &self,
         dest: &Destination,
-        stream: &str,
+        (pipeline_id, stream): (&str, &str),
         columns: &[&str],
         after: &str,
         limit: usize,
     ) -> Result<Vec<(String, serde_json::Map<String, serde_json::Value>)>, WarehouseError> {
         let writer = self.writer(dest).await?;
-        let rows = writer.rows_after(stream, columns, after, limit).await.map_err(WarehouseError::Write);
+        let rows = writer.rows_after((pipeline_id, stream), columns, after, limit).await.map_err(WarehouseError::Write);
         writer.close().await;
         rows
     }
 
-    /// Whether any of `streams`' tables in `dest` holds a row (one
-    /// connection for all of them).
-    pub(crate) async fn any_rows(&self, dest: &Destination, streams: &[String]) -> Result<bool, WarehouseError> {
+    /// Whether any of `streams`' tables in `dest` holds a row pipeline
+    /// `pipeline_id` wrote (one connection for all of them).
+    pub(crate) async fn any_rows(
+        &self,
+        dest: &Destination,
+        pipeline_id: &str,
+        streams: &[String],
+    ) -> Result<bool, WarehouseError> {
         let writer = self.writer(dest).await?;
         let mut any = Ok(false);
         for stream in streams {
-            any = writer.rows_after(stream, &["_service_raw_id"], "", 1).await.map(|rows| !rows.is_empty());
+            any = writer
+                .rows_after((pipeline_id, stream), &["_service_raw_id"], "", 1)
+                .await
+                .map(|rows| !rows.is_empty());
             if !matches!(any, Ok(false)) {
                 break;
             }

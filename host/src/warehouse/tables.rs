@@ -119,14 +119,14 @@ impl Db {
     }
 
     /// Up to `limit` rows of the service's `table` whose key comes after
-    /// `after`, in key order: each its key and the text of `columns` (null
-    /// for a column the table does not have). None when there is no such
-    /// table.
+    /// `after` and whose metadata is `meta` (the rows of one pipeline), in
+    /// key order: each its key and the text of `columns` (null for a column
+    /// the table does not have). None when there is no such table.
     pub(crate) async fn rows_after(
         &self,
         table: &str,
         columns: &[&str],
-        after: &str,
+        (after, meta): (&str, &str),
         limit: i64,
     ) -> Result<Vec<(String, Vec<Option<String>>)>, WriteError> {
         let existing = self.claim(table).await?;
@@ -134,11 +134,16 @@ impl Db {
             return Ok(Vec::new());
         }
         let select = text_columns(&existing, columns);
-        let (key, from) = (quote("_service_raw_id"), quote(table));
+        let (key, from, owner) = (quote("_service_raw_id"), quote(table), quote("_service_meta"));
         let sql = |p: &dyn Fn(usize) -> String| {
-            format!("SELECT {key}, {select} FROM {from} WHERE {key} > {} ORDER BY {key} LIMIT {}", p(1), p(2))
+            format!(
+                "SELECT {key}, {select} FROM {from} WHERE {key} > {} AND {owner} = {} ORDER BY {key} LIMIT {}",
+                p(1),
+                p(2),
+                p(3)
+            )
         };
-        self.keyed_texts(table, sql, &[Bind::Text(after), Bind::Int(limit)], columns.len()).await
+        self.keyed_texts(table, sql, &[Bind::Text(after), Bind::Text(meta), Bind::Int(limit)], columns.len()).await
     }
 
     /// The rows of the service's `table` with these keys (any order), each

@@ -183,6 +183,12 @@ impl Writer {
         matches!(self, Writer::Sql(_))
     }
 
+    /// Whether rows kept aside are read back and replayed: a database's
+    /// and a file's (a lakehouse keeps none).
+    pub(crate) fn replays(&self) -> bool {
+        !matches!(self, Writer::Iceberg(_))
+    }
+
     /// How many batches of a stream may be applied at once: several only
     /// where each runs in its own transaction and their order cannot
     /// matter (PostgreSQL, with fresh keys).
@@ -213,7 +219,7 @@ impl Writer {
     ) -> Result<Option<(Batch, Judgement)>, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
-        let meta = json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string();
+        let meta = meta(pipeline_id, stream);
         // A lakehouse keys every row afresh: it appends, and saves its
         // state with its commit. A file cannot replace a row.
         let (key_mode, key, keys) = match self {
@@ -281,32 +287,37 @@ impl Writer {
         Ok(stored)
     }
 
-    /// Up to `limit` rows of `stream`'s table after the position `after`
-    /// (where a page ended: a key in a database, a line number in a file),
-    /// in order: each its position and `columns` by name (text in a
-    /// database, as written in a file). None where there is no such table;
-    /// a lakehouse's tables are not read back here.
+    /// Up to `limit` rows that pipeline `pipeline_id` wrote to `stream`'s
+    /// table after the position `after` (where a page ended: a key in a
+    /// database, a line number in a file), in order: each its position and
+    /// `columns` by name (text in a database, as written in a file). None
+    /// where there is no such table; a lakehouse's tables are not read back
+    /// here. Another pipeline's rows of a shared table are never among
+    /// them.
     pub(crate) async fn rows_after(
         &self,
-        stream: &str,
+        (pipeline_id, stream): (&str, &str),
         columns: &[&str],
         after: &str,
         limit: usize,
     ) -> Result<Vec<(String, serde_json::Map<String, serde_json::Value>)>, WriteError> {
         let table = sql_name(stream);
+        let meta = meta(pipeline_id, stream);
         match self {
             Writer::Sql(tables) => {
-                let rows = tables.db.rows_after(&table, columns, after, limit as i64).await?;
+                let rows = tables.db.rows_after(&table, columns, (after, &meta), limit as i64).await?;
                 Ok(named(columns, rows).collect())
             }
             Writer::Jsonl { dir } => {
                 let after = after.parse::<usize>().unwrap_or(0);
-                let lines = jsonl::lines_after(dir, &table, after, limit).map_err(|e| failed("", e))?;
+                let owned = |row: &serde_json::Map<String, serde_json::Value>| {
+                    row.get("_service_meta").and_then(|m| m.get("pipeline_id")).and_then(|p| p.as_str())
+                        == Some(pipeline_id)
+                };
+                let lines = jsonl::lines_after(dir, &table, after, limit, owned).map_err(|e| failed("", e))?;
                 Ok(lines
                     .into_iter()
-                    .map(|(at, line)| {
-                        let mut row: serde_json::Map<String, serde_json::Value> =
-                            serde_json::from_str(&line).unwrap_or_default();
+                    .map(|(at, mut row)| {
                         row.retain(|k, _| columns.contains(&k.as_str()));
                         (at.to_string(), row)
                     })
@@ -317,7 +328,8 @@ impl Writer {
     }
 
     /// The rows of `stream`'s table with these keys, by key, each with
-    /// `columns` (as text). Only a database reads rows by key.
+    /// `columns` (as text; in a file, each key's last line). A lakehouse's
+    /// rows are not read by key.
     pub(crate) async fn rows_with_keys(
         &self,
         stream: &str,
@@ -329,8 +341,40 @@ impl Writer {
                 let rows = tables.db.rows_with_keys(&sql_name(stream), columns, keys).await?;
                 Ok(named(columns, rows).collect())
             }
-            _ => Err(WriteError::Refused("only a database destination reads rows by key".into())),
+            Writer::Jsonl { dir } => {
+                let lines = jsonl::lines_with_keys(dir, &sql_name(stream), keys).map_err(|e| failed("", e))?;
+                Ok(lines.into_iter().map(|(key, row)| (key, as_text(columns, row))).collect())
+            }
+            Writer::Iceberg(_) => Err(WriteError::Refused("a lakehouse's rows are not read by key".into())),
         }
+    }
+
+    /// Changes, in a file, the lines pipeline `pipeline_id` wrote to
+    /// `stream` whose `key_field` is a key of `changes`: `None` leaves the
+    /// line out, `Some(fields)` sets those fields on it. Every other line
+    /// stays. Only a file rewrites lines (a database replaces rows by key).
+    pub(crate) fn change_lines(
+        &self,
+        (pipeline_id, stream): (&str, &str),
+        key_field: &str,
+        changes: &HashMap<String, Option<jsonl::Row>>,
+    ) -> Result<jsonl::Rewritten, WriteError> {
+        let Writer::Jsonl { dir } = self else {
+            return Err(WriteError::Refused("only a file's lines are rewritten".into()));
+        };
+        let meta: serde_json::Value = serde_json::from_str(&meta(pipeline_id, stream)).unwrap_or_default();
+        jsonl::rewrite(dir, &sql_name(stream), |row| {
+            if row.get("_service_meta") != Some(&meta) {
+                return None;
+            }
+            let change = changes.get(row.get(key_field)?.as_str()?)?;
+            Some(change.as_ref().map(|fields| {
+                let mut row = row.clone();
+                row.extend(fields.clone());
+                row
+            }))
+        })
+        .map_err(|e| failed("", e))
     }
 
     /// Deletes the rows of `stream`'s table with these keys (positions
@@ -350,6 +394,23 @@ impl Writer {
             Writer::Jsonl { .. } | Writer::Iceberg(_) => {}
         }
     }
+}
+
+/// The metadata every row of `pipeline_id`'s `stream` carries (its
+/// `_service_meta`), as text: rows are told apart by it.
+fn meta(pipeline_id: &str, stream: &str) -> String {
+    json!({ "pipeline_id": pipeline_id, "stream": stream }).to_string()
+}
+
+/// A line's `columns`, as text (as a database gives them: text as it is,
+/// other values as JSON, null where the line has none).
+fn as_text(columns: &[&str], mut row: jsonl::Row) -> serde_json::Map<String, serde_json::Value> {
+    let text = |v: serde_json::Value| match v {
+        serde_json::Value::Null => serde_json::Value::Null,
+        serde_json::Value::String(s) => s.into(),
+        other => other.to_string().into(),
+    };
+    columns.iter().map(|c| ((*c).to_owned(), text(row.remove(*c).unwrap_or_default()))).collect()
 }
 
 /// A database's rows (each its key and values as text) with their values

@@ -1,5 +1,5 @@
-//! JSON-lines batches: each record a line with the metadata fields,
-//! appended to the stream's file and flushed per batch.
+//! JSON-lines batches: each record a line with the metadata fields
+//! (appending them is [`super::file`]'s).
 
 use std::io::Write;
 
@@ -43,39 +43,6 @@ pub(in crate::warehouse) fn lines(
     }
     debug_assert!(out.len() <= capacity, "{} bytes of lines in room for {capacity}", out.len());
     Ok(out)
-}
-
-/// Appends lines to the stream's file and makes them durable.
-pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io::Result<()> {
-    let mut options = cap_std::fs::OpenOptions::new();
-    options.create(true).append(true);
-    let mut file = dir.open_with(format!("{table}.jsonl"), &options)?;
-    file.write_all(out)?;
-    file.sync_data()
-}
-
-/// Up to `limit` lines of the stream's file after its first `after`,
-/// each with its position (1 for the first line); none when there is no
-/// file.
-pub(in crate::warehouse) fn lines_after(
-    dir: &cap_std::fs::Dir,
-    table: &str,
-    after: usize,
-    limit: usize,
-) -> std::io::Result<Vec<(usize, String)>> {
-    use std::io::BufRead;
-    let file = match dir.open(format!("{table}.jsonl")) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    std::io::BufReader::new(file)
-        .lines()
-        .enumerate()
-        .skip(after)
-        .take(limit)
-        .map(|(i, line)| line.map(|l| (i + 1, l)))
-        .collect()
 }
 
 #[cfg(test)]

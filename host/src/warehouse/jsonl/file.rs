@@ -1,0 +1,246 @@
+//! A stream's file, `{table}.jsonl`: lines appended under the file's lock,
+//! read back by position or by key, and rewritten under the lock.
+//!
+//! Every append locks the file (an advisory lock, across processes), and
+//! so does a rewrite, which writes the lines it keeps to a new file and
+//! renames it over the old one: an append that waited for the lock finds
+//! the name holding another file and appends to that one, so no line
+//! appended during a rewrite is lost with the old file.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Write};
+
+use cap_std::fs::MetadataExt;
+
+/// A line read back.
+pub(in crate::warehouse) type Row = serde_json::Map<String, serde_json::Value>;
+
+/// The file's name.
+fn name(table: &str) -> String {
+    format!("{table}.jsonl")
+}
+
+/// The stream's file opened with `options` and locked, once the name
+/// holds the file locked (a rewrite may have replaced it while this one
+/// waited). `None` when there is no file and `options` create none.
+fn locked(
+    dir: &cap_std::fs::Dir,
+    table: &str,
+    options: &cap_std::fs::OpenOptions,
+) -> std::io::Result<Option<std::fs::File>> {
+    loop {
+        let file = match dir.open_with(name(table), options) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let held = file.metadata()?;
+        let file = file.into_std();
+        file.lock()?;
+        match dir.metadata(name(table)) {
+            Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => return Ok(Some(file)),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Appends lines to the stream's file and makes them durable.
+pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io::Result<()> {
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    let mut file = locked(dir, table, &options)?.ok_or_else(|| std::io::Error::other("the file vanished"))?;
+    file.write_all(out)?;
+    file.sync_data()
+}
+
+/// Up to `limit` lines of the stream's file after its first `after` that
+/// `keep` keeps, each parsed, with its position (1 for the first line);
+/// none when there is no file. A line that is no JSON object (a write cut
+/// short) is never kept.
+pub(in crate::warehouse) fn lines_after(
+    dir: &cap_std::fs::Dir,
+    table: &str,
+    after: usize,
+    limit: usize,
+    keep: impl Fn(&Row) -> bool,
+) -> std::io::Result<Vec<(usize, Row)>> {
+    let file = match dir.open(name(table)) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut kept = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate().skip(after) {
+        if kept.len() == limit {
+            break;
+        }
+        if let Ok(row) = serde_json::from_str::<Row>(&line?)
+            && keep(&row)
+        {
+            kept.push((i + 1, row));
+        }
+    }
+    Ok(kept)
+}
+
+/// The key a line of ours ends with (its `_service_raw_id`), found without
+/// parsing the line: keys are written last but two, and never escaped.
+fn key_of(line: &str) -> Option<&str> {
+    const KEY: &str = "\"_service_raw_id\":\"";
+    let start = line.rfind(KEY)? + KEY.len();
+    line[start..].split('"').next()
+}
+
+/// The last line of the stream's file with each of `keys` (a file keeps
+/// every version of a key, the last is its row), by key. Reads the whole
+/// file: the lines are told apart by their key before any is parsed.
+pub(in crate::warehouse) fn lines_with_keys(
+    dir: &cap_std::fs::Dir,
+    table: &str,
+    keys: &[String],
+) -> std::io::Result<HashMap<String, Row>> {
+    let wanted: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    let mut found = HashMap::new();
+    if wanted.is_empty() {
+        return Ok(found);
+    }
+    let file = match dir.open(name(table)) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(e),
+    };
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if let Some(key) = key_of(&line).filter(|k| wanted.contains(k))
+            && let Ok(row) = serde_json::from_str::<Row>(&line)
+        {
+            found.insert(key.to_owned(), row);
+        }
+    }
+    Ok(found)
+}
+
+/// What a rewrite did: lines changed, and lines left out.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rewritten {
+    pub(crate) changed: u64,
+    pub(crate) removed: u64,
+}
+
+/// Rewrites the stream's file under its lock: each line `change` gives a
+/// verdict on (parsed; `None` for a line that is no object) is left out
+/// (`Some(None)`) or replaced by the row given (`Some(Some(row))`); every
+/// other line stays as it was, in its place. The new file replaces the old
+/// at once, durably; until then the old one stands whole.
+pub(in crate::warehouse) fn rewrite(
+    dir: &cap_std::fs::Dir,
+    table: &str,
+    mut change: impl FnMut(&Row) -> Option<Option<Row>>,
+) -> std::io::Result<Rewritten> {
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true);
+    let Some(file) = locked(dir, table, &options)? else { return Ok(Rewritten::default()) };
+    let temporary = format!("{}.rewrite", name(table));
+    let mut out = std::io::BufWriter::new(dir.create(&temporary)?.into_std());
+    let mut done = Rewritten::default();
+    for line in std::io::BufReader::new(&file).lines() {
+        let line = line?;
+        let verdict = serde_json::from_str::<Row>(&line).ok().and_then(|row| change(&row));
+        match verdict {
+            None => writeln!(out, "{line}")?,
+            Some(None) => done.removed += 1,
+            Some(Some(row)) => {
+                serde_json::to_writer(&mut out, &row)?;
+                out.write_all(b"\n")?;
+                done.changed += 1;
+            }
+        }
+    }
+    let out = out.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+    out.sync_all()?;
+    dir.rename(&temporary, dir, name(table))?;
+    dir.open(".")?.into_std().sync_all()?;
+    drop(file);
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder() -> (tempfile::TempDir, cap_std::fs::Dir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = cap_std::fs::Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        (tmp, dir)
+    }
+
+    fn line(key: &str, n: u64) -> String {
+        format!("{{\"n\":{n},\"_service_raw_id\":\"{key}\",\"_service_extracted_at\":1,\"_service_meta\":{{}}}}\n")
+    }
+
+    /// A line's key is found without parsing it, and the last line of a
+    /// key is its row.
+    #[test]
+    fn lines_are_found_by_their_last_key() {
+        let (_tmp, dir) = folder();
+        assert!(lines_with_keys(&dir, "t", &["a".into()]).unwrap().is_empty(), "no file");
+        let text = [line("a", 1), line("b", 2), line("a", 3), "{\"cut".into()].concat();
+        append(&dir, "t", text.as_bytes()).unwrap();
+        let found = lines_with_keys(&dir, "t", &["a".into(), "c".into()]).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found["a"]["n"], 3);
+        assert_eq!(key_of(r#"{"x":"\"_service_raw_id\":\"no","_service_raw_id":"yes","m":1}"#), Some("yes"));
+    }
+
+    /// A rewrite changes and leaves out the lines it is told to and keeps
+    /// the rest as they were, in their places.
+    #[test]
+    fn a_rewrite_keeps_every_line_it_is_not_told_to_change() {
+        let (tmp, dir) = folder();
+        assert_eq!(rewrite(&dir, "t", |_| Some(None)).unwrap(), Rewritten::default(), "no file");
+        let text = [line("a", 1), line("b", 2), "not json\n".into(), line("c", 3)].concat();
+        append(&dir, "t", text.as_bytes()).unwrap();
+        let done = rewrite(&dir, "t", |row| match row["n"].as_u64() {
+            Some(1) => Some(None),
+            Some(2) => {
+                let mut row = row.clone();
+                row.insert("n".into(), 20.into());
+                Some(Some(row))
+            }
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(done, Rewritten { changed: 1, removed: 1 });
+        let text = std::fs::read_to_string(tmp.path().join("t.jsonl")).unwrap();
+        let ns: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<Row>(l).map(|r| r["n"].to_string()).unwrap_or_else(|_| l.to_owned()))
+            .collect();
+        assert_eq!(ns, ["20", "not json", "3"], "{text}");
+        assert!(!tmp.path().join("t.jsonl.rewrite").exists());
+    }
+
+    /// An append waits for the lock, and when the file it waited on was
+    /// replaced meanwhile (as a rewrite replaces it), appends to the new
+    /// one: its line is not lost with the old file.
+    #[test]
+    fn an_append_that_waited_for_a_rewrite_lands_in_the_new_file() {
+        let (tmp, dir) = folder();
+        append(&dir, "t", line("a", 1).as_bytes()).unwrap();
+        let held = locked(&dir, "t", cap_std::fs::OpenOptions::new().read(true)).unwrap().unwrap();
+        let appender = std::thread::spawn({
+            let dir = dir.try_clone().unwrap();
+            move || append(&dir, "t", line("c", 3).as_bytes()).unwrap()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!appender.is_finished(), "the append waits for the lock");
+        std::fs::write(tmp.path().join("new"), line("b", 2)).unwrap();
+        std::fs::rename(tmp.path().join("new"), tmp.path().join("t.jsonl")).unwrap();
+        drop(held);
+        appender.join().unwrap();
+        let text = std::fs::read_to_string(tmp.path().join("t.jsonl")).unwrap();
+        assert_eq!(text, [line("b", 2), line("c", 3)].concat());
+    }
+}
