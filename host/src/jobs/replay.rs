@@ -294,7 +294,7 @@ const EXTRACTED_AT: &str = "_service_extracted_at";
 /// versions they were read as), those a newer version of their key has
 /// superseded: the row the table holds now (a later sync read the key
 /// again), or another record of the same page. Loading them would put
-/// an older version over a newer one.
+/// an older version over a newer one. Linear in the page.
 async fn superseded(
     main: &Loader,
     records: &[String],
@@ -318,21 +318,28 @@ async fn superseded(
             })
         })
         .collect();
-    let keys = main.keys_of(records);
-    Ok((0..records.len())
-        .map(|i| {
-            let by_table = current[i].as_ref().is_some_and(|now| now.newer_than(&versions[i]));
-            // Another record of the page with the same key: the newest
-            // loads (of two alike, the later).
-            let by_page = keys[i].is_some()
-                && (0..records.len()).any(|j| {
-                    j != i
-                        && keys[j] == keys[i]
-                        && (versions[j].newer_than(&versions[i]) || (j > i && !versions[i].newer_than(&versions[j])))
-                });
-            by_table || by_page
-        })
-        .collect())
+    let mut stale = outdone_in_page(&main.keys_of(records), versions);
+    for (stale, (now, version)) in stale.iter_mut().zip(current.iter().zip(versions)) {
+        *stale |= now.as_ref().is_some_and(|now| now.newer_than(version));
+    }
+    Ok(stale)
+}
+
+/// Of a page's records (their keys, and the versions they were read as),
+/// those another record of their key outdoes: of the records of one key
+/// the newest loads (of two alike, the later), exactly one whatever the
+/// versions. A record without a key is outdone by none.
+fn outdone_in_page(keys: &[Option<String>], versions: &[Version]) -> Vec<bool> {
+    let mut newest: HashMap<&str, usize> = HashMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        if let Some(key) = key {
+            let at = newest.entry(key.as_str()).or_insert(i);
+            if !versions[*at].newer_than(&versions[i]) {
+                *at = i;
+            }
+        }
+    }
+    keys.iter().enumerate().map(|(i, key)| key.as_ref().is_some_and(|key| newest[key.as_str()] != i)).collect()
 }
 
 /// A rejected record judged again: what to load (and whether a value was
@@ -392,6 +399,26 @@ mod tests {
         assert_eq!(Version::rejected(row.as_object().unwrap()), v(Some("c"), Some(1_767_225_601_500)));
         let row = serde_json::json!({ "cursor": "c", "_service_extracted_at": "42" });
         assert_eq!(Version::loaded(row.as_object().unwrap()), v(Some("c"), Some(42)));
+    }
+
+    /// Of one key's records in a page exactly one loads: the newest, or of
+    /// two alike the later; records without a key all load.
+    #[test]
+    fn of_each_key_in_a_page_only_the_newest_loads() {
+        let v = |cursor: &str, read_at: i64| Version { cursor: Some(cursor.to_owned()), read_at: Some(read_at) };
+        let key = |k: Option<&str>| k.map(str::to_owned);
+        let keys = [key(Some("a")), key(None), key(Some("a")), key(Some("b")), key(Some("a")), key(None)];
+        let versions = [v("3", 1), v("1", 1), v("2", 9), v("1", 1), v("3", 1), v("1", 1)];
+        assert_eq!(outdone_in_page(&keys, &versions), [true, false, true, false, false, false]);
+        // Versions no order ranks (each pair of cursors and times
+        // disagrees around the circle): still exactly one of the key loads.
+        let circle = [
+            Version { cursor: Some("2".into()), read_at: Some(1) },
+            Version { cursor: None, read_at: Some(2) },
+            Version { cursor: Some("1".into()), read_at: Some(3) },
+        ];
+        let keys = [key(Some("k")), key(Some("k")), key(Some("k"))];
+        assert_eq!(outdone_in_page(&keys, &circle).iter().filter(|o| !**o).count(), 1);
     }
 
     /// Without a contract every object loads as it is; anything else
