@@ -18,11 +18,12 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use sha2::Digest;
 
 use crate::store::kinds::ContractMode;
 use crate::store::pipelines::{StreamContract, StreamSelection, StreamSyncMode};
 use crate::warehouse::contract::{Breach, Contract, REJECTION_ID, Rejected, rejected_stream};
+use crate::warehouse::shape::parts_hashed;
 use crate::warehouse::{Loader, WriteError, Writer, Written};
 
 /// The contract a stream is judged by: its own, else its destination's
@@ -181,11 +182,7 @@ impl Judge {
         // The same record kept aside again, in this job or a later one,
         // rewrites its row: the key is the pipeline's, the stream's, the
         // field's and where the record was read, never the job's.
-        let mut hash = Sha256::new();
-        for part in [self.pipeline_id.as_str(), &self.stream, &r.breach.pointer, &r.place] {
-            hash.update(part.len().to_le_bytes());
-            hash.update(part.as_bytes());
-        }
+        let hash = parts_hashed(&[&self.pipeline_id, &self.stream, &r.breach.pointer, &r.place]);
         let cursor = self
             .cursor_field
             .as_deref()

@@ -87,15 +87,22 @@ pub(crate) enum AppendKeys {
     Seeded { seed: [u8; 32], first: u64, replaces: bool },
 }
 
+/// A hash begun with `parts`, each after its length (so no two lists of
+/// parts hash alike): what keys derived from names and places start from.
+pub(crate) fn parts_hashed(parts: &[&str]) -> Sha256 {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    hash
+}
+
 impl AppendKeys {
     /// Keys for the records of `pipeline_id`'s `stream` read after
     /// `state` (`None`: from the start).
     pub(crate) fn after(pipeline_id: &str, stream: &str, state: Option<&str>, replaces: bool) -> AppendKeys {
-        let mut seed = Sha256::new();
-        for part in [pipeline_id, stream, state.unwrap_or("")] {
-            seed.update((part.len() as u64).to_le_bytes());
-            seed.update(part.as_bytes());
-        }
+        let mut seed = parts_hashed(&[pipeline_id, stream, state.unwrap_or("")]);
         seed.update([u8::from(state.is_some())]);
         AppendKeys::Seeded { seed: seed.finalize().into(), first: 0, replaces }
     }
@@ -304,6 +311,15 @@ impl<'a> Rows<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys derived from parts stay what they were: rows written by an
+    /// earlier version are found again under the same keys (each part
+    /// after its length as eight little-endian bytes).
+    #[test]
+    fn parts_hash_to_the_keys_they_always_did() {
+        let hash = parts_hashed(&["pl_1", "events", "/kind", ""]).finalize();
+        assert_eq!(hex::encode(hash), "5b00f7e3422046167cabeefebb5454df4cde7ba18389b490b80ceb842e0e4b99");
+    }
 
     /// An append keyed by where it was read: the same records read again
     /// after the same state key the same rows, whatever batches they come
