@@ -511,6 +511,18 @@ async fn a_destination_default_contract_judges_streams_that_name_none(backend: B
     assert_eq!(bad["details"]["field"], "default_contract.invalid_records", "{bad}");
     let renamed = json_ok(patch(json!({ "name": "still strict" })).await.unwrap()).await;
     assert_eq!(renamed["data"]["default_contract"], dest["data"]["default_contract"], "left out: unchanged");
+    // A viewer may not loosen a destination's contract; another workspace
+    // does not see the destination.
+    let loosen = json!({ "default_contract": { "type_changes": "evolve" } });
+    let ws = fx.srv.workspace_id().await;
+    let (_, viewer) = fx.srv.user_in(&ws, Role::Viewer).await;
+    let by_viewer = fx.srv.request_as(&viewer, Method::PATCH, &path).json(&loosen).send().await.unwrap();
+    expect_error(by_viewer, 403, "403").await;
+    let (_, other) = fx.srv.other_workspace().await;
+    let by_other = fx.srv.request_as(&other, Method::PATCH, &path).json(&loosen).send().await.unwrap();
+    expect_error(by_other, 404, "404").await;
+    let unchanged = json_ok(fx.srv.get(&path).send().await.unwrap()).await;
+    assert_eq!(unchanged["data"]["default_contract"], dest["data"]["default_contract"], "{unchanged}");
     let cleared = json_ok(patch(json!({ "default_contract": null })).await.unwrap()).await;
     assert!(cleared["data"].get("default_contract").is_none(), "{cleared}");
     let job = fx.sync(&by_default).await;

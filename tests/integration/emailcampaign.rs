@@ -24,14 +24,14 @@ struct Ec {
 }
 
 async fn setup(backend: Backend) -> Ec {
+    setup_with(backend, mailcoach::campaigns(25)).await
+}
+
+/// The provider with these campaigns.
+async fn setup_with(backend: Backend, campaigns: Vec<Value>) -> Ec {
     let ca = TestCa::new();
     let token = format!("mc-token-{}", uuid::Uuid::new_v4().simple());
-    let mc = Arc::new(MailcoachState {
-        token: token.clone(),
-        campaigns: mailcoach::campaigns(25),
-        subscribers: 130,
-        ..Default::default()
-    });
+    let mc = Arc::new(MailcoachState { token: token.clone(), campaigns, subscribers: 130, ..Default::default() });
     let names = ["mail.acme-corp.com", "team.mailcoach.app"];
     let provider = FakeProvider::start(&ca, &names, mailcoach::router(mc.clone())).await;
     let trust = Trust::new(&ca).serving(&provider, &names).allowing("*.mailcoach.app");
@@ -554,6 +554,63 @@ async fn a_pipeline_syncs_every_stream_into_a_warehouse(backend: Backend) {
 }
 
 on_both_backends!(a_pipeline_syncs_every_stream_into_a_warehouse);
+
+/// The bundled connector under a data contract: a campaign whose name the
+/// provider sends as a number is kept aside, as read, while the other 24
+/// load and the ledger balances; once the contract lets the type change
+/// through, a replay loads it into the deduplicated table, once.
+async fn a_drifted_campaign_is_kept_aside_and_replayed_once_the_contract_allows_it(backend: Backend) {
+    let mut campaigns = mailcoach::campaigns(25);
+    campaigns[3]["name"] = json!(404);
+    let drifted = campaigns[3].clone();
+    let ec = setup_with(backend, campaigns).await;
+    let srv = &ec.srv;
+    let handle = ec.handle(SELF_HOSTED, None).await;
+    let configuration = json!({ "base_url": SELF_HOSTED, "credential_handle": handle });
+    let body =
+        json!({ "connector_id": "conn_emailcampaign_edm", "name": "Newsletters", "configuration": configuration });
+    let source = json_ok(srv.post("/v1/sources", body).send().await.unwrap()).await;
+    let body = json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "mail.db" } });
+    let dest = json_ok(srv.post("/v1/destinations", body).send().await.unwrap()).await;
+    let stream = |rule: &str| json!([{ "name": "campaigns", "sync_mode": "incremental_deduped", "contract": { "type_changes": rule } }]);
+    let body = json!({ "name": "mail", "source_id": source["data"]["source_id"],
+        "destination_id": dest["data"]["destination_id"], "streams": stream("quarantine") });
+    let pipeline = json_ok(srv.post("/v1/pipelines", body).send().await.unwrap()).await["data"]["pipeline_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = |path: String| async move {
+        let job = json_ok(srv.request(Method::POST, &path).send().await.unwrap()).await;
+        srv.wait_job(job["data"]["job_id"].as_str().unwrap()).await
+    };
+    let counts = |job: &Value| -> Vec<Value> {
+        let ledger = &job["progress"]["ledger"]["streams"]["campaigns"];
+        ["read", "loaded", "quarantined", "unaccounted"].iter().map(|k| ledger[*k].clone()).collect()
+    };
+    let job = run(format!("/v1/pipelines/{pipeline}/sync")).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(counts(&job), [json!(25), json!(24), json!(1), json!(0)], "{job}");
+    let warehouse = format!("sqlite://{}?mode=ro", srv.warehouse(&srv.workspace_id().await, "mail.db").display());
+    assert_eq!(count_rows(&warehouse, "campaigns").await, 24);
+    let rejected = json_ok(srv.get(&format!("/v1/pipelines/{pipeline}/rejected")).send().await.unwrap()).await;
+    let kept = rejected["data"]["items"].as_array().unwrap();
+    assert_eq!(kept.len(), 1, "{rejected}");
+    assert_eq!((&kept[0]["reason"], &kept[0]["pointer"]), (&json!("type_mismatch"), &json!("/name")), "{rejected}");
+    assert_eq!(kept[0]["record"]["uuid"], drifted["uuid"], "the record as the connector read it: {rejected}");
+    assert_eq!(kept[0]["record"]["name"], 404);
+
+    let patch = json!({ "streams": stream("evolve") });
+    json_ok(srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&patch).send().await.unwrap()).await;
+    let job = run(format!("/v1/pipelines/{pipeline}/rejected/replay")).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(counts(&job), [json!(1), json!(1), json!(0), json!(0)], "{job}");
+    assert_eq!(count_rows(&warehouse, "campaigns").await, 25);
+    let job = run(format!("/v1/pipelines/{pipeline}/sync")).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(count_rows(&warehouse, "campaigns").await, 25, "a later sync adds no second row of it");
+}
+
+on_both_backends!(a_drifted_campaign_is_kept_aside_and_replayed_once_the_contract_allows_it);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_takes_too_long_is_abandoned_with_503() {
