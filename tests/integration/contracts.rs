@@ -30,6 +30,8 @@ struct Drifting {
     records: std::sync::Mutex<Vec<Value>>,
     /// Milliseconds each page waits before it is answered.
     delay_ms: std::sync::atomic::AtomicU64,
+    /// Pages from this record on answer 500 (0: none).
+    failing_from: std::sync::atomic::AtomicUsize,
 }
 
 fn routes(p: Arc<Drifting>) -> Router {
@@ -47,6 +49,10 @@ fn routes(p: Arc<Drifting>) -> Router {
                     tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
                     let start: usize = q.get("cursor").and_then(|c| c.parse().ok()).unwrap_or(0);
+                    let failing = p.failing_from.load(std::sync::atomic::Ordering::SeqCst);
+                    if failing > 0 && start >= failing {
+                        return (StatusCode::INTERNAL_SERVER_ERROR, "down").into_response();
+                    }
                     let records = p.records.lock().unwrap().clone();
                     let end = (start + limit).min(records.len());
                     let next = if end < records.len() { json!(end.to_string()) } else { Value::Null };
@@ -84,7 +90,12 @@ async fn setup(backend: Backend) -> Fixture {
     let ca = TestCa::new();
     let records = drifting_records();
     let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
-    let p = Arc::new(Drifting { token, records: records.clone().into(), delay_ms: Default::default() });
+    let p = Arc::new(Drifting {
+        token,
+        records: records.clone().into(),
+        delay_ms: Default::default(),
+        failing_from: Default::default(),
+    });
     let provider = FakeProvider::start(&ca, &["api.source.test"], routes(p.clone())).await;
     let trust = Trust::new(&ca).serving(&provider, &["api.source.test"]);
     let srv = TestServer::start_with(backend, |c| c.plugins.egress = trust.policy()).await.unwrap();
@@ -251,6 +262,59 @@ async fn quarantined_records_are_kept_aside_with_why_and_the_ledger_balances(bac
     assert_eq!(events["left_to_retry"], events["read"].as_u64().unwrap() - 4, "{job}");
     let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&ws, "frozen.db").display());
     assert_eq!(count_rows(&url, "events").await, 4);
+    fx.srv.stop().await;
+}
+
+/// A sync retried after its provider failed part way accounts for the
+/// whole job: the first attempt's ledger (what it loaded and kept aside,
+/// what it left to the retry) stays beside the last one's, in the API and
+/// in `service jobs get`, and every attempt balances.
+async fn a_retried_sync_keeps_the_ledger_of_every_attempt(backend: Backend) {
+    let fx = setup(backend).await;
+    let ws = fx.srv.workspace_id().await;
+    let dest = fx.destination("sqlite", json!({ "file": "retried.db" })).await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let pipeline = fx.pipeline(&dest, "incremental_append", quarantine).await;
+    // The second page on fails until the first attempt has ended.
+    fx.provider.failing_from.store(4, std::sync::atomic::Ordering::SeqCst);
+    let path = format!("/v1/pipelines/{pipeline}/sync");
+    let job = json_ok(fx.srv.request(Method::POST, &path).send().await.unwrap()).await;
+    let id = job["data"]["job_id"].as_str().unwrap().to_owned();
+    let mut seen = Value::Null;
+    for _ in 0..600 {
+        seen = json_ok(fx.srv.get(&format!("/v1/jobs/{id}")).send().await.unwrap()).await["data"].clone();
+        if seen["attempts"] == 1 && seen["status"] == "queued" || seen["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen["status"], "queued", "the attempt failed and another is due: {seen}");
+    fx.provider.failing_from.store(0, std::sync::atomic::Ordering::SeqCst);
+    let done = fx.srv.wait_job(&id).await;
+    assert_eq!((&done["status"], &done["attempts"]), (&json!("succeeded"), &json!(2)), "{done}");
+
+    let progress = &done["progress"];
+    let earlier = progress["earlier_ledgers"].as_array().unwrap_or_else(|| panic!("{done}"));
+    assert_eq!(earlier.len(), 1, "{done}");
+    let (first, last) = (&earlier[0], &progress["ledger"]);
+    assert_eq!((&first["attempt"], &last["attempt"]), (&json!(1), &json!(2)), "{done}");
+    assert_eq!((&first["balanced"], &last["balanced"]), (&json!(true), &json!(true)), "{done}");
+    let (a, b) = (&first["streams"]["events"], &last["streams"]["events"]);
+    assert_eq!((&a["read"], &a["loaded"], &a["quarantined"]), (&json!(4), &json!(4), &json!(0)), "{done}");
+    assert_eq!(b["unaccounted"], 0, "{done}");
+    // What the job stored over both attempts is what the table holds.
+    let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&ws, "retried.db").display());
+    let loaded = a["loaded"].as_u64().unwrap() + b["loaded"].as_u64().unwrap();
+    assert_eq!(count_rows(&url, "events").await, loaded as i64, "{done}");
+    assert_eq!(count_rows(&url, "events").await, 7);
+    assert_eq!(fx.rejected(&pipeline, 50).await.len(), 3);
+
+    let config = tempfile::tempdir().unwrap();
+    let cli = crate::cli_api::Cli::of(&fx.srv, config.path());
+    let shown = cli.ok(&["jobs", "get", &id]).await;
+    let first_at = shown.find("Ledger of attempt 1: balanced").unwrap_or_else(|| panic!("{shown}"));
+    let last_at = shown.find("Ledger of attempt 2: balanced").unwrap_or_else(|| panic!("{shown}"));
+    assert!(first_at < last_at, "oldest first: {shown}");
     fx.srv.stop().await;
 }
 
@@ -688,6 +752,7 @@ async fn rejected_rows_belong_to_the_pipeline_that_kept_them(backend: Backend) {
 }
 
 on_both_backends!(
+    a_retried_sync_keeps_the_ledger_of_every_attempt,
     a_file_replays_each_record_once_and_rewrites_its_rejected_lines,
     rejected_rows_belong_to_the_pipeline_that_kept_them,
     a_destination_default_contract_judges_streams_that_name_none,

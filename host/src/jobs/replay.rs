@@ -117,6 +117,7 @@ pub(super) async fn execute(
         bytes: 0,
         streams,
         ledger: Some(ledger),
+        earlier_ledgers: SyncProgress::ledgers_before(&job.progress, attempt),
     });
     let _ = state.store.job_progress(&job.job_id, &progress).await;
     if let Ok(w) = std::sync::Arc::try_unwrap(prepared.writer) {

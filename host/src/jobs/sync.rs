@@ -45,6 +45,8 @@ use crate::warehouse::{Loader, WriteError, Writer, Written};
 #[derive(Default)]
 struct Progress {
     streams: BTreeMap<String, StreamTally>,
+    /// The ledgers of the job's earlier attempts that ended.
+    earlier_ledgers: Vec<SyncLedger>,
 }
 
 /// One stream's counters.
@@ -106,7 +108,13 @@ impl Progress {
                 (name.clone(), stream)
             })
             .collect();
-        JobProgress::Sync(SyncProgress { records, bytes, streams, ledger: None })
+        JobProgress::Sync(SyncProgress {
+            records,
+            bytes,
+            streams,
+            ledger: None,
+            earlier_ledgers: self.earlier_ledgers.clone(),
+        })
     }
 
     /// Where what each stream read went, as the attempt ends: what the
@@ -448,7 +456,10 @@ pub(super) async fn execute(
     cancel: &CancellationToken,
 ) -> Result<(), Failure> {
     let prepared = prepare(state, job, owner).await?;
-    let run = SyncRun { state, spool, job, cancel, prepared, progress: Arc::new(Mutex::new(Progress::default())) };
+    let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
+    let progress =
+        Progress { earlier_ledgers: SyncProgress::ledgers_before(&job.progress, attempt), ..Progress::default() };
+    let run = SyncRun { state, spool, job, cancel, prepared, progress: Arc::new(Mutex::new(progress)) };
     let mut outcome = Ok(());
     for sel in &run.prepared.pipeline.streams {
         outcome = run.run_stream(sel).await;
@@ -456,7 +467,6 @@ pub(super) async fn execute(
             break;
         }
     }
-    let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
     let (ledger, mut last) = {
         let progress = run.progress.lock().await;
         (progress.ledger(attempt, &run.prepared.writer), progress.snapshot())

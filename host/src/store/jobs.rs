@@ -517,8 +517,10 @@ impl Store {
         if let Some(event) = event {
             queued += announce(&mut tx, self.outbox_bounds(), &job, event).await?;
         }
-        if let Some(ledger) = job.progress.sync().and_then(|p| p.ledger.as_ref()).filter(|_| !runs) {
-            let data = json!({
+        if let Some(sync) = job.progress.sync().filter(|_| !runs)
+            && let Some(ledger) = &sync.ledger
+        {
+            let mut data = json!({
                 "job_id": job.job_id,
                 "pipeline_id": job.pipeline_id,
                 "status": status.as_str(),
@@ -526,6 +528,9 @@ impl Store {
                 "balanced": ledger.balanced,
                 "streams": ledger.streams,
             });
+            if !sync.earlier_ledgers.is_empty() {
+                data["earlier_ledgers"] = json!(sync.earlier_ledgers);
+            }
             queued +=
                 record_event(&mut tx, self.outbox_bounds(), &job.workspace_id, EventType::SyncLedger, data).await?;
         }

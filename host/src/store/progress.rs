@@ -48,6 +48,24 @@ pub struct SyncProgress {
     /// Where the records the last attempt read went, once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<SyncLedger>,
+    /// The ledgers of the job's earlier attempts that ended (failed, to be
+    /// retried), oldest first: with `ledger`, where every record the whole
+    /// job read went. An attempt whose server was killed left none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_ledgers: Vec<SyncLedger>,
+}
+
+impl SyncProgress {
+    /// The ledgers of the attempts before `attempt`, as the job's progress
+    /// holds them now (the last attempt's ledger, once it ended, and the
+    /// ones before it).
+    pub fn ledgers_before(progress: &JobProgress, attempt: u32) -> Vec<SyncLedger> {
+        let Some(sync) = progress.sync() else { return Vec::new() };
+        let mut earlier = sync.earlier_ledgers.clone();
+        earlier.extend(sync.ledger.clone());
+        earlier.retain(|l| l.attempt < attempt);
+        earlier
+    }
 }
 
 /// Where every record one attempt of a sync read went, per stream: each
@@ -282,6 +300,11 @@ mod tests {
                 balanced: true,
                 streams: BTreeMap::from([("items".to_owned(), StreamLedger::settle(4, 3, 1, 0, true))]),
             }),
+            earlier_ledgers: vec![SyncLedger {
+                attempt: 1,
+                balanced: true,
+                streams: BTreeMap::from([("items".to_owned(), StreamLedger::settle(4, 1, 0, 0, false))]),
+            }],
         });
         let run = JobProgress::Run(RunProgress {
             phase: RunPhase::Sending,

@@ -340,8 +340,12 @@ pub(crate) async fn jobs(ctx: &Ctx, cmd: JobsCommand) -> Result<(), CliFailure> 
         JobsCommand::Get { job_id } => {
             let data = ctx.client.call(Method::GET, &format!("jobs/{}", seg(&job_id)), None).await?;
             ctx.out.record(&data);
-            if let Some(ledger) = data.pointer("/progress/ledger").filter(|_| !ctx.out.json) {
-                print!("{}", ledger_table(ledger));
+            if !ctx.out.json {
+                // Every attempt's that ended, oldest first.
+                let earlier = data.pointer("/progress/earlier_ledgers").and_then(Value::as_array);
+                for ledger in earlier.into_iter().flatten().chain(data.pointer("/progress/ledger")) {
+                    print!("{}", ledger_table(ledger));
+                }
             }
             Ok(())
         }
