@@ -21,12 +21,12 @@
 //! replay key the file holds already, loaded by a replay cut short, is
 //! not loaded again), then rewrites the rejected file at once, under its
 //! lock: the loaded records' lines left out, the others' with their new
-//! reason. A file's replay reads the stream's file once a page for the
-//! keys it checks. (A file only appends, so each line kept aside is a
-//! rejection of its own.)
+//! reason. A file's replay reads the stream's file once, for the keys of
+//! all its rejected lines. (A file only appends, so each line kept aside
+//! is a rejection of its own.)
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -39,7 +39,7 @@ use crate::store::kinds::{ContractRule, RejectionReason};
 use crate::store::pipelines::{StreamSelection, StreamSyncMode};
 use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
 use crate::warehouse::contract::{Breach, Contract, REJECTED_COLUMNS, REJECTION_ID, rejected_stream};
-use crate::warehouse::{Loader, WriteError, Written};
+use crate::warehouse::{Loader, WriteError, Writer, Written};
 
 /// Rejected rows judged and written at a time.
 const PAGE: usize = 500;
@@ -155,6 +155,10 @@ async fn replay_stream(
     } else {
         Aside::File(HashMap::new())
     };
+    let loaded_before = match aside {
+        Aside::File(_) if !deduplicated => loaded_before(writer, (&pipeline.pipeline_id, &table), &main).await?,
+        _ => HashSet::new(),
+    };
     let mut after = String::new();
     loop {
         if cancel.is_cancelled() {
@@ -183,8 +187,8 @@ async fn replay_stream(
         // cannot replace its line) would add it twice.
         let stale = if deduplicated {
             superseded(&main, &loads, &versions, cursor_field.as_deref()).await?
-        } else if !writer.deduplicates() {
-            main.current_rows(&loads, &[EXTRACTED_AT]).await?.iter().map(Option::is_some).collect()
+        } else if let Aside::File(_) = aside {
+            main.keys_of(&loads).into_iter().map(|key| key.is_some_and(|k| loaded_before.contains(&k))).collect()
         } else {
             vec![false; loads.len()]
         };
@@ -232,6 +236,26 @@ async fn replay_stream(
         }
     }
     Ok(())
+}
+
+/// The replay keys of the pipeline's rejected lines in a file that the
+/// stream's file holds already: records a replay cut short before its
+/// rewrite appended. One read of each file, whatever their lengths.
+async fn loaded_before(
+    writer: &Writer,
+    (pipeline_id, table): (&str, &str),
+    main: &Loader,
+) -> Result<HashSet<String>, WriteError> {
+    let mut keyed = Vec::new();
+    let mut after = String::new();
+    loop {
+        let rows = writer.rows_after((pipeline_id, table), &[REJECTION_ID], &after, PAGE).await?;
+        let Some((last, _)) = rows.last() else { break };
+        after = last.clone();
+        keyed.extend(rows.iter().filter_map(|(_, row)| row.get(REJECTION_ID)?.as_str().map(|id| keyed_by("{}", id))));
+    }
+    let found = main.current_rows(&keyed, &[]).await?;
+    Ok(main.keys_of(&keyed).into_iter().zip(found).filter_map(|(key, row)| row.and(key)).collect())
 }
 
 /// Where a replay keeps what still does not fit: a database's rejected
