@@ -81,6 +81,8 @@ fn drifting_records() -> Vec<Value> {
 struct Fixture {
     srv: TestServer,
     source_id: String,
+    /// The provider's credential's handle.
+    credential: Value,
     records: Vec<Value>,
     provider: Arc<Drifting>,
     _provider: FakeProvider,
@@ -113,7 +115,8 @@ async fn setup(backend: Backend) -> Fixture {
     )
     .await;
     let source_id = src["data"]["source_id"].as_str().unwrap().to_owned();
-    Fixture { srv, source_id, records, provider: p, _provider: provider }
+    let credential = cred["data"]["credential_handle"].clone();
+    Fixture { srv, source_id, credential, records, provider: p, _provider: provider }
 }
 
 impl Fixture {
@@ -605,6 +608,48 @@ async fn a_destination_default_contract_judges_streams_that_name_none(backend: B
     fx.srv.stop().await;
 }
 
+/// Two versions of each of 300 keys kept aside, read by two syncs with
+/// the same cursor value: the replay's pages (500 rows, in the order of
+/// their rejections) split many keys' versions, and the newer version
+/// loads wherever its page falls. A row the replay wrote on an earlier
+/// page counts as the version it was read as, not as read when the replay
+/// wrote it.
+async fn a_replay_spanning_pages_keeps_the_newest_version_of_every_key(backend: Backend) {
+    let fx = setup(backend).await;
+    let ws = fx.srv.workspace_id().await;
+    let body = json!({ "connector_id": "test_paged_source", "name": "Wide", "configuration": {
+        "base_url": "https://api.source.test", "credential_handle": fx.credential, "page_size": 100 } });
+    let source = json_ok(fx.srv.post("/v1/sources", body).send().await.unwrap()).await;
+    let version =
+        |i: u64, n: u64| json!({ "id": i, "kind": 7, "updated_at": "2026-01-01T00:00:00Z", "payload": { "n": n } });
+    *fx.provider.records.lock().unwrap() = (1..=300).map(|i| version(i, 1)).collect();
+    let dest = fx.destination("sqlite", json!({ "file": "wide.db" })).await;
+    let stream = |rule: &str| json!([{ "name": "events", "sync_mode": "incremental_deduped", "contract": { "type_changes": rule } }]);
+    let body = json!({ "name": "wide", "source_id": source["data"]["source_id"], "destination_id": dest,
+        "streams": stream("quarantine") });
+    let pipeline = json_ok(fx.srv.post("/v1/pipelines", body).send().await.unwrap()).await["data"]["pipeline_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    fx.provider.records.lock().unwrap().extend((1..=300).map(|i| version(i, 2)));
+    assert_eq!(fx.sync(&pipeline).await["status"], "succeeded");
+    let patch = json!({ "streams": stream("evolve") });
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{pipeline}")).json(&patch).send().await.unwrap())
+        .await;
+    let (counts, job) = fx.replayed(&pipeline).await;
+    assert_eq!(counts[0], json!(600), "two versions of 300 keys: {job}");
+    assert_eq!(counts[4], json!(0), "{job}");
+    let url = format!("sqlite://{}?mode=ro", fx.srv.warehouse(&ws, "wide.db").display());
+    use sqlx::Connection;
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let payloads: Vec<String> = sqlx::query_scalar("SELECT payload FROM events").fetch_all(&mut db).await.unwrap();
+    assert_eq!(payloads.len(), 300);
+    let old: Vec<&String> = payloads.iter().filter(|p| !p.contains('2')).collect();
+    assert!(old.is_empty(), "{} keys hold their older version: {old:?}", old.len());
+    fx.srv.stop().await;
+}
+
 /// A replay in deduplicated mode never puts a record over a newer
 /// version of its key: record 7, kept aside for its kind, is read again
 /// fixed by a later sync; when the contract then lets its old kind
@@ -752,6 +797,7 @@ async fn rejected_rows_belong_to_the_pipeline_that_kept_them(backend: Backend) {
 }
 
 on_both_backends!(
+    a_replay_spanning_pages_keeps_the_newest_version_of_every_key,
     a_retried_sync_keeps_the_ledger_of_every_attempt,
     a_file_replays_each_record_once_and_rewrites_its_rejected_lines,
     rejected_rows_belong_to_the_pipeline_that_kept_them,

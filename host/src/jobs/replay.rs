@@ -155,6 +155,8 @@ async fn replay_stream(
     } else {
         Aside::File(HashMap::new())
     };
+    // The versions of the keys this replay loaded, in a deduplicated stream.
+    let mut replayed: HashMap<String, Version> = HashMap::new();
     let loaded_before = match aside {
         Aside::File(_) if !deduplicated => loaded_before(writer, (&pipeline.pipeline_id, &table), &main).await?,
         _ => HashSet::new(),
@@ -186,13 +188,19 @@ async fn replay_stream(
         // version; loading one a replay cut short loaded already (a file
         // cannot replace its line) would add it twice.
         let stale = if deduplicated {
-            superseded(&main, &loads, &versions, cursor_field.as_deref()).await?
+            superseded(&main, &loads, &versions, (cursor_field.as_deref(), &replayed)).await?
         } else if let Aside::File(_) = aside {
             main.keys_of(&loads).into_iter().map(|key| key.is_some_and(|k| loaded_before.contains(&k))).collect()
         } else {
             vec![false; loads.len()]
         };
         done.deduplicated += stale.iter().filter(|s| **s).count() as u64;
+        if deduplicated {
+            // What this replay loads is judged by the versions it was read
+            // as, not by the time the replay wrote it.
+            let fresh = main.keys_of(&loads).into_iter().zip(versions).zip(&stale).filter(|(_, s)| !**s);
+            replayed.extend(fresh.filter_map(|((key, version), _)| Some((key?, version))));
+        }
         let mut stale = stale.into_iter();
         loads.retain(|_| !stale.next().unwrap_or(false));
         let stored = |w: [Written; 2]| w.iter().map(|w| w.stored).sum::<u64>();
@@ -225,13 +233,14 @@ async fn replay_stream(
     }
     if let Aside::File(changes) = aside {
         // The loads are written: the rejected lines change at once.
-        let rewritten = writer.change_lines((&pipeline.pipeline_id, &table), REJECTION_ID, &changes)?;
+        let rewritten = writer.change_lines((&pipeline.pipeline_id, &table), REJECTION_ID, changes).await?;
         done.kept += rewritten.changed;
-        let left_out = done.read - done.kept;
-        if rewritten.removed != left_out {
+        let left_out = done.read.checked_sub(done.kept);
+        if left_out != Some(rewritten.removed) {
             return Err(WriteError::Destination(format!(
-                "{} rejected lines were left out of the file, {left_out} were to be: the file changed during the replay",
-                rewritten.removed
+                "{} rejected lines were left out of the file, {} were to be: the file changed during the replay",
+                rewritten.removed,
+                done.read.saturating_sub(done.kept)
             )));
         }
     }
@@ -318,13 +327,14 @@ const EXTRACTED_AT: &str = "_service_extracted_at";
 /// Of the records a deduplicated stream's replay would load (with the
 /// versions they were read as), those a newer version of their key has
 /// superseded: the row the table holds now (a later sync read the key
-/// again), or another record of the same page. Loading them would put
-/// an older version over a newer one. Linear in the page.
+/// again; for a row this replay wrote, the version it was read as), or
+/// another record of the same page. Loading them would put an older
+/// version over a newer one. Linear in the page.
 async fn superseded(
     main: &Loader,
     records: &[String],
     versions: &[Version],
-    cursor_field: Option<&str>,
+    (cursor_field, replayed): (Option<&str>, &HashMap<String, Version>),
 ) -> Result<Vec<bool>, WriteError> {
     let current = match cursor_field {
         Some(field) => main.current_rows(records, &[EXTRACTED_AT, field]).await?,
@@ -343,9 +353,12 @@ async fn superseded(
             })
         })
         .collect();
-    let mut stale = outdone_in_page(&main.keys_of(records), versions);
-    for (stale, (now, version)) in stale.iter_mut().zip(current.iter().zip(versions)) {
-        *stale |= now.as_ref().is_some_and(|now| now.newer_than(version));
+    let keys = main.keys_of(records);
+    let mut stale = outdone_in_page(&keys, versions);
+    for (i, (now, version)) in current.iter().zip(versions).enumerate() {
+        // A row this replay wrote holds the version it loaded.
+        let now = keys[i].as_ref().and_then(|k| replayed.get(k)).or(now.as_ref());
+        stale[i] |= now.is_some_and(|now| now.newer_than(version));
     }
     Ok(stale)
 }
@@ -387,26 +400,35 @@ fn judge(contract: Option<&Contract>, record: &str) -> Result<(String, bool), Br
     Ok((loaded, judged.value_discarded > 0))
 }
 
-/// `record` (an object) with the replay key `id` as its first field.
+/// `record` (an object) with the replay key `id` as its last field: a key
+/// given twice counts by its last, so a field of that name the record
+/// holds itself cannot choose its row.
 fn keyed_by(record: &str, id: &str) -> String {
-    let body = record.trim_start().strip_prefix('{').unwrap_or(record);
-    let separator = if body.trim_start().starts_with('}') { "" } else { "," };
-    format!("{{\"{REPLAY_KEY}\":{}{separator}{body}", Value::from(id))
+    let body = record.trim_end().strip_suffix('}').unwrap_or(record).trim_end();
+    let separator = if body.ends_with('{') { "" } else { "," };
+    format!("{body}{separator}\"{REPLAY_KEY}\":{}}}", Value::from(id))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The replay key goes first, into empty and spaced objects alike, and
-    /// the record stays valid JSON with its fields.
+    /// The replay key goes last, into empty and spaced objects alike, and
+    /// the record stays valid JSON with its fields; a replay key the record
+    /// holds itself does not choose the row.
     #[test]
     fn a_replayed_record_is_keyed_by_its_rejection() {
-        for (record, fields) in [("{}", 1), (" { \"a\": 1 }", 2), ("{\"a\":{\"b\":[1,2]},\"c\":null}", 3)] {
+        for (record, fields) in [("{}", 1), (" { \"a\": 1 } ", 2), ("{\"a\":{\"b\":[1,2]},\"c\":null}", 3), ("{ }", 1)]
+        {
             let keyed: serde_json::Map<String, Value> = serde_json::from_str(&keyed_by(record, "r\"1")).unwrap();
             assert_eq!(keyed.len(), fields, "{record}");
             assert_eq!(keyed[REPLAY_KEY], "r\"1");
         }
+        // Read as the loader reads a key (its last occurrence), as a map is.
+        let chosen = keyed_by(r#"{"_service_replay":"theirs","a":1}"#, "ours");
+        assert!(chosen.ends_with(r#","_service_replay":"ours"}"#), "{chosen}");
+        let read: serde_json::Map<String, Value> = serde_json::from_str(&chosen).unwrap();
+        assert_eq!(read[REPLAY_KEY], "ours");
     }
 
     /// A version is newer by its cursor (numbers as numbers) where both

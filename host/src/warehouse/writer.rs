@@ -272,9 +272,10 @@ impl Writer {
                 None
             }
             (Writer::Jsonl { dir }, Load::Lines(out)) => {
-                jsonl::append(dir, &table, &out).map_err(|e| io(e.to_string()))?;
                 // A line per record: JSON text escapes every line break.
-                Some(out.iter().filter(|b| **b == b'\n').count() as u64)
+                let lines = out.iter().filter(|b| **b == b'\n').count() as u64;
+                on_files(dir, move |dir| jsonl::append(dir, &table, &out)).await.map_err(|e| io(e.to_string()))?;
+                Some(lines)
             }
             (Writer::Sql(Tables { db: Db::Sqlite(_, writer, checkpointer), .. }), Load::Rows(rows)) => {
                 Some(super::sqlite::apply(writer, checkpointer, rows, &table).await?)
@@ -310,11 +311,11 @@ impl Writer {
             }
             Writer::Jsonl { dir } => {
                 let after = after.parse::<usize>().unwrap_or(0);
-                let owned = |row: &serde_json::Map<String, serde_json::Value>| {
-                    row.get("_service_meta").and_then(|m| m.get("pipeline_id")).and_then(|p| p.as_str())
-                        == Some(pipeline_id)
-                };
-                let lines = jsonl::lines_after(dir, &table, after, limit, owned).map_err(|e| failed("", e))?;
+                let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_default();
+                let owned = move |row: &jsonl::Row| row.get("_service_meta") == Some(&meta);
+                let lines = on_files(dir, move |dir| jsonl::lines_after(dir, &table, after, limit, owned))
+                    .await
+                    .map_err(|e| failed("", e))?;
                 Ok(lines
                     .into_iter()
                     .map(|(at, mut row)| {
@@ -342,7 +343,10 @@ impl Writer {
                 Ok(named(columns, rows).collect())
             }
             Writer::Jsonl { dir } => {
-                let lines = jsonl::lines_with_keys(dir, &sql_name(stream), keys).map_err(|e| failed("", e))?;
+                let (table, keys) = (sql_name(stream), keys.to_vec());
+                let lines = on_files(dir, move |dir| jsonl::lines_with_keys(dir, &table, &keys))
+                    .await
+                    .map_err(|e| failed("", e))?;
                 Ok(lines.into_iter().map(|(key, row)| (key, as_text(columns, row))).collect())
             }
             Writer::Iceberg(_) => Err(WriteError::Refused("a lakehouse's rows are not read by key".into())),
@@ -353,27 +357,31 @@ impl Writer {
     /// `stream` whose `key_field` is a key of `changes`: `None` leaves the
     /// line out, `Some(fields)` sets those fields on it. Every other line
     /// stays. Only a file rewrites lines (a database replaces rows by key).
-    pub(crate) fn change_lines(
+    pub(crate) async fn change_lines(
         &self,
         (pipeline_id, stream): (&str, &str),
         key_field: &str,
-        changes: &HashMap<String, Option<jsonl::Row>>,
+        changes: HashMap<String, Option<jsonl::Row>>,
     ) -> Result<jsonl::Rewritten, WriteError> {
         let Writer::Jsonl { dir } = self else {
             return Err(WriteError::Refused("only a file's lines are rewritten".into()));
         };
         let meta: serde_json::Value = serde_json::from_str(&meta(pipeline_id, stream)).unwrap_or_default();
-        jsonl::rewrite(dir, &sql_name(stream), |row| {
-            if row.get("_service_meta") != Some(&meta) {
-                return None;
-            }
-            let change = changes.get(row.get(key_field)?.as_str()?)?;
-            Some(change.as_ref().map(|fields| {
-                let mut row = row.clone();
-                row.extend(fields.clone());
-                row
-            }))
+        let (table, key_field) = (sql_name(stream), key_field.to_owned());
+        on_files(dir, move |dir| {
+            jsonl::rewrite(dir, &table, |row| {
+                if row.get("_service_meta") != Some(&meta) {
+                    return None;
+                }
+                let change = changes.get(row.get(key_field.as_str())?.as_str()?)?;
+                Some(change.as_ref().map(|fields| {
+                    let mut row = row.clone();
+                    row.extend(fields.clone());
+                    row
+                }))
+            })
         })
+        .await
         .map_err(|e| failed("", e))
     }
 
@@ -394,6 +402,17 @@ impl Writer {
             Writer::Jsonl { .. } | Writer::Iceberg(_) => {}
         }
     }
+}
+
+/// Runs `work` on a file destination's folder off the async workers: it
+/// may wait for a file's lock while another process rewrites the file,
+/// and reads or writes whole files.
+async fn on_files<T: Send + 'static>(
+    dir: &cap_std::fs::Dir,
+    work: impl FnOnce(&cap_std::fs::Dir) -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let dir = dir.try_clone()?;
+    tokio::task::spawn_blocking(move || work(&dir)).await.map_err(std::io::Error::other)?
 }
 
 /// The metadata every row of `pipeline_id`'s `stream` carries (its

@@ -46,11 +46,22 @@ fn locked(
     }
 }
 
-/// Appends lines to the stream's file and makes them durable.
+/// Appends lines to the stream's file and makes them durable. A last line
+/// a killed process left without its end (a write cut short) is ended
+/// first, so the new lines are never glued to it.
 pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
     let mut options = cap_std::fs::OpenOptions::new();
-    options.create(true).append(true);
+    options.create(true).append(true).read(true);
     let mut file = locked(dir, table, &options)?.ok_or_else(|| std::io::Error::other("the file vanished"))?;
+    let len = file.metadata()?.len();
+    let mut last = [b'\n'];
+    if len > 0 {
+        file.read_exact_at(&mut last, len - 1)?;
+    }
+    if last != [b'\n'] {
+        file.write_all(b"\n")?;
+    }
     file.write_all(out)?;
     file.sync_data()
 }
@@ -72,11 +83,11 @@ pub(in crate::warehouse) fn lines_after(
         Err(e) => return Err(e),
     };
     let mut kept = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate().skip(after) {
+    for (i, line) in std::io::BufReader::new(file).split(b'\n').enumerate().skip(after) {
         if kept.len() == limit {
             break;
         }
-        if let Ok(row) = serde_json::from_str::<Row>(&line?)
+        if let Ok(row) = serde_json::from_slice::<Row>(&line?)
             && keep(&row)
         {
             kept.push((i + 1, row));
@@ -111,10 +122,11 @@ pub(in crate::warehouse) fn lines_with_keys(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
         Err(e) => return Err(e),
     };
-    for line in std::io::BufReader::new(file).lines() {
+    for line in std::io::BufReader::new(file).split(b'\n') {
         let line = line?;
-        if let Some(key) = key_of(&line).filter(|k| wanted.contains(k))
-            && let Ok(row) = serde_json::from_str::<Row>(&line)
+        let Ok(text) = std::str::from_utf8(&line) else { continue };
+        if let Some(key) = key_of(text).filter(|k| wanted.contains(k))
+            && let Ok(row) = serde_json::from_str::<Row>(text)
         {
             found.insert(key.to_owned(), row);
         }
@@ -145,11 +157,14 @@ pub(in crate::warehouse) fn rewrite(
     let temporary = format!("{}.rewrite", name(table));
     let mut out = std::io::BufWriter::new(dir.create(&temporary)?.into_std());
     let mut done = Rewritten::default();
-    for line in std::io::BufReader::new(&file).lines() {
+    for line in std::io::BufReader::new(&file).split(b'\n') {
         let line = line?;
-        let verdict = serde_json::from_str::<Row>(&line).ok().and_then(|row| change(&row));
+        let verdict = serde_json::from_slice::<Row>(&line).ok().and_then(|row| change(&row));
         match verdict {
-            None => writeln!(out, "{line}")?,
+            None => {
+                out.write_all(&line)?;
+                out.write_all(b"\n")?;
+            }
             Some(None) => done.removed += 1,
             Some(Some(row)) => {
                 serde_json::to_writer(&mut out, &row)?;
@@ -220,6 +235,26 @@ mod tests {
             .collect();
         assert_eq!(ns, ["20", "not json", "3"], "{text}");
         assert!(!tmp.path().join("t.jsonl.rewrite").exists());
+    }
+
+    /// A last line a killed process left without its end (cut inside a
+    /// character, even) is ended before the next lines are appended: they
+    /// stay whole, and every read passes over the fragment.
+    #[test]
+    fn a_line_cut_short_is_ended_before_the_next_append() {
+        let (tmp, dir) = folder();
+        let mut torn = line("a", 1).into_bytes();
+        torn.extend_from_slice(&"{\"n\":\"caf\u{e9}".as_bytes()[..10]);
+        std::fs::write(tmp.path().join("t.jsonl"), &torn).unwrap();
+        append(&dir, "t", line("b", 2).as_bytes()).unwrap();
+        let read = lines_after(&dir, "t", 0, 10, |_| true).unwrap();
+        let ns: Vec<(usize, u64)> = read.iter().map(|(at, r)| (*at, r["n"].as_u64().unwrap())).collect();
+        assert_eq!(ns, [(1, 1), (3, 2)], "the fragment is line 2, passed over");
+        assert_eq!(lines_with_keys(&dir, "t", &["b".into()]).unwrap()["b"]["n"], 2);
+        let done = rewrite(&dir, "t", |row| (row["n"] == 1).then_some(None)).unwrap();
+        assert_eq!(done.removed, 1);
+        let after = std::fs::read(tmp.path().join("t.jsonl")).unwrap();
+        assert_eq!(after, [&torn[line("a", 1).len()..], b"\n", line("b", 2).as_bytes()].concat(), "kept as it was");
     }
 
     /// An append waits for the lock, and when the file it waited on was
