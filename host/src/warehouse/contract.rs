@@ -34,9 +34,22 @@ use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
 use crate::store::pipelines::{StreamContract, StreamSyncMode};
 
 /// The stream whose table holds `stream`'s rejected rows (the records its
-/// contract kept aside).
+/// contract kept aside): `{stream}__rejected`. A table's name is cut at
+/// [`super::sql_name`]'s length, so where that cut would leave the
+/// rejected table with the stream's own name (a stream of 60 characters
+/// or more), the name keeps the start of the stream's, a digest of all
+/// of it, and the suffix whole.
 pub(crate) fn rejected_stream(stream: &str) -> String {
-    format!("{stream}__rejected")
+    const SUFFIX: &str = "__rejected";
+    let plain = format!("{stream}{SUFFIX}");
+    let table = super::sql_name(stream);
+    if super::sql_name(&plain) != table {
+        return plain;
+    }
+    use sha2::Digest;
+    let digest = hex::encode(super::shape::parts_hashed(&[stream]).finalize());
+    let start: String = table.chars().take(super::SQL_NAME_LENGTH - SUFFIX.len() - 9).collect();
+    format!("{start}_{}{SUFFIX}", &digest[..8])
 }
 
 /// The key of a rejected row, and the field it is derived from.
@@ -392,6 +405,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A stream's rejected rows never share its table, however long its
+    /// name; names that were told apart before keep their tables.
+    #[test]
+    fn a_rejected_table_is_never_its_streams_own() {
+        use crate::warehouse::sql_name;
+        assert_eq!(rejected_stream("users"), "users__rejected");
+        let medium = "m".repeat(55);
+        assert_eq!(rejected_stream(&medium), format!("{medium}__rejected"), "already a table of its own");
+        for long in ["l".repeat(60), "l".repeat(90), format!("9{}", "x".repeat(70)), "É".repeat(64)] {
+            let rejected = sql_name(&rejected_stream(&long));
+            assert_ne!(rejected, sql_name(&long), "{long}");
+            assert!(rejected.ends_with("__rejected") && rejected.len() <= 60, "{rejected}");
+            assert_eq!(rejected, sql_name(&rejected), "a name sql_name keeps as it is");
+        }
+        let (a, b) = (format!("{}a", "s".repeat(60)), format!("{}b", "s".repeat(60)));
+        assert_eq!(sql_name(&a), sql_name(&b), "one table for both streams");
+        assert_ne!(sql_name(&rejected_stream(&a)), sql_name(&rejected_stream(&b)), "each its own rejected rows");
+    }
 
     fn schema() -> Value {
         json!({ "type": "object", "required": ["id"], "properties": {

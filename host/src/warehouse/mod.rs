@@ -75,10 +75,17 @@ pub(crate) fn text_bytes(records: &[String]) -> usize {
     records.iter().map(String::len).sum()
 }
 
-/// Table and column names: lower case letters, digits and `_`.
+/// How many characters of a raw name a table or column name keeps.
+pub(crate) const SQL_NAME_LENGTH: usize = 60;
+
+/// Table and column names: lower case letters, digits and `_`, at most
+/// [`SQL_NAME_LENGTH`] of them (and a `_` before a leading digit).
 pub(crate) fn sql_name(raw: &str) -> String {
-    let mut s: String =
-        raw.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).take(60).collect();
+    let mut s: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .take(SQL_NAME_LENGTH)
+        .collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '_');
     }
