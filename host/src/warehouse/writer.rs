@@ -290,7 +290,7 @@ impl Writer {
 
     /// Up to `limit` rows that pipeline `pipeline_id` wrote to `stream`'s
     /// table after the position `after` (where a page ended: a key in a
-    /// database, a line number in a file), in order: each its position and
+    /// database, a [`jsonl::Position`] in a file), in order: each its position and
     /// `columns` by name (text in a database, as written in a file). None
     /// where there is no such table; a lakehouse's tables are not read back
     /// here. Another pipeline's rows of a shared table are never among
@@ -310,10 +310,10 @@ impl Writer {
                 Ok(named(columns, rows).collect())
             }
             Writer::Jsonl { dir } => {
-                let after = after.parse::<usize>().unwrap_or(0);
+                let after = jsonl::Position::parse(after);
                 let meta: serde_json::Value = serde_json::from_str(&meta).unwrap_or_default();
                 let owned = move |row: &jsonl::Row| row.get("_service_meta") == Some(&meta);
-                let lines = on_files(dir, move |dir| jsonl::lines_after(dir, &table, after, limit, owned))
+                let lines = on_files(dir, move |dir| jsonl::lines_after(dir, &table, after.as_ref(), limit, owned))
                     .await
                     .map_err(|e| failed("", e))?;
                 Ok(lines

@@ -66,34 +66,108 @@ pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u
     file.sync_data()
 }
 
-/// Up to `limit` lines of the stream's file after its first `after` that
-/// `keep` keeps, each parsed, with its position (1 for the first line);
-/// none when there is no file. A line that is no JSON object (a write cut
-/// short) is never kept.
+/// Where a page of lines ended: the offset where its last line starts,
+/// and that line's key. Written as `{offset}-{key}` (a cursor of the API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::warehouse) struct Position {
+    offset: u64,
+    key: String,
+}
+
+impl Position {
+    /// The position a text of [`Position::to_string`] names; `None` for any
+    /// other text (reading then starts at the first line).
+    pub(in crate::warehouse) fn parse(text: &str) -> Option<Position> {
+        let (offset, key) = text.split_once('-')?;
+        Some(Position { offset: offset.parse().ok()?, key: key.to_owned() })
+    }
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.offset, self.key)
+    }
+}
+
+/// Up to `limit` lines of the stream's file after `after` that `keep`
+/// keeps, each parsed, with its position; from the first line when
+/// `after` is `None`, and none when there is no file. A line that is no
+/// JSON object (a write cut short) is never kept.
+///
+/// Reading resumes at the byte where the last page's line starts, so a
+/// file is read once however many pages it takes. Another pipeline's
+/// rewrite may have moved that line meanwhile (it only leaves lines out,
+/// so to an earlier offset): then its key finds it again, and a line that
+/// is gone altogether starts the reading over from the first line, so
+/// that no line is passed over.
 pub(in crate::warehouse) fn lines_after(
     dir: &cap_std::fs::Dir,
     table: &str,
-    after: usize,
+    after: Option<&Position>,
     limit: usize,
     keep: impl Fn(&Row) -> bool,
-) -> std::io::Result<Vec<(usize, Row)>> {
-    let file = match dir.open(name(table)) {
-        Ok(file) => file,
+) -> std::io::Result<Vec<(Position, Row)>> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = match dir.open(name(table)) {
+        Ok(file) => std::io::BufReader::new(file.into_std()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    let mut line = Vec::new();
+    let mut offset = 0;
+    if let Some(after) = after {
+        file.seek(SeekFrom::Start(after.offset))?;
+        let read = file.read_until(b'\n', &mut line)?;
+        if line_key(&line) == after.key {
+            offset = after.offset + read as u64;
+        } else {
+            file.seek(SeekFrom::Start(0))?;
+            offset = resume_after(&mut file, after)?;
+            file.seek(SeekFrom::Start(offset))?;
+        }
+    }
     let mut kept = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).split(b'\n').enumerate().skip(after) {
-        if kept.len() == limit {
+    while kept.len() < limit {
+        line.clear();
+        let read = file.read_until(b'\n', &mut line)?;
+        if read == 0 {
             break;
         }
-        if let Ok(row) = serde_json::from_slice::<Row>(&line?)
+        let at = offset;
+        offset += read as u64;
+        if let Ok(row) = serde_json::from_slice::<Row>(&line)
             && keep(&row)
         {
-            kept.push((i + 1, row));
+            let key = line_key(&line).to_owned();
+            kept.push((Position { offset: at, key }, row));
         }
     }
     Ok(kept)
+}
+
+/// The offset just past the line `after` names, found by its key in a file
+/// rewritten since: the last line with that key starting no later than it
+/// did. 0 (the first line) when no line holds the key any more.
+fn resume_after(file: &mut impl BufRead, after: &Position) -> std::io::Result<u64> {
+    let (mut offset, mut resume) = (0, 0);
+    let mut line = Vec::new();
+    while offset <= after.offset {
+        line.clear();
+        let read = file.read_until(b'\n', &mut line)?;
+        if read == 0 {
+            break;
+        }
+        offset += read as u64;
+        if line_key(&line) == after.key {
+            resume = offset;
+        }
+    }
+    Ok(resume)
+}
+
+/// [`key_of`] a line as read, with its end; empty for a line without one.
+fn line_key(line: &[u8]) -> &str {
+    std::str::from_utf8(line).ok().and_then(key_of).unwrap_or_default()
 }
 
 /// The key a line of ours ends with (its `_service_raw_id`), found without
@@ -209,6 +283,35 @@ mod tests {
         assert_eq!(key_of(r#"{"x":"\"_service_raw_id\":\"no","_service_raw_id":"yes","m":1}"#), Some("yes"));
     }
 
+    /// Pages of lines follow each other from the byte where the last one
+    /// ended; a rewrite between two pages that moves the lines (another
+    /// pipeline's, left out) passes over none of them, and a page whose
+    /// last line is gone starts over rather than skip any.
+    #[test]
+    fn pages_resume_where_they_ended_even_across_a_rewrite() {
+        let (_tmp, dir) = folder();
+        let n = |rows: &[(Position, Row)]| rows.iter().map(|(_, r)| r["n"].as_u64().unwrap()).collect::<Vec<_>>();
+        let ours = |row: &Row| row["n"].as_u64().unwrap().is_multiple_of(2);
+        let text: String = (1..=8).map(|i| line(&format!("k{i}"), i)).collect();
+        append(&dir, "t", text.as_bytes()).unwrap();
+        let first = lines_after(&dir, "t", None, 2, ours).unwrap();
+        assert_eq!(n(&first), [2, 4]);
+        let at = first[1].0.clone();
+        assert_eq!(Position::parse(&at.to_string()), Some(at.clone()));
+        assert_eq!(n(&lines_after(&dir, "t", Some(&at), 10, ours).unwrap()), [6, 8]);
+
+        // Another pipeline's lines before and after the position go.
+        rewrite(&dir, "t", |row| (!row["n"].as_u64().unwrap().is_multiple_of(2)).then_some(None)).unwrap();
+        let next = lines_after(&dir, "t", Some(&at), 1, ours).unwrap();
+        assert_eq!(n(&next), [6], "found again by its key, nothing passed over");
+        assert_eq!(n(&lines_after(&dir, "t", Some(&next[0].0), 10, ours).unwrap()), [8]);
+
+        // The page's own last line gone: from the start again.
+        rewrite(&dir, "t", |row| (row["n"] == 4).then_some(None)).unwrap();
+        assert_eq!(n(&lines_after(&dir, "t", Some(&at), 10, ours).unwrap()), [2, 6, 8]);
+        assert_eq!(Position::parse("12"), None, "a line number of before reads from the start");
+    }
+
     /// A rewrite changes and leaves out the lines it is told to and keeps
     /// the rest as they were, in their places.
     #[test]
@@ -247,9 +350,10 @@ mod tests {
         torn.extend_from_slice(&"{\"n\":\"caf\u{e9}".as_bytes()[..10]);
         std::fs::write(tmp.path().join("t.jsonl"), &torn).unwrap();
         append(&dir, "t", line("b", 2).as_bytes()).unwrap();
-        let read = lines_after(&dir, "t", 0, 10, |_| true).unwrap();
-        let ns: Vec<(usize, u64)> = read.iter().map(|(at, r)| (*at, r["n"].as_u64().unwrap())).collect();
-        assert_eq!(ns, [(1, 1), (3, 2)], "the fragment is line 2, passed over");
+        let read = lines_after(&dir, "t", None, 10, |_| true).unwrap();
+        let ns: Vec<(u64, u64)> = read.iter().map(|(at, r)| (at.offset, r["n"].as_u64().unwrap())).collect();
+        let second = torn.len() as u64 + 1;
+        assert_eq!(ns, [(0, 1), (second, 2)], "the fragment, ended, is passed over");
         assert_eq!(lines_with_keys(&dir, "t", &["b".into()]).unwrap()["b"]["n"], 2);
         let done = rewrite(&dir, "t", |row| (row["n"] == 1).then_some(None)).unwrap();
         assert_eq!(done.removed, 1);

@@ -17,5 +17,5 @@ pub(crate) mod open;
 
 pub(in crate::warehouse) use batch::lines;
 pub(crate) use config::{FIELDS, config};
-pub(in crate::warehouse) use file::{Rewritten, Row, append, lines_after, lines_with_keys, rewrite};
+pub(in crate::warehouse) use file::{Position, Rewritten, Row, append, lines_after, lines_with_keys, rewrite};
 pub(crate) use open::open;
