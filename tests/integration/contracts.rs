@@ -650,6 +650,57 @@ async fn a_replay_spanning_pages_keeps_the_newest_version_of_every_key(backend: 
     fx.srv.stop().await;
 }
 
+/// A replayed row keeps the time its record was read, not the time the
+/// replay wrote it. Two versions of each of three keys, read with the
+/// same cursor value, are kept aside: the older for its kind, the newer
+/// for a field the schema does not declare. A first replay lets kinds
+/// through and loads the older versions; a second lets the new field
+/// through, and the newer versions load over them. (Were the first
+/// replay's rows as new as their writing, the second would count the
+/// newer versions as superseded and drop them.) Into SQLite and
+/// PostgreSQL (a file does not deduplicate).
+async fn a_later_replay_ranks_replayed_rows_by_when_they_were_read(backend: Backend) {
+    let fx = setup(backend).await;
+    let warehouse = crate::support::PgDatabase::create().await.expect("a PostgreSQL warehouse");
+    let ws = fx.srv.workspace_id().await;
+    let at = "2026-01-01T00:00:00Z";
+    let older = |i: u64| json!({ "id": i, "kind": 7, "updated_at": at, "payload": { "n": 1 } });
+    let newer = |i: u64| json!({ "id": i, "kind": "open", "updated_at": at, "payload": { "n": 2 }, "coupon": "NEW" });
+    let contract = |types: &str, columns: &str| json!({ "type_changes": types, "new_columns": columns, "invalid_records": "quarantine" });
+    for (kind, configuration) in
+        [("sqlite", json!({ "file": "ranked.db" })), ("postgres", json!({ "url": warehouse.url }))]
+    {
+        *fx.provider.records.lock().unwrap() = (1..=3).map(older).collect();
+        let dest = fx.destination(kind, configuration).await;
+        let pipeline = fx.pipeline(&dest, "incremental_deduped", contract("quarantine", "quarantine")).await;
+        assert_eq!(fx.sync(&pipeline).await["status"], "succeeded", "{kind}");
+        fx.provider.records.lock().unwrap().extend((1..=3).map(newer));
+        assert_eq!(fx.sync(&pipeline).await["status"], "succeeded", "{kind}");
+        assert_eq!(fx.rejected(&pipeline, 50).await.len(), 6, "{kind}: both versions of each key kept aside");
+
+        let path = format!("/v1/pipelines/{pipeline}");
+        let relax = |types: &str, columns: &str| json!({ "streams": [{ "name": "events", "sync_mode": "incremental_deduped", "contract": contract(types, columns) }] });
+        json_ok(fx.srv.request(Method::PATCH, &path).json(&relax("evolve", "quarantine")).send().await.unwrap()).await;
+        let (counts, job) = fx.replayed(&pipeline).await;
+        assert_eq!(counts, [json!(6), json!(3), json!(0), json!(3), json!(0)], "{kind}: the older versions: {job}");
+
+        json_ok(fx.srv.request(Method::PATCH, &path).json(&relax("evolve", "evolve")).send().await.unwrap()).await;
+        let (counts, job) = fx.replayed(&pipeline).await;
+        assert_eq!(counts, [json!(3), json!(3), json!(0), json!(0), json!(0)], "{kind}: the newer versions: {job}");
+
+        let url = match kind {
+            "sqlite" => format!("sqlite://{}", fx.srv.warehouse(&ws, "ranked.db").display()),
+            _ => warehouse.url.clone(),
+        };
+        sqlx::any::install_default_drivers();
+        let mut c = <sqlx::AnyConnection as sqlx::Connection>::connect(&url).await.unwrap();
+        let sql = "SELECT COALESCE(coupon, '') FROM events ORDER BY CAST(id AS TEXT)";
+        let coupons: Vec<String> = sqlx::query_scalar(sql).fetch_all(&mut c).await.unwrap();
+        assert_eq!(coupons, ["NEW"; 3], "{kind}: every key holds its newer version");
+    }
+    fx.srv.stop().await;
+}
+
 /// A replay in deduplicated mode never puts a record over a newer
 /// version of its key: record 7, kept aside for its kind, is read again
 /// fixed by a later sync; when the contract then lets its old kind
@@ -798,6 +849,7 @@ async fn rejected_rows_belong_to_the_pipeline_that_kept_them(backend: Backend) {
 
 on_both_backends!(
     a_replay_spanning_pages_keeps_the_newest_version_of_every_key,
+    a_later_replay_ranks_replayed_rows_by_when_they_were_read,
     a_retried_sync_keeps_the_ledger_of_every_attempt,
     a_file_replays_each_record_once_and_rewrites_its_rejected_lines,
     rejected_rows_belong_to_the_pipeline_that_kept_them,

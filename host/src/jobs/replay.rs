@@ -13,7 +13,10 @@
 //! rejected row holds a later one) is not loaded: it is counted as
 //! deduplicated and its rejected row deleted, so a replay never puts an
 //! older version over a newer one. Newer means a greater cursor value
-//! where both versions have one, otherwise read later.
+//! where both versions have one, otherwise read later: a replayed row
+//! keeps the time its record was read (not the time the replay wrote
+//! it), so it ranks among its key's versions as that read does, for a
+//! later page, a replay run again after one cut short, or a later replay.
 //!
 //! A record that stays aside is written again under its rejection: in a
 //! database that replaces its row. A file cannot replace a line, so a
@@ -39,6 +42,7 @@ use crate::store::kinds::{ContractRule, RejectionReason};
 use crate::store::pipelines::{StreamSelection, StreamSyncMode};
 use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
 use crate::warehouse::contract::{Breach, Contract, REJECTED_COLUMNS, REJECTION_ID, rejected_stream};
+use crate::warehouse::shape::READ_AT;
 use crate::warehouse::{Loader, WriteError, Writer, Written};
 
 /// Rejected rows judged and written at a time.
@@ -148,15 +152,17 @@ async fn replay_stream(
     let rules = contract_of(sel, *default_contract, &schema).unwrap_or_default();
     let contract = Contract::new(rules, &schema, keyed);
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, &schema).await?;
+    // A replayed row keeps the time its record was read, so that it ranks
+    // among the versions of its key as that read does, for this replay
+    // and any later one.
     let mut main =
-        Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, primary_key);
+        Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, primary_key)
+            .carrying_read_times();
     let mut aside = if writer.deduplicates() {
         Aside::Table(rejected_loader(writer, &pipeline.pipeline_id, &sel.name))
     } else {
         Aside::File(HashMap::new())
     };
-    // The versions of the keys this replay loaded, in a deduplicated stream.
-    let mut replayed: HashMap<String, Version> = HashMap::new();
     let loaded_before = match aside {
         Aside::File(_) if !deduplicated => loaded_before(writer, (&pipeline.pipeline_id, &table), &main).await?,
         _ => HashSet::new(),
@@ -177,8 +183,11 @@ async fn replay_stream(
             match judge(contract.as_ref(), record) {
                 Ok((record, discarded)) => {
                     done.value_discarded += u64::from(discarded);
+                    let version = Version::rejected(row);
+                    // Last, so that a field of the record's own cannot say it.
+                    let record = with_field(&record, READ_AT, &version.read_at.into());
                     loads.push(if deduplicated { record } else { keyed_by(&record, id) });
-                    versions.push(Version::rejected(row));
+                    versions.push(version);
                     loaded_keys.push((key.clone(), id.to_owned()));
                 }
                 Err(breach) => kept.push((row, breach)),
@@ -188,19 +197,13 @@ async fn replay_stream(
         // version; loading one a replay cut short loaded already (a file
         // cannot replace its line) would add it twice.
         let stale = if deduplicated {
-            superseded(&main, &loads, &versions, (cursor_field.as_deref(), &replayed)).await?
+            superseded(&main, &loads, &versions, cursor_field.as_deref()).await?
         } else if let Aside::File(_) = aside {
             main.keys_of(&loads).into_iter().map(|key| key.is_some_and(|k| loaded_before.contains(&k))).collect()
         } else {
             vec![false; loads.len()]
         };
         done.deduplicated += stale.iter().filter(|s| **s).count() as u64;
-        if deduplicated {
-            // What this replay loads is judged by the versions it was read
-            // as, not by the time the replay wrote it.
-            let fresh = main.keys_of(&loads).into_iter().zip(versions).zip(&stale).filter(|(_, s)| !**s);
-            replayed.extend(fresh.filter_map(|((key, version), _)| Some((key?, version))));
-        }
         let mut stale = stale.into_iter();
         loads.retain(|_| !stale.next().unwrap_or(false));
         let stored = |w: [Written; 2]| w.iter().map(|w| w.stored).sum::<u64>();
@@ -327,14 +330,14 @@ const EXTRACTED_AT: &str = "_service_extracted_at";
 /// Of the records a deduplicated stream's replay would load (with the
 /// versions they were read as), those a newer version of their key has
 /// superseded: the row the table holds now (a later sync read the key
-/// again; for a row this replay wrote, the version it was read as), or
+/// again; a row a replay wrote holds the time its record was read), or
 /// another record of the same page. Loading them would put an older
 /// version over a newer one. Linear in the page.
 async fn superseded(
     main: &Loader,
     records: &[String],
     versions: &[Version],
-    (cursor_field, replayed): (Option<&str>, &HashMap<String, Version>),
+    cursor_field: Option<&str>,
 ) -> Result<Vec<bool>, WriteError> {
     let current = match cursor_field {
         Some(field) => main.current_rows(records, &[EXTRACTED_AT, field]).await?,
@@ -353,12 +356,9 @@ async fn superseded(
             })
         })
         .collect();
-    let keys = main.keys_of(records);
-    let mut stale = outdone_in_page(&keys, versions);
+    let mut stale = outdone_in_page(&main.keys_of(records), versions);
     for (i, (now, version)) in current.iter().zip(versions).enumerate() {
-        // A row this replay wrote holds the version it loaded.
-        let now = keys[i].as_ref().and_then(|k| replayed.get(k)).or(now.as_ref());
-        stale[i] |= now.is_some_and(|now| now.newer_than(version));
+        stale[i] |= now.as_ref().is_some_and(|now| now.newer_than(version));
     }
     Ok(stale)
 }
@@ -400,13 +400,18 @@ fn judge(contract: Option<&Contract>, record: &str) -> Result<(String, bool), Br
     Ok((loaded, judged.value_discarded > 0))
 }
 
-/// `record` (an object) with the replay key `id` as its last field: a key
+/// `record` (an object) with `value` as its last field `name`: a field
 /// given twice counts by its last, so a field of that name the record
-/// holds itself cannot choose its row.
-fn keyed_by(record: &str, id: &str) -> String {
+/// holds itself cannot choose its row (the replay key) or its read time.
+fn with_field(record: &str, name: &str, value: &Value) -> String {
     let body = record.trim_end().strip_suffix('}').unwrap_or(record).trim_end();
     let separator = if body.ends_with('{') { "" } else { "," };
-    format!("{body}{separator}\"{REPLAY_KEY}\":{}}}", Value::from(id))
+    format!("{body}{separator}{}:{value}}}", Value::from(name))
+}
+
+/// `record` with the replay key `id` as its last field ([`with_field`]).
+fn keyed_by(record: &str, id: &str) -> String {
+    with_field(record, REPLAY_KEY, &id.into())
 }
 
 #[cfg(test)]

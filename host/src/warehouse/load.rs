@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::contract::{Contract, Judgement};
-use super::shape::{AppendKeys, shape_keyed};
+use super::shape::{AppendKeys, ReadTimes, shape_keyed};
 use super::{WriteError, Writer};
 use crate::store::Store;
 use crate::store::pipelines::StreamSyncMode;
@@ -39,6 +39,8 @@ pub struct Loader {
     states: Option<Store>,
     /// How the records of an append are keyed, the next batch's first.
     keys: AppendKeys,
+    /// Whether rows keep the read times their records carry.
+    read_times: ReadTimes,
 }
 
 /// Where a stream's batches go and how they are keyed.
@@ -98,6 +100,7 @@ impl Loader {
             in_flight: Default::default(),
             states: None,
             keys: AppendKeys::Fresh,
+            read_times: ReadTimes::Now,
         }
     }
 
@@ -109,6 +112,14 @@ impl Loader {
     /// attempt that ended before it saved the state after them.
     pub(crate) fn key_appends_after(&mut self, state: Option<&str>, replaces: bool) {
         self.keys = AppendKeys::after(&self.stream.pipeline_id, &self.stream.stream, state, replaces);
+    }
+
+    /// The same loader, its rows keeping the time each record says it was
+    /// read ([`ReadTimes::Carried`]): a replay's, whose records were read
+    /// by an earlier sync.
+    pub(crate) fn carrying_read_times(mut self) -> Loader {
+        self.read_times = ReadTimes::Carried;
+        self
     }
 
     /// The same loader, saving each checkpoint that comes due in `store`
@@ -155,8 +166,8 @@ impl Loader {
         // The parts still to write, the next one last.
         let mut parts = vec![records];
         while let Some(records) = parts.pop() {
-            let (writer, stream, contract, keys) =
-                (self.writer.clone(), self.stream.clone(), contract.cloned(), self.keys);
+            let (writer, stream, contract, keys, read_times) =
+                (self.writer.clone(), self.stream.clone(), contract.cloned(), self.keys, self.read_times);
             let (records, batch) = tokio::task::spawn_blocking(move || {
                 let batch = writer.prepare(
                     &stream.pipeline_id,
@@ -164,7 +175,7 @@ impl Loader {
                     &records,
                     stream.mode,
                     &stream.primary_key,
-                    (keys, contract.as_deref()),
+                    (keys, contract.as_deref(), read_times),
                 );
                 (records, batch)
             })

@@ -202,7 +202,14 @@ mod tests {
         let postgres = Writer::Sql(tables::Tables::new(Db::Postgres(pool)));
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
             match postgres
-                .prepare("p", "events", &records, mode, &["id".to_owned()], (AppendKeys::Fresh, None))
+                .prepare(
+                    "p",
+                    "events",
+                    &records,
+                    mode,
+                    &["id".to_owned()],
+                    (AppendKeys::Fresh, None, Default::default()),
+                )
                 .map(|batch| batch.is_some())
             {
                 Err(WriteError::BadRecord(m)) => assert!(m.contains("NUL"), "{m}"),
@@ -219,7 +226,7 @@ mod tests {
                     &nested,
                     StreamSyncMode::IncrementalAppend,
                     &[],
-                    (AppendKeys::Fresh, None)
+                    (AppendKeys::Fresh, None, Default::default())
                 ),
                 Ok(Some(_))
             ),
@@ -238,7 +245,7 @@ mod tests {
                     &records,
                     StreamSyncMode::IncrementalAppend,
                     &[],
-                    (AppendKeys::Fresh, None)
+                    (AppendKeys::Fresh, None, Default::default())
                 ),
                 Ok(Some(_))
             ),

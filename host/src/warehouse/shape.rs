@@ -70,6 +70,42 @@ impl<'de> Deserialize<'de> for Fields<'de> {
 pub(super) struct Shaped<'a> {
     pub(super) raw_id: String,
     pub(super) fields: FieldList<'a>,
+    /// When the record was read (Unix ms), where it says so itself and
+    /// its writer trusts it ([`ReadTimes::Carried`]); `None`: now.
+    pub(super) read_at: Option<i64>,
+}
+
+/// A record's own read time, which a replayed record carries (Unix ms):
+/// a `_service_` field, so never a column.
+pub(crate) const READ_AT: &str = "_service_read_at";
+
+/// When the rows of a batch were read, as their `_service_extracted_at`
+/// tells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum ReadTimes {
+    /// As the batch is written: its records were read just now. A
+    /// record's own [`READ_AT`] field is ignored (a connector's records
+    /// never choose their metadata).
+    #[default]
+    Now,
+    /// Each record's [`READ_AT`] field (its last), where it holds a
+    /// number: a replayed record keeps the time it was first read, so
+    /// that its row is ordered among versions of its key as that read
+    /// was. Only a replay's loader trusts records so.
+    Carried,
+}
+
+impl ReadTimes {
+    /// The time `shaped` says it was read, where this trusts it.
+    pub(super) fn of(self, shaped: &Shaped<'_>) -> Option<i64> {
+        match self {
+            ReadTimes::Now => None,
+            ReadTimes::Carried => {
+                let (_, raw) = shaped.fields.iter().rev().find(|(name, _)| name == READ_AT)?;
+                raw.get().parse().ok()
+            }
+        }
+    }
 }
 
 /// How the rows of an append are keyed.
@@ -178,7 +214,7 @@ pub(super) fn shape_keyed<'a>(
     } else {
         keys.key(at, record)
     };
-    Ok(Shaped { raw_id, fields })
+    Ok(Shaped { raw_id, fields, read_at: None })
 }
 
 /// Every record of a batch shaped ([`shape`]); the first that is not an
@@ -227,8 +263,13 @@ pub(super) fn column_value(raw: &RawValue) -> Result<Option<Cow<'_, str>>, Strin
     }
 }
 
-/// A row: its key and its values, in the order of [`Rows::columns`].
-pub(super) type Row<'a> = (String, Vec<Option<Cow<'a, str>>>);
+/// A row: its key, when its record was read (`None`: as the batch is
+/// written), and its values, in the order of [`Rows::columns`].
+pub(crate) struct Row<'a> {
+    pub(super) key: String,
+    pub(super) read_at: Option<i64>,
+    pub(super) values: Vec<Option<Cow<'a, str>>>,
+}
 
 /// Cells (rows times columns) a batch may lay out. Destinations take a
 /// value or a NULL for every cell (PostgreSQL's `COPY` writes each), so a
@@ -296,13 +337,14 @@ impl<'a> Rows<'a> {
                 return Ok(None);
             }
             if dedupe && let Some(&at) = by_key.get(&record.raw_id) {
-                rows[at].1 = row;
+                rows[at].values = row;
+                rows[at].read_at = record.read_at;
                 continue;
             }
             if dedupe {
                 by_key.insert(record.raw_id.clone(), rows.len());
             }
-            rows.push((record.raw_id, row));
+            rows.push(Row { key: record.raw_id, read_at: record.read_at, values: row });
         }
         Ok(Some(Rows { columns, rows }))
     }
@@ -369,9 +411,9 @@ mod tests {
             ["id", "name", "tags", "gone", "extra"],
             "one column per field name, _service_ fields dropped"
         );
-        let first: Vec<Option<&str>> = rows[0].1.iter().map(|v| v.as_deref()).collect();
+        let first: Vec<Option<&str>> = rows[0].values.iter().map(|v| v.as_deref()).collect();
         assert_eq!(first, [Some("1"), Some("café \"x\""), Some(r#"["a", "b"]"#), None]);
-        let second: Vec<Option<&str>> = rows[1].1.iter().map(|v| v.as_deref()).collect();
+        let second: Vec<Option<&str>> = rows[1].values.iter().map(|v| v.as_deref()).collect();
         assert_eq!(
             second,
             [Some("2"), Some("second"), None, None, Some(r#"{"deep": true}"#)],
@@ -401,7 +443,7 @@ mod tests {
         // Rows are as long as their last field needs; the rest is NULL.
         let values: Vec<Vec<Option<&str>>> = rows
             .iter()
-            .map(|(_, row)| (0..columns.len()).map(|j| row.get(j).and_then(|v| v.as_deref())).collect())
+            .map(|row| (0..columns.len()).map(|j| row.values.get(j).and_then(|v| v.as_deref())).collect())
             .collect();
         let want: [&[Option<&str>]; 6] = [
             &[Some("1"), Some("2"), None],
@@ -433,7 +475,7 @@ mod tests {
             panic!("21 rows of 100 columns fit in 2,100 cells")
         };
         assert_eq!((columns.len(), rows.len()), (100, 21));
-        assert!(rows[1..].iter().all(|(_, row)| row.is_empty()), "an empty record allocates no cells");
+        assert!(rows[1..].iter().all(|row| row.values.is_empty()), "an empty record allocates no cells");
     }
 
     #[test]
@@ -453,7 +495,7 @@ mod tests {
         assert_eq!(shaped[0].raw_id, hex::encode(Sha256::digest(b"[7]")));
         let Rows { rows, .. } = Rows::collect(shaped, true, MAX_CELLS).unwrap().unwrap();
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[0].1[1].as_deref(), Some("new"));
+        assert_eq!(rows[0].values[1].as_deref(), Some("new"));
         assert!(shape("[1]", StreamSyncMode::IncrementalAppend, &[]).is_err());
         assert!(shape("not json", StreamSyncMode::IncrementalAppend, &[]).is_err());
     }

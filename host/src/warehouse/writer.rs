@@ -12,7 +12,7 @@ use super::contract::{Contract, Judgement, shape_judged};
 use super::iceberg::IcebergWriter;
 use super::jsonl;
 use super::postgres::{self, copy_data};
-use super::shape::AppendKeys;
+use super::shape::{AppendKeys, ReadTimes};
 use super::sqlite::SqliteRows;
 use super::tables::{Db, SqlRows, Tables};
 use super::{WriteError, failed, quote, sql_name, text_bytes};
@@ -203,7 +203,8 @@ impl Writer {
 
     /// Lays a batch out for the destination: parsing, the stream's
     /// `contract` (its records judged on the fields parsed for the
-    /// layout), keys (an append's from `keys` in a database), escaping and
+    /// layout), keys (an append's from `keys` in a database), read times
+    /// (`read_times`; a lakehouse's rows are read now), escaping and
     /// binding, with no I/O. Returns the
     /// batch of the records that load, and what the contract did. `None`
     /// when the batch is too wide to lay out at once ([`super::shape::MAX_CELLS`])
@@ -215,7 +216,7 @@ impl Writer {
         records: &[String],
         mode: StreamSyncMode,
         primary_key: &[String],
-        (keys, contract): (AppendKeys, Option<&Contract>),
+        (keys, contract, read_times): (AppendKeys, Option<&Contract>, ReadTimes),
     ) -> Result<Option<(Batch, Judgement)>, WriteError> {
         let table = sql_name(stream);
         let now = crate::store::now_ms();
@@ -227,7 +228,12 @@ impl Writer {
             Writer::Jsonl { .. } => (mode, primary_key, AppendKeys::Fresh),
             Writer::Sql(_) => (mode, primary_key, keys),
         };
-        let (shaped, judgement) = shape_judged(stream, records, key_mode, key, &keys, contract)?;
+        let (mut shaped, judgement) = shape_judged(stream, records, key_mode, key, &keys, contract)?;
+        if read_times != ReadTimes::Now {
+            for record in &mut shaped {
+                record.read_at = read_times.of(record);
+            }
+        }
         let aside: usize = judgement.rejected.iter().map(|r| r.record.len()).sum();
         let bytes = (text_bytes(records) - aside) as u64;
         let loaded = shaped.len() as u64;

@@ -36,8 +36,9 @@ pub(in crate::warehouse) fn lines(
         }
         let _ = write!(
             out,
-            "\"_service_raw_id\":\"{}\",\"_service_extracted_at\":{now},\"_service_meta\":{meta}}}",
-            record.raw_id
+            "\"_service_raw_id\":\"{}\",\"_service_extracted_at\":{},\"_service_meta\":{meta}}}",
+            record.raw_id,
+            record.read_at.unwrap_or(now)
         );
         out.push(b'\n');
     }
@@ -52,7 +53,7 @@ mod tests {
     use crate::warehouse::shape::shape;
 
     /// Every line is its record with the metadata fields: keys of both
-    /// kinds, the longest times, records with spaces and escapes that are
+    /// kinds, the longest times, a read time of a record's own, records with spaces and escapes that are
     /// written back shorter, and reserved fields replaced. A batch fits the
     /// room [`lines`] sized for it (its `debug_assert` fails otherwise).
     #[test]
@@ -67,8 +68,10 @@ mod tests {
         let bytes = records.iter().map(|r| r.len()).sum();
         for mode in [StreamSyncMode::IncrementalAppend, StreamSyncMode::IncrementalDeduped] {
             for now in [0, 1_700_000_000_000, i64::MIN] {
-                let shaped =
+                let mut shaped =
                     records.iter().map(|r| shape(r, mode, &["id".to_owned()])).collect::<Result<Vec<_>, _>>().unwrap();
+                // A replayed record keeps the time it was read.
+                shaped[1].read_at = Some(42);
                 let keys: Vec<String> = shaped.iter().map(|s| s.raw_id.clone()).collect();
                 let out = lines(shaped, bytes, now, meta).unwrap();
                 assert!(!String::from_utf8_lossy(&out).contains("theirs"), "a record's own reserved field is dropped");
@@ -78,9 +81,9 @@ mod tests {
                     .map(|l| serde_json::from_slice(l).unwrap())
                     .collect();
                 assert_eq!(parsed.len(), records.len(), "a line per record");
-                for (line, key) in parsed.iter().zip(&keys) {
+                for (i, (line, key)) in parsed.iter().zip(&keys).enumerate() {
                     assert_eq!(line["_service_raw_id"], key.as_str());
-                    assert_eq!(line["_service_extracted_at"], now);
+                    assert_eq!(line["_service_extracted_at"], if i == 1 { 42 } else { now });
                     assert_eq!(line["_service_meta"]["stream"], "s");
                 }
                 assert_eq!(parsed[2]["id"], "k\n2");

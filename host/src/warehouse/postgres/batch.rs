@@ -50,18 +50,18 @@ pub(in crate::warehouse) fn copy_data(
             + 2
             + rows
                 .iter()
-                .map(|(id, v)| 2 + 4 + id.len() + 12 + 4 + meta.len() + v.iter().map(size).sum::<usize>())
+                .map(|row| 2 + 4 + row.key.len() + 12 + 4 + meta.len() + row.values.iter().map(size).sum::<usize>())
                 .sum::<usize>(),
     );
     data.extend_from_slice(COPY_BINARY_HEADER);
-    for (raw_id, values) in rows {
+    for row in rows {
         data.extend_from_slice(&count.to_be_bytes());
-        copy_field(&mut data, Some(raw_id))?;
+        copy_field(&mut data, Some(&row.key))?;
         data.extend_from_slice(&8i32.to_be_bytes());
-        data.extend_from_slice(&now.to_be_bytes());
+        data.extend_from_slice(&row.read_at.unwrap_or(now).to_be_bytes());
         copy_field(&mut data, Some(meta))?;
         for j in 0..names.len() - METADATA_COLUMNS.len() {
-            copy_field(&mut data, values.get(j).and_then(|v| v.as_deref()))?;
+            copy_field(&mut data, row.values.get(j).and_then(|v| v.as_deref()))?;
         }
     }
     // The trailer: a row of -1 fields.
@@ -191,7 +191,7 @@ mod tests {
     fn copy_rows_are_length_prefixed_fields_between_a_header_and_a_trailer() {
         let names: Vec<String> =
             ["_service_raw_id", "_service_extracted_at", "_service_meta", "a", "b"].iter().map(|n| quote(n)).collect();
-        let rows: Vec<Row> = vec![("k".into(), vec![Some("a\tb\\".into()), None])];
+        let rows = vec![Row { key: "k".into(), read_at: None, values: vec![Some("a\tb\\".into()), None] }];
         let data = copy_data(&names, &rows, 258, "{}").unwrap();
         let mut expected = b"PGCOPY\n\xff\r\n\0".to_vec();
         expected.extend_from_slice(&[0; 8]); // no flags, no header extension
@@ -211,18 +211,20 @@ mod tests {
             .iter()
             .map(|n| quote(n))
             .collect();
-        let rows: Vec<Row> = vec![
-            (
-                "k1".into(),
-                vec![Some("tab\there, newline\n, cr\r, backslash\\".into()), None, Some(r#"{"n":1}"#.into())],
-            ),
-            ("k2".into(), vec![Some("plain".into())]),
+        let rows = vec![
+            Row {
+                key: "k1".into(),
+                read_at: None,
+                values: vec![Some("tab\there, newline\n, cr\r, backslash\\".into()), None, Some(r#"{"n":1}"#.into())],
+            },
+            // A replayed row keeps the time it was read.
+            Row { key: "k2".into(), read_at: Some(42), values: vec![Some("plain".into())] },
         ];
         let text = copy_text_from_binary(&copy_data(&names, &rows, 1_700_000_000_123, "{}").unwrap()).unwrap();
         assert_eq!(
             String::from_utf8(text).unwrap(),
             "k1\t1700000000123\t{}\ttab\\there, newline\\n, cr\\r, backslash\\\\\t\\N\t{\"n\":1}\n\
-             k2\t1700000000123\t{}\tplain\t\\N\t\\N\n"
+             k2\t42\t{}\tplain\t\\N\t\\N\n"
         );
         assert!(
             copy_text_from_binary(&copy_data(&names, &rows, 0, "{}").unwrap()[..40]).is_err(),

@@ -31,6 +31,9 @@ pub(in crate::warehouse) struct SqliteRows {
     /// Each row's `_service_extracted_at` and `_service_meta`.
     now: i64,
     meta: String,
+    /// Rows whose `_service_extracted_at` is their own (a replay's), by
+    /// their place: usually none.
+    read_at: Vec<(usize, i64)>,
 }
 
 impl SqliteRows {
@@ -51,7 +54,7 @@ impl SqliteRows {
             vec!["?"; names.len()].join(", ")
         );
         let size: usize =
-            rows.iter().map(|(key, values)| key.len() + values.iter().flatten().map(|v| v.len()).sum::<usize>()).sum();
+            rows.iter().map(|row| row.key.len() + row.values.iter().flatten().map(|v| v.len()).sum::<usize>()).sum();
         if u32::try_from(size).is_err() {
             return Err(WriteError::BadRecord("a batch for SQLite must hold less than 4 GiB of text".into()));
         }
@@ -63,11 +66,12 @@ impl SqliteRows {
             text.push_str(value);
             Some(span)
         };
-        for (key, values) in rows {
-            spans.push(push(key));
-            spans.extend((0..width).map(|j| values.get(j).and_then(|v| v.as_deref()).and_then(&mut push)));
+        for row in rows {
+            spans.push(push(&row.key));
+            spans.extend((0..width).map(|j| row.values.get(j).and_then(|v| v.as_deref()).and_then(&mut push)));
         }
-        Ok(SqliteRows { sql, width, text, spans, now, meta: meta.to_owned() })
+        let read_at = rows.iter().enumerate().filter_map(|(i, row)| Some((i, row.read_at?))).collect();
+        Ok(SqliteRows { sql, width, text, spans, now, meta: meta.to_owned(), read_at })
     }
 
     fn value(&self, span: (u32, u32)) -> &str {
@@ -150,7 +154,20 @@ impl RowWriter {
             // reset, so they are bound once.
             self.check(unsafe { ffi::sqlite3_bind_int64(stmt, 2, rows.now) })?;
             self.check(bind_text(stmt, 3, &rows.meta))?;
-            for row in rows.spans.chunks_exact(1 + rows.width) {
+            // A row with a read time of its own binds it, and the next row
+            // binds the batch's again.
+            let (mut own, mut bound_own) = (rows.read_at.iter().peekable(), false);
+            for (at, row) in rows.spans.chunks_exact(1 + rows.width).enumerate() {
+                let time = match own.next_if(|(i, _)| *i == at) {
+                    Some((_, time)) => Some(*time),
+                    None if bound_own => Some(rows.now),
+                    None => None,
+                };
+                if let Some(time) = time {
+                    // SAFETY: `stmt` is a live statement of this connection.
+                    self.check(unsafe { ffi::sqlite3_bind_int64(stmt, 2, time) })?;
+                    bound_own = time != rows.now;
+                }
                 for (i, span) in row.iter().enumerate() {
                     // Parameter 1 is the key; 2 and 3 are the metadata.
                     let index = if i == 0 { 1 } else { i as c_int + 3 };
@@ -331,6 +348,36 @@ mod tests {
     use crate::warehouse::tests::test_place;
     use crate::warehouse::*;
     use serde_json::json;
+
+    /// A replay's loader keeps the read time each record carries, the
+    /// rows between them taking the batch's; any other loader ignores a
+    /// record's own (a connector never chooses its rows' metadata).
+    #[tokio::test]
+    async fn only_a_replay_keeps_the_read_times_its_records_carry() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = std::sync::Arc::new(
+            Writer::open(&DestinationConfig::Sqlite { file: "w.db".into() }, &test_place(dir.path()), None)
+                .await
+                .unwrap(),
+        );
+        let Writer::Sql(Tables { db: Db::Sqlite(pool, ..), .. }) = &*writer else { panic!("an SQLite writer") };
+        let records = |ids: &[(u32, &str)]| {
+            ids.iter().map(|(id, at)| format!(r#"{{"id": {id}, "_service_read_at": {at}}}"#)).collect::<Vec<_>>()
+        };
+        let mode = StreamSyncMode::IncrementalDeduped;
+        let mut replay = Loader::new(writer.clone(), "p", "events", mode, vec!["id".into()]).carrying_read_times();
+        replay.write(records(&[(1, "5"), (2, "null"), (3, "7"), (4, "8"), (5, "\"x\"")])).await.unwrap();
+        replay.drain().await.unwrap();
+        let mut sync = Loader::new(writer.clone(), "p", "events", mode, vec!["id".into()]);
+        sync.write(records(&[(6, "9")])).await.unwrap();
+        sync.drain().await.unwrap();
+        let times: Vec<(String, i64)> =
+            sqlx::query_as("SELECT id, _service_extracted_at FROM events ORDER BY id").fetch_all(pool).await.unwrap();
+        let now = crate::store::now_ms();
+        let batch = |t: i64| t > now - 60_000 && t <= now;
+        let own: Vec<Option<i64>> = times.iter().map(|(_, t)| (!batch(*t)).then_some(*t)).collect();
+        assert_eq!(own, [Some(5), None, Some(7), Some(8), None, None], "{times:?}");
+    }
 
     /// The rows of one batch: all of them land, with their values as
     /// given (escapes decoded, NUL kept, missing fields NULL), or none do.
