@@ -32,7 +32,8 @@
 //! - [`caches`]: read caches in front of the database;
 //! - [`notices`]: change notices between servers sharing PostgreSQL, which
 //!   keep those caches right on every replica;
-//! - [`sweep`]: removal of one-time records past any use.
+//! - [`sweep`]: removal of one-time records past any use;
+//! - `testing` (tests only): fresh control databases of each kind.
 //!
 //! Constraint violations are turned into domain errors right where the query
 //! runs (see [`StoreError`]), so callers never match on SQL error strings.
@@ -276,6 +277,72 @@ pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
 /// UUIDv7 keeps ids roughly time-ordered, which pagination relies on.
 pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Control databases for the store's own tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use sqlx::Connection;
+
+    use super::Store;
+
+    /// A fresh control database, which several stores may share (as
+    /// several servers do).
+    pub(crate) struct ControlDatabase {
+        pub(crate) url: String,
+        /// A PostgreSQL database's server and name, dropped at the end.
+        server: Option<(String, String)>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl ControlDatabase {
+        /// One of each kind: SQLite, and PostgreSQL on the server the
+        /// integration tests use (`SERVICE_TEST_DATABASE_URL`, or else the
+        /// local one when it answers). Without one the PostgreSQL half
+        /// prints `skipped: no PostgreSQL`, or fails with
+        /// `SERVICE_TEST_REQUIRE_POSTGRES=1` (as CI sets).
+        pub(crate) async fn each_kind() -> Vec<ControlDatabase> {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}?mode=rwc", dir.path().join("control.db").display());
+            let mut all = vec![ControlDatabase { url, server: None, _dir: dir }];
+            let server = std::env::var("SERVICE_TEST_DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+            let mut admin = match sqlx::PgConnection::connect(&server).await {
+                Ok(admin) => admin,
+                Err(e) if std::env::var("SERVICE_TEST_REQUIRE_POSTGRES").is_ok() => {
+                    panic!("SERVICE_TEST_REQUIRE_POSTGRES is set but PostgreSQL is not there: {e}")
+                }
+                Err(_) => {
+                    println!("skipped: no PostgreSQL");
+                    return all;
+                }
+            };
+            let name = format!("svc_unit_{}", uuid::Uuid::new_v4().simple());
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.unwrap();
+            let mut url = url::Url::parse(&server).unwrap();
+            url.set_path(&name);
+            all.push(ControlDatabase {
+                url: url.to_string(),
+                server: Some((server, name)),
+                _dir: tempfile::tempdir().unwrap(),
+            });
+            all
+        }
+
+        /// A store on it (migrated by the first).
+        pub(crate) async fn connect(&self) -> Store {
+            Store::connect(&self.url).await.unwrap()
+        }
+
+        /// Drops a PostgreSQL database (a SQLite one goes with its folder).
+        pub(crate) async fn drop(self) {
+            if let Some((server, name)) = &self.server {
+                let mut admin = sqlx::PgConnection::connect(server).await.unwrap();
+                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await.unwrap();
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -544,22 +544,24 @@ impl Store {
     /// live lease holds: its queue is this claim's until the lease runs
     /// out. A subscription waiting for its head's retry is not claimed.
     ///
-    /// Fair between workspaces: a workspace already holding
-    /// `slots_per_workspace` live claims (on every server together) gets
-    /// no more, and the others are served first by how few claims their
-    /// workspace holds, then by how long ago the subscription was last
-    /// served. (Two servers claiming at the same moment may each take the
-    /// last slot: the bound is exceeded by one claim at most per server.)
+    /// Weighted fair between workspaces, as job runners are: a workspace
+    /// already holding `slots_per_workspace` live claims (on every server
+    /// together) gets no more, and the others are served first by how
+    /// small a share of their claim weight the claims their workspace
+    /// holds are, then by how long ago the subscription was last served.
+    /// (Two servers claiming at the same moment may each take the last
+    /// slot: the bound is exceeded by one claim at most per server.)
     pub(crate) async fn claim_webhook(&self, lease_ms: i64, slots_per_workspace: i64) -> StoreResult<Option<Claim>> {
         let now = now_ms();
         let held = "(SELECT COUNT(*) FROM webhooks o WHERE o.workspace_id = w.workspace_id \
                     AND o.lease_owner IS NOT NULL AND o.lease_expires_at >= $1)";
         let candidates: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT w.id FROM webhooks w WHERE (w.lease_owner IS NULL OR w.lease_expires_at < $1) \
+            "SELECT w.id FROM webhooks w JOIN workspaces s ON s.id = w.workspace_id \
+             WHERE (w.lease_owner IS NULL OR w.lease_expires_at < $1) \
              AND w.enabled = 1 AND (w.blocked_until IS NULL OR w.blocked_until <= $1) \
              AND EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' \
              AND d.next_attempt_at <= $1) AND {held} < $2 \
-             ORDER BY {held}, COALESCE(w.last_served_at, 0), w.id LIMIT 8"
+             ORDER BY ({held} + 1) * 1.0 / s.claim_weight, COALESCE(w.last_served_at, 0), w.id LIMIT 8"
         )))
         .bind(now)
         .bind(slots_per_workspace)
@@ -864,5 +866,88 @@ impl Store {
             self.outbox_written();
         }
         Ok(n == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, VecDeque};
+
+    use super::*;
+    use crate::store::ClaimWeight;
+    use crate::store::testing::ControlDatabase;
+
+    /// A workspace of `weight` with eight subscriptions, each with a
+    /// delivery due.
+    async fn workspace_with_due_deliveries(store: &Store, name: &str, weight: u16) -> String {
+        let ws = store.create_workspace(name).await.unwrap().workspace_id;
+        assert!(store.set_claim_weight(&ws, ClaimWeight::new(weight).unwrap()).await.unwrap());
+        let user = store.create_user(&format!("{name}@example.test"), name).await.unwrap().user_id;
+        let secret = Sealed::from_text("k:n:c").unwrap();
+        for _ in 0..8 {
+            let webhook_id = new_id("wh");
+            store
+                .create_webhook(NewWebhook {
+                    webhook_id: &webhook_id,
+                    workspace_id: &ws,
+                    url: "https://hooks.example.test/in",
+                    description: "",
+                    event_types: &[EventType::JobStarted],
+                    secret: &secret,
+                    created_by: &user,
+                })
+                .await
+                .unwrap();
+        }
+        let mut conn = store.pool().acquire().await.unwrap();
+        let queued = record_event(&mut conn, store.outbox_bounds(), &ws, EventType::JobStarted, json!({})).await;
+        assert_eq!(queued.unwrap(), 8);
+        ws
+    }
+
+    /// Delivery slots go by the workspaces' claim weights under contention,
+    /// as job runners do: with weights 3 and 1, eight slots are shared six
+    /// and two, and 1,000 claims (each as a slot frees up) 3:1 within
+    /// ±10%. Neither workspace passes the cap per workspace. On both
+    /// control databases.
+    #[tokio::test]
+    async fn delivery_slots_go_by_claim_weight_under_contention() {
+        for db in ControlDatabase::each_kind().await {
+            let store = db.connect().await;
+            let heavy = workspace_with_due_deliveries(&store, "heavy", 3).await;
+            let light = workspace_with_due_deliveries(&store, "light", 1).await;
+            let workspace_of = |claim: &Claim| {
+                let (id, pool) = (claim.webhook_id.clone(), store.pool().clone());
+                async move {
+                    let sql = "SELECT workspace_id FROM webhooks WHERE id = $1";
+                    sqlx::query_scalar::<_, String>(sql).bind(id).fetch_one(&pool).await.unwrap()
+                }
+            };
+            let mut held: VecDeque<(Claim, String)> = VecDeque::new();
+            for _ in 0..8 {
+                let claim = store.claim_webhook(60_000, 8).await.unwrap().expect("a subscription with work");
+                let ws = workspace_of(&claim).await;
+                held.push_back((claim, ws));
+            }
+            let of = |held: &VecDeque<(Claim, String)>, ws: &str| held.iter().filter(|(_, w)| w == ws).count();
+            assert_eq!((of(&held, &heavy), of(&held, &light)), (6, 2), "eight slots shared 3:1");
+
+            let mut claims: BTreeMap<String, usize> = BTreeMap::new();
+            for _ in 0..1000 {
+                let (oldest, _) = held.pop_front().unwrap();
+                store.release_webhook(&oldest, Hold::Free).await.unwrap();
+                let claim = store.claim_webhook(60_000, 8).await.unwrap().expect("a subscription with work");
+                let ws = workspace_of(&claim).await;
+                *claims.entry(ws.clone()).or_default() += 1;
+                held.push_back((claim, ws));
+                assert!(of(&held, &heavy) <= 8 && of(&held, &light) <= 8);
+            }
+            let share = claims[&heavy] as f64 / 1000.0;
+            assert!((share - 0.75).abs() <= 0.075, "the heavy workspace had {share} of 1,000 claims, not 3/4 ± 10%");
+            // At its cap a workspace gets no more, however light the other.
+            assert!(store.claim_webhook(60_000, 2).await.unwrap().is_none(), "both hold more than two");
+            store.close().await;
+            db.drop().await;
+        }
     }
 }
