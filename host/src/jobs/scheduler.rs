@@ -1,7 +1,9 @@
 //! The scheduler: starts the syncs of pipelines and the runs of
 //! reverse-ETL activations whose interval or cron schedule is due; one
 //! that meets an active job is skipped and recorded in the audit log,
-//! never queued twice. Each tick also looks for pipelines whose data went
+//! never queued twice. Every server's scheduler looks, and each due run
+//! goes to the one that moves its next run first (a conditional update),
+//! so a run is queued once however many servers share the database. Each tick also looks for pipelines whose data went
 //! stale (or fresh again) against their freshness setting.
 
 use crate::state::AppState;
@@ -22,11 +24,14 @@ pub(super) async fn schedule_due(state: &AppState) {
 }
 
 async fn schedule_activations(state: &AppState) {
-    let Ok(due) = state.store.due_activations(now_ms()).await else { return };
+    let now = now_ms();
+    let Ok(due) = state.store.due_activations(now).await else { return };
     for a in due {
-        let _ =
-            state.store.set_activation_next_run(&a.activation_id, a.schedule.next_after(now_ms()).ok().flatten()).await;
-        if a.schedule == Schedule::Manual {
+        let next = a.schedule.next_after(now).ok().flatten();
+        // Another server's scheduler may have taken this run meanwhile.
+        if !state.store.take_due_activation_run(&a.activation_id, now, next).await.unwrap_or(false)
+            || a.schedule == Schedule::Manual
+        {
             continue;
         }
         match state.store.create_run(&a.workspace_id, &a.activation_id, JobKind::ActivationRun, Trigger::Schedule).await
@@ -54,10 +59,13 @@ async fn schedule_activations(state: &AppState) {
 }
 
 async fn schedule_syncs(state: &AppState) {
-    let Ok(due) = state.store.due_pipelines(now_ms()).await else { return };
+    let now = now_ms();
+    let Ok(due) = state.store.due_pipelines(now).await else { return };
     for p in due {
-        let _ = state.store.set_next_run(&p.pipeline_id, p.schedule.next_after(now_ms()).ok().flatten()).await;
-        if p.schedule == Schedule::Manual {
+        let next = p.schedule.next_after(now).ok().flatten();
+        // Another server's scheduler may have taken this run meanwhile.
+        if !state.store.take_due_run(&p.pipeline_id, now, next).await.unwrap_or(false) || p.schedule == Schedule::Manual
+        {
             continue;
         }
         match state.store.create_job(&p.workspace_id, &p.pipeline_id, JobKind::Sync, Trigger::Schedule).await {

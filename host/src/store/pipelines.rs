@@ -352,13 +352,27 @@ impl Store {
         rows.iter().map(pipeline_from_row).collect()
     }
 
-    pub(crate) async fn set_next_run(&self, pipeline_id: &str, next_run_at: Option<i64>) -> StoreResult<()> {
-        sqlx::query("UPDATE pipelines SET next_run_at = $1 WHERE id = $2")
-            .bind(next_run_at)
-            .bind(pipeline_id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+    /// Takes the run of a pipeline that is due at `now`, moving its next
+    /// run to `next_run_at`: true for the one server that moved it (the
+    /// row's lock orders servers that try at once, and a later one finds
+    /// the next run ahead), which then queues the run; false when another
+    /// server took it, or the pipeline is no longer due.
+    pub(crate) async fn take_due_run(
+        &self,
+        pipeline_id: &str,
+        now: i64,
+        next_run_at: Option<i64>,
+    ) -> StoreResult<bool> {
+        let taken = sqlx::query(
+            "UPDATE pipelines SET next_run_at = $1 WHERE id = $2 AND next_run_at IS NOT NULL AND next_run_at <= $3",
+        )
+        .bind(next_run_at)
+        .bind(pipeline_id)
+        .bind(now)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(taken == 1)
     }
 
     /// Finds pipelines whose data went stale or fresh again and announces
@@ -503,3 +517,71 @@ pub(crate) struct PipelineFreshness {
 /// the time.
 pub(super) const SAVE_STREAM_STATE: &str = "INSERT INTO pipeline_state (pipeline_id, stream, state, updated_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (pipeline_id, stream) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at";
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::kinds::DestinationKind;
+    use crate::store::testing::ControlDatabase;
+
+    /// Two servers' schedulers find the same pipelines due at once: each
+    /// due run goes to exactly one of them, however their attempts
+    /// interleave, and a run taken is not due again until its next time.
+    /// On both control databases.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_due_run_is_taken_by_one_server() {
+        for db in ControlDatabase::each_kind().await {
+            let (a, b) = (db.connect().await, db.connect().await);
+            let ws = a.create_workspace("w").await.unwrap().workspace_id;
+            let user = a.create_user("u@example.test", "u").await.unwrap().user_id;
+            let source = a.create_source(&ws, "conn_events", "events", &json!({}), &user).await.unwrap();
+            let destination = a
+                .create_destination(&ws, DestinationKind::Jsonl, "f", &json!({ "directory": "out" }), None, &user)
+                .await
+                .unwrap();
+            let streams = [StreamSelection {
+                name: "events".into(),
+                sync_mode: StreamSyncMode::FullRefreshOverwrite,
+                cursor_field: None,
+                primary_key: None,
+                contract: None,
+            }];
+            let every_minute = Schedule::Interval { minutes: 1 };
+            let due_at = now_ms() - 1;
+            for i in 0..50 {
+                let (source, destination) = (&source.source_id, &destination.destination_id);
+                let name = format!("p{i}");
+                a.create_pipeline(&ws, &name, source, destination, &streams, &every_minute, Some(due_at), None)
+                    .await
+                    .unwrap();
+            }
+            let now = now_ms();
+            let (seen_a, seen_b) = (a.due_pipelines(now).await.unwrap(), b.due_pipelines(now).await.unwrap());
+            assert_eq!((seen_a.len(), seen_b.len()), (50, 50), "both see every run due");
+            let next = every_minute.next_after(now).unwrap();
+            let take = |store: Store, seen: Vec<Pipeline>| {
+                tokio::spawn(async move {
+                    let mut taken = Vec::new();
+                    for p in seen {
+                        if store.take_due_run(&p.pipeline_id, now, next).await.unwrap() {
+                            taken.push(p.pipeline_id);
+                        }
+                    }
+                    taken
+                })
+            };
+            let (by_a, by_b) = (take(a.clone(), seen_a), take(b.clone(), seen_b.into_iter().rev().collect()));
+            let (by_a, by_b) = (by_a.await.unwrap(), by_b.await.unwrap());
+            let mut all: Vec<&String> = by_a.iter().chain(&by_b).collect();
+            all.sort();
+            all.dedup();
+            assert_eq!((by_a.len() + by_b.len(), all.len()), (50, 50), "{} and {}", by_a.len(), by_b.len());
+            assert!(a.due_pipelines(now_ms()).await.unwrap().is_empty(), "not due again before its next time");
+            a.close().await;
+            b.close().await;
+            db.drop().await;
+        }
+    }
+}

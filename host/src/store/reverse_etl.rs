@@ -501,17 +501,25 @@ impl Store {
         rows.iter().map(activation_from_row).collect()
     }
 
-    pub(crate) async fn set_activation_next_run(
+    /// Takes the run of an activation that is due at `now`, as
+    /// [`Store::take_due_run`] takes a pipeline's: true for the one server
+    /// that moved its next run to `next_run_at`.
+    pub(crate) async fn take_due_activation_run(
         &self,
         activation_id: &str,
+        now: i64,
         next_run_at: Option<i64>,
-    ) -> StoreResult<()> {
-        sqlx::query("UPDATE retl_activations SET next_run_at = $1 WHERE id = $2")
-            .bind(next_run_at)
-            .bind(activation_id)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+    ) -> StoreResult<bool> {
+        let taken = sqlx::query(
+            "UPDATE retl_activations SET next_run_at = $1 WHERE id = $2 AND next_run_at IS NOT NULL AND next_run_at <= $3",
+        )
+        .bind(next_run_at)
+        .bind(activation_id)
+        .bind(now)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(taken == 1)
     }
 
     /// Queues a run unless one is active for the activation (see
