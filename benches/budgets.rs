@@ -16,62 +16,24 @@
 //! cargo bench -p service --bench budgets
 //! ```
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
 use axum::middleware::Next;
 use serde_json::{Value, json};
-use sqlx::Connection;
 use testkit::provider::{FakeProvider, TestCa};
 use testkit::restapi::{self, RestApi};
+
+mod servers;
+use servers::{Scratch, Server};
 
 const TOKEN: &str = "svc_bench_budget_admin_token_0123456789";
 const PER_PAGE: usize = 10;
 
 fn setting(name: &str, default: f64) -> f64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// A `service serve` process, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    async fn start(env: &[(&str, String)]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_service"))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("SERVICE_BIND", format!("127.0.0.1:{port}"))
-            .env("SERVICE_LOG", "warn")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start the service binary");
-        let base = format!("http://127.0.0.1:{port}");
-        for _ in 0..600 {
-            if reqwest::get(format!("{base}/healthz")).await.is_ok_and(|r| r.status().is_success()) {
-                return Server { child, base };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the server did not answer within 30 s");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 async fn call(client: &reqwest::Client, base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
@@ -109,15 +71,8 @@ async fn run() {
     let secs = setting("BENCH_SECS", 60.0);
     let rate = setting("BENCH_BUDGET", 50.0);
     let burst = setting("BENCH_BURST", 5.0) as u32;
-    let admin_url =
-        std::env::var("BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("bench_budgets_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(&admin_url).await.expect("PostgreSQL (BENCH_POSTGRES_URL)");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.unwrap();
-    let database_url = match admin_url.rfind('/') {
-        Some(i) => format!("{}/{name}", &admin_url[..i]),
-        None => panic!("BENCH_POSTGRES_URL names no database"),
-    };
+    let scratch = Scratch::create("budgets").await;
+    let database_url = scratch.url.clone();
 
     // Enough pages that the two syncs together outlast the window.
     let pages = (rate * secs * 0.6).ceil() as usize + 10;
@@ -222,7 +177,5 @@ async fn run() {
     );
     println!("most within any {secs} s: {in_window} (budget {allowed}); within any second: {in_second}");
     assert!(in_window <= allowed + 1, "{in_window} requests within {secs} s exceed {allowed}");
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
-        .execute(&mut conn)
-        .await;
+    scratch.drop_now().await;
 }

@@ -30,7 +30,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,51 +38,14 @@ use sqlx::{Connection, Row};
 use testkit::provider::{FakeProvider, TestCa};
 use testkit::restapi::{self, RestApi};
 
+mod servers;
+use servers::{Scratch, Server};
+
 const TOKEN: &str = "svc_bench_schedules_admin_token_012345";
 const LEASE_SECS: u64 = 30;
 
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// A `service serve` process, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    async fn start(env: &[(&str, String)]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_service"))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("SERVICE_BIND", format!("127.0.0.1:{port}"))
-            .env("SERVICE_LOG", "warn")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start the service binary");
-        let base = format!("http://127.0.0.1:{port}");
-        for _ in 0..600 {
-            if reqwest::get(format!("{base}/healthz")).await.is_ok_and(|r| r.status().is_success()) {
-                return Server { child, base };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the server did not answer within 30 s");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 async fn post(client: &reqwest::Client, base: &str, path: &str, body: Value) -> Value {
@@ -103,15 +65,8 @@ async fn run() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let schedules = setting("BENCH_SCHEDULES", 500) as usize;
     let secs = setting("BENCH_SECS", 600);
-    let admin_url =
-        std::env::var("BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("bench_schedules_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("PostgreSQL (BENCH_POSTGRES_URL)");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut admin).await.unwrap();
-    let database_url = match admin_url.rfind('/') {
-        Some(i) => format!("{}/{name}", &admin_url[..i]),
-        None => panic!("BENCH_POSTGRES_URL names no database"),
-    };
+    let scratch = Scratch::create("schedules").await;
+    let database_url = scratch.url.clone();
 
     // A page takes a while, as a real provider's does: a tick's runs
     // keep every runner busy for a part of the minute.
@@ -255,9 +210,7 @@ async fn run() {
     println!("provider requests: {}", api.requests.load(std::sync::atomic::Ordering::SeqCst));
     drop(servers);
     drop(db);
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
-        .execute(&mut admin)
-        .await;
+    scratch.drop_now().await;
     assert_eq!(double_runs, 0, "a tick was queued twice");
     assert_eq!(stuck, 0, "jobs were left queued or running");
     assert!(!takeovers.is_empty(), "the killed server held no job to take over");
