@@ -67,10 +67,12 @@ pub(in crate::warehouse) fn append(dir: &cap_std::fs::Dir, table: &str, out: &[u
 }
 
 /// Where a page of lines ended: the offset where its last line starts,
-/// and that line's key. Written as `{offset}-{key}` (a cursor of the API).
+/// how many lines the reading kept up to it (that one too), and its key.
+/// Written as `{offset}-{kept}-{key}` (a cursor of the API).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::warehouse) struct Position {
     offset: u64,
+    kept: u64,
     key: String,
 }
 
@@ -78,14 +80,16 @@ impl Position {
     /// The position a text of [`Position::to_string`] names; `None` for any
     /// other text (reading then starts at the first line).
     pub(in crate::warehouse) fn parse(text: &str) -> Option<Position> {
-        let (offset, key) = text.split_once('-')?;
-        Some(Position { offset: offset.parse().ok()?, key: key.to_owned() })
+        let (offset, rest) = text.split_once('-')?;
+        let (kept, key) = rest.split_once('-')?;
+        let offset = offset.parse().ok().filter(|o| i64::try_from(*o).is_ok())?;
+        Some(Position { offset, kept: kept.parse().ok()?, key: key.to_owned() })
     }
 }
 
 impl std::fmt::Display for Position {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.offset, self.key)
+        write!(f, "{}-{}-{}", self.offset, self.kept, self.key)
     }
 }
 
@@ -96,10 +100,12 @@ impl std::fmt::Display for Position {
 ///
 /// Reading resumes at the byte where the last page's line starts, so a
 /// file is read once however many pages it takes. Another pipeline's
-/// rewrite may have moved that line meanwhile (it only leaves lines out,
-/// so to an earlier offset): then its key finds it again, and a line that
-/// is gone altogether starts the reading over from the first line, so
-/// that no line is passed over.
+/// rewrite may have moved that line meanwhile (its own lines left out, or
+/// made longer or shorter): the lines `keep` keeps are not its, so the
+/// reading counts them from the first line again and resumes after as
+/// many as it had kept. When those lines changed too (fewer are left, or
+/// the one counted to holds another key), it starts over from the first
+/// line: a line may come twice, none is passed over.
 pub(in crate::warehouse) fn lines_after(
     dir: &cap_std::fs::Dir,
     table: &str,
@@ -114,15 +120,18 @@ pub(in crate::warehouse) fn lines_after(
         Err(e) => return Err(e),
     };
     let mut line = Vec::new();
-    let mut offset = 0;
+    let (mut offset, mut counted) = (0, 0);
     if let Some(after) = after {
-        file.seek(SeekFrom::Start(after.offset))?;
-        let read = file.read_until(b'\n', &mut line)?;
-        if line_key(&line) == after.key {
-            offset = after.offset + read as u64;
+        let read = match file.seek(SeekFrom::Start(after.offset)) {
+            Ok(_) => file.read_until(b'\n', &mut line)?,
+            Err(_) => 0,
+        };
+        if read > 0 && line_key(&line) == after.key {
+            (offset, counted) = (after.offset + read as u64, after.kept);
         } else {
             file.seek(SeekFrom::Start(0))?;
-            offset = resume_after(&mut file, after)?;
+            offset = resume_after(&mut file, after, &keep)?;
+            counted = if offset == 0 { 0 } else { after.kept };
             file.seek(SeekFrom::Start(offset))?;
         }
     }
@@ -135,34 +144,39 @@ pub(in crate::warehouse) fn lines_after(
         }
         let at = offset;
         offset += read as u64;
-        if let Ok(row) = serde_json::from_slice::<Row>(&line)
-            && keep(&row)
-        {
+        if let Some(row) = kept_row(&line, &keep) {
+            counted += 1;
             let key = line_key(&line).to_owned();
-            kept.push((Position { offset: at, key }, row));
+            kept.push((Position { offset: at, kept: counted, key }, row));
         }
     }
     Ok(kept)
 }
 
-/// The offset just past the line `after` names, found by its key in a file
-/// rewritten since: the last line with that key starting no later than it
-/// did. 0 (the first line) when no line holds the key any more.
-fn resume_after(file: &mut impl BufRead, after: &Position) -> std::io::Result<u64> {
-    let (mut offset, mut resume) = (0, 0);
+/// A line parsed, if it is an object `keep` keeps.
+fn kept_row(line: &[u8], keep: &impl Fn(&Row) -> bool) -> Option<Row> {
+    serde_json::from_slice::<Row>(line).ok().filter(|row| keep(row))
+}
+
+/// The offset just past the line `after` names, found again as the
+/// `after.kept`-th line `keep` keeps, counted from the first line; 0 (the
+/// first line) when there are fewer, or that line is another (the kept
+/// lines themselves changed).
+fn resume_after(file: &mut impl BufRead, after: &Position, keep: &impl Fn(&Row) -> bool) -> std::io::Result<u64> {
+    let (mut offset, mut counted) = (0, 0);
     let mut line = Vec::new();
-    while offset <= after.offset {
+    while counted < after.kept {
         line.clear();
         let read = file.read_until(b'\n', &mut line)?;
         if read == 0 {
-            break;
+            return Ok(0);
         }
         offset += read as u64;
-        if line_key(&line) == after.key {
-            resume = offset;
+        if kept_row(&line, keep).is_some() {
+            counted += 1;
         }
     }
-    Ok(resume)
+    Ok(if line_key(&line) == after.key { offset } else { 0 })
 }
 
 /// [`key_of`] a line as read, with its end; empty for a line without one.
@@ -300,16 +314,31 @@ mod tests {
         assert_eq!(Position::parse(&at.to_string()), Some(at.clone()));
         assert_eq!(n(&lines_after(&dir, "t", Some(&at), 10, ours).unwrap()), [6, 8]);
 
+        // Another pipeline's line before the position grows (a new
+        // reason), so the page's last line starts later.
+        rewrite(&dir, "t", |row| {
+            (row["n"] == 1).then(|| {
+                let mut row = row.clone();
+                row.insert("reason".into(), "x".repeat(500).into());
+                Some(row)
+            })
+        })
+        .unwrap();
+        assert_eq!(n(&lines_after(&dir, "t", Some(&at), 10, ours).unwrap()), [6, 8], "moved later");
         // Another pipeline's lines before and after the position go.
         rewrite(&dir, "t", |row| (!row["n"].as_u64().unwrap().is_multiple_of(2)).then_some(None)).unwrap();
         let next = lines_after(&dir, "t", Some(&at), 1, ours).unwrap();
-        assert_eq!(n(&next), [6], "found again by its key, nothing passed over");
+        assert_eq!(n(&next), [6], "moved earlier: found again, nothing passed over");
         assert_eq!(n(&lines_after(&dir, "t", Some(&next[0].0), 10, ours).unwrap()), [8]);
 
         // The page's own last line gone: from the start again.
         rewrite(&dir, "t", |row| (row["n"] == 4).then_some(None)).unwrap();
         assert_eq!(n(&lines_after(&dir, "t", Some(&at), 10, ours).unwrap()), [2, 6, 8]);
         assert_eq!(Position::parse("12"), None, "a line number of before reads from the start");
+        let far = Position::parse(&format!("{}-1-k2", u64::MAX));
+        assert_eq!(far, None, "an offset no file reaches is no position");
+        let beyond = Position { offset: i64::MAX as u64, kept: 1, key: "k2".into() };
+        assert_eq!(n(&lines_after(&dir, "t", Some(&beyond), 10, ours).unwrap()), [6, 8], "found by counting");
     }
 
     /// A rewrite changes and leaves out the lines it is told to and keeps
