@@ -356,7 +356,8 @@ impl Store {
     /// run to `next_run_at`: true for the one server that moved it (the
     /// row's lock orders servers that try at once, and a later one finds
     /// the next run ahead), which then queues the run; false when another
-    /// server took it, or the pipeline is no longer due.
+    /// server took it, or the pipeline is no longer due (or was paused
+    /// since it was found due).
     pub(crate) async fn take_due_run(
         &self,
         pipeline_id: &str,
@@ -364,7 +365,8 @@ impl Store {
         next_run_at: Option<i64>,
     ) -> StoreResult<bool> {
         let taken = sqlx::query(
-            "UPDATE pipelines SET next_run_at = $1 WHERE id = $2 AND next_run_at IS NOT NULL AND next_run_at <= $3",
+            "UPDATE pipelines SET next_run_at = $1 WHERE id = $2 AND status = 'active' \
+             AND next_run_at IS NOT NULL AND next_run_at <= $3",
         )
         .bind(next_run_at)
         .bind(pipeline_id)

@@ -511,7 +511,8 @@ impl Store {
         next_run_at: Option<i64>,
     ) -> StoreResult<bool> {
         let taken = sqlx::query(
-            "UPDATE retl_activations SET next_run_at = $1 WHERE id = $2 AND next_run_at IS NOT NULL AND next_run_at <= $3",
+            "UPDATE retl_activations SET next_run_at = $1 WHERE id = $2 AND paused = 0 \
+             AND next_run_at IS NOT NULL AND next_run_at <= $3",
         )
         .bind(next_run_at)
         .bind(activation_id)

@@ -940,7 +940,6 @@ mod tests {
                 let ws = workspace_of(&claim).await;
                 *claims.entry(ws.clone()).or_default() += 1;
                 held.push_back((claim, ws));
-                assert!(of(&held, &heavy) <= 8 && of(&held, &light) <= 8);
             }
             let share = claims[&heavy] as f64 / 1000.0;
             assert!((share - 0.75).abs() <= 0.075, "the heavy workspace had {share} of 1,000 claims, not 3/4 ± 10%");
