@@ -78,6 +78,9 @@ FAKE_HOST = "airbyte.fake.test"
 NOW = datetime.datetime(2026, 11, 20, 12, 0, 0, 123456, tzinfo=datetime.timezone.utc)
 PAGES = 3
 PER_PAGE = 4
+# A stream whose pages hold more records than this is served one short
+# page (its parents would otherwise fan out to thousands of partitions).
+BIG_PAGE = 25
 
 
 class FrozenDateTime(datetime.datetime):
@@ -107,6 +110,26 @@ def point_at_fake(node):
     return node
 
 
+def point_consts_at_fake(spec):
+    for node in walk(spec):
+        if isinstance(node.get("const"), str):
+            node["const"] = re.sub(r"^https?://", f"https://{FAKE_HOST}/", node["const"].strip())
+
+
+def schema_at(spec, chain):
+    """The spec's schema of the configuration field at `chain` (the first
+    branch of a `oneOf` naming it), and whether it is required."""
+    node, required = spec or {}, False
+    for key in chain:
+        branches = [node] + [b for k in ("oneOf", "anyOf") for b in node.get(k) or [] if isinstance(b, dict)]
+        holder = next((b for b in branches if key in (b.get("properties") or {})), None)
+        if holder is None:
+            return {}, False
+        required = key in (holder.get("required") or [])
+        node = holder["properties"][key] if isinstance(holder["properties"][key], dict) else {}
+    return node, required
+
+
 def resolved(manifest):
     m = json.loads(json.dumps(manifest, default=str))
     m.setdefault("type", "DeclarativeSource")
@@ -114,17 +137,22 @@ def resolved(manifest):
     return ManifestComponentTransformer().propagate_types_and_parameters("", m, {})
 
 
-def secrets_of(spec, at=""):
+def secrets_of(spec, config, at=""):
+    """The pointers of the secret fields `spec` marks that `config` can
+    hold: an array's items' each item's."""
     out = []
     if not isinstance(spec, dict):
         return out
     if spec.get("airbyte_secret") and at:
         out.append(at)
     for k, v in (spec.get("properties") or {}).items():
-        out.extend(secrets_of(v, f"{at}/{k}"))
+        out.extend(secrets_of(v, config, f"{at}/{k}"))
     for key in ("oneOf", "anyOf", "allOf"):
         for b in spec.get(key) or []:
-            out.extend(secrets_of(b, at))
+            out.extend(secrets_of(b, config, at))
+    items = get_pointer(config, at) if isinstance(spec.get("items"), dict) else None
+    for i in range(len(items) if isinstance(items, list) else 0):
+        out.extend(secrets_of(spec["items"], config, f"{at}/{i}"))
     return out
 
 
@@ -198,9 +226,12 @@ def secret_named(config, at=""):
 def get_pointer(config, pointer):
     node = config
     for part in pointer.split("/")[1:]:
-        if not isinstance(node, dict) or part not in node:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
             return None
-        node = node[part]
     return node
 
 
@@ -210,10 +241,30 @@ def render(template, config, parameters, **kwargs):
     return InterpolatedString.create(template, parameters=parameters or {}).eval(config, **kwargs)
 
 
-def loose(template):
-    """A regex matching what a path template renders to."""
-    parts = re.split(r"(\{\{.*?\}\}|\{%.*?%\})", template or "")
-    return "".join("[^?]*?" if p.startswith("{") else re.escape(p) for p in parts)
+IF_BLOCK = re.compile(r"\{%-?\s*if\b.*?%\}(.*?)\{%-?\s*endif\s*-?%\}", re.S)
+ELSE = re.compile(r"\{%-?\s*else\s*-?%\}")
+
+
+def loose(template, blocks_required=False):
+    """A regex matching what a path template renders to (without its
+    query, so a value may hold `?`). A `{% if %}` block may render to
+    nothing unless `blocks_required` (or it has an `{% else %}`)."""
+    out, at = [], 0
+    template = template or ""
+    for block in IF_BLOCK.finditer(template):
+        out.append(loose_text(template[at:block.start()]))
+        branches = [loose_text(b) for b in ELSE.split(block.group(1))]
+        if len(branches) == 1 and not blocks_required:
+            branches.append("")
+        out.append("(?:" + "|".join(branches) + ")")
+        at = block.end()
+    out.append(loose_text(template[at:]))
+    return "".join(out)
+
+
+def loose_text(template):
+    parts = re.split(r"(\{\{.*?\}\}|\{%.*?%\})", template, flags=re.S)
+    return "".join(".*?" if p.startswith("{") else re.escape(p) for p in parts)
 
 
 def value_for(name, schema, seed, depth=0):
@@ -258,12 +309,19 @@ class Stream:
         retriever = component.get("retriever") or {}
         requester = retriever.get("requester") or {}
         self.parameters = requester.get("$parameters", {})
+        # Parameters that write the page token themselves (`STARTPOSITION
+        # {{ next_page_token.next_page_token + 1 }}`), with no token option.
+        self.token_templates = {k: v for k, v in (requester.get("request_parameters") or {}).items()
+                                if isinstance(v, str) and "next_page_token" in v}
         self.config = config
         base = re.sub(r"^https?://[^/]*", "", (requester.get("url_base") or requester.get("url") or "").strip())
         # A path may hold a query of its own (`content?type=page`): the
         # route is the part before, the query tells streams apart.
         path, _, fixed = (requester.get("path") or "").partition("?")
-        self.route = re.compile(loose(base.rstrip("/")) + "/?" + loose(path.lstrip("/")) + "$")
+        self.route = re.compile(loose(base.rstrip("/")) + "/?" + loose(path.lstrip("/")) + "$", re.S)
+        # A path whose `{% if %}` renders nothing (a list read to its end)
+        # is answered with no records.
+        self.whole_route = re.compile(loose(base.rstrip("/")) + "/?" + loose(path.lstrip("/"), True) + "$", re.S)
         self.fixed_query = [q for q in urllib.parse.parse_qsl(fixed, keep_blank_values=True)
                             if not re.search(r"[{}]", q[0] + q[1])]
         self.literal = len(re.sub(r"\{\{.*?\}\}", "", (requester.get("url_base") or "") + (requester.get("path") or "")))
@@ -285,6 +343,7 @@ class Stream:
                 self.page_size = int(render(self.strategy["page_size"], config, self.strategy.get("$parameters")))
             except (TypeError, ValueError):
                 self.page_size = None
+        self.pages = 1 if self.page_size is not None and self.page_size > BIG_PAGE else PAGES
         self.tokens = {}
         incremental = component.get("incremental_sync") or {}
         self.cursor = None
@@ -345,11 +404,11 @@ class Stream:
         if kind in ("PageIncrement", "OffsetIncrement"):
             value = self.option_value(query, headers, body)
             if value is None:
-                return 0
+                return self.index_written(query, kind)
             try:
                 n = int(value)
             except ValueError:
-                return PAGES
+                return self.pages
             if kind == "PageIncrement":
                 start = int(self.strategy.get("start_from_page") or 0)
                 return n - start if self.strategy.get("inject_on_first_request") else n - start
@@ -365,6 +424,33 @@ class Stream:
                     return index
         return 0
 
+    def index_written(self, query, kind):
+        """The page a parameter writing the page token names: its token
+        expressions rendered for each page until one reads as sent."""
+        values = dict(query)
+        for name, template in self.token_templates.items():
+            parts = re.split(r"(\{\{.*?\}\})", template.strip(), flags=re.S)
+            pattern = "".join(("(.*?)" if "next_page_token" in p else ".*?") if p.startswith("{{") else re.escape(p)
+                              for p in parts)
+            sent = re.fullmatch(pattern, values.get(name, "").strip(), re.S)
+            if sent is None:
+                continue
+            written = [p for p in parts if p.startswith("{{") and "next_page_token" in p]
+            for index in range(self.pages + 1):
+                if index == 0:
+                    token = None
+                elif kind == "PageIncrement":
+                    token = {"next_page_token": int(self.strategy.get("start_from_page") or 0) + index}
+                else:
+                    token = {"next_page_token": index * (self.page_size or PER_PAGE)}
+                try:
+                    rendered = [str(render(t, self.config, self.parameters, next_page_token=token)) for t in written]
+                except Exception:
+                    break
+                if list(sent.groups()) == rendered:
+                    return index
+        return 0
+
     def option_value(self, query, headers, body):
         option = self.token_option or {}
         return find_option(option.get("inject_into"), option.get("field_name"), query, headers, body)
@@ -373,17 +459,17 @@ class Stream:
         """The body and headers of page `index` (0-based)."""
         kind = (self.strategy or {}).get("type")
         size = self.page_size or PER_PAGE
-        last = index >= PAGES - 1
+        last = index >= self.pages - 1
         if kind is None:
             return self.wrap(self.records(seed, PER_PAGE, window)), {}
         if kind in ("PageIncrement", "OffsetIncrement"):
-            if index < 0 or index >= PAGES:
+            if index < 0 or index >= self.pages:
                 return self.wrap([]), {}
-            count = size if not last else (size - 1 if self.page_size else 0)
+            count = size if not last else (min(size - 1, PER_PAGE) if self.page_size else 0)
             return self.wrap(self.records(f"{seed}/p{index}", count, window)), {}
         # A cursor: the fake finds a body that makes the CDK's strategy
         # continue (not on the last page) or stop (on it).
-        count = size if not last else max(size - 1, 0)
+        count = size if not last else max(min(size - 1, PER_PAGE), 0)
         records = self.records(f"{seed}/p{index}", count, window)
         paths = response_paths(str(self.strategy.get("cursor_value")) + " " + str(self.strategy.get("stop_condition")))
         nxt = f"{FAKE_HOST}-{self.name}-{index + 1}-{hashlib.sha256(seed.encode()).hexdigest()[:6]}"
@@ -490,14 +576,17 @@ def put(body, path, leaf):
             node = node[key]
 
 
-# The access token every OAuth token endpoint of the fake issues.
+# The access token every OAuth token endpoint of the fake issues, and the
+# session token every session login answers with.
 ACCESS_TOKEN = "fake-access-token-0123456789abcdef"
+SESSION_TOKEN = "fake-session-token-0123456789abcdef"
 
 
 class Fake:
     def __init__(self):
         self.lock = threading.Lock()
         self.token_paths = set()
+        self.session_paths = {}
         self.streams = []
         self.secrets = {}
         self.log = []
@@ -513,12 +602,15 @@ class Fake:
         # CDK reads one from the manifest or the package.
         if not (manifest.get("spec") or {}).get("connection_specification"):
             manifest["spec"] = {"type": "Spec", "connection_specification": spec}
+        # A base URL the spec fixes (`const`) is the fake's, as every
+        # URL the manifest names is.
+        point_consts_at_fake(spec)
         config = sample("config", spec)
         fit_patterns(config, spec)
         recent_starts(config)
         # The spec's secrets, and fields named as secrets are (the server
         # takes neither in the clear: a user gives a credential for each).
-        pointers = sorted(set(secrets_of(spec)) | set(secret_named(config)))
+        pointers = sorted(set(secrets_of(spec, config)) | set(secret_named(config)))
         secrets = {}
         for p in pointers:
             v = get_pointer(config, p)
@@ -527,7 +619,7 @@ class Fake:
                 node = config
                 parts = p.split("/")[1:]
                 for part in parts[:-1]:
-                    node = node[part]
+                    node = node[int(part)] if isinstance(node, list) else node[part]
                 node[parts[-1]] = secrets[p]
         # A base URL read from the configuration points at the fake there.
         for node in walk(manifest):
@@ -542,7 +634,17 @@ class Fake:
                         node = config
                         for k in chain[:-1]:
                             node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
-                        node[chain[-1]] = f"https://{FAKE_HOST}/{chain[-1]}-base"
+                        if str(node.get(chain[-1], "")).startswith(f"https://{FAKE_HOST}/"):
+                            continue
+                        fake = f"https://{FAKE_HOST}/{chain[-1]}-base"
+                        field, required = schema_at(spec, chain)
+                        if re.search(field.get("pattern") or "", fake) or required:
+                            node[chain[-1]] = fake
+                        else:
+                            # A URL of the form its pattern asks for cannot
+                            # name the fake: left out, the template's own
+                            # default (pointed at the fake) is read.
+                            node.pop(chain[-1], None)
         schemas = self.package(path)
         pointed = point_at_fake(manifest)
         r = resolved(pointed)
@@ -570,7 +672,21 @@ class Fake:
                 except Exception:
                     continue
                 tokens.add(urllib.parse.urlsplit(str(url)).path)
+        # Session logins: the token at the manifest's path, which then
+        # opens the API.
+        sessions = {}
+        for node in walk(r):
+            login = node.get("login_requester") if node.get("type") == "SessionTokenAuthenticator" else None
+            if isinstance(login, dict) and isinstance(node.get("session_token_path"), list):
+                try:
+                    base = str(render(login.get("url_base") or login.get("url") or "", config, login.get("$parameters")))
+                    path = str(render(login.get("path") or "", config, login.get("$parameters")))
+                except Exception:
+                    continue
+                login_path = urllib.parse.urlsplit(base).path.rstrip("/") + ("/" + path.lstrip("/") if path else "")
+                sessions[login_path.rstrip("/")] = [str(k) for k in node["session_token_path"]]
         with self.lock:
+            self.session_paths = sessions
             self.token_paths = tokens
             self.streams = sorted(streams, key=lambda s: -s.literal)
             self.secrets = secrets
@@ -623,14 +739,23 @@ class Fake:
                 if not self.carries_secret(parsed, headers, body):
                     return 401, {}, {"error": "invalid_client"}
                 return 200, {}, {"access_token": ACCESS_TOKEN, "expires_in": 3600, "token_type": "Bearer"}
+            token_path = self.session_paths.get(parsed.path.rstrip("/"))
+            if token_path is not None:
+                answer = {}
+                put(answer, token_path, SESSION_TOKEN)
+                return 200, {}, answer
             routed = [s for s in self.streams if s.route.match(urllib.parse.unquote(parsed.path))
                       and all(list(q) in [list(x) for x in query] for q in s.fixed_query)]
-            stream = max(routed, key=lambda s: len(s.fixed_query), default=None)
+            stream = max(routed, key=lambda s: (bool(s.whole_route.match(urllib.parse.unquote(parsed.path))),
+                                                len(s.fixed_query)), default=None)
             if stream is None:
                 print(f"the fake: no stream serves {method} {target}", file=sys.stderr)
                 return 404, {}, {"error": f"no stream serves {parsed.path}"}
-            if stream.authenticates and self.secrets and not self.carries_secret(parsed, headers, body):
+            if stream.authenticates and (self.secrets or self.session_paths) \
+                    and not self.carries_secret(parsed, headers, body):
                 return 401, {}, {"error": "no credential"}
+            if not stream.whole_route.match(urllib.parse.unquote(parsed.path)):
+                return 200, {}, stream.wrap([])
             index = stream.page_index(query, headers, decoded, target)
             window = stream.window(query, headers, decoded)
             # Each window its own records.
@@ -648,7 +773,7 @@ class Fake:
             served = self.served.get(key, 0) + 1
             self.served[key] = served
             if served > PAGES * 8:
-                index = PAGES - 1
+                index = stream.pages - 1
             full_url = f"https://{FAKE_HOST}{target}"
             body, headers = stream.page(index, seed, full_url, window)
             return 200, headers, body
@@ -662,7 +787,8 @@ class Fake:
                     haystack.append(base64.b64decode(v[6:]).decode(errors="replace"))
                 except ValueError:
                     pass
-        accepted = list(self.secrets.values()) + ([ACCESS_TOKEN] if self.token_paths else [])
+        accepted = list(self.secrets.values()) + ([ACCESS_TOKEN] if self.token_paths else []) \
+            + ([SESSION_TOKEN] if self.session_paths else [])
         return any(s in h for s in accepted for h in haystack)
 
     def take_requests(self):
