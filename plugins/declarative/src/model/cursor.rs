@@ -98,6 +98,12 @@ impl DatetimeCursor {
             .ok_or_else(|| Refusal::new(node.pointer(), "a DatetimeBasedCursor needs start_datetime"))?;
         let end = bound(node, "end_datetime", &format, config, now)?;
         let option = |key: &str| node.child(key).transpose()?.map(|o| RequestOption::read(&o)).transpose();
+        let (start_option, end_option) = (option("start_time_option")?, option("end_time_option")?);
+        super::request::refuse_clash(
+            node.pointer(),
+            [("start_time_option", start_option.as_ref()), ("end_time_option", end_option.as_ref())],
+            &Context::at(now).with("config", config.clone()),
+        )?;
         Ok(DatetimeCursor {
             field,
             format,
@@ -107,8 +113,8 @@ impl DatetimeCursor {
             step,
             granularity,
             lookback,
-            start_option: option("start_time_option")?,
-            end_option: option("end_time_option")?,
+            start_option,
+            end_option,
             start_key: text("partition_field_start")?.unwrap_or_else(|| "start_time".into()),
             end_key: text("partition_field_end")?.unwrap_or_else(|| "end_time".into()),
             data_feed: node.flag("is_data_feed")?,

@@ -264,6 +264,14 @@ fn read_paginator(node: &Node, config: &Val, now: DateTime<Utc>) -> Result<Pagin
             "page_size_option cannot be set if the pagination strategy has no page_size",
         ));
     }
+    if let Some(TokenOption::Option(token)) = &token_option {
+        let ctx = Context::at(now).with("config", config.clone());
+        request::refuse_clash(
+            node.pointer(),
+            [("page_size_option", size_option.as_ref()), ("page_token_option", Some(token))],
+            &ctx,
+        )?;
+    }
     Ok(Paginator { strategy: built, token_option, size_option, parameters: node.parameters_val() })
 }
 
@@ -313,5 +321,76 @@ mod tests {
         assert!(refused.reason.contains("`other` is not found"), "{refused}");
         let refused = Source::read(&manifest(selective), &Val::from(&json!({})), now).unwrap_err();
         assert!(refused.reason.contains("auth/kind"), "{refused}");
+    }
+
+    /// A stream of `manifest` with `paginator` and `incremental_sync`.
+    fn paged(paginator: Value, incremental: Value) -> Value {
+        let mut m = manifest(json!({ "type": "NoAuth" }));
+        m["streams"][0]["retriever"]["paginator"] = paginator;
+        if !incremental.is_null() {
+            m["streams"][0]["incremental_sync"] = incremental;
+        }
+        m
+    }
+
+    #[test]
+    fn two_options_of_one_component_setting_one_key_are_refused_as_the_cdk_refuses_them() {
+        let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
+        let config = Val::from(&json!({ "field": "offset" }));
+        let option = |place: &str, field: Value| {
+            let mut o = json!({ "type": "RequestOption", "inject_into": place });
+            let key = if field.is_array() { "field_path" } else { "field_name" };
+            o[key] = field;
+            o
+        };
+        let paginator = |size: Value, token: Value| {
+            json!({ "type": "DefaultPaginator", "page_size_option": size, "page_token_option": token,
+                "pagination_strategy": { "type": "OffsetIncrement", "page_size": 50 } })
+        };
+        let read = |m: Value| Source::read(&m, &config, now);
+        // The same parameter, once by a template of the configuration.
+        let refused = read(paged(
+            paginator(
+                option("request_parameter", json!("offset")),
+                option("request_parameter", json!("{{ config.field }}")),
+            ),
+            Value::Null,
+        ))
+        .unwrap_err();
+        assert_eq!(refused.pointer, "/streams/0/retriever/paginator");
+        assert!(refused.reason.contains("page_size_option and page_token_option both set `offset`"), "{refused}");
+        // One path of a JSON body inside another.
+        let refused = read(paged(
+            paginator(option("body_json", json!(["page", "size"])), option("body_json", json!("page"))),
+            Value::Null,
+        ))
+        .unwrap_err();
+        assert!(refused.reason.contains("in the JSON body"), "{refused}");
+        // Different keys, or one key in different places, are two options.
+        for (size, token) in [
+            (option("request_parameter", json!("limit")), option("request_parameter", json!("offset"))),
+            (option("header", json!("offset")), option("request_parameter", json!("offset"))),
+            (option("body_json", json!(["page", "size"])), option("body_json", json!(["page", "token"]))),
+        ] {
+            read(paged(paginator(size, token), Value::Null)).unwrap();
+        }
+        // A cursor's start and end.
+        let cursor = json!({ "type": "DatetimeBasedCursor", "cursor_field": "updated", "datetime_format": "%Y-%m-%d",
+            "start_datetime": "2023-01-01", "start_time_option": option("request_parameter", json!("since")),
+            "end_time_option": option("request_parameter", json!("since")) });
+        let refused = read(paged(json!({ "type": "NoPagination" }), cursor)).unwrap_err();
+        assert_eq!(refused.pointer, "/streams/0/incremental_sync");
+        assert!(refused.reason.contains("start_time_option and end_time_option both set `since`"), "{refused}");
+    }
+
+    #[test]
+    fn an_option_with_an_empty_field_name_is_refused() {
+        let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
+        let paginator = json!({ "type": "DefaultPaginator",
+            "page_size_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "" },
+            "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}", "page_size": 50 } });
+        let refused = Source::read(&paged(paginator, Value::Null), &Val::from(&json!({})), now).unwrap_err();
+        assert_eq!(refused.pointer, "/streams/0/retriever/paginator/page_size_option");
+        assert!(refused.reason.contains("needs one of field_name or field_path"), "{refused}");
     }
 }

@@ -5,7 +5,8 @@
 use serde_json::Value;
 
 use super::node::{Node, Refusal, template_of};
-use crate::interpolation::{Template, Val};
+use crate::datetime::Gap;
+use crate::interpolation::{Context, Template, Val};
 
 /// Where a request option puts its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +45,11 @@ impl RequestOption {
             }
             None => return Err(Refusal::new(node.pointer(), "a RequestOption needs inject_into")),
         };
-        let field = match (node.get("field_name"), node.get("field_path")) {
+        // An empty name or path is none, as the CDK reads it.
+        let given = |key: &str| {
+            node.get(key).filter(|v| !matches!(v, Value::String(s) if s.is_empty()) && v.as_array() != Some(&vec![]))
+        };
+        let field = match (given("field_name"), given("field_path")) {
             (Some(name), None) => OptionField::Name(template_of(name, &node.below("field_name"))?),
             (None, Some(Value::Array(path))) if inject == Inject::BodyJson => OptionField::Path(
                 path.iter()
@@ -58,6 +63,56 @@ impl RequestOption {
             _ => return Err(Refusal::new(node.pointer(), "a RequestOption needs one of field_name or field_path")),
         };
         Ok(RequestOption { inject, field, parameters: node.parameters_val() })
+    }
+}
+
+/// Refuses two options of one component (a paginator's page size and
+/// token, a cursor's start and end) that set the same key, as the CDK
+/// refuses to build them: a request could not hold both values.
+pub(crate) fn refuse_clash(
+    pointer: &str,
+    [(first_name, first), (second_name, second)]: [(&str, Option<&RequestOption>); 2],
+    ctx: &Context,
+) -> Result<(), Refusal> {
+    let (Some(first), Some(second)) = (first, second) else { return Ok(()) };
+    if first.inject != second.inject {
+        return Ok(());
+    }
+    // Field names the configuration alone cannot name are left to the
+    // request, which refuses a key given twice.
+    let (Some(a), Some(b)) = (first.keys(ctx), second.keys(ctx)) else { return Ok(()) };
+    let shorter = a.len().min(b.len());
+    let clash = match first.inject {
+        // A JSON body nests: one path inside the other clashes.
+        Inject::BodyJson => a[..shorter] == b[..shorter],
+        _ => a == b,
+    };
+    if !clash {
+        return Ok(());
+    }
+    let place = match first.inject {
+        Inject::Parameter => "the request parameters",
+        Inject::Header => "the headers",
+        Inject::BodyJson => "the JSON body",
+        Inject::BodyData => "the form body",
+    };
+    Err(Refusal::new(
+        pointer,
+        format!("{first_name} and {second_name} both set `{}` in {place}: a request cannot hold both", b.join(".")),
+    ))
+}
+
+impl RequestOption {
+    /// The keys the option sets, its names evaluated with the
+    /// configuration and its parameters.
+    fn keys(&self, ctx: &Context) -> Option<Vec<String>> {
+        let ctx = ctx.clone().with("parameters", self.parameters.clone());
+        let name = |t: &Template| t.eval_string(&ctx).ok().map(|v| v.to_text());
+        match &self.field {
+            OptionField::Name(t) => Some(vec![name(t)?]),
+            OptionField::Path(path) if !path.is_empty() => path.iter().map(name).collect(),
+            OptionField::Path(_) => None,
+        }
     }
 }
 
