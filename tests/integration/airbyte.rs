@@ -595,7 +595,11 @@ fn remove_pointer(config: &mut Value, pointer: &str) {
     let Some((last, parents)) = parts.split_last() else { return };
     let mut node = config;
     for p in parents {
-        match node.get_mut(*p) {
+        let next = match node {
+            Value::Array(items) => p.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+            _ => node.get_mut(*p),
+        };
+        match next {
             Some(next) => node = next,
             None => return,
         }
@@ -1445,4 +1449,262 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
     assert_eq!(refused.status(), 400);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["details"]["errors"][0]["path"], "/credentials/0", "{body}");
+}
+
+on_both_backends!(a_session_token_from_a_login_opens_each_request);
+/// A manifest's `SessionTokenAuthenticator` whose login sends no secret:
+/// the guest logs in and sends the token in the manifest's header — once
+/// for the read with an `expiration_duration`, before every request
+/// without one, as Airbyte's CDK does. A token meant for the
+/// `Authorization` header (the host's alone) and a login that would send
+/// a secret are refused when the source is saved, by pointer.
+async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.session.test";
+    // What the provider saw: each login, and each page with the token it
+    // carried (the provider's latest, or another).
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let router = axum::Router::new()
+        .route(
+            "/v1/login",
+            axum::routing::get({
+                let seen = seen.clone();
+                move |uri: axum::http::Uri| {
+                    let seen = seen.clone();
+                    async move {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(format!("login {}", uri.query().unwrap_or_default()));
+                        let n = seen.iter().filter(|s| s.starts_with("login")).count();
+                        axum::Json(json!({ "session": { "token": format!("s-{n}") } }))
+                    }
+                }
+            }),
+        )
+        .route(
+            "/v1/items",
+            axum::routing::get({
+                let seen = seen.clone();
+                move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                    let seen = seen.clone();
+                    async move {
+                        let mut seen = seen.lock().unwrap();
+                        let latest = format!("s-{}", seen.iter().filter(|s| s.starts_with("login")).count());
+                        let carried = headers.get("x-session").and_then(|v| v.to_str().ok()).unwrap_or("none");
+                        let page = uri.query().unwrap_or("page=1").to_owned();
+                        seen.push(format!("{page} {}", if carried == latest { "latest" } else { carried }));
+                        if carried != latest {
+                            return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
+                        }
+                        let body = match page.as_str() {
+                            "page=1" => json!({ "data": [{ "id": 1 }], "next": "2" }),
+                            _ => json!({ "data": [{ "id": 2 }], "next": null }),
+                        };
+                        (axum::http::StatusCode::OK, axum::Json(body))
+                    }
+                }
+            }),
+        );
+    let ca = TestCa::new();
+    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
+    let pins = fake.pins(&[HOST]);
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let ws = srv.workspace_id().await;
+    let session = |expiration: Option<&str>, header: &str| {
+        let mut auth = json!({ "type": "SessionTokenAuthenticator",
+            "login_requester": { "type": "HttpRequester", "url_base": format!("https://{HOST}/v1"), "path": "/login",
+                "http_method": "GET", "request_parameters": { "region": "{{ config['region'] }}" } },
+            "session_token_path": ["session", "token"],
+            "request_authentication": { "type": "ApiKey",
+                "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": header } } });
+        if let Some(e) = expiration {
+            auth["expiration_duration"] = json!(e);
+        }
+        let mut m = one_stream(HOST, auth, json!({}));
+        m["streams"][0]["retriever"]["paginator"] = json!({ "type": "DefaultPaginator",
+            "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}",
+                "stop_condition": "{{ not response.next }}" },
+            "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "page" } });
+        m
+    };
+    let save = |manifest: Value, credentials: Value| {
+        let configuration = json!({ "manifest": manifest, "config": { "region": "eu" }, "credentials": credentials });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "session", "configuration": configuration }),
+        )
+        .send()
+    };
+
+    // Refused: the token in the host's header, and a login sending a secret.
+    let mut bearer = session(None, "X-Session");
+    bearer["streams"][0]["retriever"]["requester"]["authenticator"]["request_authentication"] =
+        json!({ "type": "Bearer" });
+    let mut secret_login = session(None, "X-Session");
+    secret_login["streams"][0]["retriever"]["requester"]["authenticator"]["login_requester"]["request_parameters"]["key"] =
+        json!("{{ config['api_key'] }}");
+    let key = json_ok(
+        srv.post(
+            "/v1/credentials",
+            json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+                "secret": "key-0123456789", "query_parameter": "key" }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await["data"]["credential_handle"]
+        .clone();
+    for (manifest, credentials, at, why) in [
+        (
+            bearer,
+            json!([]),
+            "/manifest/streams/0/retriever/requester/authenticator/request_authentication",
+            "only the host sets that header",
+        ),
+        (
+            session(None, "Authorization"),
+            json!([]),
+            "/manifest/streams/0/retriever/requester/authenticator/request_authentication",
+            "in the Authorization header",
+        ),
+        (
+            secret_login,
+            json!([{ "field": "/api_key", "credential_handle": key }]),
+            "/manifest/streams/0",
+            "login would send a secret",
+        ),
+    ] {
+        let resp = save(manifest, credentials).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["details"]["errors"][0]["path"], at, "{why}: {body}");
+        assert!(body.to_string().contains(why), "{why}: {body}");
+    }
+
+    // Read: with an expiration, one login; without, one before each page.
+    for (expiration, directory, expected) in [
+        (Some("PT1H"), "kept", vec!["login region=eu", "page=1 latest", "page=2 latest"]),
+        (None, "each", vec!["login region=eu", "page=1 latest", "login region=eu", "page=2 latest"]),
+    ] {
+        seen.lock().unwrap().clear();
+        let source = json_ok(save(session(expiration, "X-Session"), json!([])).await.unwrap()).await;
+        let dest = jsonl_destination(&srv, directory).await;
+        let pipeline = json_ok(
+            srv.post(
+                "/v1/pipelines",
+                json!({ "name": directory, "source_id": source["data"]["source_id"], "destination_id": dest,
+                    "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+            )
+            .send()
+            .await
+            .unwrap(),
+        )
+        .await;
+        let job = sync(&srv, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{expiration:?}: {job}");
+        assert_eq!(*seen.lock().unwrap(), expected, "{expiration:?}");
+        assert_eq!(read_lines(&srv.exports(&ws, directory), "items").len(), 2, "{expiration:?}");
+    }
+    srv.stop().await;
+}
+
+on_both_backends!(a_secret_in_an_array_of_the_configuration_takes_a_credential_per_item);
+/// A spec whose array items hold a secret field (an API key per app): the
+/// item's field (`/apps/1/key`) takes a credential of its own, which the
+/// host places; the same field given in the clear is refused.
+async fn a_secret_in_an_array_of_the_configuration_takes_a_credential_per_item(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.apps.test";
+    const KEY: &str = "app-key-0123456789";
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let router = axum::Router::new().route(
+        "/v1/items",
+        axum::routing::get({
+            let seen = seen.clone();
+            move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("none");
+                    seen.lock().unwrap().push(format!("{} {auth}", uri.query().unwrap_or_default()));
+                    axum::Json(json!({ "data": [{ "id": 1 }] }))
+                }
+            }
+        }),
+    );
+    let ca = TestCa::new();
+    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
+    let pins = fake.pins(&[HOST]);
+    let Some(srv) = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let ws = srv.workspace_id().await;
+    let mut manifest = one_stream(
+        HOST,
+        json!({ "type": "BearerAuthenticator", "api_token": "{{ config['apps'][1]['key'] }}" }),
+        json!({}),
+    );
+    manifest["streams"][0]["retriever"]["requester"]["request_parameters"] =
+        json!({ "app": "{{ config['apps'][1]['id'] }}" });
+    manifest["spec"]["connection_specification"]["properties"] = json!({ "apps": { "type": "array",
+        "items": { "type": "object", "properties": {
+            "id": { "type": "string" }, "key": { "type": "string", "airbyte_secret": true } } } } });
+    let save = |apps: Value, credentials: Value| {
+        let configuration =
+            json!({ "manifest": manifest.clone(), "config": { "apps": apps }, "credentials": credentials });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "apps", "configuration": configuration }),
+        )
+        .send()
+    };
+    let resp = save(json!([{ "id": "a" }, { "id": "b", "key": KEY }]), json!([])).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body.to_string().contains("apps") && !body.to_string().contains(KEY), "{body}");
+    let handle = json_ok(
+        srv.post(
+            "/v1/credentials",
+            json!({ "kind": "api_token", "connector_id": "conn_airbyte_manifest", "hosts": [HOST], "secret": KEY }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await["data"]["credential_handle"]
+        .clone();
+    let source = json_ok(
+        save(json!([{ "id": "a" }, { "id": "b" }]), json!([{ "field": "/apps/1/key", "credential_handle": handle }]))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let dest = jsonl_destination(&srv, "apps").await;
+    let pipeline = json_ok(
+        srv.post(
+            "/v1/pipelines",
+            json!({ "name": "apps", "source_id": source["data"]["source_id"], "destination_id": dest,
+                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let job = sync(&srv, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(*seen.lock().unwrap(), [format!("app=b Bearer {KEY}")]);
+    assert_eq!(read_lines(&srv.exports(&ws, "apps"), "items").len(), 1);
+    srv.stop().await;
 }

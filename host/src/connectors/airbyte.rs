@@ -91,7 +91,12 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
     // The same requests with other markers: a part that changes with them
     // (outside the places the host fills) is a secret transformed by a
     // template, which only the guest could compute.
-    let again = Env { config: env.secrets.mark_again(&plain, &given), secrets: env.secrets.clone(), now };
+    let again = Env {
+        config: env.secrets.mark_again(&plain, &given),
+        secrets: env.secrets.clone(),
+        now,
+        sessions: Default::default(),
+    };
     if let Some(pointer) = retrieve::secret_in_records(&source, &env, &again) {
         return Err(invalid(
             &format!("/manifest{pointer}"),

@@ -6,8 +6,9 @@
 //! transformed (encoded, sliced, put into a record), would need the value
 //! itself: refused, by the JSON pointer of the template.
 //!
-//! Which fields are secret: those the spec marks `airbyte_secret`, and any
-//! field an authenticator's token or password reads, marked or not.
+//! Which fields are secret: those the spec marks `airbyte_secret` (in an
+//! array's items too: each item's field, `/apps/0/key`), and any field an
+//! authenticator's token or password reads, marked or not.
 
 use serde_json::Value;
 
@@ -43,10 +44,15 @@ pub enum Holds {
 
 impl Secrets {
     /// The secret fields a spec's connection specification marks, found
-    /// through `properties`, `oneOf`/`anyOf`/`allOf` branches included.
-    pub fn of_spec(spec: &Value) -> Secrets {
+    /// through `properties`, `oneOf`/`anyOf`/`allOf` branches included,
+    /// and in an array's `items` each item of `config` has.
+    pub fn of_spec(spec: &Value, config: &Val) -> Secrets {
+        let mut found = Vec::new();
+        walk_spec(spec, "", &mut found);
         let mut pointers = Vec::new();
-        walk_spec(spec, "", &mut pointers);
+        for pointer in found {
+            expand(config, "", &segments(&pointer).collect::<Vec<_>>(), &mut pointers);
+        }
         pointers.sort();
         pointers.dedup();
         Secrets { pointers }
@@ -163,6 +169,30 @@ fn walk_spec(schema: &Value, at: &str, out: &mut Vec<String>) {
             }
         }
     }
+    if let Some(items @ Value::Object(_)) = obj.get("items") {
+        walk_spec(items, &format!("{at}/{ITEMS}"), out);
+    }
+}
+
+/// The segment that stands for every item of an array.
+const ITEMS: &str = "\u{1}items";
+
+/// The pointers `rest` names below `at`: each item of an array `config`
+/// holds where `rest` names every item (none where it holds none).
+fn expand(config: &Val, at: &str, rest: &[String], out: &mut Vec<String>) {
+    let Some((first, rest)) = rest.split_first() else {
+        out.push(at.to_owned());
+        return;
+    };
+    if first == ITEMS {
+        if let Some(Val::List(items)) = get(config, at) {
+            for i in 0..items.len() {
+                expand(config, &format!("{at}/{i}"), rest, out);
+            }
+        }
+        return;
+    }
+    expand(config, &format!("{at}/{}", first.replace('~', "~0").replace('/', "~1")), rest, out);
 }
 
 fn segments(pointer: &str) -> impl Iterator<Item = String> + '_ {
@@ -172,7 +202,10 @@ fn segments(pointer: &str) -> impl Iterator<Item = String> + '_ {
 fn get<'a>(v: &'a Val, pointer: &str) -> Option<&'a Val> {
     let mut at = v;
     for s in segments(pointer) {
-        at = at.get(&s)?;
+        at = match at {
+            Val::List(items) => items.get(s.parse::<usize>().ok()?)?,
+            _ => at.get(&s)?,
+        };
     }
     Some(at)
 }
@@ -183,6 +216,16 @@ fn set(v: &mut Val, pointer: &str, value: Val) {
     let Some((last, parents)) = parts.split_last() else { return };
     let mut at = v;
     for p in parents {
+        // An array's item is set where the array has it, never made.
+        if let Val::List(items) = at {
+            match p.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                Some(item) => {
+                    at = item;
+                    continue;
+                }
+                None => return,
+            }
+        }
         let Val::Dict(entries) = at else { return };
         let index = match entries.iter().position(|(k, _)| k == p) {
             Some(i) => i,
@@ -214,9 +257,9 @@ mod tests {
             "credentials": { "oneOf": [
                 { "properties": { "access_token": { "airbyte_secret": true } } },
                 { "properties": { "client_secret": { "airbyte_secret": true }, "client_id": {} } } ] } } });
-        let secrets = Secrets::of_spec(&spec);
-        assert_eq!(secrets.pointers, ["/api_key", "/credentials/access_token", "/credentials/client_secret"]);
         let config = Val::from(&json!({ "start": "2024", "credentials": { "access_token": null } }));
+        let secrets = Secrets::of_spec(&spec, &config);
+        assert_eq!(secrets.pointers, ["/api_key", "/credentials/access_token", "/credentials/client_secret"]);
         assert_eq!(secrets.given_in(&config), None);
         let given = ["/api_key".to_owned(), "/credentials/access_token".to_owned()];
         let marked = secrets.mark(&config, &given);
@@ -238,5 +281,26 @@ mod tests {
         assert!(bare.get("api_key").is_some() && bare.get("credentials").is_none());
         let given = Val::from(&json!({ "api_key": "xyz" }));
         assert_eq!(secrets.given_in(&given), Some("/api_key"));
+    }
+
+    #[test]
+    fn a_secret_in_an_array_s_items_is_each_item_s_field() {
+        let spec = json!({ "properties": { "apps": { "type": "array", "items": { "type": "object",
+            "properties": { "id": { "type": "string" }, "key": { "type": "string", "airbyte_secret": true } } } } } });
+        let config = Val::from(&json!({ "apps": [{ "id": "a" }, { "id": "b" }] }));
+        let secrets = Secrets::of_spec(&spec, &config);
+        assert_eq!(secrets.pointers, ["/apps/0/key", "/apps/1/key"]);
+        assert_eq!(secrets.given_in(&config), None);
+        let clear = Val::from(&json!({ "apps": [{ "id": "a" }, { "id": "b", "key": "xyz" }] }));
+        assert_eq!(secrets.given_in(&clear), Some("/apps/1/key"));
+        let marked = secrets.mark(&config, &["/apps/1/key".to_owned()]);
+        let apps = marked.get("apps").unwrap();
+        let Val::List(items) = apps else { panic!("{apps:?}") };
+        assert_eq!(secrets.holds(&items[1].get("key").unwrap().to_text()), Holds::Secret("/apps/1/key".into()));
+        assert_eq!(items[1].get("id").unwrap().to_text(), "b");
+        // Each item's object being there, its field is marked too.
+        assert_eq!(secrets.holds(&items[0].get("key").unwrap().to_text()), Holds::Secret("/apps/0/key".into()));
+        // No array, no item: nothing is made.
+        assert!(Secrets::of_spec(&spec, &Val::from(&json!({}))).pointers.is_empty());
     }
 }

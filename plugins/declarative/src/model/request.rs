@@ -250,6 +250,26 @@ pub enum Authenticator {
         /// The scopes asked for and where the answer says the expiry.
         terms: TokenTerms,
     },
+    /// A `SessionTokenAuthenticator`: a login request whose answer holds
+    /// a session token, which each request then carries. The login sends
+    /// no secret (a login that would is refused when the source is
+    /// saved), so the guest makes it itself.
+    Session(Box<SessionLogin>),
+}
+
+/// A session token's login and where the token goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionLogin {
+    pub login: Requester,
+    /// The pointer of the login requester (where a refusal names it).
+    pub login_pointer: String,
+    /// The token's path in the login's answer.
+    pub token_path: Vec<String>,
+    /// How long a token is good for; without it, a login before every
+    /// request, as the CDK logs in.
+    pub expiration: Option<Gap>,
+    /// Where the token goes, as it is.
+    pub option: RequestOption,
 }
 
 /// What an OAuth token request asks for beyond the grant, and how the
@@ -270,7 +290,7 @@ impl Authenticator {
     /// `config` selects), with the pointer of the one read.
     pub(crate) fn read(node: &Node, config: &Val) -> Result<(Authenticator, String), Refusal> {
         if node.kind() != "SelectiveAuthenticator" {
-            return Authenticator::read_one(node).map(|a| (a, node.pointer().to_owned()));
+            return Authenticator::read_one(node, config).map(|a| (a, node.pointer().to_owned()));
         }
         node.expect(&["SelectiveAuthenticator"], &[])?;
         let path = match node.get("authenticator_selection_path") {
@@ -303,11 +323,69 @@ impl Authenticator {
         })?;
         let value = node.get("authenticators").and_then(|m| m.get(&selected)).unwrap_or(&Value::Null);
         let chosen = Node::at(value, choice.clone())?;
-        Authenticator::read_one(&chosen).map(|a| (a, choice))
+        Authenticator::read_one(&chosen, config).map(|a| (a, choice))
     }
 
-    fn read_one(node: &Node) -> Result<Authenticator, Refusal> {
+    fn read_one(node: &Node, config: &Val) -> Result<Authenticator, Refusal> {
         match node.kind() {
+            "SessionTokenAuthenticator" => {
+                node.expect(&["SessionTokenAuthenticator"], &[])?;
+                if let Some(decoder) = node.child("decoder") {
+                    decoder?.expect(&["JsonDecoder"], &[])?;
+                }
+                let login = node.child("login_requester").ok_or_else(|| {
+                    Refusal::new(node.pointer(), "a SessionTokenAuthenticator needs a login_requester")
+                })??;
+                let token_path = match node.get("session_token_path") {
+                    Some(Value::Array(items)) if !items.is_empty() => {
+                        items.iter().map(|i| i.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>()
+                    }
+                    _ => None,
+                }
+                .ok_or_else(|| {
+                    Refusal::new(node.below("session_token_path"), "expected the token's path, a list of keys")
+                })?;
+                let expiration = match node.text("expiration_duration")? {
+                    None => None,
+                    Some(text) => Some(
+                        Gap::parse(text).map_err(|e| Refusal::new(node.below("expiration_duration"), e.to_string()))?,
+                    ),
+                };
+                let how = node.child("request_authentication").ok_or_else(|| {
+                    Refusal::new(node.pointer(), "a SessionTokenAuthenticator needs request_authentication")
+                })??;
+                // The guest sends the token itself, and the headers that
+                // carry credentials are the host's alone.
+                let reserved = |header: &str| {
+                    Refusal::new(
+                        how.pointer(),
+                        format!(
+                            "a session token in the {header} header: only the host sets that header (for a credential it holds), so the guest cannot send the token there"
+                        ),
+                    )
+                };
+                if how.kind() == "Bearer" {
+                    how.expect(&["Bearer"], &[])?;
+                    return Err(reserved("Authorization"));
+                }
+                how.expect(&["ApiKey"], &[])?;
+                let option = how
+                    .child("inject_into")
+                    .ok_or_else(|| Refusal::new(how.pointer(), "the session token's ApiKey needs inject_into"))??;
+                let option = RequestOption::read(&option)?;
+                if let (Inject::Header, OptionField::Name(name)) = (option.inject, &option.field)
+                    && connector_rules::headers::is_reserved(name.source().trim())
+                {
+                    return Err(reserved(name.source().trim()));
+                }
+                Ok(Authenticator::Session(Box::new(SessionLogin {
+                    login: Requester::read(&login, config)?,
+                    login_pointer: login.pointer().to_owned(),
+                    token_path,
+                    expiration,
+                    option,
+                })))
+            }
             "NoAuth" => {
                 node.expect(&["NoAuth"], &[])?;
                 Ok(Authenticator::None)

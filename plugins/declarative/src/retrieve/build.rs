@@ -13,7 +13,8 @@ use crate::interpolation::{Context, Template, Val};
 use crate::model::cursor::DatetimeCursor;
 use crate::model::partition::Router;
 use crate::model::request::{
-    Authenticator, Entry, Inject, Nested, OptionField, RequestInput, RequestOption, TokenOption,
+    Authenticator, Entry, Inject, Nested, OptionField, RequestInput, RequestOption, Requester, SessionLogin,
+    TokenOption,
 };
 use crate::model::{Retriever, Stream};
 use crate::secrets::Holds;
@@ -150,17 +151,63 @@ fn nested(n: &Nested, ctx: &Context) -> Result<Option<Value>, ReadError> {
 /// The request for `slice` and `token` of `stream`.
 pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: &Env) -> Result<Request, ReadError> {
     let retriever = &stream.retriever;
-    let requester = &retriever.requester;
+    let token_path = match (&retriever.paginator, token) {
+        (Some(p), Some(t)) if p.token_option == Some(TokenOption::Path) && t.truthy() => Some(t.to_text()),
+        _ => None,
+    };
+    // The requester's own options and its authenticator's, then the
+    // paginator's and the routers'.
+    assemble(&retriever.requester, slice, token, token_path, env, |options| {
+        if let Some(paginator) = &retriever.paginator {
+            if let (Some(TokenOption::Option(option)), Some(t)) = (&paginator.token_option, token) {
+                options.inject(option, t.clone(), env)?;
+            }
+            if let Some(option) = &paginator.size_option {
+                let size = paginator
+                    .strategy
+                    .page_size(&env.config, &paginator.parameters, env.now)
+                    .map_err(|e| ReadError::Invalid(format!("the page size: {e}")))?;
+                if let Some(size) = size.filter(|s| *s != 0) {
+                    options.inject(option, Val::Int(size), env)?;
+                }
+            }
+        }
+        if token.is_none() || !retriever.ignore_routers_on_paginated_requests {
+            match &stream.cursor {
+                Some(cursor) => window_options(cursor, slice, options, env)?,
+                None => route_options(retriever, slice, options, env)?,
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A session token's login request: its requester's alone.
+pub(super) fn login_request(session: &SessionLogin, env: &Env) -> Result<Request, ReadError> {
+    let request = assemble(&session.login, &Slice::default(), None, None, env, |_| Ok(()))?;
+    if !request.credentials.is_empty() {
+        // The token would come of a secret, in the guest's hands.
+        return Err(ReadError::Secret("a session token's login would send a secret".into()));
+    }
+    Ok(request)
+}
+
+/// A request of `requester`: its URL, options and authenticator, then
+/// what `more` adds, every secret placed by the host.
+fn assemble(
+    requester: &Requester,
+    slice: &Slice,
+    token: Option<&Val>,
+    token_path: Option<String>,
+    env: &Env,
+    more: impl FnOnce(&mut Options) -> Result<(), ReadError>,
+) -> Result<Request, ReadError> {
     let ctx = requester_context(env, &requester.parameters, slice, token);
     let text = |t: &Option<Template>, what: &str| -> Result<String, ReadError> {
         match t {
             None => Ok(String::new()),
             Some(t) => t.eval_string(&ctx).map(|v| v.to_text()).map_err(|e| ReadError::evaluation(what, e)),
         }
-    };
-    let token_path = match (&retriever.paginator, token) {
-        (Some(p), Some(t)) if p.token_option == Some(TokenOption::Path) && t.truthy() => Some(t.to_text()),
-        _ => None,
     };
     let url_base = text(&requester.url_base, "url_base")?;
     let url_field = text(&requester.url, "url")?;
@@ -176,8 +223,6 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
         url_field.clone()
     };
 
-    // The requester's own options, then the authenticator's, then the
-    // paginator's and the routers'.
     let mut options = Options {
         params: evaluate(&requester.parameters_input, &ctx, true, "request_parameters")?,
         headers: evaluate(&requester.headers, &ctx, false, "request_headers")?,
@@ -199,26 +244,7 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
     }
     let mut credentials: Vec<Credential> =
         authenticate(&requester.authenticator, &mut options, env)?.into_iter().collect();
-    if let Some(paginator) = &retriever.paginator {
-        if let (Some(TokenOption::Option(option)), Some(t)) = (&paginator.token_option, token) {
-            options.inject(option, t.clone(), env)?;
-        }
-        if let Some(option) = &paginator.size_option {
-            let size = paginator
-                .strategy
-                .page_size(&env.config, &paginator.parameters, env.now)
-                .map_err(|e| ReadError::Invalid(format!("the page size: {e}")))?;
-            if let Some(size) = size.filter(|s| *s != 0) {
-                options.inject(option, Val::Int(size), env)?;
-            }
-        }
-    }
-    if token.is_none() || !retriever.ignore_routers_on_paginated_requests {
-        match &stream.cursor {
-            Some(cursor) => window_options(cursor, slice, &mut options, env)?,
-            None => route_options(retriever, slice, &mut options, env)?,
-        }
-    }
+    more(&mut options)?;
 
     // A secret in the path (an account's id the spec keeps secret): the
     // host writes it where the URL holds the marker.
@@ -407,6 +433,13 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
     };
     match auth {
         Authenticator::None => Ok(None),
+        Authenticator::Session(session) => {
+            // The token the last login gave (none yet when the source is
+            // checked before any read).
+            let token = env.sessions.token(&session.login_pointer).unwrap_or_default();
+            options.inject(&session.option, Val::Str(token), env)?;
+            Ok(None)
+        }
         Authenticator::OAuthClient { token_url, client_id, client_secret, refresh_token, terms } => {
             let c = ctx(&Val::Dict(Vec::new()));
             let token_url = render(token_url, &c)?;

@@ -13,12 +13,14 @@
 //! | [`build`] | one request from the requester, authenticator, paginator and routers |
 //! | [`incremental`] | an incremental cursor's windows, the intervals read, the state |
 //! | [`partitioned`] | a cursor per partition, the global cursor, their state |
+//! | [`session`] | session tokens: the login before a request, the token kept |
 //! | this file | slices, pages, records and transformations |
 
 pub mod build;
 pub mod http;
 pub mod incremental;
 pub mod partitioned;
+pub mod session;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -28,12 +30,14 @@ use crate::interpolation::{Context, InterpolationError, Reach, Val};
 use crate::model::cursor::DatetimeCursor;
 use crate::model::partition::Router;
 use crate::model::record::Transformation;
-use crate::model::{Source, Stream};
+use crate::model::request::ErrorHandler;
+use crate::model::{self, Source, Stream};
 use crate::paginate::{Page, Strategy};
 use crate::secrets::Secrets;
 pub use http::{Body, Credential, Method, OAuthGrant, Place, Request, Response, TokenTerms};
 use incremental::{CursorState, Instant, Window};
 use partitioned::PartitionedState;
+pub use session::Sessions;
 
 /// Sends requests for the runtime.
 pub trait Transport {
@@ -106,7 +110,7 @@ pub fn prepare(
     given: &[String],
     now: DateTime<Utc>,
 ) -> Result<(Source, Env), PrepareError> {
-    let mut secrets = Secrets::of_spec(&Source::spec(manifest).map_err(PrepareError::Refused)?);
+    let mut secrets = Secrets::of_spec(&Source::spec(manifest).map_err(PrepareError::Refused)?, plain);
     for pointer in given {
         secrets.add(pointer);
     }
@@ -115,7 +119,7 @@ pub fn prepare(
     }
     let config = secrets.mark(plain, given);
     let source = Source::read(manifest, &config, now).map_err(PrepareError::Refused)?;
-    Ok((source, Env { config, secrets, now }))
+    Ok((source, Env { config, secrets, now, sessions: Sessions::default() }))
 }
 
 /// Whether to go on reading.
@@ -132,6 +136,8 @@ pub struct Env {
     pub config: Val,
     pub secrets: Secrets,
     pub now: DateTime<Utc>,
+    /// The session tokens logins gave during the read.
+    pub sessions: Sessions,
 }
 
 /// A stream slice: the partition (`stream_slice` in templates) and the
@@ -261,13 +267,20 @@ fn read_partitioned(
 }
 
 /// The first request of each stream as far as it can be built without
-/// reading anything (a stream's routers' values left out): the hosts a
-/// source reaches and where each secret goes, for checks before a read.
+/// reading anything (a stream's routers' values left out), after its
+/// session login where it takes a session token: the hosts a source
+/// reaches and where each secret goes, for checks before a read.
 pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request, ReadError>)> {
     source
         .streams
         .iter()
-        .map(|stream| {
+        .flat_map(|stream| {
+            let login = match &stream.retriever.requester.authenticator {
+                model::request::Authenticator::Session(session) => {
+                    Some((stream.name.clone(), build::login_request(session, env)))
+                }
+                _ => None,
+            };
             let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
             // A stream with a cursor: its first window, from its start.
             let slice = match &stream.cursor {
@@ -276,7 +289,9 @@ pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request
                     .and_then(|mut state| state.windows(cursor))
                     .map(|windows| windows.first().map(|w| Slice::window(cursor, w)).unwrap_or_default()),
             };
-            (stream.name.clone(), slice.and_then(|slice| build::request(stream, &slice, token.as_ref(), env)))
+            let first =
+                (stream.name.clone(), slice.and_then(|slice| build::request(stream, &slice, token.as_ref(), env)));
+            login.into_iter().chain(std::iter::once(first))
         })
         .collect()
 }
@@ -414,8 +429,10 @@ fn read_slice(
     let reach = retriever.paginator.as_ref().map_or(Reach::Nothing, |p| p.strategy.response_reach());
     let decode = bounds.is_some() || retriever.selector.filter.is_some() || !stream.transformations.is_empty();
     loop {
+        session::log_in(stream, env, transport)?;
         let request = build::request(stream, slice, token.as_ref(), env)?;
-        let Some(response) = send(stream, &request, env, transport)? else { return Ok(Flow::More) };
+        let handler = &stream.retriever.requester.error_handler;
+        let Some(response) = send(handler, &request, env, transport)? else { return Ok(Flow::More) };
         // A page that is not UTF-8 is no JSON: an empty body.
         let text = std::str::from_utf8(&response.body).unwrap_or_default();
         let extracted = crate::extract::records(text, &field_path);
@@ -559,12 +576,11 @@ fn field_path(stream: &Stream, env: &Env) -> Result<Vec<String>, ReadError> {
 /// Sends a request, retrying as the error handler says; `None` for an
 /// answer the handler ignores.
 fn send(
-    stream: &Stream,
+    handler: &ErrorHandler,
     request: &Request,
     env: &Env,
     transport: &mut dyn Transport,
 ) -> Result<Option<Response>, ReadError> {
-    let handler = &stream.retriever.requester.error_handler;
     let ctx = Context::at(env.now);
     let mut attempt = 0;
     loop {
