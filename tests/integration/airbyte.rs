@@ -55,7 +55,10 @@ fn cdk_limit_secs() -> u64 {
 /// until the time a header names, added fields that render
 /// nothing, streams whose names are not table names, and incremental
 /// cursors (daily and monthly windows, a lookback, a data feed, a cursor
-/// per partition) read again from their state.
+/// per partition) read again from their state; a path that renders empty
+/// once a list is read, a path value holding `?`, a page token the
+/// manifest writes into a parameter itself, a base URL the spec fixes by
+/// `const`, and a cursor that reads one page.
 const SAMPLE: &[&str] = &[
     "source-activecampaign",
     "source-aha",
@@ -93,6 +96,11 @@ const SAMPLE: &[&str] = &[
     "source-strava",
     "source-toggl",
     "source-trustpilot",
+    "source-yahoo-finance-price",
+    "source-wikipedia-pageviews",
+    "source-quickbooks",
+    "source-survey-sparrow",
+    "source-serpstat",
 ];
 
 /// The development corpus beside the repository.

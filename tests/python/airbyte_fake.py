@@ -481,7 +481,13 @@ class Stream:
         # A cursor read from the page's last record (`last_record['next']`)
         # is set there too.
         on_last = last_record_paths(str(self.strategy.get("cursor_value")) + " " + str(self.strategy.get("stop_condition")))
+        # The records' own place is never overwritten (`response['entries'][-1]`
+        # reads into it).
+        paths = [p for p in paths if [str(k) for k in p] != list(self.field_path[:len(p)])]
         targets = [("body", p) for p in paths] + [("last", p) for p in on_last]
+        # A body on which the strategy stops cleanly, where none goes on
+        # (a manifest that reads one page: `page > pages_to_fetch - 1`).
+        stop = None
         for assignment in itertools.product(leaves, repeat=min(len(targets), 3)):
             body = self.wrap(records)
             for (where, p), leaf in zip(targets, assignment):
@@ -491,11 +497,15 @@ class Stream:
                     put(records[-1], p, leaf)
             for headers in ({"link": link}, {}):
                 token = self.cdk_token(body, headers, records)
+                if token is FAILED:
+                    continue
+                if token is None and stop is None:
+                    stop = body, headers
                 if (token is None) == last:
                     if token is not None:
                         self.tokens[str(token)] = index + 1
                     return body, headers
-        return self.wrap(records if not last else []), {}
+        return stop if stop is not None else (self.wrap(records if not last else []), {})
 
     def cdk_token(self, body, headers, records):
         strategy = CursorPaginationStrategy(
@@ -510,7 +520,7 @@ class Stream:
         try:
             return strategy.next_page_token(response, len(records), records[-1] if records else None, None)
         except Exception:
-            return None
+            return FAILED
 
     def wrap(self, records):
         """The body holding `records` where the extractor finds them: a
@@ -580,6 +590,8 @@ def put(body, path, leaf):
 # session token every session login answers with.
 ACCESS_TOKEN = "fake-access-token-0123456789abcdef"
 SESSION_TOKEN = "fake-session-token-0123456789abcdef"
+# What a cursor strategy's next token is when the body makes it fail.
+FAILED = object()
 
 
 class Fake:
@@ -860,6 +872,8 @@ class Fake:
                 stacks = [m.trace.error.stack_trace for m in output.errors if m.trace.error.stack_trace]
                 if stacks:
                     errors.append(stacks[0].strip().splitlines()[-1])
+                    if os.environ.get("AIRBYTE_CDK_TRACE"):
+                        print(stacks[0], file=sys.stderr)
                 error = "; ".join(errors) or None
             except Exception as e:  # the CDK's failure is an answer too
                 error = f"{type(e).__name__}: {e}"
