@@ -27,7 +27,7 @@ use testkit::provider::{FakeProvider, TestCa};
 use testkit::restapi::{self, RestApi};
 
 mod servers;
-use servers::{Scratch, Server};
+use servers::{Installation, Scratch, Server};
 
 const TOKEN: &str = "svc_bench_budget_admin_token_0123456789";
 const PER_PAGE: usize = 10;
@@ -89,21 +89,11 @@ async fn run() {
     let ca = TestCa::new();
     let provider = FakeProvider::start(&ca, &[restapi::HOST], router).await;
 
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let roots = dir.path().join("roots.pem");
-    std::fs::write(&roots, &ca.pem).unwrap();
-    let env = vec![
-        ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
-        ("DATABASE_URL", database_url.clone()),
-        ("SERVICE_BOOTSTRAP_TOKEN", TOKEN.to_owned()),
-        ("SERVICE_EGRESS_ALLOWED_HOSTS", restapi::HOST.to_owned()),
-        ("SERVICE_EGRESS_RESOLVE", provider.pins(&[restapi::HOST])),
-        ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
-        ("SERVICE_JOB_CONCURRENCY", "1".to_owned()),
-    ];
-    let a = Server::start(&env).await;
-    let b = Server::start(&env).await;
+    let installation = Installation::new(&database_url, TOKEN, restapi::HOST, provider.pins(&[restapi::HOST]), &ca.pem)
+        .with("SERVICE_JOB_CONCURRENCY", 1);
+    let env = &installation.env;
+    let a = Server::start(env).await;
+    let b = Server::start(env).await;
     let client = reqwest::Client::new();
     let post = |path: &'static str, body: Value| call(&client, &a.base, reqwest::Method::POST, path, Some(body));
     let cred = post(

@@ -43,7 +43,7 @@ use testkit::provider::{FakeProvider, TestCa};
 use testkit::restapi::{self, RestApi};
 
 mod servers;
-use servers::{Scratch, Server};
+use servers::{Installation, Scratch, Server};
 
 const TOKEN: &str = "svc_bench_schedules_admin_token_012345";
 const LEASE_SECS: u64 = 30;
@@ -78,21 +78,11 @@ async fn run() {
     api.page_delay_ms.store(setting("BENCH_PAGE_MS", 2000), std::sync::atomic::Ordering::SeqCst);
     let ca = TestCa::new();
     let provider = FakeProvider::start(&ca, &[restapi::HOST], restapi::router(api.clone())).await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let roots = dir.path().join("roots.pem");
-    std::fs::write(&roots, &ca.pem).unwrap();
-    let env = vec![
-        ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
-        ("DATABASE_URL", database_url.clone()),
-        ("SERVICE_BOOTSTRAP_TOKEN", TOKEN.to_owned()),
-        ("SERVICE_EGRESS_ALLOWED_HOSTS", restapi::HOST.to_owned()),
-        ("SERVICE_EGRESS_RESOLVE", provider.pins(&[restapi::HOST])),
-        ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
-        ("SERVICE_JOB_CONCURRENCY", "8".to_owned()),
-        ("SERVICE_JOB_LEASE_SECS", LEASE_SECS.to_string()),
-    ];
-    let mut servers = vec![Server::start(&env).await, Server::start(&env).await, Server::start(&env).await];
+    let installation = Installation::new(&database_url, TOKEN, restapi::HOST, provider.pins(&[restapi::HOST]), &ca.pem)
+        .with("SERVICE_JOB_CONCURRENCY", 8)
+        .with("SERVICE_JOB_LEASE_SECS", LEASE_SECS);
+    let env = &installation.env;
+    let mut servers = vec![Server::start(env).await, Server::start(env).await, Server::start(env).await];
     let client = reqwest::Client::new();
     let base = servers[0].base.clone();
     let cred = post(

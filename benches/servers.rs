@@ -1,5 +1,6 @@
 //! What the benchmarks of several servers share: `service serve`
-//! processes, and a PostgreSQL database of their own to share.
+//! processes, the installation they make up, and a PostgreSQL database of
+//! their own to share.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -46,6 +47,40 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The settings every server of one installation starts with: a private
+/// data directory, the shared database, the bootstrap token, and egress
+/// to the fake provider's one host (its CA trusted, its address pinned),
+/// with [`Installation::with`] adding the bench's own. The directory
+/// lives as long as the installation.
+pub struct Installation {
+    _dir: tempfile::TempDir,
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl Installation {
+    pub fn new(database_url: &str, token: &str, host: &str, pins: String, ca_pem: &str) -> Installation {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let roots = dir.path().join("roots.pem");
+        std::fs::write(&roots, ca_pem).unwrap();
+        let env = vec![
+            ("SERVICE_DATA_DIR", dir.path().join("data").display().to_string()),
+            ("DATABASE_URL", database_url.to_owned()),
+            ("SERVICE_BOOTSTRAP_TOKEN", token.to_owned()),
+            ("SERVICE_EGRESS_ALLOWED_HOSTS", host.to_owned()),
+            ("SERVICE_EGRESS_RESOLVE", pins),
+            ("SERVICE_EGRESS_EXTRA_ROOTS", roots.display().to_string()),
+        ];
+        Installation { _dir: dir, env }
+    }
+
+    /// One more setting.
+    pub fn with(mut self, name: &'static str, value: impl ToString) -> Installation {
+        self.env.push((name, value.to_string()));
+        self
     }
 }
 

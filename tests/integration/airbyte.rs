@@ -20,7 +20,8 @@
 //! ```
 //!
 //! (or a comma-separated list of manifest names), printing a line per
-//! manifest and a summary.
+//! manifest and a summary. `AIRBYTE_CDK_TRACE=1` prints the CDK's stack
+//! trace where it fails.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
