@@ -1464,9 +1464,11 @@ on_both_backends!(a_session_token_from_a_login_opens_each_request);
 /// A manifest's `SessionTokenAuthenticator` whose login sends no secret:
 /// the guest logs in and sends the token in the manifest's header — once
 /// for the read with an `expiration_duration`, before every request
-/// without one, as Airbyte's CDK does. A token meant for the
-/// `Authorization` header (the host's alone) and a login that would send
-/// a secret are refused when the source is saved, by pointer.
+/// without one, as Airbyte's CDK does. A token meant for a header only
+/// the host sets (`Authorization`, or `Cookie` named by a template), a
+/// template around the token, a login that would send a secret and a
+/// login on a host the operator does not allow are refused when the
+/// source is saved, by pointer.
 async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
     use std::sync::{Arc, Mutex};
     const HOST: &str = "api.session.test";
@@ -1558,6 +1560,12 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
     let mut secret_login = session(None, "X-Session");
     secret_login["streams"][0]["retriever"]["requester"]["authenticator"]["login_requester"]["request_parameters"]["key"] =
         json!("{{ config['api_key'] }}");
+    let mut with_template = session(None, "X-Session");
+    with_template["streams"][0]["retriever"]["requester"]["authenticator"]["request_authentication"]["api_token"] =
+        json!("Token {{ session_token }}");
+    let mut elsewhere = session(None, "X-Session");
+    elsewhere["streams"][0]["retriever"]["requester"]["authenticator"]["login_requester"]["url_base"] =
+        json!("https://login.elsewhere.test/v1");
     let key = json_ok(
         srv.post(
             "/v1/credentials",
@@ -1584,11 +1592,24 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
             "in the Authorization header",
         ),
         (
+            session(None, "{{ 'Cook' + 'ie' }}"),
+            json!([]),
+            "/manifest/streams/0/retriever/requester/authenticator/request_authentication",
+            "in the Cookie header",
+        ),
+        (
+            with_template,
+            json!([]),
+            "/manifest/streams/0/retriever/requester/authenticator/request_authentication/api_token",
+            "not supported yet",
+        ),
+        (
             secret_login,
             json!([{ "field": "/api_key", "credential_handle": key }]),
             "/manifest/streams/0",
             "login would send a secret",
         ),
+        (elsewhere, json!([]), "/manifest", "not a host the operator allows"),
     ] {
         let resp = save(manifest, credentials).await.unwrap();
         assert_eq!(resp.status(), 400);

@@ -80,7 +80,7 @@ impl Secrets {
             let parent = &pointer[..pointer.rfind('/').unwrap_or(0)];
             if given.contains(pointer)
                 || parent.is_empty()
-                || get(config, parent).is_some_and(|p| matches!(p, Val::Dict(_)))
+                || get(config, parent).is_some_and(|p| matches!(p, Val::Dict(_) | Val::List(_)))
             {
                 set(&mut marked, pointer, Val::Str(marker(i, salt)));
             }
@@ -199,11 +199,18 @@ fn segments(pointer: &str) -> impl Iterator<Item = String> + '_ {
     pointer.split('/').skip(1).map(|s| s.replace("~1", "/").replace("~0", "~"))
 }
 
+/// An array index as a JSON pointer writes it (RFC 6901: `0`, or digits
+/// without a leading zero), so one item has one pointer.
+fn index(segment: &str) -> Option<usize> {
+    let canonical = segment == "0" || (!segment.starts_with('0') && segment.bytes().all(|b| b.is_ascii_digit()));
+    if canonical { segment.parse().ok() } else { None }
+}
+
 fn get<'a>(v: &'a Val, pointer: &str) -> Option<&'a Val> {
     let mut at = v;
     for s in segments(pointer) {
         at = match at {
-            Val::List(items) => items.get(s.parse::<usize>().ok()?)?,
+            Val::List(items) => items.get(index(&s)?)?,
             _ => at.get(&s)?,
         };
     }
@@ -218,7 +225,7 @@ fn set(v: &mut Val, pointer: &str, value: Val) {
     for p in parents {
         // An array's item is set where the array has it, never made.
         if let Val::List(items) = at {
-            match p.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+            match index(p).and_then(|i| items.get_mut(i)) {
                 Some(item) => {
                     at = item;
                     continue;
@@ -235,6 +242,13 @@ fn set(v: &mut Val, pointer: &str, value: Val) {
             }
         };
         at = &mut entries[index].1;
+    }
+    // An array's item that is itself the secret.
+    if let Val::List(items) = at {
+        if let Some(slot) = index(last).and_then(|i| items.get_mut(i)) {
+            *slot = value;
+        }
+        return;
     }
     if let Val::Dict(entries) = at {
         match entries.iter_mut().find(|(k, _)| k == last) {
@@ -300,6 +314,19 @@ mod tests {
         assert_eq!(items[1].get("id").unwrap().to_text(), "b");
         // Each item's object being there, its field is marked too.
         assert_eq!(secrets.holds(&items[0].get("key").unwrap().to_text()), Holds::Secret("/apps/0/key".into()));
+        // One item, one pointer: `01` names none.
+        assert_eq!(secrets.given_in(&Val::from(&json!({ "apps": [{}, { "key": "x" }] }))), Some("/apps/1/key"));
+        let marked = secrets.mark(&config, &["/apps/01/key".to_owned()]);
+        let Val::List(items) = marked.get("apps").unwrap() else { panic!() };
+        assert_eq!(secrets.holds(&items[1].get("key").unwrap().to_text()), Holds::Secret("/apps/1/key".into()));
+        // Items that are themselves the secret.
+        let keys = json!({ "properties": { "keys": { "type": "array", "items": { "type": "string", "airbyte_secret": true } } } });
+        let config = Val::from(&json!({ "keys": [null, null] }));
+        let secrets = Secrets::of_spec(&keys, &config);
+        assert_eq!(secrets.pointers, ["/keys/0", "/keys/1"]);
+        let marked = secrets.mark(&config, &["/keys/1".to_owned()]);
+        let Val::List(items) = marked.get("keys").unwrap() else { panic!() };
+        assert_eq!(secrets.holds(&items[1].to_text()), Holds::Secret("/keys/1".into()));
         // No array, no item: nothing is made.
         assert!(Secrets::of_spec(&spec, &Val::from(&json!({}))).pointers.is_empty());
     }

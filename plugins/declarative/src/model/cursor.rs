@@ -98,12 +98,9 @@ impl DatetimeCursor {
             .ok_or_else(|| Refusal::new(node.pointer(), "a DatetimeBasedCursor needs start_datetime"))?;
         let end = bound(node, "end_datetime", &format, config, now)?;
         let option = |key: &str| node.child(key).transpose()?.map(|o| RequestOption::read(&o)).transpose();
+        // A start and an end setting one key are read as the CDK reads
+        // them: the end's value is sent.
         let (start_option, end_option) = (option("start_time_option")?, option("end_time_option")?);
-        super::request::refuse_clash(
-            node.pointer(),
-            [("start_time_option", start_option.as_ref()), ("end_time_option", end_option.as_ref())],
-            &Context::at(now).with("config", config.clone()),
-        )?;
         Ok(DatetimeCursor {
             field,
             format,

@@ -2,6 +2,7 @@
 //! (`RequestOption`, `RequestPath`), the request's parameters, headers and
 //! bodies as written, the authenticator, and the error handler.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::node::{Node, Refusal, template_of};
@@ -66,9 +67,9 @@ impl RequestOption {
     }
 }
 
-/// Refuses two options of one component (a paginator's page size and
-/// token, a cursor's start and end) that set the same key, as the CDK
-/// refuses to build them: a request could not hold both values.
+/// Refuses a paginator's page size and token options that set the same
+/// key, as the CDK refuses to build them: a request could not hold both
+/// values.
 pub(crate) fn refuse_clash(
     pointer: &str,
     [(first_name, first), (second_name, second)]: [(&str, Option<&RequestOption>); 2],
@@ -105,7 +106,7 @@ pub(crate) fn refuse_clash(
 impl RequestOption {
     /// The keys the option sets, its names evaluated with the
     /// configuration and its parameters.
-    fn keys(&self, ctx: &Context) -> Option<Vec<String>> {
+    pub(crate) fn keys(&self, ctx: &Context) -> Option<Vec<String>> {
         let ctx = ctx.clone().with("parameters", self.parameters.clone());
         let name = |t: &Template| t.eval_string(&ctx).ok().map(|v| v.to_text());
         match &self.field {
@@ -368,15 +369,21 @@ impl Authenticator {
                     how.expect(&["Bearer"], &[])?;
                     return Err(reserved("Authorization"));
                 }
-                how.expect(&["ApiKey"], &[])?;
+                // A template around the token (`api_token`) is not built:
+                // refused rather than the bare token sent.
+                how.expect(&["ApiKey"], &["api_token"])?;
                 let option = how
                     .child("inject_into")
                     .ok_or_else(|| Refusal::new(how.pointer(), "the session token's ApiKey needs inject_into"))??;
                 let option = RequestOption::read(&option)?;
-                if let (Inject::Header, OptionField::Name(name)) = (option.inject, &option.field)
-                    && connector_rules::headers::is_reserved(name.source().trim())
+                // The name as the configuration renders it (a template may
+                // name the header too).
+                let ctx = Context::at(DateTime::<Utc>::UNIX_EPOCH).with("config", config.clone());
+                if option.inject == Inject::Header
+                    && let Some(name) = option.keys(&ctx).and_then(|k| k.into_iter().next())
+                    && connector_rules::headers::is_reserved(name.trim())
                 {
-                    return Err(reserved(name.source().trim()));
+                    return Err(reserved(name.trim()));
                 }
                 Ok(Authenticator::Session(Box::new(SessionLogin {
                     login: Requester::read(&login, config)?,

@@ -564,7 +564,17 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
 /// them.
 fn window_options(cursor: &DatetimeCursor, slice: &Slice, options: &mut Options, env: &Env) -> Result<(), ReadError> {
     let partition = slice.val();
-    for (option, key) in [(&cursor.start_option, &cursor.start_key), (&cursor.end_option, &cursor.end_key)] {
+    // The CDK writes both into one mapping, the end last: on one key, the
+    // end's value is sent.
+    let ctx = Context::at(env.now).with("config", env.config.clone());
+    let one_key = match (&cursor.start_option, &cursor.end_option) {
+        (Some(start), Some(end)) => {
+            start.inject == end.inject && start.keys(&ctx).is_some_and(|k| end.keys(&ctx) == Some(k))
+        }
+        _ => false,
+    };
+    let start = cursor.start_option.as_ref().filter(|_| !one_key);
+    for (option, key) in [(start, &cursor.start_key), (cursor.end_option.as_ref(), &cursor.end_key)] {
         if let (Some(option), Some(value)) = (option, partition.get(key)) {
             options.inject(option, value.clone(), env)?;
         }

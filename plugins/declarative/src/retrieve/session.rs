@@ -61,15 +61,139 @@ fn token(session: &SessionLogin, env: &Env, transport: &mut dyn Transport) -> Re
     let Some(response) = super::send(&session.login.error_handler, &request, env, transport)? else {
         return Err(ReadError::Invalid("the session login's answer was ignored by its error handler".into()));
     };
+    let fault = |message: String| ReadError::Provider { status: response.status, url: request.url.clone(), message };
     let answer: serde_json::Value = serde_json::from_slice(&response.body)
-        .map_err(|e| ReadError::Invalid(format!("the session login's answer is not JSON: {e}")))?;
-    let found = session.token_path.iter().try_fold(&answer, |at, key| at.get(key));
-    match found {
-        Some(serde_json::Value::String(s)) => Ok(s.clone()),
-        Some(v) if !v.is_null() => Ok(v.to_string()),
-        _ => Err(ReadError::Invalid(format!(
-            "the session login's answer has no token at {}",
-            session.token_path.join("/")
-        ))),
+        .map_err(|e| fault(format!("the session login's answer is not JSON: {e}")))?;
+    // Keys into objects, indexes into lists, as dpath reads the path.
+    let found = session.token_path.iter().try_fold(&answer, |at, key| match at {
+        serde_json::Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get(i)),
+        _ => at.get(key),
+    });
+    let token = match found {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) if !v.is_null() => v.to_string(),
+        _ => return Err(fault(format!("the session login's answer has no token at {}", session.token_path.join("/")))),
+    };
+    // A token that looks like a secret's marker would be read as one.
+    if token.contains('\u{1}') {
+        return Err(fault("the session login's token holds a control character".into()));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+    use serde_json::json;
+
+    use super::super::{Flow, Response, prepare, read};
+    use super::*;
+    use crate::interpolation::Val;
+
+    /// A provider on a clock that moves four minutes a request: a login
+    /// answers token `t-N`; a page answers when it carries the latest.
+    struct Provider {
+        now: DateTime<Utc>,
+        logins: usize,
+        sent: Vec<String>,
+        /// What a login answers; none: `t-N`.
+        token: Option<serde_json::Value>,
+    }
+
+    impl Transport for Provider {
+        fn send(
+            &mut self,
+            request: &super::super::Request,
+        ) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
+            self.now += TimeDelta::minutes(4);
+            let answer = if request.url.ends_with("/login") {
+                self.logins += 1;
+                self.sent.push("login".into());
+                let token = self.token.clone().unwrap_or_else(|| json!(format!("t-{}", self.logins)));
+                json!({ "auth": [{ "token": token }] })
+            } else {
+                let carried = request.headers.iter().find(|(k, _)| k == "X-Session").map(|(_, v)| v.clone());
+                let page: usize =
+                    request.query.iter().find(|(k, _)| k == "page").map_or(1, |(_, v)| v.parse().unwrap());
+                let fresh = carried == Some(format!("t-{}", self.logins));
+                self.sent.push(format!("page {page}{}", if fresh { "" } else { " stale" }));
+                json!({ "data": [{ "id": page }], "next": if page < 4 { json!(page + 1) } else { json!(null) } })
+            };
+            Ok(Response { status: 200, headers: Vec::new(), body: answer.to_string().into_bytes() })
+        }
+        fn wait(&mut self, _: f64) {}
+        fn now(&self) -> DateTime<Utc> {
+            self.now
+        }
+        fn monotonic(&self) -> std::time::Duration {
+            std::time::Duration::ZERO
+        }
+    }
+
+    fn manifest(expiration: Option<&str>) -> serde_json::Value {
+        let mut auth = json!({ "type": "SessionTokenAuthenticator",
+            "login_requester": { "type": "HttpRequester", "url_base": "https://api.example.com", "path": "/login" },
+            "session_token_path": ["auth", "0", "token"],
+            "request_authentication": { "type": "ApiKey",
+                "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Session" } } });
+        if let Some(e) = expiration {
+            auth["expiration_duration"] = json!(e);
+        }
+        json!({ "streams": [{ "type": "DeclarativeStream", "name": "items",
+            "retriever": { "type": "SimpleRetriever",
+                "requester": { "type": "HttpRequester", "url_base": "https://api.example.com", "path": "/items",
+                    "authenticator": auth },
+                "record_selector": { "type": "RecordSelector",
+                    "extractor": { "type": "DpathExtractor", "field_path": ["data"] } },
+                "paginator": { "type": "DefaultPaginator",
+                    "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}",
+                        "stop_condition": "{{ not response.next }}" },
+                    "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter",
+                        "field_name": "page" } } } }] })
+    }
+
+    fn read_all(expiration: Option<&str>, token: Option<serde_json::Value>) -> (Result<usize, ReadError>, Vec<String>) {
+        let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
+        let m = manifest(expiration);
+        let (source, env) = prepare(&m, &Val::from(&json!({})), &[], now).unwrap();
+        let mut provider = Provider { now, logins: 0, sent: Vec::new(), token };
+        let mut records = 0;
+        let read = read(
+            &source,
+            &source.streams[0],
+            &env,
+            None,
+            &mut provider,
+            &mut |r| {
+                records += r.len();
+                Ok(Flow::More)
+            },
+            &mut |_| Ok(()),
+        );
+        (read.map(|_| records), provider.sent)
+    }
+
+    #[test]
+    fn a_session_token_is_kept_until_it_expires_and_without_an_expiry_is_got_for_each_request() {
+        // Fifteen minutes: a login, three pages four minutes apart, the
+        // token expired, a login again.
+        let (read, sent) = read_all(Some("PT15M"), None);
+        assert_eq!(read.unwrap(), 4);
+        assert_eq!(sent, ["login", "page 1", "page 2", "page 3", "login", "page 4"]);
+        let (read, sent) = read_all(None, None);
+        assert_eq!(read.unwrap(), 4);
+        assert_eq!(sent, ["login", "page 1", "login", "page 2", "login", "page 3", "login", "page 4"]);
+    }
+
+    #[test]
+    fn a_login_answer_without_a_usable_token_stops_the_read() {
+        for (token, why) in
+            [(json!(null), "no token at auth/0/token"), (json!("\u{1}secret0\u{1}"), "control character")]
+        {
+            let (read, sent) = read_all(None, Some(token));
+            let error = read.unwrap_err().to_string();
+            assert!(error.contains(why), "{error}");
+            assert_eq!(sent, ["login"], "no page is asked with it");
+        }
     }
 }
