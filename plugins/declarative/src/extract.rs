@@ -14,6 +14,10 @@
 //! [`view`] is the response as the paginator's templates see it, decoded
 //! only along the key paths they read ([`Reach`]).
 //!
+//! A page read for both is parsed once ([`Parsed`]): its first level
+//! split into members in one pass over the text, which the records and
+//! the view then share.
+//!
 //! Objects are read as Python's `json` reads them: keys in the order
 //! written, a repeated key in its first place with its last value.
 
@@ -24,10 +28,71 @@ use crate::interpolation::{Reach, Val};
 
 /// The records `path` selects in `page`, in the order the page holds them.
 pub fn records<'a>(page: &'a str, path: &[String]) -> Vec<&'a RawValue> {
-    let Some(body) = root(page) else { return Vec::new() };
-    match level(body) {
-        Level::List(bodies) => bodies.into_iter().flat_map(|b| select(b, path)).collect(),
-        _ => select(body, path),
+    Parsed::parse(page).records(path)
+}
+
+/// A page's text with its first level split into members (an object's
+/// entries, a list's items), read once.
+pub struct Parsed<'a> {
+    text: &'a str,
+    top: Level<'a>,
+}
+
+impl<'a> Parsed<'a> {
+    /// Splits the first level of `page` (nothing when it is not a JSON
+    /// object or list).
+    pub fn parse(page: &'a str) -> Parsed<'a> {
+        let top = match page.trim_start().as_bytes().first() {
+            Some(b'{' | b'[') => {
+                let mut de = serde_json::Deserializer::from_str(page);
+                de.deserialize_any(LevelVisitor).and_then(|level| de.end().map(|()| level)).unwrap_or(Level::Other)
+            }
+            _ => Level::Other,
+        };
+        Parsed { text: page, top }
+    }
+
+    /// The records `path` selects, in the order the page holds them.
+    pub fn records(&self, path: &[String]) -> Vec<&'a RawValue> {
+        match &self.top {
+            Level::List(bodies) => bodies.iter().flat_map(|b| select(b, path)).collect(),
+            Level::Object(entries) if !path.is_empty() => {
+                let (segment, rest) = (&path[0], &path[1..]);
+                let mut found = Vec::new();
+                let members: Vec<&'a RawValue> = match segment.as_str() {
+                    "*" => entries.iter().map(|(_, v)| *v).collect(),
+                    key => entries.iter().find(|(k, _)| k == key).map(|(_, v)| *v).into_iter().collect(),
+                };
+                let wildcard = path.iter().any(|s| s == "*");
+                for member in members {
+                    if wildcard {
+                        collect(member, rest, &mut found);
+                    } else {
+                        found.extend(select(member, rest));
+                    }
+                }
+                found
+            }
+            // The whole page (or a scalar, or text that is not JSON).
+            _ => root(self.text).map_or_else(Vec::new, |body| select(body, path)),
+        }
+    }
+
+    /// The response as templates reading `reach` of it see it, as [`view`].
+    pub fn view(&self, reach: &Reach) -> Val {
+        let empty = || Val::Dict(Vec::new());
+        let whole = || serde_json::from_str(self.text).unwrap_or_else(|_| empty());
+        match reach {
+            Reach::Nothing => empty(),
+            Reach::Whole => whole(),
+            Reach::Paths(paths) => {
+                let paths: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
+                match &self.top {
+                    Level::Object(entries) if !paths.iter().any(|p| p.is_empty()) => pruned_entries(entries, &paths),
+                    _ => root(self.text).map_or_else(empty, |body| pruned(body, &paths)),
+                }
+            }
+        }
     }
 }
 
@@ -36,15 +101,7 @@ pub fn records<'a>(page: &'a str, path: &[String]) -> Vec<&'a RawValue> {
 /// values at their key paths (an empty object for a page that is not
 /// JSON, or that nothing reads).
 pub fn view(page: &str, reach: &Reach) -> Val {
-    let empty = || Val::Dict(Vec::new());
-    match reach {
-        Reach::Nothing => empty(),
-        Reach::Whole => serde_json::from_str(page).unwrap_or_else(|_| empty()),
-        Reach::Paths(paths) => {
-            let paths: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
-            root(page).map_or_else(empty, |body| pruned(body, &paths))
-        }
-    }
+    Parsed::parse(page).view(reach)
 }
 
 /// The page as one JSON value, if it is one.
@@ -60,17 +117,22 @@ fn pruned(raw: &RawValue, paths: &[&[String]]) -> Val {
         return whole();
     }
     match level(raw) {
-        Level::Object(entries) => Val::Dict(
-            entries
-                .into_iter()
-                .filter_map(|(key, value)| {
-                    let below: Vec<&[String]> = paths.iter().filter(|p| p[0] == key).map(|p| &p[1..]).collect();
-                    (!below.is_empty()).then(|| (key, pruned(value, &below)))
-                })
-                .collect(),
-        ),
+        Level::Object(entries) => pruned_entries(&entries, paths),
         _ => whole(),
     }
+}
+
+/// An object's entries at `paths` (none empty), as [`pruned`].
+fn pruned_entries(entries: &[(String, &RawValue)], paths: &[&[String]]) -> Val {
+    Val::Dict(
+        entries
+            .iter()
+            .filter_map(|(key, value)| {
+                let below: Vec<&[String]> = paths.iter().filter(|p| p[0] == *key).map(|p| &p[1..]).collect();
+                (!below.is_empty()).then(|| (key.clone(), pruned(value, &below)))
+            })
+            .collect(),
+    )
 }
 
 /// The records of one body.

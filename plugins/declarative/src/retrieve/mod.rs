@@ -435,7 +435,8 @@ fn read_slice(
         let Some(response) = send(handler, &request, env, transport)? else { return Ok(Flow::More) };
         // A page that is not UTF-8 is no JSON: an empty body.
         let text = std::str::from_utf8(&response.body).unwrap_or_default();
-        let extracted = crate::extract::records(text, &field_path);
+        let parsed = crate::extract::Parsed::parse(text);
+        let extracted = parsed.records(&field_path);
         let extracted_count = extracted.len() as i64;
         let (kept, last_record, feed_ends) = if decode {
             let records = extracted
@@ -472,7 +473,7 @@ fn read_slice(
         headers.retain(|(k, _)| !k.eq_ignore_ascii_case("link"));
         headers.push(("link".into(), link));
         let page = Page {
-            response: crate::extract::view(text, &reach),
+            response: parsed.view(&reach),
             headers: Val::Dict(headers),
             last_record,
             last_page_size: match paginator.strategy {
