@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use connector_sdk::{CredentialPlace, Error, Http, HttpError, Method, Placement};
-use declarative::retrieve::{Body, Place, ReadError, Request, Response, Transport};
+use connector_sdk::{CredentialPlace, Error, Http, HttpError, Method, Pending, Placement, RequestBuilder};
+use declarative::retrieve::{Body, Place, ReadError, Request, Response, Started, Transport};
 
 use crate::source::Config;
 
@@ -71,8 +71,42 @@ impl std::fmt::Display for Missing {
 
 impl std::error::Error for Missing {}
 
+/// A request the host is performing.
+struct Ahead(Pending);
+
+impl Started for Ahead {
+    fn finish(self: Box<Self>) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
+        let response = self.0.finish_raw()?;
+        Ok(Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() })
+    }
+}
+
 impl Transport for HostTransport {
     fn send(&mut self, request: &Request) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
+        let response = self.builder(request)?.send_raw()?;
+        Ok(Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() })
+    }
+
+    fn start(&mut self, request: &Request) -> Result<Box<dyn Started>, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Box::new(Ahead(self.builder(request)?.start()?)))
+    }
+
+    fn wait(&mut self, seconds: f64) {
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        crate::source::now()
+    }
+
+    fn monotonic(&self) -> std::time::Duration {
+        self.made.elapsed()
+    }
+}
+
+impl HostTransport {
+    /// The host's request for `request`, each secret named by its handle.
+    fn builder(&self, request: &Request) -> Result<RequestBuilder, Box<dyn std::error::Error + Send + Sync>> {
         let method = match request.method {
             declarative::retrieve::Method::Get => Method::Get,
             declarative::retrieve::Method::Post => Method::Post,
@@ -131,19 +165,6 @@ impl Transport for HostTransport {
                 (_, place) => builder.and_credential(handle, place),
             };
         }
-        let response = builder.send_raw()?;
-        Ok(Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() })
-    }
-
-    fn wait(&mut self, seconds: f64) {
-        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
-    }
-
-    fn now(&self) -> DateTime<Utc> {
-        crate::source::now()
-    }
-
-    fn monotonic(&self) -> std::time::Duration {
-        self.made.elapsed()
+        Ok(builder)
     }
 }

@@ -2,8 +2,9 @@
 //! (the partition routers' values, a parent stream's records), and for
 //! each slice its pages — a request built ([`build`]), sent through a
 //! [`Transport`] (retried as the error handler says), records selected,
-//! filtered and transformed, the next page's token computed — until the
-//! paginator has no token.
+//! filtered and transformed, the next page's token computed and its
+//! request started before this page's records are handed over — until
+//! the paginator has no token.
 //!
 //! # Layout
 //!
@@ -51,6 +52,27 @@ pub trait Transport {
     /// A clock that only goes forward (which a test does not hold still):
     /// a duration is the difference of two readings.
     fn monotonic(&self) -> std::time::Duration;
+    /// Sends `request` without waiting for its answer: a read asks for the
+    /// next page while it hands this one's records over. By default the
+    /// answer is waited for at once.
+    fn start(&mut self, request: &Request) -> Result<Box<dyn Started>, Box<dyn std::error::Error + Send + Sync>> {
+        self.send(request).map(|answer| Box::new(Answered(answer)) as Box<dyn Started>)
+    }
+}
+
+/// A request started, its answer still to come.
+pub trait Started {
+    /// Waits for the answer, whatever its status.
+    fn finish(self: Box<Self>) -> Result<Response, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// An answer already there.
+struct Answered(Response);
+
+impl Started for Answered {
+    fn finish(self: Box<Self>) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.0)
+    }
 }
 
 /// Why a read stops.
@@ -428,11 +450,19 @@ fn read_slice(
     let field_path = field_path(stream, env)?;
     let reach = retriever.paginator.as_ref().map_or(Reach::Nothing, |p| p.strategy.response_reach());
     let decode = bounds.is_some() || retriever.selector.filter.is_some() || !stream.transformations.is_empty();
+    let handler = &stream.retriever.requester.error_handler;
+    // The next page's request, started while this page's records are
+    // handed over (none started if starting it failed: it is sent then).
+    let mut ahead: Option<(Request, Option<Box<dyn Started>>)> = None;
     loop {
-        session::log_in(stream, env, transport)?;
-        let request = build::request(stream, slice, token.as_ref(), env)?;
-        let handler = &stream.retriever.requester.error_handler;
-        let Some(response) = send(handler, &request, env, transport)? else { return Ok(Flow::More) };
+        let (request, started) = match ahead.take() {
+            Some(ahead) => ahead,
+            None => {
+                session::log_in(stream, env, transport)?;
+                (build::request(stream, slice, token.as_ref(), env)?, None)
+            }
+        };
+        let Some(response) = send(handler, &request, started, env, transport)? else { return Ok(Flow::More) };
         // A page that is not UTF-8 is no JSON: an empty body.
         let text = std::str::from_utf8(&response.body).unwrap_or_default();
         let parsed = crate::extract::Parsed::parse(text);
@@ -460,38 +490,78 @@ fn read_slice(
             (extracted.into_iter().map(ToOwned::to_owned).collect(), last_record, false)
         };
         let kept_count = kept.len() as i64;
+        // The next page, asked for before this one's records go (what
+        // fails on the way is told after they have gone).
+        let next = if feed_ends {
+            Ok(None)
+        } else {
+            let read = PageRead {
+                response: &response,
+                parsed: &parsed,
+                last_record,
+                kept: kept_count,
+                extracted: extracted_count,
+            };
+            next_page(stream, slice, env, &reach, read, token.as_ref()).and_then(|next| {
+                let Some(next) = next else { return Ok(None) };
+                session::log_in(stream, env, transport)?;
+                let request = build::request(stream, slice, Some(&next), env)?;
+                let started = transport.start(&request).ok();
+                Ok(Some((next, request, started)))
+            })
+        };
         if !kept.is_empty() && on_records(kept)? == Flow::Enough {
             return Ok(Flow::Enough);
         }
-        if feed_ends {
-            return Ok(Flow::More);
-        }
-        let Some(paginator) = &retriever.paginator else { return Ok(Flow::More) };
-        let mut headers: Vec<(String, Val)> =
-            response.headers.iter().map(|(k, v)| (k.clone(), Val::Str(v.clone()))).collect();
-        let link = response.header("link").map(crate::paginate::links).unwrap_or(Val::Dict(Vec::new()));
-        headers.retain(|(k, _)| !k.eq_ignore_ascii_case("link"));
-        headers.push(("link".into(), link));
-        let page = Page {
-            response: parsed.view(&reach),
-            headers: Val::Dict(headers),
-            last_record,
-            last_page_size: match paginator.strategy {
-                Strategy::Cursor { .. } => kept_count,
-                _ => extracted_count,
-            },
-            last_token: token.clone(),
-            stream_slice: slice.val(),
-        };
-        let next = paginator
-            .strategy
-            .next_token(&page, &env.config, &paginator.parameters, env.now)
-            .map_err(|e| ReadError::Invalid(format!("stream {}: the next page: {e}", stream.name)))?;
-        match next {
-            Some(next) => token = Some(next),
+        match next? {
+            Some((next, request, started)) => {
+                token = Some(next);
+                ahead = Some((request, started));
+            }
             None => return Ok(Flow::More),
         }
     }
+}
+
+/// What a page gave its paginator to read.
+struct PageRead<'a> {
+    response: &'a Response,
+    parsed: &'a crate::extract::Parsed<'a>,
+    last_record: Val,
+    kept: i64,
+    extracted: i64,
+}
+
+/// The token of the page after `read` (none after the last page).
+fn next_page(
+    stream: &Stream,
+    slice: &Slice,
+    env: &Env,
+    reach: &Reach,
+    read: PageRead,
+    token: Option<&Val>,
+) -> Result<Option<Val>, ReadError> {
+    let Some(paginator) = &stream.retriever.paginator else { return Ok(None) };
+    let mut headers: Vec<(String, Val)> =
+        read.response.headers.iter().map(|(k, v)| (k.clone(), Val::Str(v.clone()))).collect();
+    let link = read.response.header("link").map(crate::paginate::links).unwrap_or(Val::Dict(Vec::new()));
+    headers.retain(|(k, _)| !k.eq_ignore_ascii_case("link"));
+    headers.push(("link".into(), link));
+    let page = Page {
+        response: read.parsed.view(reach),
+        headers: Val::Dict(headers),
+        last_record: read.last_record,
+        last_page_size: match paginator.strategy {
+            Strategy::Cursor { .. } => read.kept,
+            _ => read.extracted,
+        },
+        last_token: token.cloned(),
+        stream_slice: slice.val(),
+    };
+    paginator
+        .strategy
+        .next_token(&page, &env.config, &paginator.parameters, env.now)
+        .map_err(|e| ReadError::Invalid(format!("stream {}: the next page: {e}", stream.name)))
 }
 
 /// The records of a page a filter, transformations or a cursor keep, as
@@ -579,13 +649,19 @@ fn field_path(stream: &Stream, env: &Env) -> Result<Vec<String>, ReadError> {
 fn send(
     handler: &ErrorHandler,
     request: &Request,
+    mut started: Option<Box<dyn Started>>,
     env: &Env,
     transport: &mut dyn Transport,
 ) -> Result<Option<Response>, ReadError> {
     let ctx = Context::at(env.now);
     let mut attempt = 0;
     loop {
-        let response = transport.send(request).map_err(ReadError::Transport)?;
+        // The first attempt may have been started already.
+        let response = match started.take() {
+            Some(started) => started.finish(),
+            None => transport.send(request),
+        }
+        .map_err(ReadError::Transport)?;
         let now = transport.now();
         let now = now.timestamp() as f64 + f64::from(now.timestamp_subsec_micros()) / 1e6;
         match http::classify(handler, &response, &env.config, &ctx, attempt, now) {

@@ -58,7 +58,7 @@ pub(super) fn log_in(stream: &Stream, env: &Env, transport: &mut dyn Transport) 
 /// The token a login's answer holds at the manifest's path.
 fn token(session: &SessionLogin, env: &Env, transport: &mut dyn Transport) -> Result<String, ReadError> {
     let request = build::login_request(session, env)?;
-    let Some(response) = super::send(&session.login.error_handler, &request, env, transport)? else {
+    let Some(response) = super::send(&session.login.error_handler, &request, None, env, transport)? else {
         return Err(ReadError::Invalid("the session login's answer was ignored by its error handler".into()));
     };
     let fault = |message: String| ReadError::Provider { status: response.status, url: request.url.clone(), message };
