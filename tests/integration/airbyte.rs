@@ -551,6 +551,24 @@ async fn saved_states(srv: &TestServer, pipeline_id: &str) -> BTreeMap<String, V
         .collect()
 }
 
+/// A pipeline syncing the stream `items` of `source` (as saving it
+/// answered) in full into JSON lines under `directory`: its id.
+async fn items_pipeline(srv: &TestServer, source: &Value, directory: &str) -> String {
+    let dest = jsonl_destination(srv, directory).await;
+    let pipeline = json_ok(
+        srv.post(
+            "/v1/pipelines",
+            json!({ "name": directory, "source_id": source["data"]["source_id"], "destination_id": dest,
+                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
+}
+
 /// A JSON-lines destination writing into `directory`: its id.
 async fn jsonl_destination(srv: &TestServer, directory: &str) -> Value {
     let body = json!({ "name": directory, "kind": "jsonl", "configuration": { "directory": directory } });
@@ -987,19 +1005,8 @@ async fn a_secret_of_the_urls_path_is_written_there_by_the_host(backend: Backend
     }
 
     let source = json_ok(save(manifest("{{ config['account_id'] }}/calls.json"), &in_path).await.unwrap()).await;
-    let dest = jsonl_destination(&srv, "pathed").await;
-    let pipeline = json_ok(
-        srv.post(
-            "/v1/pipelines",
-            json!({ "name": "pathed", "source_id": source["data"]["source_id"], "destination_id": dest,
-                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let job = sync(&srv, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    let pipeline_id = items_pipeline(&srv, &source, "pathed").await;
+    let job = sync(&srv, &pipeline_id).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert!(!job.to_string().contains(ACCOUNT), "{job}");
     assert_eq!(
@@ -1188,21 +1195,9 @@ async fn an_oauth_refresh_token_is_traded_by_the_host_and_the_one_it_rotates_to_
     assert!(provider.lock().unwrap().traded.is_empty(), "nothing is traded before a sync");
 
     let source = json_ok(save(&rotating, Some(&rotating)).await.unwrap()).await;
-    let dest = jsonl_destination(&srv, "rotating").await;
-    let pipeline = json_ok(
-        srv.post(
-            "/v1/pipelines",
-            json!({ "name": "rotating", "source_id": source["data"]["source_id"], "destination_id": dest,
-                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
+    let pipeline_id = items_pipeline(&srv, &source, "rotating").await;
     for round in 1..=2 {
-        let job = sync(&srv, pipeline_id).await;
+        let job = sync(&srv, &pipeline_id).await;
         assert_eq!(job["status"], "succeeded", "sync {round}: {job}");
         for secret in [CLIENT_SECRET, "refresh-token-", "access-token-"] {
             assert!(!job.to_string().contains(secret), "{job}");
@@ -1333,21 +1328,9 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
         )
         .await;
         let directory = format!("framed-{i}");
-        let dest = jsonl_destination(&srv, &directory).await;
-        let pipeline = json_ok(
-            srv.post(
-                "/v1/pipelines",
-                json!({ "name": format!("framed {i}"), "source_id": source["data"]["source_id"],
-                "destination_id": dest, "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
-            )
-            .send()
-            .await
-            .unwrap(),
-        )
-        .await;
-        let pipeline_id = pipeline["data"]["pipeline_id"].as_str().unwrap();
+        let pipeline_id = items_pipeline(&srv, &source, &directory).await;
         seen.lock().unwrap().clear();
-        let job = sync(&srv, pipeline_id).await;
+        let job = sync(&srv, &pipeline_id).await;
         assert_eq!(job["status"], "succeeded", "{job}");
         assert_eq!(
             seen.lock().unwrap().as_slice(),
@@ -1625,19 +1608,8 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
     ] {
         seen.lock().unwrap().clear();
         let source = json_ok(save(session(expiration, "X-Session"), json!([])).await.unwrap()).await;
-        let dest = jsonl_destination(&srv, directory).await;
-        let pipeline = json_ok(
-            srv.post(
-                "/v1/pipelines",
-                json!({ "name": directory, "source_id": source["data"]["source_id"], "destination_id": dest,
-                    "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
-            )
-            .send()
-            .await
-            .unwrap(),
-        )
-        .await;
-        let job = sync(&srv, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+        let pipeline_id = items_pipeline(&srv, &source, directory).await;
+        let job = sync(&srv, &pipeline_id).await;
         assert_eq!(job["status"], "succeeded", "{expiration:?}: {job}");
         assert_eq!(*seen.lock().unwrap(), expected, "{expiration:?}");
         assert_eq!(read_lines(&srv.exports(&ws, directory), "items").len(), 2, "{expiration:?}");
@@ -1720,19 +1692,8 @@ async fn a_secret_in_an_array_of_the_configuration_takes_a_credential_per_item(b
             .unwrap(),
     )
     .await;
-    let dest = jsonl_destination(&srv, "apps").await;
-    let pipeline = json_ok(
-        srv.post(
-            "/v1/pipelines",
-            json!({ "name": "apps", "source_id": source["data"]["source_id"], "destination_id": dest,
-                "streams": [{ "name": "items", "sync_mode": "full_refresh_overwrite" }] }),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
-    let job = sync(&srv, pipeline["data"]["pipeline_id"].as_str().unwrap()).await;
+    let pipeline_id = items_pipeline(&srv, &source, "apps").await;
+    let job = sync(&srv, &pipeline_id).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(*seen.lock().unwrap(), [format!("app=b Bearer {KEY}")]);
     assert_eq!(read_lines(&srv.exports(&ws, "apps"), "items").len(), 1);
