@@ -672,6 +672,25 @@ fn canonical(requests: &Value) -> Vec<String> {
 }
 
 /// A manifest of one stream on `host`, its key placed by `authenticator`,
+/// A server whose plugins may reach `host` only, answered there by
+/// `router` behind TLS; the fake, kept alive with it, and the workspace.
+async fn behind_fake(
+    backend: Backend,
+    host: &str,
+    router: axum::Router,
+) -> Option<(TestServer, testkit::provider::FakeProvider, String)> {
+    let ca = TestCa::new();
+    let fake = testkit::provider::FakeProvider::start(&ca, &[host], router).await;
+    let pins = fake.pins(&[host]);
+    let srv = TestServer::start_with(backend, |c| {
+        c.plugins.egress =
+            service::egress::EgressPolicy::from_settings(host, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
+    })
+    .await?;
+    let ws = srv.workspace_id().await;
+    Some((srv, fake, ws))
+}
+
 /// with `extra` fields on the stream.
 fn one_stream(host: &str, authenticator: Value, extra: Value) -> Value {
     let mut stream = json!({ "type": "DeclarativeStream", "name": "items", "primary_key": "id",
@@ -933,18 +952,9 @@ async fn a_secret_of_the_urls_path_is_written_there_by_the_host(backend: Backend
             }
         }
     });
-    let ca = TestCa::new();
-    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
-    let pins = fake.pins(&[HOST]);
-    let Some(srv) = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
-    })
-    .await
-    else {
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
         return;
     };
-    let ws = srv.workspace_id().await;
     let credential = |extra: Value| {
         let mut body = json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
             "secret": ACCOUNT });
@@ -1094,18 +1104,9 @@ async fn an_oauth_refresh_token_is_traded_by_the_host_and_the_one_it_rotates_to_
     let router = axum::Router::new()
         .route("/oauth/token", axum::routing::post(token))
         .route("/v1/items", axum::routing::get(items));
-    let ca = TestCa::new();
-    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
-    let pins = fake.pins(&[HOST]);
-    let Some(srv) = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
-    })
-    .await
-    else {
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
         return;
     };
-    let ws = srv.workspace_id().await;
     let token_url = format!("https://{HOST}/oauth/token");
     let credential = |extra: Value| {
         let mut body = json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
@@ -1254,18 +1255,9 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
             }
         }
     });
-    let ca = TestCa::new();
-    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
-    let pins = fake.pins(&[HOST]);
-    let Some(srv) = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
-    })
-    .await
-    else {
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
         return;
     };
-    let ws = srv.workspace_id().await;
     let credential = |extra: Value| {
         let mut body = json!({ "connector_id": "conn_airbyte_manifest", "hosts": [HOST], "secret": KEY });
         body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
@@ -1498,18 +1490,9 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
                 }
             }),
         );
-    let ca = TestCa::new();
-    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
-    let pins = fake.pins(&[HOST]);
-    let Some(srv) = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
-    })
-    .await
-    else {
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
         return;
     };
-    let ws = srv.workspace_id().await;
     let session = |expiration: Option<&str>, header: &str| {
         let mut auth = json!({ "type": "SessionTokenAuthenticator",
             "login_requester": { "type": "HttpRequester", "url_base": format!("https://{HOST}/v1"), "path": "/login",
@@ -1640,18 +1623,9 @@ async fn a_secret_in_an_array_of_the_configuration_takes_a_credential_per_item(b
             }
         }),
     );
-    let ca = TestCa::new();
-    let fake = testkit::provider::FakeProvider::start(&ca, &[HOST], router).await;
-    let pins = fake.pins(&[HOST]);
-    let Some(srv) = TestServer::start_with(backend, |c| {
-        c.plugins.egress =
-            service::egress::EgressPolicy::from_settings(HOST, Some(&pins), Some(ca.pem.as_bytes())).unwrap();
-    })
-    .await
-    else {
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
         return;
     };
-    let ws = srv.workspace_id().await;
     let mut manifest = one_stream(
         HOST,
         json!({ "type": "BearerAuthenticator", "api_token": "{{ config['apps'][1]['key'] }}" }),
