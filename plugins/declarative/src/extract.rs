@@ -28,40 +28,82 @@ use crate::interpolation::{Reach, Val};
 
 /// The records `path` selects in `page`, in the order the page holds them.
 pub fn records<'a>(page: &'a str, path: &[String]) -> Vec<&'a RawValue> {
-    Parsed::parse(page).records(path)
+    Parsed::parse(page, path).records(path)
 }
 
 /// A page's text with its first level split into members (an object's
-/// entries, a list's items), read once.
+/// entries, a list's items), read once; where the records are a list
+/// one key down (`field_path: ["data"]`), its items are split in the
+/// same pass.
 pub struct Parsed<'a> {
     text: &'a str,
-    top: Level<'a>,
+    top: Top<'a>,
+}
+
+/// A page's first level.
+enum Top<'a> {
+    Object(Vec<(String, Member<'a>)>),
+    List(Vec<&'a RawValue>),
+    Other,
+}
+
+/// A member of the page's object.
+enum Member<'a> {
+    Raw(&'a RawValue),
+    /// The list of records, split into its items as the page was read:
+    /// its text (`[]` when empty) and items.
+    Items {
+        text: &'a str,
+        items: Vec<&'a RawValue>,
+    },
+}
+
+impl<'a> Member<'a> {
+    /// The member as one value (a list of items is read again for it).
+    fn raw(&self) -> Option<&'a RawValue> {
+        match self {
+            Member::Raw(raw) => Some(raw),
+            Member::Items { text, .. } => serde_json::from_str(text).ok(),
+        }
+    }
 }
 
 impl<'a> Parsed<'a> {
     /// Splits the first level of `page` (nothing when it is not a JSON
-    /// object or list).
-    pub fn parse(page: &'a str) -> Parsed<'a> {
-        let top = match page.trim_start().as_bytes().first() {
-            Some(b'{' | b'[') => {
-                let mut de = serde_json::Deserializer::from_str(page);
-                de.deserialize_any(LevelVisitor).and_then(|level| de.end().map(|()| level)).unwrap_or(Level::Other)
-            }
-            _ => Level::Other,
+    /// object or list), and the list of records `path` selects when it
+    /// is one key down.
+    pub fn parse(page: &'a str, path: &[String]) -> Parsed<'a> {
+        if !matches!(page.trim_start().as_bytes().first(), Some(b'{' | b'[')) {
+            return Parsed { text: page, top: Top::Other };
+        }
+        let read = |records: Option<&str>| {
+            let mut de = serde_json::Deserializer::from_str(page);
+            de.deserialize_any(TopVisitor { page, records }).and_then(|top| de.end().map(|()| top))
         };
-        Parsed { text: page, top }
+        let records = match path {
+            [key] if key != "*" => Some(key.as_str()),
+            _ => None,
+        };
+        // Where the records' key holds no list, the page is read again
+        // without splitting it.
+        let top = read(records).or_else(|_| if records.is_some() { read(None) } else { Ok(Top::Other) });
+        Parsed { text: page, top: top.unwrap_or(Top::Other) }
     }
 
     /// The records `path` selects, in the order the page holds them.
     pub fn records(&self, path: &[String]) -> Vec<&'a RawValue> {
         match &self.top {
-            Level::List(bodies) => bodies.iter().flat_map(|b| select(b, path)).collect(),
-            Level::Object(entries) if !path.is_empty() => {
+            Top::List(bodies) => bodies.iter().flat_map(|b| select(b, path)).collect(),
+            Top::Object(entries) if !path.is_empty() => {
                 let (segment, rest) = (&path[0], &path[1..]);
+                if let ([], Some((_, Member::Items { items, .. }))) = (rest, entries.iter().find(|(k, _)| k == segment))
+                {
+                    return items.clone();
+                }
                 let mut found = Vec::new();
                 let members: Vec<&'a RawValue> = match segment.as_str() {
-                    "*" => entries.iter().map(|(_, v)| *v).collect(),
-                    key => entries.iter().find(|(k, _)| k == key).map(|(_, v)| *v).into_iter().collect(),
+                    "*" => entries.iter().filter_map(|(_, v)| v.raw()).collect(),
+                    key => entries.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.raw()).into_iter().collect(),
                 };
                 let wildcard = path.iter().any(|s| s == "*");
                 for member in members {
@@ -88,7 +130,7 @@ impl<'a> Parsed<'a> {
             Reach::Paths(paths) => {
                 let paths: Vec<&[String]> = paths.iter().map(Vec::as_slice).collect();
                 match &self.top {
-                    Level::Object(entries) if !paths.iter().any(|p| p.is_empty()) => pruned_entries(entries, &paths),
+                    Top::Object(entries) if !paths.iter().any(|p| p.is_empty()) => pruned_members(entries, &paths),
                     _ => root(self.text).map_or_else(empty, |body| pruned(body, &paths)),
                 }
             }
@@ -101,7 +143,7 @@ impl<'a> Parsed<'a> {
 /// values at their key paths (an empty object for a page that is not
 /// JSON, or that nothing reads).
 pub fn view(page: &str, reach: &Reach) -> Val {
-    Parsed::parse(page).view(reach)
+    Parsed::parse(page, &[]).view(reach)
 }
 
 /// The page as one JSON value, if it is one.
@@ -130,6 +172,26 @@ fn pruned_entries(entries: &[(String, &RawValue)], paths: &[&[String]]) -> Val {
             .filter_map(|(key, value)| {
                 let below: Vec<&[String]> = paths.iter().filter(|p| p[0] == *key).map(|p| &p[1..]).collect();
                 (!below.is_empty()).then(|| (key.clone(), pruned(value, &below)))
+            })
+            .collect(),
+    )
+}
+
+/// The page's members at `paths` (none empty), as [`pruned`].
+fn pruned_members(entries: &[(String, Member)], paths: &[&[String]]) -> Val {
+    Val::Dict(
+        entries
+            .iter()
+            .filter_map(|(key, member)| {
+                let below: Vec<&[String]> = paths.iter().filter(|p| p[0] == *key).map(|p| &p[1..]).collect();
+                (!below.is_empty()).then(|| {
+                    let value = match member {
+                        Member::Raw(raw) => pruned(raw, &below),
+                        // A list is read whole wherever a path meets it.
+                        Member::Items { text, .. } => serde_json::from_str(text).unwrap_or(Val::None),
+                    };
+                    (key.clone(), value)
+                })
             })
             .collect(),
     )
@@ -244,6 +306,71 @@ impl<'de> Visitor<'de> for LevelVisitor {
     }
 }
 
+/// Reads a page's first level, splitting the list at `records` (a key)
+/// into its items in the same pass.
+struct TopVisitor<'p, 'k> {
+    page: &'p str,
+    records: Option<&'k str>,
+}
+
+impl<'de> Visitor<'de> for TopVisitor<'de, '_> {
+    type Value = Top<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object or list")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
+        let mut entries: Vec<(String, Member<'de>)> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if self.records == Some(key.as_str()) {
+                let items = map.next_value_seed(ItemsSeed)?;
+                Member::Items { text: list_text(self.page, &items), items }
+            } else {
+                Member::Raw(map.next_value::<&'de RawValue>()?)
+            };
+            match entries.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((key, value)),
+            }
+        }
+        Ok(Top::Object(entries))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top<'de>, A::Error> {
+        match LevelVisitor.visit_seq(seq)? {
+            Level::List(items) => Ok(Top::List(items)),
+            _ => Ok(Top::Other),
+        }
+    }
+}
+
+/// The items of a list; anything else is an error (the page is then read
+/// without splitting).
+struct ItemsSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeed {
+    type Value = Vec<&'de RawValue>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        match deserializer.deserialize_seq(LevelVisitor)? {
+            Level::List(items) => Ok(items),
+            _ => Err(serde::de::Error::custom("not a list")),
+        }
+    }
+}
+
+/// The text of the list of `items` in `page`: from the `[` before the
+/// first to the `]` after the last (only JSON whitespace lies between).
+fn list_text<'a>(page: &'a str, items: &[&'a RawValue]) -> &'a str {
+    let (Some(first), Some(last)) = (items.first(), items.last()) else { return "[]" };
+    let offset = |item: &str| item.as_ptr() as usize - page.as_ptr() as usize;
+    let start = page[..offset(first.get())].rfind('[').unwrap_or(0);
+    let end = offset(last.get()) + last.get().len();
+    let end = end + page[end..].find(']').map_or(0, |i| i + 1);
+    &page[start..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +437,32 @@ mod tests {
         assert_eq!(view(page, &Reach::Nothing), Val::Dict(Vec::new()));
         assert_eq!(view("<html>", &Reach::Whole), Val::Dict(Vec::new()));
         assert_eq!(view("[1, 2]", &Reach::Paths(vec![path(&["x"])])), Val::List(vec![Val::Int(1), Val::Int(2)]));
+    }
+
+    #[test]
+    fn a_records_list_split_while_the_page_is_read_gives_what_reading_it_again_gives() {
+        let pages = [
+            "{\"data\" : \n [ {\"id\": 1} ,\t{\"id\": [2, \"]\"]} \r\n] , \"next\": \"b\"}",
+            r#"{"data": [], "next": null}"#,
+            r#"{"data": {"id": 3}, "next": "c"}"#,
+            r#"{"data": null}"#,
+            r#"{"data": [{"id": 4}], "data": {"id": 5}}"#,
+            r#"{"data": {"id": 6}, "data": [{"id": 7}, {"id": 8}]}"#,
+            r#"{"data": [1, 2"#,
+        ];
+        let reach = Reach::Paths(vec![path(&["data"]), path(&["next"])]);
+        for page in pages {
+            let (split, whole) = (Parsed::parse(page, &path(&["data"])), Parsed::parse(page, &[]));
+            for p in [path(&["data"]), path(&["*"]), path(&["data", "0"]), path(&["next"])] {
+                assert_eq!(decoded(split.records(&p)), decoded(whole.records(&p)), "{page} {p:?}");
+            }
+            assert_eq!(split.view(&reach), whole.view(&reach), "{page}");
+            assert_eq!(split.view(&Reach::Whole), whole.view(&Reach::Whole), "{page}");
+        }
+        // The split list's text is the page's, brackets and all.
+        let split = Parsed::parse(pages[0], &path(&["data"]));
+        let Top::Object(entries) = &split.top else { panic!("an object") };
+        let Member::Items { text, items } = &entries[0].1 else { panic!("split") };
+        assert_eq!((*text, items.len()), ("[ {\"id\": 1} ,\t{\"id\": [2, \"]\"]} \r\n]", 2));
     }
 }

@@ -270,7 +270,10 @@ fn default_action(status: u16) -> Action {
 /// One `DefaultErrorHandler`'s resolution: its first matching filter,
 /// else the default.
 fn interpret(h: &DefaultHandler, response: &Response, config: &Val, ctx: &Context) -> Action {
-    let text = String::from_utf8_lossy(&response.body);
+    // The body as text only for a filter that searches it (a page may
+    // be megabytes).
+    let text = std::cell::OnceCell::new();
+    let text = || text.get_or_init(|| String::from_utf8_lossy(&response.body));
     for f in &h.filters {
         let predicate = || {
             f.predicate.as_ref().is_some_and(|p| {
@@ -286,7 +289,7 @@ fn interpret(h: &DefaultHandler, response: &Response, config: &Val, ctx: &Contex
                 crate::paginate::condition(p, &ctx).unwrap_or(false)
             })
         };
-        let contains = || f.error_message_contains.as_deref().is_some_and(|m| text.contains(m));
+        let contains = || f.error_message_contains.as_deref().is_some_and(|m| text().contains(m));
         if f.http_codes.contains(&response.status) || predicate() || contains() {
             return f.action;
         }

@@ -465,7 +465,7 @@ fn read_slice(
         let Some(response) = send(handler, &request, started, env, transport)? else { return Ok(Flow::More) };
         // A page that is not UTF-8 is no JSON: an empty body.
         let text = std::str::from_utf8(&response.body).unwrap_or_default();
-        let parsed = crate::extract::Parsed::parse(text);
+        let parsed = crate::extract::Parsed::parse(text, &field_path);
         let extracted = parsed.records(&field_path);
         let extracted_count = extracted.len() as i64;
         let (kept, last_record, feed_ends) = if decode {
