@@ -671,7 +671,6 @@ fn canonical(requests: &Value) -> Vec<String> {
     out
 }
 
-/// A manifest of one stream on `host`, its key placed by `authenticator`,
 /// A server whose plugins may reach `host` only, answered there by
 /// `router` behind TLS; the fake, kept alive with it, and the workspace.
 async fn behind_fake(
@@ -691,6 +690,7 @@ async fn behind_fake(
     Some((srv, fake, ws))
 }
 
+/// A manifest of one stream on `host`, its key placed by `authenticator`,
 /// with `extra` fields on the stream.
 fn one_stream(host: &str, authenticator: Value, extra: Value) -> Value {
     let mut stream = json!({ "type": "DeclarativeStream", "name": "items", "primary_key": "id",
