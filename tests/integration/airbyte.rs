@@ -827,6 +827,35 @@ async fn a_manifest_that_would_expose_a_secret_is_refused_when_saved(backend: Ba
     .await;
     assert!(body.contains("elsewhere.example.net"), "{body}");
 
+    // A parent stream its router reads, not listed itself: its host and
+    // what it does with a secret are checked as a listed stream's are.
+    let with_parent = |parent_host: &str, parameters: Value| {
+        let mut manifest = one_stream(HOST, in_header.clone(), json!({}));
+        let mut parent = one_stream(parent_host, in_header.clone(), json!({}))["streams"][0].clone();
+        parent["name"] = json!("parents");
+        parent["retriever"]["requester"]["request_parameters"] = parameters;
+        manifest["streams"][0]["retriever"]["partition_router"] = json!({ "type": "SubstreamPartitionRouter",
+            "parent_stream_configs": [{ "type": "ParentStreamConfig", "stream": parent, "parent_key": "id",
+                "partition_field": "parent_id" }] });
+        manifest
+    };
+    let ok = save(with_parent(HOST, json!({})), json!({}), &header).await.unwrap();
+    assert_eq!(ok.status(), 201, "{}", ok.text().await.unwrap());
+    let (_, _, body) =
+        refused(save(with_parent("elsewhere.example.net", json!({})), json!({}), &header).await.unwrap()).await;
+    assert!(body.contains("stream parents reaches elsewhere.example.net"), "{body}");
+    let (_, path, body) = refused(
+        save(with_parent(HOST, json!({ "sig": "{{ config['api_key'] | base64encode }}" })), json!({}), &header)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        path.as_deref(),
+        Some("/manifest/streams/0/retriever/partition_router/parent_stream_configs/0/stream"),
+        "{body}"
+    );
+
     // The secret in the clear.
     let (code, _, _) = refused(
         save(one_stream(HOST, in_header.clone(), json!({})), json!({ "api_key": "key-one-0001" }), &header)

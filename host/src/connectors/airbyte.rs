@@ -103,10 +103,12 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
             "this value reads a secret: a record never carries one (and the guest never holds one)",
         ));
     }
-    let again = Source::read(manifest, &again.config, now).ok().map(|s| retrieve::first_requests(&s, &again));
+    let again_source = Source::read(manifest, &again.config, now).ok();
+    let again = again_source.as_ref().map(|s| retrieve::first_requests(s, &again));
     let mut hosts = Vec::new();
     let mut placements = Vec::new();
     for (i, (stream, request)) in retrieve::first_requests(&source, &env).into_iter().enumerate() {
+        let (stream, pointer) = (stream.name.clone(), stream.pointer.clone());
         if let (Ok(first), Some(Some((_, second)))) = (&request, again.as_ref().map(|a| a.get(i))) {
             let differs = match second {
                 Ok(second) => {
@@ -116,7 +118,6 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
                 Err(_) => true,
             };
             if differs {
-                let pointer = source.stream(&stream).map(|s| s.pointer.clone()).unwrap_or_default();
                 return Err(invalid(
                     &format!("/manifest{pointer}"),
                     format!(
@@ -125,7 +126,6 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
                 ));
             }
         }
-        let pointer = source.stream(&stream).map(|s| s.pointer.clone()).unwrap_or_default();
         let request = match request {
             Ok(r) => r,
             Err(e @ ReadError::Secret(_)) => return Err(invalid(&format!("/manifest{pointer}"), e.to_string())),

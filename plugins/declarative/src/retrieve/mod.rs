@@ -291,16 +291,28 @@ fn read_partitioned(
 /// The first request of each stream as far as it can be built without
 /// reading anything (a stream's routers' values left out), after its
 /// session login where it takes a session token: the hosts a source
-/// reaches and where each secret goes, for checks before a read.
-pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request, ReadError>)> {
-    source
-        .streams
-        .iter()
+/// reaches and where each secret goes, for checks before a read. The
+/// streams are the listed ones, then the parents their routers read
+/// that are not listed themselves (a read reaches those too).
+pub fn first_requests<'s>(source: &'s Source, env: &Env) -> Vec<(&'s Stream, Result<Request, ReadError>)> {
+    let mut streams: Vec<&Stream> = source.streams.iter().collect();
+    let mut i = 0;
+    while i < streams.len() {
+        for router in &streams[i].retriever.routers {
+            let Router::Substream { parents } = router else { continue };
+            for parent in parents {
+                if !streams.iter().any(|s| s.pointer == parent.stream.pointer && s.name == parent.stream.name) {
+                    streams.push(&parent.stream);
+                }
+            }
+        }
+        i += 1;
+    }
+    streams
+        .into_iter()
         .flat_map(|stream| {
             let login = match &stream.retriever.requester.authenticator {
-                model::request::Authenticator::Session(session) => {
-                    Some((stream.name.clone(), build::login_request(session, env)))
-                }
+                model::request::Authenticator::Session(session) => Some((stream, build::login_request(session, env))),
                 _ => None,
             };
             let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
@@ -311,8 +323,7 @@ pub fn first_requests(source: &Source, env: &Env) -> Vec<(String, Result<Request
                     .and_then(|mut state| state.windows(cursor))
                     .map(|windows| windows.first().map(|w| Slice::window(cursor, w)).unwrap_or_default()),
             };
-            let first =
-                (stream.name.clone(), slice.and_then(|slice| build::request(stream, &slice, token.as_ref(), env)));
+            let first = (stream, slice.and_then(|slice| build::request(stream, &slice, token.as_ref(), env)));
             login.into_iter().chain(std::iter::once(first))
         })
         .collect()
