@@ -1699,6 +1699,46 @@ async fn a_secret_in_an_array_of_the_configuration_takes_a_credential_per_item(b
     let job = sync(&srv, &pipeline_id).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(*seen.lock().unwrap(), [format!("app=b Bearer {KEY}")]);
+
+    // Through a list router's values: each item's requests need that
+    // item's credential, which is known when the source is saved.
+    let mut routed = one_stream(HOST, json!({ "type": "NoAuth" }), json!({}));
+    routed["streams"][0]["retriever"]["requester"]["request_headers"] =
+        json!({ "X-Key": "{{ stream_partition['app']['key'] }}" });
+    routed["streams"][0]["retriever"]["partition_router"] =
+        json!({ "type": "ListPartitionRouter", "values": "{{ config['apps'] }}", "cursor_field": "app" });
+    let handle = json_ok(
+        srv.post(
+            "/v1/credentials",
+            json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST], "header": "X-Key",
+                "secret": KEY }),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await["data"]["credential_handle"]
+        .clone();
+    routed["spec"] = manifest["spec"].clone();
+    let save_routed = |credentials: Value| {
+        let configuration = json!({ "manifest": routed.clone(), "config": { "apps": [{ "id": "a" }, { "id": "b" }] },
+            "credentials": credentials });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "routed", "configuration": configuration }),
+        )
+        .send()
+    };
+    let resp = save_routed(json!([{ "field": "/apps/1/key", "credential_handle": handle }])).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["details"]["errors"][0]["path"], "/credentials", "{body}");
+    assert!(body.to_string().contains("/apps/0/key"), "{body}");
+    let resp = save_routed(json!([{ "field": "/apps/0/key", "credential_handle": handle },
+        { "field": "/apps/1/key", "credential_handle": handle }]))
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
     assert_eq!(read_lines(&srv.exports(&ws, "apps"), "items").len(), 1);
     srv.stop().await;
 }

@@ -316,17 +316,49 @@ pub fn first_requests<'s>(source: &'s Source, env: &Env) -> Vec<(&'s Stream, Res
                 _ => None,
             };
             let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
-            // A stream with a cursor: its first window, from its start.
-            let slice = match &stream.cursor {
-                None => Ok(Slice::default()),
-                Some(cursor) => CursorState::new(cursor, None, env.now)
-                    .and_then(|mut state| state.windows(cursor))
-                    .map(|windows| windows.first().map(|w| Slice::window(cursor, w)).unwrap_or_default()),
+            let firsts: Vec<_> = match first_slices(stream, env) {
+                Ok(slices) => {
+                    slices.iter().map(|slice| (stream, build::request(stream, slice, token.as_ref(), env))).collect()
+                }
+                Err(e) => vec![(stream, Err(e))],
             };
-            let first = (stream, slice.and_then(|slice| build::request(stream, &slice, token.as_ref(), env)));
-            login.into_iter().chain(std::iter::once(first))
+            login.into_iter().chain(firsts)
         })
         .collect()
+}
+
+/// The most slices of one stream whose first requests are built before a
+/// read.
+const FIRST_SLICES: usize = 1000;
+
+/// The slices a stream's first requests are built for before a read: on
+/// its cursor's first window (from its start), each combination of its
+/// list routers' values (the first [`FIRST_SLICES`]: a secret in an item
+/// of a configuration list is placed by the request of that item); one
+/// slice without routers' values where a router reads a parent stream
+/// (those values come from reading it).
+fn first_slices(stream: &Stream, env: &Env) -> Result<Vec<Slice>, ReadError> {
+    let window = match &stream.cursor {
+        None => Slice::default(),
+        Some(cursor) => {
+            let windows = CursorState::new(cursor, None, env.now)?.windows(cursor)?;
+            windows.first().map(|w| Slice::window(cursor, w)).unwrap_or_default()
+        }
+    };
+    let mut product = vec![Slice::default()];
+    for router in &stream.retriever.routers {
+        let Router::List { values, cursor_field, .. } = router else { return Ok(vec![window]) };
+        product = product
+            .iter()
+            .flat_map(|p| {
+                values.iter().map(move |v| {
+                    p.merged(&Slice { partition: vec![(cursor_field.clone(), v.clone())], extra: Vec::new() })
+                })
+            })
+            .take(FIRST_SLICES)
+            .collect();
+    }
+    Ok(product.iter().map(|p| p.merged(&window)).collect())
 }
 
 /// The first transformation field, record filter or partition value
