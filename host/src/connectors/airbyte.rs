@@ -107,15 +107,18 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
     let again = again_source.as_ref().map(|s| retrieve::first_requests(s, &again));
     let mut hosts = Vec::new();
     let mut placements = Vec::new();
-    for (i, (stream, request)) in retrieve::first_requests(&source, &env).into_iter().enumerate() {
+    let firsts = retrieve::first_requests(&source, &env);
+    for (i, (stream, request)) in firsts.iter().enumerate() {
         let (stream, pointer) = (stream.name.clone(), stream.pointer.clone());
-        if let (Ok(first), Some(Some((_, second)))) = (&request, again.as_ref().map(|a| a.get(i))) {
-            let differs = match second {
-                Ok(second) => {
+        // Other markers that make other requests (another number of them)
+        // are a secret read by a template too.
+        if let (Ok(first), Some(again)) = (request, &again) {
+            let differs = match (again.len() == firsts.len()).then(|| &again[i].1) {
+                Some(Ok(second)) => {
                     (&first.url, &first.query, &first.headers, &first.body)
                         != (&second.url, &second.query, &second.headers, &second.body)
                 }
-                Err(_) => true,
+                Some(Err(_)) | None => true,
             };
             if differs {
                 return Err(invalid(
@@ -139,10 +142,17 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
                 format!("stream {stream}: {} is not an https URL with a host", request.url),
             )
         })?;
-        for c in request.credentials {
-            placements.push((c.pointer, c.place, host.clone()));
+        // Each once: the requests of a stream's router values mostly
+        // repeat one another's.
+        for c in &request.credentials {
+            let placement = (c.pointer.clone(), c.place.clone(), host.clone());
+            if !placements.contains(&placement) {
+                placements.push(placement);
+            }
         }
-        hosts.push((stream, host));
+        if !hosts.contains(&(stream.clone(), host.clone())) {
+            hosts.push((stream, host));
+        }
     }
     Ok(Reach { hosts, placements, handles })
 }

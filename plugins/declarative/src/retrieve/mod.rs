@@ -288,35 +288,35 @@ fn read_partitioned(
     Ok(Flow::More)
 }
 
-/// The first request of each stream as far as it can be built without
-/// reading anything (a stream's routers' values left out), after its
-/// session login where it takes a session token: the hosts a source
-/// reaches and where each secret goes, for checks before a read. The
-/// streams are the listed ones, then the parents their routers read
-/// that are not listed themselves (a read reaches those too).
+/// The first requests of each stream as far as they can be built without
+/// reading anything, after its session login where it takes a session
+/// token: the hosts a source reaches and where each secret goes, for
+/// checks before a read. The streams are the listed ones, then every
+/// parent their routers read (each as the routers hold it; a parent with
+/// a cursor is read over its windows only, so its own routers are not).
 pub fn first_requests<'s>(source: &'s Source, env: &Env) -> Vec<(&'s Stream, Result<Request, ReadError>)> {
-    let mut streams: Vec<&Stream> = source.streams.iter().collect();
+    let mut streams: Vec<(&Stream, bool)> = source.streams.iter().map(|s| (s, false)).collect();
     let mut i = 0;
     while i < streams.len() {
-        for router in &streams[i].retriever.routers {
-            let Router::Substream { parents } = router else { continue };
-            for parent in parents {
-                if !streams.iter().any(|s| s.pointer == parent.stream.pointer && s.name == parent.stream.name) {
-                    streams.push(&parent.stream);
-                }
+        let (stream, parent) = streams[i];
+        if !(parent && stream.cursor.is_some()) {
+            for router in &stream.retriever.routers {
+                let Router::Substream { parents } = router else { continue };
+                streams.extend(parents.iter().map(|p| (&*p.stream, true)));
             }
         }
         i += 1;
     }
+    let mut budget = FIRST_SLICES;
     streams
         .into_iter()
-        .flat_map(|stream| {
+        .flat_map(|(stream, parent)| {
             let login = match &stream.retriever.requester.authenticator {
                 model::request::Authenticator::Session(session) => Some((stream, build::login_request(session, env))),
                 _ => None,
             };
             let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());
-            let firsts: Vec<_> = match first_slices(stream, env) {
+            let firsts: Vec<_> = match first_slices(stream, parent, env, &mut budget) {
                 Ok(slices) => {
                     slices.iter().map(|slice| (stream, build::request(stream, slice, token.as_ref(), env))).collect()
                 }
@@ -327,17 +327,20 @@ pub fn first_requests<'s>(source: &'s Source, env: &Env) -> Vec<(&'s Stream, Res
         .collect()
 }
 
-/// The most slices of one stream whose first requests are built before a
-/// read.
-const FIRST_SLICES: usize = 1000;
+/// The most slices of a source beyond each stream's first whose
+/// requests are built before a read.
+const FIRST_SLICES: usize = 10_000;
 
-/// The slices a stream's first requests are built for before a read: on
-/// its cursor's first window (from its start), each combination of its
-/// list routers' values (the first [`FIRST_SLICES`]: a secret in an item
-/// of a configuration list is placed by the request of that item); one
-/// slice without routers' values where a router reads a parent stream
-/// (those values come from reading it).
-fn first_slices(stream: &Stream, env: &Env) -> Result<Vec<Slice>, ReadError> {
+/// The slices a stream's first requests are built for before a read, on
+/// its cursor's first window (from its start): its list routers' first
+/// values together, then each further value of each list router in turn
+/// (so a secret in any item of a configuration list is placed by a
+/// request of that item), while `budget` lasts. One slice without
+/// routers' values where a router reads a parent stream (those values
+/// come from reading it), or for a parent with a cursor (read over its
+/// windows only); none where a list router has no values (nothing is
+/// read).
+fn first_slices(stream: &Stream, parent: bool, env: &Env, budget: &mut usize) -> Result<Vec<Slice>, ReadError> {
     let window = match &stream.cursor {
         None => Slice::default(),
         Some(cursor) => {
@@ -345,20 +348,34 @@ fn first_slices(stream: &Stream, env: &Env) -> Result<Vec<Slice>, ReadError> {
             windows.first().map(|w| Slice::window(cursor, w)).unwrap_or_default()
         }
     };
-    let mut product = vec![Slice::default()];
-    for router in &stream.retriever.routers {
-        let Router::List { values, cursor_field, .. } = router else { return Ok(vec![window]) };
-        product = product
-            .iter()
-            .flat_map(|p| {
-                values.iter().map(move |v| {
-                    p.merged(&Slice { partition: vec![(cursor_field.clone(), v.clone())], extra: Vec::new() })
-                })
-            })
-            .take(FIRST_SLICES)
-            .collect();
+    if parent && stream.cursor.is_some() {
+        return Ok(vec![window]);
     }
-    Ok(product.iter().map(|p| p.merged(&window)).collect())
+    let mut lists = Vec::new();
+    for router in &stream.retriever.routers {
+        match router {
+            Router::List { values, cursor_field, .. } => lists.push((cursor_field, values)),
+            Router::Substream { .. } => return Ok(vec![window]),
+        }
+    }
+    let one =
+        |field: &String, value: &Val| Slice { partition: vec![(field.clone(), value.clone())], extra: Vec::new() };
+    let mut first = Slice::default();
+    for (field, values) in &lists {
+        let Some(value) = values.first() else { return Ok(Vec::new()) };
+        first = first.merged(&one(field, value));
+    }
+    let mut slices = vec![first.merged(&window)];
+    for (field, values) in &lists {
+        for value in values.iter().skip(1) {
+            if *budget == 0 {
+                return Ok(slices);
+            }
+            *budget -= 1;
+            slices.push(first.merged(&one(field, value)).merged(&window));
+        }
+    }
+    Ok(slices)
 }
 
 /// The first transformation field, record filter or partition value
@@ -845,4 +862,77 @@ fn remove(
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stream(name: &str, path: &str, extra: Value) -> Value {
+        let mut s = json!({ "type": "DeclarativeStream", "name": name,
+            "retriever": { "type": "SimpleRetriever",
+                "requester": { "type": "HttpRequester", "url_base": "https://api.example.com", "path": path },
+                "record_selector": { "type": "RecordSelector",
+                    "extractor": { "type": "DpathExtractor", "field_path": ["data"] } } } });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            s[k] = v.clone();
+        }
+        s
+    }
+
+    fn list(values: Value, field: &str) -> Value {
+        json!({ "type": "ListPartitionRouter", "values": values, "cursor_field": field,
+            "request_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": field } })
+    }
+
+    /// Before a read, every value of every list router is sent in some
+    /// first request (not every combination); a parent with a cursor is
+    /// built as it is read, over its first window without its routers.
+    #[test]
+    fn first_requests_cover_each_list_value_and_parents_as_they_are_read() {
+        let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
+        let mut routed = stream("routed", "/items", json!({}));
+        routed["retriever"]["partition_router"] =
+            json!([list(json!(["1", "2"]), "a"), list(json!(["x", "y", "z"]), "b")]);
+        let mut parent = stream(
+            "parents",
+            "/parents",
+            json!({ "incremental_sync": { "type": "DatetimeBasedCursor",
+            "cursor_field": "updated", "datetime_format": "%Y-%m-%d", "start_datetime": "2023-12-01", "step": "P100D",
+            "cursor_granularity": "P1D" } }),
+        );
+        let grandparent = stream("grandparents", "/grandparents", json!({}));
+        parent["retriever"]["partition_router"] = json!([list(json!(["p"]), "c"), { "type": "SubstreamPartitionRouter",
+            "parent_stream_configs": [{ "type": "ParentStreamConfig", "stream": grandparent, "parent_key": "id",
+                "partition_field": "g" }] }]);
+        let mut child = stream("children", "/children", json!({}));
+        child["retriever"]["partition_router"] = json!({ "type": "SubstreamPartitionRouter",
+            "parent_stream_configs": [{ "type": "ParentStreamConfig", "stream": parent, "parent_key": "id",
+                "partition_field": "parent_id" }] });
+        let manifest = json!({ "version": "6.44.0", "type": "DeclarativeSource",
+            "check": { "type": "CheckStream", "stream_names": ["routed"] }, "streams": [routed, child] });
+        let (source, env) = prepare(&manifest, &Val::from(&json!({})), &[], now).unwrap();
+        let firsts = first_requests(&source, &env);
+        let sent: Vec<(String, Vec<(String, String)>)> = firsts
+            .iter()
+            .map(|(s, r)| {
+                let r = r.as_ref().unwrap();
+                (s.name.clone(), r.query.iter().filter(|(k, _)| k.len() == 1).cloned().collect())
+            })
+            .collect();
+        let pair = |a: &str, b: &str| vec![("a".to_owned(), a.to_owned()), ("b".to_owned(), b.to_owned())];
+        assert_eq!(
+            sent,
+            [
+                ("routed".to_owned(), pair("1", "x")),
+                ("routed".to_owned(), pair("2", "x")),
+                ("routed".to_owned(), pair("1", "y")),
+                ("routed".to_owned(), pair("1", "z")),
+                ("children".to_owned(), vec![]),
+                ("parents".to_owned(), vec![]),
+            ],
+            "the parent's router value `c` is not sent, and its own parent is not built"
+        );
+    }
 }
