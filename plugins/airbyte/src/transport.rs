@@ -71,20 +71,23 @@ impl std::fmt::Display for Missing {
 
 impl std::error::Error for Missing {}
 
+/// The host's answer as the runtime reads it.
+fn answer(response: &connector_sdk::Response) -> Response {
+    Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() }
+}
+
 /// A request the host is performing.
 struct Ahead(Pending);
 
 impl Started for Ahead {
     fn finish(self: Box<Self>) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
-        let response = self.0.finish_raw()?;
-        Ok(Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() })
+        Ok(answer(&self.0.finish_raw()?))
     }
 }
 
 impl Transport for HostTransport {
     fn send(&mut self, request: &Request) -> Result<Response, Box<dyn std::error::Error + Send + Sync>> {
-        let response = self.builder(request)?.send_raw()?;
-        Ok(Response { status: response.status(), headers: response.headers().to_vec(), body: response.body().to_vec() })
+        Ok(answer(&self.builder(request)?.send_raw()?))
     }
 
     fn start(&mut self, request: &Request) -> Result<Box<dyn Started>, Box<dyn std::error::Error + Send + Sync>> {
