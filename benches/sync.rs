@@ -125,8 +125,7 @@ async fn main() {
         let dest = state.store.create_destination(&ws, kind, kind.as_str(), &dest_cfg, None, &admin).await.unwrap();
         // The same stream twice: as it is, and under a contract that
         // judges every record and (the records fitting it) rejects none.
-        // A lakehouse keeps no rejected rows: its contract freezes.
-        let on_breach = if kind == DestinationKind::Iceberg { ContractMode::Freeze } else { ContractMode::Quarantine };
+        let on_breach = ContractMode::Quarantine;
         let judged =
             StreamContract { new_columns: on_breach, type_changes: ContractMode::Evolve, invalid_records: on_breach };
         let mut pipelines = Vec::new();

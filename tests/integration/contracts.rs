@@ -325,7 +325,6 @@ async fn a_retried_sync_keeps_the_ledger_of_every_attempt(backend: Backend) {
 async fn contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors(backend: Backend) {
     let fx = setup(backend).await;
     let sqlite = fx.destination("sqlite", json!({ "file": "w.db" })).await;
-    let lake = fx.destination("iceberg", json!({ "warehouse": "lake" })).await;
     let refused = |destination: &str, contract: Value| {
         let body = fx.pipeline_body(destination, "incremental_append", contract);
         fx.srv.post("/v1/pipelines", body).send()
@@ -337,10 +336,6 @@ async fn contracts_refuse_what_cannot_work_and_rejected_rows_stay_with_editors(b
     )
     .await;
     assert_eq!(bad["details"]["field"], "streams.events.contract.invalid_records", "{bad}");
-    let bad =
-        expect_error(refused(&lake, json!({ "type_changes": "quarantine" })).await.unwrap(), 400, "VALIDATION_FAILED")
-            .await;
-    assert_eq!(bad["details"]["field"], "streams.events.contract.type_changes", "{bad}");
     let bad =
         expect_error(refused(&sqlite, json!({ "type_changes": "drop" })).await.unwrap(), 400, "VALIDATION_FAILED")
             .await;
@@ -474,12 +469,6 @@ async fn a_replay_loads_what_fits_now_once_and_keeps_the_rest(backend: Backend) 
     assert_eq!(job["progress"]["ledger"]["streams"]["events"]["loaded"], 2, "{job}");
     assert_eq!(count_rows(&url, "events").await, rows_before + 2, "each replayed record is one row");
     assert_eq!(fx.rejected(&pipeline, 50).await.len(), 1);
-
-    // A lakehouse keeps no rejected rows: its pipelines do not replay.
-    let lake = fx.destination("iceberg", json!({ "warehouse": "lake" })).await;
-    let lakeside = fx.pipeline(&lake, "incremental_append", Value::Null).await;
-    let refused = expect_error(replay(&lakeside).await.unwrap(), 400, "VALIDATION_FAILED").await;
-    assert!(refused["message"].as_str().unwrap().contains("keep no rejected rows"), "{refused}");
     fx.srv.stop().await;
 }
 
@@ -596,15 +585,212 @@ async fn a_destination_default_contract_judges_streams_that_name_none(backend: B
     let events = &job["progress"]["ledger"]["streams"]["events"];
     assert_eq!(events["quarantined"], 0, "no default, no contract: {job}");
 
-    // Iceberg cannot quarantine, by default as by a stream's contract.
-    let body = json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake" },
-        "default_contract": { "type_changes": "quarantine" } });
-    let refused =
-        expect_error(fx.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
-    assert_eq!(refused["details"]["field"], "default_contract.type_changes", "{refused}");
     let body = json!({ "name": "x", "kind": "sqlite", "configuration": { "file": "x.db" },
         "default_contract": { "type_changes": "drop" } });
     expect_error(fx.srv.post("/v1/destinations", body).send().await.unwrap(), 400, "VALIDATION_FAILED").await;
+    fx.srv.stop().await;
+}
+
+/// A lakehouse keeps rows aside too, in an Iceberg table beside the
+/// stream's that the stream's commits commit first. Two pipelines (one by
+/// its stream's contract, one by the destination's default) share both
+/// tables; a replay of one loads what fits now and swaps in the rejected
+/// table it rewrote in the catalog transaction of that load: the other's
+/// rejected rows stay as they were, and what pyiceberg reads of both
+/// tables is what the API and the ledgers say.
+async fn a_lakehouse_keeps_rows_aside_and_replays_them_in_one_catalog_step(backend: Backend) {
+    let fx = setup(backend).await;
+    let ws = fx.srv.workspace_id().await;
+    let quarantine = json!({ "type_changes": "quarantine", "invalid_records": "quarantine" });
+    let body = json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake" },
+        "default_contract": quarantine });
+    let lake = json_ok(fx.srv.post("/v1/destinations", body).send().await.unwrap()).await;
+    assert_eq!(lake["data"]["default_contract"]["type_changes"], "quarantine", "{lake}");
+    let lake = lake["data"]["destination_id"].as_str().unwrap().to_owned();
+    let ours = fx.pipeline(&lake, "incremental_append", quarantine).await;
+    let theirs = fx.pipeline(&lake, "incremental_append", Value::Null).await;
+    for pipeline in [&ours, &theirs] {
+        let job = fx.sync(pipeline).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        let events = &job["progress"]["ledger"]["streams"]["events"];
+        let counts: Vec<&Value> =
+            ["read", "loaded", "quarantined", "unaccounted"].iter().map(|k| &events[*k]).collect();
+        assert_eq!(counts, [&json!(10), &json!(7), &json!(3), &json!(0)], "{job}");
+    }
+    let mut reader = crate::support::iceberg::Reader::start();
+    let database_url = fx.srv.state.config.database_url.clone();
+    let catalog = format!("{ws}/lake");
+    let mut read = async |table: &str| {
+        let read = reader.read_with(&database_url, &catalog, &format!("default.{table}"), json!({}), &["record"]).await;
+        read["rows"].as_array().unwrap_or_else(|| panic!("{read}")).clone()
+    };
+    let ids = |rows: &[Value], pipeline: &str| {
+        let mut ids: Vec<String> =
+            rows.iter().filter(|r| r["pipeline"] == pipeline).map(|r| r["id"].to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let loaded: Vec<String> = ["1", "2", "3", "4", "5", "6", "8"].iter().map(|i| format!("\"{i}\"")).collect();
+    let events = read("events").await;
+    assert_eq!((ids(&events, &ours), ids(&events, &theirs)), (loaded.clone(), loaded.clone()), "{events:?}");
+    assert_eq!(read("events__rejected").await.len(), 6, "three rows kept aside by each");
+    let why = |rows: &[Value]| {
+        let mut why: Vec<(String, String)> = rows
+            .iter()
+            .map(|r| (r["reason"].as_str().unwrap().to_owned(), r["pointer"].as_str().unwrap().to_owned()))
+            .collect();
+        why.sort();
+        why
+    };
+    let theirs_before = fx.rejected(&theirs, 2).await;
+    let aside = fx.rejected(&ours, 2).await;
+    assert_eq!(
+        why(&aside),
+        [
+            ("missing_required".into(), "/id".into()),
+            ("type_mismatch".into(), "/kind".into()),
+            ("type_mismatch".into(), "/payload".into())
+        ],
+        "{aside:?}"
+    );
+    for r in &aside {
+        let original = fx.records.iter().find(|o| o["updated_at"].as_str() == r["cursor"].as_str());
+        assert_eq!(Some(&r["record"]), original, "the record as read: {r}");
+        assert_eq!(r["attempt"], 1, "{r}");
+    }
+
+    // Types may change now: the number in the text column `kind` loads
+    // (as its text); text where the object `payload` was cannot be held
+    // by the table's struct column, so it stays aside as a type change,
+    // beside the record without an id.
+    let contract = |type_changes: &str| {
+        json!({ "streams": [{ "name": "events", "sync_mode": "incremental_append",
+            "contract": { "type_changes": type_changes, "invalid_records": "quarantine" } }] })
+    };
+    let patch = |body: Value| fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{ours}")).json(&body).send();
+    json_ok(patch(contract("evolve")).await.unwrap()).await;
+    let (counts, job) = fx.replayed(&ours).await;
+    assert_eq!(counts, [json!(3), json!(1), json!(0), json!(2), json!(0)], "{job}");
+    let events = read("events").await;
+    let mut replayed = loaded.clone();
+    replayed.push("\"7\"".to_owned());
+    replayed.sort();
+    assert_eq!((ids(&events, &ours), ids(&events, &theirs)), (replayed.clone(), loaded.clone()), "{events:?}");
+    assert_eq!(read("events__rejected").await.len(), 5, "the table rewritten: two of ours, three of theirs");
+    let aside = fx.rejected(&ours, 2).await;
+    assert_eq!(
+        why(&aside),
+        [("missing_required".into(), "/id".into()), ("type_mismatch".into(), "/payload".into())],
+        "{aside:?}"
+    );
+    assert_eq!(fx.rejected(&theirs, 2).await, theirs_before, "another pipeline's rows stay as they were");
+
+    // Again, the value the table cannot hold left out: that record loads
+    // once, the one without an id stays; nothing loads twice.
+    json_ok(patch(contract("discard_value")).await.unwrap()).await;
+    let (counts, job) = fx.replayed(&ours).await;
+    assert_eq!(counts, [json!(2), json!(1), json!(0), json!(1), json!(0)], "{job}");
+    assert_eq!(job["progress"]["ledger"]["streams"]["events"]["value_discarded"], 1, "{job}");
+    let events = read("events").await;
+    replayed.push("\"10\"".to_owned());
+    replayed.sort();
+    assert_eq!(ids(&events, &ours), replayed, "{events:?}");
+    let flat = events.iter().find(|r| r["pipeline"] == ours.as_str() && r["id"] == "10").unwrap();
+    assert_eq!(flat["payload_n"], Value::Null, "{flat}");
+    let aside = fx.rejected(&ours, 2).await;
+    assert_eq!(why(&aside), [("missing_required".into(), "/id".into())], "{aside:?}");
+    fx.srv.stop().await;
+}
+
+/// Where type changes evolve, a lakehouse widens a column for a value
+/// it cannot hold, where Iceberg promotes the column in place: a 32-bit
+/// integer given a larger one, a decimal given more digits than its
+/// precision. pyiceberg reads every value exactly. Where they are
+/// quarantined, the same records are kept aside as type changes instead,
+/// and the columns stay.
+async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_evolve(backend: Backend) {
+    let fx = setup(backend).await;
+    *fx.provider.records.lock().unwrap() = vec![
+        json!({ "id": 1, "n": 7, "amount": "1234.56" }),
+        json!({ "id": 2, "n": 5_000_000_000u64, "amount": "-1234.78" }),
+        json!({ "id": 3, "n": -3, "amount": 12345.6 }),
+    ];
+    let body =
+        json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": fx.provider.token });
+    let cred = json_ok(fx.srv.post("/v1/credentials", body).send().await.unwrap()).await;
+    let schema = json!({ "type": "object", "properties": { "id": { "type": "integer" },
+        "n": { "type": "integer", "format": "int32" },
+        "amount": { "type": ["string", "number"], "format": "decimal", "precision": 6, "scale": 2 } } });
+    let manifest = json!({ "streams": [{ "name": "events", "path": "/events", "records": "/data",
+        "primary_key": ["id"], "params": { "limit": 2 },
+        "paging": { "type": "cursor", "param": "cursor", "next_cursor": "/next_cursor" }, "schema": schema }] });
+    let source = json_ok(
+        fx.srv
+            .post(
+                "/v1/sources",
+                json!({ "connector_id": "conn_rest_manifest", "name": "Wide", "configuration": {
+                "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"],
+                "manifest": manifest } }),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let ws = fx.srv.workspace_id().await;
+    let mut reader = crate::support::iceberg::Reader::start();
+    for (namespace, type_changes) in [("wide", "evolve"), ("strict", "quarantine")] {
+        let dest = fx.destination("iceberg", json!({ "warehouse": "lake", "namespace": namespace })).await;
+        let body = json!({ "name": namespace, "source_id": source["data"]["source_id"], "destination_id": dest,
+            "streams": [{ "name": "events", "sync_mode": "full_refresh_overwrite",
+                "contract": { "type_changes": type_changes } }] });
+        let pipeline = json_ok(fx.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+        let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
+        let job = fx.sync(&pipeline).await;
+        assert_eq!(job["status"], "succeeded", "{type_changes}: {job}");
+        let events = &job["progress"]["ledger"]["streams"]["events"];
+        let read = reader
+            .read_with(
+                &fx.srv.state.config.database_url,
+                &format!("{ws}/lake"),
+                &format!("{namespace}.events"),
+                json!({}),
+                &["n"],
+            )
+            .await;
+        let mut rows: Vec<(String, String, String)> = read["rows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{read}"))
+            .iter()
+            .map(|r| {
+                let text = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                (text("id"), text("n"), text("amount"))
+            })
+            .collect();
+        rows.sort();
+        let column = |name: &str| read["types"].as_object().and_then(|s| s.get(name)).cloned().unwrap_or(Value::Null);
+        if type_changes == "evolve" {
+            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(3), &json!(0)), "{job}");
+            let wide = [("1", "7", "1234.56"), ("2", "5000000000", "-1234.78"), ("3", "-3", "12345.60")];
+            let wide: Vec<(String, String, String)> =
+                wide.iter().map(|(a, b, c)| ((*a).into(), (*b).into(), (*c).into())).collect();
+            assert_eq!(rows, wide, "every value exact");
+            assert_eq!((column("n"), column("amount")), (json!("long"), json!("decimal(7, 2)")), "{read}");
+        } else {
+            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(1), &json!(2)), "{job}");
+            assert_eq!(rows, [("1".to_owned(), "7".to_owned(), "1234.56".to_owned())]);
+            assert_eq!((column("n"), column("amount")), (json!("int"), json!("decimal(6, 2)")), "{read}");
+            let mut why: Vec<(String, String)> = fx
+                .rejected(&pipeline, 10)
+                .await
+                .iter()
+                .map(|r| (r["reason"].as_str().unwrap().to_owned(), r["pointer"].as_str().unwrap().to_owned()))
+                .collect();
+            why.sort();
+            let expected = [("decimal_out_of_range", "/amount"), ("type_mismatch", "/n")];
+            assert_eq!(why, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+        }
+    }
     fx.srv.stop().await;
 }
 
@@ -848,6 +1034,8 @@ async fn rejected_rows_belong_to_the_pipeline_that_kept_them(backend: Backend) {
 }
 
 on_both_backends!(
+    a_lakehouse_keeps_rows_aside_and_replays_them_in_one_catalog_step,
+    a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_evolve,
     a_replay_spanning_pages_keeps_the_newest_version_of_every_key,
     a_later_replay_ranks_replayed_rows_by_when_they_were_read,
     a_retried_sync_keeps_the_ledger_of_every_attempt,

@@ -23,9 +23,9 @@
 //!   loads each of them exactly once and leaves only the records that
 //!   still break a rule.
 //!
-//! The destination is SQLite or PostgreSQL, the sync mode append or
-//! deduplicated, the rules `quarantine` or `discard_value`, all drawn
-//! from the seed. CI runs the fixed seeds below. The benchmark suite runs
+//! The destination is SQLite, PostgreSQL or an Iceberg lakehouse, the
+//! sync mode append or deduplicated (a lakehouse appends), the rules
+//! `quarantine` or `discard_value`, all drawn from the seed. CI runs the fixed seeds below. The benchmark suite runs
 //! a thousand random ones (about two and a half seconds each, most of it
 //! pages' delays and leases running out, so the debug build serves):
 //! `FAULT_RUNS=1000 cargo test --test integration faults`, and
@@ -50,9 +50,9 @@ use crate::support::process::ServerProcess;
 use crate::support::provider::{FakeProvider, TestCa};
 use crate::support::replicas::{CrashInto, CrashTarget, Processes};
 
-/// The seeds CI runs: between them, both destinations, both modes, every
-/// rule and every fault.
-const FIXED_SEEDS: [u64; 6] = [1, 2, 3, 4, 5, 6];
+/// The seeds CI runs: between them, every destination (a lakehouse each
+/// third seed), both modes, every rule and every fault.
+const FIXED_SEEDS: [u64; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 
 /// How a record drifts from the schema the test plugin declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,8 +141,18 @@ impl Plan {
         let rule = |rng: &mut StdRng| if rng.random_bool(0.5) { "quarantine" } else { "discard_value" };
         Plan {
             seed,
-            into: if seed.is_multiple_of(2) { CrashInto::Postgres } else { CrashInto::Sqlite },
-            mode: if rng.random_bool(0.5) { "incremental_append" } else { "incremental_deduped" },
+            into: if seed.is_multiple_of(3) {
+                CrashInto::Iceberg
+            } else if seed.is_multiple_of(2) {
+                CrashInto::Postgres
+            } else {
+                CrashInto::Sqlite
+            },
+            // A lakehouse appends (it does not deduplicate).
+            mode: match rng.random_bool(0.5) {
+                false if !seed.is_multiple_of(3) => "incremental_deduped",
+                _ => "incremental_append",
+            },
             new_columns: rule(&mut rng),
             type_changes: rule(&mut rng),
             drifts,
@@ -300,12 +310,13 @@ impl Bench {
     /// let the drifted values through, replay, check again.
     async fn run(&mut self, plan: &Plan) {
         // Without a PostgreSQL server (and none required), SQLite only.
+        let seed = plan.seed;
+        let run = uuid::Uuid::new_v4().simple();
         let mut target = match CrashTarget::new(plan.into).await {
-            Some(target) => target,
+            Some(target) => target.in_namespace(&format!("faults_{seed}_{run}")),
             None => CrashTarget::new(CrashInto::Sqlite).await.expect("SQLite needs no server"),
         };
-        let seed = plan.seed;
-        let file = format!("faults-{seed}-{}.db", uuid::Uuid::new_v4().simple());
+        let file = format!("faults-{seed}-{run}.db");
         *self.provider.records.lock().unwrap() = Arc::new(plan.records());
         self.provider.malformed_at.store(plan.malformed_at.unwrap_or(usize::MAX), Ordering::SeqCst);
         self.provider.delay_ms.store(plan.page_delay_ms, Ordering::SeqCst);
@@ -372,7 +383,7 @@ impl Bench {
         }
         assert_eq!(last["status"], "succeeded", "{plan:?}: {last}");
         let (loaded, aside) = plan.expected(plan.new_columns, plan.type_changes);
-        self.check(&mut target, &file, plan, loaded, aside, "after the sync").await;
+        self.check(&mut target, (&file, &pipeline), plan, loaded, aside, "after the sync").await;
 
         // The drifted values are let through; a replay loads what fits now.
         let patch = json!({ "streams": stream("evolve", "evolve") });
@@ -389,22 +400,59 @@ impl Bench {
         assert_eq!(last["status"], "succeeded", "{plan:?}: the replay: {last}");
         balances(&last, plan, "the replay");
         let (loaded, aside) = plan.expected("evolve", "evolve");
-        self.check(&mut target, &file, plan, loaded, aside, "after the replay").await;
+        self.check(&mut target, (&file, &pipeline), plan, loaded, aside, "after the replay").await;
     }
 
     /// Each record the contract let through is in the table once, and
-    /// each it kept aside is in the rejected table once.
-    async fn check(&self, target: &mut CrashTarget, file: &str, plan: &Plan, loaded: i64, aside: i64, when: &str) {
+    /// each it kept aside is in the rejected table once (in a lakehouse,
+    /// which appends a record kept aside again, once as its readers read
+    /// it: through the API).
+    async fn check(
+        &self,
+        target: &mut CrashTarget,
+        (file, pipeline): (&str, &str),
+        plan: &Plan,
+        loaded: i64,
+        aside: i64,
+        when: &str,
+    ) {
         let (rows, ids) = target.count(&self.procs, file, "events", "id").await;
         assert_eq!((rows, ids), (loaded, loaded), "{plan:?}, {when}: {rows} rows for {ids} ids, {loaded} expected");
         if aside > 0 || when == "after the replay" {
-            let (rows, records) = target.count(&self.procs, file, "events__rejected", "record").await;
+            let (rows, records) = match target.into {
+                CrashInto::Iceberg => self.rejected(pipeline).await,
+                _ => target.count(&self.procs, file, "events__rejected", "record").await,
+            };
             assert_eq!(
                 (rows, records),
                 (aside, aside),
                 "{plan:?}, {when}: {rows} rejected rows for {records} records, {aside} expected"
             );
         }
+    }
+}
+
+impl Bench {
+    /// The pipeline's rejected rows as the API lists them, and how many
+    /// records they hold.
+    async fn rejected(&self, pipeline: &str) -> (i64, i64) {
+        let (mut records, mut cursor) = (Vec::new(), None::<String>);
+        loop {
+            let mut path = format!("/v1/pipelines/{pipeline}/rejected?stream=events&limit=100");
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let page = json_ok(self.call(Method::GET, &path, None).await).await;
+            records.extend(page["data"]["items"].as_array().unwrap().iter().map(|r| r["record"].to_string()));
+            match page["data"]["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        let rows = records.len() as i64;
+        records.sort();
+        records.dedup();
+        (rows, records.len() as i64)
     }
 }
 

@@ -46,7 +46,7 @@ pub(super) fn contract_of(
 
 /// The rejected-rows table's schema (what a typed destination makes of
 /// it).
-fn rejected_schema() -> Value {
+pub(super) fn rejected_schema() -> Value {
     let text = json!({ "type": "string" });
     json!({ "type": "object", "properties": {
         REJECTION_ID: text, "job_id": text, "attempt": { "type": "integer" }, "stream": text,
@@ -66,12 +66,19 @@ pub(super) fn rejected_loader(writer: &Arc<Writer>, pipeline_id: &str, stream: &
 /// A rejected row as read back, kept aside again for `breach`: the same
 /// rejection, job, attempt, cursor, record and time, the new reason.
 pub(super) fn rejected_again(row: &serde_json::Map<String, Value>, breach: &Breach) -> String {
+    let mut row = rejected_as_read(row);
+    row.extend(new_reason(breach));
+    Value::Object(row).to_string()
+}
+
+/// A rejected row as read back (its values as text), as it is written:
+/// its attempt a number.
+pub(super) fn rejected_as_read(row: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
     let mut row = row.clone();
     if let Some(n) = row.get("attempt").and_then(Value::as_str).and_then(|n| n.parse::<u64>().ok()) {
         row.insert("attempt".into(), Value::from(n));
     }
-    row.extend(new_reason(breach));
-    Value::Object(row).to_string()
+    row
 }
 
 /// The fields a rejected row takes when `breach` keeps it aside again.
@@ -120,14 +127,14 @@ impl Judge {
     /// quarantines.
     pub(super) async fn start(owner: Owner<'_>, contract: Contract, quarantines: bool) -> Result<Judge, WriteError> {
         let aside = if quarantines {
-            let name = rejected_stream(owner.stream);
-            // A database rewrites a row read again; a file cannot.
+            // A database rewrites a row read again; a file or a lakehouse
+            // cannot (their readers take the last).
             let mode = if owner.writer.deduplicates() {
                 StreamSyncMode::IncrementalDeduped
             } else {
                 StreamSyncMode::IncrementalAppend
             };
-            owner.writer.begin_stream(owner.pipeline_id, &name, mode, &rejected_schema()).await?;
+            owner.writer.begin_rejected(owner.pipeline_id, owner.stream, mode, &rejected_schema()).await?;
             Some(rejected_loader(owner.writer, owner.pipeline_id, owner.stream))
         } else {
             None

@@ -27,13 +27,18 @@
 //! reason. A file's replay reads the stream's file once, for the keys of
 //! all its rejected lines. (A file only appends, so each line kept aside
 //! is a rejection of its own.)
+//!
+//! A lakehouse cannot delete a row either: its replay reads the whole
+//! rejected-rows table at once and ends in one catalog transaction that
+//! commits the loaded records and swaps in the rewritten rejected-rows
+//! table ([`replay_lake`]).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::quarantine::{contract_of, new_reason, rejected_again, rejected_loader};
+use super::quarantine::{contract_of, new_reason, rejected_again, rejected_as_read, rejected_loader, rejected_schema};
 use super::sync::{Prepared, prepare};
 use super::{CancellationToken, Failure};
 use crate::state::AppState;
@@ -70,14 +75,16 @@ pub(super) async fn execute(
     cancel: &CancellationToken,
 ) -> Result<(), Failure> {
     let prepared = prepare(state, job, owner).await?;
-    if !prepared.writer.replays() {
-        return Err(Failure::Permanent("a lakehouse keeps no rejected rows to replay".into()));
-    }
     let mut replayed: BTreeMap<String, Replayed> = BTreeMap::new();
     let mut outcome = Ok(());
     for sel in &prepared.pipeline.streams {
         let done = replayed.entry(sel.name.clone()).or_default();
-        if let Err(e) = replay_stream(&prepared, sel, cancel, done).await {
+        let replay = if prepared.writer.commits_at_checkpoints() {
+            replay_lake(&prepared, sel, cancel, done).await
+        } else {
+            replay_stream(&prepared, sel, cancel, done).await
+        };
+        if let Err(e) = replay {
             outcome = Err(Failure::of(format!("stream {}: {e}", sel.name), crate::retry::Transient::is_transient(&e)));
             break;
         }
@@ -247,6 +254,89 @@ async fn replay_stream(
             )));
         }
     }
+    Ok(())
+}
+
+/// Replays one stream's rejected rows in a lakehouse, at once: the rows
+/// are read from one version of the rejected-rows table, the records that
+/// fit now are written to the stream's table, and the rows that stay
+/// (the pipeline's with their new reason, other pipelines' as they were)
+/// are written to a staged table that replaces the rejected-rows table in
+/// the catalog transaction committing those records. A replay cut short
+/// at any point has loaded all of them or none, and run again reads the
+/// same rows. A lakehouse appends: every record that fits loads, as a
+/// sync into it would have loaded it.
+async fn replay_lake(
+    prepared: &Prepared,
+    sel: &StreamSelection,
+    cancel: &CancellationToken,
+    done: &mut Replayed,
+) -> Result<(), WriteError> {
+    let Prepared { pipeline, catalog, writer, default_contract, .. } = prepared;
+    let table = rejected_stream(&sel.name);
+    let Some(aside) = writer.kept_aside(&table, &REJECTED_COLUMNS).await? else { return Ok(()) };
+    let offered = catalog.iter().find(|c| c.name == sel.name);
+    let schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
+    let primary_key: Vec<String> = if sel.sync_mode == StreamSyncMode::IncrementalDeduped {
+        sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let rules = contract_of(sel, *default_contract, &schema).unwrap_or_default();
+    let contract = Contract::new(rules, &schema, &primary_key);
+    writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalAppend, &schema).await?;
+    let mut main =
+        Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalAppend, vec![]);
+    let ours = Writer::meta_of(&pipeline.pipeline_id, &table);
+    // What stays aside, by the metadata of the rows' pipeline and stream.
+    let mut kept: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut loads = Vec::new();
+    for row in aside.rows {
+        if row.meta != ours {
+            kept.entry(row.meta).or_default().push(Value::Object(rejected_as_read(&row.fields)).to_string());
+            continue;
+        }
+        done.read += 1;
+        let record = row.fields.get("record").and_then(Value::as_str).unwrap_or_default();
+        // A value the contract lets through that the table's column
+        // cannot hold (nor be promoted to hold) stays aside as a type
+        // change.
+        let judged = match judge(contract.as_ref(), record) {
+            Ok((record, discarded)) => match writer.unfit(&sel.name, &record)? {
+                Some(pointer) => {
+                    Err(Breach { rule: ContractRule::TypeChanges, reason: RejectionReason::TypeMismatch, pointer })
+                }
+                None => Ok((record, discarded)),
+            },
+            Err(breach) => Err(breach),
+        };
+        match judged {
+            Ok((record, discarded)) => {
+                done.value_discarded += u64::from(discarded);
+                loads.push(record);
+            }
+            Err(breach) => {
+                kept.entry(row.meta).or_default().push(rejected_again(&row.fields, &breach));
+                done.kept += 1;
+            }
+        }
+        if loads.len() >= PAGE {
+            if cancel.is_cancelled() {
+                return Err(WriteError::Refused("the job was cancelled".into()));
+            }
+            main.write(std::mem::take(&mut loads)).await?;
+        }
+    }
+    if !loads.is_empty() {
+        main.write(loads).await?;
+    }
+    main.settle().await?;
+    if cancel.is_cancelled() {
+        return Err(WriteError::Refused("the job was cancelled".into()));
+    }
+    let kept = kept.into_iter().collect();
+    writer.end_replay((&pipeline.pipeline_id, &sel.name), &rejected_schema(), kept, aside.location).await?;
+    done.loaded = writer.committed_records(&sel.name).unwrap_or_default();
     Ok(())
 }
 

@@ -127,7 +127,10 @@ impl Progress {
             .iter()
             .map(|(name, s)| {
                 let loaded = writer.committed_records(name).unwrap_or(s.stored);
-                let mut ledger = StreamLedger::settle(s.read.0, loaded, s.deduplicated, s.quarantined, s.ended_well);
+                // A lakehouse stores the rows kept aside at its commits too.
+                let aside = crate::warehouse::contract::rejected_stream(name);
+                let quarantined = writer.committed_records(&aside).unwrap_or(s.quarantined);
+                let mut ledger = StreamLedger::settle(s.read.0, loaded, s.deduplicated, quarantined, s.ended_well);
                 ledger.value_discarded = s.value_discarded;
                 ledger.snapshot_ids = writer.committed_snapshots(name);
                 (name.clone(), ledger)

@@ -113,7 +113,7 @@ pub(crate) async fn create_destination(ctx: &Ctx<'_>, req: CreateDestination) ->
     check_name("name", &req.name)?;
     check_destination(state, access, req.kind, &req.configuration).await?;
     if let Some(contract) = &req.default_contract {
-        super::pipelines::check_contract_rules(contract, Some(req.kind), &|rule| format!("default_contract.{rule}"))?;
+        super::pipelines::check_contract_rules(contract, &|rule| format!("default_contract.{rule}"))?;
     }
     let d = state
         .store
@@ -144,7 +144,7 @@ pub(crate) async fn update_destination(ctx: &Ctx<'_>, req: UpdateDestination) ->
     check_destination(state, access, cur.kind, &config).await?;
     let default_contract = req.default_contract.unwrap_or(cur.default_contract);
     if let Some(contract) = &default_contract {
-        super::pipelines::check_contract_rules(contract, Some(cur.kind), &|rule| format!("default_contract.{rule}"))?;
+        super::pipelines::check_contract_rules(contract, &|rule| format!("default_contract.{rule}"))?;
     }
     let d = state
         .store

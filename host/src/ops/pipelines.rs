@@ -12,7 +12,7 @@ use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::plugin::types::{Stream, SyncMode};
 use crate::state::AppState;
-use crate::store::kinds::{ContractMode, ContractRule, DestinationKind, PipelineStatus};
+use crate::store::kinds::{ContractMode, DestinationKind, PipelineStatus};
 use crate::store::pipelines::{Pipeline, Schedule, StreamContract, StreamSelection, StreamSyncMode};
 
 /// The sync mode a stream is best read in: deduplicated incremental when it
@@ -152,7 +152,7 @@ async fn check_streams(
             return Err(ApiError::invalid_field("streams", format!("stream {} cannot be read incrementally", s.name)));
         }
         if let Some(contract) = &s.contract {
-            check_contract(s, contract, &offered.json_schema, destination_kind)?;
+            check_contract(s, contract, &offered.json_schema)?;
         }
         if s.sync_mode == StreamSyncMode::IncrementalDeduped {
             if destination_kind == Some(DestinationKind::Jsonl) {
@@ -178,15 +178,10 @@ async fn check_streams(
     Ok(())
 }
 
-/// A stream's contract, against the stream's schema and the destination.
-fn check_contract(
-    s: &StreamSelection,
-    contract: &StreamContract,
-    json_schema: &serde_json::Value,
-    destination_kind: Option<DestinationKind>,
-) -> ApiResult<()> {
+/// A stream's contract, against the stream's schema.
+fn check_contract(s: &StreamSelection, contract: &StreamContract, json_schema: &serde_json::Value) -> ApiResult<()> {
     let field = |rule: &str| format!("streams.{}.contract.{rule}", s.name);
-    check_contract_rules(contract, destination_kind, &field)?;
+    check_contract_rules(contract, &field)?;
     if contract.new_columns != ContractMode::Evolve && !json_schema["properties"].is_object() {
         return Err(ApiError::invalid_field(
             &field("new_columns"),
@@ -196,24 +191,13 @@ fn check_contract(
     Ok(())
 }
 
-/// What a contract may be whatever stream it judges, into a destination
-/// of `destination_kind`; `field` names a rule's field for the error.
-pub(super) fn check_contract_rules(
-    contract: &StreamContract,
-    destination_kind: Option<DestinationKind>,
-    field: &dyn Fn(&str) -> String,
-) -> ApiResult<()> {
+/// What a contract may be whatever stream it judges, into any
+/// destination; `field` names a rule's field for the error.
+pub(super) fn check_contract_rules(contract: &StreamContract, field: &dyn Fn(&str) -> String) -> ApiResult<()> {
     if contract.invalid_records == ContractMode::DiscardValue {
         return Err(ApiError::invalid_field(
             &field("invalid_records"),
             "a record that does not fit has no one value to leave out: use evolve, freeze or quarantine",
-        ));
-    }
-    if contract.quarantines() && destination_kind == Some(DestinationKind::Iceberg) {
-        let rule = ContractRule::ALL.iter().find(|r| contract.mode(**r) == ContractMode::Quarantine);
-        return Err(ApiError::invalid_field(
-            &field(rule.map_or("", |r| r.as_str())),
-            "Iceberg destinations cannot quarantine yet: use freeze or discard_value",
         ));
     }
     Ok(())

@@ -16,7 +16,7 @@ use crate::access::WorkspaceAccess;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::store::jobs::{Job, NotQueued};
-use crate::store::kinds::{DestinationKind, JobKind, Trigger};
+use crate::store::kinds::{JobKind, Trigger};
 use crate::store::pipelines::Pipeline;
 
 /// A sync or reset command.
@@ -83,9 +83,8 @@ pub(crate) async fn cancel_job(ctx: &Ctx<'_>, job_id: &str) -> ApiResult<Execute
     Executed::ok(job)
 }
 
-/// Starts a replay of the rows the pipeline's contracts kept aside: where
-/// they are kept (not in a lakehouse), and only when some stream has rows
-/// to replay. Conflicts like a sync.
+/// Starts a replay of the rows the pipeline's contracts kept aside, only
+/// when some stream has rows to replay. Conflicts like a sync.
 async fn replay(ctx: &Ctx<'_>, req: RunPipeline, trigger: Trigger) -> ApiResult<Executed> {
     let (state, access) = (ctx.state, ctx.access);
     let p = pipeline(state, access, &req.pipeline_id).await?;
@@ -95,12 +94,6 @@ async fn replay(ctx: &Ctx<'_>, req: RunPipeline, trigger: Trigger) -> ApiResult<
         .destination(&access.workspace_id, dest_id)
         .await?
         .ok_or_else(|| ApiError::not_found("destination"))?;
-    if dest.kind == DestinationKind::Iceberg {
-        return Err(ApiError::invalid_field(
-            "pipeline_id",
-            "iceberg destinations keep no rejected rows to replay: only SQLite, PostgreSQL and JSON lines do",
-        ));
-    }
     let tables: Vec<String> = p.streams.iter().map(|s| crate::warehouse::contract::rejected_stream(&s.name)).collect();
     let any = state
         .warehouses

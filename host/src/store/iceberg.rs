@@ -22,6 +22,9 @@ pub(crate) enum Swapped {
     Raced,
     /// The job attempt the commit was made for no longer holds its job.
     LeaseLost,
+    /// A table the commit replaces changed since it was read: nothing
+    /// was committed.
+    Outdated,
 }
 
 /// What a commit carries besides the table's new pointer.
@@ -31,6 +34,22 @@ pub(crate) struct CommitWith<'a> {
     pub checkpoint: Option<&'a StreamCheckpoint>,
     /// The job attempt that must still hold its job.
     pub lease: Option<&'a JobLease>,
+    /// Another table of the catalog to replace in the same transaction.
+    pub replacing: Option<&'a Replacement>,
+}
+
+/// A table replaced by a staged sibling's contents in one step
+/// ([`Store::replace_iceberg_table`]), provided it is still as it was
+/// read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    /// The table replaced.
+    pub live: String,
+    /// The staged table whose contents it takes (and which is forgotten).
+    pub staged: String,
+    /// Where `live`'s metadata was when its contents were read: the
+    /// replacement is [`Swapped::Outdated`] if it moved since.
+    pub expected: Option<String>,
 }
 
 /// Whether `lease`'s attempt still holds its job, checked inside the
@@ -58,6 +77,49 @@ async fn save_state(tx: &mut sqlx::Transaction<'static, sqlx::Any>, c: &StreamCh
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+/// [`Store::replace_iceberg_table`]'s work inside the transaction `tx`
+/// (which the caller commits only when it is done).
+async fn replace_in(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    live: &IcebergTableName,
+    staged: &str,
+    expected: Option<&str>,
+) -> StoreResult<Swapped> {
+    let staged = live.sibling(staged);
+    let select = format!("SELECT metadata_location FROM iceberg_tables WHERE {NAMED}");
+    let location_of = |name: &IcebergTableName| name.bind(sqlx::query(sqlx::AssertSqlSafe(select.clone())));
+    let located = location_of(&staged)
+        .fetch_optional(&mut **tx)
+        .await?
+        .map(|r| r.try_get::<Option<String>, _>("metadata_location"))
+        .transpose()?
+        .flatten();
+    let Some(location) = located else { return Ok(Swapped::Raced) };
+    if let Some(expected) = expected {
+        let now = location_of(live)
+            .fetch_optional(&mut **tx)
+            .await?
+            .map(|r| r.try_get::<Option<String>, _>("metadata_location"))
+            .transpose()?
+            .flatten();
+        if now.as_deref() != Some(expected) {
+            return Ok(Swapped::Outdated);
+        }
+    }
+    let update = format!(
+        "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $4 \
+         WHERE {NAMED}"
+    );
+    let moved =
+        live.bind(sqlx::query(sqlx::AssertSqlSafe(update))).bind(&location).execute(&mut **tx).await?.rows_affected();
+    if moved == 0 {
+        live.bind(sqlx::query(INSERT_TABLE)).bind(&location).execute(&mut **tx).await?;
+    }
+    let delete = format!("DELETE FROM iceberg_tables WHERE {NAMED}");
+    staged.bind(sqlx::query(sqlx::AssertSqlSafe(delete))).execute(&mut **tx).await?;
+    Ok(Swapped::Done)
 }
 
 /// A stream's state to save with a commit.
@@ -258,6 +320,12 @@ impl Store {
         if let Some(c) = with.checkpoint {
             save_state(&mut tx, c).await?;
         }
+        if let Some(r) = with.replacing {
+            let replaced = replace_in(&mut tx, &name.sibling(&r.live), &r.staged, r.expected.as_deref()).await?;
+            if replaced != Swapped::Done {
+                return Ok(replaced);
+            }
+        }
         tx.commit().await?;
         Ok(Swapped::Done)
     }
@@ -278,47 +346,27 @@ impl Store {
         Ok(Swapped::Done)
     }
 
-    /// Points `table` at `staged`'s current metadata and forgets `staged`,
+    /// Points `live` at `staged`'s current metadata and forgets `staged`,
     /// in one transaction: readers find the old contents or the new, never
-    /// a mix. `table` is created when it did not exist. Raced when
-    /// `staged` does not exist.
+    /// a mix. `live` is created when it did not exist. Raced when
+    /// `staged` does not exist; outdated when `live`'s metadata is no
+    /// longer at `replacement.expected`.
     pub(crate) async fn replace_iceberg_table(
         &self,
-        live: &IcebergTableName,
-        staged: &str,
+        catalog: &IcebergTableName,
+        replacement: &Replacement,
         lease: Option<&JobLease>,
     ) -> StoreResult<Swapped> {
-        let staged = live.sibling(staged);
         let mut tx = self.begin_write().await?;
         if !still_held(&mut tx, lease).await? {
             return Ok(Swapped::LeaseLost);
         }
-        let select = format!("SELECT metadata_location FROM iceberg_tables WHERE {NAMED}");
-        let located = staged
-            .bind(sqlx::query(sqlx::AssertSqlSafe(select)))
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|r| r.try_get::<Option<String>, _>("metadata_location"))
-            .transpose()?
-            .flatten();
-        let Some(location) = located else { return Ok(Swapped::Raced) };
-        let update = format!(
-            "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $4 \
-             WHERE {NAMED}"
-        );
-        let moved = live
-            .bind(sqlx::query(sqlx::AssertSqlSafe(update)))
-            .bind(&location)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if moved == 0 {
-            live.bind(sqlx::query(INSERT_TABLE)).bind(&location).execute(&mut *tx).await?;
+        let live = catalog.sibling(&replacement.live);
+        let replaced = replace_in(&mut tx, &live, &replacement.staged, replacement.expected.as_deref()).await?;
+        if replaced == Swapped::Done {
+            tx.commit().await?;
         }
-        let delete = format!("DELETE FROM iceberg_tables WHERE {NAMED}");
-        staged.bind(sqlx::query(sqlx::AssertSqlSafe(delete))).execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(Swapped::Done)
+        Ok(replaced)
     }
 
     /// The lakehouse warehouse folders a running sync loads, as

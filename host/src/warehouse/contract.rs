@@ -4,7 +4,8 @@
 //! A record breaks a rule when it has a field the schema does not declare
 //! (`new_columns`), a value of a type the schema does not allow for its
 //! field, outside its enumeration or, for a declared decimal, with more
-//! places or digits than it holds (`type_changes`; null fits every
+//! places or digits than it holds, or for a declared 32-bit integer,
+//! beyond its range (`type_changes`; null fits every
 //! type), or is not an object or lacks a required field or its primary key
 //! (`invalid_records`). The stream's contract says, per rule, what such a
 //! record does: it loads as it is (`evolve`), fails the sync before its
@@ -119,6 +120,8 @@ struct Declared {
     allowed: Option<Vec<Value>>,
     /// The decimal it declares, when it declares one the service holds.
     decimal: Option<DecimalType>,
+    /// Whether it declares a 32-bit integer (`format: int32`).
+    int32: bool,
 }
 
 /// A stream's contract, ready to judge its records.
@@ -193,13 +196,14 @@ pub(crate) struct Judgement {
 /// on the same fields ([`Contract::verdict`]): those it keeps aside are
 /// left out, the values it discards left out of theirs. A breach of a
 /// rule that freezes fails the batch before any of it is written, as does
-/// a record that is not an object and is not kept aside.
+/// a record that is not an object and is not kept aside. Where a record
+/// kept aside was read is its key in the stream's mode and `places`
+/// (in an append, the key its row would have had; otherwise its text).
 pub(super) fn shape_judged<'a>(
     stream: &str,
     records: &'a [String],
-    mode: StreamSyncMode,
-    primary_key: &[String],
-    keys: &AppendKeys,
+    (mode, primary_key, keys): (StreamSyncMode, &[String], &AppendKeys),
+    places: (StreamSyncMode, &AppendKeys),
     contract: Option<&Contract>,
 ) -> Result<(Vec<Shaped<'a>>, Judgement), WriteError> {
     let Some(contract) = contract else {
@@ -216,8 +220,10 @@ pub(super) fn shape_judged<'a>(
         })?;
         match verdict {
             Verdict::Rejected(breach) => {
-                let place =
-                    if mode == StreamSyncMode::IncrementalAppend { keys.key(at, record) } else { text_digest(record) };
+                let place = match places {
+                    (StreamSyncMode::IncrementalAppend, keys) => keys.key(at, record),
+                    _ => text_digest(record),
+                };
                 judgement.rejected.push(Rejected { record: record.clone(), breach, place });
                 continue;
             }
@@ -250,7 +256,7 @@ fn decimal_breach(decimal: &DecimalType, raw: &str) -> Option<RejectionReason> {
 }
 
 /// A field's JSON pointer.
-fn pointer(name: &str) -> String {
+pub(super) fn pointer(name: &str) -> String {
     format!("/{}", name.replace('~', "~0").replace('/', "~1"))
 }
 
@@ -269,7 +275,8 @@ impl Contract {
             .map(|(name, field)| {
                 let allowed = field["enum"].as_array().cloned();
                 let decimal = DecimalType::declared(field).and_then(Result::ok);
-                (name.clone(), Declared { types: Types::declared(field), allowed, decimal })
+                let int32 = field["format"] == "int32";
+                (name.clone(), Declared { types: Types::declared(field), allowed, decimal, int32 })
             })
             .collect();
         let mut required: Vec<(String, RejectionReason)> =
@@ -280,6 +287,11 @@ impl Contract {
             }
         }
         Some(Contract { rules, fields, required })
+    }
+
+    /// Whether the contract loads a record breaking `rule` as it is.
+    pub(crate) fn evolves(&self, rule: ContractRule) -> bool {
+        self.rules.mode(rule) == ContractMode::Evolve
     }
 
     /// Judges one record from its fields as shaping split them (`None`:
@@ -366,6 +378,11 @@ impl Contract {
                 && let Some(reason) = decimal_breach(decimal, raw.get())
             {
                 found.push((Some(at), breach(ContractRule::TypeChanges, reason, pointer(name))));
+            } else if declared.int32
+                && kind == Types::INTEGER
+                && raw.get().parse::<f64>().is_ok_and(|n| n < f64::from(i32::MIN) || n > f64::from(i32::MAX))
+            {
+                found.push((Some(at), breach(ContractRule::TypeChanges, RejectionReason::TypeMismatch, pointer(name))));
             }
         }
         for (name, reason) in &self.required {
@@ -469,7 +486,9 @@ mod tests {
         let key = ["id".to_owned()];
 
         let c = contract(DiscardValue, DiscardValue, Quarantine);
-        let (shaped, judged) = shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&c)).unwrap();
+        let (shaped, judged) =
+            shape_judged("s", &records, (dedupe, &key, &AppendKeys::Fresh), (dedupe, &AppendKeys::Fresh), Some(&c))
+                .unwrap();
         let fields: Vec<Vec<(String, String)>> = shaped
             .iter()
             .map(|s| s.fields.iter().map(|(n, v)| (n.to_string(), v.get().to_owned())).collect())
@@ -494,15 +513,19 @@ mod tests {
         let not_an_object = shape_judged(
             "s",
             &records,
-            dedupe,
-            &key,
-            &AppendKeys::Fresh,
+            (dedupe, &key, &AppendKeys::Fresh),
+            (dedupe, &AppendKeys::Fresh),
             Some(&contract(DiscardValue, Evolve, Evolve)),
         );
         assert!(matches!(not_an_object, Err(WriteError::BadRecord(m)) if m.contains("not a JSON object")));
 
-        let frozen =
-            shape_judged("s", &records, dedupe, &key, &AppendKeys::Fresh, Some(&contract(Evolve, Freeze, Quarantine)));
+        let frozen = shape_judged(
+            "s",
+            &records,
+            (dedupe, &key, &AppendKeys::Fresh),
+            (dedupe, &AppendKeys::Fresh),
+            Some(&contract(Evolve, Freeze, Quarantine)),
+        );
         let Err(WriteError::BadRecord(m)) = frozen else { panic!("the batch was not refused") };
         assert_eq!(
             m,
@@ -574,6 +597,25 @@ mod tests {
             (r#"{"price": "n/a"}"#, RejectionReason::TypeMismatch),
         ] {
             assert_eq!(c.breaches(record), vec![breach(reason)], "{record}");
+        }
+    }
+
+    /// A declared 32-bit integer takes integers in its range (1.0 among
+    /// them); one beyond it is a type change.
+    #[test]
+    fn a_declared_32_bit_integer_is_judged_by_its_range() {
+        use ContractMode::Quarantine as Q;
+        let schema = serde_json::json!({ "type": "object", "properties": {
+            "n": { "type": ["integer", "null"], "format": "int32" }, "m": { "type": "integer" } } });
+        let rules = StreamContract { new_columns: Q, type_changes: Q, invalid_records: Q };
+        let c = Contract::new(rules, &schema, &[]).unwrap();
+        for fits in [r#"{"n": 2147483647}"#, r#"{"n": -2147483648}"#, r#"{"n": 1.0}"#, r#"{"m": 5000000000}"#] {
+            assert_eq!(c.breaches(fits), vec![], "{fits}");
+        }
+        let breach =
+            Breach { rule: ContractRule::TypeChanges, reason: RejectionReason::TypeMismatch, pointer: "/n".into() };
+        for beyond in [r#"{"n": 2147483648}"#, r#"{"n": -5e9}"#] {
+            assert_eq!(c.breaches(beyond), vec![breach.clone()], "{beyond}");
         }
     }
 

@@ -11,6 +11,7 @@ use super::contract::{Contract, Judgement};
 use super::shape::{AppendKeys, ReadTimes, shape_keyed};
 use super::{WriteError, Writer};
 use crate::store::Store;
+use crate::store::kinds::ContractRule;
 use crate::store::pipelines::StreamSyncMode;
 
 /// Writes one stream's batches: each is prepared, then applied in the
@@ -165,6 +166,9 @@ impl Loader {
         let mut judged = Judgement::default();
         // The parts still to write, the next one last.
         let mut parts = vec![records];
+        // Whether a column was widened for this batch (once at most).
+        let mut widened = false;
+        let evolves = contract.is_none_or(|c| c.evolves(ContractRule::TypeChanges));
         while let Some(records) = parts.pop() {
             let (writer, stream, contract, keys, read_times) =
                 (self.writer.clone(), self.stream.clone(), contract.cloned(), self.keys, self.read_times);
@@ -181,20 +185,35 @@ impl Loader {
             })
             .await
             .map_err(|e| WriteError::Destination(format!("preparing the batch stopped: {e}")))?;
-            let (batch, judgement) = match batch? {
-                Some(prepared) => prepared,
+            let (batch, judgement) = match batch {
+                Ok(Some(prepared)) => prepared,
                 // A single record is split no further.
-                None if records.len() > 1 => {
+                Ok(None) if records.len() > 1 => {
                     let mut first = records;
                     let second = first.split_off(first.len() / 2);
                     parts.extend([second, first]);
                     continue;
                 }
-                None => {
+                Ok(None) => {
                     return Err(WriteError::BadRecord(
                         "a record has more fields than a destination table can hold".into(),
                     ));
                 }
+                // A value its column cannot hold: where type changes evolve,
+                // the destination may widen the column (its batches before
+                // written first), and the batch is laid out again.
+                Err(WriteError::BadRecord(m)) if evolves && !widened => {
+                    while !self.in_flight.is_empty() {
+                        self.next(&mut written).await?;
+                    }
+                    if !self.writer.widen_for(&self.stream.stream, &records).await? {
+                        return Err(WriteError::BadRecord(m));
+                    }
+                    widened = true;
+                    parts.push(records);
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             self.keys = self.keys.advanced(records.len());
             judged.rejected.extend(judgement.rejected);

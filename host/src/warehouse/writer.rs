@@ -100,6 +100,26 @@ impl Writer {
         }
     }
 
+    /// Starts the table of rows `stream`'s contract keeps aside
+    /// ([`super::contract::rejected_stream`]), in `mode`: in a lakehouse,
+    /// a table whose rows are committed before each commit of the
+    /// stream's own.
+    pub(crate) async fn begin_rejected(
+        &self,
+        pipeline_id: &str,
+        stream: &str,
+        mode: StreamSyncMode,
+        json_schema: &serde_json::Value,
+    ) -> Result<(), WriteError> {
+        let aside = super::contract::rejected_stream(stream);
+        match self {
+            Writer::Iceberg(lake) => {
+                lake.begin_aside(&sql_name(&aside), &sql_name(stream), (pipeline_id, &aside), json_schema).await
+            }
+            _ => self.begin_stream(pipeline_id, &aside, mode, json_schema).await,
+        }
+    }
+
     /// Makes the writer's commits those of `lease`'s job attempt: a commit
     /// after the job went to another runner is refused (in the commit's
     /// own transaction), so an attempt that lost its lease never writes
@@ -183,12 +203,6 @@ impl Writer {
         matches!(self, Writer::Sql(_))
     }
 
-    /// Whether rows kept aside are read back and replayed: a database's
-    /// and a file's (a lakehouse keeps none).
-    pub(crate) fn replays(&self) -> bool {
-        !matches!(self, Writer::Iceberg(_))
-    }
-
     /// How many batches of a stream may be applied at once: several only
     /// where each runs in its own transaction and their order cannot
     /// matter (PostgreSQL, with fresh keys).
@@ -222,13 +236,17 @@ impl Writer {
         let now = crate::store::now_ms();
         let meta = meta(pipeline_id, stream);
         // A lakehouse keys every row afresh: it appends, and saves its
-        // state with its commit. A file cannot replace a row.
-        let (key_mode, key, keys) = match self {
-            Writer::Iceberg(_) => (StreamSyncMode::IncrementalAppend, &[][..], AppendKeys::Fresh),
-            Writer::Jsonl { .. } => (mode, primary_key, AppendKeys::Fresh),
-            Writer::Sql(_) => (mode, primary_key, keys),
+        // state with its commit. A file cannot replace a row. A record a
+        // lakehouse keeps aside is placed as a database places it, so that
+        // kept aside again (an attempt cut short between the commits of
+        // the two tables, read again) it is the same rejection.
+        let (key_mode, key, row_keys, places) = match self {
+            Writer::Iceberg(_) => (StreamSyncMode::IncrementalAppend, &[][..], AppendKeys::Fresh, keys),
+            Writer::Jsonl { .. } => (mode, primary_key, AppendKeys::Fresh, AppendKeys::Fresh),
+            Writer::Sql(_) => (mode, primary_key, keys, keys),
         };
-        let (mut shaped, judgement) = shape_judged(stream, records, key_mode, key, &keys, contract)?;
+        let (mut shaped, judgement) =
+            shape_judged(stream, records, (key_mode, key, &row_keys), (mode, &places), contract)?;
         if read_times != ReadTimes::Now {
             for record in &mut shaped {
                 record.read_at = read_times.of(record);
@@ -299,8 +317,8 @@ impl Writer {
     /// database, a [`jsonl::Position`] in a file), in order: each its position and
     /// `columns` by name (text in a database, as written in a file). None
     /// where there is no such table; a lakehouse's tables are not read back
-    /// here. Another pipeline's rows of a shared table are never among
-    /// them.
+    /// here but for rows kept aside, positioned by their rejection.
+    /// Another pipeline's rows of a shared table are never among them.
     pub(crate) async fn rows_after(
         &self,
         (pipeline_id, stream): (&str, &str),
@@ -330,8 +348,69 @@ impl Writer {
                     })
                     .collect())
             }
-            Writer::Iceberg(_) => Ok(Vec::new()),
+            Writer::Iceberg(lake) => lake.rows_after(&table, &meta, columns, after, limit).await,
         }
+    }
+
+    /// In a lakehouse, every row kept aside in `stream`'s table (one per
+    /// pipeline and rejection, each with `columns`) and where the table's
+    /// metadata was when they were read (`None`: no such table). Only a
+    /// lakehouse's rows are read at once.
+    pub(crate) async fn kept_aside(
+        &self,
+        stream: &str,
+        columns: &[&str],
+    ) -> Result<Option<super::iceberg::KeptAside>, WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.kept_aside(&sql_name(stream), columns).await,
+            _ => Err(WriteError::Refused("only a lakehouse's rejected rows are read at once".into())),
+        }
+    }
+
+    /// The pointer of the first field of `record` that `stream`'s table
+    /// (begun) cannot hold, if any: only a lakehouse's typed columns
+    /// refuse a value of another type.
+    pub(crate) fn unfit(&self, stream: &str, record: &str) -> Result<Option<String>, WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.unfit(&sql_name(stream), record),
+            _ => Ok(None),
+        }
+    }
+
+    /// Widens the columns of `stream`'s table that `records` overflow,
+    /// where the destination promotes a column's type in place (a
+    /// lakehouse: int to long, float to double, a decimal's precision up);
+    /// whether any was.
+    pub(crate) async fn widen_for(&self, stream: &str, records: &[String]) -> Result<bool, WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.widen_for(&sql_name(stream), records).await,
+            _ => Ok(false),
+        }
+    }
+
+    /// The metadata of `pipeline_id`'s rows of `stream` (as a lakehouse's
+    /// rows carry it).
+    pub(crate) fn meta_of(pipeline_id: &str, stream: &str) -> String {
+        meta(pipeline_id, stream)
+    }
+
+    /// Ends a lakehouse replay into `stream` (begun, its records written):
+    /// the rows `kept` aside (each group's metadata, its records) replace
+    /// the stream's rejected-rows table in the catalog transaction that
+    /// commits the replayed records, if that table is still where it was
+    /// read (`read_at`). Only a lakehouse replays at once.
+    pub(crate) async fn end_replay(
+        &self,
+        (pipeline_id, stream): (&str, &str),
+        aside_schema: &serde_json::Value,
+        kept: Vec<(String, Vec<String>)>,
+        read_at: String,
+    ) -> Result<(), WriteError> {
+        let Writer::Iceberg(lake) = self else {
+            return Err(WriteError::Refused("only a lakehouse replays at once".into()));
+        };
+        let aside = sql_name(&super::contract::rejected_stream(stream));
+        lake.end_replay(&sql_name(stream), (&aside, pipeline_id), aside_schema, kept, read_at).await
     }
 
     /// The rows of `stream`'s table with these keys, by key, each with

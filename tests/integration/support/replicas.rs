@@ -239,6 +239,8 @@ pub(crate) struct CrashTarget {
     pub(crate) into: CrashInto,
     pg: Option<crate::support::PgDatabase>,
     reader: Option<super::iceberg::Reader>,
+    /// The lakehouse namespace its tables are in.
+    namespace: String,
 }
 
 impl CrashTarget {
@@ -249,7 +251,14 @@ impl CrashTarget {
             _ => None,
         };
         let reader = matches!(into, CrashInto::Iceberg).then(super::iceberg::Reader::start);
-        Some(CrashTarget { into, pg, reader })
+        Some(CrashTarget { into, pg, reader, namespace: "crash".into() })
+    }
+
+    /// The same target, a lakehouse's tables in `namespace` (letters,
+    /// digits and `_`), so runs sharing a server never share a table.
+    pub(crate) fn in_namespace(mut self, namespace: &str) -> CrashTarget {
+        self.namespace = namespace.to_owned();
+        self
     }
 
     /// What the servers need to reach it: a PostgreSQL warehouse is on
@@ -268,7 +277,8 @@ impl CrashTarget {
                 json!({ "name": "pg", "kind": "postgres", "configuration": { "url": db.url } })
             }
             (CrashInto::Iceberg, _) => {
-                json!({ "name": "lake", "kind": "iceberg", "configuration": { "warehouse": "lake", "namespace": "crash" } })
+                json!({ "name": "lake", "kind": "iceberg",
+                    "configuration": { "warehouse": "lake", "namespace": self.namespace } })
             }
             _ => json!({ "name": "w", "kind": "sqlite", "configuration": { "file": file } }),
         }
@@ -280,7 +290,9 @@ impl CrashTarget {
         if let Some(reader) = self.reader.as_mut() {
             let database_url = format!("sqlite://{}/service.db", procs.data_dir().display());
             let catalog = format!("{}/lake", procs.workspace());
-            let read = reader.read_with(&database_url, &catalog, &format!("crash.{table}"), json!({}), &[key]).await;
+            let read = reader
+                .read_with(&database_url, &catalog, &format!("{}.{table}", self.namespace), json!({}), &[key])
+                .await;
             let rows = read["rows"].as_array().unwrap_or_else(|| panic!("{read}"));
             let mut ids: Vec<String> = rows.iter().map(|r| r[key].to_string()).collect();
             let n = ids.len() as i64;

@@ -13,6 +13,7 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
+use iceberg::spec::PrimitiveType;
 use serde_json::value::RawValue;
 
 use super::super::WriteError;
@@ -74,6 +75,60 @@ pub(super) fn batch(
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| WriteError::BadRecord(e.to_string()))
 }
 
+/// The declared columns of `schema` that a value of `shaped` overflows but
+/// the wider type Iceberg promotes the column to would hold, each with
+/// that type: a 32-bit integer column given a larger integer (`long`), a
+/// float column a number beyond its range (`double`), a decimal column
+/// more digits than its precision at its scale (the precision the largest
+/// needs, up to 38). A value no wider type holds (more places than the
+/// scale, text for a number) widens nothing.
+pub(super) fn widenings(shaped: &[Shaped<'_>], schema: &SchemaRef) -> Vec<(String, PrimitiveType)> {
+    let metadata = super::schema::METADATA_COLUMNS.len();
+    let mut wider = Vec::new();
+    for field in schema.fields().iter().skip(metadata) {
+        let values = shaped.iter().filter_map(|s| {
+            let raw = s.fields.iter().rev().find(|(name, _)| name == field.name()).map(|(_, raw)| raw.get())?;
+            (raw != "null").then_some(raw)
+        });
+        let widened = match field.data_type() {
+            DataType::Int32 => values
+                .into_iter()
+                .any(|t| t.parse::<i32>().is_err() && t.parse::<i64>().is_ok())
+                .then_some(PrimitiveType::Long),
+            DataType::Float32 => values
+                .into_iter()
+                .any(|t| number(t).is_ok_and(|v| v.is_finite() && v.abs() > f64::from(f32::MAX)))
+                .then_some(PrimitiveType::Double),
+            DataType::Decimal128(p, s) => {
+                let widest = DecimalType { precision: 38, scale: u64::try_from(*s).unwrap_or(0) };
+                let needed = values
+                    .filter_map(|t| widest.unscaled(unquoted(t).ok()?.as_ref()).ok())
+                    .map(|unscaled| unscaled.unsigned_abs().checked_ilog10().map_or(1, |d| d + 1))
+                    .max()
+                    .unwrap_or(0);
+                (needed > u32::from(*p))
+                    .then(|| PrimitiveType::Decimal { precision: needed, scale: (*s).max(0) as u32 })
+            }
+            _ => None,
+        };
+        if let Some(t) = widened {
+            wider.push((field.name().clone(), t));
+        }
+    }
+    wider
+}
+
+/// The first declared column of `schema` that `shaped`'s value cannot be
+/// written to, by name (a value of another type than the column's that
+/// Iceberg cannot hold), if any.
+pub(super) fn unfit(shaped: &Shaped<'_>, schema: &SchemaRef) -> Option<String> {
+    let metadata = super::schema::METADATA_COLUMNS.len();
+    schema.fields().iter().skip(metadata).find_map(|field| {
+        let value = shaped.fields.iter().rev().find(|(name, _)| name == field.name()).map(|(_, raw)| *raw);
+        array(field, &[value]).is_err().then(|| field.name().clone())
+    })
+}
+
 trait AppendN {
     fn append_value_n(self, v: i64, n: usize) -> arrow_array::TimestampMicrosecondArray;
 }
@@ -113,8 +168,13 @@ fn array(field: &Field, values: &[Option<&RawValue>]) -> Result<ArrayRef, String
         DataType::Int64 => primitive!(Int64Builder::with_capacity(values.len()), |t: &str| t
             .parse::<i64>()
             .map_err(|_| format!("{t} is not a 64-bit integer"))),
+        // A number beyond a float's range is refused, never stored as an
+        // infinity.
         DataType::Float32 => {
-            primitive!(Float32Builder::with_capacity(values.len()), |t: &str| number(t).map(|f| f as f32))
+            primitive!(Float32Builder::with_capacity(values.len()), |t: &str| number(t).and_then(|f| match f as f32 {
+                narrowed if narrowed.is_finite() || !f.is_finite() => Ok(narrowed),
+                _ => Err(format!("{t} is beyond a 32-bit float")),
+            }))
         }
         DataType::Float64 => primitive!(Float64Builder::with_capacity(values.len()), number),
         DataType::Decimal128(p, s) => primitive!(

@@ -25,7 +25,7 @@ use iceberg::{
 };
 
 use crate::store::Store;
-use crate::store::iceberg::{CommitWith, IcebergTableName, StreamCheckpoint, Swapped};
+use crate::store::iceberg::{CommitWith, IcebergTableName, Replacement, StreamCheckpoint, Swapped};
 use crate::store::jobs::JobLease;
 
 /// How a table's commits retry when another commit won the race: up to
@@ -67,6 +67,9 @@ pub struct ControlDatabaseCatalog {
     /// The job attempt that must still hold its job for a commit through
     /// this catalog to go in.
     lease: Option<std::sync::Arc<JobLease>>,
+    /// Another table a commit through this catalog replaces in the same
+    /// transaction.
+    replacing: Option<std::sync::Arc<Replacement>>,
 }
 
 impl std::fmt::Debug for ControlDatabaseCatalog {
@@ -86,6 +89,7 @@ impl ControlDatabaseCatalog {
             runtime: iceberg::Runtime::current(),
             checkpoint: None,
             lease: None,
+            replacing: None,
         }
     }
 
@@ -99,6 +103,13 @@ impl ControlDatabaseCatalog {
     /// transaction as the table's new pointer.
     pub fn saving(&self, checkpoint: StreamCheckpoint) -> ControlDatabaseCatalog {
         ControlDatabaseCatalog { checkpoint: Some(std::sync::Arc::new(checkpoint)), ..self.clone() }
+    }
+
+    /// This catalog, its commits also replacing a table with a staged
+    /// one (`replacement`), in the same transaction as the committed
+    /// table's new pointer: both happen, or neither.
+    pub fn replacing(&self, replacement: Replacement) -> ControlDatabaseCatalog {
+        ControlDatabaseCatalog { replacing: Some(std::sync::Arc::new(replacement)), ..self.clone() }
     }
 
     async fn table_at(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
@@ -153,7 +164,11 @@ impl ControlDatabaseCatalog {
                 &self.table_name(ident),
                 expected,
                 &next.to_string(),
-                CommitWith { checkpoint: self.checkpoint.as_deref(), lease: self.lease.as_deref() },
+                CommitWith {
+                    checkpoint: self.checkpoint.as_deref(),
+                    lease: self.lease.as_deref(),
+                    replacing: self.replacing.as_deref(),
+                },
             )
             .await
             .map_err(store_error)
@@ -164,12 +179,17 @@ impl ControlDatabaseCatalog {
     pub async fn save_checkpoint(&self, checkpoint: &StreamCheckpoint) -> Result<()> {
         match self.store.save_iceberg_checkpoint(checkpoint, self.lease.as_deref()).await.map_err(store_error)? {
             Swapped::LeaseLost => Err(Self::lease_lost()),
+            Swapped::Outdated => Err(Self::outdated()),
             Swapped::Done | Swapped::Raced => Ok(()),
         }
     }
 
     fn lease_lost() -> Error {
         Error::new(ErrorKind::PreconditionFailed, "the job went to another runner: this attempt commits nothing more")
+    }
+
+    fn outdated() -> Error {
+        Error::new(ErrorKind::CatalogCommitConflicts, "a table the commit replaces changed since it was read")
     }
 
     fn raced(ident: &TableIdent) -> Error {
@@ -204,6 +224,7 @@ impl ControlDatabaseCatalog {
                 Swapped::Done => return Ok(Ok(self.table_at(ident, next.to_string()).await?)),
                 Swapped::Raced => {}
                 Swapped::LeaseLost => return Err(Self::lease_lost()),
+                Swapped::Outdated => return Err(Self::outdated()),
             }
         }
         Err(Self::raced(ident))
@@ -211,16 +232,19 @@ impl ControlDatabaseCatalog {
 
     /// Replaces `live`'s contents with `staged`'s in one step, and forgets
     /// `staged`: readers of `live` see all the old rows or all the new.
-    pub async fn replace(&self, live: &TableIdent, staged: &TableIdent) -> Result<()> {
+    /// With `expected`, only if `live`'s metadata is still there.
+    pub async fn replace(&self, live: &TableIdent, staged: &TableIdent, expected: Option<String>) -> Result<()> {
+        let replacement = Replacement { live: live.name().to_owned(), staged: staged.name().to_owned(), expected };
         let replaced = self
             .store
-            .replace_iceberg_table(&self.table_name(live), staged.name(), self.lease.as_deref())
+            .replace_iceberg_table(&self.table_name(live), &replacement, self.lease.as_deref())
             .await
             .map_err(store_error)?;
         match replaced {
             Swapped::Done => Ok(()),
             Swapped::Raced => Err(Self::missing_table(staged)),
             Swapped::LeaseLost => Err(Self::lease_lost()),
+            Swapped::Outdated => Err(Self::outdated()),
         }
     }
 
@@ -346,6 +370,7 @@ impl Catalog for ControlDatabaseCatalog {
             Swapped::Done => Ok(staged),
             Swapped::Raced => Err(Self::raced(&ident)),
             Swapped::LeaseLost => Err(Self::lease_lost()),
+            Swapped::Outdated => Err(Self::outdated()),
         }
     }
 }

@@ -14,6 +14,10 @@
 //! saved, so a reader only ever sees whole commits and a restarted sync
 //! resumes after the last one committed. A full refresh writes a staged
 //! table and swaps it in with one catalog transaction at the stream's end.
+//! The rows a stream's contract keeps aside go to a table beside the
+//! stream's, committed before each of its commits; a replay rewrites that
+//! table as a staged one, swapped in by the transaction that commits the
+//! replayed records.
 //!
 //! Layout (the role files every kind has, then the lakehouse's own):
 //! - [`config`]: a lakehouse destination's configuration, checked;
@@ -27,8 +31,10 @@
 //! - [`s3`]: warehouses in an S3-compatible object store, reached through
 //!   the egress's pinned client for warehouses and signed by
 //!   `egress::sigv4`;
-//! - [`orphans`]: files no table refers to, listed and removed.
+//! - [`orphans`]: files no table refers to, listed and removed;
+//! - [`aside`]: the rows a stream's contract kept aside, read back.
 
+pub(crate) mod aside;
 pub(crate) mod batch;
 pub mod catalog;
 pub(crate) mod config;
@@ -39,4 +45,4 @@ pub(crate) mod schema;
 pub(crate) mod writer;
 
 pub(crate) use open::open;
-pub(crate) use writer::IcebergWriter;
+pub(crate) use writer::{IcebergWriter, KeptAside};

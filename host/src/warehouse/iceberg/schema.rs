@@ -150,6 +150,27 @@ pub(super) fn evolve(
     Ok((evolved.as_struct() != current.as_struct()).then_some(evolved))
 }
 
+/// The table's schema with its top-level columns `wider` promoted to
+/// those types as Iceberg promotes them (a column wider already stays as
+/// it is). `None` when no column changes.
+pub(super) fn widened(current: &Schema, wider: &[(String, PrimitiveType)]) -> Result<Option<Schema>, SchemaError> {
+    let mut ids = Ids(current.highest_field_id());
+    let fields = current
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| match wider.iter().find(|(name, _)| *name == f.name) {
+            Some((_, want)) => {
+                let t = merge_type(&f.name, &f.field_type, &Kind::Primitive(want.clone()), &mut ids)?;
+                Ok(NestedField::new(f.id, &f.name, t, f.required).into())
+            }
+            None => Ok(f.clone()),
+        })
+        .collect::<Result<Vec<NestedFieldRef>, SchemaError>>()?;
+    let widened = build(fields)?;
+    Ok((widened.as_struct() != current.as_struct()).then_some(widened))
+}
+
 /// The partition spec `fields` make of `schema`'s columns. Each partition
 /// field is named after its column and transform (`updated_at_day`,
 /// `id_bucket_16`; an identity partition after its column).

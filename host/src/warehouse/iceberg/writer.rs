@@ -40,7 +40,7 @@ use super::super::config::PartitionField;
 use super::super::shape::Shaped;
 use super::catalog::ControlDatabaseCatalog;
 use super::{batch, schema};
-use crate::store::iceberg::StreamCheckpoint;
+use crate::store::iceberg::{Replacement, StreamCheckpoint};
 use crate::store::jobs::JobLease;
 
 /// A job's writer into one lakehouse namespace.
@@ -63,6 +63,13 @@ pub struct IcebergWriter {
     snapshots: Mutex<HashMap<String, Vec<i64>>>,
     /// Files a stream keeps open at once, and the bytes they hold.
     open_files_max: (usize, usize),
+}
+
+/// The rows kept aside in a table, as read, and where its metadata was
+/// then.
+pub(crate) struct KeptAside {
+    pub location: String,
+    pub rows: Vec<super::aside::AsideRow>,
 }
 
 /// A commit is due once its files hold this many bytes of records (or
@@ -110,12 +117,30 @@ struct StreamTable {
 }
 
 /// What a stream's commits do besides adding files.
+#[derive(Clone)]
 enum Delivery {
     /// Each commit saves the state of `pipeline_id`'s `stream` with it.
     Incremental { pipeline_id: String, stream: String },
     /// A full refresh writes a staged table, which replaces `live` when
     /// the stream ends; it keeps no state.
     Refresh { live: TableIdent },
+    /// The rows a stream's contract keeps aside, in a table beside the
+    /// stream's table `beside`: they keep no state of their own, so each
+    /// of `beside`'s commits first commits every row kept aside so far
+    /// (its state may cover their records). A row the stream writes again
+    /// after a failure adds a row under the same rejection, of which
+    /// readers take the last ([`super::aside`]).
+    Aside { beside: String },
+}
+
+/// What a table begun by [`IcebergWriter::begin`] is to its stream.
+enum Role {
+    /// The stream's own table, written in place.
+    Live,
+    /// A staged table replacing the stream's own at its end.
+    Refresh,
+    /// The table of rows kept aside beside the stream's table `beside`.
+    Aside { beside: String },
 }
 
 /// Files written and not yet committed, and the latest state reported
@@ -228,15 +253,41 @@ impl IcebergWriter {
     pub(crate) async fn begin(
         &self,
         table: &str,
-        (pipeline_id, stream): (&str, &str),
+        ids: (&str, &str),
         json_schema: &Value,
         refresh: bool,
+    ) -> Result<(), WriteError> {
+        self.start(table, ids, json_schema, if refresh { Role::Refresh } else { Role::Live }).await
+    }
+
+    /// Starts the table `table` of rows that `pipeline_id`'s stream
+    /// `beside` (a table) keeps aside, created or evolved from
+    /// `json_schema`: its rows are committed before each of `beside`'s
+    /// commits.
+    pub(crate) async fn begin_aside(
+        &self,
+        table: &str,
+        beside: &str,
+        ids: (&str, &str),
+        json_schema: &Value,
+    ) -> Result<(), WriteError> {
+        self.start(table, ids, json_schema, Role::Aside { beside: beside.to_owned() }).await
+    }
+
+    async fn start(
+        &self,
+        table: &str,
+        (pipeline_id, stream): (&str, &str),
+        json_schema: &Value,
+        role: Role,
     ) -> Result<(), WriteError> {
         let refused = |e: schema::SchemaError| WriteError::Refused(e.to_string());
         let columns = schema::columns(json_schema).map_err(refused)?;
         let partition = self.partitions.get(stream).map(Vec::as_slice).unwrap_or_default();
         let live = TableIdent::new(self.namespace.clone(), table.to_owned());
-        let (ident, delivery) = if refresh {
+        let (ident, delivery) = if let Role::Aside { beside } = role {
+            (live, Delivery::Aside { beside })
+        } else if let Role::Refresh = role {
             let staged = TableIdent::new(self.namespace.clone(), format!("{table}__refresh_{pipeline_id}"));
             // An earlier attempt's staged table: its files become orphans.
             if self.catalog.table_exists(&staged).await.map_err(|e| failed("cannot read the catalog", e))? {
@@ -343,6 +394,89 @@ impl IcebergWriter {
         batch::batch(shaped, &stream.arrow, crate::store::now_ms() * 1000, meta)
     }
 
+    /// Widens the columns of `table` that `records` overflow, where
+    /// Iceberg promotes them in place (int to long, float to double, a
+    /// decimal's precision up): what a contract that evolves type changes
+    /// does with such values. Whether any column was widened. The files
+    /// being written hold the narrower type, so they are closed first (and
+    /// committed with the next commit, read back promoted); later batches
+    /// are laid out at the wider type.
+    pub(crate) async fn widen_for(&self, table: &str, records: &[String]) -> Result<bool, WriteError> {
+        let stream = self.stream(table)?;
+        let keys = super::super::shape::AppendKeys::Fresh;
+        let append = crate::store::pipelines::StreamSyncMode::IncrementalAppend;
+        let shaped = super::super::shape::shape_all_keyed(records, append, &[], &keys)?;
+        let wider = batch::widenings(&shaped, &stream.arrow);
+        if wider.is_empty() {
+            return Ok(false);
+        }
+        let mut pending = stream.pending.lock().await;
+        let writing = |e: iceberg::Error| failed(&format!("cannot write to {}", stream.ident.name()), e);
+        let open = std::mem::take(&mut pending.open);
+        for mut file in open.into_values() {
+            let closed = file.close().await.map_err(writing)?;
+            pending.files.extend(closed);
+        }
+        if pending.open_covered {
+            pending.covered = pending.files.len();
+        }
+        let evolved = self
+            .catalog
+            .evolve(&stream.ident, |m| {
+                Ok::<_, schema::SchemaError>(match schema::widened(m.current_schema(), &wider)? {
+                    Some(widened) => vec![
+                        TableUpdate::AddSchema { schema: widened },
+                        TableUpdate::SetCurrentSchema { schema_id: -1 },
+                    ],
+                    None => Vec::new(),
+                })
+            })
+            .await
+            .map_err(|e| failed("cannot change the table's schema", e))?
+            .map_err(|e| WriteError::Refused(e.to_string()))?;
+        let schema = evolved.metadata().current_schema().clone();
+        let arrow = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|e| failed("cannot map the table's schema", e))?,
+        );
+        let staged =
+            std::mem::take(&mut *stream.staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let widened = StreamTable {
+            name: stream.name.clone(),
+            ident: stream.ident.clone(),
+            schema,
+            spec: stream.spec.clone(),
+            arrow,
+            file_io: stream.file_io.clone(),
+            data: stream.data.clone(),
+            delivery: stream.delivery.clone(),
+            pending: tokio::sync::Mutex::new(std::mem::take(&mut *pending)),
+            committed_records: stream.committed_records.load(std::sync::atomic::Ordering::SeqCst).into(),
+            staged_snapshots: Mutex::new(staged),
+        };
+        self.streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(table.to_owned(), Arc::new(widened));
+        Ok(true)
+    }
+
+    /// The pointer of the first field of `record` that `table`'s columns
+    /// cannot hold (a value of another type than its column's, which the
+    /// table cannot promote), if any.
+    pub(crate) fn unfit(&self, table: &str, record: &str) -> Result<Option<String>, WriteError> {
+        let stream = self.stream(table)?;
+        let keys = super::super::shape::AppendKeys::Fresh;
+        let shaped = super::super::shape::shape_keyed(
+            record,
+            crate::store::pipelines::StreamSyncMode::IncrementalAppend,
+            &[],
+            &keys,
+            0,
+        )
+        .map_err(WriteError::BadRecord)?;
+        Ok(batch::unfit(&shaped, &stream.arrow).map(|name| super::super::contract::pointer(&name)))
+    }
+
     /// Lays `records` out as the table's columns (no I/O).
     #[cfg(test)]
     fn prepare(&self, table: &str, records: &[String], meta: &str) -> Result<RecordBatch, WriteError> {
@@ -418,7 +552,7 @@ impl IcebergWriter {
         if !due {
             return Ok(None);
         }
-        self.commit(&stream, &mut pending, false).await
+        self.commit(&stream, &mut pending, false, None).await
     }
 
     /// Commits the files the latest state covers, with it (a stream that
@@ -428,20 +562,30 @@ impl IcebergWriter {
     pub(crate) async fn flush(&self, table: &str) -> Result<Option<String>, WriteError> {
         let stream = self.stream(table)?;
         let mut pending = stream.pending.lock().await;
-        self.commit(&stream, &mut pending, false).await
+        self.commit(&stream, &mut pending, false, None).await
     }
 
     /// Commits pending files as one snapshot, saving the pending state in
     /// the same transaction (retried on the new metadata when another
     /// commit came first): the files the state covers, or with
     /// `everything` (a stream that ended well) all of them. Files a failed
-    /// commit wrote stay orphans.
+    /// commit wrote stay orphans. The rows kept aside beside the stream
+    /// are committed first; a table of rows kept aside commits all it
+    /// holds. With `replacing`, the commit also replaces that table with
+    /// its staged one, in the same catalog transaction.
     async fn commit(
         &self,
         stream: &StreamTable,
         pending: &mut Pending,
         everything: bool,
+        replacing: Option<Replacement>,
     ) -> Result<Option<String>, WriteError> {
+        let everything = everything || matches!(stream.delivery, Delivery::Aside { .. });
+        if !matches!(stream.delivery, Delivery::Aside { .. })
+            && let Some(aside) = self.aside_of(&stream.name)
+        {
+            Box::pin(self.commit(&aside, &mut *aside.pending.lock().await, true, None)).await?;
+        }
         // The file being written is closed and committed when the state
         // came after every row in it (or the stream ended well).
         // Otherwise it holds rows read after the state beside rows it
@@ -472,6 +616,16 @@ impl IcebergWriter {
         if pending.files.is_empty() {
             (pending.bytes, pending.since) = (0, None);
         }
+        if files.is_empty()
+            && let Some(Replacement { live, staged, expected }) = replacing
+        {
+            let ident = |name: String| TableIdent::new(self.namespace.clone(), name);
+            self.catalog
+                .replace(&ident(live), &ident(staged), expected)
+                .await
+                .map_err(|e| failed(&format!("cannot replace a table beside {}", stream.ident.name()), e))?;
+            return Ok(state);
+        }
         if files.is_empty() {
             // Nothing to commit: the state is saved alone (still only
             // while the attempt holds its job).
@@ -494,6 +648,10 @@ impl IcebergWriter {
                 })
             }
             _ => self.catalog.clone(),
+        };
+        let catalog = match replacing {
+            Some(replacement) => catalog.replacing(replacement),
+            None => catalog,
         };
         let committing = |e: iceberg::Error| failed(&format!("cannot commit to {}", stream.ident.name()), e);
         let current = catalog.load_table(&stream.ident).await.map_err(committing)?;
@@ -520,16 +678,23 @@ impl IcebergWriter {
         stream.committed_records.fetch_add(records, std::sync::atomic::Ordering::SeqCst);
         if let Some(id) = committed.metadata().current_snapshot_id() {
             match stream.delivery {
-                Delivery::Incremental { .. } => self.made_snapshots(&stream.name, [id]),
+                Delivery::Incremental { .. } | Delivery::Aside { .. } => self.made_snapshots(&stream.name, [id]),
                 Delivery::Refresh { .. } => {
                     stream.staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id)
                 }
             }
         }
-        if let Delivery::Incremental { .. } = stream.delivery {
+        if let Delivery::Incremental { .. } | Delivery::Aside { .. } = stream.delivery {
             self.made_readable(&stream.ident, records);
         }
         Ok(state)
+    }
+
+    /// The table of rows kept aside beside stream table `table`, if one
+    /// was started.
+    fn aside_of(&self, table: &str) -> Option<Arc<StreamTable>> {
+        let streams = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        streams.values().find(|s| matches!(&s.delivery, Delivery::Aside { beside } if beside == table)).cloned()
     }
 
     /// Counts `records` as readable in `table`.
@@ -561,7 +726,7 @@ impl IcebergWriter {
     /// committed, and a full refresh's staged table replaces the live one.
     pub(crate) async fn finish(&self, table: &str) -> Result<(), WriteError> {
         let stream = self.stream(table)?;
-        self.commit(&stream, &mut *stream.pending.lock().await, true).await?;
+        self.commit(&stream, &mut *stream.pending.lock().await, true, None).await?;
         let stream = self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(table);
         if let Some(StreamTable {
             ident,
@@ -571,13 +736,96 @@ impl IcebergWriter {
             ..
         }) = stream.as_deref()
         {
-            self.catalog.replace(live, ident).await.map_err(|e| failed("cannot swap in the refreshed table", e))?;
+            self.catalog
+                .replace(live, ident, None)
+                .await
+                .map_err(|e| failed("cannot swap in the refreshed table", e))?;
             self.made_readable(live, committed_records.load(std::sync::atomic::Ordering::SeqCst));
             let staged =
                 std::mem::take(&mut *staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
             self.made_snapshots(table, staged);
         }
         Ok(())
+    }
+
+    /// Up to `limit` of the rows kept aside in `table` by the pipeline
+    /// and stream whose rows carry `meta`, after the rejection `after`, in
+    /// the order of their rejections: each its rejection and `columns` as
+    /// text. None where there is no such table.
+    pub(crate) async fn rows_after(
+        &self,
+        table: &str,
+        meta: &str,
+        columns: &[&str],
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, serde_json::Map<String, Value>)>, WriteError> {
+        let Some(kept) = self.kept_aside(table, columns).await? else { return Ok(Vec::new()) };
+        Ok(kept
+            .rows
+            .into_iter()
+            .filter(|r| r.meta == meta && r.rejection() > after)
+            .take(limit)
+            .map(|r| (r.rejection().to_owned(), r.fields))
+            .collect())
+    }
+
+    /// Every row kept aside in `table` now (one per pipeline and
+    /// rejection, each with `columns`), and where the table's metadata was
+    /// when they were read; `None` where there is no such table.
+    pub(crate) async fn kept_aside(&self, table: &str, columns: &[&str]) -> Result<Option<KeptAside>, WriteError> {
+        let ident = TableIdent::new(self.namespace.clone(), table.to_owned());
+        let loaded = match self.catalog.load_table(&ident).await {
+            Ok(loaded) => loaded,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(None),
+            Err(e) => return Err(failed("cannot read the catalog", e)),
+        };
+        let location = loaded.metadata_location_result().map_err(|e| failed("cannot read the catalog", e))?.to_owned();
+        let rows = super::aside::read(&loaded, columns).await?;
+        Ok(Some(KeptAside { location, rows }))
+    }
+
+    /// Ends a replay into stream table `table` (begun, its replayed
+    /// records written): the rows still kept aside, `kept` (by the
+    /// metadata of the pipeline and stream they belong to, the records of
+    /// their rows), are written to a staged table that replaces the table
+    /// `aside` in the same catalog transaction as the commit of every
+    /// replayed record, provided `aside` is still where it was read
+    /// (`read_at`). Both happen or neither: a replay cut short and run
+    /// again finds the rows it was replaying still aside, and none of
+    /// them loaded.
+    pub(crate) async fn end_replay(
+        &self,
+        table: &str,
+        (aside, pipeline_id): (&str, &str),
+        aside_schema: &Value,
+        kept: Vec<(String, Vec<String>)>,
+        read_at: String,
+    ) -> Result<(), WriteError> {
+        self.start(aside, (pipeline_id, aside), aside_schema, Role::Refresh).await?;
+        let staged = self.stream(aside)?;
+        let ended = async {
+            for (meta, records) in &kept {
+                let keys = super::super::shape::AppendKeys::Fresh;
+                let shaped = super::super::shape::shape_all_keyed(
+                    records,
+                    crate::store::pipelines::StreamSyncMode::IncrementalAppend,
+                    &[],
+                    &keys,
+                )?;
+                let rows = batch::batch(shaped, &staged.arrow, crate::store::now_ms() * 1000, meta)?;
+                self.append(aside, rows, super::super::text_bytes(records) as u64).await?;
+            }
+            self.commit(&staged, &mut *staged.pending.lock().await, true, None).await?;
+            let main = self.stream(table)?;
+            let replacement =
+                Replacement { live: aside.to_owned(), staged: staged.ident.name().to_owned(), expected: Some(read_at) };
+            self.commit(&main, &mut *main.pending.lock().await, true, Some(replacement)).await?;
+            Ok(())
+        }
+        .await;
+        self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(aside);
+        ended
     }
 
     /// Forgets a stream's table (a reset); its files become orphans.
@@ -849,6 +1097,179 @@ mod tests {
         assert_eq!(values(&catalog, "t__refresh_p").await, vec![1], "row 2 waits with row 3 and the state");
         lake.finish("t").await.unwrap();
         assert_eq!(values(&catalog, "t").await, vec![1, 2, 3], "a good end commits them, and swaps the table in");
+        store.close().await;
+    }
+
+    /// Rows kept aside are committed by the commit of the stream they
+    /// are beside, before it, and read back one per rejection (the last
+    /// kept); a replay's end swaps in the rewritten table with the
+    /// stream's commit, or, when the table moved since it was read, does
+    /// neither.
+    #[tokio::test]
+    async fn rows_kept_aside_commit_first_and_a_replay_ends_in_one_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, lake) = scratch(dir.path()).await;
+        let schema = json!({ "properties": { "n": { "type": "integer" } } });
+        let aside_schema = json!({ "properties": { "rejection_id": { "type": "string" },
+            "n": { "type": "integer" }, "rejected_at": { "type": "string" } } });
+        let meta = r#"{"pipeline_id":"p","stream":"t__rejected"}"#;
+        let put = async |lake: &IcebergWriter, table: &str, record: serde_json::Value| {
+            let batch = lake.prepare(table, &[record.to_string()], meta).unwrap();
+            lake.append(table, batch, 1).await.unwrap();
+        };
+        let kept = |id: &str, n: i64, second: u32| json!({ "rejection_id": id, "n": n, "rejected_at": format!("2026-01-01T00:00:{second:02}.000Z") });
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        lake.begin_aside("t__rejected", "t", ("p", "t__rejected"), &aside_schema).await.unwrap();
+        put(&lake, "t", json!({ "n": 1 })).await;
+        put(&lake, "t__rejected", kept("r1", 10, 0)).await;
+        // The same record kept aside again, later; then another.
+        put(&lake, "t__rejected", kept("r1", 11, 1)).await;
+        put(&lake, "t__rejected", kept("r2", 20, 0)).await;
+        assert_eq!(values(&catalog, "t__rejected").await, Vec::<i64>::new(), "nothing committed yet");
+        lake.finish("t").await.unwrap();
+        assert_eq!(values(&catalog, "t").await, vec![1]);
+        assert_eq!(values(&catalog, "t__rejected").await, vec![10, 11, 20], "committed with the stream's commit");
+        let read = lake.rows_after("t__rejected", meta, &["n"], "", 10).await.unwrap();
+        let read: Vec<(&str, &serde_json::Value)> = read.iter().map(|(at, row)| (at.as_str(), &row["n"])).collect();
+        assert_eq!(read, [("r1", &json!("11")), ("r2", &json!("20"))], "one row per rejection, the last kept");
+        assert_eq!(lake.rows_after("t__rejected", meta, &["n"], "r1", 10).await.unwrap().len(), 1);
+        let any = lake.rows_after("t__rejected", meta, &["_service_raw_id"], "", 1).await.unwrap();
+        assert_eq!(any.len(), 1, "{any:?}");
+        assert!(lake.rows_after("t__rejected", "{}", &["n"], "", 10).await.unwrap().is_empty(), "another's");
+        assert!(lake.rows_after("t", meta, &["n"], "", 10).await.is_err(), "a stream's table keeps no rows aside");
+
+        // A replay: r1 loads, r2 stays aside.
+        let read_at = lake.kept_aside("t__rejected", &["n"]).await.unwrap().unwrap().location;
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        put(&lake, "t", json!({ "n": 11 })).await;
+        let stays = vec![(meta.to_owned(), vec![kept("r2", 20, 0).to_string()])];
+        lake.end_replay("t", ("t__rejected", "p"), &aside_schema, stays.clone(), read_at).await.unwrap();
+        assert_eq!(values(&catalog, "t").await, vec![1, 11]);
+        assert_eq!(values(&catalog, "t__rejected").await, vec![20]);
+
+        // Another writer keeps a row aside after the replay read the table:
+        // the replay commits nothing.
+        let read_at = lake.kept_aside("t__rejected", &["n"]).await.unwrap().unwrap().location;
+        let warehouse = format!("file://{}/lake", dir.path().display());
+        let other = IcebergWriter::open(catalog.clone(), warehouse, "ns", Duration::from_secs(10), Default::default())
+            .await
+            .unwrap();
+        other.begin_aside("t__rejected", "t", ("q", "t__rejected"), &aside_schema).await.unwrap();
+        put(&other, "t__rejected", kept("r3", 30, 0)).await;
+        other.flush("t__rejected").await.unwrap();
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        put(&lake, "t", json!({ "n": 20 })).await;
+        let outdated = lake.end_replay("t", ("t__rejected", "p"), &aside_schema, stays, read_at).await;
+        assert!(outdated.is_err(), "{outdated:?}");
+        assert_eq!(values(&catalog, "t").await, vec![1, 11], "no record of the replay committed");
+        assert_eq!(values(&catalog, "t__rejected").await, vec![20, 30]);
+        store.close().await;
+    }
+
+    /// A record a lakehouse keeps aside is placed as a database places it:
+    /// read again after the same state (an attempt cut short between the
+    /// commits of the rejected table and the stream's), it is the same
+    /// rejection; its row is keyed afresh all the same.
+    #[tokio::test]
+    async fn a_record_kept_aside_again_after_the_same_state_is_the_same_rejection() {
+        use crate::store::pipelines::{StreamContract, StreamSyncMode};
+        use crate::warehouse::shape::AppendKeys;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _catalog, lake) = scratch(dir.path()).await;
+        let schema = json!({ "properties": { "n": { "type": "integer" } } });
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        let writer = crate::warehouse::Writer::Iceberg(Box::new(lake));
+        let rules =
+            StreamContract { type_changes: crate::store::kinds::ContractMode::Quarantine, ..StreamContract::default() };
+        let contract = crate::warehouse::contract::Contract::new(rules, &schema, &[]).unwrap();
+        let records = vec![r#"{"n": 1}"#.to_owned(), r#"{"n": "two"}"#.to_owned()];
+        let judged = |state: &str| {
+            let keys = AppendKeys::after("p", "t", Some(state), false);
+            let (batch, judgement) = writer
+                .prepare(
+                    "p",
+                    "t",
+                    &records,
+                    StreamSyncMode::IncrementalAppend,
+                    &[],
+                    (keys, Some(&contract), Default::default()),
+                )
+                .unwrap()
+                .unwrap();
+            let crate::warehouse::writer::Load::Arrow(rows) = batch.load else { panic!("a lakehouse lays out Arrow") };
+            let raw_id = rows.column(0).as_string::<i32>().value(0).to_owned();
+            (judgement.rejected.iter().map(|r| r.place.clone()).collect::<Vec<_>>(), raw_id)
+        };
+        let (first, first_row) = judged("after 1");
+        let (again, again_row) = judged("after 1");
+        assert_eq!((first.len(), &first), (1, &again), "the same rejection");
+        assert_ne!(first_row, again_row, "rows are keyed afresh");
+        assert_ne!(judged("after 2").0, first, "read after another state, another place");
+        store.close().await;
+    }
+
+    /// Values a column cannot hold widen it where Iceberg promotes its
+    /// type in place, when type changes evolve: a 32-bit integer column
+    /// given a larger integer becomes a long, a decimal given more digits
+    /// a larger precision; the rows written before read back promoted,
+    /// every value exact. Where the contract freezes type changes, the
+    /// batch fails and the column stays.
+    #[tokio::test]
+    async fn a_value_a_column_cannot_hold_widens_it_where_type_changes_evolve() {
+        use crate::store::pipelines::{StreamContract, StreamSyncMode};
+        use crate::warehouse::Loader;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, lake) = scratch(dir.path()).await;
+        let schema = json!({ "properties": {
+            "n": { "type": "integer", "format": "int32" },
+            "f": { "type": "number", "format": "float" },
+            "d": { "type": "string", "format": "decimal", "precision": 6, "scale": 2 } } });
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        let writer = Arc::new(crate::warehouse::Writer::Iceberg(Box::new(lake)));
+        let mut loader = Loader::new(writer.clone(), "p", "t", StreamSyncMode::IncrementalAppend, vec![]);
+        loader.write(vec![r#"{"n": 1, "d": "1234.56", "f": 1.5}"#.to_owned()]).await.unwrap();
+        loader.write(vec![r#"{"n": 5000000000, "d": "-123456.78"}"#.to_owned()]).await.unwrap();
+        loader.write(vec![r#"{"n": 3, "d": "0.01", "f": 1e300}"#.to_owned()]).await.unwrap();
+        loader.drain().await.unwrap();
+        writer.end_stream("t").await.unwrap();
+        let ident = TableIdent::new(NamespaceIdent::new("ns".into()), "t".into());
+        let table = catalog.load_table(&ident).await.unwrap();
+        let field = |name: &str| table.metadata().current_schema().field_by_name(name).unwrap().field_type.to_string();
+        let types = [field("n"), field("f"), field("d")];
+        assert_eq!(types, ["long", "double", "decimal(8, 2)"].map(str::to_owned));
+        assert_eq!(values(&catalog, "t").await, vec![1, 3, 5_000_000_000]);
+        let mut decimals = Vec::new();
+        let mut batches = table.scan().select(["d"]).build().unwrap().to_arrow().await.unwrap();
+        while let Some(batch) = batches.next().await {
+            let batch = batch.unwrap();
+            let column = batch.column(0).as_primitive::<arrow_array::types::Decimal128Type>();
+            decimals.extend(column.iter().flatten());
+        }
+        decimals.sort();
+        assert_eq!(decimals, vec![-12_345_678, 1, 123_456], "every value exact");
+        let mut floats = Vec::new();
+        let mut batches = table.scan().select(["f"]).build().unwrap().to_arrow().await.unwrap();
+        while let Some(batch) = batches.next().await {
+            floats.extend(batch.unwrap().column(0).as_primitive::<arrow_array::types::Float64Type>().iter().flatten());
+        }
+        floats.sort_by(f64::total_cmp);
+        assert_eq!(floats, vec![1.5, 1e300], "never an infinity");
+
+        // Frozen type changes: no column widens.
+        let frozen =
+            StreamContract { type_changes: crate::store::kinds::ContractMode::Freeze, ..StreamContract::default() };
+        let contract = Arc::new(crate::warehouse::contract::Contract::new(frozen, &schema, &[]).unwrap());
+        writer.begin_stream("p", "u", StreamSyncMode::IncrementalAppend, &schema).await.unwrap();
+        let mut loader = Loader::new(writer.clone(), "p", "u", StreamSyncMode::IncrementalAppend, vec![]);
+        let refused = loader.write_under(vec![r#"{"n": 5000000000}"#.to_owned()], Some(&contract)).await;
+        let frozen = |m: &str| m.contains("type_mismatch at /n") && m.contains("freezes");
+        assert!(matches!(&refused, Err(WriteError::BadRecord(m)) if frozen(m)), "{:?}", refused.err());
+        // A float's range the contract does not judge: the column refuses.
+        let refused = loader.write_under(vec![r#"{"f": 1e300}"#.to_owned()], Some(&contract)).await;
+        assert!(matches!(&refused, Err(WriteError::BadRecord(m)) if m.contains("32-bit float")), "{:?}", refused.err());
+        let table = catalog.load_table(&TableIdent::new(NamespaceIdent::new("ns".into()), "u".into())).await.unwrap();
+        let field = |name: &str| table.metadata().current_schema().field_by_name(name).unwrap().field_type.to_string();
+        assert_eq!((field("n"), field("f")), ("int".to_owned(), "float".to_owned()));
         store.close().await;
     }
 
