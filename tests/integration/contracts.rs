@@ -704,22 +704,25 @@ async fn a_lakehouse_keeps_rows_aside_and_replays_them_in_one_catalog_step(backe
 
 /// Where type changes evolve, a lakehouse widens a column for a value
 /// it cannot hold, where Iceberg promotes the column in place: a 32-bit
-/// integer given a larger one, a decimal given more digits than its
-/// precision. pyiceberg reads every value exactly. Where they are
-/// quarantined, the same records are kept aside as type changes instead,
-/// and the columns stay.
+/// integer given a larger one, a float a number beyond its range, a
+/// decimal more digits than its precision. pyiceberg reads every value
+/// exactly. Where they are quarantined, the same records are kept aside
+/// as type changes instead (the float's range judged by its column) and
+/// the columns stay; a replay once the contract evolves widens them and
+/// loads those records.
 async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_evolve(backend: Backend) {
     let fx = setup(backend).await;
     *fx.provider.records.lock().unwrap() = vec![
-        json!({ "id": 1, "n": 7, "amount": "1234.56" }),
+        json!({ "id": 1, "n": 7, "amount": "1234.56", "f": 1.5 }),
         json!({ "id": 2, "n": 5_000_000_000u64, "amount": "-1234.78" }),
         json!({ "id": 3, "n": -3, "amount": 12345.6 }),
+        json!({ "id": 4, "n": 4, "amount": "1.00", "f": 1e300 }),
     ];
     let body =
         json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": fx.provider.token });
     let cred = json_ok(fx.srv.post("/v1/credentials", body).send().await.unwrap()).await;
     let schema = json!({ "type": "object", "properties": { "id": { "type": "integer" },
-        "n": { "type": "integer", "format": "int32" },
+        "n": { "type": "integer", "format": "int32" }, "f": { "type": "number", "format": "float" },
         "amount": { "type": ["string", "number"], "format": "decimal", "precision": 6, "scale": 2 } } });
     let manifest = json!({ "streams": [{ "name": "events", "path": "/events", "records": "/data",
         "primary_key": ["id"], "params": { "limit": 2 },
@@ -739,58 +742,65 @@ async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_ev
     .await;
     let ws = fx.srv.workspace_id().await;
     let mut reader = crate::support::iceberg::Reader::start();
-    for (namespace, type_changes) in [("wide", "evolve"), ("strict", "quarantine")] {
-        let dest = fx.destination("iceberg", json!({ "warehouse": "lake", "namespace": namespace })).await;
-        let body = json!({ "name": namespace, "source_id": source["data"]["source_id"], "destination_id": dest,
-            "streams": [{ "name": "events", "sync_mode": "full_refresh_overwrite",
-                "contract": { "type_changes": type_changes } }] });
-        let pipeline = json_ok(fx.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
-        let pipeline = pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned();
-        let job = fx.sync(&pipeline).await;
-        assert_eq!(job["status"], "succeeded", "{type_changes}: {job}");
-        let events = &job["progress"]["ledger"]["streams"]["events"];
-        let read = reader
-            .read_with(
-                &fx.srv.state.config.database_url,
-                &format!("{ws}/lake"),
-                &format!("{namespace}.events"),
-                json!({}),
-                &["n"],
-            )
-            .await;
-        let mut rows: Vec<(String, String, String)> = read["rows"]
+    let database_url = fx.srv.state.config.database_url.clone();
+    // The rows (id, n, amount) and the column types pyiceberg reads.
+    let mut read = async |namespace: &str| {
+        let table = format!("{namespace}.events");
+        let read = reader.read_with(&database_url, &format!("{ws}/lake"), &table, json!({}), &["n"]).await;
+        let mut rows: Vec<[String; 3]> = read["rows"]
             .as_array()
             .unwrap_or_else(|| panic!("{read}"))
             .iter()
-            .map(|r| {
-                let text = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
-                (text("id"), text("n"), text("amount"))
-            })
+            .map(|r| ["id", "n", "amount"].map(|k| r[k].as_str().unwrap_or_default().to_owned()))
             .collect();
         rows.sort();
-        let column = |name: &str| read["types"].as_object().and_then(|s| s.get(name)).cloned().unwrap_or(Value::Null);
+        let types = ["n", "f", "amount"].map(|c| read["types"][c].as_str().unwrap_or_default().to_owned());
+        (rows, types)
+    };
+    let exact = |rows: &[[&str; 3]]| rows.iter().map(|r| r.map(str::to_owned)).collect::<Vec<_>>();
+    let all =
+        exact(&[["1", "7", "1234.56"], ["2", "5000000000", "-1234.78"], ["3", "-3", "12345.60"], ["4", "4", "1.00"]]);
+    let widened = ["long", "double", "decimal(7, 2)"].map(str::to_owned);
+    let contract = |type_changes: &str| json!([{ "name": "events", "sync_mode": "full_refresh_overwrite", "contract": { "type_changes": type_changes } }]);
+    let mut pipelines = Vec::new();
+    for (namespace, type_changes) in [("wide", "evolve"), ("strict", "quarantine")] {
+        let dest = fx.destination("iceberg", json!({ "warehouse": "lake", "namespace": namespace })).await;
+        let body = json!({ "name": namespace, "source_id": source["data"]["source_id"], "destination_id": dest,
+            "streams": contract(type_changes) });
+        let pipeline = json_ok(fx.srv.post("/v1/pipelines", body).send().await.unwrap()).await;
+        pipelines.push(pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned());
+        let job = fx.sync(pipelines.last().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{type_changes}: {job}");
+        let events = &job["progress"]["ledger"]["streams"]["events"];
+        let (rows, types) = read(namespace).await;
         if type_changes == "evolve" {
-            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(3), &json!(0)), "{job}");
-            let wide = [("1", "7", "1234.56"), ("2", "5000000000", "-1234.78"), ("3", "-3", "12345.60")];
-            let wide: Vec<(String, String, String)> =
-                wide.iter().map(|(a, b, c)| ((*a).into(), (*b).into(), (*c).into())).collect();
-            assert_eq!(rows, wide, "every value exact");
-            assert_eq!((column("n"), column("amount")), (json!("long"), json!("decimal(7, 2)")), "{read}");
+            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(4), &json!(0)), "{job}");
+            assert_eq!((rows, types), (all.clone(), widened.clone()), "every value exact, the columns widened");
         } else {
-            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(1), &json!(2)), "{job}");
-            assert_eq!(rows, [("1".to_owned(), "7".to_owned(), "1234.56".to_owned())]);
-            assert_eq!((column("n"), column("amount")), (json!("int"), json!("decimal(6, 2)")), "{read}");
-            let mut why: Vec<(String, String)> = fx
-                .rejected(&pipeline, 10)
-                .await
-                .iter()
-                .map(|r| (r["reason"].as_str().unwrap().to_owned(), r["pointer"].as_str().unwrap().to_owned()))
-                .collect();
-            why.sort();
-            let expected = [("decimal_out_of_range", "/amount"), ("type_mismatch", "/n")];
-            assert_eq!(why, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(1), &json!(3)), "{job}");
+            let narrow = ["int", "float", "decimal(6, 2)"].map(str::to_owned);
+            assert_eq!((rows, types), (exact(&[["1", "7", "1234.56"]]), narrow));
         }
     }
+    let strict = &pipelines[1];
+    let mut why: Vec<(String, String)> = fx
+        .rejected(strict, 10)
+        .await
+        .iter()
+        .map(|r| (r["reason"].as_str().unwrap().to_owned(), r["pointer"].as_str().unwrap().to_owned()))
+        .collect();
+    why.sort();
+    let expected = [("decimal_out_of_range", "/amount"), ("type_mismatch", "/f"), ("type_mismatch", "/n")];
+    assert_eq!(why, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+
+    // The contract evolves now: a replay widens the columns and loads the
+    // three records once.
+    let patch = json!({ "streams": contract("evolve") });
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{strict}")).json(&patch).send().await.unwrap()).await;
+    let (counts, job) = fx.replayed(strict).await;
+    assert_eq!(counts, [json!(3), json!(3), json!(0), json!(0), json!(0)], "{job}");
+    assert_eq!(read("strict").await, (all, widened));
+    assert!(fx.rejected(strict, 10).await.is_empty());
     fx.srv.stop().await;
 }
 

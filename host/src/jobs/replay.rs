@@ -43,7 +43,7 @@ use super::sync::{Prepared, prepare};
 use super::{CancellationToken, Failure};
 use crate::state::AppState;
 use crate::store::jobs::Job;
-use crate::store::kinds::{ContractRule, RejectionReason};
+use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
 use crate::store::pipelines::{StreamSelection, StreamSyncMode};
 use crate::store::progress::{JobProgress, StreamLedger, StreamProgress, StreamStatus, SyncLedger, SyncProgress};
 use crate::warehouse::contract::{Breach, Contract, REJECTED_COLUMNS, REJECTION_ID, rejected_stream};
@@ -282,12 +282,19 @@ async fn replay_lake(
     } else {
         Vec::new()
     };
+    let ours = Writer::meta_of(&pipeline.pipeline_id, &table);
+    if !aside.rows.iter().any(|row| row.meta == ours) {
+        // Other pipelines' rows only: nothing to rewrite.
+        return Ok(());
+    }
     let rules = contract_of(sel, *default_contract, &schema).unwrap_or_default();
     let contract = Contract::new(rules, &schema, &primary_key);
+    // A value its column cannot hold as it is loads where type changes
+    // evolve and the column can be widened to hold it (as a sync does).
+    let widening = contract.as_ref().is_none_or(|c| c.mode(ContractRule::TypeChanges) == ContractMode::Evolve);
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalAppend, &schema).await?;
     let mut main =
         Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalAppend, vec![]);
-    let ours = Writer::meta_of(&pipeline.pipeline_id, &table);
     // What stays aside, by the metadata of the rows' pipeline and stream.
     let mut kept: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut loads = Vec::new();
@@ -299,10 +306,10 @@ async fn replay_lake(
         done.read += 1;
         let record = row.fields.get("record").and_then(Value::as_str).unwrap_or_default();
         // A value the contract lets through that the table's column
-        // cannot hold (nor be promoted to hold) stays aside as a type
-        // change.
+        // cannot hold (nor, where type changes evolve, be widened to hold)
+        // stays aside as a type change.
         let judged = match judge(contract.as_ref(), record) {
-            Ok((record, discarded)) => match writer.unfit(&sel.name, &record)? {
+            Ok((record, discarded)) => match writer.unfit(&sel.name, &record, widening)? {
                 Some(pointer) => {
                     Err(Breach { rule: ContractRule::TypeChanges, reason: RejectionReason::TypeMismatch, pointer })
                 }

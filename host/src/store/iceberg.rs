@@ -50,6 +50,10 @@ pub struct Replacement {
     /// Where `live`'s metadata was when its contents were read: the
     /// replacement is [`Swapped::Outdated`] if it moved since.
     pub expected: Option<String>,
+    /// Where `staged`'s metadata was when it was written in full: the
+    /// replacement is [`Swapped::Raced`] if another writer (an attempt
+    /// that lost its job) has remade it since.
+    pub staged_at: Option<String>,
 }
 
 /// Whether `lease`'s attempt still holds its job, checked inside the
@@ -80,45 +84,47 @@ async fn save_state(tx: &mut sqlx::Transaction<'static, sqlx::Any>, c: &StreamCh
 }
 
 /// [`Store::replace_iceberg_table`]'s work inside the transaction `tx`
-/// (which the caller commits only when it is done).
+/// (which the caller commits only when it is done). Each pointer is
+/// compared in the statement that moves it, so a commit that lands
+/// between this transaction's reads and writes (PostgreSQL reads what
+/// others committed) is never overwritten.
 async fn replace_in(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     live: &IcebergTableName,
-    staged: &str,
-    expected: Option<&str>,
+    replacement: &Replacement,
 ) -> StoreResult<Swapped> {
-    let staged = live.sibling(staged);
-    let select = format!("SELECT metadata_location FROM iceberg_tables WHERE {NAMED}");
-    let location_of = |name: &IcebergTableName| name.bind(sqlx::query(sqlx::AssertSqlSafe(select.clone())));
-    let located = location_of(&staged)
+    let staged = live.sibling(&replacement.staged);
+    let delete = format!(
+        "DELETE FROM iceberg_tables WHERE {NAMED} AND ($4 IS NULL OR metadata_location = $4) \
+         RETURNING metadata_location"
+    );
+    let located = staged
+        .bind(sqlx::query(sqlx::AssertSqlSafe(delete)))
+        .bind(replacement.staged_at.as_deref())
         .fetch_optional(&mut **tx)
         .await?
         .map(|r| r.try_get::<Option<String>, _>("metadata_location"))
         .transpose()?
         .flatten();
     let Some(location) = located else { return Ok(Swapped::Raced) };
-    if let Some(expected) = expected {
-        let now = location_of(live)
-            .fetch_optional(&mut **tx)
-            .await?
-            .map(|r| r.try_get::<Option<String>, _>("metadata_location"))
-            .transpose()?
-            .flatten();
-        if now.as_deref() != Some(expected) {
-            return Ok(Swapped::Outdated);
-        }
-    }
     let update = format!(
         "UPDATE iceberg_tables SET previous_metadata_location = metadata_location, metadata_location = $4 \
-         WHERE {NAMED}"
+         WHERE {NAMED} AND ($5 IS NULL OR metadata_location = $5)"
     );
-    let moved =
-        live.bind(sqlx::query(sqlx::AssertSqlSafe(update))).bind(&location).execute(&mut **tx).await?.rows_affected();
-    if moved == 0 {
-        live.bind(sqlx::query(INSERT_TABLE)).bind(&location).execute(&mut **tx).await?;
+    let moved = live
+        .bind(sqlx::query(sqlx::AssertSqlSafe(update)))
+        .bind(&location)
+        .bind(replacement.expected.as_deref())
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+    match (moved, &replacement.expected) {
+        (0, Some(_)) => return Ok(Swapped::Outdated),
+        (0, None) => {
+            live.bind(sqlx::query(INSERT_TABLE)).bind(&location).execute(&mut **tx).await?;
+        }
+        _ => {}
     }
-    let delete = format!("DELETE FROM iceberg_tables WHERE {NAMED}");
-    staged.bind(sqlx::query(sqlx::AssertSqlSafe(delete))).execute(&mut **tx).await?;
     Ok(Swapped::Done)
 }
 
@@ -321,7 +327,7 @@ impl Store {
             save_state(&mut tx, c).await?;
         }
         if let Some(r) = with.replacing {
-            let replaced = replace_in(&mut tx, &name.sibling(&r.live), &r.staged, r.expected.as_deref()).await?;
+            let replaced = replace_in(&mut tx, &name.sibling(&r.live), r).await?;
             if replaced != Swapped::Done {
                 return Ok(replaced);
             }
@@ -362,7 +368,7 @@ impl Store {
             return Ok(Swapped::LeaseLost);
         }
         let live = catalog.sibling(&replacement.live);
-        let replaced = replace_in(&mut tx, &live, &replacement.staged, replacement.expected.as_deref()).await?;
+        let replaced = replace_in(&mut tx, &live, replacement).await?;
         if replaced == Swapped::Done {
             tx.commit().await?;
         }

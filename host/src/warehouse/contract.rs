@@ -289,9 +289,9 @@ impl Contract {
         Some(Contract { rules, fields, required })
     }
 
-    /// Whether the contract loads a record breaking `rule` as it is.
-    pub(crate) fn evolves(&self, rule: ContractRule) -> bool {
-        self.rules.mode(rule) == ContractMode::Evolve
+    /// What the contract does with a record breaking `rule`.
+    pub(crate) fn mode(&self, rule: ContractRule) -> ContractMode {
+        self.rules.mode(rule)
     }
 
     /// Judges one record from its fields as shaping split them (`None`:
@@ -396,7 +396,7 @@ impl Contract {
 }
 
 /// The hex SHA-256 of a record's text.
-fn text_digest(record: &str) -> String {
+pub(super) fn text_digest(record: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(record.as_bytes()))
 }

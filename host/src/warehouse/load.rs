@@ -7,11 +7,11 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::contract::{Contract, Judgement};
+use super::contract::{Breach, Contract, Judgement, Rejected, text_digest};
 use super::shape::{AppendKeys, ReadTimes, shape_keyed};
 use super::{WriteError, Writer};
 use crate::store::Store;
-use crate::store::kinds::ContractRule;
+use crate::store::kinds::{ContractMode, ContractRule, RejectionReason};
 use crate::store::pipelines::StreamSyncMode;
 
 /// Writes one stream's batches: each is prepared, then applied in the
@@ -166,11 +166,12 @@ impl Loader {
         let mut judged = Judgement::default();
         // The parts still to write, the next one last.
         let mut parts = vec![records];
-        // Whether a column was widened for this batch (once at most).
-        let mut widened = false;
-        let evolves = contract.is_none_or(|c| c.evolves(ContractRule::TypeChanges));
+        // Whether the batch was fitted to its columns (a column widened,
+        // or its records no column holds kept aside), once at most.
+        let mut refitted = false;
+        let type_changes = contract.map_or(ContractMode::Evolve, |c| c.mode(ContractRule::TypeChanges));
         while let Some(records) = parts.pop() {
-            let (writer, stream, contract, keys, read_times) =
+            let (writer, stream, judging, keys, read_times) =
                 (self.writer.clone(), self.stream.clone(), contract.cloned(), self.keys, self.read_times);
             let (records, batch) = tokio::task::spawn_blocking(move || {
                 let batch = writer.prepare(
@@ -179,7 +180,7 @@ impl Loader {
                     &records,
                     stream.mode,
                     &stream.primary_key,
-                    (keys, contract.as_deref(), read_times),
+                    (keys, judging.as_deref(), read_times),
                 );
                 (records, batch)
             })
@@ -202,15 +203,54 @@ impl Loader {
                 // A value its column cannot hold: where type changes evolve,
                 // the destination may widen the column (its batches before
                 // written first), and the batch is laid out again.
-                Err(WriteError::BadRecord(m)) if evolves && !widened => {
+                Err(WriteError::BadRecord(m)) if type_changes == ContractMode::Evolve && !refitted => {
                     while !self.in_flight.is_empty() {
                         self.next(&mut written).await?;
                     }
                     if !self.writer.widen_for(&self.stream.stream, &records).await? {
                         return Err(WriteError::BadRecord(m));
                     }
-                    widened = true;
+                    refitted = true;
                     parts.push(records);
+                    continue;
+                }
+                // Where they are quarantined, the records with such a value
+                // (one the contract does not judge: a float beyond its
+                // range, a column narrower than the stream declares) are
+                // kept aside, and the rest laid out again.
+                Err(WriteError::BadRecord(m)) if type_changes == ContractMode::Quarantine && !refitted => {
+                    let (mut fit, aside) = (Vec::with_capacity(records.len()), judged.rejected.len());
+                    for (at, record) in records.into_iter().enumerate() {
+                        // What the contract keeps aside itself is judged
+                        // again, with its own reason, when the rest is.
+                        let judged_aside = contract.is_some_and(|c| {
+                            c.judge(vec![record.clone()]).map_or(true, |one| !one.rejected.is_empty())
+                        });
+                        if judged_aside {
+                            fit.push(record);
+                            continue;
+                        }
+                        match self.writer.unfit(&self.stream.stream, &record, false)? {
+                            Some(pointer) => {
+                                let place = match self.stream.mode {
+                                    StreamSyncMode::IncrementalAppend => self.keys.key(at, &record),
+                                    _ => text_digest(&record),
+                                };
+                                let breach = Breach {
+                                    rule: ContractRule::TypeChanges,
+                                    reason: RejectionReason::TypeMismatch,
+                                    pointer,
+                                };
+                                judged.rejected.push(Rejected { record, breach, place });
+                            }
+                            None => fit.push(record),
+                        }
+                    }
+                    if judged.rejected.len() == aside {
+                        return Err(WriteError::BadRecord(m));
+                    }
+                    refitted = true;
+                    parts.push(fit);
                     continue;
                 }
                 Err(e) => return Err(e),

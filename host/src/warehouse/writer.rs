@@ -369,10 +369,11 @@ impl Writer {
 
     /// The pointer of the first field of `record` that `stream`'s table
     /// (begun) cannot hold, if any: only a lakehouse's typed columns
-    /// refuse a value of another type.
-    pub(crate) fn unfit(&self, stream: &str, record: &str) -> Result<Option<String>, WriteError> {
+    /// refuse a value of another type, or beyond them. With `widening`,
+    /// a value a column could be widened to hold fits.
+    pub(crate) fn unfit(&self, stream: &str, record: &str, widening: bool) -> Result<Option<String>, WriteError> {
         match self {
-            Writer::Iceberg(lake) => lake.unfit(&sql_name(stream), record),
+            Writer::Iceberg(lake) => lake.unfit(&sql_name(stream), record, widening),
             _ => Ok(None),
         }
     }

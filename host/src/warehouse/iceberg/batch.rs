@@ -118,12 +118,12 @@ pub(super) fn widenings(shaped: &[Shaped<'_>], schema: &SchemaRef) -> Vec<(Strin
     wider
 }
 
-/// The first declared column of `schema` that `shaped`'s value cannot be
-/// written to, by name (a value of another type than the column's that
-/// Iceberg cannot hold), if any.
-pub(super) fn unfit(shaped: &Shaped<'_>, schema: &SchemaRef) -> Option<String> {
+/// The first declared column of `schema` but those named in `widened`
+/// that `shaped`'s value cannot be written to, by name (a value of
+/// another type than the column's, or beyond it), if any.
+pub(super) fn unfit(shaped: &Shaped<'_>, schema: &SchemaRef, widened: &[String]) -> Option<String> {
     let metadata = super::schema::METADATA_COLUMNS.len();
-    schema.fields().iter().skip(metadata).find_map(|field| {
+    schema.fields().iter().skip(metadata).filter(|f| !widened.contains(f.name())).find_map(|field| {
         let value = shaped.fields.iter().rev().find(|(name, _)| name == field.name()).map(|(_, raw)| *raw);
         array(field, &[value]).is_err().then(|| field.name().clone())
     })

@@ -230,22 +230,28 @@ impl ControlDatabaseCatalog {
         Err(Self::raced(ident))
     }
 
-    /// Replaces `live`'s contents with `staged`'s in one step, and forgets
-    /// `staged`: readers of `live` see all the old rows or all the new.
-    /// With `expected`, only if `live`'s metadata is still there.
-    pub async fn replace(&self, live: &TableIdent, staged: &TableIdent, expected: Option<String>) -> Result<()> {
-        let replacement = Replacement { live: live.name().to_owned(), staged: staged.name().to_owned(), expected };
+    /// Replaces a table's contents with a staged sibling's in one step,
+    /// and forgets the staged table (both in `namespace`): readers of the
+    /// table see all the old rows or all the new. Only if each is where
+    /// the replacement expects it ([`Replacement`]).
+    pub async fn replace(&self, namespace: &NamespaceIdent, replacement: &Replacement) -> Result<()> {
+        let live = TableIdent::new(namespace.clone(), replacement.live.clone());
         let replaced = self
             .store
-            .replace_iceberg_table(&self.table_name(live), &replacement, self.lease.as_deref())
+            .replace_iceberg_table(&self.table_name(&live), replacement, self.lease.as_deref())
             .await
             .map_err(store_error)?;
         match replaced {
             Swapped::Done => Ok(()),
-            Swapped::Raced => Err(Self::missing_table(staged)),
+            Swapped::Raced => Err(Self::missing_table(&TableIdent::new(namespace.clone(), replacement.staged.clone()))),
             Swapped::LeaseLost => Err(Self::lease_lost()),
             Swapped::Outdated => Err(Self::outdated()),
         }
+    }
+
+    /// Where a table's current metadata is.
+    pub async fn location(&self, ident: &TableIdent) -> Result<String> {
+        self.pointer(ident).await?.ok_or_else(|| Self::missing_table(ident))
     }
 
     fn missing_table(ident: &TableIdent) -> Error {

@@ -461,9 +461,10 @@ impl IcebergWriter {
     }
 
     /// The pointer of the first field of `record` that `table`'s columns
-    /// cannot hold (a value of another type than its column's, which the
-    /// table cannot promote), if any.
-    pub(crate) fn unfit(&self, table: &str, record: &str) -> Result<Option<String>, WriteError> {
+    /// cannot hold (a value of another type than its column's, or beyond
+    /// it), if any; with `widening`, a value a column could be widened to
+    /// hold ([`Self::widen_for`]) fits.
+    pub(crate) fn unfit(&self, table: &str, record: &str, widening: bool) -> Result<Option<String>, WriteError> {
         let stream = self.stream(table)?;
         let keys = super::super::shape::AppendKeys::Fresh;
         let shaped = super::super::shape::shape_keyed(
@@ -474,7 +475,13 @@ impl IcebergWriter {
             0,
         )
         .map_err(WriteError::BadRecord)?;
-        Ok(batch::unfit(&shaped, &stream.arrow).map(|name| super::super::contract::pointer(&name)))
+        let widened: Vec<String> = match widening {
+            true => {
+                batch::widenings(std::slice::from_ref(&shaped), &stream.arrow).into_iter().map(|(n, _)| n).collect()
+            }
+            false => Vec::new(),
+        };
+        Ok(batch::unfit(&shaped, &stream.arrow, &widened).map(|name| super::super::contract::pointer(&name)))
     }
 
     /// Lays `records` out as the table's columns (no I/O).
@@ -617,11 +624,10 @@ impl IcebergWriter {
             (pending.bytes, pending.since) = (0, None);
         }
         if files.is_empty()
-            && let Some(Replacement { live, staged, expected }) = replacing
+            && let Some(replacement) = &replacing
         {
-            let ident = |name: String| TableIdent::new(self.namespace.clone(), name);
             self.catalog
-                .replace(&ident(live), &ident(staged), expected)
+                .replace(&self.namespace, replacement)
                 .await
                 .map_err(|e| failed(&format!("cannot replace a table beside {}", stream.ident.name()), e))?;
             return Ok(state);
@@ -736,8 +742,17 @@ impl IcebergWriter {
             ..
         }) = stream.as_deref()
         {
+            // As this attempt left it: an attempt that lost its job may
+            // have remade the staged table since.
+            let staged_at = self.catalog.location(ident).await.map_err(|e| failed("cannot read the catalog", e))?;
+            let replacement = Replacement {
+                live: live.name().to_owned(),
+                staged: ident.name().to_owned(),
+                expected: None,
+                staged_at: Some(staged_at),
+            };
             self.catalog
-                .replace(live, ident, None)
+                .replace(&self.namespace, &replacement)
                 .await
                 .map_err(|e| failed("cannot swap in the refreshed table", e))?;
             self.made_readable(live, committed_records.load(std::sync::atomic::Ordering::SeqCst));
@@ -817,9 +832,15 @@ impl IcebergWriter {
                 self.append(aside, rows, super::super::text_bytes(records) as u64).await?;
             }
             self.commit(&staged, &mut *staged.pending.lock().await, true, None).await?;
+            let staged_at =
+                self.catalog.location(&staged.ident).await.map_err(|e| failed("cannot read the catalog", e))?;
             let main = self.stream(table)?;
-            let replacement =
-                Replacement { live: aside.to_owned(), staged: staged.ident.name().to_owned(), expected: Some(read_at) };
+            let replacement = Replacement {
+                live: aside.to_owned(),
+                staged: staged.ident.name().to_owned(),
+                expected: Some(read_at),
+                staged_at: Some(staged_at),
+            };
             self.commit(&main, &mut *main.pending.lock().await, true, Some(replacement)).await?;
             Ok(())
         }
@@ -1163,6 +1184,23 @@ mod tests {
         assert!(outdated.is_err(), "{outdated:?}");
         assert_eq!(values(&catalog, "t").await, vec![1, 11], "no record of the replay committed");
         assert_eq!(values(&catalog, "t__rejected").await, vec![20, 30]);
+
+        // A staged table remade since it was written in full (by an attempt
+        // that lost its job) is never swapped in.
+        let ns = NamespaceIdent::new("ns".into());
+        let staged_at = catalog.location(&TableIdent::new(ns.clone(), "t".into())).await.unwrap();
+        let remade = Replacement {
+            live: "t__rejected".into(),
+            staged: "t".into(),
+            expected: None,
+            staged_at: Some(format!("{staged_at}.old")),
+        };
+        assert!(catalog.replace(&ns, &remade).await.is_err());
+        assert_eq!(values(&catalog, "t__rejected").await, vec![20, 30], "unchanged");
+        assert_eq!(values(&catalog, "t").await, vec![1, 11], "the staged table kept");
+        let current = Replacement { staged_at: Some(staged_at), ..remade };
+        catalog.replace(&ns, &current).await.unwrap();
+        assert_eq!(values(&catalog, "t__rejected").await, vec![1, 11]);
         store.close().await;
     }
 
