@@ -709,7 +709,8 @@ async fn a_lakehouse_keeps_rows_aside_and_replays_them_in_one_catalog_step(backe
 /// exactly. Where they are quarantined, the same records are kept aside
 /// as type changes instead (the float's range judged by its column) and
 /// the columns stay; a replay once the contract evolves widens them and
-/// loads those records.
+/// loads those records. Where values are discarded, each such value is
+/// made null and its record loaded, by a sync and by a replay alike.
 async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_evolve(backend: Backend) {
     let fx = setup(backend).await;
     *fx.provider.records.lock().unwrap() = vec![
@@ -763,7 +764,13 @@ async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_ev
     let widened = ["long", "double", "decimal(7, 2)"].map(str::to_owned);
     let contract = |type_changes: &str| json!([{ "name": "events", "sync_mode": "full_refresh_overwrite", "contract": { "type_changes": type_changes } }]);
     let mut pipelines = Vec::new();
-    for (namespace, type_changes) in [("wide", "evolve"), ("strict", "quarantine")] {
+    // Under discard_value, each record loses its one value beyond its
+    // column: the contract's own judgement nulls the integer and the
+    // decimal, the column's the float.
+    let lossy = exact(&[["1", "7", "1234.56"], ["2", "", "-1234.78"], ["3", "-3", ""], ["4", "4", "1.00"]]);
+    let narrow = ["int", "float", "decimal(6, 2)"].map(str::to_owned);
+    let modes = [("wide", "evolve"), ("strict", "quarantine"), ("lossy", "discard_value"), ("later", "quarantine")];
+    for (namespace, type_changes) in modes {
         let dest = fx.destination("iceberg", json!({ "warehouse": "lake", "namespace": namespace })).await;
         let body = json!({ "name": namespace, "source_id": source["data"]["source_id"], "destination_id": dest,
             "streams": contract(type_changes) });
@@ -773,13 +780,20 @@ async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_ev
         assert_eq!(job["status"], "succeeded", "{type_changes}: {job}");
         let events = &job["progress"]["ledger"]["streams"]["events"];
         let (rows, types) = read(namespace).await;
-        if type_changes == "evolve" {
-            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(4), &json!(0)), "{job}");
-            assert_eq!((rows, types), (all.clone(), widened.clone()), "every value exact, the columns widened");
-        } else {
-            assert_eq!((&events["loaded"], &events["quarantined"]), (&json!(1), &json!(3)), "{job}");
-            let narrow = ["int", "float", "decimal(6, 2)"].map(str::to_owned);
-            assert_eq!((rows, types), (exact(&[["1", "7", "1234.56"]]), narrow));
+        let counts = [&events["loaded"], &events["quarantined"], &events["value_discarded"]];
+        match type_changes {
+            "evolve" => {
+                assert_eq!(counts, [&json!(4), &json!(0), &json!(0)], "{job}");
+                assert_eq!((rows, types), (all.clone(), widened.clone()), "every value exact, the columns widened");
+            }
+            "discard_value" => {
+                assert_eq!(counts, [&json!(4), &json!(0), &json!(3)], "{job}");
+                assert_eq!((rows, types), (lossy.clone(), narrow.clone()));
+            }
+            _ => {
+                assert_eq!(counts, [&json!(1), &json!(3), &json!(0)], "{job}");
+                assert_eq!((rows, types), (exact(&[["1", "7", "1234.56"]]), narrow.clone()));
+            }
         }
     }
     let strict = &pipelines[1];
@@ -801,6 +815,17 @@ async fn a_lakehouse_widens_a_column_for_a_value_beyond_it_where_type_changes_ev
     assert_eq!(counts, [json!(3), json!(3), json!(0), json!(0), json!(0)], "{job}");
     assert_eq!(read("strict").await, (all, widened));
     assert!(fx.rejected(strict, 10).await.is_empty());
+
+    // Another quarantining pipeline replayed under discard_value loads
+    // its three records as a sync under it would have, each less a value.
+    let later = &pipelines[3];
+    let patch = json!({ "streams": contract("discard_value") });
+    json_ok(fx.srv.request(Method::PATCH, &format!("/v1/pipelines/{later}")).json(&patch).send().await.unwrap()).await;
+    let (counts, job) = fx.replayed(later).await;
+    assert_eq!(counts, [json!(3), json!(3), json!(0), json!(0), json!(0)], "{job}");
+    assert_eq!(job["progress"]["ledger"]["streams"]["events"]["value_discarded"], json!(3), "{job}");
+    assert_eq!(read("later").await, (lossy, narrow));
+    assert!(fx.rejected(later, 10).await.is_empty());
     fx.srv.stop().await;
 }
 

@@ -137,6 +137,23 @@ pub(super) async fn execute(
     outcome
 }
 
+/// How `sel`'s records are judged again: the schema the source offers
+/// for the stream, its primary key where it is deduplicated (none
+/// otherwise), and its contract over them (`None`: every rule evolves).
+fn judging(prepared: &Prepared, sel: &StreamSelection) -> (Value, Vec<String>, Option<Contract>) {
+    let offered = prepared.catalog.iter().find(|c| c.name == sel.name);
+    let schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
+    let primary_key: Vec<String> = match sel.sync_mode {
+        StreamSyncMode::IncrementalDeduped => {
+            sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let rules = contract_of(sel, prepared.default_contract, &schema).unwrap_or_default();
+    let contract = Contract::new(rules, &schema, &primary_key);
+    (schema, primary_key, contract)
+}
+
 /// Replays one stream's rejected rows, page by page.
 async fn replay_stream(
     prepared: &Prepared,
@@ -144,20 +161,13 @@ async fn replay_stream(
     cancel: &CancellationToken,
     done: &mut Replayed,
 ) -> Result<(), WriteError> {
-    let Prepared { pipeline, catalog, writer, default_contract, .. } = prepared;
+    let Prepared { pipeline, catalog, writer, .. } = prepared;
     let table = rejected_stream(&sel.name);
-    let offered = catalog.iter().find(|c| c.name == sel.name);
-    let schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
+    let (schema, keyed, contract) = judging(prepared, sel);
     let deduplicated = sel.sync_mode == StreamSyncMode::IncrementalDeduped;
-    let primary_key: Vec<String> = if deduplicated {
-        sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default()
-    } else {
-        vec![REPLAY_KEY.to_owned()]
-    };
-    let keyed: &[String] = if deduplicated { &primary_key } else { &[] };
+    let primary_key = if deduplicated { keyed } else { vec![REPLAY_KEY.to_owned()] };
+    let offered = catalog.iter().find(|c| c.name == sel.name);
     let cursor_field = sel.cursor_field.clone().or_else(|| offered.and_then(|o| o.default_cursor_field.clone()));
-    let rules = contract_of(sel, *default_contract, &schema).unwrap_or_default();
-    let contract = Contract::new(rules, &schema, keyed);
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalDeduped, &schema).await?;
     // A replayed row keeps the time its record was read, so that it ranks
     // among the versions of its key as that read does, for this replay
@@ -272,26 +282,19 @@ async fn replay_lake(
     cancel: &CancellationToken,
     done: &mut Replayed,
 ) -> Result<(), WriteError> {
-    let Prepared { pipeline, catalog, writer, default_contract, .. } = prepared;
+    let Prepared { pipeline, writer, .. } = prepared;
     let table = rejected_stream(&sel.name);
     let Some(aside) = writer.kept_aside(&table, &REJECTED_COLUMNS).await? else { return Ok(()) };
-    let offered = catalog.iter().find(|c| c.name == sel.name);
-    let schema = offered.map(|o| o.json_schema.clone()).unwrap_or(Value::Null);
-    let primary_key: Vec<String> = if sel.sync_mode == StreamSyncMode::IncrementalDeduped {
-        sel.primary_key.clone().or_else(|| offered.map(|o| o.primary_key.clone())).unwrap_or_default()
-    } else {
-        Vec::new()
-    };
     let ours = Writer::meta_of(&pipeline.pipeline_id, &table);
     if !aside.rows.iter().any(|row| row.meta == ours) {
         // Other pipelines' rows only: nothing to rewrite.
         return Ok(());
     }
-    let rules = contract_of(sel, *default_contract, &schema).unwrap_or_default();
-    let contract = Contract::new(rules, &schema, &primary_key);
+    let (schema, _, contract) = judging(prepared, sel);
     // A value its column cannot hold as it is loads where type changes
     // evolve and the column can be widened to hold it (as a sync does).
-    let widening = contract.as_ref().is_none_or(|c| c.mode(ContractRule::TypeChanges) == ContractMode::Evolve);
+    let type_changes = contract.as_ref().map_or(ContractMode::Evolve, |c| c.mode(ContractRule::TypeChanges));
+    let widening = type_changes == ContractMode::Evolve;
     writer.begin_stream(&pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalAppend, &schema).await?;
     let mut main =
         Loader::new(writer.clone(), &pipeline.pipeline_id, &sel.name, StreamSyncMode::IncrementalAppend, vec![]);
@@ -307,9 +310,15 @@ async fn replay_lake(
         let record = row.fields.get("record").and_then(Value::as_str).unwrap_or_default();
         // A value the contract lets through that the table's column
         // cannot hold (nor, where type changes evolve, be widened to hold)
-        // stays aside as a type change.
+        // stays aside as a type change, or is made null where type
+        // changes discard values.
         let judged = match judge(contract.as_ref(), record) {
             Ok((record, discarded)) => match writer.unfit(&sel.name, &record, widening)? {
+                Some(_) if type_changes == ContractMode::DiscardValue => {
+                    // Judged again: a required value made null breaks the contract.
+                    let fitted = writer.discard_unfit(&sel.name, &record)?.unwrap_or(record);
+                    judge(contract.as_ref(), &fitted).map(|(fitted, _)| (fitted, true))
+                }
                 Some(pointer) => {
                     Err(Breach { rule: ContractRule::TypeChanges, reason: RejectionReason::TypeMismatch, pointer })
                 }

@@ -402,7 +402,7 @@ pub(super) fn text_digest(record: &str) -> String {
 }
 
 /// A record's fields as JSON text.
-fn render(fields: &[(Cow<'_, str>, &RawValue)]) -> String {
+pub(super) fn render(fields: &[(Cow<'_, str>, &RawValue)]) -> String {
     let mut out = String::with_capacity(2 + fields.iter().map(|(n, v)| n.len() + v.get().len() + 4).sum::<usize>());
     out.push('{');
     for (name, raw) in fields {

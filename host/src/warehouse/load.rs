@@ -167,7 +167,8 @@ impl Loader {
         // The parts still to write, the next one last.
         let mut parts = vec![records];
         // Whether the batch was fitted to its columns (a column widened,
-        // or its records no column holds kept aside), once at most.
+        // the records with a value no column holds kept aside, or those
+        // values made null), once at most.
         let mut refitted = false;
         let type_changes = contract.map_or(ContractMode::Evolve, |c| c.mode(ContractRule::TypeChanges));
         while let Some(records) = parts.pop() {
@@ -247,6 +248,40 @@ impl Loader {
                         }
                     }
                     if judged.rejected.len() == aside {
+                        return Err(WriteError::BadRecord(m));
+                    }
+                    refitted = true;
+                    parts.push(fit);
+                    continue;
+                }
+                // Where they are discarded, such values are made null in
+                // their records (counted where the contract does not count
+                // the record itself), and the batch laid out again.
+                Err(WriteError::BadRecord(m)) if type_changes == ContractMode::DiscardValue && !refitted => {
+                    let (mut fit, mut discarded) = (Vec::with_capacity(records.len()), 0);
+                    for record in records {
+                        let judged_aside = contract.is_some_and(|c| {
+                            c.judge(vec![record.clone()]).map_or(true, |one| !one.rejected.is_empty())
+                        });
+                        let fitted = match judged_aside {
+                            true => None,
+                            false => self.writer.discard_unfit(&self.stream.stream, &record)?,
+                        };
+                        let Some(fitted) = fitted else {
+                            fit.push(record);
+                            continue;
+                        };
+                        discarded += 1;
+                        let counted = contract.is_some_and(|c| {
+                            c.judge(vec![fitted.clone()])
+                                .map_or(true, |one| one.value_discarded > 0 || !one.rejected.is_empty())
+                        });
+                        if !counted {
+                            judged.value_discarded += 1;
+                        }
+                        fit.push(fitted);
+                    }
+                    if discarded == 0 {
                         return Err(WriteError::BadRecord(m));
                     }
                     refitted = true;

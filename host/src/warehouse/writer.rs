@@ -378,6 +378,15 @@ impl Writer {
         }
     }
 
+    /// `record` with every value `stream`'s table (begun) cannot hold made
+    /// null, if it had any: only a lakehouse's typed columns refuse one.
+    pub(crate) fn discard_unfit(&self, stream: &str, record: &str) -> Result<Option<String>, WriteError> {
+        match self {
+            Writer::Iceberg(lake) => lake.discard_unfit(&sql_name(stream), record),
+            _ => Ok(None),
+        }
+    }
+
     /// Widens the columns of `stream`'s table that `records` overflow,
     /// where the destination promotes a column's type in place (a
     /// lakehouse: int to long, float to double, a decimal's precision up);

@@ -118,15 +118,22 @@ pub(super) fn widenings(shaped: &[Shaped<'_>], schema: &SchemaRef) -> Vec<(Strin
     wider
 }
 
-/// The first declared column of `schema` but those named in `widened`
-/// that `shaped`'s value cannot be written to, by name (a value of
-/// another type than the column's, or beyond it), if any.
-pub(super) fn unfit(shaped: &Shaped<'_>, schema: &SchemaRef, widened: &[String]) -> Option<String> {
+/// Every declared column of `schema` but those named in `widened` that
+/// `shaped`'s value cannot be written to, by name (a value of another type
+/// than the column's, or beyond it), in the table's order.
+pub(super) fn refused(shaped: &Shaped<'_>, schema: &SchemaRef, widened: &[String]) -> Vec<String> {
     let metadata = super::schema::METADATA_COLUMNS.len();
-    schema.fields().iter().skip(metadata).filter(|f| !widened.contains(f.name())).find_map(|field| {
-        let value = shaped.fields.iter().rev().find(|(name, _)| name == field.name()).map(|(_, raw)| *raw);
-        array(field, &[value]).is_err().then(|| field.name().clone())
-    })
+    schema
+        .fields()
+        .iter()
+        .skip(metadata)
+        .filter(|f| !widened.contains(f.name()))
+        .filter(|field| {
+            let value = shaped.fields.iter().rev().find(|(name, _)| name == field.name()).map(|(_, raw)| *raw);
+            array(field, &[value]).is_err()
+        })
+        .map(|field| field.name().clone())
+        .collect()
 }
 
 trait AppendN {

@@ -196,6 +196,27 @@ impl LocationGenerator for DataLocations {
 }
 
 impl StreamTable {
+    /// The same table under `schema` (as Arrow, `arrow`), taking over what
+    /// its next commit takes (`pending`, held locked by the caller, so
+    /// nothing is added to it meanwhile) and the snapshots staged so far.
+    fn with_schema(&self, schema: IcebergSchemaRef, arrow: SchemaRef, pending: Pending) -> StreamTable {
+        let staged =
+            std::mem::take(&mut *self.staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        StreamTable {
+            name: self.name.clone(),
+            ident: self.ident.clone(),
+            schema,
+            spec: self.spec.clone(),
+            arrow,
+            file_io: self.file_io.clone(),
+            data: self.data.clone(),
+            delivery: self.delivery.clone(),
+            pending: tokio::sync::Mutex::new(pending),
+            committed_records: self.committed_records.load(std::sync::atomic::Ordering::SeqCst).into(),
+            staged_snapshots: Mutex::new(staged),
+        }
+    }
+
     /// A new data file of the table (in `key`'s partition), zstd-compressed.
     async fn data_file(&self, key: Option<PartitionKey>) -> iceberg::Result<OpenFile> {
         let properties = WriterProperties::builder()
@@ -438,21 +459,7 @@ impl IcebergWriter {
         let arrow = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|e| failed("cannot map the table's schema", e))?,
         );
-        let staged =
-            std::mem::take(&mut *stream.staged_snapshots.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        let widened = StreamTable {
-            name: stream.name.clone(),
-            ident: stream.ident.clone(),
-            schema,
-            spec: stream.spec.clone(),
-            arrow,
-            file_io: stream.file_io.clone(),
-            data: stream.data.clone(),
-            delivery: stream.delivery.clone(),
-            pending: tokio::sync::Mutex::new(std::mem::take(&mut *pending)),
-            committed_records: stream.committed_records.load(std::sync::atomic::Ordering::SeqCst).into(),
-            staged_snapshots: Mutex::new(staged),
-        };
+        let widened = stream.with_schema(schema, arrow, std::mem::take(&mut *pending));
         self.streams
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -466,22 +473,32 @@ impl IcebergWriter {
     /// hold ([`Self::widen_for`]) fits.
     pub(crate) fn unfit(&self, table: &str, record: &str, widening: bool) -> Result<Option<String>, WriteError> {
         let stream = self.stream(table)?;
-        let keys = super::super::shape::AppendKeys::Fresh;
-        let shaped = super::super::shape::shape_keyed(
-            record,
-            crate::store::pipelines::StreamSyncMode::IncrementalAppend,
-            &[],
-            &keys,
-            0,
-        )
-        .map_err(WriteError::BadRecord)?;
+        let shaped = shaped(record)?;
         let widened: Vec<String> = match widening {
             true => {
                 batch::widenings(std::slice::from_ref(&shaped), &stream.arrow).into_iter().map(|(n, _)| n).collect()
             }
             false => Vec::new(),
         };
-        Ok(batch::unfit(&shaped, &stream.arrow, &widened).map(|name| super::super::contract::pointer(&name)))
+        let first = batch::refused(&shaped, &stream.arrow, &widened).into_iter().next();
+        Ok(first.map(|name| super::super::contract::pointer(&name)))
+    }
+
+    /// `record` with every value `table`'s columns cannot hold made null
+    /// (its last copy, the one a row takes), if it had any.
+    pub(crate) fn discard_unfit(&self, table: &str, record: &str) -> Result<Option<String>, WriteError> {
+        let stream = self.stream(table)?;
+        let mut shaped = shaped(record)?;
+        let refused = batch::refused(&shaped, &stream.arrow, &[]);
+        if refused.is_empty() {
+            return Ok(None);
+        }
+        for name in &refused {
+            if let Some(field) = shaped.fields.iter_mut().rev().find(|(n, _)| n == name) {
+                field.1 = serde_json::value::RawValue::NULL;
+            }
+        }
+        Ok(Some(super::super::contract::render(&shaped.fields)))
     }
 
     /// Lays `records` out as the table's columns (no I/O).
@@ -857,6 +874,13 @@ impl IcebergWriter {
             _ => Ok(()),
         }
     }
+}
+
+/// `record` split into its fields, as a row of an append takes them.
+fn shaped(record: &str) -> Result<Shaped<'_>, WriteError> {
+    let keys = super::super::shape::AppendKeys::Fresh;
+    super::super::shape::shape_keyed(record, crate::store::pipelines::StreamSyncMode::IncrementalAppend, &[], &keys, 0)
+        .map_err(WriteError::BadRecord)
 }
 
 #[cfg(test)]
@@ -1308,6 +1332,33 @@ mod tests {
         let table = catalog.load_table(&TableIdent::new(NamespaceIdent::new("ns".into()), "u".into())).await.unwrap();
         let field = |name: &str| table.metadata().current_schema().field_by_name(name).unwrap().field_type.to_string();
         assert_eq!((field("n"), field("f")), ("int".to_owned(), "float".to_owned()));
+
+        // Discarded type changes: the value the column refuses is made
+        // null, its record loaded and counted; the column stays.
+        let discarding = StreamContract {
+            type_changes: crate::store::kinds::ContractMode::DiscardValue,
+            ..StreamContract::default()
+        };
+        let contract = Arc::new(crate::warehouse::contract::Contract::new(discarding, &schema, &[]).unwrap());
+        writer.begin_stream("p", "v", StreamSyncMode::IncrementalAppend, &schema).await.unwrap();
+        let mut loader = Loader::new(writer.clone(), "p", "v", StreamSyncMode::IncrementalAppend, vec![]);
+        let batch = vec![r#"{"n": 2, "f": 1e300}"#.to_owned(), r#"{"n": 4, "f": 2.5}"#.to_owned()];
+        let (_, judged) = loader.write_under(batch, Some(&contract)).await.unwrap();
+        assert_eq!((judged.value_discarded, judged.rejected.len()), (1, 0));
+        loader.drain().await.unwrap();
+        writer.end_stream("v").await.unwrap();
+        let table = catalog.load_table(&TableIdent::new(NamespaceIdent::new("ns".into()), "v".into())).await.unwrap();
+        assert_eq!(table.metadata().current_schema().field_by_name("f").unwrap().field_type.to_string(), "float");
+        let mut rows = Vec::new();
+        let mut batches = table.scan().select(["n", "f"]).build().unwrap().to_arrow().await.unwrap();
+        while let Some(batch) = batches.next().await {
+            let batch = batch.unwrap();
+            let n = batch.column(0).as_primitive::<arrow_array::types::Int32Type>().clone();
+            let f = batch.column(1).as_primitive::<arrow_array::types::Float32Type>().clone();
+            rows.extend(n.iter().zip(f.iter()));
+        }
+        rows.sort_by_key(|(n, _)| *n);
+        assert_eq!(rows, vec![(Some(2), None), (Some(4), Some(2.5))]);
         store.close().await;
     }
 
