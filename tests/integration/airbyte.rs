@@ -317,6 +317,20 @@ async fn read_both(
                     "empty_refresh_token": *grant == declarative::retrieve::OAuthGrant::EmptyRefreshToken,
                     "scopes": terms.scopes, "expiry_field": terms.expiry_field, "expiry_is_time": terms.expiry_is_time });
             }
+            declarative::retrieve::Place::SessionLogin {
+                login_url,
+                username,
+                username_field,
+                password_field,
+                token_pointer,
+                header,
+                lifetime_secs,
+            } => {
+                body["kind"] = json!("secret");
+                body["exchange"] = json!({ "grant": "login", "token_url": login_url, "username": username,
+                    "username_field": username_field, "password_field": password_field,
+                    "token_pointer": token_pointer, "header": header, "lifetime_secs": lifetime_secs });
+            }
             declarative::retrieve::Place::UrlPath => {
                 body["kind"] = json!("secret");
                 body["url_path"] = json!(true);
@@ -1625,6 +1639,170 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
         assert_eq!(job["status"], "succeeded", "{expiration:?}: {job}");
         assert_eq!(*seen.lock().unwrap(), expected, "{expiration:?}");
         assert_eq!(read_lines(&srv.exports(&ws, directory), "items").len(), 2, "{expiration:?}");
+    }
+    srv.stop().await;
+}
+
+on_both_backends!(a_login_that_sends_a_secret_is_made_by_the_host);
+/// A `SessionTokenAuthenticator` whose login sends a password (a secret
+/// field): the host logs in with the credential's `login` exchange, which
+/// must say what the manifest says, and puts the token in each request —
+/// in the manifest's header, or as a bearer token. The guest never sends
+/// the login, nor holds the password or the token; the provider sees the
+/// password in the login alone.
+async fn a_login_that_sends_a_secret_is_made_by_the_host(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.login.test";
+    const PASSWORD: &str = "pw-0123456789-login";
+    // What the provider saw: each login (its body), and each page with
+    // the token it carried (the latest, or what it was).
+    let seen: Arc<Mutex<Vec<String>>> = Default::default();
+    let router = axum::Router::new()
+        .route(
+            "/v1/login",
+            axum::routing::post({
+                let seen = seen.clone();
+                move |body: String| {
+                    let seen = seen.clone();
+                    async move {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(format!("login {body}"));
+                        let sent: Value = serde_json::from_str(&body).unwrap_or_default();
+                        if sent != json!({ "user": "ana", "password": PASSWORD }) {
+                            return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
+                        }
+                        let n = seen.iter().filter(|s| s.starts_with("login")).count();
+                        (axum::http::StatusCode::OK, axum::Json(json!({ "auth": { "token": format!("s-{n}") } })))
+                    }
+                }
+            }),
+        )
+        .route(
+            "/v1/items",
+            axum::routing::get({
+                let seen = seen.clone();
+                move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                    let seen = seen.clone();
+                    async move {
+                        let mut seen = seen.lock().unwrap();
+                        let latest = format!("s-{}", seen.iter().filter(|s| s.starts_with("login")).count());
+                        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                        let carried = match (header("x-session"), header("authorization")) {
+                            (Some(token), None) => format!("x-session {token}"),
+                            (None, Some(auth)) => format!("authorization {auth}"),
+                            (a, b) => format!("{a:?} {b:?}"),
+                        };
+                        let fresh = carried == format!("x-session {latest}")
+                            || carried == format!("authorization Bearer {latest}");
+                        let page = uri.query().unwrap_or("page=1").to_owned();
+                        seen.push(format!("{page} {}", if fresh { "latest" } else { &carried }));
+                        if !fresh {
+                            return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
+                        }
+                        let body = match page.as_str() {
+                            "page=1" => json!({ "data": [{ "id": 1 }], "next": "2" }),
+                            _ => json!({ "data": [{ "id": 2 }], "next": null }),
+                        };
+                        (axum::http::StatusCode::OK, axum::Json(body))
+                    }
+                }
+            }),
+        );
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
+        return;
+    };
+    let session = |sent: Value| {
+        let auth = json!({ "type": "SessionTokenAuthenticator",
+            "login_requester": { "type": "HttpRequester", "url_base": format!("https://{HOST}/v1"), "path": "/login",
+                "http_method": "POST",
+                "request_body_json": { "user": "{{ config['username'] }}", "password": "{{ config['password'] }}" } },
+            "session_token_path": ["auth", "token"], "expiration_duration": "PT1H",
+            "request_authentication": sent });
+        let mut m = one_stream(HOST, auth, json!({}));
+        m["streams"][0]["retriever"]["paginator"] = json!({ "type": "DefaultPaginator",
+            "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}",
+                "stop_condition": "{{ not response.next }}" },
+            "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "page" } });
+        m["spec"]["connection_specification"]["properties"] = json!({ "username": { "type": "string" },
+            "password": { "type": "string", "airbyte_secret": true } });
+        m
+    };
+    let in_header = json!({ "type": "ApiKey",
+        "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Session" } });
+    let save = |manifest: Value, credentials: Value| {
+        let configuration =
+            json!({ "manifest": manifest, "config": { "username": "ana" }, "credentials": credentials });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "login", "configuration": configuration }),
+        )
+        .send()
+    };
+    let credential = |extra: Value| {
+        let mut body = json!({ "kind": "secret", "connector_id": "conn_airbyte_manifest", "hosts": [HOST],
+            "secret": PASSWORD });
+        body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap());
+        async {
+            json_ok(srv.post("/v1/credentials", body).send().await.unwrap()).await["data"]["credential_handle"].clone()
+        }
+    };
+    let login = |username: &str, header: Option<&str>, lifetime: u64| {
+        let mut exchange = json!({ "grant": "login", "token_url": format!("https://{HOST}/v1/login"),
+            "username": username, "username_field": "user", "password_field": "password",
+            "token_pointer": "/auth/token", "lifetime_secs": lifetime });
+        if let Some(h) = header {
+            exchange["header"] = json!(h);
+        }
+        json!({ "exchange": exchange })
+    };
+
+    // Refused when saved, at the credential: none given, one that trades
+    // the secret otherwise, and logins that say otherwise than the
+    // manifest.
+    let oauth = credential(json!({ "exchange": { "grant": "client_credentials",
+        "token_url": format!("https://{HOST}/v1/login"), "client_id": "app", "header": "X-Session" } }))
+    .await;
+    let someone_else = credential(login("bob", Some("X-Session"), 3600)).await;
+    let shorter = credential(login("ana", Some("X-Session"), 60)).await;
+    let elsewhere = credential(login("ana", Some("X-Other"), 3600)).await;
+    for (handle, why) in [
+        (None, "/password"),
+        (Some(&oauth), "an exchange of the login grant"),
+        (Some(&someone_else), "username is not the credential's"),
+        (Some(&shorter), "expiration_duration"),
+        (Some(&elsewhere), "x-session"),
+    ] {
+        let credentials = match handle {
+            Some(h) => json!([{ "field": "/password", "credential_handle": h }]),
+            None => json!([]),
+        };
+        let resp = save(session(in_header.clone()), credentials).await.unwrap();
+        assert_eq!(resp.status(), 400, "{why}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(body.to_string().to_lowercase().contains(&why.to_lowercase()), "{why}: {body}");
+        assert!(!body.to_string().contains(PASSWORD), "{body}");
+    }
+
+    // Read: one login by the host, then the token in each request, in the
+    // manifest's header or as a bearer token.
+    for (sent, header, directory, carried) in [
+        (in_header.clone(), Some("X-Session"), "header", "x-session"),
+        (json!({ "type": "Bearer" }), None, "bearer", "authorization"),
+    ] {
+        seen.lock().unwrap().clear();
+        let handle = credential(login("ana", header, 3600)).await;
+        let source =
+            json_ok(save(session(sent), json!([{ "field": "/password", "credential_handle": handle }])).await.unwrap())
+                .await;
+        assert!(!source.to_string().contains(PASSWORD), "{source}");
+        let pipeline_id = items_pipeline(&srv, &source, directory).await;
+        let job = sync(&srv, &pipeline_id).await;
+        assert_eq!(job["status"], "succeeded", "{carried}: {job}");
+        let login_body = json!({ "user": "ana", "password": PASSWORD });
+        let expected = [format!("login {login_body}"), "page=1 latest".into(), "page=2 latest".into()];
+        assert_eq!(*seen.lock().unwrap(), expected, "{carried}");
+        assert_eq!(read_lines(&srv.exports(&ws, directory), "items").len(), 2, "{carried}");
+        assert!(!job.to_string().contains(PASSWORD) && !job.to_string().contains("s-1"), "{job}");
     }
     srv.stop().await;
 }

@@ -132,6 +132,7 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
         let request = match request {
             Ok(r) => r,
             Err(e @ ReadError::Secret(_)) => return Err(invalid(&format!("/manifest{pointer}"), e.to_string())),
+            Err(ReadError::Refused(r)) => return Err(invalid(&format!("/manifest{}", r.pointer), r.reason.clone())),
             // Not buildable before a read (it needs a slice's values):
             // the read says why, if it still fails then.
             Err(_) => continue,
@@ -177,8 +178,10 @@ fn as_placement(place: &Place) -> Placement {
         Place::BasicBoth => Placement::BasicBoth,
         Place::BasicPair { .. } => Placement::BasicPair,
         Place::UrlPath => Placement::Path,
-        // The token the host obtains goes as a bearer token.
-        Place::OAuthClient { .. } => Placement::Bearer,
+        // The token the host obtains goes as a bearer token, or in the
+        // header the manifest names.
+        Place::OAuthClient { .. } | Place::SessionLogin { header: None, .. } => Placement::Bearer,
+        Place::SessionLogin { header: Some(h), .. } => Placement::Header(h.clone()),
         Place::HeaderAround { header, prefix, suffix } => Placement::HeaderAround {
             header: header.to_ascii_lowercase(),
             prefix: prefix.clone(),
@@ -268,6 +271,69 @@ fn exchange_matches(
             terms.expiry_field.as_deref().unwrap_or("expires_in"),
             if terms.expiry_is_time { "the instant it expires" } else { "seconds from now" }
         ));
+    }
+    Ok(())
+}
+
+/// Whether a credential's recipe logs in as the manifest's
+/// `SessionTokenAuthenticator` would: at the same URL, with the same
+/// username in the same fields, reading the token at the same place and
+/// keeping it as long.
+fn login_matches(exchange: Option<&crate::credentials::exchange::TokenExchange>, place: &Place) -> Result<(), String> {
+    use crate::credentials::exchange::{Grant, TokenExchange};
+    let Place::SessionLogin {
+        login_url,
+        username,
+        username_field,
+        password_field,
+        token_pointer,
+        header: _,
+        lifetime_secs,
+    } = place
+    else {
+        return Ok(());
+    };
+    let Some(TokenExchange {
+        grant:
+            Grant::Login {
+                token_url,
+                username: stored_username,
+                username_field: stored_username_field,
+                password_field: stored_password_field,
+                token_pointer: stored_pointer,
+                lifetime_secs: stored_lifetime,
+            },
+        ..
+    }) = exchange
+    else {
+        return Err(format!(
+            "the manifest's SessionTokenAuthenticator logs in at {login_url} with a secret: store the password as a secret credential with an exchange of the login grant there (token_url, username, token_pointer)"
+        ));
+    };
+    let differs = |what: &str, manifest: String, stored: String| {
+        Err(format!("the manifest's login has {what} {manifest}, and the credential's exchange {stored}"))
+    };
+    if token_url != login_url {
+        return differs("the URL", login_url.clone(), token_url.clone());
+    }
+    if stored_username != username {
+        return Err("the manifest's login username is not the credential's".into());
+    }
+    if (stored_username_field, stored_password_field) != (username_field, password_field) {
+        let fields = |u: &str, p: &str| format!("{u} and {p}");
+        return differs(
+            "the username and password fields",
+            fields(username_field, password_field),
+            fields(stored_username_field, stored_password_field),
+        );
+    }
+    if stored_pointer != token_pointer {
+        return differs("the token at", token_pointer.clone(), stored_pointer.clone());
+    }
+    if stored_lifetime != lifetime_secs {
+        let lasting =
+            |secs: &Option<u64>| secs.map_or("until the answer's expires_in (or an hour)".into(), |s| format!("{s} s"));
+        return differs("sessions lasting (expiration_duration)", lasting(lifetime_secs), lasting(stored_lifetime));
     }
     Ok(())
 }
@@ -375,6 +441,10 @@ impl ConnectorRules for Rules {
                         terms,
                     )
                     .map_err(|why| invalid(&at, why))?;
+                }
+                if let Place::SessionLogin { .. } = place {
+                    let exchange = record.metadata.get("exchange").and_then(|e| serde_json::from_value(e.clone()).ok());
+                    login_matches(exchange.as_ref(), place).map_err(|why| invalid(&at, why))?;
                 }
             }
             Ok(())

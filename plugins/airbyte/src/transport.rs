@@ -37,7 +37,7 @@ impl HostTransport {
             ReadError::Provider { status: 429, .. } => Error::RateLimited { retry_after: None },
             ReadError::Provider { status, .. } if status >= 500 => Error::ProviderUnavailable(e.to_string()),
             ReadError::Provider { .. } => Error::ProviderError(e.to_string()),
-            ReadError::Secret(_) | ReadError::Evaluation { .. } | ReadError::Invalid(_) => {
+            ReadError::Secret(_) | ReadError::Evaluation { .. } | ReadError::Invalid(_) | ReadError::Refused(_) => {
                 Error::InvalidConfig(e.to_string())
             }
             ReadError::Stopped(m) => Error::Internal(m),
@@ -141,9 +141,11 @@ impl HostTransport {
                 Place::BodyField(field) => CredentialPlace::BodyField(field.clone()),
                 // Places only the credential's record can name (checked
                 // against the manifest when the source was saved).
-                Place::HeaderAround { .. } | Place::BasicUsername { .. } | Place::BasicBoth | Place::UrlPath => {
-                    CredentialPlace::AsStored
-                }
+                Place::HeaderAround { .. }
+                | Place::BasicUsername { .. }
+                | Place::BasicBoth
+                | Place::UrlPath
+                | Place::SessionLogin { .. } => CredentialPlace::AsStored,
                 // One credential holds the secrets sent together (a Basic
                 // pair; an OAuth client's secret, and its id and refresh
                 // token when they are secret fields too, traded by the

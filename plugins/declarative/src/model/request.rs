@@ -252,9 +252,10 @@ pub enum Authenticator {
         terms: TokenTerms,
     },
     /// A `SessionTokenAuthenticator`: a login request whose answer holds
-    /// a session token, which each request then carries. The login sends
-    /// no secret (a login that would is refused when the source is
-    /// saved), so the guest makes it itself.
+    /// a session token, which each request then carries. A login that
+    /// sends no secret the guest makes itself; one that sends a secret
+    /// (its password) the host makes, with the credential that holds it,
+    /// and the host puts the token in each request.
     Session(Box<SessionLogin>),
 }
 
@@ -270,7 +271,20 @@ pub struct SessionLogin {
     /// request, as the CDK logs in.
     pub expiration: Option<Gap>,
     /// Where the token goes, as it is.
-    pub option: RequestOption,
+    pub sent: SessionToken,
+    /// The pointer of `request_authentication` (where a refusal of the
+    /// token's place names it).
+    pub sent_pointer: String,
+}
+
+/// Where a session token goes (`request_authentication`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionToken {
+    /// `ApiKey`: as it is, where this option puts it.
+    ApiKey(RequestOption),
+    /// `Bearer`: `Authorization: Bearer <token>`, which only the host
+    /// sets (for a login it makes).
+    Bearer,
 }
 
 /// What an OAuth token request asks for beyond the grant, and how the
@@ -355,42 +369,45 @@ impl Authenticator {
                 let how = node.child("request_authentication").ok_or_else(|| {
                     Refusal::new(node.pointer(), "a SessionTokenAuthenticator needs request_authentication")
                 })??;
-                // The guest sends the token itself, and the headers that
-                // carry credentials are the host's alone.
-                let reserved = |header: &str| {
-                    Refusal::new(
-                        how.pointer(),
-                        format!(
-                            "a session token in the {header} header: only the host sets that header (for a credential it holds), so the guest cannot send the token there"
-                        ),
-                    )
-                };
-                if how.kind() == "Bearer" {
+                // A bearer token only the host sends, for a login it makes
+                // (whether it does is known once the login is built).
+                let sent = if how.kind() == "Bearer" {
                     how.expect(&["Bearer"], &[])?;
-                    return Err(reserved("Authorization"));
-                }
-                // A template around the token (`api_token`) is not built:
-                // refused rather than the bare token sent.
-                how.expect(&["ApiKey"], &["api_token"])?;
-                let option = how
-                    .child("inject_into")
-                    .ok_or_else(|| Refusal::new(how.pointer(), "the session token's ApiKey needs inject_into"))??;
-                let option = RequestOption::read(&option)?;
-                // The name as the configuration renders it (a template may
-                // name the header too).
-                let ctx = Context::at(DateTime::<Utc>::UNIX_EPOCH).with("config", config.clone());
-                if option.inject == Inject::Header
-                    && let Some(name) = option.keys(&ctx).and_then(|k| k.into_iter().next())
-                    && connector_rules::headers::is_reserved(name.trim())
-                {
-                    return Err(reserved(name.trim()));
-                }
+                    SessionToken::Bearer
+                } else {
+                    // A template around the token (`api_token`) is not
+                    // built: refused rather than the bare token sent.
+                    how.expect(&["ApiKey"], &["api_token"])?;
+                    let option = how
+                        .child("inject_into")
+                        .ok_or_else(|| Refusal::new(how.pointer(), "the session token's ApiKey needs inject_into"))??;
+                    let option = RequestOption::read(&option)?;
+                    // The headers that carry credentials are the host's
+                    // alone, and the host sends no bare token in one: the
+                    // name as the configuration renders it (a template may
+                    // name the header too).
+                    let ctx = Context::at(DateTime::<Utc>::UNIX_EPOCH).with("config", config.clone());
+                    if option.inject == Inject::Header
+                        && let Some(name) = option.keys(&ctx).and_then(|k| k.into_iter().next())
+                        && connector_rules::headers::is_reserved(name.trim())
+                    {
+                        return Err(Refusal::new(
+                            how.pointer(),
+                            format!(
+                                "a session token in the {} header: only the host sets that header (for a credential it holds), so the guest cannot send the token there; a login the host makes (its password a secret field) may send it as a bearer token (type Bearer)",
+                                name.trim()
+                            ),
+                        ));
+                    }
+                    SessionToken::ApiKey(option)
+                };
                 Ok(Authenticator::Session(Box::new(SessionLogin {
                     login: Requester::read(&login, config)?,
                     login_pointer: login.pointer().to_owned(),
                     token_path,
                     expiration,
-                    option,
+                    sent,
+                    sent_pointer: how.pointer().to_owned(),
                 })))
             }
             "NoAuth" => {

@@ -10,11 +10,12 @@ use serde_json::{Map, Value};
 use super::http::{Body, Credential, Method, OAuthGrant, Place, Request, join_url};
 use super::{Env, ReadError, Slice};
 use crate::interpolation::{Context, Template, Val};
+use crate::model::Refusal;
 use crate::model::cursor::DatetimeCursor;
 use crate::model::partition::Router;
 use crate::model::request::{
     Authenticator, Entry, Inject, Nested, OptionField, RequestInput, RequestOption, Requester, SessionLogin,
-    TokenOption,
+    SessionToken, TokenOption,
 };
 use crate::model::{Retriever, Stream};
 use crate::secrets::Holds;
@@ -182,14 +183,96 @@ pub(super) fn request(stream: &Stream, slice: &Slice, token: Option<&Val>, env: 
     })
 }
 
-/// A session token's login request: its requester's alone.
-pub(super) fn login_request(session: &SessionLogin, env: &Env) -> Result<Request, ReadError> {
+/// Who logs in for a session token.
+#[derive(Debug)]
+pub(super) enum Login {
+    /// The guest, with this request: the login sends no secret.
+    ByGuest(Request),
+    /// The host, with the credential holding the login's password, at the
+    /// login's URL (the host makes the request from its recipe).
+    ByHost { url: String, credential: Credential },
+}
+
+/// A session token's login: its requester's request, which the guest
+/// makes where it sends no secret. One that sends a secret the host
+/// makes: a `POST` of a JSON body of a username and the secret as its
+/// password, the token sent in a header or as a bearer token; a login
+/// sending a secret in any other form is refused. A bearer token only
+/// the host sends.
+pub(super) fn login(session: &SessionLogin, env: &Env) -> Result<Login, ReadError> {
     let request = assemble(&session.login, &Slice::default(), None, None, env, |_| Ok(()))?;
-    if !request.credentials.is_empty() {
-        // The token would come of a secret, in the guest's hands.
-        return Err(ReadError::Secret("a session token's login would send a secret".into()));
+    if request.credentials.is_empty() {
+        if session.sent == SessionToken::Bearer {
+            return Err(ReadError::Refused(Refusal::new(
+                session.sent_pointer.clone(),
+                "a session token in the Authorization header: only the host sets that header, for a login it makes (one whose password is a secret field), so the guest cannot send the token there",
+            )));
+        }
+        return Ok(Login::ByGuest(request));
     }
-    Ok(request)
+    let refused = |how: &str| {
+        ReadError::Secret(format!(
+            "a session token's login would send a secret {how}: the host logs in for a token only with a POST of a JSON body holding a username and the secret as the password"
+        ))
+    };
+    let (pointer, password_field) = match request.credentials.as_slice() {
+        [Credential { pointer, place: Place::BodyField(field) }] => (pointer.clone(), field.clone()),
+        _ => return Err(refused("outside a JSON body's field")),
+    };
+    if request.method != Method::Post {
+        return Err(refused("with a GET"));
+    }
+    if !request.query.is_empty() || request.url.contains(['?', '#']) {
+        return Err(refused("with a query"));
+    }
+    if !request.headers.is_empty() {
+        return Err(refused("with headers of its own"));
+    }
+    let (username_field, username) = match &request.body {
+        Body::Json(Value::Object(rest)) if rest.len() == 1 => match rest.iter().next() {
+            Some((field, Value::String(username))) => (field.clone(), username.clone()),
+            _ => return Err(refused("beside a field that is not a username")),
+        },
+        Body::Json(_) => return Err(refused("beside other fields than a username")),
+        _ => return Err(refused("outside a JSON body")),
+    };
+    let header = match &session.sent {
+        SessionToken::Bearer => None,
+        SessionToken::ApiKey(option) if option.inject == Inject::Header => {
+            let ctx = Context::at(env.now).with("config", env.config.clone());
+            let name = option.keys(&ctx).and_then(|k| k.into_iter().next()).unwrap_or_default();
+            Some(name.trim().to_owned())
+        }
+        SessionToken::ApiKey(_) => {
+            return Err(ReadError::Refused(Refusal::new(
+                session.sent_pointer.clone(),
+                "the host sends a session token it logs in for in a header (or as a bearer token), not in a query or body",
+            )));
+        }
+    };
+    let lifetime_secs = match session.expiration {
+        None => None,
+        Some(gap) if gap.months == 0 && gap.exact > chrono::TimeDelta::zero() => {
+            Some(gap.exact.num_seconds().max(1).unsigned_abs())
+        }
+        Some(_) => {
+            return Err(ReadError::Invalid(
+                "a session the host logs in for lasts a positive duration in days, hours, minutes or seconds (expiration_duration)".into(),
+            ));
+        }
+    };
+    let token_pointer: String =
+        session.token_path.iter().map(|key| format!("/{}", key.replace('~', "~0").replace('/', "~1"))).collect();
+    let place = Place::SessionLogin {
+        login_url: request.url.clone(),
+        username,
+        username_field,
+        password_field,
+        token_pointer,
+        header,
+        lifetime_secs,
+    };
+    Ok(Login::ByHost { url: request.url, credential: Credential { pointer, place } })
 }
 
 /// A request of `requester`: its URL, options and authenticator, then
@@ -387,6 +470,7 @@ fn describe(place: &Place) -> String {
             "Basic authentication".into()
         }
         Place::OAuthClient { .. } => "an OAuth access token".into(),
+        Place::SessionLogin { .. } => "a session token the host logs in for".into(),
         Place::HeaderAround { header, .. } => format!("header {header}"),
     }
 }
@@ -433,13 +517,19 @@ fn authenticate(auth: &Authenticator, options: &mut Options, env: &Env) -> Resul
     };
     match auth {
         Authenticator::None => Ok(None),
-        Authenticator::Session(session) => {
-            // The token the last login gave (none yet when the source is
-            // checked before any read).
-            let token = env.sessions.token(&session.login_pointer).unwrap_or_default();
-            options.inject(&session.option, Val::Str(token), env)?;
-            Ok(None)
-        }
+        Authenticator::Session(session) => match login(session, env)? {
+            // The host's token, which it puts where its recipe says.
+            Login::ByHost { credential, .. } => Ok(Some(credential)),
+            Login::ByGuest(_) => {
+                // The token the last login gave (none yet when the source
+                // is checked before any read).
+                let token = env.sessions.token(&session.login_pointer).unwrap_or_default();
+                if let SessionToken::ApiKey(option) = &session.sent {
+                    options.inject(option, Val::Str(token), env)?;
+                }
+                Ok(None)
+            }
+        },
         Authenticator::OAuthClient { token_url, client_id, client_secret, refresh_token, terms } => {
             let c = ctx(&Val::Dict(Vec::new()));
             let token_url = render(token_url, &c)?;

@@ -83,6 +83,22 @@ pub enum Place {
     /// In the URL's path: the request's URL holds
     /// `connector_rules::path::CREDENTIAL_MARKER` where it goes.
     UrlPath,
+    /// A session token the host logs in for: it `POST`s a JSON body of
+    /// `username` (at `username_field`) and this field, the password (at
+    /// `password_field`), to `login_url`, reads the token at
+    /// `token_pointer` of the answer, and sends it in `header` (as a
+    /// bearer token without one), logging in again after
+    /// `lifetime_secs` (unset: when the answer's `expires_in` says, or
+    /// the host's default) or when the API refuses it.
+    SessionLogin {
+        login_url: String,
+        username: String,
+        username_field: String,
+        password_field: String,
+        token_pointer: String,
+        header: Option<String>,
+        lifetime_secs: Option<u64>,
+    },
 }
 
 /// How the host obtains an OAuth access token.
@@ -125,7 +141,9 @@ impl Place {
             | Place::BasicUsername { .. }
             | Place::BasicBoth
             | Place::BasicPair { .. }
-            | Place::OAuthClient { .. } => ("header", "authorization".into()),
+            | Place::OAuthClient { .. }
+            | Place::SessionLogin { header: None, .. } => ("header", "authorization".into()),
+            Place::SessionLogin { header: Some(h), .. } => ("header", h.to_ascii_lowercase()),
             Place::Header(h) | Place::HeaderAround { header: h, .. } => ("header", h.to_ascii_lowercase()),
             Place::Query(q) => ("query parameter", q.to_ascii_lowercase()),
             Place::BodyField(f) => ("body field", f.trim_start_matches('/').to_owned()),

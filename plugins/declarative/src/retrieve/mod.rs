@@ -88,6 +88,9 @@ pub enum ReadError {
     Secret(String),
     /// The manifest asks for something a request cannot hold.
     Invalid(String),
+    /// A component refused where it is used, by JSON pointer (known once
+    /// a request is built).
+    Refused(crate::model::Refusal),
     /// The consumer of the records stopped the read.
     Stopped(String),
 }
@@ -106,6 +109,7 @@ impl std::fmt::Display for ReadError {
             ReadError::Evaluation { what, error } => write!(f, "{what}: the template is {error}"),
             ReadError::Secret(m) => write!(f, "refused: {m}"),
             ReadError::Invalid(m) | ReadError::Stopped(m) => f.write_str(m),
+            ReadError::Refused(r) => write!(f, "refused at {}: {}", r.pointer, r.reason),
         }
     }
 }
@@ -312,7 +316,22 @@ pub fn first_requests<'s>(source: &'s Source, env: &Env) -> Vec<(&'s Stream, Res
         .into_iter()
         .flat_map(|(stream, parent)| {
             let login = match &stream.retriever.requester.authenticator {
-                model::request::Authenticator::Session(session) => Some((stream, build::login_request(session, env))),
+                // A login the host makes is its recipe's: only its URL is
+                // the manifest's (the host it reaches).
+                model::request::Authenticator::Session(session) => Some((
+                    stream,
+                    build::login(session, env).map(|login| match login {
+                        build::Login::ByGuest(request) => request,
+                        build::Login::ByHost { url, .. } => Request {
+                            method: http::Method::Post,
+                            url,
+                            query: Vec::new(),
+                            headers: Vec::new(),
+                            body: http::Body::None,
+                            credentials: Vec::new(),
+                        },
+                    }),
+                )),
                 _ => None,
             };
             let token = stream.retriever.paginator.as_ref().and_then(|p| p.strategy.initial_token());

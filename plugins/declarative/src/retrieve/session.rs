@@ -1,9 +1,10 @@
 //! Session tokens (`SessionTokenAuthenticator`): a login request sent
 //! before a stream's request when its token is missing or expired — before
 //! every request when the manifest gives no `expiration_duration`, as the
-//! CDK logs in — and the token its answer holds, kept for the read. The
-//! login sends no secret (one that would is refused when the source is
-//! saved), so the token comes of nothing the guest may not see.
+//! CDK logs in — and the token its answer holds, kept for the read. Such
+//! a login sends no secret, so the token comes of nothing the guest may
+//! not see; a login that sends one the host makes (a credential's `login`
+//! exchange), and the guest sends no login at all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,16 +50,22 @@ pub(super) fn log_in(stream: &Stream, env: &Env, transport: &mut dyn Transport) 
     if session.expiration.is_some() && env.sessions.fresh(&session.login_pointer, now) {
         return Ok(());
     }
-    let value = token(session, env, transport)?;
+    // A login that sends a secret is the host's to make.
+    let build::Login::ByGuest(request) = build::login(session, env)? else { return Ok(()) };
+    let value = token(session, &request, env, transport)?;
     let expires = session.expiration.and_then(|gap| gap.after(&now.fixed_offset()));
     env.sessions.lock().insert(session.login_pointer.clone(), Token { value, expires });
     Ok(())
 }
 
 /// The token a login's answer holds at the manifest's path.
-fn token(session: &SessionLogin, env: &Env, transport: &mut dyn Transport) -> Result<String, ReadError> {
-    let request = build::login_request(session, env)?;
-    let Some(response) = super::send(&session.login.error_handler, &request, None, env, transport)? else {
+fn token(
+    session: &SessionLogin,
+    request: &super::Request,
+    env: &Env,
+    transport: &mut dyn Transport,
+) -> Result<String, ReadError> {
+    let Some(response) = super::send(&session.login.error_handler, request, None, env, transport)? else {
         return Err(ReadError::Invalid("the session login's answer was ignored by its error handler".into()));
     };
     let fault = |message: String| ReadError::Provider { status: response.status, url: request.url.clone(), message };
@@ -183,6 +190,69 @@ mod tests {
         let (read, sent) = read_all(None, None);
         assert_eq!(read.unwrap(), 4);
         assert_eq!(sent, ["login", "page 1", "login", "page 2", "login", "page 3", "login", "page 4"]);
+    }
+
+    /// A login that sends a secret as its JSON body's password is the
+    /// host's: the guest sends none, and each request carries the
+    /// credential with what the host's login must be; as a check shows
+    /// it, only its URL. Sent in any other form, it is refused.
+    #[test]
+    fn a_login_that_sends_a_secret_is_left_to_the_host() {
+        use super::super::{Body, Credential, Place, first_requests};
+        let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
+        let with_login = |login: serde_json::Value| {
+            let mut m = manifest(Some("PT2H"));
+            let auth = &mut m["streams"][0]["retriever"]["requester"]["authenticator"];
+            for (k, v) in login.as_object().unwrap() {
+                auth["login_requester"][k] = v.clone();
+            }
+            m
+        };
+        let body = json!({ "user": "{{ config['user'] }}", "pass": "{{ config['password'] }}" });
+        let m = with_login(json!({ "http_method": "POST", "request_body_json": body }));
+        let config = Val::from(&json!({ "user": "ana" }));
+        let (source, env) = prepare(&m, &config, &["/password".into()], now).unwrap();
+        let firsts = first_requests(&source, &env);
+        let login = firsts[0].1.as_ref().unwrap();
+        let url = "https://api.example.com/login";
+        assert_eq!((login.url.as_str(), &login.body, login.credentials.len()), (url, &Body::None, 0));
+        let page = firsts[1].1.as_ref().unwrap();
+        assert!(page.headers.iter().all(|(k, _)| k != "X-Session"), "{page:?}");
+        let place = Place::SessionLogin {
+            login_url: url.into(),
+            username: "ana".into(),
+            username_field: "user".into(),
+            password_field: "pass".into(),
+            token_pointer: "/auth/0/token".into(),
+            header: Some("X-Session".into()),
+            lifetime_secs: Some(7200),
+        };
+        assert_eq!(page.credentials, [Credential { pointer: "/password".into(), place }]);
+        let mut provider = Provider { now, logins: 0, sent: Vec::new(), token: None };
+        let read =
+            read(&source, &source.streams[0], &env, None, &mut provider, &mut |_| Ok(Flow::More), &mut |_| Ok(()));
+        assert!(read.is_ok());
+        assert!(!provider.sent.contains(&"login".to_owned()), "{:?}", provider.sent);
+
+        for (login, why) in [
+            (json!({ "request_body_json": body }), "with a GET"),
+            (
+                json!({ "http_method": "POST", "request_parameters": { "pass": "{{ config['password'] }}" } }),
+                "outside a JSON body's field",
+            ),
+            (
+                json!({ "http_method": "POST", "request_body_json": { "user": "ana", "pass": "{{ config['password'] }}", "scope": "all" } }),
+                "beside other fields",
+            ),
+            (
+                json!({ "http_method": "POST", "request_body_json": body, "request_headers": { "X-Client": "1" } }),
+                "headers of its own",
+            ),
+        ] {
+            let (source, env) = prepare(&with_login(login), &config, &["/password".into()], now).unwrap();
+            let refused = first_requests(&source, &env)[0].1.as_ref().unwrap_err().to_string();
+            assert!(refused.contains(why), "{why}: {refused}");
+        }
     }
 
     #[test]
