@@ -41,11 +41,53 @@ impl AsideRow {
     }
 }
 
+/// Which of a table's rejected rows a read takes: up to `limit` of
+/// pipeline and stream `meta`'s (its `_service_meta`), after rejection
+/// `after`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Page<'a> {
+    pub meta: &'a str,
+    pub after: &'a str,
+    pub limit: usize,
+}
+
 /// Every rejected row of `table` as of its current snapshot, one per
 /// pipeline and rejection, each with `columns` (and the rejection), in
 /// the order of their rejections. A table with no column of rejections
 /// holds no rejected rows: refused.
 pub(crate) async fn read(table: &Table, columns: &[&str]) -> Result<Vec<AsideRow>, WriteError> {
+    read_where(table, columns, None).await
+}
+
+/// A page of `table`'s rejected rows, as [`read`] gives them, read in two
+/// scans that each skip the files and rows of other pipelines and of
+/// rejections up to the cursor: the rejections alone first, to find the
+/// page's last, then the page's rows with `columns`. A page holds no
+/// more than its own rows' records in memory, however large the table.
+pub(crate) async fn read_page(table: &Table, columns: &[&str], page: Page<'_>) -> Result<Vec<AsideRow>, WriteError> {
+    use iceberg::expr::Reference;
+    use iceberg::spec::Datum;
+    if page.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let after = Reference::new(META)
+        .equal_to(Datum::string(page.meta))
+        .and(Reference::new(REJECTION_ID).greater_than(Datum::string(page.after)));
+    let ours = |row: &AsideRow| row.meta == page.meta && row.rejection() > page.after;
+    let rejections = read_where(table, &[], Some(after.clone())).await?;
+    let first: Vec<&str> = rejections.iter().filter(|r| ours(r)).map(AsideRow::rejection).take(page.limit).collect();
+    let Some(last) = first.last().map(|id| (*id).to_owned()) else { return Ok(Vec::new()) };
+    let within = after.and(Reference::new(REJECTION_ID).less_than_or_equal_to(Datum::string(&last)));
+    let rows = read_where(table, columns, Some(within)).await?;
+    Ok(rows.into_iter().filter(|r| ours(r) && r.rejection() <= last.as_str()).take(page.limit).collect())
+}
+
+/// [`read`] of the rows `filter` keeps (`None`: all of them).
+async fn read_where(
+    table: &Table,
+    columns: &[&str],
+    filter: Option<iceberg::expr::Predicate>,
+) -> Result<Vec<AsideRow>, WriteError> {
     let failed = |e: iceberg::Error| WriteError::Destination(format!("cannot read {}: {e}", table.identifier().name()));
     let schema = table.metadata().current_schema();
     if schema.field_by_name(REJECTION_ID).is_none() {
@@ -64,7 +106,11 @@ pub(crate) async fn read(table: &Table, columns: &[&str]) -> Result<Vec<AsideRow
     let position = |c: &str| schema.as_struct().fields().iter().position(|f| f.name == c);
     wanted.sort_by_key(|c| position(c));
     wanted.dedup();
-    let scan = table.scan().select(wanted.iter().copied()).build().map_err(failed)?;
+    let mut scan = table.scan().select(wanted.iter().copied());
+    if let Some(filter) = filter {
+        scan = scan.with_filter(filter);
+    }
+    let scan = scan.build().map_err(failed)?;
     let batches: Vec<RecordBatch> = scan.to_arrow().await.map_err(failed)?.try_collect().await.map_err(failed)?;
     // The last kept aside of each pipeline's rejection, by when.
     let mut latest: HashMap<(String, String), (String, i64, AsideRow)> = HashMap::new();

@@ -792,29 +792,31 @@ impl IcebergWriter {
         after: &str,
         limit: usize,
     ) -> Result<Vec<(String, serde_json::Map<String, Value>)>, WriteError> {
-        let Some(kept) = self.kept_aside(table, columns).await? else { return Ok(Vec::new()) };
-        Ok(kept
-            .rows
-            .into_iter()
-            .filter(|r| r.meta == meta && r.rejection() > after)
-            .take(limit)
-            .map(|r| (r.rejection().to_owned(), r.fields))
-            .collect())
+        let Some(loaded) = self.existing(table).await? else { return Ok(Vec::new()) };
+        let page = super::aside::Page { meta, after, limit };
+        let rows = super::aside::read_page(&loaded, columns, page).await?;
+        Ok(rows.into_iter().map(|r| (r.rejection().to_owned(), r.fields)).collect())
     }
 
     /// Every row kept aside in `table` now (one per pipeline and
     /// rejection, each with `columns`), and where the table's metadata was
     /// when they were read; `None` where there is no such table.
     pub(crate) async fn kept_aside(&self, table: &str, columns: &[&str]) -> Result<Option<KeptAside>, WriteError> {
-        let ident = TableIdent::new(self.namespace.clone(), table.to_owned());
-        let loaded = match self.catalog.load_table(&ident).await {
-            Ok(loaded) => loaded,
-            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(None),
-            Err(e) => return Err(failed("cannot read the catalog", e)),
-        };
+        let Some(loaded) = self.existing(table).await? else { return Ok(None) };
         let location = loaded.metadata_location_result().map_err(|e| failed("cannot read the catalog", e))?.to_owned();
         let rows = super::aside::read(&loaded, columns).await?;
         Ok(Some(KeptAside { location, rows }))
+    }
+
+    /// Table `table` of the namespace as the catalog has it now, if it
+    /// exists.
+    async fn existing(&self, table: &str) -> Result<Option<iceberg::table::Table>, WriteError> {
+        let ident = TableIdent::new(self.namespace.clone(), table.to_owned());
+        match self.catalog.load_table(&ident).await {
+            Ok(loaded) => Ok(Some(loaded)),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(None),
+            Err(e) => Err(failed("cannot read the catalog", e)),
+        }
     }
 
     /// Ends a replay into stream table `table` (begun, its replayed
@@ -1232,6 +1234,57 @@ mod tests {
     /// read again after the same state (an attempt cut short between the
     /// commits of the rejected table and the stream's), it is the same
     /// rejection; its row is keyed afresh all the same.
+    /// Pages of one pipeline's rows kept aside, read with filters in the
+    /// scans, give what the whole table read at once gives for it: one row
+    /// per rejection (the last kept), in order, none of another pipeline's,
+    /// whatever the page size, across several commits.
+    #[tokio::test]
+    async fn a_page_of_rows_kept_aside_is_what_the_whole_table_gives_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _catalog, lake) = scratch(dir.path()).await;
+        let schema = json!({ "properties": { "n": { "type": "integer" } } });
+        let aside_schema = json!({ "properties": { "rejection_id": { "type": "string" },
+            "n": { "type": "integer" }, "rejected_at": { "type": "string" } } });
+        let (ours, theirs) =
+            (r#"{"pipeline_id":"p","stream":"t__rejected"}"#, r#"{"pipeline_id":"q","stream":"t__rejected"}"#);
+        lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        lake.begin_aside("t__rejected", "t", ("p", "t__rejected"), &aside_schema).await.unwrap();
+        // Three commits: each keeps aside some of 30 rejections of ours and
+        // of theirs, the later ones again with a newer value.
+        for round in 0..3i64 {
+            for i in (round * 7)..(round * 7 + 12).min(30) {
+                for (meta, n) in [(ours, round * 100 + i), (theirs, -(round * 100 + i))] {
+                    let record = json!({ "rejection_id": format!("r{i:02}"), "n": n,
+                        "rejected_at": format!("2026-01-01T00:00:{round:02}.000Z") });
+                    let batch = lake.prepare("t__rejected", &[record.to_string()], meta).unwrap();
+                    lake.append("t__rejected", batch, 1).await.unwrap();
+                }
+            }
+            lake.finish("t").await.unwrap();
+            lake.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        }
+        let whole = lake.kept_aside("t__rejected", &["n"]).await.unwrap().unwrap().rows;
+        let expected: Vec<(String, serde_json::Value)> = whole
+            .into_iter()
+            .filter(|r| r.meta == ours)
+            .map(|r| (r.rejection().to_owned(), r.fields["n"].clone()))
+            .collect();
+        assert_eq!(expected.len(), 26, "{expected:?}");
+        assert_eq!(expected[8], ("r08".to_owned(), json!("108")), "the last kept");
+        for limit in [1, 4, 26, 100] {
+            let (mut paged, mut after) = (Vec::new(), String::new());
+            loop {
+                let page = lake.rows_after("t__rejected", ours, &["n"], &after, limit).await.unwrap();
+                assert!(page.len() <= limit);
+                let Some((last, _)) = page.last() else { break };
+                after = last.clone();
+                paged.extend(page.into_iter().map(|(at, row)| (at, row["n"].clone())));
+            }
+            assert_eq!(paged, expected, "pages of {limit}");
+        }
+        store.close().await;
+    }
+
     #[tokio::test]
     async fn a_record_kept_aside_again_after_the_same_state_is_the_same_rejection() {
         use crate::store::pipelines::{StreamContract, StreamSyncMode};
