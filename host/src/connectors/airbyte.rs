@@ -114,9 +114,11 @@ pub(crate) fn checked(config: &Value, now: chrono::DateTime<chrono::Utc>) -> Api
         // are a secret read by a template too.
         if let (Ok(first), Some(again)) = (request, &again) {
             let differs = match (again.len() == firsts.len()).then(|| &again[i].1) {
+                // The places too: one the host fills from what the
+                // manifest renders (a login's username) must not change.
                 Some(Ok(second)) => {
-                    (&first.url, &first.query, &first.headers, &first.body)
-                        != (&second.url, &second.query, &second.headers, &second.body)
+                    (&first.url, &first.query, &first.headers, &first.body, &first.credentials)
+                        != (&second.url, &second.query, &second.headers, &second.body, &second.credentials)
                 }
                 Some(Err(_)) | None => true,
             };
@@ -303,6 +305,7 @@ fn login_matches(exchange: Option<&crate::credentials::exchange::TokenExchange>,
                 token_pointer: stored_pointer,
                 lifetime_secs: stored_lifetime,
             },
+        expiry_field,
         ..
     }) = exchange
     else {
@@ -311,7 +314,7 @@ fn login_matches(exchange: Option<&crate::credentials::exchange::TokenExchange>,
         ));
     };
     let differs = |what: &str, manifest: String, stored: String| {
-        Err(format!("the manifest's login has {what} {manifest}, and the credential's exchange {stored}"))
+        Err(format!("the manifest's login has {what} {manifest}, and the credential's exchange has {stored}"))
     };
     if token_url != login_url {
         return differs("the URL", login_url.clone(), token_url.clone());
@@ -329,6 +332,11 @@ fn login_matches(exchange: Option<&crate::credentials::exchange::TokenExchange>,
     }
     if stored_pointer != token_pointer {
         return differs("the token at", token_pointer.clone(), stored_pointer.clone());
+    }
+    if let Some(field) = expiry_field {
+        return Err(format!(
+            "the credential's exchange reads the session's expiry from {field}, which the manifest's login does not: leave expiry_field out"
+        ));
     }
     if stored_lifetime != lifetime_secs {
         let lasting =
@@ -455,6 +463,52 @@ impl ConnectorRules for Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A login credential is taken only where its recipe logs in as the
+    /// manifest does: each part that differs is named.
+    #[test]
+    fn a_login_credential_that_logs_in_otherwise_than_the_manifest_is_refused() {
+        let url = "https://api.login.test/v1/login";
+        let place = Place::SessionLogin {
+            login_url: url.into(),
+            username: "ana".into(),
+            username_field: "user".into(),
+            password_field: "password".into(),
+            token_pointer: "/auth/token".into(),
+            header: Some("X-Session".into()),
+            lifetime_secs: Some(3600),
+        };
+        let recipe = |changes: Value| {
+            let mut v = json!({ "grant": "login", "token_url": url, "username": "ana", "username_field": "user",
+                "password_field": "password", "token_pointer": "/auth/token", "lifetime_secs": 3600,
+                "header": "X-Session" });
+            v.as_object_mut().unwrap().extend(changes.as_object().unwrap().clone());
+            serde_json::from_value::<crate::credentials::exchange::TokenExchange>(v).unwrap()
+        };
+        assert_eq!(login_matches(Some(&recipe(json!({}))), &place), Ok(()));
+        for (changes, says) in [
+            (json!({ "token_url": "https://api.login.test/v2/login" }), "the URL"),
+            (json!({ "username": "bob" }), "username is not the credential's"),
+            (
+                json!({ "username_field": "login" }),
+                "user and password, and the credential's exchange has login and password",
+            ),
+            (json!({ "password_field": "secret" }), "username and password fields"),
+            (json!({ "token_pointer": "/token" }), "the token at /auth/token"),
+            (json!({ "lifetime_secs": null }), "until the answer's expires_in"),
+            (json!({ "expiry_field": "valid_for" }), "leave expiry_field out"),
+        ] {
+            let refused = login_matches(Some(&recipe(changes.clone())), &place).unwrap_err();
+            assert!(refused.contains(says), "{changes}: {refused}");
+        }
+        let client = serde_json::from_value::<crate::credentials::exchange::TokenExchange>(
+            json!({ "grant": "client_credentials", "token_url": url, "client_id": "c" }),
+        )
+        .unwrap();
+        for other in [None, Some(&client)] {
+            assert!(login_matches(other, &place).unwrap_err().contains("exchange of the login grant"));
+        }
+    }
 
     #[test]
     fn a_credential_whose_exchange_says_otherwise_than_the_manifest_is_refused() {

@@ -275,6 +275,8 @@ pub struct SessionLogin {
     /// The pointer of `request_authentication` (where a refusal of the
     /// token's place names it).
     pub sent_pointer: String,
+    /// The pointer of the authenticator.
+    pub pointer: String,
 }
 
 /// Where a session token goes (`request_authentication`).
@@ -408,6 +410,7 @@ impl Authenticator {
                     expiration,
                     sent,
                     sent_pointer: how.pointer().to_owned(),
+                    pointer: node.pointer().to_owned(),
                 })))
             }
             "NoAuth" => {

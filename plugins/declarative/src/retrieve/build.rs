@@ -241,7 +241,14 @@ pub(super) fn login(session: &SessionLogin, env: &Env) -> Result<Login, ReadErro
         SessionToken::ApiKey(option) if option.inject == Inject::Header => {
             let ctx = Context::at(env.now).with("config", env.config.clone());
             let name = option.keys(&ctx).and_then(|k| k.into_iter().next()).unwrap_or_default();
-            Some(name.trim().to_owned())
+            let name = name.trim();
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)) {
+                return Err(ReadError::Refused(Refusal::new(
+                    session.sent_pointer.clone(),
+                    format!("the session token's header {name:?} is not a header name"),
+                )));
+            }
+            Some(name.to_owned())
         }
         SessionToken::ApiKey(_) => {
             return Err(ReadError::Refused(Refusal::new(
@@ -256,9 +263,10 @@ pub(super) fn login(session: &SessionLogin, env: &Env) -> Result<Login, ReadErro
             Some(gap.exact.num_seconds().max(1).unsigned_abs())
         }
         Some(_) => {
-            return Err(ReadError::Invalid(
-                "a session the host logs in for lasts a positive duration in days, hours, minutes or seconds (expiration_duration)".into(),
-            ));
+            return Err(ReadError::Refused(Refusal::new(
+                format!("{}/expiration_duration", session.pointer),
+                "a session the host logs in for lasts a positive duration in weeks, days, hours, minutes or seconds",
+            )));
         }
     };
     let token_pointer: String =
@@ -452,6 +460,19 @@ fn assemble(
     } else {
         Body::None
     };
+    // A header the host fills for a credential (a token it obtains, in a
+    // header the manifest names) is not written by the manifest too: the
+    // request would carry two.
+    for c in &credentials {
+        if let ("header", name) = c.place.part()
+            && let Some((written, _)) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(&name))
+        {
+            return Err(ReadError::Secret(format!(
+                "the header {written} is written by the manifest and carries {} too: a request would send it twice",
+                describe(&c.place)
+            )));
+        }
+    }
     // Query parameters the URL already holds with the same value are not
     // sent twice.
     let in_url = url_query(&url);

@@ -200,14 +200,24 @@ mod tests {
     fn a_login_that_sends_a_secret_is_left_to_the_host() {
         use super::super::{Body, Credential, Place, first_requests};
         let now: DateTime<Utc> = "2024-01-01T00:00:00Z".parse().unwrap();
-        let with_login = |login: serde_json::Value| {
+        // The manifest with `login`'s fields in its login requester and
+        // `more` in its authenticator (a field of `requester` is the
+        // stream requester's).
+        let with = |login: serde_json::Value, more: serde_json::Value| {
             let mut m = manifest(Some("PT2H"));
-            let auth = &mut m["streams"][0]["retriever"]["requester"]["authenticator"];
+            let requester = &mut m["streams"][0]["retriever"]["requester"];
+            for (k, v) in more.as_object().unwrap() {
+                match k.strip_prefix("requester.") {
+                    Some(field) => requester[field] = v.clone(),
+                    None => requester["authenticator"][k] = v.clone(),
+                }
+            }
             for (k, v) in login.as_object().unwrap() {
-                auth["login_requester"][k] = v.clone();
+                requester["authenticator"]["login_requester"][k] = v.clone();
             }
             m
         };
+        let with_login = |login: serde_json::Value| with(login, json!({}));
         let body = json!({ "user": "{{ config['user'] }}", "pass": "{{ config['password'] }}" });
         let m = with_login(json!({ "http_method": "POST", "request_body_json": body }));
         let config = Val::from(&json!({ "user": "ana" }));
@@ -252,6 +262,45 @@ mod tests {
             let (source, env) = prepare(&with_login(login), &config, &["/password".into()], now).unwrap();
             let refused = first_requests(&source, &env)[0].1.as_ref().unwrap_err().to_string();
             assert!(refused.contains(why), "{why}: {refused}");
+        }
+
+        // As a bearer token: no header named; the token's place and the
+        // session's length are refused where they say what the host
+        // cannot do, and a header the host fills is not the manifest's too.
+        let posted = json!({ "http_method": "POST", "request_body_json": body });
+        let (source, env) = prepare(
+            &with(posted.clone(), json!({ "request_authentication": { "type": "Bearer" } })),
+            &config,
+            &["/password".into()],
+            now,
+        )
+        .unwrap();
+        let firsts = first_requests(&source, &env);
+        let page = firsts[1].1.as_ref().unwrap();
+        assert!(matches!(&page.credentials[0].place, Place::SessionLogin { header: None, .. }), "{page:?}");
+        let authenticator = "/streams/0/retriever/requester/authenticator";
+        let in_query = json!({ "request_authentication": { "type": "ApiKey",
+            "inject_into": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "session" } } });
+        for (more, at, why) in [
+            (in_query, format!("refused at {authenticator}/request_authentication"), "not in a query or body"),
+            (
+                json!({ "expiration_duration": "P1M" }),
+                format!("refused at {authenticator}/expiration_duration"),
+                "weeks, days",
+            ),
+            (
+                json!({ "requester.request_headers": { "x-session": "mine" } }),
+                String::new(),
+                "a request would send it twice",
+            ),
+        ] {
+            let (source, env) = prepare(&with(posted.clone(), more), &config, &["/password".into()], now).unwrap();
+            let refused = first_requests(&source, &env)
+                .into_iter()
+                .find_map(|(_, r)| r.err())
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(refused.contains(&at) && refused.contains(why), "{why}: {refused}");
         }
     }
 
