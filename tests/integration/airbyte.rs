@@ -1478,6 +1478,24 @@ async fn a_secret_framed_in_a_header_or_sent_as_the_basic_username_is_placed_by_
     assert_eq!(body["details"]["errors"][0]["path"], "/credentials/0", "{body}");
 }
 
+/// A paginator that asks for the page the answer's `next` names, as the
+/// query parameter `page`, until there is none.
+fn paged_by_next() -> Value {
+    json!({ "type": "DefaultPaginator",
+        "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}",
+            "stop_condition": "{{ not response.next }}" },
+        "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "page" } })
+}
+
+/// A fake's answer to `page` (its query) of a list of two records on
+/// two pages, paged by `next` ([`paged_by_next`]).
+fn two_pages(page: &str) -> Value {
+    match page {
+        "page=1" => json!({ "data": [{ "id": 1 }], "next": "2" }),
+        _ => json!({ "data": [{ "id": 2 }], "next": null }),
+    }
+}
+
 on_both_backends!(a_session_token_from_a_login_opens_each_request);
 /// A manifest's `SessionTokenAuthenticator` whose login sends no secret:
 /// the guest logs in and sends the token in the manifest's header — once
@@ -1524,11 +1542,7 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
                         if carried != latest {
                             return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
                         }
-                        let body = match page.as_str() {
-                            "page=1" => json!({ "data": [{ "id": 1 }], "next": "2" }),
-                            _ => json!({ "data": [{ "id": 2 }], "next": null }),
-                        };
-                        (axum::http::StatusCode::OK, axum::Json(body))
+                        (axum::http::StatusCode::OK, axum::Json(two_pages(&page)))
                     }
                 }
             }),
@@ -1547,10 +1561,7 @@ async fn a_session_token_from_a_login_opens_each_request(backend: Backend) {
             auth["expiration_duration"] = json!(e);
         }
         let mut m = one_stream(HOST, auth, json!({}));
-        m["streams"][0]["retriever"]["paginator"] = json!({ "type": "DefaultPaginator",
-            "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}",
-                "stop_condition": "{{ not response.next }}" },
-            "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "page" } });
+        m["streams"][0]["retriever"]["paginator"] = paged_by_next();
         m
     };
     let save = |manifest: Value, credentials: Value| {
@@ -1647,9 +1658,10 @@ on_both_backends!(a_login_that_sends_a_secret_is_made_by_the_host);
 /// A `SessionTokenAuthenticator` whose login sends a password (a secret
 /// field): the host logs in with the credential's `login` exchange, which
 /// must say what the manifest says, and puts the token in each request —
-/// in the manifest's header, or as a bearer token. The guest never sends
-/// the login, nor holds the password or the token; the provider sees the
-/// password in the login alone.
+/// in the manifest's header, or as a bearer token, logging in again when
+/// the API refuses a spent session. The guest never sends the login, nor
+/// holds the password or the token; the provider sees the password in
+/// the login alone.
 async fn a_login_that_sends_a_secret_is_made_by_the_host(backend: Backend) {
     use std::sync::{Arc, Mutex};
     const HOST: &str = "api.login.test";
@@ -1694,16 +1706,20 @@ async fn a_login_that_sends_a_secret_is_made_by_the_host(backend: Backend) {
                         };
                         let fresh = carried == format!("x-session {latest}")
                             || carried == format!("authorization Bearer {latest}");
+                        // A session opens one page: the next asks for a
+                        // login again.
+                        let spent = seen.last().is_some_and(|last| last.ends_with(" latest"));
                         let page = uri.query().unwrap_or("page=1").to_owned();
-                        seen.push(format!("{page} {}", if fresh { "latest" } else { &carried }));
-                        if !fresh {
+                        let said = match (fresh, spent) {
+                            (true, false) => "latest",
+                            (true, true) => "spent",
+                            (false, _) => &carried,
+                        };
+                        seen.push(format!("{page} {said}"));
+                        if said != "latest" {
                             return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
                         }
-                        let body = match page.as_str() {
-                            "page=1" => json!({ "data": [{ "id": 1 }], "next": "2" }),
-                            _ => json!({ "data": [{ "id": 2 }], "next": null }),
-                        };
-                        (axum::http::StatusCode::OK, axum::Json(body))
+                        (axum::http::StatusCode::OK, axum::Json(two_pages(&page)))
                     }
                 }
             }),
@@ -1719,10 +1735,7 @@ async fn a_login_that_sends_a_secret_is_made_by_the_host(backend: Backend) {
             "session_token_path": ["auth", "token"], "expiration_duration": "PT1H",
             "request_authentication": sent });
         let mut m = one_stream(HOST, auth, json!({}));
-        m["streams"][0]["retriever"]["paginator"] = json!({ "type": "DefaultPaginator",
-            "pagination_strategy": { "type": "CursorPagination", "cursor_value": "{{ response.next }}",
-                "stop_condition": "{{ not response.next }}" },
-            "page_token_option": { "type": "RequestOption", "inject_into": "request_parameter", "field_name": "page" } });
+        m["streams"][0]["retriever"]["paginator"] = paged_by_next();
         m["spec"]["connection_specification"]["properties"] = json!({ "username": { "type": "string" },
             "password": { "type": "string", "airbyte_secret": true } });
         m
@@ -1798,8 +1811,10 @@ async fn a_login_that_sends_a_secret_is_made_by_the_host(backend: Backend) {
         let pipeline_id = items_pipeline(&srv, &source, directory).await;
         let job = sync(&srv, &pipeline_id).await;
         assert_eq!(job["status"], "succeeded", "{carried}: {job}");
-        let login_body = json!({ "user": "ana", "password": PASSWORD });
-        let expected = [format!("login {login_body}"), "page=1 latest".into(), "page=2 latest".into()];
+        // The session spent, the API's 401 has the host log in again and
+        // send the page's request once more.
+        let login = format!("login {}", json!({ "user": "ana", "password": PASSWORD }));
+        let expected = [&login, "page=1 latest", "page=2 spent", &login, "page=2 latest"].map(str::to_owned);
         assert_eq!(*seen.lock().unwrap(), expected, "{carried}");
         assert_eq!(read_lines(&srv.exports(&ws, directory), "items").len(), 2, "{carried}");
         assert!(!job.to_string().contains(PASSWORD) && !job.to_string().contains("s-1"), "{job}");

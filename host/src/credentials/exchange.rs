@@ -290,7 +290,12 @@ impl TokenExchange {
             Grant::Login { token_pointer, .. } => token_pointer.as_str(),
             _ => "/access_token",
         };
-        let token = answer.pointer(pointer).and_then(Value::as_str).filter(|t| !t.is_empty()).map(str::to_owned);
+        let token = match answer.pointer(pointer) {
+            Some(Value::String(t)) if !t.is_empty() => Some(t.clone()),
+            // A login's session may be a number (as Airbyte's CDK reads it).
+            Some(Value::Number(n)) if matches!(self.grant, Grant::Login { .. }) => Some(n.to_string()),
+            _ => None,
+        };
         let field = self.expiry_field.as_deref().unwrap_or("expires_in");
         let expiry = answer.pointer(&format!("{}/{}", parent(pointer), field.replace('~', "~0")));
         let expires_in = expiry.and_then(|v| lifetime(v, self.expiry_is_time, now)).or(match &self.grant {
@@ -522,6 +527,13 @@ mod tests {
         let refused = exchange.token(401, br#"{"error":"invalid_grant","password":"pw"}"#, 0).unwrap_err();
         assert!(refused.0.contains("invalid_grant") && !refused.0.contains("pw"), "{refused}");
         assert!(exchange.token(200, br#"{"data":{}}"#, 0).unwrap_err().0.contains("/data/token"));
+        let got = exchange.token(200, br#"{"data":{"token":4711}}"#, 0).unwrap();
+        assert_eq!(got.token.expose_secret(), "4711", "a session number");
+        for no_token in
+            [&br#"{"data":{"token":null}}"#[..], br#"{"data":{"token":{"id":1}}}"#, br#"{"data":{"token":""}}"#]
+        {
+            assert!(exchange.token(200, no_token, 0).is_err());
+        }
     }
 
     #[test]
