@@ -290,7 +290,7 @@ async fn replay_lake(
         // Other pipelines' rows only: nothing to rewrite.
         return Ok(());
     }
-    let (schema, _, contract) = judging(prepared, sel);
+    let (schema, primary_key, contract) = judging(prepared, sel);
     // A value its column cannot hold as it is loads where type changes
     // evolve and the column can be widened to hold it (as a sync does).
     let type_changes = contract.as_ref().map_or(ContractMode::Evolve, |c| c.mode(ContractRule::TypeChanges));
@@ -314,10 +314,18 @@ async fn replay_lake(
         // changes discard values.
         let judged = match judge(contract.as_ref(), record) {
             Ok((record, discarded)) => match writer.unfit(&sel.name, &record, widening)? {
-                Some(_) if type_changes == ContractMode::DiscardValue => {
-                    // Judged again: a required value made null breaks the contract.
-                    let fitted = writer.discard_unfit(&sel.name, &record)?.unwrap_or(record);
-                    judge(contract.as_ref(), &fitted).map(|(fitted, _)| (fitted, true))
+                Some(pointer) if type_changes == ContractMode::DiscardValue => {
+                    match writer.discard_unfit(&sel.name, &record, &primary_key)? {
+                        // Judged again: a required value made null breaks
+                        // the contract.
+                        Some(fitted) => judge(contract.as_ref(), &fitted).map(|(fitted, _)| (fitted, true)),
+                        // A key's value is never made null.
+                        None => Err(Breach {
+                            rule: ContractRule::TypeChanges,
+                            reason: RejectionReason::TypeMismatch,
+                            pointer,
+                        }),
+                    }
                 }
                 Some(pointer) => {
                     Err(Breach { rule: ContractRule::TypeChanges, reason: RejectionReason::TypeMismatch, pointer })

@@ -255,31 +255,52 @@ impl Loader {
                     continue;
                 }
                 // Where they are discarded, such values are made null in
-                // their records (counted where the contract does not count
-                // the record itself), and the batch laid out again.
+                // their records, as the contract's own verdict leaves them
+                // (so a record's new text depends on it alone), and the
+                // batch is laid out again. A key's value is never made null.
                 Err(WriteError::BadRecord(m)) if type_changes == ContractMode::DiscardValue && !refitted => {
                     let (mut fit, mut discarded) = (Vec::with_capacity(records.len()), 0);
-                    for record in records {
-                        let judged_aside = contract.is_some_and(|c| {
-                            c.judge(vec![record.clone()]).map_or(true, |one| !one.rejected.is_empty())
-                        });
-                        let fitted = match judged_aside {
-                            true => None,
-                            false => self.writer.discard_unfit(&self.stream.stream, &record)?,
+                    for (at, record) in records.into_iter().enumerate() {
+                        let own = match contract {
+                            None => Some(record.clone()),
+                            // What the contract keeps aside (or freezes on)
+                            // is judged again with the rest.
+                            Some(c) => match c.judge(vec![record.clone()]) {
+                                Ok(mut one) if one.rejected.is_empty() => one.load.pop(),
+                                _ => None,
+                            },
+                        };
+                        let fitted = match own {
+                            Some(own) => {
+                                self.writer.discard_unfit(&self.stream.stream, &own, &self.stream.primary_key)?
+                            }
+                            None => None,
                         };
                         let Some(fitted) = fitted else {
                             fit.push(record);
                             continue;
                         };
                         discarded += 1;
-                        let counted = contract.is_some_and(|c| {
-                            c.judge(vec![fitted.clone()])
-                                .map_or(true, |one| one.value_discarded > 0 || !one.rejected.is_empty())
-                        });
-                        if !counted {
-                            judged.value_discarded += 1;
+                        match contract.map(|c| c.judge(vec![fitted.clone()])) {
+                            // A value made null that the contract requires:
+                            // the record as read is kept aside, with why.
+                            Some(Ok(mut one)) if !one.rejected.is_empty() => {
+                                let Some(Rejected { breach, .. }) = one.rejected.pop() else { continue };
+                                let place = match self.stream.mode {
+                                    StreamSyncMode::IncrementalAppend => self.keys.key(at, &record),
+                                    _ => text_digest(&record),
+                                };
+                                judged.rejected.push(Rejected { record, breach, place });
+                            }
+                            // Counted when the batch is prepared (or frozen
+                            // then, naming the field).
+                            Some(Ok(one)) if one.value_discarded > 0 => fit.push(fitted),
+                            Some(Err(_)) => fit.push(fitted),
+                            _ => {
+                                judged.value_discarded += 1;
+                                fit.push(fitted);
+                            }
                         }
-                        fit.push(fitted);
                     }
                     if discarded == 0 {
                         return Err(WriteError::BadRecord(m));

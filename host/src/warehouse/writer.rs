@@ -379,10 +379,16 @@ impl Writer {
     }
 
     /// `record` with every value `stream`'s table (begun) cannot hold made
-    /// null, if it had any: only a lakehouse's typed columns refuse one.
-    pub(crate) fn discard_unfit(&self, stream: &str, record: &str) -> Result<Option<String>, WriteError> {
+    /// null, if it had any and none is a field of `key` (a row is not
+    /// keyed by a null): only a lakehouse's typed columns refuse one.
+    pub(crate) fn discard_unfit(
+        &self,
+        stream: &str,
+        record: &str,
+        key: &[String],
+    ) -> Result<Option<String>, WriteError> {
         match self {
-            Writer::Iceberg(lake) => lake.discard_unfit(&sql_name(stream), record),
+            Writer::Iceberg(lake) => lake.discard_unfit(&sql_name(stream), record, key),
             _ => Ok(None),
         }
     }

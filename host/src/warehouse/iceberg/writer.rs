@@ -485,12 +485,18 @@ impl IcebergWriter {
     }
 
     /// `record` with every value `table`'s columns cannot hold made null
-    /// (its last copy, the one a row takes), if it had any.
-    pub(crate) fn discard_unfit(&self, table: &str, record: &str) -> Result<Option<String>, WriteError> {
+    /// (its last copy, the one a row takes; a nested object's whole
+    /// value), if it had any and none is a field of `key`.
+    pub(crate) fn discard_unfit(
+        &self,
+        table: &str,
+        record: &str,
+        key: &[String],
+    ) -> Result<Option<String>, WriteError> {
         let stream = self.stream(table)?;
         let mut shaped = shaped(record)?;
         let refused = batch::refused(&shaped, &stream.arrow, &[]);
-        if refused.is_empty() {
+        if refused.is_empty() || refused.iter().any(|name| key.contains(name)) {
             return Ok(None);
         }
         for name in &refused {
@@ -1230,10 +1236,6 @@ mod tests {
         store.close().await;
     }
 
-    /// A record a lakehouse keeps aside is placed as a database places it:
-    /// read again after the same state (an attempt cut short between the
-    /// commits of the rejected table and the stream's), it is the same
-    /// rejection; its row is keyed afresh all the same.
     /// Pages of one pipeline's rows kept aside, read with filters in the
     /// scans, give what the whole table read at once gives for it: one row
     /// per rejection (the last kept), in order, none of another pipeline's,
@@ -1285,6 +1287,10 @@ mod tests {
         store.close().await;
     }
 
+    /// A record a lakehouse keeps aside is placed as a database places it:
+    /// read again after the same state (an attempt cut short between the
+    /// commits of the rejected table and the stream's), it is the same
+    /// rejection; its row is keyed afresh all the same.
     #[tokio::test]
     async fn a_record_kept_aside_again_after_the_same_state_is_the_same_rejection() {
         use crate::store::pipelines::{StreamContract, StreamSyncMode};
@@ -1412,6 +1418,25 @@ mod tests {
         }
         rows.sort_by_key(|(n, _)| *n);
         assert_eq!(rows, vec![(Some(2), None), (Some(4), Some(2.5))]);
+
+        // A value the contract requires is not made null: where invalid
+        // records are quarantined, the record as read is kept aside.
+        let mut required = schema.clone();
+        required["required"] = json!(["f"]);
+        let rules = StreamContract {
+            type_changes: crate::store::kinds::ContractMode::DiscardValue,
+            invalid_records: crate::store::kinds::ContractMode::Quarantine,
+            ..StreamContract::default()
+        };
+        let contract = Arc::new(crate::warehouse::contract::Contract::new(rules, &required, &[]).unwrap());
+        writer.begin_stream("p", "w", StreamSyncMode::IncrementalAppend, &required).await.unwrap();
+        let mut loader = Loader::new(writer.clone(), "p", "w", StreamSyncMode::IncrementalAppend, vec![]);
+        let batch = vec![r#"{"n": 6, "f": 1e300}"#.to_owned(), r#"{"n": 7, "f": 3.5}"#.to_owned()];
+        let (_, judged) = loader.write_under(batch, Some(&contract)).await.unwrap();
+        assert_eq!(judged.value_discarded, 0);
+        let aside: Vec<(&str, &str)> =
+            judged.rejected.iter().map(|r| (r.record.as_str(), r.breach.pointer.as_str())).collect();
+        assert_eq!(aside, [(r#"{"n": 6, "f": 1e300}"#, "/f")], "the record as read");
         store.close().await;
     }
 
