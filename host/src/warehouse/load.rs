@@ -131,6 +131,15 @@ impl Loader {
         self
     }
 
+    /// Where the record at `at` of the batch being written was read, as a
+    /// rejected row is keyed ([`Rejected::place`]).
+    fn place(&self, at: usize, record: &str) -> String {
+        match self.stream.mode {
+            StreamSyncMode::IncrementalAppend => self.keys.key(at, record),
+            _ => text_digest(record),
+        }
+    }
+
     /// `written`, its checkpoint saved where this loader is its owner.
     async fn saved(&self, written: Written) -> Result<Written, WriteError> {
         let owner = !self.writer.commits_at_checkpoints() && self.stream.mode != StreamSyncMode::FullRefreshOverwrite;
@@ -233,10 +242,7 @@ impl Loader {
                         }
                         match self.writer.unfit(&self.stream.stream, &record, false)? {
                             Some(pointer) => {
-                                let place = match self.stream.mode {
-                                    StreamSyncMode::IncrementalAppend => self.keys.key(at, &record),
-                                    _ => text_digest(&record),
-                                };
+                                let place = self.place(at, &record);
                                 let breach = Breach {
                                     rule: ContractRule::TypeChanges,
                                     reason: RejectionReason::TypeMismatch,
@@ -286,10 +292,7 @@ impl Loader {
                             // the record as read is kept aside, with why.
                             Some(Ok(mut one)) if !one.rejected.is_empty() => {
                                 let Some(Rejected { breach, .. }) = one.rejected.pop() else { continue };
-                                let place = match self.stream.mode {
-                                    StreamSyncMode::IncrementalAppend => self.keys.key(at, &record),
-                                    _ => text_digest(&record),
-                                };
+                                let place = self.place(at, &record);
                                 judged.rejected.push(Rejected { record, breach, place });
                             }
                             // Counted when the batch is prepared (or frozen

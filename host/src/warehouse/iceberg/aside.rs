@@ -60,10 +60,11 @@ pub(crate) async fn read(table: &Table, columns: &[&str]) -> Result<Vec<AsideRow
 }
 
 /// A page of `table`'s rejected rows, as [`read`] gives them, read in two
-/// scans that each skip the files and rows of other pipelines and of
-/// rejections up to the cursor: the rejections alone first, to find the
-/// page's last, then the page's rows with `columns`. A page holds no
-/// more than its own rows' records in memory, however large the table.
+/// scans whose row filter drops the rows of other pipelines and of
+/// rejections up to the cursor before their records are read: the
+/// rejections alone first, to find the page's last, then the page's rows
+/// with `columns`. A page holds no more than its own rows' records in
+/// memory, however large the table.
 pub(crate) async fn read_page(table: &Table, columns: &[&str], page: Page<'_>) -> Result<Vec<AsideRow>, WriteError> {
     use iceberg::expr::Reference;
     use iceberg::spec::Datum;
