@@ -42,6 +42,7 @@ mod sessions;
 mod signatures;
 mod signin;
 mod socialmedia;
+mod spread;
 mod trust;
 mod versions;
 mod web_sessions;

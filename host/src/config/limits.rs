@@ -33,6 +33,9 @@ pub struct ServerLimits {
     pub job_concurrency: usize,
     pub job_concurrency_per_workspace: i64,
     pub job_lease: Duration,
+    /// Whether a sync's streams are leased one by one to any server's
+    /// runners (`SERVICE_JOB_SPREAD_STREAMS`).
+    pub job_spread_streams: bool,
     /// Bounds of reverse-ETL runs and previews.
     pub reverse_etl: ReverseEtlLimits,
     /// How outbound webhooks are retried.
@@ -57,6 +60,7 @@ impl Default for ServerLimits {
             job_concurrency: 4,
             job_concurrency_per_workspace: 0,
             job_lease: Duration::from_secs(30),
+            job_spread_streams: false,
             reverse_etl: Default::default(),
             webhooks: Default::default(),
             streams: Default::default(),

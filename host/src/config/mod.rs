@@ -185,6 +185,12 @@ pub struct LimitArgs {
     /// other tenants' jobs when one tenant's jobs run for long.
     #[arg(long, env = "SERVICE_JOB_CONCURRENCY_PER_WORKSPACE", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=256))]
     pub job_concurrency_per_workspace: u32,
+    /// Spreads a sync of several streams over every server's runners:
+    /// each stream is leased on its own and read by whichever runner
+    /// (of any server) has a free slot; a failed stream is retried alone.
+    /// Off, a sync reads its streams one after another on one runner.
+    #[arg(long, env = "SERVICE_JOB_SPREAD_STREAMS", default_value_t = false)]
+    pub job_spread_streams: bool,
     /// Seconds a job's runner may go without a heartbeat before another
     /// runner takes the job over.
     #[arg(long, env = "SERVICE_JOB_LEASE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -272,6 +278,7 @@ impl LimitArgs {
             job_concurrency: self.job_concurrency as usize,
             job_concurrency_per_workspace: i64::from(self.job_concurrency_per_workspace),
             job_lease: std::time::Duration::from_secs(self.job_lease_secs),
+            job_spread_streams: self.job_spread_streams,
             reverse_etl: limits::ReverseEtlLimits {
                 rows_per_run: self.retl_max_rows,
                 value_bytes: usize::try_from(self.retl_max_value_bytes).unwrap_or(usize::MAX),

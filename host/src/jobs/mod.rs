@@ -7,9 +7,12 @@
 //!   ([`CancellationToken`]);
 //! - [`runner`]: claiming jobs with leases, heartbeats, cancellation,
 //!   retries, fair concurrency between workspaces ([`spawn`] starts it
-//!   all);
+//!   all); [`lease`]: how long a lease lasts and how it is kept;
 //! - [`scheduler`]: starting due scheduled syncs, skipping busy ones;
 //! - [`sync`]: one sync or reset, stream by stream, with its progress;
+//! - [`spread`]: a sync or reset job as a runner starts it: spread over
+//!   servers by stream (its coordinator, and the runners that take its
+//!   streams), or handed to [`sync`];
 //! - [`watch`]: a job's events as it runs (Server-Sent Events);
 //! - [`meters`]: per-pipeline, per-stream counters for `/metrics`, with
 //!   bounded label sets;
@@ -27,6 +30,7 @@
 
 pub(crate) mod activation;
 mod held;
+mod lease;
 pub(crate) mod meters;
 pub(crate) mod quarantine;
 pub mod queue;
@@ -34,6 +38,7 @@ mod replay;
 pub(crate) mod runner;
 pub(crate) mod scheduler;
 pub(crate) mod spool;
+mod spread;
 pub(crate) mod sync;
 pub(crate) mod watch;
 

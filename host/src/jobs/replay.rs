@@ -74,7 +74,8 @@ pub(super) async fn execute(
     owner: &str,
     cancel: &CancellationToken,
 ) -> Result<(), Failure> {
-    let prepared = prepare(state, job, owner).await?;
+    let lease = crate::store::jobs::JobLease { job_id: job.job_id.clone(), owner: owner.to_owned(), stream: None };
+    let prepared = prepare(state, job, lease).await?;
     let mut replayed: BTreeMap<String, Replayed> = BTreeMap::new();
     let mut outcome = Ok(());
     for sel in &prepared.pipeline.streams {

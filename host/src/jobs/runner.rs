@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::lease::{CANCEL_POLL, MAX_ATTEMPTS, heartbeat, lease_ms};
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
 use crate::plugin::usage::{Usage, metered};
@@ -15,24 +16,6 @@ use crate::state::AppState;
 use crate::store::jobs::Job;
 use crate::store::kinds::JobStatus;
 use crate::store::now_ms;
-
-/// How long a claim lasts without a heartbeat (`SERVICE_JOB_LEASE_SECS`):
-/// after a runner dies, its job is taken over this long after its last
-/// heartbeat.
-fn lease_ms(state: &AppState) -> i64 {
-    state.config.limits.job_lease.as_millis() as i64
-}
-
-/// Heartbeat period: a third of the lease.
-fn heartbeat(state: &AppState) -> Duration {
-    state.config.limits.job_lease / 3
-}
-/// Attempts before a transiently failing job fails for good.
-const MAX_ATTEMPTS: i64 = 3;
-
-/// How often a running job's status is read, so a cancellation made on
-/// any server stops it soon.
-pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(400);
 
 /// The spool of this server's activation runs: the configured directory,
 /// or `<data-dir>/spool`, owner-only, emptied of what a crash left.
@@ -47,11 +30,12 @@ fn spool(state: &AppState) -> Arc<SpoolBudget> {
 
 /// Runs jobs and schedules until the task is aborted: as many runners as
 /// `SERVICE_JOB_CONCURRENCY`, each claiming the job of the workspace whose
-/// running jobs (on every server) are the smallest share of its claim
+/// busy runners (on every server) are the smallest share of its claim
 /// weight, and none of a workspace that has
-/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` running when that is set. The
-/// scheduler ticks on its own, so due runs are noticed (and skipped) while
-/// jobs run.
+/// `SERVICE_JOB_CONCURRENCY_PER_WORKSPACE` busy when that is set; a runner
+/// with no job to claim reads a waiting stream of a spread sync
+/// ([`super::spread`]) when this server spreads syncs. The scheduler ticks
+/// on its own, so due runs are noticed (and skipped) while jobs run.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let spool = spool(&state);
@@ -66,11 +50,15 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                         .await
                     {
                         Ok(Some(job)) => run(&state, &spool, &owner, job).await,
-                        // Jobs queued by another replica are found by polling.
-                        Ok(None) => {
-                            let _ =
-                                tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified()).await;
-                        }
+                        // No job waits: a stream of a spread sync may.
+                        Ok(None) => match helps(&state, &owner).await {
+                            Ok(Some(claim)) => super::spread::take(&state, &spool, claim, &owner).await,
+                            // Jobs queued by another replica are found by polling.
+                            _ => {
+                                let _ = tokio::time::timeout(Duration::from_millis(200), state.jobs_queued.notified())
+                                    .await;
+                            }
+                        },
                         Err(e) => {
                             tracing::warn!(error = %e, "could not claim jobs");
                             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -88,6 +76,18 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         };
         tokio::join!(runners, scheduler);
     })
+}
+
+/// A stream of another runner's spread sync for `owner` to read, when
+/// this server spreads syncs.
+async fn helps(
+    state: &AppState,
+    owner: &str,
+) -> crate::store::StoreResult<Option<crate::store::job_streams::StreamClaim>> {
+    if !state.config.limits.job_spread_streams {
+        return Ok(None);
+    }
+    state.store.claim_stream(owner, lease_ms(state), None, state.config.limits.job_concurrency_per_workspace).await
 }
 
 /// Runs futures to completion side by side.
@@ -138,7 +138,7 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
             } else if job.kind == crate::store::kinds::JobKind::Replay {
                 super::replay::execute(state, &job, owner, &cancel).await
             } else {
-                super::sync::execute(state, spool, &job, owner, &cancel).await
+                super::spread::execute(state, spool, &job, owner, &cancel).await
             }
         }),
     )

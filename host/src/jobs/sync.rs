@@ -11,7 +11,9 @@
 //! destination, the connector version pinned to the job, its catalog) and
 //! clears a reset's tables; then each stream runs on its own
 //! ([`SyncRun::run_stream`]). What the job shows as it goes is a typed
-//! [`SyncProgress`].
+//! [`SyncProgress`]. A sync spread over servers (the `spread` module)
+//! runs each stream as an attempt of its own ([`read_spread_stream`]),
+//! which shows its progress in the stream's row ([`Shown`]).
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -79,6 +81,56 @@ struct StreamTally {
     done: bool,
 }
 
+impl StreamTally {
+    /// The stream as the job shows it.
+    fn shown(&self) -> StreamProgress {
+        let until = self.ended.unwrap_or_else(std::time::Instant::now);
+        let secs = self.started.map(|t| until.duration_since(t).as_secs_f64()).unwrap_or(0.0);
+        let rate = if secs > 0.0 { (self.written.0 as f64 / secs * 10.0).round() / 10.0 } else { 0.0 };
+        StreamProgress {
+            records: self.written.0,
+            bytes: self.written.1,
+            records_read: self.read.0,
+            bytes_read: self.read.1,
+            records_per_second: rate,
+            checkpointed_at: self.checkpointed_at.map(crate::store::from_ms),
+            records_remaining: None,
+            status: if self.done { StreamStatus::Done } else { StreamStatus::Running },
+        }
+    }
+}
+
+/// Where a stream's progress is saved as it goes: in the job's record, or,
+/// for a stream of a job spread over servers, in the stream's own row
+/// (while its lease holds), which the job's runner merges.
+#[derive(Debug, Clone)]
+pub(super) enum Shown {
+    Job(String),
+    Stream(JobLease),
+}
+
+/// Progress taken under the lock, saved after it.
+enum Showing {
+    Job(String, JobProgress),
+    Stream(JobLease, StreamProgress),
+    Nothing,
+}
+
+impl Showing {
+    async fn save(self, state: &AppState) {
+        match self {
+            Showing::Job(job_id, progress) => {
+                let _ = state.store.job_progress(&job_id, &progress).await;
+            }
+            Showing::Stream(lease, progress) => {
+                let stream = lease.stream.as_deref().unwrap_or_default();
+                let _ = state.store.stream_progress(&lease.job_id, stream, &lease.owner, &progress).await;
+            }
+            Showing::Nothing => {}
+        }
+    }
+}
+
 impl Progress {
     fn stream(&mut self, stream: &str) -> &mut StreamTally {
         let s = self.streams.entry(stream.to_owned()).or_default();
@@ -88,26 +140,7 @@ impl Progress {
 
     fn snapshot(&self) -> JobProgress {
         let (records, bytes) = self.streams.values().fold((0, 0), |(r, b), s| (r + s.written.0, b + s.written.1));
-        let streams = self
-            .streams
-            .iter()
-            .map(|(name, s)| {
-                let until = s.ended.unwrap_or_else(std::time::Instant::now);
-                let secs = s.started.map(|t| until.duration_since(t).as_secs_f64()).unwrap_or(0.0);
-                let rate = if secs > 0.0 { (s.written.0 as f64 / secs * 10.0).round() / 10.0 } else { 0.0 };
-                let stream = StreamProgress {
-                    records: s.written.0,
-                    bytes: s.written.1,
-                    records_read: s.read.0,
-                    bytes_read: s.read.1,
-                    records_per_second: rate,
-                    checkpointed_at: s.checkpointed_at.map(crate::store::from_ms),
-                    records_remaining: None,
-                    status: if s.done { StreamStatus::Done } else { StreamStatus::Running },
-                };
-                (name.clone(), stream)
-            })
-            .collect();
+        let streams = self.streams.iter().map(|(name, s)| (name.clone(), s.shown())).collect();
         JobProgress::Sync(SyncProgress {
             records,
             bytes,
@@ -115,6 +148,18 @@ impl Progress {
             ledger: None,
             earlier_ledgers: self.earlier_ledgers.clone(),
         })
+    }
+
+    /// What the job shows now, to save once the lock on the progress is
+    /// let go: the whole job's progress, or one spread stream's.
+    fn showing(&self, shown: &Shown) -> Showing {
+        match shown {
+            Shown::Job(job_id) => Showing::Job(job_id.clone(), self.snapshot()),
+            Shown::Stream(lease) => match self.streams.get(lease.stream.as_deref().unwrap_or_default()) {
+                Some(s) => Showing::Stream(lease.clone(), s.shown()),
+                None => Showing::Nothing,
+            },
+        }
     }
 
     /// Where what each stream read went, as the attempt ends: what the
@@ -160,7 +205,7 @@ struct WriteQueue {
 
 struct StreamWrite {
     state: AppState,
-    job_id: String,
+    shown: Shown,
     pipeline_id: String,
     stream: String,
     mode: StreamSyncMode,
@@ -284,9 +329,9 @@ impl StreamWrite {
         if saved.elapsed() < PROGRESS_EVERY {
             return;
         }
-        let snapshot = self.progress.lock().await.snapshot();
+        let showing = self.progress.lock().await.showing(&self.shown);
         *saved = tokio::time::Instant::now();
-        let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
+        showing.save(&self.state).await;
     }
 
     /// Writes every held record, in order.
@@ -347,7 +392,7 @@ impl StreamWrite {
         // checkpoint saved by its owner (the loader, or the lakehouse in
         // its commit).
         let checkpointed = written.checkpoint.is_some() && self.mode != StreamSyncMode::FullRefreshOverwrite;
-        let snapshot = {
+        let showing = {
             let mut p = self.progress.lock().await;
             let s = p.stream(&self.stream);
             if checkpointed {
@@ -357,11 +402,11 @@ impl StreamWrite {
                 s.done = true;
                 s.ended = Some(std::time::Instant::now());
             }
-            (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.snapshot())
+            (now || (written.records > 0 && saved.elapsed() >= PROGRESS_EVERY)).then(|| p.showing(&self.shown))
         };
-        if let Some(snapshot) = snapshot {
+        if let Some(showing) = showing {
             *saved = tokio::time::Instant::now();
-            let _ = self.state.store.job_progress(&self.job_id, &snapshot).await;
+            showing.save(&self.state).await;
         }
         Ok(())
     }
@@ -441,28 +486,32 @@ pub(super) struct Prepared {
     pub(super) default_contract: Option<StreamContract>,
 }
 
-/// One attempt of a sync, stream after stream.
-struct SyncRun<'a> {
+/// One attempt of a sync, stream after stream (or of one stream of a
+/// spread sync).
+pub(super) struct SyncRun<'a> {
     state: &'a AppState,
     spool: &'a Arc<SpoolBudget>,
     job: &'a Job,
     cancel: &'a CancellationToken,
     prepared: Prepared,
     progress: Arc<Mutex<Progress>>,
+    shown: Shown,
 }
 
+/// Runs a prepared sync or reset, stream after stream, to the end of its
+/// attempt.
 pub(super) async fn execute(
     state: &AppState,
     spool: &Arc<SpoolBudget>,
     job: &Job,
-    owner: &str,
     cancel: &CancellationToken,
+    prepared: Prepared,
 ) -> Result<(), Failure> {
-    let prepared = prepare(state, job, owner).await?;
     let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
     let progress =
         Progress { earlier_ledgers: SyncProgress::ledgers_before(&job.progress, attempt), ..Progress::default() };
-    let run = SyncRun { state, spool, job, cancel, prepared, progress: Arc::new(Mutex::new(progress)) };
+    let shown = Shown::Job(job.job_id.clone());
+    let run = SyncRun { state, spool, job, cancel, prepared, progress: Arc::new(Mutex::new(progress)), shown };
     let mut outcome = Ok(());
     for sel in &run.prepared.pipeline.streams {
         outcome = run.run_stream(sel).await;
@@ -485,10 +534,50 @@ pub(super) async fn execute(
         sync.ledger = Some(ledger);
     }
     let _ = state.store.job_progress(&job.job_id, &last).await;
-    if let Ok(w) = Arc::try_unwrap(run.prepared.writer) {
-        w.close().await;
-    }
+    run.prepared.close().await;
     outcome
+}
+
+/// One stream of a sync spread over servers, read by the runner holding
+/// its lease (`lease.stream`): how it ended, and its ledger once it read
+/// anything. Its progress is saved in its row as it goes.
+pub(super) async fn read_spread_stream(
+    state: &AppState,
+    spool: &Arc<SpoolBudget>,
+    job: &Job,
+    lease: JobLease,
+    cancel: &CancellationToken,
+) -> (Result<(), Failure>, Option<StreamLedger>) {
+    let stream = lease.stream.clone().unwrap_or_default();
+    let prepared = match prepare(state, job, lease.clone()).await {
+        Ok(prepared) => prepared,
+        Err(e) => return (Err(e), None),
+    };
+    let Some(sel) = prepared.pipeline.streams.iter().find(|s| s.name == stream).cloned() else {
+        prepared.close().await;
+        return (Err(Failure::Permanent(format!("stream {stream} is no longer selected by the pipeline"))), None);
+    };
+    let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
+    let progress = Arc::new(Mutex::new(Progress::default()));
+    let run = SyncRun { state, spool, job, cancel, prepared, progress, shown: Shown::Stream(lease) };
+    let mut outcome = run.run_stream(&sel).await;
+    let ledger = run.progress.lock().await.ledger(attempt, &run.prepared.writer);
+    if outcome.is_ok()
+        && let Some(imbalance) = ledger.imbalance()
+    {
+        outcome = Err(Failure::Permanent(imbalance));
+    }
+    run.prepared.close().await;
+    (outcome, ledger.streams.get(&stream).cloned())
+}
+
+impl Prepared {
+    /// Lets the destination's writer go (closed when no stream holds it).
+    pub(super) async fn close(self) {
+        if let Ok(w) = Arc::try_unwrap(self.writer) {
+            w.close().await;
+        }
+    }
 }
 
 /// The pipeline, its source and destination, the connector (the version
@@ -496,7 +585,7 @@ pub(super) async fn execute(
 /// destination's tables and the saved states. A pipeline, source or
 /// destination that is gone fails the job for good; a control database
 /// that cannot answer leaves it to be tried again.
-pub(super) async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<Prepared, Failure> {
+pub(super) async fn prepare(state: &AppState, job: &Job, lease: JobLease) -> Result<Prepared, Failure> {
     let ws = &job.workspace_id;
     let permanent = |m: &str| Failure::Permanent(m.to_owned());
     let pipeline_id = job.pipeline_id.as_deref().ok_or_else(|| permanent("the job names no pipeline"))?;
@@ -521,7 +610,7 @@ pub(super) async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<
         }
     }
     let mut writer = state.warehouses.writer(&dest).await?;
-    writer.hold_for(JobLease { job_id: job.job_id.clone(), owner: owner.to_owned() });
+    writer.hold_for(lease);
     let writer = Arc::new(writer);
     let source_config = source.configuration.to_string();
     let catalog = connector.catalog(&state.store, &source.source_id, &source_config).await?;
@@ -538,7 +627,7 @@ pub(super) async fn prepare(state: &AppState, job: &Job, owner: &str) -> Result<
 impl SyncRun<'_> {
     /// Reads one stream from its saved state (in an incremental mode) into
     /// the destination, through its write queue.
-    async fn run_stream(&self, sel: &StreamSelection) -> Result<(), Failure> {
+    pub(super) async fn run_stream(&self, sel: &StreamSelection) -> Result<(), Failure> {
         let (state, ws) = (self.state, &self.job.workspace_id);
         let Prepared { pipeline, source_config, connector, catalog, writer, default_contract } = &self.prepared;
         let offered = catalog.iter().find(|c| c.name == sel.name);
@@ -573,7 +662,7 @@ impl SyncRun<'_> {
         };
         let queue = StreamWrite {
             state: state.clone(),
-            job_id: self.job.job_id.clone(),
+            shown: self.shown.clone(),
             pipeline_id: pipeline.pipeline_id.clone(),
             stream: sel.name.clone(),
             mode: sel.sync_mode,

@@ -62,12 +62,24 @@ pub struct Replacement {
 /// then reads the state it saved.
 async fn still_held(tx: &mut sqlx::Transaction<'static, sqlx::Any>, lease: Option<&JobLease>) -> StoreResult<bool> {
     let Some(lease) = lease else { return Ok(true) };
-    let held = sqlx::query("UPDATE jobs SET lease_owner = lease_owner WHERE id = $1 AND lease_owner = $2")
+    let held = match &lease.stream {
+        None => {
+            sqlx::query("UPDATE jobs SET lease_owner = lease_owner WHERE id = $1 AND lease_owner = $2")
+                .bind(&lease.job_id)
+                .bind(&lease.owner)
+                .execute(&mut **tx)
+                .await?
+        }
+        Some(stream) => sqlx::query(
+            "UPDATE job_streams SET lease_owner = lease_owner WHERE job_id = $1 AND stream = $2 AND lease_owner = $3",
+        )
         .bind(&lease.job_id)
+        .bind(stream)
         .bind(&lease.owner)
         .execute(&mut **tx)
-        .await?
-        .rows_affected();
+        .await?,
+    }
+    .rows_affected();
     Ok(held == 1)
 }
 

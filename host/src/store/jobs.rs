@@ -110,13 +110,16 @@ impl Usage {
     }
 }
 
-/// A job attempt: the job and the runner holding its lease. What an
-/// attempt commits to a destination that checks it (the lakehouse) goes in
-/// only while the attempt still holds its job.
+/// A job attempt: the job and the runner holding its lease, or the lease
+/// of one stream of a spread job. What an attempt commits to a destination
+/// that checks it (the lakehouse) goes in only while the attempt still
+/// holds its job (or stream).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobLease {
     pub job_id: String,
     pub owner: String,
+    /// The stream whose lease it is, when the job is spread by stream.
+    pub stream: Option<String>,
 }
 
 /// The component a job runs.
@@ -150,6 +153,16 @@ pub(super) fn job_from_row(r: &sqlx::any::AnyRow) -> StoreResult<Job> {
         usage: r.try_get::<Option<String>, _>("usage")?.and_then(|u| serde_json::from_str(&u).ok()),
     })
 }
+
+/// Each workspace's busy runners on every server (`workspace_id`,
+/// `busy`): its running jobs' runners, and the runners reading a stream of
+/// one of its spread syncs other than the job's own (bind `$1` to now).
+pub(super) const BUSY_RUNNERS: &str = "(SELECT workspace_id, COUNT(*) AS busy FROM (\
+     SELECT workspace_id FROM jobs WHERE status = 'running' AND lease_expires_at >= $1 \
+     UNION ALL \
+     SELECT hj.workspace_id FROM job_streams h JOIN jobs hj ON hj.id = h.job_id \
+     WHERE h.status = 'running' AND h.lease_expires_at >= $1 AND h.lease_owner <> hj.lease_owner\
+   ) b GROUP BY workspace_id)";
 
 pub(super) const JOB_COLUMNS: &str = "id, workspace_id, pipeline_id, activation_id, kind, status, trigger_source, attempts, progress, error, created_at, started_at, finished_at, plugin_version, plugin_digest, usage";
 
@@ -252,26 +265,23 @@ impl Store {
 
     /// Claims a runnable job: queued and due, or running with an expired
     /// lease (its runner died). Weighted fair between workspaces: the job
-    /// of the workspace whose running jobs (on every server) are the
+    /// of the workspace whose busy runners (on every server: its jobs'
+    /// own, and those reading streams of its spread syncs) are the
     /// smallest share of its claim weight, the oldest among equals; none
-    /// of a workspace that already runs `per_workspace` (0: no such cap,
-    /// so a lone workspace uses every runner). One conditional update, so
-    /// two runners never hold the same job.
+    /// of a workspace that already has `per_workspace` busy (0: no such
+    /// cap, so a lone workspace uses every runner). One conditional
+    /// update, so two runners never hold the same job.
     pub async fn claim_job(&self, owner: &str, lease_ms: i64, per_workspace: i64) -> StoreResult<Option<Job>> {
         let now = now_ms();
-        let candidate = sqlx::query(
+        let sql = format!(
             "SELECT j.id FROM jobs j JOIN workspaces w ON w.id = j.workspace_id \
-             LEFT JOIN (SELECT workspace_id, COUNT(*) AS busy FROM jobs \
-                        WHERE status = 'running' AND lease_expires_at >= $1 GROUP BY workspace_id) r \
-               ON r.workspace_id = j.workspace_id \
+             LEFT JOIN {BUSY_RUNNERS} r ON r.workspace_id = j.workspace_id \
              WHERE ((j.status = 'queued' AND j.not_before <= $1) OR (j.status = 'running' AND j.lease_expires_at < $1)) \
                AND ($2 = 0 OR COALESCE(r.busy, 0) < $2) \
-             ORDER BY (COALESCE(r.busy, 0) + 1) * 1.0 / w.claim_weight, j.created_at, j.id LIMIT 1",
-        )
-        .bind(now)
-        .bind(per_workspace)
-        .fetch_optional(self.pool())
-        .await?;
+             ORDER BY (COALESCE(r.busy, 0) + 1) * 1.0 / w.claim_weight, j.created_at, j.id LIMIT 1"
+        );
+        let candidate =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).bind(per_workspace).fetch_optional(self.pool()).await?;
         let Some(candidate) = candidate else { return Ok(None) };
         let id: String = candidate.try_get("id")?;
         let mut tx = self.begin_write().await?;
@@ -446,9 +456,16 @@ impl Store {
         Ok(JobPlugin { version: row.try_get("plugin_version")?, digest: row.try_get("plugin_digest")? })
     }
 
-    /// Adds an attempt's usage to a job's.
+    /// Adds an attempt's usage to a job's (in one transaction: runners of
+    /// a spread sync on several servers add theirs at once).
     pub(crate) async fn add_job_usage(&self, job_id: &str, spent: &Usage) -> StoreResult<()> {
-        let row = sqlx::query("SELECT usage FROM jobs WHERE id = $1").bind(job_id).fetch_optional(self.pool()).await?;
+        let mut tx = self.begin_write().await?;
+        let sql = match self.backend() {
+            super::Backend::Postgres => "SELECT usage FROM jobs WHERE id = $1 FOR UPDATE",
+            // The write transaction holds the whole database already.
+            super::Backend::Sqlite => "SELECT usage FROM jobs WHERE id = $1",
+        };
+        let row = sqlx::query(sql).bind(job_id).fetch_optional(&mut *tx).await?;
         let mut total: Usage = row
             .and_then(|r| r.try_get::<Option<String>, _>("usage").ok().flatten())
             .and_then(|u| serde_json::from_str(&u).ok())
@@ -457,8 +474,9 @@ impl Store {
         sqlx::query("UPDATE jobs SET usage = $1 WHERE id = $2")
             .bind(serde_json::to_string(&total).unwrap_or_default())
             .bind(job_id)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -126,6 +126,25 @@ impl JobStatus {
 }
 
 text_enum! {
+    /// Where one stream of a sync spread over servers is.
+    pub enum StreamRunStatus {
+        /// Waiting for a runner (first, or again after a transient failure).
+        Queued = "queued",
+        Running = "running",
+        Succeeded = "succeeded",
+        /// Failed for good: the job fails once its other streams ended.
+        Failed = "failed",
+    }
+}
+
+impl StreamRunStatus {
+    /// Whether the stream's run has ended for good.
+    pub fn is_final(self) -> bool {
+        matches!(self, StreamRunStatus::Succeeded | StreamRunStatus::Failed)
+    }
+}
+
+text_enum! {
     /// What started a job.
     pub enum Trigger {
         /// A request (API, CLI).

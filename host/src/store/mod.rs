@@ -18,8 +18,9 @@
 //!   credential-entry links and OAuth flows in progress;
 //! - [`sources`], [`destinations`], [`pipelines`]: sources, destinations,
 //!   pipelines with their schedules and stream state;
-//! - [`jobs`]: jobs with their leases and attempts; [`progress`]: what a
-//!   job has done so far, as every reader shows it;
+//! - [`jobs`]: jobs with their leases and attempts; [`job_streams`]: the
+//!   streams of a sync spread over servers, each leased on its own;
+//!   [`progress`]: what a job has done so far, as every reader shows it;
 //! - [`reverse_etl`]: models, reverse-ETL destinations, activations, their
 //!   runs and diff state;
 //! - [`plugins`]: which connector plugins are enabled;
@@ -48,6 +49,7 @@ pub(crate) mod entry_links;
 pub(crate) mod iceberg;
 pub(crate) mod idempotency;
 pub(crate) mod invitations;
+pub(crate) mod job_streams;
 pub(crate) mod jobs;
 pub mod kinds;
 pub mod notices;
@@ -282,9 +284,47 @@ pub(crate) fn new_id(prefix: &str) -> String {
 /// Control databases for the store's own tests.
 #[cfg(test)]
 pub(crate) mod testing {
+    use serde_json::json;
     use sqlx::Connection;
 
     use super::Store;
+    use super::kinds::{DestinationKind, JobKind, Trigger};
+    use super::pipelines::{Schedule, StreamSelection, StreamSyncMode};
+
+    /// A workspace's running sync job of a pipeline with `streams`, held
+    /// by `runner-job`, spread over its streams; the workspace and the
+    /// job.
+    pub(crate) async fn spread_job(store: &Store, streams: &[&str]) -> (String, String) {
+        let ws = store.create_workspace("w").await.unwrap().workspace_id;
+        let user = store.create_user("u@example.test", "u").await.unwrap().user_id;
+        let source = store.create_source(&ws, "conn_events", "events", &json!({}), &user).await.unwrap();
+        let destination = store
+            .create_destination(&ws, DestinationKind::Jsonl, "f", &json!({ "directory": "out" }), None, &user)
+            .await
+            .unwrap();
+        let selected: Vec<StreamSelection> = streams
+            .iter()
+            .map(|name| StreamSelection {
+                name: (*name).into(),
+                sync_mode: StreamSyncMode::FullRefreshOverwrite,
+                cursor_field: None,
+                primary_key: None,
+                contract: None,
+            })
+            .collect();
+        let (source, destination) = (&source.source_id, &destination.destination_id);
+        let pipeline = store
+            .create_pipeline(&ws, "p", source, destination, &selected, &Schedule::Manual, None, None)
+            .await
+            .unwrap();
+        store.create_job(&ws, &pipeline.pipeline_id, JobKind::Sync, Trigger::Manual).await.unwrap().unwrap();
+        let job = store.claim_job("runner-job", 60_000, 0).await.unwrap().unwrap();
+        let names: Vec<String> = streams.iter().map(|s| (*s).to_owned()).collect();
+        store.spread_streams(&job.job_id, &names).await.unwrap();
+        // Spreading again (a coordinator taking the job over) adds nothing.
+        store.spread_streams(&job.job_id, &names).await.unwrap();
+        (ws, job.job_id)
+    }
 
     /// A fresh control database, which several stores may share (as
     /// several servers do).

@@ -84,12 +84,15 @@ impl Db {
                 "{REGISTRY} is the service's own table; a stream cannot be written into it"
             )));
         }
-        self.execute(format!(
+        let create = format!(
             "CREATE TABLE IF NOT EXISTS {} (\"name\" TEXT PRIMARY KEY, \"created_at\" BIGINT NOT NULL)",
             quote(REGISTRY)
-        ))
-        .await
-        .map_err(|e| failed(&format!("cannot create {REGISTRY}"), e))?;
+        );
+        if self.execute(create.clone()).await.is_err() {
+            // Two streams of a spread sync creating it at once on
+            // PostgreSQL: the one that lost the race finds it made.
+            self.execute(create).await.map_err(|e| failed(&format!("cannot create {REGISTRY}"), e))?;
+        }
         let existing = self.columns(table).await.map_err(|e| failed("", e))?;
         if existing.is_empty() {
             return Ok(existing);

@@ -164,6 +164,58 @@ impl Processes {
         pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
     }
 
+    /// Makes, through the server at `base`, a REST source with one stream
+    /// per name in `streams`, each reading `/pages/items` of a `RestApi`
+    /// (`per_page` records a page, its name in the `stream` query
+    /// parameter, incremental on `updated_at`, a failed request not
+    /// retried by the connector), the destination and a pipeline of every
+    /// stream in `mode`; returns the pipeline id.
+    pub(crate) async fn rest_manifest_streams_into(
+        &self,
+        base: &str,
+        token: &str,
+        per_page: u64,
+        mode: &str,
+        destination: Value,
+        streams: &[String],
+    ) -> String {
+        let post = |path: &str, body: Value| {
+            let sent = self.api(base, Method::POST, path).json(&body).send();
+            async move { json_ok(sent.await.unwrap()).await }
+        };
+        let cred = post(
+            "/v1/credentials",
+            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
+        )
+        .await;
+        let specs: Vec<Value> = streams
+            .iter()
+            .map(|name| {
+                json!({ "name": name, "path": "/pages/items", "records": "/data", "primary_key": ["id"],
+                    "params": { "per_page": per_page, "stream": name },
+                    "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
+                    "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } })
+            })
+            .collect();
+        let manifest = json!({ "retry": { "max_retries": 0 }, "streams": specs });
+        let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
+        let source = post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
+        )
+        .await;
+        let destination = post("/v1/destinations", destination).await;
+        let selected: Vec<Value> = streams.iter().map(|name| json!({ "name": name, "sync_mode": mode })).collect();
+        let pipeline = post(
+            "/v1/pipelines",
+            json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
+                "streams": selected }),
+        )
+        .await;
+        self.workspace.get_or_init(|| source["data"]["workspace_id"].as_str().unwrap_or_default().to_owned());
+        pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
+    }
+
     /// Servers that reach `provider` under `names` (and nothing else),
     /// rather than the paged source's host.
     pub(crate) fn reaching(&mut self, provider: &FakeProvider, names: &[&str]) {

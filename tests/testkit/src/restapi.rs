@@ -63,6 +63,16 @@ pub struct RestApi {
     /// it answers, as providers that build links from the request's query
     /// do.
     pub key_param: Option<String>,
+    /// `/pages/items` requests whose `stream` query parameter names this
+    /// stream answer 503, this many more times: one stream of several
+    /// failing while the others read.
+    pub failing_stream: Mutex<Option<(String, usize)>>,
+    /// `/pages/items` requests for this stream (its `stream` query
+    /// parameter) answer 404: a stream that fails for good.
+    pub missing_stream: Mutex<Option<String>>,
+    /// `/pages/items` requests being answered now, and the most at once.
+    pub pages_in_flight: AtomicUsize,
+    pub most_pages_in_flight: AtomicUsize,
     /// How many times records were added.
     generation: AtomicUsize,
 }
@@ -93,6 +103,10 @@ impl RestApi {
             down: Default::default(),
             missing_page: AtomicUsize::new(0),
             key_param: None,
+            failing_stream: Mutex::new(None),
+            missing_stream: Mutex::new(None),
+            pages_in_flight: AtomicUsize::new(0),
+            most_pages_in_flight: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
         }
     }
@@ -269,10 +283,23 @@ async fn pages(State(api): State<Arc<RestApi>>, h: HeaderMap, Query(q): Q) -> Re
     if let Some(refused) = api.gate(&h, Some(page)) {
         return refused;
     }
+    if let Some((stream, left)) = &mut *api.failing_stream.lock().unwrap()
+        && *left > 0
+        && q.get("stream") == Some(stream)
+    {
+        *left -= 1;
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({ "message": "try later" }))).into_response();
+    }
+    if api.missing_stream.lock().unwrap().as_ref().is_some_and(|s| q.get("stream") == Some(s)) {
+        return (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not Found" }))).into_response();
+    }
+    let now = api.pages_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    api.most_pages_in_flight.fetch_max(now, Ordering::SeqCst);
     let delay = api.page_delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
     }
+    api.pages_in_flight.fetch_sub(1, Ordering::SeqCst);
     if api.missing_page.load(Ordering::SeqCst) == page {
         return (StatusCode::NOT_FOUND, axum::Json(json!({ "message": "Not Found" }))).into_response();
     }

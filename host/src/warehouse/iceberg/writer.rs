@@ -1081,12 +1081,40 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, catalog, mut lake) = scratch(dir.path()).await;
         lake.begin("t", ("p", "t"), &json!({ "properties": { "n": { "type": "integer" } } }), false).await.unwrap();
-        lake.hold_for(JobLease { job_id: "job_taken_over".into(), owner: "runner_gone".into() });
+        lake.hold_for(JobLease { job_id: "job_taken_over".into(), owner: "runner_gone".into(), stream: None });
         let batch = lake.prepare("t", &[r#"{"n": 1}"#.to_owned()], "{}").unwrap();
         lake.append("t", batch, 1).await.unwrap();
         let refused = lake.finish("t").await.unwrap_err();
         assert!(refused.to_string().contains("another runner"), "{refused}");
         assert_eq!(values(&catalog, "t").await, Vec::<i64>::new());
+        store.close().await;
+    }
+
+    /// The same for a stream of a spread sync: what the runner holding
+    /// the stream's lease writes is committed, and what one that no longer
+    /// holds it (taken over) writes is not.
+    #[tokio::test]
+    async fn only_the_runner_holding_a_streams_lease_commits_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, catalog, mut held) = scratch(dir.path()).await;
+        let (_, job) = crate::store::testing::spread_job(&store, &["t"]).await;
+        let claim = store.claim_stream("runner_holding", 60_000, None, 0).await.unwrap().unwrap();
+        assert_eq!(claim.stream, "t");
+        let schema = json!({ "properties": { "n": { "type": "integer" } } });
+        held.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        held.hold_for(JobLease { job_id: job.clone(), owner: "runner_holding".into(), stream: Some("t".into()) });
+        let batch = held.prepare("t", &[r#"{"n": 1}"#.to_owned()], "{}").unwrap();
+        held.append("t", batch, 1).await.unwrap();
+        held.finish("t").await.unwrap();
+        assert_eq!(values(&catalog, "t").await, vec![1]);
+        let (_, _, mut gone) = scratch(dir.path()).await;
+        gone.begin("t", ("p", "t"), &schema, false).await.unwrap();
+        gone.hold_for(JobLease { job_id: job, owner: "runner_gone".into(), stream: Some("t".into()) });
+        let batch = gone.prepare("t", &[r#"{"n": 2}"#.to_owned()], "{}").unwrap();
+        gone.append("t", batch, 1).await.unwrap();
+        let refused = gone.finish("t").await.unwrap_err();
+        assert!(refused.to_string().contains("another runner"), "{refused}");
+        assert_eq!(values(&catalog, "t").await, vec![1]);
         store.close().await;
     }
 
