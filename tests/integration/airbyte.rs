@@ -1935,3 +1935,72 @@ async fn a_secret_in_an_array_of_the_configuration_takes_a_credential_per_item(b
     assert_eq!(read_lines(&srv.exports(&ws, "apps"), "items").len(), 1);
     srv.stop().await;
 }
+
+on_both_backends!(an_api_budget_paces_the_requests_its_policies_match);
+/// A manifest's `api_budget`: the guest keeps to the first policy that
+/// matches each request (here two calls in any second, the limit read
+/// from the configuration), so the provider never sees a third request
+/// within a second. A limit that reads a secret, which the guest could
+/// only set knowing it, is refused when the source is saved, by pointer.
+async fn an_api_budget_paces_the_requests_its_policies_match(backend: Backend) {
+    use std::sync::{Arc, Mutex};
+    const HOST: &str = "api.budget.test";
+    let seen: Arc<Mutex<Vec<std::time::Instant>>> = Default::default();
+    let router = axum::Router::new().route(
+        "/v1/items",
+        axum::routing::get({
+            let seen = seen.clone();
+            move |uri: axum::http::Uri| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(std::time::Instant::now());
+                    let page: u64 = uri.query().and_then(|q| q.strip_prefix("page=")).map_or(1, |p| p.parse().unwrap());
+                    let next = if page < 5 { json!((page + 1).to_string()) } else { json!(null) };
+                    axum::Json(json!({ "data": [{ "id": page }], "next": next }))
+                }
+            }
+        }),
+    );
+    let Some((srv, _fake, ws)) = behind_fake(backend, HOST, router).await else {
+        return;
+    };
+    let budgeted = |limit: &str| {
+        let mut m = one_stream(HOST, json!({ "type": "NoAuth" }), json!({}));
+        m["streams"][0]["retriever"]["paginator"] = paged_by_next();
+        m["api_budget"] = json!({ "type": "HTTPAPIBudget", "policies": [
+            { "type": "UnlimitedCallRatePolicy", "matchers": [{ "method": "POST" }] },
+            { "type": "MovingWindowCallRatePolicy", "rates": [{ "limit": limit, "interval": "PT1S" }],
+              "matchers": [{ "method": "GET", "url_path_pattern": "^/v1/items$" }] }] });
+        m
+    };
+    let save = |manifest: Value| {
+        let configuration =
+            json!({ "manifest": manifest, "config": { "region": "eu", "per_second": 2 }, "credentials": [] });
+        srv.post(
+            "/v1/sources",
+            json!({ "connector_id": "conn_airbyte_manifest", "name": "budget", "configuration": configuration }),
+        )
+        .send()
+    };
+
+    let resp = save(budgeted("{{ 100 if 'sk_test_' in config['api_key'] else 25 }}")).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["details"]["errors"][0]["path"], "/manifest/api_budget/policies/1/rates/0/limit", "{body}");
+    assert!(body.to_string().contains("reads a secret"), "{body}");
+
+    let source = json_ok(save(budgeted("{{ config['per_second'] }}")).await.unwrap()).await;
+    let pipeline_id = items_pipeline(&srv, &source, "paced").await;
+    let job = sync(&srv, &pipeline_id).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(read_lines(&srv.exports(&ws, "paced"), "items").len(), 5);
+    let times = seen.lock().unwrap().clone();
+    assert_eq!(times.len(), 5);
+    for (i, pair) in times.windows(3).enumerate() {
+        let apart = pair[2].duration_since(pair[0]);
+        // The guest's clock and the provider's are one machine's; a
+        // request arrives at least as late as it was let go.
+        assert!(apart >= std::time::Duration::from_millis(990), "requests {i} and {}: {apart:?} apart", i + 2);
+    }
+    srv.stop().await;
+}

@@ -12,8 +12,10 @@
 //! | [`record`] | record selector, filter, transformations |
 //! | [`partition`] | list and substream partition routers |
 //! | [`cursor`] | the incremental cursor (`DatetimeBasedCursor`) |
+//! | [`budget`] | the source's `api_budget` (`HTTPAPIBudget`) and its policies |
 //! | this file | the source, its streams, retrievers and paginators |
 
+pub mod budget;
 pub mod cursor;
 pub mod node;
 pub mod partition;
@@ -23,6 +25,7 @@ pub mod request;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use budget::Budget;
 use cursor::DatetimeCursor;
 use node::Node;
 pub use node::Refusal;
@@ -40,6 +43,8 @@ pub struct Source {
     pub streams: Vec<Stream>,
     pub check_streams: Vec<String>,
     pub spec: Value,
+    /// Its `api_budget`, if it has one.
+    pub budget: Option<Budget>,
 }
 
 /// A `DeclarativeStream`.
@@ -99,7 +104,8 @@ impl Source {
         let resolved = crate::resolve::propagate(&resolved);
         let root = Node::at(&resolved, "")?;
         let kind = root.kind();
-        root.expect(&[kind], &["dynamic_streams", "api_budget"])?;
+        root.expect(&[kind], &["dynamic_streams"])?;
+        let budget = root.child("api_budget").transpose()?.map(|b| Budget::read(&b, config, now)).transpose()?;
         let streams: Vec<Stream> =
             root.children("streams")?.iter().map(|s| read_stream(s, config, now)).collect::<Result<_, _>>()?;
         if streams.is_empty() {
@@ -112,7 +118,7 @@ impl Source {
                 record::strings(&check, "stream_names")?
             }
         };
-        Ok(Source { streams, check_streams, spec: connection_specification(&resolved) })
+        Ok(Source { streams, check_streams, spec: connection_specification(&resolved), budget })
     }
 
     /// The connection specification of a manifest (its spec's), read

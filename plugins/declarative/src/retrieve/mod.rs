@@ -11,12 +11,14 @@
 //! | module | holds |
 //! |---|---|
 //! | [`http`] | requests and answers, URL joining, error classification |
+//! | [`budget`] | the source's `api_budget` kept to: a transport that waits its turn |
 //! | [`build`] | one request from the requester, authenticator, paginator and routers |
 //! | [`incremental`] | an incremental cursor's windows, the intervals read, the state |
 //! | [`partitioned`] | a cursor per partition, the global cursor, their state |
 //! | [`session`] | session tokens: the login before a request, the token kept |
 //! | this file | slices, pages, records and transformations |
 
+mod budget;
 pub mod build;
 pub mod http;
 pub mod incremental;
@@ -145,6 +147,12 @@ pub fn prepare(
     }
     let config = secrets.mark(plain, given);
     let source = Source::read(manifest, &config, now).map_err(PrepareError::Refused)?;
+    if let Some(pointer) = source.budget.as_ref().and_then(|b| b.reads_secret(&secrets.pointers)) {
+        return Err(PrepareError::Refused(model::Refusal::new(
+            pointer,
+            "this limit reads a secret: the guest never holds one, so it cannot set a limit from it",
+        )));
+    }
     Ok((source, Env { config, secrets, now, sessions: Sessions::default() }))
 }
 
@@ -218,6 +226,14 @@ pub fn read(
     on_records: &mut dyn FnMut(Vec<Box<RawValue>>) -> Result<Flow, ReadError>,
     on_state: &mut dyn FnMut(Value) -> Result<(), ReadError>,
 ) -> Result<Flow, ReadError> {
+    let mut paced;
+    let transport: &mut dyn Transport = match &source.budget {
+        Some(budget) => {
+            paced = budget::Paced::new(budget, transport);
+            &mut paced
+        }
+        None => transport,
+    };
     let Some(cursor) = &stream.cursor else {
         for slice in slices(source, stream, env, None, transport)? {
             if read_slice(stream, &slice, env, None, &mut None, transport, on_records)? == Flow::Enough {
