@@ -2,8 +2,10 @@
 //! its streams read side by side by the runners of several processes,
 //! every record once in every stream when a process is killed with
 //! `kill -9` mid-sync, a resumed incremental sync reading on from the
-//! state each stream saved, and a stream that fails retried alone while
-//! the others are not read again; on both control databases.
+//! state each stream saved, a stream that fails retried alone while the
+//! others are not read again (on both control databases), one that fails
+//! for good failing the job once the others ended, and a workspace's cap
+//! on runners kept.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,6 +14,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::{Connection, Row};
+use testkit::restapi::RestApi;
 
 use crate::support::json_ok;
 use crate::support::process::ServerProcess;
@@ -43,6 +46,18 @@ async fn stream_rows(control_url: &str, job_id: &str) -> Vec<(String, String, i6
             )
         })
         .collect()
+}
+
+/// A `RestApi` of `records` records behind a fake provider, the token it
+/// takes, and server processes that reach it and spread syncs.
+async fn spreading(records: usize) -> (Arc<RestApi>, FakeProvider, Processes, String) {
+    let ca = TestCa::new();
+    let token = format!("spread-{}", uuid::Uuid::new_v4().simple());
+    let api = Arc::new(RestApi::new(records).with_token(token.clone()));
+    let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
+    let mut procs = Processes::new(&ca, &provider);
+    procs.env.push(("SERVICE_JOB_SPREAD_STREAMS", "true".into()));
+    (api, provider, procs, token)
 }
 
 async fn sync(procs: &Processes, base: &str, pipeline: &str) -> String {
@@ -85,13 +100,8 @@ async fn a_sync_spread_over_three_servers_keeps_every_record_once_when_one_is_ki
     crate::support::init_crypto();
     let Some(db) = crate::support::PgDatabase::create().await else { return };
     let Some(mut target) = CrashTarget::new(CrashInto::Postgres).await else { return };
-    let ca = TestCa::new();
-    let token = format!("spread-{}", uuid::Uuid::new_v4().simple());
-    let api = Arc::new(testkit::restapi::RestApi::new(2000).with_token(token.clone()));
-    let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
-    let mut procs = Processes::new(&ca, &provider);
+    let (api, _provider, mut procs, token) = spreading(2000).await;
     procs.env.push(("DATABASE_URL", db.url.clone()));
-    procs.env.push(("SERVICE_JOB_SPREAD_STREAMS", "true".into()));
     procs.env.push(("SERVICE_JOB_CONCURRENCY", "1".into()));
     procs.env.push(("SERVICE_JOB_LEASE_SECS", "2".into()));
     procs.env.extend(target.env());
@@ -181,15 +191,10 @@ async fn a_failed_stream_of_a_spread_sync_is_retried_alone(on_postgres: bool) {
     } else {
         None
     };
-    let ca = TestCa::new();
-    let token = format!("spread-{}", uuid::Uuid::new_v4().simple());
-    let api = Arc::new(testkit::restapi::RestApi::new(600).with_token(token.clone()));
-    let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
-    let mut procs = Processes::new(&ca, &provider);
+    let (api, _provider, mut procs, token) = spreading(600).await;
     if let Some(db) = &db {
         procs.env.push(("DATABASE_URL", db.url.clone()));
     }
-    procs.env.push(("SERVICE_JOB_SPREAD_STREAMS", "true".into()));
     procs.env.push(("SERVICE_JOB_CONCURRENCY", "3".into()));
     let server = ServerProcess::start(procs.env.clone()).await;
     let streams = names(4);
@@ -251,12 +256,7 @@ async fn a_failed_stream_of_a_spread_sync_is_retried_alone_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spread_sync_keeps_to_its_workspaces_cap_on_runners() {
     crate::support::init_crypto();
-    let ca = TestCa::new();
-    let token = format!("spread-{}", uuid::Uuid::new_v4().simple());
-    let api = Arc::new(testkit::restapi::RestApi::new(300).with_token(token.clone()));
-    let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
-    let mut procs = Processes::new(&ca, &provider);
-    procs.env.push(("SERVICE_JOB_SPREAD_STREAMS", "true".into()));
+    let (api, _provider, mut procs, token) = spreading(300).await;
     procs.env.push(("SERVICE_JOB_CONCURRENCY", "3".into()));
     procs.env.push(("SERVICE_JOB_CONCURRENCY_PER_WORKSPACE", "1".into()));
     let server = ServerProcess::start(procs.env.clone()).await;
@@ -281,12 +281,7 @@ async fn a_spread_sync_keeps_to_its_workspaces_cap_on_runners() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_fails_for_good_fails_the_spread_job_after_the_others_end() {
     crate::support::init_crypto();
-    let ca = TestCa::new();
-    let token = format!("spread-{}", uuid::Uuid::new_v4().simple());
-    let api = Arc::new(testkit::restapi::RestApi::new(300).with_token(token.clone()));
-    let provider = FakeProvider::start(&ca, &["api.source.test"], testkit::restapi::router(api.clone())).await;
-    let mut procs = Processes::new(&ca, &provider);
-    procs.env.push(("SERVICE_JOB_SPREAD_STREAMS", "true".into()));
+    let (api, _provider, mut procs, token) = spreading(300).await;
     procs.env.push(("SERVICE_JOB_CONCURRENCY", "2".into()));
     let server = ServerProcess::start(procs.env.clone()).await;
     let streams = names(3);

@@ -3,17 +3,18 @@
 //! runs it, and retries transient failures with backoff; permanent ones
 //! fail the job with a sanitised reason. A job whose runner died is
 //! claimed again when its lease expires. A job cancelled (on any server)
-//! is stopped within [`CANCEL_POLL`], whatever it is waiting for.
+//! is stopped within 400 ms ([`super::lease::keep`]), whatever it is
+//! waiting for.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lease::{CANCEL_POLL, MAX_ATTEMPTS, heartbeat, lease_ms};
+use super::lease::{MAX_ATTEMPTS, lease_ms};
 use super::spool::SpoolBudget;
 use super::{CancellationToken, Failure};
 use crate::plugin::usage::{Usage, metered};
 use crate::state::AppState;
-use crate::store::jobs::Job;
+use crate::store::jobs::{Job, JobLease};
 use crate::store::kinds::JobStatus;
 use crate::store::now_ms;
 
@@ -104,26 +105,8 @@ async fn run(state: &AppState, spool: &Arc<SpoolBudget>, owner: &str, job: Job) 
     let cancel = CancellationToken::new();
     // Keeps the lease, and stops the job when it is cancelled or its lease
     // went to another runner.
-    let watch = {
-        let (state, owner, id, cancel) = (state.clone(), owner.to_owned(), job.job_id.clone(), cancel.clone());
-        tokio::spawn(async move {
-            let mut next_beat = tokio::time::Instant::now() + heartbeat(&state);
-            loop {
-                tokio::time::sleep(CANCEL_POLL).await;
-                if state.store.job_status(&id).await.ok().flatten() == Some(JobStatus::Cancelled) {
-                    cancel.cancel();
-                    return;
-                }
-                if tokio::time::Instant::now() >= next_beat {
-                    next_beat += heartbeat(&state);
-                    if !state.store.heartbeat(&id, &owner, lease_ms(&state)).await.unwrap_or(true) {
-                        cancel.cancel();
-                        return;
-                    }
-                }
-            }
-        })
-    };
+    let lease = JobLease { job_id: job.job_id.clone(), owner: owner.to_owned(), stream: None };
+    let watch = super::lease::keep(state, lease, cancel.clone());
     tracing::info!(
         job = %job.job_id, kind = %job.kind, pipeline = job.pipeline_id.as_deref().unwrap_or("-"),
         activation = job.activation_id.as_deref().unwrap_or("-"), attempt = job.attempts, "job started"

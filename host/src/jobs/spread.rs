@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lease::{CANCEL_POLL, MAX_ATTEMPTS, heartbeat, lease_ms};
+use super::lease::{MAX_ATTEMPTS, lease_ms};
 use super::spool::SpoolBudget;
 use super::sync::Prepared;
 use super::{CancellationToken, Failure};
@@ -27,7 +27,7 @@ use crate::plugin::usage::{Usage, metered};
 use crate::state::AppState;
 use crate::store::job_streams::{StreamClaim, StreamEnd, StreamRun};
 use crate::store::jobs::{Job, JobLease};
-use crate::store::kinds::{JobKind, JobStatus, StreamRunStatus};
+use crate::store::kinds::{JobKind, StreamRunStatus};
 use crate::store::now_ms;
 use crate::store::pipelines::Pipeline;
 use crate::store::progress::{JobProgress, StreamStatus, SyncLedger, SyncProgress};
@@ -179,30 +179,9 @@ async fn run_claimed(
     cancel: CancellationToken,
 ) {
     let StreamClaim { job, stream, attempt } = claim;
-    let watch = {
-        let (state, owner, cancel) = (state.clone(), owner.to_owned(), cancel.clone());
-        let (job_id, stream) = (job.job_id.clone(), stream.clone());
-        tokio::spawn(async move {
-            let mut next_beat = tokio::time::Instant::now() + heartbeat(&state);
-            loop {
-                tokio::time::sleep(CANCEL_POLL).await;
-                if state.store.job_status(&job_id).await.ok().flatten() == Some(JobStatus::Cancelled) {
-                    cancel.cancel();
-                    return;
-                }
-                if tokio::time::Instant::now() >= next_beat {
-                    next_beat += heartbeat(&state);
-                    let held = state.store.stream_heartbeat(&job_id, &stream, &owner, lease_ms(&state)).await;
-                    if !held.unwrap_or(true) {
-                        cancel.cancel();
-                        return;
-                    }
-                }
-            }
-        })
-    };
     tracing::info!(job = %job.job_id, stream, attempt, "stream started");
     let lease = JobLease { job_id: job.job_id.clone(), owner: owner.to_owned(), stream: Some(stream.clone()) };
+    let watch = super::lease::keep(state, lease.clone(), cancel.clone());
     let (outcome, ledger) = crate::telemetry::job_id::within(
         job.job_id.clone(),
         super::sync::read_spread_stream(state, spool, &job, lease, &cancel),

@@ -135,33 +135,10 @@ impl Processes {
         mode: &str,
         destination: Value,
     ) -> String {
-        let post = |path: &str, body: Value| {
-            let sent = self.api(base, Method::POST, path).json(&body).send();
-            async move { json_ok(sent.await.unwrap()).await }
-        };
-        let cred = post(
-            "/v1/credentials",
-            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
-        )
-        .await;
         let manifest = json!({ "streams": [{ "name": "items", "path": "/pages/items", "records": "/data", "primary_key": ["id"],
             "params": { "per_page": per_page }, "paging": { "type": "page_number", "param": "page", "total_pages": "/meta/total_pages" },
             "incremental": { "cursor_field": "updated_at", "param": "since", "format": "rfc3339" } }] });
-        let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
-        let source = post(
-            "/v1/sources",
-            json!({ "connector_id": "conn_rest_manifest", "name": "m", "configuration": configuration }),
-        )
-        .await;
-        let destination = post("/v1/destinations", destination).await;
-        let pipeline = post(
-            "/v1/pipelines",
-            json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
-                "streams": [{ "name": "items", "sync_mode": mode }] }),
-        )
-        .await;
-        self.workspace.get_or_init(|| source["data"]["workspace_id"].as_str().unwrap_or_default().to_owned());
-        pipeline["data"]["pipeline_id"].as_str().unwrap().to_owned()
+        self.rest_manifest_source_into(base, token, manifest, destination, &[("items".into(), mode)]).await
     }
 
     /// Makes, through the server at `base`, a REST source with one stream
@@ -179,15 +156,6 @@ impl Processes {
         destination: Value,
         streams: &[String],
     ) -> String {
-        let post = |path: &str, body: Value| {
-            let sent = self.api(base, Method::POST, path).json(&body).send();
-            async move { json_ok(sent.await.unwrap()).await }
-        };
-        let cred = post(
-            "/v1/credentials",
-            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
-        )
-        .await;
         let specs: Vec<Value> = streams
             .iter()
             .map(|name| {
@@ -198,6 +166,31 @@ impl Processes {
             })
             .collect();
         let manifest = json!({ "retry": { "max_retries": 0 }, "streams": specs });
+        let selected: Vec<(String, &str)> = streams.iter().map(|name| (name.clone(), mode)).collect();
+        self.rest_manifest_source_into(base, token, manifest, destination, &selected).await
+    }
+
+    /// A credential holding `token`, a REST source of `manifest` on
+    /// `https://api.source.test`, the destination and a pipeline of the
+    /// `selected` streams (name and mode), made through the server at
+    /// `base`; returns the pipeline id.
+    async fn rest_manifest_source_into(
+        &self,
+        base: &str,
+        token: &str,
+        manifest: Value,
+        destination: Value,
+        selected: &[(String, &str)],
+    ) -> String {
+        let post = |path: &str, body: Value| {
+            let sent = self.api(base, Method::POST, path).json(&body).send();
+            async move { json_ok(sent.await.unwrap()).await }
+        };
+        let cred = post(
+            "/v1/credentials",
+            json!({ "connector_id": "conn_rest_manifest", "hosts": ["api.source.test"], "secret": token }),
+        )
+        .await;
         let configuration = json!({ "base_url": "https://api.source.test", "credential_handle": cred["data"]["credential_handle"], "manifest": manifest });
         let source = post(
             "/v1/sources",
@@ -205,11 +198,12 @@ impl Processes {
         )
         .await;
         let destination = post("/v1/destinations", destination).await;
-        let selected: Vec<Value> = streams.iter().map(|name| json!({ "name": name, "sync_mode": mode })).collect();
+        let streams: Vec<Value> =
+            selected.iter().map(|(name, mode)| json!({ "name": name, "sync_mode": mode })).collect();
         let pipeline = post(
             "/v1/pipelines",
             json!({ "name": "p", "source_id": source["data"]["source_id"], "destination_id": destination["data"]["destination_id"],
-                "streams": selected }),
+                "streams": streams }),
         )
         .await;
         self.workspace.get_or_init(|| source["data"]["workspace_id"].as_str().unwrap_or_default().to_owned());
