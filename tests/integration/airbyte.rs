@@ -1998,9 +1998,9 @@ async fn an_api_budget_paces_the_requests_its_policies_match(backend: Backend) {
     assert_eq!(times.len(), 5);
     for (i, pair) in times.windows(3).enumerate() {
         let apart = pair[2].duration_since(pair[0]);
-        // The guest's clock and the provider's are one machine's; a
-        // request arrives at least as late as it was let go.
-        assert!(apart >= std::time::Duration::from_millis(990), "requests {i} and {}: {apart:?} apart", i + 2);
+        // The guest lets the third go a second after it let the first go;
+        // the first may have been slower on its way (a new connection).
+        assert!(apart >= std::time::Duration::from_millis(900), "requests {i} and {}: {apart:?} apart", i + 2);
     }
     srv.stop().await;
 }

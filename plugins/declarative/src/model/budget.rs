@@ -65,9 +65,28 @@ pub struct Matcher {
     pub weight: u64,
 }
 
-/// Headers only the host writes: a matcher on them would match what the
-/// guest never sees.
-const HOST_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
+/// Headers the host writes (the credentials' and those it adds as it
+/// sends): a matcher on them would match what the guest never sees.
+const HOST_HEADERS: [&str; 10] = [
+    "authorization",
+    "cookie",
+    "proxy-authorization",
+    "content-type",
+    "content-length",
+    "accept",
+    "accept-encoding",
+    "user-agent",
+    "connection",
+    "host",
+];
+
+/// The most calls a limit or weight may name.
+const MAX_CALLS: u64 = 1_000_000_000;
+
+/// Pattern syntax Python's `re` reads otherwise than `regex-lite` (POSIX
+/// classes, word-boundary forms, Unicode classes): refused rather than
+/// matched differently.
+const DIFFERENT_SYNTAX: [&str; 6] = ["[:", "\\<", "\\>", "\\b{", "\\p", "\\P"];
 
 impl Budget {
     /// The budget at `node`, its templates evaluated with `config` at
@@ -160,10 +179,12 @@ fn read_policy(
         "UnlimitedCallRatePolicy" => Limit::Unlimited,
         "FixedWindowCallRatePolicy" => {
             let calls = match node.get("call_limit") {
-                Some(Value::Number(n)) => n.as_u64().filter(|n| *n > 0),
+                Some(Value::Number(n)) => n.as_u64().filter(|n| (1..=MAX_CALLS).contains(n)),
                 _ => None,
             }
-            .ok_or_else(|| Refusal::new(node.below("call_limit"), "expected a number of calls above 0"))?;
+            .ok_or_else(|| {
+                Refusal::new(node.below("call_limit"), format!("expected a number of calls from 1 to {MAX_CALLS}"))
+            })?;
             Limit::Fixed { period: period(node, "period")?, calls }
         }
         _ => {
@@ -210,19 +231,24 @@ fn read_matcher(
     if let Some((name, _)) = headers.iter().find(|(k, _)| HOST_HEADERS.contains(&k.as_str())) {
         return Err(Refusal::new(
             node.below("headers"),
-            format!("the host writes {name}, so a matcher on it would match what the guest never sees"),
+            format!("the host writes {name}, so a matcher on it would not see what is sent"),
         ));
     }
-    let url_path_pattern = node.text("url_path_pattern")?.map(str::to_owned);
+    // The CDK takes an empty field as none.
+    let text = |key: &str| -> Result<Option<&str>, Refusal> { Ok(node.text(key)?.filter(|t| !t.is_empty())) };
+    let url_path_pattern = text("url_path_pattern")?.map(str::to_owned);
     if let Some(pattern) = &url_path_pattern {
-        regex_lite::Regex::new(pattern).map_err(|e| {
-            Refusal::new(node.below("url_path_pattern"), format!("a pattern this runtime cannot read: {e}"))
-        })?;
+        let at = node.below("url_path_pattern");
+        if let Some(syntax) = DIFFERENT_SYNTAX.iter().find(|s| pattern.contains(*s)) {
+            return Err(Refusal::new(at, format!("{syntax} means something else to Python's re than here")));
+        }
+        regex_lite::Regex::new(pattern)
+            .map_err(|e| Refusal::new(at, format!("a pattern this runtime cannot read: {e}")))?;
     }
     let weight = evaluated(node, "weight", config, now, reads)?.unwrap_or(1);
     Ok(Matcher {
-        method: node.text("method")?.map(str::to_uppercase),
-        url_base: node.text("url_base")?.map(|b| b.trim_end_matches('/').to_owned()),
+        method: text("method")?.map(str::to_uppercase),
+        url_base: text("url_base")?.map(|b| b.trim_end_matches('/').to_owned()),
         url_path_pattern,
         params: pairs("params", false)?,
         headers,
@@ -256,8 +282,8 @@ fn evaluated(
     let ctx = Context::at(now).with("config", config.clone());
     let rendered = template.render(&ctx).map_err(|e| Refusal::new(&pointer, format!("the template fails: {e}")))?;
     match rendered.trim().parse::<u64>() {
-        Ok(n) if n >= 1 => Ok(Some(n)),
-        _ => Err(Refusal::new(pointer, format!("{rendered:?} is not a whole number of at least 1"))),
+        Ok(n) if (1..=MAX_CALLS).contains(&n) => Ok(Some(n)),
+        _ => Err(Refusal::new(pointer, format!("{rendered:?} is not a whole number from 1 to {MAX_CALLS}"))),
     }
 }
 

@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use chrono::{DateTime, Utc};
 
+use super::build::percent_decode;
 use super::http::{Method, Request, Response};
 use super::{Started, Transport};
 use crate::model::budget::{Budget, Limit, Matcher};
@@ -65,7 +66,7 @@ pub(super) struct Paced<'a> {
     inner: &'a mut dyn Transport,
     windows: Vec<Window>,
     /// Answers not yet taken into account (one started ahead ends later).
-    said: Rc<RefCell<Vec<Said>>>,
+    said: Rc<RefCell<Vec<Result<Said, BudgetError>>>>,
 }
 
 impl<'a> Paced<'a> {
@@ -96,25 +97,37 @@ impl<'a> Paced<'a> {
     }
 
     /// The first policy that matches `request`, and the weight of the
-    /// request under it (its first matching matcher's).
-    fn policy_of(&self, request: &Request) -> Option<(usize, u64)> {
+    /// request under it (its first matching matcher's). A matcher on a
+    /// header or parameter the host fills with a credential fails the
+    /// read: it would never see what is sent.
+    fn policy_of(&self, request: &Request) -> Result<Option<(usize, u64)>, TransportError> {
         let parts = Parts::of(request);
-        self.budget.policies.iter().enumerate().find_map(|(i, p)| {
-            if p.matchers.is_empty() {
-                return Some((i, 1));
+        for (i, policy) in self.budget.policies.iter().enumerate() {
+            for m in &policy.matchers {
+                let named = m.headers.iter().map(|(k, _)| ("header", k.to_ascii_lowercase()));
+                let named = named.chain(m.params.iter().map(|(k, _)| ("query parameter", k.to_ascii_lowercase())));
+                if let Some((_, name)) = named.into_iter().find(|n| parts.placed.contains(n)) {
+                    return Err(Box::new(BudgetError(format!(
+                        "policy {i} matches on {name}, which the host fills with a credential"
+                    ))));
+                }
             }
-            p.matchers
-                .iter()
-                .zip(&self.patterns[i])
-                .find(|(m, re)| matches(m, re.as_ref(), &parts))
-                .map(|(m, _)| (i, m.weight))
-        })
+            if policy.matchers.is_empty() {
+                return Ok(Some((i, 1)));
+            }
+            let matching =
+                policy.matchers.iter().zip(&self.patterns[i]).find(|(m, re)| matches(m, re.as_ref(), &parts));
+            if let Some((m, _)) = matching {
+                return Ok(Some((i, m.weight)));
+            }
+        }
+        Ok(None)
     }
 
     /// Takes the calls `request` needs, waiting for them.
     fn take(&mut self, request: &Request) -> Result<Option<usize>, TransportError> {
-        self.settle();
-        let Some((i, weight)) = self.policy_of(request) else { return Ok(None) };
+        self.settle()?;
+        let Some((i, weight)) = self.policy_of(request)? else { return Ok(None) };
         loop {
             let now = seconds(self.inner.monotonic());
             let wait = try_take(&self.budget.policies[i].limit, &mut self.windows[i], weight, now)?;
@@ -129,17 +142,19 @@ impl<'a> Paced<'a> {
     }
 
     /// Takes into account what the answers so far said.
-    fn settle(&mut self) {
-        let said: Vec<Said> = self.said.borrow_mut().drain(..).collect();
+    fn settle(&mut self) -> Result<(), TransportError> {
+        let said: Vec<Result<Said, BudgetError>> = self.said.borrow_mut().drain(..).collect();
         if said.is_empty() {
-            return;
+            return Ok(());
         }
         let now = seconds(self.inner.monotonic());
         let wall = unix_seconds(self.inner.now());
         for s in said {
+            let s = s?;
             let limit = &self.budget.policies[s.policy].limit;
             update(limit, &mut self.windows[s.policy], s.left, s.resets.map(|r| now + (r as f64 - wall)), now);
         }
+        Ok(())
     }
 }
 
@@ -148,12 +163,21 @@ impl Transport for Paced<'_> {
         let policy = self.take(request)?;
         let response = self.inner.send(request)?;
         if let Some(policy) = policy {
+            // Counted as it comes, as the CDK counts it.
             self.said.borrow_mut().push(said(&self.budget, policy, &response));
+            self.settle()?;
         }
         Ok(response)
     }
 
     fn wait(&mut self, seconds: f64) {
+        // An answer started ahead is counted before a backoff; one the
+        // budget cannot read fails the read at its next request.
+        let said: Vec<_> = self.said.borrow_mut().drain(..).collect();
+        let (fine, failed): (Vec<_>, Vec<_>) = said.into_iter().partition(Result::is_ok);
+        self.said.borrow_mut().extend(fine);
+        let _ = self.settle();
+        self.said.borrow_mut().extend(failed);
         self.inner.wait(seconds)
     }
 
@@ -182,7 +206,7 @@ struct PacedStarted {
     started: Box<dyn Started>,
     policy: usize,
     budget: Rc<Budget>,
-    said: Rc<RefCell<Vec<Said>>>,
+    said: Rc<RefCell<Vec<Result<Said, BudgetError>>>>,
 }
 
 impl Started for PacedStarted {
@@ -194,16 +218,25 @@ impl Started for PacedStarted {
 }
 
 /// What `response` says of policy `policy`'s calls: the remaining header,
-/// else none left on a rate-limit status; the reset header.
-fn said(budget: &Budget, policy: usize, response: &Response) -> Said {
-    let header = |name: &str| response.header(name).map(str::trim).filter(|v| !v.is_empty());
-    let left = match header(&budget.remaining_header).and_then(|v| v.parse::<u64>().ok()) {
-        Some(left) => Some(left),
+/// else none left on a rate-limit status; the reset header. A header that
+/// is no whole number fails the read, as the CDK's `int()` fails it.
+fn said(budget: &Budget, policy: usize, response: &Response) -> Result<Said, BudgetError> {
+    let number = |name: &str| -> Result<Option<i64>, BudgetError> {
+        match response.header(name).map(str::trim).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| BudgetError(format!("the provider's {name} header is {v:?}, not a whole number"))),
+        }
+    };
+    // Fewer than none left is none left.
+    let left = match number(&budget.remaining_header)? {
+        Some(left) => Some(u64::try_from(left).unwrap_or(0)),
         None if budget.hit_statuses.contains(&response.status) => Some(0),
         None => None,
     };
-    let resets = header(&budget.reset_header).and_then(|v| v.parse::<i64>().ok());
-    Said { policy, left, resets }
+    Ok(Said { policy, left, resets: number(&budget.reset_header)? })
 }
 
 /// Takes `weight` calls of `window` at `now` if its limit allows them
@@ -217,10 +250,10 @@ fn try_take(limit: &Limit, window: &mut Window, weight: u64, now: f64) -> Result
                 ))));
             }
             roll(*period, resets_at, taken, now);
-            if *taken + weight > *calls {
+            if taken.saturating_add(weight) > *calls {
                 return Ok(Some(*resets_at - now));
             }
-            *taken += weight;
+            *taken = taken.saturating_add(weight);
             Ok(None)
         }
         (Limit::Moving { rates }, Window::Moving { taken }) => {
@@ -234,8 +267,7 @@ fn try_take(limit: &Limit, window: &mut Window, weight: u64, now: f64) -> Result
             for (limit, interval) in rates {
                 let span = seconds_of(*interval);
                 let since = now - span;
-                let used: u64 = taken.iter().filter(|(t, _)| *t > since).map(|(_, w)| w).sum();
-                if used + weight > *limit {
+                if used_since(taken, since).saturating_add(weight) > *limit {
                     // Until the oldest call in the window leaves it.
                     let oldest = taken.iter().find(|(t, _)| *t > since).map_or(now, |(t, _)| *t);
                     let until = oldest + span - now;
@@ -255,6 +287,11 @@ fn try_take(limit: &Limit, window: &mut Window, weight: u64, now: f64) -> Result
         }
         _ => Ok(None),
     }
+}
+
+/// The calls taken after `since`.
+fn used_since(taken: &VecDeque<(f64, u64)>, since: f64) -> u64 {
+    taken.iter().filter(|(t, _)| *t > since).fold(0u64, |sum, (_, w)| sum.saturating_add(*w))
 }
 
 /// A fixed window past its reset starts the next one.
@@ -285,11 +322,7 @@ fn update(limit: &Limit, window: &mut Window, left: Option<u64>, resets_at: Opti
         (Limit::Moving { rates }, Window::Moving { taken }) if left == Some(0) && resets_at.is_none() => {
             let free = rates
                 .iter()
-                .map(|(limit, interval)| {
-                    let since = now - seconds_of(*interval);
-                    let used: u64 = taken.iter().filter(|(t, _)| *t > since).map(|(_, w)| w).sum();
-                    limit.saturating_sub(used)
-                })
+                .map(|(limit, interval)| limit.saturating_sub(used_since(taken, now - seconds_of(*interval))))
                 .min()
                 .unwrap_or(0);
             if free > 0 {
@@ -307,6 +340,9 @@ struct Parts {
     path: String,
     params: Vec<(String, String)>,
     headers: Vec<(String, String)>,
+    /// The headers and query parameters the host fills with a credential
+    /// (as [`super::http::Place::part`] names them).
+    placed: Vec<(&'static str, String)>,
 }
 
 impl Parts {
@@ -324,7 +360,7 @@ impl Parts {
             .filter(|p| !p.is_empty())
             .filter_map(|p| {
                 let (k, v) = p.split_once('=')?;
-                let (k, v) = (decoded(k), decoded(v));
+                let (k, v) = (percent_decode(k), percent_decode(v));
                 // `parse_qsl` leaves out blank values.
                 (!v.is_empty()).then_some((k, v))
             })
@@ -336,9 +372,10 @@ impl Parts {
                 Method::Post => "POST",
             },
             base: format!("{scheme}://{host}"),
-            path: path.trim_end_matches('/').to_owned(),
+            path: requoted(path.trim_end_matches('/')),
             params,
             headers: request.headers.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect(),
+            placed: request.credentials.iter().map(|c| c.place.part()).collect(),
         }
     }
 
@@ -356,29 +393,18 @@ fn matches(m: &Matcher, pattern: Option<&regex_lite::Regex>, parts: &Parts) -> b
         && m.headers.iter().all(|(k, v)| Parts::last(&parts.headers, k) == Some(v.as_str()))
 }
 
-/// A query part with its percent-escapes and `+` decoded.
-fn decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(high), Some(low)) => {
-                        out.push((high * 16 + low) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
+/// A path as `requests` sends it (`requote_uri`): what is not safe in a
+/// URL percent-encoded, escapes already there kept.
+fn requoted(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~!#$%&'()*+,/:;=?@[]".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
         }
-        i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 fn seconds(d: std::time::Duration) -> f64 {
@@ -408,6 +434,8 @@ mod tests {
         asked: Vec<(f64, String)>,
         /// Headers every answer carries.
         headers: Vec<(String, String)>,
+        /// The status of every answer but the last page's.
+        status: u16,
     }
 
     impl Transport for Provider {
@@ -416,7 +444,8 @@ mod tests {
             self.asked.push((self.clock, format!("{} page {page}", request.url)));
             let body =
                 json!({ "data": [{ "id": page }], "next": if page < 3 { json!(page + 1) } else { json!(null) } });
-            Ok(Response { status: 200, headers: self.headers.clone(), body: body.to_string().into_bytes() })
+            let status = if page < 3 { self.status } else { 200 };
+            Ok(Response { status, headers: self.headers.clone(), body: body.to_string().into_bytes() })
         }
         fn wait(&mut self, seconds: f64) {
             self.clock += seconds;
@@ -445,11 +474,21 @@ mod tests {
     /// When each page was asked for (seconds after the read began), or why
     /// the read failed.
     fn read_with(budget: serde_json::Value, headers: &[(&str, &str)]) -> Result<Vec<f64>, String> {
-        let m = manifest(budget);
+        read_manifest(manifest(budget), headers, 200, &[])
+    }
+
+    /// [`read_with`] of a whole manifest, the provider answering `status`,
+    /// the fields `given` secret.
+    fn read_manifest(
+        m: serde_json::Value,
+        headers: &[(&str, &str)],
+        status: u16,
+        given: &[String],
+    ) -> Result<Vec<f64>, String> {
         let now = "2024-01-01T00:00:00Z".parse().unwrap();
-        let (source, env) = prepare(&m, &Val::from(&json!({ "rate": 2 })), &[], now).map_err(|e| format!("{e:?}"))?;
+        let (source, env) = prepare(&m, &Val::from(&json!({ "rate": 2 })), given, now).map_err(|e| format!("{e:?}"))?;
         let headers = headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let mut provider = Provider { clock: 100.0, asked: Vec::new(), headers };
+        let mut provider = Provider { clock: 100.0, asked: Vec::new(), headers, status };
         read(&source, &source.streams[0], &env, None, &mut provider, &mut |_| Ok(Flow::More), &mut |_| Ok(()))
             .map_err(|e| e.to_string())?;
         // To a hundredth: a window opens just after its reset.
@@ -521,5 +560,70 @@ mod tests {
         assert!(refused(zero).contains("/api_budget/policies/0/rates/0/limit"));
         let custom = json!({ "type": "HTTPAPIBudget", "policies": [{ "type": "CustomCallRatePolicy" }] });
         assert!(refused(custom).contains("/api_budget/policies/0"));
+    }
+
+    #[test]
+    fn a_matcher_weighs_its_requests_and_one_heavier_than_the_limit_fails_the_read() {
+        let weighed = |weight: u64| {
+            json!({ "type": "HTTPAPIBudget", "policies": [{ "type": "MovingWindowCallRatePolicy",
+                "rates": [{ "limit": 2, "interval": "PT10S" }],
+                "matchers": [{ "url_base": "https://api.example.com/", "headers": {}, "weight": weight }] }] })
+        };
+        assert_eq!(read_with(weighed(2), &[]).unwrap(), [0.0, 10.0, 20.0]);
+        let failed = read_with(weighed(3), &[]).unwrap_err();
+        assert!(failed.contains("weighs 3"), "{failed}");
+    }
+
+    #[test]
+    fn a_rate_limit_status_leaves_no_call_in_the_window() {
+        // A 429 without a remaining header: none left until the window
+        // moves on (the status is the paginator's business; the records
+        // still come).
+        let budget = json!({ "type": "HTTPAPIBudget", "policies": [{ "type": "MovingWindowCallRatePolicy",
+            "rates": [{ "limit": 5, "interval": "PT4S" }], "matchers": [] }] });
+        let m = manifest(budget);
+        let mut handled = m.clone();
+        handled["streams"][0]["retriever"]["requester"]["error_handler"] = json!({ "type": "DefaultErrorHandler",
+            "response_filters": [{ "type": "HttpResponseFilter", "action": "SUCCESS", "http_codes": [429] }] });
+        assert_eq!(read_manifest(handled, &[], 429, &[]).unwrap(), [0.0, 4.0, 8.0]);
+        // A remaining header that is no number fails the read, as the
+        // CDK's int() does.
+        let budget = json!({ "type": "HTTPAPIBudget", "policies": [{ "type": "MovingWindowCallRatePolicy",
+            "rates": [{ "limit": 5, "interval": "PT4S" }], "matchers": [] }] });
+        let failed = read_with(budget, &[("ratelimit-remaining", "1.5")]).unwrap_err();
+        assert!(failed.contains("ratelimit-remaining"), "{failed}");
+    }
+
+    #[test]
+    fn a_budget_that_reads_a_secret_or_matches_on_a_credential_is_refused() {
+        let given = ["/key".to_owned()];
+        let reading = |limit: &str, weight: &str| {
+            manifest(json!({ "type": "HTTPAPIBudget", "policies": [{ "type": "MovingWindowCallRatePolicy",
+                "rates": [{ "limit": limit, "interval": "PT1S" }],
+                "matchers": [{ "method": "GET", "weight": weight }] }] }))
+        };
+        for (limit, weight, at) in [
+            ("{{ 100 if 'sk_test_' in config['key'] else 25 }}", "1", "rates/0/limit"),
+            ("2", "{{ 1 if config.get('key') else 2 }}", "matchers/0/weight"),
+            ("{{ config | length }}", "1", "rates/0/limit"),
+        ] {
+            let refused = read_manifest(reading(limit, weight), &[], 200, &given).unwrap_err();
+            assert!(refused.contains(&format!("/api_budget/policies/0/{at}")), "{limit} {weight}: {refused}");
+            assert!(refused.contains("reads a secret"), "{refused}");
+        }
+        // A matcher on the header the host fills with the key.
+        let mut m = manifest(json!({ "type": "HTTPAPIBudget", "policies": [{ "type": "MovingWindowCallRatePolicy",
+            "rates": [{ "limit": 1, "interval": "PT1S" }], "matchers": [{ "headers": { "X-Key": "k" } }] }] }));
+        m["streams"][0]["retriever"]["requester"]["authenticator"] = json!({ "type": "ApiKeyAuthenticator",
+            "api_token": "{{ config['key'] }}",
+            "inject_into": { "type": "RequestOption", "inject_into": "header", "field_name": "X-Key" } });
+        let failed = read_manifest(m, &[], 200, &given).unwrap_err();
+        assert!(failed.contains("x-key") && failed.contains("credential"), "{failed}");
+    }
+
+    #[test]
+    fn a_path_is_matched_as_it_is_sent() {
+        assert_eq!(requoted("/v1/caf\u{e9} items/%41"), "/v1/caf%C3%A9%20items/%41");
+        assert_eq!(percent_decode("a%\u{20ac}b%41+c"), "a%\u{20ac}bA c");
     }
 }

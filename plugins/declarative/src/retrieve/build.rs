@@ -733,19 +733,27 @@ fn url_query(url: &str) -> Vec<(String, String)> {
     out
 }
 
-fn percent_decode(s: &str) -> String {
+/// The value of one hex digit.
+fn hex(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+/// A query part with its percent-escapes and `+` decoded.
+pub(super) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                Ok(b) => {
-                    out.push(b);
+            // Hex digits read as bytes: a `%` before a character of
+            // several bytes is kept as it is.
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push(high * 16 + low);
                     i += 2;
                 }
-                Err(_) => out.push(b'%'),
+                _ => out.push(b'%'),
             },
             b => out.push(b),
         }

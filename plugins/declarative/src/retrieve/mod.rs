@@ -150,7 +150,7 @@ pub fn prepare(
     if let Some(pointer) = source.budget.as_ref().and_then(|b| b.reads_secret(&secrets.pointers)) {
         return Err(PrepareError::Refused(model::Refusal::new(
             pointer,
-            "this limit reads a secret: the guest never holds one, so it cannot set a limit from it",
+            "this limit or weight reads a secret: the guest never holds one, so it cannot set one from it",
         )));
     }
     Ok((source, Env { config, secrets, now, sessions: Sessions::default() }))
