@@ -4,8 +4,8 @@
 //! `kill -9` mid-sync, a resumed incremental sync reading on from the
 //! state each stream saved, a stream that fails retried alone while the
 //! others are not read again (on both control databases), one that fails
-//! for good failing the job once the others ended, and a workspace's cap
-//! on runners kept.
+//! for good failing the job once the others ended, a workspace's cap on
+//! runners kept, and a cancellation stopping every runner reading.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -304,5 +304,46 @@ async fn a_stream_that_fails_for_good_fails_the_spread_job_after_the_others_end(
     let rows = stream_rows(&control, &job_id).await;
     let states: Vec<(&str, &str, i64)> = rows.iter().map(|r| (r.0.as_str(), r.1.as_str(), r.2)).collect();
     assert_eq!(states, [("s0", "succeeded", 1), ("s1", "failed", 1), ("s2", "succeeded", 1)], "{rows:?}");
+    drop(server);
+}
+
+/// A spread sync cancelled while its streams are read: every runner
+/// reading one stops (the provider sees no request after a moment), the
+/// job ends cancelled, and no stream of it is claimed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_spread_sync_stops_every_runner_reading_it() {
+    crate::support::init_crypto();
+    let (api, _provider, mut procs, token) = spreading(3000).await;
+    procs.env.push(("SERVICE_JOB_CONCURRENCY", "3".into()));
+    let server = ServerProcess::start(procs.env.clone()).await;
+    let streams = names(3);
+    let destination = json!({ "name": "w", "kind": "sqlite", "configuration": { "file": "w.db" } });
+    let pipeline =
+        procs.rest_manifest_streams_into(&server.base, &token, 100, "incremental_deduped", destination, &streams).await;
+    // 30 pages of 100 ms a stream: three seconds each.
+    api.page_delay_ms.store(100, Ordering::SeqCst);
+    let job_id = sync(&procs, &server.base, &pipeline).await;
+    let control = format!("sqlite://{}?mode=ro", procs.data_dir().join("service.db").display());
+    let mut rows = Vec::new();
+    for _ in 0..300 {
+        rows = stream_rows(&control, &job_id).await;
+        if rows.iter().filter(|r| r.1 == "running").count() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rows.iter().filter(|r| r.1 == "running").count(), 3, "three runners read: {rows:?}");
+    let cancel = format!("/v1/jobs/{job_id}/cancel");
+    json_ok(procs.api(&server.base, Method::POST, &cancel).send().await.unwrap()).await;
+    let last = procs.wait(&server.base, &job_id).await;
+    assert_eq!(last["status"], "cancelled", "{last}");
+    // Within the cancellation poll and a page in flight, the reading stops.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked = api.requests();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(api.requests(), asked, "no request after the runners stopped");
+    let rows = stream_rows(&control, &job_id).await;
+    assert!(rows.iter().all(|r| r.1 == "queued"), "each stopped stream put back, none held: {rows:?}");
+    assert!(rows.iter().all(|r| r.2 == 0), "a stopped attempt is not counted: {rows:?}");
     drop(server);
 }
